@@ -1,0 +1,92 @@
+// Package account manages organisations, users and their roles, API keys and
+// worker tokens, and answers "who is this credential" on every request.
+//
+// Accounts are few and read on every request, so the whole set lives in
+// memory and every change is written through to the Store before it is
+// applied. Only the server process opens the store, so memory and disk never
+// disagree.
+package account
+
+import (
+	"time"
+
+	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/auth"
+)
+
+// Org is the stored form of an organisation.
+type Org struct {
+	ID        string          `json:"id"`
+	Name      string          `json:"name"`
+	Plan      api.Plan        `json:"plan"`
+	Settings  api.OrgSettings `json:"settings"`
+	CreatedAt time.Time       `json:"created_at"`
+}
+
+// User is the stored form of a user.
+type User struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// Member is a user's role in an organisation.
+type Member struct {
+	OrgID   string    `json:"org_id"`
+	UserID  string    `json:"user_id"`
+	Role    auth.Role `json:"role"`
+	AddedAt time.Time `json:"added_at"`
+}
+
+// Key is the stored form of an API key: never the secret, only its hash.
+type Key struct {
+	ID           string            `json:"id"`
+	OrgID        string            `json:"org_id"`
+	UserID       string            `json:"user_id"`
+	Name         string            `json:"name"`
+	Hash         auth.Hash         `json:"hash"`
+	Permissions  []auth.Permission `json:"permissions"`
+	Unrestricted bool              `json:"unrestricted"`
+	CreatedAt    time.Time         `json:"created_at"`
+	RevokedAt    *time.Time        `json:"revoked_at,omitempty"`
+}
+
+// WorkerToken is the stored form of a worker token.
+type WorkerToken struct {
+	ID        string     `json:"id"`
+	OrgID     string     `json:"org_id"`
+	Name      string     `json:"name"`
+	Hash      auth.Hash  `json:"hash"`
+	CreatedAt time.Time  `json:"created_at"`
+	RevokedAt *time.Time `json:"revoked_at,omitempty"`
+}
+
+// Records is everything the store holds about accounts.
+type Records struct {
+	Orgs         []Org
+	Users        []User
+	Members      []Member
+	Keys         []Key
+	WorkerTokens []WorkerToken
+	// LastUsed maps a credential prefix (auth.PrefixOf) to when it was last
+	// presented. It is kept apart from the records because it changes often
+	// and is written in the background.
+	LastUsed map[string]time.Time
+}
+
+// Store persists account records. Each Write runs in one transaction.
+type Store interface {
+	LoadAccounts() (Records, error)
+	WriteAccounts(fn func(Writer) error) error
+}
+
+// Writer changes records inside one store transaction.
+type Writer interface {
+	PutOrg(Org) error
+	PutUser(User) error
+	PutMember(Member) error
+	DeleteMember(orgID, userID string) error
+	PutKey(Key) error
+	PutWorkerToken(WorkerToken) error
+	PutLastUsed(prefix string, t time.Time) error
+}

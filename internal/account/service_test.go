@@ -1,0 +1,381 @@
+package account_test
+
+import (
+	"errors"
+	"net/http"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/svc-dev/svc/internal/account"
+	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/auth"
+	"github.com/svc-dev/svc/internal/bolt"
+	"github.com/svc-dev/svc/internal/money"
+)
+
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+type fixture struct {
+	dir     string
+	store   *bolt.Store
+	svc     *account.Service
+	clock   *clock
+	secrets account.Secrets
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	f := &fixture{dir: t.TempDir(), clock: &clock{t: time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)}}
+	f.open(t)
+	created, err := f.svc.Bootstrap(func(s account.Secrets) error { f.secrets = s; return nil })
+	if err != nil || !created {
+		t.Fatalf("Bootstrap = %v, %v", created, err)
+	}
+	return f
+}
+
+func (f *fixture) open(t *testing.T) {
+	t.Helper()
+	st, err := bolt.Open(f.dir, bolt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	svc, err := account.New(st, account.Options{Now: f.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.store, f.svc = st, svc
+}
+
+// reopen closes the store and loads everything again, as a restart does.
+func (f *fixture) reopen(t *testing.T) {
+	t.Helper()
+	if err := f.store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f.open(t)
+}
+
+func status(t *testing.T, err error) int {
+	t.Helper()
+	var ae *api.Error
+	if !errors.As(err, &ae) {
+		t.Fatalf("error %v is not an *api.Error", err)
+	}
+	return ae.Status
+}
+
+func TestBootstrapOnceAndReload(t *testing.T) {
+	f := newFixture(t)
+	p, err := f.svc.Authenticate(f.secrets.AdminKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.Unrestricted || p.Role != auth.RoleOwner {
+		t.Fatalf("admin principal = %+v", p)
+	}
+	org, ok := f.svc.OrgByID(p.OrgID)
+	if !ok || org.Name != account.DefaultOrg || org.Plan != api.PlanPro {
+		t.Fatalf("org = %+v", org)
+	}
+	if _, _, err := f.svc.AuthenticateWorker(f.secrets.WorkerToken); err != nil {
+		t.Fatalf("worker token: %v", err)
+	}
+
+	f.reopen(t)
+	created, err := f.svc.Bootstrap(func(account.Secrets) error { t.Fatal("persist called on restart"); return nil })
+	if err != nil || created {
+		t.Fatalf("second Bootstrap = %v, %v", created, err)
+	}
+	if _, err := f.svc.Authenticate(f.secrets.AdminKey); err != nil {
+		t.Fatalf("admin key after restart: %v", err)
+	}
+	if _, _, err := f.svc.AuthenticateWorker(f.secrets.WorkerToken); err != nil {
+		t.Fatalf("worker token after restart: %v", err)
+	}
+}
+
+func TestBootstrapPersistFailureCommitsNothing(t *testing.T) {
+	dir := t.TempDir()
+	st, err := bolt.Open(dir, bolt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	svc, err := account.New(st, account.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	boom := errors.New("disk full")
+	if _, err := svc.Bootstrap(func(account.Secrets) error { return boom }); !errors.Is(err, boom) {
+		t.Fatalf("Bootstrap = %v, want %v", err, boom)
+	}
+	if n := len(svc.ListOrgs()); n != 0 {
+		t.Fatalf("%d orgs after failed bootstrap", n)
+	}
+	svc2, _ := account.New(st, account.Options{})
+	if n := len(svc2.ListOrgs()); n != 0 {
+		t.Fatalf("%d orgs stored after failed bootstrap", n)
+	}
+}
+
+func TestAuthenticate(t *testing.T) {
+	f := newFixture(t)
+	key, err := f.svc.CreateKey(account.DefaultOrg, api.CreateKeyRequest{User: account.DefaultUser, Name: "ci", Permissions: []string{"usage:read"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	revoked, _ := f.svc.CreateKey(account.DefaultOrg, api.CreateKeyRequest{User: account.DefaultUser, Name: "old"})
+	if _, err := f.svc.RevokeKey(account.DefaultOrg, revoked.ID); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name   string
+		secret string
+		ok     bool
+	}{
+		{"valid", key.Secret, true},
+		{"empty", "", false},
+		{"garbage", "hello", false},
+		{"worker token is not a key", f.secrets.WorkerToken, false},
+		{"right id wrong secret", key.Secret[:len(key.Secret)-1] + "x", false},
+		{"revoked", revoked.Secret, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := f.svc.Authenticate(tt.secret)
+			if tt.ok {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !p.Has(auth.UsageRead) || p.Has(auth.InferenceWrite) {
+					t.Fatalf("permissions = %v", p.Permissions)
+				}
+				return
+			}
+			if err == nil || status(t, err) != http.StatusUnauthorized {
+				t.Fatalf("Authenticate = %v, want 401", err)
+			}
+		})
+	}
+}
+
+func TestCreateKeyValidation(t *testing.T) {
+	f := newFixture(t)
+	if _, err := f.svc.CreateUser(api.CreateUserRequest{Name: "outsider"}); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name   string
+		req    api.CreateKeyRequest
+		fields []string
+	}{
+		{"missing everything", api.CreateKeyRequest{}, []string{"name", "user"}},
+		{"unknown user", api.CreateKeyRequest{Name: "k", User: "nobody"}, []string{"user"}},
+		{"not a member", api.CreateKeyRequest{Name: "k", User: "outsider"}, []string{"user"}},
+		{"bad permission", api.CreateKeyRequest{Name: "k", User: "admin", Permissions: []string{"usage:read", "root"}}, []string{"permissions.1"}},
+		{"empty permission list", api.CreateKeyRequest{Name: "k", User: "admin", Permissions: []string{}}, []string{"permissions"}},
+		{"unrestricted with list", api.CreateKeyRequest{Name: "k", User: "admin", Unrestricted: true, Permissions: []string{"usage:read"}}, []string{"permissions"}},
+		{"control char in name", api.CreateKeyRequest{Name: "a\x00b", User: "admin"}, []string{"name"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := f.svc.CreateKey(account.DefaultOrg, tt.req)
+			var ae *api.Error
+			if !errors.As(err, &ae) || ae.Status != http.StatusUnprocessableEntity {
+				t.Fatalf("CreateKey = %v, want 422", err)
+			}
+			var got []string
+			for _, fe := range ae.Fields {
+				got = append(got, fe.Field)
+			}
+			if !slices.Equal(got, tt.fields) {
+				t.Fatalf("fields = %v, want %v", got, tt.fields)
+			}
+		})
+	}
+}
+
+func TestKeyDefaultsAndListing(t *testing.T) {
+	f := newFixture(t)
+	k, err := f.svc.CreateKey(account.DefaultOrg, api.CreateKeyRequest{User: "admin", Name: "app"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(k.Permissions, string(auth.ComputeWrite)) || len(k.Permissions) != 3 {
+		t.Fatalf("default permissions = %v", k.Permissions)
+	}
+	if k.Secret == "" || k.Prefix != "svc_k_"+k.ID {
+		t.Fatalf("created key = %+v", k)
+	}
+	keys, err := f.svc.ListKeys(account.DefaultOrg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 2 {
+		t.Fatalf("%d keys", len(keys))
+	}
+	for _, lk := range keys {
+		if lk.Secret != "" {
+			t.Fatalf("listed key %s shows its secret", lk.ID)
+		}
+	}
+}
+
+func TestOrgLifecycle(t *testing.T) {
+	f := newFixture(t)
+	if _, err := f.svc.CreateOrg(api.CreateOrgRequest{Name: "Bad Name"}); status(t, err) != 422 {
+		t.Fatalf("bad name: %v", err)
+	}
+	if _, err := f.svc.CreateOrg(api.CreateOrgRequest{Name: "default"}); status(t, err) != 409 {
+		t.Fatalf("duplicate: %v", err)
+	}
+	o, err := f.svc.CreateOrg(api.CreateOrgRequest{Name: "acme"})
+	if err != nil || o.Plan != api.PlanFree {
+		t.Fatalf("CreateOrg = %+v, %v", o, err)
+	}
+	budget := money.Pounds(500)
+	o, err = f.svc.UpdateOrg("acme", api.OrgPatch{
+		Plan:              api.Some(api.PlanEnterprise),
+		RequireE2E:        api.Some(true),
+		MonthlyBudgetGBP:  api.Some(budget),
+		JurisdictionFloor: api.Some("uk"),
+		MaxRuntimeSeconds: api.Some(int64(3600)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Plan != api.PlanEnterprise || !o.Settings.RequireE2E || *o.Settings.MonthlyBudgetGBP != budget ||
+		*o.Settings.JurisdictionFloor != "uk" || *o.Settings.MaxRuntimeSeconds != 3600 {
+		t.Fatalf("after patch: %+v", o.Settings)
+	}
+	o, err = f.svc.UpdateOrg("acme", api.OrgPatch{MonthlyBudgetGBP: api.Null[money.GBP](), MaxRuntimeSeconds: api.Null[int64]()})
+	if err != nil || o.Settings.MonthlyBudgetGBP != nil || o.Settings.MaxRuntimeSeconds != nil || !o.Settings.RequireE2E {
+		t.Fatalf("clearing: %+v, %v", o.Settings, err)
+	}
+	_, err = f.svc.UpdateOrg("acme", api.OrgPatch{Plan: api.Some(api.Plan("gold")), MaxRuntimeSeconds: api.Some(int64(5))})
+	var ae *api.Error
+	if !errors.As(err, &ae) || len(ae.Fields) != 2 || ae.Fields[0].Field != "plan" || ae.Fields[1].Field != "max_runtime_seconds" {
+		t.Fatalf("invalid patch: %v", err)
+	}
+	if _, err := f.svc.AddCredit("acme", money.Pounds(10)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.svc.AddCredit("acme", money.Pounds(-11)); status(t, err) != 422 {
+		t.Fatalf("overdraw: %v", err)
+	}
+	if _, err := f.svc.UpdateOrg("nope", api.OrgPatch{}); status(t, err) != 404 {
+		t.Fatalf("unknown org: %v", err)
+	}
+
+	f.reopen(t)
+	o, err = f.svc.Org("acme")
+	if err != nil || o.Settings.CreditBalanceGBP != money.Pounds(10) || !o.Settings.RequireE2E || o.Plan != api.PlanEnterprise {
+		t.Fatalf("after restart: %+v, %v", o, err)
+	}
+}
+
+func TestMembers(t *testing.T) {
+	f := newFixture(t)
+	if _, err := f.svc.CreateUser(api.CreateUserRequest{Name: "bob@example.com"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.svc.SetMember("default", "bob@example.com", api.SetMemberRequest{Role: "admin"}); status(t, err) != 422 {
+		t.Fatalf("bad role: %v", err)
+	}
+	if _, err := f.svc.SetMember("default", "bob@example.com", api.SetMemberRequest{Role: "member"}); err != nil {
+		t.Fatal(err)
+	}
+	// The only owner can neither be demoted nor removed.
+	if _, err := f.svc.SetMember("default", "admin", api.SetMemberRequest{Role: "member"}); status(t, err) != 409 {
+		t.Fatalf("demote last owner: %v", err)
+	}
+	if err := f.svc.RemoveMember("default", "admin"); status(t, err) != 409 {
+		t.Fatalf("remove last owner: %v", err)
+	}
+	k, err := f.svc.CreateKey("default", api.CreateKeyRequest{User: "bob@example.com", Name: "bob"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := f.svc.Authenticate(k.Secret)
+	if err != nil || p.Role != auth.RoleMember {
+		t.Fatalf("bob = %+v, %v", p, err)
+	}
+	if _, err := f.svc.SetMember("default", "bob@example.com", api.SetMemberRequest{Role: "operator"}); err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := f.svc.Authenticate(k.Secret); p.Role != auth.RoleOperator {
+		t.Fatalf("role after promotion = %s", p.Role)
+	}
+	if err := f.svc.RemoveMember("default", "bob@example.com"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.svc.Authenticate(k.Secret); status(t, err) != 401 {
+		t.Fatalf("key of removed member: %v", err)
+	}
+	keys, _ := f.svc.ListKeys("default")
+	for _, lk := range keys {
+		if lk.ID == k.ID && lk.RevokedAt == nil {
+			t.Fatal("removed member's key not revoked")
+		}
+	}
+	ms, _ := f.svc.Members("default")
+	if len(ms) != 1 || ms[0].User != "admin" {
+		t.Fatalf("members = %+v", ms)
+	}
+}
+
+func TestWorkerTokens(t *testing.T) {
+	f := newFixture(t)
+	tok, err := f.svc.CreateWorkerToken("default", api.CreateWorkerTokenRequest{Name: "gpu-box-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	orgID, id, err := f.svc.AuthenticateWorker(tok.Secret)
+	if err != nil || id != tok.ID {
+		t.Fatalf("AuthenticateWorker = %s, %s, %v", orgID, id, err)
+	}
+	if _, err := f.svc.RevokeWorkerToken("default", tok.Prefix); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := f.svc.AuthenticateWorker(tok.Secret); status(t, err) != 401 {
+		t.Fatalf("revoked token: %v", err)
+	}
+	if _, err := f.svc.RevokeWorkerToken("default", "nope"); status(t, err) != 404 {
+		t.Fatalf("unknown token: %v", err)
+	}
+	list, _ := f.svc.ListWorkerTokens("default")
+	if len(list) != 2 {
+		t.Fatalf("%d tokens", len(list))
+	}
+}
+
+func TestLastUsedFlushedAndReloaded(t *testing.T) {
+	f := newFixture(t)
+	if _, err := f.svc.Authenticate(f.secrets.AdminKey); err != nil {
+		t.Fatal(err)
+	}
+	used := f.clock.Now()
+	f.clock.Add(time.Hour)
+	if err := f.svc.FlushLastUsed(); err != nil {
+		t.Fatal(err)
+	}
+	f.reopen(t)
+	keys, _ := f.svc.ListKeys("default")
+	if keys[0].LastUsedAt == nil || !keys[0].LastUsedAt.Equal(used) {
+		t.Fatalf("last used = %v, want %v", keys[0].LastUsedAt, used)
+	}
+}

@@ -1,0 +1,199 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"time"
+
+	"github.com/svc-dev/svc/internal/money"
+)
+
+// Plan is an organisation's subscription.
+type Plan string
+
+const (
+	PlanFree       Plan = "free"
+	PlanPro        Plan = "pro"
+	PlanEnterprise Plan = "enterprise"
+)
+
+// Plans lists the plans in ascending order.
+func Plans() []Plan { return []Plan{PlanFree, PlanPro, PlanEnterprise} }
+
+// Valid reports whether p is a known plan.
+func (p Plan) Valid() bool { return p == PlanFree || p == PlanPro || p == PlanEnterprise }
+
+// Paid reports whether the plan includes the Pro features (power history,
+// private inference).
+func (p Plan) Paid() bool { return p == PlanPro || p == PlanEnterprise }
+
+// Organization is an organisation as the console shows it.
+type Organization struct {
+	ID        string      `json:"id"`
+	Name      string      `json:"name"`
+	Plan      Plan        `json:"plan"`
+	Settings  OrgSettings `json:"settings"`
+	CreatedAt time.Time   `json:"created_at"`
+}
+
+// OrgSettings are the console-only settings of an organisation.
+type OrgSettings struct {
+	// RequireE2E refuses unencrypted inference requests with 403 e2e_required.
+	RequireE2E bool `json:"require_e2e"`
+	// ContentFiltering moderates inference requests of the organisation's keys.
+	ContentFiltering bool `json:"content_filtering"`
+	// AllowRemoteImageURLs lets image inputs name https URLs, not only data: URLs.
+	AllowRemoteImageURLs bool `json:"allow_remote_image_urls"`
+	// JurisdictionFloor is the lowest rental tier the organisation accepts;
+	// null accepts every tier.
+	JurisdictionFloor *string `json:"jurisdiction_floor"`
+	// PaymentCardOnFile records that billing holds a card; card details are
+	// never stored here.
+	PaymentCardOnFile bool      `json:"payment_card_on_file"`
+	CreditBalanceGBP  money.GBP `json:"credit_balance_gbp"`
+	// MonthlyBudgetGBP caps rental spend per calendar month; null is no cap.
+	MonthlyBudgetGBP *money.GBP `json:"monthly_budget_gbp"`
+	// MaxRuntimeSeconds stops a rental automatically after this long; null
+	// lets rentals run until stopped.
+	MaxRuntimeSeconds *int64 `json:"max_runtime_seconds"`
+}
+
+// User is a person who can hold roles in organisations.
+type User struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// Member is a user's role in one organisation.
+type Member struct {
+	UserID  string    `json:"user_id"`
+	User    string    `json:"user"`
+	Role    string    `json:"role"`
+	AddedAt time.Time `json:"added_at"`
+}
+
+// APIKey describes a key; Secret is set only in the answer that creates it.
+type APIKey struct {
+	ID           string     `json:"id"`
+	Prefix       string     `json:"prefix"`
+	Name         string     `json:"name"`
+	UserID       string     `json:"user_id"`
+	User         string     `json:"user"`
+	Permissions  []string   `json:"permissions"`
+	Unrestricted bool       `json:"unrestricted"`
+	CreatedAt    time.Time  `json:"created_at"`
+	LastUsedAt   *time.Time `json:"last_used_at"`
+	RevokedAt    *time.Time `json:"revoked_at"`
+	Secret       string     `json:"secret,omitempty"`
+}
+
+// WorkerToken describes a token worker agents connect with; Secret is set
+// only in the answer that creates it.
+type WorkerToken struct {
+	ID         string     `json:"id"`
+	Prefix     string     `json:"prefix"`
+	Name       string     `json:"name"`
+	CreatedAt  time.Time  `json:"created_at"`
+	LastUsedAt *time.Time `json:"last_used_at"`
+	RevokedAt  *time.Time `json:"revoked_at"`
+	Secret     string     `json:"secret,omitempty"`
+}
+
+// CreateOrgRequest is the body of POST /api/v1/console/orgs.
+type CreateOrgRequest struct {
+	Name string `json:"name"`
+	Plan Plan   `json:"plan,omitempty"`
+}
+
+// OrgPatch is the body of PATCH /api/v1/console/orgs/{org}: only the fields
+// present change, and null clears the nullable ones.
+type OrgPatch struct {
+	Plan                 Optional[Plan]      `json:"plan,omitzero"`
+	RequireE2E           Optional[bool]      `json:"require_e2e,omitzero"`
+	ContentFiltering     Optional[bool]      `json:"content_filtering,omitzero"`
+	AllowRemoteImageURLs Optional[bool]      `json:"allow_remote_image_urls,omitzero"`
+	JurisdictionFloor    Optional[string]    `json:"jurisdiction_floor,omitzero"`
+	PaymentCardOnFile    Optional[bool]      `json:"payment_card_on_file,omitzero"`
+	MonthlyBudgetGBP     Optional[money.GBP] `json:"monthly_budget_gbp,omitzero"`
+	MaxRuntimeSeconds    Optional[int64]     `json:"max_runtime_seconds,omitzero"`
+}
+
+// CreditRequest adds (or, when negative, takes away) credit.
+type CreditRequest struct {
+	AmountGBP money.GBP `json:"amount_gbp"`
+}
+
+// CreateUserRequest is the body of POST /api/v1/console/users.
+type CreateUserRequest struct {
+	Name string `json:"name"`
+}
+
+// SetMemberRequest is the body of PUT /api/v1/console/orgs/{org}/members/{user}.
+type SetMemberRequest struct {
+	Role string `json:"role"`
+}
+
+// CreateKeyRequest is the body of POST /api/v1/console/orgs/{org}/keys.
+// Without permissions the key gets the defaults (everything but GPU rental).
+type CreateKeyRequest struct {
+	User         string   `json:"user"`
+	Name         string   `json:"name"`
+	Permissions  []string `json:"permissions,omitempty"`
+	Unrestricted bool     `json:"unrestricted,omitempty"`
+}
+
+// CreateWorkerTokenRequest is the body of POST /api/v1/console/orgs/{org}/worker-tokens.
+type CreateWorkerTokenRequest struct {
+	Name string `json:"name"`
+}
+
+// Health is the body of GET /healthz.
+type Health struct {
+	Status  string `json:"status"`
+	Version string `json:"version"`
+}
+
+// Optional is a field of a partial update: absent (Set false), null (Set
+// and Null) or a value.
+type Optional[T any] struct {
+	Set   bool
+	Null  bool
+	Value T
+}
+
+// Some is an Optional holding v.
+func Some[T any](v T) Optional[T] { return Optional[T]{Set: true, Value: v} }
+
+// Null is an Optional set to null.
+func Null[T any]() Optional[T] { return Optional[T]{Set: true, Null: true} }
+
+// IsZero lets omitzero leave out unset fields.
+func (o Optional[T]) IsZero() bool { return !o.Set }
+
+// Ptr returns nil for null and a pointer to the value otherwise.
+func (o Optional[T]) Ptr() *T {
+	if o.Null {
+		return nil
+	}
+	v := o.Value
+	return &v
+}
+
+// MarshalJSON writes null or the value.
+func (o Optional[T]) MarshalJSON() ([]byte, error) {
+	if o.Null {
+		return []byte("null"), nil
+	}
+	return json.Marshal(o.Value)
+}
+
+// UnmarshalJSON records that the field was present.
+func (o *Optional[T]) UnmarshalJSON(b []byte) error {
+	o.Set = true
+	if bytes.Equal(bytes.TrimSpace(b), []byte("null")) {
+		o.Null = true
+		return nil
+	}
+	return json.Unmarshal(b, &o.Value)
+}

@@ -1,0 +1,256 @@
+// Package api holds the wire types shared by the server, the client, the
+// worker agent and the dashboard, and the error type every layer returns.
+package api
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// Error types sent in error.type (or detail.error.type). Clients branch on
+// these, never on message text.
+const (
+	TypeInvalidRequest     = "invalid_request_error"
+	TypeAuthentication     = "authentication_error"
+	TypePermission         = "permission_error"
+	TypeNotFound           = "not_found_error"
+	TypeConflict           = "conflict_error"
+	TypeRateLimit          = "rate_limit_exceeded"
+	TypeServer             = "server_error"
+	TypeNotSupported       = "not_supported_error"
+	TypeUpstream           = "upstream_error"
+	TypeServiceUnavailable = "service_unavailable"
+	TypeTimeout            = "timeout_error"
+	TypeInsufficientMemory = "insufficient_memory_error"
+
+	// Private-inference types travel in the nested shape.
+	TypeE2ERequired             = "e2e_required"
+	TypePlanRequired            = "plan_required"
+	TypeInvalidEncryptedRequest = "invalid_encrypted_request"
+)
+
+// Error is an error with everything needed to answer it over HTTP. Domain
+// packages return it for failures the caller must see; anything else is
+// mapped to a 500 by the server.
+type Error struct {
+	Status  int
+	Type    string // defaults from Status when empty
+	Code    string // machine-readable code; also sent as X-Svc-Error-Code when Header is set
+	Param   string
+	Message string
+	// Fields lists the validation failures of a 422.
+	Fields []FieldError
+	// RetryAfter is sent as the Retry-After header on 429 and 503.
+	RetryAfter time.Duration
+	// CodeHeader sends Code in the X-Svc-Error-Code header as well.
+	CodeHeader bool
+	Err        error
+}
+
+// FieldError is one entry of a 422's errors list.
+type FieldError struct {
+	Field   string `json:"field"`
+	Message string `json:"message"`
+	Type    string `json:"type"`
+}
+
+// Field error types.
+const (
+	FieldMissing      = "missing"
+	FieldInvalid      = "value_error"
+	FieldWrongType    = "type_error"
+	FieldEnum         = "enum"
+	FieldOutOfRange   = "out_of_range"
+	FieldTooLong      = "too_long"
+	FieldUnknown      = "extra_forbidden"
+	FieldDuplicate    = "duplicate"
+	FieldNotSupported = "not_supported"
+)
+
+func (e *Error) Error() string {
+	if e.Err != nil {
+		return e.Message + ": " + e.Err.Error()
+	}
+	return e.Message
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// ErrorType returns the type to send, derived from the status when unset.
+func (e *Error) ErrorType() string {
+	if e.Type != "" {
+		return e.Type
+	}
+	return TypeForStatus(e.Status)
+}
+
+// Nested reports whether the error travels in the private-inference shape,
+// where detail is an object holding the envelope.
+func (e *Error) Nested() bool {
+	switch e.Type {
+	case TypeE2ERequired, TypePlanRequired, TypeInvalidEncryptedRequest:
+		return true
+	}
+	return false
+}
+
+// TypeForStatus is the error type used when an error names none.
+func TypeForStatus(status int) string {
+	switch {
+	case status == http.StatusUnauthorized:
+		return TypeAuthentication
+	case status == http.StatusForbidden:
+		return TypePermission
+	case status == http.StatusNotFound:
+		return TypeNotFound
+	case status == http.StatusConflict:
+		return TypeConflict
+	case status == http.StatusTooManyRequests:
+		return TypeRateLimit
+	case status == http.StatusNotImplemented:
+		return TypeNotSupported
+	case status == http.StatusBadGateway:
+		return TypeUpstream
+	case status == http.StatusServiceUnavailable:
+		return TypeServiceUnavailable
+	case status == http.StatusGatewayTimeout:
+		return TypeTimeout
+	case status == http.StatusInsufficientStorage:
+		return TypeInsufficientMemory
+	case status >= 500:
+		return TypeServer
+	default:
+		return TypeInvalidRequest
+	}
+}
+
+// Errorf builds an Error with a formatted message.
+func Errorf(status int, format string, args ...any) *Error {
+	return &Error{Status: status, Message: fmt.Sprintf(format, args...)}
+}
+
+// BadRequest is a 400.
+func BadRequest(format string, args ...any) *Error {
+	return Errorf(http.StatusBadRequest, format, args...)
+}
+
+// NotFound is a 404.
+func NotFound(format string, args ...any) *Error {
+	return Errorf(http.StatusNotFound, format, args...)
+}
+
+// Forbidden is a 403.
+func Forbidden(format string, args ...any) *Error {
+	return Errorf(http.StatusForbidden, format, args...)
+}
+
+// Conflict is a 409.
+func Conflict(format string, args ...any) *Error {
+	return Errorf(http.StatusConflict, format, args...)
+}
+
+// NotImplemented is a 501 for capabilities the service does not offer yet.
+func NotImplemented(format string, args ...any) *Error {
+	return Errorf(http.StatusNotImplemented, format, args...)
+}
+
+// PlanRequired is the 403 for a feature outside the organisation's plan.
+func PlanRequired(format string, args ...any) *Error {
+	e := Errorf(http.StatusForbidden, format, args...)
+	e.Type = TypePlanRequired
+	return e
+}
+
+// Invalid is a 422 listing every field that failed validation.
+func Invalid(fields ...FieldError) *Error {
+	return &Error{Status: http.StatusUnprocessableEntity, Type: TypeInvalidRequest, Message: summarize(fields), Fields: fields}
+}
+
+func summarize(fields []FieldError) string {
+	switch len(fields) {
+	case 0:
+		return "Invalid request"
+	case 1:
+		return "Invalid request: " + fields[0].Field + ": " + fields[0].Message
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "Invalid request: %d fields failed validation: ", len(fields))
+	for i, f := range fields {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(f.Field + ": " + f.Message)
+	}
+	return b.String()
+}
+
+// Validator collects field errors; Err returns nil when there are none.
+type Validator struct {
+	fields []FieldError
+}
+
+// Add records a failure of field.
+func (v *Validator) Add(field, typ, format string, args ...any) {
+	v.fields = append(v.fields, FieldError{Field: field, Type: typ, Message: fmt.Sprintf(format, args...)})
+}
+
+// Err is the 422 for the collected failures, or nil.
+func (v *Validator) Err() error {
+	if len(v.fields) == 0 {
+		return nil
+	}
+	return Invalid(v.fields...)
+}
+
+// Body is what every error response decodes into, whatever its shape: plain
+// ({"detail": "..."}), compatible ({"error": {...}} beside detail), nested
+// private-inference ({"detail": {"error": {...}}}) or validation (errors[]).
+type Body struct {
+	Detail any           `json:"detail,omitempty"`
+	Error  *ErrorPayload `json:"error,omitempty"`
+	Errors []FieldError  `json:"errors,omitempty"`
+}
+
+// ErrorPayload is the compatible error envelope.
+type ErrorPayload struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Code    *string `json:"code"`
+	Param   *string `json:"param"`
+}
+
+// Message reads a body the way the spec tells clients to: error.message,
+// then detail.error.message, then detail when it is a string.
+func (b *Body) Message() string {
+	if b.Error != nil && b.Error.Message != "" {
+		return b.Error.Message
+	}
+	switch d := b.Detail.(type) {
+	case string:
+		return d
+	case map[string]any:
+		if inner, ok := d["error"].(map[string]any); ok {
+			if m, ok := inner["message"].(string); ok {
+				return m
+			}
+		}
+	}
+	return ""
+}
+
+// ErrorType returns error.type, else detail.error.type, else "".
+func (b *Body) ErrorType() string {
+	if b.Error != nil && b.Error.Type != "" {
+		return b.Error.Type
+	}
+	if d, ok := b.Detail.(map[string]any); ok {
+		if inner, ok := d["error"].(map[string]any); ok {
+			if t, ok := inner["type"].(string); ok {
+				return t
+			}
+		}
+	}
+	return ""
+}

@@ -1,0 +1,182 @@
+// Package bolt is svc's storage on bbolt: every bucket, key encoding and
+// schema migration lives here. Only `svc serve` opens the file.
+package bolt
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	bbolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
+)
+
+// FileName is the database file inside the data directory.
+const FileName = "svc.db"
+
+// ErrLocked means another process holds the database open.
+var ErrLocked = errors.New("the database is locked by another process")
+
+// Bucket names, in one place.
+var (
+	bucketMeta         = []byte("meta")
+	bucketOrgs         = []byte("orgs")
+	bucketUsers        = []byte("users")
+	bucketMembers      = []byte("members")
+	bucketKeys         = []byte("api_keys")
+	bucketWorkerTokens = []byte("worker_tokens")
+	bucketLastUsed     = []byte("last_used")
+
+	keySchemaVersion = []byte("schema_version")
+)
+
+// migration moves the schema from version-1 to version.
+type migration struct {
+	version uint64
+	name    string
+	apply   func(tx *bbolt.Tx) error
+}
+
+// migrations run in order at start-up; append, never edit.
+func migrations() []migration {
+	return []migration{
+		{1, "accounts", func(tx *bbolt.Tx) error {
+			return createBuckets(tx, bucketOrgs, bucketUsers, bucketMembers, bucketKeys, bucketWorkerTokens, bucketLastUsed)
+		}},
+	}
+}
+
+// SchemaVersion is the version this build migrates to.
+func SchemaVersion() uint64 {
+	m := migrations()
+	return m[len(m)-1].version
+}
+
+func createBuckets(tx *bbolt.Tx, names ...[]byte) error {
+	for _, n := range names {
+		if _, err := tx.CreateBucketIfNotExists(n); err != nil {
+			return fmt.Errorf("create bucket %s: %w", n, err)
+		}
+	}
+	return nil
+}
+
+// Store is the open database.
+type Store struct {
+	db *bbolt.DB
+}
+
+// Options tune Open.
+type Options struct {
+	// LockTimeout bounds the wait for another process's lock.
+	LockTimeout time.Duration
+}
+
+// Open opens (creating if needed) the database in dir and migrates it.
+func Open(dir string, opts Options) (*Store, error) {
+	if opts.LockTimeout <= 0 {
+		opts.LockTimeout = time.Second
+	}
+	path := filepath.Join(dir, FileName)
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{
+		Timeout: opts.LockTimeout,
+		// Reserve address space up front so the file rarely needs a remap,
+		// which would wait for every open read transaction.
+		InitialMmapSize: 256 << 20,
+		FreelistType:    bbolt.FreelistMapType,
+	})
+	if errors.Is(err, bolterrors.ErrTimeout) {
+		return nil, fmt.Errorf("open %s: %w (is another svc serve using this data directory?)", path, ErrLocked)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	s := &Store{db: db}
+	if err := s.migrate(); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Close closes the database; pending transactions finish first.
+func (s *Store) Close() error { return s.db.Close() }
+
+// Path is the database file.
+func (s *Store) Path() string { return s.db.Path() }
+
+func (s *Store) migrate() error {
+	return s.db.Update(func(tx *bbolt.Tx) error {
+		meta, err := tx.CreateBucketIfNotExists(bucketMeta)
+		if err != nil {
+			return fmt.Errorf("create meta bucket: %w", err)
+		}
+		var cur uint64
+		if v := meta.Get(keySchemaVersion); v != nil {
+			cur = binary.BigEndian.Uint64(v)
+		}
+		if cur > SchemaVersion() {
+			return fmt.Errorf("database schema version %d is newer than this build understands (%d); upgrade svc", cur, SchemaVersion())
+		}
+		for _, m := range migrations() {
+			if m.version <= cur {
+				continue
+			}
+			if err := m.apply(tx); err != nil {
+				return fmt.Errorf("migrate to schema %d (%s): %w", m.version, m.name, err)
+			}
+			cur = m.version
+		}
+		return meta.Put(keySchemaVersion, u64(cur))
+	})
+}
+
+// Version reads the stored schema version.
+func (s *Store) Version() (uint64, error) {
+	var v uint64
+	err := s.db.View(func(tx *bbolt.Tx) error {
+		if b := tx.Bucket(bucketMeta).Get(keySchemaVersion); b != nil {
+			v = binary.BigEndian.Uint64(b)
+		}
+		return nil
+	})
+	return v, err
+}
+
+func u64(v uint64) []byte {
+	b := make([]byte, 8)
+	binary.BigEndian.PutUint64(b, v)
+	return b
+}
+
+func putJSON(b *bbolt.Bucket, key []byte, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", key, err)
+	}
+	return b.Put(key, data)
+}
+
+// eachJSON decodes every value of bucket name into a fresh T.
+func eachJSON[T any](tx *bbolt.Tx, name []byte, fn func(T)) error {
+	return tx.Bucket(name).ForEach(func(k, v []byte) error {
+		var x T
+		if err := json.Unmarshal(v, &x); err != nil {
+			return fmt.Errorf("decode %s/%s: %w", name, k, err)
+		}
+		fn(x)
+		return nil
+	})
+}
+
+// EnsureDir creates the data directory readable only by its owner.
+func EnsureDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create data directory: %w", err)
+	}
+	return nil
+}
