@@ -462,8 +462,7 @@ func (s *Service) CreateWorkerToken(org string, req api.CreateWorkerTokenRequest
 	return view, nil
 }
 
-// RevokeWorkerToken revokes a worker token of org; workers already connected
-// with it are not cut off by this call.
+// RevokeWorkerToken revokes a worker token of org; revoking twice is not an error.
 func (s *Service) RevokeWorkerToken(org, id string) (api.WorkerToken, error) {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()

@@ -1,0 +1,51 @@
+package api
+
+import (
+	"encoding/json"
+	"testing"
+)
+
+func TestOptional(t *testing.T) {
+	var p struct {
+		A Optional[int]    `json:"a,omitzero"`
+		B Optional[int]    `json:"b,omitzero"`
+		C Optional[string] `json:"c,omitzero"`
+	}
+	if err := json.Unmarshal([]byte(`{"a": 3, "b": null}`), &p); err != nil {
+		t.Fatal(err)
+	}
+	if !p.A.Set || p.A.Null || p.A.Value != 3 || *p.A.Ptr() != 3 {
+		t.Errorf("a = %+v", p.A)
+	}
+	if !p.B.Set || !p.B.Null || p.B.Ptr() != nil {
+		t.Errorf("b = %+v", p.B)
+	}
+	if p.C.Set {
+		t.Errorf("c = %+v", p.C)
+	}
+	out, _ := json.Marshal(p)
+	if string(out) != `{"a":3,"b":null}` {
+		t.Errorf("marshal = %s", out)
+	}
+}
+
+func TestInvalidSummary(t *testing.T) {
+	e := Invalid(FieldError{Field: "a", Message: "bad"})
+	if e.Status != 422 || e.Message != "Invalid request: a: bad" || e.ErrorType() != TypeInvalidRequest {
+		t.Fatalf("%+v", e)
+	}
+	var v Validator
+	if v.Err() != nil {
+		t.Fatal("empty validator reports an error")
+	}
+}
+
+func TestTypeForStatus(t *testing.T) {
+	for status, want := range map[int]string{400: TypeInvalidRequest, 401: TypeAuthentication, 403: TypePermission,
+		404: TypeNotFound, 409: TypeConflict, 422: TypeInvalidRequest, 429: TypeRateLimit, 500: TypeServer,
+		501: TypeNotSupported, 502: TypeUpstream, 503: TypeServiceUnavailable, 504: TypeTimeout, 507: TypeInsufficientMemory} {
+		if got := TypeForStatus(status); got != want {
+			t.Errorf("TypeForStatus(%d) = %s, want %s", status, got, want)
+		}
+	}
+}

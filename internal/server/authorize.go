@@ -1,0 +1,70 @@
+package server
+
+import (
+	"net/http"
+
+	"github.com/svc-dev/svc/internal/api"
+)
+
+var (
+	errNoKey = &api.Error{Status: http.StatusUnauthorized, Code: "missing_api_key",
+		Message: "Missing API key: send it as Authorization: Bearer <API_KEY> or in the x-api-key header"}
+	errConsoleOnly = &api.Error{Status: http.StatusForbidden, Code: "console_only",
+		Message: "This endpoint works only from the console; API keys cannot use it. Run `svc admin` on the server host"}
+	errE2ERequired = &api.Error{Status: http.StatusForbidden, Type: api.TypeE2ERequired,
+		Message: "This organisation requires end-to-end encryption; send the request through an encrypting client"}
+)
+
+// authorize decides whether the call may reach its handler: key (401),
+// console-only (403), permission (403 naming it), role (403), and the
+// organisation's encryption requirement (403 e2e_required), in that order.
+func (s *Server) authorize(c *call, console bool) error {
+	switch c.route.access {
+	case accessPublic:
+		return nil
+	case accessConsole:
+		if console {
+			return nil
+		}
+		if apiKey(c.ctx) == "" {
+			return errNoKey
+		}
+		return errConsoleOnly
+	}
+	key := apiKey(c.ctx)
+	if key == "" {
+		return errNoKey
+	}
+	p, err := s.accounts.Authenticate(key)
+	if err != nil {
+		return err
+	}
+	c.principal = p
+	if err := p.Require(c.route.perm); err != nil {
+		return err
+	}
+	if c.route.operator != "" {
+		if err := p.RequireOperator(c.route.operator); err != nil {
+			return err
+		}
+	}
+	if c.route.e2e {
+		// No encrypted envelope is accepted on these routes, so every request
+		// reaching here is plaintext.
+		if org, ok := s.accounts.OrgByID(p.OrgID); ok && org.Settings.RequireE2E {
+			return errE2ERequired
+		}
+	}
+	return nil
+}
+
+// planGated refuses organisations on the Free plan with 403 plan_required.
+func (s *Server) planGated(feature string, next func(*call) error) func(*call) error {
+	return func(c *call) error {
+		org, ok := s.accounts.OrgByID(c.principal.OrgID)
+		if !ok || !org.Plan.Paid() {
+			return api.PlanRequired("%s is part of the Pro and Enterprise plans; this organisation is on %s", feature, org.Plan)
+		}
+		return next(c)
+	}
+}

@@ -1,0 +1,123 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/svc-dev/svc/internal/api"
+)
+
+// toAPIError is the one place errors become HTTP answers. Domain packages
+// return *api.Error for what the caller must see; anything else is a 500
+// whose cause is logged, not sent.
+func (s *Server) toAPIError(c *call, err error) *api.Error {
+	var ae *api.Error
+	switch {
+	case errors.As(err, &ae):
+		return ae
+	case errors.Is(err, context.DeadlineExceeded):
+		return &api.Error{Status: http.StatusGatewayTimeout, Message: "The request timed out", Err: err}
+	default:
+		s.log.Error("request failed", "request_id", c.requestID, "path", string(c.ctx.Path()), "err", err)
+		return &api.Error{Status: http.StatusInternalServerError, Err: err,
+			Message: "Internal server error; retry once, and quote request id " + c.requestID + " if it persists"}
+	}
+}
+
+// writeError answers with err in the body shape the route and error call
+// for: validation (422 with errors[]), nested private-inference, the
+// compatible envelope beside detail, or plain detail.
+func (s *Server) writeError(c *call, err error) {
+	ae := s.toAPIError(c, err)
+	h := &c.ctx.Response.Header
+	if ae.RetryAfter > 0 {
+		h.Set("Retry-After", strconv.Itoa(int(math.Ceil(ae.RetryAfter.Seconds()))))
+	}
+	if ae.CodeHeader && ae.Code != "" {
+		h.Set("X-Svc-Error-Code", ae.Code)
+	}
+	if ae.Status == http.StatusUnauthorized {
+		h.Set("WWW-Authenticate", `Bearer realm="svc"`)
+	}
+	compatible := c.route == nil || c.route.compatible
+	writeJSON(c.ctx, ae.Status, errorBody(ae, compatible))
+}
+
+func errorBody(ae *api.Error, compatible bool) api.Body {
+	payload := &api.ErrorPayload{Message: ae.Message, Type: ae.ErrorType()}
+	if ae.Code != "" {
+		payload.Code = &ae.Code
+	}
+	if ae.Param != "" {
+		payload.Param = &ae.Param
+	}
+	switch {
+	case len(ae.Fields) > 0:
+		if payload.Param == nil {
+			payload.Param = &ae.Fields[0].Field
+		}
+		return api.Body{Detail: ae.Message, Error: payload, Errors: ae.Fields}
+	case ae.Nested():
+		return api.Body{Detail: map[string]any{"error": payload}}
+	case compatible:
+		return api.Body{Detail: ae.Message, Error: payload}
+	default:
+		return api.Body{Detail: ae.Message}
+	}
+}
+
+func (s *Server) notFound(m *mux, method, path string, console bool) error {
+	msg := "No route for " + method + " " + path + "."
+	if console {
+		msg += " The admin socket serves /api/v1/console/ only."
+	} else {
+		msg += " API paths start with /api/v1/; chat completions, embeddings, models, audio and moderations are also served under /v1/."
+	}
+	if hint := m.suggest(path); hint != "" {
+		msg += " Did you mean " + hint + "?"
+	}
+	return &api.Error{Status: http.StatusNotFound, Code: "route_not_found", Message: msg}
+}
+
+func methodNotAllowed(method, path string, allow []string) error {
+	return &api.Error{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed",
+		Message: method + " is not allowed on " + path + "; use " + strings.Join(allow, " or ")}
+}
+
+// parseError answers requests fasthttp could not parse, before any route.
+func (s *Server) parseError(ctx *fasthttp.RequestCtx, err error) {
+	ae := &api.Error{Status: http.StatusBadRequest, Message: "Malformed HTTP request"}
+	var small *fasthttp.ErrSmallBuffer
+	switch {
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		ae = &api.Error{Status: http.StatusRequestEntityTooLarge,
+			Message: "Request body too large; the limit is " + strconv.Itoa(maxBodySize>>20) + " MB"}
+	case errors.As(err, &small):
+		ae = &api.Error{Status: http.StatusRequestHeaderFieldsTooLarge,
+			Message: "Request headers too large; the limit is " + strconv.Itoa(headerLimit>>10) + " KB"}
+	}
+	writeJSON(ctx, ae.Status, errorBody(ae, true))
+}
+
+// writeJSON answers with v as JSON. HTML escaping is off: these bodies are
+// read by programs and terminals, where \u003c is noise.
+func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
+	ctx.Response.ResetBody()
+	enc := json.NewEncoder(ctx.Response.BodyWriter())
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		// Only our own types reach here; failing to encode them is a bug.
+		ctx.Response.ResetBody()
+		status = http.StatusInternalServerError
+		ctx.Response.SetBodyString(`{"detail":"Internal server error: response encoding failed"}`)
+	}
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("application/json")
+}

@@ -1,0 +1,114 @@
+package server
+
+import (
+	"github.com/svc-dev/svc/internal/auth"
+)
+
+type access int
+
+const (
+	accessPublic  access = iota // no key: health and metrics
+	accessKey                   // an API key with the route's permission
+	accessConsole               // the admin socket only; API keys get 403
+)
+
+// route is one entry of the route table. Everything about a path that is
+// not its handler (who may call it, what error shape it answers with, how it
+// is counted) is declared here, once.
+type route struct {
+	method string
+	path   string
+	access access
+	perm   auth.Permission
+	// compatible endpoints answer errors with the error envelope beside detail.
+	compatible bool
+	// e2e endpoints carry content an organisation may require to be encrypted.
+	e2e bool
+	// operator endpoints need the key's user to be an owner or operator.
+	operator string
+	handle   func(*call) error
+
+	segments []string // set by newMux for paths with {params}
+}
+
+// routes is the single route table. Inference endpoints are declared once
+// and served under both /api/v1 and /v1.
+func (s *Server) routes() []*route {
+	inference := []*route{
+		{method: "POST", path: "/chat/completions", e2e: true, handle: pending("chat completions")},
+		{method: "POST", path: "/embeddings", e2e: true, handle: pending("embeddings")},
+		{method: "GET", path: "/models", handle: pending("the models list")},
+		{method: "POST", path: "/audio/transcriptions", e2e: true, handle: pending("audio transcription")},
+		{method: "POST", path: "/audio/speech", e2e: true, handle: pending("text to speech")},
+		{method: "POST", path: "/moderations", handle: pending("moderation")},
+	}
+	usage := []*route{
+		{method: "GET", path: "/usage/inflight", handle: pending("in-flight requests")},
+		{method: "GET", path: "/usage/logs", handle: validated(usageLogsQuery, pending("the usage log"))},
+		{method: "GET", path: "/usage/summary", handle: validated(daysQuery, pending("usage summary"))},
+		{method: "GET", path: "/usage/daily", handle: validated(daysQuery, pending("daily usage"))},
+		{method: "GET", path: "/usage/breakdown", handle: validated(breakdownQuery, pending("usage breakdown"))},
+	}
+	workers := []*route{
+		{method: "GET", path: "/workers", handle: pending("the worker list")},
+		{method: "GET", path: "/workers/events", handle: validated(eventsQuery, pending("worker events"))},
+		{method: "GET", path: "/workers/latest-version", handle: s.latestVersion},
+		{method: "GET", path: "/workers/{worker_id}/power", handle: s.planGated("Power history", validated(powerQuery, pending("power history")))},
+	}
+	compute := []*route{
+		{method: "GET", path: "/compute/catalogue", handle: pending("the GPU catalogue")},
+		{method: "GET", path: "/compute/models", handle: pending("the rentable model list")},
+		{method: "POST", path: "/compute/instances", operator: "rent GPUs", handle: pending("GPU rental")},
+		{method: "GET", path: "/compute/instances", handle: pending("GPU rental")},
+		{method: "GET", path: "/compute/instances/{id}", handle: pending("GPU rental")},
+		{method: "DELETE", path: "/compute/instances/{id}", operator: "stop rentals", handle: pending("GPU rental")},
+		{method: "GET", path: "/compute/instances/{id}/audit", handle: pending("placement records")},
+		{method: "GET", path: "/compute/spend", handle: pending("the spend report")},
+	}
+
+	out := []*route{
+		{method: "GET", path: "/healthz", access: accessPublic, handle: s.health},
+		{method: "GET", path: "/metrics", access: accessPublic, handle: s.serveMetrics},
+	}
+	for _, r := range inference {
+		r.access, r.perm, r.compatible = accessKey, auth.InferenceWrite, true
+		alias := *r
+		r.path, alias.path = "/api/v1"+r.path, "/v1"+r.path
+		out = append(out, r, &alias)
+	}
+	add := func(perm auth.Permission, rs []*route) {
+		for _, r := range rs {
+			r.access, r.perm, r.path = accessKey, perm, "/api/v1"+r.path
+			out = append(out, r)
+		}
+	}
+	add(auth.UsageRead, usage)
+	add(auth.WorkersRead, workers)
+	add(auth.ComputeWrite, compute)
+	for _, r := range s.consoleRoutes() {
+		r.access, r.path = accessConsole, "/api/v1/console"+r.path
+		out = append(out, r)
+	}
+	return out
+}
+
+func (s *Server) consoleRoutes() []*route {
+	return []*route{
+		{method: "GET", path: "/orgs", handle: s.listOrgs},
+		{method: "POST", path: "/orgs", handle: s.createOrg},
+		{method: "GET", path: "/orgs/{org}", handle: s.getOrg},
+		{method: "PATCH", path: "/orgs/{org}", handle: s.updateOrg},
+		{method: "POST", path: "/orgs/{org}/credit", handle: s.addCredit},
+		{method: "GET", path: "/orgs/{org}/members", handle: s.listMembers},
+		{method: "PUT", path: "/orgs/{org}/members/{user}", handle: s.setMember},
+		{method: "DELETE", path: "/orgs/{org}/members/{user}", handle: s.removeMember},
+		{method: "GET", path: "/orgs/{org}/keys", handle: s.listKeys},
+		{method: "POST", path: "/orgs/{org}/keys", handle: s.createKey},
+		{method: "DELETE", path: "/orgs/{org}/keys/{id}", handle: s.revokeKey},
+		{method: "GET", path: "/orgs/{org}/worker-tokens", handle: s.listWorkerTokens},
+		{method: "POST", path: "/orgs/{org}/worker-tokens", handle: s.createWorkerToken},
+		{method: "DELETE", path: "/orgs/{org}/worker-tokens/{id}", handle: s.revokeWorkerToken},
+		{method: "GET", path: "/users", handle: s.listUsers},
+		{method: "POST", path: "/users", handle: s.createUser},
+	}
+}

@@ -1,0 +1,196 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/svc-dev/svc/internal/account"
+	"github.com/svc-dev/svc/internal/bolt"
+	"github.com/svc-dev/svc/internal/buildinfo"
+)
+
+// Files the server keeps in its data directory beside the database.
+const (
+	AdminKeyFile    = "admin.key"
+	WorkerTokenFile = "worker.token"
+	SocketFile      = "admin.sock"
+)
+
+// Config is what `svc serve` runs with.
+type Config struct {
+	Addr         string
+	DataDir      string
+	DrainTimeout time.Duration
+	LockTimeout  time.Duration
+	Build        buildinfo.Info
+	Logger       *slog.Logger
+}
+
+// Run serves until ctx ends, then drains in-flight requests for at most
+// DrainTimeout and closes the store. It returns once everything it started
+// has stopped.
+func Run(ctx context.Context, cfg Config) error {
+	log := cfg.Logger
+	if err := bolt.EnsureDir(cfg.DataDir); err != nil {
+		return err
+	}
+	// The database lock comes first: it is what tells a second server on the
+	// same data directory to stop before it touches the socket or the port.
+	store, err := bolt.Open(cfg.DataDir, bolt.Options{LockTimeout: cfg.LockTimeout})
+	if err != nil {
+		return fmt.Errorf("open store: %w", err)
+	}
+	defer func() {
+		if err := store.Close(); err != nil {
+			log.Error("close store", "err", err)
+		}
+	}()
+
+	accounts, err := account.New(store, account.Options{Logger: log})
+	if err != nil {
+		return err
+	}
+	if err := bootstrap(cfg.DataDir, accounts, log); err != nil {
+		return err
+	}
+
+	public, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+	}
+	sock := filepath.Join(cfg.DataDir, SocketFile)
+	consoleLn, err := listenSocket(sock)
+	if err != nil {
+		_ = public.Close()
+		return err
+	}
+	defer os.Remove(sock)
+
+	srv := New(Deps{Logger: log, Build: cfg.Build, Accounts: accounts})
+	log.Info("listening", "addr", public.Addr().String(), "url", "http://"+public.Addr().String(),
+		"admin_socket", sock, "data", cfg.DataDir, "version", cfg.Build.Version)
+
+	// Background work runs until the listeners have drained, so the last
+	// requests are still accounted for.
+	bgCtx, stopBackground := context.WithCancel(context.Background())
+	defer stopBackground()
+	var bg errgroup.Group
+	bg.Go(func() error { return accounts.Run(bgCtx, time.Minute) })
+
+	serveErr := make(chan error, 2)
+	go func() { serveErr <- srv.ServePublic(public) }()
+	go func() { serveErr <- srv.ServeConsole(consoleLn) }()
+
+	running := 2
+	var failed error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down", "drain_timeout", cfg.DrainTimeout.String())
+	case failed = <-serveErr:
+		running--
+		log.Error("listener failed", "err", failed)
+	}
+	drainCtx, cancel := context.WithTimeout(context.Background(), cfg.DrainTimeout)
+	defer cancel()
+	if err := srv.Shutdown(drainCtx); err != nil {
+		log.Warn("shutdown", "err", err)
+	}
+	for range running {
+		if err := <-serveErr; err != nil {
+			log.Warn("listener", "err", err)
+		}
+	}
+	stopBackground()
+	if err := bg.Wait(); err != nil {
+		log.Error("background", "err", err)
+	}
+	log.Info("stopped")
+	return failed
+}
+
+// bootstrap creates the default organisation on an empty store and writes
+// its credentials to files only the server's user can read.
+func bootstrap(dir string, accounts *account.Service, log *slog.Logger) error {
+	keyPath := filepath.Join(dir, AdminKeyFile)
+	tokenPath := filepath.Join(dir, WorkerTokenFile)
+	var secrets account.Secrets
+	created, err := accounts.Bootstrap(func(s account.Secrets) error {
+		secrets = s
+		if err := writeSecret(keyPath, s.AdminKey); err != nil {
+			return err
+		}
+		return writeSecret(tokenPath, s.WorkerToken)
+	})
+	if err != nil {
+		return err
+	}
+	if created {
+		// Printed this once so a first-time operator can copy it; afterwards
+		// it lives only in the file.
+		log.Info("first start: created organisation "+account.DefaultOrg+" (plan pro) with owner "+account.DefaultUser,
+			"admin_key", secrets.AdminKey, "admin_key_file", keyPath, "worker_token_file", tokenPath)
+		return nil
+	}
+	if _, err := os.Stat(keyPath); errors.Is(err, os.ErrNotExist) {
+		log.Warn("admin key file is missing; create a new key with `svc admin keys create`", "path", keyPath)
+	}
+	return nil
+}
+
+// writeSecret writes atomically with mode 0600.
+func writeSecret(path, secret string) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".secret-*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(0o600); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if _, err := tmp.WriteString(secret + "\n"); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+// listenSocket opens the admin socket with mode 0600. A socket left by a
+// crashed server is removed: holding the database lock proves no other
+// server is using it.
+func listenSocket(path string) (net.Listener, error) {
+	// sun_path is 108 bytes on Linux and 104 on macOS.
+	if len(path) >= 104 {
+		return nil, fmt.Errorf("admin socket path %s is too long for a unix socket (%d bytes); use a shorter --data path", path, len(path))
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("remove stale admin socket: %w", err)
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("listen on admin socket: %w", err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("restrict admin socket: %w", err)
+	}
+	return ln, nil
+}

@@ -1,0 +1,212 @@
+// Package server is svc's fasthttp application: listeners, the route table,
+// authentication, error bodies and handlers. It wires the domain packages
+// together and holds no business rules of its own.
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/valyala/fasthttp"
+
+	"github.com/svc-dev/svc/internal/account"
+	"github.com/svc-dev/svc/internal/auth"
+	"github.com/svc-dev/svc/internal/buildinfo"
+)
+
+const (
+	// maxBodySize admits a 25 MB audio upload with its multipart framing.
+	maxBodySize = 32 << 20
+	headerLimit = 16 << 10
+)
+
+// Server serves the public API on TCP and the console API on the admin socket.
+type Server struct {
+	log      *slog.Logger
+	build    buildinfo.Info
+	accounts *account.Service
+	metrics  *metrics
+
+	public  *listener
+	console *listener
+}
+
+// listener is one fasthttp server and the connections it has open, so that
+// a drain that runs out of time can close them.
+type listener struct {
+	srv      *fasthttp.Server
+	mux      *mux
+	inflight atomic.Int64
+
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+}
+
+// Deps are what the server is built from.
+type Deps struct {
+	Logger   *slog.Logger
+	Build    buildinfo.Info
+	Accounts *account.Service
+}
+
+// New builds the server and its route tables.
+func New(d Deps) *Server {
+	s := &Server{log: d.Logger, build: d.Build, accounts: d.Accounts, metrics: newMetrics(d.Build)}
+	routes := s.routes()
+	var consoleRoutes []*route
+	for _, r := range routes {
+		if r.access == accessConsole || r.path == "/healthz" {
+			consoleRoutes = append(consoleRoutes, r)
+		}
+	}
+	s.public = s.newListener(newMux(routes), false)
+	s.console = s.newListener(newMux(consoleRoutes), true)
+	return s
+}
+
+func (s *Server) newListener(m *mux, console bool) *listener {
+	l := &listener{mux: m, conns: map[net.Conn]struct{}{}}
+	l.srv = &fasthttp.Server{
+		Handler: func(ctx *fasthttp.RequestCtx) {
+			l.inflight.Add(1)
+			defer l.inflight.Add(-1)
+			s.dispatch(ctx, m, console)
+		},
+		ErrorHandler:         s.parseError,
+		Name:                 "svc",
+		ReadTimeout:          2 * time.Minute,
+		IdleTimeout:          2 * time.Minute,
+		MaxRequestBodySize:   maxBodySize,
+		ReadBufferSize:       headerLimit,
+		NoDefaultContentType: true,
+		CloseOnShutdown:      true,
+		Logger:               fasthttpLogger{s.log},
+		ConnState:            l.track,
+	}
+	return l
+}
+
+func (l *listener) track(c net.Conn, st fasthttp.ConnState) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch st {
+	case fasthttp.StateNew:
+		l.conns[c] = struct{}{}
+	case fasthttp.StateClosed, fasthttp.StateHijacked:
+		delete(l.conns, c)
+	}
+}
+
+// shutdown drains, then closes whatever is left when ctx ends and waits up
+// to grace for handlers still running.
+func (l *listener) shutdown(ctx context.Context, grace time.Duration) error {
+	err := l.srv.ShutdownWithContext(ctx)
+	if err == nil {
+		return nil
+	}
+	l.mu.Lock()
+	for c := range l.conns {
+		_ = c.Close()
+	}
+	l.mu.Unlock()
+	deadline := time.Now().Add(grace)
+	for l.inflight.Load() > 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	return err
+}
+
+// ServePublic serves the public API on ln until Shutdown.
+func (s *Server) ServePublic(ln net.Listener) error { return s.public.srv.Serve(ln) }
+
+// ServeConsole serves the console API on ln (the admin socket) until Shutdown.
+func (s *Server) ServeConsole(ln net.Listener) error { return s.console.srv.Serve(ln) }
+
+// ErrDrainTimeout is returned by Shutdown when requests were still running
+// at the deadline and their connections were closed.
+var ErrDrainTimeout = errors.New("drain timed out; open connections were closed")
+
+// Shutdown stops accepting connections and waits for in-flight requests
+// until ctx ends; then it closes the remaining connections.
+func (s *Server) Shutdown(ctx context.Context) error {
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i, l := range []*listener{s.public, s.console} {
+		wg.Go(func() { errs[i] = l.shutdown(ctx, 5*time.Second) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("%w: %v", ErrDrainTimeout, err)
+	}
+	return nil
+}
+
+// call is one request as a handler sees it. It lives only as long as the
+// handler: nothing in it may be kept after the handler returns.
+type call struct {
+	ctx       *fasthttp.RequestCtx
+	route     *route
+	principal auth.Principal
+	params    params
+	requestID string
+}
+
+// dispatch is the one path every request takes: request id, route, auth,
+// handler, error body, metrics.
+func (s *Server) dispatch(ctx *fasthttp.RequestCtx, m *mux, console bool) {
+	start := time.Now()
+	c := call{ctx: ctx, requestID: uuid.NewString()}
+	ctx.Response.Header.Set("X-Request-Id", c.requestID)
+	method, path := string(ctx.Method()), string(ctx.Path())
+	r, allow := m.match(method, path, &c.params)
+	if r == nil && method == fasthttp.MethodHead {
+		// HEAD is GET without the body, which fasthttp leaves out itself.
+		r, allow = m.match(fasthttp.MethodGet, path, &c.params)
+	}
+	label := "unmatched"
+	var err error
+	switch {
+	case r != nil:
+		label = r.path
+		c.route = r
+		if err = s.authorize(&c, console); err == nil {
+			err = r.handle(&c)
+		}
+	case len(allow) > 0:
+		ctx.Response.Header.Set("Allow", strings.Join(allow, ", "))
+		err = methodNotAllowed(method, path, allow)
+	default:
+		err = s.notFound(m, method, path, console)
+	}
+	if err != nil {
+		s.writeError(&c, err)
+	}
+	s.metrics.observe(label, method, ctx.Response.StatusCode(), time.Since(start))
+}
+
+// apiKey reads the key from Authorization: Bearer or x-api-key.
+func apiKey(ctx *fasthttp.RequestCtx) string {
+	if h := ctx.Request.Header.Peek(fasthttp.HeaderAuthorization); len(h) > 0 {
+		const bearer = "bearer "
+		if len(h) > len(bearer) && bytes.EqualFold(h[:len(bearer)], []byte(bearer)) {
+			return string(bytes.TrimSpace(h[len(bearer):]))
+		}
+		return ""
+	}
+	return string(bytes.TrimSpace(ctx.Request.Header.Peek("X-Api-Key")))
+}
+
+type fasthttpLogger struct{ log *slog.Logger }
+
+func (f fasthttpLogger) Printf(format string, args ...any) {
+	f.log.Debug("fasthttp", "detail", fmt.Sprintf(format, args...))
+}
