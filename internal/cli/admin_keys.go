@@ -1,0 +1,140 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/auth"
+	"github.com/svc-dev/svc/internal/client"
+)
+
+// NewCmdAdminKeys builds `svc admin keys`; runF replaces `keys create` in tests.
+func NewCmdAdminKeys(o *AdminOptions, runF func(*KeyCreateOptions) error) *cobra.Command {
+	cmd := &cobra.Command{Use: "keys", Short: "Create, list and revoke API keys"}
+	cmd.AddCommand(
+		&cobra.Command{
+			Use: "list", Short: "List the organisation's API keys, revoked ones included", Args: noArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				return o.withClient(cmd, func(ctx context.Context, c *client.Client) error {
+					keys, err := c.ListKeys(ctx, o.Org)
+					if err != nil {
+						return err
+					}
+					if o.JSON {
+						return printJSON(o.IO.Out, keys)
+					}
+					t := newTable(o.IO.Out, "KEY", "NAME", "USER", "PERMISSIONS", "CREATED", "LAST USED", "REVOKED")
+					for _, k := range keys {
+						t.row(k.Prefix, k.Name, k.User, describePermissions(k), fmtTime(k.CreatedAt), fmtTimePtr(k.LastUsedAt), fmtTimePtr(k.RevokedAt))
+					}
+					return t.flush()
+				})
+			},
+		},
+		NewCmdAdminKeysCreate(o, runF),
+		&cobra.Command{
+			Use: "revoke KEY", Short: "Revoke an API key by id or prefix", Args: exactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				return o.withClient(cmd, func(ctx context.Context, c *client.Client) error {
+					k, err := c.RevokeKey(ctx, o.Org, args[0])
+					if err != nil {
+						return err
+					}
+					return o.printKey(k)
+				})
+			},
+		},
+	)
+	return cmd
+}
+
+func describePermissions(k api.APIKey) string {
+	if k.Unrestricted {
+		return "unrestricted"
+	}
+	return strings.Join(k.Permissions, ",")
+}
+
+func (o *AdminOptions) printKey(k api.APIKey) error {
+	if o.JSON {
+		return printJSON(o.IO.Out, k)
+	}
+	err := fields(o.IO.Out,
+		[2]string{"Key", k.Prefix},
+		[2]string{"Name", k.Name},
+		[2]string{"User", k.User},
+		[2]string{"Permissions", describePermissions(k)},
+		[2]string{"Created", fmtTime(k.CreatedAt)},
+		[2]string{"Last used", fmtTimePtr(k.LastUsedAt)},
+		[2]string{"Revoked", fmtTimePtr(k.RevokedAt)},
+	)
+	if err != nil || k.Secret == "" {
+		return err
+	}
+	_, err = fmt.Fprintf(o.IO.Out, "\nSecret, shown only now:\n%s\n", k.Secret)
+	return err
+}
+
+// KeyCreateOptions are the flags of `svc admin keys create`.
+type KeyCreateOptions struct {
+	*AdminOptions
+	Request api.CreateKeyRequest
+}
+
+// NewCmdAdminKeysCreate builds `svc admin keys create`.
+func NewCmdAdminKeysCreate(o *AdminOptions, runF func(*KeyCreateOptions) error) *cobra.Command {
+	opts := &KeyCreateOptions{AdminOptions: o}
+	var perms []string
+	var help strings.Builder
+	for _, p := range auth.Permissions() {
+		fmt.Fprintf(&help, "  %-16s %s\n", p, p.Describe())
+	}
+	cmd := &cobra.Command{
+		Use:   "create --name NAME [--user USER] [--perm PERMISSION]... [--unrestricted]",
+		Short: "Create an API key; its secret is shown only now",
+		Long: "Create an API key for a member of the organisation. Without --perm the key gets\n" +
+			"every permission except compute:write, which spends money and must be asked\n" +
+			"for. Permissions:\n\n" + help.String(),
+		Args: noArgs,
+		RunE: func(*cobra.Command, []string) error {
+			opts.Request.Permissions = nil
+			for _, p := range perms {
+				for _, one := range strings.Split(p, ",") {
+					if one = strings.TrimSpace(one); one != "" {
+						opts.Request.Permissions = append(opts.Request.Permissions, one)
+					}
+				}
+			}
+			if opts.Request.Name == "" {
+				return usageErrorf("--name is required")
+			}
+			if runF != nil {
+				return runF(opts)
+			}
+			return keysCreateRun(opts)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&opts.Request.Name, "name", "", "what the key is for (required)")
+	fl.StringVar(&opts.Request.User, "user", "admin", "the member the key belongs to")
+	fl.StringArrayVar(&perms, "perm", nil, "permission to grant; repeat or separate with commas")
+	fl.BoolVar(&opts.Request.Unrestricted, "unrestricted", false, "grant everything, now and in future (legacy keys)")
+	cmd.MarkFlagsMutuallyExclusive("perm", "unrestricted")
+	return cmd
+}
+
+func keysCreateRun(opts *KeyCreateOptions) error {
+	c, err := opts.Client()
+	if err != nil {
+		return err
+	}
+	k, err := c.CreateKey(context.Background(), opts.Org, opts.Request)
+	if err != nil {
+		return err
+	}
+	return opts.printKey(k)
+}

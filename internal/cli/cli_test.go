@@ -1,0 +1,249 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/buildinfo"
+	"github.com/svc-dev/svc/internal/client"
+	"github.com/svc-dev/svc/internal/iostreams"
+	"github.com/svc-dev/svc/internal/money"
+)
+
+func testFactory(env map[string]string) *Factory {
+	ios, _, _, _ := iostreams.Test()
+	return &Factory{
+		IO:     ios,
+		Build:  buildinfo.Info{Version: "v1.2.3", Commit: "0123456789abcdef0123", Go: "go1.26.0"},
+		Getenv: func(k string) string { return env[k] },
+	}
+}
+
+// run executes a command tree with args and returns the error.
+func run(cmd *cobra.Command, args ...string) error {
+	cmd.SetArgs(args)
+	cmd.SetOut(&strings.Builder{})
+	cmd.SetErr(&strings.Builder{})
+	_, err := cmd.ExecuteC()
+	return err
+}
+
+func TestKeysCreateFlags(t *testing.T) {
+	tests := []struct {
+		name  string
+		args  []string
+		want  api.CreateKeyRequest
+		usage bool
+	}{
+		{"defaults", []string{"--name", "ci"}, api.CreateKeyRequest{Name: "ci", User: "admin"}, false},
+		{"repeated perms", []string{"--name", "ci", "--perm", "usage:read", "--perm", "workers:read"},
+			api.CreateKeyRequest{Name: "ci", User: "admin", Permissions: []string{"usage:read", "workers:read"}}, false},
+		{"comma perms", []string{"--name", "ci", "--user", "bob", "--perm", "usage:read, inference:write"},
+			api.CreateKeyRequest{Name: "ci", User: "bob", Permissions: []string{"usage:read", "inference:write"}}, false},
+		{"unrestricted", []string{"--name", "legacy", "--unrestricted"}, api.CreateKeyRequest{Name: "legacy", User: "admin", Unrestricted: true}, false},
+		{"no name", []string{"--perm", "usage:read"}, api.CreateKeyRequest{}, true},
+		{"positional", []string{"--name", "x", "extra"}, api.CreateKeyRequest{}, true},
+		{"unknown flag", []string{"--name", "x", "--colour"}, api.CreateKeyRequest{}, true},
+		{"exclusive", []string{"--name", "x", "--perm", "usage:read", "--unrestricted"}, api.CreateKeyRequest{}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got *KeyCreateOptions
+			o := &AdminOptions{IO: testFactory(nil).IO}
+			cmd := NewCmdAdminKeysCreate(o, func(opts *KeyCreateOptions) error { got = opts; return nil })
+			cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })
+			err := run(cmd, tt.args...)
+			if tt.usage {
+				if exitCode(err) != exitUsage {
+					t.Fatalf("err = %v (exit %d), want a usage error", err, exitCode(err))
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Request.Name != tt.want.Name || got.Request.User != tt.want.User ||
+				got.Request.Unrestricted != tt.want.Unrestricted || !slices.Equal(got.Request.Permissions, tt.want.Permissions) {
+				t.Fatalf("request = %+v, want %+v", got.Request, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseSettings(t *testing.T) {
+	budget := money.Pounds(250)
+	tests := []struct {
+		args  []string
+		check func(api.OrgPatch) bool
+		usage bool
+	}{
+		{[]string{"require_e2e=true"}, func(p api.OrgPatch) bool { return p.RequireE2E == api.Some(true) && !p.Plan.Set }, false},
+		{[]string{"content-filtering=off"}, func(p api.OrgPatch) bool { return p.ContentFiltering == api.Some(false) }, false},
+		{[]string{"max_runtime=8h"}, func(p api.OrgPatch) bool { return *p.MaxRuntimeSeconds.Ptr() == 8*3600 }, false},
+		{[]string{"max_runtime=90"}, func(p api.OrgPatch) bool { return *p.MaxRuntimeSeconds.Ptr() == 90 }, false},
+		{[]string{"max_runtime=none"}, func(p api.OrgPatch) bool { return p.MaxRuntimeSeconds.Set && p.MaxRuntimeSeconds.Null }, false},
+		{[]string{"monthly_budget_gbp=250"}, func(p api.OrgPatch) bool { return *p.MonthlyBudgetGBP.Ptr() == budget }, false},
+		{[]string{"jurisdiction_floor=uk", "plan=pro"}, func(p api.OrgPatch) bool {
+			return *p.JurisdictionFloor.Ptr() == "uk" && p.Plan == api.Some(api.PlanPro)
+		}, false},
+		{[]string{"require_e2e"}, nil, true},
+		{[]string{"require_e2e=maybe"}, nil, true},
+		{[]string{"max_runtime=soon"}, nil, true},
+		{[]string{"monthly_budget_gbp=1.001"}, nil, true},
+		{[]string{"colour=blue"}, nil, true},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			p, err := parseSettings(tt.args)
+			if tt.usage {
+				if exitCode(err) != exitUsage {
+					t.Fatalf("err = %v, want a usage error", err)
+				}
+				return
+			}
+			if err != nil || !tt.check(p) {
+				t.Fatalf("parseSettings = %+v, %v", p, err)
+			}
+		})
+	}
+}
+
+func TestExitCodes(t *testing.T) {
+	tests := []struct {
+		err  error
+		want int
+	}{
+		{nil, 0},
+		{errors.New("boom"), 1},
+		{usageErrorf("bad flag"), 2},
+		{fmt.Errorf("unknown command %q for %q", "x", "svc"), 2},
+		{&client.Error{Status: http.StatusUnauthorized}, 4},
+		{fmt.Errorf("list: %w", &client.Error{Status: http.StatusForbidden}), 4},
+		{&client.Error{Status: http.StatusTooManyRequests}, 5},
+		{&client.Error{Status: http.StatusServiceUnavailable}, 5},
+		{&client.Error{Status: http.StatusNotFound}, 1},
+		{&client.ConnectError{Target: "x", Err: errors.New("refused")}, 1},
+	}
+	for _, tt := range tests {
+		if got := exitCode(tt.err); got != tt.want {
+			t.Errorf("exitCode(%v) = %d, want %d", tt.err, got, tt.want)
+		}
+	}
+}
+
+func TestServeFlagsEnvPrecedence(t *testing.T) {
+	tests := []struct {
+		name string
+		env  map[string]string
+		args []string
+		want ServeOptions
+	}{
+		{"defaults", map[string]string{"HOME": "/home/u"}, nil,
+			ServeOptions{Addr: "127.0.0.1:8080", DataDir: "/home/u/.local/share/svc", DrainTimeout: 30 * time.Second}},
+		{"xdg", map[string]string{"HOME": "/home/u", "XDG_DATA_HOME": "/xdg"}, nil,
+			ServeOptions{Addr: "127.0.0.1:8080", DataDir: "/xdg/svc", DrainTimeout: 30 * time.Second}},
+		{"env", map[string]string{"SVC_ADDR": ":9", "SVC_DATA": "/d", "SVC_DRAIN_TIMEOUT": "5s"}, nil,
+			ServeOptions{Addr: ":9", DataDir: "/d", DrainTimeout: 5 * time.Second}},
+		{"flag beats env", map[string]string{"SVC_ADDR": ":9", "SVC_DATA": "/d"}, []string{"--addr", ":10", "--data", "/f"},
+			ServeOptions{Addr: ":10", DataDir: "/f", DrainTimeout: 30 * time.Second}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got ServeOptions
+			cmd := NewCmdServe(testFactory(tt.env), func(_ context.Context, o *ServeOptions) error { got = *o; return nil })
+			if err := run(cmd, tt.args...); err != nil {
+				t.Fatal(err)
+			}
+			if got.Addr != tt.want.Addr || got.DataDir != tt.want.DataDir || got.DrainTimeout != tt.want.DrainTimeout {
+				t.Fatalf("options = %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+	cmd := NewCmdServe(testFactory(map[string]string{"SVC_DRAIN_TIMEOUT": "soon", "HOME": "/h"}), func(context.Context, *ServeOptions) error { return nil })
+	if err := run(cmd); exitCode(err) != exitUsage || !strings.Contains(err.Error(), "SVC_DRAIN_TIMEOUT") {
+		t.Fatalf("bad env value: %v", err)
+	}
+}
+
+func TestNewLogger(t *testing.T) {
+	tests := []struct {
+		format string
+		tty    bool
+		json   bool
+		bad    bool
+	}{
+		{"auto", true, false, false},
+		{"auto", false, true, false},
+		{"text", false, false, false},
+		{"json", true, true, false},
+		{"yaml", false, false, true},
+	}
+	for _, tt := range tests {
+		var b strings.Builder
+		log, err := newLogger(&b, tt.tty, "info", tt.format)
+		if tt.bad {
+			if err == nil {
+				t.Errorf("format %q accepted", tt.format)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		log.Info("hello")
+		if isJSON := strings.HasPrefix(b.String(), "{"); isJSON != tt.json {
+			t.Errorf("format %q tty %v: %q", tt.format, tt.tty, b.String())
+		}
+	}
+	if _, err := newLogger(&strings.Builder{}, false, "loud", "auto"); err == nil {
+		t.Error("bad level accepted")
+	}
+}
+
+func TestVersion(t *testing.T) {
+	f := testFactory(nil)
+	root := NewCmdRoot(f)
+	if err := run(root, "version"); err != nil {
+		t.Fatal(err)
+	}
+	out := f.IO.Out.(fmt.Stringer).String()
+	if out != "svc v1.2.3 (commit 0123456789ab, go1.26.0)\n" {
+		t.Fatalf("version = %q", out)
+	}
+}
+
+func TestBuildInfoFallback(t *testing.T) {
+	b := buildinfo.Read("", "")
+	if b.Version == "" || b.Commit == "" || !strings.HasPrefix(b.Go, "go") {
+		t.Fatalf("fallback = %+v", b)
+	}
+	if b := buildinfo.Read("v9", "abc"); b.Version != "v9" || b.Commit != "abc" {
+		t.Fatalf("ldflags values not kept: %+v", b)
+	}
+}
+
+func TestAdminSocketPath(t *testing.T) {
+	o := &AdminOptions{getenv: func(k string) string { return map[string]string{"HOME": "/h"}[k] }}
+	c, err := o.Client()
+	if err != nil || c == nil {
+		t.Fatal(err)
+	}
+	o.DataDir = "rel"
+	if _, err := o.Client(); err != nil {
+		t.Fatal(err)
+	}
+	abs, _ := filepath.Abs("rel")
+	if got, _ := resolveDataDir("rel", o.getenv); got != abs {
+		t.Fatalf("relative --data resolved to %q", got)
+	}
+}

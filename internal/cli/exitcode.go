@@ -1,0 +1,84 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/svc-dev/svc/internal/client"
+)
+
+// Exit codes, in one place.
+const (
+	exitOK       = 0
+	exitError    = 1
+	exitUsage    = 2
+	exitAuth     = 4
+	exitCapacity = 5
+)
+
+// UsageError is a mistake in how a command was called.
+type UsageError struct{ Err error }
+
+func (e *UsageError) Error() string { return e.Err.Error() }
+func (e *UsageError) Unwrap() error { return e.Err }
+
+func usageError(err error) error { return &UsageError{Err: err} }
+
+func usageErrorf(format string, args ...any) error { return usageError(fmt.Errorf(format, args...)) }
+
+// exitCode maps an error to the process exit code.
+func exitCode(err error) int {
+	var ue *UsageError
+	var ae *client.Error
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, &ue), isCobraUsage(err):
+		return exitUsage
+	case errors.As(err, &ae):
+		switch ae.Status {
+		case http.StatusUnauthorized, http.StatusForbidden:
+			return exitAuth
+		case http.StatusTooManyRequests, http.StatusServiceUnavailable:
+			return exitCapacity
+		}
+	}
+	return exitError
+}
+
+// isCobraUsage recognises the usage errors cobra makes itself, which it
+// returns as plain strings: unknown commands, argument counts and flag groups.
+func isCobraUsage(err error) bool {
+	msg := err.Error()
+	for _, prefix := range []string{"unknown command ", "unknown flag", "unknown shorthand flag", "invalid argument ",
+		"if any flags in the group", "at least one of the flags in the group", "required flag(s)"} {
+		if strings.HasPrefix(msg, prefix) {
+			return true
+		}
+	}
+	return strings.Contains(msg, "arg(s), received")
+}
+
+// reportError prints err the way a user should see it and returns the exit
+// code; cmd is the command that ran (or failed to parse).
+func reportError(w io.Writer, cmd *cobra.Command, err error) int {
+	code := exitCode(err)
+	if err == nil || errors.Is(err, context.Canceled) {
+		return code
+	}
+	fmt.Fprintf(w, "Error: %s\n", err)
+	var ae *client.Error
+	if errors.As(err, &ae) && ae.RequestID != "" {
+		fmt.Fprintf(w, "Request id: %s\n", ae.RequestID)
+	}
+	if code == exitUsage && cmd != nil {
+		fmt.Fprintf(w, "Run '%s --help' for usage.\n", cmd.CommandPath())
+	}
+	return code
+}

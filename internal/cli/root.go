@@ -1,0 +1,70 @@
+// Package cli is svc's command tree. Commands are built by constructors from
+// a Factory; nothing is held in package state.
+package cli
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/svc-dev/svc/internal/buildinfo"
+	"github.com/svc-dev/svc/internal/iostreams"
+)
+
+// Factory carries what commands need from the process: streams, build
+// information and the environment. Tests build one with fakes.
+type Factory struct {
+	IO     *iostreams.IOStreams
+	Build  buildinfo.Info
+	Getenv func(string) string
+}
+
+// NewFactory returns the factory of the running process.
+func NewFactory(build buildinfo.Info) *Factory {
+	return &Factory{IO: iostreams.System(os.Getenv), Build: build, Getenv: os.Getenv}
+}
+
+// Main runs the command line and returns the process exit code.
+func Main(build buildinfo.Info) int {
+	f := NewFactory(build)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	root := NewCmdRoot(f)
+	root.SetArgs(os.Args[1:])
+	cmd, err := root.ExecuteContextC(ctx)
+	return reportError(f.IO.ErrOut, cmd, err)
+}
+
+// NewCmdRoot builds the whole command tree.
+func NewCmdRoot(f *Factory) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "svc",
+		Short: "Inference gateway and GPU fleet manager",
+		Long: `svc is an OpenAI-compatible inference gateway in front of an organisation's GPU
+workers, and the tools to run it.
+
+'svc serve' runs the gateway. Everything else is a client of a running gateway:
+'svc admin' manages organisations, users, keys and settings through the
+server's admin socket.`,
+		SilenceErrors:     true,
+		SilenceUsage:      true,
+		DisableAutoGenTag: true,
+		Version:           f.Build.Version,
+	}
+	root.SetVersionTemplate(versionLine(f.Build) + "\n")
+	root.SetOut(f.IO.Out)
+	root.SetErr(f.IO.ErrOut)
+	root.SetIn(f.IO.In)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })
+
+	root.AddCommand(
+		NewCmdServe(f, nil),
+		NewCmdAdmin(f),
+		NewCmdVersion(f),
+		NewCmdMan(f),
+	)
+	return root
+}

@@ -1,0 +1,64 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/cobra/doc"
+
+	"github.com/svc-dev/svc/internal/buildinfo"
+)
+
+func versionLine(b buildinfo.Info) string {
+	return fmt.Sprintf("svc %s (commit %s, %s)", b.Version, b.ShortCommit(), b.Go)
+}
+
+// NewCmdVersion builds `svc version`.
+func NewCmdVersion(f *Factory) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "version",
+		Short: "Print the version, commit and Go version",
+		Args:  noArgs,
+		RunE: func(*cobra.Command, []string) error {
+			if asJSON {
+				return printJSON(f.IO.Out, f.Build)
+			}
+			_, err := fmt.Fprintln(f.IO.Out, versionLine(f.Build))
+			return err
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
+	return cmd
+}
+
+// NewCmdMan builds `svc man`, which writes a man page per command.
+func NewCmdMan(f *Factory) *cobra.Command {
+	var dir string
+	cmd := &cobra.Command{
+		Use:   "man",
+		Short: "Generate man pages",
+		Long: `Write a man page for every command into --dir (svc.1, svc-serve.1, ...).
+The page date comes from SOURCE_DATE_EPOCH when it is set.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return err
+			}
+			return GenManPages(cmd.Root(), dir)
+		},
+	}
+	cmd.Flags().StringVar(&dir, "dir", "man", "directory to write the pages into")
+	return cmd
+}
+
+// GenManPages writes one page per visible command into dir.
+func GenManPages(root *cobra.Command, dir string) error {
+	header := &doc.GenManHeader{Title: strings.ToUpper(root.Name()), Section: "1", Source: "svc", Manual: "svc manual"}
+	if err := doc.GenManTree(root, header, dir); err != nil {
+		return fmt.Errorf("generate man pages: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,177 @@
+// Package client is a typed Go client of svc's HTTP API, used by the CLI
+// and the dashboard. It speaks to the public API with an API key, or to the
+// console API over the server's admin socket.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/svc-dev/svc/internal/api"
+)
+
+// Client calls one svc server.
+type Client struct {
+	base      string
+	apiKey    string
+	userAgent string
+	hc        *http.Client
+	// socket is set when the client talks over the admin socket.
+	socket string
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithUserAgent sets the User-Agent header.
+func WithUserAgent(ua string) Option { return func(c *Client) { c.userAgent = ua } }
+
+// WithHTTPClient replaces the HTTP client.
+func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc } }
+
+// New returns a client of the public API at baseURL (e.g. http://127.0.0.1:8080).
+func New(baseURL, apiKey string, opts ...Option) *Client {
+	c := &Client{base: strings.TrimRight(baseURL, "/"), apiKey: apiKey, userAgent: "svc-client", hc: &http.Client{}}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// NewSocket returns a client of the console API on the admin socket at path.
+func NewSocket(path string, opts ...Option) *Client {
+	var d net.Dialer
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return d.DialContext(ctx, "unix", path)
+		},
+	}
+	opts = append([]Option{WithHTTPClient(&http.Client{Transport: tr})}, opts...)
+	c := New("http://svc", "", opts...)
+	c.socket = path
+	return c
+}
+
+// Error is an error answer from the server, whatever body shape it came in.
+type Error struct {
+	Status     int
+	Message    string
+	Type       string
+	Code       string
+	RequestID  string
+	RetryAfter time.Duration
+	Fields     []api.FieldError
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString(e.Message)
+	if b.Len() == 0 {
+		b.WriteString(http.StatusText(e.Status))
+	}
+	for _, f := range e.Fields {
+		if !strings.Contains(e.Message, f.Field+": ") {
+			fmt.Fprintf(&b, "\n  %s: %s", f.Field, f.Message)
+		}
+	}
+	return b.String()
+}
+
+// ConnectError means the server could not be reached at all.
+type ConnectError struct {
+	Target string
+	Err    error
+}
+
+func (e *ConnectError) Error() string { return "cannot reach " + e.Target + ": " + e.Err.Error() }
+func (e *ConnectError) Unwrap() error { return e.Err }
+
+// Do sends a request with an optional JSON body and decodes a JSON answer
+// into out (when not nil). Non-2xx answers become *Error.
+func (c *Client) Do(ctx context.Context, method, path string, body, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return fmt.Errorf("encode request: %w", err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return fmt.Errorf("build request: %w", err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", c.userAgent)
+	if c.apiKey != "" {
+		req.Header.Set("Authorization", "Bearer "+c.apiKey)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		target := c.base
+		if c.socket != "" {
+			target = "the admin socket " + c.socket
+		}
+		return &ConnectError{Target: target, Err: err}
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		return decodeError(resp)
+	}
+	if out == nil || resp.StatusCode == http.StatusNoContent {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("decode %s %s answer: %w", method, path, err)
+	}
+	return nil
+}
+
+// decodeError reads any of the spec's error shapes.
+func decodeError(resp *http.Response) error {
+	e := &Error{Status: resp.StatusCode, RequestID: resp.Header.Get("X-Request-Id"), Code: resp.Header.Get("X-Svc-Error-Code")}
+	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil {
+		e.RetryAfter = time.Duration(s) * time.Second
+	}
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	var body api.Body
+	if err := json.Unmarshal(raw, &body); err != nil {
+		e.Message = strings.TrimSpace(string(raw))
+		return e
+	}
+	e.Message, e.Type, e.Fields = body.Message(), body.ErrorType(), body.Errors
+	if body.Error != nil && body.Error.Code != nil {
+		e.Code = *body.Error.Code
+	}
+	return e
+}
+
+// IsStatus reports whether err is an *Error with one of the statuses.
+func IsStatus(err error, statuses ...int) bool {
+	var e *Error
+	if !errors.As(err, &e) {
+		return false
+	}
+	for _, s := range statuses {
+		if e.Status == s {
+			return true
+		}
+	}
+	return false
+}

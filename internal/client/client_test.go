@@ -1,0 +1,82 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+)
+
+func TestDecodeErrorShapes(t *testing.T) {
+	tests := []struct {
+		name    string
+		status  int
+		headers map[string]string
+		body    string
+		want    Error
+	}{
+		{"plain", 404, nil, `{"detail":"no such worker"}`,
+			Error{Status: 404, Message: "no such worker"}},
+		{"compatible", 401, map[string]string{"X-Request-Id": "r1"},
+			`{"detail":"Invalid API key","error":{"message":"Invalid API key","type":"authentication_error","code":"invalid_api_key","param":null}}`,
+			Error{Status: 401, Message: "Invalid API key", Type: "authentication_error", Code: "invalid_api_key", RequestID: "r1"}},
+		{"nested", 403, nil, `{"detail":{"error":{"message":"encrypt it","type":"e2e_required"}}}`,
+			Error{Status: 403, Message: "encrypt it", Type: "e2e_required"}},
+		{"validation", 422, nil,
+			`{"detail":"Invalid request: name: required","error":{"message":"Invalid request: name: required","type":"invalid_request_error"},"errors":[{"field":"name","message":"required","type":"missing"}]}`,
+			Error{Status: 422, Message: "Invalid request: name: required", Type: "invalid_request_error"}},
+		{"capacity", 429, map[string]string{"Retry-After": "7", "X-Svc-Error-Code": "moderation_capacity"},
+			`{"detail":"busy","error":{"message":"busy","type":"rate_limit_exceeded"}}`,
+			Error{Status: 429, Message: "busy", Type: "rate_limit_exceeded", Code: "moderation_capacity", RetryAfter: 7 * time.Second}},
+		{"not json", 502, nil, "Bad Gateway\n", Error{Status: 502, Message: "Bad Gateway"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				for k, v := range tt.headers {
+					w.Header().Set(k, v)
+				}
+				w.WriteHeader(tt.status)
+				_, _ = w.Write([]byte(tt.body))
+			}))
+			defer srv.Close()
+			err := New(srv.URL, "k").Do(context.Background(), "GET", "/x", nil, nil)
+			var got *Error
+			if !errors.As(err, &got) {
+				t.Fatalf("err = %v", err)
+			}
+			if got.Status != tt.want.Status || got.Message != tt.want.Message || got.Type != tt.want.Type ||
+				got.Code != tt.want.Code || got.RequestID != tt.want.RequestID || got.RetryAfter != tt.want.RetryAfter {
+				t.Fatalf("got %+v\nwant %+v", *got, tt.want)
+			}
+			if tt.name == "validation" && (len(got.Fields) != 1 || got.Fields[0].Field != "name") {
+				t.Fatalf("fields = %+v", got.Fields)
+			}
+		})
+	}
+}
+
+func TestDoSendsKeyAndDecodes(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer secret" {
+			w.WriteHeader(401)
+			return
+		}
+		_, _ = w.Write([]byte(`{"version":"v1"}`))
+	}))
+	defer srv.Close()
+	var out struct{ Version string }
+	if err := New(srv.URL+"/", "secret").Do(context.Background(), "GET", "/v", nil, &out); err != nil || out.Version != "v1" {
+		t.Fatalf("Do = %v, %+v", err, out)
+	}
+}
+
+func TestConnectError(t *testing.T) {
+	err := NewSocket("/nonexistent/admin.sock").Do(context.Background(), "GET", "/x", nil, nil)
+	var ce *ConnectError
+	if !errors.As(err, &ce) || ce.Target != "the admin socket /nonexistent/admin.sock" {
+		t.Fatalf("err = %v", err)
+	}
+}
