@@ -1,0 +1,127 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rogpeppe/go-internal/testscript"
+)
+
+// TestScripts runs the CLI scripts in testdata/script against the real
+// binary: a background `svc serve` and `svc` client commands.
+func TestScripts(t *testing.T) {
+	testscript.Run(t, testscript.Params{
+		Dir:                 "testdata/script",
+		RequireExplicitExec: true,
+		Cmds: map[string]func(*testscript.TestScript, bool, []string){
+			"waitfor": cmdWaitFor,
+			"json":    cmdJSON,
+			"jsonenv": cmdJSONEnv,
+		},
+	})
+}
+
+// waitfor FILE waits up to 15 s for FILE to exist (a server's socket).
+func cmdWaitFor(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: waitfor FILE")
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if _, err := os.Stat(ts.MkAbs(args[0])); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			ts.Fatalf("%s did not appear within 15s", args[0])
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// json stdout|FILE PATH WANT checks one value of a JSON document. PATH is
+// dotted with array indices (keys.0.name, or "." for the whole document);
+// WANT is compared with the value's JSON text, strings unquoted, and
+// "#N" checks the length of an array or object.
+func cmdJSON(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) != 3 {
+		ts.Fatalf("usage: json stdout|FILE PATH WANT")
+	}
+	v := readJSON(ts, args[0], args[1])
+	got := render(v)
+	want := args[2]
+	if n, ok := strings.CutPrefix(want, "#"); ok {
+		got = "#" + strconv.Itoa(length(v))
+		want = "#" + n
+	}
+	if (got == want) == neg {
+		ts.Fatalf("%s = %s, want %s%s", args[1], got, map[bool]string{true: "not ", false: ""}[neg], want)
+	}
+}
+
+// jsonenv VAR stdout|FILE PATH sets VAR to one value of a JSON document.
+func cmdJSONEnv(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 3 {
+		ts.Fatalf("usage: jsonenv VAR stdout|FILE PATH")
+	}
+	ts.Setenv(args[0], render(readJSON(ts, args[1], args[2])))
+}
+
+func readJSON(ts *testscript.TestScript, file, path string) any {
+	data := ts.ReadFile(file)
+	var doc any
+	if err := json.Unmarshal([]byte(data), &doc); err != nil {
+		ts.Fatalf("not JSON: %v\n%s", err, data)
+	}
+	v, err := walk(doc, path)
+	if err != nil {
+		ts.Fatalf("%v\n%s", err, data)
+	}
+	return v
+}
+
+func walk(v any, path string) (any, error) {
+	if path == "." {
+		return v, nil
+	}
+	for _, p := range strings.Split(path, ".") {
+		switch x := v.(type) {
+		case map[string]any:
+			var ok bool
+			if v, ok = x[p]; !ok {
+				return nil, fmt.Errorf("no key %q", p)
+			}
+		case []any:
+			i, err := strconv.Atoi(p)
+			if err != nil || i < 0 || i >= len(x) {
+				return nil, fmt.Errorf("no index %q in an array of %d", p, len(x))
+			}
+			v = x[i]
+		default:
+			return nil, fmt.Errorf("cannot step into %T with %q", v, p)
+		}
+	}
+	return v, nil
+}
+
+func render(v any) string {
+	if s, ok := v.(string); ok {
+		return s
+	}
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+func length(v any) int {
+	switch x := v.(type) {
+	case []any:
+		return len(x)
+	case map[string]any:
+		return len(x)
+	}
+	return -1
+}

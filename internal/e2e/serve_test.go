@@ -1,0 +1,263 @@
+package e2e
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestBootstrapAndRestart(t *testing.T) {
+	s := startServer(t, "")
+	first := s.Log.wait(t, "first start", time.Second)
+	key := s.adminKey()
+	if first["admin_key"] != key {
+		t.Fatalf("logged key %v differs from admin.key %q", first["admin_key"], key)
+	}
+	for _, f := range []string{"admin.key", "worker.token", "admin.sock"} {
+		fi, err := os.Stat(filepath.Join(s.Data, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if perm := fi.Mode().Perm(); perm != 0o600 {
+			t.Errorf("%s has mode %o, want 600", f, perm)
+		}
+	}
+	token, _ := os.ReadFile(filepath.Join(s.Data, "worker.token"))
+	if !strings.HasPrefix(string(token), "svc_w_") {
+		t.Fatalf("worker.token = %q", token)
+	}
+
+	if r := s.do("GET", "/healthz", ""); r.Status != 200 || r.JSON(t)["status"] != "ok" {
+		t.Fatalf("healthz = %d %s", r.Status, r.Body)
+	}
+	if r := s.do("GET", "/api/v1/workers/latest-version", "", bearer(key)); r.Status != 200 {
+		t.Fatalf("latest-version with admin key = %d %s", r.Status, r.Body)
+	}
+	orgs := s.console("GET", "/api/v1/console/orgs", "").JSON(t)["orgs"].([]any)
+	if len(orgs) != 1 || orgs[0].(map[string]any)["plan"] != "pro" || orgs[0].(map[string]any)["name"] != "default" {
+		t.Fatalf("orgs = %v", orgs)
+	}
+
+	if err := s.stop(syscall.SIGTERM); err != nil {
+		t.Fatalf("exit after SIGTERM: %v\n%s", err, s.Log)
+	}
+	if _, err := os.Stat(filepath.Join(s.Data, "admin.sock")); !os.IsNotExist(err) {
+		t.Errorf("admin socket left behind: %v", err)
+	}
+
+	s2 := startServer(t, s.Data)
+	if strings.Contains(s2.Log.String(), "first start") || strings.Contains(s2.Log.String(), key) {
+		t.Fatalf("restart bootstrapped again or printed the key:\n%s", s2.Log)
+	}
+	if s2.adminKey() != key {
+		t.Fatal("admin.key changed on restart")
+	}
+	if r := s2.do("GET", "/api/v1/workers/latest-version", "", bearer(key)); r.Status != 200 {
+		t.Fatalf("admin key after restart = %d %s", r.Status, r.Body)
+	}
+	orgs = s2.console("GET", "/api/v1/console/orgs", "").JSON(t)["orgs"].([]any)
+	if len(orgs) != 1 {
+		t.Fatalf("restart created another organisation: %v", orgs)
+	}
+}
+
+func TestSecondServerOnSameDataDirFails(t *testing.T) {
+	s := startServer(t, "")
+	start := time.Now()
+	_, stderr, code := svc(t, nil, "serve", "--addr", "127.0.0.1:0", "--data", s.Data, "--log-format", "json")
+	if code == 0 {
+		t.Fatal("second server on the same data dir exited 0")
+	}
+	if !strings.Contains(stderr, "another svc serve") {
+		t.Fatalf("second server's error does not say why:\n%s", stderr)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("second server took %v to give up", d)
+	}
+	// The first server is untouched: its socket and port still answer.
+	if r := s.console("GET", "/api/v1/console/orgs", ""); r.Status != 200 {
+		t.Fatalf("first server's admin socket after the failed start = %d", r.Status)
+	}
+	if r := s.do("GET", "/healthz", ""); r.Status != 200 {
+		t.Fatalf("first server after the failed start = %d", r.Status)
+	}
+}
+
+// halfRequest opens a connection and sends a request whose body is not
+// finished, so the server holds it in flight.
+func halfRequest(t *testing.T, base, key string) (net.Conn, string) {
+	t.Helper()
+	addr := strings.TrimPrefix(base, "http://")
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := `{"model":"m","messages":[]}`
+	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", addr, key, len(body), body[:5])
+	return conn, body[5:]
+}
+
+func TestGracefulShutdownDrainsInFlight(t *testing.T) {
+	s := startServer(t, "")
+	conn, rest := halfRequest(t, s.URL, s.adminKey())
+	defer conn.Close()
+	time.Sleep(100 * time.Millisecond) // let the server start reading it
+
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	s.Log.wait(t, "shutting down", 5*time.Second)
+	// New connections are refused while the old one drains.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", strings.TrimPrefix(s.URL, "http://"), time.Second)
+		if err != nil {
+			break
+		}
+		c.Close()
+		if time.Now().After(deadline) {
+			t.Fatal("server still accepts connections after SIGTERM")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if s.wait(300 * time.Millisecond) {
+		t.Fatal("server exited with a request in flight")
+	}
+
+	if _, err := conn.Write([]byte(rest)); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("in-flight request got no answer: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotImplemented || !resp.Close {
+		t.Fatalf("in-flight answer = %d close=%v, want 501 with Connection: close", resp.StatusCode, resp.Close)
+	}
+	if !s.wait(10 * time.Second) {
+		t.Fatal("server did not exit after draining")
+	}
+	if s.err != nil {
+		t.Fatalf("exit status %v\n%s", s.err, s.Log)
+	}
+	s.Log.wait(t, "stopped", time.Second)
+
+	// The store was closed cleanly: a new server opens it at once.
+	s2 := startServer(t, s.Data, "--drain-timeout", "1s")
+	if r := s2.do("GET", "/healthz", ""); r.Status != 200 {
+		t.Fatalf("restart after drain = %d", r.Status)
+	}
+}
+
+func TestDrainIsBounded(t *testing.T) {
+	s := startServer(t, "", "--drain-timeout", "500ms")
+	conn, _ := halfRequest(t, s.URL, s.adminKey())
+	defer conn.Close()
+	time.Sleep(100 * time.Millisecond)
+	start := time.Now()
+	if err := s.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if !s.wait(10 * time.Second) {
+		t.Fatal("server did not give up draining")
+	}
+	if d := time.Since(start); d < 400*time.Millisecond {
+		t.Fatalf("server exited after %v, before the drain timeout", d)
+	}
+	if !strings.Contains(s.Log.String(), "drain timed out") {
+		t.Fatalf("log does not say the drain timed out:\n%s", s.Log)
+	}
+	if s.err != nil {
+		t.Fatalf("exit status %v", s.err)
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	s := startServer(t, "")
+	s.do("GET", "/healthz", "")
+	s.do("GET", "/v1/chat/completions", "")
+	s.do("GET", "/no/such/path", "")
+	r := s.do("GET", "/metrics", "")
+	if r.Status != 200 {
+		t.Fatalf("metrics = %d", r.Status)
+	}
+	for _, want := range []string{
+		`svc_http_requests_total{method="GET",route="/healthz",status="200"} 1`,
+		`svc_http_requests_total{method="GET",route="unmatched",status="405"} 1`,
+		`svc_http_requests_total{method="GET",route="unmatched",status="404"} 1`,
+		`svc_http_request_duration_seconds_bucket{route="/healthz",le="0.0005"}`,
+		`svc_build_info{`,
+		`go_goroutines `,
+		`process_resident_memory_bytes `,
+	} {
+		if !strings.Contains(string(r.Body), want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+}
+
+var uuidRE = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
+
+func TestRequestIDOnEveryAnswer(t *testing.T) {
+	s := startServer(t, "")
+	seen := map[string]bool{}
+	for _, r := range []reply{
+		s.do("POST", "/v1/chat/completions", `{}`),
+		s.do("POST", "/v1/chat/completions", `{}`, bearer(s.adminKey())),
+		s.do("GET", "/api/v1/usage/logs", "", bearer(s.adminKey())),
+		s.do("GET", "/nope", ""),
+		s.do("GET", "/healthz", ""),
+	} {
+		id := r.Header.Get("X-Request-Id")
+		if !uuidRE.MatchString(id) || seen[id] {
+			t.Fatalf("X-Request-Id %q is not a fresh UUID (status %d)", id, r.Status)
+		}
+		seen[id] = true
+	}
+}
+
+func TestCLIExitCodes(t *testing.T) {
+	dir := t.TempDir()
+	tests := []struct {
+		name   string
+		args   []string
+		code   int
+		stderr string
+	}{
+		{"unknown command", []string{"bogus"}, 2, `unknown command "bogus"`},
+		{"unknown flag", []string{"serve", "--colour"}, 2, "unknown flag: --colour"},
+		{"stray argument", []string{"version", "x"}, 2, "takes no arguments"},
+		{"bad env", []string{"serve", "--data", dir}, 2, "invalid $SVC_DRAIN_TIMEOUT"},
+		{"no server", []string{"admin", "orgs", "list", "--data", dir}, 1, "Is svc serve running"},
+		{"version", []string{"version"}, 0, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, stderr, code := svc(t, []string{"SVC_DRAIN_TIMEOUT=later"}, tt.args...)
+			if code != tt.code || !strings.Contains(stderr, tt.stderr) {
+				t.Fatalf("exit %d, want %d; stderr:\n%s", code, tt.code, stderr)
+			}
+			if code == 2 && !strings.Contains(stderr, "--help") {
+				t.Fatalf("usage error without a help hint:\n%s", stderr)
+			}
+		})
+	}
+}
+
+func TestHeadIsGetWithoutBody(t *testing.T) {
+	s := startServer(t, "")
+	r := s.do("HEAD", "/healthz", "")
+	if r.Status != 200 || len(r.Body) != 0 || r.Header.Get("Content-Type") != "application/json" {
+		t.Fatalf("HEAD /healthz = %d %q %q", r.Status, r.Body, r.Header.Get("Content-Type"))
+	}
+}
