@@ -1,0 +1,223 @@
+package api
+
+import "time"
+
+// Capabilities a model can have.
+const (
+	CapChat          = "chat"
+	CapEmbeddings    = "embeddings"
+	CapModeration    = "moderation"
+	CapTranscription = "transcription"
+	CapSpeech        = "speech"
+	CapVision        = "vision"
+	CapTools         = "tools"
+	CapReasoning     = "reasoning"
+	// CapThinkingBudget marks reasoning models whose thinking can be ended
+	// early, so a thinking budget applies to them.
+	CapThinkingBudget = "thinking_budget"
+)
+
+// Model is a model a worker serves, with the metadata the models list shows.
+type Model struct {
+	ID            string   `json:"id"`
+	Capabilities  []string `json:"capabilities"`
+	ContextWindow int      `json:"context_window,omitempty"`
+	// SamplingDefaults are the model's recommended sampling values
+	// (temperature, top_p, top_k, min_p, xtc_*, mirostat_*, ...).
+	SamplingDefaults map[string]float64 `json:"sampling_defaults,omitempty"`
+	// DefaultThinking is whether the model thinks when the request does
+	// not say; nil for models that do not reason.
+	DefaultThinking *bool    `json:"default_thinking,omitempty"`
+	Voices          []string `json:"voices,omitempty"`
+	DefaultVoice    string   `json:"default_voice,omitempty"`
+	// Engine names the adapter serving the model: sim, openai or ollama.
+	Engine string `json:"engine"`
+	// Simulated is true for the built-in simulator's models.
+	Simulated bool `json:"simulated,omitempty"`
+	// Loaded is whether the engine holds the model in memory now, when known.
+	Loaded *bool `json:"loaded,omitempty"`
+}
+
+// Has reports whether the model has capability c.
+func (m *Model) Has(c string) bool {
+	for _, x := range m.Capabilities {
+		if x == c {
+			return true
+		}
+	}
+	return false
+}
+
+// Result is how a request ended on the worker, sent at the end of every
+// stream. Status 200 is success; anything else carries Error.
+type Result struct {
+	Status int          `json:"status"`
+	Error  *ResultError `json:"error,omitempty"`
+	// Retryable is set on failures another worker may not have (engine
+	// unreachable, 5xx) when no output was produced.
+	Retryable    bool    `json:"retryable,omitempty"`
+	Usage        *Usage  `json:"usage,omitempty"`
+	Timing       Timing  `json:"timing"`
+	FinishReason string  `json:"finish_reason,omitempty"`
+	Notice       *Notice `json:"notice,omitempty"`
+}
+
+// ResultError is an engine or worker failure.
+type ResultError struct {
+	Message string `json:"message"`
+	Type    string `json:"type,omitempty"`
+	Code    string `json:"code,omitempty"`
+}
+
+// Usage counts tokens as the engine reported them.
+type Usage struct {
+	PromptTokens     int  `json:"prompt_tokens"`
+	CompletionTokens int  `json:"completion_tokens"`
+	TotalTokens      int  `json:"total_tokens"`
+	ReasoningTokens  *int `json:"reasoning_tokens,omitempty"`
+	CachedTokens     *int `json:"cached_tokens,omitempty"`
+}
+
+// Timing holds what was measured; every field is present only when it was.
+type Timing struct {
+	TTFTMs              *float64 `json:"ttft_ms,omitempty"`
+	TokensPerSecond     *float64 `json:"tokens_per_second,omitempty"`
+	DraftAcceptanceRate *float64 `json:"draft_acceptance_rate,omitempty"`
+	QueueWaitMs         *float64 `json:"queue_wait_ms,omitempty"`
+	WorkerQueueWaitMs   *float64 `json:"worker_queue_wait_ms,omitempty"`
+	ModelLoadMs         *float64 `json:"model_load_ms,omitempty"`
+	ColdStart           *bool    `json:"cold_start,omitempty"`
+}
+
+// Notice is an advisory about a reply (svc.notice).
+type Notice struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// Request kinds carried by the link.
+const (
+	KindChat       = "chat"
+	KindEmbeddings = "embeddings"
+)
+
+// LinkRequest is the header of a request the gateway sends to a worker.
+type LinkRequest struct {
+	RequestID string `json:"request_id"`
+	Kind      string `json:"kind"`
+	Model     string `json:"model"`
+	Stream    bool   `json:"stream"`
+}
+
+// Hello is the worker's first message on a link.
+type Hello struct {
+	Protocol      int          `json:"protocol"`
+	Name          string       `json:"name"`
+	Version       string       `json:"version"`
+	MaxConcurrent int          `json:"max_concurrent"`
+	SessionID     string       `json:"session_id"`
+	Models        []Model      `json:"models"`
+	Streams       []StreamSeq  `json:"streams,omitempty"`
+	Draining      bool         `json:"draining,omitempty"`
+	Heartbeat     *Heartbeat   `json:"heartbeat,omitempty"`
+	Engines       []EngineInfo `json:"engines,omitempty"`
+}
+
+// EngineInfo describes one engine a worker runs.
+type EngineInfo struct {
+	Kind      string `json:"kind"`
+	URL       string `json:"url,omitempty"`
+	Simulated bool   `json:"simulated,omitempty"`
+}
+
+// StreamSeq is how far one stream has been received, exchanged on resume.
+type StreamSeq struct {
+	ID      uint64 `json:"id"`
+	RecvSeq uint64 `json:"recv_seq"`
+}
+
+// Welcome is the gateway's answer to Hello.
+type Welcome struct {
+	WorkerID   string      `json:"worker_id"`
+	Resumed    bool        `json:"resumed"`
+	Streams    []StreamSeq `json:"streams,omitempty"`
+	HeartbeatS int         `json:"heartbeat_s"`
+	// Error refuses the worker; the link is closed after it.
+	Error string `json:"error,omitempty"`
+}
+
+// Heartbeat is the worker's periodic report.
+type Heartbeat struct {
+	ActiveTasks int `json:"active_tasks"`
+	QueueDepth  int `json:"queue_depth"`
+	// Power is a live power reading; nil when the worker reads none.
+	Power any `json:"power,omitempty"`
+}
+
+// WorkerEventReport is an event a worker reports about itself (model
+// loads, installs and their progress).
+type WorkerEventReport struct {
+	EventType string         `json:"event_type"`
+	Detail    string         `json:"detail,omitempty"`
+	Metadata  map[string]any `json:"metadata,omitempty"`
+}
+
+// PullProgress is one step of a model install.
+type PullProgress struct {
+	Status    string `json:"status"`
+	Digest    string `json:"digest,omitempty"`
+	Total     int64  `json:"total,omitempty"`
+	Completed int64  `json:"completed,omitempty"`
+}
+
+// Worker is an entry of GET /api/v1/workers.
+type Worker struct {
+	WorkerID           string       `json:"worker_id"`
+	WorkerName         string       `json:"worker_name"`
+	Status             string       `json:"status"`
+	Version            string       `json:"version"`
+	Models             []Model      `json:"models"`
+	ActiveTasks        int          `json:"active_tasks"`
+	QueueDepth         int          `json:"queue_depth"`
+	MaxConcurrent      int          `json:"max_concurrent"`
+	LastSeenSecondsAgo int          `json:"last_seen_seconds_ago"`
+	OfflineSince       *time.Time   `json:"offline_since,omitempty"`
+	Power              any          `json:"power"`
+	Draining           bool         `json:"draining"`
+	Engines            []EngineInfo `json:"engines,omitempty"`
+	Simulated          bool         `json:"simulated"`
+	ConnectedAt        *time.Time   `json:"connected_at,omitempty"`
+}
+
+// Worker statuses.
+const (
+	StatusHealthy   = "healthy"
+	StatusStale     = "stale"
+	StatusUnhealthy = "unhealthy"
+	StatusOffline   = "offline"
+)
+
+// WorkerEvent is an entry of GET /api/v1/workers/events.
+type WorkerEvent struct {
+	ID         string         `json:"id"`
+	WorkerID   string         `json:"worker_id"`
+	WorkerName string         `json:"worker_name"`
+	EventType  string         `json:"event_type"`
+	Detail     *string        `json:"detail"`
+	Metadata   map[string]any `json:"metadata"`
+	CreatedAt  time.Time      `json:"created_at"`
+	Transient  bool           `json:"transient"`
+	Actor      *string        `json:"actor"`
+}
+
+// Worker event types.
+const (
+	EventConnected     = "connected"
+	EventDisconnected  = "disconnected"
+	EventHealthChanged = "health_changed"
+	EventModelsChanged = "models_changed"
+	EventModelLoaded   = "model_loaded"
+	EventModelInstall  = "model_install"
+	EventDraining      = "draining"
+	EventReplaced      = "replaced"
+)

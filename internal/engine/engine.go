@@ -1,0 +1,62 @@
+// Package engine defines what the worker agent needs from an inference
+// engine, whatever it is: the built-in simulator, an OpenAI-compatible
+// server (vLLM, llama-server, SGLang) or Ollama. Adapters live in the
+// sub-packages and normalise their engine's answers to one shape.
+package engine
+
+import (
+	"context"
+
+	"github.com/svc-dev/svc/internal/api"
+)
+
+// Request is one inference request as the gateway forwards it.
+type Request struct {
+	Kind   string // api.KindChat or api.KindEmbeddings
+	Model  string
+	Stream bool
+	// Body is the OpenAI-format request JSON. The gateway has validated it;
+	// adapters translate it to their engine's own switches.
+	Body []byte
+}
+
+// Sink receives a response. Streaming chat calls Event once per
+// chat.completion.chunk object (JSON, without the "data: " framing); every
+// other request calls Body once with the whole response JSON. Both block
+// while the gateway is not keeping up, and fail when the request was
+// cancelled; adapters then stop generating.
+type Sink interface {
+	Event(ctx context.Context, data []byte) error
+	Body(ctx context.Context, data []byte) error
+}
+
+// Engine is one inference engine.
+//
+// What adapters normalise, whatever the engine sends:
+//   - Events and bodies are OpenAI-shaped: chat.completion(.chunk),
+//     list of embeddings. Reasoning text is on reasoning_content and
+//     mirrored on reasoning, in messages and deltas alike.
+//   - Streaming carries no usage-only chunk and no engine-specific timing
+//     fields: usage and timings go into the Result instead, and the gateway
+//     writes the final chunks itself.
+//   - Failures are a Result with the HTTP status the client should get
+//     (see ErrorResult), never a Go error.
+type Engine interface {
+	// Kind is "sim", "openai" or "ollama".
+	Kind() string
+	// Models lists what the engine serves now.
+	Models(ctx context.Context) ([]api.Model, error)
+	// Serve runs req, writing the response to sink, and reports how it
+	// ended. It never returns nil.
+	Serve(ctx context.Context, req *Request, sink Sink) *api.Result
+}
+
+// Installer is an engine that can download models.
+type Installer interface {
+	Pull(ctx context.Context, model string, progress func(api.PullProgress)) error
+}
+
+// Info describes an engine instance for the worker's hello.
+type Info interface {
+	Info() api.EngineInfo
+}

@@ -1,0 +1,145 @@
+package engine
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/svc-dev/svc/internal/api"
+)
+
+// OK is a successful result.
+func OK() *api.Result { return &api.Result{Status: http.StatusOK} }
+
+// Failure is a result with status and a message.
+func Failure(status int, typ, msg string) *api.Result {
+	return &api.Result{Status: status, Error: &api.ResultError{Message: msg, Type: typ}}
+}
+
+// Unreachable is the result when the engine could not be reached at all:
+// another worker may well succeed, so the gateway retries elsewhere.
+func Unreachable(err error) *api.Result {
+	r := Failure(http.StatusBadGateway, api.TypeUpstream, "inference engine unreachable: "+err.Error())
+	r.Retryable = true
+	return r
+}
+
+// Cancelled is the result of a request the client gave up on.
+func Cancelled() *api.Result {
+	return Failure(499, "cancelled", "Client disconnected")
+}
+
+// CutOff is the result when the engine's answer broke off after output
+// had been sent: the rest of the response was lost in transit.
+func CutOff(err error) *api.Result {
+	msg := "the inference engine's response was cut off"
+	if err != nil && !errors.Is(err, errNone) {
+		msg += ": " + err.Error()
+	}
+	return Failure(http.StatusBadGateway, api.TypeUpstream, msg+"; part of the response was lost in transit")
+}
+
+var errNone = errors.New("")
+
+// ErrorResult turns an engine's error answer into a result. It reads the
+// error bodies of OpenAI, vLLM (flat and nested), llama.cpp and Ollama, and
+// maps their meaning onto the gateway's statuses: out-of-memory is 507,
+// "not supported" is 501, a too-long prompt is 400, and 5xx failures are
+// retryable on another worker.
+func ErrorResult(status int, body []byte) *api.Result {
+	msg, typ, code := parseErrorBody(body)
+	if msg == "" {
+		msg = strings.TrimSpace(string(body))
+	}
+	if msg == "" {
+		msg = http.StatusText(status)
+	}
+	lower := strings.ToLower(msg + " " + typ + " " + code)
+	out := status
+	switch {
+	case containsAny(lower, "out of memory", "outofmemory", "failed to allocate", "cuda error 2", "insufficient memory", "not enough memory"):
+		out, typ = http.StatusInsufficientStorage, api.TypeInsufficientMemory
+	case containsAny(lower, "exceed_context_size", "context length", "context_length_exceeded", "maximum context length", "too many tokens"):
+		out, typ = http.StatusBadRequest, "context_length_exceeded"
+	case status == http.StatusNotImplemented || containsAny(lower, "not_supported_error", "not supported", "unsupported"):
+		if status >= 500 || status == http.StatusNotImplemented {
+			out, typ = http.StatusNotImplemented, api.TypeNotSupported
+		}
+	case status == http.StatusNotFound:
+		typ = api.TypeNotFound
+	case status >= 400 && status < 500 && typ == "":
+		typ = api.TypeInvalidRequest
+	}
+	if out < 400 {
+		out = http.StatusBadGateway
+	}
+	r := &api.Result{Status: out, Error: &api.ResultError{Message: msg, Type: typ, Code: code}}
+	switch out {
+	case http.StatusInternalServerError, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		r.Retryable = true
+		if r.Error.Type == "" || r.Error.Type == "InternalServerError" {
+			r.Error.Type = api.TypeUpstream
+		}
+	}
+	return r
+}
+
+func containsAny(s string, subs ...string) bool {
+	for _, x := range subs {
+		if strings.Contains(s, x) {
+			return true
+		}
+	}
+	return false
+}
+
+// parseErrorBody reads {"error":{"message","type","code"}},
+// {"object":"error","message","type","code"}, {"error":"msg"} and
+// {"detail":"msg"}.
+func parseErrorBody(body []byte) (msg, typ, code string) {
+	var v struct {
+		Error   json.RawMessage `json:"error"`
+		Message string          `json:"message"`
+		Type    string          `json:"type"`
+		Code    json.RawMessage `json:"code"`
+		Detail  json.RawMessage `json:"detail"`
+	}
+	if json.Unmarshal(body, &v) != nil {
+		return "", "", ""
+	}
+	if len(v.Error) > 0 {
+		var s string
+		if json.Unmarshal(v.Error, &s) == nil {
+			return s, "", ""
+		}
+		var e struct {
+			Message string          `json:"message"`
+			Type    string          `json:"type"`
+			Code    json.RawMessage `json:"code"`
+		}
+		if json.Unmarshal(v.Error, &e) == nil {
+			return e.Message, e.Type, rawCode(e.Code)
+		}
+	}
+	if v.Message != "" {
+		return v.Message, v.Type, rawCode(v.Code)
+	}
+	var d string
+	if json.Unmarshal(v.Detail, &d) == nil {
+		return d, "", ""
+	}
+	return "", "", ""
+}
+
+// rawCode reads a code that engines send as a string or a number.
+func rawCode(raw json.RawMessage) string {
+	if len(raw) == 0 || string(raw) == "null" {
+		return ""
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	return string(raw)
+}
