@@ -1,0 +1,112 @@
+package link
+
+import "sync"
+
+// batchSize is the size at which the writer starts a new websocket message.
+// Frames queued while a write is in progress go out together in one
+// message, which keeps the number of writes low under load.
+const batchSize = 256 << 10
+
+// MaxMessage is the largest websocket message a reader accepts: a batch
+// plus one frame of the largest payload.
+const MaxMessage = batchSize + MaxPayload + maxHeader
+
+// attachment is a session's current connection and its outbound queue.
+type attachment struct {
+	conn Conn
+
+	mu     sync.Mutex
+	full   [][]byte // batches ready to write
+	cur    []byte   // the batch being filled
+	spare  [][]byte // written batches, reused
+	closed bool
+	wake   chan struct{}
+	done   chan struct{}
+	once   sync.Once
+}
+
+func newAttachment(conn Conn) *attachment {
+	return &attachment{conn: conn, wake: make(chan struct{}, 1), done: make(chan struct{})}
+}
+
+// enqueue encodes f, acknowledging ack, at the end of the queue.
+func (a *attachment) enqueue(f *Frame, ack uint64) {
+	h := *f
+	h.Ack = ack
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		return
+	}
+	if len(a.cur) > 0 && len(a.cur)+maxHeader+len(h.Payload) > batchSize {
+		a.full = append(a.full, a.cur)
+		a.cur = a.takeSpare()
+	}
+	if a.cur == nil {
+		a.cur = a.takeSpare()
+	}
+	a.cur = AppendFrame(a.cur, &h)
+	a.mu.Unlock()
+	signal(a.wake)
+}
+
+func (a *attachment) takeSpare() []byte {
+	if n := len(a.spare); n > 0 {
+		b := a.spare[n-1]
+		a.spare = a.spare[:n-1]
+		return b[:0]
+	}
+	return make([]byte, 0, 4<<10)
+}
+
+// next waits for a batch to write; false means the connection is closed.
+func (a *attachment) next() ([]byte, bool) {
+	for {
+		a.mu.Lock()
+		switch {
+		case a.closed:
+			a.mu.Unlock()
+			return nil, false
+		case len(a.full) > 0:
+			b := a.full[0]
+			a.full[0] = nil
+			a.full = a.full[1:]
+			a.mu.Unlock()
+			return b, true
+		case len(a.cur) > 0:
+			b := a.cur
+			a.cur = nil
+			a.mu.Unlock()
+			return b, true
+		}
+		a.mu.Unlock()
+		select {
+		case <-a.wake:
+		case <-a.done:
+		}
+	}
+}
+
+// recycle returns a written batch for reuse.
+func (a *attachment) recycle(b []byte) {
+	if cap(b) > 4*batchSize {
+		return
+	}
+	a.mu.Lock()
+	if len(a.spare) < 4 {
+		a.spare = append(a.spare, b)
+	}
+	a.mu.Unlock()
+}
+
+// close stops the writer and closes the connection.
+func (a *attachment) close() {
+	a.once.Do(func() {
+		a.mu.Lock()
+		a.closed = true
+		a.full, a.cur, a.spare = nil, nil, nil
+		a.mu.Unlock()
+		close(a.done)
+		_ = a.conn.Close()
+	})
+}

@@ -1,0 +1,489 @@
+package link
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+)
+
+// memConn is one end of an in-memory connection. Closing either end breaks
+// both, like a TCP reset.
+type memConn struct {
+	in, out chan []byte
+	broken  chan struct{}
+	once    *sync.Once
+}
+
+func pipe() (*memConn, *memConn) {
+	a, b := make(chan []byte, 64), make(chan []byte, 64)
+	broken, once := make(chan struct{}), &sync.Once{}
+	return &memConn{in: a, out: b, broken: broken, once: once}, &memConn{in: b, out: a, broken: broken, once: once}
+}
+
+func (c *memConn) ReadMessage() ([]byte, error) {
+	select {
+	case m := <-c.in:
+		return m, nil
+	case <-c.broken:
+		return nil, io.ErrClosedPipe
+	}
+}
+
+func (c *memConn) WriteMessage(m []byte) error {
+	cp := append([]byte(nil), m...)
+	select {
+	case c.out <- cp:
+		return nil
+	case <-c.broken:
+		return io.ErrClosedPipe
+	}
+}
+
+func (c *memConn) Close() error {
+	c.once.Do(func() { close(c.broken) })
+	return nil
+}
+
+// pair is a gateway and a worker session joined by a memConn.
+type pair struct {
+	t        *testing.T
+	g, w     *Session
+	detached chan string
+	conn     *memConn
+}
+
+func newPair(t *testing.T, window int, accept func(ctx context.Context, st *Stream)) *pair {
+	t.Helper()
+	p := &pair{t: t, detached: make(chan string, 16)}
+	p.g = NewSession(Options{Role: Gateway, Window: window, Detached: func(error) { p.detached <- "gateway" }})
+	p.w = NewSession(Options{Role: Worker, Window: window, Accept: accept, Detached: func(error) { p.detached <- "worker" }})
+	p.connect()
+	t.Cleanup(func() {
+		p.g.Close(nil)
+		p.w.Close(nil)
+	})
+	return p
+}
+
+// connect joins the sessions with a fresh connection after the resume
+// handshake, as the gateway and worker do.
+func (p *pair) connect() {
+	p.t.Helper()
+	gc, wc := pipe()
+	p.conn = gc
+	gState, wState := p.g.RecvState(), p.w.RecvState()
+	if _, err := p.g.Attach(gc, wState); err != nil {
+		p.t.Fatal(err)
+	}
+	if _, err := p.w.Attach(wc, gState); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// drop breaks the connection and waits until both ends noticed.
+func (p *pair) drop() {
+	p.t.Helper()
+	_ = p.conn.Close()
+	for range 2 {
+		select {
+		case <-p.detached:
+		case <-time.After(5 * time.Second):
+			p.t.Fatal("sessions did not notice the dropped connection")
+		}
+	}
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// echo answers each request with its body split into events, then END.
+func echo(ctx context.Context, st *Stream) {
+	_, body, err := st.ReadRequest(ctx)
+	if err != nil {
+		return
+	}
+	for len(body) > 0 {
+		n := min(len(body), 7)
+		if st.Send(ctx, body[:n]) != nil {
+			return
+		}
+		body = body[n:]
+	}
+	_ = st.End(ctx, []byte("done"))
+}
+
+// collect reads a stream to its END, returning the concatenated messages.
+func collect(ctx context.Context, st *Stream) ([]byte, []byte, error) {
+	var out []byte
+	for {
+		typ, msg, err := st.ReadMessage(ctx)
+		if err != nil {
+			return out, nil, err
+		}
+		if typ == TypeEnd {
+			return out, msg, nil
+		}
+		out = append(out, msg...)
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestRequestResponse(t *testing.T) {
+	p := newPair(t, 0, echo)
+	ctx := ctxT(t)
+	st, err := p.g.Open(ctx, []byte(`{"model":"m"}`), []byte("hello, worker"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, end, err := collect(ctx, st)
+	if err != nil || string(got) != "hello, worker" || string(end) != "done" {
+		t.Fatalf("got %q end %q err %v", got, end, err)
+	}
+	waitFor(t, "both ends to forget the stream", func() bool { return p.g.Streams() == 0 && p.w.Streams() == 0 })
+}
+
+func TestHeaderAndBodyReachTheWorker(t *testing.T) {
+	got := make(chan [2]string, 1)
+	p := newPair(t, 0, func(ctx context.Context, st *Stream) {
+		h, b, err := st.ReadRequest(ctx)
+		if err != nil {
+			return
+		}
+		got <- [2]string{string(h), string(b)}
+		_ = st.End(ctx, nil)
+	})
+	ctx := ctxT(t)
+	body := bytes.Repeat([]byte("0123456789"), 30000) // 300 KB: several frames, more than a window
+	st, err := p.g.Open(ctx, []byte("header"), body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := <-got; g[0] != "header" || g[1] != string(body) {
+		t.Fatalf("header %q, body of %d bytes", g[0], len(g[1]))
+	}
+	if _, _, err := collect(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestManyConcurrentStreams(t *testing.T) {
+	p := newPair(t, 0, echo)
+	ctx := ctxT(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, 200)
+	for i := range 200 {
+		wg.Go(func() {
+			body := []byte(fmt.Sprintf("request %d %s", i, bytes.Repeat([]byte{'x'}, i*37)))
+			st, err := p.g.Open(ctx, nil, body)
+			if err != nil {
+				errs <- err
+				return
+			}
+			got, _, err := collect(ctx, st)
+			if err != nil || !bytes.Equal(got, body) {
+				errs <- fmt.Errorf("stream %d: %v (%d bytes)", i, err, len(got))
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+func TestFlowControlBoundsTheInbox(t *testing.T) {
+	const window = 16 << 10
+	sent := make(chan int, 1)
+	p := newPair(t, window, func(ctx context.Context, st *Stream) {
+		if _, _, err := st.ReadRequest(ctx); err != nil {
+			return
+		}
+		n := 0
+		defer func() { sent <- n }()
+		chunk := bytes.Repeat([]byte{'z'}, 1000)
+		for n < 200 {
+			if st.Send(ctx, chunk) != nil {
+				return
+			}
+			n++
+		}
+		_ = st.End(ctx, nil)
+	})
+	ctx := ctxT(t)
+	st, err := p.g.Open(ctx, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Nobody reads: the worker must stop at about one window.
+	time.Sleep(100 * time.Millisecond)
+	st.mu.Lock()
+	queued := 0
+	for _, f := range st.inbox {
+		queued += len(f.Payload)
+	}
+	st.mu.Unlock()
+	if queued > window+MaxChunk || queued == 0 {
+		t.Fatalf("%d bytes queued with a %d-byte window", queued, window)
+	}
+	got, _, err := collect(ctx, st)
+	if err != nil || len(got) != 200*1000 {
+		t.Fatalf("read %d bytes: %v", len(got), err)
+	}
+	if n := <-sent; n != 200 {
+		t.Fatalf("worker sent %d", n)
+	}
+}
+
+func TestResetReachesTheOtherEnd(t *testing.T) {
+	stopped := make(chan error, 1)
+	p := newPair(t, 0, func(ctx context.Context, st *Stream) {
+		if _, _, err := st.ReadRequest(ctx); err != nil {
+			return
+		}
+		for {
+			if err := st.Send(ctx, []byte("tick")); err != nil {
+				stopped <- err
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	})
+	ctx := ctxT(t)
+	st, _ := p.g.Open(ctx, nil, nil)
+	if _, err := st.Recv(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st.Reset()
+	select {
+	case err := <-stopped:
+		if !errors.Is(err, ErrReset) && !errors.Is(err, context.Canceled) {
+			t.Fatalf("worker stopped with %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("worker kept sending after reset")
+	}
+	waitFor(t, "the worker to forget the stream", func() bool { return p.w.Streams() == 0 })
+	if _, err := st.Recv(ctx); !errors.Is(err, ErrReset) {
+		t.Fatalf("Recv after reset = %v", err)
+	}
+}
+
+func TestWorkerEndBeforeGatewayReads(t *testing.T) {
+	p := newPair(t, 0, echo)
+	ctx := ctxT(t)
+	st, _ := p.g.Open(ctx, nil, []byte("abc"))
+	waitFor(t, "the result to arrive", func() bool {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		return len(st.inbox) > 0 && st.inbox[len(st.inbox)-1].Type == TypeEnd
+	})
+	// The worker holds its END until the gateway has consumed it.
+	if p.w.Streams() != 1 {
+		t.Fatalf("worker forgot the stream before its result was read")
+	}
+	if got, _, err := collect(ctx, st); err != nil || string(got) != "abc" {
+		t.Fatalf("%q %v", got, err)
+	}
+	waitFor(t, "the worker to forget the stream", func() bool { return p.w.Streams() == 0 })
+}
+
+func TestSessionCloseFailsStreams(t *testing.T) {
+	p := newPair(t, 0, func(ctx context.Context, st *Stream) { <-ctx.Done() })
+	ctx := ctxT(t)
+	st, _ := p.g.Open(ctx, nil, nil)
+	lost := errors.New("worker lost")
+	p.g.Close(lost)
+	if _, err := st.Recv(ctx); !errors.Is(err, lost) {
+		t.Fatalf("Recv = %v", err)
+	}
+	if _, err := p.g.Open(ctx, nil, nil); !errors.Is(err, lost) {
+		t.Fatalf("Open after close = %v", err)
+	}
+}
+
+// TestResumeIsExact drops the connection many times while streams are in
+// flight in both directions and checks every byte arrives once, in order.
+func TestResumeIsExact(t *testing.T) {
+	const streams, events = 8, 400
+	p := newPair(t, 8<<10, func(ctx context.Context, st *Stream) {
+		_, body, err := st.ReadRequest(ctx)
+		if err != nil {
+			return
+		}
+		for i := range events {
+			msg := fmt.Sprintf("%s:%04d|", body[:8], i)
+			if st.Send(ctx, []byte(msg)) != nil {
+				return
+			}
+			if i%50 == 0 {
+				time.Sleep(time.Millisecond)
+			}
+		}
+		_ = st.End(ctx, []byte("ok"))
+	})
+	ctx := ctxT(t)
+	results := make(chan error, streams)
+	for i := range streams {
+		go func() {
+			body := append([]byte(fmt.Sprintf("stream%02d", i)), bytes.Repeat([]byte{'b'}, 20000)...)
+			st, err := p.g.Open(ctx, nil, body)
+			if err != nil {
+				results <- err
+				return
+			}
+			got, end, err := collect(ctx, st)
+			if err != nil {
+				results <- err
+				return
+			}
+			var want bytes.Buffer
+			for j := range events {
+				fmt.Fprintf(&want, "stream%02d:%04d|", i, j)
+			}
+			if !bytes.Equal(got, want.Bytes()) || string(end) != "ok" {
+				results <- fmt.Errorf("stream %d: got %d bytes, want %d", i, len(got), want.Len())
+				return
+			}
+			results <- nil
+		}()
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	done, drops := 0, 0
+	for ; done < streams; drops++ {
+		select {
+		case err := <-results:
+			if err != nil {
+				t.Fatal(err)
+			}
+			done++
+			continue
+		case <-time.After(time.Duration(rng.IntN(3000)) * time.Microsecond):
+		}
+		p.drop()
+		time.Sleep(time.Duration(rng.IntN(500)) * time.Microsecond)
+		p.connect()
+	}
+	if drops < 10 {
+		t.Fatalf("only %d drops happened; the test did not exercise resume", drops)
+	}
+	t.Logf("%d connection drops", drops)
+	waitFor(t, "both ends to forget every stream", func() bool { return p.g.Streams() == 0 && p.w.Streams() == 0 })
+}
+
+func TestResumeDropsStreamsTheGatewayAbandoned(t *testing.T) {
+	cancelled := make(chan struct{})
+	p := newPair(t, 0, func(ctx context.Context, st *Stream) {
+		<-ctx.Done()
+		close(cancelled)
+	})
+	ctx := ctxT(t)
+	st, _ := p.g.Open(ctx, nil, nil)
+	waitFor(t, "the worker to accept", func() bool { return p.w.Streams() == 1 })
+	p.drop()
+	st.Reset() // the reset cannot be sent: there is no connection
+	p.connect()
+	select {
+	case <-cancelled:
+	case <-time.After(5 * time.Second):
+		t.Fatal("worker kept a stream the gateway abandoned while disconnected")
+	}
+}
+
+func TestFrameRoundTrip(t *testing.T) {
+	frames := []Frame{
+		{Type: TypeHello, Payload: []byte(`{"name":"w"}`)},
+		{Type: TypeOpen, Flags: FlagMore, Stream: 1, Seq: 1, Payload: []byte("x")},
+		{Type: TypeData, Stream: 1 << 40, Seq: 1 << 33, Ack: 7, Payload: bytes.Repeat([]byte{1}, MaxChunk)},
+		{Type: TypeEnd, Stream: 3, Seq: 9, Ack: 2},
+		{Type: TypeAck, Stream: 3, Ack: 5},
+		{Type: TypeReset, Stream: 3},
+	}
+	var msg []byte
+	for i := range frames {
+		msg = AppendFrame(msg, &frames[i])
+	}
+	var got []Frame
+	if err := DecodeMessage(msg, func(f Frame) error { got = append(got, f); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(frames) {
+		t.Fatalf("decoded %d frames", len(got))
+	}
+	for i := range frames {
+		w, g := frames[i], got[i]
+		if w.Type != g.Type || w.Flags != g.Flags || w.Stream != g.Stream || w.Seq != g.Seq || w.Ack != g.Ack || !bytes.Equal(w.Payload, g.Payload) {
+			t.Errorf("frame %d: got %+v want %+v", i, g, w)
+		}
+	}
+}
+
+func TestDecodeRejects(t *testing.T) {
+	tests := []struct {
+		name string
+		b    []byte
+	}{
+		{"empty", nil},
+		{"type zero", []byte{0, 0, 0, 0, 0, 0}},
+		{"unknown type", []byte{99, 0, 0, 0, 0, 0}},
+		{"unknown flag", []byte{byte(TypeData), 2, 1, 1, 0, 0}},
+		{"data without stream", []byte{byte(TypeData), 0, 0, 1, 0, 0}},
+		{"data without seq", []byte{byte(TypeData), 0, 1, 0, 0, 0}},
+		{"hello with stream", []byte{byte(TypeHello), 0, 1, 0, 0, 0}},
+		{"ack with seq", []byte{byte(TypeAck), 0, 1, 1, 0, 0}},
+		{"end continues", []byte{byte(TypeEnd), FlagMore, 1, 1, 0, 0}},
+		{"payload past end", []byte{byte(TypeData), 0, 1, 1, 0, 5, 'a'}},
+		{"huge payload", append([]byte{byte(TypeData), 0, 1, 1, 0}, 0xff, 0xff, 0xff, 0x7f)},
+		{"varint overflow", []byte{byte(TypeData), 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, _, err := DecodeFrame(tt.b); err == nil {
+				t.Fatalf("DecodeFrame(%x) accepted", tt.b)
+			}
+		})
+	}
+}
+
+func FuzzDecodeMessage(f *testing.F) {
+	f.Add(AppendFrame(nil, &Frame{Type: TypeData, Stream: 1, Seq: 1, Payload: []byte("hi")}))
+	f.Add(AppendFrame(AppendFrame(nil, &Frame{Type: TypeAck, Stream: 2, Ack: 3}), &Frame{Type: TypeHeartbeat, Payload: []byte("{}")}))
+	f.Add([]byte{byte(TypeEnd), 0, 1, 1, 0, 0})
+	f.Fuzz(func(t *testing.T, msg []byte) {
+		var out []byte
+		err := DecodeMessage(msg, func(fr Frame) error {
+			if len(fr.Payload) > MaxPayload {
+				t.Fatalf("payload of %d bytes", len(fr.Payload))
+			}
+			out = AppendFrame(out, &fr)
+			return nil
+		})
+		// What decodes cleanly re-encodes to a message that decodes to the
+		// same frames (encodings may differ only in non-minimal varints).
+		if err == nil {
+			var again []byte
+			if err := DecodeMessage(out, func(fr Frame) error { again = AppendFrame(again, &fr); return nil }); err != nil || !bytes.Equal(out, again) {
+				t.Fatalf("re-encoded message does not round-trip: %v", err)
+			}
+		}
+	})
+}

@@ -1,0 +1,341 @@
+package link
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/svc-dev/svc/internal/api"
+)
+
+// Role says which end of the link a session is.
+type Role int
+
+const (
+	// Gateway opens streams and consumes results.
+	Gateway Role = iota
+	// Worker accepts streams and produces results.
+	Worker
+)
+
+// Errors a stream can end with.
+var (
+	// ErrReset means the peer dropped the stream.
+	ErrReset = errors.New("link: stream reset by peer")
+	// ErrClosed means the session was closed for good.
+	ErrClosed = errors.New("link: session closed")
+	// ErrAttached means Attach was called on a session that has a connection.
+	ErrAttached = errors.New("link: session already has a connection")
+)
+
+// DefaultWindow is how many unacknowledged payload bytes one stream may
+// have in flight in each direction.
+const DefaultWindow = 256 << 10
+
+// Options configure a session.
+type Options struct {
+	Role   Role
+	Window int
+	// Accept is called on the worker for every stream the gateway opens, in
+	// its own goroutine. ctx ends when the stream is reset or the session
+	// closes.
+	Accept func(ctx context.Context, st *Stream)
+	// Control receives frames that are not about a stream (heartbeats,
+	// models, events, goaway, commands). It runs on the read loop and must
+	// not block.
+	Control func(Frame)
+	// Detached is called when the connection fails; the session keeps its
+	// streams until Attach is called again or Close ends it.
+	Detached func(error)
+}
+
+// Session is one end of a link. It outlives its connections: streams
+// survive a reconnect.
+//
+// Locking: s.mu guards the stream table and the connection; each stream
+// has its own mutex. When both are needed, s.mu is taken first, and s.mu
+// is never taken while a stream's mutex is held.
+type Session struct {
+	opts Options
+
+	mu      sync.Mutex
+	streams map[uint64]*Stream
+	nextID  uint64
+	att     *attachment
+	closed  error
+	handlers sync.WaitGroup
+}
+
+// NewSession returns a detached session.
+func NewSession(opts Options) *Session {
+	if opts.Window <= 0 {
+		opts.Window = DefaultWindow
+	}
+	if opts.Control == nil {
+		opts.Control = func(Frame) {}
+	}
+	if opts.Detached == nil {
+		opts.Detached = func(error) {}
+	}
+	return &Session{opts: opts, streams: map[uint64]*Stream{}}
+}
+
+// RecvState reports how far each stream has been consumed, for the resume
+// handshake: the peer sends again everything after it.
+func (s *Session) RecvState() []api.StreamSeq {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]api.StreamSeq, 0, len(s.streams))
+	for id, st := range s.streams {
+		st.mu.Lock()
+		out = append(out, api.StreamSeq{ID: id, RecvSeq: st.readSeq})
+		st.mu.Unlock()
+	}
+	return out
+}
+
+// Streams reports how many streams are open.
+func (s *Session) Streams() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.streams)
+}
+
+// Attach gives the session a connection and starts reading and writing on
+// it. peer is how far the other end has received each stream (from the
+// handshake): acknowledged frames are dropped and the rest are sent again,
+// in order, before anything new. On the worker, streams the gateway no
+// longer knows are dropped; on the gateway, streams the worker does not
+// know are sent again from their first unacknowledged frame. The returned
+// channel is closed when this connection is done with.
+func (s *Session) Attach(conn Conn, peer []api.StreamSeq) (<-chan struct{}, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed != nil {
+		return nil, s.closed
+	}
+	if s.att != nil {
+		return nil, ErrAttached
+	}
+	known := make(map[uint64]uint64, len(peer))
+	for _, p := range peer {
+		known[p.ID] = p.RecvSeq
+	}
+	a := newAttachment(conn)
+	for id, st := range s.streams {
+		recv, ok := known[id]
+		if !ok && s.opts.Role == Worker {
+			delete(s.streams, id)
+			st.fail(ErrReset)
+			continue
+		}
+		st.mu.Lock()
+		st.ackedLocked(recv)
+		for _, f := range st.unacked {
+			a.enqueue(f, st.readSeq)
+		}
+		if len(st.unacked) == 0 && st.readSeq > 0 {
+			// Tell the peer how far we got even when there is nothing to
+			// resend, so it can release what it holds.
+			a.enqueue(&Frame{Type: TypeAck, Stream: id}, st.readSeq)
+		}
+		st.ackSent = st.readSeq
+		done := st.endAcked()
+		st.mu.Unlock()
+		if done {
+			delete(s.streams, id)
+		}
+	}
+	s.att = a
+	go s.writeLoop(a)
+	go s.readLoop(a)
+	return a.done, nil
+}
+
+// Close ends the session for good: every stream fails with err (or
+// ErrClosed), and the connection, if any, is closed. It waits for the
+// worker's stream handlers to return.
+func (s *Session) Close(err error) {
+	if err == nil {
+		err = ErrClosed
+	}
+	s.mu.Lock()
+	if s.closed != nil {
+		s.mu.Unlock()
+		s.handlers.Wait()
+		return
+	}
+	s.closed = err
+	a := s.att
+	s.att = nil
+	streams := s.streams
+	s.streams = map[uint64]*Stream{}
+	s.mu.Unlock()
+	for _, st := range streams {
+		st.fail(err)
+	}
+	if a != nil {
+		a.close()
+	}
+	s.handlers.Wait()
+}
+
+// Err is the error the session was closed with, or nil.
+func (s *Session) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// SendControl sends a frame that is not part of a stream. It reports false
+// when there is no connection to send it on; control frames are not kept.
+func (s *Session) SendControl(typ Type, payload []byte) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.att == nil {
+		return false
+	}
+	s.att.enqueue(&Frame{Type: typ, Payload: payload}, 0)
+	return true
+}
+
+// Open starts a stream (gateway only) carrying header and body. It blocks
+// only if the body is larger than the window and the worker is slow to
+// take it.
+func (s *Session) Open(ctx context.Context, header, body []byte) (*Stream, error) {
+	if s.opts.Role != Gateway {
+		return nil, errors.New("link: only the gateway opens streams")
+	}
+	s.mu.Lock()
+	if s.closed != nil {
+		s.mu.Unlock()
+		return nil, s.closed
+	}
+	s.nextID++
+	st := newStream(s, s.nextID)
+	s.streams[st.id] = st
+	s.mu.Unlock()
+	msg := make([]byte, 0, binary.MaxVarintLen64+len(header)+len(body))
+	msg = binary.AppendUvarint(msg, uint64(len(header)))
+	msg = append(msg, header...)
+	msg = append(msg, body...)
+	if err := st.send(ctx, TypeOpen, msg); err != nil {
+		st.Reset()
+		return nil, err
+	}
+	return st, nil
+}
+
+// remove forgets a stream.
+func (s *Session) remove(id uint64) {
+	s.mu.Lock()
+	delete(s.streams, id)
+	s.mu.Unlock()
+}
+
+// sendAck acknowledges a stream up to seq, if there is a connection; after
+// a reconnect the handshake carries the same information.
+func (s *Session) sendAck(id, seq uint64) {
+	s.mu.Lock()
+	if s.att != nil {
+		s.att.enqueue(&Frame{Type: TypeAck, Stream: id}, seq)
+	}
+	s.mu.Unlock()
+}
+
+// sendReset tells the peer to drop a stream.
+func (s *Session) sendReset(id uint64) {
+	s.mu.Lock()
+	if s.att != nil {
+		s.att.enqueue(&Frame{Type: TypeReset, Stream: id}, 0)
+	}
+	s.mu.Unlock()
+}
+
+func (s *Session) readLoop(a *attachment) {
+	for {
+		msg, err := a.conn.ReadMessage()
+		if err == nil {
+			err = DecodeMessage(msg, func(f Frame) error { return s.dispatch(a, f) })
+		}
+		if err != nil {
+			s.detach(a, err)
+			return
+		}
+	}
+}
+
+func (s *Session) writeLoop(a *attachment) {
+	for {
+		buf, ok := a.next()
+		if !ok {
+			return
+		}
+		if err := a.conn.WriteMessage(buf); err != nil {
+			s.detach(a, err)
+			return
+		}
+		a.recycle(buf)
+	}
+}
+
+// detach drops a failed connection; the streams stay.
+func (s *Session) detach(a *attachment, err error) {
+	s.mu.Lock()
+	current := s.att == a
+	if current {
+		s.att = nil
+	}
+	s.mu.Unlock()
+	a.close()
+	if current {
+		s.opts.Detached(err)
+	}
+}
+
+// dispatch handles one received frame.
+func (s *Session) dispatch(a *attachment, f Frame) error {
+	if !f.Type.perStream() {
+		s.opts.Control(f)
+		return nil
+	}
+	s.mu.Lock()
+	st := s.streams[f.Stream]
+	if st == nil && f.Type == TypeOpen && f.Seq == 1 && s.opts.Role == Worker && s.closed == nil {
+		st = newStream(s, f.Stream)
+		s.streams[f.Stream] = st
+		s.handlers.Add(1)
+		go func() {
+			defer s.handlers.Done()
+			s.opts.Accept(st.ctx, st)
+		}()
+	}
+	s.mu.Unlock()
+	if st == nil {
+		if f.Type.sequenced() {
+			// The stream is gone here (finished or abandoned): tell the peer
+			// to drop it too.
+			s.mu.Lock()
+			if s.att == a {
+				a.enqueue(&Frame{Type: TypeReset, Stream: f.Stream}, 0)
+			}
+			s.mu.Unlock()
+		}
+		return nil
+	}
+	switch f.Type {
+	case TypeReset:
+		s.remove(f.Stream)
+		st.fail(ErrReset)
+		return nil
+	case TypeAck:
+		st.acked(f.Ack)
+		return nil
+	}
+	if (f.Type == TypeOpen && s.opts.Role != Worker) || (f.Type == TypeEnd && s.opts.Role != Gateway) {
+		return fmt.Errorf("%w: %s frame sent to the wrong end", ErrInvalid, f.Type)
+	}
+	return st.deliver(f)
+}

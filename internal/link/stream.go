@@ -1,0 +1,310 @@
+package link
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"sync"
+)
+
+// Stream is one request on a link: the gateway's request goes one way, the
+// worker's response the other, each reliable and in order.
+type Stream struct {
+	id     uint64
+	s      *Session
+	ctx    context.Context
+	cancel context.CancelFunc
+	dead   chan struct{} // closed when the stream fails
+
+	mu sync.Mutex
+	// Sending.
+	sendSeq  uint64
+	unacked  []*Frame // sent, not yet acknowledged, in order
+	inflight int      // payload bytes in unacked
+	endSeq   uint64   // sequence number of our END frame, once sent
+	credit   chan struct{}
+	// Receiving. Acknowledgements (and the resume handshake) report what
+	// has been consumed, not merely received, so the window bounds the
+	// inbox even across reconnects; frames received twice are dropped by
+	// sequence number.
+	recvSeq  uint64 // highest in-order sequence number received
+	readSeq  uint64 // highest sequence number consumed by Recv
+	inbox    []Frame
+	ready    chan struct{}
+	consumed int    // payload bytes consumed since the last acknowledgement
+	ackSent  uint64 // highest sequence number acknowledged to the peer
+	err      error
+}
+
+func newStream(s *Session, id uint64) *Stream {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Stream{
+		id: id, s: s, ctx: ctx, cancel: cancel,
+		dead:   make(chan struct{}),
+		credit: make(chan struct{}, 1),
+		ready:  make(chan struct{}, 1),
+	}
+}
+
+// ID is the stream's number, unique within its session.
+func (st *Stream) ID() uint64 { return st.id }
+
+// Done is closed when the stream can no longer be used: reset by the peer,
+// reset locally, or its session closed.
+func (st *Stream) Done() <-chan struct{} { return st.dead }
+
+// Err is why the stream failed, or nil.
+func (st *Stream) Err() error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.err
+}
+
+// Send sends one message: an event or a body, split into frames when it is
+// larger than MaxChunk. It blocks while the peer has a full window
+// unacknowledged, which is how backpressure reaches the producer.
+func (st *Stream) Send(ctx context.Context, msg []byte) error {
+	return st.send(ctx, TypeData, msg)
+}
+
+// End sends the stream's result (worker only). The stream stays until the
+// gateway acknowledges it, so a reconnect cannot lose it.
+func (st *Stream) End(ctx context.Context, result []byte) error {
+	if len(result) > MaxChunk {
+		return fmt.Errorf("link: result of %d bytes is larger than a frame", len(result))
+	}
+	return st.send(ctx, TypeEnd, result)
+}
+
+// Reset abandons the stream: the peer is told to drop it and anything
+// waiting on it here returns ErrReset.
+func (st *Stream) Reset() {
+	st.s.remove(st.id)
+	st.s.sendReset(st.id)
+	st.fail(ErrReset)
+}
+
+func (st *Stream) send(ctx context.Context, typ Type, msg []byte) error {
+	first := true
+	for {
+		n := min(len(msg), MaxChunk)
+		chunk := msg[:n]
+		msg = msg[n:]
+		t := typ
+		if typ == TypeOpen && !first {
+			t = TypeData
+		}
+		var flags uint8
+		if len(msg) > 0 {
+			flags = FlagMore
+		}
+		if err := st.sendFrame(ctx, t, flags, chunk); err != nil {
+			return err
+		}
+		first = false
+		if len(msg) == 0 {
+			return nil
+		}
+	}
+}
+
+func (st *Stream) sendFrame(ctx context.Context, t Type, flags uint8, payload []byte) error {
+	window := st.s.opts.Window
+	for {
+		st.s.mu.Lock()
+		st.mu.Lock()
+		if st.err != nil {
+			err := st.err
+			st.mu.Unlock()
+			st.s.mu.Unlock()
+			return err
+		}
+		// One frame may always be in flight, however large, so a message
+		// bigger than the window still gets through.
+		if st.inflight == 0 || st.inflight+len(payload) <= window {
+			st.sendSeq++
+			f := &Frame{Type: t, Flags: flags, Stream: st.id, Seq: st.sendSeq, Payload: append([]byte(nil), payload...)}
+			st.unacked = append(st.unacked, f)
+			st.inflight += len(payload)
+			if t == TypeEnd {
+				st.endSeq = f.Seq
+			}
+			if st.s.att != nil {
+				st.s.att.enqueue(f, st.readSeq)
+				st.ackSent = st.readSeq
+				st.consumed = 0
+			}
+			st.mu.Unlock()
+			st.s.mu.Unlock()
+			return nil
+		}
+		st.mu.Unlock()
+		st.s.mu.Unlock()
+		select {
+		case <-st.credit:
+		case <-st.dead:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Recv returns the next frame the peer sent on this stream: OPEN (the
+// request, worker side), DATA, or END (the result, gateway side, after
+// which the stream is finished). Frames with More set continue the same
+// message. The payload stays valid after the next call.
+func (st *Stream) Recv(ctx context.Context) (Frame, error) {
+	for {
+		st.mu.Lock()
+		if len(st.inbox) > 0 {
+			f := st.inbox[0]
+			st.inbox[0] = Frame{}
+			st.inbox = st.inbox[1:]
+			st.consumed += len(f.Payload)
+			st.readSeq = f.Seq
+			var ack uint64
+			end := f.Type == TypeEnd
+			// Acknowledge every quarter window, and the end at once so the
+			// worker can let the stream go.
+			if st.readSeq > st.ackSent && (end || st.consumed >= st.s.opts.Window/4) {
+				ack, st.ackSent, st.consumed = st.readSeq, st.readSeq, 0
+			}
+			st.mu.Unlock()
+			if ack > 0 {
+				st.s.sendAck(st.id, ack)
+			}
+			if end {
+				st.s.remove(st.id)
+				st.cancel()
+			}
+			return f, nil
+		}
+		err := st.err
+		st.mu.Unlock()
+		if err != nil {
+			return Frame{}, err
+		}
+		select {
+		case <-st.ready:
+		case <-st.dead:
+		case <-ctx.Done():
+			return Frame{}, ctx.Err()
+		}
+	}
+}
+
+// ReadMessage receives frames until a message is complete and returns it
+// with the type of its first frame.
+func (st *Stream) ReadMessage(ctx context.Context) (Type, []byte, error) {
+	f, err := st.Recv(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	if !f.More() {
+		return f.Type, f.Payload, nil
+	}
+	typ := f.Type
+	msg := append([]byte(nil), f.Payload...)
+	for f.More() {
+		if f, err = st.Recv(ctx); err != nil {
+			return 0, nil, err
+		}
+		msg = append(msg, f.Payload...)
+	}
+	return typ, msg, nil
+}
+
+// ReadRequest reads the request a stream was opened with (worker side).
+func (st *Stream) ReadRequest(ctx context.Context) (header, body []byte, err error) {
+	typ, msg, err := st.ReadMessage(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if typ != TypeOpen {
+		return nil, nil, fmt.Errorf("%w: stream began with %s", ErrInvalid, typ)
+	}
+	n, k := binary.Uvarint(msg)
+	if k <= 0 || n > uint64(len(msg)-k) {
+		return nil, nil, fmt.Errorf("%w: bad request header length", ErrInvalid)
+	}
+	return msg[k : k+int(n)], msg[k+int(n):], nil
+}
+
+// deliver takes a frame from the read loop.
+func (st *Stream) deliver(f Frame) error {
+	st.mu.Lock()
+	done := st.ackedLocked(f.Ack)
+	switch {
+	case f.Seq <= st.recvSeq:
+		// Sent again after a reconnect, and already here.
+	case f.Seq != st.recvSeq+1:
+		st.mu.Unlock()
+		return fmt.Errorf("%w: stream %d expected frame %d, got %d", ErrInvalid, st.id, st.recvSeq+1, f.Seq)
+	case st.err == nil:
+		st.recvSeq = f.Seq
+		st.inbox = append(st.inbox, f)
+		signal(st.ready)
+	}
+	st.mu.Unlock()
+	if done {
+		st.finishSend()
+	}
+	return nil
+}
+
+// acked takes an acknowledgement from an ACK frame.
+func (st *Stream) acked(seq uint64) {
+	st.mu.Lock()
+	done := st.ackedLocked(seq)
+	st.mu.Unlock()
+	if done {
+		st.finishSend()
+	}
+}
+
+// ackedLocked drops frames the peer has acknowledged and reports whether
+// our END is among them.
+func (st *Stream) ackedLocked(seq uint64) bool {
+	if seq == 0 || len(st.unacked) == 0 || seq < st.unacked[0].Seq {
+		return false
+	}
+	i := 0
+	for i < len(st.unacked) && st.unacked[i].Seq <= seq {
+		st.inflight -= len(st.unacked[i].Payload)
+		st.unacked[i] = nil
+		i++
+	}
+	st.unacked = st.unacked[i:]
+	signal(st.credit)
+	return st.endAcked()
+}
+
+// endAcked reports whether our END has been acknowledged.
+func (st *Stream) endAcked() bool { return st.endSeq != 0 && len(st.unacked) == 0 }
+
+// finishSend retires a worker stream whose result the gateway has.
+func (st *Stream) finishSend() {
+	st.s.remove(st.id)
+	st.cancel()
+}
+
+// fail ends the stream with err; waiters wake up.
+func (st *Stream) fail(err error) {
+	st.mu.Lock()
+	if st.err != nil {
+		st.mu.Unlock()
+		return
+	}
+	st.err = err
+	st.unacked, st.inflight = nil, 0
+	close(st.dead)
+	st.mu.Unlock()
+	st.cancel()
+}
+
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
