@@ -60,11 +60,11 @@ type Options struct {
 type Session struct {
 	opts Options
 
-	mu      sync.Mutex
-	streams map[uint64]*Stream
-	nextID  uint64
-	att     *attachment
-	closed  error
+	mu       sync.Mutex
+	streams  map[uint64]*Stream
+	nextID   uint64
+	att      *attachment
+	closed   error
 	handlers sync.WaitGroup
 }
 
