@@ -46,6 +46,10 @@ type Error struct {
 	RetryAfter time.Duration
 	// CodeHeader sends Code in the X-Svc-Error-Code header as well.
 	CodeHeader bool
+	// Capacity marks a 429 for busy workers; QueueDepth is how many
+	// requests were already waiting (X-Svc-Queue-Depth).
+	Capacity   bool
+	QueueDepth int
 	Err        error
 }
 

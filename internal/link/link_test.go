@@ -5,57 +5,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/svc-dev/svc/internal/link/linktest"
 )
-
-// memConn is one end of an in-memory connection. Closing either end breaks
-// both, like a TCP reset.
-type memConn struct {
-	in, out chan []byte
-	broken  chan struct{}
-	once    *sync.Once
-}
-
-func pipe() (*memConn, *memConn) {
-	a, b := make(chan []byte, 64), make(chan []byte, 64)
-	broken, once := make(chan struct{}), &sync.Once{}
-	return &memConn{in: a, out: b, broken: broken, once: once}, &memConn{in: b, out: a, broken: broken, once: once}
-}
-
-func (c *memConn) ReadMessage() ([]byte, error) {
-	select {
-	case m := <-c.in:
-		return m, nil
-	case <-c.broken:
-		return nil, io.ErrClosedPipe
-	}
-}
-
-func (c *memConn) WriteMessage(m []byte) error {
-	cp := append([]byte(nil), m...)
-	select {
-	case c.out <- cp:
-		return nil
-	case <-c.broken:
-		return io.ErrClosedPipe
-	}
-}
-
-func (c *memConn) Close() error {
-	c.once.Do(func() { close(c.broken) })
-	return nil
-}
 
 // pair is a gateway and a worker session joined by a memConn.
 type pair struct {
 	t        *testing.T
 	g, w     *Session
 	detached chan string
-	conn     *memConn
+	conn     *linktest.Conn
 }
 
 func newPair(t *testing.T, window int, accept func(ctx context.Context, st *Stream)) *pair {
@@ -75,7 +38,7 @@ func newPair(t *testing.T, window int, accept func(ctx context.Context, st *Stre
 // handshake, as the gateway and worker do.
 func (p *pair) connect() {
 	p.t.Helper()
-	gc, wc := pipe()
+	gc, wc := linktest.Pipe()
 	p.conn = gc
 	gState, wState := p.g.RecvState(), p.w.RecvState()
 	if _, err := p.g.Attach(gc, wState); err != nil {

@@ -154,6 +154,18 @@ func (s *Session) Attach(conn Conn, peer []api.StreamSeq) (<-chan struct{}, erro
 	return a.done, nil
 }
 
+// Drop closes the current connection, if any, without reporting it to
+// Detached: for a caller that already knows a newer connection is coming.
+func (s *Session) Drop() {
+	s.mu.Lock()
+	a := s.att
+	s.att = nil
+	s.mu.Unlock()
+	if a != nil {
+		a.close()
+	}
+}
+
 // Close ends the session for good: every stream fails with err (or
 // ErrClosed), and the connection, if any, is closed. It waits for the
 // worker's stream handlers to return.

@@ -40,6 +40,9 @@ func (s *Server) writeError(c *call, err error) {
 	if ae.RetryAfter > 0 {
 		h.Set("Retry-After", strconv.Itoa(int(math.Ceil(ae.RetryAfter.Seconds()))))
 	}
+	if ae.Capacity {
+		h.Set("X-Svc-Queue-Depth", strconv.Itoa(ae.QueueDepth))
+	}
 	if ae.CodeHeader && ae.Code != "" {
 		h.Set("X-Svc-Error-Code", ae.Code)
 	}

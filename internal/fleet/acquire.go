@@ -1,0 +1,398 @@
+package fleet
+
+import (
+	"container/list"
+	"context"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/link"
+)
+
+// Need is what a request needs from a worker.
+type Need struct {
+	OrgID      string
+	Model      string
+	Capability string // api.CapChat, api.CapEmbeddings, ...
+	// Pin restricts the request to one worker (X-Svc-Worker-Id).
+	Pin string
+	// Affinity names the conversation, so later turns go where earlier ones
+	// went while that worker has a free slot.
+	Affinity string
+	// Exclude lists workers that already failed this request.
+	Exclude []string
+	// Hold overrides how long to wait for a slot.
+	Hold time.Duration
+}
+
+// WorkerInfo names the worker a lease is on.
+type WorkerInfo struct {
+	ID      string
+	Name    string
+	Version string
+}
+
+// Lease is one slot on one worker, held for one request.
+type Lease struct {
+	Worker WorkerInfo
+	// QueueWait is how long the request waited for the slot.
+	QueueWait time.Duration
+
+	f     *Fleet
+	w     *worker
+	sess  *link.Session
+	org   *org
+	model string
+	start time.Time
+	once  sync.Once
+}
+
+// Open starts the request's stream on the worker.
+func (l *Lease) Open(ctx context.Context, header, body []byte) (*link.Stream, error) {
+	return l.sess.Open(ctx, header, body)
+}
+
+// Outcome is how a leased request went, for the worker's health.
+type Outcome int
+
+const (
+	// Succeeded resets the worker's failure count.
+	Succeeded Outcome = iota
+	// Failed counts toward holding the worker back.
+	Failed
+	// Neutral says nothing about the worker (the client gave up, or sent a
+	// request no worker could serve).
+	Neutral
+)
+
+// Release frees the slot; the next waiting request may take it.
+func (l *Lease) Release(o Outcome) {
+	l.once.Do(func() {
+		f := l.f
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		now := f.cfg.Now()
+		w := l.w
+		if w.sess == l.sess && w.active > 0 {
+			w.active--
+		}
+		switch o {
+		case Succeeded:
+			w.failures = 0
+			d := now.Sub(l.start)
+			if avg, ok := l.org.service[l.model]; ok {
+				l.org.service[l.model] = (4*avg + d) / 5
+			} else {
+				l.org.service[l.model] = d
+			}
+		case Failed:
+			w.failures++
+			if w.failures >= f.cfg.FailuresBeforeUnhealthy {
+				w.heldUntil = now.Add(f.cfg.HoldBack)
+				// After the hold-back one more failure holds it back again.
+				w.failures = f.cfg.FailuresBeforeUnhealthy - 1
+			}
+		}
+		f.noteStatusLocked(w, now)
+		f.dispatchLocked(l.org, now)
+	})
+}
+
+type waiter struct {
+	need  Need
+	start time.Time
+	grant chan *Lease
+	elem  *list.Element
+}
+
+type queue struct{ l list.List }
+
+func (o *org) queue(model string) *queue {
+	q := o.queues[model]
+	if q == nil {
+		q = &queue{}
+		o.queues[model] = q
+	}
+	return q
+}
+
+// Acquire finds a worker for need and reserves a slot on it, waiting up to
+// the hold for one to free up. Errors are *api.Error: 404 for a model or
+// pinned worker that does not exist, 503 when none is online, 429 when
+// every slot stayed busy.
+func (f *Fleet) Acquire(ctx context.Context, need Need) (*Lease, error) {
+	f.mu.Lock()
+	now := f.cfg.Now()
+	o := f.org(need.OrgID)
+	if err := f.checkLocked(o, &need, now); err != nil {
+		f.mu.Unlock()
+		return nil, err
+	}
+	if l := f.tryLocked(o, &need, now, now); l != nil {
+		f.mu.Unlock()
+		return l, nil
+	}
+	q := o.queue(need.Model)
+	if q.l.Len() >= f.cfg.MaxQueue {
+		err := f.capacityLocked(o, &need, q.l.Len())
+		f.mu.Unlock()
+		return nil, err
+	}
+	wt := &waiter{need: need, start: now, grant: make(chan *Lease, 1)}
+	wt.elem = q.l.PushBack(wt)
+	f.mu.Unlock()
+
+	hold := need.Hold
+	if hold <= 0 {
+		hold = f.cfg.Hold
+	}
+	timer := time.NewTimer(hold)
+	defer timer.Stop()
+	select {
+	case l := <-wt.grant:
+		return l, nil
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	f.mu.Lock()
+	if wt.elem != nil {
+		q.l.Remove(wt.elem)
+		wt.elem = nil
+		err := f.capacityLocked(o, &need, q.l.Len())
+		f.mu.Unlock()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, err
+	}
+	f.mu.Unlock()
+	// A slot was granted as we gave up: take it, or hand it back.
+	l := <-wt.grant
+	if ctx.Err() != nil {
+		l.Release(Neutral)
+		return nil, ctx.Err()
+	}
+	return l, nil
+}
+
+// capacityLocked is the 429 for a request that found every slot busy.
+func (f *Fleet) capacityLocked(o *org, need *Need, waiting int) error {
+	slots := 0
+	for _, w := range o.workers {
+		if w.attached && !w.draining && w.serves(need.Model, need.Capability) && (need.Pin == "" || w.id == need.Pin) {
+			slots += w.maxConcurrent
+		}
+	}
+	ra := retryAfter(waiting, slots, o.service[need.Model])
+	return &api.Error{
+		Status: http.StatusTooManyRequests, Code: "capacity_exceeded",
+		Message:    "Every worker serving " + need.Model + " is busy; retry after the time in Retry-After",
+		RetryAfter: ra, Capacity: true, QueueDepth: waiting,
+	}
+}
+
+// tryLocked grants a slot now if a worker has one.
+func (f *Fleet) tryLocked(o *org, need *Need, start, now time.Time) *Lease {
+	var cands []candidate
+	var ws []*worker
+	for _, w := range o.workers {
+		if !f.eligibleLocked(w, need, now) {
+			continue
+		}
+		cands = append(cands, candidate{id: w.id, active: w.active, max: w.maxConcurrent, lastAssigned: w.lastAssigned})
+		ws = append(ws, w)
+	}
+	affinity, _ := o.affinity.get(need.Affinity)
+	i := pick(cands, affinity)
+	if i < 0 {
+		return nil
+	}
+	w := ws[i]
+	w.active++
+	w.lastAssigned = now
+	if need.Affinity != "" {
+		o.affinity.put(need.Affinity, w.id)
+	}
+	return &Lease{
+		Worker:    WorkerInfo{ID: w.id, Name: w.name, Version: w.version},
+		QueueWait: now.Sub(start),
+		f:         f, w: w, sess: w.sess, org: o, model: need.Model, start: now,
+	}
+}
+
+func (f *Fleet) eligibleLocked(w *worker, need *Need, now time.Time) bool {
+	if need.Pin != "" && w.id != need.Pin {
+		return false
+	}
+	return f.usableLocked(w, now) && w.serves(need.Model, need.Capability) && !slices.Contains(need.Exclude, w.id)
+}
+
+func (w *worker) model(id string) *api.Model {
+	for i := range w.models {
+		if w.models[i].ID == id {
+			return &w.models[i]
+		}
+	}
+	return nil
+}
+
+func (w *worker) serves(model, capability string) bool {
+	m := w.model(model)
+	return m != nil && (capability == "" || m.Has(capability))
+}
+
+// dispatchLocked hands free slots to waiting requests, oldest first
+// within each model's queue.
+func (f *Fleet) dispatchLocked(o *org, now time.Time) {
+	for _, q := range o.queues {
+		for e := q.l.Front(); e != nil; {
+			next := e.Next()
+			wt := e.Value.(*waiter)
+			if l := f.tryLocked(o, &wt.need, wt.start, now); l != nil {
+				q.l.Remove(e)
+				wt.elem = nil
+				wt.grant <- l
+			} else if wt.need.Pin == "" && len(wt.need.Exclude) == 0 {
+				// Later waiters for this model want the same workers.
+				break
+			}
+			e = next
+		}
+	}
+}
+
+// checkLocked finds errors known before any waiting: a pinned worker that
+// does not exist or cannot serve, a model no worker has, no worker online.
+func (f *Fleet) checkLocked(o *org, need *Need, now time.Time) error {
+	if need.Pin != "" {
+		return f.checkPinLocked(o, need)
+	}
+	var known, online, servable, held bool
+	var wrongKind *api.Model
+	var back time.Time
+	for _, w := range o.workers {
+		if w.offlineSince.IsZero() {
+			online = true
+		}
+		m := w.model(need.Model)
+		if m == nil {
+			continue
+		}
+		known = true
+		if need.Capability != "" && !m.Has(need.Capability) {
+			wrongKind = m
+			continue
+		}
+		if !w.attached || w.draining || !w.offlineSince.IsZero() {
+			continue
+		}
+		if now.Before(w.heldUntil) {
+			held = true
+			if back.IsZero() || w.heldUntil.Before(back) {
+				back = w.heldUntil
+			}
+			continue
+		}
+		servable = true
+	}
+	switch {
+	case servable:
+		return nil
+	case wrongKind != nil:
+		return wrongEndpoint(wrongKind, need.Capability)
+	case held:
+		return &api.Error{Status: http.StatusServiceUnavailable, Code: "workers_unhealthy", RetryAfter: back.Sub(now),
+			Message: "Every worker serving " + need.Model + " failed its recent requests and is held back; retry shortly"}
+	case !online:
+		return &api.Error{Status: http.StatusServiceUnavailable, Code: "no_worker_online", RetryAfter: 5 * time.Second,
+			Message: "No worker is online for this organisation; start one with `svc worker`"}
+	case known:
+		return &api.Error{Status: http.StatusServiceUnavailable, Code: "no_worker_for_model", RetryAfter: 5 * time.Second,
+			Message: "No connected worker can serve " + need.Model + " right now; the workers that have it are offline or shutting down"}
+	default:
+		return &api.Error{Status: http.StatusNotFound, Code: "model_not_found", Param: "model",
+			Message: "Model " + need.Model + " is not installed on any connected worker of this organisation"}
+	}
+}
+
+func (f *Fleet) checkPinLocked(o *org, need *Need) error {
+	w := o.workers[need.Pin]
+	switch {
+	case w == nil:
+		return &api.Error{Status: http.StatusNotFound, Code: "worker_not_found",
+			Message: "No worker " + need.Pin + " in this organisation (X-Svc-Worker-Id)"}
+	case !w.offlineSince.IsZero() || !w.attached:
+		return &api.Error{Status: http.StatusServiceUnavailable, Code: "worker_offline", RetryAfter: 5 * time.Second,
+			Message: "Worker " + w.name + " (" + w.id + ") is not connected"}
+	case w.draining:
+		return &api.Error{Status: http.StatusServiceUnavailable, Code: "worker_draining", RetryAfter: 5 * time.Second,
+			Message: "Worker " + w.name + " (" + w.id + ") is shutting down and takes no new requests"}
+	}
+	m := w.model(need.Model)
+	switch {
+	case m == nil:
+		return &api.Error{Status: http.StatusNotFound, Code: "model_not_found", Param: "model",
+			Message: "Worker " + w.name + " (" + w.id + ") does not serve model " + need.Model}
+	case need.Capability != "" && !m.Has(need.Capability):
+		return wrongEndpoint(m, need.Capability)
+	}
+	return nil
+}
+
+// wrongEndpoint is the 404 for a model that does not do what the endpoint
+// asks, naming the endpoint that fits.
+func wrongEndpoint(m *api.Model, want string) error {
+	endpoints := map[string]string{
+		api.CapChat: "/v1/chat/completions", api.CapEmbeddings: "/v1/embeddings",
+		api.CapModeration: "/v1/moderations", api.CapTranscription: "/v1/audio/transcriptions",
+		api.CapSpeech: "/v1/audio/speech",
+	}
+	msg := "Model " + m.ID + " does not do " + want
+	for _, c := range m.Capabilities {
+		if e, ok := endpoints[c]; ok {
+			msg += "; it is a " + c + " model: use " + e
+			break
+		}
+	}
+	return &api.Error{Status: http.StatusNotFound, Code: "wrong_endpoint", Param: "model", Message: msg}
+}
+
+// lru remembers which worker served a conversation.
+type lru struct {
+	max   int
+	order list.List
+	items map[string]*list.Element
+}
+
+type lruItem struct{ key, val string }
+
+func newLRU(max int) *lru { return &lru{max: max, items: map[string]*list.Element{}} }
+
+func (c *lru) get(key string) (string, bool) {
+	if key == "" {
+		return "", false
+	}
+	e, ok := c.items[key]
+	if !ok {
+		return "", false
+	}
+	c.order.MoveToFront(e)
+	return e.Value.(*lruItem).val, true
+}
+
+func (c *lru) put(key, val string) {
+	if e, ok := c.items[key]; ok {
+		e.Value.(*lruItem).val = val
+		c.order.MoveToFront(e)
+		return
+	}
+	c.items[key] = c.order.PushFront(&lruItem{key, val})
+	if c.order.Len() > c.max {
+		last := c.order.Back()
+		c.order.Remove(last)
+		delete(c.items, last.Value.(*lruItem).key)
+	}
+}

@@ -1,0 +1,314 @@
+package fleet
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/link"
+)
+
+// Protocol is the link protocol version this gateway speaks.
+const Protocol = 1
+
+var errGatewayStopping = errors.New("the gateway is shutting down")
+
+// LostError fails the requests of a worker that went away and did not come
+// back in time. The gateway answers them with 503 naming the worker, or
+// moves them to another worker when nothing was sent yet.
+type LostError struct {
+	WorkerID   string
+	WorkerName string
+	Reason     string
+}
+
+func (e *LostError) Error() string {
+	return fmt.Sprintf("worker %s (%s) %s", e.WorkerName, e.WorkerID, e.Reason)
+}
+
+// ReadHello reads the worker's first message.
+func ReadHello(conn link.Conn) (api.Hello, error) {
+	var h api.Hello
+	msg, err := conn.ReadMessage()
+	if err != nil {
+		return h, fmt.Errorf("read hello: %w", err)
+	}
+	f, n, err := link.DecodeFrame(msg)
+	if err != nil || n != len(msg) || f.Type != link.TypeHello {
+		return h, errors.New("read hello: the first message is not a hello")
+	}
+	if err := json.Unmarshal(f.Payload, &h); err != nil {
+		return h, fmt.Errorf("read hello: %w", err)
+	}
+	return h, nil
+}
+
+func writeWelcome(conn link.Conn, w api.Welcome) error {
+	b, err := json.Marshal(w)
+	if err != nil {
+		return err
+	}
+	return conn.WriteMessage(link.AppendFrame(nil, &link.Frame{Type: link.TypeWelcome, Payload: b}))
+}
+
+// Refuse answers a worker that may not connect and closes the connection.
+func Refuse(conn link.Conn, reason string) {
+	_ = writeWelcome(conn, api.Welcome{Error: reason})
+	_ = conn.Close()
+}
+
+func checkHello(h *api.Hello) error {
+	h.Name = strings.TrimSpace(h.Name)
+	switch {
+	case h.Protocol != Protocol:
+		return fmt.Errorf("link protocol %d is not supported; this gateway speaks %d (upgrade the worker or the gateway)", h.Protocol, Protocol)
+	case h.Name == "" || utf8.RuneCountInString(h.Name) > 128 || !utf8.ValidString(h.Name):
+		return errors.New("worker name must be 1 to 128 characters of UTF-8")
+	case h.SessionID == "":
+		return errors.New("hello lacks a session id")
+	case h.MaxConcurrent < 1 || h.MaxConcurrent > 4096:
+		return fmt.Errorf("max_concurrent %d is outside 1..4096", h.MaxConcurrent)
+	}
+	for _, m := range h.Models {
+		if m.ID == "" {
+			return errors.New("a model has no id")
+		}
+	}
+	return nil
+}
+
+// Connect serves one worker connection of organisation orgID until it
+// ends or ctx does. hello is the worker's first message. A worker that
+// comes back with the same session within the grace period resumes its
+// streams; a new session replaces an old one of the same name.
+func (f *Fleet) Connect(ctx context.Context, orgID string, hello api.Hello, conn link.Conn) error {
+	if err := checkHello(&hello); err != nil {
+		Refuse(conn, err.Error())
+		return err
+	}
+	id := WorkerID(orgID, hello.Name)
+	now := f.cfg.Now()
+
+	f.mu.Lock()
+	o := f.org(orgID)
+	w := o.workers[id]
+	var replaced *link.Session
+	resumed := w != nil && w.sess != nil && w.sessionID == hello.SessionID && w.offlineSince.IsZero() && w.sess.Err() == nil
+	if resumed && w.attached {
+		// The old connection has not noticed it is dead yet.
+		w.sess.Drop()
+		w.attached = false
+	}
+	if !resumed {
+		if w != nil && w.sess != nil && w.sess.Err() == nil {
+			replaced = w.sess
+		}
+		if w == nil {
+			w = &worker{id: id, orgID: orgID}
+			o.workers[id] = w
+		}
+		w.sess = f.newSession(w)
+		w.sessionID = hello.SessionID
+		w.connectedAt = now
+		w.active = 0
+		w.failures, w.heldUntil = 0, time.Time{}
+	}
+	if w.graceTimer != nil {
+		w.graceTimer.Stop()
+		w.graceTimer = nil
+	}
+	w.name = hello.Name
+	w.version = hello.Version
+	w.maxConcurrent = hello.MaxConcurrent
+	w.models = hello.Models
+	w.engines = hello.Engines
+	w.draining = hello.Draining
+	w.lastSeen = now
+	w.offlineSince = time.Time{}
+	if hello.Heartbeat != nil {
+		w.heartbeat = *hello.Heartbeat
+	}
+	sess := w.sess
+	droppedAt := w.droppedAt
+	f.mu.Unlock()
+
+	if replaced != nil {
+		replaced.Close(&LostError{WorkerID: id, WorkerName: hello.Name, Reason: "was replaced by a new connection of the same name"})
+	}
+	welcome := api.Welcome{WorkerID: id, Resumed: resumed, HeartbeatS: int(f.cfg.Heartbeat / time.Second)}
+	var peer []api.StreamSeq
+	if resumed {
+		welcome.Streams = sess.RecvState()
+		peer = hello.Streams
+	}
+	if err := writeWelcome(conn, welcome); err != nil {
+		_ = conn.Close()
+		return fmt.Errorf("write welcome: %w", err)
+	}
+	done, err := sess.Attach(conn, peer)
+	if err != nil {
+		_ = conn.Close()
+		return fmt.Errorf("attach worker %s: %w", hello.Name, err)
+	}
+
+	f.mu.Lock()
+	if w.sess == sess {
+		w.attached = true
+		switch {
+		case resumed && !droppedAt.IsZero():
+			down := now.Sub(droppedAt)
+			f.event(w, api.EventDisconnected, fmt.Sprintf("link dropped; the worker reconnected after %s", down.Round(time.Millisecond)),
+				map[string]any{"down_ms": down.Milliseconds(), "streams_resumed": len(peer)}, true, droppedAt)
+		case replaced != nil:
+			f.event(w, api.EventReplaced, "a new connection of the same name replaced the old one", nil, false, now)
+			fallthrough
+		default:
+			f.event(w, api.EventConnected, "", map[string]any{"version": w.version, "max_concurrent": w.maxConcurrent,
+				"models": modelIDs(w.models), "engines": w.engines}, false, now)
+		}
+		w.droppedAt = time.Time{}
+		w.status = ""
+		f.noteStatusLocked(w, now)
+		f.dispatchLocked(o, now)
+	}
+	f.mu.Unlock()
+
+	select {
+	case <-done:
+	case <-ctx.Done():
+		sess.Close(errGatewayStopping)
+	}
+	return nil
+}
+
+func modelIDs(ms []api.Model) []string {
+	out := make([]string, len(ms))
+	for i, m := range ms {
+		out[i] = m.ID
+	}
+	return out
+}
+
+func (f *Fleet) newSession(w *worker) *link.Session {
+	var sess *link.Session
+	sess = link.NewSession(link.Options{
+		Role:     link.Gateway,
+		Control:  func(fr link.Frame) { f.control(w, sess, fr) },
+		Detached: func(err error) { f.detached(w, sess, err) },
+	})
+	return sess
+}
+
+// detached starts the grace period of a worker whose link dropped; a
+// draining worker that has finished its work is offline at once.
+func (f *Fleet) detached(w *worker, sess *link.Session, err error) {
+	f.mu.Lock()
+	if w.sess != sess || !w.attached {
+		f.mu.Unlock()
+		return
+	}
+	now := f.cfg.Now()
+	w.attached = false
+	if w.draining && sess.Streams() == 0 {
+		w.offlineSince = now
+		f.event(w, api.EventDisconnected, "the worker stopped", nil, false, now)
+		f.noteStatusLocked(w, now)
+		f.mu.Unlock()
+		sess.Close(&LostError{WorkerID: w.id, WorkerName: w.name, Reason: "stopped"})
+		return
+	}
+	f.log.Info("worker link dropped", "worker", w.name, "worker_id", w.id, "err", err)
+	w.droppedAt = now
+	w.graceTimer = time.AfterFunc(f.cfg.Grace, func() { f.graceExpired(w, sess) })
+	f.noteStatusLocked(w, now)
+	f.mu.Unlock()
+}
+
+func (f *Fleet) graceExpired(w *worker, sess *link.Session) {
+	f.mu.Lock()
+	if w.sess != sess || w.attached || !w.offlineSince.IsZero() {
+		f.mu.Unlock()
+		return
+	}
+	now := f.cfg.Now()
+	w.offlineSince = w.droppedAt
+	w.graceTimer = nil
+	f.event(w, api.EventDisconnected, fmt.Sprintf("the worker did not reconnect within %s", f.cfg.Grace),
+		nil, false, w.droppedAt)
+	f.noteStatusLocked(w, now)
+	f.mu.Unlock()
+	sess.Close(&LostError{WorkerID: w.id, WorkerName: w.name, Reason: fmt.Sprintf("disconnected and did not return within %s", f.cfg.Grace)})
+}
+
+// control handles a worker's reports. It runs on the link's read loop.
+func (f *Fleet) control(w *worker, sess *link.Session, fr link.Frame) {
+	switch fr.Type {
+	case link.TypeHeartbeat:
+		var hb api.Heartbeat
+		if json.Unmarshal(fr.Payload, &hb) != nil {
+			return
+		}
+		f.mu.Lock()
+		if w.sess == sess {
+			now := f.cfg.Now()
+			w.lastSeen, w.heartbeat = now, hb
+			f.noteStatusLocked(w, now)
+		}
+		f.mu.Unlock()
+	case link.TypeModels:
+		var ms []api.Model
+		if json.Unmarshal(fr.Payload, &ms) != nil {
+			return
+		}
+		f.mu.Lock()
+		if w.sess == sess {
+			now := f.cfg.Now()
+			added, removed := diffModels(w.models, ms)
+			w.models, w.lastSeen = ms, now
+			if len(added)+len(removed) > 0 {
+				f.event(w, api.EventModelsChanged, "", map[string]any{"added": added, "removed": removed}, false, now)
+			}
+			f.dispatchLocked(f.org(w.orgID), now)
+		}
+		f.mu.Unlock()
+	case link.TypeEvent:
+		var ev api.WorkerEventReport
+		if json.Unmarshal(fr.Payload, &ev) != nil || ev.EventType == "" {
+			return
+		}
+		f.mu.Lock()
+		if w.sess == sess {
+			f.event(w, ev.EventType, ev.Detail, ev.Metadata, false, f.cfg.Now())
+		}
+		f.mu.Unlock()
+	case link.TypeGoAway:
+		f.mu.Lock()
+		if w.sess == sess && !w.draining {
+			now := f.cfg.Now()
+			w.draining = true
+			f.event(w, api.EventDraining, "the worker is finishing its requests and takes no new ones", nil, false, now)
+		}
+		f.mu.Unlock()
+	}
+}
+
+func diffModels(old, cur []api.Model) (added, removed []string) {
+	oldIDs, curIDs := modelIDs(old), modelIDs(cur)
+	for _, id := range curIDs {
+		if !slices.Contains(oldIDs, id) {
+			added = append(added, id)
+		}
+	}
+	for _, id := range oldIDs {
+		if !slices.Contains(curIDs, id) {
+			removed = append(removed, id)
+		}
+	}
+	return added, removed
+}

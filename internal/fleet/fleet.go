@@ -1,0 +1,255 @@
+package fleet
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/link"
+)
+
+// Config tunes the fleet. Zero values take the defaults.
+type Config struct {
+	// Hold is how long a request waits for a free slot before a 429.
+	Hold time.Duration
+	// Grace is how long a worker whose link dropped may take to come back
+	// before its requests fail or move and it is marked offline.
+	Grace time.Duration
+	// StaleAfter marks a connected worker stale when no heartbeat arrived
+	// for this long.
+	StaleAfter time.Duration
+	// FailuresBeforeUnhealthy consecutive failures hold a worker back.
+	FailuresBeforeUnhealthy int
+	// HoldBack is how long an unhealthy worker gets no traffic.
+	HoldBack time.Duration
+	// KeepOffline is how long disconnected workers stay listed.
+	KeepOffline time.Duration
+	// MaxQueue bounds the requests waiting per model.
+	MaxQueue int
+	// Heartbeat is how often workers are asked to report.
+	Heartbeat time.Duration
+	// Keepalive tunes the link connections.
+	Keepalive link.Keepalive
+
+	Now    func() time.Time
+	Logger *slog.Logger
+	Events EventSink
+}
+
+func (c *Config) defaults() {
+	set := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	set(&c.Hold, 2*time.Second)
+	set(&c.Grace, 15*time.Second)
+	set(&c.StaleAfter, 15*time.Second)
+	set(&c.HoldBack, 30*time.Second)
+	set(&c.KeepOffline, 24*time.Hour)
+	set(&c.Heartbeat, 5*time.Second)
+	if c.FailuresBeforeUnhealthy <= 0 {
+		c.FailuresBeforeUnhealthy = 3
+	}
+	if c.MaxQueue <= 0 {
+		c.MaxQueue = 1000
+	}
+	if c.Keepalive.Ping <= 0 {
+		c.Keepalive = link.DefaultKeepalive()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Events == nil {
+		c.Events = discardEvents{}
+	}
+}
+
+// EventSink stores worker events.
+type EventSink interface {
+	RecordEvent(orgID string, ev api.WorkerEvent)
+}
+
+type discardEvents struct{}
+
+func (discardEvents) RecordEvent(string, api.WorkerEvent) {}
+
+// Fleet is every organisation's workers.
+type Fleet struct {
+	cfg Config
+	log *slog.Logger
+
+	mu   sync.Mutex
+	orgs map[string]*org
+}
+
+type org struct {
+	id       string
+	workers  map[string]*worker
+	queues   map[string]*queue // by model
+	affinity *lru
+	service  map[string]time.Duration // average service time by model
+}
+
+// worker is the gateway's record of one worker; it survives disconnects.
+type worker struct {
+	id, name, orgID string
+	version         string
+	maxConcurrent   int
+	models          []api.Model
+	engines         []api.EngineInfo
+	sessionID       string
+	sess            *link.Session
+
+	attached     bool // the link has a connection now
+	draining     bool
+	connectedAt  time.Time
+	droppedAt    time.Time // when the link last dropped, during the grace
+	offlineSince time.Time // zero while the session lives
+	lastSeen     time.Time
+	heartbeat    api.Heartbeat
+	graceTimer   *time.Timer
+
+	active       int
+	lastAssigned time.Time
+	failures     int
+	heldUntil    time.Time
+	status       string // last status reported in an event
+}
+
+// New returns an empty fleet.
+func New(cfg Config) *Fleet {
+	cfg.defaults()
+	return &Fleet{cfg: cfg, log: cfg.Logger, orgs: map[string]*org{}}
+}
+
+// WorkerID is the stable id of the worker named name in an organisation:
+// the same machine keeps its id across restarts and token rotations.
+func WorkerID(orgID, name string) string {
+	h := sha256.Sum256([]byte(orgID + "\x00" + name))
+	return "wk_" + hex.EncodeToString(h[:8])
+}
+
+func (f *Fleet) org(id string) *org {
+	o := f.orgs[id]
+	if o == nil {
+		o = &org{id: id, workers: map[string]*worker{}, queues: map[string]*queue{},
+			affinity: newLRU(10000), service: map[string]time.Duration{}}
+		f.orgs[id] = o
+	}
+	return o
+}
+
+// statusLocked is a worker's status now.
+func (f *Fleet) statusLocked(w *worker, now time.Time) string {
+	switch {
+	case !w.offlineSince.IsZero():
+		return api.StatusOffline
+	case now.Before(w.heldUntil):
+		return api.StatusUnhealthy
+	case !w.attached || now.Sub(w.lastSeen) > f.cfg.StaleAfter:
+		return api.StatusStale
+	default:
+		return api.StatusHealthy
+	}
+}
+
+// usable reports whether w may take new requests at all (free slot aside).
+// Stale workers are used: a late heartbeat is not a failure, and refusing
+// a whole fleet whose reports are late would be worse than trying.
+func (f *Fleet) usableLocked(w *worker, now time.Time) bool {
+	if !w.attached || w.draining {
+		return false
+	}
+	s := f.statusLocked(w, now)
+	return s == api.StatusHealthy || s == api.StatusStale
+}
+
+// event records an event about w.
+func (f *Fleet) event(w *worker, typ, detail string, meta map[string]any, transient bool, at time.Time) {
+	ev := api.WorkerEvent{
+		ID: uuid.NewString(), WorkerID: w.id, WorkerName: w.name, EventType: typ,
+		Metadata: meta, CreatedAt: at.UTC(), Transient: transient,
+	}
+	if detail != "" {
+		ev.Detail = &detail
+	}
+	if ev.Metadata == nil {
+		ev.Metadata = map[string]any{}
+	}
+	f.cfg.Events.RecordEvent(w.orgID, ev)
+}
+
+// noteStatusLocked emits a health_changed event when w's status moved.
+func (f *Fleet) noteStatusLocked(w *worker, now time.Time) {
+	s := f.statusLocked(w, now)
+	if s == w.status {
+		return
+	}
+	from := w.status
+	w.status = s
+	if from == "" || s == api.StatusOffline || from == api.StatusOffline {
+		// Connects and disconnects have their own events.
+		return
+	}
+	f.event(w, api.EventHealthChanged, from+" -> "+s, map[string]any{"from": from, "to": s}, false, now)
+}
+
+// Run sweeps time-driven changes until ctx ends: workers turning stale,
+// coming back from being held back, and long-offline workers being
+// forgotten. It then closes every worker connection.
+func (f *Fleet) Run(ctx context.Context) error {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			f.closeAll()
+			return nil
+		case <-t.C:
+			f.sweep()
+		}
+	}
+}
+
+func (f *Fleet) sweep() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := f.cfg.Now()
+	for _, o := range f.orgs {
+		for id, w := range o.workers {
+			if !w.offlineSince.IsZero() && now.Sub(w.offlineSince) > f.cfg.KeepOffline {
+				delete(o.workers, id)
+				continue
+			}
+			f.noteStatusLocked(w, now)
+		}
+		f.dispatchLocked(o, now)
+	}
+}
+
+// closeAll closes every worker connection; their sessions end.
+func (f *Fleet) closeAll() {
+	f.mu.Lock()
+	var sessions []*link.Session
+	for _, o := range f.orgs {
+		for _, w := range o.workers {
+			if w.sess != nil {
+				sessions = append(sessions, w.sess)
+			}
+		}
+	}
+	f.mu.Unlock()
+	for _, s := range sessions {
+		s.Close(errGatewayStopping)
+	}
+}

@@ -1,0 +1,510 @@
+package fleet
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/link"
+	"github.com/svc-dev/svc/internal/link/linktest"
+)
+
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+type events struct {
+	mu  sync.Mutex
+	evs []api.WorkerEvent
+}
+
+func (e *events) RecordEvent(_ string, ev api.WorkerEvent) {
+	e.mu.Lock()
+	e.evs = append(e.evs, ev)
+	e.mu.Unlock()
+}
+
+func (e *events) find(typ string, transient bool) *api.WorkerEvent {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for i := range e.evs {
+		if e.evs[i].EventType == typ && e.evs[i].Transient == transient {
+			return &e.evs[i]
+		}
+	}
+	return nil
+}
+
+type harness struct {
+	t   *testing.T
+	f   *Fleet
+	clk *clock
+	ev  *events
+	ctx context.Context
+}
+
+func newHarness(t *testing.T, cfg Config) *harness {
+	h := &harness{t: t, clk: &clock{t: time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)}, ev: &events{}}
+	cfg.Now, cfg.Events = h.clk.Now, h.ev
+	if cfg.Hold == 0 {
+		cfg.Hold = 50 * time.Millisecond
+	}
+	if cfg.Grace == 0 {
+		cfg.Grace = 200 * time.Millisecond
+	}
+	h.f = New(cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	h.ctx = ctx
+	return h
+}
+
+// fakeWorker is a worker agent in miniature: a link session that answers
+// every request with "ok from <name>".
+type fakeWorker struct {
+	h       *harness
+	hello   api.Hello
+	sess    *link.Session
+	conn    *linktest.Conn
+	id      string
+	release chan struct{} // when set, requests wait for it
+}
+
+func (h *harness) worker(org, name string, maxConc int, models ...api.Model) *fakeWorker {
+	fw := &fakeWorker{h: h, hello: api.Hello{Protocol: Protocol, Name: name, Version: "v1", MaxConcurrent: maxConc,
+		SessionID: uuid.NewString(), Models: models}}
+	fw.sess = link.NewSession(link.Options{Role: link.Worker, Accept: fw.serve})
+	h.t.Cleanup(func() { fw.sess.Close(nil) })
+	fw.connect(org)
+	return fw
+}
+
+func (fw *fakeWorker) serve(ctx context.Context, st *link.Stream) {
+	if _, _, err := st.ReadRequest(ctx); err != nil {
+		return
+	}
+	if fw.release != nil {
+		select {
+		case <-fw.release:
+		case <-ctx.Done():
+			return
+		}
+	}
+	_ = st.Send(ctx, []byte("ok from "+fw.hello.Name))
+	res, _ := json.Marshal(api.Result{Status: 200})
+	_ = st.End(ctx, res)
+}
+
+func (fw *fakeWorker) connect(org string) {
+	gc, wc := linktest.Pipe()
+	fw.conn = wc
+	hello := fw.hello
+	hello.Streams = fw.sess.RecvState()
+	go func() { _ = fw.h.f.Connect(fw.h.ctx, org, hello, gc) }()
+	msg, err := wc.ReadMessage()
+	if err != nil {
+		fw.h.t.Fatal(err)
+	}
+	f, _, err := link.DecodeFrame(msg)
+	if err != nil {
+		fw.h.t.Fatal(err)
+	}
+	var w api.Welcome
+	if err := json.Unmarshal(f.Payload, &w); err != nil || w.Error != "" {
+		fw.h.t.Fatalf("welcome %+v %v", w, err)
+	}
+	fw.id = w.WorkerID
+	if _, err := fw.sess.Attach(wc, w.Streams); err != nil {
+		fw.h.t.Fatal(err)
+	}
+	fw.h.waitStatus(fw.id, org, func(s string) bool { return s != api.StatusOffline })
+}
+
+func (h *harness) waitStatus(id, org string, ok func(string) bool) api.Worker {
+	h.t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		for _, w := range h.f.Workers(org) {
+			if w.WorkerID == id && ok(w.Status) {
+				return w
+			}
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("worker %s never reached the wanted status: %+v", id, h.f.Workers(org))
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func chat(id string) api.Model {
+	return api.Model{ID: id, Capabilities: []string{api.CapChat}, Engine: "sim"}
+}
+
+func embed(id string) api.Model {
+	return api.Model{ID: id, Capabilities: []string{api.CapEmbeddings}, Engine: "sim"}
+}
+
+// run sends one request through a lease and returns what came back.
+func run(t *testing.T, l *Lease) string {
+	t.Helper()
+	st, err := l.Open(context.Background(), []byte(`{}`), []byte(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out string
+	for {
+		typ, msg, err := st.ReadMessage(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if typ == link.TypeEnd {
+			return out
+		}
+		out += string(msg)
+	}
+}
+
+func status(err error) int {
+	var ae *api.Error
+	if errors.As(err, &ae) {
+		return ae.Status
+	}
+	return 0
+}
+
+func TestRoutesToAWorkerOfTheOrg(t *testing.T) {
+	h := newHarness(t, Config{})
+	h.worker("org-a", "a1", 1, chat("m"))
+	h.worker("org-b", "b1", 1, chat("m"))
+	for range 5 {
+		l, err := h.f.Acquire(h.ctx, Need{OrgID: "org-a", Model: "m", Capability: api.CapChat})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := run(t, l); got != "ok from a1" {
+			t.Fatalf("org-a request answered by %q", got)
+		}
+		l.Release(Succeeded)
+	}
+	if _, err := h.f.Acquire(h.ctx, Need{OrgID: "org-c", Model: "m"}); status(err) != 503 {
+		t.Fatalf("org without workers: %v", err)
+	}
+}
+
+func TestUpFrontErrors(t *testing.T) {
+	h := newHarness(t, Config{})
+	w := h.worker("o", "w1", 1, chat("m"), embed("e"))
+	tests := []struct {
+		name   string
+		need   Need
+		status int
+		code   string
+	}{
+		{"unknown model", Need{Model: "nope", Capability: api.CapChat}, 404, "model_not_found"},
+		{"embeddings model on chat", Need{Model: "e", Capability: api.CapChat}, 404, "wrong_endpoint"},
+		{"chat model on embeddings", Need{Model: "m", Capability: api.CapEmbeddings}, 404, "wrong_endpoint"},
+		{"pin unknown worker", Need{Model: "m", Pin: "wk_nope"}, 404, "worker_not_found"},
+		{"pin worker without model", Need{Model: "zz", Pin: w.id}, 404, "model_not_found"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.need.OrgID = "o"
+			_, err := h.f.Acquire(h.ctx, tt.need)
+			var ae *api.Error
+			if !errors.As(err, &ae) || ae.Status != tt.status || ae.Code != tt.code {
+				t.Fatalf("err = %v", err)
+			}
+		})
+	}
+	var ae *api.Error
+	_, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "e", Capability: api.CapChat})
+	if errors.As(err, &ae); ae == nil || ae.Message != "Model e does not do chat; it is a embeddings model: use /v1/embeddings" {
+		t.Fatalf("wrong-endpoint message: %v", err)
+	}
+}
+
+func TestLeastLoadedAndAffinity(t *testing.T) {
+	h := newHarness(t, Config{})
+	a := h.worker("o", "a", 4, chat("m"))
+	b := h.worker("o", "b", 4, chat("m"))
+	l1, _ := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"})
+	l2, _ := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"})
+	if l1.Worker.ID == l2.Worker.ID {
+		t.Fatalf("two requests on one worker while the other is idle")
+	}
+	l1.Release(Succeeded)
+	l2.Release(Succeeded)
+	first, _ := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m", Affinity: "conv-1"})
+	for range 3 {
+		l, _ := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m", Affinity: "conv-1"})
+		if l.Worker.ID != first.Worker.ID {
+			t.Fatalf("follow-up turn went to %s, not %s", l.Worker.ID, first.Worker.ID)
+		}
+		defer l.Release(Succeeded)
+	}
+	first.Release(Succeeded)
+	_, _ = a, b
+}
+
+func TestQueueHoldThen429(t *testing.T) {
+	h := newHarness(t, Config{Hold: 100 * time.Millisecond})
+	h.worker("o", "w", 1, chat("m"))
+	l, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A second request waits, and gets the slot when it frees.
+	got := make(chan *Lease, 1)
+	go func() {
+		l2, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m", Hold: 5 * time.Second})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l2
+	}()
+	time.Sleep(20 * time.Millisecond)
+	l.Release(Succeeded)
+	l2 := <-got
+	if l2 == nil || l2.QueueWait < 0 {
+		t.Fatal("queued request did not get the freed slot")
+	}
+	// With the slot held, two more wait the hold out and get 429s.
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i := range errs {
+		wg.Go(func() {
+			_, errs[i] = h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"})
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		var ae *api.Error
+		if !errors.As(err, &ae) || ae.Status != http.StatusTooManyRequests || !ae.Capacity || ae.RetryAfter < time.Second {
+			t.Fatalf("err = %#v", err)
+		}
+	}
+	l2.Release(Succeeded)
+}
+
+func TestCancelledWaiterLeavesTheQueue(t *testing.T) {
+	h := newHarness(t, Config{Hold: 5 * time.Second})
+	h.worker("o", "w", 1, chat("m"))
+	l, _ := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"})
+	ctx, cancel := context.WithCancel(h.ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := h.f.Acquire(ctx, Need{OrgID: "o", Model: "m"})
+		done <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v", err)
+	}
+	l.Release(Succeeded)
+	// The slot is free again, not lost to the cancelled waiter.
+	l2, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m", Hold: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l2.Release(Succeeded)
+}
+
+func TestPinning(t *testing.T) {
+	h := newHarness(t, Config{})
+	h.worker("o", "a", 2, chat("m"))
+	b := h.worker("o", "b", 2, chat("m"))
+	for range 4 {
+		l, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m", Pin: b.id})
+		if err != nil || l.Worker.ID != b.id {
+			t.Fatalf("pinned lease on %v: %v", l, err)
+		}
+		if got := run(t, l); got != "ok from b" {
+			t.Fatalf("pinned request answered by %q", got)
+		}
+		l.Release(Succeeded)
+	}
+}
+
+func TestUnhealthyHeldBackThenTriedAgain(t *testing.T) {
+	h := newHarness(t, Config{HoldBack: time.Minute})
+	w := h.worker("o", "w", 1, chat("m"))
+	for range 3 {
+		l, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Release(Failed)
+	}
+	if got := h.waitStatus(w.id, "o", func(string) bool { return true }).Status; got != api.StatusUnhealthy {
+		t.Fatalf("status after 3 failures = %s", got)
+	}
+	var ae *api.Error
+	if _, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"}); !errors.As(err, &ae) || ae.Code != "workers_unhealthy" || ae.RetryAfter <= 0 {
+		t.Fatalf("request to an unhealthy-only model: %v", err)
+	}
+	if h.ev.find(api.EventHealthChanged, false) == nil {
+		t.Fatal("no health_changed event")
+	}
+	h.clk.Add(time.Minute + time.Second)
+	h.f.sweep()
+	l, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"})
+	if err != nil {
+		t.Fatalf("after the hold-back: %v", err)
+	}
+	l.Release(Failed) // one more failure holds it back again
+	if got := h.waitStatus(w.id, "o", func(string) bool { return true }).Status; got != api.StatusUnhealthy {
+		t.Fatalf("status after a failure following the hold-back = %s", got)
+	}
+}
+
+func TestStaleStillServes(t *testing.T) {
+	h := newHarness(t, Config{StaleAfter: 10 * time.Second})
+	w := h.worker("o", "w", 1, chat("m"))
+	h.clk.Add(11 * time.Second)
+	h.f.sweep()
+	if got := h.waitStatus(w.id, "o", func(string) bool { return true }).Status; got != api.StatusStale {
+		t.Fatalf("status = %s", got)
+	}
+	l, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"})
+	if err != nil {
+		t.Fatalf("stale worker refused: %v", err)
+	}
+	l.Release(Succeeded)
+	hb, _ := json.Marshal(api.Heartbeat{ActiveTasks: 0})
+	w.sess.SendControl(link.TypeHeartbeat, hb)
+	h.waitStatus(w.id, "o", func(s string) bool { return s == api.StatusHealthy })
+}
+
+func TestBriefDropResumes(t *testing.T) {
+	h := newHarness(t, Config{Grace: 5 * time.Second})
+	w := h.worker("o", "w", 1, chat("m"))
+	w.release = make(chan struct{})
+	l, _ := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"})
+	st, err := l.Open(h.ctx, []byte(`{}`), []byte(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = w.conn.Close()
+	h.waitStatus(w.id, "o", func(s string) bool { return s == api.StatusStale })
+	w.connect("o")
+	close(w.release)
+	_, msg, err := st.ReadMessage(h.ctx)
+	if err != nil || string(msg) != "ok from w" {
+		t.Fatalf("after resume: %q %v", msg, err)
+	}
+	if ev := h.ev.find(api.EventDisconnected, true); ev == nil {
+		t.Fatal("no transient disconnected event")
+	}
+	l.Release(Succeeded)
+}
+
+func TestGraceExpiryFailsStreamsAndGoesOffline(t *testing.T) {
+	h := newHarness(t, Config{Grace: 100 * time.Millisecond})
+	w := h.worker("o", "w", 1, chat("m"))
+	w.release = make(chan struct{})
+	l, _ := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"})
+	st, _ := l.Open(h.ctx, []byte(`{}`), []byte(`{}`))
+	_ = w.conn.Close()
+	_, err := st.Recv(h.ctx)
+	var lost *LostError
+	if !errors.As(err, &lost) || lost.WorkerName != "w" {
+		t.Fatalf("stream error = %v", err)
+	}
+	v := h.waitStatus(w.id, "o", func(s string) bool { return s == api.StatusOffline })
+	if v.OfflineSince == nil {
+		t.Fatal("offline worker without offline_since")
+	}
+	if ev := h.ev.find(api.EventDisconnected, false); ev == nil {
+		t.Fatal("no disconnected event")
+	}
+	l.Release(Failed)
+	if _, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"}); status(err) != 503 {
+		t.Fatalf("model of an offline worker: %v", err)
+	}
+}
+
+func TestNewSessionReplacesOld(t *testing.T) {
+	h := newHarness(t, Config{})
+	w := h.worker("o", "w", 1, chat("m"))
+	w.release = make(chan struct{})
+	l, _ := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"})
+	st, _ := l.Open(h.ctx, []byte(`{}`), []byte(`{}`))
+	restarted := h.worker("o", "w", 1, chat("m")) // same name, new session: a restart
+	var lost *LostError
+	if _, err := st.Recv(h.ctx); !errors.As(err, &lost) {
+		t.Fatalf("old stream = %v", err)
+	}
+	if restarted.id != w.id {
+		t.Fatalf("restart changed the worker id: %s -> %s", w.id, restarted.id)
+	}
+	if h.ev.find(api.EventReplaced, false) == nil {
+		t.Fatal("no replaced event")
+	}
+	l.Release(Neutral)
+	if n := len(h.f.Workers("o")); n != 1 {
+		t.Fatalf("%d workers listed after a restart", n)
+	}
+}
+
+func TestDrainingTakesNothingNew(t *testing.T) {
+	h := newHarness(t, Config{})
+	w := h.worker("o", "w", 1, chat("m"))
+	w.sess.SendControl(link.TypeGoAway, nil)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"})
+		if status(err) == 503 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("draining worker still takes requests: %v", err)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	_ = w.conn.Close()
+	h.waitStatus(w.id, "o", func(s string) bool { return s == api.StatusOffline })
+}
+
+func TestWorkerIDIsStable(t *testing.T) {
+	if WorkerID("o", "gpu-1") != WorkerID("o", "gpu-1") || WorkerID("o", "gpu-1") == WorkerID("p", "gpu-1") {
+		t.Fatal("worker ids must depend on org and name only")
+	}
+}
+
+func TestRefusesBadHello(t *testing.T) {
+	h := newHarness(t, Config{})
+	tests := []api.Hello{
+		{Protocol: 99, Name: "w", SessionID: "s", MaxConcurrent: 1},
+		{Protocol: Protocol, Name: "", SessionID: "s", MaxConcurrent: 1},
+		{Protocol: Protocol, Name: "w", SessionID: "", MaxConcurrent: 1},
+		{Protocol: Protocol, Name: "w", SessionID: "s", MaxConcurrent: 0},
+	}
+	for _, hello := range tests {
+		gc, wc := linktest.Pipe()
+		if err := h.f.Connect(h.ctx, "o", hello, gc); err == nil {
+			t.Errorf("hello %+v accepted", hello)
+		}
+		msg, _ := wc.ReadMessage()
+		f, _, _ := link.DecodeFrame(msg)
+		var w api.Welcome
+		if json.Unmarshal(f.Payload, &w) != nil || w.Error == "" {
+			t.Errorf("refusal carries no reason: %s", f.Payload)
+		}
+	}
+}

@@ -1,0 +1,81 @@
+package fleet
+
+import (
+	"cmp"
+	"slices"
+	"time"
+
+	"github.com/svc-dev/svc/internal/api"
+)
+
+// Workers lists an organisation's workers, connected and recently
+// disconnected, by name.
+func (f *Fleet) Workers(orgID string) []api.Worker {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	o := f.orgs[orgID]
+	if o == nil {
+		return []api.Worker{}
+	}
+	now := f.cfg.Now()
+	pinned := map[string]int{}
+	for _, q := range o.queues {
+		for e := q.l.Front(); e != nil; e = e.Next() {
+			if p := e.Value.(*waiter).need.Pin; p != "" {
+				pinned[p]++
+			}
+		}
+	}
+	out := make([]api.Worker, 0, len(o.workers))
+	for _, w := range o.workers {
+		out = append(out, f.viewLocked(w, now, pinned[w.id]))
+	}
+	slices.SortFunc(out, func(a, b api.Worker) int {
+		return cmp.Or(cmp.Compare(a.WorkerName, b.WorkerName), cmp.Compare(a.WorkerID, b.WorkerID))
+	})
+	return out
+}
+
+func (f *Fleet) viewLocked(w *worker, now time.Time, pinned int) api.Worker {
+	v := api.Worker{
+		WorkerID: w.id, WorkerName: w.name, Status: f.statusLocked(w, now), Version: w.version,
+		Models: slices.Clone(w.models), ActiveTasks: w.active, QueueDepth: pinned + w.heartbeat.QueueDepth,
+		MaxConcurrent: w.maxConcurrent, LastSeenSecondsAgo: int(now.Sub(w.lastSeen) / time.Second),
+		Power: w.heartbeat.Power, Draining: w.draining, Engines: w.engines,
+	}
+	if v.Models == nil {
+		v.Models = []api.Model{}
+	}
+	for _, e := range w.engines {
+		v.Simulated = v.Simulated || e.Simulated
+	}
+	if !w.offlineSince.IsZero() {
+		t := w.offlineSince.UTC()
+		v.OfflineSince = &t
+	} else {
+		t := w.connectedAt.UTC()
+		v.ConnectedAt = &t
+	}
+	return v
+}
+
+// Models lists the models the organisation's connected workers serve,
+// once each, with the metadata of the first worker (by name) serving it.
+func (f *Fleet) Models(orgID string) []api.Model {
+	ws := f.Workers(orgID)
+	seen := map[string]bool{}
+	out := []api.Model{}
+	for _, w := range ws {
+		if w.OfflineSince != nil {
+			continue
+		}
+		for _, m := range w.Models {
+			if !seen[m.ID] {
+				seen[m.ID] = true
+				out = append(out, m)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b api.Model) int { return cmp.Compare(a.ID, b.ID) })
+	return out
+}
