@@ -1,0 +1,346 @@
+// Package ollama is the worker's adapter for Ollama over its native API
+// (/api/chat, /api/embed, /api/tags, /api/show, /api/ps, /api/pull). It
+// translates OpenAI-format requests to Ollama's own and the answers back,
+// so that the gateway sees the same shapes whatever engine a worker runs.
+//
+// The native API rather than Ollama's /v1 is used because only it reports
+// load and evaluation timings, model capabilities and loaded state.
+package ollama
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/engine"
+)
+
+// Kind is the engine kind this adapter reports.
+const Kind = "ollama"
+
+const (
+	// maxErrorBody bounds what is read of an error answer.
+	maxErrorBody = 1 << 20
+	// maxLine bounds one NDJSON line or one whole JSON answer: a line
+	// carries a few tokens, but a non-streamed reply or an embeddings
+	// batch is one object.
+	maxLine = 16 << 20
+)
+
+// Config configures an Engine.
+type Config struct {
+	// BaseURL is Ollama's address, e.g. http://127.0.0.1:11434.
+	BaseURL string
+	// HTTPClient is optional. The default has no overall Timeout: the
+	// request context bounds every call, and generations run long.
+	HTTPClient *http.Client
+	// Now is an optional clock, for the "created" fields.
+	Now func() time.Time
+}
+
+// Engine talks to one Ollama server. It is safe for concurrent use.
+type Engine struct {
+	base   string
+	client *http.Client
+	now    func() time.Time
+
+	mu sync.Mutex
+	// shows caches /api/show per model name; an entry is reused while the
+	// model's digest is unchanged.
+	shows map[string]showEntry
+	// loaded is the set of models Ollama holds in memory, as of the last
+	// /api/ps plus the models served since: each maps to 0 when /api/ps
+	// listed it, else to the serve that marked it (a count from marks).
+	// loadedKnown is false until the first /api/ps: before it, cold
+	// starts cannot be told apart.
+	loaded      map[string]uint64
+	marks       uint64
+	loadedKnown bool
+}
+
+var (
+	_ engine.Engine    = (*Engine)(nil)
+	_ engine.Installer = (*Engine)(nil)
+	_ engine.Info      = (*Engine)(nil)
+)
+
+// New returns an adapter for the Ollama server at cfg.BaseURL.
+func New(cfg Config) (*Engine, error) {
+	base := strings.TrimRight(strings.TrimSpace(cfg.BaseURL), "/")
+	u, err := url.Parse(base)
+	if err != nil {
+		return nil, fmt.Errorf("ollama: base URL: %w", err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("ollama: base URL %q: want http(s)://host[:port]", cfg.BaseURL)
+	}
+	e := &Engine{
+		base:   base,
+		client: cfg.HTTPClient,
+		now:    cfg.Now,
+		shows:  make(map[string]showEntry),
+		loaded: make(map[string]uint64),
+	}
+	if e.client == nil {
+		e.client = defaultClient()
+	}
+	if e.now == nil {
+		e.now = time.Now
+	}
+	return e, nil
+}
+
+// defaultClient connects directly (no proxy from the environment: Ollama
+// runs on this host or its LAN) and keeps enough idle connections for
+// Ollama's parallel slots.
+func defaultClient() *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.Proxy = nil
+	t.DialContext = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	t.MaxIdleConns = 64
+	t.MaxIdleConnsPerHost = 64
+	t.IdleConnTimeout = 90 * time.Second
+	return &http.Client{Transport: t}
+}
+
+// Kind returns "ollama".
+func (e *Engine) Kind() string { return Kind }
+
+// Info describes the engine for the worker's hello.
+func (e *Engine) Info() api.EngineInfo { return api.EngineInfo{Kind: Kind, URL: e.base} }
+
+// Serve runs one chat or embeddings request.
+func (e *Engine) Serve(ctx context.Context, req *engine.Request, sink engine.Sink) *api.Result {
+	switch req.Kind {
+	case api.KindChat:
+		return e.chat(ctx, req, sink)
+	case api.KindEmbeddings:
+		return e.embed(ctx, req, sink)
+	}
+	return engine.Failure(http.StatusNotImplemented, api.TypeNotSupported,
+		fmt.Sprintf("the Ollama engine does not serve %q requests", req.Kind))
+}
+
+// send makes one call to Ollama with in as the JSON body (nil for none).
+// An error means no response arrived; the caller checks the status.
+func (e *Engine) send(ctx context.Context, method, path string, in any) (*http.Response, error) {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return nil, fmt.Errorf("encode %s: %w", path, err)
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, e.base+path, body)
+	if err != nil {
+		return nil, err
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json, application/x-ndjson")
+	return e.client.Do(req)
+}
+
+// call makes a call whose answer is one JSON object, decoded into out.
+func (e *Engine) call(ctx context.Context, method, path string, in, out any) error {
+	resp, err := e.send(ctx, method, path, in)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 400 {
+		return statusError(resp)
+	}
+	b, err := readAll(resp.Body, maxLine)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", path, err)
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		return fmt.Errorf("decode %s: %w", path, err)
+	}
+	return nil
+}
+
+// statusError reads an error answer into a Go error, for the calls whose
+// failures are not a client's Result (models, pull).
+func statusError(resp *http.Response) error {
+	b := readError(resp.Body)
+	var v struct {
+		Error string `json:"error"`
+	}
+	msg := strings.TrimSpace(string(b))
+	if json.Unmarshal(b, &v) == nil && v.Error != "" {
+		msg = v.Error
+	}
+	if msg == "" {
+		msg = http.StatusText(resp.StatusCode)
+	}
+	return fmt.Errorf("ollama answered %d: %s", resp.StatusCode, msg)
+}
+
+// readError reads at most maxErrorBody of an error answer; a failure to
+// read leaves what arrived, which is all ErrorResult needs.
+func readError(r io.Reader) []byte {
+	b, _ := io.ReadAll(io.LimitReader(r, maxErrorBody))
+	return b
+}
+
+var errTooLarge = errors.New("answer too large")
+
+// readAll reads r whole, failing beyond limit bytes rather than
+// truncating JSON into something misleading.
+func readAll(r io.Reader, limit int64) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, errTooLarge
+	}
+	return b, nil
+}
+
+// lines returns a scanner over NDJSON whose lines may be up to maxLine.
+func lines(r io.Reader) *bufio.Scanner {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), maxLine)
+	return sc
+}
+
+// hasError reports whether an NDJSON line carries an "error" member.
+func hasError(raw json.RawMessage) bool {
+	return len(raw) > 0 && string(raw) != "null" && string(raw) != `""`
+}
+
+// errorText is the message of an "error" member, which Ollama sends as a
+// string.
+func errorText(raw json.RawMessage) string {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	return string(raw)
+}
+
+// errorResult is engine.ErrorResult plus Ollama's own wording for a model
+// too big for the host ("model requires more system memory (…) than is
+// available (…)"), which is out-of-memory too.
+func errorResult(status int, body []byte) *api.Result {
+	r := engine.ErrorResult(status, body)
+	if r.Status != http.StatusInsufficientStorage &&
+		strings.Contains(strings.ToLower(r.Error.Message), "requires more system memory") {
+		r.Status, r.Error.Type, r.Retryable = http.StatusInsufficientStorage, api.TypeInsufficientMemory, false
+	}
+	return r
+}
+
+// badAnswer is the result of an answer the adapter cannot read: a
+// retryable 502, as another worker's Ollama may well do better.
+func badAnswer(err error) *api.Result {
+	return engine.ErrorResult(http.StatusBadGateway, []byte("unreadable answer from Ollama: "+err.Error()))
+}
+
+// marshal encodes v as JSON without escaping <, > and &, which model
+// output is full of ("<think>", code) and OpenAI sends as is.
+func marshal(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+// newID returns a random identifier for completions and tool calls.
+func newID(prefix string) string { return prefix + rand.Text() }
+
+// modelKey normalises a model name the way Ollama does, so "llama3" and
+// "llama3:latest" are the same model in the loaded set.
+func modelKey(name string) string {
+	name = strings.ToLower(strings.TrimSpace(name))
+	if !strings.Contains(name[strings.LastIndex(name, "/")+1:], ":") {
+		name += ":latest"
+	}
+	return name
+}
+
+// loadState is what the adapter knew about a model before a request.
+type loadState struct{ loaded, known bool }
+
+func (e *Engine) loadState(model string) loadState {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	_, loaded := e.loaded[modelKey(model)]
+	return loadState{loaded: loaded, known: e.loadedKnown}
+}
+
+// markLoaded records that Ollama holds model now: it has just served it.
+func (e *Engine) markLoaded(model string) {
+	e.mu.Lock()
+	e.marks++
+	e.loaded[modelKey(model)] = e.marks
+	e.mu.Unlock()
+}
+
+// lastMark is taken before asking /api/ps, for setLoaded.
+func (e *Engine) lastMark() uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.marks
+}
+
+// setLoaded replaces the loaded set with what /api/ps reported. Models
+// served after since stay: the answer may predate their load.
+func (e *Engine) setLoaded(names map[string]bool, since uint64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	loaded := make(map[string]uint64, len(names))
+	for n := range names {
+		loaded[n] = 0
+	}
+	for n, mark := range e.loaded {
+		if mark > since {
+			loaded[n] = mark
+		}
+	}
+	e.loaded = loaded
+	e.loadedKnown = true
+}
+
+// timing turns Ollama's nanosecond counters into the Result's timing.
+// Ollama reports a small load_duration even for a model already in memory,
+// so the load counts as a cold start only when the model was known not to
+// be loaded before the request.
+func timing(before loadState, loadNs, promptNs int64, evalCount int, evalNs int64) api.Timing {
+	var t api.Timing
+	if promptNs > 0 {
+		t.TTFTMs = ptr(ms(promptNs))
+	}
+	if evalCount > 0 && evalNs > 0 {
+		t.TokensPerSecond = ptr(float64(evalCount) / (float64(evalNs) / 1e9))
+	}
+	if before.known && !before.loaded && loadNs > 0 {
+		t.ModelLoadMs = ptr(ms(loadNs))
+		t.ColdStart = ptr(true)
+	}
+	return t
+}
+
+func ms(ns int64) float64 { return float64(ns) / 1e6 }
+
+func ptr[T any](v T) *T { return &v }
