@@ -21,12 +21,29 @@ type attachment struct {
 	spare  [][]byte // written batches, reused
 	closed bool
 	wake   chan struct{}
-	done   chan struct{}
-	once   sync.Once
+	// stop tells the writer to return; done is closed once the reader and
+	// writer have both returned and the connection is closed, so whoever
+	// owns the connection (a hijacked HTTP request) may release it then.
+	stop  chan struct{}
+	done  chan struct{}
+	loops sync.WaitGroup
+	once  sync.Once
 }
 
 func newAttachment(conn Conn) *attachment {
-	return &attachment{conn: conn, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	return &attachment{conn: conn, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+}
+
+// run starts the reader and writer; done closes when both have returned.
+func (a *attachment) run(read, write func()) {
+	a.loops.Add(2)
+	go func() { defer a.loops.Done(); read() }()
+	go func() { defer a.loops.Done(); write() }()
+	go func() {
+		a.loops.Wait()
+		a.close()
+		close(a.done)
+	}()
 }
 
 // enqueue encodes f, acknowledging ack, at the end of the queue.
@@ -82,7 +99,7 @@ func (a *attachment) next() ([]byte, bool) {
 		a.mu.Unlock()
 		select {
 		case <-a.wake:
-		case <-a.done:
+		case <-a.stop:
 		}
 	}
 }
@@ -99,14 +116,14 @@ func (a *attachment) recycle(b []byte) {
 	a.mu.Unlock()
 }
 
-// close stops the writer and closes the connection.
+// close stops the writer and closes the connection, which ends the reader.
 func (a *attachment) close() {
 	a.once.Do(func() {
 		a.mu.Lock()
 		a.closed = true
 		a.full, a.cur, a.spare = nil, nil, nil
 		a.mu.Unlock()
-		close(a.done)
+		close(a.stop)
 		_ = a.conn.Close()
 	})
 }

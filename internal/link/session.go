@@ -149,8 +149,7 @@ func (s *Session) Attach(conn Conn, peer []api.StreamSeq) (<-chan struct{}, erro
 		}
 	}
 	s.att = a
-	go s.writeLoop(a)
-	go s.readLoop(a)
+	a.run(func() { s.readLoop(a) }, func() { s.writeLoop(a) })
 	return a.done, nil
 }
 
