@@ -1,0 +1,112 @@
+package sim
+
+import (
+	"testing"
+	"time"
+)
+
+func TestParseOptions(t *testing.T) {
+	tests := []struct {
+		name    string
+		in      string
+		want    Config
+		wantErr bool
+	}{
+		{name: "empty is defaults", in: "", want: DefaultConfig()},
+		{name: "full", in: "tps=200,ttft=20ms,latency=0,load=1500ms,timings=1", want: Config{
+			TokensPerSecond: 200, TTFT: 20 * time.Millisecond, LoadTime: 1500 * time.Millisecond, LlamaTimings: true,
+		}},
+		{name: "bare numbers are milliseconds", in: "ttft=5, latency=2.5", want: Config{
+			TokensPerSecond: 100, TTFT: 5 * time.Millisecond, Latency: 2500 * time.Microsecond, LoadTime: 1500 * time.Millisecond,
+		}},
+		{name: "fast", in: "tps=0,ttft=0,load=0", want: Config{}},
+		{name: "reasoning field", in: "reasoning_field=reasoning,timings=off", want: Config{
+			TokensPerSecond: 100, TTFT: 30 * time.Millisecond, LoadTime: 1500 * time.Millisecond, ReasoningField: "reasoning",
+		}},
+		{name: "trailing comma", in: "tps=5,", want: Config{TokensPerSecond: 5, TTFT: 30 * time.Millisecond, LoadTime: 1500 * time.Millisecond}},
+		{name: "unknown key", in: "speed=3", wantErr: true},
+		{name: "no value", in: "tps", wantErr: true},
+		{name: "negative rate", in: "tps=-1", wantErr: true},
+		{name: "nan rate", in: "tps=NaN", wantErr: true},
+		{name: "bad duration", in: "ttft=soon", wantErr: true},
+		{name: "negative duration", in: "latency=-5ms", wantErr: true},
+		{name: "bad bool", in: "timings=maybe", wantErr: true},
+		{name: "empty reasoning field", in: "reasoning_field=", wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseOptions(tt.in)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("ParseOptions(%q) error = %v, wantErr %v", tt.in, err, tt.wantErr)
+			}
+			if err != nil {
+				return
+			}
+			if got.TokensPerSecond != tt.want.TokensPerSecond || got.TTFT != tt.want.TTFT || got.Latency != tt.want.Latency ||
+				got.LoadTime != tt.want.LoadTime || got.LlamaTimings != tt.want.LlamaTimings || got.ReasoningField != tt.want.ReasoningField {
+				t.Fatalf("ParseOptions(%q) = %+v, want %+v", tt.in, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestDefaultModels(t *testing.T) {
+	e := New(Config{})
+	models, err := e.Models(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]struct {
+		ctx      int
+		caps     []string
+		thinking *bool
+	}{
+		"sim-chat":     {8192, []string{"chat", "tools"}, nil},
+		"sim-reasoner": {32768, []string{"chat", "reasoning", "thinking_budget", "tools"}, ptr(true)},
+		"sim-small":    {4096, []string{"chat", "reasoning"}, ptr(false)},
+		"sim-spec":     {8192, []string{"chat"}, nil},
+		"sim-cold":     {8192, []string{"chat"}, nil},
+		"sim-embed":    {512, []string{"embeddings"}, nil},
+	}
+	if len(models) != len(want) {
+		t.Fatalf("got %d models, want %d", len(models), len(want))
+	}
+	for _, m := range models {
+		w, ok := want[m.ID]
+		if !ok {
+			t.Fatalf("unexpected model %q", m.ID)
+		}
+		if m.ContextWindow != w.ctx || !equalStrings(m.Capabilities, w.caps) || m.Engine != "sim" || !m.Simulated || m.Loaded == nil {
+			t.Errorf("%s = %+v", m.ID, m)
+		}
+		if (m.DefaultThinking == nil) != (w.thinking == nil) || (m.DefaultThinking != nil && *m.DefaultThinking != *w.thinking) {
+			t.Errorf("%s default_thinking = %v, want %v", m.ID, m.DefaultThinking, w.thinking)
+		}
+	}
+	if models[0].SamplingDefaults["temperature"] != 0.7 || models[0].SamplingDefaults["top_p"] != 0.9 {
+		t.Errorf("sim-chat sampling defaults = %v", models[0].SamplingDefaults)
+	}
+	// The listing is a copy: changing it must not change the engine.
+	models[0].Capabilities[0] = "changed"
+	again, _ := e.Models(t.Context())
+	if again[0].Capabilities[0] != "chat" {
+		t.Fatal("Models returned the engine's own slice")
+	}
+	if e.Kind() != "sim" || e.Info().Kind != "sim" || !e.Info().Simulated {
+		t.Fatalf("Kind/Info = %q %+v", e.Kind(), e.Info())
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func equalStrings(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,176 @@
+package sim
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// directivePrefix starts a directive line in the last user message:
+//
+//	sim: tokens=200 reasoning=40 tps=50 ttft=100ms slow=5ms
+//	sim: tool=get_weather
+//	sim: json=1            (or json=broken)
+//	sim: fail=503          (or fail=cut after=10, fail=500 after=3)
+//	sim: hang=1
+//
+// Keys the simulator does not know are ignored, so that tests written for
+// a newer simulator still run; a known key with a bad value is an error.
+const directivePrefix = "sim:"
+
+// maxDirectiveCount bounds numeric directives; nothing the simulator does
+// needs more, and it keeps arithmetic on them far from overflow.
+const maxDirectiveCount = 1 << 24
+
+// directives are the test controls found in a request.
+type directives struct {
+	tokens    *int           // content tokens to generate
+	reasoning *int           // reasoning tokens to generate
+	tps       *float64       // decode rate for this request
+	ttft      *time.Duration // time to first token for this request
+	slow      time.Duration  // extra delay per token
+	tool      string         // force a call of this tool
+	json      string         // "" (request decides), "1" or "broken"
+	failCode  int            // HTTP status to fail with; 0 = none
+	cut       bool           // break the connection off (fail=cut)
+	after     int            // tokens to emit before fail/cut
+	hang      bool           // produce nothing until cancelled
+}
+
+// failing reports whether the request is scripted to fail or break off.
+func (d *directives) failing() bool { return d.failCode != 0 || d.cut }
+
+// parseDirectives reads every directive line of text. Later lines and
+// later keys override earlier ones.
+func parseDirectives(text string) (directives, error) {
+	var d directives
+	for line := range strings.Lines(text) {
+		line = strings.TrimSpace(line)
+		rest, ok := strings.CutPrefix(line, directivePrefix)
+		if !ok {
+			continue
+		}
+		for _, item := range strings.Fields(rest) {
+			key, val, ok := strings.Cut(item, "=")
+			if !ok {
+				continue // not key=value: not a directive item
+			}
+			if err := d.set(key, val); err != nil {
+				return directives{}, fmt.Errorf("sim directive %s: %w", key, err)
+			}
+		}
+	}
+	return d, nil
+}
+
+// set applies one key=value item.
+func (d *directives) set(key, val string) error {
+	switch key {
+	case "tokens":
+		n, err := parseCount(val)
+		if err != nil {
+			return err
+		}
+		d.tokens = &n
+	case "reasoning":
+		n, err := parseCount(val)
+		if err != nil {
+			return err
+		}
+		d.reasoning = &n
+	case "after":
+		n, err := parseCount(val)
+		if err != nil {
+			return err
+		}
+		d.after = n
+	case "tps":
+		f, err := parseRate(val)
+		if err != nil {
+			return err
+		}
+		d.tps = &f
+	case "ttft":
+		t, err := parseDuration(val)
+		if err != nil {
+			return err
+		}
+		d.ttft = &t
+	case "slow":
+		t, err := parseDuration(val)
+		if err != nil {
+			return err
+		}
+		d.slow = t
+	case "tool":
+		if val == "" {
+			return fmt.Errorf("empty tool name")
+		}
+		d.tool = val
+	case "json":
+		switch strings.ToLower(val) {
+		case "broken":
+			d.json = "broken"
+		default:
+			on, err := parseBool(val)
+			if err != nil {
+				return fmt.Errorf("want 1, 0 or broken, got %q", val)
+			}
+			d.json = ""
+			if on {
+				d.json = "1"
+			}
+		}
+	case "fail":
+		if strings.EqualFold(val, "cut") {
+			d.cut, d.failCode = true, 0
+			return nil
+		}
+		code, err := strconv.Atoi(val)
+		if err != nil || code < 400 || code > 599 {
+			return fmt.Errorf("want an HTTP status 400-599 or cut, got %q", val)
+		}
+		d.failCode, d.cut = code, false
+	case "hang":
+		on, err := parseBool(val)
+		if err != nil {
+			return err
+		}
+		d.hang = on
+	}
+	return nil
+}
+
+// parseCount reads a token count.
+func parseCount(s string) (int, error) {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return 0, fmt.Errorf("not a whole number: %q", s)
+	}
+	if n < 0 || n > maxDirectiveCount {
+		return 0, fmt.Errorf("%d out of range 0-%d", n, maxDirectiveCount)
+	}
+	return n, nil
+}
+
+// effectiveRate is the decode rate a request runs at, given the engine's
+// rate and the request's directives, as tokens per second and as the time
+// between tokens; both zero when it runs unpaced.
+func (d *directives) effectiveRate(base float64) (float64, time.Duration) {
+	tps := base
+	if d.tps != nil {
+		tps = *d.tps
+	}
+	// Clamp so absurd directives cannot overflow the arithmetic below.
+	const maxInterval = time.Hour
+	var interval time.Duration
+	if tps > 0 {
+		interval = time.Duration(min(float64(time.Second)/tps, float64(maxInterval)))
+	}
+	interval = min(interval+min(d.slow, maxInterval), maxInterval)
+	if interval <= 0 {
+		return 0, 0
+	}
+	return float64(time.Second) / float64(interval), interval
+}

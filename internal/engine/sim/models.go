@@ -1,0 +1,142 @@
+package sim
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/svc-dev/svc/internal/api"
+)
+
+// model is a served model and, for cold models, whether it is in memory.
+type model struct {
+	spec ModelSpec
+
+	mu       sync.Mutex
+	lastUsed time.Time     // zero until the first load finishes
+	loading  chan struct{} // non-nil while a load runs; closed when it ends
+}
+
+// loaded reports whether a cold model is in memory at now. Warm models
+// always are.
+func (m *model) loaded(now time.Time) bool {
+	if !m.spec.Cold {
+		return true
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.warmLocked(now)
+}
+
+func (m *model) warmLocked(now time.Time) bool {
+	return !m.lastUsed.IsZero() && now.Sub(m.lastUsed) < ColdIdle
+}
+
+// acquire makes sure the model is loaded before a request uses it. It
+// returns how long this request waited for a load (0 when warm) and
+// whether it was a cold start. Concurrent requests share one load, as a
+// real engine does, and each reports the wait it saw.
+func (m *model) acquire(ctx context.Context, cfg *Config) (time.Duration, bool, error) {
+	if !m.spec.Cold {
+		return 0, false, nil
+	}
+	start := cfg.Now()
+	for {
+		m.mu.Lock()
+		if m.warmLocked(cfg.Now()) {
+			m.lastUsed = cfg.Now()
+			m.mu.Unlock()
+			return 0, false, nil
+		}
+		if ch := m.loading; ch != nil {
+			// Someone else is loading: wait for it, then look again
+			// (the load may have been cancelled).
+			m.mu.Unlock()
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				return 0, false, ctx.Err()
+			}
+			if m.loaded(cfg.Now()) {
+				return cfg.Now().Sub(start), true, nil
+			}
+			continue
+		}
+		ch := make(chan struct{})
+		m.loading = ch
+		m.mu.Unlock()
+
+		err := cfg.Sleep(ctx, cfg.LoadTime)
+		m.mu.Lock()
+		m.loading = nil
+		if err == nil {
+			m.lastUsed = cfg.Now()
+		}
+		m.mu.Unlock()
+		close(ch)
+		if err != nil {
+			return 0, false, err
+		}
+		return cfg.LoadTime, true, nil
+	}
+}
+
+// touch records use at the end of a request, so that the idle time of a
+// cold model counts from the last activity.
+func (m *model) touch(now time.Time) {
+	if !m.spec.Cold {
+		return
+	}
+	m.mu.Lock()
+	if !m.lastUsed.IsZero() {
+		m.lastUsed = now
+	}
+	m.mu.Unlock()
+}
+
+// listing is the model as the models list shows it now.
+func (m *model) listing(now time.Time) api.Model {
+	out := m.spec.Model
+	out.Capabilities = slices.Clone(m.spec.Capabilities)
+	if m.spec.SamplingDefaults != nil {
+		out.SamplingDefaults = make(map[string]float64, len(m.spec.SamplingDefaults))
+		for k, v := range m.spec.SamplingDefaults {
+			out.SamplingDefaults[k] = v
+		}
+	}
+	if m.spec.DefaultThinking != nil {
+		v := *m.spec.DefaultThinking
+		out.DefaultThinking = &v
+	}
+	out.Engine = engineKind
+	out.Simulated = true
+	loaded := m.loaded(now)
+	out.Loaded = &loaded
+	return out
+}
+
+// catalog is the fixed set of models a simulator serves. The map is built
+// once and only read afterwards; per-model state has its own lock.
+type catalog struct {
+	order []*model
+	byID  map[string]*model
+}
+
+func newCatalog(specs []ModelSpec) *catalog {
+	c := &catalog{byID: make(map[string]*model, len(specs))}
+	for _, s := range specs {
+		if _, dup := c.byID[s.ID]; dup || s.ID == "" {
+			continue // first definition wins
+		}
+		m := &model{spec: s}
+		c.order = append(c.order, m)
+		c.byID[s.ID] = m
+	}
+	return c
+}
+
+func (c *catalog) lookup(id string) (*model, bool) {
+	m, ok := c.byID[id]
+	return m, ok
+}

@@ -1,0 +1,319 @@
+package sim
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+)
+
+// chatRequest is the part of an OpenAI chat-completions request the
+// simulator reads. Everything else is accepted and ignored, as a real
+// engine ignores sampling switches it does not have.
+type chatRequest struct {
+	Model               string          `json:"model"`
+	Messages            []message       `json:"messages"`
+	Stream              bool            `json:"stream"`
+	StreamOptions       *streamOptions  `json:"stream_options"`
+	MaxTokens           *int            `json:"max_tokens"`
+	MaxCompletionTokens *int            `json:"max_completion_tokens"`
+	Seed                *int64          `json:"seed"`
+	Stop                json.RawMessage `json:"stop"`
+	Tools               []tool          `json:"tools"`
+	ToolChoice          json.RawMessage `json:"tool_choice"`
+	ResponseFormat      *responseFormat `json:"response_format"`
+	ReasoningEffort     string          `json:"reasoning_effort"`
+	Reasoning           *reasoningOpts  `json:"reasoning"`
+	EnableThinking      *bool           `json:"enable_thinking"`
+	ChatTemplateKwargs  *struct {
+		EnableThinking *bool `json:"enable_thinking"`
+	} `json:"chat_template_kwargs"`
+
+	// messagesJSON is the compacted messages array, hashed for the seed.
+	messagesJSON []byte
+}
+
+type streamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
+}
+
+type reasoningOpts struct {
+	Effort    string `json:"effort"`
+	MaxTokens *int   `json:"max_tokens"`
+}
+
+type message struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+type tool struct {
+	Type     string `json:"type"`
+	Function struct {
+		Name       string          `json:"name"`
+		Parameters json.RawMessage `json:"parameters"`
+	} `json:"function"`
+}
+
+type responseFormat struct {
+	Type       string `json:"type"`
+	JSONSchema *struct {
+		Name   string          `json:"name"`
+		Strict bool            `json:"strict"`
+		Schema json.RawMessage `json:"schema"`
+	} `json:"json_schema"`
+}
+
+// parseChatRequest decodes and checks a chat request body.
+func parseChatRequest(body []byte) (*chatRequest, error) {
+	var req chatRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		return nil, fmt.Errorf("invalid JSON body: %w", err)
+	}
+	if len(req.Messages) == 0 {
+		return nil, fmt.Errorf("messages: at least one message is required")
+	}
+	for _, p := range []struct {
+		name string
+		v    *int
+	}{{"max_tokens", req.MaxTokens}, {"max_completion_tokens", req.MaxCompletionTokens}} {
+		if p.v != nil && *p.v < 1 {
+			return nil, fmt.Errorf("%s: must be at least 1, got %d", p.name, *p.v)
+		}
+	}
+	if req.Reasoning != nil && req.Reasoning.MaxTokens != nil && *req.Reasoning.MaxTokens < 0 {
+		return nil, fmt.Errorf("reasoning.max_tokens: must be 0 or more, got %d", *req.Reasoning.MaxTokens)
+	}
+	if _, err := req.stopSequences(); err != nil {
+		return nil, err
+	}
+	// Hash the messages independently of the client's whitespace.
+	var raw struct {
+		Messages json.RawMessage `json:"messages"`
+	}
+	if err := json.Unmarshal(body, &raw); err != nil {
+		return nil, fmt.Errorf("invalid JSON body: %w", err)
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, raw.Messages); err != nil {
+		return nil, fmt.Errorf("messages: %w", err)
+	}
+	req.messagesJSON = buf.Bytes()
+	return &req, nil
+}
+
+// text is the text of a message: a string content, or its text parts
+// joined by newlines. Images and files carry no text the simulator reads.
+func (m *message) text() string {
+	if len(m.Content) == 0 {
+		return ""
+	}
+	var s string
+	if json.Unmarshal(m.Content, &s) == nil {
+		return s
+	}
+	var parts []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	if json.Unmarshal(m.Content, &parts) != nil {
+		return ""
+	}
+	var texts []string
+	for _, p := range parts {
+		if p.Type == "text" || (p.Type == "" && p.Text != "") {
+			texts = append(texts, p.Text)
+		}
+	}
+	return strings.Join(texts, "\n")
+}
+
+// promptTokens estimates the prompt length at about four characters a
+// token, as a rough stand-in for a tokenizer.
+func (r *chatRequest) promptTokens() int {
+	n := 0
+	for i := range r.Messages {
+		n += len(r.Messages[i].text())
+	}
+	return max(1, (n+3)/4)
+}
+
+// lastUserText is the text of the last user message, where directives live.
+func (r *chatRequest) lastUserText() string {
+	for i := len(r.Messages) - 1; i >= 0; i-- {
+		if r.Messages[i].Role == "user" {
+			return r.Messages[i].text()
+		}
+	}
+	return ""
+}
+
+// maxTokens is the requested output cap; max_completion_tokens wins.
+func (r *chatRequest) maxTokens() (int, bool) {
+	switch {
+	case r.MaxCompletionTokens != nil:
+		return *r.MaxCompletionTokens, true
+	case r.MaxTokens != nil:
+		return *r.MaxTokens, true
+	}
+	return 0, false
+}
+
+// stopSequences reads stop as a string or an array of strings.
+func (r *chatRequest) stopSequences() ([]string, error) {
+	if len(r.Stop) == 0 || string(r.Stop) == "null" {
+		return nil, nil
+	}
+	var one string
+	if json.Unmarshal(r.Stop, &one) == nil {
+		if one == "" {
+			return nil, nil
+		}
+		return []string{one}, nil
+	}
+	var many []string
+	if err := json.Unmarshal(r.Stop, &many); err != nil {
+		return nil, fmt.Errorf("stop: want a string or an array of strings")
+	}
+	out := many[:0:0]
+	for _, s := range many {
+		if s != "" {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+// thinking decides whether a reasoning model thinks and at which effort.
+// Any request switch that turns thinking off wins over one that turns it
+// on; with neither, the model's default applies.
+func (r *chatRequest) thinking(def bool) (on bool, effort string) {
+	var offs, ons int
+	vote := func(v bool) {
+		if v {
+			ons++
+		} else {
+			offs++
+		}
+	}
+	for _, e := range []string{r.ReasoningEffort, r.reasoningEffort()} {
+		switch strings.ToLower(e) {
+		case "":
+		case "none", "minimal":
+			vote(false)
+		case "low", "medium", "high":
+			vote(true)
+			effort = strings.ToLower(e)
+		case "xhigh", "max":
+			vote(true)
+			effort = "high"
+		}
+	}
+	if r.EnableThinking != nil {
+		vote(*r.EnableThinking)
+	}
+	if r.ChatTemplateKwargs != nil && r.ChatTemplateKwargs.EnableThinking != nil {
+		vote(*r.ChatTemplateKwargs.EnableThinking)
+	}
+	if r.Reasoning != nil && r.Reasoning.MaxTokens != nil && *r.Reasoning.MaxTokens == 0 {
+		vote(false)
+	}
+	switch {
+	case offs > 0:
+		return false, ""
+	case ons > 0:
+		return true, effort
+	}
+	return def, effort
+}
+
+func (r *chatRequest) reasoningEffort() string {
+	if r.Reasoning == nil {
+		return ""
+	}
+	return r.Reasoning.Effort
+}
+
+// thinkingBudget is the request's reasoning.max_tokens when positive.
+func (r *chatRequest) thinkingBudget() (int, bool) {
+	if r.Reasoning == nil || r.Reasoning.MaxTokens == nil || *r.Reasoning.MaxTokens <= 0 {
+		return 0, false
+	}
+	return *r.Reasoning.MaxTokens, true
+}
+
+// explicitOff reports whether the request turned thinking off, which a
+// reasoning= directive must respect.
+func (r *chatRequest) explicitOff() bool {
+	on, _ := r.thinking(true)
+	return !on
+}
+
+// toolToCall is the tool the reply must call, if any: the one tool_choice
+// names, the directive's, or the first tool when tool_choice is
+// "required". tool_choice "none" rules tools out.
+func (r *chatRequest) toolToCall(directive string) (name string, params json.RawMessage, ok bool) {
+	if len(r.Tools) == 0 {
+		return "", nil, false
+	}
+	var choice string
+	var named struct {
+		Function struct {
+			Name string `json:"name"`
+		} `json:"function"`
+	}
+	if json.Unmarshal(r.ToolChoice, &choice) != nil && json.Unmarshal(r.ToolChoice, &named) == nil {
+		choice = named.Function.Name
+		if choice == "" {
+			choice = "auto"
+		}
+	}
+	switch {
+	case choice == "none":
+		return "", nil, false
+	case directive != "":
+		name = directive
+	case choice == "required":
+		name = r.Tools[0].Function.Name
+	case choice != "" && choice != "auto":
+		name = choice
+	default:
+		return "", nil, false
+	}
+	for _, t := range r.Tools {
+		if t.Function.Name == name {
+			return name, t.Function.Parameters, true
+		}
+	}
+	// A directive may name a tool the request lacks, to test how clients
+	// cope with a hallucinated call.
+	return name, nil, true
+}
+
+// jsonMode is the structured-output mode: "" (plain text), "object" or
+// "schema".
+func (r *chatRequest) jsonMode() string {
+	if r.ResponseFormat == nil {
+		return ""
+	}
+	switch r.ResponseFormat.Type {
+	case "json_object":
+		return "object"
+	case "json_schema":
+		return "schema"
+	}
+	return ""
+}
+
+// schema is the requested JSON schema, if any.
+func (r *chatRequest) schema() json.RawMessage {
+	if r.ResponseFormat == nil || r.ResponseFormat.JSONSchema == nil {
+		return nil
+	}
+	return r.ResponseFormat.JSONSchema.Schema
+}
+
+// strictSchema reports whether json_schema.strict was set.
+func (r *chatRequest) strictSchema() bool {
+	return r.ResponseFormat != nil && r.ResponseFormat.JSONSchema != nil && r.ResponseFormat.JSONSchema.Strict
+}
