@@ -1,0 +1,38 @@
+package openai
+
+import (
+	"context"
+	"strings"
+	"testing"
+)
+
+type nopSink struct{}
+
+func (nopSink) Event(context.Context, []byte) error { return nil }
+func (nopSink) Body(context.Context, []byte) error  { return nil }
+
+// BenchmarkStream reads and handles a stream of content chunks, the common
+// case the fast path exists for, and one of reasoning chunks, which are
+// rewritten.
+func BenchmarkStream(b *testing.B) {
+	for name, chunk := range map[string]string{"content": vllmContent1, "reasoning": vllmReasoning} {
+		b.Run(name, func(b *testing.B) {
+			in := strings.Repeat("data: "+chunk+"\n\n", 1000)
+			b.SetBytes(int64(len(in)))
+			b.ReportAllocs()
+			for b.Loop() {
+				s := &stream{sink: nopSink{}}
+				rd := newSSEReader(strings.NewReader(in), maxEvent)
+				for {
+					ev, err := rd.next()
+					if err != nil {
+						break
+					}
+					if _, done := s.event(context.Background(), ev); done {
+						b.Fatal("stream ended")
+					}
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,125 @@
+package openai
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/engine"
+)
+
+const embeddingsPath = "/v1/embeddings"
+
+// chat serves a non-streaming chat request. The body is forwarded as the
+// client sent it.
+func (e *Engine) chat(ctx context.Context, req *engine.Request, sink engine.Sink) *api.Result {
+	resp, res := e.post(ctx, chatPath, req.Body, "application/json")
+	if res != nil {
+		return res
+	}
+	defer resp.Body.Close()
+	b, res := e.readBody(ctx, resp.Body)
+	if res != nil {
+		return res
+	}
+	var st stats
+	out, res := normaliseCompletion(b, &st)
+	if res != nil {
+		return res
+	}
+	if err := sink.Body(ctx, out); err != nil {
+		return engine.Cancelled()
+	}
+	return st.result()
+}
+
+// normaliseCompletion captures usage (which stays in the body: clients
+// read it there), removes llama.cpp timings and vLLM metrics, and mirrors
+// the reasoning fields of each choice's message. A body that needs no
+// change is returned as it came.
+func normaliseCompletion(b []byte, st *stats) ([]byte, *api.Result) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil || m == nil {
+		return nil, invalidResponse(fmt.Errorf("decode completion: %v", err))
+	}
+	choices, hasChoices := m["choices"]
+	if !hasChoices && !isNull(m["error"]) {
+		// An error reported with status 200.
+		return nil, engine.ErrorResult(errorStatus(b), b)
+	}
+	changed, _ := takeStats(m, st, false)
+	st.finish = lastFinishReason(choices)
+	if bytes.Contains(choices, []byte(keyReasoning)) {
+		if c, ok := mirrorChoices(choices, "message"); ok {
+			m["choices"], changed = c, true
+		}
+	}
+	if !changed {
+		return b, nil
+	}
+	return encodeObject(m), nil
+}
+
+// embeddings serves an embeddings request. The response goes to the sink
+// unchanged; only its usage is read.
+func (e *Engine) embeddings(ctx context.Context, req *engine.Request, sink engine.Sink) *api.Result {
+	resp, res := e.post(ctx, embeddingsPath, req.Body, "application/json")
+	if res != nil {
+		return res
+	}
+	defer resp.Body.Close()
+	b, res := e.readBody(ctx, resp.Body)
+	if res != nil {
+		return res
+	}
+	var st stats
+	st.captureUsage(lastValue(b, keyUsage))
+	if err := sink.Body(ctx, b); err != nil {
+		return engine.Cancelled()
+	}
+	return st.result()
+}
+
+// lastValue decodes the value of the last occurrence of quotedKey in b without
+// decoding the rest: an embeddings response is megabytes of floats with
+// usage at the end.
+func lastValue(b []byte, quotedKey string) json.RawMessage {
+	var raw json.RawMessage
+	eachValue(b, quotedKey, func(v []byte) bool {
+		var r json.RawMessage
+		if json.NewDecoder(bytes.NewReader(v)).Decode(&r) == nil {
+			raw = r
+		}
+		return true
+	})
+	return raw
+}
+
+// readBody reads a whole successful response.
+func (e *Engine) readBody(ctx context.Context, body io.Reader) ([]byte, *api.Result) {
+	b, err := readLimited(body, e.maxBody)
+	switch {
+	case errors.Is(err, errTooLarge):
+		return nil, engine.Failure(http.StatusBadGateway, api.TypeUpstream,
+			fmt.Sprintf("response too large: the inference engine's answer exceeds %d bytes", e.maxBody))
+	case err != nil && ctx.Err() != nil:
+		return nil, engine.Cancelled()
+	case err != nil:
+		return nil, engine.Unreachable(fmt.Errorf("read response: %w", err))
+	}
+	return b, nil
+}
+
+// invalidResponse is the result for an answer that is not what the OpenAI
+// API promises. Nothing reached the client, so another worker may do
+// better.
+func invalidResponse(err error) *api.Result {
+	r := engine.Failure(http.StatusBadGateway, api.TypeUpstream, "invalid response from the inference engine: "+err.Error())
+	r.Retryable = true
+	return r
+}

@@ -1,0 +1,138 @@
+package openai
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/svc-dev/svc/internal/api"
+)
+
+// modelEntry is one data[] entry of /v1/models, with the context-window
+// fields each engine uses.
+type modelEntry struct {
+	ID      string `json:"id"`
+	OwnedBy string `json:"owned_by"`
+	// MaxModelLen is vLLM's serving context.
+	MaxModelLen flexInt `json:"max_model_len"`
+	// Meta is llama.cpp's; n_ctx_train is what the model was trained on,
+	// not what the server was started with (see /props).
+	Meta *struct {
+		NCtxTrain flexInt `json:"n_ctx_train"`
+	} `json:"meta"`
+	ContextLength flexInt `json:"context_length"`
+	ContextWindow flexInt `json:"context_window"`
+}
+
+func (m *modelEntry) contextWindow() int {
+	switch {
+	case m.MaxModelLen > 0:
+		return int(m.MaxModelLen)
+	case m.Meta != nil && m.Meta.NCtxTrain > 0:
+		return int(m.Meta.NCtxTrain)
+	case m.ContextLength > 0:
+		return int(m.ContextLength)
+	default:
+		return int(m.ContextWindow)
+	}
+}
+
+// Models lists the models the server has loaded, from GET /v1/models. It
+// also records which engine the server is, from owned_by.
+func (e *Engine) Models(ctx context.Context) ([]api.Model, error) {
+	var list struct {
+		Data []json.RawMessage `json:"data"`
+	}
+	if err := e.getJSON(ctx, "/v1/models", &list); err != nil {
+		return nil, fmt.Errorf("list models: %w", err)
+	}
+	models := make([]api.Model, 0, len(list.Data))
+	fl, llamaCpp := flavourGeneric, 0
+	for _, raw := range list.Data {
+		var entry modelEntry
+		// One odd entry should not hide the others.
+		if json.Unmarshal(raw, &entry) != nil || entry.ID == "" {
+			continue
+		}
+		f := flavourOf(entry.OwnedBy)
+		if fl == flavourGeneric {
+			fl = f
+		}
+		if f == flavourLlamaCpp {
+			llamaCpp++
+		}
+		models = append(models, api.Model{
+			ID:            entry.ID,
+			Capabilities:  capabilities(entry.ID),
+			ContextWindow: entry.contextWindow(),
+			Engine:        "openai",
+		})
+	}
+	e.flavour.Store(uint32(fl))
+	// llama-server's /props has the context it actually serves per slot.
+	// It describes the one loaded model, so it is only used when there is
+	// exactly one: a router serving several would answer for none of them.
+	if llamaCpp == 1 && len(models) == 1 {
+		if n := e.servingContext(ctx); n > 0 {
+			models[0].ContextWindow = n
+		}
+	}
+	return models, nil
+}
+
+// servingContext is llama.cpp's default_generation_settings.n_ctx from
+// /props, or 0 when it cannot be had: the trained context from /v1/models
+// is still a usable answer.
+func (e *Engine) servingContext(ctx context.Context) int {
+	var props struct {
+		DefaultGenerationSettings struct {
+			NCtx flexInt `json:"n_ctx"`
+		} `json:"default_generation_settings"`
+	}
+	if e.getJSON(ctx, "/props", &props) != nil {
+		return 0
+	}
+	return int(props.DefaultGenerationSettings.NCtx)
+}
+
+// getJSON decodes the JSON answer to GET path into v.
+func (e *Engine) getJSON(ctx context.Context, path string, v any) error {
+	req, err := e.newRequest(ctx, http.MethodGet, path, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := e.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= http.StatusBadRequest {
+		r := errorResponse(ctx, resp)
+		return fmt.Errorf("GET %s: status %d: %s", path, resp.StatusCode, r.Error.Message)
+	}
+	b, err := readLimited(resp.Body, maxMetaBody)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", path, err)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("decode %s: %w", path, err)
+	}
+	return nil
+}
+
+// capabilities guesses what a model does from its name: /v1/models does
+// not say, and sending chat to an embedding model fails on every engine.
+// The hints match text-embedding-*, bge-*, multilingual-e5-*, gte-*,
+// nomic-embed-* and all-MiniLM-*.
+func capabilities(id string) []string {
+	lower := strings.ToLower(id)
+	for _, h := range []string{"embed", "bge", "e5-", "gte", "nomic-embed", "minilm"} {
+		if strings.Contains(lower, h) {
+			return []string{api.CapEmbeddings}
+		}
+	}
+	return []string{api.CapChat, api.CapTools}
+}

@@ -1,0 +1,177 @@
+// Package openai is the worker's adapter for OpenAI-compatible inference
+// servers: vLLM, llama.cpp's llama-server, SGLang and Ollama's /v1 API.
+//
+// The servers agree on the request format but not on the details of the
+// answer: where reasoning text goes (reasoning vs reasoning_content), how
+// usage is reported in a stream, and which engine-specific timing fields
+// ride along (llama.cpp timings, vLLM metrics). The adapter forwards the
+// client's request unchanged apart from the streaming switches it needs,
+// and normalises the answer to the shape package engine promises.
+package openai
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/engine"
+)
+
+// Config configures an Engine.
+type Config struct {
+	// BaseURL is the server's root, with or without the /v1 suffix:
+	// http://127.0.0.1:8000 and http://127.0.0.1:8000/v1 are the same.
+	BaseURL string
+	// APIKey is sent as a bearer token when set.
+	APIKey string
+	// HTTPClient overrides the default client. Requests are bounded by
+	// their context, so it should not set an overall Timeout: that would
+	// cut long generations off.
+	HTTPClient *http.Client
+}
+
+// Engine talks to one OpenAI-compatible server. It is safe for concurrent
+// use.
+type Engine struct {
+	base   string // root URL without /v1 and without a trailing slash
+	apiKey string
+	client *http.Client
+	// maxBody bounds a non-streaming answer (maxResponseBody; lowered in
+	// tests).
+	maxBody int64
+	// flavour is what Models last detected from owned_by; it selects the
+	// engine-specific lookups (llama.cpp's /props).
+	flavour atomic.Uint32
+}
+
+var _ interface {
+	engine.Engine
+	engine.Info
+} = (*Engine)(nil)
+
+// New returns an engine for the server at cfg.BaseURL. It does not contact
+// the server.
+func New(cfg Config) (*Engine, error) {
+	base, err := normaliseBase(cfg.BaseURL)
+	if err != nil {
+		return nil, err
+	}
+	client := cfg.HTTPClient
+	if client == nil {
+		client = defaultClient()
+	}
+	return &Engine{base: base, apiKey: cfg.APIKey, client: client, maxBody: maxResponseBody}, nil
+}
+
+// normaliseBase reduces a base URL to the server root: the adapter adds
+// /v1/... itself, and llama.cpp's /props lives outside /v1.
+func normaliseBase(raw string) (string, error) {
+	raw = strings.TrimSpace(raw)
+	if raw == "" {
+		return "", errors.New("openai engine: base URL is empty")
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", fmt.Errorf("openai engine: parse base URL: %w", err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return "", fmt.Errorf("openai engine: base URL %q: scheme must be http or https", raw)
+	}
+	if u.Host == "" {
+		return "", fmt.Errorf("openai engine: base URL %q has no host", raw)
+	}
+	u.RawQuery, u.Fragment = "", ""
+	u.Path = strings.TrimRight(u.Path, "/")
+	u.Path = strings.TrimSuffix(u.Path, "/v1")
+	u.Path = strings.TrimRight(u.Path, "/")
+	u.RawPath = ""
+	return u.String(), nil
+}
+
+// defaultClient keeps many connections alive per engine: a busy worker
+// runs hundreds of concurrent streams against one local server, and
+// reconnecting for each would waste time and ports.
+func defaultClient() *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = 1024
+	t.MaxIdleConnsPerHost = 256
+	t.IdleConnTimeout = 90 * time.Second
+	// Engines are local or on a LAN; gzip would only add latency to
+	// streamed tokens.
+	t.DisableCompression = true
+	return &http.Client{Transport: t}
+}
+
+// Kind is "openai".
+func (e *Engine) Kind() string { return "openai" }
+
+// Info describes the engine for the worker's hello.
+func (e *Engine) Info() api.EngineInfo {
+	return api.EngineInfo{Kind: "openai", URL: e.base}
+}
+
+// Serve runs one request. It never returns nil.
+func (e *Engine) Serve(ctx context.Context, req *engine.Request, sink engine.Sink) *api.Result {
+	switch req.Kind {
+	case api.KindChat:
+		if req.Stream {
+			return e.streamChat(ctx, req, sink)
+		}
+		return e.chat(ctx, req, sink)
+	case api.KindEmbeddings:
+		return e.embeddings(ctx, req, sink)
+	default:
+		return engine.Failure(http.StatusNotImplemented, api.TypeNotSupported,
+			fmt.Sprintf("the openai engine does not serve %q requests", req.Kind))
+	}
+}
+
+// flavour is the kind of server behind the OpenAI API, as its /v1/models
+// owned_by tells.
+type flavour uint32
+
+const (
+	flavourGeneric flavour = iota
+	flavourVLLM
+	flavourLlamaCpp
+	flavourSGLang
+	flavourOllama
+)
+
+func (f flavour) String() string {
+	switch f {
+	case flavourVLLM:
+		return "vllm"
+	case flavourLlamaCpp:
+		return "llamacpp"
+	case flavourSGLang:
+		return "sglang"
+	case flavourOllama:
+		return "ollama"
+	default:
+		return "generic"
+	}
+}
+
+func flavourOf(ownedBy string) flavour {
+	switch strings.ToLower(ownedBy) {
+	case "vllm":
+		return flavourVLLM
+	case "llamacpp", "llama.cpp":
+		return flavourLlamaCpp
+	case "sglang":
+		return flavourSGLang
+	case "library", "ollama":
+		return flavourOllama
+	default:
+		return flavourGeneric
+	}
+}
+
+func (e *Engine) detected() flavour { return flavour(e.flavour.Load()) }

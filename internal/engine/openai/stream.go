@@ -1,0 +1,229 @@
+package openai
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"time"
+
+	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/engine"
+)
+
+const chatPath = "/v1/chat/completions"
+
+// After [DONE] the rest of the body (normally just the end of the chunked
+// encoding) is read so the connection can be reused, but not for longer
+// than this: a server that keeps the stream open costs a connection, not
+// the request's latency.
+const (
+	drainWait = 50 * time.Millisecond
+	drainMax  = 64 << 10
+)
+
+var errNoDone = errors.New("stream ended before [DONE]")
+
+// stream is one streaming chat request in flight.
+type stream struct {
+	sink      engine.Sink
+	st        stats
+	forwarded bool // a chunk reached the sink: failures can no longer be retried
+	finished  bool // a finish_reason was seen
+}
+
+func (e *Engine) streamChat(ctx context.Context, req *engine.Request, sink engine.Sink) *api.Result {
+	body, err := streamBody(req.Body)
+	if err != nil {
+		return engine.Failure(http.StatusBadRequest, api.TypeInvalidRequest, err.Error())
+	}
+	// The adapter's own cancel lets it end the exchange after [DONE]
+	// without waiting on the server (see drain).
+	reqCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s := &stream{sink: sink, st: stats{start: time.Now()}}
+	resp, res := e.post(reqCtx, chatPath, body, "text/event-stream")
+	if res != nil {
+		return res
+	}
+	defer resp.Body.Close()
+	if isJSON(resp.Header.Get("Content-Type")) {
+		return s.whole(ctx, e, resp.Body)
+	}
+	rd := newSSEReader(resp.Body, maxEvent)
+	for {
+		ev, err := rd.next()
+		if err != nil {
+			return s.ended(ctx, err)
+		}
+		res, done := s.event(ctx, ev)
+		if done {
+			if res.Status == http.StatusOK {
+				drain(resp.Body, cancel)
+			}
+			return res
+		}
+	}
+}
+
+// streamBody forces streaming with usage on the client's request, keeping
+// everything else, other stream_options included: usage is how the worker
+// accounts, and the gateway writes the client's usage chunk itself.
+func streamBody(body []byte) ([]byte, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(body, &m); err != nil || m == nil {
+		return nil, fmt.Errorf("request body is not a JSON object: %v", err)
+	}
+	opts := map[string]json.RawMessage{}
+	if raw, ok := m["stream_options"]; ok && !isNull(raw) {
+		if json.Unmarshal(raw, &opts) != nil || opts == nil {
+			opts = map[string]json.RawMessage{}
+		}
+	}
+	opts["include_usage"] = json.RawMessage("true")
+	m["stream"] = json.RawMessage("true")
+	m["stream_options"] = encodeObject(opts)
+	return encodeObject(m), nil
+}
+
+// event handles one server-sent event. done is set when the stream is over,
+// with res how it ended.
+func (s *stream) event(ctx context.Context, ev sseEvent) (res *api.Result, done bool) {
+	data := bytes.TrimSpace(ev.data)
+	if ev.typ == "error" || isErrorPayload(data) {
+		return s.engineError(data), true
+	}
+	if len(data) == 0 {
+		return nil, false
+	}
+	if string(data) == "[DONE]" {
+		return s.st.result(), true
+	}
+	if bytes.IndexByte(data, '\n') >= 0 {
+		// JSON spread over several data: lines. The gateway frames each
+		// chunk as a single data: line, so it must be compacted.
+		var buf bytes.Buffer
+		if err := json.Compact(&buf, data); err != nil {
+			return s.broken(fmt.Errorf("decode chunk: %w", err)), true
+		}
+		data = buf.Bytes()
+	}
+	if carriesToken(data) {
+		s.st.tokenAt(time.Now())
+	}
+	if r := lastFinishReason(data); r != "" {
+		s.st.finish, s.finished = r, true
+	}
+	out := data
+	if needsRewrite(data) {
+		var forward bool
+		var err error
+		out, forward, err = rewriteChunk(data, &s.st)
+		if err != nil {
+			return s.broken(err), true
+		}
+		if !forward {
+			return nil, false
+		}
+	}
+	if err := s.sink.Event(ctx, out); err != nil {
+		return engine.Cancelled(), true
+	}
+	s.forwarded = true
+	return nil, false
+}
+
+// engineError reports an error the engine sent inside the stream.
+func (s *stream) engineError(payload []byte) *api.Result {
+	r := engine.ErrorResult(errorStatus(payload), payload)
+	if !s.forwarded {
+		return r
+	}
+	return engine.CutOff(errors.New(r.Error.Message))
+}
+
+// ended reports a stream that stopped without [DONE].
+func (s *stream) ended(ctx context.Context, err error) *api.Result {
+	if ctx.Err() != nil {
+		return engine.Cancelled()
+	}
+	if errors.Is(err, io.EOF) {
+		// A clean end of the body after the finish reason is a server that
+		// does not send [DONE] (ik_llama.cpp, some proxies), not a loss;
+		// a dropped connection shows up as an unexpected EOF instead.
+		if s.finished {
+			return s.st.result()
+		}
+		err = errNoDone
+	}
+	return s.broken(fmt.Errorf("read stream: %w", err))
+}
+
+// broken reports a stream that failed in transit: retryable elsewhere if
+// the client has seen nothing yet, cut off otherwise.
+func (s *stream) broken(err error) *api.Result {
+	if s.forwarded {
+		return engine.CutOff(err)
+	}
+	return engine.Unreachable(err)
+}
+
+// whole handles a server that answered a streaming request with one JSON
+// completion, as some minimal OpenAI-compatible servers do: the completion
+// is passed on as a single chunk.
+func (s *stream) whole(ctx context.Context, e *Engine, body io.Reader) *api.Result {
+	b, res := e.readBody(ctx, body)
+	if res != nil {
+		return res
+	}
+	if isErrorPayload(b) {
+		return s.engineError(b)
+	}
+	chunk, err := completionToChunk(b)
+	if err != nil {
+		return s.broken(err)
+	}
+	if res, done := s.event(ctx, sseEvent{data: chunk}); done {
+		return res
+	}
+	return s.st.result()
+}
+
+// completionToChunk turns a chat.completion into the equivalent
+// chat.completion.chunk: each choice's message becomes its delta.
+func completionToChunk(b []byte) ([]byte, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("decode completion: %w", err)
+	}
+	var choices []map[string]json.RawMessage
+	if err := json.Unmarshal(m["choices"], &choices); err != nil {
+		return nil, fmt.Errorf("decode completion choices: %w", err)
+	}
+	for _, c := range choices {
+		if msg, ok := c["message"]; ok {
+			c["delta"] = msg
+			delete(c, "message")
+		}
+	}
+	m["choices"] = encodeObjects(choices)
+	m["object"] = json.RawMessage(`"chat.completion.chunk"`)
+	return encodeObject(m), nil
+}
+
+// drain reads what is left of a finished stream so that its connection
+// can be reused, giving up after drainWait.
+func drain(body io.Reader, cancel context.CancelFunc) {
+	t := time.AfterFunc(drainWait, cancel)
+	defer t.Stop()
+	_, _ = io.Copy(io.Discard, io.LimitReader(body, drainMax))
+}
+
+func isJSON(contentType string) bool {
+	mt, _, err := mime.ParseMediaType(contentType)
+	return err == nil && mt == "application/json"
+}
