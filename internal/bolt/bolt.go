@@ -30,6 +30,7 @@ var (
 	bucketKeys         = []byte("api_keys")
 	bucketWorkerTokens = []byte("worker_tokens")
 	bucketLastUsed     = []byte("last_used")
+	bucketEvents       = []byte("worker_events")
 
 	keySchemaVersion = []byte("schema_version")
 )
@@ -47,6 +48,7 @@ func migrations() []migration {
 		{1, "accounts", func(tx *bbolt.Tx) error {
 			return createBuckets(tx, bucketOrgs, bucketUsers, bucketMembers, bucketKeys, bucketWorkerTokens, bucketLastUsed)
 		}},
+		{2, "worker events", func(tx *bbolt.Tx) error { return createBuckets(tx, bucketEvents) }},
 	}
 }
 
