@@ -1,0 +1,401 @@
+// Package worker is the agent that runs on each GPU box (`svc worker`): it
+// dials out to the gateway, serves the models of its local engines over
+// the link, and reports its health.
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fasthttp/websocket"
+	"github.com/google/uuid"
+
+	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/engine"
+	"github.com/svc-dev/svc/internal/link"
+)
+
+// Protocol is the link protocol version the agent speaks.
+const Protocol = 1
+
+// ConnectPath is where the gateway accepts worker links.
+const ConnectPath = "/api/v1/workers/connect"
+
+// Config is what the agent runs with.
+type Config struct {
+	Gateway       string // the gateway's base URL, http(s)://host:port
+	Token         string
+	Name          string
+	MaxConcurrent int
+	Version       string
+	Engines       []engine.Engine
+	// ModelMeta overrides what engines report about models, by model id.
+	ModelMeta map[string]api.Model
+	// Pull lists models to install at start on an engine that can.
+	Pull []string
+	// DrainTimeout bounds how long running requests may take to finish
+	// after a stop is asked for.
+	DrainTimeout time.Duration
+	// RefreshModels is how often engines are asked for their models.
+	RefreshModels time.Duration
+	Keepalive     link.Keepalive
+	Logger        *slog.Logger
+	// Dial replaces the websocket dial, for tests.
+	Dial func(ctx context.Context) (link.Conn, error)
+}
+
+// PermanentError is a refusal that retrying cannot fix (a bad token, an
+// incompatible gateway); the agent stops on it.
+type PermanentError struct{ Reason string }
+
+func (e *PermanentError) Error() string { return e.Reason }
+
+// Agent is a running worker.
+type Agent struct {
+	cfg Config
+	log *slog.Logger
+
+	mu       sync.Mutex
+	models   []api.Model
+	byModel  map[string]engine.Engine
+	sess     *link.Session
+	draining bool
+	workerID string
+
+	slots   chan struct{}
+	active  atomic.Int64
+	waiting atomic.Int64
+}
+
+// New checks cfg and returns an agent.
+func New(cfg Config) (*Agent, error) {
+	if cfg.Gateway == "" {
+		return nil, errors.New("no gateway URL: set --gateway or SVC_GATEWAY")
+	}
+	if cfg.Token == "" {
+		return nil, errors.New("no worker token: set --token, SVC_WORKER_TOKEN or --token-file")
+	}
+	if cfg.Name == "" {
+		return nil, errors.New("worker name is empty")
+	}
+	if len(cfg.Engines) == 0 {
+		return nil, errors.New("no engine: give at least one --engine")
+	}
+	if cfg.MaxConcurrent < 1 {
+		cfg.MaxConcurrent = 1
+	}
+	if cfg.DrainTimeout <= 0 {
+		cfg.DrainTimeout = 5 * time.Minute
+	}
+	if cfg.RefreshModels <= 0 {
+		cfg.RefreshModels = 30 * time.Second
+	}
+	if cfg.Keepalive.Ping <= 0 {
+		cfg.Keepalive = link.DefaultKeepalive()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	a := &Agent{cfg: cfg, log: cfg.Logger, byModel: map[string]engine.Engine{}, slots: make(chan struct{}, cfg.MaxConcurrent)}
+	if cfg.Dial == nil {
+		u, err := connectURL(cfg.Gateway)
+		if err != nil {
+			return nil, err
+		}
+		a.cfg.Dial = func(ctx context.Context) (link.Conn, error) { return a.dialWebSocket(ctx, u) }
+	}
+	return a, nil
+}
+
+// connectURL turns the gateway's base URL into its websocket endpoint.
+func connectURL(gateway string) (string, error) {
+	u, err := url.Parse(strings.TrimRight(gateway, "/"))
+	if err != nil || u.Host == "" {
+		return "", fmt.Errorf("gateway URL %q is not http(s)://host:port", gateway)
+	}
+	switch u.Scheme {
+	case "http", "ws":
+		u.Scheme = "ws"
+	case "https", "wss":
+		u.Scheme = "wss"
+	default:
+		return "", fmt.Errorf("gateway URL %q is not http(s)://host:port", gateway)
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/api/v1") + ConnectPath
+	return u.String(), nil
+}
+
+func (a *Agent) dialWebSocket(ctx context.Context, u string) (link.Conn, error) {
+	d := websocket.Dialer{HandshakeTimeout: 10 * time.Second, ReadBufferSize: 64 << 10, WriteBufferSize: 64 << 10}
+	h := http.Header{}
+	h.Set("Authorization", "Bearer "+a.cfg.Token)
+	h.Set("User-Agent", "svc-worker/"+a.cfg.Version)
+	ws, resp, err := d.DialContext(ctx, u, h)
+	if err != nil {
+		if resp != nil {
+			defer resp.Body.Close()
+			var body struct {
+				Detail string `json:"detail"`
+			}
+			_ = json.NewDecoder(resp.Body).Decode(&body)
+			msg := fmt.Sprintf("gateway refused the worker link: %s %s", resp.Status, body.Detail)
+			if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden || resp.StatusCode == http.StatusNotFound {
+				return nil, &PermanentError{Reason: msg}
+			}
+			return nil, errors.New(msg)
+		}
+		return nil, err
+	}
+	return link.WebSocket(ws, a.cfg.Keepalive), nil
+}
+
+// Run serves until ctx ends, then drains: it tells the gateway it takes
+// nothing new, lets running requests finish for up to DrainTimeout, and
+// returns. It returns early on a PermanentError.
+func (a *Agent) Run(ctx context.Context) error {
+	// The link outlives ctx by the drain, so it has its own context.
+	linkCtx, stopLink := context.WithCancel(context.Background())
+	defer stopLink()
+
+	a.refreshModels(ctx)
+	a.mu.Lock()
+	a.sess = a.newSession()
+	a.mu.Unlock()
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { a.modelLoop(linkCtx) })
+	wg.Go(func() { a.pullModels(linkCtx) })
+
+	errc := make(chan error, 1)
+	go func() { errc <- a.connectLoop(linkCtx) }()
+
+	select {
+	case err := <-errc:
+		stopLink()
+		a.closeSession(err)
+		return err
+	case <-ctx.Done():
+	}
+	a.drain(linkCtx)
+	stopLink()
+	<-errc
+	a.closeSession(errors.New("the worker stopped"))
+	return nil
+}
+
+func (a *Agent) closeSession(err error) {
+	a.mu.Lock()
+	s := a.sess
+	a.mu.Unlock()
+	if s != nil {
+		s.Close(err)
+	}
+}
+
+// drain tells the gateway to send nothing new and waits for running
+// requests (and their delivery) to finish.
+func (a *Agent) drain(ctx context.Context) {
+	a.mu.Lock()
+	a.draining = true
+	s := a.sess
+	a.mu.Unlock()
+	s.SendControl(link.TypeGoAway, nil)
+	a.log.Info("draining: finishing running requests", "running", s.Streams(), "timeout", a.cfg.DrainTimeout.String())
+	deadline := time.NewTimer(a.cfg.DrainTimeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for s.Streams() > 0 {
+		select {
+		case <-deadline.C:
+			a.log.Warn("drain timed out; abandoning running requests", "running", s.Streams())
+			return
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			if !a.isCurrent(s) {
+				return
+			}
+		}
+	}
+}
+
+func (a *Agent) isCurrent(s *link.Session) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.sess == s
+}
+
+func (a *Agent) newSession() *link.Session {
+	return link.NewSession(link.Options{Role: link.Worker, Accept: a.serve})
+}
+
+// connectLoop keeps the link up until ctx ends, reconnecting with
+// jittered exponential backoff.
+func (a *Agent) connectLoop(ctx context.Context) error {
+	sessionID := uuid.NewString()
+	backoff := newBackoff()
+	for {
+		connected, err := a.connectOnce(ctx, sessionID)
+		var perm *PermanentError
+		if errors.As(err, &perm) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		// Backoff grows over failed attempts only: a link that was up and
+		// dropped is retried at once, which is what lets a brief drop heal
+		// within the gateway's grace period.
+		if connected {
+			backoff.reset()
+		}
+		wait := backoff.next()
+		a.log.Warn("gateway link down; reconnecting", "err", err, "retry_in", wait.Round(time.Millisecond).String())
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+	}
+}
+
+// connectOnce dials, shakes hands and serves one connection until it
+// ends. It reports whether the handshake succeeded.
+func (a *Agent) connectOnce(ctx context.Context, sessionID string) (bool, error) {
+	dialCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	conn, err := a.cfg.Dial(dialCtx)
+	cancel()
+	if err != nil {
+		return false, err
+	}
+	a.mu.Lock()
+	sess := a.sess
+	hello := api.Hello{
+		Protocol: Protocol, Name: a.cfg.Name, Version: a.cfg.Version, MaxConcurrent: a.cfg.MaxConcurrent,
+		SessionID: sessionID, Models: a.models, Streams: sess.RecvState(), Draining: a.draining,
+		Heartbeat: a.heartbeat(), Engines: a.engineInfo(),
+	}
+	a.mu.Unlock()
+	welcome, err := handshake(conn, hello)
+	if err != nil {
+		_ = conn.Close()
+		return false, err
+	}
+	if !welcome.Resumed && sess.Streams() > 0 {
+		// The gateway does not know our session any more (it restarted, or
+		// we were gone too long): what we were running is lost.
+		sess.Close(errors.New("the gateway started a new session"))
+		a.mu.Lock()
+		a.sess = a.newSession()
+		sess = a.sess
+		a.mu.Unlock()
+	}
+	var peer []api.StreamSeq
+	if welcome.Resumed {
+		peer = welcome.Streams
+	}
+	done, err := sess.Attach(conn, peer)
+	if err != nil {
+		_ = conn.Close()
+		return false, err
+	}
+	a.mu.Lock()
+	first := a.workerID == ""
+	a.workerID = welcome.WorkerID
+	a.mu.Unlock()
+	if first || !welcome.Resumed {
+		a.log.Info("connected to the gateway", "worker_id", welcome.WorkerID, "name", a.cfg.Name, "models", len(hello.Models))
+	} else {
+		a.log.Info("link resumed", "worker_id", welcome.WorkerID, "streams", len(welcome.Streams))
+	}
+	every := time.Duration(welcome.HeartbeatS) * time.Second
+	if every <= 0 {
+		every = 5 * time.Second
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return true, errors.New("link closed")
+		case <-ctx.Done():
+			sess.Drop()
+			return true, nil
+		case <-t.C:
+			a.mu.Lock()
+			hb := a.heartbeat()
+			a.mu.Unlock()
+			b, _ := json.Marshal(hb)
+			sess.SendControl(link.TypeHeartbeat, b)
+		}
+	}
+}
+
+// handshake sends the hello and reads the welcome.
+func handshake(conn link.Conn, hello api.Hello) (api.Welcome, error) {
+	var w api.Welcome
+	b, err := json.Marshal(hello)
+	if err != nil {
+		return w, err
+	}
+	if err := conn.WriteMessage(link.AppendFrame(nil, &link.Frame{Type: link.TypeHello, Payload: b})); err != nil {
+		return w, fmt.Errorf("send hello: %w", err)
+	}
+	msg, err := conn.ReadMessage()
+	if err != nil {
+		return w, fmt.Errorf("read welcome: %w", err)
+	}
+	f, _, err := link.DecodeFrame(msg)
+	if err != nil || f.Type != link.TypeWelcome {
+		return w, errors.New("read welcome: the gateway did not answer with a welcome")
+	}
+	if err := json.Unmarshal(f.Payload, &w); err != nil {
+		return w, fmt.Errorf("read welcome: %w", err)
+	}
+	if w.Error != "" {
+		return w, &PermanentError{Reason: "gateway refused the worker: " + w.Error}
+	}
+	return w, nil
+}
+
+// heartbeat is the current report; the caller holds a.mu.
+func (a *Agent) heartbeat() *api.Heartbeat {
+	return &api.Heartbeat{ActiveTasks: int(a.active.Load()), QueueDepth: int(a.waiting.Load())}
+}
+
+func (a *Agent) engineInfo() []api.EngineInfo {
+	var out []api.EngineInfo
+	for _, e := range a.cfg.Engines {
+		if i, ok := e.(engine.Info); ok {
+			out = append(out, i.Info())
+		} else {
+			out = append(out, api.EngineInfo{Kind: e.Kind()})
+		}
+	}
+	return out
+}
+
+// backoff is exponential with full jitter, from 100 ms to 10 s.
+type backoff struct{ n int }
+
+func newBackoff() *backoff { return &backoff{} }
+
+func (b *backoff) reset() { b.n = 0 }
+
+func (b *backoff) next() time.Duration {
+	ceiling := min(100*time.Millisecond<<min(b.n, 7), 10*time.Second)
+	b.n++
+	return time.Duration(rand.Int64N(int64(ceiling)) + int64(10*time.Millisecond))
+}

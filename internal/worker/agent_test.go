@@ -1,0 +1,255 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/engine"
+	"github.com/svc-dev/svc/internal/fleet"
+	"github.com/svc-dev/svc/internal/link"
+	"github.com/svc-dev/svc/internal/link/linktest"
+)
+
+func TestConnectURL(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"http://gw:8080", "ws://gw:8080/api/v1/workers/connect"},
+		{"https://gw.example.com/", "wss://gw.example.com/api/v1/workers/connect"},
+		{"http://gw:8080/api/v1", "ws://gw:8080/api/v1/workers/connect"},
+		{"ws://gw:1", "ws://gw:1/api/v1/workers/connect"},
+	}
+	for _, tt := range tests {
+		if got, err := connectURL(tt.in); err != nil || got != tt.want {
+			t.Errorf("connectURL(%q) = %q, %v; want %q", tt.in, got, err, tt.want)
+		}
+	}
+	for _, bad := range []string{"gw:8080", "ftp://gw", "http://"} {
+		if _, err := connectURL(bad); err == nil {
+			t.Errorf("connectURL(%q) accepted", bad)
+		}
+	}
+}
+
+func TestBackoffGrowsWithJitterAndCaps(t *testing.T) {
+	b := newBackoff()
+	for i := range 20 {
+		d := b.next()
+		ceiling := min(100*time.Millisecond<<min(i, 7), 10*time.Second) + 10*time.Millisecond
+		if d < 10*time.Millisecond || d > ceiling {
+			t.Fatalf("attempt %d waited %v, outside [10ms, %v]", i, d, ceiling)
+		}
+	}
+	b.reset()
+	if d := b.next(); d > 110*time.Millisecond {
+		t.Fatalf("after reset the wait is %v", d)
+	}
+}
+
+// stubEngine serves model "m", answering "hi" or blocking until released.
+type stubEngine struct {
+	block   chan struct{}
+	started atomic.Int64
+	models  []api.Model
+}
+
+func (e *stubEngine) Kind() string { return "stub" }
+func (e *stubEngine) Models(context.Context) ([]api.Model, error) {
+	if e.models != nil {
+		return e.models, nil
+	}
+	return []api.Model{{ID: "m", Capabilities: []string{api.CapChat}, Engine: "stub"}}, nil
+}
+func (e *stubEngine) Serve(ctx context.Context, req *engine.Request, sink engine.Sink) *api.Result {
+	e.started.Add(1)
+	if e.block != nil {
+		select {
+		case <-e.block:
+		case <-ctx.Done():
+			return engine.Cancelled()
+		}
+	}
+	if err := sink.Body(ctx, []byte(`{"answer":"hi"}`)); err != nil {
+		return engine.Cancelled()
+	}
+	return engine.OK()
+}
+
+// rig joins an agent to a fleet over in-memory connections.
+type rig struct {
+	t     *testing.T
+	fleet *fleet.Fleet
+	agent *Agent
+	conns chan *linktest.Conn
+	stop  context.CancelFunc
+	done  chan error
+}
+
+func newRig(t *testing.T, eng engine.Engine, cfg Config) *rig {
+	r := &rig{t: t, fleet: fleet.New(fleet.Config{Grace: 5 * time.Second, Hold: time.Second}), conns: make(chan *linktest.Conn, 16), done: make(chan error, 1)}
+	cfg.Gateway, cfg.Token, cfg.Name, cfg.Engines = "http://unused", "t", "box", []engine.Engine{eng}
+	cfg.Dial = func(ctx context.Context) (link.Conn, error) {
+		gw, wk := linktest.Pipe()
+		r.conns <- wk
+		go func() {
+			hello, err := fleet.ReadHello(gw)
+			if err == nil {
+				_ = r.fleet.Connect(context.Background(), "org", hello, gw)
+			}
+		}()
+		return wk, nil
+	}
+	a, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.agent = a
+	ctx, cancel := context.WithCancel(context.Background())
+	r.stop = cancel
+	go func() { r.done <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-r.done
+	})
+	r.waitWorker(func(w api.Worker) bool { return w.Status == api.StatusHealthy })
+	return r
+}
+
+func (r *rig) waitWorker(ok func(api.Worker) bool) api.Worker {
+	r.t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		for _, w := range r.fleet.Workers("org") {
+			if ok(w) {
+				return w
+			}
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("worker never reached the state: %+v", r.fleet.Workers("org"))
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func (r *rig) request(ctx context.Context) (*fleet.Lease, *link.Stream) {
+	r.t.Helper()
+	l, err := r.fleet.Acquire(ctx, fleet.Need{OrgID: "org", Model: "m"})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	hdr, _ := json.Marshal(api.LinkRequest{RequestID: "r", Kind: api.KindChat, Model: "m"})
+	st, err := l.Open(ctx, hdr, []byte(`{}`))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return l, st
+}
+
+func readAll(ctx context.Context, st *link.Stream) (string, *api.Result, error) {
+	var body string
+	for {
+		typ, msg, err := st.ReadMessage(ctx)
+		if err != nil {
+			return body, nil, err
+		}
+		if typ == link.TypeEnd {
+			var res api.Result
+			_ = json.Unmarshal(msg, &res)
+			return body, &res, nil
+		}
+		body += string(msg)
+	}
+}
+
+func TestAgentServesAndReportsModels(t *testing.T) {
+	r := newRig(t, &stubEngine{}, Config{MaxConcurrent: 2, ModelMeta: map[string]api.Model{"m": {ContextWindow: 4096}}})
+	w := r.waitWorker(func(api.Worker) bool { return true })
+	if w.MaxConcurrent != 2 || len(w.Models) != 1 || w.Models[0].ContextWindow != 4096 {
+		t.Fatalf("worker %+v", w)
+	}
+	l, st := r.request(context.Background())
+	body, res, err := readAll(context.Background(), st)
+	if err != nil || body != `{"answer":"hi"}` || res.Status != http.StatusOK {
+		t.Fatalf("%q %+v %v", body, res, err)
+	}
+	l.Release(fleet.Succeeded)
+}
+
+func TestAgentResumesAfterADrop(t *testing.T) {
+	eng := &stubEngine{block: make(chan struct{})}
+	r := newRig(t, eng, Config{})
+	l, st := r.request(context.Background())
+	conn := <-r.conns
+	for eng.started.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	_ = conn.Close() // the link drops while the engine works
+	<-r.conns        // the agent dialled again
+	close(eng.block)
+	body, res, err := readAll(context.Background(), st)
+	if err != nil || body != `{"answer":"hi"}` || res.Status != http.StatusOK {
+		t.Fatalf("after the drop: %q %+v %v", body, res, err)
+	}
+	l.Release(fleet.Succeeded)
+}
+
+func TestAgentCancelReachesTheEngine(t *testing.T) {
+	eng := &stubEngine{block: make(chan struct{})}
+	r := newRig(t, eng, Config{})
+	l, st := r.request(context.Background())
+	for eng.started.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	st.Reset()
+	l.Release(fleet.Neutral)
+	deadline := time.Now().Add(5 * time.Second)
+	for r.agent.active.Load() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the engine kept running after the gateway reset the stream")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestAgentDrainsOnStop(t *testing.T) {
+	eng := &stubEngine{block: make(chan struct{})}
+	r := newRig(t, eng, Config{DrainTimeout: 10 * time.Second})
+	l, st := r.request(context.Background())
+	for eng.started.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	r.stop()
+	r.waitWorker(func(w api.Worker) bool { return w.Draining })
+	if _, err := r.fleet.Acquire(context.Background(), fleet.Need{OrgID: "org", Model: "m"}); err == nil {
+		t.Fatal("a draining worker took a new request")
+	}
+	close(eng.block)
+	body, res, err := readAll(context.Background(), st)
+	if err != nil || res.Status != http.StatusOK || body == "" {
+		t.Fatalf("request running at stop: %q %+v %v", body, res, err)
+	}
+	l.Release(fleet.Succeeded)
+	select {
+	case err := <-r.done:
+		r.done <- err
+	case <-time.After(5 * time.Second):
+		t.Fatal("agent did not return after draining")
+	}
+}
+
+func TestHandshakeRefusalIsPermanent(t *testing.T) {
+	gw, wk := linktest.Pipe()
+	go func() {
+		_, _ = fleet.ReadHello(gw)
+		fleet.Refuse(gw, "no such thing")
+	}()
+	_, err := handshake(wk, api.Hello{Protocol: Protocol, Name: "x"})
+	var perm *PermanentError
+	if !errors.As(err, &perm) {
+		t.Fatalf("err = %v", err)
+	}
+}

@@ -1,0 +1,174 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"reflect"
+	"time"
+
+	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/engine"
+	"github.com/svc-dev/svc/internal/link"
+)
+
+// engineFor returns the engine serving model, or nil.
+func (a *Agent) engineFor(model string) engine.Engine {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.byModel[model]
+}
+
+// refreshModels asks every engine for its models and tells the gateway
+// when the list changed. A model offered by two engines goes to the first.
+func (a *Agent) refreshModels(ctx context.Context) {
+	var models []api.Model
+	byModel := map[string]engine.Engine{}
+	for _, e := range a.cfg.Engines {
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		ms, err := e.Models(ctx)
+		cancel()
+		if err != nil {
+			a.log.Warn("engine did not list its models", "engine", e.Kind(), "err", err)
+			// Keep serving what it had.
+			a.mu.Lock()
+			for id, owner := range a.byModel {
+				if owner == e {
+					byModel[id] = e
+					for _, m := range a.models {
+						if m.ID == id {
+							models = append(models, m)
+						}
+					}
+				}
+			}
+			a.mu.Unlock()
+			continue
+		}
+		for _, m := range ms {
+			if _, dup := byModel[m.ID]; dup {
+				a.log.Warn("model offered by two engines; the first serves it", "model", m.ID, "engine", e.Kind())
+				continue
+			}
+			byModel[m.ID] = e
+			models = append(models, a.withMeta(m))
+		}
+	}
+	a.mu.Lock()
+	changed := !reflect.DeepEqual(models, a.models)
+	a.models, a.byModel = models, byModel
+	sess := a.sess
+	a.mu.Unlock()
+	if changed && sess != nil {
+		if b, err := json.Marshal(models); err == nil {
+			sess.SendControl(link.TypeModels, b)
+		}
+	}
+}
+
+// withMeta applies the operator's overrides for a model.
+func (a *Agent) withMeta(m api.Model) api.Model {
+	o, ok := a.cfg.ModelMeta[m.ID]
+	if !ok {
+		return m
+	}
+	if len(o.Capabilities) > 0 {
+		m.Capabilities = o.Capabilities
+	}
+	if o.ContextWindow > 0 {
+		m.ContextWindow = o.ContextWindow
+	}
+	if o.SamplingDefaults != nil {
+		m.SamplingDefaults = o.SamplingDefaults
+	}
+	if o.DefaultThinking != nil {
+		m.DefaultThinking = o.DefaultThinking
+	}
+	if o.Voices != nil {
+		m.Voices = o.Voices
+	}
+	if o.DefaultVoice != "" {
+		m.DefaultVoice = o.DefaultVoice
+	}
+	return m
+}
+
+func (a *Agent) modelLoop(ctx context.Context) {
+	t := time.NewTicker(a.cfg.RefreshModels)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			a.refreshModels(ctx)
+		}
+	}
+}
+
+// pullModels installs the models asked for at start, reporting progress
+// to the gateway as worker events.
+func (a *Agent) pullModels(ctx context.Context) {
+	for _, model := range a.cfg.Pull {
+		var inst engine.Installer
+		for _, e := range a.cfg.Engines {
+			if i, ok := e.(engine.Installer); ok {
+				inst = i
+				break
+			}
+		}
+		if inst == nil {
+			a.log.Warn("no engine can install models", "model", model)
+			return
+		}
+		a.report(api.WorkerEventReport{EventType: api.EventModelInstall, Detail: "installing " + model,
+			Metadata: map[string]any{"model": model, "state": "started"}})
+		last := time.Time{}
+		err := inst.Pull(ctx, model, func(p api.PullProgress) {
+			// Progress is reported every few seconds, not per line.
+			if time.Since(last) < 5*time.Second || p.Total == 0 {
+				return
+			}
+			last = time.Now()
+			a.report(api.WorkerEventReport{EventType: api.EventModelInstall, Detail: fmt.Sprintf("installing %s: %d%%", model, p.Completed*100/p.Total),
+				Metadata: map[string]any{"model": model, "state": "progress", "total": p.Total, "completed": p.Completed}})
+		})
+		if err != nil {
+			a.log.Error("model install failed", "model", model, "err", err)
+			a.report(api.WorkerEventReport{EventType: api.EventModelInstall, Detail: "install of " + model + " failed: " + err.Error(),
+				Metadata: map[string]any{"model": model, "state": "failed"}})
+			continue
+		}
+		a.report(api.WorkerEventReport{EventType: api.EventModelInstall, Detail: "installed " + model,
+			Metadata: map[string]any{"model": model, "state": "completed"}})
+		a.refreshModels(ctx)
+	}
+}
+
+func (a *Agent) report(ev api.WorkerEventReport) {
+	b, err := json.Marshal(ev)
+	if err != nil {
+		return
+	}
+	a.mu.Lock()
+	s := a.sess
+	a.mu.Unlock()
+	if s != nil {
+		s.SendControl(link.TypeEvent, b)
+	}
+}
+
+// LoadModelMeta reads a JSON file of per-model overrides:
+// {"model-id": {"capabilities": [...], "context_window": N, ...}}.
+func LoadModelMeta(path string) (map[string]api.Model, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read model metadata: %w", err)
+	}
+	var m map[string]api.Model
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("read model metadata %s: %w", path, err)
+	}
+	return m, nil
+}

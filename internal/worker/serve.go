@@ -1,0 +1,89 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/engine"
+	"github.com/svc-dev/svc/internal/link"
+)
+
+// serve runs one request the gateway sent. ctx ends when the gateway
+// resets the stream (the client went away), which stops the engine.
+func (a *Agent) serve(ctx context.Context, st *link.Stream) {
+	res := a.run(ctx, st)
+	if ctx.Err() != nil {
+		// The gateway dropped the stream; nobody is waiting for a result.
+		return
+	}
+	b, err := json.Marshal(res)
+	if err != nil {
+		b = []byte(`{"status":500,"error":{"message":"the worker could not encode its result"}}`)
+	}
+	if err := st.End(ctx, b); err != nil {
+		a.log.Debug("result not delivered", "stream", st.ID(), "err", err)
+	}
+}
+
+func (a *Agent) run(ctx context.Context, st *link.Stream) (res *api.Result) {
+	defer func() {
+		if p := recover(); p != nil {
+			a.log.Error("request handler panicked", "panic", p)
+			res = engine.Failure(http.StatusInternalServerError, api.TypeServer, fmt.Sprintf("the worker failed: %v", p))
+			res.Retryable = true
+		}
+	}()
+	hdr, body, err := st.ReadRequest(ctx)
+	if err != nil {
+		return engine.Failure(http.StatusBadGateway, api.TypeUpstream, "the request did not reach the worker whole: "+err.Error())
+	}
+	var req api.LinkRequest
+	if err := json.Unmarshal(hdr, &req); err != nil {
+		return engine.Failure(http.StatusBadGateway, api.TypeUpstream, "malformed request header: "+err.Error())
+	}
+	eng := a.engineFor(req.Model)
+	if eng == nil {
+		r := engine.Failure(http.StatusNotFound, api.TypeNotFound, "this worker does not serve model "+req.Model)
+		r.Retryable = true // another worker may: our model list was out of date
+		return r
+	}
+
+	// The gateway only sends what fits our slots; wait in case it raced a
+	// slot being freed here.
+	waitStart := time.Now()
+	a.waiting.Add(1)
+	select {
+	case a.slots <- struct{}{}:
+		a.waiting.Add(-1)
+	case <-ctx.Done():
+		a.waiting.Add(-1)
+		return engine.Cancelled()
+	}
+	wait := time.Since(waitStart)
+	a.active.Add(1)
+	defer func() {
+		a.active.Add(-1)
+		<-a.slots
+	}()
+
+	res = eng.Serve(ctx, &engine.Request{Kind: req.Kind, Model: req.Model, Stream: req.Stream, Body: body}, streamSink{st})
+	if res == nil {
+		res = engine.Failure(http.StatusInternalServerError, api.TypeServer, "the engine returned no result")
+	}
+	if wait > time.Millisecond {
+		ms := float64(wait.Microseconds()) / 1000
+		res.Timing.WorkerQueueWaitMs = &ms
+	}
+	return res
+}
+
+// streamSink writes an engine's output to the link; it blocks while the
+// gateway has a full window unconsumed.
+type streamSink struct{ st *link.Stream }
+
+func (s streamSink) Event(ctx context.Context, data []byte) error { return s.st.Send(ctx, data) }
+func (s streamSink) Body(ctx context.Context, data []byte) error  { return s.st.Send(ctx, data) }
