@@ -46,9 +46,9 @@ func NewCmdRoot(f *Factory) *cobra.Command {
 		Long: `svc is an OpenAI-compatible inference gateway in front of an organisation's GPU
 workers, and the tools to run it.
 
-'svc serve' runs the gateway. Everything else is a client of a running gateway:
-'svc admin' manages organisations, users, keys and settings through the
-server's admin socket.`,
+'svc serve' runs the gateway and 'svc worker' the agent on each GPU box.
+Everything else is a client of a running gateway: 'svc admin' manages
+organisations, users, keys and settings through the server's admin socket.`,
 		SilenceErrors:     true,
 		SilenceUsage:      true,
 		DisableAutoGenTag: true,
@@ -62,6 +62,8 @@ server's admin socket.`,
 
 	root.AddCommand(
 		NewCmdServe(f, nil),
+		NewCmdWorker(f, nil),
+		NewCmdSim(f),
 		NewCmdAdmin(f),
 		NewCmdVersion(f),
 		NewCmdMan(f),

@@ -2,14 +2,22 @@ package cli
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
 
+	"github.com/svc-dev/svc/internal/engine"
+	"github.com/svc-dev/svc/internal/engine/sim"
+	"github.com/svc-dev/svc/internal/fleet"
 	"github.com/svc-dev/svc/internal/server"
+	"github.com/svc-dev/svc/internal/worker"
 )
 
 // ServeOptions are the flags of `svc serve`.
@@ -17,8 +25,12 @@ type ServeOptions struct {
 	Addr         string
 	DataDir      string
 	DrainTimeout time.Duration
+	QueueHold    time.Duration
+	WorkerGrace  time.Duration
 	LogLevel     string
 	LogFormat    string
+	// Demo runs a simulated worker in the same process.
+	Demo bool
 }
 
 // NewCmdServe builds `svc serve`; runF replaces the server in tests.
@@ -36,12 +48,17 @@ On first start with an empty data directory it creates the organisation
 and prints the key once. Later starts reuse them.
 
 SIGINT or SIGTERM stops accepting connections, lets in-flight requests finish
-for up to --drain-timeout, then closes the database.`,
+for up to --drain-timeout, then closes the database.
+
+--demo also runs a worker on the built-in simulator in the same process, so
+a chat completion can be sent at once; it prints the base URL, where the key
+is and a ready curl command.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			err := applyEnv(cmd, f.Getenv,
 				envFlag{"addr", "SVC_ADDR"}, envFlag{"data", "SVC_DATA"},
-				envFlag{"drain-timeout", "SVC_DRAIN_TIMEOUT"},
+				envFlag{"drain-timeout", "SVC_DRAIN_TIMEOUT"}, envFlag{"queue-hold", "SVC_QUEUE_HOLD"},
+				envFlag{"worker-grace", "SVC_WORKER_GRACE"},
 				envFlag{"log-level", "SVC_LOG_LEVEL"}, envFlag{"log-format", "SVC_LOG_FORMAT"})
 			if err != nil {
 				return err
@@ -59,8 +76,11 @@ for up to --drain-timeout, then closes the database.`,
 	fl.StringVar(&opts.Addr, "addr", "127.0.0.1:8080", "address to listen on (env SVC_ADDR)")
 	fl.StringVar(&opts.DataDir, "data", "", dataFlagHelp)
 	fl.DurationVar(&opts.DrainTimeout, "drain-timeout", 30*time.Second, "how long in-flight requests may take to finish on shutdown (env SVC_DRAIN_TIMEOUT)")
+	fl.DurationVar(&opts.QueueHold, "queue-hold", 2*time.Second, "how long a request waits for a busy model before a 429 (env SVC_QUEUE_HOLD)")
+	fl.DurationVar(&opts.WorkerGrace, "worker-grace", 15*time.Second, "how long a dropped worker may take to reconnect before its requests fail or move (env SVC_WORKER_GRACE)")
 	fl.StringVar(&opts.LogLevel, "log-level", "info", "debug, info, warn or error (env SVC_LOG_LEVEL)")
 	fl.StringVar(&opts.LogFormat, "log-format", "auto", "text, json, or auto: text on a terminal, JSON otherwise (env SVC_LOG_FORMAT)")
+	fl.BoolVar(&opts.Demo, "demo", false, "also run a simulated worker in this process")
 	return cmd
 }
 
@@ -69,13 +89,62 @@ func runServe(ctx context.Context, f *Factory, opts *ServeOptions) error {
 	if err != nil {
 		return err
 	}
-	return server.Run(ctx, server.Config{
+	cfg := server.Config{
 		Addr:         opts.Addr,
 		DataDir:      opts.DataDir,
 		DrainTimeout: opts.DrainTimeout,
 		Build:        f.Build,
 		Logger:       log,
+		Fleet:        fleet.Config{Hold: opts.QueueHold, Grace: opts.WorkerGrace},
+	}
+	var demo errgroup.Group
+	if opts.Demo {
+		cfg.Ready = func(addr string) {
+			demo.Go(func() error { return runDemoWorker(ctx, f, opts, addr, log) })
+		}
+	}
+	err = server.Run(ctx, cfg)
+	if derr := demo.Wait(); derr != nil && err == nil {
+		err = derr
+	}
+	return err
+}
+
+// runDemoWorker runs a simulated worker against the server at addr and
+// tells the user how to reach it.
+func runDemoWorker(ctx context.Context, f *Factory, opts *ServeOptions, addr string, log *slog.Logger) error {
+	token, err := os.ReadFile(filepath.Join(opts.DataDir, server.WorkerTokenFile))
+	if err != nil {
+		return fmt.Errorf("demo worker: %w", err)
+	}
+	eng := sim.New(sim.DefaultConfig())
+	agent, err := worker.New(worker.Config{
+		Gateway: "http://" + addr, Token: strings.TrimSpace(string(token)), Name: "demo-sim",
+		MaxConcurrent: 4, Version: f.Build.Version, Engines: []engine.Engine{eng},
+		Logger: log.With("component", "demo-worker"),
 	})
+	if err != nil {
+		return err
+	}
+	models, _ := eng.Models(ctx)
+	ids := make([]string, len(models))
+	for i, m := range models {
+		ids[i] = m.ID
+	}
+	keyPath := filepath.Join(opts.DataDir, server.AdminKeyFile)
+	fmt.Fprintf(f.IO.Out, `
+svc is running with a simulated demo worker (models: %s).
+
+  Base URL  http://%s/v1
+  API key   %s
+
+  curl http://%s/v1/chat/completions \
+    -H "Authorization: Bearer $(cat %s)" \
+    -H "Content-Type: application/json" \
+    -d '{"model": "sim-chat", "messages": [{"role": "user", "content": "Hello!"}]}'
+
+`, strings.Join(ids, ", "), addr, keyPath, addr, keyPath)
+	return agent.Run(ctx)
 }
 
 // newLogger logs text to a terminal and JSON to anything else.

@@ -134,6 +134,10 @@ func (f *Fleet) Connect(ctx context.Context, orgID string, hello api.Hello, conn
 	if hello.Heartbeat != nil {
 		w.heartbeat = *hello.Heartbeat
 	}
+	// The worker counts as connected from here: streams opened before the
+	// connection is attached wait in the session and go out right after
+	// the welcome, so the worker is usable the moment it hears it is in.
+	w.attached = true
 	sess := w.sess
 	droppedAt := w.droppedAt
 	f.mu.Unlock()
@@ -147,19 +151,19 @@ func (f *Fleet) Connect(ctx context.Context, orgID string, hello api.Hello, conn
 		welcome.Streams = sess.RecvState()
 		peer = hello.Streams
 	}
-	if err := writeWelcome(conn, welcome); err != nil {
-		_ = conn.Close()
-		return fmt.Errorf("write welcome: %w", err)
+	err := writeWelcome(conn, welcome)
+	var done <-chan struct{}
+	if err == nil {
+		done, err = sess.Attach(conn, peer)
 	}
-	done, err := sess.Attach(conn, peer)
 	if err != nil {
 		_ = conn.Close()
-		return fmt.Errorf("attach worker %s: %w", hello.Name, err)
+		f.detached(w, sess, err)
+		return fmt.Errorf("connect worker %s: %w", hello.Name, err)
 	}
 
 	f.mu.Lock()
-	if w.sess == sess {
-		w.attached = true
+	if w.sess == sess && w.attached {
 		switch {
 		case resumed && !droppedAt.IsZero():
 			down := now.Sub(droppedAt)

@@ -132,7 +132,7 @@ func (fw *fakeWorker) connect(org string) {
 	if _, err := fw.sess.Attach(wc, w.Streams); err != nil {
 		fw.h.t.Fatal(err)
 	}
-	fw.h.waitStatus(fw.id, org, func(s string) bool { return s != api.StatusOffline })
+	fw.h.waitStatus(fw.id, org, func(s string) bool { return s == api.StatusHealthy })
 }
 
 func (h *harness) waitStatus(id, org string, ok func(string) bool) api.Worker {

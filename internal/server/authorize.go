@@ -22,6 +22,17 @@ func (s *Server) authorize(c *call, console bool) error {
 	switch c.route.access {
 	case accessPublic:
 		return nil
+	case accessWorker:
+		key := apiKey(c.ctx)
+		if key == "" {
+			return errNoKey
+		}
+		orgID, _, err := s.accounts.AuthenticateWorker(key)
+		if err != nil {
+			return err
+		}
+		c.workerOrg = orgID
+		return nil
 	case accessConsole:
 		if console {
 			return nil

@@ -123,11 +123,6 @@ func breakdownQuery(q *query) {
 	q.oneOf("sort", "tokens", "tokens", "requests")
 }
 
-func eventsQuery(q *query) {
-	q.intRange("limit", 50, 1, 1000)
-	q.intRange("offset", 0, 0, 1<<31-1)
-}
-
 func powerQuery(q *query) { q.oneOf("range", "1h", "1h", "24h", "7d", "30d") }
 
 // validated checks the query with check before calling next.

@@ -10,6 +10,7 @@ const (
 	accessPublic  access = iota // no key: health and metrics
 	accessKey                   // an API key with the route's permission
 	accessConsole               // the admin socket only; API keys get 403
+	accessWorker                // a worker token: the worker link
 )
 
 // route is one entry of the route table. Everything about a path that is
@@ -35,9 +36,9 @@ type route struct {
 // and served under both /api/v1 and /v1.
 func (s *Server) routes() []*route {
 	inference := []*route{
-		{method: "POST", path: "/chat/completions", e2e: true, handle: pending("chat completions")},
-		{method: "POST", path: "/embeddings", e2e: true, handle: pending("embeddings")},
-		{method: "GET", path: "/models", handle: pending("the models list")},
+		{method: "POST", path: "/chat/completions", e2e: true, handle: s.chatCompletions},
+		{method: "POST", path: "/embeddings", e2e: true, handle: s.embeddings},
+		{method: "GET", path: "/models", handle: s.listModels},
 		{method: "POST", path: "/audio/transcriptions", e2e: true, handle: pending("audio transcription")},
 		{method: "POST", path: "/audio/speech", e2e: true, handle: pending("text to speech")},
 		{method: "POST", path: "/moderations", handle: pending("moderation")},
@@ -50,10 +51,10 @@ func (s *Server) routes() []*route {
 		{method: "GET", path: "/usage/breakdown", handle: validated(breakdownQuery, pending("usage breakdown"))},
 	}
 	workers := []*route{
-		{method: "GET", path: "/workers", handle: pending("the worker list")},
-		{method: "GET", path: "/workers/events", handle: validated(eventsQuery, pending("worker events"))},
+		{method: "GET", path: "/workers", handle: s.listWorkers},
+		{method: "GET", path: "/workers/events", handle: s.workerEvents},
 		{method: "GET", path: "/workers/latest-version", handle: s.latestVersion},
-		{method: "GET", path: "/workers/{worker_id}/power", handle: s.planGated("Power history", validated(powerQuery, pending("power history")))},
+		{method: "GET", path: "/workers/{worker_id}/power", handle: s.planGated("Power history", validated(powerQuery, s.workerPower))},
 	}
 	compute := []*route{
 		{method: "GET", path: "/compute/catalogue", handle: pending("the GPU catalogue")},
@@ -69,6 +70,7 @@ func (s *Server) routes() []*route {
 	out := []*route{
 		{method: "GET", path: "/healthz", access: accessPublic, handle: s.health},
 		{method: "GET", path: "/metrics", access: accessPublic, handle: s.serveMetrics},
+		{method: "GET", path: "/api/v1/workers/connect", access: accessWorker, handle: s.connectWorker},
 	}
 	for _, r := range inference {
 		r.access, r.perm, r.compatible = accessKey, auth.InferenceWrite, true

@@ -15,6 +15,7 @@ import (
 	"github.com/svc-dev/svc/internal/account"
 	"github.com/svc-dev/svc/internal/bolt"
 	"github.com/svc-dev/svc/internal/buildinfo"
+	"github.com/svc-dev/svc/internal/fleet"
 )
 
 // Files the server keeps in its data directory beside the database.
@@ -32,6 +33,12 @@ type Config struct {
 	LockTimeout  time.Duration
 	Build        buildinfo.Info
 	Logger       *slog.Logger
+	// Fleet tunes routing and worker health; its Logger and Events are set
+	// by Run.
+	Fleet fleet.Config
+	// Ready, when set, is called with the public address once the server
+	// accepts requests.
+	Ready func(addr string)
 }
 
 // Run serves until ctx ends, then drains in-flight requests for at most
@@ -74,20 +81,34 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer os.Remove(sock)
 
-	srv := New(Deps{Logger: log, Build: cfg.Build, Accounts: accounts})
+	writer := store.NewWriter(bolt.WriterOptions{Logger: log})
+	events := store.Events(writer)
+	fcfg := cfg.Fleet
+	fcfg.Logger, fcfg.Events = log, events
+	fl := fleet.New(fcfg)
+	srv := New(Deps{Logger: log, Build: cfg.Build, Accounts: accounts, Fleet: fl, Events: events, Keepalive: fcfg.Keepalive})
 	log.Info("listening", "addr", public.Addr().String(), "url", "http://"+public.Addr().String(),
 		"admin_socket", sock, "data", cfg.DataDir, "version", cfg.Build.Version)
 
 	// Background work runs until the listeners have drained, so the last
-	// requests are still accounted for.
+	// requests are still served and accounted for. The writer stops last:
+	// the fleet records events as it closes the worker links.
 	bgCtx, stopBackground := context.WithCancel(context.Background())
 	defer stopBackground()
-	var bg errgroup.Group
+	writerCtx, stopWriter := context.WithCancel(context.Background())
+	defer stopWriter()
+	var bg, wg errgroup.Group
+	wg.Go(func() error { return writer.Run(writerCtx) })
 	bg.Go(func() error { return accounts.Run(bgCtx, time.Minute) })
+	bg.Go(func() error { return fl.Run(bgCtx) })
+	bg.Go(func() error { return pruneEvents(bgCtx, events, log) })
 
 	serveErr := make(chan error, 2)
 	go func() { serveErr <- srv.ServePublic(public) }()
 	go func() { serveErr <- srv.ServeConsole(consoleLn) }()
+	if cfg.Ready != nil {
+		cfg.Ready(public.Addr().String())
+	}
 
 	running := 2
 	var failed error
@@ -112,8 +133,33 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := bg.Wait(); err != nil {
 		log.Error("background", "err", err)
 	}
+	stopWriter()
+	if err := wg.Wait(); err != nil {
+		log.Error("final commit", "err", err)
+	}
 	log.Info("stopped")
 	return failed
+}
+
+// eventRetention is how long worker events are kept.
+const eventRetention = 30 * 24 * time.Hour
+
+// pruneEvents deletes old worker events every hour.
+func pruneEvents(ctx context.Context, events *bolt.Events, log *slog.Logger) error {
+	t := time.NewTicker(time.Hour)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			if n, err := events.PruneEvents(time.Now().Add(-eventRetention), 10000); err != nil {
+				log.Warn("prune worker events", "err", err)
+			} else if n > 0 {
+				log.Debug("pruned worker events", "count", n)
+			}
+		}
+	}
 }
 
 // bootstrap creates the default organisation on an empty store and writes

@@ -20,7 +20,10 @@ import (
 
 	"github.com/svc-dev/svc/internal/account"
 	"github.com/svc-dev/svc/internal/auth"
+	"github.com/svc-dev/svc/internal/bolt"
 	"github.com/svc-dev/svc/internal/buildinfo"
+	"github.com/svc-dev/svc/internal/fleet"
+	"github.com/svc-dev/svc/internal/link"
 )
 
 const (
@@ -31,10 +34,14 @@ const (
 
 // Server serves the public API on TCP and the console API on the admin socket.
 type Server struct {
-	log      *slog.Logger
-	build    buildinfo.Info
-	accounts *account.Service
-	metrics  *metrics
+	log       *slog.Logger
+	build     buildinfo.Info
+	accounts  *account.Service
+	fleet     *fleet.Fleet
+	events    *bolt.Events
+	keepalive link.Keepalive
+	metrics   *metrics
+	watch     *clientWatch
 
 	public  *listener
 	console *listener
@@ -53,14 +60,21 @@ type listener struct {
 
 // Deps are what the server is built from.
 type Deps struct {
-	Logger   *slog.Logger
-	Build    buildinfo.Info
-	Accounts *account.Service
+	Logger    *slog.Logger
+	Build     buildinfo.Info
+	Accounts  *account.Service
+	Fleet     *fleet.Fleet
+	Events    *bolt.Events
+	Keepalive link.Keepalive
 }
 
 // New builds the server and its route tables.
 func New(d Deps) *Server {
-	s := &Server{log: d.Logger, build: d.Build, accounts: d.Accounts, metrics: newMetrics(d.Build)}
+	if d.Keepalive.Ping <= 0 {
+		d.Keepalive = link.DefaultKeepalive()
+	}
+	s := &Server{log: d.Logger, build: d.Build, accounts: d.Accounts, fleet: d.Fleet, events: d.Events,
+		keepalive: d.Keepalive, metrics: newMetrics(d.Build), watch: newClientWatch(200 * time.Millisecond)}
 	routes := s.routes()
 	var consoleRoutes []*route
 	for _, r := range routes {
@@ -144,6 +158,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		wg.Go(func() { errs[i] = l.shutdown(ctx, 5*time.Second) })
 	}
 	wg.Wait()
+	s.watch.close()
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("%w: %v", ErrDrainTimeout, err)
 	}
@@ -156,6 +171,8 @@ type call struct {
 	ctx       *fasthttp.RequestCtx
 	route     *route
 	principal auth.Principal
+	// workerOrg is the organisation of a worker token, on the worker link.
+	workerOrg string
 	params    params
 	requestID string
 }

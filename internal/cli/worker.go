@@ -1,0 +1,193 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/svc-dev/svc/internal/engine"
+	"github.com/svc-dev/svc/internal/engine/ollama"
+	"github.com/svc-dev/svc/internal/engine/openai"
+	"github.com/svc-dev/svc/internal/engine/sim"
+	"github.com/svc-dev/svc/internal/server"
+	"github.com/svc-dev/svc/internal/worker"
+)
+
+// WorkerOptions are the flags of `svc worker`.
+type WorkerOptions struct {
+	Gateway       string
+	Token         string
+	TokenFile     string
+	Name          string
+	MaxConcurrent int
+	Engines       []string
+	ModelMeta     string
+	Pull          []string
+	DrainTimeout  time.Duration
+	LogLevel      string
+	LogFormat     string
+}
+
+// NewCmdWorker builds `svc worker`; runF replaces the agent in tests.
+func NewCmdWorker(f *Factory, runF func(context.Context, *WorkerOptions) error) *cobra.Command {
+	opts := &WorkerOptions{}
+	cmd := &cobra.Command{
+		Use:   "worker --engine KIND[=ARG]...",
+		Short: "Run the worker agent on a GPU box",
+		Long: `Run the worker agent: it dials out to the gateway (no inbound port), serves the
+models of its local inference engines, and reconnects by itself after a drop,
+resuming the requests in flight.
+
+Engines (repeat --engine for several):
+  sim[=OPTIONS]      the built-in simulator, e.g. sim or sim=tps=200,ttft=20ms
+  openai=URL         an OpenAI-compatible server: vLLM, llama-server, SGLang
+                     (an API key for it can be given in SVC_OPENAI_API_KEY)
+  ollama=URL         Ollama, e.g. ollama=http://127.0.0.1:11434
+
+The worker token comes from --token, SVC_WORKER_TOKEN, --token-file, or, on
+the gateway's own host, the gateway's <data>/worker.token.
+
+SIGINT or SIGTERM makes the worker take nothing new, finish what it runs (up
+to --drain-timeout), and exit.`,
+		Example: `  svc worker --gateway http://gateway:8080 --token-file /etc/svc/worker.token --engine openai=http://127.0.0.1:8000
+  svc worker --engine ollama=http://127.0.0.1:11434 --pull llama3.2 --max-concurrent 4`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			err := applyEnv(cmd, f.Getenv,
+				envFlag{"gateway", "SVC_GATEWAY"}, envFlag{"token", "SVC_WORKER_TOKEN"},
+				envFlag{"token-file", "SVC_WORKER_TOKEN_FILE"}, envFlag{"name", "SVC_WORKER_NAME"},
+				envFlag{"max-concurrent", "SVC_MAX_CONCURRENT"}, envFlag{"engine", "SVC_ENGINE"},
+				envFlag{"log-level", "SVC_LOG_LEVEL"}, envFlag{"log-format", "SVC_LOG_FORMAT"})
+			if err != nil {
+				return err
+			}
+			if len(opts.Engines) == 0 {
+				return usageErrorf("give at least one --engine (sim, openai=URL or ollama=URL)")
+			}
+			if opts.MaxConcurrent < 1 {
+				return usageErrorf("--max-concurrent must be at least 1")
+			}
+			if runF != nil {
+				return runF(cmd.Context(), opts)
+			}
+			return runWorker(cmd.Context(), f, opts)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&opts.Gateway, "gateway", "http://127.0.0.1:8080", "the gateway's base URL (env SVC_GATEWAY)")
+	fl.StringVar(&opts.Token, "token", "", "worker token (env SVC_WORKER_TOKEN)")
+	fl.StringVar(&opts.TokenFile, "token-file", "", "file holding the worker token (env SVC_WORKER_TOKEN_FILE)")
+	fl.StringVar(&opts.Name, "name", "", "worker name, unique in the organisation (env SVC_WORKER_NAME; default the host name)")
+	fl.IntVar(&opts.MaxConcurrent, "max-concurrent", 1, "requests run at once (env SVC_MAX_CONCURRENT)")
+	fl.StringArrayVar(&opts.Engines, "engine", nil, "an inference engine: sim[=OPTIONS], openai=URL or ollama=URL (env SVC_ENGINE)")
+	fl.StringVar(&opts.ModelMeta, "model-meta", "", `JSON file of per-model metadata overriding what engines report: {"model-id": {"capabilities": [...], "context_window": N, "sampling_defaults": {...}, "default_thinking": true, "voices": [...], "default_voice": "..."}}`)
+	fl.StringArrayVar(&opts.Pull, "pull", nil, "install a model at start (engines that can, e.g. ollama); repeatable")
+	fl.DurationVar(&opts.DrainTimeout, "drain-timeout", 5*time.Minute, "how long running requests may take to finish on shutdown")
+	fl.StringVar(&opts.LogLevel, "log-level", "info", "debug, info, warn or error (env SVC_LOG_LEVEL)")
+	fl.StringVar(&opts.LogFormat, "log-format", "auto", "text, json, or auto (env SVC_LOG_FORMAT)")
+	return cmd
+}
+
+func runWorker(ctx context.Context, f *Factory, opts *WorkerOptions) error {
+	log, err := newLogger(f.IO.ErrOut, f.IO.IsStderrTTY(), opts.LogLevel, opts.LogFormat)
+	if err != nil {
+		return err
+	}
+	token, err := workerToken(opts, f.Getenv)
+	if err != nil {
+		return err
+	}
+	name := opts.Name
+	if name == "" {
+		if name, err = os.Hostname(); err != nil {
+			return fmt.Errorf("worker name: %w; give --name", err)
+		}
+	}
+	engines, err := parseEngines(opts.Engines, f.Getenv)
+	if err != nil {
+		return err
+	}
+	cfg := worker.Config{
+		Gateway: opts.Gateway, Token: token, Name: name, MaxConcurrent: opts.MaxConcurrent,
+		Version: f.Build.Version, Engines: engines, Pull: opts.Pull, DrainTimeout: opts.DrainTimeout, Logger: log,
+	}
+	if opts.ModelMeta != "" {
+		if cfg.ModelMeta, err = worker.LoadModelMeta(opts.ModelMeta); err != nil {
+			return err
+		}
+	}
+	agent, err := worker.New(cfg)
+	if err != nil {
+		return usageError(err)
+	}
+	log.Info("worker starting", "name", name, "gateway", opts.Gateway, "engines", opts.Engines, "version", f.Build.Version)
+	return agent.Run(ctx)
+}
+
+// workerToken reads the token from the flag, its file, or the local
+// gateway's data directory.
+func workerToken(opts *WorkerOptions, getenv func(string) string) (string, error) {
+	if opts.Token != "" {
+		return opts.Token, nil
+	}
+	path := opts.TokenFile
+	if path == "" {
+		dir, err := resolveDataDir(getenv("SVC_DATA"), getenv)
+		if err != nil {
+			return "", errors.New("no worker token: give --token, SVC_WORKER_TOKEN or --token-file")
+		}
+		path = filepath.Join(dir, server.WorkerTokenFile)
+		if _, err := os.Stat(path); err != nil {
+			return "", errors.New("no worker token: give --token, SVC_WORKER_TOKEN or --token-file (create one with `svc admin worker-tokens create NAME`)")
+		}
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("read worker token: %w", err)
+	}
+	t := strings.TrimSpace(string(b))
+	if t == "" {
+		return "", fmt.Errorf("worker token file %s is empty", path)
+	}
+	return t, nil
+}
+
+// parseEngines builds the engines named by --engine specs.
+func parseEngines(specs []string, getenv func(string) string) ([]engine.Engine, error) {
+	var out []engine.Engine
+	for _, spec := range specs {
+		kind, arg, _ := strings.Cut(strings.TrimSpace(spec), "=")
+		var e engine.Engine
+		var err error
+		switch kind {
+		case "sim":
+			var cfg sim.Config
+			if cfg, err = sim.ParseOptions(arg); err == nil {
+				e = sim.New(cfg)
+			}
+		case "openai":
+			if arg == "" {
+				return nil, usageErrorf("--engine openai needs a URL: openai=http://host:port")
+			}
+			e, err = openai.New(openai.Config{BaseURL: arg, APIKey: getenv("SVC_OPENAI_API_KEY")})
+		case "ollama":
+			if arg == "" {
+				arg = "http://127.0.0.1:11434"
+			}
+			e, err = ollama.New(ollama.Config{BaseURL: arg})
+		default:
+			return nil, usageErrorf("unknown engine %q: use sim, openai=URL or ollama=URL", spec)
+		}
+		if err != nil {
+			return nil, usageErrorf("--engine %s: %v", spec, err)
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}

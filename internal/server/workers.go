@@ -1,0 +1,117 @@
+package server
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/fasthttp/websocket"
+	"github.com/valyala/fasthttp"
+
+	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/bolt"
+	"github.com/svc-dev/svc/internal/fleet"
+	"github.com/svc-dev/svc/internal/link"
+)
+
+// connectWorker upgrades a worker's request to the link. The token was
+// checked by authorize; the organisation comes from it.
+func (s *Server) connectWorker(c *call) error {
+	if !websocket.FastHTTPIsWebSocketUpgrade(c.ctx) {
+		return api.BadRequest("This is the worker link endpoint; connect to it with `svc worker`")
+	}
+	orgID, log, fl, ka := c.workerOrg, s.log, s.fleet, s.keepalive
+	up := websocket.FastHTTPUpgrader{
+		ReadBufferSize:  64 << 10,
+		WriteBufferSize: 64 << 10,
+		// Workers are programs, not browsers: there is no origin to check.
+		CheckOrigin: func(*fasthttp.RequestCtx) bool { return true },
+	}
+	// The handler runs after this one returns, on the hijacked connection;
+	// it uses nothing of the request.
+	err := up.Upgrade(c.ctx, func(ws *websocket.Conn) {
+		conn := link.WebSocket(ws, ka)
+		hello, err := fleet.ReadHello(conn)
+		if err != nil {
+			log.Warn("worker link", "err", err)
+			fleet.Refuse(conn, err.Error())
+			return
+		}
+		if err := fl.Connect(context.Background(), orgID, hello, conn); err != nil {
+			log.Warn("worker refused", "name", hello.Name, "err", err)
+		}
+	})
+	if err != nil {
+		return api.BadRequest("Worker link upgrade failed: %v", err)
+	}
+	return nil
+}
+
+func (s *Server) listWorkers(c *call) error {
+	writeJSON(c.ctx, http.StatusOK, map[string]any{"workers": s.fleet.Workers(c.principal.OrgID)})
+	return nil
+}
+
+func (s *Server) workerEvents(c *call) error {
+	q := query{c: c}
+	limit := q.intRange("limit", 50, 1, 1000)
+	offset := q.intRange("offset", 0, 0, 1<<31-1)
+	if err := q.v.Err(); err != nil {
+		return err
+	}
+	args := c.ctx.QueryArgs()
+	evs, err := s.events.ListEvents(c.principal.OrgID, bolt.EventQuery{
+		WorkerID: string(args.Peek("worker_id")), EventType: string(args.Peek("event_type")),
+		Limit: limit, Offset: offset,
+	})
+	if err != nil {
+		return err
+	}
+	writeJSON(c.ctx, http.StatusOK, evs)
+	return nil
+}
+
+// workerPower checks the worker belongs to the caller's organisation;
+// power history itself arrives with the power readers.
+func (s *Server) workerPower(c *call) error {
+	id := c.params.get("worker_id")
+	for _, w := range s.fleet.Workers(c.principal.OrgID) {
+		if w.WorkerID == id {
+			return api.NotImplemented("This server does not offer power history yet")
+		}
+	}
+	return api.NotFound("No worker %s in this organisation", id)
+}
+
+// listModels is GET /v1/models: the models the organisation's connected
+// workers serve, once each, with their metadata.
+func (s *Server) listModels(c *call) error {
+	models := s.fleet.Models(c.principal.OrgID)
+	created := time.Now().Unix()
+	data := make([]map[string]any, 0, len(models))
+	for _, m := range models {
+		e := map[string]any{
+			"id": m.ID, "object": "model", "created": created, "owned_by": "svc",
+			"capabilities": m.Capabilities, "engine": m.Engine,
+		}
+		if m.ContextWindow > 0 {
+			e["context_window"] = m.ContextWindow
+		}
+		if m.SamplingDefaults != nil {
+			e["sampling_defaults"] = m.SamplingDefaults
+		}
+		if m.DefaultThinking != nil {
+			e["default_thinking"] = *m.DefaultThinking
+		}
+		if len(m.Voices) > 0 {
+			e["voices"] = m.Voices
+			e["default_voice"] = m.DefaultVoice
+		}
+		if m.Simulated {
+			e["simulated"] = true
+		}
+		data = append(data, e)
+	}
+	writeJSON(c.ctx, http.StatusOK, map[string]any{"object": "list", "data": data})
+	return nil
+}
