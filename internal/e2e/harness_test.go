@@ -107,6 +107,18 @@ func (l *logBuffer) String() string {
 	return l.buf.String()
 }
 
+// checkCrash fails the test when a child process reported a data race or
+// a panic: they run race-instrumented, and would otherwise die quietly.
+func checkCrash(t *testing.T, what string, l *logBuffer) {
+	out := l.String()
+	for _, sign := range []string{"WARNING: DATA RACE", "panic: ", "fatal error: "} {
+		if i := strings.Index(out, sign); i >= 0 {
+			t.Errorf("%s reported %q:\n%s", what, sign, out[i:min(len(out), i+6000)])
+			return
+		}
+	}
+}
+
 // server is a running `svc serve`.
 type server struct {
 	t    *testing.T
@@ -141,7 +153,10 @@ func startServer(t *testing.T, dir string, args ...string) *server {
 		s.err = s.cmd.Wait()
 		close(s.done)
 	}()
-	t.Cleanup(func() { s.stop(syscall.SIGKILL) })
+	t.Cleanup(func() {
+		s.stop(syscall.SIGKILL)
+		checkCrash(t, "svc serve", s.Log)
+	})
 	rec := s.Log.wait(t, "listening", 15*time.Second)
 	s.URL = rec["url"].(string)
 	return s
@@ -234,6 +249,36 @@ func request(t *testing.T, hc *http.Client, method, url, body string, hs ...head
 		t.Fatal(err)
 	}
 	return reply{Status: resp.StatusCode, Header: resp.Header, Body: b}
+}
+
+// async sends a request from another goroutine; failures come back as a
+// reply with Status -1 and the error as Body, since t.Fatal may not be
+// called off the test's goroutine.
+func (s *server) async(method, path, body string, hs ...header) <-chan reply {
+	out := make(chan reply, 1)
+	go func() {
+		req, err := http.NewRequest(method, s.URL+path, strings.NewReader(body))
+		if err != nil {
+			out <- reply{Status: -1, Body: []byte(err.Error())}
+			return
+		}
+		for _, h := range hs {
+			req.Header.Set(h.k, h.v)
+		}
+		resp, err := (&http.Client{Timeout: 60 * time.Second}).Do(req)
+		if err != nil {
+			out <- reply{Status: -1, Body: []byte(err.Error())}
+			return
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			out <- reply{Status: -1, Body: []byte(err.Error())}
+			return
+		}
+		out <- reply{Status: resp.StatusCode, Header: resp.Header, Body: b}
+	}()
+	return out
 }
 
 // do calls the public API.

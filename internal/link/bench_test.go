@@ -107,7 +107,7 @@ func BenchmarkRoundTripParallel(b *testing.B) {
 
 // BenchmarkOpenStreamMemory holds many idle open streams (each has sent
 // its request and one event) and reports the heap they use, both ends
-// together.
+// together, and the stack of the worker goroutine serving each.
 func BenchmarkOpenStreamMemory(b *testing.B) {
 	const n = 10000
 	release := make(chan struct{})
@@ -146,6 +146,7 @@ func BenchmarkOpenStreamMemory(b *testing.B) {
 		var after runtime.MemStats
 		runtime.ReadMemStats(&after)
 		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "heap-bytes/stream")
+		b.ReportMetric(float64(after.StackInuse-before.StackInuse)/n, "stack-bytes/stream")
 		b.ReportMetric(float64(runtime.NumGoroutine()), "goroutines")
 		for _, st := range streams {
 			st.Reset()

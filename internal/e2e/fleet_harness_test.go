@@ -1,0 +1,253 @@
+package e2e
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// workerProc is a running `svc worker`.
+type workerProc struct {
+	t    *testing.T
+	cmd  *exec.Cmd
+	Name string
+	Log  *logBuffer
+	done chan struct{}
+	err  error
+}
+
+// startWorker runs `svc worker` against gateway with the token in
+// tokenFile, and waits until it has connected.
+func startWorker(t *testing.T, gateway, tokenFile, name string, args ...string) *workerProc {
+	t.Helper()
+	argv := append([]string{"worker", "--gateway", gateway, "--token-file", tokenFile, "--name", name, "--log-format", "json"}, args...)
+	wp := &workerProc{t: t, Name: name, Log: newLogBuffer(), done: make(chan struct{})}
+	wp.cmd = exec.Command("svc", argv...)
+	wp.cmd.Env = os.Environ()
+	stderr, err := wp.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := wp.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		wp.Log.consume(stderr)
+		wp.err = wp.cmd.Wait()
+		close(wp.done)
+	}()
+	t.Cleanup(func() {
+		wp.stop(syscall.SIGKILL)
+		checkCrash(t, "svc worker "+name, wp.Log)
+	})
+	wp.Log.wait(t, "connected to the gateway", 15*time.Second)
+	return wp
+}
+
+func (wp *workerProc) stop(sig syscall.Signal) error {
+	select {
+	case <-wp.done:
+		return wp.err
+	default:
+	}
+	_ = wp.cmd.Process.Signal(sig)
+	select {
+	case <-wp.done:
+	case <-time.After(20 * time.Second):
+		_ = wp.cmd.Process.Kill()
+		<-wp.done
+		wp.t.Errorf("svc worker did not exit within 20s of %v", sig)
+	}
+	return wp.err
+}
+
+func (s *server) tokenFile() string { return filepath.Join(s.Data, "worker.token") }
+
+// workers lists the organisation's workers with key.
+func (s *server) workers(key string) []map[string]any {
+	s.t.Helper()
+	r := s.do("GET", "/api/v1/workers", "", bearer(key))
+	if r.Status != 200 {
+		s.t.Fatalf("workers = %d %s", r.Status, r.Body)
+	}
+	var out struct {
+		Workers []map[string]any `json:"workers"`
+	}
+	if err := json.Unmarshal(r.Body, &out); err != nil {
+		s.t.Fatal(err)
+	}
+	return out.Workers
+}
+
+// workerNamed waits until the worker called name satisfies ok.
+func (s *server) workerNamed(key, name string, ok func(map[string]any) bool) map[string]any {
+	s.t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		for _, w := range s.workers(key) {
+			if w["worker_name"] == name && ok(w) {
+				return w
+			}
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("worker %s never reached the wanted state: %v", name, s.workers(key))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func statusIs(want string) func(map[string]any) bool {
+	return func(w map[string]any) bool { return w["status"] == want }
+}
+
+// events lists worker events with key.
+func (s *server) events(key, query string) []map[string]any {
+	s.t.Helper()
+	r := s.do("GET", "/api/v1/workers/events"+query, "", bearer(key))
+	if r.Status != 200 {
+		s.t.Fatalf("events = %d %s", r.Status, r.Body)
+	}
+	var out []map[string]any
+	if err := json.Unmarshal(r.Body, &out); err != nil {
+		s.t.Fatal(err)
+	}
+	return out
+}
+
+// waitEvent waits for an event matching ok.
+func (s *server) waitEvent(key, query string, ok func(map[string]any) bool) map[string]any {
+	s.t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		for _, e := range s.events(key, query) {
+			if ok(e) {
+				return e
+			}
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("no matching event in %v", s.events(key, query))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// proxy relays TCP connections to a target and can cut them all at once,
+// to break worker links the way a flaky network does.
+type proxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{}
+	wg     sync.WaitGroup
+}
+
+func newProxy(t *testing.T, target string) *proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	p.wg.Go(p.accept)
+	t.Cleanup(func() {
+		_ = ln.Close()
+		p.cut()
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *proxy) URL() string { return "http://" + p.ln.Addr().String() }
+
+func (p *proxy) accept() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		up, err := net.Dial("tcp", p.target)
+		if err != nil {
+			_ = c.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns[c], p.conns[up] = struct{}{}, struct{}{}
+		p.mu.Unlock()
+		p.wg.Go(func() { p.pipe(c, up) })
+		p.wg.Go(func() { p.pipe(up, c) })
+	}
+}
+
+func (p *proxy) pipe(dst, src net.Conn) {
+	_, _ = io.Copy(dst, src)
+	_ = dst.Close()
+	_ = src.Close()
+	p.mu.Lock()
+	delete(p.conns, dst)
+	delete(p.conns, src)
+	p.mu.Unlock()
+}
+
+// cut closes every connection through the proxy.
+func (p *proxy) cut() int {
+	p.mu.Lock()
+	n := len(p.conns) / 2
+	for c := range p.conns {
+		_ = c.Close()
+	}
+	p.mu.Unlock()
+	return n
+}
+
+// startSim runs `svc sim` on a random port and returns its address.
+func startSim(t *testing.T, options string) string {
+	t.Helper()
+	cmd := exec.Command("svc", "sim", "--addr", "127.0.0.1:0", "--options", options)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	})
+	lines := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			if addr, ok := strings.CutPrefix(sc.Text(), "simulator listening on http://"); ok {
+				lines <- addr
+			}
+		}
+	}()
+	select {
+	case addr := <-lines:
+		return addr
+	case <-time.After(15 * time.Second):
+		t.Fatal("svc sim did not start")
+		return ""
+	}
+}
+
+// sseData returns the data payloads of an SSE body.
+func sseData(body []byte) []string {
+	var out []string
+	for _, line := range strings.Split(string(body), "\n") {
+		if d, ok := strings.CutPrefix(line, "data: "); ok {
+			out = append(out, d)
+		}
+	}
+	return out
+}

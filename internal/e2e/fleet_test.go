@@ -1,0 +1,503 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func chatBody(model, content string, stream bool) string {
+	b, _ := json.Marshal(map[string]any{"model": model, "stream": stream,
+		"messages": []map[string]any{{"role": "user", "content": content}}})
+	return string(b)
+}
+
+// content concatenates the delta contents of a streamed reply and checks
+// the stream's shape: chunks, a usage chunk, then [DONE].
+func streamContent(t *testing.T, body []byte) (string, int) {
+	t.Helper()
+	data := sseData(body)
+	if len(data) < 2 || data[len(data)-1] != "[DONE]" {
+		t.Fatalf("stream does not end with [DONE]: %q", tail(string(body)))
+	}
+	var b strings.Builder
+	chunks := 0
+	for _, d := range data[:len(data)-1] {
+		var c struct {
+			Choices []struct {
+				Delta struct {
+					Content string `json:"content"`
+				} `json:"delta"`
+			} `json:"choices"`
+			Error any `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(d), &c); err != nil || c.Error != nil {
+			t.Fatalf("bad chunk %q (%v)", d, err)
+		}
+		for _, ch := range c.Choices {
+			b.WriteString(ch.Delta.Content)
+		}
+		chunks++
+	}
+	return b.String(), chunks
+}
+
+func tail(s string) string {
+	if len(s) > 400 {
+		return "..." + s[len(s)-400:]
+	}
+	return s
+}
+
+func TestWorkerServesChatStreamingAndEmbeddings(t *testing.T) {
+	s := startServer(t, "")
+	key := s.adminKey()
+	startWorker(t, s.URL, s.tokenFile(), "gpu-1", "--engine", "sim=tps=0,ttft=0")
+
+	r := s.do("POST", "/v1/chat/completions", chatBody("sim-chat", "hello", false), bearer(key))
+	if r.Status != 200 || r.Header.Get("X-Worker-Name") != "gpu-1" || !strings.HasPrefix(r.Header.Get("X-Worker-Id"), "wk_") {
+		t.Fatalf("chat = %d %v %s", r.Status, r.Header, r.Body)
+	}
+	var comp struct {
+		Object  string `json:"object"`
+		Choices []struct {
+			Message struct{ Content string } `json:"message"`
+		} `json:"choices"`
+		Usage struct {
+			TotalTokens int `json:"total_tokens"`
+		} `json:"usage"`
+	}
+	if err := json.Unmarshal(r.Body, &comp); err != nil || comp.Object != "chat.completion" || comp.Choices[0].Message.Content == "" || comp.Usage.TotalTokens == 0 {
+		t.Fatalf("completion %s", r.Body)
+	}
+
+	r = s.do("POST", "/api/v1/chat/completions", chatBody("sim-chat", "hello", true), bearer(key))
+	if r.Status != 200 || r.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("stream = %d %v", r.Status, r.Header)
+	}
+	text, _ := streamContent(t, r.Body)
+	if text != comp.Choices[0].Message.Content {
+		t.Fatalf("streamed text differs from the non-streamed one:\n%q\n%q", text, comp.Choices[0].Message.Content)
+	}
+
+	r = s.do("POST", "/v1/embeddings", `{"model":"sim-embed","input":["a","b"]}`, bearer(key))
+	if r.Status != 200 || !strings.Contains(string(r.Body), `"object":"list"`) {
+		t.Fatalf("embeddings = %d %s", r.Status, r.Body)
+	}
+	r = s.do("GET", "/v1/models", "", bearer(key))
+	if r.Status != 200 || !strings.Contains(string(r.Body), `"sim-reasoner"`) || !strings.Contains(string(r.Body), `"simulated":true`) {
+		t.Fatalf("models = %d %s", r.Status, r.Body)
+	}
+
+	w := s.workerNamed(key, "gpu-1", statusIs("healthy"))
+	if w["simulated"] != true || w["max_concurrent"].(float64) != 1 || w["version"] == "" {
+		t.Fatalf("worker entry %v", w)
+	}
+	ev := s.waitEvent(key, "?event_type=connected", func(e map[string]any) bool { return e["worker_name"] == "gpu-1" })
+	if ev["transient"] != false {
+		t.Fatalf("connect event %v", ev)
+	}
+}
+
+func TestUnknownModelAndNoWorker(t *testing.T) {
+	s := startServer(t, "")
+	key := s.adminKey()
+	r := s.do("POST", "/v1/chat/completions", chatBody("sim-chat", "hi", true), bearer(key))
+	if r.Status != 503 || r.Header.Get("Retry-After") == "" {
+		t.Fatalf("no worker online = %d %v %s", r.Status, r.Header, r.Body)
+	}
+	startWorker(t, s.URL, s.tokenFile(), "w", "--engine", "sim=tps=0,ttft=0")
+	r = s.do("POST", "/v1/chat/completions", chatBody("llama-9000", "hi", true), bearer(key))
+	if msg, _ := message(t, r); r.Status != 404 || !strings.Contains(msg, "llama-9000") {
+		t.Fatalf("unknown model = %d %s", r.Status, r.Body)
+	}
+	r = s.do("POST", "/v1/chat/completions", chatBody("sim-embed", "hi", false), bearer(key))
+	if msg, _ := message(t, r); r.Status != 404 || !strings.Contains(msg, "/v1/embeddings") {
+		t.Fatalf("embeddings model on chat = %d %s", r.Status, r.Body)
+	}
+	r = s.do("POST", "/v1/chat/completions", `{"messages":[]}`, bearer(key))
+	if r.Status != 422 || !strings.Contains(string(r.Body), `"field":"model"`) {
+		t.Fatalf("missing model = %d %s", r.Status, r.Body)
+	}
+	r = s.do("POST", "/v1/chat/completions", `{"model":`, bearer(key))
+	if r.Status != 400 {
+		t.Fatalf("malformed body = %d %s", r.Status, r.Body)
+	}
+}
+
+func TestQueueHoldThen429AndCancelFreesSlot(t *testing.T) {
+	s := startServer(t, "", "--queue-hold", "300ms")
+	key := s.adminKey()
+	startWorker(t, s.URL, s.tokenFile(), "one-slot", "--engine", "sim=tps=0,ttft=0", "--max-concurrent", "1")
+
+	// A long stream holds the only slot; its client then goes away.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "POST", s.URL+"/v1/chat/completions",
+		strings.NewReader(chatBody("sim-chat", "long\nsim: tokens=100000 tps=20", true)))
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := resp.Body.Read(make([]byte, 1)); err != nil {
+		t.Fatal(err)
+	}
+	s.workerNamed(key, "one-slot", func(w map[string]any) bool { return w["active_tasks"].(float64) == 1 })
+
+	start := time.Now()
+	r := s.do("POST", "/v1/chat/completions", chatBody("sim-chat", "second", false), bearer(key))
+	if r.Status != 429 {
+		t.Fatalf("busy worker = %d %s", r.Status, r.Body)
+	}
+	if d := time.Since(start); d < 250*time.Millisecond {
+		t.Fatalf("429 after %v: the request was not held", d)
+	}
+	ra, err := strconv.Atoi(r.Header.Get("Retry-After"))
+	if err != nil || ra < 1 || r.Header.Get("X-Svc-Queue-Depth") == "" {
+		t.Fatalf("429 headers %v", r.Header)
+	}
+	if _, typ := message(t, r); typ != "rate_limit_exceeded" {
+		t.Fatalf("429 type %q", typ)
+	}
+
+	cancel()
+	resp.Body.Close()
+	freed := time.Now()
+	s.workerNamed(key, "one-slot", func(w map[string]any) bool { return w["active_tasks"].(float64) == 0 })
+	if d := time.Since(freed); d > 2*time.Second {
+		t.Fatalf("slot freed %v after the client left", d)
+	}
+	if r := s.do("POST", "/v1/chat/completions", chatBody("sim-chat", "third", false), bearer(key)); r.Status != 200 {
+		t.Fatalf("after the cancel = %d %s", r.Status, r.Body)
+	}
+}
+
+func TestNonStreamingCancelStopsTheEngine(t *testing.T) {
+	s := startServer(t, "")
+	key := s.adminKey()
+	startWorker(t, s.URL, s.tokenFile(), "w", "--engine", "sim=tps=0,ttft=0", "--max-concurrent", "1")
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "POST", s.URL+"/v1/chat/completions", strings.NewReader(chatBody("sim-chat", "wait\nsim: hang=1", false)))
+	req.Header.Set("Authorization", "Bearer "+key)
+	if _, err := http.DefaultClient.Do(req); err == nil {
+		t.Fatal("hanging request returned")
+	}
+	gone := time.Now()
+	s.workerNamed(key, "w", func(w map[string]any) bool { return w["active_tasks"].(float64) == 0 })
+	if d := time.Since(gone); d > 2*time.Second {
+		t.Fatalf("slot freed %v after the client left", d)
+	}
+}
+
+func TestPinning(t *testing.T) {
+	s := startServer(t, "")
+	key := s.adminKey()
+	startWorker(t, s.URL, s.tokenFile(), "left", "--engine", "sim=tps=0,ttft=0", "--max-concurrent", "4")
+	startWorker(t, s.URL, s.tokenFile(), "right", "--engine", "sim=tps=0,ttft=0", "--max-concurrent", "4")
+	for _, w := range s.workers(key) {
+		id := w["worker_id"].(string)
+		for range 3 {
+			r := s.do("POST", "/v1/chat/completions", chatBody("sim-chat", "hi", false), bearer(key), header{"X-Svc-Worker-Id", id})
+			if r.Status != 200 || r.Header.Get("X-Worker-Id") != id {
+				t.Fatalf("pinned to %s, served by %s (%d)", id, r.Header.Get("X-Worker-Id"), r.Status)
+			}
+		}
+	}
+	r := s.do("POST", "/v1/chat/completions", chatBody("sim-chat", "hi", false), bearer(key), header{"X-Svc-Worker-Id", "wk_nobody"})
+	if r.Status != 404 {
+		t.Fatalf("unknown pin = %d %s", r.Status, r.Body)
+	}
+}
+
+func TestNonASCIIWorkerName(t *testing.T) {
+	s := startServer(t, "")
+	key := s.adminKey()
+	startWorker(t, s.URL, s.tokenFile(), "Grafikkarte-Süd", "--engine", "sim=tps=0,ttft=0")
+	r := s.do("POST", "/v1/chat/completions", chatBody("sim-chat", "hi", false), bearer(key))
+	if got := r.Header.Get("X-Worker-Name"); got != "UTF-8''Grafikkarte-S%C3%BCd" {
+		t.Fatalf("X-Worker-Name = %q", got)
+	}
+	s.workerNamed(key, "Grafikkarte-Süd", statusIs("healthy"))
+}
+
+// fakeOpenAI is an OpenAI-protocol engine that serves model shared-model,
+// and fails every chat while failing is set.
+type fakeOpenAI struct {
+	srv     *httptest.Server
+	name    string
+	failing atomic.Bool
+	chats   atomic.Int64
+}
+
+func newFakeOpenAI(t *testing.T, name string, failing bool) *fakeOpenAI {
+	f := &fakeOpenAI{name: name}
+	f.failing.Store(failing)
+	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/v1/models":
+			_, _ = io.WriteString(w, `{"object":"list","data":[{"id":"shared-model","object":"model","owned_by":"vllm","max_model_len":4096}]}`)
+		case "/v1/chat/completions":
+			f.chats.Add(1)
+			if f.failing.Load() {
+				w.WriteHeader(500)
+				_, _ = io.WriteString(w, `{"error":{"message":"engine exploded","type":"server_error"}}`)
+				return
+			}
+			_, _ = fmt.Fprintf(w, `{"id":"x","object":"chat.completion","created":1,"model":"shared-model","choices":[{"index":0,"message":{"role":"assistant","content":"from %s"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3}}`, f.name)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+func TestFailureBeforeOutputRetriesElsewhereAndHealthTurns(t *testing.T) {
+	s := startServer(t, "")
+	key := s.adminKey()
+	bad := newFakeOpenAI(t, "bad", true)
+	good := newFakeOpenAI(t, "good", false)
+	startWorker(t, s.URL, s.tokenFile(), "bad", "--engine", "openai="+bad.srv.URL)
+	startWorker(t, s.URL, s.tokenFile(), "good", "--engine", "openai="+good.srv.URL)
+	for i := range 8 {
+		r := s.do("POST", "/v1/chat/completions", chatBody("shared-model", fmt.Sprint("q", i), false), bearer(key))
+		if r.Status != 200 || !strings.Contains(string(r.Body), "from good") {
+			t.Fatalf("request %d = %d %s", i, r.Status, r.Body)
+		}
+	}
+	if bad.chats.Load() == 0 {
+		t.Fatal("the failing worker was never tried, so no retry was exercised")
+	}
+	s.workerNamed(key, "bad", statusIs("unhealthy"))
+	s.waitEvent(key, "?event_type=health_changed", func(e map[string]any) bool {
+		return e["worker_name"] == "bad" && e["metadata"].(map[string]any)["to"] == "unhealthy"
+	})
+	tried := bad.chats.Load()
+	for range 3 {
+		s.do("POST", "/v1/chat/completions", chatBody("shared-model", "more", false), bearer(key))
+	}
+	if bad.chats.Load() != tried {
+		t.Fatal("an unhealthy worker still got traffic")
+	}
+}
+
+func TestOrganisationIsolation(t *testing.T) {
+	s := startServer(t, "")
+	defaultKey := s.adminKey()
+	for _, step := range []struct{ method, path, body string }{
+		{"POST", "/api/v1/console/orgs", `{"name":"acme","plan":"pro"}`},
+		{"POST", "/api/v1/console/users", `{"name":"ann"}`},
+		{"PUT", "/api/v1/console/orgs/acme/members/ann", `{"role":"owner"}`},
+	} {
+		if r := s.console(step.method, step.path, step.body); r.Status >= 300 {
+			t.Fatalf("%s %s: %d %s", step.method, step.path, r.Status, r.Body)
+		}
+	}
+	acmeKey := s.console("POST", "/api/v1/console/orgs/acme/keys", `{"user":"ann","name":"k"}`).JSON(t)["secret"].(string)
+	tok := s.console("POST", "/api/v1/console/orgs/acme/worker-tokens", `{"name":"t"}`).JSON(t)["secret"].(string)
+	tokFile := filepath.Join(t.TempDir(), "acme.token")
+	if err := os.WriteFile(tokFile, []byte(tok), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	startWorker(t, s.URL, s.tokenFile(), "default-gpu", "--engine", "sim=tps=0,ttft=0", "--max-concurrent", "8")
+	startWorker(t, s.URL, tokFile, "acme-gpu", "--engine", "sim=tps=0,ttft=0", "--max-concurrent", "8")
+
+	for _, tc := range []struct{ key, want string }{{defaultKey, "default-gpu"}, {acmeKey, "acme-gpu"}} {
+		ws := s.workers(tc.key)
+		if len(ws) != 1 || ws[0]["worker_name"] != tc.want {
+			t.Fatalf("workers seen: %v", ws)
+		}
+		for range 10 {
+			r := s.do("POST", "/v1/chat/completions", chatBody("sim-chat", "whose?", false), bearer(tc.key))
+			if r.Status != 200 || r.Header.Get("X-Worker-Name") != tc.want {
+				t.Fatalf("request of %s's org served by %q", tc.want, r.Header.Get("X-Worker-Name"))
+			}
+		}
+	}
+	other := s.workers(acmeKey)[0]["worker_id"].(string)
+	if r := s.do("POST", "/v1/chat/completions", chatBody("sim-chat", "x", false), bearer(defaultKey), header{"X-Svc-Worker-Id", other}); r.Status != 404 {
+		t.Fatalf("pin to another org's worker = %d", r.Status)
+	}
+	if r := s.do("GET", "/api/v1/workers/"+other+"/power", "", bearer(defaultKey)); r.Status != 404 {
+		t.Fatalf("another org's worker power = %d", r.Status)
+	}
+	s.waitEvent(acmeKey, "", func(e map[string]any) bool { return e["worker_name"] == "acme-gpu" })
+	s.waitEvent(defaultKey, "", func(e map[string]any) bool { return e["worker_name"] == "default-gpu" })
+	if evs := s.events(defaultKey, ""); strings.Contains(fmt.Sprint(evs), "acme-gpu") {
+		t.Fatalf("events leak across organisations: %v", evs)
+	}
+}
+
+// TestChaosByteExact cuts the worker's link many times during long streams
+// and checks every client receives exactly what an uninterrupted run gives.
+func TestChaosByteExact(t *testing.T) {
+	s := startServer(t, "", "--worker-grace", "20s")
+	key := s.adminKey()
+	p := newProxy(t, strings.TrimPrefix(s.URL, "http://"))
+	startWorker(t, p.URL(), s.tokenFile(), "flaky", "--engine", "sim=tps=1500,ttft=0", "--max-concurrent", "8")
+
+	const streams = 6
+	prompt := func(i int) string { return fmt.Sprintf("story %d\nsim: tokens=1500", i) }
+	// Reference runs with the link left alone.
+	want := make([]string, streams)
+	refs := make([]<-chan reply, streams)
+	for i := range streams {
+		refs[i] = s.async("POST", "/v1/chat/completions", chatBody("sim-chat", prompt(i), true), bearer(key))
+	}
+	for i := range streams {
+		r := <-refs[i]
+		if r.Status != 200 {
+			t.Fatalf("reference stream %d = %d %s", i, r.Status, r.Body)
+		}
+		want[i], _ = streamContent(t, r.Body)
+		if len(want[i]) < 5000 {
+			t.Fatalf("reference stream %d is short: %d bytes", i, len(want[i]))
+		}
+	}
+
+	var wg sync.WaitGroup
+	replies := make([]reply, streams)
+	for i := range streams {
+		wg.Go(func() {
+			replies[i] = <-s.async("POST", "/v1/chat/completions", chatBody("sim-chat", prompt(i), true), bearer(key))
+		})
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	cuts := 0
+	rng := rand.New(rand.NewPCG(3, 4))
+loop:
+	for {
+		select {
+		case <-done:
+			break loop
+		case <-time.After(time.Duration(50+rng.IntN(100)) * time.Millisecond):
+			if p.cut() > 0 {
+				cuts++
+			}
+		}
+	}
+	if cuts < 3 {
+		t.Fatalf("only %d cuts landed during the streams", cuts)
+	}
+	for i := range streams {
+		if replies[i].Status != 200 {
+			t.Fatalf("stream %d = %d %s\nserver log:\n%s", i, replies[i].Status, replies[i].Body, tail(s.Log.String()))
+		}
+		got, chunks := streamContent(t, replies[i].Body)
+		if got != want[i] {
+			t.Fatalf("stream %d differs after %d cuts: got %d bytes, want %d", i, cuts, len(got), len(want[i]))
+		}
+		if chunks != 1501 {
+			t.Fatalf("stream %d has %d chunks, want 1500 and the usage chunk", i, chunks)
+		}
+	}
+	t.Logf("%d link cuts during %d streams; every byte arrived once", cuts, streams)
+	s.waitEvent(key, "?event_type=disconnected", func(e map[string]any) bool { return e["transient"] == true })
+}
+
+func TestWorkerDrainFinishesRunningRequests(t *testing.T) {
+	s := startServer(t, "")
+	key := s.adminKey()
+	w := startWorker(t, s.URL, s.tokenFile(), "leaving", "--engine", "sim=tps=100,ttft=0")
+	res := s.async("POST", "/v1/chat/completions", chatBody("sim-chat", "finish me\nsim: tokens=80", false), bearer(key))
+	s.workerNamed(key, "leaving", func(w map[string]any) bool { return w["active_tasks"].(float64) == 1 })
+	if err := w.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	r := <-res
+	if r.Status != 200 || !strings.Contains(string(r.Body), `"completion_tokens":80`) {
+		t.Fatalf("request running at SIGTERM = %d %s", r.Status, r.Body)
+	}
+	if err := w.stop(syscall.SIGTERM); err != nil {
+		t.Fatalf("worker exit: %v", err)
+	}
+	s.workerNamed(key, "leaving", statusIs("offline"))
+	s.waitEvent(key, "?event_type=draining", func(map[string]any) bool { return true })
+	if r := s.do("POST", "/v1/chat/completions", chatBody("sim-chat", "after", false), bearer(key)); r.Status != 503 {
+		t.Fatalf("with the only worker gone = %d", r.Status)
+	}
+}
+
+func TestLostWorkerMovesOrFails(t *testing.T) {
+	s := startServer(t, "", "--worker-grace", "500ms")
+	key := s.adminKey()
+	// The first worker's engine takes 30s to its first token.
+	first := startWorker(t, s.URL, s.tokenFile(), "first", "--engine", "sim=tps=0,ttft=30s")
+	// No output yet when the worker dies: the request moves.
+	res := s.async("POST", "/v1/chat/completions", chatBody("sim-chat", "slow start", false), bearer(key))
+	s.workerNamed(key, "first", func(w map[string]any) bool { return w["active_tasks"].(float64) == 1 })
+	secondProc := startWorker(t, s.URL, s.tokenFile(), "second", "--engine", "sim=tps=0,ttft=0")
+	_ = first.stop(syscall.SIGKILL)
+	r := <-res
+	if r.Status != 200 || r.Header.Get("X-Worker-Name") != "second" {
+		t.Fatalf("moved request = %d %s %s", r.Status, r.Header.Get("X-Worker-Name"), r.Body)
+	}
+	s.workerNamed(key, "first", statusIs("offline"))
+	s.waitEvent(key, "?event_type=disconnected", func(e map[string]any) bool { return e["worker_name"] == "first" && e["transient"] == false })
+
+	// Output already sent: the stream ends with a 503 naming the worker.
+	s.workerNamed(key, "second", statusIs("healthy"))
+	req, _ := http.NewRequest("POST", s.URL+"/v1/chat/completions", strings.NewReader(chatBody("sim-chat", "long\nsim: tokens=100000 tps=50", true)))
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	buf := make([]byte, 1)
+	if _, err := resp.Body.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	_ = secondProc.stop(syscall.SIGKILL)
+	body, _ := io.ReadAll(resp.Body)
+	data := sseData(append(buf, body...))
+	if len(data) < 2 || data[len(data)-1] != "[DONE]" || !strings.Contains(data[len(data)-2], `"error"`) ||
+		!strings.Contains(data[len(data)-2], "second") || !strings.Contains(data[len(data)-2], "503") && !strings.Contains(data[len(data)-2], "service_unavailable") {
+		t.Fatalf("stream after its worker died ends with %q", data[max(0, len(data)-2):])
+	}
+}
+
+func TestBadWorkerTokenExits(t *testing.T) {
+	s := startServer(t, "")
+	f := filepath.Join(t.TempDir(), "bad.token")
+	_ = os.WriteFile(f, []byte("svc_w_AAAAAAAAAAAA_"+strings.Repeat("A", 40)), 0o600)
+	_, stderr, code := svc(t, nil, "worker", "--gateway", s.URL, "--token-file", f, "--engine", "sim", "--name", "x")
+	if code != 1 || !strings.Contains(stderr, "401") {
+		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
+	}
+}
+
+func TestOpenAIAdapterAgainstSimProcess(t *testing.T) {
+	s := startServer(t, "")
+	key := s.adminKey()
+	addr := startSim(t, "tps=0,ttft=0,timings=1")
+	startWorker(t, s.URL, s.tokenFile(), "vllm-box", "--engine", "openai=http://"+addr)
+	r := s.do("POST", "/v1/chat/completions", chatBody("sim-reasoner", "think", true), bearer(key))
+	text, _ := streamContent(t, r.Body)
+	if r.Status != 200 || text == "" || strings.Contains(string(r.Body), "timings") {
+		t.Fatalf("through the openai adapter = %d %s", r.Status, tail(string(r.Body)))
+	}
+	if !strings.Contains(string(r.Body), `"reasoning_content"`) || !strings.Contains(string(r.Body), `"reasoning"`) {
+		t.Fatalf("reasoning not mirrored on both names: %s", tail(string(r.Body)))
+	}
+	w := s.workerNamed(key, "vllm-box", statusIs("healthy"))
+	if w["simulated"] == true {
+		t.Fatal("a worker on the openai engine is labelled simulated")
+	}
+}
