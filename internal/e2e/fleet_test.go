@@ -501,3 +501,41 @@ func TestOpenAIAdapterAgainstSimProcess(t *testing.T) {
 		t.Fatal("a worker on the openai engine is labelled simulated")
 	}
 }
+
+func TestEngineFailureStatuses(t *testing.T) {
+	s := startServer(t, "")
+	key := s.adminKey()
+	startWorker(t, s.URL, s.tokenFile(), "a", "--engine", "sim=tps=0,ttft=0", "--max-concurrent", "4")
+	startWorker(t, s.URL, s.tokenFile(), "b", "--engine", "sim=tps=0,ttft=0", "--max-concurrent", "4")
+	tests := []struct {
+		directive string
+		status    int
+		typ       string
+	}{
+		{"fail=507", 507, "insufficient_memory_error"},
+		{"fail=501", 501, "not_supported_error"},
+		{"fail=400", 400, "invalid_request_error"},
+		// Both workers fail the same way, so the retry ends in the same 503.
+		{"fail=503", 503, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.directive, func(t *testing.T) {
+			r := s.do("POST", "/v1/chat/completions", chatBody("sim-chat", "x\nsim: "+tt.directive, false), bearer(key))
+			_, typ := message(t, r)
+			if r.Status != tt.status || (tt.typ != "" && typ != tt.typ) {
+				t.Fatalf("%s = %d %s", tt.directive, r.Status, r.Body)
+			}
+			// The same, streamed: known before any output, so a plain HTTP error.
+			r = s.do("POST", "/v1/chat/completions", chatBody("sim-chat", "x\nsim: "+tt.directive, true), bearer(key))
+			if r.Status != tt.status {
+				t.Fatalf("streamed %s = %d %s", tt.directive, r.Status, r.Body)
+			}
+		})
+	}
+	// Cut off after output: the stream ends with a 502 error frame.
+	r := s.do("POST", "/v1/chat/completions", chatBody("sim-chat", "x\nsim: fail=cut after=5", true), bearer(key))
+	data := sseData(r.Body)
+	if r.Status != 200 || len(data) < 7 || data[len(data)-1] != "[DONE]" || !strings.Contains(data[len(data)-2], "lost in transit") {
+		t.Fatalf("cut stream = %d %q", r.Status, data)
+	}
+}

@@ -3,6 +3,7 @@ package fleet
 import (
 	"container/list"
 	"context"
+	"errors"
 	"net/http"
 	"slices"
 	"sync"
@@ -118,6 +119,10 @@ func (o *org) queue(model string) *queue {
 	}
 	return q
 }
+
+// ErrTriedAll means every worker that could serve the request is among
+// those it already failed on.
+var ErrTriedAll = errors.New("every worker serving the model has been tried")
 
 // Acquire finds a worker for need and reserves a slot on it, waiting up to
 // the hold for one to free up. Errors are *api.Error: 404 for a model or
@@ -270,7 +275,7 @@ func (f *Fleet) checkLocked(o *org, need *Need, now time.Time) error {
 	if need.Pin != "" {
 		return f.checkPinLocked(o, need)
 	}
-	var known, online, servable, held bool
+	var known, online, servable, untried, held bool
 	var wrongKind *api.Model
 	var back time.Time
 	for _, w := range o.workers {
@@ -297,8 +302,11 @@ func (f *Fleet) checkLocked(o *org, need *Need, now time.Time) error {
 			continue
 		}
 		servable = true
+		untried = untried || !slices.Contains(need.Exclude, w.id)
 	}
 	switch {
+	case servable && !untried:
+		return ErrTriedAll
 	case servable:
 		return nil
 	case wrongKind != nil:

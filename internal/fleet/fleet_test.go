@@ -508,3 +508,19 @@ func TestRefusesBadHello(t *testing.T) {
 		}
 	}
 }
+
+func TestTriedAll(t *testing.T) {
+	h := newHarness(t, Config{Hold: 5 * time.Second})
+	a := h.worker("o", "a", 1, chat("m"))
+	b := h.worker("o", "b", 1, chat("m"))
+	start := time.Now()
+	_, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m", Exclude: []string{a.id, b.id}})
+	if !errors.Is(err, ErrTriedAll) || time.Since(start) > time.Second {
+		t.Fatalf("err = %v after %v", err, time.Since(start))
+	}
+	l, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m", Exclude: []string{a.id}})
+	if err != nil || l.Worker.ID != b.id {
+		t.Fatalf("with one untried worker: %v %v", l, err)
+	}
+	l.Release(Succeeded)
+}

@@ -55,6 +55,9 @@ type relay struct {
 	lease    *fleet.Lease
 	st       *link.Stream
 	attempts int
+	// lastErr is what the last worker failed with, answered when no other
+	// worker is left to try.
+	lastErr error
 }
 
 func (s *Server) relayRequest(c *call, kind, capability string) error {
@@ -147,6 +150,9 @@ func (r *relay) finish() {
 func (r *relay) acquire() error {
 	r.attempts++
 	l, err := r.s.fleet.Acquire(r.ctx, r.need)
+	if errors.Is(err, fleet.ErrTriedAll) && r.lastErr != nil {
+		return r.lastErr
+	}
 	if err != nil {
 		return err
 	}
@@ -165,9 +171,10 @@ func (r *relay) open() error {
 	return nil
 }
 
-// failed releases the lease after a failure and reports whether another
-// worker may be tried.
-func (r *relay) failed(o fleet.Outcome) bool {
+// failed releases the lease after a failure with cause and reports
+// whether another worker may be tried.
+func (r *relay) failed(o fleet.Outcome, cause error) bool {
+	r.lastErr = cause
 	r.lease.Release(o)
 	r.need.Exclude = append(r.need.Exclude, r.lease.Worker.ID)
 	return r.attempts < maxAttempts && r.ctx.Err() == nil
@@ -285,12 +292,12 @@ func (r *relay) unary(c *call) error {
 			r.clientGone()
 			return &api.Error{Status: 499, Message: "Client disconnected"}
 		case err != nil:
-			if r.failed(fleet.Failed) {
+			if r.failed(fleet.Failed, r.lostError(err)) {
 				continue
 			}
-			return r.lostError(err)
+			return r.lastErr
 		case res.Status != http.StatusOK:
-			if retryable(res) && r.failed(outcome(res)) {
+			if retryable(res) && r.failed(outcome(res), resultError(res)) {
 				continue
 			}
 			r.lease.Release(outcome(res))
@@ -376,10 +383,10 @@ func (r *relay) begin() (firstOutput, error) {
 			return firstOutput{}, err
 		}
 		if err := r.open(); err != nil {
-			if r.failed(fleet.Failed) {
+			if r.failed(fleet.Failed, r.lostError(err)) {
 				continue
 			}
-			return firstOutput{}, r.lostError(err)
+			return firstOutput{}, r.lastErr
 		}
 		typ, msg, err := r.readMessage(firstWait)
 		switch {
@@ -390,16 +397,16 @@ func (r *relay) begin() (firstOutput, error) {
 			r.lease.Release(fleet.Neutral)
 			return firstOutput{}, &api.Error{Status: 499, Message: "Client disconnected"}
 		case err != nil:
-			if r.failed(fleet.Failed) {
+			if r.failed(fleet.Failed, r.lostError(err)) {
 				continue
 			}
-			return firstOutput{}, r.lostError(err)
+			return firstOutput{}, r.lastErr
 		case typ == link.TypeEnd:
 			res := parseResult(msg)
 			if res.Status == http.StatusOK {
 				return firstOutput{typ: typ, msg: msg}, nil
 			}
-			if retryable(res) && r.failed(outcome(res)) {
+			if retryable(res) && r.failed(outcome(res), resultError(res)) {
 				continue
 			}
 			r.lease.Release(outcome(res))
@@ -480,7 +487,7 @@ func (r *relay) pump(w *bufio.Writer, first firstOutput) {
 				r.clientGone()
 				return
 			case err != nil:
-				if !wrote && r.failed(fleet.Failed) {
+				if !wrote && r.failed(fleet.Failed, r.lostError(err)) {
 					if err := r.retry(); err != nil {
 						out.errorFrame(err)
 						return
@@ -508,7 +515,7 @@ func (r *relay) pump(w *bufio.Writer, first firstOutput) {
 		}
 		res := parseResult(msg)
 		if res.Status != http.StatusOK {
-			if !wrote && retryable(res) && r.failed(outcome(res)) {
+			if !wrote && retryable(res) && r.failed(outcome(res), resultError(res)) {
 				if err := r.retry(); err != nil {
 					out.errorFrame(err)
 					return
