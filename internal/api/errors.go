@@ -71,6 +71,7 @@ const (
 	FieldUnknown      = "extra_forbidden"
 	FieldDuplicate    = "duplicate"
 	FieldNotSupported = "not_supported"
+	FieldNotAllowed   = "not_allowed"
 )
 
 func (e *Error) Error() string {

@@ -1,0 +1,177 @@
+package chat
+
+import (
+	"encoding/json"
+	"math"
+	"strings"
+
+	"github.com/svc-dev/svc/internal/api"
+)
+
+// Generic checks. Each reports its own failure and returns ok only for a
+// usable value; "opt" helpers treat absent and null alike, "required"
+// helpers report both as missing.
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+func (c *checker) str(path string, raw json.RawMessage) (string, bool) {
+	if kindOf(raw) != kindString {
+		c.v.Add(path, api.FieldWrongType, "must be a string")
+		return "", false
+	}
+	return decodeString(raw)
+}
+
+func (c *checker) boolean(path string, raw json.RawMessage) (bool, bool) {
+	if kindOf(raw) != kindBool {
+		c.v.Add(path, api.FieldWrongType, "must be true or false")
+		return false, false
+	}
+	return raw[0] == 't', true
+}
+
+func (c *checker) object(path string, raw json.RawMessage) (*object, bool) {
+	if kindOf(raw) != kindObject {
+		c.v.Add(path, api.FieldWrongType, "must be an object")
+		return nil, false
+	}
+	o, err := parseObject(raw)
+	return o, err == nil
+}
+
+func (c *checker) array(path string, raw json.RawMessage) ([]json.RawMessage, bool) {
+	if kindOf(raw) != kindArray {
+		c.v.Add(path, api.FieldWrongType, "must be an array")
+		return nil, false
+	}
+	elems, err := parseArray(raw)
+	return elems, err == nil
+}
+
+// integer accepts any JSON number without a fractional part that fits int64.
+func (c *checker) integer(path string, raw json.RawMessage) (int64, bool) {
+	if kindOf(raw) != kindNumber {
+		c.v.Add(path, api.FieldWrongType, "must be an integer")
+		return 0, false
+	}
+	n, res := parseInt(string(raw))
+	switch res {
+	case intFraction:
+		c.v.Add(path, api.FieldWrongType, "must be a whole number")
+		return 0, false
+	case intOverflow:
+		c.v.Add(path, api.FieldOutOfRange, "is too large")
+		return 0, false
+	}
+	return n, true
+}
+
+func (c *checker) number(path string, raw json.RawMessage) (float64, bool) {
+	if kindOf(raw) != kindNumber {
+		c.v.Add(path, api.FieldWrongType, "must be a number")
+		return 0, false
+	}
+	return parseFloat(string(raw)), true
+}
+
+func (c *checker) enum(path, s string, allowed ...string) bool {
+	for _, a := range allowed {
+		if s == a {
+			return true
+		}
+	}
+	if len(allowed) == 1 {
+		c.v.Add(path, api.FieldEnum, "must be %s", allowed[0])
+	} else {
+		c.v.Add(path, api.FieldEnum, "one of %s", strings.Join(allowed, ", "))
+	}
+	return false
+}
+
+func (c *checker) optString(o *object, path, key string) (string, bool) {
+	raw, ok := o.field(key)
+	if !ok {
+		return "", false
+	}
+	return c.str(join(path, key), raw)
+}
+
+func (c *checker) optBool(o *object, path, key string) (bool, bool) {
+	raw, ok := o.field(key)
+	if !ok {
+		return false, false
+	}
+	return c.boolean(join(path, key), raw)
+}
+
+func (c *checker) optObject(o *object, path, key string) (*object, bool) {
+	raw, ok := o.field(key)
+	if !ok {
+		return nil, false
+	}
+	return c.object(join(path, key), raw)
+}
+
+func (c *checker) optArray(o *object, path, key string) ([]json.RawMessage, bool) {
+	raw, ok := o.field(key)
+	if !ok {
+		return nil, false
+	}
+	return c.array(join(path, key), raw)
+}
+
+func (c *checker) optEnum(o *object, path, key string, allowed ...string) (string, bool) {
+	s, ok := c.optString(o, path, key)
+	if !ok || !c.enum(join(path, key), s, allowed...) {
+		return "", false
+	}
+	return s, true
+}
+
+func (c *checker) missing(o *object, path, key string) (json.RawMessage, bool) {
+	raw, ok := o.field(key)
+	if !ok {
+		c.v.Add(join(path, key), api.FieldMissing, "required")
+	}
+	return raw, ok
+}
+
+func (c *checker) requiredString(o *object, path, key string) (string, bool) {
+	raw, ok := c.missing(o, path, key)
+	if !ok {
+		return "", false
+	}
+	return c.str(join(path, key), raw)
+}
+
+func (c *checker) requiredObject(o *object, path, key string) (*object, bool) {
+	raw, ok := c.missing(o, path, key)
+	if !ok {
+		return nil, false
+	}
+	return c.object(join(path, key), raw)
+}
+
+func (c *checker) requiredEnum(o *object, path, key string, allowed ...string) (string, bool) {
+	s, ok := c.requiredString(o, path, key)
+	if !ok || !c.enum(join(path, key), s, allowed...) {
+		return "", false
+	}
+	return s, true
+}
+
+// clampInt converts n for int fields on platforms where int is 32 bits.
+func clampInt(n int64) int {
+	switch {
+	case n > math.MaxInt:
+		return math.MaxInt
+	case n < math.MinInt:
+		return math.MinInt
+	}
+	return int(n)
+}

@@ -1,0 +1,338 @@
+package chat
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"net/url"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/svc-dev/svc/internal/api"
+)
+
+var (
+	roleValues = []string{"system", "user", "assistant", "tool"}
+	partValues = []string{"text", "image_url", "file"}
+)
+
+// messages checks the conversation and prepares the text parts that replace
+// file parts, since engines do not take files.
+func (c *checker) messages(top *object) {
+	raw, ok := c.missing(top, "", "messages")
+	if !ok {
+		return
+	}
+	elems, ok := c.array("messages", raw)
+	if !ok {
+		return
+	}
+	if len(elems) == 0 {
+		c.v.Add("messages", api.FieldInvalid, "must contain at least one message")
+		return
+	}
+	c.r.Messages = elems
+	var canon []json.RawMessage
+	for i, e := range elems {
+		replaced := c.message(join("messages", strconv.Itoa(i)), e)
+		if replaced != nil && canon == nil {
+			canon = append(make([]json.RawMessage, 0, len(elems)), elems[:i]...)
+		}
+		switch {
+		case replaced != nil:
+			canon = append(canon, replaced)
+		case canon != nil:
+			canon = append(canon, e)
+		}
+	}
+	if canon != nil {
+		c.r.messages = encodeArray(canon)
+	}
+}
+
+// message checks one message and returns its canonical form when it differs
+// from what was sent (file parts turned into text), else nil.
+func (c *checker) message(path string, raw json.RawMessage) json.RawMessage {
+	msg, ok := c.object(path, raw)
+	if !ok {
+		return nil
+	}
+	role, ok := c.requiredEnum(msg, path, "role", roleValues...)
+	if !ok {
+		return nil // the content rules depend on the role
+	}
+	required := true
+	switch role {
+	case "assistant":
+		// A turn that only calls tools has no text.
+		required = c.toolCalls(path, msg) == 0
+	case "tool":
+		c.requiredString(msg, path, "tool_call_id")
+	}
+	content, ok := msg.field("content")
+	if !ok {
+		if required {
+			if role == "assistant" {
+				c.v.Add(join(path, "content"), api.FieldMissing, "required unless tool_calls is present")
+			} else {
+				c.v.Add(join(path, "content"), api.FieldMissing, "required")
+			}
+		}
+		return nil
+	}
+	parts, ok := c.content(join(path, "content"), role, content)
+	if !ok {
+		return nil
+	}
+	msg = msg.clone()
+	msg.set("content", parts)
+	return msg.encode()
+}
+
+// content checks a message's content; it returns the rewritten parts array
+// and true only when a file part was replaced.
+func (c *checker) content(path, role string, raw json.RawMessage) (json.RawMessage, bool) {
+	switch kindOf(raw) {
+	case kindString:
+		s, _ := decodeString(raw)
+		c.r.PromptChars += utf8.RuneCountInString(s)
+		return nil, false
+	case kindArray:
+	default:
+		if role == "user" {
+			c.v.Add(path, api.FieldWrongType, "must be a string or an array of content parts")
+		} else {
+			c.v.Add(path, api.FieldWrongType, "must be a string or an array of text parts")
+		}
+		return nil, false
+	}
+	elems, _ := parseArray(raw)
+	if len(elems) == 0 && role == "user" {
+		c.v.Add(path, api.FieldInvalid, "must contain at least one part")
+		return nil, false
+	}
+	changed := false
+	out := make([]json.RawMessage, len(elems))
+	for i, e := range elems {
+		out[i] = e
+		if text, ok := c.part(join(path, strconv.Itoa(i)), role, e); ok {
+			out[i] = textPart(text)
+			changed = true
+		}
+	}
+	if !changed {
+		return nil, false
+	}
+	return encodeArray(out), true
+}
+
+// part checks one content part. For a valid file part it returns the text
+// that replaces it.
+func (c *checker) part(path, role string, raw json.RawMessage) (string, bool) {
+	p, ok := c.object(path, raw)
+	if !ok {
+		return "", false
+	}
+	typ, ok := c.requiredEnum(p, path, "type", partValues...)
+	if !ok {
+		return "", false
+	}
+	if typ != "text" && role != "user" {
+		c.v.Add(join(path, "type"), api.FieldNotSupported, "only user messages may carry %s parts", typ)
+		return "", false
+	}
+	switch typ {
+	case "text":
+		if s, ok := c.requiredString(p, path, "text"); ok {
+			c.r.PromptChars += utf8.RuneCountInString(s)
+		}
+	case "image_url":
+		c.r.Images++
+		c.imageURL(path, p)
+	case "file":
+		text, ok := c.file(path, p)
+		if ok {
+			c.r.PromptChars += utf8.RuneCountInString(text)
+		}
+		return text, ok
+	}
+	return "", false
+}
+
+func textPart(text string) json.RawMessage {
+	b := []byte(`{"type":"text","text":`)
+	b = appendString(b, text)
+	return append(b, '}')
+}
+
+// imageURL accepts both {"image_url": {"url": ...}} and the bare-string
+// form {"image_url": "..."} that some clients send.
+func (c *checker) imageURL(path string, p *object) {
+	raw, ok := c.missing(p, path, "image_url")
+	if !ok {
+		return
+	}
+	path = join(path, "image_url")
+	switch kindOf(raw) {
+	case kindString:
+		s, _ := decodeString(raw)
+		c.checkImageURL(path, s)
+	case kindObject:
+		o, _ := parseObject(raw)
+		if s, ok := c.requiredString(o, path, "url"); ok {
+			c.checkImageURL(join(path, "url"), s)
+		}
+	default:
+		c.v.Add(path, api.FieldWrongType, "must be an object with a url, or a URL string")
+	}
+}
+
+func (c *checker) checkImageURL(path, s string) {
+	if hasPrefixFold(s, "data:") {
+		meta, data, ok := strings.Cut(s[len("data:"):], ",")
+		meta = strings.ToLower(meta)
+		switch {
+		case !ok || !strings.HasPrefix(meta, "image/"):
+			c.v.Add(path, api.FieldInvalid, "must be a data:image/...;base64,... URL")
+		case !strings.HasSuffix(meta, ";base64"):
+			c.v.Add(path, api.FieldInvalid, "the image data must be base64 (data:image/...;base64,...)")
+		case data == "":
+			c.v.Add(path, api.FieldInvalid, "the image data is empty")
+		case !validBase64(data):
+			c.v.Add(path, api.FieldInvalid, "the image data is not valid base64")
+		}
+		return
+	}
+	if hasPrefixFold(s, "http://") || hasPrefixFold(s, "https://") {
+		if !c.opts.AllowRemoteImages {
+			c.v.Add(path, api.FieldNotAllowed, "remote image URLs are turned off for this organisation; send the image as a data:image/...;base64 URL")
+			return
+		}
+		if u, err := url.Parse(s); err != nil || u.Host == "" {
+			c.v.Add(path, api.FieldInvalid, "must be a valid http(s) URL")
+		}
+		return
+	}
+	if c.opts.AllowRemoteImages {
+		c.v.Add(path, api.FieldInvalid, "must be a data:image/...;base64,... URL or an http(s) URL")
+	} else {
+		c.v.Add(path, api.FieldInvalid, "must be a data:image/...;base64,... URL")
+	}
+}
+
+// file checks a file part and returns the text the engine gets instead:
+// the file name, a newline and the decoded content.
+func (c *checker) file(partPath string, p *object) (string, bool) {
+	f, ok := c.requiredObject(p, partPath, "file")
+	if !ok {
+		return "", false
+	}
+	path := join(partPath, "file")
+	name, nameOK := c.requiredString(f, path, "filename")
+	if nameOK {
+		lower := strings.ToLower(name)
+		if !strings.HasSuffix(lower, ".txt") && !strings.HasSuffix(lower, ".csv") {
+			c.v.Add(join(path, "filename"), api.FieldNotSupported, "only .txt and .csv files are supported")
+			nameOK = false
+		}
+	}
+	raw, ok := f.field("file_data")
+	if !ok {
+		c.v.Add(join(path, "file_data"), api.FieldMissing, "required: send the file's content as base64 (file_id is not supported)")
+		return "", false
+	}
+	dataPath := join(path, "file_data")
+	data, ok := c.str(dataPath, raw)
+	if !ok {
+		return "", false
+	}
+	text, ok := c.decodeFile(dataPath, data)
+	if !ok || !nameOK {
+		return "", false
+	}
+	return name + ":\n" + text, true
+}
+
+// decodeFile decodes file_data (plain base64 or a base64 data: URL) and
+// checks the size before decoding, so an oversized file costs nothing.
+func (c *checker) decodeFile(path, data string) (string, bool) {
+	if hasPrefixFold(data, "data:") {
+		meta, payload, ok := strings.Cut(data[len("data:"):], ",")
+		if !ok || !strings.HasSuffix(strings.ToLower(meta), ";base64") {
+			c.v.Add(path, api.FieldInvalid, "a data: URL must be base64 (data:...;base64,...)")
+			return "", false
+		}
+		data = payload
+	}
+	if !validBase64(data) {
+		c.v.Add(path, api.FieldInvalid, "must be base64")
+		return "", false
+	}
+	data = strings.TrimRight(data, "=")
+	if base64.RawStdEncoding.DecodedLen(len(data)) > MaxFileBytes {
+		c.v.Add(path, api.FieldTooLong, "the file is larger than 1 MB")
+		return "", false
+	}
+	b, err := base64.RawStdEncoding.DecodeString(data)
+	if err != nil {
+		c.v.Add(path, api.FieldInvalid, "must be base64")
+		return "", false
+	}
+	if !utf8.Valid(b) {
+		c.v.Add(path, api.FieldInvalid, "the file must be UTF-8 text")
+		return "", false
+	}
+	// Spreadsheet exports often start with a byte-order mark; it is not
+	// text the model should see.
+	return strings.TrimPrefix(string(b), "\uFEFF"), true
+}
+
+// toolCalls checks an assistant message's tool_calls and returns how many
+// there are.
+func (c *checker) toolCalls(path string, msg *object) int {
+	elems, ok := c.optArray(msg, path, "tool_calls")
+	if !ok {
+		return 0
+	}
+	for i, raw := range elems {
+		p := join(join(path, "tool_calls"), strconv.Itoa(i))
+		tc, ok := c.object(p, raw)
+		if !ok {
+			continue
+		}
+		c.requiredString(tc, p, "id")
+		c.requiredEnum(tc, p, "type", "function")
+		fn, ok := c.requiredObject(tc, p, "function")
+		if !ok {
+			continue
+		}
+		fp := join(p, "function")
+		c.requiredString(fn, fp, "name")
+		if args, ok := c.optString(fn, fp, "arguments"); ok {
+			c.r.PromptChars += utf8.RuneCountInString(args)
+		}
+	}
+	return len(elems)
+}
+
+// validBase64 reports whether s is standard base64, padded or not. Unlike
+// the decoder it refuses line breaks, which engines may not skip; it
+// allocates nothing, as image data can be megabytes.
+func validBase64(s string) bool {
+	trimmed := strings.TrimRight(s, "=")
+	pad := len(s) - len(trimmed)
+	if pad > 2 || (pad > 0 && len(s)%4 != 0) || len(trimmed)%4 == 1 {
+		return false
+	}
+	for i := 0; i < len(trimmed); i++ {
+		b := trimmed[i]
+		if !('A' <= b && b <= 'Z' || 'a' <= b && b <= 'z' || '0' <= b && b <= '9' || b == '+' || b == '/') {
+			return false
+		}
+	}
+	return true
+}
+
+func hasPrefixFold(s, prefix string) bool {
+	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
+}

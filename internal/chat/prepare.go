@@ -1,0 +1,114 @@
+package chat
+
+import (
+	"math"
+	"net/http"
+
+	"github.com/svc-dev/svc/internal/api"
+)
+
+// Prepare fits the request to the serving model and builds Body, the
+// canonical body for the worker. m may be nil when the model's metadata is
+// unknown: the model-dependent steps (thinking budget, context window) are
+// then skipped and the body is still canonicalised. Prepare may be called
+// again, for another model; each call starts from the parsed request.
+func (r *Request) Prepare(m *api.Model) error {
+	window := 0
+	if m != nil {
+		window = m.ContextWindow
+	}
+	// chars/5 underestimates tokens for nearly any text, so only a prompt
+	// that cannot fit is refused here; borderline ones are the engine's call.
+	if low := r.PromptChars / 5; window > 0 && low > window {
+		return &api.Error{
+			Status: http.StatusBadRequest,
+			Type:   TypeContextLengthExceeded,
+			Code:   TypeContextLengthExceeded,
+			Param:  "messages",
+			Message: "The prompt is at least about " + thousands(low) + " tokens, more than the model's context window of " +
+				thousands(window) + " tokens; shorten the conversation or use a model with a larger window",
+		}
+	}
+
+	budget := r.budget(m)
+	r.BudgetApplied = budget
+	if r.UserMaxTokens > 0 {
+		// The client's cap is for the answer alone; thinking gets its
+		// budget on top.
+		r.DefaultCap = false
+		r.EngineMaxTokens = satAdd(r.UserMaxTokens, budget)
+	} else {
+		r.DefaultCap = true
+		r.EngineMaxTokens = DefaultMaxTokens
+		// Some engines refuse a request whose prompt plus max_tokens
+		// exceeds the window, so the default must leave room for the
+		// prompt; 1 when the estimate says there is none left.
+		if room := window - promptTokens(r.PromptChars); window > 0 && room < r.EngineMaxTokens {
+			r.EngineMaxTokens = max(room, 1)
+		}
+	}
+
+	top := r.top.clone()
+	if r.messages != nil {
+		top.set("messages", r.messages)
+	}
+	top.set("max_tokens", marshalInt(r.EngineMaxTokens))
+	top.set("max_completion_tokens", marshalInt(r.EngineMaxTokens))
+	if budget > 0 {
+		top.set("reasoning", merge(top, "reasoning", "max_tokens", marshalInt(budget)))
+	}
+	if r.Stream {
+		// Usage is always reported on streams (billing and svc.timing need it).
+		top.set("stream_options", merge(top, "stream_options", "include_usage", []byte("true")))
+	}
+	r.Body = top.encode()
+	return nil
+}
+
+// budget is the thinking budget in effect on m: an explicit
+// reasoning.max_tokens on any model that thinks (the worker holds models
+// that cannot be moved on to it by stopping them), else the default budget
+// on models whose thinking can be ended early. Off switches were already
+// folded into Thinking and are forwarded as sent.
+func (r *Request) budget(m *api.Model) int {
+	if m == nil || !m.Has(api.CapReasoning) {
+		return 0 // models that do not reason never think
+	}
+	thinking := m.DefaultThinking != nil && *m.DefaultThinking
+	if r.Thinking != nil {
+		thinking = *r.Thinking
+	}
+	switch {
+	case !thinking:
+		return 0
+	case r.ThinkingBudget > 0:
+		return r.ThinkingBudget
+	case m.Has(api.CapThinkingBudget):
+		return DefaultThinkingBudget
+	}
+	return 0
+}
+
+// merge returns top[key] with inner set to value, keeping the object's
+// other keys; a missing, null or (impossible after Parse) non-object value
+// becomes a new object.
+func merge(top *object, key, inner string, value []byte) []byte {
+	o := &object{}
+	if raw, ok := top.field(key); ok {
+		if parsed, err := parseObject(raw); err == nil {
+			o = parsed
+		}
+	}
+	o.set(inner, value)
+	return o.encode()
+}
+
+// promptTokens is the usual ~4 characters per token estimate, rounded up.
+func promptTokens(chars int) int { return (chars + 3) / 4 }
+
+func satAdd(a, b int) int {
+	if b > 0 && a > math.MaxInt-b {
+		return math.MaxInt
+	}
+	return a + b
+}

@@ -1,0 +1,419 @@
+package chat
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"math"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// The request is kept as raw JSON rather than decoded into structs: fields
+// the gateway does not own must reach the worker byte for byte, in the order
+// the client sent them, and numbers must never pass through float64. The
+// helpers below only ever run on input that json.Valid has accepted, so they
+// can stay small; they still fail safely on anything else.
+
+var errBadJSON = errors.New("chat: malformed JSON")
+
+// kind is the JSON type of a raw value.
+type kind int
+
+const (
+	kindInvalid kind = iota
+	kindNull
+	kindBool
+	kindNumber
+	kindString
+	kindArray
+	kindObject
+)
+
+func kindOf(raw []byte) kind {
+	raw = bytes.TrimLeft(raw, " \t\r\n")
+	if len(raw) == 0 {
+		return kindInvalid
+	}
+	switch raw[0] {
+	case 'n':
+		return kindNull
+	case 't', 'f':
+		return kindBool
+	case '"':
+		return kindString
+	case '[':
+		return kindArray
+	case '{':
+		return kindObject
+	case '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+		return kindNumber
+	}
+	return kindInvalid
+}
+
+// member is one key of an object; rawKey keeps the key exactly as sent so
+// that re-encoding an object does not alter keys the gateway does not own.
+type member struct {
+	rawKey []byte
+	key    string
+	value  json.RawMessage
+}
+
+// object is a JSON object that remembers key order. A repeated key keeps
+// its first position and its last value, which is what encoding/json (and
+// the engines) make of duplicates, so what is validated is what is sent.
+type object struct {
+	members []member
+	index   map[string]int
+}
+
+func parseObject(raw []byte) (*object, error) {
+	i := skipSpace(raw, 0)
+	if i >= len(raw) || raw[i] != '{' {
+		return nil, errBadJSON
+	}
+	o := &object{}
+	i = skipSpace(raw, i+1)
+	if i < len(raw) && raw[i] == '}' {
+		return o, nil
+	}
+	for {
+		if i >= len(raw) || raw[i] != '"' {
+			return nil, errBadJSON
+		}
+		j, err := skipString(raw, i)
+		if err != nil {
+			return nil, err
+		}
+		rawKey := raw[i:j]
+		key, ok := decodeString(rawKey)
+		if !ok {
+			return nil, errBadJSON
+		}
+		i = skipSpace(raw, j)
+		if i >= len(raw) || raw[i] != ':' {
+			return nil, errBadJSON
+		}
+		i = skipSpace(raw, i+1)
+		j, err = skipValue(raw, i)
+		if err != nil {
+			return nil, err
+		}
+		o.put(member{rawKey: rawKey, key: key, value: raw[i:j]})
+		i = skipSpace(raw, j)
+		if i >= len(raw) {
+			return nil, errBadJSON
+		}
+		switch raw[i] {
+		case ',':
+			i = skipSpace(raw, i+1)
+		case '}':
+			return o, nil
+		default:
+			return nil, errBadJSON
+		}
+	}
+}
+
+func (o *object) put(m member) {
+	if o.index == nil {
+		o.index = make(map[string]int)
+	}
+	if at, ok := o.index[m.key]; ok {
+		o.members[at].value = m.value
+		return
+	}
+	o.index[m.key] = len(o.members)
+	o.members = append(o.members, m)
+}
+
+// get returns the value of key; ok is false when the key is absent.
+func (o *object) get(key string) (json.RawMessage, bool) {
+	at, ok := o.index[key]
+	if !ok {
+		return nil, false
+	}
+	return o.members[at].value, true
+}
+
+// field returns the value of key, treating null as not sent: every optional
+// field of the request reads null that way.
+func (o *object) field(key string) (json.RawMessage, bool) {
+	v, ok := o.get(key)
+	if !ok || kindOf(v) == kindNull {
+		return nil, false
+	}
+	return v, true
+}
+
+// set replaces the value of key in place, or appends the key.
+func (o *object) set(key string, value json.RawMessage) {
+	o.put(member{key: key, value: value})
+}
+
+// clone copies the member list so that set on the copy leaves o alone; the
+// raw values are shared, which is safe because they are never written.
+func (o *object) clone() *object {
+	c := &object{members: append([]member(nil), o.members...), index: make(map[string]int, len(o.members))}
+	for k, v := range o.index {
+		c.index[k] = v
+	}
+	return c
+}
+
+// encode writes the object compactly, each value as held.
+func (o *object) encode() json.RawMessage {
+	n := 2
+	for _, m := range o.members {
+		n += len(m.rawKey) + len(m.key) + len(m.value) + 4
+	}
+	b := make([]byte, 0, n)
+	b = append(b, '{')
+	for i, m := range o.members {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		if m.rawKey != nil {
+			b = append(b, m.rawKey...)
+		} else {
+			b = appendString(b, m.key)
+		}
+		b = append(b, ':')
+		b = append(b, m.value...)
+	}
+	return append(b, '}')
+}
+
+// parseArray splits a raw JSON array into its elements.
+func parseArray(raw []byte) ([]json.RawMessage, error) {
+	i := skipSpace(raw, 0)
+	if i >= len(raw) || raw[i] != '[' {
+		return nil, errBadJSON
+	}
+	var out []json.RawMessage
+	i = skipSpace(raw, i+1)
+	if i < len(raw) && raw[i] == ']' {
+		return out, nil
+	}
+	for {
+		j, err := skipValue(raw, i)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, raw[i:j])
+		i = skipSpace(raw, j)
+		if i >= len(raw) {
+			return nil, errBadJSON
+		}
+		switch raw[i] {
+		case ',':
+			i = skipSpace(raw, i+1)
+		case ']':
+			return out, nil
+		default:
+			return nil, errBadJSON
+		}
+	}
+}
+
+// encodeArray joins raw elements into a JSON array.
+func encodeArray(elems []json.RawMessage) json.RawMessage {
+	n := 2
+	for _, e := range elems {
+		n += len(e) + 1
+	}
+	b := make([]byte, 0, n)
+	b = append(b, '[')
+	for i, e := range elems {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, e...)
+	}
+	return append(b, ']')
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\r' || b[i] == '\n') {
+		i++
+	}
+	return i
+}
+
+// skipString returns the index just past the string starting at b[i].
+func skipString(b []byte, i int) (int, error) {
+	for i++; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1, nil
+		}
+	}
+	return 0, errBadJSON
+}
+
+// skipValue returns the index just past the value starting at b[i].
+func skipValue(b []byte, i int) (int, error) {
+	if i >= len(b) {
+		return 0, errBadJSON
+	}
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for i < len(b) {
+			switch b[i] {
+			case '"':
+				j, err := skipString(b, i)
+				if err != nil {
+					return 0, err
+				}
+				i = j
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1, nil
+				}
+			}
+			i++
+		}
+		return 0, errBadJSON
+	}
+	start := i
+	for i < len(b) {
+		switch b[i] {
+		case ',', '}', ']', ' ', '\t', '\r', '\n':
+			if i == start {
+				return 0, errBadJSON
+			}
+			return i, nil
+		}
+		i++
+	}
+	if i == start {
+		return 0, errBadJSON
+	}
+	return i, nil
+}
+
+// decodeString reads a raw JSON string. Strings without escapes are the
+// common case (and include multi-megabyte base64 images), so they skip
+// encoding/json.
+func decodeString(raw []byte) (string, bool) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
+		return "", false
+	}
+	inner := raw[1 : len(raw)-1]
+	if bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
+		return string(inner), true
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return "", false
+	}
+	return s, true
+}
+
+// appendString appends s as a JSON string. HTML characters are left as
+// they are: the text goes to an engine, not a browser.
+func appendString(b []byte, s string) []byte {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(s); err != nil { // cannot happen for a string
+		return append(b, `""`...)
+	}
+	return append(b, bytes.TrimSuffix(buf.Bytes(), []byte("\n"))...)
+}
+
+// marshalInt is n as a JSON number.
+func marshalInt(n int) json.RawMessage { return strconv.AppendInt(nil, int64(n), 10) }
+
+// intResult says how a number literal failed to be an int64.
+type intResult int
+
+const (
+	intOK intResult = iota
+	intFraction
+	intOverflow
+)
+
+// parseInt reads a JSON number literal as an exact integer: 5, 5.0 and 5e0
+// are the integer 5, 5.5 is not an integer, and nothing outside int64 is
+// accepted. It works on the decimal digits, never through float64, so large
+// values keep every digit and huge exponents cost nothing.
+func parseInt(lit string) (int64, intResult) {
+	neg := strings.HasPrefix(lit, "-")
+	if neg {
+		lit = lit[1:]
+	}
+	mant, expStr := lit, ""
+	if i := strings.IndexAny(lit, "eE"); i >= 0 {
+		mant, expStr = lit[:i], lit[i+1:]
+	}
+	intPart, fracPart := mant, ""
+	if i := strings.IndexByte(mant, '.'); i >= 0 {
+		intPart, fracPart = mant[:i], mant[i+1:]
+	}
+	digits := strings.TrimLeft(intPart+fracPart, "0")
+	if digits == "" {
+		return 0, intOK
+	}
+	exp := 0
+	if expStr != "" {
+		expNeg := strings.HasPrefix(expStr, "-")
+		expStr = strings.TrimLeft(strings.TrimLeft(expStr, "+-"), "0")
+		if len(expStr) > 9 { // beyond any int64 either way
+			if expNeg {
+				return 0, intFraction
+			}
+			return 0, intOverflow
+		}
+		if expStr != "" {
+			e, err := strconv.Atoi(expStr)
+			if err != nil {
+				return 0, intFraction
+			}
+			exp = e
+			if expNeg {
+				exp = -e
+			}
+		}
+	}
+	exp -= len(fracPart)
+	for strings.HasSuffix(digits, "0") {
+		digits = digits[:len(digits)-1]
+		exp++
+	}
+	if exp < 0 {
+		return 0, intFraction
+	}
+	if len(digits)+exp > 19 {
+		return 0, intOverflow
+	}
+	u, err := strconv.ParseUint(digits+strings.Repeat("0", exp), 10, 64)
+	switch {
+	case err != nil:
+		return 0, intOverflow
+	case neg && u <= math.MaxInt64+1:
+		return int64(-u), intOK // -u wraps to the right value for MinInt64
+	case !neg && u <= math.MaxInt64:
+		return int64(u), intOK
+	}
+	return 0, intOverflow
+}
+
+// parseFloat reads a JSON number literal; values beyond float64 become ±Inf,
+// which every range check then rejects.
+func parseFloat(lit string) float64 {
+	f, _ := strconv.ParseFloat(lit, 64)
+	return f
+}
