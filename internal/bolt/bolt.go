@@ -31,6 +31,10 @@ var (
 	bucketWorkerTokens = []byte("worker_tokens")
 	bucketLastUsed     = []byte("last_used")
 	bucketEvents       = []byte("worker_events")
+	bucketUsageRows    = []byte("usage_rows")
+	bucketUsageDays    = []byte("usage_days")
+	bucketUsageModels  = []byte("usage_models")
+	bucketUsageWorkers = []byte("usage_workers")
 
 	keySchemaVersion = []byte("schema_version")
 )
@@ -49,6 +53,9 @@ func migrations() []migration {
 			return createBuckets(tx, bucketOrgs, bucketUsers, bucketMembers, bucketKeys, bucketWorkerTokens, bucketLastUsed)
 		}},
 		{2, "worker events", func(tx *bbolt.Tx) error { return createBuckets(tx, bucketEvents) }},
+		{3, "usage", func(tx *bbolt.Tx) error {
+			return createBuckets(tx, bucketUsageRows, bucketUsageDays, bucketUsageModels, bucketUsageWorkers)
+		}},
 	}
 }
 

@@ -1,0 +1,738 @@
+package bolt
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"reflect"
+	"sort"
+	"testing"
+	"time"
+
+	bbolt "go.etcd.io/bbolt"
+
+	"github.com/svc-dev/svc/internal/api"
+)
+
+// usageNow is the clock of the usage tests: rows reach back 60 days.
+var usageNow = time.Date(2026, 11, 15, 10, 0, 0, 0, time.UTC)
+
+func ptr[T any](v T) *T { return &v }
+
+// usageRows makes n rows of org spread over the 60 days before usageNow,
+// with every field set or null at random, 13 models and 13 workers (and
+// rows with no worker), and statuses of every class.
+func usageRows(rng *rand.Rand, org string, n int) []api.UsageRow {
+	statuses := []int{200, 200, 200, 201, 399, 400, 404, 429, 499, 500, 502, 503}
+	zone := time.FixedZone("UTC+5", 5*3600)
+	rows := make([]api.UsageRow, 0, n)
+	for i := range n {
+		// Whole milliseconds keep timestamps distinct from each other.
+		at := usageNow.Add(-time.Duration(rng.Int64N(int64(60*24*time.Hour/time.Millisecond))) * time.Millisecond)
+		if i%7 == 0 {
+			at = at.In(zone) // a local time whose date differs from the UTC one near midnight
+		}
+		maybe := func() bool { return rng.IntN(10) < 7 }
+		r := api.UsageRow{
+			ID:                fmt.Sprintf("%s-%d", org, i),
+			CreatedAt:         at,
+			Model:             fmt.Sprintf("model-%02d", rng.IntN(13)),
+			RequestType:       api.RequestChat,
+			StatusCode:        statuses[rng.IntN(len(statuses))],
+			PromptTokens:      rng.IntN(5000),
+			CompletionTokens:  rng.IntN(2000),
+			RequestDurationMs: rng.Int64N(60000),
+			Images:            rng.IntN(3),
+			Attempts:          1 + rng.IntN(3),
+			APIKeyID:          "key-" + org,
+			Stream:            rng.IntN(2) == 0,
+			ColdStart:         rng.IntN(5) == 0,
+			TokensEstimated:   rng.IntN(5) == 0,
+		}
+		r.TotalTokens = r.PromptTokens + r.CompletionTokens
+		if w := rng.IntN(14); w < 13 {
+			r.WorkerID = fmt.Sprintf("w-%02d", w)
+			r.WorkerName = fmt.Sprintf("Worker %02d", w)
+		}
+		if r.StatusCode >= 400 {
+			r.ErrorMessage = ptr("failed")
+		}
+		if maybe() {
+			r.TimeToFirstTokenMs = ptr(rng.Int64N(1000))
+			r.TokensPerSecond = ptr(rng.Float64() * 100)
+			r.ReasoningTokens = ptr(rng.IntN(500))
+			r.CachedTokens = ptr(rng.IntN(500))
+			r.QueueWaitMs = ptr(rng.Int64N(100))
+			r.WorkerQueueWaitMs = ptr(rng.Int64N(50))
+			r.Notice = ptr("context_trimmed")
+		}
+		if maybe() {
+			r.DraftAcceptanceRate = ptr(rng.Float64())
+			r.ModelLoadMs = ptr(rng.Int64N(9000))
+		}
+		if rng.IntN(4) == 0 {
+			r.RequestType = "audio"
+			// Quarter seconds add up exactly in any order.
+			r.AudioSeconds = ptr(float64(rng.IntN(400)) / 4)
+			r.AudioFormat = ptr("wav")
+		}
+		rows = append(rows, r)
+	}
+	return rows
+}
+
+// usageFixture records rows of three organisations, two of whose ids are
+// prefixes of another's, in random order over several commits.
+func usageFixture(t *testing.T) (*Store, *Usage, map[string][]api.UsageRow) {
+	t.Helper()
+	s, err := Open(t.TempDir(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	w := s.NewWriter(WriterOptions{})
+	u := s.Usage(w)
+	rng := rand.New(rand.NewPCG(1, 2))
+	byOrg := map[string][]api.UsageRow{
+		"org":    usageRows(rng, "org", 300),
+		"org-a":  usageRows(rng, "org-a", 2500),
+		"org-ab": usageRows(rng, "org-ab", 400),
+	}
+	var all []struct {
+		org string
+		row api.UsageRow
+	}
+	for org, rows := range byOrg {
+		for _, r := range rows {
+			all = append(all, struct {
+				org string
+				row api.UsageRow
+			}{org, r})
+		}
+	}
+	rng.Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
+	for i, x := range all {
+		u.Record(x.org, x.row)
+		if i%1000 == 999 {
+			if err := w.Flush(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for org, rows := range byOrg {
+		for i := range rows {
+			rows[i].CreatedAt = rows[i].CreatedAt.UTC() // as stored
+		}
+		// Newest first, as Logs lists them.
+		sort.Slice(rows, func(i, j int) bool { return rows[i].CreatedAt.After(rows[j].CreatedAt) })
+		byOrg[org] = rows
+	}
+	return s, u, byOrg
+}
+
+// bruteAdd counts one row as the rules say, without any of the aggregates.
+func bruteAdd(t *api.UsageTotals, r api.UsageRow) {
+	t.Requests++
+	if r.StatusCode < 400 {
+		t.Succeeded++
+	} else if r.StatusCode == 499 {
+		t.Cancelled++
+	} else {
+		t.Failed++
+	}
+	t.PromptTokens += int64(r.PromptTokens)
+	t.CompletionTokens += int64(r.CompletionTokens)
+	t.TotalTokens += int64(r.TotalTokens)
+	if r.ReasoningTokens != nil {
+		t.ReasoningTokens += int64(*r.ReasoningTokens)
+	}
+	if r.CachedTokens != nil {
+		t.CachedTokens += int64(*r.CachedTokens)
+	}
+	t.Images += int64(r.Images)
+	if r.AudioSeconds != nil {
+		t.AudioSeconds += *r.AudioSeconds
+	}
+	t.RequestDurationMs += r.RequestDurationMs
+}
+
+// inDays reports whether the row's UTC date is within [from, to].
+func inDays(r api.UsageRow, from, to string) bool {
+	day := r.CreatedAt.UTC().Format("2006-01-02")
+	return day >= from && day <= to
+}
+
+// bruteTotals sums the rows of [from, to].
+func bruteTotals(rows []api.UsageRow, from, to string) api.UsageTotals {
+	var t api.UsageTotals
+	for _, r := range rows {
+		if inDays(r, from, to) {
+			bruteAdd(&t, r)
+		}
+	}
+	return t
+}
+
+// bruteBreakdown ranks models and workers over the rows of [from, to].
+func bruteBreakdown(rows []api.UsageRow, from, to, by string) ([]api.ModelUsage, []api.WorkerUsage) {
+	byModel := map[string]*api.ModelUsage{}
+	byWorker := map[string]*api.WorkerUsage{}
+	for _, r := range rows {
+		if !inDays(r, from, to) {
+			continue
+		}
+		m := byModel[r.Model]
+		if m == nil {
+			m = &api.ModelUsage{Model: r.Model}
+			byModel[r.Model] = m
+		}
+		bruteAdd(&m.UsageTotals, r)
+		if r.WorkerID == "" {
+			continue
+		}
+		w := byWorker[r.WorkerID]
+		if w == nil {
+			w = &api.WorkerUsage{WorkerID: r.WorkerID, WorkerName: r.WorkerName}
+			byWorker[r.WorkerID] = w
+		}
+		bruteAdd(&w.UsageTotals, r)
+	}
+	models := []api.ModelUsage{}
+	for _, m := range byModel {
+		models = append(models, *m)
+	}
+	workers := []api.WorkerUsage{}
+	for _, w := range byWorker {
+		workers = append(workers, *w)
+	}
+	less := func(a, b api.UsageTotals, an, bn string) bool {
+		first, second := a.TotalTokens-b.TotalTokens, a.Requests-b.Requests
+		if by == "requests" {
+			first, second = second, first
+		}
+		if first != 0 {
+			return first > 0
+		}
+		if second != 0 {
+			return second > 0
+		}
+		return an < bn
+	}
+	sort.Slice(models, func(i, j int) bool {
+		return less(models[i].UsageTotals, models[j].UsageTotals, models[i].Model, models[j].Model)
+	})
+	sort.Slice(workers, func(i, j int) bool {
+		return less(workers[i].UsageTotals, workers[j].UsageTotals, workers[i].WorkerName, workers[j].WorkerName)
+	})
+	return models[:min(10, len(models))], workers[:min(10, len(workers))]
+}
+
+func TestUsageLogsListNewestFirstFilteredAndPaged(t *testing.T) {
+	_, u, byOrg := usageFixture(t)
+	filter := func(rows []api.UsageRow, worker string) []api.UsageRow {
+		out := []api.UsageRow{}
+		for _, r := range rows {
+			if worker == "" || r.WorkerID == worker {
+				out = append(out, r)
+			}
+		}
+		return out
+	}
+	page := func(rows []api.UsageRow, offset, limit int) []api.UsageRow {
+		if offset >= len(rows) {
+			return []api.UsageRow{}
+		}
+		return rows[offset:min(len(rows), offset+limit)]
+	}
+	tests := []struct {
+		name string
+		org  string
+		q    UsageQuery
+	}{
+		{"first page", "org-a", UsageQuery{Limit: 50}},
+		{"one", "org-a", UsageQuery{Limit: 1}},
+		{"whole log", "org-a", UsageQuery{Limit: 1000}},
+		{"second page", "org-a", UsageQuery{Limit: 1000, Offset: 1000}},
+		{"last partial page", "org-a", UsageQuery{Limit: 1000, Offset: 2000}},
+		{"past the end", "org-a", UsageQuery{Limit: 10, Offset: 2500}},
+		{"worker", "org-a", UsageQuery{Limit: 1000, WorkerID: "w-03"}},
+		{"worker paged", "org-a", UsageQuery{Limit: 7, Offset: 20, WorkerID: "w-12"}},
+		{"worker unknown", "org-a", UsageQuery{Limit: 50, WorkerID: "w-99"}},
+		{"worker id prefix of another", "org-a", UsageQuery{Limit: 50, WorkerID: "w-1"}},
+		{"prefix org sees only its own", "org", UsageQuery{Limit: 1000}},
+		{"longer org", "org-ab", UsageQuery{Limit: 1000}},
+		{"unknown org", "org-z", UsageQuery{Limit: 50}},
+		{"org prefix without separator", "or", UsageQuery{Limit: 50}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := u.Logs(tt.org, tt.q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := page(filter(byOrg[tt.org], tt.q.WorkerID), tt.q.Offset, tt.q.Limit)
+			if len(got) != len(want) {
+				t.Fatalf("%d rows, want %d", len(got), len(want))
+			}
+			for i := range want {
+				if !reflect.DeepEqual(got[i], want[i]) {
+					t.Fatalf("row %d:\n got %+v\nwant %+v", i, got[i], want[i])
+				}
+			}
+			if b, _ := json.Marshal(got); len(want) == 0 && string(b) != "[]" {
+				t.Fatalf("empty listing encodes as %s", b)
+			}
+		})
+	}
+}
+
+func TestUsageLogsSameInstantNewestRecordedFirst(t *testing.T) {
+	s, err := Open(t.TempDir(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	w := s.NewWriter(WriterOptions{})
+	u := s.Usage(w)
+	for i := range 5 {
+		u.Record("o", api.UsageRow{ID: fmt.Sprint(i), CreatedAt: usageNow})
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := u.Logs("o", UsageQuery{Limit: 10})
+	ids := ""
+	for _, r := range got {
+		ids += r.ID
+	}
+	if ids != "43210" {
+		t.Fatalf("order %q, want 43210", ids)
+	}
+}
+
+func TestUsageTotalsMatchRows(t *testing.T) {
+	_, u, byOrg := usageFixture(t)
+	tests := []struct {
+		name string
+		org  string
+		days int
+		now  time.Time
+	}{
+		{"today", "org-a", 1, usageNow},
+		{"two days", "org-a", 2, usageNow},
+		{"week", "org-a", 7, usageNow},
+		{"30 days cut off older rows", "org-a", 30, usageNow},
+		{"year", "org-a", 365, usageNow},
+		{"window in the past cuts both ends", "org-a", 10, usageNow.AddDate(0, 0, -20)},
+		{"now late in the day", "org-a", 3, usageNow.Add(13*time.Hour + 59*time.Minute)},
+		{"now given in another zone", "org-a", 5, usageNow.In(time.FixedZone("UTC-11", -11*3600))},
+		{"window before any row", "org-a", 5, usageNow.AddDate(0, 0, -100)},
+		{"prefix org", "org", 30, usageNow},
+		{"longer org", "org-ab", 45, usageNow},
+		{"unknown org", "org-z", 30, usageNow},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rows := byOrg[tt.org]
+			last := tt.now.UTC().Truncate(24 * time.Hour)
+			from := last.AddDate(0, 0, 1-tt.days).Format("2006-01-02")
+			to := last.Format("2006-01-02")
+
+			sum, err := u.Summary(tt.org, tt.days, tt.now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := api.UsageSummary{Days: tt.days, From: from, To: to, UsageTotals: bruteTotals(rows, from, to)}
+			if sum != want {
+				t.Errorf("summary\n got %+v\nwant %+v", sum, want)
+			}
+
+			daily, err := u.Daily(tt.org, tt.days, tt.now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(daily) != tt.days {
+				t.Fatalf("%d days, want %d", len(daily), tt.days)
+			}
+			perDay := map[string]api.UsageTotals{}
+			for _, r := range rows {
+				day := r.CreatedAt.UTC().Format("2006-01-02")
+				t := perDay[day]
+				bruteAdd(&t, r)
+				perDay[day] = t
+			}
+			for i, d := range daily {
+				date := last.AddDate(0, 0, i+1-tt.days).Format("2006-01-02")
+				want := api.UsageDay{Date: date, UsageTotals: perDay[date]}
+				if d != want {
+					t.Errorf("day %d\n got %+v\nwant %+v", i, d, want)
+				}
+			}
+
+			for _, by := range []string{"tokens", "requests"} {
+				got, err := u.Breakdown(tt.org, tt.days, by, tt.now)
+				if err != nil {
+					t.Fatal(err)
+				}
+				models, workers := bruteBreakdown(rows, from, to, by)
+				want := api.UsageBreakdown{Days: tt.days, From: from, To: to, Sort: by, Models: models, Workers: workers}
+				if !reflect.DeepEqual(got, want) {
+					t.Errorf("breakdown by %s\n got %+v\nwant %+v", by, got, want)
+				}
+			}
+		})
+	}
+}
+
+func TestUsageDailyIncludesEmptyDaysOldestFirst(t *testing.T) {
+	s, _ := Open(t.TempDir(), Options{})
+	defer s.Close()
+	w := s.NewWriter(WriterOptions{})
+	u := s.Usage(w)
+	u.Record("o", api.UsageRow{CreatedAt: usageNow.AddDate(0, 0, -3), StatusCode: 200, TotalTokens: 5})
+	u.Record("o", api.UsageRow{CreatedAt: usageNow, StatusCode: 499, TotalTokens: 7})
+	u.Record("o", api.UsageRow{CreatedAt: usageNow.AddDate(0, 0, -9), StatusCode: 200}) // outside
+	u.Record("o", api.UsageRow{CreatedAt: usageNow.AddDate(0, 0, 1), StatusCode: 200})  // tomorrow
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := u.Daily("o", 5, usageNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []api.UsageDay{
+		{Date: "2026-11-11"},
+		{Date: "2026-11-12", UsageTotals: api.UsageTotals{Requests: 1, Succeeded: 1, TotalTokens: 5}},
+		{Date: "2026-11-13"},
+		{Date: "2026-11-14"},
+		{Date: "2026-11-15", UsageTotals: api.UsageTotals{Requests: 1, Cancelled: 1, TotalTokens: 7}},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("daily\n got %+v\nwant %+v", got, want)
+	}
+	empty, err := u.Daily("nobody", 3, usageNow)
+	if err != nil || len(empty) != 3 || empty[0].Date != "2026-11-13" || empty[2].Requests != 0 {
+		t.Fatalf("daily of an org without rows = %+v, %v", empty, err)
+	}
+}
+
+func TestUsageBreakdownTopTenAndTies(t *testing.T) {
+	s, _ := Open(t.TempDir(), Options{})
+	defer s.Close()
+	w := s.NewWriter(WriterOptions{})
+	u := s.Usage(w)
+	// name: requests, tokens per request (total tokens = requests*tokens).
+	spec := []struct {
+		name     string
+		requests int
+		tokens   int
+	}{
+		{"a", 1, 1000}, // 1000 tokens, 1 request
+		{"b", 10, 10},  // 100 tokens
+		{"c", 5, 20},   // 100 tokens, fewer requests than b
+		{"d", 2, 50},   // 100 tokens
+		{"e", 4, 25},   // 100 tokens
+		{"f", 4, 25},   // same as e: the name decides
+		{"g", 20, 1},   // 20 tokens, most requests
+		{"h", 3, 0},
+		{"i", 3, 0}, // same as h
+		{"j", 1, 7},
+		{"k", 1, 6},
+		{"l", 1, 5},
+		{"m", 1, 0},
+	}
+	for _, x := range spec {
+		for range x.requests {
+			u.Record("o", api.UsageRow{CreatedAt: usageNow, Model: "model-" + x.name, StatusCode: 200,
+				TotalTokens: x.tokens, WorkerID: "id-" + x.name, WorkerName: x.name})
+		}
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		sort, wantSort, want string
+	}{
+		{"tokens", "tokens", "a b c e f d g j k l"},
+		{"", "tokens", "a b c e f d g j k l"},
+		{"bogus", "tokens", "a b c e f d g j k l"},
+		{"requests", "requests", "g b c e f h i d a j"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.sort, func(t *testing.T) {
+			got, err := u.Breakdown("o", 1, tt.sort, usageNow)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Sort != tt.wantSort {
+				t.Errorf("sort %q, want %q", got.Sort, tt.wantSort)
+			}
+			models, workers := "", ""
+			for i, m := range got.Models {
+				if i > 0 {
+					models += " "
+				}
+				models += m.Model[len("model-"):]
+			}
+			for i, w := range got.Workers {
+				if i > 0 {
+					workers += " "
+				}
+				workers += w.WorkerName
+				if w.WorkerID != "id-"+w.WorkerName {
+					t.Errorf("worker %s has id %s", w.WorkerName, w.WorkerID)
+				}
+			}
+			if models != tt.want || workers != tt.want {
+				t.Errorf("models %q, workers %q, want %q", models, workers, tt.want)
+			}
+		})
+	}
+	empty, err := u.Breakdown("nobody", 30, "", usageNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := json.Marshal(empty); string(b) != `{"days":30,"from":"2026-10-17","to":"2026-11-15","sort":"tokens","models":[],"workers":[]}` {
+		t.Fatalf("empty breakdown encodes as %s", b)
+	}
+}
+
+func TestUsageWorkerRenamedKeepsOneEntry(t *testing.T) {
+	s, _ := Open(t.TempDir(), Options{})
+	defer s.Close()
+	w := s.NewWriter(WriterOptions{})
+	u := s.Usage(w)
+	rec := func(at time.Time, name string) {
+		u.Record("o", api.UsageRow{CreatedAt: at, Model: "m", StatusCode: 200, TotalTokens: 1, WorkerID: "w1", WorkerName: name})
+	}
+	rec(usageNow.AddDate(0, 0, -2), "old")
+	rec(usageNow.AddDate(0, 0, -1), "old")
+	rec(usageNow.AddDate(0, 0, -1), "new") // renamed during that day
+	rec(usageNow.AddDate(0, 0, -1), "")    // a row without a name keeps the last one
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	rec(usageNow.AddDate(0, 0, -2), "old") // a late row of an older day
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		days     int
+		requests int64
+	}{{2, 3}, {3, 5}, {30, 5}}
+	for _, tt := range tests {
+		b, err := u.Breakdown("o", tt.days, "", usageNow)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b.Workers) != 1 || b.Workers[0].WorkerName != "new" || b.Workers[0].WorkerID != "w1" || b.Workers[0].Requests != tt.requests {
+			t.Fatalf("days=%d workers %+v, want one w1 named new with %d requests", tt.days, b.Workers, tt.requests)
+		}
+	}
+	// The older day alone still knows the name it had then.
+	b, _ := u.Breakdown("o", 1, "", usageNow.AddDate(0, 0, -2))
+	if len(b.Workers) != 1 || b.Workers[0].WorkerName != "old" {
+		t.Fatalf("older day workers %+v", b.Workers)
+	}
+}
+
+func TestUsageRowsWithoutWorkerCountForOrgAndModelOnly(t *testing.T) {
+	s, _ := Open(t.TempDir(), Options{})
+	defer s.Close()
+	w := s.NewWriter(WriterOptions{})
+	u := s.Usage(w)
+	u.Record("o", api.UsageRow{CreatedAt: usageNow, Model: "m", StatusCode: 503, TotalTokens: 3})
+	u.Record("o", api.UsageRow{CreatedAt: usageNow, Model: "m", StatusCode: 200, TotalTokens: 4, WorkerID: "w", WorkerName: "W"})
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	sum, _ := u.Summary("o", 1, usageNow)
+	b, _ := u.Breakdown("o", 1, "", usageNow)
+	if sum.Requests != 2 || sum.Failed != 1 || len(b.Models) != 1 || b.Models[0].Requests != 2 ||
+		len(b.Workers) != 1 || b.Workers[0].Requests != 1 || b.Workers[0].TotalTokens != 4 {
+		t.Fatalf("summary %+v, breakdown %+v", sum, b)
+	}
+}
+
+func TestUsageNonFiniteMeasurementsDoNotSpoilTheBatch(t *testing.T) {
+	s, _ := Open(t.TempDir(), Options{})
+	defer s.Close()
+	w := s.NewWriter(WriterOptions{})
+	u := s.Usage(w)
+	u.Record("o", api.UsageRow{ID: "a", CreatedAt: usageNow, StatusCode: 200, AudioSeconds: ptr(2.5)})
+	u.Record("o", api.UsageRow{ID: "b", CreatedAt: usageNow, StatusCode: 200,
+		TokensPerSecond: ptr(math.Inf(1)), DraftAcceptanceRate: ptr(math.NaN()), AudioSeconds: ptr(math.NaN())})
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	rows, _ := u.Logs("o", UsageQuery{Limit: 10})
+	sum, _ := u.Summary("o", 1, usageNow)
+	if len(rows) != 2 || rows[0].TokensPerSecond != nil || rows[0].AudioSeconds != nil || sum.AudioSeconds != 2.5 || sum.Requests != 2 {
+		t.Fatalf("rows %+v, summary %+v", rows, sum)
+	}
+}
+
+func TestUsagePruneRemovesRowsKeepsAggregates(t *testing.T) {
+	_, u, byOrg := usageFixture(t)
+	before := usageNow.AddDate(0, 0, -30)
+	wantGone := 0
+	for _, rows := range byOrg {
+		for _, r := range rows {
+			if r.CreatedAt.Before(before) {
+				wantGone++
+			}
+		}
+	}
+	sumBefore, _ := u.Summary("org-a", 365, usageNow)
+	breakBefore, _ := u.Breakdown("org-a", 365, "", usageNow)
+
+	n, err := u.PruneUsage(before, 10)
+	if err != nil || n != 10 {
+		t.Fatalf("bounded prune = %d, %v; want 10", n, err)
+	}
+	total := n
+	for {
+		n, err := u.PruneUsage(before, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		total += n
+	}
+	if total != wantGone {
+		t.Fatalf("pruned %d rows, want %d", total, wantGone)
+	}
+	for org, rows := range byOrg {
+		var kept []api.UsageRow
+		for _, r := range rows {
+			if !r.CreatedAt.Before(before) {
+				kept = append(kept, r)
+			}
+		}
+		got, _ := u.Logs(org, UsageQuery{Limit: 1000})
+		got2, _ := u.Logs(org, UsageQuery{Limit: 1000, Offset: 1000})
+		got = append(got, got2...)
+		if len(got) != len(kept) {
+			t.Fatalf("%s: %d rows left, want %d", org, len(got), len(kept))
+		}
+		for i := range got {
+			if got[i].ID != kept[i].ID {
+				t.Fatalf("%s: row %d is %s, want %s", org, i, got[i].ID, kept[i].ID)
+			}
+		}
+	}
+	sumAfter, _ := u.Summary("org-a", 365, usageNow)
+	breakAfter, _ := u.Breakdown("org-a", 365, "", usageNow)
+	if sumAfter != sumBefore || !reflect.DeepEqual(breakAfter, breakBefore) {
+		t.Fatalf("aggregates changed by pruning:\n%+v\n%+v", sumBefore, sumAfter)
+	}
+}
+
+func TestUsageSurvivesReopen(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := s.NewWriter(WriterOptions{})
+	u := s.Usage(w)
+	row := api.UsageRow{ID: "1", CreatedAt: usageNow, Model: "m", StatusCode: 200, TotalTokens: 9, WorkerID: "w", WorkerName: "W"}
+	u.Record("o", row)
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s, err = Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	w = s.NewWriter(WriterOptions{})
+	u = s.Usage(w)
+	// The same instant again: a new run must not overwrite the old row.
+	row.ID = "2"
+	u.Record("o", row)
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	rows, _ := u.Logs("o", UsageQuery{Limit: 10})
+	sum, _ := u.Summary("o", 1, usageNow)
+	b, _ := u.Breakdown("o", 1, "", usageNow)
+	if len(rows) != 2 || rows[0].ID != "2" || rows[1].ID != "1" {
+		t.Fatalf("rows after reopen: %+v", rows)
+	}
+	if sum.Requests != 2 || sum.TotalTokens != 18 || len(b.Workers) != 1 || b.Workers[0].Requests != 2 {
+		t.Fatalf("summary %+v, breakdown %+v", sum, b)
+	}
+}
+
+func TestUsageTotalsEncoding(t *testing.T) {
+	in := api.UsageTotals{Requests: 1, Succeeded: 2, Failed: 3, Cancelled: 4, PromptTokens: 5, CompletionTokens: 6,
+		TotalTokens: 7, ReasoningTokens: 8, CachedTokens: 9, Images: 10, AudioSeconds: 11.5, RequestDurationMs: math.MaxInt64 / 2}
+	b := appendTotals(nil, &in)
+	if len(b) != totalsSize {
+		t.Fatalf("%d bytes, want %d", len(b), totalsSize)
+	}
+	var out api.UsageTotals
+	rest, err := addEncoded(&out, append(b, "name"...))
+	if err != nil || out != in || string(rest) != "name" {
+		t.Fatalf("decoded %+v, %q, %v", out, rest, err)
+	}
+	for _, bad := range [][]byte{nil, b[:totalsSize-1], append([]byte{9}, b[1:]...)} {
+		if _, err := addEncoded(&out, bad); err == nil {
+			t.Fatalf("%x decoded", bad)
+		}
+	}
+}
+
+func TestUsageRejectsEmptyWindow(t *testing.T) {
+	s, _ := Open(t.TempDir(), Options{})
+	defer s.Close()
+	u := s.Usage(s.NewWriter(WriterOptions{}))
+	if _, err := u.Summary("o", 0, usageNow); err == nil {
+		t.Fatal("summary of 0 days")
+	}
+	if _, err := u.Daily("o", -1, usageNow); err == nil {
+		t.Fatal("daily of -1 days")
+	}
+	if _, err := u.Breakdown("o", 0, "", usageNow); err == nil {
+		t.Fatal("breakdown of 0 days")
+	}
+}
+
+func TestUsageMalformedAggregateStartsOver(t *testing.T) {
+	s, _ := Open(t.TempDir(), Options{})
+	defer s.Close()
+	w := s.NewWriter(WriterOptions{})
+	u := s.Usage(w)
+	u.Record("o", api.UsageRow{CreatedAt: usageNow, StatusCode: 200, TotalTokens: 1})
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	err := s.db.Update(func(tx *bbolt.Tx) error {
+		return tx.Bucket(bucketUsageDays).Put([]byte("o\x002026-11-15"), []byte("junk"))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Record("o", api.UsageRow{ID: "next", CreatedAt: usageNow, StatusCode: 200, TotalTokens: 2})
+	if err := w.Flush(); err != nil {
+		t.Fatalf("a malformed aggregate failed the commit: %v", err)
+	}
+	sum, err := u.Summary("o", 1, usageNow)
+	if err != nil || sum.Requests != 1 || sum.TotalTokens != 2 {
+		t.Fatalf("summary %+v, %v", sum, err)
+	}
+	if rows, _ := u.Logs("o", UsageQuery{Limit: 10}); len(rows) != 2 {
+		t.Fatalf("%d rows", len(rows))
+	}
+}
