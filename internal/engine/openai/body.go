@@ -16,9 +16,9 @@ import (
 const embeddingsPath = "/v1/embeddings"
 
 // chat serves a non-streaming chat request. The body is forwarded as the
-// client sent it.
+// client sent it, with the engine's own thinking switches added.
 func (e *Engine) chat(ctx context.Context, req *engine.Request, sink engine.Sink) *api.Result {
-	resp, res := e.post(ctx, chatPath, req.Body, "application/json")
+	resp, res := e.post(ctx, chatPath, mapReasoning(req.Body, e.detected()), "application/json")
 	if res != nil {
 		return res
 	}

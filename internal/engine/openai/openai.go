@@ -5,8 +5,9 @@
 // answer: where reasoning text goes (reasoning vs reasoning_content), how
 // usage is reported in a stream, and which engine-specific timing fields
 // ride along (llama.cpp timings, vLLM metrics). The adapter forwards the
-// client's request unchanged apart from the streaming switches it needs,
-// and normalises the answer to the shape package engine promises.
+// client's request unchanged apart from the streaming switches it needs and
+// each engine's own thinking switches (see mapReasoning), and normalises
+// the answer to the shape package engine promises.
 package openai
 
 import (

@@ -37,7 +37,7 @@ type stream struct {
 }
 
 func (e *Engine) streamChat(ctx context.Context, req *engine.Request, sink engine.Sink) *api.Result {
-	body, err := streamBody(req.Body)
+	body, err := streamBody(mapReasoning(req.Body, e.detected()))
 	if err != nil {
 		return engine.Failure(http.StatusBadRequest, api.TypeInvalidRequest, err.Error())
 	}

@@ -1,0 +1,272 @@
+package openai
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"strconv"
+)
+
+// The gateway passes a chat request's thinking controls on in its own
+// canonical vocabulary:
+//
+//   - reasoning_effort: low, medium, high, or none/minimal for no thinking;
+//   - reasoning: {max_tokens, effort}, max_tokens being a thinking budget
+//     (0 turns thinking off) and effort another way to say reasoning_effort;
+//   - enable_thinking: true or false.
+//
+// No engine understands all of these, so mapReasoning adds the switches
+// each engine does read, by the flavour /v1/models reported:
+//
+//   - vllm: chat_template_kwargs.enable_thinking when thinking is turned on
+//     or off; thinking_token_budget for a budget. reasoning_effort stays
+//     (newer versions read it for some models).
+//   - llamacpp: chat_template_kwargs.enable_thinking; a budget goes to
+//     thinking_budget_tokens and reasoning_budget_tokens (the name older
+//     builds read), and both are 0 when thinking is off.
+//   - sglang: chat_template_kwargs.enable_thinking, and separate_reasoning
+//     when thinking is on. reasoning_effort minimal becomes none: SGLang
+//     takes none but rejects minimal.
+//   - ollama: Ollama reads reasoning_effort itself, but reasoning.effort
+//     first whenever the reasoning object is present, so the two are copied
+//     to one another; off becomes "none" in both (older versions reject
+//     minimal, newer ones take it for low).
+//   - generic: chat_template_kwargs.enable_thinking, which most servers
+//     pass to the chat template.
+//
+// Thinking is off when an effort is none or minimal, reasoning.max_tokens
+// is 0 or enable_thinking is false; otherwise on when enable_thinking is
+// true, an effort is low, medium or high or reasoning.max_tokens is
+// positive; otherwise the engine's default is left alone.
+//
+// Nothing the client sent is removed: the servers ignore fields they do not
+// know. A switch the client set itself (chat_template_kwargs.enable_thinking,
+// thinking_token_budget, separate_reasoning, ...) is left as it is. Only the
+// top level of the body and the objects written to are decoded; every other
+// value goes out byte for byte.
+
+// thinkMode is what a request asks of the model's thinking.
+type thinkMode uint8
+
+const (
+	thinkDefault thinkMode = iota // not said: the engine's default applies
+	thinkOn
+	thinkOff
+)
+
+// Top-level keys of the canonical reasoning fields, quoted as they appear
+// in the body: a quote inside a JSON string is always escaped, so these
+// can only match a key or a whole string value.
+var (
+	quotedReasoningEffort = []byte(`"reasoning_effort"`)
+	quotedReasoning       = []byte(`"reasoning"`)
+	quotedEnableThinking  = []byte(`"enable_thinking"`)
+)
+
+// reasoningControls is the request's reasoning fields, read leniently:
+// the gateway has validated them, and a value of the wrong type counts as
+// absent.
+type reasoningControls struct {
+	effort    string                     // reasoning_effort
+	reasoning map[string]json.RawMessage // the reasoning object; nil when absent or not an object
+	rEffort   string                     // reasoning.effort
+	budget    int64                      // reasoning.max_tokens; -1 when absent
+	enable    *bool                      // enable_thinking
+}
+
+// mode decides thinking: any request to turn it off wins, then any request
+// to turn it on; otherwise the engine's default is left alone.
+func (c *reasoningControls) mode() thinkMode {
+	switch {
+	case effortOff(c.effort) || effortOff(c.rEffort) || c.budget == 0 || (c.enable != nil && !*c.enable):
+		return thinkOff
+	case (c.enable != nil && *c.enable) || effortOn(c.effort) || effortOn(c.rEffort) || c.budget > 0:
+		return thinkOn
+	default:
+		return thinkDefault
+	}
+}
+
+func effortOff(e string) bool { return e == "none" || e == "minimal" }
+
+func effortOn(e string) bool { return e == "low" || e == "medium" || e == "high" }
+
+// mapReasoning adds the thinking switches of engine fl to a chat request
+// body. A body without reasoning fields, or that cannot be decoded, is
+// returned as it came; so is one that needs no change.
+func mapReasoning(body []byte, fl flavour) []byte {
+	if !bytes.Contains(body, quotedReasoningEffort) && !bytes.Contains(body, quotedReasoning) &&
+		!bytes.Contains(body, quotedEnableThinking) {
+		return body
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(body, &m) != nil || m == nil {
+		return body
+	}
+	c, ok := readReasoning(m)
+	if !ok {
+		return body
+	}
+	mode := c.mode()
+	var changed bool
+	switch fl {
+	case flavourVLLM:
+		changed = setEnableThinking(m, mode)
+		if mode == thinkOn && c.budget > 0 {
+			changed = setDefault(m, "thinking_token_budget", intRaw(c.budget)) || changed
+		}
+	case flavourLlamaCpp:
+		changed = setEnableThinking(m, mode)
+		budget := int64(-1)
+		switch {
+		case mode == thinkOff:
+			budget = 0
+		case mode == thinkOn && c.budget > 0:
+			budget = c.budget
+		}
+		if budget >= 0 {
+			// Older builds read reasoning_budget_tokens.
+			changed = setDefault(m, "thinking_budget_tokens", intRaw(budget)) || changed
+			changed = setDefault(m, "reasoning_budget_tokens", intRaw(budget)) || changed
+		}
+	case flavourSGLang:
+		changed = setEnableThinking(m, mode)
+		if mode == thinkOn {
+			changed = setDefault(m, "separate_reasoning", json.RawMessage("true")) || changed
+		}
+		if c.effort == "minimal" {
+			// SGLang's reasoning_effort takes none but rejects minimal.
+			m["reasoning_effort"], changed = json.RawMessage(`"none"`), true
+		}
+	case flavourOllama:
+		changed = mapOllamaEffort(m, &c, mode)
+	default:
+		changed = setEnableThinking(m, mode)
+	}
+	if !changed {
+		return body
+	}
+	return encodeObject(m)
+}
+
+// readReasoning reads the canonical reasoning fields of a decoded body;
+// ok is false when there are none.
+func readReasoning(m map[string]json.RawMessage) (c reasoningControls, ok bool) {
+	c.budget = -1
+	if raw, has := m["reasoning_effort"]; has {
+		ok = true
+		_ = json.Unmarshal(raw, &c.effort)
+	}
+	if raw, has := m["reasoning"]; has {
+		ok = true
+		if json.Unmarshal(raw, &c.reasoning) != nil {
+			c.reasoning = nil
+		}
+		if c.reasoning != nil {
+			if e, has := c.reasoning["effort"]; has {
+				_ = json.Unmarshal(e, &c.rEffort)
+			}
+			if n, has := c.reasoning["max_tokens"]; has {
+				if v, whole := wholeNumber(n); whole && v >= 0 {
+					c.budget = v
+				}
+			}
+		}
+	}
+	if raw, has := m["enable_thinking"]; has {
+		ok = true
+		var b bool
+		if json.Unmarshal(raw, &b) == nil && !isNull(raw) {
+			c.enable = &b
+		}
+	}
+	return c, ok
+}
+
+// mapOllamaEffort maps thinking onto the efforts Ollama's /v1 reads. It
+// takes reasoning.effort when the reasoning object is present (even
+// without an effort) and reasoning_effort otherwise; none turns thinking
+// off, and older versions reject minimal.
+func mapOllamaEffort(m map[string]json.RawMessage, c *reasoningControls, mode thinkMode) bool {
+	changed := false
+	setReasoningEffort := func(raw json.RawMessage) {
+		if c.reasoning == nil {
+			return
+		}
+		c.reasoning["effort"] = raw
+		m["reasoning"] = encodeObject(c.reasoning)
+		changed = true
+	}
+	switch {
+	case mode == thinkOff:
+		none := json.RawMessage(`"none"`)
+		if c.effort != "none" {
+			m["reasoning_effort"], changed = none, true
+		}
+		if c.rEffort != "none" {
+			setReasoningEffort(none)
+		}
+	case c.effort == "" && c.rEffort != "":
+		m["reasoning_effort"], changed = c.reasoning["effort"], true
+	case c.effort != "" && c.rEffort == "":
+		setReasoningEffort(m["reasoning_effort"])
+	}
+	return changed
+}
+
+// setEnableThinking sets chat_template_kwargs.enable_thinking when the
+// request turns thinking on or off, keeping the object's other keys. A
+// value the client put there wins, and kwargs that are not an object are
+// left for the engine to reject.
+func setEnableThinking(m map[string]json.RawMessage, mode thinkMode) bool {
+	if mode == thinkDefault {
+		return false
+	}
+	kw := map[string]json.RawMessage{}
+	if raw, ok := m["chat_template_kwargs"]; ok && !isNull(raw) {
+		if json.Unmarshal(raw, &kw) != nil || kw == nil {
+			return false
+		}
+	}
+	if !setDefault(kw, "enable_thinking", boolRaw(mode == thinkOn)) {
+		return false
+	}
+	m["chat_template_kwargs"] = encodeObject(kw)
+	return true
+}
+
+// setDefault sets m[key] unless it holds a value already (null counts as
+// none).
+func setDefault(m map[string]json.RawMessage, key string, v json.RawMessage) bool {
+	if raw, ok := m[key]; ok && !isNull(raw) {
+		return false
+	}
+	m[key] = v
+	return true
+}
+
+func boolRaw(b bool) json.RawMessage {
+	if b {
+		return json.RawMessage("true")
+	}
+	return json.RawMessage("false")
+}
+
+func intRaw(n int64) json.RawMessage { return strconv.AppendInt(nil, n, 10) }
+
+// wholeNumber reads a JSON number with no fractional part (2048, 2048.0,
+// 2.048e3). Strings and null are not numbers.
+func wholeNumber(raw json.RawMessage) (int64, bool) {
+	s := string(bytes.TrimSpace(raw))
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return n, true
+	}
+	if s == "" || (s[0] != '-' && (s[0] < '0' || s[0] > '9')) {
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || f != math.Trunc(f) || math.Abs(f) > 1<<53 {
+		return 0, false
+	}
+	return int64(f), true
+}
