@@ -225,6 +225,13 @@ func DefaultModels() []ModelSpec {
 			ContextWindow: 8192,
 		}, Cold: true},
 		{Model: api.Model{
+			// A long-context model: its window is wider than the default
+			// output cap, so that cap is what stops an unbounded reply.
+			ID:            "sim-long",
+			Capabilities:  []string{api.CapChat},
+			ContextWindow: 131072,
+		}},
+		{Model: api.Model{
 			ID:            "sim-embed",
 			Capabilities:  []string{api.CapEmbeddings},
 			ContextWindow: 512,

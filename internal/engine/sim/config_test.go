@@ -66,6 +66,7 @@ func TestDefaultModels(t *testing.T) {
 		"sim-small":    {4096, []string{"chat", "reasoning"}, ptr(false)},
 		"sim-spec":     {8192, []string{"chat"}, nil},
 		"sim-cold":     {8192, []string{"chat"}, nil},
+		"sim-long":     {131072, []string{"chat"}, nil},
 		"sim-embed":    {512, []string{"embeddings"}, nil},
 	}
 	if len(models) != len(want) {

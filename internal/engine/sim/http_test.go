@@ -78,7 +78,7 @@ func TestHTTPModelsAndHealth(t *testing.T) {
 	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
 		t.Fatal(err)
 	}
-	if list.Object != "list" || len(list.Data) != 6 {
+	if list.Object != "list" || len(list.Data) != len(DefaultModels()) {
 		t.Fatalf("list %+v", list)
 	}
 	for _, m := range list.Data {
