@@ -31,6 +31,9 @@ type ServeOptions struct {
 	LogFormat    string
 	// Demo runs a simulated worker in the same process.
 	Demo bool
+	// Timing shortens the relay's clocks; hidden flags, for tests.
+	KeepAliveAfter time.Duration
+	KeepAliveEvery time.Duration
 }
 
 // NewCmdServe builds `svc serve`; runF replaces the server in tests.
@@ -81,6 +84,11 @@ is and a ready curl command.`,
 	fl.StringVar(&opts.LogLevel, "log-level", "info", "debug, info, warn or error (env SVC_LOG_LEVEL)")
 	fl.StringVar(&opts.LogFormat, "log-format", "auto", "text, json, or auto: text on a terminal, JSON otherwise (env SVC_LOG_FORMAT)")
 	fl.BoolVar(&opts.Demo, "demo", false, "also run a simulated worker in this process")
+	// The keep-alive clocks are the spec's; only tests move them.
+	fl.DurationVar(&opts.KeepAliveAfter, "keepalive-after", 80*time.Second, "when a non-streaming reply still waiting starts, to keep the connection alive")
+	fl.DurationVar(&opts.KeepAliveEvery, "keepalive-every", 15*time.Second, "how often keep-alive bytes and comments are sent")
+	_ = fl.MarkHidden("keepalive-after")
+	_ = fl.MarkHidden("keepalive-every")
 	return cmd
 }
 
@@ -96,6 +104,7 @@ func runServe(ctx context.Context, f *Factory, opts *ServeOptions) error {
 		Build:        f.Build,
 		Logger:       log,
 		Fleet:        fleet.Config{Hold: opts.QueueHold, Grace: opts.WorkerGrace},
+		Timing:       server.Timing{KeepAliveAfter: opts.KeepAliveAfter, KeepAliveEvery: opts.KeepAliveEvery},
 	}
 	var demo errgroup.Group
 	if opts.Demo {

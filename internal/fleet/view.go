@@ -79,3 +79,14 @@ func (f *Fleet) Models(orgID string) []api.Model {
 	slices.SortFunc(out, func(a, b api.Model) int { return cmp.Compare(a.ID, b.ID) })
 	return out
 }
+
+// Model returns the metadata of a model the organisation's connected
+// workers serve (the first worker's, by name), or nil.
+func (f *Fleet) Model(orgID, id string) *api.Model {
+	for _, m := range f.Models(orgID) {
+		if m.ID == id {
+			return &m
+		}
+	}
+	return nil
+}

@@ -18,6 +18,18 @@ import (
 // return *api.Error for what the caller must see; anything else is a 500
 // whose cause is logged, not sent.
 func (s *Server) toAPIError(c *call, err error) *api.Error {
+	ae := asAPIError(err, c.requestID)
+	if ae.Status == http.StatusInternalServerError && ae.Err == err {
+		s.log.Error("request failed", "request_id", c.requestID, "path", string(c.ctx.Path()), "err", err)
+	}
+	return ae
+}
+
+// toAPIErrorQuiet maps err without logging, for records of answers that
+// were already given.
+func (s *Server) toAPIErrorQuiet(err error) *api.Error { return asAPIError(err, "") }
+
+func asAPIError(err error, requestID string) *api.Error {
 	var ae *api.Error
 	switch {
 	case errors.As(err, &ae):
@@ -25,9 +37,11 @@ func (s *Server) toAPIError(c *call, err error) *api.Error {
 	case errors.Is(err, context.DeadlineExceeded):
 		return &api.Error{Status: http.StatusGatewayTimeout, Message: "The request timed out", Err: err}
 	default:
-		s.log.Error("request failed", "request_id", c.requestID, "path", string(c.ctx.Path()), "err", err)
-		return &api.Error{Status: http.StatusInternalServerError, Err: err,
-			Message: "Internal server error; retry once, and quote request id " + c.requestID + " if it persists"}
+		msg := "Internal server error; retry once"
+		if requestID != "" {
+			msg += ", and quote request id " + requestID + " if it persists"
+		}
+		return &api.Error{Status: http.StatusInternalServerError, Err: err, Message: msg}
 	}
 }
 

@@ -48,6 +48,28 @@ func decodeJSON(body []byte, v any) error {
 	}
 }
 
+// decodeLenient reads a body whose unknown fields are forwarded: only
+// syntax and the types of the fields read here are checked.
+func decodeLenient(body []byte, v any) error {
+	if err := json.Unmarshal(body, v); err != nil {
+		var syntax *json.SyntaxError
+		var typ *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &syntax), len(bytes.TrimSpace(body)) == 0:
+			return decodeJSON(body, v) // the strict decoder words the 400
+		case errors.As(err, &typ):
+			field := typ.Field
+			if field == "" {
+				field = "body"
+			}
+			return api.Invalid(api.FieldError{Field: field, Type: api.FieldWrongType, Message: "expected " + describe(typ.Type)})
+		default:
+			return api.BadRequest("Malformed JSON: %v", err)
+		}
+	}
+	return nil
+}
+
 // describe names a Go type the way a JSON author thinks of it.
 func describe(t reflect.Type) string {
 	if t == reflect.TypeFor[money.GBP]() {
@@ -110,19 +132,7 @@ func (q *query) oneOf(name, def string, allowed ...string) string {
 	return def
 }
 
-// Query validators of the read-only endpoints; limits from the spec.
-func usageLogsQuery(q *query) {
-	q.intRange("limit", 50, 1, 1000)
-	q.intRange("offset", 0, 0, 1<<31-1)
-}
-
-func daysQuery(q *query) { q.intRange("days", 30, 1, 365) }
-
-func breakdownQuery(q *query) {
-	daysQuery(q)
-	q.oneOf("sort", "tokens", "tokens", "requests")
-}
-
+// powerQuery checks the power endpoint's range.
 func powerQuery(q *query) { q.oneOf("range", "1h", "1h", "24h", "7d", "30d") }
 
 // validated checks the query with check before calling next.

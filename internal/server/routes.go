@@ -44,11 +44,11 @@ func (s *Server) routes() []*route {
 		{method: "POST", path: "/moderations", handle: pending("moderation")},
 	}
 	usage := []*route{
-		{method: "GET", path: "/usage/inflight", handle: pending("in-flight requests")},
-		{method: "GET", path: "/usage/logs", handle: validated(usageLogsQuery, pending("the usage log"))},
-		{method: "GET", path: "/usage/summary", handle: validated(daysQuery, pending("usage summary"))},
-		{method: "GET", path: "/usage/daily", handle: validated(daysQuery, pending("daily usage"))},
-		{method: "GET", path: "/usage/breakdown", handle: validated(breakdownQuery, pending("usage breakdown"))},
+		{method: "GET", path: "/usage/inflight", handle: s.usageInflight},
+		{method: "GET", path: "/usage/logs", handle: s.usageLogs},
+		{method: "GET", path: "/usage/summary", handle: s.usageSummary},
+		{method: "GET", path: "/usage/daily", handle: s.usageDaily},
+		{method: "GET", path: "/usage/breakdown", handle: s.usageBreakdown},
 	}
 	workers := []*route{
 		{method: "GET", path: "/workers", handle: s.listWorkers},

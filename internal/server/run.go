@@ -36,6 +36,8 @@ type Config struct {
 	// Fleet tunes routing and worker health; its Logger and Events are set
 	// by Run.
 	Fleet fleet.Config
+	// Timing tunes the relay's clocks (keep-alives, waits, request cap).
+	Timing Timing
 	// Ready, when set, is called with the public address once the server
 	// accepts requests.
 	Ready func(addr string)
@@ -83,10 +85,12 @@ func Run(ctx context.Context, cfg Config) error {
 
 	writer := store.NewWriter(bolt.WriterOptions{Logger: log})
 	events := store.Events(writer)
+	usageStore := store.Usage(writer)
 	fcfg := cfg.Fleet
 	fcfg.Logger, fcfg.Events = log, events
 	fl := fleet.New(fcfg)
-	srv := New(Deps{Logger: log, Build: cfg.Build, Accounts: accounts, Fleet: fl, Events: events, Keepalive: fcfg.Keepalive})
+	srv := New(Deps{Logger: log, Build: cfg.Build, Accounts: accounts, Fleet: fl, Events: events, Usage: usageStore,
+		Keepalive: fcfg.Keepalive, Timing: cfg.Timing})
 	log.Info("listening", "addr", public.Addr().String(), "url", "http://"+public.Addr().String(),
 		"admin_socket", sock, "data", cfg.DataDir, "version", cfg.Build.Version)
 
@@ -101,7 +105,7 @@ func Run(ctx context.Context, cfg Config) error {
 	wg.Go(func() error { return writer.Run(writerCtx) })
 	bg.Go(func() error { return accounts.Run(bgCtx, time.Minute) })
 	bg.Go(func() error { return fl.Run(bgCtx) })
-	bg.Go(func() error { return pruneEvents(bgCtx, events, log) })
+	bg.Go(func() error { return prune(bgCtx, events, usageStore, log) })
 
 	serveErr := make(chan error, 2)
 	go func() { serveErr <- srv.ServePublic(public) }()
@@ -141,11 +145,15 @@ func Run(ctx context.Context, cfg Config) error {
 	return failed
 }
 
-// eventRetention is how long worker events are kept.
-const eventRetention = 30 * 24 * time.Hour
+// Retention: worker events for 30 days, usage rows for a year (the
+// longest window the usage endpoints report; daily totals are kept).
+const (
+	eventRetention = 30 * 24 * time.Hour
+	usageRetention = 366 * 24 * time.Hour
+)
 
-// pruneEvents deletes old worker events every hour.
-func pruneEvents(ctx context.Context, events *bolt.Events, log *slog.Logger) error {
+// prune deletes old worker events and usage rows every hour.
+func prune(ctx context.Context, events *bolt.Events, usage *bolt.Usage, log *slog.Logger) error {
 	t := time.NewTicker(time.Hour)
 	defer t.Stop()
 	for {
@@ -153,10 +161,11 @@ func pruneEvents(ctx context.Context, events *bolt.Events, log *slog.Logger) err
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-			if n, err := events.PruneEvents(time.Now().Add(-eventRetention), 10000); err != nil {
+			if _, err := events.PruneEvents(time.Now().Add(-eventRetention), 10000); err != nil {
 				log.Warn("prune worker events", "err", err)
-			} else if n > 0 {
-				log.Debug("pruned worker events", "count", n)
+			}
+			if _, err := usage.PruneUsage(time.Now().Add(-usageRetention), 100000); err != nil {
+				log.Warn("prune usage rows", "err", err)
 			}
 		}
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/svc-dev/svc/internal/buildinfo"
 	"github.com/svc-dev/svc/internal/fleet"
 	"github.com/svc-dev/svc/internal/link"
+	"github.com/svc-dev/svc/internal/usage"
 )
 
 const (
@@ -42,6 +43,9 @@ type Server struct {
 	keepalive link.Keepalive
 	metrics   *metrics
 	watch     *clientWatch
+	usage     *bolt.Usage
+	inflight  *usage.Tracker
+	timing    Timing
 
 	public  *listener
 	console *listener
@@ -65,7 +69,9 @@ type Deps struct {
 	Accounts  *account.Service
 	Fleet     *fleet.Fleet
 	Events    *bolt.Events
+	Usage     *bolt.Usage
 	Keepalive link.Keepalive
+	Timing    Timing
 }
 
 // New builds the server and its route tables.
@@ -73,7 +79,9 @@ func New(d Deps) *Server {
 	if d.Keepalive.Ping <= 0 {
 		d.Keepalive = link.DefaultKeepalive()
 	}
+	d.Timing.defaults()
 	s := &Server{log: d.Logger, build: d.Build, accounts: d.Accounts, fleet: d.Fleet, events: d.Events,
+		usage: d.Usage, inflight: usage.NewTracker(), timing: d.Timing,
 		keepalive: d.Keepalive, metrics: newMetrics(d.Build), watch: newClientWatch(200 * time.Millisecond)}
 	routes := s.routes()
 	var consoleRoutes []*route

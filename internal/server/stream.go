@@ -1,0 +1,281 @@
+package server
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/fleet"
+	"github.com/svc-dev/svc/internal/link"
+)
+
+// startStream begins a streaming request. Anything known up front (an
+// unknown model, no worker, a pinned worker that cannot serve, an engine
+// that refuses at once) is a plain HTTP error. When a worker is free
+// within WorkerWait the response names it; otherwise the response starts
+// without worker headers and the request keeps waiting inside the stream,
+// where a 429 or 503 arrives as an error frame.
+func (r *relay) startStream(c *call) error {
+	acquired := make(chan error, 1)
+	go func() { acquired <- r.acquire() }()
+	var first firstOutput
+	pending := acquired
+	select {
+	case err := <-acquired:
+		pending = nil
+		if err == nil {
+			first, err = r.begin()
+		}
+		if err != nil {
+			r.done(err)
+			return err
+		}
+	case <-time.After(r.s.timing.WorkerWait):
+	}
+	h := &c.ctx.Response.Header
+	c.ctx.SetStatusCode(http.StatusOK)
+	h.SetContentType("text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	if pending == nil {
+		r.workerHeaders(h, r.lease.Worker)
+	}
+	c.ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+		r.done(r.pump(&sse{w: w}, first, pending))
+	})
+	return nil
+}
+
+// firstOutput is what begin found: nothing yet, an event, or the end.
+type firstOutput struct {
+	typ link.Type
+	msg []byte
+}
+
+// begin opens the request on the leased worker and waits up to FirstWait
+// for its first output, moving to another worker on failures before any.
+func (r *relay) begin() (firstOutput, error) {
+	for {
+		if err := r.open(); err != nil {
+			if !r.failed(fleet.Failed, r.lostError(err)) {
+				return firstOutput{}, r.lastErr
+			}
+		} else {
+			typ, msg, err := r.readMessage(r.s.timing.FirstWait)
+			switch {
+			case errors.Is(err, errIdle):
+				return firstOutput{}, nil
+			case err != nil && r.ctx.Err() != nil:
+				r.clientGone()
+				return firstOutput{}, r.ctxError()
+			case err != nil:
+				if !r.failed(fleet.Failed, r.lostError(err)) {
+					return firstOutput{}, r.lastErr
+				}
+			case typ == link.TypeEnd:
+				res := parseResult(msg)
+				if res.Status == http.StatusOK {
+					return firstOutput{typ: typ, msg: msg}, nil
+				}
+				if !retryable(res) || !r.failed(outcome(res), resultError(res)) {
+					r.res = res
+					r.lease.Release(outcome(res))
+					return firstOutput{}, resultError(res)
+				}
+			default:
+				return firstOutput{typ: typ, msg: msg}, nil
+			}
+		}
+		if err := r.acquire(); err != nil {
+			return firstOutput{}, err
+		}
+	}
+}
+
+// sse writes server-sent events and notices a departed client.
+type sse struct {
+	w    *bufio.Writer
+	gone bool
+}
+
+func (e *sse) data(b []byte) {
+	if e.gone {
+		return
+	}
+	_, _ = e.w.WriteString("data: ")
+	_, _ = e.w.Write(b)
+	_, _ = e.w.WriteString("\n\n")
+	e.gone = e.w.Flush() != nil
+}
+
+func (e *sse) comment(text string) {
+	if e.gone {
+		return
+	}
+	_, _ = e.w.WriteString(": " + text + "\n\n")
+	e.gone = e.w.Flush() != nil
+}
+
+// errorFrame sends an error after the response has started, then ends it.
+func (e *sse) errorFrame(err error) {
+	e.data(streamErrorPayload(err))
+	e.data([]byte("[DONE]"))
+}
+
+// streamErrorPayload is the error object of a stream's error frame, and of
+// a late non-streaming failure: message, type and code, plus retry_after
+// and queue_depth for a capacity 429.
+func streamErrorPayload(err error) []byte {
+	var ae *api.Error
+	if !errors.As(err, &ae) {
+		ae = &api.Error{Status: http.StatusBadGateway, Message: err.Error()}
+	}
+	payload := map[string]any{"message": ae.Message, "type": ae.ErrorType(), "code": ae.Code, "status": ae.Status}
+	if ae.Code == "" {
+		payload["code"] = strconv.Itoa(ae.Status)
+	}
+	if ae.RetryAfter > 0 {
+		payload["retry_after"] = int((ae.RetryAfter + time.Second - 1) / time.Second)
+	}
+	if ae.Capacity {
+		payload["queue_depth"] = ae.QueueDepth
+	}
+	b, _ := json.Marshal(map[string]any{"error": payload})
+	return b
+}
+
+// pump relays the stream to the client until the worker's result, then
+// writes the final chunks. A worker lost before any output is replaced.
+// It returns what the client was answered with, nil on success.
+func (r *relay) pump(out *sse, first firstOutput, pending <-chan error) error {
+	every := r.s.timing.KeepAliveEvery
+	if pending != nil {
+		if err := r.await(out, pending, every); err != nil {
+			return err
+		}
+	}
+	wrote := false
+	next := first
+	for {
+		typ, msg := next.typ, next.msg
+		next = firstOutput{}
+		if typ == 0 {
+			var err error
+			typ, msg, err = r.readMessage(every)
+			switch {
+			case errors.Is(err, errIdle):
+				if out.comment("keep-alive"); out.gone {
+					r.clientGone()
+					return errClientGone
+				}
+				continue
+			case err != nil && r.ctx.Err() != nil:
+				r.clientGone()
+				err = r.ctxError()
+				out.errorFrame(err)
+				return err
+			case err != nil:
+				cause := r.lostError(err)
+				if !wrote && r.failed(fleet.Failed, cause) {
+					if err := r.retry(); err != nil {
+						out.errorFrame(err)
+						return err
+					}
+					continue
+				}
+				if wrote {
+					r.lease.Release(fleet.Failed)
+				} else {
+					cause = r.lastErr
+				}
+				out.errorFrame(cause)
+				return cause
+			}
+		}
+		if typ != link.TypeEnd {
+			r.inspect(msg)
+			out.data(msg)
+			wrote = true
+			if out.gone {
+				r.clientGone()
+				return errClientGone
+			}
+			continue
+		}
+		res := parseResult(msg)
+		if res.Status != http.StatusOK {
+			if !wrote && retryable(res) && r.failed(outcome(res), resultError(res)) {
+				if err := r.retry(); err != nil {
+					out.errorFrame(err)
+					return err
+				}
+				continue
+			}
+			r.res = res
+			r.lease.Release(outcome(res))
+			err := resultError(res)
+			out.errorFrame(err)
+			return err
+		}
+		r.res = res
+		r.lease.Release(fleet.Succeeded)
+		for _, chunk := range r.finalChunks() {
+			out.data(chunk)
+		}
+		out.data([]byte("[DONE]"))
+		return nil
+	}
+}
+
+// await waits in the stream for the worker the request is queued for,
+// with keep-alive comments, then opens the request on it.
+func (r *relay) await(out *sse, pending <-chan error, every time.Duration) error {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-pending:
+			if err == nil {
+				err = r.openOrMove()
+			}
+			if err != nil {
+				out.errorFrame(err)
+			}
+			return err
+		case <-tick.C:
+			if out.comment("keep-alive"); out.gone {
+				// The acquisition sees the cancel and returns at once.
+				r.cancel()
+			}
+		}
+	}
+}
+
+// openOrMove opens the request on the leased worker, moving to another
+// when that fails.
+func (r *relay) openOrMove() error {
+	for {
+		err := r.open()
+		if err == nil {
+			return nil
+		}
+		if !r.failed(fleet.Failed, r.lostError(err)) {
+			return r.lastErr
+		}
+		if err := r.acquire(); err != nil {
+			return err
+		}
+	}
+}
+
+// retry moves a stream that has sent nothing yet to another worker.
+func (r *relay) retry() error {
+	if err := r.acquire(); err != nil {
+		return err
+	}
+	return r.openOrMove()
+}

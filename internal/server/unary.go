@@ -1,0 +1,136 @@
+package server
+
+import (
+	"bufio"
+	"net/http"
+	"time"
+
+	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/fleet"
+	"github.com/svc-dev/svc/internal/link"
+)
+
+// unary runs a non-streaming request. Nothing reaches the client until
+// the answer is complete, so every failure another worker may not share is
+// retried there. An answer still missing after KeepAliveAfter starts the
+// reply anyway (200) and keeps the connection alive with whitespace, which
+// JSON allows before a value; a late failure then arrives as a 200 whose
+// body is the error object.
+func (r *relay) unary(c *call) error {
+	type answer struct {
+		body []byte
+		err  error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		body, err := r.exchange()
+		done <- answer{body, err}
+	}()
+	timer := time.NewTimer(r.s.timing.KeepAliveAfter)
+	defer timer.Stop()
+	select {
+	case a := <-done:
+		r.done(a.err)
+		if a.err != nil {
+			return a.err
+		}
+		h := &c.ctx.Response.Header
+		r.workerHeaders(h, r.lease.Worker)
+		if st := r.serverTiming(); st != "" {
+			h.Set("Server-Timing", st)
+		}
+		c.ctx.SetStatusCode(http.StatusOK)
+		c.ctx.SetContentType("application/json")
+		c.ctx.SetBody(a.body)
+		return nil
+	case <-timer.C:
+	}
+	c.ctx.SetStatusCode(http.StatusOK)
+	c.ctx.SetContentType("application/json")
+	if w := r.current.Load(); w != nil {
+		r.workerHeaders(&c.ctx.Response.Header, *w)
+	}
+	every := r.s.timing.KeepAliveEvery
+	c.ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		gone := false
+		for {
+			select {
+			case a := <-done:
+				r.done(a.err)
+				if !gone {
+					if a.err != nil {
+						_, _ = w.Write(lateErrorBody(a.err))
+					} else {
+						_, _ = w.Write(a.body)
+					}
+					_ = w.Flush()
+				}
+				return
+			case <-tick.C:
+				if gone {
+					continue
+				}
+				_, _ = w.WriteString("\n")
+				if w.Flush() != nil {
+					gone = true
+					r.cancel() // the exchange stops and reports 499
+				}
+			}
+		}
+	})
+	return nil
+}
+
+// exchange runs the request on workers until one answers or none is left,
+// and returns the reply to send.
+func (r *relay) exchange() ([]byte, error) {
+	for {
+		if err := r.acquire(); err != nil {
+			return nil, err
+		}
+		res, body, err := r.collect()
+		switch {
+		case r.ctx.Err() != nil:
+			r.clientGone()
+			return nil, r.ctxError()
+		case err != nil:
+			if r.failed(fleet.Failed, r.lostError(err)) {
+				continue
+			}
+			return nil, r.lastErr
+		case res.Status != http.StatusOK:
+			if retryable(res) && r.failed(outcome(res), resultError(res)) {
+				continue
+			}
+			r.res = res
+			r.lease.Release(outcome(res))
+			return nil, resultError(res)
+		}
+		r.res = res
+		r.lease.Release(fleet.Succeeded)
+		return r.completeBody(body)
+	}
+}
+
+// collect runs the request on the leased worker and gathers its answer.
+func (r *relay) collect() (*api.Result, []byte, error) {
+	if err := r.open(); err != nil {
+		return nil, nil, err
+	}
+	var body []byte
+	for {
+		typ, msg, err := r.readMessage(0)
+		if err != nil {
+			return nil, nil, err
+		}
+		if typ == link.TypeEnd {
+			return parseResult(msg), body, nil
+		}
+		if body = append(body, msg...); len(body) > maxResponse {
+			r.st.Reset()
+			return &api.Result{Status: http.StatusBadGateway, Error: &api.ResultError{Message: errTooLarge.Error(), Type: api.TypeUpstream}}, nil, nil
+		}
+	}
+}

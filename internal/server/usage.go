@@ -1,0 +1,59 @@
+package server
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/svc-dev/svc/internal/bolt"
+)
+
+// The usage endpoints: organisation-scoped reads, usage:read.
+
+func (s *Server) usageInflight(c *call) error {
+	out := s.inflight.List(c.principal.OrgID, string(c.ctx.QueryArgs().Peek("worker_id")), time.Now())
+	writeJSON(c.ctx, http.StatusOK, out)
+	return nil
+}
+
+func (s *Server) usageLogs(c *call) error {
+	q := query{c: c}
+	limit := q.intRange("limit", 50, 1, 1000)
+	offset := q.intRange("offset", 0, 0, 1<<31-1)
+	if err := q.v.Err(); err != nil {
+		return err
+	}
+	rows, err := s.usage.Logs(c.principal.OrgID, bolt.UsageQuery{
+		WorkerID: string(c.ctx.QueryArgs().Peek("worker_id")), Limit: limit, Offset: offset})
+	return respond(c, http.StatusOK, rows, err)
+}
+
+func (s *Server) usageSummary(c *call) error {
+	q := query{c: c}
+	days := q.intRange("days", 30, 1, 365)
+	if err := q.v.Err(); err != nil {
+		return err
+	}
+	sum, err := s.usage.Summary(c.principal.OrgID, days, time.Now())
+	return respond(c, http.StatusOK, sum, err)
+}
+
+func (s *Server) usageDaily(c *call) error {
+	q := query{c: c}
+	days := q.intRange("days", 30, 1, 365)
+	if err := q.v.Err(); err != nil {
+		return err
+	}
+	out, err := s.usage.Daily(c.principal.OrgID, days, time.Now())
+	return respond(c, http.StatusOK, out, err)
+}
+
+func (s *Server) usageBreakdown(c *call) error {
+	q := query{c: c}
+	days := q.intRange("days", 30, 1, 365)
+	sort := q.oneOf("sort", "tokens", "tokens", "requests")
+	if err := q.v.Err(); err != nil {
+		return err
+	}
+	out, err := s.usage.Breakdown(c.principal.OrgID, days, sort, time.Now())
+	return respond(c, http.StatusOK, out, err)
+}

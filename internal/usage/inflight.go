@@ -1,0 +1,119 @@
+// Package usage follows requests while they run and turns each into a
+// usage row when it ends.
+package usage
+
+import (
+	"cmp"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/svc-dev/svc/internal/api"
+)
+
+// Tracker holds every organisation's in-flight requests.
+type Tracker struct {
+	mu    sync.Mutex
+	byOrg map[string]map[*Entry]struct{}
+}
+
+// NewTracker returns an empty tracker.
+func NewTracker() *Tracker { return &Tracker{byOrg: map[string]map[*Entry]struct{}{}} }
+
+// Entry is one in-flight request. Its relay updates it; readers take
+// snapshots through Tracker.List.
+type Entry struct {
+	orgID, taskID, model, kind string
+	stream                     bool
+	started                    time.Time
+
+	mu         sync.Mutex
+	workerID   string
+	workerName string
+
+	// tokens counts relayed chunks of a streaming chat, -1 before the first.
+	tokens atomic.Int64
+}
+
+// Start adds a request to the in-flight list.
+func (t *Tracker) Start(orgID, taskID, model, kind string, stream bool, now time.Time) *Entry {
+	e := &Entry{orgID: orgID, taskID: taskID, model: model, kind: kind, stream: stream, started: now}
+	e.tokens.Store(-1)
+	t.mu.Lock()
+	m := t.byOrg[orgID]
+	if m == nil {
+		m = map[*Entry]struct{}{}
+		t.byOrg[orgID] = m
+	}
+	m[e] = struct{}{}
+	t.mu.Unlock()
+	return e
+}
+
+// Finish takes a request off the list.
+func (t *Tracker) Finish(e *Entry) {
+	t.mu.Lock()
+	if m := t.byOrg[e.orgID]; m != nil {
+		delete(m, e)
+		if len(m) == 0 {
+			delete(t.byOrg, e.orgID)
+		}
+	}
+	t.mu.Unlock()
+}
+
+// Assign records the worker now serving the request ("" while it waits).
+func (e *Entry) Assign(workerID, workerName string) {
+	e.mu.Lock()
+	e.workerID, e.workerName = workerID, workerName
+	e.mu.Unlock()
+}
+
+// AddTokens adds n relayed tokens to the running estimate.
+func (e *Entry) AddTokens(n int) {
+	if !e.tokens.CompareAndSwap(-1, int64(n)) {
+		e.tokens.Add(int64(n))
+	}
+}
+
+// List returns an organisation's in-flight requests, oldest first,
+// optionally only those on one worker.
+func (t *Tracker) List(orgID, workerID string, now time.Time) []api.InflightRequest {
+	t.mu.Lock()
+	entries := make([]*Entry, 0, len(t.byOrg[orgID]))
+	for e := range t.byOrg[orgID] {
+		entries = append(entries, e)
+	}
+	t.mu.Unlock()
+	out := make([]api.InflightRequest, 0, len(entries))
+	for _, e := range entries {
+		e.mu.Lock()
+		wid, wname := e.workerID, e.workerName
+		e.mu.Unlock()
+		if workerID != "" && wid != workerID {
+			continue
+		}
+		r := api.InflightRequest{
+			TaskID: e.taskID, Model: e.model, WorkerID: wid, WorkerName: wname, RequestType: e.kind,
+			StartedAt: e.started.UTC(), ElapsedMs: now.Sub(e.started).Milliseconds(),
+			State: api.StateRunning, Stream: e.stream,
+		}
+		if wid == "" {
+			r.State = api.StateQueued
+		}
+		if n := e.tokens.Load(); n >= 0 && e.stream && e.kind == api.RequestChat {
+			v := int(n)
+			r.TokensGenerated = &v
+		}
+		out = append(out, r)
+	}
+	slices.SortFunc(out, func(a, b api.InflightRequest) int {
+		return cmp.Or(a.StartedAt.Compare(b.StartedAt), cmp.Compare(a.TaskID, b.TaskID))
+	})
+	return out
+}
+
+// EstimateTokens is the spec's rule for counts a worker never reported:
+// about four characters per token, rounded up.
+func EstimateTokens(chars int) int { return (chars + 3) / 4 }
