@@ -403,8 +403,8 @@ loop:
 		if got != want[i] {
 			t.Fatalf("stream %d differs after %d cuts: got %d bytes, want %d", i, cuts, len(got), len(want[i]))
 		}
-		if chunks != 1501 {
-			t.Fatalf("stream %d has %d chunks, want 1500 and the usage chunk", i, chunks)
+		if chunks != 1502 {
+			t.Fatalf("stream %d has %d chunks, want 1500, the usage chunk and the svc chunk", i, chunks)
 		}
 	}
 	t.Logf("%d link cuts during %d streams; every byte arrived once", cuts, streams)

@@ -100,7 +100,7 @@ func halfRequest(t *testing.T, base, key string) (net.Conn, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	body := `{"model":"m","messages":[]}`
+	body := `{"model":"m","messages":[{"role":"user","content":"hi"}]}`
 	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", addr, key, len(body), body[:5])
 	return conn, body[5:]
 }

@@ -1,0 +1,507 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/shared"
+)
+
+// gateway is a server with one simulated worker, ready for inference.
+func gateway(t *testing.T, serveArgs ...string) (*server, string) {
+	t.Helper()
+	s := startServer(t, "", serveArgs...)
+	startWorker(t, s.URL, s.tokenFile(), "sim-box", "--engine", "sim=tps=0,ttft=0", "--max-concurrent", "8")
+	return s, s.adminKey()
+}
+
+func sdk(s *server, key, prefix string) openai.Client {
+	return openai.NewClient(option.WithBaseURL(s.URL+prefix+"/"), option.WithAPIKey(key), option.WithMaxRetries(0))
+}
+
+// svcOf reads the svc object of a raw reply or chunk.
+func svcOf(t *testing.T, raw string) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal([]byte(raw), &m); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, raw)
+	}
+	svc, _ := m["svc"].(map[string]any)
+	return svc
+}
+
+func TestOpenAISDK(t *testing.T) {
+	s, key := gateway(t)
+	ctx := context.Background()
+	for _, prefix := range []string{"/v1", "/api/v1"} {
+		t.Run(prefix, func(t *testing.T) {
+			client := sdk(s, key, prefix)
+			var resp *http.Response
+			params := openai.ChatCompletionNewParams{
+				Model:    "sim-chat",
+				Messages: []openai.ChatCompletionMessageParamUnion{openai.SystemMessage("be brief"), openai.UserMessage("hello there")},
+			}
+			comp, err := client.Chat.Completions.New(ctx, params, option.WithResponseInto(&resp))
+			if err != nil {
+				t.Fatal(err)
+			}
+			text := comp.Choices[0].Message.Content
+			if text == "" || comp.Usage.TotalTokens == 0 || comp.Choices[0].FinishReason != "stop" {
+				t.Fatalf("completion %s", comp.RawJSON())
+			}
+			svc := svcOf(t, comp.RawJSON())
+			worker, _ := svc["worker"].(map[string]any)
+			if svc["request_id"] != resp.Header.Get("X-Request-Id") || worker["id"] != resp.Header.Get("X-Worker-Id") || worker["name"] != "sim-box" {
+				t.Fatalf("svc %v vs headers %v", svc, resp.Header)
+			}
+			if !strings.Contains(resp.Header.Get("Server-Timing"), "queue;dur=") {
+				t.Fatalf("Server-Timing = %q", resp.Header.Get("Server-Timing"))
+			}
+
+			stream := client.Chat.Completions.NewStreaming(ctx, params)
+			var acc openai.ChatCompletionAccumulator
+			var last openai.ChatCompletionChunk
+			for stream.Next() {
+				last = stream.Current()
+				acc.AddChunk(last)
+			}
+			if err := stream.Err(); err != nil {
+				t.Fatal(err)
+			}
+			if acc.Choices[0].Message.Content != text || acc.Usage.TotalTokens != comp.Usage.TotalTokens {
+				t.Fatalf("streamed %q (%d tokens), want %q (%d)", acc.Choices[0].Message.Content, acc.Usage.TotalTokens, text, comp.Usage.TotalTokens)
+			}
+			if svc := svcOf(t, last.RawJSON()); svc["request_id"] == nil || svc["worker"] == nil {
+				t.Fatalf("last chunk %s", last.RawJSON())
+			}
+
+			// Tools: a forced call.
+			tools := client.Chat.Completions.New
+			comp, err = tools(ctx, openai.ChatCompletionNewParams{
+				Model:    "sim-chat",
+				Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("weather in Paris?")},
+				Tools: []openai.ChatCompletionToolUnionParam{openai.ChatCompletionFunctionTool(shared.FunctionDefinitionParam{
+					Name:       "get_weather",
+					Parameters: shared.FunctionParameters{"type": "object", "properties": map[string]any{"city": map[string]any{"type": "string"}}},
+				})},
+				ToolChoice: openai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: openai.String("required")},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			calls := comp.Choices[0].Message.ToolCalls
+			if len(calls) != 1 || calls[0].Function.Name != "get_weather" || !json.Valid([]byte(calls[0].Function.Arguments)) || comp.Choices[0].FinishReason != "tool_calls" {
+				t.Fatalf("tool call %s", comp.RawJSON())
+			}
+
+			// Structured output.
+			comp, err = client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
+				Model:    "sim-chat",
+				Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("describe a city")},
+				ResponseFormat: openai.ChatCompletionNewParamsResponseFormatUnion{OfJSONSchema: &shared.ResponseFormatJSONSchemaParam{
+					JSONSchema: shared.ResponseFormatJSONSchemaJSONSchemaParam{
+						Name:   "city",
+						Schema: map[string]any{"type": "object", "properties": map[string]any{"name": map[string]any{"type": "string"}, "population": map[string]any{"type": "integer"}}},
+					},
+				}},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var city map[string]any
+			if err := json.Unmarshal([]byte(comp.Choices[0].Message.Content), &city); err != nil || city["name"] == nil {
+				t.Fatalf("structured output %q: %v", comp.Choices[0].Message.Content, err)
+			}
+
+			emb, err := client.Embeddings.New(ctx, openai.EmbeddingNewParams{
+				Model: "sim-embed", Input: openai.EmbeddingNewParamsInputUnion{OfArrayOfStrings: []string{"a", "b"}},
+			})
+			if err != nil || len(emb.Data) != 2 || len(emb.Data[0].Embedding) != 256 || emb.Usage.PromptTokens == 0 {
+				t.Fatalf("embeddings %v %v", emb, err)
+			}
+
+			page, err := client.Models.List(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ids []string
+			for _, m := range page.Data {
+				ids = append(ids, m.ID)
+			}
+			if !strings.Contains(strings.Join(ids, ","), "sim-reasoner") {
+				t.Fatalf("models %v", ids)
+			}
+
+			// Errors surface through the SDK with their status.
+			_, err = client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "no-such-model",
+				Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("x")}})
+			var apiErr *openai.Error
+			if !errors.As(err, &apiErr) || apiErr.StatusCode != 404 {
+				t.Fatalf("unknown model through the SDK: %v", err)
+			}
+		})
+	}
+}
+
+// rawStream posts a streaming request and returns the reply and its events.
+func rawStream(t *testing.T, s *server, key, body string, hs ...header) (reply, []string) {
+	t.Helper()
+	r := s.do("POST", "/v1/chat/completions", body, append(hs, bearer(key))...)
+	return r, sseData(r.Body)
+}
+
+func streamBody(model, content string, extra map[string]any) string {
+	m := map[string]any{"model": model, "stream": true, "messages": []map[string]any{{"role": "user", "content": content}}}
+	for k, v := range extra {
+		m[k] = v
+	}
+	b, _ := json.Marshal(m)
+	return string(b)
+}
+
+func TestStreamingRules(t *testing.T) {
+	s, key := gateway(t)
+	r, data := rawStream(t, s, key, streamBody("sim-chat", "tell me", nil))
+	if r.Status != 200 || r.Header.Get("Content-Type") != "text/event-stream" || r.Header.Get("X-Worker-Id") == "" || r.Header.Get("Server-Timing") != "" {
+		t.Fatalf("headers %v", r.Header)
+	}
+	// Rule 1: data lines, each a chunk, ending with [DONE].
+	if data[len(data)-1] != "[DONE]" {
+		t.Fatalf("no [DONE]: %q", data[len(data)-1])
+	}
+	// Rule 2: the final chunks have empty choices: usage, then svc with
+	// timing, worker and request_id last.
+	usageChunk, final := data[len(data)-3], data[len(data)-2]
+	var u, f map[string]any
+	_ = json.Unmarshal([]byte(usageChunk), &u)
+	_ = json.Unmarshal([]byte(final), &f)
+	if len(u["choices"].([]any)) != 0 || u["usage"] == nil {
+		t.Fatalf("usage chunk %s", usageChunk)
+	}
+	svc, _ := f["svc"].(map[string]any)
+	if len(f["choices"].([]any)) != 0 || svc == nil || svc["worker"] == nil || svc["request_id"] != r.Header.Get("X-Request-Id") || svc["timing"] == nil {
+		t.Fatalf("final chunk %s", final)
+	}
+	if u["id"] != f["id"] {
+		t.Fatalf("final chunks have another id: %v vs %v", u["id"], f["id"])
+	}
+	// Every text chunk is a chat.completion.chunk with the same id.
+	for _, d := range data[:len(data)-3] {
+		var c map[string]any
+		if err := json.Unmarshal([]byte(d), &c); err != nil || c["object"] != "chat.completion.chunk" || c["id"] != u["id"] {
+			t.Fatalf("chunk %s", d)
+		}
+	}
+
+	// Rule 4: what is known up front is a plain HTTP error.
+	for _, tc := range []struct {
+		body   string
+		hs     []header
+		status int
+	}{
+		{streamBody("nope", "x", nil), nil, 404},
+		{streamBody("sim-embed", "x", nil), nil, 404},
+		{streamBody("sim-chat", "x", nil), []header{{"X-Svc-Worker-Id", "wk_nobody"}}, 404},
+		{streamBody("sim-chat", "x\nsim: fail=507", nil), nil, 507},
+		{streamBody("sim-chat", "x", map[string]any{"temperature": 3}), nil, 422},
+	} {
+		r, _ := rawStream(t, s, key, tc.body, tc.hs...)
+		if r.Status != tc.status || r.Header.Get("Content-Type") != "application/json" {
+			t.Fatalf("%s = %d %s", tc.body, r.Status, r.Body)
+		}
+	}
+}
+
+func TestStreamKeepAliveAndLateCapacity(t *testing.T) {
+	s := startServer(t, "", "--keepalive-every", "200ms", "--queue-hold", "2500ms")
+	key := s.adminKey()
+	startWorker(t, s.URL, s.tokenFile(), "one", "--engine", "sim=tps=0,ttft=0", "--max-concurrent", "1")
+
+	// Rule 3: comments until the first chunk.
+	// The response starts after the first-output wait (1 s); the engine
+	// takes longer, so comments fill the gap.
+	r, data := rawStream(t, s, key, streamBody("sim-chat", "slow\nsim: ttft=1600ms tokens=3", nil))
+	if r.Status != 200 || !strings.Contains(string(r.Body), ": keep-alive\n\n") || data[len(data)-1] != "[DONE]" {
+		t.Fatalf("keep-alive stream = %d %q", r.Status, tail(string(r.Body)))
+	}
+
+	// Rule 5: the only slot is busy; no worker within a second, so the
+	// stream starts without worker headers and the 429 arrives in it.
+	busy := s.async("POST", "/v1/chat/completions", streamBody("sim-chat", "hold\nsim: tokens=1000 tps=200", nil), bearer(key))
+	s.workerNamed(key, "one", func(w map[string]any) bool { return w["active_tasks"].(float64) == 1 })
+	r, data = rawStream(t, s, key, streamBody("sim-chat", "second", nil))
+	if r.Status != 200 || r.Header.Get("X-Worker-Id") != "" {
+		t.Fatalf("late capacity stream = %d %v", r.Status, r.Header)
+	}
+	if len(data) < 2 || data[len(data)-1] != "[DONE]" {
+		t.Fatalf("stream %q", data)
+	}
+	var e struct {
+		Error struct {
+			Type       string `json:"type"`
+			Code       string `json:"code"`
+			RetryAfter int    `json:"retry_after"`
+			QueueDepth *int   `json:"queue_depth"`
+			Message    string `json:"message"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(data[len(data)-2]), &e); err != nil || e.Error.Type != "rate_limit_exceeded" || e.Error.RetryAfter < 1 || e.Error.QueueDepth == nil {
+		t.Fatalf("error frame %s", data[len(data)-2])
+	}
+	if r := <-busy; r.Status != 200 {
+		t.Fatalf("busy stream = %d", r.Status)
+	}
+}
+
+func TestNotices(t *testing.T) {
+	s, key := gateway(t)
+	tests := []struct {
+		code  string
+		model string
+		text  string
+		extra map[string]any
+	}{
+		// On a model without a thinking budget max_tokens covers the thinking.
+		{"truncated_during_reasoning", "sim-small", "think\nsim: reasoning=30", map[string]any{"max_tokens": 10, "enable_thinking": true}},
+		{"reasoning_budget_reached", "sim-reasoner", "think\nsim: reasoning=40 tokens=5", map[string]any{"reasoning": map[string]any{"max_tokens": 10}}},
+		{"truncated_at_reasoning_budget", "sim-small", "think\nsim: reasoning=40 tokens=5", map[string]any{"enable_thinking": true, "reasoning": map[string]any{"max_tokens": 10}}},
+		{"truncated_at_default_max_tokens", "sim-long", "go on\nsim: tokens=40000", nil},
+		{"truncated_during_structured_output", "sim-chat", "json\nsim: tokens=50", map[string]any{"max_tokens": 5, "response_format": map[string]any{"type": "json_object"}}},
+		{"context_window_exhausted", "sim-small", "long\nsim: tokens=6000", nil},
+		{"structured_output_not_json", "sim-chat", "json\nsim: json=broken", map[string]any{"response_format": map[string]any{"type": "json_object"}}},
+		{"strict_schema_not_enforced", "sim-chat", "json", map[string]any{"response_format": map[string]any{"type": "json_schema",
+			"json_schema": map[string]any{"name": "x", "strict": true, "schema": map[string]any{"type": "object", "properties": map[string]any{"a": map[string]any{"type": "string"}}}}}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.code, func(t *testing.T) {
+			body := streamBody(tt.model, tt.text, tt.extra)
+			plain := strings.Replace(body, `"stream":true`, `"stream":false`, 1)
+			r := s.do("POST", "/v1/chat/completions", plain, bearer(key))
+			if r.Status != 200 {
+				t.Fatalf("non-streaming = %d %s", r.Status, r.Body)
+			}
+			notice, _ := svcOf(t, string(r.Body))["notice"].(map[string]any)
+			if notice == nil || notice["code"] != tt.code || notice["message"] == "" {
+				t.Fatalf("non-streaming notice = %v in %s", notice, tail(string(r.Body)))
+			}
+			_, data := rawStream(t, s, key, body)
+			// The notice rides on its own chunk just before the final one.
+			if len(data) < 4 {
+				t.Fatalf("stream %q", data)
+			}
+			n, _ := svcOf(t, data[len(data)-3])["notice"].(map[string]any)
+			if n == nil || n["code"] != tt.code {
+				t.Fatalf("streaming notice chunk %s", data[len(data)-3])
+			}
+		})
+	}
+}
+
+func TestCancelMidStreamIsRecorded(t *testing.T) {
+	s, key := gateway(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "POST", s.URL+"/v1/chat/completions",
+		strings.NewReader(streamBody("sim-chat", "a long one please\nsim: tokens=100000 tps=100", nil)))
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := resp.Header.Get("X-Request-Id")
+	br := bufio.NewReader(resp.Body)
+	events := 0
+	for events < 10 {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasPrefix(line, "data: ") {
+			events++
+		}
+	}
+	var inflight []map[string]any
+	_ = json.Unmarshal(s.do("GET", "/api/v1/usage/inflight", "", bearer(key)).Body, &inflight)
+	if len(inflight) != 1 || inflight[0]["task_id"] != id || inflight[0]["tokens_generated"].(float64) < 1 || inflight[0]["worker_name"] != "sim-box" {
+		t.Fatalf("in flight %v", inflight)
+	}
+	cancel()
+	resp.Body.Close()
+	gone := time.Now()
+	s.workerNamed(key, "sim-box", func(w map[string]any) bool { return w["active_tasks"].(float64) == 0 })
+	if d := time.Since(gone); d > 2*time.Second {
+		t.Fatalf("slot freed %v after the cancel", d)
+	}
+	row := waitRow(t, s, key, id)
+	if row["status_code"].(float64) != 499 || row["error_message"] != "Client disconnected" || row["tokens_estimated"] != true ||
+		row["prompt_tokens"].(float64) < 1 || row["completion_tokens"].(float64) < 1 || row["worker_name"] != "sim-box" {
+		t.Fatalf("row %v", row)
+	}
+	_ = json.Unmarshal(s.do("GET", "/api/v1/usage/inflight", "", bearer(key)).Body, &inflight)
+	if len(inflight) != 0 {
+		t.Fatalf("still in flight: %v", inflight)
+	}
+}
+
+// waitRow waits for the usage row of request id.
+func waitRow(t *testing.T, s *server, key, id string) map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var rows []map[string]any
+		_ = json.Unmarshal(s.do("GET", "/api/v1/usage/logs?limit=1000", "", bearer(key)).Body, &rows)
+		for _, r := range rows {
+			if r["id"] == id {
+				return r
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no usage row for %s in %v", id, rows)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestNonStreamingKeepAlive(t *testing.T) {
+	s := startServer(t, "", "--keepalive-after", "300ms", "--keepalive-every", "100ms")
+	key := s.adminKey()
+	startWorker(t, s.URL, s.tokenFile(), "slow", "--engine", "sim=tps=0,ttft=0")
+	body := strings.Replace(streamBody("sim-chat", "slow\nsim: ttft=1200ms tokens=5", nil), `"stream":true`, `"stream":false`, 1)
+	start := time.Now()
+	req, _ := http.NewRequest("POST", s.URL+"/v1/chat/completions", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if d := time.Since(start); d > time.Second || resp.StatusCode != 200 || resp.Header.Get("X-Worker-Name") != "slow" || resp.Header.Get("Server-Timing") != "" {
+		t.Fatalf("kept-alive reply started after %v: %d %v", d, resp.StatusCode, resp.Header)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	if !strings.HasPrefix(string(b), "\n") {
+		t.Fatalf("no keep-alive whitespace before the answer: %q", b[:min(len(b), 40)])
+	}
+	var comp map[string]any
+	if err := json.Unmarshal(b, &comp); err != nil || comp["object"] != "chat.completion" || comp["svc"] == nil {
+		t.Fatalf("late answer %q: %v", b, err)
+	}
+
+	// A late failure is a 200 whose body is the error object.
+	body = strings.Replace(streamBody("sim-chat", "fail late\nsim: ttft=800ms fail=500 after=1", nil), `"stream":true`, `"stream":false`, 1)
+	r := s.do("POST", "/v1/chat/completions", body, bearer(key))
+	var e map[string]any
+	if err := json.Unmarshal(r.Body, &e); err != nil || r.Status != 200 || e["error"] == nil || e["choices"] != nil {
+		t.Fatalf("late failure = %d %q", r.Status, r.Body)
+	}
+}
+
+func TestValidationAndPromptSize(t *testing.T) {
+	s, key := gateway(t)
+	tests := []struct {
+		body   string
+		status int
+		field  string
+	}{
+		{`{"model":"sim-chat","messages":[{"role":"robot","content":"hi"}]}`, 422, "messages.0.role"},
+		{`{"model":"sim-chat","messages":[{"role":"user","content":"hi"}],"temperature":2.5}`, 422, "temperature"},
+		{`{"model":"sim-chat","messages":[{"role":"user","content":"hi"}],"reasoning":{"max_tokens":-1}}`, 422, "reasoning.max_tokens"},
+		{`{"model":"sim-chat","messages":[{"role":"user","content":"hi"}],"reasoning_effort":"max"}`, 422, "reasoning_effort"},
+		{`{"model":"sim-chat","messages":[{"role":"user","content":"hi"}],"mirostat":3}`, 422, "mirostat"},
+		{`{"model":"sim-chat","messages":[{"role":"user","content":[{"type":"file","file":{"filename":"x.pdf","file_data":"aGk="}}]}]}`, 422, "messages.0.content.0.file.filename"},
+		{`{"model":"sim-chat","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://example.com/a.png"}}]}]}`, 422, "messages.0.content.0.image_url.url"},
+		{`{"model":"sim-chat","messages":[{"role":"user","content":"hi"}`, 400, ""},
+		{`{"model":"sim-small","messages":[{"role":"user","content":"` + strings.Repeat("word ", 6000) + `"}]}`, 400, ""},
+	}
+	for _, tt := range tests {
+		r := s.do("POST", "/v1/chat/completions", tt.body, bearer(key))
+		if r.Status != tt.status || (tt.field != "" && !strings.Contains(string(r.Body), `"field":"`+tt.field+`"`)) {
+			t.Errorf("%.80s = %d %s", tt.body, r.Status, r.Body)
+		}
+	}
+	// A file part is accepted and reaches the engine as text.
+	r := s.do("POST", "/v1/chat/completions",
+		`{"model":"sim-chat","unknown_field":{"kept":true},"messages":[{"role":"user","content":[{"type":"text","text":"read"},{"type":"file","file":{"filename":"n.csv","file_data":"YSxiCjEsMgo="}}]}]}`, bearer(key))
+	if r.Status != 200 {
+		t.Fatalf("file part = %d %s", r.Status, r.Body)
+	}
+}
+
+func TestUsageMatchesRows(t *testing.T) {
+	s, key := gateway(t)
+	reader := keyFor(t, s, "viewer", "member", "usage:read")
+	inferOnly := keyFor(t, s, "caller", "member", "inference:write")
+	for i := range 5 {
+		s.do("POST", "/v1/chat/completions", chatBody("sim-chat", fmt.Sprint("q", i), i%2 == 0), bearer(key))
+	}
+	s.do("POST", "/v1/chat/completions", chatBody("sim-spec", "speculate", false), bearer(key))
+	s.do("POST", "/v1/embeddings", `{"model":"sim-embed","input":["a","b","c"]}`, bearer(key))
+	s.do("POST", "/v1/chat/completions", chatBody("missing-model", "x", false), bearer(key))
+	s.do("POST", "/v1/chat/completions", chatBody("sim-chat", "x\nsim: fail=507", false), bearer(key))
+
+	var rows []map[string]any
+	deadline := time.Now().Add(10 * time.Second)
+	for len(rows) < 9 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+		_ = json.Unmarshal(s.do("GET", "/api/v1/usage/logs", "", bearer(reader)).Body, &rows)
+	}
+	if len(rows) != 9 {
+		t.Fatalf("%d rows: %v", len(rows), rows)
+	}
+	var sum struct{ requests, prompt, completion, total, failed float64 }
+	for i, r := range rows {
+		for _, k := range []string{"id", "created_at", "model", "request_type", "status_code", "error_message", "prompt_tokens", "completion_tokens",
+			"total_tokens", "request_duration_ms", "time_to_first_token_ms", "tokens_per_second", "worker_id", "worker_name",
+			"draft_acceptance_rate", "audio_seconds", "audio_format"} {
+			if _, ok := r[k]; !ok {
+				t.Fatalf("row lacks %s: %v", k, r)
+			}
+		}
+		if i > 0 && r["created_at"].(string) > rows[i-1]["created_at"].(string) {
+			t.Fatal("rows are not newest first")
+		}
+		if (r["model"] == "sim-spec") != (r["draft_acceptance_rate"] != nil) {
+			t.Fatalf("draft_acceptance_rate only with speculative decoding: %v", r)
+		}
+		sum.requests++
+		sum.prompt += r["prompt_tokens"].(float64)
+		sum.completion += r["completion_tokens"].(float64)
+		sum.total += r["total_tokens"].(float64)
+		if r["status_code"].(float64) >= 400 {
+			sum.failed++
+		}
+	}
+	var summary map[string]any
+	_ = json.Unmarshal(s.do("GET", "/api/v1/usage/summary?days=1", "", bearer(reader)).Body, &summary)
+	if summary["requests"].(float64) != sum.requests || summary["prompt_tokens"].(float64) != sum.prompt ||
+		summary["completion_tokens"].(float64) != sum.completion || summary["total_tokens"].(float64) != sum.total || summary["failed"].(float64) != sum.failed {
+		t.Fatalf("summary %v, rows sum %+v", summary, sum)
+	}
+	var daily []map[string]any
+	_ = json.Unmarshal(s.do("GET", "/api/v1/usage/daily?days=7", "", bearer(reader)).Body, &daily)
+	if len(daily) != 7 || daily[6]["requests"].(float64) != sum.requests {
+		t.Fatalf("daily %v", daily)
+	}
+	var br map[string]any
+	_ = json.Unmarshal(s.do("GET", "/api/v1/usage/breakdown?sort=requests", "", bearer(reader)).Body, &br)
+	models := br["models"].([]any)
+	if models[0].(map[string]any)["model"] != "sim-chat" || len(br["workers"].([]any)) != 1 {
+		t.Fatalf("breakdown %v", br)
+	}
+	if r := s.do("GET", "/api/v1/usage/logs", "", bearer(inferOnly)); r.Status != 403 || !strings.Contains(string(r.Body), "usage:read") {
+		t.Fatalf("logs without usage:read = %d %s", r.Status, r.Body)
+	}
+	if r := s.do("GET", "/api/v1/usage/logs?worker_id=wk_nobody", "", bearer(reader)); r.Status != 200 || string(r.Body) != "[]\n" {
+		t.Fatalf("filtered logs = %d %q", r.Status, r.Body)
+	}
+}
