@@ -505,3 +505,33 @@ func TestUsageMatchesRows(t *testing.T) {
 		t.Fatalf("filtered logs = %d %q", r.Status, r.Body)
 	}
 }
+
+func TestReasoningMirroredAndDefaults(t *testing.T) {
+	s, key := gateway(t)
+	r := s.do("POST", "/v1/chat/completions", chatBody("sim-reasoner", "think first", false), bearer(key))
+	var comp struct {
+		Choices []struct {
+			Message map[string]any `json:"message"`
+		} `json:"choices"`
+		Usage struct {
+			CompletionTokensDetails struct {
+				ReasoningTokens int `json:"reasoning_tokens"`
+			} `json:"completion_tokens_details"`
+		} `json:"usage"`
+	}
+	if err := json.Unmarshal(r.Body, &comp); err != nil || r.Status != 200 {
+		t.Fatalf("%d %s", r.Status, r.Body)
+	}
+	m := comp.Choices[0].Message
+	if m["reasoning_content"] == nil || m["reasoning_content"] != m["reasoning"] || comp.Usage.CompletionTokensDetails.ReasoningTokens == 0 {
+		t.Fatalf("reasoning not mirrored: %v", m)
+	}
+	// Thinking off through each control.
+	for _, extra := range []string{`"reasoning_effort":"none"`, `"reasoning_effort":"minimal"`, `"reasoning":{"max_tokens":0}`, `"enable_thinking":false`} {
+		body := `{"model":"sim-reasoner","messages":[{"role":"user","content":"no thinking"}],` + extra + `}`
+		r := s.do("POST", "/v1/chat/completions", body, bearer(key))
+		if r.Status != 200 || strings.Contains(string(r.Body), `"reasoning_content"`) {
+			t.Fatalf("%s: %d %s", extra, r.Status, tail(string(r.Body)))
+		}
+	}
+}

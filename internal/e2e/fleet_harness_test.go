@@ -17,7 +17,7 @@ import (
 
 // workerProc is a running `svc worker`.
 type workerProc struct {
-	t    *testing.T
+	t    testing.TB
 	cmd  *exec.Cmd
 	Name string
 	Log  *logBuffer
@@ -27,7 +27,7 @@ type workerProc struct {
 
 // startWorker runs `svc worker` against gateway with the token in
 // tokenFile, and waits until it has connected.
-func startWorker(t *testing.T, gateway, tokenFile, name string, args ...string) *workerProc {
+func startWorker(t testing.TB, gateway, tokenFile, name string, args ...string) *workerProc {
 	t.Helper()
 	argv := append([]string{"worker", "--gateway", gateway, "--token-file", tokenFile, "--name", name, "--log-format", "json"}, args...)
 	wp := &workerProc{t: t, Name: name, Log: newLogBuffer(), done: make(chan struct{})}
@@ -150,7 +150,7 @@ type proxy struct {
 	wg     sync.WaitGroup
 }
 
-func newProxy(t *testing.T, target string) *proxy {
+func newProxy(t testing.TB, target string) *proxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -209,7 +209,7 @@ func (p *proxy) cut() int {
 }
 
 // startSim runs `svc sim` on a random port and returns its address.
-func startSim(t *testing.T, options string) string {
+func startSim(t testing.TB, options string) string {
 	t.Helper()
 	cmd := exec.Command("svc", "sim", "--addr", "127.0.0.1:0", "--options", options)
 	stderr, err := cmd.StderrPipe()

@@ -73,7 +73,7 @@ func (l *logBuffer) consume(r io.Reader) {
 }
 
 // wait returns the first JSON log record whose msg starts with prefix.
-func (l *logBuffer) wait(t *testing.T, prefix string, timeout time.Duration) map[string]any {
+func (l *logBuffer) wait(t testing.TB, prefix string, timeout time.Duration) map[string]any {
 	t.Helper()
 	deadline := time.AfterFunc(timeout, func() {
 		l.mu.Lock()
@@ -109,7 +109,7 @@ func (l *logBuffer) String() string {
 
 // checkCrash fails the test when a child process reported a data race or
 // a panic: they run race-instrumented, and would otherwise die quietly.
-func checkCrash(t *testing.T, what string, l *logBuffer) {
+func checkCrash(t testing.TB, what string, l *logBuffer) {
 	out := l.String()
 	for _, sign := range []string{"WARNING: DATA RACE", "panic: ", "fatal error: "} {
 		if i := strings.Index(out, sign); i >= 0 {
@@ -121,7 +121,7 @@ func checkCrash(t *testing.T, what string, l *logBuffer) {
 
 // server is a running `svc serve`.
 type server struct {
-	t    *testing.T
+	t    testing.TB
 	cmd  *exec.Cmd
 	URL  string
 	Data string
@@ -132,7 +132,7 @@ type server struct {
 
 // startServer runs `svc serve` on a random loopback port with data dir dir
 // (a fresh temp dir when empty) and waits until it listens.
-func startServer(t *testing.T, dir string, args ...string) *server {
+func startServer(t testing.TB, dir string, args ...string) *server {
 	t.Helper()
 	if dir == "" {
 		dir = t.TempDir()
@@ -207,7 +207,7 @@ type reply struct {
 }
 
 // JSON decodes the body as an object.
-func (r reply) JSON(t *testing.T) map[string]any {
+func (r reply) JSON(t testing.TB) map[string]any {
 	t.Helper()
 	var m map[string]any
 	if err := json.Unmarshal(r.Body, &m); err != nil {
@@ -221,7 +221,7 @@ type header struct{ k, v string }
 func bearer(key string) header { return header{"Authorization", "Bearer " + key} }
 
 // request sends one request with hc to base+path.
-func request(t *testing.T, hc *http.Client, method, url, body string, hs ...header) reply {
+func request(t testing.TB, hc *http.Client, method, url, body string, hs ...header) reply {
 	t.Helper()
 	var rd io.Reader
 	if body != "" {
@@ -302,7 +302,7 @@ func (s *server) console(method, path, body string) reply {
 }
 
 // svc runs the binary to completion and returns its output and exit code.
-func svc(t *testing.T, env []string, args ...string) (stdout, stderr string, code int) {
+func svc(t testing.TB, env []string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	cmd := exec.Command("svc", args...)
 	cmd.Env = append(os.Environ(), env...)
