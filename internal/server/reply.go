@@ -196,10 +196,11 @@ func (r *relay) replyNotice() *api.Notice {
 	return r.notice
 }
 
-// usageJSON is usage in the OpenAI shape, details only when reported.
+// usageJSON is usage in the OpenAI shape: cached tokens only when some
+// prompt tokens were reused, reasoning tokens when reported.
 func usageJSON(u api.Usage) map[string]any {
 	out := map[string]any{"prompt_tokens": u.PromptTokens, "completion_tokens": u.CompletionTokens, "total_tokens": u.TotalTokens}
-	if u.CachedTokens != nil {
+	if u.CachedTokens != nil && *u.CachedTokens > 0 {
 		out["prompt_tokens_details"] = map[string]any{"cached_tokens": *u.CachedTokens}
 	}
 	if u.ReasoningTokens != nil {
