@@ -4,6 +4,8 @@ import (
 	"context"
 	"strings"
 	"testing"
+
+	"github.com/svc-dev/svc/internal/sse"
 )
 
 type nopSink struct{}
@@ -22,9 +24,9 @@ func BenchmarkStream(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				s := &stream{sink: nopSink{}}
-				rd := newSSEReader(strings.NewReader(in), maxEvent)
+				rd := sse.NewReader(strings.NewReader(in), maxEvent)
 				for {
-					ev, err := rd.next()
+					ev, err := rd.Next()
 					if err != nil {
 						break
 					}

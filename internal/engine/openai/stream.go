@@ -13,6 +13,7 @@ import (
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/engine"
+	"github.com/svc-dev/svc/internal/sse"
 )
 
 const chatPath = "/v1/chat/completions"
@@ -54,9 +55,9 @@ func (e *Engine) streamChat(ctx context.Context, req *engine.Request, sink engin
 	if isJSON(resp.Header.Get("Content-Type")) {
 		return s.whole(ctx, e, resp.Body)
 	}
-	rd := newSSEReader(resp.Body, maxEvent)
+	rd := sse.NewReader(resp.Body, maxEvent)
 	for {
-		ev, err := rd.next()
+		ev, err := rd.Next()
 		if err != nil {
 			return s.ended(ctx, err)
 		}
@@ -92,9 +93,9 @@ func streamBody(body []byte) ([]byte, error) {
 
 // event handles one server-sent event. done is set when the stream is over,
 // with res how it ended.
-func (s *stream) event(ctx context.Context, ev sseEvent) (res *api.Result, done bool) {
-	data := bytes.TrimSpace(ev.data)
-	if ev.typ == "error" || isErrorPayload(data) {
+func (s *stream) event(ctx context.Context, ev sse.Event) (res *api.Result, done bool) {
+	data := bytes.TrimSpace(ev.Data)
+	if ev.Type == "error" || isErrorPayload(data) {
 		return s.engineError(data), true
 	}
 	if len(data) == 0 {
@@ -187,7 +188,7 @@ func (s *stream) whole(ctx context.Context, e *Engine, body io.Reader) *api.Resu
 	if err != nil {
 		return s.broken(err)
 	}
-	if res, done := s.event(ctx, sseEvent{data: chunk}); done {
+	if res, done := s.event(ctx, sse.Event{Data: chunk}); done {
 		return res
 	}
 	return s.st.result()

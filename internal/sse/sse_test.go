@@ -1,4 +1,4 @@
-package openai
+package sse
 
 import (
 	"bytes"
@@ -11,11 +11,11 @@ import (
 )
 
 // readAll collects every event up to the first error.
-func readAll(r io.Reader, max int) ([]sseEvent, error) {
-	rd := newSSEReader(r, max)
-	var out []sseEvent
+func readAll(r io.Reader, max int) ([]Event, error) {
+	rd := NewReader(r, max)
+	var out []Event
 	for {
-		ev, err := rd.next()
+		ev, err := rd.Next()
 		if err != nil {
 			return out, err
 		}
@@ -23,32 +23,32 @@ func readAll(r io.Reader, max int) ([]sseEvent, error) {
 	}
 }
 
-func ev(typ, data string) sseEvent { return sseEvent{typ: typ, data: []byte(data)} }
+func ev(typ, data string) Event { return Event{Type: typ, Data: []byte(data)} }
 
 func TestSSEReader(t *testing.T) {
 	tests := []struct {
 		name string
 		in   string
-		want []sseEvent
+		want []Event
 	}{
-		{"single", "data: a\n\n", []sseEvent{ev("", "a")}},
-		{"two", "data: a\n\ndata: b\n\n", []sseEvent{ev("", "a"), ev("", "b")}},
-		{"multi-line data", "data: a\ndata: b\n\n", []sseEvent{ev("", "a\nb")}},
-		{"one space stripped", "data:a\n\ndata:  b\n\n", []sseEvent{ev("", "a"), ev("", " b")}},
-		{"colons in value", "data: {\"a\":\"b:c\"}\n\n", []sseEvent{ev("", `{"a":"b:c"}`)}},
-		{"comments", ": keep-alive\ndata: x\n: mid\n\n", []sseEvent{ev("", "x")}},
-		{"CRLF", "data: x\r\n\r\ndata: y\r\n\r\n", []sseEvent{ev("", "x"), ev("", "y")}},
-		{"CR", "data: x\r\rdata: y\r\r", []sseEvent{ev("", "x"), ev("", "y")}},
-		{"mixed line ends", "data: x\r\n\ndata: y\n\r\n", []sseEvent{ev("", "x"), ev("", "y")}},
-		{"missing final blank line", "data: x\n", []sseEvent{ev("", "x")}},
-		{"truncated last line dropped", "data: x\n\ndata: {\"id\"", []sseEvent{ev("", "x")}},
+		{"single", "data: a\n\n", []Event{ev("", "a")}},
+		{"two", "data: a\n\ndata: b\n\n", []Event{ev("", "a"), ev("", "b")}},
+		{"multi-line data", "data: a\ndata: b\n\n", []Event{ev("", "a\nb")}},
+		{"one space stripped", "data:a\n\ndata:  b\n\n", []Event{ev("", "a"), ev("", " b")}},
+		{"colons in value", "data: {\"a\":\"b:c\"}\n\n", []Event{ev("", `{"a":"b:c"}`)}},
+		{"comments", ": keep-alive\ndata: x\n: mid\n\n", []Event{ev("", "x")}},
+		{"CRLF", "data: x\r\n\r\ndata: y\r\n\r\n", []Event{ev("", "x"), ev("", "y")}},
+		{"CR", "data: x\r\rdata: y\r\r", []Event{ev("", "x"), ev("", "y")}},
+		{"mixed line ends", "data: x\r\n\ndata: y\n\r\n", []Event{ev("", "x"), ev("", "y")}},
+		{"missing final blank line", "data: x\n", []Event{ev("", "x")}},
+		{"truncated last line dropped", "data: x\n\ndata: {\"id\"", []Event{ev("", "x")}},
 		{"truncated only line", "data: [DONE]", nil},
-		{"event type", "event: ping\ndata: 1\n\ndata: 2\n\n", []sseEvent{ev("ping", "1"), ev("", "2")}},
-		{"event without data dropped", "event: a\n\ndata: 2\n\n", []sseEvent{ev("", "2")}},
-		{"llama.cpp error field", "error: {\"code\":500}\n\n", []sseEvent{ev("error", `{"code":500}`)}},
-		{"id and retry ignored", "id: 5\nretry: 100\ndata: x\n\n", []sseEvent{ev("", "x")}},
-		{"unknown field ignored", "foo: bar\ndata: x\n\n", []sseEvent{ev("", "x")}},
-		{"data without colon", "data\n\n", []sseEvent{ev("", "")}},
+		{"event type", "event: ping\ndata: 1\n\ndata: 2\n\n", []Event{ev("ping", "1"), ev("", "2")}},
+		{"event without data dropped", "event: a\n\ndata: 2\n\n", []Event{ev("", "2")}},
+		{"llama.cpp error field", "error: {\"code\":500}\n\n", []Event{ev("error", `{"code":500}`)}},
+		{"id and retry ignored", "id: 5\nretry: 100\ndata: x\n\n", []Event{ev("", "x")}},
+		{"unknown field ignored", "foo: bar\ndata: x\n\n", []Event{ev("", "x")}},
+		{"data without colon", "data\n\n", []Event{ev("", "")}},
 		{"blank lines only", "\n\n\r\n", nil},
 		{"empty", "", nil},
 	}
@@ -102,14 +102,14 @@ func TestSSEReaderError(t *testing.T) {
 		t.Fatalf("err = %v, want %v", err, boom)
 	}
 	// The event that had no blank line yet is lost with the connection.
-	if !reflect.DeepEqual(got, []sseEvent{ev("", "a")}) {
+	if !reflect.DeepEqual(got, []Event{ev("", "a")}) {
 		t.Fatalf("got %q", got)
 	}
 }
 
 // refEvents is a deliberately simple reading of the same rules, over a
 // complete input, for the fuzz test to compare against.
-func refEvents(in []byte) []sseEvent {
+func refEvents(in []byte) []Event {
 	var lines [][]byte
 	for {
 		i := bytes.IndexAny(in, "\r\n")
@@ -123,14 +123,14 @@ func refEvents(in []byte) []sseEvent {
 		in = in[i+1:]
 	}
 	var (
-		out   []sseEvent
+		out   []Event
 		typ   string
 		data  [][]byte
 		dirty bool
 	)
 	flush := func() {
 		if dirty {
-			out = append(out, sseEvent{typ: typ, data: bytes.Join(data, []byte("\n"))})
+			out = append(out, Event{Type: typ, Data: bytes.Join(data, []byte("\n"))})
 		}
 		typ, data, dirty = "", nil, false
 	}
@@ -159,10 +159,10 @@ func refEvents(in []byte) []sseEvent {
 	return out
 }
 
-func normalise(evs []sseEvent) []sseEvent {
+func normalise(evs []Event) []Event {
 	for i := range evs {
-		if evs[i].data == nil {
-			evs[i].data = []byte{}
+		if evs[i].Data == nil {
+			evs[i].Data = []byte{}
 		}
 	}
 	return evs
@@ -174,7 +174,7 @@ func FuzzSSEReader(f *testing.F) {
 	for _, s := range []string{
 		"data: a\n\n", "data: a\ndata: b\n\n", ": c\ndata: x\r\n\r\n", "data: x\r\rdata: y\r",
 		"event: e\ndata: 1\n\n", "error: {\"code\":500}\n\n", "data: x\n", "data: x", "data\n\n",
-		"data: " + vllmContent1 + "\n\n" + done, "\r\n\r\n\n", "id: 1\nretry: 5\n\n", "data:\ndata:\n\n",
+		"data: " + `{"id":"x","choices":[{"index":0,"delta":{"content":"hi"}}]}` + "\n\ndata: [DONE]\n\n", "\r\n\r\n\n", "id: 1\nretry: 5\n\n", "data:\ndata:\n\n",
 		"data: " + strings.Repeat("z", 300) + "\n\n",
 	} {
 		f.Add([]byte(s))
@@ -204,8 +204,8 @@ func FuzzSSEReader(f *testing.F) {
 			t.Fatalf("limit depends on reads for %q: %q %v / %q %v", in, a, errA, b, errB)
 		}
 		for _, e := range a {
-			if len(e.data) > small {
-				t.Fatalf("event of %d bytes over limit %d", len(e.data), small)
+			if len(e.Data) > small {
+				t.Fatalf("event of %d bytes over limit %d", len(e.Data), small)
 			}
 		}
 	})

@@ -1,4 +1,6 @@
-package openai
+// Package sse reads server-sent event streams: engines' chat streams on
+// the worker, the gateway's streams in the client.
+package sse
 
 import (
 	"bufio"
@@ -8,16 +10,16 @@ import (
 	"io"
 )
 
-// sseEvent is one server-sent event.
-type sseEvent struct {
-	// typ is the event: field, or "error" for llama.cpp's non-standard
+// Event is one server-sent event.
+type Event struct {
+	// Type is the event: field, or "error" for llama.cpp's non-standard
 	// "error: {...}" line; empty for plain data events.
-	typ string
-	// data is the event's data lines joined by "\n". The caller owns it.
-	data []byte
+	Type string
+	// Data is the event's data lines joined by "\n". The caller owns it.
+	Data []byte
 }
 
-// sseReader reads server-sent events the way the WHATWG spec says, with
+// Reader reads server-sent events the way the WHATWG spec says, with
 // the leniency streaming engines need:
 //
 //   - Lines end with LF, CRLF or CR.
@@ -33,7 +35,7 @@ type sseEvent struct {
 //
 // A line or event longer than the limit fails the read rather than
 // growing without bound.
-type sseReader struct {
+type Reader struct {
 	sc    *bufio.Scanner
 	split lineSplitter
 	max   int
@@ -42,8 +44,8 @@ type sseReader struct {
 	dirty bool // a data or error field was seen since the last dispatch
 }
 
-func newSSEReader(r io.Reader, max int) *sseReader {
-	s := &sseReader{max: max}
+func NewReader(r io.Reader, max int) *Reader {
+	s := &Reader{max: max}
 	s.sc = bufio.NewScanner(r)
 	// The scanner's limit is the larger of max and the initial capacity.
 	s.sc.Buffer(make([]byte, 0, min(4096, max)), max)
@@ -53,9 +55,9 @@ func newSSEReader(r io.Reader, max int) *sseReader {
 
 var errEventTooLarge = errors.New("server-sent event too large")
 
-// next returns the next event with data, or the read error; io.EOF when
+// Next returns the next event with data, or the read error; io.EOF when
 // the stream ended cleanly.
-func (s *sseReader) next() (sseEvent, error) {
+func (s *Reader) Next() (Event, error) {
 	for s.sc.Scan() {
 		line := s.sc.Bytes()
 		if s.split.cut {
@@ -79,30 +81,30 @@ func (s *sseReader) next() (sseEvent, error) {
 		switch string(name) {
 		case "data":
 			if err := s.appendData(value); err != nil {
-				return sseEvent{}, err
+				return Event{}, err
 			}
 		case "event":
 			s.typ = string(value)
 		case "error":
 			s.typ = "error"
 			if err := s.appendData(value); err != nil {
-				return sseEvent{}, err
+				return Event{}, err
 			}
 		}
 	}
 	if err := s.sc.Err(); err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {
-			return sseEvent{}, fmt.Errorf("%w (over %d bytes)", errEventTooLarge, s.max)
+			return Event{}, fmt.Errorf("%w (over %d bytes)", errEventTooLarge, s.max)
 		}
-		return sseEvent{}, err
+		return Event{}, err
 	}
 	if ev, ok := s.dispatch(); ok {
 		return ev, nil
 	}
-	return sseEvent{}, io.EOF
+	return Event{}, io.EOF
 }
 
-func (s *sseReader) appendData(value []byte) error {
+func (s *Reader) appendData(value []byte) error {
 	if s.dirty {
 		s.data = append(s.data, '\n')
 	}
@@ -116,12 +118,12 @@ func (s *sseReader) appendData(value []byte) error {
 
 // dispatch ends the current event. Events without data are dropped, as
 // the spec says.
-func (s *sseReader) dispatch() (sseEvent, bool) {
+func (s *Reader) dispatch() (Event, bool) {
 	if !s.dirty {
 		s.typ = ""
-		return sseEvent{}, false
+		return Event{}, false
 	}
-	ev := sseEvent{typ: s.typ, data: bytes.Clone(s.data)}
+	ev := Event{Type: s.typ, Data: bytes.Clone(s.data)}
 	s.typ, s.data, s.dirty = "", s.data[:0], false
 	return ev, true
 }
