@@ -221,3 +221,26 @@ const (
 	EventDraining      = "draining"
 	EventReplaced      = "replaced"
 )
+
+// ModelEntry is an entry of GET /v1/models: the common shape plus the
+// metadata workers report.
+type ModelEntry struct {
+	ID               string             `json:"id"`
+	Object           string             `json:"object"`
+	Created          int64              `json:"created"`
+	OwnedBy          string             `json:"owned_by"`
+	Capabilities     []string           `json:"capabilities"`
+	Engine           string             `json:"engine"`
+	ContextWindow    int                `json:"context_window,omitempty"`
+	SamplingDefaults map[string]float64 `json:"sampling_defaults,omitempty"`
+	DefaultThinking  *bool              `json:"default_thinking,omitempty"`
+	Voices           []string           `json:"voices,omitempty"`
+	DefaultVoice     string             `json:"default_voice,omitempty"`
+	Simulated        bool               `json:"simulated,omitempty"`
+}
+
+// ModelList is the body of GET /v1/models.
+type ModelList struct {
+	Object string       `json:"object"`
+	Data   []ModelEntry `json:"data"`
+}

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -78,5 +79,47 @@ func TestConnectError(t *testing.T) {
 	var ce *ConnectError
 	if !errors.As(err, &ce) || ce.Target != "the admin socket /nonexistent/admin.sock" {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestChatStream(t *testing.T) {
+	tests := []struct {
+		name   string
+		body   string
+		chunks int
+		status int
+	}{
+		{"done", "data: {\"id\":\"a\"}\n\n: keep-alive\n\ndata: {\"id\":\"b\"}\n\ndata: [DONE]\n\n", 2, 0},
+		{"error frame", "data: {\"id\":\"a\"}\n\ndata: {\"error\":{\"message\":\"busy\",\"type\":\"rate_limit_exceeded\",\"status\":429,\"retry_after\":3}}\n\ndata: [DONE]\n\n", 1, 429},
+		{"cut", "data: {\"id\":\"a\"}\n\n", 1, -1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("X-Request-Id", "rid")
+				_, _ = w.Write([]byte(tt.body))
+			}))
+			defer srv.Close()
+			n := 0
+			err := New(srv.URL, "k").ChatStream(context.Background(), map[string]any{"model": "m"}, func(json.RawMessage) error { n++; return nil })
+			if n != tt.chunks {
+				t.Fatalf("%d chunks, want %d", n, tt.chunks)
+			}
+			var e *Error
+			switch tt.status {
+			case 0:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case -1:
+				if err == nil || errors.As(err, &e) {
+					t.Fatalf("err = %v", err)
+				}
+			default:
+				if !errors.As(err, &e) || e.Status != tt.status || e.RetryAfter != 3*time.Second || e.RequestID != "rid" {
+					t.Fatalf("err = %#v", err)
+				}
+			}
+		})
 	}
 }

@@ -88,30 +88,14 @@ func (s *Server) workerPower(c *call) error {
 func (s *Server) listModels(c *call) error {
 	models := s.fleet.Models(c.principal.OrgID)
 	created := time.Now().Unix()
-	data := make([]map[string]any, 0, len(models))
+	out := api.ModelList{Object: "list", Data: make([]api.ModelEntry, 0, len(models))}
 	for _, m := range models {
-		e := map[string]any{
-			"id": m.ID, "object": "model", "created": created, "owned_by": "svc",
-			"capabilities": m.Capabilities, "engine": m.Engine,
-		}
-		if m.ContextWindow > 0 {
-			e["context_window"] = m.ContextWindow
-		}
-		if m.SamplingDefaults != nil {
-			e["sampling_defaults"] = m.SamplingDefaults
-		}
-		if m.DefaultThinking != nil {
-			e["default_thinking"] = *m.DefaultThinking
-		}
-		if len(m.Voices) > 0 {
-			e["voices"] = m.Voices
-			e["default_voice"] = m.DefaultVoice
-		}
-		if m.Simulated {
-			e["simulated"] = true
-		}
-		data = append(data, e)
+		out.Data = append(out.Data, api.ModelEntry{
+			ID: m.ID, Object: "model", Created: created, OwnedBy: "svc", Capabilities: m.Capabilities, Engine: m.Engine,
+			ContextWindow: m.ContextWindow, SamplingDefaults: m.SamplingDefaults, DefaultThinking: m.DefaultThinking,
+			Voices: m.Voices, DefaultVoice: m.DefaultVoice, Simulated: m.Simulated,
+		})
 	}
-	writeJSON(c.ctx, http.StatusOK, map[string]any{"object": "list", "data": data})
+	writeJSON(c.ctx, http.StatusOK, out)
 	return nil
 }
