@@ -17,6 +17,10 @@ import (
 // Protocol is the link protocol version this gateway speaks.
 const Protocol = 1
 
+// maxConcurrent bounds a worker's slots: enough for tens of thousands of
+// mostly idle streams on one box.
+const maxConcurrent = 65536
+
 var errGatewayStopping = errors.New("the gateway is shutting down")
 
 // LostError fails the requests of a worker that went away and did not come
@@ -72,8 +76,8 @@ func checkHello(h *api.Hello) error {
 		return errors.New("worker name must be 1 to 128 characters of UTF-8")
 	case h.SessionID == "":
 		return errors.New("hello lacks a session id")
-	case h.MaxConcurrent < 1 || h.MaxConcurrent > 4096:
-		return fmt.Errorf("max_concurrent %d is outside 1..4096", h.MaxConcurrent)
+	case h.MaxConcurrent < 1 || h.MaxConcurrent > maxConcurrent:
+		return fmt.Errorf("max_concurrent %d is outside 1..%d", h.MaxConcurrent, maxConcurrent)
 	}
 	for _, m := range h.Models {
 		if m.ID == "" {

@@ -1,0 +1,170 @@
+package server
+
+import (
+	"net"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// clientWatch notices clients that close their connection while their
+// request waits on a worker. fasthttp reports a departed client only when
+// a write fails, which for a queued request or a long time to first token
+// may be minutes away; a cancel must reach the engine at once.
+//
+// On Linux the kernel says so: each watched socket is registered with an
+// epoll instance of our own for EPOLLRDHUP (the peer closed its side), and
+// one goroutine waits for those events. Registering a socket with a second
+// epoll instance does not disturb the runtime's poller, and nothing is read
+// from the socket, so fasthttp finds it as it left it.
+type clientWatch struct {
+	mu      sync.Mutex
+	epfd    int
+	wakefd  int // an eventfd that ends the wait on close
+	entries map[int32]*watchEntry
+	started bool
+	closed  bool
+	done    chan struct{}
+	// fallback probes connections the kernel cannot watch for us.
+	failed bool
+}
+
+type watchEntry struct {
+	fd     int32
+	cancel func()
+}
+
+func newClientWatch(time.Duration) *clientWatch {
+	return &clientWatch{epfd: -1, wakefd: -1, entries: map[int32]*watchEntry{}, done: make(chan struct{})}
+}
+
+// init creates the epoll instance on first use; the caller holds w.mu.
+func (w *clientWatch) initLocked() bool {
+	if w.started || w.failed {
+		return w.started
+	}
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		w.failed = true
+		return false
+	}
+	wakefd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		unix.Close(epfd)
+		w.failed = true
+		return false
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(wakefd)}
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, wakefd, &ev); err != nil {
+		unix.Close(epfd)
+		unix.Close(wakefd)
+		w.failed = true
+		return false
+	}
+	w.epfd, w.wakefd, w.started = epfd, wakefd, true
+	go w.run()
+	return true
+}
+
+// add watches conn and calls cancel once if its peer goes away. It returns
+// nil for connections that cannot be watched.
+func (w *clientWatch) add(conn net.Conn, cancel func()) *watchEntry {
+	fd, ok := socketFD(conn)
+	if !ok {
+		return nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed || !w.initLocked() {
+		return nil
+	}
+	e := &watchEntry{fd: int32(fd), cancel: cancel}
+	ev := unix.EpollEvent{Events: unix.EPOLLRDHUP | unix.EPOLLONESHOT, Fd: int32(fd)}
+	if err := unix.EpollCtl(w.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+		return nil
+	}
+	w.entries[e.fd] = e
+	return e
+}
+
+// remove stops watching. It runs while the connection is still open, so
+// the descriptor still names the same socket.
+func (w *clientWatch) remove(e *watchEntry) {
+	if e == nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.entries[e.fd] == e {
+		delete(w.entries, e.fd)
+		if !w.closed {
+			_ = unix.EpollCtl(w.epfd, unix.EPOLL_CTL_DEL, int(e.fd), nil)
+		}
+	}
+}
+
+func (w *clientWatch) run() {
+	defer close(w.done)
+	events := make([]unix.EpollEvent, 128)
+	for {
+		n, err := unix.EpollWait(w.epfd, events, -1)
+		if err != nil {
+			if err == unix.EINTR {
+				continue
+			}
+			return
+		}
+		var fire []*watchEntry
+		w.mu.Lock()
+		for _, ev := range events[:n] {
+			if int(ev.Fd) == w.wakefd {
+				w.mu.Unlock()
+				return
+			}
+			if e := w.entries[ev.Fd]; e != nil && ev.Events&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
+				delete(w.entries, ev.Fd)
+				_ = unix.EpollCtl(w.epfd, unix.EPOLL_CTL_DEL, int(ev.Fd), nil)
+				fire = append(fire, e)
+			}
+		}
+		w.mu.Unlock()
+		for _, e := range fire {
+			e.cancel()
+		}
+	}
+}
+
+// close stops the watching goroutine and waits for it.
+func (w *clientWatch) close() {
+	w.mu.Lock()
+	started, closed := w.started, w.closed
+	w.closed = true
+	w.mu.Unlock()
+	if !started || closed {
+		return
+	}
+	one := []byte{1, 0, 0, 0, 0, 0, 0, 0}
+	_, _ = unix.Write(w.wakefd, one)
+	<-w.done
+	unix.Close(w.epfd)
+	unix.Close(w.wakefd)
+}
+
+// socketFD returns the descriptor of a socket connection.
+func socketFD(conn net.Conn) (int, bool) {
+	sc, ok := conn.(syscall.Conn)
+	if !ok {
+		return 0, false
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return 0, false
+	}
+	fd := -1
+	if raw.Control(func(f uintptr) { fd = int(f) }) != nil || fd < 0 {
+		return 0, false
+	}
+	return fd, true
+}
