@@ -81,12 +81,28 @@ func (f *Fleet) Models(orgID string) []api.Model {
 }
 
 // Model returns the metadata of a model the organisation's connected
-// workers serve (the first worker's, by name), or nil.
+// workers serve (the first worker's, by name), or nil. It is called for
+// every request, so it looks the model up without building any listing.
 func (f *Fleet) Model(orgID, id string) *api.Model {
-	for _, m := range f.Models(orgID) {
-		if m.ID == id {
-			return &m
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	o := f.orgs[orgID]
+	if o == nil {
+		return nil
+	}
+	var found *api.Model
+	name := ""
+	for _, w := range o.workers {
+		if !w.offlineSince.IsZero() {
+			continue
+		}
+		if m := w.model(id); m != nil && (found == nil || w.name < name) {
+			found, name = m, w.name
 		}
 	}
-	return nil
+	if found == nil {
+		return nil
+	}
+	m := *found
+	return &m
 }
