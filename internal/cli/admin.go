@@ -22,7 +22,8 @@ type AdminOptions struct {
 	DataDir string
 	Socket  string
 	Org     string
-	JSON    bool
+	// Exporter is --json and --jq, for every admin command.
+	Exporter Exporter
 
 	getenv func(string) string
 }
@@ -52,6 +53,9 @@ the user it runs as; API keys cannot perform them.
 
 Commands act on the organisation named by --org (default "default").`,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if err := opts.Exporter.Prepare(); err != nil {
+				return err
+			}
 			return applyEnv(cmd, f.Getenv, envFlag{"data", "SVC_DATA"}, envFlag{"socket", "SVC_ADMIN_SOCKET"}, envFlag{"org", "SVC_ORG"})
 		},
 	}
@@ -59,7 +63,7 @@ Commands act on the organisation named by --org (default "default").`,
 	pf.StringVar(&opts.DataDir, "data", "", dataFlagHelp)
 	pf.StringVar(&opts.Socket, "socket", "", "admin socket path (env SVC_ADMIN_SOCKET; default <data>/admin.sock)")
 	pf.StringVar(&opts.Org, "org", "default", "organisation to act on (env SVC_ORG)")
-	pf.BoolVar(&opts.JSON, "json", false, "print the API's JSON")
+	opts.Exporter.AddFlags(cmd, true)
 
 	cmd.AddCommand(
 		newCmdAdminOrgs(opts),
@@ -92,8 +96,8 @@ func (o *AdminOptions) withClient(cmd *cobra.Command, fn func(context.Context, *
 
 // printOrg prints an organisation as JSON or as labelled lines.
 func (o *AdminOptions) printOrg(org api.Organization) error {
-	if o.JSON {
-		return printJSON(o.IO.Out, org)
+	if o.Exporter.Enabled() {
+		return o.Exporter.Write(o.IO.Out, org)
 	}
 	s := org.Settings
 	budget, floor, runtime := "none", "none", "none"
@@ -136,14 +140,14 @@ func newCmdAdminOrgs(o *AdminOptions) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if o.JSON {
-					return printJSON(o.IO.Out, orgs)
+				if o.Exporter.Enabled() {
+					return o.Exporter.Write(o.IO.Out, orgs)
 				}
-				t := newTable(o.IO.Out, "NAME", "PLAN", "CREDIT", "E2E", "CREATED")
+				t := newTablePrinter(o.IO, "NAME", "PLAN", "CREDIT", "E2E", "CREATED")
 				for _, org := range orgs {
-					t.row(org.Name, string(org.Plan), "£"+org.Settings.CreditBalanceGBP.String(), onOff(org.Settings.RequireE2E), fmtTime(org.CreatedAt))
+					t.row(org.Name, string(org.Plan), "£"+org.Settings.CreditBalanceGBP.String(), onOff(org.Settings.RequireE2E), t.fmtTime(org.CreatedAt))
 				}
-				return t.flush()
+				return t.render()
 			})
 		},
 	}
@@ -280,14 +284,14 @@ func newCmdAdminUsers(o *AdminOptions) *cobra.Command {
 					if err != nil {
 						return err
 					}
-					if o.JSON {
-						return printJSON(o.IO.Out, users)
+					if o.Exporter.Enabled() {
+						return o.Exporter.Write(o.IO.Out, users)
 					}
-					t := newTable(o.IO.Out, "NAME", "ID", "CREATED")
+					t := newTablePrinter(o.IO, "NAME", "ID", "CREATED")
 					for _, u := range users {
-						t.row(u.Name, u.ID, fmtTime(u.CreatedAt))
+						t.row(u.Name, u.ID, t.fmtTime(u.CreatedAt))
 					}
-					return t.flush()
+					return t.render()
 				})
 			},
 		},
@@ -299,8 +303,8 @@ func newCmdAdminUsers(o *AdminOptions) *cobra.Command {
 					if err != nil {
 						return err
 					}
-					if o.JSON {
-						return printJSON(o.IO.Out, u)
+					if o.Exporter.Enabled() {
+						return o.Exporter.Write(o.IO.Out, u)
 					}
 					_, err = fmt.Fprintf(o.IO.Out, "Created user %s (%s)\n", u.Name, u.ID)
 					return err
@@ -322,14 +326,14 @@ func newCmdAdminMembers(o *AdminOptions) *cobra.Command {
 					if err != nil {
 						return err
 					}
-					if o.JSON {
-						return printJSON(o.IO.Out, ms)
+					if o.Exporter.Enabled() {
+						return o.Exporter.Write(o.IO.Out, ms)
 					}
-					t := newTable(o.IO.Out, "USER", "ROLE", "ADDED")
+					t := newTablePrinter(o.IO, "USER", "ROLE", "ADDED")
 					for _, m := range ms {
-						t.row(m.User, m.Role, fmtTime(m.AddedAt))
+						t.row(m.User, m.Role, t.fmtTime(m.AddedAt))
 					}
-					return t.flush()
+					return t.render()
 				})
 			},
 		},
@@ -341,8 +345,8 @@ func newCmdAdminMembers(o *AdminOptions) *cobra.Command {
 					if err != nil {
 						return err
 					}
-					if o.JSON {
-						return printJSON(o.IO.Out, m)
+					if o.Exporter.Enabled() {
+						return o.Exporter.Write(o.IO.Out, m)
 					}
 					_, err = fmt.Fprintf(o.IO.Out, "%s is now %s of %s\n", m.User, m.Role, o.Org)
 					return err
@@ -356,8 +360,8 @@ func newCmdAdminMembers(o *AdminOptions) *cobra.Command {
 					if err := c.RemoveMember(ctx, o.Org, args[0]); err != nil {
 						return err
 					}
-					if o.JSON {
-						return printJSON(o.IO.Out, map[string]any{"org": o.Org, "user": args[0], "removed": true})
+					if o.Exporter.Enabled() {
+						return o.Exporter.Write(o.IO.Out, map[string]any{"org": o.Org, "user": args[0], "removed": true})
 					}
 					_, err := fmt.Fprintf(o.IO.Out, "Removed %s from %s; their keys there are revoked\n", args[0], o.Org)
 					return err
@@ -371,8 +375,8 @@ func newCmdAdminMembers(o *AdminOptions) *cobra.Command {
 func newCmdAdminWorkerTokens(o *AdminOptions) *cobra.Command {
 	cmd := &cobra.Command{Use: "worker-tokens", Aliases: []string{"tokens"}, Short: "Manage the tokens worker agents connect with"}
 	printToken := func(t api.WorkerToken) error {
-		if o.JSON {
-			return printJSON(o.IO.Out, t)
+		if o.Exporter.Enabled() {
+			return o.Exporter.Write(o.IO.Out, t)
 		}
 		return fields(o.IO.Out,
 			[2]string{"Token", t.Prefix},
@@ -391,14 +395,14 @@ func newCmdAdminWorkerTokens(o *AdminOptions) *cobra.Command {
 					if err != nil {
 						return err
 					}
-					if o.JSON {
-						return printJSON(o.IO.Out, ts)
+					if o.Exporter.Enabled() {
+						return o.Exporter.Write(o.IO.Out, ts)
 					}
-					t := newTable(o.IO.Out, "TOKEN", "NAME", "CREATED", "LAST USED", "REVOKED")
+					t := newTablePrinter(o.IO, "TOKEN", "NAME", "CREATED", "LAST USED", "REVOKED")
 					for _, tok := range ts {
-						t.row(tok.Prefix, tok.Name, fmtTime(tok.CreatedAt), fmtTimePtr(tok.LastUsedAt), fmtTimePtr(tok.RevokedAt))
+						t.row(tok.Prefix, tok.Name, t.fmtTime(tok.CreatedAt), t.fmtTimePtr(tok.LastUsedAt), t.fmtTimePtr(tok.RevokedAt))
 					}
-					return t.flush()
+					return t.render()
 				})
 			},
 		},
@@ -410,8 +414,8 @@ func newCmdAdminWorkerTokens(o *AdminOptions) *cobra.Command {
 					if err != nil {
 						return err
 					}
-					if o.JSON {
-						return printJSON(o.IO.Out, t)
+					if o.Exporter.Enabled() {
+						return o.Exporter.Write(o.IO.Out, t)
 					}
 					_, err = fmt.Fprintf(o.IO.Out, "Created worker token %s (%s) in %s.\nSecret, shown only now:\n%s\n", t.Prefix, t.Name, o.Org, t.Secret)
 					return err

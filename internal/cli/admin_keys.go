@@ -24,14 +24,14 @@ func NewCmdAdminKeys(o *AdminOptions, runF func(*KeyCreateOptions) error) *cobra
 					if err != nil {
 						return err
 					}
-					if o.JSON {
-						return printJSON(o.IO.Out, keys)
+					if o.Exporter.Enabled() {
+						return o.Exporter.Write(o.IO.Out, keys)
 					}
-					t := newTable(o.IO.Out, "KEY", "NAME", "USER", "PERMISSIONS", "CREATED", "LAST USED", "REVOKED")
+					t := newTablePrinter(o.IO, "KEY", "NAME", "USER", "PERMISSIONS", "CREATED", "LAST USED", "REVOKED")
 					for _, k := range keys {
-						t.row(k.Prefix, k.Name, k.User, describePermissions(k), fmtTime(k.CreatedAt), fmtTimePtr(k.LastUsedAt), fmtTimePtr(k.RevokedAt))
+						t.row(k.Prefix, k.Name, k.User, describePermissions(k), t.fmtTime(k.CreatedAt), t.fmtTimePtr(k.LastUsedAt), t.fmtTimePtr(k.RevokedAt))
 					}
-					return t.flush()
+					return t.render()
 				})
 			},
 		},
@@ -60,8 +60,8 @@ func describePermissions(k api.APIKey) string {
 }
 
 func (o *AdminOptions) printKey(k api.APIKey) error {
-	if o.JSON {
-		return printJSON(o.IO.Out, k)
+	if o.Exporter.Enabled() {
+		return o.Exporter.Write(o.IO.Out, k)
 	}
 	err := fields(o.IO.Out,
 		[2]string{"Key", k.Prefix},

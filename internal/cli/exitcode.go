@@ -32,6 +32,17 @@ func usageError(err error) error { return &UsageError{Err: err} }
 
 func usageErrorf(format string, args ...any) error { return usageError(fmt.Errorf(format, args...)) }
 
+// hintError carries advice, printed after the error and its request id.
+type hintError struct {
+	err  error
+	hint string
+}
+
+func (e *hintError) Error() string { return e.err.Error() }
+func (e *hintError) Unwrap() error { return e.err }
+
+func withHint(err error, hint string) error { return &hintError{err: err, hint: hint} }
+
 // exitCode maps an error to the process exit code.
 func exitCode(err error) int {
 	var ue *UsageError
@@ -76,6 +87,10 @@ func reportError(w io.Writer, cmd *cobra.Command, err error) int {
 	var ae *client.Error
 	if errors.As(err, &ae) && ae.RequestID != "" {
 		fmt.Fprintf(w, "Request id: %s\n", ae.RequestID)
+	}
+	var he *hintError
+	if errors.As(err, &he) {
+		fmt.Fprintln(w, he.hint)
 	}
 	if code == exitUsage && cmd != nil {
 		fmt.Fprintf(w, "Run '%s --help' for usage.\n", cmd.CommandPath())

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"strings"
 	"text/tabwriter"
 	"time"
 )
@@ -14,21 +13,10 @@ import (
 func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
+	// Scripts read this, not browsers: keep <, > and & as they are.
+	enc.SetEscapeHTML(false)
 	return enc.Encode(v)
 }
-
-// table writes aligned columns.
-type table struct{ tw *tabwriter.Writer }
-
-func newTable(w io.Writer, headers ...string) *table {
-	t := &table{tw: tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)}
-	t.row(headers...)
-	return t
-}
-
-func (t *table) row(cols ...string) { fmt.Fprintln(t.tw, strings.Join(cols, "\t")) }
-
-func (t *table) flush() error { return t.tw.Flush() }
 
 // fields writes "label  value" lines aligned.
 func fields(w io.Writer, pairs ...[2]string) error {

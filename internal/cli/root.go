@@ -38,6 +38,12 @@ func Main(build buildinfo.Info) int {
 	return reportError(f.IO.ErrOut, cmd, err)
 }
 
+// Command groups of the root's help.
+const (
+	groupServer = "server"
+	groupClient = "client"
+)
+
 // NewCmdRoot builds the whole command tree.
 func NewCmdRoot(f *Factory) *cobra.Command {
 	root := &cobra.Command{
@@ -48,7 +54,9 @@ workers, and the tools to run it.
 
 'svc serve' runs the gateway and 'svc worker' the agent on each GPU box.
 Everything else is a client of a running gateway: 'svc admin' manages
-organisations, users, keys and settings through the server's admin socket.`,
+organisations, users, keys and settings through the server's admin socket;
+'svc workers', 'svc models', 'svc usage', 'svc chat' and 'svc embed' call its
+public API with an API key ('svc login' saves one).`,
 		SilenceErrors:     true,
 		SilenceUsage:      true,
 		DisableAutoGenTag: true,
@@ -60,11 +68,23 @@ organisations, users, keys and settings through the server's admin socket.`,
 	root.SetIn(f.IO.In)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })
 
+	root.AddGroup(
+		&cobra.Group{ID: groupServer, Title: "Running svc:"},
+		&cobra.Group{ID: groupClient, Title: "Using a gateway:"},
+	)
+	serve, worker, sim, admin := NewCmdServe(f, nil), NewCmdWorker(f, nil), NewCmdSim(f), NewCmdAdmin(f)
+	for _, c := range []*cobra.Command{serve, worker, sim, admin} {
+		c.GroupID = groupServer
+	}
 	root.AddCommand(
-		NewCmdServe(f, nil),
-		NewCmdWorker(f, nil),
-		NewCmdSim(f),
-		NewCmdAdmin(f),
+		serve, worker, sim, admin,
+		NewCmdWorkers(f, nil),
+		NewCmdModels(f, nil),
+		NewCmdUsage(f),
+		NewCmdChat(f, nil),
+		NewCmdEmbed(f, nil),
+		NewCmdLogin(f, nil),
+		NewCmdLogout(f, nil),
 		NewCmdVersion(f),
 		NewCmdMan(f),
 	)

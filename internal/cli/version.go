@@ -17,20 +17,23 @@ func versionLine(b buildinfo.Info) string {
 
 // NewCmdVersion builds `svc version`.
 func NewCmdVersion(f *Factory) *cobra.Command {
-	var asJSON bool
+	var exp Exporter
 	cmd := &cobra.Command{
 		Use:   "version",
 		Short: "Print the version, commit and Go version",
 		Args:  noArgs,
 		RunE: func(*cobra.Command, []string) error {
-			if asJSON {
-				return printJSON(f.IO.Out, f.Build)
+			if err := exp.Prepare(); err != nil {
+				return err
+			}
+			if exp.Enabled() {
+				return exp.Write(f.IO.Out, f.Build)
 			}
 			_, err := fmt.Fprintln(f.IO.Out, versionLine(f.Build))
 			return err
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
+	exp.AddFlags(cmd, false)
 	return cmd
 }
 

@@ -2,8 +2,11 @@ package e2e
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,17 +16,80 @@ import (
 )
 
 // TestScripts runs the CLI scripts in testdata/script against the real
-// binary: a background `svc serve` and `svc` client commands.
+// binary: a background `svc serve` and `svc` client commands. $PORT is a
+// free loopback port for a script's server, so its clients know the URL.
 func TestScripts(t *testing.T) {
 	testscript.Run(t, testscript.Params{
 		Dir:                 "testdata/script",
 		RequireExplicitExec: true,
+		Setup:               setupPort,
 		Cmds: map[string]func(*testscript.TestScript, bool, []string){
 			"waitfor": cmdWaitFor,
 			"json":    cmdJSON,
 			"jsonenv": cmdJSONEnv,
+			"exits":   cmdExits,
+			"retry":   cmdRetry,
 		},
 	})
+}
+
+// setupPort sets $PORT to a port that was free a moment ago. Another
+// process could take it before the script's server does; that is rare, as
+// the kernel does not hand a port it just gave out straight back, and the
+// script would then fail loudly rather than pass wrongly.
+func setupPort(env *testscript.Env) error {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	if err := ln.Close(); err != nil {
+		return err
+	}
+	env.Setenv("PORT", strconv.Itoa(port))
+	return nil
+}
+
+// exits N PROG [ARGS...] runs PROG as exec does (stdout and stderr are
+// kept for the next commands) and checks that it exits with status N.
+func cmdExits(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 2 {
+		ts.Fatalf("usage: exits N PROG [ARGS...]")
+	}
+	want, err := strconv.Atoi(args[0])
+	if err != nil {
+		ts.Fatalf("exits: %q is not a status", args[0])
+	}
+	got := 0
+	if err := ts.Exec(args[1], args[2:]...); err != nil {
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) {
+			ts.Fatalf("exits: %v", err)
+		}
+		got = ee.ExitCode()
+	}
+	if got != want {
+		ts.Fatalf("%s exited with status %d, want %d", args[1], got, want)
+	}
+}
+
+// retry PROG [ARGS...] runs PROG until it succeeds, for up to 15 s: for
+// what becomes true soon (a worker connecting, usage rows committed).
+func cmdRetry(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 1 {
+		ts.Fatalf("usage: retry PROG [ARGS...]")
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		err := ts.Exec(args[0], args[1:]...)
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			ts.Fatalf("%s still failing after 15s: %v", args[0], err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // waitfor FILE waits up to 15 s for FILE to exist (a server's socket).

@@ -1,0 +1,262 @@
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/svc-dev/svc/internal/client"
+	"github.com/svc-dev/svc/internal/server"
+)
+
+// DefaultBaseURL is the gateway client commands call when nothing says
+// otherwise: `svc serve` on its default address.
+const DefaultBaseURL = "http://127.0.0.1:8080"
+
+// clientHelp explains, in every client command's help, where the gateway's
+// address and the API key come from.
+const clientHelp = `The gateway's address comes from --base-url, else SVC_BASE_URL, else the
+file 'svc login' writes, else http://127.0.0.1:8080. The API key comes from
+--api-key, else SVC_API_KEY, else that file (only for the gateway it was saved
+for). The file is $SVC_CONFIG, else $XDG_CONFIG_HOME/svc/config.json, else
+~/.config/svc/config.json.
+
+When no key is configured and the gateway is on this host (a loopback
+address), the local gateway's admin key is used if it is readable:
+<data>/admin.key, with the data directory from SVC_DATA, else
+$XDG_DATA_HOME/svc or ~/.local/share/svc, as 'svc serve' uses.`
+
+// AddClientFlags adds --base-url and --api-key, as persistent flags, to a
+// command that calls the gateway's public API (a group's flags reach its
+// subcommands). Factory.APIClient reads them.
+func AddClientFlags(cmd *cobra.Command) {
+	pf := cmd.PersistentFlags()
+	pf.String("base-url", "", "the gateway's URL (env SVC_BASE_URL; default from 'svc login', else "+DefaultBaseURL+")")
+	pf.String("api-key", "", "API key (env SVC_API_KEY; default the key saved by 'svc login', else the local gateway's admin key)")
+}
+
+// ClientConfig is where client commands send requests and with which key.
+type ClientConfig struct {
+	BaseURL string
+	APIKey  string
+	// KeySource names where APIKey came from, for messages: "--api-key",
+	// "SVC_API_KEY", or a file's path; "" when there is no key.
+	KeySource string
+	// ConfigPath is the config file consulted (it may not exist).
+	ConfigPath string
+	// SavedFor is the gateway the config file's key was saved for, when
+	// the file holds a key that was not used because it is for another.
+	SavedFor string
+}
+
+// ClientConfig resolves the gateway's URL and the API key: each from cmd's
+// flag, else its environment variable, else the config file, else the
+// default URL and the local gateway's admin key. cmd may be nil, or lack the
+// flags (AddClientFlags): then the environment and the file decide.
+func (f *Factory) ClientConfig(cmd *cobra.Command) (ClientConfig, error) {
+	var cc ClientConfig
+	flag := func(name string) (string, bool) {
+		if cmd == nil {
+			return "", false
+		}
+		fl := cmd.Flags().Lookup(name)
+		if fl == nil || !fl.Changed {
+			return "", false
+		}
+		return fl.Value.String(), true
+	}
+	path, pathErr := configPath(f.Getenv)
+	cc.ConfigPath = path
+	var file clientFile
+	if pathErr == nil {
+		var err error
+		if file, err = readClientFile(path); err != nil {
+			return cc, err
+		}
+	}
+
+	switch v, ok := flag("base-url"); {
+	case ok:
+		cc.BaseURL = v
+	case f.Getenv("SVC_BASE_URL") != "":
+		cc.BaseURL = f.Getenv("SVC_BASE_URL")
+	case file.BaseURL != "":
+		cc.BaseURL = file.BaseURL
+	default:
+		cc.BaseURL = DefaultBaseURL
+	}
+	base, err := normalizeBaseURL(cc.BaseURL)
+	if err != nil {
+		return cc, err
+	}
+	cc.BaseURL = base
+
+	if v, ok := flag("api-key"); ok {
+		cc.APIKey, cc.KeySource = strings.TrimSpace(v), "--api-key"
+		return cc, nil
+	}
+	if v := strings.TrimSpace(f.Getenv("SVC_API_KEY")); v != "" {
+		cc.APIKey, cc.KeySource = v, "SVC_API_KEY"
+		return cc, nil
+	}
+	if file.APIKey != "" {
+		// A saved key goes only to the gateway it was saved for, so that
+		// --base-url pointed elsewhere cannot leak it.
+		if saved, err := normalizeBaseURL(file.BaseURL); file.BaseURL == "" || (err == nil && saved == cc.BaseURL) {
+			cc.APIKey, cc.KeySource = file.APIKey, path
+			return cc, nil
+		}
+		cc.SavedFor = file.BaseURL
+	}
+	if isLoopback(cc.BaseURL) {
+		if dir, err := resolveDataDir(f.Getenv("SVC_DATA"), f.Getenv); err == nil {
+			keyPath := filepath.Join(dir, server.AdminKeyFile)
+			if b, err := os.ReadFile(keyPath); err == nil && len(strings.TrimSpace(string(b))) > 0 {
+				cc.APIKey, cc.KeySource = strings.TrimSpace(string(b)), keyPath
+			}
+		}
+	}
+	return cc, nil
+}
+
+// APIClient returns a client of the gateway's public API configured as
+// ClientConfig resolves it. It is built on demand, so commands that never
+// call the gateway never read the config file.
+func (f *Factory) APIClient(cmd *cobra.Command) (*client.Client, error) {
+	cc, err := f.ClientConfig(cmd)
+	if err != nil {
+		return nil, err
+	}
+	return client.New(cc.BaseURL, cc.APIKey, client.WithUserAgent("svc/"+f.Build.Version)), nil
+}
+
+// apiClientFunc defers APIClient until a command's run needs it.
+func (f *Factory) apiClientFunc(cmd *cobra.Command) func() (*client.Client, error) {
+	return func() (*client.Client, error) { return f.APIClient(cmd) }
+}
+
+// explainAPIError adds advice to the errors a user can do something about:
+// a gateway that cannot be reached, and a key it refuses.
+func (f *Factory) explainAPIError(cmd *cobra.Command, err error) error {
+	var ce *client.ConnectError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &ce):
+		return withHint(err, "Is the gateway running? Start one with 'svc serve', or point at yours with --base-url or SVC_BASE_URL.")
+	case client.IsStatus(err, 401):
+		cc, cerr := f.ClientConfig(cmd)
+		switch {
+		case cerr != nil:
+			return err
+		case cc.APIKey == "" && cc.SavedFor != "":
+			return withHint(err, fmt.Sprintf("No API key for %s: the key in %s was saved for %s. Give one with --api-key or SVC_API_KEY, or run 'svc login'.", cc.BaseURL, cc.ConfigPath, cc.SavedFor))
+		case cc.APIKey == "":
+			return withHint(err, "No API key is configured: give one with --api-key or SVC_API_KEY, or run 'svc login'.")
+		default:
+			return withHint(err, fmt.Sprintf("The key came from %s; give another with --api-key or SVC_API_KEY, or run 'svc login'.", cc.KeySource))
+		}
+	}
+	return err
+}
+
+// normalizeBaseURL checks u is an http(s) URL and drops a trailing slash.
+func normalizeBaseURL(u string) (string, error) {
+	p, err := url.Parse(strings.TrimSpace(u))
+	if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" || strings.HasSuffix(p.Host, ":") {
+		return "", usageErrorf("invalid gateway URL %q: want http://HOST:PORT or https://HOST", u)
+	}
+	return strings.TrimRight(p.String(), "/"), nil
+}
+
+// isLoopback reports whether the URL names this host.
+func isLoopback(u string) bool {
+	p, err := url.Parse(u)
+	if err != nil {
+		return false
+	}
+	h := p.Hostname()
+	if h == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
+}
+
+// clientFile is the config file `svc login` writes.
+type clientFile struct {
+	BaseURL string `json:"base_url,omitempty"`
+	APIKey  string `json:"api_key,omitempty"`
+}
+
+// configPath is $SVC_CONFIG, else $XDG_CONFIG_HOME/svc/config.json, else
+// ~/.config/svc/config.json.
+func configPath(getenv func(string) string) (string, error) {
+	if p := getenv("SVC_CONFIG"); p != "" {
+		return filepath.Abs(p)
+	}
+	if d := getenv("XDG_CONFIG_HOME"); d != "" && filepath.IsAbs(d) {
+		return filepath.Join(d, "svc", "config.json"), nil
+	}
+	if h := getenv("HOME"); h != "" {
+		return filepath.Join(h, ".config", "svc", "config.json"), nil
+	}
+	return "", errors.New("cannot find a config directory: set SVC_CONFIG, XDG_CONFIG_HOME or HOME")
+}
+
+// readClientFile reads the config file; a missing one is empty.
+func readClientFile(path string) (clientFile, error) {
+	var cf clientFile
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return cf, nil
+	}
+	if err != nil {
+		return cf, fmt.Errorf("read config: %w", err)
+	}
+	if err := json.Unmarshal(b, &cf); err != nil {
+		return cf, fmt.Errorf("config file %s is not valid JSON: %w", path, err)
+	}
+	return cf, nil
+}
+
+// writeClientFile replaces the config file atomically, readable only by
+// its owner because it holds a key.
+func writeClientFile(path string, cf clientFile) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create config directory: %w", err)
+	}
+	b, err := json.MarshalIndent(cf, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(dir, ".config-*.json")
+	if err != nil {
+		return fmt.Errorf("write config: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(0o600); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write config: %w", err)
+	}
+	if _, err := tmp.Write(append(b, '\n')); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write config: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("write config: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("write config: %w", err)
+	}
+	return nil
+}

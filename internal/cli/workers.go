@@ -1,0 +1,283 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/client"
+	"github.com/svc-dev/svc/internal/iostreams"
+)
+
+// WorkersOptions are the flags of `svc workers`.
+type WorkersOptions struct {
+	IO        *iostreams.IOStreams
+	APIClient func() (*client.Client, error)
+	Exporter  Exporter
+}
+
+// NewCmdWorkers builds `svc workers` (the list) and its `events`
+// subcommand; runF replaces the list in tests.
+func NewCmdWorkers(f *Factory, runF func(*WorkersOptions) error) *cobra.Command {
+	opts := &WorkersOptions{IO: f.IO}
+	cmd := &cobra.Command{
+		Use:   "workers",
+		Short: "List the organisation's workers",
+		Long: `List the workers of the key's organisation: status, version (marked when older
+than the gateway's release), models, running and maximum requests, queue and
+when each was last heard from. Simulated workers are marked.
+
+` + clientHelp,
+		Example: `  svc workers
+  svc workers --json --jq '.workers[] | select(.status != "healthy") | .worker_name'
+  svc workers events --type disconnected --limit 20`,
+		GroupID: groupClient,
+		Args:    groupArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := opts.Exporter.Prepare(); err != nil {
+				return err
+			}
+			opts.APIClient = f.apiClientFunc(cmd)
+			if runF != nil {
+				return runF(opts)
+			}
+			return f.explainAPIError(cmd, workersRun(cmd.Context(), opts))
+		},
+	}
+	AddClientFlags(cmd)
+	opts.Exporter.AddFlags(cmd, false)
+	cmd.AddCommand(NewCmdWorkersEvents(f, nil))
+	return cmd
+}
+
+func workersRun(ctx context.Context, opts *WorkersOptions) error {
+	c, err := opts.APIClient()
+	if err != nil {
+		return err
+	}
+	workers, err := c.Workers(ctx)
+	if err != nil {
+		return err
+	}
+	if opts.Exporter.Enabled() {
+		// The API's own document: {"workers": [...]}.
+		return opts.Exporter.Write(opts.IO.Out, struct {
+			Workers []api.Worker `json:"workers"`
+		}{workers})
+	}
+	// The version mark is advice: without the gateway's release the list
+	// is still worth printing.
+	latest, _ := c.LatestVersion(ctx)
+	if len(workers) == 0 && opts.IO.IsStdoutTTY() {
+		_, err := fmt.Fprintln(opts.IO.Out, "No workers. Connect one with: svc worker --gateway URL --engine KIND=URL")
+		return err
+	}
+	tp := newTablePrinter(opts.IO, "NAME", "STATUS", "VERSION", "MODELS", "ACTIVE/MAX", "QUEUE", "LAST SEEN", "SIMULATED")
+	tp.shrinkable("MODELS", "NAME", "VERSION")
+	cs := tp.cs
+	for _, w := range workers {
+		tp.field(w.WorkerName)
+		status := w.Status
+		if w.Draining {
+			status += ", draining"
+		}
+		tp.field(status, statusColor(cs, w.Status))
+		if olderVersion(w.Version, latest) {
+			tp.field(w.Version+" (latest "+latest+")", cs.yellow)
+		} else {
+			tp.field(dash(w.Version))
+		}
+		ids := make([]string, len(w.Models))
+		for i, m := range w.Models {
+			ids[i] = m.ID
+		}
+		tp.field(dash(strings.Join(ids, ", ")))
+		tp.field(fmt.Sprintf("%d/%d", w.ActiveTasks, w.MaxConcurrent))
+		tp.field(strconv.Itoa(w.QueueDepth))
+		tp.timeField(tp.now().Add(-time.Duration(w.LastSeenSecondsAgo) * time.Second))
+		if w.Simulated {
+			tp.field("yes", cs.gray)
+		} else {
+			tp.field("-")
+		}
+		tp.endRow()
+	}
+	return tp.render()
+}
+
+func statusColor(cs colorScheme, status string) func(string) string {
+	switch status {
+	case api.StatusHealthy:
+		return cs.green
+	case api.StatusStale:
+		return cs.yellow
+	case api.StatusUnhealthy:
+		return cs.red
+	default:
+		return cs.gray
+	}
+}
+
+// EventsOptions are the flags of `svc workers events`.
+type EventsOptions struct {
+	IO        *iostreams.IOStreams
+	APIClient func() (*client.Client, error)
+	Exporter  Exporter
+	Query     client.EventQuery
+}
+
+var eventTypes = []string{api.EventConnected, api.EventDisconnected, api.EventHealthChanged, api.EventModelsChanged,
+	api.EventModelLoaded, api.EventModelInstall, api.EventDraining, api.EventReplaced}
+
+// NewCmdWorkersEvents builds `svc workers events`.
+func NewCmdWorkersEvents(f *Factory, runF func(*EventsOptions) error) *cobra.Command {
+	opts := &EventsOptions{IO: f.IO}
+	cmd := &cobra.Command{
+		Use:   "events",
+		Short: "List worker events, newest first",
+		Long: `List the events of the organisation's workers, newest first: connected,
+disconnected (transient when the worker came back within the grace period),
+health_changed, models_changed, model_install, draining and replaced. Events
+are kept for 30 days.`,
+		Example: `  svc workers events --worker wk_0123456789abcdef
+  svc workers events --type health_changed --json`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkRange("--limit", opts.Query.Limit, 1, 1000); err != nil {
+				return err
+			}
+			if err := checkRange("--offset", opts.Query.Offset, 0, maxOffset); err != nil {
+				return err
+			}
+			if err := opts.Exporter.Prepare(); err != nil {
+				return err
+			}
+			opts.APIClient = f.apiClientFunc(cmd)
+			if runF != nil {
+				return runF(opts)
+			}
+			return f.explainAPIError(cmd, eventsRun(cmd.Context(), opts))
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&opts.Query.WorkerID, "worker", "", "only this worker's events (its id)")
+	fl.StringVar(&opts.Query.EventType, "type", "", "only events of this type: "+strings.Join(eventTypes, ", "))
+	fl.IntVar(&opts.Query.Limit, "limit", 50, "how many events, 1-1000")
+	fl.IntVar(&opts.Query.Offset, "offset", 0, "how many of the newest events to skip")
+	opts.Exporter.AddFlags(cmd, false)
+	_ = cmd.RegisterFlagCompletionFunc("type", cobra.FixedCompletions(eventTypes, cobra.ShellCompDirectiveNoFileComp))
+	return cmd
+}
+
+func eventsRun(ctx context.Context, opts *EventsOptions) error {
+	c, err := opts.APIClient()
+	if err != nil {
+		return err
+	}
+	events, err := c.WorkerEvents(ctx, opts.Query)
+	if err != nil {
+		return err
+	}
+	if opts.Exporter.Enabled() {
+		return opts.Exporter.Write(opts.IO.Out, events)
+	}
+	tp := newTablePrinter(opts.IO, "TIME", "WORKER", "EVENT", "DETAIL")
+	tp.shrinkable("DETAIL", "WORKER")
+	cs := tp.cs
+	for _, e := range events {
+		tp.timeField(e.CreatedAt)
+		tp.field(e.WorkerName)
+		typ, style := e.EventType, func(s string) string { return s }
+		switch e.EventType {
+		case api.EventConnected:
+			style = cs.green
+		case api.EventDisconnected:
+			style = cs.red
+			if e.Transient {
+				typ, style = typ+" (transient)", cs.yellow
+			}
+		case api.EventHealthChanged, api.EventDraining, api.EventReplaced:
+			style = cs.yellow
+		}
+		tp.field(typ, style)
+		detail := "-"
+		if e.Detail != nil && *e.Detail != "" {
+			detail = *e.Detail
+		}
+		tp.field(detail)
+		tp.endRow()
+	}
+	return tp.render()
+}
+
+// maxOffset is the largest offset the API takes.
+const maxOffset = 1<<31 - 1
+
+// checkRange refuses a flag value outside [lo, hi] as a usage error, as
+// the API would with a 422, before anything is sent.
+func checkRange(flag string, v, lo, hi int) error {
+	if v < lo || v > hi {
+		if hi == maxOffset {
+			return usageErrorf("%s must be at least %d, got %d", flag, lo, v)
+		}
+		return usageErrorf("%s must be between %d and %d, got %d", flag, lo, hi, v)
+	}
+	return nil
+}
+
+// olderVersion reports whether v is an older release than latest. Builds
+// that are not semantic versions ("dev") are never called old.
+func olderVersion(v, latest string) bool {
+	a, okA := parseSemver(v)
+	b, okB := parseSemver(latest)
+	return okA && okB && compareSemver(a, b) < 0
+}
+
+type semver struct {
+	nums [3]int
+	pre  string
+}
+
+func parseSemver(s string) (semver, bool) {
+	var v semver
+	s = strings.TrimPrefix(strings.TrimSpace(s), "v")
+	s, _, _ = strings.Cut(s, "+")
+	s, v.pre, _ = strings.Cut(s, "-")
+	parts := strings.Split(s, ".")
+	if len(parts) == 0 || len(parts) > 3 {
+		return v, false
+	}
+	for i, p := range parts {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 0 {
+			return v, false
+		}
+		v.nums[i] = n
+	}
+	return v, true
+}
+
+func compareSemver(a, b semver) int {
+	for i := range a.nums {
+		if a.nums[i] != b.nums[i] {
+			if a.nums[i] < b.nums[i] {
+				return -1
+			}
+			return 1
+		}
+	}
+	switch {
+	case a.pre == b.pre:
+		return 0
+	case a.pre == "":
+		return 1 // a release is newer than its pre-releases
+	case b.pre == "":
+		return -1
+	}
+	return strings.Compare(a.pre, b.pre)
+}
