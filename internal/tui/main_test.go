@@ -1,0 +1,278 @@
+package tui
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/charmbracelet/lipgloss"
+	"github.com/charmbracelet/x/exp/teatest"
+	"github.com/muesli/termenv"
+
+	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/client"
+)
+
+func TestMain(m *testing.M) {
+	// Models built by NewModel style with the default renderer: pin it to
+	// plain text so golden frames do not depend on the terminal running
+	// the tests (lipgloss#33, muesli/termenv#69).
+	lipgloss.SetColorProfile(termenv.Ascii)
+	lipgloss.SetHasDarkBackground(true)
+	code := m.Run()
+	if code == 0 {
+		if leaks := leakedGoroutines(); leaks != "" {
+			fmt.Fprintf(os.Stderr, "goroutines of package tui still running after the tests:\n%s\n", leaks)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// leakedGoroutines lists goroutines running this package's code (a poll, a
+// tick, an events fetch) once every test has finished, waiting a little
+// for ones that are on their way out.
+func leakedGoroutines() string {
+	var leaks []string
+	for range 50 {
+		buf := make([]byte, 1<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		leaks = leaks[:0]
+		for _, g := range strings.Split(string(buf), "\n\n") {
+			if strings.Contains(g, "svc/internal/tui.") && !strings.Contains(g, "tui.TestMain") && !strings.Contains(g, "testing.tRunner") {
+				leaks = append(leaks, g)
+			}
+		}
+		if len(leaks) == 0 {
+			return ""
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return strings.Join(leaks, "\n\n")
+}
+
+// t0 is the fixed clock of every test.
+var t0 = time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+
+func fixedClock() time.Time { return t0 }
+
+func ptr[T any](v T) *T { return &v }
+
+// plainStyles are the styles without colour, for stable goldens.
+func plainStyles() *styles { return stylesFor(termenv.Ascii) }
+
+func stylesFor(p termenv.Profile) *styles {
+	r := lipgloss.NewRenderer(io.Discard)
+	r.SetColorProfile(p)
+	r.SetHasDarkBackground(true)
+	return newStyles(r)
+}
+
+// golden compares s with testdata/<test name>.golden; -update rewrites it.
+func golden(t *testing.T, s string) {
+	t.Helper()
+	teatest.RequireEqualOutput(t, []byte(s))
+}
+
+// requireSize checks a render is exactly w×h cells: panes are joined line
+// by line, so a pane one cell off breaks the whole frame.
+func requireSize(t *testing.T, s string, w, h int) {
+	t.Helper()
+	lines := strings.Split(s, "\n")
+	if len(lines) != h {
+		t.Fatalf("got %d lines, want %d:\n%s", len(lines), h, s)
+	}
+	for i, l := range lines {
+		if n := lipgloss.Width(l); n != w {
+			t.Fatalf("line %d is %d cells wide, want %d:\n%q", i, n, w, l)
+		}
+	}
+}
+
+func model(id string, caps []string, ctx int, engine string, loaded *bool) api.Model {
+	return api.Model{ID: id, Capabilities: caps, ContextWindow: ctx, Engine: engine, Loaded: loaded}
+}
+
+// fixtureWorkers is a fleet with one worker in every state.
+func fixtureWorkers() []api.Worker {
+	return []api.Worker{
+		{
+			WorkerID: "wk_01hq3a", WorkerName: "gpu-a", Status: api.StatusHealthy, Version: "v1.3.0",
+			Models: []api.Model{
+				model("llama3.1:8b", []string{"chat", "tools"}, 131072, "ollama", ptr(true)),
+				model("qwen2.5-coder:32b", []string{"chat", "tools"}, 32768, "ollama", ptr(false)),
+				model("nomic-embed-text", []string{"embeddings"}, 8192, "ollama", nil),
+			},
+			ActiveTasks: 2, MaxConcurrent: 4, LastSeenSecondsAgo: 1,
+			Engines:     []api.EngineInfo{{Kind: "ollama", URL: "http://127.0.0.1:11434"}},
+			ConnectedAt: ptr(t0.Add(-58 * time.Minute)),
+		},
+		{
+			WorkerID: "wk_01hq3b", WorkerName: "gpu-b", Status: api.StatusStale, Version: "v1.2.4",
+			Models:      []api.Model{model("llama3.1:70b", []string{"chat", "reasoning"}, 131072, "openai", nil)},
+			ActiveTasks: 4, MaxConcurrent: 4, QueueDepth: 3, LastSeenSecondsAgo: 12,
+			Engines:     []api.EngineInfo{{Kind: "openai", URL: "http://10.0.0.7:8000"}},
+			ConnectedAt: ptr(t0.Add(-26 * time.Hour)),
+		},
+		{
+			WorkerID: "wk_01hq3c", WorkerName: "gpu-c", Status: api.StatusHealthy, Version: "1.3.0", Draining: true,
+			Models:      []api.Model{model("mistral-small:24b", []string{"chat", "vision"}, 32768, "ollama", nil)},
+			ActiveTasks: 1, MaxConcurrent: 2, LastSeenSecondsAgo: 2,
+			Engines: []api.EngineInfo{{Kind: "ollama"}},
+		},
+		{
+			WorkerID: "wk_01hq3d", WorkerName: "edge-1", Status: api.StatusUnhealthy, Version: "v1.3.0-rc.2",
+			Models:        []api.Model{model("phi4-mini", []string{"chat"}, 16384, "ollama", nil)},
+			MaxConcurrent: 1, LastSeenSecondsAgo: 47,
+		},
+		{
+			WorkerID: "wk_01hq3e", WorkerName: "local-sim", Status: api.StatusHealthy, Version: "dev", Simulated: true,
+			Models: []api.Model{
+				{ID: "sim-chat", Capabilities: []string{"chat", "tools", "reasoning"}, ContextWindow: 32768, Engine: "sim", Simulated: true},
+				{ID: "sim-embed", Capabilities: []string{"embeddings"}, ContextWindow: 8192, Engine: "sim", Simulated: true},
+			},
+			MaxConcurrent: 8, LastSeenSecondsAgo: 0,
+			Engines: []api.EngineInfo{{Kind: "sim", Simulated: true}},
+		},
+		{
+			WorkerID: "wk_01hq3f", WorkerName: "old-box", Status: api.StatusOffline, Version: "v1.1.0",
+			Models:        []api.Model{model("mistral:7b", []string{"chat"}, 32768, "ollama", nil)},
+			MaxConcurrent: 2, LastSeenSecondsAgo: 3900,
+			OfflineSince: ptr(t0.Add(-65 * time.Minute)),
+		},
+	}
+}
+
+// fixtureInflight is a mix of running, streaming, queued and embedding
+// requests, deliberately not in start order.
+func fixtureInflight() []api.InflightRequest {
+	req := func(id, model, workerID, worker, typ string, age time.Duration, tokens *int, state string, stream bool) api.InflightRequest {
+		return api.InflightRequest{
+			TaskID: id, Model: model, WorkerID: workerID, WorkerName: worker, RequestType: typ,
+			StartedAt: t0.Add(-age), ElapsedMs: age.Milliseconds(), TokensGenerated: tokens, State: state, Stream: stream,
+		}
+	}
+	return []api.InflightRequest{
+		req("req_8d21c0e6", "llama3.1:8b", "wk_01hq3a", "gpu-a", api.RequestChat, 12400*time.Millisecond, ptr(310), api.StateRunning, true),
+		req("req_7f3a9b12", "llama3.1:70b", "wk_01hq3b", "gpu-b", api.RequestChat, 48*time.Second, ptr(1234), api.StateRunning, true),
+		req("req_a0c4e411", "nomic-embed-text", "wk_01hq3a", "gpu-a", api.RequestEmbeddings, 300*time.Millisecond, nil, api.StateRunning, false),
+		req("req_b3f1d7aa", "llama3.1:70b", "", "", api.RequestChat, 2100*time.Millisecond, nil, api.StateQueued, true),
+		req("req_c9e2f5b0", "sim-chat", "wk_01hq3e", "local-sim", api.RequestChat, 3*time.Minute+5*time.Second, ptr(4096), api.StateRunning, true),
+	}
+}
+
+func fixtureEvents() []api.WorkerEvent {
+	ev := func(id, typ string, age time.Duration, detail, actor *string) api.WorkerEvent {
+		return api.WorkerEvent{ID: id, WorkerID: "wk_01hq3a", WorkerName: "gpu-a", EventType: typ, Detail: detail, Actor: actor, CreatedAt: t0.Add(-age)}
+	}
+	return []api.WorkerEvent{
+		ev("ev_5", api.EventModelLoaded, 3*time.Minute, ptr("llama3.1:8b loaded in 2.4s"), nil),
+		ev("ev_4", api.EventModelsChanged, 20*time.Minute, ptr("+qwen2.5-coder:32b"), ptr("alice")),
+		ev("ev_3", api.EventConnected, 58*time.Minute, nil, nil),
+		ev("ev_2", api.EventDisconnected, 59*time.Minute, ptr("heartbeat timeout"), nil),
+		ev("ev_1", api.EventConnected, 30*time.Hour, nil, nil),
+	}
+}
+
+// fakeSource is a Source serving fixed data, safe for the parallel calls of
+// a poll. Setting err makes every call fail with it.
+type fakeSource struct {
+	mu        sync.Mutex
+	workers   []api.Worker
+	inflight  []api.InflightRequest
+	latest    string
+	summary   api.UsageSummary
+	rows      []api.UsageRow
+	events    []api.WorkerEvent
+	err       error
+	delay     time.Duration // every Workers call takes this long
+	polls     int           // Workers calls: one per poll
+	active    int           // polls running now
+	maxActive int
+	eventQs   []client.EventQuery
+}
+
+func newFake() *fakeSource {
+	return &fakeSource{
+		workers:  fixtureWorkers(),
+		inflight: fixtureInflight(),
+		latest:   "v1.3.0",
+		summary: api.UsageSummary{Days: 1, From: "2026-11-21", To: "2026-11-21", UsageTotals: api.UsageTotals{
+			Requests: 48213, Succeeded: 47650, Failed: 512, Cancelled: 51, TotalTokens: 9_876_543,
+		}},
+		events: fixtureEvents(),
+	}
+}
+
+func (f *fakeSource) set(fn func(f *fakeSource)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fn(f)
+}
+
+func (f *fakeSource) Workers(ctx context.Context) ([]api.Worker, error) {
+	f.mu.Lock()
+	f.polls++
+	f.active++
+	f.maxActive = max(f.maxActive, f.active)
+	delay := f.delay
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		f.active--
+		f.mu.Unlock()
+	}()
+	if delay > 0 {
+		select {
+		case <-time.After(delay):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]api.Worker(nil), f.workers...), f.err
+}
+
+func (f *fakeSource) Inflight(context.Context, string) ([]api.InflightRequest, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]api.InflightRequest(nil), f.inflight...), f.err
+}
+
+func (f *fakeSource) WorkerEvents(_ context.Context, q client.EventQuery) ([]api.WorkerEvent, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.eventQs = append(f.eventQs, q)
+	return append([]api.WorkerEvent(nil), f.events...), f.err
+}
+
+func (f *fakeSource) LatestVersion(context.Context) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.latest, f.err
+}
+
+func (f *fakeSource) UsageSummary(context.Context, int) (api.UsageSummary, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.summary, f.err
+}
+
+func (f *fakeSource) UsageLogs(context.Context, client.LogsQuery) ([]api.UsageRow, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]api.UsageRow(nil), f.rows...), f.err
+}
+
+func (f *fakeSource) stats() (polls, maxActive int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.polls, f.maxActive
+}

@@ -1,0 +1,453 @@
+package tui
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	tea "github.com/charmbracelet/bubbletea"
+	"github.com/charmbracelet/x/exp/teatest"
+
+	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/client"
+)
+
+// These tests run the whole program under teatest with a fake Source, a
+// fixed clock and a 10ms poll interval. With fixed data and a fixed clock
+// every poll draws the same frame, so the final frame is stable however
+// many polls ran; it is compared with View() of the final model rather than
+// the raw output stream, whose redraws depend on timing.
+
+const testTarget = "http://127.0.0.1:8080"
+
+func startTea(t *testing.T, src Source, w, h int) *teatest.TestModel {
+	t.Helper()
+	m := NewModel(src, Options{Interval: 10 * time.Millisecond, Now: fixedClock, Target: testTarget})
+	return teatest.NewTestModel(t, m, teatest.WithInitialTermSize(w, h))
+}
+
+// waitFor waits until the program has drawn all of ss. Each wait reads
+// the output from where the last one stopped, so it sees only what was
+// drawn since.
+func waitFor(t *testing.T, tm *teatest.TestModel, ss ...string) {
+	t.Helper()
+	teatest.WaitFor(t, tm.Output(), func(b []byte) bool {
+		for _, s := range ss {
+			if !bytes.Contains(b, []byte(s)) {
+				return false
+			}
+		}
+		return true
+	}, teatest.WithDuration(5*time.Second), teatest.WithCheckInterval(5*time.Millisecond))
+}
+
+func send(tm *teatest.TestModel, keys ...tea.KeyType) {
+	for _, k := range keys {
+		tm.Send(tea.KeyMsg{Type: k})
+	}
+}
+
+// quit quits with ctrl+c, as a user would (which also ends the model's
+// polls), and returns the final model.
+func quit(t *testing.T, tm *teatest.TestModel) Model {
+	t.Helper()
+	send(tm, tea.KeyCtrlC)
+	return tm.FinalModel(t, teatest.WithFinalTimeout(5*time.Second)).(Model)
+}
+
+func TestTeaPanes(t *testing.T) {
+	titles := []string{"In flight", "Workers", "Traffic", "Power", "Rental spend"}
+	for i, name := range []string{"inflight", "workers", "traffic", "power", "rental"} {
+		t.Run(name, func(t *testing.T) {
+			tm := startTea(t, newFake(), 80, 24)
+			waitFor(t, tm, "local-sim")
+			for range i {
+				send(tm, tea.KeyTab)
+			}
+			m := quit(t, tm)
+			if m.focus != paneID(i) {
+				t.Fatalf("focus = %v, want %v", m.focus, paneID(i))
+			}
+			view := m.View()
+			requireSize(t, view, 80, 24)
+			// The focused pane, and only it, has the heavy frame.
+			if !strings.Contains(view, "┏━ "+titles[i]) || strings.Count(view, "┏━") != 1 {
+				t.Errorf("pane %s is not the one highlighted:\n%s", titles[i], view)
+			}
+			golden(t, view)
+		})
+	}
+}
+
+func TestTeaShiftTabWraps(t *testing.T) {
+	tm := startTea(t, newFake(), 80, 24)
+	waitFor(t, tm, "local-sim")
+	send(tm, tea.KeyShiftTab)
+	if m := quit(t, tm); m.focus != paneRental {
+		t.Errorf("shift+tab from the first pane focused %v, want the last", m.focus)
+	}
+}
+
+func TestTeaMoveSelection(t *testing.T) {
+	tm := startTea(t, newFake(), 80, 24)
+	waitFor(t, tm, "local-sim")
+	tm.Type("jj")                      // down twice
+	send(tm, tea.KeyDown, tea.KeyDown) // twice more: the last row
+	send(tm, tea.KeyDown)              // stops at the end
+	tm.Type("k")                       // back up one
+	send(tm, tea.KeyTab, tea.KeyDown)  // the workers list has its own selection
+	m := quit(t, tm)
+	if got, want := m.inflight.list.selID, "req_b3f1d7aa"; got != want {
+		t.Errorf("in-flight selection = %s, want %s", got, want)
+	}
+	if got, want := m.workers.list.selID, "wk_01hq3a"; got != want {
+		t.Errorf("workers selection = %s, want %s", got, want)
+	}
+}
+
+func TestTeaFilter(t *testing.T) {
+	start := func(t *testing.T) *teatest.TestModel {
+		tm := startTea(t, newFake(), 80, 24)
+		waitFor(t, tm, "local-sim")
+		send(tm, tea.KeyTab) // workers
+		tm.Type("/gpu")
+		return tm
+	}
+	t.Run("typing", func(t *testing.T) {
+		tm := start(t)
+		m := quit(t, tm)
+		if !m.filtering || m.workers.list.filter != "gpu" {
+			t.Fatalf("filtering=%v filter=%q", m.filtering, m.workers.list.filter)
+		}
+		golden(t, m.View())
+	})
+	t.Run("applied", func(t *testing.T) {
+		tm := start(t)
+		send(tm, tea.KeyBackspace) // "gp"
+		tm.Type("u-b")
+		send(tm, tea.KeyEnter)
+		m := quit(t, tm)
+		view := m.View()
+		if m.filtering || m.workers.list.filter != "gpu-b" {
+			t.Fatalf("filtering=%v filter=%q", m.filtering, m.workers.list.filter)
+		}
+		if strings.Contains(view, "gpu-c") || !strings.Contains(view, "/gpu-b: 1 of 6") {
+			t.Errorf("filter not applied:\n%s", view)
+		}
+		golden(t, view)
+	})
+	t.Run("esc-clears", func(t *testing.T) {
+		tm := start(t)
+		send(tm, tea.KeyEnter, tea.KeyEsc)
+		m := quit(t, tm)
+		if m.workers.list.filter != "" || !strings.Contains(m.View(), "1-4 of 6") {
+			t.Errorf("esc left filter %q", m.workers.list.filter)
+		}
+	})
+	t.Run("esc-while-typing", func(t *testing.T) {
+		tm := start(t)
+		send(tm, tea.KeyEsc)
+		m := quit(t, tm)
+		if m.filtering || m.workers.list.filter != "" {
+			t.Errorf("filtering=%v filter=%q", m.filtering, m.workers.list.filter)
+		}
+	})
+	t.Run("in-flight", func(t *testing.T) {
+		tm := startTea(t, newFake(), 80, 24)
+		waitFor(t, tm, "local-sim")
+		tm.Type("/70b")
+		send(tm, tea.KeyEnter)
+		tm.Type("j") // keys act on the list again once the filter is kept
+		m := quit(t, tm)
+		if m.inflight.list.filter != "70b" || m.inflight.list.selID != "req_b3f1d7aa" {
+			t.Errorf("filter=%q selection=%s", m.inflight.list.filter, m.inflight.list.selID)
+		}
+	})
+	t.Run("not-on-traffic", func(t *testing.T) {
+		tm := startTea(t, newFake(), 80, 24)
+		waitFor(t, tm, "local-sim")
+		send(tm, tea.KeyTab, tea.KeyTab)
+		tm.Type("/")
+		if m := quit(t, tm); m.filtering {
+			t.Error("/ started a filter on the traffic pane")
+		}
+	})
+}
+
+func TestTeaDetails(t *testing.T) {
+	t.Run("worker", func(t *testing.T) {
+		fake := newFake()
+		tm := startTea(t, fake, 80, 24)
+		waitFor(t, tm, "local-sim")
+		send(tm, tea.KeyTab, tea.KeyDown, tea.KeyEnter) // gpu-a, second by name
+		waitFor(t, tm, "model_loaded")
+		m := quit(t, tm)
+		fake.set(func(f *fakeSource) {
+			if len(f.eventQs) != 1 || f.eventQs[0].WorkerID != "wk_01hq3a" || f.eventQs[0].Limit != eventsLimit {
+				t.Errorf("events queries = %+v", f.eventQs)
+			}
+		})
+		view := m.View()
+		requireSize(t, view, 80, 24)
+		golden(t, view)
+	})
+	t.Run("request", func(t *testing.T) {
+		tm := startTea(t, newFake(), 80, 24)
+		waitFor(t, tm, "local-sim")
+		send(tm, tea.KeyEnter) // the oldest request
+		waitFor(t, tm, "Request req_c9e2f5b0")
+		m := quit(t, tm)
+		golden(t, m.View())
+	})
+	t.Run("scroll", func(t *testing.T) {
+		tm := startTea(t, newFake(), 80, 16)
+		waitFor(t, tm, "local-sim")
+		send(tm, tea.KeyTab, tea.KeyDown, tea.KeyEnter)
+		waitFor(t, tm, "Worker gpu-a")
+		for range 50 {
+			tm.Type("j")
+		}
+		tm.Type("k")
+		m := quit(t, tm)
+		w, h := m.size()
+		if max := m.details.maxScroll(m.common(), &m.data, w, m.bodyHeight(h)); m.details.scroll != max-1 {
+			t.Errorf("scroll = %d, want one above the end (%d)", m.details.scroll, max-1)
+		}
+	})
+	for _, k := range []tea.KeyType{tea.KeyEsc, tea.KeyBackspace} {
+		t.Run("close-"+k.String(), func(t *testing.T) {
+			tm := startTea(t, newFake(), 80, 24)
+			waitFor(t, tm, "local-sim")
+			send(tm, tea.KeyEnter, k)
+			m := quit(t, tm)
+			if m.details.kind != noDetails {
+				t.Errorf("%s did not close the details", k)
+			}
+		})
+	}
+}
+
+func TestTeaPause(t *testing.T) {
+	fake := newFake()
+	tm := startTea(t, fake, 80, 24)
+	waitFor(t, tm, "local-sim")
+	tm.Type("p")
+	waitFor(t, tm, "paused")
+	// At most the poll already running when p was pressed completes.
+	before, _ := fake.stats()
+	time.Sleep(150 * time.Millisecond) // fifteen intervals
+	if after, _ := fake.stats(); after > before+1 {
+		t.Fatalf("%d polls while paused", after-before)
+	}
+	m := quit(t, tm)
+	if !m.paused {
+		t.Fatal("not paused")
+	}
+	view := m.View()
+	if !strings.Contains(view, "❚❚ paused") {
+		t.Errorf("no paused marker:\n%s", view)
+	}
+	golden(t, view)
+}
+
+func TestTeaResume(t *testing.T) {
+	fake := newFake()
+	tm := startTea(t, fake, 80, 24)
+	waitFor(t, tm, "local-sim")
+	tm.Type("p")
+	waitFor(t, tm, "paused")
+	time.Sleep(50 * time.Millisecond) // let the chain run out
+	before, _ := fake.stats()
+	tm.Type("p")
+	waitFor(t, tm, "● live")
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if n, _ := fake.stats(); n >= before+3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("polling did not resume")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if m := quit(t, tm); m.paused {
+		t.Error("still paused")
+	}
+}
+
+func TestTeaHelp(t *testing.T) {
+	tm := startTea(t, newFake(), 80, 24)
+	waitFor(t, tm, "local-sim")
+	tm.Type("?")
+	m := quit(t, tm)
+	view := m.View()
+	requireSize(t, view, 80, 24)
+	if !strings.Contains(view, "tab next pane") || !strings.Contains(view, "/ filter") {
+		t.Errorf("no help line:\n%s", view)
+	}
+	golden(t, view)
+}
+
+func TestTeaResize(t *testing.T) {
+	for _, size := range []struct {
+		name string
+		w, h int
+	}{
+		{"160x45", 160, 45},
+		{"120x40", 120, 40},
+		{"60x12", 60, 12}, // too small for five panes: the focused one only
+	} {
+		t.Run(size.name, func(t *testing.T) {
+			tm := startTea(t, newFake(), 80, 24)
+			waitFor(t, tm, "local-sim")
+			tm.Send(tea.WindowSizeMsg{Width: size.w, Height: size.h})
+			m := quit(t, tm)
+			view := m.View()
+			requireSize(t, view, size.w, size.h)
+			golden(t, view)
+		})
+	}
+}
+
+// TestTeaErrorRecovery takes the gateway away and brings it back: the
+// error shows with the last data kept and marked stale, then clears, and
+// new data shows.
+func TestTeaErrorRecovery(t *testing.T) {
+	fake := newFake()
+	tm := startTea(t, fake, 80, 24)
+	waitFor(t, tm, "local-sim")
+
+	fake.set(func(f *fakeSource) {
+		f.err = &client.ConnectError{Target: testTarget, Err: errors.New("dial tcp 127.0.0.1:8080: connect: connection refused")}
+	})
+	// Still polling, backing off up to five intervals.
+	waitFor(t, tm, "retrying in 50ms")
+	polls, _ := fake.stats()
+
+	fake.set(func(f *fakeSource) {
+		f.err = nil
+		f.workers = append(f.workers, api.Worker{WorkerID: "wk_new", WorkerName: "a100-new", Status: api.StatusHealthy, Version: "v1.3.0"})
+	})
+	waitFor(t, tm, "a100-new", "● live")
+	m := quit(t, tm)
+	if after, _ := fake.stats(); after <= polls {
+		t.Error("no poll after the gateway came back")
+	}
+	if m.failure.msg != "" || m.fails != 0 || m.retryIn != m.interval {
+		t.Errorf("error not cleared: %+v fails=%d retryIn=%s", m.failure, m.fails, m.retryIn)
+	}
+	view := m.View()
+	if strings.Contains(view, "unreachable") || !strings.Contains(view, "4/7 workers healthy") {
+		t.Errorf("final view:\n%s", view)
+	}
+}
+
+// TestTeaErrorKeepsData checks the frame while the gateway is down: the
+// data of the last good poll stays, with the error and its age.
+func TestTeaErrorKeepsData(t *testing.T) {
+	fake := newFake()
+	tm := startTea(t, fake, 80, 24)
+	waitFor(t, tm, "local-sim")
+	fake.set(func(f *fakeSource) {
+		f.err = &client.ConnectError{Target: testTarget, Err: errors.New("connection refused")}
+	})
+	// Quit once the backoff has reached its ceiling, so the frame does not
+	// depend on how many polls failed before the quit.
+	waitFor(t, tm, "gateway unreachable", "retrying in 50ms")
+	m := quit(t, tm)
+	view := m.View()
+	for _, want := range []string{"local-sim", "llama3.1:70b", "✖ gateway unreachable: connection refused", "stale 0s"} {
+		if !strings.Contains(view, want) {
+			t.Errorf("view lacks %q:\n%s", want, view)
+		}
+	}
+	if m.fails < 1 || m.retryIn != backoff(m.interval, m.fails, false) {
+		t.Errorf("no backoff: fails=%d retryIn=%s", m.fails, m.retryIn)
+	}
+	golden(t, view)
+}
+
+func TestTeaAuthError(t *testing.T) {
+	fake := newFake()
+	fake.set(func(f *fakeSource) { f.err = &client.Error{Status: 401, Message: "invalid API key"} })
+	tm := startTea(t, fake, 100, 24)
+	waitFor(t, tm, "unauthorized (401): invalid API key")
+	m := quit(t, tm)
+	if !m.failure.auth || m.retryIn != 5*m.interval {
+		t.Errorf("auth failure retried after %s, want the slowest backoff %s", m.retryIn, 5*m.interval)
+	}
+	golden(t, m.View())
+}
+
+// TestTeaSlowPollsDoNotPileUp polls every millisecond a gateway that takes
+// 30ms to answer: there must never be two polls at once.
+func TestTeaSlowPollsDoNotPileUp(t *testing.T) {
+	fake := newFake()
+	fake.set(func(f *fakeSource) { f.delay = 30 * time.Millisecond })
+	m := NewModel(fake, Options{Interval: time.Millisecond, Now: fixedClock})
+	tm := teatest.NewTestModel(t, m, teatest.WithInitialTermSize(80, 24))
+	time.Sleep(300 * time.Millisecond)
+	quit(t, tm)
+	polls, maxActive := fake.stats()
+	if maxActive != 1 || polls < 3 {
+		t.Errorf("polls=%d, at most %d at once; want several, one at a time", polls, maxActive)
+	}
+}
+
+// safeBuffer is an output that the program's goroutines may still be
+// writing to while a test reads it.
+type safeBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *safeBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *safeBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestRunQuitsOnQ(t *testing.T) {
+	var out safeBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(context.Background(), newFake(), Options{Interval: 10 * time.Millisecond, Target: testTarget}, strings.NewReader("q"), &out)
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("q did not quit")
+	}
+	if !strings.Contains(out.String(), "\x1b[?1049h") {
+		t.Error("the alternate screen was not used")
+	}
+}
+
+func TestRunEndsWithContext(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	var out safeBuffer
+	start := time.Now()
+	if err := Run(ctx, newFake(), Options{Interval: 10 * time.Millisecond, Target: testTarget}, nil, &out); err != nil {
+		t.Fatalf("Run = %v, want nil when the context ends", err)
+	}
+	if time.Since(start) > 5*time.Second {
+		t.Error("Run outlived its context")
+	}
+	if !strings.Contains(out.String(), "svc top") {
+		t.Error("nothing drawn")
+	}
+}
