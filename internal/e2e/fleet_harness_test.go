@@ -32,6 +32,7 @@ func startWorker(t testing.TB, gateway, tokenFile, name string, args ...string) 
 	argv := append([]string{"worker", "--gateway", gateway, "--token-file", tokenFile, "--name", name, "--log-format", "json"}, args...)
 	wp := &workerProc{t: t, Name: name, Log: newLogBuffer(), done: make(chan struct{})}
 	wp.cmd = exec.Command("svc", argv...)
+	wp.cmd.SysProcAttr = childAttr()
 	wp.cmd.Env = os.Environ()
 	stderr, err := wp.cmd.StderrPipe()
 	if err != nil {
@@ -212,6 +213,7 @@ func (p *proxy) cut() int {
 func startSim(t testing.TB, options string) string {
 	t.Helper()
 	cmd := exec.Command("svc", "sim", "--addr", "127.0.0.1:0", "--options", options)
+	cmd.SysProcAttr = childAttr()
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -140,6 +140,7 @@ func startServer(t testing.TB, dir string, args ...string) *server {
 	argv := append([]string{"serve", "--addr", "127.0.0.1:0", "--data", dir, "--log-format", "json"}, args...)
 	s := &server{t: t, Data: dir, Log: newLogBuffer(), done: make(chan struct{})}
 	s.cmd = exec.Command("svc", argv...)
+	s.cmd.SysProcAttr = childAttr()
 	s.cmd.Env = append(os.Environ(), "NO_COLOR=1")
 	stderr, err := s.cmd.StderrPipe()
 	if err != nil {
@@ -305,6 +306,7 @@ func (s *server) console(method, path, body string) reply {
 func svc(t testing.TB, env []string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	cmd := exec.Command("svc", args...)
+	cmd.SysProcAttr = childAttr()
 	cmd.Env = append(os.Environ(), env...)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
