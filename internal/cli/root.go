@@ -78,6 +78,7 @@ public API with an API key ('svc login' saves one).`,
 	}
 	root.AddCommand(
 		serve, worker, sim, admin,
+		NewCmdTop(f),
 		NewCmdWorkers(f, nil),
 		NewCmdModels(f, nil),
 		NewCmdUsage(f),
