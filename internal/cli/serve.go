@@ -34,6 +34,7 @@ type ServeOptions struct {
 	// Timing shortens the relay's clocks; hidden flags, for tests.
 	KeepAliveAfter time.Duration
 	KeepAliveEvery time.Duration
+	PprofAddr      string
 }
 
 // NewCmdServe builds `svc serve`; runF replaces the server in tests.
@@ -89,6 +90,7 @@ is and a ready curl command.`,
 	fl.DurationVar(&opts.KeepAliveEvery, "keepalive-every", 15*time.Second, "how often keep-alive bytes and comments are sent")
 	_ = fl.MarkHidden("keepalive-after")
 	_ = fl.MarkHidden("keepalive-every")
+	addPprofFlag(cmd, &opts.PprofAddr)
 	return cmd
 }
 
@@ -97,6 +99,11 @@ func runServe(ctx context.Context, f *Factory, opts *ServeOptions) error {
 	if err != nil {
 		return err
 	}
+	stopPprof, err := servePprof(ctx, opts.PprofAddr)
+	if err != nil {
+		return err
+	}
+	defer stopPprof()
 	cfg := server.Config{
 		Addr:         opts.Addr,
 		DataDir:      opts.DataDir,

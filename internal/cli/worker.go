@@ -32,6 +32,7 @@ type WorkerOptions struct {
 	DrainTimeout  time.Duration
 	LogLevel      string
 	LogFormat     string
+	PprofAddr     string
 }
 
 // NewCmdWorker builds `svc worker`; runF replaces the agent in tests.
@@ -91,6 +92,7 @@ to --drain-timeout), and exit.`,
 	fl.DurationVar(&opts.DrainTimeout, "drain-timeout", 5*time.Minute, "how long running requests may take to finish on shutdown")
 	fl.StringVar(&opts.LogLevel, "log-level", "info", "debug, info, warn or error (env SVC_LOG_LEVEL)")
 	fl.StringVar(&opts.LogFormat, "log-format", "auto", "text, json, or auto (env SVC_LOG_FORMAT)")
+	addPprofFlag(cmd, &opts.PprofAddr)
 	return cmd
 }
 
@@ -99,6 +101,11 @@ func runWorker(ctx context.Context, f *Factory, opts *WorkerOptions) error {
 	if err != nil {
 		return err
 	}
+	stopPprof, err := servePprof(ctx, opts.PprofAddr)
+	if err != nil {
+		return err
+	}
+	defer stopPprof()
 	token, err := workerToken(opts, f.Getenv)
 	if err != nil {
 		return err
