@@ -43,6 +43,18 @@ func (e *Engine) chat(ctx context.Context, req *engine.Request, sink engine.Sink
 // the reasoning fields of each choice's message. A body that needs no
 // change is returned as it came.
 func normaliseCompletion(b []byte, st *stats) ([]byte, *api.Result) {
+	if !bytes.Contains(b, []byte(keyTimings)) && !bytes.Contains(b, []byte(keyMetrics)) &&
+		!bytes.Contains(b, []byte(keyReasoning)) && json.Valid(b) {
+		if res, ok := readPlainCompletion(b, st); ok {
+			return b, res
+		}
+	}
+	return normaliseGeneral(b, st)
+}
+
+// normaliseGeneral is normaliseCompletion for any body: decoded into its
+// top-level members, edited, encoded again when it changed.
+func normaliseGeneral(b []byte, st *stats) ([]byte, *api.Result) {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(b, &m); err != nil || m == nil {
 		return nil, invalidResponse(fmt.Errorf("decode completion: %v", err))
@@ -63,6 +75,35 @@ func normaliseCompletion(b []byte, st *stats) ([]byte, *api.Result) {
 		return b, nil
 	}
 	return encodeObject(m), nil
+}
+
+// readPlainCompletion captures what normaliseCompletion does from a valid
+// completion that needs no change, in one pass over its top level. ok is
+// false when the general path must decide.
+func readPlainCompletion(b []byte, st *stats) (res *api.Result, ok bool) {
+	var choices, usage, errVal []byte
+	hasChoices := false
+	if !topMembers(b, func(key, val []byte) bool {
+		switch string(key) {
+		case "choices":
+			choices, hasChoices = val, true
+		case "usage":
+			usage = val
+		case "error":
+			errVal = val
+		}
+		return true
+	}) {
+		return nil, false
+	}
+	if !hasChoices && !isNull(errVal) {
+		return engine.ErrorResult(errorStatus(b), b), true
+	}
+	if !isNull(usage) {
+		st.captureUsage(usage)
+	}
+	st.finish = lastFinishReason(choices)
+	return nil, true
 }
 
 // embeddings serves an embeddings request. The response goes to the sink
