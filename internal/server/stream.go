@@ -1,10 +1,11 @@
 package server
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
+	"runtime/debug"
 	"strconv"
 	"time"
 
@@ -44,9 +45,59 @@ func (r *relay) startStream(c *call) error {
 	if pending == nil {
 		r.workerHeaders(h, r.lease.Worker)
 	}
-	c.ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
-		r.done(r.pump(&sse{w: w}, first, pending))
-	})
+	c.ctx.SetBodyStream(&eventStream{r: r, first: first, pending: pending}, -1)
+	return nil
+}
+
+// eventStream is a streaming response's body. fasthttp calls its WriteTo
+// on the connection's own goroutine, and every Write there goes out at
+// once as one chunk; so the stream needs no goroutine, pipe or buffer of
+// its own, which matters for a gateway holding thousands of them.
+type eventStream struct {
+	r       *relay
+	first   firstOutput
+	pending <-chan error
+	ran     bool
+}
+
+// SupportsBodyWriteTo tells fasthttp to use WriteTo, never Read.
+func (s *eventStream) SupportsBodyWriteTo() bool { return true }
+
+func (s *eventStream) WriteTo(w io.Writer) (int64, error) {
+	s.ran = true
+	defer func() {
+		// fasthttp turns a panic here into a write error; the request
+		// is still recorded and the bug logged rather than lost.
+		if p := recover(); p != nil {
+			s.r.s.log.Error("stream relay panicked", "panic", p, "stack", string(debug.Stack()))
+			s.r.done(&api.Error{Status: http.StatusInternalServerError, Message: "Internal error while streaming"})
+			panic(p)
+		}
+	}()
+	out := &sse{w: w}
+	s.r.done(s.r.pump(out, s.first, s.pending))
+	return out.n, out.err
+}
+
+func (s *eventStream) Read([]byte) (int, error) {
+	return 0, errors.New("an event stream is written with WriteTo")
+}
+
+// Close ends a stream whose body was never written, because the
+// connection failed or the server shut down first: the request is
+// abandoned like one whose client went away.
+func (s *eventStream) Close() error {
+	if s.ran {
+		return nil
+	}
+	s.ran = true
+	r := s.r
+	r.cancel()
+	if s.pending != nil {
+		<-s.pending // returns at once after the cancel
+	}
+	r.clientGone()
+	r.done(errClientGone)
 	return nil
 }
 
@@ -96,34 +147,45 @@ func (r *relay) begin() (firstOutput, error) {
 	}
 }
 
-// sse writes server-sent events and notices a departed client.
+// sse writes server-sent events, each in one Write so that each leaves
+// as one chunk, and notices a departed client.
 type sse struct {
-	w    *bufio.Writer
+	w    io.Writer
+	buf  []byte
+	n    int64
+	err  error
 	gone bool
 }
 
-func (e *sse) data(b []byte) {
+func (e *sse) write(b []byte) {
 	if e.gone {
 		return
 	}
-	_, _ = e.w.WriteString("data: ")
-	_, _ = e.w.Write(b)
-	_, _ = e.w.WriteString("\n\n")
-	e.gone = e.w.Flush() != nil
+	n, err := e.w.Write(b)
+	e.n += int64(n)
+	if err != nil {
+		e.err, e.gone = err, true
+	}
+}
+
+func (e *sse) data(b ...[]byte) {
+	e.buf = e.buf[:0]
+	for _, p := range b {
+		e.buf = append(e.buf, "data: "...)
+		e.buf = append(e.buf, p...)
+		e.buf = append(e.buf, "\n\n"...)
+	}
+	e.write(e.buf)
 }
 
 func (e *sse) comment(text string) {
-	if e.gone {
-		return
-	}
-	_, _ = e.w.WriteString(": " + text + "\n\n")
-	e.gone = e.w.Flush() != nil
+	e.buf = append(append(append(e.buf[:0], ": "...), text...), "\n\n"...)
+	e.write(e.buf)
 }
 
 // errorFrame sends an error after the response has started, then ends it.
 func (e *sse) errorFrame(err error) {
-	e.data(streamErrorPayload(err))
-	e.data([]byte("[DONE]"))
+	e.data(streamErrorPayload(err), []byte("[DONE]"))
 }
 
 // streamErrorPayload is the error object of a stream's error frame, and of
@@ -223,10 +285,7 @@ func (r *relay) pump(out *sse, first firstOutput, pending <-chan error) error {
 		}
 		r.res = res
 		r.lease.Release(fleet.Succeeded)
-		for _, chunk := range r.finalChunks() {
-			out.data(chunk)
-		}
-		out.data([]byte("[DONE]"))
+		out.data(append(r.finalChunks(), []byte("[DONE]"))...)
 		return nil
 	}
 }

@@ -48,7 +48,9 @@ func NewReader(r io.Reader, max int) *Reader {
 	s := &Reader{max: max}
 	s.sc = bufio.NewScanner(r)
 	// The scanner's limit is the larger of max and the initial capacity.
-	s.sc.Buffer(make([]byte, 0, min(4096, max)), max)
+	// Most events are a few hundred bytes and the buffer grows for the
+	// rest; a small start matters to a worker holding thousands of streams.
+	s.sc.Buffer(make([]byte, 0, min(1024, max)), max)
 	s.sc.Split(s.split.split)
 	return s
 }
