@@ -189,7 +189,11 @@ func (u *Usage) Record(orgID string, row api.UsageRow) {
 	name := row.WorkerName
 
 	u.w.add(func(tx *bbolt.Tx) error {
-		if err := tx.Bucket(bucketUsageRows).Put(rowKey, data); err != nil {
+		rows := tx.Bucket(bucketUsageRows)
+		// Keys grow with time, so pages only ever fill at the end: split
+		// them full rather than half full, which would double the file.
+		rows.FillPercent = 0.95
+		if err := rows.Put(rowKey, data); err != nil {
 			return fmt.Errorf("put usage row: %w", err)
 		}
 		if err := u.bump(tx.Bucket(bucketUsageDays), dayKey, &d, false, ""); err != nil {
