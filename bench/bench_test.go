@@ -1,0 +1,82 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// TestShort runs every scenario at small scale, so the harness cannot rot
+// unnoticed. The numbers are not judged here: this machine is shared and
+// noisy, and figures come from full runs. What is judged is that every
+// path answered and every scenario reported.
+func TestShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds svc and runs every scenario")
+	}
+	if err := os.Chdir(".."); err != nil { // the module root, where go build ./cmd/svc works
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "results.json")
+	if err := bench(context.Background(), shortScale(), out, func(string) bool { return true }, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r report
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]*scenario{}
+	for _, s := range r.Scenarios {
+		byName[s.Name] = s
+	}
+	paths := []string{"direct", "svc"}
+	if nginxBinary() != "" {
+		paths = append(paths, "nginx")
+	} else {
+		t.Log("nginx is not installed: its path was skipped")
+	}
+	for _, name := range []string{"unary-200rps", "unary-100rps-50ms", "max-throughput", "stream-50-chunks"} {
+		s := byName[name]
+		if s == nil {
+			t.Fatalf("scenario %s missing", name)
+		}
+		for _, p := range paths {
+			st, ok := s.Paths[p]
+			if !ok || st.Requests == 0 || st.Success != 1 {
+				t.Errorf("%s on %s: %+v", name, p, st)
+			}
+		}
+		if _, ok := s.Overhead["svc"]; !ok {
+			t.Errorf("%s: no svc overhead", name)
+		}
+	}
+	if s := byName["stream-50-chunks"]; s.Paths["svc"].TTFT == nil || s.Paths["svc"].Gap == nil {
+		t.Error("streaming scenario lacks ttft or chunk gaps")
+	}
+	if c := byName["cancel-to-engine"]; c == nil || c.Paths["svc"].Statuses["seen_by_engine"] == 0 {
+		t.Errorf("no cancel reached the engine through svc: %+v", c)
+	}
+	if c := byName["cancel-to-engine"]; c != nil && c.Paths["svc"].Statuses["logged_499"] != c.Paths["svc"].Statuses["seen_by_engine"] {
+		t.Errorf("cancelled requests missing from the usage log: %+v", c.Paths["svc"].Statuses)
+	}
+	if s := byName["saturation-429"]; s == nil || s.Paths["svc"].Statuses["429_too_many_requests"] == 0 {
+		t.Errorf("saturation produced no 429: %+v", s)
+	} else if share, _ := s.Extra["retry_after_share"].(float64); share != 1 {
+		t.Errorf("429s without Retry-After: %+v", s.Extra)
+	}
+	if s := byName["open-streams-50"]; s == nil {
+		t.Error("open streams: scenario missing")
+	} else if opened, _ := s.Extra["opened"].(float64); opened != 50 || s.Extra["rss_held_bytes"] == nil {
+		t.Errorf("open streams: %+v", s)
+	}
+	if r.Usage == nil || r.Usage.RowsPerSec == 0 || r.Usage.DBBytes == 0 || len(r.Usage.QueryMs) != 5 {
+		t.Errorf("usage bench: %+v", r.Usage)
+	}
+}

@@ -1,0 +1,326 @@
+// Command bench measures what a request pays for going through svc rather
+// than straight to the engine, in one run on one machine: the same load
+// direct, through nginx as a plain reverse proxy (when installed), and
+// through svc serve and svc worker.
+//
+//	go run ./bench                # the full run (several minutes)
+//	go run ./bench -short         # every scenario at small scale
+//	go run ./bench -only unary-1000rps,stream-50-chunks
+//
+// With two or more cores the harness (load generator and engine) runs on
+// CPU 1 and the system under test on CPU 0 with GOMAXPROCS=1, the same for
+// every path, so that the paths compete for the same CPU.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// harness holds what every scenario shares.
+type harness struct {
+	ctx    context.Context
+	scale  scale
+	dir    string
+	bin    string
+	engine *engine
+	paths  []*path
+	client *http.Client
+	report report
+}
+
+func (h *harness) log(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "bench: "+format+"\n", args...)
+}
+
+func (h *harness) path(name string) *path {
+	for _, p := range h.paths {
+		if p.name == name {
+			return p
+		}
+	}
+	return nil
+}
+
+// report is the JSON the harness writes.
+type report struct {
+	Machine   machine     `json:"machine"`
+	Short     bool        `json:"short"`
+	Repeat    int         `json:"repeat"`
+	Duration  string      `json:"duration"`
+	Skipped   []string    `json:"skipped,omitempty"`
+	Scenarios []*scenario `json:"scenarios"`
+	Usage     *usageBench `json:"usage,omitempty"`
+}
+
+type machine struct {
+	CPUs      int    `json:"cpus"`
+	CPUModel  string `json:"cpu_model"`
+	GoVersion string `json:"go_version"`
+	Kernel    string `json:"kernel"`
+	Pinned    bool   `json:"pinned"`
+	Time      string `json:"time"`
+}
+
+// numCPU is the machine's CPU count, as seen before the harness pinned
+// itself to one.
+func numCPU() int {
+	if n, err := strconv.Atoi(os.Getenv("SVC_BENCH_CPUS")); err == nil && n > 0 {
+		return n
+	}
+	return runtime.NumCPU()
+}
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	short := flag.Bool("short", false, "run every scenario at small scale (about a minute)")
+	out := flag.String("out", filepath.Join("bench", "results", "latest.json"), "where to write the JSON results")
+	only := flag.String("only", "", "comma-separated scenario names to run (default all)")
+	repeat := flag.Int("repeat", 0, "runs per path and scenario (default 3, 1 with -short)")
+	dur := flag.Duration("duration", 0, "measured time per run (default 10s, 500ms with -short)")
+	profile := flag.String("profile", "", "also profile the gateway and worker under load and write the profiles to this directory")
+	show := flag.String("show", "", "print the table of a results file instead of running")
+	flag.Parse()
+	if *show != "" {
+		return showResults(*show, os.Stdout)
+	}
+	if err := pinSelf(); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	raiseFileLimit()
+
+	sc := fullScale()
+	if *short {
+		sc = shortScale()
+	}
+	if *repeat > 0 {
+		sc.repeat = *repeat
+	}
+	if *dur > 0 {
+		sc.duration = *dur
+	}
+	want := func(name string) bool {
+		return *only == "" || slices.ContainsFunc(strings.Split(*only, ","), func(s string) bool { return strings.HasPrefix(name, s) })
+	}
+	sc.profile = *profile
+	return bench(ctx, sc, *out, want, os.Stdout)
+}
+
+// bench runs the scenarios want selects and writes the results.
+func bench(ctx context.Context, sc scale, out string, want func(string) bool, w io.Writer) error {
+	dir, err := os.MkdirTemp("", "svc-bench-")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if os.Getenv("SVC_BENCH_KEEP") == "" {
+			os.RemoveAll(dir)
+		} else {
+			fmt.Fprintln(os.Stderr, "bench: kept", dir)
+		}
+	}()
+	client := newClient()
+	h := &harness{ctx: ctx, scale: sc, dir: dir, client: client}
+	h.report = report{Machine: readMachine(), Short: sc.short, Repeat: sc.repeat, Duration: sc.duration.String()}
+
+	h.log("building svc")
+	h.bin = filepath.Join(dir, "svc")
+	build := exec.Command("go", "build", "-o", h.bin, "./cmd/svc")
+	build.Dir = moduleRoot()
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return fmt.Errorf("build svc: %w", err)
+	}
+	if h.engine, err = startEngine("tps=0,ttft=0"); err != nil {
+		return err
+	}
+	defer h.engine.close()
+
+	h.paths = []*path{directPath(h.engine)}
+	if np, err := nginxPath(dir, h.engine); err != nil {
+		return err
+	} else if np == nil {
+		h.report.Skipped = append(h.report.Skipped, "nginx: not installed, so the plain-proxy floor is not measured")
+		h.log("nginx not installed: skipping the nginx path")
+	} else {
+		h.paths = append(h.paths, np)
+	}
+	sp, err := svcPath(dir, h.bin, h.engine.url, svcOptions{})
+	if err != nil {
+		return err
+	}
+	h.paths = append(h.paths, sp)
+	defer func() {
+		for _, p := range h.paths {
+			p.stop()
+		}
+	}()
+
+	// Results are saved after every scenario, so an interrupted run keeps
+	// what it measured.
+	add := func(s *scenario) {
+		if s != nil {
+			h.report.Scenarios = append(h.report.Scenarios, s)
+			if err := h.save(out); err != nil {
+				h.log("save results: %v", err)
+			}
+		}
+	}
+	for _, rate := range sc.rates {
+		if name := fmt.Sprintf("unary-%grps", rate); want(name) {
+			add(h.unary(rate))
+		}
+	}
+	if name := fmt.Sprintf("unary-%grps-50ms", sc.slowRate); want(name) {
+		add(h.unarySlow(sc.slowRate))
+	}
+	if want("max-throughput") {
+		add(h.maxThroughput())
+	}
+	if want("stream-50-chunks") {
+		add(h.streaming())
+	}
+	if want("cancel-to-engine") {
+		add(h.cancels())
+	}
+	if want("saturation-429") {
+		add(h.saturation())
+	}
+	for _, n := range sc.streams {
+		if name := fmt.Sprintf("open-streams-%d", n); want(name) {
+			add(h.openStreams(n))
+		}
+	}
+	if sc.profile != "" {
+		if err := h.profileSvc(sc.profile); err != nil {
+			return err
+		}
+	}
+	if want("usage") {
+		ub, err := benchUsage(dir, sc.usage)
+		if err != nil {
+			return err
+		}
+		h.report.Usage = ub
+	}
+	printTable(w, &h.report)
+	if err := h.save(out); err != nil {
+		return err
+	}
+	if out != "" {
+		h.log("results written to %s", out)
+	}
+	return ctx.Err()
+}
+
+// showResults prints the table of a results file.
+func showResults(file string, w io.Writer) error {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return err
+	}
+	var r report
+	if err := json.Unmarshal(b, &r); err != nil {
+		return fmt.Errorf("%s: %w", file, err)
+	}
+	printTable(w, &r)
+	return nil
+}
+
+// save writes the results so far to out, when set.
+func (h *harness) save(out string) error {
+	if out == "" {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(h.report, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(out, b, 0o644)
+}
+
+func readMachine() machine {
+	m := machine{CPUs: numCPU(), GoVersion: runtime.Version(), Pinned: pinning(), Time: time.Now().UTC().Format(time.RFC3339)}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPUModel = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(b))
+	}
+	return m
+}
+
+// moduleRoot finds the directory holding go.mod, from the working
+// directory upward.
+func moduleRoot() string {
+	dir, _ := os.Getwd()
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return d
+		}
+		if filepath.Dir(d) == d {
+			return dir
+		}
+	}
+}
+
+// raiseFileLimit lifts the open-file limit as far as it goes: thousands of
+// streams need as many sockets, in the harness and its children. The hard
+// limit itself can be raised with the privilege to, up to the kernel's
+// nr_open.
+func raiseFileLimit() {
+	var r syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &r) != nil {
+		return
+	}
+	if b, err := os.ReadFile("/proc/sys/fs/nr_open"); err == nil {
+		if n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64); err == nil && n > r.Max {
+			if syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: n, Max: n}) == nil {
+				return
+			}
+		}
+	}
+	if r.Cur < r.Max {
+		r.Cur = r.Max
+		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &r)
+	}
+}
+
+// fileLimit is the open-file limit in force.
+func fileLimit() uint64 {
+	var r syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &r) != nil {
+		return 0
+	}
+	return r.Cur
+}

@@ -1,0 +1,244 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/svc-dev/svc/internal/engine/sim"
+)
+
+// engine is the simulator's OpenAI-compatible HTTP face, in the harness
+// process (on the load core). It notes when each request's context ends,
+// which is when a cancel reached it.
+type engine struct {
+	srv    *http.Server
+	url    string
+	served chan struct{}
+
+	mu    sync.Mutex
+	ended []time.Time
+}
+
+func startEngine(opts string) (*engine, error) {
+	cfg, err := sim.ParseOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	e := &engine{url: "http://" + ln.Addr().String(), served: make(chan struct{})}
+	h := sim.NewHandler(cfg)
+	e.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(w, r)
+		if r.Context().Err() != nil {
+			e.mu.Lock()
+			e.ended = append(e.ended, time.Now())
+			e.mu.Unlock()
+		}
+	}), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		defer close(e.served)
+		_ = e.srv.Serve(ln) // ErrServerClosed once closed
+	}()
+	return e, nil
+}
+
+// cancelled returns, and forgets, when cancelled requests ended.
+func (e *engine) cancelled() []time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := e.ended
+	e.ended = nil
+	return out
+}
+
+func (e *engine) close() {
+	_ = e.srv.Close()
+	<-e.served
+}
+
+// path is one way to reach the engine: direct, through nginx or through svc.
+type path struct {
+	name  string
+	base  string // where requests go
+	key   string // API key, svc only
+	procs []*proc
+	pprof map[string]string // process name -> profiling address, svc only
+}
+
+func (p *path) stop() {
+	for i := len(p.procs) - 1; i >= 0; i-- {
+		p.procs[i].stop()
+	}
+}
+
+func (p *path) usage() usage {
+	var u usage
+	for _, pr := range p.procs {
+		x := pr.usage()
+		u.cpu += x.cpu
+		u.rss += x.rss
+		u.hwm += x.hwm
+		u.valid = u.valid || x.valid
+	}
+	return u
+}
+
+func directPath(e *engine) *path { return &path{name: "direct", base: e.url} }
+
+// nginxBinary finds nginx, which Debian installs outside a user's PATH;
+// "" when it is not installed.
+func nginxBinary() string {
+	if bin, err := exec.LookPath("nginx"); err == nil {
+		return bin
+	}
+	for _, p := range []string{"/usr/sbin/nginx", "/usr/local/sbin/nginx"} {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+// nginxPath is nginx as a plain reverse proxy with keep-alive on both hops;
+// nil when nginx is not installed.
+func nginxPath(dir string, e *engine) (*path, error) {
+	bin := nginxBinary()
+	if bin == "" {
+		return nil, nil
+	}
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	ndir := filepath.Join(dir, "nginx")
+	if err := os.MkdirAll(filepath.Join(ndir, "tmp"), 0o755); err != nil {
+		return nil, err
+	}
+	conf := fmt.Sprintf(`worker_processes 1;
+daemon off;
+pid %[1]s/nginx.pid;
+error_log %[1]s/error.log warn;
+events { worker_connections 65536; }
+http {
+  access_log off;
+  client_body_temp_path %[1]s/tmp;
+  proxy_temp_path %[1]s/tmp;
+  fastcgi_temp_path %[1]s/tmp;
+  uwsgi_temp_path %[1]s/tmp;
+  scgi_temp_path %[1]s/tmp;
+  upstream engine { server %[2]s; keepalive 512; }
+  server {
+    listen %[3]s;
+    keepalive_requests 1000000;
+    location / {
+      proxy_pass http://engine;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+      proxy_read_timeout 3600s;
+    }
+  }
+}
+`, ndir, strings.TrimPrefix(e.url, "http://"), addr)
+	cf := filepath.Join(ndir, "nginx.conf")
+	if err := os.WriteFile(cf, []byte(conf), 0o644); err != nil {
+		return nil, err
+	}
+	p, err := start(dir, "nginx", []string{bin, "-c", cf, "-p", ndir})
+	if err != nil {
+		return nil, err
+	}
+	base := "http://" + addr
+	if err := waitHTTP(context.Background(), base+"/health"); err != nil {
+		p.stop()
+		return nil, fmt.Errorf("nginx: %w", err)
+	}
+	return &path{name: "nginx", base: base, procs: []*proc{p}}, nil
+}
+
+// svcOptions tune the svc path of a scenario.
+type svcOptions struct {
+	maxConcurrent int
+	queueHold     time.Duration
+}
+
+// svcPath is svc serve and one svc worker relaying to the engine with the
+// openai adapter, both on the system-under-test core.
+func svcPath(dir, bin, engineURL string, o svcOptions) (*path, error) {
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	port := addr[strings.LastIndexByte(addr, ':')+1:]
+	data := filepath.Join(dir, "svc-data-"+port)
+	_ = os.RemoveAll(data)
+	env := []string{"GOMAXPROCS=1"}
+	gwProf, _ := freeAddr()
+	wkProf, _ := freeAddr()
+	args := []string{bin, "serve", "--addr", addr, "--data", data, "--log-level", "warn", "--log-format", "json", "--pprof-addr", gwProf}
+	if o.queueHold > 0 {
+		args = append(args, "--queue-hold", o.queueHold.String())
+	}
+	gw, err := start(dir, "gateway-"+port, args, env...)
+	if err != nil {
+		return nil, err
+	}
+	p := &path{name: "svc", base: "http://" + addr, procs: []*proc{gw}, pprof: map[string]string{"gateway": gwProf, "worker": wkProf}}
+	if err := waitHTTP(context.Background(), p.base+"/healthz"); err != nil {
+		p.stop()
+		return nil, err
+	}
+	key, err := os.ReadFile(filepath.Join(data, "admin.key"))
+	if err != nil {
+		p.stop()
+		return nil, err
+	}
+	p.key = strings.TrimSpace(string(key))
+	if o.maxConcurrent == 0 {
+		o.maxConcurrent = 16384
+	}
+	wk, err := start(dir, "worker-"+port, []string{bin, "worker", "--gateway", p.base, "--token-file", filepath.Join(data, "worker.token"),
+		"--name", "bench", "--max-concurrent", fmt.Sprint(o.maxConcurrent), "--engine", "openai=" + engineURL,
+		"--log-level", "warn", "--log-format", "json", "--pprof-addr", wkProf}, env...)
+	if err != nil {
+		p.stop()
+		return nil, err
+	}
+	p.procs = append(p.procs, wk)
+	if err := waitWorker(context.Background(), p.base, p.key); err != nil {
+		p.stop()
+		return nil, err
+	}
+	return p, nil
+}
+
+// simProcess is `svc sim` in its own process on the load core: an engine
+// for scenarios whose sockets would not fit in the harness's open-file
+// limit beside the clients' own.
+func simProcess(dir, bin string) (*proc, string, error) {
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, "", err
+	}
+	p, err := startOn(loadCPU, dir, "sim-"+addr[strings.LastIndexByte(addr, ':')+1:], []string{bin, "sim", "--addr", addr, "--options", "tps=0,ttft=0"}, "GOMAXPROCS=1")
+	if err != nil {
+		return nil, "", err
+	}
+	url := "http://" + addr
+	if err := waitHTTP(context.Background(), url+"/v1/models"); err != nil {
+		p.stop()
+		return nil, "", err
+	}
+	return p, url, nil
+}

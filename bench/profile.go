@@ -1,0 +1,83 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+)
+
+// profileSvc loads svc with non-streaming requests in a closed loop while
+// fetching CPU profiles of the gateway and the worker, then their
+// allocation profiles. Read them with `go tool pprof DIR/gateway.cpu`.
+func (h *harness) profileSvc(dir string) error {
+	svc := h.path("svc")
+	if svc == nil || svc.pprof == nil {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	secs := max(int(h.scale.duration/time.Second), 2)
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for name, addr := range svc.pprof {
+		wg.Go(func() {
+			errs <- fetch(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, secs), filepath.Join(dir, name+".cpu"))
+		})
+	}
+	closedLoop(h.ctx, h.scale.conc, time.Duration(secs)*time.Second+500*time.Millisecond, unaryCall(h.client, svc, unaryBody))
+	wg.Wait()
+	for name, addr := range svc.pprof {
+		if err := fetch("http://"+addr+"/debug/pprof/allocs", filepath.Join(dir, name+".allocs")); err != nil {
+			return err
+		}
+	}
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	h.log("profiles written to %s (go tool pprof -top %s)", dir, filepath.Join(dir, "gateway.cpu"))
+	return nil
+}
+
+// heapProfiles saves the gateway's and the worker's live heap, named for
+// what is being held.
+func (h *harness) heapProfiles(svc *path, label string) {
+	if err := os.MkdirAll(h.scale.profile, 0o755); err != nil {
+		h.log("heap profiles: %v", err)
+		return
+	}
+	for name, addr := range svc.pprof {
+		base := filepath.Join(h.scale.profile, name+"."+label)
+		for file, url := range map[string]string{
+			base + ".heap":           "/debug/pprof/heap?gc=1",
+			base + ".memstats.txt":   "/debug/pprof/heap?debug=1", // ends with runtime.MemStats: stacks, GC
+			base + ".goroutines.txt": "/debug/pprof/goroutine?debug=1",
+		} {
+			if err := fetch("http://"+addr+url, file); err != nil {
+				h.log("profile: %v", err)
+			}
+		}
+	}
+}
+
+func fetch(url, file string) error {
+	resp, err := http.Get(url)
+	if err != nil {
+		return fmt.Errorf("fetch %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.Copy(f, resp.Body)
+	return err
+}

@@ -1,0 +1,415 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// scale sizes every scenario: full runs for people, short for the tests.
+type scale struct {
+	short    bool
+	repeat   int
+	warmup   time.Duration
+	duration time.Duration
+	rates    []float64
+	slowRate float64 // the rate of the scenario at fixed engine latency
+	streams  []int
+	cancels  int
+	conc     int
+	usage    int
+	profile  string // directory for CPU and allocation profiles, when set
+}
+
+func fullScale() scale {
+	return scale{repeat: 3, warmup: 2 * time.Second, duration: 10 * time.Second, rates: []float64{500, 1000, 2000, 5000},
+		slowRate: 1000, streams: []int{1000, 10000}, cancels: 50, conc: 64, usage: 1_000_000}
+}
+
+func shortScale() scale {
+	return scale{short: true, repeat: 1, warmup: 100 * time.Millisecond, duration: 500 * time.Millisecond, rates: []float64{200},
+		slowRate: 100, streams: []int{50}, cancels: 3, conc: 8, usage: 20_000}
+}
+
+// scenario is one measured comparison across paths.
+type scenario struct {
+	Name     string              `json:"name"`
+	Note     string              `json:"note,omitempty"`
+	Paths    map[string]stats    `json:"paths"`
+	Overhead map[string]overhead `json:"overhead,omitempty"` // path -> minus direct
+	Ratio    *float64            `json:"svc_over_nginx_overhead_ratio,omitempty"`
+	Extra    map[string]any      `json:"extra,omitempty"`
+	runs     map[string][]stats  // every repeat, before taking medians
+}
+
+// minRatioBase is the least nginx overhead, in ms, that svc's is divided
+// by: below it the ratio measures noise.
+const minRatioBase = 0.01
+
+// overhead is a path's percentiles minus direct's, in ms.
+type overhead struct {
+	P50  float64  `json:"p50_ms"`
+	P90  float64  `json:"p90_ms"`
+	P99  float64  `json:"p99_ms"`
+	P999 float64  `json:"p99.9_ms"`
+	TTFT *float64 `json:"ttft_p50_ms,omitempty"`
+	Gap  *float64 `json:"chunk_gap_p99_ms,omitempty"`
+}
+
+const unaryBody = `{"model":"sim-chat","messages":[{"role":"user","content":"hello\nsim: tokens=16"}]}`
+
+// slowBody is answered after a fixed 50 ms, so at 1000 requests a second
+// about 50 are in flight on every hop at once.
+const slowBody = `{"model":"sim-chat","messages":[{"role":"user","content":"hello\nsim: tokens=16 ttft=50ms"}]}`
+
+// streamBody streams 50 chunks at a fixed interval of 5 ms.
+const streamBody = `{"model":"sim-chat","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"stream\nsim: tokens=50 tps=200"}]}`
+
+// holdBody streams one token a second for a long time: an open stream.
+const holdBody = `{"model":"sim-chat","stream":true,"messages":[{"role":"user","content":"hold\nsim: tokens=100000 tps=1"}]}`
+
+// measure runs fn on every path, interleaved (A, B, C, A, B, C) and
+// repeated, and keeps the median of each figure.
+func (h *harness) measure(name string, paths []*path, fn func(p *path) stats) *scenario {
+	sc := &scenario{Name: name, Paths: map[string]stats{}, runs: map[string][]stats{}}
+	for range h.scale.repeat {
+		for _, p := range paths {
+			runtime.GC()
+			before := p.usage()
+			start := time.Now()
+			st := fn(p)
+			after := p.usage()
+			if before.valid && after.valid {
+				st.CPU = (after.cpu - before.cpu).Seconds() / time.Since(start).Seconds()
+				st.PeakRSS = after.hwm
+			}
+			sc.runs[p.name] = append(sc.runs[p.name], st)
+		}
+	}
+	for n, runs := range sc.runs {
+		sc.Paths[n] = median(runs)
+	}
+	sc.overheads()
+	h.log("%s done", name)
+	return sc
+}
+
+// median takes the median run by p50 latency and keeps its figures.
+func median(runs []stats) stats {
+	sorted := slices.Clone(runs)
+	slices.SortFunc(sorted, func(a, b stats) int {
+		switch {
+		case a.Latency.P50 < b.Latency.P50:
+			return -1
+		case a.Latency.P50 > b.Latency.P50:
+			return 1
+		}
+		return 0
+	})
+	return sorted[len(sorted)/2]
+}
+
+func (sc *scenario) overheads() {
+	d, ok := sc.Paths["direct"]
+	if !ok {
+		return
+	}
+	sc.Overhead = map[string]overhead{}
+	for n, s := range sc.Paths {
+		if n == "direct" {
+			continue
+		}
+		o := overhead{P50: s.Latency.P50 - d.Latency.P50, P90: s.Latency.P90 - d.Latency.P90,
+			P99: s.Latency.P99 - d.Latency.P99, P999: s.Latency.P999 - d.Latency.P999}
+		if s.TTFT != nil && d.TTFT != nil {
+			v := s.TTFT.P50 - d.TTFT.P50
+			o.TTFT = &v
+		}
+		if s.Gap != nil && d.Gap != nil {
+			v := s.Gap.P99 - d.Gap.P99
+			o.Gap = &v
+		}
+		sc.Overhead[n] = o
+	}
+	if s, ok := sc.Overhead["svc"]; ok {
+		if n, ok := sc.Overhead["nginx"]; ok && n.P50 >= minRatioBase {
+			r := s.P50 / n.P50
+			sc.Ratio = &r
+		}
+	}
+}
+
+// unary is non-streaming chat at a constant rate.
+func (h *harness) unary(rate float64) *scenario {
+	return h.openLoopScenario(fmt.Sprintf("unary-%grps", rate), rate, unaryBody)
+}
+
+// unarySlow is non-streaming chat at a constant rate against an engine
+// that takes a fixed time to answer: the overhead with many requests in
+// flight rather than one at a time.
+func (h *harness) unarySlow(rate float64) *scenario {
+	sc := h.openLoopScenario(fmt.Sprintf("unary-%grps-50ms", rate), rate, slowBody)
+	sc.Note = "the engine answers after 50 ms"
+	return sc
+}
+
+// openLoopScenario sends body at rate on every path, after a warm-up.
+func (h *harness) openLoopScenario(name string, rate float64, body string) *scenario {
+	return h.measure(name, h.paths, func(p *path) stats {
+		do := unaryCall(h.client, p, body)
+		openLoop(h.ctx, rate, h.scale.warmup, do)
+		outs, el := openLoop(h.ctx, rate, h.scale.duration, do)
+		st := summarise(outs, el)
+		st.Target = rate
+		return st
+	})
+}
+
+// maxThroughput keeps conc requests in flight: the most each path answers.
+func (h *harness) maxThroughput() *scenario {
+	sc := h.measure("max-throughput", h.paths, func(p *path) stats {
+		do := unaryCall(h.client, p, unaryBody)
+		closedLoop(h.ctx, h.scale.conc, h.scale.warmup, do)
+		outs, el := closedLoop(h.ctx, h.scale.conc, h.scale.duration, do)
+		st := summarise(outs, el)
+		return st
+	})
+	sc.Note = fmt.Sprintf("closed loop, %d requests in flight", h.scale.conc)
+	if s, ok := sc.Paths["svc"]; ok {
+		if n, ok := sc.Paths["nginx"]; ok && n.Achieved > 0 {
+			sc.Extra = map[string]any{"svc_over_nginx_throughput": s.Achieved / n.Achieved}
+		}
+	}
+	return sc
+}
+
+// streaming is 50-chunk streams at a fixed chunk interval.
+func (h *harness) streaming() *scenario {
+	rate := 40.0
+	if h.scale.short {
+		rate = 10
+	}
+	sc := h.measure("stream-50-chunks", h.paths, func(p *path) stats {
+		do := streamCall(h.client, p, streamBody)
+		outs, el := openLoop(h.ctx, rate, h.scale.duration+h.scale.warmup, do)
+		st := summarise(outs, el)
+		st.Target = rate
+		return st
+	})
+	sc.Note = "engine sends a chunk every 5 ms; ttft and gaps measured at the client"
+	return sc
+}
+
+// openStreams holds n streams open at once through svc and reports the
+// memory the gateway and worker use for them. It has a gateway, worker
+// and engine of its own: fresh processes, and an engine process whose
+// sockets do not count against the harness's open-file limit.
+func (h *harness) openStreams(n int) *scenario {
+	sc := &scenario{Name: fmt.Sprintf("open-streams-%d", n), Paths: map[string]stats{}, Extra: map[string]any{}}
+	if limit := fileLimit(); limit < uint64(n+1000) {
+		sc.Note = fmt.Sprintf("skipped: %d streams need about %d open files in the harness, the limit is %d (ulimit -n)", n, n+1000, limit)
+		h.log("%s %s", sc.Name, sc.Note)
+		return sc
+	}
+	sim, url, err := simProcess(h.dir, h.bin)
+	if err != nil {
+		sc.Note = "skipped: " + err.Error()
+		return sc
+	}
+	defer sim.stop()
+	svc, err := svcPath(h.dir, h.bin, url, svcOptions{})
+	if err != nil {
+		sc.Note = "skipped: " + err.Error()
+		return sc
+	}
+	defer svc.stop()
+	runtime.GC()
+	time.Sleep(200 * time.Millisecond)
+	base := svc.usage()
+	ctx, cancel := context.WithCancel(h.ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	opened, failed := 0, 0
+	ready := make(chan struct{}, n)
+	for range n {
+		wg.Go(func() {
+			resp, err := h.client.Do(chatRequest(ctx, svc, holdBody))
+			if err == nil && resp.StatusCode == 200 {
+				br := bufio.NewReader(resp.Body)
+				for {
+					line, err := br.ReadString('\n')
+					if err != nil || strings.Contains(line, `"content"`) {
+						break
+					}
+				}
+				mu.Lock()
+				opened++
+				mu.Unlock()
+				ready <- struct{}{}
+				<-ctx.Done()
+				resp.Body.Close()
+				return
+			}
+			if resp != nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+			mu.Lock()
+			failed++
+			mu.Unlock()
+			ready <- struct{}{}
+		})
+		// Open at a steady pace rather than all at once.
+		time.Sleep(200 * time.Microsecond)
+	}
+	deadline := time.NewTimer(2 * time.Minute)
+	defer deadline.Stop()
+wait:
+	for range n {
+		select {
+		case <-ready:
+		case <-deadline.C:
+			h.log("%s: only some streams opened within 2 minutes", sc.Name)
+			break wait
+		}
+	}
+	time.Sleep(500 * time.Millisecond)
+	held := svc.usage()
+	if h.scale.profile != "" {
+		h.heapProfiles(svc, fmt.Sprintf("streams-%d", n))
+	}
+	cancel()
+	wg.Wait()
+	sc.Note = "memory is the gateway's and the worker's together"
+	sc.Extra["opened"] = opened
+	sc.Extra["failed"] = failed
+	sc.Extra["rss_before_bytes"] = base.rss
+	sc.Extra["rss_held_bytes"] = held.rss
+	sc.Extra["peak_rss_bytes"] = held.hwm
+	if opened > 0 {
+		sc.Extra["rss_per_stream"] = float64(held.rss-base.rss) / float64(opened)
+	}
+	h.log("%s done: %d open, RSS %.0f MiB", sc.Name, opened, float64(held.rss)/(1<<20))
+	return sc
+}
+
+// saturation fills the engine's slots (a worker with 4) with twice as many
+// clients and measures how fast the 429s come back.
+func (h *harness) saturation() *scenario {
+	sc := &scenario{Name: "saturation-429", Paths: map[string]stats{}}
+	p, err := svcPath(h.dir, h.bin, h.engine.url, svcOptions{maxConcurrent: 4, queueHold: time.Millisecond})
+	if err != nil {
+		sc.Note = "skipped: " + err.Error()
+		return sc
+	}
+	defer p.stop()
+	body := `{"model":"sim-chat","messages":[{"role":"user","content":"slow\nsim: tokens=4 ttft=200ms"}]}`
+	outs, el := closedLoop(h.ctx, 8, h.scale.duration+h.scale.warmup, unaryCall(h.client, p, body))
+	sc.Paths["svc"] = summarise(outs, el, http.StatusTooManyRequests)
+	limited, withRetry := 0, 0
+	for _, o := range outs {
+		if o.status == http.StatusTooManyRequests {
+			limited++
+			if o.retry != "" {
+				withRetry++
+			}
+		}
+	}
+	if limited > 0 {
+		sc.Extra = map[string]any{"retry_after_share": float64(withRetry) / float64(limited)}
+	}
+	sc.Note = "worker with 4 slots, 8 clients, queue hold 1 ms; latency is of the 429 answers"
+	h.log("%s done", sc.Name)
+	return sc
+}
+
+// cancels measures how long a client's cancel takes to reach the engine:
+// the client closes after the first chunk, the engine notes when its
+// request ended.
+func (h *harness) cancels() *scenario {
+	sc := &scenario{Name: "cancel-to-engine", Paths: map[string]stats{}}
+	for _, p := range h.paths {
+		var lat []time.Duration
+		for range h.scale.cancels {
+			h.engine.cancelled()
+			ctx, cancel := context.WithCancel(h.ctx)
+			resp, err := h.client.Do(chatRequest(ctx, p, holdBody))
+			if err != nil {
+				cancel()
+				continue
+			}
+			br := bufio.NewReader(resp.Body)
+			for {
+				line, err := br.ReadString('\n')
+				if err != nil || strings.Contains(line, `"content"`) {
+					break
+				}
+			}
+			closed := time.Now()
+			cancel()
+			resp.Body.Close()
+			deadline := time.Now().Add(5 * time.Second)
+			for time.Now().Before(deadline) {
+				if ends := h.engine.cancelled(); len(ends) > 0 {
+					lat = append(lat, ends[0].Sub(closed))
+					break
+				}
+				time.Sleep(100 * time.Microsecond)
+			}
+		}
+		s := stats{Requests: h.scale.cancels, Latency: pct(lat), Statuses: map[string]int{"seen_by_engine": len(lat)}}
+		if p.key != "" {
+			s.Statuses["logged_499"] = h.loggedCancels(p, len(lat))
+		}
+		sc.Paths[p.name] = s
+	}
+	sc.overheads()
+	sc.Note = "latency is from the client closing to the engine's request ending"
+	h.log("%s done", sc.Name)
+	return sc
+}
+
+// loggedCancels counts the usage log's recent rows with status 499 (each
+// cancelled request must be recorded), waiting up to two seconds for want
+// of them: rows are written in groups every 100 ms.
+func (h *harness) loggedCancels(p *path, want int) int {
+	n := 0
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if n = h.count499(p); n >= want {
+			break
+		}
+	}
+	return n
+}
+
+func (h *harness) count499(p *path) int {
+	req, _ := http.NewRequestWithContext(h.ctx, "GET", p.base+"/api/v1/usage/logs?limit=1000", nil)
+	req.Header.Set("Authorization", "Bearer "+p.key)
+	resp, err := h.client.Do(req)
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	var rows []struct {
+		StatusCode int `json:"status_code"`
+	}
+	if json.NewDecoder(resp.Body).Decode(&rows) != nil {
+		return 0
+	}
+	n := 0
+	for _, r := range rows {
+		if r.StatusCode == 499 {
+			n++
+		}
+	}
+	return n
+}
