@@ -130,10 +130,7 @@ func NewCmdUsageLogs(f *Factory, runF func(*UsageLogsOptions) error) *cobra.Comm
   svc usage logs --json --jq '.[] | select(.status_code==499) | .id'`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkRange("--limit", opts.Query.Limit, 1, 1000); err != nil {
-				return err
-			}
-			if err := checkRange("--offset", opts.Query.Offset, 0, maxOffset); err != nil {
+			if err := checkPage(opts.Query.Limit, opts.Query.Offset); err != nil {
 				return err
 			}
 			if err := opts.Exporter.Prepare(); err != nil {

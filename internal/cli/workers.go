@@ -148,10 +148,7 @@ are kept for 30 days.`,
   svc workers events --type health_changed --json`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkRange("--limit", opts.Query.Limit, 1, 1000); err != nil {
-				return err
-			}
-			if err := checkRange("--offset", opts.Query.Offset, 0, maxOffset); err != nil {
+			if err := checkPage(opts.Query.Limit, opts.Query.Offset); err != nil {
 				return err
 			}
 			if err := opts.Exporter.Prepare(); err != nil {
@@ -220,6 +217,15 @@ const maxOffset = 1<<31 - 1
 
 // checkRange refuses a flag value outside [lo, hi] as a usage error, as
 // the API would with a 422, before anything is sent.
+// checkPage checks --limit and --offset of a paged listing against the
+// API's ranges, so a mistake is a usage error before any request.
+func checkPage(limit, offset int) error {
+	if err := checkRange("--limit", limit, 1, 1000); err != nil {
+		return err
+	}
+	return checkRange("--offset", offset, 0, maxOffset)
+}
+
 func checkRange(flag string, v, lo, hi int) error {
 	if v < lo || v > hi {
 		if hi == maxOffset {
