@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"io"
 	"net"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -17,12 +16,8 @@ import (
 
 // workerProc is a running `svc worker`.
 type workerProc struct {
-	t    testing.TB
-	cmd  *exec.Cmd
+	*child
 	Name string
-	Log  *logBuffer
-	done chan struct{}
-	err  error
 }
 
 // startWorker runs `svc worker` against gateway with the token in
@@ -30,45 +25,9 @@ type workerProc struct {
 func startWorker(t testing.TB, gateway, tokenFile, name string, args ...string) *workerProc {
 	t.Helper()
 	argv := append([]string{"worker", "--gateway", gateway, "--token-file", tokenFile, "--name", name, "--log-format", "json"}, args...)
-	wp := &workerProc{t: t, Name: name, Log: newLogBuffer(), done: make(chan struct{})}
-	wp.cmd = exec.Command("svc", argv...)
-	wp.cmd.SysProcAttr = childAttr()
-	wp.cmd.Env = os.Environ()
-	stderr, err := wp.cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := wp.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		wp.Log.consume(stderr)
-		wp.err = wp.cmd.Wait()
-		close(wp.done)
-	}()
-	t.Cleanup(func() {
-		wp.stop(syscall.SIGKILL)
-		checkCrash(t, "svc worker "+name, wp.Log)
-	})
+	wp := &workerProc{child: startChild(t, "svc worker "+name, argv), Name: name}
 	wp.Log.wait(t, "connected to the gateway", 15*time.Second)
 	return wp
-}
-
-func (wp *workerProc) stop(sig syscall.Signal) error {
-	select {
-	case <-wp.done:
-		return wp.err
-	default:
-	}
-	_ = wp.cmd.Process.Signal(sig)
-	select {
-	case <-wp.done:
-	case <-time.After(20 * time.Second):
-		_ = wp.cmd.Process.Kill()
-		<-wp.done
-		wp.t.Errorf("svc worker did not exit within 20s of %v", sig)
-	}
-	return wp.err
 }
 
 func (s *server) tokenFile() string { return filepath.Join(s.Data, "worker.token") }

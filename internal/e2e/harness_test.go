@@ -119,15 +119,66 @@ func checkCrash(t testing.TB, what string, l *logBuffer) {
 	}
 }
 
-// server is a running `svc serve`.
-type server struct {
+// child is a running svc process whose log the test reads.
+type child struct {
 	t    testing.TB
+	what string // "svc serve", "svc worker NAME": for messages
 	cmd  *exec.Cmd
-	URL  string
-	Data string
 	Log  *logBuffer
 	done chan struct{}
 	err  error // exit status, once done is closed
+}
+
+// startChild runs svc with argv and extra environment. It is killed, and
+// its log checked for races and panics, when the test ends.
+func startChild(t testing.TB, what string, argv []string, env ...string) *child {
+	t.Helper()
+	c := &child{t: t, what: what, Log: newLogBuffer(), done: make(chan struct{})}
+	c.cmd = exec.Command("svc", argv...)
+	c.cmd.SysProcAttr = childAttr()
+	c.cmd.Env = append(os.Environ(), env...)
+	stderr, err := c.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		c.Log.consume(stderr)
+		c.err = c.cmd.Wait()
+		close(c.done)
+	}()
+	t.Cleanup(func() {
+		c.stop(syscall.SIGKILL)
+		checkCrash(t, what, c.Log)
+	})
+	return c
+}
+
+// stop sends sig and waits for the process to exit, returning its error.
+func (c *child) stop(sig syscall.Signal) error {
+	select {
+	case <-c.done:
+		return c.err
+	default:
+	}
+	_ = c.cmd.Process.Signal(sig)
+	select {
+	case <-c.done:
+	case <-time.After(20 * time.Second):
+		_ = c.cmd.Process.Kill()
+		<-c.done
+		c.t.Errorf("%s did not exit within 20s of %v", c.what, sig)
+	}
+	return c.err
+}
+
+// server is a running `svc serve`.
+type server struct {
+	*child
+	URL  string
+	Data string
 }
 
 // startServer runs `svc serve` on a random loopback port with data dir dir
@@ -138,47 +189,10 @@ func startServer(t testing.TB, dir string, args ...string) *server {
 		dir = t.TempDir()
 	}
 	argv := append([]string{"serve", "--addr", "127.0.0.1:0", "--data", dir, "--log-format", "json"}, args...)
-	s := &server{t: t, Data: dir, Log: newLogBuffer(), done: make(chan struct{})}
-	s.cmd = exec.Command("svc", argv...)
-	s.cmd.SysProcAttr = childAttr()
-	s.cmd.Env = append(os.Environ(), "NO_COLOR=1")
-	stderr, err := s.cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		s.Log.consume(stderr)
-		s.err = s.cmd.Wait()
-		close(s.done)
-	}()
-	t.Cleanup(func() {
-		s.stop(syscall.SIGKILL)
-		checkCrash(t, "svc serve", s.Log)
-	})
+	s := &server{child: startChild(t, "svc serve", argv, "NO_COLOR=1"), Data: dir}
 	rec := s.Log.wait(t, "listening", 15*time.Second)
 	s.URL = rec["url"].(string)
 	return s
-}
-
-// stop sends sig and waits for the process to exit, returning its error.
-func (s *server) stop(sig syscall.Signal) error {
-	select {
-	case <-s.done:
-		return s.err
-	default:
-	}
-	_ = s.cmd.Process.Signal(sig)
-	select {
-	case <-s.done:
-	case <-time.After(20 * time.Second):
-		_ = s.cmd.Process.Kill()
-		<-s.done
-		s.t.Errorf("svc serve did not exit within 20s of %v", sig)
-	}
-	return s.err
 }
 
 // wait blocks until the process exits or timeout passes.
