@@ -51,6 +51,7 @@ func (s *Server) authorize(c *call, console bool) error {
 		return err
 	}
 	c.principal = p
+	c.org, _ = s.accounts.OrgByID(p.OrgID)
 	if err := p.Require(c.route.perm); err != nil {
 		return err
 	}
@@ -59,12 +60,10 @@ func (s *Server) authorize(c *call, console bool) error {
 			return err
 		}
 	}
-	if c.route.e2e {
-		// No encrypted envelope is accepted on these routes, so every request
-		// reaching here is plaintext.
-		if org, ok := s.accounts.OrgByID(p.OrgID); ok && org.Settings.RequireE2E {
-			return errE2ERequired
-		}
+	// No encrypted envelope is accepted on these routes, so every request
+	// reaching here is plaintext.
+	if c.route.e2e && c.org.Settings.RequireE2E {
+		return errE2ERequired
 	}
 	return nil
 }
@@ -72,9 +71,8 @@ func (s *Server) authorize(c *call, console bool) error {
 // planGated refuses organisations on the Free plan with 403 plan_required.
 func (s *Server) planGated(feature string, next func(*call) error) func(*call) error {
 	return func(c *call) error {
-		org, ok := s.accounts.OrgByID(c.principal.OrgID)
-		if !ok || !org.Plan.Paid() {
-			return api.PlanRequired("%s is part of the Pro and Enterprise plans; this organisation is on %s", feature, org.Plan)
+		if !c.org.Plan.Paid() {
+			return api.PlanRequired("%s is part of the Pro and Enterprise plans; this organisation is on %s", feature, c.org.Plan)
 		}
 		return next(c)
 	}

@@ -27,7 +27,8 @@ type clientWatch struct {
 	started bool
 	closed  bool
 	done    chan struct{}
-	// fallback probes connections the kernel cannot watch for us.
+	// failed is set when epoll cannot be set up; nothing is watched then
+	// and a departed client is noticed on the next failed write.
 	failed bool
 }
 
@@ -40,7 +41,7 @@ func newClientWatch(time.Duration) *clientWatch {
 	return &clientWatch{epfd: -1, wakefd: -1, entries: map[int32]*watchEntry{}, done: make(chan struct{})}
 }
 
-// init creates the epoll instance on first use; the caller holds w.mu.
+// initLocked creates the epoll instance on first use; the caller holds w.mu.
 func (w *clientWatch) initLocked() bool {
 	if w.started || w.failed {
 		return w.started

@@ -12,8 +12,7 @@ import (
 // chatCompletions is POST /v1/chat/completions: validate, fit the request
 // to the model, relay.
 func (s *Server) chatCompletions(c *call) error {
-	org, _ := s.accounts.OrgByID(c.principal.OrgID)
-	req, err := chat.Parse(c.ctx.PostBody(), chat.Options{AllowRemoteImages: org.Settings.AllowRemoteImageURLs})
+	req, err := chat.Parse(c.ctx.PostBody(), chat.Options{AllowRemoteImages: c.org.Settings.AllowRemoteImageURLs})
 	if err != nil {
 		return err
 	}
@@ -58,20 +57,20 @@ func checkEmbeddings(body []byte) (string, error) {
 	}
 	var v api.Validator
 	var model string
-	switch raw, ok := req["model"]; {
-	case !ok || isNull(raw):
+	switch raw := req["model"]; {
+	case !present(raw):
 		v.Add("model", api.FieldMissing, "required")
 	case json.Unmarshal(raw, &model) != nil || model == "":
 		v.Add("model", api.FieldWrongType, "expected a model id")
 	}
 	checkEmbeddingInput(&v, req["input"])
-	if raw, ok := req["encoding_format"]; ok && !isNull(raw) {
+	if raw := req["encoding_format"]; present(raw) {
 		var f string
 		if json.Unmarshal(raw, &f) != nil || (f != "float" && f != "base64") {
 			v.Add("encoding_format", api.FieldEnum, "one of float, base64")
 		}
 	}
-	if raw, ok := req["dimensions"]; ok && !isNull(raw) {
+	if raw := req["dimensions"]; present(raw) {
 		var n int
 		if json.Unmarshal(raw, &n) != nil || n < 1 {
 			v.Add("dimensions", api.FieldOutOfRange, "must be a whole number of at least 1")
@@ -83,7 +82,7 @@ func checkEmbeddings(body []byte) (string, error) {
 const maxEmbeddingInputs = 2048
 
 func checkEmbeddingInput(v *api.Validator, raw json.RawMessage) {
-	if len(raw) == 0 || isNull(raw) {
+	if !present(raw) {
 		v.Add("input", api.FieldMissing, "required")
 		return
 	}
@@ -124,4 +123,7 @@ func checkEmbeddingInput(v *api.Validator, raw json.RawMessage) {
 	}
 }
 
-func isNull(raw json.RawMessage) bool { return bytes.Equal(bytes.TrimSpace(raw), []byte("null")) }
+// present reports whether a field was sent with a value other than null.
+func present(raw json.RawMessage) bool {
+	return len(raw) > 0 && !bytes.Equal(bytes.TrimSpace(raw), []byte("null"))
+}

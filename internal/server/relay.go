@@ -93,7 +93,6 @@ type relay struct {
 	firstToken       time.Time
 	content          strings.Builder
 	contentTruncated bool
-	hadContent       bool
 	hadReasoning     bool
 	toolCalls        bool
 	finish           string
@@ -159,9 +158,7 @@ func (r *relay) done(failure error) {
 // acquire gets a slot on a worker not yet tried.
 func (r *relay) acquire() error {
 	r.attempts++
-	start := time.Now()
 	l, err := r.s.fleet.Acquire(r.ctx, r.need)
-	r.queueWait += time.Since(start)
 	if errors.Is(err, fleet.ErrTriedAll) && r.lastErr != nil {
 		return r.lastErr
 	}
@@ -173,6 +170,7 @@ func (r *relay) acquire() error {
 	}
 	r.lease = l
 	r.st = nil
+	r.queueWait += l.QueueWait
 	r.current.Store(&l.Worker)
 	r.entry.Assign(l.Worker.ID, l.Worker.Name)
 	return nil
@@ -195,6 +193,8 @@ func (r *relay) failed(o fleet.Outcome, cause error) bool {
 	r.lastErr = cause
 	r.lease.Release(o)
 	r.need.Exclude = append(r.need.Exclude, r.lease.Worker.ID)
+	// Waiting again: a keep-alive reply starting now names no worker.
+	r.current.Store(nil)
 	r.entry.Assign("", "")
 	return r.attempts < maxAttempts && r.ctx.Err() == nil
 }
@@ -231,6 +231,17 @@ func (r *relay) lostError(err error) error {
 	}
 	return &api.Error{Status: http.StatusServiceUnavailable, Code: "worker_lost", RetryAfter: time.Second,
 		Message: "The response from worker " + name + " could not be relayed; retry", Err: err}
+}
+
+// settle records the worker's final result and frees its slot; it returns
+// the client's error when the result is a failure.
+func (r *relay) settle(res *api.Result) error {
+	r.res = res
+	r.lease.Release(outcome(res))
+	if res.Status != http.StatusOK {
+		return resultError(res)
+	}
+	return nil
 }
 
 // resultError is the error for a worker's failed result.

@@ -3,12 +3,12 @@ package server
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/valyala/fasthttp"
 
@@ -46,8 +46,8 @@ func (r *relay) svcWorker() *svcWorker {
 }
 
 // timing is the reply's svc.timing: the worker's measurements, the wait
-// for a slot, and a time to first token measured here when the engine gave
-// none. nil when nothing was measured.
+// for a slot (always known), and a time to first token measured here when
+// the engine gave none.
 func (r *relay) timing() *api.Timing {
 	var t api.Timing
 	if r.res != nil {
@@ -90,7 +90,7 @@ func (r *relay) serverTiming() string {
 
 // workerHeaders name the serving worker; a name that is not ASCII is
 // percent-encoded with the UTF-8” prefix.
-func (r *relay) workerHeaders(h *fasthttp.ResponseHeader, w fleet.WorkerInfo) {
+func workerHeaders(h *fasthttp.ResponseHeader, w fleet.WorkerInfo) {
 	h.Set("X-Worker-Id", w.ID)
 	h.Set("X-Worker-Name", headerName(w.Name))
 }
@@ -130,10 +130,9 @@ func (r *relay) inspect(msg []byte) {
 	produced := false
 	for _, ch := range c.Choices {
 		d := ch.Delta
-		if d.Content != "" || d.ReasoningContent != "" || len(d.ToolCalls) > 0 {
-			produced = true
-		}
-		r.noteText(d.Content, d.ReasoningContent, len(d.ToolCalls) > 0 && string(d.ToolCalls) != "null")
+		toolCalls := present(d.ToolCalls)
+		produced = produced || d.Content != "" || d.ReasoningContent != "" || toolCalls
+		r.noteText(d.Content, d.ReasoningContent, toolCalls)
 		if ch.FinishReason != nil && *ch.FinishReason != "" {
 			r.finish = *ch.FinishReason
 		}
@@ -147,8 +146,7 @@ func (r *relay) inspect(msg []byte) {
 }
 
 func (r *relay) noteText(content, reasoning string, toolCalls bool) {
-	r.outChars += len([]rune(content)) + len([]rune(reasoning))
-	r.hadContent = r.hadContent || content != ""
+	r.outChars += utf8.RuneCountInString(content) + utf8.RuneCountInString(reasoning)
 	r.hadReasoning = r.hadReasoning || reasoning != ""
 	r.toolCalls = r.toolCalls || toolCalls
 	if r.chat != nil && r.chat.JSONMode != "" && !r.contentTruncated {
@@ -271,7 +269,7 @@ func (r *relay) completeBody(body []byte) ([]byte, error) {
 		if m.ReasoningContent != nil {
 			reasoning = *m.ReasoningContent
 		}
-		r.noteText(content, reasoning, len(m.ToolCalls) > 0 && string(m.ToolCalls) != "null")
+		r.noteText(content, reasoning, present(m.ToolCalls))
 		if ch.FinishReason != "" {
 			r.finish = ch.FinishReason
 		}
@@ -279,12 +277,12 @@ func (r *relay) completeBody(body []byte) ([]byte, error) {
 	reply := svcReply{Worker: r.svcWorker(), RequestID: r.requestID, Timing: r.timing()}
 	if r.kind == api.KindChat {
 		reply.Notice = r.replyNotice()
-		if len(cb.WebToolSteps) > 0 && string(cb.WebToolSteps) != "null" {
+		if present(cb.WebToolSteps) {
 			reply.WebToolSteps = cb.WebToolSteps
 		}
 	}
 	var add bytes.Buffer
-	if len(cb.Usage) == 0 || string(cb.Usage) == "null" {
+	if !present(cb.Usage) {
 		u, _ := r.reportedUsage()
 		b, _ := json.Marshal(usageJSON(u))
 		add.WriteString(`,"usage":`)
@@ -308,16 +306,10 @@ func (r *relay) completeBody(body []byte) ([]byte, error) {
 }
 
 // lateErrorBody is the body of a failure after a kept-alive reply started:
-// a 200 whose JSON is the error object.
+// a 200 whose JSON is the error object, with detail beside it.
 func lateErrorBody(err error) []byte {
-	var ae *api.Error
-	if !errors.As(err, &ae) {
-		ae = &api.Error{Status: http.StatusBadGateway, Message: err.Error()}
-	}
-	var m map[string]any
-	_ = json.Unmarshal(streamErrorPayload(err), &m)
-	m["detail"] = ae.Message
-	b, _ := json.Marshal(m)
+	ae := asAPIError(err, "")
+	b, _ := json.Marshal(map[string]any{"error": lateError(ae), "detail": ae.Message})
 	return b
 }
 
@@ -334,13 +326,12 @@ func (s *Server) recordUsage(r *relay, failure error) {
 		msg := ae.Message
 		row.ErrorMessage = &msg
 	}
-	if r.lease != nil {
-		row.WorkerID, row.WorkerName = r.lease.Worker.ID, r.lease.Worker.Name
-	}
 	if r.chat != nil {
 		row.Images = r.chat.Images
 	}
-	if r.lease != nil || r.res != nil {
+	// r.res is only ever set with a lease.
+	if r.lease != nil {
+		row.WorkerID, row.WorkerName = r.lease.Worker.ID, r.lease.Worker.Name
 		u, estimated := r.reportedUsage()
 		// A request that never reached an engine has nothing to estimate.
 		if !estimated || r.outChars > 0 || row.StatusCode == 499 {

@@ -19,6 +19,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/svc-dev/svc/internal/account"
+	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/auth"
 	"github.com/svc-dev/svc/internal/bolt"
 	"github.com/svc-dev/svc/internal/buildinfo"
@@ -184,6 +185,9 @@ type call struct {
 	ctx       *fasthttp.RequestCtx
 	route     *route
 	principal auth.Principal
+	// org is the principal's organisation as authorize found it; the zero
+	// value when it no longer exists.
+	org api.Organization
 	// workerOrg is the organisation of a worker token, on the worker link.
 	workerOrg string
 	params    params

@@ -43,7 +43,7 @@ func (r *relay) startStream(c *call) error {
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
 	if pending == nil {
-		r.workerHeaders(h, r.lease.Worker)
+		workerHeaders(h, r.lease.Worker)
 	}
 	c.ctx.SetBodyStream(&eventStream{r: r, first: first, pending: pending}, -1)
 	return nil
@@ -110,41 +110,33 @@ type firstOutput struct {
 // begin opens the request on the leased worker and waits up to FirstWait
 // for its first output, moving to another worker on failures before any.
 func (r *relay) begin() (firstOutput, error) {
-	for {
-		if err := r.open(); err != nil {
-			if !r.failed(fleet.Failed, r.lostError(err)) {
+	err := r.openOrMove()
+	for err == nil {
+		typ, msg, rerr := r.readMessage(r.s.timing.FirstWait)
+		switch {
+		case errors.Is(rerr, errIdle):
+			return firstOutput{}, nil
+		case rerr != nil && r.ctx.Err() != nil:
+			r.clientGone()
+			return firstOutput{}, r.ctxError()
+		case rerr != nil:
+			if !r.failed(fleet.Failed, r.lostError(rerr)) {
 				return firstOutput{}, r.lastErr
 			}
-		} else {
-			typ, msg, err := r.readMessage(r.s.timing.FirstWait)
-			switch {
-			case errors.Is(err, errIdle):
-				return firstOutput{}, nil
-			case err != nil && r.ctx.Err() != nil:
-				r.clientGone()
-				return firstOutput{}, r.ctxError()
-			case err != nil:
-				if !r.failed(fleet.Failed, r.lostError(err)) {
-					return firstOutput{}, r.lastErr
-				}
-			case typ == link.TypeEnd:
-				res := parseResult(msg)
-				if res.Status == http.StatusOK {
-					return firstOutput{typ: typ, msg: msg}, nil
-				}
-				if !retryable(res) || !r.failed(outcome(res), resultError(res)) {
-					r.res = res
-					r.lease.Release(outcome(res))
-					return firstOutput{}, resultError(res)
-				}
-			default:
+		case typ == link.TypeEnd:
+			res := parseResult(msg)
+			if res.Status == http.StatusOK {
 				return firstOutput{typ: typ, msg: msg}, nil
 			}
+			if !retryable(res) || !r.failed(outcome(res), resultError(res)) {
+				return firstOutput{}, r.settle(res)
+			}
+		default:
+			return firstOutput{typ: typ, msg: msg}, nil
 		}
-		if err := r.acquire(); err != nil {
-			return firstOutput{}, err
-		}
+		err = r.retry()
 	}
+	return firstOutput{}, err
 }
 
 // sse writes server-sent events, each in one Write so that each leaves
@@ -188,14 +180,16 @@ func (e *sse) errorFrame(err error) {
 	e.data(streamErrorPayload(err), []byte("[DONE]"))
 }
 
-// streamErrorPayload is the error object of a stream's error frame, and of
-// a late non-streaming failure: message, type and code, plus retry_after
-// and queue_depth for a capacity 429.
+// streamErrorPayload is the error frame of a stream.
 func streamErrorPayload(err error) []byte {
-	var ae *api.Error
-	if !errors.As(err, &ae) {
-		ae = &api.Error{Status: http.StatusBadGateway, Message: err.Error()}
-	}
+	b, _ := json.Marshal(map[string]any{"error": lateError(asAPIError(err, ""))})
+	return b
+}
+
+// lateError is the error object of a failure after the response started
+// (a stream's error frame, a kept-alive non-streaming reply): message,
+// type and code, plus retry_after and queue_depth for a capacity 429.
+func lateError(ae *api.Error) map[string]any {
 	payload := map[string]any{"message": ae.Message, "type": ae.ErrorType(), "code": ae.Code, "status": ae.Status}
 	if ae.Code == "" {
 		payload["code"] = strconv.Itoa(ae.Status)
@@ -206,8 +200,7 @@ func streamErrorPayload(err error) []byte {
 	if ae.Capacity {
 		payload["queue_depth"] = ae.QueueDepth
 	}
-	b, _ := json.Marshal(map[string]any{"error": payload})
-	return b
+	return payload
 }
 
 // pump relays the stream to the client until the worker's result, then
@@ -242,17 +235,14 @@ func (r *relay) pump(out *sse, first firstOutput, pending <-chan error) error {
 				return err
 			case err != nil:
 				cause := r.lostError(err)
-				if !wrote && r.failed(fleet.Failed, cause) {
+				if wrote {
+					r.lease.Release(fleet.Failed)
+				} else if r.failed(fleet.Failed, cause) {
 					if err := r.retry(); err != nil {
 						out.errorFrame(err)
 						return err
 					}
 					continue
-				}
-				if wrote {
-					r.lease.Release(fleet.Failed)
-				} else {
-					cause = r.lastErr
 				}
 				out.errorFrame(cause)
 				return cause
@@ -269,22 +259,17 @@ func (r *relay) pump(out *sse, first firstOutput, pending <-chan error) error {
 			continue
 		}
 		res := parseResult(msg)
-		if res.Status != http.StatusOK {
-			if !wrote && retryable(res) && r.failed(outcome(res), resultError(res)) {
-				if err := r.retry(); err != nil {
-					out.errorFrame(err)
-					return err
-				}
-				continue
+		if !wrote && res.Status != http.StatusOK && retryable(res) && r.failed(outcome(res), resultError(res)) {
+			if err := r.retry(); err != nil {
+				out.errorFrame(err)
+				return err
 			}
-			r.res = res
-			r.lease.Release(outcome(res))
-			err := resultError(res)
+			continue
+		}
+		if err := r.settle(res); err != nil {
 			out.errorFrame(err)
 			return err
 		}
-		r.res = res
-		r.lease.Release(fleet.Succeeded)
 		out.data(append(r.finalChunks(), []byte("[DONE]"))...)
 		return nil
 	}
@@ -321,6 +306,11 @@ func (r *relay) openOrMove() error {
 		err := r.open()
 		if err == nil {
 			return nil
+		}
+		if r.ctx.Err() != nil {
+			// The client left (or time ran out); the worker is not to blame.
+			r.clientGone()
+			return r.ctxError()
 		}
 		if !r.failed(fleet.Failed, r.lostError(err)) {
 			return r.lastErr

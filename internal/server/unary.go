@@ -35,7 +35,7 @@ func (r *relay) unary(c *call) error {
 			return a.err
 		}
 		h := &c.ctx.Response.Header
-		r.workerHeaders(h, r.lease.Worker)
+		workerHeaders(h, r.lease.Worker)
 		if st := r.serverTiming(); st != "" {
 			h.Set("Server-Timing", st)
 		}
@@ -48,7 +48,7 @@ func (r *relay) unary(c *call) error {
 	c.ctx.SetStatusCode(http.StatusOK)
 	c.ctx.SetContentType("application/json")
 	if w := r.current.Load(); w != nil {
-		r.workerHeaders(&c.ctx.Response.Header, *w)
+		workerHeaders(&c.ctx.Response.Header, *w)
 	}
 	every := r.s.timing.KeepAliveEvery
 	c.ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
@@ -100,16 +100,12 @@ func (r *relay) exchange() ([]byte, error) {
 				continue
 			}
 			return nil, r.lastErr
-		case res.Status != http.StatusOK:
-			if retryable(res) && r.failed(outcome(res), resultError(res)) {
-				continue
-			}
-			r.res = res
-			r.lease.Release(outcome(res))
-			return nil, resultError(res)
+		case res.Status != http.StatusOK && retryable(res) && r.failed(outcome(res), resultError(res)):
+			continue
 		}
-		r.res = res
-		r.lease.Release(fleet.Succeeded)
+		if err := r.settle(res); err != nil {
+			return nil, err
+		}
 		return r.completeBody(body)
 	}
 }
