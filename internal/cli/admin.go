@@ -89,7 +89,7 @@ func (o *AdminOptions) withClient(cmd *cobra.Command, fn func(context.Context, *
 	err = fn(cmd.Context(), c)
 	var ce *client.ConnectError
 	if errors.As(err, &ce) {
-		return fmt.Errorf("%w\nIs svc serve running on this host with the same --data (or SVC_DATA)?", err)
+		return withHint(err, "Is svc serve running on this host with the same --data (or SVC_DATA)?")
 	}
 	return err
 }

@@ -100,7 +100,7 @@ func NewCmdAdminKeysCreate(o *AdminOptions, runF func(*KeyCreateOptions) error) 
 			"every permission except compute:write, which spends money and must be asked\n" +
 			"for. Permissions:\n\n" + help.String(),
 		Args: noArgs,
-		RunE: func(*cobra.Command, []string) error {
+		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts.Request.Permissions = nil
 			for _, p := range perms {
 				for _, one := range strings.Split(p, ",") {
@@ -115,7 +115,13 @@ func NewCmdAdminKeysCreate(o *AdminOptions, runF func(*KeyCreateOptions) error) 
 			if runF != nil {
 				return runF(opts)
 			}
-			return keysCreateRun(opts)
+			return o.withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				k, err := c.CreateKey(ctx, o.Org, opts.Request)
+				if err != nil {
+					return err
+				}
+				return o.printKey(k)
+			})
 		},
 	}
 	fl := cmd.Flags()
@@ -125,16 +131,4 @@ func NewCmdAdminKeysCreate(o *AdminOptions, runF func(*KeyCreateOptions) error) 
 	fl.BoolVar(&opts.Request.Unrestricted, "unrestricted", false, "grant everything, now and in future (legacy keys)")
 	cmd.MarkFlagsMutuallyExclusive("perm", "unrestricted")
 	return cmd
-}
-
-func keysCreateRun(opts *KeyCreateOptions) error {
-	c, err := opts.Client()
-	if err != nil {
-		return err
-	}
-	k, err := c.CreateKey(context.Background(), opts.Org, opts.Request)
-	if err != nil {
-		return err
-	}
-	return opts.printKey(k)
 }

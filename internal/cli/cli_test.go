@@ -233,17 +233,30 @@ func TestBuildInfoFallback(t *testing.T) {
 }
 
 func TestAdminSocketPath(t *testing.T) {
+	// Where the client dials shows in the error of a socket nobody serves.
+	dialed := func(o *AdminOptions) string {
+		t.Helper()
+		c, err := o.Client()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ce *client.ConnectError
+		if err := c.Do(context.Background(), http.MethodGet, "/x", nil, nil); !errors.As(err, &ce) {
+			t.Fatalf("err = %v, want a connect error", err)
+		}
+		return strings.TrimPrefix(ce.Target, "the admin socket ")
+	}
 	o := &AdminOptions{getenv: func(k string) string { return map[string]string{"HOME": "/h"}[k] }}
-	c, err := o.Client()
-	if err != nil || c == nil {
-		t.Fatal(err)
+	if got := dialed(o); got != "/h/.local/share/svc/admin.sock" {
+		t.Fatalf("default socket %q", got)
 	}
 	o.DataDir = "rel"
-	if _, err := o.Client(); err != nil {
-		t.Fatal(err)
-	}
 	abs, _ := filepath.Abs("rel")
-	if got, _ := resolveDataDir("rel", o.getenv); got != abs {
-		t.Fatalf("relative --data resolved to %q", got)
+	if got := dialed(o); got != filepath.Join(abs, "admin.sock") {
+		t.Fatalf("relative --data: socket %q", got)
+	}
+	o.Socket = "/run/svc.sock"
+	if got := dialed(o); got != "/run/svc.sock" {
+		t.Fatalf("--socket: socket %q", got)
 	}
 }

@@ -135,7 +135,12 @@ func (f *Factory) APIClient(cmd *cobra.Command) (*client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return client.New(cc.BaseURL, cc.APIKey, client.WithUserAgent("svc/"+f.Build.Version)), nil
+	return f.newClient(cc), nil
+}
+
+// newClient is a client of the gateway cc names, with cc's key.
+func (f *Factory) newClient(cc ClientConfig) *client.Client {
+	return client.New(cc.BaseURL, cc.APIKey, client.WithUserAgent("svc/"+f.Build.Version))
 }
 
 // apiClientFunc defers APIClient until a command's run needs it.

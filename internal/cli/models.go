@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -95,7 +96,7 @@ func completeModels(f *Factory, capab string) cobra.CompletionFunc {
 		if err != nil {
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Second)
 		defer cancel()
 		models, err := c.Models(ctx)
 		if err != nil {
@@ -103,11 +104,8 @@ func completeModels(f *Factory, capab string) cobra.CompletionFunc {
 		}
 		var out []cobra.Completion
 		for _, m := range models {
-			for _, cp := range m.Capabilities {
-				if cp == capab {
-					out = append(out, m.ID)
-					break
-				}
+			if slices.Contains(m.Capabilities, capab) {
+				out = append(out, m.ID)
 			}
 		}
 		return out, cobra.ShellCompDirectiveNoFileComp

@@ -224,8 +224,6 @@ func truncate(s string, w int) string {
 // fmtAge says how long ago something happened, coarsely.
 func fmtAge(d time.Duration) string {
 	switch {
-	case d < 0:
-		return "just now"
 	case d < time.Second:
 		return "just now"
 	case d < time.Minute:

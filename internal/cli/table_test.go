@@ -80,25 +80,3 @@ func TestFmtAge(t *testing.T) {
 		}
 	}
 }
-
-func TestOlderVersion(t *testing.T) {
-	for _, tt := range []struct {
-		v, latest string
-		want      bool
-	}{
-		{"v1.3.0", "v1.4.0", true},
-		{"v1.4.0", "v1.4.0", false},
-		{"v1.10.0", "v1.9.0", false},
-		{"1.2", "v1.2.1", true},
-		{"v1.4.0-rc.1", "v1.4.0", true},
-		{"v1.4.0", "v1.4.0-rc.1", false},
-		{"v2.0.0+build", "v1.9.9", false},
-		{"dev", "v1.4.0", false},
-		{"v1.3.0", "dev", false},
-		{"", "v1.4.0", false},
-	} {
-		if got := olderVersion(tt.v, tt.latest); got != tt.want {
-			t.Errorf("olderVersion(%q, %q) = %v", tt.v, tt.latest, got)
-		}
-	}
-}

@@ -6,7 +6,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/svc-dev/svc/internal/client"
 	"github.com/svc-dev/svc/internal/iostreams"
 	"github.com/svc-dev/svc/internal/tui"
 )
@@ -52,7 +51,7 @@ and 'svc usage'.
 			if err != nil {
 				return err
 			}
-			c := client.New(cc.BaseURL, cc.APIKey, client.WithUserAgent("svc/"+f.Build.Version))
+			c := f.newClient(cc)
 			// One call first, so that a wrong URL or key fails with advice
 			// on the shell instead of inside a full-screen program.
 			ctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Second)

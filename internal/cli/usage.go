@@ -213,7 +213,7 @@ type UsageTotalsOptions struct {
 }
 
 // newCmdUsageTotals builds one of the totals commands.
-func newCmdUsageTotals(f *Factory, use, short string, withSort bool, runF, run func(context.Context, *UsageTotalsOptions) error) *cobra.Command {
+func newCmdUsageTotals(f *Factory, use, short string, withSort bool, runF func(*UsageTotalsOptions) error, run func(context.Context, *UsageTotalsOptions) error) *cobra.Command {
 	opts := &UsageTotalsOptions{IO: f.IO}
 	cmd := &cobra.Command{
 		Use:   use,
@@ -231,7 +231,7 @@ func newCmdUsageTotals(f *Factory, use, short string, withSort bool, runF, run f
 			}
 			opts.APIClient = f.apiClientFunc(cmd)
 			if runF != nil {
-				return runF(cmd.Context(), opts)
+				return runF(opts)
 			}
 			return f.explainAPIError(cmd, run(cmd.Context(), opts))
 		},
@@ -245,27 +245,19 @@ func newCmdUsageTotals(f *Factory, use, short string, withSort bool, runF, run f
 	return cmd
 }
 
-// withoutCtx adapts a test's runF to the totals commands' shape.
-func withoutCtx(runF func(*UsageTotalsOptions) error) func(context.Context, *UsageTotalsOptions) error {
-	if runF == nil {
-		return nil
-	}
-	return func(_ context.Context, o *UsageTotalsOptions) error { return runF(o) }
-}
-
 // NewCmdUsageSummary builds `svc usage summary`.
 func NewCmdUsageSummary(f *Factory, runF func(*UsageTotalsOptions) error) *cobra.Command {
-	return newCmdUsageTotals(f, "summary", "Total usage over the last days", false, withoutCtx(runF), usageSummaryRun)
+	return newCmdUsageTotals(f, "summary", "Total usage over the last days", false, runF, usageSummaryRun)
 }
 
 // NewCmdUsageDaily builds `svc usage daily`.
 func NewCmdUsageDaily(f *Factory, runF func(*UsageTotalsOptions) error) *cobra.Command {
-	return newCmdUsageTotals(f, "daily", "Usage per day over the last days, oldest first", false, withoutCtx(runF), usageDailyRun)
+	return newCmdUsageTotals(f, "daily", "Usage per day over the last days, oldest first", false, runF, usageDailyRun)
 }
 
 // NewCmdUsageBreakdown builds `svc usage breakdown`.
 func NewCmdUsageBreakdown(f *Factory, runF func(*UsageTotalsOptions) error) *cobra.Command {
-	return newCmdUsageTotals(f, "breakdown", "The top 10 models and workers over the last days", true, withoutCtx(runF), usageBreakdownRun)
+	return newCmdUsageTotals(f, "breakdown", "The top 10 models and workers over the last days", true, runF, usageBreakdownRun)
 }
 
 func usageSummaryRun(ctx context.Context, opts *UsageTotalsOptions) error {

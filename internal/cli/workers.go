@@ -12,6 +12,7 @@ import (
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/client"
 	"github.com/svc-dev/svc/internal/iostreams"
+	"github.com/svc-dev/svc/internal/tui"
 )
 
 // WorkersOptions are the flags of `svc workers`.
@@ -87,7 +88,7 @@ func workersRun(ctx context.Context, opts *WorkersOptions) error {
 			status += ", draining"
 		}
 		tp.field(status, statusColor(cs, w.Status))
-		if olderVersion(w.Version, latest) {
+		if tui.Outdated(w.Version, latest) {
 			tp.field(w.Version+" (latest "+latest+")", cs.yellow)
 		} else {
 			tp.field(dash(w.Version))
@@ -215,8 +216,6 @@ func eventsRun(ctx context.Context, opts *EventsOptions) error {
 // maxOffset is the largest offset the API takes.
 const maxOffset = 1<<31 - 1
 
-// checkRange refuses a flag value outside [lo, hi] as a usage error, as
-// the API would with a 422, before anything is sent.
 // checkPage checks --limit and --offset of a paged listing against the
 // API's ranges, so a mistake is a usage error before any request.
 func checkPage(limit, offset int) error {
@@ -226,6 +225,8 @@ func checkPage(limit, offset int) error {
 	return checkRange("--offset", offset, 0, maxOffset)
 }
 
+// checkRange refuses a flag value outside [lo, hi] as a usage error, as
+// the API would with a 422, before anything is sent.
 func checkRange(flag string, v, lo, hi int) error {
 	if v < lo || v > hi {
 		if hi == maxOffset {
@@ -234,56 +235,4 @@ func checkRange(flag string, v, lo, hi int) error {
 		return usageErrorf("%s must be between %d and %d, got %d", flag, lo, hi, v)
 	}
 	return nil
-}
-
-// olderVersion reports whether v is an older release than latest. Builds
-// that are not semantic versions ("dev") are never called old.
-func olderVersion(v, latest string) bool {
-	a, okA := parseSemver(v)
-	b, okB := parseSemver(latest)
-	return okA && okB && compareSemver(a, b) < 0
-}
-
-type semver struct {
-	nums [3]int
-	pre  string
-}
-
-func parseSemver(s string) (semver, bool) {
-	var v semver
-	s = strings.TrimPrefix(strings.TrimSpace(s), "v")
-	s, _, _ = strings.Cut(s, "+")
-	s, v.pre, _ = strings.Cut(s, "-")
-	parts := strings.Split(s, ".")
-	if len(parts) == 0 || len(parts) > 3 {
-		return v, false
-	}
-	for i, p := range parts {
-		n, err := strconv.Atoi(p)
-		if err != nil || n < 0 {
-			return v, false
-		}
-		v.nums[i] = n
-	}
-	return v, true
-}
-
-func compareSemver(a, b semver) int {
-	for i := range a.nums {
-		if a.nums[i] != b.nums[i] {
-			if a.nums[i] < b.nums[i] {
-				return -1
-			}
-			return 1
-		}
-	}
-	switch {
-	case a.pre == b.pre:
-		return 0
-	case a.pre == "":
-		return 1 // a release is newer than its pre-releases
-	case b.pre == "":
-		return -1
-	}
-	return strings.Compare(a.pre, b.pre)
 }

@@ -142,31 +142,11 @@ const maxEvent = 16 << 20
 // event's data (a chat.completion.chunk) until [DONE]. An error frame in
 // the stream is returned as an *Error.
 func (c *Client) ChatStream(ctx context.Context, req any, fn func(chunk json.RawMessage) error) error {
-	b, err := json.Marshal(req)
+	resp, err := c.send(ctx, http.MethodPost, "/v1/chat/completions", req, "text/event-stream")
 	if err != nil {
-		return fmt.Errorf("encode request: %w", err)
-	}
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/v1/chat/completions", bytes.NewReader(b))
-	if err != nil {
-		return fmt.Errorf("build request: %w", err)
-	}
-	hreq.Header.Set("Content-Type", "application/json")
-	hreq.Header.Set("Accept", "text/event-stream")
-	hreq.Header.Set("User-Agent", c.userAgent)
-	if c.apiKey != "" {
-		hreq.Header.Set("Authorization", "Bearer "+c.apiKey)
-	}
-	resp, err := c.hc.Do(hreq)
-	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return &ConnectError{Target: c.base, Err: err}
+		return err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode >= 300 {
-		return decodeError(resp)
-	}
 	requestID := resp.Header.Get("X-Request-Id")
 	rd := sse.NewReader(resp.Body, maxEvent)
 	for {

@@ -166,7 +166,7 @@ func workerDetailLines(d workerDetailsView, cw int, st *styles) []string {
 	if version == "" {
 		version = "—"
 	}
-	if outdated(w.Version, d.latest) {
+	if Outdated(w.Version, d.latest) {
 		version += " " + st.warn.Render("↑ latest is "+d.latest)
 	}
 	lines = append(lines, field(st, "Version", version))
@@ -299,15 +299,11 @@ func requestDetailLines(d requestDetailsView, st *styles) []string {
 			rate = fmtRate(float64(*r.TokensGenerated)/elapsed.Seconds()) + "/s"
 		}
 	}
-	state := st.ok.Render(r.State)
-	if r.State == api.StateQueued {
-		state = st.warn.Render(r.State)
-	}
 	lines = append(lines,
 		field(st, "Request", r.TaskID),
 		field(st, "Model", r.Model),
 		field(st, "Type", reqType),
-		field(st, "State", state),
+		field(st, "State", stateStyle(st, r.State).Render(r.State)),
 		field(st, "Worker", worker),
 		field(st, "Started", fmtClock(r.StartedAt, d.now)),
 		field(st, "Elapsed", fmtElapsed(elapsed)),

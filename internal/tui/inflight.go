@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/charmbracelet/lipgloss"
+
 	"github.com/svc-dev/svc/internal/api"
 )
 
@@ -116,10 +118,6 @@ func inflightRow(st *styles, cols []column, widths []int, r api.InflightRequest,
 	if r.WorkerName == "" {
 		worker = styled("—", st.dim)
 	}
-	state := styled(r.State, st.ok)
-	if r.State == api.StateQueued {
-		state = styled(r.State, st.warn)
-	}
 	reqType := r.RequestType
 	if reqType == api.RequestEmbeddings {
 		reqType = "embed"
@@ -129,7 +127,7 @@ func inflightRow(st *styles, cols []column, widths []int, r api.InflightRequest,
 		plain(r.Model),
 		worker,
 		plain(reqType),
-		state,
+		styled(r.State, stateStyle(st, r.State)),
 		plain(fmtElapsed(elapsed)),
 		plain(tokens),
 		plain(rate),
@@ -137,4 +135,13 @@ func inflightRow(st *styles, cols []column, widths []int, r api.InflightRequest,
 		styled(r.TaskID, st.dim),
 	}
 	return tableRow(cols, widths, cells, rowStyle(st, selected, focused))
+}
+
+// stateStyle colours a request's state: a queued request is waiting for a
+// worker, which is worth noticing; a running one is fine.
+func stateStyle(st *styles, state string) lipgloss.Style {
+	if state == api.StateQueued {
+		return st.warn
+	}
+	return st.ok
 }

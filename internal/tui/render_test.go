@@ -434,14 +434,15 @@ func TestOutdated(t *testing.T) {
 		{"v1.3.0-rc.2", "v1.3.0-rc.10", true},
 		{"v1.3.0", "v1.3.0-rc.1", false},
 		{"v1.3.0+build.5", "v1.3.0", false},
+		{"v2.0.0+build", "v1.9.9", false},
 		{"dev", "v1.3.0", false},
 		{"", "v1.3.0", false},
 		{"abc123f", "v1.3.0", false},
 		{"v1.2.0", "", false},
 		{"v1.2.0", "dev", false},
 	} {
-		if got := outdated(tc.v, tc.latest); got != tc.want {
-			t.Errorf("outdated(%q, %q) = %v, want %v", tc.v, tc.latest, got, tc.want)
+		if got := Outdated(tc.v, tc.latest); got != tc.want {
+			t.Errorf("Outdated(%q, %q) = %v, want %v", tc.v, tc.latest, got, tc.want)
 		}
 	}
 }

@@ -6,11 +6,11 @@ import (
 	"strings"
 )
 
-// outdated reports whether a worker running version v is behind latest.
+// Outdated reports whether a worker running version v is behind latest.
 // Versions that are not release-shaped ("dev", a commit hash, "") are never
 // flagged: a developer build has no place on the release line, and a false
 // "upgrade me" arrow is worse than a missing one.
-func outdated(v, latest string) bool {
+func Outdated(v, latest string) bool {
 	a, ok := parseVersion(v)
 	if !ok {
 		return false

@@ -116,13 +116,9 @@ func workersTitle(d workersView) string {
 	if d.total == 0 {
 		return "Workers"
 	}
-	n := map[string]int{}
-	for _, w := range d.rows {
-		n[w.Status]++
-	}
 	t := fmt.Sprintf("Workers (%d", d.total)
-	if d.filter == "" && n[api.StatusHealthy] != d.total {
-		t += fmt.Sprintf(", %d healthy", n[api.StatusHealthy])
+	if healthy := countHealthy(d.rows); d.filter == "" && healthy != d.total {
+		t += fmt.Sprintf(", %d healthy", healthy)
 	}
 	return t + ")"
 }
@@ -136,7 +132,7 @@ func workerRow(st *styles, cols []column, widths []int, w api.Worker, latest str
 	if w.Version == "" {
 		version = styled("—", st.dim)
 	}
-	if outdated(w.Version, latest) {
+	if Outdated(w.Version, latest) {
 		version.suffix, version.suffixStyle = "↑", &st.warn
 	}
 	active := fmt.Sprintf("%d/%d", w.ActiveTasks, w.MaxConcurrent)
