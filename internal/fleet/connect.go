@@ -14,9 +14,6 @@ import (
 	"github.com/svc-dev/svc/internal/link"
 )
 
-// Protocol is the link protocol version this gateway speaks.
-const Protocol = 1
-
 // maxConcurrent bounds a worker's slots: enough for tens of thousands of
 // mostly idle streams on one box.
 const maxConcurrent = 65536
@@ -70,8 +67,8 @@ func Refuse(conn link.Conn, reason string) {
 func checkHello(h *api.Hello) error {
 	h.Name = strings.TrimSpace(h.Name)
 	switch {
-	case h.Protocol != Protocol:
-		return fmt.Errorf("link protocol %d is not supported; this gateway speaks %d (upgrade the worker or the gateway)", h.Protocol, Protocol)
+	case h.Protocol != link.Protocol:
+		return fmt.Errorf("link protocol %d is not supported; this gateway speaks %d (upgrade the worker or the gateway)", h.Protocol, link.Protocol)
 	case h.Name == "" || utf8.RuneCountInString(h.Name) > 128 || !utf8.ValidString(h.Name):
 		return errors.New("worker name must be 1 to 128 characters of UTF-8")
 	case h.SessionID == "":
@@ -191,6 +188,8 @@ func (f *Fleet) Connect(ctx context.Context, orgID string, hello api.Hello, conn
 	case <-done:
 	case <-ctx.Done():
 		sess.Close(errGatewayStopping)
+		// The caller may release conn only once the link's loops are off it.
+		<-done
 	}
 	return nil
 }
@@ -240,7 +239,8 @@ func (f *Fleet) detached(w *worker, sess *link.Session, err error) {
 
 func (f *Fleet) graceExpired(w *worker, sess *link.Session) {
 	f.mu.Lock()
-	if w.sess != sess || w.attached || !w.offlineSince.IsZero() {
+	// A nil timer was stopped (reconnect, shutdown) after it had fired.
+	if w.graceTimer == nil || w.sess != sess || w.attached || !w.offlineSince.IsZero() {
 		f.mu.Unlock()
 		return
 	}

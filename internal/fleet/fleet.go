@@ -167,11 +167,8 @@ func (f *Fleet) statusLocked(w *worker, now time.Time) string {
 // Stale workers are used: a late heartbeat is not a failure, and refusing
 // a whole fleet whose reports are late would be worse than trying.
 func (f *Fleet) usableLocked(w *worker, now time.Time) bool {
-	if !w.attached || w.draining {
-		return false
-	}
-	s := f.statusLocked(w, now)
-	return s == api.StatusHealthy || s == api.StatusStale
+	// An attached worker is never offline, so only a hold-back excludes it.
+	return w.attached && !w.draining && !now.Before(w.heldUntil)
 }
 
 // event records an event about w.
@@ -237,12 +234,17 @@ func (f *Fleet) sweep() {
 	}
 }
 
-// closeAll closes every worker connection; their sessions end.
+// closeAll closes every worker connection; their sessions end. Pending
+// grace periods are stopped so no timer fires after Run returns.
 func (f *Fleet) closeAll() {
 	f.mu.Lock()
 	var sessions []*link.Session
 	for _, o := range f.orgs {
 		for _, w := range o.workers {
+			if w.graceTimer != nil {
+				w.graceTimer.Stop()
+				w.graceTimer = nil
+			}
 			if w.sess != nil {
 				sessions = append(sessions, w.sess)
 			}

@@ -51,11 +51,12 @@ func (e *events) find(typ string, transient bool) *api.WorkerEvent {
 }
 
 type harness struct {
-	t   *testing.T
-	f   *Fleet
-	clk *clock
-	ev  *events
-	ctx context.Context
+	t     *testing.T
+	f     *Fleet
+	clk   *clock
+	ev    *events
+	ctx   context.Context
+	conns sync.WaitGroup // Connect calls, waited for at cleanup
 }
 
 func newHarness(t *testing.T, cfg Config) *harness {
@@ -69,7 +70,10 @@ func newHarness(t *testing.T, cfg Config) *harness {
 	}
 	h.f = New(cfg)
 	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
+	t.Cleanup(func() {
+		cancel()
+		h.conns.Wait()
+	})
 	h.ctx = ctx
 	return h
 }
@@ -86,7 +90,7 @@ type fakeWorker struct {
 }
 
 func (h *harness) worker(org, name string, maxConc int, models ...api.Model) *fakeWorker {
-	fw := &fakeWorker{h: h, hello: api.Hello{Protocol: Protocol, Name: name, Version: "v1", MaxConcurrent: maxConc,
+	fw := &fakeWorker{h: h, hello: api.Hello{Protocol: link.Protocol, Name: name, Version: "v1", MaxConcurrent: maxConc,
 		SessionID: uuid.NewString(), Models: models}}
 	fw.sess = link.NewSession(link.Options{Role: link.Worker, Accept: fw.serve})
 	h.t.Cleanup(func() { fw.sess.Close(nil) })
@@ -115,7 +119,7 @@ func (fw *fakeWorker) connect(org string) {
 	fw.conn = wc
 	hello := fw.hello
 	hello.Streams = fw.sess.RecvState()
-	go func() { _ = fw.h.f.Connect(fw.h.ctx, org, hello, gc) }()
+	fw.h.conns.Go(func() { _ = fw.h.f.Connect(fw.h.ctx, org, hello, gc) })
 	msg, err := wc.ReadMessage()
 	if err != nil {
 		fw.h.t.Fatal(err)
@@ -240,8 +244,8 @@ func TestUpFrontErrors(t *testing.T) {
 
 func TestLeastLoadedAndAffinity(t *testing.T) {
 	h := newHarness(t, Config{})
-	a := h.worker("o", "a", 4, chat("m"))
-	b := h.worker("o", "b", 4, chat("m"))
+	h.worker("o", "a", 4, chat("m"))
+	h.worker("o", "b", 4, chat("m"))
 	l1, _ := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"})
 	l2, _ := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"})
 	if l1.Worker.ID == l2.Worker.ID {
@@ -258,7 +262,6 @@ func TestLeastLoadedAndAffinity(t *testing.T) {
 		defer l.Release(Succeeded)
 	}
 	first.Release(Succeeded)
-	_, _ = a, b
 }
 
 func TestQueueHoldThen429(t *testing.T) {
@@ -491,9 +494,9 @@ func TestRefusesBadHello(t *testing.T) {
 	h := newHarness(t, Config{})
 	tests := []api.Hello{
 		{Protocol: 99, Name: "w", SessionID: "s", MaxConcurrent: 1},
-		{Protocol: Protocol, Name: "", SessionID: "s", MaxConcurrent: 1},
-		{Protocol: Protocol, Name: "w", SessionID: "", MaxConcurrent: 1},
-		{Protocol: Protocol, Name: "w", SessionID: "s", MaxConcurrent: 0},
+		{Protocol: link.Protocol, Name: "", SessionID: "s", MaxConcurrent: 1},
+		{Protocol: link.Protocol, Name: "w", SessionID: "", MaxConcurrent: 1},
+		{Protocol: link.Protocol, Name: "w", SessionID: "s", MaxConcurrent: 0},
 	}
 	for _, hello := range tests {
 		gc, wc := linktest.Pipe()

@@ -18,6 +18,10 @@ import (
 	"fmt"
 )
 
+// Protocol is the link protocol version, sent in the hello; the gateway
+// refuses a worker that speaks another.
+const Protocol = 1
+
 // Type is a frame's type.
 type Type uint8
 

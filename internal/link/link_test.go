@@ -13,7 +13,7 @@ import (
 	"github.com/svc-dev/svc/internal/link/linktest"
 )
 
-// pair is a gateway and a worker session joined by a memConn.
+// pair is a gateway and a worker session joined by an in-memory pipe.
 type pair struct {
 	t        *testing.T
 	g, w     *Session

@@ -316,11 +316,13 @@ func (s *Session) dispatch(a *attachment, f Frame) error {
 	st := s.streams[f.Stream]
 	if st == nil && f.Type == TypeOpen && f.Seq == 1 && s.opts.Role == Worker && s.closed == nil {
 		st = newStream(s, f.Stream)
+		ctx, cancel := context.WithCancel(context.Background())
+		st.cancel = cancel
 		s.streams[f.Stream] = st
 		s.handlers.Add(1)
 		go func() {
 			defer s.handlers.Done()
-			s.opts.Accept(st.ctx, st)
+			s.opts.Accept(ctx, st)
 		}()
 	}
 	s.mu.Unlock()

@@ -10,9 +10,10 @@ import (
 // Stream is one request on a link: the gateway's request goes one way, the
 // worker's response the other, each reliable and in order.
 type Stream struct {
-	id     uint64
-	s      *Session
-	ctx    context.Context
+	id uint64
+	s  *Session
+	// cancel ends the context the worker's handler runs with; on the
+	// gateway, where no handler runs, it does nothing.
 	cancel context.CancelFunc
 	dead   chan struct{} // closed when the stream fails
 
@@ -37,9 +38,8 @@ type Stream struct {
 }
 
 func newStream(s *Session, id uint64) *Stream {
-	ctx, cancel := context.WithCancel(context.Background())
 	return &Stream{
-		id: id, s: s, ctx: ctx, cancel: cancel,
+		id: id, s: s, cancel: func() {},
 		dead:   make(chan struct{}),
 		credit: make(chan struct{}, 1),
 		ready:  make(chan struct{}, 1),
@@ -82,6 +82,11 @@ func (st *Stream) Reset() {
 	st.s.remove(st.id)
 	st.s.sendReset(st.id)
 	st.fail(ErrReset)
+	// Frames received but not read would otherwise come out of Recv first;
+	// nobody wants them any more.
+	st.mu.Lock()
+	st.inbox = nil
+	st.mu.Unlock()
 }
 
 func (st *Stream) send(ctx context.Context, typ Type, msg []byte) error {

@@ -25,9 +25,6 @@ import (
 	"github.com/svc-dev/svc/internal/link"
 )
 
-// Protocol is the link protocol version the agent speaks.
-const Protocol = 1
-
 // ConnectPath is where the gateway accepts worker links.
 const ConnectPath = "/api/v1/workers/connect"
 
@@ -70,7 +67,6 @@ type Agent struct {
 	byModel  map[string]engine.Engine
 	sess     *link.Session
 	draining bool
-	workerID string
 
 	slots   chan struct{}
 	active  atomic.Int64
@@ -283,7 +279,7 @@ func (a *Agent) connectOnce(ctx context.Context, sessionID string) (bool, error)
 	a.mu.Lock()
 	sess := a.sess
 	hello := api.Hello{
-		Protocol: Protocol, Name: a.cfg.Name, Version: a.cfg.Version, MaxConcurrent: a.cfg.MaxConcurrent,
+		Protocol: link.Protocol, Name: a.cfg.Name, Version: a.cfg.Version, MaxConcurrent: a.cfg.MaxConcurrent,
 		SessionID: sessionID, Models: a.models, Streams: sess.RecvState(), Draining: a.draining,
 		Heartbeat: a.heartbeat(), Engines: a.engineInfo(),
 	}
@@ -311,14 +307,12 @@ func (a *Agent) connectOnce(ctx context.Context, sessionID string) (bool, error)
 		_ = conn.Close()
 		return false, err
 	}
-	a.mu.Lock()
-	first := a.workerID == ""
-	a.workerID = welcome.WorkerID
-	a.mu.Unlock()
-	if first || !welcome.Resumed {
-		a.log.Info("connected to the gateway", "worker_id", welcome.WorkerID, "name", a.cfg.Name, "models", len(hello.Models))
-	} else {
+	// Only a session this process already had can be resumed, so a resume
+	// is never the first connection.
+	if welcome.Resumed {
 		a.log.Info("link resumed", "worker_id", welcome.WorkerID, "streams", len(welcome.Streams))
+	} else {
+		a.log.Info("connected to the gateway", "worker_id", welcome.WorkerID, "name", a.cfg.Name, "models", len(hello.Models))
 	}
 	every := time.Duration(welcome.HeartbeatS) * time.Second
 	if every <= 0 {
@@ -332,12 +326,11 @@ func (a *Agent) connectOnce(ctx context.Context, sessionID string) (bool, error)
 			return true, errors.New("link closed")
 		case <-ctx.Done():
 			sess.Drop()
+			// The link's loops are off the connection once done closes.
+			<-done
 			return true, nil
 		case <-t.C:
-			a.mu.Lock()
-			hb := a.heartbeat()
-			a.mu.Unlock()
-			b, _ := json.Marshal(hb)
+			b, _ := json.Marshal(a.heartbeat())
 			sess.SendControl(link.TypeHeartbeat, b)
 		}
 	}
@@ -370,7 +363,7 @@ func handshake(conn link.Conn, hello api.Hello) (api.Welcome, error) {
 	return w, nil
 }
 
-// heartbeat is the current report; the caller holds a.mu.
+// heartbeat is the current report.
 func (a *Agent) heartbeat() *api.Heartbeat {
 	return &api.Heartbeat{ActiveTasks: int(a.active.Load()), QueueDepth: int(a.waiting.Load())}
 }

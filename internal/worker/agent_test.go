@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -87,6 +88,7 @@ type rig struct {
 	conns chan *linktest.Conn
 	stop  context.CancelFunc
 	done  chan error
+	links sync.WaitGroup // the gateway's side of each connection
 }
 
 func newRig(t *testing.T, eng engine.Engine, cfg Config) *rig {
@@ -95,12 +97,12 @@ func newRig(t *testing.T, eng engine.Engine, cfg Config) *rig {
 	cfg.Dial = func(ctx context.Context) (link.Conn, error) {
 		gw, wk := linktest.Pipe()
 		r.conns <- wk
-		go func() {
+		r.links.Go(func() {
 			hello, err := fleet.ReadHello(gw)
 			if err == nil {
 				_ = r.fleet.Connect(context.Background(), "org", hello, gw)
 			}
-		}()
+		})
 		return wk, nil
 	}
 	a, err := New(cfg)
@@ -114,6 +116,7 @@ func newRig(t *testing.T, eng engine.Engine, cfg Config) *rig {
 	t.Cleanup(func() {
 		cancel()
 		<-r.done
+		r.links.Wait()
 	})
 	r.waitWorker(func(w api.Worker) bool { return w.Status == api.StatusHealthy })
 	return r
@@ -247,7 +250,7 @@ func TestHandshakeRefusalIsPermanent(t *testing.T) {
 		_, _ = fleet.ReadHello(gw)
 		fleet.Refuse(gw, "no such thing")
 	}()
-	_, err := handshake(wk, api.Hello{Protocol: Protocol, Name: "x"})
+	_, err := handshake(wk, api.Hello{Protocol: link.Protocol, Name: "x"})
 	var perm *PermanentError
 	if !errors.As(err, &perm) {
 		t.Fatalf("err = %v", err)

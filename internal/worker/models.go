@@ -33,14 +33,10 @@ func (a *Agent) refreshModels(ctx context.Context) {
 			a.log.Warn("engine did not list its models", "engine", e.Kind(), "err", err)
 			// Keep serving what it had.
 			a.mu.Lock()
-			for id, owner := range a.byModel {
-				if owner == e {
-					byModel[id] = e
-					for _, m := range a.models {
-						if m.ID == id {
-							models = append(models, m)
-						}
-					}
+			for _, m := range a.models {
+				if _, dup := byModel[m.ID]; !dup && a.byModel[m.ID] == e {
+					byModel[m.ID] = e
+					models = append(models, m)
 				}
 			}
 			a.mu.Unlock()
@@ -110,18 +106,21 @@ func (a *Agent) modelLoop(ctx context.Context) {
 // pullModels installs the models asked for at start, reporting progress
 // to the gateway as worker events.
 func (a *Agent) pullModels(ctx context.Context) {
+	if len(a.cfg.Pull) == 0 {
+		return
+	}
+	var inst engine.Installer
+	for _, e := range a.cfg.Engines {
+		if i, ok := e.(engine.Installer); ok {
+			inst = i
+			break
+		}
+	}
+	if inst == nil {
+		a.log.Warn("no engine can install models", "models", a.cfg.Pull)
+		return
+	}
 	for _, model := range a.cfg.Pull {
-		var inst engine.Installer
-		for _, e := range a.cfg.Engines {
-			if i, ok := e.(engine.Installer); ok {
-				inst = i
-				break
-			}
-		}
-		if inst == nil {
-			a.log.Warn("no engine can install models", "model", model)
-			return
-		}
 		a.report(api.WorkerEventReport{EventType: api.EventModelInstall, Detail: "installing " + model,
 			Metadata: map[string]any{"model": model, "state": "started"}})
 		last := time.Time{}

@@ -54,13 +54,3 @@ func (c *Conn) Close() error {
 	c.once.Do(func() { close(c.broken) })
 	return nil
 }
-
-// Broken reports whether the pipe has been closed.
-func (c *Conn) Broken() bool {
-	select {
-	case <-c.broken:
-		return true
-	default:
-		return false
-	}
-}
