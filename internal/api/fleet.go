@@ -1,6 +1,9 @@
 package api
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // Capabilities a model can have.
 const (
@@ -39,14 +42,7 @@ type Model struct {
 }
 
 // Has reports whether the model has capability c.
-func (m *Model) Has(c string) bool {
-	for _, x := range m.Capabilities {
-		if x == c {
-			return true
-		}
-	}
-	return false
-}
+func (m *Model) Has(c string) bool { return slices.Contains(m.Capabilities, c) }
 
 // Result is how a request ended on the worker, sent at the end of every
 // stream. Status 200 is success; anything else carries Error.

@@ -47,6 +47,7 @@ func TestEventsListNewestFirstFilteredAndPaged(t *testing.T) {
 		{"org-a", EventQuery{Limit: 3, Offset: 8}, "10"},
 		{"org-a", EventQuery{Limit: 50, WorkerID: "w0"}, "9630"},
 		{"org-a", EventQuery{Limit: 50, EventType: api.EventDisconnected}, "97531"},
+		{"org-a", EventQuery{Limit: 2, Offset: 2, EventType: api.EventDisconnected}, "53"},
 		{"org-a", EventQuery{Limit: 50, WorkerID: "w1", EventType: api.EventConnected}, "4"},
 		{"org-b", EventQuery{Limit: 50}, "b"},
 		{"org-ab", EventQuery{Limit: 50}, "ab"},

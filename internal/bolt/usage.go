@@ -19,9 +19,8 @@ import (
 
 // Usage stores the usage log and its aggregates through a Writer.
 //
-// Rows live in usage_rows under org id, 0x00, big-endian nanoseconds,
-// big-endian sequence, so one organisation's rows are contiguous and in
-// time order, and a listing is one reverse range scan.
+// Rows live in usage_rows as a time log (see timeKey), so a listing is
+// one reverse range scan.
 //
 // Totals are kept at write time, in the same transaction as the row, so
 // that summaries never scan rows:
@@ -43,9 +42,7 @@ type Usage struct {
 // Usage returns the usage store writing through w.
 func (s *Store) Usage(w *Writer) *Usage {
 	u := &Usage{store: s, w: w}
-	// Start the sequence at the clock rather than at zero so that rows of
-	// an earlier run with the very same timestamp are never overwritten.
-	u.seq.Store(uint64(time.Now().UnixNano()))
+	startSeq(&u.seq)
 	return u
 }
 
@@ -96,21 +93,6 @@ func addEncoded(t *api.UsageTotals, v []byte) ([]byte, error) {
 	return v[totalsSize:], nil
 }
 
-func addTotals(t, d *api.UsageTotals) {
-	t.Requests += d.Requests
-	t.Succeeded += d.Succeeded
-	t.Failed += d.Failed
-	t.Cancelled += d.Cancelled
-	t.PromptTokens += d.PromptTokens
-	t.CompletionTokens += d.CompletionTokens
-	t.TotalTokens += d.TotalTokens
-	t.ReasoningTokens += d.ReasoningTokens
-	t.CachedTokens += d.CachedTokens
-	t.Images += d.Images
-	t.RequestDurationMs += d.RequestDurationMs
-	t.AudioSeconds += d.AudioSeconds
-}
-
 // rowTotals is what one row adds to every aggregate it counts toward.
 func rowTotals(r *api.UsageRow) api.UsageTotals {
 	t := api.UsageTotals{
@@ -150,14 +132,6 @@ func finite(p *float64) *float64 {
 	return p
 }
 
-func usageRowKey(orgID string, t time.Time, seq uint64) []byte {
-	k := make([]byte, 0, len(orgID)+17)
-	k = append(k, orgID...)
-	k = append(k, 0)
-	k = binary.BigEndian.AppendUint64(k, uint64(t.UnixNano()))
-	return binary.BigEndian.AppendUint64(k, seq)
-}
-
 // Record queues a row; it never blocks. The row and the organisation's
 // aggregates are written in the same group-commit transaction.
 func (u *Usage) Record(orgID string, row api.UsageRow) {
@@ -174,7 +148,7 @@ func (u *Usage) Record(orgID string, row api.UsageRow) {
 		u.w.log.Error("usage row dropped", "org", orgID, "id", row.ID, "err", err)
 		return
 	}
-	rowKey := usageRowKey(orgID, row.CreatedAt, u.seq.Add(1))
+	rowKey := timeKey(orgID, row.CreatedAt, u.seq.Add(1))
 	d := rowTotals(&row)
 
 	dayKey := make([]byte, 0, len(orgID)+1+dateLen)
@@ -260,58 +234,19 @@ type UsageQuery struct {
 
 // Logs lists rows newest first, filtered by worker when WorkerID != "".
 func (u *Usage) Logs(orgID string, q UsageQuery) ([]api.UsageRow, error) {
-	out := []api.UsageRow{}
-	if q.Limit <= 0 {
-		return out, nil
-	}
-	prefix := append([]byte(orgID), 0)
-	end := append([]byte(orgID), 1)
-	// A row's JSON holds its worker id exactly as encoding/json writes
-	// this, so a byte search rules out other workers' rows without
-	// decoding them; a match is still confirmed after decoding.
-	var needle []byte
+	var skim func([]byte) bool
+	var keep func(*api.UsageRow) bool
 	if q.WorkerID != "" {
+		// A row's JSON holds its worker id exactly as encoding/json writes
+		// this, so a byte search rules out other workers' rows without
+		// decoding them; a match is still confirmed after decoding (w-1 is
+		// found in w-12).
 		id, _ := json.Marshal(q.WorkerID)
-		needle = append([]byte(`"worker_id":`), id...)
+		needle := append([]byte(`"worker_id":`), id...)
+		skim = func(v []byte) bool { return bytes.Contains(v, needle) }
+		keep = func(r *api.UsageRow) bool { return r.WorkerID == q.WorkerID }
 	}
-	err := u.store.db.View(func(tx *bbolt.Tx) error {
-		c := tx.Bucket(bucketUsageRows).Cursor()
-		k, v := c.Seek(end)
-		if k == nil {
-			k, v = c.Last()
-		} else {
-			k, v = c.Prev()
-		}
-		skipped := 0
-		for ; k != nil && bytes.HasPrefix(k, prefix); k, v = c.Prev() {
-			if needle != nil && !bytes.Contains(v, needle) {
-				continue
-			}
-			if needle == nil && skipped < q.Offset {
-				skipped++ // unfiltered: no need to decode what is skipped
-				continue
-			}
-			var row api.UsageRow
-			if err := json.Unmarshal(v, &row); err != nil {
-				return fmt.Errorf("decode usage row: %w", err)
-			}
-			if needle != nil {
-				if row.WorkerID != q.WorkerID {
-					continue
-				}
-				if skipped < q.Offset {
-					skipped++
-					continue
-				}
-			}
-			out = append(out, row)
-			if len(out) >= q.Limit {
-				break
-			}
-		}
-		return nil
-	})
-	return out, err
+	return newestPage(u.store.db, bucketUsageRows, orgID, q.Offset, q.Limit, skim, keep)
 }
 
 // window is the inclusive range of UTC dates of the last days days.
@@ -489,38 +424,5 @@ func rank(sort string, a, b *api.UsageTotals) int {
 // PruneUsage deletes rows (not aggregates) created before before, at most
 // max of them, returning how many.
 func (u *Usage) PruneUsage(before time.Time, max int) (int, error) {
-	if max <= 0 {
-		return 0, nil
-	}
-	cutoff := before.UnixNano()
-	n := 0
-	err := u.store.db.Update(func(tx *bbolt.Tx) error {
-		b := tx.Bucket(bucketUsageRows)
-		c := b.Cursor()
-		var old [][]byte
-		// Rows are in time order within each organisation: take the old
-		// head of each, then seek straight past the rest of it.
-		for k, _ := c.First(); k != nil && len(old) < max; {
-			i := len(k) - 17
-			if i < 0 || k[i] != 0 {
-				k, _ = c.Next() // not a row key; cannot happen
-				continue
-			}
-			if int64(binary.BigEndian.Uint64(k[i+1:])) < cutoff {
-				old = append(old, bytes.Clone(k))
-				k, _ = c.Next()
-				continue
-			}
-			next := append(bytes.Clone(k[:i]), 1)
-			k, _ = c.Seek(next)
-		}
-		for _, k := range old {
-			if err := b.Delete(k); err != nil {
-				return fmt.Errorf("delete usage row: %w", err)
-			}
-		}
-		n = len(old)
-		return nil
-	})
-	return n, err
+	return u.store.pruneBefore(bucketUsageRows, before, max)
 }

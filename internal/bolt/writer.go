@@ -27,8 +27,6 @@ type Writer struct {
 	pending []record
 	dropped int
 	wake    chan struct{}
-	// flushed is closed and replaced after every commit; Flush waits on it.
-	flushed chan struct{}
 }
 
 // WriterOptions tune a Writer.
@@ -58,7 +56,7 @@ func (s *Store) NewWriter(o WriterOptions) *Writer {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Writer{db: s.db, every: o.Every, batch: o.Batch, limit: o.Limit, log: o.Logger,
-		wake: make(chan struct{}, 1), flushed: make(chan struct{})}
+		wake: make(chan struct{}, 1)}
 }
 
 // add queues a record without blocking.
@@ -99,7 +97,8 @@ func (w *Writer) Run(ctx context.Context) error {
 	}
 }
 
-// Flush commits what is pending now.
+// Flush commits what is pending now. It does not wait for a commit Run
+// has already started.
 func (w *Writer) Flush() error { return w.commit() }
 
 func (w *Writer) commit() error {
@@ -108,10 +107,7 @@ func (w *Writer) commit() error {
 	w.pending = nil
 	dropped := w.dropped
 	w.dropped = 0
-	done := w.flushed
-	w.flushed = make(chan struct{})
 	w.mu.Unlock()
-	defer close(done)
 	if dropped > 0 {
 		w.log.Error("records dropped: the writer fell behind", "dropped", dropped)
 	}
