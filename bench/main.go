@@ -33,7 +33,6 @@ import (
 
 // harness holds what every scenario shares.
 type harness struct {
-	ctx    context.Context
 	scale  scale
 	dir    string
 	bin    string
@@ -142,7 +141,7 @@ func bench(ctx context.Context, sc scale, out string, want func(string) bool, w 
 		}
 	}()
 	client := newClient()
-	h := &harness{ctx: ctx, scale: sc, dir: dir, client: client}
+	h := &harness{scale: sc, dir: dir, client: client}
 	h.report = report{Machine: readMachine(), Short: sc.short, Repeat: sc.repeat, Duration: sc.duration.String()}
 
 	h.log("building svc")
@@ -190,31 +189,31 @@ func bench(ctx context.Context, sc scale, out string, want func(string) bool, w 
 	}
 	for _, rate := range sc.rates {
 		if name := fmt.Sprintf("unary-%grps", rate); want(name) {
-			add(h.unary(rate))
+			add(h.unary(ctx, rate))
 		}
 	}
 	if name := fmt.Sprintf("unary-%grps-50ms", sc.slowRate); want(name) {
-		add(h.unarySlow(sc.slowRate))
+		add(h.unarySlow(ctx, sc.slowRate))
 	}
 	if want("max-throughput") {
-		add(h.maxThroughput())
+		add(h.maxThroughput(ctx))
 	}
 	if want("stream-50-chunks") {
-		add(h.streaming())
+		add(h.streaming(ctx))
 	}
 	if want("cancel-to-engine") {
-		add(h.cancels())
+		add(h.cancels(ctx))
 	}
 	if want("saturation-429") {
-		add(h.saturation())
+		add(h.saturation(ctx))
 	}
 	for _, n := range sc.streams {
 		if name := fmt.Sprintf("open-streams-%d", n); want(name) {
-			add(h.openStreams(n))
+			add(h.openStreams(ctx, n))
 		}
 	}
 	if sc.profile != "" {
-		if err := h.profileSvc(sc.profile); err != nil {
+		if err := h.profileSvc(ctx, sc.profile); err != nil {
 			return err
 		}
 	}

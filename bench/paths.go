@@ -85,11 +85,7 @@ func (p *path) stop() {
 func (p *path) usage() usage {
 	var u usage
 	for _, pr := range p.procs {
-		x := pr.usage()
-		u.cpu += x.cpu
-		u.rss += x.rss
-		u.hwm += x.hwm
-		u.valid = u.valid || x.valid
+		u.add(pr.usage())
 	}
 	return u
 }

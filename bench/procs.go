@@ -90,13 +90,17 @@ func (p *proc) usage() usage {
 	}
 	var u usage
 	for _, pid := range withDescendants(p.cmd.Process.Pid) {
-		x := readUsage(pid)
-		u.cpu += x.cpu
-		u.rss += x.rss
-		u.hwm += x.hwm
-		u.valid = u.valid || x.valid
+		u.add(readUsage(pid))
 	}
 	return u
+}
+
+// add counts x's figures in u: several processes together.
+func (u *usage) add(x usage) {
+	u.cpu += x.cpu
+	u.rss += x.rss
+	u.hwm += x.hwm
+	u.valid = u.valid || x.valid
 }
 
 // withDescendants is pid and every process below it, as

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,7 +14,7 @@ import (
 // profileSvc loads svc with non-streaming requests in a closed loop while
 // fetching CPU profiles of the gateway and the worker, then their
 // allocation profiles. Read them with `go tool pprof DIR/gateway.cpu`.
-func (h *harness) profileSvc(dir string) error {
+func (h *harness) profileSvc(ctx context.Context, dir string) error {
 	svc := h.path("svc")
 	if svc == nil || svc.pprof == nil {
 		return nil
@@ -29,7 +30,7 @@ func (h *harness) profileSvc(dir string) error {
 			errs <- fetch(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, secs), filepath.Join(dir, name+".cpu"))
 		})
 	}
-	closedLoop(h.ctx, h.scale.conc, time.Duration(secs)*time.Second+500*time.Millisecond, unaryCall(h.client, svc, unaryBody))
+	closedLoop(ctx, h.scale.conc, time.Duration(secs)*time.Second+500*time.Millisecond, unaryCall(h.client, svc, unaryBody))
 	wg.Wait()
 	for name, addr := range svc.pprof {
 		if err := fetch("http://"+addr+"/debug/pprof/allocs", filepath.Join(dir, name+".allocs")); err != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -47,7 +48,6 @@ type scenario struct {
 	Overhead map[string]overhead `json:"overhead,omitempty"` // path -> minus direct
 	Ratio    *float64            `json:"svc_over_nginx_overhead_ratio,omitempty"`
 	Extra    map[string]any      `json:"extra,omitempty"`
-	runs     map[string][]stats  // every repeat, before taking medians
 }
 
 // minRatioBase is the least nginx overhead, in ms, that svc's is divided
@@ -79,7 +79,8 @@ const holdBody = `{"model":"sim-chat","stream":true,"messages":[{"role":"user","
 // measure runs fn on every path, interleaved (A, B, C, A, B, C) and
 // repeated, and keeps the median of each figure.
 func (h *harness) measure(name string, paths []*path, fn func(p *path) stats) *scenario {
-	sc := &scenario{Name: name, Paths: map[string]stats{}, runs: map[string][]stats{}}
+	sc := &scenario{Name: name, Paths: map[string]stats{}}
+	runs := map[string][]stats{} // every repeat, before taking medians
 	for range h.scale.repeat {
 		for _, p := range paths {
 			runtime.GC()
@@ -91,11 +92,11 @@ func (h *harness) measure(name string, paths []*path, fn func(p *path) stats) *s
 				st.CPU = (after.cpu - before.cpu).Seconds() / time.Since(start).Seconds()
 				st.PeakRSS = after.hwm
 			}
-			sc.runs[p.name] = append(sc.runs[p.name], st)
+			runs[p.name] = append(runs[p.name], st)
 		}
 	}
-	for n, runs := range sc.runs {
-		sc.Paths[n] = median(runs)
+	for n, r := range runs {
+		sc.Paths[n] = median(r)
 	}
 	sc.overheads()
 	h.log("%s done", name)
@@ -105,15 +106,7 @@ func (h *harness) measure(name string, paths []*path, fn func(p *path) stats) *s
 // median takes the median run by p50 latency and keeps its figures.
 func median(runs []stats) stats {
 	sorted := slices.Clone(runs)
-	slices.SortFunc(sorted, func(a, b stats) int {
-		switch {
-		case a.Latency.P50 < b.Latency.P50:
-			return -1
-		case a.Latency.P50 > b.Latency.P50:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(sorted, func(a, b stats) int { return cmp.Compare(a.Latency.P50, b.Latency.P50) })
 	return sorted[len(sorted)/2]
 }
 
@@ -148,25 +141,25 @@ func (sc *scenario) overheads() {
 }
 
 // unary is non-streaming chat at a constant rate.
-func (h *harness) unary(rate float64) *scenario {
-	return h.openLoopScenario(fmt.Sprintf("unary-%grps", rate), rate, unaryBody)
+func (h *harness) unary(ctx context.Context, rate float64) *scenario {
+	return h.openLoopScenario(ctx, fmt.Sprintf("unary-%grps", rate), rate, unaryBody)
 }
 
 // unarySlow is non-streaming chat at a constant rate against an engine
 // that takes a fixed time to answer: the overhead with many requests in
 // flight rather than one at a time.
-func (h *harness) unarySlow(rate float64) *scenario {
-	sc := h.openLoopScenario(fmt.Sprintf("unary-%grps-50ms", rate), rate, slowBody)
+func (h *harness) unarySlow(ctx context.Context, rate float64) *scenario {
+	sc := h.openLoopScenario(ctx, fmt.Sprintf("unary-%grps-50ms", rate), rate, slowBody)
 	sc.Note = "the engine answers after 50 ms"
 	return sc
 }
 
 // openLoopScenario sends body at rate on every path, after a warm-up.
-func (h *harness) openLoopScenario(name string, rate float64, body string) *scenario {
+func (h *harness) openLoopScenario(ctx context.Context, name string, rate float64, body string) *scenario {
 	return h.measure(name, h.paths, func(p *path) stats {
 		do := unaryCall(h.client, p, body)
-		openLoop(h.ctx, rate, h.scale.warmup, do)
-		outs, el := openLoop(h.ctx, rate, h.scale.duration, do)
+		openLoop(ctx, rate, h.scale.warmup, do)
+		outs, el := openLoop(ctx, rate, h.scale.duration, do)
 		st := summarise(outs, el)
 		st.Target = rate
 		return st
@@ -174,13 +167,11 @@ func (h *harness) openLoopScenario(name string, rate float64, body string) *scen
 }
 
 // maxThroughput keeps conc requests in flight: the most each path answers.
-func (h *harness) maxThroughput() *scenario {
+func (h *harness) maxThroughput(ctx context.Context) *scenario {
 	sc := h.measure("max-throughput", h.paths, func(p *path) stats {
 		do := unaryCall(h.client, p, unaryBody)
-		closedLoop(h.ctx, h.scale.conc, h.scale.warmup, do)
-		outs, el := closedLoop(h.ctx, h.scale.conc, h.scale.duration, do)
-		st := summarise(outs, el)
-		return st
+		closedLoop(ctx, h.scale.conc, h.scale.warmup, do)
+		return summarise(closedLoop(ctx, h.scale.conc, h.scale.duration, do))
 	})
 	sc.Note = fmt.Sprintf("closed loop, %d requests in flight", h.scale.conc)
 	if s, ok := sc.Paths["svc"]; ok {
@@ -192,14 +183,14 @@ func (h *harness) maxThroughput() *scenario {
 }
 
 // streaming is 50-chunk streams at a fixed chunk interval.
-func (h *harness) streaming() *scenario {
+func (h *harness) streaming(ctx context.Context) *scenario {
 	rate := 40.0
 	if h.scale.short {
 		rate = 10
 	}
 	sc := h.measure("stream-50-chunks", h.paths, func(p *path) stats {
 		do := streamCall(h.client, p, streamBody)
-		outs, el := openLoop(h.ctx, rate, h.scale.duration+h.scale.warmup, do)
+		outs, el := openLoop(ctx, rate, h.scale.duration+h.scale.warmup, do)
 		st := summarise(outs, el)
 		st.Target = rate
 		return st
@@ -212,7 +203,7 @@ func (h *harness) streaming() *scenario {
 // memory the gateway and worker use for them. It has a gateway, worker
 // and engine of its own: fresh processes, and an engine process whose
 // sockets do not count against the harness's open-file limit.
-func (h *harness) openStreams(n int) *scenario {
+func (h *harness) openStreams(ctx context.Context, n int) *scenario {
 	sc := &scenario{Name: fmt.Sprintf("open-streams-%d", n), Paths: map[string]stats{}, Extra: map[string]any{}}
 	if limit := fileLimit(); limit < uint64(n+1000) {
 		sc.Note = fmt.Sprintf("skipped: %d streams need about %d open files in the harness, the limit is %d (ulimit -n)", n, n+1000, limit)
@@ -234,7 +225,7 @@ func (h *harness) openStreams(n int) *scenario {
 	runtime.GC()
 	time.Sleep(200 * time.Millisecond)
 	base := svc.usage()
-	ctx, cancel := context.WithCancel(h.ctx)
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -244,13 +235,7 @@ func (h *harness) openStreams(n int) *scenario {
 		wg.Go(func() {
 			resp, err := h.client.Do(chatRequest(ctx, svc, holdBody))
 			if err == nil && resp.StatusCode == 200 {
-				br := bufio.NewReader(resp.Body)
-				for {
-					line, err := br.ReadString('\n')
-					if err != nil || strings.Contains(line, `"content"`) {
-						break
-					}
-				}
+				awaitContent(resp.Body)
 				mu.Lock()
 				opened++
 				mu.Unlock()
@@ -304,7 +289,7 @@ wait:
 
 // saturation fills the engine's slots (a worker with 4) with twice as many
 // clients and measures how fast the 429s come back.
-func (h *harness) saturation() *scenario {
+func (h *harness) saturation(ctx context.Context) *scenario {
 	sc := &scenario{Name: "saturation-429", Paths: map[string]stats{}}
 	p, err := svcPath(h.dir, h.bin, h.engine.url, svcOptions{maxConcurrent: 4, queueHold: time.Millisecond})
 	if err != nil {
@@ -313,7 +298,7 @@ func (h *harness) saturation() *scenario {
 	}
 	defer p.stop()
 	body := `{"model":"sim-chat","messages":[{"role":"user","content":"slow\nsim: tokens=4 ttft=200ms"}]}`
-	outs, el := closedLoop(h.ctx, 8, h.scale.duration+h.scale.warmup, unaryCall(h.client, p, body))
+	outs, el := closedLoop(ctx, 8, h.scale.duration+h.scale.warmup, unaryCall(h.client, p, body))
 	sc.Paths["svc"] = summarise(outs, el, http.StatusTooManyRequests)
 	limited, withRetry := 0, 0
 	for _, o := range outs {
@@ -335,25 +320,19 @@ func (h *harness) saturation() *scenario {
 // cancels measures how long a client's cancel takes to reach the engine:
 // the client closes after the first chunk, the engine notes when its
 // request ended.
-func (h *harness) cancels() *scenario {
+func (h *harness) cancels(ctx context.Context) *scenario {
 	sc := &scenario{Name: "cancel-to-engine", Paths: map[string]stats{}}
 	for _, p := range h.paths {
 		var lat []time.Duration
 		for range h.scale.cancels {
 			h.engine.cancelled()
-			ctx, cancel := context.WithCancel(h.ctx)
+			ctx, cancel := context.WithCancel(ctx)
 			resp, err := h.client.Do(chatRequest(ctx, p, holdBody))
 			if err != nil {
 				cancel()
 				continue
 			}
-			br := bufio.NewReader(resp.Body)
-			for {
-				line, err := br.ReadString('\n')
-				if err != nil || strings.Contains(line, `"content"`) {
-					break
-				}
-			}
+			awaitContent(resp.Body)
 			closed := time.Now()
 			cancel()
 			resp.Body.Close()
@@ -368,7 +347,7 @@ func (h *harness) cancels() *scenario {
 		}
 		s := stats{Requests: h.scale.cancels, Latency: pct(lat), Statuses: map[string]int{"seen_by_engine": len(lat)}}
 		if p.key != "" {
-			s.Statuses["logged_499"] = h.loggedCancels(p, len(lat))
+			s.Statuses["logged_499"] = h.loggedCancels(ctx, p, len(lat))
 		}
 		sc.Paths[p.name] = s
 	}
@@ -381,18 +360,18 @@ func (h *harness) cancels() *scenario {
 // loggedCancels counts the usage log's recent rows with status 499 (each
 // cancelled request must be recorded), waiting up to two seconds for want
 // of them: rows are written in groups every 100 ms.
-func (h *harness) loggedCancels(p *path, want int) int {
+func (h *harness) loggedCancels(ctx context.Context, p *path, want int) int {
 	n := 0
 	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if n = h.count499(p); n >= want {
+		if n = h.count499(ctx, p); n >= want {
 			break
 		}
 	}
 	return n
 }
 
-func (h *harness) count499(p *path) int {
-	req, _ := http.NewRequestWithContext(h.ctx, "GET", p.base+"/api/v1/usage/logs?limit=1000", nil)
+func (h *harness) count499(ctx context.Context, p *path) int {
+	req, _ := http.NewRequestWithContext(ctx, "GET", p.base+"/api/v1/usage/logs?limit=1000", nil)
 	req.Header.Set("Authorization", "Bearer "+p.key)
 	resp, err := h.client.Do(req)
 	if err != nil {
@@ -412,4 +391,15 @@ func (h *harness) count499(p *path) int {
 		}
 	}
 	return n
+}
+
+// awaitContent reads a stream until its first content chunk, or its end.
+func awaitContent(r io.Reader) {
+	br := bufio.NewReader(r)
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil || strings.Contains(line, `"content"`) {
+			return
+		}
+	}
 }
