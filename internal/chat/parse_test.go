@@ -342,16 +342,16 @@ func TestParseAccepts(t *testing.T) {
 
 func TestParseFieldMessages(t *testing.T) {
 	tests := []struct {
-		body, opts, want string
+		body, want string
 	}{
-		{body(`"temperature":3`), "", "must be between 0 and 2"},
-		{msgs(`{"role":"bot","content":"x"}`), "", "one of system, user, assistant, tool"},
-		{userParts(`{"type":"audio"}`), "", "one of text, image_url, file"},
-		{body(`"n":3`), "", "only n=1 is supported"},
-		{userParts(imagePart("https://example.com/a.png")), "", "remote image URLs are turned off for this organisation"},
-		{userParts(filePart("a.txt", b64(strings.Repeat("a", MaxFileBytes+1)))), "", "larger than 1 MB"},
-		{userParts(filePart("a.pdf", b64("a"))), "", "only .txt and .csv files are supported"},
-		{body(`"max_tokens":1.5`), "", "must be a whole number"},
+		{body(`"temperature":3`), "must be between 0 and 2"},
+		{msgs(`{"role":"bot","content":"x"}`), "one of system, user, assistant, tool"},
+		{userParts(`{"type":"audio"}`), "one of text, image_url, file"},
+		{body(`"n":3`), "only n=1 is supported"},
+		{userParts(imagePart("https://example.com/a.png")), "remote image URLs are turned off for this organisation"},
+		{userParts(filePart("a.txt", b64(strings.Repeat("a", MaxFileBytes+1)))), "larger than 1 MB"},
+		{userParts(filePart("a.pdf", b64("a"))), "only .txt and .csv files are supported"},
+		{body(`"max_tokens":1.5`), "must be a whole number"},
 	}
 	for _, tt := range tests {
 		_, err := Parse([]byte(tt.body), Options{})

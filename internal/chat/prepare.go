@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/usage"
 )
 
 // Prepare fits the request to the serving model and builds Body, the
@@ -43,7 +44,7 @@ func (r *Request) Prepare(m *api.Model) error {
 		// Some engines refuse a request whose prompt plus max_tokens
 		// exceeds the window, so the default must leave room for the
 		// prompt; 1 when the estimate says there is none left.
-		if room := window - promptTokens(r.PromptChars); window > 0 && room < r.EngineMaxTokens {
+		if room := window - usage.EstimateTokens(r.PromptChars); window > 0 && room < r.EngineMaxTokens {
 			r.EngineMaxTokens = max(room, 1)
 		}
 	}
@@ -102,9 +103,6 @@ func merge(top *object, key, inner string, value []byte) []byte {
 	o.set(inner, value)
 	return o.encode()
 }
-
-// promptTokens is the usual ~4 characters per token estimate, rounded up.
-func promptTokens(chars int) int { return (chars + 3) / 4 }
 
 func satAdd(a, b int) int {
 	if b > 0 && a > math.MaxInt-b {

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"encoding/json"
-	"errors"
 	"net/http"
 	"strings"
 
@@ -34,19 +33,18 @@ func Cancelled() *api.Result {
 // had been sent: the rest of the response was lost in transit.
 func CutOff(err error) *api.Result {
 	msg := "the inference engine's response was cut off"
-	if err != nil && !errors.Is(err, errNone) {
+	if err != nil {
 		msg += ": " + err.Error()
 	}
 	return Failure(http.StatusBadGateway, api.TypeUpstream, msg+"; part of the response was lost in transit")
 }
 
-var errNone = errors.New("")
-
 // ErrorResult turns an engine's error answer into a result. It reads the
 // error bodies of OpenAI, vLLM (flat and nested), llama.cpp and Ollama, and
-// maps their meaning onto the gateway's statuses: out-of-memory is 507,
-// "not supported" is 501, a too-long prompt is 400, and 5xx failures are
-// retryable on another worker.
+// maps their meaning onto the gateway's statuses: out-of-memory is 507
+// (Ollama's "model requires more system memory" too, on its native API and
+// its /v1 alike), "not supported" is 501, a too-long prompt is 400, and 5xx
+// failures are retryable on another worker.
 func ErrorResult(status int, body []byte) *api.Result {
 	msg, typ, code := parseErrorBody(body)
 	if msg == "" {
@@ -58,7 +56,7 @@ func ErrorResult(status int, body []byte) *api.Result {
 	lower := strings.ToLower(msg + " " + typ + " " + code)
 	out := status
 	switch {
-	case containsAny(lower, "out of memory", "outofmemory", "failed to allocate", "cuda error 2", "insufficient memory", "not enough memory"):
+	case containsAny(lower, "out of memory", "outofmemory", "failed to allocate", "cuda error 2", "insufficient memory", "not enough memory", "requires more system memory"):
 		out, typ = http.StatusInsufficientStorage, api.TypeInsufficientMemory
 	case containsAny(lower, "exceed_context_size", "context length", "context_length_exceeded", "maximum context length", "too many tokens"):
 		out, typ = http.StatusBadRequest, "context_length_exceeded"

@@ -16,6 +16,7 @@ func TestErrorResult(t *testing.T) {
 		{"vllm flat", 404, `{"object":"error","message":"The model x does not exist.","type":"NotFoundError","code":404}`, 404, "not_found_error", "The model x does not exist.", false},
 		{"llama.cpp context", 400, `{"error":{"code":400,"message":"the request exceeds the available context size","type":"exceed_context_size_error"}}`, 400, "context_length_exceeded", "the request exceeds the available context size", false},
 		{"ollama plain", 500, `{"error":"llama runner process has terminated: cudaMalloc failed: out of memory"}`, 507, "insufficient_memory_error", "llama runner process has terminated: cudaMalloc failed: out of memory", false},
+		{"ollama too big", 500, `{"error":"model requires more system memory (12.3 GiB) than is available (4.0 GiB)"}`, 507, "insufficient_memory_error", "model requires more system memory (12.3 GiB) than is available (4.0 GiB)", false},
 		{"not supported", 501, `{"error":{"message":"embeddings are not supported","type":"not_supported_error"}}`, 501, "not_supported_error", "embeddings are not supported", false},
 		{"server error", 500, `{"error":{"message":"boom","type":"server_error"}}`, 500, "server_error", "boom", true},
 		{"unavailable", 503, `{"error":{"message":"Loading model","type":"unavailable_error","code":503}}`, 503, "unavailable_error", "Loading model", true},

@@ -111,7 +111,7 @@ func (e *Engine) chat(ctx context.Context, req *engine.Request, sink engine.Sink
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 400 {
-		return errorResult(resp.StatusCode, readError(resp.Body))
+		return engine.ErrorResult(resp.StatusCode, readError(resp.Body))
 	}
 	s := &chatStream{
 		sink:    sink,
@@ -166,7 +166,7 @@ func (s *chatStream) stream(ctx context.Context, body io.Reader) *api.Result {
 			if s.sent {
 				return engine.CutOff(errors.New(errorText(l.Error)))
 			}
-			return errorResult(http.StatusInternalServerError, line)
+			return engine.ErrorResult(http.StatusInternalServerError, line)
 		}
 		s.answered = true
 		if d, ok := s.delta(&l); ok {
@@ -252,7 +252,7 @@ func (s *chatStream) complete(ctx context.Context, body io.Reader) *api.Result {
 		return badAnswer(err)
 	}
 	if hasError(l.Error) {
-		return errorResult(http.StatusInternalServerError, b)
+		return engine.ErrorResult(http.StatusInternalServerError, b)
 	}
 	s.answered = true
 	s.last = l

@@ -64,7 +64,7 @@ func (e *Engine) embed(ctx context.Context, req *engine.Request, sink engine.Sin
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 400 {
-		return errorResult(resp.StatusCode, readError(resp.Body))
+		return engine.ErrorResult(resp.StatusCode, readError(resp.Body))
 	}
 	b, err := readAll(resp.Body, maxLine)
 	if err != nil {
@@ -78,7 +78,7 @@ func (e *Engine) embed(ctx context.Context, req *engine.Request, sink engine.Sin
 		return badAnswer(err)
 	}
 	if hasError(ans.Error) {
-		return errorResult(http.StatusInternalServerError, b)
+		return engine.ErrorResult(http.StatusInternalServerError, b)
 	}
 	e.markLoaded(in.Model)
 

@@ -236,18 +236,6 @@ func errorText(raw json.RawMessage) string {
 	return string(raw)
 }
 
-// errorResult is engine.ErrorResult plus Ollama's own wording for a model
-// too big for the host ("model requires more system memory (…) than is
-// available (…)"), which is out-of-memory too.
-func errorResult(status int, body []byte) *api.Result {
-	r := engine.ErrorResult(status, body)
-	if r.Status != http.StatusInsufficientStorage &&
-		strings.Contains(strings.ToLower(r.Error.Message), "requires more system memory") {
-		r.Status, r.Error.Type, r.Retryable = http.StatusInsufficientStorage, api.TypeInsufficientMemory, false
-	}
-	return r
-}
-
 // badAnswer is the result of an answer the adapter cannot read: a
 // retryable 502, as another worker's Ollama may well do better.
 func badAnswer(err error) *api.Result {

@@ -305,16 +305,8 @@ func scalarEnd(p []byte, start int) int {
 	if bytes.HasPrefix(p[start:], []byte("null")) {
 		return start + len("null")
 	}
-	if start >= len(p) || p[start] != '"' {
-		return -1
-	}
-	for i := start + 1; i < len(p); i++ {
-		switch p[i] {
-		case '\\':
-			i++
-		case '"':
-			return i + 1
-		}
+	if n := stringEnd(p[start:]); n >= 0 {
+		return start + n
 	}
 	return -1
 }

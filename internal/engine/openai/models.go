@@ -125,11 +125,11 @@ func (e *Engine) getJSON(ctx context.Context, path string, v any) error {
 
 // capabilities guesses what a model does from its name: /v1/models does
 // not say, and sending chat to an embedding model fails on every engine.
-// The hints match text-embedding-*, bge-*, multilingual-e5-*, gte-*,
-// nomic-embed-* and all-MiniLM-*.
+// The hints match text-embedding-*, nomic-embed-*, bge-*,
+// multilingual-e5-*, gte-* and all-MiniLM-*.
 func capabilities(id string) []string {
 	lower := strings.ToLower(id)
-	for _, h := range []string{"embed", "bge", "e5-", "gte", "nomic-embed", "minilm"} {
+	for _, h := range []string{"embed", "bge", "e5-", "gte", "minilm"} {
 		if strings.Contains(lower, h) {
 			return []string{api.CapEmbeddings}
 		}

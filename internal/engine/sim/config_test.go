@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"slices"
 	"testing"
 	"time"
 )
@@ -77,7 +78,7 @@ func TestDefaultModels(t *testing.T) {
 		if !ok {
 			t.Fatalf("unexpected model %q", m.ID)
 		}
-		if m.ContextWindow != w.ctx || !equalStrings(m.Capabilities, w.caps) || m.Engine != "sim" || !m.Simulated || m.Loaded == nil {
+		if m.ContextWindow != w.ctx || !slices.Equal(m.Capabilities, w.caps) || m.Engine != "sim" || !m.Simulated || m.Loaded == nil {
 			t.Errorf("%s = %+v", m.ID, m)
 		}
 		if (m.DefaultThinking == nil) != (w.thinking == nil) || (m.DefaultThinking != nil && *m.DefaultThinking != *w.thinking) {
@@ -99,15 +100,3 @@ func TestDefaultModels(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
-
-func equalStrings(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}

@@ -12,6 +12,7 @@ import (
 	"net/http"
 
 	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/chat"
 	"github.com/svc-dev/svc/internal/engine"
 )
 
@@ -145,9 +146,9 @@ func (s *simulator) embed(ctx context.Context, modelID string, body []byte) (*em
 	for i, in := range inputs {
 		n := in.tokenCount()
 		if w := m.spec.ContextWindow; w > 0 && n > w {
-			r := engine.Failure(http.StatusBadRequest, "context_length_exceeded",
+			r := engine.Failure(http.StatusBadRequest, chat.TypeContextLengthExceeded,
 				fmt.Sprintf("input[%d] is %d tokens, more than the model's maximum context length of %d tokens", i, n, w))
-			r.Error.Code = "context_length_exceeded"
+			r.Error.Code = chat.TypeContextLengthExceeded
 			return nil, r
 		}
 		promptTokens += n

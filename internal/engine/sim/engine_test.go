@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/chat"
 	"github.com/svc-dev/svc/internal/engine"
 )
 
@@ -154,33 +156,33 @@ func TestNotices(t *testing.T) {
 		msgHas     string
 	}{
 		{"truncated during reasoning", "sim-reasoner", "Think hard.", map[string]any{"max_tokens": 10},
-			noticeTruncatedDuringReasoning, "length", 10, 10, "empty", "10-token"},
+			chat.NoticeTruncatedDuringReasoning, "length", 10, 10, "empty", "10-token"},
 		{"reasoning budget reached", "sim-reasoner", "Think.", map[string]any{"reasoning": map[string]any{"max_tokens": 8}},
-			noticeReasoningBudgetReached, "stop", -1, 8, "some", "8-token"},
+			chat.NoticeReasoningBudgetReached, "stop", -1, 8, "some", "8-token"},
 		{"default thinking budget", "sim-reasoner", "Think.\nsim: reasoning=9000 tokens=5", nil,
-			noticeReasoningBudgetReached, "stop", 8192 + 5, 8192, "some", "8192-token"},
+			chat.NoticeReasoningBudgetReached, "stop", 8192 + 5, 8192, "some", "8192-token"},
 		{"truncated at reasoning budget", "sim-small", "Think.", map[string]any{"enable_thinking": true, "reasoning": map[string]any{"max_tokens": 8}},
-			noticeTruncatedAtReasoningBudget, "length", 8, 8, "empty", "8-token"},
+			chat.NoticeTruncatedAtReasoningBudget, "length", 8, 8, "empty", "8-token"},
 		{"no default budget without thinking_budget", "sim-thinker", "Think.\nsim: reasoning=9000 tokens=2", nil,
 			"", "stop", 9002, 9000, "some", ""},
 		{"truncated at default max tokens", "sim-long", "Go on.\nsim: tokens=40000", nil,
-			noticeTruncatedAtDefaultMax, "length", 32768, 0, "some", "32768-token"},
+			chat.NoticeTruncatedAtDefaultMaxTokens, "length", 32768, 0, "some", "32768-token"},
 		{"default cap counts thinking", "sim-thinker", "Go on.\nsim: reasoning=20000 tokens=20000", nil,
-			noticeTruncatedAtDefaultMax, "length", 32768, 20000, "some", "default output limit"},
+			chat.NoticeTruncatedAtDefaultMaxTokens, "length", 32768, 20000, "some", "default output limit"},
 		{"truncated during structured output", "sim-chat", "JSON please.", map[string]any{"max_tokens": 5, "response_format": map[string]any{"type": "json_object"}},
-			noticeTruncatedStructured, "length", 5, 0, "notjson", "JSON"},
+			chat.NoticeTruncatedDuringStructuredOutput, "length", 5, 0, "notjson", "JSON"},
 		{"context window exhausted", "sim-small", longPrompt + "\nsim: tokens=5000", nil,
-			noticeContextWindowExhausted, "length", -1, 0, "some", "4096-token context window"},
+			chat.NoticeContextWindowExhausted, "length", -1, 0, "some", "4096-token context window"},
 		{"context window exhausted with max_tokens", "sim-small", longPrompt + "\nsim: tokens=5000", map[string]any{"max_tokens": 10000},
-			noticeContextWindowExhausted, "length", -1, 0, "some", "prompt"},
+			chat.NoticeContextWindowExhausted, "length", -1, 0, "some", "prompt"},
 		{"context window beats default cap", "sim-reasoner", "Go.\nsim: tokens=40000", nil,
-			noticeContextWindowExhausted, "length", -1, 24, "some", "32768-token context window"},
+			chat.NoticeContextWindowExhausted, "length", -1, 24, "some", "32768-token context window"},
 		{"structured output not json", "sim-chat", "JSON please.\nsim: json=broken", nil,
-			noticeStructuredNotJSON, "stop", -1, 0, "notjson", "not valid JSON"},
+			chat.NoticeStructuredOutputNotJSON, "stop", -1, 0, "notjson", "not valid JSON"},
 		{"strict schema not enforced", "sim-chat", "JSON please.", map[string]any{"response_format": map[string]any{
 			"type": "json_schema", "json_schema": map[string]any{"name": "x", "strict": true, "schema": map[string]any{
 				"type": "object", "properties": map[string]any{"title": map[string]any{"type": "string"}}}}}},
-			noticeStrictSchemaNotEnforced, "stop", -1, 0, "json", "strict"},
+			chat.NoticeStrictSchemaNotEnforced, "stop", -1, 0, "json", "strict"},
 		{"explicit cap has no notice", "sim-chat", "Hi.", map[string]any{"max_tokens": 2},
 			"", "length", 2, 0, "some", ""},
 		{"natural finish has no notice", "sim-chat", "Hi.\nsim: tokens=7", nil,
@@ -235,7 +237,7 @@ func TestNotices(t *testing.T) {
 					t.Fatalf("content %q, want non-JSON text", content)
 				}
 			}
-			if tt.code == noticeContextWindowExhausted {
+			if tt.code == chat.NoticeContextWindowExhausted {
 				window := 4096
 				if tt.model == "sim-reasoner" {
 					window = 32768
@@ -408,12 +410,7 @@ func TestToolCalls(t *testing.T) {
 			if err := json.Unmarshal([]byte(tc.Function.Arguments), &args); err != nil {
 				t.Fatalf("arguments %q: %v", tc.Function.Arguments, err)
 			}
-			keys := make([]string, 0, len(args))
-			for k := range args {
-				keys = append(keys, k)
-			}
-			slices.Sort(keys)
-			if !equalStrings(keys, tt.keys) {
+			if keys := slices.Sorted(maps.Keys(args)); !slices.Equal(keys, tt.keys) {
 				t.Fatalf("argument keys %v, want %v", keys, tt.keys)
 			}
 			if u, ok := args["unit"]; ok && u != "celsius" && u != "fahrenheit" {
@@ -484,12 +481,8 @@ func TestJSONOutput(t *testing.T) {
 			if err := json.Unmarshal([]byte(content), &obj); err != nil {
 				t.Fatalf("content %q: %v", content, err)
 			}
-			keys := make([]string, 0, len(obj))
-			for k := range obj {
-				keys = append(keys, k)
-			}
-			slices.Sort(keys)
-			if !equalStrings(keys, tt.keys) || res.Notice != nil || res.FinishReason != "stop" {
+			keys := slices.Sorted(maps.Keys(obj))
+			if !slices.Equal(keys, tt.keys) || res.Notice != nil || res.FinishReason != "stop" {
 				t.Fatalf("keys %v notice %+v finish %q", keys, res.Notice, res.FinishReason)
 			}
 			_, st := serve(t, e, api.KindChat, true, body)
@@ -971,25 +964,18 @@ func TestSpeculative(t *testing.T) {
 }
 
 func TestConcurrentServe(t *testing.T) {
-	var bodies []struct {
+	type request struct {
 		kind   string
 		stream bool
 		body   []byte
 	}
+	var bodies []request
 	for i, model := range []string{"sim-chat", "sim-reasoner", "sim-small", "sim-spec", "sim-cold"} {
 		for _, stream := range []bool{false, true} {
-			bodies = append(bodies, struct {
-				kind   string
-				stream bool
-				body   []byte
-			}{api.KindChat, stream, chatBody(t, model, fmt.Sprintf("request %d", i), map[string]any{"tools": weatherTools})})
+			bodies = append(bodies, request{api.KindChat, stream, chatBody(t, model, fmt.Sprintf("request %d", i), map[string]any{"tools": weatherTools})})
 		}
 	}
-	bodies = append(bodies, struct {
-		kind   string
-		stream bool
-		body   []byte
-	}{api.KindEmbeddings, false, []byte(`{"model":"sim-embed","input":["a","b"]}`)})
+	bodies = append(bodies, request{api.KindEmbeddings, false, []byte(`{"model":"sim-embed","input":["a","b"]}`)})
 
 	type reply struct {
 		events [][]byte

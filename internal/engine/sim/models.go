@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -99,12 +100,7 @@ func (m *model) touch(now time.Time) {
 func (m *model) listing(now time.Time) api.Model {
 	out := m.spec.Model
 	out.Capabilities = slices.Clone(m.spec.Capabilities)
-	if m.spec.SamplingDefaults != nil {
-		out.SamplingDefaults = make(map[string]float64, len(m.spec.SamplingDefaults))
-		for k, v := range m.spec.SamplingDefaults {
-			out.SamplingDefaults[k] = v
-		}
-	}
+	out.SamplingDefaults = maps.Clone(m.spec.SamplingDefaults)
 	if m.spec.DefaultThinking != nil {
 		v := *m.spec.DefaultThinking
 		out.DefaultThinking = &v

@@ -8,33 +8,13 @@ import (
 	"strings"
 
 	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/chat"
 	"github.com/svc-dev/svc/internal/engine"
 )
 
-// Limits from the interface spec.
-const (
-	// defaultMaxTokens caps a reply, thinking included, when the request
-	// sets no max_tokens or max_completion_tokens.
-	defaultMaxTokens = 32768
-	// defaultThinkingBudget applies to models whose thinking can be ended
-	// early when the request sets no reasoning.max_tokens.
-	defaultThinkingBudget = 8192
-	// defaultReasoningTokens is the medium-effort thinking length of a
-	// reasoning model whose spec does not say.
-	defaultReasoningTokens = 24
-)
-
-// Notice codes (svc.notice).
-const (
-	noticeTruncatedDuringReasoning   = "truncated_during_reasoning"
-	noticeReasoningBudgetReached     = "reasoning_budget_reached"
-	noticeTruncatedAtReasoningBudget = "truncated_at_reasoning_budget"
-	noticeTruncatedAtDefaultMax      = "truncated_at_default_max_tokens"
-	noticeTruncatedStructured        = "truncated_during_structured_output"
-	noticeContextWindowExhausted     = "context_window_exhausted"
-	noticeStructuredNotJSON          = "structured_output_not_json"
-	noticeStrictSchemaNotEnforced    = "strict_schema_not_enforced"
-)
+// defaultReasoningTokens is the medium-effort thinking length of a
+// reasoning model whose spec does not say.
+const defaultReasoningTokens = 24
 
 // Finish reasons.
 const (
@@ -120,17 +100,17 @@ func buildPlan(spec *ModelSpec, req *chatRequest, dir *directives, s seed) (*pla
 	ctxLimit := math.MaxInt
 	if window > 0 {
 		if p.promptTokens > window {
-			r := engine.Failure(http.StatusBadRequest, "context_length_exceeded", fmt.Sprintf(
+			r := engine.Failure(http.StatusBadRequest, chat.TypeContextLengthExceeded, fmt.Sprintf(
 				"This model's maximum context length is %d tokens. However, your messages resulted in %d tokens. Please reduce the length of the messages.",
 				window, p.promptTokens))
-			r.Error.Code = "context_length_exceeded"
+			r.Error.Code = chat.TypeContextLengthExceeded
 			return nil, r
 		}
 		ctxLimit = window - p.promptTokens
 	}
 	capLimit, explicitCap := req.maxTokens()
 	if !explicitCap {
-		capLimit = defaultMaxTokens
+		capLimit = chat.DefaultMaxTokens
 	}
 	limit := min(capLimit, ctxLimit)
 	// Nothing past limit+1 tokens can be sent, so nothing past it is
@@ -152,7 +132,7 @@ func buildPlan(spec *ModelSpec, req *chatRequest, dir *directives, s seed) (*pla
 			}
 			b, ok := req.thinkingBudget()
 			if !ok && spec.Has(api.CapThinkingBudget) {
-				b, ok = defaultThinkingBudget, true
+				b, ok = chat.DefaultThinkingBudget, true
 			}
 			if ok && reasoningN > b {
 				reasoningN, budget = b, b
@@ -206,31 +186,31 @@ func buildPlan(spec *ModelSpec, req *chatRequest, dir *directives, s seed) (*pla
 		p.finish = finishLength
 		switch {
 		case ctxLimit < capLimit:
-			p.notice = notice(noticeContextWindowExhausted,
+			p.notice = notice(chat.NoticeContextWindowExhausted,
 				"the prompt (%d tokens) and the reply (%d tokens) filled the model's %d-token context window; a larger max_tokens does not help",
 				p.promptTokens, limit, window)
 		case !explicitCap:
-			p.notice = notice(noticeTruncatedAtDefaultMax,
-				"the reply reached the %d-token default output limit; set max_tokens to allow a longer reply", defaultMaxTokens)
+			p.notice = notice(chat.NoticeTruncatedAtDefaultMaxTokens,
+				"the reply reached the %d-token default output limit; set max_tokens to allow a longer reply", chat.DefaultMaxTokens)
 		case duringReasoning:
-			p.notice = notice(noticeTruncatedDuringReasoning,
+			p.notice = notice(chat.NoticeTruncatedDuringReasoning,
 				"thinking used the whole %d-token max_tokens budget, so there is no answer; raise max_tokens or lower the reasoning effort", capLimit)
 		case jsonWanted && !isTool:
-			p.notice = notice(noticeTruncatedStructured,
+			p.notice = notice(chat.NoticeTruncatedDuringStructuredOutput,
 				"generation stopped at the %d-token limit before the JSON was complete", capLimit)
 		}
 	case stopAtBudget:
 		p.finish = finishLength
-		p.notice = notice(noticeTruncatedAtReasoningBudget,
+		p.notice = notice(chat.NoticeTruncatedAtReasoningBudget,
 			"thinking used its %d-token budget on a model that cannot stop thinking part-way, so the reply stopped with no answer", budget)
 	case jsonWanted && !isTool && !json.Valid([]byte(joinPieces(answer))):
-		p.notice = notice(noticeStructuredNotJSON,
+		p.notice = notice(chat.NoticeStructuredOutputNotJSON,
 			"JSON output was requested but the model finished with a reply that is not valid JSON")
 	case budgetReached:
-		p.notice = notice(noticeReasoningBudgetReached,
+		p.notice = notice(chat.NoticeReasoningBudgetReached,
 			"thinking reached its %d-token budget and was ended; the model then answered and the reply is complete", budget)
 	case req.strictSchema():
-		p.notice = notice(noticeStrictSchemaNotEnforced,
+		p.notice = notice(chat.NoticeStrictSchemaNotEnforced,
 			"json_schema.strict was set but the simulator cannot enforce schemas, so the reply may not match the schema")
 	}
 	p.pieces = all
@@ -292,13 +272,12 @@ func prefixSpace(ws []string) []string {
 // applyStop ends the answer before the first stop sequence, as an engine
 // does: the sequence itself is not sent.
 func applyStop(answer []piece, req *chatRequest) ([]piece, bool) {
-	stops, _ := req.stopSequences() // validated when the request was parsed
-	if len(stops) == 0 {
+	if len(req.stops) == 0 {
 		return nil, false
 	}
 	text := joinPieces(answer)
 	cut := -1
-	for _, st := range stops {
+	for _, st := range req.stops {
 		if i := strings.Index(text, st); i >= 0 && (cut < 0 || i < cut) {
 			cut = i
 		}

@@ -11,8 +11,11 @@ import (
 // simulator reads. Everything else is accepted and ignored, as a real
 // engine ignores sampling switches it does not have.
 type chatRequest struct {
-	Model               string          `json:"model"`
-	Messages            []message       `json:"messages"`
+	Model string `json:"model"`
+	// RawMessages is decoded into Messages on its own, so that hashing the
+	// messages for the seed does not take a second pass over the body.
+	RawMessages         json.RawMessage `json:"messages"`
+	Messages            []message       `json:"-"`
 	Stream              bool            `json:"stream"`
 	StreamOptions       *streamOptions  `json:"stream_options"`
 	MaxTokens           *int            `json:"max_tokens"`
@@ -31,6 +34,8 @@ type chatRequest struct {
 
 	// messagesJSON is the compacted messages array, hashed for the seed.
 	messagesJSON []byte
+	// stops are the non-empty stop sequences.
+	stops []string
 }
 
 type streamOptions struct {
@@ -70,6 +75,11 @@ func parseChatRequest(body []byte) (*chatRequest, error) {
 	if err := json.Unmarshal(body, &req); err != nil {
 		return nil, fmt.Errorf("invalid JSON body: %w", err)
 	}
+	if len(req.RawMessages) > 0 {
+		if err := json.Unmarshal(req.RawMessages, &req.Messages); err != nil {
+			return nil, fmt.Errorf("messages: %w", err)
+		}
+	}
 	if len(req.Messages) == 0 {
 		return nil, fmt.Errorf("messages: at least one message is required")
 	}
@@ -84,18 +94,14 @@ func parseChatRequest(body []byte) (*chatRequest, error) {
 	if req.Reasoning != nil && req.Reasoning.MaxTokens != nil && *req.Reasoning.MaxTokens < 0 {
 		return nil, fmt.Errorf("reasoning.max_tokens: must be 0 or more, got %d", *req.Reasoning.MaxTokens)
 	}
-	if _, err := req.stopSequences(); err != nil {
+	stops, err := req.stopSequences()
+	if err != nil {
 		return nil, err
 	}
+	req.stops = stops
 	// Hash the messages independently of the client's whitespace.
-	var raw struct {
-		Messages json.RawMessage `json:"messages"`
-	}
-	if err := json.Unmarshal(body, &raw); err != nil {
-		return nil, fmt.Errorf("invalid JSON body: %w", err)
-	}
 	var buf bytes.Buffer
-	if err := json.Compact(&buf, raw.Messages); err != nil {
+	if err := json.Compact(&buf, req.RawMessages); err != nil {
 		return nil, fmt.Errorf("messages: %w", err)
 	}
 	req.messagesJSON = buf.Bytes()

@@ -269,7 +269,7 @@ func directiveFailure(code int, outputSent bool) *api.Result {
 	case http.StatusInsufficientStorage:
 		typ, msg = api.TypeInsufficientMemory, "CUDA out of memory: tried to allocate 2.00 GiB (simulated by sim fail=507)"
 	}
-	if msg == "" || http.StatusText(code) == "" {
+	if http.StatusText(code) == "" {
 		msg = fmt.Sprintf("simulated failure with status %d (sim fail=%d)", code, code)
 	}
 	r := engine.Failure(code, typ, msg)
