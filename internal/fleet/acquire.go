@@ -166,7 +166,12 @@ func (f *Fleet) Acquire(ctx context.Context, need Need) (*Lease, error) {
 	if wt.elem != nil {
 		q.l.Remove(wt.elem)
 		wt.elem = nil
-		err := f.capacityLocked(o, &need, q.l.Len())
+		// The workers may have gone while the request waited: then it is
+		// the 503 a new request would get, not a capacity 429.
+		err := f.checkLocked(o, &need, f.cfg.Now())
+		if err == nil {
+			err = f.capacityLocked(o, &need, q.l.Len())
+		}
 		f.mu.Unlock()
 		if ctx.Err() != nil {
 			return nil, ctx.Err()

@@ -34,8 +34,6 @@ type Config struct {
 	MaxQueue int
 	// Heartbeat is how often workers are asked to report.
 	Heartbeat time.Duration
-	// Keepalive tunes the link connections.
-	Keepalive link.Keepalive
 
 	Now    func() time.Time
 	Logger *slog.Logger
@@ -59,9 +57,6 @@ func (c *Config) defaults() {
 	}
 	if c.MaxQueue <= 0 {
 		c.MaxQueue = 1000
-	}
-	if c.Keepalive.Ping <= 0 {
-		c.Keepalive = link.DefaultKeepalive()
 	}
 	if c.Now == nil {
 		c.Now = time.Now

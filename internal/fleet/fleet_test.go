@@ -304,6 +304,29 @@ func TestQueueHoldThen429(t *testing.T) {
 	l2.Release(Succeeded)
 }
 
+// A request waiting for a slot whose workers all go offline gets the 503
+// a new request would, not a capacity 429.
+func TestWaiterWhoseWorkersLeaveGets503(t *testing.T) {
+	h := newHarness(t, Config{Grace: 20 * time.Millisecond})
+	w := h.worker("o", "w", 1, chat("m"))
+	l, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m", Hold: 500 * time.Millisecond})
+		done <- err
+	}()
+	_ = w.conn.Close()
+	h.waitStatus(w.id, "o", func(s string) bool { return s == api.StatusOffline })
+	l.Release(Failed)
+	var ae *api.Error
+	if err := <-done; !errors.As(err, &ae) || ae.Status != http.StatusServiceUnavailable || ae.Capacity {
+		t.Fatalf("err = %#v", err)
+	}
+}
+
 func TestCancelledWaiterLeavesTheQueue(t *testing.T) {
 	h := newHarness(t, Config{Hold: 5 * time.Second})
 	h.worker("o", "w", 1, chat("m"))

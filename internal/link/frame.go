@@ -18,6 +18,9 @@ import (
 	"fmt"
 )
 
+// Path is where the gateway accepts worker links, on its public port.
+const Path = "/api/v1/workers/connect"
+
 // Protocol is the link protocol version, sent in the hello; the gateway
 // refuses a worker that speaks another.
 const Protocol = 1

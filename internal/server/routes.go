@@ -2,6 +2,7 @@ package server
 
 import (
 	"github.com/svc-dev/svc/internal/auth"
+	"github.com/svc-dev/svc/internal/link"
 )
 
 type access int
@@ -70,7 +71,7 @@ func (s *Server) routes() []*route {
 	out := []*route{
 		{method: "GET", path: "/healthz", access: accessPublic, handle: s.health},
 		{method: "GET", path: "/metrics", access: accessPublic, handle: s.serveMetrics},
-		{method: "GET", path: "/api/v1/workers/connect", access: accessWorker, handle: s.connectWorker},
+		{method: "GET", path: link.Path, access: accessWorker, handle: s.connectWorker},
 	}
 	for _, r := range inference {
 		r.access, r.perm, r.compatible = accessKey, auth.InferenceWrite, true

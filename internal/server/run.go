@@ -90,7 +90,7 @@ func Run(ctx context.Context, cfg Config) error {
 	fcfg.Logger, fcfg.Events = log, events
 	fl := fleet.New(fcfg)
 	srv := New(Deps{Logger: log, Build: cfg.Build, Accounts: accounts, Fleet: fl, Events: events, Usage: usageStore,
-		Keepalive: fcfg.Keepalive, Timing: cfg.Timing})
+		Timing: cfg.Timing})
 	log.Info("listening", "addr", public.Addr().String(), "url", "http://"+public.Addr().String(),
 		"admin_socket", sock, "data", cfg.DataDir, "version", cfg.Build.Version)
 

@@ -25,9 +25,6 @@ import (
 	"github.com/svc-dev/svc/internal/link"
 )
 
-// ConnectPath is where the gateway accepts worker links.
-const ConnectPath = "/api/v1/workers/connect"
-
 // Config is what the agent runs with.
 type Config struct {
 	Gateway       string // the gateway's base URL, http(s)://host:port
@@ -127,7 +124,7 @@ func connectURL(gateway string) (string, error) {
 	default:
 		return "", fmt.Errorf("gateway URL %q is not http(s)://host:port", gateway)
 	}
-	u.Path = strings.TrimSuffix(u.Path, "/api/v1") + ConnectPath
+	u.Path = strings.TrimSuffix(u.Path, "/api/v1") + link.Path
 	return u.String(), nil
 }
 
