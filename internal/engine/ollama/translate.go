@@ -209,30 +209,31 @@ func stopList(raw json.RawMessage) (json.RawMessage, error) {
 	return raw, nil
 }
 
-// think maps the request's reasoning switches onto Ollama's think: an
-// effort first, then a zero thinking budget, then enable_thinking.
+// think maps the request's reasoning switches onto Ollama's think. As
+// everywhere in svc, any switch that turns thinking off wins; then an
+// effort sets the level, then enable_thinking turns it on.
 func think(in *openAIChat) any {
 	effort := in.ReasoningEffort
 	if effort == "" && in.Reasoning != nil {
 		effort = in.Reasoning.Effort
 	}
-	switch effort {
-	case "none", "minimal":
+	enable := in.EnableThinking
+	if enable == nil && in.ChatTemplateKwargs != nil {
+		enable = in.ChatTemplateKwargs.EnableThinking
+	}
+	zeroBudget := in.Reasoning != nil && in.Reasoning.MaxTokens != nil && *in.Reasoning.MaxTokens == 0
+	if effort == "none" || effort == "minimal" || zeroBudget || (enable != nil && !*enable) {
 		return false
+	}
+	switch effort {
 	case "low", "medium", "high":
 		return effort
 	case "xhigh", "max":
 		// "high" is the highest level every thinking-capable Ollama takes.
 		return "high"
 	}
-	if in.Reasoning != nil && in.Reasoning.MaxTokens != nil && *in.Reasoning.MaxTokens == 0 {
-		return false
-	}
-	if in.EnableThinking != nil {
-		return *in.EnableThinking
-	}
-	if k := in.ChatTemplateKwargs; k != nil && k.EnableThinking != nil {
-		return *k.EnableThinking
+	if enable != nil {
+		return true
 	}
 	return nil
 }

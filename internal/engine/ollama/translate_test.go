@@ -56,6 +56,9 @@ func TestChatTranslation(t *testing.T) {
 		{"reasoning budget 500", `{"model":"plain","messages":[],"reasoning":{"max_tokens":500}}`, map[string]string{"think": `-`}},
 		{"enable_thinking", `{"model":"plain","messages":[],"enable_thinking":true}`, map[string]string{"think": `true`}},
 		{"chat_template_kwargs", `{"model":"plain","messages":[],"chat_template_kwargs":{"enable_thinking":false}}`, map[string]string{"think": `false`}},
+		{"off beats an effort", `{"model":"plain","messages":[],"reasoning_effort":"high","enable_thinking":false}`, map[string]string{"think": `false`}},
+		{"zero budget beats an effort", `{"model":"plain","messages":[],"reasoning":{"max_tokens":0,"effort":"low"}}`, map[string]string{"think": `false`}},
+		{"effort with thinking on", `{"model":"plain","messages":[],"reasoning_effort":"low","enable_thinking":true}`, map[string]string{"think": `"low"`}},
 		{"json_object", `{"model":"plain","messages":[],"response_format":{"type":"json_object"}}`, map[string]string{"format": `"json"`}},
 		{
 			"json_schema",
