@@ -10,9 +10,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/buildinfo"
 	"github.com/svc-dev/svc/internal/client"
 	"github.com/svc-dev/svc/internal/iostreams"
-	"github.com/svc-dev/svc/internal/tui"
 )
 
 // WorkersOptions are the flags of `svc workers`.
@@ -88,7 +88,7 @@ func workersRun(ctx context.Context, opts *WorkersOptions) error {
 			status += ", draining"
 		}
 		tp.field(status, statusColor(cs, w.Status))
-		if tui.Outdated(w.Version, latest) {
+		if buildinfo.Outdated(w.Version, latest) {
 			tp.field(w.Version+" (latest "+latest+")", cs.yellow)
 		} else {
 			tp.field(dash(w.Version))

@@ -10,6 +10,7 @@ import (
 	tea "github.com/charmbracelet/bubbletea"
 
 	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/buildinfo"
 	"github.com/svc-dev/svc/internal/client"
 )
 
@@ -166,7 +167,7 @@ func workerDetailLines(d workerDetailsView, cw int, st *styles) []string {
 	if version == "" {
 		version = "—"
 	}
-	if Outdated(w.Version, d.latest) {
+	if buildinfo.Outdated(w.Version, d.latest) {
 		version += " " + st.warn.Render("↑ latest is "+d.latest)
 	}
 	lines = append(lines, field(st, "Version", version))

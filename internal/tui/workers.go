@@ -10,6 +10,7 @@ import (
 	"github.com/charmbracelet/lipgloss"
 
 	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/buildinfo"
 )
 
 // workersPane is the fleet list.
@@ -132,7 +133,7 @@ func workerRow(st *styles, cols []column, widths []int, w api.Worker, latest str
 	if w.Version == "" {
 		version = styled("—", st.dim)
 	}
-	if Outdated(w.Version, latest) {
+	if buildinfo.Outdated(w.Version, latest) {
 		version.suffix, version.suffixStyle = "↑", &st.warn
 	}
 	active := fmt.Sprintf("%d/%d", w.ActiveTasks, w.MaxConcurrent)

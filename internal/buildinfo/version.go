@@ -1,4 +1,4 @@
-package tui
+package buildinfo
 
 import (
 	"cmp"
@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// Outdated reports whether a worker running version v is behind latest.
+// Outdated reports whether a build of version v is behind release latest.
 // Versions that are not release-shaped ("dev", a commit hash, "") are never
 // flagged: a developer build has no place on the release line, and a false
 // "upgrade me" arrow is worse than a missing one.
