@@ -535,3 +535,42 @@ func TestReasoningMirroredAndDefaults(t *testing.T) {
 		}
 	}
 }
+
+// TestUsageLogsPaging checks the log's page rules: 50 rows by default,
+// at most 1000, offset counted from the newest, and 422 outside them.
+func TestUsageLogsPaging(t *testing.T) {
+	s, key := gateway(t)
+	const n = 55
+	for i := range n {
+		if r := s.do("POST", "/v1/chat/completions", chatBody("sim-chat", fmt.Sprint("q", i), false), bearer(key)); r.Status != 200 {
+			t.Fatalf("request %d = %d", i, r.Status)
+		}
+	}
+	page := func(query string) []map[string]any {
+		t.Helper()
+		r := s.do("GET", "/api/v1/usage/logs"+query, "", bearer(key))
+		var rows []map[string]any
+		if r.Status != 200 || json.Unmarshal(r.Body, &rows) != nil {
+			t.Fatalf("logs%s = %d %s", query, r.Status, r.Body)
+		}
+		return rows
+	}
+	for deadline := time.Now().Add(5 * time.Second); len(page("?limit=1000")) < n; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("rows were not written")
+		}
+	}
+	all := page("?limit=1000")
+	if got := len(page("")); got != 50 {
+		t.Errorf("default page has %d rows, want 50", got)
+	}
+	rest := page("?offset=50")
+	if len(rest) != n-50 || rest[0]["id"] != all[50]["id"] {
+		t.Errorf("offset 50: %d rows starting at %v, want %d from %v", len(rest), rest[0]["id"], n-50, all[50]["id"])
+	}
+	for _, q := range []string{"?limit=1001", "?limit=0", "?offset=-1"} {
+		if r := s.do("GET", "/api/v1/usage/logs"+q, "", bearer(key)); r.Status != 422 {
+			t.Errorf("logs%s = %d, want 422", q, r.Status)
+		}
+	}
+}

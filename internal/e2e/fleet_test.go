@@ -202,6 +202,18 @@ func TestNonStreamingCancelStopsTheEngine(t *testing.T) {
 	if d := time.Since(gone); d > 2*time.Second {
 		t.Fatalf("slot freed %v after the client left", d)
 	}
+	// The request is in the usage log as a client cancel.
+	var rows []map[string]any
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		rows = nil
+		_ = json.Unmarshal(s.do("GET", "/api/v1/usage/logs", "", bearer(key)).Body, &rows)
+		if len(rows) > 0 {
+			break
+		}
+	}
+	if len(rows) != 1 || rows[0]["status_code"] != 499.0 || rows[0]["error_message"] != "Client disconnected" || rows[0]["stream"] != false {
+		t.Fatalf("usage rows after a non-streaming cancel: %v", rows)
+	}
 }
 
 func TestPinning(t *testing.T) {
@@ -427,10 +439,15 @@ func TestWorkerDrainFinishesRunningRequests(t *testing.T) {
 	if err := w.stop(syscall.SIGTERM); err != nil {
 		t.Fatalf("worker exit: %v", err)
 	}
-	s.workerNamed(key, "leaving", statusIs("offline"))
+	gone := s.workerNamed(key, "leaving", statusIs("offline"))
 	s.waitEvent(key, "?event_type=draining", func(map[string]any) bool { return true })
 	if r := s.do("POST", "/v1/chat/completions", chatBody("sim-chat", "after", false), bearer(key)); r.Status != 503 {
 		t.Fatalf("with the only worker gone = %d", r.Status)
+	}
+	// Pinned to the worker that left: 503 naming why, not 404.
+	r = s.do("POST", "/v1/chat/completions", chatBody("sim-chat", "pinned", false), bearer(key), header{"X-Svc-Worker-Id", gone["worker_id"].(string)})
+	if r.Status != 503 || !strings.Contains(string(r.Body), "worker_offline") {
+		t.Fatalf("pinned to an offline worker = %d %s", r.Status, r.Body)
 	}
 }
 
@@ -470,6 +487,9 @@ func TestLostWorkerMovesOrFails(t *testing.T) {
 	if len(data) < 2 || data[len(data)-1] != "[DONE]" || !strings.Contains(data[len(data)-2], `"error"`) ||
 		!strings.Contains(data[len(data)-2], "second") || !strings.Contains(data[len(data)-2], "503") && !strings.Contains(data[len(data)-2], "service_unavailable") {
 		t.Fatalf("stream after its worker died ends with %q", data[max(0, len(data)-2):])
+	}
+	if frame := data[len(data)-2]; !strings.Contains(frame, `"code":"worker_lost"`) || !strings.Contains(frame, `"retry_after":1`) {
+		t.Fatalf("lost-worker frame lacks its code or retry_after: %s", frame)
 	}
 }
 

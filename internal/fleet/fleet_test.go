@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -520,6 +521,9 @@ func TestRefusesBadHello(t *testing.T) {
 		{Protocol: link.Protocol, Name: "", SessionID: "s", MaxConcurrent: 1},
 		{Protocol: link.Protocol, Name: "w", SessionID: "", MaxConcurrent: 1},
 		{Protocol: link.Protocol, Name: "w", SessionID: "s", MaxConcurrent: 0},
+		{Protocol: link.Protocol, Name: "w", SessionID: "s", MaxConcurrent: 65537},
+		{Protocol: link.Protocol, Name: strings.Repeat("ü", 129), SessionID: "s", MaxConcurrent: 1},
+		{Protocol: link.Protocol, Name: "w", SessionID: "s", MaxConcurrent: 1, Models: []api.Model{{}}},
 	}
 	for _, hello := range tests {
 		gc, wc := linktest.Pipe()
@@ -533,6 +537,8 @@ func TestRefusesBadHello(t *testing.T) {
 			t.Errorf("refusal carries no reason: %s", f.Payload)
 		}
 	}
+	// The limits themselves are allowed.
+	h.worker("o", strings.Repeat("ü", 128), 65536, chat("m"))
 }
 
 func TestTriedAll(t *testing.T) {
