@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"slices"
 	"time"
 )
@@ -33,8 +34,12 @@ type Model struct {
 	DefaultThinking *bool    `json:"default_thinking,omitempty"`
 	Voices          []string `json:"voices,omitempty"`
 	DefaultVoice    string   `json:"default_voice,omitempty"`
-	// Engine names the adapter serving the model: sim, openai or ollama.
+	// Engine names the adapter serving the model: sim, openai, ollama, or
+	// the local program (espeak-ng, ...).
 	Engine string `json:"engine"`
+	// Local is the engine's own name for the model when the worker serves
+	// it under another id (svc worker --model-alias).
+	Local string `json:"local_model,omitempty"`
 	// Simulated is true for the built-in simulator's models.
 	Simulated bool `json:"simulated,omitempty"`
 	// Loaded is whether the engine holds the model in memory now, when known.
@@ -91,7 +96,7 @@ type Notice struct {
 	Message string `json:"message"`
 }
 
-// Request kinds carried by the link.
+// Request kinds carried by the link (the audio kinds are in audio.go).
 const (
 	KindChat       = "chat"
 	KindEmbeddings = "embeddings"
@@ -103,6 +108,9 @@ type LinkRequest struct {
 	Kind      string `json:"kind"`
 	Model     string `json:"model"`
 	Stream    bool   `json:"stream"`
+	// Params are the settings of a request whose body is not JSON (a
+	// transcription's TranscriptionParams ahead of the audio).
+	Params json.RawMessage `json:"params,omitempty"`
 }
 
 // Hello is the worker's first message on a link.

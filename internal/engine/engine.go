@@ -6,23 +6,33 @@ package engine
 
 import (
 	"context"
+	"io"
 
 	"github.com/svc-dev/svc/internal/api"
 )
 
 // Request is one inference request as the gateway forwards it.
 type Request struct {
-	Kind   string // api.KindChat or api.KindEmbeddings
-	Model  string
+	Kind   string // api.KindChat, KindEmbeddings, KindTranscription or KindSpeech
+	Model  string // the engine's own name for the model
 	Stream bool
-	// Body is the OpenAI-format request JSON. The gateway has validated it;
-	// adapters translate it to their engine's own switches.
+	// Body is the request the gateway validated: the OpenAI-format JSON of
+	// chat and embeddings, api.SpeechParams JSON of speech, and
+	// api.TranscriptionParams JSON of a transcription. Adapters translate
+	// it to their engine's own switches.
 	Body []byte
+	// Audio is a transcription's uploaded file (wav, mp3 or flac, as
+	// api.TranscriptionParams says) as it arrives from the gateway: read it
+	// once, as a stream. Nil for other kinds.
+	Audio io.Reader
 }
 
 // Sink receives a response. Streaming chat calls Event once per
 // chat.completion.chunk object (JSON, without the "data: " framing); every
-// other request calls Body once with the whole response JSON. Both block
+// other request calls Body once with the whole response: JSON for chat and
+// embeddings, an api.Transcript for a transcription, a WAV file (PCM at
+// any rate and channel count; the worker converts it to 24 kHz mono) for
+// speech. Both block
 // while the gateway is not keeping up, and fail when the request was
 // cancelled; adapters then stop generating.
 type Sink interface {
@@ -34,7 +44,8 @@ type Sink interface {
 //
 // What adapters normalise, whatever the engine sends:
 //   - Events and bodies are OpenAI-shaped: chat.completion(.chunk),
-//     list of embeddings. Reasoning text is on reasoning_content and
+//     list of embeddings; transcriptions are an api.Transcript with
+//     segments, and speech is WAV. Reasoning text is on reasoning_content and
 //     mirrored on reasoning, in messages and deltas alike.
 //   - Streaming carries no usage-only chunk and no engine-specific timing
 //     fields: usage and timings go into the Result instead, and the gateway
