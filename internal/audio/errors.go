@@ -1,0 +1,25 @@
+package audio
+
+import "errors"
+
+// ErrUnsupported reports content that is not WAV, MP3 or FLAC. Its message
+// is what the gateway shows to clients, hence the capital letter.
+var ErrUnsupported = errors.New("Unsupported audio format")
+
+// ErrTooLong reports audio with more samples than Decode may return.
+var ErrTooLong = errors.New("audio too long to decode")
+
+// FormatError reports a file of a known format whose headers are damaged
+// or unusable.
+type FormatError struct {
+	Format string // api.AudioWAV, api.AudioMP3 or api.AudioFLAC
+	Reason string
+}
+
+func (e *FormatError) Error() string {
+	return "damaged " + e.Format + " file: " + e.Reason
+}
+
+func damaged(format, reason string) *FormatError {
+	return &FormatError{Format: format, Reason: reason}
+}
