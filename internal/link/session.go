@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 
 	"github.com/svc-dev/svc/internal/api"
@@ -216,23 +217,52 @@ func (s *Session) SendControl(typ Type, payload []byte) bool {
 // only if the body is larger than the window and the worker is slow to
 // take it.
 func (s *Session) Open(ctx context.Context, header, body []byte) (*Stream, error) {
+	st, err := s.newOutgoing()
+	if err != nil {
+		return nil, err
+	}
+	msg := make([]byte, 0, binary.MaxVarintLen64+len(header)+len(body))
+	msg = binary.AppendUvarint(msg, uint64(len(header)))
+	msg = append(msg, header...)
+	msg = append(msg, body...)
+	return st.opened(st.send(ctx, TypeOpen, msg))
+}
+
+// OpenReader starts a stream (gateway only) whose body is read from body
+// as the window allows, so a large upload is never held whole: at most a
+// window of it is in flight. It returns once the body is sent, or early
+// when the worker has already answered (the answer waits in the stream).
+func (s *Session) OpenReader(ctx context.Context, header []byte, body io.Reader) (*Stream, error) {
+	st, err := s.newOutgoing()
+	if err != nil {
+		return nil, err
+	}
+	prefix := binary.AppendUvarint(make([]byte, 0, binary.MaxVarintLen64+len(header)), uint64(len(header)))
+	prefix = append(prefix, header...)
+	return st.opened(st.sendReader(ctx, prefix, body))
+}
+
+// newOutgoing registers a new stream of the gateway's.
+func (s *Session) newOutgoing() (*Stream, error) {
 	if s.opts.Role != Gateway {
 		return nil, errors.New("link: only the gateway opens streams")
 	}
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.closed != nil {
-		s.mu.Unlock()
 		return nil, s.closed
 	}
 	s.nextID++
 	st := newStream(s, s.nextID)
 	s.streams[st.id] = st
-	s.mu.Unlock()
-	msg := make([]byte, 0, binary.MaxVarintLen64+len(header)+len(body))
-	msg = binary.AppendUvarint(msg, uint64(len(header)))
-	msg = append(msg, header...)
-	msg = append(msg, body...)
-	if err := st.send(ctx, TypeOpen, msg); err != nil {
+	return st, nil
+}
+
+// opened settles the sending of a request: a worker that answered before
+// taking the whole body has a result to read; any other failure drops
+// the stream.
+func (st *Stream) opened(err error) (*Stream, error) {
+	if err != nil && !errors.Is(err, errPeerEnded) {
 		st.Reset()
 		return nil, err
 	}

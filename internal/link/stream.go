@@ -2,7 +2,6 @@ package link
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"sync"
 )
@@ -16,6 +15,9 @@ type Stream struct {
 	// gateway, where no handler runs, it does nothing.
 	cancel context.CancelFunc
 	dead   chan struct{} // closed when the stream fails
+	// ended is closed on the gateway when the worker's END arrives: a
+	// request body still being sent is no longer wanted.
+	ended chan struct{}
 
 	mu sync.Mutex
 	// Sending.
@@ -41,6 +43,7 @@ func newStream(s *Session, id uint64) *Stream {
 	return &Stream{
 		id: id, s: s, cancel: func() {},
 		dead:   make(chan struct{}),
+		ended:  make(chan struct{}),
 		credit: make(chan struct{}, 1),
 		ready:  make(chan struct{}, 1),
 	}
@@ -148,6 +151,8 @@ func (st *Stream) sendFrame(ctx context.Context, t Type, flags uint8, payload []
 		select {
 		case <-st.credit:
 		case <-st.dead:
+		case <-st.ended:
+			return errPeerEnded
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -159,6 +164,16 @@ func (st *Stream) sendFrame(ctx context.Context, t Type, flags uint8, payload []
 // which the stream is finished). Frames with More set continue the same
 // message. The payload stays valid after the next call.
 func (st *Stream) Recv(ctx context.Context) (Frame, error) {
+	f, err := st.recv(ctx.Done())
+	if err == errStopped {
+		return f, ctx.Err()
+	}
+	return f, err
+}
+
+// recv is Recv until done is closed; a nil done waits for as long as the
+// stream lives.
+func (st *Stream) recv(done <-chan struct{}) (Frame, error) {
 	for {
 		st.mu.Lock()
 		if len(st.inbox) > 0 {
@@ -192,8 +207,8 @@ func (st *Stream) Recv(ctx context.Context) (Frame, error) {
 		select {
 		case <-st.ready:
 		case <-st.dead:
-		case <-ctx.Done():
-			return Frame{}, ctx.Err()
+		case <-done:
+			return Frame{}, errStopped
 		}
 	}
 }
@@ -219,20 +234,17 @@ func (st *Stream) ReadMessage(ctx context.Context) (Type, []byte, error) {
 	return typ, msg, nil
 }
 
-// ReadRequest reads the request a stream was opened with (worker side).
+// ReadRequest reads the request a stream was opened with, whole (worker
+// side).
 func (st *Stream) ReadRequest(ctx context.Context) (header, body []byte, err error) {
-	typ, msg, err := st.ReadMessage(ctx)
+	header, b, err := st.OpenRequest(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	if typ != TypeOpen {
-		return nil, nil, fmt.Errorf("%w: stream began with %s", ErrInvalid, typ)
+	if body, err = b.Bytes(); err != nil {
+		return nil, nil, err
 	}
-	n, k := binary.Uvarint(msg)
-	if k <= 0 || n > uint64(len(msg)-k) {
-		return nil, nil, fmt.Errorf("%w: bad request header length", ErrInvalid)
-	}
-	return msg[k : k+int(n)], msg[k+int(n):], nil
+	return header, body, nil
 }
 
 // deliver takes a frame from the read loop.
@@ -249,6 +261,13 @@ func (st *Stream) deliver(f Frame) error {
 		st.recvSeq = f.Seq
 		st.inbox = append(st.inbox, f)
 		signal(st.ready)
+		if f.Type == TypeEnd {
+			select {
+			case <-st.ended:
+			default:
+				close(st.ended)
+			}
+		}
 	}
 	st.mu.Unlock()
 	if done {
