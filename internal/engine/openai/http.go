@@ -26,18 +26,23 @@ const (
 var errTooLarge = errors.New("response too large")
 
 // newRequest builds a request to path (under the root URL) with the
-// engine's headers. The context bounds the whole exchange, body included.
+// engine's headers and body, if any, as JSON. The context bounds the whole
+// exchange, body included.
 func (e *Engine) newRequest(ctx context.Context, method, path string, body []byte) (*http.Request, error) {
-	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
+	if body == nil {
+		return e.newBodyRequest(ctx, method, path, nil, "")
 	}
-	req, err := http.NewRequestWithContext(ctx, method, e.base+path, rd)
+	return e.newBodyRequest(ctx, method, path, bytes.NewReader(body), "application/json")
+}
+
+// newBodyRequest is newRequest for a body of any type.
+func (e *Engine) newBodyRequest(ctx context.Context, method, path string, body io.Reader, contentType string) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, method, e.base+path, body)
 	if err != nil {
 		return nil, fmt.Errorf("build request: %w", err)
 	}
-	if method == http.MethodPost {
-		req.Header.Set("Content-Type", "application/json")
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
 	}
 	if e.apiKey != "" {
 		req.Header.Set("Authorization", "Bearer "+e.apiKey)
@@ -45,14 +50,29 @@ func (e *Engine) newRequest(ctx context.Context, method, path string, body []byt
 	return req, nil
 }
 
-// post sends body to path. On failure it returns the Result to report
-// instead of a response: Cancelled when ctx ended, Unreachable when no
-// answer came at all, the engine's error when it answered with one.
+// post sends the JSON body to path. On failure it returns the Result to
+// report instead of a response: Cancelled when ctx ended, Unreachable when
+// no answer came at all, the engine's error when it answered with one.
 func (e *Engine) post(ctx context.Context, path string, body []byte, accept string) (*http.Response, *api.Result) {
 	req, err := e.newRequest(ctx, http.MethodPost, path, body)
 	if err != nil {
 		return nil, engine.Failure(http.StatusInternalServerError, api.TypeServer, err.Error())
 	}
+	return e.do(ctx, req, accept)
+}
+
+// postStream is post for a body of contentType that is produced while it
+// is sent, such as a multipart upload.
+func (e *Engine) postStream(ctx context.Context, path string, body io.Reader, contentType, accept string) (*http.Response, *api.Result) {
+	req, err := e.newBodyRequest(ctx, http.MethodPost, path, body, contentType)
+	if err != nil {
+		return nil, engine.Failure(http.StatusInternalServerError, api.TypeServer, err.Error())
+	}
+	return e.do(ctx, req, accept)
+}
+
+// do sends req and sorts out failures as post describes.
+func (e *Engine) do(ctx context.Context, req *http.Request, accept string) (*http.Response, *api.Result) {
 	req.Header.Set("Accept", accept)
 	resp, err := e.client.Do(req)
 	if err != nil {

@@ -125,13 +125,26 @@ func (e *Engine) getJSON(ctx context.Context, path string, v any) error {
 
 // capabilities guesses what a model does from its name: /v1/models does
 // not say, and sending chat to an embedding model fails on every engine.
-// The hints match text-embedding-*, nomic-embed-*, bge-*,
-// multilingual-e5-*, gte-* and all-MiniLM-*.
+// The hints match whisper-*, gpt-4o-transcribe, parakeet-* and canary-*
+// (speech to text); tts-1, Kokoro-*, piper-*, orpheus-* and XTTS-* (text
+// to speech); and text-embedding-*, nomic-embed-*, bge-*,
+// multilingual-e5-*, gte-* and all-MiniLM-*. Speech models list no
+// voices: only --model-meta can tell them.
 func capabilities(id string) []string {
 	lower := strings.ToLower(id)
-	for _, h := range []string{"embed", "bge", "e5-", "gte", "minilm"} {
-		if strings.Contains(lower, h) {
-			return []string{api.CapEmbeddings}
+	hints := []struct {
+		caps  []string
+		words []string
+	}{
+		{[]string{api.CapTranscription}, []string{"whisper", "stt", "transcribe", "parakeet", "canary"}},
+		{[]string{api.CapSpeech}, []string{"tts", "kokoro", "piper", "speech", "orpheus", "xtts"}},
+		{[]string{api.CapEmbeddings}, []string{"embed", "bge", "e5-", "gte", "minilm"}},
+	}
+	for _, h := range hints {
+		for _, w := range h.words {
+			if strings.Contains(lower, w) {
+				return h.caps
+			}
 		}
 	}
 	return []string{api.CapChat, api.CapTools}

@@ -130,22 +130,41 @@ func TestModelsErrors(t *testing.T) {
 }
 
 func TestCapabilities(t *testing.T) {
-	tests := map[string]bool{ // id: is embedding
-		"text-embedding-3-small":                 true,
-		"BAAI/bge-large-en-v1.5":                 true,
-		"intfloat/multilingual-e5-large":         true,
-		"thenlper/GTE-base":                      true,
-		"nomic-embed-text:latest":                true,
-		"sentence-transformers/all-MiniLM-L6-v2": true,
-		"Qwen/Qwen3-Embedding-0.6B":              true,
-		"Qwen/Qwen3-8B":                          false,
-		"meta-llama/Llama-3.1-8B-Instruct":       false,
-		"gpt-oss-20b":                            false,
+	chat := []string{api.CapChat, api.CapTools}
+	emb := []string{api.CapEmbeddings}
+	stt := []string{api.CapTranscription}
+	tts := []string{api.CapSpeech}
+	tests := map[string][]string{
+		"text-embedding-3-small":                 emb,
+		"BAAI/bge-large-en-v1.5":                 emb,
+		"intfloat/multilingual-e5-large":         emb,
+		"thenlper/GTE-base":                      emb,
+		"nomic-embed-text:latest":                emb,
+		"sentence-transformers/all-MiniLM-L6-v2": emb,
+		"Qwen/Qwen3-Embedding-0.6B":              emb,
+		"Qwen/Qwen3-8B":                          chat,
+		"meta-llama/Llama-3.1-8B-Instruct":       chat,
+		"gpt-oss-20b":                            chat,
+		"mistralai/Mistral-Small-3.2-24B":        chat,
+		"whisper-1":                              stt,
+		"Systran/faster-whisper-large-v3":        stt,
+		"ggml-large-v3-turbo.bin (whisper.cpp)":  stt,
+		"gpt-4o-mini-transcribe":                 stt,
+		"nvidia/parakeet-tdt-0.6b-v2":            stt,
+		"nvidia/canary-1b-flash":                 stt,
+		"sim-stt":                                stt,
+		"tts-1-hd":                               tts,
+		"gpt-4o-mini-tts":                        tts,
+		"hexgrad/Kokoro-82M":                     tts,
+		"speaches-ai/piper-en_US-amy-low":        tts,
+		"canopylabs/orpheus-3b-0.1-ft":           tts,
+		"coqui/XTTS-v2":                          tts,
+		"microsoft/VibeVoice-speech-1.5B":        tts,
+		"sim-tts":                                tts,
 	}
-	for id, isEmb := range tests {
-		got := capabilities(id)
-		if (len(got) == 1 && got[0] == api.CapEmbeddings) != isEmb {
-			t.Errorf("capabilities(%q) = %v", id, got)
+	for id, want := range tests {
+		if got := capabilities(id); !reflect.DeepEqual(got, want) {
+			t.Errorf("capabilities(%q) = %v, want %v", id, got, want)
 		}
 	}
 }

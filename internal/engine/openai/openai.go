@@ -8,6 +8,12 @@
 // client's request unchanged apart from the streaming switches it needs and
 // each engine's own thinking switches (see mapReasoning), and normalises
 // the answer to the shape package engine promises.
+//
+// Audio goes to /v1/audio/transcriptions and /v1/audio/speech, which
+// OpenAI, speaches, vLLM and whisper.cpp's whisper-server (with
+// --inference-path) serve with shapes of their own: transcriptions are
+// read into an api.Transcript whatever their shape (transcript.go), and
+// speech is turned into WAV whatever its encoding (speech.go).
 package openai
 
 import (
@@ -127,6 +133,10 @@ func (e *Engine) Serve(ctx context.Context, req *engine.Request, sink engine.Sin
 		return e.chat(ctx, req, sink)
 	case api.KindEmbeddings:
 		return e.embeddings(ctx, req, sink)
+	case api.KindTranscription:
+		return e.transcribe(ctx, req, sink)
+	case api.KindSpeech:
+		return e.speak(ctx, req, sink)
 	default:
 		return engine.Failure(http.StatusNotImplemented, api.TypeNotSupported,
 			fmt.Sprintf("the openai engine does not serve %q requests", req.Kind))

@@ -147,7 +147,7 @@ func TestEngineDownIsUnreachable(t *testing.T) {
 
 func TestUnknownKind(t *testing.T) {
 	e := newEngine(t, "http://127.0.0.1:1")
-	r := e.Serve(context.Background(), &engine.Request{Kind: "transcription"}, &sink{})
+	r := e.Serve(context.Background(), &engine.Request{Kind: "moderation"}, &sink{})
 	wantStatus(t, r, http.StatusNotImplemented)
 	if r.Error.Type != api.TypeNotSupported {
 		t.Fatalf("type = %q", r.Error.Type)

@@ -23,6 +23,10 @@ type Config struct {
 	Latency time.Duration
 	// LoadTime is how long a cold model takes to load.
 	LoadTime time.Duration
+	// AudioRTF is the real-time factor of audio work: transcribing or
+	// synthesising a clip takes AudioRTF times its duration (0.02 turns a
+	// minute of audio around in 1.2 s); 0 is no delay.
+	AudioRTF float64
 	// Models are the models served; DefaultModels when empty.
 	Models []ModelSpec
 	// LlamaTimings adds a llama.cpp-style timings object to HTTP replies.
@@ -42,7 +46,10 @@ const (
 	DefaultTokensPerSecond = 100
 	DefaultTTFT            = 30 * time.Millisecond
 	DefaultLoadTime        = 1500 * time.Millisecond
-	defaultReasoningField  = "reasoning_content"
+	// DefaultAudioRTF is about what a whisper-large-v3-turbo or a Kokoro
+	// on a datacenter GPU does.
+	DefaultAudioRTF       = 0.02
+	defaultReasoningField = "reasoning_content"
 )
 
 // DefaultConfig is the configuration of a plain `--engine sim`.
@@ -51,6 +58,7 @@ func DefaultConfig() Config {
 		TokensPerSecond: DefaultTokensPerSecond,
 		TTFT:            DefaultTTFT,
 		LoadTime:        DefaultLoadTime,
+		AudioRTF:        DefaultAudioRTF,
 	}
 }
 
@@ -89,8 +97,9 @@ func sleep(ctx context.Context, d time.Duration) error {
 
 // ParseOptions reads the options of `--engine sim=...`, a comma-separated
 // list such as "tps=200,ttft=20ms,latency=0,load=1500ms,timings=1", on top
-// of DefaultConfig. Keys: tps, ttft, latency, load, timings and
-// reasoning_field. Durations take Go syntax; a bare number is milliseconds.
+// of DefaultConfig. Keys: tps, ttft, latency, load, rtf (AudioRTF), timings
+// and reasoning_field. Durations take Go syntax; a bare number is
+// milliseconds.
 func ParseOptions(s string) (Config, error) {
 	cfg := DefaultConfig()
 	for _, item := range strings.Split(s, ",") {
@@ -113,6 +122,8 @@ func ParseOptions(s string) (Config, error) {
 			cfg.Latency, err = parseDuration(val)
 		case "load":
 			cfg.LoadTime, err = parseDuration(val)
+		case "rtf":
+			cfg.AudioRTF, err = parseRate(val)
 		case "timings":
 			cfg.LlamaTimings, err = parseBool(val)
 		case "reasoning_field":
@@ -121,7 +132,7 @@ func ParseOptions(s string) (Config, error) {
 			}
 			cfg.ReasoningField = val
 		default:
-			return Config{}, fmt.Errorf("sim option %q: unknown key (want tps, ttft, latency, load, timings or reasoning_field)", key)
+			return Config{}, fmt.Errorf("sim option %q: unknown key (want tps, ttft, latency, load, rtf, timings or reasoning_field)", key)
 		}
 		if err != nil {
 			return Config{}, fmt.Errorf("sim option %s: %w", key, err)
@@ -130,7 +141,8 @@ func ParseOptions(s string) (Config, error) {
 	return cfg, nil
 }
 
-// parseRate reads a non-negative, finite tokens-per-second rate.
+// parseRate reads a non-negative, finite rate: tokens per second, or a
+// real-time factor.
 func parseRate(s string) (float64, error) {
 	f, err := strconv.ParseFloat(s, 64)
 	if err != nil {
@@ -189,6 +201,12 @@ type ModelSpec struct {
 	Dimensions int
 }
 
+// speechVoices are the voices of sim-tts: OpenAI's names, so that clients
+// written for OpenAI's API work against the simulator unchanged.
+func speechVoices() []string {
+	return []string{"alloy", "ash", "coral", "echo", "fable", "nova", "onyx", "sage", "shimmer"}
+}
+
 // ColdIdle is how long a cold model stays loaded without requests.
 const ColdIdle = 5 * time.Minute
 
@@ -230,6 +248,16 @@ func DefaultModels() []ModelSpec {
 			ID:            "sim-long",
 			Capabilities:  []string{api.CapChat},
 			ContextWindow: 131072,
+		}},
+		{Model: api.Model{
+			ID:           "sim-stt",
+			Capabilities: []string{api.CapTranscription},
+		}},
+		{Model: api.Model{
+			ID:           "sim-tts",
+			Capabilities: []string{api.CapSpeech},
+			Voices:       speechVoices(),
+			DefaultVoice: "alloy",
 		}},
 		{Model: api.Model{
 			ID:            "sim-embed",

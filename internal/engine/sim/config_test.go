@@ -4,6 +4,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/svc-dev/svc/internal/api"
 )
 
 func TestParseOptions(t *testing.T) {
@@ -15,19 +17,23 @@ func TestParseOptions(t *testing.T) {
 	}{
 		{name: "empty is defaults", in: "", want: DefaultConfig()},
 		{name: "full", in: "tps=200,ttft=20ms,latency=0,load=1500ms,timings=1", want: Config{
-			TokensPerSecond: 200, TTFT: 20 * time.Millisecond, LoadTime: 1500 * time.Millisecond, LlamaTimings: true,
+			TokensPerSecond: 200, TTFT: 20 * time.Millisecond, LoadTime: 1500 * time.Millisecond, LlamaTimings: true, AudioRTF: 0.02,
 		}},
 		{name: "bare numbers are milliseconds", in: "ttft=5, latency=2.5", want: Config{
-			TokensPerSecond: 100, TTFT: 5 * time.Millisecond, Latency: 2500 * time.Microsecond, LoadTime: 1500 * time.Millisecond,
+			TokensPerSecond: 100, TTFT: 5 * time.Millisecond, Latency: 2500 * time.Microsecond, LoadTime: 1500 * time.Millisecond, AudioRTF: 0.02,
 		}},
-		{name: "fast", in: "tps=0,ttft=0,load=0", want: Config{}},
+		{name: "fast", in: "tps=0,ttft=0,load=0,rtf=0", want: Config{}},
+		{name: "audio pace", in: "rtf=0.5", want: Config{
+			TokensPerSecond: 100, TTFT: 30 * time.Millisecond, LoadTime: 1500 * time.Millisecond, AudioRTF: 0.5,
+		}},
 		{name: "reasoning field", in: "reasoning_field=reasoning,timings=off", want: Config{
-			TokensPerSecond: 100, TTFT: 30 * time.Millisecond, LoadTime: 1500 * time.Millisecond, ReasoningField: "reasoning",
+			TokensPerSecond: 100, TTFT: 30 * time.Millisecond, LoadTime: 1500 * time.Millisecond, ReasoningField: "reasoning", AudioRTF: 0.02,
 		}},
-		{name: "trailing comma", in: "tps=5,", want: Config{TokensPerSecond: 5, TTFT: 30 * time.Millisecond, LoadTime: 1500 * time.Millisecond}},
+		{name: "trailing comma", in: "tps=5,", want: Config{TokensPerSecond: 5, TTFT: 30 * time.Millisecond, LoadTime: 1500 * time.Millisecond, AudioRTF: 0.02}},
 		{name: "unknown key", in: "speed=3", wantErr: true},
 		{name: "no value", in: "tps", wantErr: true},
 		{name: "negative rate", in: "tps=-1", wantErr: true},
+		{name: "negative rtf", in: "rtf=-0.1", wantErr: true},
 		{name: "nan rate", in: "tps=NaN", wantErr: true},
 		{name: "bad duration", in: "ttft=soon", wantErr: true},
 		{name: "negative duration", in: "latency=-5ms", wantErr: true},
@@ -44,7 +50,8 @@ func TestParseOptions(t *testing.T) {
 				return
 			}
 			if got.TokensPerSecond != tt.want.TokensPerSecond || got.TTFT != tt.want.TTFT || got.Latency != tt.want.Latency ||
-				got.LoadTime != tt.want.LoadTime || got.LlamaTimings != tt.want.LlamaTimings || got.ReasoningField != tt.want.ReasoningField {
+				got.LoadTime != tt.want.LoadTime || got.LlamaTimings != tt.want.LlamaTimings || got.ReasoningField != tt.want.ReasoningField ||
+				got.AudioRTF != tt.want.AudioRTF {
 				t.Fatalf("ParseOptions(%q) = %+v, want %+v", tt.in, got, tt.want)
 			}
 		})
@@ -69,6 +76,8 @@ func TestDefaultModels(t *testing.T) {
 		"sim-cold":     {8192, []string{"chat"}, nil},
 		"sim-long":     {131072, []string{"chat"}, nil},
 		"sim-embed":    {512, []string{"embeddings"}, nil},
+		"sim-stt":      {0, []string{"transcription"}, nil},
+		"sim-tts":      {0, []string{"speech"}, nil},
 	}
 	if len(models) != len(want) {
 		t.Fatalf("got %d models, want %d", len(models), len(want))
@@ -88,10 +97,15 @@ func TestDefaultModels(t *testing.T) {
 	if models[0].SamplingDefaults["temperature"] != 0.7 || models[0].SamplingDefaults["top_p"] != 0.9 {
 		t.Errorf("sim-chat sampling defaults = %v", models[0].SamplingDefaults)
 	}
+	tts := models[slices.IndexFunc(models, func(m api.Model) bool { return m.ID == "sim-tts" })]
+	if !slices.Equal(tts.Voices, []string{"alloy", "ash", "coral", "echo", "fable", "nova", "onyx", "sage", "shimmer"}) || tts.DefaultVoice != "alloy" {
+		t.Errorf("sim-tts voices %v, default %q", tts.Voices, tts.DefaultVoice)
+	}
 	// The listing is a copy: changing it must not change the engine.
 	models[0].Capabilities[0] = "changed"
+	tts.Voices[0] = "changed"
 	again, _ := e.Models(t.Context())
-	if again[0].Capabilities[0] != "chat" {
+	if again[0].Capabilities[0] != "chat" || e.sim.models.byID["sim-tts"].spec.Voices[0] != "alloy" {
 		t.Fatal("Models returned the engine's own slice")
 	}
 	if e.Kind() != "sim" || e.Info().Kind != "sim" || !e.Info().Simulated {

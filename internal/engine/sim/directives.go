@@ -14,6 +14,7 @@ import (
 //	sim: json=1            (or json=broken)
 //	sim: fail=503          (or fail=cut after=10, fail=500 after=3)
 //	sim: hang=1
+//	sim: rtf=0.5           (audio: work takes half the clip's duration)
 //
 // Keys the simulator does not know are ignored, so that tests written for
 // a newer simulator still run; a known key with a bad value is an error.
@@ -36,6 +37,7 @@ type directives struct {
 	cut       bool           // break the connection off (fail=cut)
 	after     int            // tokens to emit before fail/cut
 	hang      bool           // produce nothing until cancelled
+	rtf       *float64       // real-time factor of this audio request
 }
 
 // failing reports whether the request is scripted to fail or break off.
@@ -138,8 +140,26 @@ func (d *directives) set(key, val string) error {
 			return err
 		}
 		d.hang = on
+	case "rtf":
+		f, err := parseRate(val)
+		if err != nil {
+			return err
+		}
+		d.rtf = &f
 	}
 	return nil
+}
+
+// withoutDirectives is text without its directive lines: what a speech
+// request says aloud.
+func withoutDirectives(text string) string {
+	var b strings.Builder
+	for line := range strings.Lines(text) {
+		if !strings.HasPrefix(strings.TrimSpace(line), directivePrefix) {
+			b.WriteString(line)
+		}
+	}
+	return strings.TrimSpace(b.String())
 }
 
 // parseCount reads a token count.

@@ -26,6 +26,7 @@ func TestParseDirectives(t *testing.T) {
 		{name: "fail status", text: "sim: fail=503", check: func(d directives) bool { return d.failCode == 503 && !d.cut && d.failing() }},
 		{name: "fail cut", text: "sim: fail=cut after=4", check: func(d directives) bool { return d.cut && d.after == 4 && d.failCode == 0 }},
 		{name: "hang", text: "sim: hang=1", check: func(d directives) bool { return d.hang }},
+		{name: "audio pace", text: "sim: rtf=0.5", check: func(d directives) bool { return *d.rtf == 0.5 }},
 		{name: "later lines win", text: "sim: tokens=1\nsim: tokens=2", check: func(d directives) bool { return *d.tokens == 2 }},
 		{name: "unknown keys ignored", text: "sim: colour=blue tokens=5 bare", check: func(d directives) bool { return *d.tokens == 5 }},
 		{name: "mid-line is not a directive", text: "please sim: tokens=5", check: func(d directives) bool { return d.tokens == nil }},
@@ -36,6 +37,7 @@ func TestParseDirectives(t *testing.T) {
 		{name: "bad json", text: "sim: json=yaml", wantErr: true},
 		{name: "bad duration", text: "sim: ttft=later", wantErr: true},
 		{name: "empty tool", text: "sim: tool=", wantErr: true},
+		{name: "bad rtf", text: "sim: rtf=-1", wantErr: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

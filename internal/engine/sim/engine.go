@@ -54,13 +54,17 @@ func (e *Engine) Models(ctx context.Context) ([]api.Model, error) {
 	return out, nil
 }
 
-// Serve answers a chat or embeddings request.
+// Serve answers a chat, embeddings, transcription or speech request.
 func (e *Engine) Serve(ctx context.Context, req *engine.Request, sink engine.Sink) *api.Result {
 	switch req.Kind {
 	case api.KindChat:
 		return e.serveChat(ctx, req, sink)
 	case api.KindEmbeddings:
 		return e.serveEmbeddings(ctx, req, sink)
+	case api.KindTranscription:
+		return e.serveTranscription(ctx, req, sink)
+	case api.KindSpeech:
+		return e.serveSpeech(ctx, req, sink)
 	}
 	return engine.Failure(http.StatusBadRequest, api.TypeInvalidRequest,
 		fmt.Sprintf("the simulated engine does not serve %q requests", req.Kind))

@@ -706,7 +706,7 @@ func TestBadRequests(t *testing.T) {
 		{"bad directive", api.KindChat, `{"model":"sim-chat","messages":[{"role":"user","content":"sim: tokens=many"}]}`, 400, api.TypeInvalidRequest},
 		{"chat to an embedding model", api.KindChat, `{"model":"sim-embed","messages":[{"role":"user","content":"hi"}]}`, 400, api.TypeInvalidRequest},
 		{"embeddings to a chat model", api.KindEmbeddings, `{"model":"sim-chat","input":"hi"}`, 400, api.TypeInvalidRequest},
-		{"unknown kind", "speech", `{}`, 400, api.TypeInvalidRequest},
+		{"unknown kind", "moderation", `{}`, 400, api.TypeInvalidRequest},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

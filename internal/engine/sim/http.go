@@ -19,9 +19,10 @@ const maxBodyBytes = 32 << 20
 
 // NewHandler returns the simulator as an OpenAI-compatible HTTP server:
 // GET /v1/models, POST /v1/chat/completions (streaming and not),
-// POST /v1/embeddings and GET /health. It speaks the plain OpenAI protocol
-// as vLLM and llama-server do, so the worker's openai adapter can be
-// tested against it and benchmarks can hit it directly.
+// POST /v1/embeddings, POST /v1/audio/transcriptions,
+// POST /v1/audio/speech and GET /health. It speaks the plain OpenAI
+// protocol as vLLM and llama-server do, so the worker's openai adapter can
+// be tested against it and benchmarks can hit it directly.
 func NewHandler(cfg Config) http.Handler {
 	return New(cfg).Handler()
 }
@@ -33,6 +34,8 @@ func (e *Engine) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/models", h.models)
 	mux.HandleFunc("POST /v1/chat/completions", h.chat)
 	mux.HandleFunc("POST /v1/embeddings", h.embeddings)
+	mux.HandleFunc("POST /v1/audio/transcriptions", h.transcriptions)
+	mux.HandleFunc("POST /v1/audio/speech", h.speech)
 	mux.HandleFunc("GET /health", h.health)
 	mux.HandleFunc("/", h.notFound)
 	return mux
@@ -55,19 +58,22 @@ func (h *httpFace) notFound(w http.ResponseWriter, r *http.Request) {
 }
 
 // models lists the models with both the vLLM (max_model_len) and the
-// llama.cpp (meta.n_ctx_train) context-size fields.
+// llama.cpp (meta.n_ctx_train) context-size fields, for the models that
+// have a context window (the audio models have none).
 func (h *httpFace) models(w http.ResponseWriter, _ *http.Request) {
 	created := h.sim.cfg.Now().Unix()
 	data := make([]object, 0, len(h.sim.models.order))
 	for _, m := range h.sim.models.order {
-		data = append(data, object{
+		o := object{
 			{"id", m.spec.ID},
 			{"object", "model"},
 			{"created", created},
 			{"owned_by", "svc-sim"},
-			{"max_model_len", m.spec.ContextWindow},
-			{"meta", object{{"n_ctx_train", m.spec.ContextWindow}}},
-		})
+		}
+		if n := m.spec.ContextWindow; n > 0 {
+			o = append(o, field{"max_model_len", n}, field{"meta", object{{"n_ctx_train", n}}})
+		}
+		data = append(data, o)
 	}
 	writeJSON(w, http.StatusOK, object{{"object", "list"}, {"data", data}})
 }

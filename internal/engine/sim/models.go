@@ -100,6 +100,7 @@ func (m *model) touch(now time.Time) {
 func (m *model) listing(now time.Time) api.Model {
 	out := m.spec.Model
 	out.Capabilities = slices.Clone(m.spec.Capabilities)
+	out.Voices = slices.Clone(m.spec.Voices)
 	out.SamplingDefaults = maps.Clone(m.spec.SamplingDefaults)
 	if m.spec.DefaultThinking != nil {
 		v := *m.spec.DefaultThinking

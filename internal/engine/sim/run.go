@@ -94,14 +94,24 @@ func (s *simulator) lookup(id, capability string) (*model, *api.Result) {
 		return nil, r
 	}
 	if !m.spec.Has(capability) {
-		hint := "/v1/chat/completions"
-		if m.spec.Has(api.CapEmbeddings) {
-			hint = "/v1/embeddings"
-		}
 		return nil, engine.Failure(http.StatusBadRequest, api.TypeInvalidRequest,
-			fmt.Sprintf("The model %q does not support %s; use %s", id, capability, hint))
+			fmt.Sprintf("The model %q does not support %s; use %s", id, capability, endpointOf(&m.spec)))
 	}
 	return m, nil
+}
+
+// endpointOf is the endpoint for what a model does, to point a request
+// sent to the wrong one at the right one.
+func endpointOf(spec *ModelSpec) string {
+	switch {
+	case spec.Has(api.CapEmbeddings):
+		return "/v1/embeddings"
+	case spec.Has(api.CapTranscription):
+		return "/v1/audio/transcriptions"
+	case spec.Has(api.CapSpeech):
+		return "/v1/audio/speech"
+	}
+	return "/v1/chat/completions"
 }
 
 // outcome is how a run ended.
