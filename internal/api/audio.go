@@ -81,7 +81,8 @@ type Word struct {
 type SpeechParams struct {
 	Input string `json:"input"`
 	// Voice is one of the model's voices (its default when the client
-	// named none).
+	// named none); for a model that lists no voices, whatever the client
+	// sent, and the engine judges it.
 	Voice string `json:"voice"`
 	// Speed is 0.25 to 4; 0 means 1.
 	Speed float64 `json:"speed,omitempty"`

@@ -240,7 +240,9 @@ type ModelEntry struct {
 	DefaultThinking  *bool              `json:"default_thinking,omitempty"`
 	Voices           []string           `json:"voices,omitempty"`
 	DefaultVoice     string             `json:"default_voice,omitempty"`
-	Simulated        bool               `json:"simulated,omitempty"`
+	// Local is the engine's own name for a model offered under an alias.
+	Local     string `json:"local_model,omitempty"`
+	Simulated bool   `json:"simulated,omitempty"`
 }
 
 // ModelList is the body of GET /v1/models.

@@ -20,6 +20,9 @@ type InflightRequest struct {
 	// TokensGenerated is a running estimate for streaming chat (chunks
 	// relayed so far); null before the first token and for other kinds.
 	TokensGenerated *int `json:"tokens_generated"`
+	// AudioSeconds is the length of a transcription's audio; absent for
+	// other kinds.
+	AudioSeconds *float64 `json:"audio_seconds,omitempty"`
 	// State is queued (waiting for a worker slot) or running.
 	State  string `json:"state"`
 	Stream bool   `json:"stream"`

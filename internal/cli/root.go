@@ -55,8 +55,9 @@ workers, and the tools to run it.
 'svc serve' runs the gateway and 'svc worker' the agent on each GPU box.
 Everything else is a client of a running gateway: 'svc admin' manages
 organisations, users, keys and settings through the server's admin socket;
-'svc workers', 'svc models', 'svc usage', 'svc chat' and 'svc embed' call its
-public API with an API key ('svc login' saves one).`,
+'svc workers', 'svc models', 'svc usage', 'svc chat', 'svc embed',
+'svc transcribe' and 'svc speak' call its public API with an API key
+('svc login' saves one).`,
 		SilenceErrors:     true,
 		SilenceUsage:      true,
 		DisableAutoGenTag: true,
@@ -84,6 +85,8 @@ public API with an API key ('svc login' saves one).`,
 		NewCmdUsage(f),
 		NewCmdChat(f, nil),
 		NewCmdEmbed(f, nil),
+		NewCmdTranscribe(f, nil),
+		NewCmdSpeak(f, nil),
 		NewCmdLogin(f, nil),
 		NewCmdLogout(f, nil),
 		NewCmdVersion(f),

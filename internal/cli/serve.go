@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -134,19 +136,26 @@ func runDemoWorker(ctx context.Context, f *Factory, opts *ServeOptions, addr str
 		return fmt.Errorf("demo worker: %w", err)
 	}
 	eng := sim.New(sim.DefaultConfig())
+	// The simulated speech-to-text model answers to the spec's ids, as a
+	// real worker's whisper build would.
+	const stt = "sim-stt"
+	aliases := map[string]string{"stt-large-v3-turbo": stt, "stt-large-v3": stt}
 	agent, err := worker.New(worker.Config{
 		Gateway: "http://" + addr, Token: strings.TrimSpace(string(token)), Name: "demo-sim",
-		MaxConcurrent: 4, Version: f.Build.Version, Engines: []engine.Engine{eng},
+		MaxConcurrent: 4, Version: f.Build.Version, Engines: []engine.Engine{eng}, Aliases: aliases,
 		Logger: log.With("component", "demo-worker"),
 	})
 	if err != nil {
 		return err
 	}
 	models, _ := eng.Models(ctx)
-	ids := make([]string, len(models))
-	for i, m := range models {
-		ids[i] = m.ID
+	var ids []string
+	for _, m := range models {
+		if m.ID != stt {
+			ids = append(ids, m.ID)
+		}
 	}
+	ids = append(ids, slices.Sorted(maps.Keys(aliases))...)
 	keyPath := filepath.Join(opts.DataDir, server.AdminKeyFile)
 	fmt.Fprintf(f.IO.Out, `
 svc is running with a simulated demo worker (models: %s).
@@ -158,6 +167,8 @@ svc is running with a simulated demo worker (models: %s).
     -H "Authorization: Bearer $(cat %s)" \
     -H "Content-Type: application/json" \
     -d '{"model": "sim-chat", "messages": [{"role": "user", "content": "Hello!"}]}'
+
+  svc speak "Hello from svc" -o hello.wav && svc transcribe hello.wav
 
 `, strings.Join(ids, ", "), addr, keyPath, addr, keyPath)
 	return agent.Run(ctx)

@@ -28,6 +28,7 @@ type WorkerOptions struct {
 	MaxConcurrent int
 	Engines       []string
 	ModelMeta     string
+	Aliases       []string
 	Pull          []string
 	DrainTimeout  time.Duration
 	LogLevel      string
@@ -88,6 +89,7 @@ to --drain-timeout), and exit.`,
 	fl.IntVar(&opts.MaxConcurrent, "max-concurrent", 1, "requests run at once (env SVC_MAX_CONCURRENT)")
 	fl.StringArrayVar(&opts.Engines, "engine", nil, "an inference engine: sim[=OPTIONS], openai=URL or ollama=URL (env SVC_ENGINE)")
 	fl.StringVar(&opts.ModelMeta, "model-meta", "", `JSON file of per-model metadata overriding what engines report: {"model-id": {"capabilities": [...], "context_window": N, "sampling_defaults": {...}, "default_thinking": true, "voices": [...], "default_voice": "..."}}`)
+	fl.StringArrayVar(&opts.Aliases, "model-alias", nil, "offer an engine's model under another id, ID=LOCAL (e.g. stt-large-v3-turbo=whisper-large-v3-turbo); repeatable")
 	fl.StringArrayVar(&opts.Pull, "pull", nil, "install a model at start (engines that can, e.g. ollama); repeatable")
 	fl.DurationVar(&opts.DrainTimeout, "drain-timeout", 5*time.Minute, "how long running requests may take to finish on shutdown")
 	fl.StringVar(&opts.LogLevel, "log-level", "info", "debug, info, warn or error (env SVC_LOG_LEVEL)")
@@ -129,6 +131,9 @@ func runWorker(ctx context.Context, f *Factory, opts *WorkerOptions) error {
 			return err
 		}
 	}
+	if cfg.Aliases, err = parseAliases(opts.Aliases); err != nil {
+		return err
+	}
 	agent, err := worker.New(cfg)
 	if err != nil {
 		return usageError(err)
@@ -163,6 +168,26 @@ func workerToken(opts *WorkerOptions, getenv func(string) string) (string, error
 		return "", fmt.Errorf("worker token file %s is empty", path)
 	}
 	return t, nil
+}
+
+// parseAliases reads --model-alias ID=LOCAL pairs.
+func parseAliases(specs []string) (map[string]string, error) {
+	if len(specs) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]string, len(specs))
+	for _, spec := range specs {
+		id, local, ok := strings.Cut(spec, "=")
+		id, local = strings.TrimSpace(id), strings.TrimSpace(local)
+		if !ok || id == "" || local == "" {
+			return nil, usageErrorf("--model-alias %q: want ID=LOCAL, e.g. stt-large-v3=whisper-large-v3", spec)
+		}
+		if _, dup := out[id]; dup {
+			return nil, usageErrorf("--model-alias: %s is given twice", id)
+		}
+		out[id] = local
+	}
+	return out, nil
 }
 
 // parseEngines builds the engines named by --engine specs.

@@ -117,20 +117,41 @@ func (c *Client) Do(ctx context.Context, method, path string, body, out any) err
 // for the caller to read and close. A server that cannot be reached is a
 // *ConnectError and a non-2xx answer an *Error.
 func (c *Client) send(ctx context.Context, method, path string, body any, accept string) (*http.Response, error) {
-	var rd io.Reader
+	var up *upload
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
 			return nil, fmt.Errorf("encode request: %w", err)
 		}
-		rd = bytes.NewReader(b)
+		up = &upload{contentType: "application/json", body: bytes.NewReader(b), size: int64(len(b))}
+	}
+	return c.sendBody(ctx, method, path, up, accept)
+}
+
+// upload is a request body of any type; size is -1 when unknown, and the
+// body is then sent chunked.
+type upload struct {
+	contentType string
+	body        io.Reader
+	size        int64
+}
+
+// sendBody is send with a body that is already encoded.
+func (c *Client) sendBody(ctx context.Context, method, path string, up *upload, accept string) (*http.Response, error) {
+	var rd io.Reader
+	if up != nil {
+		rd = up.body
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
 	if err != nil {
 		return nil, fmt.Errorf("build request: %w", err)
 	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+	if up != nil {
+		req.Header.Set("Content-Type", up.contentType)
+		req.ContentLength = up.size
+		if up.size == 0 {
+			req.Body = http.NoBody
+		}
 	}
 	req.Header.Set("Accept", accept)
 	req.Header.Set("User-Agent", c.userAgent)

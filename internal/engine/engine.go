@@ -23,7 +23,10 @@ type Request struct {
 	Body []byte
 	// Audio is a transcription's uploaded file (wav, mp3 or flac, as
 	// api.TranscriptionParams says) as it arrives from the gateway: read it
-	// once, as a stream. Nil for other kinds.
+	// once, as a stream. A read fails as soon as the request is cancelled.
+	// An engine that fails early need not read the rest: the gateway holds
+	// the upload and sends it whole to the next worker it tries. Nil for
+	// other kinds.
 	Audio io.Reader
 }
 

@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"slices"
 	"sync"
@@ -54,6 +55,12 @@ type Lease struct {
 // Open starts the request's stream on the worker.
 func (l *Lease) Open(ctx context.Context, header, body []byte) (*link.Stream, error) {
 	return l.sess.Open(ctx, header, body)
+}
+
+// OpenReader starts the request with a body streamed from body, at the
+// pace the worker reads it.
+func (l *Lease) OpenReader(ctx context.Context, header []byte, body io.Reader) (*link.Stream, error) {
+	return l.sess.OpenReader(ctx, header, body)
 }
 
 // Outcome is how a leased request went, for the worker's health.

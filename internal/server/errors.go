@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/google/uuid"
 	"github.com/valyala/fasthttp"
 
 	"github.com/svc-dev/svc/internal/api"
@@ -109,17 +110,48 @@ func methodNotAllowed(method, path string, allow []string) error {
 }
 
 // parseError answers requests fasthttp could not parse, before any route.
-func (s *Server) parseError(ctx *fasthttp.RequestCtx, err error) {
+func (s *Server) parseError(ctx *fasthttp.RequestCtx, m *mux, err error) {
 	ae := &api.Error{Status: http.StatusBadRequest, Message: "Malformed HTTP request"}
 	var small *fasthttp.ErrSmallBuffer
 	switch {
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
-		ae = &api.Error{Status: http.StatusRequestEntityTooLarge,
-			Message: "Request body too large; the limit is " + strconv.Itoa(maxBodySize>>20) + " MB"}
+		ae = tooLarge(ctx, m)
 	case errors.As(err, &small):
 		ae = &api.Error{Status: http.StatusRequestHeaderFieldsTooLarge,
 			Message: "Request headers too large; the limit is " + strconv.Itoa(headerLimit>>10) + " KB"}
 	}
+	writeEarly(ctx, ae)
+}
+
+// expectContinue answers Expect: 100-continue: a body over the route's
+// limit is refused before the client sends it.
+func (s *Server) expectContinue(ctx *fasthttp.RequestCtx, m *mux) int {
+	limit := maxBodySize
+	if r := m.bodyLimit(ctx.Request.Header.RequestURI()); r != nil {
+		limit = r.maxBody
+	}
+	if ctx.Request.Header.ContentLength() <= limit {
+		return fasthttp.StatusContinue
+	}
+	ae := tooLarge(ctx, m)
+	writeEarly(ctx, ae)
+	return ae.Status
+}
+
+// tooLarge is the 413 for a body over its route's limit.
+func tooLarge(ctx *fasthttp.RequestCtx, m *mux) *api.Error {
+	if r := m.bodyLimit(ctx.Request.Header.RequestURI()); r != nil && r.tooLarge != nil {
+		return r.tooLarge
+	}
+	// A chunked body over its route's limit gets here with its headers
+	// already forgotten, so the message names every limit.
+	return &api.Error{Status: http.StatusRequestEntityTooLarge,
+		Message: "Request body too large; the limit is " + strconv.Itoa(maxBodySize>>20) + " MB, and 25 MB for an audio file"}
+}
+
+// writeEarly answers a request refused before its route ran.
+func writeEarly(ctx *fasthttp.RequestCtx, ae *api.Error) {
+	ctx.Response.Header.Set("X-Request-Id", uuid.NewString())
 	writeJSON(ctx, ae.Status, errorBody(ae, true))
 }
 

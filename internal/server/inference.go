@@ -16,7 +16,7 @@ func (s *Server) chatCompletions(c *call) error {
 	if err != nil {
 		return err
 	}
-	r := s.newRelay(c, api.KindChat, req.Model, req.Stream)
+	r := s.newRelay(c, api.KindChat, req.Model, req.Stream, nil)
 	r.chat = req
 	r.model = s.fleet.Model(c.principal.OrgID, req.Model)
 	if err := req.Prepare(r.model); err != nil {
@@ -38,7 +38,7 @@ func (s *Server) embeddings(c *call) error {
 	if err != nil {
 		return err
 	}
-	r := s.newRelay(c, api.KindEmbeddings, model, false)
+	r := s.newRelay(c, api.KindEmbeddings, model, false, nil)
 	r.model = s.fleet.Model(c.principal.OrgID, model)
 	r.body = body
 	return r.unary(c)

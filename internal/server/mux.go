@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"slices"
 	"strings"
 )
@@ -11,11 +12,20 @@ import (
 type mux struct {
 	static  map[string]map[string]*route // path -> method -> route
 	dynamic []*route
+	// bounded are the static routes with a body limit of their own, by
+	// path, for the check made before a body is read.
+	bounded map[string]*route
 }
 
 func newMux(routes []*route) *mux {
-	m := &mux{static: map[string]map[string]*route{}}
+	m := &mux{static: map[string]map[string]*route{}, bounded: map[string]*route{}}
 	for _, r := range routes {
+		if r.maxBody > 0 {
+			if strings.Contains(r.path, "{") {
+				panic("a body limit on a route with {params}: " + r.path)
+			}
+			m.bounded[r.path] = r
+		}
 		if !strings.Contains(r.path, "{") {
 			if m.static[r.path] == nil {
 				m.static[r.path] = map[string]*route{}
@@ -80,6 +90,19 @@ func (m *mux) match(method, path string, p *params) (r *route, allow []string) {
 	}
 	slices.Sort(allow)
 	return nil, slices.Compact(allow)
+}
+
+// bodyLimit is the route with a body limit of its own that uri (a request
+// URI as sent, query included) names, or nil. It runs for every request
+// before its body is read, so it is one map lookup.
+func (m *mux) bodyLimit(uri []byte) *route {
+	if len(m.bounded) == 0 {
+		return nil
+	}
+	if i := bytes.IndexByte(uri, '?'); i >= 0 {
+		uri = uri[:i]
+	}
+	return m.bounded[string(uri)]
 }
 
 // exists reports whether any method serves path.

@@ -105,3 +105,23 @@ func TestRouteTable(t *testing.T) {
 		}
 	}
 }
+
+func TestBodyLimit(t *testing.T) {
+	upload := &route{method: "POST", path: "/v1/audio/transcriptions", maxBody: 100}
+	m := newMux([]*route{upload, {method: "POST", path: "/v1/chat/completions"}})
+	tests := []struct {
+		uri  string
+		want *route
+	}{
+		{"/v1/audio/transcriptions", upload},
+		{"/v1/audio/transcriptions?x=1", upload},
+		{"/v1/chat/completions", nil},
+		{"/v1/audio/transcriptions/", nil},
+		{"", nil},
+	}
+	for _, tt := range tests {
+		if got := m.bodyLimit([]byte(tt.uri)); got != tt.want {
+			t.Errorf("bodyLimit(%q) = %v, want %v", tt.uri, got, tt.want)
+		}
+	}
+}

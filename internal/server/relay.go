@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"hash/fnv"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -61,15 +62,25 @@ func (t *Timing) defaults() {
 // what came back, and what it cost.
 type relay struct {
 	s         *Server
-	kind      string // link kind: api.KindChat or api.KindEmbeddings
+	kind      string // link kind: api.KindChat, KindEmbeddings, KindTranscription or KindSpeech
 	need      fleet.Need
 	header    []byte
 	body      []byte
 	requestID string
 	keyID     string
 	stream    bool
-	chat      *chat.Request // nil for embeddings
+	chat      *chat.Request // nil for other kinds
 	model     *api.Model    // metadata of the requested model, when known
+
+	// upload, when set, streams the body instead (an audio file), opened
+	// afresh for each worker tried.
+	upload func() (io.Reader, error)
+	// render turns the worker's answer into the reply and its content
+	// type; nil for chat and embeddings, whose JSON is completed as is.
+	render func(body []byte) (string, []byte, error)
+	// noKeepAlive holds a reply that may not begin before the answer (raw
+	// audio, subtitles) from starting early to keep the connection alive.
+	noKeepAlive bool
 
 	// ctx ends when the client goes away, the request runs out of time, or
 	// it is over.
@@ -87,6 +98,11 @@ type relay struct {
 	queueWait time.Duration
 	openedAt  time.Time
 
+	// Audio: the length of the file sent or the speech made, and the
+	// format read from the file's content.
+	audioSeconds float64
+	audioFormat  string
+
 	// What came back.
 	res              *api.Result
 	outChars         int // characters of text relayed, for estimates
@@ -100,7 +116,9 @@ type relay struct {
 	chunkID          string
 }
 
-func (s *Server) newRelay(c *call, kind, model string, stream bool) *relay {
+// newRelay starts a request's journey; params are the settings of a kind
+// whose body is not JSON (nil otherwise).
+func (s *Server) newRelay(c *call, kind, model string, stream bool, params json.RawMessage) *relay {
 	r := &relay{
 		s: s, kind: kind, requestID: c.requestID, keyID: c.principal.KeyID, stream: stream,
 		started: time.Now(),
@@ -109,7 +127,7 @@ func (s *Server) newRelay(c *call, kind, model string, stream bool) *relay {
 			Pin: string(c.ctx.Request.Header.Peek("X-Svc-Worker-Id")),
 		},
 	}
-	r.header, _ = json.Marshal(api.LinkRequest{RequestID: c.requestID, Kind: kind, Model: model, Stream: stream})
+	r.header, _ = json.Marshal(api.LinkRequest{RequestID: c.requestID, Kind: kind, Model: model, Stream: stream, Params: params})
 	r.ctx, r.cancel = context.WithTimeout(context.Background(), s.timing.MaxDuration)
 	r.watch = s.watch.add(c.ctx.Conn(), r.cancel)
 	r.entry = s.inflight.Start(c.principal.OrgID, c.requestID, model, rowKind(kind), stream, r.started)
@@ -117,15 +135,25 @@ func (s *Server) newRelay(c *call, kind, model string, stream bool) *relay {
 }
 
 func capabilityOf(kind string) string {
-	if kind == api.KindEmbeddings {
+	switch kind {
+	case api.KindEmbeddings:
 		return api.CapEmbeddings
+	case api.KindTranscription:
+		return api.CapTranscription
+	case api.KindSpeech:
+		return api.CapSpeech
 	}
 	return api.CapChat
 }
 
 func rowKind(kind string) string {
-	if kind == api.KindEmbeddings {
+	switch kind {
+	case api.KindEmbeddings:
 		return api.RequestEmbeddings
+	case api.KindTranscription:
+		return api.RequestAudio
+	case api.KindSpeech:
+		return api.RequestSpeech
 	}
 	return api.RequestChat
 }
@@ -157,7 +185,6 @@ func (r *relay) done(failure error) {
 
 // acquire gets a slot on a worker not yet tried.
 func (r *relay) acquire() error {
-	r.attempts++
 	l, err := r.s.fleet.Acquire(r.ctx, r.need)
 	if errors.Is(err, fleet.ErrTriedAll) && r.lastErr != nil {
 		return r.lastErr
@@ -168,6 +195,7 @@ func (r *relay) acquire() error {
 		}
 		return err
 	}
+	r.attempts++
 	r.lease = l
 	r.st = nil
 	r.queueWait += l.QueueWait
@@ -178,7 +206,17 @@ func (r *relay) acquire() error {
 
 // open starts the request on the leased worker.
 func (r *relay) open() error {
-	st, err := r.lease.Open(r.ctx, r.header, r.body)
+	var st *link.Stream
+	var err error
+	if r.upload != nil {
+		var body io.Reader
+		if body, err = r.upload(); err != nil {
+			return err
+		}
+		st, err = r.lease.OpenReader(r.ctx, r.header, body)
+	} else {
+		st, err = r.lease.Open(r.ctx, r.header, r.body)
+	}
 	if err != nil {
 		return err
 	}

@@ -329,9 +329,15 @@ func (s *Server) recordUsage(r *relay, failure error) {
 	if r.chat != nil {
 		row.Images = r.chat.Images
 	}
-	// r.res is only ever set with a lease.
+	if r.audioFormat != "" && failure == nil {
+		secs, format := r.audioSeconds, r.audioFormat
+		row.AudioSeconds, row.AudioFormat = &secs, &format
+	}
 	if r.lease != nil {
 		row.WorkerID, row.WorkerName = r.lease.Worker.ID, r.lease.Worker.Name
+	}
+	// r.res is only ever set with a lease. Audio has no tokens to count.
+	if r.lease != nil && (r.kind == api.KindChat || r.kind == api.KindEmbeddings) {
 		u, estimated := r.reportedUsage()
 		// A request that never reached an engine has nothing to estimate.
 		if !estimated || r.outChars > 0 || row.StatusCode == 499 {

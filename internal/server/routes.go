@@ -1,8 +1,10 @@
 package server
 
 import (
+	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/auth"
 	"github.com/svc-dev/svc/internal/link"
+	"github.com/svc-dev/svc/internal/transcription"
 )
 
 type access int
@@ -28,6 +30,10 @@ type route struct {
 	e2e bool
 	// operator endpoints need the key's user to be an owner or operator.
 	operator string
+	// maxBody, when set, bounds the body below the server's limit, and
+	// tooLarge is the answer to a body over it, given before it is read.
+	maxBody  int
+	tooLarge *api.Error
 	handle   func(*call) error
 
 	segments []string // set by newMux for paths with {params}
@@ -40,8 +46,9 @@ func (s *Server) routes() []*route {
 		{method: "POST", path: "/chat/completions", e2e: true, handle: s.chatCompletions},
 		{method: "POST", path: "/embeddings", e2e: true, handle: s.embeddings},
 		{method: "GET", path: "/models", handle: s.listModels},
-		{method: "POST", path: "/audio/transcriptions", e2e: true, handle: pending("audio transcription")},
-		{method: "POST", path: "/audio/speech", e2e: true, handle: pending("text to speech")},
+		{method: "POST", path: "/audio/transcriptions", e2e: true, handle: s.transcriptions,
+			maxBody: transcription.MaxBody, tooLarge: transcription.ErrTooLarge},
+		{method: "POST", path: "/audio/speech", e2e: true, handle: s.speech},
 		{method: "POST", path: "/moderations", handle: pending("moderation")},
 	}
 	usage := []*route{

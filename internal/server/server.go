@@ -104,12 +104,25 @@ func (s *Server) newListener(m *mux, console bool) *listener {
 			defer l.inflight.Add(-1)
 			s.dispatch(ctx, m, console)
 		},
-		ErrorHandler:       s.parseError,
-		Name:               "svc",
-		ReadTimeout:        2 * time.Minute,
-		IdleTimeout:        2 * time.Minute,
-		MaxRequestBodySize: maxBodySize,
-		ReadBufferSize:     headerLimit,
+		ErrorHandler: func(ctx *fasthttp.RequestCtx, err error) { s.parseError(ctx, m, err) },
+		// Routes with a body limit of their own (audio uploads) refuse a
+		// larger body by its Content-Length before reading it, and count a
+		// chunked one as it comes.
+		HeaderReceived: func(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
+			if r := m.bodyLimit(h.RequestURI()); r != nil {
+				return fasthttp.RequestConfig{MaxRequestBodySize: r.maxBody}
+			}
+			return fasthttp.RequestConfig{}
+		},
+		ExpectHandler: func(ctx *fasthttp.RequestCtx) int { return s.expectContinue(ctx, m) },
+		// Uploads are read by their handlers as streams; fasthttp would
+		// otherwise parse every multipart body, spilling files to disk.
+		DisablePreParseMultipartForm: true,
+		Name:                         "svc",
+		ReadTimeout:                  2 * time.Minute,
+		IdleTimeout:                  2 * time.Minute,
+		MaxRequestBodySize:           maxBodySize,
+		ReadBufferSize:               headerLimit,
 		// A connection's 16 KB read buffer goes back to the pool once the
 		// request is read, and its write buffer once the answer is out:
 		// a gateway holding thousands of long streams or idle keep-alive

@@ -16,18 +16,18 @@ import (
 // reply anyway (200) and keeps the connection alive with whitespace, which
 // JSON allows before a value; a late failure then arrives as a 200 whose
 // body is the error object.
+//
+// A reply that may not begin before the answer does (raw audio, subtitle
+// files: r.noKeepAlive) waits for it however long it takes instead.
 func (r *relay) unary(c *call) error {
-	type answer struct {
-		body []byte
-		err  error
+	done := make(chan reply, 1)
+	go func() { done <- r.exchange() }()
+	var keepAlive <-chan time.Time
+	if !r.noKeepAlive {
+		timer := time.NewTimer(r.s.timing.KeepAliveAfter)
+		defer timer.Stop()
+		keepAlive = timer.C
 	}
-	done := make(chan answer, 1)
-	go func() {
-		body, err := r.exchange()
-		done <- answer{body, err}
-	}()
-	timer := time.NewTimer(r.s.timing.KeepAliveAfter)
-	defer timer.Stop()
 	select {
 	case a := <-done:
 		r.done(a.err)
@@ -40,10 +40,10 @@ func (r *relay) unary(c *call) error {
 			h.Set("Server-Timing", st)
 		}
 		c.ctx.SetStatusCode(http.StatusOK)
-		c.ctx.SetContentType("application/json")
+		c.ctx.SetContentType(a.contentType)
 		c.ctx.SetBody(a.body)
 		return nil
-	case <-timer.C:
+	case <-keepAlive:
 	}
 	c.ctx.SetStatusCode(http.StatusOK)
 	c.ctx.SetContentType("application/json")
@@ -83,30 +83,43 @@ func (r *relay) unary(c *call) error {
 	return nil
 }
 
+// reply is a non-streaming answer: the body and its content type, or the
+// error to answer with.
+type reply struct {
+	contentType string
+	body        []byte
+	err         error
+}
+
 // exchange runs the request on workers until one answers or none is left,
 // and returns the reply to send.
-func (r *relay) exchange() ([]byte, error) {
+func (r *relay) exchange() reply {
 	for {
 		if err := r.acquire(); err != nil {
-			return nil, err
+			return reply{err: err}
 		}
 		res, body, err := r.collect()
 		switch {
 		case r.ctx.Err() != nil:
 			r.clientGone()
-			return nil, r.ctxError()
+			return reply{err: r.ctxError()}
 		case err != nil:
 			if r.failed(fleet.Failed, r.lostError(err)) {
 				continue
 			}
-			return nil, r.lastErr
+			return reply{err: r.lastErr}
 		case res.Status != http.StatusOK && retryable(res) && r.failed(outcome(res), resultError(res)):
 			continue
 		}
 		if err := r.settle(res); err != nil {
-			return nil, err
+			return reply{err: err}
 		}
-		return r.completeBody(body)
+		if r.render != nil {
+			ctype, out, err := r.render(body)
+			return reply{contentType: ctype, body: out, err: err}
+		}
+		out, err := r.completeBody(body)
+		return reply{contentType: "application/json", body: out, err: err}
 	}
 }
 

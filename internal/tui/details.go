@@ -308,9 +308,12 @@ func requestDetailLines(d requestDetailsView, st *styles) []string {
 		field(st, "Worker", worker),
 		field(st, "Started", fmtClock(r.StartedAt, d.now)),
 		field(st, "Elapsed", fmtElapsed(elapsed)),
-		field(st, "Tokens", tokens),
-		field(st, "Tokens/s", rate),
 	)
+	if r.AudioSeconds != nil {
+		lines = append(lines, field(st, "Audio", strconv.FormatFloat(*r.AudioSeconds, 'f', 1, 64)+" s"))
+	} else {
+		lines = append(lines, field(st, "Tokens", tokens), field(st, "Tokens/s", rate))
+	}
 	return lines
 }
 

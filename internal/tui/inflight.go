@@ -118,15 +118,14 @@ func inflightRow(st *styles, cols []column, widths []int, r api.InflightRequest,
 	if r.WorkerName == "" {
 		worker = styled("—", st.dim)
 	}
-	reqType := r.RequestType
-	if reqType == api.RequestEmbeddings {
-		reqType = "embed"
+	if r.AudioSeconds != nil {
+		tokens = fmtAudio(*r.AudioSeconds)
 	}
 	cells := []cell{
 		marker(st, selected),
 		plain(r.Model),
 		worker,
-		plain(reqType),
+		plain(shortType(r.RequestType)),
 		styled(r.State, stateStyle(st, r.State)),
 		plain(fmtElapsed(elapsed)),
 		plain(tokens),
@@ -135,6 +134,24 @@ func inflightRow(st *styles, cols []column, widths []int, r api.InflightRequest,
 		styled(r.TaskID, st.dim),
 	}
 	return tableRow(cols, widths, cells, rowStyle(st, selected, focused))
+}
+
+// shortType names a request type in the few cells the table has.
+func shortType(t string) string {
+	switch t {
+	case api.RequestEmbeddings:
+		return "embed"
+	case api.RequestAudio:
+		return "stt" // speech to text
+	case api.RequestSpeech:
+		return "tts" // text to speech
+	}
+	return t
+}
+
+// fmtAudio is a length of audio, shown where a token count would be.
+func fmtAudio(seconds float64) string {
+	return fmtElapsed(time.Duration(seconds * float64(time.Second)))
 }
 
 // stateStyle colours a request's state: a queued request is waiting for a

@@ -114,6 +114,27 @@ func TestInflightOrderAndRates(t *testing.T) {
 	}
 }
 
+// Audio requests show their kind and, for a transcription, the length of
+// its audio where a chat shows tokens.
+func TestInflightAudio(t *testing.T) {
+	rows := []api.InflightRequest{
+		{TaskID: "req_1", Model: "stt-large-v3-turbo", WorkerName: "gpu-a", RequestType: api.RequestAudio,
+			StartedAt: t0.Add(-4 * time.Second), ElapsedMs: 4200, State: api.StateRunning, AudioSeconds: ptr(182.5)},
+		{TaskID: "req_2", Model: "kokoro", WorkerName: "gpu-a", RequestType: api.RequestSpeech,
+			StartedAt: t0.Add(-time.Second), ElapsedMs: 900, State: api.StateRunning},
+	}
+	out := renderInflight(inflightView{rows: rows, total: 2, cursor: 0, loaded: true, now: t0}, 100, 6, plainStyles())
+	for _, s := range []string{"stt-large-v3-turbo", " stt ", "3m02s", "kokoro", " tts "} {
+		if !strings.Contains(out, s) {
+			t.Errorf("in-flight pane lacks %q:\n%s", s, out)
+		}
+	}
+	details := strings.Join(requestDetailLines(requestDetailsView{req: rows[0], now: t0}, plainStyles()), "\n")
+	if !strings.Contains(details, "182.5 s") || strings.Contains(details, "Tokens") {
+		t.Errorf("details of a transcription:\n%s", details)
+	}
+}
+
 func TestRenderWorkers(t *testing.T) {
 	st := plainStyles()
 	all := workerRows(fixtureWorkers(), "")

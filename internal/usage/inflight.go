@@ -31,6 +31,9 @@ type Entry struct {
 	mu         sync.Mutex
 	workerID   string
 	workerName string
+	// audioSeconds is the length of a transcription's audio, 0 for other
+	// kinds.
+	audioSeconds float64
 
 	// tokens counts relayed chunks of a streaming chat, -1 before the first.
 	tokens atomic.Int64
@@ -70,6 +73,13 @@ func (e *Entry) Assign(workerID, workerName string) {
 	e.mu.Unlock()
 }
 
+// SetAudioSeconds records the length of a transcription's audio.
+func (e *Entry) SetAudioSeconds(s float64) {
+	e.mu.Lock()
+	e.audioSeconds = s
+	e.mu.Unlock()
+}
+
 // AddTokens adds n relayed tokens to the running estimate.
 func (e *Entry) AddTokens(n int) {
 	if !e.tokens.CompareAndSwap(-1, int64(n)) {
@@ -89,7 +99,7 @@ func (t *Tracker) List(orgID, workerID string, now time.Time) []api.InflightRequ
 	out := make([]api.InflightRequest, 0, len(entries))
 	for _, e := range entries {
 		e.mu.Lock()
-		wid, wname := e.workerID, e.workerName
+		wid, wname, secs := e.workerID, e.workerName, e.audioSeconds
 		e.mu.Unlock()
 		if workerID != "" && wid != workerID {
 			continue
@@ -101,6 +111,9 @@ func (t *Tracker) List(orgID, workerID string, now time.Time) []api.InflightRequ
 		}
 		if wid == "" {
 			r.State = api.StateQueued
+		}
+		if secs > 0 {
+			r.AudioSeconds = &secs
 		}
 		if n := e.tokens.Load(); n >= 0 && e.stream && e.kind == api.RequestChat {
 			v := int(n)

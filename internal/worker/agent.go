@@ -35,6 +35,11 @@ type Config struct {
 	Engines       []engine.Engine
 	// ModelMeta overrides what engines report about models, by model id.
 	ModelMeta map[string]api.Model
+	// Aliases offers engines' models under other ids: listed id -> the
+	// engine's own name (speech-to-text served as stt-large-v3-turbo by a
+	// local whisper build, say). A model with aliases is listed only under
+	// them.
+	Aliases map[string]string
 	// Pull lists models to install at start on an engine that can.
 	Pull []string
 	// DrainTimeout bounds how long running requests may take to finish
@@ -59,11 +64,15 @@ type Agent struct {
 	cfg Config
 	log *slog.Logger
 
-	mu       sync.Mutex
-	models   []api.Model
-	byModel  map[string]engine.Engine
-	sess     *link.Session
-	draining bool
+	mu           sync.Mutex
+	models       []api.Model
+	byModel      map[string]served
+	engineModels map[engine.Engine][]api.Model // each engine's last answer
+	sess         *link.Session
+	draining     bool
+	// missingAliases are the aliases last warned about (refreshModels
+	// only), so a refresh repeats no warning.
+	missingAliases string
 
 	slots   chan struct{}
 	active  atomic.Int64
@@ -99,7 +108,7 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	a := &Agent{cfg: cfg, log: cfg.Logger, byModel: map[string]engine.Engine{}, slots: make(chan struct{}, cfg.MaxConcurrent)}
+	a := &Agent{cfg: cfg, log: cfg.Logger, byModel: map[string]served{}, slots: make(chan struct{}, cfg.MaxConcurrent)}
 	if cfg.Dial == nil {
 		u, err := connectURL(cfg.Gateway)
 		if err != nil {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/svc-dev/svc/internal/api"
@@ -13,54 +15,99 @@ import (
 	"github.com/svc-dev/svc/internal/link"
 )
 
-// engineFor returns the engine serving model, or nil.
-func (a *Agent) engineFor(model string) engine.Engine {
+// served is how the worker serves a model it lists: on which engine, and
+// under which of the engine's own names.
+type served struct {
+	eng   engine.Engine
+	local string
+}
+
+// engineFor returns the engine serving model and the engine's name for
+// it; a nil engine when the worker does not serve model.
+func (a *Agent) engineFor(model string) (engine.Engine, string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.byModel[model]
+	s := a.byModel[model]
+	return s.eng, s.local
 }
 
 // refreshModels asks every engine for its models and tells the gateway
-// when the list changed. A model offered by two engines goes to the first.
+// when the list changed. An engine that fails to answer keeps what it
+// had. A model offered by two engines goes to the first.
 func (a *Agent) refreshModels(ctx context.Context) {
-	var models []api.Model
-	byModel := map[string]engine.Engine{}
+	a.mu.Lock()
+	last := a.engineModels
+	a.mu.Unlock()
+	current := make(map[engine.Engine][]api.Model, len(a.cfg.Engines))
 	for _, e := range a.cfg.Engines {
 		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		ms, err := e.Models(ctx)
 		cancel()
 		if err != nil {
 			a.log.Warn("engine did not list its models", "engine", e.Kind(), "err", err)
-			// Keep serving what it had.
-			a.mu.Lock()
-			for _, m := range a.models {
-				if _, dup := byModel[m.ID]; !dup && a.byModel[m.ID] == e {
-					byModel[m.ID] = e
-					models = append(models, m)
-				}
-			}
-			a.mu.Unlock()
-			continue
+			ms = last[e]
 		}
-		for _, m := range ms {
-			if _, dup := byModel[m.ID]; dup {
-				a.log.Warn("model offered by two engines; the first serves it", "model", m.ID, "engine", e.Kind())
-				continue
-			}
-			byModel[m.ID] = e
-			models = append(models, a.withMeta(m))
-		}
+		current[e] = ms
 	}
+	models, byModel, missing := a.listing(current)
 	a.mu.Lock()
 	changed := !reflect.DeepEqual(models, a.models)
-	a.models, a.byModel = models, byModel
+	a.models, a.byModel, a.engineModels = models, byModel, current
+	warn := missing != a.missingAliases
+	a.missingAliases = missing
 	sess := a.sess
 	a.mu.Unlock()
+	if warn && missing != "" {
+		a.log.Warn("no engine has the local model of these aliases", "aliases", missing)
+	}
 	if changed && sess != nil {
 		if b, err := json.Marshal(models); err == nil {
 			sess.SendControl(link.TypeModels, b)
 		}
 	}
+}
+
+// listing is what the worker offers, from what each engine has: every
+// model under its own name, or under the names --model-alias gives it. It
+// also names the aliases whose local model no engine has.
+func (a *Agent) listing(current map[engine.Engine][]api.Model) ([]api.Model, map[string]served, string) {
+	public := map[string][]string{} // local name -> the ids it is offered as
+	for id, local := range a.cfg.Aliases {
+		public[local] = append(public[local], id)
+	}
+	var models []api.Model
+	byModel := map[string]served{}
+	found := map[string]bool{}
+	for _, e := range a.cfg.Engines {
+		for _, m := range current[e] {
+			names := public[m.ID]
+			found[m.ID] = found[m.ID] || len(names) > 0
+			if len(names) == 0 {
+				names = []string{m.ID}
+			}
+			slices.Sort(names)
+			for _, id := range names {
+				if _, dup := byModel[id]; dup {
+					a.log.Warn("model offered by two engines; the first serves it", "model", id, "engine", e.Kind())
+					continue
+				}
+				byModel[id] = served{eng: e, local: m.ID}
+				entry := m
+				if id != m.ID {
+					entry.ID, entry.Local = id, m.ID
+				}
+				models = append(models, a.withMeta(entry))
+			}
+		}
+	}
+	var missing []string
+	for id, local := range a.cfg.Aliases {
+		if !found[local] {
+			missing = append(missing, id+"="+local)
+		}
+	}
+	slices.Sort(missing)
+	return models, byModel, strings.Join(missing, ", ")
 }
 
 // withMeta applies the operator's overrides for a model.

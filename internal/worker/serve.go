@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/audio"
 	"github.com/svc-dev/svc/internal/engine"
 	"github.com/svc-dev/svc/internal/link"
 )
@@ -37,7 +38,7 @@ func (a *Agent) run(ctx context.Context, st *link.Stream) (res *api.Result) {
 			res.Retryable = true
 		}
 	}()
-	hdr, body, err := st.ReadRequest(ctx)
+	hdr, body, err := st.OpenRequest(ctx)
 	if err != nil {
 		return engine.Failure(http.StatusBadGateway, api.TypeUpstream, "the request did not reach the worker whole: "+err.Error())
 	}
@@ -45,11 +46,18 @@ func (a *Agent) run(ctx context.Context, st *link.Stream) (res *api.Result) {
 	if err := json.Unmarshal(hdr, &req); err != nil {
 		return engine.Failure(http.StatusBadGateway, api.TypeUpstream, "malformed request header: "+err.Error())
 	}
-	eng := a.engineFor(req.Model)
+	eng, local := a.engineFor(req.Model)
 	if eng == nil {
 		r := engine.Failure(http.StatusNotFound, api.TypeNotFound, "this worker does not serve model "+req.Model)
 		r.Retryable = true // another worker may: our model list was out of date
 		return r
+	}
+	ereq := &engine.Request{Kind: req.Kind, Model: local, Stream: req.Stream}
+	if req.Kind == api.KindTranscription {
+		// The audio is read by the engine as it arrives.
+		ereq.Body, ereq.Audio = req.Params, body
+	} else if ereq.Body, err = body.Bytes(); err != nil {
+		return engine.Failure(http.StatusBadGateway, api.TypeUpstream, "the request did not reach the worker whole: "+err.Error())
 	}
 
 	// The gateway only sends what fits our slots; wait in case it raced a
@@ -70,7 +78,11 @@ func (a *Agent) run(ctx context.Context, st *link.Stream) (res *api.Result) {
 		<-a.slots
 	}()
 
-	res = eng.Serve(ctx, &engine.Request{Kind: req.Kind, Model: req.Model, Stream: req.Stream, Body: body}, streamSink{st})
+	if req.Kind == api.KindSpeech {
+		res = a.speak(ctx, eng, ereq, streamSink{st})
+	} else {
+		res = eng.Serve(ctx, ereq, streamSink{st})
+	}
 	if res == nil {
 		res = engine.Failure(http.StatusInternalServerError, api.TypeServer, "the engine returned no result")
 	}
@@ -87,3 +99,35 @@ type streamSink struct{ st *link.Stream }
 
 func (s streamSink) Event(ctx context.Context, data []byte) error { return s.st.Send(ctx, data) }
 func (s streamSink) Body(ctx context.Context, data []byte) error  { return s.st.Send(ctx, data) }
+
+// speak runs a speech request and delivers the audio in the one layout
+// every reply has, whatever rate and channels the engine produced: 24 kHz,
+// 16-bit, mono WAV.
+func (a *Agent) speak(ctx context.Context, eng engine.Engine, req *engine.Request, out engine.Sink) *api.Result {
+	var got captureSink
+	res := eng.Serve(ctx, req, &got)
+	if res == nil || res.Status != http.StatusOK {
+		return res
+	}
+	wav, _, err := audio.ToSpeechWAV(got.body)
+	if err != nil {
+		return engine.Failure(http.StatusBadGateway, api.TypeUpstream, "the engine's audio is not usable: "+err.Error())
+	}
+	if err := out.Body(ctx, wav); err != nil {
+		return engine.Cancelled()
+	}
+	return res
+}
+
+// captureSink keeps a response for the worker to finish before it is sent.
+type captureSink struct{ body []byte }
+
+func (c *captureSink) Event(_ context.Context, data []byte) error {
+	c.body = append(c.body, data...)
+	return nil
+}
+
+func (c *captureSink) Body(_ context.Context, data []byte) error {
+	c.body = append(c.body, data...)
+	return nil
+}

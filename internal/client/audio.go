@@ -1,0 +1,155 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"mime/multipart"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/svc-dev/svc/internal/api"
+)
+
+// Transcription is a file to transcribe and how.
+type Transcription struct {
+	Model string
+	// File is read once, as it is uploaded; Size is its length, or -1 when
+	// unknown (stdin), which sends the upload chunked.
+	File     io.Reader
+	FileName string
+	Size     int64
+
+	ResponseFormat string // json, text, srt, vtt or verbose_json; "" for json
+	Language       string
+	Prompt         string
+	Temperature    *float64
+	BeamSize       int
+	Granularities  []string
+}
+
+// Transcribe uploads a file for transcription and returns the answer as
+// the gateway sent it, with its content type. The file is streamed, never
+// held whole.
+func (c *Client) Transcribe(ctx context.Context, t Transcription) ([]byte, string, error) {
+	up, err := t.form()
+	if err != nil {
+		return nil, "", err
+	}
+	resp, err := c.sendBody(ctx, http.MethodPost, "/v1/audio/transcriptions", up, "*/*")
+	if err != nil {
+		return nil, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, "", fmt.Errorf("read the transcript: %w", err)
+	}
+	ctype := resp.Header.Get("Content-Type")
+	// A JSON reply kept alive that failed late is a 200 holding the error.
+	if strings.HasPrefix(ctype, "application/json") {
+		if e := streamError(b, resp.Header.Get("X-Request-Id")); e != nil {
+			return nil, "", e
+		}
+	}
+	return b, ctype, nil
+}
+
+// form lays out the multipart body: the fields and the file's part header
+// are written ahead, the file streams after them, and the closing
+// boundary follows, so the length is known whenever the file's is.
+func (t *Transcription) form() (*upload, error) {
+	var head bytes.Buffer
+	w := multipart.NewWriter(&head)
+	fields := [][2]string{{"model", t.Model}, {"response_format", t.ResponseFormat}, {"language", t.Language}, {"prompt", t.Prompt}}
+	if t.Temperature != nil {
+		fields = append(fields, [2]string{"temperature", strconv.FormatFloat(*t.Temperature, 'f', -1, 64)})
+	}
+	if t.BeamSize > 0 {
+		fields = append(fields, [2]string{"beam_size", strconv.Itoa(t.BeamSize)})
+	}
+	for _, g := range t.Granularities {
+		fields = append(fields, [2]string{"timestamp_granularities[]", g})
+	}
+	for _, f := range fields {
+		if f[1] == "" {
+			continue
+		}
+		if err := w.WriteField(f[0], f[1]); err != nil {
+			return nil, fmt.Errorf("build the upload: %w", err)
+		}
+	}
+	name := t.FileName
+	if name == "" {
+		name = "audio"
+	}
+	if _, err := w.CreateFormFile("file", name); err != nil {
+		return nil, fmt.Errorf("build the upload: %w", err)
+	}
+	headLen := head.Len()
+	if err := w.Close(); err != nil {
+		return nil, fmt.Errorf("build the upload: %w", err)
+	}
+	// Close wrote the closing boundary after the file's part header.
+	tail := append([]byte(nil), head.Bytes()[headLen:]...)
+	head.Truncate(headLen)
+	size := int64(-1)
+	if t.Size >= 0 {
+		size = int64(head.Len()) + t.Size + int64(len(tail))
+	}
+	return &upload{
+		contentType: w.FormDataContentType(),
+		body:        io.MultiReader(&head, t.File, bytes.NewReader(tail)),
+		size:        size,
+	}, nil
+}
+
+// Speech is the answer to a speech request: the WAV file and what the
+// gateway said about it.
+type Speech struct {
+	Audio      []byte
+	DurationMs int64
+	RequestID  string
+	WorkerID   string
+	WorkerName string
+}
+
+// Speak turns text into speech. req is the JSON body (model, input,
+// voice, ...). It asks for the JSON form of the answer, which names the
+// worker even on generations long enough to be kept alive.
+func (c *Client) Speak(ctx context.Context, req any) (*Speech, error) {
+	var raw json.RawMessage
+	if err := c.Do(ctx, http.MethodPost, "/v1/audio/speech", req, &raw); err != nil {
+		return nil, err
+	}
+	var reply api.SpeechReply
+	if err := json.Unmarshal(raw, &reply); err != nil {
+		return nil, fmt.Errorf("decode the speech reply: %w", err)
+	}
+	// A reply kept alive that failed late is a 200 holding the error.
+	if e := streamError(raw, reply.RequestID); e != nil {
+		return nil, e
+	}
+	audio, err := base64.StdEncoding.DecodeString(reply.Audio)
+	if err != nil {
+		return nil, fmt.Errorf("decode the audio: %w", err)
+	}
+	out := &Speech{Audio: audio, DurationMs: reply.DurationMs, RequestID: reply.RequestID}
+	var svc struct {
+		Worker struct {
+			ID   string  `json:"id"`
+			Name *string `json:"name"`
+		} `json:"worker"`
+	}
+	if json.Unmarshal(reply.Svc, &svc) == nil {
+		out.WorkerID = svc.Worker.ID
+		if svc.Worker.Name != nil {
+			out.WorkerName = *svc.Worker.Name
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,161 @@
+// Package speech is POST /v1/audio/speech: checking a request against the
+// model's voices, and the JSON form of the answer.
+package speech
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"slices"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/audio"
+)
+
+// MaxInput is the longest text spoken in one request, in characters.
+const MaxInput = 4096
+
+// Request is a speech request whose shape has been checked; Fit checks it
+// against the model that will speak it.
+type Request struct {
+	Model  string
+	Params api.SpeechParams
+}
+
+type body struct {
+	Model          json.RawMessage `json:"model"`
+	Input          json.RawMessage `json:"input"`
+	Voice          json.RawMessage `json:"voice"`
+	ResponseFormat json.RawMessage `json:"response_format"`
+	Speed          json.RawMessage `json:"speed"`
+	Instructions   json.RawMessage `json:"instructions"`
+	StreamFormat   json.RawMessage `json:"stream_format"`
+}
+
+// Parse reads a request body. Malformed JSON and the spec's three refusals
+// (an unsupported response_format, input over 4,096 characters) are 400;
+// missing or mistyped fields are a 422 naming them.
+func Parse(raw []byte) (*Request, error) {
+	var b body
+	if err := json.Unmarshal(raw, &b); err != nil {
+		var typ *json.UnmarshalTypeError
+		if errors.As(err, &typ) {
+			return nil, api.Invalid(api.FieldError{Field: "body", Type: api.FieldWrongType, Message: "expected a JSON object"})
+		}
+		return nil, api.BadRequest("Malformed JSON: %v", strings.TrimPrefix(err.Error(), "json: "))
+	}
+	r := &Request{}
+	var v api.Validator
+	str := func(field string, raw json.RawMessage, dst *string) bool {
+		if !present(raw) {
+			return false
+		}
+		if json.Unmarshal(raw, dst) != nil {
+			v.Add(field, api.FieldWrongType, "expected a string")
+			return false
+		}
+		return true
+	}
+	if !str("model", b.Model, &r.Model) {
+		if !present(b.Model) {
+			v.Add("model", api.FieldMissing, "required")
+		}
+	} else if r.Model == "" {
+		v.Add("model", api.FieldInvalid, "must not be empty")
+	}
+	p := &r.Params
+	if !str("input", b.Input, &p.Input) {
+		if !present(b.Input) {
+			v.Add("input", api.FieldMissing, "required: the text to speak")
+		}
+	} else if strings.TrimSpace(p.Input) == "" {
+		v.Add("input", api.FieldInvalid, "must not be empty")
+	}
+	if present(b.Voice) {
+		// OpenAI's clients also send a custom voice as {"id": ...}.
+		var obj struct {
+			ID string `json:"id"`
+		}
+		if json.Unmarshal(b.Voice, &p.Voice) != nil {
+			if json.Unmarshal(b.Voice, &obj) != nil || obj.ID == "" {
+				v.Add("voice", api.FieldWrongType, "expected a voice name")
+			}
+			p.Voice = obj.ID
+		}
+	}
+	if present(b.Speed) {
+		if json.Unmarshal(b.Speed, &p.Speed) != nil {
+			v.Add("speed", api.FieldWrongType, "expected a number")
+		} else if p.Speed < 0.25 || p.Speed > 4 {
+			v.Add("speed", api.FieldOutOfRange, "must be between 0.25 and 4")
+		}
+	}
+	str("instructions", b.Instructions, &p.Instructions)
+	var format, streamFormat string
+	str("response_format", b.ResponseFormat, &format)
+	str("stream_format", b.StreamFormat, &streamFormat)
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	switch {
+	case format != "" && format != api.AudioWAV:
+		return nil, &api.Error{Status: http.StatusBadRequest, Code: "unsupported_response_format", Param: "response_format",
+			Message: "Unsupported response_format " + format + ": only wav is supported (24 kHz, 16-bit, mono)"}
+	case streamFormat != "" && streamFormat != "audio":
+		return nil, &api.Error{Status: http.StatusBadRequest, Code: "unsupported_stream_format", Param: "stream_format",
+			Message: "Unsupported stream_format " + streamFormat + ": the audio is sent whole"}
+	case utf8.RuneCountInString(p.Input) > MaxInput:
+		return nil, &api.Error{Status: http.StatusBadRequest, Code: "input_too_long", Param: "input",
+			Message: "The input is longer than 4,096 characters; split it into several requests"}
+	}
+	return r, nil
+}
+
+// Fit checks the voice against the model's voices, choosing its default
+// voice when the request named none. A model that lists no voices takes
+// whatever its engine does.
+func (r *Request) Fit(m *api.Model) error {
+	if r.Params.Voice == "" {
+		r.Params.Voice = m.DefaultVoice
+	}
+	if len(m.Voices) == 0 || slices.Contains(m.Voices, r.Params.Voice) {
+		return nil
+	}
+	if r.Params.Voice == "" {
+		return &api.Error{Status: http.StatusBadRequest, Code: "voice_required", Param: "voice",
+			Message: "Model " + m.ID + " has no default voice; choose one of " + strings.Join(m.Voices, ", ")}
+	}
+	return &api.Error{Status: http.StatusBadRequest, Code: "unknown_voice", Param: "voice",
+		Message: "Model " + m.ID + " has no voice " + r.Params.Voice + "; choose one of " + strings.Join(m.Voices, ", ")}
+}
+
+// Seconds checks that a worker's answer is a WAV file and returns its
+// length.
+func Seconds(wav []byte) (float64, error) {
+	info, err := audio.Probe(bytes.NewReader(wav))
+	if err != nil {
+		return 0, err
+	}
+	if info.Format != api.AudioWAV {
+		return 0, errors.New("the worker's audio is " + info.Format + ", not wav")
+	}
+	return info.Seconds, nil
+}
+
+// Reply is the JSON form of an answer, for clients that asked for
+// application/json: the WAV in base64 beside its length and svc.
+func Reply(wav []byte, seconds float64, requestID string, svc json.RawMessage) ([]byte, error) {
+	return json.Marshal(api.SpeechReply{
+		Audio: base64.StdEncoding.EncodeToString(wav), Format: api.AudioWAV,
+		DurationMs: int64(seconds*1000 + 0.5), RequestID: requestID, Svc: svc,
+	})
+}
+
+// present reports whether a field was sent with a value other than null.
+func present(raw json.RawMessage) bool {
+	return len(raw) > 0 && !bytes.Equal(bytes.TrimSpace(raw), []byte("null"))
+}

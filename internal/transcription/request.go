@@ -1,0 +1,306 @@
+// Package transcription is POST /v1/audio/transcriptions: reading and
+// checking the multipart upload, and rendering the answer in the response
+// format the client asked for.
+package transcription
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"mime/multipart"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/audio"
+)
+
+const (
+	// MaxFileBytes is the largest audio file accepted: 25 MB.
+	MaxFileBytes = 25 << 20
+	// MaxBody bounds a whole upload: the file and the form around it.
+	MaxBody = MaxFileBytes + maxFormBytes
+	// maxFormBytes is room for the other fields and the multipart framing.
+	maxFormBytes = 1 << 20
+	// maxField bounds one text field (a prompt is a few hundred words).
+	maxField = 64 << 10
+)
+
+// Response formats.
+const (
+	FormatJSON        = "json"
+	FormatText        = "text"
+	FormatSRT         = "srt"
+	FormatVTT         = "vtt"
+	FormatVerboseJSON = "verbose_json"
+)
+
+var formats = []string{FormatJSON, FormatText, FormatSRT, FormatVTT, FormatVerboseJSON}
+
+// DefaultBeamSize is the beam width at temperature 0 when none is asked for.
+const DefaultBeamSize = 5
+
+// Request is a checked transcription request. It reads the audio from the
+// upload it was parsed from, which must stay unchanged while it is used.
+type Request struct {
+	Model string
+	// ResponseFormat is one of the Format constants.
+	ResponseFormat string
+	Params         api.TranscriptionParams
+
+	body     []byte
+	boundary string
+}
+
+// ErrTooLarge is the 413 for a file over MaxFileBytes.
+var ErrTooLarge = &api.Error{Status: http.StatusRequestEntityTooLarge, Code: "file_too_large", Param: "file",
+	Message: "The audio file is larger than the 25 MB limit; split it into shorter files"}
+
+// Parse reads a multipart/form-data upload. The file is read as a stream
+// (its format and duration come from its headers) and not copied; Audio
+// reads it again for each worker it is sent to.
+func Parse(contentType string, body []byte) (*Request, error) {
+	boundary, err := formBoundary(contentType)
+	if err != nil {
+		return nil, err
+	}
+	r := &Request{body: body, boundary: boundary}
+	var v api.Validator
+	fields := map[string]string{}
+	var granularities []string
+	var info audio.Info
+	var fileErr error
+	sawFile := false
+	mr := multipart.NewReader(bytes.NewReader(body), boundary)
+	for {
+		part, err := mr.NextPart()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, api.BadRequest("Malformed multipart/form-data body: %v", err)
+		}
+		name := part.FormName()
+		switch {
+		case name == "file":
+			if sawFile {
+				v.Add("file", api.FieldDuplicate, "send one file")
+				continue
+			}
+			sawFile = true
+			info, fileErr = probe(part)
+			if errors.Is(fileErr, ErrTooLarge) {
+				return nil, ErrTooLarge
+			}
+		case name == "timestamp_granularities[]" || name == "timestamp_granularities":
+			val, err := fieldValue(part)
+			if err != nil {
+				return nil, err
+			}
+			granularities = append(granularities, val)
+		case name != "":
+			val, err := fieldValue(part)
+			if err != nil {
+				return nil, err
+			}
+			if _, dup := fields[name]; dup {
+				v.Add(name, api.FieldDuplicate, "send %s once", name)
+				continue
+			}
+			fields[name] = val
+		}
+	}
+	if !sawFile {
+		v.Add("file", api.FieldMissing, "required: the audio file (wav, mp3 or flac)")
+	}
+	r.check(&v, fields, granularities)
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	if fileErr != nil {
+		return nil, fileError(fileErr)
+	}
+	r.Params.Format, r.Params.Seconds, r.Params.Bytes = info.Format, info.Seconds, info.Bytes
+	return r, nil
+}
+
+// formBoundary checks the content type and returns its boundary.
+func formBoundary(contentType string) (string, error) {
+	mt, params, err := mime.ParseMediaType(contentType)
+	if err != nil || mt != "multipart/form-data" {
+		return "", api.BadRequest("Send the audio as multipart/form-data with the file in a field named file")
+	}
+	if params["boundary"] == "" {
+		return "", api.BadRequest("Malformed multipart/form-data: the Content-Type has no boundary")
+	}
+	return params["boundary"], nil
+}
+
+// fieldValue reads a text field, bounded.
+func fieldValue(part *multipart.Part) (string, error) {
+	b, err := io.ReadAll(io.LimitReader(part, maxField+1))
+	if err != nil {
+		return "", api.BadRequest("Malformed multipart/form-data body: %v", err)
+	}
+	if len(b) > maxField {
+		return "", api.Invalid(api.FieldError{Field: part.FormName(), Type: api.FieldTooLong,
+			Message: fmt.Sprintf("longer than %d KB", maxField>>10)})
+	}
+	return string(b), nil
+}
+
+// probe reads the file's headers as it streams past, refusing it once it
+// is larger than the limit.
+func probe(part io.Reader) (audio.Info, error) {
+	lr := &limitReader{r: part, left: MaxFileBytes}
+	info, err := audio.Probe(lr)
+	if lr.over {
+		return info, ErrTooLarge
+	}
+	if err != nil {
+		return info, err
+	}
+	// Probe reads to the end, but a damaged file may stop it early: the
+	// size limit holds for whatever is left too.
+	if _, err := io.Copy(io.Discard, lr); err != nil || lr.over {
+		return info, ErrTooLarge
+	}
+	return info, nil
+}
+
+// limitReader fails once more than left bytes were asked of it.
+type limitReader struct {
+	r    io.Reader
+	left int64
+	over bool
+}
+
+var errOverLimit = errors.New("over the limit")
+
+func (l *limitReader) Read(p []byte) (int, error) {
+	if l.left < 0 {
+		l.over = true
+		return 0, errOverLimit
+	}
+	if int64(len(p)) > l.left+1 {
+		p = p[:l.left+1]
+	}
+	n, err := l.r.Read(p)
+	l.left -= int64(n)
+	if l.left < 0 {
+		l.over = true
+		return n, errOverLimit
+	}
+	return n, err
+}
+
+// fileError is the answer for a file that is not usable audio.
+func fileError(err error) error {
+	var fe *audio.FormatError
+	switch {
+	case errors.Is(err, audio.ErrUnsupported):
+		return &api.Error{Status: http.StatusBadRequest, Code: "unsupported_audio_format", Param: "file",
+			Message: "Unsupported audio format"}
+	case errors.As(err, &fe):
+		return &api.Error{Status: http.StatusBadRequest, Code: "unreadable_audio", Param: "file",
+			Message: "The audio file cannot be read: " + fe.Error()}
+	default:
+		return api.BadRequest("Malformed multipart/form-data body: %v", err)
+	}
+}
+
+// check validates the text fields into r.
+func (r *Request) check(v *api.Validator, fields map[string]string, granularities []string) {
+	r.Model = fields["model"]
+	if _, ok := fields["model"]; !ok {
+		v.Add("model", api.FieldMissing, "required: stt-large-v3-turbo or stt-large-v3")
+	} else if strings.TrimSpace(r.Model) == "" {
+		v.Add("model", api.FieldInvalid, "must not be empty")
+	}
+
+	r.ResponseFormat = FormatJSON
+	if f, ok := fields["response_format"]; ok {
+		if !slices.Contains(formats, f) {
+			v.Add("response_format", api.FieldEnum, "one of %s", strings.Join(formats, ", "))
+		}
+		r.ResponseFormat = f
+	}
+
+	p := &r.Params
+	if lang, ok := fields["language"]; ok && lang != "" {
+		lang = strings.ToLower(strings.TrimSpace(lang))
+		if !isLanguage(lang) {
+			v.Add("language", api.FieldInvalid, "an ISO 639-1 code such as en, de or ja")
+		}
+		p.Language = lang
+	}
+	if prompt, ok := fields["prompt"]; ok {
+		if !utf8.ValidString(prompt) {
+			v.Add("prompt", api.FieldInvalid, "must be UTF-8 text")
+		}
+		p.Prompt = prompt
+	}
+	if t, ok := fields["temperature"]; ok {
+		f, err := strconv.ParseFloat(strings.TrimSpace(t), 64)
+		switch {
+		case err != nil:
+			v.Add("temperature", api.FieldWrongType, "expected a number")
+		case f < 0 || f > 1:
+			v.Add("temperature", api.FieldOutOfRange, "must be between 0 and 1")
+		default:
+			p.Temperature = f
+		}
+	}
+	beam := DefaultBeamSize
+	if b, ok := fields["beam_size"]; ok {
+		n, err := strconv.Atoi(strings.TrimSpace(b))
+		switch {
+		case err != nil:
+			v.Add("beam_size", api.FieldWrongType, "expected a whole number")
+		case n < 1 || n > 8:
+			v.Add("beam_size", api.FieldOutOfRange, "must be 1 to 8")
+		default:
+			beam = n
+		}
+	}
+	// Sampling switches beam search off.
+	if p.Temperature == 0 {
+		p.BeamSize = beam
+	}
+
+	for i, g := range granularities {
+		field := "timestamp_granularities." + strconv.Itoa(i)
+		switch g {
+		case "word":
+			p.Words = true
+		case "segment":
+		default:
+			v.Add(field, api.FieldEnum, "one of segment, word")
+		}
+	}
+	if len(granularities) > 0 && r.ResponseFormat != FormatVerboseJSON {
+		v.Add("timestamp_granularities", api.FieldNotAllowed, "only with response_format verbose_json")
+	}
+	if s, ok := fields["stream"]; ok && s != "false" {
+		v.Add("stream", api.FieldNotSupported, "streamed transcription is not supported; leave stream out")
+	}
+}
+
+// Audio returns the uploaded file as a stream, read from the upload again.
+func (r *Request) Audio() (io.Reader, error) {
+	mr := multipart.NewReader(bytes.NewReader(r.body), r.boundary)
+	for {
+		part, err := mr.NextPart()
+		if err != nil {
+			return nil, fmt.Errorf("find the audio in the upload: %w", err)
+		}
+		if part.FormName() == "file" {
+			return part, nil
+		}
+	}
+}

@@ -1,0 +1,287 @@
+package transcription
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"io"
+	"mime/multipart"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/svc-dev/svc/internal/api"
+)
+
+// wav is a silent 16 kHz mono 16-bit WAV file of n samples.
+func wav(n int) []byte {
+	var b bytes.Buffer
+	le := func(v any) { _ = binary.Write(&b, binary.LittleEndian, v) }
+	b.WriteString("RIFF")
+	le(uint32(36 + 2*n))
+	b.WriteString("WAVEfmt ")
+	le(uint32(16))
+	le(uint16(1))
+	le(uint16(1))
+	le(uint32(16000))
+	le(uint32(32000))
+	le(uint16(2))
+	le(uint16(16))
+	b.WriteString("data")
+	le(uint32(2 * n))
+	b.Write(make([]byte, 2*n))
+	return b.Bytes()
+}
+
+// form builds a multipart upload; a field named "file" is sent as a file.
+func form(t testing.TB, fields ...[2]string) (string, []byte) {
+	t.Helper()
+	var b bytes.Buffer
+	w := multipart.NewWriter(&b)
+	for _, f := range fields {
+		var err error
+		if f[0] == "file" {
+			var fw io.Writer
+			if fw, err = w.CreateFormFile("file", "speech.mp3"); err == nil {
+				_, err = fw.Write([]byte(f[1]))
+			}
+		} else {
+			err = w.WriteField(f[0], f[1])
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return w.FormDataContentType(), b.Bytes()
+}
+
+func TestParse(t *testing.T) {
+	second := string(wav(16000))
+	tests := []struct {
+		name   string
+		fields [][2]string
+		check  func(t *testing.T, r *Request)
+	}{
+		{"defaults", [][2]string{{"file", second}, {"model", "stt-large-v3"}}, func(t *testing.T, r *Request) {
+			want := api.TranscriptionParams{BeamSize: DefaultBeamSize, Format: api.AudioWAV, Seconds: 1, Bytes: int64(len(second))}
+			if r.Model != "stt-large-v3" || r.ResponseFormat != FormatJSON || r.Params != want {
+				t.Fatalf("got %+v %+v", r, r.Params)
+			}
+		}},
+		{"every field", [][2]string{
+			{"model", "stt-large-v3-turbo"}, {"language", "DE"}, {"prompt", "Grüße"}, {"temperature", "0"},
+			{"beam_size", "2"}, {"response_format", "verbose_json"}, {"timestamp_granularities[]", "segment"},
+			{"timestamp_granularities[]", "word"}, {"file", second},
+		}, func(t *testing.T, r *Request) {
+			p := r.Params
+			if p.Language != "de" || p.Prompt != "Grüße" || p.BeamSize != 2 || !p.Words || r.ResponseFormat != FormatVerboseJSON {
+				t.Fatalf("got %+v", p)
+			}
+		}},
+		{"sampling switches beam search off", [][2]string{{"file", second}, {"model", "m"}, {"temperature", "0.4"}, {"beam_size", "3"}},
+			func(t *testing.T, r *Request) {
+				if r.Params.BeamSize != 0 || r.Params.Temperature != 0.4 {
+					t.Fatalf("got %+v", r.Params)
+				}
+			}},
+		{"unknown fields are ignored", [][2]string{{"file", second}, {"model", "m"}, {"include[]", "logprobs"}},
+			func(t *testing.T, r *Request) {}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ct, body := form(t, tt.fields...)
+			r, err := Parse(ct, body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt.check(t, r)
+			// The audio can be read again, whole, for each worker tried.
+			for range 2 {
+				rd, err := r.Audio()
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, _ := io.ReadAll(rd)
+				if string(got) != second {
+					t.Fatalf("audio of %d bytes read back as %d", len(second), len(got))
+				}
+			}
+		})
+	}
+}
+
+func TestParseRefusals(t *testing.T) {
+	audio := string(wav(1600))
+	tests := []struct {
+		name   string
+		ctype  string // overrides the form's content type
+		fields [][2]string
+		status int
+		field  string // the 422's first field, or the error's param
+		msg    string
+	}{
+		{"not multipart", "application/json", [][2]string{{"model", "m"}}, 400, "", "multipart/form-data"},
+		{"no boundary", "multipart/form-data", [][2]string{{"model", "m"}}, 400, "", "no boundary"},
+		{"no file", "", [][2]string{{"model", "m"}}, 422, "file", "required"},
+		{"no model", "", [][2]string{{"file", audio}}, 422, "model", "required"},
+		{"empty model", "", [][2]string{{"file", audio}, {"model", " "}}, 422, "model", "empty"},
+		{"two files", "", [][2]string{{"file", audio}, {"file", audio}, {"model", "m"}}, 422, "file", "one file"},
+		{"two models", "", [][2]string{{"file", audio}, {"model", "m"}, {"model", "n"}}, 422, "model", "once"},
+		{"bad format", "", [][2]string{{"file", audio}, {"model", "m"}, {"response_format", "mp3"}}, 422, "response_format", "one of"},
+		{"bad language", "", [][2]string{{"file", audio}, {"model", "m"}, {"language", "english"}}, 422, "language", "ISO 639-1"},
+		{"unknown language", "", [][2]string{{"file", audio}, {"model", "m"}, {"language", "qq"}}, 422, "language", "ISO 639-1"},
+		{"temperature not a number", "", [][2]string{{"file", audio}, {"model", "m"}, {"temperature", "warm"}}, 422, "temperature", "number"},
+		{"temperature too high", "", [][2]string{{"file", audio}, {"model", "m"}, {"temperature", "1.5"}}, 422, "temperature", "between"},
+		{"beam too wide", "", [][2]string{{"file", audio}, {"model", "m"}, {"beam_size", "9"}}, 422, "beam_size", "1 to 8"},
+		{"beam zero", "", [][2]string{{"file", audio}, {"model", "m"}, {"beam_size", "0"}}, 422, "beam_size", "1 to 8"},
+		{"beam not whole", "", [][2]string{{"file", audio}, {"model", "m"}, {"beam_size", "2.5"}}, 422, "beam_size", "whole"},
+		{"granularity without verbose_json", "", [][2]string{{"file", audio}, {"model", "m"}, {"timestamp_granularities[]", "word"}},
+			422, "timestamp_granularities", "verbose_json"},
+		{"unknown granularity", "", [][2]string{{"file", audio}, {"model", "m"}, {"response_format", "verbose_json"},
+			{"timestamp_granularities[]", "letter"}}, 422, "timestamp_granularities.0", "segment, word"},
+		{"stream", "", [][2]string{{"file", audio}, {"model", "m"}, {"stream", "true"}}, 422, "stream", "not supported"},
+		{"prompt not UTF-8", "", [][2]string{{"file", audio}, {"model", "m"}, {"prompt", "\xff\xfe"}}, 422, "prompt", "UTF-8"},
+		{"prompt too long", "", [][2]string{{"file", audio}, {"model", "m"}, {"prompt", strings.Repeat("a", maxField+1)}}, 422, "prompt", "longer"},
+		{"text is not audio", "", [][2]string{{"file", "hello, this is a text file"}, {"model", "m"}}, 400, "file", "Unsupported audio format"},
+		{"empty file", "", [][2]string{{"file", ""}, {"model", "m"}}, 400, "file", "Unsupported audio format"},
+		{"damaged wav", "", [][2]string{{"file", "RIFF\x24\x00\x00\x00WAVEjunk"}, {"model", "m"}}, 400, "file", "cannot be read"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ct, body := form(t, tt.fields...)
+			if tt.ctype != "" {
+				ct = tt.ctype
+			}
+			_, err := Parse(ct, body)
+			var ae *api.Error
+			if !errors.As(err, &ae) {
+				t.Fatalf("err = %v, want an *api.Error", err)
+			}
+			if ae.Status != tt.status || !strings.Contains(ae.Message, tt.msg) {
+				t.Fatalf("got %d %q, want %d containing %q", ae.Status, ae.Message, tt.status, tt.msg)
+			}
+			switch {
+			case tt.status == http.StatusUnprocessableEntity && (len(ae.Fields) == 0 || ae.Fields[0].Field != tt.field):
+				t.Fatalf("fields %+v, want %s first", ae.Fields, tt.field)
+			case tt.status != http.StatusUnprocessableEntity && ae.Param != tt.field:
+				t.Fatalf("param %q, want %q", ae.Param, tt.field)
+			}
+		})
+	}
+}
+
+// The spec's exact message for content that is not audio, whatever the
+// file is called.
+func TestUnsupportedMessage(t *testing.T) {
+	ct, body := form(t, [2]string{"file", "OggS\x00\x02 an ogg file"}, [2]string{"model", "m"})
+	_, err := Parse(ct, body)
+	var ae *api.Error
+	if !errors.As(err, &ae) || ae.Message != "Unsupported audio format" || ae.Status != 400 {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestParseTooLarge(t *testing.T) {
+	big := wav(MaxFileBytes/2 + 1) // one sample over 25 MB of data, plus the header
+	ct, body := form(t, [2]string{"file", string(big)}, [2]string{"model", "m"})
+	if _, err := Parse(ct, body); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("err = %v, want ErrTooLarge", err)
+	}
+	// Exactly at the limit is accepted.
+	edge := wav((MaxFileBytes - 44) / 2)
+	ct, body = form(t, [2]string{"file", string(edge)}, [2]string{"model", "m"})
+	r, err := Parse(ct, body)
+	if err != nil || r.Params.Bytes != MaxFileBytes {
+		t.Fatalf("a %d-byte file: %v", len(edge), err)
+	}
+}
+
+func TestRender(t *testing.T) {
+	tr := &api.Transcript{Language: "en", Duration: 3.5, Text: " Hello there. General Kenobi. ",
+		Segments: []api.Segment{{ID: 0, Start: 0, End: 1.2, Text: " Hello there."}, {ID: 1, Start: 1.5, End: 3.5, Text: " General Kenobi."}},
+		Words:    []api.Word{{Word: "Hello", Start: 0, End: 0.5}}}
+	svc := json.RawMessage(`{"worker":{"id":"w1","name":"box","version":null},"request_id":"r1"}`)
+	tests := []struct {
+		format, granularity string
+		ctype               string
+		check               func(t *testing.T, body string)
+	}{
+		{FormatJSON, "", "application/json", func(t *testing.T, body string) {
+			var m map[string]any
+			_ = json.Unmarshal([]byte(body), &m)
+			if m["text"] != "Hello there. General Kenobi." || m["svc"] == nil || m["segments"] != nil {
+				t.Fatalf("json %s", body)
+			}
+		}},
+		{FormatText, "", "text/plain; charset=utf-8", func(t *testing.T, body string) {
+			if body != "Hello there. General Kenobi.\n" {
+				t.Fatalf("text %q", body)
+			}
+		}},
+		{FormatSRT, "", "application/x-subrip; charset=utf-8", func(t *testing.T, body string) {
+			if !strings.HasPrefix(body, "1\n00:00:00,000 --> 00:00:01,200\nHello there.\n\n2\n") {
+				t.Fatalf("srt %q", body)
+			}
+		}},
+		{FormatVTT, "", "text/vtt; charset=utf-8", func(t *testing.T, body string) {
+			if !strings.HasPrefix(body, "WEBVTT\n\n") || !strings.Contains(body, "00:00:01.500 --> 00:00:03.500") {
+				t.Fatalf("vtt %q", body)
+			}
+		}},
+		{FormatVerboseJSON, "", "application/json", func(t *testing.T, body string) {
+			var m map[string]any
+			_ = json.Unmarshal([]byte(body), &m)
+			segs, _ := m["segments"].([]any)
+			if m["task"] != "transcribe" || m["language"] != "en" || m["duration"] != 3.5 || len(segs) != 2 || m["words"] != nil {
+				t.Fatalf("verbose_json %s", body)
+			}
+			seg := segs[0].(map[string]any)
+			for _, k := range []string{"id", "start", "end", "text", "avg_logprob", "no_speech_prob"} {
+				if _, ok := seg[k]; !ok {
+					t.Fatalf("segment without %s: %v", k, seg)
+				}
+			}
+		}},
+		{FormatVerboseJSON, "word", "application/json", func(t *testing.T, body string) {
+			if !strings.Contains(body, `"words":[{"word":"Hello","start":0,"end":0.5}]`) {
+				t.Fatalf("verbose_json with words %s", body)
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.format+tt.granularity, func(t *testing.T) {
+			r := &Request{ResponseFormat: tt.format, Params: api.TranscriptionParams{Words: tt.granularity == "word", Seconds: 3.5}}
+			ctype, body, err := r.Render(tr, svc)
+			if err != nil || ctype != tt.ctype {
+				t.Fatalf("content type %q err %v", ctype, err)
+			}
+			tt.check(t, string(body))
+			if r.JSON() != strings.HasPrefix(ctype, "application/json") {
+				t.Fatal("JSON() disagrees with the content type")
+			}
+		})
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	ct, body := form(f, [2]string{"file", string(wav(100))}, [2]string{"model", "m"}, [2]string{"language", "en"})
+	f.Add(body)
+	f.Add([]byte("--x\r\nContent-Disposition: form-data; name=\"file\"\r\n\r\nRIFF\r\n--x--\r\n"))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		r, err := Parse(ct, body)
+		if err != nil {
+			var ae *api.Error
+			if !errors.As(err, &ae) || ae.Status < 400 || ae.Status > 499 {
+				t.Fatalf("err = %v, want a 4xx *api.Error", err)
+			}
+			return
+		}
+		if _, err := r.Audio(); err != nil {
+			t.Fatalf("parsed, but the audio cannot be found again: %v", err)
+		}
+	})
+}
