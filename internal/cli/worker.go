@@ -4,14 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/svc-dev/svc/internal/engine"
+	"github.com/svc-dev/svc/internal/engine/espeak"
+	"github.com/svc-dev/svc/internal/engine/moonshine"
 	"github.com/svc-dev/svc/internal/engine/ollama"
 	"github.com/svc-dev/svc/internal/engine/openai"
 	"github.com/svc-dev/svc/internal/engine/sim"
@@ -48,9 +52,18 @@ resuming the requests in flight.
 
 Engines (repeat --engine for several):
   sim[=OPTIONS]      the built-in simulator, e.g. sim or sim=tps=200,ttft=20ms
-  openai=URL         an OpenAI-compatible server: vLLM, llama-server, SGLang
-                     (an API key for it can be given in SVC_OPENAI_API_KEY)
+  openai=URL         an OpenAI-compatible server: vLLM, llama-server, SGLang,
+                     and audio servers (whisper.cpp's whisper-server,
+                     speaches, Kokoro); an API key for it can be given in
+                     SVC_OPENAI_API_KEY
   ollama=URL         Ollama, e.g. ollama=http://127.0.0.1:11434
+  espeak-ng[=PATH]   text to speech with espeak-ng (model espeak-ng)
+  moonshine=DIR      English speech to text with Moonshine on the CPU, as
+                     installed in DIR by engines/moonshine/install.sh
+                     (model moonshine-base; ,size=tiny for moonshine-tiny)
+
+--model-alias ID=LOCAL offers an engine's model under the id clients use,
+e.g. stt-large-v3-turbo=moonshine-base.
 
 The worker token comes from --token, SVC_WORKER_TOKEN, --token-file, or, on
 the gateway's own host, the gateway's <data>/worker.token.
@@ -70,7 +83,7 @@ to --drain-timeout), and exit.`,
 				return err
 			}
 			if len(opts.Engines) == 0 {
-				return usageErrorf("give at least one --engine (sim, openai=URL or ollama=URL)")
+				return usageErrorf("give at least one --engine (sim, openai=URL, ollama=URL, espeak-ng or moonshine=DIR)")
 			}
 			if opts.MaxConcurrent < 1 {
 				return usageErrorf("--max-concurrent must be at least 1")
@@ -87,7 +100,7 @@ to --drain-timeout), and exit.`,
 	fl.StringVar(&opts.TokenFile, "token-file", "", "file holding the worker token (env SVC_WORKER_TOKEN_FILE)")
 	fl.StringVar(&opts.Name, "name", "", "worker name, unique in the organisation (env SVC_WORKER_NAME; default the host name)")
 	fl.IntVar(&opts.MaxConcurrent, "max-concurrent", 1, "requests run at once (env SVC_MAX_CONCURRENT)")
-	fl.StringArrayVar(&opts.Engines, "engine", nil, "an inference engine: sim[=OPTIONS], openai=URL or ollama=URL (env SVC_ENGINE)")
+	fl.StringArrayVar(&opts.Engines, "engine", nil, "an inference engine: sim[=OPTIONS], openai=URL, ollama=URL, espeak-ng[=PATH] or moonshine=DIR (env SVC_ENGINE)")
 	fl.StringVar(&opts.ModelMeta, "model-meta", "", `JSON file of per-model metadata overriding what engines report: {"model-id": {"capabilities": [...], "context_window": N, "sampling_defaults": {...}, "default_thinking": true, "voices": [...], "default_voice": "..."}}`)
 	fl.StringArrayVar(&opts.Aliases, "model-alias", nil, "offer an engine's model under another id, ID=LOCAL (e.g. stt-large-v3-turbo=whisper-large-v3-turbo); repeatable")
 	fl.StringArrayVar(&opts.Pull, "pull", nil, "install a model at start (engines that can, e.g. ollama); repeatable")
@@ -118,7 +131,7 @@ func runWorker(ctx context.Context, f *Factory, opts *WorkerOptions) error {
 			return fmt.Errorf("worker name: %w; give --name", err)
 		}
 	}
-	engines, err := parseEngines(opts.Engines, f.Getenv)
+	engines, err := parseEngines(opts.Engines, f.Getenv, log)
 	if err != nil {
 		return err
 	}
@@ -190,8 +203,36 @@ func parseAliases(specs []string) (map[string]string, error) {
 	return out, nil
 }
 
+// newMoonshine builds the moonshine engine from DIR[,size=tiny][,threads=N].
+func newMoonshine(arg string, log *slog.Logger) (engine.Engine, error) {
+	dir, opts, _ := strings.Cut(arg, ",")
+	if dir == "" {
+		return nil, errors.New("needs the install directory: moonshine=DIR (engines/moonshine/install.sh DIR)")
+	}
+	cfg := moonshine.Config{Dir: dir, Logger: log}
+	for opt := range strings.SplitSeq(opts, ",") {
+		if opt == "" {
+			continue
+		}
+		k, v, _ := strings.Cut(opt, "=")
+		switch k {
+		case "size":
+			cfg.Size = v
+		case "threads":
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return nil, fmt.Errorf("threads=%q is not a number", v)
+			}
+			cfg.Threads = n
+		default:
+			return nil, fmt.Errorf("unknown option %q (want size or threads)", k)
+		}
+	}
+	return moonshine.New(cfg)
+}
+
 // parseEngines builds the engines named by --engine specs.
-func parseEngines(specs []string, getenv func(string) string) ([]engine.Engine, error) {
+func parseEngines(specs []string, getenv func(string) string, log *slog.Logger) ([]engine.Engine, error) {
 	var out []engine.Engine
 	for _, spec := range specs {
 		kind, arg, _ := strings.Cut(strings.TrimSpace(spec), "=")
@@ -213,8 +254,12 @@ func parseEngines(specs []string, getenv func(string) string) ([]engine.Engine, 
 				arg = "http://127.0.0.1:11434"
 			}
 			e, err = ollama.New(ollama.Config{BaseURL: arg})
+		case espeak.Kind, "espeak":
+			e = espeak.New(espeak.Config{Path: arg})
+		case moonshine.Kind:
+			e, err = newMoonshine(arg, log)
 		default:
-			return nil, usageErrorf("unknown engine %q: use sim, openai=URL or ollama=URL", spec)
+			return nil, usageErrorf("unknown engine %q: use sim, openai=URL, ollama=URL, espeak-ng[=PATH] or moonshine=DIR", spec)
 		}
 		if err != nil {
 			return nil, usageErrorf("--engine %s: %v", spec, err)

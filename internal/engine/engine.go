@@ -70,6 +70,12 @@ type Installer interface {
 	Pull(ctx context.Context, model string, progress func(api.PullProgress)) error
 }
 
+// Closer is an engine that owns something to stop, such as the process
+// it runs models in. The worker closes it after its last request.
+type Closer interface {
+	Close(ctx context.Context) error
+}
+
 // Info describes an engine instance for the worker's hello.
 type Info interface {
 	Info() api.EngineInfo

@@ -186,6 +186,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	case err := <-errc:
 		stopLink()
 		a.closeSession(err)
+		a.closeEngines()
 		return err
 	case <-ctx.Done():
 	}
@@ -193,7 +194,21 @@ func (a *Agent) Run(ctx context.Context) error {
 	stopLink()
 	<-errc
 	a.closeSession(errors.New("the worker stopped"))
+	a.closeEngines()
 	return nil
+}
+
+// closeEngines stops what the engines run, once no request uses them.
+func (a *Agent) closeEngines() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, e := range a.cfg.Engines {
+		if c, ok := e.(engine.Closer); ok {
+			if err := c.Close(ctx); err != nil {
+				a.log.Warn("engine did not stop cleanly", "engine", e.Kind(), "err", err)
+			}
+		}
+	}
 }
 
 func (a *Agent) closeSession(err error) {
