@@ -42,7 +42,7 @@ func TestShort(t *testing.T) {
 	} else {
 		t.Log("nginx is not installed: its path was skipped")
 	}
-	for _, name := range []string{"unary-200rps", "unary-100rps-50ms", "max-throughput", "stream-50-chunks"} {
+	for _, name := range []string{"unary-200rps", "unary-100rps-50ms", "max-throughput", "stream-50-chunks", "transcribe-1mb", "speech-700kb"} {
 		s := byName[name]
 		if s == nil {
 			t.Fatalf("scenario %s missing", name)
@@ -75,6 +75,9 @@ func TestShort(t *testing.T) {
 		t.Error("open streams: scenario missing")
 	} else if opened, _ := s.Extra["opened"].(float64); opened != 50 || s.Extra["rss_held_bytes"] == nil {
 		t.Errorf("open streams: %+v", s)
+	}
+	if s := byName["upload-25mb-x2"]; s == nil || s.Paths["svc"].Success != 1 || s.Extra["gateway_peak_rss_bytes"] == nil || s.Extra["worker_peak_rss_bytes"] == nil {
+		t.Errorf("uploads: %+v", s)
 	}
 	if r.Usage == nil || r.Usage.RowsPerSec == 0 || r.Usage.DBBytes == 0 || len(r.Usage.QueryMs) != 5 {
 		t.Errorf("usage bench: %+v", r.Usage)

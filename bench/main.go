@@ -152,7 +152,7 @@ func bench(ctx context.Context, sc scale, out string, want func(string) bool, w 
 	if err := build.Run(); err != nil {
 		return fmt.Errorf("build svc: %w", err)
 	}
-	if h.engine, err = startEngine("tps=0,ttft=0"); err != nil {
+	if h.engine, err = startEngine("tps=0,ttft=0,rtf=0"); err != nil {
 		return err
 	}
 	defer h.engine.close()
@@ -206,6 +206,15 @@ func bench(ctx context.Context, sc scale, out string, want func(string) bool, w 
 	}
 	if want("saturation-429") {
 		add(h.saturation(ctx))
+	}
+	if want("transcribe-1mb") {
+		add(h.transcribe(ctx))
+	}
+	if want("speech-700kb") {
+		add(h.speech(ctx))
+	}
+	if want("upload-25mb") {
+		add(h.uploads(ctx))
 	}
 	for _, n := range sc.streams {
 		if name := fmt.Sprintf("open-streams-%d", n); want(name) {

@@ -137,11 +137,13 @@ http {
   server {
     listen %[3]s;
     keepalive_requests 1000000;
+    client_max_body_size 32m;
     location / {
       proxy_pass http://engine;
       proxy_http_version 1.1;
       proxy_set_header Connection "";
       proxy_buffering off;
+      proxy_request_buffering off;
       proxy_read_timeout 3600s;
     }
   }

@@ -12,7 +12,7 @@ import (
 // realEngines returns the Moonshine install to use, skipping the test when
 // a real engine is missing, unless SVC_REQUIRE_REAL_ENGINES=1 (CI) makes
 // that a failure.
-func realEngines(t *testing.T) string {
+func realEngines(t testing.TB) string {
 	t.Helper()
 	dir := os.Getenv("SVC_MOONSHINE_DIR")
 	_, err := exec.LookPath("espeak-ng")

@@ -2,6 +2,7 @@ package link
 
 import (
 	"errors"
+	"io"
 	"sync"
 	"time"
 
@@ -40,6 +41,10 @@ type wsConn struct {
 	stop chan struct{}
 	once sync.Once
 	done chan struct{} // closed when the ping loop has returned
+	// scratch is where ReadMessage reads a message before copying it out:
+	// reused, it grows once to the largest message, instead of a read
+	// growing a fresh buffer step by step for every message.
+	scratch []byte
 }
 
 // WebSocket wraps an established websocket. It starts a ping loop that
@@ -80,13 +85,30 @@ func (c *wsConn) pingLoop() {
 
 func (c *wsConn) ReadMessage() ([]byte, error) {
 	for {
-		typ, msg, err := c.ws.ReadMessage()
+		typ, r, err := c.ws.NextReader()
 		if err != nil {
 			return nil, err
 		}
+		buf := c.scratch[:0]
+		for {
+			if len(buf) == cap(buf) {
+				buf = append(buf, 0)[:len(buf)]
+			}
+			n, err := r.Read(buf[len(buf):cap(buf)])
+			buf = buf[:len(buf)+n]
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				return nil, err
+			}
+		}
+		c.scratch = buf
 		_ = c.ws.SetReadDeadline(time.Now().Add(c.ka.Timeout))
 		if typ == websocket.BinaryMessage {
-			return msg, nil
+			// An exact copy: frames alias the message until they are read,
+			// so it must not hold the scratch buffer or spare capacity.
+			return append([]byte(nil), buf...), nil
 		}
 	}
 }

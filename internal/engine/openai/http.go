@@ -61,13 +61,14 @@ func (e *Engine) post(ctx context.Context, path string, body []byte, accept stri
 	return e.do(ctx, req, accept)
 }
 
-// postStream is post for a body of contentType that is produced while it
-// is sent, such as a multipart upload.
-func (e *Engine) postStream(ctx context.Context, path string, body io.Reader, contentType, accept string) (*http.Response, *api.Result) {
+// postStream is post for a body of contentType that is read while it is
+// sent, such as a multipart upload, of size bytes (-1 when unknown).
+func (e *Engine) postStream(ctx context.Context, path string, body io.Reader, size int64, contentType, accept string) (*http.Response, *api.Result) {
 	req, err := e.newBodyRequest(ctx, http.MethodPost, path, body, contentType)
 	if err != nil {
 		return nil, engine.Failure(http.StatusInternalServerError, api.TypeServer, err.Error())
 	}
+	req.ContentLength = size
 	return e.do(ctx, req, accept)
 }
 

@@ -1,6 +1,7 @@
 package openai
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"net/http"
 	"net/textproto"
 	"strconv"
+	"sync"
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/engine"
@@ -17,14 +19,10 @@ import (
 
 const transcriptionsPath = "/v1/audio/transcriptions"
 
-// errRequestEnded stops the upload of a request that ended before its
-// body was sent whole.
-var errRequestEnded = errors.New("the transcription request ended")
-
 // transcribe serves a transcription: the uploaded audio is streamed to
-// the engine as a multipart form, built while it is sent, so the file is
-// never held in memory; the answer is read as verbose_json whatever the
-// server made of that (see parseTranscript).
+// the engine inside a multipart form, so the file is never held in
+// memory; the answer is read as verbose_json whatever the server made of
+// that (see parseTranscript).
 //
 // The form is OpenAI's, with beam_size added: whisper.cpp's whisper-server
 // reads it, and servers that do not know it (OpenAI, speaches, vLLM)
@@ -38,13 +36,25 @@ func (e *Engine) transcribe(ctx context.Context, req *engine.Request, sink engin
 	if req.Audio == nil {
 		return engine.Failure(http.StatusBadRequest, api.TypeInvalidRequest, "file: no audio came with the request")
 	}
-	up := startUpload(req.Model, &p, req.Audio)
-	defer up.stop()
-	resp, res := e.postStream(ctx, transcriptionsPath, up.pr, up.contentType, "application/json")
+	f, err := newForm(req.Model, &p)
+	if err != nil {
+		return engine.Failure(http.StatusInternalServerError, api.TypeServer, err.Error())
+	}
+	audio := &uploadReader{r: req.Audio}
+	// The transport may still be sending when the engine has answered:
+	// closing here waits for its last read, so the upload is never read
+	// after Serve returns.
+	defer audio.Close()
+	size := int64(-1)
+	if p.Bytes > 0 {
+		size = int64(len(f.head)) + p.Bytes + int64(len(f.tail))
+	}
+	body := io.MultiReader(bytes.NewReader(f.head), audio, bytes.NewReader(f.tail))
+	resp, res := e.postStream(ctx, transcriptionsPath, body, size, f.contentType, "application/json")
 	if res != nil {
 		// A broken upload is why the request failed, whatever the
 		// transport made of it.
-		if err := up.stop(); err != nil && ctx.Err() == nil {
+		if err := audio.Close(); err != nil && ctx.Err() == nil {
 			return engine.Failure(http.StatusBadGateway, api.TypeUpstream, "read the uploaded audio: "+err.Error())
 		}
 		return res
@@ -68,60 +78,21 @@ func (e *Engine) transcribe(ctx context.Context, req *engine.Request, sink engin
 	return engine.OK()
 }
 
-// upload writes a transcription's multipart form into a pipe while the
-// HTTP request reads it from the other end. Its goroutine belongs to the
-// request: stop ends and waits for it, so it never outlives Serve.
-type upload struct {
-	pr          *io.PipeReader
+// form is a transcription's multipart body around its audio: the text
+// fields and the file's part header before it, the closing boundary after.
+// With the audio's length from the gateway, the whole length is known, so
+// the request goes out with a Content-Length and the audio is read
+// straight into the connection.
+type form struct {
+	head, tail  []byte
 	contentType string
-	done        chan struct{} // closed when the writer has returned
-	readErr     error         // reading the audio failed; set before done closes
 }
 
-func startUpload(model string, p *api.TranscriptionParams, audio io.Reader) *upload {
-	pr, pw := io.Pipe()
-	mw := multipart.NewWriter(pw)
-	u := &upload{pr: pr, contentType: mw.FormDataContentType(), done: make(chan struct{})}
-	go func() {
-		defer close(u.done)
-		src := &readRecorder{r: audio}
-		err := writeForm(mw, model, p, src)
-		u.readErr = src.err
-		// A nil error ends the body; any other fails the request.
-		pw.CloseWithError(err)
-	}()
-	return u
-}
-
-// stop closes the pipe, so that the writer gives up at its next write, and
-// waits for it to return. It returns the error reading the audio, if any.
-// Once the transport has the whole body, stop returns at once; before
-// that it waits for the writer's current read of the audio, which the
-// worker's request body ends when the request is cancelled.
-func (u *upload) stop() error {
-	u.pr.CloseWithError(errRequestEnded)
-	<-u.done
-	return u.readErr
-}
-
-// readRecorder remembers the first error of r other than EOF: a broken
-// upload must be told from an engine that stopped reading.
-type readRecorder struct {
-	r   io.Reader
-	err error
-}
-
-func (rr *readRecorder) Read(p []byte) (int, error) {
-	n, err := rr.r.Read(p)
-	if err != nil && err != io.EOF && rr.err == nil {
-		rr.err = err
-	}
-	return n, err
-}
-
-// writeForm writes the form, the text fields first so that a server
+// newForm lays the form out, the text fields first so that a server
 // parsing it as it arrives knows the model before the file.
-func writeForm(mw *multipart.Writer, model string, p *api.TranscriptionParams, audio io.Reader) error {
+func newForm(model string, p *api.TranscriptionParams) (*form, error) {
+	var b bytes.Buffer
+	mw := multipart.NewWriter(&b)
 	fields := [][2]string{{"model", model}}
 	if p.Language != "" {
 		fields = append(fields, [2]string{"language", p.Language})
@@ -141,21 +112,57 @@ func writeForm(mw *multipart.Writer, model string, p *api.TranscriptionParams, a
 	}
 	for _, f := range fields {
 		if err := mw.WriteField(f[0], f[1]); err != nil {
-			return fmt.Errorf("write form field %s: %w", f[0], err)
+			return nil, fmt.Errorf("write form field %s: %w", f[0], err)
 		}
 	}
 	name, contentType := audioFile(p.Format)
 	h := make(textproto.MIMEHeader)
 	h.Set("Content-Disposition", multipart.FileContentDisposition("file", name))
 	h.Set("Content-Type", contentType)
-	part, err := mw.CreatePart(h)
-	if err != nil {
-		return fmt.Errorf("write form file: %w", err)
+	if _, err := mw.CreatePart(h); err != nil {
+		return nil, fmt.Errorf("write form file: %w", err)
 	}
-	if _, err := io.Copy(part, audio); err != nil {
-		return fmt.Errorf("upload audio: %w", err)
+	headLen := b.Len()
+	if err := mw.Close(); err != nil {
+		return nil, fmt.Errorf("close form: %w", err)
 	}
-	return mw.Close()
+	out := b.Bytes()
+	return &form{head: out[:headLen:headLen], tail: out[headLen:], contentType: mw.FormDataContentType()}, nil
+}
+
+// uploadReader hands the audio to the transport until closed, and
+// remembers the first error reading it: a broken upload must be told from
+// an engine that stopped reading.
+type uploadReader struct {
+	mu     sync.Mutex // held while reading, so Close waits for a read
+	r      io.Reader
+	err    error
+	closed bool
+}
+
+var errRequestEnded = errors.New("the transcription request ended")
+
+func (u *uploadReader) Read(p []byte) (int, error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.closed {
+		return 0, errRequestEnded
+	}
+	n, err := u.r.Read(p)
+	if err != nil && err != io.EOF && u.err == nil {
+		u.err = err
+	}
+	return n, err
+}
+
+// Close stops further reads, waiting for one in progress (the worker's
+// request body ends it when the request is cancelled), and returns the
+// error reading the audio, if any.
+func (u *uploadReader) Close() error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.closed = true
+	return u.err
 }
 
 // audioFile is the file name and type an upload of format goes under:
