@@ -172,7 +172,7 @@ write the audio, a 24 kHz 16-bit mono WAV file, to -o FILE or to stdout. It
 will not write audio to a terminal: give -o or redirect stdout.
 
 Without --model the first speech model of the fleet speaks; --voice picks one
-of its voices ('svc models' lists them). --json prints what the gateway said
+of its voices ('svc models --json' lists them). --json prints what the gateway said
 about the audio (duration, request id, worker) instead, and the base64 audio
 too unless -o saves it.
 
