@@ -423,6 +423,80 @@ func TestTranscriptionRetriedElsewhere(t *testing.T) {
 	}
 }
 
+// X-Svc-Worker-Id sends an upload to one worker.
+func TestTranscriptionPinned(t *testing.T) {
+	s, key := audioGateway(t, "tps=0,ttft=0,rtf=0")
+	args := append([]string{"--engine", "sim=tps=0,ttft=0,rtf=0"}, audioAliases...)
+	startWorker(t, s.URL, s.tokenFile(), "audio-box-2", args...)
+	w := s.workerNamed(key, "audio-box-2", statusIs("healthy"))
+	ct, body := upload(t, tone(t, 2, 16000), "model", "stt-large-v3")
+	for range 4 {
+		r := s.post("/v1/audio/transcriptions", ct, body, bearer(key), header{"X-Svc-Worker-Id", w["worker_id"].(string)})
+		if r.Status != 200 || r.Header.Get("X-Worker-Name") != "audio-box-2" {
+			t.Fatalf("%d %s %v", r.Status, r.Body, r.Header)
+		}
+	}
+}
+
+// A client that leaves mid-transcription stops the engine; the row is a
+// 499.
+func TestTranscriptionClientGone(t *testing.T) {
+	s, key := audioGateway(t, "tps=0,ttft=0,rtf=1") // as long as the audio: 30 s
+	ct, body := upload(t, tone(t, 30, 8000), "model", "stt-large-v3")
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "POST", s.URL+"/v1/audio/transcriptions", bytes.NewReader(body))
+	req.Header.Set("Content-Type", ct)
+	req.Header.Set("Authorization", "Bearer "+key)
+	done := make(chan error, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	var id string
+	deadline := time.Now().Add(10 * time.Second)
+	for id == "" {
+		r := s.do("GET", "/api/v1/usage/inflight", "", bearer(key))
+		var rows []map[string]any
+		_ = json.Unmarshal(r.Body, &rows)
+		if len(rows) == 1 && rows[0]["state"] == "running" {
+			id, _ = rows[0]["task_id"].(string)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("never running: %s", r.Body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	row := s.usageRow(key, id)
+	if row["status_code"] != 499.0 || row["error_message"] != "Client disconnected" || row["request_duration_ms"].(float64) > 10000 {
+		t.Fatalf("row %v", row)
+	}
+	// The worker's slot is free again at once.
+	w := s.workerNamed(key, "audio-box", func(w map[string]any) bool { return w["active_tasks"] == 0.0 })
+	if w == nil {
+		t.Fatal("the slot was not freed")
+	}
+}
+
+// A JSON transcript still waiting is kept alive with leading whitespace;
+// subtitles and text are not padded, since they must begin with their
+// first byte.
+func TestTranscriptionKeepAlive(t *testing.T) {
+	s, key := audioGateway(t, "tps=0,ttft=0,rtf=0.03", "--keepalive-after", "300ms", "--keepalive-every", "100ms")
+	file := tone(t, 40, 8000) // 1.2 s of work
+	for _, tt := range []struct{ format, starts string }{{"verbose_json", "\n"}, {"srt", "1\n"}, {"vtt", "WEBVTT"}, {"text", ""}} {
+		ct, body := upload(t, file, "model", "stt-large-v3", "response_format", tt.format)
+		r := s.post("/v1/audio/transcriptions", ct, body, bearer(key))
+		if r.Status != 200 || !strings.HasPrefix(string(r.Body), tt.starts) || tt.format == "text" && strings.HasPrefix(string(r.Body), "\n") {
+			t.Fatalf("%s: %d %q", tt.format, r.Status, r.Body[:min(len(r.Body), 40)])
+		}
+	}
+}
+
 func TestSpeech(t *testing.T) {
 	s, key := audioGateway(t, "tps=0,ttft=0,rtf=0")
 	ctx := context.Background()
