@@ -111,6 +111,9 @@ type LinkRequest struct {
 	// Params are the settings of a request whose body is not JSON (a
 	// transcription's TranscriptionParams ahead of the audio).
 	Params json.RawMessage `json:"params,omitempty"`
+	// ContentFilter names the moderation model a chat's prompt and output
+	// are checked with on the worker (the key has content filtering on).
+	ContentFilter string `json:"content_filter,omitempty"`
 }
 
 // Hello is the worker's first message on a link.
@@ -125,6 +128,9 @@ type Hello struct {
 	Draining      bool         `json:"draining,omitempty"`
 	Heartbeat     *Heartbeat   `json:"heartbeat,omitempty"`
 	Engines       []EngineInfo `json:"engines,omitempty"`
+	// Features are the protocol features the worker supports
+	// (FeatureModeration); a worker of an older release lists fewer.
+	Features []string `json:"features,omitempty"`
 }
 
 // EngineInfo describes one engine a worker runs.
