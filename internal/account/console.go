@@ -121,6 +121,17 @@ func (s *Service) UpdateOrg(name string, p api.OrgPatch) (api.Organization, erro
 	setBool(&v, "require_e2e", p.RequireE2E, &o.Settings.RequireE2E)
 	setBool(&v, "content_filtering", p.ContentFiltering, &o.Settings.ContentFiltering)
 	setBool(&v, "allow_remote_image_urls", p.AllowRemoteImageURLs, &o.Settings.AllowRemoteImageURLs)
+	if p.ModerationModel.Set {
+		// Any model id is taken: whether a worker serves it as a moderation
+		// model is known only when a request needs it (409 then).
+		if m := p.ModerationModel.Ptr(); m == nil || *m == "" {
+			o.Settings.ModerationModel = ""
+		} else if len(*m) > 128 || strings.ContainsAny(*m, " \t\n") {
+			v.Add("moderation_model", api.FieldInvalid, "a model id such as guard-b:0.6b, or null for the default")
+		} else {
+			o.Settings.ModerationModel = *m
+		}
+	}
 	setBool(&v, "payment_card_on_file", p.PaymentCardOnFile, &o.Settings.PaymentCardOnFile)
 	if p.JurisdictionFloor.Set {
 		if f := p.JurisdictionFloor.Ptr(); f != nil && !tierRE.MatchString(*f) {
@@ -336,7 +347,7 @@ func (st *state) keyView(e *keyEntry) api.APIKey {
 	}
 	return api.APIKey{
 		ID: e.ID, Prefix: auth.PrefixOf(auth.KindAPIKey, e.ID), Name: e.Name, UserID: e.UserID, User: user,
-		Permissions: perms, Unrestricted: e.Unrestricted, CreatedAt: e.CreatedAt,
+		Permissions: perms, Unrestricted: e.Unrestricted, ContentFilter: e.ContentFilter, CreatedAt: e.CreatedAt,
 		LastUsedAt: e.lastUsed.time(), RevokedAt: e.RevokedAt,
 	}
 }
@@ -380,7 +391,7 @@ func (s *Service) CreateKey(org string, req api.CreateKeyRequest) (api.APIKey, e
 	}
 	cred := auth.NewCredential(auth.KindAPIKey)
 	k := Key{ID: cred.ID, OrgID: o.ID, UserID: u.ID, Name: name, Hash: cred.Hash,
-		Permissions: perms, Unrestricted: req.Unrestricted, CreatedAt: s.stamp()}
+		Permissions: perms, Unrestricted: req.Unrestricted, ContentFilter: req.ContentFilter, CreatedAt: s.stamp()}
 	if err := s.commit(&change{keys: []Key{k}}); err != nil {
 		return api.APIKey{}, err
 	}

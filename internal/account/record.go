@@ -47,8 +47,11 @@ type Key struct {
 	Hash         auth.Hash         `json:"hash"`
 	Permissions  []auth.Permission `json:"permissions"`
 	Unrestricted bool              `json:"unrestricted"`
-	CreatedAt    time.Time         `json:"created_at"`
-	RevokedAt    *time.Time        `json:"revoked_at,omitempty"`
+	// ContentFilter checks the key's chat requests with the organisation's
+	// moderation model.
+	ContentFilter bool       `json:"content_filter,omitempty"`
+	CreatedAt     time.Time  `json:"created_at"`
+	RevokedAt     *time.Time `json:"revoked_at,omitempty"`
 }
 
 // WorkerToken is the stored form of a worker token.

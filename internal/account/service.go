@@ -285,7 +285,7 @@ func (s *Service) Authenticate(secret string) (auth.Principal, error) {
 	e.lastUsed.touch(s.now())
 	return auth.Principal{
 		OrgID: e.OrgID, UserID: e.UserID, KeyID: e.ID, Role: role,
-		Unrestricted: e.Unrestricted, Permissions: e.Permissions,
+		Unrestricted: e.Unrestricted, Permissions: e.Permissions, ContentFilter: e.ContentFilter,
 	}, nil
 }
 

@@ -379,3 +379,42 @@ func TestLastUsedFlushedAndReloaded(t *testing.T) {
 		t.Fatalf("last used = %v, want %v", keys[0].LastUsedAt, used)
 	}
 }
+
+// Content filtering is a key's own setting, carried by the principal and
+// kept across a reload; the organisation names the model it checks with.
+func TestContentFilterAndModerationModel(t *testing.T) {
+	f := newFixture(t)
+	k, err := f.svc.CreateKey(account.DefaultOrg, api.CreateKeyRequest{User: "admin", Name: "filtered", ContentFilter: true})
+	if err != nil || !k.ContentFilter {
+		t.Fatalf("created %+v, %v", k, err)
+	}
+	p, err := f.svc.Authenticate(k.Secret)
+	if err != nil || !p.ContentFilter {
+		t.Fatalf("principal %+v, %v", p, err)
+	}
+	if p, _ := f.svc.Authenticate(f.secrets.AdminKey); p.ContentFilter {
+		t.Fatal("the admin key filters without being asked to")
+	}
+	keys, _ := f.svc.ListKeys(account.DefaultOrg)
+	if i := slices.IndexFunc(keys, func(x api.APIKey) bool { return x.ID == k.ID }); i < 0 || !keys[i].ContentFilter {
+		t.Fatalf("listing %+v", keys)
+	}
+
+	for _, tt := range []struct {
+		patch api.Optional[string]
+		want  string
+		ok    bool
+	}{
+		{api.Some("guard-a:8b"), "guard-a:8b", true},
+		{api.Null[string](), "", true},
+		{api.Some("has space"), "", false},
+	} {
+		o, err := f.svc.UpdateOrg(account.DefaultOrg, api.OrgPatch{ModerationModel: tt.patch})
+		switch {
+		case !tt.ok && status(t, err) != http.StatusUnprocessableEntity:
+			t.Fatalf("%+v: %v, want 422", tt.patch, err)
+		case tt.ok && (err != nil || o.Settings.ModerationModel != tt.want):
+			t.Fatalf("%+v: %+v, %v", tt.patch, o.Settings, err)
+		}
+	}
+}

@@ -40,8 +40,12 @@ type Organization struct {
 type OrgSettings struct {
 	// RequireE2E refuses unencrypted inference requests with 403 e2e_required.
 	RequireE2E bool `json:"require_e2e"`
-	// ContentFiltering moderates inference requests of the organisation's keys.
+	// ContentFiltering moderates the chat requests of every key of the
+	// organisation, as if each had content filtering on.
 	ContentFiltering bool `json:"content_filtering"`
+	// ModerationModel is the moderation model content filtering checks
+	// with; empty means api.DefaultModerationModel.
+	ModerationModel string `json:"moderation_model,omitempty"`
 	// AllowRemoteImageURLs lets image inputs name https URLs, not only data: URLs.
 	AllowRemoteImageURLs bool `json:"allow_remote_image_urls"`
 	// JurisdictionFloor is the lowest rental tier the organisation accepts;
@@ -75,17 +79,20 @@ type Member struct {
 
 // APIKey describes a key; Secret is set only in the answer that creates it.
 type APIKey struct {
-	ID           string     `json:"id"`
-	Prefix       string     `json:"prefix"`
-	Name         string     `json:"name"`
-	UserID       string     `json:"user_id"`
-	User         string     `json:"user"`
-	Permissions  []string   `json:"permissions"`
-	Unrestricted bool       `json:"unrestricted"`
-	CreatedAt    time.Time  `json:"created_at"`
-	LastUsedAt   *time.Time `json:"last_used_at"`
-	RevokedAt    *time.Time `json:"revoked_at"`
-	Secret       string     `json:"secret,omitempty"`
+	ID           string   `json:"id"`
+	Prefix       string   `json:"prefix"`
+	Name         string   `json:"name"`
+	UserID       string   `json:"user_id"`
+	User         string   `json:"user"`
+	Permissions  []string `json:"permissions"`
+	Unrestricted bool     `json:"unrestricted"`
+	// ContentFilter checks the key's chat requests and replies with the
+	// organisation's moderation model.
+	ContentFilter bool       `json:"content_filter"`
+	CreatedAt     time.Time  `json:"created_at"`
+	LastUsedAt    *time.Time `json:"last_used_at"`
+	RevokedAt     *time.Time `json:"revoked_at"`
+	Secret        string     `json:"secret,omitempty"`
 }
 
 // WorkerToken describes a token worker agents connect with; Secret is set
@@ -113,6 +120,7 @@ type OrgPatch struct {
 	RequireE2E           Optional[bool]      `json:"require_e2e,omitzero"`
 	ContentFiltering     Optional[bool]      `json:"content_filtering,omitzero"`
 	AllowRemoteImageURLs Optional[bool]      `json:"allow_remote_image_urls,omitzero"`
+	ModerationModel      Optional[string]    `json:"moderation_model,omitzero"`
 	JurisdictionFloor    Optional[string]    `json:"jurisdiction_floor,omitzero"`
 	PaymentCardOnFile    Optional[bool]      `json:"payment_card_on_file,omitzero"`
 	MonthlyBudgetGBP     Optional[money.GBP] `json:"monthly_budget_gbp,omitzero"`
@@ -141,6 +149,8 @@ type CreateKeyRequest struct {
 	Name         string   `json:"name"`
 	Permissions  []string `json:"permissions,omitempty"`
 	Unrestricted bool     `json:"unrestricted,omitempty"`
+	// ContentFilter turns content filtering on for the key.
+	ContentFilter bool `json:"content_filter,omitempty"`
 }
 
 // CreateWorkerTokenRequest is the body of POST /api/v1/console/orgs/{org}/worker-tokens.

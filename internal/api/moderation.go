@@ -87,6 +87,10 @@ const (
 	ModerationError   = "error"
 )
 
+// DefaultModerationModel checks content filtering's requests when the
+// organisation chose no other model.
+const DefaultModerationModel = "guard-b:0.6b"
+
 // Limits of the moderations endpoint.
 const (
 	// ModerationMaxInputs bounds the strings or parts of one request.

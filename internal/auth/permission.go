@@ -76,6 +76,8 @@ type Principal struct {
 	// Unrestricted keys predate permissions and may do everything a key can.
 	Unrestricted bool
 	Permissions  []Permission
+	// ContentFilter checks the key's chat requests and replies.
+	ContentFilter bool
 }
 
 // Has reports whether the key carries perm.

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -120,6 +121,7 @@ func (o *AdminOptions) printOrg(org api.Organization) error {
 		[2]string{"Plan", string(org.Plan)},
 		[2]string{"Require E2E", onOff(s.RequireE2E)},
 		[2]string{"Content filtering", onOff(s.ContentFiltering)},
+		[2]string{"Moderation model", cmp.Or(s.ModerationModel, api.DefaultModerationModel+" (default)")},
 		[2]string{"Remote image URLs", onOff(s.AllowRemoteImageURLs)},
 		[2]string{"Jurisdiction floor", floor},
 		[2]string{"Card on file", card},

@@ -27,9 +27,10 @@ func NewCmdAdminKeys(o *AdminOptions, runF func(*KeyCreateOptions) error) *cobra
 					if o.Exporter.Enabled() {
 						return o.Exporter.Write(o.IO.Out, keys)
 					}
-					t := newTablePrinter(o.IO, "KEY", "NAME", "USER", "PERMISSIONS", "CREATED", "LAST USED", "REVOKED")
+					t := newTablePrinter(o.IO, "KEY", "NAME", "USER", "PERMISSIONS", "FILTER", "CREATED", "LAST USED", "REVOKED")
 					for _, k := range keys {
-						t.row(k.Prefix, k.Name, k.User, describePermissions(k), t.fmtTime(k.CreatedAt), t.fmtTimePtr(k.LastUsedAt), t.fmtTimePtr(k.RevokedAt))
+						t.row(k.Prefix, k.Name, k.User, describePermissions(k), onOff(k.ContentFilter),
+							t.fmtTime(k.CreatedAt), t.fmtTimePtr(k.LastUsedAt), t.fmtTimePtr(k.RevokedAt))
 					}
 					return t.render()
 				})
@@ -68,6 +69,7 @@ func (o *AdminOptions) printKey(k api.APIKey) error {
 		[2]string{"Name", k.Name},
 		[2]string{"User", k.User},
 		[2]string{"Permissions", describePermissions(k)},
+		[2]string{"Content filter", onOff(k.ContentFilter)},
 		[2]string{"Created", fmtTime(k.CreatedAt)},
 		[2]string{"Last used", fmtTimePtr(k.LastUsedAt)},
 		[2]string{"Revoked", fmtTimePtr(k.RevokedAt)},
@@ -94,11 +96,13 @@ func NewCmdAdminKeysCreate(o *AdminOptions, runF func(*KeyCreateOptions) error) 
 		fmt.Fprintf(&help, "  %-16s %s\n", p, p.Describe())
 	}
 	cmd := &cobra.Command{
-		Use:   "create --name NAME [--user USER] [--perm PERMISSION]... [--unrestricted]",
+		Use:   "create --name NAME [--user USER] [--perm PERMISSION]... [--unrestricted] [--content-filter]",
 		Short: "Create an API key; its secret is shown only now",
 		Long: "Create an API key for a member of the organisation. Without --perm the key gets\n" +
 			"every permission except compute:write, which spends money and must be asked\n" +
-			"for. Permissions:\n\n" + help.String(),
+			"for. Permissions:\n\n" + help.String() + "\n" +
+			"--content-filter checks the key's chat requests before generation, and their\n" +
+			"replies, with the organisation's moderation model (settings: moderation_model).",
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts.Request.Permissions = nil
@@ -129,6 +133,7 @@ func NewCmdAdminKeysCreate(o *AdminOptions, runF func(*KeyCreateOptions) error) 
 	fl.StringVar(&opts.Request.User, "user", "admin", "the member the key belongs to")
 	fl.StringArrayVar(&perms, "perm", nil, "permission to grant; repeat or separate with commas")
 	fl.BoolVar(&opts.Request.Unrestricted, "unrestricted", false, "grant everything, now and in future (legacy keys)")
+	fl.BoolVar(&opts.Request.ContentFilter, "content-filter", false, "check the key's chat prompts and replies with the moderation model")
 	cmd.MarkFlagsMutuallyExclusive("perm", "unrestricted")
 	return cmd
 }

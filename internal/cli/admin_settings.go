@@ -16,7 +16,8 @@ import (
 
 // settingKeys documents what `svc admin settings set` accepts.
 const settingKeys = `  require_e2e=BOOL                refuse unencrypted inference requests (403 e2e_required)
-  content_filtering=BOOL          moderate inference requests of the organisation's keys
+  content_filtering=BOOL          content filtering for every key of the organisation
+  moderation_model=MODEL|default  the model content filtering checks with (guard-b:0.6b)
   allow_remote_image_urls=BOOL    let image inputs name https URLs, not only data: URLs
   jurisdiction_floor=TIER|none    lowest rental jurisdiction tier accepted
   max_runtime=DURATION|none       stop rentals automatically after this long, e.g. 8h
@@ -91,6 +92,11 @@ func parseSettings(args []string) (api.OrgPatch, error) {
 			p.RequireE2E, err = parseBool(v)
 		case "content_filtering":
 			p.ContentFiltering, err = parseBool(v)
+		case "moderation_model":
+			p.ModerationModel = api.Some(v)
+			if isNone(v) || v == "default" {
+				p.ModerationModel = api.Null[string]()
+			}
 		case "allow_remote_image_urls":
 			p.AllowRemoteImageURLs, err = parseBool(v)
 		case "payment_card_on_file":
