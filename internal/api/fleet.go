@@ -195,6 +195,7 @@ type Worker struct {
 	Power              any          `json:"power"`
 	Draining           bool         `json:"draining"`
 	Engines            []EngineInfo `json:"engines,omitempty"`
+	Features           []string     `json:"features,omitempty"`
 	Simulated          bool         `json:"simulated"`
 	ConnectedAt        *time.Time   `json:"connected_at,omitempty"`
 }

@@ -28,6 +28,24 @@ type Need struct {
 	Exclude []string
 	// Hold overrides how long to wait for a slot.
 	Hold time.Duration
+	// Feature is a protocol feature the worker must have (a moderation
+	// check needs a release that moderates).
+	Feature string
+	// Moderator is a moderation model the worker must also serve: content
+	// filtering checks a chat on the worker that answers it.
+	Moderator string
+}
+
+// fits reports whether w can take need apart from load and health: the
+// model with the capability, the feature, and the moderator.
+func (w *worker) fits(need *Need) bool {
+	return w.serves(need.Model, need.Capability) && w.equipped(need)
+}
+
+// equipped reports whether w has what need asks beyond the model itself.
+func (w *worker) equipped(need *Need) bool {
+	return (need.Feature == "" || slices.Contains(w.features, need.Feature)) &&
+		(need.Moderator == "" || w.serves(need.Moderator, api.CapModeration))
 }
 
 // WorkerInfo names the worker a lease is on.
@@ -199,7 +217,7 @@ func (f *Fleet) Acquire(ctx context.Context, need Need) (*Lease, error) {
 func (f *Fleet) capacityLocked(o *org, need *Need, waiting int) error {
 	slots := 0
 	for _, w := range o.workers {
-		if w.attached && !w.draining && w.serves(need.Model, need.Capability) && (need.Pin == "" || w.id == need.Pin) {
+		if w.attached && !w.draining && w.fits(need) && (need.Pin == "" || w.id == need.Pin) {
 			slots += w.maxConcurrent
 		}
 	}
@@ -244,7 +262,7 @@ func (f *Fleet) eligibleLocked(w *worker, need *Need, now time.Time) bool {
 	if need.Pin != "" && w.id != need.Pin {
 		return false
 	}
-	return f.usableLocked(w, now) && w.serves(need.Model, need.Capability) && !slices.Contains(need.Exclude, w.id)
+	return f.usableLocked(w, now) && w.fits(need) && !slices.Contains(need.Exclude, w.id)
 }
 
 func (w *worker) model(id string) *api.Model {
@@ -287,7 +305,7 @@ func (f *Fleet) checkLocked(o *org, need *Need, now time.Time) error {
 	if need.Pin != "" {
 		return f.checkPinLocked(o, need)
 	}
-	var known, online, servable, untried, held bool
+	var known, online, servable, untried, held, unequipped bool
 	var wrongKind *api.Model
 	var back time.Time
 	for _, w := range o.workers {
@@ -304,6 +322,10 @@ func (f *Fleet) checkLocked(o *org, need *Need, now time.Time) error {
 			continue
 		}
 		if !w.attached || w.draining || !w.offlineSince.IsZero() {
+			continue
+		}
+		if !w.equipped(need) {
+			unequipped = true
 			continue
 		}
 		if now.Before(w.heldUntil) {
@@ -323,6 +345,8 @@ func (f *Fleet) checkLocked(o *org, need *Need, now time.Time) error {
 		return nil
 	case wrongKind != nil:
 		return wrongEndpoint(wrongKind, need.Capability)
+	case unequipped:
+		return unequippedError(need)
 	case held:
 		return &api.Error{Status: http.StatusServiceUnavailable, Code: "workers_unhealthy", RetryAfter: back.Sub(now),
 			Message: "Every worker serving " + need.Model + " failed its recent requests and is held back; retry shortly"}
@@ -358,8 +382,23 @@ func (f *Fleet) checkPinLocked(o *org, need *Need) error {
 			Message: "Worker " + w.name + " (" + w.id + ") does not serve model " + need.Model}
 	case need.Capability != "" && !m.Has(need.Capability):
 		return wrongEndpoint(m, need.Capability)
+	case !w.equipped(need):
+		return unequippedError(need)
 	}
 	return nil
+}
+
+// unequippedError is the 409 for a request whose model is on connected
+// workers none of which has the moderation it needs too. The only needs
+// beyond a model are moderation's, so it answers in moderation's terms.
+func unequippedError(need *Need) error {
+	msg := "The workers serving " + need.Model + " are too old to moderate; update them"
+	if need.Moderator != "" {
+		msg = "No online worker serves both " + need.Model + " and the moderation model " + need.Moderator +
+			" that content filtering checks it with; install both on one worker, or change the organisation's moderation_model"
+	}
+	return &api.Error{Status: http.StatusConflict, Type: api.TypeConflict, Code: api.CodeModerationUnavailable,
+		CodeHeader: true, Message: msg}
 }
 
 // wrongEndpoint is the 404 for a model that does not do what the endpoint

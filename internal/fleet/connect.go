@@ -129,6 +129,7 @@ func (f *Fleet) Connect(ctx context.Context, orgID string, hello api.Hello, conn
 	w.maxConcurrent = hello.MaxConcurrent
 	w.models = hello.Models
 	w.engines = hello.Engines
+	w.features = hello.Features
 	w.draining = hello.Draining
 	w.lastSeen = now
 	w.offlineSince = time.Time{}

@@ -102,6 +102,7 @@ type worker struct {
 	maxConcurrent   int
 	models          []api.Model
 	engines         []api.EngineInfo
+	features        []string // protocol features of its release
 	sessionID       string
 	sess            *link.Session
 

@@ -556,3 +556,55 @@ func TestTriedAll(t *testing.T) {
 	}
 	l.Release(Succeeded)
 }
+
+func guard(id string) api.Model {
+	return api.Model{ID: id, Capabilities: []string{api.CapChat, api.CapModeration}, Engine: "sim"}
+}
+
+// A moderation check goes only to a worker whose release moderates, and a
+// content-filtered chat only to a worker that has the chat model and the
+// moderation model both; when none does, the answer is 409
+// moderation_unavailable, pinned or not.
+func TestFeaturesAndModerator(t *testing.T) {
+	h := newHarness(t, Config{})
+	old := h.worker("o", "old", 2, chat("m"), guard("g"))
+	cur := &fakeWorker{h: h, hello: api.Hello{Protocol: link.Protocol, Name: "current", Version: "v2", MaxConcurrent: 2,
+		SessionID: uuid.NewString(), Models: []api.Model{chat("m2"), guard("g2")}, Features: []string{api.FeatureModeration}}}
+	cur.sess = link.NewSession(link.Options{Role: link.Worker, Accept: cur.serve})
+	t.Cleanup(func() { cur.sess.Close(nil) })
+	cur.connect("o")
+
+	tests := []struct {
+		name   string
+		need   Need
+		worker string // who serves it, or "" for the 409
+	}{
+		{"check on an up-to-date worker", Need{Model: "g2", Capability: api.CapModeration, Feature: api.FeatureModeration}, "current"},
+		{"check only old workers have", Need{Model: "g", Capability: api.CapModeration, Feature: api.FeatureModeration}, ""},
+		{"filtered chat with both models", Need{Model: "m2", Capability: api.CapChat, Feature: api.FeatureModeration, Moderator: "g2"}, "current"},
+		{"filtered chat, moderator elsewhere", Need{Model: "m", Capability: api.CapChat, Feature: api.FeatureModeration, Moderator: "g2"}, ""},
+		{"filtered chat on a worker too old", Need{Model: "m", Capability: api.CapChat, Feature: api.FeatureModeration, Moderator: "g"}, ""},
+		{"pinned to a worker without the moderator", Need{Model: "m", Capability: api.CapChat, Moderator: "g2", Pin: old.id}, ""},
+		{"unfiltered chat anywhere", Need{Model: "m", Capability: api.CapChat}, "old"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.need.OrgID = "o"
+			l, err := h.f.Acquire(h.ctx, tt.need)
+			if tt.worker == "" {
+				var ae *api.Error
+				if !errors.As(err, &ae) || ae.Status != http.StatusConflict || ae.Code != api.CodeModerationUnavailable || !ae.CodeHeader {
+					t.Fatalf("err = %v, want 409 moderation_unavailable", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Release(Succeeded)
+			if got := run(t, l); got != "ok from "+tt.worker {
+				t.Fatalf("served by %q", got)
+			}
+		})
+	}
+}

@@ -41,7 +41,7 @@ func (f *Fleet) viewLocked(w *worker, now time.Time, pinned int) api.Worker {
 		WorkerID: w.id, WorkerName: w.name, Status: f.statusLocked(w, now), Version: w.version,
 		Models: slices.Clone(w.models), ActiveTasks: w.active, QueueDepth: pinned + w.heartbeat.QueueDepth,
 		MaxConcurrent: w.maxConcurrent, LastSeenSecondsAgo: int(now.Sub(w.lastSeen) / time.Second),
-		Power: w.heartbeat.Power, Draining: w.draining, Engines: w.engines,
+		Power: w.heartbeat.Power, Draining: w.draining, Engines: w.engines, Features: w.features,
 	}
 	if v.Models == nil {
 		v.Models = []api.Model{}
