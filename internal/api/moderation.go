@@ -70,6 +70,18 @@ const (
 	CodeModerationInvalidVerdict   = "moderation_invalid_verdict"
 )
 
+// Codes of the image URLs of a moderation check.
+const (
+	// CodeRemoteImageURLNotAllowed: an https image URL from an
+	// organisation that has not allowed them (data: URLs always work).
+	CodeRemoteImageURLNotAllowed = "remote_image_url_not_allowed"
+	// CodeRemoteImageRefused: the URL, its address, its redirect or its
+	// content was refused by the worker fetching it.
+	CodeRemoteImageRefused = "remote_image_refused"
+	// CodeRemoteImageUnavailable: the worker could not fetch the image.
+	CodeRemoteImageUnavailable = "remote_image_unavailable"
+)
+
 // Content filtering: what a blocked chat request gets.
 const (
 	// TypeContentFilter is the error type of a prompt content filtering

@@ -1,0 +1,291 @@
+package moderation
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/svc-dev/svc/internal/api"
+)
+
+// DefaultFetchTimeout bounds one image fetch, connection to last byte.
+const DefaultFetchTimeout = 10 * time.Second
+
+// Fetcher fetches https image URLs for guard-c without letting a URL reach
+// the worker's own network: the worker sits on someone's LAN or cloud
+// account, and an image URL is attacker-chosen. The zero Fetcher is ready
+// to use.
+type Fetcher struct {
+	// MaxBytes bounds an image; 0 means api.ModerationMaxImageBytes.
+	MaxBytes int64
+	// Timeout bounds a fetch; 0 means DefaultFetchTimeout.
+	Timeout time.Duration
+
+	// LookupIPAddr resolves host names; nil means
+	// net.DefaultResolver.LookupIPAddr.
+	LookupIPAddr func(ctx context.Context, host string) ([]net.IPAddr, error)
+	// DialContext connects to an address that has already been checked
+	// ("ip:port", never a name); nil means a net.Dialer that checks the
+	// address once more as the socket connects. Tests set it to watch
+	// every dial and to reach a local server.
+	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
+	// RootCAs verifies servers; nil means the system's roots.
+	RootCAs *x509.CertPool
+}
+
+// FetchError is a failed fetch. Refused means the URL itself is at fault
+// and retrying cannot help (answer 400): a refused scheme or address, a
+// redirect, an oversized or non-image body. Otherwise the fetch failed
+// (answer 502): no DNS answer, no connection, a timeout, a non-2xx status.
+type FetchError struct {
+	URL     string
+	Reason  string
+	Refused bool
+	Err     error
+}
+
+func (e *FetchError) Error() string {
+	s := "fetch image " + redactURL(e.URL) + ": " + e.Reason
+	if e.Err != nil {
+		s += ": " + e.Err.Error()
+	}
+	return s
+}
+
+func (e *FetchError) Unwrap() error { return e.Err }
+
+// redactURL drops the query, fragment and credentials of a URL for error
+// messages, which end up in logs: signed image URLs carry their secret in
+// the query.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		if len(raw) > 64 {
+			raw = raw[:64] + "…"
+		}
+		return strconv.Quote(raw)
+	}
+	u.User, u.RawQuery, u.ForceQuery, u.Fragment, u.RawFragment = nil, "", false, "", ""
+	return u.String()
+}
+
+// Fetch GETs an https image URL and returns its bytes and the media type
+// read from them. Nothing at a refused address is ever connected to: the
+// host is checked as written, then every address a name resolves to is
+// checked at dial time and that same address is dialled, so a DNS answer
+// that changes between check and use (rebinding) cannot slip through. A
+// name with any refused address among its answers is refused whole rather
+// than dialled on its public ones: the inward answer is there for a
+// reason. Redirects are not followed; the body is read to MaxBytes and a
+// byte more.
+func (f *Fetcher) Fetch(ctx context.Context, rawURL string) (api.ModerationImage, error) {
+	refuse := func(reason string, err error) (api.ModerationImage, error) {
+		return api.ModerationImage{}, &FetchError{URL: rawURL, Reason: reason, Refused: true, Err: err}
+	}
+	fail := func(reason string, err error) (api.ModerationImage, error) {
+		return api.ModerationImage{}, &FetchError{URL: rawURL, Reason: reason, Err: err}
+	}
+	u, err := url.Parse(rawURL)
+	switch {
+	case err != nil:
+		return refuse("not a valid URL", nil)
+	case u.Scheme != "https":
+		return refuse("only https image URLs are fetched", nil)
+	case u.User != nil:
+		return refuse("the URL must not contain a user name or password", nil)
+	}
+	if _, why := hostVerdict(u.Hostname()); why != "" {
+		return refuse(why, nil)
+	}
+
+	ctx, cancel := context.WithTimeout(ctx, f.timeout())
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return refuse("not a valid URL", err)
+	}
+	req.Header.Set("Accept", "image/png, image/jpeg, image/gif, image/webp")
+	req.Header.Set("User-Agent", "svc-moderation")
+
+	client, closeIdle := f.client()
+	defer closeIdle()
+	resp, err := client.Do(req)
+	if err == nil && ctx.Err() != nil {
+		// The transport may still hand over a response that raced the
+		// deadline (the server answering the cancellation itself); it is
+		// not the image.
+		resp.Body.Close()
+		err = ctx.Err()
+	}
+	if err != nil {
+		var fe *FetchError
+		switch {
+		case errors.As(err, &fe):
+			fe.URL = rawURL
+			return api.ModerationImage{}, fe
+		case errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil:
+			return fail("timed out after "+f.timeout().String(), err)
+		}
+		return fail("the request failed", err)
+	}
+	defer resp.Body.Close()
+
+	limit := f.maxBytes()
+	switch {
+	case resp.StatusCode >= 300 && resp.StatusCode < 400 && resp.Header.Get("Location") != "":
+		return refuse(fmt.Sprintf("the server redirects (%s); redirects are not followed, send the image's own URL", resp.Status), nil)
+	case resp.StatusCode < 200 || resp.StatusCode >= 300:
+		return fail("the server answered "+resp.Status, nil)
+	case resp.ContentLength > limit:
+		return refuse(fmt.Sprintf("the image is larger than %d bytes", limit), nil)
+	}
+	data, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return fail("timed out after "+f.timeout().String(), err)
+		}
+		return fail("reading the image failed", err)
+	}
+	if int64(len(data)) > limit {
+		return refuse(fmt.Sprintf("the image is larger than %d bytes", limit), nil)
+	}
+	// The server's Content-Type is not trusted: the bytes decide.
+	mt, err := inspectImage(data)
+	if err != nil {
+		return refuse("the URL does not hold an image", err)
+	}
+	return api.ModerationImage{Data: data, MediaType: mt, URL: rawURL}, nil
+}
+
+func (f *Fetcher) timeout() time.Duration {
+	if f.Timeout > 0 {
+		return f.Timeout
+	}
+	return DefaultFetchTimeout
+}
+
+func (f *Fetcher) maxBytes() int64 {
+	if f.MaxBytes > 0 {
+		return f.MaxBytes
+	}
+	return api.ModerationMaxImageBytes
+}
+
+// client is a one-fetch HTTP client: fetches are rare and come from
+// different hosts, so pooling would only keep sockets open. It uses no
+// proxy, since a proxy would make the dial check judge the proxy instead
+// of the image's host.
+func (f *Fetcher) client() (*http.Client, func()) {
+	tr := &http.Transport{
+		Proxy:                  nil,
+		DialContext:            f.dialChecked,
+		TLSClientConfig:        &tls.Config{RootCAs: f.RootCAs, MinVersion: tls.VersionTLS12},
+		DisableKeepAlives:      true,
+		DisableCompression:     true, // images do not compress; a gzip bomb should not get the chance
+		MaxResponseHeaderBytes: 64 << 10,
+	}
+	return &http.Client{
+		Transport: tr,
+		CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse // Fetch refuses the 3xx itself
+		},
+	}, tr.CloseIdleConnections
+}
+
+// dialChecked resolves the host itself, refuses if any address is refused,
+// and dials the checked addresses one by one, so the address dialled is
+// the address checked.
+func (f *Fetcher) dialChecked(ctx context.Context, network, addr string) (net.Conn, error) {
+	host, portStr, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, &FetchError{Reason: "bad address " + addr, Err: err}
+	}
+	port, err := strconv.ParseUint(portStr, 10, 16)
+	if err != nil {
+		return nil, &FetchError{Reason: "bad port " + portStr, Refused: true}
+	}
+	ip, why := hostVerdict(host)
+	if why != "" {
+		return nil, &FetchError{Reason: why, Refused: true}
+	}
+	ips := []netip.Addr{ip}
+	if !ip.IsValid() {
+		if ips, err = f.resolve(ctx, host); err != nil {
+			return nil, err
+		}
+	}
+	var errs []error
+	for _, ip := range ips {
+		conn, err := f.dial(ctx, network, netip.AddrPortFrom(ip, uint16(port)).String())
+		if err == nil {
+			return conn, nil
+		}
+		errs = append(errs, err)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, errors.Join(errs...)
+}
+
+// resolve looks a name up and checks every answer. It names the kind of
+// address a name resolves to but not the address: the answer of the
+// worker's DNS is not the client's business.
+func (f *Fetcher) resolve(ctx context.Context, host string) ([]netip.Addr, error) {
+	lookup := f.LookupIPAddr
+	if lookup == nil {
+		lookup = net.DefaultResolver.LookupIPAddr
+	}
+	answers, err := lookup(ctx, host)
+	if err != nil {
+		return nil, &FetchError{Reason: "the host name does not resolve", Err: err}
+	}
+	if len(answers) == 0 {
+		return nil, &FetchError{Reason: "the host name has no addresses"}
+	}
+	ips := make([]netip.Addr, 0, len(answers))
+	for _, a := range answers {
+		ip, ok := netip.AddrFromSlice(a.IP)
+		if !ok {
+			return nil, &FetchError{Reason: "the host name resolves to an invalid address"}
+		}
+		if what := refusedAddr(ip); what != "" {
+			return nil, &FetchError{Reason: host + " resolves to " + what, Refused: true}
+		}
+		// Resolvers hand back IPv4 in 16-byte form; dial it as IPv4.
+		ips = append(ips, ip.Unmap().WithZone(a.Zone))
+	}
+	return ips, nil
+}
+
+func (f *Fetcher) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	if f.DialContext != nil {
+		return f.DialContext(ctx, network, addr)
+	}
+	d := net.Dialer{Control: controlRefused}
+	return d.DialContext(ctx, network, addr)
+}
+
+// controlRefused checks the address a socket is about to connect to: a
+// last line should anything above ever hand the dialer a name or an
+// unchecked address.
+func controlRefused(_, address string, _ syscall.RawConn) error {
+	ap, err := netip.ParseAddrPort(address)
+	if err != nil {
+		return &FetchError{Reason: "refusing to connect to unparsed address " + address, Refused: true}
+	}
+	if what := refusedAddr(ap.Addr()); what != "" {
+		return &FetchError{Reason: ap.Addr().String() + " is " + what, Refused: true}
+	}
+	return nil
+}
