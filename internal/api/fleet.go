@@ -56,7 +56,10 @@ type Result struct {
 	Error  *ResultError `json:"error,omitempty"`
 	// Retryable is set on failures another worker may not have (engine
 	// unreachable, 5xx) when no output was produced.
-	Retryable    bool    `json:"retryable,omitempty"`
+	Retryable bool `json:"retryable,omitempty"`
+	// Final marks an answer any worker would give (a guard model's
+	// unreadable verdict): not retried elsewhere, not the worker's fault.
+	Final        bool    `json:"final,omitempty"`
 	Usage        *Usage  `json:"usage,omitempty"`
 	Timing       Timing  `json:"timing"`
 	FinishReason string  `json:"finish_reason,omitempty"`

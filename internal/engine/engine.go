@@ -13,12 +13,14 @@ import (
 
 // Request is one inference request as the gateway forwards it.
 type Request struct {
-	Kind   string // api.KindChat, KindEmbeddings, KindTranscription or KindSpeech
+	Kind   string // api.KindChat, KindEmbeddings, KindCompletion, KindTranscription or KindSpeech
 	Model  string // the engine's own name for the model
 	Stream bool
 	// Body is the request the gateway validated: the OpenAI-format JSON of
 	// chat and embeddings, api.SpeechParams JSON of speech, and
-	// api.TranscriptionParams JSON of a transcription. Adapters translate
+	// api.TranscriptionParams JSON of a transcription; or, from the worker
+	// itself, the OpenAI /v1/completions JSON of a raw completion (a guard
+	// model's exact prompt; not streamed). Adapters translate
 	// it to their engine's own switches.
 	Body []byte
 	// Audio is a transcription's uploaded file (wav, mp3 or flac, as

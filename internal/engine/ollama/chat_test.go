@@ -243,11 +243,14 @@ func TestChatUnreachable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, kind := range []string{api.KindChat, api.KindEmbeddings} {
+	for _, kind := range []string{api.KindChat, api.KindEmbeddings, api.KindCompletion} {
 		req := chatReq("plain", true, "")
 		req.Kind = kind
-		if kind == api.KindEmbeddings {
+		switch kind {
+		case api.KindEmbeddings:
 			req.Body = []byte(`{"model":"e","input":"x"}`)
+		case api.KindCompletion:
+			req.Stream, req.Body = false, []byte(`{"model":"g","prompt":"x"}`)
 		}
 		r := e.Serve(context.Background(), req, &recordSink{})
 		if r.Status != 502 || !r.Retryable || !strings.Contains(r.Error.Message, "unreachable") {

@@ -48,6 +48,7 @@ func newFake(t *testing.T) *fakeOllama {
 	mux.HandleFunc("POST /api/show", f.handleShow)
 	mux.HandleFunc("GET /api/ps", f.handlePS)
 	mux.HandleFunc("POST /api/chat", f.handleChat)
+	mux.HandleFunc("POST /api/generate", f.handleGenerate)
 	mux.HandleFunc("POST /api/embed", f.handleEmbed)
 	mux.HandleFunc("POST /api/pull", f.handlePull)
 	f.srv = httptest.NewServer(mux)
@@ -259,6 +260,35 @@ func (f *fakeOllama) handleChat(w http.ResponseWriter, r *http.Request) {
 	for _, l := range script {
 		_, _ = io.WriteString(w, l+"\n")
 		w.(http.Flusher).Flush()
+	}
+}
+
+// handleGenerate answers a non-streamed /api/generate as a Llama Guard
+// does to a raw prompt, scripted by model name like chat.
+func (f *fakeOllama) handleGenerate(w http.ResponseWriter, r *http.Request) {
+	req := f.record(r)
+	model, _ := req["model"].(string)
+	answer := func(response, reason string) string {
+		// Ollama's encoder escapes <, > and & as encoding/json does.
+		quoted, _ := json.Marshal(response)
+		return `{"model":"` + model + `","created_at":"2025-01-01T00:00:00Z","response":` + string(quoted) +
+			`,"done":true,"done_reason":"` + reason + `","context":[128006,882,128007],"load_duration":3000000,` + doneStats + `}`
+	}
+	switch model {
+	case "missing":
+		writeJSON(w, 404, `{"error":"model \"missing\" not found, try pulling it first"}`)
+	case "oom":
+		writeJSON(w, 500, `{"error":"model requires more system memory (12.3 GiB) than is available (4.0 GiB)"}`)
+	case "embedder":
+		writeJSON(w, 400, `{"error":"\"embedder\" does not support generate"}`)
+	case "errorline":
+		writeJSON(w, 200, `{"error":"an error was encountered while running the model"}`)
+	case "garbage":
+		writeJSON(w, 200, `{not json`)
+	case "long":
+		writeJSON(w, 200, answer("uns", "length"))
+	default:
+		writeJSON(w, 200, answer("<b>unsafe</b>\nS1", "stop"))
 	}
 }
 

@@ -1,7 +1,9 @@
 // Package ollama is the worker's adapter for Ollama over its native API
-// (/api/chat, /api/embed, /api/tags, /api/show, /api/ps, /api/pull). It
-// translates OpenAI-format requests to Ollama's own and the answers back,
-// so that the gateway sees the same shapes whatever engine a worker runs.
+// (/api/chat, /api/generate, /api/embed, /api/tags, /api/show, /api/ps,
+// /api/pull). It translates OpenAI-format requests to Ollama's own and the
+// answers back, so that the gateway sees the same shapes whatever engine a
+// worker runs. Raw completions go to /api/generate with raw set, so that a
+// guard model gets the worker's prompt rather than its own template's.
 //
 // The native API rather than Ollama's /v1 is used because only it reports
 // load and evaluation timings, model capabilities and loaded state.
@@ -121,11 +123,13 @@ func (e *Engine) Kind() string { return Kind }
 // Info describes the engine for the worker's hello.
 func (e *Engine) Info() api.EngineInfo { return api.EngineInfo{Kind: Kind, URL: e.base} }
 
-// Serve runs one chat or embeddings request.
+// Serve runs one chat, completion or embeddings request.
 func (e *Engine) Serve(ctx context.Context, req *engine.Request, sink engine.Sink) *api.Result {
 	switch req.Kind {
 	case api.KindChat:
 		return e.chat(ctx, req, sink)
+	case api.KindCompletion:
+		return e.generate(ctx, req, sink)
 	case api.KindEmbeddings:
 		return e.embed(ctx, req, sink)
 	}

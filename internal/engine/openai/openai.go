@@ -9,6 +9,11 @@
 // each engine's own thinking switches (see mapReasoning), and normalises
 // the answer to the shape package engine promises.
 //
+// Raw completions (api.KindCompletion) go to /v1/completions, which
+// vLLM, llama-server and SGLang serve without a chat template: the worker
+// sends a guard model its exact prompt that way. Ollama's /v1 templates
+// the prompt, so completions are refused there.
+//
 // Audio goes to /v1/audio/transcriptions and /v1/audio/speech, which
 // OpenAI, speaches, vLLM and whisper.cpp's whisper-server (with
 // --inference-path) serve with shapes of their own: transcriptions are
@@ -131,6 +136,8 @@ func (e *Engine) Serve(ctx context.Context, req *engine.Request, sink engine.Sin
 			return e.streamChat(ctx, req, sink)
 		}
 		return e.chat(ctx, req, sink)
+	case api.KindCompletion:
+		return e.completion(ctx, req, sink)
 	case api.KindEmbeddings:
 		return e.embeddings(ctx, req, sink)
 	case api.KindTranscription:

@@ -126,6 +126,7 @@ func TestEngineDownIsUnreachable(t *testing.T) {
 		"stream":     chatReq(true, chatRequest),
 		"non-stream": chatReq(false, `{"model":"m"}`),
 		"embeddings": {Kind: api.KindEmbeddings, Body: []byte(`{"input":"x"}`)},
+		"completion": completionReq("m", guardRequest),
 	}
 	for name, req := range reqs {
 		t.Run(name, func(t *testing.T) {

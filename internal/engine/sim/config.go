@@ -199,6 +199,14 @@ type ModelSpec struct {
 	Cold bool
 	// Dimensions is the embedding size of embedding models.
 	Dimensions int
+	// Guard makes the model a safety classifier: it answers every chat or
+	// completion with a verdict in this format instead of generated text
+	// (guard.go).
+	Guard GuardFormat
+	// GuardLacks are labels of the guard's format that this model does
+	// not know, as the 1B Llama Guard 3 has no S14: the keyword table
+	// never gives them, though a labels directive still can.
+	GuardLacks []string
 }
 
 // speechVoices are the voices of sim-tts: OpenAI's names, so that clients
@@ -249,6 +257,15 @@ func DefaultModels() []ModelSpec {
 			Capabilities:  []string{api.CapChat},
 			ContextWindow: 131072,
 		}},
+		// Guards are chat models to an engine; the worker adds the
+		// moderation capability when it recognises one (guard.go).
+		guardSpec("guard-a:1b", LlamaGuard, "S14"),
+		guardSpec("guard-a:8b", LlamaGuard),
+		guardSpec("guard-b:0.6b", QwenGuard),
+		guardSpec("guard-b:4b", QwenGuard),
+		guardSpec("guard-b:8b", QwenGuard),
+		guardSpec("guard-c:4b", LlavaGuard),
+		guardSpec("guard-c:0.8b", LlavaGuard),
 		{Model: api.Model{
 			ID:           "sim-stt",
 			Capabilities: []string{api.CapTranscription},

@@ -78,6 +78,13 @@ func TestDefaultModels(t *testing.T) {
 		"sim-embed":    {512, []string{"embeddings"}, nil},
 		"sim-stt":      {0, []string{"transcription"}, nil},
 		"sim-tts":      {0, []string{"speech"}, nil},
+		"guard-a:1b":   {8192, []string{"chat"}, nil},
+		"guard-a:8b":   {8192, []string{"chat"}, nil},
+		"guard-b:0.6b": {8192, []string{"chat"}, nil},
+		"guard-b:4b":   {8192, []string{"chat"}, nil},
+		"guard-b:8b":   {8192, []string{"chat"}, nil},
+		"guard-c:4b":   {8192, []string{"chat", "vision"}, nil},
+		"guard-c:0.8b": {8192, []string{"chat", "vision"}, nil},
 	}
 	if len(models) != len(want) {
 		t.Fatalf("got %d models, want %d", len(models), len(want))

@@ -15,6 +15,7 @@ import (
 //	sim: fail=503          (or fail=cut after=10, fail=500 after=3)
 //	sim: hang=1
 //	sim: rtf=0.5           (audio: work takes half the clip's duration)
+//	sim: verdict=unsafe labels=S1,S10   (guards, guard.go)
 //
 // Keys the simulator does not know are ignored, so that tests written for
 // a newer simulator still run; a known key with a bad value is an error.
@@ -38,6 +39,15 @@ type directives struct {
 	after     int            // tokens to emit before fail/cut
 	hang      bool           // produce nothing until cancelled
 	rtf       *float64       // real-time factor of this audio request
+
+	// Guards (guard.go). A verdict without labels leaves them to the
+	// keyword table; labels without a verdict mean unsafe. The reply_
+	// forms sit in a prompt and decide the check of the reply to it,
+	// which a test cannot otherwise script: the reply is generated.
+	verdict      verdict
+	labels       []string
+	replyVerdict verdict
+	replyLabels  []string
 }
 
 // failing reports whether the request is scripted to fail or break off.
@@ -146,8 +156,68 @@ func (d *directives) set(key, val string) error {
 			return err
 		}
 		d.rtf = &f
+	case "verdict", "reply_verdict":
+		v, err := parseVerdict(val)
+		if err != nil {
+			return err
+		}
+		if key == "verdict" {
+			d.verdict = v
+		} else {
+			d.replyVerdict = v
+		}
+	case "labels", "reply_labels":
+		labels, err := parseLabels(val)
+		if err != nil {
+			return err
+		}
+		if key == "labels" {
+			d.labels = labels
+		} else {
+			d.replyLabels = labels
+		}
 	}
 	return nil
+}
+
+// guardVerdict is what the directives say of the message they sit in;
+// "" leaves it to the keyword table.
+func (d *directives) guardVerdict() (verdict, []string) {
+	return impliedVerdict(d.verdict, d.labels)
+}
+
+// guardReplyVerdict is what the directives of a prompt say of its reply.
+func (d *directives) guardReplyVerdict() (verdict, []string) {
+	return impliedVerdict(d.replyVerdict, d.replyLabels)
+}
+
+func impliedVerdict(v verdict, labels []string) (verdict, []string) {
+	if v == "" && len(labels) > 0 {
+		v = verdictUnsafe
+	}
+	return v, labels
+}
+
+// parseVerdict reads a guard verdict.
+func parseVerdict(s string) (verdict, error) {
+	switch v := verdict(strings.ToLower(s)); v {
+	case verdictSafe, verdictUnsafe, verdictBorderline, verdictMalformed:
+		return v, nil
+	}
+	return "", fmt.Errorf("want safe, unsafe, borderline or malformed, got %q", s)
+}
+
+// parseLabels reads a comma-separated label list. A directive item holds
+// no spaces, so "_" stands for one: labels=Unethical_Acts.
+func parseLabels(s string) ([]string, error) {
+	var out []string
+	for l := range strings.SplitSeq(s, ",") {
+		if l = strings.TrimSpace(strings.ReplaceAll(l, "_", " ")); l == "" {
+			return nil, fmt.Errorf("empty label in %q", s)
+		}
+		out = append(out, l)
+	}
+	return out, nil
 }
 
 // withoutDirectives is text without its directive lines: what a speech

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -30,6 +31,27 @@ func TestParseDirectives(t *testing.T) {
 		{name: "later lines win", text: "sim: tokens=1\nsim: tokens=2", check: func(d directives) bool { return *d.tokens == 2 }},
 		{name: "unknown keys ignored", text: "sim: colour=blue tokens=5 bare", check: func(d directives) bool { return *d.tokens == 5 }},
 		{name: "mid-line is not a directive", text: "please sim: tokens=5", check: func(d directives) bool { return d.tokens == nil }},
+		{name: "guard verdict and labels", text: "sim: verdict=Unsafe labels=S1,s10", check: func(d directives) bool {
+			v, l := d.guardVerdict()
+			return v == verdictUnsafe && slices.Equal(l, []string{"S1", "s10"})
+		}},
+		{name: "labels alone mean unsafe", text: "sim: labels=Unethical_Acts", check: func(d directives) bool {
+			v, l := d.guardVerdict()
+			return v == verdictUnsafe && slices.Equal(l, []string{"Unethical Acts"})
+		}},
+		{name: "no guard directive", text: "hello", check: func(d directives) bool {
+			v, l := d.guardVerdict()
+			return v == "" && l == nil
+		}},
+		{name: "reply verdict", text: "sim: verdict=safe reply_verdict=borderline reply_labels=PII", check: func(d directives) bool {
+			v, _ := d.guardVerdict()
+			rv, rl := d.guardReplyVerdict()
+			return v == verdictSafe && rv == verdictBorderline && slices.Equal(rl, []string{"PII"})
+		}},
+		{name: "malformed verdict", text: "sim: verdict=malformed", check: func(d directives) bool { return d.verdict == verdictMalformed }},
+		{name: "bad verdict", text: "sim: verdict=maybe", wantErr: true},
+		{name: "empty label", text: "sim: labels=S1,,S2", wantErr: true},
+		{name: "bad reply verdict", text: "sim: reply_verdict=", wantErr: true},
 		{name: "bad count", text: "sim: tokens=lots", wantErr: true},
 		{name: "negative count", text: "sim: tokens=-1", wantErr: true},
 		{name: "huge count", text: "sim: reasoning=99999999999", wantErr: true},

@@ -54,11 +54,14 @@ func (e *Engine) Models(ctx context.Context) ([]api.Model, error) {
 	return out, nil
 }
 
-// Serve answers a chat, embeddings, transcription or speech request.
+// Serve answers a chat, completion, embeddings, transcription or speech
+// request.
 func (e *Engine) Serve(ctx context.Context, req *engine.Request, sink engine.Sink) *api.Result {
 	switch req.Kind {
 	case api.KindChat:
 		return e.serveChat(ctx, req, sink)
+	case api.KindCompletion:
+		return e.serveCompletion(ctx, req, sink)
 	case api.KindEmbeddings:
 		return e.serveEmbeddings(ctx, req, sink)
 	case api.KindTranscription:

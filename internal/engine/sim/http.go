@@ -19,10 +19,11 @@ const maxBodyBytes = 32 << 20
 
 // NewHandler returns the simulator as an OpenAI-compatible HTTP server:
 // GET /v1/models, POST /v1/chat/completions (streaming and not),
-// POST /v1/embeddings, POST /v1/audio/transcriptions,
-// POST /v1/audio/speech and GET /health. It speaks the plain OpenAI
-// protocol as vLLM and llama-server do, so the worker's openai adapter can
-// be tested against it and benchmarks can hit it directly.
+// POST /v1/completions (not streaming), POST /v1/embeddings,
+// POST /v1/audio/transcriptions, POST /v1/audio/speech and GET /health.
+// It speaks the plain OpenAI protocol as vLLM and llama-server do, so the
+// worker's openai adapter can be tested against it and benchmarks can hit
+// it directly.
 func NewHandler(cfg Config) http.Handler {
 	return New(cfg).Handler()
 }
@@ -33,6 +34,7 @@ func (e *Engine) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/models", h.models)
 	mux.HandleFunc("POST /v1/chat/completions", h.chat)
+	mux.HandleFunc("POST /v1/completions", h.completions)
 	mux.HandleFunc("POST /v1/embeddings", h.embeddings)
 	mux.HandleFunc("POST /v1/audio/transcriptions", h.transcriptions)
 	mux.HandleFunc("POST /v1/audio/speech", h.speech)
@@ -92,7 +94,7 @@ func (h *httpFace) chat(w http.ResponseWriter, r *http.Request) {
 	if j.stream {
 		h.stream(w, r, j)
 	} else {
-		h.complete(w, r, j)
+		h.complete(w, r, j, j.render.completion)
 	}
 }
 
@@ -141,8 +143,9 @@ func (h *httpFace) stream(w http.ResponseWriter, r *http.Request, j *job) {
 	_ = sse.done()
 }
 
-// complete answers with one chat.completion object.
-func (h *httpFace) complete(w http.ResponseWriter, r *http.Request, j *job) {
+// complete answers with one object, a chat.completion or a
+// text_completion as render makes it.
+func (h *httpFace) complete(w http.ResponseWriter, r *http.Request, j *job, render func(*plan) object) {
 	out, st := h.sim.run(r.Context(), j, nil)
 	switch out {
 	case outcomeCancelled:
@@ -151,7 +154,7 @@ func (h *httpFace) complete(w http.ResponseWriter, r *http.Request, j *job) {
 		writeError(w, directiveFailure(j.dir.failCode, false))
 		return
 	}
-	c := j.render.completion(j.plan)
+	c := render(j.plan)
 	if h.sim.cfg.LlamaTimings {
 		c = append(c, field{"timings", j.llamaTimings(st.decode)})
 	}

@@ -116,7 +116,13 @@ func TestHTTPErrors(t *testing.T) {
 		{"unavailable", "/v1/chat/completions", `{"model":"sim-chat","messages":[{"role":"user","content":"x\nsim: fail=503"}]}`, 503, api.TypeServiceUnavailable, ""},
 		{"not supported", "/v1/chat/completions", `{"model":"sim-chat","messages":[{"role":"user","content":"x\nsim: fail=501"}]}`, 501, api.TypeNotSupported, ""},
 		{"embeddings bad dims", "/v1/embeddings", `{"model":"sim-embed","input":"x","dimensions":9999}`, 400, api.TypeInvalidRequest, ""},
-		{"unknown route", "/v1/completions", `{}`, 404, api.TypeNotFound, ""},
+		{"unknown route", "/v1/responses", `{}`, 404, api.TypeNotFound, ""},
+		{"completion prompt not a string", "/v1/completions", `{"model":"sim-chat","prompt":["a","b"]}`, 400, api.TypeInvalidRequest, ""},
+		{"streamed completion", "/v1/completions", `{"model":"sim-chat","prompt":"x","stream":true}`, 400, api.TypeInvalidRequest, ""},
+		{"completion unknown model", "/v1/completions", `{"model":"nope","prompt":"x"}`, 404, api.TypeNotFound, "model_not_found"},
+		{"completion on embeddings model", "/v1/completions", `{"model":"sim-embed","prompt":"x"}`, 400, api.TypeInvalidRequest, ""},
+		{"guard fails by directive", "/v1/completions", `{"model":"guard-a:1b","prompt":"x\nsim: fail=503"}`, 503, api.TypeServiceUnavailable, ""},
+		{"bad verdict", "/v1/chat/completions", `{"model":"guard-b:4b","messages":[{"role":"user","content":"x\nsim: verdict=maybe"}]}`, 400, api.TypeInvalidRequest, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

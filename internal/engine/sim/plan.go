@@ -99,12 +99,8 @@ func buildPlan(spec *ModelSpec, req *chatRequest, dir *directives, s seed) (*pla
 	window := spec.ContextWindow
 	ctxLimit := math.MaxInt
 	if window > 0 {
-		if p.promptTokens > window {
-			r := engine.Failure(http.StatusBadRequest, chat.TypeContextLengthExceeded, fmt.Sprintf(
-				"This model's maximum context length is %d tokens. However, your messages resulted in %d tokens. Please reduce the length of the messages.",
-				window, p.promptTokens))
-			r.Error.Code = chat.TypeContextLengthExceeded
-			return nil, r
+		if fail := contextExceeded(window, p.promptTokens); fail != nil {
+			return nil, fail
 		}
 		ctxLimit = window - p.promptTokens
 	}
@@ -219,6 +215,19 @@ func buildPlan(spec *ModelSpec, req *chatRequest, dir *directives, s seed) (*pla
 		p.toolName, p.toolID = "", ""
 	}
 	return p, nil
+}
+
+// contextExceeded is the failure of a prompt too long for a model's
+// window, worded as vLLM words it; nil when the prompt fits.
+func contextExceeded(window, promptTokens int) *api.Result {
+	if window <= 0 || promptTokens <= window {
+		return nil
+	}
+	r := engine.Failure(http.StatusBadRequest, chat.TypeContextLengthExceeded, fmt.Sprintf(
+		"This model's maximum context length is %d tokens. However, your messages resulted in %d tokens. Please reduce the length of the messages.",
+		window, promptTokens))
+	r.Error.Code = chat.TypeContextLengthExceeded
+	return r
 }
 
 // reasoningLength is the thinking length at an effort.

@@ -108,26 +108,40 @@ func parseChatRequest(body []byte) (*chatRequest, error) {
 	return &req, nil
 }
 
-// text is the text of a message: a string content, or its text parts
-// joined by newlines. Images and files carry no text the simulator reads.
-func (m *message) text() string {
+// contentPart is one part of an array content. Only text is read; the
+// simulator counts images but never looks at them.
+type contentPart struct {
+	Type string `json:"type"`
+	Text string `json:"text"`
+}
+
+// isText reports whether the part is text; some clients leave out the
+// type of a text part.
+func (p *contentPart) isText() bool { return p.Type == "text" || (p.Type == "" && p.Text != "") }
+
+// parts is the content of a message as parts: a string content is one
+// text part.
+func (m *message) parts() []contentPart {
 	if len(m.Content) == 0 {
-		return ""
+		return nil
 	}
 	var s string
 	if json.Unmarshal(m.Content, &s) == nil {
-		return s
+		return []contentPart{{Type: "text", Text: s}}
 	}
-	var parts []struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
-	}
+	var parts []contentPart
 	if json.Unmarshal(m.Content, &parts) != nil {
-		return ""
+		return nil
 	}
+	return parts
+}
+
+// text is the text of a message: a string content, or its text parts
+// joined by newlines. Images and files carry no text the simulator reads.
+func (m *message) text() string {
 	var texts []string
-	for _, p := range parts {
-		if p.Type == "text" || (p.Type == "" && p.Text != "") {
+	for _, p := range m.parts() {
+		if p.isText() {
 			texts = append(texts, p.Text)
 		}
 	}

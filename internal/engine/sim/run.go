@@ -42,8 +42,14 @@ type job struct {
 func (s *simulator) prepareChat(modelID string, body []byte, reasoningNames []string) (*job, *api.Result) {
 	req, err := parseChatRequest(body)
 	if err != nil {
-		return nil, engine.Failure(http.StatusBadRequest, api.TypeInvalidRequest, err.Error())
+		return nil, badRequest(err.Error())
 	}
+	return s.prepare(modelID, req, reasoningNames)
+}
+
+// prepare plans a checked request on its model: a guard's verdict, or
+// generated text steered by the directives of the last user message.
+func (s *simulator) prepare(modelID string, req *chatRequest, reasoningNames []string) (*job, *api.Result) {
 	if modelID == "" {
 		modelID = req.Model
 	}
@@ -51,12 +57,20 @@ func (s *simulator) prepareChat(modelID string, body []byte, reasoningNames []st
 	if fail != nil {
 		return nil, fail
 	}
-	dir, err := parseDirectives(req.lastUserText())
-	if err != nil {
-		return nil, engine.Failure(http.StatusBadRequest, api.TypeInvalidRequest, err.Error())
-	}
 	sd := newSeed(m.spec.ID, req.messagesJSON, req.Seed)
-	p, fail := buildPlan(&m.spec, req, &dir, sd)
+	var (
+		dir directives
+		p   *plan
+	)
+	if m.spec.Guard != NotGuard {
+		dir, p, fail = guardReply(&m.spec, req)
+	} else {
+		var err error
+		if dir, err = parseDirectives(req.lastUserText()); err != nil {
+			return nil, badRequest(err.Error())
+		}
+		p, fail = buildPlan(&m.spec, req, &dir, sd)
+	}
 	if fail != nil {
 		return nil, fail
 	}

@@ -1,0 +1,134 @@
+package sim
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/engine"
+)
+
+// noCompletionStream refuses a streamed completion: the worker sends its
+// guards raw prompts and reads the verdict whole.
+const noCompletionStream = "stream: the simulated engine answers completions whole; send stream false"
+
+// completionRequest is the part of an OpenAI completions request the
+// simulator reads. Sampling switches are accepted and ignored.
+type completionRequest struct {
+	Model     string          `json:"model"`
+	Prompt    json.RawMessage `json:"prompt"`
+	MaxTokens *int            `json:"max_tokens"`
+	Seed      *int64          `json:"seed"`
+	Stop      json.RawMessage `json:"stop"`
+	Stream    bool            `json:"stream"`
+}
+
+// parseCompletionRequest reads a completions body as the chat request it
+// amounts to, so that it is checked and planned as chat is: the prompt is
+// one user message (directives, seeds, caps and stop sequences work
+// alike), and thinking is off, as a raw prompt has no chat template to
+// open a thinking block.
+func parseCompletionRequest(body []byte) (*chatRequest, error) {
+	var in completionRequest
+	if err := json.Unmarshal(body, &in); err != nil {
+		return nil, fmt.Errorf("invalid JSON body: %w", err)
+	}
+	var prompt string
+	if json.Unmarshal(in.Prompt, &prompt) != nil {
+		return nil, errors.New("prompt: want a string")
+	}
+	asChat, err := json.Marshal(struct {
+		Model          string          `json:"model"`
+		Messages       []message       `json:"messages"`
+		MaxTokens      *int            `json:"max_tokens,omitempty"`
+		Seed           *int64          `json:"seed,omitempty"`
+		Stop           json.RawMessage `json:"stop,omitempty"`
+		Stream         bool            `json:"stream"`
+		EnableThinking bool            `json:"enable_thinking"`
+	}{
+		Model:     in.Model,
+		Messages:  []message{{Role: "user", Content: in.Prompt}},
+		MaxTokens: in.MaxTokens,
+		Seed:      in.Seed,
+		Stop:      in.Stop,
+		Stream:    in.Stream,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("restate completion as chat: %w", err)
+	}
+	return parseChatRequest(asChat)
+}
+
+// prepareCompletion checks and plans a completions request.
+func (s *simulator) prepareCompletion(modelID string, body []byte) (*job, *api.Result) {
+	req, err := parseCompletionRequest(body)
+	if err != nil {
+		return nil, badRequest(err.Error())
+	}
+	j, fail := s.prepare(modelID, req, nil)
+	if fail != nil {
+		return nil, fail
+	}
+	j.render.id = "cmpl-" + j.seed.hex("id", 24)
+	return j, nil
+}
+
+// textCompletion renders a plan as OpenAI's text_completion object.
+func (r *renderer) textCompletion(p *plan) object {
+	return r.head("text_completion",
+		field{"choices", []object{{
+			{"index", 0},
+			{"text", p.text(pieceContent)},
+			{"logprobs", nil},
+			{"finish_reason", p.finish},
+		}}},
+		field{"usage", usageObject(p)})
+}
+
+func (e *Engine) serveCompletion(ctx context.Context, req *engine.Request, sink engine.Sink) *api.Result {
+	if req.Stream {
+		return badRequest(noCompletionStream)
+	}
+	j, fail := e.sim.prepareCompletion(req.Model, req.Body)
+	if fail != nil {
+		return fail
+	}
+	out, st := e.sim.run(ctx, j, nil)
+	switch out {
+	case outcomeCancelled:
+		return engine.Cancelled()
+	case outcomeFailed:
+		return directiveFailure(j.dir.failCode, false)
+	case outcomeCut:
+		return engine.CutOff(nil)
+	}
+	data, err := json.Marshal(j.render.textCompletion(j.plan))
+	if err != nil {
+		return engine.Failure(http.StatusInternalServerError, api.TypeServer, "encode completion: "+err.Error())
+	}
+	if err := sink.Body(ctx, data); err != nil {
+		return engine.Cancelled()
+	}
+	return j.result(&st)
+}
+
+// completions answers POST /v1/completions with one text_completion.
+func (h *httpFace) completions(w http.ResponseWriter, r *http.Request) {
+	body, fail := readBody(w, r)
+	if fail != nil {
+		writeError(w, fail)
+		return
+	}
+	j, fail := h.sim.prepareCompletion("", body)
+	if fail == nil && j.stream {
+		fail = badRequest(noCompletionStream)
+	}
+	if fail != nil {
+		writeError(w, fail)
+		return
+	}
+	h.complete(w, r, j, j.render.textCompletion)
+}
