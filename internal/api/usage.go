@@ -78,6 +78,11 @@ type UsageRow struct {
 	Images int `json:"images"`
 	// Notice is the code of the reply's svc.notice, if any.
 	Notice *string `json:"notice"`
+	// ModerationOutcome is a moderation check's: pass, flagged or error;
+	// ModerationCategories the categories flagged. The content checked is
+	// never recorded.
+	ModerationOutcome    *string  `json:"moderation_outcome"`
+	ModerationCategories []string `json:"moderation_categories"`
 	// Attempts is how many workers the request was tried on.
 	Attempts int `json:"attempts"`
 	// APIKeyID names the key that made the request.

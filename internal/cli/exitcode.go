@@ -18,9 +18,16 @@ const (
 	exitOK       = 0
 	exitError    = 1
 	exitUsage    = 2
+	exitFlagged  = 3
 	exitAuth     = 4
 	exitCapacity = 5
 )
+
+// exitStatus ends a command with a status and no message of its own: what
+// it printed says why (svc moderate --fail-on-flagged).
+type exitStatus int
+
+func (e exitStatus) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
 
 // UsageError is a mistake in how a command was called.
 type UsageError struct{ Err error }
@@ -47,9 +54,12 @@ func withHint(err error, hint string) error { return &hintError{err: err, hint: 
 func exitCode(err error) int {
 	var ue *UsageError
 	var ae *client.Error
+	var st exitStatus
 	switch {
 	case err == nil:
 		return exitOK
+	case errors.As(err, &st):
+		return int(st)
 	case errors.As(err, &ue), isCobraUsage(err):
 		return exitUsage
 	case errors.As(err, &ae):
@@ -80,7 +90,8 @@ func isCobraUsage(err error) bool {
 // code; cmd is the command that ran (or failed to parse).
 func reportError(w io.Writer, cmd *cobra.Command, err error) int {
 	code := exitCode(err)
-	if err == nil || errors.Is(err, context.Canceled) {
+	var st exitStatus
+	if err == nil || errors.Is(err, context.Canceled) || errors.As(err, &st) {
 		return code
 	}
 	fmt.Fprintf(w, "Error: %s\n", err)

@@ -87,6 +87,7 @@ organisations, users, keys and settings through the server's admin socket;
 		NewCmdEmbed(f, nil),
 		NewCmdTranscribe(f, nil),
 		NewCmdSpeak(f, nil),
+		NewCmdModerate(f, nil),
 		NewCmdLogin(f, nil),
 		NewCmdLogout(f, nil),
 		NewCmdVersion(f),

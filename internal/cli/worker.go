@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/engine"
 	"github.com/svc-dev/svc/internal/engine/espeak"
 	"github.com/svc-dev/svc/internal/engine/moonshine"
@@ -33,6 +34,7 @@ type WorkerOptions struct {
 	Engines       []string
 	ModelMeta     string
 	Aliases       []string
+	Features      []string
 	Pull          []string
 	DrainTimeout  time.Duration
 	LogLevel      string
@@ -108,6 +110,10 @@ to --drain-timeout), and exit.`,
 	fl.StringVar(&opts.LogLevel, "log-level", "info", "debug, info, warn or error (env SVC_LOG_LEVEL)")
 	fl.StringVar(&opts.LogFormat, "log-format", "auto", "text, json, or auto (env SVC_LOG_FORMAT)")
 	addPprofFlag(cmd, &opts.PprofAddr)
+	// A worker announcing fewer features stands in for an older release,
+	// to try a mixed fleet.
+	fl.StringSliceVar(&opts.Features, "protocol-features", []string{api.FeatureModeration}, "protocol features to announce")
+	_ = fl.MarkHidden("protocol-features")
 	return cmd
 }
 
@@ -147,6 +153,8 @@ func runWorker(ctx context.Context, f *Factory, opts *WorkerOptions) error {
 	if cfg.Aliases, err = parseAliases(opts.Aliases); err != nil {
 		return err
 	}
+	// An empty list is a release without features, not the defaults.
+	cfg.Features = append([]string{}, opts.Features...)
 	agent, err := worker.New(cfg)
 	if err != nil {
 		return usageError(err)

@@ -198,3 +198,17 @@ func streamError(data []byte, requestID string) *Error {
 	}
 	return e
 }
+
+// Moderate checks input (a string, strings, or parts) with a moderation
+// model and returns the raw reply. A check that failed after the reply was
+// kept alive is returned as an *Error.
+func (c *Client) Moderate(ctx context.Context, req any) (json.RawMessage, error) {
+	var out json.RawMessage
+	if err := c.Do(ctx, http.MethodPost, "/v1/moderations", req, &out); err != nil {
+		return nil, err
+	}
+	if e := streamError(out, ""); e != nil {
+		return nil, e
+	}
+	return out, nil
+}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"strconv"
 
@@ -25,6 +26,9 @@ func (s *Server) chatCompletions(c *call) error {
 	}
 	r.body = req.Body
 	r.need.Affinity = affinity(req.Model, req.Messages)
+	if c.principal.ContentFilter || c.org.Settings.ContentFiltering {
+		r.filterWith(cmp.Or(c.org.Settings.ModerationModel, api.DefaultModerationModel))
+	}
 	if req.Stream {
 		return r.startStream(c)
 	}

@@ -81,6 +81,12 @@ type relay struct {
 	// noKeepAlive holds a reply that may not begin before the answer (raw
 	// audio, subtitles) from starting early to keep the connection alive.
 	noKeepAlive bool
+	// shape turns a failure into the answer the endpoint gives for it
+	// (moderation's own codes); nil keeps it.
+	shape func(error) error
+	// lateBody is the body of a failure after a kept-alive reply started;
+	// nil is lateErrorBody.
+	lateBody func(error) []byte
 
 	// ctx ends when the client goes away, the request runs out of time, or
 	// it is over.
@@ -102,6 +108,8 @@ type relay struct {
 	// format read from the file's content.
 	audioSeconds float64
 	audioFormat  string
+	// verdicts are a moderation check's results, for its usage row.
+	verdicts []api.ModerationResult
 
 	// What came back.
 	res              *api.Result
@@ -142,6 +150,8 @@ func capabilityOf(kind string) string {
 		return api.CapTranscription
 	case api.KindSpeech:
 		return api.CapSpeech
+	case api.KindModeration:
+		return api.CapModeration
 	}
 	return api.CapChat
 }
@@ -154,6 +164,8 @@ func rowKind(kind string) string {
 		return api.RequestAudio
 	case api.KindSpeech:
 		return api.RequestSpeech
+	case api.KindModeration:
+		return api.RequestModeration
 	}
 	return api.RequestChat
 }
@@ -172,6 +184,17 @@ func affinity(model string, messages []json.RawMessage) string {
 		h.Write(m)
 	}
 	return strconv.FormatUint(h.Sum64(), 36)
+}
+
+// filterWith has the request checked on its worker with the moderation
+// model (content filtering): only a worker with both models and a release
+// that moderates may take it.
+func (r *relay) filterWith(moderator string) {
+	r.need.Moderator, r.need.Feature = moderator, api.FeatureModeration
+	var h api.LinkRequest
+	_ = json.Unmarshal(r.header, &h)
+	h.ContentFilter = moderator
+	r.header, _ = json.Marshal(h)
 }
 
 // done ends the request: off the in-flight list, into the usage log.
@@ -303,6 +326,8 @@ func outcome(res *api.Result) fleet.Outcome {
 	switch {
 	case res.Status == http.StatusOK:
 		return fleet.Succeeded
+	case res.Final:
+		return fleet.Neutral
 	case res.Retryable || res.Status == http.StatusInternalServerError || res.Status == http.StatusBadGateway ||
 		res.Status == http.StatusServiceUnavailable || res.Status == http.StatusGatewayTimeout:
 		return fleet.Failed
@@ -314,6 +339,9 @@ func outcome(res *api.Result) fleet.Outcome {
 // Nothing has reached the client, so any failure another worker may not
 // share qualifies; lasting answers (4xx, 501, 507) do not.
 func retryable(res *api.Result) bool {
+	if res.Final {
+		return false
+	}
 	switch res.Status {
 	case http.StatusInternalServerError, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
 		return true

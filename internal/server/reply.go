@@ -329,6 +329,10 @@ func (s *Server) recordUsage(r *relay, failure error) {
 	if r.chat != nil {
 		row.Images = r.chat.Images
 	}
+	if r.kind == api.KindModeration {
+		outcome, flagged := moderationOutcome(r.verdicts, failure)
+		row.ModerationOutcome, row.ModerationCategories = &outcome, flagged
+	}
 	if r.audioFormat != "" && failure == nil {
 		secs, format := r.audioSeconds, r.audioFormat
 		row.AudioSeconds, row.AudioFormat = &secs, &format

@@ -49,7 +49,7 @@ func (s *Server) routes() []*route {
 		{method: "POST", path: "/audio/transcriptions", e2e: true, handle: s.transcriptions,
 			maxBody: transcription.MaxBody, tooLarge: transcription.ErrTooLarge},
 		{method: "POST", path: "/audio/speech", e2e: true, handle: s.speech},
-		{method: "POST", path: "/moderations", handle: pending("moderation")},
+		{method: "POST", path: "/moderations", handle: s.moderations},
 	}
 	usage := []*route{
 		{method: "GET", path: "/usage/inflight", handle: s.usageInflight},

@@ -21,7 +21,13 @@ import (
 // files: r.noKeepAlive) waits for it however long it takes instead.
 func (r *relay) unary(c *call) error {
 	done := make(chan reply, 1)
-	go func() { done <- r.exchange() }()
+	go func() {
+		a := r.exchange()
+		if a.err != nil && r.shape != nil {
+			a.err = r.shape(a.err)
+		}
+		done <- a
+	}()
 	var keepAlive <-chan time.Time
 	if !r.noKeepAlive {
 		timer := time.NewTimer(r.s.timing.KeepAliveAfter)
@@ -61,7 +67,11 @@ func (r *relay) unary(c *call) error {
 				r.done(a.err)
 				if !gone {
 					if a.err != nil {
-						_, _ = w.Write(lateErrorBody(a.err))
+						late := lateErrorBody
+						if r.lateBody != nil {
+							late = r.lateBody
+						}
+						_, _ = w.Write(late(a.err))
 					} else {
 						_, _ = w.Write(a.body)
 					}

@@ -23,6 +23,7 @@ import (
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/engine"
 	"github.com/svc-dev/svc/internal/link"
+	"github.com/svc-dev/svc/internal/moderation"
 )
 
 // Config is what the agent runs with.
@@ -51,6 +52,12 @@ type Config struct {
 	Logger        *slog.Logger
 	// Dial replaces the websocket dial, for tests.
 	Dial func(ctx context.Context) (link.Conn, error)
+	// Images fetches moderation checks' image URLs; nil is a Fetcher
+	// with its defaults.
+	Images *moderation.Fetcher
+	// Features are the protocol features announced in the hello; nil is
+	// every feature of this release. Fewer stand in for an older release.
+	Features []string
 }
 
 // PermanentError is a refusal that retrying cannot fix (a bad token, an
@@ -77,6 +84,9 @@ type Agent struct {
 	slots   chan struct{}
 	active  atomic.Int64
 	waiting atomic.Int64
+
+	// images fetches the https image URLs of moderation checks.
+	images *moderation.Fetcher
 }
 
 // New checks cfg and returns an agent.
@@ -108,7 +118,14 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	a := &Agent{cfg: cfg, log: cfg.Logger, byModel: map[string]served{}, slots: make(chan struct{}, cfg.MaxConcurrent)}
+	if cfg.Features == nil {
+		cfg.Features = []string{api.FeatureModeration}
+	}
+	a := &Agent{cfg: cfg, log: cfg.Logger, byModel: map[string]served{}, slots: make(chan struct{}, cfg.MaxConcurrent),
+		images: cfg.Images}
+	if a.images == nil {
+		a.images = &moderation.Fetcher{}
+	}
 	if cfg.Dial == nil {
 		u, err := connectURL(cfg.Gateway)
 		if err != nil {
@@ -302,7 +319,7 @@ func (a *Agent) connectOnce(ctx context.Context, sessionID string) (bool, error)
 	hello := api.Hello{
 		Protocol: link.Protocol, Name: a.cfg.Name, Version: a.cfg.Version, MaxConcurrent: a.cfg.MaxConcurrent,
 		SessionID: sessionID, Models: a.models, Streams: sess.RecvState(), Draining: a.draining,
-		Heartbeat: a.heartbeat(), Engines: a.engineInfo(),
+		Heartbeat: a.heartbeat(), Engines: a.engineInfo(), Features: a.cfg.Features,
 	}
 	a.mu.Unlock()
 	welcome, err := handshake(conn, hello)

@@ -84,6 +84,9 @@ func (a *Agent) listing(current map[engine.Engine][]api.Model) ([]api.Model, map
 			found[m.ID] = found[m.ID] || len(names) > 0
 			if len(names) == 0 {
 				names = []string{m.ID}
+				if id, ok := recogniseGuard(m.ID); ok {
+					names[0] = id
+				}
 			}
 			slices.Sort(names)
 			for _, id := range names {
@@ -96,7 +99,7 @@ func (a *Agent) listing(current map[engine.Engine][]api.Model) ([]api.Model, map
 				if id != m.ID {
 					entry.ID, entry.Local = id, m.ID
 				}
-				models = append(models, a.withMeta(entry))
+				models = append(models, a.withMeta(asGuard(entry)))
 			}
 		}
 	}

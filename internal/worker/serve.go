@@ -78,10 +78,16 @@ func (a *Agent) run(ctx context.Context, st *link.Stream) (res *api.Result) {
 		<-a.slots
 	}()
 
-	if req.Kind == api.KindSpeech {
-		res = a.speak(ctx, eng, ereq, streamSink{st})
-	} else {
-		res = eng.Serve(ctx, ereq, streamSink{st})
+	sink := streamSink{st}
+	switch {
+	case req.Kind == api.KindSpeech:
+		res = a.speak(ctx, eng, ereq, sink)
+	case req.Kind == api.KindModeration:
+		res = a.moderate(ctx, req.Model, ereq.Body, sink)
+	case req.Kind == api.KindChat && req.ContentFilter != "":
+		res = a.filterChat(ctx, eng, ereq, req.ContentFilter, sink)
+	default:
+		res = eng.Serve(ctx, ereq, sink)
 	}
 	if res == nil {
 		res = engine.Failure(http.StatusInternalServerError, api.TypeServer, "the engine returned no result")

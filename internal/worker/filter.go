@@ -1,0 +1,239 @@
+package worker
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/engine"
+	"github.com/svc-dev/svc/internal/moderation"
+)
+
+// filterEvery is how much new reply text a streamed reply holds back
+// before the guard checks it: each check is one guard call, and the text
+// reaches the client only once checked.
+const filterEvery = 256
+
+// filterChat runs a chat whose key has content filtering on. The prompt
+// is checked before generation: a flagged one is refused (400,
+// content_filter). The reply is checked as it is made: a flagged one ends
+// with finish_reason content_filter and nothing of the flagged text.
+func (a *Agent) filterChat(ctx context.Context, eng engine.Engine, req *engine.Request, moderator string, out engine.Sink) *api.Result {
+	g, res := a.guardFor(moderator)
+	if res != nil {
+		return res
+	}
+	prompt := lastUserText(req.Body)
+	if _, v, res := g.judge(ctx, moderation.Check{Role: moderation.RoleUser, Texts: []string{prompt}}); res != nil {
+		return res
+	} else if v.Unsafe {
+		return finalFailure(http.StatusBadRequest, api.TypeContentFilter, api.CodeContentFiltered,
+			"The prompt was refused by content filtering ("+strings.Join(v.Labels, ", ")+")")
+	}
+	f := &filterSink{g: g, prompt: prompt, out: out}
+	if !req.Stream {
+		var got captureSink
+		res := eng.Serve(ctx, req, &got)
+		if res.Status != http.StatusOK {
+			return res
+		}
+		return f.whole(ctx, got.body, res)
+	}
+	return f.finish(ctx, eng.Serve(ctx, req, f))
+}
+
+// lastUserText is the text of the last user message of a chat request,
+// the prompt a guard judges.
+func lastUserText(body []byte) string {
+	var req struct {
+		Messages []struct {
+			Role    string          `json:"role"`
+			Content json.RawMessage `json:"content"`
+		} `json:"messages"`
+	}
+	if json.Unmarshal(body, &req) != nil {
+		return ""
+	}
+	for i := len(req.Messages) - 1; i >= 0; i-- {
+		m := req.Messages[i]
+		if m.Role != "user" {
+			continue
+		}
+		var s string
+		if json.Unmarshal(m.Content, &s) == nil {
+			return s
+		}
+		var parts []struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		}
+		_ = json.Unmarshal(m.Content, &parts)
+		var texts []string
+		for _, p := range parts {
+			if p.Type == "text" {
+				texts = append(texts, p.Text)
+			}
+		}
+		return strings.Join(texts, "\n")
+	}
+	return ""
+}
+
+// filterSink holds a streamed reply back until the guard has passed it,
+// filterEvery characters at a time.
+type filterSink struct {
+	g      *guard
+	prompt string
+	out    engine.Sink
+
+	held    [][]byte // events not yet checked
+	text    strings.Builder
+	checked int // characters of text the guard passed
+	first   chunkHead
+	flagged *moderation.Verdict
+	failed  *api.Result // the guard's own failure
+}
+
+// chunkHead is what the closing chunk of a filtered reply repeats.
+type chunkHead struct {
+	ID      string `json:"id"`
+	Created int64  `json:"created"`
+	Model   string `json:"model"`
+}
+
+// errFiltered stops the engine once the reply is flagged.
+var errFiltered = errors.New("the reply was flagged by content filtering")
+
+func (f *filterSink) Event(ctx context.Context, data []byte) error {
+	var chunk struct {
+		chunkHead
+		Choices []struct {
+			Delta struct {
+				Content string `json:"content"`
+			} `json:"delta"`
+		} `json:"choices"`
+	}
+	if json.Unmarshal(data, &chunk) == nil {
+		if f.first.ID == "" {
+			f.first = chunk.chunkHead
+		}
+		for _, c := range chunk.Choices {
+			f.text.WriteString(c.Delta.Content)
+		}
+	}
+	f.held = append(f.held, data)
+	if f.text.Len()-f.checked < filterEvery {
+		return nil
+	}
+	return f.check(ctx)
+}
+
+func (f *filterSink) Body(ctx context.Context, data []byte) error { return f.Event(ctx, data) }
+
+// check has the guard judge the reply so far, and releases what it passed.
+func (f *filterSink) check(ctx context.Context) error {
+	_, v, res := f.g.judge(ctx, moderation.Check{Role: moderation.RoleAssistant, Prompt: f.prompt, Texts: []string{f.text.String()}})
+	switch {
+	case res != nil:
+		f.failed = res
+		return errFiltered
+	case v.Unsafe:
+		f.flagged = &v
+		return errFiltered
+	}
+	f.checked = f.text.Len()
+	for _, e := range f.held {
+		if err := f.out.Event(ctx, e); err != nil {
+			return err
+		}
+	}
+	f.held = f.held[:0]
+	return nil
+}
+
+// finish settles a streamed reply once the engine is done: the rest is
+// checked, and a flagged reply closes with finish_reason content_filter.
+func (f *filterSink) finish(ctx context.Context, res *api.Result) *api.Result {
+	if f.failed == nil && f.flagged == nil {
+		if res.Status != http.StatusOK {
+			// Unchecked text never leaves, even of a failed reply.
+			return res
+		}
+		if len(f.held) > 0 {
+			if err := f.check(ctx); err != nil && !errors.Is(err, errFiltered) {
+				return engine.Cancelled()
+			}
+		}
+	}
+	switch {
+	case f.failed != nil:
+		return f.failed
+	case f.flagged == nil:
+		return res
+	}
+	closing, _ := json.Marshal(map[string]any{
+		"id": f.first.ID, "object": "chat.completion.chunk", "created": cmp.Or(f.first.Created, time.Now().Unix()), "model": f.first.Model,
+		"choices": []any{map[string]any{"index": 0, "delta": map[string]any{}, "finish_reason": api.FinishContentFilter}},
+	})
+	if err := f.out.Event(ctx, closing); err != nil {
+		return engine.Cancelled()
+	}
+	out := *res
+	if res.Status != http.StatusOK {
+		// The engine was stopped at the flag: what it made was passed on
+		// until then, and its usage is unknown.
+		out = api.Result{Status: http.StatusOK}
+	}
+	out.FinishReason = api.FinishContentFilter
+	return &out
+}
+
+// whole checks a non-streamed reply: a flagged one keeps its shape with
+// no content and finish_reason content_filter.
+func (f *filterSink) whole(ctx context.Context, body []byte, res *api.Result) *api.Result {
+	var reply map[string]any
+	if err := json.Unmarshal(body, &reply); err != nil {
+		return engine.Failure(http.StatusBadGateway, api.TypeUpstream, "the engine's reply is not JSON: "+err.Error())
+	}
+	choices, _ := reply["choices"].([]any)
+	var texts []string
+	for _, c := range choices {
+		if m, ok := c.(map[string]any)["message"].(map[string]any); ok {
+			if s, ok := m["content"].(string); ok {
+				texts = append(texts, s)
+			}
+		}
+	}
+	_, v, fail := f.g.judge(ctx, moderation.Check{Role: moderation.RoleAssistant, Prompt: f.prompt, Texts: texts})
+	if fail != nil {
+		return fail
+	}
+	if v.Unsafe {
+		for _, c := range choices {
+			ch := c.(map[string]any)
+			ch["finish_reason"] = api.FinishContentFilter
+			if m, ok := ch["message"].(map[string]any); ok {
+				m["content"] = ""
+				delete(m, "reasoning_content")
+				delete(m, "reasoning")
+				delete(m, "tool_calls")
+			}
+		}
+		var err error
+		if body, err = json.Marshal(reply); err != nil {
+			return engine.Failure(http.StatusInternalServerError, api.TypeServer, "encode the filtered reply: "+err.Error())
+		}
+		out := *res
+		out.FinishReason = api.FinishContentFilter
+		res = &out
+	}
+	if err := f.out.Body(ctx, body); err != nil {
+		return engine.Cancelled()
+	}
+	return res
+}
