@@ -145,6 +145,8 @@ func shortType(t string) string {
 		return "stt" // speech to text
 	case api.RequestSpeech:
 		return "tts" // text to speech
+	case api.RequestModeration:
+		return "mod"
 	}
 	return t
 }
