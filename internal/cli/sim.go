@@ -22,9 +22,11 @@ func NewCmdSim(f *Factory) *cobra.Command {
 		Use:   "sim",
 		Short: "Run the inference simulator as an OpenAI-compatible server",
 		Long: `Serve the built-in simulator over HTTP: GET /v1/models, POST /v1/chat/completions
-(streaming and not), POST /v1/embeddings, POST /v1/audio/transcriptions
-(sim-stt) and POST /v1/audio/speech (sim-tts). Its output is deterministic
-text and speech-like sound at a set rate; it is a simulator, not a model.
+(streaming and not), POST /v1/completions, POST /v1/embeddings,
+POST /v1/audio/transcriptions (sim-stt) and POST /v1/audio/speech (sim-tts).
+Its guard models (guard-a, guard-b, guard-c) answer in the formats of the
+real guards. Its output is deterministic text and speech-like sound at a set
+rate; it is a simulator, not a model.
 
 --options takes the same settings as --engine sim=OPTIONS of svc worker:
 tps (tokens per second, 0 for as fast as possible), ttft, latency, load (cold
