@@ -59,11 +59,14 @@ type Result struct {
 	Retryable bool `json:"retryable,omitempty"`
 	// Final marks an answer any worker would give (a guard model's
 	// unreadable verdict): not retried elsewhere, not the worker's fault.
-	Final        bool    `json:"final,omitempty"`
-	Usage        *Usage  `json:"usage,omitempty"`
-	Timing       Timing  `json:"timing"`
-	FinishReason string  `json:"finish_reason,omitempty"`
-	Notice       *Notice `json:"notice,omitempty"`
+	Final  bool   `json:"final,omitempty"`
+	Usage  *Usage `json:"usage,omitempty"`
+	Timing Timing `json:"timing"`
+	// EnergyWh is the GPU energy the request used, its share of what the
+	// worker's GPUs measured while it ran; nil when not measured.
+	EnergyWh     *float64 `json:"energy_wh,omitempty"`
+	FinishReason string   `json:"finish_reason,omitempty"`
+	Notice       *Notice  `json:"notice,omitempty"`
 }
 
 // ResultError is an engine or worker failure.
@@ -155,6 +158,9 @@ type Welcome struct {
 	Resumed    bool        `json:"resumed"`
 	Streams    []StreamSeq `json:"streams,omitempty"`
 	HeartbeatS int         `json:"heartbeat_s"`
+	// PowerThrough is the end of the last power window the gateway holds
+	// for the worker: the worker sends again only windows after it.
+	PowerThrough time.Time `json:"power_through,omitzero"`
 	// Error refuses the worker; the link is closed after it.
 	Error string `json:"error,omitempty"`
 }
@@ -164,7 +170,7 @@ type Heartbeat struct {
 	ActiveTasks int `json:"active_tasks"`
 	QueueDepth  int `json:"queue_depth"`
 	// Power is a live power reading; nil when the worker reads none.
-	Power any `json:"power,omitempty"`
+	Power *LivePower `json:"power,omitempty"`
 }
 
 // WorkerEventReport is an event a worker reports about itself (model
@@ -195,7 +201,7 @@ type Worker struct {
 	MaxConcurrent      int          `json:"max_concurrent"`
 	LastSeenSecondsAgo int          `json:"last_seen_seconds_ago"`
 	OfflineSince       *time.Time   `json:"offline_since,omitempty"`
-	Power              any          `json:"power"`
+	Power              *LivePower   `json:"power"`
 	Draining           bool         `json:"draining"`
 	Engines            []EngineInfo `json:"engines,omitempty"`
 	Features           []string     `json:"features,omitempty"`

@@ -85,6 +85,9 @@ type UsageRow struct {
 	ModerationCategories []string `json:"moderation_categories"`
 	// Attempts is how many workers the request was tried on.
 	Attempts int `json:"attempts"`
+	// EnergyWh is the GPU energy the request used on its worker (its share
+	// of the GPUs' measured energy while it ran); null when not measured.
+	EnergyWh *float64 `json:"energy_wh"`
 	// APIKeyID names the key that made the request.
 	APIKeyID string `json:"api_key_id"`
 }

@@ -42,11 +42,12 @@ const (
 	TypeEvent     Type = 10 // worker → gateway: api.WorkerEventReport
 	TypeGoAway    Type = 11 // either way: take no new streams
 	TypeCommand   Type = 12 // gateway → worker: a control request
-	maxType            = TypeCommand
+	TypePower     Type = 13 // worker → gateway: api.PowerReport
+	maxType            = TypePower
 )
 
 func (t Type) String() string {
-	names := [...]string{"", "hello", "welcome", "open", "data", "end", "ack", "reset", "heartbeat", "models", "event", "goaway", "command"}
+	names := [...]string{"", "hello", "welcome", "open", "data", "end", "ack", "reset", "heartbeat", "models", "event", "goaway", "command", "power"}
 	if t == 0 || t > maxType {
 		return fmt.Sprintf("type(%d)", uint8(t))
 	}
