@@ -70,6 +70,9 @@ type LivePower struct {
 	Watts    map[string]float64 `json:"watts"`
 	Channels []PowerChannel     `json:"channels"`
 	Machine  string             `json:"machine"`
+	// EnergyTodayKWh is what the whole machine used since midnight UTC,
+	// from the gateway's history (set by the gateway, not the worker).
+	EnergyTodayKWh *float64 `json:"energy_today_kwh,omitempty"`
 }
 
 // PowerHistory is the body of GET /api/v1/workers/{worker_id}/power.
