@@ -106,6 +106,8 @@ type UsageTotals struct {
 	Images            int64   `json:"images"`
 	AudioSeconds      float64 `json:"audio_seconds"`
 	RequestDurationMs int64   `json:"request_duration_ms"`
+	// EnergyWh sums the rows' measured GPU energy.
+	EnergyWh float64 `json:"energy_wh"`
 }
 
 // UsageSummary is the body of GET /api/v1/usage/summary: totals over the
@@ -137,6 +139,9 @@ type UsageBreakdown struct {
 type ModelUsage struct {
 	Model string `json:"model"`
 	UsageTotals
+	// WhPer1KTokens is the measured energy per thousand tokens; absent
+	// when no energy or no tokens were counted.
+	WhPer1KTokens *float64 `json:"wh_per_1k_tokens,omitempty"`
 }
 
 // WorkerUsage is a worker's totals in a breakdown.
@@ -144,4 +149,7 @@ type WorkerUsage struct {
 	WorkerID   string `json:"worker_id"`
 	WorkerName string `json:"worker_name"`
 	UsageTotals
+	// WhPer1KTokens is the measured energy per thousand tokens; absent
+	// when no energy or no tokens were counted.
+	WhPer1KTokens *float64 `json:"wh_per_1k_tokens,omitempty"`
 }

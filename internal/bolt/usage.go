@@ -48,15 +48,18 @@ func (s *Store) Usage(w *Writer) *Usage {
 
 const (
 	// totalsVersion leads every encoded aggregate so the layout can grow
-	// later without guessing what an old value holds.
-	totalsVersion = 1
-	totalsFields  = 12
+	// without guessing what an old value holds. Version 1 ended after
+	// audio seconds; version 2 adds energy.
+	totalsVersion = 2
+	totalsFields  = 13
 	totalsSize    = 1 + totalsFields*8
+	totalsV1Size  = 1 + 12*8
 	dateLen       = len(time.DateOnly)
 )
 
-// appendTotals encodes t as a version byte and twelve little-endian
-// 8-byte fields: eleven int64 counters, then audio seconds as float64 bits.
+// appendTotals encodes t as a version byte and thirteen little-endian
+// 8-byte fields: eleven int64 counters, then audio seconds and energy
+// (Wh) as float64 bits.
 func appendTotals(b []byte, t *api.UsageTotals) []byte {
 	b = append(b, totalsVersion)
 	for _, v := range [...]int64{
@@ -66,15 +69,25 @@ func appendTotals(b []byte, t *api.UsageTotals) []byte {
 	} {
 		b = binary.LittleEndian.AppendUint64(b, uint64(v))
 	}
-	return binary.LittleEndian.AppendUint64(b, math.Float64bits(t.AudioSeconds))
+	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(t.AudioSeconds))
+	return binary.LittleEndian.AppendUint64(b, math.Float64bits(t.EnergyWh))
 }
 
 var errBadTotals = errors.New("malformed usage totals")
 
 // addEncoded adds the totals encoded at the start of v to t and returns
-// what follows them (a worker's name).
+// what follows them (a worker's name). A version 1 aggregate, from before
+// energy was counted, reads as having none; it is rewritten as version 2
+// the next time a row adds to it.
 func addEncoded(t *api.UsageTotals, v []byte) ([]byte, error) {
-	if len(v) < totalsSize || v[0] != totalsVersion {
+	size := totalsSize
+	switch {
+	case len(v) > 0 && v[0] == 1:
+		size = totalsV1Size
+	case len(v) == 0 || v[0] != totalsVersion:
+		return nil, errBadTotals
+	}
+	if len(v) < size {
 		return nil, errBadTotals
 	}
 	f := func(i int) int64 { return int64(binary.LittleEndian.Uint64(v[1+i*8:])) }
@@ -90,7 +103,10 @@ func addEncoded(t *api.UsageTotals, v []byte) ([]byte, error) {
 	t.Images += f(9)
 	t.RequestDurationMs += f(10)
 	t.AudioSeconds += math.Float64frombits(uint64(f(11)))
-	return v[totalsSize:], nil
+	if size == totalsSize {
+		t.EnergyWh += math.Float64frombits(uint64(f(12)))
+	}
+	return v[size:], nil
 }
 
 // rowTotals is what one row adds to every aggregate it counts toward.
@@ -120,6 +136,9 @@ func rowTotals(r *api.UsageRow) api.UsageTotals {
 	if r.AudioSeconds != nil {
 		t.AudioSeconds = *r.AudioSeconds
 	}
+	if r.EnergyWh != nil {
+		t.EnergyWh = *r.EnergyWh
+	}
 	return t
 }
 
@@ -139,6 +158,7 @@ func (u *Usage) Record(orgID string, row api.UsageRow) {
 	row.TokensPerSecond = finite(row.TokensPerSecond)
 	row.DraftAcceptanceRate = finite(row.DraftAcceptanceRate)
 	row.AudioSeconds = finite(row.AudioSeconds)
+	row.EnergyWh = finite(row.EnergyWh)
 	// Encode here, on the caller's goroutine, so the single committing
 	// goroutine only does the tree work.
 	data, err := json.Marshal(row)
@@ -395,9 +415,11 @@ func (u *Usage) Breakdown(orgID string, days int, sort string, now time.Time) (a
 		return api.UsageBreakdown{}, err
 	}
 	for _, m := range models {
+		m.WhPer1KTokens = whPer1K(&m.UsageTotals)
 		out.Models = append(out.Models, *m)
 	}
 	for _, wu := range workers {
+		wu.WhPer1KTokens = whPer1K(&wu.UsageTotals)
 		out.Workers = append(out.Workers, *wu)
 	}
 	slices.SortFunc(out.Models, func(a, b api.ModelUsage) int {
@@ -410,6 +432,15 @@ func (u *Usage) Breakdown(orgID string, days int, sort string, now time.Time) (a
 	out.Models = out.Models[:min(len(out.Models), breakdownTop)]
 	out.Workers = out.Workers[:min(len(out.Workers), breakdownTop)]
 	return out, nil
+}
+
+// whPer1K is the energy a thousand tokens took, when both were counted.
+func whPer1K(t *api.UsageTotals) *float64 {
+	if t.EnergyWh <= 0 || t.TotalTokens <= 0 {
+		return nil
+	}
+	v := t.EnergyWh * 1000 / float64(t.TotalTokens)
+	return &v
 }
 
 // rank orders a before b when it has more of the sort's measure, then

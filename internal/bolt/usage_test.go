@@ -677,7 +677,8 @@ func TestUsageSurvivesReopen(t *testing.T) {
 
 func TestUsageTotalsEncoding(t *testing.T) {
 	in := api.UsageTotals{Requests: 1, Succeeded: 2, Failed: 3, Cancelled: 4, PromptTokens: 5, CompletionTokens: 6,
-		TotalTokens: 7, ReasoningTokens: 8, CachedTokens: 9, Images: 10, AudioSeconds: 11.5, RequestDurationMs: math.MaxInt64 / 2}
+		TotalTokens: 7, ReasoningTokens: 8, CachedTokens: 9, Images: 10, AudioSeconds: 11.5, RequestDurationMs: math.MaxInt64 / 2,
+		EnergyWh: 12.25}
 	b := appendTotals(nil, &in)
 	if len(b) != totalsSize {
 		t.Fatalf("%d bytes, want %d", len(b), totalsSize)
@@ -687,10 +688,40 @@ func TestUsageTotalsEncoding(t *testing.T) {
 	if err != nil || out != in || string(rest) != "name" {
 		t.Fatalf("decoded %+v, %q, %v", out, rest, err)
 	}
-	for _, bad := range [][]byte{nil, b[:totalsSize-1], append([]byte{9}, b[1:]...)} {
+	for _, bad := range [][]byte{nil, b[:totalsSize-1], append([]byte{9}, b[1:]...), append([]byte{1}, b[1:totalsV1Size-1]...)} {
 		if _, err := addEncoded(&out, bad); err == nil {
 			t.Fatalf("%x decoded", bad)
 		}
+	}
+	// An aggregate written before energy was counted reads as none.
+	v1 := append([]byte{1}, b[1:totalsV1Size]...)
+	out = api.UsageTotals{}
+	rest, err = addEncoded(&out, append(v1, "name"...))
+	want := in
+	want.EnergyWh = 0
+	if err != nil || out != want || string(rest) != "name" {
+		t.Fatalf("version 1 decoded %+v, %q, %v", out, rest, err)
+	}
+}
+
+// Measured energy adds up per day, model and worker, and the breakdown
+// tells it per thousand tokens.
+func TestUsageEnergy(t *testing.T) {
+	s, _ := Open(t.TempDir(), Options{})
+	defer s.Close()
+	w := s.NewWriter(WriterOptions{})
+	u := s.Usage(w)
+	for i, e := range []*float64{ptr(1.5), ptr(2.5), nil} {
+		u.Record("o", api.UsageRow{ID: fmt.Sprint(i), CreatedAt: usageNow, StatusCode: 200, Model: "m", WorkerID: "w", TotalTokens: 1000, EnergyWh: e})
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	sum, _ := u.Summary("o", 1, usageNow)
+	b, _ := u.Breakdown("o", 1, "", usageNow)
+	if sum.EnergyWh != 4 || len(b.Models) != 1 || b.Models[0].WhPer1KTokens == nil || *b.Models[0].WhPer1KTokens != 4.0/3 ||
+		b.Workers[0].WhPer1KTokens == nil || *b.Workers[0].WhPer1KTokens != 4.0/3 {
+		t.Fatalf("summary %+v, breakdown %+v", sum, b)
 	}
 }
 
