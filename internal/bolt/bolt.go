@@ -35,6 +35,11 @@ var (
 	bucketUsageDays    = []byte("usage_days")
 	bucketUsageModels  = []byte("usage_models")
 	bucketUsageWorkers = []byte("usage_workers")
+	bucketPower60      = []byte("power_60")
+	bucketPower300     = []byte("power_300")
+	bucketPower3600    = []byte("power_3600")
+	bucketPowerThrough = []byte("power_through")
+	bucketPowerChans   = []byte("power_channels")
 
 	keySchemaVersion = []byte("schema_version")
 )
@@ -55,6 +60,9 @@ func migrations() []migration {
 		{2, "worker events", func(tx *bbolt.Tx) error { return createBuckets(tx, bucketEvents) }},
 		{3, "usage", func(tx *bbolt.Tx) error {
 			return createBuckets(tx, bucketUsageRows, bucketUsageDays, bucketUsageModels, bucketUsageWorkers)
+		}},
+		{4, "power history", func(tx *bbolt.Tx) error {
+			return createBuckets(tx, bucketPower60, bucketPower300, bucketPower3600, bucketPowerThrough, bucketPowerChans)
 		}},
 	}
 }
