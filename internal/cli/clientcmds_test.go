@@ -51,7 +51,7 @@ func TestWorkersTable(t *testing.T) {
 		}
 		contains(t, "table", r.stdout,
 			"\x1b[32mhealthy\x1b[0m", "\x1b[33mstale, draining\x1b[0m", // status colours
-			"\x1b[33mv1.3.0 (latest", // an old worker is marked
+			"\x1b[33mv1.3.0 (lat", // an old worker is marked
 			"3s ago", "2m ago", "2/4", "…")
 		lacks(t, "table", r.stdout, "v1.4.0 (latest")
 		if rfc3339.MatchString(r.stdout) {
@@ -73,12 +73,12 @@ func TestWorkersTable(t *testing.T) {
 		if r.code != 0 || len(lines) != 3 {
 			t.Fatalf("exit %d:\n%s%s", r.code, r.stdout, r.stderr)
 		}
-		if !regexp.MustCompile(`^NAME\s+STATUS\s+VERSION\s+MODELS\s+ACTIVE/MAX\s+QUEUE\s+LAST SEEN\s+SIMULATED$`).MatchString(lines[0]) {
+		if !regexp.MustCompile(`^NAME\s+STATUS\s+VERSION\s+MODELS\s+ACTIVE\s+QUEUE\s+POWER\s+LAST SEEN\s+SIMULATED$`).MatchString(lines[0]) {
 			t.Errorf("header %q", lines[0])
 		}
 		contains(t, "row 1", lines[1], "gpu-box-1", "healthy", "v1.3.0 (latest v1.4.0)",
-			"qwen3-32b, llama-3.3-70b-instruct-with-a-very-long-model-identifier, bge-m3", "2/4")
-		contains(t, "row 2", lines[2], "demo-sim", "stale, draining", "sim-chat", "yes")
+			"qwen3-32b, llama-3.3-70b-instruct-with-a-very-long-model-identifier, bge-m3", "2/4", "  612 W  ")
+		contains(t, "row 2", lines[2], "demo-sim", "stale, draining", "sim-chat", "~180 W", "yes")
 		lacks(t, "table", r.stdout, "\x1b", "…", "ago")
 		if !rfc3339.MatchString(lines[1]) {
 			t.Errorf("no RFC 3339 time: %q", lines[1])
@@ -208,13 +208,13 @@ func TestUsageTables(t *testing.T) {
 		t.Fatalf("exit %d, query %v: %s", r.code, q, r.stderr)
 	}
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-	if len(lines) != 3 || !regexp.MustCompile(`^TIME\s+ID\s+MODEL\s+STATUS\s+TOKENS\s+DURATION\s+TTFT\s+WORKER\s+NOTE$`).MatchString(lines[0]) {
+	if len(lines) != 3 || !regexp.MustCompile(`^TIME\s+ID\s+MODEL\s+STATUS\s+TOKENS\s+DURATION\s+TTFT\s+ENERGY\s+WORKER\s+NOTE$`).MatchString(lines[0]) {
 		t.Fatalf("logs:\n%s", r.stdout)
 	}
-	if !regexp.MustCompile(`^2026-01-02T03:04:07Z\s+req-cancelled\s+qwen3-32b\s+499\s+~12/40\s+2\.3s\s+180ms\s+gpu-box-1\s+Client disconnected$`).MatchString(lines[1]) {
+	if !regexp.MustCompile(`^2026-01-02T03:04:07Z\s+req-cancelled\s+qwen3-32b\s+499\s+~12/40\s+2\.3s\s+180ms\s+-\s+gpu-box-1\s+Client disconnected$`).MatchString(lines[1]) {
 		t.Errorf("row %q", lines[1])
 	}
-	if !regexp.MustCompile(`^\S+\s+req-ok\s+sim-chat\s+200\s+3/9\s+45ms\s+5ms\s+demo-sim\s+truncated_at_default_max_tokens$`).MatchString(lines[2]) {
+	if !regexp.MustCompile(`^\S+\s+req-ok\s+sim-chat\s+200\s+3/9\s+45ms\s+5ms\s+0\.42 Wh\s+demo-sim\s+truncated_at_default_max_tokens$`).MatchString(lines[2]) {
 		t.Errorf("row %q", lines[2])
 	}
 	r = cliRun{env: env, tty: true}.run(t, "usage", "logs")
@@ -251,8 +251,8 @@ func TestUsageTables(t *testing.T) {
 		t.Errorf("breakdown query %v", q)
 	}
 	contains(t, "breakdown", r.stdout, "2025-12-04 to 2026-01-02 (30 days, UTC), top 10 by requests")
-	if !regexp.MustCompile(`(?m)^qwen3-32b\s+7\s+6\s+1\s+0\s+70\s+700\s+770$`).MatchString(r.stdout) ||
-		!regexp.MustCompile(`(?m)^gpu-box-1\s+7\s+6\s+1\s+0\s+70\s+700\s+770$`).MatchString(r.stdout) {
+	if !regexp.MustCompile(`(?m)^qwen3-32b\s+7\s+6\s+1\s+0\s+70\s+700\s+770\s+2\.00$`).MatchString(r.stdout) ||
+		!regexp.MustCompile(`(?m)^gpu-box-1\s+7\s+6\s+1\s+0\s+70\s+700\s+770\s+-$`).MatchString(r.stdout) {
 		t.Errorf("breakdown:\n%s", r.stdout)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/svc-dev/svc/internal/engine"
 	"github.com/svc-dev/svc/internal/engine/sim"
 	"github.com/svc-dev/svc/internal/fleet"
+	"github.com/svc-dev/svc/internal/power"
 	"github.com/svc-dev/svc/internal/server"
 	"github.com/svc-dev/svc/internal/worker"
 )
@@ -143,6 +144,7 @@ func runDemoWorker(ctx context.Context, f *Factory, opts *ServeOptions, addr str
 	agent, err := worker.New(worker.Config{
 		Gateway: "http://" + addr, Token: strings.TrimSpace(string(token)), Name: "demo-sim",
 		MaxConcurrent: 4, Version: f.Build.Version, Engines: []engine.Engine{eng}, Aliases: aliases,
+		Power: &power.Config{}, SimulatedPower: true,
 		Logger: log.With("component", "demo-worker"),
 	})
 	if err != nil {

@@ -163,7 +163,7 @@ func usageLogsRun(ctx context.Context, opts *UsageLogsOptions) error {
 	if opts.Exporter.Enabled() {
 		return opts.Exporter.Write(opts.IO.Out, rows)
 	}
-	tp := newTablePrinter(opts.IO, "TIME", "ID", "MODEL", "STATUS", "TOKENS", "DURATION", "TTFT", "WORKER", "NOTE")
+	tp := newTablePrinter(opts.IO, "TIME", "ID", "MODEL", "STATUS", "TOKENS", "DURATION", "TTFT", "ENERGY", "WORKER", "NOTE")
 	tp.shrinkable("NOTE", "WORKER", "ID")
 	cs := tp.cs
 	for _, r := range rows {
@@ -185,6 +185,7 @@ func usageLogsRun(ctx context.Context, opts *UsageLogsOptions) error {
 		tp.field(tokens)
 		tp.field(fmtMs(r.RequestDurationMs))
 		tp.field(fmtMsPtr(r.TimeToFirstTokenMs))
+		tp.field(fmtWh(r.EnergyWh))
 		tp.field(dash(r.WorkerName))
 		note := "-"
 		switch {
@@ -286,6 +287,7 @@ func usageSummaryRun(ctx context.Context, opts *UsageTotalsOptions) error {
 		[2]string{"Cached tokens", strconv.FormatInt(t.CachedTokens, 10)},
 		[2]string{"Images", strconv.FormatInt(t.Images, 10)},
 		[2]string{"Audio seconds", strconv.FormatFloat(t.AudioSeconds, 'f', -1, 64)},
+		[2]string{"Energy", fmtWh(&t.EnergyWh)},
 		[2]string{"Request time", fmtMs(t.RequestDurationMs)},
 	)
 }
@@ -342,24 +344,47 @@ func usageBreakdownRun(ctx context.Context, opts *UsageTotalsOptions) error {
 	if _, err := fmt.Fprintf(opts.IO.Out, "%s to %s (%d days, UTC), top 10 by %s\n\n", b.From, b.To, b.Days, b.Sort); err != nil {
 		return err
 	}
-	tp := newTablePrinter(opts.IO, "MODEL", "REQUESTS", "OK", "FAILED", "CANCELLED", "PROMPT", "COMPLETION", "TOTAL TOKENS")
+	tp := newTablePrinter(opts.IO, "MODEL", "REQUESTS", "OK", "FAILED", "CANCELLED", "PROMPT", "COMPLETION", "TOTAL TOKENS", "WH/1K TOKENS")
 	for _, m := range b.Models {
 		tp.field(m.Model)
 		totalsFields(tp, m.UsageTotals)
+		tp.field(fmtPer1K(m.WhPer1KTokens))
 		tp.endRow()
 	}
 	if err := tp.render(); err != nil {
 		return err
 	}
 	fmt.Fprintln(opts.IO.Out)
-	tp = newTablePrinter(opts.IO, "WORKER", "REQUESTS", "OK", "FAILED", "CANCELLED", "PROMPT", "COMPLETION", "TOTAL TOKENS")
+	tp = newTablePrinter(opts.IO, "WORKER", "REQUESTS", "OK", "FAILED", "CANCELLED", "PROMPT", "COMPLETION", "TOTAL TOKENS", "WH/1K TOKENS")
 	tp.shrinkable("WORKER")
 	for _, w := range b.Workers {
 		tp.field(dash(w.WorkerName))
 		totalsFields(tp, w.UsageTotals)
+		tp.field(fmtPer1K(w.WhPer1KTokens))
 		tp.endRow()
 	}
 	return tp.render()
+}
+
+// fmtWh is measured energy, "-" when none was measured.
+func fmtWh(wh *float64) string {
+	switch {
+	case wh == nil || *wh == 0:
+		return "-"
+	case *wh < 10:
+		return strconv.FormatFloat(*wh, 'f', 2, 64) + " Wh"
+	case *wh < 10000:
+		return strconv.FormatFloat(*wh, 'f', 0, 64) + " Wh"
+	}
+	return strconv.FormatFloat(*wh/1000, 'f', 1, 64) + " kWh"
+}
+
+// fmtPer1K is energy per thousand tokens.
+func fmtPer1K(v *float64) string {
+	if v == nil {
+		return "-"
+	}
+	return strconv.FormatFloat(*v, 'f', 2, 64)
 }
 
 func intPtr(n *int) string {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"github.com/svc-dev/svc/internal/engine/ollama"
 	"github.com/svc-dev/svc/internal/engine/openai"
 	"github.com/svc-dev/svc/internal/engine/sim"
+	"github.com/svc-dev/svc/internal/power"
 	"github.com/svc-dev/svc/internal/server"
 	"github.com/svc-dev/svc/internal/worker"
 )
@@ -35,6 +37,12 @@ type WorkerOptions struct {
 	ModelMeta     string
 	Aliases       []string
 	Features      []string
+	Power         string // auto, sensors, sim or off
+	PowerBaseline float64
+	PowerRoot     string
+	PowerNVML     string
+	PowerInterval time.Duration
+	PowerWindow   time.Duration
 	Pull          []string
 	DrainTimeout  time.Duration
 	LogLevel      string
@@ -90,6 +98,9 @@ to --drain-timeout), and exit.`,
 			if opts.MaxConcurrent < 1 {
 				return usageErrorf("--max-concurrent must be at least 1")
 			}
+			if !slices.Contains([]string{"auto", "sensors", "sim", "off"}, opts.Power) {
+				return usageErrorf("--power must be auto, sensors, sim or off, got %q", opts.Power)
+			}
 			if runF != nil {
 				return runF(cmd.Context(), opts)
 			}
@@ -109,6 +120,16 @@ to --drain-timeout), and exit.`,
 	fl.DurationVar(&opts.DrainTimeout, "drain-timeout", 5*time.Minute, "how long running requests may take to finish on shutdown")
 	fl.StringVar(&opts.LogLevel, "log-level", "info", "debug, info, warn or error (env SVC_LOG_LEVEL)")
 	fl.StringVar(&opts.LogFormat, "log-format", "auto", "text, json, or auto (env SVC_LOG_FORMAT)")
+	fl.StringVar(&opts.Power, "power", "auto", "power readings: auto (the machine's sensors; the simulated profile when every engine is sim), sensors, sim, or off")
+	fl.Float64Var(&opts.PowerBaseline, "power-baseline", power.DefaultBaselineW, "watts added to the GPUs and CPU when no whole-machine sensor measures the system")
+	// Recorded sensors and short windows, for end-to-end tests.
+	fl.StringVar(&opts.PowerRoot, "power-root", "/", "filesystem root whose sys/ holds the power sensors")
+	fl.StringVar(&opts.PowerNVML, "power-nvml", "", "a recorded NVML (JSON) in place of libnvidia-ml")
+	fl.DurationVar(&opts.PowerInterval, "power-interval", power.DefaultInterval, "how often power is sampled")
+	fl.DurationVar(&opts.PowerWindow, "power-window", power.DefaultWindow, "how long a power window is")
+	for _, name := range []string{"power-root", "power-nvml", "power-interval", "power-window"} {
+		_ = fl.MarkHidden(name)
+	}
 	addPprofFlag(cmd, &opts.PprofAddr)
 	// A worker announcing fewer features stands in for an older release,
 	// to try a mixed fleet.
@@ -155,6 +176,9 @@ func runWorker(ctx context.Context, f *Factory, opts *WorkerOptions) error {
 	}
 	// An empty list is a release without features, not the defaults.
 	cfg.Features = append([]string{}, opts.Features...)
+	if cfg.Power, cfg.SimulatedPower, err = powerConfig(opts, engines); err != nil {
+		return err
+	}
 	agent, err := worker.New(cfg)
 	if err != nil {
 		return usageError(err)
@@ -189,6 +213,28 @@ func workerToken(opts *WorkerOptions, getenv func(string) string) (string, error
 		return "", fmt.Errorf("worker token file %s is empty", path)
 	}
 	return t, nil
+}
+
+// powerConfig is what --power asks for: the machine's sensors, or the
+// simulated profile (by default when the simulator is the only engine, so
+// a demo has graphs).
+func powerConfig(opts *WorkerOptions, engines []engine.Engine) (*power.Config, bool, error) {
+	if opts.Power == "off" {
+		return nil, false, nil
+	}
+	pc := &power.Config{Root: opts.PowerRoot, BaselineW: opts.PowerBaseline, Interval: opts.PowerInterval, Window: opts.PowerWindow}
+	if opts.PowerNVML != "" {
+		nvml, err := power.LoadNVMLRecording(opts.PowerNVML)
+		if err != nil {
+			return nil, false, usageErrorf("--power-nvml: %v", err)
+		}
+		pc.NVML = nvml
+	}
+	simulated := opts.Power == "sim"
+	if opts.Power == "auto" {
+		simulated = !slices.ContainsFunc(engines, func(e engine.Engine) bool { return e.Kind() != "sim" })
+	}
+	return pc, simulated, nil
 }
 
 // parseAliases reads --model-alias ID=LOCAL pairs.

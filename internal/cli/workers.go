@@ -22,8 +22,8 @@ type WorkersOptions struct {
 	Exporter  Exporter
 }
 
-// NewCmdWorkers builds `svc workers` (the list) and its `events`
-// subcommand; runF replaces the list in tests.
+// NewCmdWorkers builds `svc workers` (the list) and its `events` and
+// `power` subcommands; runF replaces the list in tests.
 func NewCmdWorkers(f *Factory, runF func(*WorkersOptions) error) *cobra.Command {
 	opts := &WorkersOptions{IO: f.IO}
 	cmd := &cobra.Command{
@@ -36,7 +36,8 @@ when each was last heard from. Simulated workers are marked.
 ` + clientHelp,
 		Example: `  svc workers
   svc workers --json --jq '.workers[] | select(.status != "healthy") | .worker_name'
-  svc workers events --type disconnected --limit 20`,
+  svc workers events --type disconnected --limit 20
+  svc workers power gpu-box-1 --range 24h`,
 		GroupID: groupClient,
 		Args:    groupArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -52,7 +53,7 @@ when each was last heard from. Simulated workers are marked.
 	}
 	AddClientFlags(cmd)
 	opts.Exporter.AddFlags(cmd, false)
-	cmd.AddCommand(NewCmdWorkersEvents(f, nil))
+	cmd.AddCommand(NewCmdWorkersEvents(f, nil), NewCmdWorkersPower(f, nil))
 	return cmd
 }
 
@@ -78,7 +79,7 @@ func workersRun(ctx context.Context, opts *WorkersOptions) error {
 		_, err := fmt.Fprintln(opts.IO.Out, "No workers. Connect one with: svc worker --gateway URL --engine KIND=URL")
 		return err
 	}
-	tp := newTablePrinter(opts.IO, "NAME", "STATUS", "VERSION", "MODELS", "ACTIVE/MAX", "QUEUE", "LAST SEEN", "SIMULATED")
+	tp := newTablePrinter(opts.IO, "NAME", "STATUS", "VERSION", "MODELS", "ACTIVE", "QUEUE", "POWER", "LAST SEEN", "SIMULATED")
 	tp.shrinkable("MODELS", "NAME", "VERSION")
 	cs := tp.cs
 	for _, w := range workers {
@@ -100,6 +101,7 @@ func workersRun(ctx context.Context, opts *WorkersOptions) error {
 		tp.field(dash(strings.Join(ids, ", ")))
 		tp.field(fmt.Sprintf("%d/%d", w.ActiveTasks, w.MaxConcurrent))
 		tp.field(strconv.Itoa(w.QueueDepth))
+		tp.field(machineWatts(w.Power))
 		tp.timeField(tp.now().Add(-time.Duration(w.LastSeenSecondsAgo) * time.Second))
 		if w.Simulated {
 			tp.field("yes", cs.gray)
@@ -109,6 +111,22 @@ func workersRun(ctx context.Context, opts *WorkersOptions) error {
 		tp.endRow()
 	}
 	return tp.render()
+}
+
+// machineWatts is the whole machine's live draw, "~" before an estimate.
+func machineWatts(p *api.LivePower) string {
+	if p == nil {
+		return "-"
+	}
+	w, ok := p.Watts[api.ScopeSystem]
+	if !ok {
+		return "-"
+	}
+	s := strconv.FormatFloat(w, 'f', 0, 64) + " W"
+	if p.Machine == api.MethodEstimated {
+		s = "~" + s
+	}
+	return s
 }
 
 func statusColor(cs colorScheme, status string) func(string) string {

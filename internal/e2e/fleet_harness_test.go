@@ -107,6 +107,7 @@ type proxy struct {
 	target string
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
+	held   bool // refuse new connections, as a network that is down does
 	wg     sync.WaitGroup
 }
 
@@ -134,6 +135,13 @@ func (p *proxy) accept() {
 		if err != nil {
 			return
 		}
+		p.mu.Lock()
+		held := p.held
+		p.mu.Unlock()
+		if held {
+			_ = c.Close()
+			continue
+		}
 		up, err := net.Dial("tcp", p.target)
 		if err != nil {
 			_ = c.Close()
@@ -154,6 +162,13 @@ func (p *proxy) pipe(dst, src net.Conn) {
 	p.mu.Lock()
 	delete(p.conns, dst)
 	delete(p.conns, src)
+	p.mu.Unlock()
+}
+
+// hold refuses new connections until it is called with false.
+func (p *proxy) hold(on bool) {
+	p.mu.Lock()
+	p.held = on
 	p.mu.Unlock()
 }
 

@@ -147,7 +147,8 @@ func (f *Fleet) Connect(ctx context.Context, orgID string, hello api.Hello, conn
 	if replaced != nil {
 		replaced.Close(&LostError{WorkerID: id, WorkerName: hello.Name, Reason: "was replaced by a new connection of the same name"})
 	}
-	welcome := api.Welcome{WorkerID: id, Resumed: resumed, HeartbeatS: int(f.cfg.Heartbeat / time.Second)}
+	welcome := api.Welcome{WorkerID: id, Resumed: resumed, HeartbeatS: int(f.cfg.Heartbeat / time.Second),
+		PowerThrough: f.cfg.Power.PowerThrough(id)}
 	var peer []api.StreamSeq
 	if resumed {
 		welcome.Streams = sess.RecvState()
@@ -296,6 +297,19 @@ func (f *Fleet) control(w *worker, sess *link.Session, fr link.Frame) {
 			f.event(w, ev.EventType, ev.Detail, ev.Metadata, false, f.cfg.Now())
 		}
 		f.mu.Unlock()
+	case link.TypePower:
+		var rep api.PowerReport
+		if json.Unmarshal(fr.Payload, &rep) != nil {
+			return
+		}
+		f.mu.Lock()
+		current := w.sess == sess
+		f.mu.Unlock()
+		if current {
+			// The sink writes through the group-commit writer: it does not
+			// block the read loop on the disk.
+			f.cfg.Power.RecordPower(w.id, rep)
+		}
 	case link.TypeGoAway:
 		f.mu.Lock()
 		if w.sess == sess && !w.draining {

@@ -38,6 +38,7 @@ type Config struct {
 	Now    func() time.Time
 	Logger *slog.Logger
 	Events EventSink
+	Power  PowerSink
 }
 
 func (c *Config) defaults() {
@@ -67,6 +68,9 @@ func (c *Config) defaults() {
 	if c.Events == nil {
 		c.Events = discardEvents{}
 	}
+	if c.Power == nil {
+		c.Power = discardPower{}
+	}
 }
 
 // EventSink stores worker events.
@@ -77,6 +81,20 @@ type EventSink interface {
 type discardEvents struct{}
 
 func (discardEvents) RecordEvent(string, api.WorkerEvent) {}
+
+// PowerSink keeps the power windows workers report. PowerThrough is the
+// end of the last window it holds for a worker: the worker's welcome says
+// so, and the worker sends again only what came after, so windows kept
+// through a drop arrive once.
+type PowerSink interface {
+	RecordPower(workerID string, rep api.PowerReport)
+	PowerThrough(workerID string) time.Time
+}
+
+type discardPower struct{}
+
+func (discardPower) RecordPower(string, api.PowerReport) {}
+func (discardPower) PowerThrough(string) time.Time       { return time.Time{} }
 
 // Fleet is every organisation's workers.
 type Fleet struct {

@@ -59,6 +59,28 @@ func (f *Fleet) viewLocked(w *worker, now time.Time, pinned int) api.Worker {
 	return v
 }
 
+// WorkerPower is a connected worker's latest power reading.
+type WorkerPower struct {
+	OrgID, WorkerID, WorkerName string
+	Power                       api.LivePower
+}
+
+// LivePower lists the latest power reading of every connected worker that
+// reports one, in every organisation: for the metrics endpoint.
+func (f *Fleet) LivePower() []WorkerPower {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []WorkerPower
+	for _, o := range f.orgs {
+		for _, w := range o.workers {
+			if w.offlineSince.IsZero() && w.heartbeat.Power != nil {
+				out = append(out, WorkerPower{OrgID: o.id, WorkerID: w.id, WorkerName: w.name, Power: *w.heartbeat.Power})
+			}
+		}
+	}
+	return out
+}
+
 // Models lists the models the organisation's connected workers serve,
 // once each, with the metadata of the first worker (by name) serving it.
 func (f *Fleet) Models(orgID string) []api.Model {

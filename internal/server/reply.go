@@ -364,6 +364,9 @@ func (s *Server) recordUsage(r *relay, failure error) {
 		code := r.notice.Code
 		row.Notice = &code
 	}
+	if r.res != nil {
+		row.EnergyWh = r.res.EnergyWh
+	}
 	s.usage.Record(r.need.OrgID, row)
 }
 

@@ -86,11 +86,13 @@ func Run(ctx context.Context, cfg Config) error {
 	writer := store.NewWriter(bolt.WriterOptions{Logger: log})
 	events := store.Events(writer)
 	usageStore := store.Usage(writer)
+	powerStore := store.Power(writer)
+	power := NewPowerBook(powerStore)
 	fcfg := cfg.Fleet
-	fcfg.Logger, fcfg.Events = log, events
+	fcfg.Logger, fcfg.Events, fcfg.Power = log, events, power
 	fl := fleet.New(fcfg)
 	srv := New(Deps{Logger: log, Build: cfg.Build, Accounts: accounts, Fleet: fl, Events: events, Usage: usageStore,
-		Timing: cfg.Timing})
+		Power: power, Timing: cfg.Timing})
 	log.Info("listening", "addr", public.Addr().String(), "url", "http://"+public.Addr().String(),
 		"admin_socket", sock, "data", cfg.DataDir, "version", cfg.Build.Version)
 
@@ -105,7 +107,7 @@ func Run(ctx context.Context, cfg Config) error {
 	wg.Go(func() error { return writer.Run(writerCtx) })
 	bg.Go(func() error { return accounts.Run(bgCtx, time.Minute) })
 	bg.Go(func() error { return fl.Run(bgCtx) })
-	bg.Go(func() error { return prune(bgCtx, events, usageStore, log) })
+	bg.Go(func() error { return prune(bgCtx, events, usageStore, powerStore, log) })
 
 	serveErr := make(chan error, 2)
 	go func() { serveErr <- srv.ServePublic(public) }()
@@ -152,8 +154,8 @@ const (
 	usageRetention = 366 * 24 * time.Hour
 )
 
-// prune deletes old worker events and usage rows every hour.
-func prune(ctx context.Context, events *bolt.Events, usage *bolt.Usage, log *slog.Logger) error {
+// prune deletes old worker events, usage rows and power history every hour.
+func prune(ctx context.Context, events *bolt.Events, usage *bolt.Usage, power *bolt.Power, log *slog.Logger) error {
 	t := time.NewTicker(time.Hour)
 	defer t.Stop()
 	for {
@@ -166,6 +168,9 @@ func prune(ctx context.Context, events *bolt.Events, usage *bolt.Usage, log *slo
 			}
 			if _, err := usage.PruneUsage(time.Now().Add(-usageRetention), 100000); err != nil {
 				log.Warn("prune usage rows", "err", err)
+			}
+			if _, err := power.Prune(time.Now()); err != nil {
+				log.Warn("prune power history", "err", err)
 			}
 		}
 	}

@@ -45,6 +45,7 @@ type Server struct {
 	metrics   *metrics
 	watch     *clientWatch
 	usage     *bolt.Usage
+	power     *PowerBook
 	inflight  *usage.Tracker
 	timing    Timing
 
@@ -71,6 +72,7 @@ type Deps struct {
 	Fleet     *fleet.Fleet
 	Events    *bolt.Events
 	Usage     *bolt.Usage
+	Power     *PowerBook
 	Keepalive link.Keepalive
 	Timing    Timing
 }
@@ -82,8 +84,9 @@ func New(d Deps) *Server {
 	}
 	d.Timing.defaults()
 	s := &Server{log: d.Logger, build: d.Build, accounts: d.Accounts, fleet: d.Fleet, events: d.Events,
-		usage: d.Usage, inflight: usage.NewTracker(), timing: d.Timing,
+		usage: d.Usage, power: d.Power, inflight: usage.NewTracker(), timing: d.Timing,
 		keepalive: d.Keepalive, metrics: newMetrics(d.Build), watch: newClientWatch(200 * time.Millisecond)}
+	s.metrics.reg.MustRegister(s.power.energy, newLiveWatts(d.Fleet))
 	routes := s.routes()
 	var consoleRoutes []*route
 	for _, r := range routes {

@@ -48,7 +48,9 @@ func (s *Server) connectWorker(c *call) error {
 }
 
 func (s *Server) listWorkers(c *call) error {
-	writeJSON(c.ctx, http.StatusOK, map[string]any{"workers": s.fleet.Workers(c.principal.OrgID)})
+	ws := s.fleet.Workers(c.principal.OrgID)
+	s.withEnergyToday(ws)
+	writeJSON(c.ctx, http.StatusOK, map[string]any{"workers": ws})
 	return nil
 }
 
@@ -73,16 +75,6 @@ func (s *Server) workerEvents(c *call) error {
 
 // workerPower checks the worker belongs to the caller's organisation;
 // power history itself arrives with the power readers.
-func (s *Server) workerPower(c *call) error {
-	id := c.params.get("worker_id")
-	for _, w := range s.fleet.Workers(c.principal.OrgID) {
-		if w.WorkerID == id {
-			return api.NotImplemented("This server does not offer power history yet")
-		}
-	}
-	return api.NotFound("No worker %s in this organisation", id)
-}
-
 // listModels is GET /v1/models: the models the organisation's connected
 // workers serve, once each, with their metadata.
 func (s *Server) listModels(c *call) error {

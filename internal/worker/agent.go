@@ -24,6 +24,7 @@ import (
 	"github.com/svc-dev/svc/internal/engine"
 	"github.com/svc-dev/svc/internal/link"
 	"github.com/svc-dev/svc/internal/moderation"
+	"github.com/svc-dev/svc/internal/power"
 )
 
 // Config is what the agent runs with.
@@ -58,6 +59,11 @@ type Config struct {
 	// Features are the protocol features announced in the hello; nil is
 	// every feature of this release. Fewer stand in for an older release.
 	Features []string
+	// Power configures the power readings sent to the gateway; nil sends
+	// none. With SimulatedPower the readings are the simulator's made-up
+	// profile, following the worker's load.
+	Power          *power.Config
+	SimulatedPower bool
 }
 
 // PermanentError is a refusal that retrying cannot fix (a bad token, an
@@ -87,6 +93,11 @@ type Agent struct {
 
 	// images fetches the https image URLs of moderation checks.
 	images *moderation.Fetcher
+
+	// power samples the machine's power draw; nil without telemetry.
+	power *power.Sampler
+	// powerWake is signalled when a power window closes.
+	powerWake chan struct{}
 }
 
 // New checks cfg and returns an agent.
@@ -125,6 +136,21 @@ func New(cfg Config) (*Agent, error) {
 		images: cfg.Images}
 	if a.images == nil {
 		a.images = &moderation.Fetcher{}
+	}
+	if cfg.Power != nil {
+		pc := *cfg.Power
+		if cfg.SimulatedPower {
+			pc.Simulated = func() int { return int(a.active.Load()) }
+		}
+		a.powerWake = make(chan struct{}, 1)
+		pc.OnWindow = func() { signalOne(a.powerWake) }
+		if pc.Logger == nil {
+			pc.Logger = cfg.Logger
+		}
+		var err error
+		if a.power, err = power.New(pc); err != nil {
+			return nil, fmt.Errorf("power readings: %w", err)
+		}
 	}
 	if cfg.Dial == nil {
 		u, err := connectURL(cfg.Gateway)
@@ -195,6 +221,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer wg.Wait()
 	wg.Go(func() { a.modelLoop(linkCtx) })
 	wg.Go(func() { a.pullModels(linkCtx) })
+	if a.power != nil {
+		wg.Go(func() {
+			if err := a.power.Run(linkCtx); err != nil && linkCtx.Err() == nil {
+				a.log.Warn("power readings stopped", "err", err)
+			}
+		})
+	}
 
 	errc := make(chan error, 1)
 	go func() { errc <- a.connectLoop(linkCtx) }()
@@ -358,6 +391,13 @@ func (a *Agent) connectOnce(ctx context.Context, sessionID string) (bool, error)
 	}
 	t := time.NewTicker(every)
 	defer t.Stop()
+	// The gateway holds power windows through welcome.PowerThrough: what
+	// came after, kept through a drop, goes now.
+	sent := welcome.PowerThrough
+	if a.power != nil {
+		a.power.Forget(sent)
+		sent = a.sendPower(sess, sent)
+	}
 	for {
 		select {
 		case <-done:
@@ -370,7 +410,33 @@ func (a *Agent) connectOnce(ctx context.Context, sessionID string) (bool, error)
 		case <-t.C:
 			b, _ := json.Marshal(a.heartbeat())
 			sess.SendControl(link.TypeHeartbeat, b)
+		case <-a.powerWake:
+			sent = a.sendPower(sess, sent)
 		}
+	}
+}
+
+// sendPower sends the power windows closed after sent and returns the end
+// of the last one sent. A window goes again after a reconnect until the
+// gateway's welcome says it holds it: control frames are not acknowledged.
+func (a *Agent) sendPower(sess *link.Session, sent time.Time) time.Time {
+	windows := a.power.Pending(sent)
+	if len(windows) == 0 {
+		return sent
+	}
+	b, err := json.Marshal(api.PowerReport{Channels: a.power.Channels(), Machine: a.power.Machine(), Windows: windows})
+	if err != nil || !sess.SendControl(link.TypePower, b) {
+		return sent
+	}
+	last := windows[len(windows)-1]
+	return last.Start.Add(time.Duration(last.Seconds * float64(time.Second)))
+}
+
+// signalOne wakes a waiter without blocking.
+func signalOne(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
 	}
 }
 
@@ -403,7 +469,11 @@ func handshake(conn link.Conn, hello api.Hello) (api.Welcome, error) {
 
 // heartbeat is the current report.
 func (a *Agent) heartbeat() *api.Heartbeat {
-	return &api.Heartbeat{ActiveTasks: int(a.active.Load()), QueueDepth: int(a.waiting.Load())}
+	hb := &api.Heartbeat{ActiveTasks: int(a.active.Load()), QueueDepth: int(a.waiting.Load())}
+	if a.power != nil {
+		hb.Power = a.power.Live()
+	}
+	return hb
 }
 
 func (a *Agent) engineInfo() []api.EngineInfo {

@@ -79,6 +79,14 @@ func (a *Agent) run(ctx context.Context, st *link.Stream) (res *api.Result) {
 	}()
 
 	sink := streamSink{st}
+	if a.power != nil {
+		a.power.Begin(req.RequestID)
+		defer func() {
+			if wh, ok := a.power.End(req.RequestID); ok && res != nil && res.Status == http.StatusOK {
+				res.EnergyWh = &wh
+			}
+		}()
+	}
 	switch {
 	case req.Kind == api.KindSpeech:
 		res = a.speak(ctx, eng, ereq, sink)

@@ -1,0 +1,134 @@
+package server
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/bolt"
+	"github.com/svc-dev/svc/internal/fleet"
+)
+
+// PowerBook keeps the power windows workers report: in the store's
+// history, and as the energy counters /metrics exports. It is the fleet's
+// power sink.
+type PowerBook struct {
+	store  *bolt.Power
+	energy *prometheus.CounterVec
+}
+
+// NewPowerBook keeps reports in store.
+func NewPowerBook(store *bolt.Power) *PowerBook {
+	return &PowerBook{store: store, energy: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "svc_worker_energy_joules_total",
+		Help: "Energy each worker's power channels used, as its windows reached the gateway, by worker and channel.",
+	}, []string{"worker_id", "channel"})}
+}
+
+// maxPowerSkew is how far in the future a window may end: a worker's
+// clock that runs further ahead would move its recorded end past the
+// present, and its next correct windows would then look like repeats.
+const maxPowerSkew = time.Minute
+
+// RecordPower stores a report. Windows the store already holds (sent
+// again after a reconnect) are not counted again; windows from the future
+// are dropped.
+func (p *PowerBook) RecordPower(workerID string, rep api.PowerReport) {
+	p.record(workerID, rep, time.Now())
+}
+
+func (p *PowerBook) record(workerID string, rep api.PowerReport, now time.Time) {
+	through := p.store.Through(workerID)
+	limit := now.Add(maxPowerSkew)
+	kept := rep.Windows[:0:0]
+	for _, w := range rep.Windows {
+		end := w.Start.Add(time.Duration(w.Seconds * float64(time.Second)))
+		if end.After(limit) {
+			continue
+		}
+		kept = append(kept, w)
+		if w.Start.Before(through) {
+			continue
+		}
+		for ch, j := range w.Joules {
+			p.energy.WithLabelValues(workerID, ch).Add(j)
+		}
+	}
+	rep.Windows = kept
+	p.store.Record(workerID, rep)
+}
+
+func (p *PowerBook) PowerThrough(workerID string) time.Time { return p.store.Through(workerID) }
+
+// liveWatts exports every connected worker's latest reading at scrape
+// time, so a worker gone quiet drops out instead of holding its last value.
+type liveWatts struct {
+	fleet *fleet.Fleet
+	desc  *prometheus.Desc
+}
+
+func newLiveWatts(f *fleet.Fleet) *liveWatts {
+	return &liveWatts{fleet: f, desc: prometheus.NewDesc("svc_worker_power_watts",
+		"Each connected worker's latest power reading, by channel (gpu0..., cpu or soc, system).",
+		[]string{"worker_id", "worker_name", "channel", "method"}, nil)}
+}
+
+func (l *liveWatts) Describe(ch chan<- *prometheus.Desc) { ch <- l.desc }
+
+func (l *liveWatts) Collect(ch chan<- prometheus.Metric) {
+	for _, w := range l.fleet.LivePower() {
+		methods := map[string]string{}
+		for _, c := range w.Power.Channels {
+			methods[c.Key] = c.Method
+		}
+		for key, watts := range w.Power.Watts {
+			ch <- prometheus.MustNewConstMetric(l.desc, prometheus.GaugeValue, watts, w.WorkerID, w.WorkerName, key, methods[key])
+		}
+	}
+}
+
+// workerPower is GET /api/v1/workers/{worker_id}/power.
+func (s *Server) workerPower(c *call) error {
+	id := c.params.get("worker_id")
+	if !s.ownsWorker(c, id) {
+		return api.NotFound("No worker %s in this organisation", id)
+	}
+	rng := string(c.ctx.QueryArgs().Peek("range"))
+	if rng == "" {
+		rng = api.Range1h
+	}
+	h, err := s.power.store.History(id, rng, time.Now())
+	if err != nil {
+		return err
+	}
+	writeJSON(c.ctx, 200, h)
+	return nil
+}
+
+// ownsWorker reports whether the worker is one of the caller's
+// organisation's, connected or recently gone.
+func (s *Server) ownsWorker(c *call, id string) bool {
+	for _, w := range s.fleet.Workers(c.principal.OrgID) {
+		if w.WorkerID == id {
+			return true
+		}
+	}
+	return false
+}
+
+// withEnergyToday adds to each worker's live reading what its machine used
+// today, from the history. The reading is copied: the fleet's is shared.
+func (s *Server) withEnergyToday(ws []api.Worker) {
+	now := time.Now()
+	for i := range ws {
+		if ws[i].Power == nil {
+			continue
+		}
+		if kwh, ok := s.power.store.TodayKWh(ws[i].WorkerID, now); ok {
+			p := *ws[i].Power
+			p.EnergyTodayKWh = &kwh
+			ws[i].Power = &p
+		}
+	}
+}
