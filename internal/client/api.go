@@ -63,6 +63,14 @@ func (c *Client) WorkerEvents(ctx context.Context, q EventQuery) ([]api.WorkerEv
 	return out, err
 }
 
+// WorkerPower is a worker's power history over rng (api.Range1h, 24h, 7d
+// or 30d; "" is the gateway's default, 1h).
+func (c *Client) WorkerPower(ctx context.Context, workerID, rng string) (api.PowerHistory, error) {
+	var out api.PowerHistory
+	err := c.Do(ctx, http.MethodGet, "/api/v1/workers/"+url.PathEscape(workerID)+"/power"+query("range", rng), nil, &out)
+	return out, err
+}
+
 // LatestVersion is the newest worker release the gateway knows.
 func (c *Client) LatestVersion(ctx context.Context) (string, error) {
 	var out struct {

@@ -1,9 +1,11 @@
 package tui
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"runtime"
 	"strings"
@@ -112,6 +114,9 @@ func fixtureWorkers() []api.Worker {
 			ActiveTasks: 2, MaxConcurrent: 4, LastSeenSecondsAgo: 1,
 			Engines:     []api.EngineInfo{{Kind: "ollama", URL: "http://127.0.0.1:11434"}},
 			ConnectedAt: ptr(t0.Add(-58 * time.Minute)),
+			Power: &api.LivePower{At: t0.Add(-time.Second), Channels: gpuAChannels(), Machine: api.MethodMeasured,
+				Watts:          map[string]float64{"gpu0": 281.4, "gpu1": 96.2, "cpu": 38.5, "system": 498},
+				EnergyTodayKWh: ptr(3.42)},
 		},
 		{
 			WorkerID: "wk_01hq3b", WorkerName: "gpu-b", Status: api.StatusStale, Version: "v1.2.4",
@@ -119,12 +124,22 @@ func fixtureWorkers() []api.Worker {
 			ActiveTasks: 4, MaxConcurrent: 4, QueueDepth: 3, LastSeenSecondsAgo: 12,
 			Engines:     []api.EngineInfo{{Kind: "openai", URL: "http://10.0.0.7:8000"}},
 			ConnectedAt: ptr(t0.Add(-26 * time.Hour)),
+			Power: &api.LivePower{At: t0.Add(-12 * time.Second), Channels: gpuBChannels(), Machine: api.MethodEstimated,
+				Watts:          map[string]float64{"gpu0": 312, "cpu": 55.3, "system": 421},
+				EnergyTodayKWh: ptr(5.1)},
 		},
 		{
 			WorkerID: "wk_01hq3c", WorkerName: "gpu-c", Status: api.StatusHealthy, Version: "1.3.0", Draining: true,
 			Models:      []api.Model{model("mistral-small:24b", []string{"chat", "vision"}, 32768, "ollama", nil)},
 			ActiveTasks: 1, MaxConcurrent: 2, LastSeenSecondsAgo: 2,
 			Engines: []api.EngineInfo{{Kind: "ollama"}},
+			Power: &api.LivePower{At: t0.Add(-2 * time.Second), Machine: api.MethodEstimated,
+				Channels: []api.PowerChannel{
+					{Key: "soc", Scope: api.ScopeSoC, Name: "Apple M2 Ultra", Source: "hwmon", Method: api.MethodMeasured},
+					{Key: "system", Scope: api.ScopeSystem, Source: "estimate", Method: api.MethodEstimated},
+				},
+				Watts:          map[string]float64{"soc": 22.5, "system": 31},
+				EnergyTodayKWh: ptr(0.21)},
 		},
 		{
 			WorkerID: "wk_01hq3d", WorkerName: "edge-1", Status: api.StatusUnhealthy, Version: "v1.3.0-rc.2",
@@ -147,6 +162,81 @@ func fixtureWorkers() []api.Worker {
 			OfflineSince: ptr(t0.Add(-65 * time.Minute)),
 		},
 	}
+}
+
+func gpuAChannels() []api.PowerChannel {
+	return []api.PowerChannel{
+		{Key: "gpu0", Scope: api.ScopeGPU, Index: ptr(0), Name: "NVIDIA GeForce RTX 4090", Source: "nvml", Method: api.MethodMeasured, PowerLimitW: ptr(450.0)},
+		{Key: "gpu1", Scope: api.ScopeGPU, Index: ptr(1), Name: "NVIDIA GeForce RTX 4090", Source: "nvml", Method: api.MethodMeasured, PowerLimitW: ptr(450.0)},
+		{Key: "cpu", Scope: api.ScopeCPU, Name: "AMD Ryzen 9 7950X", Source: "rapl", Method: api.MethodMeasured},
+		{Key: "system", Scope: api.ScopeSystem, Source: "ipmi", Method: api.MethodMeasured},
+	}
+}
+
+func gpuBChannels() []api.PowerChannel {
+	return []api.PowerChannel{
+		{Key: "gpu0", Scope: api.ScopeGPU, Index: ptr(0), Name: "NVIDIA A100 80GB PCIe", Source: "nvidia-smi", Method: api.MethodMeasured, PowerLimitW: ptr(300.0)},
+		{Key: "cpu", Scope: api.ScopeCPU, Name: "Intel Xeon Gold 6338", Source: "rapl", Method: api.MethodMeasured},
+		{Key: "system", Scope: api.ScopeSystem, Source: "estimate", Method: api.MethodEstimated},
+	}
+}
+
+// history builds the last hour of a worker at one-minute windows up to
+// t0: values gives a minute's readings, nil for a window without any.
+func history(workerID string, channels []api.PowerChannel, machine string, values func(minute int) map[string]float64) api.PowerHistory {
+	h := api.PowerHistory{WorkerID: workerID, Range: api.Range1h, ResolutionSeconds: 60, Channels: channels,
+		Points: []api.PowerPoint{}}
+	if machine != "" {
+		h.Machine = &machine
+	}
+	var joules, peak float64
+	for i := range 60 {
+		v := values(i)
+		if v == nil {
+			continue
+		}
+		h.Points = append(h.Points, api.PowerPoint{T: t0.Add(time.Duration(i-60) * time.Minute), Values: v})
+		joules += v["system"] * 60
+		peak = max(peak, v["system"])
+	}
+	if n := len(h.Points); n > 0 {
+		h.Totals = api.PowerTotals{EnergyKWh: joules / 3.6e6, AvgW: joules / float64(60*n), PeakW: peak, Coverage: float64(n) / 60}
+	}
+	return h
+}
+
+// gpuAHistory is a busy hour of gpu-a, without a gap: both GPUs follow
+// the load, gpu1 lagging.
+func gpuAHistory() api.PowerHistory {
+	return history("wk_01hq3a", gpuAChannels(), api.MethodMeasured, func(i int) map[string]float64 {
+		load := 0.5 + 0.5*math.Sin(float64(i)/7)
+		lag := 0.5 + 0.5*math.Sin(float64(i-6)/7)
+		v := map[string]float64{"gpu0": math.Round(40 + 360*load), "gpu1": math.Round(30 + 280*lag*lag), "cpu": math.Round(25 + 40*load)}
+		v["system"] = 90 + v["gpu0"] + v["gpu1"] + v["cpu"]
+		return v
+	})
+}
+
+// gpuBHistory is gpu-b's hour with gaps: the machine silent for minutes
+// 15-24 (its link was down), and its GPU alone unread for minutes 40-43.
+func gpuBHistory() api.PowerHistory {
+	return history("wk_01hq3b", gpuBChannels(), api.MethodEstimated, func(i int) map[string]float64 {
+		if i >= 15 && i < 25 {
+			return nil
+		}
+		load := 0.5 + 0.5*math.Cos(float64(i)/9)
+		v := map[string]float64{"gpu0": math.Round(60 + 230*load), "cpu": math.Round(35 + 30*load)}
+		v["system"] = 80 + v["gpu0"] + v["cpu"]
+		if i >= 40 && i < 44 {
+			delete(v, "gpu0")
+		}
+		return v
+	})
+}
+
+// fixturePower is every worker's history; the others have none.
+func fixturePower() map[string]api.PowerHistory {
+	return map[string]api.PowerHistory{"wk_01hq3a": gpuAHistory(), "wk_01hq3b": gpuBHistory()}
 }
 
 // fixtureInflight is a mix of running, streaming, queued and embedding
@@ -190,6 +280,9 @@ type fakeSource struct {
 	summary   api.UsageSummary
 	rows      []api.UsageRow
 	events    []api.WorkerEvent
+	power     map[string]api.PowerHistory // by worker id; others have no readings
+	powerErr  error                       // every WorkerPower call fails with it
+	powerQs   []string                    // the workers and ranges asked for
 	err       error
 	delay     time.Duration // every Workers call takes this long
 	polls     int           // Workers calls: one per poll
@@ -207,6 +300,7 @@ func newFake() *fakeSource {
 			Requests: 48213, Succeeded: 47650, Failed: 512, Cancelled: 51, TotalTokens: 9_876_543,
 		}},
 		events: fixtureEvents(),
+		power:  fixturePower(),
 	}
 }
 
@@ -269,6 +363,20 @@ func (f *fakeSource) UsageLogs(context.Context, client.LogsQuery) ([]api.UsageRo
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([]api.UsageRow(nil), f.rows...), f.err
+}
+
+func (f *fakeSource) WorkerPower(_ context.Context, workerID, rng string) (api.PowerHistory, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.powerQs = append(f.powerQs, workerID+" "+rng)
+	if err := cmp.Or(f.powerErr, f.err); err != nil {
+		return api.PowerHistory{}, err
+	}
+	h, ok := f.power[workerID]
+	if !ok {
+		return api.PowerHistory{WorkerID: workerID, Range: rng, ResolutionSeconds: 60, Channels: []api.PowerChannel{}, Points: []api.PowerPoint{}}, nil
+	}
+	return h, nil
 }
 
 func (f *fakeSource) stats() (polls, maxActive int) {

@@ -61,6 +61,7 @@ type snapshot struct {
 	workers      []api.Worker
 	haveWorkers  bool
 	latest       string
+	power        powerHistory // the Power pane's chart; see power.go
 }
 
 // wideWidth is where the panes go side by side: below it the lists need
@@ -96,7 +97,6 @@ type Model struct {
 	inflight   inflightPane
 	workers    workersPane
 	traffic    trafficPane
-	power      powerPane
 	rental     rentalPane
 	details    detailsModel
 	detailsSeq int
@@ -109,6 +109,11 @@ type Model struct {
 	retryIn time.Duration
 	lastOK  time.Time // when a poll last returned data
 	everOK  bool
+
+	// The Power pane's history fetch; see power.go.
+	historyBusy bool      // a fetch is in flight
+	historyOf   string    // the worker last fetched
+	historyAt   time.Time // when that fetch began
 }
 
 func newModel(ctx context.Context, src Source, opts Options, r *lipgloss.Renderer) Model {
@@ -149,6 +154,19 @@ func (m Model) pollCmd() tea.Cmd {
 
 // Update handles a message; see the message types for where each comes from.
 func (m Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
+	next, cmd := m.update(msg)
+	m = next.(Model)
+	// The chart follows its subject whatever moved it (a key, a filter, a
+	// poll that dropped the selected worker), so it is checked after each
+	// message rather than by each handler.
+	if fetch := m.historyCmd(); fetch != nil {
+		return m, tea.Batch(cmd, fetch)
+	}
+	return m, cmd
+}
+
+// update is Update before the history check.
+func (m Model) update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	switch msg := msg.(type) {
 	case tea.WindowSizeMsg:
 		m.width, m.height = msg.Width, msg.Height
@@ -163,6 +181,10 @@ func (m Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 			return m, nil
 		}
 		return m, m.pollCmd()
+	case historyMsg:
+		m.historyBusy = false
+		m.data.power = m.data.power.apply(msg)
+		return m, nil
 	case eventsMsg:
 		if m.details.kind == workerDetails && msg.seq == m.details.seq {
 			m.details.events, m.details.eventsErr, m.details.eventsLoaded = msg.events, msg.err, true
@@ -221,6 +243,21 @@ func (m Model) applyPoll(msg pollMsg) (tea.Model, tea.Cmd) {
 	return m, tick(m.ctx, delay, m.clock)
 }
 
+// historyCmd starts a fetch of the Power pane's subject's history when it
+// is due: at once for a new subject, else historyEvery after the last
+// fetch began. Never two at a time, nor while paused or after quitting.
+func (m *Model) historyCmd() tea.Cmd {
+	if m.historyBusy || m.paused || m.ctx.Err() != nil {
+		return nil
+	}
+	w, ok := powerSubject(m.data.workers, m.workers.list)
+	if !ok || (w.WorkerID == m.historyOf && m.now.Sub(m.historyAt) < historyEvery) {
+		return nil
+	}
+	m.historyBusy, m.historyOf, m.historyAt = true, w.WorkerID, m.now
+	return fetchHistory(m.ctx, m.src, w.WorkerID, pollTimeout(m.interval))
+}
+
 // list is the focused-list state of pane id, nil for panes without a list.
 func (m *Model) list(id paneID) *listState {
 	switch id {
@@ -258,7 +295,7 @@ func (m *Model) pane(id paneID) pane {
 	case paneTraffic:
 		return m.traffic
 	case panePower:
-		return m.power
+		return powerPane{selection: m.workers.list}
 	default:
 		return m.rental
 	}
@@ -461,11 +498,11 @@ func (m Model) panes(c common, width, height int) string {
 		rw := width - lw
 		ih := height / 2
 		left := vjoin(view(paneInflight, lw, ih), view(paneWorkers, lw, height-ih))
-		// Traffic takes what its tallest sparklines use; the placeholders
-		// share the rest.
+		// Traffic takes what its tallest sparklines use and rental spend
+		// its one line; power, whose chart grows with the room, the rest.
 		th := min(height-6, 23)
-		ph := (height - th) / 2
-		right := vjoin(view(paneTraffic, rw, th), view(panePower, rw, ph), view(paneRental, rw, height-th-ph))
+		const rh = 3
+		right := vjoin(view(paneTraffic, rw, th), view(panePower, rw, height-th-rh), view(paneRental, rw, rh))
 		return hjoin(left, right)
 	default:
 		const bottom = 3

@@ -308,9 +308,7 @@ func TestRenderPlaceholders(t *testing.T) {
 		name string
 		out  string
 	}{
-		{"power-nil", renderPower(nil, 40, 3, false, st)},
 		{"rental-nil", renderRental(nil, 40, 3, true, st)},
-		{"power-data", renderPower(&powerData{Watts: 1234, Reporting: 2, Workers: 3}, 40, 3, false, st)},
 		{"rental-data", renderRental(&rentalData{Currency: "usd", PerHour: 2.4, Today: 31.2}, 40, 3, false, st)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,8 +1,13 @@
 package tui
 
 import (
+	"strconv"
+
 	"github.com/charmbracelet/bubbles/help"
 	"github.com/charmbracelet/lipgloss"
+	"github.com/muesli/termenv"
+
+	"github.com/svc-dev/svc/internal/chart"
 )
 
 // styles is every style the dashboard uses, built from one renderer so the
@@ -32,6 +37,10 @@ type styles struct {
 	sim  lipgloss.Style // the simulated-worker marker
 
 	spark lipgloss.Style // sparkline blocks
+
+	// color says the profile shows colours: charts tell their lines apart
+	// by colour when it does, by marks otherwise.
+	color bool
 
 	statusOK    lipgloss.Style
 	statusWarn  lipgloss.Style
@@ -70,6 +79,8 @@ func newStyles(r *lipgloss.Renderer) *styles {
 
 	s.spark = r.NewStyle().Foreground(cyan)
 
+	s.color = r.ColorProfile() != termenv.Ascii
+
 	s.statusOK = r.NewStyle().Foreground(green)
 	s.statusWarn = r.NewStyle().Foreground(yellow)
 	s.statusError = r.NewStyle().Foreground(red).Bold(true)
@@ -86,4 +97,10 @@ func newStyles(r *lipgloss.Renderer) *styles {
 		FullSeparator:  s.dim,
 	}
 	return s
+}
+
+// series is the style of a chart's i-th line: the colour `svc workers
+// power` gives it too.
+func (s *styles) series(i int) lipgloss.Style {
+	return s.r.NewStyle().Foreground(lipgloss.Color(strconv.Itoa(chart.ANSIColor(i))))
 }

@@ -296,15 +296,21 @@ func TestTeaResize(t *testing.T) {
 	for _, size := range []struct {
 		name string
 		w, h int
+		// ready is drawn once the frame is complete: the wide layout
+		// charts edge-1's power history, fetched after the first poll.
+		ready string
 	}{
-		{"160x45", 160, 45},
-		{"120x40", 120, 40},
-		{"60x12", 60, 12}, // too small for five panes: the focused one only
+		{"160x45", 160, 45, "no power readings in the last hour"},
+		{"120x40", 120, 40, ""},
+		{"60x12", 60, 12, ""}, // too small for five panes: the focused one only
 	} {
 		t.Run(size.name, func(t *testing.T) {
 			tm := startTea(t, newFake(), 80, 24)
 			waitFor(t, tm, "local-sim")
 			tm.Send(tea.WindowSizeMsg{Width: size.w, Height: size.h})
+			if size.ready != "" {
+				waitFor(t, tm, size.ready)
+			}
 			m := quit(t, tm)
 			view := m.View()
 			requireSize(t, view, size.w, size.h)
