@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -424,12 +425,39 @@ func (a *Agent) sendPower(sess *link.Session, sent time.Time) time.Time {
 	if len(windows) == 0 {
 		return sent
 	}
-	b, err := json.Marshal(api.PowerReport{Channels: a.power.Channels(), Machine: a.power.Machine(), Windows: windows})
-	if err != nil || !sess.SendControl(link.TypePower, b) {
-		return sent
+	for _, r := range powerReports(a.power.Channels(), a.power.Machine(), windows) {
+		if !sess.SendControl(link.TypePower, r.payload) {
+			break
+		}
+		sent = r.through
 	}
-	last := windows[len(windows)-1]
-	return last.Start.Add(time.Duration(last.Seconds * float64(time.Second)))
+	return sent
+}
+
+// powerBatch is how many windows one report carries at most: twenty
+// minutes of ten-second windows, 150 kB for a machine of sixteen
+// GPUs, so that the backlog of a long outage never makes a frame larger
+// than the link carries.
+const powerBatch = 120
+
+// powerReport is an encoded report and the end of its last window.
+type powerReport struct {
+	payload []byte
+	through time.Time
+}
+
+// powerReports encodes windows as reports of at most powerBatch windows.
+func powerReports(channels []api.PowerChannel, machine string, windows []api.PowerWindow) []powerReport {
+	var out []powerReport
+	for batch := range slices.Chunk(windows, powerBatch) {
+		b, err := json.Marshal(api.PowerReport{Channels: channels, Machine: machine, Windows: batch})
+		if err != nil || len(b) > link.MaxPayload {
+			break // not a number JSON can carry, or channels beyond reason
+		}
+		last := batch[len(batch)-1]
+		out = append(out, powerReport{payload: b, through: last.Start.Add(time.Duration(last.Seconds * float64(time.Second)))})
+	}
+	return out
 }
 
 // signalOne wakes a waiter without blocking.
