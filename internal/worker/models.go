@@ -153,8 +153,14 @@ func (a *Agent) modelLoop(ctx context.Context) {
 	}
 }
 
+// installProgressEvery is how often an install's progress is reported:
+// the gateway shows it as a rental's download progress, so it moves every
+// second, but not on every line an engine reports.
+const installProgressEvery = time.Second
+
 // pullModels installs the models asked for at start, reporting progress
-// to the gateway as worker events.
+// to the gateway as worker events. Progress at 100% need not be sent: the
+// completed event that follows ends the install.
 func (a *Agent) pullModels(ctx context.Context) {
 	if len(a.cfg.Pull) == 0 {
 		return
@@ -175,8 +181,7 @@ func (a *Agent) pullModels(ctx context.Context) {
 			Metadata: map[string]any{"model": model, "state": "started"}})
 		last := time.Time{}
 		err := inst.Pull(ctx, model, func(p api.PullProgress) {
-			// Progress is reported every few seconds, not per line.
-			if time.Since(last) < 5*time.Second || p.Total == 0 {
+			if time.Since(last) < installProgressEvery || p.Total == 0 {
 				return
 			}
 			last = time.Now()
@@ -185,27 +190,43 @@ func (a *Agent) pullModels(ctx context.Context) {
 		})
 		if err != nil {
 			a.log.Error("model install failed", "model", model, "err", err)
-			a.report(api.WorkerEventReport{EventType: api.EventModelInstall, Detail: "install of " + model + " failed: " + err.Error(),
+			a.reportOnLink(ctx, api.WorkerEventReport{EventType: api.EventModelInstall, Detail: "install of " + model + " failed: " + err.Error(),
 				Metadata: map[string]any{"model": model, "state": "failed"}})
 			continue
 		}
-		a.report(api.WorkerEventReport{EventType: api.EventModelInstall, Detail: "installed " + model,
-			Metadata: map[string]any{"model": model, "state": "completed"}})
 		a.refreshModels(ctx)
+		a.reportOnLink(ctx, api.WorkerEventReport{EventType: api.EventModelInstall, Detail: "installed " + model,
+			Metadata: map[string]any{"model": model, "state": "completed"}})
 	}
 }
 
-func (a *Agent) report(ev api.WorkerEventReport) {
+// reportOnLink reports ev once the link is up, for the events the gateway
+// must not miss: how an install ended is what makes a rental ready, and
+// an install can end before the first connection (a model the engine has
+// already) or while the link is down. Progress may be lost; this may not.
+func (a *Agent) reportOnLink(ctx context.Context, ev api.WorkerEventReport) {
+	t := time.NewTicker(250 * time.Millisecond)
+	defer t.Stop()
+	for !a.report(ev) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// report sends ev to the gateway and says whether it went: events are
+// not kept while the link is down.
+func (a *Agent) report(ev api.WorkerEventReport) bool {
 	b, err := json.Marshal(ev)
 	if err != nil {
-		return
+		return false
 	}
 	a.mu.Lock()
 	s := a.sess
 	a.mu.Unlock()
-	if s != nil {
-		s.SendControl(link.TypeEvent, b)
-	}
+	return s != nil && s.SendControl(link.TypeEvent, b)
 }
 
 // LoadModelMeta reads a JSON file of per-model overrides:

@@ -4,10 +4,15 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/engine"
+	"github.com/svc-dev/svc/internal/fleet"
+	"github.com/svc-dev/svc/internal/link"
+	"github.com/svc-dev/svc/internal/link/linktest"
 )
 
 // listEngine lists fixed models, or fails.
@@ -104,4 +109,176 @@ func TestModelsKeptWhenAnEngineFails(t *testing.T) {
 	if eng, local := a.engineFor("stt-large-v3"); eng != e || local != "whisper-large-v3" || len(a.models) != 1 {
 		t.Fatalf("after a failed listing: %v %q %v", eng, local, a.models)
 	}
+}
+
+// installEngine installs a model by reporting progress every step, steps
+// times, once start is closed (a nil start does not wait).
+type installEngine struct {
+	stubEngine
+	start chan struct{}
+	step  time.Duration
+	steps int
+
+	mu        sync.Mutex
+	installed []string
+}
+
+func (e *installEngine) Models(context.Context) ([]api.Model, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := []api.Model{{ID: "m", Capabilities: []string{api.CapChat}}}
+	for _, id := range e.installed {
+		out = append(out, api.Model{ID: id, Capabilities: []string{api.CapChat}})
+	}
+	return out, nil
+}
+
+func (e *installEngine) Pull(ctx context.Context, model string, progress func(api.PullProgress)) error {
+	if e.start != nil {
+		select {
+		case <-e.start:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	for i := range e.steps + 1 {
+		progress(api.PullProgress{Status: "pulling", Total: int64(e.steps), Completed: int64(i)})
+		if i < e.steps {
+			time.Sleep(e.step)
+		}
+	}
+	e.mu.Lock()
+	e.installed = append(e.installed, model)
+	e.mu.Unlock()
+	return nil
+}
+
+// eventLog records the model_install events the gateway gets, with when
+// they came.
+type eventLog struct {
+	mu     sync.Mutex
+	events []api.WorkerEvent
+	at     []time.Time
+}
+
+func (l *eventLog) RecordEvent(_ string, ev api.WorkerEvent) {
+	if ev.EventType != api.EventModelInstall {
+		return
+	}
+	l.mu.Lock()
+	l.events = append(l.events, ev)
+	l.at = append(l.at, time.Now())
+	l.mu.Unlock()
+}
+
+func (l *eventLog) states() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, ev := range l.events {
+		s, _ := ev.Metadata["state"].(string)
+		out = append(out, s)
+	}
+	return out
+}
+
+// runPulls runs an agent that installs models, connecting after
+// dialDelay, until the test ends.
+func runPulls(t *testing.T, eng engine.Engine, models []string, dialDelay time.Duration) (*fleet.Fleet, *eventLog) {
+	log := &eventLog{}
+	f := fleet.New(fleet.Config{Grace: 5 * time.Second, Hold: time.Second, Events: log})
+	var links sync.WaitGroup
+	cfg := Config{Gateway: "http://unused", Token: "t", Name: "box", Engines: []engine.Engine{eng}, Pull: models,
+		Dial: func(ctx context.Context) (link.Conn, error) {
+			select {
+			case <-time.After(dialDelay):
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			gw, wk := linktest.Pipe()
+			links.Go(func() {
+				if hello, err := fleet.ReadHello(gw); err == nil {
+					_ = f.Connect(context.Background(), "org", hello, gw)
+				}
+			})
+			return wk, nil
+		}}
+	a, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		links.Wait()
+	})
+	return f, log
+}
+
+func waitFor(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func healthy(f *fleet.Fleet) bool {
+	ws := f.Workers("org")
+	return len(ws) == 1 && ws[0].Status == api.StatusHealthy
+}
+
+// Install progress goes to the gateway at most once a second, and the
+// completed event ends it with the model already listed.
+func TestPullProgressOnceASecond(t *testing.T) {
+	eng := &installEngine{start: make(chan struct{}), step: 10 * time.Millisecond, steps: 150}
+	f, log := runPulls(t, eng, []string{"big"}, 0)
+	waitFor(t, "the worker to connect", func() bool { return healthy(f) })
+	close(eng.start)
+	waitFor(t, "the install to complete", func() bool { return slices.Contains(log.states(), "completed") })
+
+	// The started event goes as the worker starts, before it has
+	// connected unless it is quick: only how an install ends is sure to
+	// arrive.
+	states := log.states()
+	skip := 0
+	if states[0] == "started" {
+		skip = 1
+	}
+	if states[len(states)-1] != "completed" {
+		t.Fatalf("install events %q", states)
+	}
+	progress := states[skip : len(states)-1]
+	if n := len(progress); n < 2 || n > 3 || slices.ContainsFunc(progress, func(s string) bool { return s != "progress" }) {
+		t.Fatalf("install events %q: want 2 or 3 progress events over 1.5 s", states)
+	}
+	log.mu.Lock()
+	for i := skip + 1; i < len(states)-1; i++ {
+		if gap := log.at[i].Sub(log.at[i-1]); gap < 900*time.Millisecond {
+			t.Errorf("progress events %v apart", gap)
+		}
+	}
+	first := log.events[skip].Metadata
+	log.mu.Unlock()
+	if first["total"] != float64(150) || first["model"] != "big" {
+		t.Errorf("progress metadata %v", first)
+	}
+	ws := f.Workers("org")
+	if !slices.ContainsFunc(ws[0].Models, func(m api.Model) bool { return m.ID == "big" }) {
+		t.Errorf("the installed model is not listed: %+v", ws[0].Models)
+	}
+}
+
+// An install that ends before the worker first connects is still
+// reported: the gateway waits for it to call a rental ready.
+func TestPullCompletedBeforeConnecting(t *testing.T) {
+	eng := &installEngine{}
+	_, log := runPulls(t, eng, []string{"small"}, 300*time.Millisecond)
+	waitFor(t, "the completed event", func() bool { return slices.Contains(log.states(), "completed") })
 }

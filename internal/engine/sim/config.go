@@ -27,6 +27,9 @@ type Config struct {
 	// synthesising a clip takes AudioRTF times its duration (0.02 turns a
 	// minute of audio around in 1.2 s); 0 is no delay.
 	AudioRTF float64
+	// PullTime is how long Engine.Pull takes to install a model; 0 is
+	// at once.
+	PullTime time.Duration
 	// Models are the models served; DefaultModels when empty.
 	Models []ModelSpec
 	// LlamaTimings adds a llama.cpp-style timings object to HTTP replies.
@@ -48,7 +51,10 @@ const (
 	DefaultLoadTime        = 1500 * time.Millisecond
 	// DefaultAudioRTF is about what a whisper-large-v3-turbo or a Kokoro
 	// on a datacenter GPU does.
-	DefaultAudioRTF       = 0.02
+	DefaultAudioRTF = 0.02
+	// DefaultPullTime is long enough for an install's progress to show,
+	// short enough not to hold up a demo.
+	DefaultPullTime       = 3 * time.Second
 	defaultReasoningField = "reasoning_content"
 )
 
@@ -59,6 +65,7 @@ func DefaultConfig() Config {
 		TTFT:            DefaultTTFT,
 		LoadTime:        DefaultLoadTime,
 		AudioRTF:        DefaultAudioRTF,
+		PullTime:        DefaultPullTime,
 	}
 }
 
@@ -97,9 +104,9 @@ func sleep(ctx context.Context, d time.Duration) error {
 
 // ParseOptions reads the options of `--engine sim=...`, a comma-separated
 // list such as "tps=200,ttft=20ms,latency=0,load=1500ms,timings=1", on top
-// of DefaultConfig. Keys: tps, ttft, latency, load, rtf (AudioRTF), timings
-// and reasoning_field. Durations take Go syntax; a bare number is
-// milliseconds.
+// of DefaultConfig. Keys: tps, ttft, latency, load, rtf (AudioRTF), pull
+// (PullTime), timings and reasoning_field. Durations take Go syntax; a
+// bare number is milliseconds.
 func ParseOptions(s string) (Config, error) {
 	cfg := DefaultConfig()
 	for _, item := range strings.Split(s, ",") {
@@ -124,6 +131,8 @@ func ParseOptions(s string) (Config, error) {
 			cfg.LoadTime, err = parseDuration(val)
 		case "rtf":
 			cfg.AudioRTF, err = parseRate(val)
+		case "pull":
+			cfg.PullTime, err = parseDuration(val)
 		case "timings":
 			cfg.LlamaTimings, err = parseBool(val)
 		case "reasoning_field":
@@ -132,7 +141,7 @@ func ParseOptions(s string) (Config, error) {
 			}
 			cfg.ReasoningField = val
 		default:
-			return Config{}, fmt.Errorf("sim option %q: unknown key (want tps, ttft, latency, load, rtf, timings or reasoning_field)", key)
+			return Config{}, fmt.Errorf("sim option %q: unknown key (want tps, ttft, latency, load, rtf, pull, timings or reasoning_field)", key)
 		}
 		if err != nil {
 			return Config{}, fmt.Errorf("sim option %s: %w", key, err)

@@ -16,20 +16,25 @@ func TestParseOptions(t *testing.T) {
 		wantErr bool
 	}{
 		{name: "empty is defaults", in: "", want: DefaultConfig()},
-		{name: "full", in: "tps=200,ttft=20ms,latency=0,load=1500ms,timings=1", want: Config{
+		{name: "full", in: "tps=200,ttft=20ms,latency=0,load=1500ms,pull=10s,timings=1", want: Config{
 			TokensPerSecond: 200, TTFT: 20 * time.Millisecond, LoadTime: 1500 * time.Millisecond, LlamaTimings: true, AudioRTF: 0.02,
+			PullTime: 10 * time.Second,
 		}},
 		{name: "bare numbers are milliseconds", in: "ttft=5, latency=2.5", want: Config{
 			TokensPerSecond: 100, TTFT: 5 * time.Millisecond, Latency: 2500 * time.Microsecond, LoadTime: 1500 * time.Millisecond, AudioRTF: 0.02,
+			PullTime: DefaultPullTime,
 		}},
-		{name: "fast", in: "tps=0,ttft=0,load=0,rtf=0", want: Config{}},
+		{name: "fast", in: "tps=0,ttft=0,load=0,rtf=0,pull=0", want: Config{}},
 		{name: "audio pace", in: "rtf=0.5", want: Config{
 			TokensPerSecond: 100, TTFT: 30 * time.Millisecond, LoadTime: 1500 * time.Millisecond, AudioRTF: 0.5,
+			PullTime: DefaultPullTime,
 		}},
 		{name: "reasoning field", in: "reasoning_field=reasoning,timings=off", want: Config{
 			TokensPerSecond: 100, TTFT: 30 * time.Millisecond, LoadTime: 1500 * time.Millisecond, ReasoningField: "reasoning", AudioRTF: 0.02,
+			PullTime: DefaultPullTime,
 		}},
-		{name: "trailing comma", in: "tps=5,", want: Config{TokensPerSecond: 5, TTFT: 30 * time.Millisecond, LoadTime: 1500 * time.Millisecond, AudioRTF: 0.02}},
+		{name: "trailing comma", in: "tps=5,", want: Config{TokensPerSecond: 5, TTFT: 30 * time.Millisecond, LoadTime: 1500 * time.Millisecond, AudioRTF: 0.02,
+			PullTime: DefaultPullTime}},
 		{name: "unknown key", in: "speed=3", wantErr: true},
 		{name: "no value", in: "tps", wantErr: true},
 		{name: "negative rate", in: "tps=-1", wantErr: true},
@@ -37,6 +42,7 @@ func TestParseOptions(t *testing.T) {
 		{name: "nan rate", in: "tps=NaN", wantErr: true},
 		{name: "bad duration", in: "ttft=soon", wantErr: true},
 		{name: "negative duration", in: "latency=-5ms", wantErr: true},
+		{name: "bad pull time", in: "pull=later", wantErr: true},
 		{name: "bad bool", in: "timings=maybe", wantErr: true},
 		{name: "empty reasoning field", in: "reasoning_field=", wantErr: true},
 	}
@@ -51,7 +57,7 @@ func TestParseOptions(t *testing.T) {
 			}
 			if got.TokensPerSecond != tt.want.TokensPerSecond || got.TTFT != tt.want.TTFT || got.Latency != tt.want.Latency ||
 				got.LoadTime != tt.want.LoadTime || got.LlamaTimings != tt.want.LlamaTimings || got.ReasoningField != tt.want.ReasoningField ||
-				got.AudioRTF != tt.want.AudioRTF {
+				got.AudioRTF != tt.want.AudioRTF || got.PullTime != tt.want.PullTime {
 				t.Fatalf("ParseOptions(%q) = %+v, want %+v", tt.in, got, tt.want)
 			}
 		})

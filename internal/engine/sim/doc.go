@@ -31,6 +31,12 @@
 // spaces and punctuation, about 65 ms a letter, each voice at its own
 // pitch. Both take Config.AudioRTF times the clip's length.
 //
+// Engine is also an engine.Installer, so `svc worker --pull ID` works
+// against it: Pull pretends to download 4 GiB over Config.PullTime
+// (option pull, 3 s by default), reporting progress in Ollama's steps,
+// and then serves ID as a plain simulated chat model. Installing a model
+// it serves already succeeds at once.
+//
 // A completion (api.KindCompletion, POST /v1/completions) is planned as
 // the chat reply to its prompt as one user message, without thinking: a
 // raw prompt has no chat template to open a thinking block.

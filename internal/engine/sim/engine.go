@@ -47,8 +47,9 @@ func (e *Engine) Models(ctx context.Context) ([]api.Model, error) {
 		return nil, fmt.Errorf("list sim models: %w", err)
 	}
 	now := e.sim.cfg.Now()
-	out := make([]api.Model, 0, len(e.sim.models.order))
-	for _, m := range e.sim.models.order {
+	models := e.sim.models.all()
+	out := make([]api.Model, 0, len(models))
+	for _, m := range models {
 		out = append(out, m.listing(now))
 	}
 	return out, nil

@@ -64,8 +64,9 @@ func (h *httpFace) notFound(w http.ResponseWriter, r *http.Request) {
 // have a context window (the audio models have none).
 func (h *httpFace) models(w http.ResponseWriter, _ *http.Request) {
 	created := h.sim.cfg.Now().Unix()
-	data := make([]object, 0, len(h.sim.models.order))
-	for _, m := range h.sim.models.order {
+	models := h.sim.models.all()
+	data := make([]object, 0, len(models))
+	for _, m := range models {
 		o := object{
 			{"id", m.spec.ID},
 			{"object", "model"},

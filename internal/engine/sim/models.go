@@ -113,9 +113,11 @@ func (m *model) listing(now time.Time) api.Model {
 	return out
 }
 
-// catalog is the fixed set of models a simulator serves. The map is built
-// once and only read afterwards; per-model state has its own lock.
+// catalog is the set of models a simulator serves: the configured ones,
+// then those Pull installed. Models are only ever added, so a *model
+// handed out stays valid; per-model state has its own lock.
 type catalog struct {
+	mu    sync.RWMutex
 	order []*model
 	byID  map[string]*model
 }
@@ -123,17 +125,34 @@ type catalog struct {
 func newCatalog(specs []ModelSpec) *catalog {
 	c := &catalog{byID: make(map[string]*model, len(specs))}
 	for _, s := range specs {
-		if _, dup := c.byID[s.ID]; dup || s.ID == "" {
-			continue // first definition wins
-		}
-		m := &model{spec: s}
-		c.order = append(c.order, m)
-		c.byID[s.ID] = m
+		c.add(s)
 	}
 	return c
 }
 
+// add serves spec unless a model of its id is served already: the first
+// definition wins.
+func (c *catalog) add(s ModelSpec) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, dup := c.byID[s.ID]; dup || s.ID == "" {
+		return
+	}
+	m := &model{spec: s}
+	c.order = append(c.order, m)
+	c.byID[s.ID] = m
+}
+
 func (c *catalog) lookup(id string) (*model, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
 	m, ok := c.byID[id]
 	return m, ok
+}
+
+// all is the models in the order they were added.
+func (c *catalog) all() []*model {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return slices.Clone(c.order)
 }
