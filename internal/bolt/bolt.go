@@ -40,6 +40,7 @@ var (
 	bucketPower3600    = []byte("power_3600")
 	bucketPowerThrough = []byte("power_through")
 	bucketPowerChans   = []byte("power_channels")
+	bucketRentals      = []byte("rentals")
 
 	keySchemaVersion = []byte("schema_version")
 )
@@ -64,6 +65,7 @@ func migrations() []migration {
 		{4, "power history", func(tx *bbolt.Tx) error {
 			return createBuckets(tx, bucketPower60, bucketPower300, bucketPower3600, bucketPowerThrough, bucketPowerChans)
 		}},
+		{5, "rentals", func(tx *bbolt.Tx) error { return createBuckets(tx, bucketRentals) }},
 	}
 }
 

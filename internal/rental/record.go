@@ -1,0 +1,127 @@
+package rental
+
+import (
+	"time"
+
+	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/money"
+)
+
+// record is a rental as the ledger keeps it.
+type record struct {
+	ID         string    `json:"id"`
+	OrgID      string    `json:"org_id"`
+	Name       string    `json:"name"`
+	GPUModelID string    `json:"gpu_model_id"`
+	Label      string    `json:"label"`
+	TierID     string    `json:"tier_id"` // requested
+	TierLabel  string    `json:"tier_label"`
+	Models     []string  `json:"models"`
+	Price      money.GBP `json:"price_pence_per_hour"`
+	Status     string    `json:"status"`
+	WorkerID   string    `json:"worker_id"`
+	TokenID    string    `json:"token_id"`
+	CreatedAt  time.Time `json:"created_at"`
+	// StartedAt is when the worker first connected: billing starts there.
+	StartedAt *time.Time `json:"started_at,omitempty"`
+	// StopRequestedAt is when a stop was asked for (or decided): billing
+	// ends there, even if the provider takes a while to confirm.
+	StopRequestedAt *time.Time `json:"stop_requested_at,omitempty"`
+	StopReason      string     `json:"stop_reason,omitempty"`
+	// StoppedAt is set once the provider confirmed the machine is gone.
+	StoppedAt *time.Time `json:"stopped_at,omitempty"`
+	Error     string     `json:"error,omitempty"`
+	BootPhase string     `json:"boot_phase,omitempty"`
+
+	// Placement: where the machine is, once the provider has it.
+	Provider   string     `json:"provider"`
+	InstanceID string     `json:"instance_id,omitempty"`
+	Placed     *Offer     `json:"placed,omitempty"`
+	PlacedAt   *time.Time `json:"placed_at,omitempty"`
+
+	// Installed are the requested variants the worker has installed.
+	Installed []string         `json:"installed,omitempty"`
+	Notes     []api.RentalNote `json:"notes"`
+}
+
+// downloads is the live progress of a rental's installs, by variant id:
+// the share done (0..1). It is not kept in the ledger; the worker reports
+// it again.
+type downloads map[string]float64
+
+func (r *record) note(at time.Time, typ, detail string) {
+	r.Notes = append(r.Notes, api.RentalNote{At: at, Type: typ, Detail: detail})
+}
+
+func (r *record) active() bool { return r.Status != api.RentalStopped }
+
+// view is the rental as the API shows it at now.
+func (r *record) view(now time.Time, dl downloads, sizes func(string) float64) api.Rental {
+	secs := r.billedSeconds(r.billingEnd(now))
+	v := api.Rental{
+		ID: r.ID, Name: r.Name, GPUModelID: r.GPUModelID, Label: r.Label,
+		RequestedTierID: r.TierID, TierLabel: r.TierLabel, Status: r.Status, WorkerID: r.WorkerID,
+		Models: append([]string{}, r.Models...), PricePerHourGBP: r.Price,
+		AccruedCostGBP: cost(r.Price, secs), HoursBilled: hours(secs), SecondsBilled: secs,
+		Connected: r.StartedAt != nil, StartedAt: r.StartedAt, StoppedAt: r.StoppedAt,
+		CreatedAt: r.CreatedAt, Provider: r.Provider,
+	}
+	if r.Error != "" {
+		e := r.Error
+		v.Error = &e
+	}
+	if r.BootPhase != "" {
+		p := r.BootPhase
+		v.BootPhase = &p
+	}
+	if r.Status != api.RentalStopped && len(dl) > 0 {
+		var total, done float64
+		for _, id := range r.Models {
+			size := sizes(id) * 1e9
+			total += size
+			switch share, ok := dl[id]; {
+			case ok:
+				done += share * size
+			case r.installed(id):
+				done += size
+			}
+		}
+		if total > 0 {
+			v.ModelDownload = &api.ModelDownload{Total: int64(total), Completed: int64(done),
+				ProgressPct: float64(int64(done/total*1000)) / 10}
+		}
+	}
+	return v
+}
+
+// billingEnd is the instant billing is counted to: the stop request, once
+// there is one, else now.
+func (r *record) billingEnd(now time.Time) time.Time {
+	if r.StopRequestedAt != nil && r.StopRequestedAt.Before(now) {
+		return *r.StopRequestedAt
+	}
+	return now
+}
+
+func (r *record) installed(id string) bool {
+	for _, x := range r.Installed {
+		if x == id {
+			return true
+		}
+	}
+	return false
+}
+
+// placement is the audit view.
+func (r *record) placement() (api.Placement, bool) {
+	if r.Placed == nil || r.PlacedAt == nil {
+		return api.Placement{}, false
+	}
+	t, _ := tierByID(r.Placed.TierID)
+	return api.Placement{
+		RentalID: r.ID, Provider: r.Provider, InstanceID: r.InstanceID,
+		TierID: t.ID, TierLabel: t.Label, Region: r.Placed.Region, Country: r.Placed.Country,
+		OperatorEntity: r.Placed.OperatorEntity, OperatorDomicile: r.Placed.OperatorDomicile,
+		PlacedAt: *r.PlacedAt, Events: append([]api.RentalNote{}, r.Notes...),
+	}, true
+}
