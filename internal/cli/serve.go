@@ -15,10 +15,16 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/client"
 	"github.com/svc-dev/svc/internal/engine"
 	"github.com/svc-dev/svc/internal/engine/sim"
 	"github.com/svc-dev/svc/internal/fleet"
+	"github.com/svc-dev/svc/internal/money"
 	"github.com/svc-dev/svc/internal/power"
+	gpurent "github.com/svc-dev/svc/internal/rental"
+	"github.com/svc-dev/svc/internal/rental/lambda"
+	"github.com/svc-dev/svc/internal/rental/local"
 	"github.com/svc-dev/svc/internal/server"
 	"github.com/svc-dev/svc/internal/worker"
 )
@@ -38,6 +44,22 @@ type ServeOptions struct {
 	KeepAliveAfter time.Duration
 	KeepAliveEvery time.Duration
 	PprofAddr      string
+
+	// GPU rental.
+	RentalProviders []string
+	PublicURL       string
+	RentalWorkerURL string
+	RentalUSDGBP    float64
+	RentalMargin    float64
+	RentalDeadline  time.Duration
+	LocalCapacity   map[string]int
+	LocalEngine     string
+	LambdaSSHKey    string
+	// Hidden, for tests: the Lambda API's URL, the rental clocks.
+	LambdaURL     string
+	RentalTick    time.Duration
+	RentalEvery   time.Duration
+	LocalBootStep time.Duration
 }
 
 // NewCmdServe builds `svc serve`; runF replaces the server in tests.
@@ -66,7 +88,8 @@ is and a ready curl command.`,
 				envFlag{"addr", "SVC_ADDR"}, envFlag{"data", "SVC_DATA"},
 				envFlag{"drain-timeout", "SVC_DRAIN_TIMEOUT"}, envFlag{"queue-hold", "SVC_QUEUE_HOLD"},
 				envFlag{"worker-grace", "SVC_WORKER_GRACE"},
-				envFlag{"log-level", "SVC_LOG_LEVEL"}, envFlag{"log-format", "SVC_LOG_FORMAT"})
+				envFlag{"log-level", "SVC_LOG_LEVEL"}, envFlag{"log-format", "SVC_LOG_FORMAT"},
+				envFlag{"public-url", "SVC_PUBLIC_URL"})
 			if err != nil {
 				return err
 			}
@@ -93,6 +116,22 @@ is and a ready curl command.`,
 	fl.DurationVar(&opts.KeepAliveEvery, "keepalive-every", 15*time.Second, "how often keep-alive bytes and comments are sent")
 	_ = fl.MarkHidden("keepalive-after")
 	_ = fl.MarkHidden("keepalive-every")
+	fl.StringSliceVar(&opts.RentalProviders, "rental-providers", []string{"local"}, "where GPUs are rented: local (this host, simulated GPUs by default), lambda (Lambda Cloud), or none")
+	fl.StringVar(&opts.PublicURL, "public-url", "", "the URL rented machines dial to reach this gateway; the listen address when empty (env SVC_PUBLIC_URL)")
+	fl.StringVar(&opts.RentalWorkerURL, "rental-worker-url", "", "where rented cloud machines download svc (linux/amd64); this release's archive when empty")
+	fl.Float64Var(&opts.RentalUSDGBP, "rental-usd-gbp", 0.79, "pounds per US dollar for providers that price in dollars")
+	fl.Float64Var(&opts.RentalMargin, "rental-margin", 0.10, "margin added to providers' prices (0.10 is 10%)")
+	fl.DurationVar(&opts.RentalDeadline, "rental-deadline", 15*time.Minute, "how long a rental's worker may take to connect before the machine is destroyed")
+	fl.StringToIntVar(&opts.LocalCapacity, "local-capacity", nil, "rentals of each local GPU that may run at once, e.g. sim-l4=2,sim-a100=1")
+	fl.StringVar(&opts.LocalEngine, "local-engine", "sim", "the --engine of local rentals' workers")
+	fl.StringVar(&opts.LambdaSSHKey, "lambda-ssh-key", "", "the Lambda Cloud SSH key name rented machines get; the account's first when empty")
+	fl.StringVar(&opts.LambdaURL, "lambda-url", "", "the Lambda Cloud API's base URL")
+	fl.DurationVar(&opts.RentalTick, "rental-tick", time.Second, "how often rentals are looked after")
+	fl.DurationVar(&opts.RentalEvery, "rental-every", time.Minute, "how often one API key may ask for a rental")
+	fl.DurationVar(&opts.LocalBootStep, "local-boot-step", local.DefaultBootStep, "the pause between a local rental's boot phases")
+	for _, name := range []string{"lambda-url", "rental-tick", "rental-every", "local-boot-step"} {
+		_ = fl.MarkHidden(name)
+	}
 	addPprofFlag(cmd, &opts.PprofAddr)
 	return cmd
 }
@@ -116,6 +155,15 @@ func runServe(ctx context.Context, f *Factory, opts *ServeOptions) error {
 		Fleet:        fleet.Config{Hold: opts.QueueHold, Grace: opts.WorkerGrace},
 		Timing:       server.Timing{KeepAliveAfter: opts.KeepAliveAfter, KeepAliveEvery: opts.KeepAliveEvery},
 	}
+	providers, closeProviders, err := rentalProviders(f, opts, log)
+	if err != nil {
+		return err
+	}
+	defer closeProviders()
+	cfg.Rental = server.RentalConfig{Providers: providers, Gateway: opts.PublicURL,
+		Boot:  gpurent.BootOptions{WorkerURL: workerURL(opts.RentalWorkerURL, f.Build.Version)},
+		Rates: map[string]float64{"USD": opts.RentalUSDGBP}, Margin: opts.RentalMargin,
+		ProvisionDeadline: opts.RentalDeadline, RentEvery: opts.RentalEvery, Tick: opts.RentalTick}
 	var demo errgroup.Group
 	if opts.Demo {
 		cfg.Ready = func(addr string) {
@@ -127,6 +175,84 @@ func runServe(ctx context.Context, f *Factory, opts *ServeOptions) error {
 		err = derr
 	}
 	return err
+}
+
+// demoBilling gives the default organisation of a demo a payment card and
+// £50 of credit, once, so a rental can be tried at once.
+func demoBilling(ctx context.Context, dataDir string) error {
+	c := client.NewSocket(filepath.Join(dataDir, server.SocketFile))
+	o, err := c.Org(ctx, "default")
+	if err != nil || o.Settings.PaymentCardOnFile {
+		return err
+	}
+	if _, err := c.UpdateOrg(ctx, "default", api.OrgPatch{PaymentCardOnFile: api.Some(true)}); err != nil {
+		return err
+	}
+	_, err = c.AddCredit(ctx, "default", money.Pounds(50))
+	return err
+}
+
+// rentalProviders builds the providers --rental-providers names. close
+// stops watching local rentals' workers, which keep running.
+func rentalProviders(f *Factory, opts *ServeOptions, log *slog.Logger) (ps []gpurent.Provider, close func(), err error) {
+	var closers []func()
+	close = func() {
+		for _, c := range closers {
+			c()
+		}
+	}
+	for _, name := range opts.RentalProviders {
+		switch name {
+		case "none":
+		case local.Name:
+			gpus := local.DefaultGPUs()
+			for i := range gpus {
+				if n, ok := opts.LocalCapacity[gpus[i].GPUModelID]; ok {
+					gpus[i].Capacity = n
+				}
+			}
+			p, err := local.New(local.Config{Dir: filepath.Join(opts.DataDir, "rentals", "local"), Engine: opts.LocalEngine,
+				GPUs: gpus, BootStep: opts.LocalBootStep, Logger: log.With("component", "rental-local")})
+			if err != nil {
+				close()
+				return nil, nil, fmt.Errorf("local rentals: %w", err)
+			}
+			ps = append(ps, p)
+			closers = append(closers, func() {
+				if err := p.Close(); err != nil {
+					log.Warn("local rentals", "err", err)
+				}
+			})
+		case "lambda":
+			key, err := lambda.LoadAPIKey(opts.DataDir)
+			if err != nil {
+				close()
+				return nil, nil, fmt.Errorf("lambda rentals: %w (set LAMBDA_API_KEY or write the key to %s, mode 0600)",
+					err, filepath.Join(opts.DataDir, "lambda.key"))
+			}
+			p, err := lambda.New(lambda.Config{BaseURL: opts.LambdaURL, APIKey: key, SSHKeyName: opts.LambdaSSHKey,
+				Logger: log.With("component", "rental-lambda")})
+			if err != nil {
+				close()
+				return nil, nil, err
+			}
+			ps = append(ps, p)
+		default:
+			close()
+			return nil, nil, usageErrorf("--rental-providers: unknown provider %q (local, lambda or none)", name)
+		}
+	}
+	return ps, close, nil
+}
+
+// workerURL is where rented cloud machines fetch svc: the flag's URL, or
+// this release's linux/amd64 archive.
+func workerURL(flag, version string) string {
+	if flag != "" {
+		return flag
+	}
+	v := strings.TrimPrefix(version, "v")
+	return fmt.Sprintf("https://github.com/svc-dev/svc/releases/download/v%s/svc_%s_linux_amd64.tar.gz", v, v)
 }
 
 // runDemoWorker runs a simulated worker against the server at addr and
@@ -158,6 +284,9 @@ func runDemoWorker(ctx context.Context, f *Factory, opts *ServeOptions, addr str
 		}
 	}
 	ids = append(ids, slices.Sorted(maps.Keys(aliases))...)
+	if err := demoBilling(ctx, opts.DataDir); err != nil {
+		log.Warn("demo: could not set up billing for rentals", "err", err)
+	}
 	keyPath := filepath.Join(opts.DataDir, server.AdminKeyFile)
 	fmt.Fprintf(f.IO.Out, `
 svc is running with a simulated demo worker (models: %s).
@@ -171,6 +300,11 @@ svc is running with a simulated demo worker (models: %s).
     -d '{"model": "sim-chat", "messages": [{"role": "user", "content": "Hello!"}]}'
 
   svc speak "Hello from svc" -o hello.wav && svc transcribe hello.wav
+
+  Rent a simulated GPU on this host, chat with it and stop it:
+  svc rent sim-l4 --tier uk-sovereign --model qwen3-8b-q4 --wait
+  svc chat qwen3-8b-q4 "Hello"
+  svc stop ID --yes
 
 `, strings.Join(ids, ", "), addr, keyPath, addr, keyPath)
 	return agent.Run(ctx)

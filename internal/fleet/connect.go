@@ -335,3 +335,32 @@ func diffModels(old, cur []api.Model) (added, removed []string) {
 	}
 	return added, removed
 }
+
+// Disconnect ends a worker's link and takes it offline at once, without a
+// grace period: the machine it ran on is gone (a stopped rental). Its
+// streams fail with the reason.
+func (f *Fleet) Disconnect(orgID, workerID, reason string) {
+	f.mu.Lock()
+	o := f.orgs[orgID]
+	if o == nil || o.workers[workerID] == nil {
+		f.mu.Unlock()
+		return
+	}
+	w := o.workers[workerID]
+	if w.graceTimer != nil {
+		w.graceTimer.Stop()
+		w.graceTimer = nil
+	}
+	sess, name := w.sess, w.name
+	now := f.cfg.Now()
+	if w.offlineSince.IsZero() {
+		w.offlineSince = now
+		w.attached = false
+		f.event(w, api.EventDisconnected, reason, nil, false, now)
+		f.noteStatusLocked(w, now)
+	}
+	f.mu.Unlock()
+	if sess != nil {
+		sess.Close(&LostError{WorkerID: workerID, WorkerName: name, Reason: reason})
+	}
+}

@@ -27,11 +27,11 @@ func (s *Server) authorize(c *call, console bool) error {
 		if key == "" {
 			return errNoKey
 		}
-		orgID, _, err := s.accounts.AuthenticateWorker(key)
+		orgID, tokenID, err := s.accounts.AuthenticateWorker(key)
 		if err != nil {
 			return err
 		}
-		c.workerOrg = orgID
+		c.workerOrg, c.workerToken = orgID, tokenID
 		return nil
 	case accessConsole:
 		if console {

@@ -17,12 +17,3 @@ func (s *Server) latestVersion(c *call) error {
 	writeJSON(c.ctx, http.StatusOK, map[string]string{"version": s.build.Version})
 	return nil
 }
-
-// pending answers 501 for a capability this server does not offer yet.
-// Authentication, permissions and validation have already run, so callers
-// see the final behaviour of everything but the answer itself.
-func pending(what string) func(*call) error {
-	return func(*call) error {
-		return api.NotImplemented("This server does not offer %s yet", what)
-	}
-}

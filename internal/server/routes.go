@@ -65,14 +65,14 @@ func (s *Server) routes() []*route {
 		{method: "GET", path: "/workers/{worker_id}/power", handle: s.planGated("Power history", validated(powerQuery, s.workerPower))},
 	}
 	compute := []*route{
-		{method: "GET", path: "/compute/catalogue", handle: pending("the GPU catalogue")},
-		{method: "GET", path: "/compute/models", handle: pending("the rentable model list")},
-		{method: "POST", path: "/compute/instances", operator: "rent GPUs", handle: pending("GPU rental")},
-		{method: "GET", path: "/compute/instances", handle: pending("GPU rental")},
-		{method: "GET", path: "/compute/instances/{id}", handle: pending("GPU rental")},
-		{method: "DELETE", path: "/compute/instances/{id}", operator: "stop rentals", handle: pending("GPU rental")},
-		{method: "GET", path: "/compute/instances/{id}/audit", handle: pending("placement records")},
-		{method: "GET", path: "/compute/spend", handle: pending("the spend report")},
+		{method: "GET", path: "/compute/catalogue", handle: s.computeCatalogue},
+		{method: "GET", path: "/compute/models", handle: s.computeModels},
+		{method: "POST", path: "/compute/instances", operator: "rent GPUs", handle: s.rent},
+		{method: "GET", path: "/compute/instances", handle: s.listRentals},
+		{method: "GET", path: "/compute/instances/{id}", handle: s.getRental},
+		{method: "DELETE", path: "/compute/instances/{id}", operator: "stop rentals", handle: s.stopRental},
+		{method: "GET", path: "/compute/instances/{id}/audit", handle: s.rentalAudit},
+		{method: "GET", path: "/compute/spend", handle: s.computeSpend},
 	}
 
 	out := []*route{

@@ -13,9 +13,11 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/svc-dev/svc/internal/account"
+	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/bolt"
 	"github.com/svc-dev/svc/internal/buildinfo"
 	"github.com/svc-dev/svc/internal/fleet"
+	"github.com/svc-dev/svc/internal/rental"
 )
 
 // Files the server keeps in its data directory beside the database.
@@ -38,9 +40,25 @@ type Config struct {
 	Fleet fleet.Config
 	// Timing tunes the relay's clocks (keep-alives, waits, request cap).
 	Timing Timing
+	// Rental configures GPU rental.
+	Rental RentalConfig
 	// Ready, when set, is called with the public address once the server
 	// accepts requests.
 	Ready func(addr string)
+}
+
+// RentalConfig is how the gateway rents GPUs (see rental.Config).
+type RentalConfig struct {
+	Providers []rental.Provider
+	// Gateway is the URL rentals' workers dial; "" is this server's own
+	// address, which only machines on this host can reach.
+	Gateway           string
+	Boot              rental.BootOptions
+	Rates             map[string]float64
+	Margin            float64
+	ProvisionDeadline time.Duration
+	RentEvery         time.Duration
+	Tick              time.Duration
 }
 
 // Run serves until ctx ends, then drains in-flight requests for at most
@@ -88,11 +106,28 @@ func Run(ctx context.Context, cfg Config) error {
 	usageStore := store.Usage(writer)
 	powerStore := store.Power(writer)
 	power := NewPowerBook(powerStore)
+	fan := &eventFan{store: events}
 	fcfg := cfg.Fleet
-	fcfg.Logger, fcfg.Events, fcfg.Power = log, events, power
+	fcfg.Logger, fcfg.Events, fcfg.Power = log, fan, power
 	fl := fleet.New(fcfg)
+	rc := cfg.Rental
+	gateway := rc.Gateway
+	if gateway == "" {
+		gateway = "http://" + public.Addr().String()
+	}
+	rentals, err := rental.New(rental.Config{Providers: rc.Providers, Ledger: store.Rentals(), Accounts: accounts, Fleet: fl,
+		WorkerID: fleet.WorkerID, Gateway: gateway, Boot: rc.Boot, Rates: rc.Rates, Margin: rc.Margin,
+		ProvisionDeadline: rc.ProvisionDeadline, RentEvery: rc.RentEvery, Tick: rc.Tick, Logger: log.With("component", "rental")})
+	if err != nil {
+		_ = public.Close()
+		_ = consoleLn.Close()
+		return fmt.Errorf("rentals: %w", err)
+	}
+	// Before the first worker can connect: the rentals follow their
+	// workers through the fleet's events.
+	fan.rentals = rentals
 	srv := New(Deps{Logger: log, Build: cfg.Build, Accounts: accounts, Fleet: fl, Events: events, Usage: usageStore,
-		Power: power, Timing: cfg.Timing})
+		Power: power, Rentals: rentals, Timing: cfg.Timing})
 	log.Info("listening", "addr", public.Addr().String(), "url", "http://"+public.Addr().String(),
 		"admin_socket", sock, "data", cfg.DataDir, "version", cfg.Build.Version)
 
@@ -107,6 +142,7 @@ func Run(ctx context.Context, cfg Config) error {
 	wg.Go(func() error { return writer.Run(writerCtx) })
 	bg.Go(func() error { return accounts.Run(bgCtx, time.Minute) })
 	bg.Go(func() error { return fl.Run(bgCtx) })
+	bg.Go(func() error { return rentals.Run(bgCtx) })
 	bg.Go(func() error { return prune(bgCtx, events, usageStore, powerStore, log) })
 
 	serveErr := make(chan error, 2)
@@ -145,6 +181,18 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	log.Info("stopped")
 	return failed
+}
+
+// eventFan gives the fleet's worker events to the store and to the
+// rentals, which follow their workers' connections and installs.
+type eventFan struct {
+	store   *bolt.Events
+	rentals *rental.Manager
+}
+
+func (f *eventFan) RecordEvent(orgID string, ev api.WorkerEvent) {
+	f.store.RecordEvent(orgID, ev)
+	f.rentals.RecordEvent(orgID, ev)
 }
 
 // Retention: worker events for 30 days, usage rows for a year (the

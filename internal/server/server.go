@@ -25,6 +25,7 @@ import (
 	"github.com/svc-dev/svc/internal/buildinfo"
 	"github.com/svc-dev/svc/internal/fleet"
 	"github.com/svc-dev/svc/internal/link"
+	"github.com/svc-dev/svc/internal/rental"
 	"github.com/svc-dev/svc/internal/usage"
 )
 
@@ -46,6 +47,7 @@ type Server struct {
 	watch     *clientWatch
 	usage     *bolt.Usage
 	power     *PowerBook
+	rentals   *rental.Manager
 	inflight  *usage.Tracker
 	timing    Timing
 
@@ -73,6 +75,7 @@ type Deps struct {
 	Events    *bolt.Events
 	Usage     *bolt.Usage
 	Power     *PowerBook
+	Rentals   *rental.Manager
 	Keepalive link.Keepalive
 	Timing    Timing
 }
@@ -84,7 +87,7 @@ func New(d Deps) *Server {
 	}
 	d.Timing.defaults()
 	s := &Server{log: d.Logger, build: d.Build, accounts: d.Accounts, fleet: d.Fleet, events: d.Events,
-		usage: d.Usage, power: d.Power, inflight: usage.NewTracker(), timing: d.Timing,
+		usage: d.Usage, power: d.Power, rentals: d.Rentals, inflight: usage.NewTracker(), timing: d.Timing,
 		keepalive: d.Keepalive, metrics: newMetrics(d.Build), watch: newClientWatch(200 * time.Millisecond)}
 	s.metrics.reg.MustRegister(s.power.energy, newLiveWatts(d.Fleet))
 	routes := s.routes()
@@ -206,8 +209,10 @@ type call struct {
 	org api.Organization
 	// workerOrg is the organisation of a worker token, on the worker link.
 	workerOrg string
-	params    params
-	requestID string
+	// workerToken is the id of that token.
+	workerToken string
+	params      params
+	requestID   string
 }
 
 // dispatch is the one path every request takes: request id, route, auth,

@@ -20,7 +20,7 @@ func (s *Server) connectWorker(c *call) error {
 	if !websocket.FastHTTPIsWebSocketUpgrade(c.ctx) {
 		return api.BadRequest("This is the worker link endpoint; connect to it with `svc worker`")
 	}
-	orgID, log, fl, ka := c.workerOrg, s.log, s.fleet, s.keepalive
+	orgID, tokenID, log, fl, ka, rentals := c.workerOrg, c.workerToken, s.log, s.fleet, s.keepalive, s.rentals
 	up := websocket.FastHTTPUpgrader{
 		ReadBufferSize:  64 << 10,
 		WriteBufferSize: 64 << 10,
@@ -36,6 +36,14 @@ func (s *Server) connectWorker(c *call) error {
 			log.Warn("worker link", "err", err)
 			fleet.Refuse(conn, err.Error())
 			return
+		}
+		// A rental's token connects only as its rental's worker.
+		if rentals != nil {
+			if err := rentals.CheckWorker(orgID, tokenID, hello.Name); err != nil {
+				log.Warn("worker refused", "name", hello.Name, "err", err)
+				fleet.Refuse(conn, err.Error())
+				return
+			}
 		}
 		if err := fl.Connect(context.Background(), orgID, hello, conn); err != nil {
 			log.Warn("worker refused", "name", hello.Name, "err", err)
