@@ -50,16 +50,32 @@ func (e *hintError) Unwrap() error { return e.err }
 
 func withHint(err error, hint string) error { return &hintError{err: err, hint: hint} }
 
+// codedError gives an error the exit status its meaning calls for where
+// the HTTP status alone does not say it: a 409 is "no capacity" only from
+// POST /api/v1/compute/instances. Unlike exitStatus, its message is printed.
+type codedError struct {
+	err  error
+	code int
+}
+
+func (e *codedError) Error() string { return e.err.Error() }
+func (e *codedError) Unwrap() error { return e.err }
+
+func withExitCode(err error, code int) error { return &codedError{err: err, code: code} }
+
 // exitCode maps an error to the process exit code.
 func exitCode(err error) int {
 	var ue *UsageError
 	var ae *client.Error
 	var st exitStatus
+	var ce *codedError
 	switch {
 	case err == nil:
 		return exitOK
 	case errors.As(err, &st):
 		return int(st)
+	case errors.As(err, &ce):
+		return ce.code
 	case errors.As(err, &ue), isCobraUsage(err):
 		return exitUsage
 	case errors.As(err, &ae):

@@ -26,8 +26,9 @@ type fakeGateway struct {
 	t      *testing.T
 	routes map[string]fakeReply
 
-	mu   sync.Mutex
-	sent []sentRequest
+	mu    sync.Mutex
+	sent  []sentRequest
+	calls map[string]int // by route, for fakeReply.seq
 }
 
 // fakeReply is one route's answer. body is a file in testdata when it
@@ -38,6 +39,9 @@ type fakeReply struct {
 	header map[string]string
 	// key, when set, is the only API key accepted; others get a 401.
 	key string
+	// seq, when set, are the route's replies in turn, the last repeating:
+	// a rental that boots.
+	seq []fakeReply
 }
 
 type sentRequest struct {
@@ -51,7 +55,7 @@ type sentRequest struct {
 // newFakeGateway serves routes keyed "METHOD /path"; a request whose JSON
 // body streams is looked up with " stream" appended first.
 func newFakeGateway(t *testing.T, routes map[string]fakeReply) *fakeGateway {
-	g := &fakeGateway{t: t, routes: routes}
+	g := &fakeGateway{t: t, routes: routes, calls: map[string]int{}}
 	g.Server = httptest.NewServer(http.HandlerFunc(g.serve))
 	t.Cleanup(g.Close)
 	return g
@@ -69,6 +73,13 @@ func (g *fakeGateway) serve(w http.ResponseWriter, r *http.Request) {
 	reply, ok := g.routes[key+" stream"]
 	if !ok || !bytes.Contains(body, []byte(`"stream":true`)) {
 		reply, ok = g.routes[key]
+	}
+	if len(reply.seq) > 0 {
+		g.mu.Lock()
+		i := min(g.calls[key], len(reply.seq)-1)
+		g.calls[key]++
+		g.mu.Unlock()
+		reply = reply.seq[i]
 	}
 	w.Header().Set("X-Request-Id", fmt.Sprintf("rid-%d", n))
 	if !ok {

@@ -3,13 +3,11 @@ package cli
 import (
 	"context"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/chart"
@@ -160,12 +158,7 @@ const pipeWidth = 80
 
 // chartWidth is the terminal's width, or pipeWidth.
 func chartWidth(ios *iostreams.IOStreams) int {
-	if f, ok := ios.Out.(*os.File); ok && ios.IsStdoutTTY() {
-		if w, _, err := term.GetSize(int(f.Fd())); err == nil && w > 0 {
-			return w
-		}
-	}
-	return pipeWidth
+	return termWidth(ios.Out, ios.IsStdoutTTY(), pipeWidth)
 }
 
 // chartHeight is the chart's lines, axes included: ten lines of plot are

@@ -57,7 +57,8 @@ Everything else is a client of a running gateway: 'svc admin' manages
 organisations, users, keys and settings through the server's admin socket;
 'svc workers', 'svc models', 'svc usage', 'svc chat', 'svc embed',
 'svc transcribe' and 'svc speak' call its public API with an API key
-('svc login' saves one).`,
+('svc login' saves one); 'svc catalogue', 'svc rent', 'svc rentals',
+'svc stop' and 'svc spend' rent GPUs that join the fleet as workers.`,
 		SilenceErrors:     true,
 		SilenceUsage:      true,
 		DisableAutoGenTag: true,
@@ -83,6 +84,11 @@ organisations, users, keys and settings through the server's admin socket;
 		NewCmdWorkers(f, nil),
 		NewCmdModels(f, nil),
 		NewCmdUsage(f),
+		NewCmdCatalogue(f, nil),
+		NewCmdRent(f, nil),
+		NewCmdRentals(f, nil),
+		NewCmdStop(f, nil),
+		NewCmdSpend(f, nil),
 		NewCmdChat(f, nil),
 		NewCmdEmbed(f, nil),
 		NewCmdTranscribe(f, nil),

@@ -58,16 +58,21 @@ type tableCell struct {
 const defaultWidth = 100
 
 func newTablePrinter(ios *iostreams.IOStreams, headers ...string) *tablePrinter {
-	t := &tablePrinter{
-		out: ios.Out, tty: ios.IsStdoutTTY(), cs: colorScheme{ios.ColorEnabled()},
-		width: defaultWidth, now: time.Now, headers: headers, shrink: map[int]int{},
+	tty := ios.IsStdoutTTY()
+	return &tablePrinter{
+		out: ios.Out, tty: tty, cs: colorScheme{ios.ColorEnabled()},
+		width: termWidth(ios.Out, tty, defaultWidth), now: time.Now, headers: headers, shrink: map[int]int{},
 	}
-	if f, ok := ios.Out.(*os.File); ok && t.tty {
-		if w, _, err := term.GetSize(int(f.Fd())); err == nil && w > 0 {
-			t.width = w
+}
+
+// termWidth is w's width in cells when it is a terminal, else fallback.
+func termWidth(w io.Writer, tty bool, fallback int) int {
+	if f, ok := w.(*os.File); ok && tty {
+		if n, _, err := term.GetSize(int(f.Fd())); err == nil && n > 0 {
+			return n
 		}
 	}
-	return t
+	return fallback
 }
 
 // shrinkable marks the columns, by header, that may be cut on a

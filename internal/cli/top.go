@@ -27,10 +27,14 @@ func NewCmdTop(f *Factory) *cobra.Command {
 		Use:   "top",
 		Short: "Watch requests, workers and traffic live",
 		Long: `Open a live dashboard of the organisation: requests in flight, worker health
-and versions, request and token rates with errors and 429s, power and rental
-spend. tab moves between panes, / filters, enter shows details, p pauses,
-? lists the keys and q quits. When the gateway cannot be reached the last data
-stays on screen, marked stale, while svc top retries.
+and versions, request and token rates with errors and 429s, power, and GPU
+rental spend (the month against its budget and each active rental, marked
+when it is billed without serving). tab moves between panes, / filters, enter
+shows details, p pauses, ? lists the keys and q quits. When the gateway cannot
+be reached the last data stays on screen, marked stale, while svc top retries.
+
+It needs a key with workers:read and usage:read; the rental spend pane also
+needs compute:write, and says so without it.
 
 svc top needs a terminal; scripts should use the --json output of 'svc workers'
 and 'svc usage'.

@@ -19,6 +19,7 @@ import (
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/client"
+	"github.com/svc-dev/svc/internal/money"
 )
 
 func TestMain(m *testing.M) {
@@ -270,6 +271,57 @@ func fixtureEvents() []api.WorkerEvent {
 	}
 }
 
+// fixtureSpend is the month of fixtureRentals: under budget.
+func fixtureSpend() api.SpendReport {
+	return api.SpendReport{PeriodStart: time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC), MonthToDateGBP: 12345,
+		MonthlyBudgetGBP: ptr(money.Pounds(500)), ActiveCount: 0, CreditRemainingGBP: 37655,
+		Lines: []api.SpendLine{{RentalID: "rent_old", Label: "RTX 4090", TierLabel: "UK", Status: api.RentalStopped,
+			PricePerHourGBP: 55, Hours: 2, CostGBP: 110}}}
+}
+
+// fixtureRentals is one rental, stopped: the Rental spend pane has its
+// spend line and nothing else, and the other panes' frames keep the
+// layout they had before rentals were drawn.
+func fixtureRentals() []api.Rental {
+	return []api.Rental{{ID: "rent_old", Name: "Rented RTX 4090", GPUModelID: "rtx-4090", Label: "RTX 4090",
+		TierLabel: "UK", Status: api.RentalStopped, PricePerHourGBP: 55, AccruedCostGBP: 110, SecondsBilled: 7200,
+		StartedAt: ptr(t0.Add(-30 * time.Hour)), StoppedAt: ptr(t0.Add(-28 * time.Hour)), CreatedAt: t0.Add(-30 * time.Hour)}}
+}
+
+// activeRentals are a rental in each state the pane draws, newest first,
+// at t0: booting, installing its models, serving, and billed without
+// serving; then the stopped one.
+func activeRentals() []api.Rental {
+	started := func(ago time.Duration) *time.Time { return ptr(t0.Add(-ago)) }
+	return append([]api.Rental{
+		{ID: "rent_boot", Name: "Rented H100 80GB", Label: "H100 80GB", TierLabel: "UK", Status: api.RentalProvisioning,
+			PricePerHourGBP: 320, BootPhase: ptr(api.BootPullingImage), CreatedAt: t0.Add(-time.Minute)},
+		{ID: "rent_dl", Name: "batch", Label: "A100 80GB", TierLabel: "UK", Status: api.RentalRunning, Connected: true,
+			PricePerHourGBP: 210, AccruedCostGBP: 35, SecondsBilled: 600, StartedAt: started(10 * time.Minute),
+			BootPhase: ptr(api.BootWorkerConnected), Models: []string{"llama-3.3-70b-q4"},
+			ModelDownload: &api.ModelDownload{Total: 43e9, Completed: 19.35e9, ProgressPct: 45}},
+		{ID: "rent_run", Name: "coder", Label: "A100 80GB", TierLabel: "UK sovereign", Status: api.RentalRunning, Connected: true,
+			PricePerHourGBP: 250, AccruedCostGBP: 550, SecondsBilled: 7920, StartedAt: started(7920 * time.Second),
+			BootPhase: ptr(api.BootReady)},
+		{ID: "rent_lost", Name: "flaky", Label: "RTX 4090", TierLabel: "UK", Status: api.RentalRunning,
+			PricePerHourGBP: 55, AccruedCostGBP: 110, SecondsBilled: 7200, StartedAt: started(2 * time.Hour),
+			BootPhase: ptr(api.BootReady)},
+	}, fixtureRentals()...)
+}
+
+// activeSpend is the month of activeRentals.
+func activeSpend() api.SpendReport {
+	s := fixtureSpend()
+	s.ActiveCount = 4
+	s.MonthToDateGBP += 35 + 550 + 110
+	s.Lines = append([]api.SpendLine{
+		{RentalID: "rent_dl", Status: api.RentalRunning, Serving: true},
+		{RentalID: "rent_run", Status: api.RentalRunning, Serving: true},
+		{RentalID: "rent_lost", Status: api.RentalRunning, Serving: false},
+	}, s.Lines...)
+	return s
+}
+
 // fakeSource is a Source serving fixed data, safe for the parallel calls of
 // a poll. Setting err makes every call fail with it.
 type fakeSource struct {
@@ -289,6 +341,9 @@ type fakeSource struct {
 	active    int           // polls running now
 	maxActive int
 	eventQs   []client.EventQuery
+	spend     api.SpendReport
+	rentals   []api.Rental
+	rentalErr error // the rental calls fail with it
 }
 
 func newFake() *fakeSource {
@@ -299,8 +354,10 @@ func newFake() *fakeSource {
 		summary: api.UsageSummary{Days: 1, From: "2026-11-21", To: "2026-11-21", UsageTotals: api.UsageTotals{
 			Requests: 48213, Succeeded: 47650, Failed: 512, Cancelled: 51, TotalTokens: 9_876_543,
 		}},
-		events: fixtureEvents(),
-		power:  fixturePower(),
+		events:  fixtureEvents(),
+		power:   fixturePower(),
+		spend:   fixtureSpend(),
+		rentals: fixtureRentals(),
 	}
 }
 
@@ -377,6 +434,18 @@ func (f *fakeSource) WorkerPower(_ context.Context, workerID, rng string) (api.P
 		return api.PowerHistory{WorkerID: workerID, Range: rng, ResolutionSeconds: 60, Channels: []api.PowerChannel{}, Points: []api.PowerPoint{}}, nil
 	}
 	return h, nil
+}
+
+func (f *fakeSource) Spend(context.Context) (api.SpendReport, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.spend, cmp.Or(f.rentalErr, f.err)
+}
+
+func (f *fakeSource) Rentals(context.Context) ([]api.Rental, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]api.Rental(nil), f.rentals...), cmp.Or(f.rentalErr, f.err)
 }
 
 func (f *fakeSource) stats() (polls, maxActive int) {

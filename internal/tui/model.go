@@ -62,11 +62,17 @@ type snapshot struct {
 	haveWorkers  bool
 	latest       string
 	power        powerHistory // the Power pane's chart; see power.go
+	rental       rentalData   // the Rental spend pane's; see rental.go
 }
 
 // wideWidth is where the panes go side by side: below it the lists need
 // the whole width for their columns.
 const wideWidth = 150
+
+// maxRentalRows and maxRentalRowsNarrow cap the active rentals the Rental
+// spend pane is given lines for in the wide and the stacked layouts; the
+// pane's footer counts the rest.
+const maxRentalRows, maxRentalRowsNarrow = 8, 4
 
 // defaultWidth and defaultHeight are used until the first WindowSizeMsg.
 const defaultWidth, defaultHeight = 80, 24
@@ -97,7 +103,6 @@ type Model struct {
 	inflight   inflightPane
 	workers    workersPane
 	traffic    trafficPane
-	rental     rentalPane
 	details    detailsModel
 	detailsSeq int
 
@@ -221,6 +226,7 @@ func (m Model) applyPoll(msg pollMsg) (tea.Model, tea.Cmd) {
 		}
 	}
 	m.traffic.hist = m.traffic.hist.observe(msg.at, sum, rows)
+	m.data.rental = m.data.rental.apply(msg)
 	m.syncLists()
 	if m.details.kind != noDetails {
 		m.details = m.details.refresh(&m.data)
@@ -297,7 +303,7 @@ func (m *Model) pane(id paneID) pane {
 	case panePower:
 		return powerPane{selection: m.workers.list}
 	default:
-		return m.rental
+		return rentalPane{}
 	}
 }
 
@@ -498,18 +504,21 @@ func (m Model) panes(c common, width, height int) string {
 		rw := width - lw
 		ih := height / 2
 		left := vjoin(view(paneInflight, lw, ih), view(paneWorkers, lw, height-ih))
-		// Traffic takes what its tallest sparklines use and rental spend
-		// its one line; power, whose chart grows with the room, the rest.
+		// Traffic takes what its tallest sparklines use and rental spend a
+		// line and one per active rental, up to maxRentalRows; power, whose
+		// chart grows with the room, the rest, and keeps a few lines.
 		th := min(height-6, 23)
-		const rh = 3
+		rh := max(3, min(3+m.data.rental.rentalRows(), 3+maxRentalRows, height-th-5))
 		right := vjoin(view(paneTraffic, rw, th), view(panePower, rw, height-th-rh), view(paneRental, rw, rh))
 		return hjoin(left, right)
 	default:
-		const bottom = 3
 		th := 5
 		if height >= 32 { // room for taller sparklines
 			th = min(height/3, 23)
 		}
+		// Power and rental spend share the bottom row, as tall as the
+		// active rentals need, up to a few: the lists above matter more.
+		bottom := max(3, min(3+m.data.rental.rentalRows(), 3+maxRentalRowsNarrow, height-th-8))
 		rest := height - bottom - th
 		ih := rest / 2
 		pw := width / 2

@@ -54,7 +54,8 @@ func press(s string) tea.KeyMsg {
 
 func okPoll(at time.Time) pollMsg {
 	f := newFake()
-	return pollMsg{at: at, inflight: f.inflight, workers: f.workers, latest: f.latest, summary: f.summary, rows: []api.UsageRow{}}
+	return pollMsg{at: at, inflight: f.inflight, workers: f.workers, latest: f.latest, summary: f.summary, rows: []api.UsageRow{},
+		spend: f.spend, rentals: f.rentals}
 }
 
 // TestPauseEndsTheChain checks pausing lets the poll chain run out at the
@@ -93,8 +94,8 @@ func TestPauseEndsTheChain(t *testing.T) {
 func TestPollBackoff(t *testing.T) {
 	m := directModel(t, newFake())
 	fail := pollMsg{at: t0}
-	fail.inflightErr, fail.workersErr, fail.latestErr, fail.summaryErr, fail.rowsErr =
-		errConn, errConn, errConn, errConn, errConn
+	fail.inflightErr, fail.workersErr, fail.latestErr, fail.summaryErr, fail.rowsErr, fail.spendErr, fail.rentalsErr =
+		errConn, errConn, errConn, errConn, errConn, errConn, errConn
 	var got []time.Duration
 	for range 5 {
 		m, _ = update(t, m, fail)
@@ -224,7 +225,8 @@ func docInflight() []api.InflightRequest {
 }
 
 // TestDocsFrame renders the frame the README shows: three minutes of
-// simulated traffic through the real Update path, at 100x30. -update
+// simulated traffic and three rentals through the real Update path, at
+// 100x30. -update
 // rewrites both the golden file and docs/top-frame.txt.
 func TestDocsFrame(t *testing.T) {
 	m := directModel(t, newFake())
@@ -235,6 +237,7 @@ func TestDocsFrame(t *testing.T) {
 		m, _ = update(t, m, pollMsg{
 			at: t0.Add(time.Duration(i-maxSamples) * time.Second), inflight: docInflight(), workers: docWorkers(),
 			latest: "v1.3.0", summary: sum, rows: rows,
+			spend: activeSpend(), rentals: append(only("rent_dl", "rent_run", "rent_lost"), fixtureRentals()...),
 		})
 	}
 	view := m.View()

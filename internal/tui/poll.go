@@ -39,6 +39,10 @@ type pollMsg struct {
 	summaryErr  error
 	rows        []api.UsageRow
 	rowsErr     error
+	spend       api.SpendReport
+	spendErr    error
+	rentals     []api.Rental
+	rentalsErr  error
 }
 
 // tickMsg says the next poll is due.
@@ -57,6 +61,8 @@ func poll(ctx context.Context, src Source, now func() time.Time, timeout time.Du
 		wg.Go(func() { m.latest, m.latestErr = src.LatestVersion(ctx) })
 		wg.Go(func() { m.summary, m.summaryErr = src.UsageSummary(ctx, 1) })
 		wg.Go(func() { m.rows, m.rowsErr = src.UsageLogs(ctx, client.LogsQuery{Limit: logLimit}) })
+		wg.Go(func() { m.spend, m.spendErr = src.Spend(ctx) })
+		wg.Go(func() { m.rentals, m.rentalsErr = src.Rentals(ctx) })
 		wg.Wait()
 		m.at = now()
 		return m
@@ -77,16 +83,24 @@ func tick(ctx context.Context, d time.Duration, now func() time.Time) tea.Cmd {
 	}
 }
 
-// failures returns the poll's errors, labelled by what failed.
+// failures returns the poll's errors, labelled by what failed. The rental
+// calls' refusals are left out: a key without compute:write, or a gateway
+// that rents no GPUs, is a state the Rental spend pane shows, not a fault.
 func (m pollMsg) failures() []partError {
-	var out []partError
-	for _, p := range []partError{
+	parts := []partError{
 		{"workers", m.workersErr},
 		{"in-flight requests", m.inflightErr},
 		{"usage summary", m.summaryErr},
 		{"usage log", m.rowsErr},
 		{"latest version", m.latestErr},
-	} {
+	}
+	for _, p := range []partError{{"rental spend", m.spendErr}, {"rentals", m.rentalsErr}} {
+		if rentalRefusal(p.err) == "" {
+			parts = append(parts, p)
+		}
+	}
+	var out []partError
+	for _, p := range parts {
 		if p.err != nil {
 			out = append(out, p)
 		}
@@ -95,7 +109,7 @@ func (m pollMsg) failures() []partError {
 }
 
 // pollParts is how many calls a poll makes.
-const pollParts = 5
+const pollParts = 7
 
 type partError struct {
 	part string

@@ -302,22 +302,6 @@ func TestSparkline(t *testing.T) {
 	}
 }
 
-func TestRenderPlaceholders(t *testing.T) {
-	st := plainStyles()
-	for _, tc := range []struct {
-		name string
-		out  string
-	}{
-		{"rental-nil", renderRental(nil, 40, 3, true, st)},
-		{"rental-data", renderRental(&rentalData{Currency: "usd", PerHour: 2.4, Today: 31.2}, 40, 3, false, st)},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			requireSize(t, tc.out, 40, 3)
-			golden(t, tc.out)
-		})
-	}
-}
-
 func TestRenderDetails(t *testing.T) {
 	st := plainStyles()
 	ws := fixtureWorkers()
@@ -403,7 +387,8 @@ func TestRenderHeader(t *testing.T) {
 func TestDescribeErrors(t *testing.T) {
 	connErr := &client.ConnectError{Target: "http://x", Err: errors.New("connection refused")}
 	all := func(err error) []partError {
-		return []partError{{"workers", err}, {"in-flight requests", err}, {"usage summary", err}, {"usage log", err}, {"latest version", err}}
+		return []partError{{"workers", err}, {"in-flight requests", err}, {"usage summary", err}, {"usage log", err}, {"latest version", err},
+			{"rental spend", err}, {"rentals", err}}
 	}
 	for _, tc := range []struct {
 		errs []partError

@@ -1,6 +1,6 @@
 // Package tui is the live dashboard behind `svc top`: in-flight requests,
-// the worker fleet, traffic and power, polled from the gateway's API about
-// once a second.
+// the worker fleet, traffic, power and GPU rental spend, polled from the
+// gateway's API about once a second.
 //
 // The package is layered like k9s: the data comes through Source (the
 // typed client), pure render functions turn data into text of an exact
@@ -30,6 +30,8 @@ type Source interface {
 	UsageSummary(ctx context.Context, days int) (api.UsageSummary, error)
 	UsageLogs(ctx context.Context, q client.LogsQuery) ([]api.UsageRow, error)
 	WorkerPower(ctx context.Context, workerID, rng string) (api.PowerHistory, error)
+	Spend(ctx context.Context) (api.SpendReport, error)
+	Rentals(ctx context.Context) ([]api.Rental, error)
 }
 
 var _ Source = (*client.Client)(nil)
