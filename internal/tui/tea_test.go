@@ -396,7 +396,7 @@ func TestTeaSlowPollsDoNotPileUp(t *testing.T) {
 	fake.set(func(f *fakeSource) { f.delay = 30 * time.Millisecond })
 	m := NewModel(fake, Options{Interval: time.Millisecond, Now: fixedClock})
 	tm := teatest.NewTestModel(t, m, teatest.WithInitialTermSize(80, 24))
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(time.Second)
 	quit(t, tm)
 	polls, maxActive := fake.stats()
 	if maxActive != 1 || polls < 3 {
