@@ -120,6 +120,9 @@ type LinkRequest struct {
 	// ContentFilter names the moderation model a chat's prompt and output
 	// are checked with on the worker (the key has content filtering on).
 	ContentFilter string `json:"content_filter,omitempty"`
+	// E2E marks a body sealed to the worker's key (docs/e2e.md): the
+	// worker opens it and seals everything it sends back.
+	E2E bool `json:"e2e,omitempty"`
 }
 
 // Hello is the worker's first message on a link.
@@ -137,6 +140,9 @@ type Hello struct {
 	// Features are the protocol features the worker supports
 	// (FeatureModeration); a worker of an older release lists fewer.
 	Features []string `json:"features,omitempty"`
+	// E2EKey is the key requests sealed for this worker alone use; nil
+	// for a worker that serves no private inference.
+	E2EKey *E2EKey `json:"e2e_key,omitempty"`
 }
 
 // EngineInfo describes one engine a worker runs.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/svc-dev/svc/internal/client"
+	"github.com/svc-dev/svc/internal/e2ee"
 	"github.com/svc-dev/svc/internal/server"
 )
 
@@ -143,6 +145,21 @@ func (f *Factory) newClient(cc ClientConfig) *client.Client {
 	return client.New(cc.BaseURL, cc.APIKey, client.WithUserAgent("svc/"+f.Build.Version))
 }
 
+// privateClientFunc is apiClientFunc for a command run with --e2e: its
+// inference requests are sealed to a worker's key, and the replies opened,
+// by the e2ee transport under the client.
+func (f *Factory) privateClientFunc(cmd *cobra.Command) func() (*client.Client, error) {
+	return func() (*client.Client, error) {
+		cc, err := f.ClientConfig(cmd)
+		if err != nil {
+			return nil, err
+		}
+		t := e2ee.NewTransport(http.DefaultTransport, e2ee.Directory{})
+		return client.New(cc.BaseURL, cc.APIKey, client.WithUserAgent("svc/"+f.Build.Version),
+			client.WithHTTPClient(&http.Client{Transport: t})), nil
+	}
+}
+
 // apiClientFunc defers APIClient until a command's run needs it.
 func (f *Factory) apiClientFunc(cmd *cobra.Command) func() (*client.Client, error) {
 	return func() (*client.Client, error) { return f.APIClient(cmd) }
@@ -155,6 +172,13 @@ func (f *Factory) explainAPIError(cmd *cobra.Command, err error) error {
 	switch {
 	case err == nil:
 		return nil
+	// The sealing transport's failures come through the HTTP client as if
+	// the gateway could not be reached; they are something else.
+	case errors.Is(err, e2ee.ErrNoKey):
+		return withHint(errors.New("no worker of this organisation serves that model with end-to-end encryption"),
+			"Workers announce a key unless started with --e2e=false; 'svc workers' lists what is connected.")
+	case errors.Is(err, e2ee.ErrInvalidReply), errors.Is(err, e2ee.ErrTruncated):
+		return errors.New("the encrypted reply did not verify (changed or cut short on its way) and was refused")
 	case errors.As(err, &ce):
 		return withHint(err, "Is the gateway running? Start one with 'svc serve', or point at yours with --base-url or SVC_BASE_URL.")
 	case client.IsStatus(err, 401):

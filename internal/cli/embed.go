@@ -28,6 +28,7 @@ type EmbedOptions struct {
 // NewCmdEmbed builds `svc embed`.
 func NewCmdEmbed(f *Factory, runF func(*EmbedOptions) error) *cobra.Command {
 	opts := &EmbedOptions{IO: f.IO}
+	var e2e bool
 	cmd := &cobra.Command{
 		Use:   "embed MODEL [TEXT...]",
 		Short: "Embed texts and show the vectors",
@@ -62,6 +63,9 @@ prints the gateway's whole reply, every value included.
 				return err
 			}
 			opts.APIClient = f.apiClientFunc(cmd)
+			if e2e {
+				opts.APIClient = f.privateClientFunc(cmd)
+			}
 			if runF != nil {
 				return runF(opts)
 			}
@@ -69,6 +73,7 @@ prints the gateway's whole reply, every value included.
 		},
 	}
 	AddClientFlags(cmd)
+	cmd.Flags().BoolVar(&e2e, "e2e", false, "encrypt end to end: seal the request to a worker's key, so only that worker reads it (docs/e2e.md)")
 	opts.Exporter.AddFlags(cmd, false)
 	return cmd
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/client"
+	"github.com/svc-dev/svc/internal/e2ee"
 	"github.com/svc-dev/svc/internal/engine"
 	"github.com/svc-dev/svc/internal/engine/sim"
 	"github.com/svc-dev/svc/internal/fleet"
@@ -263,6 +264,10 @@ func runDemoWorker(ctx context.Context, f *Factory, opts *ServeOptions, addr str
 		return fmt.Errorf("demo worker: %w", err)
 	}
 	eng := sim.New(sim.DefaultConfig())
+	kp, err := e2ee.GenerateKeyPair()
+	if err != nil {
+		return fmt.Errorf("demo worker: %w", err)
+	}
 	// The simulated speech-to-text model answers to the spec's ids, as a
 	// real worker's whisper build would.
 	const stt = "sim-stt"
@@ -270,7 +275,7 @@ func runDemoWorker(ctx context.Context, f *Factory, opts *ServeOptions, addr str
 	agent, err := worker.New(worker.Config{
 		Gateway: "http://" + addr, Token: strings.TrimSpace(string(token)), Name: "demo-sim",
 		MaxConcurrent: 4, Version: f.Build.Version, Engines: []engine.Engine{eng}, Aliases: aliases,
-		Power: &power.Config{}, SimulatedPower: true,
+		Power: &power.Config{}, SimulatedPower: true, E2E: kp,
 		Logger: log.With("component", "demo-worker"),
 	})
 	if err != nil {

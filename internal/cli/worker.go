@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/e2ee"
 	"github.com/svc-dev/svc/internal/engine"
 	"github.com/svc-dev/svc/internal/engine/espeak"
 	"github.com/svc-dev/svc/internal/engine/moonshine"
@@ -43,6 +44,8 @@ type WorkerOptions struct {
 	PowerNVML     string
 	PowerInterval time.Duration
 	PowerWindow   time.Duration
+	E2E           bool
+	E2EKey        string
 	Pull          []string
 	DrainTimeout  time.Duration
 	LogLevel      string
@@ -127,6 +130,8 @@ to --drain-timeout), and exit.`,
 	fl.StringVar(&opts.PowerNVML, "power-nvml", "", "a recorded NVML (JSON) in place of libnvidia-ml")
 	fl.DurationVar(&opts.PowerInterval, "power-interval", power.DefaultInterval, "how often power is sampled")
 	fl.DurationVar(&opts.PowerWindow, "power-window", power.DefaultWindow, "how long a power window is")
+	fl.BoolVar(&opts.E2E, "e2e", true, "serve end-to-end encrypted requests: make a key pair at start and announce its public key")
+	fl.StringVar(&opts.E2EKey, "e2e-key", "", "keep the private-inference key pair in this file (mode 0600) so it outlives restarts; in memory when empty")
 	for _, name := range []string{"power-root", "power-nvml", "power-interval", "power-window"} {
 		_ = fl.MarkHidden(name)
 	}
@@ -178,6 +183,16 @@ func runWorker(ctx context.Context, f *Factory, opts *WorkerOptions) error {
 	cfg.Features = append([]string{}, opts.Features...)
 	if cfg.Power, cfg.SimulatedPower, err = powerConfig(opts, engines); err != nil {
 		return err
+	}
+	switch {
+	case opts.E2E && opts.E2EKey != "":
+		if cfg.E2E, err = e2ee.LoadOrCreateKeyPair(opts.E2EKey); err != nil {
+			return usageErrorf("--e2e-key: %v", err)
+		}
+	case opts.E2E:
+		if cfg.E2E, err = e2ee.GenerateKeyPair(); err != nil {
+			return fmt.Errorf("private inference key: %w", err)
+		}
 	}
 	agent, err := worker.New(cfg)
 	if err != nil {

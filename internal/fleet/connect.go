@@ -130,6 +130,7 @@ func (f *Fleet) Connect(ctx context.Context, orgID string, hello api.Hello, conn
 	w.models = hello.Models
 	w.engines = hello.Engines
 	w.features = hello.Features
+	w.e2eKey = hello.E2EKey
 	w.draining = hello.Draining
 	w.lastSeen = now
 	w.offlineSince = time.Time{}

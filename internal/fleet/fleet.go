@@ -121,6 +121,7 @@ type worker struct {
 	models          []api.Model
 	engines         []api.EngineInfo
 	features        []string // protocol features of its release
+	e2eKey          *api.E2EKey
 	sessionID       string
 	sess            *link.Session
 

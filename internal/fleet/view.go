@@ -128,3 +128,38 @@ func (f *Fleet) Model(orgID, id string) *api.Model {
 	m := *found
 	return &m
 }
+
+// PrivateKey is a connected worker's private-inference key and the models
+// it serves that accept encrypted requests.
+type PrivateKey struct {
+	WorkerID, WorkerName string
+	Key                  api.E2EKey
+	Models               []string
+}
+
+// PrivateKeys lists the keys of the organisation's workers that are
+// connected or briefly away (a request sealed to one waits for it), by
+// worker name.
+func (f *Fleet) PrivateKeys(orgID string) []PrivateKey {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	o := f.orgs[orgID]
+	if o == nil {
+		return []PrivateKey{}
+	}
+	out := []PrivateKey{}
+	for _, w := range o.workers {
+		if w.e2eKey == nil || !w.offlineSince.IsZero() {
+			continue
+		}
+		k := PrivateKey{WorkerID: w.id, WorkerName: w.name, Key: *w.e2eKey, Models: []string{}}
+		for _, m := range w.models {
+			if m.Has(api.CapChat) || m.Has(api.CapEmbeddings) {
+				k.Models = append(k.Models, m.ID)
+			}
+		}
+		out = append(out, k)
+	}
+	slices.SortFunc(out, func(a, b PrivateKey) int { return cmp.Compare(a.WorkerName, b.WorkerName) })
+	return out
+}

@@ -13,6 +13,9 @@ import (
 // chatCompletions is POST /v1/chat/completions: validate, fit the request
 // to the model, relay.
 func (s *Server) chatCompletions(c *call) error {
+	if sealed(c) {
+		return s.privateInference(c, api.KindChat)
+	}
 	req, err := chat.Parse(c.ctx.PostBody(), chat.Options{AllowRemoteImages: c.org.Settings.AllowRemoteImageURLs})
 	if err != nil {
 		return err
@@ -37,6 +40,9 @@ func (s *Server) chatCompletions(c *call) error {
 
 // embeddings is POST /v1/embeddings.
 func (s *Server) embeddings(c *call) error {
+	if sealed(c) {
+		return s.privateInference(c, api.KindEmbeddings)
+	}
 	body := append([]byte(nil), c.ctx.PostBody()...)
 	model, err := checkEmbeddings(body)
 	if err != nil {

@@ -15,6 +15,11 @@ import (
 // moderations is POST /v1/moderations: check the input, run each check on
 // a worker serving the guard model, answer the verdicts.
 func (s *Server) moderations(c *call) error {
+	if sealed(c) {
+		// A verdict needs the text, which only the worker could read.
+		return moderationErr(http.StatusBadRequest, api.CodeEncryptedInputNotSupported, "input",
+			"Moderation does not take end-to-end encrypted input; send the text in clear")
+	}
 	req, err := moderation.Parse(c.ctx.PostBody(), c.org.Settings.AllowRemoteImageURLs)
 	if err != nil {
 		return err

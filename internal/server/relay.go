@@ -71,6 +71,9 @@ type relay struct {
 	stream    bool
 	chat      *chat.Request // nil for other kinds
 	model     *api.Model    // metadata of the requested model, when known
+	// e2e relays a sealed request: the worker's output is passed on as
+	// it is, counted by the chunk, and nothing is estimated from it.
+	e2e bool
 
 	// upload, when set, streams the body instead (an audio file), opened
 	// afresh for each worker tried.
@@ -316,6 +319,10 @@ func resultError(res *api.Result) error {
 	}
 	if e.Status == http.StatusServiceUnavailable {
 		e.RetryAfter = time.Second
+	}
+	// The private-inference codes travel in X-Svc-Error-Code too.
+	if e.Code == "no_private_inference_worker" {
+		e.CodeHeader = true
 	}
 	return e
 }

@@ -120,6 +120,16 @@ type streamChunk struct {
 // inspect accounts for a relayed chunk: tokens so far, text for estimates
 // and notices, and how the reply ended.
 func (r *relay) inspect(msg []byte) {
+	if r.e2e {
+		// A sealed chunk is all that can be counted of it.
+		if bytes.HasPrefix(msg, []byte(`{"c":`)) && !bytes.Contains(msg, []byte(`"final":true`)) {
+			if r.firstToken.IsZero() {
+				r.firstToken = time.Now()
+			}
+			r.entry.AddTokens(1)
+		}
+		return
+	}
 	var c streamChunk
 	if json.Unmarshal(msg, &c) != nil {
 		return
@@ -210,6 +220,11 @@ func usageJSON(u api.Usage) map[string]any {
 // finalChunks are the chunks after the text, all with empty choices: the
 // usage, the notice if any, then svc with timing, worker and request id.
 func (r *relay) finalChunks() [][]byte {
+	if r.e2e {
+		// Beside a sealed stream, only who served it.
+		b, _ := json.Marshal(map[string]any{"svc": svcReply{Worker: r.svcWorker(), RequestID: r.requestID}})
+		return [][]byte{b}
+	}
 	created := time.Now().Unix()
 	id := r.chunkID
 	if id == "" {

@@ -76,6 +76,10 @@ func (s *Server) routes() []*route {
 	}
 
 	out := []*route{
+		// The key directory of private inference: the Pro plans' feature,
+		// for keys that may send inference.
+		{method: "GET", path: "/api/v1/e2e/keys", access: accessKey, perm: auth.InferenceWrite,
+			handle: s.planGated("Private inference", s.e2eKeys)},
 		{method: "GET", path: "/healthz", access: accessPublic, handle: s.health},
 		{method: "GET", path: "/metrics", access: accessPublic, handle: s.serveMetrics},
 		{method: "GET", path: link.Path, access: accessWorker, handle: s.connectWorker},

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/e2ee"
 	"github.com/svc-dev/svc/internal/fleet"
 	"github.com/svc-dev/svc/internal/link"
 )
@@ -127,6 +128,10 @@ func (r *relay) exchange() reply {
 		if r.render != nil {
 			ctype, out, err := r.render(body)
 			return reply{contentType: ctype, body: out, err: err}
+		}
+		if r.e2e {
+			out, err := r.sealedReply(body)
+			return reply{contentType: e2ee.ContentType, body: out, err: err}
 		}
 		out, err := r.completeBody(body)
 		return reply{contentType: "application/json", body: out, err: err}

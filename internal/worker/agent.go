@@ -22,6 +22,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/e2ee"
 	"github.com/svc-dev/svc/internal/engine"
 	"github.com/svc-dev/svc/internal/link"
 	"github.com/svc-dev/svc/internal/moderation"
@@ -65,6 +66,8 @@ type Config struct {
 	// profile, following the worker's load.
 	Power          *power.Config
 	SimulatedPower bool
+	// E2E is the key pair private inference is sealed to; nil serves none.
+	E2E *e2ee.KeyPair
 }
 
 // PermanentError is a refusal that retrying cannot fix (a bad token, an
@@ -94,6 +97,9 @@ type Agent struct {
 
 	// images fetches the https image URLs of moderation checks.
 	images *moderation.Fetcher
+
+	// replays are the sealed requests already served.
+	replays replays
 
 	// power samples the machine's power draw; nil without telemetry.
 	power *power.Sampler
@@ -354,6 +360,10 @@ func (a *Agent) connectOnce(ctx context.Context, sessionID string) (bool, error)
 		Protocol: link.Protocol, Name: a.cfg.Name, Version: a.cfg.Version, MaxConcurrent: a.cfg.MaxConcurrent,
 		SessionID: sessionID, Models: a.models, Streams: sess.RecvState(), Draining: a.draining,
 		Heartbeat: a.heartbeat(), Engines: a.engineInfo(), Features: a.cfg.Features,
+	}
+	if a.cfg.E2E != nil {
+		p := a.cfg.E2E.Public()
+		hello.E2EKey = &api.E2EKey{KeyID: p.KeyID, Version: p.Version, KEMID: p.KEMID, KDFID: p.KDFID, AEADID: p.AEADID, PublicKey: p.PublicKey}
 	}
 	a.mu.Unlock()
 	welcome, err := handshake(conn, hello)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/audio"
+	"github.com/svc-dev/svc/internal/e2ee"
 	"github.com/svc-dev/svc/internal/engine"
 	"github.com/svc-dev/svc/internal/link"
 )
@@ -60,6 +61,14 @@ func (a *Agent) run(ctx context.Context, st *link.Stream) (res *api.Result) {
 		return engine.Failure(http.StatusBadGateway, api.TypeUpstream, "the request did not reach the worker whole: "+err.Error())
 	}
 
+	var private *e2ee.Request
+	if req.E2E {
+		var failed *api.Result
+		if private, ereq.Body, failed = a.openPrivate(&req, ereq.Body); failed != nil {
+			return failed
+		}
+	}
+
 	// The gateway only sends what fits our slots; wait in case it raced a
 	// slot being freed here.
 	waitStart := time.Now()
@@ -78,7 +87,12 @@ func (a *Agent) run(ctx context.Context, st *link.Stream) (res *api.Result) {
 		<-a.slots
 	}()
 
-	sink := streamSink{st}
+	var sink engine.Sink = streamSink{st}
+	var sealing *sealingSink
+	if private != nil {
+		sealing = &sealingSink{out: sink, sealer: private.Sealer}
+		sink = sealing
+	}
 	if a.power != nil {
 		a.power.Begin(req.RequestID)
 		defer func() {
@@ -99,6 +113,11 @@ func (a *Agent) run(ctx context.Context, st *link.Stream) (res *api.Result) {
 	}
 	if res == nil {
 		res = engine.Failure(http.StatusInternalServerError, api.TypeServer, "the engine returned no result")
+	}
+	if sealing != nil && res.Status == http.StatusOK {
+		if err := sealing.finish(ctx, req.Stream); err != nil {
+			return engine.Cancelled()
+		}
 	}
 	if wait > time.Millisecond {
 		ms := float64(wait.Microseconds()) / 1000

@@ -1,0 +1,89 @@
+package e2e
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"path/filepath"
+	"slices"
+	"syscall"
+	"testing"
+
+	"github.com/svc-dev/svc/internal/e2ee"
+)
+
+func (s *server) e2eKeys(key string) map[string]e2ee.PublicKeyInfo {
+	s.t.Helper()
+	r := s.do("GET", "/api/v1/e2e/keys", "", bearer(key))
+	if r.Status != 200 {
+		s.t.Fatalf("keys = %d %s", r.Status, r.Body)
+	}
+	var out struct {
+		Keys []e2ee.PublicKeyInfo `json:"keys"`
+	}
+	if err := json.Unmarshal(r.Body, &out); err != nil {
+		s.t.Fatal(err)
+	}
+	byName := map[string]e2ee.PublicKeyInfo{}
+	for _, k := range out.Keys {
+		byName[k.WorkerName] = k
+	}
+	return byName
+}
+
+// The key directory lists each connected worker's private-inference key
+// with the models it serves privately: a new key after a restart unless
+// the worker keeps it in a file; none for a worker with --e2e=false; only
+// for keys that may send inference, and only on a plan with private
+// inference.
+func TestE2EKeyDirectory(t *testing.T) {
+	s := startServer(t, "")
+	admin := s.adminKey()
+	keyFile := filepath.Join(t.TempDir(), "e2e.key")
+	kept := startWorker(t, s.URL, s.tokenFile(), "kept", "--engine", "sim=tps=0,ttft=0", "--e2e-key", keyFile)
+	fresh := startWorker(t, s.URL, s.tokenFile(), "fresh", "--engine", "sim=tps=0,ttft=0")
+	startWorker(t, s.URL, s.tokenFile(), "clear-only", "--engine", "sim=tps=0,ttft=0", "--e2e=false")
+
+	keys := s.e2eKeys(admin)
+	if len(keys) != 2 {
+		t.Fatalf("keys of %v", keys)
+	}
+	for _, name := range []string{"kept", "fresh"} {
+		k := keys[name]
+		sum := sha256.Sum256(k.PublicKey)
+		if k.KeyID != hex.EncodeToString(sum[:8]) || len(k.PublicKey) != 1216 || k.KEMID != 0x647a || k.KDFID != 1 || k.AEADID != 2 ||
+			k.Version != 1 || !slices.Contains(k.Models, "sim-chat") || !slices.Contains(k.Models, "sim-embed") || slices.Contains(k.Models, "sim-tts") {
+			t.Errorf("%s: %+v", name, k)
+		}
+		// The directory entry is a key a client can seal to.
+		if _, _, err := e2ee.SealRequest(k, "sim-chat", false, []byte(`{"model":"sim-chat","messages":[{"role":"user","content":"hi"}]}`)); err != nil {
+			t.Errorf("%s: cannot seal to it: %v", name, err)
+		}
+	}
+
+	// Restarts: the kept key stays, the fresh one changes.
+	before := keys
+	_ = kept.stop(syscall.SIGTERM)
+	_ = fresh.stop(syscall.SIGTERM)
+	startWorker(t, s.URL, s.tokenFile(), "kept", "--engine", "sim=tps=0,ttft=0", "--e2e-key", keyFile)
+	startWorker(t, s.URL, s.tokenFile(), "fresh", "--engine", "sim=tps=0,ttft=0")
+	after := s.e2eKeys(admin)
+	if after["kept"].KeyID != before["kept"].KeyID || after["fresh"].KeyID == before["fresh"].KeyID || after["fresh"].KeyID == "" {
+		t.Fatalf("after restarts: kept %s → %s, fresh %s → %s", before["kept"].KeyID, after["kept"].KeyID, before["fresh"].KeyID, after["fresh"].KeyID)
+	}
+
+	usageOnly := keyFor(t, s, "u1", "member", "usage:read")
+	if r := s.do("GET", "/api/v1/e2e/keys", "", bearer(usageOnly)); r.Status != 403 {
+		t.Fatalf("a key without inference:write = %d %s", r.Status, r.Body)
+	}
+	s.console("PATCH", "/api/v1/console/orgs/default", `{"plan":"free"}`)
+	r := s.do("GET", "/api/v1/e2e/keys", "", bearer(admin))
+	var nested struct {
+		Detail struct {
+			Error struct{ Type string } `json:"error"`
+		} `json:"detail"`
+	}
+	if r.Status != 403 || json.Unmarshal(r.Body, &nested) != nil || nested.Detail.Error.Type != "plan_required" {
+		t.Fatalf("free plan = %d %s", r.Status, r.Body)
+	}
+}

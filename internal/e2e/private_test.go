@@ -1,0 +1,271 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"io/fs"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+
+	"github.com/svc-dev/svc/internal/e2ee"
+)
+
+// marker is sent only inside encrypted requests; no byte of the gateway's
+// may ever hold it.
+const marker = "MARKER-e2e-5f1c9a7b3d"
+
+// privateClient is openai-go over the sealing transport, with base as the
+// transport under it.
+func privateClient(s *server, key string, base http.RoundTripper) openai.Client {
+	t := e2ee.NewTransport(base, e2ee.Directory{Transport: base})
+	return openai.NewClient(option.WithBaseURL(s.URL+"/v1/"), option.WithAPIKey(key), option.WithMaxRetries(0),
+		option.WithHTTPClient(&http.Client{Transport: t}))
+}
+
+// Chat (whole and streamed) and embeddings sealed end to end with the
+// official client over the transport: answered, the worker named beside
+// the sealed reply, no estimate on the usage rows, and the marker nowhere
+// in the gateway's data directory or logs.
+func TestPrivateInference(t *testing.T) {
+	s := startServer(t, "", "--log-level", "debug")
+	key := s.adminKey()
+	w := startWorker(t, s.URL, s.tokenFile(), "vault", "--engine", "sim=tps=0,ttft=0", "--log-level", "debug")
+	client := privateClient(s, key, http.DefaultTransport)
+	ctx := context.Background()
+
+	resp, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
+		Model:    "sim-chat",
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("tell me a secret " + marker + "\nsim: tokens=12")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Choices) != 1 || resp.Choices[0].Message.Content == "" || resp.Usage.CompletionTokens != 12 {
+		t.Fatalf("chat %+v", resp)
+	}
+	if svc := svcOf(t, resp.RawJSON()); svc["worker"] == nil {
+		t.Errorf("no worker beside the sealed reply: %s", resp.RawJSON())
+	}
+
+	stream := client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{
+		Model:    "sim-chat",
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("stream a secret " + marker + "\nsim: tokens=30")},
+	})
+	var text strings.Builder
+	chunks := 0
+	for stream.Next() {
+		c := stream.Current()
+		for _, ch := range c.Choices {
+			text.WriteString(ch.Delta.Content)
+		}
+		chunks++
+	}
+	if err := stream.Err(); err != nil || chunks < 30 || text.Len() == 0 {
+		t.Fatalf("stream: %d chunks, %q, %v", chunks, text.String(), err)
+	}
+
+	emb, err := client.Embeddings.New(ctx, openai.EmbeddingNewParams{Model: "sim-embed",
+		Input: openai.EmbeddingNewParamsInputUnion{OfString: openai.String("embed " + marker)}})
+	if err != nil || len(emb.Data) != 1 || len(emb.Data[0].Embedding) == 0 {
+		t.Fatalf("embeddings %+v, %v", emb, err)
+	}
+
+	// Usage rows: written, no estimate.
+	var rows []map[string]any
+	for deadline := time.Now().Add(5 * time.Second); len(rows) < 3 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		_ = json.Unmarshal(s.do("GET", "/api/v1/usage/logs?limit=10", "", bearer(key)).Body, &rows)
+	}
+	if len(rows) != 3 {
+		t.Fatalf("rows %v", rows)
+	}
+	for _, r := range rows {
+		if r["status_code"].(float64) != 200 || r["tokens_estimated"] != false {
+			t.Errorf("row %v", r)
+		}
+	}
+
+	// Nothing of the content reached the gateway's disk or logs. The
+	// worker, which may read it, is the only other process.
+	_ = w
+	s.stop(15) // SIGTERM: the store is closed and everything flushed
+	_ = filepath.WalkDir(s.Data, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || strings.HasSuffix(path, ".sock") {
+			return nil
+		}
+		b, _ := os.ReadFile(path)
+		if bytes.Contains(b, []byte(marker)) {
+			t.Errorf("%s holds the marker", path)
+		}
+		return nil
+	})
+	if strings.Contains(s.Log.String(), marker) {
+		t.Error("the gateway's log holds the marker")
+	}
+}
+
+// Every row of the spec's private-inference error table, and moderation's
+// refusal of a sealed body.
+func TestPrivateInferenceErrors(t *testing.T) {
+	s := startServer(t, "")
+	key := s.adminKey()
+	startWorker(t, s.URL, s.tokenFile(), "vault", "--engine", "sim=tps=0,ttft=0")
+	keys := s.e2eKeys(key)
+	pub := keys["vault"]
+	body := `{"model":"sim-chat","messages":[{"role":"user","content":"` + marker + `"}]}`
+	envelope, _, err := e2ee.SealRequest(pub, "sim-chat", false, []byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealedPost := func(path string, b []byte, hs ...header) reply {
+		return s.do("POST", path, string(b), append(hs, bearer(key), header{"Content-Type", e2ee.ContentType})...)
+	}
+	nestedType := func(r reply) string {
+		var n struct {
+			Detail struct {
+				Error struct{ Type string } `json:"error"`
+			} `json:"detail"`
+		}
+		_ = json.Unmarshal(r.Body, &n)
+		return n.Detail.Error.Type
+	}
+
+	// The one that works, for contrast.
+	if r := sealedPost("/v1/chat/completions", envelope); r.Status != 200 || r.Header.Get("X-Worker-Name") != "vault" {
+		t.Fatalf("sealed chat = %d %s", r.Status, r.Body)
+	}
+	// 400 invalid_encrypted_request: malformed, and an unknown version.
+	for _, bad := range [][]byte{[]byte(`{"svc_e2e":1}`), bytes.Replace(envelope, []byte(`"svc_e2e":1`), []byte(`"svc_e2e":9`), 1), []byte("not json")} {
+		if r := sealedPost("/v1/chat/completions", bad); r.Status != 400 || nestedType(r) != "invalid_encrypted_request" {
+			t.Errorf("malformed %q = %d %s", bad[:min(len(bad), 20)], r.Status, r.Body)
+		}
+	}
+	// 503 no_private_inference_worker: sealed to a key nobody holds.
+	other, _ := e2ee.GenerateKeyPair()
+	stray, _, _ := e2ee.SealRequest(other.Public(), "sim-chat", false, []byte(body))
+	if r := sealedPost("/v1/chat/completions", stray); r.Status != 503 || r.Header.Get("X-Svc-Error-Code") != "no_private_inference_worker" {
+		t.Errorf("unknown key = %d %v %s", r.Status, r.Header, r.Body)
+	}
+	// The same envelope twice: the worker refuses the replay.
+	if r := sealedPost("/v1/chat/completions", envelope); r.Status != 400 || !strings.Contains(string(r.Body), "replay") {
+		t.Errorf("replay = %d %s", r.Status, r.Body)
+	}
+	// Moderation cannot judge what it cannot read.
+	if r := sealedPost("/v1/moderations", envelope); r.Status != 400 || r.Header.Get("X-Svc-Error-Code") != "encrypted_input_not_supported" {
+		t.Errorf("moderation = %d %s", r.Status, r.Body)
+	}
+	// 403 e2e_required for clear inference once the organisation asks;
+	// sealed requests still go.
+	s.console("PATCH", "/api/v1/console/orgs/default", `{"require_e2e":true}`)
+	if r := s.do("POST", "/v1/chat/completions", chatBody("sim-chat", "clear", false), bearer(key)); r.Status != 403 || nestedType(r) != "e2e_required" {
+		t.Errorf("clear with require_e2e = %d %s", r.Status, r.Body)
+	}
+	fresh, _, _ := e2ee.SealRequest(pub, "sim-chat", false, []byte(body))
+	if r := sealedPost("/v1/chat/completions", fresh); r.Status != 200 {
+		t.Errorf("sealed with require_e2e = %d %s", r.Status, r.Body)
+	}
+	// 403 plan_required: private inference is a Pro feature.
+	s.console("PATCH", "/api/v1/console/orgs/default", `{"plan":"free","require_e2e":false}`)
+	again, _, _ := e2ee.SealRequest(pub, "sim-chat", false, []byte(body))
+	if r := sealedPost("/v1/chat/completions", again); r.Status != 403 || nestedType(r) != "plan_required" {
+		t.Errorf("free plan = %d %s", r.Status, r.Body)
+	}
+}
+
+// tamper is a transport under the sealing one that changes sealed replies
+// on their way to the client.
+type tamper struct {
+	base http.RoundTripper
+	fn   func([]byte) []byte
+}
+
+func (tp tamper) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := tp.base.RoundTrip(req)
+	if err != nil || !strings.Contains(req.URL.Path, "/chat/completions") {
+		return resp, err
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	b = tp.fn(b)
+	resp.Body = io.NopCloser(bytes.NewReader(b))
+	resp.ContentLength = int64(len(b))
+	resp.Header.Del("Content-Length")
+	return resp, nil
+}
+
+// An attacker between client and gateway who changes a byte of a sealed
+// chunk, drops the final chunk or swaps two chunks is caught every time:
+// the client gets an error, never altered text.
+func TestPrivateInferenceTamperDetected(t *testing.T) {
+	s := startServer(t, "")
+	key := s.adminKey()
+	startWorker(t, s.URL, s.tokenFile(), "vault", "--engine", "sim=tps=0,ttft=0")
+	events := func(b []byte) [][]byte { return bytes.Split(bytes.TrimSpace(b), []byte("\n\n")) }
+	join := func(ev [][]byte) []byte { return append(bytes.Join(ev, []byte("\n\n")), "\n\n"...) }
+	tests := []struct {
+		name   string
+		stream bool
+		fn     func([]byte) []byte
+	}{
+		{"flip a byte of a sealed reply", false, func(b []byte) []byte {
+			i := bytes.Index(b, []byte(`"chunks":["`)) + 20
+			b[i] ^= 1
+			return b
+		}},
+		{"flip a byte of a streamed chunk", true, func(b []byte) []byte {
+			i := bytes.Index(b, []byte(`{"c":"`)) + 12
+			b[i] ^= 1
+			return b
+		}},
+		{"drop the final chunk", true, func(b []byte) []byte {
+			var kept [][]byte
+			for _, e := range events(b) {
+				if !bytes.Contains(e, []byte(`"final":true`)) {
+					kept = append(kept, e)
+				}
+			}
+			return join(kept)
+		}},
+		{"swap two chunks", true, func(b []byte) []byte {
+			ev := events(b)
+			var idx []int
+			for i, e := range ev {
+				if bytes.HasPrefix(e, []byte(`data: {"c":`)) {
+					idx = append(idx, i)
+				}
+			}
+			ev[idx[1]], ev[idx[2]] = ev[idx[2]], ev[idx[1]]
+			return join(ev)
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			client := privateClient(s, key, tamper{http.DefaultTransport, tc.fn})
+			params := openai.ChatCompletionNewParams{Model: "sim-chat",
+				Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hello\nsim: tokens=8")}}
+			if !tc.stream {
+				if _, err := client.Chat.Completions.New(context.Background(), params); err == nil {
+					t.Fatal("a tampered reply was accepted")
+				}
+				return
+			}
+			st := client.Chat.Completions.NewStreaming(context.Background(), params)
+			for st.Next() {
+			}
+			if st.Err() == nil {
+				t.Fatal("a tampered stream was accepted")
+			}
+		})
+	}
+}

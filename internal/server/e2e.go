@@ -1,0 +1,94 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/e2ee"
+)
+
+// e2eKeys is GET /api/v1/e2e/keys: the public keys of the organisation's
+// connected workers, with the models each serves privately. A client seals
+// a request to one of them; only that worker can open it.
+func (s *Server) e2eKeys(c *call) error {
+	keys := []e2ee.PublicKeyInfo{}
+	for _, k := range s.fleet.PrivateKeys(c.principal.OrgID) {
+		keys = append(keys, e2ee.PublicKeyInfo{KeyID: k.Key.KeyID, Version: k.Key.Version, KEMID: k.Key.KEMID,
+			KDFID: k.Key.KDFID, AEADID: k.Key.AEADID, PublicKey: k.Key.PublicKey,
+			WorkerID: k.WorkerID, WorkerName: k.WorkerName, Models: k.Models})
+	}
+	writeJSON(c.ctx, http.StatusOK, map[string]any{"keys": keys})
+	return nil
+}
+
+// sealed reports whether the request is end-to-end encrypted: its body is
+// an envelope only the worker holding its key can open.
+func sealed(c *call) bool {
+	ct, _, _ := strings.Cut(string(c.ctx.Request.Header.ContentType()), ";")
+	return strings.EqualFold(strings.TrimSpace(ct), e2ee.ContentType)
+}
+
+// privateInference relays a sealed request to the worker holding its key.
+// The gateway reads only the envelope's clear routing fields (model,
+// stream, key id); the body goes to the worker as it came, and what comes
+// back is sealed but for the worker's identity beside it.
+func (s *Server) privateInference(c *call, kind string) error {
+	if !c.org.Plan.Paid() {
+		return api.PlanRequired("Private inference is part of the Pro and Enterprise plans; this organisation is on %s", c.org.Plan)
+	}
+	body := append([]byte(nil), c.ctx.PostBody()...)
+	env, err := e2ee.ParseEnvelope(body)
+	if err != nil {
+		// The parser's messages name what is wrong, never the content.
+		return &api.Error{Status: http.StatusBadRequest, Type: api.TypeInvalidEncryptedRequest, Message: err.Error()}
+	}
+	if kind == api.KindEmbeddings && env.Stream {
+		return &api.Error{Status: http.StatusBadRequest, Type: api.TypeInvalidEncryptedRequest, Message: "Embeddings are not streamed"}
+	}
+	holder := ""
+	for _, k := range s.fleet.PrivateKeys(c.principal.OrgID) {
+		if k.Key.KeyID == env.KeyID {
+			holder = k.WorkerID
+		}
+	}
+	if holder == "" {
+		return errNoPrivateWorker(env.KeyID)
+	}
+	r := s.newRelay(c, kind, env.Model, env.Stream, nil)
+	r.e2e = true
+	r.need.Pin = holder
+	r.header, _ = json.Marshal(api.LinkRequest{RequestID: c.requestID, Kind: kind, Model: env.Model, Stream: env.Stream, E2E: true})
+	r.body = body
+	if env.Stream {
+		return r.startStream(c)
+	}
+	return r.unary(c)
+}
+
+func errNoPrivateWorker(keyID string) *api.Error {
+	return &api.Error{Status: http.StatusServiceUnavailable, Code: "no_private_inference_worker", CodeHeader: true,
+		RetryAfter: time.Second,
+		Message:    fmt.Sprintf("No connected worker holds the key %s; fetch the organisation's keys again and retry", keyID)}
+}
+
+// sealedReply puts the serving worker's identity beside a sealed
+// non-streaming reply, the one clear thing a client learns from the
+// gateway itself.
+func (r *relay) sealedReply(body []byte) ([]byte, error) {
+	trimmed := bytes.TrimRight(body, " \t\r\n")
+	if len(trimmed) < 2 || trimmed[len(trimmed)-1] != '}' {
+		return nil, &api.Error{Status: http.StatusBadGateway, Type: api.TypeUpstream, Message: "The worker's sealed reply is malformed"}
+	}
+	svc, err := json.Marshal(svcReply{Worker: r.svcWorker(), RequestID: r.requestID})
+	if err != nil {
+		return nil, err
+	}
+	out := append(append([]byte(nil), trimmed[:len(trimmed)-1]...), `,"svc":`...)
+	out = append(out, svc...)
+	return append(out, '}'), nil
+}
