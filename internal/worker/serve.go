@@ -119,6 +119,12 @@ func (a *Agent) run(ctx context.Context, st *link.Stream) (res *api.Result) {
 			return engine.Cancelled()
 		}
 	}
+	if sealing != nil && res.Error != nil {
+		// An engine's error message may quote the prompt, and the gateway
+		// reads results in the clear: only the kind of failure goes back.
+		a.log.Info("private request failed", "status", res.Status, "err", res.Error.Message)
+		res.Error.Message = fmt.Sprintf("the engine refused the encrypted request (%d %s)", res.Status, http.StatusText(res.Status))
+	}
 	if wait > time.Millisecond {
 		ms := float64(wait.Microseconds()) / 1000
 		res.Timing.WorkerQueueWaitMs = &ms
