@@ -3,13 +3,17 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"io"
 	"io/fs"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -265,6 +269,185 @@ func TestPrivateInferenceTamperDetected(t *testing.T) {
 			}
 			if st.Err() == nil {
 				t.Fatal("a tampered stream was accepted")
+			}
+		})
+	}
+}
+
+// linkTamper sits between a worker and the gateway and, once armed, flips
+// one bit inside the first websocket message that carries its marker, in
+// the direction it watches: the gateway's frames to the worker are sent in
+// the clear, the worker's are masked, and a flipped masked bit flips the
+// same bit of the message.
+type linkTamper struct {
+	ln       net.Listener
+	target   string
+	marker   []byte
+	toWorker bool // watch the gateway's frames, else the worker's
+	armed    atomic.Bool
+	hits     atomic.Int32
+	wg       sync.WaitGroup
+}
+
+func newLinkTamper(t *testing.T, target string, marker string, toWorker bool) *linkTamper {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lt := &linkTamper{ln: ln, target: target, marker: []byte(marker), toWorker: toWorker}
+	lt.wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			lt.wg.Go(func() { lt.pipe(up, c, !toWorker); up.Close(); c.Close() })
+			lt.wg.Go(func() { lt.pipe(c, up, toWorker); up.Close(); c.Close() })
+		}
+	})
+	t.Cleanup(func() { ln.Close(); lt.wg.Wait() })
+	return lt
+}
+
+func (lt *linkTamper) URL() string { return "http://" + lt.ln.Addr().String() }
+
+// pipe copies src to dst; when watch is set it parses websocket frames
+// (after the HTTP upgrade) to find the marker.
+func (lt *linkTamper) pipe(dst, src net.Conn, watch bool) {
+	buf := make([]byte, 0, 1<<16)
+	tmp := make([]byte, 32<<10)
+	upgraded := false
+	for {
+		n, err := src.Read(tmp)
+		if n > 0 {
+			buf = append(buf, tmp[:n]...)
+			out := len(buf)
+			if watch {
+				out = lt.scan(&buf, &upgraded)
+			}
+			if _, werr := dst.Write(buf[:out]); werr != nil {
+				return
+			}
+			buf = append(buf[:0], buf[out:]...)
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// scan flips the marked message once armed and returns how much of buf
+// holds whole frames (or the HTTP exchange before them).
+func (lt *linkTamper) scan(buf *[]byte, upgraded *bool) int {
+	b := *buf
+	off := 0
+	if !*upgraded {
+		i := bytes.Index(b, []byte("\r\n\r\n"))
+		if i < 0 {
+			return 0
+		}
+		*upgraded, off = true, i+4
+	}
+	for {
+		if len(b)-off < 2 {
+			return off
+		}
+		masked := b[off+1]&0x80 != 0
+		n, hdr := int(b[off+1]&0x7f), 2
+		switch n {
+		case 126:
+			if len(b)-off < 4 {
+				return off
+			}
+			n, hdr = int(binary.BigEndian.Uint16(b[off+2:])), 4
+		case 127:
+			if len(b)-off < 10 {
+				return off
+			}
+			n, hdr = int(binary.BigEndian.Uint64(b[off+2:])), 10
+		}
+		var key []byte
+		if masked {
+			if len(b)-off < hdr+4 {
+				return off
+			}
+			key = b[off+hdr : off+hdr+4]
+			hdr += 4
+		}
+		if len(b)-off < hdr+n {
+			return off
+		}
+		payload := b[off+hdr : off+hdr+n]
+		clear := payload
+		if masked {
+			clear = make([]byte, n)
+			for i := range payload {
+				clear[i] = payload[i] ^ key[i%4]
+			}
+		}
+		if lt.armed.Load() {
+			if i := bytes.Index(clear, lt.marker); i >= 0 && i+len(lt.marker)+8 < n {
+				payload[i+len(lt.marker)+8] ^= 0x01
+				lt.armed.Store(false)
+				lt.hits.Add(1)
+			}
+		}
+		off += hdr + n
+	}
+}
+
+// An attacker on the link between gateway and worker who changes a sealed
+// request or a sealed reply is caught: the worker refuses the request,
+// the client refuses the reply; neither ever accepts altered content.
+func TestPrivateInferenceLinkTamperDetected(t *testing.T) {
+	for _, tc := range []struct {
+		name, marker string
+		toWorker     bool
+		stream       bool
+	}{
+		{"the request", `"ct":"`, true, false},
+		{"a reply chunk", `{"c":"`, false, true},
+		{"a whole reply", `"chunks":["`, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := startServer(t, "")
+			key := s.adminKey()
+			lt := newLinkTamper(t, strings.TrimPrefix(s.URL, "http://"), tc.marker, tc.toWorker)
+			name := "tampered-" + strings.ReplaceAll(tc.name, " ", "-")
+			startWorker(t, lt.URL(), s.tokenFile(), name, "--engine", "sim=tps=0,ttft=0")
+			client := privateClient(s, key, http.DefaultTransport)
+			params := openai.ChatCompletionNewParams{Model: "sim-chat",
+				Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hello\nsim: tokens=8")}}
+			// Wait until the worker's key is listed.
+			s.workerNamed(key, name, statusIs("healthy"))
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+				if keys := s.e2eKeys(key); len(keys) == 1 && keys[name].KeyID != "" {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("keys: %v", s.e2eKeys(key))
+				}
+			}
+			lt.armed.Store(true)
+			var err error
+			if tc.stream {
+				st := client.Chat.Completions.NewStreaming(context.Background(), params)
+				for st.Next() {
+				}
+				err = st.Err()
+			} else {
+				_, err = client.Chat.Completions.New(context.Background(), params)
+			}
+			if lt.hits.Load() != 1 {
+				t.Fatalf("the tamperer found no %s to change", tc.marker)
+			}
+			if err == nil {
+				t.Fatal("a reply through a tampered link was accepted")
 			}
 		})
 	}
