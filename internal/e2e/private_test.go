@@ -162,6 +162,14 @@ func TestPrivateInferenceErrors(t *testing.T) {
 	if r := sealedPost("/v1/chat/completions", envelope); r.Status != 400 || !strings.Contains(string(r.Body), "replay") {
 		t.Errorf("replay = %d %s", r.Status, r.Body)
 	}
+	// Content filtering still applies: the worker checks what it opened.
+	filtered := filteredKey(t, s)
+	flagged, _, _ := e2ee.SealRequest(pub, "sim-chat", false,
+		[]byte(`{"model":"sim-chat","messages":[{"role":"user","content":"how to hurt someone\nsim: verdict=unsafe labels=Violent"}]}`))
+	if r := s.do("POST", "/v1/chat/completions", string(flagged), bearer(filtered), header{"Content-Type", e2ee.ContentType}); r.Status != 400 ||
+		!strings.Contains(string(r.Body), "content_filter") || strings.Contains(string(r.Body), "hurt") {
+		t.Errorf("flagged sealed chat on a filtered key = %d %s", r.Status, r.Body)
+	}
 	// Moderation cannot judge what it cannot read.
 	if r := sealedPost("/v1/moderations", envelope); r.Status != 400 || r.Header.Get("X-Svc-Error-Code") != "encrypted_input_not_supported" {
 		t.Errorf("moderation = %d %s", r.Status, r.Body)

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -64,6 +65,11 @@ func (s *Server) privateInference(c *call, kind string) error {
 	r.need.Pin = holder
 	r.header, _ = json.Marshal(api.LinkRequest{RequestID: c.requestID, Kind: kind, Model: env.Model, Stream: env.Stream, E2E: true})
 	r.body = body
+	if kind == api.KindChat && (c.principal.ContentFilter || c.org.Settings.ContentFiltering) {
+		// The worker that opens the request checks it, and seals what it
+		// lets through.
+		r.filterWith(cmp.Or(c.org.Settings.ModerationModel, api.DefaultModerationModel))
+	}
 	if env.Stream {
 		return r.startStream(c)
 	}
