@@ -164,6 +164,7 @@ type SpeakOptions struct {
 // NewCmdSpeak builds `svc speak`.
 func NewCmdSpeak(f *Factory, runF func(*SpeakOptions) error) *cobra.Command {
 	opts := &SpeakOptions{IO: f.IO}
+	var e2e bool
 	cmd := &cobra.Command{
 		Use:   "speak TEXT|-",
 		Short: "Turn text into speech (a WAV file)",
@@ -209,6 +210,9 @@ too unless -o saves it.
 				return usageErrorf("refusing to write audio to a terminal: give -o FILE or redirect stdout")
 			}
 			opts.APIClient = f.apiClientFunc(cmd)
+			if e2e {
+				opts.APIClient = f.privateClientFunc(cmd)
+			}
 			if runF != nil {
 				return runF(opts)
 			}
@@ -221,6 +225,7 @@ too unless -o saves it.
 	fl.Float64Var(&opts.Speed, "speed", 0, "0.25 to 4 (default 1)")
 	fl.StringVarP(&opts.Output, "output", "o", "", "write the WAV file here (default: stdout)")
 	_ = cmd.RegisterFlagCompletionFunc("model", completeModels(f, api.CapSpeech))
+	cmd.Flags().BoolVar(&e2e, "e2e", false, "encrypt end to end: seal the request to a worker's key, so only that worker reads the text (docs/e2e.md)")
 	AddClientFlags(cmd)
 	opts.Exporter.AddFlags(cmd, false)
 	return cmd

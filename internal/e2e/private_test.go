@@ -35,14 +35,14 @@ func privateClient(s *server, key string, base http.RoundTripper) openai.Client 
 		option.WithHTTPClient(&http.Client{Transport: t}))
 }
 
-// Chat (whole and streamed) and embeddings sealed end to end with the
+// Chat (whole and streamed), embeddings and speech sealed end to end with the
 // official client over the transport: answered, the worker named beside
 // the sealed reply, no estimate on the usage rows, and the marker nowhere
 // in the gateway's data directory or logs.
 func TestPrivateInference(t *testing.T) {
 	s := startServer(t, "", "--log-level", "debug")
 	key := s.adminKey()
-	w := startWorker(t, s.URL, s.tokenFile(), "vault", "--engine", "sim=tps=0,ttft=0", "--log-level", "debug")
+	w := startWorker(t, s.URL, s.tokenFile(), "vault", "--engine", "sim=tps=0,ttft=0,rtf=0", "--log-level", "debug")
 	client := privateClient(s, key, http.DefaultTransport)
 	ctx := context.Background()
 
@@ -83,12 +83,24 @@ func TestPrivateInference(t *testing.T) {
 		t.Fatalf("embeddings %+v, %v", emb, err)
 	}
 
+	speechResp, err := client.Audio.Speech.New(ctx, openai.AudioSpeechNewParams{Model: "sim-tts", Input: "say " + marker,
+		Voice: openai.AudioSpeechNewParamsVoiceUnion{OfString: openai.String("nova")}, ResponseFormat: openai.AudioSpeechNewParamsResponseFormatWAV})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wav, _ := io.ReadAll(speechResp.Body)
+	speechResp.Body.Close()
+	if speechResp.Header.Get("Content-Type") != "audio/wav" || speechResp.Header.Get("X-Worker-Name") != "vault" {
+		t.Fatalf("speech headers %v", speechResp.Header)
+	}
+	checkSpeechWAV(t, wav)
+
 	// Usage rows: written, no estimate.
 	var rows []map[string]any
-	for deadline := time.Now().Add(5 * time.Second); len(rows) < 3 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(5 * time.Second); len(rows) < 4 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		_ = json.Unmarshal(s.do("GET", "/api/v1/usage/logs?limit=10", "", bearer(key)).Body, &rows)
 	}
-	if len(rows) != 3 {
+	if len(rows) != 4 {
 		t.Fatalf("rows %v", rows)
 	}
 	for _, r := range rows {

@@ -186,7 +186,8 @@ func sealedRoute(req *http.Request) (*url.URL, bool) {
 	p := strings.TrimSuffix(req.URL.Path, "/")
 	// The /api/v1 forms come first so the gateway's base is cut at the
 	// right place.
-	for _, s := range [...]string{"/api/v1/chat/completions", "/api/v1/embeddings", "/v1/chat/completions", "/v1/embeddings"} {
+	for _, s := range [...]string{"/api/v1/chat/completions", "/api/v1/embeddings", "/api/v1/audio/speech",
+		"/v1/chat/completions", "/v1/embeddings", "/v1/audio/speech"} {
 		if strings.HasSuffix(p, s) {
 			g := *req.URL
 			g.Path, g.RawPath, g.RawQuery, g.Fragment = strings.TrimSuffix(p, s), "", "", ""
@@ -262,13 +263,18 @@ func (t *Transport) send(req *http.Request, gateway *url.URL, body []byte, f bod
 		return nil, err
 	}
 	resp.Request = req
-	return openResponse(resp, opener, f.stream)
+	ctype := "application/json"
+	if strings.HasSuffix(strings.TrimSuffix(req.URL.Path, "/"), "/audio/speech") {
+		// Speech opens to the WAV file the endpoint answers in the clear.
+		ctype = "audio/wav"
+	}
+	return openResponse(resp, opener, f.stream, ctype)
 }
 
 // openResponse turns the gateway's reply into the clear one. Only a reply
 // that opens is returned as a success; a non-2xx that is not sealed is the
 // gateway's own error, which holds nothing secret, and passes as it is.
-func openResponse(resp *http.Response, o *ResponseOpener, stream bool) (*http.Response, error) {
+func openResponse(resp *http.Response, o *ResponseOpener, stream bool, ctype string) (*http.Response, error) {
 	ok := resp.StatusCode/100 == 2
 	if ok && stream && mediaType(resp.Header) == "text/event-stream" {
 		body := resp.Body
@@ -299,7 +305,11 @@ func openResponse(resp *http.Response, o *ResponseOpener, stream bool) (*http.Re
 		if err != nil {
 			return nil, err
 		}
-		setBody(resp, withClearSvc(plain, raw), "application/json")
+		if ctype != "application/json" {
+			setBody(resp, plain, ctype)
+			return resp, nil
+		}
+		setBody(resp, withClearSvc(plain, raw), ctype)
 		return resp, nil
 	}
 	if ok {

@@ -48,6 +48,9 @@ func (s *Server) transcriptions(c *call) error {
 // (base64 audio beside its length and svc) for Accept: application/json,
 // which alone may be kept alive through a long generation.
 func (s *Server) speech(c *call) error {
+	if sealed(c) {
+		return s.privateInference(c, api.KindSpeech)
+	}
 	req, err := speech.Parse(c.ctx.PostBody())
 	if err != nil {
 		return err

@@ -48,8 +48,8 @@ func (s *Server) privateInference(c *call, kind string) error {
 		// The parser's messages name what is wrong, never the content.
 		return &api.Error{Status: http.StatusBadRequest, Type: api.TypeInvalidEncryptedRequest, Message: err.Error()}
 	}
-	if kind == api.KindEmbeddings && env.Stream {
-		return &api.Error{Status: http.StatusBadRequest, Type: api.TypeInvalidEncryptedRequest, Message: "Embeddings are not streamed"}
+	if kind != api.KindChat && env.Stream {
+		return &api.Error{Status: http.StatusBadRequest, Type: api.TypeInvalidEncryptedRequest, Message: "Only chat is streamed"}
 	}
 	holder := ""
 	for _, k := range s.fleet.PrivateKeys(c.principal.OrgID) {

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"sync"
@@ -11,6 +12,7 @@ import (
 	"github.com/svc-dev/svc/internal/chat"
 	"github.com/svc-dev/svc/internal/e2ee"
 	"github.com/svc-dev/svc/internal/engine"
+	"github.com/svc-dev/svc/internal/speech"
 )
 
 // openPrivate opens a request sealed to this worker's key and readies its
@@ -38,27 +40,48 @@ func (a *Agent) openPrivate(req *api.LinkRequest, envelope []byte) (*e2ee.Reques
 		return nil, nil, final(engine.Failure(http.StatusBadRequest, api.TypeInvalidEncryptedRequest, "the clear routing fields do not match the sealed ones"))
 	}
 	body := opened.Body
-	if req.Kind == api.KindChat {
+	switch req.Kind {
+	case api.KindSpeech:
+		// What the gateway does to a clear speech request: read it and
+		// check the voice against the model's.
+		parsed, err := speech.Parse(body)
+		if err == nil {
+			if m := a.modelMeta(req.Model); m != nil {
+				err = parsed.Fit(m)
+			}
+		}
+		if err == nil {
+			body, err = json.Marshal(parsed.Params)
+		}
+		if err != nil {
+			return nil, nil, final(engine.Failure(http.StatusBadRequest, api.TypeInvalidRequest, invalidAt(err)))
+		}
+	case api.KindChat:
 		parsed, err := chat.Parse(body, chat.Options{})
 		if err == nil {
 			err = parsed.Prepare(a.modelMeta(req.Model))
 		}
 		if err != nil {
-			// Validation failures of a sealed request are 400s: the spec's
-			// 422 carries field details a client cannot check against a
-			// body the gateway never saw.
-			msg := "the encrypted request is invalid"
-			var ae *api.Error
-			if errors.As(err, &ae) && ae.Param != "" {
-				msg += " at " + ae.Param
-			} else if ae != nil && len(ae.Fields) > 0 {
-				msg += " at " + ae.Fields[0].Field
-			}
-			return nil, nil, final(engine.Failure(http.StatusBadRequest, api.TypeInvalidRequest, msg))
+			return nil, nil, final(engine.Failure(http.StatusBadRequest, api.TypeInvalidRequest, invalidAt(err)))
 		}
 		body = parsed.Body
 	}
 	return opened, body, nil
+}
+
+// invalidAt words a sealed request's validation failure. Validation
+// failures of a sealed request are 400s (the spec's 422 carries details a
+// client cannot check against a body the gateway never saw), and they name
+// the field, never the content.
+func invalidAt(err error) string {
+	msg := "the encrypted request is invalid"
+	var ae *api.Error
+	if errors.As(err, &ae) && ae.Param != "" {
+		msg += " at " + ae.Param
+	} else if ae != nil && len(ae.Fields) > 0 {
+		msg += " at " + ae.Fields[0].Field
+	}
+	return msg
 }
 
 // replays remembers the envelopes this worker has opened, so the same
