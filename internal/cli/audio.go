@@ -38,6 +38,7 @@ var transcriptFormats = []string{"text", "json", "verbose_json", "srt", "vtt"}
 // NewCmdTranscribe builds `svc transcribe`.
 func NewCmdTranscribe(f *Factory, runF func(*TranscribeOptions) error) *cobra.Command {
 	opts := &TranscribeOptions{IO: f.IO}
+	var e2e bool
 	var temperature float64
 	cmd := &cobra.Command{
 		Use:   "transcribe FILE",
@@ -91,6 +92,9 @@ word-level timings to it.
 				return usageErrorf("--beam-size must be 1 to 8, got %d", opts.BeamSize)
 			}
 			opts.APIClient = f.apiClientFunc(cmd)
+			if e2e {
+				opts.APIClient = f.privateClientFunc(cmd)
+			}
 			if runF != nil {
 				return runF(opts)
 			}
@@ -107,6 +111,7 @@ word-level timings to it.
 	fl.StringSliceVar(&opts.Granularities, "timestamps", nil, "timestamp granularities: segment, word")
 	_ = cmd.RegisterFlagCompletionFunc("model", completeModels(f, api.CapTranscription))
 	_ = cmd.RegisterFlagCompletionFunc("format", cobra.FixedCompletions(transcriptFormats, cobra.ShellCompDirectiveNoFileComp))
+	cmd.Flags().BoolVar(&e2e, "e2e", false, "encrypt end to end: seal the upload to a worker's key, so only that worker hears it (docs/e2e.md)")
 	AddClientFlags(cmd)
 	opts.Exporter.AddFlags(cmd, false)
 	return cmd

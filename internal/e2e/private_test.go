@@ -35,7 +35,8 @@ func privateClient(s *server, key string, base http.RoundTripper) openai.Client 
 		option.WithHTTPClient(&http.Client{Transport: t}))
 }
 
-// Chat (whole and streamed), embeddings and speech sealed end to end with the
+// Chat (whole and streamed), embeddings, speech and transcription sealed
+// end to end with the
 // official client over the transport: answered, the worker named beside
 // the sealed reply, no estimate on the usage rows, and the marker nowhere
 // in the gateway's data directory or logs.
@@ -95,12 +96,29 @@ func TestPrivateInference(t *testing.T) {
 	}
 	checkSpeechWAV(t, wav)
 
+	// A transcription: the upload sealed whole, the transcript rendered by
+	// the worker in the format asked.
+	clip := tone(t, 2, 16000)
+	tr, err := client.Audio.Transcriptions.New(ctx, openai.AudioTranscriptionNewParams{
+		File: openai.File(bytes.NewReader(clip), "clip.wav", "audio/wav"), Model: "sim-stt",
+		ResponseFormat: openai.AudioResponseFormatVerboseJSON, TimestampGranularities: []string{"segment"}})
+	if err != nil || tr.AsTranscription().Text == "" || !strings.Contains(tr.RawJSON(), `"segments"`) || svcOf(t, tr.RawJSON())["worker"] == nil {
+		t.Fatalf("sealed transcription %v: %s", err, tr.RawJSON())
+	}
+	var srt *http.Response
+	_, _ = client.Audio.Transcriptions.New(ctx, openai.AudioTranscriptionNewParams{
+		File: openai.File(bytes.NewReader(clip), "clip.wav", "audio/wav"), Model: "sim-stt",
+		ResponseFormat: openai.AudioResponseFormatSRT}, option.WithResponseInto(&srt))
+	if srt == nil || srt.StatusCode != 200 || !strings.HasPrefix(srt.Header.Get("Content-Type"), "application/x-subrip") {
+		t.Fatalf("sealed srt %+v", srt)
+	}
+
 	// Usage rows: written, no estimate.
 	var rows []map[string]any
-	for deadline := time.Now().Add(5 * time.Second); len(rows) < 4 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(5 * time.Second); len(rows) < 6 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		_ = json.Unmarshal(s.do("GET", "/api/v1/usage/logs?limit=10", "", bearer(key)).Body, &rows)
 	}
-	if len(rows) != 4 {
+	if len(rows) != 6 {
 		t.Fatalf("rows %v", rows)
 	}
 	for _, r := range rows {

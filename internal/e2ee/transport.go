@@ -10,6 +10,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"mime"
+	"mime/multipart"
 	"net/http"
 	"net/url"
 	"slices"
@@ -186,8 +187,8 @@ func sealedRoute(req *http.Request) (*url.URL, bool) {
 	p := strings.TrimSuffix(req.URL.Path, "/")
 	// The /api/v1 forms come first so the gateway's base is cut at the
 	// right place.
-	for _, s := range [...]string{"/api/v1/chat/completions", "/api/v1/embeddings", "/api/v1/audio/speech",
-		"/v1/chat/completions", "/v1/embeddings", "/v1/audio/speech"} {
+	for _, s := range [...]string{"/api/v1/chat/completions", "/api/v1/embeddings", "/api/v1/audio/speech", "/api/v1/audio/transcriptions",
+		"/v1/chat/completions", "/v1/embeddings", "/v1/audio/speech", "/v1/audio/transcriptions"} {
 		if strings.HasSuffix(p, s) {
 			g := *req.URL
 			g.Path, g.RawPath, g.RawQuery, g.Fragment = strings.TrimSuffix(p, s), "", "", ""
@@ -207,11 +208,27 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	f, err := routingFields(body)
-	if err != nil {
-		return nil, fmt.Errorf("e2ee: %w", err)
+	ctype := "application/json"
+	var f bodyFields
+	switch path := strings.TrimSuffix(req.URL.Path, "/"); {
+	case strings.HasSuffix(path, "/audio/transcriptions"):
+		// An upload is sealed with its Content-Type on a line before it,
+		// for its multipart boundary; the reply opens to the format asked.
+		var format string
+		if f.model, format, err = uploadFields(req.Header.Get("Content-Type"), body); err != nil {
+			return nil, fmt.Errorf("e2ee: %w", err)
+		}
+		body = append([]byte(req.Header.Get("Content-Type")+"\n"), body...)
+		ctype = transcriptType(format)
+	case strings.HasSuffix(path, "/audio/speech"):
+		ctype = "audio/wav"
+		fallthrough
+	default:
+		if f, err = routingFields(body); err != nil {
+			return nil, fmt.Errorf("e2ee: %w", err)
+		}
 	}
-	resp, err := t.send(req, gateway, body, f, false)
+	resp, err := t.send(req, gateway, body, f, ctype, false)
 	if err != nil {
 		return nil, err
 	}
@@ -219,9 +236,57 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		// The key left with its worker; the directory lists the current
 		// ones. Once: a second miss is the gateway's answer to give.
 		resp.Body.Close()
-		return t.send(req, gateway, body, f, true)
+		return t.send(req, gateway, body, f, ctype, true)
 	}
 	return resp, nil
+}
+
+// uploadFields reads a transcription upload's model and response format.
+func uploadFields(contentType string, body []byte) (model, format string, err error) {
+	mt, params, err := mime.ParseMediaType(contentType)
+	if err != nil || mt != "multipart/form-data" || params["boundary"] == "" {
+		return "", "", errors.New("a transcription is sealed from a multipart/form-data upload")
+	}
+	mr := multipart.NewReader(bytes.NewReader(body), params["boundary"])
+	for {
+		part, err := mr.NextPart()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return "", "", fmt.Errorf("reading the upload: %w", err)
+		}
+		switch part.FormName() {
+		case "model", "response_format":
+			v, err := io.ReadAll(io.LimitReader(part, MaxModel+1))
+			if err != nil {
+				return "", "", fmt.Errorf("reading the upload: %w", err)
+			}
+			if part.FormName() == "model" {
+				model = strings.TrimSpace(string(v))
+			} else {
+				format = strings.TrimSpace(string(v))
+			}
+		}
+	}
+	if model == "" {
+		return "", "", errors.New("the upload names no model")
+	}
+	return model, format, nil
+}
+
+// transcriptType is the Content-Type a transcript in format has, as the
+// gateway answers it in the clear.
+func transcriptType(format string) string {
+	switch format {
+	case "text":
+		return "text/plain; charset=utf-8"
+	case "srt":
+		return "application/x-subrip; charset=utf-8"
+	case "vtt":
+		return "text/vtt; charset=utf-8"
+	}
+	return "application/json"
 }
 
 func readRequestBody(req *http.Request) ([]byte, error) {
@@ -240,7 +305,7 @@ func readRequestBody(req *http.Request) ([]byte, error) {
 }
 
 // send seals body to a key for its model, sends it and opens the reply.
-func (t *Transport) send(req *http.Request, gateway *url.URL, body []byte, f bodyFields, refresh bool) (*http.Response, error) {
+func (t *Transport) send(req *http.Request, gateway *url.URL, body []byte, f bodyFields, ctype string, refresh bool) (*http.Response, error) {
 	key, err := t.pick(req.Context(), gateway, req.Header, f.model, refresh)
 	if se := (*StatusError)(nil); errors.As(err, &se) {
 		return se.response(req), nil
@@ -263,11 +328,6 @@ func (t *Transport) send(req *http.Request, gateway *url.URL, body []byte, f bod
 		return nil, err
 	}
 	resp.Request = req
-	ctype := "application/json"
-	if strings.HasSuffix(strings.TrimSuffix(req.URL.Path, "/"), "/audio/speech") {
-		// Speech opens to the WAV file the endpoint answers in the clear.
-		ctype = "audio/wav"
-	}
 	return openResponse(resp, opener, f.stream, ctype)
 }
 
@@ -305,7 +365,7 @@ func openResponse(resp *http.Response, o *ResponseOpener, stream bool, ctype str
 		if err != nil {
 			return nil, err
 		}
-		if ctype != "application/json" {
+		if !strings.HasPrefix(ctype, "application/json") {
 			setBody(resp, plain, ctype)
 			return resp, nil
 		}

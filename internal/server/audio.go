@@ -13,6 +13,9 @@ import (
 // transcriptions is POST /v1/audio/transcriptions: check the upload,
 // stream the file to a worker, render the transcript as asked.
 func (s *Server) transcriptions(c *call) error {
+	if sealed(c) {
+		return s.privateInference(c, api.KindTranscription)
+	}
 	// The relay reads the upload after this handler may have returned (a
 	// reply kept alive), so it takes the body from fasthttp: a swap, not a
 	// copy, and the only buffer the upload ever has here.

@@ -51,7 +51,7 @@ func (r *Request) JSON() bool {
 type plain struct {
 	Text  string          `json:"text"`
 	Usage usage           `json:"usage"`
-	Svc   json.RawMessage `json:"svc"`
+	Svc   json.RawMessage `json:"svc,omitempty"` // none in a sealed transcript: the gateway names the worker beside it
 }
 
 type verbose struct {
@@ -62,7 +62,7 @@ type verbose struct {
 	Segments []api.Segment   `json:"segments"`
 	Words    []api.Word      `json:"words,omitempty"`
 	Usage    usage           `json:"usage"`
-	Svc      json.RawMessage `json:"svc"`
+	Svc      json.RawMessage `json:"svc,omitempty"`
 }
 
 // usage is OpenAI's billing object for audio priced by length.

@@ -1,10 +1,12 @@
 package worker
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"sync"
 
@@ -13,6 +15,7 @@ import (
 	"github.com/svc-dev/svc/internal/e2ee"
 	"github.com/svc-dev/svc/internal/engine"
 	"github.com/svc-dev/svc/internal/speech"
+	"github.com/svc-dev/svc/internal/transcription"
 )
 
 // openPrivate opens a request sealed to this worker's key and readies its
@@ -20,53 +23,92 @@ import (
 // validated and fitted to the model here, since the gateway could not read
 // it. Failures are final: another worker holds another key. Their
 // messages say what is wrong without repeating any of the content.
-func (a *Agent) openPrivate(req *api.LinkRequest, envelope []byte) (*e2ee.Request, []byte, *api.Result) {
+func (a *Agent) openPrivate(req *api.LinkRequest, envelope []byte) (*privateRequest, *api.Result) {
 	if a.cfg.E2E == nil {
-		return nil, nil, final(engine.Failure(http.StatusServiceUnavailable, api.TypeServiceUnavailable, "this worker serves no private inference"))
+		return nil, final(engine.Failure(http.StatusServiceUnavailable, api.TypeServiceUnavailable, "this worker serves no private inference"))
 	}
 	opened, err := e2ee.OpenRequest(a.cfg.E2E, envelope)
 	if err == nil && !a.replays.first(envelope) {
-		return nil, nil, final(engine.Failure(http.StatusBadRequest, api.TypeInvalidEncryptedRequest,
+		return nil, final(engine.Failure(http.StatusBadRequest, api.TypeInvalidEncryptedRequest,
 			"this encrypted request was already served: a replay"))
 	}
 	switch {
 	case errors.Is(err, e2ee.ErrUnknownKey):
 		r := engine.Failure(http.StatusServiceUnavailable, api.TypeServiceUnavailable, "the request is sealed to a key this worker no longer holds")
 		r.Error.Code = "no_private_inference_worker"
-		return nil, nil, final(r)
+		return nil, final(r)
 	case err != nil:
-		return nil, nil, final(engine.Failure(http.StatusBadRequest, api.TypeInvalidEncryptedRequest, err.Error()))
+		return nil, final(engine.Failure(http.StatusBadRequest, api.TypeInvalidEncryptedRequest, err.Error()))
 	case opened.Model != req.Model || opened.Stream != req.Stream:
-		return nil, nil, final(engine.Failure(http.StatusBadRequest, api.TypeInvalidEncryptedRequest, "the clear routing fields do not match the sealed ones"))
+		return nil, final(engine.Failure(http.StatusBadRequest, api.TypeInvalidEncryptedRequest, "the clear routing fields do not match the sealed ones"))
 	}
-	body := opened.Body
+	p := &privateRequest{Request: opened, body: opened.Body}
 	switch req.Kind {
+	case api.KindTranscription:
+		// The sealed plaintext is the upload's Content-Type on a line of
+		// its own, then the multipart body (docs/e2e.md).
+		ctype, form, ok := bytes.Cut(opened.Body, []byte("\n"))
+		if !ok {
+			return nil, final(engine.Failure(http.StatusBadRequest, api.TypeInvalidEncryptedRequest, "the sealed upload has no content type line"))
+		}
+		tr, err := transcription.Parse(string(bytes.TrimSpace(ctype)), form)
+		var params []byte
+		if err == nil {
+			params, err = json.Marshal(tr.Params)
+		}
+		if err == nil {
+			p.audio, err = tr.Audio()
+		}
+		if err != nil {
+			return nil, final(engine.Failure(http.StatusBadRequest, api.TypeInvalidRequest, invalidAt(err)))
+		}
+		p.body = params
+		// The gateway renders a clear transcript; a sealed one is rendered
+		// here, before it is sealed.
+		p.render = func(answer []byte) ([]byte, error) {
+			var t api.Transcript
+			if err := json.Unmarshal(answer, &t); err != nil {
+				return nil, err
+			}
+			_, out, err := tr.Render(&t, nil)
+			return out, err
+		}
 	case api.KindSpeech:
 		// What the gateway does to a clear speech request: read it and
 		// check the voice against the model's.
-		parsed, err := speech.Parse(body)
+		parsed, err := speech.Parse(opened.Body)
 		if err == nil {
 			if m := a.modelMeta(req.Model); m != nil {
 				err = parsed.Fit(m)
 			}
 		}
 		if err == nil {
-			body, err = json.Marshal(parsed.Params)
+			p.body, err = json.Marshal(parsed.Params)
 		}
 		if err != nil {
-			return nil, nil, final(engine.Failure(http.StatusBadRequest, api.TypeInvalidRequest, invalidAt(err)))
+			return nil, final(engine.Failure(http.StatusBadRequest, api.TypeInvalidRequest, invalidAt(err)))
 		}
 	case api.KindChat:
-		parsed, err := chat.Parse(body, chat.Options{})
+		parsed, err := chat.Parse(opened.Body, chat.Options{})
 		if err == nil {
 			err = parsed.Prepare(a.modelMeta(req.Model))
 		}
 		if err != nil {
-			return nil, nil, final(engine.Failure(http.StatusBadRequest, api.TypeInvalidRequest, invalidAt(err)))
+			return nil, final(engine.Failure(http.StatusBadRequest, api.TypeInvalidRequest, invalidAt(err)))
 		}
-		body = parsed.Body
+		p.body = parsed.Body
 	}
-	return opened, body, nil
+	return p, nil
+}
+
+// privateRequest is an opened sealed request, ready for the engine.
+type privateRequest struct {
+	*e2ee.Request
+	body  []byte
+	audio io.Reader // a transcription's file
+	// render turns the engine's answer into what the client asked for,
+	// before it is sealed; nil sends it as it is.
+	render func([]byte) ([]byte, error)
 }
 
 // invalidAt words a sealed request's validation failure. Validation
@@ -143,6 +185,7 @@ func (a *Agent) modelMeta(id string) *api.Model {
 type sealingSink struct {
 	out     engine.Sink
 	sealer  *e2ee.ResponseSealer
+	render  func([]byte) ([]byte, error)
 	started bool
 	body    []byte
 }
@@ -166,7 +209,14 @@ func (s *sealingSink) Body(_ context.Context, data []byte) error {
 // final chunk of a stream, or the sealed body.
 func (s *sealingSink) finish(ctx context.Context, stream bool) error {
 	if !stream {
-		return s.out.Body(ctx, s.sealer.ReplyBody(s.body))
+		body := s.body
+		if s.render != nil {
+			var err error
+			if body, err = s.render(body); err != nil {
+				return err
+			}
+		}
+		return s.out.Body(ctx, s.sealer.ReplyBody(body))
 	}
 	if !s.started {
 		s.started = true

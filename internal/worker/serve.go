@@ -9,7 +9,6 @@ import (
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/audio"
-	"github.com/svc-dev/svc/internal/e2ee"
 	"github.com/svc-dev/svc/internal/engine"
 	"github.com/svc-dev/svc/internal/link"
 )
@@ -61,11 +60,21 @@ func (a *Agent) run(ctx context.Context, st *link.Stream) (res *api.Result) {
 		return engine.Failure(http.StatusBadGateway, api.TypeUpstream, "the request did not reach the worker whole: "+err.Error())
 	}
 
-	var private *e2ee.Request
+	var private *privateRequest
 	if req.E2E {
 		var failed *api.Result
-		if private, ereq.Body, failed = a.openPrivate(&req, ereq.Body); failed != nil {
+		if req.Kind == api.KindTranscription {
+			// A sealed upload came whole, as the envelope's bytes.
+			if ereq.Body, err = body.Bytes(); err != nil {
+				return engine.Failure(http.StatusBadGateway, api.TypeUpstream, "the request did not reach the worker whole: "+err.Error())
+			}
+		}
+		if private, failed = a.openPrivate(&req, ereq.Body); failed != nil {
 			return failed
+		}
+		ereq.Body = private.body
+		if private.audio != nil {
+			ereq.Audio = private.audio
 		}
 	}
 
@@ -90,7 +99,7 @@ func (a *Agent) run(ctx context.Context, st *link.Stream) (res *api.Result) {
 	var sink engine.Sink = streamSink{st}
 	var sealing *sealingSink
 	if private != nil {
-		sealing = &sealingSink{out: sink, sealer: private.Sealer}
+		sealing = &sealingSink{out: sink, sealer: private.Sealer, render: private.render}
 		sink = sealing
 	}
 	if a.power != nil {
