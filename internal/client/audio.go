@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/audio"
 )
 
 // Transcription is a file to transcribe and how.
@@ -122,9 +123,24 @@ type Speech struct {
 // voice, ...). It asks for the JSON form of the answer, which names the
 // worker even on generations long enough to be kept alive.
 func (c *Client) Speak(ctx context.Context, req any) (*Speech, error) {
-	var raw json.RawMessage
-	if err := c.Do(ctx, http.MethodPost, "/v1/audio/speech", req, &raw); err != nil {
+	resp, err := c.send(ctx, http.MethodPost, "/v1/audio/speech", req, "application/json")
+	if err != nil {
 		return nil, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("read the speech reply: %w", err)
+	}
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "audio/wav") {
+		// The WAV itself: what an end-to-end encrypted reply opens to,
+		// the worker named in the headers.
+		info, err := audio.Probe(bytes.NewReader(raw))
+		if err != nil {
+			return nil, fmt.Errorf("read the speech reply: %w", err)
+		}
+		return &Speech{Audio: raw, DurationMs: int64(info.Seconds * 1000), RequestID: resp.Header.Get("X-Request-Id"),
+			WorkerID: resp.Header.Get("X-Worker-Id"), WorkerName: resp.Header.Get("X-Worker-Name")}, nil
 	}
 	var reply api.SpeechReply
 	if err := json.Unmarshal(raw, &reply); err != nil {

@@ -3,8 +3,11 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"io/fs"
 	"net"
@@ -23,9 +26,14 @@ import (
 	"github.com/svc-dev/svc/internal/e2ee"
 )
 
-// marker is sent only inside encrypted requests; no byte of the gateway's
-// may ever hold it.
-const marker = "MARKER-e2e-5f1c9a7b3d"
+// newMarker is a string sent only inside encrypted requests, which no
+// byte of the gateway's may ever hold. It is made at run time: a constant
+// would be in the test binary, which the gateway's process runs.
+func newMarker() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return "MARKER-" + hex.EncodeToString(b)
+}
 
 // privateClient is openai-go over the sealing transport, with base as the
 // transport under it.
@@ -41,6 +49,7 @@ func privateClient(s *server, key string, base http.RoundTripper) openai.Client 
 // the sealed reply, no estimate on the usage rows, and the marker nowhere
 // in the gateway's data directory or logs.
 func TestPrivateInference(t *testing.T) {
+	marker := newMarker()
 	s := startServer(t, "", "--log-level", "debug")
 	key := s.adminKey()
 	w := startWorker(t, s.URL, s.tokenFile(), "vault", "--engine", "sim=tps=0,ttft=0,rtf=0", "--log-level", "debug")
@@ -127,9 +136,18 @@ func TestPrivateInference(t *testing.T) {
 		}
 	}
 
-	// Nothing of the content reached the gateway's disk or logs. The
-	// worker, which may read it, is the only other process.
-	_ = w
+	// Nothing of the content is in the gateway's memory, its disk or its
+	// logs. The worker, which may read it, is the only other process; the
+	// scan finds the marker there, so it would find it in the gateway.
+	if found, ok := memoryHolds(w.cmd.Process.Pid, []byte(marker)); ok && !found {
+		t.Error("the memory scan does not find the marker even in the worker")
+	}
+	switch found, ok := memoryHolds(s.cmd.Process.Pid, []byte(marker)); {
+	case !ok:
+		t.Log("cannot read the gateway's memory here; skipped that check")
+	case found:
+		t.Error("the gateway's memory holds the marker")
+	}
 	s.stop(15) // SIGTERM: the store is closed and everything flushed
 	_ = filepath.WalkDir(s.Data, func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() || strings.HasSuffix(path, ".sock") {
@@ -149,6 +167,7 @@ func TestPrivateInference(t *testing.T) {
 // Every row of the spec's private-inference error table, and moderation's
 // refusal of a sealed body.
 func TestPrivateInferenceErrors(t *testing.T) {
+	marker := newMarker()
 	s := startServer(t, "")
 	key := s.adminKey()
 	startWorker(t, s.URL, s.tokenFile(), "vault", "--engine", "sim=tps=0,ttft=0")
@@ -489,4 +508,39 @@ func TestPrivateInferenceLinkTamperDetected(t *testing.T) {
 			}
 		})
 	}
+}
+
+// memoryHolds reports whether the running process pid has needle anywhere
+// in its readable memory (Linux: /proc/pid/maps and /proc/pid/mem, which a
+// parent may read). ok is false where the memory cannot be read.
+func memoryHolds(pid int, needle []byte) (found, ok bool) {
+	maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		return false, false
+	}
+	mem, err := os.Open(fmt.Sprintf("/proc/%d/mem", pid))
+	if err != nil {
+		return false, false
+	}
+	defer mem.Close()
+	read := false
+	for _, line := range strings.Split(string(maps), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 || !strings.HasPrefix(f[1], "r") {
+			continue
+		}
+		var lo, hi uint64
+		if _, err := fmt.Sscanf(f[0], "%x-%x", &lo, &hi); err != nil || hi <= lo || hi-lo > 1<<32 {
+			continue
+		}
+		buf := make([]byte, hi-lo)
+		n, _ := mem.ReadAt(buf, int64(lo))
+		if n > 0 {
+			read = true
+		}
+		if bytes.Contains(buf[:n], needle) {
+			return true, true
+		}
+	}
+	return false, read
 }
