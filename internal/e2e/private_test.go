@@ -544,3 +544,38 @@ func memoryHolds(pid int, needle []byte) (found, ok bool) {
 	}
 	return false, read
 }
+
+// A sealed stream survives its worker's link dropping: the request is
+// pinned to the key's worker, which resumes on reconnect with nothing
+// lost or repeated, so the opened text is what an uncut run gives.
+func TestPrivateInferenceSurvivesLinkDrops(t *testing.T) {
+	s := startServer(t, "", "--worker-grace", "20s")
+	key := s.adminKey()
+	p := newProxy(t, strings.TrimPrefix(s.URL, "http://"))
+	startWorker(t, p.URL(), s.tokenFile(), "flaky-vault", "--engine", "sim=tps=1500,ttft=0")
+	client := privateClient(s, key, http.DefaultTransport)
+	params := openai.ChatCompletionNewParams{Model: "sim-chat",
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("a long story\nsim: tokens=1500")}}
+	cuts := 0
+	read := func(cut bool) string {
+		st := client.Chat.Completions.NewStreaming(context.Background(), params)
+		var text strings.Builder
+		n := 0
+		for st.Next() {
+			for _, ch := range st.Current().Choices {
+				text.WriteString(ch.Delta.Content)
+			}
+			if n++; cut && n%300 == 0 {
+				cuts += p.cut()
+			}
+		}
+		if err := st.Err(); err != nil {
+			t.Fatalf("stream (cut %v) after %d chunks: %v", cut, n, err)
+		}
+		return text.String()
+	}
+	want := read(false)
+	if got := read(true); got != want || len(want) < 3000 || cuts == 0 {
+		t.Fatalf("cut %d times, the stream differs: got %d bytes, want %d", cuts, len(got), len(want))
+	}
+}
