@@ -46,6 +46,8 @@ type ServeOptions struct {
 	KeepAliveEvery time.Duration
 	PprofAddr      string
 
+	MaxConnections int
+
 	// GPU rental.
 	RentalProviders []string
 	PublicURL       string
@@ -90,12 +92,15 @@ is and a ready curl command.`,
 				envFlag{"drain-timeout", "SVC_DRAIN_TIMEOUT"}, envFlag{"queue-hold", "SVC_QUEUE_HOLD"},
 				envFlag{"worker-grace", "SVC_WORKER_GRACE"},
 				envFlag{"log-level", "SVC_LOG_LEVEL"}, envFlag{"log-format", "SVC_LOG_FORMAT"},
-				envFlag{"public-url", "SVC_PUBLIC_URL"})
+				envFlag{"public-url", "SVC_PUBLIC_URL"}, envFlag{"max-connections", "SVC_MAX_CONNECTIONS"})
 			if err != nil {
 				return err
 			}
 			if opts.DataDir, err = resolveDataDir(opts.DataDir, f.Getenv); err != nil {
 				return err
+			}
+			if opts.MaxConnections < 1 {
+				return usageErrorf("--max-connections must be at least 1, got %d", opts.MaxConnections)
 			}
 			if runF != nil {
 				return runF(cmd.Context(), opts)
@@ -112,6 +117,7 @@ is and a ready curl command.`,
 	fl.StringVar(&opts.LogLevel, "log-level", "info", "debug, info, warn or error (env SVC_LOG_LEVEL)")
 	fl.StringVar(&opts.LogFormat, "log-format", "auto", "text, json, or auto: text on a terminal, JSON otherwise (env SVC_LOG_FORMAT)")
 	fl.BoolVar(&opts.Demo, "demo", false, "also run a simulated worker in this process")
+	fl.IntVar(&opts.MaxConnections, "max-connections", 10000, "client connections served at once; the open-file limit is checked against it at start (env SVC_MAX_CONNECTIONS)")
 	// The keep-alive clocks are the spec's; only tests move them.
 	fl.DurationVar(&opts.KeepAliveAfter, "keepalive-after", 80*time.Second, "when a non-streaming reply still waiting starts, to keep the connection alive")
 	fl.DurationVar(&opts.KeepAliveEvery, "keepalive-every", 15*time.Second, "how often keep-alive bytes and comments are sent")
@@ -148,13 +154,14 @@ func runServe(ctx context.Context, f *Factory, opts *ServeOptions) error {
 	}
 	defer stopPprof()
 	cfg := server.Config{
-		Addr:         opts.Addr,
-		DataDir:      opts.DataDir,
-		DrainTimeout: opts.DrainTimeout,
-		Build:        f.Build,
-		Logger:       log,
-		Fleet:        fleet.Config{Hold: opts.QueueHold, Grace: opts.WorkerGrace},
-		Timing:       server.Timing{KeepAliveAfter: opts.KeepAliveAfter, KeepAliveEvery: opts.KeepAliveEvery},
+		Addr:           opts.Addr,
+		DataDir:        opts.DataDir,
+		DrainTimeout:   opts.DrainTimeout,
+		MaxConnections: opts.MaxConnections,
+		Build:          f.Build,
+		Logger:         log,
+		Fleet:          fleet.Config{Hold: opts.QueueHold, Grace: opts.WorkerGrace},
+		Timing:         server.Timing{KeepAliveAfter: opts.KeepAliveAfter, KeepAliveEvery: opts.KeepAliveEvery},
 	}
 	providers, closeProviders, err := rentalProviders(f, opts, log)
 	if err != nil {

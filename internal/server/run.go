@@ -40,6 +40,9 @@ type Config struct {
 	Fleet fleet.Config
 	// Timing tunes the relay's clocks (keep-alives, waits, request cap).
 	Timing Timing
+	// MaxConnections bounds the client connections served at once; the
+	// open-file limit is checked against it at start.
+	MaxConnections int
 	// Rental configures GPU rental.
 	Rental RentalConfig
 	// Ready, when set, is called with the public address once the server
@@ -89,6 +92,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 
+	checkOpenFiles(log, cfg.MaxConnections)
 	public, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
@@ -127,7 +131,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// workers through the fleet's events.
 	fan.rentals = rentals
 	srv := New(Deps{Logger: log, Build: cfg.Build, Accounts: accounts, Fleet: fl, Events: events, Usage: usageStore,
-		Power: power, Rentals: rentals, Timing: cfg.Timing})
+		Power: power, Rentals: rentals, Timing: cfg.Timing, MaxConns: cfg.MaxConnections})
 	log.Info("listening", "addr", public.Addr().String(), "url", "http://"+public.Addr().String(),
 		"admin_socket", sock, "data", cfg.DataDir, "version", cfg.Build.Version)
 

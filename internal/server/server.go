@@ -78,6 +78,9 @@ type Deps struct {
 	Rentals   *rental.Manager
 	Keepalive link.Keepalive
 	Timing    Timing
+	// MaxConns bounds the public listener's connections; 0 is fasthttp's
+	// default.
+	MaxConns int
 }
 
 // New builds the server and its route tables.
@@ -98,6 +101,9 @@ func New(d Deps) *Server {
 		}
 	}
 	s.public = s.newListener(newMux(routes), false)
+	if d.MaxConns > 0 {
+		s.public.srv.Concurrency = d.MaxConns
+	}
 	s.console = s.newListener(newMux(consoleRoutes), true)
 	return s
 }
