@@ -3,6 +3,7 @@ package bolt
 import (
 	"bytes"
 	"cmp"
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -150,6 +151,10 @@ func finite(p *float64) *float64 {
 	}
 	return p
 }
+
+// Sync waits until the rows recorded so far are committed, so a read that
+// follows sees them (see Writer.Sync).
+func (u *Usage) Sync(ctx context.Context) error { return u.w.Sync(ctx) }
 
 // Record queues a row; it never blocks. The row and the organisation's
 // aggregates are written in the same group-commit transaction.

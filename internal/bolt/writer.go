@@ -27,6 +27,15 @@ type Writer struct {
 	pending []record
 	dropped int
 	wake    chan struct{}
+	// queued counts the records ever added and committed how many of
+	// them a finished commit covered; committedCh is closed, and
+	// replaced, at each commit, for Sync's waiters.
+	queued, committed uint64
+	committedCh       chan struct{}
+
+	// cmu makes commits one at a time, so committed only moves past
+	// records whose transaction has ended.
+	cmu sync.Mutex
 }
 
 // WriterOptions tune a Writer.
@@ -56,7 +65,7 @@ func (s *Store) NewWriter(o WriterOptions) *Writer {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Writer{db: s.db, every: o.Every, batch: o.Batch, limit: o.Limit, log: o.Logger,
-		wake: make(chan struct{}, 1)}
+		wake: make(chan struct{}, 1), committedCh: make(chan struct{})}
 }
 
 // add queues a record without blocking.
@@ -68,6 +77,7 @@ func (w *Writer) add(r record) {
 		return
 	}
 	w.pending = append(w.pending, r)
+	w.queued++
 	full := len(w.pending) >= w.batch
 	w.mu.Unlock()
 	if full {
@@ -97,17 +107,57 @@ func (w *Writer) Run(ctx context.Context) error {
 	}
 }
 
-// Flush commits what is pending now. It does not wait for a commit Run
-// has already started.
+// Flush commits what is pending now.
 func (w *Writer) Flush() error { return w.commit() }
 
+// Sync returns once every record added before the call is committed (or
+// its commit failed), asking Run to commit at once rather than at its next
+// tick. Readers call it so that what a client was answered before it reads
+// (its request's usage row) is in what it reads: with nothing pending it
+// returns at once.
+func (w *Writer) Sync(ctx context.Context) error {
+	w.mu.Lock()
+	target := w.queued
+	for w.committed < target {
+		ch := w.committedCh
+		w.mu.Unlock()
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		w.mu.Lock()
+	}
+	w.mu.Unlock()
+	return nil
+}
+
 func (w *Writer) commit() error {
+	w.cmu.Lock()
+	defer w.cmu.Unlock()
 	w.mu.Lock()
 	batch := w.pending
 	w.pending = nil
+	upTo := w.queued
 	dropped := w.dropped
 	w.dropped = 0
 	w.mu.Unlock()
+	// Whatever happens to the batch, its waiters are released: a failed
+	// commit has lost the records, and waiting longer would not bring
+	// them back.
+	defer func() {
+		w.mu.Lock()
+		if upTo > w.committed {
+			w.committed = upTo
+			close(w.committedCh)
+			w.committedCh = make(chan struct{})
+		}
+		w.mu.Unlock()
+	}()
 	if dropped > 0 {
 		w.log.Error("records dropped: the writer fell behind", "dropped", dropped)
 	}

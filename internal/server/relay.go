@@ -74,6 +74,8 @@ type relay struct {
 	// e2e relays a sealed request: the worker's output is passed on as
 	// it is, counted by the chunk, and nothing is estimated from it.
 	e2e bool
+	// finished is set by done, which the first caller runs.
+	finished bool
 
 	// upload, when set, streams the body instead (an audio file), opened
 	// afresh for each worker tried.
@@ -203,6 +205,10 @@ func (r *relay) filterWith(moderator string) {
 // done ends the request: off the in-flight list, into the usage log.
 // failure is what the client was answered with, nil on success.
 func (r *relay) done(failure error) {
+	if r.finished {
+		return
+	}
+	r.finished = true
 	r.s.watch.remove(r.watch)
 	r.cancel()
 	r.s.inflight.Finish(r.entry)

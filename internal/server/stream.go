@@ -270,7 +270,11 @@ func (r *relay) pump(out *sse, first firstOutput, pending <-chan error) error {
 			out.errorFrame(err)
 			return err
 		}
-		out.data(append(r.finalChunks(), []byte("[DONE]"))...)
+		finals := append(r.finalChunks(), []byte("[DONE]"))
+		// The row is queued before the client can see the end, so a read
+		// of the usage log that follows the stream finds it.
+		r.done(nil)
+		out.data(finals...)
 		return nil
 	}
 }

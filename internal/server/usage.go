@@ -1,9 +1,11 @@
 package server
 
 import (
+	"context"
 	"net/http"
 	"time"
 
+	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/bolt"
 )
 
@@ -22,6 +24,9 @@ func (s *Server) usageLogs(c *call) error {
 	if err := q.v.Err(); err != nil {
 		return err
 	}
+	if err := s.syncUsage(c); err != nil {
+		return err
+	}
 	rows, err := s.usage.Logs(c.principal.OrgID, bolt.UsageQuery{
 		WorkerID: string(c.ctx.QueryArgs().Peek("worker_id")), Limit: limit, Offset: offset})
 	return respond(c, http.StatusOK, rows, err)
@@ -33,6 +38,9 @@ func (s *Server) usageSummary(c *call) error {
 	if err := q.v.Err(); err != nil {
 		return err
 	}
+	if err := s.syncUsage(c); err != nil {
+		return err
+	}
 	sum, err := s.usage.Summary(c.principal.OrgID, days, time.Now())
 	return respond(c, http.StatusOK, sum, err)
 }
@@ -41,6 +49,9 @@ func (s *Server) usageDaily(c *call) error {
 	q := query{c: c}
 	days := q.intRange("days", 30, 1, 365)
 	if err := q.v.Err(); err != nil {
+		return err
+	}
+	if err := s.syncUsage(c); err != nil {
 		return err
 	}
 	out, err := s.usage.Daily(c.principal.OrgID, days, time.Now())
@@ -54,6 +65,22 @@ func (s *Server) usageBreakdown(c *call) error {
 	if err := q.v.Err(); err != nil {
 		return err
 	}
+	if err := s.syncUsage(c); err != nil {
+		return err
+	}
 	out, err := s.usage.Breakdown(c.principal.OrgID, days, sort, time.Now())
 	return respond(c, http.StatusOK, out, err)
+}
+
+// syncUsage waits for the usage rows recorded so far to be committed, so
+// that a request answered before this read is in it, in the log and the
+// totals alike. It waits at most one group commit.
+func (s *Server) syncUsage(c *call) error {
+	ctx, cancel := context.WithTimeout(c.ctx, 5*time.Second)
+	defer cancel()
+	if err := s.usage.Sync(ctx); err != nil {
+		return &api.Error{Status: http.StatusServiceUnavailable, Type: api.TypeServiceUnavailable, RetryAfter: time.Second,
+			Message: "The usage log is behind on writing; retry in a moment", Err: err}
+	}
+	return nil
 }
