@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/charmbracelet/lipgloss"
+	"charm.land/lipgloss/v2"
 )
 
 // oneLine flattens text from the API (model ids, event details) so a stray
@@ -68,7 +68,7 @@ func fitLine(st *styles, s string, w int) string {
 		return ""
 	}
 	if lipgloss.Width(s) > w {
-		s = st.r.NewStyle().MaxWidth(w).Render(s)
+		s = lipgloss.NewStyle().MaxWidth(w).Render(s)
 	}
 	return padRight(s, w)
 }

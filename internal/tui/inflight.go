@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/charmbracelet/lipgloss"
+	"charm.land/lipgloss/v2"
 
 	"github.com/svc-dev/svc/internal/api"
 )

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"unicode"
 
-	tea "github.com/charmbracelet/bubbletea"
+	tea "charm.land/bubbletea/v2"
 )
 
 // lineInput is the filter's text field: typing appends, backspace deletes,
@@ -18,21 +18,23 @@ type lineInput struct {
 }
 
 // update applies a key and reports whether it was one the input uses.
-func (in lineInput) update(msg tea.KeyMsg) (lineInput, bool) {
-	switch msg.Type {
-	case tea.KeyRunes, tea.KeySpace:
-		for _, r := range msg.Runes {
+func (in lineInput) update(msg tea.KeyPressMsg) (lineInput, bool) {
+	switch {
+	case msg.Text != "":
+		for _, r := range msg.Text {
 			if unicode.IsPrint(r) && (in.limit <= 0 || len(in.value) < in.limit) {
 				in.value = append(in.value[:len(in.value):len(in.value)], r)
 			}
 		}
 		return in, true
-	case tea.KeyBackspace:
+	case msg.Code == tea.KeyBackspace:
 		if n := len(in.value); n > 0 {
 			in.value = in.value[:n-1]
 		}
 		return in, true
-	case tea.KeyCtrlW:
+	}
+	switch msg.Keystroke() {
+	case "ctrl+w":
 		v := strings.TrimRightFunc(string(in.value), unicode.IsSpace)
 		if i := strings.LastIndexFunc(v, unicode.IsSpace); i >= 0 {
 			in.value = []rune(v[:i+1])
@@ -40,7 +42,7 @@ func (in lineInput) update(msg tea.KeyMsg) (lineInput, bool) {
 			in.value = nil
 		}
 		return in, true
-	case tea.KeyCtrlU:
+	case "ctrl+u":
 		in.value = nil
 		return in, true
 	}

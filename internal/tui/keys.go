@@ -1,6 +1,6 @@
 package tui
 
-import "github.com/charmbracelet/bubbles/key"
+import "charm.land/bubbles/v2/key"
 
 // keyMap is every binding of the dashboard, also the source of the help
 // line (bubbles/help reads the bindings' help texts).

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"io"
 	"math"
 	"os"
 	"runtime"
@@ -13,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/charmbracelet/lipgloss"
-	"github.com/charmbracelet/x/exp/teatest"
-	"github.com/muesli/termenv"
+	"charm.land/lipgloss/v2"
+	"github.com/charmbracelet/colorprofile"
+	"github.com/charmbracelet/x/exp/teatest/v2"
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/client"
@@ -23,11 +22,10 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	// Models built by NewModel style with the default renderer: pin it to
-	// plain text so golden frames do not depend on the terminal running
-	// the tests (lipgloss#33, muesli/termenv#69).
-	lipgloss.SetColorProfile(termenv.Ascii)
-	lipgloss.SetHasDarkBackground(true)
+	// Models built by NewModel style for standard output's profile: pin it
+	// to plain text so golden frames do not depend on the terminal running
+	// the tests.
+	stdoutProfile = func() colorprofile.Profile { return colorprofile.ASCII }
 	code := m.Run()
 	if code == 0 {
 		if leaks := leakedGoroutines(); leaks != "" {
@@ -68,14 +66,9 @@ func fixedClock() time.Time { return t0 }
 func ptr[T any](v T) *T { return &v }
 
 // plainStyles are the styles without colour, for stable goldens.
-func plainStyles() *styles { return stylesFor(termenv.Ascii) }
+func plainStyles() *styles { return stylesFor(colorprofile.ASCII) }
 
-func stylesFor(p termenv.Profile) *styles {
-	r := lipgloss.NewRenderer(io.Discard)
-	r.SetColorProfile(p)
-	r.SetHasDarkBackground(true)
-	return newStyles(r)
-}
+func stylesFor(p colorprofile.Profile) *styles { return newStyles(p) }
 
 // golden compares s with testdata/<test name>.golden; -update rewrites it.
 func golden(t *testing.T, s string) {

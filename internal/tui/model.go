@@ -4,10 +4,10 @@ import (
 	"context"
 	"time"
 
-	"github.com/charmbracelet/bubbles/help"
-	"github.com/charmbracelet/bubbles/key"
-	tea "github.com/charmbracelet/bubbletea"
-	"github.com/charmbracelet/lipgloss"
+	"charm.land/bubbles/v2/help"
+	"charm.land/bubbles/v2/key"
+	tea "charm.land/bubbletea/v2"
+	"github.com/charmbracelet/colorprofile"
 
 	"github.com/svc-dev/svc/internal/api"
 )
@@ -121,7 +121,7 @@ type Model struct {
 	historyAt   time.Time // when that fetch began
 }
 
-func newModel(ctx context.Context, src Source, opts Options, r *lipgloss.Renderer) Model {
+func newModel(ctx context.Context, src Source, opts Options, profile colorprofile.Profile) Model {
 	if opts.Interval <= 0 {
 		opts.Interval = time.Second
 	}
@@ -129,7 +129,7 @@ func newModel(ctx context.Context, src Source, opts Options, r *lipgloss.Rendere
 		opts.Now = time.Now
 	}
 	ctx, stop := context.WithCancel(ctx)
-	st := newStyles(r)
+	st := newStyles(profile)
 
 	h := help.New()
 	h.Styles = st.help
@@ -175,7 +175,7 @@ func (m Model) update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	switch msg := msg.(type) {
 	case tea.WindowSizeMsg:
 		m.width, m.height = msg.Width, msg.Height
-		m.help.Width = msg.Width
+		m.help.SetWidth(msg.Width)
 		return m, nil
 	case pollMsg:
 		return m.applyPoll(msg)
@@ -195,7 +195,7 @@ func (m Model) update(msg tea.Msg) (tea.Model, tea.Cmd) {
 			m.details.events, m.details.eventsErr, m.details.eventsLoaded = msg.events, msg.err, true
 		}
 		return m, nil
-	case tea.KeyMsg:
+	case tea.KeyPressMsg:
 		return m.handleKey(msg)
 	}
 	return m, nil
@@ -307,8 +307,8 @@ func (m *Model) pane(id paneID) pane {
 	}
 }
 
-func (m Model) handleKey(msg tea.KeyMsg) (tea.Model, tea.Cmd) {
-	if msg.Type == tea.KeyCtrlC {
+func (m Model) handleKey(msg tea.KeyPressMsg) (tea.Model, tea.Cmd) {
+	if msg.Keystroke() == "ctrl+c" {
 		return m.quit()
 	}
 	if m.filtering {
@@ -370,7 +370,7 @@ func (m *Model) move(delta int) {
 // filterKey handles a key while the filter is typed: the list narrows
 // with every keystroke; the arrows still move the selection (k and j are
 // text here).
-func (m Model) filterKey(msg tea.KeyMsg) (tea.Model, tea.Cmd) {
+func (m Model) filterKey(msg tea.KeyPressMsg) (tea.Model, tea.Cmd) {
 	l := m.list(m.focus)
 	switch {
 	case key.Matches(msg, m.keys.Clear):
@@ -378,9 +378,9 @@ func (m Model) filterKey(msg tea.KeyMsg) (tea.Model, tea.Cmd) {
 		m.filtering = false
 	case key.Matches(msg, m.keys.Keep):
 		m.filtering = false
-	case msg.Type == tea.KeyUp:
+	case msg.Code == tea.KeyUp:
 		m.move(-1)
-	case msg.Type == tea.KeyDown:
+	case msg.Code == tea.KeyDown:
 		m.move(1)
 	default:
 		var ok bool
@@ -412,7 +412,7 @@ func (m Model) openDetails() (tea.Model, tea.Cmd) {
 	return m, nil
 }
 
-func (m Model) detailsKey(msg tea.KeyMsg) (tea.Model, tea.Cmd) {
+func (m Model) detailsKey(msg tea.KeyPressMsg) (tea.Model, tea.Cmd) {
 	switch {
 	case key.Matches(msg, m.keys.Back):
 		m.details = detailsModel{}
@@ -444,8 +444,16 @@ func (m Model) bodyHeight(height int) int {
 	return max(0, h)
 }
 
-// View draws the whole screen: header, panes (or details), help, status.
-func (m Model) View() string {
+// View is the whole screen, on the alternate screen: the dashboard is a
+// full-screen program.
+func (m Model) View() tea.View {
+	v := tea.NewView(m.frame())
+	v.AltScreen = true
+	return v
+}
+
+// frame draws the whole screen: header, panes (or details), help, status.
+func (m Model) frame() string {
 	w, h := m.size()
 	c := m.common()
 

@@ -11,7 +11,8 @@ import (
 	"testing"
 	"time"
 
-	tea "github.com/charmbracelet/bubbletea"
+	tea "charm.land/bubbletea/v2"
+	"github.com/charmbracelet/colorprofile"
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/client"
@@ -30,7 +31,7 @@ func directModel(t *testing.T, src Source) Model {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	m := newModel(ctx, src, Options{Interval: time.Second, Now: fixedClock, Target: testTarget}, plainStyles().r)
+	m := newModel(ctx, src, Options{Interval: time.Second, Now: fixedClock, Target: testTarget}, colorprofile.ASCII)
 	return m
 }
 
@@ -40,16 +41,27 @@ func update(t *testing.T, m Model, msg tea.Msg) (Model, tea.Cmd) {
 	return next.(Model), cmd
 }
 
-func press(s string) tea.KeyMsg {
-	switch s {
-	case "tab":
-		return tea.KeyMsg{Type: tea.KeyTab}
-	case "enter":
-		return tea.KeyMsg{Type: tea.KeyEnter}
-	case "esc":
-		return tea.KeyMsg{Type: tea.KeyEsc}
+// press is the key press that bubbles/key names s: "tab", "shift+tab",
+// "ctrl+c", "enter"; any other s is typed as text.
+func press(s string) tea.KeyPressMsg {
+	special := map[string]tea.Key{
+		"tab":       {Code: tea.KeyTab},
+		"shift+tab": {Code: tea.KeyTab, Mod: tea.ModShift},
+		"enter":     {Code: tea.KeyEnter},
+		"esc":       {Code: tea.KeyEscape},
+		"backspace": {Code: tea.KeyBackspace},
+		"up":        {Code: tea.KeyUp},
+		"down":      {Code: tea.KeyDown},
+		"ctrl+c":    {Code: 'c', Mod: tea.ModCtrl},
 	}
-	return tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune(s)}
+	if k, ok := special[s]; ok {
+		if k.Keystroke() != s {
+			panic("press: " + s + " is " + k.Keystroke())
+		}
+		return tea.KeyPressMsg(k)
+	}
+	r := []rune(s)
+	return tea.KeyPressMsg{Code: r[0], Text: s}
 }
 
 func okPoll(at time.Time) pollMsg {
@@ -195,7 +207,7 @@ func TestDetailsOutliveTheirRow(t *testing.T) {
 	p := okPoll(t0.Add(time.Second))
 	p.inflight = nil
 	m, _ = update(t, m, p)
-	view := m.View()
+	view := m.View().Content
 	if !strings.Contains(view, "finished: no longer in flight") || !strings.Contains(view, "req_c9e2f5b0") {
 		t.Errorf("view:\n%s", view)
 	}
@@ -203,7 +215,7 @@ func TestDetailsOutliveTheirRow(t *testing.T) {
 
 func TestViewBeforeFirstSize(t *testing.T) {
 	m := directModel(t, newFake())
-	requireSize(t, m.View(), defaultWidth, defaultHeight)
+	requireSize(t, m.View().Content, defaultWidth, defaultHeight)
 }
 
 // docWorkers and docInflight are the fleet of the documentation frame:
@@ -240,7 +252,7 @@ func TestDocsFrame(t *testing.T) {
 			spend: activeSpend(), rentals: append(only("rent_dl", "rent_run", "rent_lost"), fixtureRentals()...),
 		})
 	}
-	view := m.View()
+	view := m.View().Content
 	requireSize(t, view, 100, 30)
 	golden(t, view)
 

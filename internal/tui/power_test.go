@@ -8,8 +8,7 @@ import (
 	"testing"
 	"time"
 
-	tea "github.com/charmbracelet/bubbletea"
-	"github.com/muesli/termenv"
+	"github.com/charmbracelet/colorprofile"
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/client"
@@ -81,7 +80,7 @@ func TestRenderPower(t *testing.T) {
 // series' colours, in braille, the axes dim.
 func TestRenderPowerColour(t *testing.T) {
 	h := gpuAHistory()
-	out := renderPower(powerFixtureView("wk_01hq3a", &h), 61, 17, stylesFor(termenv.ANSI))
+	out := renderPower(powerFixtureView("wk_01hq3a", &h), 61, 17, stylesFor(colorprofile.ANSI))
 	requireSize(t, out, 61, 17)
 	for _, want := range []string{"\x1b[36m━", "\x1b[35m━", "\x1b[33m━", "\x1b[32m━", "\x1b[90m", "⣀"} {
 		if !strings.Contains(out, want) {
@@ -224,13 +223,13 @@ func TestTeaPower(t *testing.T) {
 			fake := newFake()
 			tm := startTea(t, fake, 160, 45)
 			waitFor(t, tm, "local-sim")
-			send(tm, tea.KeyTab)
+			send(tm, "tab")
 			for range tc.downs {
-				send(tm, tea.KeyDown)
+				send(tm, "down")
 			}
 			waitFor(t, tm, tc.want)
 			m := quit(t, tm)
-			view := m.View()
+			view := m.View().Content
 			requireSize(t, view, 160, 45)
 			if !strings.Contains(view, "950 W now · 8.73 kWh today") || !strings.Contains(view, "3 of 5 reporting") {
 				t.Errorf("no fleet summary:\n%s", view)

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/muesli/termenv"
+	"github.com/charmbracelet/colorprofile"
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/client"
@@ -161,7 +161,7 @@ func TestRenderWorkers(t *testing.T) {
 // arrow, the sim marker, the focused frame and the selection.
 func TestRenderWorkersColour(t *testing.T) {
 	all := workerRows(fixtureWorkers(), "")
-	out := renderWorkers(workersView{rows: all, total: len(all), cursor: 1, latest: "v1.3.0", focused: true, loaded: true}, 100, 9, stylesFor(termenv.ANSI))
+	out := renderWorkers(workersView{rows: all, total: len(all), cursor: 1, latest: "v1.3.0", focused: true, loaded: true}, 100, 9, stylesFor(colorprofile.ANSI))
 	requireSize(t, out, 100, 9)
 	for _, want := range []string{
 		"\x1b[32mhealthy", "\x1b[33mstale", "\x1b[31munhealthy", "\x1b[90moffline", "\x1b[33mdraining", // health

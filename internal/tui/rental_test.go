@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/muesli/termenv"
+	"github.com/charmbracelet/colorprofile"
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/client"
@@ -76,7 +76,7 @@ func TestRenderRental(t *testing.T) {
 func TestRenderRentalColour(t *testing.T) {
 	over := activeSpend()
 	over.MonthToDateGBP = money.Pounds(520)
-	out := renderRental(rentalFixtureView(over, only("rent_dl", "rent_run", "rent_lost"), t0), 61, 6, stylesFor(termenv.ANSI))
+	out := renderRental(rentalFixtureView(over, only("rent_dl", "rent_run", "rent_lost"), t0), 61, 6, stylesFor(colorprofile.ANSI))
 	requireSize(t, out, 61, 6)
 	for _, want := range []string{
 		"\x1b[31m!", "\x1b[31mbilling, not serving", // billed, not serving
@@ -160,7 +160,7 @@ func TestRentalRefusal(t *testing.T) {
 	if m.failure.msg != "" || m.retryIn != m.interval {
 		t.Errorf("a refusal is a failure: %+v, retry in %s", m.failure, m.retryIn)
 	}
-	if view := m.View(); !strings.Contains(view, "needs compute:write to see rentals") || !strings.Contains(view, "● live") {
+	if view := m.View().Content; !strings.Contains(view, "needs compute:write to see rentals") || !strings.Contains(view, "● live") {
 		t.Errorf("view:\n%s", view)
 	}
 
@@ -178,8 +178,8 @@ func TestRentalRefusal(t *testing.T) {
 	if m.failure.msg != "rental spend: gateway error 500: boom" {
 		t.Errorf("failure %q", m.failure.msg)
 	}
-	if !strings.Contains(m.View(), "not serving") {
-		t.Errorf("the last rentals were dropped:\n%s", m.View())
+	if !strings.Contains(m.View().Content, "not serving") {
+		t.Errorf("the last rentals were dropped:\n%s", m.View().Content)
 	}
 }
 
@@ -208,7 +208,7 @@ func TestTeaRental(t *testing.T) {
 			tm := startTea(t, fake, tc.w, tc.h)
 			waitFor(t, tm, tc.want...)
 			m := quit(t, tm)
-			view := m.View()
+			view := m.View().Content
 			requireSize(t, view, tc.w, tc.h)
 			for _, w := range tc.want {
 				if !strings.Contains(view, w) {

@@ -1,22 +1,24 @@
 package tui
 
 import (
+	"image/color"
 	"strconv"
 
-	"github.com/charmbracelet/bubbles/help"
-	"github.com/charmbracelet/lipgloss"
-	"github.com/muesli/termenv"
+	"charm.land/bubbles/v2/help"
+	"charm.land/lipgloss/v2"
+	"github.com/charmbracelet/colorprofile"
 
 	"github.com/svc-dev/svc/internal/chart"
 )
 
-// styles is every style the dashboard uses, built from one renderer so the
-// colour profile (and NO_COLOR) is decided once, for the output actually
+// styles is every style the dashboard uses, built for one colour profile so
+// the profile (and NO_COLOR) is decided once, for the output actually
 // written to. Only the 16 basic ANSI colours are used: they follow the
 // terminal's own theme, light or dark, without querying the background.
+// A profile without colour (NO_COLOR, not a terminal) gets plain text with
+// no escapes at all, bold and reverse included, as lipgloss v1 gave it:
+// the selection is marked by characters too.
 type styles struct {
-	r *lipgloss.Renderer
-
 	appName  lipgloss.Style // "svc top" in the header
 	dim      lipgloss.Style // secondary text: target, units, placeholders
 	bold     lipgloss.Style
@@ -49,50 +51,67 @@ type styles struct {
 	help help.Styles
 }
 
-func newStyles(r *lipgloss.Renderer) *styles {
+// hasColor says whether profile p shows colours: the 16 basic ones and up.
+func hasColor(p colorprofile.Profile) bool { return p >= colorprofile.ANSI }
+
+func newStyles(p colorprofile.Profile) *styles {
+	s := &styles{color: hasColor(p)}
+	// style is a new style, or a plain one when the profile has no colour.
+	style := func(f func(lipgloss.Style) lipgloss.Style) lipgloss.Style {
+		if !s.color {
+			return lipgloss.NewStyle()
+		}
+		return f(lipgloss.NewStyle())
+	}
+	fg := func(c color.Color) lipgloss.Style {
+		return style(func(st lipgloss.Style) lipgloss.Style { return st.Foreground(c) })
+	}
+	boldFg := func(c color.Color) lipgloss.Style {
+		return style(func(st lipgloss.Style) lipgloss.Style { return st.Bold(true).Foreground(c) })
+	}
+	bold := func() lipgloss.Style {
+		return style(func(st lipgloss.Style) lipgloss.Style { return st.Bold(true) })
+	}
 	var (
-		green   = lipgloss.Color("2")
-		yellow  = lipgloss.Color("3")
-		red     = lipgloss.Color("1")
-		grey    = lipgloss.Color("8")
-		cyan    = lipgloss.Color("6")
-		magenta = lipgloss.Color("5")
+		green   = lipgloss.Green
+		yellow  = lipgloss.Yellow
+		red     = lipgloss.Red
+		grey    = lipgloss.BrightBlack
+		cyan    = lipgloss.Cyan
+		magenta = lipgloss.Magenta
 	)
-	s := &styles{r: r}
-	s.appName = r.NewStyle().Bold(true).Foreground(cyan)
-	s.dim = r.NewStyle().Foreground(grey)
-	s.bold = r.NewStyle().Bold(true)
-	s.colHead = r.NewStyle().Bold(true)
-	s.selected = r.NewStyle().Reverse(true)
-	s.cursor = r.NewStyle().Foreground(grey)
+	s.appName = boldFg(cyan)
+	s.dim = fg(grey)
+	s.bold = bold()
+	s.colHead = bold()
+	s.selected = style(func(st lipgloss.Style) lipgloss.Style { return st.Reverse(true) })
+	s.cursor = fg(grey)
 
-	s.border = r.NewStyle().Foreground(grey)
-	s.focusBorder = r.NewStyle().Foreground(cyan)
-	s.title = r.NewStyle().Bold(true)
-	s.focusTitle = r.NewStyle().Bold(true).Foreground(cyan)
+	s.border = fg(grey)
+	s.focusBorder = fg(cyan)
+	s.title = bold()
+	s.focusTitle = boldFg(cyan)
 
-	s.ok = r.NewStyle().Foreground(green)
-	s.warn = r.NewStyle().Foreground(yellow)
-	s.bad = r.NewStyle().Foreground(red)
-	s.off = r.NewStyle().Foreground(grey)
-	s.sim = r.NewStyle().Foreground(magenta)
+	s.ok = fg(green)
+	s.warn = fg(yellow)
+	s.bad = fg(red)
+	s.off = fg(grey)
+	s.sim = fg(magenta)
 
-	s.spark = r.NewStyle().Foreground(cyan)
+	s.spark = fg(cyan)
 
-	s.color = r.ColorProfile() != termenv.Ascii
+	s.statusOK = fg(green)
+	s.statusWarn = fg(yellow)
+	s.statusError = boldFg(red)
 
-	s.statusOK = r.NewStyle().Foreground(green)
-	s.statusWarn = r.NewStyle().Foreground(yellow)
-	s.statusError = r.NewStyle().Foreground(red).Bold(true)
-
-	// bubbles/help builds its styles on the default renderer; rebuild them on
-	// ours so a custom output's profile applies to the help line too.
+	// bubbles/help's own styles are grey tones picked for a dark or light
+	// background; use ours, which follow the terminal's theme and profile.
 	s.help = help.Styles{
 		Ellipsis:       s.dim,
-		ShortKey:       r.NewStyle().Bold(true),
+		ShortKey:       bold(),
 		ShortDesc:      s.dim,
 		ShortSeparator: s.dim,
-		FullKey:        r.NewStyle().Bold(true),
+		FullKey:        bold(),
 		FullDesc:       s.dim,
 		FullSeparator:  s.dim,
 	}
@@ -102,5 +121,8 @@ func newStyles(r *lipgloss.Renderer) *styles {
 // series is the style of a chart's i-th line: the colour `svc workers
 // power` gives it too.
 func (s *styles) series(i int) lipgloss.Style {
-	return s.r.NewStyle().Foreground(lipgloss.Color(strconv.Itoa(chart.ANSIColor(i))))
+	if !s.color {
+		return lipgloss.NewStyle()
+	}
+	return lipgloss.NewStyle().Foreground(lipgloss.Color(strconv.Itoa(chart.ANSIColor(i))))
 }

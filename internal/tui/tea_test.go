@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	tea "github.com/charmbracelet/bubbletea"
-	"github.com/charmbracelet/x/exp/teatest"
+	tea "charm.land/bubbletea/v2"
+	"github.com/charmbracelet/x/exp/teatest/v2"
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/client"
@@ -24,39 +24,111 @@ import (
 
 const testTarget = "http://127.0.0.1:8080"
 
-func startTea(t *testing.T, src Source, w, h int) *teatest.TestModel {
-	t.Helper()
-	m := NewModel(src, Options{Interval: 10 * time.Millisecond, Now: fixedClock, Target: testTarget})
-	return teatest.NewTestModel(t, m, teatest.WithInitialTermSize(w, h))
+// teaRun is a program under test, with the frames its model drew.
+type teaRun struct {
+	*teatest.TestModel
+	frames *frameLog
 }
 
-// waitFor waits until the program has drawn all of ss. Each wait reads
-// the output from where the last one stopped, so it sees only what was
-// drawn since.
-func waitFor(t *testing.T, tm *teatest.TestModel, ss ...string) {
+// frameLog records the frames a model draws. The program's output is no
+// place to look for them: bubbletea v2 writes only the cells that changed
+// since the last frame, so a line that changed is seldom there whole.
+type frameLog struct {
+	mu   sync.Mutex
+	new  []string // drawn since the last take
+	last string
+}
+
+func (f *frameLog) add(frame string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if frame != f.last {
+		f.new, f.last = append(f.new, frame), frame
+	}
+}
+
+// take returns the frames drawn since the last take.
+func (f *frameLog) take() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fs := f.new
+	f.new = nil
+	return fs
+}
+
+// recorded is the dashboard with each frame it draws recorded.
+type recorded struct {
+	Model
+	frames *frameLog
+}
+
+func (r recorded) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
+	m, cmd := r.Model.Update(msg)
+	r.Model = m.(Model)
+	return r, cmd
+}
+
+func (r recorded) View() tea.View {
+	v := r.Model.View()
+	r.frames.add(v.Content)
+	return v
+}
+
+func startTea(t *testing.T, src Source, w, h int) *teaRun {
 	t.Helper()
-	teatest.WaitFor(t, tm.Output(), func(b []byte) bool {
-		for _, s := range ss {
-			if !bytes.Contains(b, []byte(s)) {
-				return false
+	return runTea(t, NewModel(src, Options{Interval: 10 * time.Millisecond, Now: fixedClock, Target: testTarget}), w, h)
+}
+
+func runTea(t *testing.T, m Model, w, h int) *teaRun {
+	t.Helper()
+	frames := &frameLog{}
+	tm := teatest.NewTestModel(t, recorded{m, frames}, teatest.WithInitialTermSize(w, h))
+	return &teaRun{tm, frames}
+}
+
+// waitFor waits until the program has drawn a frame holding all of ss.
+// Each wait looks at the frames drawn since the last one stopped, so it
+// sees only what was drawn since.
+func waitFor(t *testing.T, tm *teaRun, ss ...string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	var last string
+	for {
+		for _, f := range tm.frames.take() {
+			if containsAll(f, ss...) {
+				return
 			}
+			last = f
 		}
-		return true
-	}, teatest.WithDuration(5*time.Second), teatest.WithCheckInterval(5*time.Millisecond))
+		if time.Now().After(deadline) {
+			t.Fatalf("no frame holding %q within 5s; the last one drawn:\n%s", ss, last)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
-func send(tm *teatest.TestModel, keys ...tea.KeyType) {
+func containsAll(s string, subs ...string) bool {
+	for _, sub := range subs {
+		if !strings.Contains(s, sub) {
+			return false
+		}
+	}
+	return true
+}
+
+// send presses keys, named as bubbles/key names them: "tab", "down".
+func send(tm *teaRun, keys ...string) {
 	for _, k := range keys {
-		tm.Send(tea.KeyMsg{Type: k})
+		tm.Send(press(k))
 	}
 }
 
 // quit quits with ctrl+c, as a user would (which also ends the model's
 // polls), and returns the final model.
-func quit(t *testing.T, tm *teatest.TestModel) Model {
+func quit(t *testing.T, tm *teaRun) Model {
 	t.Helper()
-	send(tm, tea.KeyCtrlC)
-	return tm.FinalModel(t, teatest.WithFinalTimeout(5*time.Second)).(Model)
+	send(tm, "ctrl+c")
+	return tm.FinalModel(t, teatest.WithFinalTimeout(5*time.Second)).(recorded).Model
 }
 
 func TestTeaPanes(t *testing.T) {
@@ -66,13 +138,13 @@ func TestTeaPanes(t *testing.T) {
 			tm := startTea(t, newFake(), 80, 24)
 			waitFor(t, tm, "local-sim")
 			for range i {
-				send(tm, tea.KeyTab)
+				send(tm, "tab")
 			}
 			m := quit(t, tm)
 			if m.focus != paneID(i) {
 				t.Fatalf("focus = %v, want %v", m.focus, paneID(i))
 			}
-			view := m.View()
+			view := m.View().Content
 			requireSize(t, view, 80, 24)
 			// The focused pane, and only it, has the heavy frame.
 			if !strings.Contains(view, "┏━ "+titles[i]) || strings.Count(view, "┏━") != 1 {
@@ -86,7 +158,7 @@ func TestTeaPanes(t *testing.T) {
 func TestTeaShiftTabWraps(t *testing.T) {
 	tm := startTea(t, newFake(), 80, 24)
 	waitFor(t, tm, "local-sim")
-	send(tm, tea.KeyShiftTab)
+	send(tm, "shift+tab")
 	if m := quit(t, tm); m.focus != paneRental {
 		t.Errorf("shift+tab from the first pane focused %v, want the last", m.focus)
 	}
@@ -95,11 +167,11 @@ func TestTeaShiftTabWraps(t *testing.T) {
 func TestTeaMoveSelection(t *testing.T) {
 	tm := startTea(t, newFake(), 80, 24)
 	waitFor(t, tm, "local-sim")
-	tm.Type("jj")                      // down twice
-	send(tm, tea.KeyDown, tea.KeyDown) // twice more: the last row
-	send(tm, tea.KeyDown)              // stops at the end
-	tm.Type("k")                       // back up one
-	send(tm, tea.KeyTab, tea.KeyDown)  // the workers list has its own selection
+	tm.Type("jj")            // down twice
+	send(tm, "down", "down") // twice more: the last row
+	send(tm, "down")         // stops at the end
+	tm.Type("k")             // back up one
+	send(tm, "tab", "down")  // the workers list has its own selection
 	m := quit(t, tm)
 	if got, want := m.inflight.list.selID, "req_b3f1d7aa"; got != want {
 		t.Errorf("in-flight selection = %s, want %s", got, want)
@@ -110,10 +182,10 @@ func TestTeaMoveSelection(t *testing.T) {
 }
 
 func TestTeaFilter(t *testing.T) {
-	start := func(t *testing.T) *teatest.TestModel {
+	start := func(t *testing.T) *teaRun {
 		tm := startTea(t, newFake(), 80, 24)
 		waitFor(t, tm, "local-sim")
-		send(tm, tea.KeyTab) // workers
+		send(tm, "tab") // workers
 		tm.Type("/gpu")
 		return tm
 	}
@@ -123,15 +195,15 @@ func TestTeaFilter(t *testing.T) {
 		if !m.filtering || m.workers.list.filter != "gpu" {
 			t.Fatalf("filtering=%v filter=%q", m.filtering, m.workers.list.filter)
 		}
-		golden(t, m.View())
+		golden(t, m.View().Content)
 	})
 	t.Run("applied", func(t *testing.T) {
 		tm := start(t)
-		send(tm, tea.KeyBackspace) // "gp"
+		send(tm, "backspace") // "gp"
 		tm.Type("u-b")
-		send(tm, tea.KeyEnter)
+		send(tm, "enter")
 		m := quit(t, tm)
-		view := m.View()
+		view := m.View().Content
 		if m.filtering || m.workers.list.filter != "gpu-b" {
 			t.Fatalf("filtering=%v filter=%q", m.filtering, m.workers.list.filter)
 		}
@@ -142,15 +214,15 @@ func TestTeaFilter(t *testing.T) {
 	})
 	t.Run("esc-clears", func(t *testing.T) {
 		tm := start(t)
-		send(tm, tea.KeyEnter, tea.KeyEsc)
+		send(tm, "enter", "esc")
 		m := quit(t, tm)
-		if m.workers.list.filter != "" || !strings.Contains(m.View(), "1-4 of 6") {
+		if m.workers.list.filter != "" || !strings.Contains(m.View().Content, "1-4 of 6") {
 			t.Errorf("esc left filter %q", m.workers.list.filter)
 		}
 	})
 	t.Run("esc-while-typing", func(t *testing.T) {
 		tm := start(t)
-		send(tm, tea.KeyEsc)
+		send(tm, "esc")
 		m := quit(t, tm)
 		if m.filtering || m.workers.list.filter != "" {
 			t.Errorf("filtering=%v filter=%q", m.filtering, m.workers.list.filter)
@@ -160,7 +232,7 @@ func TestTeaFilter(t *testing.T) {
 		tm := startTea(t, newFake(), 80, 24)
 		waitFor(t, tm, "local-sim")
 		tm.Type("/70b")
-		send(tm, tea.KeyEnter)
+		send(tm, "enter")
 		tm.Type("j") // keys act on the list again once the filter is kept
 		m := quit(t, tm)
 		if m.inflight.list.filter != "70b" || m.inflight.list.selID != "req_b3f1d7aa" {
@@ -170,7 +242,7 @@ func TestTeaFilter(t *testing.T) {
 	t.Run("not-on-traffic", func(t *testing.T) {
 		tm := startTea(t, newFake(), 80, 24)
 		waitFor(t, tm, "local-sim")
-		send(tm, tea.KeyTab, tea.KeyTab)
+		send(tm, "tab", "tab")
 		tm.Type("/")
 		if m := quit(t, tm); m.filtering {
 			t.Error("/ started a filter on the traffic pane")
@@ -183,7 +255,7 @@ func TestTeaDetails(t *testing.T) {
 		fake := newFake()
 		tm := startTea(t, fake, 80, 24)
 		waitFor(t, tm, "local-sim")
-		send(tm, tea.KeyTab, tea.KeyDown, tea.KeyEnter) // gpu-a, second by name
+		send(tm, "tab", "down", "enter") // gpu-a, second by name
 		waitFor(t, tm, "model_loaded")
 		m := quit(t, tm)
 		fake.set(func(f *fakeSource) {
@@ -191,22 +263,22 @@ func TestTeaDetails(t *testing.T) {
 				t.Errorf("events queries = %+v", f.eventQs)
 			}
 		})
-		view := m.View()
+		view := m.View().Content
 		requireSize(t, view, 80, 24)
 		golden(t, view)
 	})
 	t.Run("request", func(t *testing.T) {
 		tm := startTea(t, newFake(), 80, 24)
 		waitFor(t, tm, "local-sim")
-		send(tm, tea.KeyEnter) // the oldest request
+		send(tm, "enter") // the oldest request
 		waitFor(t, tm, "Request req_c9e2f5b0")
 		m := quit(t, tm)
-		golden(t, m.View())
+		golden(t, m.View().Content)
 	})
 	t.Run("scroll", func(t *testing.T) {
 		tm := startTea(t, newFake(), 80, 16)
 		waitFor(t, tm, "local-sim")
-		send(tm, tea.KeyTab, tea.KeyDown, tea.KeyEnter)
+		send(tm, "tab", "down", "enter")
 		waitFor(t, tm, "Worker gpu-a")
 		for range 50 {
 			tm.Type("j")
@@ -218,11 +290,11 @@ func TestTeaDetails(t *testing.T) {
 			t.Errorf("scroll = %d, want one above the end (%d)", m.details.scroll, max-1)
 		}
 	})
-	for _, k := range []tea.KeyType{tea.KeyEsc, tea.KeyBackspace} {
-		t.Run("close-"+k.String(), func(t *testing.T) {
+	for _, k := range []string{"esc", "backspace"} {
+		t.Run("close-"+k, func(t *testing.T) {
 			tm := startTea(t, newFake(), 80, 24)
 			waitFor(t, tm, "local-sim")
-			send(tm, tea.KeyEnter, k)
+			send(tm, "enter", k)
 			m := quit(t, tm)
 			if m.details.kind != noDetails {
 				t.Errorf("%s did not close the details", k)
@@ -247,7 +319,7 @@ func TestTeaPause(t *testing.T) {
 	if !m.paused {
 		t.Fatal("not paused")
 	}
-	view := m.View()
+	view := m.View().Content
 	if !strings.Contains(view, "❚❚ paused") {
 		t.Errorf("no paused marker:\n%s", view)
 	}
@@ -284,7 +356,7 @@ func TestTeaHelp(t *testing.T) {
 	waitFor(t, tm, "local-sim")
 	tm.Type("?")
 	m := quit(t, tm)
-	view := m.View()
+	view := m.View().Content
 	requireSize(t, view, 80, 24)
 	if !strings.Contains(view, "tab next pane") || !strings.Contains(view, "/ filter") {
 		t.Errorf("no help line:\n%s", view)
@@ -312,7 +384,7 @@ func TestTeaResize(t *testing.T) {
 				waitFor(t, tm, size.ready)
 			}
 			m := quit(t, tm)
-			view := m.View()
+			view := m.View().Content
 			requireSize(t, view, size.w, size.h)
 			golden(t, view)
 		})
@@ -346,7 +418,7 @@ func TestTeaErrorRecovery(t *testing.T) {
 	if m.failure.msg != "" || m.fails != 0 || m.retryIn != m.interval {
 		t.Errorf("error not cleared: %+v fails=%d retryIn=%s", m.failure, m.fails, m.retryIn)
 	}
-	view := m.View()
+	view := m.View().Content
 	if strings.Contains(view, "unreachable") || !strings.Contains(view, "4/7 workers healthy") {
 		t.Errorf("final view:\n%s", view)
 	}
@@ -365,7 +437,7 @@ func TestTeaErrorKeepsData(t *testing.T) {
 	// depend on how many polls failed before the quit.
 	waitFor(t, tm, "gateway unreachable", "retrying in 50ms")
 	m := quit(t, tm)
-	view := m.View()
+	view := m.View().Content
 	for _, want := range []string{"local-sim", "llama3.1:70b", "✖ gateway unreachable: connection refused", "stale 0s"} {
 		if !strings.Contains(view, want) {
 			t.Errorf("view lacks %q:\n%s", want, view)
@@ -386,7 +458,7 @@ func TestTeaAuthError(t *testing.T) {
 	if !m.failure.auth || m.retryIn != 5*m.interval {
 		t.Errorf("auth failure retried after %s, want the slowest backoff %s", m.retryIn, 5*m.interval)
 	}
-	golden(t, m.View())
+	golden(t, m.View().Content)
 }
 
 // TestTeaSlowPollsDoNotPileUp polls every millisecond a gateway that takes
@@ -394,8 +466,7 @@ func TestTeaAuthError(t *testing.T) {
 func TestTeaSlowPollsDoNotPileUp(t *testing.T) {
 	fake := newFake()
 	fake.set(func(f *fakeSource) { f.delay = 30 * time.Millisecond })
-	m := NewModel(fake, Options{Interval: time.Millisecond, Now: fixedClock})
-	tm := teatest.NewTestModel(t, m, teatest.WithInitialTermSize(80, 24))
+	tm := runTea(t, NewModel(fake, Options{Interval: time.Millisecond, Now: fixedClock}), 80, 24)
 	time.Sleep(time.Second)
 	quit(t, tm)
 	polls, maxActive := fake.stats()

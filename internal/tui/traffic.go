@@ -4,7 +4,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/charmbracelet/lipgloss"
+	"charm.land/lipgloss/v2"
 
 	"github.com/svc-dev/svc/internal/api"
 )
@@ -259,7 +259,7 @@ func rateStyle(st *styles, v float64, hot lipgloss.Style) lipgloss.Style {
 	if v > 0 {
 		return hot
 	}
-	return st.r.NewStyle()
+	return lipgloss.NewStyle()
 }
 
 func (p trafficPane) view(c common, _ *snapshot, width, height int, focused bool) string {

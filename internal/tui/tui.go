@@ -12,10 +12,11 @@ import (
 	"context"
 	"errors"
 	"io"
+	"os"
 	"time"
 
-	tea "github.com/charmbracelet/bubbletea"
-	"github.com/charmbracelet/lipgloss"
+	tea "charm.land/bubbletea/v2"
+	"github.com/charmbracelet/colorprofile"
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/client"
@@ -43,12 +44,16 @@ type Options struct {
 	Target   string           // the gateway URL, shown in the header
 }
 
+// stdoutProfile is the colour profile of standard output, from its
+// environment and terminfo: nothing is asked of the terminal. Tests pin it.
+var stdoutProfile = func() colorprofile.Profile { return colorprofile.Detect(os.Stdout, os.Environ()) }
+
 // NewModel returns the dashboard as a tea.Model, styled for the terminal
-// lipgloss detects on standard output. Its polls run until it quits with
-// q or ctrl+c; a program stopped from outside should use Run instead,
-// which also stops them.
+// detected on standard output. Its polls run until it quits with q or
+// ctrl+c; a program stopped from outside should use Run instead, which
+// also stops them.
 func NewModel(src Source, opts Options) Model {
-	return newModel(context.Background(), src, opts, lipgloss.DefaultRenderer())
+	return newModel(context.Background(), src, opts, stdoutProfile())
 }
 
 // Run shows the dashboard on out, reading keys from in, on the alternate
@@ -57,12 +62,20 @@ func NewModel(src Source, opts Options) Model {
 func Run(ctx context.Context, src Source, opts Options, in io.Reader, out io.Writer) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // ends the poll and tick in flight when the program stops
-	m := newModel(ctx, src, opts, lipgloss.NewRenderer(out))
+	// The profile is decided once, from out's terminal and the environment
+	// (nothing is asked of the terminal), for the styles and the program's
+	// renderer alike. Without colour (NO_COLOR, not a terminal) the styles
+	// are plain, so nothing the program learns later colours the screen.
+	profile := colorprofile.Detect(out, os.Environ())
+	m := newModel(ctx, src, opts, profile)
 	p := tea.NewProgram(m,
 		tea.WithContext(ctx),
 		tea.WithInput(in),
 		tea.WithOutput(out),
-		tea.WithAltScreen(),
+		tea.WithColorProfile(profile),
+		// The size until the terminal tells its own; an output that is
+		// not a terminal keeps it (bubbletea v2 draws nothing at 0x0).
+		tea.WithWindowSize(defaultWidth, defaultHeight),
 	)
 	_, err := p.Run()
 	if errors.Is(err, tea.ErrProgramKilled) && ctx.Err() != nil {
