@@ -75,7 +75,7 @@ func TestWorkersPower(t *testing.T) {
 		contains(t, "output", r.stdout,
 			"gpu-box-1  last hour, 1-minute windows, ", " UTC\n",
 			"o gpu0  + cpu  x system", // no colour: a mark per channel
-			" W ┤", "└─",
+			" W ┤", "└",               // the time axis (a tick may sit on its first column)
 			"Energy    0.365 kWh", "Average   406 W", "Peak      570 W", "Coverage  90%", "Method    estimated",
 			"gpu0    gpu     NVIDIA GeForce RTX 4090", "450 W", "system  system  -")
 		lacks(t, "output", r.stdout, "\x1b", "⣀")
