@@ -1,7 +1,9 @@
 package server
 
 import (
+	"context"
 	"net/http"
+	"time"
 
 	"github.com/svc-dev/svc/internal/api"
 )
@@ -9,8 +11,19 @@ import (
 // The GPU rental endpoints: thin over the rental manager, which holds
 // the rules.
 
+// rentalTimeout bounds a rental call's work at the providers. The
+// request's own context is not used for it: a fasthttp RequestCtx may not
+// be a parent context (its Done races with the server's shutdown).
+const rentalTimeout = 2 * time.Minute
+
+func rentalContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), rentalTimeout)
+}
+
 func (s *Server) computeCatalogue(c *call) error {
-	writeJSON(c.ctx, http.StatusOK, s.rentals.Catalogue(c.ctx, c.principal.OrgID))
+	ctx, cancel := rentalContext()
+	defer cancel()
+	writeJSON(c.ctx, http.StatusOK, s.rentals.Catalogue(ctx, c.principal.OrgID))
 	return nil
 }
 
@@ -28,7 +41,9 @@ func (s *Server) rent(c *call) error {
 	if err := decodeJSON(c.ctx.PostBody(), &req); err != nil {
 		return err
 	}
-	r, err := s.rentals.Rent(c.ctx, c.principal, req)
+	ctx, cancel := rentalContext()
+	defer cancel()
+	r, err := s.rentals.Rent(ctx, c.principal, req)
 	if err != nil {
 		return err
 	}
@@ -51,7 +66,9 @@ func (s *Server) getRental(c *call) error {
 }
 
 func (s *Server) stopRental(c *call) error {
-	r, err := s.rentals.Stop(c.ctx, c.principal.OrgID, c.params.get("id"))
+	ctx, cancel := rentalContext()
+	defer cancel()
+	r, err := s.rentals.Stop(ctx, c.principal.OrgID, c.params.get("id"))
 	if err != nil {
 		return err
 	}

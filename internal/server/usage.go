@@ -76,7 +76,8 @@ func (s *Server) usageBreakdown(c *call) error {
 // that a request answered before this read is in it, in the log and the
 // totals alike. It waits at most one group commit.
 func (s *Server) syncUsage(c *call) error {
-	ctx, cancel := context.WithTimeout(c.ctx, 5*time.Second)
+	// Not derived from c.ctx: a RequestCtx may not be a parent context.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := s.usage.Sync(ctx); err != nil {
 		return &api.Error{Status: http.StatusServiceUnavailable, Type: api.TypeServiceUnavailable, RetryAfter: time.Second,

@@ -192,8 +192,9 @@ func TestTeaRental(t *testing.T) {
 		set  func(f *fakeSource)
 		want []string
 	}{
+		// Wide enough for the power chart: wait for its history too.
 		{"160x45", 160, 45, func(f *fakeSource) { f.spend, f.rentals = activeSpend(), activeRentals() },
-			[]string{"Rental spend (4 active)", "not serving", "£376.55"}},
+			[]string{"Rental spend (4 active)", "not serving", "£376.55", "no power readings in the last hour"}},
 		{"100x30", 100, 30, func(f *fakeSource) { f.spend, f.rentals = activeSpend(), activeRentals() },
 			[]string{"Rental spend (4 active)", "not serving", "£376.55"}},
 		// A key without compute:write: the pane says so, the dashboard is
