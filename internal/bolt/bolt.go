@@ -66,6 +66,11 @@ func migrations() []migration {
 			return createBuckets(tx, bucketPower60, bucketPower300, bucketPower3600, bucketPowerThrough, bucketPowerChans)
 		}},
 		{5, "rentals", func(tx *bbolt.Tx) error { return createBuckets(tx, bucketRentals) }},
+		// Rows from now on are in the compact layout (usagerow.go), which
+		// a build before it cannot read. Nothing is rewritten: the version
+		// is there so that such a build refuses the store at start rather
+		// than failing every usage listing.
+		{6, "compact usage rows", func(*bbolt.Tx) error { return nil }},
 	}
 }
 

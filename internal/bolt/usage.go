@@ -5,7 +5,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -21,7 +20,8 @@ import (
 // Usage stores the usage log and its aggregates through a Writer.
 //
 // Rows live in usage_rows as a time log (see timeKey), so a listing is
-// one reverse range scan.
+// one reverse range scan, each row in the compact layout of usagerow.go
+// (or JSON, if it was written before that layout).
 //
 // Totals are kept at write time, in the same transaction as the row, so
 // that summaries never scan rows:
@@ -38,11 +38,21 @@ type Usage struct {
 	store *Store
 	w     *Writer
 	seq   atomic.Uint64
+	// pruneBatch bounds the rows one pruning transaction deletes.
+	pruneBatch int
 }
+
+// usagePruneBatch is how many rows one pruning transaction deletes by
+// default. BenchmarkUsagePrune, on a million rows: the write transaction
+// takes about 0.2 ms and 0.65 µs a row (1.4 ms for 2,000, 3.6 ms for
+// 5,000, 13 ms for 20,000), against 0.3 ms for a one-row commit. At 2,000
+// the writer waits for a round about as long as for a few of its own
+// commits, and a year of 10M rows is still pruned in 5,000 rounds.
+const usagePruneBatch = 2000
 
 // Usage returns the usage store writing through w.
 func (s *Store) Usage(w *Writer) *Usage {
-	u := &Usage{store: s, w: w}
+	u := &Usage{store: s, w: w, pruneBatch: usagePruneBatch}
 	startSeq(&u.seq)
 	return u
 }
@@ -143,8 +153,8 @@ func rowTotals(r *api.UsageRow) api.UsageTotals {
 	return t
 }
 
-// finite drops a NaN or infinite measurement: JSON cannot carry it, and
-// one in an aggregate would spoil every total it is added to.
+// finite drops a NaN or infinite measurement: the API's JSON cannot carry
+// it, and one in an aggregate would spoil every total it is added to.
 func finite(p *float64) *float64 {
 	if p == nil || math.IsNaN(*p) || math.IsInf(*p, 0) {
 		return nil
@@ -166,13 +176,7 @@ func (u *Usage) Record(orgID string, row api.UsageRow) {
 	row.EnergyWh = finite(row.EnergyWh)
 	// Encode here, on the caller's goroutine, so the single committing
 	// goroutine only does the tree work.
-	data, err := json.Marshal(row)
-	if err != nil {
-		// Only a timestamp outside years 0-9999 gets here; failing the
-		// record would lose the whole group commit with it.
-		u.w.log.Error("usage row dropped", "org", orgID, "id", row.ID, "err", err)
-		return
-	}
+	data := appendUsageRow(make([]byte, 0, 160), &row)
 	rowKey := timeKey(orgID, row.CreatedAt, u.seq.Add(1))
 	d := rowTotals(&row)
 
@@ -258,20 +262,57 @@ type UsageQuery struct {
 }
 
 // Logs lists rows newest first, filtered by worker when WorkerID != "".
+// Only the rows of the page are decoded: the filter reads a compact row's
+// worker field alone.
 func (u *Usage) Logs(orgID string, q UsageQuery) ([]api.UsageRow, error) {
-	var skim func([]byte) bool
-	var keep func(*api.UsageRow) bool
-	if q.WorkerID != "" {
-		// A row's JSON holds its worker id exactly as encoding/json writes
-		// this, so a byte search rules out other workers' rows without
-		// decoding them; a match is still confirmed after decoding (w-1 is
-		// found in w-12).
-		id, _ := json.Marshal(q.WorkerID)
-		needle := append([]byte(`"worker_id":`), id...)
-		skim = func(v []byte) bool { return bytes.Contains(v, needle) }
-		keep = func(r *api.UsageRow) bool { return r.WorkerID == q.WorkerID }
+	out := []api.UsageRow{}
+	if q.Limit <= 0 {
+		return out, nil
 	}
-	return newestPage(u.store.db, bucketUsageRows, orgID, q.Offset, q.Limit, skim, keep)
+	var filter *workerFilter
+	if q.WorkerID != "" {
+		filter = newWorkerFilter(q.WorkerID)
+	}
+	err := u.store.db.View(func(tx *bbolt.Tx) error {
+		prefix := append([]byte(orgID), 0)
+		c := tx.Bucket(bucketUsageRows).Cursor()
+		// The organisation's newest row is the last key before orgID, 0x01.
+		k, v := c.Seek(append([]byte(orgID), 1))
+		if k == nil {
+			k, v = c.Last()
+		} else {
+			k, v = c.Prev()
+		}
+		skipped := 0
+		for ; k != nil && bytes.HasPrefix(k, prefix); k, v = c.Prev() {
+			if filter != nil {
+				ok, err := filter.match(v)
+				if err != nil {
+					return fmt.Errorf("usage row %q: %w", k, err)
+				}
+				if !ok {
+					continue
+				}
+			}
+			if skipped < q.Offset {
+				skipped++
+				continue
+			}
+			r, err := decodeUsageRow(v)
+			if err != nil {
+				return fmt.Errorf("usage row %q: %w", k, err)
+			}
+			out = append(out, r)
+			if len(out) >= q.Limit {
+				break
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // window is the inclusive range of UTC dates of the last days days.
@@ -457,8 +498,76 @@ func rank(sort string, a, b *api.UsageTotals) int {
 	return cmp.Or(cmp.Compare(b.TotalTokens, a.TotalTokens), cmp.Compare(b.Requests, a.Requests))
 }
 
-// PruneUsage deletes rows (not aggregates) created before before, at most
-// max of them, returning how many.
-func (u *Usage) PruneUsage(before time.Time, max int) (int, error) {
-	return u.store.pruneBefore(bucketUsageRows, before, max)
+// PruneUsage deletes the rows created before before, never the aggregates,
+// and returns how many it deleted. It works in rounds of at most
+// pruneBatch rows: a read transaction finds them, a write transaction
+// deletes them, so the writer's group commits, which wait for that write
+// transaction, are held up briefly however many rows are due (a year's
+// worth the first time a store is pruned). It stops early, between
+// rounds, when ctx ends.
+func (u *Usage) PruneUsage(ctx context.Context, before time.Time) (int, error) {
+	cutoff := before.UnixNano()
+	n := 0
+	var from []byte // where the next round's scan resumes
+	for {
+		if err := ctx.Err(); err != nil {
+			return n, err
+		}
+		old, next, err := u.oldRows(from, cutoff)
+		if err != nil {
+			return n, err
+		}
+		if len(old) == 0 {
+			return n, nil
+		}
+		if err := u.deleteRows(old); err != nil {
+			return n, err
+		}
+		n += len(old)
+		if next == nil {
+			return n, nil
+		}
+		from = next
+	}
+}
+
+// oldRows returns up to pruneBatch keys of rows older than cutoff (Unix
+// ns), from from on, and the key the next round starts at (nil at the
+// end). Keys group by organisation and run oldest first within one, so it
+// takes the old head of each organisation and seeks straight past the
+// rest.
+func (u *Usage) oldRows(from []byte, cutoff int64) (old [][]byte, next []byte, err error) {
+	err = u.store.db.View(func(tx *bbolt.Tx) error {
+		c := tx.Bucket(bucketUsageRows).Cursor()
+		k, _ := c.Seek(from)
+		for k != nil && len(old) < u.pruneBatch {
+			i := len(k) - timeKeySuffix
+			if i < 0 || k[i] != 0 {
+				k, _ = c.Next() // not a time key; cannot happen
+				continue
+			}
+			if int64(binary.BigEndian.Uint64(k[i+1:])) < cutoff {
+				old = append(old, bytes.Clone(k))
+				k, _ = c.Next()
+				continue
+			}
+			k, _ = c.Seek(append(bytes.Clone(k[:i]), 1))
+		}
+		next = bytes.Clone(k)
+		return nil
+	})
+	return old, next, err
+}
+
+// deleteRows deletes keys in one write transaction.
+func (u *Usage) deleteRows(keys [][]byte) error {
+	return u.store.db.Update(func(tx *bbolt.Tx) error {
+		b := tx.Bucket(bucketUsageRows)
+		for _, k := range keys {
+			if err := b.Delete(k); err != nil {
+				return fmt.Errorf("delete usage row: %w", err)
+			}
+		}
+		return nil
+	})
 }

@@ -1,7 +1,9 @@
 package bolt
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -590,23 +592,27 @@ func TestUsagePruneRemovesRowsKeepsAggregates(t *testing.T) {
 	sumBefore, _ := u.Summary("org-a", 365, usageNow)
 	breakBefore, _ := u.Breakdown("org-a", 365, "", usageNow)
 
-	n, err := u.PruneUsage(before, 10)
-	if err != nil || n != 10 {
-		t.Fatalf("bounded prune = %d, %v; want 10", n, err)
+	// A small batch makes rounds end inside an organisation and across
+	// organisations' boundaries.
+	u.pruneBatch = 7
+	old, next, err := u.oldRows(nil, before.UnixNano())
+	if err != nil || len(old) != 7 || next == nil {
+		t.Fatalf("one round finds %d rows, next %q, %v; want 7 and more", len(old), next, err)
 	}
-	total := n
-	for {
-		n, err := u.PruneUsage(before, 1000)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n == 0 {
-			break
-		}
-		total += n
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if n, err := u.PruneUsage(ctx, before); n != 0 || !errors.Is(err, context.Canceled) {
+		t.Fatalf("prune after cancel = %d, %v", n, err)
+	}
+	total, err := u.PruneUsage(context.Background(), before)
+	if err != nil {
+		t.Fatal(err)
 	}
 	if total != wantGone {
 		t.Fatalf("pruned %d rows, want %d", total, wantGone)
+	}
+	if n, err := u.PruneUsage(context.Background(), before); n != 0 || err != nil {
+		t.Fatalf("second prune = %d, %v; want nothing left", n, err)
 	}
 	for org, rows := range byOrg {
 		var kept []api.UsageRow

@@ -6,9 +6,11 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -47,6 +49,8 @@ type ServeOptions struct {
 	PprofAddr      string
 
 	MaxConnections int
+	// UsageRetention is how long usage rows are kept.
+	UsageRetention time.Duration
 
 	// GPU rental.
 	RentalProviders []string
@@ -92,7 +96,8 @@ is and a ready curl command.`,
 				envFlag{"drain-timeout", "SVC_DRAIN_TIMEOUT"}, envFlag{"queue-hold", "SVC_QUEUE_HOLD"},
 				envFlag{"worker-grace", "SVC_WORKER_GRACE"},
 				envFlag{"log-level", "SVC_LOG_LEVEL"}, envFlag{"log-format", "SVC_LOG_FORMAT"},
-				envFlag{"public-url", "SVC_PUBLIC_URL"}, envFlag{"max-connections", "SVC_MAX_CONNECTIONS"})
+				envFlag{"public-url", "SVC_PUBLIC_URL"}, envFlag{"max-connections", "SVC_MAX_CONNECTIONS"},
+				envFlag{"usage-retention", "SVC_USAGE_RETENTION"})
 			if err != nil {
 				return err
 			}
@@ -101,6 +106,9 @@ is and a ready curl command.`,
 			}
 			if opts.MaxConnections < 1 {
 				return usageErrorf("--max-connections must be at least 1, got %d", opts.MaxConnections)
+			}
+			if opts.UsageRetention < server.MinUsageRetention {
+				return usageErrorf("--usage-retention must be at least 1d, got %s", daysValue{&opts.UsageRetention})
 			}
 			if runF != nil {
 				return runF(cmd.Context(), opts)
@@ -118,6 +126,8 @@ is and a ready curl command.`,
 	fl.StringVar(&opts.LogFormat, "log-format", "auto", "text, json, or auto: text on a terminal, JSON otherwise (env SVC_LOG_FORMAT)")
 	fl.BoolVar(&opts.Demo, "demo", false, "also run a simulated worker in this process")
 	fl.IntVar(&opts.MaxConnections, "max-connections", 10000, "client connections served at once; the open-file limit is checked against it at start (env SVC_MAX_CONNECTIONS)")
+	opts.UsageRetention = server.DefaultUsageRetention
+	fl.Var(daysValue{&opts.UsageRetention}, "usage-retention", "how long usage log rows are kept, in days (400d) or as a duration, at least 1d; totals are kept for good (env SVC_USAGE_RETENTION)")
 	// The keep-alive clocks are the spec's; only tests move them.
 	fl.DurationVar(&opts.KeepAliveAfter, "keepalive-after", 80*time.Second, "when a non-streaming reply still waiting starts, to keep the connection alive")
 	fl.DurationVar(&opts.KeepAliveEvery, "keepalive-every", 15*time.Second, "how often keep-alive bytes and comments are sent")
@@ -158,6 +168,7 @@ func runServe(ctx context.Context, f *Factory, opts *ServeOptions) error {
 		DataDir:        opts.DataDir,
 		DrainTimeout:   opts.DrainTimeout,
 		MaxConnections: opts.MaxConnections,
+		UsageRetention: opts.UsageRetention,
 		Build:          f.Build,
 		Logger:         log,
 		Fleet:          fleet.Config{Hold: opts.QueueHold, Grace: opts.WorkerGrace},
@@ -321,6 +332,42 @@ svc is running with a simulated demo worker (models: %s).
 `, strings.Join(ids, ", "), addr, keyPath, addr, keyPath)
 	return agent.Run(ctx)
 }
+
+// daysValue is a duration flag that also takes whole days ("400d"):
+// retention is thought of in days, which time.ParseDuration lacks.
+type daysValue struct{ d *time.Duration }
+
+// maxDays is the most days a time.Duration holds.
+const maxDays = int64(math.MaxInt64 / (24 * time.Hour))
+
+func (v daysValue) String() string {
+	if v.d == nil {
+		return ""
+	}
+	if d := *v.d; d > 0 && d%(24*time.Hour) == 0 {
+		return strconv.FormatInt(int64(d/(24*time.Hour)), 10) + "d"
+	}
+	return v.d.String()
+}
+
+func (v daysValue) Set(s string) error {
+	if n, ok := strings.CutSuffix(s, "d"); ok {
+		days, err := strconv.ParseInt(n, 10, 64)
+		if err != nil || days < 0 || days > maxDays {
+			return fmt.Errorf("invalid duration %q: use whole days (400d) or a Go duration (9600h)", s)
+		}
+		*v.d = time.Duration(days) * 24 * time.Hour
+		return nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("invalid duration %q: use whole days (400d) or a Go duration (9600h)", s)
+	}
+	*v.d = d
+	return nil
+}
+
+func (daysValue) Type() string { return "duration" }
 
 // newLogger logs text to a terminal and JSON to anything else.
 func newLogger(w io.Writer, tty bool, level, format string) (*slog.Logger, error) {

@@ -43,6 +43,9 @@ type Config struct {
 	// MaxConnections bounds the client connections served at once; the
 	// open-file limit is checked against it at start.
 	MaxConnections int
+	// UsageRetention is how long usage rows are kept; 0 is
+	// DefaultUsageRetention. Totals are kept regardless.
+	UsageRetention time.Duration
 	// Rental configures GPU rental.
 	Rental RentalConfig
 	// Ready, when set, is called with the public address once the server
@@ -147,7 +150,11 @@ func Run(ctx context.Context, cfg Config) error {
 	bg.Go(func() error { return accounts.Run(bgCtx, time.Minute) })
 	bg.Go(func() error { return fl.Run(bgCtx) })
 	bg.Go(func() error { return rentals.Run(bgCtx) })
-	bg.Go(func() error { return prune(bgCtx, events, usageStore, powerStore, log) })
+	usageRetention := cfg.UsageRetention
+	if usageRetention <= 0 {
+		usageRetention = DefaultUsageRetention
+	}
+	bg.Go(func() error { return prune(bgCtx, events, usageStore, usageRetention, powerStore, log) })
 
 	serveErr := make(chan error, 2)
 	go func() { serveErr <- srv.ServePublic(public) }()
@@ -199,15 +206,22 @@ func (f *eventFan) RecordEvent(orgID string, ev api.WorkerEvent) {
 	f.rentals.RecordEvent(orgID, ev)
 }
 
-// Retention: worker events for 30 days, usage rows for a year (the
-// longest window the usage endpoints report; daily totals are kept).
+// Worker events are kept for 30 days.
+const eventRetention = 30 * 24 * time.Hour
+
+// Usage rows are kept for DefaultUsageRetention unless configured, and for
+// at least MinUsageRetention. Summary, daily and breakdown read the
+// per-day totals, which are never pruned, so a retention shorter than their
+// 365-day window shortens only the log. The default keeps the log a little
+// longer than that window, so every total it reports can still be traced
+// to its rows.
 const (
-	eventRetention = 30 * 24 * time.Hour
-	usageRetention = 366 * 24 * time.Hour
+	DefaultUsageRetention = 400 * 24 * time.Hour
+	MinUsageRetention     = 24 * time.Hour
 )
 
 // prune deletes old worker events, usage rows and power history every hour.
-func prune(ctx context.Context, events *bolt.Events, usage *bolt.Usage, power *bolt.Power, log *slog.Logger) error {
+func prune(ctx context.Context, events *bolt.Events, usage *bolt.Usage, usageRetention time.Duration, power *bolt.Power, log *slog.Logger) error {
 	t := time.NewTicker(time.Hour)
 	defer t.Stop()
 	for {
@@ -218,7 +232,7 @@ func prune(ctx context.Context, events *bolt.Events, usage *bolt.Usage, power *b
 			if _, err := events.PruneEvents(time.Now().Add(-eventRetention), 10000); err != nil {
 				log.Warn("prune worker events", "err", err)
 			}
-			if _, err := usage.PruneUsage(time.Now().Add(-usageRetention), 100000); err != nil {
+			if _, err := usage.PruneUsage(ctx, time.Now().Add(-usageRetention)); err != nil && ctx.Err() == nil {
 				log.Warn("prune usage rows", "err", err)
 			}
 			if _, err := power.Prune(time.Now()); err != nil {
