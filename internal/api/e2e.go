@@ -1,5 +1,9 @@
 package api
 
+// CodeNoPrivateInferenceWorker is the X-Svc-Error-Code of the 503 for a
+// request sealed to a key no connected worker holds.
+const CodeNoPrivateInferenceWorker = "no_private_inference_worker"
+
 // E2EKey is the public key a worker serves private inference with, as it
 // announces it in its hello: a new one each time the worker starts, unless
 // it keeps its key in a file. The wire format is docs/e2e.md's.

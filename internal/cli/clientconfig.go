@@ -141,8 +141,8 @@ func (f *Factory) APIClient(cmd *cobra.Command) (*client.Client, error) {
 }
 
 // newClient is a client of the gateway cc names, with cc's key.
-func (f *Factory) newClient(cc ClientConfig) *client.Client {
-	return client.New(cc.BaseURL, cc.APIKey, client.WithUserAgent("svc/"+f.Build.Version))
+func (f *Factory) newClient(cc ClientConfig, opts ...client.Option) *client.Client {
+	return client.New(cc.BaseURL, cc.APIKey, append([]client.Option{client.WithUserAgent("svc/" + f.Build.Version)}, opts...)...)
 }
 
 // privateClientFunc is apiClientFunc for a command run with --e2e: its
@@ -155,8 +155,7 @@ func (f *Factory) privateClientFunc(cmd *cobra.Command) func() (*client.Client, 
 			return nil, err
 		}
 		t := e2ee.NewTransport(http.DefaultTransport, e2ee.Directory{})
-		return client.New(cc.BaseURL, cc.APIKey, client.WithUserAgent("svc/"+f.Build.Version),
-			client.WithHTTPClient(&http.Client{Transport: t})), nil
+		return f.newClient(cc, client.WithHTTPClient(&http.Client{Transport: t})), nil
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -111,7 +112,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 			}
 			r := s.do(rt.Method, path, body, hs...)
 			cells++
-			allowed := rt.Permission != "" && contains1(c.perms, rt.Permission) && (!rt.Operator || c.role != "member")
+			allowed := rt.Permission != "" && slices.Contains(c.perms, rt.Permission) && (!rt.Operator || c.role != "member")
 			switch {
 			case rt.Access == "public":
 				if r.Status != 200 {
@@ -176,13 +177,4 @@ func TestAuthorizationMatrix(t *testing.T) {
 		t.Errorf("the owner stopping the rental = %d %s", r.Status, r.Body)
 	}
 	t.Logf("%d routes, %d cells", len(svcserver.RouteTable()), cells)
-}
-
-func contains1(xs []string, x string) bool {
-	for _, v := range xs {
-		if v == x {
-			return true
-		}
-	}
-	return false
 }

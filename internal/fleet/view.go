@@ -129,6 +129,24 @@ func (f *Fleet) Model(orgID, id string) *api.Model {
 	return &m
 }
 
+// KeyHolder is the worker of the organisation holding private-inference
+// key keyID, connected or briefly away; "" when none does. It is called
+// for every sealed request, so it builds no listing.
+func (f *Fleet) KeyHolder(orgID, keyID string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	o := f.orgs[orgID]
+	if o == nil {
+		return ""
+	}
+	for _, w := range o.workers {
+		if w.e2eKey != nil && w.e2eKey.KeyID == keyID && w.offlineSince.IsZero() {
+			return w.id
+		}
+	}
+	return ""
+}
+
 // PrivateKey is a connected worker's private-inference key and the models
 // it serves that accept encrypted requests.
 type PrivateKey struct {

@@ -3,6 +3,7 @@ package rental
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -99,7 +100,6 @@ func TestRentalLifecycleBillsToTheSecond(t *testing.T) {
 }
 
 func TestRentRules(t *testing.T) {
-	gb := func(v float64) *float64 { return &v }
 	tests := []struct {
 		name    string
 		setup   func(*env)
@@ -140,7 +140,6 @@ func TestRentRules(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, offer("h100", TierUK, 250, 64), offer("a100", TierGlobal, 100, 0))
-			_ = gb
 			if tc.setup != nil {
 				tc.setup(e)
 			}
@@ -257,7 +256,7 @@ func TestReconcile(t *testing.T) {
 
 	m2 := e.open(t) // a restart
 	m2.reconcile(ctx)
-	if !contains(e.prov.destroyed, "h100-orphan") {
+	if !slices.Contains(e.prov.destroyed, "h100-orphan") {
 		t.Fatalf("orphan not destroyed: %v", e.prov.destroyed)
 	}
 	g, _ := m2.Get("org1", running.ID)
@@ -374,13 +373,4 @@ func TestCatalogue(t *testing.T) {
 	if len(a) != 2 || a[0].TierID != TierAdequacy || a[0].PricePerHourGBP != 90 || a[1].PricePerHourGBP != 90 || *a[1].MaxRAMGB != 32 {
 		t.Fatalf("a100 tiers %+v", a)
 	}
-}
-
-func contains(xs []string, x string) bool {
-	for _, v := range xs {
-		if v == x {
-			return true
-		}
-	}
-	return false
 }

@@ -1,6 +1,7 @@
 package rental
 
 import (
+	"slices"
 	"time"
 
 	"github.com/svc-dev/svc/internal/api"
@@ -103,14 +104,7 @@ func (r *record) billingEnd(now time.Time) time.Time {
 	return now
 }
 
-func (r *record) installed(id string) bool {
-	for _, x := range r.Installed {
-		if x == id {
-			return true
-		}
-	}
-	return false
-}
+func (r *record) installed(id string) bool { return slices.Contains(r.Installed, id) }
 
 // placement is the audit view.
 func (r *record) placement() (api.Placement, bool) {

@@ -51,12 +51,7 @@ func (s *Server) privateInference(c *call, kind string) error {
 	if kind != api.KindChat && env.Stream {
 		return &api.Error{Status: http.StatusBadRequest, Type: api.TypeInvalidEncryptedRequest, Message: "Only chat is streamed"}
 	}
-	holder := ""
-	for _, k := range s.fleet.PrivateKeys(c.principal.OrgID) {
-		if k.Key.KeyID == env.KeyID {
-			holder = k.WorkerID
-		}
-	}
+	holder := s.fleet.KeyHolder(c.principal.OrgID, env.KeyID)
 	if holder == "" {
 		return errNoPrivateWorker(env.KeyID)
 	}
@@ -77,7 +72,7 @@ func (s *Server) privateInference(c *call, kind string) error {
 }
 
 func errNoPrivateWorker(keyID string) *api.Error {
-	return &api.Error{Status: http.StatusServiceUnavailable, Code: "no_private_inference_worker", CodeHeader: true,
+	return &api.Error{Status: http.StatusServiceUnavailable, Code: api.CodeNoPrivateInferenceWorker, CodeHeader: true,
 		RetryAfter: time.Second,
 		Message:    fmt.Sprintf("No connected worker holds the key %s; fetch the organisation's keys again and retry", keyID)}
 }

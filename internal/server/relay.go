@@ -327,7 +327,7 @@ func resultError(res *api.Result) error {
 		e.RetryAfter = time.Second
 	}
 	// The private-inference codes travel in X-Svc-Error-Code too.
-	if e.Code == "no_private_inference_worker" {
+	if e.Code == api.CodeNoPrivateInferenceWorker {
 		e.CodeHeader = true
 	}
 	return e

@@ -35,7 +35,7 @@ func (a *Agent) openPrivate(req *api.LinkRequest, envelope []byte) (*privateRequ
 	switch {
 	case errors.Is(err, e2ee.ErrUnknownKey):
 		r := engine.Failure(http.StatusServiceUnavailable, api.TypeServiceUnavailable, "the request is sealed to a key this worker no longer holds")
-		r.Error.Code = "no_private_inference_worker"
+		r.Error.Code = api.CodeNoPrivateInferenceWorker
 		return nil, final(r)
 	case err != nil:
 		return nil, final(engine.Failure(http.StatusBadRequest, api.TypeInvalidEncryptedRequest, err.Error()))
