@@ -278,6 +278,32 @@ func (m *Manager) workerEvent(orgID string, ev api.WorkerEvent) {
 	}
 }
 
+// catchConnections starts the rentals whose worker the fleet shows
+// connected while they still wait for it: the connected event is the usual
+// way, but events are dropped when their queue is full, and a rental must
+// not then wait for its deadline. Billing starts at the fleet's own
+// connection time.
+func (m *Manager) catchConnections() {
+	waiting := map[string]map[string]bool{} // org -> worker ids
+	m.mu.Lock()
+	for _, r := range m.rentals {
+		if r.active() && r.StartedAt == nil && r.StopRequestedAt == nil {
+			if waiting[r.OrgID] == nil {
+				waiting[r.OrgID] = map[string]bool{}
+			}
+			waiting[r.OrgID][r.WorkerID] = true
+		}
+	}
+	m.mu.Unlock()
+	for org, ids := range waiting {
+		for _, w := range m.cfg.Fleet.Workers(org) {
+			if ids[w.WorkerID] && w.ConnectedAt != nil && w.OfflineSince == nil {
+				m.workerEvent(org, api.WorkerEvent{WorkerID: w.WorkerID, EventType: api.EventConnected, CreatedAt: *w.ConnectedAt})
+			}
+		}
+	}
+}
+
 // requestedLocked maps the model a worker installs (a variant id, or its
 // Ollama name) to the requested variant id.
 func (m *Manager) requestedLocked(r *record, model string) string {
@@ -305,6 +331,7 @@ func (m *Manager) byWorkerLocked(orgID, workerID string) *record {
 // tick polls providers for boot phases and lost machines, and enforces
 // deadlines and maximum runtimes.
 func (m *Manager) tick(ctx context.Context, lastPoll map[string]time.Time) {
+	m.catchConnections()
 	now := m.now()
 	type job struct {
 		r    record

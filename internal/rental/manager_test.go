@@ -374,3 +374,18 @@ func TestCatalogue(t *testing.T) {
 		t.Fatalf("a100 tiers %+v", a)
 	}
 }
+
+// A rental whose connected event was lost starts all the same, at the
+// time the fleet says its worker connected.
+func TestConnectionWithoutItsEvent(t *testing.T) {
+	e := newEnv(t, offer("h100", TierUK, 250, 64))
+	r, _ := e.m.Rent(context.Background(), owner, api.RentRequest{GPUModelID: "h100", TierID: TierUK})
+	e.clock.Add(time.Minute)
+	at := e.clock.Now()
+	e.fleet.workers = []api.Worker{{WorkerID: r.WorkerID, WorkerName: r.Name, Status: api.StatusHealthy, ConnectedAt: &at}}
+	e.clock.Add(time.Minute)
+	e.m.tick(context.Background(), map[string]time.Time{})
+	if g, _ := e.m.Get("org1", r.ID); g.Status != api.RentalRunning || g.StartedAt == nil || !g.StartedAt.Equal(at) || g.SecondsBilled != 60 {
+		t.Fatalf("%+v", g)
+	}
+}
