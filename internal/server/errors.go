@@ -110,12 +110,12 @@ func methodNotAllowed(method, path string, allow []string) error {
 }
 
 // parseError answers requests fasthttp could not parse, before any route.
-func (s *Server) parseError(ctx *fasthttp.RequestCtx, m *mux, err error) {
+func (s *Server) parseError(ctx *fasthttp.RequestCtx, m *mux, console bool, err error) {
 	ae := &api.Error{Status: http.StatusBadRequest, Message: "Malformed HTTP request"}
 	var small *fasthttp.ErrSmallBuffer
 	switch {
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
-		ae = tooLarge(ctx, m)
+		ae = s.tooLarge(ctx, m, console)
 	case errors.As(err, &small):
 		ae = &api.Error{Status: http.StatusRequestHeaderFieldsTooLarge,
 			Message: "Request headers too large; the limit is " + strconv.Itoa(headerLimit>>10) + " KB"}
@@ -125,26 +125,39 @@ func (s *Server) parseError(ctx *fasthttp.RequestCtx, m *mux, err error) {
 
 // expectContinue answers Expect: 100-continue: a body over the route's
 // limit is refused before the client sends it.
-func (s *Server) expectContinue(ctx *fasthttp.RequestCtx, m *mux) int {
+func (s *Server) expectContinue(ctx *fasthttp.RequestCtx, m *mux, console bool) int {
 	limit := maxBodySize
 	if r := m.bodyLimit(ctx.Request.Header.RequestURI()); r != nil {
 		limit = r.maxBody
 	}
+	if !console && s.keyError(&ctx.Request.Header) != nil {
+		limit = anonymousBodyLimit
+	}
 	if ctx.Request.Header.ContentLength() <= limit {
 		return fasthttp.StatusContinue
 	}
-	ae := tooLarge(ctx, m)
+	ae := s.tooLarge(ctx, m, console)
 	writeEarly(ctx, ae)
 	return ae.Status
 }
 
-// tooLarge is the 413 for a body over its route's limit.
-func tooLarge(ctx *fasthttp.RequestCtx, m *mux) *api.Error {
+// tooLarge is the 413 for a body over its route's limit, or the 401 of a
+// caller without a valid key, whose limit is far lower: told 413, it
+// would shrink a request that can never succeed.
+func (s *Server) tooLarge(ctx *fasthttp.RequestCtx, m *mux, console bool) *api.Error {
+	// fasthttp resets the request when a chunked body runs over, so its
+	// headers, the key among them, are known only while some remain.
+	if !console && ctx.Request.Header.Len() > 0 {
+		var ae *api.Error
+		if errors.As(s.keyError(&ctx.Request.Header), &ae) {
+			return ae
+		}
+	}
 	if r := m.bodyLimit(ctx.Request.Header.RequestURI()); r != nil && r.tooLarge != nil {
 		return r.tooLarge
 	}
 	// A chunked body over its route's limit gets here with its headers
-	// already forgotten, so the message names every limit.
+	// forgotten, so the message names every limit.
 	return &api.Error{Status: http.StatusRequestEntityTooLarge,
 		Message: "Request body too large; the limit is " + strconv.Itoa(maxBodySize>>20) + " MB, and 25 MB for an audio file"}
 }

@@ -33,6 +33,10 @@ const (
 	// maxBodySize admits a 25 MB audio upload with its multipart framing.
 	maxBodySize = 32 << 20
 	headerLimit = 16 << 10
+	// anonymousBodyLimit bounds what a caller without a valid key can make
+	// the gateway read: a body is read whole before its handler runs, and
+	// a 401 should not cost tens of megabytes of memory.
+	anonymousBodyLimit = 1 << 20
 )
 
 // Server serves the public API on TCP and the console API on the admin socket.
@@ -116,17 +120,21 @@ func (s *Server) newListener(m *mux, console bool) *listener {
 			defer l.inflight.Add(-1)
 			s.dispatch(ctx, m, console)
 		},
-		ErrorHandler: func(ctx *fasthttp.RequestCtx, err error) { s.parseError(ctx, m, err) },
+		ErrorHandler: func(ctx *fasthttp.RequestCtx, err error) { s.parseError(ctx, m, console, err) },
 		// Routes with a body limit of their own (audio uploads) refuse a
 		// larger body by its Content-Length before reading it, and count a
 		// chunked one as it comes.
 		HeaderReceived: func(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
+			var cfg fasthttp.RequestConfig
 			if r := m.bodyLimit(h.RequestURI()); r != nil {
-				return fasthttp.RequestConfig{MaxRequestBodySize: r.maxBody}
+				cfg.MaxRequestBodySize = r.maxBody
 			}
-			return fasthttp.RequestConfig{}
+			if !console && s.keyError(h) != nil {
+				cfg.MaxRequestBodySize = anonymousBodyLimit
+			}
+			return cfg
 		},
-		ExpectHandler: func(ctx *fasthttp.RequestCtx) int { return s.expectContinue(ctx, m) },
+		ExpectHandler: func(ctx *fasthttp.RequestCtx) int { return s.expectContinue(ctx, m, console) },
 		// Uploads are read by their handlers as streams; fasthttp would
 		// otherwise parse every multipart body, spilling files to disk.
 		DisablePreParseMultipartForm: true,
@@ -236,6 +244,9 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, m *mux, console bool) {
 	label := "unmatched"
 	var err error
 	switch {
+	case ambiguousFraming(ctx.Request.Header.RawHeaders()):
+		ctx.SetConnectionClose()
+		err = api.BadRequest("Malformed HTTP request: Content-Length and Transfer-Encoding together")
 	case r != nil:
 		label = r.path
 		c.route = r
@@ -254,16 +265,50 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, m *mux, console bool) {
 	s.metrics.observe(label, method, ctx.Response.StatusCode(), time.Since(start))
 }
 
+// ambiguousFraming reports a request that declares both Content-Length and
+// Transfer-Encoding. fasthttp reads its body as chunked and would keep the
+// connection open, but a proxy in front that went by Content-Length sees
+// the rest of the chunked body as the next request: request smuggling.
+// RFC 9112 section 6.3 lets a server refuse it and requires the connection
+// closed either way; fasthttp keeps no other trace of the Content-Length
+// once Transfer-Encoding wins, so the raw header lines are read.
+func ambiguousFraming(raw []byte) bool {
+	var length, encoding bool
+	for line := range bytes.Lines(raw) {
+		name, _, ok := bytes.Cut(line, []byte(":"))
+		if !ok {
+			continue
+		}
+		name = bytes.TrimSpace(name)
+		length = length || bytes.EqualFold(name, []byte(fasthttp.HeaderContentLength))
+		encoding = encoding || bytes.EqualFold(name, []byte(fasthttp.HeaderTransferEncoding))
+	}
+	return length && encoding
+}
+
 // apiKey reads the key from Authorization: Bearer or x-api-key.
-func apiKey(ctx *fasthttp.RequestCtx) string {
-	if h := ctx.Request.Header.Peek(fasthttp.HeaderAuthorization); len(h) > 0 {
+func apiKey(ctx *fasthttp.RequestCtx) string { return keyOf(&ctx.Request.Header) }
+
+// keyError is why the request's API key does not authenticate, or nil
+// when it does; what the key may do is decided later, by its route.
+func (s *Server) keyError(h *fasthttp.RequestHeader) error {
+	key := keyOf(h)
+	if key == "" {
+		return errNoKey
+	}
+	_, err := s.accounts.Authenticate(key)
+	return err
+}
+
+func keyOf(hdr *fasthttp.RequestHeader) string {
+	if h := hdr.Peek(fasthttp.HeaderAuthorization); len(h) > 0 {
 		const bearer = "bearer "
 		if len(h) > len(bearer) && bytes.EqualFold(h[:len(bearer)], []byte(bearer)) {
 			return string(bytes.TrimSpace(h[len(bearer):]))
 		}
 		return ""
 	}
-	return string(bytes.TrimSpace(ctx.Request.Header.Peek("X-Api-Key")))
+	return string(bytes.TrimSpace(hdr.Peek("X-Api-Key")))
 }
 
 type fasthttpLogger struct{ log *slog.Logger }

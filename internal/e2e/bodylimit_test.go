@@ -1,0 +1,101 @@
+package e2e
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestUnauthenticatedBodiesAreBounded: a body is read whole before its
+// handler runs, so a caller whose key does not authenticate is held to a
+// small body: refused with its 401, by Content-Length or as a chunked
+// body arrives, and the gateway's memory does not grow by what it sent.
+// A valid key keeps the full limit.
+func TestUnauthenticatedBodiesAreBounded(t *testing.T) {
+	s := startServer(t, "")
+	key := s.adminKey()
+	big := chatBody("sim-chat", strings.Repeat("x", 3<<20), false)
+
+	// The answer comes from the headers alone: nothing of the body is sent.
+	for _, c := range []struct {
+		name, auth, code string
+	}{
+		{"no key", "", "missing_api_key"},
+		{"bad key", "Authorization: Bearer svc_k_AAAAAAAAAAAA_" + strings.Repeat("x", 40) + "\r\n", "invalid_api_key"},
+	} {
+		conn, err := net.Dial("tcp", strings.TrimPrefix(s.URL, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+		fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n%sContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", c.auth, len(big))
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatalf("%s, 3 MB announced: %v", c.name, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		conn.Close()
+		if resp.StatusCode != 401 || !strings.Contains(string(body), c.code) {
+			t.Errorf("%s, 3 MB announced = %d %s", c.name, resp.StatusCode, body)
+		}
+	}
+
+	// Chunked, 200 MB of it: refused once the first megabyte is in, long
+	// before the rest is sent; the gateway does not hold it.
+	_, before := statusKB(t, s.cmd.Process.Pid)
+	pr, pw := io.Pipe()
+	go func() {
+		chunk := []byte(strings.Repeat("y", 1<<20))
+		for range 200 {
+			if _, err := pw.Write(chunk); err != nil {
+				return
+			}
+		}
+		pw.Close()
+	}()
+	req, _ := http.NewRequest("POST", s.URL+"/v1/chat/completions", pr)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	pr.CloseWithError(io.ErrClosedPipe)
+	if err == nil {
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 413 && resp.StatusCode != 401 {
+			t.Errorf("chunked 200 MB without a key = %d %s", resp.StatusCode, body)
+		}
+	}
+	if _, after := statusKB(t, s.cmd.Process.Pid); after-before > 16<<10 {
+		t.Errorf("the gateway's peak memory grew by %d kB for a refused anonymous upload", after-before)
+	}
+
+	// The same 3 MB with a valid key is read and judged on its content.
+	if r := s.do("POST", "/v1/chat/completions", big, bearer(key)); r.Status == 413 || r.Status == 401 {
+		t.Errorf("3 MB body with a valid key = %d %s", r.Status, r.Body)
+	}
+}
+
+// statusKB reads a process's resident and peak resident memory in kB.
+func statusKB(t *testing.T, pid int) (rss, hwm int64) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Skip("no /proc here")
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, _ := strings.Cut(line, ":")
+		n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		switch k {
+		case "VmRSS":
+			rss = n
+		case "VmHWM":
+			hwm = n
+		}
+	}
+	return rss, hwm
+}

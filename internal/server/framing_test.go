@@ -1,0 +1,79 @@
+package server
+
+import (
+	"bufio"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/svc-dev/svc/internal/buildinfo"
+)
+
+// A request with both Content-Length and Transfer-Encoding is refused
+// with 400 and its connection closed, so bytes a proxy would read as the
+// next request are never answered; the same request chunked alone is
+// served and its connection kept.
+func TestAmbiguousFramingClosesTheConnection(t *testing.T) {
+	s := &Server{log: slog.New(slog.DiscardHandler), metrics: newMetrics(buildinfo.Info{})}
+	ok := func(c *call) error {
+		writeJSON(c.ctx, http.StatusOK, map[string]string{"path": string(c.ctx.Path())})
+		return nil
+	}
+	l := s.newListener(newMux([]*route{
+		{method: "POST", path: "/echo", access: accessPublic, handle: ok},
+		{method: "GET", path: "/smuggled", access: accessPublic, handle: ok},
+	}), false)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- l.srv.Serve(ln) }()
+	defer func() {
+		_ = l.srv.Shutdown()
+		<-done
+	}()
+
+	const smuggled = "GET /smuggled HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+	send := func(framing string) []int {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.WriteString(c, "POST /echo HTTP/1.1\r\nHost: x\r\n"+framing+"\r\n0\r\n\r\n"+smuggled); err != nil {
+			t.Fatal(err)
+		}
+		br := bufio.NewReader(c)
+		var statuses []int
+		for {
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				return statuses
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			statuses = append(statuses, resp.StatusCode)
+			if resp.Close {
+				return statuses
+			}
+		}
+	}
+	for _, framing := range []string{
+		"Content-Length: 40\r\nTransfer-Encoding: chunked\r\n",
+		"Transfer-Encoding: chunked\r\nContent-Length: 5\r\n",
+		"transfer-encoding: chunked\r\ncontent-length: 0\r\n",
+	} {
+		if got := send(framing); len(got) != 1 || got[0] != http.StatusBadRequest {
+			t.Errorf("%q: answers %v, want one 400 and the connection closed", strings.TrimSpace(framing), got)
+		}
+	}
+	if got := send("Transfer-Encoding: chunked\r\n"); len(got) != 2 || got[0] != 200 || got[1] != 200 {
+		t.Errorf("chunked alone: answers %v, want both requests served", got)
+	}
+}
