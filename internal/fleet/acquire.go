@@ -157,7 +157,7 @@ func (f *Fleet) Acquire(ctx context.Context, need Need) (*Lease, error) {
 	f.mu.Lock()
 	now := f.cfg.Now()
 	o := f.org(need.OrgID)
-	if err := f.checkLocked(o, &need, now); err != nil {
+	if err := f.checkLocked(o, &need, now, false); err != nil {
 		f.mu.Unlock()
 		return nil, err
 	}
@@ -193,7 +193,7 @@ func (f *Fleet) Acquire(ctx context.Context, need Need) (*Lease, error) {
 		wt.elem = nil
 		// The workers may have gone while the request waited: then it is
 		// the 503 a new request would get, not a capacity 429.
-		err := f.checkLocked(o, &need, f.cfg.Now())
+		err := f.checkLocked(o, &need, f.cfg.Now(), true)
 		if err == nil {
 			err = f.capacityLocked(o, &need, q.l.Len())
 		}
@@ -301,11 +301,14 @@ func (f *Fleet) dispatchLocked(o *org, now time.Time) {
 
 // checkLocked finds errors known before any waiting: a pinned worker that
 // does not exist or cannot serve, a model no worker has, no worker online.
-func (f *Fleet) checkLocked(o *org, need *Need, now time.Time) error {
+// A worker whose link dropped moments ago is in its grace period and
+// expected back: a request waits for it as for a busy slot, and only once
+// it has waited (waited) does that worker count as gone.
+func (f *Fleet) checkLocked(o *org, need *Need, now time.Time, waited bool) error {
 	if need.Pin != "" {
-		return f.checkPinLocked(o, need)
+		return f.checkPinLocked(o, need, waited)
 	}
-	var known, online, servable, untried, held, unequipped bool
+	var known, online, servable, untried, returning, held, unequipped bool
 	var wrongKind *api.Model
 	var back time.Time
 	for _, w := range o.workers {
@@ -321,7 +324,11 @@ func (f *Fleet) checkLocked(o *org, need *Need, now time.Time) error {
 			wrongKind = m
 			continue
 		}
-		if !w.attached || w.draining || !w.offlineSince.IsZero() {
+		if w.draining || !w.offlineSince.IsZero() {
+			continue
+		}
+		if !w.attached {
+			returning = returning || !waited && w.equipped(need) && !now.Before(w.heldUntil) && !slices.Contains(need.Exclude, w.id)
 			continue
 		}
 		if !w.equipped(need) {
@@ -339,10 +346,10 @@ func (f *Fleet) checkLocked(o *org, need *Need, now time.Time) error {
 		untried = untried || !slices.Contains(need.Exclude, w.id)
 	}
 	switch {
-	case servable && !untried:
-		return ErrTriedAll
-	case servable:
+	case untried || returning:
 		return nil
+	case servable:
+		return ErrTriedAll
 	case wrongKind != nil:
 		return wrongEndpoint(wrongKind, need.Capability)
 	case unequipped:
@@ -355,20 +362,20 @@ func (f *Fleet) checkLocked(o *org, need *Need, now time.Time) error {
 			Message: "No worker is online for this organisation; start one with `svc worker`"}
 	case known:
 		return &api.Error{Status: http.StatusServiceUnavailable, Code: "no_worker_for_model", RetryAfter: 5 * time.Second,
-			Message: "No connected worker can serve " + need.Model + " right now; the workers that have it are offline or shutting down"}
+			Message: "No connected worker can serve " + need.Model + " right now; the workers that have it are offline, reconnecting or shutting down"}
 	default:
 		return &api.Error{Status: http.StatusNotFound, Code: "model_not_found", Param: "model",
 			Message: "Model " + need.Model + " is not installed on any connected worker of this organisation"}
 	}
 }
 
-func (f *Fleet) checkPinLocked(o *org, need *Need) error {
+func (f *Fleet) checkPinLocked(o *org, need *Need, waited bool) error {
 	w := o.workers[need.Pin]
 	switch {
 	case w == nil:
 		return &api.Error{Status: http.StatusNotFound, Code: "worker_not_found",
 			Message: "No worker " + need.Pin + " in this organisation (X-Svc-Worker-Id)"}
-	case !w.offlineSince.IsZero() || !w.attached:
+	case !w.offlineSince.IsZero() || !w.attached && waited:
 		return &api.Error{Status: http.StatusServiceUnavailable, Code: "worker_offline", RetryAfter: 5 * time.Second,
 			Message: "Worker " + w.name + " (" + w.id + ") is not connected"}
 	case w.draining:

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -94,6 +95,21 @@ func (f *Fleet) Connect(ctx context.Context, orgID string, hello api.Hello, conn
 		return err
 	}
 	id := WorkerID(orgID, hello.Name)
+	// One handshake at a time per worker. A reconnect can overtake the
+	// connection it replaces while that one is still being let in; run
+	// together, the older would attach after the newer was let in, or its
+	// failure would be taken for a drop of the newer, and the worker would
+	// go offline at the end of the grace although it is connected.
+	turn := f.handshakeTurn(id)
+	select {
+	case turn <- struct{}{}:
+	case <-ctx.Done():
+		_ = conn.Close()
+		return ctx.Err()
+	}
+	var once sync.Once
+	endTurn := func() { once.Do(func() { <-turn }) }
+	defer endTurn()
 	now := f.cfg.Now()
 
 	f.mu.Lock()
@@ -102,9 +118,14 @@ func (f *Fleet) Connect(ctx context.Context, orgID string, hello api.Hello, conn
 	var replaced *link.Session
 	resumed := w != nil && w.sess != nil && w.sessionID == hello.SessionID && w.offlineSince.IsZero() && w.sess.Err() == nil
 	if resumed && w.attached {
-		// The old connection has not noticed it is dead yet.
+		// The old connection has not noticed it is dead yet. It dropped
+		// now, as far as the gateway can tell: the resume is a brief drop
+		// in the worker's events, not a fresh connection.
 		w.sess.Drop()
 		w.attached = false
+		if w.droppedAt.IsZero() {
+			w.droppedAt = now
+		}
 	}
 	if !resumed {
 		if w != nil && w.sess != nil && w.sess.Err() == nil {
@@ -186,6 +207,7 @@ func (f *Fleet) Connect(ctx context.Context, orgID string, hello api.Hello, conn
 		f.dispatchLocked(o, now)
 	}
 	f.mu.Unlock()
+	endTurn()
 
 	select {
 	case <-done:
@@ -195,6 +217,19 @@ func (f *Fleet) Connect(ctx context.Context, orgID string, hello api.Hello, conn
 		<-done
 	}
 	return nil
+}
+
+// handshakeTurn is the one-slot semaphore that lets one connection of
+// the worker id through the handshake at a time.
+func (f *Fleet) handshakeTurn(id string) chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := f.handshakes[id]
+	if c == nil {
+		c = make(chan struct{}, 1)
+		f.handshakes[id] = c
+	}
+	return c
 }
 
 func modelIDs(ms []api.Model) []string {

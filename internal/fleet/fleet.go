@@ -103,6 +103,9 @@ type Fleet struct {
 
 	mu   sync.Mutex
 	orgs map[string]*org
+	// handshakes holds a turn per worker id (Connect): a worker's
+	// connections are let in one after another.
+	handshakes map[string]chan struct{}
 }
 
 type org struct {
@@ -144,7 +147,7 @@ type worker struct {
 // New returns an empty fleet.
 func New(cfg Config) *Fleet {
 	cfg.defaults()
-	return &Fleet{cfg: cfg, log: cfg.Logger, orgs: map[string]*org{}}
+	return &Fleet{cfg: cfg, log: cfg.Logger, orgs: map[string]*org{}, handshakes: map[string]chan struct{}{}}
 }
 
 // WorkerID is the stable id of the worker named name in an organisation:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -437,6 +438,143 @@ func TestBriefDropResumes(t *testing.T) {
 	}
 	if ev := h.ev.find(api.EventDisconnected, true); ev == nil {
 		t.Fatal("no transient disconnected event")
+	}
+	l.Release(Succeeded)
+}
+
+// A request that arrives while its only worker's link is down for a
+// moment waits for the worker to come back, pinned or not; one whose
+// worker is still away when its hold runs out gets the 503, not a 429.
+func TestNewRequestWaitsThroughBriefDrop(t *testing.T) {
+	h := newHarness(t, Config{Grace: 5 * time.Second, Hold: 5 * time.Second})
+	w := h.worker("o", "w", 2, chat("m"))
+	_ = w.conn.Close()
+	h.waitStatus(w.id, "o", func(s string) bool { return s == api.StatusStale })
+	type got struct {
+		l   *Lease
+		err error
+	}
+	res := make(chan got, 2)
+	for _, pin := range []string{"", w.id} {
+		go func() {
+			l, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m", Pin: pin})
+			res <- got{l, err}
+		}()
+	}
+	time.Sleep(20 * time.Millisecond)
+	w.connect("o")
+	for range 2 {
+		r := <-res
+		if r.err != nil {
+			t.Fatalf("request during a brief drop: %v", r.err)
+		}
+		if out := run(t, r.l); out != "ok from w" {
+			t.Fatalf("answered %q", out)
+		}
+		r.l.Release(Succeeded)
+	}
+
+	_ = w.conn.Close()
+	h.waitStatus(w.id, "o", func(s string) bool { return s == api.StatusStale })
+	for _, pin := range []string{"", w.id} {
+		var ae *api.Error
+		_, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m", Pin: pin, Hold: 30 * time.Millisecond})
+		if !errors.As(err, &ae) || ae.Status != http.StatusServiceUnavailable || ae.Capacity {
+			t.Fatalf("pin %q: worker still away after the hold: %#v", pin, err)
+		}
+	}
+}
+
+// A worker may come back before the gateway has noticed its old
+// connection is dead: the resume is still a brief drop in the events, not
+// a fresh connection.
+func TestResumeOverUnnoticedDropIsTransient(t *testing.T) {
+	h := newHarness(t, Config{Grace: 5 * time.Second})
+	w := h.worker("o", "w", 1, chat("m"))
+	gc, wc := linktest.Pipe()
+	hello := w.hello
+	hello.Streams = w.sess.RecvState()
+	h.conns.Go(func() { _ = h.f.Connect(h.ctx, "o", hello, gc) })
+	msg, err := wc.ReadMessage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, _, _ := link.DecodeFrame(msg)
+	var welcome api.Welcome
+	if err := json.Unmarshal(f.Payload, &welcome); err != nil || !welcome.Resumed {
+		t.Fatalf("welcome %+v %v", welcome, err)
+	}
+	// The gateway dropped the old connection; the worker hears of it and
+	// takes the new one.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, err := w.sess.Attach(wc, welcome.Streams); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("attach the new connection: %v", err)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	w.conn = wc
+	h.waitStatus(w.id, "o", func(s string) bool { return s == api.StatusHealthy })
+	for h.ev.find(api.EventDisconnected, true) == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("no transient disconnected event for the resume")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	h.ev.mu.Lock()
+	defer h.ev.mu.Unlock()
+	connected := 0
+	for _, ev := range h.ev.evs {
+		if ev.EventType == api.EventConnected {
+			connected++
+		}
+	}
+	if connected != 1 {
+		t.Fatalf("%d connected events, want only the first connection's", connected)
+	}
+}
+
+// stuckConn is a connection whose writes hang until release closes, then
+// fail: a link cut while the gateway sends its welcome.
+type stuckConn struct{ release chan struct{} }
+
+func (c *stuckConn) ReadMessage() ([]byte, error) { <-c.release; return nil, io.ErrClosedPipe }
+func (c *stuckConn) WriteMessage([]byte) error    { <-c.release; return io.ErrClosedPipe }
+func (c *stuckConn) Close() error                 { return nil }
+
+// A reconnect that overtakes one still being let in must not be undone by
+// it: the older connection's failure is not a drop of the newer, and the
+// streams resumed on the newer outlive the grace.
+func TestOvertakenHandshakeDoesNotUndoTheNewConnection(t *testing.T) {
+	h := newHarness(t, Config{Grace: 100 * time.Millisecond})
+	w := h.worker("o", "w", 1, chat("m"))
+	w.release = make(chan struct{})
+	l, _ := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"})
+	st, err := l.Open(h.ctx, []byte(`{}`), []byte(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = w.conn.Close()
+	h.waitStatus(w.id, "o", func(s string) bool { return s == api.StatusStale })
+	stuck := &stuckConn{release: make(chan struct{})}
+	hello := w.hello
+	hello.Streams = w.sess.RecvState()
+	h.conns.Go(func() { _ = h.f.Connect(h.ctx, "o", hello, stuck) })
+	h.waitStatus(w.id, "o", func(s string) bool { return s == api.StatusHealthy })
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		close(stuck.release)
+	}()
+	w.connect("o")
+	time.Sleep(300 * time.Millisecond) // past the grace
+	if got := h.waitStatus(w.id, "o", func(string) bool { return true }).Status; got != api.StatusHealthy {
+		t.Fatalf("worker on its new connection is %s", got)
+	}
+	close(w.release)
+	if _, msg, err := st.ReadMessage(h.ctx); err != nil || string(msg) != "ok from w" {
+		t.Fatalf("stream across the overtaken handshake: %q %v", msg, err)
 	}
 	l.Release(Succeeded)
 }
