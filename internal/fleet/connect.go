@@ -348,12 +348,20 @@ func (f *Fleet) control(w *worker, sess *link.Session, fr link.Frame) {
 		}
 	case link.TypeGoAway:
 		f.mu.Lock()
-		if w.sess == sess && !w.draining {
+		current := w.sess == sess
+		if current && !w.draining {
 			now := f.cfg.Now()
 			w.draining = true
 			f.event(w, api.EventDraining, "the worker is finishing its requests and takes no new ones", nil, false, now)
 		}
 		f.mu.Unlock()
+		// Acknowledged after the worker is out of the choice: every stream
+		// opened on it before goes ahead of this on the link, so the
+		// worker, counting its running requests on the acknowledgement,
+		// counts them all.
+		if current {
+			sess.SendControl(link.TypeGoAway, nil)
+		}
 	}
 }
 

@@ -86,7 +86,10 @@ type Agent struct {
 	byModel      map[string]served
 	engineModels map[engine.Engine][]api.Model // each engine's last answer
 	sess         *link.Session
-	draining     bool
+	// goAwayAcked is closed when the gateway acknowledges the current
+	// session's GoAway: every stream it opened before is then known here.
+	goAwayAcked chan struct{}
+	draining    bool
 	// missingAliases are the aliases last warned about (refreshModels
 	// only), so a refresh repeats no warning.
 	missingAliases string
@@ -282,12 +285,24 @@ func (a *Agent) closeSession(err error) {
 func (a *Agent) drain(ctx context.Context) {
 	a.mu.Lock()
 	a.draining = true
-	s := a.sess
+	s, acked := a.sess, a.goAwayAcked
 	a.mu.Unlock()
 	s.SendControl(link.TypeGoAway, nil)
-	a.log.Info("draining: finishing running requests", "running", s.Streams(), "timeout", a.cfg.DrainTimeout.String())
 	deadline := time.NewTimer(a.cfg.DrainTimeout)
 	defer deadline.Stop()
+	// A request the gateway sent before it read the GoAway may still be
+	// on its way: the gateway's acknowledgement comes after it on the
+	// link, so the running requests are counted once it is here. A
+	// gateway that does not acknowledge is waited for briefly.
+	select {
+	case <-acked:
+	case <-time.After(goAwayAckWait):
+	case <-deadline.C:
+		return
+	case <-ctx.Done():
+		return
+	}
+	a.log.Info("draining: finishing running requests", "running", s.Streams(), "timeout", a.cfg.DrainTimeout.String())
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for s.Streams() > 0 {
@@ -311,8 +326,20 @@ func (a *Agent) isCurrent(s *link.Session) bool {
 	return a.sess == s
 }
 
+// goAwayAckWait bounds the wait for the gateway's acknowledgement of a
+// GoAway, for gateways of releases that send none.
+const goAwayAckWait = 2 * time.Second
+
+// newSession starts a session with the gateway; a.mu is held.
 func (a *Agent) newSession() *link.Session {
-	return link.NewSession(link.Options{Role: link.Worker, Accept: a.serve})
+	acked := make(chan struct{})
+	var once sync.Once
+	a.goAwayAcked = acked
+	return link.NewSession(link.Options{Role: link.Worker, Accept: a.serve, Control: func(f link.Frame) {
+		if f.Type == link.TypeGoAway {
+			once.Do(func() { close(acked) })
+		}
+	}})
 }
 
 // connectLoop keeps the link up until ctx ends, reconnecting with

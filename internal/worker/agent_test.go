@@ -89,6 +89,45 @@ type rig struct {
 	stop  context.CancelFunc
 	done  chan error
 	links sync.WaitGroup // the gateway's side of each connection
+	gate  gate           // holds what the worker receives while shut
+}
+
+// gate holds messages on their way to the worker while it is shut.
+type gate struct {
+	mu   sync.Mutex
+	open chan struct{} // closed while messages go through; nil: never shut
+}
+
+func (g *gate) shut() {
+	g.mu.Lock()
+	g.open = make(chan struct{})
+	g.mu.Unlock()
+}
+
+func (g *gate) release() {
+	g.mu.Lock()
+	close(g.open)
+	g.mu.Unlock()
+}
+
+func (g *gate) wait() {
+	g.mu.Lock()
+	open := g.open
+	g.mu.Unlock()
+	if open != nil {
+		<-open
+	}
+}
+
+type gatedConn struct {
+	link.Conn
+	g *gate
+}
+
+func (c gatedConn) ReadMessage() ([]byte, error) {
+	m, err := c.Conn.ReadMessage()
+	c.g.wait()
+	return m, err
 }
 
 func newRig(t *testing.T, eng engine.Engine, cfg Config) *rig {
@@ -103,7 +142,7 @@ func newRig(t *testing.T, eng engine.Engine, cfg Config) *rig {
 				_ = r.fleet.Connect(context.Background(), "org", hello, gw)
 			}
 		})
-		return wk, nil
+		return gatedConn{wk, &r.gate}, nil
 	}
 	a, err := New(cfg)
 	if err != nil {
@@ -242,6 +281,29 @@ func TestAgentDrainsOnStop(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("agent did not return after draining")
 	}
+}
+
+// A request the gateway sent just before the worker began to drain, still
+// on its way when the drain starts, is served: the worker counts its
+// running requests once the gateway has acknowledged the GoAway, which
+// comes after that request on the link.
+func TestAgentDrainServesARequestInFlightToIt(t *testing.T) {
+	r := newRig(t, &stubEngine{}, Config{DrainTimeout: 10 * time.Second})
+	r.gate.shut()
+	l, st := r.request(context.Background())
+	r.stop()
+	// The worker has sent its GoAway and is waiting: the request and the
+	// acknowledgement are held on the way to it.
+	r.waitWorker(func(w api.Worker) bool { return w.Draining })
+	time.Sleep(50 * time.Millisecond)
+	r.gate.release()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	body, res, err := readAll(ctx, st)
+	if err != nil || res.Status != http.StatusOK || body == "" {
+		t.Fatalf("request on its way at the drain: %q %+v %v", body, res, err)
+	}
+	l.Release(fleet.Succeeded)
 }
 
 func TestHandshakeRefusalIsPermanent(t *testing.T) {
