@@ -493,6 +493,38 @@ func TestLostWorkerMovesOrFails(t *testing.T) {
 	}
 }
 
+// TestLostWorkerWithNoOtherNamesIt: a request whose only worker dies
+// while it runs fails as the lost worker's, whether or not it streams;
+// that no other worker is online is why it is not moved, not why it
+// failed.
+func TestLostWorkerWithNoOtherNamesIt(t *testing.T) {
+	s := startServer(t, "", "--worker-grace", "500ms")
+	key := s.adminKey()
+	w := startWorker(t, s.URL, s.tokenFile(), "only", "--engine", "sim=ttft=0", "--max-concurrent", "2")
+	unary := s.async("POST", "/v1/chat/completions", chatBody("sim-chat", "long\nsim: tokens=100000 tps=50", false), bearer(key))
+	// A stream the worker never answers: nothing has been sent when it dies.
+	stream := s.async("POST", "/v1/chat/completions", chatBody("sim-chat", "silent\nsim: hang=1", true), bearer(key))
+	s.workerNamed(key, "only", func(w map[string]any) bool { return w["active_tasks"].(float64) == 2 })
+	_ = w.stop(syscall.SIGKILL)
+	r := <-unary
+	msg, _ := message(t, r)
+	if r.Status != 503 || !strings.Contains(msg, "only") || r.Header.Get("Retry-After") == "" {
+		t.Fatalf("non-streaming request after its only worker died = %d %s", r.Status, r.Body)
+	}
+	// Killed before the stream's first wait was over, it is a plain 503.
+	if r = <-stream; r.Status == 503 {
+		if msg, _ := message(t, r); !strings.Contains(msg, "only") {
+			t.Fatalf("stream after its only worker died = %d %s", r.Status, r.Body)
+		}
+		return
+	}
+	data := sseData(r.Body)
+	if r.Status != 200 || len(data) < 2 || data[len(data)-1] != "[DONE]" ||
+		!strings.Contains(data[len(data)-2], `"code":"worker_lost"`) || !strings.Contains(data[len(data)-2], "only") {
+		t.Fatalf("stream after its only worker died = %d %q", r.Status, data)
+	}
+}
+
 func TestBadWorkerTokenExits(t *testing.T) {
 	s := startServer(t, "")
 	f := filepath.Join(t.TempDir(), "bad.token")

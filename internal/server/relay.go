@@ -218,12 +218,16 @@ func (r *relay) done(failure error) {
 // acquire gets a slot on a worker not yet tried.
 func (r *relay) acquire() error {
 	l, err := r.s.fleet.Acquire(r.ctx, r.need)
-	if errors.Is(err, fleet.ErrTriedAll) && r.lastErr != nil {
-		return r.lastErr
-	}
 	if err != nil {
 		if r.ctx.Err() != nil {
 			return r.ctxError()
+		}
+		// On a retry the failure the client is owed is the one that
+		// happened, naming its worker: that no other worker can take
+		// the request (none left, none online, all busy) is why it is
+		// not retried, not why it failed.
+		if r.lastErr != nil {
+			return r.lastErr
 		}
 		return err
 	}
