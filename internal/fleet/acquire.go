@@ -102,7 +102,13 @@ func (l *Lease) Release(o Outcome) {
 		defer f.mu.Unlock()
 		now := f.cfg.Now()
 		w := l.w
-		if w.sess == l.sess && w.active > 0 {
+		// A lease of a session that has been replaced (the worker
+		// restarted) says nothing about the new one: its slot was not
+		// counted there, and its failure, the old process dying, must not
+		// hold back the process that replaced it.
+		if w.sess != l.sess {
+			o = Neutral
+		} else if w.active > 0 {
 			w.active--
 		}
 		switch o {

@@ -627,6 +627,34 @@ func TestNewSessionReplacesOld(t *testing.T) {
 	}
 }
 
+// Requests lost with a worker that restarted fail after the new process
+// has connected; they are the old process's failures and do not hold
+// back the new one.
+func TestLostSessionFailuresDoNotHoldBackItsReplacement(t *testing.T) {
+	h := newHarness(t, Config{HoldBack: time.Minute})
+	h.worker("o", "w", 4, chat("m"))
+	var old []*Lease
+	for range 3 {
+		l, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		old = append(old, l)
+	}
+	restarted := h.worker("o", "w", 4, chat("m"))
+	for _, l := range old {
+		l.Release(Failed)
+	}
+	if got := h.waitStatus(restarted.id, "o", func(string) bool { return true }); got.Status != api.StatusHealthy || got.ActiveTasks != 0 {
+		t.Fatalf("the restarted worker after its predecessor's requests failed: %s with %d active", got.Status, got.ActiveTasks)
+	}
+	if l, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"}); err != nil {
+		t.Fatalf("a request to the restarted worker: %v", err)
+	} else {
+		l.Release(Succeeded)
+	}
+}
+
 func TestDrainingTakesNothingNew(t *testing.T) {
 	h := newHarness(t, Config{})
 	w := h.worker("o", "w", 1, chat("m"))
