@@ -81,7 +81,7 @@ socket in the data directory.
 On first start with an empty data directory it creates the organisation
 'default' (plan pro) with owner 'admin', writes an unrestricted API key to
 <data>/admin.key and a worker token to <data>/worker.token (both mode 0600),
-and prints the key once. Later starts reuse them.
+and logs where they are, never the secrets. Later starts reuse them.
 
 SIGINT or SIGTERM stops accepting connections, lets in-flight requests finish
 for up to --drain-timeout, then closes the database.

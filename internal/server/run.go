@@ -101,7 +101,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}
 	sock := filepath.Join(cfg.DataDir, SocketFile)
-	consoleLn, err := listenSocket(sock)
+	consoleLn, err := listenSocket(sock, log)
 	if err != nil {
 		_ = public.Close()
 		return err
@@ -247,9 +247,7 @@ func prune(ctx context.Context, events *bolt.Events, usage *bolt.Usage, usageRet
 func bootstrap(dir string, accounts *account.Service, log *slog.Logger) error {
 	keyPath := filepath.Join(dir, AdminKeyFile)
 	tokenPath := filepath.Join(dir, WorkerTokenFile)
-	var secrets account.Secrets
 	created, err := accounts.Bootstrap(func(s account.Secrets) error {
-		secrets = s
 		if err := writeSecret(keyPath, s.AdminKey); err != nil {
 			return err
 		}
@@ -259,10 +257,11 @@ func bootstrap(dir string, accounts *account.Service, log *slog.Logger) error {
 		return err
 	}
 	if created {
-		// Printed this once so a first-time operator can copy it; afterwards
-		// it lives only in the file.
-		log.Info("first start: created organisation "+account.DefaultOrg+" (plan pro) with owner "+account.DefaultUser,
-			"admin_key", secrets.AdminKey, "admin_key_file", keyPath, "worker_token_file", tokenPath)
+		// Only where the key is: logs are kept, shipped and read by more
+		// people than the file, which only the server's user can read.
+		log.Info("first start: created organisation "+account.DefaultOrg+" (plan pro) with owner "+account.DefaultUser+
+			"; its unrestricted API key is in admin_key_file",
+			"admin_key_file", keyPath, "worker_token_file", tokenPath)
 		return nil
 	}
 	if _, err := os.Stat(keyPath); errors.Is(err, os.ErrNotExist) {
@@ -299,10 +298,10 @@ func writeSecret(path, secret string) error {
 	return nil
 }
 
-// listenSocket opens the admin socket with mode 0600. A socket left by a
-// crashed server is removed: holding the database lock proves no other
-// server is using it.
-func listenSocket(path string) (net.Listener, error) {
+// listenSocket opens the admin socket with mode 0600, for the server's
+// own user only. A socket left by a crashed server is removed: holding
+// the database lock proves no other server is using it.
+func listenSocket(path string, log *slog.Logger) (net.Listener, error) {
 	// sun_path is 108 bytes on Linux and 104 on macOS.
 	if len(path) >= 104 {
 		return nil, fmt.Errorf("admin socket path %s is too long for a unix socket (%d bytes); use a shorter --data path", path, len(path))
@@ -318,5 +317,5 @@ func listenSocket(path string) (net.Listener, error) {
 		ln.Close()
 		return nil, fmt.Errorf("restrict admin socket: %w", err)
 	}
-	return ln, nil
+	return &peerListener{Listener: ln, allow: sameUser, log: log}, nil
 }
