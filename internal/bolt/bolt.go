@@ -197,10 +197,21 @@ func eachJSON[T any](tx *bbolt.Tx, name []byte, fn func(T)) error {
 	})
 }
 
-// EnsureDir creates the data directory readable only by its owner.
+// EnsureDir creates the data directory readable only by its owner. One
+// made beforehand (by mkdir, a package, a volume mount) loses its group
+// and other access: the database and the credential files go in it.
 func EnsureDir(dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("create data directory: %w", err)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("data directory: %w", err)
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		if err := os.Chmod(dir, perm&0o700); err != nil {
+			return fmt.Errorf("restrict data directory %s (mode %04o) to its owner: %w", dir, perm, err)
+		}
 	}
 	return nil
 }
