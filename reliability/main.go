@@ -1,0 +1,161 @@
+// Command reliability runs svc under faults, load and hostile input and
+// checks that it loses no accounted request, serves every stream exactly,
+// answers bad input with the spec's status and keeps its secrets: real
+// `svc serve` and `svc worker` processes on loopback, killed, cut off and
+// attacked the way production would.
+//
+//	go run ./reliability                 # the full run (about 25 minutes)
+//	go run ./reliability -short          # every check at small scale
+//	go run ./reliability -only crash,hostile
+//	go run ./reliability -show reliability/results/latest.json
+//
+// Each check reports its figures and the properties it found violated;
+// the command exits 1 when any was. docs/reliability.md has a full run's
+// table.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "reliability:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	short := flag.Bool("short", false, "run every check at small scale (a minute or two)")
+	out := flag.String("out", filepath.Join("reliability", "results", "latest.json"), "where to write the JSON results")
+	only := flag.String("only", "", "comma-separated check names to run (default all): "+strings.Join(checkNames(), ","))
+	show := flag.String("show", "", "print the table of a results file instead of running")
+	flag.Parse()
+	if *show != "" {
+		b, err := os.ReadFile(*show)
+		if err != nil {
+			return err
+		}
+		var r report
+		if err := json.Unmarshal(b, &r); err != nil {
+			return fmt.Errorf("read %s: %w", *show, err)
+		}
+		printTable(os.Stdout, &r)
+		return nil
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	want := func(name string) bool {
+		return *only == "" || slices.Contains(strings.Split(*only, ","), name)
+	}
+	r, err := suite(ctx, *short, want, *out, os.Stderr)
+	if err != nil {
+		return err
+	}
+	printTable(os.Stdout, r)
+	if n := r.failures(); n > 0 {
+		return fmt.Errorf("%d properties violated", n)
+	}
+	return nil
+}
+
+// check is one part of the suite.
+type check struct {
+	name string
+	run  func(ctx context.Context, h *harness, r *result) error
+}
+
+// checks is the suite, in the order it runs.
+func checks() []check {
+	return []check{
+		{"crash", crashGateway},
+		{"worker-kill", crashWorker},
+		{"link-faults", linkFaults},
+		{"hostile", hostileInput},
+		{"secrets", secrets},
+		{"soak", soak},
+	}
+}
+
+func checkNames() []string {
+	var names []string
+	for _, c := range checks() {
+		names = append(names, c.name)
+	}
+	return names
+}
+
+// newHarness builds svc into a fresh working directory; close removes
+// it (unless SVC_RELIABILITY_KEEP is set, for reading the logs).
+func newHarness(ctx context.Context, short bool, logw io.Writer) (h *harness, close func(), err error) {
+	raiseFileLimit()
+	dir, err := os.MkdirTemp("", "svc-reliability-")
+	if err != nil {
+		return nil, nil, err
+	}
+	close = func() {
+		if os.Getenv("SVC_RELIABILITY_KEEP") == "" {
+			os.RemoveAll(dir)
+		} else {
+			fmt.Fprintln(logw, "reliability: kept", dir)
+		}
+	}
+	h = &harness{short: short, dir: dir, logw: logw}
+	h.logf("building svc")
+	h.bin = filepath.Join(dir, "svc")
+	build := exec.CommandContext(ctx, "go", "build", "-o", h.bin, "./cmd/svc")
+	build.Dir = moduleRoot()
+	build.Stdout, build.Stderr = logw, logw
+	if err := build.Run(); err != nil {
+		close()
+		return nil, nil, fmt.Errorf("build svc: %w", err)
+	}
+	return h, close, nil
+}
+
+// suite runs the checks want selects and saves the report after each, so
+// an interrupted run keeps what it found.
+func suite(ctx context.Context, short bool, want func(string) bool, out string, logw io.Writer) (*report, error) {
+	h, done, err := newHarness(ctx, short, logw)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	r := &report{Machine: readMachine(), Short: short}
+	for _, c := range checks() {
+		if !want(c.name) || ctx.Err() != nil {
+			continue
+		}
+		r.Checks = append(r.Checks, h.runCheck(ctx, c))
+		if err := r.save(out); err != nil {
+			h.logf("save results: %v", err)
+		}
+	}
+	return r, ctx.Err()
+}
+
+// runCheck runs one check and times it. A check that could not run is a
+// failure, not a pass: its error is recorded as one.
+func (h *harness) runCheck(ctx context.Context, c check) *result {
+	h.logf("%s: starting", c.name)
+	res := &result{Name: c.name}
+	start := time.Now()
+	if err := c.run(ctx, h, res); err != nil {
+		res.fail("did not complete: %v", err)
+	}
+	res.Seconds = time.Since(start).Round(100 * time.Millisecond).Seconds()
+	h.logf("%s: %d failures in %.1fs", c.name, res.failed(), res.Seconds)
+	return res
+}
