@@ -312,7 +312,7 @@ func (f *Fleet) dispatchLocked(o *org, now time.Time) {
 // it has waited (waited) does that worker count as gone.
 func (f *Fleet) checkLocked(o *org, need *Need, now time.Time, waited bool) error {
 	if need.Pin != "" {
-		return f.checkPinLocked(o, need, waited)
+		return f.checkPinLocked(o, need, now, waited)
 	}
 	var known, online, servable, untried, returning, held, unequipped bool
 	var wrongKind *api.Model
@@ -375,7 +375,7 @@ func (f *Fleet) checkLocked(o *org, need *Need, now time.Time, waited bool) erro
 	}
 }
 
-func (f *Fleet) checkPinLocked(o *org, need *Need, waited bool) error {
+func (f *Fleet) checkPinLocked(o *org, need *Need, now time.Time, waited bool) error {
 	w := o.workers[need.Pin]
 	switch {
 	case w == nil:
@@ -397,6 +397,14 @@ func (f *Fleet) checkPinLocked(o *org, need *Need, waited bool) error {
 		return wrongEndpoint(m, need.Capability)
 	case !w.equipped(need):
 		return unequippedError(need)
+	// Waiting would not help a pinned request whose worker already
+	// failed it or is held back: it would only end in a 429 that blames
+	// capacity.
+	case slices.Contains(need.Exclude, w.id):
+		return ErrTriedAll
+	case now.Before(w.heldUntil):
+		return &api.Error{Status: http.StatusServiceUnavailable, Code: "workers_unhealthy", RetryAfter: w.heldUntil.Sub(now),
+			Message: "Worker " + w.name + " (" + w.id + ") failed its recent requests and is held back; retry shortly"}
 	}
 	return nil
 }

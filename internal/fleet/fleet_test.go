@@ -401,6 +401,34 @@ func TestUnhealthyHeldBackThenTriedAgain(t *testing.T) {
 	}
 }
 
+// A request pinned to a worker that is held back, or that already failed
+// it, is answered at once with why, not after the queue hold as if the
+// worker were busy.
+func TestPinnedToAHeldBackWorkerFailsAtOnce(t *testing.T) {
+	h := newHarness(t, Config{HoldBack: time.Minute, Hold: 10 * time.Second})
+	w := h.worker("o", "w", 1, chat("m"))
+	for range 3 {
+		l, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Release(Failed)
+	}
+	start := time.Now()
+	var ae *api.Error
+	if _, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m", Pin: w.id}); !errors.As(err, &ae) || ae.Code != "workers_unhealthy" || ae.RetryAfter <= 0 {
+		t.Fatalf("pinned to a held-back worker: %v", err)
+	}
+	h.clk.Add(time.Minute + time.Second)
+	h.f.sweep()
+	if _, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m", Pin: w.id, Exclude: []string{w.id}}); !errors.Is(err, ErrTriedAll) {
+		t.Fatalf("pinned to a worker that already failed the request: %v", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("the refusals waited %v: the queue hold", d)
+	}
+}
+
 func TestStaleStillServes(t *testing.T) {
 	h := newHarness(t, Config{StaleAfter: 10 * time.Second})
 	w := h.worker("o", "w", 1, chat("m"))
