@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"os"
 	"strings"
 	"testing"
 )
@@ -13,9 +12,6 @@ import (
 func TestShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds svc and runs every check against real processes")
-	}
-	if err := os.Chdir(".."); err != nil { // the module root, where go build ./cmd/svc works
-		t.Fatal(err)
 	}
 	h, done, err := newHarness(context.Background(), true, testLog{t})
 	if err != nil {
