@@ -116,12 +116,14 @@ func (f *Fleet) Connect(ctx context.Context, orgID string, hello api.Hello, conn
 	o := f.org(orgID)
 	w := o.workers[id]
 	var replaced *link.Session
+	closeOld := func() {}
 	resumed := w != nil && w.sess != nil && w.sessionID == hello.SessionID && w.offlineSince.IsZero() && w.sess.Err() == nil
 	if resumed && w.attached {
 		// The old connection has not noticed it is dead yet. It dropped
 		// now, as far as the gateway can tell: the resume is a brief drop
-		// in the worker's events, not a fresh connection.
-		w.sess.Drop()
+		// in the worker's events, not a fresh connection. Its socket is
+		// closed once the fleet is unlocked.
+		closeOld = w.sess.Release()
 		w.attached = false
 		if w.droppedAt.IsZero() {
 			w.droppedAt = now
@@ -165,6 +167,7 @@ func (f *Fleet) Connect(ctx context.Context, orgID string, hello api.Hello, conn
 	sess := w.sess
 	droppedAt := w.droppedAt
 	f.mu.Unlock()
+	closeOld()
 
 	if replaced != nil {
 		replaced.Close(&LostError{WorkerID: id, WorkerName: hello.Name, Reason: "was replaced by a new connection of the same name"})

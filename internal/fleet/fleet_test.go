@@ -89,6 +89,8 @@ type fakeWorker struct {
 	conn    *linktest.Conn
 	id      string
 	release chan struct{} // when set, requests wait for it
+	// wrap, when set, wraps the gateway's end of each connection.
+	wrap func(link.Conn) link.Conn
 }
 
 func (h *harness) worker(org, name string, maxConc int, models ...api.Model) *fakeWorker {
@@ -121,7 +123,11 @@ func (fw *fakeWorker) connect(org string) {
 	fw.conn = wc
 	hello := fw.hello
 	hello.Streams = fw.sess.RecvState()
-	fw.h.conns.Go(func() { _ = fw.h.f.Connect(fw.h.ctx, org, hello, gc) })
+	var g link.Conn = gc
+	if fw.wrap != nil {
+		g = fw.wrap(gc)
+	}
+	fw.h.conns.Go(func() { _ = fw.h.f.Connect(fw.h.ctx, org, hello, g) })
 	msg, err := wc.ReadMessage()
 	if err != nil {
 		fw.h.t.Fatal(err)
@@ -575,6 +581,60 @@ func (c *stuckConn) Close() error                 { return nil }
 // A reconnect that overtakes one still being let in must not be undone by
 // it: the older connection's failure is not a drop of the newer, and the
 // streams resumed on the newer outlive the grace.
+// slowClose is a connection whose Close waits, as closing a websocket
+// does while its close frame cannot get out.
+type slowClose struct {
+	link.Conn
+	closing chan struct{} // closed when Close is called
+	release chan struct{}
+	once    sync.Once
+}
+
+func (c *slowClose) Close() error {
+	c.once.Do(func() { close(c.closing) })
+	<-c.release
+	return c.Conn.Close()
+}
+
+// A resume over a connection the gateway had not seen die closes that
+// connection without holding the fleet: however long the close takes,
+// the rest of the fleet goes on.
+func TestResumeClosesTheOldConnectionOutsideTheFleetLock(t *testing.T) {
+	h := newHarness(t, Config{Grace: 5 * time.Second})
+	old := &slowClose{closing: make(chan struct{}), release: make(chan struct{})}
+	defer close(old.release)
+	fw := &fakeWorker{h: h, hello: api.Hello{Protocol: link.Protocol, Name: "w", Version: "v1", MaxConcurrent: 1,
+		SessionID: uuid.NewString(), Models: []api.Model{chat("m")}}}
+	fw.wrap = func(c link.Conn) link.Conn {
+		old.Conn = c
+		return old
+	}
+	fw.sess = link.NewSession(link.Options{Role: link.Worker, Accept: fw.serve})
+	t.Cleanup(func() { fw.sess.Close(nil) })
+	fw.connect("o")
+	fw.wrap = nil
+
+	gc, _ := linktest.Pipe()
+	hello := fw.hello
+	hello.Streams = fw.sess.RecvState()
+	h.conns.Go(func() { _ = h.f.Connect(h.ctx, "o", hello, gc) })
+	select {
+	case <-old.closing:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the resume did not close the old connection")
+	}
+	listed := make(chan struct{})
+	go func() {
+		h.f.Workers("o")
+		close(listed)
+	}()
+	select {
+	case <-listed:
+	case <-time.After(2 * time.Second):
+		t.Fatal("the fleet is locked while the old connection closes")
+	}
+}
+
 func TestOvertakenHandshakeDoesNotUndoTheNewConnection(t *testing.T) {
 	h := newHarness(t, Config{Grace: 100 * time.Millisecond})
 	w := h.worker("o", "w", 1, chat("m"))

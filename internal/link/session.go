@@ -156,14 +156,21 @@ func (s *Session) Attach(conn Conn, peer []api.StreamSeq) (<-chan struct{}, erro
 
 // Drop closes the current connection, if any, without reporting it to
 // Detached: for a caller that already knows a newer connection is coming.
-func (s *Session) Drop() {
+func (s *Session) Drop() { s.Release()() }
+
+// Release lets go of the current connection at once, without reporting it
+// to Detached, and returns what closes it. Closing may wait for a close
+// frame to go out on a congested socket, so a caller holding a lock
+// releases under it and closes after.
+func (s *Session) Release() (closeConn func()) {
 	s.mu.Lock()
 	a := s.att
 	s.att = nil
 	s.mu.Unlock()
-	if a != nil {
-		a.close()
+	if a == nil {
+		return func() {}
 	}
+	return a.close
 }
 
 // Close ends the session for good: every stream fails with err (or
