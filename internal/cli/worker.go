@@ -79,7 +79,9 @@ Engines (repeat --engine for several):
 e.g. stt-large-v3-turbo=moonshine-base.
 
 The worker token comes from --token, SVC_WORKER_TOKEN, --token-file, or, on
-the gateway's own host, the gateway's <data>/worker.token.
+the gateway's own host, the gateway's <data>/worker.token. A token given with
+--token is in the process list for every local user to read; prefer the file
+or the environment.
 
 SIGINT or SIGTERM makes the worker take nothing new, finish what it runs (up
 to --drain-timeout), and exit.`,
@@ -156,6 +158,9 @@ func runWorker(ctx context.Context, f *Factory, opts *WorkerOptions) error {
 	token, err := workerToken(opts, f.Getenv)
 	if err != nil {
 		return err
+	}
+	if opts.Token != "" && opts.Token != f.Getenv("SVC_WORKER_TOKEN") {
+		log.Warn("--token puts the worker token in the process list, where every local user can read it; use --token-file or SVC_WORKER_TOKEN")
 	}
 	name := opts.Name
 	if name == "" {

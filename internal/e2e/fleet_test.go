@@ -533,6 +533,20 @@ func TestBadWorkerTokenExits(t *testing.T) {
 	if code != 1 || !strings.Contains(stderr, "401") {
 		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
 	}
+	if strings.Contains(stderr, "process list") {
+		t.Fatalf("a token from a file drew the --token warning:\n%s", stderr)
+	}
+	// A token on the command line is in the process list for every local
+	// user to read: the worker says so; from the environment it is not.
+	bad := "svc_w_AAAAAAAAAAAA_" + strings.Repeat("B", 40)
+	_, stderr, _ = svc(t, nil, "worker", "--gateway", s.URL, "--token", bad, "--engine", "sim", "--name", "x")
+	if !strings.Contains(stderr, "process list") {
+		t.Fatalf("no warning for a token on the command line:\n%s", stderr)
+	}
+	_, stderr, _ = svc(t, []string{"SVC_WORKER_TOKEN=" + bad}, "worker", "--gateway", s.URL, "--engine", "sim", "--name", "x")
+	if strings.Contains(stderr, "process list") {
+		t.Fatalf("a token from the environment drew the --token warning:\n%s", stderr)
+	}
 }
 
 func TestOpenAIAdapterAgainstSimProcess(t *testing.T) {
