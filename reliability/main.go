@@ -4,7 +4,7 @@
 // `svc serve` and `svc worker` processes on loopback, killed, cut off and
 // attacked the way production would.
 //
-//	go run ./reliability                 # the full run (about 25 minutes)
+//	go run ./reliability                 # the full run (about 20 minutes)
 //	go run ./reliability -short          # every check at small scale
 //	go run ./reliability -only crash,hostile
 //	go run ./reliability -show reliability/results/latest.json
