@@ -129,7 +129,10 @@ func (s *Server) newListener(m *mux, console bool) *listener {
 			if r := m.bodyLimit(h.RequestURI()); r != nil {
 				cfg.MaxRequestBodySize = r.maxBody
 			}
-			if !console && s.keyError(h) != nil {
+			// Only a body that may be larger than an anonymous caller's
+			// limit (chunked, or announced so) is worth checking the key
+			// for here, ahead of the route's own check.
+			if cl := h.ContentLength(); !console && (cl == -1 || cl > anonymousBodyLimit) && s.keyError(h) != nil {
 				cfg.MaxRequestBodySize = anonymousBodyLimit
 			}
 			return cfg
