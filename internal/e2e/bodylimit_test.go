@@ -42,8 +42,8 @@ func TestUnauthenticatedBodiesAreBounded(t *testing.T) {
 		}
 		body, _ := io.ReadAll(resp.Body)
 		conn.Close()
-		if resp.StatusCode != 401 || !strings.Contains(string(body), c.code) {
-			t.Errorf("%s, 3 MB announced = %d %s", c.name, resp.StatusCode, body)
+		if resp.StatusCode != 401 || !strings.Contains(string(body), c.code) || resp.Header.Get("WWW-Authenticate") == "" {
+			t.Errorf("%s, 3 MB announced = %d %v %s", c.name, resp.StatusCode, resp.Header, body)
 		}
 	}
 

@@ -165,6 +165,9 @@ func (s *Server) tooLarge(ctx *fasthttp.RequestCtx, m *mux, console bool) *api.E
 // writeEarly answers a request refused before its route ran.
 func writeEarly(ctx *fasthttp.RequestCtx, ae *api.Error) {
 	ctx.Response.Header.Set("X-Request-Id", uuid.NewString())
+	if ae.Status == http.StatusUnauthorized {
+		ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="svc"`)
+	}
 	writeJSON(ctx, ae.Status, errorBody(ae, true))
 }
 
