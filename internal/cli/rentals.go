@@ -114,9 +114,29 @@ type RentalOptions struct {
 	ID        string // an id, a unique start of one, or a name
 }
 
+// rentalCommand completes cmd as a command on one rental named by its
+// only argument, run by run (or runF in tests).
+func rentalCommand(f *Factory, cmd *cobra.Command, runF func(*RentalOptions) error, run func(context.Context, *RentalOptions) error) *cobra.Command {
+	opts := &RentalOptions{IO: f.IO}
+	cmd.Args = exactArgs(1)
+	cmd.ValidArgsFunction = completeRentals(f, false)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		opts.ID = args[0]
+		if err := opts.Exporter.Prepare(); err != nil {
+			return err
+		}
+		opts.APIClient = f.apiClientFunc(cmd)
+		if runF != nil {
+			return runF(opts)
+		}
+		return f.explainAPIError(cmd, computeError(run(cmd.Context(), opts), false))
+	}
+	opts.Exporter.AddFlags(cmd, false)
+	return cmd
+}
+
 // NewCmdRentalsShow builds `svc rentals show`.
 func NewCmdRentalsShow(f *Factory, runF func(*RentalOptions) error) *cobra.Command {
-	opts := &RentalOptions{IO: f.IO}
 	cmd := &cobra.Command{
 		Use:   "show ID",
 		Short: "Show one rental",
@@ -126,22 +146,8 @@ and billed time, and when it was created, started and stopped. ID is a
 rental's id, any unique start of one, or its name.`,
 		Example: `  svc rentals show 1a2b3c4d
   svc rentals show 1a2b --jq .model_download.progress_pct`,
-		Args:              exactArgs(1),
-		ValidArgsFunction: completeRentals(f, false),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			opts.ID = args[0]
-			if err := opts.Exporter.Prepare(); err != nil {
-				return err
-			}
-			opts.APIClient = f.apiClientFunc(cmd)
-			if runF != nil {
-				return runF(opts)
-			}
-			return f.explainAPIError(cmd, computeError(rentalShowRun(cmd.Context(), opts), false))
-		},
 	}
-	opts.Exporter.AddFlags(cmd, false)
-	return cmd
+	return rentalCommand(f, cmd, runF, rentalShowRun)
 }
 
 func rentalShowRun(ctx context.Context, opts *RentalOptions) error {
@@ -207,7 +213,6 @@ func rentalShowRun(ctx context.Context, opts *RentalOptions) error {
 
 // NewCmdRentalsAudit builds `svc rentals audit`.
 func NewCmdRentalsAudit(f *Factory, runF func(*RentalOptions) error) *cobra.Command {
-	opts := &RentalOptions{IO: f.IO}
 	cmd := &cobra.Command{
 		Use:   "audit ID",
 		Short: "Show where a rental was placed and its history",
@@ -218,22 +223,8 @@ first. The record exists once the rental has been placed on a machine. ID is a
 rental's id, any unique start of one, or its name.`,
 		Example: `  svc rentals audit 1a2b3c4d
   svc rentals audit 1a2b3c4d --jq '.events[] | select(.type == "stopped")'`,
-		Args:              exactArgs(1),
-		ValidArgsFunction: completeRentals(f, false),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			opts.ID = args[0]
-			if err := opts.Exporter.Prepare(); err != nil {
-				return err
-			}
-			opts.APIClient = f.apiClientFunc(cmd)
-			if runF != nil {
-				return runF(opts)
-			}
-			return f.explainAPIError(cmd, computeError(rentalAuditRun(cmd.Context(), opts), false))
-		},
 	}
-	opts.Exporter.AddFlags(cmd, false)
-	return cmd
+	return rentalCommand(f, cmd, runF, rentalAuditRun)
 }
 
 func rentalAuditRun(ctx context.Context, opts *RentalOptions) error {
