@@ -3,6 +3,8 @@
 package api
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -82,6 +84,21 @@ func (e *Error) Error() string {
 }
 
 func (e *Error) Unwrap() error { return e.Err }
+
+// ErrorOf is the answer owed for err: the *Error it carries, a 504 for a
+// deadline, or else a 500 that keeps err as its cause, to be logged and
+// never sent.
+func ErrorOf(err error) *Error {
+	var ae *Error
+	switch {
+	case errors.As(err, &ae):
+		return ae
+	case errors.Is(err, context.DeadlineExceeded):
+		return &Error{Status: http.StatusGatewayTimeout, Message: "The request timed out", Err: err}
+	default:
+		return &Error{Status: http.StatusInternalServerError, Err: err, Message: "Internal server error; retry once"}
+	}
+}
 
 // ErrorType returns the type to send, derived from the status when unset.
 func (e *Error) ErrorType() string {

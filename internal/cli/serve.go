@@ -25,6 +25,7 @@ import (
 	"github.com/svc-dev/svc/internal/fleet"
 	"github.com/svc-dev/svc/internal/money"
 	"github.com/svc-dev/svc/internal/power"
+	"github.com/svc-dev/svc/internal/relay"
 	gpurent "github.com/svc-dev/svc/internal/rental"
 	"github.com/svc-dev/svc/internal/rental/lambda"
 	"github.com/svc-dev/svc/internal/rental/local"
@@ -172,7 +173,7 @@ func runServe(ctx context.Context, f *Factory, opts *ServeOptions) error {
 		Build:          f.Build,
 		Logger:         log,
 		Fleet:          fleet.Config{Hold: opts.QueueHold, Grace: opts.WorkerGrace},
-		Timing:         server.Timing{KeepAliveAfter: opts.KeepAliveAfter, KeepAliveEvery: opts.KeepAliveEvery},
+		Timing:         relay.Timing{KeepAliveAfter: opts.KeepAliveAfter, KeepAliveEvery: opts.KeepAliveEvery},
 	}
 	providers, closeProviders, err := rentalProviders(f, opts, log)
 	if err != nil {

@@ -3,9 +3,9 @@ package server
 import (
 	"bytes"
 	"encoding/json"
-	"net/http"
 
 	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/relay"
 	"github.com/svc-dev/svc/internal/speech"
 	"github.com/svc-dev/svc/internal/transcription"
 )
@@ -28,23 +28,20 @@ func (s *Server) transcriptions(c *call) error {
 	if err != nil {
 		return err
 	}
-	r := s.newRelay(c, api.KindTranscription, req.Model, false, params)
-	r.entry.SetAudioSeconds(req.Params.Seconds)
-	r.upload = req.Audio
-	r.audioSeconds, r.audioFormat = req.Params.Seconds, req.Params.Format
-	r.noKeepAlive = !req.JSON()
-	r.render = func(answer []byte) (string, []byte, error) {
+	r := inference(c, api.KindTranscription, req.Model, false)
+	r.Params = params
+	r.Upload = req.Audio
+	r.AudioSeconds, r.AudioFormat = req.Params.Seconds, req.Params.Format
+	r.NoKeepAlive = !req.JSON()
+	r.Render = func(a relay.Answer) (relay.Output, error) {
 		var t api.Transcript
-		if err := json.Unmarshal(answer, &t); err != nil {
-			return "", nil, r.badReply("a transcript", err)
+		if err := json.Unmarshal(a.Body, &t); err != nil {
+			return relay.Output{}, relay.BadReply(a.Worker, "a transcript", err)
 		}
-		svc, err := json.Marshal(svcReply{Worker: r.svcWorker(), RequestID: r.requestID})
-		if err != nil {
-			return "", nil, err
-		}
-		return req.Render(&t, svc)
+		ctype, out, err := req.Render(&t, a.Svc)
+		return relay.Output{ContentType: ctype, Body: out}, err
 	}
-	return r.unary(c)
+	return s.relayUnary(c, r, nil)
 }
 
 // speech is POST /v1/audio/speech: raw WAV by default, or the JSON form
@@ -58,42 +55,32 @@ func (s *Server) speech(c *call) error {
 	if err != nil {
 		return err
 	}
-	r := s.newRelay(c, api.KindSpeech, req.Model, false, nil)
+	r := inference(c, api.KindSpeech, req.Model, false)
 	// A model that is unknown or does not speak is answered by the fleet
 	// with the 404 that names the right endpoint.
-	if r.model = s.fleet.Model(c.principal.OrgID, req.Model); r.model != nil && r.model.Has(api.CapSpeech) {
-		if err := req.Fit(r.model); err != nil {
-			r.done(err)
+	if r.ModelInfo = s.fleet.Model(c.principal.OrgID, req.Model); r.ModelInfo != nil && r.ModelInfo.Has(api.CapSpeech) {
+		if err := req.Fit(r.ModelInfo); err != nil {
+			s.relay.Refuse(r, err)
 			return err
 		}
 	}
-	if r.body, err = json.Marshal(req.Params); err != nil {
-		r.done(err)
+	if r.Body, err = json.Marshal(req.Params); err != nil {
+		s.relay.Refuse(r, err)
 		return err
 	}
 	asJSON := bytes.Contains(c.ctx.Request.Header.Peek("Accept"), []byte("application/json"))
-	r.noKeepAlive = !asJSON
-	r.render = func(wav []byte) (string, []byte, error) {
-		secs, err := speech.Seconds(wav)
+	r.NoKeepAlive = !asJSON
+	r.Render = func(a relay.Answer) (relay.Output, error) {
+		secs, err := speech.Seconds(a.Body)
 		if err != nil {
-			return "", nil, r.badReply("WAV audio", err)
+			return relay.Output{}, relay.BadReply(a.Worker, "WAV audio", err)
 		}
-		r.audioSeconds, r.audioFormat = secs, api.AudioWAV
-		if !asJSON {
-			return "audio/wav", wav, nil
+		out := relay.Output{ContentType: "audio/wav", Body: a.Body, AudioSeconds: secs, AudioFormat: api.AudioWAV}
+		if asJSON {
+			out.ContentType = "application/json"
+			out.Body, err = speech.Reply(a.Body, secs, c.requestID, a.Svc)
 		}
-		svc, err := json.Marshal(svcReply{Worker: r.svcWorker(), RequestID: r.requestID})
-		if err != nil {
-			return "", nil, err
-		}
-		out, err := speech.Reply(wav, secs, r.requestID, svc)
-		return "application/json", out, err
+		return out, err
 	}
-	return r.unary(c)
-}
-
-// badReply is the 502 for a worker answer the gateway cannot use.
-func (r *relay) badReply(want string, err error) error {
-	return &api.Error{Status: http.StatusBadGateway, Code: "bad_worker_reply", Err: err,
-		Message: "worker " + r.lease.Worker.Name + " did not answer with " + want}
+	return s.relayUnary(c, r, nil)
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/jsonbody"
 )
 
 // The GPU rental endpoints: thin over the rental manager, which holds
@@ -38,7 +39,7 @@ func (s *Server) rent(c *call) error {
 		return err
 	}
 	var req api.RentRequest
-	if err := decodeJSON(c.ctx.PostBody(), &req); err != nil {
+	if err := jsonbody.Strict(c.ctx.PostBody(), &req); err != nil {
 		return err
 	}
 	ctx, cancel := rentalContext()

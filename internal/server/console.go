@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/jsonbody"
 )
 
 // Console handlers: reachable only through the admin socket. Each decodes,
@@ -16,7 +17,7 @@ func (s *Server) listOrgs(c *call) error {
 
 func (s *Server) createOrg(c *call) error {
 	var req api.CreateOrgRequest
-	if err := decodeJSON(c.ctx.PostBody(), &req); err != nil {
+	if err := jsonbody.Strict(c.ctx.PostBody(), &req); err != nil {
 		return err
 	}
 	v, err := s.accounts.CreateOrg(req)
@@ -30,7 +31,7 @@ func (s *Server) getOrg(c *call) error {
 
 func (s *Server) updateOrg(c *call) error {
 	var p api.OrgPatch
-	if err := decodeJSON(c.ctx.PostBody(), &p); err != nil {
+	if err := jsonbody.Strict(c.ctx.PostBody(), &p); err != nil {
 		return err
 	}
 	v, err := s.accounts.UpdateOrg(c.params.get("org"), p)
@@ -39,7 +40,7 @@ func (s *Server) updateOrg(c *call) error {
 
 func (s *Server) addCredit(c *call) error {
 	var req api.CreditRequest
-	if err := decodeJSON(c.ctx.PostBody(), &req); err != nil {
+	if err := jsonbody.Strict(c.ctx.PostBody(), &req); err != nil {
 		return err
 	}
 	v, err := s.accounts.AddCredit(c.params.get("org"), req.AmountGBP)
@@ -53,7 +54,7 @@ func (s *Server) listMembers(c *call) error {
 
 func (s *Server) setMember(c *call) error {
 	var req api.SetMemberRequest
-	if err := decodeJSON(c.ctx.PostBody(), &req); err != nil {
+	if err := jsonbody.Strict(c.ctx.PostBody(), &req); err != nil {
 		return err
 	}
 	v, err := s.accounts.SetMember(c.params.get("org"), c.params.get("user"), req)
@@ -75,7 +76,7 @@ func (s *Server) listKeys(c *call) error {
 
 func (s *Server) createKey(c *call) error {
 	var req api.CreateKeyRequest
-	if err := decodeJSON(c.ctx.PostBody(), &req); err != nil {
+	if err := jsonbody.Strict(c.ctx.PostBody(), &req); err != nil {
 		return err
 	}
 	v, err := s.accounts.CreateKey(c.params.get("org"), req)
@@ -94,7 +95,7 @@ func (s *Server) listWorkerTokens(c *call) error {
 
 func (s *Server) createWorkerToken(c *call) error {
 	var req api.CreateWorkerTokenRequest
-	if err := decodeJSON(c.ctx.PostBody(), &req); err != nil {
+	if err := jsonbody.Strict(c.ctx.PostBody(), &req); err != nil {
 		return err
 	}
 	v, err := s.accounts.CreateWorkerToken(c.params.get("org"), req)
@@ -113,7 +114,7 @@ func (s *Server) listUsers(c *call) error {
 
 func (s *Server) createUser(c *call) error {
 	var req api.CreateUserRequest
-	if err := decodeJSON(c.ctx.PostBody(), &req); err != nil {
+	if err := jsonbody.Strict(c.ctx.PostBody(), &req); err != nil {
 		return err
 	}
 	v, err := s.accounts.CreateUser(req)

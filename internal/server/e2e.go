@@ -1,9 +1,6 @@
 package server
 
 import (
-	"bytes"
-	"cmp"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -55,41 +52,23 @@ func (s *Server) privateInference(c *call, kind string) error {
 	if holder == "" {
 		return errNoPrivateWorker(env.KeyID)
 	}
-	r := s.newRelay(c, kind, env.Model, env.Stream, nil)
-	r.e2e = true
-	r.need.Pin = holder
-	r.header, _ = json.Marshal(api.LinkRequest{RequestID: c.requestID, Kind: kind, Model: env.Model, Stream: env.Stream, E2E: true})
-	r.body = body
-	if kind == api.KindChat && (c.principal.ContentFilter || c.org.Settings.ContentFiltering) {
+	r := inference(c, kind, env.Model, env.Stream)
+	r.E2E = true
+	r.Pin = holder
+	r.Body = body
+	if kind == api.KindChat {
 		// The worker that opens the request checks it, and seals what it
 		// lets through.
-		r.filterWith(cmp.Or(c.org.Settings.ModerationModel, api.DefaultModerationModel))
+		r.ContentFilter = s.contentFilter(c)
 	}
 	if env.Stream {
-		return r.startStream(c)
+		return s.relayStream(c, r)
 	}
-	return r.unary(c)
+	return s.relayUnary(c, r, nil)
 }
 
 func errNoPrivateWorker(keyID string) *api.Error {
 	return &api.Error{Status: http.StatusServiceUnavailable, Code: api.CodeNoPrivateInferenceWorker, CodeHeader: true,
 		RetryAfter: time.Second,
 		Message:    fmt.Sprintf("No connected worker holds the key %s; fetch the organisation's keys again and retry", keyID)}
-}
-
-// sealedReply puts the serving worker's identity beside a sealed
-// non-streaming reply, the one clear thing a client learns from the
-// gateway itself.
-func (r *relay) sealedReply(body []byte) ([]byte, error) {
-	trimmed := bytes.TrimRight(body, " \t\r\n")
-	if len(trimmed) < 2 || trimmed[len(trimmed)-1] != '}' {
-		return nil, &api.Error{Status: http.StatusBadGateway, Type: api.TypeUpstream, Message: "The worker's sealed reply is malformed"}
-	}
-	svc, err := json.Marshal(svcReply{Worker: r.svcWorker(), RequestID: r.requestID})
-	if err != nil {
-		return nil, err
-	}
-	out := append(append([]byte(nil), trimmed[:len(trimmed)-1]...), `,"svc":`...)
-	out = append(out, svc...)
-	return append(out, '}'), nil
 }

@@ -1,13 +1,13 @@
 package server
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"math"
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/valyala/fasthttp"
@@ -26,24 +26,14 @@ func (s *Server) toAPIError(c *call, err error) *api.Error {
 	return ae
 }
 
-// toAPIErrorQuiet maps err without logging, for records of answers that
-// were already given.
-func (s *Server) toAPIErrorQuiet(err error) *api.Error { return asAPIError(err, "") }
-
 func asAPIError(err error, requestID string) *api.Error {
-	var ae *api.Error
-	switch {
-	case errors.As(err, &ae):
-		return ae
-	case errors.Is(err, context.DeadlineExceeded):
-		return &api.Error{Status: http.StatusGatewayTimeout, Message: "The request timed out", Err: err}
-	default:
-		msg := "Internal server error; retry once"
-		if requestID != "" {
-			msg += ", and quote request id " + requestID + " if it persists"
-		}
-		return &api.Error{Status: http.StatusInternalServerError, Err: err, Message: msg}
+	ae := api.ErrorOf(err)
+	if ae.Status == http.StatusInternalServerError && ae.Err == err && requestID != "" {
+		quoted := *ae
+		quoted.Message += ", and quote request id " + requestID + " if it persists"
+		return &quoted
 	}
+	return ae
 }
 
 // writeError answers with err in the body shape the route and error call
@@ -185,4 +175,35 @@ func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
 	}
 	ctx.SetStatusCode(status)
 	ctx.SetContentType("application/json")
+}
+
+// lateErrorBody is the body of a failure after a kept-alive reply started:
+// a 200 whose JSON is the error object, with detail beside it.
+func lateErrorBody(err error) []byte {
+	ae := asAPIError(err, "")
+	b, _ := json.Marshal(map[string]any{"error": lateError(ae), "detail": ae.Message})
+	return b
+}
+
+// streamErrorPayload is the error frame of a stream.
+func streamErrorPayload(err error) []byte {
+	b, _ := json.Marshal(map[string]any{"error": lateError(asAPIError(err, ""))})
+	return b
+}
+
+// lateError is the error object of a failure after the response started
+// (a stream's error frame, a kept-alive non-streaming reply): message,
+// type and code, plus retry_after and queue_depth for a capacity 429.
+func lateError(ae *api.Error) map[string]any {
+	payload := map[string]any{"message": ae.Message, "type": ae.ErrorType(), "code": ae.Code, "status": ae.Status}
+	if ae.Code == "" {
+		payload["code"] = strconv.Itoa(ae.Status)
+	}
+	if ae.RetryAfter > 0 {
+		payload["retry_after"] = int((ae.RetryAfter + time.Second - 1) / time.Second)
+	}
+	if ae.Capacity {
+		payload["queue_depth"] = ae.QueueDepth
+	}
+	return payload
 }

@@ -4,12 +4,12 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/moderation"
+	"github.com/svc-dev/svc/internal/relay"
 )
 
 // moderations is POST /v1/moderations: check the input, run each check on
@@ -40,24 +40,19 @@ func (s *Server) moderations(c *call) error {
 	if err != nil {
 		return err
 	}
-	r := s.newRelay(c, api.KindModeration, req.Model, false, nil)
-	r.body = body
-	r.need.Feature = api.FeatureModeration
-	r.shape, r.lateBody = shapeModeration, lateModerationBody
-	r.render = func(answer []byte) (string, []byte, error) {
+	r := inference(c, api.KindModeration, req.Model, false)
+	r.Body = body
+	r.Feature = api.FeatureModeration
+	r.Shape = shapeModeration
+	r.Render = func(a relay.Answer) (relay.Output, error) {
 		var rep api.ModerationReply
-		if err := json.Unmarshal(answer, &rep); err != nil || len(rep.Results) != len(req.Checks) {
-			return "", nil, r.badReply("one verdict per check", err)
+		if err := json.Unmarshal(a.Body, &rep); err != nil || len(rep.Results) != len(req.Checks) {
+			return relay.Output{}, relay.BadReply(a.Worker, "one verdict per check", err)
 		}
-		r.verdicts = rep.Results
-		svc, err := json.Marshal(svcReply{Worker: r.svcWorker(), RequestID: r.requestID})
-		if err != nil {
-			return "", nil, err
-		}
-		out, err := json.Marshal(moderationBody{ID: "modr-" + r.requestID, Model: req.Model, Results: rep.Results, Svc: svc})
-		return "application/json", out, err
+		out, err := json.Marshal(moderationBody{ID: "modr-" + c.requestID, Model: req.Model, Results: rep.Results, Svc: a.Svc})
+		return relay.Output{ContentType: "application/json", Body: out, Verdicts: rep.Results}, err
 	}
-	return r.unary(c)
+	return s.relayUnary(c, r, lateModerationBody)
 }
 
 // moderationBody is the reply: the common shape plus svc.
@@ -119,24 +114,4 @@ func lateModerationBody(err error) []byte {
 	}
 	b, _ := json.Marshal(map[string]any{"error": e, "detail": ae.Message})
 	return b
-}
-
-// moderationOutcome is what a moderation row records: pass or flagged
-// and the flagged categories, or error.
-func moderationOutcome(results []api.ModerationResult, failure error) (string, []string) {
-	if failure != nil {
-		return api.ModerationError, nil
-	}
-	var flagged []string
-	for _, r := range results {
-		for _, c := range moderation.FlaggedCategories(r) {
-			if !slices.Contains(flagged, c) {
-				flagged = append(flagged, c)
-			}
-		}
-	}
-	if len(flagged) > 0 {
-		return api.ModerationFlagged, flagged
-	}
-	return api.ModerationPass, nil
 }

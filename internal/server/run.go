@@ -17,6 +17,7 @@ import (
 	"github.com/svc-dev/svc/internal/bolt"
 	"github.com/svc-dev/svc/internal/buildinfo"
 	"github.com/svc-dev/svc/internal/fleet"
+	"github.com/svc-dev/svc/internal/relay"
 	"github.com/svc-dev/svc/internal/rental"
 )
 
@@ -39,7 +40,7 @@ type Config struct {
 	// by Run.
 	Fleet fleet.Config
 	// Timing tunes the relay's clocks (keep-alives, waits, request cap).
-	Timing Timing
+	Timing relay.Timing
 	// MaxConnections bounds the client connections served at once; the
 	// open-file limit is checked against it at start.
 	MaxConnections int

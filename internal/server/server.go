@@ -25,6 +25,7 @@ import (
 	"github.com/svc-dev/svc/internal/buildinfo"
 	"github.com/svc-dev/svc/internal/fleet"
 	"github.com/svc-dev/svc/internal/link"
+	"github.com/svc-dev/svc/internal/relay"
 	"github.com/svc-dev/svc/internal/rental"
 	"github.com/svc-dev/svc/internal/usage"
 )
@@ -53,7 +54,7 @@ type Server struct {
 	power     *PowerBook
 	rentals   *rental.Manager
 	inflight  *usage.Tracker
-	timing    Timing
+	relay     *relay.Relay
 
 	public  *listener
 	console *listener
@@ -81,7 +82,7 @@ type Deps struct {
 	Power     *PowerBook
 	Rentals   *rental.Manager
 	Keepalive link.Keepalive
-	Timing    Timing
+	Timing    relay.Timing
 	// MaxConns bounds the public listener's connections; 0 is fasthttp's
 	// default.
 	MaxConns int
@@ -92,10 +93,10 @@ func New(d Deps) *Server {
 	if d.Keepalive.Ping <= 0 {
 		d.Keepalive = link.DefaultKeepalive()
 	}
-	d.Timing.defaults()
 	s := &Server{log: d.Logger, build: d.Build, accounts: d.Accounts, fleet: d.Fleet, events: d.Events,
-		usage: d.Usage, power: d.Power, rentals: d.Rentals, inflight: usage.NewTracker(), timing: d.Timing,
+		usage: d.Usage, power: d.Power, rentals: d.Rentals, inflight: usage.NewTracker(),
 		keepalive: d.Keepalive, metrics: newMetrics(d.Build), watch: newClientWatch(200 * time.Millisecond)}
+	s.relay = relay.New(relay.Config{Fleet: d.Fleet, Usage: d.Usage, InFlight: s.inflight, Timing: d.Timing, Logger: d.Logger})
 	s.metrics.reg.MustRegister(s.power.energy, newLiveWatts(d.Fleet))
 	routes := s.routes()
 	var consoleRoutes []*route

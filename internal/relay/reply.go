@@ -1,20 +1,18 @@
-package server
+package relay
 
 import (
 	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/url"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
 
-	"github.com/valyala/fasthttp"
-
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/chat"
-	"github.com/svc-dev/svc/internal/fleet"
+	"github.com/svc-dev/svc/internal/moderation"
 	"github.com/svc-dev/svc/internal/usage"
 )
 
@@ -33,8 +31,8 @@ type svcWorker struct {
 	Version *string `json:"version"`
 }
 
-func (r *relay) svcWorker() *svcWorker {
-	w := r.lease.Worker
+func (c *Call) svcWorker() *svcWorker {
+	w := c.lease.Worker
 	out := &svcWorker{ID: w.ID}
 	if w.Name != "" {
 		out.Name = &w.Name
@@ -45,21 +43,27 @@ func (r *relay) svcWorker() *svcWorker {
 	return out
 }
 
+// svcIdentity is the svc object that names only the worker and request.
+func (c *Call) svcIdentity() json.RawMessage {
+	b, _ := json.Marshal(svcReply{Worker: c.svcWorker(), RequestID: c.req.ID})
+	return b
+}
+
 // timing is the reply's svc.timing: the worker's measurements, the wait
 // for a slot (always known), and a time to first token measured here when
 // the engine gave none.
-func (r *relay) timing() *api.Timing {
+func (c *Call) timing() *api.Timing {
 	var t api.Timing
-	if r.res != nil {
-		t = r.res.Timing
+	if c.res != nil {
+		t = c.res.Timing
 	}
-	wait := float64(r.queueWait.Microseconds()) / 1000
+	wait := float64(c.queueWait.Microseconds()) / 1000
 	if t.WorkerQueueWaitMs != nil {
 		wait += *t.WorkerQueueWaitMs
 	}
 	t.QueueWaitMs = &wait
-	if t.TTFTMs == nil && !r.firstToken.IsZero() && !r.openedAt.IsZero() {
-		ms := float64(r.firstToken.Sub(r.openedAt).Microseconds()) / 1000
+	if t.TTFTMs == nil && !c.firstToken.IsZero() && !c.openedAt.IsZero() {
+		ms := float64(c.firstToken.Sub(c.openedAt).Microseconds()) / 1000
 		if t.WorkerQueueWaitMs != nil {
 			ms = max(0, ms-*t.WorkerQueueWaitMs)
 		}
@@ -70,8 +74,8 @@ func (r *relay) timing() *api.Timing {
 
 // serverTiming is the Server-Timing header of a non-streaming reply:
 // members only for what was measured.
-func (r *relay) serverTiming() string {
-	t := r.timing()
+func (c *Call) serverTiming() string {
+	t := c.timing()
 	var parts []string
 	if t.TTFTMs != nil {
 		parts = append(parts, fmt.Sprintf("ttft;dur=%.1f", *t.TTFTMs))
@@ -86,22 +90,6 @@ func (r *relay) serverTiming() string {
 		parts = append(parts, fmt.Sprintf("worker_queue;dur=%.1f", *t.WorkerQueueWaitMs))
 	}
 	return strings.Join(parts, ", ")
-}
-
-// workerHeaders name the serving worker; a name that is not ASCII is
-// percent-encoded with the UTF-8” prefix.
-func workerHeaders(h *fasthttp.ResponseHeader, w fleet.WorkerInfo) {
-	h.Set("X-Worker-Id", w.ID)
-	h.Set("X-Worker-Name", headerName(w.Name))
-}
-
-func headerName(name string) string {
-	for i := 0; i < len(name); i++ {
-		if name[i] < 0x20 || name[i] > 0x7e {
-			return "UTF-8''" + url.PathEscape(name)
-		}
-	}
-	return name
 }
 
 // streamChunk is what the gateway reads of a relayed chunk.
@@ -119,89 +107,94 @@ type streamChunk struct {
 
 // inspect accounts for a relayed chunk: tokens so far, text for estimates
 // and notices, and how the reply ended.
-func (r *relay) inspect(msg []byte) {
-	if r.e2e {
+func (c *Call) inspect(msg []byte) {
+	if c.req.E2E {
 		// A sealed chunk is all that can be counted of it.
 		if bytes.HasPrefix(msg, []byte(`{"c":`)) && !bytes.Contains(msg, []byte(`"final":true`)) {
-			if r.firstToken.IsZero() {
-				r.firstToken = time.Now()
+			if c.firstToken.IsZero() {
+				c.firstToken = time.Now()
 			}
-			r.entry.AddTokens(1)
+			c.entry.AddTokens(1)
 		}
 		return
 	}
-	var c streamChunk
-	if json.Unmarshal(msg, &c) != nil {
+	var ch streamChunk
+	if json.Unmarshal(msg, &ch) != nil {
 		return
 	}
-	if r.chunkID == "" {
-		r.chunkID = c.ID
+	if c.chunkID == "" {
+		c.chunkID = ch.ID
 	}
 	produced := false
-	for _, ch := range c.Choices {
-		d := ch.Delta
+	for _, choice := range ch.Choices {
+		d := choice.Delta
 		toolCalls := present(d.ToolCalls)
 		produced = produced || d.Content != "" || d.ReasoningContent != "" || toolCalls
-		r.noteText(d.Content, d.ReasoningContent, toolCalls)
-		if ch.FinishReason != nil && *ch.FinishReason != "" {
-			r.finish = *ch.FinishReason
+		c.noteText(d.Content, d.ReasoningContent, toolCalls)
+		if choice.FinishReason != nil && *choice.FinishReason != "" {
+			c.finish = *choice.FinishReason
 		}
 	}
 	if produced {
-		if r.firstToken.IsZero() {
-			r.firstToken = time.Now()
+		if c.firstToken.IsZero() {
+			c.firstToken = time.Now()
 		}
-		r.entry.AddTokens(1)
+		c.entry.AddTokens(1)
 	}
 }
 
-func (r *relay) noteText(content, reasoning string, toolCalls bool) {
-	r.outChars += utf8.RuneCountInString(content) + utf8.RuneCountInString(reasoning)
-	r.hadReasoning = r.hadReasoning || reasoning != ""
-	r.toolCalls = r.toolCalls || toolCalls
-	if r.chat != nil && r.chat.JSONMode != "" && !r.contentTruncated {
-		if r.content.Len()+len(content) > maxContent {
-			r.contentTruncated = true
+func (c *Call) noteText(content, reasoning string, toolCalls bool) {
+	c.outChars += utf8.RuneCountInString(content) + utf8.RuneCountInString(reasoning)
+	c.hadReasoning = c.hadReasoning || reasoning != ""
+	c.toolCalls = c.toolCalls || toolCalls
+	if c.req.Chat != nil && c.req.Chat.JSONMode != "" && !c.contentTruncated {
+		if c.content.Len()+len(content) > maxContent {
+			c.contentTruncated = true
 			return
 		}
-		r.content.WriteString(content)
+		c.content.WriteString(content)
 	}
+}
+
+// present reports whether a field was sent with a value other than null.
+func present(raw json.RawMessage) bool {
+	return len(raw) > 0 && !bytes.Equal(bytes.TrimSpace(raw), []byte("null"))
 }
 
 // reportedUsage is the worker's usage, or an estimate from the text both
 // ways (about four characters per token) when it reported none.
-func (r *relay) reportedUsage() (api.Usage, bool) {
-	if r.res != nil && r.res.Usage != nil {
-		return *r.res.Usage, false
+func (c *Call) reportedUsage() (api.Usage, bool) {
+	if c.res != nil && c.res.Usage != nil {
+		return *c.res.Usage, false
 	}
-	u := api.Usage{CompletionTokens: usage.EstimateTokens(r.outChars)}
-	if r.chat != nil {
-		u.PromptTokens = usage.EstimateTokens(r.chat.PromptChars)
+	u := api.Usage{CompletionTokens: usage.EstimateTokens(c.outChars)}
+	if c.req.Chat != nil {
+		u.PromptTokens = usage.EstimateTokens(c.req.Chat.PromptChars)
 	}
 	u.TotalTokens = u.PromptTokens + u.CompletionTokens
 	return u, true
 }
 
 // replyNotice settles the reply's one notice.
-func (r *relay) replyNotice() *api.Notice {
-	if r.chat == nil {
+func (c *Call) replyNotice() *api.Notice {
+	if c.req.Chat == nil {
 		return nil
 	}
 	var engine *api.Notice
-	if r.res != nil {
-		engine = r.res.Notice
+	if c.res != nil {
+		engine = c.res.Notice
 	}
-	u, _ := r.reportedUsage()
+	u, _ := c.reportedUsage()
 	reasoning := 0
 	if u.ReasoningTokens != nil {
 		reasoning = *u.ReasoningTokens
 	}
-	r.notice = r.chat.Notice(chat.Outcome{
-		FinishReason: r.finish, Content: r.content.String(), ContentTruncated: r.contentTruncated,
-		HasToolCalls: r.toolCalls, ReasoningTokens: reasoning, HadReasoning: r.hadReasoning,
+	c.notice = c.req.Chat.Notice(chat.Outcome{
+		FinishReason: c.finish, Content: c.content.String(), ContentTruncated: c.contentTruncated,
+		HasToolCalls: c.toolCalls, ReasoningTokens: reasoning, HadReasoning: c.hadReasoning,
 		PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens,
-	}, engine, r.model)
-	return r.notice
+	}, engine, c.req.ModelInfo)
+	return c.notice
 }
 
 // usageJSON is usage in the OpenAI shape: cached tokens only when some
@@ -219,31 +212,31 @@ func usageJSON(u api.Usage) map[string]any {
 
 // finalChunks are the chunks after the text, all with empty choices: the
 // usage, the notice if any, then svc with timing, worker and request id.
-func (r *relay) finalChunks() [][]byte {
-	if r.e2e {
+func (c *Call) finalChunks() [][]byte {
+	if c.req.E2E {
 		// Beside a sealed stream, only who served it.
-		b, _ := json.Marshal(map[string]any{"svc": svcReply{Worker: r.svcWorker(), RequestID: r.requestID}})
+		b, _ := json.Marshal(map[string]any{"svc": svcReply{Worker: c.svcWorker(), RequestID: c.req.ID}})
 		return [][]byte{b}
 	}
 	created := time.Now().Unix()
-	id := r.chunkID
+	id := c.chunkID
 	if id == "" {
-		id = "chatcmpl-" + r.requestID
+		id = "chatcmpl-" + c.req.ID
 	}
 	chunk := func(extra map[string]any) []byte {
-		m := map[string]any{"id": id, "object": "chat.completion.chunk", "created": created, "model": r.need.Model, "choices": []any{}}
+		m := map[string]any{"id": id, "object": "chat.completion.chunk", "created": created, "model": c.req.Model, "choices": []any{}}
 		for k, v := range extra {
 			m[k] = v
 		}
 		b, _ := json.Marshal(m)
 		return b
 	}
-	u, _ := r.reportedUsage()
+	u, _ := c.reportedUsage()
 	out := [][]byte{chunk(map[string]any{"usage": usageJSON(u)})}
-	if n := r.replyNotice(); n != nil {
+	if n := c.replyNotice(); n != nil {
 		out = append(out, chunk(map[string]any{"svc": svcReply{Notice: n}}))
 	}
-	out = append(out, chunk(map[string]any{"svc": svcReply{Worker: r.svcWorker(), RequestID: r.requestID, Timing: r.timing()}}))
+	out = append(out, chunk(map[string]any{"svc": svcReply{Worker: c.svcWorker(), RequestID: c.req.ID, Timing: c.timing()}}))
 	return out
 }
 
@@ -265,11 +258,11 @@ type completionBody struct {
 // owes every reply: usage, and svc with the worker, request id, timing and
 // notice. The engine's JSON is kept as it is; the additions are spliced in
 // before its closing brace.
-func (r *relay) completeBody(body []byte) ([]byte, error) {
+func (c *Call) completeBody(body []byte) ([]byte, error) {
 	trimmed := bytes.TrimSpace(body)
 	if len(trimmed) < 2 || trimmed[0] != '{' || trimmed[len(trimmed)-1] != '}' {
 		return nil, &api.Error{Status: http.StatusBadGateway, Code: "bad_worker_reply",
-			Message: "worker " + r.lease.Worker.Name + " answered with something that is not a JSON object"}
+			Message: "worker " + c.lease.Worker.Name + " answered with something that is not a JSON object"}
 	}
 	var cb completionBody
 	if err := json.Unmarshal(trimmed, &cb); err != nil {
@@ -284,21 +277,21 @@ func (r *relay) completeBody(body []byte) ([]byte, error) {
 		if m.ReasoningContent != nil {
 			reasoning = *m.ReasoningContent
 		}
-		r.noteText(content, reasoning, present(m.ToolCalls))
+		c.noteText(content, reasoning, present(m.ToolCalls))
 		if ch.FinishReason != "" {
-			r.finish = ch.FinishReason
+			c.finish = ch.FinishReason
 		}
 	}
-	reply := svcReply{Worker: r.svcWorker(), RequestID: r.requestID, Timing: r.timing()}
-	if r.kind == api.KindChat {
-		reply.Notice = r.replyNotice()
+	reply := svcReply{Worker: c.svcWorker(), RequestID: c.req.ID, Timing: c.timing()}
+	if c.req.Kind == api.KindChat {
+		reply.Notice = c.replyNotice()
 		if present(cb.WebToolSteps) {
 			reply.WebToolSteps = cb.WebToolSteps
 		}
 	}
 	var add bytes.Buffer
 	if !present(cb.Usage) {
-		u, _ := r.reportedUsage()
+		u, _ := c.reportedUsage()
 		b, _ := json.Marshal(usageJSON(u))
 		add.WriteString(`,"usage":`)
 		add.Write(b)
@@ -309,86 +302,85 @@ func (r *relay) completeBody(body []byte) ([]byte, error) {
 	}
 	add.WriteString(`,"svc":`)
 	add.Write(b)
-	inner := bytes.TrimSpace(trimmed[:len(trimmed)-1])
-	out := make([]byte, 0, len(inner)+add.Len()+1)
+	return splice(trimmed, add.Bytes()), nil
+}
+
+// splice puts members (starting with a comma) before the closing brace of
+// obj, a JSON object.
+func splice(obj, members []byte) []byte {
+	inner := bytes.TrimSpace(obj[:len(obj)-1])
+	out := make([]byte, 0, len(inner)+len(members)+1)
 	out = append(out, inner...)
 	if len(inner) == 1 { // an empty object: no comma before the additions
-		out = append(out, add.Bytes()[1:]...)
+		out = append(out, members[1:]...)
 	} else {
-		out = append(out, add.Bytes()...)
+		out = append(out, members...)
 	}
+	return append(out, '}')
+}
+
+// sealedReply puts the serving worker's identity beside a sealed
+// non-streaming reply, the one clear thing a client learns from the
+// gateway itself.
+func (c *Call) sealedReply(body []byte) ([]byte, error) {
+	trimmed := bytes.TrimRight(body, " \t\r\n")
+	if len(trimmed) < 2 || trimmed[len(trimmed)-1] != '}' {
+		return nil, &api.Error{Status: http.StatusBadGateway, Type: api.TypeUpstream, Message: "The worker's sealed reply is malformed"}
+	}
+	out := append(append([]byte(nil), trimmed[:len(trimmed)-1]...), `,"svc":`...)
+	out = append(out, c.svcIdentity()...)
 	return append(out, '}'), nil
 }
 
-// lateErrorBody is the body of a failure after a kept-alive reply started:
-// a 200 whose JSON is the error object, with detail beside it.
-func lateErrorBody(err error) []byte {
-	ae := asAPIError(err, "")
-	b, _ := json.Marshal(map[string]any{"error": lateError(ae), "detail": ae.Message})
-	return b
-}
-
-// recordUsage writes the request's usage row.
-func (s *Server) recordUsage(r *relay, failure error) {
-	row := api.UsageRow{
-		ID: r.requestID, CreatedAt: r.started.UTC(), Model: r.need.Model, RequestType: rowKind(r.kind),
-		StatusCode: http.StatusOK, RequestDurationMs: time.Since(r.started).Milliseconds(),
-		Stream: r.stream, Attempts: r.attempts, APIKeyID: r.keyID,
+// record writes the request's usage row.
+func (rl *Relay) record(c *Call, failure error) {
+	o := usage.Outcome{
+		RequestID: c.req.ID, Started: c.started, Ended: time.Now(), Model: c.req.Model,
+		RequestType: rowKind(c.req.Kind), Stream: c.req.Stream, KeyID: c.req.KeyID, Attempts: c.attempts,
+		Status: http.StatusOK, Notice: c.notice,
+		AudioSeconds: c.req.AudioSeconds, AudioFormat: c.req.AudioFormat,
 	}
 	if failure != nil {
-		ae := s.toAPIErrorQuiet(failure)
-		row.StatusCode = ae.Status
-		msg := ae.Message
-		row.ErrorMessage = &msg
+		ae := api.ErrorOf(failure)
+		o.Status, o.ErrorMessage = ae.Status, ae.Message
 	}
-	if r.chat != nil {
-		row.Images = r.chat.Images
+	if c.req.Chat != nil {
+		o.Images = c.req.Chat.Images
 	}
-	if r.kind == api.KindModeration {
-		outcome, flagged := moderationOutcome(r.verdicts, failure)
-		row.ModerationOutcome, row.ModerationCategories = &outcome, flagged
+	if c.out.AudioFormat != "" {
+		o.AudioSeconds, o.AudioFormat = c.out.AudioSeconds, c.out.AudioFormat
 	}
-	if r.audioFormat != "" && failure == nil {
-		secs, format := r.audioSeconds, r.audioFormat
-		row.AudioSeconds, row.AudioFormat = &secs, &format
+	if c.req.Kind == api.KindModeration {
+		o.ModerationOutcome, o.ModerationCategories = moderationOutcome(c.out.Verdicts, failure)
 	}
-	if r.lease != nil {
-		row.WorkerID, row.WorkerName = r.lease.Worker.ID, r.lease.Worker.Name
+	if c.lease != nil {
+		o.Ran, o.WorkerID, o.WorkerName = true, c.lease.Worker.ID, c.lease.Worker.Name
+		u, estimated := c.reportedUsage()
+		o.Usage, o.Estimated, o.Produced = &u, estimated, c.outChars > 0
+		o.Timing = c.timing()
 	}
-	// r.res is only ever set with a lease. Audio has no tokens to count.
-	if r.lease != nil && (r.kind == api.KindChat || r.kind == api.KindEmbeddings) {
-		u, estimated := r.reportedUsage()
-		// A request that never reached an engine has nothing to estimate.
-		if !estimated || r.outChars > 0 || row.StatusCode == 499 {
-			row.PromptTokens, row.CompletionTokens, row.TotalTokens = u.PromptTokens, u.CompletionTokens, u.TotalTokens
-			row.ReasoningTokens, row.CachedTokens = u.ReasoningTokens, u.CachedTokens
-			row.TokensEstimated = estimated
-		}
+	if c.res != nil {
+		o.EnergyWh = c.res.EnergyWh
 	}
-	if r.lease != nil && row.StatusCode < 500 {
-		t := r.timing()
-		row.TimeToFirstTokenMs = msPtr(t.TTFTMs)
-		row.TokensPerSecond = t.TokensPerSecond
-		row.DraftAcceptanceRate = t.DraftAcceptanceRate
-		row.QueueWaitMs = msPtr(t.QueueWaitMs)
-		row.WorkerQueueWaitMs = msPtr(t.WorkerQueueWaitMs)
-		row.ModelLoadMs = msPtr(t.ModelLoadMs)
-		row.ColdStart = t.ColdStart != nil && *t.ColdStart
-	}
-	if r.notice != nil {
-		code := r.notice.Code
-		row.Notice = &code
-	}
-	if r.res != nil {
-		row.EnergyWh = r.res.EnergyWh
-	}
-	s.usage.Record(r.need.OrgID, row)
+	rl.usage.Record(c.req.OrgID, usage.Row(o))
 }
 
-func msPtr(v *float64) *int64 {
-	if v == nil {
-		return nil
+// moderationOutcome is what a moderation row records: pass or flagged
+// and the flagged categories, or error.
+func moderationOutcome(results []api.ModerationResult, failure error) (string, []string) {
+	if failure != nil {
+		return api.ModerationError, nil
 	}
-	ms := int64(*v + 0.5)
-	return &ms
+	var flagged []string
+	for _, r := range results {
+		for _, c := range moderation.FlaggedCategories(r) {
+			if !slices.Contains(flagged, c) {
+				flagged = append(flagged, c)
+			}
+		}
+	}
+	if len(flagged) > 0 {
+		return api.ModerationFlagged, flagged
+	}
+	return api.ModerationPass, nil
 }

@@ -1,4 +1,4 @@
-package server
+package jsonbody
 
 import (
 	"errors"
@@ -8,7 +8,7 @@ import (
 	"github.com/svc-dev/svc/internal/money"
 )
 
-func TestDecodeJSON(t *testing.T) {
+func TestStrict(t *testing.T) {
 	tests := []struct {
 		body   string
 		status int
@@ -33,7 +33,7 @@ func TestDecodeJSON(t *testing.T) {
 				Plan   api.Plan   `json:"plan"`
 				Amount *money.GBP `json:"amount_gbp"`
 			}
-			err := decodeJSON([]byte(tt.body), &v)
+			err := Strict([]byte(tt.body), &v)
 			if tt.status == 0 {
 				if err != nil {
 					t.Fatal(err)
@@ -51,19 +51,19 @@ func TestDecodeJSON(t *testing.T) {
 	}
 }
 
-func FuzzDecodeJSON(f *testing.F) {
+func FuzzStrict(f *testing.F) {
 	for _, s := range []string{`{}`, `{"name":"x","plan":"pro"}`, `{"monthly_budget_gbp":1.5}`, `[`, `{"plan":null}`, `"x"`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var p api.OrgPatch
-		err := decodeJSON(body, &p)
+		err := Strict(body, &p)
 		if err == nil {
 			return
 		}
 		var ae *api.Error
 		if !errors.As(err, &ae) || (ae.Status != 400 && ae.Status != 422) || ae.Message == "" {
-			t.Fatalf("decodeJSON(%q) = %v", body, err)
+			t.Fatalf("Strict(%q) = %v", body, err)
 		}
 	})
 }

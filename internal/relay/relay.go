@@ -1,0 +1,545 @@
+// Package relay runs inference requests on the fleet's workers: it takes a
+// slot, opens the request on the worker's link, moves it to another worker
+// when one fails before answering, keeps a slow reply's connection alive,
+// completes the answer with what the gateway owes every reply, and turns
+// each request into its usage row. It knows nothing of the HTTP server in
+// front of it: a unary answer comes back as bytes, a stream is written to
+// an EventWriter.
+package relay
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"hash/fnv"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/chat"
+	"github.com/svc-dev/svc/internal/fleet"
+	"github.com/svc-dev/svc/internal/link"
+	"github.com/svc-dev/svc/internal/usage"
+)
+
+const (
+	// maxAttempts bounds how many workers one request is tried on.
+	maxAttempts = 3
+	// maxResponse bounds a non-streaming answer.
+	maxResponse = 64 << 20
+	// maxContent bounds the reply text kept to judge structured output.
+	maxContent = 1 << 20
+)
+
+// Timing holds the relay's clocks; tests shorten them.
+type Timing struct {
+	// WorkerWait is how long a streaming request waits for a worker before
+	// its response starts without worker headers.
+	WorkerWait time.Duration
+	// FirstWait is how long a streaming request with a worker waits for
+	// the first output, so failures known at once stay plain HTTP errors.
+	FirstWait time.Duration
+	// KeepAliveAfter is when a non-streaming reply still without an answer
+	// starts, to keep the connection alive.
+	KeepAliveAfter time.Duration
+	// KeepAliveEvery spaces keep-alive bytes and comments.
+	KeepAliveEvery time.Duration
+	// MaxDuration bounds one request.
+	MaxDuration time.Duration
+}
+
+func (t *Timing) defaults() {
+	set := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	set(&t.WorkerWait, time.Second)
+	set(&t.FirstWait, time.Second)
+	set(&t.KeepAliveAfter, 80*time.Second)
+	set(&t.KeepAliveEvery, 15*time.Second)
+	set(&t.MaxDuration, 30*time.Minute)
+}
+
+// Fleet hands out worker slots.
+type Fleet interface {
+	Acquire(ctx context.Context, need fleet.Need) (*fleet.Lease, error)
+}
+
+// Recorder keeps usage rows.
+type Recorder interface {
+	Record(orgID string, row api.UsageRow)
+}
+
+// Config is what a Relay is built from.
+type Config struct {
+	Fleet    Fleet
+	Usage    Recorder
+	InFlight *usage.Tracker
+	Timing   Timing
+	Logger   *slog.Logger
+}
+
+// Relay runs requests on the fleet. One serves the whole gateway.
+type Relay struct {
+	fleet    Fleet
+	usage    Recorder
+	inflight *usage.Tracker
+	timing   Timing
+	log      *slog.Logger
+}
+
+// New returns a relay.
+func New(cfg Config) *Relay {
+	cfg.Timing.defaults()
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.InFlight == nil {
+		cfg.InFlight = usage.NewTracker()
+	}
+	return &Relay{fleet: cfg.Fleet, usage: cfg.Usage, inflight: cfg.InFlight, timing: cfg.Timing, log: cfg.Logger}
+}
+
+// Timing returns the relay's clocks, defaults filled in.
+func (rl *Relay) Timing() Timing { return rl.timing }
+
+// Request is one inference request, checked and ready to run.
+type Request struct {
+	ID    string // the request id, X-Request-Id
+	OrgID string
+	KeyID string
+	// Kind is the link kind: api.KindChat, KindEmbeddings, ...
+	Kind   string
+	Model  string
+	Stream bool
+	// Params are the settings of a kind whose body is not JSON.
+	Params json.RawMessage
+	// Pin restricts the request to one worker (X-Svc-Worker-Id).
+	Pin string
+	// Affinity names the conversation; see Affinity.
+	Affinity string
+	// ContentFilter names the moderation model the request is checked with
+	// on its worker; only a worker with both models may take it.
+	ContentFilter string
+	// Feature is a protocol feature the worker must have.
+	Feature string
+	// E2E relays a sealed request: the worker's output is passed on as it
+	// is, counted by the chunk, and nothing is estimated from it.
+	E2E bool
+
+	// Body is sent to the worker; Upload, when set, streams it instead
+	// (an audio file), opened afresh for each worker tried.
+	Body   []byte
+	Upload func() (io.Reader, error)
+
+	// Chat is the parsed chat request (nil for other kinds): its prompt
+	// size for estimates, its response format for notices.
+	Chat *chat.Request
+	// ModelInfo is the requested model's metadata, when known.
+	ModelInfo *api.Model
+	// AudioSeconds and AudioFormat describe an uploaded audio file.
+	AudioSeconds float64
+	AudioFormat  string
+
+	// Render turns the worker's answer into the reply; nil completes the
+	// JSON of a chat or embeddings answer.
+	Render func(Answer) (Output, error)
+	// NoKeepAlive holds a reply that may not begin before the answer (raw
+	// audio, subtitles) from starting early to keep the connection alive.
+	NoKeepAlive bool
+	// Shape turns a failure into the answer the endpoint gives for it
+	// (moderation's own codes); nil keeps it.
+	Shape func(error) error
+}
+
+// Answer is a worker's complete non-streaming answer, for a Render.
+type Answer struct {
+	Body   []byte
+	Worker fleet.WorkerInfo
+	// Svc is the reply's svc object: the worker and the request id.
+	Svc json.RawMessage
+}
+
+// Output is a rendered reply and what it tells the usage row.
+type Output struct {
+	ContentType string
+	Body        []byte
+	// AudioSeconds and AudioFormat describe speech made.
+	AudioSeconds float64
+	AudioFormat  string
+	// Verdicts are a moderation check's results.
+	Verdicts []api.ModerationResult
+}
+
+// BadReply is the 502 for a worker answer the gateway cannot use.
+func BadReply(w fleet.WorkerInfo, want string, err error) error {
+	return &api.Error{Status: http.StatusBadGateway, Code: "bad_worker_reply", Err: err,
+		Message: "worker " + w.Name + " did not answer with " + want}
+}
+
+// Affinity names a conversation by its model and opening messages, which
+// later turns repeat: they then prefer the worker that may hold the prefix
+// in its cache.
+func Affinity(model string, messages []json.RawMessage) string {
+	if len(messages) == 0 {
+		return ""
+	}
+	h := fnv.New64a()
+	h.Write([]byte(model))
+	for _, m := range messages[:min(2, len(messages))] {
+		h.Write([]byte{0})
+		h.Write(m)
+	}
+	return strconv.FormatUint(h.Sum64(), 36)
+}
+
+// Call is one request on its way through a worker: where it is, what came
+// back, and what it cost.
+type Call struct {
+	rl     *Relay
+	req    Request
+	need   fleet.Need
+	header []byte
+
+	// ctx ends when the client goes away, the request runs out of time,
+	// or it is over. A call outlives the handler that started it (a
+	// stream's body is written after the handler returns), so it keeps
+	// its own context rather than borrowing one.
+	ctx     context.Context
+	cancel  context.CancelFunc
+	entry   *usage.Entry
+	started time.Time
+
+	endMu    sync.Mutex
+	finished bool
+	onEnd    []func()
+
+	lease     *fleet.Lease
+	current   atomic.Pointer[fleet.WorkerInfo] // read by the transport while a goroutine relays
+	st        *link.Stream
+	attempts  int
+	lastErr   error
+	queueWait time.Duration
+	openedAt  time.Time
+
+	out Output // what Render made of the answer
+
+	// What came back.
+	res              *api.Result
+	outChars         int // characters of text relayed, for estimates
+	firstToken       time.Time
+	content          strings.Builder
+	contentTruncated bool
+	hadReasoning     bool
+	toolCalls        bool
+	finish           string
+	notice           *api.Notice
+	chunkID          string
+}
+
+// Start puts a request on the in-flight list and readies it to run with
+// Unary or Stream.
+func (rl *Relay) Start(req Request) *Call {
+	c := &Call{rl: rl, req: req, started: time.Now(), need: needOf(req)}
+	c.header = headerOf(req)
+	c.ctx, c.cancel = context.WithTimeout(context.Background(), rl.timing.MaxDuration)
+	c.entry = rl.inflight.Start(req.OrgID, req.ID, req.Model, rowKind(req.Kind), req.Stream, c.started)
+	if req.AudioSeconds > 0 {
+		c.entry.SetAudioSeconds(req.AudioSeconds)
+	}
+	return c
+}
+
+// Refuse records a request turned away before it ran (a prompt too long
+// for the model, say): it gets its usage row like any other.
+func (rl *Relay) Refuse(req Request, err error) {
+	c := &Call{rl: rl, req: req, started: time.Now(), need: needOf(req)}
+	rl.record(c, err)
+}
+
+func needOf(req Request) fleet.Need {
+	n := fleet.Need{OrgID: req.OrgID, Model: req.Model, Capability: capabilityOf(req.Kind),
+		Pin: req.Pin, Affinity: req.Affinity, Feature: req.Feature}
+	if req.ContentFilter != "" {
+		n.Moderator, n.Feature = req.ContentFilter, api.FeatureModeration
+	}
+	return n
+}
+
+func headerOf(req Request) []byte {
+	h, _ := json.Marshal(api.LinkRequest{RequestID: req.ID, Kind: req.Kind, Model: req.Model, Stream: req.Stream,
+		Params: req.Params, ContentFilter: req.ContentFilter, E2E: req.E2E})
+	return h
+}
+
+// Cancel abandons the call: the client went away. The worker is stopped
+// and the request ends as a 499.
+func (c *Call) Cancel() { c.cancel() }
+
+// OnEnd runs f when the call ends, after its usage row is queued.
+func (c *Call) OnEnd(f func()) {
+	c.endMu.Lock()
+	defer c.endMu.Unlock()
+	if c.finished {
+		f()
+		return
+	}
+	c.onEnd = append(c.onEnd, f)
+}
+
+// Worker is the worker now serving the call, nil while it waits for one.
+func (c *Call) Worker() *fleet.WorkerInfo { return c.current.Load() }
+
+func capabilityOf(kind string) string {
+	switch kind {
+	case api.KindEmbeddings:
+		return api.CapEmbeddings
+	case api.KindTranscription:
+		return api.CapTranscription
+	case api.KindSpeech:
+		return api.CapSpeech
+	case api.KindModeration:
+		return api.CapModeration
+	}
+	return api.CapChat
+}
+
+func rowKind(kind string) string {
+	switch kind {
+	case api.KindEmbeddings:
+		return api.RequestEmbeddings
+	case api.KindTranscription:
+		return api.RequestAudio
+	case api.KindSpeech:
+		return api.RequestSpeech
+	case api.KindModeration:
+		return api.RequestModeration
+	}
+	return api.RequestChat
+}
+
+// done ends the request: off the in-flight list, into the usage log.
+// failure is what the client was answered with, nil on success.
+func (c *Call) done(failure error) {
+	c.endMu.Lock()
+	if c.finished {
+		c.endMu.Unlock()
+		return
+	}
+	c.finished = true
+	hooks := c.onEnd
+	c.onEnd = nil
+	c.endMu.Unlock()
+	c.cancel()
+	c.rl.inflight.Finish(c.entry)
+	c.rl.record(c, failure)
+	for _, f := range hooks {
+		f()
+	}
+}
+
+// acquire gets a slot on a worker not yet tried.
+func (c *Call) acquire() error {
+	l, err := c.rl.fleet.Acquire(c.ctx, c.need)
+	if err != nil {
+		if c.ctx.Err() != nil {
+			return c.ctxError()
+		}
+		// On a retry the failure the client is owed is the one that
+		// happened, naming its worker: that no other worker can take
+		// the request (none left, none online, all busy) is why it is
+		// not retried, not why it failed.
+		if c.lastErr != nil {
+			return c.lastErr
+		}
+		return err
+	}
+	c.attempts++
+	c.lease = l
+	c.st = nil
+	c.queueWait += l.QueueWait
+	c.current.Store(&l.Worker)
+	c.entry.Assign(l.Worker.ID, l.Worker.Name)
+	return nil
+}
+
+// open starts the request on the leased worker.
+func (c *Call) open() error {
+	var st *link.Stream
+	var err error
+	if c.req.Upload != nil {
+		var body io.Reader
+		if body, err = c.req.Upload(); err != nil {
+			return err
+		}
+		st, err = c.lease.OpenReader(c.ctx, c.header, body)
+	} else {
+		st, err = c.lease.Open(c.ctx, c.header, c.req.Body)
+	}
+	if err != nil {
+		return err
+	}
+	c.st = st
+	c.openedAt = time.Now()
+	return nil
+}
+
+// failed releases the lease after a failure with cause and reports
+// whether another worker may be tried.
+func (c *Call) failed(o fleet.Outcome, cause error) bool {
+	c.lastErr = cause
+	c.lease.Release(o)
+	c.need.Exclude = append(c.need.Exclude, c.lease.Worker.ID)
+	// Waiting again: a keep-alive reply starting now names no worker.
+	c.current.Store(nil)
+	c.entry.Assign("", "")
+	return c.attempts < maxAttempts && c.ctx.Err() == nil
+}
+
+// ErrClientGone is the failure of a request whose client went away.
+var ErrClientGone error = &api.Error{Status: 499, Message: "Client disconnected"}
+
+// ctxError is the answer for a request whose context ended: the client
+// left (499), or the request ran out of time (504).
+func (c *Call) ctxError() error {
+	if errors.Is(c.ctx.Err(), context.DeadlineExceeded) {
+		return &api.Error{Status: http.StatusGatewayTimeout, Code: "timeout",
+			Message: "The request ran longer than " + c.rl.timing.MaxDuration.String() + "; split it or shorten it"}
+	}
+	return ErrClientGone
+}
+
+// clientGone stops the worker for a client that left.
+func (c *Call) clientGone() {
+	if c.st != nil {
+		c.st.Reset()
+	}
+	if c.lease != nil {
+		c.lease.Release(fleet.Neutral)
+	}
+}
+
+// lostError is the 503 for a request whose worker went away.
+func (c *Call) lostError(err error) error {
+	var lost *fleet.LostError
+	name := c.lease.Worker.Name + " (" + c.lease.Worker.ID + ")"
+	if errors.As(err, &lost) {
+		return &api.Error{Status: http.StatusServiceUnavailable, Code: "worker_lost", RetryAfter: time.Second,
+			Message: "Worker " + name + " disconnected while handling the request and did not return in time; retry"}
+	}
+	return &api.Error{Status: http.StatusServiceUnavailable, Code: "worker_lost", RetryAfter: time.Second,
+		Message: "The response from worker " + name + " could not be relayed; retry", Err: err}
+}
+
+// settle records the worker's final result and frees its slot; it returns
+// the client's error when the result is a failure.
+func (c *Call) settle(res *api.Result) error {
+	c.res = res
+	c.lease.Release(outcome(res))
+	if res.Status != http.StatusOK {
+		return resultError(res)
+	}
+	return nil
+}
+
+// resultError is the error for a worker's failed result.
+func resultError(res *api.Result) error {
+	e := &api.Error{Status: res.Status, Message: "the worker failed"}
+	if res.Error != nil {
+		e.Message, e.Type, e.Code = res.Error.Message, res.Error.Type, res.Error.Code
+	}
+	if e.Status < 400 || e.Status > 599 {
+		e.Status = http.StatusBadGateway
+	}
+	if e.Status == http.StatusServiceUnavailable {
+		e.RetryAfter = time.Second
+	}
+	// The private-inference codes travel in X-Svc-Error-Code too.
+	if e.Code == api.CodeNoPrivateInferenceWorker {
+		e.CodeHeader = true
+	}
+	return e
+}
+
+// outcome judges a result for the worker's health: engine and worker
+// failures count, the client's own mistakes and cancels do not.
+func outcome(res *api.Result) fleet.Outcome {
+	switch {
+	case res.Status == http.StatusOK:
+		return fleet.Succeeded
+	case res.Final:
+		return fleet.Neutral
+	case res.Retryable || res.Status == http.StatusInternalServerError || res.Status == http.StatusBadGateway ||
+		res.Status == http.StatusServiceUnavailable || res.Status == http.StatusGatewayTimeout:
+		return fleet.Failed
+	}
+	return fleet.Neutral
+}
+
+// retryable reports whether a failed result may be tried on another worker.
+// Nothing has reached the client, so any failure another worker may not
+// share qualifies; lasting answers (4xx, 501, 507) do not.
+func retryable(res *api.Result) bool {
+	if res.Final {
+		return false
+	}
+	switch res.Status {
+	case http.StatusInternalServerError, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return true
+	}
+	return res.Retryable
+}
+
+func parseResult(msg []byte) *api.Result {
+	var res api.Result
+	if err := json.Unmarshal(msg, &res); err != nil || res.Status == 0 {
+		return &api.Result{Status: http.StatusBadGateway, Error: &api.ResultError{
+			Message: "the worker's result was lost in transit", Type: api.TypeUpstream}}
+	}
+	return &res
+}
+
+var (
+	errIdle     = errors.New("no output yet")
+	errTooLarge = errors.New("the worker's answer is larger than the gateway relays")
+)
+
+// readMessage reads one whole message, waiting at most wait for it to
+// begin (0 waits as long as the call lives). errIdle means nothing came.
+func (c *Call) readMessage(wait time.Duration) (link.Type, []byte, error) {
+	ctx := c.ctx
+	if wait > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(c.ctx, wait)
+		defer cancel()
+	}
+	f, err := c.st.Recv(ctx)
+	if err != nil {
+		if wait > 0 && errors.Is(err, context.DeadlineExceeded) && c.ctx.Err() == nil {
+			return 0, nil, errIdle
+		}
+		return 0, nil, err
+	}
+	if !f.More() {
+		return f.Type, f.Payload, nil
+	}
+	msg := append([]byte(nil), f.Payload...)
+	for f.More() {
+		// The rest of a started message follows at once; do not cut it.
+		if f, err = c.st.Recv(c.ctx); err != nil {
+			return 0, nil, err
+		}
+		msg = append(msg, f.Payload...)
+		if len(msg) > maxResponse {
+			return 0, nil, errTooLarge
+		}
+	}
+	return f.Type, msg, nil
+}

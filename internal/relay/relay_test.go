@@ -1,0 +1,526 @@
+package relay_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/link"
+	"github.com/svc-dev/svc/internal/relay"
+)
+
+func TestUnaryCompletesTheAnswer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t)
+		w := h.worker("gpu-1", 4, answer("hello there", 300*time.Millisecond))
+		rep, err := h.rl.Start(chatRequest("req-1", false)).Unary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Late != nil || rep.Worker == nil || rep.Worker.ID != w.id || rep.ContentType != "application/json" {
+			t.Fatalf("reply %+v", rep)
+		}
+		var body struct {
+			Choices []struct {
+				Message struct{ Content string } `json:"message"`
+			} `json:"choices"`
+			Usage struct {
+				PromptTokens     int `json:"prompt_tokens"`
+				CompletionTokens int `json:"completion_tokens"`
+			} `json:"usage"`
+			Svc struct {
+				Worker    struct{ ID, Name string } `json:"worker"`
+				RequestID string                    `json:"request_id"`
+				Timing    struct {
+					QueueWaitMs *float64 `json:"queue_wait_ms"`
+				} `json:"timing"`
+			} `json:"svc"`
+		}
+		if err := json.Unmarshal(rep.Body, &body); err != nil {
+			t.Fatalf("%v: %s", err, rep.Body)
+		}
+		if body.Choices[0].Message.Content != "hello there" || body.Usage.PromptTokens != 7 || body.Usage.CompletionTokens != 2 ||
+			body.Svc.Worker.ID != w.id || body.Svc.Worker.Name != "gpu-1" || body.Svc.RequestID != "req-1" || body.Svc.Timing.QueueWaitMs == nil {
+			t.Fatalf("body %s", rep.Body)
+		}
+		if !strings.Contains(rep.ServerTiming, "queue;dur=") {
+			t.Fatalf("Server-Timing %q", rep.ServerTiming)
+		}
+		row := h.only()
+		if row.ID != "req-1" || row.StatusCode != 200 || row.ErrorMessage != nil || row.WorkerID != w.id || row.Attempts != 1 ||
+			row.PromptTokens != 7 || row.CompletionTokens != 2 || row.TokensEstimated || row.RequestType != api.RequestChat ||
+			row.APIKeyID != "key-1" || row.RequestDurationMs != 300 {
+			t.Fatalf("row %+v", row)
+		}
+		if n := h.inFlight(); n != 0 {
+			t.Fatalf("%d requests still in flight", n)
+		}
+	})
+}
+
+func TestUnaryMovesToAnotherWorker(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t)
+		// Whichever worker is tried first fails; the other answers.
+		var first string
+		serve := func(name string) serveFunc {
+			return func(ctx context.Context, st *link.Stream, req api.LinkRequest, body []byte) {
+				if first == "" {
+					first = name
+					fail(http.StatusServiceUnavailable, true)(ctx, st, req, body)
+					return
+				}
+				answer("fine", 0)(ctx, st, req, body)
+			}
+		}
+		h.worker("gpu-1", 1, serve("gpu-1"))
+		h.worker("gpu-2", 1, serve("gpu-2"))
+		rep, err := h.rl.Start(chatRequest("req-1", false)).Unary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Worker.Name == first {
+			t.Fatalf("served by %s, which failed", first)
+		}
+		row := h.only()
+		if row.Attempts != 2 || row.WorkerName != rep.Worker.Name || row.StatusCode != 200 {
+			t.Fatalf("row %+v", row)
+		}
+	})
+}
+
+func TestUnaryLastingFailureIsNotRetried(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t)
+		h.worker("gpu-1", 4, fail(http.StatusBadRequest, false))
+		h.worker("gpu-2", 1, answer("never", 0))
+		_, err := h.rl.Start(chatRequest("req-1", false)).Unary()
+		if status(err) != http.StatusBadRequest {
+			t.Fatalf("err %v, want the worker's 400", err)
+		}
+		if row := h.only(); row.Attempts != 1 || row.StatusCode != 400 || *row.ErrorMessage != "engine said 400" {
+			t.Fatalf("row %+v", row)
+		}
+	})
+}
+
+func TestUnaryRetriesAtMostThreeWorkers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t)
+		for _, name := range []string{"gpu-1", "gpu-2", "gpu-3", "gpu-4"} {
+			h.worker(name, 1, fail(http.StatusBadGateway, true))
+		}
+		_, err := h.rl.Start(chatRequest("req-1", false)).Unary()
+		if status(err) != http.StatusBadGateway {
+			t.Fatalf("err %v", err)
+		}
+		if row := h.only(); row.Attempts != 3 || row.StatusCode != 502 {
+			t.Fatalf("row %+v", row)
+		}
+	})
+}
+
+func TestWorkerLostFailsNamingIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t)
+		var w *worker
+		w = h.worker("gpu-1", 4, func(ctx context.Context, st *link.Stream, _ api.LinkRequest, _ []byte) {
+			w.cut()
+			<-ctx.Done()
+		})
+		start := time.Now()
+		_, err := h.rl.Start(chatRequest("req-1", false)).Unary()
+		if status(err) != http.StatusServiceUnavailable || code(err) != "worker_lost" || !strings.Contains(err.Error(), "gpu-1 ("+w.id+")") {
+			t.Fatalf("err %v", err)
+		}
+		// The worker had its grace to come back.
+		if d := time.Since(start); d != 5*time.Second {
+			t.Fatalf("failed after %s, want the 5s grace", d)
+		}
+		if row := h.only(); row.StatusCode != 503 || row.WorkerID != w.id {
+			t.Fatalf("row %+v", row)
+		}
+	})
+}
+
+func TestKeepAlivePastEightySeconds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t)
+		w := h.worker("gpu-1", 4, answer("slow but sure", 100*time.Second))
+		start := time.Now()
+		rep, err := h.rl.Start(chatRequest("req-1", false)).Unary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Late == nil || time.Since(start) != 80*time.Second {
+			t.Fatalf("reply %+v after %s, want a late one at 80s", rep, time.Since(start))
+		}
+		if rep.Worker == nil || rep.Worker.ID != w.id {
+			t.Fatalf("a late reply names the worker running it: %+v", rep.Worker)
+		}
+		client := &late{start: start}
+		rep.Late.Write(client)
+		if want := []time.Duration{95 * time.Second}; len(client.keepAlives) != 1 || client.keepAlives[0] != want[0] {
+			t.Fatalf("keep-alives at %v, want %v", client.keepAlives, want)
+		}
+		if client.failure != nil || !strings.Contains(string(client.answer), `"content":"slow but sure"`) ||
+			!strings.Contains(string(client.answer), `"request_id":"req-1"`) {
+			t.Fatalf("answer %s, failure %v", client.answer, client.failure)
+		}
+		if row := h.only(); row.StatusCode != 200 || row.RequestDurationMs != 100_000 {
+			t.Fatalf("row %+v", row)
+		}
+	})
+}
+
+func TestLateFailureAfterKeepAlive(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t)
+		h.worker("gpu-1", 4, func(ctx context.Context, st *link.Stream, _ api.LinkRequest, _ []byte) {
+			if sleep(ctx, 2*time.Minute) {
+				fail(http.StatusInternalServerError, false)(ctx, st, api.LinkRequest{}, nil)
+			}
+		})
+		rep, err := h.rl.Start(chatRequest("req-1", false)).Unary()
+		if err != nil || rep.Late == nil {
+			t.Fatalf("reply %+v, err %v", rep, err)
+		}
+		client := &late{start: time.Now()}
+		rep.Late.Write(client)
+		// 500 is retryable, but no other worker serves the model: the
+		// failure the client gets is the one that happened.
+		if status(client.failure) != http.StatusInternalServerError || client.answer != nil || len(client.keepAlives) != 2 {
+			t.Fatalf("client %+v", client)
+		}
+		if row := h.only(); row.StatusCode != 500 {
+			t.Fatalf("row %+v", row)
+		}
+	})
+}
+
+func TestNoKeepAliveWaitsForTheAnswer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t)
+		h.worker("gpu-1", 4, answer("a long transcript", 3*time.Minute))
+		req := chatRequest("req-1", false)
+		req.NoKeepAlive = true
+		rep, err := h.rl.Start(req).Unary()
+		if err != nil || rep.Late != nil {
+			t.Fatalf("reply %+v, err %v", rep, err)
+		}
+	})
+}
+
+func TestCancelStopsTheWorker(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t)
+		stopped := make(chan struct{})
+		served := 0
+		h.worker("gpu-1", 1, func(ctx context.Context, st *link.Stream, req api.LinkRequest, body []byte) {
+			served++
+			if served == 1 {
+				<-ctx.Done()
+				close(stopped)
+				return
+			}
+			answer("next", 0)(ctx, st, req, body)
+		})
+		call := h.rl.Start(chatRequest("req-1", false))
+		go func() {
+			time.Sleep(10 * time.Second)
+			call.Cancel()
+		}()
+		_, err := call.Unary()
+		if status(err) != 499 {
+			t.Fatalf("err %v, want 499", err)
+		}
+		<-stopped // the worker was told to stop
+		if row := h.only(); row.StatusCode != 499 || row.RequestDurationMs != 10_000 {
+			t.Fatalf("row %+v", row)
+		}
+		// The slot is free again at once.
+		if _, err := h.rl.Start(chatRequest("req-2", false)).Unary(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func TestMaxDurationIs504(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t)
+		h.worker("gpu-1", 1, answer("too late", time.Hour))
+		req := chatRequest("req-1", false)
+		req.NoKeepAlive = true
+		_, err := h.rl.Start(req).Unary()
+		if status(err) != http.StatusGatewayTimeout || code(err) != "timeout" {
+			t.Fatalf("err %v", err)
+		}
+	})
+}
+
+func TestRenderShapesTheReply(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t)
+		models := []api.Model{{ID: "tts-1", Capabilities: []string{api.CapSpeech}, Engine: "sim"}}
+		w := h.worker("gpu-1", 1, func(ctx context.Context, st *link.Stream, _ api.LinkRequest, _ []byte) {
+			_ = st.Send(ctx, []byte("RIFF...."))
+			end(ctx, st, api.Result{Status: 200})
+		}, models...)
+		req := relay.Request{ID: "req-1", OrgID: org, Kind: api.KindSpeech, Model: "tts-1", Body: []byte(`{}`),
+			Render: func(a relay.Answer) (relay.Output, error) {
+				if a.Worker.ID != w.id || !strings.Contains(string(a.Svc), `"request_id":"req-1"`) {
+					t.Errorf("answer %+v", a)
+				}
+				return relay.Output{ContentType: "audio/wav", Body: a.Body, AudioSeconds: 1.5, AudioFormat: api.AudioWAV}, nil
+			}}
+		rep, err := h.rl.Start(req).Unary()
+		if err != nil || string(rep.Body) != "RIFF...." || rep.ContentType != "audio/wav" {
+			t.Fatalf("reply %+v, err %v", rep, err)
+		}
+		row := h.only()
+		if row.RequestType != api.RequestSpeech || row.AudioSeconds == nil || *row.AudioSeconds != 1.5 || row.PromptTokens != 0 {
+			t.Fatalf("row %+v", row)
+		}
+	})
+}
+
+func TestRefuseRecordsARow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t)
+		h.rl.Refuse(chatRequest("req-1", false), &api.Error{Status: 400, Message: "prompt too long"})
+		row := h.only()
+		if row.StatusCode != 400 || *row.ErrorMessage != "prompt too long" || row.WorkerID != "" || row.Attempts != 0 {
+			t.Fatalf("row %+v", row)
+		}
+	})
+}
+
+func TestStreamRelaysChunksThenTheFinals(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t)
+		w := h.worker("gpu-1", 4, answer("one two three", 0))
+		st, err := h.rl.Start(chatRequest("req-1", true)).Stream()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Worker == nil || st.Worker.ID != w.id {
+			t.Fatalf("stream worker %+v", st.Worker)
+		}
+		client := &events{}
+		st.Write(client)
+		got := client.got
+		if len(got) != 5 || !strings.Contains(got[0], `"content":"one "`) || !strings.Contains(got[3], `"finish_reason":"stop"`) {
+			t.Fatalf("events %q", got)
+		}
+		finals := strings.Split(got[4], "\n")
+		if len(finals) != 3 || !strings.Contains(finals[0], `"usage":{"completion_tokens":3,"prompt_tokens":7,"total_tokens":10}`) ||
+			!strings.Contains(finals[1], `"request_id":"req-1"`) || !strings.Contains(finals[1], `"choices":[]`) || finals[2] != "[DONE]" {
+			t.Fatalf("finals %q", finals)
+		}
+		row := h.only()
+		if !row.Stream || row.StatusCode != 200 || row.CompletionTokens != 3 || row.TimeToFirstTokenMs == nil {
+			t.Fatalf("row %+v", row)
+		}
+	})
+}
+
+func TestStreamKeepsAliveWhileTheWorkerThinks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t)
+		h.worker("gpu-1", 4, func(ctx context.Context, st *link.Stream, req api.LinkRequest, body []byte) {
+			_ = st.Send(ctx, chunk("thinking", ""))
+			answer("done", 40*time.Second)(ctx, st, req, body)
+		})
+		st, err := h.rl.Start(chatRequest("req-1", true)).Stream()
+		if err != nil {
+			t.Fatal(err)
+		}
+		client := &events{}
+		st.Write(client)
+		if comments := strings.Count(strings.Join(client.got, "|"), ": keep-alive"); comments != 2 {
+			t.Fatalf("%d keep-alive comments in 40s, want 2: %q", comments, client.got)
+		}
+	})
+}
+
+func TestStreamWorkerLostAfterOutput(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t)
+		var w *worker
+		w = h.worker("gpu-1", 4, func(ctx context.Context, st *link.Stream, _ api.LinkRequest, _ []byte) {
+			_ = st.Send(ctx, chunk("partial", ""))
+			time.Sleep(time.Second)
+			w.cut()
+			<-ctx.Done()
+		})
+		h.worker("gpu-2", 1, answer("never used", 0))
+		st, err := h.rl.Start(chatRequest("req-1", true)).Stream()
+		if err != nil {
+			t.Fatal(err)
+		}
+		client := &events{}
+		st.Write(client)
+		// Output was sent: the stream is not moved, it fails naming its worker.
+		if len(client.got) < 2 || client.got[len(client.got)-1] != "fail 503 worker_lost" {
+			t.Fatalf("events %q", client.got)
+		}
+		if row := h.only(); row.StatusCode != 503 || row.WorkerID != w.id || row.Attempts != 1 {
+			t.Fatalf("row %+v", row)
+		}
+	})
+}
+
+func TestStreamMovesWhenTheFirstWorkerFailsBeforeOutput(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t)
+		var first string
+		serve := func(name string) serveFunc {
+			return func(ctx context.Context, st *link.Stream, req api.LinkRequest, body []byte) {
+				if first == "" {
+					first = name
+					time.Sleep(3 * time.Second) // past FirstWait: the response has started
+					fail(http.StatusBadGateway, true)(ctx, st, req, body)
+					return
+				}
+				answer("rescued", 0)(ctx, st, req, body)
+			}
+		}
+		h.worker("gpu-1", 1, serve("gpu-1"))
+		h.worker("gpu-2", 1, serve("gpu-2"))
+		st, err := h.rl.Start(chatRequest("req-1", true)).Stream()
+		if err != nil {
+			t.Fatal(err)
+		}
+		client := &events{}
+		st.Write(client)
+		if !strings.Contains(client.got[0], "rescued") || !strings.HasSuffix(client.got[len(client.got)-1], "[DONE]") {
+			t.Fatalf("events %q", client.got)
+		}
+		if row := h.only(); row.Attempts != 2 || row.WorkerName == first || row.StatusCode != 200 {
+			t.Fatalf("row %+v", row)
+		}
+	})
+}
+
+func TestStreamWaitsForAWorkerInsideTheStream(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t)
+		w := h.worker("gpu-1", 1, answer("hello", 1500*time.Millisecond))
+		busy := make(chan error, 1)
+		go func() {
+			_, err := h.rl.Start(chatRequest("req-busy", false)).Unary()
+			busy <- err
+		}()
+		synctest.Wait()
+		start := time.Now()
+		st, err := h.rl.Start(chatRequest("req-1", true)).Stream()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Worker != nil || time.Since(start) != time.Second {
+			t.Fatalf("stream started after %s naming %+v; want no worker after 1s", time.Since(start), st.Worker)
+		}
+		client := &events{}
+		st.Write(client)
+		if err := <-busy; err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasSuffix(client.got[len(client.got)-1], "[DONE]") {
+			t.Fatalf("events %q", client.got)
+		}
+		rows := h.rows.rows
+		if len(rows) != 2 || rows[1].ID != "req-1" || rows[1].WorkerID != w.id || rows[1].QueueWaitMs == nil || *rows[1].QueueWaitMs != 1500 {
+			t.Fatalf("rows %+v", rows)
+		}
+	})
+}
+
+func TestStreamQueuedTooLongFailsInTheStream(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t)
+		h.worker("gpu-1", 1, answer("hello", time.Minute))
+		busy := make(chan struct{})
+		go func() {
+			defer close(busy)
+			_, _ = h.rl.Start(chatRequest("req-busy", false)).Unary()
+		}()
+		defer func() { <-busy }()
+		synctest.Wait()
+		st, err := h.rl.Start(chatRequest("req-1", true)).Stream()
+		if err != nil || st.Worker != nil {
+			t.Fatalf("stream %+v, err %v", st, err)
+		}
+		client := &events{}
+		st.Write(client)
+		if len(client.got) != 1 || client.got[0] != "fail 429 capacity_exceeded" {
+			t.Fatalf("events %q, want the capacity 429 after the 2s hold", client.got)
+		}
+	})
+}
+
+func TestStreamClientLeavesMidway(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t)
+		stopped := make(chan struct{})
+		h.worker("gpu-1", 4, func(ctx context.Context, st *link.Stream, _ api.LinkRequest, _ []byte) {
+			defer close(stopped)
+			for i := 0; ctx.Err() == nil; i++ {
+				_ = st.Send(ctx, chunk("word ", ""))
+				time.Sleep(100 * time.Millisecond)
+			}
+		})
+		st, err := h.rl.Start(chatRequest("req-1", true)).Stream()
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.Write(&events{goneAfter: 3})
+		<-stopped
+		row := h.only()
+		// Billed for what it was sent, estimated since the worker never
+		// reported.
+		if row.StatusCode != 499 || !row.TokensEstimated || row.CompletionTokens == 0 {
+			t.Fatalf("row %+v", row)
+		}
+	})
+}
+
+func TestAbandonedStreamIsA499(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t)
+		h.worker("gpu-1", 4, answer("unread", 5*time.Second))
+		st, err := h.rl.Start(chatRequest("req-1", true)).Stream()
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.Abandon()
+		if row := h.only(); row.StatusCode != 499 {
+			t.Fatalf("row %+v", row)
+		}
+		if n := h.inFlight(); n != 0 {
+			t.Fatalf("%d in flight", n)
+		}
+	})
+}
+
+func TestOnEndRunsOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t)
+		h.worker("gpu-1", 4, answer("x", 0))
+		call := h.rl.Start(chatRequest("req-1", false))
+		ended := 0
+		call.OnEnd(func() { ended++ })
+		if _, err := call.Unary(); err != nil {
+			t.Fatal(err)
+		}
+		call.Cancel()
+		call.OnEnd(func() { ended++ }) // after the end: runs at once
+		if ended != 2 {
+			t.Fatalf("hooks ran %d times", ended)
+		}
+	})
+}

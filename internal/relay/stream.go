@@ -1,0 +1,294 @@
+package relay
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"runtime/debug"
+	"time"
+
+	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/fleet"
+	"github.com/svc-dev/svc/internal/link"
+)
+
+// EventWriter is where a stream's events go once its response has
+// started. Each call writes at once; an error means the client is gone.
+type EventWriter interface {
+	// Data sends events, in order, as one write.
+	Data(events ...[]byte) error
+	// Comment sends a comment, which clients ignore (a keep-alive).
+	Comment(text string) error
+	// Fail sends the failure as the stream's last event and ends it.
+	Fail(err error) error
+}
+
+// Stream is a streaming request whose response may start. The transport
+// starts an event stream (naming Worker when set) and calls Write once, on
+// the goroutine that writes the body, or Abandon if it never will.
+type Stream struct {
+	// Worker serves the stream; nil while it still waits for one, in the
+	// stream itself.
+	Worker *fleet.WorkerInfo
+
+	c       *Call
+	first   firstOutput
+	pending <-chan error
+	ran     bool
+}
+
+// firstOutput is what begin found: nothing yet, an event, or the end.
+type firstOutput struct {
+	typ link.Type
+	msg []byte
+}
+
+// Stream begins a streaming request. Anything known up front (an unknown
+// model, no worker, a pinned worker that cannot serve, an engine that
+// refuses at once) is returned as the error, for a plain HTTP answer. When
+// a worker is free within WorkerWait the stream names it; otherwise it
+// starts without a worker and keeps waiting inside the stream, where a 429
+// or 503 arrives as its failure.
+func (c *Call) Stream() (*Stream, error) {
+	acquired := make(chan error, 1)
+	go func() { acquired <- c.acquire() }()
+	s := &Stream{c: c, pending: acquired}
+	wait := time.NewTimer(c.rl.timing.WorkerWait)
+	defer wait.Stop()
+	select {
+	case err := <-acquired:
+		s.pending = nil
+		if err == nil {
+			s.first, err = c.begin()
+		}
+		if err != nil {
+			c.done(err)
+			return nil, err
+		}
+		w := c.lease.Worker
+		s.Worker = &w
+	case <-wait.C:
+	}
+	return s, nil
+}
+
+// Write relays the stream to w until it ends.
+func (s *Stream) Write(w EventWriter) {
+	s.ran = true
+	c := s.c
+	defer func() {
+		// A panic here would otherwise lose the request's record; it is
+		// recorded, the bug logged, and the panic goes on to the transport.
+		if p := recover(); p != nil {
+			c.rl.log.Error("stream relay panicked", "panic", p, "stack", string(debug.Stack()))
+			c.done(&api.Error{Status: http.StatusInternalServerError, Message: "Internal error while streaming",
+				Err: fmt.Errorf("panic: %v", p)})
+			panic(p)
+		}
+	}()
+	c.done(c.pump(&events{w: w}, s.first, s.pending))
+}
+
+// Abandon ends a stream whose body was never written, because the
+// connection failed or the server shut down first: the request is
+// abandoned like one whose client went away.
+func (s *Stream) Abandon() {
+	if s.ran {
+		return
+	}
+	s.ran = true
+	c := s.c
+	c.cancel()
+	if s.pending != nil {
+		<-s.pending // returns at once after the cancel
+	}
+	c.clientGone()
+	c.done(ErrClientGone)
+}
+
+// events is an EventWriter that remembers a departed client, so the
+// relay checks once where it matters rather than after every write.
+type events struct {
+	w    EventWriter
+	gone bool
+}
+
+func (e *events) data(b ...[]byte) {
+	if !e.gone && e.w.Data(b...) != nil {
+		e.gone = true
+	}
+}
+
+func (e *events) comment(text string) {
+	if !e.gone && e.w.Comment(text) != nil {
+		e.gone = true
+	}
+}
+
+func (e *events) fail(err error) {
+	if !e.gone && e.w.Fail(err) != nil {
+		e.gone = true
+	}
+}
+
+// begin opens the request on the leased worker and waits up to FirstWait
+// for its first output, moving to another worker on failures before any.
+func (c *Call) begin() (firstOutput, error) {
+	err := c.openOrMove()
+	for err == nil {
+		typ, msg, rerr := c.readMessage(c.rl.timing.FirstWait)
+		switch {
+		case errors.Is(rerr, errIdle):
+			return firstOutput{}, nil
+		case rerr != nil && c.ctx.Err() != nil:
+			c.clientGone()
+			return firstOutput{}, c.ctxError()
+		case rerr != nil:
+			if !c.failed(fleet.Failed, c.lostError(rerr)) {
+				return firstOutput{}, c.lastErr
+			}
+		case typ == link.TypeEnd:
+			res := parseResult(msg)
+			if res.Status == http.StatusOK {
+				return firstOutput{typ: typ, msg: msg}, nil
+			}
+			if !retryable(res) || !c.failed(outcome(res), resultError(res)) {
+				return firstOutput{}, c.settle(res)
+			}
+		default:
+			return firstOutput{typ: typ, msg: msg}, nil
+		}
+		err = c.retry()
+	}
+	return firstOutput{}, err
+}
+
+// pump relays the stream to the client until the worker's result, then
+// writes the final chunks. A worker lost before any output is replaced.
+// It returns what the client was answered with, nil on success.
+func (c *Call) pump(out *events, first firstOutput, pending <-chan error) error {
+	every := c.rl.timing.KeepAliveEvery
+	if pending != nil {
+		if err := c.await(out, pending, every); err != nil {
+			return err
+		}
+	}
+	wrote := false
+	next := first
+	for {
+		typ, msg := next.typ, next.msg
+		next = firstOutput{}
+		if typ == 0 {
+			var err error
+			typ, msg, err = c.readMessage(every)
+			switch {
+			case errors.Is(err, errIdle):
+				if out.comment("keep-alive"); out.gone {
+					c.clientGone()
+					return ErrClientGone
+				}
+				continue
+			case err != nil && c.ctx.Err() != nil:
+				c.clientGone()
+				err = c.ctxError()
+				out.fail(err)
+				return err
+			case err != nil:
+				cause := c.lostError(err)
+				if wrote {
+					c.lease.Release(fleet.Failed)
+				} else if c.failed(fleet.Failed, cause) {
+					if err := c.retry(); err != nil {
+						out.fail(err)
+						return err
+					}
+					continue
+				}
+				out.fail(cause)
+				return cause
+			}
+		}
+		if typ != link.TypeEnd {
+			c.inspect(msg)
+			out.data(msg)
+			wrote = true
+			if out.gone {
+				c.clientGone()
+				return ErrClientGone
+			}
+			continue
+		}
+		res := parseResult(msg)
+		if !wrote && res.Status != http.StatusOK && retryable(res) && c.failed(outcome(res), resultError(res)) {
+			if err := c.retry(); err != nil {
+				out.fail(err)
+				return err
+			}
+			continue
+		}
+		if err := c.settle(res); err != nil {
+			out.fail(err)
+			return err
+		}
+		finals := append(c.finalChunks(), []byte("[DONE]"))
+		// The row is queued before the client can see the end, so a read
+		// of the usage log that follows the stream finds it.
+		c.done(nil)
+		out.data(finals...)
+		return nil
+	}
+}
+
+// await waits in the stream for the worker the request is queued for,
+// with keep-alive comments, then opens the request on it.
+func (c *Call) await(out *events, pending <-chan error, every time.Duration) error {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-pending:
+			if err == nil {
+				err = c.openOrMove()
+			}
+			if err != nil {
+				out.fail(err)
+			}
+			return err
+		case <-tick.C:
+			if out.comment("keep-alive"); out.gone {
+				// The acquisition sees the cancel and returns at once.
+				c.cancel()
+			}
+		}
+	}
+}
+
+// openOrMove opens the request on the leased worker, moving to another
+// when that fails.
+func (c *Call) openOrMove() error {
+	for {
+		err := c.open()
+		if err == nil {
+			return nil
+		}
+		if c.ctx.Err() != nil {
+			// The client left (or time ran out); the worker is not to blame.
+			c.clientGone()
+			return c.ctxError()
+		}
+		if !c.failed(fleet.Failed, c.lostError(err)) {
+			return c.lastErr
+		}
+		if err := c.acquire(); err != nil {
+			return err
+		}
+	}
+}
+
+// retry moves a stream that has sent nothing yet to another worker.
+func (c *Call) retry() error {
+	if err := c.acquire(); err != nil {
+		return err
+	}
+	return c.openOrMove()
+}

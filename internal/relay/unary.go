@@ -1,0 +1,187 @@
+package relay
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/e2ee"
+	"github.com/svc-dev/svc/internal/fleet"
+	"github.com/svc-dev/svc/internal/link"
+)
+
+// Reply is a non-streaming reply: complete, or started before its answer
+// to keep the connection alive (Late set).
+type Reply struct {
+	// Worker served the reply; for a late one, the worker serving it when
+	// it started, nil while the request still waits for one.
+	Worker *fleet.WorkerInfo
+	// ServerTiming is the Server-Timing header of a complete reply.
+	ServerTiming string
+	ContentType  string
+	Body         []byte
+	// Late, when set, is the rest of a reply whose answer is not there
+	// yet: the transport starts a 200 JSON reply and hands its body to it.
+	Late *Late
+}
+
+// LateWriter is where the rest of a reply that started before its answer
+// goes. Each call writes at once; an error means the client is gone.
+type LateWriter interface {
+	// KeepAlive sends something JSON ignores, such as a newline.
+	KeepAlive() error
+	// Answer sends the answer and ends the reply.
+	Answer(body []byte) error
+	// Fail sends the failure as the reply's body and ends it.
+	Fail(err error) error
+}
+
+// Late is the rest of a reply that started before its answer.
+type Late struct {
+	c    *Call
+	done <-chan unaryResult
+}
+
+// unaryResult is a non-streaming answer: the body and its content type,
+// or the error to answer with.
+type unaryResult struct {
+	contentType string
+	body        []byte
+	err         error
+}
+
+// Unary runs a non-streaming request. Nothing reaches the client until the
+// answer is complete, so every failure another worker may not share is
+// retried there. An answer still missing after KeepAliveAfter starts the
+// reply anyway (Reply.Late): the connection is kept alive with whitespace,
+// which JSON allows before a value, and a late failure arrives as a 200
+// whose body is the error object.
+//
+// A reply that may not begin before the answer does (raw audio, subtitle
+// files: Request.NoKeepAlive) waits for it however long it takes instead.
+// The error is the failure to answer with when nothing was sent.
+func (c *Call) Unary() (*Reply, error) {
+	done := make(chan unaryResult, 1)
+	go func() {
+		a := c.exchange()
+		if a.err != nil && c.req.Shape != nil {
+			a.err = c.req.Shape(a.err)
+		}
+		done <- a
+	}()
+	var keepAlive <-chan time.Time
+	if !c.req.NoKeepAlive {
+		timer := time.NewTimer(c.rl.timing.KeepAliveAfter)
+		defer timer.Stop()
+		keepAlive = timer.C
+	}
+	select {
+	case a := <-done:
+		c.done(a.err)
+		if a.err != nil {
+			return nil, a.err
+		}
+		w := c.lease.Worker
+		return &Reply{Worker: &w, ServerTiming: c.serverTiming(), ContentType: a.contentType, Body: a.body}, nil
+	case <-keepAlive:
+	}
+	return &Reply{Worker: c.Worker(), ContentType: "application/json", Late: &Late{c: c, done: done}}, nil
+}
+
+// Write keeps the connection alive until the answer comes, then writes
+// it. The transport calls it once, on the goroutine that writes the body.
+func (l *Late) Write(w LateWriter) {
+	c := l.c
+	tick := time.NewTicker(c.rl.timing.KeepAliveEvery)
+	defer tick.Stop()
+	gone := false
+	for {
+		select {
+		case a := <-l.done:
+			c.done(a.err)
+			if gone {
+				return
+			}
+			if a.err != nil {
+				_ = w.Fail(a.err)
+			} else {
+				_ = w.Answer(a.body)
+			}
+			return
+		case <-tick.C:
+			if gone {
+				continue
+			}
+			if w.KeepAlive() != nil {
+				gone = true
+				c.cancel() // the exchange stops and reports 499
+			}
+		}
+	}
+}
+
+// Abandon ends a late reply whose body will never be written, because the
+// connection failed or the server shut down first.
+func (l *Late) Abandon() {
+	l.c.cancel()
+	<-l.done
+	l.c.done(ErrClientGone)
+}
+
+// exchange runs the request on workers until one answers or none is left,
+// and returns the reply to send.
+func (c *Call) exchange() unaryResult {
+	for {
+		if err := c.acquire(); err != nil {
+			return unaryResult{err: err}
+		}
+		res, body, err := c.collect()
+		switch {
+		case c.ctx.Err() != nil:
+			c.clientGone()
+			return unaryResult{err: c.ctxError()}
+		case err != nil:
+			if c.failed(fleet.Failed, c.lostError(err)) {
+				continue
+			}
+			return unaryResult{err: c.lastErr}
+		case res.Status != http.StatusOK && retryable(res) && c.failed(outcome(res), resultError(res)):
+			continue
+		}
+		if err := c.settle(res); err != nil {
+			return unaryResult{err: err}
+		}
+		if c.req.Render != nil {
+			out, err := c.req.Render(Answer{Body: body, Worker: c.lease.Worker, Svc: c.svcIdentity()})
+			c.out = out
+			return unaryResult{contentType: out.ContentType, body: out.Body, err: err}
+		}
+		if c.req.E2E {
+			out, err := c.sealedReply(body)
+			return unaryResult{contentType: e2ee.ContentType, body: out, err: err}
+		}
+		out, err := c.completeBody(body)
+		return unaryResult{contentType: "application/json", body: out, err: err}
+	}
+}
+
+// collect runs the request on the leased worker and gathers its answer.
+func (c *Call) collect() (*api.Result, []byte, error) {
+	if err := c.open(); err != nil {
+		return nil, nil, err
+	}
+	var body []byte
+	for {
+		typ, msg, err := c.readMessage(0)
+		if err != nil {
+			return nil, nil, err
+		}
+		if typ == link.TypeEnd {
+			return parseResult(msg), body, nil
+		}
+		if body = append(body, msg...); len(body) > maxResponse {
+			c.st.Reset()
+			return &api.Result{Status: http.StatusBadGateway, Error: &api.ResultError{Message: errTooLarge.Error(), Type: api.TypeUpstream}}, nil, nil
+		}
+	}
+}

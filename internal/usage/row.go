@@ -1,0 +1,107 @@
+package usage
+
+import (
+	"time"
+
+	"github.com/svc-dev/svc/internal/api"
+)
+
+// Outcome is what is known of a request when it ends: who asked, where it
+// ran, what it answered and what the worker reported.
+type Outcome struct {
+	RequestID   string
+	Started     time.Time
+	Ended       time.Time
+	Model       string
+	RequestType string // api.RequestChat, ...
+	Stream      bool
+	KeyID       string
+	Attempts    int
+
+	// Status is the answer's HTTP status, ErrorMessage its message when
+	// it failed.
+	Status       int
+	ErrorMessage string
+
+	// Ran is set when the request reached a worker, which WorkerID and
+	// WorkerName name.
+	Ran        bool
+	WorkerID   string
+	WorkerName string
+
+	// Usage is the worker's token count, or an estimate from the text
+	// relayed (Estimated) when it reported none; Produced says whether
+	// any text was relayed to estimate from.
+	Usage     *api.Usage
+	Estimated bool
+	Produced  bool
+	// Timing is the reply's svc.timing.
+	Timing *api.Timing
+
+	Images       int
+	AudioSeconds float64
+	AudioFormat  string
+	Notice       *api.Notice
+	EnergyWh     *float64
+	// ModerationOutcome and ModerationCategories are a moderation check's.
+	ModerationOutcome    string
+	ModerationCategories []string
+}
+
+// Row is the usage row of a request that ended.
+func Row(o Outcome) api.UsageRow {
+	row := api.UsageRow{
+		ID: o.RequestID, CreatedAt: o.Started.UTC(), Model: o.Model, RequestType: o.RequestType,
+		StatusCode: o.Status, RequestDurationMs: o.Ended.Sub(o.Started).Milliseconds(),
+		Stream: o.Stream, Attempts: o.Attempts, APIKeyID: o.KeyID, Images: o.Images, EnergyWh: o.EnergyWh,
+	}
+	failed := o.Status != 200
+	if failed {
+		msg := o.ErrorMessage
+		row.ErrorMessage = &msg
+	}
+	if o.ModerationOutcome != "" {
+		outcome := o.ModerationOutcome
+		row.ModerationOutcome, row.ModerationCategories = &outcome, o.ModerationCategories
+	}
+	if o.AudioFormat != "" && !failed {
+		secs, format := o.AudioSeconds, o.AudioFormat
+		row.AudioSeconds, row.AudioFormat = &secs, &format
+	}
+	if o.Ran {
+		row.WorkerID, row.WorkerName = o.WorkerID, o.WorkerName
+	}
+	// Tokens are counted for text only; a request that never reached an
+	// engine has nothing to estimate, but a client that left mid-answer
+	// is billed for what it was sent.
+	textual := o.RequestType == api.RequestChat || o.RequestType == api.RequestEmbeddings
+	if o.Ran && textual && o.Usage != nil && (!o.Estimated || o.Produced || o.Status == 499) {
+		u := o.Usage
+		row.PromptTokens, row.CompletionTokens, row.TotalTokens = u.PromptTokens, u.CompletionTokens, u.TotalTokens
+		row.ReasoningTokens, row.CachedTokens = u.ReasoningTokens, u.CachedTokens
+		row.TokensEstimated = o.Estimated
+	}
+	if o.Ran && o.Status < 500 && o.Timing != nil {
+		t := o.Timing
+		row.TimeToFirstTokenMs = msPtr(t.TTFTMs)
+		row.TokensPerSecond = t.TokensPerSecond
+		row.DraftAcceptanceRate = t.DraftAcceptanceRate
+		row.QueueWaitMs = msPtr(t.QueueWaitMs)
+		row.WorkerQueueWaitMs = msPtr(t.WorkerQueueWaitMs)
+		row.ModelLoadMs = msPtr(t.ModelLoadMs)
+		row.ColdStart = t.ColdStart != nil && *t.ColdStart
+	}
+	if o.Notice != nil {
+		code := o.Notice.Code
+		row.Notice = &code
+	}
+	return row
+}
+
+func msPtr(v *float64) *int64 {
+	if v == nil {
+		return nil
+	}
+	ms := int64(*v + 0.5)
+	return &ms
+}
