@@ -4,6 +4,8 @@ import "errors"
 
 // ErrUnsupported reports content that is not WAV, MP3 or FLAC. Its message
 // is what the gateway shows to clients, hence the capital letter.
+//
+//lint:ignore ST1005 clients are shown this message as it is (docs/audio.md)
 var ErrUnsupported = errors.New("Unsupported audio format")
 
 // ErrTooLong reports audio with more samples than Decode may return.

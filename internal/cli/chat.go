@@ -199,8 +199,10 @@ func chatRun(ctx context.Context, opts *ChatOptions) error {
 		return w.content(p.Content)
 	}
 	if opts.NoStream {
-		raw, err := c.Chat(ctx, opts.request(false))
-		if err != nil {
+		// err is the one checked after both branches: declaring a new one
+		// here would lose the error of writing the answer.
+		var raw json.RawMessage
+		if raw, err = c.Chat(ctx, opts.request(false)); err != nil {
 			return err
 		}
 		var t chatText

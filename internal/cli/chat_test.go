@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 )
@@ -118,6 +119,27 @@ func TestChatNoStreamAndJSON(t *testing.T) {
 	r = cliRun{env: gatewayEnv(g)}.run(t, "chat", "sim-reasoner", "why?", "--jq", ".usage.total_tokens")
 	if r.stdout != "14\n" {
 		t.Fatalf("--jq number: %q", r.stdout)
+	}
+}
+
+// closedPipe is a stdout whose reader has gone.
+type closedPipe struct{}
+
+func (closedPipe) Write([]byte) (int, error) { return 0, errors.New("write |1: broken pipe") }
+
+func TestChatOutputFails(t *testing.T) {
+	// An answer that ends its own line leaves nothing for the final
+	// newline to write, so the failed write of the answer is the only one.
+	g := newFakeGateway(t, map[string]fakeReply{
+		"POST /v1/chat/completions stream": {body: "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Blue.\\n\"}}]}\n\ndata: [DONE]\n\n",
+			header: map[string]string{"Content-Type": "text/event-stream"}},
+		"POST /v1/chat/completions": {body: `{"choices": [{"index": 0, "message": {"role": "assistant", "content": "Blue.\n"}}]}`},
+	})
+	for _, args := range [][]string{{"chat", "m", "why?"}, {"chat", "m", "why?", "--no-stream"}} {
+		r := cliRun{env: gatewayEnv(g), out: closedPipe{}}.run(t, args...)
+		if r.code != exitError || !strings.Contains(r.stderr, "broken pipe") {
+			t.Errorf("%v: exit %d, stderr %q", args, r.code, r.stderr)
+		}
 	}
 }
 

@@ -133,6 +133,9 @@ type cliRun struct {
 	stdin    string
 	tty      bool // stdout is a colour terminal
 	stdinTTY bool
+	// out, when set, is stdout in place of the buffer that cliResult
+	// reports: a pipe that has closed.
+	out io.Writer
 }
 
 type cliResult struct {
@@ -152,6 +155,9 @@ func (c cliRun) run(t *testing.T, args ...string) cliResult {
 	in.WriteString(c.stdin)
 	ios.SetStdoutTTY(c.tty)
 	ios.SetStdinTTY(c.stdinTTY)
+	if c.out != nil {
+		ios.Out = c.out
+	}
 	f := &Factory{IO: ios, Build: buildinfo.Info{Version: "v1.2.3", Commit: "abc", Go: "go1.26.0"},
 		Getenv: func(k string) string { return env[k] }}
 	root := NewCmdRoot(f)
