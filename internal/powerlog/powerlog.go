@@ -143,18 +143,18 @@ func (l *Log) Record(workerID string, rep api.PowerReport, now time.Time) []Wind
 		changed = true
 	}
 	st.stored = true
-	// st.channels is replaced, never changed in place: the store may read
-	// it after the lock is let go.
-	meta := &Meta{Channels: st.channels, Machine: st.machine}
+	var meta *Meta
+	if changed {
+		// st.channels is replaced, never changed in place: the store may
+		// read it after the lock is let go.
+		meta = &Meta{Channels: st.channels, Machine: st.machine}
+	}
 	l.mu.Unlock()
 
-	if len(fresh) == 0 && !changed {
-		return nil // nothing new: a resend, or a report with no windows
-	}
-	if !changed {
-		meta = nil
-	}
 	if len(fresh) == 0 {
+		if !changed {
+			return nil // nothing new: a resend, or a report with no windows
+		}
 		through = 0
 	}
 	l.store.Add(workerID, Split(fresh), through, meta)
