@@ -10,6 +10,7 @@ import (
 	bbolt "go.etcd.io/bbolt"
 
 	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/powerlog"
 )
 
 // benchPowerChannels is a machine with eight GPUs: ten channels.
@@ -43,11 +44,12 @@ func benchWorkerID(i int) string { return fmt.Sprintf("wrk_%08x", i*7919) }
 // and 2 hours of minute ones, as pruning leaves them.
 //
 // The last 25 hours are recorded as the workers send them, a minute's
-// window at a time through Record, committed ten minutes at a time. The
-// hours before are written as their hourly buckets directly, in the same
-// time order, through the same code the writer runs: recording them
-// minute by minute would also write, then prune, 4 million finer buckets.
-func powerFleet(b *testing.B, workers int) (*Store, *Power, time.Time) {
+// window at a time through the history's Record, committed ten minutes at
+// a time. The hours before are written as their hourly buckets directly,
+// in the same time order, through the same code the writer runs:
+// recording them minute by minute would also write, then prune, 4
+// million finer buckets.
+func powerFleet(b *testing.B, workers int) (*Store, *powerlog.Log, time.Time) {
 	b.Helper()
 	s, err := Open(b.TempDir(), Options{})
 	if err != nil {
@@ -56,18 +58,18 @@ func powerFleet(b *testing.B, workers int) (*Store, *Power, time.Time) {
 	b.Cleanup(func() { s.Close() })
 	w := s.NewWriter(WriterOptions{})
 	p := s.Power(w)
+	h := powerlog.New(p, nil)
 	rng := rand.New(rand.NewPCG(5, 6))
 	chans := benchPowerChannels()
 	now := time.Date(2026, 11, 15, 12, 0, 0, 0, time.UTC)
 	recent := now.Add(-25 * time.Hour)
 	built := time.Now()
 
-	for h := now.Add(-30 * 24 * time.Hour); h.Before(recent); h = h.Add(time.Hour) {
+	for hour := now.Add(-30 * 24 * time.Hour); hour.Before(recent); hour = hour.Add(time.Hour) {
 		err := s.db.Update(func(tx *bbolt.Tx) error {
-			hourly := p.bucket(tx, len(p.layers)-1)
 			for i := range workers {
-				win, _ := checkPowerWindow(ptr(benchPowerWindow(rng, chans, h, 3600)))
-				if err := p.addToBucket(hourly, powerKey(benchWorkerID(i), h.Unix()), win.sums); err != nil {
+				win, _ := powerlog.Check(ptr(benchPowerWindow(rng, chans, hour, 3600)))
+				if err := p.addToBucket(tx, powerAdd{bucketPower3600, powerKey(benchWorkerID(i), hour.Unix()), win.Sums}); err != nil {
 					return err
 				}
 			}
@@ -79,8 +81,8 @@ func powerFleet(b *testing.B, workers int) (*Store, *Power, time.Time) {
 	}
 	for m := recent; m.Before(now); m = m.Add(time.Minute) {
 		for i := range workers {
-			p.Record(benchWorkerID(i), api.PowerReport{Channels: chans, Machine: api.MethodMeasured,
-				Windows: []api.PowerWindow{benchPowerWindow(rng, chans, m, 60)}})
+			h.Record(benchWorkerID(i), api.PowerReport{Channels: chans, Machine: api.MethodMeasured,
+				Windows: []api.PowerWindow{benchPowerWindow(rng, chans, m, 60)}}, now)
 		}
 		if m.Minute()%10 == 9 {
 			if err := w.Flush(); err != nil {
@@ -102,7 +104,7 @@ func powerFleet(b *testing.B, workers int) (*Store, *Power, time.Time) {
 		b.Fatal(err)
 	}
 	b.Logf("built %d workers' history in %v", workers, time.Since(built).Round(time.Millisecond))
-	return s, p, now
+	return s, h, now
 }
 
 func benchFleetSize() int {
@@ -118,14 +120,14 @@ func benchFleetSize() int {
 // resolution's share.
 func BenchmarkPowerHistory30d(b *testing.B) {
 	workers := benchFleetSize()
-	s, p, now := powerFleet(b, workers)
+	s, hist, now := powerFleet(b, workers)
 	id := benchWorkerID(workers / 2)
-	h, err := p.History(id, api.Range30d, now)
+	h, err := hist.History(id, api.Range30d, now)
 	if err != nil || len(h.Points) != 720 || len(h.Points[0].Values) != 10 {
 		b.Fatalf("%d points, %v", len(h.Points), err)
 	}
 	for b.Loop() {
-		if _, err := p.History(id, api.Range30d, now); err != nil {
+		if _, err := hist.History(id, api.Range30d, now); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -136,9 +138,10 @@ func BenchmarkPowerHistory30d(b *testing.B) {
 		// The file's pages up to the highest in use, free ones included:
 		// what the file must be at least.
 		b.ReportMetric(float64(tx.Size())/workerDays, "file-B/worker-day")
-		for _, l := range p.layers {
-			st := tx.Bucket(l.bucket).Stats()
-			b.ReportMetric(float64(st.LeafAlloc+st.BranchAlloc)/workerDays, fmt.Sprintf("%s-B/worker-day", l.bucket))
+		for _, l := range powerlog.Layers() {
+			name, _ := powerBucket(l.Res)
+			st := tx.Bucket(name).Stats()
+			b.ReportMetric(float64(st.LeafAlloc+st.BranchAlloc)/workerDays, fmt.Sprintf("%s-B/worker-day", name))
 		}
 		return nil
 	})
@@ -151,12 +154,12 @@ func BenchmarkPowerHistory30d(b *testing.B) {
 // TodayKWh of every worker as the workers list does.
 func BenchmarkPowerQueries(b *testing.B) {
 	workers := benchFleetSize()
-	_, p, now := powerFleet(b, workers)
+	_, hist, now := powerFleet(b, workers)
 	id := benchWorkerID(workers / 2)
 	for _, rng := range []string{api.Range1h, api.Range24h, api.Range7d} {
 		b.Run(rng, func(b *testing.B) {
 			for b.Loop() {
-				if _, err := p.History(id, rng, now); err != nil {
+				if _, err := hist.History(id, rng, now); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -165,7 +168,7 @@ func BenchmarkPowerQueries(b *testing.B) {
 	b.Run(fmt.Sprintf("TodayKWh×%d", workers), func(b *testing.B) {
 		for b.Loop() {
 			for i := range workers {
-				if _, ok := p.TodayKWh(benchWorkerID(i), now); !ok {
+				if _, ok := hist.TodayKWh(benchWorkerID(i), now); !ok {
 					b.Fatal("no energy today")
 				}
 			}
@@ -189,7 +192,7 @@ func BenchmarkPowerRecord(b *testing.B) {
 			}
 			defer s.Close()
 			w := s.NewWriter(WriterOptions{})
-			p := s.Power(w)
+			h := powerlog.New(s.Power(w), nil)
 			rng := rand.New(rand.NewPCG(7, 8))
 			chans := benchPowerChannels()
 			const workers = 100
@@ -207,6 +210,9 @@ func BenchmarkPowerRecord(b *testing.B) {
 				}
 				reports[i] = r
 			}
+			// The clock at the end of the last window, so that none is
+			// taken for one from the future.
+			clock := start.Add(time.Duration((b.N/workers+1)*mode.windows) * time.Minute)
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
 			go func() { done <- w.Run(ctx) }()
@@ -229,7 +235,7 @@ func BenchmarkPowerRecord(b *testing.B) {
 					ws[j] = win
 				}
 				r.Windows = ws
-				p.Record(ids[i%workers], r)
+				h.Record(ids[i%workers], r, clock)
 			}
 			cancel()
 			if err := <-done; err != nil {

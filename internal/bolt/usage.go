@@ -2,22 +2,23 @@ package bolt
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 	"sync/atomic"
 	"time"
 
 	bbolt "go.etcd.io/bbolt"
 
 	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/usage"
 )
 
-// Usage stores the usage log and its aggregates through a Writer.
+// Usage stores the usage log and the totals it adds up to through a
+// Writer; what a row adds up to, and what is told from the totals, is
+// package usage's.
 //
 // Rows live in usage_rows as a time log (see timeKey), so a listing is
 // one reverse range scan, each row in the compact layout of usagerow.go
@@ -86,11 +87,11 @@ func appendTotals(b []byte, t *api.UsageTotals) []byte {
 
 var errBadTotals = errors.New("malformed usage totals")
 
-// addEncoded adds the totals encoded at the start of v to t and returns
-// what follows them (a worker's name). A version 1 aggregate, from before
-// energy was counted, reads as having none; it is rewritten as version 2
-// the next time a row adds to it.
-func addEncoded(t *api.UsageTotals, v []byte) ([]byte, error) {
+// decodeTotals decodes the totals encoded at the start of v into t and
+// returns what follows them (a worker's name). A version 1 aggregate,
+// from before energy was counted, reads as having none; it is rewritten
+// as version 2 the next time a row adds to it.
+func decodeTotals(t *api.UsageTotals, v []byte) ([]byte, error) {
 	size := totalsSize
 	switch {
 	case len(v) > 0 && v[0] == 1:
@@ -102,94 +103,54 @@ func addEncoded(t *api.UsageTotals, v []byte) ([]byte, error) {
 		return nil, errBadTotals
 	}
 	f := func(i int) int64 { return int64(binary.LittleEndian.Uint64(v[1+i*8:])) }
-	t.Requests += f(0)
-	t.Succeeded += f(1)
-	t.Failed += f(2)
-	t.Cancelled += f(3)
-	t.PromptTokens += f(4)
-	t.CompletionTokens += f(5)
-	t.TotalTokens += f(6)
-	t.ReasoningTokens += f(7)
-	t.CachedTokens += f(8)
-	t.Images += f(9)
-	t.RequestDurationMs += f(10)
-	t.AudioSeconds += math.Float64frombits(uint64(f(11)))
+	*t = api.UsageTotals{
+		Requests:          f(0),
+		Succeeded:         f(1),
+		Failed:            f(2),
+		Cancelled:         f(3),
+		PromptTokens:      f(4),
+		CompletionTokens:  f(5),
+		TotalTokens:       f(6),
+		ReasoningTokens:   f(7),
+		CachedTokens:      f(8),
+		Images:            f(9),
+		RequestDurationMs: f(10),
+		AudioSeconds:      math.Float64frombits(uint64(f(11))),
+	}
 	if size == totalsSize {
-		t.EnergyWh += math.Float64frombits(uint64(f(12)))
+		t.EnergyWh = math.Float64frombits(uint64(f(12)))
 	}
 	return v[size:], nil
-}
-
-// rowTotals is what one row adds to every aggregate it counts toward.
-func rowTotals(r *api.UsageRow) api.UsageTotals {
-	t := api.UsageTotals{
-		Requests:          1,
-		PromptTokens:      int64(r.PromptTokens),
-		CompletionTokens:  int64(r.CompletionTokens),
-		TotalTokens:       int64(r.TotalTokens),
-		Images:            int64(r.Images),
-		RequestDurationMs: r.RequestDurationMs,
-	}
-	switch {
-	case r.StatusCode < 400:
-		t.Succeeded = 1
-	case r.StatusCode == 499:
-		t.Cancelled = 1
-	default:
-		t.Failed = 1
-	}
-	if r.ReasoningTokens != nil {
-		t.ReasoningTokens = int64(*r.ReasoningTokens)
-	}
-	if r.CachedTokens != nil {
-		t.CachedTokens = int64(*r.CachedTokens)
-	}
-	if r.AudioSeconds != nil {
-		t.AudioSeconds = *r.AudioSeconds
-	}
-	if r.EnergyWh != nil {
-		t.EnergyWh = *r.EnergyWh
-	}
-	return t
-}
-
-// finite drops a NaN or infinite measurement: the API's JSON cannot carry
-// it, and one in an aggregate would spoil every total it is added to.
-func finite(p *float64) *float64 {
-	if p == nil || math.IsNaN(*p) || math.IsInf(*p, 0) {
-		return nil
-	}
-	return p
 }
 
 // Sync waits until the rows recorded so far are committed, so a read that
 // follows sees them (see Writer.Sync).
 func (u *Usage) Sync(ctx context.Context) error { return u.w.Sync(ctx) }
 
-// Record queues a row; it never blocks. The row and the organisation's
-// aggregates are written in the same group-commit transaction.
+// Record queues a row, cleaned and added up as package usage says; it
+// never blocks. The row and what it adds to the organisation's totals are
+// written in the same group-commit transaction.
 func (u *Usage) Record(orgID string, row api.UsageRow) {
-	row.CreatedAt = row.CreatedAt.UTC()
-	row.TokensPerSecond = finite(row.TokensPerSecond)
-	row.DraftAcceptanceRate = finite(row.DraftAcceptanceRate)
-	row.AudioSeconds = finite(row.AudioSeconds)
-	row.EnergyWh = finite(row.EnergyWh)
+	usage.Clean(&row)
+	u.put(orgID, &row, usage.RollupOf(&row))
+}
+
+// put queues row and adds r to the totals it names.
+func (u *Usage) put(orgID string, row *api.UsageRow, r usage.Rollup) {
 	// Encode here, on the caller's goroutine, so the single committing
 	// goroutine only does the tree work.
-	data := appendUsageRow(make([]byte, 0, 160), &row)
+	data := appendUsageRow(make([]byte, 0, 160), row)
 	rowKey := timeKey(orgID, row.CreatedAt, u.seq.Add(1))
-	d := rowTotals(&row)
 
-	dayKey := make([]byte, 0, len(orgID)+1+dateLen)
+	dayKey := make([]byte, 0, len(orgID)+1+len(r.Day))
 	dayKey = append(dayKey, orgID...)
 	dayKey = append(dayKey, 0)
-	dayKey = row.CreatedAt.AppendFormat(dayKey, time.DateOnly)
-	modelKey := subKey(dayKey, row.Model)
+	dayKey = append(dayKey, r.Day...)
+	modelKey := subKey(dayKey, r.Model)
 	var workerKey []byte
-	if row.WorkerID != "" {
-		workerKey = subKey(dayKey, row.WorkerID)
+	if r.WorkerID != "" {
+		workerKey = subKey(dayKey, r.WorkerID)
 	}
-	name := row.WorkerName
 
 	u.w.add(func(tx *bbolt.Tx) error {
 		rows := tx.Bucket(bucketUsageRows)
@@ -199,16 +160,16 @@ func (u *Usage) Record(orgID string, row api.UsageRow) {
 		if err := rows.Put(rowKey, data); err != nil {
 			return fmt.Errorf("put usage row: %w", err)
 		}
-		if err := u.bump(tx.Bucket(bucketUsageDays), dayKey, &d, false, ""); err != nil {
+		if err := u.bump(tx.Bucket(bucketUsageDays), dayKey, &r.Totals, false, ""); err != nil {
 			return err
 		}
-		if err := u.bump(tx.Bucket(bucketUsageModels), modelKey, &d, false, ""); err != nil {
+		if err := u.bump(tx.Bucket(bucketUsageModels), modelKey, &r.Totals, false, ""); err != nil {
 			return err
 		}
 		if workerKey == nil {
 			return nil
 		}
-		return u.bump(tx.Bucket(bucketUsageWorkers), workerKey, &d, true, name)
+		return u.bump(tx.Bucket(bucketUsageWorkers), workerKey, &r.Totals, true, r.WorkerName)
 	})
 }
 
@@ -221,7 +182,7 @@ func subKey(dayKey []byte, id string) []byte {
 }
 
 // bump adds d to the aggregate at key. A named aggregate (a worker's)
-// carries the name after the totals: the latest non-empty name wins.
+// carries the name after the totals: an empty name keeps the one stored.
 //
 // Each row reads and rewrites its aggregates directly. Caching the decoded
 // values per transaction was measured and gained nothing: the Put that
@@ -230,12 +191,15 @@ func (u *Usage) bump(b *bbolt.Bucket, key []byte, d *api.UsageTotals, named bool
 	t := *d
 	var old []byte
 	if v := b.Get(key); v != nil {
-		rest, err := addEncoded(&t, v)
+		var stored api.UsageTotals
+		rest, err := decodeTotals(&stored, v)
 		if err != nil {
 			// Failing would fail every later commit touching this key, and
 			// the events sharing those commits: start the aggregate over.
 			u.w.log.Error("usage aggregate reset", "key", fmt.Sprintf("%q", key), "err", err)
-			t, rest = *d, nil
+			rest = nil
+		} else {
+			usage.Add(&t, &stored)
 		}
 		old = rest
 	}
@@ -315,187 +279,93 @@ func (u *Usage) Logs(orgID string, q UsageQuery) ([]api.UsageRow, error) {
 	return out, nil
 }
 
-// window is the inclusive range of UTC dates of the last days days.
-type window struct {
-	first    time.Time
-	from, to string
+// Days calls fn with each of orgID's day totals dated from to to
+// (YYYY-MM-DD, both in), oldest first. day and t are valid only during the
+// call.
+func (u *Usage) Days(orgID, from, to string, fn func(day []byte, t *api.UsageTotals) error) error {
+	return u.scan(bucketUsageDays, orgID, from, to, func(day, rest, v []byte, t *api.UsageTotals) error {
+		if _, err := decodeTotals(t, v); err != nil {
+			return err
+		}
+		return fn(day, t)
+	})
 }
 
-func newWindow(days int, now time.Time) (window, error) {
-	if days < 1 {
-		return window{}, fmt.Errorf("usage window of %d days", days)
-	}
-	y, m, d := now.UTC().Date()
-	last := time.Date(y, m, d, 0, 0, 0, 0, time.UTC)
-	first := last.AddDate(0, 0, -(days - 1))
-	return window{first: first, from: first.Format(time.DateOnly), to: last.Format(time.DateOnly)}, nil
+// Models calls fn with each of orgID's model totals dated from to to,
+// oldest day first. Its arguments are valid only during the call.
+func (u *Usage) Models(orgID, from, to string, fn func(day, model []byte, t *api.UsageTotals) error) error {
+	return u.scan(bucketUsageModels, orgID, from, to, func(day, rest, v []byte, t *api.UsageTotals) error {
+		if len(rest) == 0 || rest[0] != 0 {
+			return errBadTotals
+		}
+		if _, err := decodeTotals(t, v); err != nil {
+			return err
+		}
+		return fn(day, rest[1:], t)
+	})
+}
+
+// Workers calls fn with each of orgID's worker totals dated from to to,
+// oldest day first, and the name the worker went by that day. Its
+// arguments are valid only during the call.
+func (u *Usage) Workers(orgID, from, to string, fn func(day, workerID, name []byte, t *api.UsageTotals) error) error {
+	return u.scan(bucketUsageWorkers, orgID, from, to, func(day, rest, v []byte, t *api.UsageTotals) error {
+		if len(rest) == 0 || rest[0] != 0 {
+			return errBadTotals
+		}
+		name, err := decodeTotals(t, v)
+		if err != nil {
+			return err
+		}
+		return fn(day, rest[1:], name, t)
+	})
 }
 
 // scan calls fn with the date, the part after the date (empty for day
 // aggregates, else 0x00 and the model or worker) and the value of every
-// aggregate of orgID in w, oldest day first.
-func (w window) scan(b *bbolt.Bucket, orgID string, fn func(date, rest, v []byte) error) error {
-	prefix := make([]byte, 0, len(orgID)+1+dateLen)
-	prefix = append(prefix, orgID...)
-	prefix = append(prefix, 0)
-	start := append(prefix, w.from...)
-	to := []byte(w.to)
-	c := b.Cursor()
-	for k, v := c.Seek(start); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
-		if len(k) < len(prefix)+dateLen {
-			continue // not an aggregate key; cannot happen, but never slice past it
+// aggregate of orgID in bucket dated from to to, oldest day first, and
+// one UsageTotals to decode each into.
+func (u *Usage) scan(bucket []byte, orgID, from, to string, fn func(date, rest, v []byte, t *api.UsageTotals) error) error {
+	return u.store.db.View(func(tx *bbolt.Tx) error {
+		prefix := make([]byte, 0, len(orgID)+1+dateLen)
+		prefix = append(prefix, orgID...)
+		prefix = append(prefix, 0)
+		start := append(prefix, from...)
+		last := []byte(to)
+		var t api.UsageTotals
+		c := tx.Bucket(bucket).Cursor()
+		for k, v := c.Seek(start); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+			if len(k) < len(prefix)+dateLen {
+				continue // not an aggregate key; cannot happen, but never slice past it
+			}
+			date := k[len(prefix) : len(prefix)+dateLen]
+			if bytes.Compare(date, last) > 0 {
+				break
+			}
+			if err := fn(date, k[len(prefix)+dateLen:], v, &t); err != nil {
+				return fmt.Errorf("usage aggregate %q: %w", k, err)
+			}
 		}
-		date := k[len(prefix) : len(prefix)+dateLen]
-		if bytes.Compare(date, to) > 0 {
-			break
-		}
-		if err := fn(date, k[len(prefix)+dateLen:], v); err != nil {
-			return fmt.Errorf("usage aggregate %q: %w", k, err)
-		}
-	}
-	return nil
+		return nil
+	})
 }
 
-// Summary totals the last days UTC days up to and including now's day.
+// Summary totals the last days UTC days up to and including now's day
+// (usage.Summary).
 func (u *Usage) Summary(orgID string, days int, now time.Time) (api.UsageSummary, error) {
-	w, err := newWindow(days, now)
-	if err != nil {
-		return api.UsageSummary{}, err
-	}
-	out := api.UsageSummary{Days: days, From: w.from, To: w.to}
-	err = u.store.db.View(func(tx *bbolt.Tx) error {
-		return w.scan(tx.Bucket(bucketUsageDays), orgID, func(_, _, v []byte) error {
-			_, err := addEncoded(&out.UsageTotals, v)
-			return err
-		})
-	})
-	return out, err
+	return usage.Summary(u, orgID, days, now)
 }
 
 // Daily returns one entry per day of the window, oldest first, including
-// days with no requests (all zero).
+// days with no requests (usage.Daily).
 func (u *Usage) Daily(orgID string, days int, now time.Time) ([]api.UsageDay, error) {
-	w, err := newWindow(days, now)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]api.UsageDay, days)
-	for i := range out {
-		out[i].Date = w.first.AddDate(0, 0, i).Format(time.DateOnly)
-	}
-	err = u.store.db.View(func(tx *bbolt.Tx) error {
-		i := 0
-		return w.scan(tx.Bucket(bucketUsageDays), orgID, func(date, _, v []byte) error {
-			// Both run oldest first, so the slot is found by walking on.
-			for i < len(out) && out[i].Date != string(date) {
-				i++
-			}
-			if i == len(out) {
-				return errors.New("date outside the window")
-			}
-			_, err := addEncoded(&out[i].UsageTotals, v)
-			return err
-		})
-	})
-	return out, err
+	return usage.Daily(u, orgID, days, now)
 }
 
-// Breakdown orders.
-const (
-	sortTokens   = "tokens"
-	sortRequests = "requests"
-)
-
-// breakdownTop is how many models and workers a breakdown lists.
-const breakdownTop = 10
-
-// Breakdown returns totals per model and per worker over the window, top
-// 10 of each, sorted by total tokens (sort "tokens", the default: any
-// other value) or by request count (sort "requests"), ties broken by the
-// other measure then by name.
+// Breakdown returns the top models and workers over the window
+// (usage.Breakdown).
 func (u *Usage) Breakdown(orgID string, days int, sort string, now time.Time) (api.UsageBreakdown, error) {
-	w, err := newWindow(days, now)
-	if err != nil {
-		return api.UsageBreakdown{}, err
-	}
-	if sort != sortRequests {
-		sort = sortTokens
-	}
-	out := api.UsageBreakdown{Days: days, From: w.from, To: w.to, Sort: sort, Models: []api.ModelUsage{}, Workers: []api.WorkerUsage{}}
-	models := map[string]*api.ModelUsage{}
-	workers := map[string]*api.WorkerUsage{}
-	err = u.store.db.View(func(tx *bbolt.Tx) error {
-		err := w.scan(tx.Bucket(bucketUsageModels), orgID, func(_, rest, v []byte) error {
-			if len(rest) == 0 || rest[0] != 0 {
-				return errBadTotals
-			}
-			m := models[string(rest[1:])] // no allocation for the lookup
-			if m == nil {
-				m = &api.ModelUsage{Model: string(rest[1:])}
-				models[m.Model] = m
-			}
-			_, err := addEncoded(&m.UsageTotals, v)
-			return err
-		})
-		if err != nil {
-			return err
-		}
-		return w.scan(tx.Bucket(bucketUsageWorkers), orgID, func(_, rest, v []byte) error {
-			if len(rest) == 0 || rest[0] != 0 {
-				return errBadTotals
-			}
-			wu := workers[string(rest[1:])]
-			if wu == nil {
-				wu = &api.WorkerUsage{WorkerID: string(rest[1:])}
-				workers[wu.WorkerID] = wu
-			}
-			name, err := addEncoded(&wu.UsageTotals, v)
-			// Days come oldest first, so the newest day's name wins.
-			if len(name) > 0 && string(name) != wu.WorkerName {
-				wu.WorkerName = string(name)
-			}
-			return err
-		})
-	})
-	if err != nil {
-		return api.UsageBreakdown{}, err
-	}
-	for _, m := range models {
-		m.WhPer1KTokens = whPer1K(&m.UsageTotals)
-		out.Models = append(out.Models, *m)
-	}
-	for _, wu := range workers {
-		wu.WhPer1KTokens = whPer1K(&wu.UsageTotals)
-		out.Workers = append(out.Workers, *wu)
-	}
-	slices.SortFunc(out.Models, func(a, b api.ModelUsage) int {
-		return cmp.Or(rank(sort, &a.UsageTotals, &b.UsageTotals), cmp.Compare(a.Model, b.Model))
-	})
-	slices.SortFunc(out.Workers, func(a, b api.WorkerUsage) int {
-		return cmp.Or(rank(sort, &a.UsageTotals, &b.UsageTotals),
-			cmp.Compare(a.WorkerName, b.WorkerName), cmp.Compare(a.WorkerID, b.WorkerID))
-	})
-	out.Models = out.Models[:min(len(out.Models), breakdownTop)]
-	out.Workers = out.Workers[:min(len(out.Workers), breakdownTop)]
-	return out, nil
-}
-
-// whPer1K is the energy a thousand tokens took, when both were counted.
-func whPer1K(t *api.UsageTotals) *float64 {
-	if t.EnergyWh <= 0 || t.TotalTokens <= 0 {
-		return nil
-	}
-	v := t.EnergyWh * 1000 / float64(t.TotalTokens)
-	return &v
-}
-
-// rank orders a before b when it has more of the sort's measure, then
-// more of the other.
-func rank(sort string, a, b *api.UsageTotals) int {
-	if sort == sortRequests {
-		return cmp.Or(cmp.Compare(b.Requests, a.Requests), cmp.Compare(b.TotalTokens, a.TotalTokens))
-	}
-	return cmp.Or(cmp.Compare(b.TotalTokens, a.TotalTokens), cmp.Compare(b.Requests, a.Requests))
+	return usage.Breakdown(u, orgID, days, sort, now)
 }
 
 // PruneUsage deletes the rows created before before, never the aggregates,

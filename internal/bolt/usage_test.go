@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -390,155 +391,71 @@ func TestUsageTotalsMatchRows(t *testing.T) {
 	}
 }
 
-func TestUsageDailyIncludesEmptyDaysOldestFirst(t *testing.T) {
+// The totals a row adds up to are stored per day, model and worker, and
+// read back as stored: in date order, within the dates asked for, apart
+// from an organisation whose id extends this one's. A worker's day goes by
+// the last name a row gave it.
+func TestUsageTotalsReadAsStored(t *testing.T) {
 	s, _ := Open(t.TempDir(), Options{})
 	defer s.Close()
 	w := s.NewWriter(WriterOptions{})
 	u := s.Usage(w)
-	u.Record("o", api.UsageRow{CreatedAt: usageNow.AddDate(0, 0, -3), StatusCode: 200, TotalTokens: 5})
-	u.Record("o", api.UsageRow{CreatedAt: usageNow, StatusCode: 499, TotalTokens: 7})
-	u.Record("o", api.UsageRow{CreatedAt: usageNow.AddDate(0, 0, -9), StatusCode: 200}) // outside
-	u.Record("o", api.UsageRow{CreatedAt: usageNow.AddDate(0, 0, 1), StatusCode: 200})  // tomorrow
+	rec := func(org string, daysAgo int, model, worker, name string, energy *float64) {
+		u.Record(org, api.UsageRow{CreatedAt: usageNow.AddDate(0, 0, -daysAgo), Model: model, StatusCode: 200,
+			TotalTokens: 10, WorkerID: worker, WorkerName: name, EnergyWh: energy})
+	}
+	rec("o", 3, "m1", "w1", "old", ptr(1.5))
+	rec("o", 1, "m1", "w1", "old", ptr(0.25))
+	rec("o", 1, "m2", "w1", "new", nil)
+	rec("o", 1, "m2", "w1", "", nil) // keeps the name
+	rec("o", 1, "m2", "", "", nil)   // no worker's
+	rec("o", 0, "m1", "w2", "two", nil)
+	rec("o2", 1, "m1", "w1", "other", nil)
 	if err := w.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	got, err := u.Daily("o", 5, usageNow)
+	totals := func(requests int64, energy float64) string {
+		return fmt.Sprintf("%d requests %d tokens %g Wh", requests, 10*requests, energy)
+	}
+	var got []string
+	read := func(parts ...[]byte) {
+		var b []byte
+		for i, p := range parts[:len(parts)-1] {
+			if i > 0 {
+				b = append(b, ' ')
+			}
+			b = append(b, p...)
+		}
+		got = append(got, string(b)+": "+string(parts[len(parts)-1]))
+	}
+	say := func(t *api.UsageTotals) []byte { return []byte(totals(t.Requests, t.EnergyWh)) }
+	from, to := usageNow.AddDate(0, 0, -3).Format(time.DateOnly), usageNow.AddDate(0, 0, -1).Format(time.DateOnly)
+
+	err := u.Days("o", from, to, func(day []byte, t *api.UsageTotals) error { read(day, say(t)); return nil })
+	if err == nil {
+		err = u.Models("o", from, to, func(day, model []byte, t *api.UsageTotals) error { read(day, model, say(t)); return nil })
+	}
+	if err == nil {
+		err = u.Workers("o", from, to, func(day, id, name []byte, t *api.UsageTotals) error { read(day, id, name, say(t)); return nil })
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []api.UsageDay{
-		{Date: "2026-11-11"},
-		{Date: "2026-11-12", UsageTotals: api.UsageTotals{Requests: 1, Succeeded: 1, TotalTokens: 5}},
-		{Date: "2026-11-13"},
-		{Date: "2026-11-14"},
-		{Date: "2026-11-15", UsageTotals: api.UsageTotals{Requests: 1, Cancelled: 1, TotalTokens: 7}},
+	want := []string{
+		"2026-11-12: " + totals(1, 1.5),
+		"2026-11-14: " + totals(4, 0.25),
+		"2026-11-12 m1: " + totals(1, 1.5),
+		"2026-11-14 m1: " + totals(1, 0.25),
+		"2026-11-14 m2: " + totals(3, 0),
+		"2026-11-12 w1 old: " + totals(1, 1.5),
+		"2026-11-14 w1 new: " + totals(3, 0.25),
 	}
 	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("daily\n got %+v\nwant %+v", got, want)
+		t.Fatalf("read\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	empty, err := u.Daily("nobody", 3, usageNow)
-	if err != nil || len(empty) != 3 || empty[0].Date != "2026-11-13" || empty[2].Requests != 0 {
-		t.Fatalf("daily of an org without rows = %+v, %v", empty, err)
-	}
-}
-
-func TestUsageBreakdownTopTenAndTies(t *testing.T) {
-	s, _ := Open(t.TempDir(), Options{})
-	defer s.Close()
-	w := s.NewWriter(WriterOptions{})
-	u := s.Usage(w)
-	// name: requests, tokens per request (total tokens = requests*tokens).
-	spec := []struct {
-		name     string
-		requests int
-		tokens   int
-	}{
-		{"a", 1, 1000}, // 1000 tokens, 1 request
-		{"b", 10, 10},  // 100 tokens
-		{"c", 5, 20},   // 100 tokens, fewer requests than b
-		{"d", 2, 50},   // 100 tokens
-		{"e", 4, 25},   // 100 tokens
-		{"f", 4, 25},   // same as e: the name decides
-		{"g", 20, 1},   // 20 tokens, most requests
-		{"h", 3, 0},
-		{"i", 3, 0}, // same as h
-		{"j", 1, 7},
-		{"k", 1, 6},
-		{"l", 1, 5},
-		{"m", 1, 0},
-	}
-	for _, x := range spec {
-		for range x.requests {
-			u.Record("o", api.UsageRow{CreatedAt: usageNow, Model: "model-" + x.name, StatusCode: 200,
-				TotalTokens: x.tokens, WorkerID: "id-" + x.name, WorkerName: x.name})
-		}
-	}
-	if err := w.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	tests := []struct {
-		sort, wantSort, want string
-	}{
-		{"tokens", "tokens", "a b c e f d g j k l"},
-		{"", "tokens", "a b c e f d g j k l"},
-		{"bogus", "tokens", "a b c e f d g j k l"},
-		{"requests", "requests", "g b c e f h i d a j"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.sort, func(t *testing.T) {
-			got, err := u.Breakdown("o", 1, tt.sort, usageNow)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got.Sort != tt.wantSort {
-				t.Errorf("sort %q, want %q", got.Sort, tt.wantSort)
-			}
-			models, workers := "", ""
-			for i, m := range got.Models {
-				if i > 0 {
-					models += " "
-				}
-				models += m.Model[len("model-"):]
-			}
-			for i, w := range got.Workers {
-				if i > 0 {
-					workers += " "
-				}
-				workers += w.WorkerName
-				if w.WorkerID != "id-"+w.WorkerName {
-					t.Errorf("worker %s has id %s", w.WorkerName, w.WorkerID)
-				}
-			}
-			if models != tt.want || workers != tt.want {
-				t.Errorf("models %q, workers %q, want %q", models, workers, tt.want)
-			}
-		})
-	}
-	empty, err := u.Breakdown("nobody", 30, "", usageNow)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if b, _ := json.Marshal(empty); string(b) != `{"days":30,"from":"2026-10-17","to":"2026-11-15","sort":"tokens","models":[],"workers":[]}` {
-		t.Fatalf("empty breakdown encodes as %s", b)
-	}
-}
-
-func TestUsageWorkerRenamedKeepsOneEntry(t *testing.T) {
-	s, _ := Open(t.TempDir(), Options{})
-	defer s.Close()
-	w := s.NewWriter(WriterOptions{})
-	u := s.Usage(w)
-	rec := func(at time.Time, name string) {
-		u.Record("o", api.UsageRow{CreatedAt: at, Model: "m", StatusCode: 200, TotalTokens: 1, WorkerID: "w1", WorkerName: name})
-	}
-	rec(usageNow.AddDate(0, 0, -2), "old")
-	rec(usageNow.AddDate(0, 0, -1), "old")
-	rec(usageNow.AddDate(0, 0, -1), "new") // renamed during that day
-	rec(usageNow.AddDate(0, 0, -1), "")    // a row without a name keeps the last one
-	if err := w.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	rec(usageNow.AddDate(0, 0, -2), "old") // a late row of an older day
-	if err := w.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	tests := []struct {
-		days     int
-		requests int64
-	}{{2, 3}, {3, 5}, {30, 5}}
-	for _, tt := range tests {
-		b, err := u.Breakdown("o", tt.days, "", usageNow)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(b.Workers) != 1 || b.Workers[0].WorkerName != "new" || b.Workers[0].WorkerID != "w1" || b.Workers[0].Requests != tt.requests {
-			t.Fatalf("days=%d workers %+v, want one w1 named new with %d requests", tt.days, b.Workers, tt.requests)
-		}
-	}
-	// The older day alone still knows the name it had then.
-	b, _ := u.Breakdown("o", 1, "", usageNow.AddDate(0, 0, -2))
-	if len(b.Workers) != 1 || b.Workers[0].WorkerName != "old" {
-		t.Fatalf("older day workers %+v", b.Workers)
+	stop := errors.New("stop")
+	if err := u.Days("o", from, to, func([]byte, *api.UsageTotals) error { return stop }); !errors.Is(err, stop) {
+		t.Fatalf("an error of fn read as %v", err)
 	}
 }
 
@@ -690,59 +607,23 @@ func TestUsageTotalsEncoding(t *testing.T) {
 		t.Fatalf("%d bytes, want %d", len(b), totalsSize)
 	}
 	var out api.UsageTotals
-	rest, err := addEncoded(&out, append(b, "name"...))
+	rest, err := decodeTotals(&out, append(b, "name"...))
 	if err != nil || out != in || string(rest) != "name" {
 		t.Fatalf("decoded %+v, %q, %v", out, rest, err)
 	}
 	for _, bad := range [][]byte{nil, b[:totalsSize-1], append([]byte{9}, b[1:]...), append([]byte{1}, b[1:totalsV1Size-1]...)} {
-		if _, err := addEncoded(&out, bad); err == nil {
+		if _, err := decodeTotals(&out, bad); err == nil {
 			t.Fatalf("%x decoded", bad)
 		}
 	}
 	// An aggregate written before energy was counted reads as none.
 	v1 := append([]byte{1}, b[1:totalsV1Size]...)
-	out = api.UsageTotals{}
-	rest, err = addEncoded(&out, append(v1, "name"...))
+	out = api.UsageTotals{EnergyWh: 99}
+	rest, err = decodeTotals(&out, append(v1, "name"...))
 	want := in
 	want.EnergyWh = 0
 	if err != nil || out != want || string(rest) != "name" {
 		t.Fatalf("version 1 decoded %+v, %q, %v", out, rest, err)
-	}
-}
-
-// Measured energy adds up per day, model and worker, and the breakdown
-// tells it per thousand tokens.
-func TestUsageEnergy(t *testing.T) {
-	s, _ := Open(t.TempDir(), Options{})
-	defer s.Close()
-	w := s.NewWriter(WriterOptions{})
-	u := s.Usage(w)
-	for i, e := range []*float64{ptr(1.5), ptr(2.5), nil} {
-		u.Record("o", api.UsageRow{ID: fmt.Sprint(i), CreatedAt: usageNow, StatusCode: 200, Model: "m", WorkerID: "w", TotalTokens: 1000, EnergyWh: e})
-	}
-	if err := w.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	sum, _ := u.Summary("o", 1, usageNow)
-	b, _ := u.Breakdown("o", 1, "", usageNow)
-	if sum.EnergyWh != 4 || len(b.Models) != 1 || b.Models[0].WhPer1KTokens == nil || *b.Models[0].WhPer1KTokens != 4.0/3 ||
-		b.Workers[0].WhPer1KTokens == nil || *b.Workers[0].WhPer1KTokens != 4.0/3 {
-		t.Fatalf("summary %+v, breakdown %+v", sum, b)
-	}
-}
-
-func TestUsageRejectsEmptyWindow(t *testing.T) {
-	s, _ := Open(t.TempDir(), Options{})
-	defer s.Close()
-	u := s.Usage(s.NewWriter(WriterOptions{}))
-	if _, err := u.Summary("o", 0, usageNow); err == nil {
-		t.Fatal("summary of 0 days")
-	}
-	if _, err := u.Daily("o", -1, usageNow); err == nil {
-		t.Fatal("daily of -1 days")
-	}
-	if _, err := u.Breakdown("o", 0, "", usageNow); err == nil {
-		t.Fatal("breakdown of 0 days")
 	}
 }
 

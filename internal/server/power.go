@@ -8,58 +8,39 @@ import (
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/bolt"
 	"github.com/svc-dev/svc/internal/fleet"
+	"github.com/svc-dev/svc/internal/powerlog"
 )
 
-// PowerBook keeps the power windows workers report: in the store's
-// history, and as the energy counters /metrics exports. It is the fleet's
-// power sink.
+// PowerBook keeps the power windows workers report: in the history, and
+// as the energy counters /metrics exports. It is the fleet's power sink.
 type PowerBook struct {
-	store  *bolt.Power
-	energy *prometheus.CounterVec
+	history *powerlog.Log
+	energy  *prometheus.CounterVec
 }
 
-// NewPowerBook keeps reports in store.
+// NewPowerBook keeps the history in store.
 func NewPowerBook(store *bolt.Power) *PowerBook {
-	return &PowerBook{store: store, energy: prometheus.NewCounterVec(prometheus.CounterOpts{
+	return &PowerBook{history: powerlog.New(store, store.Logger()), energy: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "svc_worker_energy_joules_total",
 		Help: "Energy each worker's power channels used, as its windows reached the gateway, by worker and channel.",
 	}, []string{"worker_id", "channel"})}
 }
 
-// maxPowerSkew is how far in the future a window may end: a worker's
-// clock that runs further ahead would move its recorded end past the
-// present, and its next correct windows would then look like repeats.
-const maxPowerSkew = time.Minute
-
-// RecordPower stores a report. Windows the store already holds (sent
-// again after a reconnect) are not counted again; windows from the future
-// are dropped.
+// RecordPower records a report; the counters count what the history
+// recorded, so a window sent again is not counted twice.
 func (p *PowerBook) RecordPower(workerID string, rep api.PowerReport) {
 	p.record(workerID, rep, time.Now())
 }
 
 func (p *PowerBook) record(workerID string, rep api.PowerReport, now time.Time) {
-	through := p.store.Through(workerID)
-	limit := now.Add(maxPowerSkew)
-	kept := rep.Windows[:0:0]
-	for _, w := range rep.Windows {
-		end := w.Start.Add(time.Duration(w.Seconds * float64(time.Second)))
-		if end.After(limit) {
-			continue
-		}
-		kept = append(kept, w)
-		if w.Start.Before(through) {
-			continue
-		}
-		for ch, j := range w.Joules {
-			p.energy.WithLabelValues(workerID, ch).Add(j)
+	for _, w := range p.history.Record(workerID, rep, now) {
+		for _, s := range w.Sums {
+			p.energy.WithLabelValues(workerID, string(s.Key)).Add(s.Joules)
 		}
 	}
-	rep.Windows = kept
-	p.store.Record(workerID, rep)
 }
 
-func (p *PowerBook) PowerThrough(workerID string) time.Time { return p.store.Through(workerID) }
+func (p *PowerBook) PowerThrough(workerID string) time.Time { return p.history.Through(workerID) }
 
 // liveWatts exports every connected worker's latest reading at scrape
 // time, so a worker gone quiet drops out instead of holding its last value.
@@ -98,7 +79,7 @@ func (s *Server) workerPower(c *call) error {
 	if rng == "" {
 		rng = api.Range1h
 	}
-	h, err := s.power.store.History(id, rng, time.Now())
+	h, err := s.power.history.History(id, rng, time.Now())
 	if err != nil {
 		return err
 	}
@@ -125,7 +106,7 @@ func (s *Server) withEnergyToday(ws []api.Worker) {
 		if ws[i].Power == nil {
 			continue
 		}
-		if kwh, ok := s.power.store.TodayKWh(ws[i].WorkerID, now); ok {
+		if kwh, ok := s.power.history.TodayKWh(ws[i].WorkerID, now); ok {
 			p := *ws[i].Power
 			p.EnergyTodayKWh = &kwh
 			ws[i].Power = &p

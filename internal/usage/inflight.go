@@ -1,5 +1,6 @@
 // Package usage follows requests while they run and turns each into a
-// usage row when it ends.
+// usage row when it ends; it says what a row adds to the totals kept as
+// rows arrive, and what the usage endpoints tell from those totals.
 package usage
 
 import (
