@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/svc-dev/svc/internal/api"
@@ -96,28 +97,31 @@ func TestWriterCommitsOnShutdown(t *testing.T) {
 }
 
 func TestWriterBatchesEarlyAndBoundsPending(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, _ := Open(t.TempDir(), Options{})
+		defer s.Close()
+		w := s.NewWriter(WriterOptions{Every: time.Hour, Batch: 10, Limit: 20})
+		ev := s.Events(w)
+		ctx, cancel := context.WithCancel(context.Background())
+		ran := make(chan struct{})
+		go func() {
+			defer close(ran)
+			_ = w.Run(ctx)
+		}()
+		defer func() { cancel(); <-ran }()
+		start := time.Now()
+		for i := range 10 {
+			ev.RecordEvent("o", api.WorkerEvent{ID: fmt.Sprint(i), CreatedAt: time.Now()})
+		}
+		// Once the writer is idle again, the full batch is committed,
+		// long before its hourly interval.
+		synctest.Wait()
+		if got, _ := ev.ListEvents("o", EventQuery{Limit: 100}); len(got) != 10 || time.Since(start) != 0 {
+			t.Fatalf("a full batch was not committed early (%d after %s)", len(got), time.Since(start))
+		}
+	})
 	s, _ := Open(t.TempDir(), Options{})
 	defer s.Close()
-	w := s.NewWriter(WriterOptions{Every: time.Hour, Batch: 10, Limit: 20})
-	ev := s.Events(w)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() { _ = w.Run(ctx) }()
-	for i := range 10 {
-		ev.RecordEvent("o", api.WorkerEvent{ID: fmt.Sprint(i), CreatedAt: time.Now()})
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		got, _ := ev.ListEvents("o", EventQuery{Limit: 100})
-		if len(got) == 10 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a full batch was not committed early (%d)", len(got))
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	cancel()
 	w2 := s.NewWriter(WriterOptions{Every: time.Hour, Batch: 1000, Limit: 5})
 	for i := range 8 {
 		s.Events(w2).RecordEvent("p", api.WorkerEvent{ID: fmt.Sprint(i), CreatedAt: time.Now()})

@@ -241,7 +241,8 @@ func (u *Usage) Logs(orgID string, q UsageQuery) ([]api.UsageRow, error) {
 		prefix := append([]byte(orgID), 0)
 		c := tx.Bucket(bucketUsageRows).Cursor()
 		// The organisation's newest row is the last key before orgID, 0x01.
-		k, v := c.Seek(append([]byte(orgID), 1))
+		var v []byte
+		k, _ := c.Seek(append([]byte(orgID), 1))
 		if k == nil {
 			k, v = c.Last()
 		} else {
