@@ -33,6 +33,23 @@ const (
 	TypeInvalidEncryptedRequest = "invalid_encrypted_request"
 )
 
+// Codes sent in error.code when no worker takes a request, or the one that
+// took it fails it. The moderation table and clients branch on them; a
+// model no connected worker has is CodeModelNotFound.
+const (
+	CodeCapacityExceeded = "capacity_exceeded"   // every worker serving the model is busy
+	CodeWorkersUnhealthy = "workers_unhealthy"   // the workers that could serve it are held back
+	CodeNoWorkerOnline   = "no_worker_online"    // the organisation has no worker connected
+	CodeNoWorkerForModel = "no_worker_for_model" // the workers that have the model are not connected
+	CodeWorkerNotFound   = "worker_not_found"    // X-Svc-Worker-Id names no worker of the organisation
+	CodeWorkerOffline    = "worker_offline"      // the pinned worker is not connected
+	CodeWorkerDraining   = "worker_draining"     // the pinned worker is shutting down
+	CodeWrongEndpoint    = "wrong_endpoint"      // the model does not do what the endpoint asks
+	CodeWorkerLost       = "worker_lost"         // the worker went away while handling the request
+	CodeBadWorkerReply   = "bad_worker_reply"    // the worker's answer is not one the gateway can use
+	CodeTimeout          = "timeout"             // the request ran longer than it may
+)
+
 // Error is an error with everything needed to answer it over HTTP. Domain
 // packages return it for failures the caller must see; anything else is
 // mapped to a 500 by the server.

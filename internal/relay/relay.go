@@ -180,7 +180,7 @@ type Output struct {
 
 // BadReply is the 502 for a worker answer the gateway cannot use.
 func BadReply(w fleet.WorkerInfo, want string, err error) error {
-	return &api.Error{Status: http.StatusBadGateway, Code: "bad_worker_reply", Err: err,
+	return &api.Error{Status: http.StatusBadGateway, Code: api.CodeBadWorkerReply, Err: err,
 		Message: "worker " + w.Name + " did not answer with " + want}
 }
 
@@ -410,7 +410,7 @@ var ErrClientGone error = &api.Error{Status: 499, Message: "Client disconnected"
 // left (499), or the request ran out of time (504).
 func (c *Call) ctxError() error {
 	if errors.Is(c.ctx.Err(), context.DeadlineExceeded) {
-		return &api.Error{Status: http.StatusGatewayTimeout, Code: "timeout",
+		return &api.Error{Status: http.StatusGatewayTimeout, Code: api.CodeTimeout,
 			Message: "The request ran longer than " + c.rl.timing.MaxDuration.String() + "; split it or shorten it"}
 	}
 	return ErrClientGone
@@ -431,10 +431,10 @@ func (c *Call) lostError(err error) error {
 	var lost *fleet.LostError
 	name := c.lease.Worker.Name + " (" + c.lease.Worker.ID + ")"
 	if errors.As(err, &lost) {
-		return &api.Error{Status: http.StatusServiceUnavailable, Code: "worker_lost", RetryAfter: time.Second,
+		return &api.Error{Status: http.StatusServiceUnavailable, Code: api.CodeWorkerLost, RetryAfter: time.Second,
 			Message: "Worker " + name + " disconnected while handling the request and did not return in time; retry"}
 	}
-	return &api.Error{Status: http.StatusServiceUnavailable, Code: "worker_lost", RetryAfter: time.Second,
+	return &api.Error{Status: http.StatusServiceUnavailable, Code: api.CodeWorkerLost, RetryAfter: time.Second,
 		Message: "The response from worker " + name + " could not be relayed; retry", Err: err}
 }
 

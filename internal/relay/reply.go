@@ -261,12 +261,12 @@ type completionBody struct {
 func (c *Call) completeBody(body []byte) ([]byte, error) {
 	trimmed := bytes.TrimSpace(body)
 	if len(trimmed) < 2 || trimmed[0] != '{' || trimmed[len(trimmed)-1] != '}' {
-		return nil, &api.Error{Status: http.StatusBadGateway, Code: "bad_worker_reply",
+		return nil, &api.Error{Status: http.StatusBadGateway, Code: api.CodeBadWorkerReply,
 			Message: "worker " + c.lease.Worker.Name + " answered with something that is not a JSON object"}
 	}
 	var cb completionBody
 	if err := json.Unmarshal(trimmed, &cb); err != nil {
-		return nil, &api.Error{Status: http.StatusBadGateway, Code: "bad_worker_reply", Message: "the worker's answer is not valid JSON", Err: err}
+		return nil, &api.Error{Status: http.StatusBadGateway, Code: api.CodeBadWorkerReply, Message: "the worker's answer is not valid JSON", Err: err}
 	}
 	for _, ch := range cb.Choices {
 		m := ch.Message

@@ -85,7 +85,7 @@ func shapeModeration(err error) error {
 		return &out
 	case ae.Capacity:
 		out.Code = api.CodeModerationCapacity
-	case ae.Code == "model_not_found" || ae.Code == "no_worker_online" || ae.Code == "no_worker_for_model":
+	case ae.Code == api.CodeModelNotFound, ae.Code == api.CodeNoWorkerOnline, ae.Code == api.CodeNoWorkerForModel:
 		out.Status, out.Type, out.Code, out.RetryAfter = http.StatusConflict, api.TypeConflict, api.CodeModerationUnavailable, 0
 		out.Message = "No online worker can run this moderation model now: " + ae.Message
 	case ae.Status >= 500:
