@@ -20,7 +20,7 @@ import (
 // whose cause is logged, not sent.
 func (s *Server) toAPIError(c *call, err error) *api.Error {
 	ae := asAPIError(err, c.requestID)
-	if ae.Status == http.StatusInternalServerError && ae.Err == err {
+	if ae.Kind == api.KindInternal && ae.Err == err {
 		s.log.Error("request failed", "request_id", c.requestID, "path", string(c.ctx.Path()), "err", err)
 	}
 	return ae
@@ -28,7 +28,7 @@ func (s *Server) toAPIError(c *call, err error) *api.Error {
 
 func asAPIError(err error, requestID string) *api.Error {
 	ae := api.ErrorOf(err)
-	if ae.Status == http.StatusInternalServerError && ae.Err == err && requestID != "" {
+	if ae.Kind == api.KindInternal && ae.Err == err && requestID != "" {
 		quoted := *ae
 		quoted.Message += ", and quote request id " + requestID + " if it persists"
 		return &quoted
@@ -45,17 +45,17 @@ func (s *Server) writeError(c *call, err error) {
 	if ae.RetryAfter > 0 {
 		h.Set("Retry-After", strconv.Itoa(int(math.Ceil(ae.RetryAfter.Seconds()))))
 	}
-	if ae.Capacity {
+	if ae.Kind == api.KindCapacity {
 		h.Set("X-Svc-Queue-Depth", strconv.Itoa(ae.QueueDepth))
 	}
 	if ae.CodeHeader && ae.Code != "" {
 		h.Set("X-Svc-Error-Code", ae.Code)
 	}
-	if ae.Status == http.StatusUnauthorized {
+	if ae.HTTPStatus() == http.StatusUnauthorized {
 		h.Set("WWW-Authenticate", `Bearer realm="svc"`)
 	}
 	compatible := c.route == nil || c.route.compatible
-	writeJSON(c.ctx, ae.Status, errorBody(ae, compatible))
+	writeJSON(c.ctx, ae.HTTPStatus(), errorBody(ae, compatible))
 }
 
 func errorBody(ae *api.Error, compatible bool) api.Body {
@@ -91,23 +91,23 @@ func (s *Server) notFound(m *mux, method, path string, console bool) error {
 	if hint := m.suggest(path); hint != "" {
 		msg += " Did you mean " + hint + "?"
 	}
-	return &api.Error{Status: http.StatusNotFound, Code: "route_not_found", Message: msg}
+	return &api.Error{Kind: api.KindNotFound, Code: "route_not_found", Message: msg}
 }
 
 func methodNotAllowed(method, path string, allow []string) error {
-	return &api.Error{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed",
+	return &api.Error{Kind: api.KindMethodNotAllowed, Code: "method_not_allowed",
 		Message: method + " is not allowed on " + path + "; use " + strings.Join(allow, " or ")}
 }
 
 // parseError answers requests fasthttp could not parse, before any route.
 func (s *Server) parseError(ctx *fasthttp.RequestCtx, m *mux, console bool, err error) {
-	ae := &api.Error{Status: http.StatusBadRequest, Message: "Malformed HTTP request"}
+	ae := &api.Error{Kind: api.KindInvalidRequest, Message: "Malformed HTTP request"}
 	var small *fasthttp.ErrSmallBuffer
 	switch {
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
 		ae = s.tooLarge(ctx, m, console)
 	case errors.As(err, &small):
-		ae = &api.Error{Status: http.StatusRequestHeaderFieldsTooLarge,
+		ae = &api.Error{Kind: api.KindHeadersTooLarge,
 			Message: "Request headers too large; the limit is " + strconv.Itoa(headerLimit>>10) + " KB"}
 	}
 	writeEarly(ctx, ae)
@@ -128,7 +128,7 @@ func (s *Server) expectContinue(ctx *fasthttp.RequestCtx, m *mux, console bool) 
 	}
 	ae := s.tooLarge(ctx, m, console)
 	writeEarly(ctx, ae)
-	return ae.Status
+	return ae.HTTPStatus()
 }
 
 // tooLarge is the 413 for a body over its route's limit, or the 401 of a
@@ -148,17 +148,17 @@ func (s *Server) tooLarge(ctx *fasthttp.RequestCtx, m *mux, console bool) *api.E
 	}
 	// A chunked body over its route's limit gets here with its headers
 	// forgotten, so the message names every limit.
-	return &api.Error{Status: http.StatusRequestEntityTooLarge,
+	return &api.Error{Kind: api.KindTooLarge,
 		Message: "Request body too large; the limit is " + strconv.Itoa(maxBodySize>>20) + " MB, and 25 MB for an audio file"}
 }
 
 // writeEarly answers a request refused before its route ran.
 func writeEarly(ctx *fasthttp.RequestCtx, ae *api.Error) {
 	ctx.Response.Header.Set("X-Request-Id", uuid.NewString())
-	if ae.Status == http.StatusUnauthorized {
+	if ae.HTTPStatus() == http.StatusUnauthorized {
 		ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="svc"`)
 	}
-	writeJSON(ctx, ae.Status, errorBody(ae, true))
+	writeJSON(ctx, ae.HTTPStatus(), errorBody(ae, true))
 }
 
 // writeJSON answers with v as JSON. HTML escaping is off: these bodies are
@@ -195,14 +195,14 @@ func streamErrorPayload(err error) []byte {
 // (a stream's error frame, a kept-alive non-streaming reply): message,
 // type and code, plus retry_after and queue_depth for a capacity 429.
 func lateError(ae *api.Error) map[string]any {
-	payload := map[string]any{"message": ae.Message, "type": ae.ErrorType(), "code": ae.Code, "status": ae.Status}
+	payload := map[string]any{"message": ae.Message, "type": ae.ErrorType(), "code": ae.Code, "status": ae.HTTPStatus()}
 	if ae.Code == "" {
-		payload["code"] = strconv.Itoa(ae.Status)
+		payload["code"] = strconv.Itoa(ae.HTTPStatus())
 	}
 	if ae.RetryAfter > 0 {
 		payload["retry_after"] = int((ae.RetryAfter + time.Second - 1) / time.Second)
 	}
-	if ae.Capacity {
+	if ae.Kind == api.KindCapacity {
 		payload["queue_depth"] = ae.QueueDepth
 	}
 	return payload

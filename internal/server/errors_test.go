@@ -30,13 +30,13 @@ func TestErrorBodyShapes(t *testing.T) {
 		},
 		{
 			name:       "compatible envelope beside detail",
-			err:        &api.Error{Status: 401, Code: "invalid_api_key", Message: "Invalid API key"},
+			err:        &api.Error{Kind: api.KindUnauthenticated, Code: "invalid_api_key", Message: "Invalid API key"},
 			compatible: true,
 			want:       `{"detail":"Invalid API key","error":{"message":"Invalid API key","type":"authentication_error","code":"invalid_api_key","param":null}}`,
 		},
 		{
 			name:       "nested private-inference shape, whatever the route",
-			err:        &api.Error{Status: 403, Type: api.TypeE2ERequired, Message: "encrypt"},
+			err:        &api.Error{Kind: api.KindForbidden, Type: api.TypeE2ERequired, Message: "encrypt"},
 			compatible: true,
 			want:       `{"detail":{"error":{"message":"encrypt","type":"e2e_required","code":null,"param":null}}}`,
 		},
@@ -93,8 +93,8 @@ func TestToAPIError(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ae := s.toAPIError(c, tt.err)
-			if ae.Status != tt.status {
-				t.Fatalf("status = %d, want %d", ae.Status, tt.status)
+			if ae.HTTPStatus() != tt.status {
+				t.Fatalf("status = %d, want %d", ae.HTTPStatus(), tt.status)
 			}
 			if tt.leak != "" && strings.Contains(ae.Message, tt.leak) {
 				t.Fatalf("message %q leaks %q", ae.Message, tt.leak)
@@ -110,9 +110,12 @@ func TestWriteErrorHeaders(t *testing.T) {
 	s := &Server{log: slog.New(slog.DiscardHandler)}
 	var ctx fasthttp.RequestCtx
 	c := &call{ctx: &ctx, route: &route{compatible: true}}
-	s.writeError(c, &api.Error{Status: 429, Code: "moderation_capacity", CodeHeader: true, RetryAfter: 1500 * time.Millisecond, Message: "busy"})
+	s.writeError(c, &api.Error{Kind: api.KindCapacity, Code: "moderation_capacity", CodeHeader: true, RetryAfter: 1500 * time.Millisecond, QueueDepth: 3, Message: "busy"})
 	if got := string(ctx.Response.Header.Peek("Retry-After")); got != "2" {
 		t.Errorf("Retry-After = %q, want 2 (rounded up)", got)
+	}
+	if got := string(ctx.Response.Header.Peek("X-Svc-Queue-Depth")); got != "3" {
+		t.Errorf("X-Svc-Queue-Depth = %q, want 3", got)
 	}
 	if got := string(ctx.Response.Header.Peek("X-Svc-Error-Code")); got != "moderation_capacity" {
 		t.Errorf("X-Svc-Error-Code = %q", got)

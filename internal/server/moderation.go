@@ -3,7 +3,6 @@ package server
 import (
 	"encoding/json"
 	"errors"
-	"net/http"
 	"strings"
 	"time"
 
@@ -17,7 +16,7 @@ import (
 func (s *Server) moderations(c *call) error {
 	if sealed(c) {
 		// A verdict needs the text, which only the worker could read.
-		return moderationErr(http.StatusBadRequest, api.CodeEncryptedInputNotSupported, "input",
+		return moderationErr(api.KindInvalidRequest, api.CodeEncryptedInputNotSupported, "input",
 			"Moderation does not take end-to-end encrypted input; send the text in clear")
 	}
 	req, err := moderation.Parse(c.ctx.PostBody(), c.org.Settings.AllowRemoteImageURLs)
@@ -27,13 +26,13 @@ func (s *Server) moderations(c *call) error {
 	family, ok := moderation.Lookup(req.Model)
 	switch {
 	case !ok && s.fleet.Model(c.principal.OrgID, req.Model) != nil:
-		return moderationErr(http.StatusBadRequest, api.CodeModelNotModeration, "model",
+		return moderationErr(api.KindInvalidRequest, api.CodeModelNotModeration, "model",
 			"Model "+req.Model+" is not a moderation model; use one of the guard models ("+strings.Join(moderation.Catalogue(), ", ")+")")
 	case !ok:
-		return moderationErr(http.StatusNotFound, api.CodeModelNotFound, "model",
+		return moderationErr(api.KindNotFound, api.CodeModelNotFound, "model",
 			"Model "+req.Model+" is not in the moderation catalogue: "+strings.Join(moderation.Catalogue(), ", "))
 	case req.Images && !family.Images():
-		return moderationErr(http.StatusBadRequest, api.CodeImageInputNotSupported, "input",
+		return moderationErr(api.KindInvalidRequest, api.CodeImageInputNotSupported, "input",
 			"Model "+req.Model+" checks text only; send images to a model that sees them, such as guard-c:4b")
 	}
 	body, err := json.Marshal(api.ModerationRequest{Checks: req.Checks, AllowRemoteImages: c.org.Settings.AllowRemoteImageURLs})
@@ -65,8 +64,8 @@ type moderationBody struct {
 
 // moderationErr is an error of the moderation table: its code in
 // error.code and X-Svc-Error-Code.
-func moderationErr(status int, code, param, msg string) *api.Error {
-	return &api.Error{Status: status, Code: code, CodeHeader: true, Param: param, Message: msg}
+func moderationErr(kind api.Kind, code, param, msg string) *api.Error {
+	return &api.Error{Kind: kind, Code: code, CodeHeader: true, Param: param, Message: msg}
 }
 
 // shapeModeration answers a moderation check's failure with the
@@ -81,15 +80,15 @@ func shapeModeration(err error) error {
 	out := *ae
 	out.CodeHeader = true
 	switch {
-	case ae.Code == api.CodeModerationInvalidVerdict, ae.Code == api.CodeModerationUnavailable, ae.Status == 499:
+	case ae.Code == api.CodeModerationInvalidVerdict, ae.Code == api.CodeModerationUnavailable, ae.Kind == api.KindClientGone:
 		return &out
-	case ae.Capacity:
+	case ae.Kind == api.KindCapacity:
 		out.Code = api.CodeModerationCapacity
 	case ae.Code == api.CodeModelNotFound, ae.Code == api.CodeNoWorkerOnline, ae.Code == api.CodeNoWorkerForModel:
-		out.Status, out.Type, out.Code, out.RetryAfter = http.StatusConflict, api.TypeConflict, api.CodeModerationUnavailable, 0
+		out.Kind, out.Type, out.Code, out.RetryAfter = api.KindConflict, "", api.CodeModerationUnavailable, 0
 		out.Message = "No online worker can run this moderation model now: " + ae.Message
-	case ae.Status >= 500:
-		out.Status, out.Type, out.Code = http.StatusServiceUnavailable, api.TypeServiceUnavailable, api.CodeModerationUnavailable
+	case ae.ServerFault():
+		out.Kind, out.Type, out.Code = api.KindUnavailable, "", api.CodeModerationUnavailable
 		out.Message = "The moderation check failed on the worker; retry: " + ae.Message
 		if out.RetryAfter == 0 {
 			out.RetryAfter = time.Second
@@ -108,7 +107,7 @@ func shapeModeration(err error) error {
 // the status it would have had, moderation_code the table's code.
 func lateModerationBody(err error) []byte {
 	ae := asAPIError(err, "")
-	e := map[string]any{"message": ae.Message, "type": ae.ErrorType(), "code": ae.Status, "moderation_code": ae.Code}
+	e := map[string]any{"message": ae.Message, "type": ae.ErrorType(), "code": ae.HTTPStatus(), "moderation_code": ae.Code}
 	if ae.RetryAfter > 0 {
 		e["retry_after"] = int((ae.RetryAfter + time.Second - 1) / time.Second)
 	}

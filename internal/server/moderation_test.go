@@ -3,7 +3,6 @@ package server
 import (
 	"encoding/json"
 	"errors"
-	"net/http"
 	"testing"
 	"time"
 
@@ -20,23 +19,23 @@ func TestShapeModeration(t *testing.T) {
 		code   string
 		retry  bool
 	}{
-		{"no worker has the model", &api.Error{Status: 404, Code: "model_not_found"}, 409, api.CodeModerationUnavailable, false},
-		{"no worker online", &api.Error{Status: 503, Code: "no_worker_online", RetryAfter: 5 * time.Second}, 409, api.CodeModerationUnavailable, false},
-		{"workers offline", &api.Error{Status: 503, Code: "no_worker_for_model"}, 409, api.CodeModerationUnavailable, false},
-		{"too old", &api.Error{Status: 409, Code: api.CodeModerationUnavailable}, 409, api.CodeModerationUnavailable, false},
-		{"busy", &api.Error{Status: 429, Code: "capacity_exceeded", Capacity: true, RetryAfter: 3 * time.Second}, 429, api.CodeModerationCapacity, true},
-		{"held back", &api.Error{Status: 503, Code: "workers_unhealthy", RetryAfter: 2 * time.Second}, 503, api.CodeModerationUnavailable, true},
-		{"worker lost", &api.Error{Status: 503, Code: "worker_lost"}, 503, api.CodeModerationUnavailable, true},
-		{"engine failed", &api.Error{Status: 502, Code: ""}, 503, api.CodeModerationUnavailable, true},
-		{"timed out", &api.Error{Status: 504}, 503, api.CodeModerationUnavailable, true},
-		{"bad verdict", &api.Error{Status: 502, Code: api.CodeModerationInvalidVerdict}, 502, api.CodeModerationInvalidVerdict, false},
-		{"client left", &api.Error{Status: 499}, 499, "", false},
-		{"refused image", &api.Error{Status: 400, Code: "remote_image_refused"}, 400, "remote_image_refused", false},
+		{"no worker has the model", &api.Error{Kind: api.KindNotFound, Code: api.CodeModelNotFound}, 409, api.CodeModerationUnavailable, false},
+		{"no worker online", &api.Error{Kind: api.KindUnavailable, Code: api.CodeNoWorkerOnline, RetryAfter: 5 * time.Second}, 409, api.CodeModerationUnavailable, false},
+		{"workers offline", &api.Error{Kind: api.KindUnavailable, Code: api.CodeNoWorkerForModel}, 409, api.CodeModerationUnavailable, false},
+		{"too old", &api.Error{Kind: api.KindConflict, Code: api.CodeModerationUnavailable}, 409, api.CodeModerationUnavailable, false},
+		{"busy", &api.Error{Kind: api.KindCapacity, Code: api.CodeCapacityExceeded, RetryAfter: 3 * time.Second}, 429, api.CodeModerationCapacity, true},
+		{"held back", &api.Error{Kind: api.KindUnavailable, Code: api.CodeWorkersUnhealthy, RetryAfter: 2 * time.Second}, 503, api.CodeModerationUnavailable, true},
+		{"worker lost", &api.Error{Kind: api.KindUnavailable, Code: api.CodeWorkerLost}, 503, api.CodeModerationUnavailable, true},
+		{"engine failed", api.Relayed(502, "", "", "engine down"), 503, api.CodeModerationUnavailable, true},
+		{"timed out", &api.Error{Kind: api.KindTimeout}, 503, api.CodeModerationUnavailable, true},
+		{"bad verdict", api.Relayed(502, "", api.CodeModerationInvalidVerdict, "neither"), 502, api.CodeModerationInvalidVerdict, false},
+		{"client left", &api.Error{Kind: api.KindClientGone}, 499, "", false},
+		{"refused image", api.Relayed(400, "", api.CodeRemoteImageRefused, "refused"), 400, api.CodeRemoteImageRefused, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var ae *api.Error
-			if !errors.As(shapeModeration(tt.in), &ae) || ae.Status != tt.status || ae.Code != tt.code || (ae.RetryAfter > 0) != tt.retry {
+			if !errors.As(shapeModeration(tt.in), &ae) || ae.HTTPStatus() != tt.status || ae.Code != tt.code || (ae.RetryAfter > 0) != tt.retry {
 				t.Fatalf("got %+v, want %d %s", ae, tt.status, tt.code)
 			}
 			if ae.Code != "" && !ae.CodeHeader {
@@ -52,7 +51,7 @@ func TestLateModerationBody(t *testing.T) {
 		Detail  string
 		Error   map[string]any
 	}
-	in := &api.Error{Status: http.StatusServiceUnavailable, Code: api.CodeModerationUnavailable, Message: "down", RetryAfter: 1500 * time.Millisecond}
+	in := &api.Error{Kind: api.KindUnavailable, Code: api.CodeModerationUnavailable, Message: "down", RetryAfter: 1500 * time.Millisecond}
 	if err := json.Unmarshal(lateModerationBody(in), &b); err != nil {
 		t.Fatal(err)
 	}
