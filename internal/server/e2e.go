@@ -64,7 +64,7 @@ func (s *Server) privateInference(c *call, kind string) error {
 	if env.Stream {
 		return s.relayStream(c, r)
 	}
-	return s.relayUnary(c, r, nil)
+	return s.relayUnary(c, r, formLate)
 }
 
 func errNoPrivateWorker(keyID string) *api.Error {

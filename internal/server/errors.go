@@ -1,9 +1,9 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
-	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -15,9 +15,9 @@ import (
 	"github.com/svc-dev/svc/internal/api"
 )
 
-// toAPIError is the one place errors become HTTP answers. Domain packages
-// return *api.Error for what the caller must see; anything else is a 500
-// whose cause is logged, not sent.
+// toAPIError is what a call's client is told of err. Domain packages
+// return *api.Error for what the caller must see; anything else is an
+// internal error whose cause is logged, not sent.
 func (s *Server) toAPIError(c *call, err error) *api.Error {
 	ae := asAPIError(err, c.requestID)
 	if ae.Kind == api.KindInternal && ae.Err == err {
@@ -36,49 +36,13 @@ func asAPIError(err error, requestID string) *api.Error {
 	return ae
 }
 
-// writeError answers with err in the body shape the route and error call
-// for: validation (422 with errors[]), nested private-inference, the
-// compatible envelope beside detail, or plain detail.
+// writeError answers a call with err, in the form its route calls for.
 func (s *Server) writeError(c *call, err error) {
-	ae := s.toAPIError(c, err)
-	h := &c.ctx.Response.Header
-	if ae.RetryAfter > 0 {
-		h.Set("Retry-After", strconv.Itoa(int(math.Ceil(ae.RetryAfter.Seconds()))))
+	f := formCompatible
+	if c.route != nil && !c.route.compatible {
+		f = formPlain
 	}
-	if ae.Kind == api.KindCapacity {
-		h.Set("X-Svc-Queue-Depth", strconv.Itoa(ae.QueueDepth))
-	}
-	if ae.CodeHeader && ae.Code != "" {
-		h.Set("X-Svc-Error-Code", ae.Code)
-	}
-	if ae.HTTPStatus() == http.StatusUnauthorized {
-		h.Set("WWW-Authenticate", `Bearer realm="svc"`)
-	}
-	compatible := c.route == nil || c.route.compatible
-	writeJSON(c.ctx, ae.HTTPStatus(), errorBody(ae, compatible))
-}
-
-func errorBody(ae *api.Error, compatible bool) api.Body {
-	payload := &api.ErrorPayload{Message: ae.Message, Type: ae.ErrorType()}
-	if ae.Code != "" {
-		payload.Code = &ae.Code
-	}
-	if ae.Param != "" {
-		payload.Param = &ae.Param
-	}
-	switch {
-	case len(ae.Fields) > 0:
-		if payload.Param == nil {
-			payload.Param = &ae.Fields[0].Field
-		}
-		return api.Body{Detail: ae.Message, Error: payload, Errors: ae.Fields}
-	case ae.Nested():
-		return api.Body{Detail: map[string]any{"error": payload}}
-	case compatible:
-		return api.Body{Detail: ae.Message, Error: payload}
-	default:
-		return api.Body{Detail: ae.Message}
-	}
+	answerError(c.ctx, s.toAPIError(c, err), f)
 }
 
 func (s *Server) notFound(m *mux, method, path string, console bool) error {
@@ -152,13 +116,11 @@ func (s *Server) tooLarge(ctx *fasthttp.RequestCtx, m *mux, console bool) *api.E
 		Message: "Request body too large; the limit is " + strconv.Itoa(maxBodySize>>20) + " MB, and 25 MB for an audio file"}
 }
 
-// writeEarly answers a request refused before its route ran.
+// writeEarly answers a request refused before its route ran, which has
+// no request id yet and is answered as if on a compatible route.
 func writeEarly(ctx *fasthttp.RequestCtx, ae *api.Error) {
 	ctx.Response.Header.Set("X-Request-Id", uuid.NewString())
-	if ae.HTTPStatus() == http.StatusUnauthorized {
-		ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="svc"`)
-	}
-	writeJSON(ctx, ae.HTTPStatus(), errorBody(ae, true))
+	answerError(ctx, ae, formCompatible)
 }
 
 // writeJSON answers with v as JSON. HTML escaping is off: these bodies are
@@ -169,41 +131,134 @@ func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(v); err != nil {
 		// Only our own types reach here; failing to encode them is a bug.
-		ctx.Response.ResetBody()
-		status = http.StatusInternalServerError
-		ctx.Response.SetBodyString(`{"detail":"Internal server error: response encoding failed"}`)
+		answerError(ctx, &api.Error{Kind: api.KindInternal, Message: "Internal server error: response encoding failed", Err: err}, formPlain)
+		return
 	}
 	ctx.SetStatusCode(status)
 	ctx.SetContentType("application/json")
 }
 
-// lateErrorBody is the body of a failure after a kept-alive reply started:
-// a 200 whose JSON is the error object, with detail beside it.
-func lateErrorBody(err error) []byte {
-	ae := asAPIError(err, "")
-	b, _ := json.Marshal(map[string]any{"error": lateError(ae), "detail": ae.Message})
-	return b
-}
+// errorForm is where an error is answered, which decides what it looks
+// like: before anything was sent it is a response of its own; after a
+// reply started it can only be part of that reply's body, a 200 whose
+// status and headers are gone.
+type errorForm uint8
 
-// streamErrorPayload is the error frame of a stream.
-func streamErrorPayload(err error) []byte {
-	b, _ := json.Marshal(map[string]any{"error": lateError(asAPIError(err, ""))})
-	return b
-}
+const (
+	// formPlain is a response on a route that answers errors with detail
+	// alone.
+	formPlain errorForm = iota
+	// formCompatible is a response with the OpenAI-compatible envelope
+	// beside detail, on a compatible route or before any route ran.
+	formCompatible
+	// formLate is the body of a kept-alive reply whose answer failed: the
+	// error object, with detail beside it.
+	formLate
+	// formLateModeration is formLate for a moderation check, in the
+	// moderation table's terms: code is the status the check would have
+	// had, moderation_code the table's code.
+	formLateModeration
+	// formStreamEvent is the data of a started stream's error event.
+	formStreamEvent
+)
 
-// lateError is the error object of a failure after the response started
-// (a stream's error frame, a kept-alive non-streaming reply): message,
-// type and code, plus retry_after and queue_depth for a capacity 429.
-func lateError(ae *api.Error) map[string]any {
-	payload := map[string]any{"message": ae.Message, "type": ae.ErrorType(), "code": ae.Code, "status": ae.HTTPStatus()}
+// renderError is the one writer of errors: what a client is told of ae in
+// form f. A response gets its headers on h and its status returned; the
+// forms inside a started reply have neither (h is nil), so what a client
+// needs of them (status, retry_after, queue_depth) rides in the body.
+func renderError(h *fasthttp.ResponseHeader, ae *api.Error, f errorForm) (status int, body []byte) {
+	status = ae.HTTPStatus()
+	retryAfter := int((ae.RetryAfter + time.Second - 1) / time.Second)
+	switch f {
+	case formPlain, formCompatible:
+		if ae.RetryAfter > 0 {
+			h.Set("Retry-After", strconv.Itoa(retryAfter))
+		}
+		if ae.Kind == api.KindCapacity {
+			h.Set("X-Svc-Queue-Depth", strconv.Itoa(ae.QueueDepth))
+		}
+		if ae.CodeHeader && ae.Code != "" {
+			h.Set("X-Svc-Error-Code", ae.Code)
+		}
+		if status == http.StatusUnauthorized {
+			h.Set("WWW-Authenticate", `Bearer realm="svc"`)
+		}
+		return status, encodeError(responseBody(ae, f == formCompatible), false)
+	case formLateModeration:
+		e := map[string]any{"message": ae.Message, "type": ae.ErrorType(), "code": status, "moderation_code": ae.Code}
+		if ae.RetryAfter > 0 {
+			e["retry_after"] = retryAfter
+		}
+		return http.StatusOK, encodeError(map[string]any{"error": e, "detail": ae.Message}, true)
+	}
+	e := map[string]any{"message": ae.Message, "type": ae.ErrorType(), "code": ae.Code, "status": status}
 	if ae.Code == "" {
-		payload["code"] = strconv.Itoa(ae.HTTPStatus())
+		e["code"] = strconv.Itoa(status)
 	}
 	if ae.RetryAfter > 0 {
-		payload["retry_after"] = int((ae.RetryAfter + time.Second - 1) / time.Second)
+		e["retry_after"] = retryAfter
 	}
 	if ae.Kind == api.KindCapacity {
-		payload["queue_depth"] = ae.QueueDepth
+		e["queue_depth"] = ae.QueueDepth
 	}
-	return payload
+	if f == formStreamEvent {
+		return http.StatusOK, encodeError(map[string]any{"error": e}, true)
+	}
+	return http.StatusOK, encodeError(map[string]any{"error": e, "detail": ae.Message}, true)
+}
+
+// responseBody is an error response's body: validation (errors[] beside
+// the envelope), nested private-inference, the compatible envelope beside
+// detail, or detail alone.
+func responseBody(ae *api.Error, compatible bool) api.Body {
+	payload := &api.ErrorPayload{Message: ae.Message, Type: ae.ErrorType()}
+	if ae.Code != "" {
+		payload.Code = &ae.Code
+	}
+	if ae.Param != "" {
+		payload.Param = &ae.Param
+	}
+	switch {
+	case len(ae.Fields) > 0:
+		if payload.Param == nil {
+			payload.Param = &ae.Fields[0].Field
+		}
+		return api.Body{Detail: ae.Message, Error: payload, Errors: ae.Fields}
+	case ae.Nested():
+		return api.Body{Detail: map[string]any{"error": payload}}
+	case compatible:
+		return api.Body{Detail: ae.Message, Error: payload}
+	default:
+		return api.Body{Detail: ae.Message}
+	}
+}
+
+// encodeError encodes an error body. A response ends in a newline and
+// leaves HTML unescaped, as writeJSON does; the bodies inside a started
+// reply are encoded as they always were, escaped and without one.
+func encodeError(v any, inReply bool) []byte {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(inReply)
+	// Only maps of strings and numbers, and api.Body, reach here.
+	_ = enc.Encode(v)
+	if inReply {
+		return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
+	}
+	return b.Bytes()
+}
+
+// answerError answers the request with ae as a response of its own.
+func answerError(ctx *fasthttp.RequestCtx, ae *api.Error, f errorForm) {
+	status, body := renderError(&ctx.Response.Header, ae, f)
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("application/json")
+	ctx.Response.SetBody(body)
+}
+
+// inReplyError is the body of err inside a reply already started, in form
+// f (formLate, formLateModeration or formStreamEvent).
+func inReplyError(err error, f errorForm) []byte {
+	_, b := renderError(nil, asAPIError(err, ""), f)
+	return b
 }

@@ -51,7 +51,7 @@ func (s *Server) moderations(c *call) error {
 		out, err := json.Marshal(moderationBody{ID: "modr-" + c.requestID, Model: req.Model, Results: rep.Results, Svc: a.Svc})
 		return relay.Output{ContentType: "application/json", Body: out, Verdicts: rep.Results}, err
 	}
-	return s.relayUnary(c, r, lateModerationBody)
+	return s.relayUnary(c, r, formLateModeration)
 }
 
 // moderationBody is the reply: the common shape plus svc.
@@ -100,17 +100,4 @@ func shapeModeration(err error) error {
 		out.Param = "model"
 	}
 	return &out
-}
-
-// lateModerationBody is a check that failed after its reply was kept
-// alive: a 200 whose body is the error object, with no results. code is
-// the status it would have had, moderation_code the table's code.
-func lateModerationBody(err error) []byte {
-	ae := asAPIError(err, "")
-	e := map[string]any{"message": ae.Message, "type": ae.ErrorType(), "code": ae.HTTPStatus(), "moderation_code": ae.Code}
-	if ae.RetryAfter > 0 {
-		e["retry_after"] = int((ae.RetryAfter + time.Second - 1) / time.Second)
-	}
-	b, _ := json.Marshal(map[string]any{"error": e, "detail": ae.Message})
-	return b
 }
