@@ -2,9 +2,7 @@ package server
 
 import (
 	"encoding/json"
-	"errors"
 	"strings"
-	"time"
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/moderation"
@@ -42,7 +40,7 @@ func (s *Server) moderations(c *call) error {
 	r := inference(c, api.KindModeration, req.Model, false)
 	r.Body = body
 	r.Feature = api.FeatureModeration
-	r.Shape = shapeModeration
+	r.Shape = moderation.ShapeError
 	r.Render = func(a relay.Answer) (relay.Output, error) {
 		var rep api.ModerationReply
 		if err := json.Unmarshal(a.Body, &rep); err != nil || len(rep.Results) != len(req.Checks) {
@@ -66,38 +64,4 @@ type moderationBody struct {
 // error.code and X-Svc-Error-Code.
 func moderationErr(kind api.Kind, code, param, msg string) *api.Error {
 	return &api.Error{Kind: kind, Code: code, CodeHeader: true, Param: param, Message: msg}
-}
-
-// shapeModeration answers a moderation check's failure with the
-// moderation table's row for it: a model no online (or up-to-date) worker
-// has is 409, busy workers 429 moderation_capacity, a worker that failed
-// or timed out 503, a verdict that is neither safe nor unsafe 502.
-func shapeModeration(err error) error {
-	var ae *api.Error
-	if !errors.As(err, &ae) {
-		return err
-	}
-	out := *ae
-	out.CodeHeader = true
-	switch {
-	case ae.Code == api.CodeModerationInvalidVerdict, ae.Code == api.CodeModerationUnavailable, ae.Kind == api.KindClientGone:
-		return &out
-	case ae.Kind == api.KindCapacity:
-		out.Code = api.CodeModerationCapacity
-	case ae.Code == api.CodeModelNotFound, ae.Code == api.CodeNoWorkerOnline, ae.Code == api.CodeNoWorkerForModel:
-		out.Kind, out.Type, out.Code, out.RetryAfter = api.KindConflict, "", api.CodeModerationUnavailable, 0
-		out.Message = "No online worker can run this moderation model now: " + ae.Message
-	case ae.ServerFault():
-		out.Kind, out.Type, out.Code = api.KindUnavailable, "", api.CodeModerationUnavailable
-		out.Message = "The moderation check failed on the worker; retry: " + ae.Message
-		if out.RetryAfter == 0 {
-			out.RetryAfter = time.Second
-		}
-	default:
-		return &out
-	}
-	if out.Param == "" {
-		out.Param = "model"
-	}
-	return &out
 }
