@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -255,9 +254,9 @@ func (s *Service) Bootstrap(persist func(Secrets) error) (bool, error) {
 }
 
 var (
-	errMissingKey = &api.Error{Status: http.StatusUnauthorized, Code: "invalid_api_key", Message: "Invalid API key"}
-	errRevokedKey = &api.Error{Status: http.StatusUnauthorized, Code: "invalid_api_key", Message: "This API key has been revoked"}
-	errBadToken   = &api.Error{Status: http.StatusUnauthorized, Code: "invalid_worker_token", Message: "Invalid or revoked worker token"}
+	errMissingKey = &api.Error{Kind: api.KindUnauthenticated, Code: "invalid_api_key", Message: "Invalid API key"}
+	errRevokedKey = &api.Error{Kind: api.KindUnauthenticated, Code: "invalid_api_key", Message: "This API key has been revoked"}
+	errBadToken   = &api.Error{Kind: api.KindUnauthenticated, Code: "invalid_worker_token", Message: "Invalid or revoked worker token"}
 )
 
 // Authenticate resolves an API key to the principal it acts as. Unknown,

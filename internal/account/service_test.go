@@ -75,7 +75,7 @@ func status(t *testing.T, err error) int {
 	if !errors.As(err, &ae) {
 		t.Fatalf("error %v is not an *api.Error", err)
 	}
-	return ae.Status
+	return ae.HTTPStatus()
 }
 
 func TestBootstrapOnceAndReload(t *testing.T) {
@@ -195,7 +195,7 @@ func TestCreateKeyValidation(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := f.svc.CreateKey(account.DefaultOrg, tt.req)
 			var ae *api.Error
-			if !errors.As(err, &ae) || ae.Status != http.StatusUnprocessableEntity {
+			if !errors.As(err, &ae) || ae.HTTPStatus() != http.StatusUnprocessableEntity {
 				t.Fatalf("CreateKey = %v, want 422", err)
 			}
 			var got []string

@@ -31,7 +31,7 @@ func TestOptional(t *testing.T) {
 
 func TestInvalidSummary(t *testing.T) {
 	e := Invalid(FieldError{Field: "a", Message: "bad"})
-	if e.Status != 422 || e.Message != "Invalid request: a: bad" || e.ErrorType() != TypeInvalidRequest {
+	if e.HTTPStatus() != 422 || e.Message != "Invalid request: a: bad" || e.ErrorType() != TypeInvalidRequest {
 		t.Fatalf("%+v", e)
 	}
 	var v Validator
@@ -47,5 +47,62 @@ func TestTypeForStatus(t *testing.T) {
 		if got := TypeForStatus(status); got != want {
 			t.Errorf("TypeForStatus(%d) = %s, want %s", status, got, want)
 		}
+	}
+}
+
+// Every kind is answered with a status and, unless it names its own, the
+// type a client expects of that status.
+func TestKindTable(t *testing.T) {
+	want := map[Kind]int{KindInternal: 500, KindInvalidRequest: 400, KindValidation: 422, KindUnauthenticated: 401,
+		KindPaymentRequired: 402, KindForbidden: 403, KindPlanRequired: 403, KindNotFound: 404, KindMethodNotAllowed: 405,
+		KindConflict: 409, KindTooLarge: 413, KindHeadersTooLarge: 431, KindRateLimited: 429, KindCapacity: 429,
+		KindClientGone: 499, KindNotImplemented: 501, KindUpstream: 502, KindUnavailable: 503, KindTimeout: 504,
+		KindInsufficientMemory: 507, KindRelayed: 502}
+	for k := KindInternal; k <= KindRelayed; k++ {
+		status, ok := want[k]
+		if !ok {
+			t.Fatalf("kind %d (%s) is not in the test's table", k, k)
+		}
+		e := &Error{Kind: k}
+		if e.HTTPStatus() != status {
+			t.Errorf("%s: status %d, want %d", k, e.HTTPStatus(), status)
+		}
+		typ := TypeForStatus(status)
+		if k == KindPlanRequired {
+			typ = TypePlanRequired
+		}
+		if e.ErrorType() != typ {
+			t.Errorf("%s: type %s, want %s", k, e.ErrorType(), typ)
+		}
+		if k.String() == "" || (k != KindInternal && k.String() == KindInternal.String()) {
+			t.Errorf("kind %d has no name of its own", k)
+		}
+	}
+}
+
+func TestRelayed(t *testing.T) {
+	for _, tt := range []struct {
+		in, status int
+		typ        string
+	}{{507, 507, TypeInsufficientMemory}, {418, 418, TypeInvalidRequest}, {200, 502, TypeUpstream}, {0, 502, TypeUpstream}, {600, 502, TypeUpstream}} {
+		e := Relayed(tt.in, "", "", "m")
+		if e.HTTPStatus() != tt.status || e.ErrorType() != tt.typ || e.Kind != KindRelayed {
+			t.Errorf("Relayed(%d): %d %s %s, want %d %s", tt.in, e.HTTPStatus(), e.ErrorType(), e.Kind, tt.status, tt.typ)
+		}
+	}
+	if e := Relayed(400, "context_length_exceeded", "", "m"); e.ErrorType() != "context_length_exceeded" || e.ServerFault() {
+		t.Errorf("%+v", e)
+	}
+	if e := Relayed(503, "", "", "m"); !e.ServerFault() {
+		t.Errorf("a relayed 503 is not a server fault")
+	}
+}
+
+func TestPlanRequiredIsNested(t *testing.T) {
+	if e := PlanRequired("upgrade"); !e.Nested() || e.HTTPStatus() != 403 || e.ErrorType() != TypePlanRequired {
+		t.Fatalf("%+v", e)
+	}
+	if e := Forbidden("no"); e.Nested() {
+		t.Fatal("a plain 403 is nested")
 	}
 }

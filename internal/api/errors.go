@@ -33,26 +33,45 @@ const (
 	TypeInvalidEncryptedRequest = "invalid_encrypted_request"
 )
 
+// Codes sent in error.code when no worker takes a request, or the one that
+// took it fails it. The moderation table and clients branch on them; a
+// model no connected worker has is CodeModelNotFound.
+const (
+	CodeCapacityExceeded = "capacity_exceeded"   // every worker serving the model is busy
+	CodeWorkersUnhealthy = "workers_unhealthy"   // the workers that could serve it are held back
+	CodeNoWorkerOnline   = "no_worker_online"    // the organisation has no worker connected
+	CodeNoWorkerForModel = "no_worker_for_model" // the workers that have the model are not connected
+	CodeWorkerNotFound   = "worker_not_found"    // X-Svc-Worker-Id names no worker of the organisation
+	CodeWorkerOffline    = "worker_offline"      // the pinned worker is not connected
+	CodeWorkerDraining   = "worker_draining"     // the pinned worker is shutting down
+	CodeWrongEndpoint    = "wrong_endpoint"      // the model does not do what the endpoint asks
+	CodeWorkerLost       = "worker_lost"         // the worker went away while handling the request
+	CodeBadWorkerReply   = "bad_worker_reply"    // the worker's answer is not one the gateway can use
+	CodeTimeout          = "timeout"             // the request ran longer than it may
+)
+
 // Error is an error with everything needed to answer it over HTTP. Domain
-// packages return it for failures the caller must see; anything else is
-// mapped to a 500 by the server.
+// packages return it for failures the caller must see, naming their Kind;
+// the status follows from the kind alone (see Kind.Status). Anything else
+// is answered as KindInternal by the server.
 type Error struct {
-	Status  int
-	Type    string // defaults from Status when empty
-	Code    string // machine-readable code; also sent as X-Svc-Error-Code when Header is set
+	Kind    Kind
+	Type    string // defaults from Kind when empty
+	Code    string // machine-readable code; also sent as X-Svc-Error-Code when CodeHeader is set
 	Param   string
 	Message string
-	// Fields lists the validation failures of a 422.
+	// Fields lists the validation failures of a KindValidation.
 	Fields []FieldError
 	// RetryAfter is sent as the Retry-After header on 429 and 503.
 	RetryAfter time.Duration
 	// CodeHeader sends Code in the X-Svc-Error-Code header as well.
 	CodeHeader bool
-	// Capacity marks a 429 for busy workers; QueueDepth is how many
-	// requests were already waiting (X-Svc-Queue-Depth).
-	Capacity   bool
+	// QueueDepth is how many requests were already waiting when a
+	// KindCapacity was given (X-Svc-Queue-Depth).
 	QueueDepth int
 	Err        error
+	// relayed is the status of a worker's failed result, for KindRelayed.
+	relayed int
 }
 
 // FieldError is one entry of a 422's errors list.
@@ -85,40 +104,68 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
-// ErrorOf is the answer owed for err: the *Error it carries, a 504 for a
-// deadline, or else a 500 that keeps err as its cause, to be logged and
-// never sent.
+// ErrorOf is the answer owed for err: the *Error it carries, a timeout for
+// a deadline, or else an internal error that keeps err as its cause, to be
+// logged and never sent.
 func ErrorOf(err error) *Error {
 	var ae *Error
 	switch {
 	case errors.As(err, &ae):
 		return ae
 	case errors.Is(err, context.DeadlineExceeded):
-		return &Error{Status: http.StatusGatewayTimeout, Message: "The request timed out", Err: err}
+		return &Error{Kind: KindTimeout, Message: "The request timed out", Err: err}
 	default:
-		return &Error{Status: http.StatusInternalServerError, Err: err, Message: "Internal server error; retry once"}
+		return &Error{Kind: KindInternal, Err: err, Message: "Internal server error; retry once"}
 	}
 }
 
-// ErrorType returns the type to send, derived from the status when unset.
-func (e *Error) ErrorType() string {
-	if e.Type != "" {
-		return e.Type
+// HTTPStatus is the status e is answered with: its kind's, or for
+// KindRelayed the worker's own.
+func (e *Error) HTTPStatus() int {
+	if e.Kind == KindRelayed && e.relayed != 0 {
+		return e.relayed
 	}
-	return TypeForStatus(e.Status)
+	return e.Kind.Status()
+}
+
+// ErrorType returns the type to send: Type, else its kind's.
+func (e *Error) ErrorType() string {
+	switch {
+	case e.Type != "":
+		return e.Type
+	case e.Kind == KindRelayed && e.relayed != 0:
+		return TypeForStatus(e.relayed)
+	}
+	return e.Kind.answer().typ
 }
 
 // Nested reports whether the error travels in the private-inference shape,
 // where detail is an object holding the envelope.
 func (e *Error) Nested() bool {
-	switch e.Type {
+	switch e.ErrorType() {
 	case TypeE2ERequired, TypePlanRequired, TypeInvalidEncryptedRequest:
 		return true
 	}
 	return false
 }
 
-// TypeForStatus is the error type used when an error names none.
+// ServerFault reports whether the failure is the service's or a worker's
+// rather than the request's: its status is 5xx.
+func (e *Error) ServerFault() bool { return e.HTTPStatus() >= 500 }
+
+// Relayed is a worker's failed result, answered with the worker's own
+// status: the one status that does not come from Kind's table, because
+// the engine behind the worker chose it. A status that is no failure is
+// one the gateway cannot use: 502.
+func Relayed(status int, typ, code, msg string) *Error {
+	if status < 400 || status > 599 {
+		status = http.StatusBadGateway
+	}
+	return &Error{Kind: KindRelayed, relayed: status, Type: typ, Code: code, Message: msg}
+}
+
+// TypeForStatus is the error type of a status, for a result that names
+// none.
 func TypeForStatus(status int) string {
 	switch {
 	case status == http.StatusUnauthorized:
@@ -148,46 +195,46 @@ func TypeForStatus(status int) string {
 	}
 }
 
-// Errorf builds an Error with a formatted message.
-func Errorf(status int, format string, args ...any) *Error {
-	return &Error{Status: status, Message: fmt.Sprintf(format, args...)}
+// Errorf builds an Error of kind k with a formatted message.
+func Errorf(k Kind, format string, args ...any) *Error {
+	return &Error{Kind: k, Message: fmt.Sprintf(format, args...)}
 }
 
-// BadRequest is a 400.
+// BadRequest is a KindInvalidRequest.
 func BadRequest(format string, args ...any) *Error {
-	return Errorf(http.StatusBadRequest, format, args...)
+	return Errorf(KindInvalidRequest, format, args...)
 }
 
-// NotFound is a 404.
+// NotFound is a KindNotFound.
 func NotFound(format string, args ...any) *Error {
-	return Errorf(http.StatusNotFound, format, args...)
+	return Errorf(KindNotFound, format, args...)
 }
 
-// Forbidden is a 403.
+// Forbidden is a KindForbidden.
 func Forbidden(format string, args ...any) *Error {
-	return Errorf(http.StatusForbidden, format, args...)
+	return Errorf(KindForbidden, format, args...)
 }
 
-// Conflict is a 409.
+// Conflict is a KindConflict.
 func Conflict(format string, args ...any) *Error {
-	return Errorf(http.StatusConflict, format, args...)
+	return Errorf(KindConflict, format, args...)
 }
 
-// NotImplemented is a 501 for capabilities the service does not offer yet.
+// NotImplemented is a KindNotImplemented, for capabilities the service
+// does not offer yet.
 func NotImplemented(format string, args ...any) *Error {
-	return Errorf(http.StatusNotImplemented, format, args...)
+	return Errorf(KindNotImplemented, format, args...)
 }
 
-// PlanRequired is the 403 for a feature outside the organisation's plan.
+// PlanRequired is a KindPlanRequired, for a feature outside the
+// organisation's plan.
 func PlanRequired(format string, args ...any) *Error {
-	e := Errorf(http.StatusForbidden, format, args...)
-	e.Type = TypePlanRequired
-	return e
+	return Errorf(KindPlanRequired, format, args...)
 }
 
-// Invalid is a 422 listing every field that failed validation.
+// Invalid is a KindValidation listing every field that failed validation.
 func Invalid(fields ...FieldError) *Error {
-	return &Error{Status: http.StatusUnprocessableEntity, Type: TypeInvalidRequest, Message: summarize(fields), Fields: fields}
+	return &Error{Kind: KindValidation, Message: summarize(fields), Fields: fields}
 }
 
 func summarize(fields []FieldError) string {
@@ -218,7 +265,7 @@ func (v *Validator) Add(field, typ, format string, args ...any) {
 	v.fields = append(v.fields, FieldError{Field: field, Type: typ, Message: fmt.Sprintf(format, args...)})
 }
 
-// Err is the 422 for the collected failures, or nil.
+// Err is the KindValidation for the collected failures, or nil.
 func (v *Validator) Err() error {
 	if len(v.fields) == 0 {
 		return nil

@@ -126,7 +126,7 @@ func TestPrincipalRequire(t *testing.T) {
 				return
 			}
 			var ae *api.Error
-			if !errors.As(err, &ae) || ae.Status != http.StatusForbidden {
+			if !errors.As(err, &ae) || ae.HTTPStatus() != http.StatusForbidden {
 				t.Fatalf("Require(%s) = %v, want a 403", tt.perm, err)
 			}
 			if !strings.Contains(ae.Message, string(tt.perm)) {

@@ -1,7 +1,6 @@
 package auth
 
 import (
-	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -91,7 +90,7 @@ func (p *Principal) Require(perm Permission) error {
 		return nil
 	}
 	return &api.Error{
-		Status:  http.StatusForbidden,
+		Kind:    api.KindForbidden,
 		Code:    "missing_permission",
 		Message: "This API key lacks the " + string(perm) + " permission; create a key with it in the console (svc admin keys create --perm " + string(perm) + ")",
 	}
@@ -103,7 +102,7 @@ func (p *Principal) RequireOperator(action string) error {
 		return nil
 	}
 	return &api.Error{
-		Status:  http.StatusForbidden,
+		Kind:    api.KindForbidden,
 		Code:    "role_required",
 		Message: "Only an owner or operator of the organisation may " + action + "; this key belongs to a " + string(p.Role),
 	}

@@ -40,14 +40,14 @@ func FuzzParse(f *testing.F) {
 		if !errors.As(err, &ae) || ae.Message == "" {
 			t.Fatalf("Parse(%q) = %v", b, err)
 		}
-		switch ae.Status {
+		switch ae.HTTPStatus() {
 		case http.StatusBadRequest:
 		case http.StatusUnprocessableEntity:
 			if len(ae.Fields) == 0 {
 				t.Fatalf("Parse(%q): 422 without fields", b)
 			}
 		default:
-			t.Fatalf("Parse(%q) status %d", b, ae.Status)
+			t.Fatalf("Parse(%q) status %d", b, ae.HTTPStatus())
 		}
 	})
 }
@@ -69,7 +69,7 @@ func FuzzPrepare(f *testing.F) {
 		m := models[int(which)%len(models)]
 		if err := r.Prepare(m); err != nil {
 			var ae *api.Error
-			if !errors.As(err, &ae) || ae.Status != http.StatusBadRequest || ae.Type != TypeContextLengthExceeded || m == nil || m.ContextWindow == 0 {
+			if !errors.As(err, &ae) || ae.HTTPStatus() != http.StatusBadRequest || ae.Type != TypeContextLengthExceeded || m == nil || m.ContextWindow == 0 {
 				t.Fatalf("Prepare(%q) = %v", b, err)
 			}
 			return

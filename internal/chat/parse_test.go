@@ -16,7 +16,7 @@ func TestParseMalformed(t *testing.T) {
 		t.Run(b, func(t *testing.T) {
 			_, err := Parse([]byte(b), Options{})
 			ae := apiError(t, err)
-			if ae.Status != http.StatusBadRequest || ae.Message == "" || len(ae.Fields) != 0 {
+			if ae.HTTPStatus() != http.StatusBadRequest || ae.Message == "" || len(ae.Fields) != 0 {
 				t.Fatalf("err = %+v, want a 400", ae)
 			}
 			if strings.TrimSpace(b) != "" && !strings.HasPrefix(ae.Message, "Malformed JSON") {
@@ -212,8 +212,8 @@ func TestParseFieldErrors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := Parse([]byte(tt.body), tt.opts)
 			ae := apiError(t, err)
-			if ae.Status != http.StatusUnprocessableEntity || ae.ErrorType() != api.TypeInvalidRequest {
-				t.Fatalf("status %d type %q, want 422 invalid_request_error: %v", ae.Status, ae.ErrorType(), ae)
+			if ae.HTTPStatus() != http.StatusUnprocessableEntity || ae.ErrorType() != api.TypeInvalidRequest {
+				t.Fatalf("status %d type %q, want 422 invalid_request_error: %v", ae.HTTPStatus(), ae.ErrorType(), ae)
 			}
 			if got := fieldsOf(ae); !slices.Equal(got, tt.fields) {
 				t.Fatalf("fields = %v\nwant      %v\n(%v)", got, tt.fields, ae)

@@ -2,7 +2,6 @@ package chat
 
 import (
 	"math"
-	"net/http"
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/usage"
@@ -22,10 +21,10 @@ func (r *Request) Prepare(m *api.Model) error {
 	// that cannot fit is refused here; borderline ones are the engine's call.
 	if low := r.PromptChars / 5; window > 0 && low > window {
 		return &api.Error{
-			Status: http.StatusBadRequest,
-			Type:   TypeContextLengthExceeded,
-			Code:   TypeContextLengthExceeded,
-			Param:  "messages",
+			Kind:  api.KindInvalidRequest,
+			Type:  TypeContextLengthExceeded,
+			Code:  TypeContextLengthExceeded,
+			Param: "messages",
 			Message: "The prompt is at least about " + thousands(low) + " tokens, more than the model's context window of " +
 				thousands(window) + " tokens; shorten the conversation or use a model with a larger window",
 		}

@@ -246,7 +246,7 @@ func TestPrepareContextWindow(t *testing.T) {
 				return
 			}
 			ae := apiError(t, err)
-			if ae.Status != http.StatusBadRequest || ae.ErrorType() != TypeContextLengthExceeded || ae.Param != "messages" {
+			if ae.HTTPStatus() != http.StatusBadRequest || ae.ErrorType() != TypeContextLengthExceeded || ae.Param != "messages" {
 				t.Fatalf("err = %+v", ae)
 			}
 			if !strings.Contains(ae.Message, "1,001 tokens") || !strings.Contains(ae.Message, "1,000 tokens") {

@@ -47,7 +47,7 @@ func TestParse(t *testing.T) {
 				return
 			}
 			var ae *api.Error
-			if !errors.As(err, &ae) || ae.Status != tt.status {
+			if !errors.As(err, &ae) || ae.HTTPStatus() != tt.status {
 				t.Fatalf("err = %v, want status %d", err, tt.status)
 			}
 			if tt.field != "" && (len(ae.Fields) == 0 || ae.Fields[0].Field != tt.field) {
@@ -67,7 +67,7 @@ func FuzzParse(f *testing.F) {
 			return
 		}
 		var ae *api.Error
-		if !errors.As(err, &ae) || (ae.Status != 400 && ae.Status != 422) || ae.Message == "" {
+		if !errors.As(err, &ae) || (ae.HTTPStatus() != 400 && ae.HTTPStatus() != 422) || ae.Message == "" {
 			t.Fatalf("Parse(%q) = %v", body, err)
 		}
 	})

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net/http"
 	"slices"
 	"sync"
 	"time"
@@ -229,9 +228,9 @@ func (f *Fleet) capacityLocked(o *org, need *Need, waiting int) error {
 	}
 	ra := retryAfter(waiting, slots, o.service[need.Model])
 	return &api.Error{
-		Status: http.StatusTooManyRequests, Code: "capacity_exceeded",
+		Kind: api.KindCapacity, Code: api.CodeCapacityExceeded,
 		Message:    "Every worker serving " + need.Model + " is busy; retry after the time in Retry-After",
-		RetryAfter: ra, Capacity: true, QueueDepth: waiting,
+		RetryAfter: ra, QueueDepth: waiting,
 	}
 }
 
@@ -361,16 +360,16 @@ func (f *Fleet) checkLocked(o *org, need *Need, now time.Time, waited bool) erro
 	case unequipped:
 		return unequippedError(need)
 	case held:
-		return &api.Error{Status: http.StatusServiceUnavailable, Code: "workers_unhealthy", RetryAfter: back.Sub(now),
+		return &api.Error{Kind: api.KindUnavailable, Code: api.CodeWorkersUnhealthy, RetryAfter: back.Sub(now),
 			Message: "Every worker serving " + need.Model + " failed its recent requests and is held back; retry shortly"}
 	case !online:
-		return &api.Error{Status: http.StatusServiceUnavailable, Code: "no_worker_online", RetryAfter: 5 * time.Second,
+		return &api.Error{Kind: api.KindUnavailable, Code: api.CodeNoWorkerOnline, RetryAfter: 5 * time.Second,
 			Message: "No worker is online for this organisation; start one with `svc worker`"}
 	case known:
-		return &api.Error{Status: http.StatusServiceUnavailable, Code: "no_worker_for_model", RetryAfter: 5 * time.Second,
+		return &api.Error{Kind: api.KindUnavailable, Code: api.CodeNoWorkerForModel, RetryAfter: 5 * time.Second,
 			Message: "No connected worker can serve " + need.Model + " right now; the workers that have it are offline, reconnecting or shutting down"}
 	default:
-		return &api.Error{Status: http.StatusNotFound, Code: "model_not_found", Param: "model",
+		return &api.Error{Kind: api.KindNotFound, Code: api.CodeModelNotFound, Param: "model",
 			Message: "Model " + need.Model + " is not installed on any connected worker of this organisation"}
 	}
 }
@@ -379,19 +378,19 @@ func (f *Fleet) checkPinLocked(o *org, need *Need, now time.Time, waited bool) e
 	w := o.workers[need.Pin]
 	switch {
 	case w == nil:
-		return &api.Error{Status: http.StatusNotFound, Code: "worker_not_found",
+		return &api.Error{Kind: api.KindNotFound, Code: api.CodeWorkerNotFound,
 			Message: "No worker " + need.Pin + " in this organisation (X-Svc-Worker-Id)"}
 	case !w.offlineSince.IsZero() || !w.attached && waited:
-		return &api.Error{Status: http.StatusServiceUnavailable, Code: "worker_offline", RetryAfter: 5 * time.Second,
+		return &api.Error{Kind: api.KindUnavailable, Code: api.CodeWorkerOffline, RetryAfter: 5 * time.Second,
 			Message: "Worker " + w.name + " (" + w.id + ") is not connected"}
 	case w.draining:
-		return &api.Error{Status: http.StatusServiceUnavailable, Code: "worker_draining", RetryAfter: 5 * time.Second,
+		return &api.Error{Kind: api.KindUnavailable, Code: api.CodeWorkerDraining, RetryAfter: 5 * time.Second,
 			Message: "Worker " + w.name + " (" + w.id + ") is shutting down and takes no new requests"}
 	}
 	m := w.model(need.Model)
 	switch {
 	case m == nil:
-		return &api.Error{Status: http.StatusNotFound, Code: "model_not_found", Param: "model",
+		return &api.Error{Kind: api.KindNotFound, Code: api.CodeModelNotFound, Param: "model",
 			Message: "Worker " + w.name + " (" + w.id + ") does not serve model " + need.Model}
 	case need.Capability != "" && !m.Has(need.Capability):
 		return wrongEndpoint(m, need.Capability)
@@ -403,7 +402,7 @@ func (f *Fleet) checkPinLocked(o *org, need *Need, now time.Time, waited bool) e
 	case slices.Contains(need.Exclude, w.id):
 		return ErrTriedAll
 	case now.Before(w.heldUntil):
-		return &api.Error{Status: http.StatusServiceUnavailable, Code: "workers_unhealthy", RetryAfter: w.heldUntil.Sub(now),
+		return &api.Error{Kind: api.KindUnavailable, Code: api.CodeWorkersUnhealthy, RetryAfter: w.heldUntil.Sub(now),
 			Message: "Worker " + w.name + " (" + w.id + ") failed its recent requests and is held back; retry shortly"}
 	}
 	return nil
@@ -418,7 +417,7 @@ func unequippedError(need *Need) error {
 		msg = "No online worker serves both " + need.Model + " and the moderation model " + need.Moderator +
 			" that content filtering checks it with; install both on one worker, or change the organisation's moderation_model"
 	}
-	return &api.Error{Status: http.StatusConflict, Type: api.TypeConflict, Code: api.CodeModerationUnavailable,
+	return &api.Error{Kind: api.KindConflict, Type: api.TypeConflict, Code: api.CodeModerationUnavailable,
 		CodeHeader: true, Message: msg}
 }
 
@@ -437,7 +436,7 @@ func wrongEndpoint(m *api.Model, want string) error {
 			break
 		}
 	}
-	return &api.Error{Status: http.StatusNotFound, Code: "wrong_endpoint", Param: "model", Message: msg}
+	return &api.Error{Kind: api.KindNotFound, Code: api.CodeWrongEndpoint, Param: "model", Message: msg}
 }
 
 // lru remembers which worker served a conversation.

@@ -194,7 +194,7 @@ func run(t *testing.T, l *Lease) string {
 func status(err error) int {
 	var ae *api.Error
 	if errors.As(err, &ae) {
-		return ae.Status
+		return ae.HTTPStatus()
 	}
 	return 0
 }
@@ -238,7 +238,7 @@ func TestUpFrontErrors(t *testing.T) {
 			tt.need.OrgID = "o"
 			_, err := h.f.Acquire(h.ctx, tt.need)
 			var ae *api.Error
-			if !errors.As(err, &ae) || ae.Status != tt.status || ae.Code != tt.code {
+			if !errors.As(err, &ae) || ae.HTTPStatus() != tt.status || ae.Code != tt.code {
 				t.Fatalf("err = %v", err)
 			}
 		})
@@ -305,7 +305,7 @@ func TestQueueHoldThen429(t *testing.T) {
 	wg.Wait()
 	for _, err := range errs {
 		var ae *api.Error
-		if !errors.As(err, &ae) || ae.Status != http.StatusTooManyRequests || !ae.Capacity || ae.RetryAfter < time.Second {
+		if !errors.As(err, &ae) || ae.HTTPStatus() != http.StatusTooManyRequests || ae.Kind != api.KindCapacity || ae.RetryAfter < time.Second {
 			t.Fatalf("err = %#v", err)
 		}
 	}
@@ -330,7 +330,7 @@ func TestWaiterWhoseWorkersLeaveGets503(t *testing.T) {
 	h.waitStatus(w.id, "o", func(s string) bool { return s == api.StatusOffline })
 	l.Release(Failed)
 	var ae *api.Error
-	if err := <-done; !errors.As(err, &ae) || ae.Status != http.StatusServiceUnavailable || ae.Capacity {
+	if err := <-done; !errors.As(err, &ae) || ae.HTTPStatus() != http.StatusServiceUnavailable || ae.Kind == api.KindCapacity {
 		t.Fatalf("err = %#v", err)
 	}
 }
@@ -513,7 +513,7 @@ func TestNewRequestWaitsThroughBriefDrop(t *testing.T) {
 	for _, pin := range []string{"", w.id} {
 		var ae *api.Error
 		_, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m", Pin: pin, Hold: 30 * time.Millisecond})
-		if !errors.As(err, &ae) || ae.Status != http.StatusServiceUnavailable || ae.Capacity {
+		if !errors.As(err, &ae) || ae.HTTPStatus() != http.StatusServiceUnavailable || ae.Kind == api.KindCapacity {
 			t.Fatalf("pin %q: worker still away after the hold: %#v", pin, err)
 		}
 	}
@@ -847,7 +847,7 @@ func TestFeaturesAndModerator(t *testing.T) {
 			l, err := h.f.Acquire(h.ctx, tt.need)
 			if tt.worker == "" {
 				var ae *api.Error
-				if !errors.As(err, &ae) || ae.Status != http.StatusConflict || ae.Code != api.CodeModerationUnavailable || !ae.CodeHeader {
+				if !errors.As(err, &ae) || ae.HTTPStatus() != http.StatusConflict || ae.Code != api.CodeModerationUnavailable || !ae.CodeHeader {
 					t.Fatalf("err = %v, want 409 moderation_unavailable", err)
 				}
 				return

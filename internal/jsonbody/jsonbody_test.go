@@ -41,7 +41,7 @@ func TestStrict(t *testing.T) {
 				return
 			}
 			var ae *api.Error
-			if !errors.As(err, &ae) || ae.Status != tt.status {
+			if !errors.As(err, &ae) || ae.HTTPStatus() != tt.status {
 				t.Fatalf("err = %v, want status %d", err, tt.status)
 			}
 			if tt.field != "" && (len(ae.Fields) != 1 || ae.Fields[0].Field != tt.field) {
@@ -62,7 +62,7 @@ func FuzzStrict(f *testing.F) {
 			return
 		}
 		var ae *api.Error
-		if !errors.As(err, &ae) || (ae.Status != 400 && ae.Status != 422) || ae.Message == "" {
+		if !errors.As(err, &ae) || (ae.HTTPStatus() != 400 && ae.HTTPStatus() != 422) || ae.Message == "" {
 			t.Fatalf("Strict(%q) = %v", body, err)
 		}
 	})

@@ -4,8 +4,8 @@
 // and its mapping onto the categories, the validation of a POST
 // /v1/moderations body, and the fetching of remote images.
 //
-// The gateway uses Parse (the request body) and Lookup/Catalogue (which
-// model is which). The worker uses Family.Call to build the engine request
+// The gateway uses Parse (the request body), Lookup/Catalogue (which
+// model is which) and ShapeError (the moderation error table). The worker uses Family.Call to build the engine request
 // of one check, Family.Parse to read the answer, Family.Result to turn it
 // into a result, and Fetcher to fetch https images before guard-c sees
 // them. Nothing here keeps state: tables are built by functions on each

@@ -3,7 +3,6 @@ package moderation
 import (
 	"errors"
 	"fmt"
-	"net/http"
 	"slices"
 	"strings"
 
@@ -183,7 +182,7 @@ func (f Family) Call(localModel string, c Check) (GuardCall, error) {
 	}
 	if len(c.Images) > 0 && !f.Images() {
 		return GuardCall{}, &api.Error{
-			Status:     http.StatusBadRequest,
+			Kind:       api.KindInvalidRequest,
 			Code:       api.CodeImageInputNotSupported,
 			CodeHeader: true,
 			Message:    fmt.Sprintf("%s checks text only; send images to a guard-c model", f.ID()),

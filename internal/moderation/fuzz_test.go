@@ -104,10 +104,10 @@ func FuzzParse(f *testing.F) {
 				t.Fatalf("Parse(%q) = %v", body, err)
 			}
 			switch {
-			case ae.Status == http.StatusBadRequest:
-			case ae.Status == http.StatusUnprocessableEntity && len(ae.Fields) > 0:
+			case ae.HTTPStatus() == http.StatusBadRequest:
+			case ae.HTTPStatus() == http.StatusUnprocessableEntity && len(ae.Fields) > 0:
 			default:
-				t.Fatalf("Parse(%q): status %d, %d fields", body, ae.Status, len(ae.Fields))
+				t.Fatalf("Parse(%q): status %d, %d fields", body, ae.HTTPStatus(), len(ae.Fields))
 			}
 			return
 		}

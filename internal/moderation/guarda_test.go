@@ -57,7 +57,7 @@ func TestTextOnlyFamiliesRefuseImages(t *testing.T) {
 	for _, id := range []string{"guard-a:1b", "guard-a:8b", "guard-b:0.6b", "guard-b:4b", "guard-b:8b"} {
 		_, err := family(t, id).Call("m", Check{Texts: []string{"x"}, Images: []api.ModerationImage{img}})
 		var ae *api.Error
-		if !errors.As(err, &ae) || ae.Status != http.StatusBadRequest || ae.Code != api.CodeImageInputNotSupported {
+		if !errors.As(err, &ae) || ae.HTTPStatus() != http.StatusBadRequest || ae.Code != api.CodeImageInputNotSupported {
 			t.Errorf("%s: Call with an image = %v, want 400 %s", id, err, api.CodeImageInputNotSupported)
 		}
 	}

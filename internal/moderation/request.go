@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
@@ -307,7 +306,7 @@ func (p *parser) dataImage(path, s string) (api.ModerationImage, bool) {
 
 func remoteRefused(path string) *api.Error {
 	return &api.Error{
-		Status:     http.StatusBadRequest,
+		Kind:       api.KindInvalidRequest,
 		Type:       api.TypeInvalidRequest,
 		Code:       api.CodeRemoteImageURLNotAllowed,
 		CodeHeader: true,

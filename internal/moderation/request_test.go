@@ -141,7 +141,7 @@ func TestParseRefuses(t *testing.T) {
 			for _, remote := range []bool{false, true} {
 				_, err := Parse([]byte(tt.body), remote)
 				var ae *api.Error
-				if !errors.As(err, &ae) || ae.Status != http.StatusUnprocessableEntity {
+				if !errors.As(err, &ae) || ae.HTTPStatus() != http.StatusUnprocessableEntity {
 					t.Fatalf("Parse(remote=%v) = %v, want a 422", remote, err)
 				}
 				var got []fe
@@ -163,7 +163,7 @@ func TestParseBadRequest(t *testing.T) {
 	for _, body := range []string{``, `  `, `{`, `{"model":"m",}`, `nope`, `{"model":"m","input":"x"} trailing`} {
 		_, err := Parse([]byte(body), false)
 		var ae *api.Error
-		if !errors.As(err, &ae) || ae.Status != http.StatusBadRequest || ae.Message == "" {
+		if !errors.As(err, &ae) || ae.HTTPStatus() != http.StatusBadRequest || ae.Message == "" {
 			t.Errorf("Parse(%q) = %v, want a 400", body, err)
 		}
 	}
@@ -176,7 +176,7 @@ func TestParseRemoteImageNotAllowed(t *testing.T) {
 	if !errors.As(err, &ae) {
 		t.Fatalf("Parse = %v", err)
 	}
-	if ae.Status != http.StatusBadRequest || ae.Code != api.CodeRemoteImageURLNotAllowed || ae.Param != "input.2.image_url.url" || !ae.CodeHeader {
+	if ae.HTTPStatus() != http.StatusBadRequest || ae.Code != api.CodeRemoteImageURLNotAllowed || ae.Param != "input.2.image_url.url" || !ae.CodeHeader {
 		t.Errorf("error = %+v", ae)
 	}
 	for _, hint := range []string{"data:", "allow_remote_image_urls"} {
@@ -186,7 +186,7 @@ func TestParseRemoteImageNotAllowed(t *testing.T) {
 	}
 	// A malformed body is reported first: it must be fixed whatever the setting.
 	body = modBody(parts(imgPart("https://example.com/a.png"), `{"type":"nope"}`))
-	if _, err := Parse([]byte(body), false); !errors.As(err, &ae) || ae.Status != http.StatusUnprocessableEntity {
+	if _, err := Parse([]byte(body), false); !errors.As(err, &ae) || ae.HTTPStatus() != http.StatusUnprocessableEntity {
 		t.Errorf("Parse with a 422 and a remote URL = %v, want the 422", err)
 	}
 }
@@ -211,7 +211,7 @@ func TestParseImageSizeLimit(t *testing.T) {
 	huge := "data:image/png;base64," + strings.Repeat("A", base64.RawStdEncoding.EncodedLen(api.ModerationMaxImageBytes+1))
 	_, err := Parse([]byte(modBody(parts(textPart("x"), imgPart(huge)))), true)
 	var ae *api.Error
-	if !errors.As(err, &ae) || ae.Status != http.StatusUnprocessableEntity || len(ae.Fields) != 1 ||
+	if !errors.As(err, &ae) || ae.HTTPStatus() != http.StatusUnprocessableEntity || len(ae.Fields) != 1 ||
 		ae.Fields[0] != (api.FieldError{Field: "input.1.image_url.url", Type: api.FieldTooLong, Message: "the image is larger than 20 MB"}) {
 		t.Errorf("Parse with a 20 MB + 1 image = %v", err)
 	}

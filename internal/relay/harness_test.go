@@ -215,7 +215,7 @@ func chatRequest(id string, stream bool) relay.Request {
 func status(err error) int {
 	var ae *api.Error
 	if errors.As(err, &ae) {
-		return ae.Status
+		return ae.HTTPStatus()
 	}
 	return 0
 }

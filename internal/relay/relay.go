@@ -180,7 +180,7 @@ type Output struct {
 
 // BadReply is the 502 for a worker answer the gateway cannot use.
 func BadReply(w fleet.WorkerInfo, want string, err error) error {
-	return &api.Error{Status: http.StatusBadGateway, Code: "bad_worker_reply", Err: err,
+	return &api.Error{Kind: api.KindUpstream, Code: api.CodeBadWorkerReply, Err: err,
 		Message: "worker " + w.Name + " did not answer with " + want}
 }
 
@@ -404,13 +404,13 @@ func (c *Call) failed(o fleet.Outcome, cause error) bool {
 }
 
 // ErrClientGone is the failure of a request whose client went away.
-var ErrClientGone error = &api.Error{Status: 499, Message: "Client disconnected"}
+var ErrClientGone error = &api.Error{Kind: api.KindClientGone, Message: "Client disconnected"}
 
 // ctxError is the answer for a request whose context ended: the client
 // left (499), or the request ran out of time (504).
 func (c *Call) ctxError() error {
 	if errors.Is(c.ctx.Err(), context.DeadlineExceeded) {
-		return &api.Error{Status: http.StatusGatewayTimeout, Code: "timeout",
+		return &api.Error{Kind: api.KindTimeout, Code: api.CodeTimeout,
 			Message: "The request ran longer than " + c.rl.timing.MaxDuration.String() + "; split it or shorten it"}
 	}
 	return ErrClientGone
@@ -431,10 +431,10 @@ func (c *Call) lostError(err error) error {
 	var lost *fleet.LostError
 	name := c.lease.Worker.Name + " (" + c.lease.Worker.ID + ")"
 	if errors.As(err, &lost) {
-		return &api.Error{Status: http.StatusServiceUnavailable, Code: "worker_lost", RetryAfter: time.Second,
+		return &api.Error{Kind: api.KindUnavailable, Code: api.CodeWorkerLost, RetryAfter: time.Second,
 			Message: "Worker " + name + " disconnected while handling the request and did not return in time; retry"}
 	}
-	return &api.Error{Status: http.StatusServiceUnavailable, Code: "worker_lost", RetryAfter: time.Second,
+	return &api.Error{Kind: api.KindUnavailable, Code: api.CodeWorkerLost, RetryAfter: time.Second,
 		Message: "The response from worker " + name + " could not be relayed; retry", Err: err}
 }
 
@@ -449,16 +449,15 @@ func (c *Call) settle(res *api.Result) error {
 	return nil
 }
 
-// resultError is the error for a worker's failed result.
+// resultError is the error for a worker's failed result. It keeps the
+// status the worker gave: the engine chose it, and no kind of the
+// gateway's says more than it does.
 func resultError(res *api.Result) error {
-	e := &api.Error{Status: res.Status, Message: "the worker failed"}
+	e := api.Relayed(res.Status, "", "", "the worker failed")
 	if res.Error != nil {
 		e.Message, e.Type, e.Code = res.Error.Message, res.Error.Type, res.Error.Code
 	}
-	if e.Status < 400 || e.Status > 599 {
-		e.Status = http.StatusBadGateway
-	}
-	if e.Status == http.StatusServiceUnavailable {
+	if e.HTTPStatus() == http.StatusServiceUnavailable {
 		e.RetryAfter = time.Second
 	}
 	// The private-inference codes travel in X-Svc-Error-Code too.

@@ -292,7 +292,7 @@ func TestRenderShapesTheReply(t *testing.T) {
 func TestRefuseRecordsARow(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t)
-		h.rl.Refuse(chatRequest("req-1", false), &api.Error{Status: 400, Message: "prompt too long"})
+		h.rl.Refuse(chatRequest("req-1", false), &api.Error{Kind: api.KindInvalidRequest, Message: "prompt too long"})
 		row := h.only()
 		if row.StatusCode != 400 || *row.ErrorMessage != "prompt too long" || row.WorkerID != "" || row.Attempts != 0 {
 			t.Fatalf("row %+v", row)

@@ -261,12 +261,12 @@ type completionBody struct {
 func (c *Call) completeBody(body []byte) ([]byte, error) {
 	trimmed := bytes.TrimSpace(body)
 	if len(trimmed) < 2 || trimmed[0] != '{' || trimmed[len(trimmed)-1] != '}' {
-		return nil, &api.Error{Status: http.StatusBadGateway, Code: "bad_worker_reply",
+		return nil, &api.Error{Kind: api.KindUpstream, Code: api.CodeBadWorkerReply,
 			Message: "worker " + c.lease.Worker.Name + " answered with something that is not a JSON object"}
 	}
 	var cb completionBody
 	if err := json.Unmarshal(trimmed, &cb); err != nil {
-		return nil, &api.Error{Status: http.StatusBadGateway, Code: "bad_worker_reply", Message: "the worker's answer is not valid JSON", Err: err}
+		return nil, &api.Error{Kind: api.KindUpstream, Code: api.CodeBadWorkerReply, Message: "the worker's answer is not valid JSON", Err: err}
 	}
 	for _, ch := range cb.Choices {
 		m := ch.Message
@@ -325,7 +325,7 @@ func splice(obj, members []byte) []byte {
 func (c *Call) sealedReply(body []byte) ([]byte, error) {
 	trimmed := bytes.TrimRight(body, " \t\r\n")
 	if len(trimmed) < 2 || trimmed[len(trimmed)-1] != '}' {
-		return nil, &api.Error{Status: http.StatusBadGateway, Type: api.TypeUpstream, Message: "The worker's sealed reply is malformed"}
+		return nil, &api.Error{Kind: api.KindUpstream, Message: "The worker's sealed reply is malformed"}
 	}
 	out := append(append([]byte(nil), trimmed[:len(trimmed)-1]...), `,"svc":`...)
 	out = append(out, c.svcIdentity()...)
@@ -342,7 +342,7 @@ func (rl *Relay) record(c *Call, failure error) {
 	}
 	if failure != nil {
 		ae := api.ErrorOf(failure)
-		o.Status, o.ErrorMessage = ae.Status, ae.Message
+		o.Status, o.ErrorMessage = ae.HTTPStatus(), ae.Message
 	}
 	if c.req.Chat != nil {
 		o.Images = c.req.Chat.Images

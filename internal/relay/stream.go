@@ -81,7 +81,7 @@ func (s *Stream) Write(w EventWriter) {
 		// recorded, the bug logged, and the panic goes on to the transport.
 		if p := recover(); p != nil {
 			c.rl.log.Error("stream relay panicked", "panic", p, "stack", string(debug.Stack()))
-			c.done(&api.Error{Status: http.StatusInternalServerError, Message: "Internal error while streaming",
+			c.done(&api.Error{Kind: api.KindInternal, Message: "Internal error while streaming",
 				Err: fmt.Errorf("panic: %v", p)})
 			panic(p)
 		}

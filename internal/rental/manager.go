@@ -631,7 +631,7 @@ func (m *Manager) Stop(ctx context.Context, orgID, id string) (api.Rental, error
 		case <-time.After(time.Duration(attempt+1) * 500 * time.Millisecond):
 		}
 	}
-	return api.Rental{}, &api.Error{Status: 502, Message: fmt.Sprintf(
+	return api.Rental{}, &api.Error{Kind: api.KindUpstream, Message: fmt.Sprintf(
 		"The provider has not confirmed the machine is gone (%v). Billing stopped at your request; the gateway keeps trying to destroy it.", err)}
 }
 

@@ -20,7 +20,7 @@ func keyed(id string) auth.Principal { p := owner; p.KeyID = id; return p }
 func status(err error) int {
 	var ae *api.Error
 	if errors.As(err, &ae) {
-		return ae.Status
+		return ae.HTTPStatus()
 	}
 	return 0
 }
@@ -173,7 +173,7 @@ func TestRentRateLimit(t *testing.T) {
 	e.clock.Add(20 * time.Second)
 	err := e.m.Allow("k1")
 	var ae *api.Error
-	if !errors.As(err, &ae) || ae.Status != 429 || ae.RetryAfter != 40*time.Second {
+	if !errors.As(err, &ae) || ae.HTTPStatus() != 429 || ae.RetryAfter != 40*time.Second {
 		t.Fatalf("second call %v", err)
 	}
 	if err := e.m.Allow("k2"); err != nil {

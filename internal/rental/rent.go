@@ -170,7 +170,7 @@ func (m *Manager) Allow(keyID string) error {
 	defer m.mu.Unlock()
 	if last, ok := m.lastRent[keyID]; ok && now.Sub(last) < m.cfg.RentEvery {
 		wait := m.cfg.RentEvery - now.Sub(last)
-		return &api.Error{Status: 429, RetryAfter: wait, Message: fmt.Sprintf(
+		return &api.Error{Kind: api.KindRateLimited, RetryAfter: wait, Message: fmt.Sprintf(
 			"One rental request per API key per minute; try again in %d s", int64((wait+time.Second-1)/time.Second))}
 	}
 	m.lastRent[keyID] = now
@@ -295,7 +295,7 @@ func (m *Manager) Rent(ctx context.Context, p auth.Principal, req api.RentReques
 	if errors.Is(lastErr, ErrNoCapacity) {
 		return api.Rental{}, api.Conflict("No capacity for %s in the %s tier now; try again later or another tier", gpu[0].Label, tier.Label)
 	}
-	return api.Rental{}, &api.Error{Status: 502, Message: fmt.Sprintf("The provider could not place the machine: %v", lastErr)}
+	return api.Rental{}, &api.Error{Kind: api.KindUpstream, Message: fmt.Sprintf("The provider could not place the machine: %v", lastErr)}
 }
 
 func fitsRAM(o priced, vs []Variant) bool {
@@ -322,7 +322,7 @@ func nodeTimer(org api.Organization) time.Duration {
 func (m *Manager) checkPayment(org api.Organization, price money.GBP, now time.Time) error {
 	s := org.Settings
 	if !s.PaymentCardOnFile {
-		return &api.Error{Status: 402, Message: "No payment card on file; add one in the console before renting"}
+		return &api.Error{Kind: api.KindPaymentRequired, Message: "No payment card on file; add one in the console before renting"}
 	}
 	m.mu.Lock()
 	var spent, nextHour, month money.GBP
@@ -340,12 +340,12 @@ func (m *Manager) checkPayment(org api.Organization, price money.GBP, now time.T
 	}
 	m.mu.Unlock()
 	if need := price + nextHour; s.CreditBalanceGBP-spent < need {
-		return &api.Error{Status: 402, Message: fmt.Sprintf(
+		return &api.Error{Kind: api.KindPaymentRequired, Message: fmt.Sprintf(
 			"Not enough credit: £%s left, and this GPU's first hour plus the next hour of your running rentals need £%s",
 			s.CreditBalanceGBP-spent, need)}
 	}
 	if s.MonthlyBudgetGBP != nil && month >= *s.MonthlyBudgetGBP {
-		return &api.Error{Status: 402, Message: fmt.Sprintf(
+		return &api.Error{Kind: api.KindPaymentRequired, Message: fmt.Sprintf(
 			"The monthly budget of £%s is reached (£%s this month)", *s.MonthlyBudgetGBP, month)}
 	}
 	return nil

@@ -41,7 +41,7 @@ func (s *Server) transcriptions(c *call) error {
 		ctype, out, err := req.Render(&t, a.Svc)
 		return relay.Output{ContentType: ctype, Body: out}, err
 	}
-	return s.relayUnary(c, r, nil)
+	return s.relayUnary(c, r, formLate)
 }
 
 // speech is POST /v1/audio/speech: raw WAV by default, or the JSON form
@@ -82,5 +82,5 @@ func (s *Server) speech(c *call) error {
 		}
 		return out, err
 	}
-	return s.relayUnary(c, r, nil)
+	return s.relayUnary(c, r, formLate)
 }

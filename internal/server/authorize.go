@@ -1,17 +1,15 @@
 package server
 
 import (
-	"net/http"
-
 	"github.com/svc-dev/svc/internal/api"
 )
 
 var (
-	errNoKey = &api.Error{Status: http.StatusUnauthorized, Code: "missing_api_key",
+	errNoKey = &api.Error{Kind: api.KindUnauthenticated, Code: "missing_api_key",
 		Message: "Missing API key: send it as Authorization: Bearer <API_KEY> or in the x-api-key header"}
-	errConsoleOnly = &api.Error{Status: http.StatusForbidden, Code: "console_only",
+	errConsoleOnly = &api.Error{Kind: api.KindForbidden, Code: "console_only",
 		Message: "This endpoint works only from the console; API keys cannot use it. Run `svc admin` on the server host"}
-	errE2ERequired = &api.Error{Status: http.StatusForbidden, Type: api.TypeE2ERequired,
+	errE2ERequired = &api.Error{Kind: api.KindForbidden, Type: api.TypeE2ERequired,
 		Message: "This organisation requires end-to-end encryption; send the request through an encrypting client"}
 )
 

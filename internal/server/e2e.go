@@ -43,10 +43,10 @@ func (s *Server) privateInference(c *call, kind string) error {
 	env, err := e2ee.ParseEnvelope(body)
 	if err != nil {
 		// The parser's messages name what is wrong, never the content.
-		return &api.Error{Status: http.StatusBadRequest, Type: api.TypeInvalidEncryptedRequest, Message: err.Error()}
+		return &api.Error{Kind: api.KindInvalidRequest, Type: api.TypeInvalidEncryptedRequest, Message: err.Error()}
 	}
 	if kind != api.KindChat && env.Stream {
-		return &api.Error{Status: http.StatusBadRequest, Type: api.TypeInvalidEncryptedRequest, Message: "Only chat is streamed"}
+		return &api.Error{Kind: api.KindInvalidRequest, Type: api.TypeInvalidEncryptedRequest, Message: "Only chat is streamed"}
 	}
 	holder := s.fleet.KeyHolder(c.principal.OrgID, env.KeyID)
 	if holder == "" {
@@ -64,11 +64,11 @@ func (s *Server) privateInference(c *call, kind string) error {
 	if env.Stream {
 		return s.relayStream(c, r)
 	}
-	return s.relayUnary(c, r, nil)
+	return s.relayUnary(c, r, formLate)
 }
 
 func errNoPrivateWorker(keyID string) *api.Error {
-	return &api.Error{Status: http.StatusServiceUnavailable, Code: api.CodeNoPrivateInferenceWorker, CodeHeader: true,
+	return &api.Error{Kind: api.KindUnavailable, Code: api.CodeNoPrivateInferenceWorker, CodeHeader: true,
 		RetryAfter: time.Second,
 		Message:    fmt.Sprintf("No connected worker holds the key %s; fetch the organisation's keys again and retry", keyID)}
 }

@@ -1,9 +1,9 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
-	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -15,12 +15,12 @@ import (
 	"github.com/svc-dev/svc/internal/api"
 )
 
-// toAPIError is the one place errors become HTTP answers. Domain packages
-// return *api.Error for what the caller must see; anything else is a 500
-// whose cause is logged, not sent.
+// toAPIError is what a call's client is told of err. Domain packages
+// return *api.Error for what the caller must see; anything else is an
+// internal error whose cause is logged, not sent.
 func (s *Server) toAPIError(c *call, err error) *api.Error {
 	ae := asAPIError(err, c.requestID)
-	if ae.Status == http.StatusInternalServerError && ae.Err == err {
+	if ae.Kind == api.KindInternal && ae.Err == err {
 		s.log.Error("request failed", "request_id", c.requestID, "path", string(c.ctx.Path()), "err", err)
 	}
 	return ae
@@ -28,7 +28,7 @@ func (s *Server) toAPIError(c *call, err error) *api.Error {
 
 func asAPIError(err error, requestID string) *api.Error {
 	ae := api.ErrorOf(err)
-	if ae.Status == http.StatusInternalServerError && ae.Err == err && requestID != "" {
+	if ae.Kind == api.KindInternal && ae.Err == err && requestID != "" {
 		quoted := *ae
 		quoted.Message += ", and quote request id " + requestID + " if it persists"
 		return &quoted
@@ -36,29 +36,181 @@ func asAPIError(err error, requestID string) *api.Error {
 	return ae
 }
 
-// writeError answers with err in the body shape the route and error call
-// for: validation (422 with errors[]), nested private-inference, the
-// compatible envelope beside detail, or plain detail.
+// writeError answers a call with err, in the form its route calls for.
 func (s *Server) writeError(c *call, err error) {
-	ae := s.toAPIError(c, err)
-	h := &c.ctx.Response.Header
-	if ae.RetryAfter > 0 {
-		h.Set("Retry-After", strconv.Itoa(int(math.Ceil(ae.RetryAfter.Seconds()))))
+	f := formCompatible
+	if c.route != nil && !c.route.compatible {
+		f = formPlain
 	}
-	if ae.Capacity {
-		h.Set("X-Svc-Queue-Depth", strconv.Itoa(ae.QueueDepth))
-	}
-	if ae.CodeHeader && ae.Code != "" {
-		h.Set("X-Svc-Error-Code", ae.Code)
-	}
-	if ae.Status == http.StatusUnauthorized {
-		h.Set("WWW-Authenticate", `Bearer realm="svc"`)
-	}
-	compatible := c.route == nil || c.route.compatible
-	writeJSON(c.ctx, ae.Status, errorBody(ae, compatible))
+	answerError(c.ctx, s.toAPIError(c, err), f)
 }
 
-func errorBody(ae *api.Error, compatible bool) api.Body {
+func (s *Server) notFound(m *mux, method, path string, console bool) error {
+	msg := "No route for " + method + " " + path + "."
+	if console {
+		msg += " The admin socket serves /api/v1/console/ only."
+	} else {
+		msg += " API paths start with /api/v1/; chat completions, embeddings, models, audio and moderations are also served under /v1/."
+	}
+	if hint := m.suggest(path); hint != "" {
+		msg += " Did you mean " + hint + "?"
+	}
+	return &api.Error{Kind: api.KindNotFound, Code: "route_not_found", Message: msg}
+}
+
+func methodNotAllowed(method, path string, allow []string) error {
+	return &api.Error{Kind: api.KindMethodNotAllowed, Code: "method_not_allowed",
+		Message: method + " is not allowed on " + path + "; use " + strings.Join(allow, " or ")}
+}
+
+// parseError answers requests fasthttp could not parse, before any route.
+func (s *Server) parseError(ctx *fasthttp.RequestCtx, m *mux, console bool, err error) {
+	ae := &api.Error{Kind: api.KindInvalidRequest, Message: "Malformed HTTP request"}
+	var small *fasthttp.ErrSmallBuffer
+	switch {
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		ae = s.tooLarge(ctx, m, console)
+	case errors.As(err, &small):
+		ae = &api.Error{Kind: api.KindHeadersTooLarge,
+			Message: "Request headers too large; the limit is " + strconv.Itoa(headerLimit>>10) + " KB"}
+	}
+	writeEarly(ctx, ae)
+}
+
+// expectContinue answers Expect: 100-continue: a body over the route's
+// limit is refused before the client sends it.
+func (s *Server) expectContinue(ctx *fasthttp.RequestCtx, m *mux, console bool) int {
+	limit := maxBodySize
+	if r := m.bodyLimit(ctx.Request.Header.RequestURI()); r != nil {
+		limit = r.maxBody
+	}
+	if !console && s.keyError(&ctx.Request.Header) != nil {
+		limit = anonymousBodyLimit
+	}
+	if ctx.Request.Header.ContentLength() <= limit {
+		return fasthttp.StatusContinue
+	}
+	ae := s.tooLarge(ctx, m, console)
+	writeEarly(ctx, ae)
+	return ae.HTTPStatus()
+}
+
+// tooLarge is the 413 for a body over its route's limit, or the 401 of a
+// caller without a valid key, whose limit is far lower: told 413, it
+// would shrink a request that can never succeed.
+func (s *Server) tooLarge(ctx *fasthttp.RequestCtx, m *mux, console bool) *api.Error {
+	// fasthttp resets the request when a chunked body runs over, so its
+	// headers, the key among them, are known only while some remain.
+	if !console && ctx.Request.Header.Len() > 0 {
+		var ae *api.Error
+		if errors.As(s.keyError(&ctx.Request.Header), &ae) {
+			return ae
+		}
+	}
+	if r := m.bodyLimit(ctx.Request.Header.RequestURI()); r != nil && r.tooLarge != nil {
+		return r.tooLarge
+	}
+	// A chunked body over its route's limit gets here with its headers
+	// forgotten, so the message names every limit.
+	return &api.Error{Kind: api.KindTooLarge,
+		Message: "Request body too large; the limit is " + strconv.Itoa(maxBodySize>>20) + " MB, and 25 MB for an audio file"}
+}
+
+// writeEarly answers a request refused before its route ran, which has
+// no request id yet and is answered as if on a compatible route.
+func writeEarly(ctx *fasthttp.RequestCtx, ae *api.Error) {
+	ctx.Response.Header.Set("X-Request-Id", uuid.NewString())
+	answerError(ctx, ae, formCompatible)
+}
+
+// writeJSON answers with v as JSON. HTML escaping is off: these bodies are
+// read by programs and terminals, where \u003c is noise.
+func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
+	ctx.Response.ResetBody()
+	enc := json.NewEncoder(ctx.Response.BodyWriter())
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		// Only our own types reach here; failing to encode them is a bug.
+		answerError(ctx, &api.Error{Kind: api.KindInternal, Message: "Internal server error: response encoding failed", Err: err}, formPlain)
+		return
+	}
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("application/json")
+}
+
+// errorForm is where an error is answered, which decides what it looks
+// like: before anything was sent it is a response of its own; after a
+// reply started it can only be part of that reply's body, a 200 whose
+// status and headers are gone.
+type errorForm uint8
+
+const (
+	// formPlain is a response on a route that answers errors with detail
+	// alone.
+	formPlain errorForm = iota
+	// formCompatible is a response with the OpenAI-compatible envelope
+	// beside detail, on a compatible route or before any route ran.
+	formCompatible
+	// formLate is the body of a kept-alive reply whose answer failed: the
+	// error object, with detail beside it.
+	formLate
+	// formLateModeration is formLate for a moderation check, in the
+	// moderation table's terms: code is the status the check would have
+	// had, moderation_code the table's code.
+	formLateModeration
+	// formStreamEvent is the data of a started stream's error event.
+	formStreamEvent
+)
+
+// renderError is the one writer of errors: what a client is told of ae in
+// form f. A response gets its headers on h and its status returned; the
+// forms inside a started reply have neither (h is nil), so what a client
+// needs of them (status, retry_after, queue_depth) rides in the body.
+func renderError(h *fasthttp.ResponseHeader, ae *api.Error, f errorForm) (status int, body []byte) {
+	status = ae.HTTPStatus()
+	retryAfter := int((ae.RetryAfter + time.Second - 1) / time.Second)
+	switch f {
+	case formPlain, formCompatible:
+		if ae.RetryAfter > 0 {
+			h.Set("Retry-After", strconv.Itoa(retryAfter))
+		}
+		if ae.Kind == api.KindCapacity {
+			h.Set("X-Svc-Queue-Depth", strconv.Itoa(ae.QueueDepth))
+		}
+		if ae.CodeHeader && ae.Code != "" {
+			h.Set("X-Svc-Error-Code", ae.Code)
+		}
+		if status == http.StatusUnauthorized {
+			h.Set("WWW-Authenticate", `Bearer realm="svc"`)
+		}
+		return status, encodeError(responseBody(ae, f == formCompatible), false)
+	case formLateModeration:
+		e := map[string]any{"message": ae.Message, "type": ae.ErrorType(), "code": status, "moderation_code": ae.Code}
+		if ae.RetryAfter > 0 {
+			e["retry_after"] = retryAfter
+		}
+		return http.StatusOK, encodeError(map[string]any{"error": e, "detail": ae.Message}, true)
+	}
+	e := map[string]any{"message": ae.Message, "type": ae.ErrorType(), "code": ae.Code, "status": status}
+	if ae.Code == "" {
+		e["code"] = strconv.Itoa(status)
+	}
+	if ae.RetryAfter > 0 {
+		e["retry_after"] = retryAfter
+	}
+	if ae.Kind == api.KindCapacity {
+		e["queue_depth"] = ae.QueueDepth
+	}
+	if f == formStreamEvent {
+		return http.StatusOK, encodeError(map[string]any{"error": e}, true)
+	}
+	return http.StatusOK, encodeError(map[string]any{"error": e, "detail": ae.Message}, true)
+}
+
+// responseBody is an error response's body: validation (errors[] beside
+// the envelope), nested private-inference, the compatible envelope beside
+// detail, or detail alone.
+func responseBody(ae *api.Error, compatible bool) api.Body {
 	payload := &api.ErrorPayload{Message: ae.Message, Type: ae.ErrorType()}
 	if ae.Code != "" {
 		payload.Code = &ae.Code
@@ -81,129 +233,32 @@ func errorBody(ae *api.Error, compatible bool) api.Body {
 	}
 }
 
-func (s *Server) notFound(m *mux, method, path string, console bool) error {
-	msg := "No route for " + method + " " + path + "."
-	if console {
-		msg += " The admin socket serves /api/v1/console/ only."
-	} else {
-		msg += " API paths start with /api/v1/; chat completions, embeddings, models, audio and moderations are also served under /v1/."
+// encodeError encodes an error body. A response ends in a newline and
+// leaves HTML unescaped, as writeJSON does; the bodies inside a started
+// reply are encoded as they always were, escaped and without one.
+func encodeError(v any, inReply bool) []byte {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(inReply)
+	// Only maps of strings and numbers, and api.Body, reach here.
+	_ = enc.Encode(v)
+	if inReply {
+		return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
 	}
-	if hint := m.suggest(path); hint != "" {
-		msg += " Did you mean " + hint + "?"
-	}
-	return &api.Error{Status: http.StatusNotFound, Code: "route_not_found", Message: msg}
+	return b.Bytes()
 }
 
-func methodNotAllowed(method, path string, allow []string) error {
-	return &api.Error{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed",
-		Message: method + " is not allowed on " + path + "; use " + strings.Join(allow, " or ")}
-}
-
-// parseError answers requests fasthttp could not parse, before any route.
-func (s *Server) parseError(ctx *fasthttp.RequestCtx, m *mux, console bool, err error) {
-	ae := &api.Error{Status: http.StatusBadRequest, Message: "Malformed HTTP request"}
-	var small *fasthttp.ErrSmallBuffer
-	switch {
-	case errors.Is(err, fasthttp.ErrBodyTooLarge):
-		ae = s.tooLarge(ctx, m, console)
-	case errors.As(err, &small):
-		ae = &api.Error{Status: http.StatusRequestHeaderFieldsTooLarge,
-			Message: "Request headers too large; the limit is " + strconv.Itoa(headerLimit>>10) + " KB"}
-	}
-	writeEarly(ctx, ae)
-}
-
-// expectContinue answers Expect: 100-continue: a body over the route's
-// limit is refused before the client sends it.
-func (s *Server) expectContinue(ctx *fasthttp.RequestCtx, m *mux, console bool) int {
-	limit := maxBodySize
-	if r := m.bodyLimit(ctx.Request.Header.RequestURI()); r != nil {
-		limit = r.maxBody
-	}
-	if !console && s.keyError(&ctx.Request.Header) != nil {
-		limit = anonymousBodyLimit
-	}
-	if ctx.Request.Header.ContentLength() <= limit {
-		return fasthttp.StatusContinue
-	}
-	ae := s.tooLarge(ctx, m, console)
-	writeEarly(ctx, ae)
-	return ae.Status
-}
-
-// tooLarge is the 413 for a body over its route's limit, or the 401 of a
-// caller without a valid key, whose limit is far lower: told 413, it
-// would shrink a request that can never succeed.
-func (s *Server) tooLarge(ctx *fasthttp.RequestCtx, m *mux, console bool) *api.Error {
-	// fasthttp resets the request when a chunked body runs over, so its
-	// headers, the key among them, are known only while some remain.
-	if !console && ctx.Request.Header.Len() > 0 {
-		var ae *api.Error
-		if errors.As(s.keyError(&ctx.Request.Header), &ae) {
-			return ae
-		}
-	}
-	if r := m.bodyLimit(ctx.Request.Header.RequestURI()); r != nil && r.tooLarge != nil {
-		return r.tooLarge
-	}
-	// A chunked body over its route's limit gets here with its headers
-	// forgotten, so the message names every limit.
-	return &api.Error{Status: http.StatusRequestEntityTooLarge,
-		Message: "Request body too large; the limit is " + strconv.Itoa(maxBodySize>>20) + " MB, and 25 MB for an audio file"}
-}
-
-// writeEarly answers a request refused before its route ran.
-func writeEarly(ctx *fasthttp.RequestCtx, ae *api.Error) {
-	ctx.Response.Header.Set("X-Request-Id", uuid.NewString())
-	if ae.Status == http.StatusUnauthorized {
-		ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="svc"`)
-	}
-	writeJSON(ctx, ae.Status, errorBody(ae, true))
-}
-
-// writeJSON answers with v as JSON. HTML escaping is off: these bodies are
-// read by programs and terminals, where \u003c is noise.
-func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
-	ctx.Response.ResetBody()
-	enc := json.NewEncoder(ctx.Response.BodyWriter())
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		// Only our own types reach here; failing to encode them is a bug.
-		ctx.Response.ResetBody()
-		status = http.StatusInternalServerError
-		ctx.Response.SetBodyString(`{"detail":"Internal server error: response encoding failed"}`)
-	}
+// answerError answers the request with ae as a response of its own.
+func answerError(ctx *fasthttp.RequestCtx, ae *api.Error, f errorForm) {
+	status, body := renderError(&ctx.Response.Header, ae, f)
 	ctx.SetStatusCode(status)
 	ctx.SetContentType("application/json")
+	ctx.Response.SetBody(body)
 }
 
-// lateErrorBody is the body of a failure after a kept-alive reply started:
-// a 200 whose JSON is the error object, with detail beside it.
-func lateErrorBody(err error) []byte {
-	ae := asAPIError(err, "")
-	b, _ := json.Marshal(map[string]any{"error": lateError(ae), "detail": ae.Message})
+// inReplyError is the body of err inside a reply already started, in form
+// f (formLate, formLateModeration or formStreamEvent).
+func inReplyError(err error, f errorForm) []byte {
+	_, b := renderError(nil, asAPIError(err, ""), f)
 	return b
-}
-
-// streamErrorPayload is the error frame of a stream.
-func streamErrorPayload(err error) []byte {
-	b, _ := json.Marshal(map[string]any{"error": lateError(asAPIError(err, ""))})
-	return b
-}
-
-// lateError is the error object of a failure after the response started
-// (a stream's error frame, a kept-alive non-streaming reply): message,
-// type and code, plus retry_after and queue_depth for a capacity 429.
-func lateError(ae *api.Error) map[string]any {
-	payload := map[string]any{"message": ae.Message, "type": ae.ErrorType(), "code": ae.Code, "status": ae.Status}
-	if ae.Code == "" {
-		payload["code"] = strconv.Itoa(ae.Status)
-	}
-	if ae.RetryAfter > 0 {
-		payload["retry_after"] = int((ae.RetryAfter + time.Second - 1) / time.Second)
-	}
-	if ae.Capacity {
-		payload["queue_depth"] = ae.QueueDepth
-	}
-	return payload
 }

@@ -30,13 +30,13 @@ func TestErrorBodyShapes(t *testing.T) {
 		},
 		{
 			name:       "compatible envelope beside detail",
-			err:        &api.Error{Status: 401, Code: "invalid_api_key", Message: "Invalid API key"},
+			err:        &api.Error{Kind: api.KindUnauthenticated, Code: "invalid_api_key", Message: "Invalid API key"},
 			compatible: true,
 			want:       `{"detail":"Invalid API key","error":{"message":"Invalid API key","type":"authentication_error","code":"invalid_api_key","param":null}}`,
 		},
 		{
 			name:       "nested private-inference shape, whatever the route",
-			err:        &api.Error{Status: 403, Type: api.TypeE2ERequired, Message: "encrypt"},
+			err:        &api.Error{Kind: api.KindForbidden, Type: api.TypeE2ERequired, Message: "encrypt"},
 			compatible: true,
 			want:       `{"detail":{"error":{"message":"encrypt","type":"e2e_required","code":null,"param":null}}}`,
 		},
@@ -57,11 +57,13 @@ func TestErrorBodyShapes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := json.Marshal(errorBody(tt.err, tt.compatible))
-			if err != nil {
-				t.Fatal(err)
+			f := formPlain
+			if tt.compatible {
+				f = formCompatible
 			}
-			if string(got) != tt.want {
+			var h fasthttp.ResponseHeader
+			_, got := renderError(&h, tt.err, f)
+			if string(got) != tt.want+"\n" {
 				t.Fatalf("body\n got %s\nwant %s", got, tt.want)
 			}
 			// Whatever the shape, a client reading it the spec's way finds the message.
@@ -93,8 +95,8 @@ func TestToAPIError(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ae := s.toAPIError(c, tt.err)
-			if ae.Status != tt.status {
-				t.Fatalf("status = %d, want %d", ae.Status, tt.status)
+			if ae.HTTPStatus() != tt.status {
+				t.Fatalf("status = %d, want %d", ae.HTTPStatus(), tt.status)
 			}
 			if tt.leak != "" && strings.Contains(ae.Message, tt.leak) {
 				t.Fatalf("message %q leaks %q", ae.Message, tt.leak)
@@ -110,14 +112,63 @@ func TestWriteErrorHeaders(t *testing.T) {
 	s := &Server{log: slog.New(slog.DiscardHandler)}
 	var ctx fasthttp.RequestCtx
 	c := &call{ctx: &ctx, route: &route{compatible: true}}
-	s.writeError(c, &api.Error{Status: 429, Code: "moderation_capacity", CodeHeader: true, RetryAfter: 1500 * time.Millisecond, Message: "busy"})
+	s.writeError(c, &api.Error{Kind: api.KindCapacity, Code: "moderation_capacity", CodeHeader: true, RetryAfter: 1500 * time.Millisecond, QueueDepth: 3, Message: "busy"})
 	if got := string(ctx.Response.Header.Peek("Retry-After")); got != "2" {
 		t.Errorf("Retry-After = %q, want 2 (rounded up)", got)
+	}
+	if got := string(ctx.Response.Header.Peek("X-Svc-Queue-Depth")); got != "3" {
+		t.Errorf("X-Svc-Queue-Depth = %q, want 3", got)
 	}
 	if got := string(ctx.Response.Header.Peek("X-Svc-Error-Code")); got != "moderation_capacity" {
 		t.Errorf("X-Svc-Error-Code = %q", got)
 	}
 	if ctx.Response.StatusCode() != 429 || string(ctx.Response.Header.ContentType()) != "application/json" {
 		t.Errorf("status %d, content type %s", ctx.Response.StatusCode(), ctx.Response.Header.ContentType())
+	}
+}
+
+// A failure after a reply started is part of its body: the status and
+// headers it would have had ride in the error object.
+func TestInReplyErrorForms(t *testing.T) {
+	busy := &api.Error{Kind: api.KindCapacity, Code: api.CodeCapacityExceeded, Message: "Every worker serving m<1> is busy",
+		RetryAfter: 2500 * time.Millisecond, QueueDepth: 4}
+	tests := []struct {
+		name string
+		err  error
+		form errorForm
+		want string
+	}{
+		{"late reply", busy, formLate,
+			`{"detail":"Every worker serving m\u003c1\u003e is busy","error":{"code":"capacity_exceeded","message":"Every worker serving m\u003c1\u003e is busy","queue_depth":4,"retry_after":3,"status":429,"type":"rate_limit_exceeded"}}`},
+		{"stream event", busy, formStreamEvent,
+			`{"error":{"code":"capacity_exceeded","message":"Every worker serving m\u003c1\u003e is busy","queue_depth":4,"retry_after":3,"status":429,"type":"rate_limit_exceeded"}}`},
+		{"late moderation", busy, formLateModeration,
+			`{"detail":"Every worker serving m\u003c1\u003e is busy","error":{"code":429,"message":"Every worker serving m\u003c1\u003e is busy","moderation_code":"capacity_exceeded","retry_after":3,"type":"rate_limit_exceeded"}}`},
+		{"a worker's status, no code", api.Relayed(507, "", "", "does not fit"), formLate,
+			`{"detail":"does not fit","error":{"code":"507","message":"does not fit","status":507,"type":"insufficient_memory_error"}}`},
+		{"an internal error keeps its cause to itself", errors.New("open /var/lib/secret.db"), formStreamEvent,
+			`{"error":{"code":"500","message":"Internal server error; retry once","status":500,"type":"server_error"}}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := string(inReplyError(tt.err, tt.form)); got != tt.want {
+				t.Fatalf("body\n got %s\nwant %s", got, tt.want)
+			}
+		})
+	}
+}
+
+// A request refused before its route ran is answered like any other, in
+// the compatible shape, with a request id of its own.
+func TestWriteEarly(t *testing.T) {
+	var ctx fasthttp.RequestCtx
+	writeEarly(&ctx, &api.Error{Kind: api.KindUnauthenticated, Code: "missing_api_key", Message: "Missing API key"})
+	if ctx.Response.StatusCode() != 401 || len(ctx.Response.Header.Peek("X-Request-Id")) == 0 ||
+		string(ctx.Response.Header.Peek("WWW-Authenticate")) != `Bearer realm="svc"` {
+		t.Fatalf("%s", ctx.Response.Header.String())
+	}
+	want := `{"detail":"Missing API key","error":{"message":"Missing API key","type":"authentication_error","code":"missing_api_key","param":null}}` + "\n"
+	if got := string(ctx.Response.Body()); got != want {
+		t.Fatalf("body\n got %s\nwant %s", got, want)
 	}
 }

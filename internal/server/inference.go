@@ -32,7 +32,7 @@ func (s *Server) chatCompletions(c *call) error {
 	if req.Stream {
 		return s.relayStream(c, r)
 	}
-	return s.relayUnary(c, r, nil)
+	return s.relayUnary(c, r, formLate)
 }
 
 // contentFilter is the moderation model a chat is checked with on its
@@ -57,5 +57,5 @@ func (s *Server) embeddings(c *call) error {
 	r := inference(c, api.KindEmbeddings, model, false)
 	r.ModelInfo = s.fleet.Model(c.principal.OrgID, model)
 	r.Body = body
-	return s.relayUnary(c, r, nil)
+	return s.relayUnary(c, r, formLate)
 }

@@ -2,10 +2,7 @@ package server
 
 import (
 	"encoding/json"
-	"errors"
-	"net/http"
 	"strings"
-	"time"
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/moderation"
@@ -17,7 +14,7 @@ import (
 func (s *Server) moderations(c *call) error {
 	if sealed(c) {
 		// A verdict needs the text, which only the worker could read.
-		return moderationErr(http.StatusBadRequest, api.CodeEncryptedInputNotSupported, "input",
+		return moderationErr(api.KindInvalidRequest, api.CodeEncryptedInputNotSupported, "input",
 			"Moderation does not take end-to-end encrypted input; send the text in clear")
 	}
 	req, err := moderation.Parse(c.ctx.PostBody(), c.org.Settings.AllowRemoteImageURLs)
@@ -27,13 +24,13 @@ func (s *Server) moderations(c *call) error {
 	family, ok := moderation.Lookup(req.Model)
 	switch {
 	case !ok && s.fleet.Model(c.principal.OrgID, req.Model) != nil:
-		return moderationErr(http.StatusBadRequest, api.CodeModelNotModeration, "model",
+		return moderationErr(api.KindInvalidRequest, api.CodeModelNotModeration, "model",
 			"Model "+req.Model+" is not a moderation model; use one of the guard models ("+strings.Join(moderation.Catalogue(), ", ")+")")
 	case !ok:
-		return moderationErr(http.StatusNotFound, api.CodeModelNotFound, "model",
+		return moderationErr(api.KindNotFound, api.CodeModelNotFound, "model",
 			"Model "+req.Model+" is not in the moderation catalogue: "+strings.Join(moderation.Catalogue(), ", "))
 	case req.Images && !family.Images():
-		return moderationErr(http.StatusBadRequest, api.CodeImageInputNotSupported, "input",
+		return moderationErr(api.KindInvalidRequest, api.CodeImageInputNotSupported, "input",
 			"Model "+req.Model+" checks text only; send images to a model that sees them, such as guard-c:4b")
 	}
 	body, err := json.Marshal(api.ModerationRequest{Checks: req.Checks, AllowRemoteImages: c.org.Settings.AllowRemoteImageURLs})
@@ -43,7 +40,7 @@ func (s *Server) moderations(c *call) error {
 	r := inference(c, api.KindModeration, req.Model, false)
 	r.Body = body
 	r.Feature = api.FeatureModeration
-	r.Shape = shapeModeration
+	r.Shape = moderation.ShapeError
 	r.Render = func(a relay.Answer) (relay.Output, error) {
 		var rep api.ModerationReply
 		if err := json.Unmarshal(a.Body, &rep); err != nil || len(rep.Results) != len(req.Checks) {
@@ -52,7 +49,7 @@ func (s *Server) moderations(c *call) error {
 		out, err := json.Marshal(moderationBody{ID: "modr-" + c.requestID, Model: req.Model, Results: rep.Results, Svc: a.Svc})
 		return relay.Output{ContentType: "application/json", Body: out, Verdicts: rep.Results}, err
 	}
-	return s.relayUnary(c, r, lateModerationBody)
+	return s.relayUnary(c, r, formLateModeration)
 }
 
 // moderationBody is the reply: the common shape plus svc.
@@ -65,53 +62,6 @@ type moderationBody struct {
 
 // moderationErr is an error of the moderation table: its code in
 // error.code and X-Svc-Error-Code.
-func moderationErr(status int, code, param, msg string) *api.Error {
-	return &api.Error{Status: status, Code: code, CodeHeader: true, Param: param, Message: msg}
-}
-
-// shapeModeration answers a moderation check's failure with the
-// moderation table's row for it: a model no online (or up-to-date) worker
-// has is 409, busy workers 429 moderation_capacity, a worker that failed
-// or timed out 503, a verdict that is neither safe nor unsafe 502.
-func shapeModeration(err error) error {
-	var ae *api.Error
-	if !errors.As(err, &ae) {
-		return err
-	}
-	out := *ae
-	out.CodeHeader = true
-	switch {
-	case ae.Code == api.CodeModerationInvalidVerdict, ae.Code == api.CodeModerationUnavailable, ae.Status == 499:
-		return &out
-	case ae.Capacity:
-		out.Code = api.CodeModerationCapacity
-	case ae.Code == "model_not_found" || ae.Code == "no_worker_online" || ae.Code == "no_worker_for_model":
-		out.Status, out.Type, out.Code, out.RetryAfter = http.StatusConflict, api.TypeConflict, api.CodeModerationUnavailable, 0
-		out.Message = "No online worker can run this moderation model now: " + ae.Message
-	case ae.Status >= 500:
-		out.Status, out.Type, out.Code = http.StatusServiceUnavailable, api.TypeServiceUnavailable, api.CodeModerationUnavailable
-		out.Message = "The moderation check failed on the worker; retry: " + ae.Message
-		if out.RetryAfter == 0 {
-			out.RetryAfter = time.Second
-		}
-	default:
-		return &out
-	}
-	if out.Param == "" {
-		out.Param = "model"
-	}
-	return &out
-}
-
-// lateModerationBody is a check that failed after its reply was kept
-// alive: a 200 whose body is the error object, with no results. code is
-// the status it would have had, moderation_code the table's code.
-func lateModerationBody(err error) []byte {
-	ae := asAPIError(err, "")
-	e := map[string]any{"message": ae.Message, "type": ae.ErrorType(), "code": ae.Status, "moderation_code": ae.Code}
-	if ae.RetryAfter > 0 {
-		e["retry_after"] = int((ae.RetryAfter + time.Second - 1) / time.Second)
-	}
-	b, _ := json.Marshal(map[string]any{"error": e, "detail": ae.Message})
-	return b
+func moderationErr(kind api.Kind, code, param, msg string) *api.Error {
+	return &api.Error{Kind: kind, Code: code, CodeHeader: true, Param: param, Message: msg}
 }

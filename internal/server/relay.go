@@ -33,9 +33,8 @@ func (s *Server) start(c *call, req relay.Request) *relay.Call {
 }
 
 // relayUnary runs a non-streaming request and answers with its reply;
-// late is the body of a failure after a kept-alive reply started (nil is
-// lateErrorBody).
-func (s *Server) relayUnary(c *call, req relay.Request, late func(error) []byte) error {
+// late is the form of a failure after a kept-alive reply started.
+func (s *Server) relayUnary(c *call, req relay.Request, late errorForm) error {
 	rep, err := s.start(c, req).Unary()
 	if err != nil {
 		return err
@@ -53,10 +52,7 @@ func (s *Server) relayUnary(c *call, req relay.Request, late func(error) []byte)
 		c.ctx.SetBody(rep.Body)
 		return nil
 	}
-	if late == nil {
-		late = lateErrorBody
-	}
-	c.ctx.SetBodyStream(&lateBody{late: rep.Late, fail: late}, -1)
+	c.ctx.SetBodyStream(&lateBody{late: rep.Late, form: late}, -1)
 	return nil
 }
 
@@ -164,14 +160,14 @@ func (e *sse) Comment(text string) error {
 
 // Fail sends an error after the response has started, then ends it.
 func (e *sse) Fail(err error) error {
-	return e.Data(streamErrorPayload(err), []byte("[DONE]"))
+	return e.Data(inReplyError(err, formStreamEvent), []byte("[DONE]"))
 }
 
 // lateBody is the body of a non-streaming reply that started before its
 // answer, to keep the connection alive: newlines, then the answer.
 type lateBody struct {
 	late *relay.Late
-	fail func(error) []byte
+	form errorForm
 	ran  bool
 }
 
@@ -179,7 +175,7 @@ func (b *lateBody) SupportsBodyWriteTo() bool { return true }
 
 func (b *lateBody) WriteTo(w io.Writer) (int64, error) {
 	b.ran = true
-	out := &lateWriter{w: w, fail: b.fail}
+	out := &lateWriter{w: w, form: b.form}
 	b.late.Write(out)
 	return out.n, out.err
 }
@@ -196,7 +192,7 @@ func (b *lateBody) Close() error {
 
 type lateWriter struct {
 	w    io.Writer
-	fail func(error) []byte
+	form errorForm
 	n    int64
 	err  error
 }
@@ -213,4 +209,4 @@ func (l *lateWriter) write(b []byte) error {
 
 func (l *lateWriter) KeepAlive() error         { return l.write([]byte("\n")) }
 func (l *lateWriter) Answer(body []byte) error { return l.write(body) }
-func (l *lateWriter) Fail(err error) error     { return l.write(l.fail(err)) }
+func (l *lateWriter) Fail(err error) error     { return l.write(inReplyError(err, l.form)) }

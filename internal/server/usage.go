@@ -80,7 +80,7 @@ func (s *Server) syncUsage(c *call) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := s.usage.Sync(ctx); err != nil {
-		return &api.Error{Status: http.StatusServiceUnavailable, Type: api.TypeServiceUnavailable, RetryAfter: time.Second,
+		return &api.Error{Kind: api.KindUnavailable, Type: api.TypeServiceUnavailable, RetryAfter: time.Second,
 			Message: "The usage log is behind on writing; retry in a moment", Err: err}
 	}
 	return nil

@@ -7,7 +7,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
-	"net/http"
 	"slices"
 	"strings"
 	"unicode/utf8"
@@ -103,13 +102,13 @@ func Parse(raw []byte) (*Request, error) {
 	}
 	switch {
 	case format != "" && format != api.AudioWAV:
-		return nil, &api.Error{Status: http.StatusBadRequest, Code: "unsupported_response_format", Param: "response_format",
+		return nil, &api.Error{Kind: api.KindInvalidRequest, Code: "unsupported_response_format", Param: "response_format",
 			Message: "Unsupported response_format " + format + ": only wav is supported (24 kHz, 16-bit, mono)"}
 	case streamFormat != "" && streamFormat != "audio":
-		return nil, &api.Error{Status: http.StatusBadRequest, Code: "unsupported_stream_format", Param: "stream_format",
+		return nil, &api.Error{Kind: api.KindInvalidRequest, Code: "unsupported_stream_format", Param: "stream_format",
 			Message: "Unsupported stream_format " + streamFormat + ": the audio is sent whole"}
 	case utf8.RuneCountInString(p.Input) > MaxInput:
-		return nil, &api.Error{Status: http.StatusBadRequest, Code: "input_too_long", Param: "input",
+		return nil, &api.Error{Kind: api.KindInvalidRequest, Code: "input_too_long", Param: "input",
 			Message: "The input is longer than 4,096 characters; split it into several requests"}
 	}
 	return r, nil
@@ -126,10 +125,10 @@ func (r *Request) Fit(m *api.Model) error {
 		return nil
 	}
 	if r.Params.Voice == "" {
-		return &api.Error{Status: http.StatusBadRequest, Code: "voice_required", Param: "voice",
+		return &api.Error{Kind: api.KindInvalidRequest, Code: "voice_required", Param: "voice",
 			Message: "Model " + m.ID + " has no default voice; choose one of " + strings.Join(m.Voices, ", ")}
 	}
-	return &api.Error{Status: http.StatusBadRequest, Code: "unknown_voice", Param: "voice",
+	return &api.Error{Kind: api.KindInvalidRequest, Code: "unknown_voice", Param: "voice",
 		Message: "Model " + m.ID + " has no voice " + r.Params.Voice + "; choose one of " + strings.Join(m.Voices, ", ")}
 }
 

@@ -71,8 +71,8 @@ func TestParseRefusals(t *testing.T) {
 			if !errors.As(err, &ae) {
 				t.Fatalf("err = %v, want an *api.Error", err)
 			}
-			if ae.Status != tt.status || !strings.Contains(ae.Message, tt.msg) {
-				t.Fatalf("got %d %q, want %d containing %q", ae.Status, ae.Message, tt.status, tt.msg)
+			if ae.HTTPStatus() != tt.status || !strings.Contains(ae.Message, tt.msg) {
+				t.Fatalf("got %d %q, want %d containing %q", ae.HTTPStatus(), ae.Message, tt.status, tt.msg)
 			}
 			if tt.status == 422 && ae.Fields[0].Field != tt.field || tt.status == 400 && ae.Param != tt.field {
 				t.Fatalf("got fields %+v param %q, want %q", ae.Fields, ae.Param, tt.field)
@@ -102,7 +102,7 @@ func TestFit(t *testing.T) {
 			var ae *api.Error
 			switch {
 			case errors.As(err, &ae):
-				if ae.Code != tt.want || ae.Status != 400 || ae.Param != "voice" {
+				if ae.Code != tt.want || ae.HTTPStatus() != 400 || ae.Param != "voice" {
 					t.Fatalf("got %+v, want code %s", ae, tt.want)
 				}
 				if tt.want == "unknown_voice" && !strings.Contains(ae.Message, "alloy, nova") {
@@ -168,7 +168,7 @@ func FuzzParse(f *testing.F) {
 		r, err := Parse(body)
 		if err != nil {
 			var ae *api.Error
-			if !errors.As(err, &ae) || (ae.Status != 400 && ae.Status != 422) {
+			if !errors.As(err, &ae) || (ae.HTTPStatus() != 400 && ae.HTTPStatus() != 422) {
 				t.Fatalf("err = %v, want a 400 or 422", err)
 			}
 			return

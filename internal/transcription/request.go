@@ -10,7 +10,6 @@ import (
 	"io"
 	"mime"
 	"mime/multipart"
-	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -58,7 +57,7 @@ type Request struct {
 }
 
 // ErrTooLarge is the 413 for a file over MaxFileBytes.
-var ErrTooLarge = &api.Error{Status: http.StatusRequestEntityTooLarge, Code: "file_too_large", Param: "file",
+var ErrTooLarge = &api.Error{Kind: api.KindTooLarge, Code: "file_too_large", Param: "file",
 	Message: "The audio file is larger than the 25 MB limit; split it into shorter files"}
 
 // Parse reads a multipart/form-data upload. The file is read as a stream
@@ -204,10 +203,10 @@ func fileError(err error) error {
 	var fe *audio.FormatError
 	switch {
 	case errors.Is(err, audio.ErrUnsupported):
-		return &api.Error{Status: http.StatusBadRequest, Code: "unsupported_audio_format", Param: "file",
+		return &api.Error{Kind: api.KindInvalidRequest, Code: "unsupported_audio_format", Param: "file",
 			Message: "Unsupported audio format"}
 	case errors.As(err, &fe):
-		return &api.Error{Status: http.StatusBadRequest, Code: "unreadable_audio", Param: "file",
+		return &api.Error{Kind: api.KindInvalidRequest, Code: "unreadable_audio", Param: "file",
 			Message: "The audio file cannot be read: " + fe.Error()}
 	default:
 		return api.BadRequest("Malformed multipart/form-data body: %v", err)

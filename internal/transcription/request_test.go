@@ -161,8 +161,8 @@ func TestParseRefusals(t *testing.T) {
 			if !errors.As(err, &ae) {
 				t.Fatalf("err = %v, want an *api.Error", err)
 			}
-			if ae.Status != tt.status || !strings.Contains(ae.Message, tt.msg) {
-				t.Fatalf("got %d %q, want %d containing %q", ae.Status, ae.Message, tt.status, tt.msg)
+			if ae.HTTPStatus() != tt.status || !strings.Contains(ae.Message, tt.msg) {
+				t.Fatalf("got %d %q, want %d containing %q", ae.HTTPStatus(), ae.Message, tt.status, tt.msg)
 			}
 			switch {
 			case tt.status == http.StatusUnprocessableEntity && (len(ae.Fields) == 0 || ae.Fields[0].Field != tt.field):
@@ -180,7 +180,7 @@ func TestUnsupportedMessage(t *testing.T) {
 	ct, body := form(t, [2]string{"file", "OggS\x00\x02 an ogg file"}, [2]string{"model", "m"})
 	_, err := Parse(ct, body)
 	var ae *api.Error
-	if !errors.As(err, &ae) || ae.Message != "Unsupported audio format" || ae.Status != 400 {
+	if !errors.As(err, &ae) || ae.Message != "Unsupported audio format" || ae.HTTPStatus() != 400 {
 		t.Fatalf("err = %v", err)
 	}
 }
@@ -275,7 +275,7 @@ func FuzzParse(f *testing.F) {
 		r, err := Parse(ct, body)
 		if err != nil {
 			var ae *api.Error
-			if !errors.As(err, &ae) || ae.Status < 400 || ae.Status > 499 {
+			if !errors.As(err, &ae) || ae.HTTPStatus() < 400 || ae.HTTPStatus() > 499 {
 				t.Fatalf("err = %v, want a 4xx *api.Error", err)
 			}
 			return

@@ -1,0 +1,47 @@
+package moderation
+
+import (
+	"errors"
+	"time"
+
+	"github.com/svc-dev/svc/internal/api"
+)
+
+// ShapeError answers a moderation check's failure with the moderation
+// table's row for it: a model no online (or up-to-date) worker has is a
+// conflict, moderation_unavailable, which retrying will not cure; busy
+// workers are moderation_capacity; a worker that failed or timed out is
+// moderation_unavailable too, but worth a retry; a verdict that is neither
+// safe nor unsafe keeps its own code. Every code also goes in
+// X-Svc-Error-Code.
+func ShapeError(err error) error {
+	var ae *api.Error
+	if !errors.As(err, &ae) {
+		return err
+	}
+	out := *ae
+	out.CodeHeader = true
+	// A row that changes the kind sends the kind's type, not the one the
+	// failure came with.
+	switch {
+	case ae.Code == api.CodeModerationInvalidVerdict, ae.Code == api.CodeModerationUnavailable, ae.Kind == api.KindClientGone:
+		return &out
+	case ae.Kind == api.KindCapacity:
+		out.Code = api.CodeModerationCapacity
+	case ae.Code == api.CodeModelNotFound, ae.Code == api.CodeNoWorkerOnline, ae.Code == api.CodeNoWorkerForModel:
+		out.Kind, out.Type, out.Code, out.RetryAfter = api.KindConflict, "", api.CodeModerationUnavailable, 0
+		out.Message = "No online worker can run this moderation model now: " + ae.Message
+	case ae.ServerFault():
+		out.Kind, out.Type, out.Code = api.KindUnavailable, "", api.CodeModerationUnavailable
+		out.Message = "The moderation check failed on the worker; retry: " + ae.Message
+		if out.RetryAfter == 0 {
+			out.RetryAfter = time.Second
+		}
+	default:
+		return &out
+	}
+	if out.Param == "" {
+		out.Param = "model"
+	}
+	return &out
+}
