@@ -28,6 +28,10 @@ type Spec struct {
 	Group *Group // the process joins it, to be stopped when it is
 }
 
+// outputDelay is how long a process's output may still be copied after
+// it has exited.
+const outputDelay = 5 * time.Second
+
 // Proc is a running (or exited) process.
 type Proc struct {
 	name    string
@@ -46,6 +50,10 @@ func Start(s Spec) (*Proc, error) {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), s.Env...)
 	cmd.SysProcAttr = SysProcAttr()
+	// Output still unread once the process has exited is held open by a
+	// descendant that outlives it (a rental's worker does, by design);
+	// waiting on it would tie the process's end to the descendant's.
+	cmd.WaitDelay = outputDelay
 	p := &Proc{name: s.Name, logFile: s.LogFile, cmd: cmd, done: make(chan struct{})}
 	if p.name == "" {
 		p.name = s.Bin
@@ -128,8 +136,12 @@ func (p *Proc) Err() error {
 func (p *Proc) Signal(sig os.Signal) error { return p.cmd.Process.Signal(sig) }
 
 // Kill ends the process at once, as a power cut or the OOM killer would,
-// waits for it and returns its exit status.
+// waits for it and returns its exit status. Like Stop, it does nothing
+// for a nil Proc, so that a deferred stop may follow a start that failed.
 func (p *Proc) Kill() error {
+	if p == nil {
+		return nil
+	}
 	_ = p.cmd.Process.Signal(syscall.SIGKILL)
 	<-p.done
 	return p.err
@@ -152,6 +164,9 @@ func (e *StuckError) Error() string {
 // process had to be killed. A process that has exited already is left
 // alone.
 func (p *Proc) Stop(sig os.Signal, grace time.Duration) error {
+	if p == nil {
+		return nil
+	}
 	if p.Exited() {
 		return p.err
 	}

@@ -144,10 +144,10 @@ func (g *Gateway) WaitWorker(ctx context.Context, key, name string, p *Proc) err
 
 // WorkerSpec says how to run `svc worker`.
 type WorkerSpec struct {
-	Spec             // Args come after the harness's --gateway, --token-file, --name and --log-format json
+	Spec             // Args come after the harness's --gateway, --name, --log-format json and --token-file
 	Worker    string // its --name
 	Gateway   string // the URL it dials: a gateway's, or a proxy's in front of one
-	TokenFile string
+	TokenFile string // "" leaves the token to Args or Env
 }
 
 // StartWorker runs `svc worker` and does not wait for it to connect: the
@@ -158,8 +158,11 @@ func StartWorker(ws WorkerSpec) (*Proc, error) {
 	if s.Name == "" {
 		s.Name = "svc worker " + ws.Worker
 	}
-	s.Args = append([]string{"worker", "--gateway", ws.Gateway, "--token-file", ws.TokenFile,
-		"--name", ws.Worker, "--log-format", "json"}, ws.Args...)
+	s.Args = []string{"worker", "--gateway", ws.Gateway, "--name", ws.Worker, "--log-format", "json"}
+	if ws.TokenFile != "" {
+		s.Args = append(s.Args, "--token-file", ws.TokenFile)
+	}
+	s.Args = append(s.Args, ws.Args...)
 	return Start(s)
 }
 
