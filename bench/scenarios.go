@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/svc-dev/svc/internal/harness"
 )
 
 // scale sizes every scenario: full runs for people, short for the tests.
@@ -363,11 +365,12 @@ func (h *rig) cancels(ctx context.Context) *scenario {
 // of them: rows are written in groups every 100 ms.
 func (h *rig) loggedCancels(ctx context.Context, p *path, want int) int {
 	n := 0
-	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if n = h.count499(ctx, p); n >= want {
-			break
-		}
-	}
+	wait, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	_ = harness.Poll(wait, 50*time.Millisecond, func() bool {
+		n = h.count499(ctx, p)
+		return n >= want
+	})
 	return n
 }
 
