@@ -4,9 +4,10 @@
 // with their own data directories, waited on until they answer, and
 // stopped, killed or restarted on demand.
 //
-// Every wait is bounded: by the caller's context and, where a start waits
-// for a process to come up, by StartTimeout too. Processes are owned by
-// whoever started them (or by a Group) and are always waited for.
+// Every wait ends with the caller's context; the starts that wait for a
+// process to come up, WaitHTTP and WaitAccepted give up after
+// StartTimeout as well. Processes are owned by whoever started them (or
+// by a Group) and are always waited for.
 package harness
 
 import (
