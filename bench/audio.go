@@ -68,7 +68,7 @@ func postCall(c *http.Client, p *path, route, contentType string, body []byte) c
 // transcribe uploads a 30 s clip (about 1 MB) over and over from a few
 // clients at once: the cost of carrying an upload through the gateway,
 // the link and the worker to the engine, on top of the engine's own.
-func (h *harness) transcribe(ctx context.Context) *scenario {
+func (h *rig) transcribe(ctx context.Context) *scenario {
 	up, err := newUpload(30)
 	if err != nil {
 		return &scenario{Name: "transcribe-1mb", Note: "skipped: " + err.Error()}
@@ -83,7 +83,7 @@ func (h *harness) transcribe(ctx context.Context) *scenario {
 
 // speech asks for about 15 s of speech (a 700 KB WAV) from a few clients
 // at once.
-func (h *harness) speech(ctx context.Context) *scenario {
+func (h *rig) speech(ctx context.Context) *scenario {
 	body := []byte(`{"model":"sim-tts","voice":"alloy","input":"` + sentence(230) + `"}`)
 	sc := h.measure("speech-700kb", h.paths, func(p *path) stats {
 		outs, el := closedLoop(ctx, 4, h.scale.duration+h.scale.warmup, postCall(h.client, p, "/v1/audio/speech", "application/json", body))
@@ -106,7 +106,7 @@ func sentence(n int) string {
 // uploads sends ten 25 MB files at once through a fresh gateway and worker
 // and reports the most memory each process held: the gateway keeps each
 // upload once, the worker only a link window of each.
-func (h *harness) uploads(ctx context.Context) *scenario {
+func (h *rig) uploads(ctx context.Context) *scenario {
 	n, seconds := 10, float64(25<<20-512)/32000 // files of just under 25 MiB
 	if h.scale.short {
 		n, seconds = 2, 60
@@ -133,7 +133,7 @@ func (h *harness) uploads(ctx context.Context) *scenario {
 	wg.Wait()
 	sc.Paths["svc"] = summarise(rec.outs, time.Since(start))
 	for i, role := range []string{"gateway", "worker"} {
-		sc.Extra[role+"_peak_rss_bytes"] = p.procs[i].usage().hwm
+		sc.Extra[role+"_peak_rss_bytes"] = procUsage(p.procs[i]).hwm
 	}
 	sc.Note = fmt.Sprintf("%d uploads of %d KB at once; peak RSS: gateway %.0f MiB, worker %.0f MiB", n, len(up.body)>>10,
 		float64(sc.Extra["gateway_peak_rss_bytes"].(int64))/(1<<20), float64(sc.Extra["worker_peak_rss_bytes"].(int64))/(1<<20))

@@ -20,7 +20,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime"
@@ -29,10 +28,12 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/svc-dev/svc/internal/harness"
 )
 
-// harness holds what every scenario shares.
-type harness struct {
+// rig holds what every scenario shares.
+type rig struct {
 	scale  scale
 	dir    string
 	bin    string
@@ -42,11 +43,11 @@ type harness struct {
 	report report
 }
 
-func (h *harness) log(format string, args ...any) {
+func (h *rig) log(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "bench: "+format+"\n", args...)
 }
 
-func (h *harness) path(name string) *path {
+func (h *rig) path(name string) *path {
 	for _, p := range h.paths {
 		if p.name == name {
 			return p
@@ -141,16 +142,12 @@ func bench(ctx context.Context, sc scale, out string, want func(string) bool, w 
 		}
 	}()
 	client := newClient()
-	h := &harness{scale: sc, dir: dir, client: client}
+	h := &rig{scale: sc, dir: dir, client: client}
 	h.report = report{Machine: readMachine(), Short: sc.short, Repeat: sc.repeat, Duration: sc.duration.String()}
 
 	h.log("building svc")
-	h.bin = filepath.Join(dir, "svc")
-	build := exec.Command("go", "build", "-o", h.bin, "./cmd/svc")
-	build.Dir = moduleRoot()
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		return fmt.Errorf("build svc: %w", err)
+	if h.bin, err = (&harness.Builder{Dir: dir, Log: os.Stderr}).Binary(ctx); err != nil {
+		return err
 	}
 	if h.engine, err = startEngine("tps=0,ttft=0,rtf=0"); err != nil {
 		return err
@@ -258,7 +255,7 @@ func showResults(file string, w io.Writer) error {
 }
 
 // save writes the results so far to out, when set.
-func (h *harness) save(out string) error {
+func (h *rig) save(out string) error {
 	if out == "" {
 		return nil
 	}
@@ -286,20 +283,6 @@ func readMachine() machine {
 		m.Kernel = strings.TrimSpace(string(b))
 	}
 	return m
-}
-
-// moduleRoot finds the directory holding go.mod, from the working
-// directory upward.
-func moduleRoot() string {
-	dir, _ := os.Getwd()
-	for d := dir; ; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			return d
-		}
-		if filepath.Dir(d) == d {
-			return dir
-		}
-	}
 }
 
 // raiseFileLimit lifts the open-file limit as far as it goes: thousands of

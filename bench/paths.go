@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/svc-dev/svc/internal/engine/sim"
+	"github.com/svc-dev/svc/internal/harness"
 )
 
 // engine is the simulator's OpenAI-compatible HTTP face, in the harness
@@ -72,20 +73,17 @@ type path struct {
 	name  string
 	base  string // where requests go
 	key   string // API key, svc only
-	procs []*proc
+	procs []*harness.Proc
+	group harness.Group     // procs, to stop
 	pprof map[string]string // process name -> profiling address, svc only
 }
 
-func (p *path) stop() {
-	for i := len(p.procs) - 1; i >= 0; i-- {
-		p.procs[i].stop()
-	}
-}
+func (p *path) stop() { p.group.Stop(stopGrace) }
 
 func (p *path) usage() usage {
 	var u usage
 	for _, pr := range p.procs {
-		u.add(pr.usage())
+		u.add(procUsage(pr))
 	}
 	return u
 }
@@ -113,7 +111,7 @@ func nginxPath(dir string, e *engine) (*path, error) {
 	if bin == "" {
 		return nil, nil
 	}
-	addr, err := freeAddr()
+	addr, err := harness.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
@@ -153,16 +151,20 @@ http {
 	if err := os.WriteFile(cf, []byte(conf), 0o644); err != nil {
 		return nil, err
 	}
-	p, err := start(dir, "nginx", []string{bin, "-c", cf, "-p", ndir})
+	p := &path{name: "nginx", base: "http://" + addr}
+	s := sut(dir, "nginx")
+	s.Bin, s.Args, s.Group = bin, []string{"-c", cf, "-p", ndir}, &p.group
+	pr, err := harness.Start(s)
 	if err != nil {
 		return nil, err
 	}
-	base := "http://" + addr
-	if err := waitHTTP(context.Background(), base+"/health"); err != nil {
+	p.procs = []*harness.Proc{pr}
+	// The engine has no /health: nginx answers once it relays the 404.
+	if err := harness.WaitHTTP(context.Background(), p.base+"/health", pr); err != nil {
 		p.stop()
 		return nil, fmt.Errorf("nginx: %w", err)
 	}
-	return &path{name: "nginx", base: base, procs: []*proc{p}}, nil
+	return p, nil
 }
 
 // svcOptions tune the svc path of a scenario.
@@ -174,69 +176,53 @@ type svcOptions struct {
 // svcPath is svc serve and one svc worker relaying to the engine with the
 // openai adapter, both on the system-under-test core.
 func svcPath(dir, bin, engineURL string, o svcOptions) (*path, error) {
-	addr, err := freeAddr()
+	ctx := context.Background()
+	addr, err := harness.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
 	port := addr[strings.LastIndexByte(addr, ':')+1:]
 	data := filepath.Join(dir, "svc-data-"+port)
 	_ = os.RemoveAll(data)
-	env := []string{"GOMAXPROCS=1"}
-	gwProf, _ := freeAddr()
-	wkProf, _ := freeAddr()
-	args := []string{bin, "serve", "--addr", addr, "--data", data, "--log-level", "warn", "--log-format", "json", "--pprof-addr", gwProf}
+	gwProf, _ := harness.FreeAddr()
+	wkProf, _ := harness.FreeAddr()
+	p := &path{name: "svc", pprof: map[string]string{"gateway": gwProf, "worker": wkProf}}
+	gs := sut(dir, "gateway-"+port, "GOMAXPROCS=1")
+	gs.Bin, gs.Group = bin, &p.group
+	gs.Args = []string{"--log-level", "warn", "--pprof-addr", gwProf}
 	if o.queueHold > 0 {
-		args = append(args, "--queue-hold", o.queueHold.String())
+		gs.Args = append(gs.Args, "--queue-hold", o.queueHold.String())
 	}
-	gw, err := start(dir, "gateway-"+port, args, env...)
+	gw, err := harness.StartGateway(ctx, harness.GatewaySpec{Spec: gs, Addr: addr, Data: data})
 	if err != nil {
 		return nil, err
 	}
-	p := &path{name: "svc", base: "http://" + addr, procs: []*proc{gw}, pprof: map[string]string{"gateway": gwProf, "worker": wkProf}}
-	if err := waitHTTP(context.Background(), p.base+"/healthz"); err != nil {
+	p.base, p.procs = gw.URL, []*harness.Proc{gw.Proc}
+	if p.key, err = gw.AdminKey(); err != nil {
 		p.stop()
 		return nil, err
 	}
-	key, err := os.ReadFile(filepath.Join(data, "admin.key"))
-	if err != nil {
-		p.stop()
-		return nil, err
-	}
-	p.key = strings.TrimSpace(string(key))
 	if o.maxConcurrent == 0 {
 		o.maxConcurrent = 16384
 	}
-	wk, err := start(dir, "worker-"+port, []string{bin, "worker", "--gateway", p.base, "--token-file", filepath.Join(data, "worker.token"),
-		"--name", "bench", "--max-concurrent", fmt.Sprint(o.maxConcurrent), "--engine", "openai=" + engineURL,
-		"--log-level", "warn", "--log-format", "json", "--pprof-addr", wkProf}, env...)
+	ws := sut(dir, "worker-"+port, "GOMAXPROCS=1")
+	ws.Group = &p.group
+	ws.Args = []string{"--max-concurrent", fmt.Sprint(o.maxConcurrent), "--engine", "openai=" + engineURL,
+		"--log-level", "warn", "--pprof-addr", wkProf}
+	wk, err := gw.StartWorker(ctx, harness.WorkerSpec{Spec: ws, Worker: "bench"})
 	if err != nil {
 		p.stop()
 		return nil, err
 	}
 	p.procs = append(p.procs, wk)
-	if err := waitWorker(context.Background(), p.base, p.key); err != nil {
-		p.stop()
-		return nil, err
-	}
 	return p, nil
 }
 
 // simProcess is `svc sim` in its own process on the load core: an engine
 // for scenarios whose sockets would not fit in the harness's open-file
 // limit beside the clients' own.
-func simProcess(dir, bin string) (*proc, string, error) {
-	addr, err := freeAddr()
-	if err != nil {
-		return nil, "", err
-	}
-	p, err := startOn(loadCPU, dir, "sim-"+addr[strings.LastIndexByte(addr, ':')+1:], []string{bin, "sim", "--addr", addr, "--options", "tps=0,ttft=0"}, "GOMAXPROCS=1")
-	if err != nil {
-		return nil, "", err
-	}
-	url := "http://" + addr
-	if err := waitHTTP(context.Background(), url+"/v1/models"); err != nil {
-		p.stop()
-		return nil, "", err
-	}
-	return p, url, nil
+func simProcess(dir, bin string) (*harness.Proc, string, error) {
+	s := onCPU(loadCPU, dir, "sim", "GOMAXPROCS=1")
+	s.Bin = bin
+	return harness.StartSim(context.Background(), harness.SimSpec{Spec: s, Options: "tps=0,ttft=0"})
 }

@@ -2,12 +2,7 @@ package main
 
 import (
 	"bufio"
-	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,14 +10,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
-)
 
-// proc is a child process of the harness: the system under test.
-type proc struct {
-	name string
-	cmd  *exec.Cmd
-	log  *os.File
-}
+	"github.com/svc-dev/svc/internal/harness"
+)
 
 // sutCPU is where the system under test runs; the harness (load generator
 // and engine) runs on loadCPU.
@@ -31,48 +21,22 @@ const (
 	loadCPU = "1"
 )
 
-// start runs a program of the system under test, with its output in
+// stopGrace is how long a program of the system under test has to exit
+// after SIGTERM before it is killed.
+const stopGrace = 10 * time.Second
+
+// onCPU is how a program runs pinned to cpu, with its output in
 // dir/name.log.
-func start(dir, name string, argv []string, env ...string) (*proc, error) {
-	return startOn(sutCPU, dir, name, argv, env...)
-}
-
-// startOn runs a program pinned to cpu.
-func startOn(cpu, dir, name string, argv []string, env ...string) (*proc, error) {
-	logf, err := os.Create(filepath.Join(dir, name+".log"))
-	if err != nil {
-		return nil, err
-	}
+func onCPU(cpu, dir, name string, env ...string) harness.Spec {
+	s := harness.Spec{Name: name, Env: env, LogFile: filepath.Join(dir, name+".log")}
 	if _, err := exec.LookPath("taskset"); err == nil && pinning() {
-		argv = append([]string{"taskset", "-c", cpu}, argv...)
+		s.Prefix = []string{"taskset", "-c", cpu}
 	}
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = childAttr()
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	return &proc{name: name, cmd: cmd, log: logf}, nil
+	return s
 }
 
-// stop ends the process gracefully, then for good.
-func (p *proc) stop() {
-	if p == nil || p.cmd.Process == nil {
-		return
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { _ = p.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-done
-	}
-	p.log.Close()
-}
+// sut is how a program of the system under test runs.
+func sut(dir, name string, env ...string) harness.Spec { return onCPU(sutCPU, dir, name, env...) }
 
 // usage is a process's CPU time and memory as /proc reports them.
 type usage struct {
@@ -82,14 +46,11 @@ type usage struct {
 	valid bool
 }
 
-// usage is the process's, with its descendants': nginx serves from a
+// procUsage is the process's, with its descendants': nginx serves from a
 // worker process its master forks.
-func (p *proc) usage() usage {
-	if p == nil || p.cmd.Process == nil {
-		return usage{}
-	}
+func procUsage(p *harness.Proc) usage {
 	var u usage
-	for _, pid := range withDescendants(p.cmd.Process.Pid) {
+	for _, pid := range withDescendants(p.Pid()) {
 		u.add(readUsage(pid))
 	}
 	return u
@@ -180,55 +141,4 @@ func pinSelf() error {
 	argv := append([]string{ts, "-c", loadCPU, self}, os.Args[1:]...)
 	env := append(os.Environ(), "SVC_BENCH_PINNED=1", "SVC_BENCH_CPUS="+strconv.Itoa(numCPU()), "GOMAXPROCS=1")
 	return syscall.Exec(ts, argv, env)
-}
-
-// freeAddr picks a free loopback port.
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
-}
-
-// waitHTTP waits until url answers.
-func waitHTTP(ctx context.Context, url string) error {
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		req, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode < 500 {
-				return nil
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return fmt.Errorf("%s did not answer", url)
-}
-
-// waitWorker waits until the gateway lists a healthy worker.
-func waitWorker(ctx context.Context, base, key string) error {
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		req, _ := http.NewRequestWithContext(ctx, "GET", base+"/api/v1/workers", nil)
-		req.Header.Set("Authorization", "Bearer "+key)
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			var out struct {
-				Workers []struct {
-					Status string `json:"status"`
-				} `json:"workers"`
-			}
-			_ = json.NewDecoder(resp.Body).Decode(&out)
-			resp.Body.Close()
-			for _, w := range out.Workers {
-				if w.Status == "healthy" {
-					return nil
-				}
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return errors.New("the worker did not connect")
 }

@@ -14,7 +14,7 @@ import (
 // profileSvc loads svc with non-streaming requests in a closed loop while
 // fetching CPU profiles of the gateway and the worker, then their
 // allocation profiles. Read them with `go tool pprof DIR/gateway.cpu`.
-func (h *harness) profileSvc(ctx context.Context, dir string) error {
+func (h *rig) profileSvc(ctx context.Context, dir string) error {
 	svc := h.path("svc")
 	if svc == nil || svc.pprof == nil {
 		return nil
@@ -49,7 +49,7 @@ func (h *harness) profileSvc(ctx context.Context, dir string) error {
 
 // heapProfiles saves the gateway's and the worker's live heap, named for
 // what is being held.
-func (h *harness) heapProfiles(svc *path, label string) {
+func (h *rig) heapProfiles(svc *path, label string) {
 	if err := os.MkdirAll(h.scale.profile, 0o755); err != nil {
 		h.log("heap profiles: %v", err)
 		return

@@ -12,7 +12,10 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
+
+	"github.com/svc-dev/svc/internal/harness"
 )
 
 // scale sizes every scenario: full runs for people, short for the tests.
@@ -78,7 +81,7 @@ const holdBody = `{"model":"sim-chat","stream":true,"messages":[{"role":"user","
 
 // measure runs fn on every path, interleaved (A, B, C, A, B, C) and
 // repeated, and keeps the median of each figure.
-func (h *harness) measure(name string, paths []*path, fn func(p *path) stats) *scenario {
+func (h *rig) measure(name string, paths []*path, fn func(p *path) stats) *scenario {
 	sc := &scenario{Name: name, Paths: map[string]stats{}}
 	runs := map[string][]stats{} // every repeat, before taking medians
 	for range h.scale.repeat {
@@ -141,21 +144,21 @@ func (sc *scenario) overheads() {
 }
 
 // unary is non-streaming chat at a constant rate.
-func (h *harness) unary(ctx context.Context, rate float64) *scenario {
+func (h *rig) unary(ctx context.Context, rate float64) *scenario {
 	return h.openLoopScenario(ctx, fmt.Sprintf("unary-%grps", rate), rate, unaryBody)
 }
 
 // unarySlow is non-streaming chat at a constant rate against an engine
 // that takes a fixed time to answer: the overhead with many requests in
 // flight rather than one at a time.
-func (h *harness) unarySlow(ctx context.Context, rate float64) *scenario {
+func (h *rig) unarySlow(ctx context.Context, rate float64) *scenario {
 	sc := h.openLoopScenario(ctx, fmt.Sprintf("unary-%grps-50ms", rate), rate, slowBody)
 	sc.Note = "the engine answers after 50 ms"
 	return sc
 }
 
 // openLoopScenario sends body at rate on every path, after a warm-up.
-func (h *harness) openLoopScenario(ctx context.Context, name string, rate float64, body string) *scenario {
+func (h *rig) openLoopScenario(ctx context.Context, name string, rate float64, body string) *scenario {
 	return h.measure(name, h.paths, func(p *path) stats {
 		do := unaryCall(h.client, p, body)
 		openLoop(ctx, rate, h.scale.warmup, do)
@@ -167,7 +170,7 @@ func (h *harness) openLoopScenario(ctx context.Context, name string, rate float6
 }
 
 // maxThroughput keeps conc requests in flight: the most each path answers.
-func (h *harness) maxThroughput(ctx context.Context) *scenario {
+func (h *rig) maxThroughput(ctx context.Context) *scenario {
 	sc := h.measure("max-throughput", h.paths, func(p *path) stats {
 		do := unaryCall(h.client, p, unaryBody)
 		closedLoop(ctx, h.scale.conc, h.scale.warmup, do)
@@ -183,7 +186,7 @@ func (h *harness) maxThroughput(ctx context.Context) *scenario {
 }
 
 // streaming is 50-chunk streams at a fixed chunk interval.
-func (h *harness) streaming(ctx context.Context) *scenario {
+func (h *rig) streaming(ctx context.Context) *scenario {
 	rate := 40.0
 	if h.scale.short {
 		rate = 10
@@ -203,7 +206,7 @@ func (h *harness) streaming(ctx context.Context) *scenario {
 // memory the gateway and worker use for them. It has a gateway, worker
 // and engine of its own: fresh processes, and an engine process whose
 // sockets do not count against the harness's open-file limit.
-func (h *harness) openStreams(ctx context.Context, n int) *scenario {
+func (h *rig) openStreams(ctx context.Context, n int) *scenario {
 	sc := &scenario{Name: fmt.Sprintf("open-streams-%d", n), Paths: map[string]stats{}, Extra: map[string]any{}}
 	if limit := fileLimit(); limit < uint64(n+1000) {
 		sc.Note = fmt.Sprintf("skipped: %d streams need about %d open files in the harness, the limit is %d (ulimit -n)", n, n+1000, limit)
@@ -215,7 +218,7 @@ func (h *harness) openStreams(ctx context.Context, n int) *scenario {
 		sc.Note = "skipped: " + err.Error()
 		return sc
 	}
-	defer sim.stop()
+	defer func() { _ = sim.Stop(syscall.SIGTERM, stopGrace) }()
 	svc, err := svcPath(h.dir, h.bin, url, svcOptions{})
 	if err != nil {
 		sc.Note = "skipped: " + err.Error()
@@ -289,7 +292,7 @@ wait:
 
 // saturation fills the engine's slots (a worker with 4) with twice as many
 // clients and measures how fast the 429s come back.
-func (h *harness) saturation(ctx context.Context) *scenario {
+func (h *rig) saturation(ctx context.Context) *scenario {
 	sc := &scenario{Name: "saturation-429", Paths: map[string]stats{}}
 	p, err := svcPath(h.dir, h.bin, h.engine.url, svcOptions{maxConcurrent: 4, queueHold: time.Millisecond})
 	if err != nil {
@@ -320,7 +323,7 @@ func (h *harness) saturation(ctx context.Context) *scenario {
 // cancels measures how long a client's cancel takes to reach the engine:
 // the client closes after the first chunk, the engine notes when its
 // request ended.
-func (h *harness) cancels(ctx context.Context) *scenario {
+func (h *rig) cancels(ctx context.Context) *scenario {
 	sc := &scenario{Name: "cancel-to-engine", Paths: map[string]stats{}}
 	for _, p := range h.paths {
 		var lat []time.Duration
@@ -360,17 +363,18 @@ func (h *harness) cancels(ctx context.Context) *scenario {
 // loggedCancels counts the usage log's recent rows with status 499 (each
 // cancelled request must be recorded), waiting up to two seconds for want
 // of them: rows are written in groups every 100 ms.
-func (h *harness) loggedCancels(ctx context.Context, p *path, want int) int {
+func (h *rig) loggedCancels(ctx context.Context, p *path, want int) int {
 	n := 0
-	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if n = h.count499(ctx, p); n >= want {
-			break
-		}
-	}
+	wait, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	_ = harness.Poll(wait, 50*time.Millisecond, func() bool {
+		n = h.count499(ctx, p)
+		return n >= want
+	})
 	return n
 }
 
-func (h *harness) count499(ctx context.Context, p *path) int {
+func (h *rig) count499(ctx context.Context, p *path) int {
 	req, _ := http.NewRequestWithContext(ctx, "GET", p.base+"/api/v1/usage/logs?limit=1000", nil)
 	req.Header.Set("Authorization", "Bearer "+p.key)
 	resp, err := h.client.Do(req)

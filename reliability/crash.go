@@ -13,7 +13,10 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
+
+	"github.com/svc-dev/svc/internal/harness"
 )
 
 // writerInterval is the usage writer's group-commit interval
@@ -28,18 +31,18 @@ const writerInterval = 100 * time.Millisecond
 // by itself, and that the usage log holds every request a client saw
 // succeed, but those that completed within one group-commit window of a
 // kill, once and only once, with totals that are the sum of its rows.
-func crashGateway(ctx context.Context, h *harness, r *result) error {
+func crashGateway(ctx context.Context, h *rig, r *result) error {
 	g, err := h.startGateway(ctx, "crash")
 	if err != nil {
 		return err
 	}
-	defer func() { _ = g.stop() }()
+	defer func() { _ = g.Stop(syscall.SIGTERM, stopGrace) }()
 	const workerName = "crash-worker"
 	w, err := h.startWorker(ctx, g, workerName, g.URL, "--engine", "sim=ttft=0", "--max-concurrent", "8")
 	if err != nil {
 		return err
 	}
-	defer func() { _ = w.stop() }()
+	defer func() { _ = w.Stop(syscall.SIGTERM, stopGrace) }()
 
 	kills := scaled(h, 3, 20)
 	// The pause before each kill: short runs a few seconds of load per
@@ -81,14 +84,14 @@ func crashGateway(ctx context.Context, h *harness, r *result) error {
 			continue
 		case <-time.After(pause):
 		}
-		if sign := g.crashed(); sign != "" {
+		if sign := crashed(g); sign != "" {
 			r.fail("gateway crashed before kill %d: %s", k+1, sign)
 		}
 		sent := time.Now()
-		g.kill()
+		g.Kill()
 		killLog = append(killLog, crashKill{sent: sent, reaped: time.Now()})
 		start := time.Now()
-		if err := g.restart(ctx); err != nil {
+		if err := g.Restart(ctx); err != nil {
 			// A gateway that does not come back after a crash is the worst
 			// outcome there is: no further kill says anything.
 			r.fail("gateway did not start after kill %d: %v", k+1, err)
@@ -119,17 +122,17 @@ func crashGateway(ctx context.Context, h *harness, r *result) error {
 
 	// A graceful stop commits everything pending, so whatever is missing
 	// after it was lost to a kill.
-	if err := g.stop(); err != nil {
+	if err := g.Stop(syscall.SIGTERM, stopGrace); err != nil {
 		r.fail("graceful stop: %v", err)
 	}
-	if err := g.restart(ctx); err != nil {
+	if err := g.Restart(ctx); err != nil {
 		r.fail("gateway did not start after the graceful stop: %v", err)
 		return err
 	}
-	if sign := g.crashed(); sign != "" {
+	if sign := crashed(g); sign != "" {
 		r.fail("gateway crashed: %s", sign)
 	}
-	if sign := w.crashed(); sign != "" {
+	if sign := crashed(w); sign != "" {
 		r.fail("worker crashed: %s", sign)
 	}
 
@@ -524,20 +527,20 @@ const workerLostWait = 30 * time.Second
 // worker (code worker_lost, retry_after) and then [DONE], a non-streaming
 // request with a 503 or 502 and a JSON detail; each gets a usage row with
 // that status; and the worker, started again, reconnects and serves.
-func crashWorker(ctx context.Context, h *harness, r *result) error {
+func crashWorker(ctx context.Context, h *rig, r *result) error {
 	const grace = time.Second
 	g, err := h.startGateway(ctx, "worker-kill", "--worker-grace", grace.String())
 	if err != nil {
 		return err
 	}
-	defer func() { _ = g.stop() }()
+	defer func() { _ = g.Stop(syscall.SIGTERM, stopGrace) }()
 	const workerName = "kill-me"
 	workerArgs := []string{"--engine", "sim=ttft=0", "--max-concurrent", "8"}
 	w, err := h.startWorker(ctx, g, workerName, g.URL, workerArgs...)
 	if err != nil {
 		return err
 	}
-	defer func() { w.kill() }()
+	defer func() { w.Kill() }()
 
 	rounds := scaled(h, 3, 20)
 	streams, unaries := scaled(h, 4, 6), 2
@@ -593,8 +596,7 @@ func crashWorker(ctx context.Context, h *harness, r *result) error {
 		}
 
 		start := time.Now()
-		w, err = h.start("worker-"+workerName, []string{"NO_COLOR=1"}, append([]string{"worker", "--gateway", g.URL,
-			"--token-file", g.tokenFile(), "--name", workerName, "--log-format", "json", "--power", "off"}, workerArgs...)...)
+		w, err = harness.StartWorker(h.workerSpec(workerName, g.URL, g.TokenFile(), workerArgs...))
 		if err == nil {
 			err = g.waitWorker(ctx, workerName, w, 60*time.Second)
 		}
@@ -605,10 +607,10 @@ func crashWorker(ctx context.Context, h *harness, r *result) error {
 		reconnects = append(reconnects, time.Since(start))
 		servesAgain(ctx, r, g, round)
 	}
-	if sign := g.crashed(); sign != "" {
+	if sign := crashed(g); sign != "" {
 		r.fail("gateway crashed: %s", sign)
 	}
-	if sign := w.crashed(); sign != "" {
+	if sign := crashed(w); sign != "" {
 		r.fail("worker crashed: %s", sign)
 	}
 	r.figure("rounds", "%d (%d streams and %d non-streaming requests each)", rounds, streams, unaries)
@@ -632,7 +634,7 @@ type killOutcome struct {
 
 // killRound starts the requests, waits until the worker runs them all,
 // kills it and judges how each ends.
-func killRound(ctx context.Context, r *result, g *gateway, w *proc, workerName string, round, streams, unaries int) ([]killOutcome, error) {
+func killRound(ctx context.Context, r *result, g *gateway, w *harness.Proc, workerName string, round, streams, unaries int) ([]killOutcome, error) {
 	ctx, cancel := context.WithTimeout(ctx, workerLostWait+30*time.Second)
 	defer cancel()
 	var killed atomic.Pointer[time.Time]
@@ -679,7 +681,7 @@ func killRound(ctx context.Context, r *result, g *gateway, w *proc, workerName s
 	}()
 	now := time.Now()
 	killed.Store(&now)
-	w.kill()
+	w.Kill()
 	wg.Wait()
 	if waitErr != nil {
 		return nil, fmt.Errorf("round %d: %w", round, waitErr)

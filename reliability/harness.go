@@ -4,213 +4,104 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/svc-dev/svc/internal/harness"
 )
 
-// harness holds what every check shares: the svc binary under test and
-// a working directory for data dirs and logs.
-type harness struct {
+// rig holds what every check shares: the svc binary under test, a
+// working directory for data dirs and logs, and every process the checks
+// start.
+type rig struct {
 	short bool
 	dir   string
 	bin   string
 	logw  io.Writer
+	procs harness.Group
 }
 
-func (h *harness) logf(format string, args ...any) {
+func (h *rig) logf(format string, args ...any) {
 	fmt.Fprintf(h.logw, "reliability: "+format+"\n", args...)
 }
 
 // scaled picks the short or the full figure.
-func scaled[T any](h *harness, short, full T) T {
+func scaled[T any](h *rig, short, full T) T {
 	if h.short {
 		return short
 	}
 	return full
 }
 
-// proc is a running svc process. Its output goes to DIR/NAME.log,
+// stopGrace is how long a process has to exit after SIGTERM before it is
+// killed.
+const stopGrace = 30 * time.Second
+
+// spec is how the checks run svc: its output goes to DIR/NAME.log,
 // appended across restarts so a check can read everything it logged.
-type proc struct {
-	name    string
-	logPath string
-	cmd     *exec.Cmd
-	done    chan struct{}
-	err     error // the exit status, once done is closed
+func (h *rig) spec(name string, env ...string) harness.Spec {
+	return harness.Spec{Name: name, Bin: h.bin, Env: env, LogFile: filepath.Join(h.dir, name+".log"), Group: &h.procs}
 }
 
-// start runs the svc binary with args; env is added to the harness's.
-func (h *harness) start(name string, env []string, args ...string) (*proc, error) {
-	logPath := filepath.Join(h.dir, name+".log")
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(h.bin, args...)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = childAttr()
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	p := &proc{name: name, logPath: logPath, cmd: cmd, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		logf.Close()
-		close(p.done)
-	}()
-	return p, nil
-}
-
-func (p *proc) pid() int { return p.cmd.Process.Pid }
-
-// exited reports whether the process has ended.
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// kill ends the process at once, as a power cut or the OOM killer would.
-func (p *proc) kill() {
-	if p == nil {
-		return
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	<-p.done
-}
-
-// stop asks the process to end and waits up to 30s before killing it.
-func (p *proc) stop() error {
-	if p == nil {
-		return nil
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-		return p.err
-	case <-time.After(30 * time.Second):
-		p.kill()
-		return fmt.Errorf("%s did not exit within 30s of SIGTERM", p.name)
-	}
-}
-
-// output is everything the process has logged so far, over all its runs.
-func (p *proc) output() string {
-	b, _ := os.ReadFile(p.logPath)
-	return string(b)
-}
-
-// crashed returns the first sign of a panic or fatal error in the log.
-func (p *proc) crashed() string {
-	out := p.output()
-	for _, sign := range []string{"panic: ", "fatal error: ", "WARNING: DATA RACE"} {
-		if i := strings.Index(out, sign); i >= 0 {
-			return out[i:min(len(out), i+2000)]
-		}
-	}
-	return ""
+// crashed is the first sign of a panic, fatal error or data race in a
+// process's log, and what follows it.
+func crashed(p interface{ Crashed() string }) string {
+	c := p.Crashed()
+	return c[:min(len(c), 2000)]
 }
 
 // gateway is a running `svc serve` with its own data directory.
 type gateway struct {
-	*proc
-	h    *harness
-	name string
-	Addr string // host:port, kept across restarts
-	URL  string
-	Data string
-	Key  string // the organisation default's unrestricted key
-	args []string
+	*harness.Gateway
+	h   *rig
+	Key string // the organisation default's unrestricted key
 }
 
 // startGateway runs `svc serve` on a free loopback port with a fresh
 // data directory and waits until it answers.
-func (h *harness) startGateway(ctx context.Context, name string, args ...string) (*gateway, error) {
-	addr, err := freeAddr()
+func (h *rig) startGateway(ctx context.Context, name string, args ...string) (*gateway, error) {
+	s := h.spec(name, "NO_COLOR=1")
+	s.Args = append([]string{"--rental-providers", "none"}, args...)
+	g, err := harness.StartGateway(ctx, harness.GatewaySpec{Spec: s, Data: filepath.Join(h.dir, name+"-data")})
 	if err != nil {
 		return nil, err
 	}
-	g := &gateway{h: h, name: name, Addr: addr, URL: "http://" + addr, Data: filepath.Join(h.dir, name+"-data"), args: args}
-	if err := g.restart(ctx); err != nil {
+	key, err := g.AdminKey()
+	if err != nil {
+		_ = g.Kill()
 		return nil, err
 	}
-	key, err := os.ReadFile(filepath.Join(g.Data, "admin.key"))
-	if err != nil {
-		return nil, fmt.Errorf("read admin key: %w", err)
-	}
-	g.Key = strings.TrimSpace(string(key))
-	return g, nil
+	return &gateway{Gateway: g, h: h, Key: key}, nil
 }
 
-// restart starts the gateway again on the same address and data dir:
-// after kill or stop.
-func (g *gateway) restart(ctx context.Context) error {
-	argv := append([]string{"serve", "--addr", g.Addr, "--data", g.Data, "--log-format", "json",
-		"--rental-providers", "none"}, g.args...)
-	p, err := g.h.start(g.name, []string{"NO_COLOR=1"}, argv...)
-	if err != nil {
-		return err
-	}
-	g.proc = p
-	if err := waitHTTP(ctx, g.URL+"/healthz", p, 30*time.Second); err != nil {
-		p.kill()
-		return fmt.Errorf("%s: %w\n%s", g.name, err, tail(p.output(), 3000))
-	}
-	return nil
+// workerSpec is `svc worker` called name, dialling gatewayURL (the
+// gateway's or a proxy's) with the token in tokenFile.
+func (h *rig) workerSpec(name, gatewayURL, tokenFile string, args ...string) harness.WorkerSpec {
+	s := h.spec("worker-"+name, "NO_COLOR=1")
+	s.Args = append([]string{"--power", "off"}, args...)
+	return harness.WorkerSpec{Spec: s, Worker: name, Gateway: gatewayURL, TokenFile: tokenFile}
 }
-
-// tokenFile is the worker token the first start wrote.
-func (g *gateway) tokenFile() string { return filepath.Join(g.Data, "worker.token") }
 
 // startWorker runs `svc worker` against gatewayURL (the gateway's or a
-// proxy's) and waits until the gateway lists it as online.
-func (h *harness) startWorker(ctx context.Context, g *gateway, name, gatewayURL string, args ...string) (*proc, error) {
-	argv := append([]string{"worker", "--gateway", gatewayURL, "--token-file", g.tokenFile(), "--name", name,
-		"--log-format", "json", "--power", "off"}, args...)
-	p, err := h.start("worker-"+name, []string{"NO_COLOR=1"}, argv...)
-	if err != nil {
-		return nil, err
-	}
-	if err := g.waitWorker(ctx, name, p, 30*time.Second); err != nil {
-		p.kill()
-		return nil, err
-	}
-	return p, nil
+// proxy's) with the gateway's token and waits until the gateway lists it
+// as healthy.
+func (h *rig) startWorker(ctx context.Context, g *gateway, name, gatewayURL string, args ...string) (*harness.Proc, error) {
+	return g.StartWorker(ctx, h.workerSpec(name, gatewayURL, g.TokenFile(), args...))
 }
 
-// waitWorker waits until the worker named name is healthy. It polls
-// often enough to time a reconnect.
-func (g *gateway) waitWorker(ctx context.Context, name string, p *proc, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		if st, _, err := g.workerState(ctx, name); err == nil && st == "healthy" {
-			return nil
-		}
-		if p != nil && p.exited() {
-			return fmt.Errorf("worker %s exited: %v\n%s", name, p.err, tail(p.output(), 3000))
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-	return fmt.Errorf("worker %s not healthy within %v", name, timeout)
+// waitWorker waits up to timeout until the worker named name is healthy.
+func (g *gateway) waitWorker(ctx context.Context, name string, p *harness.Proc, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return g.WaitWorker(ctx, g.Key, name, p)
 }
 
 // workerState is the gateway's listing of one worker: its status and
@@ -375,40 +266,6 @@ func streamContent(body []byte) (content string, done bool, errFrame string) {
 	return sb.String(), done, errFrame
 }
 
-// freeAddr picks a free loopback port.
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
-}
-
-// waitHTTP waits until url answers 200, or p exits.
-func waitHTTP(ctx context.Context, url string, p *proc, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		req, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
-		if resp, err := client.Do(req); err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return nil
-			}
-		}
-		if p.exited() {
-			return fmt.Errorf("exited before answering: %v", p.err)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-	return errors.New("did not answer within " + timeout.String())
-}
-
 // openFiles counts a process's open file descriptors.
 func openFiles(pid int) int {
 	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
@@ -442,20 +299,6 @@ func tail(s string, n int) string {
 		return "..." + s[len(s)-n:]
 	}
 	return s
-}
-
-// moduleRoot finds the directory holding go.mod, from the working
-// directory upward.
-func moduleRoot() string {
-	dir, _ := os.Getwd()
-	for d := dir; ; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			return d
-		}
-		if filepath.Dir(d) == d {
-			return dir
-		}
-	}
 }
 
 // raiseFileLimit lifts the open-file soft limit to the hard one: a

@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	svcserver "github.com/svc-dev/svc/internal/server"
@@ -27,22 +28,22 @@ import (
 // success where the input is in fact acceptable), never a 5xx, a hang or
 // a crash; the gateway's peak memory stays under a stated bound; and a
 // legitimate client is served promptly throughout.
-func hostileInput(ctx context.Context, h *harness, r *result) error {
+func hostileInput(ctx context.Context, h *rig, r *result) error {
 	g, err := h.startGateway(ctx, "hostile")
 	if err != nil {
 		return err
 	}
-	defer g.stop()
+	defer g.Stop(syscall.SIGTERM, stopGrace)
 	w, err := h.startWorker(ctx, g, "hostile-box", g.URL, "--engine", "sim=tps=0,ttft=0")
 	if err != nil {
 		return err
 	}
-	defer w.stop()
+	defer w.Stop(syscall.SIGTERM, stopGrace)
 	hc := &hostile{g: g, r: r, counts: map[string]int{}}
 	if hc.workerID, err = workerID(ctx, g, "hostile-box"); err != nil {
 		return err
 	}
-	_, base := rss(g.pid())
+	_, base := rss(g.Pid())
 	r.figure("gateway peak RSS at start", "%.1f MB", mb(base))
 
 	phases := []struct {
@@ -67,23 +68,23 @@ func hostileInput(ctx context.Context, h *harness, r *result) error {
 		start := time.Now()
 		p.run(ctx)
 		h.logf("hostile: %s in %.1fs", p.name, time.Since(start).Seconds())
-		if g.exited() {
-			r.fail("the gateway exited during %s: %v", p.name, g.err)
+		if g.Exited() {
+			r.fail("the gateway exited during %s: %v", p.name, g.Err())
 			break
 		}
 	}
 
 	// After all of it the gateway still serves.
-	if !g.exited() {
+	if !g.Exited() {
 		if st, body, err := g.do(ctx, "POST", "/v1/chat/completions", chatBody("sim-chat", "still there?", false)); err != nil || st != 200 {
 			r.fail("after the hostile input a legitimate chat completion = %d %v %.200s", st, err, body)
 		}
 	}
-	if c := g.crashed(); c != "" {
+	if c := crashed(g); c != "" {
 		r.fail("the gateway crashed: %s", c)
 	}
-	_, peak := rss(g.pid())
-	if g.exited() {
+	_, peak := rss(g.Pid())
+	if g.Exited() {
 		peak = hc.peak
 	}
 	hc.peak = max(hc.peak, peak)
@@ -167,10 +168,10 @@ func (hc *hostile) report() {
 // sample tracks the gateway's peak RSS while it is alive, so the figure
 // survives a crash.
 func (hc *hostile) sample() {
-	if hc.g.exited() {
+	if hc.g.Exited() {
 		return
 	}
-	if _, p := rss(hc.g.pid()); p > 0 {
+	if _, p := rss(hc.g.Pid()); p > 0 {
 		hc.mu.Lock()
 		hc.peak = max(hc.peak, p)
 		hc.mu.Unlock()

@@ -361,7 +361,7 @@ func (hc *hostile) connections(ctx context.Context) {
 		}
 	}
 	hc.sample()
-	now, _ := rss(hc.g.pid())
+	now, _ := rss(hc.g.Pid())
 	hc.r.figure("gateway RSS holding the idle and slowloris connections", "%.1f MB", mb(now))
 	if n, err := hc.g.metric(ctx, "go_goroutines"); err == nil {
 		hc.r.figure("gateway goroutines holding them", "%.0f", n)

@@ -13,7 +13,10 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
+
+	"github.com/svc-dev/svc/internal/harness"
 )
 
 // linkFaults runs streaming chat completions through a worker whose link
@@ -23,7 +26,7 @@ import (
 // repeat nothing. Then an outage longer than the gateway's grace must end
 // the streams it catches with the spec's error frame, and the worker must
 // come back and serve.
-func linkFaults(ctx context.Context, h *harness, r *result) error {
+func linkFaults(ctx context.Context, h *rig, r *result) error {
 	// The grace outlasts every fault of phase 1 (holds of at most 2.5s,
 	// reconnects within about a second) and is short of phase 2's outage.
 	const grace = 6 * time.Second
@@ -40,7 +43,7 @@ func linkFaults(ctx context.Context, h *harness, r *result) error {
 	if err != nil {
 		return err
 	}
-	defer g.stop()
+	defer g.Stop(syscall.SIGTERM, stopGrace)
 	p, err := newFaultProxy(g.Addr)
 	if err != nil {
 		return err
@@ -81,10 +84,10 @@ func linkFaults(ctx context.Context, h *harness, r *result) error {
 	}
 	wg.Wait()
 	if e := refErr.Load(); e != nil {
-		ref.kill()
+		ref.Kill()
 		return errors.New(e.(string))
 	}
-	if err := ref.stop(); err != nil {
+	if err := ref.Stop(syscall.SIGTERM, stopGrace); err != nil {
 		return err
 	}
 	if err := g.waitWorkerStatus(ctx, "linkfault-ref", "offline", 30*time.Second); err != nil {
@@ -96,7 +99,7 @@ func linkFaults(ctx context.Context, h *harness, r *result) error {
 	if err != nil {
 		return err
 	}
-	defer w.stop()
+	defer w.Stop(syscall.SIGTERM, stopGrace)
 
 	// Phase 1: every stream under faults, each compared with its reference.
 	var active, peak atomic.Int64
@@ -137,7 +140,7 @@ func linkFaults(ctx context.Context, h *harness, r *result) error {
 	var maxFiles int
 	sampler.Go(func() {
 		for {
-			maxFiles = max(maxFiles, openFiles(g.pid()))
+			maxFiles = max(maxFiles, openFiles(g.Pid()))
 			select {
 			case <-done:
 				return
@@ -149,7 +152,7 @@ func linkFaults(ctx context.Context, h *harness, r *result) error {
 		scaled(h, 1200*time.Millisecond, 2500*time.Millisecond), scaled(h, 400*time.Millisecond, 800*time.Millisecond))
 	<-done
 	sampler.Wait()
-	_, gwPeak := rss(g.pid())
+	_, gwPeak := rss(g.Pid())
 	r.figure("streams", "%d (%d at once at the peak), %d tokens each at %d tokens/s", streams, peak.Load(), tokens, tps)
 	r.figure("gateway under the streams", "peak %d open files, peak RSS %d MiB", maxFiles, gwPeak>>20)
 	r.figure("bytes checked", "%d content bytes (%d SSE bytes) against references", contentBytes.Load(), sseBytes.Load())
@@ -166,7 +169,7 @@ func linkFaults(ctx context.Context, h *harness, r *result) error {
 		return err
 	}
 	r.figure("link resumes seen", "%d transient disconnects in the worker events; the worker logged %d resumes",
-		resumes, strings.Count(w.output(), `"link resumed"`))
+		resumes, strings.Count(w.Output(), `"link resumed"`))
 	if resumes == 0 {
 		r.fail("no transient disconnect event after %d link breaks", breaks)
 	}
@@ -177,9 +180,9 @@ func linkFaults(ctx context.Context, h *harness, r *result) error {
 	if err := linkOutage(ctx, h, r, g, p, w, grace, want[streams:], func(i int) string { return prompt(streams + i) }); err != nil {
 		return err
 	}
-	for _, pr := range []*proc{g.proc, w} {
-		if c := pr.crashed(); c != "" {
-			r.fail("%s crashed: %s", pr.name, c)
+	for _, pr := range []*harness.Proc{g.Proc, w} {
+		if c := crashed(pr); c != "" {
+			r.fail("%s crashed: %s", pr.Name(), c)
 		}
 	}
 	return nil
@@ -188,7 +191,7 @@ func linkFaults(ctx context.Context, h *harness, r *result) error {
 // linkOutage takes the link down for longer than the grace while streams
 // run: each must end with the worker_lost error frame and [DONE], and
 // the worker must come back and serve byte-exact streams again.
-func linkOutage(ctx context.Context, h *harness, r *result, g *gateway, p *faultProxy, w *proc, grace time.Duration,
+func linkOutage(ctx context.Context, h *rig, r *result, g *gateway, p *faultProxy, w *harness.Proc, grace time.Duration,
 	want []*sseStream, prompt func(int) string) error {
 	n := scaled(h, 20, 100)
 	started := make(chan struct{}, n)

@@ -21,13 +21,14 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/svc-dev/svc/internal/harness"
 )
 
 func main() {
@@ -74,7 +75,7 @@ func run() error {
 // check is one part of the suite.
 type check struct {
 	name string
-	run  func(ctx context.Context, h *harness, r *result) error
+	run  func(ctx context.Context, h *rig, r *result) error
 }
 
 // checks is the suite, in the order it runs.
@@ -97,30 +98,28 @@ func checkNames() []string {
 	return names
 }
 
-// newHarness builds svc into a fresh working directory; close removes
-// it (unless SVC_RELIABILITY_KEEP is set, for reading the logs).
-func newHarness(ctx context.Context, short bool, logw io.Writer) (h *harness, close func(), err error) {
+// newHarness builds svc into a fresh working directory; close stops
+// whatever the checks left running and removes the directory (unless
+// SVC_RELIABILITY_KEEP is set, for reading the logs).
+func newHarness(ctx context.Context, short bool, logw io.Writer) (h *rig, close func(), err error) {
 	raiseFileLimit()
 	dir, err := os.MkdirTemp("", "svc-reliability-")
 	if err != nil {
 		return nil, nil, err
 	}
+	h = &rig{short: short, dir: dir, logw: logw}
 	close = func() {
+		h.procs.Stop(stopGrace)
 		if os.Getenv("SVC_RELIABILITY_KEEP") == "" {
 			os.RemoveAll(dir)
 		} else {
 			fmt.Fprintln(logw, "reliability: kept", dir)
 		}
 	}
-	h = &harness{short: short, dir: dir, logw: logw}
 	h.logf("building svc")
-	h.bin = filepath.Join(dir, "svc")
-	build := exec.CommandContext(ctx, "go", "build", "-o", h.bin, "./cmd/svc")
-	build.Dir = moduleRoot()
-	build.Stdout, build.Stderr = logw, logw
-	if err := build.Run(); err != nil {
+	if h.bin, err = (&harness.Builder{Dir: dir, Log: logw}).Binary(ctx); err != nil {
 		close()
-		return nil, nil, fmt.Errorf("build svc: %w", err)
+		return nil, nil, err
 	}
 	return h, close, nil
 }
@@ -148,7 +147,7 @@ func suite(ctx context.Context, short bool, want func(string) bool, out string, 
 
 // runCheck runs one check and times it. A check that could not run is a
 // failure, not a pass: its error is recorded as one.
-func (h *harness) runCheck(ctx context.Context, c check) *result {
+func (h *rig) runCheck(ctx context.Context, c check) *result {
 	h.logf("%s: starting", c.name)
 	res := &result{Name: c.name}
 	start := time.Now()

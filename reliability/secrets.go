@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/svc-dev/svc/internal/e2ee"
+	"github.com/svc-dev/svc/internal/harness"
 )
 
 // secrets runs a gateway and workers at debug level through everything
@@ -31,16 +32,16 @@ import (
 // store's raw bytes. It also checks the modes of the data directory and
 // the files in it, and that the admin socket refuses another user, even
 // with the directory's mode loosened.
-func secrets(ctx context.Context, h *harness, r *result) error {
+func secrets(ctx context.Context, h *rig, r *result) error {
 	g, err := h.startGateway(ctx, "secrets-gw", "--log-level", "debug")
 	if err != nil {
 		return err
 	}
-	defer g.kill()
-	var procs []*proc // every other process whose output is a log to search
+	defer g.Kill()
+	var procs []*harness.Proc // every other process whose output is a log to search
 	defer func() {
 		for _, p := range procs {
-			p.kill()
+			p.Kill()
 		}
 	}()
 	e2eKeyFile := filepath.Join(h.dir, "secrets-w1.e2e")
@@ -52,10 +53,10 @@ func secrets(ctx context.Context, h *harness, r *result) error {
 
 	sc := &secretCheck{h: h, g: g, r: r}
 	sc.add("admin key", g.Key)
-	if b, err := os.ReadFile(g.tokenFile()); err == nil {
+	if b, err := os.ReadFile(g.TokenFile()); err == nil {
 		sc.add("bootstrap worker token", strings.TrimSpace(string(b)))
 	} else {
-		r.fail("read %s: %v", g.tokenFile(), err)
+		r.fail("read %s: %v", g.TokenFile(), err)
 	}
 	if b, err := os.ReadFile(e2eKeyFile); err == nil {
 		// The file is the private key's seed; however it is encoded, no
@@ -125,8 +126,7 @@ func secrets(ctx context.Context, h *harness, r *result) error {
 	if err := os.WriteFile(tokFile, []byte(tok.Secret+"\n"), 0o600); err != nil {
 		return err
 	}
-	w2, err := h.start("worker-secrets-w2", []string{"NO_COLOR=1"}, "worker", "--gateway", g.URL, "--token-file", tokFile,
-		"--name", "secrets-w2", "--log-format", "json", "--power", "off", "--engine", "sim", "--log-level", "debug")
+	w2, err := harness.StartWorker(h.workerSpec("secrets-w2", g.URL, tokFile, "--engine", "sim", "--log-level", "debug"))
 	if err != nil {
 		return err
 	}
@@ -154,11 +154,12 @@ func secrets(ctx context.Context, h *harness, r *result) error {
 		"wrong-secret":  tok.Prefix + "_" + randomCredentialChars(40),
 		"made-up-token": "svc_w_" + randomCredentialChars(12) + "_" + randomCredentialChars(40),
 	}
-	var refused []*proc
+	var refused []*harness.Proc
 	for name, t := range badTokens {
 		sc.add("worker token ("+name+")", t)
-		p, err := h.start("worker-secrets-"+name, []string{"NO_COLOR=1", "SVC_WORKER_TOKEN=" + t}, "worker", "--gateway", g.URL,
-			"--name", "secrets-"+name, "--log-format", "json", "--power", "off", "--engine", "sim", "--log-level", "debug")
+		ws := h.workerSpec("secrets-"+name, g.URL, "", "--engine", "sim", "--log-level", "debug")
+		ws.Env = append(ws.Env, "SVC_WORKER_TOKEN="+t)
+		p, err := harness.StartWorker(ws)
 		if err != nil {
 			return err
 		}
@@ -216,8 +217,8 @@ func secrets(ctx context.Context, h *harness, r *result) error {
 	r.figure("encrypted requests", "%d chats through e2ee.Transport (half streamed), 1 through svc chat --e2e, 4 scripted to fail on the worker", scaled(h, 4, 40))
 	r.figure("refused credentials", "%d API keys (a revoked one, a real id with a wrong secret, made-up ones, a worker token), %d worker tokens (revoked, wrong secret, made-up)", len(fakes)+2, len(badTokens))
 	for _, p := range refused {
-		if err := g.waitWorker(ctx, strings.TrimPrefix(p.name, "worker-"), p, 3*time.Second); err == nil {
-			r.fail("%s connected and is healthy", p.name)
+		if err := g.waitWorker(ctx, strings.TrimPrefix(p.Name(), "worker-"), p, 3*time.Second); err == nil {
+			r.fail("%s connected and is healthy", p.Name())
 		}
 	}
 
@@ -230,18 +231,18 @@ func secrets(ctx context.Context, h *harness, r *result) error {
 	// Stop everything gracefully so every log line and the last commit
 	// are written before they are read.
 	for _, p := range procs {
-		_ = p.stop()
+		_ = p.Stop(syscall.SIGTERM, stopGrace)
 	}
-	if err := g.stop(); err != nil {
+	if err := g.Stop(syscall.SIGTERM, stopGrace); err != nil {
 		r.fail("gateway stop: %v", err)
 	}
-	if c := g.crashed(); c != "" {
+	if c := crashed(g); c != "" {
 		r.fail("gateway crashed: %s", c)
 	}
 
-	logs := map[string]string{g.name: g.output()}
+	logs := map[string]string{g.Name(): g.Output()}
 	for _, p := range procs {
-		logs[p.name] = p.output()
+		logs[p.Name()] = p.Output()
 	}
 	lines := 0
 	for name, out := range logs {
@@ -266,7 +267,7 @@ func secrets(ctx context.Context, h *harness, r *result) error {
 
 // secretCheck holds the secrets a run made and where to look for them.
 type secretCheck struct {
-	h       *harness
+	h       *rig
 	g       *gateway
 	r       *result
 	secrets []namedSecret
@@ -550,7 +551,7 @@ func (sc *secretCheck) checkOtherUser(ctx context.Context) {
 		sc.r.fail("uid 65534 ran `svc admin orgs list` through a socket opened to everyone: the server does not check its peer: %s", tail(out, 300))
 	}
 	verdicts = append(verdicts, "data dir 0755 and socket 0666: "+socketRefusal(err, out))
-	if err != nil && !strings.Contains(sc.g.output(), "refused a connection from another user") {
+	if err != nil && !strings.Contains(sc.g.Output(), "refused a connection from another user") {
 		sc.r.fail("uid 65534 was refused through an open socket, but the gateway did not log refusing it: %s", tail(out, 300))
 	}
 	restore()
@@ -634,7 +635,7 @@ func randomCredentialChars(n int) string {
 // with mode 0755, as `mkdir` or a package would: the server must take
 // group and other access away before it writes credentials there. It
 // returns the gateway's log.
-func checkLooseDataDir(ctx context.Context, h *harness, r *result) string {
+func checkLooseDataDir(ctx context.Context, h *rig, r *result) string {
 	dir := filepath.Join(h.dir, "secrets-loose-data")
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		r.fail("make a loose data dir: %v", err)
@@ -649,8 +650,8 @@ func checkLooseDataDir(ctx context.Context, h *harness, r *result) string {
 		r.fail("gateway on a data dir made 0755 beforehand: %v", err)
 		return ""
 	}
-	defer g.kill()
-	if strings.Contains(g.output(), g.Key) {
+	defer g.Kill()
+	if strings.Contains(g.Output(), g.Key) {
 		r.fail("second gateway's first-start log holds its admin key")
 	}
 	fi, err := os.Stat(dir)
@@ -662,5 +663,5 @@ func checkLooseDataDir(ctx context.Context, h *harness, r *result) string {
 		r.fail("a data dir made 0755 beforehand is still %04o after the gateway started and wrote its credentials there", perm)
 	}
 	r.figure("data dir made 0755 beforehand", "%04o once the gateway started", fi.Mode().Perm())
-	return g.output()
+	return g.Output()
 }

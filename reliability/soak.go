@@ -18,7 +18,10 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
+
+	"github.com/svc-dev/svc/internal/harness"
 )
 
 // soak runs a steady mix of streaming and non-streaming chats and
@@ -28,16 +31,16 @@ import (
 // status the spec gives, that the usage log holds exactly the requests
 // the gateway took, and that the gateway and the worker never restarted
 // give back their goroutines, open files and heap once the load stops.
-func soak(ctx context.Context, h *harness, r *result) error {
+func soak(ctx context.Context, h *rig, r *result) error {
 	duration := scaled(h, 18*time.Second, 10*time.Minute)
 	restartEvery := scaled(h, 7*time.Second, 30*time.Second)
 	const rate = 12 // requests started per second
 
-	gwPprof, err := freeAddr()
+	gwPprof, err := harness.FreeAddr()
 	if err != nil {
 		return err
 	}
-	wPprof, err := freeAddr()
+	wPprof, err := harness.FreeAddr()
 	if err != nil {
 		return err
 	}
@@ -45,13 +48,13 @@ func soak(ctx context.Context, h *harness, r *result) error {
 	if err != nil {
 		return err
 	}
-	defer g.kill()
+	defer g.Kill()
 	workerArgs := []string{"--engine", "sim", "--max-concurrent", "8"}
 	stable, err := h.startWorker(ctx, g, "soak-stable", g.URL, append(workerArgs, "--pprof-addr", wPprof)...)
 	if err != nil {
 		return err
 	}
-	defer stable.kill()
+	defer stable.Kill()
 	var restartedMu sync.Mutex
 	restarted, err := h.startWorker(ctx, g, "soak-restarted", g.URL, workerArgs...)
 	if err != nil {
@@ -60,7 +63,7 @@ func soak(ctx context.Context, h *harness, r *result) error {
 	defer func() {
 		restartedMu.Lock()
 		defer restartedMu.Unlock()
-		restarted.kill()
+		restarted.Kill()
 	}()
 
 	s := &soakRun{g: g, r: r, client: &http.Client{Transport: &http.Transport{
@@ -77,8 +80,8 @@ func soak(ctx context.Context, h *harness, r *result) error {
 	}
 	s.reset()
 
-	gwRes := &soakResources{name: "gateway", pid: g.pid(), pprof: "http://" + gwPprof}
-	wRes := &soakResources{name: "worker (not restarted)", pid: stable.pid(), pprof: "http://" + wPprof}
+	gwRes := &soakResources{name: "gateway", pid: g.Pid(), pprof: "http://" + gwPprof}
+	wRes := &soakResources{name: "worker (not restarted)", pid: stable.Pid(), pprof: "http://" + wPprof}
 	// No idle client connection may count in the baseline: the ones
 	// after the load are closed too.
 	s.client.CloseIdleConnections()
@@ -109,12 +112,12 @@ func soak(ctx context.Context, h *harness, r *result) error {
 			}
 			restartedMu.Lock()
 			switch {
-			case restarted.exited(): // its last start failed
+			case restarted.Exited(): // its last start failed
 			case n%2 == 0:
-				restarted.kill()
+				restarted.Kill()
 				kills.Add(1)
 			default:
-				if err := restarted.stop(); err != nil {
+				if err := restarted.Stop(syscall.SIGTERM, stopGrace); err != nil {
 					r.fail("graceful worker stop: %v", err)
 				}
 			}
@@ -162,7 +165,7 @@ func soak(ctx context.Context, h *harness, r *result) error {
 	loadTime := time.Since(start)
 	h.logf("soak: load done after %s; judging the usage log and waiting for the baseline", loadTime.Round(time.Second))
 	restartedMu.Lock()
-	if restarted.exited() { // its last restart failed, which is reported
+	if restarted.Exited() { // its last restart failed, which is reported
 		if p, err := h.startWorker(ctx, g, "soak-restarted", g.URL, workerArgs...); err == nil {
 			restarted = p
 		}
@@ -199,9 +202,9 @@ func soak(ctx context.Context, h *harness, r *result) error {
 				res.name, res.after.goroutines, res.base.goroutines, res.after.fds, res.base.fds, soakMiB(res.after.heap), soakMiB(res.base.heap))
 		}
 	}
-	for _, p := range []*proc{g.proc, stable} {
-		if c := p.crashed(); c != "" {
-			r.fail("%s crashed: %s", p.name, c)
+	for _, p := range []*harness.Proc{g.Proc, stable} {
+		if c := crashed(p); c != "" {
+			r.fail("%s crashed: %s", p.Name(), c)
 		}
 	}
 	return nil

@@ -20,6 +20,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/svc-dev/svc/internal/audio"
+	"github.com/svc-dev/svc/internal/harness"
 )
 
 // audioAliases offer the simulator's speech-to-text model under the
@@ -97,21 +98,23 @@ func (s *server) post(path, ctype string, body []byte, hs ...header) reply {
 // usageRow waits for the usage row of request id.
 func (s *server) usageRow(key, id string) map[string]any {
 	s.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		r := s.do("GET", "/api/v1/usage/logs?limit=100", "", bearer(key))
+	var r reply
+	var found map[string]any
+	if !harness.Eventually(10*time.Second, func() bool {
+		r = s.do("GET", "/api/v1/usage/logs?limit=100", "", bearer(key))
 		var rows []map[string]any
 		_ = json.Unmarshal(r.Body, &rows)
 		for _, row := range rows {
 			if row["id"] == id {
-				return row
+				found = row
+				return true
 			}
 		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("no usage row for %s in %s", id, r.Body)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return false
+	}) {
+		s.t.Fatalf("no usage row for %s in %s", id, r.Body)
 	}
+	return found
 }
 
 func TestTranscriptionSDK(t *testing.T) {
@@ -387,18 +390,14 @@ func TestTranscriptionInFlight(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		done <- reply{Status: resp.StatusCode, Body: b}
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		r := s.do("GET", "/api/v1/usage/inflight", "", bearer(key))
+	var r reply
+	if !harness.Eventually(10*time.Second, func() bool {
+		r = s.do("GET", "/api/v1/usage/inflight", "", bearer(key))
 		var rows []map[string]any
 		_ = json.Unmarshal(r.Body, &rows)
-		if len(rows) == 1 && rows[0]["request_type"] == "audio" && rows[0]["audio_seconds"] == 40.0 && rows[0]["worker_name"] == "audio-box" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("never in flight: %s", r.Body)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return len(rows) == 1 && rows[0]["request_type"] == "audio" && rows[0]["audio_seconds"] == 40.0 && rows[0]["worker_name"] == "audio-box"
+	}) {
+		t.Fatalf("never in flight: %s", r.Body)
 	}
 	if r := <-done; r.Status != 200 {
 		t.Fatalf("%d %s", r.Status, r.Body)
@@ -456,18 +455,17 @@ func TestTranscriptionClientGone(t *testing.T) {
 		done <- err
 	}()
 	var id string
-	deadline := time.Now().Add(10 * time.Second)
-	for id == "" {
-		r := s.do("GET", "/api/v1/usage/inflight", "", bearer(key))
+	var r reply
+	if !harness.Eventually(10*time.Second, func() bool {
+		r = s.do("GET", "/api/v1/usage/inflight", "", bearer(key))
 		var rows []map[string]any
 		_ = json.Unmarshal(r.Body, &rows)
 		if len(rows) == 1 && rows[0]["state"] == "running" {
 			id, _ = rows[0]["task_id"].(string)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("never running: %s", r.Body)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return id != ""
+	}) {
+		t.Fatalf("never running: %s", r.Body)
 	}
 	cancel()
 	<-done

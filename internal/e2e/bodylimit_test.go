@@ -49,7 +49,7 @@ func TestUnauthenticatedBodiesAreBounded(t *testing.T) {
 
 	// Chunked, 200 MB of it: refused once the first megabyte is in, long
 	// before the rest is sent; the gateway does not hold it.
-	_, before := statusKB(t, s.cmd.Process.Pid)
+	_, before := statusKB(t, s.Pid())
 	pr, pw := io.Pipe()
 	go func() {
 		chunk := []byte(strings.Repeat("y", 1<<20))
@@ -71,7 +71,7 @@ func TestUnauthenticatedBodiesAreBounded(t *testing.T) {
 			t.Errorf("chunked 200 MB without a key = %d %s", resp.StatusCode, body)
 		}
 	}
-	if _, after := statusKB(t, s.cmd.Process.Pid); after-before > 16<<10 {
+	if _, after := statusKB(t, s.Pid()); after-before > 16<<10 {
 		t.Errorf("the gateway's peak memory grew by %d kB for a refused anonymous upload", after-before)
 	}
 

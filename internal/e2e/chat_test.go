@@ -15,6 +15,8 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/shared"
+
+	"github.com/svc-dev/svc/internal/harness"
 )
 
 // gateway is a server with one simulated worker, ready for inference.
@@ -356,20 +358,22 @@ func TestCancelMidStreamIsRecorded(t *testing.T) {
 // waitRow waits for the usage row of request id.
 func waitRow(t *testing.T, s *server, key, id string) map[string]any {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var rows []map[string]any
+	var rows []map[string]any
+	var row map[string]any
+	if !harness.Eventually(10*time.Second, func() bool {
+		rows = nil
 		_ = json.Unmarshal(s.do("GET", "/api/v1/usage/logs?limit=1000", "", bearer(key)).Body, &rows)
 		for _, r := range rows {
 			if r["id"] == id {
-				return r
+				row = r
+				return true
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no usage row for %s in %v", id, rows)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return false
+	}) {
+		t.Fatalf("no usage row for %s in %v", id, rows)
 	}
+	return row
 }
 
 func TestNonStreamingKeepAlive(t *testing.T) {
@@ -451,11 +455,10 @@ func TestUsageMatchesRows(t *testing.T) {
 	s.do("POST", "/v1/chat/completions", chatBody("sim-chat", "x\nsim: fail=507", false), bearer(key))
 
 	var rows []map[string]any
-	deadline := time.Now().Add(10 * time.Second)
-	for len(rows) < 9 && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
+	harness.Eventually(10*time.Second, func() bool {
 		_ = json.Unmarshal(s.do("GET", "/api/v1/usage/logs", "", bearer(reader)).Body, &rows)
-	}
+		return len(rows) >= 9
+	})
 	if len(rows) != 9 {
 		t.Fatalf("%d rows: %v", len(rows), rows)
 	}
@@ -556,10 +559,8 @@ func TestUsageLogsPaging(t *testing.T) {
 		}
 		return rows
 	}
-	for deadline := time.Now().Add(5 * time.Second); len(page("?limit=1000")) < n; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("rows were not written")
-		}
+	if !harness.Eventually(5*time.Second, func() bool { return len(page("?limit=1000")) >= n }) {
+		t.Fatal("rows were not written")
 	}
 	all := page("?limit=1000")
 	if got := len(page("")); got != 50 {

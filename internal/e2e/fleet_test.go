@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/svc-dev/svc/internal/harness"
 )
 
 func chatBody(model, content string, stream bool) string {
@@ -204,13 +206,11 @@ func TestNonStreamingCancelStopsTheEngine(t *testing.T) {
 	}
 	// The request is in the usage log as a client cancel.
 	var rows []map[string]any
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	harness.Eventually(5*time.Second, func() bool {
 		rows = nil
 		_ = json.Unmarshal(s.do("GET", "/api/v1/usage/logs", "", bearer(key)).Body, &rows)
-		if len(rows) > 0 {
-			break
-		}
-	}
+		return len(rows) > 0
+	})
 	if len(rows) != 1 || rows[0]["status_code"] != 499.0 || rows[0]["error_message"] != "Client disconnected" || rows[0]["stream"] != false {
 		t.Fatalf("usage rows after a non-streaming cancel: %v", rows)
 	}
@@ -409,7 +409,7 @@ loop:
 	}
 	for i := range streams {
 		if replies[i].Status != 200 {
-			t.Fatalf("stream %d = %d %s\nserver log:\n%s", i, replies[i].Status, replies[i].Body, tail(s.Log.String()))
+			t.Fatalf("stream %d = %d %s\nserver log:\n%s", i, replies[i].Status, replies[i].Body, tail(s.Log().String()))
 		}
 		got, chunks := streamContent(t, replies[i].Body)
 		if got != want[i] {
@@ -429,7 +429,7 @@ func TestWorkerDrainFinishesRunningRequests(t *testing.T) {
 	w := startWorker(t, s.URL, s.tokenFile(), "leaving", "--engine", "sim=tps=100,ttft=0")
 	res := s.async("POST", "/v1/chat/completions", chatBody("sim-chat", "finish me\nsim: tokens=80", false), bearer(key))
 	s.workerNamed(key, "leaving", func(w map[string]any) bool { return w["active_tasks"].(float64) == 1 })
-	if err := w.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := w.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	r := <-res
@@ -552,8 +552,8 @@ func TestBadWorkerTokenExits(t *testing.T) {
 func TestOpenAIAdapterAgainstSimProcess(t *testing.T) {
 	s := startServer(t, "")
 	key := s.adminKey()
-	addr := startSim(t, "tps=0,ttft=0,timings=1")
-	startWorker(t, s.URL, s.tokenFile(), "vllm-box", "--engine", "openai=http://"+addr)
+	engine := startSim(t, "tps=0,ttft=0,timings=1")
+	startWorker(t, s.URL, s.tokenFile(), "vllm-box", "--engine", "openai="+engine)
 	r := s.do("POST", "/v1/chat/completions", chatBody("sim-reasoner", "think", true), bearer(key))
 	text, _ := streamContent(t, r.Body)
 	if r.Status != 200 || text == "" || strings.Contains(string(r.Body), "timings") {

@@ -20,7 +20,7 @@ import (
 func BenchmarkOverhead(b *testing.B) {
 	s := startServer(b, "")
 	key := s.adminKey()
-	engine := "http://" + startSim(b, "tps=0,ttft=0")
+	engine := startSim(b, "tps=0,ttft=0")
 	startWorker(b, s.URL, s.tokenFile(), "bench", "--engine", "openai="+engine, "--max-concurrent", "64")
 
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}

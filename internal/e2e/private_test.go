@@ -24,6 +24,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/svc-dev/svc/internal/e2ee"
+	"github.com/svc-dev/svc/internal/harness"
 )
 
 // newMarker is a string sent only inside encrypted requests, which no
@@ -124,9 +125,10 @@ func TestPrivateInference(t *testing.T) {
 
 	// Usage rows: written, no estimate.
 	var rows []map[string]any
-	for deadline := time.Now().Add(5 * time.Second); len(rows) < 6 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	harness.Eventually(5*time.Second, func() bool {
 		_ = json.Unmarshal(s.do("GET", "/api/v1/usage/logs?limit=10", "", bearer(key)).Body, &rows)
-	}
+		return len(rows) >= 6
+	})
 	if len(rows) != 6 {
 		t.Fatalf("rows %v", rows)
 	}
@@ -139,10 +141,10 @@ func TestPrivateInference(t *testing.T) {
 	// Nothing of the content is in the gateway's memory, its disk or its
 	// logs. The worker, which may read it, is the only other process; the
 	// scan finds the marker there, so it would find it in the gateway.
-	if found, ok := memoryHolds(w.cmd.Process.Pid, []byte(marker)); ok && !found {
+	if found, ok := memoryHolds(w.Pid(), []byte(marker)); ok && !found {
 		t.Error("the memory scan does not find the marker even in the worker")
 	}
-	switch found, ok := memoryHolds(s.cmd.Process.Pid, []byte(marker)); {
+	switch found, ok := memoryHolds(s.Pid(), []byte(marker)); {
 	case !ok:
 		t.Log("cannot read the gateway's memory here; skipped that check")
 	case found:
@@ -159,7 +161,7 @@ func TestPrivateInference(t *testing.T) {
 		}
 		return nil
 	})
-	if strings.Contains(s.Log.String(), marker) {
+	if strings.Contains(s.Log().String(), marker) {
 		t.Error("the gateway's log holds the marker")
 	}
 }
@@ -482,13 +484,11 @@ func TestPrivateInferenceLinkTamperDetected(t *testing.T) {
 				Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hello\nsim: tokens=8")}}
 			// Wait until the worker's key is listed.
 			s.workerNamed(key, name, statusIs("healthy"))
-			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-				if keys := s.e2eKeys(key); len(keys) == 1 && keys[name].KeyID != "" {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("keys: %v", s.e2eKeys(key))
-				}
+			if !harness.Eventually(10*time.Second, func() bool {
+				keys := s.e2eKeys(key)
+				return len(keys) == 1 && keys[name].KeyID != ""
+			}) {
+				t.Fatalf("keys: %v", s.e2eKeys(key))
 			}
 			lt.armed.Store(true)
 			var err error

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+
+	"github.com/svc-dev/svc/internal/harness"
 )
 
 // TestPtyNoTerminalQueries runs svc commands on a pseudo-terminal that,
@@ -55,7 +57,7 @@ func runOnPty(t *testing.T, args ...string) (string, time.Duration) {
 	// A terminal that queries are sent to: not screen, tmux or dumb, whose
 	// TERM some libraries take as a reason not to ask.
 	cmd.Env = append(os.Environ(), "TERM=xterm-256color", "NO_COLOR=", "CLICOLOR_FORCE=")
-	attrs := childAttr()
+	attrs := harness.SysProcAttr()
 	if attrs == nil {
 		attrs = &syscall.SysProcAttr{}
 	}

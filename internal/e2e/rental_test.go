@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/svc-dev/svc/internal/harness"
 	"github.com/svc-dev/svc/internal/rental/lambda/lambdatest"
 )
 
@@ -111,23 +112,20 @@ func (s *server) waitRental(key, id string, ok func(rentalView) bool) (rentalVie
 	s.t.Helper()
 	var phases []string
 	var progress []float64
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		v := s.rental(key, id)
+	var v rentalView
+	if !harness.Eventually(30*time.Second, func() bool {
+		v = s.rental(key, id)
 		if v.BootPhase != nil && (len(phases) == 0 || phases[len(phases)-1] != *v.BootPhase) {
 			phases = append(phases, *v.BootPhase)
 		}
 		if v.ModelDownload != nil {
 			progress = append(progress, v.ModelDownload.ProgressPct)
 		}
-		if ok(v) {
-			return v, phases, progress
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("rental %s never got there: %+v (phases %v)\nlog:\n%s", id, v, phases, tail(s.Log.String()))
-		}
-		time.Sleep(50 * time.Millisecond)
+		return ok(v)
+	}) {
+		s.t.Fatalf("rental %s never got there: %+v (phases %v)\nlog:\n%s", id, v, phases, tail(s.Log().String()))
 	}
+	return v, phases, progress
 }
 
 func ready(v rentalView) bool {
@@ -197,7 +195,11 @@ func TestRentalLocalLifecycle(t *testing.T) {
 		t.Fatalf("spend %v", spend)
 	}
 
-	time.Sleep(1500 * time.Millisecond)
+	// A bill of at least a second, so that the one below is not trivially
+	// right.
+	if !harness.Eventually(10*time.Second, func() bool { return s.rental(key, v.ID).SecondsBilled >= 1 }) {
+		t.Fatalf("no second billed: %+v", s.rental(key, v.ID))
+	}
 	r = s.do("DELETE", "/api/v1/compute/instances/"+v.ID, "", bearer(key))
 	if r.Status != 200 {
 		t.Fatalf("stop = %d %s", r.Status, r.Body)
@@ -212,6 +214,8 @@ func TestRentalLocalLifecycle(t *testing.T) {
 	if chat := s.do("POST", "/v1/chat/completions", chatBody("qwen3-8b-q4", "anyone?", false), bearer(key)); chat.Status == 200 {
 		t.Fatal("a stopped rental still serves")
 	}
+	// Billing counts whole seconds: only once more than one has passed can
+	// a bill that went on after the stop show it.
 	time.Sleep(1100 * time.Millisecond)
 	if later := s.rental(key, v.ID); later.SecondsBilled != stopped.SecondsBilled || later.Accrued != stopped.Accrued {
 		t.Fatalf("billing went on after the stop: %+v", later)
@@ -292,7 +296,10 @@ func TestRentalSurvivesAGatewayKill(t *testing.T) {
 	if err := s.stop(syscall.SIGKILL); err == nil {
 		t.Fatal("the gateway was not killed")
 	}
-	time.Sleep(1500 * time.Millisecond) // down for a while; the machine runs on
+	// Down for a while, the machine running on: long enough for a whole
+	// second to be billed for the outage, which the check after the
+	// restart asks for.
+	time.Sleep(1500 * time.Millisecond)
 	// Back on the same address, which the rental's worker keeps dialling.
 	addr := strings.TrimPrefix(s.URL, "http://")
 	s2 := startServer(t, dir, "--addr", addr, "--local-boot-step", "150ms", "--rental-tick", "100ms")
@@ -340,11 +347,8 @@ func TestRentalSurvivesAGatewayKill(t *testing.T) {
 // token, and a terminate that fails once before the stop is confirmed.
 func TestRentalLambda(t *testing.T) {
 	fake := lambdatest.NewServer(t, lambdatest.WithBootPolls(3), lambdatest.WithCapacity("gpu_1x_h100_pcie", "us-east-1", 1))
-	s := startChild(t, "svc serve", []string{"serve", "--addr", "127.0.0.1:0", "--data", t.TempDir(), "--log-format", "json",
-		"--rental-providers", "lambda", "--lambda-url", fake.BaseURL(), "--rental-tick", "100ms"},
-		"NO_COLOR=1", "LAMBDA_API_KEY="+fake.Key())
-	rec := s.Log.wait(t, "listening", 15*time.Second)
-	srv := &server{child: s, URL: rec["url"].(string), Data: argAfter(s.cmd.Args, "--data")}
+	srv := startServerEnv(t, "", []string{"LAMBDA_API_KEY=" + fake.Key()},
+		"--rental-providers", "lambda", "--lambda-url", fake.BaseURL(), "--rental-tick", "100ms")
 	srv.console("PATCH", "/api/v1/console/orgs/default", `{"payment_card_on_file": true}`)
 	srv.console("POST", "/api/v1/console/orgs/default/credit", `{"amount_gbp": 500}`)
 	key := srv.adminKey()
@@ -380,10 +384,9 @@ func TestRentalLambda(t *testing.T) {
 	}
 	srv.waitRental(key, v.ID, func(v rentalView) bool { return v.BootPhase != nil && *v.BootPhase == "runtime_ready" })
 	// A worker with another name is refused the rental's token.
-	bad := startChild(t, "svc worker impostor", []string{"worker", "--gateway", srv.URL, "--token-file", tokenFile,
-		"--name", "impostor", "--engine", "sim", "--log-format", "json"})
+	bad := launchWorker(t, srv.URL, tokenFile, "impostor", "--engine", "sim")
 	select {
-	case <-bad.done:
+	case <-bad.Done():
 	case <-time.After(15 * time.Second):
 		t.Fatal("an impostor with the rental's token kept running")
 	}
@@ -404,15 +407,6 @@ func TestRentalLambda(t *testing.T) {
 	if n := fake.Calls("POST /instance-operations/terminate"); n < 2 {
 		t.Fatalf("terminate called %d times; the first fails", n)
 	}
-}
-
-func argAfter(args []string, flag string) string {
-	for i, a := range args {
-		if a == flag && i+1 < len(args) {
-			return args[i+1]
-		}
-	}
-	return ""
 }
 
 func between(s, from, to string) string {

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"strconv"
@@ -13,6 +12,8 @@ import (
 	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/svc-dev/svc/internal/harness"
 )
 
 // TestScripts runs the CLI scripts in testdata/script against the real
@@ -38,12 +39,8 @@ func TestScripts(t *testing.T) {
 // the kernel does not hand a port it just gave out straight back, and the
 // script would then fail loudly rather than pass wrongly.
 func setupPort(env *testscript.Env) error {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := harness.FreePort()
 	if err != nil {
-		return err
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	if err := ln.Close(); err != nil {
 		return err
 	}
 	env.Setenv("PORT", strconv.Itoa(port))
@@ -79,16 +76,12 @@ func cmdRetry(ts *testscript.TestScript, neg bool, args []string) {
 	if neg || len(args) < 1 {
 		ts.Fatalf("usage: retry PROG [ARGS...]")
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		err := ts.Exec(args[0], args[1:]...)
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			ts.Fatalf("%s still failing after 15s: %v", args[0], err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	var err error
+	if !harness.Eventually(15*time.Second, func() bool {
+		err = ts.Exec(args[0], args[1:]...)
+		return err == nil
+	}) {
+		ts.Fatalf("%s still failing after 15s: %v", args[0], err)
 	}
 }
 
@@ -97,15 +90,11 @@ func cmdWaitFor(ts *testscript.TestScript, neg bool, args []string) {
 	if neg || len(args) != 1 {
 		ts.Fatalf("usage: waitfor FILE")
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		if _, err := os.Stat(ts.MkAbs(args[0])); err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			ts.Fatalf("%s did not appear within 15s", args[0])
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !harness.Eventually(15*time.Second, func() bool {
+		_, err := os.Stat(ts.MkAbs(args[0]))
+		return err == nil
+	}) {
+		ts.Fatalf("%s did not appear within 15s", args[0])
 	}
 }
 

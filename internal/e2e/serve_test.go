@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -12,18 +13,20 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/svc-dev/svc/internal/harness"
 )
 
 func TestBootstrapAndRestart(t *testing.T) {
 	s := startServer(t, "")
-	first := s.Log.wait(t, "first start", time.Second)
+	first := s.waitLog("first start", time.Second)
 	key := s.adminKey()
 	if first["admin_key_file"] != filepath.Join(s.Data, "admin.key") {
 		t.Fatalf("first start names key file %v, want %s", first["admin_key_file"], filepath.Join(s.Data, "admin.key"))
 	}
 	// Logs travel further than the 0600 file: the key stays out of them.
-	if strings.Contains(s.Log.String(), key) {
-		t.Fatalf("the log holds the admin key:\n%s", s.Log)
+	if strings.Contains(s.Log().String(), key) {
+		t.Fatalf("the log holds the admin key:\n%s", s.Log())
 	}
 	for _, f := range []string{"admin.key", "worker.token", "admin.sock"} {
 		fi, err := os.Stat(filepath.Join(s.Data, f))
@@ -51,15 +54,15 @@ func TestBootstrapAndRestart(t *testing.T) {
 	}
 
 	if err := s.stop(syscall.SIGTERM); err != nil {
-		t.Fatalf("exit after SIGTERM: %v\n%s", err, s.Log)
+		t.Fatalf("exit after SIGTERM: %v\n%s", err, s.Log())
 	}
 	if _, err := os.Stat(filepath.Join(s.Data, "admin.sock")); !os.IsNotExist(err) {
 		t.Errorf("admin socket left behind: %v", err)
 	}
 
 	s2 := startServer(t, s.Data)
-	if strings.Contains(s2.Log.String(), "first start") || strings.Contains(s2.Log.String(), key) {
-		t.Fatalf("restart bootstrapped again or printed the key:\n%s", s2.Log)
+	if strings.Contains(s2.Log().String(), "first start") || strings.Contains(s2.Log().String(), key) {
+		t.Fatalf("restart bootstrapped again or printed the key:\n%s", s2.Log())
 	}
 	if s2.adminKey() != key {
 		t.Fatal("admin.key changed on restart")
@@ -96,7 +99,9 @@ func TestSecondServerOnSameDataDirFails(t *testing.T) {
 }
 
 // halfRequest opens a connection and sends a request whose body is not
-// finished, so the server holds it in flight.
+// finished, so the server holds it in flight. It returns once the server
+// has accepted the connection: one still queued would be dropped, not
+// drained, by a shutdown.
 func halfRequest(t *testing.T, base, key string) (net.Conn, string) {
 	t.Helper()
 	addr := strings.TrimPrefix(base, "http://")
@@ -106,6 +111,11 @@ func halfRequest(t *testing.T, base, key string) (net.Conn, string) {
 	}
 	body := `{"model":"m","messages":[{"role":"user","content":"hi"}]}`
 	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", addr, key, len(body), body[:5])
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := harness.WaitAccepted(ctx, conn); err != nil {
+		t.Fatal(err)
+	}
 	return conn, body[5:]
 }
 
@@ -113,24 +123,21 @@ func TestGracefulShutdownDrainsInFlight(t *testing.T) {
 	s := startServer(t, "")
 	conn, rest := halfRequest(t, s.URL, s.adminKey())
 	defer conn.Close()
-	time.Sleep(100 * time.Millisecond) // let the server start reading it
 
-	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := s.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	s.Log.wait(t, "shutting down", 5*time.Second)
+	s.waitLog("shutting down", 5*time.Second)
 	// New connections are refused while the old one drains.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	if !harness.Eventually(5*time.Second, func() bool {
 		c, err := net.DialTimeout("tcp", strings.TrimPrefix(s.URL, "http://"), time.Second)
 		if err != nil {
-			break
+			return true
 		}
 		c.Close()
-		if time.Now().After(deadline) {
-			t.Fatal("server still accepts connections after SIGTERM")
-		}
-		time.Sleep(20 * time.Millisecond)
+		return false
+	}) {
+		t.Fatal("server still accepts connections after SIGTERM")
 	}
 	if s.wait(300 * time.Millisecond) {
 		t.Fatal("server exited with a request in flight")
@@ -153,10 +160,10 @@ func TestGracefulShutdownDrainsInFlight(t *testing.T) {
 	if !s.wait(10 * time.Second) {
 		t.Fatal("server did not exit after draining")
 	}
-	if s.err != nil {
-		t.Fatalf("exit status %v\n%s", s.err, s.Log)
+	if s.Err() != nil {
+		t.Fatalf("exit status %v\n%s", s.Err(), s.Log())
 	}
-	s.Log.wait(t, "stopped", time.Second)
+	s.waitLog("stopped", time.Second)
 
 	// The store was closed cleanly: a new server opens it at once.
 	s2 := startServer(t, s.Data, "--drain-timeout", "1s")
@@ -169,9 +176,8 @@ func TestDrainIsBounded(t *testing.T) {
 	s := startServer(t, "", "--drain-timeout", "500ms")
 	conn, _ := halfRequest(t, s.URL, s.adminKey())
 	defer conn.Close()
-	time.Sleep(100 * time.Millisecond)
 	start := time.Now()
-	if err := s.cmd.Process.Signal(syscall.SIGINT); err != nil {
+	if err := s.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
 	if !s.wait(10 * time.Second) {
@@ -180,11 +186,11 @@ func TestDrainIsBounded(t *testing.T) {
 	if d := time.Since(start); d < 400*time.Millisecond {
 		t.Fatalf("server exited after %v, before the drain timeout", d)
 	}
-	if !strings.Contains(s.Log.String(), "drain timed out") {
-		t.Fatalf("log does not say the drain timed out:\n%s", s.Log)
+	if !strings.Contains(s.Log().String(), "drain timed out") {
+		t.Fatalf("log does not say the drain timed out:\n%s", s.Log())
 	}
-	if s.err != nil {
-		t.Fatalf("exit status %v", s.err)
+	if s.Err() != nil {
+		t.Fatalf("exit status %v", s.Err())
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/svc-dev/svc/internal/client"
+	"github.com/svc-dev/svc/internal/harness"
 	"github.com/svc-dev/svc/internal/tui"
 )
 
@@ -55,12 +56,10 @@ func TestTopShowsTheFleet(t *testing.T) {
 	go func() {
 		done <- tui.Run(ctx, client.New(s.URL, key), tui.Options{Interval: 200 * time.Millisecond, Target: s.URL}, in, &out)
 	}()
-	deadline := time.Now().Add(15 * time.Second)
-	for !containsAll(out.String(), "sim-box", "sim-chat", "running", "1/1 workers healthy") {
-		if time.Now().After(deadline) {
-			t.Fatalf("the dashboard never showed the worker and the request:\n%s", out.String())
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !harness.Eventually(15*time.Second, func() bool {
+		return containsAll(out.String(), "sim-box", "sim-chat", "running", "1/1 workers healthy")
+	}) {
+		t.Fatalf("the dashboard never showed the worker and the request:\n%s", out.String())
 	}
 	if _, err := typeKeys.Write([]byte("q")); err != nil {
 		t.Fatal(err)

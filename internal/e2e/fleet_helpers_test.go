@@ -1,36 +1,16 @@
 package e2e
 
 import (
-	"bufio"
 	"encoding/json"
 	"io"
 	"net"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/svc-dev/svc/internal/harness"
 )
-
-// workerProc is a running `svc worker`.
-type workerProc struct {
-	*child
-	Name string
-}
-
-// startWorker runs `svc worker` against gateway with the token in
-// tokenFile, and waits until it has connected.
-func startWorker(t testing.TB, gateway, tokenFile, name string, args ...string) *workerProc {
-	t.Helper()
-	argv := append([]string{"worker", "--gateway", gateway, "--token-file", tokenFile, "--name", name, "--log-format", "json"}, args...)
-	wp := &workerProc{child: startChild(t, "svc worker "+name, argv), Name: name}
-	wp.Log.wait(t, "connected to the gateway", 15*time.Second)
-	return wp
-}
-
-func (s *server) tokenFile() string { return filepath.Join(s.Data, "worker.token") }
 
 // workers lists the organisation's workers with key.
 func (s *server) workers(key string) []map[string]any {
@@ -51,18 +31,19 @@ func (s *server) workers(key string) []map[string]any {
 // workerNamed waits until the worker called name satisfies ok.
 func (s *server) workerNamed(key, name string, ok func(map[string]any) bool) map[string]any {
 	s.t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	var found map[string]any
+	if !harness.Eventually(15*time.Second, func() bool {
 		for _, w := range s.workers(key) {
 			if w["worker_name"] == name && ok(w) {
-				return w
+				found = w
+				return true
 			}
 		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("worker %s never reached the wanted state: %v", name, s.workers(key))
-		}
-		time.Sleep(20 * time.Millisecond)
+		return false
+	}) {
+		s.t.Fatalf("worker %s never reached the wanted state: %v", name, s.workers(key))
 	}
+	return found
 }
 
 func statusIs(want string) func(map[string]any) bool {
@@ -86,18 +67,19 @@ func (s *server) events(key, query string) []map[string]any {
 // waitEvent waits for an event matching ok.
 func (s *server) waitEvent(key, query string, ok func(map[string]any) bool) map[string]any {
 	s.t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	var found map[string]any
+	if !harness.Eventually(15*time.Second, func() bool {
 		for _, e := range s.events(key, query) {
 			if ok(e) {
-				return e
+				found = e
+				return true
 			}
 		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("no matching event in %v", s.events(key, query))
-		}
-		time.Sleep(50 * time.Millisecond)
+		return false
+	}) {
+		s.t.Fatalf("no matching event in %v", s.events(key, query))
 	}
+	return found
 }
 
 // proxy relays TCP connections to a target and can cut them all at once,
@@ -181,40 +163,6 @@ func (p *proxy) cut() int {
 	}
 	p.mu.Unlock()
 	return n
-}
-
-// startSim runs `svc sim` on a random port and returns its address.
-func startSim(t testing.TB, options string) string {
-	t.Helper()
-	cmd := exec.Command("svc", "sim", "--addr", "127.0.0.1:0", "--options", options)
-	cmd.SysProcAttr = childAttr()
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		_ = cmd.Wait()
-	})
-	lines := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			if addr, ok := strings.CutPrefix(sc.Text(), "simulator listening on http://"); ok {
-				lines <- addr
-			}
-		}
-	}()
-	select {
-	case addr := <-lines:
-		return addr
-	case <-time.After(15 * time.Second):
-		t.Fatal("svc sim did not start")
-		return ""
-	}
 }
 
 // sseData returns the data payloads of an SSE body.
