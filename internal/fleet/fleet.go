@@ -35,7 +35,6 @@ type Config struct {
 	// Heartbeat is how often workers are asked to report.
 	Heartbeat time.Duration
 
-	Now    func() time.Time
 	Logger *slog.Logger
 	Events EventSink
 	Power  PowerSink
@@ -58,9 +57,6 @@ func (c *Config) defaults() {
 	}
 	if c.MaxQueue <= 0 {
 		c.MaxQueue = 1000
-	}
-	if c.Now == nil {
-		c.Now = time.Now
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -239,7 +235,7 @@ func (f *Fleet) Run(ctx context.Context) error {
 func (f *Fleet) sweep() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	now := f.cfg.Now()
+	now := time.Now()
 	for _, o := range f.orgs {
 		for id, w := range o.workers {
 			if !w.offlineSince.IsZero() && now.Sub(w.offlineSince) > f.cfg.KeepOffline {
