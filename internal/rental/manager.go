@@ -62,7 +62,6 @@ type Config struct {
 	Tick time.Duration
 	// CatalogueTTL bounds how old cached offers may be (default 60 s).
 	CatalogueTTL time.Duration
-	Now          func() time.Time
 	Logger       *slog.Logger
 }
 
@@ -96,9 +95,6 @@ type offerCache struct {
 
 // New loads the ledger and returns a manager; Run drives it.
 func New(cfg Config) (*Manager, error) {
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -134,7 +130,7 @@ func New(cfg Config) (*Manager, error) {
 	return m, nil
 }
 
-func (m *Manager) now() time.Time { return m.cfg.Now().UTC() }
+func (m *Manager) now() time.Time { return time.Now().UTC() }
 
 func (m *Manager) provider(name string) Provider {
 	for _, p := range m.cfg.Providers {
