@@ -312,6 +312,30 @@ func TestAgentDrainServesARequestInFlightToIt(t *testing.T) {
 	})
 }
 
+// A worker stopped while its link is down has no GoAway acknowledgement
+// to wait for, and nothing running: it stops at once.
+func TestAgentStopsAtOnceWhileTheLinkIsDown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, err := New(Config{Gateway: "http://unused", Token: "t", Name: "box", Engines: []engine.Engine{&stubEngine{}},
+			DrainTimeout: time.Minute, Dial: func(context.Context) (link.Conn, error) { return nil, errors.New("refused") }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- a.Run(ctx) }()
+		synctest.Wait()
+		start := time.Now()
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(start); d != 0 {
+			t.Fatalf("the stop took %v", d)
+		}
+	})
+}
+
 func TestHandshakeRefusalIsPermanent(t *testing.T) {
 	gw, wk := linktest.Pipe()
 	go func() {
