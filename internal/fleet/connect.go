@@ -333,7 +333,11 @@ func (f *Fleet) control(w *worker, sess *link.Session, fr link.Frame) {
 		}
 		f.mu.Lock()
 		if w.sess == sess {
-			f.event(w, ev.EventType, ev.Detail, ev.Metadata, false, time.Now())
+			if ev.EventType == api.EventModelInstall && ev.Install != nil {
+				f.installEvent(w, ev.Detail, ev.Install, time.Now())
+			} else {
+				f.event(w, ev.EventType, ev.Detail, nil, false, time.Now())
+			}
 		}
 		f.mu.Unlock()
 	case link.TypePower:

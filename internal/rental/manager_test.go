@@ -321,24 +321,24 @@ func TestBootPhasesAndDownloads(t *testing.T) {
 			t.Fatalf("phase %+v", g)
 		}
 		e.connect(r)
-		ev := func(model, state string, done, total float64) {
+		ev := func(model, state string, done, total int64) {
 			e.m.workerEvent("org1", api.WorkerEvent{WorkerID: r.WorkerID, EventType: api.EventModelInstall, CreatedAt: time.Now(),
-				Metadata: map[string]any{"model": model, "state": state, "completed": done, "total": total}})
+				Install: &api.ModelInstall{Model: model, State: state, Completed: done, Total: total}})
 		}
-		ev("qwen3-8b-q4", "started", 0, 0)
-		ev("qwen3-8b-q4", "progress", 1, 2)
+		ev("qwen3-8b-q4", api.InstallStarted, 0, 0)
+		ev("qwen3-8b-q4", api.InstallProgress, 1, 2)
 		g, _ := e.m.Get("org1", r.ID)
 		// 5.2 GB half done of 25.2 GB.
 		if g.ModelDownload == nil || g.ModelDownload.Total != 25.2e9 || g.ModelDownload.Completed != 2.6e9 ||
 			g.ModelDownload.ProgressPct != 10.3 || *g.BootPhase != api.BootWorkerConnected {
 			t.Fatalf("download %+v %v", g.ModelDownload, *g.BootPhase)
 		}
-		ev("qwen3-8b-q4", "completed", 0, 0)
-		ev("qwen3-32b-q4", "started", 0, 0)
+		ev("qwen3-8b-q4", api.InstallCompleted, 0, 0)
+		ev("qwen3-32b-q4", api.InstallStarted, 0, 0)
 		if g, _ := e.m.Get("org1", r.ID); g.ModelDownload == nil || g.ModelDownload.Completed != 5.2e9 {
 			t.Fatalf("one done %+v", g.ModelDownload)
 		}
-		ev("qwen3-32b-q4", "completed", 0, 0)
+		ev("qwen3-32b-q4", api.InstallCompleted, 0, 0)
 		if g, _ := e.m.Get("org1", r.ID); g.ModelDownload != nil || *g.BootPhase != api.BootReady {
 			t.Fatalf("all done %+v %v", g.ModelDownload, *g.BootPhase)
 		}

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"slices"
 	"sync"
@@ -176,7 +177,7 @@ func (l *eventLog) RecordEvent(_ string, ev api.WorkerEvent) {
 	defer l.mu.Unlock()
 	l.events = append(l.events, ev)
 	l.at = append(l.at, time.Now())
-	if s, _ := ev.Metadata["state"].(string); s == "completed" {
+	if ev.Install != nil && ev.Install.State == api.InstallCompleted {
 		close(l.completed)
 	}
 }
@@ -186,8 +187,11 @@ func (l *eventLog) states() []string {
 	defer l.mu.Unlock()
 	var out []string
 	for _, ev := range l.events {
-		s, _ := ev.Metadata["state"].(string)
-		out = append(out, s)
+		if ev.Install == nil {
+			out = append(out, "")
+			continue
+		}
+		out = append(out, ev.Install.State)
 	}
 	return out
 }
@@ -267,10 +271,14 @@ func TestPullProgressOnceASecond(t *testing.T) {
 				t.Errorf("progress events %v apart", gap)
 			}
 		}
-		first := log.events[skip].Metadata
+		first := log.events[skip]
 		log.mu.Unlock()
-		if first["total"] != float64(150) || first["model"] != "big" {
-			t.Errorf("progress metadata %v", first)
+		if in := first.Install; in == nil || *in != (api.ModelInstall{Model: "big", State: api.InstallProgress, Total: 150}) {
+			t.Errorf("progress %+v", in)
+		}
+		// The events API shows the install as its metadata.
+		if b, _ := json.Marshal(first.Metadata); string(b) != `{"completed":0,"model":"big","state":"progress","total":150}` {
+			t.Errorf("progress metadata %s", b)
 		}
 		ws := f.Workers("org")
 		if !slices.ContainsFunc(ws[0].Models, func(m api.Model) bool { return m.ID == "big" }) {
