@@ -28,7 +28,6 @@ const (
 // serialised, written to the store, and only then made visible.
 type Service struct {
 	store Store
-	now   func() time.Time
 	log   *slog.Logger
 
 	wmu sync.Mutex   // held by whoever is changing state, across the store write
@@ -86,16 +85,12 @@ func (l *lastUsed) time() *time.Time {
 
 // Options tune a Service.
 type Options struct {
-	Now    func() time.Time // defaults to time.Now
 	Logger *slog.Logger
 }
 
 // New loads every account record from store.
 func New(store Store, opts Options) (*Service, error) {
-	s := &Service{store: store, now: opts.Now, log: opts.Logger}
-	if s.now == nil {
-		s.now = time.Now
-	}
+	s := &Service{store: store, log: opts.Logger}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -212,7 +207,7 @@ func (s *Service) commit(c *change) error {
 	return nil
 }
 
-func (s *Service) stamp() time.Time { return s.now().UTC().Truncate(time.Millisecond) }
+func (s *Service) stamp() time.Time { return time.Now().UTC().Truncate(time.Millisecond) }
 
 // Secrets are the credentials made on the first start.
 type Secrets struct {
@@ -281,7 +276,7 @@ func (s *Service) Authenticate(secret string) (auth.Principal, error) {
 	if e.RevokedAt != nil || role == "" {
 		return auth.Principal{}, errRevokedKey
 	}
-	e.lastUsed.touch(s.now())
+	e.lastUsed.touch(time.Now())
 	return auth.Principal{
 		OrgID: e.OrgID, UserID: e.UserID, KeyID: e.ID, Role: role,
 		Unrestricted: e.Unrestricted, Permissions: e.Permissions, ContentFilter: e.ContentFilter,
@@ -300,7 +295,7 @@ func (s *Service) AuthenticateWorker(secret string) (orgID, tokenID string, err 
 	if e == nil || !e.Hash.Matches(secret) || e.RevokedAt != nil {
 		return "", "", errBadToken
 	}
-	e.lastUsed.touch(s.now())
+	e.lastUsed.touch(time.Now())
 	return e.OrgID, e.ID, nil
 }
 

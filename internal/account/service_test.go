@@ -4,8 +4,8 @@ import (
 	"errors"
 	"net/http"
 	"slices"
-	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/svc-dev/svc/internal/account"
@@ -15,29 +15,16 @@ import (
 	"github.com/svc-dev/svc/internal/money"
 )
 
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 type fixture struct {
 	dir     string
 	store   *bolt.Store
 	svc     *account.Service
-	clock   *clock
 	secrets account.Secrets
 }
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	f := &fixture{dir: t.TempDir(), clock: &clock{t: time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)}}
+	f := &fixture{dir: t.TempDir()}
 	f.open(t)
 	created, err := f.svc.Bootstrap(func(s account.Secrets) error { f.secrets = s; return nil })
 	if err != nil || !created {
@@ -53,7 +40,7 @@ func (f *fixture) open(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
-	svc, err := account.New(st, account.Options{Now: f.clock.Now})
+	svc, err := account.New(st, account.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -364,20 +351,22 @@ func TestWorkerTokens(t *testing.T) {
 }
 
 func TestLastUsedFlushedAndReloaded(t *testing.T) {
-	f := newFixture(t)
-	if _, err := f.svc.Authenticate(f.secrets.AdminKey); err != nil {
-		t.Fatal(err)
-	}
-	used := f.clock.Now()
-	f.clock.Add(time.Hour)
-	if err := f.svc.FlushLastUsed(); err != nil {
-		t.Fatal(err)
-	}
-	f.reopen(t)
-	keys, _ := f.svc.ListKeys("default")
-	if keys[0].LastUsedAt == nil || !keys[0].LastUsedAt.Equal(used) {
-		t.Fatalf("last used = %v, want %v", keys[0].LastUsedAt, used)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t)
+		if _, err := f.svc.Authenticate(f.secrets.AdminKey); err != nil {
+			t.Fatal(err)
+		}
+		used := time.Now()
+		time.Sleep(time.Hour)
+		if err := f.svc.FlushLastUsed(); err != nil {
+			t.Fatal(err)
+		}
+		f.reopen(t)
+		keys, _ := f.svc.ListKeys("default")
+		if keys[0].LastUsedAt == nil || !keys[0].LastUsedAt.Equal(used) {
+			t.Fatalf("last used = %v, want %v", keys[0].LastUsedAt, used)
+		}
+	})
 }
 
 // Content filtering is a key's own setting, carried by the principal and

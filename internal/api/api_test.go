@@ -106,3 +106,28 @@ func TestPlanRequiredIsNested(t *testing.T) {
 		t.Fatal("a plain 403 is nested")
 	}
 }
+
+// An install report keeps the shape workers have always sent, the install
+// as the event's metadata, so workers and gateways of either release read
+// each other's.
+func TestModelInstallReport(t *testing.T) {
+	sent := `{"event_type":"model_install","detail":"installing m: 2%","metadata":{"model":"m","state":"progress","total":150,"completed":3}}`
+	var r WorkerEventReport
+	if err := json.Unmarshal([]byte(sent), &r); err != nil {
+		t.Fatal(err)
+	}
+	want := ModelInstall{Model: "m", State: InstallProgress, Total: 150, Completed: 3}
+	if r.Install == nil || *r.Install != want {
+		t.Fatalf("install %+v", r.Install)
+	}
+	if out, _ := json.Marshal(r); string(out) != sent {
+		t.Errorf("marshal = %s", out)
+	}
+	meta, _ := json.Marshal(want.Metadata())
+	if string(meta) != `{"completed":3,"model":"m","state":"progress","total":150}` {
+		t.Errorf("metadata = %s", meta)
+	}
+	if m := (ModelInstall{Model: "m", State: InstallCompleted}).Metadata(); len(m) != 2 {
+		t.Errorf("a completed install's metadata %v", m)
+	}
+}

@@ -179,12 +179,39 @@ type Heartbeat struct {
 	Power *LivePower `json:"power,omitempty"`
 }
 
-// WorkerEventReport is an event a worker reports about itself (model
-// loads, installs and their progress).
+// WorkerEventReport is an event a worker reports about itself: how its
+// model installs go.
 type WorkerEventReport struct {
-	EventType string         `json:"event_type"`
-	Detail    string         `json:"detail,omitempty"`
-	Metadata  map[string]any `json:"metadata,omitempty"`
+	EventType string `json:"event_type"`
+	Detail    string `json:"detail,omitempty"`
+	// Install is a model_install event's metadata.
+	Install *ModelInstall `json:"metadata,omitempty"`
+}
+
+// ModelInstall is where a worker's install of a model stands.
+type ModelInstall struct {
+	Model string `json:"model"`
+	State string `json:"state"` // InstallStarted, InstallProgress, InstallCompleted or InstallFailed
+	// Total and Completed are the bytes of an InstallProgress.
+	Total     int64 `json:"total,omitempty"`
+	Completed int64 `json:"completed,omitempty"`
+}
+
+// States of a model install.
+const (
+	InstallStarted   = "started"
+	InstallProgress  = "progress"
+	InstallCompleted = "completed"
+	InstallFailed    = "failed"
+)
+
+// Metadata is the install as a model_install event's metadata shows it.
+func (i ModelInstall) Metadata() map[string]any {
+	m := map[string]any{"model": i.Model, "state": i.State}
+	if i.State == InstallProgress {
+		m["total"], m["completed"] = i.Total, i.Completed
+	}
+	return m
 }
 
 // PullProgress is one step of a model install.
@@ -234,6 +261,10 @@ type WorkerEvent struct {
 	CreatedAt  time.Time      `json:"created_at"`
 	Transient  bool           `json:"transient"`
 	Actor      *string        `json:"actor"`
+	// Install is a model_install event's Metadata as the worker reported
+	// it, for the gateway's own use; nil on an event read back from the
+	// store.
+	Install *ModelInstall `json:"-"`
 }
 
 // Worker event types.

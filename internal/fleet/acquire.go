@@ -99,7 +99,7 @@ func (l *Lease) Release(o Outcome) {
 		f := l.f
 		f.mu.Lock()
 		defer f.mu.Unlock()
-		now := f.cfg.Now()
+		now := time.Now()
 		w := l.w
 		// A lease of a session that has been replaced (the worker
 		// restarted) says nothing about the new one: its slot was not
@@ -160,7 +160,7 @@ var ErrTriedAll = errors.New("every worker serving the model has been tried")
 // every slot stayed busy.
 func (f *Fleet) Acquire(ctx context.Context, need Need) (*Lease, error) {
 	f.mu.Lock()
-	now := f.cfg.Now()
+	now := time.Now()
 	o := f.org(need.OrgID)
 	if err := f.checkLocked(o, &need, now, false); err != nil {
 		f.mu.Unlock()
@@ -198,7 +198,7 @@ func (f *Fleet) Acquire(ctx context.Context, need Need) (*Lease, error) {
 		wt.elem = nil
 		// The workers may have gone while the request waited: then it is
 		// the 503 a new request would get, not a capacity 429.
-		err := f.checkLocked(o, &need, f.cfg.Now(), true)
+		err := f.checkLocked(o, &need, time.Now(), true)
 		if err == nil {
 			err = f.capacityLocked(o, &need, q.l.Len())
 		}

@@ -110,7 +110,7 @@ func (f *Fleet) Connect(ctx context.Context, orgID string, hello api.Hello, conn
 	var once sync.Once
 	endTurn := func() { once.Do(func() { <-turn }) }
 	defer endTurn()
-	now := f.cfg.Now()
+	now := time.Now()
 
 	f.mu.Lock()
 	o := f.org(orgID)
@@ -261,7 +261,7 @@ func (f *Fleet) detached(w *worker, sess *link.Session, err error) {
 		f.mu.Unlock()
 		return
 	}
-	now := f.cfg.Now()
+	now := time.Now()
 	w.attached = false
 	if w.draining && sess.Streams() == 0 {
 		w.offlineSince = now
@@ -285,7 +285,7 @@ func (f *Fleet) graceExpired(w *worker, sess *link.Session) {
 		f.mu.Unlock()
 		return
 	}
-	now := f.cfg.Now()
+	now := time.Now()
 	w.offlineSince = w.droppedAt
 	w.graceTimer = nil
 	f.event(w, api.EventDisconnected, fmt.Sprintf("the worker did not reconnect within %s", f.cfg.Grace),
@@ -305,7 +305,7 @@ func (f *Fleet) control(w *worker, sess *link.Session, fr link.Frame) {
 		}
 		f.mu.Lock()
 		if w.sess == sess {
-			now := f.cfg.Now()
+			now := time.Now()
 			w.lastSeen, w.heartbeat = now, hb
 			f.noteStatusLocked(w, now)
 		}
@@ -317,7 +317,7 @@ func (f *Fleet) control(w *worker, sess *link.Session, fr link.Frame) {
 		}
 		f.mu.Lock()
 		if w.sess == sess {
-			now := f.cfg.Now()
+			now := time.Now()
 			added, removed := diffModels(w.models, ms)
 			w.models, w.lastSeen = ms, now
 			if len(added)+len(removed) > 0 {
@@ -333,7 +333,11 @@ func (f *Fleet) control(w *worker, sess *link.Session, fr link.Frame) {
 		}
 		f.mu.Lock()
 		if w.sess == sess {
-			f.event(w, ev.EventType, ev.Detail, ev.Metadata, false, f.cfg.Now())
+			if ev.EventType == api.EventModelInstall && ev.Install != nil {
+				f.installEvent(w, ev.Detail, ev.Install, time.Now())
+			} else {
+				f.event(w, ev.EventType, ev.Detail, nil, false, time.Now())
+			}
 		}
 		f.mu.Unlock()
 	case link.TypePower:
@@ -353,7 +357,7 @@ func (f *Fleet) control(w *worker, sess *link.Session, fr link.Frame) {
 		f.mu.Lock()
 		current := w.sess == sess
 		if current && !w.draining {
-			now := f.cfg.Now()
+			now := time.Now()
 			w.draining = true
 			f.event(w, api.EventDraining, "the worker is finishing its requests and takes no new ones", nil, false, now)
 		}
@@ -399,7 +403,7 @@ func (f *Fleet) Disconnect(orgID, workerID, reason string) {
 		w.graceTimer = nil
 	}
 	sess, name := w.sess, w.name
-	now := f.cfg.Now()
+	now := time.Now()
 	if w.offlineSince.IsZero() {
 		w.offlineSince = now
 		w.attached = false

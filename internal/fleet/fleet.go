@@ -35,7 +35,6 @@ type Config struct {
 	// Heartbeat is how often workers are asked to report.
 	Heartbeat time.Duration
 
-	Now    func() time.Time
 	Logger *slog.Logger
 	Events EventSink
 	Power  PowerSink
@@ -58,9 +57,6 @@ func (c *Config) defaults() {
 	}
 	if c.MaxQueue <= 0 {
 		c.MaxQueue = 1000
-	}
-	if c.Now == nil {
-		c.Now = time.Now
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -191,6 +187,17 @@ func (f *Fleet) usableLocked(w *worker, now time.Time) bool {
 
 // event records an event about w.
 func (f *Fleet) event(w *worker, typ, detail string, meta map[string]any, transient bool, at time.Time) {
+	f.cfg.Events.RecordEvent(w.orgID, newEvent(w, typ, detail, meta, transient, at))
+}
+
+// installEvent records the progress of a model install w reported.
+func (f *Fleet) installEvent(w *worker, detail string, in *api.ModelInstall, at time.Time) {
+	ev := newEvent(w, api.EventModelInstall, detail, in.Metadata(), false, at)
+	ev.Install = in
+	f.cfg.Events.RecordEvent(w.orgID, ev)
+}
+
+func newEvent(w *worker, typ, detail string, meta map[string]any, transient bool, at time.Time) api.WorkerEvent {
 	ev := api.WorkerEvent{
 		ID: uuid.NewString(), WorkerID: w.id, WorkerName: w.name, EventType: typ,
 		Metadata: meta, CreatedAt: at.UTC(), Transient: transient,
@@ -201,7 +208,7 @@ func (f *Fleet) event(w *worker, typ, detail string, meta map[string]any, transi
 	if ev.Metadata == nil {
 		ev.Metadata = map[string]any{}
 	}
-	f.cfg.Events.RecordEvent(w.orgID, ev)
+	return ev
 }
 
 // noteStatusLocked emits a health_changed event when w's status moved.
@@ -239,7 +246,7 @@ func (f *Fleet) Run(ctx context.Context) error {
 func (f *Fleet) sweep() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	now := f.cfg.Now()
+	now := time.Now()
 	for _, o := range f.orgs {
 		for id, w := range o.workers {
 			if !w.offlineSince.IsZero() && now.Sub(w.offlineSince) > f.cfg.KeepOffline {

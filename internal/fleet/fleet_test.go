@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/google/uuid"
@@ -17,18 +18,6 @@ import (
 	"github.com/svc-dev/svc/internal/link"
 	"github.com/svc-dev/svc/internal/link/linktest"
 )
-
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 type events struct {
 	mu  sync.Mutex
@@ -52,18 +41,20 @@ func (e *events) find(typ string, transient bool) *api.WorkerEvent {
 	return nil
 }
 
+// harness is a fleet and its fake workers in a synctest bubble: time
+// moves only when every goroutine waits, so a test sleeps through a grace
+// or a hold in no time and reads the fleet once it has settled.
 type harness struct {
 	t     *testing.T
 	f     *Fleet
-	clk   *clock
 	ev    *events
 	ctx   context.Context
 	conns sync.WaitGroup // Connect calls, waited for at cleanup
 }
 
 func newHarness(t *testing.T, cfg Config) *harness {
-	h := &harness{t: t, clk: &clock{t: time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)}, ev: &events{}}
-	cfg.Now, cfg.Events = h.clk.Now, h.ev
+	h := &harness{t: t, ev: &events{}}
+	cfg.Events = h.ev
 	if cfg.Hold == 0 {
 		cfg.Hold = 50 * time.Millisecond
 	}
@@ -144,23 +135,31 @@ func (fw *fakeWorker) connect(org string) {
 	if _, err := fw.sess.Attach(wc, w.Streams); err != nil {
 		fw.h.t.Fatal(err)
 	}
-	fw.h.waitStatus(fw.id, org, func(s string) bool { return s == api.StatusHealthy })
+	fw.h.expect(fw.id, org, api.StatusHealthy)
 }
 
-func (h *harness) waitStatus(id, org string, ok func(string) bool) api.Worker {
+// settled is the listing of worker id once everything in the bubble has
+// run as far as it can without time passing.
+func (h *harness) settled(id, org string) api.Worker {
 	h.t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		for _, w := range h.f.Workers(org) {
-			if w.WorkerID == id && ok(w.Status) {
-				return w
-			}
+	synctest.Wait()
+	for _, w := range h.f.Workers(org) {
+		if w.WorkerID == id {
+			return w
 		}
-		if time.Now().After(deadline) {
-			h.t.Fatalf("worker %s never reached the wanted status: %+v", id, h.f.Workers(org))
-		}
-		time.Sleep(2 * time.Millisecond)
 	}
+	h.t.Fatalf("worker %s is not listed: %+v", id, h.f.Workers(org))
+	return api.Worker{}
+}
+
+// expect fails the test unless worker id has settled in status.
+func (h *harness) expect(id, org, status string) api.Worker {
+	h.t.Helper()
+	w := h.settled(id, org)
+	if w.Status != status {
+		h.t.Fatalf("worker %s is %s, want %s", id, w.Status, status)
+	}
+	return w
 }
 
 func chat(id string) api.Model {
@@ -200,27 +199,28 @@ func status(err error) int {
 }
 
 func TestRoutesToAWorkerOfTheOrg(t *testing.T) {
-	h := newHarness(t, Config{})
-	h.worker("org-a", "a1", 1, chat("m"))
-	h.worker("org-b", "b1", 1, chat("m"))
-	for range 5 {
-		l, err := h.f.Acquire(h.ctx, Need{OrgID: "org-a", Model: "m", Capability: api.CapChat})
-		if err != nil {
-			t.Fatal(err)
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Config{})
+		h.worker("org-a", "a1", 1, chat("m"))
+		h.worker("org-b", "b1", 1, chat("m"))
+		for range 5 {
+			l, err := h.f.Acquire(h.ctx, Need{OrgID: "org-a", Model: "m", Capability: api.CapChat})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := run(t, l); got != "ok from a1" {
+				t.Fatalf("org-a request answered by %q", got)
+			}
+			l.Release(Succeeded)
 		}
-		if got := run(t, l); got != "ok from a1" {
-			t.Fatalf("org-a request answered by %q", got)
+		if _, err := h.f.Acquire(h.ctx, Need{OrgID: "org-c", Model: "m"}); status(err) != 503 {
+			t.Fatalf("org without workers: %v", err)
 		}
-		l.Release(Succeeded)
-	}
-	if _, err := h.f.Acquire(h.ctx, Need{OrgID: "org-c", Model: "m"}); status(err) != 503 {
-		t.Fatalf("org without workers: %v", err)
-	}
+	})
 }
 
 func TestUpFrontErrors(t *testing.T) {
-	h := newHarness(t, Config{})
-	w := h.worker("o", "w1", 1, chat("m"), embed("e"))
+	const pinned = "the worker" // stands for its id
 	tests := []struct {
 		name   string
 		need   Need
@@ -231,343 +231,367 @@ func TestUpFrontErrors(t *testing.T) {
 		{"embeddings model on chat", Need{Model: "e", Capability: api.CapChat}, 404, "wrong_endpoint"},
 		{"chat model on embeddings", Need{Model: "m", Capability: api.CapEmbeddings}, 404, "wrong_endpoint"},
 		{"pin unknown worker", Need{Model: "m", Pin: "wk_nope"}, 404, "worker_not_found"},
-		{"pin worker without model", Need{Model: "zz", Pin: w.id}, 404, "model_not_found"},
+		{"pin worker without model", Need{Model: "zz", Pin: pinned}, 404, "model_not_found"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tt.need.OrgID = "o"
-			_, err := h.f.Acquire(h.ctx, tt.need)
-			var ae *api.Error
-			if !errors.As(err, &ae) || ae.HTTPStatus() != tt.status || ae.Code != tt.code {
-				t.Fatalf("err = %v", err)
-			}
+			synctest.Test(t, func(t *testing.T) {
+				h := newHarness(t, Config{})
+				w := h.worker("o", "w1", 1, chat("m"), embed("e"))
+				tt.need.OrgID = "o"
+				if tt.need.Pin == pinned {
+					tt.need.Pin = w.id
+				}
+				_, err := h.f.Acquire(h.ctx, tt.need)
+				var ae *api.Error
+				if !errors.As(err, &ae) || ae.HTTPStatus() != tt.status || ae.Code != tt.code {
+					t.Fatalf("err = %v", err)
+				}
+			})
 		})
 	}
-	var ae *api.Error
-	_, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "e", Capability: api.CapChat})
-	if errors.As(err, &ae); ae == nil || ae.Message != "Model e does not do chat; it is a embeddings model: use /v1/embeddings" {
-		t.Fatalf("wrong-endpoint message: %v", err)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Config{})
+		h.worker("o", "w1", 1, chat("m"), embed("e"))
+		var ae *api.Error
+		_, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "e", Capability: api.CapChat})
+		if errors.As(err, &ae); ae == nil || ae.Message != "Model e does not do chat; it is a embeddings model: use /v1/embeddings" {
+			t.Fatalf("wrong-endpoint message: %v", err)
+		}
+	})
 }
 
 func TestLeastLoadedAndAffinity(t *testing.T) {
-	h := newHarness(t, Config{})
-	h.worker("o", "a", 4, chat("m"))
-	h.worker("o", "b", 4, chat("m"))
-	l1, _ := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"})
-	l2, _ := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"})
-	if l1.Worker.ID == l2.Worker.ID {
-		t.Fatalf("two requests on one worker while the other is idle")
-	}
-	l1.Release(Succeeded)
-	l2.Release(Succeeded)
-	first, _ := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m", Affinity: "conv-1"})
-	for range 3 {
-		l, _ := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m", Affinity: "conv-1"})
-		if l.Worker.ID != first.Worker.ID {
-			t.Fatalf("follow-up turn went to %s, not %s", l.Worker.ID, first.Worker.ID)
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Config{})
+		h.worker("o", "a", 4, chat("m"))
+		h.worker("o", "b", 4, chat("m"))
+		l1, _ := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"})
+		l2, _ := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"})
+		if l1.Worker.ID == l2.Worker.ID {
+			t.Fatalf("two requests on one worker while the other is idle")
 		}
-		defer l.Release(Succeeded)
-	}
-	first.Release(Succeeded)
+		l1.Release(Succeeded)
+		l2.Release(Succeeded)
+		first, _ := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m", Affinity: "conv-1"})
+		for range 3 {
+			l, _ := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m", Affinity: "conv-1"})
+			if l.Worker.ID != first.Worker.ID {
+				t.Fatalf("follow-up turn went to %s, not %s", l.Worker.ID, first.Worker.ID)
+			}
+			defer l.Release(Succeeded)
+		}
+		first.Release(Succeeded)
+	})
 }
 
 func TestQueueHoldThen429(t *testing.T) {
-	h := newHarness(t, Config{Hold: 100 * time.Millisecond})
-	h.worker("o", "w", 1, chat("m"))
-	l, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A second request waits, and gets the slot when it frees.
-	got := make(chan *Lease, 1)
-	go func() {
-		l2, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m", Hold: 5 * time.Second})
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Config{Hold: 100 * time.Millisecond})
+		h.worker("o", "w", 1, chat("m"))
+		l, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"})
 		if err != nil {
-			t.Error(err)
+			t.Fatal(err)
 		}
-		got <- l2
-	}()
-	time.Sleep(20 * time.Millisecond)
-	l.Release(Succeeded)
-	l2 := <-got
-	if l2 == nil || l2.QueueWait < 0 {
-		t.Fatal("queued request did not get the freed slot")
-	}
-	// With the slot held, two more wait the hold out and get 429s.
-	var wg sync.WaitGroup
-	errs := make([]error, 2)
-	for i := range errs {
-		wg.Go(func() {
-			_, errs[i] = h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"})
-		})
-	}
-	wg.Wait()
-	for _, err := range errs {
-		var ae *api.Error
-		if !errors.As(err, &ae) || ae.HTTPStatus() != http.StatusTooManyRequests || ae.Kind != api.KindCapacity || ae.RetryAfter < time.Second {
-			t.Fatalf("err = %#v", err)
+		// A second request waits, and gets the slot when it frees.
+		got := make(chan *Lease, 1)
+		go func() {
+			l2, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m", Hold: 5 * time.Second})
+			if err != nil {
+				t.Error(err)
+			}
+			got <- l2
+		}()
+		synctest.Wait() // the second request is queued
+		l.Release(Succeeded)
+		l2 := <-got
+		if l2 == nil || l2.QueueWait < 0 {
+			t.Fatal("queued request did not get the freed slot")
 		}
-	}
-	l2.Release(Succeeded)
+		// With the slot held, two more wait the hold out and get 429s.
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		for i := range errs {
+			wg.Go(func() {
+				_, errs[i] = h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"})
+			})
+		}
+		wg.Wait()
+		for _, err := range errs {
+			var ae *api.Error
+			if !errors.As(err, &ae) || ae.HTTPStatus() != http.StatusTooManyRequests || ae.Kind != api.KindCapacity || ae.RetryAfter < time.Second {
+				t.Fatalf("err = %#v", err)
+			}
+		}
+		l2.Release(Succeeded)
+	})
 }
 
 // A request waiting for a slot whose workers all go offline gets the 503
 // a new request would, not a capacity 429.
 func TestWaiterWhoseWorkersLeaveGets503(t *testing.T) {
-	h := newHarness(t, Config{Grace: 20 * time.Millisecond})
-	w := h.worker("o", "w", 1, chat("m"))
-	l, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() {
-		_, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m", Hold: 500 * time.Millisecond})
-		done <- err
-	}()
-	_ = w.conn.Close()
-	h.waitStatus(w.id, "o", func(s string) bool { return s == api.StatusOffline })
-	l.Release(Failed)
-	var ae *api.Error
-	if err := <-done; !errors.As(err, &ae) || ae.HTTPStatus() != http.StatusServiceUnavailable || ae.Kind == api.KindCapacity {
-		t.Fatalf("err = %#v", err)
-	}
-}
-
-func TestCancelledWaiterLeavesTheQueue(t *testing.T) {
-	h := newHarness(t, Config{Hold: 5 * time.Second})
-	h.worker("o", "w", 1, chat("m"))
-	l, _ := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"})
-	ctx, cancel := context.WithCancel(h.ctx)
-	done := make(chan error, 1)
-	go func() {
-		_, err := h.f.Acquire(ctx, Need{OrgID: "o", Model: "m"})
-		done <- err
-	}()
-	time.Sleep(20 * time.Millisecond)
-	cancel()
-	if err := <-done; !errors.Is(err, context.Canceled) {
-		t.Fatalf("err = %v", err)
-	}
-	l.Release(Succeeded)
-	// The slot is free again, not lost to the cancelled waiter.
-	l2, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m", Hold: 10 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l2.Release(Succeeded)
-}
-
-func TestPinning(t *testing.T) {
-	h := newHarness(t, Config{})
-	h.worker("o", "a", 2, chat("m"))
-	b := h.worker("o", "b", 2, chat("m"))
-	for range 4 {
-		l, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m", Pin: b.id})
-		if err != nil || l.Worker.ID != b.id {
-			t.Fatalf("pinned lease on %v: %v", l, err)
-		}
-		if got := run(t, l); got != "ok from b" {
-			t.Fatalf("pinned request answered by %q", got)
-		}
-		l.Release(Succeeded)
-	}
-}
-
-func TestUnhealthyHeldBackThenTriedAgain(t *testing.T) {
-	h := newHarness(t, Config{HoldBack: time.Minute})
-	w := h.worker("o", "w", 1, chat("m"))
-	for range 3 {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Config{Grace: 20 * time.Millisecond})
+		w := h.worker("o", "w", 1, chat("m"))
 		l, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"})
 		if err != nil {
 			t.Fatal(err)
 		}
+		done := make(chan error, 1)
+		go func() {
+			_, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m", Hold: 500 * time.Millisecond})
+			done <- err
+		}()
+		_ = w.conn.Close()
+		time.Sleep(20 * time.Millisecond) // the grace
+		h.expect(w.id, "o", api.StatusOffline)
 		l.Release(Failed)
-	}
-	if got := h.waitStatus(w.id, "o", func(string) bool { return true }).Status; got != api.StatusUnhealthy {
-		t.Fatalf("status after 3 failures = %s", got)
-	}
-	var ae *api.Error
-	if _, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"}); !errors.As(err, &ae) || ae.Code != "workers_unhealthy" || ae.RetryAfter <= 0 {
-		t.Fatalf("request to an unhealthy-only model: %v", err)
-	}
-	if h.ev.find(api.EventHealthChanged, false) == nil {
-		t.Fatal("no health_changed event")
-	}
-	h.clk.Add(time.Minute + time.Second)
-	h.f.sweep()
-	l, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"})
-	if err != nil {
-		t.Fatalf("after the hold-back: %v", err)
-	}
-	l.Release(Failed) // one more failure holds it back again
-	if got := h.waitStatus(w.id, "o", func(string) bool { return true }).Status; got != api.StatusUnhealthy {
-		t.Fatalf("status after a failure following the hold-back = %s", got)
-	}
+		var ae *api.Error
+		if err := <-done; !errors.As(err, &ae) || ae.HTTPStatus() != http.StatusServiceUnavailable || ae.Kind == api.KindCapacity {
+			t.Fatalf("err = %#v", err)
+		}
+	})
+}
+
+func TestCancelledWaiterLeavesTheQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Config{Hold: 5 * time.Second})
+		h.worker("o", "w", 1, chat("m"))
+		l, _ := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"})
+		ctx, cancel := context.WithCancel(h.ctx)
+		done := make(chan error, 1)
+		go func() {
+			_, err := h.f.Acquire(ctx, Need{OrgID: "o", Model: "m"})
+			done <- err
+		}()
+		synctest.Wait() // the second request is queued
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Fatalf("err = %v", err)
+		}
+		l.Release(Succeeded)
+		// The slot is free again, not lost to the cancelled waiter.
+		l2, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m", Hold: 10 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l2.Release(Succeeded)
+	})
+}
+
+func TestPinning(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Config{})
+		h.worker("o", "a", 2, chat("m"))
+		b := h.worker("o", "b", 2, chat("m"))
+		for range 4 {
+			l, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m", Pin: b.id})
+			if err != nil || l.Worker.ID != b.id {
+				t.Fatalf("pinned lease on %v: %v", l, err)
+			}
+			if got := run(t, l); got != "ok from b" {
+				t.Fatalf("pinned request answered by %q", got)
+			}
+			l.Release(Succeeded)
+		}
+	})
+}
+
+func TestUnhealthyHeldBackThenTriedAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Config{HoldBack: time.Minute})
+		w := h.worker("o", "w", 1, chat("m"))
+		for range 3 {
+			l, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			l.Release(Failed)
+		}
+		h.expect(w.id, "o", api.StatusUnhealthy)
+		var ae *api.Error
+		if _, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"}); !errors.As(err, &ae) || ae.Code != "workers_unhealthy" || ae.RetryAfter <= 0 {
+			t.Fatalf("request to an unhealthy-only model: %v", err)
+		}
+		if h.ev.find(api.EventHealthChanged, false) == nil {
+			t.Fatal("no health_changed event")
+		}
+		time.Sleep(time.Minute + time.Second)
+		h.f.sweep()
+		l, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"})
+		if err != nil {
+			t.Fatalf("after the hold-back: %v", err)
+		}
+		l.Release(Failed) // one more failure holds it back again
+		h.expect(w.id, "o", api.StatusUnhealthy)
+	})
 }
 
 // A request pinned to a worker that is held back, or that already failed
 // it, is answered at once with why, not after the queue hold as if the
 // worker were busy.
 func TestPinnedToAHeldBackWorkerFailsAtOnce(t *testing.T) {
-	h := newHarness(t, Config{HoldBack: time.Minute, Hold: 10 * time.Second})
-	w := h.worker("o", "w", 1, chat("m"))
-	for range 3 {
-		l, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"})
-		if err != nil {
-			t.Fatal(err)
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Config{HoldBack: time.Minute, Hold: 10 * time.Second})
+		w := h.worker("o", "w", 1, chat("m"))
+		for range 3 {
+			l, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			l.Release(Failed)
 		}
-		l.Release(Failed)
-	}
-	start := time.Now()
-	var ae *api.Error
-	if _, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m", Pin: w.id}); !errors.As(err, &ae) || ae.Code != "workers_unhealthy" || ae.RetryAfter <= 0 {
-		t.Fatalf("pinned to a held-back worker: %v", err)
-	}
-	h.clk.Add(time.Minute + time.Second)
-	h.f.sweep()
-	if _, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m", Pin: w.id, Exclude: []string{w.id}}); !errors.Is(err, ErrTriedAll) {
-		t.Fatalf("pinned to a worker that already failed the request: %v", err)
-	}
-	if d := time.Since(start); d > 5*time.Second {
-		t.Fatalf("the refusals waited %v: the queue hold", d)
-	}
+		start := time.Now()
+		var ae *api.Error
+		if _, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m", Pin: w.id}); !errors.As(err, &ae) || ae.Code != "workers_unhealthy" || ae.RetryAfter <= 0 {
+			t.Fatalf("pinned to a held-back worker: %v", err)
+		}
+		if d := time.Since(start); d != 0 {
+			t.Fatalf("the refusal of a held-back worker waited %v", d)
+		}
+		time.Sleep(time.Minute + time.Second)
+		h.f.sweep()
+		start = time.Now()
+		if _, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m", Pin: w.id, Exclude: []string{w.id}}); !errors.Is(err, ErrTriedAll) {
+			t.Fatalf("pinned to a worker that already failed the request: %v", err)
+		}
+		if d := time.Since(start); d != 0 {
+			t.Fatalf("the refusal of a worker already tried waited %v", d)
+		}
+	})
 }
 
 func TestStaleStillServes(t *testing.T) {
-	h := newHarness(t, Config{StaleAfter: 10 * time.Second})
-	w := h.worker("o", "w", 1, chat("m"))
-	h.clk.Add(11 * time.Second)
-	h.f.sweep()
-	if got := h.waitStatus(w.id, "o", func(string) bool { return true }).Status; got != api.StatusStale {
-		t.Fatalf("status = %s", got)
-	}
-	l, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"})
-	if err != nil {
-		t.Fatalf("stale worker refused: %v", err)
-	}
-	l.Release(Succeeded)
-	hb, _ := json.Marshal(api.Heartbeat{ActiveTasks: 0})
-	w.sess.SendControl(link.TypeHeartbeat, hb)
-	h.waitStatus(w.id, "o", func(s string) bool { return s == api.StatusHealthy })
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Config{StaleAfter: 10 * time.Second})
+		w := h.worker("o", "w", 1, chat("m"))
+		time.Sleep(11 * time.Second)
+		h.f.sweep()
+		h.expect(w.id, "o", api.StatusStale)
+		l, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"})
+		if err != nil {
+			t.Fatalf("stale worker refused: %v", err)
+		}
+		l.Release(Succeeded)
+		hb, _ := json.Marshal(api.Heartbeat{ActiveTasks: 0})
+		w.sess.SendControl(link.TypeHeartbeat, hb)
+		h.expect(w.id, "o", api.StatusHealthy)
+	})
 }
 
 func TestBriefDropResumes(t *testing.T) {
-	h := newHarness(t, Config{Grace: 5 * time.Second})
-	w := h.worker("o", "w", 1, chat("m"))
-	w.release = make(chan struct{})
-	l, _ := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"})
-	st, err := l.Open(h.ctx, []byte(`{}`), []byte(`{}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = w.conn.Close()
-	h.waitStatus(w.id, "o", func(s string) bool { return s == api.StatusStale })
-	w.connect("o")
-	close(w.release)
-	_, msg, err := st.ReadMessage(h.ctx)
-	if err != nil || string(msg) != "ok from w" {
-		t.Fatalf("after resume: %q %v", msg, err)
-	}
-	if ev := h.ev.find(api.EventDisconnected, true); ev == nil {
-		t.Fatal("no transient disconnected event")
-	}
-	l.Release(Succeeded)
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Config{Grace: 5 * time.Second})
+		w := h.worker("o", "w", 1, chat("m"))
+		w.release = make(chan struct{})
+		l, _ := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"})
+		st, err := l.Open(h.ctx, []byte(`{}`), []byte(`{}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = w.conn.Close()
+		h.expect(w.id, "o", api.StatusStale)
+		w.connect("o")
+		close(w.release)
+		_, msg, err := st.ReadMessage(h.ctx)
+		if err != nil || string(msg) != "ok from w" {
+			t.Fatalf("after resume: %q %v", msg, err)
+		}
+		if ev := h.ev.find(api.EventDisconnected, true); ev == nil {
+			t.Fatal("no transient disconnected event")
+		}
+		l.Release(Succeeded)
+	})
 }
 
 // A request that arrives while its only worker's link is down for a
 // moment waits for the worker to come back, pinned or not; one whose
 // worker is still away when its hold runs out gets the 503, not a 429.
 func TestNewRequestWaitsThroughBriefDrop(t *testing.T) {
-	h := newHarness(t, Config{Grace: 5 * time.Second, Hold: 5 * time.Second})
-	w := h.worker("o", "w", 2, chat("m"))
-	_ = w.conn.Close()
-	h.waitStatus(w.id, "o", func(s string) bool { return s == api.StatusStale })
-	type got struct {
-		l   *Lease
-		err error
-	}
-	res := make(chan got, 2)
-	for _, pin := range []string{"", w.id} {
-		go func() {
-			l, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m", Pin: pin})
-			res <- got{l, err}
-		}()
-	}
-	time.Sleep(20 * time.Millisecond)
-	w.connect("o")
-	for range 2 {
-		r := <-res
-		if r.err != nil {
-			t.Fatalf("request during a brief drop: %v", r.err)
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Config{Grace: 5 * time.Second, Hold: 5 * time.Second})
+		w := h.worker("o", "w", 2, chat("m"))
+		_ = w.conn.Close()
+		h.expect(w.id, "o", api.StatusStale)
+		type got struct {
+			l   *Lease
+			err error
 		}
-		if out := run(t, r.l); out != "ok from w" {
-			t.Fatalf("answered %q", out)
+		res := make(chan got, 2)
+		for _, pin := range []string{"", w.id} {
+			go func() {
+				l, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m", Pin: pin})
+				res <- got{l, err}
+			}()
 		}
-		r.l.Release(Succeeded)
-	}
+		synctest.Wait() // both requests wait
+		w.connect("o")
+		for range 2 {
+			r := <-res
+			if r.err != nil {
+				t.Fatalf("request during a brief drop: %v", r.err)
+			}
+			if out := run(t, r.l); out != "ok from w" {
+				t.Fatalf("answered %q", out)
+			}
+			r.l.Release(Succeeded)
+		}
 
-	_ = w.conn.Close()
-	h.waitStatus(w.id, "o", func(s string) bool { return s == api.StatusStale })
-	for _, pin := range []string{"", w.id} {
-		var ae *api.Error
-		_, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m", Pin: pin, Hold: 30 * time.Millisecond})
-		if !errors.As(err, &ae) || ae.HTTPStatus() != http.StatusServiceUnavailable || ae.Kind == api.KindCapacity {
-			t.Fatalf("pin %q: worker still away after the hold: %#v", pin, err)
+		_ = w.conn.Close()
+		h.expect(w.id, "o", api.StatusStale)
+		for _, pin := range []string{"", w.id} {
+			var ae *api.Error
+			_, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m", Pin: pin, Hold: 30 * time.Millisecond})
+			if !errors.As(err, &ae) || ae.HTTPStatus() != http.StatusServiceUnavailable || ae.Kind == api.KindCapacity {
+				t.Fatalf("pin %q: worker still away after the hold: %#v", pin, err)
+			}
 		}
-	}
+	})
 }
 
 // A worker may come back before the gateway has noticed its old
 // connection is dead: the resume is still a brief drop in the events, not
 // a fresh connection.
 func TestResumeOverUnnoticedDropIsTransient(t *testing.T) {
-	h := newHarness(t, Config{Grace: 5 * time.Second})
-	w := h.worker("o", "w", 1, chat("m"))
-	gc, wc := linktest.Pipe()
-	hello := w.hello
-	hello.Streams = w.sess.RecvState()
-	h.conns.Go(func() { _ = h.f.Connect(h.ctx, "o", hello, gc) })
-	msg, err := wc.ReadMessage()
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, _, _ := link.DecodeFrame(msg)
-	var welcome api.Welcome
-	if err := json.Unmarshal(f.Payload, &welcome); err != nil || !welcome.Resumed {
-		t.Fatalf("welcome %+v %v", welcome, err)
-	}
-	// The gateway dropped the old connection; the worker hears of it and
-	// takes the new one.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if _, err := w.sess.Attach(wc, welcome.Streams); err == nil {
-			break
-		} else if time.Now().After(deadline) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Config{Grace: 5 * time.Second})
+		w := h.worker("o", "w", 1, chat("m"))
+		gc, wc := linktest.Pipe()
+		hello := w.hello
+		hello.Streams = w.sess.RecvState()
+		h.conns.Go(func() { _ = h.f.Connect(h.ctx, "o", hello, gc) })
+		msg, err := wc.ReadMessage()
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, _, _ := link.DecodeFrame(msg)
+		var welcome api.Welcome
+		if err := json.Unmarshal(f.Payload, &welcome); err != nil || !welcome.Resumed {
+			t.Fatalf("welcome %+v %v", welcome, err)
+		}
+		// The gateway dropped the old connection; the worker hears of it and
+		// takes the new one.
+		synctest.Wait()
+		if _, err := w.sess.Attach(wc, welcome.Streams); err != nil {
 			t.Fatalf("attach the new connection: %v", err)
 		}
-		time.Sleep(2 * time.Millisecond)
-	}
-	w.conn = wc
-	h.waitStatus(w.id, "o", func(s string) bool { return s == api.StatusHealthy })
-	for h.ev.find(api.EventDisconnected, true) == nil {
-		if time.Now().After(deadline) {
+		w.conn = wc
+		h.expect(w.id, "o", api.StatusHealthy)
+		if h.ev.find(api.EventDisconnected, true) == nil {
 			t.Fatal("no transient disconnected event for the resume")
 		}
-		time.Sleep(2 * time.Millisecond)
-	}
-	h.ev.mu.Lock()
-	defer h.ev.mu.Unlock()
-	connected := 0
-	for _, ev := range h.ev.evs {
-		if ev.EventType == api.EventConnected {
-			connected++
+		h.ev.mu.Lock()
+		defer h.ev.mu.Unlock()
+		connected := 0
+		for _, ev := range h.ev.evs {
+			if ev.EventType == api.EventConnected {
+				connected++
+			}
 		}
-	}
-	if connected != 1 {
-		t.Fatalf("%d connected events, want only the first connection's", connected)
-	}
+		if connected != 1 {
+			t.Fatalf("%d connected events, want only the first connection's", connected)
+		}
+	})
 }
 
 // stuckConn is a connection whose writes hang until release closes, then
@@ -600,166 +624,166 @@ func (c *slowClose) Close() error {
 // connection without holding the fleet: however long the close takes,
 // the rest of the fleet goes on.
 func TestResumeClosesTheOldConnectionOutsideTheFleetLock(t *testing.T) {
-	h := newHarness(t, Config{Grace: 5 * time.Second})
-	old := &slowClose{closing: make(chan struct{}), release: make(chan struct{})}
-	defer close(old.release)
-	fw := &fakeWorker{h: h, hello: api.Hello{Protocol: link.Protocol, Name: "w", Version: "v1", MaxConcurrent: 1,
-		SessionID: uuid.NewString(), Models: []api.Model{chat("m")}}}
-	fw.wrap = func(c link.Conn) link.Conn {
-		old.Conn = c
-		return old
-	}
-	fw.sess = link.NewSession(link.Options{Role: link.Worker, Accept: fw.serve})
-	t.Cleanup(func() { fw.sess.Close(nil) })
-	fw.connect("o")
-	fw.wrap = nil
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Config{Grace: 5 * time.Second})
+		old := &slowClose{closing: make(chan struct{}), release: make(chan struct{})}
+		defer close(old.release)
+		fw := &fakeWorker{h: h, hello: api.Hello{Protocol: link.Protocol, Name: "w", Version: "v1", MaxConcurrent: 1,
+			SessionID: uuid.NewString(), Models: []api.Model{chat("m")}}}
+		fw.wrap = func(c link.Conn) link.Conn {
+			old.Conn = c
+			return old
+		}
+		fw.sess = link.NewSession(link.Options{Role: link.Worker, Accept: fw.serve})
+		t.Cleanup(func() { fw.sess.Close(nil) })
+		fw.connect("o")
+		fw.wrap = nil
 
-	gc, _ := linktest.Pipe()
-	hello := fw.hello
-	hello.Streams = fw.sess.RecvState()
-	h.conns.Go(func() { _ = h.f.Connect(h.ctx, "o", hello, gc) })
-	select {
-	case <-old.closing:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the resume did not close the old connection")
-	}
-	listed := make(chan struct{})
-	go func() {
-		h.f.Workers("o")
-		close(listed)
-	}()
-	select {
-	case <-listed:
-	case <-time.After(2 * time.Second):
-		t.Fatal("the fleet is locked while the old connection closes")
-	}
+		gc, _ := linktest.Pipe()
+		hello := fw.hello
+		hello.Streams = fw.sess.RecvState()
+		h.conns.Go(func() { _ = h.f.Connect(h.ctx, "o", hello, gc) })
+		synctest.Wait()
+		select {
+		case <-old.closing:
+		default:
+			t.Fatal("the resume did not close the old connection")
+		}
+		// The old connection's close hangs: whoever waits on it must not
+		// hold the fleet.
+		if !h.f.mu.TryLock() {
+			t.Fatal("the fleet is locked while the old connection closes")
+		}
+		h.f.mu.Unlock()
+	})
 }
 
 func TestOvertakenHandshakeDoesNotUndoTheNewConnection(t *testing.T) {
-	h := newHarness(t, Config{Grace: 100 * time.Millisecond})
-	w := h.worker("o", "w", 1, chat("m"))
-	w.release = make(chan struct{})
-	l, _ := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"})
-	st, err := l.Open(h.ctx, []byte(`{}`), []byte(`{}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = w.conn.Close()
-	h.waitStatus(w.id, "o", func(s string) bool { return s == api.StatusStale })
-	stuck := &stuckConn{release: make(chan struct{})}
-	hello := w.hello
-	hello.Streams = w.sess.RecvState()
-	h.conns.Go(func() { _ = h.f.Connect(h.ctx, "o", hello, stuck) })
-	h.waitStatus(w.id, "o", func(s string) bool { return s == api.StatusHealthy })
-	go func() {
-		time.Sleep(50 * time.Millisecond)
-		close(stuck.release)
-	}()
-	w.connect("o")
-	time.Sleep(300 * time.Millisecond) // past the grace
-	if got := h.waitStatus(w.id, "o", func(string) bool { return true }).Status; got != api.StatusHealthy {
-		t.Fatalf("worker on its new connection is %s", got)
-	}
-	close(w.release)
-	if _, msg, err := st.ReadMessage(h.ctx); err != nil || string(msg) != "ok from w" {
-		t.Fatalf("stream across the overtaken handshake: %q %v", msg, err)
-	}
-	l.Release(Succeeded)
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Config{Grace: 100 * time.Millisecond})
+		w := h.worker("o", "w", 1, chat("m"))
+		w.release = make(chan struct{})
+		l, _ := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"})
+		st, err := l.Open(h.ctx, []byte(`{}`), []byte(`{}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = w.conn.Close()
+		h.expect(w.id, "o", api.StatusStale)
+		stuck := &stuckConn{release: make(chan struct{})}
+		hello := w.hello
+		hello.Streams = w.sess.RecvState()
+		h.conns.Go(func() { _ = h.f.Connect(h.ctx, "o", hello, stuck) })
+		h.expect(w.id, "o", api.StatusHealthy)
+		go func() {
+			time.Sleep(50 * time.Millisecond)
+			close(stuck.release)
+		}()
+		w.connect("o")
+		time.Sleep(300 * time.Millisecond) // past the grace
+		h.expect(w.id, "o", api.StatusHealthy)
+		close(w.release)
+		if _, msg, err := st.ReadMessage(h.ctx); err != nil || string(msg) != "ok from w" {
+			t.Fatalf("stream across the overtaken handshake: %q %v", msg, err)
+		}
+		l.Release(Succeeded)
+	})
 }
 
 func TestGraceExpiryFailsStreamsAndGoesOffline(t *testing.T) {
-	h := newHarness(t, Config{Grace: 100 * time.Millisecond})
-	w := h.worker("o", "w", 1, chat("m"))
-	w.release = make(chan struct{})
-	l, _ := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"})
-	st, _ := l.Open(h.ctx, []byte(`{}`), []byte(`{}`))
-	_ = w.conn.Close()
-	_, err := st.Recv(h.ctx)
-	var lost *LostError
-	if !errors.As(err, &lost) || lost.WorkerName != "w" {
-		t.Fatalf("stream error = %v", err)
-	}
-	v := h.waitStatus(w.id, "o", func(s string) bool { return s == api.StatusOffline })
-	if v.OfflineSince == nil {
-		t.Fatal("offline worker without offline_since")
-	}
-	if ev := h.ev.find(api.EventDisconnected, false); ev == nil {
-		t.Fatal("no disconnected event")
-	}
-	l.Release(Failed)
-	if _, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"}); status(err) != 503 {
-		t.Fatalf("model of an offline worker: %v", err)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Config{Grace: 100 * time.Millisecond})
+		w := h.worker("o", "w", 1, chat("m"))
+		w.release = make(chan struct{})
+		l, _ := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"})
+		st, _ := l.Open(h.ctx, []byte(`{}`), []byte(`{}`))
+		_ = w.conn.Close()
+		_, err := st.Recv(h.ctx)
+		var lost *LostError
+		if !errors.As(err, &lost) || lost.WorkerName != "w" {
+			t.Fatalf("stream error = %v", err)
+		}
+		v := h.expect(w.id, "o", api.StatusOffline)
+		if v.OfflineSince == nil {
+			t.Fatal("offline worker without offline_since")
+		}
+		if ev := h.ev.find(api.EventDisconnected, false); ev == nil {
+			t.Fatal("no disconnected event")
+		}
+		l.Release(Failed)
+		if _, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"}); status(err) != 503 {
+			t.Fatalf("model of an offline worker: %v", err)
+		}
+	})
 }
 
 func TestNewSessionReplacesOld(t *testing.T) {
-	h := newHarness(t, Config{})
-	w := h.worker("o", "w", 1, chat("m"))
-	w.release = make(chan struct{})
-	l, _ := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"})
-	st, _ := l.Open(h.ctx, []byte(`{}`), []byte(`{}`))
-	restarted := h.worker("o", "w", 1, chat("m")) // same name, new session: a restart
-	var lost *LostError
-	if _, err := st.Recv(h.ctx); !errors.As(err, &lost) {
-		t.Fatalf("old stream = %v", err)
-	}
-	if restarted.id != w.id {
-		t.Fatalf("restart changed the worker id: %s -> %s", w.id, restarted.id)
-	}
-	if h.ev.find(api.EventReplaced, false) == nil {
-		t.Fatal("no replaced event")
-	}
-	l.Release(Neutral)
-	if n := len(h.f.Workers("o")); n != 1 {
-		t.Fatalf("%d workers listed after a restart", n)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Config{})
+		w := h.worker("o", "w", 1, chat("m"))
+		w.release = make(chan struct{})
+		l, _ := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"})
+		st, _ := l.Open(h.ctx, []byte(`{}`), []byte(`{}`))
+		restarted := h.worker("o", "w", 1, chat("m")) // same name, new session: a restart
+		var lost *LostError
+		if _, err := st.Recv(h.ctx); !errors.As(err, &lost) {
+			t.Fatalf("old stream = %v", err)
+		}
+		if restarted.id != w.id {
+			t.Fatalf("restart changed the worker id: %s -> %s", w.id, restarted.id)
+		}
+		if h.ev.find(api.EventReplaced, false) == nil {
+			t.Fatal("no replaced event")
+		}
+		l.Release(Neutral)
+		if n := len(h.f.Workers("o")); n != 1 {
+			t.Fatalf("%d workers listed after a restart", n)
+		}
+	})
 }
 
 // Requests lost with a worker that restarted fail after the new process
 // has connected; they are the old process's failures and do not hold
 // back the new one.
 func TestLostSessionFailuresDoNotHoldBackItsReplacement(t *testing.T) {
-	h := newHarness(t, Config{HoldBack: time.Minute})
-	h.worker("o", "w", 4, chat("m"))
-	var old []*Lease
-	for range 3 {
-		l, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"})
-		if err != nil {
-			t.Fatal(err)
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Config{HoldBack: time.Minute})
+		h.worker("o", "w", 4, chat("m"))
+		var old []*Lease
+		for range 3 {
+			l, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			old = append(old, l)
 		}
-		old = append(old, l)
-	}
-	restarted := h.worker("o", "w", 4, chat("m"))
-	for _, l := range old {
-		l.Release(Failed)
-	}
-	if got := h.waitStatus(restarted.id, "o", func(string) bool { return true }); got.Status != api.StatusHealthy || got.ActiveTasks != 0 {
-		t.Fatalf("the restarted worker after its predecessor's requests failed: %s with %d active", got.Status, got.ActiveTasks)
-	}
-	if l, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"}); err != nil {
-		t.Fatalf("a request to the restarted worker: %v", err)
-	} else {
-		l.Release(Succeeded)
-	}
+		restarted := h.worker("o", "w", 4, chat("m"))
+		for _, l := range old {
+			l.Release(Failed)
+		}
+		if got := h.settled(restarted.id, "o"); got.Status != api.StatusHealthy || got.ActiveTasks != 0 {
+			t.Fatalf("the restarted worker after its predecessor's requests failed: %s with %d active", got.Status, got.ActiveTasks)
+		}
+		if l, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"}); err != nil {
+			t.Fatalf("a request to the restarted worker: %v", err)
+		} else {
+			l.Release(Succeeded)
+		}
+	})
 }
 
 func TestDrainingTakesNothingNew(t *testing.T) {
-	h := newHarness(t, Config{})
-	w := h.worker("o", "w", 1, chat("m"))
-	w.sess.SendControl(link.TypeGoAway, nil)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		_, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"})
-		if status(err) == 503 {
-			break
-		}
-		if time.Now().After(deadline) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Config{})
+		w := h.worker("o", "w", 1, chat("m"))
+		w.sess.SendControl(link.TypeGoAway, nil)
+		synctest.Wait()
+		if _, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"}); status(err) != 503 {
 			t.Fatalf("draining worker still takes requests: %v", err)
 		}
-		time.Sleep(2 * time.Millisecond)
-	}
-	_ = w.conn.Close()
-	h.waitStatus(w.id, "o", func(s string) bool { return s == api.StatusOffline })
+		_ = w.conn.Close()
+		h.expect(w.id, "o", api.StatusOffline)
+	})
 }
 
 func TestWorkerIDIsStable(t *testing.T) {
@@ -769,46 +793,50 @@ func TestWorkerIDIsStable(t *testing.T) {
 }
 
 func TestRefusesBadHello(t *testing.T) {
-	h := newHarness(t, Config{})
-	tests := []api.Hello{
-		{Protocol: 99, Name: "w", SessionID: "s", MaxConcurrent: 1},
-		{Protocol: link.Protocol, Name: "", SessionID: "s", MaxConcurrent: 1},
-		{Protocol: link.Protocol, Name: "w", SessionID: "", MaxConcurrent: 1},
-		{Protocol: link.Protocol, Name: "w", SessionID: "s", MaxConcurrent: 0},
-		{Protocol: link.Protocol, Name: "w", SessionID: "s", MaxConcurrent: 65537},
-		{Protocol: link.Protocol, Name: strings.Repeat("ü", 129), SessionID: "s", MaxConcurrent: 1},
-		{Protocol: link.Protocol, Name: "w", SessionID: "s", MaxConcurrent: 1, Models: []api.Model{{}}},
-	}
-	for _, hello := range tests {
-		gc, wc := linktest.Pipe()
-		if err := h.f.Connect(h.ctx, "o", hello, gc); err == nil {
-			t.Errorf("hello %+v accepted", hello)
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Config{})
+		tests := []api.Hello{
+			{Protocol: 99, Name: "w", SessionID: "s", MaxConcurrent: 1},
+			{Protocol: link.Protocol, Name: "", SessionID: "s", MaxConcurrent: 1},
+			{Protocol: link.Protocol, Name: "w", SessionID: "", MaxConcurrent: 1},
+			{Protocol: link.Protocol, Name: "w", SessionID: "s", MaxConcurrent: 0},
+			{Protocol: link.Protocol, Name: "w", SessionID: "s", MaxConcurrent: 65537},
+			{Protocol: link.Protocol, Name: strings.Repeat("ü", 129), SessionID: "s", MaxConcurrent: 1},
+			{Protocol: link.Protocol, Name: "w", SessionID: "s", MaxConcurrent: 1, Models: []api.Model{{}}},
 		}
-		msg, _ := wc.ReadMessage()
-		f, _, _ := link.DecodeFrame(msg)
-		var w api.Welcome
-		if json.Unmarshal(f.Payload, &w) != nil || w.Error == "" {
-			t.Errorf("refusal carries no reason: %s", f.Payload)
+		for _, hello := range tests {
+			gc, wc := linktest.Pipe()
+			if err := h.f.Connect(h.ctx, "o", hello, gc); err == nil {
+				t.Errorf("hello %+v accepted", hello)
+			}
+			msg, _ := wc.ReadMessage()
+			f, _, _ := link.DecodeFrame(msg)
+			var w api.Welcome
+			if json.Unmarshal(f.Payload, &w) != nil || w.Error == "" {
+				t.Errorf("refusal carries no reason: %s", f.Payload)
+			}
 		}
-	}
-	// The limits themselves are allowed.
-	h.worker("o", strings.Repeat("ü", 128), 65536, chat("m"))
+		// The limits themselves are allowed.
+		h.worker("o", strings.Repeat("ü", 128), 65536, chat("m"))
+	})
 }
 
 func TestTriedAll(t *testing.T) {
-	h := newHarness(t, Config{Hold: 5 * time.Second})
-	a := h.worker("o", "a", 1, chat("m"))
-	b := h.worker("o", "b", 1, chat("m"))
-	start := time.Now()
-	_, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m", Exclude: []string{a.id, b.id}})
-	if !errors.Is(err, ErrTriedAll) || time.Since(start) > time.Second {
-		t.Fatalf("err = %v after %v", err, time.Since(start))
-	}
-	l, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m", Exclude: []string{a.id}})
-	if err != nil || l.Worker.ID != b.id {
-		t.Fatalf("with one untried worker: %v %v", l, err)
-	}
-	l.Release(Succeeded)
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Config{Hold: 5 * time.Second})
+		a := h.worker("o", "a", 1, chat("m"))
+		b := h.worker("o", "b", 1, chat("m"))
+		start := time.Now()
+		_, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m", Exclude: []string{a.id, b.id}})
+		if !errors.Is(err, ErrTriedAll) || time.Since(start) != 0 {
+			t.Fatalf("err = %v after %v", err, time.Since(start))
+		}
+		l, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m", Exclude: []string{a.id}})
+		if err != nil || l.Worker.ID != b.id {
+			t.Fatalf("with one untried worker: %v %v", l, err)
+		}
+		l.Release(Succeeded)
+	})
 }
 
 func guard(id string) api.Model {
@@ -820,14 +848,7 @@ func guard(id string) api.Model {
 // moderation model both; when none does, the answer is 409
 // moderation_unavailable, pinned or not.
 func TestFeaturesAndModerator(t *testing.T) {
-	h := newHarness(t, Config{})
-	old := h.worker("o", "old", 2, chat("m"), guard("g"))
-	cur := &fakeWorker{h: h, hello: api.Hello{Protocol: link.Protocol, Name: "current", Version: "v2", MaxConcurrent: 2,
-		SessionID: uuid.NewString(), Models: []api.Model{chat("m2"), guard("g2")}, Features: []string{api.FeatureModeration}}}
-	cur.sess = link.NewSession(link.Options{Role: link.Worker, Accept: cur.serve})
-	t.Cleanup(func() { cur.sess.Close(nil) })
-	cur.connect("o")
-
+	const pinOld = "old" // stands for the old worker's id
 	tests := []struct {
 		name   string
 		need   Need
@@ -838,27 +859,39 @@ func TestFeaturesAndModerator(t *testing.T) {
 		{"filtered chat with both models", Need{Model: "m2", Capability: api.CapChat, Feature: api.FeatureModeration, Moderator: "g2"}, "current"},
 		{"filtered chat, moderator elsewhere", Need{Model: "m", Capability: api.CapChat, Feature: api.FeatureModeration, Moderator: "g2"}, ""},
 		{"filtered chat on a worker too old", Need{Model: "m", Capability: api.CapChat, Feature: api.FeatureModeration, Moderator: "g"}, ""},
-		{"pinned to a worker without the moderator", Need{Model: "m", Capability: api.CapChat, Moderator: "g2", Pin: old.id}, ""},
+		{"pinned to a worker without the moderator", Need{Model: "m", Capability: api.CapChat, Moderator: "g2", Pin: pinOld}, ""},
 		{"unfiltered chat anywhere", Need{Model: "m", Capability: api.CapChat}, "old"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tt.need.OrgID = "o"
-			l, err := h.f.Acquire(h.ctx, tt.need)
-			if tt.worker == "" {
-				var ae *api.Error
-				if !errors.As(err, &ae) || ae.HTTPStatus() != http.StatusConflict || ae.Code != api.CodeModerationUnavailable || !ae.CodeHeader {
-					t.Fatalf("err = %v, want 409 moderation_unavailable", err)
+			synctest.Test(t, func(t *testing.T) {
+				h := newHarness(t, Config{})
+				old := h.worker("o", "old", 2, chat("m"), guard("g"))
+				cur := &fakeWorker{h: h, hello: api.Hello{Protocol: link.Protocol, Name: "current", Version: "v2", MaxConcurrent: 2,
+					SessionID: uuid.NewString(), Models: []api.Model{chat("m2"), guard("g2")}, Features: []string{api.FeatureModeration}}}
+				cur.sess = link.NewSession(link.Options{Role: link.Worker, Accept: cur.serve})
+				t.Cleanup(func() { cur.sess.Close(nil) })
+				cur.connect("o")
+				tt.need.OrgID = "o"
+				if tt.need.Pin == pinOld {
+					tt.need.Pin = old.id
 				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer l.Release(Succeeded)
-			if got := run(t, l); got != "ok from "+tt.worker {
-				t.Fatalf("served by %q", got)
-			}
+				l, err := h.f.Acquire(h.ctx, tt.need)
+				if tt.worker == "" {
+					var ae *api.Error
+					if !errors.As(err, &ae) || ae.HTTPStatus() != http.StatusConflict || ae.Code != api.CodeModerationUnavailable || !ae.CodeHeader {
+						t.Fatalf("err = %v, want 409 moderation_unavailable", err)
+					}
+					return
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer l.Release(Succeeded)
+				if got := run(t, l); got != "ok from "+tt.worker {
+					t.Fatalf("served by %q", got)
+				}
+			})
 		})
 	}
 }

@@ -17,7 +17,7 @@ func (f *Fleet) Workers(orgID string) []api.Worker {
 	if o == nil {
 		return []api.Worker{}
 	}
-	now := f.cfg.Now()
+	now := time.Now()
 	pinned := map[string]int{}
 	for _, q := range o.queues {
 		for e := q.l.Front(); e != nil; e = e.Next() {

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/svc-dev/svc/internal/link/linktest"
@@ -99,6 +100,18 @@ func collect(ctx context.Context, st *Stream) ([]byte, []byte, error) {
 	}
 }
 
+// settle fails the test unless cond holds once everything in the bubble
+// has run as far as it can.
+func settle(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	synctest.Wait()
+	if !cond() {
+		t.Fatalf("still waiting for %s once everything settled", what)
+	}
+}
+
+// waitFor polls cond on real time, for the test whose drops must land at
+// any moment, not only when everything waits.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
@@ -111,181 +124,196 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 func TestRequestResponse(t *testing.T) {
-	p := newPair(t, 0, echo)
-	ctx := ctxT(t)
-	st, err := p.g.Open(ctx, []byte(`{"model":"m"}`), []byte("hello, worker"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, end, err := collect(ctx, st)
-	if err != nil || string(got) != "hello, worker" || string(end) != "done" {
-		t.Fatalf("got %q end %q err %v", got, end, err)
-	}
-	waitFor(t, "both ends to forget the stream", func() bool { return p.g.Streams() == 0 && p.w.Streams() == 0 })
+	synctest.Test(t, func(t *testing.T) {
+		p := newPair(t, 0, echo)
+		ctx := ctxT(t)
+		st, err := p.g.Open(ctx, []byte(`{"model":"m"}`), []byte("hello, worker"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, end, err := collect(ctx, st)
+		if err != nil || string(got) != "hello, worker" || string(end) != "done" {
+			t.Fatalf("got %q end %q err %v", got, end, err)
+		}
+		settle(t, "both ends to forget the stream", func() bool { return p.g.Streams() == 0 && p.w.Streams() == 0 })
+	})
 }
 
 func TestHeaderAndBodyReachTheWorker(t *testing.T) {
-	got := make(chan [2]string, 1)
-	p := newPair(t, 0, func(ctx context.Context, st *Stream) {
-		h, b, err := st.ReadRequest(ctx)
+	synctest.Test(t, func(t *testing.T) {
+		got := make(chan [2]string, 1)
+		p := newPair(t, 0, func(ctx context.Context, st *Stream) {
+			h, b, err := st.ReadRequest(ctx)
+			if err != nil {
+				return
+			}
+			got <- [2]string{string(h), string(b)}
+			_ = st.End(ctx, nil)
+		})
+		ctx := ctxT(t)
+		body := bytes.Repeat([]byte("0123456789"), 30000) // 300 KB: several frames, more than a window
+		st, err := p.g.Open(ctx, []byte("header"), body)
 		if err != nil {
-			return
+			t.Fatal(err)
 		}
-		got <- [2]string{string(h), string(b)}
-		_ = st.End(ctx, nil)
+		if g := <-got; g[0] != "header" || g[1] != string(body) {
+			t.Fatalf("header %q, body of %d bytes", g[0], len(g[1]))
+		}
+		if _, _, err := collect(ctx, st); err != nil {
+			t.Fatal(err)
+		}
 	})
-	ctx := ctxT(t)
-	body := bytes.Repeat([]byte("0123456789"), 30000) // 300 KB: several frames, more than a window
-	st, err := p.g.Open(ctx, []byte("header"), body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if g := <-got; g[0] != "header" || g[1] != string(body) {
-		t.Fatalf("header %q, body of %d bytes", g[0], len(g[1]))
-	}
-	if _, _, err := collect(ctx, st); err != nil {
-		t.Fatal(err)
-	}
 }
 
 func TestManyConcurrentStreams(t *testing.T) {
-	p := newPair(t, 0, echo)
-	ctx := ctxT(t)
-	var wg sync.WaitGroup
-	errs := make(chan error, 200)
-	for i := range 200 {
-		wg.Go(func() {
-			body := []byte(fmt.Sprintf("request %d %s", i, bytes.Repeat([]byte{'x'}, i*37)))
-			st, err := p.g.Open(ctx, nil, body)
-			if err != nil {
-				errs <- err
-				return
-			}
-			got, _, err := collect(ctx, st)
-			if err != nil || !bytes.Equal(got, body) {
-				errs <- fmt.Errorf("stream %d: %v (%d bytes)", i, err, len(got))
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		p := newPair(t, 0, echo)
+		ctx := ctxT(t)
+		var wg sync.WaitGroup
+		errs := make(chan error, 200)
+		for i := range 200 {
+			wg.Go(func() {
+				body := []byte(fmt.Sprintf("request %d %s", i, bytes.Repeat([]byte{'x'}, i*37)))
+				st, err := p.g.Open(ctx, nil, body)
+				if err != nil {
+					errs <- err
+					return
+				}
+				got, _, err := collect(ctx, st)
+				if err != nil || !bytes.Equal(got, body) {
+					errs <- fmt.Errorf("stream %d: %v (%d bytes)", i, err, len(got))
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+	})
 }
 
 func TestFlowControlBoundsTheInbox(t *testing.T) {
-	const window = 16 << 10
-	sent := make(chan int, 1)
-	p := newPair(t, window, func(ctx context.Context, st *Stream) {
-		if _, _, err := st.ReadRequest(ctx); err != nil {
-			return
-		}
-		n := 0
-		defer func() { sent <- n }()
-		chunk := bytes.Repeat([]byte{'z'}, 1000)
-		for n < 200 {
-			if st.Send(ctx, chunk) != nil {
+	synctest.Test(t, func(t *testing.T) {
+		const window = 16 << 10
+		sent := make(chan int, 1)
+		p := newPair(t, window, func(ctx context.Context, st *Stream) {
+			if _, _, err := st.ReadRequest(ctx); err != nil {
 				return
 			}
-			n++
+			n := 0
+			defer func() { sent <- n }()
+			chunk := bytes.Repeat([]byte{'z'}, 1000)
+			for n < 200 {
+				if st.Send(ctx, chunk) != nil {
+					return
+				}
+				n++
+			}
+			_ = st.End(ctx, nil)
+		})
+		ctx := ctxT(t)
+		st, err := p.g.Open(ctx, nil, nil)
+		if err != nil {
+			t.Fatal(err)
 		}
-		_ = st.End(ctx, nil)
+		// Nobody reads: the worker must stop at about one window.
+		synctest.Wait()
+		st.mu.Lock()
+		queued := 0
+		for _, f := range st.inbox {
+			queued += len(f.Payload)
+		}
+		st.mu.Unlock()
+		if queued > window+MaxChunk || queued == 0 {
+			t.Fatalf("%d bytes queued with a %d-byte window", queued, window)
+		}
+		got, _, err := collect(ctx, st)
+		if err != nil || len(got) != 200*1000 {
+			t.Fatalf("read %d bytes: %v", len(got), err)
+		}
+		if n := <-sent; n != 200 {
+			t.Fatalf("worker sent %d", n)
+		}
 	})
-	ctx := ctxT(t)
-	st, err := p.g.Open(ctx, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Nobody reads: the worker must stop at about one window.
-	time.Sleep(100 * time.Millisecond)
-	st.mu.Lock()
-	queued := 0
-	for _, f := range st.inbox {
-		queued += len(f.Payload)
-	}
-	st.mu.Unlock()
-	if queued > window+MaxChunk || queued == 0 {
-		t.Fatalf("%d bytes queued with a %d-byte window", queued, window)
-	}
-	got, _, err := collect(ctx, st)
-	if err != nil || len(got) != 200*1000 {
-		t.Fatalf("read %d bytes: %v", len(got), err)
-	}
-	if n := <-sent; n != 200 {
-		t.Fatalf("worker sent %d", n)
-	}
 }
 
 func TestResetReachesTheOtherEnd(t *testing.T) {
-	stopped := make(chan error, 1)
-	p := newPair(t, 0, func(ctx context.Context, st *Stream) {
-		if _, _, err := st.ReadRequest(ctx); err != nil {
-			return
-		}
-		for {
-			if err := st.Send(ctx, []byte("tick")); err != nil {
-				stopped <- err
+	synctest.Test(t, func(t *testing.T) {
+		stopped := make(chan error, 1)
+		p := newPair(t, 0, func(ctx context.Context, st *Stream) {
+			if _, _, err := st.ReadRequest(ctx); err != nil {
 				return
 			}
-			time.Sleep(time.Millisecond)
+			for {
+				if err := st.Send(ctx, []byte("tick")); err != nil {
+					stopped <- err
+					return
+				}
+			}
+		})
+		ctx := ctxT(t)
+		st, _ := p.g.Open(ctx, nil, nil)
+		if _, err := st.Recv(ctx); err != nil {
+			t.Fatal(err)
+		}
+		st.Reset()
+		select {
+		case err := <-stopped:
+			if !errors.Is(err, ErrReset) && !errors.Is(err, context.Canceled) {
+				t.Fatalf("worker stopped with %v", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("worker kept sending after reset")
+		}
+		settle(t, "the worker to forget the stream", func() bool { return p.w.Streams() == 0 })
+		if _, err := st.Recv(ctx); !errors.Is(err, ErrReset) {
+			t.Fatalf("Recv after reset = %v", err)
 		}
 	})
-	ctx := ctxT(t)
-	st, _ := p.g.Open(ctx, nil, nil)
-	if _, err := st.Recv(ctx); err != nil {
-		t.Fatal(err)
-	}
-	st.Reset()
-	select {
-	case err := <-stopped:
-		if !errors.Is(err, ErrReset) && !errors.Is(err, context.Canceled) {
-			t.Fatalf("worker stopped with %v", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("worker kept sending after reset")
-	}
-	waitFor(t, "the worker to forget the stream", func() bool { return p.w.Streams() == 0 })
-	if _, err := st.Recv(ctx); !errors.Is(err, ErrReset) {
-		t.Fatalf("Recv after reset = %v", err)
-	}
 }
 
 func TestWorkerEndBeforeGatewayReads(t *testing.T) {
-	p := newPair(t, 0, echo)
-	ctx := ctxT(t)
-	st, _ := p.g.Open(ctx, nil, []byte("abc"))
-	waitFor(t, "the result to arrive", func() bool {
-		st.mu.Lock()
-		defer st.mu.Unlock()
-		return len(st.inbox) > 0 && st.inbox[len(st.inbox)-1].Type == TypeEnd
+	synctest.Test(t, func(t *testing.T) {
+		p := newPair(t, 0, echo)
+		ctx := ctxT(t)
+		st, _ := p.g.Open(ctx, nil, []byte("abc"))
+		settle(t, "the result to arrive", func() bool {
+			st.mu.Lock()
+			defer st.mu.Unlock()
+			return len(st.inbox) > 0 && st.inbox[len(st.inbox)-1].Type == TypeEnd
+		})
+		// The worker holds its END until the gateway has consumed it.
+		if p.w.Streams() != 1 {
+			t.Fatalf("worker forgot the stream before its result was read")
+		}
+		if got, _, err := collect(ctx, st); err != nil || string(got) != "abc" {
+			t.Fatalf("%q %v", got, err)
+		}
+		settle(t, "the worker to forget the stream", func() bool { return p.w.Streams() == 0 })
 	})
-	// The worker holds its END until the gateway has consumed it.
-	if p.w.Streams() != 1 {
-		t.Fatalf("worker forgot the stream before its result was read")
-	}
-	if got, _, err := collect(ctx, st); err != nil || string(got) != "abc" {
-		t.Fatalf("%q %v", got, err)
-	}
-	waitFor(t, "the worker to forget the stream", func() bool { return p.w.Streams() == 0 })
 }
 
 func TestSessionCloseFailsStreams(t *testing.T) {
-	p := newPair(t, 0, func(ctx context.Context, st *Stream) { <-ctx.Done() })
-	ctx := ctxT(t)
-	st, _ := p.g.Open(ctx, nil, nil)
-	lost := errors.New("worker lost")
-	p.g.Close(lost)
-	if _, err := st.Recv(ctx); !errors.Is(err, lost) {
-		t.Fatalf("Recv = %v", err)
-	}
-	if _, err := p.g.Open(ctx, nil, nil); !errors.Is(err, lost) {
-		t.Fatalf("Open after close = %v", err)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		p := newPair(t, 0, func(ctx context.Context, st *Stream) { <-ctx.Done() })
+		ctx := ctxT(t)
+		st, _ := p.g.Open(ctx, nil, nil)
+		lost := errors.New("worker lost")
+		p.g.Close(lost)
+		if _, err := st.Recv(ctx); !errors.Is(err, lost) {
+			t.Fatalf("Recv = %v", err)
+		}
+		if _, err := p.g.Open(ctx, nil, nil); !errors.Is(err, lost) {
+			t.Fatalf("Open after close = %v", err)
+		}
+	})
 }
 
 // TestResumeIsExact drops the connection many times while streams are in
 // flight in both directions and checks every byte arrives once, in order.
+// It runs on real time: in a synctest bubble a drop would land only when
+// every goroutine waits, never in the middle of a transfer.
 func TestResumeIsExact(t *testing.T) {
 	const streams, events = 8, 400
 	p := newPair(t, 8<<10, func(ctx context.Context, st *Stream) {
@@ -354,22 +382,24 @@ func TestResumeIsExact(t *testing.T) {
 }
 
 func TestResumeDropsStreamsTheGatewayAbandoned(t *testing.T) {
-	cancelled := make(chan struct{})
-	p := newPair(t, 0, func(ctx context.Context, st *Stream) {
-		<-ctx.Done()
-		close(cancelled)
+	synctest.Test(t, func(t *testing.T) {
+		cancelled := make(chan struct{})
+		p := newPair(t, 0, func(ctx context.Context, st *Stream) {
+			<-ctx.Done()
+			close(cancelled)
+		})
+		ctx := ctxT(t)
+		st, _ := p.g.Open(ctx, nil, nil)
+		settle(t, "the worker to accept", func() bool { return p.w.Streams() == 1 })
+		p.drop()
+		st.Reset() // the reset cannot be sent: there is no connection
+		p.connect()
+		select {
+		case <-cancelled:
+		case <-time.After(5 * time.Second):
+			t.Fatal("worker kept a stream the gateway abandoned while disconnected")
+		}
 	})
-	ctx := ctxT(t)
-	st, _ := p.g.Open(ctx, nil, nil)
-	waitFor(t, "the worker to accept", func() bool { return p.w.Streams() == 1 })
-	p.drop()
-	st.Reset() // the reset cannot be sent: there is no connection
-	p.connect()
-	select {
-	case <-cancelled:
-	case <-time.After(5 * time.Second):
-		t.Fatal("worker kept a stream the gateway abandoned while disconnected")
-	}
 }
 
 func TestFrameRoundTrip(t *testing.T) {

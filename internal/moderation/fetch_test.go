@@ -396,22 +396,30 @@ func TestDefaultDialerRefusesAtConnect(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	accepted := make(chan struct{}, 1)
+	first := make(chan net.Addr, 1)
 	go func() {
-		if c, err := ln.Accept(); err == nil {
-			accepted <- struct{}{}
-			c.Close()
+		c, err := ln.Accept()
+		if err != nil {
+			first <- nil
+			return
 		}
+		first <- c.RemoteAddr()
+		c.Close()
 	}()
 	f := &Fetcher{}
 	_, err = f.dial(context.Background(), "tcp", ln.Addr().String())
 	if fe := fetchErr(t, err); !fe.Refused {
 		t.Errorf("dial to %s = %v", ln.Addr(), err)
 	}
-	select {
-	case <-accepted:
-		t.Error("the listener accepted a connection")
-	case <-time.After(50 * time.Millisecond):
+	// Connections are accepted in the order they came: had the refused
+	// dial connected, it would come before this one.
+	probe, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer probe.Close()
+	if got := <-first; got == nil || got.String() != probe.LocalAddr().String() {
+		t.Errorf("the listener accepted a connection from %v before the probe from %v", got, probe.LocalAddr())
 	}
 	for addr, refused := range map[string]bool{"127.0.0.1:443": true, "[::ffff:10.0.0.1]:443": true, "[fe80::1%eth0]:443": true, publicIP + ":443": false, "[2606:4700::1111]:443": false, "example.com:443": true} {
 		if err := controlRefused("tcp", addr, nil); (err != nil) != refused {

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/svc-dev/svc/internal/api"
@@ -361,26 +362,38 @@ func TestSimulatedProfileFollowsLoad(t *testing.T) {
 }
 
 func TestRunSamplesUntilCancelled(t *testing.T) {
-	nv := &fakeNVML{gpus: []fakeGPU{{name: "A", noEnergy: true, mw: 80_000}}}
-	s, err := newSampler(Config{NVML: nv, Interval: time.Millisecond, Window: time.Second, IPMITool: "-"}, testDeps(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	deadline := time.After(10 * time.Second)
-	for s.Live() == nil {
-		select {
-		case <-deadline:
-			t.Fatal("no live reading from Run")
-		case <-time.After(time.Millisecond):
+	synctest.Test(t, func(t *testing.T) {
+		nv := &fakeNVML{gpus: []fakeGPU{{name: "A", noEnergy: true, mw: 80_000}}}
+		var closed atomic.Int32
+		s, err := newSampler(Config{NVML: nv, Interval: time.Second, Window: time.Minute, IPMITool: "-",
+			OnWindow: func() { closed.Add(1) }}, testDeps(nil))
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Errorf("Run = %v, want nil once cancelled", err)
-	}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- s.Run(ctx) }()
+		synctest.Wait()
+		if s.Live() == nil {
+			t.Fatal("no live reading from Run")
+		}
+		// A bubble's clock starts on the hour: the first window closes a
+		// minute on, at the sixtieth tick.
+		time.Sleep(time.Minute - time.Nanosecond)
+		synctest.Wait()
+		if n := closed.Load(); n != 0 {
+			t.Fatalf("%d windows closed within the first minute", n)
+		}
+		time.Sleep(time.Nanosecond)
+		synctest.Wait()
+		if n := closed.Load(); n != 1 {
+			t.Fatalf("%d windows closed at the minute, want 1", n)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run = %v, want nil once cancelled", err)
+		}
+	})
 }
 
 func TestConfigIsChecked(t *testing.T) {

@@ -11,19 +11,6 @@ import (
 	"github.com/svc-dev/svc/internal/money"
 )
 
-// clock is a fake clock tests move by hand.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 // memLedger is a ledger in memory that can be reopened.
 type memLedger struct {
 	mu   sync.Mutex
@@ -230,10 +217,10 @@ func offer(gpu, tier string, pence int64, ramGB float64) Offer {
 		OperatorEntity: "Op Ltd", OperatorDomicile: dom, PriceMinor: pence, Currency: "GBP", Available: true, Ref: gpu + "-type"}
 }
 
-// env is a manager over fakes.
+// env is a manager over fakes, in a synctest bubble: a test moves the
+// clock with time.Sleep.
 type env struct {
 	m     *Manager
-	clock *clock
 	acct  *fakeAccounts
 	fleet *fakeFleet
 	prov  *fakeProvider
@@ -242,7 +229,10 @@ type env struct {
 
 func newEnv(t *testing.T, offers ...Offer) *env {
 	t.Helper()
-	e := &env{clock: &clock{t: time.Date(2026, 3, 31, 23, 0, 0, 0, time.UTC)}, acct: newAccounts(), fleet: &fakeFleet{},
+	// A bubble's clock starts in 2000; the tests start an hour before a
+	// month ends.
+	time.Sleep(time.Until(time.Date(2026, 3, 31, 23, 0, 0, 0, time.UTC)))
+	e := &env{acct: newAccounts(), fleet: &fakeFleet{},
 		prov: newProvider("fake", offers...), led: &memLedger{}}
 	e.m = e.open(t)
 	return e
@@ -251,7 +241,7 @@ func newEnv(t *testing.T, offers ...Offer) *env {
 func (e *env) open(t *testing.T) *Manager {
 	t.Helper()
 	m, err := New(Config{Providers: []Provider{e.prov}, Ledger: e.led, Accounts: e.acct, Fleet: e.fleet,
-		WorkerID: func(org, name string) string { return "wk-" + name }, Gateway: "http://gw", Now: e.clock.Now,
+		WorkerID: func(org, name string) string { return "wk-" + name }, Gateway: "http://gw",
 		Rates: map[string]float64{"USD": 0.8}, ProvisionDeadline: 10 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
@@ -261,5 +251,5 @@ func (e *env) open(t *testing.T) *Manager {
 
 // connect delivers the rental's worker's connected event.
 func (e *env) connect(r api.Rental) {
-	e.m.workerEvent("org1", api.WorkerEvent{WorkerID: r.WorkerID, EventType: api.EventConnected, CreatedAt: e.clock.Now()})
+	e.m.workerEvent("org1", api.WorkerEvent{WorkerID: r.WorkerID, EventType: api.EventConnected, CreatedAt: time.Now()})
 }

@@ -62,7 +62,6 @@ type Config struct {
 	Tick time.Duration
 	// CatalogueTTL bounds how old cached offers may be (default 60 s).
 	CatalogueTTL time.Duration
-	Now          func() time.Time
 	Logger       *slog.Logger
 }
 
@@ -96,9 +95,6 @@ type offerCache struct {
 
 // New loads the ledger and returns a manager; Run drives it.
 func New(cfg Config) (*Manager, error) {
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -134,7 +130,7 @@ func New(cfg Config) (*Manager, error) {
 	return m, nil
 }
 
-func (m *Manager) now() time.Time { return m.cfg.Now().UTC() }
+func (m *Manager) now() time.Time { return time.Now().UTC() }
 
 func (m *Manager) provider(name string) Provider {
 	for _, p := range m.cfg.Providers {
@@ -239,8 +235,11 @@ func (m *Manager) workerEvent(orgID string, ev api.WorkerEvent) {
 			m.log.Error("rental: save", "rental", r.ID, "err", err)
 		}
 	case api.EventModelInstall:
-		model, _ := ev.Metadata["model"].(string)
-		id := m.requestedLocked(r, model)
+		in := ev.Install
+		if in == nil {
+			return
+		}
+		id := m.requestedLocked(r, in.Model)
 		if id == "" {
 			return
 		}
@@ -249,22 +248,19 @@ func (m *Manager) workerEvent(orgID string, ev api.WorkerEvent) {
 			dl = downloads{}
 			m.dl[r.ID] = dl
 		}
-		state, _ := ev.Metadata["state"].(string)
-		switch state {
-		case "started":
+		switch in.State {
+		case api.InstallStarted:
 			dl[id] = 0
-		case "progress":
-			total, _ := ev.Metadata["total"].(float64)
-			done, _ := ev.Metadata["completed"].(float64)
-			if total > 0 {
-				dl[id] = min(1, done/total)
+		case api.InstallProgress:
+			if in.Total > 0 {
+				dl[id] = min(1, float64(in.Completed)/float64(in.Total))
 			}
-		case "completed", "failed":
+		case api.InstallCompleted, api.InstallFailed:
 			delete(dl, id)
-			if state == "completed" && !r.installed(id) {
+			if in.State == api.InstallCompleted && !r.installed(id) {
 				r.Installed = append(r.Installed, id)
 			}
-			r.note(ev.CreatedAt.UTC(), "model_"+state, id)
+			r.note(ev.CreatedAt.UTC(), "model_"+in.State, id)
 			if len(dl) == 0 {
 				delete(m.dl, r.ID)
 			}

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/svc-dev/svc/internal/api"
@@ -25,78 +26,80 @@ func status(err error) int {
 	return 0
 }
 
-// The whole life of a rental against a fake clock: nothing billed while
+// The whole life of a rental on a synctest clock: nothing billed while
 // provisioning, billing from the worker's connection to the second, none
 // after the stop, and the stop confirmed with the provider, the token
 // revoked and the worker disconnected.
 func TestRentalLifecycleBillsToTheSecond(t *testing.T) {
-	e := newEnv(t, offer("h100", TierUK, 250, 128))
-	ctx := context.Background()
-	r, err := e.m.Rent(ctx, owner, api.RentRequest{GPUModelID: "h100", TierID: TierUK, Models: []string{"qwen3-8b-q4"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r.Status != api.RentalProvisioning || r.Connected || r.AccruedCostGBP != 0 || r.StartedAt != nil ||
-		r.PricePerHourGBP != 250 || r.Name != "Rented h100 label" || r.WorkerID != "wk-Rented h100 label" || r.TierLabel != "UK" {
-		t.Fatalf("new rental %+v", r)
-	}
-	if len(e.prov.launches) != 1 || !strings.Contains(e.prov.launches[0].BootScript, "svc_w_tok1") ||
-		e.prov.launches[0].Worker.Name != r.Name || len(e.prov.launches[0].Worker.Models) != 1 {
-		t.Fatalf("launch %+v", e.prov.launches)
-	}
-	p, err := e.m.Audit("org1", r.ID)
-	if err != nil || p.TierID != TierUK || p.Country != "GB" || p.OperatorEntity != "Op Ltd" || p.Region != "r-uk" {
-		t.Fatalf("placement %+v, %v", p, err)
-	}
-
-	e.clock.Add(95 * time.Second) // booting is free
-	if g, _ := e.m.Get("org1", r.ID); g.AccruedCostGBP != 0 || g.SecondsBilled != 0 {
-		t.Fatalf("billed while provisioning: %+v", g)
-	}
-	e.connect(r)
-	g, _ := e.m.Get("org1", r.ID)
-	if g.Status != api.RentalRunning || !g.Connected || g.StartedAt == nil || !g.StartedAt.Equal(e.clock.Now()) {
-		t.Fatalf("after connect %+v", g)
-	}
-	for _, tc := range []struct {
-		after time.Duration
-		secs  int64
-		cost  money.GBP
-	}{
-		{999 * time.Millisecond, 0, 0},
-		{time.Second, 1, 0},
-		{36 * time.Minute, 2160, 150},           // 0.6 h × £2.50
-		{time.Hour + 30*time.Second, 3630, 252}, // 252.08p
-		{time.Hour + 37*time.Second, 3637, 253}, // 252.57p rounds up
-	} {
-		start := *g.StartedAt
-		e.clock.t = start.Add(tc.after)
-		got, _ := e.m.Get("org1", r.ID)
-		if got.SecondsBilled != tc.secs || got.AccruedCostGBP != tc.cost || got.HoursBilled != hours(tc.secs) {
-			t.Errorf("after %v: %d s, £%s, %v h; want %d s, £%s", tc.after, got.SecondsBilled, got.AccruedCostGBP, got.HoursBilled, tc.secs, tc.cost)
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t, offer("h100", TierUK, 250, 128))
+		ctx := context.Background()
+		r, err := e.m.Rent(ctx, owner, api.RentRequest{GPUModelID: "h100", TierID: TierUK, Models: []string{"qwen3-8b-q4"}})
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	stopped, err := e.m.Stop(ctx, "org1", r.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if stopped.Status != api.RentalStopped || stopped.StoppedAt == nil || !stopped.StoppedAt.Equal(e.clock.Now()) ||
-		stopped.SecondsBilled != 3637 || stopped.AccruedCostGBP != 253 {
-		t.Fatalf("stopped %+v", stopped)
-	}
-	if len(e.prov.destroyed) != 1 || !e.acct.revoked("tok1") || len(e.fleet.disconnected) != 1 {
-		t.Fatalf("destroyed %v, revoked %v, disconnected %v", e.prov.destroyed, e.acct.revoked("tok1"), e.fleet.disconnected)
-	}
-	e.clock.Add(5 * time.Hour)
-	again, err := e.m.Stop(ctx, "org1", r.ID)
-	if err != nil || again.SecondsBilled != 3637 || !again.StoppedAt.Equal(*stopped.StoppedAt) {
-		t.Fatalf("stop again %+v, %v", again, err)
-	}
-	// The ledger holds it all: a new manager over it says the same.
-	m2 := e.open(t)
-	if got, _ := m2.Get("org1", r.ID); got.SecondsBilled != 3637 || got.Status != api.RentalStopped {
-		t.Fatalf("reloaded %+v", got)
-	}
+		if r.Status != api.RentalProvisioning || r.Connected || r.AccruedCostGBP != 0 || r.StartedAt != nil ||
+			r.PricePerHourGBP != 250 || r.Name != "Rented h100 label" || r.WorkerID != "wk-Rented h100 label" || r.TierLabel != "UK" {
+			t.Fatalf("new rental %+v", r)
+		}
+		if len(e.prov.launches) != 1 || !strings.Contains(e.prov.launches[0].BootScript, "svc_w_tok1") ||
+			e.prov.launches[0].Worker.Name != r.Name || len(e.prov.launches[0].Worker.Models) != 1 {
+			t.Fatalf("launch %+v", e.prov.launches)
+		}
+		p, err := e.m.Audit("org1", r.ID)
+		if err != nil || p.TierID != TierUK || p.Country != "GB" || p.OperatorEntity != "Op Ltd" || p.Region != "r-uk" {
+			t.Fatalf("placement %+v, %v", p, err)
+		}
+
+		time.Sleep(95 * time.Second) // booting is free
+		if g, _ := e.m.Get("org1", r.ID); g.AccruedCostGBP != 0 || g.SecondsBilled != 0 {
+			t.Fatalf("billed while provisioning: %+v", g)
+		}
+		e.connect(r)
+		g, _ := e.m.Get("org1", r.ID)
+		if g.Status != api.RentalRunning || !g.Connected || g.StartedAt == nil || !g.StartedAt.Equal(time.Now()) {
+			t.Fatalf("after connect %+v", g)
+		}
+		for _, tc := range []struct {
+			after time.Duration
+			secs  int64
+			cost  money.GBP
+		}{
+			{999 * time.Millisecond, 0, 0},
+			{time.Second, 1, 0},
+			{36 * time.Minute, 2160, 150},           // 0.6 h × £2.50
+			{time.Hour + 30*time.Second, 3630, 252}, // 252.08p
+			{time.Hour + 37*time.Second, 3637, 253}, // 252.57p rounds up
+		} {
+			start := *g.StartedAt
+			time.Sleep(time.Until(start.Add(tc.after)))
+			got, _ := e.m.Get("org1", r.ID)
+			if got.SecondsBilled != tc.secs || got.AccruedCostGBP != tc.cost || got.HoursBilled != hours(tc.secs) {
+				t.Errorf("after %v: %d s, £%s, %v h; want %d s, £%s", tc.after, got.SecondsBilled, got.AccruedCostGBP, got.HoursBilled, tc.secs, tc.cost)
+			}
+		}
+		stopped, err := e.m.Stop(ctx, "org1", r.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if stopped.Status != api.RentalStopped || stopped.StoppedAt == nil || !stopped.StoppedAt.Equal(time.Now()) ||
+			stopped.SecondsBilled != 3637 || stopped.AccruedCostGBP != 253 {
+			t.Fatalf("stopped %+v", stopped)
+		}
+		if len(e.prov.destroyed) != 1 || !e.acct.revoked("tok1") || len(e.fleet.disconnected) != 1 {
+			t.Fatalf("destroyed %v, revoked %v, disconnected %v", e.prov.destroyed, e.acct.revoked("tok1"), e.fleet.disconnected)
+		}
+		time.Sleep(5 * time.Hour)
+		again, err := e.m.Stop(ctx, "org1", r.ID)
+		if err != nil || again.SecondsBilled != 3637 || !again.StoppedAt.Equal(*stopped.StoppedAt) {
+			t.Fatalf("stop again %+v, %v", again, err)
+		}
+		// The ledger holds it all: a new manager over it says the same.
+		m2 := e.open(t)
+		if got, _ := m2.Get("org1", r.ID); got.SecondsBilled != 3637 || got.Status != api.RentalStopped {
+			t.Fatalf("reloaded %+v", got)
+		}
+	})
 }
 
 func TestRentRules(t *testing.T) {
@@ -139,26 +142,28 @@ func TestRentRules(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newEnv(t, offer("h100", TierUK, 250, 64), offer("a100", TierGlobal, 100, 0))
-			if tc.setup != nil {
-				tc.setup(e)
-			}
-			r, err := e.m.Rent(context.Background(), keyed("k-"+tc.name), tc.req)
-			if tc.status == 202 {
-				if err != nil || r.Status != api.RentalProvisioning {
-					t.Fatalf("rent: %+v, %v", r, err)
+			synctest.Test(t, func(t *testing.T) {
+				e := newEnv(t, offer("h100", TierUK, 250, 64), offer("a100", TierGlobal, 100, 0))
+				if tc.setup != nil {
+					tc.setup(e)
 				}
-				return
-			}
-			if status(err) != tc.status || !strings.Contains(err.Error(), tc.message) {
-				t.Fatalf("got %v (%d), want %d with %q", err, status(err), tc.status, tc.message)
-			}
-			// Refused requests leave nothing running and no token behind.
-			for _, x := range e.m.List("org1") {
-				if x.Status != api.RentalStopped && x.GPUModelID == tc.req.GPUModelID && tc.req.GPUModelID == "h100" {
-					t.Fatalf("a refused request left %+v", x)
+				r, err := e.m.Rent(context.Background(), keyed("k-"+tc.name), tc.req)
+				if tc.status == 202 {
+					if err != nil || r.Status != api.RentalProvisioning {
+						t.Fatalf("rent: %+v, %v", r, err)
+					}
+					return
 				}
-			}
+				if status(err) != tc.status || !strings.Contains(err.Error(), tc.message) {
+					t.Fatalf("got %v (%d), want %d with %q", err, status(err), tc.status, tc.message)
+				}
+				// Refused requests leave nothing running and no token behind.
+				for _, x := range e.m.List("org1") {
+					if x.Status != api.RentalStopped && x.GPUModelID == tc.req.GPUModelID && tc.req.GPUModelID == "h100" {
+						t.Fatalf("a refused request left %+v", x)
+					}
+				}
+			})
 		})
 	}
 }
@@ -166,226 +171,244 @@ func TestRentRules(t *testing.T) {
 // One request per key per minute, failed ones included; other keys are
 // not held back.
 func TestRentRateLimit(t *testing.T) {
-	e := newEnv(t, offer("h100", TierUK, 250, 64))
-	if err := e.m.Allow("k1"); err != nil {
-		t.Fatal(err)
-	}
-	e.clock.Add(20 * time.Second)
-	err := e.m.Allow("k1")
-	var ae *api.Error
-	if !errors.As(err, &ae) || ae.HTTPStatus() != 429 || ae.RetryAfter != 40*time.Second {
-		t.Fatalf("second call %v", err)
-	}
-	if err := e.m.Allow("k2"); err != nil {
-		t.Fatalf("another key: %v", err)
-	}
-	e.clock.Add(40 * time.Second)
-	if err := e.m.Allow("k1"); err != nil {
-		t.Fatalf("a minute later: %v", err)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t, offer("h100", TierUK, 250, 64))
+		if err := e.m.Allow("k1"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Second)
+		err := e.m.Allow("k1")
+		var ae *api.Error
+		if !errors.As(err, &ae) || ae.HTTPStatus() != 429 || ae.RetryAfter != 40*time.Second {
+			t.Fatalf("second call %v", err)
+		}
+		if err := e.m.Allow("k2"); err != nil {
+			t.Fatalf("another key: %v", err)
+		}
+		time.Sleep(40 * time.Second)
+		if err := e.m.Allow("k1"); err != nil {
+			t.Fatalf("a minute later: %v", err)
+		}
+	})
 }
 
 // A rental across midnight at the month's end: the spend report of the
 // new month counts only its part after midnight.
 func TestSpendSplitsAtTheMonth(t *testing.T) {
-	e := newEnv(t, offer("h100", TierUK, 360, 64))
-	r, err := e.m.Rent(context.Background(), owner, api.RentRequest{GPUModelID: "h100", TierID: TierUK})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.connect(r) // 23:00 on 31 March
-	e.clock.Add(90 * time.Minute)
-	s := e.m.Spend("org1")
-	if !s.PeriodStart.Equal(time.Date(2026, 4, 1, 0, 0, 0, 0, time.UTC)) || s.ActiveCount != 1 || len(s.Lines) != 1 ||
-		s.Lines[0].Hours != 0.5 || s.Lines[0].CostGBP != 180 || s.MonthToDateGBP != 180 {
-		t.Fatalf("spend %+v", s)
-	}
-	if s.CreditRemainingGBP != money.Pounds(100)-540 {
-		t.Fatalf("credit remaining %s", s.CreditRemainingGBP)
-	}
-	if g, _ := e.m.Get("org1", r.ID); g.AccruedCostGBP != 540 {
-		t.Fatalf("accrued %s", g.AccruedCostGBP)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t, offer("h100", TierUK, 360, 64))
+		r, err := e.m.Rent(context.Background(), owner, api.RentRequest{GPUModelID: "h100", TierID: TierUK})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.connect(r) // 23:00 on 31 March
+		time.Sleep(90 * time.Minute)
+		s := e.m.Spend("org1")
+		if !s.PeriodStart.Equal(time.Date(2026, 4, 1, 0, 0, 0, 0, time.UTC)) || s.ActiveCount != 1 || len(s.Lines) != 1 ||
+			s.Lines[0].Hours != 0.5 || s.Lines[0].CostGBP != 180 || s.MonthToDateGBP != 180 {
+			t.Fatalf("spend %+v", s)
+		}
+		if s.CreditRemainingGBP != money.Pounds(100)-540 {
+			t.Fatalf("credit remaining %s", s.CreditRemainingGBP)
+		}
+		if g, _ := e.m.Get("org1", r.ID); g.AccruedCostGBP != 540 {
+			t.Fatalf("accrued %s", g.AccruedCostGBP)
+		}
+	})
 }
 
 // A destroy the provider fails once is tried again; the rental is marked
 // stopped only once the provider confirms.
 func TestStopRetriesAnUnconfirmedDestroy(t *testing.T) {
-	e := newEnv(t, offer("h100", TierUK, 250, 64))
-	r, _ := e.m.Rent(context.Background(), owner, api.RentRequest{GPUModelID: "h100", TierID: TierUK})
-	e.connect(r)
-	e.clock.Add(time.Minute)
-	e.prov.failDestroy = 1
-	got, err := e.m.Stop(context.Background(), "org1", r.ID)
-	if err != nil || got.Status != api.RentalStopped || got.SecondsBilled != 60 {
-		t.Fatalf("stop %+v, %v", got, err)
-	}
-	e.prov.failDestroy = 100
-	r2, _ := e.m.Rent(context.Background(), keyed("k2"), api.RentRequest{GPUModelID: "h100", TierID: TierUK})
-	e.connect(r2)
-	e.clock.Add(time.Minute)
-	if _, err := e.m.Stop(context.Background(), "org1", r2.ID); status(err) != 502 {
-		t.Fatalf("stop with a provider that never confirms: %v", err)
-	}
-	// Billing stopped at the request all the same, and Run finishes the
-	// stop once the provider answers.
-	e.clock.Add(time.Hour)
-	if g, _ := e.m.Get("org1", r2.ID); g.Status != api.RentalRunning || g.SecondsBilled != 60 {
-		t.Fatalf("unconfirmed %+v", g)
-	}
-	e.prov.failDestroy = 0
-	e.m.tick(context.Background(), map[string]time.Time{})
-	if g, _ := e.m.Get("org1", r2.ID); g.Status != api.RentalStopped || g.SecondsBilled != 60 {
-		t.Fatalf("after the retry %+v", g)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t, offer("h100", TierUK, 250, 64))
+		r, _ := e.m.Rent(context.Background(), owner, api.RentRequest{GPUModelID: "h100", TierID: TierUK})
+		e.connect(r)
+		time.Sleep(time.Minute)
+		e.prov.failDestroy = 1
+		got, err := e.m.Stop(context.Background(), "org1", r.ID)
+		if err != nil || got.Status != api.RentalStopped || got.SecondsBilled != 60 {
+			t.Fatalf("stop %+v, %v", got, err)
+		}
+		e.prov.failDestroy = 100
+		r2, _ := e.m.Rent(context.Background(), keyed("k2"), api.RentRequest{GPUModelID: "h100", TierID: TierUK})
+		e.connect(r2)
+		time.Sleep(time.Minute)
+		if _, err := e.m.Stop(context.Background(), "org1", r2.ID); status(err) != 502 {
+			t.Fatalf("stop with a provider that never confirms: %v", err)
+		}
+		// Billing stopped at the request all the same, and Run finishes the
+		// stop once the provider answers.
+		time.Sleep(time.Hour)
+		if g, _ := e.m.Get("org1", r2.ID); g.Status != api.RentalRunning || g.SecondsBilled != 60 {
+			t.Fatalf("unconfirmed %+v", g)
+		}
+		e.prov.failDestroy = 0
+		e.m.tick(context.Background(), map[string]time.Time{})
+		if g, _ := e.m.Get("org1", r2.ID); g.Status != api.RentalStopped || g.SecondsBilled != 60 {
+			t.Fatalf("after the retry %+v", g)
+		}
+	})
 }
 
 // At start the ledger and the provider are made to agree.
 func TestReconcile(t *testing.T) {
-	e := newEnv(t, offer("h100", TierUK, 250, 64))
-	ctx := context.Background()
-	running, _ := e.m.Rent(ctx, owner, api.RentRequest{GPUModelID: "h100", TierID: TierUK})
-	e.connect(running)
-	kept, _ := e.m.Rent(ctx, keyed("k2"), api.RentRequest{GPUModelID: "h100", TierID: TierUK})
-	e.connect(kept)
-	// A machine no rental accounts for, and a running rental's machine gone.
-	e.prov.insts["h100-orphan"] = &Instance{ID: "h100-orphan", RentalID: "unknown", State: InstanceRunning}
-	a, _ := e.m.Audit("org1", running.ID)
-	delete(e.prov.insts, a.InstanceID)
-	e.clock.Add(10 * time.Minute)
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t, offer("h100", TierUK, 250, 64))
+		ctx := context.Background()
+		running, _ := e.m.Rent(ctx, owner, api.RentRequest{GPUModelID: "h100", TierID: TierUK})
+		e.connect(running)
+		kept, _ := e.m.Rent(ctx, keyed("k2"), api.RentRequest{GPUModelID: "h100", TierID: TierUK})
+		e.connect(kept)
+		// A machine no rental accounts for, and a running rental's machine gone.
+		e.prov.insts["h100-orphan"] = &Instance{ID: "h100-orphan", RentalID: "unknown", State: InstanceRunning}
+		a, _ := e.m.Audit("org1", running.ID)
+		delete(e.prov.insts, a.InstanceID)
+		time.Sleep(10 * time.Minute)
 
-	m2 := e.open(t) // a restart
-	m2.reconcile(ctx)
-	if !slices.Contains(e.prov.destroyed, "h100-orphan") {
-		t.Fatalf("orphan not destroyed: %v", e.prov.destroyed)
-	}
-	g, _ := m2.Get("org1", running.ID)
-	if g.Status != api.RentalStopped || g.Error == nil || g.SecondsBilled != 600 {
-		t.Fatalf("lost machine %+v", g)
-	}
-	if g, _ := m2.Get("org1", kept.ID); g.Status != api.RentalRunning || g.SecondsBilled != 600 {
-		t.Fatalf("kept %+v", g)
-	}
+		m2 := e.open(t) // a restart
+		m2.reconcile(ctx)
+		if !slices.Contains(e.prov.destroyed, "h100-orphan") {
+			t.Fatalf("orphan not destroyed: %v", e.prov.destroyed)
+		}
+		g, _ := m2.Get("org1", running.ID)
+		if g.Status != api.RentalStopped || g.Error == nil || g.SecondsBilled != 600 {
+			t.Fatalf("lost machine %+v", g)
+		}
+		if g, _ := m2.Get("org1", kept.ID); g.Status != api.RentalRunning || g.SecondsBilled != 600 {
+			t.Fatalf("kept %+v", g)
+		}
+	})
 }
 
 // A rental whose worker never connects is destroyed at the deadline and
 // costs nothing; one past the organisation's maximum runtime is stopped.
 func TestDeadlineAndMaxRuntime(t *testing.T) {
-	e := newEnv(t, offer("h100", TierUK, 250, 64))
-	ctx := context.Background()
-	slow, _ := e.m.Rent(ctx, owner, api.RentRequest{GPUModelID: "h100", TierID: TierUK})
-	e.acct.set(func(s *api.OrgSettings) { v := int64(1800); s.MaxRuntimeSeconds = &v })
-	capped, _ := e.m.Rent(ctx, keyed("k2"), api.RentRequest{GPUModelID: "h100", TierID: TierUK})
-	if e.prov.launches[1].Worker.MaxRuntime != 40*time.Minute {
-		t.Fatalf("node timer %v", e.prov.launches[1].Worker.MaxRuntime)
-	}
-	e.connect(capped)
-	e.clock.Add(10*time.Minute + time.Second)
-	e.m.tick(ctx, map[string]time.Time{})
-	if g, _ := e.m.Get("org1", slow.ID); g.Status != api.RentalStopped || g.Error == nil || g.AccruedCostGBP != 0 ||
-		!strings.Contains(*g.Error, "did not connect") {
-		t.Fatalf("deadline %+v", g)
-	}
-	e.clock.Add(20 * time.Minute)
-	e.m.tick(ctx, map[string]time.Time{})
-	if g, _ := e.m.Get("org1", capped.ID); g.Status != api.RentalStopped || g.SecondsBilled != 1800 {
-		t.Fatalf("max runtime %+v", g)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t, offer("h100", TierUK, 250, 64))
+		ctx := context.Background()
+		slow, _ := e.m.Rent(ctx, owner, api.RentRequest{GPUModelID: "h100", TierID: TierUK})
+		e.acct.set(func(s *api.OrgSettings) { v := int64(1800); s.MaxRuntimeSeconds = &v })
+		capped, _ := e.m.Rent(ctx, keyed("k2"), api.RentRequest{GPUModelID: "h100", TierID: TierUK})
+		if e.prov.launches[1].Worker.MaxRuntime != 40*time.Minute {
+			t.Fatalf("node timer %v", e.prov.launches[1].Worker.MaxRuntime)
+		}
+		e.connect(capped)
+		time.Sleep(10*time.Minute + time.Second)
+		e.m.tick(ctx, map[string]time.Time{})
+		if g, _ := e.m.Get("org1", slow.ID); g.Status != api.RentalStopped || g.Error == nil || g.AccruedCostGBP != 0 ||
+			!strings.Contains(*g.Error, "did not connect") {
+			t.Fatalf("deadline %+v", g)
+		}
+		time.Sleep(20 * time.Minute)
+		e.m.tick(ctx, map[string]time.Time{})
+		if g, _ := e.m.Get("org1", capped.ID); g.Status != api.RentalStopped || g.SecondsBilled != 1800 {
+			t.Fatalf("max runtime %+v", g)
+		}
+	})
 }
 
 // Boot phases come from the provider; installs from the worker's events.
 func TestBootPhasesAndDownloads(t *testing.T) {
-	e := newEnv(t, offer("h100", TierUK, 250, 64))
-	ctx := context.Background()
-	r, _ := e.m.Rent(ctx, owner, api.RentRequest{GPUModelID: "h100", TierID: TierUK, Models: []string{"qwen3-8b-q4", "qwen3-32b-q4"}})
-	a, _ := e.m.Audit("org1", r.ID)
-	e.prov.set(a.InstanceID, func(in *Instance) { in.BootPhase = api.BootPullingImage })
-	e.m.tick(ctx, map[string]time.Time{})
-	if g, _ := e.m.Get("org1", r.ID); *g.BootPhase != api.BootPullingImage || g.ModelDownload != nil {
-		t.Fatalf("phase %+v", g)
-	}
-	e.connect(r)
-	ev := func(model, state string, done, total float64) {
-		e.m.workerEvent("org1", api.WorkerEvent{WorkerID: r.WorkerID, EventType: api.EventModelInstall, CreatedAt: e.clock.Now(),
-			Metadata: map[string]any{"model": model, "state": state, "completed": done, "total": total}})
-	}
-	ev("qwen3-8b-q4", "started", 0, 0)
-	ev("qwen3-8b-q4", "progress", 1, 2)
-	g, _ := e.m.Get("org1", r.ID)
-	// 5.2 GB half done of 25.2 GB.
-	if g.ModelDownload == nil || g.ModelDownload.Total != 25.2e9 || g.ModelDownload.Completed != 2.6e9 ||
-		g.ModelDownload.ProgressPct != 10.3 || *g.BootPhase != api.BootWorkerConnected {
-		t.Fatalf("download %+v %v", g.ModelDownload, *g.BootPhase)
-	}
-	ev("qwen3-8b-q4", "completed", 0, 0)
-	ev("qwen3-32b-q4", "started", 0, 0)
-	if g, _ := e.m.Get("org1", r.ID); g.ModelDownload == nil || g.ModelDownload.Completed != 5.2e9 {
-		t.Fatalf("one done %+v", g.ModelDownload)
-	}
-	ev("qwen3-32b-q4", "completed", 0, 0)
-	if g, _ := e.m.Get("org1", r.ID); g.ModelDownload != nil || *g.BootPhase != api.BootReady {
-		t.Fatalf("all done %+v %v", g.ModelDownload, *g.BootPhase)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t, offer("h100", TierUK, 250, 64))
+		ctx := context.Background()
+		r, _ := e.m.Rent(ctx, owner, api.RentRequest{GPUModelID: "h100", TierID: TierUK, Models: []string{"qwen3-8b-q4", "qwen3-32b-q4"}})
+		a, _ := e.m.Audit("org1", r.ID)
+		e.prov.set(a.InstanceID, func(in *Instance) { in.BootPhase = api.BootPullingImage })
+		e.m.tick(ctx, map[string]time.Time{})
+		if g, _ := e.m.Get("org1", r.ID); *g.BootPhase != api.BootPullingImage || g.ModelDownload != nil {
+			t.Fatalf("phase %+v", g)
+		}
+		e.connect(r)
+		ev := func(model, state string, done, total int64) {
+			e.m.workerEvent("org1", api.WorkerEvent{WorkerID: r.WorkerID, EventType: api.EventModelInstall, CreatedAt: time.Now(),
+				Install: &api.ModelInstall{Model: model, State: state, Completed: done, Total: total}})
+		}
+		ev("qwen3-8b-q4", api.InstallStarted, 0, 0)
+		ev("qwen3-8b-q4", api.InstallProgress, 1, 2)
+		g, _ := e.m.Get("org1", r.ID)
+		// 5.2 GB half done of 25.2 GB.
+		if g.ModelDownload == nil || g.ModelDownload.Total != 25.2e9 || g.ModelDownload.Completed != 2.6e9 ||
+			g.ModelDownload.ProgressPct != 10.3 || *g.BootPhase != api.BootWorkerConnected {
+			t.Fatalf("download %+v %v", g.ModelDownload, *g.BootPhase)
+		}
+		ev("qwen3-8b-q4", api.InstallCompleted, 0, 0)
+		ev("qwen3-32b-q4", api.InstallStarted, 0, 0)
+		if g, _ := e.m.Get("org1", r.ID); g.ModelDownload == nil || g.ModelDownload.Completed != 5.2e9 {
+			t.Fatalf("one done %+v", g.ModelDownload)
+		}
+		ev("qwen3-32b-q4", api.InstallCompleted, 0, 0)
+		if g, _ := e.m.Get("org1", r.ID); g.ModelDownload != nil || *g.BootPhase != api.BootReady {
+			t.Fatalf("all done %+v %v", g.ModelDownload, *g.BootPhase)
+		}
+	})
 }
 
 // A rental's token connects only as its worker, and its name only with
 // its token.
 func TestCheckWorker(t *testing.T) {
-	e := newEnv(t, offer("h100", TierUK, 250, 64))
-	r, _ := e.m.Rent(context.Background(), owner, api.RentRequest{GPUModelID: "h100", TierID: TierUK, Name: "rented-1"})
-	for _, tc := range []struct {
-		token, name string
-		ok          bool
-	}{
-		{"tok1", "rented-1", true},
-		{"tok1", "other", false},
-		{"tokX", "rented-1", false},
-		{"tokX", "other", true},
-	} {
-		if err := e.m.CheckWorker("org1", tc.token, tc.name); (err == nil) != tc.ok {
-			t.Errorf("%s as %s: %v", tc.token, tc.name, err)
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t, offer("h100", TierUK, 250, 64))
+		r, _ := e.m.Rent(context.Background(), owner, api.RentRequest{GPUModelID: "h100", TierID: TierUK, Name: "rented-1"})
+		for _, tc := range []struct {
+			token, name string
+			ok          bool
+		}{
+			{"tok1", "rented-1", true},
+			{"tok1", "other", false},
+			{"tokX", "rented-1", false},
+			{"tokX", "other", true},
+		} {
+			if err := e.m.CheckWorker("org1", tc.token, tc.name); (err == nil) != tc.ok {
+				t.Errorf("%s as %s: %v", tc.token, tc.name, err)
+			}
 		}
-	}
-	_, _ = e.m.Stop(context.Background(), "org1", r.ID)
-	if err := e.m.CheckWorker("org1", "tok1", "rented-1"); err == nil {
-		t.Error("a stopped rental's token connected")
-	}
+		_, _ = e.m.Stop(context.Background(), "org1", r.ID)
+		if err := e.m.CheckWorker("org1", "tok1", "rented-1"); err == nil {
+			t.Error("a stopped rental's token connected")
+		}
+	})
 }
 
 func TestCatalogue(t *testing.T) {
-	e := newEnv(t, offer("h100", TierUKSovereign, 300, 64), offer("h100", TierGlobal, 200, 0), offer("a100", TierAdequacy, 90, 32))
-	e.prov.offers = append(e.prov.offers, func() Offer { o := offer("a100", TierGlobal, 5000, 16); o.Currency = "USD"; return o }())
-	e.acct.set(func(s *api.OrgSettings) { f := TierAdequacy; s.JurisdictionFloor = &f })
-	cat := e.m.Catalogue(context.Background(), "org1")
-	if len(cat) != 2 || cat[0].GPUModelID != "a100" || cat[1].GPUModelID != "h100" {
-		t.Fatalf("catalogue %+v", cat)
-	}
-	h := cat[1].Tiers
-	if len(h) != 4 || h[0].TierID != TierUKSovereign || h[0].PricePerHourGBP != 300 || *h[0].MaxRAMGB != 64 || !h[0].Allowed {
-		t.Fatalf("h100 tiers %+v", h)
-	}
-	if g := h[3]; g.TierID != TierGlobal || g.PricePerHourGBP != 200 || g.MaxRAMGB != nil || g.Allowed {
-		t.Fatalf("h100 global %+v", g)
-	}
-	a := cat[0].Tiers
-	// The USD machine is $50 at 0.8 = £40; the adequacy machine at £0.90
-	// also satisfies global, and is cheaper.
-	if len(a) != 2 || a[0].TierID != TierAdequacy || a[0].PricePerHourGBP != 90 || a[1].PricePerHourGBP != 90 || *a[1].MaxRAMGB != 32 {
-		t.Fatalf("a100 tiers %+v", a)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t, offer("h100", TierUKSovereign, 300, 64), offer("h100", TierGlobal, 200, 0), offer("a100", TierAdequacy, 90, 32))
+		e.prov.offers = append(e.prov.offers, func() Offer { o := offer("a100", TierGlobal, 5000, 16); o.Currency = "USD"; return o }())
+		e.acct.set(func(s *api.OrgSettings) { f := TierAdequacy; s.JurisdictionFloor = &f })
+		cat := e.m.Catalogue(context.Background(), "org1")
+		if len(cat) != 2 || cat[0].GPUModelID != "a100" || cat[1].GPUModelID != "h100" {
+			t.Fatalf("catalogue %+v", cat)
+		}
+		h := cat[1].Tiers
+		if len(h) != 4 || h[0].TierID != TierUKSovereign || h[0].PricePerHourGBP != 300 || *h[0].MaxRAMGB != 64 || !h[0].Allowed {
+			t.Fatalf("h100 tiers %+v", h)
+		}
+		if g := h[3]; g.TierID != TierGlobal || g.PricePerHourGBP != 200 || g.MaxRAMGB != nil || g.Allowed {
+			t.Fatalf("h100 global %+v", g)
+		}
+		a := cat[0].Tiers
+		// The USD machine is $50 at 0.8 = £40; the adequacy machine at £0.90
+		// also satisfies global, and is cheaper.
+		if len(a) != 2 || a[0].TierID != TierAdequacy || a[0].PricePerHourGBP != 90 || a[1].PricePerHourGBP != 90 || *a[1].MaxRAMGB != 32 {
+			t.Fatalf("a100 tiers %+v", a)
+		}
+	})
 }
 
 // A rental whose connected event was lost starts all the same, at the
 // time the fleet says its worker connected.
 func TestConnectionWithoutItsEvent(t *testing.T) {
-	e := newEnv(t, offer("h100", TierUK, 250, 64))
-	r, _ := e.m.Rent(context.Background(), owner, api.RentRequest{GPUModelID: "h100", TierID: TierUK})
-	e.clock.Add(time.Minute)
-	at := e.clock.Now()
-	e.fleet.workers = []api.Worker{{WorkerID: r.WorkerID, WorkerName: r.Name, Status: api.StatusHealthy, ConnectedAt: &at}}
-	e.clock.Add(time.Minute)
-	e.m.tick(context.Background(), map[string]time.Time{})
-	if g, _ := e.m.Get("org1", r.ID); g.Status != api.RentalRunning || g.StartedAt == nil || !g.StartedAt.Equal(at) || g.SecondsBilled != 60 {
-		t.Fatalf("%+v", g)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t, offer("h100", TierUK, 250, 64))
+		r, _ := e.m.Rent(context.Background(), owner, api.RentRequest{GPUModelID: "h100", TierID: TierUK})
+		time.Sleep(time.Minute)
+		at := time.Now()
+		e.fleet.workers = []api.Worker{{WorkerID: r.WorkerID, WorkerName: r.Name, Status: api.StatusHealthy, ConnectedAt: &at}}
+		time.Sleep(time.Minute)
+		e.m.tick(context.Background(), map[string]time.Time{})
+		if g, _ := e.m.Get("org1", r.ID); g.Status != api.RentalRunning || g.StartedAt == nil || !g.StartedAt.Equal(at) || g.SecondsBilled != 60 {
+			t.Fatalf("%+v", g)
+		}
+	})
 }

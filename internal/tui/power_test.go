@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/charmbracelet/colorprofile"
@@ -220,21 +221,23 @@ func TestTeaPower(t *testing.T) {
 		{"gaps", 2, "gpu-b  o gpu0  + cpu  x system"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			fake := newFake()
-			tm := startTea(t, fake, 160, 45)
-			waitFor(t, tm, "local-sim")
-			send(tm, "tab")
-			for range tc.downs {
-				send(tm, "down")
-			}
-			waitFor(t, tm, tc.want)
-			m := quit(t, tm)
-			view := m.View().Content
-			requireSize(t, view, 160, 45)
-			if !strings.Contains(view, "950 W now · 8.73 kWh today") || !strings.Contains(view, "3 of 5 reporting") {
-				t.Errorf("no fleet summary:\n%s", view)
-			}
-			golden(t, view)
+			synctest.Test(t, func(t *testing.T) {
+				fake := newFake()
+				tm := startTea(t, fake, 160, 45)
+				waitFor(t, tm, "local-sim")
+				send(tm, "tab")
+				for range tc.downs {
+					send(tm, "down")
+				}
+				waitFor(t, tm, tc.want)
+				m := quit(t, tm)
+				view := m.View().Content
+				requireSize(t, view, 160, 45)
+				if !strings.Contains(view, "950 W now · 8.73 kWh today") || !strings.Contains(view, "3 of 5 reporting") {
+					t.Errorf("no fleet summary:\n%s", view)
+				}
+				golden(t, view)
+			})
 		})
 	}
 }

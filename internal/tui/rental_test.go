@@ -3,6 +3,7 @@ package tui
 import (
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/charmbracelet/colorprofile"
@@ -204,19 +205,21 @@ func TestTeaRental(t *testing.T) {
 		}, []string{"needs compute:write to see rentals", "● live"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			fake := newFake()
-			fake.set(tc.set)
-			tm := startTea(t, fake, tc.w, tc.h)
-			waitFor(t, tm, tc.want...)
-			m := quit(t, tm)
-			view := m.View().Content
-			requireSize(t, view, tc.w, tc.h)
-			for _, w := range tc.want {
-				if !strings.Contains(view, w) {
-					t.Errorf("view lacks %q:\n%s", w, view)
+			synctest.Test(t, func(t *testing.T) {
+				fake := newFake()
+				fake.set(tc.set)
+				tm := startTea(t, fake, tc.w, tc.h)
+				waitFor(t, tm, tc.want...)
+				m := quit(t, tm)
+				view := m.View().Content
+				requireSize(t, view, tc.w, tc.h)
+				for _, w := range tc.want {
+					if !strings.Contains(view, w) {
+						t.Errorf("view lacks %q:\n%s", w, view)
+					}
 				}
-			}
-			golden(t, view)
+				golden(t, view)
+			})
 		})
 	}
 }

@@ -287,20 +287,24 @@ func (a *Agent) drain(ctx context.Context) {
 	a.draining = true
 	s, acked := a.sess, a.goAwayAcked
 	a.mu.Unlock()
-	s.SendControl(link.TypeGoAway, nil)
+	sent := s.SendControl(link.TypeGoAway, nil)
 	deadline := time.NewTimer(a.cfg.DrainTimeout)
 	defer deadline.Stop()
 	// A request the gateway sent before it read the GoAway may still be
 	// on its way: the gateway's acknowledgement comes after it on the
 	// link, so the running requests are counted once it is here. A
-	// gateway that does not acknowledge is waited for briefly.
-	select {
-	case <-acked:
-	case <-time.After(goAwayAckWait):
-	case <-deadline.C:
-		return
-	case <-ctx.Done():
-		return
+	// gateway that does not acknowledge is waited for briefly. A GoAway
+	// that found the link down is never acknowledged, so it is not waited
+	// for; a reconnect's hello says that the worker drains.
+	if sent {
+		select {
+		case <-acked:
+		case <-time.After(goAwayAckWait):
+		case <-deadline.C:
+			return
+		case <-ctx.Done():
+			return
+		}
 	}
 	a.log.Info("draining: finishing running requests", "running", s.Streams(), "timeout", a.cfg.DrainTimeout.String())
 	tick := time.NewTicker(20 * time.Millisecond)

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/svc-dev/svc/internal/api"
@@ -157,23 +158,28 @@ func newRig(t *testing.T, eng engine.Engine, cfg Config) *rig {
 		<-r.done
 		r.links.Wait()
 	})
-	r.waitWorker(func(w api.Worker) bool { return w.Status == api.StatusHealthy })
+	r.expect("healthy", func(w api.Worker) bool { return w.Status == api.StatusHealthy })
 	return r
 }
 
-func (r *rig) waitWorker(ok func(api.Worker) bool) api.Worker {
+// expect returns the worker as the fleet lists it once the agent and the
+// fleet have settled, failing the test unless ok holds.
+func (r *rig) expect(what string, ok func(api.Worker) bool) api.Worker {
 	r.t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		for _, w := range r.fleet.Workers("org") {
-			if ok(w) {
-				return w
-			}
-		}
-		if time.Now().After(deadline) {
-			r.t.Fatalf("worker never reached the state: %+v", r.fleet.Workers("org"))
-		}
-		time.Sleep(2 * time.Millisecond)
+	synctest.Wait()
+	ws := r.fleet.Workers("org")
+	if len(ws) != 1 || !ok(ws[0]) {
+		r.t.Fatalf("worker not %s: %+v", what, ws)
+	}
+	return ws[0]
+}
+
+// running waits for the engine to have started a request.
+func running(t *testing.T, eng *stubEngine) {
+	t.Helper()
+	synctest.Wait()
+	if eng.started.Load() == 0 {
+		t.Fatal("the engine has not started the request")
 	}
 }
 
@@ -208,79 +214,78 @@ func readAll(ctx context.Context, st *link.Stream) (string, *api.Result, error) 
 }
 
 func TestAgentServesAndReportsModels(t *testing.T) {
-	r := newRig(t, &stubEngine{}, Config{MaxConcurrent: 2, ModelMeta: map[string]api.Model{"m": {ContextWindow: 4096}}})
-	w := r.waitWorker(func(api.Worker) bool { return true })
-	if w.MaxConcurrent != 2 || len(w.Models) != 1 || w.Models[0].ContextWindow != 4096 {
-		t.Fatalf("worker %+v", w)
-	}
-	l, st := r.request(context.Background())
-	body, res, err := readAll(context.Background(), st)
-	if err != nil || body != `{"answer":"hi"}` || res.Status != http.StatusOK {
-		t.Fatalf("%q %+v %v", body, res, err)
-	}
-	l.Release(fleet.Succeeded)
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, &stubEngine{}, Config{MaxConcurrent: 2, ModelMeta: map[string]api.Model{"m": {ContextWindow: 4096}}})
+		w := r.expect("listed", func(api.Worker) bool { return true })
+		if w.MaxConcurrent != 2 || len(w.Models) != 1 || w.Models[0].ContextWindow != 4096 {
+			t.Fatalf("worker %+v", w)
+		}
+		l, st := r.request(context.Background())
+		body, res, err := readAll(context.Background(), st)
+		if err != nil || body != `{"answer":"hi"}` || res.Status != http.StatusOK {
+			t.Fatalf("%q %+v %v", body, res, err)
+		}
+		l.Release(fleet.Succeeded)
+	})
 }
 
 func TestAgentResumesAfterADrop(t *testing.T) {
-	eng := &stubEngine{block: make(chan struct{})}
-	r := newRig(t, eng, Config{})
-	l, st := r.request(context.Background())
-	conn := <-r.conns
-	for eng.started.Load() == 0 {
-		time.Sleep(time.Millisecond)
-	}
-	_ = conn.Close() // the link drops while the engine works
-	<-r.conns        // the agent dialled again
-	close(eng.block)
-	body, res, err := readAll(context.Background(), st)
-	if err != nil || body != `{"answer":"hi"}` || res.Status != http.StatusOK {
-		t.Fatalf("after the drop: %q %+v %v", body, res, err)
-	}
-	l.Release(fleet.Succeeded)
+	synctest.Test(t, func(t *testing.T) {
+		eng := &stubEngine{block: make(chan struct{})}
+		r := newRig(t, eng, Config{})
+		l, st := r.request(context.Background())
+		conn := <-r.conns
+		running(t, eng)
+		_ = conn.Close() // the link drops while the engine works
+		<-r.conns        // the agent dialled again
+		close(eng.block)
+		body, res, err := readAll(context.Background(), st)
+		if err != nil || body != `{"answer":"hi"}` || res.Status != http.StatusOK {
+			t.Fatalf("after the drop: %q %+v %v", body, res, err)
+		}
+		l.Release(fleet.Succeeded)
+	})
 }
 
 func TestAgentCancelReachesTheEngine(t *testing.T) {
-	eng := &stubEngine{block: make(chan struct{})}
-	r := newRig(t, eng, Config{})
-	l, st := r.request(context.Background())
-	for eng.started.Load() == 0 {
-		time.Sleep(time.Millisecond)
-	}
-	st.Reset()
-	l.Release(fleet.Neutral)
-	deadline := time.Now().Add(5 * time.Second)
-	for r.agent.active.Load() != 0 {
-		if time.Now().After(deadline) {
+	synctest.Test(t, func(t *testing.T) {
+		eng := &stubEngine{block: make(chan struct{})}
+		r := newRig(t, eng, Config{})
+		l, st := r.request(context.Background())
+		running(t, eng)
+		st.Reset()
+		l.Release(fleet.Neutral)
+		synctest.Wait()
+		if r.agent.active.Load() != 0 {
 			t.Fatal("the engine kept running after the gateway reset the stream")
 		}
-		time.Sleep(time.Millisecond)
-	}
+	})
 }
 
 func TestAgentDrainsOnStop(t *testing.T) {
-	eng := &stubEngine{block: make(chan struct{})}
-	r := newRig(t, eng, Config{DrainTimeout: 10 * time.Second})
-	l, st := r.request(context.Background())
-	for eng.started.Load() == 0 {
-		time.Sleep(time.Millisecond)
-	}
-	r.stop()
-	r.waitWorker(func(w api.Worker) bool { return w.Draining })
-	if _, err := r.fleet.Acquire(context.Background(), fleet.Need{OrgID: "org", Model: "m"}); err == nil {
-		t.Fatal("a draining worker took a new request")
-	}
-	close(eng.block)
-	body, res, err := readAll(context.Background(), st)
-	if err != nil || res.Status != http.StatusOK || body == "" {
-		t.Fatalf("request running at stop: %q %+v %v", body, res, err)
-	}
-	l.Release(fleet.Succeeded)
-	select {
-	case err := <-r.done:
-		r.done <- err
-	case <-time.After(5 * time.Second):
-		t.Fatal("agent did not return after draining")
-	}
+	synctest.Test(t, func(t *testing.T) {
+		eng := &stubEngine{block: make(chan struct{})}
+		r := newRig(t, eng, Config{DrainTimeout: 10 * time.Second})
+		l, st := r.request(context.Background())
+		running(t, eng)
+		r.stop()
+		r.expect("draining", func(w api.Worker) bool { return w.Draining })
+		if _, err := r.fleet.Acquire(context.Background(), fleet.Need{OrgID: "org", Model: "m"}); err == nil {
+			t.Fatal("a draining worker took a new request")
+		}
+		close(eng.block)
+		body, res, err := readAll(context.Background(), st)
+		if err != nil || res.Status != http.StatusOK || body == "" {
+			t.Fatalf("request running at stop: %q %+v %v", body, res, err)
+		}
+		l.Release(fleet.Succeeded)
+		select {
+		case err := <-r.done:
+			r.done <- err
+		case <-time.After(5 * time.Second):
+			t.Fatal("agent did not return after draining")
+		}
+	})
 }
 
 // A request the gateway sent just before the worker began to drain, still
@@ -288,22 +293,47 @@ func TestAgentDrainsOnStop(t *testing.T) {
 // running requests once the gateway has acknowledged the GoAway, which
 // comes after that request on the link.
 func TestAgentDrainServesARequestInFlightToIt(t *testing.T) {
-	r := newRig(t, &stubEngine{}, Config{DrainTimeout: 10 * time.Second})
-	r.gate.shut()
-	l, st := r.request(context.Background())
-	r.stop()
-	// The worker has sent its GoAway and is waiting: the request and the
-	// acknowledgement are held on the way to it.
-	r.waitWorker(func(w api.Worker) bool { return w.Draining })
-	time.Sleep(50 * time.Millisecond)
-	r.gate.release()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	body, res, err := readAll(ctx, st)
-	if err != nil || res.Status != http.StatusOK || body == "" {
-		t.Fatalf("request on its way at the drain: %q %+v %v", body, res, err)
-	}
-	l.Release(fleet.Succeeded)
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, &stubEngine{}, Config{DrainTimeout: 10 * time.Second})
+		r.gate.shut()
+		l, st := r.request(context.Background())
+		r.stop()
+		// The worker has sent its GoAway and is waiting: the request and the
+		// acknowledgement are held on the way to it.
+		r.expect("draining", func(w api.Worker) bool { return w.Draining })
+		r.gate.release()
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		body, res, err := readAll(ctx, st)
+		if err != nil || res.Status != http.StatusOK || body == "" {
+			t.Fatalf("request on its way at the drain: %q %+v %v", body, res, err)
+		}
+		l.Release(fleet.Succeeded)
+	})
+}
+
+// A worker stopped while its link is down has no GoAway acknowledgement
+// to wait for, and nothing running: it stops at once.
+func TestAgentStopsAtOnceWhileTheLinkIsDown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, err := New(Config{Gateway: "http://unused", Token: "t", Name: "box", Engines: []engine.Engine{&stubEngine{}},
+			DrainTimeout: time.Minute, Dial: func(context.Context) (link.Conn, error) { return nil, errors.New("refused") }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- a.Run(ctx) }()
+		synctest.Wait()
+		start := time.Now()
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(start); d != 0 {
+			t.Fatalf("the stop took %v", d)
+		}
+	})
 }
 
 func TestHandshakeRefusalIsPermanent(t *testing.T) {

@@ -178,7 +178,7 @@ func (a *Agent) pullModels(ctx context.Context) {
 	}
 	for _, model := range a.cfg.Pull {
 		a.report(api.WorkerEventReport{EventType: api.EventModelInstall, Detail: "installing " + model,
-			Metadata: map[string]any{"model": model, "state": "started"}})
+			Install: &api.ModelInstall{Model: model, State: api.InstallStarted}})
 		last := time.Time{}
 		err := inst.Pull(ctx, model, func(p api.PullProgress) {
 			if time.Since(last) < installProgressEvery || p.Total == 0 {
@@ -186,17 +186,17 @@ func (a *Agent) pullModels(ctx context.Context) {
 			}
 			last = time.Now()
 			a.report(api.WorkerEventReport{EventType: api.EventModelInstall, Detail: fmt.Sprintf("installing %s: %d%%", model, p.Completed*100/p.Total),
-				Metadata: map[string]any{"model": model, "state": "progress", "total": p.Total, "completed": p.Completed}})
+				Install: &api.ModelInstall{Model: model, State: api.InstallProgress, Total: p.Total, Completed: p.Completed}})
 		})
 		if err != nil {
 			a.log.Error("model install failed", "model", model, "err", err)
 			a.reportOnLink(ctx, api.WorkerEventReport{EventType: api.EventModelInstall, Detail: "install of " + model + " failed: " + err.Error(),
-				Metadata: map[string]any{"model": model, "state": "failed"}})
+				Install: &api.ModelInstall{Model: model, State: api.InstallFailed}})
 			continue
 		}
 		a.refreshModels(ctx)
 		a.reportOnLink(ctx, api.WorkerEventReport{EventType: api.EventModelInstall, Detail: "installed " + model,
-			Metadata: map[string]any{"model": model, "state": "completed"}})
+			Install: &api.ModelInstall{Model: model, State: api.InstallCompleted}})
 	}
 }
 

@@ -2,10 +2,12 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"slices"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/svc-dev/svc/internal/api"
@@ -144,7 +146,11 @@ func (e *installEngine) Pull(ctx context.Context, model string, progress func(ap
 	for i := range e.steps + 1 {
 		progress(api.PullProgress{Status: "pulling", Total: int64(e.steps), Completed: int64(i)})
 		if i < e.steps {
-			time.Sleep(e.step)
+			select {
+			case <-time.After(e.step):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 		}
 	}
 	e.mu.Lock()
@@ -159,6 +165,8 @@ type eventLog struct {
 	mu     sync.Mutex
 	events []api.WorkerEvent
 	at     []time.Time
+	// completed is closed when an install's completed event comes.
+	completed chan struct{}
 }
 
 func (l *eventLog) RecordEvent(_ string, ev api.WorkerEvent) {
@@ -166,9 +174,12 @@ func (l *eventLog) RecordEvent(_ string, ev api.WorkerEvent) {
 		return
 	}
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	l.events = append(l.events, ev)
 	l.at = append(l.at, time.Now())
-	l.mu.Unlock()
+	if ev.Install != nil && ev.Install.State == api.InstallCompleted {
+		close(l.completed)
+	}
 }
 
 func (l *eventLog) states() []string {
@@ -176,8 +187,11 @@ func (l *eventLog) states() []string {
 	defer l.mu.Unlock()
 	var out []string
 	for _, ev := range l.events {
-		s, _ := ev.Metadata["state"].(string)
-		out = append(out, s)
+		if ev.Install == nil {
+			out = append(out, "")
+			continue
+		}
+		out = append(out, ev.Install.State)
 	}
 	return out
 }
@@ -185,7 +199,7 @@ func (l *eventLog) states() []string {
 // runPulls runs an agent that installs models, connecting after
 // dialDelay, until the test ends.
 func runPulls(t *testing.T, eng engine.Engine, models []string, dialDelay time.Duration) (*fleet.Fleet, *eventLog) {
-	log := &eventLog{}
+	log := &eventLog{completed: make(chan struct{})}
 	f := fleet.New(fleet.Config{Grace: 5 * time.Second, Hold: time.Second, Events: log})
 	var links sync.WaitGroup
 	cfg := Config{Gateway: "http://unused", Token: "t", Name: "box", Engines: []engine.Engine{eng}, Pull: models,
@@ -218,17 +232,6 @@ func runPulls(t *testing.T, eng engine.Engine, models []string, dialDelay time.D
 	return f, log
 }
 
-func waitFor(t *testing.T, what string, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func healthy(f *fleet.Fleet) bool {
 	ws := f.Workers("org")
 	return len(ws) == 1 && ws[0].Status == api.StatusHealthy
@@ -237,48 +240,59 @@ func healthy(f *fleet.Fleet) bool {
 // Install progress goes to the gateway at most once a second, and the
 // completed event ends it with the model already listed.
 func TestPullProgressOnceASecond(t *testing.T) {
-	eng := &installEngine{start: make(chan struct{}), step: 10 * time.Millisecond, steps: 150}
-	f, log := runPulls(t, eng, []string{"big"}, 0)
-	waitFor(t, "the worker to connect", func() bool { return healthy(f) })
-	close(eng.start)
-	waitFor(t, "the install to complete", func() bool { return slices.Contains(log.states(), "completed") })
-
-	// The started event goes as the worker starts, before it has
-	// connected unless it is quick: only how an install ends is sure to
-	// arrive.
-	states := log.states()
-	skip := 0
-	if states[0] == "started" {
-		skip = 1
-	}
-	if states[len(states)-1] != "completed" {
-		t.Fatalf("install events %q", states)
-	}
-	progress := states[skip : len(states)-1]
-	if n := len(progress); n < 2 || n > 3 || slices.ContainsFunc(progress, func(s string) bool { return s != "progress" }) {
-		t.Fatalf("install events %q: want 2 or 3 progress events over 1.5 s", states)
-	}
-	log.mu.Lock()
-	for i := skip + 1; i < len(states)-1; i++ {
-		if gap := log.at[i].Sub(log.at[i-1]); gap < 900*time.Millisecond {
-			t.Errorf("progress events %v apart", gap)
+	synctest.Test(t, func(t *testing.T) {
+		eng := &installEngine{start: make(chan struct{}), step: 10 * time.Millisecond, steps: 150}
+		f, log := runPulls(t, eng, []string{"big"}, 0)
+		synctest.Wait()
+		if !healthy(f) {
+			t.Fatalf("the worker has not connected: %+v", f.Workers("org"))
 		}
-	}
-	first := log.events[skip].Metadata
-	log.mu.Unlock()
-	if first["total"] != float64(150) || first["model"] != "big" {
-		t.Errorf("progress metadata %v", first)
-	}
-	ws := f.Workers("org")
-	if !slices.ContainsFunc(ws[0].Models, func(m api.Model) bool { return m.ID == "big" }) {
-		t.Errorf("the installed model is not listed: %+v", ws[0].Models)
-	}
+		close(eng.start)
+		<-log.completed
+
+		// The started event goes as the worker starts, before it has
+		// connected unless it is quick: only how an install ends is sure to
+		// arrive.
+		states := log.states()
+		skip := 0
+		if states[0] == "started" {
+			skip = 1
+		}
+		if states[len(states)-1] != "completed" {
+			t.Fatalf("install events %q", states)
+		}
+		progress := states[skip : len(states)-1]
+		if n := len(progress); n < 2 || n > 3 || slices.ContainsFunc(progress, func(s string) bool { return s != "progress" }) {
+			t.Fatalf("install events %q: want 2 or 3 progress events over 1.5 s", states)
+		}
+		log.mu.Lock()
+		for i := skip + 1; i < len(states)-1; i++ {
+			if gap := log.at[i].Sub(log.at[i-1]); gap < 900*time.Millisecond {
+				t.Errorf("progress events %v apart", gap)
+			}
+		}
+		first := log.events[skip]
+		log.mu.Unlock()
+		if in := first.Install; in == nil || *in != (api.ModelInstall{Model: "big", State: api.InstallProgress, Total: 150}) {
+			t.Errorf("progress %+v", in)
+		}
+		// The events API shows the install as its metadata.
+		if b, _ := json.Marshal(first.Metadata); string(b) != `{"completed":0,"model":"big","state":"progress","total":150}` {
+			t.Errorf("progress metadata %s", b)
+		}
+		ws := f.Workers("org")
+		if !slices.ContainsFunc(ws[0].Models, func(m api.Model) bool { return m.ID == "big" }) {
+			t.Errorf("the installed model is not listed: %+v", ws[0].Models)
+		}
+	})
 }
 
 // An install that ends before the worker first connects is still
 // reported: the gateway waits for it to call a rental ready.
 func TestPullCompletedBeforeConnecting(t *testing.T) {
-	eng := &installEngine{}
-	_, log := runPulls(t, eng, []string{"small"}, 300*time.Millisecond)
-	waitFor(t, "the completed event", func() bool { return slices.Contains(log.states(), "completed") })
+	synctest.Test(t, func(t *testing.T) {
+		eng := &installEngine{}
+		_, log := runPulls(t, eng, []string{"small"}, 300*time.Millisecond)
+		<-log.completed
+	})
 }

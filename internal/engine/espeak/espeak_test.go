@@ -223,15 +223,20 @@ func TestServe(t *testing.T) {
 func TestServeCancelled(t *testing.T) {
 	e, dir := fakeEspeak(t, "exec sleep 30")
 	ctx, cancel := context.WithCancel(context.Background())
+	cancelled := make(chan struct{})
+	defer func() { <-cancelled }()
 	go func() {
-		// Cancel once espeak-ng has started: it saves its args first.
-		for {
+		defer close(cancelled)
+		defer cancel()
+		// Cancel once espeak-ng, a process of its own, has started: it
+		// saves its args first.
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
 			if _, err := os.Stat(filepath.Join(dir, "args")); err == nil {
-				break
+				return
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
-		cancel()
 	}()
 	start := time.Now()
 	res := e.Serve(ctx, speechRequest(t, api.SpeechParams{Input: "hi", Voice: "en-us"}), &sink{})

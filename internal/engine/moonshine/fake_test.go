@@ -13,6 +13,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -121,6 +122,7 @@ func fakeRunner(script string, args []string) int {
 			fmt.Fprintln(os.Stderr, "fatal: out of memory")
 			return 3
 		case doHang:
+			note(script, "hangs")
 			time.Sleep(time.Hour)
 		case doWrongID:
 			out.Encode(reply{ID: req.ID + 1})
@@ -194,7 +196,25 @@ func fakeEngine(t *testing.T, start string, size string) (*Engine, string) {
 // starts is how many times the fake runner of the install in dir started.
 func starts(t *testing.T, dir string) int {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(dir, "starts"))
+	return noted(t, dir, "starts")
+}
+
+// note adds a line to the file name next to the fake runner's script.
+func note(script, name string) {
+	f, err := os.OpenFile(filepath.Join(filepath.Dir(script), name), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return
+	}
+	fmt.Fprintln(f)
+	f.Close()
+}
+
+// noted is how many lines the fake runners of the install in dir wrote to
+// the file name.
+func noted(t *testing.T, dir, name string) int {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, name))
 	if errors.Is(err, os.ErrNotExist) {
 		return 0
 	}
@@ -202,6 +222,35 @@ func starts(t *testing.T, dir string) int {
 		t.Fatal(err)
 	}
 	return bytes.Count(data, []byte("\n"))
+}
+
+// waitUntil polls cond, about the fake runner, a process of its own,
+// until it holds.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// waitQueued waits until n requests wait for e's runner: as many
+// goroutines are parked in its acquire.
+func waitQueued(t *testing.T, e *Engine, n int) {
+	t.Helper()
+	frame := []byte(fmt.Sprintf("moonshine.(*Engine).acquire(%p", e))
+	waitUntil(t, fmt.Sprintf("%d requests to queue", n), func() bool {
+		buf := make([]byte, 1<<20)
+		for {
+			if k := runtime.Stack(buf, true); k < len(buf) {
+				return bytes.Count(buf[:k], frame) >= n
+			}
+			buf = make([]byte, 2*len(buf))
+		}
+	})
 }
 
 // clip is a WAV of seconds of silence at rate, whose first sample tells

@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -179,7 +180,9 @@ func (r *runner) send(req request, samples []float32) error {
 // read decodes the runner's next line into v.
 func (r *runner) read(v any) error {
 	if !r.lines.Scan() {
-		if err := r.lines.Err(); err != nil {
+		// Wait closes the pipe once the runner has exited: a read it
+		// overtakes finds the file closed, not the end of the output.
+		if err := r.lines.Err(); err != nil && !errors.Is(err, os.ErrClosed) {
 			return fmt.Errorf("read runner: %w", err)
 		}
 		return errors.New("the runner closed its output")

@@ -355,10 +355,7 @@ func TestServeQueues(t *testing.T) {
 		res, _ := serve(t, hung, e, transcription(t, api.TranscriptionParams{}, clip(t, 16000, 1, doHang)))
 		first <- res
 	}()
-	// Wait for the hung request to hold the runner.
-	for starts(t, dir) == 0 {
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitUntil(t, "the hung request to hold the runner", func() bool { return noted(t, dir, "hangs") == 1 })
 
 	queued, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
@@ -373,7 +370,7 @@ func TestServeQueues(t *testing.T) {
 			results[i], _ = serve(t, context.Background(), e, transcription(t, api.TranscriptionParams{}, clip(t, 16000, 1, doAnswer)))
 		})
 	}
-	time.Sleep(100 * time.Millisecond)
+	waitQueued(t, e, 3)
 	cancelHung()
 	if res := <-first; res.Status != 499 {
 		t.Errorf("hung request: %d %+v, want 499", res.Status, res.Error)
@@ -404,7 +401,7 @@ func TestClose(t *testing.T) {
 		res, _ := serve(t, ctx, e, transcription(t, api.TranscriptionParams{}, clip(t, 16000, 1, doHang)))
 		running <- res
 	}()
-	time.Sleep(100 * time.Millisecond)
+	waitUntil(t, "the runner to hang on the request", func() bool { return noted(t, dir, "hangs") == 1 })
 	closeCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := e.Close(closeCtx); err != nil {

@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -89,14 +91,32 @@ type received struct {
 // fake is a test server with a recorder. Handlers are keyed by path.
 type fake struct {
 	*httptest.Server
-	mu   sync.Mutex
-	reqs []received
+	// client reaches the server; nil for one on loopback.
+	client *http.Client
+	mu     sync.Mutex
+	reqs   []received
 }
 
 func newFake(t *testing.T, routes map[string]http.HandlerFunc) *fake {
 	t.Helper()
 	f := &fake{}
-	f.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	f.Server = httptest.NewServer(f.handler(routes))
+	t.Cleanup(f.Close)
+	return f
+}
+
+// newMemFake is newFake served over in-memory connections, for tests in
+// a synctest bubble; f.engine reaches it.
+func newMemFake(t *testing.T, routes map[string]http.HandlerFunc) *fake {
+	t.Helper()
+	f := &fake{}
+	m := newMemServer(t, f.handler(routes))
+	f.Server, f.client = m.Server, m.client
+	return f
+}
+
+func (f *fake) handler(routes map[string]http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		f.mu.Lock()
 		f.reqs = append(f.reqs, received{Method: r.Method, Path: r.URL.Path, RemoteAddr: r.RemoteAddr, Header: r.Header.Clone(), Body: body})
@@ -107,10 +127,96 @@ func newFake(t *testing.T, routes map[string]http.HandlerFunc) *fake {
 			return
 		}
 		h(w, r)
-	}))
-	t.Cleanup(f.Close)
-	return f
+	})
 }
+
+// engine is an engine of the fake's server.
+func (f *fake) engine(t *testing.T) *Engine {
+	t.Helper()
+	return newEngineWith(t, f.URL, f.client)
+}
+
+// memServer is a test server reached over in-memory connections. In a
+// synctest bubble a goroutine reading a socket is not durably blocked, so
+// the bubble's clock would stand still while a request is in flight; one
+// reading a net.Pipe is.
+type memServer struct {
+	*httptest.Server
+	client *http.Client
+}
+
+func newMemServer(t *testing.T, h http.Handler) *memServer {
+	t.Helper()
+	ln := &memListener{conns: make(chan net.Conn), closed: make(chan struct{})}
+	srv := httptest.NewUnstartedServer(h)
+	srv.Listener = ln
+	srv.Start()
+	tr := defaultClient().Transport.(*http.Transport)
+	tr.Proxy, tr.DialContext = nil, ln.dial
+	t.Cleanup(func() {
+		srv.Close()
+		tr.CloseIdleConnections()
+	})
+	return &memServer{Server: srv, client: &http.Client{Transport: tr}}
+}
+
+// engine is an engine of the server.
+func (m *memServer) engine(t *testing.T) *Engine {
+	t.Helper()
+	return newEngineWith(t, m.URL, m.client)
+}
+
+// memListener accepts the connections its dial makes: each a net.Pipe
+// with an address of its own, so a server tells them apart as it would
+// sockets.
+type memListener struct {
+	conns  chan net.Conn
+	closed chan struct{}
+	once   sync.Once
+	n      atomic.Int64
+}
+
+func (l *memListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.closed:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *memListener) Close() error {
+	l.once.Do(func() { close(l.closed) })
+	return nil
+}
+
+func (l *memListener) Addr() net.Addr { return memAddr("fake-server") }
+
+func (l *memListener) dial(ctx context.Context, _, _ string) (net.Conn, error) {
+	client, server := net.Pipe()
+	c := addrConn{server, memAddr(fmt.Sprintf("pipe-%d", l.n.Add(1)))}
+	select {
+	case l.conns <- c:
+		return client, nil
+	case <-l.closed:
+		return nil, net.ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+type memAddr string
+
+func (a memAddr) Network() string { return "mem" }
+func (a memAddr) String() string  { return string(a) }
+
+// addrConn is a connection with a remote address of its own.
+type addrConn struct {
+	net.Conn
+	remote net.Addr
+}
+
+func (c addrConn) RemoteAddr() net.Addr { return c.remote }
 
 func (f *fake) requests() []received {
 	f.mu.Lock()
@@ -140,13 +246,15 @@ func jsonHandler(status int, body string) http.HandlerFunc {
 }
 
 // sseHandler streams the given raw SSE text pieces, flushing after each,
-// with gap between them.
+// each gap after the one before and the first gap after the headers: the
+// time to a first token, which on a synctest clock is otherwise none.
 func sseHandler(gap time.Duration, pieces ...string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.WriteHeader(http.StatusOK)
-		for i, p := range pieces {
-			if i > 0 && gap > 0 {
+		w.(http.Flusher).Flush()
+		for _, p := range pieces {
+			if gap > 0 {
 				time.Sleep(gap)
 			}
 			io.WriteString(w, p)
@@ -210,7 +318,14 @@ func (s *sink) got() [][]byte {
 
 func newEngine(t *testing.T, base string) *Engine {
 	t.Helper()
-	e, err := New(Config{BaseURL: base})
+	return newEngineWith(t, base, nil)
+}
+
+// newEngineWith is an engine whose requests go through client (the
+// default client when nil).
+func newEngineWith(t *testing.T, base string, client *http.Client) *Engine {
+	t.Helper()
+	e, err := New(Config{BaseURL: base, HTTPClient: client})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,6 @@ import (
 	"reflect"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/audio"
@@ -177,13 +176,14 @@ func TestSpeechErrors(t *testing.T) {
 	})
 
 	t.Run("cancelled", func(t *testing.T) {
-		release := make(chan struct{})
+		release, streaming := make(chan struct{}), make(chan struct{})
 		defer close(release)
 		f := newFake(t, map[string]http.HandlerFunc{speechPath: func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "audio/wav")
 			w.WriteHeader(200)
 			io.WriteString(w, "RIFF")
 			w.(http.Flusher).Flush()
+			close(streaming)
 			select {
 			case <-r.Context().Done():
 			case <-release:
@@ -191,7 +191,7 @@ func TestSpeechErrors(t *testing.T) {
 		}})
 		ctx, cancel := context.WithCancel(t.Context())
 		var s sink
-		go func() { time.Sleep(30 * time.Millisecond); cancel() }()
+		go func() { <-streaming; cancel() }()
 		wantStatus(t, newEngine(t, f.URL).Serve(ctx, speechReq(t, api.SpeechParams{Input: "Hi"}), &s), 499)
 	})
 }

@@ -9,81 +9,84 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/svc-dev/svc/internal/api"
 )
 
 func TestStreamVLLM(t *testing.T) {
-	const gap = 3 * time.Millisecond
-	f := newFake(t, map[string]http.HandlerFunc{
-		"/v1/chat/completions": sseHandler(gap, append(frames(vllmRole, vllmReasoning, vllmContent1, vllmContent2, vllmFinish, vllmUsage), done)...),
-	})
-	var s sink
-	r := newEngine(t, f.URL).Serve(context.Background(), chatReq(true, chatRequest), &s)
-	wantStatus(t, r, 200)
+	synctest.Test(t, func(t *testing.T) {
+		const gap = 3 * time.Millisecond
+		f := newMemFake(t, map[string]http.HandlerFunc{
+			"/v1/chat/completions": sseHandler(gap, append(frames(vllmRole, vllmReasoning, vllmContent1, vllmContent2, vllmFinish, vllmUsage), done)...),
+		})
+		var s sink
+		r := f.engine(t).Serve(context.Background(), chatReq(true, chatRequest), &s)
+		wantStatus(t, r, 200)
 
-	// What the engine was sent: streaming with usage forced, everything
-	// else as the client wrote it.
-	sent := f.last(t, "/v1/chat/completions")
-	body := decode(t, sent.Body)
-	if body["stream"] != true {
-		t.Errorf("stream = %v", body["stream"])
-	}
-	if want := map[string]any{"include_usage": true, "continuous_usage_stats": false}; !reflect.DeepEqual(body["stream_options"], want) {
-		t.Errorf("stream_options = %v, want %v", body["stream_options"], want)
-	}
-	if want := map[string]any{"keep": []any{1.0, 2.0, 3.0}}; !reflect.DeepEqual(body["x_custom"], want) {
-		t.Errorf("unknown field x_custom = %v", body["x_custom"])
-	}
-	if !bytes.Contains(sent.Body, []byte(`"hi <there>"`)) {
-		t.Errorf("message text re-escaped: %s", sent.Body)
-	}
-	if got := sent.Header.Get("Accept"); got != "text/event-stream" {
-		t.Errorf("Accept = %q", got)
-	}
-
-	events := s.got()
-	if len(events) != 5 {
-		t.Fatalf("got %d events, want 5 (the usage chunk is not forwarded):\n%s", len(events), bytes.Join(events, []byte("\n")))
-	}
-	// Chunks with nothing to normalise go through byte for byte.
-	for i, want := range map[int]string{0: vllmRole, 2: vllmContent1, 3: vllmContent2, 4: vllmFinish} {
-		if string(events[i]) != want {
-			t.Errorf("event %d changed:\n got %s\nwant %s", i, events[i], want)
+		// What the engine was sent: streaming with usage forced, everything
+		// else as the client wrote it.
+		sent := f.last(t, "/v1/chat/completions")
+		body := decode(t, sent.Body)
+		if body["stream"] != true {
+			t.Errorf("stream = %v", body["stream"])
 		}
-	}
-	reasoning := decode(t, events[1])
-	delta := path(reasoning, "choices", 0, "delta")
-	if want := map[string]any{"reasoning": "The user greets.", "reasoning_content": "The user greets."}; !reflect.DeepEqual(delta, want) {
-		t.Errorf("delta = %v, want %v", delta, want)
-	}
-	orig := decode(t, []byte(vllmReasoning))
-	orig["choices"].([]any)[0].(map[string]any)["delta"] = delta
-	if !reflect.DeepEqual(reasoning, orig) {
-		t.Errorf("fields lost in rewrite:\n got %v\nwant %v", reasoning, orig)
-	}
+		if want := map[string]any{"include_usage": true, "continuous_usage_stats": false}; !reflect.DeepEqual(body["stream_options"], want) {
+			t.Errorf("stream_options = %v, want %v", body["stream_options"], want)
+		}
+		if want := map[string]any{"keep": []any{1.0, 2.0, 3.0}}; !reflect.DeepEqual(body["x_custom"], want) {
+			t.Errorf("unknown field x_custom = %v", body["x_custom"])
+		}
+		if !bytes.Contains(sent.Body, []byte(`"hi <there>"`)) {
+			t.Errorf("message text re-escaped: %s", sent.Body)
+		}
+		if got := sent.Header.Get("Accept"); got != "text/event-stream" {
+			t.Errorf("Accept = %q", got)
+		}
 
-	if r.FinishReason != "stop" {
-		t.Errorf("finish = %q", r.FinishReason)
-	}
-	wantUsage := &api.Usage{PromptTokens: 12, CompletionTokens: 9, TotalTokens: 21, ReasoningTokens: ptr(4)}
-	if !reflect.DeepEqual(r.Usage, wantUsage) {
-		t.Errorf("usage = %+v, want %+v", r.Usage, wantUsage)
-	}
-	// Measured on the worker: the first token (the reasoning chunk) comes
-	// one gap after the role chunk. The arithmetic is checked exactly in
-	// TestStatsResult; the clock here depends on scheduling.
-	tm := r.Timing
-	if tm.TTFTMs == nil || *tm.TTFTMs < ms(gap) {
-		t.Errorf("ttft = %v, want >= %v", fmtp(tm.TTFTMs), ms(gap))
-	}
-	if tm.TokensPerSecond == nil || *tm.TokensPerSecond <= 0 {
-		t.Errorf("tokens/s = %v, want measured", fmtp(tm.TokensPerSecond))
-	}
-	if tm.DraftAcceptanceRate != nil {
-		t.Errorf("draft rate = %v, want unmeasured", *tm.DraftAcceptanceRate)
-	}
+		events := s.got()
+		if len(events) != 5 {
+			t.Fatalf("got %d events, want 5 (the usage chunk is not forwarded):\n%s", len(events), bytes.Join(events, []byte("\n")))
+		}
+		// Chunks with nothing to normalise go through byte for byte.
+		for i, want := range map[int]string{0: vllmRole, 2: vllmContent1, 3: vllmContent2, 4: vllmFinish} {
+			if string(events[i]) != want {
+				t.Errorf("event %d changed:\n got %s\nwant %s", i, events[i], want)
+			}
+		}
+		reasoning := decode(t, events[1])
+		delta := path(reasoning, "choices", 0, "delta")
+		if want := map[string]any{"reasoning": "The user greets.", "reasoning_content": "The user greets."}; !reflect.DeepEqual(delta, want) {
+			t.Errorf("delta = %v, want %v", delta, want)
+		}
+		orig := decode(t, []byte(vllmReasoning))
+		orig["choices"].([]any)[0].(map[string]any)["delta"] = delta
+		if !reflect.DeepEqual(reasoning, orig) {
+			t.Errorf("fields lost in rewrite:\n got %v\nwant %v", reasoning, orig)
+		}
+
+		if r.FinishReason != "stop" {
+			t.Errorf("finish = %q", r.FinishReason)
+		}
+		wantUsage := &api.Usage{PromptTokens: 12, CompletionTokens: 9, TotalTokens: 21, ReasoningTokens: ptr(4)}
+		if !reflect.DeepEqual(r.Usage, wantUsage) {
+			t.Errorf("usage = %+v, want %+v", r.Usage, wantUsage)
+		}
+		// Measured on the worker: the first token (the reasoning chunk) comes
+		// one gap after the role chunk. The arithmetic is checked exactly in
+		// TestStatsResult; the clock here depends on scheduling.
+		tm := r.Timing
+		if tm.TTFTMs == nil || *tm.TTFTMs < ms(gap) {
+			t.Errorf("ttft = %v, want >= %v", fmtp(tm.TTFTMs), ms(gap))
+		}
+		if tm.TokensPerSecond == nil || *tm.TokensPerSecond <= 0 {
+			t.Errorf("tokens/s = %v, want measured", fmtp(tm.TokensPerSecond))
+		}
+		if tm.DraftAcceptanceRate != nil {
+			t.Errorf("draft rate = %v, want unmeasured", *tm.DraftAcceptanceRate)
+		}
+	})
 }
 
 func TestStreamLlamaCpp(t *testing.T) {
@@ -147,30 +150,32 @@ func TestStreamTimings(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := newFake(t, map[string]http.HandlerFunc{
-				"/v1/chat/completions": sseHandler(time.Millisecond, append(frames(tt.payloads...), done)...),
-			})
-			r := newEngine(t, f.URL).Serve(context.Background(), chatReq(true, chatRequest), &sink{})
-			wantStatus(t, r, 200)
-			tm := r.Timing
-			checkF := func(name string, got, want *float64, measured bool) {
-				t.Helper()
-				switch {
-				case want != nil:
-					if got == nil || *got != *want {
-						t.Errorf("%s = %v, want %v", name, fmtp(got), *want)
+			synctest.Test(t, func(t *testing.T) {
+				f := newMemFake(t, map[string]http.HandlerFunc{
+					"/v1/chat/completions": sseHandler(time.Millisecond, append(frames(tt.payloads...), done)...),
+				})
+				r := f.engine(t).Serve(context.Background(), chatReq(true, chatRequest), &sink{})
+				wantStatus(t, r, 200)
+				tm := r.Timing
+				checkF := func(name string, got, want *float64, measured bool) {
+					t.Helper()
+					switch {
+					case want != nil:
+						if got == nil || *got != *want {
+							t.Errorf("%s = %v, want %v", name, fmtp(got), *want)
+						}
+					case measured:
+						if got == nil || *got <= 0 {
+							t.Errorf("%s = %v, want measured", name, fmtp(got))
+						}
+					case got != nil:
+						t.Errorf("%s = %v, want unmeasured", name, *got)
 					}
-				case measured:
-					if got == nil || *got <= 0 {
-						t.Errorf("%s = %v, want measured", name, fmtp(got))
-					}
-				case got != nil:
-					t.Errorf("%s = %v, want unmeasured", name, *got)
 				}
-			}
-			checkF("ttft", tm.TTFTMs, tt.ttft, tt.measuredTTFT)
-			checkF("tokens/s", tm.TokensPerSecond, tt.tps, tt.measTPS)
-			checkF("draft", tm.DraftAcceptanceRate, tt.draft, false)
+				checkF("ttft", tm.TTFTMs, tt.ttft, tt.measuredTTFT)
+				checkF("tokens/s", tm.TokensPerSecond, tt.tps, tt.measTPS)
+				checkF("draft", tm.DraftAcceptanceRate, tt.draft, false)
+			})
 		})
 	}
 }
@@ -433,23 +438,25 @@ func TestStreamCancel(t *testing.T) {
 }
 
 func TestCancelBeforeHeaders(t *testing.T) {
-	release := make(chan struct{})
-	defer close(release)
-	f := newFake(t, map[string]http.HandlerFunc{
-		"/v1/chat/completions": func(w http.ResponseWriter, r *http.Request) {
-			select {
-			case <-r.Context().Done():
-			case <-release:
-			}
-		},
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		defer close(release)
+		f := newMemFake(t, map[string]http.HandlerFunc{
+			"/v1/chat/completions": func(w http.ResponseWriter, r *http.Request) {
+				select {
+				case <-r.Context().Done():
+				case <-release:
+				}
+			},
+		})
+		e := f.engine(t)
+		for _, stream := range []bool{true, false} {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+			r := e.Serve(ctx, chatReq(stream, chatRequest), &sink{})
+			cancel()
+			wantStatus(t, r, 499)
+		}
 	})
-	e := newEngine(t, f.URL)
-	for _, stream := range []bool{true, false} {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-		r := e.Serve(ctx, chatReq(stream, chatRequest), &sink{})
-		cancel()
-		wantStatus(t, r, 499)
-	}
 }
 
 func TestStreamJSONAnswer(t *testing.T) {
@@ -476,26 +483,28 @@ func TestStreamJSONAnswer(t *testing.T) {
 }
 
 func TestStreamDrainsForReuse(t *testing.T) {
-	// After [DONE] the adapter reads the end of the body, so consecutive
-	// requests share one connection.
-	f := newFake(t, map[string]http.HandlerFunc{
-		"/v1/chat/completions": func(w http.ResponseWriter, r *http.Request) {
-			sseHandler(0, append(frames(vllmContent1, vllmFinish, vllmUsage), done)...)(w, r)
-			// The end of the body comes a moment after [DONE].
-			time.Sleep(2 * time.Millisecond)
-		},
+	synctest.Test(t, func(t *testing.T) {
+		// After [DONE] the adapter reads the end of the body, so consecutive
+		// requests share one connection.
+		f := newMemFake(t, map[string]http.HandlerFunc{
+			"/v1/chat/completions": func(w http.ResponseWriter, r *http.Request) {
+				sseHandler(0, append(frames(vllmContent1, vllmFinish, vllmUsage), done)...)(w, r)
+				// The end of the body comes a moment after [DONE].
+				time.Sleep(2 * time.Millisecond)
+			},
+		})
+		e := f.engine(t)
+		for range 3 {
+			wantStatus(t, e.Serve(context.Background(), chatReq(true, chatRequest), &sink{}), 200)
+		}
+		conns := map[string]bool{}
+		for _, r := range f.requests() {
+			conns[r.RemoteAddr] = true
+		}
+		if len(conns) != 1 {
+			t.Fatalf("%d connections for 3 sequential requests", len(conns))
+		}
 	})
-	e := newEngine(t, f.URL)
-	for range 3 {
-		wantStatus(t, e.Serve(context.Background(), chatReq(true, chatRequest), &sink{}), 200)
-	}
-	conns := map[string]bool{}
-	for _, r := range f.requests() {
-		conns[r.RemoteAddr] = true
-	}
-	if len(conns) != 1 {
-		t.Fatalf("%d connections for 3 sequential requests", len(conns))
-	}
 }
 
 func fmtp(p *float64) any {

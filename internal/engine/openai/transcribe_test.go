@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/svc-dev/svc/internal/api"
@@ -80,59 +81,57 @@ func TestTranscriptionForm(t *testing.T) {
 // holding no more than what is in flight, and deliver every byte once the
 // server reads on.
 func TestTranscriptionStreams(t *testing.T) {
-	const size, hold = 20 << 20, 1 << 20
-	paused, release := make(chan struct{}), make(chan struct{})
-	gotc := make(chan formGot, 1)
-	srv := newStreamServer(t, func(w http.ResponseWriter, r *http.Request) {
-		held := false
-		got, err := readForm(r, func(n int64) {
-			if n >= hold && !held {
-				held = true
-				close(paused)
-				<-release
+	synctest.Test(t, func(t *testing.T) {
+		const size, hold = 20 << 20, 1 << 20
+		paused, release := make(chan struct{}), make(chan struct{})
+		gotc := make(chan formGot, 1)
+		srv := newMemServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			held := false
+			got, err := readForm(r, func(n int64) {
+				if n >= hold && !held {
+					held = true
+					close(paused)
+					<-release
+				}
+			})
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
 			}
-		})
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		gotc <- got
-		io.WriteString(w, openaiVerbose)
-	})
+			gotc <- got
+			io.WriteString(w, openaiVerbose)
+		}))
 
-	src := newSource(t, size)
-	done := make(chan int, 1)
-	go func() {
-		var s sink
-		done <- newEngine(t, srv.URL).Serve(t.Context(), transcriptionReq(t, api.TranscriptionParams{Seconds: 600}, src), &s).Status
-	}()
-	select {
-	case <-paused:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the upload did not reach the server")
-	}
-	// Let the pipe and the socket buffers fill, then check that the
-	// adapter did not run ahead and read the file whole.
-	last := int64(-1)
-	for n := src.read.Load(); n != last; n = src.read.Load() {
-		last = n
-		time.Sleep(50 * time.Millisecond)
-	}
-	if last >= size {
-		t.Fatalf("the adapter read all %d bytes while the server held at 1 MB", last)
-	}
-	close(release)
-	select {
-	case status := <-done:
-		if status != http.StatusOK {
-			t.Fatalf("status %d", status)
+		src := newSource(t, size)
+		done := make(chan int, 1)
+		go func() {
+			var s sink
+			done <- srv.engine(t).Serve(t.Context(), transcriptionReq(t, api.TranscriptionParams{Seconds: 600}, src), &s).Status
+		}()
+		select {
+		case <-paused:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the upload did not reach the server")
 		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the upload did not finish")
-	}
-	if got := <-gotc; got.fileLen != size || got.fileSum != src.sum() {
-		t.Fatalf("the server got %d bytes, different from the %d sent", got.fileLen, size)
-	}
+		// Let the upload go as far as it can, then check that the adapter
+		// did not run ahead and read the file whole.
+		synctest.Wait()
+		if last := src.read.Load(); last >= size {
+			t.Fatalf("the adapter read all %d bytes while the server held at 1 MB", last)
+		}
+		close(release)
+		select {
+		case status := <-done:
+			if status != http.StatusOK {
+				t.Fatalf("status %d", status)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("the upload did not finish")
+		}
+		if got := <-gotc; got.fileLen != size || got.fileSum != src.sum() {
+			t.Fatalf("the server got %d bytes, different from the %d sent", got.fileLen, size)
+		}
+	})
 }
 
 // newStreamServer is a test server whose handler sees the request body as
@@ -363,53 +362,56 @@ func TestTranscriptionEndsTheUpload(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			reached := make(chan struct{})
-			srv := newStreamServer(t, func(w http.ResponseWriter, r *http.Request) {
-				buf := make([]byte, 32<<10)
-				var n int64
-				for n < hold {
-					m, err := r.Body.Read(buf)
-					n += int64(m)
-					if err != nil {
+			synctest.Test(t, func(t *testing.T) {
+				reached := make(chan struct{})
+				srv := newMemServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					buf := make([]byte, 32<<10)
+					var n int64
+					for n < hold {
+						m, err := r.Body.Read(buf)
+						n += int64(m)
+						if err != nil {
+							return
+						}
+					}
+					close(reached)
+					if tt.answer {
+						jsonHandler(413, `{"error":{"message":"Maximum content size limit exceeded","type":"invalid_request_error"}}`)(w, r)
 						return
 					}
+					// Read on until the client goes: the server notices a
+					// closed connection only through the body.
+					io.Copy(io.Discard, r.Body)
+				}))
+				ctx, cancel := context.WithCancel(t.Context())
+				defer cancel()
+				src := newSource(t, 1<<40) // more than will ever be read
+				done := make(chan int, 1)
+				go func() {
+					r := srv.engine(t).Serve(ctx, transcriptionReq(t, api.TranscriptionParams{}, src), &sink{})
+					src.ended.Store(true)
+					done <- r.Status
+				}()
+				select {
+				case <-reached:
+				case <-time.After(10 * time.Second):
+					t.Fatal("the upload did not reach the server")
 				}
-				close(reached)
-				if tt.answer {
-					jsonHandler(413, `{"error":{"message":"Maximum content size limit exceeded","type":"invalid_request_error"}}`)(w, r)
-					return
+				if !tt.answer {
+					cancel()
 				}
-				// Read on until the client goes: the server notices a
-				// closed connection only through the body.
-				io.Copy(io.Discard, r.Body)
+				select {
+				case status := <-done:
+					if status != tt.status {
+						t.Fatalf("status %d, want %d", status, tt.status)
+					}
+				case <-time.After(10 * time.Second):
+					t.Fatal("Serve did not return")
+				}
+				// Any reader still running would trip source.Read now; one
+				// left waiting fails the bubble.
+				synctest.Wait()
 			})
-			ctx, cancel := context.WithCancel(t.Context())
-			defer cancel()
-			src := newSource(t, 1<<40) // more than will ever be read
-			done := make(chan int, 1)
-			go func() {
-				r := newEngine(t, srv.URL).Serve(ctx, transcriptionReq(t, api.TranscriptionParams{}, src), &sink{})
-				src.ended.Store(true)
-				done <- r.Status
-			}()
-			select {
-			case <-reached:
-			case <-time.After(10 * time.Second):
-				t.Fatal("the upload did not reach the server")
-			}
-			if !tt.answer {
-				cancel()
-			}
-			select {
-			case status := <-done:
-				if status != tt.status {
-					t.Fatalf("status %d, want %d", status, tt.status)
-				}
-			case <-time.After(10 * time.Second):
-				t.Fatal("Serve did not return")
-			}
-			// Any reader still running would trip source.Read now.
-			time.Sleep(50 * time.Millisecond)
 		})
 	}
 }

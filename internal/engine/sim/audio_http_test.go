@@ -333,10 +333,11 @@ func TestHTTPSpeechErrors(t *testing.T) {
 func TestHTTPAudioClientCancel(t *testing.T) {
 	wav := wavClip(t, 60, 220)
 	tests := []struct {
-		name string
-		send func(ctx context.Context, url string) (*http.Response, error)
+		name  string
+		hangs bool
+		send  func(ctx context.Context, url string) (*http.Response, error)
 	}{
-		{"transcription at work", func(ctx context.Context, url string) (*http.Response, error) {
+		{"transcription at work", false, func(ctx context.Context, url string) (*http.Response, error) {
 			var b bytes.Buffer
 			mw := multipart.NewWriter(&b)
 			mw.WriteField("model", "sim-stt")
@@ -347,7 +348,7 @@ func TestHTTPAudioClientCancel(t *testing.T) {
 			req.Header.Set("Content-Type", mw.FormDataContentType())
 			return http.DefaultClient.Do(req)
 		}},
-		{"speech hang", func(ctx context.Context, url string) (*http.Response, error) {
+		{"speech hang", true, func(ctx context.Context, url string) (*http.Response, error) {
 			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/audio/speech",
 				strings.NewReader(`{"model":"sim-tts","input":"hi\nsim: hang=1"}`))
 			return http.DefaultClient.Do(req)
@@ -357,7 +358,7 @@ func TestHTTPAudioClientCancel(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			// The real clock and a factor that makes the work last over
 			// an hour: only cancellation ends the handler in time.
-			w := &watched{h: NewHandler(Config{AudioRTF: 100}), ended: make(chan struct{}, 1)}
+			w, working := busy(Config{AudioRTF: 100}, tt.hangs)
 			srv := newServer(t, w)
 			ctx, cancel := context.WithCancel(t.Context())
 			done := make(chan error, 1)
@@ -368,7 +369,7 @@ func TestHTTPAudioClientCancel(t *testing.T) {
 				}
 				done <- err
 			}()
-			time.Sleep(50 * time.Millisecond)
+			<-working
 			cancel()
 			if err := <-done; err == nil {
 				t.Fatal("the request succeeded")

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/svc-dev/svc/internal/api"
@@ -869,74 +870,72 @@ func TestColdStart(t *testing.T) {
 }
 
 func TestColdLoadSharedAndCancellable(t *testing.T) {
-	var mu sync.Mutex
-	loads := 0
-	release := make(chan struct{})
-	cfg := fixedConfig()
-	cfg.LoadTime = 777 * time.Millisecond
-	cfg.Sleep = func(ctx context.Context, d time.Duration) error {
-		if d != cfg.LoadTime {
-			return ctx.Err()
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		loads := 0
+		release := make(chan struct{})
+		cfg := fixedConfig()
+		cfg.LoadTime = 777 * time.Millisecond
+		cfg.Sleep = func(ctx context.Context, d time.Duration) error {
+			if d != cfg.LoadTime {
+				return ctx.Err()
+			}
+			mu.Lock()
+			loads++
+			mu.Unlock()
+			select {
+			case <-release:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 		}
-		mu.Lock()
-		loads++
-		mu.Unlock()
-		select {
-		case <-release:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	e := New(cfg)
-	body := chatBody(t, "sim-cold", "hi\nsim: tokens=2", nil)
+		e := New(cfg)
+		body := chatBody(t, "sim-cold", "hi\nsim: tokens=2", nil)
 
-	// A load cancelled part-way leaves the model unloaded.
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
-	res := e.Serve(ctx, &engine.Request{Kind: api.KindChat, Body: body}, &recSink{})
-	cancel()
-	if res.Status != 499 {
-		t.Fatalf("cancelled load: %d", res.Status)
-	}
-	if models, _ := e.Models(t.Context()); *models[4].Loaded {
-		t.Fatal("loaded after a cancelled load")
-	}
+		// A load cancelled part-way leaves the model unloaded.
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
+		res := e.Serve(ctx, &engine.Request{Kind: api.KindChat, Body: body}, &recSink{})
+		cancel()
+		if res.Status != 499 {
+			t.Fatalf("cancelled load: %d", res.Status)
+		}
+		if models, _ := e.Models(t.Context()); *models[4].Loaded {
+			t.Fatal("loaded after a cancelled load")
+		}
 
-	// Concurrent requests share one load.
-	var wg sync.WaitGroup
-	results := make([]*api.Result, 6)
-	for i := range results {
-		wg.Go(func() { results[i] = e.Serve(t.Context(), &engine.Request{Kind: api.KindChat, Body: body}, &recSink{}) })
-	}
-	for {
+		// Concurrent requests share one load.
+		var wg sync.WaitGroup
+		results := make([]*api.Result, 6)
+		for i := range results {
+			wg.Go(func() { results[i] = e.Serve(t.Context(), &engine.Request{Kind: api.KindChat, Body: body}, &recSink{}) })
+		}
+		synctest.Wait() // one loads, the others queue behind the load
 		mu.Lock()
-		n := loads
+		if loads != 2 {
+			t.Fatalf("%d loads started, want the cancelled one and one shared", loads)
+		}
 		mu.Unlock()
-		if n == 2 {
-			break
+		close(release)
+		wg.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		if loads != 2 {
+			t.Fatalf("%d loads, want the cancelled one and one shared", loads)
 		}
-		time.Sleep(time.Millisecond)
-	}
-	time.Sleep(10 * time.Millisecond) // let the others queue behind the load
-	close(release)
-	wg.Wait()
-	mu.Lock()
-	defer mu.Unlock()
-	if loads != 2 {
-		t.Fatalf("%d loads, want the cancelled one and one shared", loads)
-	}
-	cold := 0
-	for _, r := range results {
-		if r.Status != 200 {
-			t.Fatalf("status %d", r.Status)
+		cold := 0
+		for _, r := range results {
+			if r.Status != 200 {
+				t.Fatalf("status %d", r.Status)
+			}
+			if r.Timing.ColdStart != nil {
+				cold++
+			}
 		}
-		if r.Timing.ColdStart != nil {
-			cold++
+		if cold == 0 {
+			t.Fatal("no request reported the cold start")
 		}
-	}
-	if cold == 0 {
-		t.Fatal("no request reported the cold start")
-	}
+	})
 }
 
 func TestSpeculative(t *testing.T) {

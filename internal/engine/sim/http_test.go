@@ -360,6 +360,33 @@ type watched struct {
 	ended   chan struct{}
 }
 
+// busy is a handler of cfg on the real clock, with its requests watched,
+// and a channel that gets a value once a request is busy: the simulator
+// waits on its work, or, for a request told to hang, the handler has
+// started.
+func busy(cfg Config, hangs bool) (*watched, <-chan struct{}) {
+	c := make(chan struct{}, 1)
+	note := func() {
+		select {
+		case c <- struct{}{}:
+		default:
+		}
+	}
+	cfg.Sleep = func(ctx context.Context, d time.Duration) error {
+		note()
+		return sleep(ctx, d)
+	}
+	h := NewHandler(cfg)
+	if hangs {
+		inner := h
+		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			note()
+			inner.ServeHTTP(w, r)
+		})
+	}
+	return &watched{h: h, ended: make(chan struct{}, 1)}, c
+}
+
 func (w *watched) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	w.running.Add(1)
 	defer func() {
@@ -375,16 +402,17 @@ func TestHTTPClientCancel(t *testing.T) {
 		user      string
 		stream    bool
 		readFirst bool
+		hangs     bool
 	}{
-		{"streaming", "x\nsim: tokens=100000", true, true},
-		{"non-streaming", "x\nsim: tokens=100000", false, false},
-		{"hang", "x\nsim: hang=1", true, false},
+		{"streaming", "x\nsim: tokens=100000", true, true, false},
+		{"non-streaming", "x\nsim: tokens=100000", false, false, false},
+		{"hang", "x\nsim: hang=1", true, false, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			// The real clock, slow enough that the reply would take a
 			// minute: only cancellation can end the handler in time.
-			w := &watched{h: NewHandler(Config{TokensPerSecond: 150}), ended: make(chan struct{}, 1)}
+			w, working := busy(Config{TokensPerSecond: 150}, tt.hangs)
 			srv := newServer(t, w)
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
@@ -408,7 +436,7 @@ func TestHTTPClientCancel(t *testing.T) {
 				_, _ = io.Copy(io.Discard, resp.Body)
 			}()
 			if !tt.readFirst {
-				time.Sleep(30 * time.Millisecond)
+				<-working
 				cancel()
 			}
 			<-done

@@ -170,7 +170,7 @@ func (p *Provider) watch(ctx context.Context, in *instance, pid int) {
 			return
 		case <-t.C:
 		}
-		if d := in.meta.Deadline; d != nil && !p.cfg.Now().Before(*d) {
+		if d := in.meta.Deadline; d != nil && !time.Now().Before(*d) {
 			p.log.Info("local rental: maximum runtime reached; stopping the worker", "instance", in.id, "rental", in.meta.RentalID)
 			if err := terminate(ctx, pid, exe); err != nil {
 				if ctx.Err() == nil {

@@ -56,8 +56,6 @@ type Config struct {
 	// when zero, none when negative.
 	BootStep time.Duration
 	Logger   *slog.Logger
-	// Now is the clock; time.Now when nil.
-	Now func() time.Time
 }
 
 // DefaultBootStep is the pause between boot phases by default.
@@ -156,9 +154,6 @@ func New(cfg Config) (*Provider, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
 	}
 	if err := checkGPUs(cfg.GPUs); err != nil {
 		return nil, err
@@ -310,7 +305,7 @@ func (p *Provider) Create(ctx context.Context, l rental.Launch) (rental.Instance
 	if err != nil {
 		return rental.Instance{}, fmt.Errorf("local create: %w", err)
 	}
-	now := p.cfg.Now().UTC()
+	now := time.Now().UTC()
 	m := meta{RentalID: l.RentalID, GPUModelID: gpu.GPUModelID, TierID: gpu.TierID, Region: gpu.Region,
 		WorkerName: l.Worker.Name, Created: now}
 	if l.Worker.MaxRuntime > 0 {
