@@ -364,6 +364,7 @@ func inlineImage(raw json.RawMessage) (string, error) {
 		u = obj.URL
 	}
 	if strings.HasPrefix(u, "http://") || strings.HasPrefix(u, "https://") {
+		//lint:ignore ST1005 Ollama is a name, and the message is the client's answer
 		return "", errors.New("Ollama needs images inline: send a data:image/...;base64, URL")
 	}
 	media, data, ok := dataURL(u)

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -478,6 +477,6 @@ func TestHTTPSharedState(t *testing.T) {
 	}
 	res, _ := serve(t, e, api.KindChat, false, chatBody(t, "sim-cold", "y", nil))
 	if res.Timing.ColdStart != nil {
-		t.Fatal(fmt.Sprintf("cold again: %+v", res.Timing))
+		t.Fatalf("cold again: %+v", res.Timing)
 	}
 }
