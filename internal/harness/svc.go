@@ -88,7 +88,12 @@ func (g *Gateway) Restart(ctx context.Context) error {
 		p.Kill()
 		return fmt.Errorf("%s: %w\n%s", s.Name, err, tail(p.Output(), 3000))
 	}
-	g.Proc, g.URL, g.Addr = p, url, strings.TrimPrefix(url, "http://")
+	g.Proc = p
+	// A gateway on a fixed address keeps its URL, which clients may be
+	// reading while it restarts; only one that picks its port gets a new one.
+	if picks || g.URL == "" {
+		g.URL, g.Addr = url, strings.TrimPrefix(url, "http://")
+	}
 	return nil
 }
 
