@@ -58,6 +58,8 @@ type Server struct {
 
 	public  *listener
 	console *listener
+	// gate bounds the public listener's connections; nil for no bound.
+	gate *connGate
 }
 
 // listener is one fasthttp server and the connections it has open, so that
@@ -66,6 +68,7 @@ type listener struct {
 	srv      *fasthttp.Server
 	mux      *mux
 	inflight atomic.Int64
+	gate     *connGate // nil: unbounded
 
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
@@ -105,16 +108,23 @@ func New(d Deps) *Server {
 			consoleRoutes = append(consoleRoutes, r)
 		}
 	}
-	s.public = s.newListener(newMux(routes), false)
 	if d.MaxConns > 0 {
-		s.public.srv.Concurrency = d.MaxConns
+		s.gate = newConnGate(d.MaxConns, idleTimeout)
 	}
+	s.public = s.newListener(newMux(routes), false)
 	s.console = s.newListener(newMux(consoleRoutes), true)
 	return s
 }
 
+// idleTimeout is how long a keep-alive connection may wait for its next
+// request while the listener has room.
+const idleTimeout = 2 * time.Minute
+
 func (s *Server) newListener(m *mux, console bool) *listener {
 	l := &listener{mux: m, conns: map[net.Conn]struct{}{}}
+	if !console {
+		l.gate = s.gate
+	}
 	l.srv = &fasthttp.Server{
 		Handler: func(ctx *fasthttp.RequestCtx) {
 			l.inflight.Add(1)
@@ -144,7 +154,7 @@ func (s *Server) newListener(m *mux, console bool) *listener {
 		DisablePreParseMultipartForm: true,
 		Name:                         "svc",
 		ReadTimeout:                  2 * time.Minute,
-		IdleTimeout:                  2 * time.Minute,
+		IdleTimeout:                  idleTimeout,
 		MaxRequestBodySize:           maxBodySize,
 		ReadBufferSize:               headerLimit,
 		// A connection's 16 KB read buffer goes back to the pool once the
@@ -161,6 +171,9 @@ func (s *Server) newListener(m *mux, console bool) *listener {
 }
 
 func (l *listener) track(c net.Conn, st fasthttp.ConnState) {
+	if l.gate != nil {
+		l.gate.state(c, st)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch st {
@@ -191,7 +204,19 @@ func (l *listener) shutdown(ctx context.Context, grace time.Duration) error {
 }
 
 // ServePublic serves the public API on ln until Shutdown.
-func (s *Server) ServePublic(ln net.Listener) error { return s.public.srv.Serve(ln) }
+func (s *Server) ServePublic(ln net.Listener) error {
+	if s.gate == nil {
+		return s.public.srv.Serve(ln)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() { s.gate.reap(stop) })
+	defer func() {
+		close(stop)
+		wg.Wait()
+	}()
+	return s.public.srv.Serve(gatedListener{Listener: ln, g: s.gate})
+}
 
 // ServeConsole serves the console API on ln (the admin socket) until Shutdown.
 func (s *Server) ServeConsole(ln net.Listener) error { return s.console.srv.Serve(ln) }

@@ -1,0 +1,148 @@
+package server
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/svc-dev/svc/internal/buildinfo"
+)
+
+func TestIdleLimitShrinksUnderPressure(t *testing.T) {
+	g := newConnGate(100, 2*time.Minute)
+	tests := []struct {
+		open int
+		want time.Duration
+	}{
+		{0, 2 * time.Minute},
+		{50, 2 * time.Minute},
+		{70, 2*time.Minute - (2*time.Minute-5*time.Second)/2},
+		{90, 5 * time.Second},
+		{100, 5 * time.Second},
+	}
+	for _, tt := range tests {
+		if got := g.idleLimit(tt.open); got != tt.want {
+			t.Errorf("%d open: idle limit %s, want %s", tt.open, got, tt.want)
+		}
+	}
+}
+
+// fakeConn is a connection that only tells whether it was closed.
+type fakeConn struct {
+	net.Conn
+	closed bool
+}
+
+func (c *fakeConn) Close() error { c.closed = true; return nil }
+
+func TestExpiredIdleConnections(t *testing.T) {
+	now := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+	g := newConnGate(10, 2*time.Minute)
+	g.now = func() time.Time { return now }
+	old, fresh, busy := &fakeConn{}, &fakeConn{}, &fakeConn{}
+	for range 5 {
+		g.admit()
+	}
+	g.state(old, fasthttp.StateIdle)
+	g.state(busy, fasthttp.StateIdle)
+	g.state(busy, fasthttp.StateActive)
+	now = now.Add(90 * time.Second)
+	g.state(fresh, fasthttp.StateIdle)
+	// Half full: fasthttp's own two minutes apply.
+	if got := g.expired(); len(got) != 0 {
+		t.Fatalf("expired at half load: %v", got)
+	}
+	// Nine tenths full: five seconds.
+	for range 4 {
+		g.admit()
+	}
+	got := g.expired()
+	if len(got) != 1 || got[0] != old {
+		t.Fatalf("expired %v, want only the connection idle for 90 s", got)
+	}
+	if got := g.expired(); len(got) != 0 {
+		t.Fatalf("expired twice: %v", got)
+	}
+}
+
+// A connection over the cap is answered with the API's 503 and closed;
+// once a place frees, the next connection is served.
+func TestConnectionsOverTheCap(t *testing.T) {
+	s := &Server{log: slog.New(slog.DiscardHandler), metrics: newMetrics(buildinfo.Info{}), gate: newConnGate(2, time.Minute)}
+	s.public = s.newListener(newMux([]*route{{method: "GET", path: "/ok", access: accessPublic, handle: func(c *call) error {
+		writeJSON(c.ctx, http.StatusOK, map[string]bool{"ok": true})
+		return nil
+	}}}), false)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = s.ServePublic(ln) })
+	defer func() {
+		_ = s.public.srv.Shutdown()
+		wg.Wait()
+	}()
+
+	get := func(c net.Conn) *http.Response {
+		t.Helper()
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.WriteString(c, "GET /ok HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	dial := func() net.Conn {
+		t.Helper()
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	a, b := dial(), dial()
+	for _, c := range []net.Conn{a, b} {
+		if resp := get(c); resp.StatusCode != 200 {
+			t.Fatalf("within the cap: %d", resp.StatusCode)
+		}
+	}
+	resp := get(dial())
+	var body struct {
+		Detail string `json:"detail"`
+		Error  struct {
+			Type string `json:"type"`
+		} `json:"error"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "1" || resp.Header.Get("X-Request-Id") == "" ||
+		!resp.Close || body.Error.Type != "service_unavailable" || body.Detail == "" {
+		t.Fatalf("over the cap: %d %v %+v", resp.StatusCode, resp.Header, body)
+	}
+	// The refused connection took no place; a closed one gives its back.
+	_ = a.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c := dial()
+		if resp := get(c); resp.StatusCode == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a closed connection's place was never given back")
+		}
+	}
+}
