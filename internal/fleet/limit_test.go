@@ -1,0 +1,104 @@
+package fleet
+
+import (
+	"errors"
+	"net/http"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/limit"
+)
+
+// serveFor leases a slot for need, holds it for d and releases it with o.
+func (h *harness) serveFor(need Need, d time.Duration, o Outcome) {
+	h.t.Helper()
+	l, err := h.f.Acquire(h.ctx, need)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	time.Sleep(d)
+	l.Release(o)
+}
+
+// slots is how many requests for model worker id takes at once now.
+func (h *harness) slots(org, id, model string) int {
+	h.f.mu.Lock()
+	defer h.f.mu.Unlock()
+	return h.f.orgs[org].workers[id].slots(model)
+}
+
+// A worker whose latency rises gets fewer requests at once than its
+// max_concurrent; failed and cancelled requests teach the limit nothing,
+// and its latency falling back restores its slots.
+func TestAdaptiveLimitHoldsBackSlots(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Config{Hold: 100 * time.Millisecond, FailuresBeforeUnhealthy: 100,
+			Limit: limit.Config{Floor: 2, MinSamples: 1, Window: time.Nanosecond}})
+		fw := h.worker("o", "w", 32, chat("m"), chat("other"))
+		need := Need{OrgID: "o", Model: "m"}
+		for range 3 {
+			h.serveFor(need, 10*time.Millisecond, Succeeded)
+		}
+		if got := h.slots("o", fw.id, "m"); got != 32 {
+			t.Fatalf("slots at the no-load latency = %d, want 32", got)
+		}
+		// Slow failures and cancels say nothing of the engine's latency.
+		for range 10 {
+			h.serveFor(need, time.Second, Failed)
+			h.serveFor(need, time.Second, Neutral)
+		}
+		if got := h.slots("o", fw.id, "m"); got != 32 {
+			t.Fatalf("slots after failures = %d, want 32", got)
+		}
+		for range 10 {
+			h.serveFor(need, 40*time.Millisecond, Succeeded)
+		}
+		if got := h.slots("o", fw.id, "m"); got != 2 {
+			t.Fatalf("slots after latency quadrupled = %d, want the floor 2", got)
+		}
+		if got := h.slots("o", fw.id, "other"); got != 32 {
+			t.Fatalf("another model's slots = %d, want 32", got)
+		}
+		// Two in flight fill the limit: a third waits out the hold.
+		a, err := h.f.Acquire(h.ctx, need)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := h.f.Acquire(h.ctx, need)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		_, err = h.f.Acquire(h.ctx, need)
+		var ae *api.Error
+		if !errors.As(err, &ae) || ae.HTTPStatus() != http.StatusTooManyRequests || time.Since(start) != 100*time.Millisecond {
+			t.Fatalf("third request: %v after %v", err, time.Since(start))
+		}
+		a.Release(Neutral)
+		b.Release(Neutral)
+		for range 10 {
+			h.serveFor(need, 10*time.Millisecond, Succeeded)
+		}
+		if got := h.slots("o", fw.id, "m"); got != 32 {
+			t.Fatalf("slots after recovery = %d, want 32", got)
+		}
+	})
+}
+
+// A worker of few slots keeps them all, however slow it gets.
+func TestAdaptiveLimitKeepsSmallWorkersWhole(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Config{Limit: limit.Config{MinSamples: 1, Window: time.Nanosecond}})
+		fw := h.worker("o", "w", 4, chat("m"))
+		need := Need{OrgID: "o", Model: "m"}
+		h.serveFor(need, time.Millisecond, Succeeded)
+		for range 10 {
+			h.serveFor(need, time.Second, Succeeded)
+		}
+		if got := h.slots("o", fw.id, "m"); got != 4 {
+			t.Fatalf("slots = %d, want 4", got)
+		}
+	})
+}
