@@ -176,7 +176,7 @@ func (f *Fleet) Acquire(ctx context.Context, need Need) (*Lease, error) {
 		hold = f.cfg.Hold
 	}
 	q := o.queue(need.Model)
-	if q.l.Len() >= f.cfg.MaxQueue {
+	if q.l.Len() >= f.cfg.MaxQueue || f.backedUpLocked(o, &need, q.l.Len(), hold) {
 		err := f.capacityLocked(o, &need, q.l.Len())
 		f.mu.Unlock()
 		return nil, err
@@ -228,6 +228,20 @@ func (f *Fleet) slotsLocked(o *org, need *Need) int {
 		}
 	}
 	return slots
+}
+
+// backedUpLocked reports whether the requests already waiting for need's
+// model would not all be served within hold at the rate its slots serve:
+// a request queued behind them would wait out the hold for nothing, and
+// every request held adds to the latency of those ahead. A brief spike,
+// with a queue that drains within the hold, is still waited out.
+func (f *Fleet) backedUpLocked(o *org, need *Need, waiting int, hold time.Duration) bool {
+	avg := o.service[need.Model]
+	if waiting == 0 || avg <= 0 {
+		return false
+	}
+	slots := max(f.slotsLocked(o, need), 1)
+	return time.Duration(float64(waiting)*float64(avg)/float64(slots)) > hold
 }
 
 // capacityLocked is the 429 for a request that found every slot busy.

@@ -102,3 +102,43 @@ func TestAdaptiveLimitKeepsSmallWorkersWhole(t *testing.T) {
 		}
 	})
 }
+
+// Behind a queue that would not drain within the hold a request is
+// refused at once, with a Retry-After sized to the backlog; the first to
+// queue still waits out a brief spike.
+func TestBackedUpQueueRefusesAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Config{Hold: time.Second})
+		h.worker("o", "w", 1, chat("m"))
+		need := Need{OrgID: "o", Model: "m"}
+		h.serveFor(need, 1500*time.Millisecond, Succeeded)
+		busy, err := h.f.Acquire(h.ctx, need)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan error, 1)
+		go func() {
+			l, err := h.f.Acquire(h.ctx, need)
+			if err == nil {
+				l.Release(Succeeded)
+			}
+			got <- err
+		}()
+		synctest.Wait() // queued
+		start := time.Now()
+		_, err = h.f.Acquire(h.ctx, need)
+		var ae *api.Error
+		if !errors.As(err, &ae) || ae.Kind != api.KindCapacity || ae.QueueDepth != 1 || ae.RetryAfter != 3*time.Second {
+			t.Fatalf("err = %#v", err)
+		}
+		if waited := time.Since(start); waited != 0 {
+			t.Fatalf("refused after %v, want at once", waited)
+		}
+		// The queued request is served when the slot frees within its hold.
+		time.Sleep(500 * time.Millisecond)
+		busy.Release(Succeeded)
+		if err := <-got; err != nil {
+			t.Fatalf("queued request: %v", err)
+		}
+	})
+}
