@@ -61,6 +61,15 @@ func TestAdaptiveLimitHoldsBackSlots(t *testing.T) {
 		if got := h.slots("o", fw.id, "other"); got != 32 {
 			t.Fatalf("another model's slots = %d, want 32", got)
 		}
+		limits := map[string]int{}
+		for _, l := range h.f.ConcurrencyLimits() {
+			if l.OrgID == "o" && l.WorkerID == fw.id && l.WorkerName == "w" {
+				limits[l.Model] = l.Limit
+			}
+		}
+		if len(limits) != 2 || limits["m"] != 2 || limits["other"] != 32 {
+			t.Fatalf("ConcurrencyLimits: %v", limits)
+		}
 		// Two in flight fill the limit: a third waits out the hold.
 		a, err := h.f.Acquire(h.ctx, need)
 		if err != nil {
