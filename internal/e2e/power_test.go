@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"math"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -194,6 +195,9 @@ func TestPowerRecordedMachine(t *testing.T) {
 		if !strings.Contains(m, line) {
 			t.Errorf("metrics lack %s", line)
 		}
+	}
+	if !regexp.MustCompile(`(?m)^svc_worker_concurrency_limit\{model="[^"]+",worker_id="` + id + `",worker_name="meter-box"\} [1-9][0-9]*$`).MatchString(m) {
+		t.Errorf("metrics lack the worker's concurrency limit")
 	}
 
 	// Bad input and other organisations' workers.

@@ -114,6 +114,7 @@ func (l *Lease) Release(o Outcome) {
 		case Succeeded:
 			w.failures = 0
 			d := now.Sub(l.start)
+			f.observeLocked(w, l.model, d, now)
 			if avg, ok := l.org.service[l.model]; ok {
 				l.org.service[l.model] = (4*avg + d) / 5
 			} else {
@@ -170,8 +171,12 @@ func (f *Fleet) Acquire(ctx context.Context, need Need) (*Lease, error) {
 		f.mu.Unlock()
 		return l, nil
 	}
+	hold := need.Hold
+	if hold <= 0 {
+		hold = f.cfg.Hold
+	}
 	q := o.queue(need.Model)
-	if q.l.Len() >= f.cfg.MaxQueue {
+	if q.l.Len() >= f.cfg.MaxQueue || f.backedUpLocked(o, &need, q.l.Len(), hold) {
 		err := f.capacityLocked(o, &need, q.l.Len())
 		f.mu.Unlock()
 		return nil, err
@@ -180,10 +185,6 @@ func (f *Fleet) Acquire(ctx context.Context, need Need) (*Lease, error) {
 	wt.elem = q.l.PushBack(wt)
 	f.mu.Unlock()
 
-	hold := need.Hold
-	if hold <= 0 {
-		hold = f.cfg.Hold
-	}
 	timer := time.NewTimer(hold)
 	defer timer.Stop()
 	select {
@@ -218,15 +219,34 @@ func (f *Fleet) Acquire(ctx context.Context, need Need) (*Lease, error) {
 	return l, nil
 }
 
-// capacityLocked is the 429 for a request that found every slot busy.
-func (f *Fleet) capacityLocked(o *org, need *Need, waiting int) error {
+// slotsLocked counts the slots of the workers that could take need.
+func (f *Fleet) slotsLocked(o *org, need *Need) int {
 	slots := 0
 	for _, w := range o.workers {
 		if w.attached && !w.draining && w.fits(need) && (need.Pin == "" || w.id == need.Pin) {
-			slots += w.maxConcurrent
+			slots += w.slots(need.Model)
 		}
 	}
-	ra := retryAfter(waiting, slots, o.service[need.Model])
+	return slots
+}
+
+// backedUpLocked reports whether the requests already waiting for need's
+// model would not all be served within hold at the rate its slots serve:
+// a request queued behind them would wait out the hold for nothing, and
+// every request held adds to the latency of those ahead. A brief spike,
+// with a queue that drains within the hold, is still waited out.
+func (f *Fleet) backedUpLocked(o *org, need *Need, waiting int, hold time.Duration) bool {
+	avg := o.service[need.Model]
+	if waiting == 0 || avg <= 0 {
+		return false
+	}
+	slots := max(f.slotsLocked(o, need), 1)
+	return time.Duration(float64(waiting)*float64(avg)/float64(slots)) > hold
+}
+
+// capacityLocked is the 429 for a request that found every slot busy.
+func (f *Fleet) capacityLocked(o *org, need *Need, waiting int) error {
+	ra := retryAfter(waiting, f.slotsLocked(o, need), o.service[need.Model])
 	return &api.Error{
 		Kind: api.KindCapacity, Code: api.CodeCapacityExceeded,
 		Message:    "Every worker serving " + need.Model + " is busy; retry after the time in Retry-After",
@@ -242,7 +262,7 @@ func (f *Fleet) tryLocked(o *org, need *Need, start, now time.Time) *Lease {
 		if !f.eligibleLocked(w, need, now) {
 			continue
 		}
-		cands = append(cands, candidate{id: w.id, active: w.active, max: w.maxConcurrent, lastAssigned: w.lastAssigned})
+		cands = append(cands, candidate{id: w.id, active: w.active, max: w.slots(need.Model), lastAssigned: w.lastAssigned})
 		ws = append(ws, w)
 	}
 	affinity, _ := o.affinity.get(need.Affinity)

@@ -142,6 +142,9 @@ func (f *Fleet) Connect(ctx context.Context, orgID string, hello api.Hello, conn
 		w.connectedAt = now
 		w.active = 0
 		w.failures, w.heldUntil = 0, time.Time{}
+		// A new process may run other engines or other hardware: what
+		// the old one's latency taught does not carry over.
+		w.limits = nil
 	}
 	if w.graceTimer != nil {
 		w.graceTimer.Stop()
@@ -150,6 +153,9 @@ func (f *Fleet) Connect(ctx context.Context, orgID string, hello api.Hello, conn
 	w.name = hello.Name
 	w.version = hello.Version
 	w.maxConcurrent = hello.MaxConcurrent
+	for _, l := range w.limits {
+		l.SetCeiling(w.maxConcurrent)
+	}
 	w.models = hello.Models
 	w.engines = hello.Engines
 	w.features = hello.Features

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/limit"
 	"github.com/svc-dev/svc/internal/link"
 )
 
@@ -34,6 +35,8 @@ type Config struct {
 	MaxQueue int
 	// Heartbeat is how often workers are asked to report.
 	Heartbeat time.Duration
+	// Limit tunes the adaptive concurrency limit of each worker and model.
+	Limit limit.Config
 
 	Logger *slog.Logger
 	Events EventSink
@@ -133,7 +136,11 @@ type worker struct {
 	heartbeat    api.Heartbeat
 	graceTimer   *time.Timer
 
-	active       int
+	active int
+	// limits holds back a worker's slots for a model while its latency
+	// shows requests queueing in the engine (by model: each has its own
+	// latency). A model without one has every slot.
+	limits       map[string]*limit.Limiter
 	lastAssigned time.Time
 	failures     int
 	heldUntil    time.Time
@@ -175,6 +182,29 @@ func (f *Fleet) statusLocked(w *worker, now time.Time) string {
 	default:
 		return api.StatusHealthy
 	}
+}
+
+// slots is how many requests for model w takes at once: its
+// max_concurrent, or fewer while its adaptive limit for the model is lower.
+func (w *worker) slots(model string) int {
+	if l := w.limits[model]; l != nil {
+		return min(w.maxConcurrent, l.Limit())
+	}
+	return w.maxConcurrent
+}
+
+// observeLocked feeds the latency of a request for model that succeeded to the
+// model's limit on w.
+func (f *Fleet) observeLocked(w *worker, model string, d time.Duration, now time.Time) {
+	l := w.limits[model]
+	if l == nil {
+		if w.limits == nil {
+			w.limits = map[string]*limit.Limiter{}
+		}
+		l = limit.New(f.cfg.Limit, w.maxConcurrent, now)
+		w.limits[model] = l
+	}
+	l.Observe(now, d, w.active)
 }
 
 // usable reports whether w may take new requests at all (free slot aside).

@@ -81,6 +81,33 @@ func (f *Fleet) LivePower() []WorkerPower {
 	return out
 }
 
+// WorkerLimit is how many requests for a model a connected worker takes at
+// once now: its max_concurrent, or fewer while its latency says requests
+// are queueing in its engine.
+type WorkerLimit struct {
+	OrgID, WorkerID, WorkerName, Model string
+	Limit                              int
+}
+
+// ConcurrencyLimits lists the limit of every model of every connected
+// worker, in every organisation: for the metrics endpoint.
+func (f *Fleet) ConcurrencyLimits() []WorkerLimit {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []WorkerLimit
+	for _, o := range f.orgs {
+		for _, w := range o.workers {
+			if !w.offlineSince.IsZero() {
+				continue
+			}
+			for _, m := range w.models {
+				out = append(out, WorkerLimit{OrgID: o.id, WorkerID: w.id, WorkerName: w.name, Model: m.ID, Limit: w.slots(m.ID)})
+			}
+		}
+	}
+	return out
+}
+
 // Models lists the models the organisation's connected workers serve,
 // once each, with the metadata of the first worker (by name) serving it.
 func (f *Fleet) Models(orgID string) []api.Model {

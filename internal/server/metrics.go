@@ -10,6 +10,7 @@ import (
 	"github.com/valyala/fasthttp/fasthttpadaptor"
 
 	"github.com/svc-dev/svc/internal/buildinfo"
+	"github.com/svc-dev/svc/internal/fleet"
 )
 
 // metrics is the server's Prometheus registry. It is its own registry, not
@@ -53,3 +54,24 @@ func (m *metrics) observe(route, method string, status int, d time.Duration) {
 }
 
 func (s *Server) serveMetrics(c *call) error { return s.metrics.serve(c) }
+
+// concurrencyLimits exports each connected worker's adaptive concurrency
+// limit per model at scrape time, like liveWatts.
+type concurrencyLimits struct {
+	fleet *fleet.Fleet
+	desc  *prometheus.Desc
+}
+
+func newConcurrencyLimits(f *fleet.Fleet) *concurrencyLimits {
+	return &concurrencyLimits{fleet: f, desc: prometheus.NewDesc("svc_worker_concurrency_limit",
+		"How many requests for a model each connected worker is given at once: its max_concurrent, or fewer while its latency shows requests queueing in its engine.",
+		[]string{"worker_id", "worker_name", "model"}, nil)}
+}
+
+func (c *concurrencyLimits) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *concurrencyLimits) Collect(ch chan<- prometheus.Metric) {
+	for _, l := range c.fleet.ConcurrencyLimits() {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(l.Limit), l.WorkerID, l.WorkerName, l.Model)
+	}
+}

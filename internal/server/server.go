@@ -100,7 +100,7 @@ func New(d Deps) *Server {
 		usage: d.Usage, power: d.Power, rentals: d.Rentals, inflight: usage.NewTracker(),
 		keepalive: d.Keepalive, metrics: newMetrics(d.Build), watch: newClientWatch(200 * time.Millisecond)}
 	s.relay = relay.New(relay.Config{Fleet: d.Fleet, Usage: d.Usage, InFlight: s.inflight, Timing: d.Timing, Logger: d.Logger})
-	s.metrics.reg.MustRegister(s.power.energy, newLiveWatts(d.Fleet))
+	s.metrics.reg.MustRegister(s.power.energy, newLiveWatts(d.Fleet), newConcurrencyLimits(d.Fleet))
 	routes := s.routes()
 	var consoleRoutes []*route
 	for _, r := range routes {

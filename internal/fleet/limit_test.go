@@ -1,0 +1,153 @@
+package fleet
+
+import (
+	"errors"
+	"net/http"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/limit"
+)
+
+// serveFor leases a slot for need, holds it for d and releases it with o.
+func (h *harness) serveFor(need Need, d time.Duration, o Outcome) {
+	h.t.Helper()
+	l, err := h.f.Acquire(h.ctx, need)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	time.Sleep(d)
+	l.Release(o)
+}
+
+// slots is how many requests for model worker id takes at once now.
+func (h *harness) slots(org, id, model string) int {
+	h.f.mu.Lock()
+	defer h.f.mu.Unlock()
+	return h.f.orgs[org].workers[id].slots(model)
+}
+
+// A worker whose latency rises gets fewer requests at once than its
+// max_concurrent; failed and cancelled requests teach the limit nothing,
+// and its latency falling back restores its slots.
+func TestAdaptiveLimitHoldsBackSlots(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Config{Hold: 100 * time.Millisecond, FailuresBeforeUnhealthy: 100,
+			Limit: limit.Config{Floor: 2, MinSamples: 1, Window: time.Nanosecond}})
+		fw := h.worker("o", "w", 32, chat("m"), chat("other"))
+		need := Need{OrgID: "o", Model: "m"}
+		for range 3 {
+			h.serveFor(need, 10*time.Millisecond, Succeeded)
+		}
+		if got := h.slots("o", fw.id, "m"); got != 32 {
+			t.Fatalf("slots at the no-load latency = %d, want 32", got)
+		}
+		// Slow failures and cancels say nothing of the engine's latency.
+		for range 10 {
+			h.serveFor(need, time.Second, Failed)
+			h.serveFor(need, time.Second, Neutral)
+		}
+		if got := h.slots("o", fw.id, "m"); got != 32 {
+			t.Fatalf("slots after failures = %d, want 32", got)
+		}
+		for range 10 {
+			h.serveFor(need, 40*time.Millisecond, Succeeded)
+		}
+		if got := h.slots("o", fw.id, "m"); got != 2 {
+			t.Fatalf("slots after latency quadrupled = %d, want the floor 2", got)
+		}
+		if got := h.slots("o", fw.id, "other"); got != 32 {
+			t.Fatalf("another model's slots = %d, want 32", got)
+		}
+		limits := map[string]int{}
+		for _, l := range h.f.ConcurrencyLimits() {
+			if l.OrgID == "o" && l.WorkerID == fw.id && l.WorkerName == "w" {
+				limits[l.Model] = l.Limit
+			}
+		}
+		if len(limits) != 2 || limits["m"] != 2 || limits["other"] != 32 {
+			t.Fatalf("ConcurrencyLimits: %v", limits)
+		}
+		// Two in flight fill the limit: a third waits out the hold.
+		a, err := h.f.Acquire(h.ctx, need)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := h.f.Acquire(h.ctx, need)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		_, err = h.f.Acquire(h.ctx, need)
+		var ae *api.Error
+		if !errors.As(err, &ae) || ae.HTTPStatus() != http.StatusTooManyRequests || time.Since(start) != 100*time.Millisecond {
+			t.Fatalf("third request: %v after %v", err, time.Since(start))
+		}
+		a.Release(Neutral)
+		b.Release(Neutral)
+		for range 10 {
+			h.serveFor(need, 10*time.Millisecond, Succeeded)
+		}
+		if got := h.slots("o", fw.id, "m"); got != 32 {
+			t.Fatalf("slots after recovery = %d, want 32", got)
+		}
+	})
+}
+
+// A worker of few slots keeps them all, however slow it gets.
+func TestAdaptiveLimitKeepsSmallWorkersWhole(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Config{Limit: limit.Config{MinSamples: 1, Window: time.Nanosecond}})
+		fw := h.worker("o", "w", 4, chat("m"))
+		need := Need{OrgID: "o", Model: "m"}
+		h.serveFor(need, time.Millisecond, Succeeded)
+		for range 10 {
+			h.serveFor(need, time.Second, Succeeded)
+		}
+		if got := h.slots("o", fw.id, "m"); got != 4 {
+			t.Fatalf("slots = %d, want 4", got)
+		}
+	})
+}
+
+// Behind a queue that would not drain within the hold a request is
+// refused at once, with a Retry-After sized to the backlog; the first to
+// queue still waits out a brief spike.
+func TestBackedUpQueueRefusesAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Config{Hold: time.Second})
+		h.worker("o", "w", 1, chat("m"))
+		need := Need{OrgID: "o", Model: "m"}
+		h.serveFor(need, 1500*time.Millisecond, Succeeded)
+		busy, err := h.f.Acquire(h.ctx, need)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan error, 1)
+		go func() {
+			l, err := h.f.Acquire(h.ctx, need)
+			if err == nil {
+				l.Release(Succeeded)
+			}
+			got <- err
+		}()
+		synctest.Wait() // queued
+		start := time.Now()
+		_, err = h.f.Acquire(h.ctx, need)
+		var ae *api.Error
+		if !errors.As(err, &ae) || ae.Kind != api.KindCapacity || ae.QueueDepth != 1 || ae.RetryAfter != 3*time.Second {
+			t.Fatalf("err = %#v", err)
+		}
+		if waited := time.Since(start); waited != 0 {
+			t.Fatalf("refused after %v, want at once", waited)
+		}
+		// The queued request is served when the slot frees within its hold.
+		time.Sleep(500 * time.Millisecond)
+		busy.Release(Succeeded)
+		if err := <-got; err != nil {
+			t.Fatalf("queued request: %v", err)
+		}
+	})
+}
