@@ -55,6 +55,7 @@ type Server struct {
 	rentals   *rental.Manager
 	inflight  *usage.Tracker
 	relay     *relay.Relay
+	spoolDir  string
 
 	public  *listener
 	console *listener
@@ -86,6 +87,8 @@ type Deps struct {
 	// MaxConns bounds the public listener's connections; 0 is fasthttp's
 	// default.
 	MaxConns int
+	// SpoolDir holds uploads while they are relayed; "" is os.TempDir.
+	SpoolDir string
 }
 
 // New builds the server and its route tables.
@@ -95,7 +98,8 @@ func New(d Deps) *Server {
 	}
 	s := &Server{log: d.Logger, build: d.Build, accounts: d.Accounts, fleet: d.Fleet, events: d.Events,
 		usage: d.Usage, power: d.Power, rentals: d.Rentals, inflight: usage.NewTracker(),
-		keepalive: d.Keepalive, metrics: newMetrics(d.Build), watch: newClientWatch(200 * time.Millisecond)}
+		keepalive: d.Keepalive, metrics: newMetrics(d.Build), watch: newClientWatch(200 * time.Millisecond),
+		spoolDir: d.SpoolDir}
 	s.relay = relay.New(relay.Config{Fleet: d.Fleet, Usage: d.Usage, InFlight: s.inflight, Timing: d.Timing, Logger: d.Logger})
 	s.metrics.reg.MustRegister(s.power.energy, newLiveWatts(d.Fleet))
 	routes := s.routes()
