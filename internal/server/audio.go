@@ -17,6 +17,14 @@ import (
 // render the transcript as asked.
 func (s *Server) transcriptions(c *call) error {
 	if sealed(c) {
+		// A sealed upload goes to the worker as it came: it is read whole,
+		// within the same limit.
+		if err := readBody(c.ctx, transcription.MaxBody); err != nil {
+			if errors.Is(err, errOverLimit) {
+				return transcription.ErrBodyTooLarge
+			}
+			return err
+		}
 		return s.privateInference(c, api.KindTranscription)
 	}
 	sp, err := newSpool(s.spoolDir)
