@@ -280,3 +280,31 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// A body over MaxBody is refused as too large whatever else is wrong
+// with it, after reading no more than the limit and a little.
+func TestParseBodyTooLarge(t *testing.T) {
+	r := &countingReader{r: io.MultiReader(strings.NewReader("not a form"), zeros{})}
+	_, err := Parse("multipart/form-data; boundary=x", r, io.Discard)
+	if !errors.Is(err, ErrBodyTooLarge) {
+		t.Fatalf("err = %v, want ErrBodyTooLarge", err)
+	}
+	if r.n > MaxBody+64<<10 {
+		t.Fatalf("read %d bytes of an endless body", r.n)
+	}
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
+
+type countingReader struct {
+	r io.Reader
+	n int
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += n
+	return n, err
+}
