@@ -13,9 +13,9 @@ import (
 	"time"
 )
 
-// TestUnauthenticatedBodiesAreBounded: a body is read whole before its
-// handler runs, so a caller whose key does not authenticate is held to a
-// small body: refused with its 401, by Content-Length or as a chunked
+// TestUnauthenticatedBodiesAreBounded: the key is checked from the
+// headers, before the body is read, so a caller whose key does not
+// authenticate is held to a small body: refused with its 401, by Content-Length or as a chunked
 // body arrives, and the gateway's memory does not grow by what it sent.
 // A valid key keeps the full limit.
 func TestUnauthenticatedBodiesAreBounded(t *testing.T) {

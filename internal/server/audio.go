@@ -3,6 +3,8 @@ package server
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"io"
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/relay"
@@ -10,18 +12,45 @@ import (
 	"github.com/svc-dev/svc/internal/transcription"
 )
 
-// transcriptions is POST /v1/audio/transcriptions: check the upload,
-// stream the file to a worker, render the transcript as asked.
+// transcriptions is POST /v1/audio/transcriptions: check the upload as it
+// arrives, spooling the file to disk, then send the file to a worker and
+// render the transcript as asked.
 func (s *Server) transcriptions(c *call) error {
 	if sealed(c) {
+		// A sealed upload goes to the worker as it came: it is read whole,
+		// within the same limit.
+		if err := readBody(c.ctx, transcription.MaxBody); err != nil {
+			if errors.Is(err, errOverLimit) {
+				return transcription.ErrBodyTooLarge
+			}
+			return err
+		}
 		return s.privateInference(c, api.KindTranscription)
 	}
-	// The relay reads the upload after this handler may have returned (a
-	// reply kept alive), so it takes the body from fasthttp: a swap, not a
-	// copy, and the only buffer the upload ever has here.
-	body := c.ctx.Request.SwapBody(nil)
-	req, err := transcription.Parse(string(c.ctx.Request.Header.ContentType()), body)
+	sp, err := newSpool(s.spoolDir)
 	if err != nil {
+		return err
+	}
+	started := false
+	defer func() {
+		if !started {
+			sp.close()
+		}
+	}()
+	var body io.Reader = c.ctx.RequestBodyStream()
+	if body == nil {
+		// fasthttp read the body whole.
+		body = bytes.NewReader(c.ctx.PostBody())
+	}
+	req, err := transcription.Parse(string(c.ctx.Request.Header.ContentType()), body, sp)
+	if errors.Is(err, transcription.ErrBodyTooLarge) {
+		// The rest of the body is still coming and will not be read.
+		c.ctx.SetConnectionClose()
+	}
+	if err != nil {
+		return err
+	}
+	if err := sp.done(); err != nil {
 		return err
 	}
 	params, err := json.Marshal(req.Params)
@@ -30,7 +59,10 @@ func (s *Server) transcriptions(c *call) error {
 	}
 	r := inference(c, api.KindTranscription, req.Model, false)
 	r.Params = params
-	r.Upload = req.Audio
+	// Each worker tried reads the file from the start: the relay may read
+	// it after this handler has returned (a reply kept alive), so it is
+	// closed when the call ends, not here.
+	r.Upload = sp.reader
 	r.AudioSeconds, r.AudioFormat = req.Params.Seconds, req.Params.Format
 	r.NoKeepAlive = !req.JSON()
 	r.Render = func(a relay.Answer) (relay.Output, error) {
@@ -41,7 +73,10 @@ func (s *Server) transcriptions(c *call) error {
 		ctype, out, err := req.Render(&t, a.Svc)
 		return relay.Output{ContentType: ctype, Body: out}, err
 	}
-	return s.relayUnary(c, r, formLate)
+	rc := s.start(c, r)
+	started = true
+	rc.OnEnd(sp.close)
+	return s.answerUnary(c, rc, formLate)
 }
 
 // speech is POST /v1/audio/speech: raw WAV by default, or the JSON form

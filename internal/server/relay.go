@@ -35,7 +35,12 @@ func (s *Server) start(c *call, req relay.Request) *relay.Call {
 // relayUnary runs a non-streaming request and answers with its reply;
 // late is the form of a failure after a kept-alive reply started.
 func (s *Server) relayUnary(c *call, req relay.Request, late errorForm) error {
-	rep, err := s.start(c, req).Unary()
+	return s.answerUnary(c, s.start(c, req), late)
+}
+
+// answerUnary answers with the reply of rc, a call already started.
+func (s *Server) answerUnary(c *call, rc *relay.Call, late errorForm) error {
+	rep, err := rc.Unary()
 	if err != nil {
 		return err
 	}

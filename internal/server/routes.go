@@ -34,6 +34,9 @@ type route struct {
 	// tooLarge is the answer to a body over it, given before it is read.
 	maxBody  int
 	tooLarge *api.Error
+	// streamed routes read their body themselves, as it arrives; the body
+	// of any other route is read whole before its handler runs.
+	streamed bool
 	handle   func(*call) error
 
 	segments []string // set by newMux for paths with {params}
@@ -47,7 +50,7 @@ func (s *Server) routes() []*route {
 		{method: "POST", path: "/embeddings", e2e: true, handle: s.embeddings},
 		{method: "GET", path: "/models", handle: s.listModels},
 		{method: "POST", path: "/audio/transcriptions", e2e: true, handle: s.transcriptions,
-			maxBody: transcription.MaxBody, tooLarge: transcription.ErrTooLarge},
+			maxBody: transcription.MaxBody, tooLarge: transcription.ErrTooLarge, streamed: true},
 		{method: "POST", path: "/audio/speech", e2e: true, handle: s.speech},
 		{method: "POST", path: "/moderations", handle: s.moderations},
 	}

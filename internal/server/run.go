@@ -134,8 +134,19 @@ func Run(ctx context.Context, cfg Config) error {
 	// Before the first worker can connect: the rentals follow their
 	// workers through the fleet's events.
 	fan.rentals = rentals
+	// Uploads are spooled beside the database, on disk rather than a /tmp
+	// that may be memory; a file left by a crash is never read again.
+	spoolDir := filepath.Join(cfg.DataDir, "uploads")
+	if err := os.RemoveAll(spoolDir); err != nil {
+		log.Warn("clear the upload spool", "dir", spoolDir, "err", err)
+	}
+	if err := os.MkdirAll(spoolDir, 0o700); err != nil {
+		_ = public.Close()
+		_ = consoleLn.Close()
+		return fmt.Errorf("upload spool: %w", err)
+	}
 	srv := New(Deps{Logger: log, Build: cfg.Build, Accounts: accounts, Fleet: fl, Events: events, Usage: usageStore,
-		Power: power, Rentals: rentals, Timing: cfg.Timing, MaxConns: cfg.MaxConnections})
+		Power: power, Rentals: rentals, Timing: cfg.Timing, MaxConns: cfg.MaxConnections, SpoolDir: spoolDir})
 	log.Info("listening", "addr", public.Addr().String(), "url", "http://"+public.Addr().String(),
 		"admin_socket", sock, "data", cfg.DataDir, "version", cfg.Build.Version)
 

@@ -35,8 +35,8 @@ const (
 	maxBodySize = 32 << 20
 	headerLimit = 16 << 10
 	// anonymousBodyLimit bounds what a caller without a valid key can make
-	// the gateway read: a body is read whole before its handler runs, and
-	// a 401 should not cost tens of megabytes of memory.
+	// the gateway read (and drop) before its 401: a larger body is refused
+	// from the headers, with the connection closed.
 	anonymousBodyLimit = 1 << 20
 )
 
@@ -55,6 +55,7 @@ type Server struct {
 	rentals   *rental.Manager
 	inflight  *usage.Tracker
 	relay     *relay.Relay
+	spoolDir  string
 
 	public  *listener
 	console *listener
@@ -89,6 +90,8 @@ type Deps struct {
 	// MaxConns bounds the public listener's connections; 0 is fasthttp's
 	// default.
 	MaxConns int
+	// SpoolDir holds uploads while they are relayed; "" is os.TempDir.
+	SpoolDir string
 }
 
 // New builds the server and its route tables.
@@ -98,7 +101,8 @@ func New(d Deps) *Server {
 	}
 	s := &Server{log: d.Logger, build: d.Build, accounts: d.Accounts, fleet: d.Fleet, events: d.Events,
 		usage: d.Usage, power: d.Power, rentals: d.Rentals, inflight: usage.NewTracker(),
-		keepalive: d.Keepalive, metrics: newMetrics(d.Build), watch: newClientWatch(200 * time.Millisecond)}
+		keepalive: d.Keepalive, metrics: newMetrics(d.Build), watch: newClientWatch(200 * time.Millisecond),
+		spoolDir: d.SpoolDir}
 	s.relay = relay.New(relay.Config{Fleet: d.Fleet, Usage: d.Usage, InFlight: s.inflight, Timing: d.Timing, Logger: d.Logger})
 	s.metrics.reg.MustRegister(s.power.energy, newLiveWatts(d.Fleet), newConcurrencyLimits(d.Fleet))
 	routes := s.routes()
@@ -132,31 +136,22 @@ func (s *Server) newListener(m *mux, console bool) *listener {
 			s.dispatch(ctx, m, console)
 		},
 		ErrorHandler: func(ctx *fasthttp.RequestCtx, err error) { s.parseError(ctx, m, console, err) },
-		// Routes with a body limit of their own (audio uploads) refuse a
-		// larger body by its Content-Length before reading it, and count a
-		// chunked one as it comes.
 		HeaderReceived: func(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
-			var cfg fasthttp.RequestConfig
-			if r := m.bodyLimit(h.RequestURI()); r != nil {
-				cfg.MaxRequestBodySize = r.maxBody
-			}
-			// Only a body that may be larger than an anonymous caller's
-			// limit (chunked, or announced so) is worth checking the key
-			// for here, ahead of the route's own check.
-			if cl := h.ContentLength(); !console && (cl == -1 || cl > anonymousBodyLimit) && s.keyError(h) != nil {
-				cfg.MaxRequestBodySize = anonymousBodyLimit
-			}
-			return cfg
+			return s.headerReceived(h, m, console)
 		},
 		ExpectHandler: func(ctx *fasthttp.RequestCtx) int { return s.expectContinue(ctx, m, console) },
 		// Uploads are read by their handlers as streams; fasthttp would
 		// otherwise parse every multipart body, spilling files to disk.
 		DisablePreParseMultipartForm: true,
-		Name:                         "svc",
-		ReadTimeout:                  2 * time.Minute,
-		IdleTimeout:                  idleTimeout,
-		MaxRequestBodySize:           maxBodySize,
-		ReadBufferSize:               headerLimit,
+		// A body is read by dispatch or its handler as it arrives (see
+		// body.go), so an upload costs a buffer, not its size. The price is
+		// that fasthttp keeps a connection's read buffer between requests.
+		StreamRequestBody:  true,
+		Name:               "svc",
+		ReadTimeout:        2 * time.Minute,
+		IdleTimeout:        idleTimeout,
+		MaxRequestBodySize: maxBodySize,
+		ReadBufferSize:     headerLimit,
 		// A connection's 16 KB read buffer goes back to the pool once the
 		// request is read, and its write buffer once the answer is out:
 		// a gateway holding thousands of long streams or idle keep-alive
@@ -272,21 +267,47 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, m *mux, console bool) {
 	}
 	label := "unmatched"
 	var err error
+	// drain is how much of a body left unread may be read and dropped to
+	// keep the connection: a route's limit once its caller is authorized.
+	drain := 0
 	switch {
 	case ambiguousFraming(ctx.Request.Header.RawHeaders()):
 		ctx.SetConnectionClose()
 		err = api.BadRequest("Malformed HTTP request: Content-Length and Transfer-Encoding together")
+	case unread(ctx):
+		// The body was left on the connection, which cannot be used again.
+		ctx.SetConnectionClose()
+		err = s.tooLarge(ctx, m, console)
 	case r != nil:
 		label = r.path
 		c.route = r
 		if err = s.authorize(&c, console); err == nil {
-			err = r.handle(&c)
+			drain = m.limitFor(ctx.Request.Header.RequestURI())
+			if !r.streamed {
+				if err = readBody(ctx, drain); errors.Is(err, errOverLimit) {
+					err = s.tooLarge(ctx, m, console)
+				}
+			}
+			if err == nil {
+				err = r.handle(&c)
+			}
 		}
 	case len(allow) > 0:
 		ctx.Response.Header.Set("Allow", strings.Join(allow, ", "))
 		err = methodNotAllowed(method, path, allow)
 	default:
 		err = s.notFound(m, method, path, console)
+	}
+	if drain == 0 && ctx.RequestBodyStream() != nil {
+		drain = anonymousBodyLimit
+		if console || s.keyError(&ctx.Request.Header) == nil {
+			drain = m.limitFor(ctx.Request.Header.RequestURI())
+		}
+	}
+	// A body over its limit is refused as such whatever else is wrong
+	// with the request, as when every body was read before its route.
+	if finishBody(ctx, drain) && err != nil {
+		err = s.tooLarge(ctx, m, console)
 	}
 	if err != nil {
 		s.writeError(&c, err)

@@ -4,7 +4,6 @@
 package transcription
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -44,38 +43,74 @@ var formats = []string{FormatJSON, FormatText, FormatSRT, FormatVTT, FormatVerbo
 // DefaultBeamSize is the beam width at temperature 0 when none is asked for.
 const DefaultBeamSize = 5
 
-// Request is a checked transcription request. It reads the audio from the
-// upload it was parsed from, which must stay unchanged while it is used.
+// Request is a checked transcription request. Its audio is in the spool
+// it was parsed into.
 type Request struct {
 	Model string
 	// ResponseFormat is one of the Format constants.
 	ResponseFormat string
 	Params         api.TranscriptionParams
-
-	body     []byte
-	boundary string
 }
 
 // ErrTooLarge is the 413 for a file over MaxFileBytes.
 var ErrTooLarge = &api.Error{Kind: api.KindTooLarge, Code: "file_too_large", Param: "file",
 	Message: "The audio file is larger than the 25 MB limit; split it into shorter files"}
 
-// Parse reads a multipart/form-data upload. The file is read as a stream
-// (its format and duration come from its headers) and not copied; Audio
-// reads it again for each worker it is sent to.
-func Parse(contentType string, body []byte) (*Request, error) {
+// ErrBodyTooLarge is the 413 for an upload over MaxBody, found as it is
+// read (a chunked body); the connection it came on cannot be used again.
+var ErrBodyTooLarge = &api.Error{Kind: api.KindTooLarge, Code: "file_too_large", Param: "file",
+	Message: "The upload is too large: the audio file may be at most 25 MB"}
+
+// Parse reads a multipart/form-data upload from body as it arrives, at most
+// MaxBody bytes of it, and writes the audio file to spool as it streams
+// past; its format and duration come from its headers. The size of the
+// body is judged before its content: a body over MaxBody is ErrBodyTooLarge
+// whatever else is wrong with it, so a refusal reads the rest of the body,
+// up to the limit.
+func Parse(contentType string, body io.Reader, spool io.Writer) (*Request, error) {
+	lr := &limitReader{r: body, left: MaxBody}
+	sw := &spoolWriter{w: spool}
+	r, err := parse(contentType, lr, sw)
+	if err != nil && !lr.over && sw.err == nil {
+		_, _ = io.Copy(io.Discard, lr)
+	}
+	switch {
+	case lr.over:
+		return nil, ErrBodyTooLarge
+	case sw.err != nil:
+		return nil, fmt.Errorf("spool the upload: %w", sw.err)
+	}
+	return r, err
+}
+
+// spoolWriter keeps the spool's failure apart from the upload's own.
+type spoolWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (s *spoolWriter) Write(p []byte) (int, error) {
+	if s.err != nil {
+		return 0, s.err
+	}
+	n, err := s.w.Write(p)
+	s.err = err
+	return n, err
+}
+
+func parse(contentType string, body io.Reader, spool io.Writer) (*Request, error) {
 	boundary, err := formBoundary(contentType)
 	if err != nil {
 		return nil, err
 	}
-	r := &Request{body: body, boundary: boundary}
+	r := &Request{}
 	var v api.Validator
 	fields := map[string]string{}
 	var granularities []string
 	var info audio.Info
 	var fileErr error
 	sawFile := false
-	mr := multipart.NewReader(bytes.NewReader(body), boundary)
+	mr := multipart.NewReader(body, boundary)
 	for {
 		part, err := mr.NextPart()
 		if err == io.EOF {
@@ -92,7 +127,7 @@ func Parse(contentType string, body []byte) (*Request, error) {
 				continue
 			}
 			sawFile = true
-			info, fileErr = probe(part)
+			info, fileErr = probe(io.TeeReader(part, spool))
 			if errors.Is(fileErr, ErrTooLarge) {
 				return nil, ErrTooLarge
 			}
@@ -287,19 +322,5 @@ func (r *Request) check(v *api.Validator, fields map[string]string, granularitie
 	}
 	if s, ok := fields["stream"]; ok && s != "false" {
 		v.Add("stream", api.FieldNotSupported, "streamed transcription is not supported; leave stream out")
-	}
-}
-
-// Audio returns the uploaded file as a stream, read from the upload again.
-func (r *Request) Audio() (io.Reader, error) {
-	mr := multipart.NewReader(bytes.NewReader(r.body), r.boundary)
-	for {
-		part, err := mr.NextPart()
-		if err != nil {
-			return nil, fmt.Errorf("find the audio in the upload: %w", err)
-		}
-		if part.FormName() == "file" {
-			return part, nil
-		}
 	}
 }

@@ -94,21 +94,15 @@ func TestParse(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ct, body := form(t, tt.fields...)
-			r, err := Parse(ct, body)
+			var spool bytes.Buffer
+			r, err := Parse(ct, bytes.NewReader(body), &spool)
 			if err != nil {
 				t.Fatal(err)
 			}
 			tt.check(t, r)
-			// The audio can be read again, whole, for each worker tried.
-			for range 2 {
-				rd, err := r.Audio()
-				if err != nil {
-					t.Fatal(err)
-				}
-				got, _ := io.ReadAll(rd)
-				if string(got) != second {
-					t.Fatalf("audio of %d bytes read back as %d", len(second), len(got))
-				}
+			// The spool holds the audio, whole, to be sent to each worker tried.
+			if spool.String() != second {
+				t.Fatalf("audio of %d bytes spooled as %d", len(second), spool.Len())
 			}
 		})
 	}
@@ -156,7 +150,7 @@ func TestParseRefusals(t *testing.T) {
 			if tt.ctype != "" {
 				ct = tt.ctype
 			}
-			_, err := Parse(ct, body)
+			_, err := Parse(ct, bytes.NewReader(body), io.Discard)
 			var ae *api.Error
 			if !errors.As(err, &ae) {
 				t.Fatalf("err = %v, want an *api.Error", err)
@@ -178,7 +172,7 @@ func TestParseRefusals(t *testing.T) {
 // file is called.
 func TestUnsupportedMessage(t *testing.T) {
 	ct, body := form(t, [2]string{"file", "OggS\x00\x02 an ogg file"}, [2]string{"model", "m"})
-	_, err := Parse(ct, body)
+	_, err := Parse(ct, bytes.NewReader(body), io.Discard)
 	var ae *api.Error
 	if !errors.As(err, &ae) || ae.Message != "Unsupported audio format" || ae.HTTPStatus() != 400 {
 		t.Fatalf("err = %v", err)
@@ -188,13 +182,13 @@ func TestUnsupportedMessage(t *testing.T) {
 func TestParseTooLarge(t *testing.T) {
 	big := wav(MaxFileBytes/2 + 1) // one sample over 25 MB of data, plus the header
 	ct, body := form(t, [2]string{"file", string(big)}, [2]string{"model", "m"})
-	if _, err := Parse(ct, body); !errors.Is(err, ErrTooLarge) {
+	if _, err := Parse(ct, bytes.NewReader(body), io.Discard); !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("err = %v, want ErrTooLarge", err)
 	}
 	// Exactly at the limit is accepted.
 	edge := wav((MaxFileBytes - 44) / 2)
 	ct, body = form(t, [2]string{"file", string(edge)}, [2]string{"model", "m"})
-	r, err := Parse(ct, body)
+	r, err := Parse(ct, bytes.NewReader(body), io.Discard)
 	if err != nil || r.Params.Bytes != MaxFileBytes {
 		t.Fatalf("a %d-byte file: %v", len(edge), err)
 	}
@@ -272,7 +266,8 @@ func FuzzParse(f *testing.F) {
 	f.Add(body)
 	f.Add([]byte("--x\r\nContent-Disposition: form-data; name=\"file\"\r\n\r\nRIFF\r\n--x--\r\n"))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		r, err := Parse(ct, body)
+		var spool bytes.Buffer
+		r, err := Parse(ct, bytes.NewReader(body), &spool)
 		if err != nil {
 			var ae *api.Error
 			if !errors.As(err, &ae) || ae.HTTPStatus() < 400 || ae.HTTPStatus() > 499 {
@@ -280,8 +275,36 @@ func FuzzParse(f *testing.F) {
 			}
 			return
 		}
-		if _, err := r.Audio(); err != nil {
-			t.Fatalf("parsed, but the audio cannot be found again: %v", err)
+		if int64(spool.Len()) < r.Params.Bytes {
+			t.Fatalf("parsed a %d-byte file, but spooled %d bytes", r.Params.Bytes, spool.Len())
 		}
 	})
+}
+
+// A body over MaxBody is refused as too large whatever else is wrong
+// with it, after reading no more than the limit and a little.
+func TestParseBodyTooLarge(t *testing.T) {
+	r := &countingReader{r: io.MultiReader(strings.NewReader("not a form"), zeros{})}
+	_, err := Parse("multipart/form-data; boundary=x", r, io.Discard)
+	if !errors.Is(err, ErrBodyTooLarge) {
+		t.Fatalf("err = %v, want ErrBodyTooLarge", err)
+	}
+	if r.n > MaxBody+64<<10 {
+		t.Fatalf("read %d bytes of an endless body", r.n)
+	}
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
+
+type countingReader struct {
+	r io.Reader
+	n int
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += n
+	return n, err
 }

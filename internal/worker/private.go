@@ -51,13 +51,14 @@ func (a *Agent) openPrivate(req *api.LinkRequest, envelope []byte) (*privateRequ
 		if !ok {
 			return nil, final(engine.Failure(http.StatusBadRequest, api.TypeInvalidEncryptedRequest, "the sealed upload has no content type line"))
 		}
-		tr, err := transcription.Parse(string(bytes.TrimSpace(ctype)), form)
+		// The plaintext is in memory already; the audio is copied out of
+		// its form once.
+		var audio bytes.Buffer
+		tr, err := transcription.Parse(string(bytes.TrimSpace(ctype)), bytes.NewReader(form), &audio)
 		var params []byte
 		if err == nil {
 			params, err = json.Marshal(tr.Params)
-		}
-		if err == nil {
-			p.audio, err = tr.Audio()
+			p.audio = &audio
 		}
 		if err != nil {
 			return nil, final(engine.Failure(http.StatusBadRequest, api.TypeInvalidRequest, invalidAt(err)))
