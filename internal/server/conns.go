@@ -2,8 +2,10 @@ package server
 
 import (
 	"bufio"
+	"errors"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/google/uuid"
@@ -161,6 +163,16 @@ type gatedConn struct {
 	net.Conn
 	g    *connGate
 	once sync.Once
+}
+
+// SyscallConn reaches the socket under the wrapper, which the client
+// watch registers to notice a departed client.
+func (c *gatedConn) SyscallConn() (syscall.RawConn, error) {
+	sc, ok := c.Conn.(syscall.Conn)
+	if !ok {
+		return nil, errors.New("the connection has no socket")
+	}
+	return sc.SyscallConn()
 }
 
 func (c *gatedConn) Close() error {
