@@ -92,19 +92,6 @@ func (c *Call) serverTiming() string {
 	return strings.Join(parts, ", ")
 }
 
-// streamChunk is what the gateway reads of a relayed chunk.
-type streamChunk struct {
-	ID      string `json:"id"`
-	Choices []struct {
-		Delta struct {
-			Content          string          `json:"content"`
-			ReasoningContent string          `json:"reasoning_content"`
-			ToolCalls        json.RawMessage `json:"tool_calls"`
-		} `json:"delta"`
-		FinishReason *string `json:"finish_reason"`
-	} `json:"choices"`
-}
-
 // inspect accounts for a relayed chunk: tokens so far, text for estimates
 // and notices, and how the reply ended.
 func (c *Call) inspect(msg []byte) {
@@ -118,21 +105,20 @@ func (c *Call) inspect(msg []byte) {
 		}
 		return
 	}
-	var ch streamChunk
-	if json.Unmarshal(msg, &ch) != nil {
+	s := &c.chunks
+	if !s.read(msg) {
 		return
 	}
 	if c.chunkID == "" {
-		c.chunkID = ch.ID
+		c.chunkID = string(s.id)
 	}
 	produced := false
-	for _, choice := range ch.Choices {
-		d := choice.Delta
-		toolCalls := present(d.ToolCalls)
-		produced = produced || d.Content != "" || d.ReasoningContent != "" || toolCalls
-		c.noteText(d.Content, d.ReasoningContent, toolCalls)
-		if choice.FinishReason != nil && *choice.FinishReason != "" {
-			c.finish = *choice.FinishReason
+	for i := range s.choices {
+		ch := &s.choices[i]
+		produced = produced || len(ch.content) > 0 || len(ch.reasoning) > 0 || ch.toolCalls
+		c.noteText(ch.content, ch.reasoning, ch.toolCalls)
+		if ch.finished && len(ch.finish) > 0 && c.finish != string(ch.finish) {
+			c.finish = string(ch.finish)
 		}
 	}
 	if produced {
@@ -143,16 +129,16 @@ func (c *Call) inspect(msg []byte) {
 	}
 }
 
-func (c *Call) noteText(content, reasoning string, toolCalls bool) {
-	c.outChars += utf8.RuneCountInString(content) + utf8.RuneCountInString(reasoning)
-	c.hadReasoning = c.hadReasoning || reasoning != ""
+func (c *Call) noteText(content, reasoning []byte, toolCalls bool) {
+	c.outChars += utf8.RuneCount(content) + utf8.RuneCount(reasoning)
+	c.hadReasoning = c.hadReasoning || len(reasoning) > 0
 	c.toolCalls = c.toolCalls || toolCalls
 	if c.req.Chat != nil && c.req.Chat.JSONMode != "" && !c.contentTruncated {
 		if c.content.Len()+len(content) > maxContent {
 			c.contentTruncated = true
 			return
 		}
-		c.content.WriteString(content)
+		c.content.Write(content)
 	}
 }
 
@@ -277,7 +263,7 @@ func (c *Call) completeBody(body []byte) ([]byte, error) {
 		if m.ReasoningContent != nil {
 			reasoning = *m.ReasoningContent
 		}
-		c.noteText(content, reasoning, present(m.ToolCalls))
+		c.noteText([]byte(content), []byte(reasoning), present(m.ToolCalls))
 		if ch.FinishReason != "" {
 			c.finish = ch.FinishReason
 		}

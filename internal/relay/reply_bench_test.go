@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -73,5 +74,47 @@ func BenchmarkFinalChunks(b *testing.B) {
 		if len(c.finalChunks()) == 0 {
 			b.Fatal("no chunks")
 		}
+	}
+}
+
+// inspectDecoded is inspect as it was, decoding each chunk with
+// encoding/json: the baseline for BenchmarkInspect.
+func (c *Call) inspectDecoded(msg []byte) {
+	var ch refChunk
+	if json.Unmarshal(msg, &ch) != nil {
+		return
+	}
+	if c.chunkID == "" {
+		c.chunkID = ch.ID
+	}
+	produced := false
+	for _, choice := range ch.Choices {
+		d := choice.Delta
+		toolCalls := present(d.ToolCalls)
+		produced = produced || d.Content != "" || d.ReasoningContent != "" || toolCalls
+		c.noteText([]byte(d.Content), []byte(d.ReasoningContent), toolCalls)
+		if choice.FinishReason != nil && *choice.FinishReason != "" {
+			c.finish = *choice.FinishReason
+		}
+	}
+	if produced {
+		if c.firstToken.IsZero() {
+			c.firstToken = time.Now()
+		}
+		c.entry.AddTokens(1)
+	}
+}
+
+func BenchmarkInspectDecoded(b *testing.B) {
+	for _, name := range []string{"content", "reasoning", "tool_call", "final"} {
+		msg := benchChunks[name]
+		b.Run(name, func(b *testing.B) {
+			c := benchCall()
+			b.SetBytes(int64(len(msg)))
+			b.ReportAllocs()
+			for b.Loop() {
+				c.inspectDecoded(msg)
+			}
+		})
 	}
 }
