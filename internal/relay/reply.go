@@ -226,20 +226,6 @@ func (c *Call) finalChunks() [][]byte {
 	return out
 }
 
-// completionBody is what the gateway reads of a non-streaming reply.
-type completionBody struct {
-	Choices []struct {
-		Message struct {
-			Content          *string         `json:"content"`
-			ReasoningContent *string         `json:"reasoning_content"`
-			ToolCalls        json.RawMessage `json:"tool_calls"`
-		} `json:"message"`
-		FinishReason string `json:"finish_reason"`
-	} `json:"choices"`
-	Usage        json.RawMessage `json:"usage"`
-	WebToolSteps json.RawMessage `json:"web_tool_steps"`
-}
-
 // completeBody adds to a worker's non-streaming answer what the gateway
 // owes every reply: usage, and svc with the worker, request id, timing and
 // notice. The engine's JSON is kept as it is; the additions are spliced in
@@ -250,33 +236,28 @@ func (c *Call) completeBody(body []byte) ([]byte, error) {
 		return nil, &api.Error{Kind: api.KindUpstream, Code: api.CodeBadWorkerReply,
 			Message: "worker " + c.lease.Worker.Name + " answered with something that is not a JSON object"}
 	}
-	var cb completionBody
-	if err := json.Unmarshal(trimmed, &cb); err != nil {
-		return nil, &api.Error{Kind: api.KindUpstream, Code: api.CodeBadWorkerReply, Message: "the worker's answer is not valid JSON", Err: err}
+	var s answerScan
+	if !s.read(trimmed) {
+		if err := s.decode(trimmed); err != nil {
+			return nil, &api.Error{Kind: api.KindUpstream, Code: api.CodeBadWorkerReply, Message: "the worker's answer is not valid JSON", Err: err}
+		}
 	}
-	for _, ch := range cb.Choices {
-		m := ch.Message
-		content, reasoning := "", ""
-		if m.Content != nil {
-			content = *m.Content
-		}
-		if m.ReasoningContent != nil {
-			reasoning = *m.ReasoningContent
-		}
-		c.noteText([]byte(content), []byte(reasoning), present(m.ToolCalls))
-		if ch.FinishReason != "" {
-			c.finish = ch.FinishReason
+	for i := range s.choices {
+		ch := &s.choices[i]
+		c.noteText(ch.content, ch.reasoning, ch.toolCalls)
+		if len(ch.finish) > 0 {
+			c.finish = string(ch.finish)
 		}
 	}
 	reply := svcReply{Worker: c.svcWorker(), RequestID: c.req.ID, Timing: c.timing()}
 	if c.req.Kind == api.KindChat {
 		reply.Notice = c.replyNotice()
-		if present(cb.WebToolSteps) {
-			reply.WebToolSteps = cb.WebToolSteps
+		if present(s.webToolSteps) {
+			reply.WebToolSteps = s.webToolSteps
 		}
 	}
 	var add bytes.Buffer
-	if !present(cb.Usage) {
+	if !s.usage {
 		u, _ := c.reportedUsage()
 		b, _ := json.Marshal(usageJSON(u))
 		add.WriteString(`,"usage":`)

@@ -118,3 +118,14 @@ func BenchmarkInspectDecoded(b *testing.B) {
 		})
 	}
 }
+
+func BenchmarkCompleteBodyDecoded(b *testing.B) {
+	b.SetBytes(int64(len(benchCompletion)))
+	b.ReportAllocs()
+	for b.Loop() {
+		c := benchCall()
+		if _, err := c.completeBodyDecoded(benchCompletion); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

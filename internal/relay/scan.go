@@ -255,6 +255,14 @@ func (s *scanner) null() bool {
 	return false
 }
 
+// raw reads the value at s.i and returns its bytes.
+func (s *scanner) raw() []byte {
+	s.peek()
+	start := s.i
+	s.value()
+	return s.b[start:s.i]
+}
+
 // string reads the value of a string field: its text, or false for null
 // (which leaves the field as it was, or clears a *string).
 func (s *scanner) string() ([]byte, bool) {
@@ -575,4 +583,137 @@ func (s *chunkScan) decode(msg []byte) bool {
 		s.choices = append(s.choices, out)
 	}
 	return true
+}
+
+// answerChoice is what the relay reads of a non-streaming answer's choice.
+type answerChoice struct {
+	content, reasoning []byte
+	toolCalls          bool
+	finish             []byte
+}
+
+// answerScan is what the relay reads of a non-streaming answer.
+type answerScan struct {
+	scanner
+	choices      []answerChoice
+	usage        bool   // usage present and not null
+	webToolSteps []byte // as sent, null included
+}
+
+// read takes what the relay needs from an answer; false when
+// encoding/json would not have decoded it.
+func (s *answerScan) read(body []byte) bool {
+	s.reset(body)
+	s.choices, s.usage, s.webToolSteps = s.choices[:0], false, nil
+	again, seen := false, false
+	if s.object() {
+		for n := 0; s.next(n, '}'); n++ {
+			k, kind := s.key()
+			switch {
+			case s.is(k, kind, "choices"):
+				again, seen = seen, true
+				s.readChoices()
+			case s.is(k, kind, "usage"):
+				s.usage = !s.null()
+			case s.is(k, kind, "web_tool_steps"):
+				s.webToolSteps = s.raw()
+			default:
+				s.value()
+			}
+		}
+	}
+	s.end()
+	if s.bad || s.mistyped {
+		return false
+	}
+	if again {
+		return s.decode(body) == nil
+	}
+	return true
+}
+
+func (s *answerScan) readChoices() {
+	elements, null := s.array()
+	if elements || null {
+		s.choices = s.choices[:0]
+	}
+	if !elements {
+		return
+	}
+	for n := 0; s.next(n, ']'); n++ {
+		s.choices = append(s.choices, answerChoice{})
+		ch := &s.choices[n]
+		if !s.object() {
+			continue
+		}
+		for m := 0; s.next(m, '}'); m++ {
+			k, kind := s.key()
+			switch {
+			case s.is(k, kind, "message"):
+				s.readMessage(ch)
+			case s.is(k, kind, "finish_reason"):
+				if t, ok := s.string(); ok {
+					ch.finish = t
+				}
+			default:
+				s.value()
+			}
+		}
+	}
+}
+
+func (s *answerScan) readMessage(ch *answerChoice) {
+	if !s.object() {
+		return
+	}
+	for n := 0; s.next(n, '}'); n++ {
+		k, kind := s.key()
+		switch {
+		case s.is(k, kind, "content"):
+			ch.content, _ = s.string()
+		case s.is(k, kind, "reasoning_content"):
+			ch.reasoning, _ = s.string()
+		case s.is(k, kind, "tool_calls"):
+			ch.toolCalls = !s.null()
+		default:
+			s.value()
+		}
+	}
+}
+
+// completionBody is an answer as encoding/json decodes it: for the answer
+// that repeats its choices (see streamChunk), and for saying what is wrong
+// with one the scanner turned down.
+type completionBody struct {
+	Choices []struct {
+		Message struct {
+			Content          *string         `json:"content"`
+			ReasoningContent *string         `json:"reasoning_content"`
+			ToolCalls        json.RawMessage `json:"tool_calls"`
+		} `json:"message"`
+		FinishReason string `json:"finish_reason"`
+	} `json:"choices"`
+	Usage        json.RawMessage `json:"usage"`
+	WebToolSteps json.RawMessage `json:"web_tool_steps"`
+}
+
+func (s *answerScan) decode(body []byte) error {
+	var cb completionBody
+	if err := json.Unmarshal(body, &cb); err != nil {
+		return err
+	}
+	s.choices = s.choices[:0]
+	for _, c := range cb.Choices {
+		m := c.Message
+		out := answerChoice{toolCalls: present(m.ToolCalls), finish: []byte(c.FinishReason)}
+		if m.Content != nil {
+			out.content = []byte(*m.Content)
+		}
+		if m.ReasoningContent != nil {
+			out.reasoning = []byte(*m.ReasoningContent)
+		}
+		s.choices = append(s.choices, out)
+	}
+	s.usage, s.webToolSteps = present(cb.Usage), cb.WebToolSteps
+	return nil
 }

@@ -1,10 +1,13 @@
 package relay
 
 import (
+	"bytes"
 	"encoding/json"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/svc-dev/svc/internal/api"
 )
 
 // refChunk is how the relay read chunks before the scanner: the reference
@@ -186,5 +189,120 @@ func FuzzChunkScan(f *testing.F) {
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("%q:\nscanned %+v\ndecoded %+v", msg, got, want)
 		}
+	})
+}
+
+// refCompletion is how the relay read non-streaming answers before the
+// scanner.
+type refCompletion struct {
+	Choices []struct {
+		Message struct {
+			Content          *string         `json:"content"`
+			ReasoningContent *string         `json:"reasoning_content"`
+			ToolCalls        json.RawMessage `json:"tool_calls"`
+		} `json:"message"`
+		FinishReason string `json:"finish_reason"`
+	} `json:"choices"`
+	Usage        json.RawMessage `json:"usage"`
+	WebToolSteps json.RawMessage `json:"web_tool_steps"`
+}
+
+// completeBodyDecoded is completeBody as it was, decoding the answer with
+// encoding/json: what completeBody must still answer, byte for byte.
+func (c *Call) completeBodyDecoded(body []byte) ([]byte, error) {
+	trimmed := bytes.TrimSpace(body)
+	if len(trimmed) < 2 || trimmed[0] != '{' || trimmed[len(trimmed)-1] != '}' {
+		return nil, &api.Error{Kind: api.KindUpstream, Code: api.CodeBadWorkerReply,
+			Message: "worker " + c.lease.Worker.Name + " answered with something that is not a JSON object"}
+	}
+	var cb refCompletion
+	if err := json.Unmarshal(trimmed, &cb); err != nil {
+		return nil, &api.Error{Kind: api.KindUpstream, Code: api.CodeBadWorkerReply, Message: "the worker's answer is not valid JSON", Err: err}
+	}
+	for _, ch := range cb.Choices {
+		m := ch.Message
+		content, reasoning := "", ""
+		if m.Content != nil {
+			content = *m.Content
+		}
+		if m.ReasoningContent != nil {
+			reasoning = *m.ReasoningContent
+		}
+		c.noteText([]byte(content), []byte(reasoning), present(m.ToolCalls))
+		if ch.FinishReason != "" {
+			c.finish = ch.FinishReason
+		}
+	}
+	reply := svcReply{Worker: c.svcWorker(), RequestID: c.req.ID, Timing: c.timing()}
+	if c.req.Kind == api.KindChat {
+		reply.Notice = c.replyNotice()
+		if present(cb.WebToolSteps) {
+			reply.WebToolSteps = cb.WebToolSteps
+		}
+	}
+	var add bytes.Buffer
+	if !present(cb.Usage) {
+		u, _ := c.reportedUsage()
+		b, _ := json.Marshal(usageJSON(u))
+		add.WriteString(`,"usage":`)
+		add.Write(b)
+	}
+	b, err := json.Marshal(reply)
+	if err != nil {
+		return nil, err
+	}
+	add.WriteString(`,"svc":`)
+	add.Write(b)
+	return splice(trimmed, add.Bytes()), nil
+}
+
+// answerCases are answers completeBody must complete as it did.
+var answerCases = []string{
+	string(benchCompletion),
+	`{"choices":[{"message":{"content":"hi"},"finish_reason":"stop"}]}`,
+	` {"choices":[{"message":{"content":null,"tool_calls":[{"id":"x"}]},"finish_reason":"tool_calls"}],"usage":null} `,
+	`{"choices":[{"message":{"content":"{\"a\": 1}","reasoning_content":"\u00e9 \ud83d"},"finish_reason":null}],"usage":{"prompt_tokens":1}}`,
+	`{"choices":[{"message":{"content":"a"}},{"message":{"content":"b"},"finish_reason":"length"}]}`,
+	`{"Choices":[{"Message":{"CONTENT":"up"}}],"Usage":{},"web_tool_steps":[ {"q": "<a & b>"} ]}`,
+	`{"choices":[{"message":{"content":"a","content":null}}],"web_tool_steps":null}`,
+	`{"choices":[{"message":{"content":"1"}},{"message":{"content":"2"}}],"choices":[{"finish_reason":"stop"}],"choices":[{},{}]}`,
+	`{"object":"embedding","data":[{"embedding":[0.1,-2e-3]}]}`,
+	`{}`,
+	`{ }`,
+	`{"choices":5}`,
+	`{"choices":[{"message":{"content":7}}]}`,
+	`{"choices":[{"finish_reason":null}]} x}`,
+	`{"a":}`,
+	`[1]`,
+	`"text"`,
+}
+
+func TestCompleteBodyAsBefore(t *testing.T) {
+	for _, in := range answerCases {
+		checkCompleteBody(t, []byte(in))
+	}
+}
+
+func checkCompleteBody(t *testing.T, body []byte) {
+	t.Helper()
+	was, wasErr := benchCall().completeBodyDecoded(body)
+	got, err := benchCall().completeBody(body)
+	if (err == nil) != (wasErr == nil) || err != nil && api.ErrorOf(err).Message != api.ErrorOf(wasErr).Message {
+		t.Fatalf("%q: error %v, was %v", body, err, wasErr)
+	}
+	if !bytes.Equal(got, was) {
+		t.Fatalf("%q:\ngot %s\nwas %s", body, got, was)
+	}
+}
+
+func FuzzCompleteBody(f *testing.F) {
+	for _, in := range answerCases {
+		f.Add([]byte(in))
+	}
+	for _, in := range chunkCases {
+		f.Add([]byte(in))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		checkCompleteBody(t, body)
 	})
 }
