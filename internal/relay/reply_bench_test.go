@@ -129,3 +129,14 @@ func BenchmarkCompleteBodyDecoded(b *testing.B) {
 		}
 	}
 }
+
+func BenchmarkFinalChunksMarshalled(b *testing.B) {
+	c := benchCall()
+	c.inspect(benchChunks["content"])
+	b.ReportAllocs()
+	for b.Loop() {
+		if len(c.finalChunksMarshalled(time.Now().Unix())) == 0 {
+			b.Fatal("no chunks")
+		}
+	}
+}

@@ -233,7 +233,7 @@ func (c *Call) completeBodyDecoded(body []byte) ([]byte, error) {
 			c.finish = ch.FinishReason
 		}
 	}
-	reply := svcReply{Worker: c.svcWorker(), RequestID: c.req.ID, Timing: c.timing()}
+	reply := refSvcReply{Worker: c.refSvcWorker(), RequestID: c.req.ID, Timing: c.timing()}
 	if c.req.Kind == api.KindChat {
 		reply.Notice = c.replyNotice()
 		if present(cb.WebToolSteps) {
@@ -243,7 +243,7 @@ func (c *Call) completeBodyDecoded(body []byte) ([]byte, error) {
 	var add bytes.Buffer
 	if !present(cb.Usage) {
 		u, _ := c.reportedUsage()
-		b, _ := json.Marshal(usageJSON(u))
+		b, _ := json.Marshal(refUsage(u))
 		add.WriteString(`,"usage":`)
 		add.Write(b)
 	}
