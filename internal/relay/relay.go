@@ -242,6 +242,7 @@ type Call struct {
 	finish           string
 	notice           *api.Notice
 	chunkID          string
+	chunks           chunkScan // reads each chunk, reused
 }
 
 // Start puts a request on the in-flight list and readies it to run with

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -16,37 +17,9 @@ import (
 	"github.com/svc-dev/svc/internal/usage"
 )
 
-// svcReply is the svc object of a reply.
-type svcReply struct {
-	Worker       *svcWorker      `json:"worker,omitempty"`
-	RequestID    string          `json:"request_id,omitempty"`
-	Timing       *api.Timing     `json:"timing,omitempty"`
-	Notice       *api.Notice     `json:"notice,omitempty"`
-	WebToolSteps json.RawMessage `json:"web_tool_steps,omitempty"`
-}
-
-type svcWorker struct {
-	ID      string  `json:"id"`
-	Name    *string `json:"name"`
-	Version *string `json:"version"`
-}
-
-func (c *Call) svcWorker() *svcWorker {
-	w := c.lease.Worker
-	out := &svcWorker{ID: w.ID}
-	if w.Name != "" {
-		out.Name = &w.Name
-	}
-	if w.Version != "" {
-		out.Version = &w.Version
-	}
-	return out
-}
-
 // svcIdentity is the svc object that names only the worker and request.
 func (c *Call) svcIdentity() json.RawMessage {
-	b, _ := json.Marshal(svcReply{Worker: c.svcWorker(), RequestID: c.req.ID})
-	return b
+	return appendSvc(nil, svcReply{Worker: &c.lease.Worker, RequestID: c.req.ID})
 }
 
 // timing is the reply's svc.timing: the worker's measurements, the wait
@@ -92,19 +65,6 @@ func (c *Call) serverTiming() string {
 	return strings.Join(parts, ", ")
 }
 
-// streamChunk is what the gateway reads of a relayed chunk.
-type streamChunk struct {
-	ID      string `json:"id"`
-	Choices []struct {
-		Delta struct {
-			Content          string          `json:"content"`
-			ReasoningContent string          `json:"reasoning_content"`
-			ToolCalls        json.RawMessage `json:"tool_calls"`
-		} `json:"delta"`
-		FinishReason *string `json:"finish_reason"`
-	} `json:"choices"`
-}
-
 // inspect accounts for a relayed chunk: tokens so far, text for estimates
 // and notices, and how the reply ended.
 func (c *Call) inspect(msg []byte) {
@@ -118,21 +78,20 @@ func (c *Call) inspect(msg []byte) {
 		}
 		return
 	}
-	var ch streamChunk
-	if json.Unmarshal(msg, &ch) != nil {
+	s := &c.chunks
+	if !s.read(msg) {
 		return
 	}
 	if c.chunkID == "" {
-		c.chunkID = ch.ID
+		c.chunkID = string(s.id)
 	}
 	produced := false
-	for _, choice := range ch.Choices {
-		d := choice.Delta
-		toolCalls := present(d.ToolCalls)
-		produced = produced || d.Content != "" || d.ReasoningContent != "" || toolCalls
-		c.noteText(d.Content, d.ReasoningContent, toolCalls)
-		if choice.FinishReason != nil && *choice.FinishReason != "" {
-			c.finish = *choice.FinishReason
+	for i := range s.choices {
+		ch := &s.choices[i]
+		produced = produced || len(ch.content) > 0 || len(ch.reasoning) > 0 || ch.toolCalls
+		c.noteText(ch.content, ch.reasoning, ch.toolCalls)
+		if ch.finished && len(ch.finish) > 0 && c.finish != string(ch.finish) {
+			c.finish = string(ch.finish)
 		}
 	}
 	if produced {
@@ -143,16 +102,16 @@ func (c *Call) inspect(msg []byte) {
 	}
 }
 
-func (c *Call) noteText(content, reasoning string, toolCalls bool) {
-	c.outChars += utf8.RuneCountInString(content) + utf8.RuneCountInString(reasoning)
-	c.hadReasoning = c.hadReasoning || reasoning != ""
+func (c *Call) noteText(content, reasoning []byte, toolCalls bool) {
+	c.outChars += utf8.RuneCount(content) + utf8.RuneCount(reasoning)
+	c.hadReasoning = c.hadReasoning || len(reasoning) > 0
 	c.toolCalls = c.toolCalls || toolCalls
 	if c.req.Chat != nil && c.req.Chat.JSONMode != "" && !c.contentTruncated {
 		if c.content.Len()+len(content) > maxContent {
 			c.contentTruncated = true
 			return
 		}
-		c.content.WriteString(content)
+		c.content.Write(content)
 	}
 }
 
@@ -197,61 +156,57 @@ func (c *Call) replyNotice() *api.Notice {
 	return c.notice
 }
 
-// usageJSON is usage in the OpenAI shape: cached tokens only when some
-// prompt tokens were reused, reasoning tokens when reported.
-func usageJSON(u api.Usage) map[string]any {
-	out := map[string]any{"prompt_tokens": u.PromptTokens, "completion_tokens": u.CompletionTokens, "total_tokens": u.TotalTokens}
-	if u.CachedTokens != nil && *u.CachedTokens > 0 {
-		out["prompt_tokens_details"] = map[string]any{"cached_tokens": *u.CachedTokens}
-	}
-	if u.ReasoningTokens != nil {
-		out["completion_tokens_details"] = map[string]any{"reasoning_tokens": *u.ReasoningTokens}
-	}
-	return out
-}
-
 // finalChunks are the chunks after the text, all with empty choices: the
 // usage, the notice if any, then svc with timing, worker and request id.
 func (c *Call) finalChunks() [][]byte {
+	return c.finalChunksAt(time.Now().Unix())
+}
+
+func (c *Call) finalChunksAt(created int64) [][]byte {
 	if c.req.E2E {
 		// Beside a sealed stream, only who served it.
-		b, _ := json.Marshal(map[string]any{"svc": svcReply{Worker: c.svcWorker(), RequestID: c.req.ID}})
-		return [][]byte{b}
+		b := append([]byte(`{"svc":`), c.svcIdentity()...)
+		return [][]byte{append(b, '}')}
 	}
-	created := time.Now().Unix()
 	id := c.chunkID
 	if id == "" {
 		id = "chatcmpl-" + c.req.ID
 	}
-	chunk := func(extra map[string]any) []byte {
-		m := map[string]any{"id": id, "object": "chat.completion.chunk", "created": created, "model": c.req.Model, "choices": []any{}}
-		for k, v := range extra {
-			m[k] = v
-		}
-		b, _ := json.Marshal(m)
-		return b
+	// One buffer holds them all; the members are sorted, as encoding/json
+	// wrote the maps they were once built from.
+	buf := make([]byte, 0, 1024)
+	head := func() {
+		buf = append(buf, `{"choices":[],"created":`...)
+		buf = strconv.AppendInt(buf, created, 10)
+		buf = append(buf, `,"id":`...)
+		buf = appendString(buf, id)
+		buf = append(buf, `,"model":`...)
+		buf = appendString(buf, c.req.Model)
+		buf = append(buf, `,"object":"chat.completion.chunk",`...)
 	}
+	var ends []int
 	u, _ := c.reportedUsage()
-	out := [][]byte{chunk(map[string]any{"usage": usageJSON(u)})}
+	head()
+	buf = append(buf, `"usage":`...)
+	buf = append(appendUsage(buf, u), '}')
+	ends = append(ends, len(buf))
 	if n := c.replyNotice(); n != nil {
-		out = append(out, chunk(map[string]any{"svc": svcReply{Notice: n}}))
+		head()
+		buf = append(buf, `"svc":`...)
+		buf = append(appendSvc(buf, svcReply{Notice: n}), '}')
+		ends = append(ends, len(buf))
 	}
-	out = append(out, chunk(map[string]any{"svc": svcReply{Worker: c.svcWorker(), RequestID: c.req.ID, Timing: c.timing()}}))
+	head()
+	buf = append(buf, `"svc":`...)
+	buf = append(appendSvc(buf, svcReply{Worker: &c.lease.Worker, RequestID: c.req.ID, Timing: c.timing()}), '}')
+	ends = append(ends, len(buf))
+	out := make([][]byte, len(ends))
+	start := 0
+	for i, end := range ends {
+		out[i] = buf[start:end:end]
+		start = end
+	}
 	return out
-}
-
-// completionBody is what the gateway reads of a non-streaming reply.
-type completionBody struct {
-	Choices []struct {
-		Message struct {
-			Content          *string         `json:"content"`
-			ReasoningContent *string         `json:"reasoning_content"`
-			ToolCalls        json.RawMessage `json:"tool_calls"`
-		} `json:"message"`
-		FinishReason string `json:"finish_reason"`
-	} `json:"choices"`
-	Usage        json.RawMessage `json:"usage"`
-	WebToolSteps json.RawMessage `json:"web_tool_steps"`
 }
 
 // completeBody adds to a worker's non-streaming answer what the gateway
@@ -264,45 +219,33 @@ func (c *Call) completeBody(body []byte) ([]byte, error) {
 		return nil, &api.Error{Kind: api.KindUpstream, Code: api.CodeBadWorkerReply,
 			Message: "worker " + c.lease.Worker.Name + " answered with something that is not a JSON object"}
 	}
-	var cb completionBody
-	if err := json.Unmarshal(trimmed, &cb); err != nil {
-		return nil, &api.Error{Kind: api.KindUpstream, Code: api.CodeBadWorkerReply, Message: "the worker's answer is not valid JSON", Err: err}
-	}
-	for _, ch := range cb.Choices {
-		m := ch.Message
-		content, reasoning := "", ""
-		if m.Content != nil {
-			content = *m.Content
-		}
-		if m.ReasoningContent != nil {
-			reasoning = *m.ReasoningContent
-		}
-		c.noteText(content, reasoning, present(m.ToolCalls))
-		if ch.FinishReason != "" {
-			c.finish = ch.FinishReason
+	var s answerScan
+	if !s.read(trimmed) {
+		if err := s.decode(trimmed); err != nil {
+			return nil, &api.Error{Kind: api.KindUpstream, Code: api.CodeBadWorkerReply, Message: "the worker's answer is not valid JSON", Err: err}
 		}
 	}
-	reply := svcReply{Worker: c.svcWorker(), RequestID: c.req.ID, Timing: c.timing()}
+	for i := range s.choices {
+		ch := &s.choices[i]
+		c.noteText(ch.content, ch.reasoning, ch.toolCalls)
+		if len(ch.finish) > 0 {
+			c.finish = string(ch.finish)
+		}
+	}
+	reply := svcReply{Worker: &c.lease.Worker, RequestID: c.req.ID, Timing: c.timing()}
 	if c.req.Kind == api.KindChat {
 		reply.Notice = c.replyNotice()
-		if present(cb.WebToolSteps) {
-			reply.WebToolSteps = cb.WebToolSteps
+		if present(s.webToolSteps) {
+			reply.WebToolSteps = s.webToolSteps
 		}
 	}
-	var add bytes.Buffer
-	if !present(cb.Usage) {
+	add := make([]byte, 0, 512)
+	if !s.usage {
 		u, _ := c.reportedUsage()
-		b, _ := json.Marshal(usageJSON(u))
-		add.WriteString(`,"usage":`)
-		add.Write(b)
+		add = appendUsage(append(add, `,"usage":`...), u)
 	}
-	b, err := json.Marshal(reply)
-	if err != nil {
-		return nil, err
-	}
-	add.WriteString(`,"svc":`)
-	add.Write(b)
-	return splice(trimmed, add.Bytes()), nil
+	add = appendSvc(append(add, `,"svc":`...), reply)
+	return splice(trimmed, add), nil
 }
 
 // splice puts members (starting with a comma) before the closing brace of

@@ -1,0 +1,205 @@
+package relay
+
+import (
+	"encoding/json"
+	"math"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/fleet"
+)
+
+// What the gateway adds to replies is written by hand rather than through
+// maps and encoding/json: a stream's final chunks and a reply's svc object
+// are built for every request. The bytes are encoding/json's: members in
+// the order it wrote them (sorted, for what were maps), strings escaped
+// the same, HTML characters included, numbers formatted the same.
+
+// svcReply is the svc object of a reply; members left zero are left out.
+type svcReply struct {
+	Worker       *fleet.WorkerInfo
+	RequestID    string
+	Timing       *api.Timing
+	Notice       *api.Notice
+	WebToolSteps json.RawMessage
+}
+
+func appendSvc(b []byte, r svcReply) []byte {
+	b = append(b, '{')
+	start := len(b)
+	member := func(name string) {
+		if len(b) > start {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		b = append(b, name...)
+		b = append(b, '"', ':')
+	}
+	if w := r.Worker; w != nil {
+		member("worker")
+		b = append(b, `{"id":`...)
+		b = appendString(b, w.ID)
+		b = append(b, `,"name":`...)
+		b = appendNullString(b, w.Name)
+		b = append(b, `,"version":`...)
+		b = appendNullString(b, w.Version)
+		b = append(b, '}')
+	}
+	if r.RequestID != "" {
+		member("request_id")
+		b = appendString(b, r.RequestID)
+	}
+	if r.Timing != nil {
+		member("timing")
+		b = appendTiming(b, r.Timing)
+	}
+	if n := r.Notice; n != nil {
+		member("notice")
+		b = append(b, `{"code":`...)
+		b = appendString(b, n.Code)
+		b = append(b, `,"message":`...)
+		b = appendString(b, n.Message)
+		b = append(b, '}')
+	}
+	if len(r.WebToolSteps) > 0 {
+		// The engine's JSON, compacted and escaped as encoding/json
+		// passes on a RawMessage; checked when the answer was read.
+		steps, _ := json.Marshal(r.WebToolSteps)
+		member("web_tool_steps")
+		b = append(b, steps...)
+	}
+	return append(b, '}')
+}
+
+func appendTiming(b []byte, t *api.Timing) []byte {
+	b = append(b, '{')
+	start := len(b)
+	num := func(name string, v *float64) {
+		if v == nil {
+			return
+		}
+		if len(b) > start {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		b = append(b, name...)
+		b = append(b, '"', ':')
+		b = appendFloat(b, *v)
+	}
+	num("ttft_ms", t.TTFTMs)
+	num("tokens_per_second", t.TokensPerSecond)
+	num("draft_acceptance_rate", t.DraftAcceptanceRate)
+	num("queue_wait_ms", t.QueueWaitMs)
+	num("worker_queue_wait_ms", t.WorkerQueueWaitMs)
+	num("model_load_ms", t.ModelLoadMs)
+	if t.ColdStart != nil {
+		if len(b) > start {
+			b = append(b, ',')
+		}
+		b = append(b, `"cold_start":`...)
+		b = strconv.AppendBool(b, *t.ColdStart)
+	}
+	return append(b, '}')
+}
+
+// appendUsage writes usage in the OpenAI shape: cached tokens only when
+// some prompt tokens were reused, reasoning tokens when reported. Its
+// members are sorted, as encoding/json wrote the map it once was.
+func appendUsage(b []byte, u api.Usage) []byte {
+	b = append(b, `{"completion_tokens":`...)
+	b = strconv.AppendInt(b, int64(u.CompletionTokens), 10)
+	if u.ReasoningTokens != nil {
+		b = append(b, `,"completion_tokens_details":{"reasoning_tokens":`...)
+		b = strconv.AppendInt(b, int64(*u.ReasoningTokens), 10)
+		b = append(b, '}')
+	}
+	b = append(b, `,"prompt_tokens":`...)
+	b = strconv.AppendInt(b, int64(u.PromptTokens), 10)
+	if u.CachedTokens != nil && *u.CachedTokens > 0 {
+		b = append(b, `,"prompt_tokens_details":{"cached_tokens":`...)
+		b = strconv.AppendInt(b, int64(*u.CachedTokens), 10)
+		b = append(b, '}')
+	}
+	b = append(b, `,"total_tokens":`...)
+	b = strconv.AppendInt(b, int64(u.TotalTokens), 10)
+	return append(b, '}')
+}
+
+// appendFloat formats a finite float as encoding/json does: the shortest
+// decimal, in exponent form only when very small or very large.
+func appendFloat(b []byte, f float64) []byte {
+	format := byte('f')
+	if abs := math.Abs(f); abs != 0 && (abs < 1e-6 || abs >= 1e21) {
+		format = 'e'
+	}
+	b = strconv.AppendFloat(b, f, format, -1, 64)
+	if format == 'e' {
+		// e-07 becomes e-7
+		if n := len(b); n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
+			b[n-2] = b[n-1]
+			b = b[:n-1]
+		}
+	}
+	return b
+}
+
+func appendNullString(b []byte, s string) []byte {
+	if s == "" {
+		return append(b, "null"...)
+	}
+	return appendString(b, s)
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendString quotes s as encoding/json does: <, > and & escaped for
+// HTML, invalid UTF-8 as U+FFFD, U+2028 and U+2029 escaped.
+func appendString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		if c := s[i]; c < utf8.RuneSelf {
+			if c >= ' ' && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '\\', '"':
+				b = append(b, '\\', c)
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+		case r == '\u2028' || r == '\u2029':
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
+		default:
+			i += size
+			continue
+		}
+		i += size
+		start = i
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
