@@ -117,7 +117,7 @@ func (h *rig) uploads(ctx context.Context) *scenario {
 		sc.Note = "skipped: " + err.Error()
 		return sc
 	}
-	p, err := svcPath(h.dir, h.bin, h.engine.url, svcOptions{})
+	p, err := svcPath(h.scale.place, h.dir, h.bin, h.engine.url, svcOptions{})
 	if err != nil {
 		sc.Note = "skipped: " + err.Error()
 		return sc

@@ -21,7 +21,12 @@ func TestShort(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := filepath.Join(t.TempDir(), "results.json")
-	if err := bench(context.Background(), shortScale(), out, func(string) bool { return true }, io.Discard); err != nil {
+	sc := shortScale()
+	var err error
+	if sc.place, err = newPlacement(placeOneCore); err != nil {
+		t.Fatal(err)
+	}
+	if err := bench(context.Background(), sc, out, func(string) bool { return true }, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(out)

@@ -9,7 +9,8 @@
 //
 // With two or more cores the harness (load generator and engine) runs on
 // CPU 1 and the system under test on CPU 0 with GOMAXPROCS=1, the same for
-// every path, so that the paths compete for the same CPU.
+// every path, so that the paths compete for the same CPU (-placement
+// one-core, the default); -placement none leaves them to the scheduler.
 package main
 
 import (
@@ -100,11 +101,17 @@ func run() error {
 	dur := flag.Duration("duration", 0, "measured time per run (default 10s, 500ms with -short)")
 	profile := flag.String("profile", "", "also profile the gateway and worker under load and write the profiles to this directory")
 	show := flag.String("show", "", "print the table of a results file instead of running")
+	place := flag.String("placement", placeOneCore, "where the programs run: "+placeOneCore+
+		" (nginx, or svc's gateway and worker with GOMAXPROCS=1 each, on CPU 0; engine and load on CPU 1) or "+placeNone)
 	flag.Parse()
 	if *show != "" {
 		return showResults(*show, os.Stdout)
 	}
-	if err := pinSelf(); err != nil {
+	pl, err := newPlacement(*place)
+	if err != nil {
+		return err
+	}
+	if err := pinSelf(pl); err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -125,6 +132,7 @@ func run() error {
 		return *only == "" || slices.ContainsFunc(strings.Split(*only, ","), func(s string) bool { return strings.HasPrefix(name, s) })
 	}
 	sc.profile = *profile
+	sc.place = pl
 	return bench(ctx, sc, *out, want, os.Stdout)
 }
 
@@ -143,7 +151,7 @@ func bench(ctx context.Context, sc scale, out string, want func(string) bool, w 
 	}()
 	client := newClient()
 	h := &rig{scale: sc, dir: dir, client: client}
-	h.report = report{Machine: readMachine(), Short: sc.short, Repeat: sc.repeat, Duration: sc.duration.String()}
+	h.report = report{Machine: readMachine(sc.place), Short: sc.short, Repeat: sc.repeat, Duration: sc.duration.String()}
 
 	h.log("building svc")
 	if h.bin, err = (&harness.Builder{Dir: dir, Log: os.Stderr}).Binary(ctx); err != nil {
@@ -155,7 +163,7 @@ func bench(ctx context.Context, sc scale, out string, want func(string) bool, w 
 	defer h.engine.close()
 
 	h.paths = []*path{directPath(h.engine)}
-	if np, err := nginxPath(dir, h.engine); err != nil {
+	if np, err := nginxPath(sc.place, dir, h.engine); err != nil {
 		return err
 	} else if np == nil {
 		h.report.Skipped = append(h.report.Skipped, "nginx: not installed, so the plain-proxy floor is not measured")
@@ -163,7 +171,7 @@ func bench(ctx context.Context, sc scale, out string, want func(string) bool, w 
 	} else {
 		h.paths = append(h.paths, np)
 	}
-	sp, err := svcPath(dir, h.bin, h.engine.url, svcOptions{})
+	sp, err := svcPath(sc.place, dir, h.bin, h.engine.url, svcOptions{})
 	if err != nil {
 		return err
 	}
@@ -269,8 +277,8 @@ func (h *rig) save(out string) error {
 	return os.WriteFile(out, b, 0o644)
 }
 
-func readMachine() machine {
-	m := machine{CPUs: numCPU(), GoVersion: runtime.Version(), Pinned: pinning(), Time: time.Now().UTC().Format(time.RFC3339)}
+func readMachine(pl placement) machine {
+	m := machine{CPUs: numCPU(), GoVersion: runtime.Version(), Pinned: pl.pin, Time: time.Now().UTC().Format(time.RFC3339)}
 	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
 		for _, line := range strings.Split(string(b), "\n") {
 			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {

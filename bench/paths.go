@@ -106,7 +106,7 @@ func nginxBinary() string {
 
 // nginxPath is nginx as a plain reverse proxy with keep-alive on both hops;
 // nil when nginx is not installed.
-func nginxPath(dir string, e *engine) (*path, error) {
+func nginxPath(pl placement, dir string, e *engine) (*path, error) {
 	bin := nginxBinary()
 	if bin == "" {
 		return nil, nil
@@ -152,7 +152,7 @@ http {
 		return nil, err
 	}
 	p := &path{name: "nginx", base: "http://" + addr}
-	s := sut(dir, "nginx")
+	s := pl.sut(dir, "nginx")
 	s.Bin, s.Args, s.Group = bin, []string{"-c", cf, "-p", ndir}, &p.group
 	pr, err := harness.Start(s)
 	if err != nil {
@@ -175,7 +175,7 @@ type svcOptions struct {
 
 // svcPath is svc serve and one svc worker relaying to the engine with the
 // openai adapter, both on the system-under-test core.
-func svcPath(dir, bin, engineURL string, o svcOptions) (*path, error) {
+func svcPath(pl placement, dir, bin, engineURL string, o svcOptions) (*path, error) {
 	ctx := context.Background()
 	addr, err := harness.FreeAddr()
 	if err != nil {
@@ -187,7 +187,7 @@ func svcPath(dir, bin, engineURL string, o svcOptions) (*path, error) {
 	gwProf, _ := harness.FreeAddr()
 	wkProf, _ := harness.FreeAddr()
 	p := &path{name: "svc", pprof: map[string]string{"gateway": gwProf, "worker": wkProf}}
-	gs := sut(dir, "gateway-"+port, "GOMAXPROCS=1")
+	gs := pl.sut(dir, "gateway-"+port, "GOMAXPROCS=1")
 	gs.Bin, gs.Group = bin, &p.group
 	gs.Args = []string{"--log-level", "warn", "--pprof-addr", gwProf}
 	if o.queueHold > 0 {
@@ -205,7 +205,7 @@ func svcPath(dir, bin, engineURL string, o svcOptions) (*path, error) {
 	if o.maxConcurrent == 0 {
 		o.maxConcurrent = 16384
 	}
-	ws := sut(dir, "worker-"+port, "GOMAXPROCS=1")
+	ws := pl.sut(dir, "worker-"+port, "GOMAXPROCS=1")
 	ws.Group = &p.group
 	ws.Args = []string{"--max-concurrent", fmt.Sprint(o.maxConcurrent), "--engine", "openai=" + engineURL,
 		"--log-level", "warn", "--pprof-addr", wkProf}
@@ -221,8 +221,8 @@ func svcPath(dir, bin, engineURL string, o svcOptions) (*path, error) {
 // simProcess is `svc sim` in its own process on the load core: an engine
 // for scenarios whose sockets would not fit in the harness's open-file
 // limit beside the clients' own.
-func simProcess(dir, bin string) (*harness.Proc, string, error) {
-	s := onCPU(loadCPU, dir, "sim", "GOMAXPROCS=1")
+func simProcess(pl placement, dir, bin string) (*harness.Proc, string, error) {
+	s := pl.onCPU(loadCPU, dir, "sim", "GOMAXPROCS=1")
 	s.Bin = bin
 	return harness.StartSim(context.Background(), harness.SimSpec{Spec: s, Options: "tps=0,ttft=0"})
 }

@@ -25,18 +25,46 @@ const (
 // after SIGTERM before it is killed.
 const stopGrace = 10 * time.Second
 
+// placement is where the harness puts the programs it starts.
+type placement struct {
+	// pin puts the system under test (nginx, or gateway and worker) on
+	// sutCPU and the harness's own programs on loadCPU.
+	pin bool
+}
+
+// placements are the -placement flag's values.
+const (
+	placeOneCore = "one-core" // the system under test on one core, the harness on another
+	placeNone    = "none"     // wherever the scheduler puts them
+)
+
+// newPlacement is the placement the -placement flag names, given what
+// the machine allows: pinning needs two cores and taskset.
+func newPlacement(name string) (placement, error) {
+	switch name {
+	case placeOneCore:
+		_, err := exec.LookPath("taskset")
+		return placement{pin: err == nil && pinning()}, nil
+	case placeNone:
+		return placement{}, nil
+	}
+	return placement{}, fmt.Errorf("-placement %q: want %s or %s", name, placeOneCore, placeNone)
+}
+
 // onCPU is how a program runs pinned to cpu, with its output in
 // dir/name.log.
-func onCPU(cpu, dir, name string, env ...string) harness.Spec {
+func (pl placement) onCPU(cpu, dir, name string, env ...string) harness.Spec {
 	s := harness.Spec{Name: name, Env: env, LogFile: filepath.Join(dir, name+".log")}
-	if _, err := exec.LookPath("taskset"); err == nil && pinning() {
+	if pl.pin {
 		s.Prefix = []string{"taskset", "-c", cpu}
 	}
 	return s
 }
 
 // sut is how a program of the system under test runs.
-func sut(dir, name string, env ...string) harness.Spec { return onCPU(sutCPU, dir, name, env...) }
+func (pl placement) sut(dir, name string, env ...string) harness.Spec {
+	return pl.onCPU(sutCPU, dir, name, env...)
+}
 
 // usage is a process's CPU time and memory as /proc reports them.
 type usage struct {
@@ -126,8 +154,8 @@ func readUsage(pid int) usage {
 func pinning() bool { return os.Getenv("SVC_BENCH_PINNED") != "" || numCPU() >= 2 }
 
 // pinSelf re-runs the harness on the load core when it is not there yet.
-func pinSelf() error {
-	if !pinning() || os.Getenv("SVC_BENCH_PINNED") != "" {
+func pinSelf(pl placement) error {
+	if !pl.pin || os.Getenv("SVC_BENCH_PINNED") != "" {
 		return nil
 	}
 	ts, err := exec.LookPath("taskset")

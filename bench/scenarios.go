@@ -31,6 +31,7 @@ type scale struct {
 	conc     int
 	usage    int
 	profile  string // directory for CPU and allocation profiles, when set
+	place    placement
 }
 
 func fullScale() scale {
@@ -213,13 +214,13 @@ func (h *rig) openStreams(ctx context.Context, n int) *scenario {
 		h.log("%s %s", sc.Name, sc.Note)
 		return sc
 	}
-	sim, url, err := simProcess(h.dir, h.bin)
+	sim, url, err := simProcess(h.scale.place, h.dir, h.bin)
 	if err != nil {
 		sc.Note = "skipped: " + err.Error()
 		return sc
 	}
 	defer func() { _ = sim.Stop(syscall.SIGTERM, stopGrace) }()
-	svc, err := svcPath(h.dir, h.bin, url, svcOptions{})
+	svc, err := svcPath(h.scale.place, h.dir, h.bin, url, svcOptions{})
 	if err != nil {
 		sc.Note = "skipped: " + err.Error()
 		return sc
@@ -294,7 +295,7 @@ wait:
 // clients and measures how fast the 429s come back.
 func (h *rig) saturation(ctx context.Context) *scenario {
 	sc := &scenario{Name: "saturation-429", Paths: map[string]stats{}}
-	p, err := svcPath(h.dir, h.bin, h.engine.url, svcOptions{maxConcurrent: 4, queueHold: time.Millisecond})
+	p, err := svcPath(h.scale.place, h.dir, h.bin, h.engine.url, svcOptions{maxConcurrent: 4, queueHold: time.Millisecond})
 	if err != nil {
 		sc.Note = "skipped: " + err.Error()
 		return sc
