@@ -164,6 +164,10 @@ type stats struct {
 	Gap      *percentiles   `json:"chunk_gap_ms,omitempty"`
 	CPU      float64        `json:"sut_cpu_share,omitempty"` // share of one core used by the system under test
 	PeakRSS  int64          `json:"sut_peak_rss_bytes,omitempty"`
+	// Closed loop only: the system under test's user plus system CPU time
+	// and (svc only) heap allocations, per request answered.
+	CPUPerRequest    float64 `json:"sut_cpu_us_per_request,omitempty"`
+	AllocsPerRequest float64 `json:"sut_allocs_per_request,omitempty"`
 }
 
 type percentiles struct {

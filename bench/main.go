@@ -99,6 +99,7 @@ func run() error {
 	only := flag.String("only", "", "comma-separated scenario names to run (default all)")
 	repeat := flag.Int("repeat", 0, "runs per path and scenario (default 3, 1 with -short)")
 	dur := flag.Duration("duration", 0, "measured time per run (default 10s, 500ms with -short)")
+	conns := flag.Int("conns", 0, "connections of the closed-loop scenarios (default 64, 8 with -short)")
 	profile := flag.String("profile", "", "also profile the gateway and worker under load and write the profiles to this directory")
 	show := flag.String("show", "", "print the table of a results file instead of running")
 	place := flag.String("placement", placeOneCore, "where the programs run: "+placeOneCore+
@@ -127,6 +128,9 @@ func run() error {
 	}
 	if *dur > 0 {
 		sc.duration = *dur
+	}
+	if *conns > 0 {
+		sc.conc = *conns
 	}
 	want := func(name string) bool {
 		return *only == "" || slices.ContainsFunc(strings.Split(*only, ","), func(s string) bool { return strings.HasPrefix(name, s) })

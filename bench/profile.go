@@ -1,12 +1,15 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -66,6 +69,34 @@ func (h *rig) heapProfiles(svc *path, label string) {
 			}
 		}
 	}
+}
+
+// mallocs is the heap objects the gateway and the worker have allocated
+// since they started, as runtime.MemStats counts them at the end of the
+// allocation profile's text form; 0 when a process does not say.
+func (p *path) mallocs() uint64 {
+	var n uint64
+	for _, addr := range p.pprof {
+		resp, err := http.Get("http://" + addr + "/debug/pprof/allocs?debug=1")
+		if err != nil {
+			return 0
+		}
+		m, ok := uint64(0), false
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			if v, found := strings.CutPrefix(sc.Text(), "# Mallocs = "); found {
+				m, err = strconv.ParseUint(v, 10, 64)
+				ok = err == nil
+			}
+		}
+		resp.Body.Close()
+		if !ok {
+			return 0
+		}
+		n += m
+	}
+	return n
 }
 
 func fetch(url, file string) error {

@@ -75,7 +75,8 @@ func printTable(w io.Writer, r *report) {
 			fmt.Fprintf(w, "%s: svc's p50 overhead is %.1f times nginx's\n", sc.Name, *sc.Ratio)
 		}
 		for _, k := range slices.Sorted(maps.Keys(sc.Extra)) {
-			fmt.Fprintf(w, "%s: %s %s\n", sc.Name, strings.ReplaceAll(k, "_", " "), extraValue(k, sc.Extra[k]))
+			label := strings.TrimSuffix(k, "_us") // the value carries its unit
+			fmt.Fprintf(w, "%s: %s %s\n", sc.Name, strings.ReplaceAll(label, "_", " "), extraValue(k, sc.Extra[k]))
 		}
 	}
 	if u := r.Usage; u != nil {
@@ -117,6 +118,10 @@ func extraValue(key string, v any) string {
 	switch {
 	case strings.HasSuffix(key, "_share"):
 		return fmt.Sprintf("%.1f%%", f*100)
+	case strings.HasSuffix(key, "_us"):
+		return fmt.Sprintf("%.1f µs", f)
+	case strings.HasSuffix(key, "_per_request"):
+		return fmt.Sprintf("%.1f", f)
 	case strings.HasSuffix(key, "_per_stream"):
 		return fmt.Sprintf("%.1f KB", f/1000)
 	case strings.HasSuffix(key, "_bytes"):

@@ -170,17 +170,39 @@ func (h *rig) openLoopScenario(ctx context.Context, name string, rate float64, b
 	})
 }
 
-// maxThroughput keeps conc requests in flight: the most each path answers.
+// maxThroughput keeps conc requests in flight, each client sending its
+// next request when the previous one is answered (as wrk does): the most
+// each path answers. The system under test's CPU time and, for svc, its
+// heap allocations are divided by the requests answered in the measured
+// part, so that the cost of a request is read without a profiler.
 func (h *rig) maxThroughput(ctx context.Context) *scenario {
 	sc := h.measure("max-throughput", h.paths, func(p *path) stats {
 		do := unaryCall(h.client, p, unaryBody)
 		closedLoop(ctx, h.scale.conc, h.scale.warmup, do)
-		return summarise(closedLoop(ctx, h.scale.conc, h.scale.duration, do))
+		before, mallocs := p.usage(), p.mallocs()
+		st := summarise(closedLoop(ctx, h.scale.conc, h.scale.duration, do))
+		after, mallocsAfter := p.usage(), p.mallocs()
+		if st.Requests > 0 && before.valid && after.valid {
+			st.CPUPerRequest = float64((after.cpu - before.cpu).Microseconds()) / float64(st.Requests)
+		}
+		if st.Requests > 0 && mallocs > 0 && mallocsAfter > mallocs {
+			st.AllocsPerRequest = float64(mallocsAfter-mallocs) / float64(st.Requests)
+		}
+		return st
 	})
-	sc.Note = fmt.Sprintf("closed loop, %d requests in flight", h.scale.conc)
+	sc.Note = fmt.Sprintf("closed loop, %d connections each sending its next request when the previous is answered", h.scale.conc)
+	sc.Extra = map[string]any{}
+	for n, s := range sc.Paths {
+		if s.CPUPerRequest > 0 {
+			sc.Extra[n+"_cpu_per_request_us"] = s.CPUPerRequest
+		}
+		if s.AllocsPerRequest > 0 {
+			sc.Extra[n+"_allocs_per_request"] = s.AllocsPerRequest
+		}
+	}
 	if s, ok := sc.Paths["svc"]; ok {
 		if n, ok := sc.Paths["nginx"]; ok && n.Achieved > 0 {
-			sc.Extra = map[string]any{"svc_over_nginx_throughput": s.Achieved / n.Achieved}
+			sc.Extra["svc_over_nginx_throughput"] = s.Achieved / n.Achieved
 		}
 	}
 	return sc
