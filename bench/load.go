@@ -25,7 +25,9 @@ func newClient() *http.Client {
 // outcome is one request's result.
 type outcome struct {
 	status  int
-	retry   string // Retry-After of a 429
+	at      time.Time     // when it was scheduled to be sent (open loop)
+	lag     time.Duration // from then until the generator began sending it
+	retry   string        // Retry-After of a 429
 	err     error
 	latency time.Duration   // from the scheduled send time to the whole answer
 	ttft    time.Duration   // streaming: to the first content chunk
@@ -52,20 +54,41 @@ type call func(ctx context.Context, scheduled time.Time) outcome
 // latency from that scheduled time, so a slow system cannot slow the
 // arrivals down and hide its own queueing.
 func openLoop(ctx context.Context, rate float64, dur time.Duration, do call) ([]outcome, time.Duration) {
+	return openLoopPhases(ctx, []phase{{rate, dur}}, do)
+}
+
+// phase is a stretch of an open-loop schedule at one rate.
+type phase struct {
+	rate float64
+	dur  time.Duration
+}
+
+// openLoopPhases is openLoop at each phase's rate in turn, on one
+// schedule: requests still in flight when the rate changes keep going.
+func openLoopPhases(ctx context.Context, phases []phase, do call) ([]outcome, time.Duration) {
 	var rec recorder
 	var wg sync.WaitGroup
-	interval := time.Duration(float64(time.Second) / rate)
 	start := time.Now()
-	n := int(dur / interval)
-	for i := range n {
-		at := start.Add(time.Duration(i) * interval)
-		if d := time.Until(at); d > 0 {
-			time.Sleep(d)
+	from := start
+send:
+	for _, ph := range phases {
+		interval := time.Duration(float64(time.Second) / ph.rate)
+		for i := range int(ph.dur / interval) {
+			at := from.Add(time.Duration(i) * interval)
+			if d := time.Until(at); d > 0 {
+				time.Sleep(d)
+			}
+			if ctx.Err() != nil {
+				break send
+			}
+			wg.Go(func() {
+				lag := time.Since(at)
+				o := do(ctx, at)
+				o.at, o.lag = at, lag
+				rec.add(o)
+			})
 		}
-		if ctx.Err() != nil {
-			break
-		}
-		wg.Go(func() { rec.add(do(ctx, at)) })
+		from = from.Add(ph.dur)
 	}
 	wg.Wait()
 	return rec.outs, time.Since(start)
