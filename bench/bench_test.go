@@ -84,6 +84,19 @@ func TestShort(t *testing.T) {
 	if s := byName["upload-25mb-x2"]; s == nil || s.Paths["svc"].Success != 1 || s.Extra["gateway_peak_rss_bytes"] == nil || s.Extra["worker_peak_rss_bytes"] == nil {
 		t.Errorf("uploads: %+v", s)
 	}
+	if s := byName["max-throughput"]; s.Paths["svc"].CPUPerRequest <= 0 || s.Paths["svc"].AllocsPerRequest <= 0 {
+		t.Errorf("max-throughput: no CPU time or allocations per request for svc: %+v", s.Paths["svc"])
+	}
+	if s := byName["overload"]; s == nil || s.Paths["svc overload"].Requests == 0 || s.Extra["capacity_rps"] == nil {
+		t.Errorf("overload: %+v", s)
+	} else {
+		if len(s.Recovery) != int(shortScale().recoverFor/recoveryBucket) {
+			t.Errorf("overload: %d recovery buckets", len(s.Recovery))
+		}
+		if n, _ := s.Extra["rejected_429"].(float64); n > 0 && s.Extra["rejected_retry_after_share"] != 1.0 {
+			t.Errorf("overload: 429s without Retry-After: %+v", s.Extra)
+		}
+	}
 	if r.Usage == nil || r.Usage.RowsPerSec == 0 || r.Usage.DBBytes == 0 || len(r.Usage.QueryMs) != 5 {
 		t.Errorf("usage bench: %+v", r.Usage)
 	}

@@ -6,6 +6,7 @@
 //	go run ./bench                # the full run (several minutes)
 //	go run ./bench -short         # every scenario at small scale
 //	go run ./bench -only unary-1000rps,stream-50-chunks
+//	go run ./bench -only overload -overload-for 30s
 //
 // With two or more cores the harness (load generator and engine) runs on
 // CPU 1 and the system under test on CPU 0 with GOMAXPROCS=1, the same for
@@ -99,6 +100,9 @@ func run() error {
 	only := flag.String("only", "", "comma-separated scenario names to run (default all)")
 	repeat := flag.Int("repeat", 0, "runs per path and scenario (default 3, 1 with -short)")
 	dur := flag.Duration("duration", 0, "measured time per run (default 10s, 500ms with -short)")
+	overFor := flag.Duration("overload-for", 0, "overload scenario: time at 1.5x capacity (default 1m, 1.5s with -short)")
+	recoverFor := flag.Duration("recover-for", 0, "overload scenario: time at 0.5x capacity after it (default 20s, 1s with -short)")
+	overTimeout := flag.Duration("overload-timeout", 0, "overload scenario: each request's client timeout (default 1s)")
 	conns := flag.Int("conns", 0, "connections of the closed-loop scenarios (default 64, 8 with -short)")
 	profile := flag.String("profile", "", "also profile the gateway and worker under load and write the profiles to this directory")
 	show := flag.String("show", "", "print the table of a results file instead of running")
@@ -131,6 +135,15 @@ func run() error {
 	}
 	if *conns > 0 {
 		sc.conc = *conns
+	}
+	if *overFor > 0 {
+		sc.overloadFor = *overFor
+	}
+	if *recoverFor > 0 {
+		sc.recoverFor = *recoverFor
+	}
+	if *overTimeout > 0 {
+		sc.overloadTimeout = *overTimeout
 	}
 	want := func(name string) bool {
 		return *only == "" || slices.ContainsFunc(strings.Split(*only, ","), func(s string) bool { return strings.HasPrefix(name, s) })
@@ -215,6 +228,9 @@ func bench(ctx context.Context, sc scale, out string, want func(string) bool, w 
 	}
 	if want("saturation-429") {
 		add(h.saturation(ctx))
+	}
+	if want("overload") {
+		add(h.overload(ctx))
 	}
 	if want("transcribe-1mb") {
 		add(h.transcribe(ctx))

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"maps"
@@ -25,7 +26,7 @@ func printTable(w io.Writer, r *report) {
 		if len(sc.Paths) == 0 {
 			continue
 		}
-		names := slices.SortedFunc(maps.Keys(sc.Paths), func(a, b string) int { return order(a) - order(b) })
+		names := slices.SortedFunc(maps.Keys(sc.Paths), func(a, b string) int { return cmp.Or(order(a)-order(b), strings.Compare(a, b)) })
 		for _, n := range names {
 			s := sc.Paths[n]
 			rps, ok := "-", "-"
@@ -75,7 +76,10 @@ func printTable(w io.Writer, r *report) {
 			fmt.Fprintf(w, "%s: svc's p50 overhead is %.1f times nginx's\n", sc.Name, *sc.Ratio)
 		}
 		for _, k := range slices.Sorted(maps.Keys(sc.Extra)) {
-			label := strings.TrimSuffix(k, "_us") // the value carries its unit
+			label := k // the value carries its unit
+			for _, unit := range []string{"_us", "_ms", "_rps"} {
+				label = strings.TrimSuffix(label, unit)
+			}
 			fmt.Fprintf(w, "%s: %s %s\n", sc.Name, strings.ReplaceAll(label, "_", " "), extraValue(k, sc.Extra[k]))
 		}
 	}
@@ -118,6 +122,10 @@ func extraValue(key string, v any) string {
 	switch {
 	case strings.HasSuffix(key, "_share"):
 		return fmt.Sprintf("%.1f%%", f*100)
+	case strings.HasSuffix(key, "_ms"):
+		return fmt.Sprintf("%.3f ms", f)
+	case strings.HasSuffix(key, "_rps"):
+		return fmt.Sprintf("%.0f requests/s", f)
 	case strings.HasSuffix(key, "_us"):
 		return fmt.Sprintf("%.1f µs", f)
 	case strings.HasSuffix(key, "_per_request"):

@@ -32,16 +32,21 @@ type scale struct {
 	usage    int
 	profile  string // directory for CPU and allocation profiles, when set
 	place    placement
+	// The overload scenario's open loop: above capacity for overloadFor,
+	// below it for recoverFor, each request given overloadTimeout.
+	overloadFor, recoverFor, overloadTimeout time.Duration
 }
 
 func fullScale() scale {
 	return scale{repeat: 3, warmup: 2 * time.Second, duration: 10 * time.Second, rates: []float64{500, 1000, 2000, 5000},
-		slowRate: 1000, streams: []int{1000, 10000}, cancels: 50, conc: 64, usage: 1_000_000}
+		slowRate: 1000, streams: []int{1000, 10000}, cancels: 50, conc: 64, usage: 1_000_000,
+		overloadFor: time.Minute, recoverFor: 20 * time.Second, overloadTimeout: time.Second}
 }
 
 func shortScale() scale {
 	return scale{short: true, repeat: 1, warmup: 100 * time.Millisecond, duration: 500 * time.Millisecond, rates: []float64{200},
-		slowRate: 100, streams: []int{50}, cancels: 3, conc: 8, usage: 20_000}
+		slowRate: 100, streams: []int{50}, cancels: 3, conc: 8, usage: 20_000,
+		overloadFor: 1500 * time.Millisecond, recoverFor: time.Second, overloadTimeout: time.Second}
 }
 
 // scenario is one measured comparison across paths.
@@ -52,6 +57,9 @@ type scenario struct {
 	Overhead map[string]overhead `json:"overhead,omitempty"` // path -> minus direct
 	Ratio    *float64            `json:"svc_over_nginx_overhead_ratio,omitempty"`
 	Extra    map[string]any      `json:"extra,omitempty"`
+	// Recovery is the overload scenario's p50 latency, in ms, of the 200s
+	// sent in each 250 ms after the load drops; -1 where there are none.
+	Recovery []float64 `json:"recovery_p50_ms,omitempty"`
 }
 
 // minRatioBase is the least nginx overhead, in ms, that svc's is divided
