@@ -219,6 +219,44 @@ func (f *Fleet) Acquire(ctx context.Context, need Need) (*Lease, error) {
 	return l, nil
 }
 
+// Admit is the refusal Acquire would give at once for model's backed-up
+// queue, answered without parsing the request or queueing it: under
+// overload a refused request should cost next to nothing. It errs toward
+// letting a request through, to the full path and its other answers (a
+// 404, a 503): nil unless the queue is backed up (or full) and no worker
+// that serves the model with capability has a free slot. A pinned request
+// waits for one worker, which this does not judge; ask Acquire.
+func (f *Fleet) Admit(orgID, model, capability string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	o := f.orgs[orgID]
+	if o == nil {
+		return nil
+	}
+	q := o.queues[model]
+	if q == nil || q.l.Len() == 0 {
+		return nil
+	}
+	need := Need{OrgID: orgID, Model: model, Capability: capability}
+	now := time.Now()
+	slots := 0
+	for _, w := range o.workers {
+		if !f.usableLocked(w, now) || !w.fits(&need) {
+			continue
+		}
+		n := w.slots(model)
+		if w.active < n {
+			return nil
+		}
+		slots += n
+	}
+	waiting := q.l.Len()
+	if slots == 0 || waiting < f.cfg.MaxQueue && !f.backedUpLocked(o, &need, waiting, f.cfg.Hold) {
+		return nil
+	}
+	return f.capacityLocked(o, &need, waiting)
+}
+
 // slotsLocked counts the slots of the workers that could take need.
 func (f *Fleet) slotsLocked(o *org, need *Need) int {
 	slots := 0
