@@ -266,7 +266,7 @@ func (rl *Relay) Refuse(req Request, err error) {
 }
 
 func needOf(req Request) fleet.Need {
-	n := fleet.Need{OrgID: req.OrgID, Model: req.Model, Capability: capabilityOf(req.Kind),
+	n := fleet.Need{OrgID: req.OrgID, Model: req.Model, Capability: Capability(req.Kind),
 		Pin: req.Pin, Affinity: req.Affinity, Feature: req.Feature}
 	if req.ContentFilter != "" {
 		n.Moderator, n.Feature = req.ContentFilter, api.FeatureModeration
@@ -298,7 +298,8 @@ func (c *Call) OnEnd(f func()) {
 // Worker is the worker now serving the call, nil while it waits for one.
 func (c *Call) Worker() *fleet.WorkerInfo { return c.current.Load() }
 
-func capabilityOf(kind string) string {
+// Capability is what a worker must do for a request of the link kind.
+func Capability(kind string) string {
 	switch kind {
 	case api.KindEmbeddings:
 		return api.CapEmbeddings

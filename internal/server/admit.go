@@ -1,0 +1,37 @@
+package server
+
+import (
+	"github.com/svc-dev/svc/internal/relay"
+)
+
+// admitted refuses a request for a model whose queue is backed up before
+// next parses its body, with the 429 the fleet would give it after: under
+// overload most requests are refused, and parsing each, then setting it up
+// to run, only to refuse it, would spend the gateway's CPU on requests it
+// turns away. The refusal still gets its usage row, as one from the fleet
+// does, so a client sees its 429s in its logs whichever path answered
+// them; the row is queued, never written in line. A request the scan
+// cannot read, a sealed one (its model is in the envelope, and it is
+// pinned to its key's worker) and a pinned one go the full path. shape,
+// when set, gives the refusal the endpoint's own error code.
+func (s *Server) admitted(kind string, shape func(error) error, next func(*call) error) func(*call) error {
+	capability := relay.Capability(kind)
+	return func(c *call) error {
+		if sealed(c) || len(c.ctx.Request.Header.Peek("X-Svc-Worker-Id")) > 0 {
+			return next(c)
+		}
+		model, stream, ok := relay.Route(c.ctx.PostBody())
+		if !ok {
+			return next(c)
+		}
+		err := s.fleet.Admit(c.principal.OrgID, string(model), capability)
+		if err == nil {
+			return next(c)
+		}
+		if shape != nil {
+			err = shape(err)
+		}
+		s.relay.Refuse(inference(c, kind, string(model), stream), err)
+		return err
+	}
+}
