@@ -36,7 +36,7 @@ func (l *rowLog) Record(_ string, row api.UsageRow) {
 
 // connectWorker attaches a worker serving models to f under org; it
 // answers nothing, which these tests never ask of it.
-func connectWorker(t *testing.T, ctx context.Context, f *fleet.Fleet, org string, maxConc int, models ...api.Model) {
+func connectWorker(t testing.TB, ctx context.Context, f *fleet.Fleet, org string, maxConc int, models ...api.Model) {
 	t.Helper()
 	sess := link.NewSession(link.Options{Role: link.Worker, Accept: func(context.Context, *link.Stream) {}})
 	t.Cleanup(func() { sess.Close(nil) })
@@ -66,7 +66,7 @@ func connectWorker(t *testing.T, ctx context.Context, f *fleet.Fleet, org string
 
 // backUp leaves model's queue backed up on f: its one slot busy, served
 // slower than the hold, and one request waiting. release undoes it.
-func backUp(t *testing.T, ctx context.Context, f *fleet.Fleet, model string, hold time.Duration) (release func()) {
+func backUp(t testing.TB, ctx context.Context, f *fleet.Fleet, model string, hold time.Duration) (release func()) {
 	t.Helper()
 	need := fleet.Need{Model: model, Capability: api.CapChat}
 	l, err := f.Acquire(ctx, need)
