@@ -219,39 +219,44 @@ func (f *Fleet) Acquire(ctx context.Context, need Need) (*Lease, error) {
 	return l, nil
 }
 
-// Admit is the refusal Acquire would give at once for model's backed-up
-// queue, answered without parsing the request or queueing it: under
-// overload a refused request should cost next to nothing. It errs toward
-// letting a request through, to the full path and its other answers (a
-// 404, a 503): nil unless the queue is backed up (or full) and no worker
-// that serves the model with capability has a free slot. A pinned request
-// waits for one worker, which this does not judge; ask Acquire.
-func (f *Fleet) Admit(orgID, model, capability string) error {
+// Admit is the refusal Acquire would give need at once for its model's
+// backed-up queue, answered without queueing it, so that a request can be
+// turned away before it is parsed: under overload a refusal should cost
+// next to nothing. It errs toward letting a request through to Acquire and
+// its other answers (a 404, a 503): nil unless the queue is backed up (or
+// full) and no worker that could take need has a free slot. A pinned
+// request waits for its one worker, which Admit leaves to Acquire.
+func (f *Fleet) Admit(need Need) error {
+	if need.Pin != "" {
+		return nil
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	o := f.orgs[orgID]
+	o := f.orgs[need.OrgID]
 	if o == nil {
 		return nil
 	}
-	q := o.queues[model]
+	q := o.queues[need.Model]
 	if q == nil || q.l.Len() == 0 {
 		return nil
 	}
-	need := Need{OrgID: orgID, Model: model, Capability: capability}
 	now := time.Now()
-	slots := 0
+	usable := false
 	for _, w := range o.workers {
-		if !f.usableLocked(w, now) || !w.fits(&need) {
+		if !f.eligibleLocked(w, &need, now) {
 			continue
 		}
-		n := w.slots(model)
-		if w.active < n {
+		if w.active < w.slots(need.Model) {
 			return nil
 		}
-		slots += n
+		usable = true
+	}
+	hold := need.Hold
+	if hold <= 0 {
+		hold = f.cfg.Hold
 	}
 	waiting := q.l.Len()
-	if slots == 0 || waiting < f.cfg.MaxQueue && !f.backedUpLocked(o, &need, waiting, f.cfg.Hold) {
+	if !usable || waiting < f.cfg.MaxQueue && !f.backedUpLocked(o, &need, waiting, hold) {
 		return nil
 	}
 	return f.capacityLocked(o, &need, waiting)

@@ -160,7 +160,7 @@ func TestAdmitRefusesBehindABackedUpQueue(t *testing.T) {
 		h := newHarness(t, Config{Hold: time.Second})
 		h.worker("o", "w", 1, chat("m"), embed("e"))
 		need := Need{OrgID: "o", Model: "m", Capability: api.CapChat}
-		if err := h.f.Admit("o", "m", api.CapChat); err != nil {
+		if err := h.f.Admit(need); err != nil {
 			t.Fatalf("idle fleet: %v", err)
 		}
 		h.serveFor(need, 1500*time.Millisecond, Succeeded)
@@ -168,7 +168,7 @@ func TestAdmitRefusesBehindABackedUpQueue(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := h.f.Admit("o", "m", api.CapChat); err != nil {
+		if err := h.f.Admit(need); err != nil {
 			t.Fatalf("busy slot, empty queue: %v", err)
 		}
 		got := make(chan error, 1)
@@ -182,7 +182,7 @@ func TestAdmitRefusesBehindABackedUpQueue(t *testing.T) {
 		synctest.Wait() // queued
 		_, want := h.f.Acquire(h.ctx, need)
 		start := time.Now()
-		err = h.f.Admit("o", "m", api.CapChat)
+		err = h.f.Admit(need)
 		var ae, wae *api.Error
 		if !errors.As(err, &ae) || !errors.As(want, &wae) || !reflect.DeepEqual(ae, wae) {
 			t.Fatalf("Admit = %#v, Acquire = %#v", err, want)
@@ -200,10 +200,18 @@ func TestAdmitRefusesBehindABackedUpQueue(t *testing.T) {
 			t.Fatalf("queue holds %d after Admit, want 1", depth)
 		}
 		// What only the full path answers is let through: another model,
-		// the wrong endpoint, an unknown organisation or model.
-		for _, c := range [][3]string{{"o", "e", api.CapEmbeddings}, {"o", "m", api.CapEmbeddings}, {"x", "m", api.CapChat}, {"o", "nope", api.CapChat}} {
-			if err := h.f.Admit(c[0], c[1], c[2]); err != nil {
-				t.Fatalf("Admit%v = %v", c, err)
+		// the wrong endpoint, an unknown organisation or model, a pinned
+		// request, one needing a moderator no worker has.
+		for _, n := range []Need{
+			{OrgID: "o", Model: "e", Capability: api.CapEmbeddings},
+			{OrgID: "o", Model: "m", Capability: api.CapEmbeddings},
+			{OrgID: "x", Model: "m", Capability: api.CapChat},
+			{OrgID: "o", Model: "nope", Capability: api.CapChat},
+			{OrgID: "o", Model: "m", Capability: api.CapChat, Pin: busy.Worker.ID},
+			{OrgID: "o", Model: "m", Capability: api.CapChat, Moderator: "guard", Feature: api.FeatureModeration},
+		} {
+			if err := h.f.Admit(n); err != nil {
+				t.Fatalf("Admit(%+v) = %v", n, err)
 			}
 		}
 		time.Sleep(500 * time.Millisecond)
@@ -211,7 +219,7 @@ func TestAdmitRefusesBehindABackedUpQueue(t *testing.T) {
 		if err := <-got; err != nil {
 			t.Fatalf("queued request: %v", err)
 		}
-		if err := h.f.Admit("o", "m", api.CapChat); err != nil {
+		if err := h.f.Admit(need); err != nil {
 			t.Fatalf("drained queue: %v", err)
 		}
 	})

@@ -88,7 +88,7 @@ func backUp(t testing.TB, ctx context.Context, f *fleet.Fleet, model string, hol
 			l.Release(fleet.Neutral)
 		}
 	}()
-	for f.Admit("", model, api.CapChat) == nil {
+	for f.Admit(need) == nil {
 		time.Sleep(time.Millisecond)
 	}
 	return func() {
