@@ -5,9 +5,12 @@ import "bytes"
 // Route reads the top-level "model" and "stream" members of a JSON
 // request body without decoding it, so that a request can be refused
 // before it is parsed. It answers ok only when the model is certain: the
-// body is one JSON object, no member name is escaped (it might spell
-// "model"), "model" appears once as a non-empty string without escapes.
-// Anything else is for the full parse to judge.
+// body is one object, no member name is escaped (it might spell "model"),
+// and "model" appears once, as a non-empty string without escapes. The
+// other members' values are skimmed, not checked: strings, most of a
+// request's bytes, are passed over by their quotes alone. So a body that
+// is not JSON inside another member may be refused for its model's queue,
+// where the parse would have answered 400; its retry learns that instead.
 func Route(body []byte) (model []byte, stream, ok bool) {
 	var s scanner
 	s.reset(body)
@@ -32,13 +35,68 @@ func Route(body []byte) (model []byte, stream, ok bool) {
 			model = m
 		case bytes.Equal(k, []byte("stream")):
 			stream = s.peek() == 't'
-			s.value()
+			s.skim()
 		default:
-			s.value()
+			s.skim()
 		}
 	}
 	if s.end(); s.bad || model == nil {
 		return nil, false, false
 	}
 	return model, stream, true
+}
+
+// skim moves past the value at s.i to the comma or closing bracket after
+// it, knowing only brackets and quotes.
+func (s *scanner) skim() {
+	s.peek()
+	depth := 0
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case '"':
+			s.skimString()
+			if depth == 0 {
+				return
+			}
+			continue
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth == 0 {
+				return
+			}
+			if depth--; depth == 0 {
+				s.i++
+				return
+			}
+		case ',':
+			if depth == 0 {
+				return
+			}
+		}
+		s.i++
+	}
+	s.fail()
+}
+
+// skimString moves past the string at s.i to the quote that closes it: the
+// first not escaped by an odd run of backslashes.
+func (s *scanner) skimString() {
+	for j := s.i + 1; ; {
+		k := bytes.IndexByte(s.b[j:], '"')
+		if k < 0 {
+			s.fail()
+			return
+		}
+		q := j + k
+		back := 0
+		for back < q-j && s.b[q-1-back] == '\\' {
+			back++
+		}
+		if back%2 == 0 {
+			s.i = q + 1
+			return
+		}
+		j = q + 1
+	}
 }
