@@ -219,6 +219,49 @@ func (f *Fleet) Acquire(ctx context.Context, need Need) (*Lease, error) {
 	return l, nil
 }
 
+// Admit is the refusal Acquire would give need at once for its model's
+// backed-up queue, answered without queueing it, so that a request can be
+// turned away before it is parsed: under overload a refusal should cost
+// next to nothing. It errs toward letting a request through to Acquire and
+// its other answers (a 404, a 503): nil unless the queue is backed up (or
+// full) and no worker that could take need has a free slot. A pinned
+// request waits for its one worker, which Admit leaves to Acquire.
+func (f *Fleet) Admit(need Need) error {
+	if need.Pin != "" {
+		return nil
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	o := f.orgs[need.OrgID]
+	if o == nil {
+		return nil
+	}
+	q := o.queues[need.Model]
+	if q == nil || q.l.Len() == 0 {
+		return nil
+	}
+	now := time.Now()
+	usable := false
+	for _, w := range o.workers {
+		if !f.eligibleLocked(w, &need, now) {
+			continue
+		}
+		if w.active < w.slots(need.Model) {
+			return nil
+		}
+		usable = true
+	}
+	hold := need.Hold
+	if hold <= 0 {
+		hold = f.cfg.Hold
+	}
+	waiting := q.l.Len()
+	if !usable || waiting < f.cfg.MaxQueue && !f.backedUpLocked(o, &need, waiting, hold) {
+		return nil
+	}
+	return f.capacityLocked(o, &need, waiting)
+}
+
 // slotsLocked counts the slots of the workers that could take need.
 func (f *Fleet) slotsLocked(o *org, need *Need) int {
 	slots := 0

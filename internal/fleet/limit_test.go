@@ -3,6 +3,7 @@ package fleet
 import (
 	"errors"
 	"net/http"
+	"reflect"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -148,6 +149,78 @@ func TestBackedUpQueueRefusesAtOnce(t *testing.T) {
 		busy.Release(Succeeded)
 		if err := <-got; err != nil {
 			t.Fatalf("queued request: %v", err)
+		}
+	})
+}
+
+// Admit answers a backed-up queue's 429 as Acquire does, queueing nothing,
+// and lets through whatever the full path should judge.
+func TestAdmitRefusesBehindABackedUpQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Config{Hold: time.Second})
+		h.worker("o", "w", 1, chat("m"), embed("e"))
+		need := Need{OrgID: "o", Model: "m", Capability: api.CapChat}
+		if err := h.f.Admit(need); err != nil {
+			t.Fatalf("idle fleet: %v", err)
+		}
+		h.serveFor(need, 1500*time.Millisecond, Succeeded)
+		busy, err := h.f.Acquire(h.ctx, need)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.f.Admit(need); err != nil {
+			t.Fatalf("busy slot, empty queue: %v", err)
+		}
+		got := make(chan error, 1)
+		go func() {
+			l, err := h.f.Acquire(h.ctx, need)
+			if err == nil {
+				l.Release(Succeeded)
+			}
+			got <- err
+		}()
+		synctest.Wait() // queued
+		_, want := h.f.Acquire(h.ctx, need)
+		start := time.Now()
+		err = h.f.Admit(need)
+		var ae, wae *api.Error
+		if !errors.As(err, &ae) || !errors.As(want, &wae) || !reflect.DeepEqual(ae, wae) {
+			t.Fatalf("Admit = %#v, Acquire = %#v", err, want)
+		}
+		if ae.Kind != api.KindCapacity || ae.QueueDepth != 1 || ae.RetryAfter != 3*time.Second {
+			t.Fatalf("err = %#v", ae)
+		}
+		if waited := time.Since(start); waited != 0 {
+			t.Fatalf("refused after %v, want at once", waited)
+		}
+		h.f.mu.Lock()
+		depth := h.f.orgs["o"].queues["m"].l.Len()
+		h.f.mu.Unlock()
+		if depth != 1 {
+			t.Fatalf("queue holds %d after Admit, want 1", depth)
+		}
+		// What only the full path answers is let through: another model,
+		// the wrong endpoint, an unknown organisation or model, a pinned
+		// request, one needing a moderator no worker has.
+		for _, n := range []Need{
+			{OrgID: "o", Model: "e", Capability: api.CapEmbeddings},
+			{OrgID: "o", Model: "m", Capability: api.CapEmbeddings},
+			{OrgID: "x", Model: "m", Capability: api.CapChat},
+			{OrgID: "o", Model: "nope", Capability: api.CapChat},
+			{OrgID: "o", Model: "m", Capability: api.CapChat, Pin: busy.Worker.ID},
+			{OrgID: "o", Model: "m", Capability: api.CapChat, Moderator: "guard", Feature: api.FeatureModeration},
+		} {
+			if err := h.f.Admit(n); err != nil {
+				t.Fatalf("Admit(%+v) = %v", n, err)
+			}
+		}
+		time.Sleep(500 * time.Millisecond)
+		busy.Release(Succeeded)
+		if err := <-got; err != nil {
+			t.Fatalf("queued request: %v", err)
+		}
+		if err := h.f.Admit(need); err != nil {
+			t.Fatalf("drained queue: %v", err)
 		}
 	})
 }

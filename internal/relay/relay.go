@@ -248,7 +248,7 @@ type Call struct {
 // Start puts a request on the in-flight list and readies it to run with
 // Unary or Stream.
 func (rl *Relay) Start(req Request) *Call {
-	c := &Call{rl: rl, req: req, started: time.Now(), need: needOf(req)}
+	c := &Call{rl: rl, req: req, started: time.Now(), need: NeedOf(req)}
 	c.header = headerOf(req)
 	c.ctx, c.cancel = context.WithTimeout(context.Background(), rl.timing.MaxDuration)
 	c.entry = rl.inflight.Start(req.OrgID, req.ID, req.Model, rowKind(req.Kind), req.Stream, c.started)
@@ -261,11 +261,12 @@ func (rl *Relay) Start(req Request) *Call {
 // Refuse records a request turned away before it ran (a prompt too long
 // for the model, say): it gets its usage row like any other.
 func (rl *Relay) Refuse(req Request, err error) {
-	c := &Call{rl: rl, req: req, started: time.Now(), need: needOf(req)}
+	c := &Call{rl: rl, req: req, started: time.Now(), need: NeedOf(req)}
 	rl.record(c, err)
 }
 
-func needOf(req Request) fleet.Need {
+// NeedOf is what req needs from a worker.
+func NeedOf(req Request) fleet.Need {
 	n := fleet.Need{OrgID: req.OrgID, Model: req.Model, Capability: capabilityOf(req.Kind),
 		Pin: req.Pin, Affinity: req.Affinity, Feature: req.Feature}
 	if req.ContentFilter != "" {

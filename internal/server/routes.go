@@ -4,6 +4,7 @@ import (
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/auth"
 	"github.com/svc-dev/svc/internal/link"
+	"github.com/svc-dev/svc/internal/moderation"
 	"github.com/svc-dev/svc/internal/transcription"
 )
 
@@ -46,13 +47,13 @@ type route struct {
 // and served under both /api/v1 and /v1.
 func (s *Server) routes() []*route {
 	inference := []*route{
-		{method: "POST", path: "/chat/completions", e2e: true, handle: s.chatCompletions},
-		{method: "POST", path: "/embeddings", e2e: true, handle: s.embeddings},
+		{method: "POST", path: "/chat/completions", e2e: true, handle: s.admitted(api.KindChat, nil, s.chatCompletions)},
+		{method: "POST", path: "/embeddings", e2e: true, handle: s.admitted(api.KindEmbeddings, nil, s.embeddings)},
 		{method: "GET", path: "/models", handle: s.listModels},
 		{method: "POST", path: "/audio/transcriptions", e2e: true, handle: s.transcriptions,
 			maxBody: transcription.MaxBody, tooLarge: transcription.ErrTooLarge, streamed: true},
-		{method: "POST", path: "/audio/speech", e2e: true, handle: s.speech},
-		{method: "POST", path: "/moderations", handle: s.moderations},
+		{method: "POST", path: "/audio/speech", e2e: true, handle: s.admitted(api.KindSpeech, nil, s.speech)},
+		{method: "POST", path: "/moderations", handle: s.admitted(api.KindModeration, moderation.ShapeError, s.moderations)},
 	}
 	usage := []*route{
 		{method: "GET", path: "/usage/inflight", handle: s.usageInflight},

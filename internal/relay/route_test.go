@@ -1,0 +1,50 @@
+package relay
+
+import "testing"
+
+func TestRoute(t *testing.T) {
+	for _, c := range []struct {
+		body, model string
+		stream, ok  bool
+	}{
+		{`{"model":"m","messages":[]}`, "m", false, true},
+		{` {"messages":[{"model":"inner"}],"stream":true,"model":"m"} `, "m", true, true},
+		{`{"stream":false,"model":"ünï"}`, "ünï", false, true},
+		{`{"model":"m","messages":"not a list"}`, "m", false, true},
+		{`{"a":"q\\\"}\\","b":[{"c":"]}"},1.5e3,null],"model":"m","n":-1}`, "m", false, true},
+		{`{"a":"\\","model":"m"}`, "m", false, true},
+		{`{"a":"\"}","model":"m"`, "", false, false},
+		{`{"a":[1,{"b":2}],"model":"m"`, "", false, false},
+		{`{"a":[1,{"b":2}]`, "", false, false},
+		{`{"a":tru`, "", false, false},
+		{`{"prompt":"model: m"}`, "", false, false},
+		{`{"Model":"m"}`, "", false, false},
+		{`{"mod\u0065l":"m"}`, "", false, false},
+		{`{"model":"m","x":1,"mod\u0065l":"n"}`, "", false, false},
+		{`{"model":"m","model":"n"}`, "", false, false},
+		{`{"model":"m\u0021"}`, "", false, false},
+		{`{"model":""}`, "", false, false},
+		{`{"model":5}`, "", false, false},
+		{`{"model":null}`, "", false, false},
+		{`{"model":"m",}`, "", false, false},
+		{`{"model":"m"`, "", false, false},
+		{`{"model":"m"} x`, "", false, false},
+		{`["model","m"]`, "", false, false},
+		{``, "", false, false},
+	} {
+		model, stream, ok := Route([]byte(c.body))
+		if string(model) != c.model || stream != c.stream || ok != c.ok {
+			t.Errorf("Route(%s) = %q, %v, %v; want %q, %v, %v", c.body, model, stream, ok, c.model, c.stream, c.ok)
+		}
+	}
+}
+
+func BenchmarkRoute(b *testing.B) {
+	body := []byte(`{"model":"m","messages":[{"role":"user","content":"Say hello to the world in three languages, please."}],"stream":true,"max_tokens":64}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, ok := Route(body); !ok {
+			b.Fatal("not read")
+		}
+	}
+}

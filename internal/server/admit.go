@@ -1,0 +1,46 @@
+package server
+
+import (
+	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/relay"
+)
+
+// admitted refuses a request for a model whose queue is backed up before
+// next parses its body, with the 429 the fleet would give it after: under
+// overload most requests are refused, and parsing each, then setting it up
+// to run, only to refuse it, would spend the gateway's CPU on requests it
+// turns away. The refusal still gets its usage row, as one from the fleet
+// does, so a client sees its 429s in its logs whichever path answered
+// them; the row is queued, never written in line. A request the scan
+// cannot read, a sealed one (its model is in the envelope, and it is
+// pinned to its key's worker) and a pinned one go the full path. The fleet
+// is asked about the need the relay would ask for, content filter and all,
+// so that the answer is Acquire's; shape, when set, gives the refusal the
+// endpoint's own error code.
+func (s *Server) admitted(kind string, shape func(error) error, next func(*call) error) func(*call) error {
+	return func(c *call) error {
+		if sealed(c) {
+			return next(c)
+		}
+		model, stream, ok := relay.Route(c.ctx.PostBody())
+		if !ok {
+			return next(c)
+		}
+		r := inference(c, kind, string(model), stream)
+		switch kind {
+		case api.KindChat:
+			r.ContentFilter = s.contentFilter(c)
+		case api.KindModeration:
+			r.Feature = api.FeatureModeration
+		}
+		err := s.fleet.Admit(relay.NeedOf(r))
+		if err == nil {
+			return next(c)
+		}
+		if shape != nil {
+			err = shape(err)
+		}
+		s.relay.Refuse(r, err)
+		return err
+	}
+}
