@@ -171,10 +171,7 @@ func (f *Fleet) Acquire(ctx context.Context, need Need) (*Lease, error) {
 		f.mu.Unlock()
 		return l, nil
 	}
-	hold := need.Hold
-	if hold <= 0 {
-		hold = f.cfg.Hold
-	}
+	hold := f.holdFor(&need)
 	q := o.queue(need.Model)
 	if q.l.Len() >= f.cfg.MaxQueue || f.backedUpLocked(o, &need, q.l.Len(), hold) {
 		err := f.capacityLocked(o, &need, q.l.Len())
@@ -251,15 +248,20 @@ func (f *Fleet) Admit(need Need) error {
 		}
 		usable = true
 	}
-	hold := need.Hold
-	if hold <= 0 {
-		hold = f.cfg.Hold
-	}
+	hold := f.holdFor(&need)
 	waiting := q.l.Len()
 	if !usable || waiting < f.cfg.MaxQueue && !f.backedUpLocked(o, &need, waiting, hold) {
 		return nil
 	}
 	return f.capacityLocked(o, &need, waiting)
+}
+
+// holdFor is how long need waits for a slot before its 429.
+func (f *Fleet) holdFor(need *Need) time.Duration {
+	if need.Hold > 0 {
+		return need.Hold
+	}
+	return f.cfg.Hold
 }
 
 // slotsLocked counts the slots of the workers that could take need.

@@ -57,7 +57,10 @@ func (s *Server) answerUnary(c *call, rc *relay.Call, late errorForm) error {
 		c.ctx.SetBody(rep.Body)
 		return nil
 	}
-	c.ctx.SetBodyStream(&lateBody{late: rep.Late, form: late}, -1)
+	c.ctx.SetBodyStream(&relayBody{
+		write:   func(out *chunks) { rep.Late.Write(&lateWriter{chunks: out, form: late}) },
+		abandon: rep.Late.Abandon,
+	}, -1)
 	return nil
 }
 
@@ -76,7 +79,7 @@ func (s *Server) relayStream(c *call, req relay.Request) error {
 	if st.Worker != nil {
 		workerHeaders(h, *st.Worker)
 	}
-	c.ctx.SetBodyStream(&eventStream{st: st}, -1)
+	c.ctx.SetBodyStream(&relayBody{write: func(out *chunks) { st.Write(&sse{chunks: out}) }, abandon: st.Abandon}, -1)
 	return nil
 }
 
@@ -99,53 +102,62 @@ func headerName(name string) string {
 // errWriteTo is what Read answers for bodies written only with WriteTo.
 var errWriteTo = errors.New("this body is written with WriteTo")
 
-// eventStream is a streaming response's body. fasthttp calls its WriteTo
-// on the connection's own goroutine, and every Write there goes out at
-// once as one chunk; so the stream needs no goroutine, pipe or buffer of
-// its own, which matters for a gateway holding thousands of them.
-type eventStream struct {
-	st  *relay.Stream
-	ran bool
+// relayBody is a response body the relay writes: a stream's events, or the
+// rest of a reply kept alive. fasthttp calls its WriteTo on the
+// connection's own goroutine, and every Write there goes out at once as
+// one chunk; so the body needs no goroutine, pipe or buffer of its own,
+// which matters for a gateway holding thousands of them. Close abandons a
+// body that was never written, because the connection failed or the
+// server shut down first.
+type relayBody struct {
+	write   func(*chunks)
+	abandon func()
+	ran     bool
 }
 
 // SupportsBodyWriteTo tells fasthttp to use WriteTo, never Read.
-func (e *eventStream) SupportsBodyWriteTo() bool { return true }
+func (b *relayBody) SupportsBodyWriteTo() bool { return true }
 
-func (e *eventStream) WriteTo(w io.Writer) (int64, error) {
-	e.ran = true
-	out := &sse{w: w}
-	e.st.Write(out)
+func (b *relayBody) WriteTo(w io.Writer) (int64, error) {
+	b.ran = true
+	out := &chunks{w: w}
+	b.write(out)
 	return out.n, out.err
 }
 
-func (e *eventStream) Read([]byte) (int, error) { return 0, errWriteTo }
+func (b *relayBody) Read([]byte) (int, error) { return 0, errWriteTo }
 
-// Close ends a stream whose body was never written.
-func (e *eventStream) Close() error {
-	if !e.ran {
-		e.ran = true
-		e.st.Abandon()
+func (b *relayBody) Close() error {
+	if !b.ran {
+		b.ran = true
+		b.abandon()
 	}
 	return nil
+}
+
+// chunks writes a body a chunk at a time, counting what went out and
+// remembering the first failure, after which nothing more is written.
+type chunks struct {
+	w   io.Writer
+	n   int64
+	err error
+}
+
+func (c *chunks) write(b []byte) error {
+	if c.err != nil {
+		return c.err
+	}
+	n, err := c.w.Write(b)
+	c.n += int64(n)
+	c.err = err
+	return err
 }
 
 // sse writes server-sent events, each call in one Write so that each
 // leaves as one chunk.
 type sse struct {
-	w   io.Writer
+	*chunks
 	buf []byte
-	n   int64
-	err error
-}
-
-func (e *sse) write(b []byte) error {
-	if e.err != nil {
-		return e.err
-	}
-	n, err := e.w.Write(b)
-	e.n += int64(n)
-	e.err = err
-	return err
 }
 
 func (e *sse) Data(events ...[]byte) error {
@@ -168,48 +180,12 @@ func (e *sse) Fail(err error) error {
 	return e.Data(inReplyError(err, formStreamEvent), []byte("[DONE]"))
 }
 
-// lateBody is the body of a non-streaming reply that started before its
-// answer, to keep the connection alive: newlines, then the answer.
-type lateBody struct {
-	late *relay.Late
-	form errorForm
-	ran  bool
-}
-
-func (b *lateBody) SupportsBodyWriteTo() bool { return true }
-
-func (b *lateBody) WriteTo(w io.Writer) (int64, error) {
-	b.ran = true
-	out := &lateWriter{w: w, form: b.form}
-	b.late.Write(out)
-	return out.n, out.err
-}
-
-func (b *lateBody) Read([]byte) (int, error) { return 0, errWriteTo }
-
-func (b *lateBody) Close() error {
-	if !b.ran {
-		b.ran = true
-		b.late.Abandon()
-	}
-	return nil
-}
-
+// lateWriter is the rest of a non-streaming reply that started before its
+// answer, to keep the connection alive: newlines, then the answer or the
+// failure in the form of its route.
 type lateWriter struct {
-	w    io.Writer
+	*chunks
 	form errorForm
-	n    int64
-	err  error
-}
-
-func (l *lateWriter) write(b []byte) error {
-	if l.err != nil {
-		return l.err
-	}
-	n, err := l.w.Write(b)
-	l.n += int64(n)
-	l.err = err
-	return err
 }
 
 func (l *lateWriter) KeepAlive() error         { return l.write([]byte("\n")) }
