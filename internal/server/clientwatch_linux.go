@@ -33,8 +33,25 @@ type clientWatch struct {
 }
 
 type watchEntry struct {
-	fd     int32
+	w  *clientWatch
+	fd int32
+	// kept: the entry lives as long as its connection (see watchHolder)
+	// rather than one request; it leaves the epoll set just before the
+	// socket closes.
+	kept bool
+	// cancel is the watched request's, nil between the requests of a kept
+	// entry. hup records a departure seen while no request was watched.
 	cancel func()
+	hup    bool
+}
+
+// watchHolder is a connection that keeps its registration across its
+// requests, so that a request costs no system call here: the first one
+// registers the socket (edge-triggered, so the departure is reported
+// once) and the connection releases it when it closes.
+type watchHolder interface {
+	heldWatch() *watchEntry
+	holdWatch(*watchEntry)
 }
 
 func newClientWatch(time.Duration) *clientWatch {
@@ -72,6 +89,24 @@ func (w *clientWatch) initLocked() bool {
 // add watches conn and calls cancel once if its peer goes away. It returns
 // nil for connections that cannot be watched.
 func (w *clientWatch) add(conn net.Conn, cancel func()) *watchEntry {
+	holder, kept := conn.(watchHolder)
+	if kept {
+		if e := holder.heldWatch(); e != nil {
+			w.mu.Lock()
+			live, gone := w.entries[e.fd] == e, e.hup
+			if live && !gone {
+				e.cancel = cancel
+			}
+			w.mu.Unlock()
+			if gone {
+				cancel() // the client left before this request was watched
+			}
+			if !live || gone {
+				return nil
+			}
+			return e
+		}
+	}
 	fd, ok := socketFD(conn)
 	if !ok {
 		return nil
@@ -81,23 +116,49 @@ func (w *clientWatch) add(conn net.Conn, cancel func()) *watchEntry {
 	if w.closed || !w.initLocked() {
 		return nil
 	}
-	e := &watchEntry{fd: int32(fd), cancel: cancel}
-	ev := unix.EpollEvent{Events: unix.EPOLLRDHUP | unix.EPOLLONESHOT, Fd: int32(fd)}
+	e := &watchEntry{w: w, fd: int32(fd), kept: kept, cancel: cancel}
+	events := uint32(unix.EPOLLRDHUP | unix.EPOLLONESHOT)
+	if kept {
+		events = unix.EPOLLRDHUP | unix.EPOLLET
+	}
+	ev := unix.EpollEvent{Events: events, Fd: int32(fd)}
 	if err := unix.EpollCtl(w.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
 		return nil
 	}
 	w.entries[e.fd] = e
+	if kept {
+		holder.holdWatch(e)
+	}
 	return e
 }
 
-// remove stops watching. It runs while the connection is still open, so
-// the descriptor still names the same socket.
+// remove stops watching the request. A kept entry stays registered for
+// the connection's next request; another is unregistered while the
+// connection is still open, so the descriptor still names the same socket.
 func (w *clientWatch) remove(e *watchEntry) {
 	if e == nil {
 		return
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if e.kept {
+		e.cancel = nil
+		return
+	}
+	w.forgetLocked(e)
+}
+
+// release unregisters a kept entry; its connection calls it just before
+// closing the socket, whose descriptor may then be reused.
+func (e *watchEntry) release() {
+	w := e.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	e.cancel = nil
+	w.forgetLocked(e)
+}
+
+func (w *clientWatch) forgetLocked(e *watchEntry) {
 	if w.entries[e.fd] == e {
 		delete(w.entries, e.fd)
 		if !w.closed {
@@ -117,22 +178,31 @@ func (w *clientWatch) run() {
 			}
 			return
 		}
-		var fire []*watchEntry
+		var fire []func()
 		w.mu.Lock()
 		for _, ev := range events[:n] {
 			if int(ev.Fd) == w.wakefd {
 				w.mu.Unlock()
 				return
 			}
-			if e := w.entries[ev.Fd]; e != nil && ev.Events&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
-				delete(w.entries, ev.Fd)
-				_ = unix.EpollCtl(w.epfd, unix.EPOLL_CTL_DEL, int(ev.Fd), nil)
-				fire = append(fire, e)
+			e := w.entries[ev.Fd]
+			if e == nil || ev.Events&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) == 0 {
+				continue
+			}
+			if e.kept {
+				// Registered until the connection closes; reported once.
+				e.hup = true
+			} else {
+				w.forgetLocked(e)
+			}
+			if e.cancel != nil {
+				fire = append(fire, e.cancel)
+				e.cancel = nil
 			}
 		}
 		w.mu.Unlock()
-		for _, e := range fire {
-			e.cancel()
+		for _, cancel := range fire {
+			cancel()
 		}
 	}
 }

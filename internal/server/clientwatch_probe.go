@@ -29,6 +29,10 @@ type watchEntry struct {
 	cancel func()
 }
 
+// release is for connections that keep an entry across requests, which
+// only the epoll watch does.
+func (e *watchEntry) release() {}
+
 func newClientWatch(every time.Duration) *clientWatch {
 	return &clientWatch{every: every, entries: map[*watchEntry]struct{}{}, stop: make(chan struct{}), done: make(chan struct{})}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -158,12 +159,17 @@ func (l gatedListener) Accept() (net.Conn, error) {
 	}
 }
 
-// gatedConn gives its place back when closed, once.
+// gatedConn gives its place back when closed, once, and keeps its
+// registration with the client watch for its whole life.
 type gatedConn struct {
 	net.Conn
-	g    *connGate
-	once sync.Once
+	g     *connGate
+	once  sync.Once
+	watch atomic.Pointer[watchEntry]
 }
+
+func (c *gatedConn) heldWatch() *watchEntry  { return c.watch.Load() }
+func (c *gatedConn) holdWatch(e *watchEntry) { c.watch.Store(e) }
 
 // SyscallConn reaches the socket under the wrapper, which the client
 // watch registers to notice a departed client.
@@ -176,6 +182,9 @@ func (c *gatedConn) SyscallConn() (syscall.RawConn, error) {
 }
 
 func (c *gatedConn) Close() error {
+	if e := c.watch.Swap(nil); e != nil {
+		e.release()
+	}
 	err := c.Conn.Close()
 	c.once.Do(c.g.release)
 	return err
