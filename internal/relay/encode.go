@@ -2,12 +2,11 @@ package relay
 
 import (
 	"encoding/json"
-	"math"
 	"strconv"
-	"unicode/utf8"
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/fleet"
+	"github.com/svc-dev/svc/internal/jsontext"
 )
 
 // What the gateway adds to replies is written by hand rather than through
@@ -39,7 +38,7 @@ func appendSvc(b []byte, r svcReply) []byte {
 	if w := r.Worker; w != nil {
 		member("worker")
 		b = append(b, `{"id":`...)
-		b = appendString(b, w.ID)
+		b = jsontext.AppendString(b, w.ID)
 		b = append(b, `,"name":`...)
 		b = appendNullString(b, w.Name)
 		b = append(b, `,"version":`...)
@@ -48,7 +47,7 @@ func appendSvc(b []byte, r svcReply) []byte {
 	}
 	if r.RequestID != "" {
 		member("request_id")
-		b = appendString(b, r.RequestID)
+		b = jsontext.AppendString(b, r.RequestID)
 	}
 	if r.Timing != nil {
 		member("timing")
@@ -57,9 +56,9 @@ func appendSvc(b []byte, r svcReply) []byte {
 	if n := r.Notice; n != nil {
 		member("notice")
 		b = append(b, `{"code":`...)
-		b = appendString(b, n.Code)
+		b = jsontext.AppendString(b, n.Code)
 		b = append(b, `,"message":`...)
-		b = appendString(b, n.Message)
+		b = jsontext.AppendString(b, n.Message)
 		b = append(b, '}')
 	}
 	if len(r.WebToolSteps) > 0 {
@@ -85,7 +84,7 @@ func appendTiming(b []byte, t *api.Timing) []byte {
 		b = append(b, '"')
 		b = append(b, name...)
 		b = append(b, '"', ':')
-		b = appendFloat(b, *v)
+		b = jsontext.AppendFloat(b, *v)
 	}
 	num("ttft_ms", t.TTFTMs)
 	num("tokens_per_second", t.TokensPerSecond)
@@ -126,80 +125,9 @@ func appendUsage(b []byte, u api.Usage) []byte {
 	return append(b, '}')
 }
 
-// appendFloat formats a finite float as encoding/json does: the shortest
-// decimal, in exponent form only when very small or very large.
-func appendFloat(b []byte, f float64) []byte {
-	format := byte('f')
-	if abs := math.Abs(f); abs != 0 && (abs < 1e-6 || abs >= 1e21) {
-		format = 'e'
-	}
-	b = strconv.AppendFloat(b, f, format, -1, 64)
-	if format == 'e' {
-		// e-07 becomes e-7
-		if n := len(b); n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
-			b[n-2] = b[n-1]
-			b = b[:n-1]
-		}
-	}
-	return b
-}
-
 func appendNullString(b []byte, s string) []byte {
 	if s == "" {
 		return append(b, "null"...)
 	}
-	return appendString(b, s)
-}
-
-const hexDigits = "0123456789abcdef"
-
-// appendString quotes s as encoding/json does: <, > and & escaped for
-// HTML, invalid UTF-8 as U+FFFD, U+2028 and U+2029 escaped.
-func appendString(b []byte, s string) []byte {
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		if c := s[i]; c < utf8.RuneSelf {
-			if c >= ' ' && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '\\', '"':
-				b = append(b, '\\', c)
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-		case r == '\u2028' || r == '\u2029':
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
-		default:
-			i += size
-			continue
-		}
-		i += size
-		start = i
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
+	return jsontext.AppendString(b, s)
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/chat"
+	"github.com/svc-dev/svc/internal/jsontext"
 	"github.com/svc-dev/svc/internal/moderation"
 	"github.com/svc-dev/svc/internal/usage"
 )
@@ -179,9 +180,9 @@ func (c *Call) finalChunksAt(created int64) [][]byte {
 		buf = append(buf, `{"choices":[],"created":`...)
 		buf = strconv.AppendInt(buf, created, 10)
 		buf = append(buf, `,"id":`...)
-		buf = appendString(buf, id)
+		buf = jsontext.AppendString(buf, id)
 		buf = append(buf, `,"model":`...)
-		buf = appendString(buf, c.req.Model)
+		buf = jsontext.AppendString(buf, c.req.Model)
 		buf = append(buf, `,"object":"chat.completion.chunk",`...)
 	}
 	var ends []int

@@ -1,6 +1,10 @@
 package relay
 
-import "bytes"
+import (
+	"bytes"
+
+	"github.com/svc-dev/svc/internal/jsontext"
+)
 
 // Route reads the top-level "model" and "stream" members of a JSON
 // request body without decoding it, so that a request can be refused
@@ -12,91 +16,36 @@ import "bytes"
 // is not JSON inside another member may be refused for its model's queue,
 // where the parse would have answered 400; its retry learns that instead.
 func Route(body []byte) (model []byte, stream, ok bool) {
-	var s scanner
-	s.reset(body)
-	if s.peek() != '{' {
+	var s jsontext.Scanner
+	s.Reset(body)
+	if s.Peek() != '{' {
 		return nil, false, false
 	}
-	s.open()
-	for n := 0; s.next(n, '}'); n++ {
-		k, kind := s.key()
-		if kind == strEscaped {
+	s.Open()
+	for n := 0; s.Next(n, '}'); n++ {
+		k, kind := s.Key()
+		if kind == jsontext.Escaped {
 			return nil, false, false
 		}
 		switch {
 		case bytes.Equal(k, []byte("model")):
-			if model != nil || s.peek() != '"' {
+			if model != nil || s.Peek() != '"' {
 				return nil, false, false
 			}
-			m, kind := s.str()
-			if kind == strEscaped || len(m) == 0 {
+			m, kind := s.Str()
+			if kind == jsontext.Escaped || len(m) == 0 {
 				return nil, false, false
 			}
 			model = m
 		case bytes.Equal(k, []byte("stream")):
-			stream = s.peek() == 't'
-			s.skim()
+			stream = s.Peek() == 't'
+			s.Skim()
 		default:
-			s.skim()
+			s.Skim()
 		}
 	}
-	if s.end(); s.bad || model == nil {
+	if s.End(); s.Bad() || model == nil {
 		return nil, false, false
 	}
 	return model, stream, true
-}
-
-// skim moves past the value at s.i to the comma or closing bracket after
-// it, knowing only brackets and quotes.
-func (s *scanner) skim() {
-	s.peek()
-	depth := 0
-	for s.i < len(s.b) {
-		switch s.b[s.i] {
-		case '"':
-			s.skimString()
-			if depth == 0 {
-				return
-			}
-			continue
-		case '{', '[':
-			depth++
-		case '}', ']':
-			if depth == 0 {
-				return
-			}
-			if depth--; depth == 0 {
-				s.i++
-				return
-			}
-		case ',':
-			if depth == 0 {
-				return
-			}
-		}
-		s.i++
-	}
-	s.fail()
-}
-
-// skimString moves past the string at s.i to the quote that closes it: the
-// first not escaped by an odd run of backslashes.
-func (s *scanner) skimString() {
-	for j := s.i + 1; ; {
-		k := bytes.IndexByte(s.b[j:], '"')
-		if k < 0 {
-			s.fail()
-			return
-		}
-		q := j + k
-		back := 0
-		for back < q-j && s.b[q-1-back] == '\\' {
-			back++
-		}
-		if back%2 == 0 {
-			s.i = q + 1
-			return
-		}
-		j = q + 1
-	}
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/jsontext"
 )
 
 // refChunk is how the relay read chunks before the scanner: the reference
@@ -155,10 +156,10 @@ func TestChunkScanReadsText(t *testing.T) {
 
 func TestChunkScanDepth(t *testing.T) {
 	var s chunkScan
-	for _, depth := range []int{maxDepth, maxDepth + 1} {
+	for _, depth := range []int{jsontext.MaxDepth, jsontext.MaxDepth + 1} {
 		in := `{"x":` + strings.Repeat("[", depth-1) + strings.Repeat("]", depth-1) + `}`
 		want, got := decodedChunk([]byte(in)), scannedChunk(&s, []byte(in))
-		if !reflect.DeepEqual(got, want) || got.OK != (depth <= maxDepth) {
+		if !reflect.DeepEqual(got, want) || got.OK != (depth <= jsontext.MaxDepth) {
 			t.Errorf("depth %d: scanned %+v, decoded %+v", depth, got, want)
 		}
 	}

@@ -1,0 +1,588 @@
+// Package jsontext reads and writes JSON by hand where encoding/json's
+// reflection costs too much: the fields the relay reads of every chunk
+// and answer, and the messages of every request on the link. The Scanner
+// reads values as encoding/json does: the same input is rejected (invalid
+// JSON, a value of the wrong type for a field), names match the same way
+// (exactly, else folding case, escapes decoded), a repeated member
+// overwrites the earlier one, null leaves a value as it was, and text is
+// unescaped to the same bytes. The Append functions write encoding/json's
+// bytes.
+package jsontext
+
+import (
+	"bytes"
+	"strconv"
+	"unicode"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// MaxDepth is encoding/json's limit on nesting; deeper input is invalid.
+const MaxDepth = 10000
+
+// Kind says how a string's bytes between its quotes relate to its text.
+type Kind int
+
+// The kinds of string.
+const (
+	ASCII   Kind = iota // printable ASCII, no escapes: the text itself
+	UTF8                // no escapes, valid UTF-8: the text itself
+	Escaped             // escapes or invalid UTF-8: the text needs decoding
+)
+
+// Scanner walks one JSON value. A syntax error marks it bad and moves to
+// the end, so every loop over the input stops there. The zero value is
+// ready for Reset.
+type Scanner struct {
+	b        []byte
+	i        int
+	depth    int
+	bad      bool // not JSON
+	mistyped bool // JSON, but with a value its field cannot hold
+	// text holds the strings that needed decoding. It is only appended to
+	// while a value is read, so text handed out earlier stays valid.
+	text []byte
+}
+
+// Reset starts reading b; Reset(nil) lets go of the last input.
+func (s *Scanner) Reset(b []byte) {
+	s.b, s.i, s.depth, s.bad, s.mistyped = b, 0, 0, false, false
+	s.text = s.text[:0]
+}
+
+// Bad reports whether the input is not JSON.
+func (s *Scanner) Bad() bool { return s.bad }
+
+// Mistyped reports whether a value read did not fit its field: a string
+// read from a number, say, which encoding/json refuses too.
+func (s *Scanner) Mistyped() bool { return s.mistyped }
+
+func (s *Scanner) fail() {
+	s.bad = true
+	s.i = len(s.b)
+}
+
+// Peek skips whitespace and returns the next byte, 0 at the end.
+func (s *Scanner) Peek() byte {
+	for s.i < len(s.b) {
+		switch c := s.b[s.i]; c {
+		case ' ', '\t', '\r', '\n':
+			s.i++
+		default:
+			return c
+		}
+	}
+	return 0
+}
+
+// End checks that nothing but whitespace follows the value.
+func (s *Scanner) End() {
+	if s.Peek(); s.i != len(s.b) {
+		s.fail()
+	}
+}
+
+// Open enters the object or array at the current position.
+func (s *Scanner) Open() {
+	s.i++
+	if s.depth++; s.depth > MaxDepth {
+		s.fail()
+	}
+}
+
+// Next reports whether another member or element follows, the n already
+// read considered, and moves to it; false at the closing byte or an error.
+func (s *Scanner) Next(n int, closing byte) bool {
+	if s.bad {
+		return false
+	}
+	c := s.Peek()
+	if c == closing {
+		s.i++
+		s.depth--
+		return false
+	}
+	if n > 0 {
+		if c != ',' {
+			s.fail()
+			return false
+		}
+		s.i++
+	}
+	return true
+}
+
+// Key reads a member's name and the colon after it.
+func (s *Scanner) Key() ([]byte, Kind) {
+	if s.Peek() != '"' {
+		s.fail()
+		return nil, ASCII
+	}
+	k, kind := s.Str()
+	if s.Peek() != ':' {
+		s.fail()
+		return nil, ASCII
+	}
+	s.i++
+	return k, kind
+}
+
+// Str reads the string at the current position and returns the bytes between its quotes.
+func (s *Scanner) Str() ([]byte, Kind) {
+	b := s.b
+	start := s.i + 1
+	kind := ASCII
+	for i := start; i < len(b); {
+		c := b[i]
+		switch {
+		case c == '"':
+			s.i = i + 1
+			return b[start:i], kind
+		case c == '\\':
+			kind = Escaped
+			if i+1 >= len(b) {
+				s.fail()
+				return nil, kind
+			}
+			switch b[i+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				i += 2
+			case 'u':
+				if i+6 > len(b) || !isHex(b[i+2]) || !isHex(b[i+3]) || !isHex(b[i+4]) || !isHex(b[i+5]) {
+					s.fail()
+					return nil, kind
+				}
+				i += 6
+			default:
+				s.fail()
+				return nil, kind
+			}
+		case c < ' ':
+			s.fail()
+			return nil, kind
+		case c < utf8.RuneSelf:
+			i++
+		default:
+			r, n := utf8.DecodeRune(b[i:])
+			if r == utf8.RuneError && n == 1 {
+				kind = Escaped
+			} else if kind == ASCII {
+				kind = UTF8
+			}
+			i += n
+		}
+	}
+	s.fail()
+	return nil, kind
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+// literal reads true, false or null.
+func (s *Scanner) literal(word string) {
+	if len(s.b)-s.i < len(word) || string(s.b[s.i:s.i+len(word)]) != word {
+		s.fail()
+		return
+	}
+	s.i += len(word)
+}
+
+func (s *Scanner) number() {
+	b, i := s.b, s.i
+	digits := func() bool {
+		j := i
+		for i < len(b) && '0' <= b[i] && b[i] <= '9' {
+			i++
+		}
+		return i > j
+	}
+	if i < len(b) && b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case !digits():
+		s.fail()
+		return
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		if !digits() {
+			s.fail()
+			return
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		if !digits() {
+			s.fail()
+			return
+		}
+	}
+	s.i = i
+}
+
+// Value reads past any value, checking it.
+func (s *Scanner) Value() {
+	switch c := s.Peek(); {
+	case c == '{':
+		s.Open()
+		for n := 0; s.Next(n, '}'); n++ {
+			s.Key()
+			s.Value()
+		}
+	case c == '[':
+		s.Open()
+		for n := 0; s.Next(n, ']'); n++ {
+			s.Value()
+		}
+	case c == '"':
+		s.Str()
+	case c == 't':
+		s.literal("true")
+	case c == 'f':
+		s.literal("false")
+	case c == 'n':
+		s.literal("null")
+	case c == '-' || '0' <= c && c <= '9':
+		s.number()
+	default:
+		s.fail()
+	}
+}
+
+// Null reads the value at the current position and reports whether it was null.
+func (s *Scanner) Null() bool {
+	if s.Peek() == 'n' {
+		s.literal("null")
+		return !s.bad
+	}
+	s.Value()
+	return false
+}
+
+// Raw reads the value at the current position and returns its bytes.
+func (s *Scanner) Raw() []byte {
+	s.Peek()
+	start := s.i
+	s.Value()
+	return s.b[start:s.i]
+}
+
+// Text reads the value of a string field: its text, or false for null
+// (which leaves the field as it was, or clears a *string).
+func (s *Scanner) Text() ([]byte, bool) {
+	switch s.Peek() {
+	case '"':
+		t, kind := s.Str()
+		if kind == Escaped && !s.bad {
+			t = s.unescape(t)
+		}
+		return t, true
+	case 'n':
+		s.literal("null")
+	default:
+		s.mistyped = true
+		s.Value()
+	}
+	return nil, false
+}
+
+// Object reports whether the value at the current position is an object to read member by
+// member; null, which leaves a struct as it was, and anything else are
+// read past.
+func (s *Scanner) Object() bool {
+	switch s.Peek() {
+	case '{':
+		s.Open()
+		return true
+	case 'n':
+		s.literal("null")
+	default:
+		s.mistyped = true
+		s.Value()
+	}
+	return false
+}
+
+// Array is Object for a slice: null empties it, reported by the second
+// result.
+func (s *Scanner) Array() (elements, null bool) {
+	switch s.Peek() {
+	case '[':
+		s.Open()
+		return true, false
+	case 'n':
+		s.literal("null")
+		return false, true
+	default:
+		s.mistyped = true
+		s.Value()
+	}
+	return false, false
+}
+
+// unescape decodes a checked string's bytes onto s.text as encoding/json
+// does: invalid UTF-8 and unpaired surrogates become U+FFFD.
+func (s *Scanner) unescape(q []byte) []byte {
+	start := len(s.text)
+	t := s.text
+	for r := 0; r < len(q); {
+		switch c := q[r]; {
+		case c == '\\':
+			switch e := q[r+1]; e {
+			case 'b':
+				t = append(t, '\b')
+			case 'f':
+				t = append(t, '\f')
+			case 'n':
+				t = append(t, '\n')
+			case 'r':
+				t = append(t, '\r')
+			case 't':
+				t = append(t, '\t')
+			case 'u':
+				rr := getu4(q[r:])
+				r += 6
+				if utf16.IsSurrogate(rr) {
+					if dec := utf16.DecodeRune(rr, getu4(q[r:])); dec != unicode.ReplacementChar {
+						r += 6
+						t = utf8.AppendRune(t, dec)
+						continue
+					}
+					rr = unicode.ReplacementChar
+				}
+				t = utf8.AppendRune(t, rr)
+				continue
+			default:
+				t = append(t, e)
+			}
+			r += 2
+		case c < utf8.RuneSelf:
+			t = append(t, c)
+			r++
+		default:
+			rr, n := utf8.DecodeRune(q[r:])
+			t = utf8.AppendRune(t, rr)
+			r += n
+		}
+	}
+	s.text = t
+	return t[start:len(t):len(t)]
+}
+
+// getu4 decodes \uXXXX at the start of q, or returns -1.
+func getu4(q []byte) rune {
+	if len(q) < 6 || q[0] != '\\' || q[1] != 'u' {
+		return -1
+	}
+	var r rune
+	for _, c := range q[2:6] {
+		switch {
+		case '0' <= c && c <= '9':
+			c -= '0'
+		case 'a' <= c && c <= 'f':
+			c = c - 'a' + 10
+		case 'A' <= c && c <= 'F':
+			c = c - 'A' + 10
+		default:
+			return -1
+		}
+		r = r*16 + rune(c)
+	}
+	return r
+}
+
+// Is reports whether a member's name, as read by key, names the field:
+// encoding/json takes a name that matches exactly or, failing that, one
+// equal under its case folding ("ID", "Content", or an escaped spelling).
+// Field names are lower-case ASCII.
+func (s *Scanner) Is(key []byte, kind Kind, field string) bool {
+	if kind == ASCII {
+		if len(key) != len(field) {
+			return false
+		}
+		for i, c := range key {
+			if 'A' <= c && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			if c != field[i] {
+				return false
+			}
+		}
+		return true
+	}
+	mark := len(s.text)
+	if kind == Escaped {
+		key = s.unescape(key)
+	}
+	var arr [32]byte
+	folded := appendFoldedName(arr[:0], key)
+	s.text = s.text[:mark]
+	if len(folded) != len(field) {
+		return false
+	}
+	for i, c := range folded {
+		if f := field[i]; c != f && !('a' <= f && f <= 'z' && c == f-('a'-'A')) {
+			return false
+		}
+	}
+	return true
+}
+
+// appendFoldedName is encoding/json's folding of a member's name.
+func appendFoldedName(out, in []byte) []byte {
+	for i := 0; i < len(in); {
+		if c := in[i]; c < utf8.RuneSelf {
+			if 'a' <= c && c <= 'z' {
+				c -= 'a' - 'A'
+			}
+			out = append(out, c)
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRune(in[i:])
+		out = utf8.AppendRune(out, foldRune(r))
+		i += n
+	}
+	return out
+}
+
+func foldRune(r rune) rune {
+	for {
+		r2 := unicode.SimpleFold(r)
+		if r2 <= r {
+			return r2
+		}
+		r = r2
+	}
+}
+
+// Skim moves past the value at the current position to the comma or closing bracket after
+// it, knowing only brackets and quotes.
+func (s *Scanner) Skim() {
+	s.Peek()
+	depth := 0
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case '"':
+			s.skimString()
+			if depth == 0 {
+				return
+			}
+			continue
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth == 0 {
+				return
+			}
+			if depth--; depth == 0 {
+				s.i++
+				return
+			}
+		case ',':
+			if depth == 0 {
+				return
+			}
+		}
+		s.i++
+	}
+	s.fail()
+}
+
+// skimString moves past the string at the current position to the quote that closes it: the
+// first not escaped by an odd run of backslashes.
+func (s *Scanner) skimString() {
+	for j := s.i + 1; ; {
+		k := bytes.IndexByte(s.b[j:], '"')
+		if k < 0 {
+			s.fail()
+			return
+		}
+		q := j + k
+		back := 0
+		for back < q-j && s.b[q-1-back] == '\\' {
+			back++
+		}
+		if back%2 == 0 {
+			s.i = q + 1
+			return
+		}
+		j = q + 1
+	}
+}
+
+// Int reads the value of an integer field as encoding/json does: a number
+// without fraction or exponent that fits; false for null, which leaves
+// the field as it was.
+func (s *Scanner) Int() (int64, bool) {
+	switch c := s.Peek(); {
+	case c == '-' || '0' <= c && c <= '9':
+		start := s.i
+		s.number()
+		if s.bad {
+			return 0, false
+		}
+		v, err := strconv.ParseInt(string(s.b[start:s.i]), 10, 64)
+		if err != nil {
+			s.mistyped = true
+			return 0, false
+		}
+		return v, true
+	case c == 'n':
+		s.literal("null")
+	default:
+		s.mistyped = true
+		s.Value()
+	}
+	return 0, false
+}
+
+// Float reads the value of a float64 field; false for null.
+func (s *Scanner) Float() (float64, bool) {
+	switch c := s.Peek(); {
+	case c == '-' || '0' <= c && c <= '9':
+		start := s.i
+		s.number()
+		if s.bad {
+			return 0, false
+		}
+		v, err := strconv.ParseFloat(string(s.b[start:s.i]), 64)
+		if err != nil {
+			s.mistyped = true
+			return 0, false
+		}
+		return v, true
+	case c == 'n':
+		s.literal("null")
+	default:
+		s.mistyped = true
+		s.Value()
+	}
+	return 0, false
+}
+
+// Bool reads the value of a bool field; false for null.
+func (s *Scanner) Bool() (v, ok bool) {
+	switch s.Peek() {
+	case 't':
+		s.literal("true")
+		return true, !s.bad
+	case 'f':
+		s.literal("false")
+		return false, !s.bad
+	case 'n':
+		s.literal("null")
+	default:
+		s.mistyped = true
+		s.Value()
+	}
+	return false, false
+}
