@@ -51,7 +51,7 @@ func appendSvc(b []byte, r svcReply) []byte {
 	}
 	if r.Timing != nil {
 		member("timing")
-		b = appendTiming(b, r.Timing)
+		b = r.Timing.AppendJSON(b)
 	}
 	if n := r.Notice; n != nil {
 		member("notice")
@@ -67,37 +67,6 @@ func appendSvc(b []byte, r svcReply) []byte {
 		steps, _ := json.Marshal(r.WebToolSteps)
 		member("web_tool_steps")
 		b = append(b, steps...)
-	}
-	return append(b, '}')
-}
-
-func appendTiming(b []byte, t *api.Timing) []byte {
-	b = append(b, '{')
-	start := len(b)
-	num := func(name string, v *float64) {
-		if v == nil {
-			return
-		}
-		if len(b) > start {
-			b = append(b, ',')
-		}
-		b = append(b, '"')
-		b = append(b, name...)
-		b = append(b, '"', ':')
-		b = jsontext.AppendFloat(b, *v)
-	}
-	num("ttft_ms", t.TTFTMs)
-	num("tokens_per_second", t.TokensPerSecond)
-	num("draft_acceptance_rate", t.DraftAcceptanceRate)
-	num("queue_wait_ms", t.QueueWaitMs)
-	num("worker_queue_wait_ms", t.WorkerQueueWaitMs)
-	num("model_load_ms", t.ModelLoadMs)
-	if t.ColdStart != nil {
-		if len(b) > start {
-			b = append(b, ',')
-		}
-		b = append(b, `"cold_start":`...)
-		b = strconv.AppendBool(b, *t.ColdStart)
 	}
 	return append(b, '}')
 }

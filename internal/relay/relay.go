@@ -276,9 +276,9 @@ func NeedOf(req Request) fleet.Need {
 }
 
 func headerOf(req Request) []byte {
-	h, _ := json.Marshal(api.LinkRequest{RequestID: req.ID, Kind: req.Kind, Model: req.Model, Stream: req.Stream,
-		Params: req.Params, ContentFilter: req.ContentFilter, E2E: req.E2E})
-	return h
+	h := api.LinkRequest{RequestID: req.ID, Kind: req.Kind, Model: req.Model, Stream: req.Stream,
+		Params: req.Params, ContentFilter: req.ContentFilter, E2E: req.E2E}
+	return h.AppendJSON(make([]byte, 0, 128))
 }
 
 // Cancel abandons the call: the client went away. The worker is stopped
@@ -500,7 +500,7 @@ func retryable(res *api.Result) bool {
 
 func parseResult(msg []byte) *api.Result {
 	var res api.Result
-	if err := json.Unmarshal(msg, &res); err != nil || res.Status == 0 {
+	if err := api.DecodeResult(msg, &res); err != nil || res.Status == 0 {
 		return &api.Result{Status: http.StatusBadGateway, Error: &api.ResultError{
 			Message: "the worker's result was lost in transit", Type: api.TypeUpstream}}
 	}

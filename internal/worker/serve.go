@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"time"
@@ -21,11 +20,7 @@ func (a *Agent) serve(ctx context.Context, st *link.Stream) {
 		// The gateway dropped the stream; nobody is waiting for a result.
 		return
 	}
-	b, err := json.Marshal(res)
-	if err != nil {
-		b = []byte(`{"status":500,"error":{"message":"the worker could not encode its result"}}`)
-	}
-	if err := st.End(ctx, b); err != nil {
+	if err := st.End(ctx, res.AppendJSON(make([]byte, 0, 256))); err != nil {
 		a.log.Debug("result not delivered", "stream", st.ID(), "err", err)
 	}
 }
@@ -43,7 +38,7 @@ func (a *Agent) run(ctx context.Context, st *link.Stream) (res *api.Result) {
 		return engine.Failure(http.StatusBadGateway, api.TypeUpstream, "the request did not reach the worker whole: "+err.Error())
 	}
 	var req api.LinkRequest
-	if err := json.Unmarshal(hdr, &req); err != nil {
+	if err := api.DecodeLinkRequest(hdr, &req); err != nil {
 		return engine.Failure(http.StatusBadGateway, api.TypeUpstream, "malformed request header: "+err.Error())
 	}
 	eng, local := a.engineFor(req.Model)

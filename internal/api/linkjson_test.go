@@ -1,0 +1,139 @@
+package api
+
+import (
+	"encoding/json"
+	"math"
+	"reflect"
+	"testing"
+)
+
+func ptr[T any](v T) *T { return &v }
+
+var linkResults = []Result{
+	{Status: 200},
+	{Status: 200, Usage: &Usage{PromptTokens: 12, CompletionTokens: 16, TotalTokens: 28}, FinishReason: "stop",
+		Timing: Timing{TTFTMs: ptr(0.52), TokensPerSecond: ptr(1234.5), ColdStart: ptr(false)}},
+	{Status: 200, Usage: &Usage{PromptTokens: 1, ReasoningTokens: ptr(7), CachedTokens: ptr(0)}, EnergyWh: ptr(1.5e-7),
+		Timing: Timing{DraftAcceptanceRate: ptr(0.25), QueueWaitMs: ptr(3e21), WorkerQueueWaitMs: ptr(-1.0), ModelLoadMs: ptr(0.0)},
+		Notice: &Notice{Code: "trimmed", Message: "<b>&\"quoted\"\u2028</b>"}},
+	{Status: 503, Retryable: true, Error: &ResultError{Message: "engine \xff unreachable\n", Type: "upstream_error", Code: "x"}},
+	{Status: 422, Final: true, Error: &ResultError{Message: ""}},
+}
+
+// The bytes are encoding/json's, so a gateway of an older release reads
+// them as it always did.
+func TestResultAppendJSON(t *testing.T) {
+	for i, r := range linkResults {
+		want, err := json.Marshal(&r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := r.AppendJSON(nil); string(got) != string(want) {
+			t.Errorf("result %d:\n got %s\nwant %s", i, got, want)
+		}
+	}
+}
+
+// A measurement json.Marshal cannot write is left out rather than the
+// whole result lost.
+func TestResultAppendJSONNotFinite(t *testing.T) {
+	r := Result{Status: 200, EnergyWh: ptr(math.NaN()), Timing: Timing{TokensPerSecond: ptr(math.Inf(1)), TTFTMs: ptr(2.0)}}
+	var back Result
+	if err := DecodeResult(r.AppendJSON(nil), &back); err != nil {
+		t.Fatal(err)
+	}
+	want := Result{Status: 200, Timing: Timing{TTFTMs: ptr(2.0)}}
+	if !reflect.DeepEqual(back, want) {
+		t.Fatalf("got %+v, want %+v", back, want)
+	}
+}
+
+func TestLinkRequestAppendJSON(t *testing.T) {
+	for i, r := range []LinkRequest{
+		{RequestID: "0b6f7c9e", Kind: KindChat, Model: "m"},
+		{RequestID: "r", Kind: "transcription", Model: "whisper<1>", Stream: true, Params: json.RawMessage(`{ "language" : "en&" }`),
+			ContentFilter: "guard", E2E: true},
+	} {
+		want, err := json.Marshal(&r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := r.AppendJSON(nil); string(got) != string(want) {
+			t.Errorf("request %d:\n got %s\nwant %s", i, got, want)
+		}
+	}
+}
+
+// The decoders agree with encoding/json on every input: the same inputs
+// refused, the same values read from the rest.
+func FuzzDecodeResult(f *testing.F) {
+	for _, r := range linkResults {
+		f.Add(r.AppendJSON(nil))
+	}
+	for _, s := range []string{
+		`null`, `{}`, `[]`, `"x"`, `{"status":200} x`, `{"STATUS":201,"Usage":{"Prompt_Tokens":3}}`,
+		`{"status":1.0}`, `{"status":1e2}`, `{"status":99999999999999999999}`, `{"status":"200"}`,
+		`{"error":null,"usage":null,"notice":null,"timing":null,"energy_wh":null}`,
+		`{"error":{"message":"a"},"error":{"type":"b"}}`, `{"timing":{"ttft_ms":null,"cold_start":null}}`,
+		`{"timing":{"cold_start":"yes"}}`, `{"retryable":1}`, `{"usage":{"cached_tokens":null}}`,
+		`{"finish_reason":"\u00e9\ud800"}`, `{"unknown":[1,{"a":[]}],"status":5}`, `{"energy_wh":1e400}`,
+		`{"s\u0074atus":7}`, `{"status":200,}`, ` {"status" : 200 } `,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var want, got Result
+		wantErr := json.Unmarshal(b, &want)
+		gotErr := DecodeResult(b, &got)
+		if (wantErr == nil) != (gotErr == nil) {
+			t.Fatalf("%q: encoding/json says %v, DecodeResult %v", b, wantErr, gotErr)
+		}
+		if wantErr == nil && !reflect.DeepEqual(got, want) {
+			t.Fatalf("%q:\n got %+v\nwant %+v", b, got, want)
+		}
+	})
+}
+
+func FuzzDecodeLinkRequest(f *testing.F) {
+	for _, s := range []string{
+		`{"request_id":"r","kind":"chat","model":"m","stream":false}`,
+		`{"request_id":"r","kind":"transcription","model":"m","stream":true,"params":{"language":"en"},"content_filter":"g","e2e":true}`,
+		`{"params":null}`, `{"params": [1, 2] }`, `{"Stream":true,"MODEL":"x"}`, `{"stream":null,"e2e":"1"}`,
+		`{"model":"a\nb"}`, `{"model":1}`, `[]`, `{"params":}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var want, got LinkRequest
+		wantErr := json.Unmarshal(b, &want)
+		gotErr := DecodeLinkRequest(b, &got)
+		if (wantErr == nil) != (gotErr == nil) {
+			t.Fatalf("%q: encoding/json says %v, DecodeLinkRequest %v", b, wantErr, gotErr)
+		}
+		if wantErr == nil && !reflect.DeepEqual(got, want) {
+			t.Fatalf("%q:\n got %+v\nwant %+v", b, got, want)
+		}
+	})
+}
+
+func BenchmarkDecodeResult(b *testing.B) {
+	msg := linkResults[1].AppendJSON(nil)
+	b.ReportAllocs()
+	for b.Loop() {
+		var r Result
+		if err := DecodeResult(msg, &r); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkDecodeResultEncodingJSON(b *testing.B) {
+	msg := linkResults[1].AppendJSON(nil)
+	b.ReportAllocs()
+	for b.Loop() {
+		var r Result
+		if err := json.Unmarshal(msg, &r); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
