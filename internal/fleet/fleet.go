@@ -137,13 +137,13 @@ type worker struct {
 	droppedAt    time.Time // when the link last dropped, during the grace
 	offlineSince time.Time // zero while the session lives
 	lastSeen     time.Time
+	heartbeat    api.Heartbeat
+	graceTimer   *time.Timer
 	// late is closed once the worker's heartbeats are late (lateLocked):
 	// the leases on it watch it to move requests that had no output. A
 	// heartbeat replaces it with an open one.
 	late       chan struct{}
 	lateClosed bool
-	heartbeat  api.Heartbeat
-	graceTimer *time.Timer
 
 	active int
 	// limits holds back a worker's slots for a model while its latency
