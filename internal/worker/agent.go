@@ -49,7 +49,9 @@ type Config struct {
 	// DrainTimeout bounds how long running requests may take to finish
 	// after a stop is asked for.
 	DrainTimeout time.Duration
-	// RefreshModels is how often engines are asked for their models.
+	// RefreshModels is how often engines are asked for their models; an
+	// engine that did not answer, or a worker with no model, is asked
+	// again sooner, after 1 s, 2 s, 4 s and so on up to it.
 	RefreshModels time.Duration
 	Keepalive     link.Keepalive
 	Logger        *slog.Logger
@@ -90,6 +92,9 @@ type Agent struct {
 	byModel      map[string]served
 	engineModels map[engine.Engine][]api.Model // each engine's last answer
 	sess         *link.Session
+	// listed says whether every engine answered the last listing and the
+	// worker lists a model: until then the listing is asked again sooner.
+	listed bool
 	// goAwayAcked is closed when the gateway acknowledges the current
 	// session's GoAway: every stream it opened before is then known here.
 	goAwayAcked chan struct{}
