@@ -404,7 +404,9 @@ func (c *Call) moveLate() error {
 	c.rl.log.Info("request moved off a worker whose heartbeats are late", "request_id", c.req.ID,
 		"from", c.lease.Worker.Name, "to", l.Worker.Name)
 	c.st.Reset()
-	c.failed(fleet.Failed, &api.Error{Kind: api.KindUnavailable, Code: api.CodeWorkerLost, RetryAfter: time.Second,
+	// Late heartbeats already keep the worker out of the choice while they
+	// last; the move is no failure of its own to hold it back for after.
+	c.failed(fleet.Neutral, &api.Error{Kind: api.KindUnavailable, Code: api.CodeWorkerLost, RetryAfter: time.Second,
 		Message: "Worker " + c.lease.Worker.Name + " (" + c.lease.Worker.ID + ") stopped reporting before it answered; retry"})
 	c.take(l)
 	return c.openOrMove()
