@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"slices"
@@ -109,7 +110,7 @@ func hungEngine(ctx context.Context, h *rig, r *result) error {
 			r.fail("request %s moved off the hung engine took %v, beyond twice the limit (%v)", m.id, d, ttfb)
 		}
 	}
-	r.figure("requests", "%d (%d moved off the hung engine: %s); %d probes of the stalled engine", len(outcomes), len(moved), durStats(movedTimes), probes)
+	r.figure("requests", "%d (%d moved off the hung engine: %s); %d probes of the engine in all", len(outcomes), len(moved), durStats(movedTimes), probes)
 
 	// The engine answers again: a probe must find it.
 	answered := time.Now()
@@ -193,7 +194,9 @@ func frozenWorker(ctx context.Context, h *rig, r *result) error {
 		loadDone.Go(func() {
 			outcomes = runLoad(ctx, g, scaled(h, 8, 16), "frozen worker check\nsim: tokens=40 tps=40", 90*time.Second, stop)
 		})
-		time.Sleep(2 * time.Second)
+		// Frozen at a random point between two heartbeats in a full run,
+		// so that the times measured span the range.
+		time.Sleep(2*time.Second + scaled(h, 0, rand.N(5*time.Second)))
 		_, active, _ := g.workerState(ctx, "frozen")
 		running = append(running, active)
 		freeze := time.Now()
