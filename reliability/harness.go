@@ -172,6 +172,7 @@ type usageRow struct {
 	TotalTokens      int64     `json:"total_tokens"`
 	WorkerName       string    `json:"worker_name"`
 	Stream           bool      `json:"stream"`
+	Attempts         int       `json:"attempts"`
 }
 
 // usageLog reads the whole usage log, newest first, a page of 1000 rows

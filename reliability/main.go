@@ -87,6 +87,8 @@ func checks() []check {
 		{"hostile", hostileInput},
 		{"secrets", secrets},
 		{"soak", soak},
+		{"hung-engine", hungEngine},
+		{"frozen-worker", frozenWorker},
 	}
 }
 

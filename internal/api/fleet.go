@@ -177,6 +177,11 @@ type Heartbeat struct {
 	QueueDepth  int `json:"queue_depth"`
 	// Power is a live power reading; nil when the worker reads none.
 	Power *LivePower `json:"power,omitempty"`
+	// Stalled lists the models whose engine stopped answering (it sent
+	// nothing within the worker's time-to-first-byte limit, nor to a
+	// probe): the worker takes no requests for them until a probe of the
+	// engine is answered. A heartbeat goes at once when the list changes.
+	Stalled []string `json:"stalled,omitempty"`
 }
 
 // WorkerEventReport is an event a worker reports about itself: how its
@@ -277,6 +282,11 @@ const (
 	EventModelInstall  = "model_install"
 	EventDraining      = "draining"
 	EventReplaced      = "replaced"
+	// EventEngineStalled and EventEngineRecovered are health changes of
+	// one engine of a worker: it stopped answering, so its models are
+	// held back, and it answered a probe again.
+	EventEngineStalled   = "engine_stalled"
+	EventEngineRecovered = "engine_recovered"
 )
 
 // ModelEntry is an entry of GET /v1/models: the common shape plus the

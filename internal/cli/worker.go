@@ -48,6 +48,7 @@ type WorkerOptions struct {
 	E2EKey        string
 	Pull          []string
 	DrainTimeout  time.Duration
+	EngineTTFB    time.Duration
 	LogLevel      string
 	LogFormat     string
 	PprofAddr     string
@@ -103,6 +104,9 @@ to --drain-timeout), and exit.`,
 			if opts.MaxConcurrent < 1 {
 				return usageErrorf("--max-concurrent must be at least 1")
 			}
+			if opts.EngineTTFB <= 0 {
+				return usageErrorf("--engine-ttfb must be above 0")
+			}
 			if !slices.Contains([]string{"auto", "sensors", "sim", "off"}, opts.Power) {
 				return usageErrorf("--power must be auto, sensors, sim or off, got %q", opts.Power)
 			}
@@ -123,6 +127,7 @@ to --drain-timeout), and exit.`,
 	fl.StringArrayVar(&opts.Aliases, "model-alias", nil, "offer an engine's model under another id, ID=LOCAL (e.g. stt-large-v3-turbo=whisper-large-v3-turbo); repeatable")
 	fl.StringArrayVar(&opts.Pull, "pull", nil, "install a model at start (engines that can, e.g. ollama); repeatable")
 	fl.DurationVar(&opts.DrainTimeout, "drain-timeout", 5*time.Minute, "how long running requests may take to finish on shutdown")
+	fl.DurationVar(&opts.EngineTTFB, "engine-ttfb", worker.DefaultEngineTTFB, "how long an engine may send nothing before it is probed, and how long the probe may take: a request is moved to another worker after both, and two in a row stall the engine")
 	fl.StringVar(&opts.LogLevel, "log-level", "info", "debug, info, warn or error (env SVC_LOG_LEVEL)")
 	fl.StringVar(&opts.LogFormat, "log-format", "auto", "text, json, or auto (env SVC_LOG_FORMAT)")
 	fl.StringVar(&opts.Power, "power", "auto", "power readings: auto (the machine's sensors; the simulated profile when every engine is sim), sensors, sim, or off")
@@ -175,6 +180,7 @@ func runWorker(ctx context.Context, f *Factory, opts *WorkerOptions) error {
 	cfg := worker.Config{
 		Gateway: opts.Gateway, Token: token, Name: name, MaxConcurrent: opts.MaxConcurrent,
 		Version: f.Build.Version, Engines: engines, Pull: opts.Pull, DrainTimeout: opts.DrainTimeout, Logger: log,
+		EngineTTFB: opts.EngineTTFB,
 	}
 	if opts.ModelMeta != "" {
 		if cfg.ModelMeta, err = worker.LoadModelMeta(opts.ModelMeta); err != nil {

@@ -151,7 +151,7 @@ type EventsOptions struct {
 }
 
 var eventTypes = []string{api.EventConnected, api.EventDisconnected, api.EventHealthChanged, api.EventModelsChanged,
-	api.EventModelLoaded, api.EventModelInstall, api.EventDraining, api.EventReplaced}
+	api.EventModelLoaded, api.EventModelInstall, api.EventDraining, api.EventReplaced, api.EventEngineStalled, api.EventEngineRecovered}
 
 // NewCmdWorkersEvents builds `svc workers events`.
 func NewCmdWorkersEvents(f *Factory, runF func(*EventsOptions) error) *cobra.Command {
@@ -161,8 +161,9 @@ func NewCmdWorkersEvents(f *Factory, runF func(*EventsOptions) error) *cobra.Com
 		Short: "List worker events, newest first",
 		Long: `List the events of the organisation's workers, newest first: connected,
 disconnected (transient when the worker came back within the grace period),
-health_changed, models_changed, model_install, draining and replaced. Events
-are kept for 30 days.`,
+health_changed, models_changed, model_install, draining, replaced, and
+engine_stalled and engine_recovered (an engine that stopped answering, its
+models held back, and answering again). Events are kept for 30 days.`,
 		Example: `  svc workers events --worker wk_0123456789abcdef
   svc workers events --type health_changed --json`,
 		Args: noArgs,

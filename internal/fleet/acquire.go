@@ -66,8 +66,14 @@ type Lease struct {
 	org   *org
 	model string
 	start time.Time
+	late  <-chan struct{}
 	once  sync.Once
 }
+
+// Late is closed once the worker's heartbeats are late (Config.StaleAfter):
+// its process may be frozen. A request that has had no output yet may
+// then move to another worker.
+func (l *Lease) Late() <-chan struct{} { return l.late }
 
 // Open starts the request's stream on the worker.
 func (l *Lease) Open(ctx context.Context, header, body []byte) (*link.Stream, error) {
@@ -303,9 +309,19 @@ func (f *Fleet) capacityLocked(o *org, need *Need, waiting int) error {
 func (f *Fleet) tryLocked(o *org, need *Need, start, now time.Time) *Lease {
 	var cands []candidate
 	var ws []*worker
+	// Workers whose heartbeats are late are passed over while one that
+	// is on time could serve, busy or not: they may be frozen.
+	punctual := false
 	for _, w := range o.workers {
 		if !f.eligibleLocked(w, need, now) {
 			continue
+		}
+		switch late := f.lateLocked(w, now); {
+		case late && punctual:
+			continue
+		case !late && !punctual:
+			punctual = true
+			cands, ws = cands[:0], ws[:0]
 		}
 		cands = append(cands, candidate{id: w.id, active: w.active, max: w.slots(need.Model), lastAssigned: w.lastAssigned})
 		ws = append(ws, w)
@@ -324,7 +340,7 @@ func (f *Fleet) tryLocked(o *org, need *Need, start, now time.Time) *Lease {
 	return &Lease{
 		Worker:    WorkerInfo{ID: w.id, Name: w.name, Version: w.version},
 		QueueWait: now.Sub(start),
-		f:         f, w: w, sess: w.sess, org: o, model: need.Model, start: now,
+		f:         f, w: w, sess: w.sess, org: o, model: need.Model, start: now, late: w.late,
 	}
 }
 
@@ -332,7 +348,8 @@ func (f *Fleet) eligibleLocked(w *worker, need *Need, now time.Time) bool {
 	if need.Pin != "" && w.id != need.Pin {
 		return false
 	}
-	return f.usableLocked(w, now) && w.fits(need) && !slices.Contains(need.Exclude, w.id)
+	return f.usableLocked(w, now) && w.fits(need) && !w.stalls(need.Model) && !w.stalls(need.Moderator) &&
+		!slices.Contains(need.Exclude, w.id)
 }
 
 func (w *worker) model(id string) *api.Model {
@@ -398,17 +415,17 @@ func (f *Fleet) checkLocked(o *org, need *Need, now time.Time, waited bool) erro
 			continue
 		}
 		if !w.attached {
-			returning = returning || !waited && w.equipped(need) && !now.Before(w.heldUntil) && !slices.Contains(need.Exclude, w.id)
+			returning = returning || !waited && w.equipped(need) && !now.Before(f.heldUntilLocked(w, need, now)) && !slices.Contains(need.Exclude, w.id)
 			continue
 		}
 		if !w.equipped(need) {
 			unequipped = true
 			continue
 		}
-		if now.Before(w.heldUntil) {
+		if until := f.heldUntilLocked(w, need, now); now.Before(until) {
 			held = true
-			if back.IsZero() || w.heldUntil.Before(back) {
-				back = w.heldUntil
+			if back.IsZero() || until.Before(back) {
+				back = until
 			}
 			continue
 		}
@@ -469,8 +486,32 @@ func (f *Fleet) checkPinLocked(o *org, need *Need, now time.Time, waited bool) e
 	case now.Before(w.heldUntil):
 		return &api.Error{Kind: api.KindUnavailable, Code: api.CodeWorkersUnhealthy, RetryAfter: w.heldUntil.Sub(now),
 			Message: "Worker " + w.name + " (" + w.id + ") failed its recent requests and is held back; retry shortly"}
+	case w.stalls(need.Model) || w.stalls(need.Moderator):
+		return &api.Error{Kind: api.KindUnavailable, Code: api.CodeWorkersUnhealthy, RetryAfter: stalledRetry,
+			Message: "The engine of worker " + w.name + " (" + w.id + ") serving " + need.Model + " stopped answering; retry shortly"}
 	}
 	return nil
+}
+
+// stalledRetry is the Retry-After of a request whose only workers have
+// an engine that stopped answering: the worker probes it every few
+// seconds.
+const stalledRetry = 5 * time.Second
+
+// heldUntilLocked is when w may take need again: the end of its hold-back,
+// or, while the engine serving need stalls, a little after now.
+func (f *Fleet) heldUntilLocked(w *worker, need *Need, now time.Time) time.Time {
+	if w.stalls(need.Model) || w.stalls(need.Moderator) {
+		return later(w.heldUntil, now.Add(stalledRetry))
+	}
+	return w.heldUntil
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // unequippedError is the 409 for a request whose model is on connected

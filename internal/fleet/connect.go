@@ -143,8 +143,10 @@ func (f *Fleet) Connect(ctx context.Context, orgID string, hello api.Hello, conn
 		w.active = 0
 		w.failures, w.heldUntil = 0, time.Time{}
 		// A new process may run other engines or other hardware: what
-		// the old one's latency taught does not carry over.
+		// the old one's latency taught does not carry over, nor which
+		// of its engines stalled.
 		w.limits = nil
+		w.heartbeat = api.Heartbeat{}
 	}
 	if w.graceTimer != nil {
 		w.graceTimer.Stop()
@@ -161,10 +163,10 @@ func (f *Fleet) Connect(ctx context.Context, orgID string, hello api.Hello, conn
 	w.features = hello.Features
 	w.e2eKey = hello.E2EKey
 	w.draining = hello.Draining
-	w.lastSeen = now
+	w.seenLocked(now)
 	w.offlineSince = time.Time{}
 	if hello.Heartbeat != nil {
-		w.heartbeat = *hello.Heartbeat
+		f.heartbeatLocked(w, *hello.Heartbeat, now)
 	}
 	// The worker counts as connected from here: streams opened before the
 	// connection is attached wait in the session and go out right after
@@ -312,8 +314,14 @@ func (f *Fleet) control(w *worker, sess *link.Session, fr link.Frame) {
 		f.mu.Lock()
 		if w.sess == sess {
 			now := time.Now()
-			w.lastSeen, w.heartbeat = now, hb
+			wasLate := f.lateLocked(w, now)
+			w.seenLocked(now)
+			recovered := f.heartbeatLocked(w, hb, now)
 			f.noteStatusLocked(w, now)
+			if wasLate || recovered {
+				// It may take what waits.
+				f.dispatchLocked(f.org(w.orgID), now)
+			}
 		}
 		f.mu.Unlock()
 	case link.TypeModels:
@@ -325,7 +333,8 @@ func (f *Fleet) control(w *worker, sess *link.Session, fr link.Frame) {
 		if w.sess == sess {
 			now := time.Now()
 			added, removed := diffModels(w.models, ms)
-			w.models, w.lastSeen = ms, now
+			w.models = ms
+			w.seenLocked(now)
 			if len(added)+len(removed) > 0 {
 				f.event(w, api.EventModelsChanged, "", map[string]any{"added": added, "removed": removed}, false, now)
 			}
@@ -378,8 +387,29 @@ func (f *Fleet) control(w *worker, sess *link.Session, fr link.Frame) {
 	}
 }
 
+// heartbeatLocked takes in w's report, recording an event for each
+// engine that stalled or answered again, and reports whether one did.
+func (f *Fleet) heartbeatLocked(w *worker, hb api.Heartbeat, now time.Time) (recovered bool) {
+	stalled, answering := diffIDs(w.heartbeat.Stalled, hb.Stalled)
+	w.heartbeat = hb
+	if len(stalled) > 0 {
+		f.event(w, api.EventEngineStalled, "the engine serving "+strings.Join(stalled, ", ")+
+			" sent nothing in time, nor to a probe; the worker takes no requests for it until it answers",
+			map[string]any{"models": stalled}, false, now)
+	}
+	if len(answering) > 0 {
+		f.event(w, api.EventEngineRecovered, "the engine serving "+strings.Join(answering, ", ")+" answered a probe",
+			map[string]any{"models": answering}, false, now)
+	}
+	return len(answering) > 0
+}
+
 func diffModels(old, cur []api.Model) (added, removed []string) {
-	oldIDs, curIDs := modelIDs(old), modelIDs(cur)
+	return diffIDs(modelIDs(old), modelIDs(cur))
+}
+
+// diffIDs is what cur adds to old and what it removes.
+func diffIDs(oldIDs, curIDs []string) (added, removed []string) {
 	for _, id := range curIDs {
 		if !slices.Contains(oldIDs, id) {
 			added = append(added, id)

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -22,8 +23,11 @@ type Config struct {
 	// Grace is how long a worker whose link dropped may take to come back
 	// before its requests fail or move and it is marked offline.
 	Grace time.Duration
-	// StaleAfter marks a connected worker stale when no heartbeat arrived
-	// for this long.
+	// StaleAfter marks a worker stale when no heartbeat arrived for this
+	// long (two heartbeats by default): its process may be frozen, or its
+	// link dead without a word. A stale worker gets no new request while
+	// a punctual one could take it, and its requests that have had no
+	// output yet move to another worker that takes them.
 	StaleAfter time.Duration
 	// FailuresBeforeUnhealthy consecutive failures hold a worker back.
 	FailuresBeforeUnhealthy int
@@ -51,10 +55,10 @@ func (c *Config) defaults() {
 	}
 	set(&c.Hold, 2*time.Second)
 	set(&c.Grace, 15*time.Second)
-	set(&c.StaleAfter, 15*time.Second)
 	set(&c.HoldBack, 30*time.Second)
 	set(&c.KeepOffline, 24*time.Hour)
 	set(&c.Heartbeat, 5*time.Second)
+	set(&c.StaleAfter, 2*c.Heartbeat)
 	if c.FailuresBeforeUnhealthy <= 0 {
 		c.FailuresBeforeUnhealthy = 3
 	}
@@ -135,6 +139,11 @@ type worker struct {
 	lastSeen     time.Time
 	heartbeat    api.Heartbeat
 	graceTimer   *time.Timer
+	// late is closed once the worker's heartbeats are late (lateLocked):
+	// the leases on it watch it to move requests that had no output. A
+	// heartbeat replaces it with an open one.
+	late       chan struct{}
+	lateClosed bool
 
 	active int
 	// limits holds back a worker's slots for a model while its latency
@@ -175,9 +184,9 @@ func (f *Fleet) statusLocked(w *worker, now time.Time) string {
 	switch {
 	case !w.offlineSince.IsZero():
 		return api.StatusOffline
-	case now.Before(w.heldUntil):
+	case now.Before(w.heldUntil) || len(w.heartbeat.Stalled) > 0:
 		return api.StatusUnhealthy
-	case !w.attached || now.Sub(w.lastSeen) > f.cfg.StaleAfter:
+	case !w.attached || f.lateLocked(w, now):
 		return api.StatusStale
 	default:
 		return api.StatusHealthy
@@ -208,11 +217,40 @@ func (f *Fleet) observeLocked(w *worker, model string, d time.Duration, now time
 }
 
 // usable reports whether w may take new requests at all (free slot aside).
-// Stale workers are used: a late heartbeat is not a failure, and refusing
-// a whole fleet whose reports are late would be worse than trying.
+// Stale workers are usable: a late heartbeat is not a failure, and
+// refusing a whole fleet whose reports are late (the gateway itself
+// stalled, say) would be worse than trying; the choice of a worker
+// passes them over while a punctual one can serve (tryLocked).
 func (f *Fleet) usableLocked(w *worker, now time.Time) bool {
 	// An attached worker is never offline, so only a hold-back excludes it.
 	return w.attached && !w.draining && !now.Before(w.heldUntil)
+}
+
+// lateLocked reports whether w's heartbeats are late.
+func (f *Fleet) lateLocked(w *worker, now time.Time) bool {
+	return now.Sub(w.lastSeen) > f.cfg.StaleAfter
+}
+
+// seenLocked notes a sign of life from w: a heartbeat or another report.
+func (w *worker) seenLocked(now time.Time) {
+	w.lastSeen = now
+	if w.late == nil || w.lateClosed {
+		w.late, w.lateClosed = make(chan struct{}), false
+	}
+}
+
+// signalLateLocked tells the leases on w that its heartbeats are late.
+func (w *worker) signalLateLocked() {
+	if w.late != nil && !w.lateClosed {
+		close(w.late)
+		w.lateClosed = true
+	}
+}
+
+// stalls reports whether w's engine for model stopped answering, as the
+// worker's heartbeat says.
+func (w *worker) stalls(model string) bool {
+	return model != "" && slices.Contains(w.heartbeat.Stalled, model)
 }
 
 // event records an event about w.
@@ -282,6 +320,9 @@ func (f *Fleet) sweep() {
 			if !w.offlineSince.IsZero() && now.Sub(w.offlineSince) > f.cfg.KeepOffline {
 				delete(o.workers, id)
 				continue
+			}
+			if f.lateLocked(w, now) {
+				w.signalLateLocked()
 			}
 			f.noteStatusLocked(w, now)
 		}

@@ -15,6 +15,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -224,6 +225,7 @@ type Call struct {
 	lease     *fleet.Lease
 	current   atomic.Pointer[fleet.WorkerInfo] // read by the transport while a goroutine relays
 	st        *link.Stream
+	late      <-chan struct{} // the lease's Late; nil once the request no longer moves for it
 	attempts  int
 	lastErr   error
 	queueWait time.Duration
@@ -363,13 +365,51 @@ func (c *Call) acquire() error {
 		}
 		return err
 	}
+	c.take(l)
+	return nil
+}
+
+// take makes l the call's lease.
+func (c *Call) take(l *fleet.Lease) {
 	c.attempts++
 	c.lease = l
 	c.st = nil
+	c.late = l.Late()
 	c.queueWait += l.QueueWait
 	c.current.Store(&l.Worker)
 	c.entry.Assign(l.Worker.ID, l.Worker.Name)
-	return nil
+}
+
+// moveLate moves a request that has had no output off a worker whose
+// heartbeats went late (its process may be frozen) when another worker
+// takes it now, within the queue hold. Otherwise the request stays and
+// waits as it would on any worker, until the link's own timers decide:
+// a worker that is only slow to report still serves it. The error is the
+// failure to answer with.
+func (c *Call) moveLate() error {
+	c.late = nil
+	if c.attempts >= maxAttempts {
+		return nil
+	}
+	need := c.need
+	need.Exclude = append(slices.Clone(c.need.Exclude), c.lease.Worker.ID)
+	l, err := c.rl.fleet.Acquire(c.ctx, need)
+	if err != nil {
+		if c.ctx.Err() != nil {
+			c.clientGone()
+			return c.ctxError()
+		}
+		return nil
+	}
+	c.rl.log.Info("request moved off a worker whose heartbeats are late", "request_id", c.req.ID,
+		"from", c.lease.Worker.Name, "to", l.Worker.Name)
+	c.st.Reset()
+	// Late heartbeats already keep the worker out of the choice while they
+	// last; the move is no failure of its own to hold it back for after.
+	c.failed(fleet.Neutral, &api.Error{Kind: api.KindUnavailable, Code: api.CodeWorkerLost, RetryAfter: time.Second,
+		Message: "Worker " + c.lease.Worker.Name + " (" + c.lease.Worker.ID + ") stopped reporting before it answered; retry"})
+	c.take(l)
+	return c.openOrMove()
 }
 
 // open starts the request on the leased worker.
@@ -509,21 +549,38 @@ func parseResult(msg []byte) *api.Result {
 
 var (
 	errIdle     = errors.New("no output yet")
+	errLate     = errors.New("the worker's heartbeats are late")
 	errTooLarge = errors.New("the worker's answer is larger than the gateway relays")
 )
 
 // readMessage reads one whole message, waiting at most wait for it to
 // begin (0 waits as long as the call lives). errIdle means nothing came.
-func (c *Call) readMessage(wait time.Duration) (link.Type, []byte, error) {
+// A movable read (the request has had no output) also ends with errLate
+// when the worker's heartbeats go late.
+func (c *Call) readMessage(wait time.Duration, movable bool) (link.Type, []byte, error) {
 	ctx := c.ctx
 	if wait > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(c.ctx, wait)
 		defer cancel()
 	}
+	if late := c.late; movable && late != nil {
+		select {
+		case <-late:
+			return 0, nil, errLate
+		default:
+		}
+		var stop func()
+		ctx, stop = untilLate(ctx, late)
+		defer stop()
+	}
 	f, err := c.st.Recv(ctx)
 	if err != nil {
-		if wait > 0 && errors.Is(err, context.DeadlineExceeded) && c.ctx.Err() == nil {
+		switch {
+		case c.ctx.Err() != nil:
+		case context.Cause(ctx) == errLate:
+			return 0, nil, errLate
+		case wait > 0 && errors.Is(err, context.DeadlineExceeded):
 			return 0, nil, errIdle
 		}
 		return 0, nil, err
@@ -543,4 +600,23 @@ func (c *Call) readMessage(wait time.Duration) (link.Type, []byte, error) {
 		}
 	}
 	return f.Type, msg, nil
+}
+
+// untilLate is ctx, also cancelled with the cause errLate when late
+// closes; stop lets go of it.
+func untilLate(ctx context.Context, late <-chan struct{}) (_ context.Context, stop func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		select {
+		case <-late:
+			cancel(errLate)
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() {
+		cancel(nil)
+		<-done
+	}
 }

@@ -136,10 +136,15 @@ func (e *events) fail(err error) {
 func (c *Call) begin() (firstOutput, error) {
 	err := c.openOrMove()
 	for err == nil {
-		typ, msg, rerr := c.readMessage(c.rl.timing.FirstWait)
+		typ, msg, rerr := c.readMessage(c.rl.timing.FirstWait, true)
 		switch {
 		case errors.Is(rerr, errIdle):
 			return firstOutput{}, nil
+		case errors.Is(rerr, errLate):
+			if err = c.moveLate(); err != nil {
+				return firstOutput{}, err
+			}
+			continue
 		case rerr != nil && c.ctx.Err() != nil:
 			c.clientGone()
 			return firstOutput{}, c.ctxError()
@@ -180,12 +185,18 @@ func (c *Call) pump(out *events, first firstOutput, pending <-chan error) error 
 		next = firstOutput{}
 		if typ == 0 {
 			var err error
-			typ, msg, err = c.readMessage(every)
+			typ, msg, err = c.readMessage(every, !wrote)
 			switch {
 			case errors.Is(err, errIdle):
 				if out.comment("keep-alive"); out.gone {
 					c.clientGone()
 					return ErrClientGone
+				}
+				continue
+			case errors.Is(err, errLate):
+				if err := c.moveLate(); err != nil {
+					out.fail(err)
+					return err
 				}
 				continue
 			case err != nil && c.ctx.Err() != nil:

@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"errors"
 	"net/http"
 	"time"
 
@@ -131,21 +132,27 @@ func (l *Late) Abandon() {
 // exchange runs the request on workers until one answers or none is left,
 // and returns the reply to send.
 func (c *Call) exchange() unaryResult {
-	for {
-		if err := c.acquire(); err != nil {
-			return unaryResult{err: err}
-		}
-		res, body, err := c.collect()
+	err := c.acquire()
+	if err == nil {
+		err = c.openOrMove()
+	}
+	for err == nil {
+		res, body, rerr := c.collect()
 		switch {
 		case c.ctx.Err() != nil:
 			c.clientGone()
 			return unaryResult{err: c.ctxError()}
-		case err != nil:
-			if c.failed(fleet.Failed, c.lostError(err)) {
+		case errors.Is(rerr, errLate):
+			err = c.moveLate()
+			continue
+		case rerr != nil:
+			if c.failed(fleet.Failed, c.lostError(rerr)) {
+				err = c.retry()
 				continue
 			}
 			return unaryResult{err: c.lastErr}
 		case res.Status != http.StatusOK && retryable(res) && c.failed(outcome(res), resultError(res)):
+			err = c.retry()
 			continue
 		}
 		if err := c.settle(res); err != nil {
@@ -163,16 +170,14 @@ func (c *Call) exchange() unaryResult {
 		out, err := c.completeBody(body)
 		return unaryResult{contentType: "application/json", body: out, err: err}
 	}
+	return unaryResult{err: err}
 }
 
-// collect runs the request on the leased worker and gathers its answer.
+// collect gathers the answer of the request opened on the leased worker.
 func (c *Call) collect() (*api.Result, []byte, error) {
-	if err := c.open(); err != nil {
-		return nil, nil, err
-	}
 	var body []byte
 	for {
-		typ, msg, err := c.readMessage(0)
+		typ, msg, err := c.readMessage(0, len(body) == 0)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -49,10 +49,16 @@ type Config struct {
 	// DrainTimeout bounds how long running requests may take to finish
 	// after a stop is asked for.
 	DrainTimeout time.Duration
-	// RefreshModels is how often engines are asked for their models.
+	// RefreshModels is how often engines are asked for their models; an
+	// engine that did not answer, or a worker with no model, is asked
+	// again sooner, after 1 s, 2 s, 4 s and so on up to it.
 	RefreshModels time.Duration
 	Keepalive     link.Keepalive
 	Logger        *slog.Logger
+	// EngineTTFB is how long an engine may produce nothing before it is
+	// probed, and how long the probe may take (see watch); 0 is
+	// DefaultEngineTTFB.
+	EngineTTFB time.Duration
 	// Dial replaces the websocket dial, for tests.
 	Dial func(ctx context.Context) (link.Conn, error)
 	// Images fetches moderation checks' image URLs; nil is a Fetcher
@@ -86,6 +92,9 @@ type Agent struct {
 	byModel      map[string]served
 	engineModels map[engine.Engine][]api.Model // each engine's last answer
 	sess         *link.Session
+	// listed says whether every engine answered the last listing and the
+	// worker lists a model: until then the listing is asked again sooner.
+	listed bool
 	// goAwayAcked is closed when the gateway acknowledges the current
 	// session's GoAway: every stream it opened before is then known here.
 	goAwayAcked chan struct{}
@@ -103,6 +112,10 @@ type Agent struct {
 
 	// replays are the sealed requests already served.
 	replays replays
+
+	// watches are the engines as requests use them, under the
+	// time-to-first-byte limit; fixed at New.
+	watches map[engine.Engine]*watch
 
 	// power samples the machine's power draw; nil without telemetry.
 	power *power.Sampler
@@ -133,6 +146,9 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.RefreshModels <= 0 {
 		cfg.RefreshModels = 30 * time.Second
 	}
+	if cfg.EngineTTFB <= 0 {
+		cfg.EngineTTFB = DefaultEngineTTFB
+	}
 	if cfg.Keepalive.Ping <= 0 {
 		cfg.Keepalive = link.DefaultKeepalive()
 	}
@@ -146,6 +162,10 @@ func New(cfg Config) (*Agent, error) {
 		images: cfg.Images}
 	if a.images == nil {
 		a.images = &moderation.Fetcher{}
+	}
+	a.watches = make(map[engine.Engine]*watch, len(cfg.Engines))
+	for _, e := range cfg.Engines {
+		a.watches[e] = newWatch(e, cfg.EngineTTFB, cfg.Logger, a.sendHeartbeat)
 	}
 	if cfg.Power != nil {
 		pc := *cfg.Power
@@ -231,6 +251,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer wg.Wait()
 	wg.Go(func() { a.modelLoop(linkCtx) })
 	wg.Go(func() { a.pullModels(linkCtx) })
+	for _, w := range a.watches {
+		wg.Go(func() { w.run(linkCtx) })
+	}
 	if a.power != nil {
 		wg.Go(func() {
 			if err := a.power.Run(linkCtx); err != nil && linkCtx.Err() == nil {
@@ -385,12 +408,13 @@ func (a *Agent) connectOnce(ctx context.Context, sessionID string) (bool, error)
 	if err != nil {
 		return false, err
 	}
+	hb := a.heartbeat()
 	a.mu.Lock()
 	sess := a.sess
 	hello := api.Hello{
 		Protocol: link.Protocol, Name: a.cfg.Name, Version: a.cfg.Version, MaxConcurrent: a.cfg.MaxConcurrent,
 		SessionID: sessionID, Models: a.models, Streams: sess.RecvState(), Draining: a.draining,
-		Heartbeat: a.heartbeat(), Engines: a.engineInfo(), Features: a.cfg.Features,
+		Heartbeat: hb, Engines: a.engineInfo(), Features: a.cfg.Features,
 	}
 	if a.cfg.E2E != nil {
 		p := a.cfg.E2E.Public()
@@ -450,8 +474,7 @@ func (a *Agent) connectOnce(ctx context.Context, sessionID string) (bool, error)
 			<-done
 			return true, nil
 		case <-t.C:
-			b, _ := json.Marshal(a.heartbeat())
-			sess.SendControl(link.TypeHeartbeat, b)
+			a.sendHeartbeat()
 		case <-a.powerWake:
 			sent = a.sendPower(sess, sent)
 		}
@@ -538,11 +561,41 @@ func handshake(conn link.Conn, hello api.Hello) (api.Welcome, error) {
 
 // heartbeat is the current report.
 func (a *Agent) heartbeat() *api.Heartbeat {
-	hb := &api.Heartbeat{ActiveTasks: int(a.active.Load()), QueueDepth: int(a.waiting.Load())}
+	hb := &api.Heartbeat{ActiveTasks: int(a.active.Load()), QueueDepth: int(a.waiting.Load()), Stalled: a.stalledModels()}
 	if a.power != nil {
 		hb.Power = a.power.Live()
 	}
 	return hb
+}
+
+// sendHeartbeat sends the current report, if the link is up.
+func (a *Agent) sendHeartbeat() {
+	a.mu.Lock()
+	s := a.sess
+	a.mu.Unlock()
+	if s == nil {
+		return
+	}
+	if b, err := json.Marshal(a.heartbeat()); err == nil {
+		s.SendControl(link.TypeHeartbeat, b)
+	}
+}
+
+// stalledModels lists the models the worker offers whose engine stalled.
+func (a *Agent) stalledModels() []string {
+	if !slices.ContainsFunc(a.cfg.Engines, func(e engine.Engine) bool { return a.watches[e].stalledNow.Load() }) {
+		return nil
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []string
+	for id, s := range a.byModel {
+		if a.watches[s.eng].stalledNow.Load() {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 func (a *Agent) engineInfo() []api.EngineInfo {

@@ -39,6 +39,7 @@ func (a *Agent) refreshModels(ctx context.Context) {
 	last := a.engineModels
 	a.mu.Unlock()
 	current := make(map[engine.Engine][]api.Model, len(a.cfg.Engines))
+	answered := true
 	for _, e := range a.cfg.Engines {
 		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		ms, err := e.Models(ctx)
@@ -46,6 +47,7 @@ func (a *Agent) refreshModels(ctx context.Context) {
 		if err != nil {
 			a.log.Warn("engine did not list its models", "engine", e.Kind(), "err", err)
 			ms = last[e]
+			answered = false
 		}
 		current[e] = ms
 	}
@@ -53,6 +55,7 @@ func (a *Agent) refreshModels(ctx context.Context) {
 	a.mu.Lock()
 	changed := !reflect.DeepEqual(models, a.models)
 	a.models, a.byModel, a.engineModels = models, byModel, current
+	a.listed = answered && len(models) > 0
 	warn := missing != a.missingAliases
 	a.missingAliases = missing
 	sess := a.sess
@@ -140,16 +143,31 @@ func (a *Agent) withMeta(m api.Model) api.Model {
 	return m
 }
 
+// modelLoop refreshes the models every RefreshModels. A worker started
+// before its engine listens would otherwise offer nothing until the next
+// refresh: while an engine does not answer, or no model is listed, it
+// asks again after 1 s, 2 s, 4 s and so on up to RefreshModels.
 func (a *Agent) modelLoop(ctx context.Context) {
-	t := time.NewTicker(a.cfg.RefreshModels)
-	defer t.Stop()
+	soon := time.Second
 	for {
+		a.mu.Lock()
+		listed := a.listed
+		a.mu.Unlock()
+		wait := a.cfg.RefreshModels
+		if listed {
+			soon = time.Second
+		} else {
+			wait = min(soon, wait)
+			soon = min(2*soon, a.cfg.RefreshModels)
+		}
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return
 		case <-t.C:
-			a.refreshModels(ctx)
 		}
+		a.refreshModels(ctx)
 	}
 }
 

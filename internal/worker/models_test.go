@@ -6,6 +6,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -294,5 +295,42 @@ func TestPullCompletedBeforeConnecting(t *testing.T) {
 		eng := &installEngine{}
 		_, log := runPulls(t, eng, []string{"small"}, 300*time.Millisecond)
 		<-log.completed
+	})
+}
+
+// slowStartEngine lists model "m" once it listens, at up; before, its
+// model list fails as a connection refused would.
+type slowStartEngine struct {
+	stubEngine
+	up    time.Time
+	calls atomic.Int64
+}
+
+func (e *slowStartEngine) Models(ctx context.Context) ([]api.Model, error) {
+	e.calls.Add(1)
+	if time.Now().Before(e.up) {
+		return nil, errors.New("connection refused")
+	}
+	return e.stubEngine.Models(ctx)
+}
+
+// A worker started before its engine listens asks for the models again
+// after 1 s, 2 s, 4 s..., not at the next 30 s refresh, and back at the
+// usual pace once it has them.
+func TestModelsListedSoonAfterTheEngineListens(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		eng := &slowStartEngine{up: time.Now().Add(3500 * time.Millisecond)}
+		r := newRig(t, eng, Config{})
+		r.expect("connected without models", func(w api.Worker) bool { return len(w.Models) == 0 })
+		time.Sleep(7 * time.Second)
+		r.expect("listing the engine's model", func(w api.Worker) bool { return len(w.Models) == 1 })
+		if n := eng.calls.Load(); n != 4 {
+			t.Fatalf("the engine was asked %d times by 7 s, want 4 (at 0, 1, 3 and 7 s)", n)
+		}
+		time.Sleep(30 * time.Second)
+		synctest.Wait()
+		if n := eng.calls.Load(); n != 5 {
+			t.Fatalf("the engine was asked %d times by 37 s, want 5", n)
+		}
 	})
 }

@@ -35,7 +35,7 @@ func (a *Agent) guardFor(id string) (*guard, *api.Result) {
 		r.Retryable = true // another worker may: our model list was out of date
 		return nil, r
 	}
-	return &guard{family: family, eng: eng, local: local}, nil
+	return &guard{family: family, eng: a.watchOf(eng), local: local}, nil
 }
 
 // moderate runs a moderation request: each check through the guard, one

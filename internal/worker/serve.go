@@ -47,6 +47,7 @@ func (a *Agent) run(ctx context.Context, st *link.Stream) (res *api.Result) {
 		r.Retryable = true // another worker may: our model list was out of date
 		return r
 	}
+	eng = a.watchOf(eng)
 	ereq := &engine.Request{Kind: req.Kind, Model: local, Stream: req.Stream}
 	if req.Kind == api.KindTranscription {
 		// The audio is read by the engine as it arrives.

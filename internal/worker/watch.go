@@ -1,0 +1,417 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/engine"
+)
+
+// An engine that accepts requests and never answers would keep its worker
+// healthy for ever, and every request sent to it would wait until the
+// gateway gave up on it. So every engine is watched. A request whose
+// engine has produced nothing at all, for any request, during the
+// time-to-first-byte limit (Config.EngineTTFB) since it began is checked
+// with a probe: a one-token request of the worker's own. A probe answered
+// within the limit shows the engine working (a long prompt, a model
+// loading, a whole answer not sent before it is complete) and the request
+// waits on; otherwise the request fails as retryable, which the gateway
+// moves to another worker. After stallAfter such timeouts in a row the
+// engine counts as stalled: the worker names its models in its heartbeat,
+// so the gateway routes them elsewhere, refuses what still reaches it,
+// fails at once the requests of the engine still waiting for output, and
+// probes the engine every probeEvery until it answers.
+
+// DefaultEngineTTFB is how long an engine may produce nothing before it
+// is probed, and how long the probe may take: generous enough for a cold
+// model load or a long prompt, which the probe tells from a hang.
+const DefaultEngineTTFB = 60 * time.Second
+
+const (
+	// stallAfter timeouts in a row, without output from the engine
+	// between them, stall it.
+	stallAfter = 2
+	// probeEvery spaces the probes of a stalled engine.
+	probeEvery = 5 * time.Second
+)
+
+// watch is an engine and what the worker knows of its answering. It is
+// the engine the worker serves requests with.
+type watch struct {
+	engine.Engine
+	ttfb time.Duration
+	log  *slog.Logger
+	// changed is called, without locks held, when the engine stalls or
+	// answers again.
+	changed func()
+
+	epoch time.Time
+	// lastOutput is when the engine last produced output for any
+	// request, as time since epoch.
+	lastOutput atomic.Int64
+	// stalledNow mirrors stalled for readers that take no lock.
+	stalledNow atomic.Bool
+	// want wakes the prober.
+	want chan struct{}
+
+	mu       sync.Mutex
+	timeouts int // in a row, without output between them
+	stalled  bool
+	// stall is closed when the engine stalls; a fresh one replaces it
+	// when the engine answers again.
+	stall chan struct{}
+	// round is the probe asked for or running, shared by every request
+	// that waits for its verdict.
+	round *probeRound
+	// sample is what the engine is probed with: the kind and model of the
+	// last request that waited for a verdict.
+	sample probeSample
+}
+
+// probeRound is one probe and its verdict: alive is set before done is
+// closed.
+type probeRound struct {
+	done  chan struct{}
+	alive bool
+}
+
+type probeSample struct{ kind, model string }
+
+func newWatch(e engine.Engine, ttfb time.Duration, log *slog.Logger, changed func()) *watch {
+	return &watch{Engine: e, ttfb: ttfb, log: log, changed: changed, epoch: time.Now(),
+		want: make(chan struct{}, 1), stall: make(chan struct{})}
+}
+
+// watchOf is the watched engine for e.
+func (a *Agent) watchOf(e engine.Engine) engine.Engine {
+	if w := a.watches[e]; w != nil {
+		return w
+	}
+	return e
+}
+
+// Serve runs req on the engine under the time-to-first-byte limit.
+func (w *watch) Serve(ctx context.Context, req *engine.Request, sink engine.Sink) *api.Result {
+	w.mu.Lock()
+	stalled, stall := w.stalled, w.stall
+	w.mu.Unlock()
+	if stalled {
+		r := engine.Failure(http.StatusServiceUnavailable, api.TypeUpstream,
+			"the inference engine stopped answering; this worker sends it nothing until it answers a probe")
+		r.Retryable = true
+		return r
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	out := &firstSink{w: w, out: sink, began: make(chan struct{})}
+	done := make(chan outcome, 1)
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				done <- outcome{panic: p}
+			}
+		}()
+		done <- outcome{res: w.Engine.Serve(ctx, req, out)}
+	}()
+
+	since := time.Now()
+	limit := time.NewTimer(w.ttfb)
+	defer limit.Stop()
+	var round *probeRound
+	var verdict <-chan struct{}
+	for {
+		select {
+		case s := <-done:
+			res := s.result()
+			if out.begun() || res != nil && res.Status < http.StatusInternalServerError && res.Status != 499 {
+				// An answer without output, such as a refusal, shows the
+				// engine answering too.
+				w.answered()
+			}
+			return res
+		case <-out.began:
+			return (<-done).result()
+		case <-limit.C:
+			if w.outputSince(since) {
+				// The engine works, on other requests: this one waits
+				// its turn.
+				since = time.Now()
+				limit.Reset(w.ttfb)
+				continue
+			}
+			round = w.ask(req)
+			verdict = round.done
+		case <-verdict:
+			verdict = nil
+			if round.alive {
+				since = time.Now()
+				limit.Reset(w.ttfb)
+				continue
+			}
+			return w.giveUp(out, cancel, done, fmt.Sprintf("the inference engine sent nothing within %s, nor to a probe", w.ttfb))
+		case <-stall:
+			return w.giveUp(out, cancel, done, "the inference engine stopped answering")
+		}
+	}
+}
+
+// outcome is how the engine's Serve returned: its result, or a panic.
+type outcome struct {
+	res   *api.Result
+	panic any
+}
+
+// result is the result, or the panic again on the caller's goroutine,
+// which recovers from it as from its own.
+func (s outcome) result() *api.Result {
+	if s.panic != nil {
+		panic(s.panic)
+	}
+	return s.res
+}
+
+// giveUp ends a request that had no output: the engine is stopped and the
+// request goes back to the gateway, which moves it to another worker.
+func (w *watch) giveUp(out *firstSink, cancel context.CancelFunc, done <-chan outcome, msg string) *api.Result {
+	if !out.expire() {
+		// The first output came as the limit ran out: it stands.
+		return (<-done).result()
+	}
+	cancel()
+	(<-done).result()
+	w.timedOut()
+	r := engine.Failure(http.StatusBadGateway, api.TypeUpstream, msg)
+	r.Retryable = true
+	return r
+}
+
+// answered notes output from the engine: it answers.
+func (w *watch) answered() {
+	w.stamp()
+	w.mu.Lock()
+	w.timeouts = 0
+	w.mu.Unlock()
+}
+
+func (w *watch) stamp() { w.lastOutput.Store(int64(time.Since(w.epoch))) }
+
+// outputSince reports whether the engine produced output after t.
+func (w *watch) outputSince(t time.Time) bool {
+	return time.Duration(w.lastOutput.Load()) > t.Sub(w.epoch)
+}
+
+// timedOut counts a request given up on, and stalls the engine after
+// stallAfter in a row.
+func (w *watch) timedOut() {
+	w.mu.Lock()
+	w.timeouts++
+	stalls := !w.stalled && w.timeouts >= stallAfter
+	if stalls {
+		w.stalled = true
+		w.stalledNow.Store(true)
+		close(w.stall)
+	}
+	n := w.timeouts
+	w.mu.Unlock()
+	w.log.Warn("the inference engine sent nothing in time; the request goes to another worker",
+		"engine", w.Kind(), "ttfb", w.ttfb.String(), "timeouts_in_a_row", n)
+	if stalls {
+		w.log.Error("the inference engine stopped answering: its models take no requests until it answers a probe",
+			"engine", w.Kind(), "ttfb", w.ttfb.String())
+		w.changed()
+		signalOne(w.want)
+	}
+}
+
+// ask returns the probe round whose verdict a request waiting on the
+// engine may wait for, starting one if none is under way.
+func (w *watch) ask(req *engine.Request) *probeRound {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.sample = probeSample{kind: req.Kind, model: req.Model}
+	if w.round == nil {
+		w.round = &probeRound{done: make(chan struct{})}
+		signalOne(w.want)
+	}
+	return w.round
+}
+
+// run probes the engine when a request asks for a verdict, and every
+// probeEvery while it is stalled, until ctx ends.
+func (w *watch) run(ctx context.Context) {
+	defer func() {
+		// Nobody is failed for the worker's own stop.
+		w.mu.Lock()
+		r := w.round
+		w.round = nil
+		w.mu.Unlock()
+		if r != nil {
+			r.alive = true
+			close(r.done)
+		}
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.want:
+		}
+		w.mu.Lock()
+		asked, stalled := w.round != nil, w.stalled
+		w.mu.Unlock()
+		if !asked && !stalled {
+			continue
+		}
+		if !asked {
+			// Woken by the stall, or by the last probe of a stalled
+			// engine: the next comes after a pause.
+			pause := time.NewTimer(probeEvery)
+			select {
+			case <-ctx.Done():
+				pause.Stop()
+				return
+			case <-pause.C:
+			}
+		}
+		if !w.settle(w.probe(ctx)) {
+			w.mu.Lock()
+			stalled = w.stalled
+			w.mu.Unlock()
+			if stalled {
+				signalOne(w.want)
+			}
+		}
+	}
+}
+
+// settle gives the round under way its verdict, and takes the engine
+// back into service when it answered. It returns alive.
+func (w *watch) settle(alive bool) bool {
+	w.mu.Lock()
+	r := w.round
+	w.round = nil
+	recovered := alive && w.stalled
+	if alive {
+		w.timeouts = 0
+	}
+	if recovered {
+		w.stalled = false
+		w.stalledNow.Store(false)
+		w.stall = make(chan struct{})
+	}
+	w.mu.Unlock()
+	if alive {
+		w.stamp()
+	}
+	if r != nil {
+		r.alive = alive
+		close(r.done)
+	}
+	if recovered {
+		w.log.Info("the inference engine answers again", "engine", w.Kind())
+		w.changed()
+	}
+	return alive
+}
+
+// probe asks the engine for one token of the model last waited on (an
+// embedding of one word, for an embeddings model), and reports whether
+// it answered within the limit: output, or any answer but a failure of
+// its own. Engines of other kinds are asked for their models.
+func (w *watch) probe(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, w.ttfb)
+	defer cancel()
+	w.mu.Lock()
+	s := w.sample
+	w.mu.Unlock()
+	req := &engine.Request{Kind: s.kind, Model: s.model}
+	switch s.kind {
+	case api.KindChat:
+		req.Body = fmt.Appendf(nil, `{"model":%q,"messages":[{"role":"user","content":"ping"}],"max_tokens":1}`, s.model)
+	case api.KindCompletion:
+		req.Body = fmt.Appendf(nil, `{"model":%q,"prompt":"ping","max_tokens":1}`, s.model)
+	case api.KindEmbeddings:
+		req.Body = fmt.Appendf(nil, `{"model":%q,"input":"ping"}`, s.model)
+	default:
+		_, err := w.Engine.Models(ctx)
+		return err == nil
+	}
+	got := &probeSink{stop: cancel}
+	res := w.Engine.Serve(ctx, req, got)
+	return got.output.Load() || ctx.Err() == nil && res != nil && res.Status < http.StatusInternalServerError
+}
+
+// probeSink takes a probe's first output and stops the engine there.
+type probeSink struct {
+	output atomic.Bool
+	stop   context.CancelFunc
+}
+
+var errProbed = errors.New("the probe has its answer")
+
+func (p *probeSink) Event(context.Context, []byte) error { return p.got() }
+func (p *probeSink) Body(context.Context, []byte) error  { return p.got() }
+
+func (p *probeSink) got() error {
+	p.output.Store(true)
+	p.stop()
+	return errProbed
+}
+
+// firstSink passes a request's output on and notes the first of it. Once
+// the request is given up on, output that comes too late is refused.
+type firstSink struct {
+	w     *watch
+	out   engine.Sink
+	state atomic.Int32
+	began chan struct{} // closed at the first output
+}
+
+const (
+	waiting int32 = iota
+	begun
+	expired
+)
+
+var errGivenUp = errors.New("the request was given up on: the engine sent nothing in time")
+
+func (s *firstSink) Event(ctx context.Context, data []byte) error {
+	if !s.output() {
+		return errGivenUp
+	}
+	return s.out.Event(ctx, data)
+}
+
+func (s *firstSink) Body(ctx context.Context, data []byte) error {
+	if !s.output() {
+		return errGivenUp
+	}
+	return s.out.Body(ctx, data)
+}
+
+// output notes output and reports whether it may go on.
+func (s *firstSink) output() bool {
+	if s.state.Load() == begun {
+		s.w.stamp()
+		return true
+	}
+	if !s.state.CompareAndSwap(waiting, begun) {
+		return false
+	}
+	s.w.answered()
+	close(s.began)
+	return true
+}
+
+func (s *firstSink) begun() bool { return s.state.Load() == begun }
+
+// expire gives the request up unless its output has begun.
+func (s *firstSink) expire() bool { return s.state.CompareAndSwap(waiting, expired) }

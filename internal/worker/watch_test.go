@@ -1,0 +1,177 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/engine"
+	"github.com/svc-dev/svc/internal/fleet"
+)
+
+// hangEngine serves model "m": while hung it takes every request and
+// never answers; otherwise it answers probes at once and other requests
+// after delay.
+type hangEngine struct {
+	hung   atomic.Bool
+	delay  time.Duration
+	probes atomic.Int64
+}
+
+func (e *hangEngine) Kind() string { return "hang" }
+func (e *hangEngine) Models(context.Context) ([]api.Model, error) {
+	return []api.Model{{ID: "m", Capabilities: []string{api.CapChat}, Engine: "hang"}}, nil
+}
+
+func (e *hangEngine) Serve(ctx context.Context, req *engine.Request, sink engine.Sink) *api.Result {
+	wait := e.delay
+	if bytes.Contains(req.Body, []byte(`"max_tokens":1`)) {
+		e.probes.Add(1)
+		wait = 0
+	}
+	if e.hung.Load() {
+		<-ctx.Done()
+		return engine.Cancelled()
+	}
+	select {
+	case <-time.After(wait):
+	case <-ctx.Done():
+		return engine.Cancelled()
+	}
+	if err := sink.Body(ctx, []byte(`{"answer":"hi"}`)); err != nil {
+		return engine.Cancelled()
+	}
+	return engine.OK()
+}
+
+// An engine that takes requests and never answers is found out: each
+// request on it is given up after the limit and a probe that went
+// unanswered too, with a retryable failure the gateway moves elsewhere;
+// two in a row stall the engine, which the worker reports so that the
+// gateway holds its models back; the worker refuses what still reaches
+// it; and a probe answered puts the engine back in service.
+func TestHungEngineIsFoundOutAndComesBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		eng := &hangEngine{}
+		eng.hung.Store(true)
+		r := newRig(t, eng, Config{MaxConcurrent: 2, EngineTTFB: 10 * time.Second})
+		start := time.Now()
+		var wg sync.WaitGroup
+		for range 2 {
+			wg.Go(func() {
+				l, st := r.request(context.Background())
+				defer l.Release(fleet.Neutral)
+				_, res, err := readAll(context.Background(), st)
+				if err != nil || res.Status != http.StatusBadGateway || !res.Retryable {
+					t.Errorf("request on a hung engine: %+v %v", res, err)
+				}
+				if d := time.Since(start); d != 20*time.Second {
+					t.Errorf("given up after %v, want the limit and the probe's, 20s", d)
+				}
+			})
+		}
+		wg.Wait()
+		r.expect("unhealthy", func(w api.Worker) bool { return w.Status == api.StatusUnhealthy })
+		var ae *api.Error
+		if _, err := r.fleet.Acquire(context.Background(), fleet.Need{OrgID: "org", Model: "m"}); !errors.As(err, &ae) || ae.Code != api.CodeWorkersUnhealthy {
+			t.Fatalf("a request for the stalled engine's model: %v", err)
+		}
+		refused := r.agent.watchOf(eng).Serve(context.Background(), &engine.Request{Kind: api.KindChat, Model: "m"}, &captureSink{})
+		if refused.Status != http.StatusServiceUnavailable || !refused.Retryable {
+			t.Fatalf("a request reaching the stalled engine: %+v", refused)
+		}
+
+		eng.hung.Store(false)
+		time.Sleep(probeEvery)
+		r.expect("healthy again", func(w api.Worker) bool { return w.Status == api.StatusHealthy })
+		l, st := r.request(context.Background())
+		body, res, err := readAll(context.Background(), st)
+		if err != nil || res.Status != http.StatusOK || body != `{"answer":"hi"}` {
+			t.Fatalf("after the engine answered a probe: %q %+v %v", body, res, err)
+		}
+		l.Release(fleet.Succeeded)
+	})
+}
+
+// An engine that is slow to start an answer (a model loading, a long
+// prompt, a whole answer sent only once complete) but answers a probe is
+// waited for, however many limits pass.
+func TestSlowEngineAnsweringProbesIsWaitedFor(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		eng := &hangEngine{delay: 25 * time.Second}
+		r := newRig(t, eng, Config{EngineTTFB: 10 * time.Second})
+		l, st := r.request(context.Background())
+		body, res, err := readAll(context.Background(), st)
+		if err != nil || res.Status != http.StatusOK || body != `{"answer":"hi"}` {
+			t.Fatalf("slow answer: %q %+v %v", body, res, err)
+		}
+		l.Release(fleet.Succeeded)
+		if n := eng.probes.Load(); n != 2 {
+			t.Fatalf("%d probes, want one per limit passed: 2", n)
+		}
+		r.expect("healthy", func(w api.Worker) bool { return w.Status == api.StatusHealthy })
+	})
+}
+
+// A request is not probed for while the engine produces output for
+// others: it waits its turn in a busy engine.
+func TestBusyEngineIsNotProbed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		eng := &streamEngine{}
+		r := newRig(t, eng, Config{MaxConcurrent: 2, EngineTTFB: 10 * time.Second})
+		busy, bst := r.request(context.Background())
+		synctest.Wait()
+		eng.first.Store(true) // later requests start only after 25 s
+		l, st := r.request(context.Background())
+		if _, res, err := readAll(context.Background(), st); err != nil || res.Status != http.StatusOK {
+			t.Fatalf("request behind a busy one: %+v %v", res, err)
+		}
+		l.Release(fleet.Succeeded)
+		if _, res, err := readAll(context.Background(), bst); err != nil || res.Status != http.StatusOK {
+			t.Fatalf("the busy request: %+v %v", res, err)
+		}
+		busy.Release(fleet.Succeeded)
+		if n := eng.probes.Load(); n != 0 {
+			t.Fatalf("the engine was probed %d times while it streamed", n)
+		}
+	})
+}
+
+// streamEngine streams a token a second for 40 s to its first request;
+// once first is set, the requests after it wait 25 s before their first
+// token.
+type streamEngine struct {
+	first  atomic.Bool
+	probes atomic.Int64
+}
+
+func (e *streamEngine) Kind() string { return "stream" }
+func (e *streamEngine) Models(context.Context) ([]api.Model, error) {
+	return []api.Model{{ID: "m", Capabilities: []string{api.CapChat}, Engine: "stream"}}, nil
+}
+
+func (e *streamEngine) Serve(ctx context.Context, req *engine.Request, sink engine.Sink) *api.Result {
+	if bytes.Contains(req.Body, []byte(`"max_tokens":1`)) {
+		e.probes.Add(1)
+		return engine.OK()
+	}
+	tokens, wait := 40, time.Duration(0)
+	if e.first.Load() {
+		tokens, wait = 1, 25*time.Second
+	}
+	time.Sleep(wait)
+	for range tokens {
+		if err := sink.Event(ctx, []byte(`{"choices":[]}`)); err != nil {
+			return engine.Cancelled()
+		}
+		time.Sleep(time.Second)
+	}
+	return engine.OK()
+}
