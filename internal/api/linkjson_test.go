@@ -137,3 +137,65 @@ func BenchmarkDecodeResultEncodingJSON(b *testing.B) {
 		}
 	}
 }
+
+// A field added to Result or LinkRequest must be added to their writers
+// and readers too: with every field set, the bytes and the values read
+// back are encoding/json's.
+func TestLinkJSONCoversEveryField(t *testing.T) {
+	var r Result
+	fill(reflect.ValueOf(&r).Elem())
+	var h LinkRequest
+	fill(reflect.ValueOf(&h).Elem())
+	for _, c := range []struct {
+		v      any
+		append func() []byte
+		decode func([]byte) (any, error)
+	}{
+		{&r, func() []byte { return r.AppendJSON(nil) }, func(b []byte) (any, error) {
+			var back Result
+			return &back, DecodeResult(b, &back)
+		}},
+		{&h, func() []byte { return h.AppendJSON(nil) }, func(b []byte) (any, error) {
+			var back LinkRequest
+			return &back, DecodeLinkRequest(b, &back)
+		}},
+	} {
+		want, err := json.Marshal(c.v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := c.append()
+		if string(got) != string(want) {
+			t.Errorf("%T:\n got %s\nwant %s", c.v, got, want)
+		}
+		back, err := c.decode(want)
+		if err != nil || !reflect.DeepEqual(back, c.v) {
+			t.Errorf("%T: read back %+v (%v), want %+v", c.v, back, err, c.v)
+		}
+	}
+}
+
+// fill sets every field of v to something not zero.
+func fill(v reflect.Value) {
+	switch v.Kind() {
+	case reflect.Struct:
+		for i := range v.NumField() {
+			fill(v.Field(i))
+		}
+	case reflect.Pointer:
+		v.Set(reflect.New(v.Type().Elem()))
+		fill(v.Elem())
+	case reflect.String:
+		v.SetString("x")
+	case reflect.Bool:
+		v.SetBool(true)
+	case reflect.Int, reflect.Int64:
+		v.SetInt(3)
+	case reflect.Float64:
+		v.SetFloat(1.5)
+	case reflect.Slice:
+		if v.Type() == reflect.TypeOf(json.RawMessage(nil)) {
+			v.SetBytes([]byte(`{"a":1}`))
+		}
+	}
+}
