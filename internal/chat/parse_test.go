@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -545,5 +546,45 @@ func TestScannersRejectMalformed(t *testing.T) {
 	}
 	if v, _ := o.get("c"); string(v) != `"\"}"` {
 		t.Fatalf("c = %s", v)
+	}
+}
+
+// Small objects are searched in order and large ones indexed; both read
+// the same: the last of a repeated member wins, in the first one's place.
+func TestObjectMembers(t *testing.T) {
+	for _, n := range []int{1, indexFrom - 1, indexFrom, 3 * indexFrom} {
+		var b strings.Builder
+		b.WriteString("{")
+		for i := range n {
+			fmt.Fprintf(&b, `"k%d":%d,`, i, i)
+		}
+		b.WriteString(`"k0":"again"}`)
+		o, err := parseObject([]byte(b.String()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(o.members) != n || string(o.members[0].value) != `"again"` {
+			t.Fatalf("%d members: got %d, first %s", n, len(o.members), o.members[0].value)
+		}
+		for i := range n {
+			want := strconv.Itoa(i)
+			if i == 0 {
+				want = `"again"`
+			}
+			if v, ok := o.get(fmt.Sprintf("k%d", i)); !ok || string(v) != want {
+				t.Fatalf("%d members: k%d = %s, %v", n, i, v, ok)
+			}
+		}
+		if _, ok := o.get("absent"); ok {
+			t.Fatalf("%d members: found an absent key", n)
+		}
+		c := o.clone()
+		c.set("new", []byte("1"))
+		if _, ok := o.get("new"); ok {
+			t.Fatalf("%d members: set on a clone changed the original", n)
+		}
+		if v, ok := c.get("new"); !ok || string(v) != "1" {
+			t.Fatalf("%d members: the clone lost its new member", n)
+		}
 	}
 }

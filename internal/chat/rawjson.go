@@ -66,8 +66,14 @@ type member struct {
 // the engines) make of duplicates, so what is validated is what is sent.
 type object struct {
 	members []member
-	index   map[string]int
+	// index finds a member of a large object; a small one, which is what
+	// requests are made of, is searched in order, cheaper than a map.
+	index map[string]int
 }
+
+// indexFrom is the number of members from which an object is indexed, so
+// that a body of many members costs no more than linear time.
+const indexFrom = 16
 
 func parseObject(raw []byte) (*object, error) {
 	i := skipSpace(raw, 0)
@@ -118,21 +124,42 @@ func parseObject(raw []byte) (*object, error) {
 }
 
 func (o *object) put(m member) {
-	if o.index == nil {
-		o.index = make(map[string]int)
-	}
-	if at, ok := o.index[m.key]; ok {
+	if at := o.find(m.key); at >= 0 {
 		o.members[at].value = m.value
 		return
 	}
-	o.index[m.key] = len(o.members)
 	o.members = append(o.members, m)
+	switch {
+	case o.index != nil:
+		o.index[m.key] = len(o.members) - 1
+	case len(o.members) >= indexFrom:
+		o.index = make(map[string]int, 2*len(o.members))
+		for i, m := range o.members {
+			o.index[m.key] = i
+		}
+	}
+}
+
+// find returns the position of key's member, -1 when absent.
+func (o *object) find(key string) int {
+	if o.index != nil {
+		if at, ok := o.index[key]; ok {
+			return at
+		}
+		return -1
+	}
+	for i := range o.members {
+		if o.members[i].key == key {
+			return i
+		}
+	}
+	return -1
 }
 
 // get returns the value of key; ok is false when the key is absent.
 func (o *object) get(key string) (json.RawMessage, bool) {
-	at, ok := o.index[key]
-	if !ok {
+	at := o.find(key)
+	if at < 0 {
 		return nil, false
 	}
 	return o.members[at].value, true
@@ -156,9 +183,12 @@ func (o *object) set(key string, value json.RawMessage) {
 // clone copies the member list so that set on the copy leaves o alone; the
 // raw values are shared, which is safe because they are never written.
 func (o *object) clone() *object {
-	c := &object{members: append([]member(nil), o.members...), index: make(map[string]int, len(o.members))}
-	for k, v := range o.index {
-		c.index[k] = v
+	c := &object{members: append([]member(nil), o.members...)}
+	if o.index != nil {
+		c.index = make(map[string]int, len(o.index))
+		for k, v := range o.index {
+			c.index[k] = v
+		}
 	}
 	return c
 }
