@@ -186,6 +186,7 @@ func (f *Fleet) Acquire(ctx context.Context, need Need) (*Lease, error) {
 	}
 	wt := &waiter{need: need, start: now, grant: make(chan *Lease, 1)}
 	wt.elem = q.l.PushBack(wt)
+	f.queued.Add(1)
 	f.mu.Unlock()
 
 	timer := time.NewTimer(hold)
@@ -199,6 +200,7 @@ func (f *Fleet) Acquire(ctx context.Context, need Need) (*Lease, error) {
 	f.mu.Lock()
 	if wt.elem != nil {
 		q.l.Remove(wt.elem)
+		f.queued.Add(-1)
 		wt.elem = nil
 		// The workers may have gone while the request waited: then it is
 		// the 503 a new request would get, not a capacity 429.
@@ -222,6 +224,10 @@ func (f *Fleet) Acquire(ctx context.Context, need Need) (*Lease, error) {
 	return l, nil
 }
 
+// Queued reports whether any request waits for a slot, in any queue;
+// without the lock, so a caller may skip Admit's work when none does.
+func (f *Fleet) Queued() bool { return f.queued.Load() > 0 }
+
 // Admit is the refusal Acquire would give need at once for its model's
 // backed-up queue, answered without queueing it, so that a request can be
 // turned away before it is parsed: under overload a refusal should cost
@@ -230,7 +236,7 @@ func (f *Fleet) Acquire(ctx context.Context, need Need) (*Lease, error) {
 // full) and no worker that could take need has a free slot. A pinned
 // request waits for its one worker, which Admit leaves to Acquire.
 func (f *Fleet) Admit(need Need) error {
-	if need.Pin != "" {
+	if need.Pin != "" || !f.Queued() {
 		return nil
 	}
 	f.mu.Lock()
@@ -375,6 +381,7 @@ func (f *Fleet) dispatchLocked(o *org, now time.Time) {
 			wt := e.Value.(*waiter)
 			if l := f.tryLocked(o, &wt.need, wt.start, now); l != nil {
 				q.l.Remove(e)
+				f.queued.Add(-1)
 				wt.elem = nil
 				wt.grant <- l
 			} else if wt.need.Pin == "" && len(wt.need.Exclude) == 0 {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -109,6 +110,9 @@ type Fleet struct {
 	// handshakes holds a turn per worker id (Connect): a worker's
 	// connections are let in one after another.
 	handshakes map[string]chan struct{}
+	// queued counts the requests waiting in every queue, read without the
+	// lock: while none waits, no request can be refused for a backlog.
+	queued atomic.Int64
 }
 
 type org struct {

@@ -19,7 +19,8 @@ import (
 // endpoint's own error code.
 func (s *Server) admitted(kind string, shape func(error) error, next func(*call) error) func(*call) error {
 	return func(c *call) error {
-		if sealed(c) {
+		if !s.fleet.Queued() || sealed(c) {
+			// Nothing waits, so nothing is backed up: no scan.
 			return next(c)
 		}
 		model, stream, ok := relay.Route(c.ctx.PostBody())
