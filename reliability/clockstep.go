@@ -128,7 +128,7 @@ func clockStepRentals(ctx context.Context, clk *clock.Stepped, hold time.Duratio
 	}
 	most := time.Since(connected)
 	billed := stopped.SecondsBilled
-	r.figure("billing through +1 y and -2 y steps", "%d s billed for %.2f-%.2f s run (%d s a year ahead, %d s a year behind); without the monotonic clock, a year",
+	r.figure("billing through +1 y and -2 y steps", "%d s billed for %.2f-%.2f s run (%d s a year ahead, %d s a year behind)",
 		billed, least.Seconds(), most.Seconds(), ahead, behind)
 	if behind < ahead || billed < behind || billed < int64(least/time.Second) || billed > int64(most/time.Second) {
 		r.fail("billed %d s a year ahead, %d s a year behind, %d s at the stop, for %v to %v run", ahead, behind, billed, least, most)
