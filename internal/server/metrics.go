@@ -81,6 +81,6 @@ func (c *concurrencyLimits) Collect(ch chan<- prometheus.Metric) {
 func newClockSteps(steps func() uint64) prometheus.CounterFunc {
 	return prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "svc_clock_steps_total",
-		Help: "Steps of the system clock (over 2 s) seen while the gateway ran; billing, deadlines and pruning keep to the monotonic clock through them.",
+		Help: "Steps of the system clock (2 s or more) seen while the gateway ran; billing, deadlines and pruning keep to the monotonic clock through them.",
 	}, func() float64 { return float64(steps()) })
 }
