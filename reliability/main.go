@@ -89,6 +89,7 @@ func checks() []check {
 		{"soak", soak},
 		{"hung-engine", hungEngine},
 		{"frozen-worker", frozenWorker},
+		{"clock-step", clockStep},
 	}
 }
 

@@ -68,9 +68,10 @@ type lastUsed struct {
 
 func (l *lastUsed) touch(now time.Time) {
 	// Only move it a second at a time, so busy keys do not keep dirtying a
-	// shared cache line.
-	if n := now.UnixNano(); n-l.at.Load() > int64(time.Second) {
-		l.at.Store(n)
+	// shared cache line; and back too, when the system clock is set back,
+	// rather than freeze until the clock passes the old time again.
+	if d := now.UnixNano() - l.at.Load(); d > int64(time.Second) || d < -int64(time.Second) {
+		l.at.Store(now.UnixNano())
 	}
 }
 

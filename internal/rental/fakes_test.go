@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/clock"
 	"github.com/svc-dev/svc/internal/money"
 )
 
@@ -218,8 +219,9 @@ func offer(gpu, tier string, pence int64, ramGB float64) Offer {
 }
 
 // env is a manager over fakes, in a synctest bubble: a test moves the
-// clock with time.Sleep.
+// clock with time.Sleep, and steps the wall clock alone with clk.Step.
 type env struct {
+	clk   *clock.Stepped
 	m     *Manager
 	acct  *fakeAccounts
 	fleet *fakeFleet
@@ -232,7 +234,7 @@ func newEnv(t *testing.T, offers ...Offer) *env {
 	// A bubble's clock starts in 2000; the tests start an hour before a
 	// month ends.
 	time.Sleep(time.Until(time.Date(2026, 3, 31, 23, 0, 0, 0, time.UTC)))
-	e := &env{acct: newAccounts(), fleet: &fakeFleet{},
+	e := &env{clk: clock.NewStepped(), acct: newAccounts(), fleet: &fakeFleet{},
 		prov: newProvider("fake", offers...), led: &memLedger{}}
 	e.m = e.open(t)
 	return e
@@ -242,7 +244,7 @@ func (e *env) open(t *testing.T) *Manager {
 	t.Helper()
 	m, err := New(Config{Providers: []Provider{e.prov}, Ledger: e.led, Accounts: e.acct, Fleet: e.fleet,
 		WorkerID: func(org, name string) string { return "wk-" + name }, Gateway: "http://gw",
-		Rates: map[string]float64{"USD": 0.8}, ProvisionDeadline: 10 * time.Minute})
+		Rates: map[string]float64{"USD": 0.8}, ProvisionDeadline: 10 * time.Minute, Clock: e.clk})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,5 +253,5 @@ func (e *env) open(t *testing.T) *Manager {
 
 // connect delivers the rental's worker's connected event.
 func (e *env) connect(r api.Rental) {
-	e.m.workerEvent("org1", api.WorkerEvent{WorkerID: r.WorkerID, EventType: api.EventConnected, CreatedAt: time.Now()})
+	e.m.workerEvent("org1", api.WorkerEvent{WorkerID: r.WorkerID, EventType: api.EventConnected, CreatedAt: e.clk.Now()})
 }

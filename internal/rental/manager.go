@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/clock"
 )
 
 // Ledger keeps rental records durably.
@@ -62,7 +63,10 @@ type Config struct {
 	Tick time.Duration
 	// CatalogueTTL bounds how old cached offers may be (default 60 s).
 	CatalogueTTL time.Duration
-	Logger       *slog.Logger
+	// Clock is read for every time the manager bills, waits or records;
+	// nil is the system's clock.
+	Clock  clock.Clock
+	Logger *slog.Logger
 }
 
 // Manager runs the organisations' rentals.
@@ -70,6 +74,9 @@ type Manager struct {
 	cfg    Config
 	log    *slog.Logger
 	models []Model
+	// clock is the time of every bill, deadline and record: a step of the
+	// system clock while the gateway runs moves none of them.
+	clock *clock.Steady
 
 	mu       sync.Mutex
 	rentals  map[string]*record
@@ -113,7 +120,10 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Rates == nil {
 		cfg.Rates = map[string]float64{}
 	}
-	m := &Manager{cfg: cfg, log: cfg.Logger, models: Models(), rentals: map[string]*record{},
+	if cfg.Clock == nil {
+		cfg.Clock = clock.System()
+	}
+	m := &Manager{cfg: cfg, log: cfg.Logger, models: Models(), clock: clock.NewSteady(cfg.Clock), rentals: map[string]*record{},
 		dl: map[string]downloads{}, lastRent: map[string]time.Time{}, offers: map[string]offerCache{},
 		events: make(chan workerEvent, 1024)}
 	raws, err := cfg.Ledger.All()
@@ -130,7 +140,23 @@ func New(cfg Config) (*Manager, error) {
 	return m, nil
 }
 
-func (m *Manager) now() time.Time { return time.Now().UTC() }
+// now is the manager's time: the wall clock as read at start, advanced
+// by the monotonic clock. Billing, deadlines, maximum runtimes and the
+// intervals between polls are differences between its readings, so they
+// are the time that elapsed; what is stored stays a wall-clock instant,
+// which the next start, reading the wall clock afresh, continues from.
+func (m *Manager) now() time.Time { return m.clock.Now() }
+
+// eventTime is on the manager's clock the time another part of the
+// gateway stamped with the wall clock, no later than now: a connection
+// noticed a moment after it happened is billed from when it happened.
+func (m *Manager) eventTime(t time.Time) time.Time {
+	now := m.now()
+	if at := m.clock.FromWall(t); at.Before(now) {
+		return at
+	}
+	return now
+}
 
 func (m *Manager) provider(name string) Provider {
 	for _, p := range m.cfg.Providers {
@@ -223,7 +249,12 @@ func (m *Manager) workerEvent(orgID string, ev api.WorkerEvent) {
 		if r.StartedAt != nil {
 			return
 		}
-		at := ev.CreatedAt.UTC()
+		// Never before the rental was asked for, whatever a step of the
+		// wall clock between the event and now made of its time.
+		at := m.eventTime(ev.CreatedAt)
+		if at.Before(r.CreatedAt) {
+			at = r.CreatedAt
+		}
 		r.StartedAt = &at
 		r.Status = api.RentalRunning
 		r.BootPhase = api.BootWorkerConnected
@@ -260,7 +291,7 @@ func (m *Manager) workerEvent(orgID string, ev api.WorkerEvent) {
 			if in.State == api.InstallCompleted && !r.installed(id) {
 				r.Installed = append(r.Installed, id)
 			}
-			r.note(ev.CreatedAt.UTC(), "model_"+in.State, id)
+			r.note(m.eventTime(ev.CreatedAt), "model_"+in.State, id)
 			if len(dl) == 0 {
 				delete(m.dl, r.ID)
 			}

@@ -75,3 +75,12 @@ func (c *concurrencyLimits) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(l.Limit), l.WorkerID, l.WorkerName, l.Model)
 	}
 }
+
+// newClockSteps exports how many steps of the system clock the gateway
+// has seen.
+func newClockSteps(steps func() uint64) prometheus.CounterFunc {
+	return prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "svc_clock_steps_total",
+		Help: "Steps of the system clock (2 s or more) seen while the gateway ran; billing, deadlines and pruning keep to the monotonic clock through them.",
+	}, func() float64 { return float64(steps()) })
+}

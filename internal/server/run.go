@@ -16,6 +16,7 @@ import (
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/bolt"
 	"github.com/svc-dev/svc/internal/buildinfo"
+	"github.com/svc-dev/svc/internal/clock"
 	"github.com/svc-dev/svc/internal/fleet"
 	"github.com/svc-dev/svc/internal/relay"
 	"github.com/svc-dev/svc/internal/rental"
@@ -123,9 +124,13 @@ func Run(ctx context.Context, cfg Config) error {
 	if gateway == "" {
 		gateway = "http://" + public.Addr().String()
 	}
+	// Billing, deadlines and pruning measure elapsed time on the
+	// monotonic clock; the watch logs steps of the wall clock.
+	clk := clock.System()
+	clockWatch := clock.NewWatch(clk, log)
 	rentals, err := rental.New(rental.Config{Providers: rc.Providers, Ledger: store.Rentals(), Accounts: accounts, Fleet: fl,
 		WorkerID: fleet.WorkerID, Gateway: gateway, Boot: rc.Boot, Rates: rc.Rates, Margin: rc.Margin,
-		ProvisionDeadline: rc.ProvisionDeadline, RentEvery: rc.RentEvery, Tick: rc.Tick, Logger: log.With("component", "rental")})
+		ProvisionDeadline: rc.ProvisionDeadline, RentEvery: rc.RentEvery, Tick: rc.Tick, Clock: clk, Logger: log.With("component", "rental")})
 	if err != nil {
 		_ = public.Close()
 		_ = consoleLn.Close()
@@ -146,7 +151,8 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("upload spool: %w", err)
 	}
 	srv := New(Deps{Logger: log, Build: cfg.Build, Accounts: accounts, Fleet: fl, Events: events, Usage: usageStore,
-		Power: power, Rentals: rentals, Timing: cfg.Timing, MaxConns: cfg.MaxConnections, SpoolDir: spoolDir})
+		Power: power, Rentals: rentals, Timing: cfg.Timing, MaxConns: cfg.MaxConnections, SpoolDir: spoolDir,
+		ClockSteps: clockWatch.Steps})
 	log.Info("listening", "addr", public.Addr().String(), "url", "http://"+public.Addr().String(),
 		"admin_socket", sock, "data", cfg.DataDir, "version", cfg.Build.Version)
 
@@ -166,7 +172,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if usageRetention <= 0 {
 		usageRetention = DefaultUsageRetention
 	}
-	bg.Go(func() error { return prune(bgCtx, events, usageStore, usageRetention, powerStore, log) })
+	pruner := bolt.NewPruner(events, usageStore, powerStore, bolt.Retention{Events: eventRetention, Usage: usageRetention}, clk, log)
+	bg.Go(func() error { return pruner.Run(bgCtx, time.Hour) })
+	bg.Go(func() error { return clockWatch.Run(bgCtx, 10*time.Second) })
 
 	serveErr := make(chan error, 2)
 	go func() { serveErr <- srv.ServePublic(public) }()
@@ -231,28 +239,6 @@ const (
 	DefaultUsageRetention = 400 * 24 * time.Hour
 	MinUsageRetention     = 24 * time.Hour
 )
-
-// prune deletes old worker events, usage rows and power history every hour.
-func prune(ctx context.Context, events *bolt.Events, usage *bolt.Usage, usageRetention time.Duration, power *bolt.Power, log *slog.Logger) error {
-	t := time.NewTicker(time.Hour)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-			if _, err := events.PruneEvents(time.Now().Add(-eventRetention), 10000); err != nil {
-				log.Warn("prune worker events", "err", err)
-			}
-			if _, err := usage.PruneUsage(ctx, time.Now().Add(-usageRetention)); err != nil && ctx.Err() == nil {
-				log.Warn("prune usage rows", "err", err)
-			}
-			if _, err := power.Prune(time.Now()); err != nil {
-				log.Warn("prune power history", "err", err)
-			}
-		}
-	}
-}
 
 // bootstrap creates the default organisation on an empty store and writes
 // its credentials to files only the server's user can read.

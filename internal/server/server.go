@@ -92,6 +92,9 @@ type Deps struct {
 	MaxConns int
 	// SpoolDir holds uploads while they are relayed; "" is os.TempDir.
 	SpoolDir string
+	// ClockSteps counts the steps of the system clock seen; nil exports
+	// no count.
+	ClockSteps func() uint64
 }
 
 // New builds the server and its route tables.
@@ -105,6 +108,9 @@ func New(d Deps) *Server {
 		spoolDir: d.SpoolDir}
 	s.relay = relay.New(relay.Config{Fleet: d.Fleet, Usage: d.Usage, InFlight: s.inflight, Timing: d.Timing, Logger: d.Logger})
 	s.metrics.reg.MustRegister(s.power.energy, newLiveWatts(d.Fleet), newConcurrencyLimits(d.Fleet))
+	if d.ClockSteps != nil {
+		s.metrics.reg.MustRegister(newClockSteps(d.ClockSteps))
+	}
 	routes := s.routes()
 	var consoleRoutes []*route
 	for _, r := range routes {

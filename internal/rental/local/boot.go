@@ -162,6 +162,13 @@ func checkBinary(ctx context.Context, exe string) error {
 // stops it at the rental's deadline.
 func (p *Provider) watch(ctx context.Context, in *instance, pid int) {
 	exe := filepath.Join(in.dir, binFile)
+	// The stored deadline is read once against the wall clock and then
+	// kept on the monotonic one, so a step of the host's clock neither
+	// stops the worker early nor lets it run on.
+	var until time.Time
+	if d := in.meta.Deadline; d != nil {
+		until = time.Now().Add(time.Until(*d))
+	}
 	t := time.NewTicker(pollEvery)
 	defer t.Stop()
 	for {
@@ -170,7 +177,7 @@ func (p *Provider) watch(ctx context.Context, in *instance, pid int) {
 			return
 		case <-t.C:
 		}
-		if d := in.meta.Deadline; d != nil && !time.Now().Before(*d) {
+		if !until.IsZero() && !time.Now().Before(until) {
 			p.log.Info("local rental: maximum runtime reached; stopping the worker", "instance", in.id, "rental", in.meta.RentalID)
 			if err := terminate(ctx, pid, exe); err != nil {
 				if ctx.Err() == nil {
