@@ -132,7 +132,7 @@ func BenchmarkUsageQueries(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer s.Close()
-	w := s.NewWriter(WriterOptions{Limit: 100_000})
+	w := s.NewWriter(WriterOptions{})
 	u := s.Usage(w)
 	rng := rand.New(rand.NewPCG(3, 4))
 	now := time.Date(2026, 11, 15, 12, 0, 0, 0, time.UTC)
@@ -269,7 +269,7 @@ func BenchmarkUsageStoreSize(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		w := s.NewWriter(WriterOptions{Limit: 10_000})
+		w := s.NewWriter(WriterOptions{})
 		u := s.Usage(w)
 		rng := rand.New(rand.NewPCG(5, 6))
 		// Three organisations with UUID ids, as account makes them; one
