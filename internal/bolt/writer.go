@@ -348,9 +348,13 @@ func (w *Writer) commitChunk(chunk []record) error {
 		}
 		return meta.Put(keyWriterToken, u64(token))
 	})
+	if ran {
+		// This transaction found the one in doubt unwritten, so it never
+		// will be.
+		w.unsure = 0
+	}
 	switch {
 	case err == nil:
-		w.unsure = 0
 		w.settleHead(len(chunk), nil)
 		return nil
 	case errors.Is(err, errLanded):

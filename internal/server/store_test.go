@@ -26,13 +26,13 @@ type backlogAt bolt.Backlog
 func (b backlogAt) Backlog() bolt.Backlog { return bolt.Backlog(b) }
 
 var (
-	diskFull = fmt.Errorf("commit 12 records: %w", &fs.PathError{Op: "write", Path: "svc.db", Err: syscall.ENOSPC})
-	since    = time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	errDiskFull = fmt.Errorf("commit 12 records: %w", &fs.PathError{Op: "write", Path: "svc.db", Err: syscall.ENOSPC})
+	since       = time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 
 	storeOK       = backlogAt{Limit: 1 << 20}
-	storeRetrying = backlogAt{UsageRows: 40, Bytes: 40_000, Limit: 1 << 20, Failing: true, Since: since, Err: diskFull, FailedCommits: 6}
+	storeRetrying = backlogAt{UsageRows: 40, Bytes: 40_000, Limit: 1 << 20, Failing: true, Since: since, Err: errDiskFull, FailedCommits: 6}
 	storeRefusing = backlogAt{UsageRows: 1100, Events: 2, Bytes: 1 << 20, Limit: 1 << 20, Refusing: true, Failing: true,
-		Since: since, Err: diskFull, FailedCommits: 60, DroppedEvents: 3, DroppedPower: 4}
+		Since: since, Err: errDiskFull, FailedCommits: 60, DroppedEvents: 3, DroppedPower: 4}
 	// Slower than the traffic, without failing.
 	storeBehind = backlogAt{UsageRows: 1300, Bytes: 1 << 20, Limit: 1 << 20, Refusing: true}
 )
