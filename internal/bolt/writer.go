@@ -93,6 +93,9 @@ type Writer struct {
 	// Only a commit, holding cmu, removes records, and only from the head
 	// or from among the records it is trying.
 	pending []record
+	// writing is how many records at the head the commit in progress is
+	// writing.
+	writing int
 	bytes   int64
 	held    [numKinds]int
 	// queued numbers the records ever added; each record holds its number.
@@ -124,7 +127,7 @@ type WriterOptions struct {
 	// Every is the longest a record waits before it is committed.
 	Every time.Duration
 	// Batch commits early once this many records are pending, and bounds
-	// the records of one transaction.
+	// the records of a transaction retried after a failure.
 	Batch int
 	// Backlog bounds, in bytes, the records waiting to be written: 0 is
 	// DefaultBacklog. See Writer for what happens at the bound.
@@ -293,9 +296,12 @@ func (w *Writer) Sync(ctx context.Context) error {
 	return nil
 }
 
-// commit writes the records pending when it is called, oldest first, in
-// transactions of at most batch records, and stops at the first that
-// fails: its records stay at the head of the queue for the next try.
+// commit writes the records pending when it is called, oldest first, and
+// stops at the first transaction that fails: its records stay at the head
+// of the queue for the next try. A try after a failure writes at most
+// batch records, so that a disk with a little room again makes progress;
+// otherwise one transaction takes everything, as its fsyncs cost the same
+// however much it holds.
 func (w *Writer) commit() error {
 	w.cmu.Lock()
 	defer w.cmu.Unlock()
@@ -305,13 +311,18 @@ func (w *Writer) commit() error {
 	w.mu.Unlock()
 	for {
 		w.mu.Lock()
+		most := len(w.pending)
+		if w.failing {
+			most = w.batch
+		}
 		n := 0
-		for n < len(w.pending) && n < w.batch && w.pending[n].seq <= last {
+		for n < len(w.pending) && n < most && w.pending[n].seq <= last {
 			n++
 		}
 		// Appends never touch the first n records, and only this commit
 		// removes any, so they can be read without the lock.
 		chunk := w.pending[:n:n]
+		w.writing = n
 		w.mu.Unlock()
 		if n == 0 {
 			return nil
@@ -374,6 +385,7 @@ func (w *Writer) commitChunk(chunk []record) error {
 		w.unsure, w.unsureN = token, len(chunk)
 	}
 	w.mu.Lock()
+	w.writing = 0
 	if !w.failing {
 		w.failing, w.since = true, time.Now()
 	}
@@ -388,6 +400,7 @@ func (w *Writer) commitChunk(chunk []record) error {
 func (w *Writer) settleHead(n int, bad *int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.writing = 0
 	drop := func(r *record) {
 		w.bytes -= int64(r.size)
 		w.held[r.kind]--
