@@ -90,6 +90,7 @@ func checks() []check {
 		{"hung-engine", hungEngine},
 		{"frozen-worker", frozenWorker},
 		{"clock-step", clockStep},
+		{"full-disk", fullDisk},
 	}
 }
 

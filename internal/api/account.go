@@ -158,10 +158,49 @@ type CreateWorkerTokenRequest struct {
 	Name string `json:"name"`
 }
 
-// Health is the body of GET /healthz.
+// Health is the body of GET /healthz, which answers 200 while the
+// gateway runs: Status is "ok", or "degraded" while Store says its writes
+// fail. A restart would not help a store that cannot write, and would lose
+// the rows waiting to be written.
 type Health struct {
 	Status  string `json:"status"`
 	Version string `json:"version"`
+	// Store is the state of the usage store's writes; absent where the
+	// gateway has none to tell (a test's).
+	Store *StoreHealth `json:"store,omitempty"`
+}
+
+// Health statuses and store states.
+const (
+	HealthOK       = "ok"
+	HealthDegraded = "degraded"
+	// StoreOK: writes are committed as they come.
+	StoreOK = "ok"
+	// StoreRetrying: writes fail (a full disk); usage rows, events and
+	// power reports are kept in memory and retried, and inference is
+	// served.
+	StoreRetrying = "retrying"
+	// StoreRefusing: the rows kept have reached their bound; new inference
+	// gets a 503 until they are written.
+	StoreRefusing = "refusing"
+)
+
+// StoreHealth is the state of the usage store's writes in GET /healthz.
+type StoreHealth struct {
+	State string `json:"state"`
+	// Error says why writes fail ("disk full"), while they do.
+	Error        string     `json:"error,omitempty"`
+	FailingSince *time.Time `json:"failing_since,omitempty"`
+	// What waits to be written, and the bound on the memory it holds.
+	PendingUsageRows    int   `json:"pending_usage_rows"`
+	PendingEvents       int   `json:"pending_events"`
+	PendingPowerReports int   `json:"pending_power_reports"`
+	BacklogBytes        int64 `json:"backlog_bytes"`
+	BacklogLimitBytes   int64 `json:"backlog_limit_bytes"`
+	// Counts since the gateway started.
+	FailedCommits       uint64 `json:"failed_commits"`
+	DroppedEvents       uint64 `json:"dropped_events"`
+	DroppedPowerReports uint64 `json:"dropped_power_reports"`
 }
 
 // Optional is a field of a partial update: absent (Set false), null (Set

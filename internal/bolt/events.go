@@ -1,6 +1,7 @@
 package bolt
 
 import (
+	"encoding/json"
 	"sync/atomic"
 	"time"
 
@@ -24,11 +25,20 @@ func (s *Store) Events(w *Writer) *Events {
 	return e
 }
 
-// RecordEvent queues an event; it never blocks.
+// RecordEvent queues an event; it never blocks. While the store cannot
+// write, the event waits in the writer's backlog; at the backlog's bound it
+// is dropped and counted (see Writer).
 func (e *Events) RecordEvent(orgID string, ev api.WorkerEvent) {
 	key := timeKey(orgID, ev.CreatedAt, e.seq.Add(1))
-	e.w.add(func(tx *bbolt.Tx) error {
-		return putJSON(tx.Bucket(bucketEvents), key, ev)
+	data, err := json.Marshal(ev)
+	if err != nil {
+		// Only a field JSON cannot carry gets here; the event is not
+		// worth failing its caller over.
+		e.w.log.Error("worker event not stored", "err", err)
+		return
+	}
+	e.w.add(kindEvent, len(key)+len(data), func(tx *bbolt.Tx) error {
+		return tx.Bucket(bucketEvents).Put(key, data)
 	})
 }
 

@@ -100,7 +100,7 @@ func TestWriterBatchesEarlyAndBoundsPending(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s, _ := Open(t.TempDir(), Options{})
 		defer s.Close()
-		w := s.NewWriter(WriterOptions{Every: time.Hour, Batch: 10, Limit: 20})
+		w := s.NewWriter(WriterOptions{Every: time.Hour, Batch: 10})
 		ev := s.Events(w)
 		ctx, cancel := context.WithCancel(context.Background())
 		ran := make(chan struct{})
@@ -122,12 +122,14 @@ func TestWriterBatchesEarlyAndBoundsPending(t *testing.T) {
 	})
 	s, _ := Open(t.TempDir(), Options{})
 	defer s.Close()
-	w2 := s.NewWriter(WriterOptions{Every: time.Hour, Batch: 1000, Limit: 5})
+	// A backlog of one byte holds one event: the rest are dropped, and
+	// counted.
+	w2 := s.NewWriter(WriterOptions{Every: time.Hour, Batch: 1000, Backlog: 1})
 	for i := range 8 {
 		s.Events(w2).RecordEvent("p", api.WorkerEvent{ID: fmt.Sprint(i), CreatedAt: time.Now()})
 	}
 	_ = w2.Flush()
-	if got, _ := s.Events(w2).ListEvents("p", EventQuery{Limit: 100}); len(got) != 5 {
-		t.Fatalf("pending not bounded: %d stored", len(got))
+	if got, _ := s.Events(w2).ListEvents("p", EventQuery{Limit: 100}); len(got) != 1 || w2.Backlog().DroppedEvents != 7 {
+		t.Fatalf("pending not bounded: %d stored, %d dropped", len(got), w2.Backlog().DroppedEvents)
 	}
 }

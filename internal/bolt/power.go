@@ -146,7 +146,10 @@ type powerAdd struct {
 
 // Add queues a report's additions; it never blocks. The deltas, the
 // worker's through (0: unchanged) and its channels (nil: unchanged) are
-// written in the same group-commit transaction.
+// written in the same group-commit transaction. While the store cannot
+// write, the report waits in the writer's backlog; at the backlog's bound
+// it is dropped and counted (see Writer), and its windows are lost: the
+// worker, told they were recorded, does not send them again.
 //
 // A worker id that is empty or holds a 0x00 cannot be keyed, and a delta
 // of a resolution without a bucket cannot be stored: such a report is
@@ -180,7 +183,14 @@ func (p *Power) Add(workerID string, deltas []powerlog.Delta, through int64, met
 		throughVal = binary.BigEndian.AppendUint64(nil, uint64(through))
 	}
 	id := []byte(workerID)
-	p.w.add(func(tx *bbolt.Tx) error {
+	size := len(id) + len(metaJSON) + len(throughVal)
+	for _, a := range adds {
+		size += len(a.key) + len(a.sums)*(powerSumSize+16)
+		for _, s := range a.sums {
+			size += len(s.Key)
+		}
+	}
+	p.w.add(kindPower, size, func(tx *bbolt.Tx) error {
 		for _, a := range adds {
 			if err := p.addToBucket(tx, a); err != nil {
 				return err

@@ -129,7 +129,9 @@ func (u *Usage) Sync(ctx context.Context) error { return u.w.Sync(ctx) }
 
 // Record queues a row, cleaned and added up as package usage says; it
 // never blocks. The row and what it adds to the organisation's totals are
-// written in the same group-commit transaction.
+// written in the same group-commit transaction. A row is never dropped:
+// while the store cannot write, it waits in the writer's backlog (see
+// Writer), which tells the server to refuse new inference at its bound.
 func (u *Usage) Record(orgID string, row api.UsageRow) {
 	usage.Clean(&row)
 	u.put(orgID, &row, usage.RollupOf(&row))
@@ -152,7 +154,8 @@ func (u *Usage) put(orgID string, row *api.UsageRow, r usage.Rollup) {
 		workerKey = subKey(dayKey, r.WorkerID)
 	}
 
-	u.w.add(func(tx *bbolt.Tx) error {
+	size := len(data) + len(rowKey) + len(dayKey) + len(modelKey) + len(workerKey) + len(r.WorkerName)
+	u.w.add(kindUsage, size, func(tx *bbolt.Tx) error {
 		rows := tx.Bucket(bucketUsageRows)
 		// Keys grow with time, so pages only ever fill at the end: split
 		// them full rather than half full, which would double the file.

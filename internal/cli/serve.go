@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/bolt"
 	"github.com/svc-dev/svc/internal/client"
 	"github.com/svc-dev/svc/internal/e2ee"
 	"github.com/svc-dev/svc/internal/engine"
@@ -52,6 +53,9 @@ type ServeOptions struct {
 	MaxConnections int
 	// UsageRetention is how long usage rows are kept.
 	UsageRetention time.Duration
+	// StoreBacklogMB bounds the records waiting while the store cannot
+	// write, MiB.
+	StoreBacklogMB int
 
 	// GPU rental.
 	RentalProviders []string
@@ -98,7 +102,7 @@ is and a ready curl command.`,
 				envFlag{"worker-grace", "SVC_WORKER_GRACE"},
 				envFlag{"log-level", "SVC_LOG_LEVEL"}, envFlag{"log-format", "SVC_LOG_FORMAT"},
 				envFlag{"public-url", "SVC_PUBLIC_URL"}, envFlag{"max-connections", "SVC_MAX_CONNECTIONS"},
-				envFlag{"usage-retention", "SVC_USAGE_RETENTION"})
+				envFlag{"usage-retention", "SVC_USAGE_RETENTION"}, envFlag{"store-backlog-mb", "SVC_STORE_BACKLOG_MB"})
 			if err != nil {
 				return err
 			}
@@ -107,6 +111,9 @@ is and a ready curl command.`,
 			}
 			if opts.MaxConnections < 1 {
 				return usageErrorf("--max-connections must be at least 1, got %d", opts.MaxConnections)
+			}
+			if opts.StoreBacklogMB < 1 {
+				return usageErrorf("--store-backlog-mb must be at least 1, got %d", opts.StoreBacklogMB)
 			}
 			if opts.UsageRetention < server.MinUsageRetention {
 				return usageErrorf("--usage-retention must be at least 1d, got %s", daysValue{&opts.UsageRetention})
@@ -129,6 +136,7 @@ is and a ready curl command.`,
 	fl.IntVar(&opts.MaxConnections, "max-connections", 10000, "client connections served at once; the open-file limit is checked against it at start (env SVC_MAX_CONNECTIONS)")
 	opts.UsageRetention = server.DefaultUsageRetention
 	fl.Var(daysValue{&opts.UsageRetention}, "usage-retention", "how long usage log rows are kept, in days (400d) or as a duration, at least 1d; totals are kept for good (env SVC_USAGE_RETENTION)")
+	fl.IntVar(&opts.StoreBacklogMB, "store-backlog-mb", bolt.DefaultBacklog>>20, "memory, in MiB, for usage rows, events and power reports waiting while the database cannot be written (a full disk); at the bound new inference gets 503 (env SVC_STORE_BACKLOG_MB)")
 	// The keep-alive clocks are the spec's; only tests move them.
 	fl.DurationVar(&opts.KeepAliveAfter, "keepalive-after", 80*time.Second, "when a non-streaming reply still waiting starts, to keep the connection alive")
 	fl.DurationVar(&opts.KeepAliveEvery, "keepalive-every", 15*time.Second, "how often keep-alive bytes and comments are sent")
@@ -170,6 +178,7 @@ func runServe(ctx context.Context, f *Factory, opts *ServeOptions) error {
 		DrainTimeout:   opts.DrainTimeout,
 		MaxConnections: opts.MaxConnections,
 		UsageRetention: opts.UsageRetention,
+		StoreBacklog:   int64(opts.StoreBacklogMB) << 20,
 		Build:          f.Build,
 		Logger:         log,
 		Fleet:          fleet.Config{Hold: opts.QueueHold, Grace: opts.WorkerGrace},

@@ -80,6 +80,14 @@ func (c *Client) LatestVersion(ctx context.Context) (string, error) {
 	return out.Version, err
 }
 
+// Health is the gateway's GET /healthz: its version and the state of its
+// store's writes.
+func (c *Client) Health(ctx context.Context) (api.Health, error) {
+	var out api.Health
+	err := c.Do(ctx, http.MethodGet, "/healthz", nil, &out)
+	return out, err
+}
+
 // Inflight lists the requests running now, oldest first.
 func (c *Client) Inflight(ctx context.Context, workerID string) ([]api.InflightRequest, error) {
 	var out []api.InflightRequest

@@ -23,7 +23,10 @@ type Store interface {
 	// Add queues a report's additions, written together and without
 	// blocking the caller: each delta added to the bucket it names, the
 	// worker's through (Unix nanoseconds; 0 leaves it as it is) and its
-	// channels (nil leaves them).
+	// channels (nil leaves them). A store that cannot write keeps the
+	// report and retries it; one whose backlog is at its bound drops it
+	// and counts it, and its windows are lost: Record has already told
+	// the worker they were recorded.
 	Add(workerID string, deltas []Delta, through int64, meta *Meta)
 	// Buckets calls fn with the start (Unix seconds) and sums of each of
 	// the worker's buckets of res seconds that starts in [first, last],

@@ -6,8 +6,17 @@ import (
 	"github.com/svc-dev/svc/internal/api"
 )
 
+// health answers 200 while the gateway runs, degraded while the store
+// cannot write (see api.Health).
 func (s *Server) health(c *call) error {
-	writeJSON(c.ctx, http.StatusOK, api.Health{Status: "ok", Version: s.build.Version})
+	h := api.Health{Status: api.HealthOK, Version: s.build.Version}
+	if s.writes != nil {
+		h.Store = storeHealth(s.writes.Backlog())
+		if h.Store.State != api.StoreOK {
+			h.Status = api.HealthDegraded
+		}
+	}
+	writeJSON(c.ctx, http.StatusOK, h)
 	return nil
 }
 

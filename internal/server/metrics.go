@@ -20,7 +20,10 @@ type metrics struct {
 	reg      *prometheus.Registry
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
-	serve    func(*call) error
+	// storeRefused counts inference refused because the store's write
+	// backlog was at its bound.
+	storeRefused prometheus.Counter
+	serve        func(*call) error
 }
 
 func newMetrics(build buildinfo.Info) *metrics {
@@ -35,12 +38,16 @@ func newMetrics(build buildinfo.Info) *metrics {
 		// From sub-millisecond gateway answers to half-hour generations.
 		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 1800},
 	}, []string{"route"})
+	m.storeRefused = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "svc_store_refused_requests_total",
+		Help: "Inference requests refused with 503 because the store's write backlog was at its bound.",
+	})
 	info := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "svc_build_info",
 		Help: "The running build; always 1.",
 	}, []string{"version", "commit", "goversion"})
 	info.WithLabelValues(build.Version, build.Commit, build.Go).Set(1)
-	m.reg.MustRegister(m.requests, m.latency, info,
+	m.reg.MustRegister(m.requests, m.latency, m.storeRefused, info,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	h := fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))

@@ -90,6 +90,9 @@ func (s *Server) routes() []*route {
 	}
 	for _, r := range inference {
 		r.access, r.perm, r.compatible = accessKey, auth.InferenceWrite, true
+		if r.method == "POST" {
+			r.handle = s.accounted(r.handle)
+		}
 		alias := *r
 		r.path, alias.path = "/api/v1"+r.path, "/v1"+r.path
 		out = append(out, r, &alias)

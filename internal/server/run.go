@@ -48,6 +48,10 @@ type Config struct {
 	// UsageRetention is how long usage rows are kept; 0 is
 	// DefaultUsageRetention. Totals are kept regardless.
 	UsageRetention time.Duration
+	// StoreBacklog bounds, in bytes, the records kept in memory while the
+	// store cannot write; 0 is bolt.DefaultBacklog. At the bound new
+	// inference is refused.
+	StoreBacklog int64
 	// Rental configures GPU rental.
 	Rental RentalConfig
 	// Ready, when set, is called with the public address once the server
@@ -110,7 +114,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer os.Remove(sock)
 
-	writer := store.NewWriter(bolt.WriterOptions{Logger: log})
+	writer := store.NewWriter(bolt.WriterOptions{Backlog: cfg.StoreBacklog, Logger: log})
 	events := store.Events(writer)
 	usageStore := store.Usage(writer)
 	powerStore := store.Power(writer)
@@ -151,7 +155,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("upload spool: %w", err)
 	}
 	srv := New(Deps{Logger: log, Build: cfg.Build, Accounts: accounts, Fleet: fl, Events: events, Usage: usageStore,
-		Power: power, Rentals: rentals, Timing: cfg.Timing, MaxConns: cfg.MaxConnections, SpoolDir: spoolDir,
+		Writes: writer, Power: power, Rentals: rentals, Timing: cfg.Timing, MaxConns: cfg.MaxConnections, SpoolDir: spoolDir,
 		ClockSteps: clockWatch.Steps})
 	log.Info("listening", "addr", public.Addr().String(), "url", "http://"+public.Addr().String(),
 		"admin_socket", sock, "data", cfg.DataDir, "version", cfg.Build.Version)

@@ -51,6 +51,7 @@ type Server struct {
 	metrics   *metrics
 	watch     *clientWatch
 	usage     *bolt.Usage
+	writes    writeBacklog // nil: not told
 	power     *PowerBook
 	rentals   *rental.Manager
 	inflight  *usage.Tracker
@@ -77,12 +78,15 @@ type listener struct {
 
 // Deps are what the server is built from.
 type Deps struct {
-	Logger    *slog.Logger
-	Build     buildinfo.Info
-	Accounts  *account.Service
-	Fleet     *fleet.Fleet
-	Events    *bolt.Events
-	Usage     *bolt.Usage
+	Logger   *slog.Logger
+	Build    buildinfo.Info
+	Accounts *account.Service
+	Fleet    *fleet.Fleet
+	Events   *bolt.Events
+	Usage    *bolt.Usage
+	// Writes is the store's writer, whose backlog refuses inference at its
+	// bound and is shown in /healthz and the metrics.
+	Writes    *bolt.Writer
 	Power     *PowerBook
 	Rentals   *rental.Manager
 	Keepalive link.Keepalive
@@ -110,6 +114,10 @@ func New(d Deps) *Server {
 	s.metrics.reg.MustRegister(s.power.energy, newLiveWatts(d.Fleet), newConcurrencyLimits(d.Fleet))
 	if d.ClockSteps != nil {
 		s.metrics.reg.MustRegister(newClockSteps(d.ClockSteps))
+	}
+	if d.Writes != nil {
+		s.writes = d.Writes
+		s.metrics.reg.MustRegister(newStoreMetrics(d.Writes))
 	}
 	routes := s.routes()
 	var consoleRoutes []*route

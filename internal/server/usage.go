@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/bolt"
 )
 
@@ -74,14 +73,14 @@ func (s *Server) usageBreakdown(c *call) error {
 
 // syncUsage waits for the usage rows recorded so far to be committed, so
 // that a request answered before this read is in it, in the log and the
-// totals alike. It waits at most one group commit.
+// totals alike. It waits at most one group commit, and not at all while
+// the store's commits fail: the read would miss the rows waiting.
 func (s *Server) syncUsage(c *call) error {
 	// Not derived from c.ctx: a RequestCtx may not be a parent context.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := s.usage.Sync(ctx); err != nil {
-		return &api.Error{Kind: api.KindUnavailable, Type: api.TypeServiceUnavailable, RetryAfter: time.Second,
-			Message: "The usage log is behind on writing; retry in a moment", Err: err}
+		return s.behindError(err)
 	}
 	return nil
 }

@@ -337,6 +337,7 @@ type fakeSource struct {
 	spend     api.SpendReport
 	rentals   []api.Rental
 	rentalErr error // the rental calls fail with it
+	store     *api.StoreHealth
 }
 
 func newFake() *fakeSource {
@@ -439,6 +440,12 @@ func (f *fakeSource) Rentals(context.Context) ([]api.Rental, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([]api.Rental(nil), f.rentals...), cmp.Or(f.rentalErr, f.err)
+}
+
+func (f *fakeSource) Health(context.Context) (api.Health, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return api.Health{Status: api.HealthOK, Version: "v1.3.0", Store: f.store}, f.err
 }
 
 func (f *fakeSource) stats() (polls, maxActive int) {

@@ -100,6 +100,7 @@ type Model struct {
 	filtering     bool // the filter input has the keyboard
 
 	data       snapshot
+	store      *api.StoreHealth // the gateway's store, as /healthz last told it
 	inflight   inflightPane
 	workers    workersPane
 	traffic    trafficPane
@@ -213,6 +214,9 @@ func (m Model) applyPoll(msg pollMsg) (tea.Model, tea.Cmd) {
 	}
 	if msg.latestErr == nil {
 		m.data.latest = msg.latest
+	}
+	if msg.healthErr == nil {
+		m.store = msg.health.Store
 	}
 	var sum *api.UsageSummary
 	if msg.summaryErr == nil {
@@ -434,11 +438,14 @@ func (m Model) size() (w, h int) {
 
 func (m Model) common() common { return common{st: m.st, now: m.now} }
 
-// bodyHeight is what is left of height for panes after the header, status
-// bar and help line.
+// bodyHeight is what is left of height for panes after the header, the
+// store's warning, the status bar and the help line.
 func (m Model) bodyHeight(height int) int {
 	h := height - 2
 	if m.showHelp {
+		h--
+	}
+	if storeAlert(m.store) {
 		h--
 	}
 	return max(0, h)
@@ -465,6 +472,12 @@ func (m Model) frame() string {
 		haveData: m.data.haveWorkers || m.data.haveInflight,
 		now:      m.now,
 	}, w, c.st)
+
+	// A store that cannot write is the gateway's most urgent news: its
+	// line goes right under the header, whatever pane is open.
+	if storeAlert(m.store) {
+		header = vjoin(header, renderStoreWarning(m.store, m.now, w, c.st))
+	}
 
 	var body string
 	bh := m.bodyHeight(h)

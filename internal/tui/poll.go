@@ -43,6 +43,11 @@ type pollMsg struct {
 	spendErr    error
 	rentals     []api.Rental
 	rentalsErr  error
+	// health is the gateway's /healthz, for its store's state; it is not
+	// among the parts whose failure is shown, as a gateway without a key
+	// check there answers it whatever else fails.
+	health    api.Health
+	healthErr error
 }
 
 // tickMsg says the next poll is due.
@@ -63,6 +68,7 @@ func poll(ctx context.Context, src Source, now func() time.Time, timeout time.Du
 		wg.Go(func() { m.rows, m.rowsErr = src.UsageLogs(ctx, client.LogsQuery{Limit: logLimit}) })
 		wg.Go(func() { m.spend, m.spendErr = src.Spend(ctx) })
 		wg.Go(func() { m.rentals, m.rentalsErr = src.Rentals(ctx) })
+		wg.Go(func() { m.health, m.healthErr = src.Health(ctx) })
 		wg.Wait()
 		m.at = now()
 		return m

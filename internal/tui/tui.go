@@ -33,6 +33,7 @@ type Source interface {
 	WorkerPower(ctx context.Context, workerID, rng string) (api.PowerHistory, error)
 	Spend(ctx context.Context) (api.SpendReport, error)
 	Rentals(ctx context.Context) ([]api.Rental, error)
+	Health(ctx context.Context) (api.Health, error)
 }
 
 var _ Source = (*client.Client)(nil)
