@@ -20,6 +20,7 @@ type metrics struct {
 	reg      *prometheus.Registry
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
+	stalls   prometheus.Counter
 	serve    func(*call) error
 }
 
@@ -35,12 +36,16 @@ func newMetrics(build buildinfo.Info) *metrics {
 		// From sub-millisecond gateway answers to half-hour generations.
 		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 1800},
 	}, []string{"route"})
+	m.stalls = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "svc_client_stalls_total",
+		Help: "Connections cut off because their client took no byte of a response for the stall timeout.",
+	})
 	info := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "svc_build_info",
 		Help: "The running build; always 1.",
 	}, []string{"version", "commit", "goversion"})
 	info.WithLabelValues(build.Version, build.Commit, build.Go).Set(1)
-	m.reg.MustRegister(m.requests, m.latency, info,
+	m.reg.MustRegister(m.requests, m.latency, m.stalls, info,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	h := fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
