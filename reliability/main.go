@@ -91,6 +91,7 @@ func checks() []check {
 		{"frozen-worker", frozenWorker},
 		{"clock-step", clockStep},
 		{"full-disk", fullDisk},
+		{"stalled-clients", stalledClients},
 	}
 }
 

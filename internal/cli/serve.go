@@ -51,6 +51,8 @@ type ServeOptions struct {
 	PprofAddr      string
 
 	MaxConnections int
+	// StallTimeout is how long a client may leave its response unread.
+	StallTimeout time.Duration
 	// UsageRetention is how long usage rows are kept.
 	UsageRetention time.Duration
 	// StoreBacklogMB bounds the records waiting while the store cannot
@@ -102,7 +104,8 @@ is and a ready curl command.`,
 				envFlag{"worker-grace", "SVC_WORKER_GRACE"},
 				envFlag{"log-level", "SVC_LOG_LEVEL"}, envFlag{"log-format", "SVC_LOG_FORMAT"},
 				envFlag{"public-url", "SVC_PUBLIC_URL"}, envFlag{"max-connections", "SVC_MAX_CONNECTIONS"},
-				envFlag{"usage-retention", "SVC_USAGE_RETENTION"}, envFlag{"store-backlog-mb", "SVC_STORE_BACKLOG_MB"})
+				envFlag{"usage-retention", "SVC_USAGE_RETENTION"}, envFlag{"store-backlog-mb", "SVC_STORE_BACKLOG_MB"},
+				envFlag{"stall-timeout", "SVC_STALL_TIMEOUT"})
 			if err != nil {
 				return err
 			}
@@ -114,6 +117,9 @@ is and a ready curl command.`,
 			}
 			if opts.StoreBacklogMB < 1 {
 				return usageErrorf("--store-backlog-mb must be at least 1, got %d", opts.StoreBacklogMB)
+			}
+			if opts.StallTimeout < time.Second {
+				return usageErrorf("--stall-timeout must be at least 1s, got %s", opts.StallTimeout)
 			}
 			if opts.UsageRetention < server.MinUsageRetention {
 				return usageErrorf("--usage-retention must be at least 1d, got %s", daysValue{&opts.UsageRetention})
@@ -134,6 +140,7 @@ is and a ready curl command.`,
 	fl.StringVar(&opts.LogFormat, "log-format", "auto", "text, json, or auto: text on a terminal, JSON otherwise (env SVC_LOG_FORMAT)")
 	fl.BoolVar(&opts.Demo, "demo", false, "also run a simulated worker in this process")
 	fl.IntVar(&opts.MaxConnections, "max-connections", 10000, "client connections served at once; the open-file limit is checked against it at start (env SVC_MAX_CONNECTIONS)")
+	fl.DurationVar(&opts.StallTimeout, "stall-timeout", server.DefaultStallTimeout, "how long a client may leave its response unread (taking under 16 KiB of it) before it is cut off and its request ends as a 499 (env SVC_STALL_TIMEOUT)")
 	opts.UsageRetention = server.DefaultUsageRetention
 	fl.Var(daysValue{&opts.UsageRetention}, "usage-retention", "how long usage log rows are kept, in days (400d) or as a duration, at least 1d; totals are kept for good (env SVC_USAGE_RETENTION)")
 	fl.IntVar(&opts.StoreBacklogMB, "store-backlog-mb", bolt.DefaultBacklog>>20, "memory, in MiB, for usage rows, events and power reports waiting while the database cannot be written (a full disk); at the bound new inference gets 503 (env SVC_STORE_BACKLOG_MB)")
@@ -177,6 +184,7 @@ func runServe(ctx context.Context, f *Factory, opts *ServeOptions) error {
 		DataDir:        opts.DataDir,
 		DrainTimeout:   opts.DrainTimeout,
 		MaxConnections: opts.MaxConnections,
+		StallTimeout:   opts.StallTimeout,
 		UsageRetention: opts.UsageRetention,
 		StoreBacklog:   int64(opts.StoreBacklogMB) << 20,
 		Build:          f.Build,

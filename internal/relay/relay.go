@@ -234,8 +234,12 @@ type Call struct {
 	out Output // what Render made of the answer
 
 	// What came back.
-	res              *api.Result
-	outChars         int // characters of text relayed, for estimates
+	res      *api.Result
+	outChars int // characters of text relayed, for estimates
+	// received is the text, in characters, that the client of a stream
+	// it left received (cutShort): what its estimate is made from.
+	received         int
+	cutShort         bool
 	firstToken       time.Time
 	content          strings.Builder
 	contentTruncated bool

@@ -12,6 +12,7 @@ import (
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/link"
 	"github.com/svc-dev/svc/internal/relay"
+	"github.com/svc-dev/svc/internal/usage"
 )
 
 func TestUnaryCompletesTheAnswer(t *testing.T) {
@@ -521,6 +522,40 @@ func TestOnEndRunsOnce(t *testing.T) {
 		call.OnEnd(func() { ended++ }) // after the end: runs at once
 		if ended != 2 {
 			t.Fatalf("hooks ran %d times", ended)
+		}
+	})
+}
+
+// delivered is a client whose connection tells what it acknowledged:
+// every write is 100 bytes, and the client took only the first acked.
+type delivered struct {
+	events
+	acked int
+}
+
+func (d *delivered) Written() int64   { return 100 * int64(d.writes) }
+func (d *delivered) Delivered() int64 { return 100 * int64(min(d.acked, d.writes)) }
+
+func TestStreamClientThatStopsReadingIsBilledWhatItReceived(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t)
+		stopped := make(chan struct{})
+		h.worker("gpu-1", 4, func(ctx context.Context, st *link.Stream, _ api.LinkRequest, _ []byte) {
+			defer close(stopped)
+			for ctx.Err() == nil {
+				_ = st.Send(ctx, chunk("word ", ""))
+			}
+		})
+		st, err := h.rl.Start(chatRequest("req-1", true)).Stream()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Ten chunks went into the connection, three reached the client.
+		st.Write(&delivered{events: events{goneAfter: 10}, acked: 3})
+		<-stopped
+		row := h.only()
+		if row.StatusCode != 499 || !row.TokensEstimated || row.CompletionTokens != usage.EstimateTokens(3*len("word ")) {
+			t.Fatalf("row %+v, want 499 billing the 15 characters received", row)
 		}
 	})
 }

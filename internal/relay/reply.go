@@ -122,12 +122,17 @@ func present(raw json.RawMessage) bool {
 }
 
 // reportedUsage is the worker's usage, or an estimate from the text both
-// ways (about four characters per token) when it reported none.
+// ways (about four characters per token) when it reported none: the text
+// relayed, or of a stream whose client left, the text it received.
 func (c *Call) reportedUsage() (api.Usage, bool) {
 	if c.res != nil && c.res.Usage != nil {
 		return *c.res.Usage, false
 	}
-	u := api.Usage{CompletionTokens: usage.EstimateTokens(c.outChars)}
+	chars := c.outChars
+	if c.cutShort {
+		chars = c.received
+	}
+	u := api.Usage{CompletionTokens: usage.EstimateTokens(chars)}
 	if c.req.Chat != nil {
 		u.PromptTokens = usage.EstimateTokens(c.req.Chat.PromptChars)
 	}

@@ -86,7 +86,15 @@ func (s *Stream) Write(w EventWriter) {
 			panic(p)
 		}
 	}()
-	c.done(c.pump(&events{w: w}, s.first, s.pending))
+	out := &events{w: w}
+	out.receipts.d, _ = w.(Delivery)
+	err := c.pump(out, s.first, s.pending)
+	if err == ErrClientGone {
+		// Billed for what the client received, not what it was sent.
+		c.received = out.received()
+		c.cutShort = true
+	}
+	c.done(err)
 }
 
 // Abandon ends a stream whose body was never written, because the
@@ -107,10 +115,12 @@ func (s *Stream) Abandon() {
 }
 
 // events is an EventWriter that remembers a departed client, so the
-// relay checks once where it matters rather than after every write.
+// relay checks once where it matters rather than after every write, and
+// what text its client received.
 type events struct {
 	w    EventWriter
 	gone bool
+	receipts
 }
 
 func (e *events) data(b ...[]byte) {
@@ -227,6 +237,7 @@ func (c *Call) pump(out *events, first firstOutput, pending <-chan error) error 
 				c.clientGone()
 				return ErrClientGone
 			}
+			out.wrote(c.outChars)
 			continue
 		}
 		res := parseResult(msg)

@@ -3,7 +3,9 @@ package server
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -140,10 +142,14 @@ func refuse(c net.Conn) {
 	_ = c.Close()
 }
 
-// gatedListener admits connections through a connGate.
+// gatedListener admits connections through a connGate (none when g is
+// nil) and cuts off clients that stop reading for longer than stall.
 type gatedListener struct {
 	net.Listener
-	g *connGate
+	g     *connGate
+	stall time.Duration
+	// stalled is told of every connection cut off for not reading.
+	stalled func(net.Conn)
 }
 
 func (l gatedListener) Accept() (net.Conn, error) {
@@ -152,21 +158,55 @@ func (l gatedListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		if l.g.admit() {
-			return &gatedConn{Conn: c, g: l.g}, nil
+		if l.g == nil || l.g.admit() {
+			// At most sendQueue bytes wait unsent in the kernel: a write
+			// blocks, and the stall clock runs, as soon as the client stops
+			// reading, and what a stalled client is billed for is what it
+			// acknowledged, not megabytes still queued here.
+			limitSendQueue(c, sendQueue)
+			return &gatedConn{Conn: c, g: l.g, stall: l.stall, stalled: l.stalled}, nil
 		}
 		refuse(c)
 	}
 }
 
-// gatedConn gives its place back when closed, once, and keeps its
-// registration with the client watch for its whole life.
+// sendQueue bounds the bytes a public connection keeps queued unsent in
+// the kernel (TCP_NOTSENT_LOWAT); those in flight are bounded by the
+// client's window as ever. Without it a loopback connection queues 4 MB,
+// some 20,000 chunks of a stream, for a client that reads nothing.
+const sendQueue = 16 << 10
+
+// errStalled is the failure of a write to a client that stopped reading.
+var errStalled = errors.New("the client stopped reading")
+
+// gatedConn gives its place back when closed, once, keeps its
+// registration with the client watch for its whole life, and cuts off a
+// client that stops reading (see Write): it would otherwise hold its
+// request, and the worker slot under it, for as long as it kept the
+// connection open.
 type gatedConn struct {
 	net.Conn
-	g     *connGate
-	once  sync.Once
-	watch atomic.Pointer[watchEntry]
+	g       *connGate // nil: not counted
+	stall   time.Duration
+	stalled func(net.Conn)
+	once    sync.Once
+	watch   atomic.Pointer[watchEntry]
+	// written counts the bytes the connection has taken: with the send
+	// queue, it tells what the client acknowledged (Acknowledged).
+	written atomic.Int64
+	// own is set once something else sets the connection's deadlines (a
+	// worker link after the upgrade): they are then its alone.
+	own atomic.Bool
+	// waited is how long writes have waited on the client since it last
+	// took stallQuantum bytes, at written == progress. Only the goroutine
+	// that writes uses them.
+	waited   time.Duration
+	progress int64
 }
+
+// stallQuantum is how many bytes a client must take to count as reading:
+// as much as the kernel may hold unsent for it.
+const stallQuantum = sendQueue
 
 func (c *gatedConn) heldWatch() *watchEntry  { return c.watch.Load() }
 func (c *gatedConn) holdWatch(e *watchEntry) { c.watch.Store(e) }
@@ -181,11 +221,88 @@ func (c *gatedConn) SyscallConn() (syscall.RawConn, error) {
 	return sc.SyscallConn()
 }
 
+// Write writes p, cutting off a client that stopped reading: one that
+// takes less than stallQuantum bytes in stall spent waiting on it. A slow
+// reader goes on; one that reads nothing is cut off however its kernel
+// trickles in a few more bytes of window, and its connection is reset so
+// that nothing more queued for it is delivered. p goes a quantum at a
+// time, so that what the kernel takes at once does not count as progress
+// made while waiting.
+func (c *gatedConn) Write(p []byte) (int, error) {
+	if c.stall <= 0 || c.own.Load() {
+		n, err := c.Conn.Write(p)
+		c.written.Add(int64(n))
+		return n, err
+	}
+	done := 0
+	for done < len(p) {
+		start := time.Now()
+		_ = c.Conn.SetWriteDeadline(start.Add(c.stall - c.waited))
+		n, err := c.Conn.Write(p[done:min(len(p), done+stallQuantum)])
+		done += n
+		written := c.written.Add(int64(n))
+		c.waited += time.Since(start)
+		if written-c.progress >= stallQuantum {
+			c.progress, c.waited = written, 0
+		}
+		switch {
+		case err == nil:
+		case !errors.Is(err, os.ErrDeadlineExceeded):
+			return done, err
+		case c.waited >= c.stall:
+			if tc, ok := c.Conn.(*net.TCPConn); ok {
+				_ = tc.SetLinger(0)
+			}
+			if c.stalled != nil {
+				c.stalled(c)
+			}
+			return done, fmt.Errorf("%w: it took under %d bytes in %s", errStalled, stallQuantum, c.stall)
+		}
+	}
+	return done, nil
+}
+
+// SetDeadline and SetWriteDeadline hand the write deadline to the caller:
+// fasthttp clears the deadlines when it gives the connection to a worker
+// link, which sets its own. Its send queue goes back to the kernel's
+// default too, so the link batches as it did.
+func (c *gatedConn) SetDeadline(t time.Time) error {
+	c.ownDeadlines()
+	return c.Conn.SetDeadline(t)
+}
+
+func (c *gatedConn) SetWriteDeadline(t time.Time) error {
+	c.ownDeadlines()
+	return c.Conn.SetWriteDeadline(t)
+}
+
+func (c *gatedConn) ownDeadlines() {
+	if !c.own.Swap(true) {
+		limitSendQueue(c.Conn, 0)
+	}
+}
+
+// Written is how many bytes the connection has taken.
+func (c *gatedConn) Written() int64 { return c.written.Load() }
+
+// Acknowledged is how many of them the client's end has acknowledged:
+// those taken, less those still in the socket's send queue. Where the
+// queue cannot be read it is every byte taken.
+func (c *gatedConn) Acknowledged() int64 {
+	n := c.written.Load()
+	if q, ok := unacknowledged(c.Conn); ok {
+		return max(0, n-int64(q))
+	}
+	return n
+}
+
 func (c *gatedConn) Close() error {
 	if e := c.watch.Swap(nil); e != nil {
 		e.release()
 	}
 	err := c.Conn.Close()
-	c.once.Do(c.g.release)
+	if c.g != nil {
+		c.once.Do(c.g.release)
+	}
 	return err
 }

@@ -23,6 +23,7 @@ type metrics struct {
 	// storeRefused counts inference refused because the store's write
 	// backlog was at its bound.
 	storeRefused prometheus.Counter
+	stalls       prometheus.Counter
 	serve        func(*call) error
 }
 
@@ -42,12 +43,16 @@ func newMetrics(build buildinfo.Info) *metrics {
 		Name: "svc_store_refused_requests_total",
 		Help: "Inference requests refused with 503 because the store's write backlog was at its bound.",
 	})
+	m.stalls = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "svc_client_stalls_total",
+		Help: "Connections cut off because their client took no byte of a response for the stall timeout.",
+	})
 	info := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "svc_build_info",
 		Help: "The running build; always 1.",
 	}, []string{"version", "commit", "goversion"})
 	info.WithLabelValues(build.Version, build.Commit, build.Go).Set(1)
-	m.reg.MustRegister(m.requests, m.latency, m.storeRefused, info,
+	m.reg.MustRegister(m.requests, m.latency, m.storeRefused, m.stalls, info,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	h := fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))

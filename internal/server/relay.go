@@ -79,8 +79,19 @@ func (s *Server) relayStream(c *call, req relay.Request) error {
 	if st.Worker != nil {
 		workerHeaders(h, *st.Worker)
 	}
-	c.ctx.SetBodyStream(&relayBody{write: func(out *chunks) { st.Write(&sse{chunks: out}) }, abandon: st.Abandon}, -1)
+	conn, _ := c.ctx.Conn().(*gatedConn)
+	c.ctx.SetBodyStream(&relayBody{write: func(out *chunks) { st.Write(eventWriter(out, conn)) }, abandon: st.Abandon}, -1)
 	return nil
+}
+
+// eventWriter is the stream's writer: on a public connection one that
+// tells the relay what its client acknowledged, so a client that leaves
+// is billed for what it received.
+func eventWriter(out *chunks, conn *gatedConn) relay.EventWriter {
+	if conn == nil {
+		return &sse{chunks: out}
+	}
+	return &ackedSSE{sse: sse{chunks: out}, conn: conn}
 }
 
 // workerHeaders name the serving worker; a name that is not ASCII is
@@ -179,6 +190,16 @@ func (e *sse) Comment(text string) error {
 func (e *sse) Fail(err error) error {
 	return e.Data(inReplyError(err, formStreamEvent), []byte("[DONE]"))
 }
+
+// ackedSSE is sse on a connection that counts what its client
+// acknowledged.
+type ackedSSE struct {
+	sse
+	conn *gatedConn
+}
+
+func (e *ackedSSE) Written() int64   { return e.conn.Written() }
+func (e *ackedSSE) Delivered() int64 { return e.conn.Acknowledged() }
 
 // lateWriter is the rest of a non-streaming reply that started before its
 // answer, to keep the connection alive: newlines, then the answer or the

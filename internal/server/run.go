@@ -45,6 +45,9 @@ type Config struct {
 	// MaxConnections bounds the client connections served at once; the
 	// open-file limit is checked against it at start.
 	MaxConnections int
+	// StallTimeout is how long a client may leave its response unread
+	// before it is cut off; 0 is DefaultStallTimeout.
+	StallTimeout time.Duration
 	// UsageRetention is how long usage rows are kept; 0 is
 	// DefaultUsageRetention. Totals are kept regardless.
 	UsageRetention time.Duration
@@ -156,7 +159,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	srv := New(Deps{Logger: log, Build: cfg.Build, Accounts: accounts, Fleet: fl, Events: events, Usage: usageStore,
 		Writes: writer, Power: power, Rentals: rentals, Timing: cfg.Timing, MaxConns: cfg.MaxConnections, SpoolDir: spoolDir,
-		ClockSteps: clockWatch.Steps})
+		ClockSteps: clockWatch.Steps, StallTimeout: cfg.StallTimeout})
 	log.Info("listening", "addr", public.Addr().String(), "url", "http://"+public.Addr().String(),
 		"admin_socket", sock, "data", cfg.DataDir, "version", cfg.Build.Version)
 

@@ -62,6 +62,9 @@ type Server struct {
 	console *listener
 	// gate bounds the public listener's connections; nil for no bound.
 	gate *connGate
+	// stall is how long a client may leave a response unread before it
+	// is cut off.
+	stall time.Duration
 }
 
 // listener is one fasthttp server and the connections it has open, so that
@@ -99,7 +102,17 @@ type Deps struct {
 	// ClockSteps counts the steps of the system clock seen; nil exports
 	// no count.
 	ClockSteps func() uint64
+	// StallTimeout is how long a client may take no byte of its response
+	// before it is cut off and its request ends as a 499; 0 is
+	// DefaultStallTimeout.
+	StallTimeout time.Duration
 }
+
+// DefaultStallTimeout is how long a client may stop reading: far longer
+// than a live client's pause (a stream's chunks and keep-alives are at most
+// 15 s apart), short enough that idle sockets cannot hold a model's worker
+// slots.
+const DefaultStallTimeout = 30 * time.Second
 
 // New builds the server and its route tables.
 func New(d Deps) *Server {
@@ -109,7 +122,10 @@ func New(d Deps) *Server {
 	s := &Server{log: d.Logger, build: d.Build, accounts: d.Accounts, fleet: d.Fleet, events: d.Events,
 		usage: d.Usage, power: d.Power, rentals: d.Rentals, inflight: usage.NewTracker(),
 		keepalive: d.Keepalive, metrics: newMetrics(d.Build), watch: newClientWatch(200 * time.Millisecond),
-		spoolDir: d.SpoolDir}
+		spoolDir: d.SpoolDir, stall: d.StallTimeout}
+	if s.stall <= 0 {
+		s.stall = DefaultStallTimeout
+	}
 	s.relay = relay.New(relay.Config{Fleet: d.Fleet, Usage: d.Usage, InFlight: s.inflight, Timing: d.Timing, Logger: d.Logger})
 	s.metrics.reg.MustRegister(s.power.energy, newLiveWatts(d.Fleet), newConcurrencyLimits(d.Fleet))
 	if d.ClockSteps != nil {
@@ -214,8 +230,9 @@ func (l *listener) shutdown(ctx context.Context, grace time.Duration) error {
 
 // ServePublic serves the public API on ln until Shutdown.
 func (s *Server) ServePublic(ln net.Listener) error {
+	gl := gatedListener{Listener: ln, g: s.gate, stall: s.stall, stalled: s.stalled}
 	if s.gate == nil {
-		return s.public.srv.Serve(ln)
+		return s.public.srv.Serve(gl)
 	}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -224,7 +241,13 @@ func (s *Server) ServePublic(ln net.Listener) error {
 		close(stop)
 		wg.Wait()
 	}()
-	return s.public.srv.Serve(gatedListener{Listener: ln, g: s.gate})
+	return s.public.srv.Serve(gl)
+}
+
+// stalled counts a client cut off for not reading its response.
+func (s *Server) stalled(c net.Conn) {
+	s.metrics.stalls.Inc()
+	s.log.Debug("client stopped reading; connection cut off", "remote", c.RemoteAddr().String(), "stall_timeout", s.stall.String())
 }
 
 // ServeConsole serves the console API on ln (the admin socket) until Shutdown.

@@ -1,0 +1,100 @@
+package server
+
+import (
+	"errors"
+	"io"
+	"net"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// tcpPair is a loopback connection: the server's end, wrapped as the
+// public listener wraps it, and the client's.
+func tcpPair(t *testing.T, stall time.Duration, stalled func(net.Conn)) (*gatedConn, net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	gl := gatedListener{Listener: ln, stall: stall, stalled: stalled}
+	c, err := gl.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c.(*gatedConn), client
+}
+
+// A client that reads nothing is cut off: the write fails as stalled, the
+// listener hears of it, and the client gets a reset after what its kernel
+// had taken, which is all the connection counts as acknowledged.
+func TestStalledClientIsCutOff(t *testing.T) {
+	var stalls atomic.Int32
+	server, client := tcpPair(t, 200*time.Millisecond, func(net.Conn) { stalls.Add(1) })
+	body := make([]byte, 64<<20) // far more than any socket buffer
+	n, err := server.Write(body)
+	if !errors.Is(err, errStalled) || n == len(body) {
+		t.Fatalf("write to a client that reads nothing: %d bytes, %v", n, err)
+	}
+	if stalls.Load() != 1 {
+		t.Fatalf("%d stalls reported", stalls.Load())
+	}
+	if server.Written() != int64(n) {
+		t.Fatalf("written %d, the write said %d", server.Written(), n)
+	}
+	acked := server.Acknowledged()
+	if acked <= 0 || acked > int64(n) {
+		t.Fatalf("acknowledged %d of %d written", acked, n)
+	}
+	server.Close()
+	got, err := io.Copy(io.Discard, client)
+	if err == nil {
+		t.Fatal("the stalled client's connection was closed, not reset")
+	}
+	if _, known := unacknowledged(server.Conn); known && got != acked {
+		t.Fatalf("the client received %d bytes; %d were counted acknowledged", got, acked)
+	}
+}
+
+// A client that reads, however slowly, is not cut off.
+func TestReadingClientIsNotCutOff(t *testing.T) {
+	server, client := tcpPair(t, 10*time.Second, nil)
+	body := make([]byte, 8<<20)
+	read := make(chan int64, 1)
+	go func() {
+		n, _ := io.Copy(io.Discard, client)
+		read <- n
+	}()
+	if n, err := server.Write(body); err != nil || n != len(body) {
+		t.Fatalf("write to a reading client: %d bytes, %v", n, err)
+	}
+	server.Close()
+	if n := <-read; n != int64(len(body)) {
+		t.Fatalf("the client read %d of %d bytes", n, len(body))
+	}
+}
+
+// Once something else sets the connection's deadlines, as a worker link
+// does after the upgrade, they are its own: a write ends at its deadline,
+// not as a stall.
+func TestOwnDeadlinesOverrideTheStall(t *testing.T) {
+	server, _ := tcpPair(t, time.Nanosecond, nil)
+	if err := server.SetDeadline(time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := server.SetWriteDeadline(time.Now().Add(100 * time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	_, err := server.Write(make([]byte, 64<<20))
+	if errors.Is(err, errStalled) || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("write past its own deadline: %v", err)
+	}
+}
