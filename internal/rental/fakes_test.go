@@ -117,6 +117,9 @@ type fakeProvider struct {
 	failDestroy int
 	destroyed   []string
 	n           int
+	// listed, when set, runs after List took its snapshot, before it
+	// answers.
+	listed func()
 }
 
 func newProvider(name string, offers ...Offer) *fakeProvider {
@@ -186,12 +189,16 @@ func (p *fakeProvider) Destroy(_ context.Context, id string) error {
 
 func (p *fakeProvider) List(context.Context) ([]Instance, error) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	var out []Instance
 	for _, in := range p.insts {
 		if in.State != InstanceTerminated {
 			out = append(out, *in)
 		}
+	}
+	listed := p.listed
+	p.mu.Unlock()
+	if listed != nil {
+		listed()
 	}
 	return out, nil
 }

@@ -537,6 +537,16 @@ func (m *Manager) finishStop(ctx context.Context, id string) (bool, error) {
 // adopts its machine or fails.
 func (m *Manager) reconcile(ctx context.Context) {
 	for _, p := range m.cfg.Providers {
+		// Only a rental placed before the listing began can be missing
+		// from it: one placed while the provider answered is not gone.
+		m.mu.Lock()
+		placed := map[string]string{}
+		for _, r := range m.rentals {
+			if r.active() && r.Provider == p.Name() {
+				placed[r.ID] = r.InstanceID
+			}
+		}
+		m.mu.Unlock()
 		lctx, cancel := context.WithTimeout(ctx, time.Minute)
 		insts, err := p.List(lctx)
 		cancel()
@@ -573,6 +583,9 @@ func (m *Manager) reconcile(ctx context.Context) {
 		var gone []string
 		for _, r := range m.rentals {
 			if !r.active() || r.Provider != p.Name() || r.StopRequestedAt != nil {
+				continue
+			}
+			if inst, ok := placed[r.ID]; !ok || inst != r.InstanceID {
 				continue
 			}
 			if _, ok := seen[r.InstanceID]; !ok || r.InstanceID == "" {

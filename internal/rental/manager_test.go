@@ -281,6 +281,28 @@ func TestReconcile(t *testing.T) {
 	})
 }
 
+// A rental placed while the provider was listing its machines is not in
+// the list, and not gone: reconciling (at start, then every ten minutes)
+// leaves it running.
+func TestReconcileSparesARentalPlacedMeanwhile(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t, offer("h100", TierUK, 250, 64))
+		ctx := context.Background()
+		var placed api.Rental
+		e.prov.listed = func() {
+			e.prov.listed = nil
+			var err error
+			if placed, err = e.m.Rent(ctx, owner, api.RentRequest{GPUModelID: "h100", TierID: TierUK}); err != nil {
+				t.Errorf("rent: %v", err)
+			}
+		}
+		e.m.reconcile(ctx)
+		if g, _ := e.m.Get("org1", placed.ID); g.Status != api.RentalProvisioning {
+			t.Fatalf("a rental placed during the listing is %s (%v)", g.Status, g.Error)
+		}
+	})
+}
+
 // A rental whose worker never connects is destroyed at the deadline and
 // costs nothing; one past the organisation's maximum runtime is stopped.
 func TestDeadlineAndMaxRuntime(t *testing.T) {
