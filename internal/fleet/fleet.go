@@ -37,6 +37,12 @@ type Config struct {
 	Heartbeat time.Duration
 	// Limit tunes the adaptive concurrency limit of each worker and model.
 	Limit limit.Config
+	// Returning lists, by organisation, the workers connected to the
+	// gateway this one replaces (Connected, as it stopped); StartGrace
+	// bounds how long after New a request that finds none of them back
+	// waits for them to reconnect.
+	Returning  map[string][]string
+	StartGrace time.Duration
 
 	Logger *slog.Logger
 	Events EventSink
@@ -55,6 +61,7 @@ func (c *Config) defaults() {
 	set(&c.HoldBack, 30*time.Second)
 	set(&c.KeepOffline, 24*time.Hour)
 	set(&c.Heartbeat, 5*time.Second)
+	set(&c.StartGrace, 10*time.Second)
 	if c.FailuresBeforeUnhealthy <= 0 {
 		c.FailuresBeforeUnhealthy = 3
 	}
@@ -105,6 +112,7 @@ type Fleet struct {
 	// handshakes holds a turn per worker id (Connect): a worker's
 	// connections are let in one after another.
 	handshakes map[string]chan struct{}
+	returning  *returning
 }
 
 type org struct {
@@ -150,7 +158,8 @@ type worker struct {
 // New returns an empty fleet.
 func New(cfg Config) *Fleet {
 	cfg.defaults()
-	return &Fleet{cfg: cfg, log: cfg.Logger, orgs: map[string]*org{}, handshakes: map[string]chan struct{}{}}
+	return &Fleet{cfg: cfg, log: cfg.Logger, orgs: map[string]*org{}, handshakes: map[string]chan struct{}{},
+		returning: newReturning(cfg.Returning, cfg.StartGrace, time.Now())}
 }
 
 // WorkerID is the stable id of the worker named name in an organisation:
