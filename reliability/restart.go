@@ -18,9 +18,11 @@ import (
 	"github.com/svc-dev/svc/internal/harness"
 )
 
-// restartGateway replaces the gateway under steady load the way README's
-// "Upgrades and restarts" says: a new `svc serve` on the same data
-// directory and address, then SIGTERM to the old one. Its clients send
+// restartGateway replaces the gateway under steady load the ways README's
+// "Upgrades and restarts" gives: a new `svc serve` on the same data
+// directory and address, then SIGTERM to the old one, or, every other
+// time, SIGTERM first and the new one started during the drain. Its
+// clients send
 // one request after another and never retry, as an SDK configured
 // without retries would; each request is noted with its outcome. It
 // judges that no request failed (no refused or reset connection, no
@@ -61,7 +63,7 @@ func restartGateway(ctx context.Context, h *rig, r *result) error {
 			continue
 		case <-time.After(pause):
 		}
-		round, err := replaceGateway(ctx, h, g, args, w, workerName)
+		round, err := replaceGateway(ctx, h, g, args, w, workerName, k%2 == 1)
 		if err != nil {
 			r.fail("restart %d: %v", k+1, err)
 			runErr = err
@@ -122,8 +124,12 @@ func restartGateway(ctx context.Context, h *rig, r *result) error {
 	}
 
 	var gaps, drains, ready, back, waits []time.Duration
+	termFirst := 0
 	for i := range rounds {
 		rd := &rounds[i]
+		if rd.termFirst {
+			termFirst++
+		}
 		rd.gap, rd.wait = ld.gapAround(rd.term, rd.workerBack)
 		gaps = append(gaps, rd.gap)
 		waits = append(waits, rd.wait)
@@ -132,7 +138,7 @@ func restartGateway(ctx context.Context, h *rig, r *result) error {
 		back = append(back, rd.workerBack.Sub(rd.oldExit))
 	}
 	r.figure("requests", "%d sent, %d succeeded, %d failed%s", len(reqs), len(reqs)-failed, failed, errorKinds(kinds))
-	r.figure("restarts", "%d (new server started, then SIGTERM to the old one)", len(rounds))
+	r.figure("restarts", "%d (%d new server first, then SIGTERM to the old one; %d SIGTERM first)", len(rounds), len(rounds)-termFirst, termFirst)
 	r.figure("restart gap", "%s (longest time with no request completing, around each restart)", durStats(gaps))
 	r.figure("longest wait", "%s (the slowest request sent during each restart)", durStats(waits))
 	r.figure("old server's drain", "%s (SIGTERM to exit)", durStats(drains))
@@ -144,6 +150,7 @@ func restartGateway(ctx context.Context, h *rig, r *result) error {
 
 // restartRound is one replacement of the gateway, timed.
 type restartRound struct {
+	termFirst  bool      // SIGTERM went to the old server before the new one started
 	term       time.Time // SIGTERM sent to the old server
 	oldExit    time.Time // the old server seen gone
 	newReady   time.Time // the new server logged that it listens
@@ -152,11 +159,19 @@ type restartRound struct {
 }
 
 // replaceGateway starts a new `svc serve` on g's address and data
-// directory, waits until it has taken over the listening socket, sends
-// SIGTERM to the old one and waits for the old one to exit, the new one
-// to listen and the worker to be back. g runs the new one after it.
-func replaceGateway(ctx context.Context, h *rig, g *gateway, args []string, w *harness.Proc, workerName string) (restartRound, error) {
-	var rd restartRound
+// directory and sends SIGTERM to the old one, after the new one has taken
+// over the listening socket or, termFirst, before the new one starts. It
+// waits for the old one to exit, the new one to listen and the worker to
+// be back. g runs the new one after it.
+func replaceGateway(ctx context.Context, h *rig, g *gateway, args []string, w *harness.Proc, workerName string, termFirst bool) (restartRound, error) {
+	rd := restartRound{termFirst: termFirst}
+	old := g.Proc
+	if termFirst {
+		rd.term = time.Now()
+		if err := old.Signal(syscall.SIGTERM); err != nil {
+			return rd, err
+		}
+	}
 	s := h.spec("restart", "NO_COLOR=1")
 	s.Args = append([]string{"serve", "--addr", g.Addr, "--data", g.Data, "--log-format", "json", "--rental-providers", "none"}, args...)
 	s.KeepLog = true
@@ -170,11 +185,12 @@ func replaceGateway(ctx context.Context, h *rig, g *gateway, args []string, w *h
 		_ = next.Kill()
 		return rd, fmt.Errorf("the new server did not take over the socket: %w\n%s", err, tail(next.Output(), 2000))
 	}
-	old := g.Proc
-	rd.term = time.Now()
-	if err := old.Signal(syscall.SIGTERM); err != nil {
-		_ = next.Kill()
-		return rd, err
+	if !termFirst {
+		rd.term = time.Now()
+		if err := old.Signal(syscall.SIGTERM); err != nil {
+			_ = next.Kill()
+			return rd, err
+		}
 	}
 	select {
 	case <-old.Done():
