@@ -100,10 +100,14 @@ func Run(ctx context.Context, cfg Config) error {
 		log.Info("waiting for the store: another svc serve holds it, the one this server replaces; it is released when that one has drained",
 			"path", path, "store_wait", cfg.StoreWait.String())
 	}})
-	if err != nil {
+	// A socket taken over is closed on the way out until it is served.
+	dropTaken := func() {
 		if taken != nil {
 			_ = taken.Close()
 		}
+	}
+	if err != nil {
+		dropTaken()
 		return fmt.Errorf("open store: %w", err)
 	}
 	defer func() {
@@ -118,15 +122,11 @@ func Run(ctx context.Context, cfg Config) error {
 
 	accounts, err := account.New(store, account.Options{Logger: log})
 	if err != nil {
-		if taken != nil {
-			_ = taken.Close()
-		}
+		dropTaken()
 		return err
 	}
 	if err := bootstrap(cfg.DataDir, accounts, log); err != nil {
-		if taken != nil {
-			_ = taken.Close()
-		}
+		dropTaken()
 		return err
 	}
 
