@@ -40,7 +40,7 @@ type Config struct {
 	// Returning lists, by organisation, the workers connected to the
 	// gateway this one replaces (Connected, as it stopped); StartGrace
 	// bounds how long after New a request that finds none of them back
-	// waits for them to reconnect.
+	// waits for them to reconnect: zero is 10 s, negative none.
 	Returning  map[string][]string
 	StartGrace time.Duration
 
@@ -61,7 +61,9 @@ func (c *Config) defaults() {
 	set(&c.HoldBack, 30*time.Second)
 	set(&c.KeepOffline, 24*time.Hour)
 	set(&c.Heartbeat, 5*time.Second)
-	set(&c.StartGrace, 10*time.Second)
+	if c.StartGrace == 0 {
+		c.StartGrace = 10 * time.Second
+	}
 	if c.FailuresBeforeUnhealthy <= 0 {
 		c.FailuresBeforeUnhealthy = 3
 	}

@@ -124,6 +124,17 @@ func TestStartGraceEnds(t *testing.T) {
 	})
 }
 
+// A negative grace turns it off (serve --start-grace 0).
+func TestNegativeStartGraceWaitsForNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Config{StartGrace: -1, Returning: map[string][]string{"o": {WorkerID("o", "w1")}}})
+		start := time.Now()
+		if _, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"}); status(err) != 503 || time.Since(start) != 0 {
+			t.Fatalf("with no grace: %v after %v", err, time.Since(start))
+		}
+	})
+}
+
 func TestConnectedListsWorkersToExpectBack(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, Config{})
