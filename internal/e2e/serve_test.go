@@ -127,7 +127,7 @@ func TestGracefulShutdownDrainsInFlight(t *testing.T) {
 	if err := s.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	s.waitLog("shutting down", 5*time.Second)
+	s.waitLog("stopped accepting", 5*time.Second)
 	// A connection made during the drain is not served by the draining
 	// server: it waits in the socket's queue for a server taking over, and
 	// with none is closed unanswered when this one exits.

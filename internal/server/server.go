@@ -303,6 +303,10 @@ var ErrDrainTimeout = errors.New("drain timed out; open connections were closed"
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.draining.Store(true)
 	s.public.stopAccepting()
+	s.public.mu.Lock()
+	open := len(s.public.conns)
+	s.public.mu.Unlock()
+	s.log.Info("stopped accepting connections; draining", "connections", open)
 	s.public.drainConns(ctx, s.quiet)
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
