@@ -83,6 +83,7 @@ func checks() []check {
 	return []check{
 		{"crash", crashGateway},
 		{"worker-kill", crashWorker},
+		{"restart", restartGateway},
 		{"link-faults", linkFaults},
 		{"hostile", hostileInput},
 		{"secrets", secrets},

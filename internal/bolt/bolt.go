@@ -3,6 +3,7 @@
 package bolt
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -96,25 +97,62 @@ type Store struct {
 
 // Options tune Open.
 type Options struct {
-	// LockTimeout bounds the wait for another process's lock.
+	// LockTimeout bounds the wait for another process's lock: a server
+	// replacing another on the same directory waits for it to finish its
+	// drain and close the store. 0 is one second.
 	LockTimeout time.Duration
+	// Waiting, when set, is called once if the lock is held when Open
+	// starts waiting for it, so that the wait can be told.
+	Waiting func(path string)
 }
+
+// lockPoll is how often a held lock is tried again: the time a
+// replacement may lose after its predecessor lets go.
+const lockPoll = 10 * time.Millisecond
 
 // Open opens (creating if needed) the database in dir and migrates it.
 func Open(dir string, opts Options) (*Store, error) {
+	return OpenContext(context.Background(), dir, opts)
+}
+
+// OpenContext is Open that stops waiting for another process's lock when
+// ctx ends.
+func OpenContext(ctx context.Context, dir string, opts Options) (*Store, error) {
 	if opts.LockTimeout <= 0 {
 		opts.LockTimeout = time.Second
 	}
 	path := filepath.Join(dir, FileName)
-	db, err := bbolt.Open(path, 0o600, &bbolt.Options{
-		Timeout: opts.LockTimeout,
-		// Reserve address space up front so the file rarely needs a remap,
-		// which would wait for every open read transaction.
-		InitialMmapSize: 256 << 20,
-		FreelistType:    bbolt.FreelistMapType,
-	})
-	if errors.Is(err, bolterrors.ErrTimeout) {
-		return nil, fmt.Errorf("open %s: %w (is another svc serve using this data directory?)", path, ErrLocked)
+	deadline := time.Now().Add(opts.LockTimeout)
+	var db *bbolt.DB
+	var err error
+	for waited := false; ; waited = true {
+		db, err = bbolt.Open(path, 0o600, &bbolt.Options{
+			// One try: bbolt's own retries sleep 50 ms between tries and
+			// cannot be stopped; this loop tries more often and can.
+			Timeout: time.Nanosecond,
+			// Reserve address space up front so the file rarely needs a remap,
+			// which would wait for every open read transaction.
+			InitialMmapSize: 256 << 20,
+			FreelistType:    bbolt.FreelistMapType,
+		})
+		if !errors.Is(err, bolterrors.ErrTimeout) {
+			break
+		}
+		if !waited && opts.Waiting != nil {
+			opts.Waiting(path)
+		}
+		wait := min(lockPoll, time.Until(deadline))
+		if wait <= 0 {
+			return nil, fmt.Errorf("open %s: %w (is another svc serve using this data directory? waited %s)",
+				path, ErrLocked, opts.LockTimeout)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("open %s: %w", path, ctx.Err())
+		case <-t.C:
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)

@@ -1,6 +1,7 @@
 package bolt
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -61,5 +62,81 @@ func TestNewerSchemaRefused(t *testing.T) {
 	s.Close()
 	if _, err := Open(dir, Options{}); err == nil || !strings.Contains(err.Error(), "newer") {
 		t.Fatalf("Open of a newer schema = %v", err)
+	}
+}
+
+// A server replacing another on the same directory waits for the lock and
+// opens the store as soon as the other lets go.
+func TestOpenWaitsForTheLockToBeReleased(t *testing.T) {
+	dir := t.TempDir()
+	first, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting := make(chan string, 1)
+	type opened struct {
+		s   *Store
+		err error
+	}
+	done := make(chan opened, 1)
+	go func() {
+		s, err := OpenContext(t.Context(), dir, Options{LockTimeout: time.Minute, Waiting: func(path string) { waiting <- path }})
+		done <- opened{s, err}
+	}()
+	if path := <-waiting; !strings.HasSuffix(path, FileName) {
+		t.Fatalf("Waiting got %q, want the database file", path)
+	}
+	select {
+	case o := <-done:
+		t.Fatalf("Open returned while the lock was held: %v", o.err)
+	default:
+	}
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	o := <-done
+	if o.err != nil {
+		t.Fatalf("Open after the lock was released = %v", o.err)
+	}
+	defer o.s.Close()
+	if v, err := o.s.Version(); err != nil || v != SchemaVersion() {
+		t.Fatalf("Version = %d, %v", v, err)
+	}
+}
+
+func TestOpenStopsWaitingWhenTheContextEnds(t *testing.T) {
+	dir := t.TempDir()
+	first, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	ctx, cancel := context.WithCancel(t.Context())
+	_, err = OpenContext(ctx, dir, Options{LockTimeout: time.Hour, Waiting: func(string) { cancel() }})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Open = %v, want context.Canceled", err)
+	}
+}
+
+func TestReturningIsTakenOnce(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if got, err := s.TakeReturning(); err != nil || got != nil {
+		t.Fatalf("TakeReturning on a new store = %v, %v", got, err)
+	}
+	want := map[string][]string{"org_a": {"wk_1", "wk_2"}}
+	if err := s.SaveReturning(want); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.TakeReturning()
+	if err != nil || len(got["org_a"]) != 2 || got["org_a"][1] != "wk_2" {
+		t.Fatalf("TakeReturning = %v, %v; want %v", got, err, want)
+	}
+	if got, err := s.TakeReturning(); err != nil || got != nil {
+		t.Fatalf("second TakeReturning = %v, %v; want nothing", got, err)
 	}
 }

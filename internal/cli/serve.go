@@ -39,10 +39,16 @@ type ServeOptions struct {
 	Addr         string
 	DataDir      string
 	DrainTimeout time.Duration
-	QueueHold    time.Duration
-	WorkerGrace  time.Duration
-	LogLevel     string
-	LogFormat    string
+	// StoreWait bounds the wait for the store of the server this one
+	// replaces; 0 is DrainTimeout plus storeWaitMargin.
+	StoreWait time.Duration
+	// StartGrace bounds how long requests wait for the workers the
+	// replaced server had to reconnect.
+	StartGrace  time.Duration
+	QueueHold   time.Duration
+	WorkerGrace time.Duration
+	LogLevel    string
+	LogFormat   string
 	// Demo runs a simulated worker in the same process.
 	Demo bool
 	// Timing shortens the relay's clocks; hidden flags, for tests.
@@ -93,6 +99,13 @@ and logs where they are, never the secrets. Later starts reuse them.
 SIGINT or SIGTERM stops accepting connections, lets in-flight requests finish
 for up to --drain-timeout, then closes the database.
 
+To restart or upgrade without refusing a connection, start the new server
+with the same --data and --addr, then send SIGTERM to the old one (or the
+other way round, within the drain). The new one takes over the old one's
+listening socket, waits for it to drain and release the database (for up to
+--store-wait), then serves the connections that queued meanwhile; requests
+wait up to --start-grace for the old one's workers to reconnect.
+
 --demo also runs a worker on the built-in simulator in the same process, so
 a chat completion can be sent at once; it prints the base URL, where the key
 is and a ready curl command.`,
@@ -101,6 +114,7 @@ is and a ready curl command.`,
 			err := applyEnv(cmd, f.Getenv,
 				envFlag{"addr", "SVC_ADDR"}, envFlag{"data", "SVC_DATA"},
 				envFlag{"drain-timeout", "SVC_DRAIN_TIMEOUT"}, envFlag{"queue-hold", "SVC_QUEUE_HOLD"},
+				envFlag{"store-wait", "SVC_STORE_WAIT"}, envFlag{"start-grace", "SVC_START_GRACE"},
 				envFlag{"worker-grace", "SVC_WORKER_GRACE"},
 				envFlag{"log-level", "SVC_LOG_LEVEL"}, envFlag{"log-format", "SVC_LOG_FORMAT"},
 				envFlag{"public-url", "SVC_PUBLIC_URL"}, envFlag{"max-connections", "SVC_MAX_CONNECTIONS"},
@@ -121,6 +135,9 @@ is and a ready curl command.`,
 			if opts.StallTimeout < time.Second {
 				return usageErrorf("--stall-timeout must be at least 1s, got %s", opts.StallTimeout)
 			}
+			if opts.StoreWait < 0 || opts.StartGrace < 0 {
+				return usageErrorf("--store-wait and --start-grace may not be negative")
+			}
 			if opts.UsageRetention < server.MinUsageRetention {
 				return usageErrorf("--usage-retention must be at least 1d, got %s", daysValue{&opts.UsageRetention})
 			}
@@ -134,6 +151,8 @@ is and a ready curl command.`,
 	fl.StringVar(&opts.Addr, "addr", "127.0.0.1:8080", "address to listen on (env SVC_ADDR)")
 	fl.StringVar(&opts.DataDir, "data", "", dataFlagHelp)
 	fl.DurationVar(&opts.DrainTimeout, "drain-timeout", 30*time.Second, "how long in-flight requests may take to finish on shutdown (env SVC_DRAIN_TIMEOUT)")
+	fl.DurationVar(&opts.StoreWait, "store-wait", 0, "how long to wait for another svc serve on the data directory, the one this replaces, to drain and release the database; 0 is --drain-timeout plus 15s (env SVC_STORE_WAIT)")
+	fl.DurationVar(&opts.StartGrace, "start-grace", 10*time.Second, "how long after a restart requests wait for the workers the replaced server had to reconnect (env SVC_START_GRACE)")
 	fl.DurationVar(&opts.QueueHold, "queue-hold", 2*time.Second, "how long a request waits for a busy model before a 429 (env SVC_QUEUE_HOLD)")
 	fl.DurationVar(&opts.WorkerGrace, "worker-grace", 15*time.Second, "how long a dropped worker may take to reconnect before its requests fail or move (env SVC_WORKER_GRACE)")
 	fl.StringVar(&opts.LogLevel, "log-level", "info", "debug, info, warn or error (env SVC_LOG_LEVEL)")
@@ -183,13 +202,14 @@ func runServe(ctx context.Context, f *Factory, opts *ServeOptions) error {
 		Addr:           opts.Addr,
 		DataDir:        opts.DataDir,
 		DrainTimeout:   opts.DrainTimeout,
+		StoreWait:      storeWait(opts),
 		MaxConnections: opts.MaxConnections,
 		StallTimeout:   opts.StallTimeout,
 		UsageRetention: opts.UsageRetention,
 		StoreBacklog:   int64(opts.StoreBacklogMB) << 20,
 		Build:          f.Build,
 		Logger:         log,
-		Fleet:          fleet.Config{Hold: opts.QueueHold, Grace: opts.WorkerGrace},
+		Fleet:          fleet.Config{Hold: opts.QueueHold, Grace: opts.WorkerGrace, StartGrace: startGrace(opts.StartGrace)},
 		Timing:         relay.Timing{KeepAliveAfter: opts.KeepAliveAfter, KeepAliveEvery: opts.KeepAliveEvery},
 	}
 	providers, closeProviders, err := rentalProviders(f, opts, log)
@@ -212,6 +232,28 @@ func runServe(ctx context.Context, f *Factory, opts *ServeOptions) error {
 		err = derr
 	}
 	return err
+}
+
+// storeWaitMargin is what the replaced server may take beyond its drain:
+// the handlers' last moments, closing the worker links, the final commit.
+const storeWaitMargin = 15 * time.Second
+
+// storeWait is --store-wait, or the drain and a margin: the replaced
+// server is assumed to drain as this one would.
+func storeWait(opts *ServeOptions) time.Duration {
+	if opts.StoreWait > 0 {
+		return opts.StoreWait
+	}
+	return opts.DrainTimeout + storeWaitMargin
+}
+
+// startGrace is --start-grace as the fleet takes it, where zero is its
+// default and a negative grace none.
+func startGrace(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
 
 // demoBilling gives the default organisation of a demo a payment card and

@@ -164,8 +164,13 @@ var ErrTriedAll = errors.New("every worker serving the model has been tried")
 // Acquire finds a worker for need and reserves a slot on it, waiting up to
 // the hold for one to free up. Errors are *api.Error: 404 for a model or
 // pinned worker that does not exist, 503 when none is online, 429 when
-// every slot stayed busy.
+// every slot stayed busy. Just after the start of a gateway that replaced
+// another, a request that the other's workers, not back yet, would serve
+// waits for them first (Config.Returning).
 func (f *Fleet) Acquire(ctx context.Context, need Need) (*Lease, error) {
+	if err := f.awaitReturning(ctx, &need); err != nil {
+		return nil, err
+	}
 	f.mu.Lock()
 	now := time.Now()
 	o := f.org(need.OrgID)

@@ -172,6 +172,7 @@ func (f *Fleet) Connect(ctx context.Context, orgID string, hello api.Hello, conn
 	// connection is attached wait in the session and go out right after
 	// the welcome, so the worker is usable the moment it hears it is in.
 	w.attached = true
+	f.returnedLocked(orgID, id)
 	sess := w.sess
 	droppedAt := w.droppedAt
 	f.mu.Unlock()

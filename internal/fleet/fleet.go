@@ -42,6 +42,12 @@ type Config struct {
 	Heartbeat time.Duration
 	// Limit tunes the adaptive concurrency limit of each worker and model.
 	Limit limit.Config
+	// Returning lists, by organisation, the workers connected to the
+	// gateway this one replaces (Connected, as it stopped); StartGrace
+	// bounds how long after New a request that finds none of them back
+	// waits for them to reconnect: zero is 10 s, negative none.
+	Returning  map[string][]string
+	StartGrace time.Duration
 
 	Logger *slog.Logger
 	Events EventSink
@@ -60,6 +66,9 @@ func (c *Config) defaults() {
 	set(&c.KeepOffline, 24*time.Hour)
 	set(&c.Heartbeat, 5*time.Second)
 	set(&c.StaleAfter, 2*c.Heartbeat)
+	if c.StartGrace == 0 {
+		c.StartGrace = 10 * time.Second
+	}
 	if c.FailuresBeforeUnhealthy <= 0 {
 		c.FailuresBeforeUnhealthy = 3
 	}
@@ -112,7 +121,8 @@ type Fleet struct {
 	handshakes map[string]chan struct{}
 	// queued counts the requests waiting in every queue, read without the
 	// lock: while none waits, no request can be refused for a backlog.
-	queued atomic.Int64
+	queued    atomic.Int64
+	returning *returning
 }
 
 type org struct {
@@ -163,7 +173,8 @@ type worker struct {
 // New returns an empty fleet.
 func New(cfg Config) *Fleet {
 	cfg.defaults()
-	return &Fleet{cfg: cfg, log: cfg.Logger, orgs: map[string]*org{}, handshakes: map[string]chan struct{}{}}
+	return &Fleet{cfg: cfg, log: cfg.Logger, orgs: map[string]*org{}, handshakes: map[string]chan struct{}{},
+		returning: newReturning(cfg.Returning, cfg.StartGrace, time.Now())}
 }
 
 // WorkerID is the stable id of the worker named name in an organisation:

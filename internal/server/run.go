@@ -34,9 +34,11 @@ type Config struct {
 	Addr         string
 	DataDir      string
 	DrainTimeout time.Duration
-	LockTimeout  time.Duration
-	Build        buildinfo.Info
-	Logger       *slog.Logger
+	// StoreWait bounds the wait for the store that another server on the
+	// data directory holds: the one this server replaces, draining.
+	StoreWait time.Duration
+	Build     buildinfo.Info
+	Logger    *slog.Logger
 	// Fleet tunes routing and worker health; its Logger and Events are set
 	// by Run.
 	Fleet fleet.Config
@@ -79,15 +81,41 @@ type RentalConfig struct {
 // Run serves until ctx ends, then drains in-flight requests for at most
 // DrainTimeout and closes the store. It returns once everything it started
 // has stopped.
+//
+// A server started on the data directory of one that runs replaces it:
+// it takes over the other's listening socket (handover), waits up to
+// StoreWait for the other to drain and close the store, then accepts the
+// connections that queued meanwhile, while the workers reconnect.
 func Run(ctx context.Context, cfg Config) error {
 	log := cfg.Logger
 	if err := bolt.EnsureDir(cfg.DataDir); err != nil {
 		return err
 	}
-	// The database lock comes first: it is what tells a second server on the
-	// same data directory to stop before it touches the socket or the port.
-	store, err := bolt.Open(cfg.DataDir, bolt.Options{LockTimeout: cfg.LockTimeout})
+	taken, err := activated()
 	if err != nil {
+		return err
+	}
+	if taken != nil {
+		log.Info("listening on the socket systemd passed", "addr", taken.Addr().String())
+	}
+	// The database lock comes first: it is what tells a second server on the
+	// same data directory to wait before it touches the admin socket or binds
+	// the port.
+	store, err := bolt.OpenContext(ctx, cfg.DataDir, bolt.Options{LockTimeout: cfg.StoreWait, Waiting: func(path string) {
+		if taken == nil {
+			taken = takeOverFrom(cfg, log)
+		}
+		log.Info("waiting for the store: another svc serve holds it, the one this server replaces; it is released when that one has drained",
+			"path", path, "store_wait", cfg.StoreWait.String())
+	}})
+	// A socket taken over is closed on the way out until it is served.
+	dropTaken := func() {
+		if taken != nil {
+			_ = taken.Close()
+		}
+	}
+	if err != nil {
+		dropTaken()
 		return fmt.Errorf("open store: %w", err)
 	}
 	defer func() {
@@ -95,27 +123,45 @@ func Run(ctx context.Context, cfg Config) error {
 			log.Error("close store", "err", err)
 		}
 	}()
+	returning, err := store.TakeReturning()
+	if err != nil {
+		log.Warn("read the workers the previous server had", "err", err)
+	}
 
 	accounts, err := account.New(store, account.Options{Logger: log})
 	if err != nil {
+		dropTaken()
 		return err
 	}
 	if err := bootstrap(cfg.DataDir, accounts, log); err != nil {
+		dropTaken()
 		return err
 	}
 
 	checkOpenFiles(log, cfg.MaxConnections)
-	public, err := net.Listen("tcp", cfg.Addr)
+	public, err := listenPublic(cfg.Addr, taken)
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+		return err
 	}
+	// Closed last but the store: until then a server replacing this one
+	// can still take the socket over, and no connection is refused.
+	defer func() {
+		if err := public.release(); err != nil {
+			log.Warn("close the listening socket", "err", err)
+		}
+	}()
 	sock := filepath.Join(cfg.DataDir, SocketFile)
 	consoleLn, err := listenSocket(sock, log)
 	if err != nil {
-		_ = public.Close()
 		return err
 	}
 	defer os.Remove(sock)
+	ho, err := startHandover(filepath.Join(cfg.DataDir, HandoverFile), public.TCPListener, log)
+	if err != nil {
+		_ = consoleLn.Close()
+		return err
+	}
+	defer ho.close()
 
 	writer := store.NewWriter(bolt.WriterOptions{Backlog: cfg.StoreBacklog, Logger: log})
 	events := store.Events(writer)
@@ -125,6 +171,7 @@ func Run(ctx context.Context, cfg Config) error {
 	fan := &eventFan{store: events}
 	fcfg := cfg.Fleet
 	fcfg.Logger, fcfg.Events, fcfg.Power = log, fan, power
+	fcfg.Returning = returning
 	fl := fleet.New(fcfg)
 	rc := cfg.Rental
 	gateway := rc.Gateway
@@ -139,7 +186,6 @@ func Run(ctx context.Context, cfg Config) error {
 		WorkerID: fleet.WorkerID, Gateway: gateway, Boot: rc.Boot, Rates: rc.Rates, Margin: rc.Margin,
 		ProvisionDeadline: rc.ProvisionDeadline, RentEvery: rc.RentEvery, Tick: rc.Tick, Clock: clk, Logger: log.With("component", "rental")})
 	if err != nil {
-		_ = public.Close()
 		_ = consoleLn.Close()
 		return fmt.Errorf("rentals: %w", err)
 	}
@@ -153,7 +199,6 @@ func Run(ctx context.Context, cfg Config) error {
 		log.Warn("clear the upload spool", "dir", spoolDir, "err", err)
 	}
 	if err := os.MkdirAll(spoolDir, 0o700); err != nil {
-		_ = public.Close()
 		_ = consoleLn.Close()
 		return fmt.Errorf("upload spool: %w", err)
 	}
@@ -208,6 +253,10 @@ func Run(ctx context.Context, cfg Config) error {
 		if err := <-serveErr; err != nil {
 			log.Warn("listener", "err", err)
 		}
+	}
+	// The server that replaces this one expects these workers back.
+	if err := store.SaveReturning(fl.Connected()); err != nil {
+		log.Warn("record the connected workers", "err", err)
 	}
 	stopBackground()
 	if err := bg.Wait(); err != nil {
@@ -323,4 +372,22 @@ func listenSocket(path string, log *slog.Logger) (net.Listener, error) {
 		return nil, fmt.Errorf("restrict admin socket: %w", err)
 	}
 	return &peerListener{Listener: ln, allow: sameUser, log: log}, nil
+}
+
+// takeOverFrom takes the listening socket of the server that holds the
+// store, when it listens on cfg.Addr: connections then queue for this
+// server from the moment that one stops accepting.
+func takeOverFrom(cfg Config, log *slog.Logger) *net.TCPListener {
+	ln, from, err := takeOver(filepath.Join(cfg.DataDir, HandoverFile), cfg.Addr)
+	switch {
+	case err != nil:
+		log.Warn("could not take over the listening socket; listening once the store is open", "err", err)
+	case ln != nil:
+		log.Info("took over the listening socket of the server this one replaces; connections wait for this one once it stops accepting",
+			"addr", ln.Addr().String(), "from_pid", from.PID)
+	case from != nil:
+		log.Info("the server this one replaces listens on another address; listening once the store is open",
+			"its_addr", from.Addr, "addr", cfg.Addr)
+	}
+	return ln
 }

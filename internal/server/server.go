@@ -65,6 +65,12 @@ type Server struct {
 	// stall is how long a client may leave a response unread before it
 	// is cut off.
 	stall time.Duration
+	// draining is set when Shutdown begins: every public answer from then
+	// on closes its connection.
+	draining atomic.Bool
+	// quiet is how long a connection must have been idle before the drain
+	// closes it (quietIdle).
+	quiet time.Duration
 }
 
 // listener is one fasthttp server and the connections it has open, so that
@@ -75,8 +81,13 @@ type listener struct {
 	inflight atomic.Int64
 	gate     *connGate // nil: unbounded
 
-	mu    sync.Mutex
-	conns map[net.Conn]struct{}
+	mu sync.Mutex
+	// conns holds the open connections, each with the time it went idle
+	// between two requests, or zero while it is new or busy.
+	conns map[net.Conn]time.Time
+	// ln is what Serve accepts from; stopped once it has been closed.
+	ln      net.Listener
+	stopped bool
 }
 
 // Deps are what the server is built from.
@@ -122,7 +133,7 @@ func New(d Deps) *Server {
 	s := &Server{log: d.Logger, build: d.Build, accounts: d.Accounts, fleet: d.Fleet, events: d.Events,
 		usage: d.Usage, power: d.Power, rentals: d.Rentals, inflight: usage.NewTracker(),
 		keepalive: d.Keepalive, metrics: newMetrics(d.Build), watch: newClientWatch(200 * time.Millisecond),
-		spoolDir: d.SpoolDir, stall: d.StallTimeout}
+		spoolDir: d.SpoolDir, stall: d.StallTimeout, quiet: quietIdle}
 	if s.stall <= 0 {
 		s.stall = DefaultStallTimeout
 	}
@@ -154,8 +165,15 @@ func New(d Deps) *Server {
 // request while the listener has room.
 const idleTimeout = 2 * time.Minute
 
+// quietIdle is how long the drain lets a keep-alive connection idle
+// before it closes it. A client in the middle of a run of requests sends
+// its next one well within it, and that request is answered (closing the
+// connection) rather than crossing the close, which would fail it with
+// no answer. A connection idle for longer is not in such a run.
+const quietIdle = 500 * time.Millisecond
+
 func (s *Server) newListener(m *mux, console bool) *listener {
-	l := &listener{mux: m, conns: map[net.Conn]struct{}{}}
+	l := &listener{mux: m, conns: map[net.Conn]time.Time{}}
 	if !console {
 		l.gate = s.gate
 	}
@@ -202,10 +220,62 @@ func (l *listener) track(c net.Conn, st fasthttp.ConnState) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch st {
-	case fasthttp.StateNew:
-		l.conns[c] = struct{}{}
+	case fasthttp.StateNew, fasthttp.StateActive:
+		l.conns[c] = time.Time{}
+	case fasthttp.StateIdle:
+		l.conns[c] = time.Now()
 	case fasthttp.StateClosed, fasthttp.StateHijacked:
 		delete(l.conns, c)
+	}
+}
+
+// serving records ln as the listener Serve accepts from; false when the
+// listener was stopped before it began.
+func (l *listener) serving(ln net.Listener) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.ln = ln
+	return !l.stopped
+}
+
+// stopAccepting closes the listener: no connection is accepted after it,
+// while those open are still served.
+func (l *listener) stopAccepting() {
+	l.mu.Lock()
+	ln := l.ln
+	l.stopped = true
+	l.mu.Unlock()
+	if ln != nil {
+		_ = ln.Close()
+	}
+}
+
+// drainConns closes each connection once it has idled for quiet and
+// returns when none is left, or when ctx ends. Busy ones close after
+// their answer, which says so (see dispatch). fasthttp's own drain would
+// close an idle connection at once, and so cut off the next request of a
+// client between two requests; one idle for quiet is not in such a run.
+func (l *listener) drainConns(ctx context.Context, quiet time.Duration) {
+	t := time.NewTicker(min(quiet/5, 100*time.Millisecond))
+	defer t.Stop()
+	for {
+		l.mu.Lock()
+		open := len(l.conns)
+		now := time.Now()
+		for c, since := range l.conns {
+			if !since.IsZero() && now.Sub(since) >= quiet {
+				_ = c.Close()
+			}
+		}
+		l.mu.Unlock()
+		if open == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
 	}
 }
 
@@ -230,6 +300,10 @@ func (l *listener) shutdown(ctx context.Context, grace time.Duration) error {
 
 // ServePublic serves the public API on ln until Shutdown.
 func (s *Server) ServePublic(ln net.Listener) error {
+	ln = &onceListener{Listener: ln}
+	if !s.public.serving(ln) {
+		return nil
+	}
 	gl := gatedListener{Listener: ln, g: s.gate, stall: s.stall, stalled: s.stalled}
 	if s.gate == nil {
 		return s.public.srv.Serve(gl)
@@ -258,8 +332,19 @@ func (s *Server) ServeConsole(ln net.Listener) error { return s.console.srv.Serv
 var ErrDrainTimeout = errors.New("drain timed out; open connections were closed")
 
 // Shutdown stops accepting connections and waits for in-flight requests
-// until ctx ends; then it closes the remaining connections.
+// until ctx ends; then it closes the remaining connections. Every public
+// answer from the start of the drain closes its connection, and idle
+// keep-alive connections are closed once they have been idle for a
+// moment (quietIdle), so that a client's next request on one is answered
+// rather than cut off.
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.draining.Store(true)
+	s.public.stopAccepting()
+	s.public.mu.Lock()
+	open := len(s.public.conns)
+	s.public.mu.Unlock()
+	s.log.Info("stopped accepting connections; draining", "connections", open)
+	s.public.drainConns(ctx, s.quiet)
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
 	for i, l := range []*listener{s.public, s.console} {
@@ -349,6 +434,9 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, m *mux, console bool) {
 	if err != nil {
 		s.writeError(&c, err)
 	}
+	if !console && s.draining.Load() && !ctx.Hijacked() {
+		ctx.SetConnectionClose()
+	}
 	s.metrics.observe(label, method, ctx.Response.StatusCode(), time.Since(start))
 }
 
@@ -402,4 +490,18 @@ type fasthttpLogger struct{ log *slog.Logger }
 
 func (f fasthttpLogger) Printf(format string, args ...any) {
 	f.log.Debug("fasthttp", "detail", fmt.Sprintf(format, args...))
+}
+
+// onceListener closes its listener once: the drain stops accepting before
+// fasthttp's Shutdown closes the listeners it serves, which would take a
+// second close's error for a failed drain.
+type onceListener struct {
+	net.Listener
+	once sync.Once
+	err  error
+}
+
+func (l *onceListener) Close() error {
+	l.once.Do(func() { l.err = l.Listener.Close() })
+	return l.err
 }

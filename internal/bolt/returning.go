@@ -1,0 +1,46 @@
+package bolt
+
+import (
+	"encoding/json"
+	"fmt"
+
+	bbolt "go.etcd.io/bbolt"
+)
+
+// keyReturning holds the workers connected when the last server stopped.
+var keyReturning = []byte("workers_at_stop")
+
+// SaveReturning records, by organisation, the worker ids connected as the
+// server stops: the server that starts next on this store expects them to
+// reconnect, and lets requests wait for them a moment rather than answer
+// that no worker is online.
+func (s *Store) SaveReturning(byOrg map[string][]string) error {
+	return s.db.Update(func(tx *bbolt.Tx) error {
+		return putJSON(tx.Bucket(bucketMeta), keyReturning, byOrg)
+	})
+}
+
+// TakeReturning reads what SaveReturning recorded and forgets it, so a
+// worker that never comes back is waited for once. It is empty after a
+// crash, when nothing was recorded.
+func (s *Store) TakeReturning() (map[string][]string, error) {
+	var out map[string][]string
+	var decodeErr error
+	err := s.db.Update(func(tx *bbolt.Tx) error {
+		meta := tx.Bucket(bucketMeta)
+		v := meta.Get(keyReturning)
+		if v == nil {
+			return nil
+		}
+		// A record that does not decode is dropped all the same: it
+		// would fail every start after.
+		if err := json.Unmarshal(v, &out); err != nil {
+			decodeErr = fmt.Errorf("decode %s: %w", keyReturning, err)
+		}
+		return meta.Delete(keyReturning)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, decodeErr
+}

@@ -1,0 +1,92 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/svc-dev/svc/internal/harness"
+)
+
+// activatedServe runs `svc serve` as systemd's socket activation would:
+// the listening socket f is its descriptor 3, named by LISTEN_FDS and
+// LISTEN_PID. --addr names another port, which the server must not use.
+func activatedServe(t *testing.T, f *os.File, data string) (*exec.Cmd, *lockedBuffer) {
+	t.Helper()
+	cmd := exec.Command("sh", "-c", `export LISTEN_PID=$$ LISTEN_FDS=1; exec svc "$@"`, "sh",
+		"serve", "--addr", "127.0.0.1:0", "--data", data, "--log-format", "json", "--rental-providers", "none")
+	cmd.ExtraFiles = []*os.File{f}
+	out := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	return cmd, out
+}
+
+// Under socket activation the socket outlives the server: a restart by
+// systemd refuses no connection, and one made between the two servers is
+// answered by the second.
+func TestSocketActivationRestartRefusesNothing(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	f, err := ln.(*net.TCPListener).File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	addr := ln.Addr().String()
+	data := t.TempDir()
+
+	first, out := activatedServe(t, f, data)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := harness.WaitHTTP(ctx, "http://"+addr+"/healthz", nil); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if !strings.Contains(out.String(), "the socket systemd passed") {
+		t.Fatalf("the server does not say it uses the socket it was passed:\n%s", out)
+	}
+	_ = first.Process.Signal(syscall.SIGTERM)
+	if err := first.Wait(); err != nil {
+		t.Fatalf("first server: %v\n%s", err, out)
+	}
+
+	// Between the two servers the kernel still queues connections.
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatalf("dial between the two servers: %v", err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+
+	second, out2 := activatedServe(t, f, data)
+	_ = c.SetReadDeadline(time.Now().Add(60 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("the connection made between the two servers: %v\n%s", err, out2)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("healthz = %d", resp.StatusCode)
+	}
+	_ = second.Process.Signal(syscall.SIGTERM)
+	if err := second.Wait(); err != nil {
+		t.Fatalf("second server: %v\n%s", err, out2)
+	}
+}

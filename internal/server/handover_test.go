@@ -1,0 +1,198 @@
+//go:build unix
+
+package server
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/svc-dev/svc/internal/buildinfo"
+)
+
+// The server replacing another takes its listening socket: connections
+// that arrive once the old one has stopped accepting, and after it has
+// closed its copy, queue for the new one instead of being refused.
+func TestHandoverKeepsTheSocketOpenForTheNextServer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := &keptListener{TCPListener: ln.(*net.TCPListener)}
+	addr := old.Addr().String()
+	// Unix socket paths are short; t.TempDir's may not be.
+	dir, err := os.MkdirTemp("", "ho")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	path := filepath.Join(dir, HandoverFile)
+
+	if got, from, err := takeOver(path, addr); got != nil || from != nil || err != nil {
+		t.Fatalf("takeOver with no server = %v, %v, %v; want nothing", got, from, err)
+	}
+	ho, err := startHandover(path, old.TCPListener, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, from, err := takeOver(path, "127.0.0.1:1"); got != nil || err != nil || from == nil || from.Addr != addr {
+		t.Fatalf("takeOver for another address = %v, %+v, %v; want the other's address and no socket", got, from, err)
+	}
+	taken, from, err := takeOver(path, addr)
+	if err != nil || taken == nil {
+		t.Fatalf("takeOver = %v, %v", taken, err)
+	}
+	defer taken.Close()
+	if from.PID != os.Getpid() {
+		t.Fatalf("handover from pid %d, want %d", from.PID, os.Getpid())
+	}
+
+	if err := old.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.Accept(); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Accept after Close = %v, want net.ErrClosed", err)
+	}
+	early := dialAndSend(t, addr, "early")
+	ho.close()
+	if err := old.release(); err != nil {
+		t.Fatal(err)
+	}
+	late := dialAndSend(t, addr, "late")
+	for _, want := range []string{"early", "late"} {
+		c, err := taken.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, len(want))
+		if _, err := io.ReadFull(c, buf); err != nil || string(buf) != want {
+			t.Fatalf("read %q, %v; want %q", buf, err, want)
+		}
+		c.Close()
+	}
+	early.Close()
+	late.Close()
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("handover socket left behind: %v", err)
+	}
+}
+
+func dialAndSend(t *testing.T, addr, msg string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatalf("dial while the socket is handed over: %v", err)
+	}
+	if _, err := io.WriteString(c, msg); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestSameAddress(t *testing.T) {
+	tests := []struct {
+		got  string
+		want string
+		same bool
+	}{
+		{"127.0.0.1:8080", "127.0.0.1:8080", true},
+		{"127.0.0.1:8080", "localhost:8080", true},
+		{"127.0.0.1:8080", "127.0.0.1:8081", false},
+		{"127.0.0.1:8080", "127.0.0.1:0", false},
+		{"127.0.0.1:8080", ":8080", false},
+		{"[::]:8080", ":8080", true},
+		{"[::]:8080", "0.0.0.0:8080", true},
+		{"[::]:8080", "127.0.0.1:8080", false},
+	}
+	for _, tt := range tests {
+		got, err := net.ResolveTCPAddr("tcp", tt.got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if same := sameAddress(got, tt.want); same != tt.same {
+			t.Errorf("sameAddress(%s, %q) = %v, want %v", tt.got, tt.want, same, tt.same)
+		}
+	}
+}
+
+// A client that sends its next request on a kept-alive connection as the
+// drain begins gets its answer, which closes the connection; it is not
+// cut off by the drain closing the connection under it.
+func TestDrainAnswersTheNextRequestOfAKeptAliveConnection(t *testing.T) {
+	release := make(chan struct{})
+	s := &Server{log: slog.New(slog.DiscardHandler), metrics: newMetrics(buildinfo.Info{}),
+		watch: newClientWatch(time.Second), quiet: time.Hour}
+	ok := func(c *call) error {
+		writeJSON(c.ctx, http.StatusOK, map[string]bool{"ok": true})
+		return nil
+	}
+	s.public = s.newListener(newMux([]*route{
+		{method: "GET", path: "/ok", access: accessPublic, handle: ok},
+		{method: "GET", path: "/slow", access: accessPublic, handle: func(c *call) error { <-release; return ok(c) }},
+	}), false)
+	s.console = s.newListener(newMux(nil), true)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = s.ServePublic(ln) })
+	defer wg.Wait()
+
+	dial := func() (net.Conn, *bufio.Reader) {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		_ = c.SetDeadline(time.Now().Add(time.Minute))
+		return c, bufio.NewReader(c)
+	}
+	send := func(c net.Conn, path string) {
+		if _, err := io.WriteString(c, "GET "+path+" HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func(r *bufio.Reader) *http.Response {
+		t.Helper()
+		resp, err := http.ReadResponse(r, nil)
+		if err != nil {
+			t.Fatalf("no answer: %v", err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return resp
+	}
+	kept, keptR := dial()
+	send(kept, "/ok")
+	if resp := read(keptR); resp.StatusCode != 200 || resp.Close {
+		t.Fatalf("before the drain: %d, close %v", resp.StatusCode, resp.Close)
+	}
+	busy, busyR := dial()
+	send(busy, "/slow")
+
+	drained := make(chan error, 1)
+	go func() { drained <- s.Shutdown(context.Background()) }()
+	for !s.draining.Load() {
+		time.Sleep(time.Millisecond)
+	}
+	send(kept, "/ok")
+	if resp := read(keptR); resp.StatusCode != 200 || !resp.Close {
+		t.Fatalf("during the drain: %d, close %v; want 200 closing the connection", resp.StatusCode, resp.Close)
+	}
+	close(release)
+	if resp := read(busyR); resp.StatusCode != 200 || !resp.Close {
+		t.Fatalf("in flight: %d, close %v; want 200 closing the connection", resp.StatusCode, resp.Close)
+	}
+	if err := <-drained; err != nil {
+		t.Fatalf("Shutdown = %v", err)
+	}
+}

@@ -1,0 +1,72 @@
+package server
+
+import (
+	"fmt"
+	"net"
+	"sync/atomic"
+	"time"
+)
+
+// HandoverFile is the unix socket in the data directory on which a running
+// server gives its public listening socket to the server replacing it.
+const HandoverFile = "handover.sock"
+
+// keptListener is the public socket as Run holds it. Close, which the
+// drain calls, only stops Accept: the socket stays bound, and connections
+// that arrive during the drain wait in its queue for the server taking it
+// over (see handover) rather than being refused. release closes it.
+type keptListener struct {
+	*net.TCPListener
+	stopped atomic.Bool
+}
+
+func (l *keptListener) Accept() (net.Conn, error) {
+	c, err := l.TCPListener.Accept()
+	if err != nil && l.stopped.Load() {
+		// The deadline Close set, told as a closed listener, which is what
+		// ends fasthttp's accept loop.
+		return nil, net.ErrClosed
+	}
+	return c, err
+}
+
+// Close stops Accept and leaves the socket open.
+func (l *keptListener) Close() error {
+	l.stopped.Store(true)
+	return l.TCPListener.SetDeadline(time.Unix(1, 0))
+}
+
+// release closes the socket. Connections still queued on it are refused
+// unless another process holds it too.
+func (l *keptListener) release() error { return l.TCPListener.Close() }
+
+// sameAddress reports whether the listener at got is the one an --addr of
+// want asks for: the same port, and the same address or both the
+// unspecified one.
+func sameAddress(got net.Addr, want string) bool {
+	g, ok := got.(*net.TCPAddr)
+	if !ok {
+		return false
+	}
+	w, err := net.ResolveTCPAddr("tcp", want)
+	if err != nil || w.Port == 0 || w.Port != g.Port {
+		return false
+	}
+	if w.IP == nil || w.IP.IsUnspecified() {
+		return g.IP == nil || g.IP.IsUnspecified()
+	}
+	return w.IP.Equal(g.IP)
+}
+
+// listenPublic is the public socket: systemd's when it passed one, the one
+// taken over from the server this one replaces, or a new one on addr.
+func listenPublic(addr string, taken *net.TCPListener) (*keptListener, error) {
+	if taken != nil {
+		return &keptListener{TCPListener: taken}, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	return &keptListener{TCPListener: ln.(*net.TCPListener)}, nil
+}
