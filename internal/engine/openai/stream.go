@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"mime"
 	"net/http"
 	"time"
 
@@ -51,11 +50,11 @@ func (e *Engine) streamChat(ctx context.Context, req *engine.Request, sink engin
 	if res != nil {
 		return res
 	}
-	defer resp.Body.Close()
-	if isJSON(resp.Header.Get("Content-Type")) {
-		return s.whole(ctx, e, resp.Body)
+	defer resp.Close()
+	if isJSON(resp.contentType()) {
+		return s.whole(ctx, e, resp)
 	}
-	rd := sse.NewReader(resp.Body, maxEvent)
+	rd := sse.NewReader(resp, maxEvent)
 	for {
 		ev, err := rd.Next()
 		if err != nil {
@@ -64,7 +63,7 @@ func (e *Engine) streamChat(ctx context.Context, req *engine.Request, sink engin
 		res, done := s.event(ctx, ev)
 		if done {
 			if res.Status == http.StatusOK {
-				drain(resp.Body, cancel)
+				drain(resp, cancel)
 			}
 			return res
 		}
@@ -224,7 +223,9 @@ func drain(body io.Reader, cancel context.CancelFunc) {
 	_, _ = io.Copy(io.Discard, io.LimitReader(body, drainMax))
 }
 
-func isJSON(contentType string) bool {
-	mt, _, err := mime.ParseMediaType(contentType)
-	return err == nil && mt == "application/json"
+// isJSON reports whether a Content-Type is JSON's. It is asked of every
+// streamed answer, so it reads the header in place.
+func isJSON(contentType []byte) bool {
+	mt, _, _ := bytes.Cut(contentType, []byte(";"))
+	return bytes.EqualFold(bytes.TrimSpace(mt), []byte("application/json"))
 }

@@ -59,12 +59,12 @@ func (e *Engine) transcribe(ctx context.Context, req *engine.Request, sink engin
 		}
 		return res
 	}
-	defer resp.Body.Close()
-	b, res := e.readBody(ctx, resp.Body)
+	defer resp.Close()
+	b, res := e.readBody(ctx, resp)
 	if res != nil {
 		return res
 	}
-	t, res := parseTranscript(b, resp.Header.Get("Content-Type"), &p)
+	t, res := parseTranscript(b, string(resp.contentType()), &p)
 	if res != nil {
 		return res
 	}
