@@ -43,7 +43,7 @@ func (a *Agent) run(ctx context.Context, st *link.Stream) (res *api.Result) {
 		return engine.Failure(http.StatusBadGateway, api.TypeUpstream, "the request did not reach the worker whole: "+err.Error())
 	}
 	var req api.LinkRequest
-	if err := json.Unmarshal(hdr, &req); err != nil {
+	if err := decodeHeader(hdr, &req); err != nil {
 		return engine.Failure(http.StatusBadGateway, api.TypeUpstream, "malformed request header: "+err.Error())
 	}
 	eng, local := a.engineFor(req.Model)
