@@ -14,12 +14,15 @@ import (
 // the worker's CPU per request. Anything else (parameters, escapes,
 // nulls, a member this reader does not know, malformed JSON) is left to
 // encoding/json, which decides.
-func decodeHeader(b []byte, req *api.LinkRequest) error {
-	if readHeader(b, req) {
-		return nil
+func decodeHeader(b []byte) (api.LinkRequest, error) {
+	var req api.LinkRequest
+	if readHeader(b, &req) {
+		return req, nil
 	}
-	*req = api.LinkRequest{}
-	return json.Unmarshal(b, req)
+	// A variable of its own, so that only this path allocates one.
+	var decoded api.LinkRequest
+	err := json.Unmarshal(b, &decoded)
+	return decoded, err
 }
 
 // readHeader is decodeHeader's one pass; ok is false when encoding/json

@@ -43,8 +43,8 @@ func TestDecodeHeader(t *testing.T) {
 			if got := readHeader([]byte(tt.in), &fast); got != tt.fast {
 				t.Errorf("one pass = %v, want %v", got, tt.fast)
 			}
-			var got, want api.LinkRequest
-			err := decodeHeader([]byte(tt.in), &got)
+			var want api.LinkRequest
+			got, err := decodeHeader([]byte(tt.in))
 			wantErr := json.Unmarshal([]byte(tt.in), &want)
 			if (err == nil) != (wantErr == nil) || !reflect.DeepEqual(got, want) {
 				t.Fatalf("got %+v, %v\nwant %+v, %v", got, err, want, wantErr)
@@ -75,8 +75,8 @@ func FuzzDecodeHeader(f *testing.F) {
 		f.Add([]byte(tt.in))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		var got, want api.LinkRequest
-		err := decodeHeader(b, &got)
+		var want api.LinkRequest
+		got, err := decodeHeader(b)
 		wantErr := json.Unmarshal(b, &want)
 		if (err == nil) != (wantErr == nil) || !reflect.DeepEqual(got, want) {
 			t.Fatalf("%q: got %+v, %v; want %+v, %v", b, got, err, want, wantErr)
@@ -88,8 +88,7 @@ func BenchmarkDecodeHeader(b *testing.B) {
 	h := []byte(`{"request_id":"01J9ZQ3V7K2M","kind":"chat","model":"Qwen/Qwen3-8B","stream":true}`)
 	b.ReportAllocs()
 	for b.Loop() {
-		var req api.LinkRequest
-		if err := decodeHeader(h, &req); err != nil {
+		if _, err := decodeHeader(h); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -42,8 +42,8 @@ func (a *Agent) run(ctx context.Context, st *link.Stream) (res *api.Result) {
 	if err != nil {
 		return engine.Failure(http.StatusBadGateway, api.TypeUpstream, "the request did not reach the worker whole: "+err.Error())
 	}
-	var req api.LinkRequest
-	if err := decodeHeader(hdr, &req); err != nil {
+	req, err := decodeHeader(hdr)
+	if err != nil {
 		return engine.Failure(http.StatusBadGateway, api.TypeUpstream, "malformed request header: "+err.Error())
 	}
 	eng, local := a.engineFor(req.Model)
