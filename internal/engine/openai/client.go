@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"sync"
 	"time"
@@ -31,6 +32,9 @@ type client struct {
 	host   string // the Host header
 	prefix string // the base URL's path, ahead of each request's
 	auth   string // the Authorization header; "" for none
+	// proxyAuth is the Proxy-Authorization header of a request sent to
+	// a proxy (prefix then starts with the server's URL).
+	proxyAuth string
 
 	mu     sync.Mutex
 	idle   []*conn     // kept alive, the longest idle first
@@ -57,9 +61,19 @@ const (
 // net.Dialer.DialContext does.
 type DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
 
+// ProxyFunc names the proxy to reach a URL through, nil for none; the
+// default is the environment's (HTTP_PROXY, HTTPS_PROXY and NO_PROXY),
+// as net/http's client had it.
+type ProxyFunc func(*url.URL) (*url.URL, error)
+
+func proxyFromEnvironment(u *url.URL) (*url.URL, error) {
+	return http.ProxyFromEnvironment(&http.Request{URL: u})
+}
+
 // newClient returns a client of the server at base, a URL that
-// normaliseBase accepted. Requests go through dial when it is set.
-func newClient(base, apiKey string, dial DialFunc) (*client, error) {
+// normaliseBase accepted. Connections are opened with dial when it is
+// set, through the proxy that proxy names.
+func newClient(base, apiKey string, dial DialFunc, proxy ProxyFunc) (*client, error) {
 	u, err := url.Parse(base)
 	if err != nil {
 		return nil, fmt.Errorf("parse base URL: %w", err)
@@ -70,22 +84,48 @@ func newClient(base, apiKey string, dial DialFunc) (*client, error) {
 		c.auth = "Bearer " + apiKey
 	case u.User != nil:
 		// As net/http does with a URL's user information.
-		pass, _ := u.User.Password()
-		c.auth = "Basic " + base64.StdEncoding.EncodeToString([]byte(u.User.Username()+":"+pass))
+		c.auth = basicAuth(u.User)
 	}
-	port := u.Port()
-	if port == "" {
-		port = "80"
-		if u.Scheme == "https" {
-			port = "443"
-		}
-	}
-	addr := net.JoinHostPort(u.Hostname(), port)
 	if dial == nil {
 		d := &net.Dialer{Timeout: dialTimeout, KeepAlive: tcpKeepAlive}
 		dial = d.DialContext
 	}
+	addr := hostPort(u)
 	c.dial = func(ctx context.Context) (net.Conn, error) { return dial(ctx, "tcp", addr) }
+	if proxy == nil {
+		proxy = proxyFromEnvironment
+	}
+	p, err := proxy(u)
+	if err != nil {
+		return nil, fmt.Errorf("proxy: %w", err)
+	}
+	if p != nil {
+		if p.Scheme != "http" {
+			return nil, fmt.Errorf("proxy %s: only http:// proxies are supported", p.Redacted())
+		}
+		proxyAddr, auth := hostPort(p), ""
+		if p.User != nil {
+			auth = basicAuth(p.User)
+		}
+		if u.Scheme == "https" {
+			c.dial = func(ctx context.Context) (net.Conn, error) {
+				nc, err := dial(ctx, "tcp", proxyAddr)
+				if err != nil {
+					return nil, err
+				}
+				if err := connect(ctx, nc, addr, auth); err != nil {
+					nc.Close()
+					return nil, err
+				}
+				return nc, nil
+			}
+		} else {
+			// A plain request goes to the proxy with the whole URL.
+			c.dial = func(ctx context.Context) (net.Conn, error) { return dial(ctx, "tcp", proxyAddr) }
+			c.prefix = "http://" + u.Host + c.prefix
+			c.proxyAuth = auth
+		}
+	}
 	if u.Scheme == "https" {
 		cfg := &tls.Config{ServerName: u.Hostname(), NextProtos: []string{"http/1.1"}}
 		plain := c.dial
@@ -105,6 +145,53 @@ func newClient(base, apiKey string, dial DialFunc) (*client, error) {
 		}
 	}
 	return c, nil
+}
+
+// hostPort is u's host and port, the scheme's port when it has none.
+func hostPort(u *url.URL) string {
+	port := u.Port()
+	if port == "" {
+		port = "80"
+		if u.Scheme == "https" {
+			port = "443"
+		}
+	}
+	return net.JoinHostPort(u.Hostname(), port)
+}
+
+func basicAuth(user *url.Userinfo) string {
+	pass, _ := user.Password()
+	return "Basic " + base64.StdEncoding.EncodeToString([]byte(user.Username()+":"+pass))
+}
+
+// connect asks the proxy at the other end of nc for a tunnel to addr.
+// This happens once per connection, so net/http reads the answer.
+func connect(ctx context.Context, nc net.Conn, addr, auth string) error {
+	hctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
+	defer cancel()
+	stop := context.AfterFunc(hctx, func() { nc.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	req := "CONNECT " + addr + " HTTP/1.1\r\nHost: " + addr + "\r\n"
+	if auth != "" {
+		req += "Proxy-Authorization: " + auth + "\r\n"
+	}
+	if _, err := io.WriteString(nc, req+"\r\n"); err != nil {
+		return fmt.Errorf("proxy CONNECT: %w", err)
+	}
+	// The proxy sends nothing after its answer until the TLS handshake
+	// begins, so nothing is lost in the reader's buffer.
+	resp, err := http.ReadResponse(bufio.NewReader(nc), &http.Request{Method: http.MethodConnect})
+	if err != nil {
+		return fmt.Errorf("proxy CONNECT: %w", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("proxy CONNECT: %s", resp.Status)
+	}
+	if !stop() {
+		return fmt.Errorf("proxy CONNECT: %w", hctx.Err())
+	}
+	return nc.SetDeadline(time.Time{})
 }
 
 // conn is one connection to the engine.
@@ -302,6 +389,9 @@ func (c *client) fill(req *fasthttp.Request, r *request) {
 	h.Set("Accept", r.accept)
 	if c.auth != "" {
 		h.Set("Authorization", c.auth)
+	}
+	if c.proxyAuth != "" {
+		h.Set("Proxy-Authorization", c.proxyAuth)
 	}
 	if r.stream == nil && r.body != nil {
 		req.SetBodyRaw(r.body)

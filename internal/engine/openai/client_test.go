@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -217,5 +220,100 @@ func TestBaseURLCredentials(t *testing.T) {
 				t.Fatalf("Authorization %q, want %q", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestProxy checks that a server the environment names a proxy for is
+// reached through it: a plain request is sent to the proxy with the whole
+// URL, an https one through a CONNECT tunnel.
+func TestProxy(t *testing.T) {
+	type seen struct{ method, uri, auth string }
+	var mu sync.Mutex
+	var got []seen
+	engineTLS := httptest.NewUnstartedServer(http.NotFoundHandler())
+	engineTLS.Config.ErrorLog = log.New(io.Discard, "", 0) // the failed handshake
+	engineTLS.StartTLS()
+	defer engineTLS.Close()
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = append(got, seen{r.Method, r.RequestURI, r.Header.Get("Proxy-Authorization")})
+		mu.Unlock()
+		if r.Method != http.MethodConnect {
+			jsonHandler(200, vllmPlainCompletion)(w, r)
+			return
+		}
+		// Every tunnel leads to the TLS server, whatever it was asked for.
+		up, err := net.Dial("tcp", engineTLS.Listener.Addr().String())
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer up.Close()
+		nc, bw, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			return
+		}
+		defer nc.Close()
+		io.WriteString(bw, "HTTP/1.1 200 Connection established\r\n\r\n")
+		bw.Flush()
+		go io.Copy(up, nc)
+		io.Copy(nc, up)
+	}))
+	defer proxy.Close()
+	viaProxy := func(*url.URL) (*url.URL, error) {
+		return url.Parse(strings.Replace(proxy.URL, "://", "://u:p@", 1))
+	}
+	const auth = "Basic dTpw"
+	saw := func() []seen {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(got)
+	}
+
+	engineAt := func(base string) *Engine {
+		e := newEngine(t, base)
+		c, err := newClient(e.base, "", nil, viaProxy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.client = c
+		t.Cleanup(c.close)
+		return e
+	}
+
+	r := engineAt("http://engine.invalid:8000/api").Serve(t.Context(), chatReq(false, chatRequest), &sink{})
+	wantStatus(t, r, 200)
+	if want := (seen{http.MethodPost, "http://engine.invalid:8000/api" + chatPath, auth}); !slices.Equal(saw(), []seen{want}) {
+		t.Fatalf("the proxy saw %+v, want %+v", saw(), want)
+	}
+
+	// The TLS server's certificate is not trusted: the handshake failing
+	// shows it went through the tunnel.
+	r = engineAt("https://engine.invalid").Serve(t.Context(), chatReq(false, chatRequest), &sink{})
+	wantStatus(t, r, http.StatusBadGateway)
+	if !strings.Contains(errMsg(r), "certificate") {
+		t.Fatalf("got %+v", r.Error)
+	}
+	if want := (seen{http.MethodConnect, "engine.invalid:443", auth}); len(saw()) != 2 || saw()[1] != want {
+		t.Fatalf("the proxy saw %+v, want %+v", saw(), want)
+	}
+}
+
+func TestProxyRefused(t *testing.T) {
+	socks := func(*url.URL) (*url.URL, error) { return url.Parse("socks5://127.0.0.1:1080") }
+	if _, err := newClient("http://10.0.0.1:8000", "", nil, socks); err == nil {
+		t.Fatal("a SOCKS proxy was accepted")
+	}
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusProxyAuthRequired)
+	}))
+	defer proxy.Close()
+	c, err := newClient("https://engine.invalid", "", nil, func(*url.URL) (*url.URL, error) { return url.Parse(proxy.URL) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.close()
+	if _, err := c.do(t.Context(), &request{method: http.MethodGet, path: "/v1/models"}); err == nil || !strings.Contains(err.Error(), "407") {
+		t.Fatalf("err = %v", err)
 	}
 }

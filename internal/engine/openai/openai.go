@@ -73,7 +73,7 @@ func New(cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := newClient(base, cfg.APIKey, cfg.Dial)
+	c, err := newClient(base, cfg.APIKey, cfg.Dial, nil)
 	if err != nil {
 		return nil, fmt.Errorf("openai engine: %w", err)
 	}
