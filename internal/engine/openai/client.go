@@ -373,6 +373,7 @@ func (c *client) try(ctx context.Context, r *request, fresh bool) (_ *response, 
 	}
 	resp.status = fr.StatusCode()
 	resp.body = fr.BodyStream()
+	resp.eof = resp.body == nil // no body to read: a 204, a 304
 	return resp, false, nil
 }
 
