@@ -38,3 +38,19 @@ func BenchmarkStream(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkStreamBody prepares a typical streaming request for the engine.
+func BenchmarkStreamBody(b *testing.B) {
+	body := []byte(`{"model":"Qwen/Qwen3-8B","messages":[{"role":"system","content":"` + strings.Repeat("You are a helpful assistant. ", 40) +
+		`"},{"role":"user","content":"Write a haiku about the sea."}],"stream":true,"temperature":0.7,"max_tokens":256}`)
+	for name, f := range map[string]func([]byte) ([]byte, error){"plain": streamBody, "decoded": streamBodyDecoded} {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := f(body); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

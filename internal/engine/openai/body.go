@@ -22,8 +22,8 @@ func (e *Engine) chat(ctx context.Context, req *engine.Request, sink engine.Sink
 	if res != nil {
 		return res
 	}
-	defer resp.Body.Close()
-	b, res := e.readBody(ctx, resp.Body)
+	defer resp.Close()
+	b, res := e.readBody(ctx, resp)
 	if res != nil {
 		return res
 	}
@@ -113,8 +113,8 @@ func (e *Engine) embeddings(ctx context.Context, req *engine.Request, sink engin
 	if res != nil {
 		return res
 	}
-	defer resp.Body.Close()
-	b, res := e.readBody(ctx, resp.Body)
+	defer resp.Close()
+	b, res := e.readBody(ctx, resp)
 	if res != nil {
 		return res
 	}

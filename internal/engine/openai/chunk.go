@@ -116,11 +116,22 @@ func lastFinishReason(p []byte) string {
 			return true
 		}
 		if len(s) > 0 {
-			reason = string(s)
+			reason = reasonString(s)
 		}
 		return true
 	})
 	return reason
+}
+
+// reasonString is a finish reason as a string, the common ones without
+// copying.
+func reasonString(s []byte) string {
+	for _, r := range [...]string{"stop", "length", "tool_calls", "content_filter"} {
+		if string(s) == r {
+			return r
+		}
+	}
+	return string(s)
 }
 
 // eachValue calls f with the text from the start of each value of

@@ -37,8 +37,8 @@ func (e *Engine) completion(ctx context.Context, req *engine.Request, sink engin
 	if res != nil {
 		return res
 	}
-	defer resp.Body.Close()
-	b, res := e.readBody(ctx, resp.Body)
+	defer resp.Close()
+	b, res := e.readBody(ctx, resp)
 	if res != nil {
 		return res
 	}

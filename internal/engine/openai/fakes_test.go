@@ -91,10 +91,10 @@ type received struct {
 // fake is a test server with a recorder. Handlers are keyed by path.
 type fake struct {
 	*httptest.Server
-	// client reaches the server; nil for one on loopback.
-	client *http.Client
-	mu     sync.Mutex
-	reqs   []received
+	// dial reaches the server; nil for one on loopback.
+	dial DialFunc
+	mu   sync.Mutex
+	reqs []received
 }
 
 func newFake(t *testing.T, routes map[string]http.HandlerFunc) *fake {
@@ -111,7 +111,7 @@ func newMemFake(t *testing.T, routes map[string]http.HandlerFunc) *fake {
 	t.Helper()
 	f := &fake{}
 	m := newMemServer(t, f.handler(routes))
-	f.Server, f.client = m.Server, m.client
+	f.Server, f.dial = m.Server, m.dial
 	return f
 }
 
@@ -133,7 +133,7 @@ func (f *fake) handler(routes map[string]http.HandlerFunc) http.Handler {
 // engine is an engine of the fake's server.
 func (f *fake) engine(t *testing.T) *Engine {
 	t.Helper()
-	return newEngineWith(t, f.URL, f.client)
+	return newEngineWith(t, f.URL, f.dial)
 }
 
 // memServer is a test server reached over in-memory connections. In a
@@ -142,7 +142,7 @@ func (f *fake) engine(t *testing.T) *Engine {
 // reading a net.Pipe is.
 type memServer struct {
 	*httptest.Server
-	client *http.Client
+	dial DialFunc
 }
 
 func newMemServer(t *testing.T, h http.Handler) *memServer {
@@ -151,19 +151,14 @@ func newMemServer(t *testing.T, h http.Handler) *memServer {
 	srv := httptest.NewUnstartedServer(h)
 	srv.Listener = ln
 	srv.Start()
-	tr := defaultClient().Transport.(*http.Transport)
-	tr.Proxy, tr.DialContext = nil, ln.dial
-	t.Cleanup(func() {
-		srv.Close()
-		tr.CloseIdleConnections()
-	})
-	return &memServer{Server: srv, client: &http.Client{Transport: tr}}
+	t.Cleanup(srv.Close)
+	return &memServer{Server: srv, dial: ln.dial}
 }
 
 // engine is an engine of the server.
 func (m *memServer) engine(t *testing.T) *Engine {
 	t.Helper()
-	return newEngineWith(t, m.URL, m.client)
+	return newEngineWith(t, m.URL, m.dial)
 }
 
 // memListener accepts the connections its dial makes: each a net.Pipe
@@ -321,14 +316,15 @@ func newEngine(t *testing.T, base string) *Engine {
 	return newEngineWith(t, base, nil)
 }
 
-// newEngineWith is an engine whose requests go through client (the
-// default client when nil).
-func newEngineWith(t *testing.T, base string, client *http.Client) *Engine {
+// newEngineWith is an engine whose connections dial opens (net.Dialer's
+// when nil). Its kept-alive connections are closed when the test ends.
+func newEngineWith(t *testing.T, base string, dial DialFunc) *Engine {
 	t.Helper()
-	e, err := New(Config{BaseURL: base, HTTPClient: client})
+	e, err := New(Config{BaseURL: base, Dial: dial})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { e.Close(context.Background()) })
 	return e
 }
 

@@ -99,21 +99,16 @@ func (e *Engine) servingContext(ctx context.Context) int {
 
 // getJSON decodes the JSON answer to GET path into v.
 func (e *Engine) getJSON(ctx context.Context, path string, v any) error {
-	req, err := e.newRequest(ctx, http.MethodGet, path, nil)
+	resp, err := e.client.do(ctx, &request{method: http.MethodGet, path: path, accept: "application/json"})
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Accept", "application/json")
-	resp, err := e.client.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode >= http.StatusBadRequest {
+	defer resp.Close()
+	if resp.status >= http.StatusBadRequest {
 		r := errorResponse(ctx, resp)
-		return fmt.Errorf("GET %s: status %d: %s", path, resp.StatusCode, r.Error.Message)
+		return fmt.Errorf("GET %s: status %d: %s", path, resp.status, r.Error.Message)
 	}
-	b, err := readLimited(resp.Body, maxMetaBody)
+	b, err := readLimited(resp, maxMetaBody)
 	if err != nil {
 		return fmt.Errorf("read %s: %w", path, err)
 	}

@@ -29,7 +29,6 @@ import (
 	"net/url"
 	"strings"
 	"sync/atomic"
-	"time"
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/engine"
@@ -42,18 +41,18 @@ type Config struct {
 	BaseURL string
 	// APIKey is sent as a bearer token when set.
 	APIKey string
-	// HTTPClient overrides the default client. Requests are bounded by
-	// their context, so it should not set an overall Timeout: that would
-	// cut long generations off.
-	HTTPClient *http.Client
+	// Dial, when set, opens the connections to the server instead of
+	// net.Dialer (tests reach servers in memory with it), and no proxy of
+	// the environment's is used. TLS, for an https URL, is layered on what
+	// it returns.
+	Dial DialFunc
 }
 
 // Engine talks to one OpenAI-compatible server. It is safe for concurrent
 // use.
 type Engine struct {
 	base   string // root URL without /v1 and without a trailing slash
-	apiKey string
-	client *http.Client
+	client *client
 	// maxBody bounds a non-streaming answer (maxResponseBody; lowered in
 	// tests).
 	maxBody int64
@@ -65,6 +64,7 @@ type Engine struct {
 var _ interface {
 	engine.Engine
 	engine.Info
+	engine.Closer
 } = (*Engine)(nil)
 
 // New returns an engine for the server at cfg.BaseURL. It does not contact
@@ -74,11 +74,22 @@ func New(cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	client := cfg.HTTPClient
-	if client == nil {
-		client = defaultClient()
+	var proxy ProxyFunc // the environment's
+	if cfg.Dial != nil {
+		proxy = func(*url.URL) (*url.URL, error) { return nil, nil }
 	}
-	return &Engine{base: base, apiKey: cfg.APIKey, client: client, maxBody: maxResponseBody}, nil
+	c, err := newClient(base, cfg.APIKey, cfg.Dial, proxy)
+	if err != nil {
+		return nil, fmt.Errorf("openai engine: %w", err)
+	}
+	return &Engine{base: base, client: c, maxBody: maxResponseBody}, nil
+}
+
+// Close closes the connections kept alive to the server. The worker calls
+// it after its last request.
+func (e *Engine) Close(context.Context) error {
+	e.client.close()
+	return nil
 }
 
 // normaliseBase reduces a base URL to the server root: the adapter adds
@@ -104,20 +115,6 @@ func normaliseBase(raw string) (string, error) {
 	u.Path = strings.TrimRight(u.Path, "/")
 	u.RawPath = ""
 	return u.String(), nil
-}
-
-// defaultClient keeps many connections alive per engine: a busy worker
-// runs hundreds of concurrent streams against one local server, and
-// reconnecting for each would waste time and ports.
-func defaultClient() *http.Client {
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.MaxIdleConns = 1024
-	t.MaxIdleConnsPerHost = 256
-	t.IdleConnTimeout = 90 * time.Second
-	// Engines are local or on a LAN; gzip would only add latency to
-	// streamed tokens.
-	t.DisableCompression = true
-	return &http.Client{Transport: t}
 }
 
 // Kind is "openai".

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"reflect"
 	"testing"
 
 	"github.com/svc-dev/svc/internal/api"
@@ -155,22 +156,23 @@ func TestUnknownKind(t *testing.T) {
 	}
 }
 
-func TestCustomHTTPClient(t *testing.T) {
+func TestCustomDial(t *testing.T) {
 	f := newFake(t, map[string]http.HandlerFunc{"/v1/models": jsonHandler(200, vllmModels)})
-	called := false
-	client := &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
-		called = true
-		return http.DefaultTransport.RoundTrip(r)
-	})}
-	e, err := New(Config{BaseURL: f.URL, HTTPClient: client})
+	var called []string
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		called = append(called, network+" "+addr)
+		var d net.Dialer
+		return d.DialContext(ctx, network, f.Listener.Addr().String())
+	}
+	e, err := New(Config{BaseURL: "http://engine.invalid:8000", Dial: dial})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.Models(context.Background()); err != nil || !called {
-		t.Fatalf("err=%v called=%v", err, called)
+	defer e.Close(context.Background())
+	if _, err := e.Models(context.Background()); err != nil || !reflect.DeepEqual(called, []string{"tcp engine.invalid:8000"}) {
+		t.Fatalf("err=%v dialled %q", err, called)
+	}
+	if got := f.last(t, "/v1/models").Header; got.Get("Accept") != "application/json" {
+		t.Fatalf("headers %v", got)
 	}
 }
-
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

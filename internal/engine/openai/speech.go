@@ -50,12 +50,12 @@ func (e *Engine) speak(ctx context.Context, req *engine.Request, sink engine.Sin
 	if res != nil {
 		return res
 	}
-	defer resp.Body.Close()
-	b, res := e.readBody(ctx, resp.Body)
+	defer resp.Close()
+	b, res := e.readBody(ctx, resp)
 	if res != nil {
 		return res
 	}
-	wav, res := speechWAV(b, resp.Header.Get("Content-Type"))
+	wav, res := speechWAV(b, string(resp.contentType()))
 	if res != nil {
 		return res
 	}

@@ -83,25 +83,128 @@ func (s *stats) captureUsage(raw json.RawMessage) {
 	if isNull(raw) {
 		return
 	}
-	var u usageJSON
-	if json.Unmarshal(raw, &u) != nil {
-		return
+	var f usageFields
+	if !readUsage(raw, &f) {
+		var u usageJSON
+		if json.Unmarshal(raw, &u) != nil {
+			return
+		}
+		f = u.fields()
 	}
 	out := &api.Usage{
-		PromptTokens:     int(u.PromptTokens),
-		CompletionTokens: int(u.CompletionTokens),
-		TotalTokens:      int(u.TotalTokens),
+		PromptTokens:     int(f.prompt),
+		CompletionTokens: int(f.completion),
+		TotalTokens:      int(f.total),
 	}
 	if out.TotalTokens == 0 {
 		out.TotalTokens = out.PromptTokens + out.CompletionTokens
 	}
-	if d := u.CompletionTokensDetails; d != nil && d.ReasoningTokens != nil {
-		out.ReasoningTokens = ptr(int(*d.ReasoningTokens))
+	if f.hasReasoning {
+		out.ReasoningTokens = ptr(int(f.reasoning))
 	}
-	if d := u.PromptTokensDetails; d != nil && d.CachedTokens != nil {
-		out.CachedTokens = ptr(int(*d.CachedTokens))
+	if f.hasCached {
+		out.CachedTokens = ptr(int(f.cached))
 	}
 	s.usage = out
+}
+
+// usageFields is what captureUsage takes from a usage object.
+type usageFields struct {
+	prompt, completion, total flexInt
+	reasoning, cached         flexInt
+	hasReasoning, hasCached   bool
+}
+
+func (u *usageJSON) fields() usageFields {
+	f := usageFields{prompt: u.PromptTokens, completion: u.CompletionTokens, total: u.TotalTokens}
+	if d := u.CompletionTokensDetails; d != nil && d.ReasoningTokens != nil {
+		f.reasoning, f.hasReasoning = *d.ReasoningTokens, true
+	}
+	if d := u.PromptTokensDetails; d != nil && d.CachedTokens != nil {
+		f.cached, f.hasCached = *d.CachedTokens, true
+	}
+	return f
+}
+
+// readUsage reads a usage object, which must be valid JSON, as decoding
+// it into usageJSON would, in one pass: every response carries one, and
+// reflection made it a noticeable share of a request's cost. ok is false
+// when encoding/json must decide: a member repeated or named in another
+// case, a details member that is neither an object nor null.
+func readUsage(raw []byte, f *usageFields) (ok bool) {
+	ok = true
+	var seen uint8
+	if !topMembers(raw, func(key, val []byte) bool {
+		var bit uint8
+		switch string(key) {
+		case "prompt_tokens":
+			bit, f.prompt = 1, flexIntOf(val)
+		case "completion_tokens":
+			bit, f.completion = 2, flexIntOf(val)
+		case "total_tokens":
+			bit, f.total = 4, flexIntOf(val)
+		case "completion_tokens_details":
+			bit = 8
+			f.reasoning, f.hasReasoning, ok = readDetail(val, "reasoning_tokens")
+		case "prompt_tokens_details":
+			bit = 16
+			f.cached, f.hasCached, ok = readDetail(val, "cached_tokens")
+		default:
+			ok = !foldsTo(key, "prompt_tokens", "completion_tokens", "total_tokens",
+				"completion_tokens_details", "prompt_tokens_details")
+		}
+		ok = ok && seen&bit == 0
+		seen |= bit
+		return ok
+	}) {
+		return false
+	}
+	return ok
+}
+
+// readDetail reads member name of a usage details object; has is false
+// when it is absent or null.
+func readDetail(val []byte, name string) (n flexInt, has, ok bool) {
+	if isNull(val) {
+		return 0, false, true
+	}
+	if val[0] != '{' {
+		return 0, false, false
+	}
+	ok, seen := true, false
+	if !topMembers(val, func(key, v []byte) bool {
+		switch {
+		case string(key) == name:
+			ok = !seen
+			seen = true
+			if has = !isNull(v); has {
+				n = flexIntOf(v)
+			}
+		case foldsTo(key, name):
+			ok = false
+		}
+		return ok
+	}) {
+		return 0, false, false
+	}
+	return n, has, ok
+}
+
+// foldsTo reports whether key is one of names in another case, which
+// encoding/json would take for it.
+func foldsTo(key []byte, names ...string) bool {
+	for _, name := range names {
+		if string(key) != name && bytes.EqualFold(key, []byte(name)) {
+			return true
+		}
+	}
+	return false
+}
+
+func flexIntOf(raw []byte) flexInt {
+	var n flexInt
+	_ = n.UnmarshalJSON(raw) // it takes anything
+	return n
 }
 
 // llamaTimings is the part of llama.cpp's timings object the Result uses.

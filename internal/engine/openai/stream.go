@@ -7,9 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"mime"
 	"net/http"
+	"slices"
 	"time"
+	"unicode/utf8"
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/engine"
@@ -51,11 +52,11 @@ func (e *Engine) streamChat(ctx context.Context, req *engine.Request, sink engin
 	if res != nil {
 		return res
 	}
-	defer resp.Body.Close()
-	if isJSON(resp.Header.Get("Content-Type")) {
-		return s.whole(ctx, e, resp.Body)
+	defer resp.Close()
+	if isJSON(resp.contentType()) {
+		return s.whole(ctx, e, resp)
 	}
-	rd := sse.NewReader(resp.Body, maxEvent)
+	rd := sse.NewReader(resp, maxEvent)
 	for {
 		ev, err := rd.Next()
 		if err != nil {
@@ -64,7 +65,7 @@ func (e *Engine) streamChat(ctx context.Context, req *engine.Request, sink engin
 		res, done := s.event(ctx, ev)
 		if done {
 			if res.Status == http.StatusOK {
-				drain(resp.Body, cancel)
+				drain(resp, cancel)
 			}
 			return res
 		}
@@ -75,6 +76,15 @@ func (e *Engine) streamChat(ctx context.Context, req *engine.Request, sink engin
 // everything else, other stream_options included: usage is how the worker
 // accounts, and the gateway writes the client's usage chunk itself.
 func streamBody(body []byte) ([]byte, error) {
+	if out, ok := streamBodyPlain(body); ok {
+		return out, nil
+	}
+	return streamBodyDecoded(body)
+}
+
+// streamBodyDecoded is streamBody for any body: its top level and
+// stream_options are decoded into maps, edited and encoded again.
+func streamBodyDecoded(body []byte) ([]byte, error) {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(body, &m); err != nil || m == nil {
 		return nil, fmt.Errorf("request body is not a JSON object: %v", err)
@@ -89,6 +99,105 @@ func streamBody(body []byte) ([]byte, error) {
 	m["stream"] = json.RawMessage("true")
 	m["stream_options"] = encodeObject(opts)
 	return encodeObject(m), nil
+}
+
+// member is a JSON object's member as it stands in the text.
+type member struct{ key, val []byte }
+
+// streamBodyPlain is streamBody for a body whose keys are plain ASCII,
+// the common case, without decoding it into maps: it writes the same
+// bytes. ok is false when streamBody must decide.
+func streamBodyPlain(body []byte) (out []byte, ok bool) {
+	if !json.Valid(body) {
+		return nil, false
+	}
+	var buf [24]member
+	ms, ok := plainMembers(body, members(buf[:0]))
+	if !ok {
+		return nil, false
+	}
+	var optBuf [8]member
+	opts := members(optBuf[:0])
+	if raw := ms.last("stream_options"); len(raw) > 0 && raw[0] == '{' {
+		// Anything but an object is dropped, as a failed decode is.
+		if opts, ok = plainMembers(raw, opts); !ok {
+			return nil, false
+		}
+	}
+	yes := []byte("true")
+	opts = opts.set("include_usage", yes)
+	ms = ms.set("stream", yes)
+	ms = ms.set("stream_options", opts.appendObject(nil))
+	return ms.appendObject(make([]byte, 0, len(body)+64)), true
+}
+
+type members []member
+
+// plainMembers appends the members of the JSON object b, which must be
+// valid, to ms, sorted by key, the last of a repeated key kept: a map's
+// view of the object. ok is false when b is not an object or a key is not
+// plain ASCII, which a map would hold decoded.
+func plainMembers(b []byte, ms members) (_ members, ok bool) {
+	plain := true
+	if !topMembers(b, func(key, val []byte) bool {
+		for _, c := range key {
+			if c >= utf8.RuneSelf {
+				plain = false
+				return false
+			}
+		}
+		ms = append(ms, member{key, val})
+		return true
+	}) || !plain {
+		return nil, false
+	}
+	slices.SortStableFunc(ms, func(a, b member) int { return bytes.Compare(a.key, b.key) })
+	out := ms[:0]
+	for i, m := range ms {
+		if i+1 < len(ms) && bytes.Equal(ms[i+1].key, m.key) {
+			continue
+		}
+		out = append(out, m)
+	}
+	return out, true
+}
+
+// last is the value of key; nil when there is none.
+func (ms members) last(key string) []byte {
+	for _, m := range ms {
+		if string(m.key) == key {
+			return m.val
+		}
+	}
+	return nil
+}
+
+// set sets key to val, keeping ms sorted.
+func (ms members) set(key string, val []byte) members {
+	i := 0
+	for i < len(ms) && string(ms[i].key) < key {
+		i++
+	}
+	if i < len(ms) && string(ms[i].key) == key {
+		ms[i].val = val
+		return ms
+	}
+	return slices.Insert(ms, i, member{[]byte(key), val})
+}
+
+// appendObject writes ms as encodeObject writes a map.
+func (ms members) appendObject(b []byte) []byte {
+	b = append(b, '{')
+	for i, m := range ms {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		b = append(b, m.key...)
+		b = append(b, '"', ':')
+		b = append(b, m.val...)
+	}
+	return append(b, '}')
 }
 
 // event handles one server-sent event. done is set when the stream is over,
@@ -224,7 +333,9 @@ func drain(body io.Reader, cancel context.CancelFunc) {
 	_, _ = io.Copy(io.Discard, io.LimitReader(body, drainMax))
 }
 
-func isJSON(contentType string) bool {
-	mt, _, err := mime.ParseMediaType(contentType)
-	return err == nil && mt == "application/json"
+// isJSON reports whether a Content-Type is JSON's. It is asked of every
+// streamed answer, so it reads the header in place.
+func isJSON(contentType []byte) bool {
+	mt, _, _ := bytes.Cut(contentType, []byte(";"))
+	return bytes.EqualFold(bytes.TrimSpace(mt), []byte("application/json"))
 }

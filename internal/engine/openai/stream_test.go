@@ -240,6 +240,9 @@ func TestStreamBody(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if _, plain := streamBodyPlain([]byte(tt.in)); !plain {
+				t.Error("not read in one pass")
+			}
 			m := decode(t, out)
 			if m["stream"] != true || !reflect.DeepEqual(m["stream_options"], tt.opts) || m["model"] != "m" {
 				t.Fatalf("got %s", out)
@@ -516,4 +519,33 @@ func fmtp(p *float64) any {
 
 func fmtTiming(t api.Timing) string {
 	return fmt.Sprintf("ttft=%v tps=%v draft=%v", fmtp(t.TTFTMs), fmtp(t.TokensPerSecond), fmtp(t.DraftAcceptanceRate))
+}
+
+// FuzzStreamBody checks that the plain path writes what decoding into
+// maps writes, wherever it takes the body.
+func FuzzStreamBody(f *testing.F) {
+	for _, s := range []string{
+		chatRequest,
+		`{"model":"m","stream":true}`,
+		`{"model":"m","stream":false,"stream_options":{"include_usage":false,"continuous_usage_stats":true}}`,
+		`{"b":1,"a":[{"x":"}"}],"a":2,"stream_options":"x"}`,
+		`{"stream_options":{"z":null,"include_usage":1,"z":{}}, "model" : "m" }`,
+		`{"modèle":"m"}`,
+		`{"mo\u0064el":"m"}`,
+		`{"stream_options":{"\u0061":1}}`,
+		`[1]`,
+		`null`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		plain, ok := streamBodyPlain(b)
+		if !ok {
+			return
+		}
+		want, err := streamBodyDecoded(b)
+		if err != nil || !bytes.Equal(plain, want) {
+			t.Fatalf("%s:\nplain   %s\ndecoded %s (%v)", b, plain, want, err)
+		}
+	})
 }

@@ -41,9 +41,10 @@ func (e *Engine) transcribe(ctx context.Context, req *engine.Request, sink engin
 		return engine.Failure(http.StatusInternalServerError, api.TypeServer, err.Error())
 	}
 	audio := &uploadReader{r: req.Audio}
-	// The transport may still be sending when the engine has answered:
-	// closing here waits for its last read, so the upload is never read
-	// after Serve returns.
+	// The client may still be sending when the engine has answered;
+	// closing the exchange stops it, and closing the upload as well, which
+	// waits for a read in progress, makes sure it is never read after
+	// Serve returns.
 	defer audio.Close()
 	size := int64(-1)
 	if p.Bytes > 0 {
@@ -53,18 +54,18 @@ func (e *Engine) transcribe(ctx context.Context, req *engine.Request, sink engin
 	resp, res := e.postStream(ctx, transcriptionsPath, body, size, f.contentType, "application/json")
 	if res != nil {
 		// A broken upload is why the request failed, whatever the
-		// transport made of it.
+		// client made of it.
 		if err := audio.Close(); err != nil && ctx.Err() == nil {
 			return engine.Failure(http.StatusBadGateway, api.TypeUpstream, "read the uploaded audio: "+err.Error())
 		}
 		return res
 	}
-	defer resp.Body.Close()
-	b, res := e.readBody(ctx, resp.Body)
+	defer resp.Close()
+	b, res := e.readBody(ctx, resp)
 	if res != nil {
 		return res
 	}
-	t, res := parseTranscript(b, resp.Header.Get("Content-Type"), &p)
+	t, res := parseTranscript(b, string(resp.contentType()), &p)
 	if res != nil {
 		return res
 	}
