@@ -106,6 +106,7 @@ func run() error {
 	conns := flag.Int("conns", 0, "connections of the closed-loop scenarios (default 64, 8 with -short)")
 	profile := flag.String("profile", "", "also profile the gateway and worker under load and write the profiles to this directory")
 	show := flag.String("show", "", "print the table of a results file instead of running")
+	svcSource := flag.String("svc-source", "", "build the svc under test from this module (a checkout of another commit, for a before and after) instead of this one")
 	place := flag.String("placement", placeOneCore, "where the programs run: "+placeOneCore+
 		" (nginx, or svc's gateway and worker with GOMAXPROCS=1 each, on CPU 0; engine and load on CPU 1) or "+placeNone)
 	flag.Parse()
@@ -150,6 +151,7 @@ func run() error {
 	}
 	sc.profile = *profile
 	sc.place = pl
+	sc.svcSource = *svcSource
 	return bench(ctx, sc, *out, want, os.Stdout)
 }
 
@@ -170,8 +172,12 @@ func bench(ctx context.Context, sc scale, out string, want func(string) bool, w 
 	h := &rig{scale: sc, dir: dir, client: client}
 	h.report = report{Machine: readMachine(sc.place), Short: sc.short, Repeat: sc.repeat, Duration: sc.duration.String()}
 
-	h.log("building svc")
-	if h.bin, err = (&harness.Builder{Dir: dir, Log: os.Stderr}).Binary(ctx); err != nil {
+	if sc.svcSource != "" {
+		h.log("building svc from " + sc.svcSource)
+	} else {
+		h.log("building svc")
+	}
+	if h.bin, err = (&harness.Builder{Dir: dir, Root: sc.svcSource, Log: os.Stderr}).Binary(ctx); err != nil {
 		return err
 	}
 	if h.engine, err = startEngine("tps=0,ttft=0,rtf=0"); err != nil {

@@ -32,6 +32,8 @@ type scale struct {
 	usage    int
 	profile  string // directory for CPU and allocation profiles, when set
 	place    placement
+	// svcSource is the module svc is built from; "" is this one.
+	svcSource string
 	// The overload scenario's open loop: above capacity for overloadFor,
 	// below it for recoverFor, each request given overloadTimeout.
 	overloadFor, recoverFor, overloadTimeout time.Duration
