@@ -170,6 +170,7 @@ func (f *Fleet) Connect(ctx context.Context, orgID string, hello api.Hello, conn
 	// connection is attached wait in the session and go out right after
 	// the welcome, so the worker is usable the moment it hears it is in.
 	w.attached = true
+	f.reindexLocked(o, w, now)
 	sess := w.sess
 	droppedAt := w.droppedAt
 	f.mu.Unlock()
@@ -269,6 +270,7 @@ func (f *Fleet) detached(w *worker, sess *link.Session, err error) {
 	}
 	now := time.Now()
 	w.attached = false
+	f.reindexLocked(f.orgs[w.orgID], w, now)
 	if w.draining && sess.Streams() == 0 {
 		w.offlineSince = now
 		f.event(w, api.EventDisconnected, "the worker stopped", nil, false, now)
@@ -326,6 +328,7 @@ func (f *Fleet) control(w *worker, sess *link.Session, fr link.Frame) {
 			now := time.Now()
 			added, removed := diffModels(w.models, ms)
 			w.models, w.lastSeen = ms, now
+			f.reindexLocked(f.org(w.orgID), w, now)
 			if len(added)+len(removed) > 0 {
 				f.event(w, api.EventModelsChanged, "", map[string]any{"added": added, "removed": removed}, false, now)
 			}
@@ -365,6 +368,7 @@ func (f *Fleet) control(w *worker, sess *link.Session, fr link.Frame) {
 		if current && !w.draining {
 			now := time.Now()
 			w.draining = true
+			f.reindexLocked(f.orgs[w.orgID], w, now)
 			f.event(w, api.EventDraining, "the worker is finishing its requests and takes no new ones", nil, false, now)
 		}
 		f.mu.Unlock()
@@ -413,6 +417,7 @@ func (f *Fleet) Disconnect(orgID, workerID, reason string) {
 	if w.offlineSince.IsZero() {
 		w.offlineSince = now
 		w.attached = false
+		f.reindexLocked(o, w, now)
 		f.event(w, api.EventDisconnected, reason, nil, false, now)
 		f.noteStatusLocked(w, now)
 	}

@@ -111,20 +111,16 @@ func (f *Fleet) ConcurrencyLimits() []WorkerLimit {
 // Models lists the models the organisation's connected workers serve,
 // once each, with the metadata of the first worker (by name) serving it.
 func (f *Fleet) Models(orgID string) []api.Model {
-	ws := f.Workers(orgID)
-	seen := map[string]bool{}
+	f.mu.Lock()
 	out := []api.Model{}
-	for _, w := range ws {
-		if w.OfflineSince != nil {
-			continue
-		}
-		for _, m := range w.Models {
-			if !seen[m.ID] {
-				seen[m.ID] = true
-				out = append(out, m)
+	if o := f.orgs[orgID]; o != nil {
+		for _, ix := range o.models {
+			if m := ix.describe(); m != nil {
+				out = append(out, *m)
 			}
 		}
 	}
+	f.mu.Unlock()
 	slices.SortFunc(out, func(a, b api.Model) int { return cmp.Compare(a.ID, b.ID) })
 	return out
 }
@@ -136,24 +132,25 @@ func (f *Fleet) Model(orgID, id string) *api.Model {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	o := f.orgs[orgID]
-	if o == nil {
+	if o == nil || o.models[id] == nil {
 		return nil
 	}
-	var found *api.Model
-	name := ""
-	for _, w := range o.workers {
-		if !w.offlineSince.IsZero() {
-			continue
-		}
-		if m := w.model(id); m != nil && (found == nil || w.name < name) {
-			found, name = m, w.name
+	if m := o.models[id].describe(); m != nil {
+		c := *m
+		return &c
+	}
+	return nil
+}
+
+// describe is the model as the first online worker listing it, by name,
+// describes it; nil when none is online.
+func (ix *modelIndex) describe() *api.Model {
+	for _, w := range ix.listed {
+		if w.offlineSince.IsZero() {
+			return w.model(ix.model)
 		}
 	}
-	if found == nil {
-		return nil
-	}
-	m := *found
-	return &m
+	return nil
 }
 
 // KeyHolder is the worker of the organisation holding private-inference
@@ -166,8 +163,8 @@ func (f *Fleet) KeyHolder(orgID, keyID string) string {
 	if o == nil {
 		return ""
 	}
-	for _, w := range o.workers {
-		if w.e2eKey != nil && w.e2eKey.KeyID == keyID && w.offlineSince.IsZero() {
+	for _, w := range o.keys[keyID] {
+		if w.offlineSince.IsZero() {
 			return w.id
 		}
 	}
