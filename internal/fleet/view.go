@@ -9,8 +9,18 @@ import (
 )
 
 // Workers lists an organisation's workers, connected and recently
-// disconnected, by name.
+// disconnected, by name. The fleet is locked only while each worker's
+// entry is copied: a listing of thousands does not hold up routing while
+// it is sorted and sent.
 func (f *Fleet) Workers(orgID string) []api.Worker {
+	out := f.workers(orgID)
+	slices.SortFunc(out, func(a, b api.Worker) int {
+		return cmp.Or(cmp.Compare(a.WorkerName, b.WorkerName), cmp.Compare(a.WorkerID, b.WorkerID))
+	})
+	return out
+}
+
+func (f *Fleet) workers(orgID string) []api.Worker {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	o := f.orgs[orgID]
@@ -30,16 +40,13 @@ func (f *Fleet) Workers(orgID string) []api.Worker {
 	for _, w := range o.workers {
 		out = append(out, f.viewLocked(w, now, pinned[w.id]))
 	}
-	slices.SortFunc(out, func(a, b api.Worker) int {
-		return cmp.Or(cmp.Compare(a.WorkerName, b.WorkerName), cmp.Compare(a.WorkerID, b.WorkerID))
-	})
 	return out
 }
 
 func (f *Fleet) viewLocked(w *worker, now time.Time, pinned int) api.Worker {
 	v := api.Worker{
 		WorkerID: w.id, WorkerName: w.name, Status: f.statusLocked(w, now), Version: w.version,
-		Models: slices.Clone(w.models), ActiveTasks: w.active, QueueDepth: pinned + w.heartbeat.QueueDepth,
+		Models: w.models, ActiveTasks: w.active, QueueDepth: pinned + w.heartbeat.QueueDepth,
 		MaxConcurrent: w.maxConcurrent, LastSeenSecondsAgo: int(now.Sub(w.lastSeen) / time.Second),
 		Power: w.heartbeat.Power, Draining: w.draining, Engines: w.engines, Features: w.features,
 	}
