@@ -256,6 +256,7 @@ func (f *Fleet) newSession(w *worker) *link.Session {
 		Role:     link.Gateway,
 		Control:  func(fr link.Frame) { f.control(w, sess, fr) },
 		Detached: func(err error) { f.detached(w, sess, err) },
+		Buffers:  &f.buffers,
 	})
 	return sess
 }

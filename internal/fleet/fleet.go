@@ -107,6 +107,8 @@ type Fleet struct {
 	handshakes map[string]chan struct{}
 	// seek is modelIndex.seek's scratch.
 	seek []int
+	// buffers lends the workers' sessions the batches they write.
+	buffers link.Buffers
 }
 
 type org struct {
