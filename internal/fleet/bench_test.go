@@ -96,3 +96,18 @@ func cpuTime() int64 {
 	}
 	return ru.Utime.Nano() + ru.Stime.Nano()
 }
+
+// BenchmarkWorkersListing is the listing of 10,000 workers. The fleet is
+// locked for a chunk of it at a time (listChunk).
+func BenchmarkWorkersListing(b *testing.B) {
+	f := New(Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	connectQuiet(b, ctx, &wg, f, "o", 10000, 4, "m0", "m1", "m2", "m3")
+	for b.Loop() {
+		if ws := f.Workers("o"); len(ws) != 10000 {
+			b.Fatalf("%d workers listed", len(ws))
+		}
+	}
+}

@@ -9,25 +9,34 @@ import (
 )
 
 // Workers lists an organisation's workers, connected and recently
-// disconnected, by name. The fleet is locked only while each worker's
-// entry is copied: a listing of thousands does not hold up routing while
-// it is sorted and sent.
+// disconnected, by name. The fleet is locked a few hundred workers at a
+// time, while their entries are copied: a listing of thousands holds up
+// routing no longer than a listing of hundreds, and is sorted unlocked.
+// A worker that changes meanwhile is listed as it was when its entry was
+// copied.
 func (f *Fleet) Workers(orgID string) []api.Worker {
 	out := f.workers(orgID)
-	slices.SortFunc(out, func(a, b api.Worker) int {
-		return cmp.Or(cmp.Compare(a.WorkerName, b.WorkerName), cmp.Compare(a.WorkerID, b.WorkerID))
-	})
+	f.sortWorkers(out)
 	return out
 }
 
+func (f *Fleet) sortWorkers(ws []api.Worker) {
+	slices.SortFunc(ws, func(a, b api.Worker) int {
+		return cmp.Or(cmp.Compare(a.WorkerName, b.WorkerName), cmp.Compare(a.WorkerID, b.WorkerID))
+	})
+}
+
+// listChunk is how many workers' entries are copied in one hold of the
+// fleet lock.
+const listChunk = 256
+
 func (f *Fleet) workers(orgID string) []api.Worker {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	o := f.orgs[orgID]
 	if o == nil {
+		f.mu.Unlock()
 		return []api.Worker{}
 	}
-	now := time.Now()
 	pinned := map[string]int{}
 	for _, q := range o.queues {
 		for e := q.l.Front(); e != nil; e = e.Next() {
@@ -36,9 +45,19 @@ func (f *Fleet) workers(orgID string) []api.Worker {
 			}
 		}
 	}
-	out := make([]api.Worker, 0, len(o.workers))
+	ws := make([]*worker, 0, len(o.workers))
 	for _, w := range o.workers {
-		out = append(out, f.viewLocked(w, now, pinned[w.id]))
+		ws = append(ws, w)
+	}
+	f.mu.Unlock()
+	out := make([]api.Worker, len(ws))
+	for from := 0; from < len(ws); from += listChunk {
+		f.mu.Lock()
+		now := time.Now()
+		for i := from; i < min(from+listChunk, len(ws)); i++ {
+			out[i] = f.viewLocked(ws[i], now, pinned[ws[i].id])
+		}
+		f.mu.Unlock()
 	}
 	return out
 }
