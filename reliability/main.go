@@ -87,6 +87,7 @@ func checks() []check {
 		{"hostile", hostileInput},
 		{"secrets", secrets},
 		{"soak", soak},
+		{"big-fleet", bigFleet},
 	}
 }
 
