@@ -119,8 +119,8 @@ type org struct {
 	service  map[string]time.Duration // average service time by model
 
 	models map[string]*modelIndex // by model
-	// held are the workers kept out of the ready heaps while held back,
-	// the first of them until nextUnhold.
+	// held are the workers kept out of the ready heaps while held back;
+	// none is due back before nextUnhold.
 	held       []*worker
 	nextUnhold time.Time
 	keys       map[string][]*worker // by private-inference key id
