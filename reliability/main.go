@@ -93,6 +93,7 @@ func checks() []check {
 		{"clock-step", clockStep},
 		{"full-disk", fullDisk},
 		{"stalled-clients", stalledClients},
+		{"big-fleet", bigFleet},
 	}
 }
 

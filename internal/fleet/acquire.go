@@ -132,8 +132,10 @@ func (l *Lease) Release(o Outcome) {
 				w.heldUntil = now.Add(f.cfg.HoldBack)
 				// After the hold-back one more failure holds it back again.
 				w.failures = f.cfg.FailuresBeforeUnhealthy - 1
+				f.reindexLocked(l.org, w, now)
 			}
 		}
+		f.reorderLocked(w)
 		f.noteStatusLocked(w, now)
 		f.dispatchLocked(l.org, now)
 	})
@@ -174,13 +176,16 @@ func (f *Fleet) Acquire(ctx context.Context, need Need) (*Lease, error) {
 	f.mu.Lock()
 	now := time.Now()
 	o := f.org(need.OrgID)
-	if err := f.checkLocked(o, &need, now, false); err != nil {
-		f.mu.Unlock()
-		return nil, err
-	}
+	f.unholdLocked(o, now)
+	// A worker that takes the request is one checkLocked finds no fault
+	// with, so it looks for faults only when none does.
 	if l := f.tryLocked(o, &need, now, now); l != nil {
 		f.mu.Unlock()
 		return l, nil
+	}
+	if err := f.checkLocked(o, &need, now, false); err != nil {
+		f.mu.Unlock()
+		return nil, err
 	}
 	hold := f.holdFor(&need)
 	q := o.queue(need.Model)
@@ -255,15 +260,14 @@ func (f *Fleet) Admit(need Need) error {
 		return nil
 	}
 	now := time.Now()
+	f.unholdLocked(o, now)
 	usable := false
-	for _, w := range o.workers {
-		if !f.eligibleLocked(w, &need, now) {
-			continue
-		}
-		if w.active < w.slots(need.Model) {
+	if ix := o.models[need.Model]; ix != nil {
+		w := ix.seek(&f.seek, func(w *worker) bool { return f.eligibleLocked(w, &need, now) })
+		if w != nil && w.active < w.slots(need.Model) {
 			return nil
 		}
-		usable = true
+		usable = w != nil
 	}
 	hold := f.holdFor(&need)
 	waiting := q.l.Len()
@@ -281,12 +285,26 @@ func (f *Fleet) holdFor(need *Need) time.Duration {
 	return f.cfg.Hold
 }
 
-// slotsLocked counts the slots of the workers that could take need.
+// slotsLocked counts the slots of the workers that could take need, held
+// back ones aside.
 func (f *Fleet) slotsLocked(o *org, need *Need) int {
+	if need.Pin != "" {
+		if w := o.workers[need.Pin]; w != nil && w.attached && !w.draining && w.fits(need) {
+			return w.slots(need.Model)
+		}
+		return 0
+	}
+	ix := o.models[need.Model]
+	switch {
+	case ix == nil:
+		return 0
+	case need.Feature == "" && need.Moderator == "":
+		return ix.slots[need.Capability]
+	}
 	slots := 0
-	for _, w := range o.workers {
-		if w.attached && !w.draining && w.fits(need) && (need.Pin == "" || w.id == need.Pin) {
-			slots += w.slots(need.Model)
+	for _, e := range ix.ready {
+		if e.w.fits(need) {
+			slots += e.c.max
 		}
 	}
 	return slots
@@ -316,35 +334,16 @@ func (f *Fleet) capacityLocked(o *org, need *Need, waiting int) error {
 	}
 }
 
-// tryLocked grants a slot now if a worker has one.
+// tryLocked grants a slot now if a worker has one: the one pick would
+// choose among the eligible workers.
 func (f *Fleet) tryLocked(o *org, need *Need, start, now time.Time) *Lease {
-	var cands []candidate
-	var ws []*worker
-	// Workers whose heartbeats are late are passed over while one that
-	// is on time could serve, busy or not: they may be frozen.
-	punctual := false
-	for _, w := range o.workers {
-		if !f.eligibleLocked(w, need, now) {
-			continue
-		}
-		switch late := f.lateLocked(w, now); {
-		case late && punctual:
-			continue
-		case !late && !punctual:
-			punctual = true
-			cands, ws = cands[:0], ws[:0]
-		}
-		cands = append(cands, candidate{id: w.id, active: w.active, max: w.slots(need.Model), lastAssigned: w.lastAssigned})
-		ws = append(ws, w)
-	}
-	affinity, _ := o.affinity.get(need.Affinity)
-	i := pick(cands, affinity)
-	if i < 0 {
+	w := f.chooseLocked(o, need, now)
+	if w == nil {
 		return nil
 	}
-	w := ws[i]
 	w.active++
 	w.lastAssigned = now
+	f.reorderLocked(w)
 	if need.Affinity != "" {
 		o.affinity.put(need.Affinity, w.id)
 	}
@@ -355,6 +354,53 @@ func (f *Fleet) tryLocked(o *org, need *Need, start, now time.Time) *Lease {
 	}
 }
 
+// chooseLocked is the worker with a free slot that need goes to, or nil:
+// the pinned worker, the conversation's worker, or the first eligible one
+// of the model's ready heap, whose order is pick's.
+func (f *Fleet) chooseLocked(o *org, need *Need, now time.Time) *worker {
+	free := func(w *worker) bool {
+		return w != nil && f.eligibleLocked(w, need, now) && w.active < w.slots(need.Model)
+	}
+	affinity, _ := o.affinity.get(need.Affinity)
+	if need.Pin != "" {
+		if w := o.workers[need.Pin]; free(w) {
+			return w
+		}
+		return nil
+	}
+	// Workers whose heartbeats are late are passed over while one that is
+	// on time could serve, busy or not: they may be frozen.
+	if w := o.workers[affinity]; affinity != "" && free(w) && !f.lateLocked(w, now) {
+		return w
+	}
+	ix := o.models[need.Model]
+	if ix == nil {
+		return nil
+	}
+	// Past the first full worker every one is full.
+	full := func(w *worker) bool { return w.active >= w.slots(need.Model) }
+	if w := ix.seek(&f.seek, func(w *worker) bool {
+		return full(w) || f.eligibleLocked(w, need, now) && !f.lateLocked(w, now)
+	}); free(w) {
+		return w
+	}
+	w := ix.seek(&f.seek, func(w *worker) bool { return full(w) || f.eligibleLocked(w, need, now) })
+	if !free(w) {
+		return nil
+	}
+	// Only late workers have room: one is taken only when no worker on
+	// time could serve, which is rare enough to look at them all.
+	for _, e := range ix.ready {
+		if f.eligibleLocked(e.w, need, now) && !f.lateLocked(e.w, now) {
+			return nil
+		}
+	}
+	return w
+}
+
+// eligibleLocked is whether w may take need now, its load aside: the one
+// test of a worker that routing makes. The model's index only narrows
+// which workers it is asked about.
 func (f *Fleet) eligibleLocked(w *worker, need *Need, now time.Time) bool {
 	if need.Pin != "" && w.id != need.Pin {
 		return false
@@ -380,6 +426,7 @@ func (w *worker) serves(model, capability string) bool {
 // dispatchLocked hands free slots to waiting requests, oldest first
 // within each model's queue.
 func (f *Fleet) dispatchLocked(o *org, now time.Time) {
+	f.unholdLocked(o, now)
 	for _, q := range o.queues {
 		for e := q.l.Front(); e != nil; {
 			next := e.Next()
@@ -410,14 +457,17 @@ func (f *Fleet) checkLocked(o *org, need *Need, now time.Time, waited bool) erro
 	var known, online, servable, untried, returning, held, unequipped bool
 	var wrongKind *api.Model
 	var back time.Time
-	for _, w := range o.workers {
-		if w.offlineSince.IsZero() {
-			online = true
+	var listed []*worker
+	if ix := o.models[need.Model]; ix != nil {
+		listed = ix.listed
+	}
+	for _, w := range listed {
+		if untried || returning {
+			// Nothing later changes the answer.
+			return nil
 		}
+		online = online || w.offlineSince.IsZero()
 		m := w.model(need.Model)
-		if m == nil {
-			continue
-		}
 		known = true
 		if need.Capability != "" && !m.Has(need.Capability) {
 			wrongKind = m
@@ -444,6 +494,7 @@ func (f *Fleet) checkLocked(o *org, need *Need, now time.Time, waited bool) erro
 		servable = true
 		untried = untried || !slices.Contains(need.Exclude, w.id)
 	}
+	online = online || o.anyOnline()
 	switch {
 	case untried || returning:
 		return nil

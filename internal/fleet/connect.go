@@ -173,6 +173,7 @@ func (f *Fleet) Connect(ctx context.Context, orgID string, hello api.Hello, conn
 	// the welcome, so the worker is usable the moment it hears it is in.
 	w.attached = true
 	f.returnedLocked(orgID, id)
+	f.reindexLocked(o, w, now)
 	sess := w.sess
 	droppedAt := w.droppedAt
 	f.mu.Unlock()
@@ -258,6 +259,7 @@ func (f *Fleet) newSession(w *worker) *link.Session {
 		Role:     link.Gateway,
 		Control:  func(fr link.Frame) { f.control(w, sess, fr) },
 		Detached: func(err error) { f.detached(w, sess, err) },
+		Buffers:  &f.buffers,
 	})
 	return sess
 }
@@ -272,6 +274,7 @@ func (f *Fleet) detached(w *worker, sess *link.Session, err error) {
 	}
 	now := time.Now()
 	w.attached = false
+	f.reindexLocked(f.orgs[w.orgID], w, now)
 	if w.draining && sess.Streams() == 0 {
 		w.offlineSince = now
 		f.event(w, api.EventDisconnected, "the worker stopped", nil, false, now)
@@ -336,6 +339,7 @@ func (f *Fleet) control(w *worker, sess *link.Session, fr link.Frame) {
 			added, removed := diffModels(w.models, ms)
 			w.models = ms
 			w.seenLocked(now)
+			f.reindexLocked(f.org(w.orgID), w, now)
 			if len(added)+len(removed) > 0 {
 				f.event(w, api.EventModelsChanged, "", map[string]any{"added": added, "removed": removed}, false, now)
 			}
@@ -375,6 +379,7 @@ func (f *Fleet) control(w *worker, sess *link.Session, fr link.Frame) {
 		if current && !w.draining {
 			now := time.Now()
 			w.draining = true
+			f.reindexLocked(f.orgs[w.orgID], w, now)
 			f.event(w, api.EventDraining, "the worker is finishing its requests and takes no new ones", nil, false, now)
 		}
 		f.mu.Unlock()
@@ -444,6 +449,7 @@ func (f *Fleet) Disconnect(orgID, workerID, reason string) {
 	if w.offlineSince.IsZero() {
 		w.offlineSince = now
 		w.attached = false
+		f.reindexLocked(o, w, now)
 		f.event(w, api.EventDisconnected, reason, nil, false, now)
 		f.noteStatusLocked(w, now)
 	}

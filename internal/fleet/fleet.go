@@ -123,6 +123,10 @@ type Fleet struct {
 	// lock: while none waits, no request can be refused for a backlog.
 	queued    atomic.Int64
 	returning *returning
+	// seek is modelIndex.seek's scratch.
+	seek []int
+	// buffers lends the workers' sessions the batches they write.
+	buffers link.Buffers
 }
 
 type org struct {
@@ -131,6 +135,13 @@ type org struct {
 	queues   map[string]*queue // by model
 	affinity *lru
 	service  map[string]time.Duration // average service time by model
+
+	models map[string]*modelIndex // by model
+	// held are the workers kept out of the ready heaps while held back;
+	// none is due back before nextUnhold.
+	held       []*worker
+	nextUnhold time.Time
+	keys       map[string][]*worker // by private-inference key id
 }
 
 // worker is the gateway's record of one worker; it survives disconnects.
@@ -138,7 +149,7 @@ type worker struct {
 	id, name, orgID string
 	version         string
 	maxConcurrent   int
-	models          []api.Model
+	models          []api.Model // replaced, never changed in place: listings share it
 	engines         []api.EngineInfo
 	features        []string // protocol features of its release
 	e2eKey          *api.E2EKey
@@ -168,6 +179,12 @@ type worker struct {
 	failures     int
 	heldUntil    time.Time
 	status       string // last status reported in an event
+
+	// Its places in the organisation's indexes (reindexLocked).
+	listed  []*modelIndex
+	members []member
+	parked  bool
+	keyID   string
 }
 
 // New returns an empty fleet.
@@ -188,7 +205,8 @@ func (f *Fleet) org(id string) *org {
 	o := f.orgs[id]
 	if o == nil {
 		o = &org{id: id, workers: map[string]*worker{}, queues: map[string]*queue{},
-			affinity: newLRU(10000), service: map[string]time.Duration{}}
+			affinity: newLRU(10000), service: map[string]time.Duration{},
+			models: map[string]*modelIndex{}, keys: map[string][]*worker{}}
 		f.orgs[id] = o
 	}
 	return o
@@ -334,6 +352,7 @@ func (f *Fleet) sweep() {
 		for id, w := range o.workers {
 			if !w.offlineSince.IsZero() && now.Sub(w.offlineSince) > f.cfg.KeepOffline {
 				delete(o.workers, id)
+				f.reindexLocked(o, w, now)
 				continue
 			}
 			if f.lateLocked(w, now) {

@@ -9,15 +9,34 @@ import (
 )
 
 // Workers lists an organisation's workers, connected and recently
-// disconnected, by name.
+// disconnected, by name. The fleet is locked a few hundred workers at a
+// time, while their entries are copied: a listing of thousands holds up
+// routing no longer than a listing of hundreds, and is sorted unlocked.
+// A worker that changes meanwhile is listed as it was when its entry was
+// copied.
 func (f *Fleet) Workers(orgID string) []api.Worker {
+	out := f.workers(orgID)
+	f.sortWorkers(out)
+	return out
+}
+
+func (f *Fleet) sortWorkers(ws []api.Worker) {
+	slices.SortFunc(ws, func(a, b api.Worker) int {
+		return cmp.Or(cmp.Compare(a.WorkerName, b.WorkerName), cmp.Compare(a.WorkerID, b.WorkerID))
+	})
+}
+
+// listChunk is how many workers' entries are copied in one hold of the
+// fleet lock.
+const listChunk = 256
+
+func (f *Fleet) workers(orgID string) []api.Worker {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	o := f.orgs[orgID]
 	if o == nil {
+		f.mu.Unlock()
 		return []api.Worker{}
 	}
-	now := time.Now()
 	pinned := map[string]int{}
 	for _, q := range o.queues {
 		for e := q.l.Front(); e != nil; e = e.Next() {
@@ -26,20 +45,27 @@ func (f *Fleet) Workers(orgID string) []api.Worker {
 			}
 		}
 	}
-	out := make([]api.Worker, 0, len(o.workers))
+	ws := make([]*worker, 0, len(o.workers))
 	for _, w := range o.workers {
-		out = append(out, f.viewLocked(w, now, pinned[w.id]))
+		ws = append(ws, w)
 	}
-	slices.SortFunc(out, func(a, b api.Worker) int {
-		return cmp.Or(cmp.Compare(a.WorkerName, b.WorkerName), cmp.Compare(a.WorkerID, b.WorkerID))
-	})
+	f.mu.Unlock()
+	out := make([]api.Worker, len(ws))
+	for from := 0; from < len(ws); from += listChunk {
+		f.mu.Lock()
+		now := time.Now()
+		for i := from; i < min(from+listChunk, len(ws)); i++ {
+			out[i] = f.viewLocked(ws[i], now, pinned[ws[i].id])
+		}
+		f.mu.Unlock()
+	}
 	return out
 }
 
 func (f *Fleet) viewLocked(w *worker, now time.Time, pinned int) api.Worker {
 	v := api.Worker{
 		WorkerID: w.id, WorkerName: w.name, Status: f.statusLocked(w, now), Version: w.version,
-		Models: slices.Clone(w.models), ActiveTasks: w.active, QueueDepth: pinned + w.heartbeat.QueueDepth,
+		Models: w.models, ActiveTasks: w.active, QueueDepth: pinned + w.heartbeat.QueueDepth,
 		MaxConcurrent: w.maxConcurrent, LastSeenSecondsAgo: int(now.Sub(w.lastSeen) / time.Second),
 		Power: w.heartbeat.Power, Draining: w.draining, Engines: w.engines, Features: w.features,
 	}
@@ -111,20 +137,16 @@ func (f *Fleet) ConcurrencyLimits() []WorkerLimit {
 // Models lists the models the organisation's connected workers serve,
 // once each, with the metadata of the first worker (by name) serving it.
 func (f *Fleet) Models(orgID string) []api.Model {
-	ws := f.Workers(orgID)
-	seen := map[string]bool{}
+	f.mu.Lock()
 	out := []api.Model{}
-	for _, w := range ws {
-		if w.OfflineSince != nil {
-			continue
-		}
-		for _, m := range w.Models {
-			if !seen[m.ID] {
-				seen[m.ID] = true
-				out = append(out, m)
+	if o := f.orgs[orgID]; o != nil {
+		for _, ix := range o.models {
+			if m := ix.describe(); m != nil {
+				out = append(out, *m)
 			}
 		}
 	}
+	f.mu.Unlock()
 	slices.SortFunc(out, func(a, b api.Model) int { return cmp.Compare(a.ID, b.ID) })
 	return out
 }
@@ -136,24 +158,25 @@ func (f *Fleet) Model(orgID, id string) *api.Model {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	o := f.orgs[orgID]
-	if o == nil {
+	if o == nil || o.models[id] == nil {
 		return nil
 	}
-	var found *api.Model
-	name := ""
-	for _, w := range o.workers {
-		if !w.offlineSince.IsZero() {
-			continue
-		}
-		if m := w.model(id); m != nil && (found == nil || w.name < name) {
-			found, name = m, w.name
+	if m := o.models[id].describe(); m != nil {
+		c := *m
+		return &c
+	}
+	return nil
+}
+
+// describe is the model as the first online worker listing it, by name,
+// describes it; nil when none is online.
+func (ix *modelIndex) describe() *api.Model {
+	for _, w := range ix.listed {
+		if w.offlineSince.IsZero() {
+			return w.model(ix.model)
 		}
 	}
-	if found == nil {
-		return nil
-	}
-	m := *found
-	return &m
+	return nil
 }
 
 // KeyHolder is the worker of the organisation holding private-inference
@@ -166,8 +189,8 @@ func (f *Fleet) KeyHolder(orgID, keyID string) string {
 	if o == nil {
 		return ""
 	}
-	for _, w := range o.workers {
-		if w.e2eKey != nil && w.e2eKey.KeyID == keyID && w.offlineSince.IsZero() {
+	for _, w := range o.keys[keyID] {
+		if w.offlineSince.IsZero() {
 			return w.id
 		}
 	}

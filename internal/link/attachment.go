@@ -14,6 +14,9 @@ const MaxMessage = batchSize + MaxPayload + maxHeader
 // attachment is a session's current connection and its outbound queue.
 type attachment struct {
 	conn Conn
+	// bufs, when set, lends the batches, and takes each back once
+	// written; without, the attachment keeps a few written ones.
+	bufs *Buffers
 
 	mu     sync.Mutex
 	full   [][]byte // batches ready to write
@@ -30,8 +33,8 @@ type attachment struct {
 	once  sync.Once
 }
 
-func newAttachment(conn Conn) *attachment {
-	return &attachment{conn: conn, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+func newAttachment(conn Conn, bufs *Buffers) *attachment {
+	return &attachment{conn: conn, bufs: bufs, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 }
 
 // run starts the reader and writer; done closes when both have returned.
@@ -68,6 +71,9 @@ func (a *attachment) enqueue(f *Frame, ack uint64) {
 }
 
 func (a *attachment) takeSpare() []byte {
+	if a.bufs != nil {
+		return a.bufs.batch()
+	}
 	if n := len(a.spare); n > 0 {
 		b := a.spare[n-1]
 		a.spare = a.spare[:n-1]
@@ -107,6 +113,10 @@ func (a *attachment) next() ([]byte, bool) {
 // recycle returns a written batch for reuse.
 func (a *attachment) recycle(b []byte) {
 	if cap(b) > 4*batchSize {
+		return
+	}
+	if a.bufs != nil {
+		a.bufs.putBatch(b)
 		return
 	}
 	a.mu.Lock()

@@ -43,14 +43,18 @@ type wsConn struct {
 	done chan struct{} // closed when the ping loop has returned
 	// scratch is where ReadMessage reads a message before copying it out:
 	// reused, it grows once to the largest message, instead of a read
-	// growing a fresh buffer step by step for every message.
+	// growing a fresh buffer step by step for every message. With bufs it
+	// is borrowed from there for each message instead.
 	scratch []byte
+	bufs    *Buffers
 }
 
 // WebSocket wraps an established websocket. It starts a ping loop that
 // stops when the connection is closed.
-func WebSocket(ws *websocket.Conn, ka Keepalive) Conn {
-	c := &wsConn{ws: ws, ka: ka, stop: make(chan struct{}), done: make(chan struct{})}
+func WebSocket(ws *websocket.Conn, ka Keepalive) Conn { return newWebSocket(ws, ka, nil) }
+
+func newWebSocket(ws *websocket.Conn, ka Keepalive, bufs *Buffers) Conn {
+	c := &wsConn{ws: ws, ka: ka, stop: make(chan struct{}), done: make(chan struct{}), bufs: bufs}
 	ws.SetReadLimit(MaxMessage)
 	_ = ws.SetReadDeadline(time.Now().Add(ka.Timeout))
 	ws.SetPongHandler(func(string) error { return ws.SetReadDeadline(time.Now().Add(ka.Timeout)) })
@@ -89,28 +93,45 @@ func (c *wsConn) ReadMessage() ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		buf := c.scratch[:0]
-		for {
-			if len(buf) == cap(buf) {
-				buf = append(buf, 0)[:len(buf)]
-			}
-			n, err := r.Read(buf[len(buf):cap(buf)])
-			buf = buf[:len(buf)+n]
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				return nil, err
-			}
+		scratch := &c.scratch
+		if c.bufs != nil {
+			// Taken once the message is here: an idle link holds none.
+			scratch = c.bufs.read()
 		}
-		c.scratch = buf
+		msg, err := readMessage(r, scratch)
+		if c.bufs != nil {
+			c.bufs.reads.Put(scratch)
+		}
+		if err != nil {
+			return nil, err
+		}
 		_ = c.ws.SetReadDeadline(time.Now().Add(c.ka.Timeout))
 		if typ == websocket.BinaryMessage {
-			// An exact copy: frames alias the message until they are read,
-			// so it must not hold the scratch buffer or spare capacity.
-			return append([]byte(nil), buf...), nil
+			return msg, nil
 		}
 	}
+}
+
+// readMessage reads r to its end into *scratch, which it grows as needed,
+// and returns an exact copy: frames alias the message until they are
+// read, so it must not hold the scratch buffer or spare capacity.
+func readMessage(r io.Reader, scratch *[]byte) ([]byte, error) {
+	buf := (*scratch)[:0]
+	defer func() { *scratch = buf[:0] }()
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return append([]byte(nil), buf...), nil
 }
 
 func (c *wsConn) WriteMessage(msg []byte) error {

@@ -50,6 +50,9 @@ type Options struct {
 	// Detached is called when the connection fails; the session keeps its
 	// streams until Attach is called again or Close ends it.
 	Detached func(error)
+	// Buffers, when set, lends the buffers frames are queued in for
+	// writing, so that an idle session holds none.
+	Buffers *Buffers
 }
 
 // Session is one end of a link. It outlives its connections: streams
@@ -124,7 +127,7 @@ func (s *Session) Attach(conn Conn, peer []api.StreamSeq) (<-chan struct{}, erro
 	for _, p := range peer {
 		known[p.ID] = p.RecvSeq
 	}
-	a := newAttachment(conn)
+	a := newAttachment(conn, s.opts.Buffers)
 	for id, st := range s.streams {
 		recv, ok := known[id]
 		if !ok && s.opts.Role == Worker {

@@ -48,6 +48,7 @@ type Server struct {
 	fleet     *fleet.Fleet
 	events    *bolt.Events
 	keepalive link.Keepalive
+	links     link.Buffers // the worker links' websocket buffers
 	metrics   *metrics
 	watch     *clientWatch
 	usage     *bolt.Usage

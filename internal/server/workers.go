@@ -11,7 +11,6 @@ import (
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/bolt"
 	"github.com/svc-dev/svc/internal/fleet"
-	"github.com/svc-dev/svc/internal/link"
 )
 
 // connectWorker upgrades a worker's request to the link. The token was
@@ -21,16 +20,20 @@ func (s *Server) connectWorker(c *call) error {
 		return api.BadRequest("This is the worker link endpoint; connect to it with `svc worker`")
 	}
 	orgID, tokenID, log, fl, ka, rentals := c.workerOrg, c.workerToken, s.log, s.fleet, s.keepalive, s.rentals
+	// An idle link holds only its read buffer, which is small: messages
+	// are read past it, and fasthttp's connection buffer lies beneath it.
+	// A write buffer is borrowed for each message written.
 	up := websocket.FastHTTPUpgrader{
-		ReadBufferSize:  64 << 10,
-		WriteBufferSize: 64 << 10,
+		ReadBufferSize:  1 << 10,
+		WriteBufferSize: 4 << 10,
+		WriteBufferPool: s.links.WritePool(),
 		// Workers are programs, not browsers: there is no origin to check.
 		CheckOrigin: func(*fasthttp.RequestCtx) bool { return true },
 	}
 	// The handler runs after this one returns, on the hijacked connection;
 	// it uses nothing of the request.
 	err := up.Upgrade(c.ctx, func(ws *websocket.Conn) {
-		conn := link.WebSocket(ws, ka)
+		conn := s.links.WebSocket(ws, ka)
 		hello, err := fleet.ReadHello(conn)
 		if err != nil {
 			log.Warn("worker link", "err", err)
