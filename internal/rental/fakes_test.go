@@ -118,8 +118,8 @@ type fakeProvider struct {
 	destroyed   []string
 	n           int
 	// listed, when set, runs after List took its snapshot, before it
-	// answers.
-	listed func()
+	// answers; creating as Create starts, before the machine exists.
+	listed, creating func()
 }
 
 func newProvider(name string, offers ...Offer) *fakeProvider {
@@ -151,6 +151,12 @@ func (p *fakeProvider) Offers(context.Context) ([]Offer, error) {
 
 func (p *fakeProvider) Create(_ context.Context, l Launch) (Instance, error) {
 	p.mu.Lock()
+	if creating := p.creating; creating != nil {
+		p.creating = nil
+		p.mu.Unlock()
+		creating()
+		p.mu.Lock()
+	}
 	defer p.mu.Unlock()
 	if c, ok := p.capacity[l.Offer.GPUModelID]; ok && p.liveLocked(l.Offer.GPUModelID) >= c {
 		return Instance{}, ErrNoCapacity

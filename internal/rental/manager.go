@@ -83,6 +83,9 @@ type Manager struct {
 	dl       map[string]downloads // by rental id
 	lastRent map[string]time.Time // by API key id
 	offers   map[string]offerCache
+	// placing holds the rentals whose machine Rent is asking a provider
+	// for: one a listing does not show yet is not gone.
+	placing map[string]bool
 
 	// events carries worker events from the fleet, which calls under its
 	// own lock, to Run.
@@ -124,7 +127,8 @@ func New(cfg Config) (*Manager, error) {
 		cfg.Clock = clock.System()
 	}
 	m := &Manager{cfg: cfg, log: cfg.Logger, models: Models(), clock: clock.NewSteady(cfg.Clock), rentals: map[string]*record{},
-		dl: map[string]downloads{}, lastRent: map[string]time.Time{}, offers: map[string]offerCache{},
+		placing: map[string]bool{},
+		dl:      map[string]downloads{}, lastRent: map[string]time.Time{}, offers: map[string]offerCache{},
 		events: make(chan workerEvent, 1024)}
 	raws, err := cfg.Ledger.All()
 	if err != nil {
@@ -585,7 +589,7 @@ func (m *Manager) reconcile(ctx context.Context) {
 			if !r.active() || r.Provider != p.Name() || r.StopRequestedAt != nil {
 				continue
 			}
-			if inst, ok := placed[r.ID]; !ok || inst != r.InstanceID {
+			if inst, ok := placed[r.ID]; !ok || inst != r.InstanceID || m.placing[r.ID] {
 				continue
 			}
 			if _, ok := seen[r.InstanceID]; !ok || r.InstanceID == "" {

@@ -303,6 +303,28 @@ func TestReconcileSparesARentalPlacedMeanwhile(t *testing.T) {
 	})
 }
 
+// A rental whose Create has not answered is not gone because a listing
+// made meanwhile does not show its machine: the reconcile leaves it for
+// Rent to record.
+func TestReconcileSparesAMachineBeingPlaced(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t, offer("h100", TierUK, 250, 64))
+		ctx := context.Background()
+		e.prov.creating = func() { e.m.reconcile(ctx) }
+		r, err := e.m.Rent(ctx, owner, api.RentRequest{GPUModelID: "h100", TierID: TierUK})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(e.prov.destroyed) != 0 {
+			t.Fatalf("the reconcile destroyed %v, the machine being placed", e.prov.destroyed)
+		}
+		e.m.tick(ctx, map[string]time.Time{})
+		if g, _ := e.m.Get("org1", r.ID); g.Status != api.RentalProvisioning {
+			t.Fatalf("the rental is %s (%v)", g.Status, g.Error)
+		}
+	})
+}
+
 // A rental whose worker never connects is destroyed at the deadline and
 // costs nothing; one past the organisation's maximum runtime is stopped.
 func TestDeadlineAndMaxRuntime(t *testing.T) {

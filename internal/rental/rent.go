@@ -250,6 +250,14 @@ func (m *Manager) Rent(ctx context.Context, p auth.Principal, req api.RentReques
 	if err != nil {
 		return api.Rental{}, err
 	}
+	m.mu.Lock()
+	m.placing[r.ID] = true
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		delete(m.placing, r.ID)
+		m.mu.Unlock()
+	}()
 	var lastErr error
 	for _, o := range cands {
 		launch := Launch{RentalID: r.ID, Offer: o.Offer, Worker: WorkerSpec{Gateway: m.cfg.Gateway, Token: secret,
