@@ -7,6 +7,7 @@ import (
 	"io"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/svc-dev/svc/internal/api"
@@ -66,8 +67,17 @@ type Lease struct {
 	org   *org
 	model string
 	start time.Time
+	// first is when the request's first output came, in UnixNano; 0
+	// for an unstreamed answer, which comes whole.
+	first atomic.Int64
 	late  <-chan struct{}
 	once  sync.Once
+}
+
+// FirstOutput notes that a stream's first output has come: its time to
+// it, not its whole length, is the latency the worker's limit learns from.
+func (l *Lease) FirstOutput() {
+	l.first.CompareAndSwap(0, time.Now().UnixNano())
 }
 
 // Late is closed once the worker's heartbeats are late (Config.StaleAfter):
@@ -120,7 +130,11 @@ func (l *Lease) Release(o Outcome) {
 		case Succeeded:
 			w.failures = 0
 			d := now.Sub(l.start)
-			f.observeLocked(w, l.model, d, now)
+			if first := l.first.Load(); first != 0 {
+				f.observeLocked(w, l.model, firstOutput, time.Unix(0, first).Sub(l.start), now)
+			} else {
+				f.observeLocked(w, l.model, wholeRequest, d, now)
+			}
 			if avg, ok := l.org.service[l.model]; ok {
 				l.org.service[l.model] = (4*avg + d) / 5
 			} else {

@@ -156,7 +156,7 @@ func (f *Fleet) Connect(ctx context.Context, orgID string, hello api.Hello, conn
 	w.version = hello.Version
 	w.maxConcurrent = hello.MaxConcurrent
 	for _, l := range w.limits {
-		l.SetCeiling(w.maxConcurrent)
+		l.setCeiling(w.maxConcurrent)
 	}
 	w.models = hello.Models
 	w.engines = hello.Engines

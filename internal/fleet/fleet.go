@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"log/slog"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -174,7 +175,7 @@ type worker struct {
 	// limits holds back a worker's slots for a model while its latency
 	// shows requests queueing in the engine (by model: each has its own
 	// latency). A model without one has every slot.
-	limits       map[string]*limit.Limiter
+	limits       map[string]*modelLimits
 	lastAssigned time.Time
 	failures     int
 	heldUntil    time.Time
@@ -230,23 +231,64 @@ func (f *Fleet) statusLocked(w *worker, now time.Time) string {
 // max_concurrent, or fewer while its adaptive limit for the model is lower.
 func (w *worker) slots(model string) int {
 	if l := w.limits[model]; l != nil {
-		return min(w.maxConcurrent, l.Limit())
+		return min(w.maxConcurrent, l.limit())
 	}
 	return w.maxConcurrent
 }
 
 // observeLocked feeds the latency of a request for model that succeeded to the
 // model's limit on w.
-func (f *Fleet) observeLocked(w *worker, model string, d time.Duration, now time.Time) {
-	l := w.limits[model]
-	if l == nil {
+func (f *Fleet) observeLocked(w *worker, model string, class sampleClass, d time.Duration, now time.Time) {
+	m := w.limits[model]
+	if m == nil {
 		if w.limits == nil {
-			w.limits = map[string]*limit.Limiter{}
+			w.limits = map[string]*modelLimits{}
 		}
+		m = &modelLimits{}
+		w.limits[model] = m
+	}
+	l := m[class]
+	if l == nil {
 		l = limit.New(f.cfg.Limit, w.maxConcurrent, now)
-		w.limits[model] = l
+		m[class] = l
 	}
 	l.Observe(now, d, w.active)
+}
+
+// sampleClass is what a latency sample of a model measures.
+type sampleClass int
+
+const (
+	// wholeRequest is an unstreamed request's time, start to answer.
+	wholeRequest sampleClass = iota
+	// firstOutput is a stream's time to its first output: its length
+	// is the client's choice, but queueing and prefill show here.
+	firstOutput
+)
+
+// modelLimits are a model's limits on a worker, one per sampleClass. Each
+// compares its samples with its own no-load latency: a stream's whole
+// time is no measure of queueing, and a mix of short answers and first
+// outputs of streams would read as queueing whenever the mix changed.
+// Queueing in the engine shows in both, so the model takes the lower.
+type modelLimits [2]*limit.Limiter
+
+func (m *modelLimits) limit() int {
+	n := math.MaxInt
+	for _, l := range m {
+		if l != nil {
+			n = min(n, l.Limit())
+		}
+	}
+	return n
+}
+
+func (m *modelLimits) setCeiling(c int) {
+	for _, l := range m {
+		if l != nil {
+			l.SetCeiling(c)
+		}
+	}
 }
 
 // usable reports whether w may take new requests at all (free slot aside).

@@ -171,6 +171,7 @@ func (c *Call) begin() (firstOutput, error) {
 				return firstOutput{}, c.settle(res)
 			}
 		default:
+			c.lease.FirstOutput()
 			return firstOutput{typ: typ, msg: msg}, nil
 		}
 		err = c.retry()
@@ -230,6 +231,9 @@ func (c *Call) pump(out *events, first firstOutput, pending <-chan error) error 
 			}
 		}
 		if typ != link.TypeEnd {
+			if !wrote {
+				c.lease.FirstOutput()
+			}
 			c.inspect(msg)
 			out.data(msg)
 			wrote = true
