@@ -67,18 +67,15 @@ type Lease struct {
 	org   *org
 	model string
 	start time.Time
-	// first is when the request's first output came, in UnixNano; 0
-	// for an unstreamed answer, which comes whole.
-	first atomic.Int64
-	late  <-chan struct{}
-	once  sync.Once
+	// streamed is set once the request's output came as a stream.
+	streamed atomic.Bool
+	late     <-chan struct{}
+	once     sync.Once
 }
 
-// FirstOutput notes that a stream's first output has come: its time to
-// it, not its whole length, is the latency the worker's limit learns from.
-func (l *Lease) FirstOutput() {
-	l.first.CompareAndSwap(0, time.Now().UnixNano())
-}
+// Streamed notes that the request's output comes as a stream: its
+// latency is judged against other streams', not unstreamed answers'.
+func (l *Lease) Streamed() { l.streamed.Store(true) }
 
 // Late is closed once the worker's heartbeats are late (Config.StaleAfter):
 // its process may be frozen. A request that has had no output yet may
@@ -130,11 +127,11 @@ func (l *Lease) Release(o Outcome) {
 		case Succeeded:
 			w.failures = 0
 			d := now.Sub(l.start)
-			if first := l.first.Load(); first != 0 {
-				f.observeLocked(w, l.model, firstOutput, time.Unix(0, first).Sub(l.start), now)
-			} else {
-				f.observeLocked(w, l.model, wholeRequest, d, now)
+			class := unstreamed
+			if l.streamed.Load() {
+				class = streamed
 			}
+			f.observeLocked(w, l.model, class, d, now)
 			if avg, ok := l.org.service[l.model]; ok {
 				l.org.service[l.model] = (4*avg + d) / 5
 			} else {

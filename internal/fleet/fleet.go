@@ -255,22 +255,19 @@ func (f *Fleet) observeLocked(w *worker, model string, class sampleClass, d time
 	l.Observe(now, d, w.active)
 }
 
-// sampleClass is what a latency sample of a model measures.
+// sampleClass is the kind of request a latency sample is of.
 type sampleClass int
 
 const (
-	// wholeRequest is an unstreamed request's time, start to answer.
-	wholeRequest sampleClass = iota
-	// firstOutput is a stream's time to its first output: its length
-	// is the client's choice, but queueing and prefill show here.
-	firstOutput
+	unstreamed sampleClass = iota
+	streamed
 )
 
 // modelLimits are a model's limits on a worker, one per sampleClass. Each
-// compares its samples with its own no-load latency: a stream's whole
-// time is no measure of queueing, and a mix of short answers and first
-// outputs of streams would read as queueing whenever the mix changed.
-// Queueing in the engine shows in both, so the model takes the lower.
+// compares its samples with its own no-load latency: a stream takes as
+// long as its output, and a mix of short unstreamed answers and streams
+// would read as queueing whenever the mix changed. Queueing in the engine
+// shows in both, so the model takes the lower.
 type modelLimits [2]*limit.Limiter
 
 func (m *modelLimits) limit() int {

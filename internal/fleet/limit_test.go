@@ -225,39 +225,37 @@ func TestAdmitRefusesBehindABackedUpQueue(t *testing.T) {
 	})
 }
 
-// Streams are judged by their time to first output, against a baseline
-// of their own: long streams after short unstreamed answers are not
-// queueing, and a stream whose first output slows down is.
-func TestAdaptiveLimitJudgesStreamsByFirstOutput(t *testing.T) {
+// Streams are judged against other streams: long streams after short
+// unstreamed answers are not queueing, and streams that slow down are.
+func TestAdaptiveLimitJudgesStreamsAmongStreams(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, Config{Hold: 100 * time.Millisecond, FailuresBeforeUnhealthy: 100,
 			Limit: limit.Config{Floor: 2, MinSamples: 1, Window: time.Nanosecond}})
 		fw := h.worker("o", "w", 32, chat("m"))
 		need := Need{OrgID: "o", Model: "m"}
-		stream := func(first, whole time.Duration) {
+		stream := func(d time.Duration) {
 			l, err := h.f.Acquire(h.ctx, need)
 			if err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(first)
-			l.FirstOutput()
-			time.Sleep(whole - first)
+			l.Streamed()
+			time.Sleep(d)
 			l.Release(Succeeded)
 		}
 		for range 5 {
 			h.serveFor(need, time.Millisecond, Succeeded)
 		}
 		for range 10 {
-			stream(time.Millisecond, 2*time.Second)
+			stream(200 * time.Millisecond)
 		}
 		if got := h.slots("o", fw.id, "m"); got != 32 {
-			t.Fatalf("slots after long streams with prompt first outputs = %d, want 32", got)
+			t.Fatalf("slots after long streams = %d, want 32", got)
 		}
 		for range 10 {
-			stream(50*time.Millisecond, 2*time.Second)
+			stream(800 * time.Millisecond)
 		}
 		if got := h.slots("o", fw.id, "m"); got != 2 {
-			t.Fatalf("slots after the first outputs slowed fiftyfold = %d, want the floor 2", got)
+			t.Fatalf("slots after the streams slowed fourfold = %d, want the floor 2", got)
 		}
 	})
 }

@@ -171,7 +171,7 @@ func (c *Call) begin() (firstOutput, error) {
 				return firstOutput{}, c.settle(res)
 			}
 		default:
-			c.lease.FirstOutput()
+			c.lease.Streamed()
 			return firstOutput{typ: typ, msg: msg}, nil
 		}
 		err = c.retry()
@@ -232,7 +232,7 @@ func (c *Call) pump(out *events, first firstOutput, pending <-chan error) error 
 		}
 		if typ != link.TypeEnd {
 			if !wrote {
-				c.lease.FirstOutput()
+				c.lease.Streamed()
 			}
 			c.inspect(msg)
 			out.data(msg)
