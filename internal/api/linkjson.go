@@ -213,16 +213,8 @@ func DecodeResult(b []byte, r *Result) error {
 }
 
 func readResultError(s *jsontext.Scanner, p **ResultError) {
-	if s.Peek() == 'n' {
-		s.Null()
-		*p = nil
+	if !object(s, p) {
 		return
-	}
-	if !s.Object() {
-		return
-	}
-	if *p == nil {
-		*p = new(ResultError)
 	}
 	e := *p
 	for n := 0; s.Next(n, '}'); n++ {
@@ -241,16 +233,8 @@ func readResultError(s *jsontext.Scanner, p **ResultError) {
 }
 
 func readUsage(s *jsontext.Scanner, p **Usage) {
-	if s.Peek() == 'n' {
-		s.Null()
-		*p = nil
+	if !object(s, p) {
 		return
-	}
-	if !s.Object() {
-		return
-	}
-	if *p == nil {
-		*p = new(Usage)
 	}
 	u := *p
 	for n := 0; s.Next(n, '}'); n++ {
@@ -305,16 +289,8 @@ func readTiming(s *jsontext.Scanner, t *Timing) {
 }
 
 func readNotice(s *jsontext.Scanner, p **Notice) {
-	if s.Peek() == 'n' {
-		s.Null()
-		*p = nil
+	if !object(s, p) {
 		return
-	}
-	if !s.Object() {
-		return
-	}
-	if *p == nil {
-		*p = new(Notice)
 	}
 	no := *p
 	for n := 0; s.Next(n, '}'); n++ {
@@ -328,6 +304,23 @@ func readNotice(s *jsontext.Scanner, p **Notice) {
 			s.Value()
 		}
 	}
+}
+
+// object reports whether the value of a pointer field is an object to
+// read member by member, into what p points to, made when nil. Null
+// clears the field; anything else is read past (see Scanner.Object).
+func object[T any](s *jsontext.Scanner, p **T) bool {
+	switch s.Peek() {
+	case 'n':
+		s.Null()
+		*p = nil
+		return false
+	case '{':
+		if *p == nil {
+			*p = new(T)
+		}
+	}
+	return s.Object()
 }
 
 // The readers of one field: null leaves a value as it was and clears a

@@ -257,7 +257,7 @@ func (f *Fleet) Queued() bool { return f.queued.Load() > 0 }
 // full) and no worker that could take need has a free slot. A pinned
 // request waits for its one worker, which Admit leaves to Acquire.
 func (f *Fleet) Admit(need Need) error {
-	if need.Pin != "" || !f.Queued() {
+	if need.Pin != "" {
 		return nil
 	}
 	f.mu.Lock()

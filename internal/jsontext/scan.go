@@ -523,50 +523,49 @@ func (s *Scanner) skimString() {
 // without fraction or exponent that fits; false for null, which leaves
 // the field as it was.
 func (s *Scanner) Int() (int64, bool) {
-	switch c := s.Peek(); {
-	case c == '-' || '0' <= c && c <= '9':
-		start := s.i
-		s.number()
-		if s.bad {
-			return 0, false
-		}
-		v, err := strconv.ParseInt(string(s.b[start:s.i]), 10, 64)
-		if err != nil {
-			s.mistyped = true
-			return 0, false
-		}
-		return v, true
-	case c == 'n':
-		s.literal("null")
-	default:
-		s.mistyped = true
-		s.Value()
+	n := s.numberText()
+	if n == nil {
+		return 0, false
 	}
-	return 0, false
+	v, err := strconv.ParseInt(string(n), 10, 64)
+	if err != nil {
+		s.mistyped = true
+		return 0, false
+	}
+	return v, true
 }
 
 // Float reads the value of a float64 field; false for null.
 func (s *Scanner) Float() (float64, bool) {
+	n := s.numberText()
+	if n == nil {
+		return 0, false
+	}
+	v, err := strconv.ParseFloat(string(n), 64)
+	if err != nil {
+		s.mistyped = true
+		return 0, false
+	}
+	return v, true
+}
+
+// numberText reads the value of a number field and returns its bytes:
+// nil for null, and for anything else, which marks the scanner mistyped.
+func (s *Scanner) numberText() []byte {
 	switch c := s.Peek(); {
 	case c == '-' || '0' <= c && c <= '9':
 		start := s.i
-		s.number()
-		if s.bad {
-			return 0, false
+		if s.number(); s.bad {
+			return nil
 		}
-		v, err := strconv.ParseFloat(string(s.b[start:s.i]), 64)
-		if err != nil {
-			s.mistyped = true
-			return 0, false
-		}
-		return v, true
+		return s.b[start:s.i]
 	case c == 'n':
 		s.literal("null")
 	default:
 		s.mistyped = true
 		s.Value()
 	}
-	return 0, false
+	return nil
 }
 
 // Bool reads the value of a bool field; false for null.
