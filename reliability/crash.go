@@ -351,23 +351,29 @@ func (l *crashLoad) succeeded() map[string]crashOK {
 // served by the next gateway.
 const readLag = 250 * time.Millisecond
 
-// crashJudgeLog checks the usage log against what the clients saw
-// succeed: each such request has exactly one row, unless it completed
-// within window of a kill.
-func crashJudgeLog(r *result, ld *crashLoad, rows []usageRow, loadStart time.Time, kills []crashKill, window time.Duration) {
+// rowsByID indexes the usage log by request id, failing r for each id
+// that has more than one row; dups counts those.
+func rowsByID(r *result, rows []usageRow) (byID map[string]usageRow, dups int) {
 	seen := make(map[string]int, len(rows))
-	byID := make(map[string]usageRow, len(rows))
+	byID = make(map[string]usageRow, len(rows))
 	for _, row := range rows {
 		seen[row.ID]++
 		byID[row.ID] = row
 	}
-	dups := 0
 	for id, n := range seen {
 		if n > 1 {
 			dups++
 			r.fail("usage row %s appears %d times", id, n)
 		}
 	}
+	return byID, dups
+}
+
+// crashJudgeLog checks the usage log against what the clients saw
+// succeed: each such request has exactly one row, unless it completed
+// within window of a kill.
+func crashJudgeLog(r *result, ld *crashLoad, rows []usageRow, loadStart time.Time, kills []crashKill, window time.Duration) {
+	byID, dups := rowsByID(r, rows)
 	lostPer := make([]int, len(kills))
 	atRisk := make([]int, len(kills))
 	ok := ld.succeeded()

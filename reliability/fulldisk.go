@@ -354,19 +354,7 @@ func (l *fullDiskLoad) succeeded() map[string]usageCounts {
 // success has exactly one row billing what it was told; every refusal
 // had the spec's shape; nothing else failed.
 func fullDiskJudge(r *result, ld *fullDiskLoad, rows []usageRow) {
-	seen := make(map[string]int, len(rows))
-	byID := make(map[string]usageRow, len(rows))
-	for _, row := range rows {
-		seen[row.ID]++
-		byID[row.ID] = row
-	}
-	dups := 0
-	for id, n := range seen {
-		if n > 1 {
-			dups++
-			r.fail("usage row %s appears %d times", id, n)
-		}
-	}
+	byID, dups := rowsByID(r, rows)
 	lost, unlike := 0, 0
 	for id, u := range ld.succeeded() {
 		row, ok := byID[id]
