@@ -8,6 +8,7 @@ import (
 	bbolt "go.etcd.io/bbolt"
 
 	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/store"
 )
 
 // Events stores worker events through a Writer, as a time log (see
@@ -43,12 +44,7 @@ func (e *Events) RecordEvent(orgID string, ev api.WorkerEvent) {
 }
 
 // EventQuery filters and pages a listing.
-type EventQuery struct {
-	WorkerID  string
-	EventType string
-	Limit     int
-	Offset    int
-}
+type EventQuery = store.EventQuery
 
 // ListEvents returns an organisation's events, newest first.
 func (e *Events) ListEvents(orgID string, q EventQuery) ([]api.WorkerEvent, error) {

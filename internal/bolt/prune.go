@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/svc-dev/svc/internal/clock"
+	"github.com/svc-dev/svc/internal/store"
 )
 
 // Retention is how long the store keeps what it keeps only for a while.
@@ -32,9 +33,9 @@ const eventsPerPass = 10000
 // by the elapsed time, or by the wall clock after the next start. A step
 // back is followed: it only defers deletion.
 type Pruner struct {
-	events *Events
-	usage  *Usage
-	power  *Power
+	events store.Events
+	usage  store.Usage
+	power  store.Power
 	keep   Retention
 	clock  *clock.Steady
 	log    *slog.Logger
@@ -50,7 +51,7 @@ type Pruned struct {
 
 // NewPruner returns a pruner of the stores, anchored at c's time now. A
 // nil store is not pruned.
-func NewPruner(events *Events, usage *Usage, power *Power, keep Retention, c clock.Clock, log *slog.Logger) *Pruner {
+func NewPruner(events store.Events, usage store.Usage, power store.Power, keep Retention, c clock.Clock, log *slog.Logger) *Pruner {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}

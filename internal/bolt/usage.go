@@ -13,6 +13,7 @@ import (
 	bbolt "go.etcd.io/bbolt"
 
 	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/store"
 	"github.com/svc-dev/svc/internal/usage"
 )
 
@@ -222,11 +223,7 @@ func (u *Usage) bump(b *bbolt.Bucket, key []byte, d *api.UsageTotals, named bool
 }
 
 // UsageQuery filters and pages a listing.
-type UsageQuery struct {
-	WorkerID string
-	Limit    int
-	Offset   int
-}
+type UsageQuery = store.UsageQuery
 
 // Logs lists rows newest first, filtered by worker when WorkerID != "".
 // Only the rows of the page are decoded: the filter reads a compact row's

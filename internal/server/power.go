@@ -1,12 +1,12 @@
 package server
 
 import (
+	"log/slog"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/svc-dev/svc/internal/api"
-	"github.com/svc-dev/svc/internal/bolt"
 	"github.com/svc-dev/svc/internal/fleet"
 	"github.com/svc-dev/svc/internal/powerlog"
 )
@@ -19,8 +19,8 @@ type PowerBook struct {
 }
 
 // NewPowerBook keeps the history in store.
-func NewPowerBook(store *bolt.Power) *PowerBook {
-	return &PowerBook{history: powerlog.New(store, store.Logger()), energy: prometheus.NewCounterVec(prometheus.CounterOpts{
+func NewPowerBook(store powerlog.Store, log *slog.Logger) *PowerBook {
+	return &PowerBook{history: powerlog.New(store, log), energy: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "svc_worker_energy_joules_total",
 		Help: "Energy each worker's power channels used, as its windows reached the gateway, by worker and channel.",
 	}, []string{"worker_id", "channel"})}

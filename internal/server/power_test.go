@@ -19,7 +19,7 @@ func TestPowerBookRecord(t *testing.T) {
 	}
 	defer s.Close()
 	w := s.NewWriter(bolt.WriterOptions{})
-	book := NewPowerBook(s.Power(w))
+	book := NewPowerBook(s.Power(w), nil)
 	now := time.Date(2026, 3, 1, 12, 0, 30, 0, time.UTC)
 	win := func(start time.Time) api.PowerWindow {
 		return api.PowerWindow{Start: start, Seconds: 10,

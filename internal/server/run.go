@@ -20,6 +20,7 @@ import (
 	"github.com/svc-dev/svc/internal/fleet"
 	"github.com/svc-dev/svc/internal/relay"
 	"github.com/svc-dev/svc/internal/rental"
+	"github.com/svc-dev/svc/internal/store"
 )
 
 // Files the server keeps in its data directory beside the database.
@@ -167,7 +168,7 @@ func Run(ctx context.Context, cfg Config) error {
 	events := store.Events(writer)
 	usageStore := store.Usage(writer)
 	powerStore := store.Power(writer)
-	power := NewPowerBook(powerStore)
+	power := NewPowerBook(powerStore, log)
 	fan := &eventFan{store: events}
 	fcfg := cfg.Fleet
 	fcfg.Logger, fcfg.Events, fcfg.Power = log, fan, power
@@ -273,7 +274,7 @@ func Run(ctx context.Context, cfg Config) error {
 // eventFan gives the fleet's worker events to the store and to the
 // rentals, which follow their workers' connections and installs.
 type eventFan struct {
-	store   *bolt.Events
+	store   store.Events
 	rentals *rental.Manager
 }
 

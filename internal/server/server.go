@@ -21,12 +21,12 @@ import (
 	"github.com/svc-dev/svc/internal/account"
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/auth"
-	"github.com/svc-dev/svc/internal/bolt"
 	"github.com/svc-dev/svc/internal/buildinfo"
 	"github.com/svc-dev/svc/internal/fleet"
 	"github.com/svc-dev/svc/internal/link"
 	"github.com/svc-dev/svc/internal/relay"
 	"github.com/svc-dev/svc/internal/rental"
+	"github.com/svc-dev/svc/internal/store"
 	"github.com/svc-dev/svc/internal/usage"
 )
 
@@ -46,12 +46,12 @@ type Server struct {
 	build     buildinfo.Info
 	accounts  *account.Service
 	fleet     *fleet.Fleet
-	events    *bolt.Events
+	events    store.Events
 	keepalive link.Keepalive
 	links     link.Buffers // the worker links' websocket buffers
 	metrics   *metrics
 	watch     *clientWatch
-	usage     *bolt.Usage
+	usage     store.Usage
 	writes    writeBacklog // nil: not told
 	power     *PowerBook
 	rentals   *rental.Manager
@@ -97,11 +97,11 @@ type Deps struct {
 	Build    buildinfo.Info
 	Accounts *account.Service
 	Fleet    *fleet.Fleet
-	Events   *bolt.Events
-	Usage    *bolt.Usage
+	Events   store.Events
+	Usage    store.Usage
 	// Writes is the store's writer, whose backlog refuses inference at its
 	// bound and is shown in /healthz and the metrics.
-	Writes    *bolt.Writer
+	Writes    writeBacklog
 	Power     *PowerBook
 	Rentals   *rental.Manager
 	Keepalive link.Keepalive

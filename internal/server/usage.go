@@ -5,7 +5,8 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/svc-dev/svc/internal/bolt"
+	"github.com/svc-dev/svc/internal/store"
+	"github.com/svc-dev/svc/internal/usage"
 )
 
 // The usage endpoints: organisation-scoped reads, usage:read.
@@ -26,7 +27,7 @@ func (s *Server) usageLogs(c *call) error {
 	if err := s.syncUsage(c); err != nil {
 		return err
 	}
-	rows, err := s.usage.Logs(c.principal.OrgID, bolt.UsageQuery{
+	rows, err := s.usage.Logs(c.principal.OrgID, store.UsageQuery{
 		WorkerID: string(c.ctx.QueryArgs().Peek("worker_id")), Limit: limit, Offset: offset})
 	return respond(c, http.StatusOK, rows, err)
 }
@@ -40,7 +41,7 @@ func (s *Server) usageSummary(c *call) error {
 	if err := s.syncUsage(c); err != nil {
 		return err
 	}
-	sum, err := s.usage.Summary(c.principal.OrgID, days, time.Now())
+	sum, err := usage.Summary(s.usage, c.principal.OrgID, days, time.Now())
 	return respond(c, http.StatusOK, sum, err)
 }
 
@@ -53,7 +54,7 @@ func (s *Server) usageDaily(c *call) error {
 	if err := s.syncUsage(c); err != nil {
 		return err
 	}
-	out, err := s.usage.Daily(c.principal.OrgID, days, time.Now())
+	out, err := usage.Daily(s.usage, c.principal.OrgID, days, time.Now())
 	return respond(c, http.StatusOK, out, err)
 }
 
@@ -67,7 +68,7 @@ func (s *Server) usageBreakdown(c *call) error {
 	if err := s.syncUsage(c); err != nil {
 		return err
 	}
-	out, err := s.usage.Breakdown(c.principal.OrgID, days, sort, time.Now())
+	out, err := usage.Breakdown(s.usage, c.principal.OrgID, days, sort, time.Now())
 	return respond(c, http.StatusOK, out, err)
 }
 

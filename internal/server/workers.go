@@ -9,8 +9,8 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/svc-dev/svc/internal/api"
-	"github.com/svc-dev/svc/internal/bolt"
 	"github.com/svc-dev/svc/internal/fleet"
+	"github.com/svc-dev/svc/internal/store"
 )
 
 // connectWorker upgrades a worker's request to the link. The token was
@@ -73,7 +73,7 @@ func (s *Server) workerEvents(c *call) error {
 		return err
 	}
 	args := c.ctx.QueryArgs()
-	evs, err := s.events.ListEvents(c.principal.OrgID, bolt.EventQuery{
+	evs, err := s.events.ListEvents(c.principal.OrgID, store.EventQuery{
 		WorkerID: string(args.Peek("worker_id")), EventType: string(args.Peek("event_type")),
 		Limit: limit, Offset: offset,
 	})
