@@ -169,6 +169,11 @@ type Welcome struct {
 	PowerThrough time.Time `json:"power_through,omitzero"`
 	// Error refuses the worker; the link is closed after it.
 	Error string `json:"error,omitempty"`
+	// Redirect says the gateway took no session: the worker is to dial
+	// this base URL (http(s)://host:port, with the path scheme of its
+	// configured gateway) instead. The link is closed after it. A standby
+	// replica, or one that is not the organisation's home, sends it.
+	Redirect string `json:"redirect,omitempty"`
 }
 
 // Heartbeat is the worker's periodic report.

@@ -65,6 +65,14 @@ func Refuse(conn link.Conn, reason string) {
 	_ = conn.Close()
 }
 
+// Redirect answers a worker that is to link to another replica, at the
+// base URL url, and closes the connection. It opens no session: the
+// worker presents its session to the replica it is sent to.
+func Redirect(conn link.Conn, url string) {
+	_ = writeWelcome(conn, api.Welcome{Redirect: url})
+	_ = conn.Close()
+}
+
 func checkHello(h *api.Hello) error {
 	h.Name = strings.TrimSpace(h.Name)
 	switch {
