@@ -116,11 +116,10 @@ type bigFleetRun struct {
 
 // start runs the agents numbered from to to, each serving one model.
 func (b *bigFleetRun) start(ctx context.Context, from, to int) {
-	u := "ws://" + b.g.Addr + link.Path
 	// The agents' ends of the links: small buffers, taken from a pool
 	// for each write, so that thousands fit in this process.
 	pool := &sync.Pool{}
-	dial := func(ctx context.Context) (link.Conn, error) {
+	dial := func(ctx context.Context, u string) (link.Conn, error) {
 		select {
 		case b.dials <- struct{}{}:
 		case <-ctx.Done():

@@ -59,8 +59,9 @@ type Config struct {
 	// probed, and how long the probe may take (see watch); 0 is
 	// DefaultEngineTTFB.
 	EngineTTFB time.Duration
-	// Dial replaces the websocket dial, for tests.
-	Dial func(ctx context.Context) (link.Conn, error)
+	// Dial replaces the websocket dial, for tests. url is the websocket
+	// endpoint to dial: the configured gateway's, or a redirect's.
+	Dial func(ctx context.Context, url string) (link.Conn, error)
 	// Images fetches moderation checks' image URLs; nil is a Fetcher
 	// with its defaults.
 	Images *moderation.Fetcher
@@ -128,6 +129,9 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Gateway == "" {
 		return nil, errors.New("no gateway URL: set --gateway or SVC_GATEWAY")
 	}
+	if _, err := connectURL(cfg.Gateway); err != nil {
+		return nil, err
+	}
 	if cfg.Token == "" {
 		return nil, errors.New("no worker token: set --token, SVC_WORKER_TOKEN or --token-file")
 	}
@@ -183,11 +187,7 @@ func New(cfg Config) (*Agent, error) {
 		}
 	}
 	if cfg.Dial == nil {
-		u, err := connectURL(cfg.Gateway)
-		if err != nil {
-			return nil, err
-		}
-		a.cfg.Dial = func(ctx context.Context) (link.Conn, error) { return a.dialWebSocket(ctx, u) }
+		a.cfg.Dial = a.dialWebSocket
 	}
 	return a, nil
 }
@@ -369,15 +369,31 @@ func (a *Agent) newSession() *link.Session {
 	}})
 }
 
+// maxRedirects bounds the redirects followed in a row without a session
+// in between, so that replicas that name each other cannot keep the
+// worker bouncing between them.
+const maxRedirects = 4
+
 // connectLoop keeps the link up until ctx ends, reconnecting with
 // jittered exponential backoff.
+//
+// A gateway may redirect the worker to another replica: it is dialled at
+// once, and again after a drop for as long as it answers. When it does
+// not, the worker goes back to the configured gateway (usually a load
+// balancer), which knows where to go now: an advertised URL that stopped
+// answering is never dialled again and again.
 func (a *Agent) connectLoop(ctx context.Context) error {
 	sessionID := uuid.NewString()
 	backoff := newBackoff()
+	target, redirects := a.cfg.Gateway, 0
 	for {
-		connected, err := a.connectOnce(ctx, sessionID)
+		connected, redirect, err := a.connectOnce(ctx, sessionID, target)
+		redirected := target != a.cfg.Gateway
 		var perm *PermanentError
-		if errors.As(err, &perm) {
+		// Only the configured gateway's refusal stops the worker: a
+		// replica's advertised URL that leads somewhere else (a wrong
+		// path, another service) is a fault of that replica.
+		if errors.As(err, &perm) && !redirected {
 			return err
 		}
 		if ctx.Err() != nil {
@@ -388,6 +404,26 @@ func (a *Agent) connectLoop(ctx context.Context) error {
 		// within the gateway's grace period.
 		if connected {
 			backoff.reset()
+			redirects = 0
+		}
+		switch {
+		case redirect != "":
+			if err = a.checkRedirect(redirect); err != nil {
+				a.log.Error("the gateway sent a redirect the worker does not follow", "from", target, "err", err)
+			} else if redirects == maxRedirects {
+				err = fmt.Errorf("redirected %d times in a row without a session; the last redirect, from %s to %s, is not followed", redirects+1, target, redirect)
+			} else {
+				redirects++
+				a.log.Info("the gateway redirected the worker", "from", target, "to", redirect)
+				target = redirect
+				continue
+			}
+			target, redirects = a.cfg.Gateway, 0
+		case redirected && !connected:
+			a.log.Warn("the gateway redirected to does not answer; back to the configured gateway",
+				"gateway", target, "configured", a.cfg.Gateway, "err", err)
+			target = a.cfg.Gateway
+			continue
 		}
 		wait := backoff.next()
 		a.log.Warn("gateway link down; reconnecting", "err", err, "retry_in", wait.Round(time.Millisecond).String())
@@ -399,14 +435,34 @@ func (a *Agent) connectLoop(ctx context.Context) error {
 	}
 }
 
-// connectOnce dials, shakes hands and serves one connection until it
-// ends. It reports whether the handshake succeeded.
-func (a *Agent) connectOnce(ctx context.Context, sessionID string) (bool, error) {
+// checkRedirect says why the worker does not follow a redirect to base
+// URL to, if it does not.
+func (a *Agent) checkRedirect(to string) error {
+	u, err := url.Parse(to)
+	if err != nil || u.Hostname() == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return fmt.Errorf("redirect to %q is not http(s)://host:port", to)
+	}
+	// The token goes with the dial: a gateway configured with TLS must
+	// not send it anywhere in clear.
+	if g, _ := url.Parse(a.cfg.Gateway); u.Scheme == "http" && g != nil && (g.Scheme == "https" || g.Scheme == "wss") {
+		return fmt.Errorf("redirect to %q drops TLS, with which the gateway %s is configured", to, a.cfg.Gateway)
+	}
+	return nil
+}
+
+// connectOnce dials gateway, shakes hands and serves one connection until
+// it ends. It reports whether the handshake let the worker in, or else
+// where the gateway redirected it.
+func (a *Agent) connectOnce(ctx context.Context, sessionID, gateway string) (connected bool, redirect string, err error) {
+	u, err := connectURL(gateway)
+	if err != nil {
+		return false, "", err
+	}
 	dialCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	conn, err := a.cfg.Dial(dialCtx)
+	conn, err := a.cfg.Dial(dialCtx, u)
 	cancel()
 	if err != nil {
-		return false, err
+		return false, "", err
 	}
 	hb := a.heartbeat()
 	a.mu.Lock()
@@ -424,7 +480,14 @@ func (a *Agent) connectOnce(ctx context.Context, sessionID string) (bool, error)
 	welcome, err := handshake(conn, hello)
 	if err != nil {
 		_ = conn.Close()
-		return false, err
+		return false, "", err
+	}
+	if welcome.Redirect != "" {
+		// No session was opened: ours, and the streams it holds, are
+		// presented to the gateway redirected to, which resumes it if it
+		// knows it and otherwise starts a new one (below).
+		_ = conn.Close()
+		return false, welcome.Redirect, nil
 	}
 	if !welcome.Resumed && sess.Streams() > 0 {
 		// The gateway does not know our session any more (it restarted, or
@@ -442,14 +505,14 @@ func (a *Agent) connectOnce(ctx context.Context, sessionID string) (bool, error)
 	done, err := sess.Attach(conn, peer)
 	if err != nil {
 		_ = conn.Close()
-		return false, err
+		return false, "", err
 	}
 	// Only a session this process already had can be resumed, so a resume
 	// is never the first connection.
 	if welcome.Resumed {
 		a.log.Info("link resumed", "worker_id", welcome.WorkerID, "streams", len(welcome.Streams))
 	} else {
-		a.log.Info("connected to the gateway", "worker_id", welcome.WorkerID, "name", a.cfg.Name, "models", len(hello.Models))
+		a.log.Info("connected to the gateway", "gateway", gateway, "worker_id", welcome.WorkerID, "name", a.cfg.Name, "models", len(hello.Models))
 	}
 	every := time.Duration(welcome.HeartbeatS) * time.Second
 	if every <= 0 {
@@ -467,12 +530,12 @@ func (a *Agent) connectOnce(ctx context.Context, sessionID string) (bool, error)
 	for {
 		select {
 		case <-done:
-			return true, errors.New("link closed")
+			return true, "", errors.New("link closed")
 		case <-ctx.Done():
 			sess.Drop()
 			// The link's loops are off the connection once done closes.
 			<-done
-			return true, nil
+			return true, "", nil
 		case <-t.C:
 			a.sendHeartbeat()
 		case <-a.powerWake:

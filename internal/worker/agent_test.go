@@ -134,7 +134,7 @@ func (c gatedConn) ReadMessage() ([]byte, error) {
 func newRig(t *testing.T, eng engine.Engine, cfg Config) *rig {
 	r := &rig{t: t, fleet: fleet.New(fleet.Config{Grace: 5 * time.Second, Hold: time.Second}), conns: make(chan *linktest.Conn, 16), done: make(chan error, 1)}
 	cfg.Gateway, cfg.Token, cfg.Name, cfg.Engines = "http://unused", "t", "box", []engine.Engine{eng}
-	cfg.Dial = func(ctx context.Context) (link.Conn, error) {
+	cfg.Dial = func(ctx context.Context, _ string) (link.Conn, error) {
 		gw, wk := linktest.Pipe()
 		r.conns <- wk
 		r.links.Go(func() {
@@ -317,7 +317,7 @@ func TestAgentDrainServesARequestInFlightToIt(t *testing.T) {
 func TestAgentStopsAtOnceWhileTheLinkIsDown(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		a, err := New(Config{Gateway: "http://unused", Token: "t", Name: "box", Engines: []engine.Engine{&stubEngine{}},
-			DrainTimeout: time.Minute, Dial: func(context.Context) (link.Conn, error) { return nil, errors.New("refused") }})
+			DrainTimeout: time.Minute, Dial: func(context.Context, string) (link.Conn, error) { return nil, errors.New("refused") }})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -204,7 +204,7 @@ func runPulls(t *testing.T, eng engine.Engine, models []string, dialDelay time.D
 	f := fleet.New(fleet.Config{Grace: 5 * time.Second, Hold: time.Second, Events: log})
 	var links sync.WaitGroup
 	cfg := Config{Gateway: "http://unused", Token: "t", Name: "box", Engines: []engine.Engine{eng}, Pull: models,
-		Dial: func(ctx context.Context) (link.Conn, error) {
+		Dial: func(ctx context.Context, _ string) (link.Conn, error) {
 			select {
 			case <-time.After(dialDelay):
 			case <-ctx.Done():
