@@ -1,0 +1,254 @@
+// Package cluster runs a gateway replica's part in a cluster of replicas
+// sharing one database: its registration, and the leader lease that
+// decides which replica serves. Only the leader serves the API and holds
+// the workers' links; the others are standbys that send workers and
+// clients to it and take over when its lease lapses.
+//
+// The lease lives in the database and every expiry is compared with the
+// database's clock, so replicas' clocks need not agree. A leader learns it
+// was replaced only from the database: cut off from it, it goes on serving
+// the workers linked to it (nothing else could), and its singleton duties'
+// writes, which carry its epoch, are refused once another replica leads.
+package cluster
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/svc-dev/svc/internal/clock"
+)
+
+// Replica is how a replica registers itself.
+type Replica struct {
+	ID           string
+	AdvertiseURL string
+	Version      string
+	// Role is "leader" or "standby", as the replica last knew it.
+	Role string
+	// OutboxRecords and OutboxOldest are what the replica has still to
+	// ship to the database.
+	OutboxRecords int64
+	OutboxOldest  time.Time
+	StartedAt     time.Time
+}
+
+// Leader is the lease as the database holds it.
+type Leader struct {
+	ReplicaID    string
+	AdvertiseURL string
+	Epoch        int64
+	ExpiresAt    time.Time
+	// DBNow is the database's clock when the statement ran.
+	DBNow time.Time
+}
+
+// Store is the database's side of the lease.
+type Store interface {
+	// Beat renews me's registration for ttl and, when want, takes the
+	// lease if it is free or has expired, or renews it if it is me's. It
+	// returns the lease as it stands after the statement.
+	Beat(ctx context.Context, me Replica, ttl time.Duration, want bool) (Leader, error)
+	// Resign ends me's lease now, if it is still me's at that epoch.
+	Resign(ctx context.Context, replicaID string, epoch int64) error
+}
+
+// Roles.
+const (
+	RoleLeader  = "leader"
+	RoleStandby = "standby"
+)
+
+// State is the replica's view of the lease.
+type State struct {
+	// Leading: this replica holds the lease, or held it last and has not
+	// been told otherwise by the database.
+	Leading bool
+	Epoch   int64
+	// LeaderID and LeaderURL name the leader; empty when none is known.
+	LeaderID  string
+	LeaderURL string
+	// Confirmed is when the database last answered, on the local wall
+	// clock; zero before it ever has.
+	Confirmed time.Time
+	// Unconfirmed is how long the database has not answered, measured
+	// on the monotonic clock; zero while it answers.
+	Unconfirmed time.Duration
+}
+
+// Options tune a Lease.
+type Options struct {
+	// TTL is how long a lease lasts unless renewed; a dead leader is
+	// replaced within it (plus one Every). Default 10 s.
+	TTL time.Duration
+	// Every is how often the replica renews; default TTL/5.
+	Every  time.Duration
+	Clock  clock.Clock
+	Logger *slog.Logger
+	// Outbox reports what the replica has yet to ship, for its
+	// registration; nil reports nothing.
+	Outbox func() (records int64, oldest time.Time)
+	// Observe is told the database's clock and when the question was
+	// sent and answered (local wall clock), so that other writers can
+	// follow the database's time; nil ignores it.
+	Observe func(dbNow, sent, received time.Time)
+}
+
+// Lease keeps a replica's registration and its claim on the lease.
+type Lease struct {
+	store Store
+	me    Replica
+	o     Options
+	log   *slog.Logger
+
+	mu       sync.Mutex
+	st       State
+	lastOK   time.Duration // Mono of the last answer; valid when answered
+	answered bool
+	changed  chan struct{}
+}
+
+// New returns a lease for me; Run drives it.
+func New(store Store, me Replica, o Options) *Lease {
+	if o.TTL <= 0 {
+		o.TTL = 10 * time.Second
+	}
+	if o.Every <= 0 {
+		o.Every = o.TTL / 5
+	}
+	if o.Clock == nil {
+		o.Clock = clock.System()
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Lease{store: store, me: me, o: o, log: o.Logger, changed: make(chan struct{})}
+}
+
+// TTL is the lease's length.
+func (l *Lease) TTL() time.Duration { return l.o.TTL }
+
+// State is the replica's view of the lease now.
+func (l *Lease) State() State {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st := l.st
+	if l.answered {
+		if d := l.o.Clock.Mono() - l.lastOK; d > l.o.Every*2 {
+			st.Unconfirmed = d
+		}
+	} else {
+		st.Unconfirmed = l.o.Clock.Mono()
+	}
+	return st
+}
+
+// Changed is closed when the state's leader or epoch next changes; call
+// it again for the change after.
+func (l *Lease) Changed() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.changed
+}
+
+// Run renews the registration and the lease every Options.Every until ctx
+// ends, then resigns the lease if it holds it so that a standby takes over
+// at once rather than after the TTL.
+func (l *Lease) Run(ctx context.Context) error {
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			l.resign()
+			return nil
+		case <-t.C:
+		}
+		l.Beat(ctx)
+		t.Reset(l.o.Every)
+	}
+}
+
+// Beat renews once.
+func (l *Lease) Beat(ctx context.Context) {
+	me := l.me
+	st := l.State()
+	me.Role = RoleStandby
+	if st.Leading {
+		me.Role = RoleLeader
+	}
+	if l.o.Outbox != nil {
+		me.OutboxRecords, me.OutboxOldest = l.o.Outbox()
+	}
+	bctx, cancel := context.WithTimeout(ctx, l.o.Every)
+	defer cancel()
+	sent := l.o.Clock.Now()
+	mono := l.o.Clock.Mono()
+	lead, err := l.store.Beat(bctx, me, l.o.TTL, true)
+	if err != nil {
+		if ctx.Err() == nil {
+			l.failed(err)
+		}
+		return
+	}
+	if l.o.Observe != nil {
+		l.o.Observe(lead.DBNow, sent, l.o.Clock.Now())
+	}
+	l.apply(lead, mono)
+}
+
+func (l *Lease) failed(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.answered || l.o.Clock.Mono()-l.lastOK <= l.o.Every*2 {
+		l.log.Warn("cluster: cannot reach the database to renew the lease; serving on", "err", err, "leading", l.st.Leading)
+	}
+}
+
+// apply takes the lease as the database told it, asked at mono.
+func (l *Lease) apply(lead Leader, mono time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	was := l.st
+	wasDown := l.answered && l.o.Clock.Mono()-l.lastOK > l.o.Every*2
+	l.answered, l.lastOK = true, mono
+	l.st = State{
+		Leading:   lead.ReplicaID == l.me.ID,
+		Epoch:     lead.Epoch,
+		LeaderID:  lead.ReplicaID,
+		LeaderURL: lead.AdvertiseURL,
+		Confirmed: l.o.Clock.Now(),
+	}
+	if wasDown {
+		l.log.Info("cluster: the database answers again", "leader", lead.ReplicaID, "epoch", lead.Epoch)
+	}
+	if was.Leading == l.st.Leading && was.Epoch == l.st.Epoch && was.LeaderID == l.st.LeaderID && was.LeaderURL == l.st.LeaderURL {
+		return
+	}
+	switch {
+	case l.st.Leading && !was.Leading:
+		l.log.Info("cluster: this replica leads", "epoch", lead.Epoch)
+	case !l.st.Leading && was.Leading:
+		l.log.Warn("cluster: another replica leads; standing down", "leader", lead.ReplicaID, "url", lead.AdvertiseURL, "epoch", lead.Epoch)
+	case !l.st.Leading:
+		l.log.Info("cluster: standing by", "leader", lead.ReplicaID, "url", lead.AdvertiseURL, "epoch", lead.Epoch)
+	}
+	close(l.changed)
+	l.changed = make(chan struct{})
+}
+
+// resign hands the lease back on the way out.
+func (l *Lease) resign() {
+	st := l.State()
+	if !st.Leading {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := l.store.Resign(ctx, l.me.ID, st.Epoch); err != nil {
+		l.log.Warn("cluster: resign the lease; a standby takes over when it expires", "err", err)
+		return
+	}
+	l.log.Info("cluster: resigned the lease", "epoch", st.Epoch)
+}

@@ -1,0 +1,171 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+)
+
+// memStore is the lease table in memory, on a clock the test moves.
+type memStore struct {
+	mu   sync.Mutex
+	now  time.Time
+	lead Leader
+	down bool
+}
+
+func (m *memStore) Beat(_ context.Context, me Replica, ttl time.Duration, want bool) (Leader, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.down {
+		return Leader{}, errors.New("connection refused")
+	}
+	switch {
+	case !want:
+	case m.lead.ReplicaID == me.ID:
+		m.lead.ExpiresAt = m.now.Add(ttl)
+	case m.lead.ReplicaID == "" || !m.now.Before(m.lead.ExpiresAt):
+		m.lead = Leader{ReplicaID: me.ID, AdvertiseURL: me.AdvertiseURL, Epoch: m.lead.Epoch + 1, ExpiresAt: m.now.Add(ttl)}
+	}
+	l := m.lead
+	l.DBNow = m.now
+	return l, nil
+}
+
+func (m *memStore) Resign(_ context.Context, id string, epoch int64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.lead.ReplicaID == id && m.lead.Epoch == epoch {
+		m.lead.ExpiresAt = m.now
+	}
+	return nil
+}
+
+func (m *memStore) advance(d time.Duration) {
+	m.mu.Lock()
+	m.now = m.now.Add(d)
+	m.mu.Unlock()
+}
+
+// fakeClock is a clock the test moves.
+type fakeClock struct {
+	mu   sync.Mutex
+	wall time.Time
+	mono time.Duration
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.wall
+}
+
+func (c *fakeClock) Mono() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mono
+}
+
+func (c *fakeClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.wall, c.mono = c.wall.Add(d), c.mono+d
+	c.mu.Unlock()
+}
+
+func TestLeaseFailover(t *testing.T) {
+	ctx := context.Background()
+	db := &memStore{now: time.Unix(1_800_000_000, 0)}
+	clk := &fakeClock{wall: time.Unix(1_700_000_000, 0), mono: time.Hour}
+	o := Options{TTL: 10 * time.Second, Every: 2 * time.Second, Clock: clk}
+	a := New(db, Replica{ID: "a", AdvertiseURL: "http://a"}, o)
+	b := New(db, Replica{ID: "b", AdvertiseURL: "http://b"}, o)
+	tick := func(d time.Duration, ls ...*Lease) {
+		db.advance(d)
+		clk.advance(d)
+		for _, l := range ls {
+			l.Beat(ctx)
+		}
+	}
+
+	bChanged := b.Changed()
+	tick(0, a, b)
+	if st := a.State(); !st.Leading || st.Epoch != 1 {
+		t.Fatalf("a = %+v, want leading at epoch 1", st)
+	}
+	if st := b.State(); st.Leading || st.LeaderURL != "http://a" {
+		t.Fatalf("b = %+v, want standing by for http://a", st)
+	}
+	select {
+	case <-bChanged:
+	default:
+		t.Fatal("b's Changed was not closed when it learnt the leader")
+	}
+
+	// a stops renewing: b takes over only once the lease has expired.
+	for range 4 {
+		tick(2*time.Second, b)
+		if b.State().Leading {
+			t.Fatalf("b took the lease at %v, before it expired", db.now)
+		}
+	}
+	tick(2*time.Second, b)
+	if st := b.State(); !st.Leading || st.Epoch != 2 {
+		t.Fatalf("b = %+v, want leading at epoch 2 once a's lease expired", st)
+	}
+
+	// a comes back: the database tells it that it no longer leads.
+	aChanged := a.Changed()
+	tick(0, a)
+	if st := a.State(); st.Leading || st.LeaderID != "b" || st.Epoch != 2 {
+		t.Fatalf("a = %+v, want standing by for b at epoch 2", st)
+	}
+	select {
+	case <-aChanged:
+	default:
+		t.Fatal("a's Changed was not closed when it stood down")
+	}
+}
+
+func TestLeaseServesOnWhileTheDatabaseIsDown(t *testing.T) {
+	ctx := context.Background()
+	db := &memStore{now: time.Unix(1_800_000_000, 0)}
+	clk := &fakeClock{wall: time.Unix(1_700_000_000, 0), mono: time.Hour}
+	a := New(db, Replica{ID: "a"}, Options{TTL: 10 * time.Second, Every: 2 * time.Second, Clock: clk})
+	a.Beat(ctx)
+	db.down = true
+	for range 15 {
+		db.advance(2 * time.Second)
+		clk.advance(2 * time.Second)
+		a.Beat(ctx)
+	}
+	st := a.State()
+	if !st.Leading || st.Unconfirmed < 20*time.Second {
+		t.Fatalf("a = %+v after 30 s without the database, want still leading, unconfirmed for 30 s", st)
+	}
+	db.down = false
+	a.Beat(ctx)
+	if st := a.State(); !st.Leading || st.Epoch != 1 || st.Unconfirmed != 0 {
+		t.Fatalf("a = %+v once the database is back, want leading at epoch 1 again, confirmed", st)
+	}
+}
+
+func TestLeaseResignsOnTheWayOut(t *testing.T) {
+	db := &memStore{now: time.Unix(1_800_000_000, 0)}
+	a := New(db, Replica{ID: "a"}, Options{TTL: 10 * time.Second})
+	b := New(db, Replica{ID: "b"}, Options{TTL: 10 * time.Second})
+	ctx, cancel := context.WithCancel(context.Background())
+	a.Beat(ctx)
+	if !a.State().Leading {
+		t.Fatal("a does not lead")
+	}
+	cancel()
+	if err := a.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.Beat(context.Background())
+	if st := b.State(); !st.Leading || st.Epoch != 2 {
+		t.Fatalf("b = %+v, want leading at once after a resigned", st)
+	}
+}
