@@ -43,7 +43,7 @@ func TestSharedDatabasesAreSeparate(t *testing.T) {
 	if got := exec(t, b, "SELECT count(*) FROM x")[0].Rows[0][0]; string(got) != "0" {
 		t.Fatalf("second database sees %s rows of the first", got)
 	}
-	if pg.Server(t) != pg.Server(t) {
+	if first := pg.Server(t); pg.Server(t) != first {
 		t.Fatal("Shared started a second server")
 	}
 }
