@@ -183,15 +183,43 @@ type crashLoad struct {
 
 	mu      sync.Mutex
 	ok      map[string]crashOK
+	fails   []loadFailure
 	commits []time.Duration
 }
 
-// crashOK is a request the client saw succeed: when it had the whole
-// reply, and the token counts the reply reported.
+// crashOK is a request the client saw succeed: when it was sent and when
+// it had the whole reply, and the token counts the reply reported.
 type crashOK struct {
-	done  time.Time
-	usage usageCounts
+	start, done time.Time
+	usage       usageCounts
 }
+
+// loadFailure is a request of the load that did not succeed: when, and
+// how it ended.
+type loadFailure struct {
+	start, done time.Time
+	kind        int
+	err         *loadError
+}
+
+// loadError is how a request of the load failed.
+type loadError struct {
+	// Status is the HTTP status, 0 when no response came (a refused or
+	// cut connection, or the client's timeout).
+	Status int
+	// Code is the X-Svc-Error-Code of an error response.
+	Code string
+	// Frame is the status in the error frame a stream ended with, 0 when
+	// it ended without one.
+	Frame int
+	// Cut: the connection ended before the response did.
+	Cut bool
+	// Timeout: the client gave up waiting.
+	Timeout bool
+	Msg     string
+}
+
+func (e *loadError) Error() string { return e.Msg }
 
 // usageCounts are a reply's usage object.
 type usageCounts struct {
@@ -213,8 +241,14 @@ func (l *crashLoad) client(ctx context.Context, n int) {
 			kind = kindChat
 		}
 		l.sent.Add(1)
+		start := time.Now()
 		id, u, err := l.request(ctx, kind, fmt.Sprintf("client %d request %d", n, i))
 		if err != nil {
+			if ctx.Err() == nil {
+				l.mu.Lock()
+				l.fails = append(l.fails, loadFailure{start: start, done: time.Now(), kind: kind, err: err})
+				l.mu.Unlock()
+			}
 			select {
 			case <-ctx.Done():
 			case <-time.After(50 * time.Millisecond):
@@ -227,7 +261,7 @@ func (l *crashLoad) client(ctx context.Context, n int) {
 		if l.ok == nil {
 			l.ok = map[string]crashOK{}
 		}
-		l.ok[id] = crashOK{done: done, usage: u}
+		l.ok[id] = crashOK{start: start, done: done, usage: u}
 		l.mu.Unlock()
 		select {
 		case <-ctx.Done():
@@ -239,7 +273,7 @@ func (l *crashLoad) client(ctx context.Context, n int) {
 // request sends one request and returns its id and reported usage when
 // the client saw it succeed: a 200 with the whole body, and for a stream
 // its [DONE] with no error frame before it.
-func (l *crashLoad) request(ctx context.Context, kind int, prompt string) (string, usageCounts, error) {
+func (l *crashLoad) request(ctx context.Context, kind int, prompt string) (string, usageCounts, *loadError) {
 	var u usageCounts
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -256,32 +290,47 @@ func (l *crashLoad) request(ctx context.Context, kind int, prompt string) (strin
 	}
 	req, err := http.NewRequestWithContext(ctx, "POST", l.g.URL+path, bytes.NewReader(body))
 	if err != nil {
-		return "", u, err
+		return "", u, &loadError{Msg: err.Error()}
 	}
 	req.Header.Set("Authorization", "Bearer "+l.g.Key)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := client.Do(req)
 	if err != nil {
-		return "", u, err
+		return "", u, &loadError{Cut: ctx.Err() == nil, Timeout: ctx.Err() != nil, Msg: err.Error()}
 	}
 	defer resp.Body.Close()
 	b, readErr := io.ReadAll(resp.Body)
 	id := resp.Header.Get("X-Request-Id")
+	fail := &loadError{Status: resp.StatusCode, Code: resp.Header.Get("X-Svc-Error-Code")}
 	var reply struct {
 		Usage *usageCounts `json:"usage"`
 	}
 	switch {
 	case resp.StatusCode != http.StatusOK:
-		return "", u, fmt.Errorf("status %d", resp.StatusCode)
+		fail.Msg = fmt.Sprintf("status %d: %s", resp.StatusCode, tail(string(b), 200))
+		return "", u, fail
 	case id == "":
-		return "", u, errors.New("no X-Request-Id")
+		fail.Msg = "no X-Request-Id"
+		return "", u, fail
 	case kind == kindStream:
 		// The stream is the client's once [DONE] is in: a kill that cuts
 		// the chunked encoding's last bytes takes nothing it was owed.
 		data := sseData(b)
 		_, done, errFrame := streamContent(b)
 		if !done || errFrame != "" || data[len(data)-1] != "[DONE]" {
-			return "", u, errors.New("stream did not finish")
+			fail.Msg = "stream did not finish: " + tail(string(b), 200)
+			fail.Cut = readErr != nil
+			fail.Timeout = ctx.Err() != nil
+			if errFrame != "" {
+				var f struct {
+					Error struct {
+						Status int `json:"status"`
+					} `json:"error"`
+				}
+				_ = json.Unmarshal([]byte(errFrame), &f)
+				fail.Frame = f.Error.Status
+			}
+			return "", u, fail
 		}
 		for _, d := range data {
 			if json.Unmarshal([]byte(d), &reply) == nil && reply.Usage != nil {
@@ -289,12 +338,15 @@ func (l *crashLoad) request(ctx context.Context, kind int, prompt string) (strin
 			}
 		}
 	case readErr != nil:
-		return "", u, readErr
+		fail.Cut, fail.Timeout, fail.Msg = ctx.Err() == nil, ctx.Err() != nil, readErr.Error()
+		return "", u, fail
 	case json.Unmarshal(b, &reply) != nil:
-		return "", u, errors.New("body is not JSON")
+		fail.Msg = "body is not JSON"
+		return "", u, fail
 	}
 	if reply.Usage == nil {
-		return "", u, fmt.Errorf("reply %s reports no usage", id)
+		fail.Msg = fmt.Sprintf("reply %s reports no usage", id)
+		return "", u, fail
 	}
 	return id, *reply.Usage, nil
 }
@@ -333,6 +385,12 @@ func (l *crashLoad) maxCommit() time.Duration {
 		return 0
 	}
 	return slices.Max(c)
+}
+
+func (l *crashLoad) failures() []loadFailure {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.fails)
 }
 
 func (l *crashLoad) succeeded() map[string]crashOK {
