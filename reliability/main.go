@@ -94,6 +94,9 @@ func checks() []check {
 		{"full-disk", fullDisk},
 		{"stalled-clients", stalledClients},
 		{"big-fleet", bigFleet},
+		{"cluster-crash", clusterCrash},
+		{"cluster-db", clusterDB},
+		{"cluster-rental", clusterRental},
 	}
 }
 

@@ -1,0 +1,197 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"time"
+)
+
+// clusterCrash kills the cluster's leader with SIGKILL under the crash
+// check's mixed load, sent through the balancer to three replicas on one
+// database with two simulated workers. After each kill a standby must
+// take the lease within the TTL and a renewal, the workers must be back on
+// it within the TTL plus 5 s, and the killed replica is started again on
+// its data directory, so that the rows its outbox still held are shipped.
+// At the end, with every outbox empty, every request a client saw succeed
+// must have exactly one row in the database, with the usage the client
+// was told; no request may have two; the day totals must be the sums
+// over the rows; and a request may fail only as a failover may: 503 or
+// 502, or a cut connection.
+func clusterCrash(ctx context.Context, h *rig, r *result) error {
+	ttl := scaled(h, 5*time.Second, 10*time.Second)
+	c, err := startCluster(ctx, h, r, "cluster-crash", clusterSpec{replicas: 3, ttl: ttl})
+	if c == nil || err != nil {
+		return err
+	}
+	defer c.close()
+	workers := []string{"cluster-crash-w1", "cluster-crash-w2"}
+	if err := c.startWorkers(ctx, workers, "--engine", "sim=ttft=0", "--max-concurrent", "8"); err != nil {
+		return err
+	}
+
+	kills := scaled(h, 1, 3)
+	pauseMin, pauseMax := scaled(h, 3*time.Second, 6*time.Second), scaled(h, 5*time.Second, 12*time.Second)
+	ld, stopLoad := c.runLoad(ctx, scaled(h, 4, 6))
+	loadStart := time.Now()
+
+	// Takeover within the TTL and one renewal (TTL/5), and a margin for
+	// a loaded machine's polls; the workers within the TTL and 5 s.
+	takeoverBound := ttl + ttl/5 + 2*time.Second
+	workersBound := ttl + 5*time.Second
+	var rounds []failover
+	var runErr error
+	for k := 0; k < kills && runErr == nil; k++ {
+		if sleep(ctx, pauseMin+rand.N(pauseMax-pauseMin+1)); ctx.Err() != nil {
+			runErr = ctx.Err()
+			break
+		}
+		since := loadStart
+		if len(rounds) > 0 {
+			since = rounds[len(rounds)-1].reaped
+		}
+		var f failover
+		if f, runErr = c.killLeader(ctx, r, k+1, ld, since, workers, takeoverBound, workersBound); runErr == nil {
+			rounds = append(rounds, f)
+		}
+	}
+	if runErr == nil {
+		sleep(ctx, pauseMin)
+		runErr = ctx.Err()
+	}
+	stopLoad()
+	if runErr != nil {
+		return runErr
+	}
+	c.crashes(r)
+
+	drain, err := c.waitOutboxEmpty(ctx, 60*time.Second)
+	if err != nil {
+		r.fail("%v", err)
+	}
+	rows, err := c.usageRows(ctx)
+	if err != nil {
+		return err
+	}
+	ok := ld.succeeded()
+	missing := judgeSucceeded(r, ok, rows)
+	// Each missing row is charged to the leader's run it completed in:
+	// the kill that ended that run.
+	lostPer := make([]int, len(rounds)+1)
+	for _, id := range missing {
+		done := ok[id].done
+		k := 0
+		for k < len(rounds) && done.After(rounds[k].reaped.Add(readLag)) {
+			k++
+		}
+		lostPer[k]++
+		r.fail("request %s succeeded at %s but has no usage row", id, done.Format("15:04:05.000"))
+	}
+	dups, err := c.judgeTotals(ctx, r)
+	if err != nil {
+		return err
+	}
+	if err := crashJudgeSummary(ctx, r, c.api, apiRows(rows)); err != nil {
+		return err
+	}
+	fails := ld.failures()
+	kinds := judgeFailures(r, fails)
+
+	var takeovers, backs, gaps []time.Duration
+	var pending []int
+	for i := range rounds {
+		f := &rounds[i]
+		takeovers = append(takeovers, f.leaderAt.Sub(f.sent))
+		backs = append(backs, f.workersAt.Sub(f.sent))
+		pending = append(pending, f.pending)
+		// The gap: from the kill to the first request sent after it that
+		// succeeded, served by the new leader.
+		first := time.Time{}
+		for _, o := range ok {
+			if o.start.After(f.sent) && (first.IsZero() || o.done.Before(first)) {
+				first = o.done
+			}
+		}
+		if first.IsZero() {
+			r.fail("kill %d: no request sent after it succeeded", i+1)
+			continue
+		}
+		gaps = append(gaps, first.Sub(f.sent))
+	}
+	sent := ld.sent.Load()
+	r.figure("requests", "%d sent, %d succeeded (%d streamed, %d non-streaming chat, %d embeddings), %d failed", sent, len(ok),
+		ld.okKind[kindStream].Load(), ld.okKind[kindChat].Load(), ld.okKind[kindEmbed].Load(), len(fails))
+	r.figure("failures", "%s", kindList(kinds))
+	r.figure("kills of the leader", "%d (lease TTL %v, 3 replicas, 2 workers)", len(rounds), ttl)
+	r.figure("new leader after the kill", "%s (bound %v)", durStats(takeovers), takeoverBound)
+	r.figure("workers on the new leader after the kill", "%s (bound %v)", durStats(backs), workersBound)
+	r.figure("failover gap", "%s (from the kill to the first request sent after it that succeeded)", durStats(gaps))
+	r.figure("rows in the killed leader's outbox", "%v per kill (succeeded requests without a row before the killed replica restarted)", pending)
+	r.figure("rows lost per kill", "%v after the killed replicas restarted (the last entry: after the last kill)", lostPer)
+	r.figure("duplicate rows", "%d", dups)
+	r.figure("outboxes drained", "%d ms after the load stopped", drain.Milliseconds())
+	r.figure("usage rows", "%d for %d succeeded requests (load ran %v)", len(rows), len(ok), time.Since(loadStart).Round(time.Second))
+	return nil
+}
+
+// failover is one kill of the leader and what followed.
+type failover struct {
+	sent, reaped time.Time
+	leaderAt     time.Time // a standby leads at a higher epoch
+	workersAt    time.Time // the new leader lists every worker healthy
+	// pending is how many requests the killed leader had seen succeed
+	// whose rows were not in the database before it restarted.
+	pending int
+}
+
+// killLeader kills the leader, waits for a standby to take over and the
+// workers to follow, and starts the killed replica again.
+// since is when the killed leader's run began: requests completed before
+// were the previous leader's.
+func (c *cluster) killLeader(ctx context.Context, r *result, k int, ld *crashLoad, since time.Time, workers []string, takeoverBound, workersBound time.Duration) (failover, error) {
+	var f failover
+	l, v := c.leader(ctx)
+	if l < 0 {
+		return f, fmt.Errorf("kill %d: no replica leads", k)
+	}
+	if sign := crashed(c.replicas[l]); sign != "" {
+		r.fail("%s crashed before kill %d: %s", c.replicas[l].name, k, sign)
+	}
+	f.sent = time.Now()
+	_ = c.replicas[l].Kill()
+	f.reaped = time.Now()
+	c.h.logf("%s: kill %d: killed the leader %s at epoch %d", c.name, k, c.replicas[l].name, v.Cluster.Epoch)
+	nl, epoch, err := c.waitLeader(ctx, v.Cluster.Epoch, 3*c.ttl+30*time.Second)
+	if err != nil {
+		r.fail("kill %d: %v", k, err)
+		return f, err
+	}
+	f.leaderAt = time.Now()
+	if d := f.leaderAt.Sub(f.sent); d > takeoverBound {
+		r.fail("kill %d: %s led at epoch %d only %v after the kill (bound %v)", k, c.replicas[nl].name, epoch, d.Round(time.Millisecond), takeoverBound)
+	}
+	if err := c.waitWorkers(ctx, nl, workers, 60*time.Second); err != nil {
+		r.fail("kill %d: %v", k, err)
+		return f, err
+	}
+	f.workersAt = time.Now()
+	if d := f.workersAt.Sub(f.sent); d > workersBound {
+		r.fail("kill %d: the workers were back on the new leader %v after the kill (bound %v)", k, d.Round(time.Millisecond), workersBound)
+	}
+	c.h.logf("%s: kill %d: %s leads at epoch %d after %v, workers back after %v", c.name, k, c.replicas[nl].name, epoch,
+		f.leaderAt.Sub(f.sent).Round(time.Millisecond), f.workersAt.Sub(f.sent).Round(time.Millisecond))
+	// What the dead leader had not shipped: nothing can ship it until it
+	// runs again.
+	if rows, err := c.usageRows(ctx); err == nil {
+		for id, o := range ld.succeeded() {
+			if o.done.After(since) && !o.done.After(f.reaped.Add(readLag)) && len(rows[id]) == 0 {
+				f.pending++
+			}
+		}
+	}
+	if err := c.replicas[l].Restart(ctx); err != nil {
+		r.fail("kill %d: the killed replica did not start again: %v", k, err)
+		return f, err
+	}
+	return f, nil
+}

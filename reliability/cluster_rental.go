@@ -1,0 +1,409 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/svc-dev/svc/internal/harness"
+)
+
+// rentalEvery is the cluster-rental check's rental limit per key: longer
+// than the check takes from the first POST to the last, so that the
+// second POST falls in the first's window however slow the machine.
+const rentalEvery = 5 * time.Minute
+
+// clusterRental checks the rental limit and a running rental across a
+// failover, on three replicas with the local provider. Every replica's
+// provider shares one directory of machines, as the replicas of a real
+// cluster share one cloud account: a machine one leader created is one
+// the next can see. 30 POSTs of one key are sent at once, 10 straight to
+// each replica: exactly one may be answered other than 429 or 503 (the
+// leader's first, which must start a rental), the standbys' all 503
+// standby_replica with Retry-After and the leader's URL. Once the rental
+// runs, the leader is killed; the new leader must answer the same key's
+// next POST 429, since the limit lives in the database, and list the
+// rental still running, started when it was, its seconds billed counting
+// on from the first leader's, its worker back.
+func clusterRental(ctx context.Context, h *rig, r *result) error {
+	ttl := scaled(h, 5*time.Second, 10*time.Second)
+	machines := filepath.Join(h.dir, "cluster-rental-machines")
+	if err := os.MkdirAll(machines, 0o700); err != nil {
+		return err
+	}
+	defer killLocalRentals(machines)
+	c, err := startCluster(ctx, h, r, "cluster-rental", clusterSpec{replicas: 3, ttl: ttl, publicURL: true,
+		args: []string{"--rental-providers", "local", "--local-boot-step", "50ms", "--rental-tick", "100ms",
+			"--rental-every", rentalEvery.String()},
+		prepare: func(data string) error {
+			if err := os.MkdirAll(filepath.Join(data, "rentals"), 0o700); err != nil {
+				return err
+			}
+			return os.Symlink(machines, filepath.Join(data, "rentals", "local"))
+		},
+	})
+	if c == nil || err != nil {
+		return err
+	}
+	defer c.close()
+	l0, v0 := c.leader(ctx)
+	if l0 < 0 {
+		return fmt.Errorf("no replica leads")
+	}
+	leader := c.replicas[l0]
+
+	// The organisation can pay, and a key of its own for the check.
+	for _, step := range []struct{ method, path, body string }{
+		{"PATCH", "/api/v1/console/orgs/default", `{"payment_card_on_file": true}`},
+		{"POST", "/api/v1/console/orgs/default/credit", `{"amount_gbp": 20}`},
+	} {
+		if st, body, err := consoleDo(ctx, leader.Data, step.method, step.path, step.body); err != nil || st >= 300 {
+			return fmt.Errorf("console %s %s: %d %s %v", step.method, step.path, st, body, err)
+		}
+	}
+	st, body, err := consoleDo(ctx, leader.Data, "POST", "/api/v1/console/orgs/default/keys",
+		`{"user":"admin","name":"cluster-renter","permissions":["compute:write","inference:write","workers:read"]}`)
+	if err != nil || st >= 300 {
+		return fmt.Errorf("console: create a key: %d %s %v", st, body, err)
+	}
+	var created struct {
+		Secret string `json:"secret"`
+	}
+	if err := json.Unmarshal(body, &created); err != nil || created.Secret == "" {
+		return fmt.Errorf("console: create a key: %s", body)
+	}
+	key := created.Secret
+	known := time.Now()
+	if err := c.waitKeyKnown(ctx, key, 45*time.Second); err != nil {
+		r.fail("%v", err)
+		return err
+	}
+	r.figure("new key known to every replica", "%d ms after it was made on the leader", time.Since(known).Milliseconds())
+
+	// 30 POSTs at once, 10 to each replica.
+	const perReplica = 10
+	rentBody := `{"gpu_model_id":"sim-l4","tier_id":"uk-sovereign","name":"cluster-rental"}`
+	type answer struct {
+		replica int
+		st      int
+		body    []byte
+		hdr     http.Header
+		err     error
+	}
+	answers := make([]answer, 0, perReplica*len(c.replicas))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	gate := make(chan struct{})
+	for i, g := range c.replicas {
+		for range perReplica {
+			wg.Go(func() {
+				<-gate
+				st, b, hdr, err := rawDo(ctx, "POST", g.URL+"/api/v1/compute/instances", key, rentBody)
+				mu.Lock()
+				answers = append(answers, answer{i, st, b, hdr, err})
+				mu.Unlock()
+			})
+		}
+	}
+	firstPost := time.Now()
+	close(gate)
+	wg.Wait()
+	var accepted []answer
+	count := map[string]int{}
+	for _, a := range answers {
+		name := c.replicas[a.replica].name
+		who := "standby"
+		if a.replica == l0 {
+			who = "leader"
+		}
+		if a.err != nil {
+			r.fail("POST to %s: %v", name, a.err)
+			count[who+" error"]++
+			continue
+		}
+		count[fmt.Sprintf("%s %d", who, a.st)]++
+		switch {
+		case a.st == http.StatusTooManyRequests:
+			if a.hdr.Get("Retry-After") == "" {
+				r.fail("%s answered 429 without Retry-After", name)
+			}
+			if a.replica != l0 {
+				r.fail("standby %s answered 429: the rental limit was applied by a replica that does not serve the API", name)
+			}
+		case a.st == http.StatusServiceUnavailable:
+			if a.replica == l0 {
+				r.fail("the leader %s answered 503: %s", name, tail(string(a.body), 300))
+				continue
+			}
+			if err := standbyRefusal(a.hdr, a.body, v0.Cluster.LeaderURL); err != nil {
+				r.fail("standby %s: %v", name, err)
+			}
+		default:
+			accepted = append(accepted, a)
+		}
+	}
+	r.figure("30 POSTs at once", "%s", kindList(count))
+	if len(accepted) != 1 {
+		var sts []string
+		for _, a := range accepted {
+			sts = append(sts, fmt.Sprintf("%s: %d", c.replicas[a.replica].name, a.st))
+		}
+		r.fail("%d of %d concurrent POSTs of one key were answered other than 429 or 503, want exactly 1: %s",
+			len(accepted), len(answers), strings.Join(sts, ", "))
+	}
+	var rental rentalState
+	for _, a := range accepted {
+		if a.replica != l0 || a.st != http.StatusAccepted {
+			r.fail("the POST let through was answered %d by %s, want 202 by the leader: %s", a.st, c.replicas[a.replica].name, tail(string(a.body), 300))
+			continue
+		}
+		if err := json.Unmarshal(a.body, &rental); err != nil || rental.ID == "" {
+			return fmt.Errorf("the accepted rental: %s", a.body)
+		}
+	}
+	if rental.ID == "" {
+		return fmt.Errorf("no rental was started")
+	}
+
+	// The rental runs and bills before the kill.
+	api := &gateway{Gateway: c.api.Gateway, h: h, Key: key}
+	boot := time.Now()
+	before, err := waitRental(ctx, api, rental.ID, 60*time.Second, func(v rentalState) bool {
+		return v.Status == "running" && v.Connected && v.SecondsBilled >= 2
+	})
+	if err != nil {
+		return fmt.Errorf("before the kill: %w", err)
+	}
+	r.figure("rental running", "%d ms after the POST; %d s billed before the kill", time.Since(boot).Milliseconds(), before.SecondsBilled)
+
+	// Kill the leader.
+	killAt := time.Now()
+	_ = leader.Kill()
+	nl, epoch, err := c.waitLeader(ctx, v0.Cluster.Epoch, 3*ttl+30*time.Second)
+	if err != nil {
+		r.fail("after the kill: %v", err)
+		return err
+	}
+	r.figure("new leader", "%s at epoch %d, %d ms after the kill", c.replicas[nl].name, epoch, time.Since(killAt).Milliseconds())
+
+	// The same key's next POST, to the new leader through the balancer,
+	// within the first one's window. A 503 while the new leader's rental
+	// manager starts (or the balancer has yet to see it) is retried.
+	var again int
+	var againBody []byte
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	_ = harness.Poll(wctx, 200*time.Millisecond, func() bool {
+		var err error
+		again, againBody, _, err = rawDo(wctx, "POST", c.lb.URL()+"/api/v1/compute/instances", key, rentBody)
+		return err == nil && again != http.StatusServiceUnavailable
+	})
+	cancel()
+	since := time.Since(firstPost)
+	if again != http.StatusTooManyRequests {
+		r.fail("after the failover the same key's POST, %v after its first, was answered %d, want 429 (the limit is the database's, one POST per %v): %s",
+			since.Round(time.Millisecond), again, rentalEvery, tail(string(againBody), 300))
+	}
+	r.figure("POST after the failover", "%d, %.1f s after the key's first", again, since.Seconds())
+
+	// The rental on the new leader: listed, still running, started when
+	// it was, billed on from where it was, its worker back.
+	after, err := waitRental(ctx, api, rental.ID, 60*time.Second, func(v rentalState) bool {
+		return v.Status == "running" && v.Connected
+	})
+	if err != nil {
+		r.fail("after the failover: %v", err)
+		return nil
+	}
+	r.figure("rental's worker back", "%d ms after the kill", time.Since(killAt).Milliseconds())
+	if st, b, err := api.do(ctx, "GET", "/api/v1/compute/instances", nil); err != nil || st != http.StatusOK || !bytes.Contains(b, []byte(rental.ID)) {
+		r.fail("the new leader's list of rentals does not hold %s: %d %s %v", rental.ID, st, tail(string(b), 300), err)
+	}
+	sleep(ctx, scaled(h, 3*time.Second, 10*time.Second))
+	later, err := getRental(ctx, api, rental.ID)
+	if err != nil {
+		return err
+	}
+	switch {
+	case before.StartedAt == nil || later.StartedAt == nil || !later.StartedAt.Equal(*before.StartedAt):
+		r.fail("started_at was %v before the failover and is %v after", before.StartedAt, later.StartedAt)
+	case later.Status != "running":
+		r.fail("the rental is %s after the failover: %+v", later.Status, later)
+	case later.SecondsBilled <= after.SecondsBilled || after.SecondsBilled < before.SecondsBilled:
+		r.fail("seconds billed %d before the kill, %d after the failover, %d later: not counting on", before.SecondsBilled, after.SecondsBilled, later.SecondsBilled)
+	default:
+		// Billing is derived from started_at: while the rental runs, the
+		// seconds billed are the seconds since it started.
+		want := int64(time.Since(*later.StartedAt) / time.Second)
+		if d := want - later.SecondsBilled; d < -2 || d > 2 {
+			r.fail("%d s billed after the failover, but the rental started %d s ago", later.SecondsBilled, want)
+		}
+	}
+	r.figure("seconds billed", "%d before the kill, %d once back on the new leader, %d later (not reset)", before.SecondsBilled, after.SecondsBilled, later.SecondsBilled)
+
+	// Stop it, so that the machine goes with the check.
+	if st, b, err := api.do(ctx, "DELETE", "/api/v1/compute/instances/"+rental.ID, nil); err != nil || st != http.StatusOK {
+		r.fail("stop the rental on the new leader: %d %s %v", st, tail(string(b), 300), err)
+	}
+	c.crashes(r)
+	return nil
+}
+
+// rentalState is the part of a rental the check reads.
+type rentalState struct {
+	ID            string     `json:"id"`
+	Status        string     `json:"status"`
+	Connected     bool       `json:"connected"`
+	StartedAt     *time.Time `json:"started_at"`
+	StoppedAt     *time.Time `json:"stopped_at"`
+	SecondsBilled int64      `json:"seconds_billed"`
+	Error         *string    `json:"error"`
+}
+
+func getRental(ctx context.Context, g *gateway, id string) (rentalState, error) {
+	var v rentalState
+	st, b, err := g.do(ctx, "GET", "/api/v1/compute/instances/"+id, nil)
+	if err != nil {
+		return v, err
+	}
+	if st != http.StatusOK {
+		return v, fmt.Errorf("rental %s: status %d: %s", id, st, tail(string(b), 300))
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return v, fmt.Errorf("rental %s: %w", id, err)
+	}
+	return v, nil
+}
+
+// waitRental polls a rental through g until ok; answers other than 200
+// (a standby's while the balancer catches up) are polled through.
+func waitRental(ctx context.Context, g *gateway, id string, timeout time.Duration, ok func(rentalState) bool) (rentalState, error) {
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var v rentalState
+	var last error
+	err := harness.Poll(wctx, 100*time.Millisecond, func() bool {
+		got, err := getRental(wctx, g, id)
+		if err != nil {
+			last = err
+			return false
+		}
+		v, last = got, nil
+		return ok(v)
+	})
+	if err != nil {
+		return v, fmt.Errorf("rental %s not there within %v: last seen %+v (%v)", id, timeout, v, last)
+	}
+	return v, nil
+}
+
+// standbyRefusal checks a standby's answer to an API request: 503 with
+// Retry-After, error code standby_replica in the body and in
+// X-Svc-Error-Code, and the leader's URL in X-Svc-Leader.
+func standbyRefusal(hdr http.Header, body []byte, leaderURL string) error {
+	var e struct {
+		Error struct {
+			Code string `json:"code"`
+		} `json:"error"`
+	}
+	_ = json.Unmarshal(body, &e)
+	switch {
+	case hdr.Get("Retry-After") == "":
+		return fmt.Errorf("503 without Retry-After: %s", tail(string(body), 200))
+	case e.Error.Code != "standby_replica" || hdr.Get("X-Svc-Error-Code") != "standby_replica":
+		return fmt.Errorf("503 with code %q (header %q), want standby_replica", e.Error.Code, hdr.Get("X-Svc-Error-Code"))
+	case hdr.Get("X-Svc-Leader") != leaderURL:
+		return fmt.Errorf("X-Svc-Leader %q, want the leader's %q", hdr.Get("X-Svc-Leader"), leaderURL)
+	}
+	return nil
+}
+
+// waitKeyKnown waits until every replica authenticates key: a standby
+// that knows it refuses with 503 rather than 401.
+func (c *cluster) waitKeyKnown(ctx context.Context, key string, timeout time.Duration) error {
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var unknown []string
+	err := harness.Poll(wctx, 50*time.Millisecond, func() bool {
+		unknown = nil
+		for _, g := range c.replicas {
+			if st, _, _, err := rawDo(wctx, "GET", g.URL+"/v1/models", key, ""); err != nil || st == http.StatusUnauthorized {
+				unknown = append(unknown, g.name)
+			}
+		}
+		return len(unknown) == 0
+	})
+	if err != nil {
+		return fmt.Errorf("a key made on the leader is unknown to %s after %v", strings.Join(unknown, ", "), timeout)
+	}
+	return nil
+}
+
+// rawDo sends one request with key and returns the whole answer.
+func rawDo(ctx context.Context, method, url, key, body string) (int, []byte, http.Header, error) {
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, rd)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, resp.Header, err
+}
+
+// consoleDo sends a console request on a replica's admin socket.
+func consoleDo(ctx context.Context, data, method, path, body string) (int, []byte, error) {
+	sock := filepath.Join(data, "admin.sock")
+	hc := &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", sock)
+		},
+	}}
+	defer hc.CloseIdleConnections()
+	req, err := http.NewRequestWithContext(ctx, method, "http://svc"+path, strings.NewReader(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, err
+}
+
+// killLocalRentals kills the workers local rentals left running in dir:
+// they outlive their gateways by design, as a cloud machine would.
+func killLocalRentals(dir string) {
+	pids, _ := filepath.Glob(filepath.Join(dir, "*", "pid"))
+	for _, f := range pids {
+		b, _ := os.ReadFile(f)
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 1 {
+			_ = syscall.Kill(-pid, syscall.SIGKILL)
+		}
+	}
+}
