@@ -377,6 +377,27 @@ func (c *cluster) waitOutboxEmpty(ctx context.Context, timeout time.Duration) (t
 	return time.Since(start), nil
 }
 
+// settle waits, once the load has stopped, until every row it made is in
+// the database: a usage read on the leader first waits for the rows
+// recorded before it, and every outbox is then empty. It returns how long
+// the outboxes took to empty after the read.
+func (c *cluster) settle(ctx context.Context) (time.Duration, error) {
+	// A connection kept from a failover may still be spliced to a
+	// standby; the reads go on new ones, as a client that reconnects.
+	client.CloseIdleConnections()
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var last string
+	if err := harness.Poll(wctx, 100*time.Millisecond, func() bool {
+		st, body, err := c.api.do(wctx, "GET", "/api/v1/usage/summary?days=1", nil)
+		last = fmt.Sprintf("%d %s %v", st, tail(string(body), 200), err)
+		return err == nil && st == http.StatusOK
+	}); err != nil {
+		return 0, fmt.Errorf("usage summary through the balancer: %s", last)
+	}
+	return c.waitOutboxEmpty(ctx, 60*time.Second)
+}
+
 // sqlRow is a usage row as the database holds it.
 type sqlRow struct {
 	OrgID  string

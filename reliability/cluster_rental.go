@@ -308,20 +308,26 @@ func waitRental(ctx context.Context, g *gateway, id string, timeout time.Duratio
 }
 
 // standbyRefusal checks a standby's answer to an API request: 503 with
-// Retry-After, error code standby_replica in the body and in
-// X-Svc-Error-Code, and the leader's URL in X-Svc-Leader.
+// Retry-After, a detail, error code standby_replica in X-Svc-Error-Code
+// (and in the body's error object where the route's errors have one), and
+// the leader's URL in X-Svc-Leader.
 func standbyRefusal(hdr http.Header, body []byte, leaderURL string) error {
 	var e struct {
-		Error struct {
+		Detail any `json:"detail"`
+		Error  *struct {
 			Code string `json:"code"`
 		} `json:"error"`
 	}
-	_ = json.Unmarshal(body, &e)
+	err := json.Unmarshal(body, &e)
 	switch {
+	case err != nil || e.Detail == nil:
+		return fmt.Errorf("503 without a JSON detail: %s", tail(string(body), 200))
 	case hdr.Get("Retry-After") == "":
 		return fmt.Errorf("503 without Retry-After: %s", tail(string(body), 200))
-	case e.Error.Code != "standby_replica" || hdr.Get("X-Svc-Error-Code") != "standby_replica":
-		return fmt.Errorf("503 with code %q (header %q), want standby_replica", e.Error.Code, hdr.Get("X-Svc-Error-Code"))
+	case hdr.Get("X-Svc-Error-Code") != "standby_replica":
+		return fmt.Errorf("503 with X-Svc-Error-Code %q, want standby_replica", hdr.Get("X-Svc-Error-Code"))
+	case e.Error != nil && e.Error.Code != "standby_replica":
+		return fmt.Errorf("503 with error code %q in its body, want standby_replica", e.Error.Code)
 	case hdr.Get("X-Svc-Leader") != leaderURL:
 		return fmt.Errorf("X-Svc-Leader %q, want the leader's %q", hdr.Get("X-Svc-Leader"), leaderURL)
 	}
