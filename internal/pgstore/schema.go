@@ -162,7 +162,7 @@ CREATE TABLE svc_leader (
 	epoch         bigint NOT NULL,
 	expires_at    timestamptz NOT NULL
 );
-INSERT INTO svc_leader (replica_id, advertise_url, epoch, expires_at) VALUES ('', '', 0, '-infinity');
+INSERT INTO svc_leader (replica_id, advertise_url, epoch, expires_at) VALUES ('', '', 0, 'epoch');
 
 CREATE TABLE svc_cluster (
 	one    boolean PRIMARY KEY DEFAULT true CHECK (one),
