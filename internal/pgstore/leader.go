@@ -29,7 +29,10 @@ type Replica struct {
 }
 
 // Leader is the leader row: who holds the lease, under which epoch and
-// until when, with the database's clock when it was read.
+// until when, with the database's clock when it was read. A holder should
+// act as leader only until its own monotonic clock, read when it sent the
+// Beat, has moved on by ExpiresAt-DBNow less a safety margin: no replica's
+// wall clock enters into it.
 type Leader struct {
 	ReplicaID    string // "" when nobody ever held it or the holder resigned
 	AdvertiseURL string

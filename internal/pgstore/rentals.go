@@ -19,7 +19,8 @@ var ErrFenced = errors.New("this replica no longer holds the lease it writes und
 var ErrSetOnce = errors.New("a rental's billing timestamps are written once")
 
 // Fence is the lease a replica writes under: writes succeed only while the
-// leader row still names this replica and epoch.
+// leader row still names this replica and epoch. A lease that expired but
+// that nobody took over yet still admits them: no other replica acts.
 type Fence struct {
 	ReplicaID string
 	Epoch     int64

@@ -396,9 +396,8 @@ func (s *Server) CreateDB(ctx context.Context, name string) (string, error) {
 		return "", fmt.Errorf("pgtest: %w", err)
 	}
 	defer c.Close(context.Background())
-	// template0 holds nothing a test may have added to template1; the file
-	// copy skips WAL-logging every page, which fsync=off makes cheap.
-	sql := "CREATE DATABASE " + quoteIdent(name) + " TEMPLATE template0 STRATEGY FILE_COPY"
+	// template0 holds nothing a test may have added to template1.
+	sql := "CREATE DATABASE " + quoteIdent(name) + " TEMPLATE template0"
 	if _, err := c.Exec(ctx, sql).ReadAll(); err != nil {
 		return "", fmt.Errorf("pgtest: create database %s: %w", name, err)
 	}
