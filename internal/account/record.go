@@ -4,7 +4,8 @@
 // Accounts are few and read on every request, so the whole set lives in
 // memory and every change is written through to the Store before it is
 // applied. Only the server process opens the store, so memory and disk never
-// disagree.
+// disagree; where replicas share one (a SharedStore), each follows the
+// others' changes by Reload and decides its own on freshly loaded records.
 package account
 
 import (
