@@ -40,8 +40,6 @@ type backend struct {
 	addr  string
 	ready atomic.Bool // /readyz answered 200
 	live  atomic.Bool // /readyz answered at all
-	// conns counts the client connections sent to it.
-	conns atomic.Int64
 }
 
 // balanceEvery is how often the balancer asks each backend's /readyz.
@@ -60,9 +58,16 @@ func startBalancer(backends []string) (*balancer, error) {
 		b.backends = append(b.backends, &backend{addr: a})
 	}
 	// One round of checks before the first connection is taken, so that
-	// it goes to the leader if there is one.
-	b.checkAll(ctx)
-	b.wg.Go(func() { b.health(ctx) })
+	// it goes to the leader if there is one; then each backend is checked
+	// on its own, so that one slow to answer delays no other's.
+	var first sync.WaitGroup
+	for _, be := range b.backends {
+		first.Go(func() { be.check(ctx) })
+	}
+	first.Wait()
+	for _, be := range b.backends {
+		b.wg.Go(func() { be.health(ctx) })
+	}
 	b.wg.Go(func() { b.accept(ctx) })
 	return b, nil
 }
@@ -84,8 +89,8 @@ func (b *balancer) close() {
 	b.wg.Wait()
 }
 
-// health checks every backend each balanceEvery until ctx ends.
-func (b *balancer) health(ctx context.Context) {
+// health checks the backend each balanceEvery until ctx ends.
+func (be *backend) health(ctx context.Context) {
 	t := time.NewTicker(balanceEvery)
 	defer t.Stop()
 	for {
@@ -94,7 +99,7 @@ func (b *balancer) health(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		b.checkAll(ctx)
+		be.check(ctx)
 	}
 }
 
@@ -106,27 +111,22 @@ var healthClient = &http.Client{
 	Timeout:   time.Second,
 }
 
-func (b *balancer) checkAll(ctx context.Context) {
-	var wg sync.WaitGroup
-	for _, be := range b.backends {
-		wg.Go(func() {
-			req, err := http.NewRequestWithContext(ctx, "GET", "http://"+be.addr+"/readyz", nil)
-			if err != nil {
-				return
-			}
-			resp, err := healthClient.Do(req)
-			if err != nil {
-				be.ready.Store(false)
-				be.live.Store(false)
-				return
-			}
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			be.live.Store(true)
-			be.ready.Store(resp.StatusCode == http.StatusOK)
-		})
+// check asks the backend's /readyz once.
+func (be *backend) check(ctx context.Context) {
+	req, err := http.NewRequestWithContext(ctx, "GET", "http://"+be.addr+"/readyz", nil)
+	if err != nil {
+		return
 	}
-	wg.Wait()
+	resp, err := healthClient.Do(req)
+	if err != nil {
+		be.ready.Store(false)
+		be.live.Store(false)
+		return
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	be.live.Store(true)
+	be.ready.Store(resp.StatusCode == http.StatusOK)
 }
 
 // readyCount is how many backends the last checks found ready.
@@ -216,7 +216,6 @@ func (b *balancer) serve(ctx context.Context, c net.Conn) {
 		d := net.Dialer{Timeout: time.Second}
 		var err error
 		if up, err = d.DialContext(ctx, "tcp", be.addr); err == nil {
-			be.conns.Add(1)
 			break
 		}
 	}
