@@ -113,13 +113,7 @@ func clusterCrash(ctx context.Context, h *rig, r *result) error {
 	// the failover settled.
 	outside := map[string]int{}
 	for _, f := range fails {
-		during := false
-		for _, fo := range rounds {
-			if !f.done.Before(fo.sent) && f.start.Before(fo.workersAt.Add(failoverSettle)) {
-				during = true
-			}
-		}
-		if during {
+		if duringFailover(f, rounds) {
 			continue
 		}
 		class, _ := failoverFailure(f.err)
@@ -184,9 +178,22 @@ const clusterLossWindow = writerInterval + 100*time.Millisecond
 // request already under way.
 const failoverSettle = time.Second
 
-// failover is one kill of the leader and what followed.
+// duringFailover reports whether a failed request may owe its failure to
+// one of the failovers: it ended after the failover began and was sent
+// before it settled.
+func duringFailover(f loadFailure, fos []failover) bool {
+	for _, fo := range fos {
+		if !f.done.Before(fo.sent) && f.start.Before(fo.workersAt.Add(failoverSettle)) {
+			return true
+		}
+	}
+	return false
+}
+
+// failover is a change of leader, a kill or a lease that moved, and what
+// followed.
 type failover struct {
-	sent, reaped time.Time
+	sent, reaped time.Time // the kill, or when the lease could move
 	leaderAt     time.Time // a standby leads at a higher epoch
 	workersAt    time.Time // the new leader lists every worker healthy
 	// pending is how many requests the killed leader had seen succeed

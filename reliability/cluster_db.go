@@ -76,7 +76,11 @@ func clusterDB(ctx context.Context, h *rig, r *result) error {
 	stopSampler()
 	wg.Wait()
 
-	// Who leads now.
+	// Who leads now. The lease lapses on the database's clock while
+	// nobody can renew it, so when the database is back either replica
+	// may take it: a move is a failover, from the database's return
+	// until the workers are on the new leader.
+	var moved *failover
 	l1, v1 := c.leader(ctx)
 	switch {
 	case l1 < 0:
@@ -91,8 +95,9 @@ func clusterDB(ctx context.Context, h *rig, r *result) error {
 			r.fail("the lease moved from %s (epoch %d) to %s (epoch %d) and the workers did not follow: %v",
 				c.replicas[l0].name, v0.Cluster.Epoch, c.replicas[l1].name, v1.Cluster.Epoch, err)
 		}
-		r.figure("leader", "moved from %s (epoch %d) to %s (epoch %d) when the database came back; workers followed",
-			c.replicas[l0].name, v0.Cluster.Epoch, c.replicas[l1].name, v1.Cluster.Epoch)
+		moved = &failover{sent: up, workersAt: time.Now()}
+		r.figure("leader", "moved from %s (epoch %d) to %s (epoch %d) when the database came back; workers on it %d ms after",
+			c.replicas[l0].name, v0.Cluster.Epoch, c.replicas[l1].name, v1.Cluster.Epoch, moved.workersAt.Sub(up).Milliseconds())
 	}
 	sleep(ctx, scaled(h, 2*time.Second, 5*time.Second))
 
@@ -135,10 +140,14 @@ func clusterDB(ctx context.Context, h *rig, r *result) error {
 	if okDuring+failDuring > 0 {
 		rate = 100 * float64(okDuring) / float64(okDuring+failDuring)
 	}
-	// Outside the second outage's failover, nothing may fail.
+	// Outside a failover, nothing may fail.
+	failovers := []failover{kill.failover}
+	if moved != nil {
+		failovers = append(failovers, *moved)
+	}
 	outside := map[string]int{}
 	for _, f := range fails {
-		if !f.done.Before(kill.sent) && f.start.Before(kill.workersAt.Add(failoverSettle)) {
+		if duringFailover(f, failovers) {
 			continue
 		}
 		class, _ := failoverFailure(f.err)
