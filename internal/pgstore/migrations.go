@@ -1,0 +1,11 @@
+package pgstore
+
+// migrations run in order at start-up, each in the transaction that
+// records it; append, never edit. minReader is the oldest build (by
+// schema version) that can still use the database once the migration ran;
+// zero leaves it where it was.
+func migrations() []migration {
+	return []migration{
+		{version: 1, minReader: 1, name: "accounts, rentals, rent limits, replicas, leader lease", sql: schemaCore},
+	}
+}

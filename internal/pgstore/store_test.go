@@ -1,0 +1,186 @@
+package pgstore_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/svc-dev/svc/internal/pgstore"
+	"github.com/svc-dev/svc/internal/pgtest"
+)
+
+var pg pgtest.Shared
+
+func TestMain(m *testing.M) { pg.Main(m) }
+
+func open(t testing.TB, url string) *pgstore.Store {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := pgstore.Open(ctx, pgstore.Options{URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+func exec(t testing.TB, s *pgstore.Store, sql string, args ...any) {
+	t.Helper()
+	if _, err := s.Pool().Exec(context.Background(), sql, args...); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+func TestMigrationsAreIdempotent(t *testing.T) {
+	url := pg.CreateDB(t)
+	for range 3 {
+		s := open(t, url)
+		if got := s.SchemaVersion(); got != pgstore.SchemaVersion() {
+			t.Fatalf("schema %d, want %d", got, pgstore.SchemaVersion())
+		}
+		s.Close()
+	}
+	s := open(t, url)
+	var version, minReader, leaders int
+	if err := s.Pool().QueryRow(context.Background(),
+		"SELECT version, min_reader, (SELECT count(*) FROM svc_leader) FROM svc_schema").Scan(&version, &minReader, &leaders); err != nil {
+		t.Fatal(err)
+	}
+	if version != pgstore.SchemaVersion() || minReader < 1 || minReader > version || leaders != 1 {
+		t.Fatalf("version %d, min_reader %d, %d leader rows", version, minReader, leaders)
+	}
+}
+
+// Replicas starting together on an empty database all migrate it without
+// an error, once.
+func TestConcurrentOpenOnEmptyDatabase(t *testing.T) {
+	url := pg.CreateDB(t)
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	for i := range errs {
+		wg.Go(func() {
+			s, err := pgstore.Open(context.Background(), pgstore.Options{URL: url})
+			if err == nil {
+				s.Close()
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("replica %d: %v", i, err)
+		}
+	}
+}
+
+// A build refuses a schema that a newer build marked unreadable to it,
+// and accepts one that is newer but still readable.
+func TestRefusesNewerSchema(t *testing.T) {
+	url := pg.CreateDB(t)
+	s := open(t, url)
+	latest := pgstore.SchemaVersion()
+	exec(t, s, "UPDATE svc_schema SET version = $1, min_reader = $2", latest+1, latest)
+	s2 := open(t, url)
+	if got := s2.SchemaVersion(); got != latest+1 {
+		t.Fatalf("schema %d, want %d", got, latest+1)
+	}
+	exec(t, s, "UPDATE svc_schema SET version = $1, min_reader = $1", latest+1)
+	_, err := pgstore.Open(context.Background(), pgstore.Options{URL: url})
+	if !errors.Is(err, pgstore.ErrSchemaTooNew) {
+		t.Fatalf("opened a schema needing a newer build: %v", err)
+	}
+	t.Log(err)
+}
+
+func TestPasswordFile(t *testing.T) {
+	url := pg.CreateDB(t)
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name    string
+		mode    os.FileMode
+		content string
+		wantErr string
+	}{
+		{"private", 0o600, "secret\n", ""},
+		{"private, no newline", 0o400, "secret", ""},
+		{"group readable", 0o640, "secret\n", "readable by others"},
+		{"world readable", 0o644, "secret\n", "readable by others"},
+		{"empty", 0o600, "\n", "empty"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "_"))
+			if err := os.WriteFile(path, []byte(tc.content), tc.mode); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(path, tc.mode); err != nil {
+				t.Fatal(err)
+			}
+			// The test server trusts every local connection, so a password
+			// that was read is simply not checked.
+			s, err := pgstore.Open(context.Background(), pgstore.Options{URL: url, PasswordFile: path})
+			if s != nil {
+				s.Close()
+			}
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatal(err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("error %v, want one saying %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestRedact(t *testing.T) {
+	for _, tc := range []struct{ in, secret string }{
+		{"postgres://svc:hunter2@db:5432/svc?sslmode=disable", "hunter2"},
+		{"host=db user=svc password=hunter2 dbname=svc", "hunter2"},
+		{"host=db password = 'hunter 2' dbname=svc", "hunter 2"},
+		{`failed to connect to "postgres://svc:hunter2@db/svc": refused`, "hunter2"},
+	} {
+		if got := pgstore.Redact(tc.in); strings.Contains(got, tc.secret) {
+			t.Errorf("Redact(%q) = %q", tc.in, got)
+		}
+	}
+	if got := pgstore.Redact("postgres://svc@db/svc"); got != "postgres://svc@db/svc" {
+		t.Errorf("changed a URL without a password: %q", got)
+	}
+}
+
+// A password in the URL never appears in an error.
+func TestOpenErrorHidesPassword(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := pgstore.Open(ctx, pgstore.Options{URL: "postgres://svc:hunter2@127.0.0.1:1/svc?sslmode=disable&connect_timeout=1"})
+	if err == nil {
+		t.Fatal("connected to port 1")
+	}
+	if strings.Contains(err.Error(), "hunter2") {
+		t.Fatalf("error shows the password: %v", err)
+	}
+}
+
+// Clock follows the database's clock, whatever the local one says.
+func TestClockFollowsDatabase(t *testing.T) {
+	s := open(t, pg.CreateDB(t))
+	now := time.Now()
+	// A database an hour ahead, read with a 2 s round trip.
+	s.ObserveDBNow(now.Add(time.Hour+time.Second), now, now.Add(2*time.Second))
+	if d := s.Clock().Now().Sub(time.Now().Add(time.Hour)); d < -time.Second || d > time.Second {
+		t.Fatalf("clock off the database's by %v", d)
+	}
+	db, err := s.Now(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := s.Clock().Now().Sub(db); d < 0 || d > time.Second {
+		t.Fatalf("clock %v after the database's reading", d)
+	}
+}
