@@ -255,3 +255,116 @@ func (s *Store) ImportPowerWorkers(ctx context.Context, workers []ImportedPowerW
 	}
 	return nil
 }
+
+// ImportCounts are what ImportLogs read from the bbolt store and what of
+// it was new to the database.
+type ImportCounts struct {
+	// Read from the bbolt store.
+	UsageRows, UsageTotals, Events, PowerBuckets, PowerWorkers int
+	// New to the database: rows and events not there before. Totals,
+	// buckets and workers are written over, so have no such count.
+	NewUsageRows, NewEvents int
+}
+
+// importBatch is how many records one import statement takes.
+const importBatch = 5000
+
+// ImportLogs copies the usage log and its totals, the worker events and
+// the power history of src into the database, in statements of
+// importBatch records, and returns the counts. It reads src in one read
+// transaction per kind, so src must not be written meanwhile (a stopped
+// gateway's store). Running it again changes nothing; Inventory of both
+// sides tells whether the copy is whole.
+func (s *Store) ImportLogs(ctx context.Context, src *bolt.Store) (ImportCounts, error) {
+	var c ImportCounts
+	var rows []ImportedRow
+	flushRows := func() error {
+		n, err := s.ImportUsageRows(ctx, rows)
+		c.NewUsageRows += n
+		rows = rows[:0]
+		return err
+	}
+	err := src.EachUsageRow(func(orgID string, row api.UsageRow, data []byte) error {
+		c.UsageRows++
+		rows = append(rows, ImportedRow{OrgID: orgID, Row: row, Data: data})
+		if len(rows) < importBatch {
+			return nil
+		}
+		return flushRows()
+	})
+	if err == nil && len(rows) > 0 {
+		err = flushRows()
+	}
+	if err != nil {
+		return c, err
+	}
+
+	var totals []bolt.UsageTotal
+	err = src.EachUsageTotal(func(t bolt.UsageTotal) error {
+		c.UsageTotals++
+		totals = append(totals, t)
+		if len(totals) < importBatch {
+			return nil
+		}
+		err := s.ImportUsageTotals(ctx, totals)
+		totals = totals[:0]
+		return err
+	})
+	if err == nil {
+		err = s.ImportUsageTotals(ctx, totals)
+	}
+	if err != nil {
+		return c, err
+	}
+
+	var events []ImportedEvent
+	flushEvents := func() error {
+		n, err := s.ImportEvents(ctx, events)
+		c.NewEvents += n
+		events = events[:0]
+		return err
+	}
+	err = src.EachEvent(func(orgID string, ev api.WorkerEvent, data []byte) error {
+		c.Events++
+		events = append(events, ImportedEvent{OrgID: orgID, Event: ev, JSON: data})
+		if len(events) < importBatch {
+			return nil
+		}
+		return flushEvents()
+	})
+	if err == nil && len(events) > 0 {
+		err = flushEvents()
+	}
+	if err != nil {
+		return c, err
+	}
+
+	var buckets []bolt.PowerBucket
+	err = src.EachPowerBucket(func(b bolt.PowerBucket) error {
+		c.PowerBuckets++
+		buckets = append(buckets, b)
+		if len(buckets) < importBatch {
+			return nil
+		}
+		_, err := s.ImportPowerBuckets(ctx, buckets)
+		buckets = buckets[:0]
+		return err
+	})
+	if err == nil && len(buckets) > 0 {
+		_, err = s.ImportPowerBuckets(ctx, buckets)
+	}
+	if err != nil {
+		return c, err
+	}
+
+	var workers []ImportedPowerWorker
+	err = src.EachPowerWorker(func(id string, st powerlog.Stored) error {
+		workers = append(workers, ImportedPowerWorker{WorkerID: id, Stored: st})
+		return nil
+	})
+	c.PowerWorkers = len(workers)
+	if err == nil && len(workers) > 0 {
+		err = s.ImportPowerWorkers(ctx, workers)
+	}
+	return c, err
+}

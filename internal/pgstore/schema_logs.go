@@ -20,8 +20,9 @@ package pgstore
 // an operator checks the totals against.
 //
 // Totals are kept per UTC day, as bbolt keeps them, and never pruned.
-// Text compared by order (models, workers) is in the "C" collation, so
-// they list in bbolt's byte order.
+// Text that is listed in order (models, workers) is in the "C" collation,
+// so that it lists in bbolt's byte order; so are the ids in keys and
+// indexes, which a locale's collation would only make slower to compare.
 //
 // Power buckets hold one row per channel; through, the end of the last
 // window recorded of each worker, is moved in the same statement that
@@ -30,11 +31,11 @@ const schemaLogs = `
 CREATE SEQUENCE svc_usage_seq;
 CREATE TABLE svc_usage_rows (
 	created_at        timestamptz NOT NULL,
-	request_id        text NOT NULL,
-	org_id            text NOT NULL,
+	request_id        text COLLATE "C" NOT NULL,
+	org_id            text COLLATE "C" NOT NULL,
 	created_ns        bigint NOT NULL,
 	seq               bigint NOT NULL DEFAULT nextval('svc_usage_seq'),
-	worker_id         text NOT NULL,
+	worker_id         text COLLATE "C" NOT NULL,
 	model             text NOT NULL,
 	request_type      text NOT NULL,
 	status_code       integer NOT NULL,
@@ -109,12 +110,12 @@ CREATE SEQUENCE svc_worker_events_seq;
 -- event_key is the event's id, or for one without, a hash of its JSON:
 -- what makes a re-sent event the same one.
 CREATE TABLE svc_worker_events (
-	org_id     text NOT NULL,
-	event_key  text NOT NULL,
+	org_id     text COLLATE "C" NOT NULL,
+	event_key  text COLLATE "C" NOT NULL,
 	created_at timestamptz NOT NULL,
 	created_ns bigint NOT NULL,
 	seq        bigint NOT NULL DEFAULT nextval('svc_worker_events_seq'),
-	worker_id  text NOT NULL,
+	worker_id  text COLLATE "C" NOT NULL,
 	event_type text NOT NULL,
 	payload    json NOT NULL,
 	PRIMARY KEY (org_id, event_key)
@@ -123,12 +124,12 @@ CREATE INDEX svc_worker_events_org ON svc_worker_events (org_id, created_ns DESC
 CREATE INDEX svc_worker_events_age ON svc_worker_events (created_ns);
 
 CREATE TABLE svc_power_workers (
-	worker_id text PRIMARY KEY,
+	worker_id text COLLATE "C" PRIMARY KEY,
 	through   bigint NOT NULL,
 	meta      json
 );
 CREATE TABLE svc_power_buckets (
-	worker_id text NOT NULL,
+	worker_id text COLLATE "C" NOT NULL,
 	res       integer NOT NULL,
 	start     bigint NOT NULL,
 	channel   bytea NOT NULL,
