@@ -76,7 +76,9 @@ func (st *state) user(name string) (*User, error) {
 
 // CreateOrg adds an organisation (plan free unless given).
 func (s *Service) CreateOrg(req api.CreateOrgRequest) (api.Organization, error) {
-	s.wmu.Lock()
+	if err := s.lock(); err != nil {
+		return api.Organization{}, err
+	}
 	defer s.wmu.Unlock()
 	var v api.Validator
 	if !orgNameRE.MatchString(req.Name) {
@@ -103,7 +105,9 @@ func (s *Service) CreateOrg(req api.CreateOrgRequest) (api.Organization, error) 
 
 // UpdateOrg applies the fields present in p.
 func (s *Service) UpdateOrg(name string, p api.OrgPatch) (api.Organization, error) {
-	s.wmu.Lock()
+	if err := s.lock(); err != nil {
+		return api.Organization{}, err
+	}
 	defer s.wmu.Unlock()
 	cur, err := s.st.org(name)
 	if err != nil {
@@ -177,7 +181,9 @@ func setBool(v *api.Validator, field string, o api.Optional[bool], dst *bool) {
 // AddCredit adds amount (negative to take away) to the credit balance,
 // which may not go below zero.
 func (s *Service) AddCredit(name string, amount money.GBP) (api.Organization, error) {
-	s.wmu.Lock()
+	if err := s.lock(); err != nil {
+		return api.Organization{}, err
+	}
 	defer s.wmu.Unlock()
 	cur, err := s.st.org(name)
 	if err != nil {
@@ -209,7 +215,9 @@ func (s *Service) ListUsers() []api.User {
 
 // CreateUser adds a user; roles are given per organisation with SetMember.
 func (s *Service) CreateUser(req api.CreateUserRequest) (api.User, error) {
-	s.wmu.Lock()
+	if err := s.lock(); err != nil {
+		return api.User{}, err
+	}
 	defer s.wmu.Unlock()
 	if !userNameRE.MatchString(req.Name) {
 		return api.User{}, api.Invalid(api.FieldError{Field: "name", Type: api.FieldInvalid,
@@ -259,7 +267,9 @@ func (st *state) owners(orgID string) int {
 // SetMember gives user a role in org, adding them if needed. The last owner
 // cannot be demoted.
 func (s *Service) SetMember(org, user string, req api.SetMemberRequest) (api.Member, error) {
-	s.wmu.Lock()
+	if err := s.lock(); err != nil {
+		return api.Member{}, err
+	}
 	defer s.wmu.Unlock()
 	role := auth.Role(req.Role)
 	if !role.Valid() {
@@ -289,7 +299,9 @@ func (s *Service) SetMember(org, user string, req api.SetMemberRequest) (api.Mem
 // RemoveMember takes user out of org and revokes their keys there, so no key
 // outlives its holder's membership. The last owner cannot be removed.
 func (s *Service) RemoveMember(org, user string) error {
-	s.wmu.Lock()
+	if err := s.lock(); err != nil {
+		return err
+	}
 	defer s.wmu.Unlock()
 	o, err := s.st.org(org)
 	if err != nil {
@@ -355,7 +367,9 @@ func (st *state) keyView(e *keyEntry) api.APIKey {
 // CreateKey makes a key for a member of org. The answer carries the secret;
 // it is never shown again.
 func (s *Service) CreateKey(org string, req api.CreateKeyRequest) (api.APIKey, error) {
-	s.wmu.Lock()
+	if err := s.lock(); err != nil {
+		return api.APIKey{}, err
+	}
 	defer s.wmu.Unlock()
 	o, err := s.st.org(org)
 	if err != nil {
@@ -404,7 +418,9 @@ func (s *Service) CreateKey(org string, req api.CreateKeyRequest) (api.APIKey, e
 
 // RevokeKey revokes a key of org; revoking twice is not an error.
 func (s *Service) RevokeKey(org, id string) (api.APIKey, error) {
-	s.wmu.Lock()
+	if err := s.lock(); err != nil {
+		return api.APIKey{}, err
+	}
 	defer s.wmu.Unlock()
 	o, err := s.st.org(org)
 	if err != nil {
@@ -452,7 +468,9 @@ func (e *tokenEntry) view() api.WorkerToken {
 
 // CreateWorkerToken makes a token worker agents of org connect with.
 func (s *Service) CreateWorkerToken(org string, req api.CreateWorkerTokenRequest) (api.WorkerToken, error) {
-	s.wmu.Lock()
+	if err := s.lock(); err != nil {
+		return api.WorkerToken{}, err
+	}
 	defer s.wmu.Unlock()
 	o, err := s.st.org(org)
 	if err != nil {
@@ -475,7 +493,9 @@ func (s *Service) CreateWorkerToken(org string, req api.CreateWorkerTokenRequest
 
 // RevokeWorkerToken revokes a worker token of org; revoking twice is not an error.
 func (s *Service) RevokeWorkerToken(org, id string) (api.WorkerToken, error) {
-	s.wmu.Lock()
+	if err := s.lock(); err != nil {
+		return api.WorkerToken{}, err
+	}
 	defer s.wmu.Unlock()
 	o, err := s.st.org(org)
 	if err != nil {

@@ -4,10 +4,12 @@
 // Accounts are few and read on every request, so the whole set lives in
 // memory and every change is written through to the Store before it is
 // applied. Only the server process opens the store, so memory and disk never
-// disagree.
+// disagree; where replicas share one (a SharedStore), each follows the
+// others' changes by Reload and decides its own on freshly loaded records.
 package account
 
 import (
+	"errors"
 	"time"
 
 	"github.com/svc-dev/svc/internal/api"
@@ -75,6 +77,9 @@ type Records struct {
 	// presented. It is kept apart from the records because it changes often
 	// and is written in the background.
 	LastUsed map[string]time.Time
+	// Version is a count a SharedStore moves with every change of the
+	// records (not of LastUsed); zero from a store of one process.
+	Version int64
 }
 
 // Store persists account records. Each Write runs in one transaction.
@@ -82,6 +87,23 @@ type Store interface {
 	LoadAccounts() (Records, error)
 	WriteAccounts(fn func(Writer) error) error
 }
+
+// SharedStore is a Store that other processes (the gateway's replicas)
+// write too. A Service on one reloads the records before deciding a
+// change, and writes it only if nobody else wrote since, so that no
+// replica's change is lost under another's decided on stale records.
+type SharedStore interface {
+	Store
+	// WriteAccountsIf runs fn in one transaction if the records are still
+	// at version (Records.Version) and returns the version they are at
+	// after it; an error wrapping ErrStale if another process wrote since,
+	// in which case fn was not called.
+	WriteAccountsIf(version int64, fn func(Writer) error) (int64, error)
+}
+
+// ErrStale means the records changed in another process since they were
+// loaded.
+var ErrStale = errors.New("the account records changed in another process")
 
 // Writer changes records inside one store transaction.
 type Writer interface {

@@ -3,6 +3,7 @@ package account
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -27,12 +28,14 @@ const (
 // Service owns the account state. Reads take a shared lock; changes are
 // serialised, written to the store, and only then made visible.
 type Service struct {
-	store Store
-	log   *slog.Logger
+	store  Store
+	shared SharedStore // the store, when other processes write it too
+	log    *slog.Logger
 
-	wmu sync.Mutex   // held by whoever is changing state, across the store write
-	mu  sync.RWMutex // guards st's maps for readers
-	st  state
+	wmu     sync.Mutex   // held by whoever is changing state, across the store write
+	mu      sync.RWMutex // guards st's maps for readers
+	st      state
+	version int64 // the store's Records.Version that st holds; guarded by wmu
 }
 
 type memberKey struct{ orgID, userID string }
@@ -92,34 +95,99 @@ type Options struct {
 // New loads every account record from store.
 func New(store Store, opts Options) (*Service, error) {
 	s := &Service{store: store, log: opts.Logger}
+	s.shared, _ = store.(SharedStore)
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
-	recs, err := store.LoadAccounts()
-	if err != nil {
-		return nil, fmt.Errorf("load accounts: %w", err)
+	if err := s.reloadLocked(); err != nil {
+		return nil, err
 	}
-	s.st = state{
+	return s, nil
+}
+
+// Reload replaces the records in memory with the store's: for a store
+// other processes write, on their notifications and periodically in case
+// one was missed. A last-used time in memory newer than the store's is
+// kept.
+func (s *Service) Reload() error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	return s.reloadLocked()
+}
+
+// reloadLocked is Reload for a caller holding wmu (or New).
+func (s *Service) reloadLocked() error {
+	recs, err := s.store.LoadAccounts()
+	if err != nil {
+		return fmt.Errorf("load accounts: %w", err)
+	}
+	st := state{
 		orgs: map[string]*Org{}, orgNames: map[string]string{},
 		users: map[string]*User{}, userNames: map[string]string{},
 		members: map[memberKey]*Member{},
 		keys:    map[string]*keyEntry{}, tokens: map[string]*tokenEntry{},
 	}
-	s.st.apply(&change{orgs: recs.Orgs, users: recs.Users, members: recs.Members, keys: recs.Keys, tokens: recs.WorkerTokens})
-	for _, e := range s.st.keys {
-		e.lastUsed.load(recs.LastUsed[auth.PrefixOf(auth.KindAPIKey, e.ID)])
+	st.apply(&change{orgs: recs.Orgs, users: recs.Users, members: recs.Members, keys: recs.Keys, tokens: recs.WorkerTokens})
+	// Writers hold wmu, so s.st is read here without mu.
+	for id, e := range st.keys {
+		if old := s.st.keys[id]; old != nil {
+			e.lastUsed = old.lastUsed
+		}
+		e.lastUsed.merge(recs.LastUsed[auth.PrefixOf(auth.KindAPIKey, id)])
 	}
-	for _, e := range s.st.tokens {
-		e.lastUsed.load(recs.LastUsed[auth.PrefixOf(auth.KindWorkerToken, e.ID)])
+	for id, e := range st.tokens {
+		if old := s.st.tokens[id]; old != nil {
+			e.lastUsed = old.lastUsed
+		}
+		e.lastUsed.merge(recs.LastUsed[auth.PrefixOf(auth.KindWorkerToken, id)])
 	}
-	return s, nil
+	s.mu.Lock()
+	s.st = st
+	s.mu.Unlock()
+	s.version = recs.Version
+	return nil
 }
 
-func (l *lastUsed) load(t time.Time) {
-	if !t.IsZero() {
-		l.at.Store(t.UnixNano())
-		l.flushed.Store(t.UnixNano())
+// merge takes a stored time that is newer than the one in memory; it is
+// in the store already, so it is not flushed again.
+func (l *lastUsed) merge(t time.Time) {
+	if t.IsZero() {
+		return
 	}
+	n := t.UnixNano()
+	for {
+		cur := l.at.Load()
+		if n <= cur {
+			return
+		}
+		if l.at.CompareAndSwap(cur, n) {
+			l.flushed.Store(n)
+			return
+		}
+	}
+}
+
+// errStore answers a change that a shared store could not take: the
+// database is unreachable, which a retry may outlast.
+var errStore = &api.Error{Kind: api.KindUnavailable, RetryAfter: 5 * time.Second,
+	Message: "The account store is unavailable; try again shortly"}
+
+// errConcurrent answers a change that lost a race with another replica's.
+var errConcurrent = api.Conflict("The accounts were changed elsewhere at the same time; try again")
+
+// lock takes wmu for a change. On a shared store it first reloads, so that
+// the change is decided on what every replica wrote.
+func (s *Service) lock() error {
+	s.wmu.Lock()
+	if s.shared == nil {
+		return nil
+	}
+	if err := s.reloadLocked(); err != nil {
+		s.wmu.Unlock()
+		s.log.Warn("accounts", "err", err)
+		return errStore
+	}
+	return nil
 }
 
 // change is one transaction's worth of records to write and then apply.
@@ -198,9 +266,41 @@ func (st *state) apply(c *change) {
 }
 
 // commit writes c to the store and then makes it visible. The caller holds wmu.
-func (s *Service) commit(c *change) error {
-	if err := s.store.WriteAccounts(c.write); err != nil {
-		return fmt.Errorf("write accounts: %w", err)
+func (s *Service) commit(c *change) error { return s.commitAfter(c, nil) }
+
+// commitAfter is commit running first, when not nil, inside the store's
+// transaction before anything is written: on a shared store, only once
+// the transaction is known to be the one that writes.
+func (s *Service) commitAfter(c *change, first func() error) error {
+	write := c.write
+	var firstErr error
+	if first != nil {
+		write = func(w Writer) error {
+			if firstErr = first(); firstErr != nil {
+				return firstErr
+			}
+			return c.write(w)
+		}
+	}
+	if s.shared == nil {
+		if err := s.store.WriteAccounts(write); err != nil {
+			return fmt.Errorf("write accounts: %w", err)
+		}
+	} else {
+		v, err := s.shared.WriteAccountsIf(s.version, write)
+		switch {
+		case firstErr != nil:
+			return firstErr
+		case errors.Is(err, ErrStale):
+			if err := s.reloadLocked(); err != nil {
+				s.log.Warn("accounts", "err", err)
+			}
+			return errConcurrent
+		case err != nil:
+			s.log.Warn("accounts", "err", err)
+			return errStore
+		}
+		s.version = v
 	}
 	s.mu.Lock()
 	s.st.apply(c)
@@ -224,6 +324,11 @@ type Secrets struct {
 func (s *Service) Bootstrap(persist func(Secrets) error) (bool, error) {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
+	if s.shared != nil {
+		if err := s.reloadLocked(); err != nil {
+			return false, err
+		}
+	}
 	if len(s.st.orgs) > 0 {
 		return false, nil
 	}
@@ -240,8 +345,24 @@ func (s *Service) Bootstrap(persist func(Secrets) error) (bool, error) {
 			Unrestricted: true, Permissions: auth.Permissions(), CreatedAt: now}},
 		tokens: []WorkerToken{{ID: tok.ID, OrgID: org.ID, Name: defaultWorkerToken, Hash: tok.Hash, CreatedAt: now}},
 	}
-	if err := persist(Secrets{AdminKey: key.Secret, WorkerToken: tok.Secret}); err != nil {
-		return false, fmt.Errorf("save bootstrap secrets: %w", err)
+	save := func() error {
+		if err := persist(Secrets{AdminKey: key.Secret, WorkerToken: tok.Secret}); err != nil {
+			return fmt.Errorf("save bootstrap secrets: %w", err)
+		}
+		return nil
+	}
+	if s.shared != nil {
+		// Replicas starting together on an empty database race here; the
+		// one whose write finds the records unchanged creates them, and
+		// only it keeps secrets. The others see its organisation.
+		err := s.commitAfter(c, save)
+		if err == errConcurrent && len(s.st.orgs) > 0 {
+			return false, nil
+		}
+		return err == nil, err
+	}
+	if err := save(); err != nil {
+		return false, err
 	}
 	if err := s.commit(c); err != nil {
 		return false, err
@@ -349,6 +470,43 @@ func (s *Service) FlushLastUsed() error {
 		d.l.flushed.Store(d.at)
 	}
 	return nil
+}
+
+// Follow keeps the records in step with a store other processes write,
+// until ctx ends: it reloads whenever listen reports a change (listen
+// calls changed once it listens and after every reconnection, and runs
+// until ctx ends), and every resync regardless, in case a report was lost.
+func (s *Service) Follow(ctx context.Context, resync time.Duration, listen func(ctx context.Context, changed func()) error) error {
+	kick := make(chan struct{}, 1)
+	changed := func() {
+		select {
+		case kick <- struct{}{}:
+		default: // a reload is due already, and will see this change
+		}
+	}
+	listened := make(chan error, 1)
+	go func() { listened <- listen(ctx, changed) }()
+	t := time.NewTicker(resync)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			if listened != nil {
+				<-listened
+			}
+			return nil
+		case err := <-listened:
+			// Only the resync is left to follow the store by.
+			s.log.Warn("accounts: listening for changes stopped", "err", err)
+			listened = nil
+			continue
+		case <-kick:
+		case <-t.C:
+		}
+		if err := s.Reload(); err != nil {
+			s.log.Warn("accounts", "err", err)
+		}
+	}
 }
 
 // Run flushes last-used times every interval until ctx ends, then once more.

@@ -112,6 +112,6 @@ func conformanceLogs(t *testing.T) storetest.Logs {
 	return storetest.Logs{Usage: l.Usage, Events: l.Events, Power: l.Power, Sync: l.sync, Resend: l.resend, Keyed: true}
 }
 
-func TestConformanceUsage(t *testing.T)  { storetest.TestUsage(t, conformanceLogs) }
-func TestConformanceEvents(t *testing.T) { storetest.TestEvents(t, conformanceLogs) }
-func TestConformancePower(t *testing.T)  { storetest.TestPower(t, conformanceLogs) }
+func TestUsageConformance(t *testing.T)  { storetest.Usage(t, conformanceLogs) }
+func TestEventsConformance(t *testing.T) { storetest.Events(t, conformanceLogs) }
+func TestPowerConformance(t *testing.T)  { storetest.Power(t, conformanceLogs) }

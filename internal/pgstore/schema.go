@@ -115,6 +115,13 @@ CREATE TABLE svc_worker_tokens (
 	org_id text NOT NULL,
 	record jsonb NOT NULL
 );
+-- Moved by every change of the records above, so that a replica writes
+-- only what it decided on the latest records (account.SharedStore).
+CREATE TABLE svc_accounts_version (
+	one     boolean PRIMARY KEY DEFAULT true CHECK (one),
+	version bigint NOT NULL
+);
+INSERT INTO svc_accounts_version (version) VALUES (0);
 CREATE TABLE svc_last_used (
 	prefix text PRIMARY KEY,
 	at     timestamptz NOT NULL
@@ -123,8 +130,10 @@ CREATE TABLE svc_last_used (
 CREATE TABLE svc_rentals (
 	id         text PRIMARY KEY,
 	record     jsonb NOT NULL,
-	started_at timestamptz,
-	stopped_at timestamptz,
+	-- Billing is counted between these; each is written once.
+	started_at        timestamptz,
+	stop_requested_at timestamptz,
+	stopped_at        timestamptz,
 	saved_at   timestamptz NOT NULL DEFAULT now()
 );
 
@@ -153,7 +162,7 @@ CREATE TABLE svc_leader (
 	epoch         bigint NOT NULL,
 	expires_at    timestamptz NOT NULL
 );
-INSERT INTO svc_leader (replica_id, advertise_url, epoch, expires_at) VALUES ('', '', 0, '-infinity');
+INSERT INTO svc_leader (replica_id, advertise_url, epoch, expires_at) VALUES ('', '', 0, 'epoch');
 
 CREATE TABLE svc_cluster (
 	one    boolean PRIMARY KEY DEFAULT true CHECK (one),

@@ -47,6 +47,9 @@ type Store struct {
 	log     *slog.Logger
 	clk     *dbClock
 	schema  int
+	// listenPing is how long a listening connection waits for a
+	// notification before it checks the connection is alive.
+	listenPing time.Duration
 }
 
 // Open connects, migrates the schema to this build's version under a lock
@@ -79,7 +82,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: %s", Redact(err.Error()))
 	}
-	s := &Store{pool: pool, connCfg: cfg.ConnConfig.Copy(), log: log, clk: newDBClock()}
+	s := &Store{pool: pool, connCfg: cfg.ConnConfig.Copy(), log: log, clk: newDBClock(), listenPing: 30 * time.Second}
 	if s.schema, err = migrate(ctx, pool, migrations()); err != nil {
 		pool.Close()
 		return nil, err

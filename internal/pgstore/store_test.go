@@ -184,3 +184,6 @@ func TestClockFollowsDatabase(t *testing.T) {
 		t.Fatalf("clock %v after the database's reading", d)
 	}
 }
+
+// newServer is a server of the test's own, for tests that stop it.
+func newServer(t *testing.T) *pgtest.Server { return pgtest.New(t) }

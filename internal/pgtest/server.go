@@ -240,9 +240,9 @@ func (s *Server) start() error {
 	cmd.Dir = s.dir
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = append(os.Environ(), "LC_ALL=C")
-	// Its own process group, so that Kill takes the backends down with the
-	// postmaster as a crash of the host would; and killed with this
-	// process, so that a test binary that dies leaves no server behind.
+	// Its own process group, so that a terminal's signals meant for the
+	// tests do not reach it; and killed with this process, so that a test
+	// binary that dies leaves no server behind.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred, Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("pgtest: start postgres: %w", err)
@@ -253,7 +253,7 @@ func (s *Server) start() error {
 		close(p.done)
 	}()
 	if err := s.waitReady(p); err != nil {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = syscall.Kill(cmd.Process.Pid, syscall.SIGKILL)
 		<-p.done
 		out, _ := os.ReadFile(s.logPath())
 		if int64(len(out)) > logStart {
@@ -291,8 +291,8 @@ func (s *Server) Stop() error {
 	return s.halt(syscall.SIGINT, 30*time.Second)
 }
 
-// Kill sends SIGKILL to the postmaster and every backend at once, as a
-// crash would; Restart then runs crash recovery.
+// Kill sends SIGKILL to the postmaster and its backends, as a crash of
+// the host would; Restart then runs crash recovery.
 func (s *Server) Kill() error {
 	return s.halt(syscall.SIGKILL, 0)
 }
@@ -306,12 +306,17 @@ func (s *Server) halt(sig syscall.Signal, grace time.Duration) error {
 	}
 	s.proc = nil
 	pid := p.cmd.Process.Pid
-	target := pid
+	var backends []int
 	if sig == syscall.SIGKILL {
-		target = -pid
+		// Each backend is a session of its own, out of the postmaster's
+		// group, and would otherwise outlive it until it noticed.
+		backends = children(pid)
 	}
-	if err := syscall.Kill(target, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+	if err := syscall.Kill(pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return fmt.Errorf("pgtest: signal postgres: %w", err)
+	}
+	for _, b := range backends {
+		_ = syscall.Kill(b, syscall.SIGKILL)
 	}
 	if grace > 0 {
 		select {
@@ -320,9 +325,37 @@ func (s *Server) halt(sig syscall.Signal, grace time.Duration) error {
 		case <-time.After(grace):
 		}
 	}
-	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	_ = syscall.Kill(pid, syscall.SIGKILL)
 	<-p.done
 	return nil
+}
+
+// children lists the processes whose parent is pid, from /proc.
+func children(pid int) []int {
+	entries, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 {
+			continue
+		}
+		fields := bytes.Fields(stat[i+1:])
+		if len(fields) > 1 {
+			if ppid, err := strconv.Atoi(string(fields[1])); err == nil && ppid == pid {
+				out = append(out, child)
+			}
+		}
+	}
+	return out
 }
 
 // Restart stops the server if it is running and starts it again on the
@@ -363,9 +396,8 @@ func (s *Server) CreateDB(ctx context.Context, name string) (string, error) {
 		return "", fmt.Errorf("pgtest: %w", err)
 	}
 	defer c.Close(context.Background())
-	// template0 holds nothing a test may have added to template1; the file
-	// copy skips WAL-logging every page, which fsync=off makes cheap.
-	sql := "CREATE DATABASE " + quoteIdent(name) + " TEMPLATE template0 STRATEGY FILE_COPY"
+	// template0 holds nothing a test may have added to template1.
+	sql := "CREATE DATABASE " + quoteIdent(name) + " TEMPLATE template0"
 	if _, err := c.Exec(ctx, sql).ReadAll(); err != nil {
 		return "", fmt.Errorf("pgtest: create database %s: %w", name, err)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/clock"
+	"github.com/svc-dev/svc/internal/store"
 )
 
 // Ledger keeps rental records durably.
@@ -59,6 +60,9 @@ type Config struct {
 	// RentEvery is how often one API key may ask for a rental (default a
 	// minute).
 	RentEvery time.Duration
+	// Limiter counts the rental requests against RentEvery where replicas
+	// share the count; nil counts them in this process's memory.
+	Limiter store.RentLimiter
 	// Tick is how often the manager looks at its rentals (default 1 s).
 	Tick time.Duration
 	// CatalogueTTL bounds how old cached offers may be (default 60 s).
@@ -78,11 +82,13 @@ type Manager struct {
 	// system clock while the gateway runs moves none of them.
 	clock *clock.Steady
 
-	mu       sync.Mutex
-	rentals  map[string]*record
-	dl       map[string]downloads // by rental id
-	lastRent map[string]time.Time // by API key id
-	offers   map[string]offerCache
+	// mem is the rental rate limit when Config.Limiter is nil.
+	mem *MemoryLimiter
+
+	mu      sync.Mutex
+	rentals map[string]*record
+	dl      map[string]downloads // by rental id
+	offers  map[string]offerCache
 	// placing holds the rentals whose machine Rent is asking a provider
 	// for: one a listing does not show yet is not gone.
 	placing map[string]bool
@@ -128,8 +134,9 @@ func New(cfg Config) (*Manager, error) {
 	}
 	m := &Manager{cfg: cfg, log: cfg.Logger, models: Models(), clock: clock.NewSteady(cfg.Clock), rentals: map[string]*record{},
 		placing: map[string]bool{},
-		dl:      map[string]downloads{}, lastRent: map[string]time.Time{}, offers: map[string]offerCache{},
+		dl:      map[string]downloads{}, offers: map[string]offerCache{},
 		events: make(chan workerEvent, 1024)}
+	m.mem = NewMemoryLimiter(m.now)
 	raws, err := cfg.Ledger.All()
 	if err != nil {
 		return nil, err

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 
@@ -164,17 +165,69 @@ func (m *Manager) floorRank(orgID string) int {
 // Allow is the rental rate limit: one request per API key per RentEvery,
 // counted whether or not the request then succeeds. It is checked before
 // anything else of the request, its body included.
+// With a shared Limiter the count is the database's; when it cannot be
+// read the request is refused as unavailable, never let through uncounted.
 func (m *Manager) Allow(keyID string) error {
-	now := m.now()
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if last, ok := m.lastRent[keyID]; ok && now.Sub(last) < m.cfg.RentEvery {
-		wait := m.cfg.RentEvery - now.Sub(last)
-		return &api.Error{Kind: api.KindRateLimited, RetryAfter: wait, Message: fmt.Sprintf(
-			"One rental request per API key per minute; try again in %d s", int64((wait+time.Second-1)/time.Second))}
+	if m.cfg.Limiter == nil {
+		if ok, wait := m.mem.allow(keyID, m.cfg.RentEvery); !ok {
+			return rentLimited(wait)
+		}
+		return nil
 	}
-	m.lastRent[keyID] = now
+	ctx, cancel := context.WithTimeout(context.Background(), limiterTimeout)
+	defer cancel()
+	ok, err := m.cfg.Limiter.AllowRent(ctx, keyID, m.cfg.RentEvery)
+	if err != nil {
+		m.log.Warn("rental: rate limit", "err", err)
+		return &api.Error{Kind: api.KindUnavailable, RetryAfter: 5 * time.Second,
+			Message: "The rental rate limit cannot be checked now; try again shortly"}
+	}
+	if !ok {
+		// The shared count tells no time of the last request: the whole
+		// window is the longest wait.
+		return rentLimited(m.cfg.RentEvery)
+	}
 	return nil
+}
+
+// limiterTimeout bounds the shared limiter's answer.
+const limiterTimeout = 5 * time.Second
+
+func rentLimited(wait time.Duration) error {
+	return &api.Error{Kind: api.KindRateLimited, RetryAfter: wait, Message: fmt.Sprintf(
+		"One rental request per API key per minute; try again in %d s", int64((wait+time.Second-1)/time.Second))}
+}
+
+// MemoryLimiter is the rental rate limit of a gateway that runs alone:
+// when each key last asked, in memory.
+type MemoryLimiter struct {
+	now  func() time.Time
+	mu   sync.Mutex
+	last map[string]time.Time // by API key id
+}
+
+// NewMemoryLimiter counts on the clock now reads.
+func NewMemoryLimiter(now func() time.Time) *MemoryLimiter {
+	return &MemoryLimiter{now: now, last: map[string]time.Time{}}
+}
+
+// AllowRent implements store.RentLimiter.
+func (l *MemoryLimiter) AllowRent(_ context.Context, keyID string, every time.Duration) (bool, error) {
+	ok, _ := l.allow(keyID, every)
+	return ok, nil
+}
+
+// allow counts a request of keyID if the last was every ago or more;
+// otherwise it tells how long until it would be.
+func (l *MemoryLimiter) allow(keyID string, every time.Duration) (bool, time.Duration) {
+	now := l.now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if last, ok := l.last[keyID]; ok && now.Sub(last) < every {
+		return false, every - now.Sub(last)
+	}
+	l.last[keyID] = now
+	return true, 0
 }
 
 // Rent asks for a rental, in the spec's order after Allow: the request's

@@ -13,8 +13,8 @@ import (
 	"github.com/svc-dev/svc/internal/store"
 )
 
-// TestEvents runs the worker events log's conformance tests.
-func TestEvents(t *testing.T, open OpenLogs) {
+// Events runs the worker events log's conformance tests.
+func Events(t *testing.T, open OpenLogs) {
 	t.Run("ListNewestFirstFilteredAndPaged", func(t *testing.T) { eventsPaged(t, open(t)) })
 	t.Run("StoredOnceUnderReplay", func(t *testing.T) { eventsReplay(t, open(t)) })
 	t.Run("PruneOlderAtMostMax", func(t *testing.T) { eventsPrune(t, open(t)) })

@@ -11,8 +11,8 @@ import (
 	"github.com/svc-dev/svc/internal/store"
 )
 
-// TestPower runs the power history's conformance tests.
-func TestPower(t *testing.T, open OpenLogs) {
+// Power runs the power history's conformance tests.
+func Power(t *testing.T, open OpenLogs) {
 	t.Run("AddAndBuckets", func(t *testing.T) { powerAddAndBuckets(t, open(t)) })
 	t.Run("WindowsStoredOnceUnderResend", func(t *testing.T) { powerOnce(t, open(t)) })
 	t.Run("PruneEachLayer", func(t *testing.T) { powerPrune(t, open(t)) })

@@ -1,7 +1,3 @@
-// Package storetest is the conformance suite of the store interfaces:
-// the same tests run against every implementation (bbolt directly,
-// PostgreSQL through the outbox and its shipper), so that the server sees
-// one behaviour whichever it is given.
 package storetest
 
 import (
@@ -48,8 +44,8 @@ type OpenLogs func(t *testing.T) Logs
 // that they span several calendar months.
 var Now = time.Date(2026, 11, 15, 10, 0, 0, 0, time.UTC)
 
-// TestUsage runs the usage log's conformance tests.
-func TestUsage(t *testing.T, open OpenLogs) {
+// Usage runs the usage log's conformance tests.
+func Usage(t *testing.T, open OpenLogs) {
 	t.Run("TotalsEqualRowsUnderReplay", func(t *testing.T) { usageTotalsEqualRows(t, open(t)) })
 	t.Run("LogsNewestFirstFilteredAndPaged", func(t *testing.T) { usageLogsPaged(t, open(t)) })
 	t.Run("SameInstantNewestRecordedFirst", func(t *testing.T) { usageSameInstant(t, open(t)) })

@@ -1,0 +1,63 @@
+package storetest
+
+import (
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"testing"
+
+	"github.com/svc-dev/svc/internal/rental"
+)
+
+// Rentals checks a rental ledger: every record saved is returned by All
+// as last saved, as the same JSON value (a store may reorder keys or
+// spaces, not change values).
+func Rentals(t *testing.T, open func(t *testing.T) rental.Ledger) {
+	l := open(t)
+	if got, err := l.All(); err != nil || len(got) != 0 {
+		t.Fatalf("an empty ledger: %d records, %v", len(got), err)
+	}
+	rec := func(id, status string, extra string) []byte {
+		return fmt.Appendf(nil, `{"id":%q,"org_id":"org1","status":%q,"price_pence_per_hour":250,"created_at":"2026-03-31T23:00:00.123456789Z",`+
+			`"models":["a","b"],"notes":[{"at":"2026-03-31T23:00:01Z","type":"created","detail":"x \"quoted\" \u00e9"}]%s}`, id, status, extra)
+	}
+	want := map[string][]byte{}
+	save := func(id string, b []byte) {
+		t.Helper()
+		if err := l.Save(id, b); err != nil {
+			t.Fatalf("Save %s: %v", id, err)
+		}
+		want[id] = b
+	}
+	for i := range 20 {
+		id := fmt.Sprintf("r%02d", i)
+		save(id, rec(id, "provisioning", ""))
+	}
+	save("r03", rec("r03", "running", `,"started_at":"2026-03-31T23:05:00Z"`))
+	save("r03", rec("r03", "stopping", `,"started_at":"2026-03-31T23:05:00Z","stop_requested_at":"2026-03-31T23:35:00Z"`))
+	save("r03", rec("r03", "stopped", `,"started_at":"2026-03-31T23:05:00Z","stop_requested_at":"2026-03-31T23:35:00Z","stopped_at":"2026-03-31T23:35:00Z"`))
+	save("r07", rec("r07", "running", `,"started_at":"2026-03-31T23:06:00.5Z","error":""`))
+
+	got, err := l.All()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("All: %d records, want %d", len(got), len(want))
+	}
+	for _, b := range got {
+		var v map[string]any
+		if err := json.Unmarshal(b, &v); err != nil {
+			t.Fatalf("All returned %q: %v", b, err)
+		}
+		id, _ := v["id"].(string)
+		var w map[string]any
+		if err := json.Unmarshal(want[id], &w); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(v, w) {
+			t.Errorf("record %s:\n got %s\nwant %s", id, b, want[id])
+		}
+		delete(want, id)
+	}
+}
