@@ -345,18 +345,23 @@ func (sh *Shipper) ship(ctx context.Context, items []bolt.OutboxItem) error {
 		}
 		err = sh.apply(ctx, m)
 	}
-	if err == nil || !refused(err) || len(items) == 1 {
-		if err != nil && len(items) == 1 {
-			sh.log.Error("outbox record refused by PostgreSQL: dropped", "seq", items[0].Seq,
-				"kind", items[0].Kind.String(), "err", err)
-			sh.mu.Lock()
-			sh.stats.Dropped++
-			sh.mu.Unlock()
-			return nil
-		}
+	switch {
+	case err == nil:
+		return nil
+	case !refused(err):
 		return err
+	case len(items) == 1:
+		sh.log.Error("outbox record refused by PostgreSQL: dropped", "seq", items[0].Seq,
+			"kind", items[0].Kind.String(), "err", err)
+		sh.mu.Lock()
+		sh.stats.Dropped++
+		sh.mu.Unlock()
+		return nil
 	}
 	for i := range items {
+		if items[i].Err != nil {
+			continue // given up above
+		}
 		if err := sh.ship(ctx, items[i:i+1]); err != nil {
 			return err
 		}

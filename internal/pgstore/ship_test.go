@@ -166,13 +166,19 @@ func TestShippingThroughAnOutage(t *testing.T) {
 	if err := srv.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	for i := 100; i < 400; i++ {
+	// A shipment of one record first, which must be kept as a larger one
+	// is: only a record the database refuses is given up alone.
+	l.Usage.Record("org", shipRow(100, shipNow))
+	if err := l.w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "shipping to fail", func() bool { return l.Shipper.State().Failing })
+	for i := 101; i < 400; i++ {
 		l.Usage.Record("org", shipRow(i, shipNow))
 	}
 	if err := l.w.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "shipping to fail", func() bool { return l.Shipper.State().Failing })
 	err = l.Usage.Sync(context.Background())
 	if !errors.Is(err, bolt.ErrBehind) {
 		t.Fatalf("Sync while PostgreSQL is down: %v", err)
