@@ -7,5 +7,6 @@ package pgstore
 func migrations() []migration {
 	return []migration{
 		{version: 1, minReader: 1, name: "accounts, rentals, rent limits, replicas, leader lease", sql: schemaCore},
+		{version: 2, name: "usage log and totals, worker events, power history", sql: schemaLogs},
 	}
 }

@@ -1,0 +1,142 @@
+package pgstore
+
+// schemaLogs is version 2: the usage log and its totals, worker events
+// and power history, written by each replica's outbox shipper (ship.go).
+//
+// Usage rows are partitioned by month on created_at, so that retention
+// drops a month's partition rather than deleting its rows one by one; the
+// partitions are created as rows need them (usage.go). The key is
+// (created_at, request_id): a partitioned table's unique keys must hold
+// its partition key, and a request's row carries one created_at wherever
+// it is sent from (the outbox re-sends the very bytes it first sent), so
+// the pair is as unique as the request id. Why that makes the totals
+// exactly once is told at insertUsage.
+//
+// created_ns is the row's time to the nanosecond, as bbolt orders rows,
+// and seq the order rows were written in, for rows of the same instant:
+// a listing is newest first by (created_ns, seq), as bbolt's. data is the
+// whole row in bbolt's compact layout, so a listing returns exactly what
+// bbolt's does; the columns beside it are what queries filter on and what
+// an operator checks the totals against.
+//
+// Totals are kept per UTC day, as bbolt keeps them, and never pruned.
+// Text that is listed in order (models, workers) is in the "C" collation,
+// so that it lists in bbolt's byte order; so are the ids in keys and
+// indexes, which a locale's collation would only make slower to compare.
+//
+// Power buckets hold one row per channel; through, the end of the last
+// window recorded of each worker, is moved in the same statement that
+// adds a report's buckets, and only forward (power.go).
+const schemaLogs = `
+CREATE SEQUENCE svc_usage_seq;
+CREATE TABLE svc_usage_rows (
+	created_at        timestamptz NOT NULL,
+	request_id        text COLLATE "C" NOT NULL,
+	org_id            text COLLATE "C" NOT NULL,
+	created_ns        bigint NOT NULL,
+	seq               bigint NOT NULL DEFAULT nextval('svc_usage_seq'),
+	worker_id         text COLLATE "C" NOT NULL,
+	model             text NOT NULL,
+	request_type      text NOT NULL,
+	status_code       integer NOT NULL,
+	prompt_tokens     bigint NOT NULL,
+	completion_tokens bigint NOT NULL,
+	total_tokens      bigint NOT NULL,
+	data              bytea NOT NULL,
+	PRIMARY KEY (created_at, request_id)
+) PARTITION BY RANGE (created_at);
+CREATE INDEX svc_usage_rows_org ON svc_usage_rows (org_id, created_ns DESC, seq DESC);
+CREATE INDEX svc_usage_rows_worker ON svc_usage_rows (org_id, worker_id, created_ns DESC, seq DESC);
+
+CREATE TABLE svc_usage_days (
+	org_id              text COLLATE "C" NOT NULL,
+	day                 date NOT NULL,
+	requests            bigint NOT NULL,
+	succeeded           bigint NOT NULL,
+	failed              bigint NOT NULL,
+	cancelled           bigint NOT NULL,
+	prompt_tokens       bigint NOT NULL,
+	completion_tokens   bigint NOT NULL,
+	total_tokens        bigint NOT NULL,
+	reasoning_tokens    bigint NOT NULL,
+	cached_tokens       bigint NOT NULL,
+	images              bigint NOT NULL,
+	request_duration_ms bigint NOT NULL,
+	audio_seconds       double precision NOT NULL,
+	energy_wh           double precision NOT NULL,
+	PRIMARY KEY (org_id, day)
+);
+CREATE TABLE svc_usage_models (
+	org_id              text COLLATE "C" NOT NULL,
+	day                 date NOT NULL,
+	model               text COLLATE "C" NOT NULL,
+	requests            bigint NOT NULL,
+	succeeded           bigint NOT NULL,
+	failed              bigint NOT NULL,
+	cancelled           bigint NOT NULL,
+	prompt_tokens       bigint NOT NULL,
+	completion_tokens   bigint NOT NULL,
+	total_tokens        bigint NOT NULL,
+	reasoning_tokens    bigint NOT NULL,
+	cached_tokens       bigint NOT NULL,
+	images              bigint NOT NULL,
+	request_duration_ms bigint NOT NULL,
+	audio_seconds       double precision NOT NULL,
+	energy_wh           double precision NOT NULL,
+	PRIMARY KEY (org_id, day, model)
+);
+CREATE TABLE svc_usage_workers (
+	org_id              text COLLATE "C" NOT NULL,
+	day                 date NOT NULL,
+	worker_id           text COLLATE "C" NOT NULL,
+	name                text NOT NULL,
+	requests            bigint NOT NULL,
+	succeeded           bigint NOT NULL,
+	failed              bigint NOT NULL,
+	cancelled           bigint NOT NULL,
+	prompt_tokens       bigint NOT NULL,
+	completion_tokens   bigint NOT NULL,
+	total_tokens        bigint NOT NULL,
+	reasoning_tokens    bigint NOT NULL,
+	cached_tokens       bigint NOT NULL,
+	images              bigint NOT NULL,
+	request_duration_ms bigint NOT NULL,
+	audio_seconds       double precision NOT NULL,
+	energy_wh           double precision NOT NULL,
+	PRIMARY KEY (org_id, day, worker_id)
+);
+
+CREATE SEQUENCE svc_worker_events_seq;
+-- event_key is the event's id, or for one without, a hash of its JSON:
+-- what makes a re-sent event the same one.
+CREATE TABLE svc_worker_events (
+	org_id     text COLLATE "C" NOT NULL,
+	event_key  text COLLATE "C" NOT NULL,
+	created_at timestamptz NOT NULL,
+	created_ns bigint NOT NULL,
+	seq        bigint NOT NULL DEFAULT nextval('svc_worker_events_seq'),
+	worker_id  text COLLATE "C" NOT NULL,
+	event_type text NOT NULL,
+	payload    json NOT NULL,
+	PRIMARY KEY (org_id, event_key)
+);
+CREATE INDEX svc_worker_events_org ON svc_worker_events (org_id, created_ns DESC, seq DESC);
+CREATE INDEX svc_worker_events_age ON svc_worker_events (created_ns);
+
+CREATE TABLE svc_power_workers (
+	worker_id text COLLATE "C" PRIMARY KEY,
+	through   bigint NOT NULL,
+	meta      json
+);
+CREATE TABLE svc_power_buckets (
+	worker_id text COLLATE "C" NOT NULL,
+	res       integer NOT NULL,
+	start     bigint NOT NULL,
+	channel   bytea NOT NULL,
+	joules    double precision NOT NULL,
+	covered   double precision NOT NULL,
+	peak      double precision NOT NULL,
+	PRIMARY KEY (worker_id, res, start, channel)
+);
+CREATE INDEX svc_power_buckets_age ON svc_power_buckets (res, start);
+`
