@@ -89,10 +89,6 @@ type Options struct {
 	// Outbox reports what the replica has yet to ship, for its
 	// registration; nil reports nothing.
 	Outbox func() (records int64, oldest time.Time)
-	// Observe is told the database's clock and when the question was
-	// sent and answered (local wall clock), so that other writers can
-	// follow the database's time; nil ignores it.
-	Observe func(dbNow, sent, received time.Time)
 }
 
 // Lease keeps a replica's registration and its claim on the lease.
@@ -106,7 +102,14 @@ type Lease struct {
 	st       State
 	lastOK   time.Duration // Mono of the last answer; valid when answered
 	answered bool
-	changed  chan struct{}
+	// free: the last answer showed the lease free or expired. A standby
+	// claims it only on the renewal after one that saw it so, in a run
+	// of answers: after an outage of the database every replica comes
+	// back at once, and the leader, which renews as often as they do,
+	// gets its renewal in first rather than losing its workers to one
+	// that happened to reach the database sooner.
+	free    bool
+	changed chan struct{}
 }
 
 // New returns a lease for me; Run drives it.
@@ -178,22 +181,21 @@ func (l *Lease) Beat(ctx context.Context) {
 	if st.Leading {
 		me.Role = RoleLeader
 	}
+	l.mu.Lock()
+	want := st.Leading || (l.free && st.Unconfirmed == 0)
+	l.mu.Unlock()
 	if l.o.Outbox != nil {
 		me.OutboxRecords, me.OutboxOldest = l.o.Outbox()
 	}
 	bctx, cancel := context.WithTimeout(ctx, l.o.Every)
 	defer cancel()
-	sent := l.o.Clock.Now()
 	mono := l.o.Clock.Mono()
-	lead, err := l.store.Beat(bctx, me, l.o.TTL, true)
+	lead, err := l.store.Beat(bctx, me, l.o.TTL, want)
 	if err != nil {
 		if ctx.Err() == nil {
 			l.failed(err)
 		}
 		return
-	}
-	if l.o.Observe != nil {
-		l.o.Observe(lead.DBNow, sent, l.o.Clock.Now())
 	}
 	l.apply(lead, mono)
 }
@@ -213,12 +215,18 @@ func (l *Lease) apply(lead Leader, mono time.Duration) {
 	was := l.st
 	wasDown := l.answered && l.o.Clock.Mono()-l.lastOK > l.o.Every*2
 	l.answered, l.lastOK = true, mono
+	l.free = lead.ReplicaID == "" || !lead.ExpiresAt.After(lead.DBNow)
 	l.st = State{
 		Leading:   lead.ReplicaID == l.me.ID,
 		Epoch:     lead.Epoch,
 		LeaderID:  lead.ReplicaID,
 		LeaderURL: lead.AdvertiseURL,
 		Confirmed: l.o.Clock.Now(),
+	}
+	// An expired lease names no leader to send anyone to: its holder
+	// may be dead, and a worker sent there would only come back.
+	if l.free && !l.st.Leading {
+		l.st.LeaderURL = ""
 	}
 	if wasDown {
 		l.log.Info("cluster: the database answers again", "leader", lead.ReplicaID, "epoch", lead.Epoch)

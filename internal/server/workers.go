@@ -19,7 +19,8 @@ func (s *Server) connectWorker(c *call) error {
 	if !websocket.FastHTTPIsWebSocketUpgrade(c.ctx) {
 		return api.BadRequest("This is the worker link endpoint; connect to it with `svc worker`")
 	}
-	orgID, tokenID, log, fl, ka, rentals := c.workerOrg, c.workerToken, s.log, s.fleet, s.keepalive, s.rentals
+	orgID, tokenID, log, fl, ka, rentals := c.workerOrg, c.workerToken, s.log, s.fleet, s.keepalive, s.rentals.Load()
+	leader, standby := s.leaderURL()
 	// An idle link holds only its read buffer, which is small: messages
 	// are read past it, and fasthttp's connection buffer lies beneath it.
 	// A write buffer is borrowed for each message written.
@@ -38,6 +39,17 @@ func (s *Server) connectWorker(c *call) error {
 		if err != nil {
 			log.Warn("worker link", "err", err)
 			fleet.Refuse(conn, err.Error())
+			return
+		}
+		// A standby sends the worker to the leader, which alone links
+		// workers; knowing none, it refuses, and the worker retries.
+		if standby {
+			if leader == "" {
+				fleet.Refuse(conn, "this gateway replica is a standby and no replica leads the cluster yet")
+				return
+			}
+			log.Debug("worker sent to the leader", "name", hello.Name, "leader", leader)
+			fleet.Redirect(conn, leader)
 			return
 		}
 		// A rental's token connects only as its rental's worker.
