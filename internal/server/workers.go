@@ -21,6 +21,12 @@ func (s *Server) connectWorker(c *call) error {
 	}
 	orgID, tokenID, log, fl, ka, rentals := c.workerOrg, c.workerToken, s.log, s.fleet, s.keepalive, s.rentals.Load()
 	leader, standby := s.leaderURL()
+	// A standby that knows no leader (the last one's lease lapsed) asks
+	// the worker to retry, as a busy gateway would: a refusal in the
+	// welcome would stop it for good.
+	if standby && leader == "" {
+		return s.standby(c)
+	}
 	// An idle link holds only its read buffer, which is small: messages
 	// are read past it, and fasthttp's connection buffer lies beneath it.
 	// A write buffer is borrowed for each message written.
@@ -42,12 +48,8 @@ func (s *Server) connectWorker(c *call) error {
 			return
 		}
 		// A standby sends the worker to the leader, which alone links
-		// workers; knowing none, it refuses, and the worker retries.
+		// workers.
 		if standby {
-			if leader == "" {
-				fleet.Refuse(conn, "this gateway replica is a standby and no replica leads the cluster yet")
-				return
-			}
 			log.Debug("worker sent to the leader", "name", hello.Name, "leader", leader)
 			fleet.Redirect(conn, leader)
 			return
