@@ -141,3 +141,66 @@ func TestClusterFailover(t *testing.T) {
 		t.Errorf("standby exited with %v", err)
 	}
 }
+
+// A single host's store moves into a cluster's database whole: the counts
+// agree, a second run changes nothing, and a replica started on it serves
+// the same keys and reports the same usage.
+func TestClusterMigrate(t *testing.T) {
+	pg := pgtest.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	db, err := pg.CreateDB(ctx, "svc")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	single := startServer(t, "", "--rental-providers", "none")
+	key := single.adminKey()
+	startWorker(t, single.URL, single.tokenFile(), "mw1", "--engine", "sim=ttft=0")
+	chat := `{"model":"sim-chat","messages":[{"role":"user","content":"hi"}],"max_tokens":4}`
+	for range 5 {
+		if r := single.do("POST", "/v1/chat/completions", chat, bearer(key)); r.Status != http.StatusOK {
+			t.Fatalf("chat = %d %s", r.Status, r.Body)
+		}
+	}
+	before := single.do("GET", "/api/v1/usage/summary?days=1", "", bearer(key)).JSON(t)
+	if err := single.stop(syscall.SIGTERM); err != nil {
+		t.Fatalf("svc serve exited with %v", err)
+	}
+
+	for run := range 2 {
+		out, errOut, code := svc(t, []string{"SVC_STORE_URL=" + db}, "cluster", "migrate", "--data", single.Data, "--json")
+		if code != 0 {
+			t.Fatalf("migrate run %d: exit %d\n%s\n%s", run+1, code, out, errOut)
+		}
+		var counts []struct {
+			Kind             string
+			Source, Database int
+		}
+		if err := json.Unmarshal([]byte(out), &counts); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		got := map[string]int{}
+		for _, c := range counts {
+			if c.Source != c.Database {
+				t.Errorf("run %d: %s: %d in the data directory, %d in the database", run+1, c.Kind, c.Source, c.Database)
+			}
+			got[c.Kind] = c.Database
+		}
+		if got["usage rows"] != 5 || got["organisations"] != 1 || got["api keys"] != 1 {
+			t.Fatalf("run %d: counts %v", run+1, got)
+		}
+	}
+
+	r := startReplica(t, db, "")
+	r.waitLog("cluster: leading", 15*time.Second)
+	after := r.do("GET", "/api/v1/usage/summary?days=1", "", bearer(key))
+	if after.Status != http.StatusOK {
+		t.Fatalf("usage on the replica = %d %s", after.Status, after.Body)
+	}
+	for _, k := range []string{"requests", "succeeded", "prompt_tokens", "completion_tokens", "total_tokens"} {
+		if a, b := before[k], after.JSON(t)[k]; a != b {
+			t.Errorf("%s: %v on the single host, %v on the cluster", k, a, b)
+		}
+	}
+}
