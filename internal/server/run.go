@@ -247,7 +247,7 @@ func Run(ctx context.Context, cfg Config) error {
 	writerCtx, stopWriter := context.WithCancel(context.Background())
 	defer stopWriter()
 	var bg, wg errgroup.Group
-	var stopLeaseAfterDrain func()
+	var finishCluster func()
 	wg.Go(func() error { return writer.Run(writerCtx) })
 	bg.Go(func() error { return accounts.Run(bgCtx, time.Minute) })
 	bg.Go(func() error { return fl.Run(bgCtx) })
@@ -260,17 +260,25 @@ func Run(ctx context.Context, cfg Config) error {
 		bg.Go(func() error { return rentals.Run(bgCtx) })
 		bg.Go(func() error { return pruner.Run(bgCtx, time.Hour) })
 	} else {
-		// The lease outlives the drain: the leader resigns once its
-		// requests are done, and a standby takes over at once.
-		leaseCtx, stopLease := context.WithCancel(context.Background())
-		defer stopLease()
-		wg.Go(func() error { return cl.runLease(leaseCtx) })
-		bg.Go(func() error { return cl.runShipper(bgCtx) })
+		// The lease and the shipper outlive the drain and the writer's
+		// last commit: the leader ships what its last requests recorded,
+		// then resigns, and a standby takes over.
+		clusterCtx, stopCluster := context.WithCancel(context.Background())
+		defer stopCluster()
+		var cg errgroup.Group
+		cg.Go(func() error { return cl.runLease(clusterCtx) })
+		cg.Go(func() error { return cl.runShipper(clusterCtx) })
 		bg.Go(func() error { return cl.followAccounts(bgCtx, accounts) })
 		bg.Go(func() error {
 			return cl.lead(bgCtx, term{server: srv, fan: fan, pruner: pruner, rentals: rentalConfig, accounts: accounts})
 		})
-		stopLeaseAfterDrain = stopLease
+		finishCluster = func() {
+			cl.flush()
+			stopCluster()
+			if err := cg.Wait(); err != nil {
+				log.Error("cluster", "err", err)
+			}
+		}
 	}
 	bg.Go(func() error { return clockWatch.Run(bgCtx, 10*time.Second) })
 
@@ -308,12 +316,12 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := bg.Wait(); err != nil {
 		log.Error("background", "err", err)
 	}
-	if stopLeaseAfterDrain != nil {
-		stopLeaseAfterDrain()
-	}
 	stopWriter()
 	if err := wg.Wait(); err != nil {
 		log.Error("final commit", "err", err)
+	}
+	if finishCluster != nil {
+		finishCluster()
 	}
 	log.Info("stopped")
 	return failed

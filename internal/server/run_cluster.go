@@ -165,6 +165,20 @@ func (c *clusterParts) runLease(ctx context.Context) error { return c.lease.Run(
 
 func (c *clusterParts) runShipper(ctx context.Context) error { return c.ship.Run(ctx) }
 
+// flushTimeout bounds how long a stopping replica waits to ship its
+// outbox; what is left ships when it starts again.
+const flushTimeout = 10 * time.Second
+
+// flush ships what the outbox holds, once the writer's last commit is in.
+func (c *clusterParts) flush() {
+	ctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
+	defer cancel()
+	if err := c.ship.Sync(ctx); err != nil {
+		n, _ := c.ship.Depth()
+		c.log.Warn("cluster: the outbox could not be shipped before stopping; it ships when this replica starts again", "records", n, "err", err)
+	}
+}
+
 // accountResync is how often a replica reloads the accounts whatever it
 // was told: a notification missed while its listening connection was down
 // is caught within it.
