@@ -103,13 +103,20 @@ type Lease struct {
 	lastOK   time.Duration // Mono of the last answer; valid when answered
 	answered bool
 	// free: the last answer showed the lease free or expired. A standby
-	// claims it only on the renewal after one that saw it so, in a run
-	// of answers: after an outage of the database every replica comes
-	// back at once, and the leader, which renews as often as they do,
-	// gets its renewal in first rather than losing its workers to one
-	// that happened to reach the database sooner.
-	free    bool
-	changed chan struct{}
+	// claims it only on the renewal after one that saw it so, and only
+	// with two answers in a row behind it: after an outage of the
+	// database every replica comes back at once, and the leader, which
+	// renews as often as they do, gets its renewal in first rather than
+	// losing its workers to one that happened to reach the database
+	// sooner.
+	free bool
+	// streak counts the answers in a row since the last failure.
+	streak int
+	// expiresIn is how long the lease another replica holds had left at
+	// the last answer; a standby renews again just after it, rather than
+	// up to a whole period later.
+	expiresIn time.Duration
+	changed   chan struct{}
 }
 
 // New returns a lease for me; Run drives it.
@@ -169,7 +176,7 @@ func (l *Lease) Run(ctx context.Context) error {
 		case <-t.C:
 		}
 		l.Beat(ctx)
-		t.Reset(l.o.Every)
+		t.Reset(l.next())
 	}
 }
 
@@ -182,7 +189,7 @@ func (l *Lease) Beat(ctx context.Context) {
 		me.Role = RoleLeader
 	}
 	l.mu.Lock()
-	want := st.Leading || (l.free && st.Unconfirmed == 0)
+	want := st.Leading || l.claimable()
 	l.mu.Unlock()
 	if l.o.Outbox != nil {
 		me.OutboxRecords, me.OutboxOldest = l.o.Outbox()
@@ -203,9 +210,34 @@ func (l *Lease) Beat(ctx context.Context) {
 func (l *Lease) failed(err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.streak, l.expiresIn = 0, 0
 	if !l.answered || l.o.Clock.Mono()-l.lastOK <= l.o.Every*2 {
 		l.log.Warn("cluster: cannot reach the database to renew the lease; serving on", "err", err, "leading", l.st.Leading)
 	}
+}
+
+// claimable reports whether a standby should claim the lease at its next
+// renewal; l.mu is held.
+func (l *Lease) claimable() bool { return l.free && l.streak >= 2 }
+
+// claimDelay is how soon a standby that may claim the lease renews, and
+// how long after another's lease should have expired it looks again.
+const claimDelay = 50 * time.Millisecond
+
+// next is how long to wait before the next renewal: the period, or less
+// for a standby about to find the lease expired, or able to claim it.
+func (l *Lease) next() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.st.Leading:
+		return l.o.Every
+	case l.claimable():
+		return claimDelay
+	case l.expiresIn > 0:
+		return min(l.o.Every, l.expiresIn+claimDelay)
+	}
+	return l.o.Every
 }
 
 // apply takes the lease as the database told it, asked at mono.
@@ -216,6 +248,11 @@ func (l *Lease) apply(lead Leader, mono time.Duration) {
 	wasDown := l.answered && l.o.Clock.Mono()-l.lastOK > l.o.Every*2
 	l.answered, l.lastOK = true, mono
 	l.free = lead.ReplicaID == "" || !lead.ExpiresAt.After(lead.DBNow)
+	l.streak++
+	l.expiresIn = 0
+	if lead.ReplicaID != l.me.ID && !l.free {
+		l.expiresIn = lead.ExpiresAt.Sub(lead.DBNow)
+	}
 	l.st = State{
 		Leading:   lead.ReplicaID == l.me.ID,
 		Epoch:     lead.Epoch,

@@ -90,7 +90,8 @@ func TestLeaseFailover(t *testing.T) {
 	}
 
 	bChanged := b.Changed()
-	// The first renewals see the lease free; the next claims it.
+	// The first two renewals see the lease free; the next claims it.
+	tick(0, a, b)
 	tick(0, a, b)
 	tick(0, a, b)
 	if st := a.State(); !st.Leading || st.Epoch != 1 {
@@ -139,6 +140,7 @@ func TestLeaseServesOnWhileTheDatabaseIsDown(t *testing.T) {
 	b := New(db, Replica{ID: "b"}, Options{TTL: 10 * time.Second, Every: 2 * time.Second, Clock: clk})
 	a.Beat(ctx)
 	a.Beat(ctx)
+	a.Beat(ctx)
 	b.Beat(ctx)
 	db.down = true
 	for range 15 {
@@ -172,6 +174,8 @@ func TestLeaseResignsOnTheWayOut(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	a.Beat(ctx)
 	a.Beat(ctx)
+	a.Beat(ctx)
+	b.Beat(context.Background())
 	b.Beat(context.Background())
 	if !a.State().Leading {
 		t.Fatal("a does not lead")
@@ -184,5 +188,46 @@ func TestLeaseResignsOnTheWayOut(t *testing.T) {
 	b.Beat(context.Background())
 	if st := b.State(); !st.Leading || st.Epoch != 2 {
 		t.Fatalf("b = %+v, want leading at its second renewal after a resigned", st)
+	}
+}
+
+// A standby looks again just after the lease it saw should expire, and
+// claims it at once once it has seen it expired, so that a dead leader is
+// replaced within the TTL and two short delays, not two more periods.
+func TestLeaseStandbyRenewsAtTheExpiry(t *testing.T) {
+	ctx := context.Background()
+	db := &memStore{now: time.Unix(1_800_000_000, 0)}
+	clk := &fakeClock{wall: time.Unix(1_700_000_000, 0), mono: time.Hour}
+	o := Options{TTL: 10 * time.Second, Every: 2 * time.Second, Clock: clk}
+	a := New(db, Replica{ID: "a"}, o)
+	b := New(db, Replica{ID: "b"}, o)
+	for range 3 {
+		a.Beat(ctx)
+	}
+	b.Beat(ctx)
+	if d := b.next(); d != 2*time.Second {
+		t.Fatalf("next = %v with 10 s of lease left, want the period", d)
+	}
+	// a dies; 9 s on, b has a second of the lease left to wait.
+	db.advance(9 * time.Second)
+	clk.advance(9 * time.Second)
+	b.Beat(ctx)
+	if d := b.next(); d != time.Second+claimDelay {
+		t.Fatalf("next = %v with 1 s of lease left, want just after it", d)
+	}
+	db.advance(time.Second + claimDelay)
+	clk.advance(time.Second + claimDelay)
+	b.Beat(ctx)
+	if d := b.next(); d != claimDelay || b.State().Leading {
+		t.Fatalf("next = %v, leading %v once the lease expired; want a claim after %v", d, b.State().Leading, claimDelay)
+	}
+	db.advance(claimDelay)
+	clk.advance(claimDelay)
+	b.Beat(ctx)
+	if st := b.State(); !st.Leading || st.Epoch != 2 {
+		t.Fatalf("b = %+v, want leading at epoch 2", st)
+	}
+	if d := b.next(); d != 2*time.Second {
+		t.Fatalf("the leader renews after %v, want the period", d)
 	}
 }

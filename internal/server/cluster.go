@@ -1,7 +1,9 @@
 package server
 
 import (
+	"net"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -164,4 +166,30 @@ func (m *clusterMetrics) Collect(ch chan<- prometheus.Metric) {
 		age = time.Since(oldest).Seconds()
 	}
 	g(m.oldest, age)
+}
+
+// reachProbe bounds the look a standby takes at its leader before sending
+// a worker there.
+const reachProbe = 300 * time.Millisecond
+
+// reachable reports whether a TCP connection to the base URL's host opens.
+func reachable(base string) bool {
+	u, err := url.Parse(base)
+	if err != nil || u.Host == "" {
+		return false
+	}
+	host := u.Host
+	if u.Port() == "" {
+		port := "80"
+		if u.Scheme == "https" {
+			port = "443"
+		}
+		host = net.JoinHostPort(u.Hostname(), port)
+	}
+	conn, err := net.DialTimeout("tcp", host, reachProbe)
+	if err != nil {
+		return false
+	}
+	_ = conn.Close()
+	return true
 }

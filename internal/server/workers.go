@@ -21,10 +21,12 @@ func (s *Server) connectWorker(c *call) error {
 	}
 	orgID, tokenID, log, fl, ka, rentals := c.workerOrg, c.workerToken, s.log, s.fleet, s.keepalive, s.rentals.Load()
 	leader, standby := s.leaderURL()
-	// A standby that knows no leader (the last one's lease lapsed) asks
+	// A standby that knows no leader (the last one's lease lapsed), or
+	// whose leader does not answer (dead, its lease not yet lapsed), asks
 	// the worker to retry, as a busy gateway would: a refusal in the
-	// welcome would stop it for good.
-	if standby && leader == "" {
+	// welcome would stop it for good, and a redirect to a dead leader
+	// would only bring it back.
+	if standby && (leader == "" || !reachable(leader)) {
 		return s.standby(c)
 	}
 	// An idle link holds only its read buffer, which is small: messages
