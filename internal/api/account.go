@@ -168,6 +168,37 @@ type Health struct {
 	// Store is the state of the usage store's writes; absent where the
 	// gateway has none to tell (a test's).
 	Store *StoreHealth `json:"store,omitempty"`
+	// Cluster is this replica's place in a cluster of replicas on one
+	// database; absent on a single host.
+	Cluster *ClusterHealth `json:"cluster,omitempty"`
+}
+
+// ClusterHealth is a replica's view of its cluster.
+type ClusterHealth struct {
+	ReplicaID string `json:"replica_id"`
+	// Role is "leader" (serves the API and the workers' links) or
+	// "standby" (sends both to the leader).
+	Role  string `json:"role"`
+	Epoch int64  `json:"epoch"`
+	// Leader and LeaderURL name the leader; empty while none is known.
+	Leader    string `json:"leader,omitempty"`
+	LeaderURL string `json:"leader_url,omitempty"`
+	// DatabaseUnreachableS is how long the database has not answered
+	// the replica's lease renewals; 0 while it answers.
+	DatabaseUnreachableS float64 `json:"database_unreachable_s"`
+	// The usage rows, events and power reports recorded here and not
+	// yet in the database.
+	OutboxRecords int64      `json:"outbox_records"`
+	OutboxOldest  *time.Time `json:"outbox_oldest,omitempty"`
+}
+
+// Readiness is the answer of /readyz: whether a load balancer should send
+// this replica requests.
+type Readiness struct {
+	Ready bool `json:"ready"`
+	// Reason says why not.
+	Reason    string `json:"reason,omitempty"`
+	LeaderURL string `json:"leader_url,omitempty"`
 }
 
 // Health statuses and store states.
@@ -245,4 +276,42 @@ func (o *Optional[T]) UnmarshalJSON(b []byte) error {
 		return nil
 	}
 	return json.Unmarshal(b, &o.Value)
+}
+
+// ClusterStatus is a cluster as its database holds it (`svc cluster
+// status --json`).
+type ClusterStatus struct {
+	// DatabaseTime is the database's clock, by which every expiry is
+	// judged.
+	DatabaseTime  time.Time `json:"database_time"`
+	SchemaVersion int       `json:"schema_version"`
+	// Leader is absent while no replica has ever led.
+	Leader   *ClusterLeader   `json:"leader,omitempty"`
+	Replicas []ClusterReplica `json:"replicas"`
+}
+
+// ClusterLeader is the leader lease.
+type ClusterLeader struct {
+	ReplicaID    string    `json:"replica_id"`
+	AdvertiseURL string    `json:"advertise_url"`
+	Epoch        int64     `json:"epoch"`
+	ExpiresAt    time.Time `json:"expires_at"`
+	// Expired: the leader has not renewed it; a standby takes it at its
+	// next renewal.
+	Expired bool `json:"expired"`
+}
+
+// ClusterReplica is one replica's registration.
+type ClusterReplica struct {
+	ID           string    `json:"id"`
+	Role         string    `json:"role"`
+	AdvertiseURL string    `json:"advertise_url"`
+	Version      string    `json:"version"`
+	StartedAt    time.Time `json:"started_at"`
+	SeenAt       time.Time `json:"seen_at"`
+	ExpiresAt    time.Time `json:"expires_at"`
+	// Alive: the registration was renewed within its TTL.
+	Alive         bool       `json:"alive"`
+	OutboxRecords int64      `json:"outbox_records"`
+	OutboxOldest  *time.Time `json:"outbox_oldest,omitempty"`
 }

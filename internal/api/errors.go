@@ -48,6 +48,7 @@ const (
 	CodeWorkerLost       = "worker_lost"         // the worker went away while handling the request
 	CodeBadWorkerReply   = "bad_worker_reply"    // the worker's answer is not one the gateway can use
 	CodeTimeout          = "timeout"             // the request ran longer than it may
+	CodeStandby          = "standby_replica"     // this replica of a cluster does not serve the API; its leader does
 )
 
 // Error is an error with everything needed to answer it over HTTP. Domain

@@ -74,12 +74,12 @@ organisations, users, keys and settings through the server's admin socket;
 		&cobra.Group{ID: groupServer, Title: "Running svc:"},
 		&cobra.Group{ID: groupClient, Title: "Using a gateway:"},
 	)
-	serve, worker, sim, admin := NewCmdServe(f, nil), NewCmdWorker(f, nil), NewCmdSim(f), NewCmdAdmin(f)
-	for _, c := range []*cobra.Command{serve, worker, sim, admin} {
+	serve, worker, sim, admin, clusterCmd := NewCmdServe(f, nil), NewCmdWorker(f, nil), NewCmdSim(f), NewCmdAdmin(f), NewCmdCluster(f)
+	for _, c := range []*cobra.Command{serve, worker, sim, admin, clusterCmd} {
 		c.GroupID = groupServer
 	}
 	root.AddCommand(
-		serve, worker, sim, admin,
+		serve, worker, sim, admin, clusterCmd,
 		NewCmdTop(f),
 		NewCmdWorkers(f, nil),
 		NewCmdModels(f, nil),

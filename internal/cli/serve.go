@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"math"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -61,6 +62,11 @@ type ServeOptions struct {
 	StallTimeout time.Duration
 	// UsageRetention is how long usage rows are kept.
 	UsageRetention time.Duration
+	// Store is the cluster's PostgreSQL database; "" runs a single host.
+	Store             string
+	StorePasswordFile string
+	AdvertiseURL      string
+	LeaseTTL          time.Duration
 	// StoreBacklogMB bounds the records waiting while the store cannot
 	// write, MiB.
 	StoreBacklogMB int
@@ -119,9 +125,26 @@ is and a ready curl command.`,
 				envFlag{"log-level", "SVC_LOG_LEVEL"}, envFlag{"log-format", "SVC_LOG_FORMAT"},
 				envFlag{"public-url", "SVC_PUBLIC_URL"}, envFlag{"max-connections", "SVC_MAX_CONNECTIONS"},
 				envFlag{"usage-retention", "SVC_USAGE_RETENTION"}, envFlag{"store-backlog-mb", "SVC_STORE_BACKLOG_MB"},
-				envFlag{"stall-timeout", "SVC_STALL_TIMEOUT"})
+				envFlag{"stall-timeout", "SVC_STALL_TIMEOUT"},
+				envFlag{"store-password-file", "SVC_STORE_PASSWORD_FILE"}, envFlag{"advertise-url", "SVC_ADVERTISE_URL"},
+				envFlag{"lease-ttl", "SVC_LEASE_TTL"})
 			if err != nil {
 				return err
+			}
+			// A password on the command line is in every process listing:
+			// the URL comes from the flag or the environment, the password
+			// from a file.
+			if cmd.Flags().Changed("store") && storeURLHasPassword(opts.Store) {
+				return usageErrorf("--store carries a password, which any user can read in the process list; put it in --store-password-file or PGPASSFILE, or pass the URL in SVC_STORE_URL")
+			}
+			if err := applyEnv(cmd, f.Getenv, envFlag{"store", "SVC_STORE_URL"}); err != nil {
+				return err
+			}
+			if opts.Store != "" && !strings.HasPrefix(opts.Store, "postgres://") && !strings.HasPrefix(opts.Store, "postgresql://") {
+				return usageErrorf("--store must be a postgres:// URL, got %q", redactURL(opts.Store))
+			}
+			if opts.LeaseTTL < 3*time.Second {
+				return usageErrorf("--lease-ttl must be at least 3s, got %s", opts.LeaseTTL)
 			}
 			if opts.DataDir, err = resolveDataDir(opts.DataDir, f.Getenv); err != nil {
 				return err
@@ -162,6 +185,10 @@ is and a ready curl command.`,
 	fl.DurationVar(&opts.StallTimeout, "stall-timeout", server.DefaultStallTimeout, "how long a client may leave its response unread (taking under 16 KiB of it) before it is cut off and its request ends as a 499 (env SVC_STALL_TIMEOUT)")
 	opts.UsageRetention = server.DefaultUsageRetention
 	fl.Var(daysValue{&opts.UsageRetention}, "usage-retention", "how long usage log rows are kept, in days (400d) or as a duration, at least 1d; totals are kept for good (env SVC_USAGE_RETENTION)")
+	fl.StringVar(&opts.Store, "store", "", "a PostgreSQL URL (postgres://user@host/db): run as one replica of a cluster sharing that database, instead of on the data directory's own store; the password comes from --store-password-file, PGPASSFILE or SVC_STORE_URL, never this flag (env SVC_STORE_URL)")
+	fl.StringVar(&opts.StorePasswordFile, "store-password-file", "", "a file only this user may read, holding the --store database's password (env SVC_STORE_PASSWORD_FILE)")
+	fl.StringVar(&opts.AdvertiseURL, "advertise-url", "", "with --store: the URL other replicas send workers to when this one leads; http:// and --addr (the host name for 0.0.0.0) when empty (env SVC_ADVERTISE_URL)")
+	fl.DurationVar(&opts.LeaseTTL, "lease-ttl", 10*time.Second, "with --store: how long the leader's lease lasts unless renewed; a dead leader is replaced within it (env SVC_LEASE_TTL)")
 	fl.IntVar(&opts.StoreBacklogMB, "store-backlog-mb", bolt.DefaultBacklog>>20, "memory, in MiB, for usage rows, events and power reports waiting while the database cannot be written (a full disk); at the bound new inference gets 503 (env SVC_STORE_BACKLOG_MB)")
 	// The keep-alive clocks are the spec's; only tests move them.
 	fl.DurationVar(&opts.KeepAliveAfter, "keepalive-after", 80*time.Second, "when a non-streaming reply still waiting starts, to keep the connection alive")
@@ -207,10 +234,12 @@ func runServe(ctx context.Context, f *Factory, opts *ServeOptions) error {
 		StallTimeout:   opts.StallTimeout,
 		UsageRetention: opts.UsageRetention,
 		StoreBacklog:   int64(opts.StoreBacklogMB) << 20,
-		Build:          f.Build,
-		Logger:         log,
-		Fleet:          fleet.Config{Hold: opts.QueueHold, Grace: opts.WorkerGrace, StartGrace: startGrace(opts.StartGrace)},
-		Timing:         relay.Timing{KeepAliveAfter: opts.KeepAliveAfter, KeepAliveEvery: opts.KeepAliveEvery},
+		Cluster: server.ClusterConfig{StoreURL: opts.Store, PasswordFile: opts.StorePasswordFile,
+			AdvertiseURL: opts.AdvertiseURL, LeaseTTL: opts.LeaseTTL},
+		Build:  f.Build,
+		Logger: log,
+		Fleet:  fleet.Config{Hold: opts.QueueHold, Grace: opts.WorkerGrace, StartGrace: startGrace(opts.StartGrace)},
+		Timing: relay.Timing{KeepAliveAfter: opts.KeepAliveAfter, KeepAliveEvery: opts.KeepAliveEvery},
 	}
 	providers, closeProviders, err := rentalProviders(f, opts, log)
 	if err != nil {
@@ -476,4 +505,23 @@ func minArgs(n int) cobra.PositionalArgs {
 		}
 		return nil
 	}
+}
+
+// storeURLHasPassword reports a database URL that carries a password.
+func storeURLHasPassword(raw string) bool {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return strings.Contains(raw, "password=")
+	}
+	_, set := u.User.Password()
+	return set || u.Query().Has("password")
+}
+
+// redactURL hides a URL's password for messages.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
 }

@@ -89,10 +89,6 @@ type Options struct {
 	// Outbox reports what the replica has yet to ship, for its
 	// registration; nil reports nothing.
 	Outbox func() (records int64, oldest time.Time)
-	// Observe is told the database's clock and when the question was
-	// sent and answered (local wall clock), so that other writers can
-	// follow the database's time; nil ignores it.
-	Observe func(dbNow, sent, received time.Time)
 }
 
 // Lease keeps a replica's registration and its claim on the lease.
@@ -106,7 +102,21 @@ type Lease struct {
 	st       State
 	lastOK   time.Duration // Mono of the last answer; valid when answered
 	answered bool
-	changed  chan struct{}
+	// free: the last answer showed the lease free or expired. A standby
+	// claims it only on the renewal after one that saw it so, and only
+	// with two answers in a row behind it: after an outage of the
+	// database every replica comes back at once, and the leader, which
+	// renews as often as they do, gets its renewal in first rather than
+	// losing its workers to one that happened to reach the database
+	// sooner.
+	free bool
+	// streak counts the answers in a row since the last failure.
+	streak int
+	// expiresIn is how long the lease another replica holds had left at
+	// the last answer; a standby renews again just after it, rather than
+	// up to a whole period later.
+	expiresIn time.Duration
+	changed   chan struct{}
 }
 
 // New returns a lease for me; Run drives it.
@@ -166,7 +176,7 @@ func (l *Lease) Run(ctx context.Context) error {
 		case <-t.C:
 		}
 		l.Beat(ctx)
-		t.Reset(l.o.Every)
+		t.Reset(l.next())
 	}
 }
 
@@ -178,22 +188,21 @@ func (l *Lease) Beat(ctx context.Context) {
 	if st.Leading {
 		me.Role = RoleLeader
 	}
+	l.mu.Lock()
+	want := st.Leading || l.claimable()
+	l.mu.Unlock()
 	if l.o.Outbox != nil {
 		me.OutboxRecords, me.OutboxOldest = l.o.Outbox()
 	}
 	bctx, cancel := context.WithTimeout(ctx, l.o.Every)
 	defer cancel()
-	sent := l.o.Clock.Now()
 	mono := l.o.Clock.Mono()
-	lead, err := l.store.Beat(bctx, me, l.o.TTL, true)
+	lead, err := l.store.Beat(bctx, me, l.o.TTL, want)
 	if err != nil {
 		if ctx.Err() == nil {
 			l.failed(err)
 		}
 		return
-	}
-	if l.o.Observe != nil {
-		l.o.Observe(lead.DBNow, sent, l.o.Clock.Now())
 	}
 	l.apply(lead, mono)
 }
@@ -201,9 +210,34 @@ func (l *Lease) Beat(ctx context.Context) {
 func (l *Lease) failed(err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.streak, l.expiresIn = 0, 0
 	if !l.answered || l.o.Clock.Mono()-l.lastOK <= l.o.Every*2 {
 		l.log.Warn("cluster: cannot reach the database to renew the lease; serving on", "err", err, "leading", l.st.Leading)
 	}
+}
+
+// claimable reports whether a standby should claim the lease at its next
+// renewal; l.mu is held.
+func (l *Lease) claimable() bool { return l.free && l.streak >= 2 }
+
+// claimDelay is how soon a standby that may claim the lease renews, and
+// how long after another's lease should have expired it looks again.
+const claimDelay = 50 * time.Millisecond
+
+// next is how long to wait before the next renewal: the period, or less
+// for a standby about to find the lease expired, or able to claim it.
+func (l *Lease) next() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.st.Leading:
+		return l.o.Every
+	case l.claimable():
+		return claimDelay
+	case l.expiresIn > 0:
+		return min(l.o.Every, l.expiresIn+claimDelay)
+	}
+	return l.o.Every
 }
 
 // apply takes the lease as the database told it, asked at mono.
@@ -213,12 +247,23 @@ func (l *Lease) apply(lead Leader, mono time.Duration) {
 	was := l.st
 	wasDown := l.answered && l.o.Clock.Mono()-l.lastOK > l.o.Every*2
 	l.answered, l.lastOK = true, mono
+	l.free = lead.ReplicaID == "" || !lead.ExpiresAt.After(lead.DBNow)
+	l.streak++
+	l.expiresIn = 0
+	if lead.ReplicaID != l.me.ID && !l.free {
+		l.expiresIn = lead.ExpiresAt.Sub(lead.DBNow)
+	}
 	l.st = State{
 		Leading:   lead.ReplicaID == l.me.ID,
 		Epoch:     lead.Epoch,
 		LeaderID:  lead.ReplicaID,
 		LeaderURL: lead.AdvertiseURL,
 		Confirmed: l.o.Clock.Now(),
+	}
+	// An expired lease names no leader to send anyone to: its holder
+	// may be dead, and a worker sent there would only come back.
+	if l.free && !l.st.Leading {
+		l.st.LeaderURL = ""
 	}
 	if wasDown {
 		l.log.Info("cluster: the database answers again", "leader", lead.ReplicaID, "epoch", lead.Epoch)

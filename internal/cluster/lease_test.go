@@ -90,6 +90,9 @@ func TestLeaseFailover(t *testing.T) {
 	}
 
 	bChanged := b.Changed()
+	// The first two renewals see the lease free; the next claims it.
+	tick(0, a, b)
+	tick(0, a, b)
 	tick(0, a, b)
 	if st := a.State(); !st.Leading || st.Epoch != 1 {
 		t.Fatalf("a = %+v, want leading at epoch 1", st)
@@ -103,11 +106,12 @@ func TestLeaseFailover(t *testing.T) {
 		t.Fatal("b's Changed was not closed when it learnt the leader")
 	}
 
-	// a stops renewing: b takes over only once the lease has expired.
-	for range 4 {
+	// a stops renewing: b takes over only at the renewal after the one
+	// that saw the lease expired.
+	for range 5 {
 		tick(2*time.Second, b)
 		if b.State().Leading {
-			t.Fatalf("b took the lease at %v, before it expired", db.now)
+			t.Fatalf("b took the lease at %v, before it had seen it expired", db.now)
 		}
 	}
 	tick(2*time.Second, b)
@@ -133,21 +137,33 @@ func TestLeaseServesOnWhileTheDatabaseIsDown(t *testing.T) {
 	db := &memStore{now: time.Unix(1_800_000_000, 0)}
 	clk := &fakeClock{wall: time.Unix(1_700_000_000, 0), mono: time.Hour}
 	a := New(db, Replica{ID: "a"}, Options{TTL: 10 * time.Second, Every: 2 * time.Second, Clock: clk})
+	b := New(db, Replica{ID: "b"}, Options{TTL: 10 * time.Second, Every: 2 * time.Second, Clock: clk})
 	a.Beat(ctx)
+	a.Beat(ctx)
+	a.Beat(ctx)
+	b.Beat(ctx)
 	db.down = true
 	for range 15 {
 		db.advance(2 * time.Second)
 		clk.advance(2 * time.Second)
 		a.Beat(ctx)
+		b.Beat(ctx)
 	}
 	st := a.State()
 	if !st.Leading || st.Unconfirmed < 20*time.Second {
 		t.Fatalf("a = %+v after 30 s without the database, want still leading, unconfirmed for 30 s", st)
 	}
+	// The database is back, and b happens to reach it first: it sees the
+	// lease expired, but a renews before b's next renewal would claim it.
 	db.down = false
+	b.Beat(ctx)
 	a.Beat(ctx)
+	b.Beat(ctx)
 	if st := a.State(); !st.Leading || st.Epoch != 1 || st.Unconfirmed != 0 {
 		t.Fatalf("a = %+v once the database is back, want leading at epoch 1 again, confirmed", st)
+	}
+	if st := b.State(); st.Leading || st.LeaderID != "a" {
+		t.Fatalf("b = %+v, want standing by for a", st)
 	}
 }
 
@@ -157,6 +173,10 @@ func TestLeaseResignsOnTheWayOut(t *testing.T) {
 	b := New(db, Replica{ID: "b"}, Options{TTL: 10 * time.Second})
 	ctx, cancel := context.WithCancel(context.Background())
 	a.Beat(ctx)
+	a.Beat(ctx)
+	a.Beat(ctx)
+	b.Beat(context.Background())
+	b.Beat(context.Background())
 	if !a.State().Leading {
 		t.Fatal("a does not lead")
 	}
@@ -165,7 +185,49 @@ func TestLeaseResignsOnTheWayOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.Beat(context.Background())
+	b.Beat(context.Background())
 	if st := b.State(); !st.Leading || st.Epoch != 2 {
-		t.Fatalf("b = %+v, want leading at once after a resigned", st)
+		t.Fatalf("b = %+v, want leading at its second renewal after a resigned", st)
+	}
+}
+
+// A standby looks again just after the lease it saw should expire, and
+// claims it at once once it has seen it expired, so that a dead leader is
+// replaced within the TTL and two short delays, not two more periods.
+func TestLeaseStandbyRenewsAtTheExpiry(t *testing.T) {
+	ctx := context.Background()
+	db := &memStore{now: time.Unix(1_800_000_000, 0)}
+	clk := &fakeClock{wall: time.Unix(1_700_000_000, 0), mono: time.Hour}
+	o := Options{TTL: 10 * time.Second, Every: 2 * time.Second, Clock: clk}
+	a := New(db, Replica{ID: "a"}, o)
+	b := New(db, Replica{ID: "b"}, o)
+	for range 3 {
+		a.Beat(ctx)
+	}
+	b.Beat(ctx)
+	if d := b.next(); d != 2*time.Second {
+		t.Fatalf("next = %v with 10 s of lease left, want the period", d)
+	}
+	// a dies; 9 s on, b has a second of the lease left to wait.
+	db.advance(9 * time.Second)
+	clk.advance(9 * time.Second)
+	b.Beat(ctx)
+	if d := b.next(); d != time.Second+claimDelay {
+		t.Fatalf("next = %v with 1 s of lease left, want just after it", d)
+	}
+	db.advance(time.Second + claimDelay)
+	clk.advance(time.Second + claimDelay)
+	b.Beat(ctx)
+	if d := b.next(); d != claimDelay || b.State().Leading {
+		t.Fatalf("next = %v, leading %v once the lease expired; want a claim after %v", d, b.State().Leading, claimDelay)
+	}
+	db.advance(claimDelay)
+	clk.advance(claimDelay)
+	b.Beat(ctx)
+	if st := b.State(); !st.Leading || st.Epoch != 2 {
+		t.Fatalf("b = %+v, want leading at epoch 2", st)
+	}
+	if d := b.next(); d != 2*time.Second {
+		t.Fatalf("the leader renews after %v, want the period", d)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -81,6 +82,21 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, ms []migration) (int, erro
 			return 0, fmt.Errorf("pgstore: %w", err)
 		}
 		return 0, fmt.Errorf("pgstore: migrate the schema: %w", err)
+	}
+	return version, nil
+}
+
+// readSchema is the version the database's schema is at, without changing
+// it.
+func readSchema(ctx context.Context, pool *pgxpool.Pool) (int, error) {
+	var version int
+	err := pool.QueryRow(ctx, "SELECT version FROM svc_schema").Scan(&version)
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == "42P01" /* undefined_table */, errors.Is(err, pgx.ErrNoRows):
+		return 0, errors.New("pgstore: the database holds no svc schema: no replica has started on it")
+	case err != nil:
+		return 0, fmt.Errorf("pgstore: read the schema version: %s", Redact(err.Error()))
 	}
 	return version, nil
 }

@@ -37,6 +37,9 @@ type Options struct {
 	// MaxConns bounds the pool; zero is DefaultMaxConns.
 	MaxConns int32
 	Logger   *slog.Logger
+	// Inspect opens the database as it is, for reading: it neither creates
+	// nor migrates the schema, and fails where there is none.
+	Inspect bool
 }
 
 // Store is an open connection pool to the database, with its schema
@@ -83,7 +86,12 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("pgstore: %s", Redact(err.Error()))
 	}
 	s := &Store{pool: pool, connCfg: cfg.ConnConfig.Copy(), log: log, clk: newDBClock(), listenPing: 30 * time.Second}
-	if s.schema, err = migrate(ctx, pool, migrations()); err != nil {
+	if opts.Inspect {
+		s.schema, err = readSchema(ctx, pool)
+	} else {
+		s.schema, err = migrate(ctx, pool, migrations())
+	}
+	if err != nil {
 		pool.Close()
 		return nil, err
 	}

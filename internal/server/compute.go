@@ -22,20 +22,32 @@ func rentalContext() (context.Context, context.CancelFunc) {
 }
 
 func (s *Server) computeCatalogue(c *call) error {
+	m, err := s.rentalManager(c)
+	if err != nil {
+		return err
+	}
 	ctx, cancel := rentalContext()
 	defer cancel()
-	writeJSON(c.ctx, http.StatusOK, s.rentals.Catalogue(ctx, c.principal.OrgID))
+	writeJSON(c.ctx, http.StatusOK, m.Catalogue(ctx, c.principal.OrgID))
 	return nil
 }
 
 func (s *Server) computeModels(c *call) error {
-	writeJSON(c.ctx, http.StatusOK, s.rentals.Models())
+	m, err := s.rentalManager(c)
+	if err != nil {
+		return err
+	}
+	writeJSON(c.ctx, http.StatusOK, m.Models())
 	return nil
 }
 
 func (s *Server) rent(c *call) error {
+	m, err := s.rentalManager(c)
+	if err != nil {
+		return err
+	}
 	// The rate limit counts every call, a malformed one too.
-	if err := s.rentals.Allow(c.principal.KeyID); err != nil {
+	if err := m.Allow(c.principal.KeyID); err != nil {
 		return err
 	}
 	var req api.RentRequest
@@ -44,7 +56,7 @@ func (s *Server) rent(c *call) error {
 	}
 	ctx, cancel := rentalContext()
 	defer cancel()
-	r, err := s.rentals.Rent(ctx, c.principal, req)
+	r, err := m.Rent(ctx, c.principal, req)
 	if err != nil {
 		return err
 	}
@@ -53,12 +65,20 @@ func (s *Server) rent(c *call) error {
 }
 
 func (s *Server) listRentals(c *call) error {
-	writeJSON(c.ctx, http.StatusOK, s.rentals.List(c.principal.OrgID))
+	m, err := s.rentalManager(c)
+	if err != nil {
+		return err
+	}
+	writeJSON(c.ctx, http.StatusOK, m.List(c.principal.OrgID))
 	return nil
 }
 
 func (s *Server) getRental(c *call) error {
-	r, err := s.rentals.Get(c.principal.OrgID, c.params.get("id"))
+	m, err := s.rentalManager(c)
+	if err != nil {
+		return err
+	}
+	r, err := m.Get(c.principal.OrgID, c.params.get("id"))
 	if err != nil {
 		return err
 	}
@@ -67,9 +87,13 @@ func (s *Server) getRental(c *call) error {
 }
 
 func (s *Server) stopRental(c *call) error {
+	m, err := s.rentalManager(c)
+	if err != nil {
+		return err
+	}
 	ctx, cancel := rentalContext()
 	defer cancel()
-	r, err := s.rentals.Stop(ctx, c.principal.OrgID, c.params.get("id"))
+	r, err := m.Stop(ctx, c.principal.OrgID, c.params.get("id"))
 	if err != nil {
 		return err
 	}
@@ -78,7 +102,11 @@ func (s *Server) stopRental(c *call) error {
 }
 
 func (s *Server) rentalAudit(c *call) error {
-	p, err := s.rentals.Audit(c.principal.OrgID, c.params.get("id"))
+	m, err := s.rentalManager(c)
+	if err != nil {
+		return err
+	}
+	p, err := m.Audit(c.principal.OrgID, c.params.get("id"))
 	if err != nil {
 		return err
 	}
@@ -87,6 +115,10 @@ func (s *Server) rentalAudit(c *call) error {
 }
 
 func (s *Server) computeSpend(c *call) error {
-	writeJSON(c.ctx, http.StatusOK, s.rentals.Spend(c.principal.OrgID))
+	m, err := s.rentalManager(c)
+	if err != nil {
+		return err
+	}
+	writeJSON(c.ctx, http.StatusOK, m.Spend(c.principal.OrgID))
 	return nil
 }

@@ -16,6 +16,7 @@ func (s *Server) health(c *call) error {
 			h.Status = api.HealthDegraded
 		}
 	}
+	h.Cluster = s.clusterHealth()
 	writeJSON(c.ctx, http.StatusOK, h)
 	return nil
 }

@@ -85,6 +85,7 @@ func (s *Server) routes() []*route {
 		{method: "GET", path: "/api/v1/e2e/keys", access: accessKey, perm: auth.InferenceWrite,
 			handle: s.planGated("Private inference", s.e2eKeys)},
 		{method: "GET", path: "/healthz", access: accessPublic, handle: s.health},
+		{method: "GET", path: "/readyz", access: accessPublic, handle: s.ready},
 		{method: "GET", path: "/metrics", access: accessPublic, handle: s.serveMetrics},
 		{method: "GET", path: link.Path, access: accessWorker, handle: s.connectWorker},
 	}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -60,6 +61,10 @@ type Config struct {
 	StoreBacklog int64
 	// Rental configures GPU rental.
 	Rental RentalConfig
+	// Cluster, when its StoreURL is set, makes this server a replica of a
+	// cluster on that database; the data directory then holds only the
+	// outbox of what is still to be shipped there.
+	Cluster ClusterConfig
 	// Ready, when set, is called with the public address once the server
 	// accepts requests.
 	Ready func(addr string)
@@ -102,7 +107,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// The database lock comes first: it is what tells a second server on the
 	// same data directory to wait before it touches the admin socket or binds
 	// the port.
-	store, err := bolt.OpenContext(ctx, cfg.DataDir, bolt.Options{LockTimeout: cfg.StoreWait, Waiting: func(path string) {
+	local, err := bolt.OpenContext(ctx, cfg.DataDir, bolt.Options{LockTimeout: cfg.StoreWait, Waiting: func(path string) {
 		if taken == nil {
 			taken = takeOverFrom(cfg, log)
 		}
@@ -120,21 +125,31 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("open store: %w", err)
 	}
 	defer func() {
-		if err := store.Close(); err != nil {
+		if err := local.Close(); err != nil {
 			log.Error("close store", "err", err)
 		}
 	}()
-	returning, err := store.TakeReturning()
+	returning, err := local.TakeReturning()
 	if err != nil {
 		log.Warn("read the workers the previous server had", "err", err)
 	}
 
-	accounts, err := account.New(store, account.Options{Logger: log})
+	var cl *clusterParts
+	var accountStore account.Store = local
+	if cfg.Cluster.StoreURL != "" {
+		if cl, err = openCluster(ctx, cfg, log); err != nil {
+			dropTaken()
+			return err
+		}
+		defer cl.close()
+		accountStore = cl.db
+	}
+	accounts, err := account.New(accountStore, account.Options{Logger: log})
 	if err != nil {
 		dropTaken()
 		return err
 	}
-	if err := bootstrap(cfg.DataDir, accounts, log); err != nil {
+	if err := bootstrap(cfg.DataDir, accounts, cl != nil, log); err != nil {
 		dropTaken()
 		return err
 	}
@@ -143,6 +158,9 @@ func Run(ctx context.Context, cfg Config) error {
 	public, err := listenPublic(cfg.Addr, taken)
 	if err != nil {
 		return err
+	}
+	if cl != nil {
+		cl.start(public.Addr())
 	}
 	// Closed last but the store: until then a server replacing this one
 	// can still take the socket over, and no connection is refused.
@@ -164,10 +182,18 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer ho.close()
 
-	writer := store.NewWriter(bolt.WriterOptions{Backlog: cfg.StoreBacklog, Logger: log})
-	events := store.Events(writer)
-	usageStore := store.Usage(writer)
-	powerStore := store.Power(writer)
+	writer := local.NewWriter(bolt.WriterOptions{Backlog: cfg.StoreBacklog, Logger: log})
+	var (
+		events     store.Events = local.Events(writer)
+		usageStore store.Usage  = local.Usage(writer)
+		powerStore store.Power  = local.Power(writer)
+	)
+	if cl != nil {
+		if events, usageStore, powerStore, err = cl.local(local, writer); err != nil {
+			_ = consoleLn.Close()
+			return fmt.Errorf("outbox: %w", err)
+		}
+	}
 	power := NewPowerBook(powerStore, log)
 	fan := &eventFan{store: events}
 	fcfg := cfg.Fleet
@@ -183,16 +209,20 @@ func Run(ctx context.Context, cfg Config) error {
 	// monotonic clock; the watch logs steps of the wall clock.
 	clk := clock.System()
 	clockWatch := clock.NewWatch(clk, log)
-	rentals, err := rental.New(rental.Config{Providers: rc.Providers, Ledger: store.Rentals(), Accounts: accounts, Fleet: fl,
+	rentalConfig := rental.Config{Providers: rc.Providers, Ledger: local.Rentals(), Accounts: accounts, Fleet: fl,
 		WorkerID: fleet.WorkerID, Gateway: gateway, Boot: rc.Boot, Rates: rc.Rates, Margin: rc.Margin,
-		ProvisionDeadline: rc.ProvisionDeadline, RentEvery: rc.RentEvery, Tick: rc.Tick, Clock: clk, Logger: log.With("component", "rental")})
-	if err != nil {
-		_ = consoleLn.Close()
-		return fmt.Errorf("rentals: %w", err)
+		ProvisionDeadline: rc.ProvisionDeadline, RentEvery: rc.RentEvery, Tick: rc.Tick, Clock: clk, Logger: log.With("component", "rental")}
+	var rentals *rental.Manager
+	if cl == nil {
+		// A cluster's leader makes its manager when it begins to lead.
+		if rentals, err = rental.New(rentalConfig); err != nil {
+			_ = consoleLn.Close()
+			return fmt.Errorf("rentals: %w", err)
+		}
+		// Before the first worker can connect: the rentals follow their
+		// workers through the fleet's events.
+		fan.rentals.Store(rentals)
 	}
-	// Before the first worker can connect: the rentals follow their
-	// workers through the fleet's events.
-	fan.rentals = rentals
 	// Uploads are spooled beside the database, on disk rather than a /tmp
 	// that may be memory; a file left by a crash is never read again.
 	spoolDir := filepath.Join(cfg.DataDir, "uploads")
@@ -205,7 +235,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	srv := New(Deps{Logger: log, Build: cfg.Build, Accounts: accounts, Fleet: fl, Events: events, Usage: usageStore,
 		Writes: writer, Power: power, Rentals: rentals, Timing: cfg.Timing, MaxConns: cfg.MaxConnections, SpoolDir: spoolDir,
-		ClockSteps: clockWatch.Steps, StallTimeout: cfg.StallTimeout})
+		ClockSteps: clockWatch.Steps, StallTimeout: cfg.StallTimeout, Cluster: cl.serverCluster()})
 	log.Info("listening", "addr", public.Addr().String(), "url", "http://"+public.Addr().String(),
 		"admin_socket", sock, "data", cfg.DataDir, "version", cfg.Build.Version)
 
@@ -217,16 +247,39 @@ func Run(ctx context.Context, cfg Config) error {
 	writerCtx, stopWriter := context.WithCancel(context.Background())
 	defer stopWriter()
 	var bg, wg errgroup.Group
+	var finishCluster func()
 	wg.Go(func() error { return writer.Run(writerCtx) })
 	bg.Go(func() error { return accounts.Run(bgCtx, time.Minute) })
 	bg.Go(func() error { return fl.Run(bgCtx) })
-	bg.Go(func() error { return rentals.Run(bgCtx) })
 	usageRetention := cfg.UsageRetention
 	if usageRetention <= 0 {
 		usageRetention = DefaultUsageRetention
 	}
 	pruner := bolt.NewPruner(events, usageStore, powerStore, bolt.Retention{Events: eventRetention, Usage: usageRetention}, clk, log)
-	bg.Go(func() error { return pruner.Run(bgCtx, time.Hour) })
+	if cl == nil {
+		bg.Go(func() error { return rentals.Run(bgCtx) })
+		bg.Go(func() error { return pruner.Run(bgCtx, time.Hour) })
+	} else {
+		// The lease and the shipper outlive the drain and the writer's
+		// last commit: the leader ships what its last requests recorded,
+		// then resigns, and a standby takes over.
+		clusterCtx, stopCluster := context.WithCancel(context.Background())
+		defer stopCluster()
+		var cg errgroup.Group
+		cg.Go(func() error { return cl.runLease(clusterCtx) })
+		cg.Go(func() error { return cl.runShipper(clusterCtx) })
+		bg.Go(func() error { return cl.followAccounts(bgCtx, accounts) })
+		bg.Go(func() error {
+			return cl.lead(bgCtx, term{server: srv, fan: fan, pruner: pruner, rentals: rentalConfig, accounts: accounts})
+		})
+		finishCluster = func() {
+			cl.flush()
+			stopCluster()
+			if err := cg.Wait(); err != nil {
+				log.Error("cluster", "err", err)
+			}
+		}
+	}
 	bg.Go(func() error { return clockWatch.Run(bgCtx, 10*time.Second) })
 
 	serveErr := make(chan error, 2)
@@ -256,7 +309,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	// The server that replaces this one expects these workers back.
-	if err := store.SaveReturning(fl.Connected()); err != nil {
+	if err := local.SaveReturning(fl.Connected()); err != nil {
 		log.Warn("record the connected workers", "err", err)
 	}
 	stopBackground()
@@ -267,6 +320,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := wg.Wait(); err != nil {
 		log.Error("final commit", "err", err)
 	}
+	if finishCluster != nil {
+		finishCluster()
+	}
 	log.Info("stopped")
 	return failed
 }
@@ -274,13 +330,16 @@ func Run(ctx context.Context, cfg Config) error {
 // eventFan gives the fleet's worker events to the store and to the
 // rentals, which follow their workers' connections and installs.
 type eventFan struct {
-	store   store.Events
-	rentals *rental.Manager
+	store store.Events
+	// rentals is nil while a cluster's replica stands by.
+	rentals atomic.Pointer[rental.Manager]
 }
 
 func (f *eventFan) RecordEvent(orgID string, ev api.WorkerEvent) {
 	f.store.RecordEvent(orgID, ev)
-	f.rentals.RecordEvent(orgID, ev)
+	if r := f.rentals.Load(); r != nil {
+		r.RecordEvent(orgID, ev)
+	}
 }
 
 // Worker events are kept for 30 days.
@@ -299,7 +358,7 @@ const (
 
 // bootstrap creates the default organisation on an empty store and writes
 // its credentials to files only the server's user can read.
-func bootstrap(dir string, accounts *account.Service, log *slog.Logger) error {
+func bootstrap(dir string, accounts *account.Service, shared bool, log *slog.Logger) error {
 	keyPath := filepath.Join(dir, AdminKeyFile)
 	tokenPath := filepath.Join(dir, WorkerTokenFile)
 	created, err := accounts.Bootstrap(func(s account.Secrets) error {
@@ -319,7 +378,9 @@ func bootstrap(dir string, accounts *account.Service, log *slog.Logger) error {
 			"admin_key_file", keyPath, "worker_token_file", tokenPath)
 		return nil
 	}
-	if _, err := os.Stat(keyPath); errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(keyPath); errors.Is(err, os.ErrNotExist) && shared {
+		log.Info("the cluster's database already holds the organisations; the first replica wrote the admin key into its own data directory, or create one with `svc admin keys create`")
+	} else if errors.Is(err, os.ErrNotExist) {
 		log.Warn("admin key file is missing; create a new key with `svc admin keys create`", "path", keyPath)
 	}
 	return nil

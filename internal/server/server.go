@@ -54,7 +54,8 @@ type Server struct {
 	usage     store.Usage
 	writes    writeBacklog // nil: not told
 	power     *PowerBook
-	rentals   *rental.Manager
+	rentals   atomic.Pointer[rental.Manager] // nil while a cluster replica stands by
+	cluster   *Cluster                       // nil on a single host
 	inflight  *usage.Tracker
 	relay     *relay.Relay
 	spoolDir  string
@@ -101,9 +102,11 @@ type Deps struct {
 	Usage    store.Usage
 	// Writes is the store's writer, whose backlog refuses inference at its
 	// bound and is shown in /healthz and the metrics.
-	Writes    writeBacklog
-	Power     *PowerBook
-	Rentals   *rental.Manager
+	Writes  writeBacklog
+	Power   *PowerBook
+	Rentals *rental.Manager
+	// Cluster is set on a replica of a cluster; nil on a single host.
+	Cluster   *Cluster
 	Keepalive link.Keepalive
 	Timing    relay.Timing
 	// MaxConns bounds the public listener's connections; 0 is fasthttp's
@@ -132,9 +135,10 @@ func New(d Deps) *Server {
 		d.Keepalive = link.DefaultKeepalive()
 	}
 	s := &Server{log: d.Logger, build: d.Build, accounts: d.Accounts, fleet: d.Fleet, events: d.Events,
-		usage: d.Usage, power: d.Power, rentals: d.Rentals, inflight: usage.NewTracker(),
+		usage: d.Usage, power: d.Power, cluster: d.Cluster, inflight: usage.NewTracker(),
 		keepalive: d.Keepalive, metrics: newMetrics(d.Build), watch: newClientWatch(200 * time.Millisecond),
 		spoolDir: d.SpoolDir, stall: d.StallTimeout, quiet: quietIdle}
+	s.rentals.Store(d.Rentals)
 	if s.stall <= 0 {
 		s.stall = DefaultStallTimeout
 	}
@@ -142,6 +146,9 @@ func New(d Deps) *Server {
 	s.metrics.reg.MustRegister(s.power.energy, newLiveWatts(d.Fleet), newConcurrencyLimits(d.Fleet))
 	if d.ClockSteps != nil {
 		s.metrics.reg.MustRegister(newClockSteps(d.ClockSteps))
+	}
+	if d.Cluster != nil {
+		s.metrics.reg.MustRegister(newClusterMetrics(d.Cluster))
 	}
 	if d.Writes != nil {
 		s.writes = d.Writes
@@ -404,7 +411,10 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, m *mux, console bool) {
 	case r != nil:
 		label = r.path
 		c.route = r
-		if err = s.authorize(&c, console); err == nil {
+		if err = s.authorize(&c, console); err == nil && r.access == accessKey {
+			err = s.standby(&c)
+		}
+		if err == nil {
 			drain = m.limitFor(ctx.Request.Header.RequestURI())
 			if !r.streamed {
 				if err = readBody(ctx, drain); errors.Is(err, errOverLimit) {

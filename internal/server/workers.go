@@ -19,7 +19,16 @@ func (s *Server) connectWorker(c *call) error {
 	if !websocket.FastHTTPIsWebSocketUpgrade(c.ctx) {
 		return api.BadRequest("This is the worker link endpoint; connect to it with `svc worker`")
 	}
-	orgID, tokenID, log, fl, ka, rentals := c.workerOrg, c.workerToken, s.log, s.fleet, s.keepalive, s.rentals
+	orgID, tokenID, log, fl, ka, rentals := c.workerOrg, c.workerToken, s.log, s.fleet, s.keepalive, s.rentals.Load()
+	leader, standby := s.leaderURL()
+	// A standby that knows no leader (the last one's lease lapsed), or
+	// whose leader does not answer (dead, its lease not yet lapsed), asks
+	// the worker to retry, as a busy gateway would: a refusal in the
+	// welcome would stop it for good, and a redirect to a dead leader
+	// would only bring it back.
+	if standby && (leader == "" || !reachable(leader)) {
+		return s.standby(c)
+	}
 	// An idle link holds only its read buffer, which is small: messages
 	// are read past it, and fasthttp's connection buffer lies beneath it.
 	// A write buffer is borrowed for each message written.
@@ -38,6 +47,13 @@ func (s *Server) connectWorker(c *call) error {
 		if err != nil {
 			log.Warn("worker link", "err", err)
 			fleet.Refuse(conn, err.Error())
+			return
+		}
+		// A standby sends the worker to the leader, which alone links
+		// workers.
+		if standby {
+			log.Debug("worker sent to the leader", "name", hello.Name, "leader", leader)
+			fleet.Redirect(conn, leader)
 			return
 		}
 		// A rental's token connects only as its rental's worker.

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -227,6 +228,9 @@ func (a *Agent) dialWebSocket(ctx context.Context, u string) (link.Conn, error) 
 			if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden || resp.StatusCode == http.StatusNotFound {
 				return nil, &PermanentError{Reason: msg}
 			}
+			if secs, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && secs > 0 {
+				return nil, &retryAfterError{msg: msg, after: time.Duration(secs) * time.Second}
+			}
 			return nil, errors.New(msg)
 		}
 		return nil, err
@@ -426,6 +430,13 @@ func (a *Agent) connectLoop(ctx context.Context) error {
 			continue
 		}
 		wait := backoff.next()
+		// A gateway that says when to come back (a cluster's standby
+		// while no replica leads) is taken at its word: its leader may
+		// be there in a second or two, sooner than the backoff's turn.
+		var later *retryAfterError
+		if errors.As(err, &later) {
+			wait = min(later.after, maxRetryAfter)
+		}
 		a.log.Warn("gateway link down; reconnecting", "err", err, "retry_in", wait.Round(time.Millisecond).String())
 		select {
 		case <-ctx.Done():
@@ -672,6 +683,17 @@ func (a *Agent) engineInfo() []api.EngineInfo {
 	}
 	return out
 }
+
+// retryAfterError is a gateway's refusal that says when to try again.
+type retryAfterError struct {
+	msg   string
+	after time.Duration
+}
+
+func (e *retryAfterError) Error() string { return e.msg }
+
+// maxRetryAfter bounds the wait a gateway's Retry-After asks for.
+const maxRetryAfter = 10 * time.Second
 
 // backoff is exponential with full jitter, from 100 ms to 10 s.
 type backoff struct{ n int }

@@ -411,3 +411,37 @@ func TestHandshakeReadsARedirect(t *testing.T) {
 		t.Fatalf("welcome %+v, err %v", w, err)
 	}
 }
+
+// A gateway that answers the link with 503 and a Retry-After (a cluster's
+// standby while no replica leads) is tried again after that long, not
+// after the backoff's growing wait.
+func TestWorkerWaitsTheGatewaysRetryAfter(t *testing.T) {
+	var refusals atomic.Int64
+	r := newReplica(t)
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if refusals.Add(1) <= 3 {
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, `{"detail":"standby"}`, http.StatusServiceUnavailable)
+			return
+		}
+		r.srv.Config.Handler.ServeHTTP(w, req)
+	}))
+	t.Cleanup(front.Close)
+	_, logs, _ := runAgent(t, front.URL, &stubEngine{})
+	eventually(t, "the worker linked after three refusals", func() bool { return linked(r.fleet) })
+	var waits []string
+	for _, rec := range logs.all() {
+		if rec.Message != logRetry {
+			continue
+		}
+		rec.Attrs(func(a slog.Attr) bool {
+			if a.Key == "retry_in" {
+				waits = append(waits, a.Value.String())
+			}
+			return true
+		})
+	}
+	if !slices.Equal(waits, []string{"1s", "1s", "1s"}) {
+		t.Fatalf("waited %v between tries, want the gateway's 1s each time", waits)
+	}
+}

@@ -1,0 +1,298 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/bolt"
+	"github.com/svc-dev/svc/internal/pgstore"
+)
+
+// storeFlags name a cluster's database the way `svc serve` does.
+type storeFlags struct {
+	URL          string
+	PasswordFile string
+}
+
+func (s *storeFlags) add(cmd *cobra.Command, name, help string) {
+	cmd.Flags().StringVar(&s.URL, name, "", help)
+	cmd.Flags().StringVar(&s.PasswordFile, "store-password-file", "", "a file only this user may read, holding the database's password (env SVC_STORE_PASSWORD_FILE)")
+}
+
+// resolve applies the environment and checks the URL.
+func (s *storeFlags) resolve(cmd *cobra.Command, f *Factory, name string) error {
+	if cmd.Flags().Changed(name) && storeURLHasPassword(s.URL) {
+		return usageErrorf("--%s carries a password, which any user can read in the process list; put it in --store-password-file or PGPASSFILE, or pass the URL in SVC_STORE_URL", name)
+	}
+	if err := applyEnv(cmd, f.Getenv, envFlag{name, "SVC_STORE_URL"}, envFlag{"store-password-file", "SVC_STORE_PASSWORD_FILE"}); err != nil {
+		return err
+	}
+	if s.URL == "" {
+		return usageErrorf("name the cluster's database with --%s or SVC_STORE_URL", name)
+	}
+	return nil
+}
+
+func (s *storeFlags) open(ctx context.Context, migrate bool) (*pgstore.Store, error) {
+	return pgstore.Open(ctx, pgstore.Options{URL: s.URL, PasswordFile: s.PasswordFile, MaxConns: 2,
+		Logger: slog.New(slog.DiscardHandler), Inspect: !migrate})
+}
+
+// NewCmdCluster builds `svc cluster`.
+func NewCmdCluster(f *Factory) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "cluster",
+		Short: "Look after a cluster of gateway replicas on PostgreSQL",
+		Long: `Replicas of svc serve started with the same --store share one PostgreSQL
+database: one, the leader, serves the API and the workers; the others stand
+by and take over within --lease-ttl when it dies. See docs/cluster.md.`,
+		Args: noArgs,
+	}
+	cmd.AddCommand(newCmdClusterStatus(f), newCmdClusterMigrate(f))
+	return cmd
+}
+
+func newCmdClusterStatus(f *Factory) *cobra.Command {
+	var exp Exporter
+	var db storeFlags
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show the replicas, the leader, its epoch and what each has yet to ship",
+		Long: `Read the cluster's state from its database, found as svc serve finds it
+(--store or SVC_STORE_URL, and the password from --store-password-file,
+SVC_STORE_PASSWORD_FILE or PGPASSFILE): every replica registered, its role,
+when it last renewed, and the usage rows, events and power reports in its
+outbox not yet shipped; and the leader lease with its epoch and expiry,
+judged by the database's clock.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := exp.Prepare(); err != nil {
+				return err
+			}
+			if err := db.resolve(cmd, f, "store"); err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), 15*time.Second)
+			defer cancel()
+			s, err := db.open(ctx, false)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			st, err := clusterStatus(ctx, s)
+			if err != nil {
+				return err
+			}
+			if exp.Enabled() {
+				return exp.Write(f.IO.Out, st)
+			}
+			return printClusterStatus(f, st)
+		},
+	}
+	db.add(cmd, "store", "the cluster's PostgreSQL URL (env SVC_STORE_URL)")
+	exp.AddFlags(cmd, false)
+	return cmd
+}
+
+func printClusterStatus(f *Factory, st api.ClusterStatus) error {
+	out := f.IO.Out
+	if l := st.Leader; l == nil {
+		fmt.Fprintln(out, "Leader: none yet")
+	} else {
+		lease := "expires in " + st.DatabaseTime.Sub(l.ExpiresAt).Abs().Round(100*time.Millisecond).String()
+		if l.Expired {
+			lease = "EXPIRED " + st.DatabaseTime.Sub(l.ExpiresAt).Round(100*time.Millisecond).String() + " ago"
+		}
+		fmt.Fprintf(out, "Leader: %s at %s, epoch %d, lease %s\n", l.ReplicaID, l.AdvertiseURL, l.Epoch, lease)
+	}
+	fmt.Fprintf(out, "Schema: version %d\n\n", st.SchemaVersion)
+	t := newTablePrinter(f.IO, "REPLICA", "ROLE", "URL", "VERSION", "SEEN", "OUTBOX", "OLDEST")
+	t.shrinkable("URL", "VERSION")
+	for _, r := range st.Replicas {
+		role := r.Role
+		if !r.Alive {
+			role += " (gone)"
+		}
+		t.field(r.ID)
+		t.field(role)
+		t.field(r.AdvertiseURL)
+		t.field(r.Version)
+		t.field(fmtAge(st.DatabaseTime.Sub(r.SeenAt)))
+		t.field(strconv.FormatInt(r.OutboxRecords, 10))
+		if r.OutboxOldest == nil {
+			t.field("-")
+		} else {
+			t.field(fmtAge(st.DatabaseTime.Sub(*r.OutboxOldest)))
+		}
+		t.endRow()
+	}
+	return t.render()
+}
+
+// clusterStatus reads the cluster's replicas and lease.
+func clusterStatus(ctx context.Context, s *pgstore.Store) (api.ClusterStatus, error) {
+	rs, lead, err := s.Replicas(ctx)
+	if err != nil {
+		return api.ClusterStatus{}, err
+	}
+	now := lead.DBNow
+	st := api.ClusterStatus{DatabaseTime: now, SchemaVersion: s.SchemaVersion(), Replicas: []api.ClusterReplica{}}
+	if lead.Epoch > 0 {
+		st.Leader = &api.ClusterLeader{ReplicaID: lead.ReplicaID, AdvertiseURL: lead.AdvertiseURL, Epoch: lead.Epoch,
+			ExpiresAt: lead.ExpiresAt, Expired: !lead.ExpiresAt.After(now)}
+	}
+	for _, r := range rs {
+		cr := api.ClusterReplica{ID: r.ID, Role: r.Role, AdvertiseURL: r.AdvertiseURL, Version: r.Version,
+			StartedAt: r.StartedAt, SeenAt: r.SeenAt, ExpiresAt: r.ExpiresAt, Alive: r.ExpiresAt.After(now),
+			OutboxRecords: r.OutboxRecords}
+		if !r.OutboxOldest.IsZero() {
+			oldest := r.OutboxOldest
+			cr.OutboxOldest = &oldest
+		}
+		st.Replicas = append(st.Replicas, cr)
+	}
+	return st, nil
+}
+
+// migrateCounts is what `svc cluster migrate` read and what the database
+// holds after it, kind by kind.
+type migrateCounts struct {
+	Kind     string `json:"kind"`
+	Source   int    `json:"source"`
+	Database int    `json:"database"`
+}
+
+func newCmdClusterMigrate(f *Factory) *cobra.Command {
+	var exp Exporter
+	var db storeFlags
+	var dataDir string
+	cmd := &cobra.Command{
+		Use:   "migrate",
+		Short: "Copy a single host's store into a cluster's database",
+		Long: `Copy everything a single svc serve keeps in its data directory into the
+PostgreSQL database named by --to (or SVC_STORE_URL): organisations, users,
+members, keys, worker tokens and settings; the usage log and its totals;
+worker events; power history; the rental ledger. Stop svc serve first: the
+store is read while nothing writes it.
+
+The counts of each kind in the data directory and in the database are
+printed side by side, and the command fails when they differ. Records that
+are already in the database are not copied twice, so it may be run again.
+Then start the replicas with --store.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := exp.Prepare(); err != nil {
+				return err
+			}
+			if err := db.resolve(cmd, f, "to"); err != nil {
+				return err
+			}
+			dir, err := resolveDataDir(dataDir, f.Getenv)
+			if err != nil {
+				return err
+			}
+			counts, err := migrateStore(cmd.Context(), dir, &db)
+			if err != nil {
+				return err
+			}
+			if exp.Enabled() {
+				if err := exp.Write(f.IO.Out, counts); err != nil {
+					return err
+				}
+			} else {
+				t := newTablePrinter(f.IO, "KIND", "DATA DIRECTORY", "DATABASE")
+				for _, c := range counts {
+					t.row(c.Kind, strconv.Itoa(c.Source), strconv.Itoa(c.Database))
+				}
+				if err := t.render(); err != nil {
+					return err
+				}
+			}
+			for _, c := range counts {
+				if c.Source != c.Database {
+					return fmt.Errorf("the database holds %d %s where the data directory has %d: the copy is not whole", c.Database, c.Kind, c.Source)
+				}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&dataDir, "data", "", dataFlagHelp)
+	db.add(cmd, "to", "the cluster's PostgreSQL URL (env SVC_STORE_URL)")
+	exp.AddFlags(cmd, false)
+	return cmd
+}
+
+// migrateStore copies the bbolt store in dir into the database.
+func migrateStore(ctx context.Context, dir string, db *storeFlags) ([]migrateCounts, error) {
+	if _, err := os.Stat(filepath.Join(dir, bolt.FileName)); err != nil {
+		return nil, fmt.Errorf("no svc store in %s: %w", dir, err)
+	}
+	src, err := bolt.OpenContext(ctx, dir, bolt.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("%w; stop svc serve before migrating its store", err)
+	}
+	defer src.Close()
+	dst, err := db.open(ctx, true)
+	if err != nil {
+		return nil, err
+	}
+	defer dst.Close()
+
+	recs, err := src.LoadAccounts()
+	if err != nil {
+		return nil, err
+	}
+	if err := dst.ImportAccounts(recs); err != nil {
+		return nil, err
+	}
+	rentals, err := src.Rentals().All()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := dst.ImportRentals(ctx, rentals); err != nil {
+		return nil, err
+	}
+	if _, err := dst.ImportLogs(ctx, src); err != nil {
+		return nil, err
+	}
+
+	got, err := dst.LoadAccounts()
+	if err != nil {
+		return nil, err
+	}
+	storedRentals, err := dst.CountRentals(ctx)
+	if err != nil {
+		return nil, err
+	}
+	have, err := src.Inventory()
+	if err != nil {
+		return nil, err
+	}
+	copied, err := dst.Inventory(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return []migrateCounts{
+		{"organisations", len(recs.Orgs), len(got.Orgs)},
+		{"users", len(recs.Users), len(got.Users)},
+		{"members", len(recs.Members), len(got.Members)},
+		{"api keys", len(recs.Keys), len(got.Keys)},
+		{"worker tokens", len(recs.WorkerTokens), len(got.WorkerTokens)},
+		{"rentals", len(rentals), storedRentals},
+		{"usage rows", have.UsageRows, copied.UsageRows},
+		{"usage day totals", have.UsageDays, copied.UsageDays},
+		{"usage model totals", have.UsageModels, copied.UsageModels},
+		{"usage worker totals", have.UsageWorkers, copied.UsageWorkers},
+		{"worker events", have.Events, copied.Events},
+		{"power buckets", have.PowerBuckets, copied.PowerBuckets},
+		{"power workers", have.PowerWorkers, copied.PowerWorkers},
+	}, nil
+}

@@ -1,0 +1,206 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/pgtest"
+)
+
+const clusterTTL = "3s"
+
+// startReplica runs `svc serve` as a replica of the cluster on db.
+func startReplica(t *testing.T, db, dir string) *server {
+	t.Helper()
+	return startServerEnv(t, dir, []string{"SVC_STORE_URL=" + db}, "--lease-ttl", clusterTTL, "--rental-providers", "none")
+}
+
+// eventually polls ok every 50 ms until it holds or timeout passes.
+func eventually(t *testing.T, timeout time.Duration, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s", what, timeout)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// A cluster of two replicas on one PostgreSQL: the first leads and serves,
+// the standby refuses the API naming it and sends workers there; an
+// account made on the standby is usable on the leader at once; killed,
+// the leader is replaced by the standby within the lease, the worker
+// follows, and the usage it had served is in the database for the new
+// leader to report.
+func TestClusterFailover(t *testing.T) {
+	pg := pgtest.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	db, err := pg.CreateDB(ctx, "svc")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	a := startReplica(t, db, "")
+	a.waitLog("cluster: leading", 15*time.Second)
+	b := startReplica(t, db, "")
+	b.waitLog("cluster: standing by", 15*time.Second)
+	key := a.adminKey()
+
+	if r := a.do("GET", "/readyz", ""); r.Status != http.StatusOK {
+		t.Fatalf("leader /readyz = %d %s", r.Status, r.Body)
+	}
+	if r := b.do("GET", "/readyz", ""); r.Status != http.StatusServiceUnavailable || r.JSON(t)["leader_url"] != a.URL {
+		t.Fatalf("standby /readyz = %d %s, want 503 naming %s", r.Status, r.Body, a.URL)
+	}
+	if r := b.do("GET", "/healthz", ""); r.Status != http.StatusOK || !strings.Contains(string(r.Body), `"role":"standby"`) {
+		t.Fatalf("standby /healthz = %d %s", r.Status, r.Body)
+	}
+
+	// The worker dials the standby and is sent to the leader.
+	w := launchWorker(t, b.URL, a.tokenFile(), "cw1", "--engine", "sim=ttft=0")
+	rec := w.waitLog("connected to the gateway", 15*time.Second)
+	if rec["gateway"] != a.URL {
+		t.Fatalf("the worker connected to %v, want the leader %s", rec["gateway"], a.URL)
+	}
+
+	chat := `{"model":"sim-chat","messages":[{"role":"user","content":"hi"}],"max_tokens":4}`
+	served := 0
+	for range 3 {
+		if r := a.do("POST", "/v1/chat/completions", chat, bearer(key)); r.Status != http.StatusOK {
+			t.Fatalf("chat on the leader = %d %s", r.Status, r.Body)
+		}
+		served++
+	}
+	r := b.do("POST", "/v1/chat/completions", chat, bearer(key))
+	if r.Status != http.StatusServiceUnavailable || r.Header.Get("Retry-After") != "2" ||
+		r.Header.Get("X-Svc-Error-Code") != api.CodeStandby || r.Header.Get("X-Svc-Leader") != a.URL {
+		t.Fatalf("chat on the standby = %d %v %s", r.Status, r.Header, r.Body)
+	}
+
+	// A key made on the standby's console works on the leader at once.
+	cr := b.console("POST", "/api/v1/console/orgs/default/keys", `{"name":"made-on-standby","user":"admin"}`)
+	if cr.Status != http.StatusCreated && cr.Status != http.StatusOK {
+		t.Fatalf("create a key on the standby = %d %s", cr.Status, cr.Body)
+	}
+	newKey, _ := cr.JSON(t)["secret"].(string)
+	if newKey == "" {
+		t.Fatalf("no key in %s", cr.Body)
+	}
+	eventually(t, 5*time.Second, "the leader accepts the key made on the standby", func() bool {
+		return a.do("GET", "/v1/models", "", bearer(newKey)).Status == http.StatusOK
+	})
+
+	// The leader's usage is shipped before it is read.
+	if r := a.do("GET", "/api/v1/usage/summary?days=1", "", bearer(key)); r.Status != http.StatusOK || r.JSON(t)["requests"] != float64(served) {
+		t.Fatalf("usage on the leader = %d %s, want %d requests", r.Status, r.Body, served)
+	}
+
+	killed := time.Now()
+	_ = a.Kill() // its exit status is the kill's
+	b.waitLog("cluster: leading", 15*time.Second)
+	took := time.Since(killed)
+	ttl, _ := time.ParseDuration(clusterTTL)
+	// The lease lapses within the TTL; the standby claims it at the
+	// renewal after the one that saw it lapsed (renewals every TTL/5).
+	if took > ttl+ttl/5*2+2*time.Second {
+		t.Errorf("the standby led %s after the kill, want within the lease and two renewals", took)
+	}
+	t.Logf("failover: the standby led %s after the leader was killed", took.Round(10*time.Millisecond))
+	eventually(t, 15*time.Second, "the worker back on the new leader", func() bool {
+		return b.do("POST", "/v1/chat/completions", chat, bearer(key)).Status == http.StatusOK
+	})
+	served++
+	// The tries refused while the worker reconnected have rows too.
+	if r := b.do("GET", "/api/v1/usage/summary?days=1", "", bearer(key)); r.Status != http.StatusOK || r.JSON(t)["succeeded"] != float64(served) {
+		t.Fatalf("usage on the new leader = %d %s, want %d succeeded", r.Status, r.Body, served)
+	}
+
+	// The old leader comes back as a standby.
+	a2 := startReplica(t, db, a.Data)
+	a2.waitLog("cluster: standing by", 15*time.Second)
+	out, errOut, code := svc(t, []string{"SVC_STORE_URL=" + db}, "cluster", "status", "--json")
+	if code != 0 {
+		t.Fatalf("svc cluster status: %d %s", code, errOut)
+	}
+	var st api.ClusterStatus
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if st.Leader == nil || st.Leader.AdvertiseURL != b.URL || st.Leader.Epoch != 2 || len(st.Replicas) != 2 {
+		t.Fatalf("cluster status = %s", out)
+	}
+	if err := a2.stop(syscall.SIGTERM); err != nil {
+		t.Errorf("standby exited with %v", err)
+	}
+}
+
+// A single host's store moves into a cluster's database whole: the counts
+// agree, a second run changes nothing, and a replica started on it serves
+// the same keys and reports the same usage.
+func TestClusterMigrate(t *testing.T) {
+	pg := pgtest.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	db, err := pg.CreateDB(ctx, "svc")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	single := startServer(t, "", "--rental-providers", "none")
+	key := single.adminKey()
+	startWorker(t, single.URL, single.tokenFile(), "mw1", "--engine", "sim=ttft=0")
+	chat := `{"model":"sim-chat","messages":[{"role":"user","content":"hi"}],"max_tokens":4}`
+	for range 5 {
+		if r := single.do("POST", "/v1/chat/completions", chat, bearer(key)); r.Status != http.StatusOK {
+			t.Fatalf("chat = %d %s", r.Status, r.Body)
+		}
+	}
+	before := single.do("GET", "/api/v1/usage/summary?days=1", "", bearer(key)).JSON(t)
+	if err := single.stop(syscall.SIGTERM); err != nil {
+		t.Fatalf("svc serve exited with %v", err)
+	}
+
+	for run := range 2 {
+		out, errOut, code := svc(t, []string{"SVC_STORE_URL=" + db}, "cluster", "migrate", "--data", single.Data, "--json")
+		if code != 0 {
+			t.Fatalf("migrate run %d: exit %d\n%s\n%s", run+1, code, out, errOut)
+		}
+		var counts []struct {
+			Kind             string
+			Source, Database int
+		}
+		if err := json.Unmarshal([]byte(out), &counts); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		got := map[string]int{}
+		for _, c := range counts {
+			if c.Source != c.Database {
+				t.Errorf("run %d: %s: %d in the data directory, %d in the database", run+1, c.Kind, c.Source, c.Database)
+			}
+			got[c.Kind] = c.Database
+		}
+		if got["usage rows"] != 5 || got["organisations"] != 1 || got["api keys"] != 1 {
+			t.Fatalf("run %d: counts %v", run+1, got)
+		}
+	}
+
+	r := startReplica(t, db, "")
+	r.waitLog("cluster: leading", 15*time.Second)
+	after := r.do("GET", "/api/v1/usage/summary?days=1", "", bearer(key))
+	if after.Status != http.StatusOK {
+		t.Fatalf("usage on the replica = %d %s", after.Status, after.Body)
+	}
+	for _, k := range []string{"requests", "succeeded", "prompt_tokens", "completion_tokens", "total_tokens"} {
+		if a, b := before[k], after.JSON(t)[k]; a != b {
+			t.Errorf("%s: %v on the single host, %v on the cluster", k, a, b)
+		}
+	}
+}

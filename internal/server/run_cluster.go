@@ -1,0 +1,295 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/svc-dev/svc/internal/account"
+	"github.com/svc-dev/svc/internal/bolt"
+	"github.com/svc-dev/svc/internal/cluster"
+	"github.com/svc-dev/svc/internal/pgstore"
+	"github.com/svc-dev/svc/internal/rental"
+	"github.com/svc-dev/svc/internal/store"
+)
+
+// ClusterConfig makes `svc serve` a replica of a cluster.
+type ClusterConfig struct {
+	// StoreURL is the PostgreSQL database the replicas share
+	// (postgres://…); "" runs a single host on bbolt.
+	StoreURL string
+	// PasswordFile holds the database password, so that it is never on a
+	// command line.
+	PasswordFile string
+	// AdvertiseURL is where the other replicas send workers to this one
+	// when it leads; "" is http:// and the public address, with the
+	// host name for an unspecified address.
+	AdvertiseURL string
+	// LeaseTTL is how long the leader's lease lasts unless renewed; 0 is
+	// DefaultLeaseTTL.
+	LeaseTTL time.Duration
+}
+
+// DefaultLeaseTTL bounds how long a dead leader holds the cluster.
+const DefaultLeaseTTL = 10 * time.Second
+
+// ReplicaIDFile keeps a replica's id in its data directory, so that it is
+// the same replica across restarts.
+const ReplicaIDFile = "replica.id"
+
+// clusterParts are what a replica runs beyond a single host's server.
+type clusterParts struct {
+	cfg     ClusterConfig
+	log     *slog.Logger
+	id      string
+	version string
+	db      *pgstore.Store
+	ship    *pgstore.Shipper
+	lease   *cluster.Lease
+}
+
+// openCluster connects to the cluster's database.
+func openCluster(ctx context.Context, cfg Config, log *slog.Logger) (*clusterParts, error) {
+	id, err := replicaID(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	db, err := pgstore.Open(ctx, pgstore.Options{URL: cfg.Cluster.StoreURL, PasswordFile: cfg.Cluster.PasswordFile, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("open the cluster's database: %w", err)
+	}
+	if cfg.Cluster.LeaseTTL <= 0 {
+		cfg.Cluster.LeaseTTL = DefaultLeaseTTL
+	}
+	log.Info("cluster: replica on a shared database", "replica_id", id, "lease_ttl", cfg.Cluster.LeaseTTL.String())
+	return &clusterParts{cfg: cfg.Cluster, log: log, id: id, version: cfg.Build.Version, db: db}, nil
+}
+
+// replicaID reads the replica's id from the data directory, making one
+// the first time.
+func replicaID(dir string) (string, error) {
+	path := filepath.Join(dir, ReplicaIDFile)
+	b, err := os.ReadFile(path)
+	if err == nil {
+		if id := strings.TrimSpace(string(b)); id != "" {
+			return id, nil
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("read the replica id: %w", err)
+	}
+	var raw [6]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return "", err
+	}
+	host, _ := os.Hostname()
+	id := "r_" + hex.EncodeToString(raw[:])
+	if host != "" {
+		id = host + "-" + hex.EncodeToString(raw[:3])
+	}
+	if err := os.WriteFile(path, []byte(id+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("write the replica id: %w", err)
+	}
+	return id, nil
+}
+
+func (c *clusterParts) close() { c.db.Close() }
+
+// local is the replica's usage, event and power stores: written to the
+// outbox in the local store, shipped to the database and read from it.
+func (c *clusterParts) local(db *bolt.Store, w *bolt.Writer) (store.Events, store.Usage, store.Power, error) {
+	box, err := db.Outbox(w)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	l := c.db.Local(box, c.log)
+	c.ship = l.Shipper
+	return l.Events, l.Usage, l.Power, nil
+}
+
+// start makes the replica's lease once its public address is known.
+func (c *clusterParts) start(public net.Addr) {
+	url := c.cfg.AdvertiseURL
+	if url == "" {
+		url = advertiseURL(public)
+	}
+	c.lease = cluster.New(leaseStore{c.db}, cluster.Replica{ID: c.id, AdvertiseURL: url, Version: c.version, StartedAt: time.Now()},
+		cluster.Options{TTL: c.cfg.LeaseTTL, Logger: c.log, Outbox: c.outbox})
+	c.log.Info("cluster: advertising this replica", "url", url)
+}
+
+// advertiseURL is http:// and addr, with the host's name for an
+// unspecified address.
+func advertiseURL(addr net.Addr) string {
+	tcp, ok := addr.(*net.TCPAddr)
+	if !ok {
+		return "http://" + addr.String()
+	}
+	host := tcp.IP.String()
+	if tcp.IP == nil || tcp.IP.IsUnspecified() {
+		if h, err := os.Hostname(); err == nil && h != "" {
+			host = h
+		}
+	}
+	return "http://" + net.JoinHostPort(host, strconv.Itoa(tcp.Port))
+}
+
+func (c *clusterParts) outbox() (int64, time.Time) {
+	if c.ship == nil {
+		return 0, time.Time{}
+	}
+	n, oldest := c.ship.Depth()
+	return int64(n), oldest
+}
+
+// serverCluster is what the server is told of the cluster; nil on a
+// single host.
+func (c *clusterParts) serverCluster() *Cluster {
+	if c == nil {
+		return nil
+	}
+	return &Cluster{ReplicaID: c.id, Lease: c.lease, Outbox: c.outbox}
+}
+
+func (c *clusterParts) runLease(ctx context.Context) error { return c.lease.Run(ctx) }
+
+func (c *clusterParts) runShipper(ctx context.Context) error { return c.ship.Run(ctx) }
+
+// flushTimeout bounds how long a stopping replica waits to ship its
+// outbox; what is left ships when it starts again.
+const flushTimeout = 10 * time.Second
+
+// flush ships what the outbox holds, once the writer's last commit is in.
+func (c *clusterParts) flush() {
+	ctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
+	defer cancel()
+	if err := c.ship.Sync(ctx); err != nil {
+		n, _ := c.ship.Depth()
+		c.log.Warn("cluster: the outbox could not be shipped before stopping; it ships when this replica starts again", "records", n, "err", err)
+	}
+}
+
+// accountResync is how often a replica reloads the accounts whatever it
+// was told: a notification missed while its listening connection was down
+// is caught within it.
+const accountResync = 30 * time.Second
+
+// followAccounts reloads the accounts when another replica changes them.
+func (c *clusterParts) followAccounts(ctx context.Context, accounts *account.Service) error {
+	return accounts.Follow(ctx, accountResync, c.db.ListenAccounts)
+}
+
+// term is what a leader runs only while it leads.
+type term struct {
+	server   *Server
+	fan      *eventFan
+	pruner   *bolt.Pruner
+	rentals  rental.Config
+	accounts *account.Service
+}
+
+// leading is one term of leadership: its epoch, and its duties' stop.
+type leading struct {
+	epoch int64
+	stop  context.CancelFunc
+	done  *errgroup.Group
+}
+
+// termRetry is how soon a leader tries again to begin its term when the
+// database did not let it.
+const termRetry = 2 * time.Second
+
+// lead begins a term whenever the replica takes the lease (or it is given
+// a new epoch) and ends it when another replica leads, until ctx ends.
+func (c *clusterParts) lead(ctx context.Context, t term) error {
+	var cur *leading
+	end := func() {
+		if cur == nil {
+			return
+		}
+		cur.stop()
+		if err := cur.done.Wait(); err != nil {
+			c.log.Warn("cluster: end of term", "err", err)
+		}
+		t.server.SetRentals(nil)
+		t.fan.rentals.Store(nil)
+		cur = nil
+	}
+	defer end()
+	retry := time.NewTimer(0)
+	retry.Stop()
+	defer retry.Stop()
+	for {
+		changed := c.lease.Changed()
+		st := c.lease.State()
+		switch {
+		case st.Leading && (cur == nil || cur.epoch != st.Epoch):
+			end()
+			var err error
+			if cur, err = c.begin(ctx, t, st.Epoch); err != nil {
+				c.log.Warn("cluster: begin leading; retrying", "epoch", st.Epoch, "err", err)
+				retry.Reset(termRetry)
+			}
+		case !st.Leading && cur != nil:
+			end()
+			t.server.StandDown()
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changed:
+		case <-retry.C:
+		}
+	}
+}
+
+// begin starts a term's duties: the accounts and rentals as the database
+// holds them now, the rental manager fenced by the epoch, and pruning.
+func (c *clusterParts) begin(ctx context.Context, t term, epoch int64) (*leading, error) {
+	if err := t.accounts.Reload(); err != nil {
+		return nil, fmt.Errorf("reload the accounts: %w", err)
+	}
+	rc := t.rentals
+	rc.Ledger = c.db.Rentals(pgstore.Fence{ReplicaID: c.id, Epoch: epoch})
+	rc.Limiter = c.db
+	rc.Clock = c.db.Clock()
+	m, err := rental.New(rc)
+	if err != nil {
+		return nil, fmt.Errorf("load the rentals: %w", err)
+	}
+	tctx, stop := context.WithCancel(ctx)
+	var g errgroup.Group
+	t.fan.rentals.Store(m)
+	t.server.SetRentals(m)
+	g.Go(func() error { return m.Run(tctx) })
+	g.Go(func() error { return t.pruner.Run(tctx, time.Hour) })
+	c.log.Info("cluster: leading", "epoch", epoch)
+	return &leading{epoch: epoch, stop: stop, done: &g}, nil
+}
+
+// leaseStore is the database's lease table as package cluster asks for it.
+type leaseStore struct{ db *pgstore.Store }
+
+func (l leaseStore) Beat(ctx context.Context, me cluster.Replica, ttl time.Duration, want bool) (cluster.Leader, error) {
+	lead, err := l.db.Beat(ctx, pgstore.Replica{ID: me.ID, AdvertiseURL: me.AdvertiseURL, Version: me.Version, Role: me.Role,
+		OutboxRecords: me.OutboxRecords, OutboxOldest: me.OutboxOldest, StartedAt: me.StartedAt}, ttl, want)
+	if err != nil {
+		return cluster.Leader{}, err
+	}
+	return cluster.Leader{ReplicaID: lead.ReplicaID, AdvertiseURL: lead.AdvertiseURL, Epoch: lead.Epoch,
+		ExpiresAt: lead.ExpiresAt, DBNow: lead.DBNow}, nil
+}
+
+func (l leaseStore) Resign(ctx context.Context, replicaID string, epoch int64) error {
+	return l.db.Resign(ctx, replicaID, epoch)
+}
