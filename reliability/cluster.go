@@ -193,6 +193,7 @@ func (c *cluster) close() {
 	for _, w := range c.workers {
 		_ = w.Stop(syscall.SIGTERM, stopGrace)
 	}
+	client.CloseIdleConnections()
 	var wg sync.WaitGroup
 	for _, g := range c.replicas {
 		wg.Go(func() { _ = g.Stop(syscall.SIGTERM, stopGrace) })

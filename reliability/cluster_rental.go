@@ -177,7 +177,7 @@ func clusterRental(ctx context.Context, h *rig, r *result) error {
 	}
 
 	// The rental runs and bills before the kill.
-	api := &gateway{Gateway: c.api.Gateway, h: h, Key: key}
+	api := renter{url: c.lb.URL(), key: key}
 	boot := time.Now()
 	before, err := waitRental(ctx, api, rental.ID, 60*time.Second, func(v rentalState) bool {
 		return v.Status == "running" && v.Connected && v.SecondsBilled >= 2
@@ -202,15 +202,18 @@ func clusterRental(ctx context.Context, h *rig, r *result) error {
 	// manager starts (or the balancer has yet to see it) is retried.
 	var again int
 	var againBody []byte
+	var againErr error
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	_ = harness.Poll(wctx, 200*time.Millisecond, func() bool {
-		var err error
-		again, againBody, _, err = rawDo(wctx, "POST", c.lb.URL()+"/api/v1/compute/instances", key, rentBody)
-		return err == nil && again != http.StatusServiceUnavailable
+		again, againBody, _, againErr = api.do(wctx, "POST", "/api/v1/compute/instances", rentBody)
+		return againErr == nil && again != http.StatusServiceUnavailable
 	})
 	cancel()
 	since := time.Since(firstPost)
-	if again != http.StatusTooManyRequests {
+	switch {
+	case againErr != nil:
+		r.fail("after the failover the same key's POST, %v after its first, got no answer: %v", since.Round(time.Millisecond), againErr)
+	case again != http.StatusTooManyRequests:
 		r.fail("after the failover the same key's POST, %v after its first, was answered %d, want 429 (the limit is the database's, one POST per %v): %s",
 			since.Round(time.Millisecond), again, rentalEvery, tail(string(againBody), 300))
 	}
@@ -226,7 +229,7 @@ func clusterRental(ctx context.Context, h *rig, r *result) error {
 		return nil
 	}
 	r.figure("rental's worker back", "%d ms after the kill", time.Since(killAt).Milliseconds())
-	if st, b, err := api.do(ctx, "GET", "/api/v1/compute/instances", nil); err != nil || st != http.StatusOK || !bytes.Contains(b, []byte(rental.ID)) {
+	if st, b, _, err := api.do(ctx, "GET", "/api/v1/compute/instances", ""); err != nil || st != http.StatusOK || !bytes.Contains(b, []byte(rental.ID)) {
 		r.fail("the new leader's list of rentals does not hold %s: %d %s %v", rental.ID, st, tail(string(b), 300), err)
 	}
 	sleep(ctx, scaled(h, 3*time.Second, 10*time.Second))
@@ -252,7 +255,7 @@ func clusterRental(ctx context.Context, h *rig, r *result) error {
 	r.figure("seconds billed", "%d before the kill, %d once back on the new leader, %d later (not reset)", before.SecondsBilled, after.SecondsBilled, later.SecondsBilled)
 
 	// Stop it, so that the machine goes with the check.
-	if st, b, err := api.do(ctx, "DELETE", "/api/v1/compute/instances/"+rental.ID, nil); err != nil || st != http.StatusOK {
+	if st, b, _, err := api.do(ctx, "DELETE", "/api/v1/compute/instances/"+rental.ID, ""); err != nil || st != http.StatusOK {
 		r.fail("stop the rental on the new leader: %d %s %v", st, tail(string(b), 300), err)
 	}
 	c.crashes(r)
@@ -270,9 +273,20 @@ type rentalState struct {
 	Error         *string    `json:"error"`
 }
 
-func getRental(ctx context.Context, g *gateway, id string) (rentalState, error) {
+// renter is the check's key's client through the balancer. Each request
+// goes on a new connection, as the balancer places connections, not
+// requests: a connection it gave a standby while the new leader was not
+// yet ready would keep going there. (cluster-crash judges what a client
+// that keeps its connections sees.)
+type renter struct{ url, key string }
+
+func (a renter) do(ctx context.Context, method, path, body string) (int, []byte, http.Header, error) {
+	return rawDo(ctx, method, a.url+path, a.key, body)
+}
+
+func getRental(ctx context.Context, a renter, id string) (rentalState, error) {
 	var v rentalState
-	st, b, err := g.do(ctx, "GET", "/api/v1/compute/instances/"+id, nil)
+	st, b, _, err := a.do(ctx, "GET", "/api/v1/compute/instances/"+id, "")
 	if err != nil {
 		return v, err
 	}
@@ -287,13 +301,13 @@ func getRental(ctx context.Context, g *gateway, id string) (rentalState, error) 
 
 // waitRental polls a rental through g until ok; answers other than 200
 // (a standby's while the balancer catches up) are polled through.
-func waitRental(ctx context.Context, g *gateway, id string, timeout time.Duration, ok func(rentalState) bool) (rentalState, error) {
+func waitRental(ctx context.Context, a renter, id string, timeout time.Duration, ok func(rentalState) bool) (rentalState, error) {
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var v rentalState
 	var last error
 	err := harness.Poll(wctx, 100*time.Millisecond, func() bool {
-		got, err := getRental(wctx, g, id)
+		got, err := getRental(wctx, a, id)
 		if err != nil {
 			last = err
 			return false
@@ -355,7 +369,8 @@ func (c *cluster) waitKeyKnown(ctx context.Context, key string, timeout time.Dur
 	return nil
 }
 
-// rawDo sends one request with key and returns the whole answer.
+// rawDo sends one request with key on a connection of its own and
+// returns the whole answer.
 func rawDo(ctx context.Context, method, url, key, body string) (int, []byte, http.Header, error) {
 	var rd io.Reader
 	if body != "" {
@@ -365,6 +380,7 @@ func rawDo(ctx context.Context, method, url, key, body string) (int, []byte, htt
 	if err != nil {
 		return 0, nil, nil, err
 	}
+	req.Close = true
 	req.Header.Set("Authorization", "Bearer "+key)
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
