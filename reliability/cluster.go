@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/harness"
 	"github.com/svc-dev/svc/internal/pgtest"
 )
@@ -397,6 +399,56 @@ func (c *cluster) settle(ctx context.Context) (time.Duration, error) {
 		return 0, fmt.Errorf("usage summary through the balancer: %s", last)
 	}
 	return c.waitOutboxEmpty(ctx, 60*time.Second)
+}
+
+// judgeStatus checks that `svc cluster status --json` agrees with the
+// replicas: the leader and its epoch as the leading replica's /healthz
+// says, every replica registered and alive, and no outbox holding
+// anything once every /healthz says so.
+func (c *cluster) judgeStatus(ctx context.Context, r *result) error {
+	cmd := exec.CommandContext(ctx, c.h.bin, "cluster", "status", "--store", c.db, "--json")
+	cmd.Env = append(os.Environ(), "NO_COLOR=1")
+	out, err := cmd.Output()
+	if err != nil {
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		r.fail("svc cluster status: %v: %s", err, tail(string(stderr), 300))
+		return nil
+	}
+	var st api.ClusterStatus
+	if err := json.Unmarshal(out, &st); err != nil {
+		r.fail("svc cluster status --json: %v: %s", err, tail(string(out), 300))
+		return nil
+	}
+	l, v := c.leader(ctx)
+	if l < 0 {
+		return errors.New("no replica leads")
+	}
+	switch {
+	case st.Leader == nil:
+		r.fail("svc cluster status names no leader; %s leads at epoch %d", c.replicas[l].name, v.Cluster.Epoch)
+	case st.Leader.ReplicaID != v.Cluster.ReplicaID || st.Leader.Epoch != v.Cluster.Epoch || st.Leader.Expired:
+		r.fail("svc cluster status says %s leads at epoch %d (expired %v); %s (%s) says it leads at epoch %d",
+			st.Leader.ReplicaID, st.Leader.Epoch, st.Leader.Expired, c.replicas[l].name, v.Cluster.ReplicaID, v.Cluster.Epoch)
+	}
+	alive := 0
+	for _, rep := range st.Replicas {
+		if rep.Alive {
+			alive++
+		}
+		if rep.OutboxRecords != 0 {
+			r.fail("svc cluster status says replica %s has %d records in its outbox after every outbox emptied", rep.ID, rep.OutboxRecords)
+		}
+	}
+	if alive != len(c.replicas) {
+		r.fail("svc cluster status lists %d replicas alive of %d registered; %d run", alive, len(st.Replicas), len(c.replicas))
+	}
+	if st.Leader != nil {
+		r.figure("svc cluster status", "leader %s at epoch %d; %d of %d replicas alive", st.Leader.ReplicaID, st.Leader.Epoch, alive, len(st.Replicas))
+	}
+	return nil
 }
 
 // sqlRow is a usage row as the database holds it.

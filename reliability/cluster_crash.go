@@ -81,6 +81,7 @@ func clusterCrash(ctx context.Context, h *rig, r *result) error {
 	// those, and only those, may be lost, as on a single host.
 	lostPer := make([]int, len(rounds)+1)
 	inWindow := 0
+	var earliest time.Duration // the longest a lost row's request completed before its kill
 	for _, id := range missing {
 		done := ok[id].done
 		k := 0
@@ -90,6 +91,7 @@ func clusterCrash(ctx context.Context, h *rig, r *result) error {
 		lostPer[k]++
 		if k < len(rounds) && !done.Before(rounds[k].sent.Add(-clusterLossWindow)) {
 			inWindow++
+			earliest = max(earliest, rounds[k].sent.Sub(done))
 			continue
 		}
 		after := "no kill after it"
@@ -103,6 +105,9 @@ func clusterCrash(ctx context.Context, h *rig, r *result) error {
 		return err
 	}
 	if err := crashJudgeSummary(ctx, r, c.api, apiRows(rows)); err != nil {
+		return err
+	}
+	if err := c.judgeStatus(ctx, r); err != nil {
 		return err
 	}
 	fails := ld.failures()
@@ -161,6 +166,7 @@ func clusterCrash(ctx context.Context, h *rig, r *result) error {
 	r.figure("rows missing at each kill", "%v (succeeded requests without a row in the database before the killed replica restarted)", pending)
 	r.figure("rows lost per kill", "%v after the killed replicas restarted (the last entry: after the last kill); %d of them completed within the loss window (%v) before their kill",
 		lostPer, inWindow, clusterLossWindow)
+	r.figure("earliest lost completion", "%d ms before its kill", earliest.Milliseconds())
 	r.figure("duplicate rows", "%d", dups)
 	r.figure("outboxes drained", "%d ms after the load stopped and a usage read on the leader", drain.Milliseconds())
 	r.figure("usage rows", "%d for %d succeeded requests (load ran %v)", len(rows), len(ok), time.Since(loadStart).Round(time.Second))
