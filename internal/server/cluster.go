@@ -37,6 +37,10 @@ func (s *Server) standby(c *call) error {
 	if st.Leading {
 		return nil
 	}
+	// The client's next request on this connection would come here
+	// again: a load balancer places connections, not requests, so the
+	// connection is closed for the next one to be placed on the leader.
+	c.ctx.SetConnectionClose()
 	msg := "This gateway replica is a standby and does not serve the API; no replica leads the cluster yet"
 	if st.LeaderURL != "" {
 		c.ctx.Response.Header.Set("X-Svc-Leader", st.LeaderURL)

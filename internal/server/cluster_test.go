@@ -20,7 +20,8 @@ type leaseAt cluster.State
 func (l leaseAt) State() cluster.State { return cluster.State(l) }
 
 // A standby answers the API with the spec's 503, naming the leader, and
-// only the leader is ready; /readyz of a single host is ready until it
+// closes the connection, so that a load balancer places the client's next
+// one on the leader; only the leader is ready; /readyz of a single host is ready until it
 // drains.
 func TestStandbyAnswers(t *testing.T) {
 	for _, tc := range []struct {
@@ -56,7 +57,8 @@ func TestStandbyAnswers(t *testing.T) {
 				h := &ctx.Response.Header
 				if ctx.Response.StatusCode() != http.StatusServiceUnavailable || string(h.Peek("Retry-After")) != "2" ||
 					body.Error.Type != api.TypeServiceUnavailable || body.Error.Code != api.CodeStandby ||
-					string(h.Peek("X-Svc-Error-Code")) != api.CodeStandby || string(h.Peek("X-Svc-Leader")) != tc.leader {
+					string(h.Peek("X-Svc-Error-Code")) != api.CodeStandby || string(h.Peek("X-Svc-Leader")) != tc.leader ||
+					!h.ConnectionClose() {
 					t.Fatalf("answered %d %s\n%s", ctx.Response.StatusCode(), h.String(), ctx.Response.Body())
 				}
 			}
