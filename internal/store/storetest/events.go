@@ -13,13 +13,6 @@ import (
 	"github.com/svc-dev/svc/internal/store"
 )
 
-// Events runs the worker events log's conformance tests.
-func Events(t *testing.T, open OpenLogs) {
-	t.Run("ListNewestFirstFilteredAndPaged", func(t *testing.T) { eventsPaged(t, open(t)) })
-	t.Run("StoredOnceUnderReplay", func(t *testing.T) { eventsReplay(t, open(t)) })
-	t.Run("PruneOlderAtMostMax", func(t *testing.T) { eventsPrune(t, open(t)) })
-}
-
 var eventTypes = []string{api.EventConnected, api.EventDisconnected, api.EventHealthChanged}
 
 // workerEvents makes n events within span before Now, of 4 workers and

@@ -11,13 +11,6 @@ import (
 	"github.com/svc-dev/svc/internal/store"
 )
 
-// Power runs the power history's conformance tests.
-func Power(t *testing.T, open OpenLogs) {
-	t.Run("AddAndBuckets", func(t *testing.T) { powerAddAndBuckets(t, open(t)) })
-	t.Run("WindowsStoredOnceUnderResend", func(t *testing.T) { powerOnce(t, open(t)) })
-	t.Run("PruneEachLayer", func(t *testing.T) { powerPrune(t, open(t)) })
-}
-
 // reading is one channel's figures: joules, covered seconds, peak watts.
 type reading struct{ j, c, p float64 }
 

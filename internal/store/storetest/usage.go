@@ -16,46 +16,6 @@ import (
 	"github.com/svc-dev/svc/internal/usage"
 )
 
-// Logs are the stores under test of the usage log, worker events and
-// power history, fresh and empty.
-type Logs struct {
-	Usage  store.Usage
-	Events store.Events
-	Power  store.Power
-	// Sync makes everything recorded so far readable: events and power
-	// reports as well as usage rows.
-	Sync func(t testing.TB)
-	// Resend writes again what the store wrote last, as after a crash
-	// between a shipment's commit and the outbox letting it go; nil for a
-	// store that ships nothing.
-	Resend func(t testing.TB)
-	// Keyed is true for a store that keeps a usage row or an event once
-	// however often it is recorded (by request id, by event id), and
-	// applies a power report only past the worker's stored through: as
-	// one that ships through an outbox must, since it sends again what
-	// it is unsure it sent.
-	Keyed bool
-}
-
-// OpenLogs returns fresh, empty stores, closed when t ends.
-type OpenLogs func(t *testing.T) Logs
-
-// Now is the clock of the suite: rows reach back four months from it, so
-// that they span several calendar months.
-var Now = time.Date(2026, 11, 15, 10, 0, 0, 0, time.UTC)
-
-// Usage runs the usage log's conformance tests.
-func Usage(t *testing.T, open OpenLogs) {
-	t.Run("TotalsEqualRowsUnderReplay", func(t *testing.T) { usageTotalsEqualRows(t, open(t)) })
-	t.Run("LogsNewestFirstFilteredAndPaged", func(t *testing.T) { usageLogsPaged(t, open(t)) })
-	t.Run("SameInstantNewestRecordedFirst", func(t *testing.T) { usageSameInstant(t, open(t)) })
-	t.Run("AggregatesAsRecorded", func(t *testing.T) { usageAggregates(t, open(t)) })
-	t.Run("PruneDeletesOlderRowsKeepsTotals", func(t *testing.T) { usagePrune(t, open(t)) })
-	t.Run("SyncReadsYourWrites", func(t *testing.T) { usageSync(t, open(t)) })
-}
-
-func ptr[T any](v T) *T { return &v }
-
 // requestID is a request id as the server makes one: a lower-case UUID.
 func requestID(rng *rand.Rand) string {
 	return fmt.Sprintf("%08x-%04x-4%03x-8%03x-%012x", rng.Uint32(), rng.Uint32()&0xffff, rng.Uint32()&0xfff,
