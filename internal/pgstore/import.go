@@ -184,25 +184,15 @@ func (s *Store) ImportEvents(ctx context.Context, events []ImportedEvent) (int, 
 // channel's figures replacing any stored: running it again changes
 // nothing. It returns how many buckets it wrote.
 func (s *Store) ImportPowerBuckets(ctx context.Context, buckets []bolt.PowerBucket) (int, error) {
-	var (
-		worker                []string
-		res                   []int32
-		start                 []int64
-		channel               [][]byte
-		joules, covered, peak []float64
-	)
+	var worker []string
+	var cols bucketColumns
 	for _, b := range buckets {
 		if err := layerRes(b.Res); err != nil {
 			return 0, err
 		}
 		for _, sum := range b.Sums {
 			worker = append(worker, pgText(b.WorkerID))
-			res = append(res, int32(b.Res))
-			start = append(start, b.Start)
-			channel = append(channel, sum.Key)
-			joules = append(joules, sum.Joules)
-			covered = append(covered, sum.Covered)
-			peak = append(peak, sum.Peak)
+			cols.add(b.Res, b.Start, sum)
 		}
 	}
 	_, err := s.pool.Exec(ctx, `
@@ -211,7 +201,7 @@ func (s *Store) ImportPowerBuckets(ctx context.Context, buckets []bolt.PowerBuck
 			$6::double precision[], $7::double precision[])
 		ON CONFLICT (worker_id, res, start, channel) DO UPDATE SET
 			joules = excluded.joules, covered = excluded.covered, peak = excluded.peak`,
-		worker, res, start, channel, joules, covered, peak)
+		append([]any{worker}, cols.args()...)...)
 	if err != nil {
 		return 0, fmt.Errorf("import power buckets: %w", err)
 	}
