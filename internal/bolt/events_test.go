@@ -10,68 +10,6 @@ import (
 	"github.com/svc-dev/svc/internal/api"
 )
 
-func TestEventsListNewestFirstFilteredAndPaged(t *testing.T) {
-	s, err := Open(t.TempDir(), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	w := s.NewWriter(WriterOptions{})
-	ev := s.Events(w)
-	t0 := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
-	for i := range 10 {
-		typ := api.EventConnected
-		if i%2 == 1 {
-			typ = api.EventDisconnected
-		}
-		ev.RecordEvent("org-a", api.WorkerEvent{ID: fmt.Sprint(i), WorkerID: fmt.Sprintf("w%d", i%3), EventType: typ, CreatedAt: t0.Add(time.Duration(i) * time.Second)})
-	}
-	ev.RecordEvent("org-b", api.WorkerEvent{ID: "b", WorkerID: "w0", EventType: api.EventConnected, CreatedAt: t0})
-	ev.RecordEvent("org-ab", api.WorkerEvent{ID: "ab", WorkerID: "w0", EventType: api.EventConnected, CreatedAt: t0})
-	if err := w.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	ids := func(evs []api.WorkerEvent) string {
-		s := ""
-		for _, e := range evs {
-			s += e.ID
-		}
-		return s
-	}
-	tests := []struct {
-		org  string
-		q    EventQuery
-		want string
-	}{
-		{"org-a", EventQuery{Limit: 50}, "9876543210"},
-		{"org-a", EventQuery{Limit: 3}, "987"},
-		{"org-a", EventQuery{Limit: 3, Offset: 8}, "10"},
-		{"org-a", EventQuery{Limit: 50, WorkerID: "w0"}, "9630"},
-		{"org-a", EventQuery{Limit: 50, EventType: api.EventDisconnected}, "97531"},
-		{"org-a", EventQuery{Limit: 2, Offset: 2, EventType: api.EventDisconnected}, "53"},
-		{"org-a", EventQuery{Limit: 50, WorkerID: "w1", EventType: api.EventConnected}, "4"},
-		{"org-b", EventQuery{Limit: 50}, "b"},
-		{"org-ab", EventQuery{Limit: 50}, "ab"},
-		{"org-z", EventQuery{Limit: 50}, ""},
-	}
-	for _, tt := range tests {
-		got, err := ev.ListEvents(tt.org, tt.q)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ids(got) != tt.want {
-			t.Errorf("%s %+v = %q, want %q", tt.org, tt.q, ids(got), tt.want)
-		}
-	}
-	n, err := ev.PruneEvents(t0.Add(5*time.Second), 100)
-	if err != nil || n != 7 {
-		t.Fatalf("pruned %d, %v", n, err)
-	}
-	if got, _ := ev.ListEvents("org-a", EventQuery{Limit: 50}); ids(got) != "98765" {
-		t.Fatalf("after prune: %q", ids(got))
-	}
-}
-
 func TestWriterCommitsOnShutdown(t *testing.T) {
 	dir := t.TempDir()
 	s, err := Open(dir, Options{})

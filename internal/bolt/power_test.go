@@ -109,69 +109,6 @@ func TestPowerBucketForEveryLayer(t *testing.T) {
 	}
 }
 
-// Add stores what it is handed: each delta added to its bucket, keyed
-// apart from a worker whose id extends this one's, and Buckets reads them
-// back in time order.
-func TestPowerAddStoresWhatItIsHanded(t *testing.T) {
-	s, w, p, _ := openPower(t, t.TempDir())
-	p.Add("w1", []powerlog.Delta{
-		{Res: 60, Start: at(0).Unix(), Sums: sums("gpu0", reading{3000, 60, 70}, "system", reading{6000, 60, 130})},
-		{Res: 60, Start: at(1).Unix(), Sums: sums("system", reading{7200, 60, 150})},
-		{Res: 3600, Start: at(0).Unix(), Sums: sums("system", reading{13200, 120, 150})},
-	}, at(2).UnixNano(), &powerlog.Meta{Channels: testChannels, Machine: api.MethodEstimated})
-	p.Add("w10", []powerlog.Delta{{Res: 60, Start: at(0).Unix(), Sums: sums("system", reading{1, 1, 1})}}, at(1).UnixNano(), nil)
-	// Another report adds to a bucket: a channel it lacked goes in its
-	// place, the others add up, peaks are the higher.
-	p.Add("w1", []powerlog.Delta{
-		{Res: 60, Start: at(1).Unix(), Sums: sums("cpu", reading{900, 30, 31}, "system", reading{600, 10, 160})},
-	}, 0, nil)
-	flush(t, w)
-
-	want := map[string]map[time.Time]map[string]reading{
-		"power_60": {
-			at(0): {"gpu0": {3000, 60, 70}, "system": {6000, 60, 130}},
-			at(1): {"cpu": {900, 30, 31}, "system": {7800, 70, 160}},
-		},
-		"power_300":  {},
-		"power_3600": {at(0): {"system": {13200, 120, 150}}},
-	}
-	for name, want := range want {
-		if got := storedBuckets(t, s, []byte(name), "w1"); !reflect.DeepEqual(got, want) {
-			t.Errorf("%s:\n got %v\nwant %v", name, got, want)
-		}
-	}
-	var starts []time.Time
-	var keys []string
-	err := p.Buckets("w1", 60, at(0).Unix(), at(1).Unix(), func(start int64, ss []powerlog.Sum) {
-		starts = append(starts, time.Unix(start, 0).UTC())
-		for _, s := range ss {
-			keys = append(keys, string(s.Key))
-		}
-	})
-	if err != nil || !reflect.DeepEqual(starts, []time.Time{at(0), at(1)}) || fmt.Sprint(keys) != "[gpu0 system cpu system]" {
-		t.Fatalf("Buckets read %v %v, %v", starts, keys, err)
-	}
-	starts = nil
-	if err := p.Buckets("w1", 60, at(1).Unix(), at(5).Unix(), func(start int64, _ []powerlog.Sum) {
-		starts = append(starts, time.Unix(start, 0).UTC())
-	}); err != nil || !reflect.DeepEqual(starts, []time.Time{at(1)}) {
-		t.Fatalf("Buckets from the second minute read %v, %v", starts, err)
-	}
-	if err := p.Buckets("w1", 120, 0, at(5).Unix(), func(int64, []powerlog.Sum) {}); err == nil {
-		t.Fatal("Buckets of a resolution without a bucket")
-	}
-
-	got := map[string]powerlog.Stored{}
-	p.Workers(func(id string, st powerlog.Stored) { got[id] = st })
-	wantStored := map[string]powerlog.Stored{
-		"w1":  {Through: at(2).UnixNano(), Meta: &powerlog.Meta{Channels: testChannels, Machine: api.MethodEstimated}},
-		"w10": {Through: at(1).UnixNano()},
-	}
-	if !reflect.DeepEqual(got, wantStored) {
-		t.Fatalf("workers %+v, want %+v", got, wantStored)
-	}
-}
-
 // What the history knows of a worker beyond its buckets survives a
 // restart: its through, so a resend is still recognised, and its channels,
 // stored even for a worker that never named any.

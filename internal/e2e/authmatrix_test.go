@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -8,7 +9,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/svc-dev/svc/internal/pgtest"
 	svcserver "github.com/svc-dev/svc/internal/server"
 )
 
@@ -22,6 +25,31 @@ import (
 func TestAuthorizationMatrix(t *testing.T) {
 	dir := t.TempDir()
 	s, admin := rentalGateway(t, dir)
+	authorizationMatrix(t, s, s, admin, dir)
+}
+
+// TestAuthorizationMatrixThroughAStandby sends the matrix to a standby
+// replica of a cluster, which forwards what it lets through to the leader:
+// every cell must be what a single host answers.
+func TestAuthorizationMatrixThroughAStandby(t *testing.T) {
+	pg := pgtest.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db, err := pg.CreateDB(ctx, "svc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	s, admin := rentalGatewayEnv(t, dir, []string{"SVC_STORE_URL=" + db}, "--lease-ttl", clusterTTL)
+	s.waitLog("cluster: leading", 15*time.Second)
+	front := startReplica(t, db, "")
+	front.waitLog("cluster: standing by", 15*time.Second)
+	authorizationMatrix(t, s, front, admin, dir)
+}
+
+// authorizationMatrix sends the cells to front; s is the gateway whose
+// console makes the credentials, and that links the worker.
+func authorizationMatrix(t *testing.T, s, front *server, admin, dir string) {
 	startWorker(t, s.URL, s.tokenFile(), "org1-box", "--engine", "sim=tps=0,ttft=0")
 	workerID := s.workerNamed(admin, "org1-box", statusIs("healthy"))["worker_id"].(string)
 	chat := s.do("POST", "/v1/chat/completions", chatBody("sim-chat", "org1 only", false), bearer(admin))
@@ -90,6 +118,14 @@ func TestAuthorizationMatrix(t *testing.T) {
 	}
 	acme := s.console("POST", "/api/v1/console/orgs/acme/keys",
 		fmt.Sprintf(`{"user":"ann","name":"k","permissions":["%s"]}`, strings.Join(all, `","`))).JSON(t)["secret"].(string)
+	if front != s {
+		// Another replica learns of the accounts made here within moments.
+		eventually(t, 10*time.Second, "the front has the accounts made on the leader", func() bool {
+			return front.do("GET", "/v1/models", "", bearer(acme)).Status == 200 &&
+				front.do("GET", "/v1/models", "", bearer(revoked)).Status == 401 &&
+				front.do("GET", "/v1/models", "", bearer(gone)).Status == 401
+		})
+	}
 
 	fill := func(path string) string {
 		r := strings.NewReplacer("{worker_id}", workerID, "{id}", rental.ID, "{org}", "default", "{user}", "nobody")
@@ -110,7 +146,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 			if c.secret != "" {
 				hs = append(hs, bearer(c.secret))
 			}
-			r := s.do(rt.Method, path, body, hs...)
+			r := front.do(rt.Method, path, body, hs...)
 			cells++
 			allowed := rt.Permission != "" && slices.Contains(c.perms, rt.Permission) && (!rt.Operator || c.role != "member")
 			switch {
@@ -142,7 +178,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 		}
 		// The second organisation is let through, and sees none of the
 		// first's resources.
-		r := s.do(rt.Method, path, body, bearer(acme))
+		r := front.do(rt.Method, path, body, bearer(acme))
 		cells++
 		if rt.Access == "key" {
 			if r.Status == 401 || r.Status == 403 {
@@ -163,17 +199,17 @@ func TestAuthorizationMatrix(t *testing.T) {
 	// Stopping: the second organisation cannot, a member cannot, an
 	// operator can.
 	del := "/api/v1/compute/instances/" + rental.ID
-	if r := s.do("DELETE", del, "", bearer(acme)); r.Status != 404 {
+	if r := front.do("DELETE", del, "", bearer(acme)); r.Status != 404 {
 		t.Errorf("the second organisation stopping the first's rental = %d", r.Status)
 	}
 	for _, c := range creds {
 		if c.role == "member" {
-			if r := s.do("DELETE", del, "", bearer(c.secret)); r.Status != 403 {
+			if r := front.do("DELETE", del, "", bearer(c.secret)); r.Status != 403 {
 				t.Errorf("a member stopping a rental = %d", r.Status)
 			}
 		}
 	}
-	if r := s.do("DELETE", del, "", bearer(admin)); r.Status != 200 {
+	if r := front.do("DELETE", del, "", bearer(admin)); r.Status != 200 {
 		t.Errorf("the owner stopping the rental = %d %s", r.Status, r.Body)
 	}
 	t.Logf("%d routes, %d cells", len(svcserver.RouteTable()), cells)

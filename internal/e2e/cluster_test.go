@@ -57,8 +57,9 @@ func TestClusterFailover(t *testing.T) {
 	if r := a.do("GET", "/readyz", ""); r.Status != http.StatusOK {
 		t.Fatalf("leader /readyz = %d %s", r.Status, r.Body)
 	}
-	if r := b.do("GET", "/readyz", ""); r.Status != http.StatusServiceUnavailable || r.JSON(t)["leader_url"] != a.URL {
-		t.Fatalf("standby /readyz = %d %s, want 503 naming %s", r.Status, r.Body, a.URL)
+	// The standby serves by forwarding to the leader: it is ready too.
+	if r := b.do("GET", "/readyz", ""); r.Status != http.StatusOK || r.JSON(t)["leader_url"] != a.URL {
+		t.Fatalf("standby /readyz = %d %s, want 200 naming %s", r.Status, r.Body, a.URL)
 	}
 	if r := b.do("GET", "/healthz", ""); r.Status != http.StatusOK || !strings.Contains(string(r.Body), `"role":"standby"`) {
 		t.Fatalf("standby /healthz = %d %s", r.Status, r.Body)
@@ -79,10 +80,23 @@ func TestClusterFailover(t *testing.T) {
 		}
 		served++
 	}
+	// Sent to the standby, a chat is forwarded to the leader and served
+	// by its worker; the request id is the usage row's, and a stream
+	// arrives whole.
 	r := b.do("POST", "/v1/chat/completions", chat, bearer(key))
-	if r.Status != http.StatusServiceUnavailable || r.Header.Get("Retry-After") != "2" ||
-		r.Header.Get("X-Svc-Error-Code") != api.CodeStandby || r.Header.Get("X-Svc-Leader") != a.URL {
-		t.Fatalf("chat on the standby = %d %v %s", r.Status, r.Header, r.Body)
+	if r.Status != http.StatusOK || r.Header.Get("X-Worker-Name") != "cw1" || r.Header.Get("X-Request-Id") == "" {
+		t.Fatalf("chat on the standby = %d %v %s\n%s\n%s", r.Status, r.Header, r.Body, b.Log(), a.Log())
+	}
+	served++
+	forwardedID := r.Header.Get("X-Request-Id")
+	stream := b.do("POST", "/v1/chat/completions", `{"model":"sim-chat","stream":true,"messages":[{"role":"user","content":"hi"}],"max_tokens":4}`, bearer(key))
+	if data := sseData(stream.Body); stream.Status != http.StatusOK || len(data) < 2 || data[len(data)-1] != "[DONE]" {
+		t.Fatalf("stream on the standby = %d %s", stream.Status, stream.Body)
+	}
+	served++
+	// Without a valid key the standby answers itself.
+	if r := b.do("POST", "/v1/chat/completions", chat, bearer("svc_k_nope_nope")); r.Status != http.StatusUnauthorized {
+		t.Fatalf("a bad key on the standby = %d %s", r.Status, r.Body)
 	}
 
 	// A key made on the standby's console works on the leader at once.
@@ -101,6 +115,9 @@ func TestClusterFailover(t *testing.T) {
 	// The leader's usage is shipped before it is read.
 	if r := a.do("GET", "/api/v1/usage/summary?days=1", "", bearer(key)); r.Status != http.StatusOK || r.JSON(t)["requests"] != float64(served) {
 		t.Fatalf("usage on the leader = %d %s, want %d requests", r.Status, r.Body, served)
+	}
+	if logs := b.do("GET", "/api/v1/usage/logs?limit=50", "", bearer(key)); !strings.Contains(string(logs.Body), `"id":"`+forwardedID+`"`) {
+		t.Fatalf("no usage row %s for the forwarded request:\n%s", forwardedID, logs.Body)
 	}
 
 	killed := time.Now()

@@ -41,8 +41,14 @@ type rentalView struct {
 // rentals, and the admin key (an owner's).
 func rentalGateway(t *testing.T, dir string, args ...string) (*server, string) {
 	t.Helper()
+	return rentalGatewayEnv(t, dir, nil, args...)
+}
+
+// rentalGatewayEnv is rentalGateway with env added to the server's.
+func rentalGatewayEnv(t *testing.T, dir string, env []string, args ...string) (*server, string) {
+	t.Helper()
 	args = append([]string{"--local-boot-step", "150ms", "--rental-tick", "100ms"}, args...)
-	s := startServer(t, dir, args...)
+	s := startServerEnv(t, dir, env, args...)
 	for _, step := range []struct{ method, path, body string }{
 		{"PATCH", "/api/v1/console/orgs/default", `{"payment_card_on_file": true}`},
 		{"POST", "/api/v1/console/orgs/default/credit", `{"amount_gbp": 20}`},

@@ -184,25 +184,15 @@ func (s *Store) ImportEvents(ctx context.Context, events []ImportedEvent) (int, 
 // channel's figures replacing any stored: running it again changes
 // nothing. It returns how many buckets it wrote.
 func (s *Store) ImportPowerBuckets(ctx context.Context, buckets []bolt.PowerBucket) (int, error) {
-	var (
-		worker                []string
-		res                   []int32
-		start                 []int64
-		channel               [][]byte
-		joules, covered, peak []float64
-	)
+	var worker []string
+	var cols bucketColumns
 	for _, b := range buckets {
 		if err := layerRes(b.Res); err != nil {
 			return 0, err
 		}
 		for _, sum := range b.Sums {
 			worker = append(worker, pgText(b.WorkerID))
-			res = append(res, int32(b.Res))
-			start = append(start, b.Start)
-			channel = append(channel, sum.Key)
-			joules = append(joules, sum.Joules)
-			covered = append(covered, sum.Covered)
-			peak = append(peak, sum.Peak)
+			cols.add(b.Res, b.Start, sum)
 		}
 	}
 	_, err := s.pool.Exec(ctx, `
@@ -211,7 +201,7 @@ func (s *Store) ImportPowerBuckets(ctx context.Context, buckets []bolt.PowerBuck
 			$6::double precision[], $7::double precision[])
 		ON CONFLICT (worker_id, res, start, channel) DO UPDATE SET
 			joules = excluded.joules, covered = excluded.covered, peak = excluded.peak`,
-		worker, res, start, channel, joules, covered, peak)
+		append([]any{worker}, cols.args()...)...)
 	if err != nil {
 		return 0, fmt.Errorf("import power buckets: %w", err)
 	}
@@ -269,6 +259,36 @@ type ImportCounts struct {
 // importBatch is how many records one import statement takes.
 const importBatch = 5000
 
+// batches gathers records and hands them to flush size at a time.
+type batches[T any] struct {
+	size  int
+	items []T
+	flush func([]T) error
+}
+
+func newBatches[T any](flush func([]T) error) *batches[T] {
+	return &batches[T]{size: importBatch, flush: flush}
+}
+
+// add gathers v and flushes a full batch.
+func (b *batches[T]) add(v T) error {
+	b.items = append(b.items, v)
+	if len(b.items) < b.size {
+		return nil
+	}
+	return b.done()
+}
+
+// done flushes the records gathered since the last batch, if any.
+func (b *batches[T]) done() error {
+	if len(b.items) == 0 {
+		return nil
+	}
+	err := b.flush(b.items)
+	b.items = b.items[:0]
+	return err
+}
+
 // ImportLogs copies the usage log and its totals, the worker events and
 // the power history of src into the database, in statements of
 // importBatch records, and returns the counts. It reads src in one read
@@ -277,81 +297,60 @@ const importBatch = 5000
 // sides tells whether the copy is whole.
 func (s *Store) ImportLogs(ctx context.Context, src *bolt.Store) (ImportCounts, error) {
 	var c ImportCounts
-	var rows []ImportedRow
-	flushRows := func() error {
+	rows := newBatches(func(rows []ImportedRow) error {
 		n, err := s.ImportUsageRows(ctx, rows)
 		c.NewUsageRows += n
-		rows = rows[:0]
 		return err
-	}
+	})
 	err := src.EachUsageRow(func(orgID string, row api.UsageRow, data []byte) error {
 		c.UsageRows++
-		rows = append(rows, ImportedRow{OrgID: orgID, Row: row, Data: data})
-		if len(rows) < importBatch {
-			return nil
-		}
-		return flushRows()
-	})
-	if err == nil && len(rows) > 0 {
-		err = flushRows()
-	}
-	if err != nil {
-		return c, err
-	}
-
-	var totals []bolt.UsageTotal
-	err = src.EachUsageTotal(func(t bolt.UsageTotal) error {
-		c.UsageTotals++
-		totals = append(totals, t)
-		if len(totals) < importBatch {
-			return nil
-		}
-		err := s.ImportUsageTotals(ctx, totals)
-		totals = totals[:0]
-		return err
+		return rows.add(ImportedRow{OrgID: orgID, Row: row, Data: data})
 	})
 	if err == nil {
-		err = s.ImportUsageTotals(ctx, totals)
+		err = rows.done()
 	}
 	if err != nil {
 		return c, err
 	}
 
-	var events []ImportedEvent
-	flushEvents := func() error {
+	totals := newBatches(func(totals []bolt.UsageTotal) error { return s.ImportUsageTotals(ctx, totals) })
+	err = src.EachUsageTotal(func(t bolt.UsageTotal) error {
+		c.UsageTotals++
+		return totals.add(t)
+	})
+	if err == nil {
+		err = totals.done()
+	}
+	if err != nil {
+		return c, err
+	}
+
+	events := newBatches(func(events []ImportedEvent) error {
 		n, err := s.ImportEvents(ctx, events)
 		c.NewEvents += n
-		events = events[:0]
 		return err
-	}
+	})
 	err = src.EachEvent(func(orgID string, ev api.WorkerEvent, data []byte) error {
 		c.Events++
-		events = append(events, ImportedEvent{OrgID: orgID, Event: ev, JSON: data})
-		if len(events) < importBatch {
-			return nil
-		}
-		return flushEvents()
+		return events.add(ImportedEvent{OrgID: orgID, Event: ev, JSON: data})
 	})
-	if err == nil && len(events) > 0 {
-		err = flushEvents()
+	if err == nil {
+		err = events.done()
 	}
 	if err != nil {
 		return c, err
 	}
 
-	var buckets []bolt.PowerBucket
-	err = src.EachPowerBucket(func(b bolt.PowerBucket) error {
-		c.PowerBuckets++
-		buckets = append(buckets, b)
-		if len(buckets) < importBatch {
-			return nil
-		}
+	buckets := newBatches(func(buckets []bolt.PowerBucket) error {
 		_, err := s.ImportPowerBuckets(ctx, buckets)
-		buckets = buckets[:0]
 		return err
 	})
-	if err == nil && len(buckets) > 0 {
-		_, err = s.ImportPowerBuckets(ctx, buckets)
+	err = src.EachPowerBucket(func(b bolt.PowerBucket) error {
+		c.PowerBuckets++
+		return buckets.add(b)
+	})
+	if err == nil {
+		err = buckets.done()
 	}
 	if err != nil {
 		return c, err

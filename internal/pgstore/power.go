@@ -79,20 +79,10 @@ func queuePower(b *pgx.Batch, p *bolt.PowerAddition) error {
 			merged[k] = powerlog.AddSums(merged[k], []powerlog.Sum{s}, 1)
 		}
 	}
-	var (
-		res                   []int32
-		start                 []int64
-		channel               [][]byte
-		joules, covered, peak []float64
-	)
+	var cols bucketColumns
 	for _, k := range order {
 		for _, s := range merged[k] {
-			res = append(res, int32(k.res))
-			start = append(start, k.start)
-			channel = append(channel, s.Key)
-			joules = append(joules, s.Joules)
-			covered = append(covered, s.Covered)
-			peak = append(peak, s.Peak)
+			cols.add(k.res, k.start, s)
 		}
 	}
 	var meta *string
@@ -109,13 +99,36 @@ func queuePower(b *pgx.Batch, p *bolt.PowerAddition) error {
 	case p.Through != 0:
 	case meta != nil:
 		sql = addPowerMeta
-	case len(res) == 0:
+	case len(cols.res) == 0:
 		return nil // nothing to store
 	default:
 		sql = addPowerSums
 	}
-	b.Queue(sql, pgText(p.WorkerID), p.Through, meta, res, start, channel, joules, covered, peak)
+	b.Queue(sql, append([]any{pgText(p.WorkerID), p.Through, meta}, cols.args()...)...)
 	return nil
+}
+
+// bucketColumns are channels' sums in power buckets as the arrays the
+// statements take.
+type bucketColumns struct {
+	res                   []int32
+	start                 []int64
+	channel               [][]byte
+	joules, covered, peak []float64
+}
+
+// add appends a channel's sum in the bucket of res seconds from start.
+func (c *bucketColumns) add(res, start int64, s powerlog.Sum) {
+	c.res = append(c.res, int32(res))
+	c.start = append(c.start, start)
+	c.channel = append(c.channel, s.Key)
+	c.joules = append(c.joules, s.Joules)
+	c.covered = append(c.covered, s.Covered)
+	c.peak = append(c.peak, s.Peak)
+}
+
+func (c *bucketColumns) args() []any {
+	return []any{c.res, c.start, c.channel, c.joules, c.covered, c.peak}
 }
 
 // Power is the workers' power history in PostgreSQL, recorded through the

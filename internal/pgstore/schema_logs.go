@@ -24,6 +24,9 @@ package pgstore
 // so that it lists in bbolt's byte order; so are the ids in keys and
 // indexes, which a locale's collation would only make slower to compare.
 //
+// The three totals tables share their counters (totalsCounters), which
+// the statements of usage.go name in totalsColumns.
+//
 // Power buckets hold one row per channel; through, the end of the last
 // window recorded of each worker, is moved in the same statement that
 // adds a report's buckets, and only forward (power.go).
@@ -50,59 +53,20 @@ CREATE INDEX svc_usage_rows_worker ON svc_usage_rows (org_id, worker_id, created
 
 CREATE TABLE svc_usage_days (
 	org_id              text COLLATE "C" NOT NULL,
-	day                 date NOT NULL,
-	requests            bigint NOT NULL,
-	succeeded           bigint NOT NULL,
-	failed              bigint NOT NULL,
-	cancelled           bigint NOT NULL,
-	prompt_tokens       bigint NOT NULL,
-	completion_tokens   bigint NOT NULL,
-	total_tokens        bigint NOT NULL,
-	reasoning_tokens    bigint NOT NULL,
-	cached_tokens       bigint NOT NULL,
-	images              bigint NOT NULL,
-	request_duration_ms bigint NOT NULL,
-	audio_seconds       double precision NOT NULL,
-	energy_wh           double precision NOT NULL,
+	day                 date NOT NULL,` + totalsCounters + `
 	PRIMARY KEY (org_id, day)
 );
 CREATE TABLE svc_usage_models (
 	org_id              text COLLATE "C" NOT NULL,
 	day                 date NOT NULL,
-	model               text COLLATE "C" NOT NULL,
-	requests            bigint NOT NULL,
-	succeeded           bigint NOT NULL,
-	failed              bigint NOT NULL,
-	cancelled           bigint NOT NULL,
-	prompt_tokens       bigint NOT NULL,
-	completion_tokens   bigint NOT NULL,
-	total_tokens        bigint NOT NULL,
-	reasoning_tokens    bigint NOT NULL,
-	cached_tokens       bigint NOT NULL,
-	images              bigint NOT NULL,
-	request_duration_ms bigint NOT NULL,
-	audio_seconds       double precision NOT NULL,
-	energy_wh           double precision NOT NULL,
+	model               text COLLATE "C" NOT NULL,` + totalsCounters + `
 	PRIMARY KEY (org_id, day, model)
 );
 CREATE TABLE svc_usage_workers (
 	org_id              text COLLATE "C" NOT NULL,
 	day                 date NOT NULL,
 	worker_id           text COLLATE "C" NOT NULL,
-	name                text NOT NULL,
-	requests            bigint NOT NULL,
-	succeeded           bigint NOT NULL,
-	failed              bigint NOT NULL,
-	cancelled           bigint NOT NULL,
-	prompt_tokens       bigint NOT NULL,
-	completion_tokens   bigint NOT NULL,
-	total_tokens        bigint NOT NULL,
-	reasoning_tokens    bigint NOT NULL,
-	cached_tokens       bigint NOT NULL,
-	images              bigint NOT NULL,
-	request_duration_ms bigint NOT NULL,
-	audio_seconds       double precision NOT NULL,
-	energy_wh           double precision NOT NULL,
+	name                text NOT NULL,` + totalsCounters + `
 	PRIMARY KEY (org_id, day, worker_id)
 );
 
@@ -140,3 +104,21 @@ CREATE TABLE svc_power_buckets (
 );
 CREATE INDEX svc_power_buckets_age ON svc_power_buckets (res, start);
 `
+
+// totalsCounters are the counters of every totals table, as version 2
+// made them: a later version that adds one alters the tables rather
+// than editing this.
+const totalsCounters = `
+	requests            bigint NOT NULL,
+	succeeded           bigint NOT NULL,
+	failed              bigint NOT NULL,
+	cancelled           bigint NOT NULL,
+	prompt_tokens       bigint NOT NULL,
+	completion_tokens   bigint NOT NULL,
+	total_tokens        bigint NOT NULL,
+	reasoning_tokens    bigint NOT NULL,
+	cached_tokens       bigint NOT NULL,
+	images              bigint NOT NULL,
+	request_duration_ms bigint NOT NULL,
+	audio_seconds       double precision NOT NULL,
+	energy_wh           double precision NOT NULL,`

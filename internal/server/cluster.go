@@ -20,11 +20,31 @@ type Cluster struct {
 	Lease interface{ State() cluster.State }
 	// Outbox tells what is recorded here and not yet in the database.
 	Outbox func() (records int64, oldest time.Time)
+	// Secret is the cluster's shared secret, which signs the request ids
+	// of forwarded requests.
+	Secret string
 }
 
 // standbyRetryAfter is the Retry-After of a standby's refusal: a load
 // balancer's health checks move traffic to the leader within seconds.
 const standbyRetryAfter = 2 * time.Second
+
+// serveAt is where the call's API request is served: "" here, or the
+// leader's URL when this replica stands by and forwards it there; err
+// when it stands by and knows no leader to forward to.
+func (s *Server) serveAt(c *call) (leader string, err error) {
+	if s.cluster == nil {
+		return "", nil
+	}
+	st := s.cluster.Lease.State()
+	switch {
+	case st.Leading:
+		return "", nil
+	case st.LeaderURL != "" && s.forwarder != nil:
+		return st.LeaderURL, nil
+	}
+	return "", s.standby(c)
+}
 
 // standby is why this replica does not serve the API, nil when it does: it
 // is a standby, or a leader that has stood down. Only a cluster has
@@ -88,8 +108,11 @@ func (s *Server) ready(c *call) error {
 	switch url, standby := s.leaderURL(); {
 	case s.draining.Load():
 		r = api.Readiness{Reason: "draining"}
-	case standby:
+	case standby && (url == "" || s.forwarder == nil):
 		r = api.Readiness{Reason: "standby", LeaderURL: url}
+	case standby:
+		// It serves by forwarding to the leader.
+		r.LeaderURL = url
 	}
 	status := http.StatusOK
 	if !r.Ready {

@@ -111,3 +111,64 @@ svc_outbox_records 12
 		t.Fatal(err)
 	}
 }
+
+// A request id forwarded by a replica is taken only with the cluster's
+// signature; a client cannot choose its own.
+func TestForwardedRequestID(t *testing.T) {
+	f := newForwarder("s3cret")
+	other := newForwarder("another")
+	for _, tc := range []struct {
+		name, header, want string
+	}{
+		{"signed by a replica", "req-1." + f.sign("req-1"), "req-1"},
+		{"absent", "", ""},
+		{"signed with another secret", "req-1." + other.sign("req-1"), ""},
+		{"signature of another id", "req-2." + f.sign("req-1"), ""},
+		{"no signature", "req-1", ""},
+		{"empty id", "." + f.sign(""), ""},
+		{"id too long", strings.Repeat("x", 65) + "." + f.sign(strings.Repeat("x", 65)), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := &fasthttp.RequestCtx{}
+			if tc.header != "" {
+				ctx.Request.Header.Set(forwardHeader, tc.header)
+			}
+			if got := f.forwardedID(ctx); got != tc.want {
+				t.Fatalf("forwardedID = %q, want %q", got, tc.want)
+			}
+		})
+	}
+	var none *forwarder
+	ctx := &fasthttp.RequestCtx{}
+	ctx.Request.Header.Set(forwardHeader, "req-1."+f.sign("req-1"))
+	if got := none.forwardedID(ctx); got != "" {
+		t.Fatalf("a single host took the forwarded id %q", got)
+	}
+}
+
+// A standby that knows its leader forwards; one that knows none refuses.
+func TestStandbyServesAt(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		state   cluster.State
+		forward bool
+		want    string
+		refused bool
+	}{
+		{name: "leader", state: cluster.State{Leading: true, LeaderURL: "http://a"}, forward: true},
+		{name: "standby forwarding", state: cluster.State{LeaderURL: "http://a"}, forward: true, want: "http://a"},
+		{name: "standby, no leader", state: cluster.State{}, forward: true, refused: true},
+		{name: "standby without a secret", state: cluster.State{LeaderURL: "http://a"}, refused: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &Server{metrics: newMetrics(buildinfo.Info{}), cluster: &Cluster{Lease: leaseAt(tc.state)}}
+			if tc.forward {
+				s.forwarder = newForwarder("s")
+			}
+			got, err := s.serveAt(&call{ctx: &fasthttp.RequestCtx{}})
+			if got != tc.want || (err != nil) != tc.refused {
+				t.Fatalf("serveAt = %q, %v", got, err)
+			}
+		})
+	}
+}

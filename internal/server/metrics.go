@@ -24,7 +24,10 @@ type metrics struct {
 	// backlog was at its bound.
 	storeRefused prometheus.Counter
 	stalls       prometheus.Counter
-	serve        func(*call) error
+	// forwards counts the requests a standby sent to its leader, by
+	// outcome (forwarded, unreachable).
+	forwards *prometheus.CounterVec
+	serve           func(*call) error
 }
 
 func newMetrics(build buildinfo.Info) *metrics {
@@ -47,12 +50,16 @@ func newMetrics(build buildinfo.Info) *metrics {
 		Name: "svc_client_stalls_total",
 		Help: "Connections cut off because their client took no byte of a response for the stall timeout.",
 	})
+	m.forwards = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "svc_forwarded_requests_total",
+		Help: "API requests this replica, standing by, sent to the cluster's leader to be served, by outcome: forwarded, or unreachable (answered 503).",
+	}, []string{"outcome"})
 	info := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "svc_build_info",
 		Help: "The running build; always 1.",
 	}, []string{"version", "commit", "goversion"})
 	info.WithLabelValues(build.Version, build.Commit, build.Go).Set(1)
-	m.reg.MustRegister(m.requests, m.latency, m.storeRefused, m.stalls, info,
+	m.reg.MustRegister(m.requests, m.latency, m.storeRefused, m.stalls, m.forwards, info,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	h := fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))

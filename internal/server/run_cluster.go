@@ -55,6 +55,7 @@ type clusterParts struct {
 	id      string
 	version string
 	db      *pgstore.Store
+	secret  string
 	ship    *pgstore.Shipper
 	lease   *cluster.Lease
 }
@@ -69,11 +70,16 @@ func openCluster(ctx context.Context, cfg Config, log *slog.Logger) (*clusterPar
 	if err != nil {
 		return nil, fmt.Errorf("open the cluster's database: %w", err)
 	}
+	secret, err := db.ClusterSecret(ctx)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
 	if cfg.Cluster.LeaseTTL <= 0 {
 		cfg.Cluster.LeaseTTL = DefaultLeaseTTL
 	}
 	log.Info("cluster: replica on a shared database", "replica_id", id, "lease_ttl", cfg.Cluster.LeaseTTL.String())
-	return &clusterParts{cfg: cfg.Cluster, log: log, id: id, version: cfg.Build.Version, db: db}, nil
+	return &clusterParts{cfg: cfg.Cluster, log: log, id: id, version: cfg.Build.Version, db: db, secret: secret}, nil
 }
 
 // replicaID reads the replica's id from the data directory, making one
@@ -158,7 +164,7 @@ func (c *clusterParts) serverCluster() *Cluster {
 	if c == nil {
 		return nil
 	}
-	return &Cluster{ReplicaID: c.id, Lease: c.lease, Outbox: c.outbox}
+	return &Cluster{ReplicaID: c.id, Lease: c.lease, Outbox: c.outbox, Secret: c.secret}
 }
 
 func (c *clusterParts) runLease(ctx context.Context) error { return c.lease.Run(ctx) }

@@ -56,6 +56,7 @@ type Server struct {
 	power     *PowerBook
 	rentals   atomic.Pointer[rental.Manager] // nil while a cluster replica stands by
 	cluster   *Cluster                       // nil on a single host
+	forwarder *forwarder                     // a cluster replica's way to its leader; nil on a single host
 	inflight  *usage.Tracker
 	relay     *relay.Relay
 	spoolDir  string
@@ -149,6 +150,9 @@ func New(d Deps) *Server {
 	}
 	if d.Cluster != nil {
 		s.metrics.reg.MustRegister(newClusterMetrics(d.Cluster))
+		if d.Cluster.Secret != "" {
+			s.forwarder = newForwarder(d.Cluster.Secret)
+		}
 	}
 	if d.Writes != nil {
 		s.writes = d.Writes
@@ -387,7 +391,10 @@ type call struct {
 // handler, error body, metrics.
 func (s *Server) dispatch(ctx *fasthttp.RequestCtx, m *mux, console bool) {
 	start := time.Now()
-	c := call{ctx: ctx, requestID: uuid.NewString()}
+	c := call{ctx: ctx, requestID: s.forwarder.forwardedID(ctx)}
+	if c.requestID == "" {
+		c.requestID = uuid.NewString()
+	}
 	ctx.Response.Header.Set("X-Request-Id", c.requestID)
 	method, path := string(ctx.Method()), string(ctx.Path())
 	r, allow := m.match(method, path, &c.params)
@@ -411,17 +418,24 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, m *mux, console bool) {
 	case r != nil:
 		label = r.path
 		c.route = r
+		// A standby forwards an API request to its leader, its body
+		// read whole first.
+		var leader string
 		if err = s.authorize(&c, console); err == nil && r.access == accessKey {
-			err = s.standby(&c)
+			leader, err = s.serveAt(&c)
 		}
 		if err == nil {
 			drain = m.limitFor(ctx.Request.Header.RequestURI())
-			if !r.streamed {
+			if !r.streamed || leader != "" {
 				if err = readBody(ctx, drain); errors.Is(err, errOverLimit) {
 					err = s.tooLarge(ctx, m, console)
 				}
 			}
-			if err == nil {
+			switch {
+			case err != nil:
+			case leader != "":
+				err = s.forward(&c, leader)
+			default:
 				err = r.handle(&c)
 			}
 		}

@@ -117,21 +117,15 @@ func listing(t *testing.T, svc *account.Service) string {
 		}
 		// Keys made in the same millisecond list in no set order.
 		slices.SortFunc(ol.Keys, func(a, b api.APIKey) int { return strings.Compare(a.ID, b.ID) })
-		for i, k := range ol.Keys {
-			if k.LastUsedAt != nil {
-				at := k.LastUsedAt.Truncate(time.Microsecond)
-				ol.Keys[i].LastUsedAt = &at
-			}
+		for i := range ol.Keys {
+			ol.Keys[i].LastUsedAt = toMicrosecond(ol.Keys[i].LastUsedAt)
 		}
 		if ol.Tokens, err = svc.ListWorkerTokens(o.Name); err != nil {
 			t.Fatal(err)
 		}
 		slices.SortFunc(ol.Tokens, func(a, b api.WorkerToken) int { return strings.Compare(a.ID, b.ID) })
-		for i, k := range ol.Tokens {
-			if k.LastUsedAt != nil {
-				at := k.LastUsedAt.Truncate(time.Microsecond)
-				ol.Tokens[i].LastUsedAt = &at
-			}
+		for i := range ol.Tokens {
+			ol.Tokens[i].LastUsedAt = toMicrosecond(ol.Tokens[i].LastUsedAt)
 		}
 		all.Orgs = append(all.Orgs, ol)
 	}
@@ -140,6 +134,15 @@ func listing(t *testing.T, svc *account.Service) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// toMicrosecond is at cut to the microsecond; nil stays nil.
+func toMicrosecond(at *time.Time) *time.Time {
+	if at == nil {
+		return nil
+	}
+	micro := at.Truncate(time.Microsecond)
+	return &micro
 }
 
 func bootstrapPersistFails(t *testing.T, st account.Store) {

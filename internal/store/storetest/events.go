@@ -13,13 +13,6 @@ import (
 	"github.com/svc-dev/svc/internal/store"
 )
 
-// Events runs the worker events log's conformance tests.
-func Events(t *testing.T, open OpenLogs) {
-	t.Run("ListNewestFirstFilteredAndPaged", func(t *testing.T) { eventsPaged(t, open(t)) })
-	t.Run("StoredOnceUnderReplay", func(t *testing.T) { eventsReplay(t, open(t)) })
-	t.Run("PruneOlderAtMostMax", func(t *testing.T) { eventsPrune(t, open(t)) })
-}
-
 var eventTypes = []string{api.EventConnected, api.EventDisconnected, api.EventHealthChanged}
 
 // workerEvents makes n events within span before Now, of 4 workers and
@@ -72,7 +65,8 @@ func allEvents(t testing.TB, e store.Events, org string) []api.WorkerEvent {
 }
 
 // ListEvents lists an organisation's events newest first (those of one
-// instant newest recorded first), filtered by worker and type, paged.
+// instant newest recorded first), and no one else's, filtered by worker
+// and type, paged.
 func eventsPaged(t *testing.T, l Logs) {
 	rng := rand.New(rand.NewPCG(21, 22))
 	byOrg := map[string][]api.WorkerEvent{
@@ -107,7 +101,8 @@ func eventsPaged(t *testing.T, l Logs) {
 		})
 		for _, q := range []store.EventQuery{
 			{Limit: 1000}, {Limit: 5}, {Limit: 5, Offset: 7}, {WorkerID: "w1", Limit: 1000}, {WorkerID: "w2", Limit: 3, Offset: 2},
-			{EventType: api.EventDisconnected, Limit: 1000}, {WorkerID: "w3", EventType: api.EventHealthChanged, Limit: 1000},
+			{EventType: api.EventDisconnected, Limit: 1000}, {EventType: api.EventDisconnected, Limit: 2, Offset: 2},
+			{WorkerID: "w3", EventType: api.EventHealthChanged, Limit: 1000},
 			{WorkerID: "w9", Limit: 10}, {Limit: 10, Offset: len(evs)}, {Limit: 0}, {Limit: 4, Offset: -2},
 		} {
 			want := []api.WorkerEvent{}
@@ -132,6 +127,13 @@ func eventsPaged(t *testing.T, l Logs) {
 			if got == nil || !reflect.DeepEqual(got, want) {
 				t.Fatalf("org %s %+v: %d events, want %d\n got %+v\nwant %+v", org, q, len(got), len(want), got, want)
 			}
+		}
+	}
+	// Organisations without events: one whose id extends another's, and
+	// one whose id another's extends.
+	for _, org := range []string{"org-ab", "or"} {
+		if got, err := l.Events.ListEvents(org, store.EventQuery{Limit: 10}); err != nil || got == nil || len(got) != 0 {
+			t.Fatalf("organisation %s without events: %v, %v", org, got, err)
 		}
 	}
 }

@@ -11,13 +11,6 @@ import (
 	"github.com/svc-dev/svc/internal/store"
 )
 
-// Power runs the power history's conformance tests.
-func Power(t *testing.T, open OpenLogs) {
-	t.Run("AddAndBuckets", func(t *testing.T) { powerAddAndBuckets(t, open(t)) })
-	t.Run("WindowsStoredOnceUnderResend", func(t *testing.T) { powerOnce(t, open(t)) })
-	t.Run("PruneEachLayer", func(t *testing.T) { powerPrune(t, open(t)) })
-}
-
 // reading is one channel's figures: joules, covered seconds, peak watts.
 type reading struct{ j, c, p float64 }
 
@@ -67,7 +60,7 @@ func buckets(t testing.TB, p store.Power, worker string, res int64, first, last 
 // Add stores what it is handed: each delta added to its bucket, keyed
 // apart from a worker whose id extends this one's; Buckets reads a range
 // back in time order, each bucket's channels in key order; Workers tells
-// each worker's through and channels.
+// each worker's through and channels, which a report without them leaves.
 func powerAddAndBuckets(t *testing.T, l Logs) {
 	p := l.Power
 	p.Add("w1", []powerlog.Delta{
@@ -82,6 +75,8 @@ func powerAddAndBuckets(t *testing.T, l Logs) {
 		{Res: 60, Start: minute(1).Unix(), Sums: sums("cpu", reading{900, 30, 31}, "system", reading{600, 10, 160})},
 		{Res: 60, Start: minute(3).Unix(), Sums: sums("system", reading{60, 60, 1})},
 	}, minute(4).UnixNano(), nil)
+	// A report without a through adds its sums and leaves the through.
+	p.Add("w10", []powerlog.Delta{{Res: 60, Start: minute(0).Unix(), Sums: sums("system", reading{1, 1, 1})}}, 0, nil)
 	// A report without windows or channels stores nothing.
 	p.Add("w2", nil, 0, nil)
 	l.Sync(t)
@@ -104,7 +99,8 @@ func powerAddAndBuckets(t *testing.T, l Logs) {
 		minute(0): {"system": {13200, 120, 150}}}) {
 		t.Errorf("hourly buckets: %v", got)
 	}
-	if got, _ := buckets(t, p, "w10", 60, minute(-60), minute(60)); len(got) != 1 {
+	if got, _ := buckets(t, p, "w10", 60, minute(-60), minute(60)); !reflect.DeepEqual(got, map[time.Time]map[string]reading{
+		minute(0): {"system": {2, 2, 1}}}) {
 		t.Errorf("w10: %v", got)
 	}
 	if err := p.Buckets("w1", 120, 0, minute(5).Unix(), func(int64, []powerlog.Sum) {}); err == nil {

@@ -16,46 +16,6 @@ import (
 	"github.com/svc-dev/svc/internal/usage"
 )
 
-// Logs are the stores under test of the usage log, worker events and
-// power history, fresh and empty.
-type Logs struct {
-	Usage  store.Usage
-	Events store.Events
-	Power  store.Power
-	// Sync makes everything recorded so far readable: events and power
-	// reports as well as usage rows.
-	Sync func(t testing.TB)
-	// Resend writes again what the store wrote last, as after a crash
-	// between a shipment's commit and the outbox letting it go; nil for a
-	// store that ships nothing.
-	Resend func(t testing.TB)
-	// Keyed is true for a store that keeps a usage row or an event once
-	// however often it is recorded (by request id, by event id), and
-	// applies a power report only past the worker's stored through: as
-	// one that ships through an outbox must, since it sends again what
-	// it is unsure it sent.
-	Keyed bool
-}
-
-// OpenLogs returns fresh, empty stores, closed when t ends.
-type OpenLogs func(t *testing.T) Logs
-
-// Now is the clock of the suite: rows reach back four months from it, so
-// that they span several calendar months.
-var Now = time.Date(2026, 11, 15, 10, 0, 0, 0, time.UTC)
-
-// Usage runs the usage log's conformance tests.
-func Usage(t *testing.T, open OpenLogs) {
-	t.Run("TotalsEqualRowsUnderReplay", func(t *testing.T) { usageTotalsEqualRows(t, open(t)) })
-	t.Run("LogsNewestFirstFilteredAndPaged", func(t *testing.T) { usageLogsPaged(t, open(t)) })
-	t.Run("SameInstantNewestRecordedFirst", func(t *testing.T) { usageSameInstant(t, open(t)) })
-	t.Run("AggregatesAsRecorded", func(t *testing.T) { usageAggregates(t, open(t)) })
-	t.Run("PruneDeletesOlderRowsKeepsTotals", func(t *testing.T) { usagePrune(t, open(t)) })
-	t.Run("SyncReadsYourWrites", func(t *testing.T) { usageSync(t, open(t)) })
-}
-
-func ptr[T any](v T) *T { return &v }
-
 // requestID is a request id as the server makes one: a lower-case UUID.
 func requestID(rng *rand.Rand) string {
 	return fmt.Sprintf("%08x-%04x-4%03x-8%03x-%012x", rng.Uint32(), rng.Uint32()&0xffff, rng.Uint32()&0xfff,
@@ -333,7 +293,8 @@ func usageLogsPaged(t *testing.T, l Logs) {
 		return out
 	}
 	for org, rows := range byOrg {
-		for _, worker := range []string{"", "w-01", "w-12", "w-99"} {
+		// "w-1" is a prefix of "w-10" to "w-12", and matches none of them.
+		for _, worker := range []string{"", "w-01", "w-12", "w-1", "w-99"} {
 			all := filter(rows, worker)
 			for _, page := range []struct{ limit, offset int }{
 				{1, 0}, {7, 0}, {7, 3}, {100, 50}, {1000, 0}, {10, len(all) - 1}, {10, len(all)}, {10, len(all) + 5}, {0, 0}, {-1, 0}, {5, -3},
@@ -354,8 +315,12 @@ func usageLogsPaged(t *testing.T, l Logs) {
 			}
 		}
 	}
-	if got, err := l.Usage.Logs("org-ab", store.UsageQuery{Limit: 10}); err != nil || len(got) != 0 || got == nil {
-		t.Fatalf("an organisation without rows: %v, %v", got, err)
+	// Organisations without rows: one whose id extends another's, and one
+	// whose id another's extends.
+	for _, org := range []string{"org-ab", "or"} {
+		if got, err := l.Usage.Logs(org, store.UsageQuery{Limit: 10}); err != nil || len(got) != 0 || got == nil {
+			t.Fatalf("organisation %s without rows: %v, %v", org, got, err)
+		}
 	}
 }
 
@@ -481,9 +446,10 @@ func usageAggregates(t *testing.T, l Logs) {
 	}
 }
 
-// PruneUsage deletes exactly the rows created before the cut-off, across
-// whole months and within one, and returns how many; the totals stay as
-// they were, and pruning again deletes nothing.
+// PruneUsage deletes exactly the rows created before the cut-off, of
+// every organisation, across whole months and within one, and returns how
+// many; the totals stay as they were, and pruning again deletes nothing.
+// A cancelled context deletes nothing and says so.
 func usagePrune(t *testing.T, l Logs) {
 	rng := rand.New(rand.NewPCG(9, 10))
 	rows := usageRows(rng, 600, 120*24*time.Hour)
@@ -494,34 +460,47 @@ func usagePrune(t *testing.T, l Logs) {
 		api.UsageRow{ID: requestID(rng), CreatedAt: cut, Model: "m", StatusCode: 200, TotalTokens: 1})
 	var all []recorded
 	for _, r := range rows {
-		l.Usage.Record("org", r)
 		all = append(all, recorded{"org", r})
 	}
+	for _, r := range usageRows(rng, 100, 120*24*time.Hour) {
+		all = append(all, recorded{"org-a", r})
+	}
+	for _, x := range all {
+		l.Usage.Record(x.org, x.row)
+	}
 	l.Sync(t)
-	checkUsage(t, l.Usage, all, "org")
-	before, _ := storedAggregates(t, l.Usage, "org")
-	var kept []api.UsageRow
+	orgs := []string{"org", "org-a"}
+	checkUsage(t, l.Usage, all, orgs...)
+	before, _ := storedAggregates(t, l.Usage, orgs...)
+	kept := map[string][]api.UsageRow{}
 	old := 0
-	for _, r := range rows {
-		if r.CreatedAt.Before(cut) {
+	for _, x := range all {
+		if x.row.CreatedAt.Before(cut) {
 			old++
 		} else {
-			kept = append(kept, cleaned(r))
+			kept[x.org] = append(kept[x.org], cleaned(x.row))
 		}
 	}
-	if old < 300 || len(kept) < 100 {
-		t.Fatalf("fixture: %d old rows, %d kept", old, len(kept))
+	if old < 300 || len(kept["org"]) < 100 || len(kept["org-a"]) < 20 {
+		t.Fatalf("fixture: %d old rows, %d and %d kept", old, len(kept["org"]), len(kept["org-a"]))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if n, err := l.Usage.PruneUsage(ctx, cut); n != 0 || !errors.Is(err, context.Canceled) {
+		t.Fatalf("PruneUsage after cancel = %d, %v", n, err)
 	}
 	n, err := l.Usage.PruneUsage(context.Background(), cut)
 	if err != nil || n != old {
 		t.Fatalf("PruneUsage = %d, %v; %d rows are older", n, err, old)
 	}
-	got := allRows(t, l.Usage, "org")
-	slices.SortFunc(kept, func(a, b api.UsageRow) int { return b.CreatedAt.Compare(a.CreatedAt) })
-	if !reflect.DeepEqual(got, kept) {
-		t.Fatalf("%d rows left, want %d (first differing at %d)", len(got), len(kept), firstDiff(got, kept))
+	for _, org := range orgs {
+		got, want := allRows(t, l.Usage, org), kept[org]
+		slices.SortFunc(want, func(a, b api.UsageRow) int { return b.CreatedAt.Compare(a.CreatedAt) })
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("org %s: %d rows left, want %d (first differing at %d)", org, len(got), len(want), firstDiff(got, want))
+		}
 	}
-	after, _ := storedAggregates(t, l.Usage, "org")
+	after, _ := storedAggregates(t, l.Usage, orgs...)
 	if !reflect.DeepEqual(after, before) {
 		t.Fatal("pruning changed the totals")
 	}
@@ -532,13 +511,13 @@ func usagePrune(t *testing.T, l Logs) {
 	late := api.UsageRow{ID: requestID(rng), CreatedAt: cut.AddDate(0, -2, 0), Model: "m", StatusCode: 200, TotalTokens: 1}
 	l.Usage.Record("org", late)
 	l.Sync(t)
-	if got := allRows(t, l.Usage, "org"); len(got) != len(kept)+1 || got[len(got)-1].ID != late.ID {
-		t.Fatalf("a row of a pruned month: %d rows, want %d", len(got), len(kept)+1)
+	if got := allRows(t, l.Usage, "org"); len(got) != len(kept["org"])+1 || got[len(got)-1].ID != late.ID {
+		t.Fatalf("a row of a pruned month: %d rows, want %d", len(got), len(kept["org"])+1)
 	}
 }
 
 // A row recorded before Sync is in every read after it, the log and the
-// totals alike.
+// totals alike; with nothing recorded since, Sync returns at once.
 func usageSync(t *testing.T, l Logs) {
 	rng := rand.New(rand.NewPCG(11, 12))
 	for i := range 10 {
@@ -560,5 +539,12 @@ func usageSync(t *testing.T, l Logs) {
 		if len(rows) != i+1 || sum.Requests != int64(i+1) {
 			t.Fatalf("after %d rows: %d in the log, %d in the totals", i+1, len(rows), sum.Requests)
 		}
+	}
+	// Nothing pending: Sync does not wait.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := l.Usage.Sync(ctx); err != nil || time.Since(start) > time.Second {
+		t.Fatalf("idle Sync: %v after %v", err, time.Since(start))
 	}
 }
