@@ -382,8 +382,8 @@ func (c *cluster) waitOutboxEmpty(ctx context.Context, timeout time.Duration) (t
 }
 
 // settle waits, once the load has stopped, until every row it made is in
-// the database: a usage read on the leader first waits for the rows
-// recorded before it, and every outbox is then empty. It returns how long
+// the database: nothing is in progress, a usage read on the leader first
+// waits for the rows recorded before it, and every outbox is then empty. It returns how long
 // the outboxes took to empty after the read.
 func (c *cluster) settle(ctx context.Context) (time.Duration, error) {
 	// A connection kept from a failover may still be spliced to a
@@ -391,7 +391,16 @@ func (c *cluster) settle(ctx context.Context) (time.Duration, error) {
 	client.CloseIdleConnections()
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	// A request its client gave up on may still be running on the
+	// leader, to be recorded when it ends.
 	var last string
+	if err := harness.Poll(wctx, 100*time.Millisecond, func() bool {
+		st, body, err := c.api.do(wctx, "GET", "/api/v1/usage/inflight", nil)
+		last = fmt.Sprintf("%d %s %v", st, tail(string(body), 200), err)
+		return err == nil && st == http.StatusOK && strings.TrimSpace(string(body)) == "[]"
+	}); err != nil {
+		return 0, fmt.Errorf("requests still in progress after the load stopped: %s", last)
+	}
 	if err := harness.Poll(wctx, 100*time.Millisecond, func() bool {
 		st, body, err := c.api.do(wctx, "GET", "/api/v1/usage/summary?days=1", nil)
 		last = fmt.Sprintf("%d %s %v", st, tail(string(body), 200), err)
@@ -630,7 +639,7 @@ func judgeFailures(r *result, fails []loadFailure) map[string]int {
 		class, ok := failoverFailure(f.err)
 		kinds[class]++
 		if !ok {
-			r.fail("request sent at %s failed in a way no failover may: %s (%s)", f.start.Format("15:04:05.000"), class, tail(f.err.Msg, 200))
+			r.fail("request %s sent at %s failed in a way no failover may: %s (%s)", f.err.ID, f.start.Format("15:04:05.000"), class, tail(f.err.Msg, 200))
 		}
 	}
 	return kinds

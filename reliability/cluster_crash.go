@@ -124,7 +124,7 @@ func clusterCrash(ctx context.Context, h *rig, r *result) error {
 		class, _ := failoverFailure(f.err)
 		outside[class]++
 		if outside[class] <= 5 {
-			r.fail("request sent at %s, outside any failover, failed: %s (%s)", f.start.Format("15:04:05.000"), class, tail(f.err.Msg, 200))
+			r.fail("request %s sent at %s, outside any failover, failed: %s (%s)", f.err.ID, f.start.Format("15:04:05.000"), class, tail(f.err.Msg, 200))
 		}
 	}
 	for class, n := range outside {

@@ -152,7 +152,7 @@ func clusterDB(ctx context.Context, h *rig, r *result) error {
 		}
 		class, _ := failoverFailure(f.err)
 		if outside[class]++; outside[class] <= 5 {
-			r.fail("request sent at %s, outside the failover, failed: %s (%s)", f.start.Format("15:04:05.000"), class, tail(f.err.Msg, 200))
+			r.fail("request %s sent at %s, outside the failover, failed: %s (%s)", f.err.ID, f.start.Format("15:04:05.000"), class, tail(f.err.Msg, 200))
 		}
 	}
 

@@ -216,7 +216,9 @@ type loadError struct {
 	Cut bool
 	// Timeout: the client gave up waiting.
 	Timeout bool
-	Msg     string
+	// ID is the response's X-Request-Id, "" when none came.
+	ID  string
+	Msg string
 }
 
 func (e *loadError) Error() string { return e.Msg }
@@ -301,7 +303,7 @@ func (l *crashLoad) request(ctx context.Context, kind int, prompt string) (strin
 	defer resp.Body.Close()
 	b, readErr := io.ReadAll(resp.Body)
 	id := resp.Header.Get("X-Request-Id")
-	fail := &loadError{Status: resp.StatusCode, Code: resp.Header.Get("X-Svc-Error-Code")}
+	fail := &loadError{Status: resp.StatusCode, Code: resp.Header.Get("X-Svc-Error-Code"), ID: id}
 	var reply struct {
 		Usage *usageCounts `json:"usage"`
 	}
