@@ -59,7 +59,7 @@ func (s *Server) standby(c *call) error {
 	}
 	// The client's next request on this connection would come here
 	// again: a load balancer places connections, not requests, so the
-	// connection is closed for the next one to be placed on the leader.
+	// connection is closed for the next one to be placed afresh.
 	c.ctx.SetConnectionClose()
 	msg := "This gateway replica is a standby and does not serve the API; no replica leads the cluster yet"
 	if st.LeaderURL != "" {
