@@ -1,8 +1,10 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"strings"
 	"syscall"
@@ -219,5 +221,78 @@ func TestClusterMigrate(t *testing.T) {
 		if a, b := before[k], after.JSON(t)[k]; a != b {
 			t.Errorf("%s: %v on the single host, %v on the cluster", k, a, b)
 		}
+	}
+}
+
+// What a standby forwards ends as on a single host: a client that goes
+// away mid-request frees the leader's worker slot and leaves a 499 row,
+// and a stream whose leader dies ends with the spec's error frame and
+// [DONE], never as if it were complete.
+func TestClusterForwardingEnds(t *testing.T) {
+	pg := pgtest.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	db, err := pg.CreateDB(ctx, "svc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := startReplica(t, db, "")
+	a.waitLog("cluster: leading", 15*time.Second)
+	b := startReplica(t, db, "")
+	b.waitLog("cluster: standing by", 15*time.Second)
+	key := a.adminKey()
+	w := launchWorker(t, a.URL, a.tokenFile(), "slow", "--engine", "sim=tps=20,ttft=0")
+	w.waitLog("connected to the gateway", 15*time.Second)
+
+	// A unary request the client abandons.
+	reqCtx, abandon := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(reqCtx, "POST", b.URL+"/v1/chat/completions",
+		strings.NewReader(`{"model":"sim-chat","messages":[{"role":"user","content":"long"}],"max_tokens":100000}`))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	go func() {
+		time.Sleep(time.Second)
+		abandon()
+	}()
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		resp.Body.Close()
+		t.Fatalf("the abandoned request was answered %s", resp.Status)
+	}
+	var logs, inflight reply
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		logs = a.do("GET", "/api/v1/usage/logs?limit=10", "", bearer(key))
+		inflight = a.do("GET", "/api/v1/usage/inflight", "", bearer(key))
+		if strings.Contains(string(logs.Body), `"status_code":499`) && strings.TrimSpace(string(inflight.Body)) == "[]" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no 499 row for the abandoned request, or its slot still held:\n%s\n%s", logs.Body, inflight.Body)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	// A stream whose leader is killed once it has begun.
+	sreq, _ := http.NewRequest("POST", b.URL+"/v1/chat/completions",
+		strings.NewReader(`{"model":"sim-chat","stream":true,"messages":[{"role":"user","content":"long"}],"max_tokens":100000}`))
+	sreq.Header.Set("Authorization", "Bearer "+key)
+	sreq.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(sreq)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("stream through the standby: %v %v", resp, err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	if _, err := br.ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	_ = a.Kill()
+	rest, err := io.ReadAll(br)
+	if err != nil {
+		t.Fatalf("the stream was cut rather than ended: %v", err)
+	}
+	data := sseData(rest)
+	if len(data) < 2 || data[len(data)-1] != "[DONE]" || !strings.Contains(data[len(data)-2], api.CodeWorkerLost) {
+		t.Fatalf("the stream ended with %q, want a worker_lost error frame and [DONE]", data[max(0, len(data)-2):])
 	}
 }

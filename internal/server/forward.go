@@ -2,15 +2,17 @@ package server
 
 import (
 	"bufio"
+	"bytes"
+	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"io"
-	"net/url"
+	"net"
+	"net/http"
+	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -34,16 +36,28 @@ import (
 // signature.
 const forwardHeader = "X-Svc-Forward"
 
-// forwarder holds a client per leader URL.
+// forwarder holds the connections to the leader.
 type forwarder struct {
 	secret []byte
-
-	mu      sync.Mutex
-	clients map[string]*fasthttp.HostClient
+	// client is net/http's, for what fasthttp's lacks: a request it can
+	// abandon, closing its connection, when the client who sent it goes.
+	client *http.Client
 }
 
 func newForwarder(secret string) *forwarder {
-	return &forwarder{secret: []byte(secret), clients: map[string]*fasthttp.HostClient{}}
+	t := &http.Transport{
+		Proxy:               nil, // replicas reach each other directly
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        4096,
+		MaxIdleConnsPerHost: 4096,
+		IdleConnTimeout:     30 * time.Second,
+		// The leader's bodies are passed on as they are, compressed or not.
+		DisableCompression: true,
+		ForceAttemptHTTP2:  false,
+	}
+	return &forwarder{secret: []byte(secret), client: &http.Client{Transport: t,
+		// A redirect is the leader's answer, passed back to the client.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
 }
 
 // sign is the signature of a forwarded request id.
@@ -71,48 +85,6 @@ func (f *forwarder) forwardedID(ctx *fasthttp.RequestCtx) string {
 // request the leader lets run (its relay timing ends those itself).
 const forwardTimeout = 2 * time.Hour
 
-// client is the pooled client for the leader at base.
-func (f *forwarder) client(base string) (*fasthttp.HostClient, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if c, ok := f.clients[base]; ok {
-		return c, nil
-	}
-	u, err := url.Parse(base)
-	if err != nil || u.Host == "" {
-		return nil, errors.New("the leader's URL is not usable: " + base)
-	}
-	c := &fasthttp.HostClient{
-		Addr:                hostPort(u),
-		IsTLS:               u.Scheme == "https",
-		Name:                "svc-replica",
-		MaxConns:            4096,
-		MaxConnWaitTimeout:  5 * time.Second,
-		ReadTimeout:         forwardTimeout,
-		WriteTimeout:        time.Minute,
-		MaxIdleConnDuration: 30 * time.Second,
-		StreamResponseBody:  true,
-		// The leader's answers are passed on as they are.
-		DisableHeaderNamesNormalizing: true,
-		DisablePathNormalizing:        true,
-	}
-	// Old leaders' clients are dropped as the lease moves on; their idle
-	// connections close by themselves.
-	clear(f.clients)
-	f.clients[base] = c
-	return c, nil
-}
-
-func hostPort(u *url.URL) string {
-	if u.Port() != "" {
-		return u.Host
-	}
-	if u.Scheme == "https" {
-		return u.Host + ":443"
-	}
-	return u.Host + ":80"
-}
-
 // wholeAnswer bounds the answers a standby reads whole before passing
 // them on.
 const wholeAnswer = 1 << 20
@@ -122,69 +94,83 @@ var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Authenticate", "Pro
 	"Te", "Trailer", "Transfer-Encoding", "Upgrade", forwardHeader}
 
 // forward sends the call's request, its body read whole, to the leader at
-// base and answers with the leader's answer.
+// base and answers with the leader's answer. The request is abandoned,
+// and the connection to the leader closed, the moment its client goes:
+// the leader then ends it as a client's disconnect.
 func (s *Server) forward(c *call, base string) error {
-	hc, err := s.forwarder.client(base)
+	ctx, cancel := context.WithTimeout(context.Background(), forwardTimeout)
+	watched := s.watch.add(c.ctx.Conn(), cancel)
+	done := func() {
+		s.watch.remove(watched)
+		cancel()
+	}
+	req, err := http.NewRequestWithContext(ctx, string(c.ctx.Method()), base+string(c.ctx.Request.RequestURI()),
+		bytes.NewReader(c.ctx.Request.Body()))
 	if err != nil {
+		done()
 		return err
 	}
-	req := fasthttp.AcquireRequest()
-	defer fasthttp.ReleaseRequest(req)
-	c.ctx.Request.Header.CopyTo(&req.Header)
+	for k, v := range c.ctx.Request.Header.All() {
+		req.Header.Add(string(k), string(v))
+	}
 	for _, h := range hopHeaders {
 		req.Header.Del(h)
 	}
+	req.Header.Del("Content-Length")
+	req.ContentLength = int64(len(c.ctx.Request.Body()))
 	req.Header.Set(forwardHeader, c.requestID+"."+s.forwarder.sign(c.requestID))
 	req.Header.Set("X-Forwarded-For", c.ctx.RemoteIP().String())
-	req.SetBodyRaw(c.ctx.Request.Body())
-	req.SetHost(hc.Addr)
 
-	resp := fasthttp.AcquireResponse()
-	if err := hc.Do(req, resp); err != nil {
-		fasthttp.ReleaseResponse(resp)
+	resp, err := s.forwarder.client.Do(req)
+	if err != nil {
+		done()
+		if ctx.Err() != nil && errors.Is(ctx.Err(), context.Canceled) {
+			// The client went before the leader answered; nobody reads this.
+			return &api.Error{Kind: api.KindClientGone, Message: "Client disconnected"}
+		}
 		s.metrics.forwards.WithLabelValues("unreachable").Inc()
-		s.log.Warn("forward to the leader", "leader", base, "request_id", c.requestID, "err", err)
+		s.log.Debug("forward to the leader", "leader", base, "request_id", c.requestID, "err", err)
+		c.ctx.SetConnectionClose()
 		return &api.Error{Kind: api.KindUnavailable, Type: api.TypeServiceUnavailable, Code: api.CodeStandby, CodeHeader: true,
 			RetryAfter: standbyRetryAfter, Message: "This gateway replica could not reach the cluster's leader at " + base + " to serve the request; retry"}
 	}
 	s.metrics.forwards.WithLabelValues("forwarded").Inc()
 	out := &c.ctx.Response
-	resp.Header.CopyTo(&out.Header)
-	for _, h := range hopHeaders {
-		out.Header.Del(h)
+	out.SetStatusCode(resp.StatusCode)
+	for k, vs := range resp.Header {
+		if slices.Contains(hopHeaders, k) || k == "Content-Length" {
+			continue
+		}
+		for _, v := range vs {
+			out.Header.Add(k, v)
+		}
 	}
-	body := resp.BodyStream()
 	// An answer of known, modest length is passed on whole, with its
 	// length; a stream, or a large body, as it comes.
-	if cl := resp.Header.ContentLength(); body == nil || (cl >= 0 && cl <= wholeAnswer) {
-		defer fasthttp.ReleaseResponse(resp)
-		if body == nil {
-			out.SetBodyRaw(append([]byte(nil), resp.Body()...))
-			return nil
-		}
-		// Body would read the stream too, but keep it in resp.
-		b, err := io.ReadAll(io.LimitReader(body, wholeAnswer+1))
-		_ = resp.CloseBodyStream()
+	if resp.ContentLength >= 0 && resp.ContentLength <= wholeAnswer {
+		defer done()
+		b, err := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
 		if err != nil {
 			// The leader's head was for its answer, which is not
 			// coming: the error gets one of its own.
 			out.Header.Reset()
 			out.Header.Set("X-Request-Id", c.requestID)
-			return fmt.Errorf("read the leader's answer: %w", err)
+			return s.leaderLost(base, err)
 		}
 		out.SetBodyRaw(b)
 		return nil
 	}
-	out.Header.SetContentLength(-1)
+	sse := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
+	conn := c.ctx.Conn()
 	// Passed on as it arrives, each read flushed: a stream's chunks reach
-	// the client as the leader sends them. A client that goes away ends
-	// the copy, and closing the leader's connection tells it so.
+	// the client as the leader sends them.
 	c.ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
-		defer fasthttp.ReleaseResponse(resp)
-		defer func() { _ = resp.CloseBodyStream() }()
+		defer done()
+		defer resp.Body.Close()
 		buf := make([]byte, 32<<10)
 		for {
-			n, rerr := body.Read(buf)
+			n, rerr := resp.Body.Read(buf)
 			if n > 0 {
 				if _, err := w.Write(buf[:n]); err != nil {
 					return
@@ -193,10 +179,34 @@ func (s *Server) forward(c *call, base string) error {
 					return
 				}
 			}
-			if rerr != nil {
+			switch {
+			case rerr == nil:
+				continue
+			case errors.Is(rerr, io.EOF):
+				return
+			case ctx.Err() != nil:
+				return // the client went
+			}
+			// The leader went mid-answer. A stream ends as one whose
+			// worker was lost does; anything else is cut, so that no
+			// client takes half an answer for a whole one.
+			lost := s.leaderLost(base, rerr)
+			if sse {
+				frame := append([]byte("data: "), inReplyError(lost, formStreamEvent)...)
+				_, _ = w.Write(append(frame, "\n\ndata: [DONE]\n\n"...))
+				_ = w.Flush()
 				return
 			}
+			_ = conn.Close()
+			return
 		}
 	})
 	return nil
+}
+
+// leaderLost is the answer owed when the leader went away mid-answer.
+func (s *Server) leaderLost(base string, err error) error {
+	s.log.Warn("the leader went away during a forwarded request", "leader", base, "err", err)
+	return &api.Error{Kind: api.KindUnavailable, Code: api.CodeWorkerLost, RetryAfter: time.Second,
+		Message: "The cluster's leader went away while serving the request; retry", Err: err}
 }

@@ -27,7 +27,7 @@ type metrics struct {
 	// forwards counts the requests a standby sent to its leader, by
 	// outcome (forwarded, unreachable).
 	forwards *prometheus.CounterVec
-	serve           func(*call) error
+	serve    func(*call) error
 }
 
 func newMetrics(build buildinfo.Info) *metrics {
