@@ -124,6 +124,12 @@ func TestClusterFailover(t *testing.T) {
 
 	killed := time.Now()
 	_ = a.Kill() // its exit status is the kill's
+	// Until it leads, the standby cannot reach the dead leader: it says
+	// so, with a time to retry after.
+	if r := b.do("POST", "/v1/chat/completions", chat, bearer(key)); r.Status != http.StatusServiceUnavailable ||
+		r.Header.Get("X-Svc-Error-Code") != api.CodeStandby || r.Header.Get("Retry-After") == "" {
+		t.Fatalf("chat on the standby with its leader dead = %d %v %s", r.Status, r.Header, r.Body)
+	}
 	b.waitLog("cluster: leading", 15*time.Second)
 	took := time.Since(killed)
 	ttl, _ := time.ParseDuration(clusterTTL)

@@ -123,8 +123,9 @@ func (s *Server) forward(c *call, base string) error {
 
 	resp, err := s.forwarder.client.Do(req)
 	if err != nil {
+		gone := errors.Is(ctx.Err(), context.Canceled) // before done cancels it
 		done()
-		if ctx.Err() != nil && errors.Is(ctx.Err(), context.Canceled) {
+		if gone {
 			// The client went before the leader answered; nobody reads this.
 			return &api.Error{Kind: api.KindClientGone, Message: "Client disconnected"}
 		}
