@@ -108,11 +108,10 @@ func (s *Server) ready(c *call) error {
 	switch url, standby := s.leaderURL(); {
 	case s.draining.Load():
 		r = api.Readiness{Reason: "draining"}
-	case standby && (url == "" || s.forwarder == nil):
-		r = api.Readiness{Reason: "standby", LeaderURL: url}
 	case standby:
-		// It serves by forwarding to the leader.
-		r.LeaderURL = url
+		// A standby forwards what reaches it, but a balancer should send
+		// requests to the leader and spare them the extra hop.
+		r = api.Readiness{Reason: "standby", LeaderURL: url}
 	}
 	status := http.StatusOK
 	if !r.Ready {
