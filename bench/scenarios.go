@@ -146,6 +146,9 @@ func (h *rig) measure(name string, paths []*path, fn func(p *path) stats) *scena
 			if p.settle != nil {
 				p.settle()
 			}
+			// Each path has its own connections, idle until they time out:
+			// with five paths, enough of them to run out of open files.
+			h.client.CloseIdleConnections()
 			runs[p.name] = append(runs[p.name], st)
 		}
 	}
