@@ -193,6 +193,9 @@ type stats struct {
 	CPUPerRequest float64 `json:"sut_cpu_us_per_request,omitempty"`
 	// Closed loop only, svc only: heap allocations per request answered.
 	AllocsPerRequest float64 `json:"sut_allocs_per_request,omitempty"`
+	// FirstError is the first request error's text, to tell why a run
+	// failed.
+	FirstError string `json:"first_error,omitempty"`
 	// DBCPU is the share of one core the cluster's PostgreSQL used, apart
 	// from CPU: the database is not on the system under test's core.
 	DBCPU float64 `json:"db_cpu_share,omitempty"`
@@ -228,6 +231,9 @@ func summarise(outs []outcome, elapsed time.Duration, only ...int) stats {
 	ok := 0
 	for _, o := range outs {
 		key := "error"
+		if o.err != nil && s.FirstError == "" {
+			s.FirstError = o.err.Error()
+		}
 		if o.err == nil {
 			key = http.StatusText(o.status)
 			if key == "" {

@@ -84,6 +84,11 @@ func printTable(w io.Writer, r *report) {
 			}
 			fmt.Fprintln(w)
 		}
+		for _, n := range slices.Sorted(maps.Keys(sc.Paths)) {
+			if e := sc.Paths[n].FirstError; e != "" {
+				fmt.Fprintf(w, "%s: %s: first error: %s\n", sc.Name, n, e)
+			}
+		}
 		for _, n := range []string{pathLeader, pathForwarded} {
 			if s, ok := sc.Paths[n]; ok && s.DBCPU > 0 {
 				fmt.Fprintf(w, "%s: %s: PostgreSQL used %.0f%% of a core, not counted in SUT cpu\n", sc.Name, n, s.DBCPU*100)
