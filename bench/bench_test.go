@@ -3,11 +3,18 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"io"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/svc-dev/svc/internal/pgtest"
 )
+
+// withCluster adds the paths through two replicas on PostgreSQL, which
+// double the short run's time: go test ./bench -args -cluster.
+var withCluster = flag.Bool("cluster", false, "also run the paths through a cluster of two replicas on PostgreSQL (svc-leader, svc-forwarded)")
 
 // TestShort runs every scenario at small scale, so the harness cannot rot
 // unnoticed. The numbers are not judged here: this machine is shared and
@@ -26,6 +33,7 @@ func TestShort(t *testing.T) {
 	if sc.place, err = newPlacement(placeOneCore); err != nil {
 		t.Fatal(err)
 	}
+	sc.cluster = *withCluster
 	if err := bench(context.Background(), sc, out, func(string) bool { return true }, io.Discard); err != nil {
 		t.Fatal(err)
 	}
@@ -47,6 +55,14 @@ func TestShort(t *testing.T) {
 	} else {
 		t.Log("nginx is not installed: its path was skipped")
 	}
+	cluster := false
+	if *withCluster {
+		if _, err := pgtest.BinDir(); err == nil {
+			paths, cluster = append(paths, pathLeader, pathForwarded), true
+		} else {
+			t.Logf("PostgreSQL is not installed: the cluster's paths were skipped (%v)", err)
+		}
+	}
 	for _, name := range []string{"unary-200rps", "unary-100rps-50ms", "max-throughput", "stream-50-chunks", "transcribe-1mb", "speech-700kb"} {
 		s := byName[name]
 		if s == nil {
@@ -65,11 +81,30 @@ func TestShort(t *testing.T) {
 	if s := byName["stream-50-chunks"]; s.Paths["svc"].TTFT == nil || s.Paths["svc"].Gap == nil {
 		t.Error("streaming scenario lacks ttft or chunk gaps")
 	}
-	if c := byName["cancel-to-engine"]; c == nil || c.Paths["svc"].Statuses["seen_by_engine"] == 0 {
-		t.Errorf("no cancel reached the engine through svc: %+v", c)
+	svcs := []string{"svc"}
+	if cluster {
+		svcs = append(svcs, pathLeader, pathForwarded)
+		for _, name := range []string{"unary-200rps", "stream-50-chunks", "max-throughput"} {
+			s := byName[name]
+			f, ok := s.Forwarding[pathLeader]
+			if !ok || f.CPU == nil || s.Paths[pathForwarded].CPUPerRequest <= 0 {
+				t.Errorf("%s: no forwarding figures over %s: %+v", name, pathLeader, s.Forwarding)
+			}
+			if _, ok := s.Forwarding["svc"]; !ok {
+				t.Errorf("%s: no forwarding figures over svc: %+v", name, s.Forwarding)
+			}
+		}
+		if s := byName["stream-50-chunks"]; s.Forwarding[pathLeader].TTFT == nil {
+			t.Errorf("stream-50-chunks: no added time to the first token: %+v", s.Forwarding[pathLeader])
+		}
 	}
-	if c := byName["cancel-to-engine"]; c != nil && c.Paths["svc"].Statuses["logged_499"] != c.Paths["svc"].Statuses["seen_by_engine"] {
-		t.Errorf("cancelled requests missing from the usage log: %+v", c.Paths["svc"].Statuses)
+	for _, p := range svcs {
+		c := byName["cancel-to-engine"]
+		if c == nil || c.Paths[p].Statuses["seen_by_engine"] == 0 {
+			t.Errorf("no cancel reached the engine through %s: %+v", p, c)
+		} else if c.Paths[p].Statuses["logged_499"] != c.Paths[p].Statuses["seen_by_engine"] {
+			t.Errorf("cancelled requests through %s missing from the usage log: %+v", p, c.Paths[p].Statuses)
+		}
 	}
 	if s := byName["saturation-429"]; s == nil || s.Paths["svc"].Statuses["429_too_many_requests"] == 0 {
 		t.Errorf("saturation produced no 429: %+v", s)

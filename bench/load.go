@@ -187,10 +187,18 @@ type stats struct {
 	Gap      *percentiles   `json:"chunk_gap_ms,omitempty"`
 	CPU      float64        `json:"sut_cpu_share,omitempty"` // share of one core used by the system under test
 	PeakRSS  int64          `json:"sut_peak_rss_bytes,omitempty"`
-	// Closed loop only: the system under test's user plus system CPU time
-	// and (svc only) heap allocations, per request answered.
-	CPUPerRequest    float64 `json:"sut_cpu_us_per_request,omitempty"`
+	// The system under test's user plus system CPU time per request: in a
+	// closed loop, over the requests answered in the measured part; in an
+	// open loop, its share of a core over the rate.
+	CPUPerRequest float64 `json:"sut_cpu_us_per_request,omitempty"`
+	// Closed loop only, svc only: heap allocations per request answered.
 	AllocsPerRequest float64 `json:"sut_allocs_per_request,omitempty"`
+	// FirstError is the first request error's text, to tell why a run
+	// failed.
+	FirstError string `json:"first_error,omitempty"`
+	// DBCPU is the share of one core the cluster's PostgreSQL used, apart
+	// from CPU: the database is not on the system under test's core.
+	DBCPU float64 `json:"db_cpu_share,omitempty"`
 }
 
 type percentiles struct {
@@ -223,6 +231,9 @@ func summarise(outs []outcome, elapsed time.Duration, only ...int) stats {
 	ok := 0
 	for _, o := range outs {
 		key := "error"
+		if o.err != nil && s.FirstError == "" {
+			s.FirstError = o.err.Error()
+		}
 		if o.err == nil {
 			key = http.StatusText(o.status)
 			if key == "" {

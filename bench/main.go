@@ -6,6 +6,7 @@
 //	go run ./bench                # the full run (several minutes)
 //	go run ./bench -short         # every scenario at small scale
 //	go run ./bench -only unary-1000rps,stream-50-chunks
+//	go run ./bench -short -cluster   # with the paths through two replicas on PostgreSQL
 //	go run ./bench -only overload -overload-for 30s
 //
 // With two or more cores the harness (load generator and engine) runs on
@@ -32,6 +33,7 @@ import (
 	"time"
 
 	"github.com/svc-dev/svc/internal/harness"
+	"github.com/svc-dev/svc/internal/pgtest"
 )
 
 // rig holds what every scenario shares.
@@ -106,6 +108,7 @@ func run() error {
 	conns := flag.Int("conns", 0, "connections of the closed-loop scenarios (default 64, 8 with -short)")
 	profile := flag.String("profile", "", "also profile the gateway and worker under load and write the profiles to this directory")
 	show := flag.String("show", "", "print the table of a results file instead of running")
+	cluster := flag.Bool("cluster", true, "also measure svc through a cluster of two replicas on PostgreSQL, when it is installed: requests to the leader (svc-leader) and to the standby, which forwards them (svc-forwarded); -short leaves them out unless this is given")
 	svcSource := flag.String("svc-source", "", "build the svc under test from this module (a checkout of another commit, for a before and after) instead of this one")
 	place := flag.String("placement", placeOneCore, "where the programs run: "+placeOneCore+
 		" (nginx, or svc's gateway and worker with GOMAXPROCS=1 each, on CPU 0; engine and load on CPU 1) or "+placeNone)
@@ -152,7 +155,17 @@ func run() error {
 	sc.profile = *profile
 	sc.place = pl
 	sc.svcSource = *svcSource
+	// The cluster's paths double a short run's time: there they are
+	// measured only when asked for.
+	sc.cluster = *cluster && (!*short || flagGiven("cluster"))
 	return bench(ctx, sc, *out, want, os.Stdout)
+}
+
+// flagGiven reports whether the command line set the flag called name.
+func flagGiven(name string) bool {
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	return given
 }
 
 // bench runs the scenarios want selects and writes the results.
@@ -204,6 +217,11 @@ func bench(ctx context.Context, sc scale, out string, want func(string) bool, w 
 			p.stop()
 		}
 	}()
+	if sc.cluster {
+		if err := h.addCluster(); err != nil {
+			return err
+		}
+	}
 
 	// Results are saved after every scenario, so an interrupted run keeps
 	// what it measured.
@@ -272,6 +290,29 @@ func bench(ctx context.Context, sc scale, out string, want func(string) bool, w 
 		h.log("results written to %s", out)
 	}
 	return ctx.Err()
+}
+
+// addCluster adds the paths through a cluster of two replicas on
+// PostgreSQL, or says why they are skipped: PostgreSQL is not installed,
+// or the svc under test (another checkout's) cannot run as a cluster.
+func (h *rig) addCluster() error {
+	if _, err := pgtest.BinDir(); err != nil {
+		h.report.Skipped = append(h.report.Skipped, pathLeader+", "+pathForwarded+": PostgreSQL is not installed, so forwarding through a standby replica is not measured")
+		h.log("PostgreSQL not installed: skipping the %s and %s paths", pathLeader, pathForwarded)
+		return nil
+	}
+	h.log("starting a cluster of two replicas on PostgreSQL")
+	lp, fp, err := clusterPaths(h.scale.place, h.dir, h.bin, h.engine.url)
+	switch {
+	case err != nil && h.scale.svcSource != "":
+		h.report.Skipped = append(h.report.Skipped, pathLeader+", "+pathForwarded+": the svc of "+h.scale.svcSource+" did not run as a cluster: "+err.Error())
+		h.log("skipping the cluster paths: %v", err)
+		return nil
+	case err != nil:
+		return fmt.Errorf("cluster: %w", err)
+	}
+	h.paths = append(h.paths, lp, fp)
+	return nil
 }
 
 // showResults prints the table of a results file.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/svc-dev/svc/internal/engine/sim"
 	"github.com/svc-dev/svc/internal/harness"
+	"github.com/svc-dev/svc/internal/pgtest"
 )
 
 // engine is the simulator's OpenAI-compatible HTTP face, in the harness
@@ -68,17 +69,33 @@ func (e *engine) close() {
 	<-e.served
 }
 
-// path is one way to reach the engine: direct, through nginx or through svc.
+// path is one way to reach the engine: direct, through nginx, through
+// svc, or through a cluster of svc replicas.
 type path struct {
 	name  string
 	base  string // where requests go
 	key   string // API key, svc only
 	procs []*harness.Proc
-	group harness.Group     // procs, to stop
+	group harness.Group     // the processes this path started, to stop
 	pprof map[string]string // process name -> profiling address, svc only
+
+	// A cluster's database, whose CPU time is reported apart from the
+	// system under test's; closed on stop by the path that owns it.
+	db     *pgtest.Server
+	ownsDB bool
+	// settle, when set, runs after each measured run: what the system
+	// under test still does for that run is done before the next.
+	settle func()
 }
 
-func (p *path) stop() { p.group.Stop(stopGrace) }
+func (p *path) stop() {
+	p.group.Stop(stopGrace)
+	if p.ownsDB && p.db != nil {
+		if err := p.db.Close(); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: %s: stop PostgreSQL: %v\n", p.name, err)
+		}
+	}
+}
 
 func (p *path) usage() usage {
 	var u usage

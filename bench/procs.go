@@ -76,9 +76,12 @@ type usage struct {
 
 // procUsage is the process's, with its descendants': nginx serves from a
 // worker process its master forks.
-func procUsage(p *harness.Proc) usage {
+func procUsage(p *harness.Proc) usage { return procUsageOf(p.Pid()) }
+
+// procUsageOf is pid's usage with its descendants'.
+func procUsageOf(pid int) usage {
 	var u usage
-	for _, pid := range withDescendants(p.Pid()) {
+	for _, pid := range withDescendants(pid) {
 		u.add(readUsage(pid))
 	}
 	return u

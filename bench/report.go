@@ -21,7 +21,7 @@ func printTable(w io.Writer, r *report) {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tpath\trps\tok\tp50 ms\tp90 ms\tp99 ms\tp99.9 ms\tmax ms\tttft p50\tgap p99\tSUT cpu\tSUT MiB\tstatuses\t")
+	fmt.Fprintln(tw, "scenario\tpath\trps\tok\tp50 ms\tp90 ms\tp99 ms\tp99.9 ms\tmax ms\tttft p50\tgap p99\tSUT cpu\tµs/req\tSUT MiB\tstatuses\t")
 	for _, sc := range r.Scenarios {
 		if len(sc.Paths) == 0 {
 			continue
@@ -40,29 +40,28 @@ func printTable(w io.Writer, r *report) {
 			if s.Gap != nil {
 				gap = fmt.Sprintf("%.3f", s.Gap.P99)
 			}
-			cpu, rss := "-", "-"
+			cpu, perReq, rss := "-", "-", "-"
 			if s.CPU > 0 {
 				cpu = fmt.Sprintf("%.0f%%", s.CPU*100)
+			}
+			if s.CPUPerRequest > 0 {
+				perReq = fmt.Sprintf("%.1f", s.CPUPerRequest)
 			}
 			if s.PeakRSS > 0 {
 				rss = fmt.Sprintf("%.0f", float64(s.PeakRSS)/(1<<20))
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%s\t%s\t%s\t%s\t%s\t\n", sc.Name, n, rps, ok,
-				s.Latency.P50, s.Latency.P90, s.Latency.P99, s.Latency.P999, s.Latency.Max, ttft, gap, cpu, rss, histogram(s.Statuses))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%s\t%s\t%s\t%s\t%s\t%s\t\n", sc.Name, n, rps, ok,
+				s.Latency.P50, s.Latency.P90, s.Latency.P99, s.Latency.P999, s.Latency.Max, ttft, gap, cpu, perReq, rss, histogram(s.Statuses))
 		}
-		for _, n := range []string{"nginx", "svc"} {
-			o, ok := sc.Overhead[n]
-			if !ok {
-				continue
+		for _, n := range names {
+			if o, ok := sc.Overhead[n]; ok {
+				differenceRow(tw, sc.Name, n+" − direct", o)
 			}
-			ttft, gap := "", ""
-			if o.TTFT != nil {
-				ttft = fmt.Sprintf("%+.3f", *o.TTFT)
+		}
+		for _, n := range []string{"svc", pathLeader} {
+			if o, ok := sc.Forwarding[n]; ok {
+				differenceRow(tw, sc.Name, pathForwarded+" − "+n, o)
 			}
-			if o.Gap != nil {
-				gap = fmt.Sprintf("%+.3f", *o.Gap)
-			}
-			fmt.Fprintf(tw, "%s\t%s − direct\t\t\t%+.3f\t%+.3f\t%+.3f\t%+.3f\t\t%s\t%s\t\t\t\t\n", sc.Name, n, o.P50, o.P90, o.P99, o.P999, ttft, gap)
 		}
 	}
 	tw.Flush()
@@ -74,6 +73,26 @@ func printTable(w io.Writer, r *report) {
 		}
 		if sc.Ratio != nil && sc.Overhead["nginx"].P50 >= minRatioBase {
 			fmt.Fprintf(w, "%s: svc's p50 overhead is %.1f times nginx's\n", sc.Name, *sc.Ratio)
+		}
+		if o, ok := sc.Forwarding[pathLeader]; ok {
+			fmt.Fprintf(w, "%s: forwarding through the standby adds %+.3f ms at p50, %+.3f ms at p99", sc.Name, o.P50, o.P99)
+			if o.TTFT != nil {
+				fmt.Fprintf(w, ", %+.3f ms to the first token", *o.TTFT)
+			}
+			if o.CPU != nil {
+				fmt.Fprintf(w, ", %+.1f µs of CPU a request", *o.CPU)
+			}
+			fmt.Fprintln(w)
+		}
+		for _, n := range slices.Sorted(maps.Keys(sc.Paths)) {
+			if e := sc.Paths[n].FirstError; e != "" {
+				fmt.Fprintf(w, "%s: %s: first error: %s\n", sc.Name, n, e)
+			}
+		}
+		for _, n := range []string{pathLeader, pathForwarded} {
+			if s, ok := sc.Paths[n]; ok && s.DBCPU > 0 {
+				fmt.Fprintf(w, "%s: %s: PostgreSQL used %.0f%% of a core, not counted in SUT cpu\n", sc.Name, n, s.DBCPU*100)
+			}
 		}
 		for _, k := range slices.Sorted(maps.Keys(sc.Extra)) {
 			label := k // the value carries its unit
@@ -140,12 +159,34 @@ func extraValue(key string, v any) string {
 	return fmt.Sprintf("%.3f", f)
 }
 
+// differenceRow is one path's figures minus another's, under theirs.
+func differenceRow(tw io.Writer, scenario, label string, o overhead) {
+	ttft, gap, cpu := "", "", ""
+	if o.TTFT != nil {
+		ttft = fmt.Sprintf("%+.3f", *o.TTFT)
+	}
+	if o.Gap != nil {
+		gap = fmt.Sprintf("%+.3f", *o.Gap)
+	}
+	if o.CPU != nil {
+		cpu = fmt.Sprintf("%+.1f", *o.CPU)
+	}
+	fmt.Fprintf(tw, "%s\t%s\t\t\t%+.3f\t%+.3f\t%+.3f\t%+.3f\t\t%s\t%s\t\t%s\t\t\t\n", scenario, label, o.P50, o.P90, o.P99, o.P999, ttft, gap, cpu)
+}
+
+// order is where a path's rows go: the shortest way to the engine first.
 func order(name string) int {
 	switch name {
 	case "direct":
 		return 0
 	case "nginx":
 		return 1
+	case "svc":
+		return 2
+	case pathLeader:
+		return 3
+	case pathForwarded:
+		return 4
 	}
-	return 2
+	return 5
 }

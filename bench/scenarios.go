@@ -34,6 +34,8 @@ type scale struct {
 	place    placement
 	// svcSource is the module svc is built from; "" is this one.
 	svcSource string
+	// cluster adds the paths through two replicas on PostgreSQL.
+	cluster bool
 	// The overload scenario's open loop: above capacity for overloadFor,
 	// below it for recoverFor, each request given overloadTimeout.
 	overloadFor, recoverFor, overloadTimeout time.Duration
@@ -57,8 +59,11 @@ type scenario struct {
 	Note     string              `json:"note,omitempty"`
 	Paths    map[string]stats    `json:"paths"`
 	Overhead map[string]overhead `json:"overhead,omitempty"` // path -> minus direct
-	Ratio    *float64            `json:"svc_over_nginx_overhead_ratio,omitempty"`
-	Extra    map[string]any      `json:"extra,omitempty"`
+	// Forwarding is what svc-forwarded adds over svc and over svc-leader:
+	// its figures minus theirs, CPU per request included.
+	Forwarding map[string]overhead `json:"forwarded_minus,omitempty"`
+	Ratio      *float64            `json:"svc_over_nginx_overhead_ratio,omitempty"`
+	Extra      map[string]any      `json:"extra,omitempty"`
 	// Recovery is the overload scenario's p50 latency, in ms, of the 200s
 	// sent in each 250 ms after the load drops; -1 where there are none.
 	Recovery []float64 `json:"recovery_p50_ms,omitempty"`
@@ -76,6 +81,28 @@ type overhead struct {
 	P999 float64  `json:"p99.9_ms"`
 	TTFT *float64 `json:"ttft_p50_ms,omitempty"`
 	Gap  *float64 `json:"chunk_gap_p99_ms,omitempty"`
+	// CPU is the system under test's CPU time per request minus the
+	// other path's, in µs; only between paths that both have one.
+	CPU *float64 `json:"cpu_us_per_request,omitempty"`
+}
+
+// minus is s's figures minus base's.
+func minus(s, base stats) overhead {
+	o := overhead{P50: s.Latency.P50 - base.Latency.P50, P90: s.Latency.P90 - base.Latency.P90,
+		P99: s.Latency.P99 - base.Latency.P99, P999: s.Latency.P999 - base.Latency.P999}
+	if s.TTFT != nil && base.TTFT != nil {
+		v := s.TTFT.P50 - base.TTFT.P50
+		o.TTFT = &v
+	}
+	if s.Gap != nil && base.Gap != nil {
+		v := s.Gap.P99 - base.Gap.P99
+		o.Gap = &v
+	}
+	if s.CPUPerRequest > 0 && base.CPUPerRequest > 0 {
+		v := s.CPUPerRequest - base.CPUPerRequest
+		o.CPU = &v
+	}
+	return o
 }
 
 const unaryBody = `{"model":"sim-chat","messages":[{"role":"user","content":"hello\nsim: tokens=16"}]}`
@@ -98,14 +125,30 @@ func (h *rig) measure(name string, paths []*path, fn func(p *path) stats) *scena
 	for range h.scale.repeat {
 		for _, p := range paths {
 			runtime.GC()
-			before := p.usage()
+			before, dbBefore := p.usage(), p.dbUsage()
 			start := time.Now()
 			st := fn(p)
-			after := p.usage()
+			after, dbAfter := p.usage(), p.dbUsage()
+			took := time.Since(start).Seconds()
 			if before.valid && after.valid {
-				st.CPU = (after.cpu - before.cpu).Seconds() / time.Since(start).Seconds()
+				st.CPU = (after.cpu - before.cpu).Seconds() / took
 				st.PeakRSS = after.hwm
+				// An open loop's warm-up runs at the measured rate, so
+				// the share of a core over the rate is the CPU time of
+				// a request; a closed loop counts its own.
+				if st.CPUPerRequest == 0 && st.Achieved > 0 {
+					st.CPUPerRequest = st.CPU / st.Achieved * 1e6
+				}
 			}
+			if dbBefore.valid && dbAfter.valid {
+				st.DBCPU = (dbAfter.cpu - dbBefore.cpu).Seconds() / took
+			}
+			if p.settle != nil {
+				p.settle()
+			}
+			// Each path has its own connections, idle until they time out:
+			// with five paths, enough of them to run out of open files.
+			h.client.CloseIdleConnections()
 			runs[p.name] = append(runs[p.name], st)
 		}
 	}
@@ -131,20 +174,17 @@ func (sc *scenario) overheads() {
 	}
 	sc.Overhead = map[string]overhead{}
 	for n, s := range sc.Paths {
-		if n == "direct" {
-			continue
+		if n != "direct" {
+			sc.Overhead[n] = minus(s, d)
 		}
-		o := overhead{P50: s.Latency.P50 - d.Latency.P50, P90: s.Latency.P90 - d.Latency.P90,
-			P99: s.Latency.P99 - d.Latency.P99, P999: s.Latency.P999 - d.Latency.P999}
-		if s.TTFT != nil && d.TTFT != nil {
-			v := s.TTFT.P50 - d.TTFT.P50
-			o.TTFT = &v
+	}
+	if f, ok := sc.Paths[pathForwarded]; ok {
+		sc.Forwarding = map[string]overhead{}
+		for _, n := range []string{"svc", pathLeader} {
+			if s, ok := sc.Paths[n]; ok {
+				sc.Forwarding[n] = minus(f, s)
+			}
 		}
-		if s.Gap != nil && d.Gap != nil {
-			v := s.Gap.P99 - d.Gap.P99
-			o.Gap = &v
-		}
-		sc.Overhead[n] = o
 	}
 	if s, ok := sc.Overhead["svc"]; ok {
 		if n, ok := sc.Overhead["nginx"]; ok && n.P50 >= minRatioBase {
@@ -360,6 +400,11 @@ func (h *rig) cancels(ctx context.Context) *scenario {
 	sc := &scenario{Name: "cancel-to-engine", Paths: map[string]stats{}}
 	for _, p := range h.paths {
 		var lat []time.Duration
+		// The cluster's paths share one usage log: each counts its own.
+		logged := 0
+		if p.key != "" {
+			logged = h.count499(ctx, p)
+		}
 		for range h.scale.cancels {
 			h.engine.cancelled()
 			ctx, cancel := context.WithCancel(ctx)
@@ -383,7 +428,7 @@ func (h *rig) cancels(ctx context.Context) *scenario {
 		}
 		s := stats{Requests: h.scale.cancels, Latency: pct(lat), Statuses: map[string]int{"seen_by_engine": len(lat)}}
 		if p.key != "" {
-			s.Statuses["logged_499"] = h.loggedCancels(ctx, p, len(lat))
+			s.Statuses["logged_499"] = h.loggedCancels(ctx, p, logged+len(lat)) - logged
 		}
 		sc.Paths[p.name] = s
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -58,11 +59,15 @@ func TestKillAndRestartKeepData(t *testing.T) {
 		t.Fatal(err)
 	}
 	exec(t, url, "CREATE TABLE x (v int); INSERT INTO x VALUES (7)")
+	pid := s.Pid()
+	if pid == 0 || syscall.Kill(pid, 0) != nil {
+		t.Fatalf("Pid() = %d, not a live process", pid)
+	}
 	if err := s.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	if s.Running() {
-		t.Fatal("running after Kill")
+	if s.Running() || s.Pid() != 0 {
+		t.Fatalf("running after Kill (Pid() = %d)", s.Pid())
 	}
 	if c, err := pgconn.Connect(ctx, url); err == nil {
 		c.Close(ctx)

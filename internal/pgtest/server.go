@@ -375,6 +375,18 @@ func (s *Server) Restart() error {
 	}
 }
 
+// Pid is the postmaster's process id, 0 while the server is stopped. Its
+// backends are its children: a harness that measures the server's CPU
+// time reads them from /proc.
+func (s *Server) Pid() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc == nil {
+		return 0
+	}
+	return s.proc.cmd.Process.Pid
+}
+
 // Running reports whether the server process is up.
 func (s *Server) Running() bool {
 	s.mu.Lock()
