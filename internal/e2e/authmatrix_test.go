@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -11,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/svc-dev/svc/internal/pgtest"
 	svcserver "github.com/svc-dev/svc/internal/server"
 )
 
@@ -32,13 +30,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 // replica of a cluster, which forwards what it lets through to the leader:
 // every cell must be what a single host answers.
 func TestAuthorizationMatrixThroughAStandby(t *testing.T) {
-	pg := pgtest.New(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	db, err := pg.CreateDB(ctx, "svc")
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := clusterDB(t)
 	dir := t.TempDir()
 	s, admin := rentalGatewayEnv(t, dir, []string{"SVC_STORE_URL=" + db}, "--lease-ttl", clusterTTL)
 	s.waitLog("cluster: leading", 15*time.Second)

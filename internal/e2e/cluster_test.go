@@ -23,6 +23,31 @@ func startReplica(t *testing.T, db, dir string) *server {
 	return startServerEnv(t, dir, []string{"SVC_STORE_URL=" + db}, "--lease-ttl", clusterTTL, "--rental-providers", "none")
 }
 
+// clusterDB is a fresh database on a throwaway PostgreSQL.
+func clusterDB(t *testing.T) string {
+	t.Helper()
+	pg := pgtest.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db, err := pg.CreateDB(ctx, "svc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
+// startPair starts two replicas on a fresh database: a, which leads, and
+// b, standing by.
+func startPair(t *testing.T) (a, b *server, db string) {
+	t.Helper()
+	db = clusterDB(t)
+	a = startReplica(t, db, "")
+	a.waitLog("cluster: leading", 15*time.Second)
+	b = startReplica(t, db, "")
+	b.waitLog("cluster: standing by", 15*time.Second)
+	return a, b, db
+}
+
 // eventually polls ok every 50 ms until it holds or timeout passes.
 func eventually(t *testing.T, timeout time.Duration, what string, ok func() bool) {
 	t.Helper()
@@ -42,18 +67,7 @@ func eventually(t *testing.T, timeout time.Duration, what string, ok func() bool
 // follows, and the usage it had served is in the database for the new
 // leader to report.
 func TestClusterFailover(t *testing.T) {
-	pg := pgtest.New(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	db, err := pg.CreateDB(ctx, "svc")
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	a := startReplica(t, db, "")
-	a.waitLog("cluster: leading", 15*time.Second)
-	b := startReplica(t, db, "")
-	b.waitLog("cluster: standing by", 15*time.Second)
+	a, b, db := startPair(t)
 	key := a.adminKey()
 
 	if r := a.do("GET", "/readyz", ""); r.Status != http.StatusOK {
@@ -172,13 +186,7 @@ func TestClusterFailover(t *testing.T) {
 // agree, a second run changes nothing, and a replica started on it serves
 // the same keys and reports the same usage.
 func TestClusterMigrate(t *testing.T) {
-	pg := pgtest.New(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	db, err := pg.CreateDB(ctx, "svc")
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := clusterDB(t)
 
 	single := startServer(t, "", "--rental-providers", "none")
 	key := single.adminKey()
@@ -236,17 +244,7 @@ func TestClusterMigrate(t *testing.T) {
 // and a stream whose leader dies ends with the spec's error frame and
 // [DONE], never as if it were complete.
 func TestClusterForwardingEnds(t *testing.T) {
-	pg := pgtest.New(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	db, err := pg.CreateDB(ctx, "svc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := startReplica(t, db, "")
-	a.waitLog("cluster: leading", 15*time.Second)
-	b := startReplica(t, db, "")
-	b.waitLog("cluster: standing by", 15*time.Second)
+	a, b, _ := startPair(t)
 	key := a.adminKey()
 	w := launchWorker(t, a.URL, a.tokenFile(), "slow", "--engine", "sim=tps=20,ttft=0")
 	w.waitLog("connected to the gateway", 15*time.Second)
