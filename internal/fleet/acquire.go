@@ -67,6 +67,8 @@ type Lease struct {
 	org   *org
 	model string
 	start time.Time
+	// drops is the worker's link drops when the request began.
+	drops uint64
 	// streamed is set once the request's output came as a stream.
 	streamed atomic.Bool
 	late     <-chan struct{}
@@ -131,7 +133,13 @@ func (l *Lease) Release(o Outcome) {
 			if l.streamed.Load() {
 				class = streamed
 			}
-			f.observeLocked(w, l.model, class, d, now)
+			// A request that lived through a drop of the link took the
+			// link's outage as well as the engine's time: it says nothing
+			// of the engine's queueing, and would teach the limit to
+			// refuse what the engine can take.
+			if w.drops == l.drops {
+				f.observeLocked(w, l.model, class, d, now)
+			}
 			if avg, ok := l.org.service[l.model]; ok {
 				l.org.service[l.model] = (4*avg + d) / 5
 			} else {
@@ -361,7 +369,7 @@ func (f *Fleet) tryLocked(o *org, need *Need, start, now time.Time) *Lease {
 	return &Lease{
 		Worker:    WorkerInfo{ID: w.id, Name: w.name, Version: w.version},
 		QueueWait: now.Sub(start),
-		f:         f, w: w, sess: w.sess, org: o, model: need.Model, start: now, late: w.late,
+		f:         f, w: w, sess: w.sess, org: o, model: need.Model, start: now, late: w.late, drops: w.drops,
 	}
 }
 

@@ -135,6 +135,7 @@ func (f *Fleet) Connect(ctx context.Context, orgID string, hello api.Hello, conn
 		w.attached = false
 		if w.droppedAt.IsZero() {
 			w.droppedAt = now
+			w.drops++
 		}
 	}
 	if !resumed {
@@ -293,6 +294,7 @@ func (f *Fleet) detached(w *worker, sess *link.Session, err error) {
 	}
 	f.log.Info("worker link dropped", "worker", w.name, "worker_id", w.id, "err", err)
 	w.droppedAt = now
+	w.drops++
 	w.graceTimer = time.AfterFunc(f.cfg.Grace, func() { f.graceExpired(w, sess) })
 	f.noteStatusLocked(w, now)
 	f.mu.Unlock()

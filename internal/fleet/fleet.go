@@ -157,10 +157,13 @@ type worker struct {
 	sessionID       string
 	sess            *link.Session
 
-	attached     bool // the link has a connection now
-	draining     bool
-	connectedAt  time.Time
-	droppedAt    time.Time // when the link last dropped, during the grace
+	attached    bool // the link has a connection now
+	draining    bool
+	connectedAt time.Time
+	droppedAt   time.Time // when the link last dropped, during the grace
+	// drops counts the link's drops: a request that lived through one
+	// took the link's outage as well as the engine's time.
+	drops        uint64
 	offlineSince time.Time // zero while the session lives
 	lastSeen     time.Time
 	heartbeat    api.Heartbeat
