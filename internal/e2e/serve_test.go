@@ -164,7 +164,7 @@ func TestGracefulShutdownDrainsInFlight(t *testing.T) {
 	s.waitLog("stopped", time.Second)
 	_ = late.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if resp, err := http.ReadResponse(bufio.NewReader(late), nil); err == nil {
-		t.Fatalf("a connection made during the drain was answered %d", resp.StatusCode)
+		t.Fatalf("a connection made during the drain was answered %d\n%s", resp.StatusCode, s.Log())
 	}
 
 	// The store was closed cleanly: a new server opens it at once.

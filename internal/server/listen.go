@@ -3,6 +3,7 @@ package server
 import (
 	"fmt"
 	"net"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -18,10 +19,16 @@ const HandoverFile = "handover.sock"
 type keptListener struct {
 	*net.TCPListener
 	stopped atomic.Bool
+	// accepting is held through each Accept, so that Close can wait out
+	// one already waiting: a deadline that expires while a connection
+	// arrives may still let that Accept take it.
+	accepting sync.Mutex
 }
 
 func (l *keptListener) Accept() (net.Conn, error) {
+	l.accepting.Lock()
 	c, err := l.TCPListener.Accept()
+	l.accepting.Unlock()
 	if err != nil && l.stopped.Load() {
 		// The deadline Close set, told as a closed listener, which is what
 		// ends fasthttp's accept loop.
@@ -30,10 +37,16 @@ func (l *keptListener) Accept() (net.Conn, error) {
 	return c, err
 }
 
-// Close stops Accept and leaves the socket open.
+// Close stops Accept and leaves the socket open. It returns once no Accept
+// is running: a connection an Accept took is served, and every later one
+// waits in the queue.
 func (l *keptListener) Close() error {
 	l.stopped.Store(true)
-	return l.TCPListener.SetDeadline(time.Unix(1, 0))
+	err := l.TCPListener.SetDeadline(time.Unix(1, 0))
+	l.accepting.Lock()
+	//lint:ignore SA2001 the lock only waits for a running Accept to return
+	l.accepting.Unlock()
+	return err
 }
 
 // release closes the socket. Connections still queued on it are refused
