@@ -303,9 +303,6 @@ func (m *Manager) Rent(ctx context.Context, p auth.Principal, req api.RentReques
 	if err != nil {
 		return api.Rental{}, err
 	}
-	m.mu.Lock()
-	m.placing[r.ID] = true
-	m.mu.Unlock()
 	defer func() {
 		m.mu.Lock()
 		delete(m.placing, r.ID)
@@ -444,6 +441,10 @@ func (m *Manager) create(orgID, orgName string, req api.RentRequest, tier Tier, 
 		return nil, "", err
 	}
 	m.rentals[id] = r
+	// Placing from the moment it exists: a reconciliation listing the
+	// provider's machines before this one's is placed must not take it
+	// for a machine that vanished.
+	m.placing[id] = true
 	return r, tok.Secret, nil
 }
 
