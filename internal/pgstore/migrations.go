@@ -8,5 +8,6 @@ func migrations() []migration {
 	return []migration{
 		{version: 1, minReader: 1, name: "accounts, rentals, rent limits, replicas, leader lease", sql: schemaCore},
 		{version: 2, name: "usage log and totals, worker events, power history", sql: schemaLogs},
+		{version: 3, name: "organisation homes", sql: schemaHomes},
 	}
 }

@@ -1,0 +1,101 @@
+package pgstore_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/svc-dev/svc/internal/pgstore"
+)
+
+func claim(t *testing.T, s *pgstore.Store, org string, i int) pgstore.Home {
+	t.Helper()
+	h, err := s.ClaimHome(context.Background(), org, replica(i).ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func TestHomeClaims(t *testing.T) {
+	url := pg.CreateDB(t)
+	s := open(t, url)
+	ctx := context.Background()
+	beat(t, s, replica(0), time.Minute, false)
+	beat(t, s, replica(1), time.Minute, false)
+
+	cases := []struct {
+		name    string
+		org     string
+		by      int
+		want    string
+		epoch   int64
+		prepare func()
+	}{
+		{name: "the first claim wins", org: "org-a", by: 0, want: "replica-0", epoch: 1},
+		{name: "a live home stays", org: "org-a", by: 1, want: "replica-0", epoch: 1},
+		{name: "the home claiming again keeps its epoch", org: "org-a", by: 0, want: "replica-0", epoch: 1},
+		{name: "another organisation is free", org: "org-b", by: 1, want: "replica-1", epoch: 1},
+		{name: "a dead home's organisation is taken", org: "org-a", by: 1, want: "replica-1", epoch: 2, prepare: func() {
+			beat(t, s, replica(0), time.Microsecond, false)
+			time.Sleep(5 * time.Millisecond)
+		}},
+		{name: "a released home is taken", org: "org-b", by: 0, want: "replica-0", epoch: 3, prepare: func() {
+			beat(t, s, replica(0), time.Minute, false)
+			if n, err := s.ReleaseHomes(ctx, "replica-1"); err != nil || n != 2 {
+				t.Fatalf("released %d homes, %v; want 2", n, err)
+			}
+		}},
+	}
+	for _, c := range cases {
+		if c.prepare != nil {
+			c.prepare()
+		}
+		h := claim(t, s, c.org, c.by)
+		if h.ReplicaID != c.want || h.Epoch != c.epoch || !h.Alive || h.AdvertiseURL == "" {
+			t.Fatalf("%s: %+v, want %s at epoch %d, alive", c.name, h, c.want, c.epoch)
+		}
+	}
+	hs, err := s.Homes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hs) != 2 || hs[0].OrgID != "org-a" || hs[0].ReplicaID != "" || hs[0].Alive || hs[1].ReplicaID != "replica-0" {
+		t.Fatalf("homes %+v; want org-a released and org-b at replica-0", hs)
+	}
+}
+
+// TestHomeRace has three replicas claim each of many organisations at
+// once: every organisation ends with exactly one home, the one every
+// claimer was told of.
+func TestHomeRace(t *testing.T) {
+	url := pg.CreateDB(t)
+	stores := []*pgstore.Store{open(t, url), open(t, url), open(t, url)}
+	for i, s := range stores {
+		beat(t, s, replica(i), time.Minute, false)
+	}
+	orgs := []string{"o1", "o2", "o3", "o4", "o5", "o6", "o7", "o8"}
+	for _, org := range orgs {
+		got := make([]pgstore.Home, len(stores))
+		errs := make([]error, len(stores))
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i, s := range stores {
+			wg.Go(func() {
+				<-start
+				got[i], errs[i] = s.ClaimHome(context.Background(), org, replica(i).ID)
+			})
+		}
+		close(start)
+		wg.Wait()
+		for i := range got {
+			if errs[i] != nil {
+				t.Fatal(errs[i])
+			}
+			if got[i].ReplicaID != got[0].ReplicaID || got[i].Epoch != 1 {
+				t.Fatalf("%s: claimers were told %+v and %+v", org, got[0], got[i])
+			}
+		}
+	}
+}
