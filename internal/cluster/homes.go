@@ -1,0 +1,257 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/singleflight"
+)
+
+// Home is an organisation's home: the one replica that holds its worker
+// links and schedules its requests. Every other replica forwards the
+// organisation's requests there.
+type Home struct {
+	OrgID string
+	// ReplicaID is the home replica; "" when the organisation has none.
+	ReplicaID    string
+	AdvertiseURL string
+	// Epoch grows by one at each change of home.
+	Epoch int64
+	// Alive: the home replica's registration had not expired when the
+	// database was last asked.
+	Alive bool
+}
+
+// HomeStore is the database's side of the homes.
+type HomeStore interface {
+	// ClaimHome makes replicaID the home of orgID unless a live replica
+	// is, and returns the home as it then stands.
+	ClaimHome(ctx context.Context, orgID, replicaID string) (Home, error)
+	// Homes lists every organisation's home.
+	Homes(ctx context.Context) ([]Home, error)
+	// ReleaseHomes gives up every home replicaID holds.
+	ReleaseHomes(ctx context.Context, replicaID string) (int64, error)
+}
+
+// ErrReleased is the answer for an organisation without a home on a
+// replica that has released its homes to stop: it claims none.
+var ErrReleased = errors.New("this replica is stopping and takes no organisation's home")
+
+// HomesOptions tune Homes.
+type HomesOptions struct {
+	// Every is how often the homes are read again; default 2 s.
+	Every time.Duration
+	// Lost is told of each organisation this replica was the home of and
+	// no longer is: another replica claimed it once this one's
+	// registration lapsed. Its worker links should go.
+	Lost   func(orgID string)
+	Logger *slog.Logger
+}
+
+// Homes is a replica's view of every organisation's home, read from the
+// database every Every and when an organisation with no live home needs
+// one, which this replica then claims. The inference path asks it on
+// every request and is answered from memory; only the first request (or
+// worker) of an organisation without a live home waits on the database.
+type Homes struct {
+	store HomeStore
+	me    string
+	o     HomesOptions
+	log   *slog.Logger
+	claim singleflight.Group
+
+	mu    sync.Mutex
+	homes map[string]Home
+	// claimed is when this replica last claimed each organisation: a
+	// reading of the homes begun before it is older than the claim.
+	claimed  map[string]time.Time
+	released bool
+	// read is when the homes were last read whole; zero before.
+	read time.Time
+}
+
+// NewHomes returns the homes as replica me sees them; Run keeps them.
+func NewHomes(store HomeStore, me string, o HomesOptions) *Homes {
+	if o.Every <= 0 {
+		o.Every = 2 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Homes{store: store, me: me, o: o, log: o.Logger, homes: map[string]Home{}, claimed: map[string]time.Time{}}
+}
+
+// Me is this replica's id.
+func (h *Homes) Me() string { return h.me }
+
+// Run reads the homes every Every until ctx ends.
+func (h *Homes) Run(ctx context.Context) error {
+	t := time.NewTicker(h.o.Every)
+	defer t.Stop()
+	for {
+		h.Refresh(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Refresh reads every home from the database now. A failure keeps the
+// homes as they were: a replica cut off from the database serves on.
+func (h *Homes) Refresh(ctx context.Context) {
+	rctx, cancel := context.WithTimeout(ctx, h.o.Every)
+	defer cancel()
+	began := time.Now()
+	hs, err := h.store.Homes(rctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			h.log.Debug("cluster: read the organisations' homes", "err", err)
+		}
+		return
+	}
+	next := make(map[string]Home, len(hs))
+	for _, x := range hs {
+		next[x.OrgID] = x
+	}
+	var lost []string
+	h.mu.Lock()
+	for org, at := range h.claimed {
+		if at.After(began) {
+			next[org] = h.homes[org]
+		} else {
+			delete(h.claimed, org)
+		}
+	}
+	for org, was := range h.homes {
+		if was.ReplicaID == h.me && next[org].ReplicaID != h.me && !h.released {
+			lost = append(lost, org)
+		}
+	}
+	h.homes, h.read = next, time.Now()
+	h.mu.Unlock()
+	sort.Strings(lost)
+	for _, org := range lost {
+		h.log.Warn("cluster: another replica took an organisation's home", "org", org, "home", next[org].ReplicaID)
+		if h.o.Lost != nil {
+			h.o.Lost(org)
+		}
+	}
+}
+
+// claimTimeout bounds a claim: a request waits on it.
+const claimTimeout = 3 * time.Second
+
+// Where is orgID's home: this replica's, another live replica's, or, when
+// it has none that lives, this replica's once it has claimed it. Only the
+// claim waits on the database.
+func (h *Homes) Where(ctx context.Context, orgID string) (Home, error) {
+	h.mu.Lock()
+	cur, ok := h.homes[orgID]
+	released := h.released
+	h.mu.Unlock()
+	switch {
+	case ok && cur.ReplicaID == h.me:
+		// Its own homes a replica keeps while it cannot reach the
+		// database: nothing else could serve them meanwhile.
+		return cur, nil
+	case ok && cur.ReplicaID != "" && cur.Alive:
+		return cur, nil
+	case released:
+		return cur, ErrReleased
+	}
+	v, err, _ := h.claim.Do(orgID, func() (any, error) {
+		// Those waiting on the claim are not all the caller: it is not
+		// abandoned when the caller goes.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
+		defer cancel()
+		got, err := h.store.ClaimHome(cctx, orgID, h.me)
+		if err != nil {
+			return Home{}, err
+		}
+		h.mu.Lock()
+		if !h.released || got.ReplicaID != h.me {
+			h.homes[orgID] = got
+			h.claimed[orgID] = time.Now()
+		}
+		h.mu.Unlock()
+		if got.ReplicaID == h.me {
+			h.log.Info("cluster: this replica is now an organisation's home", "org", orgID, "epoch", got.Epoch)
+		}
+		return got, nil
+	})
+	if err != nil {
+		return Home{}, err
+	}
+	return v.(Home), nil
+}
+
+// Forget drops what this replica knows of orgID's home, which a peer said
+// is not where this replica thought: the next Where asks the database.
+func (h *Homes) Forget(orgID string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if cur, ok := h.homes[orgID]; ok && cur.ReplicaID != h.me {
+		delete(h.homes, orgID)
+	}
+}
+
+// Mine reports whether this replica is orgID's home as it knows.
+func (h *Homes) Mine(orgID string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return !h.released && h.homes[orgID].ReplicaID == h.me
+}
+
+// List is every home as this replica knows it, by organisation.
+func (h *Homes) List() []Home {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]Home, 0, len(h.homes))
+	for _, x := range h.homes {
+		out = append(out, x)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].OrgID < out[j].OrgID })
+	return out
+}
+
+// Count is how many organisations this replica is the home of.
+func (h *Homes) Count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, x := range h.homes {
+		if x.ReplicaID == h.me {
+			n++
+		}
+	}
+	return n
+}
+
+// Release gives up this replica's homes, for good: it is stopping. The
+// organisations are claimed again by the replica their next request or
+// worker reaches.
+func (h *Homes) Release(ctx context.Context) {
+	h.mu.Lock()
+	h.released = true
+	for org, x := range h.homes {
+		if x.ReplicaID == h.me {
+			x.ReplicaID, x.AdvertiseURL, x.Alive = "", "", false
+			h.homes[org] = x
+		}
+	}
+	h.mu.Unlock()
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	n, err := h.store.ReleaseHomes(rctx, h.me)
+	if err != nil {
+		h.log.Warn("cluster: release the organisations' homes; they pass to other replicas when this one's registration lapses", "err", err)
+		return
+	}
+	h.log.Info("cluster: released the organisations' homes", "homes", n)
+}
