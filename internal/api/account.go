@@ -176,10 +176,13 @@ type Health struct {
 // ClusterHealth is a replica's view of its cluster.
 type ClusterHealth struct {
 	ReplicaID string `json:"replica_id"`
-	// Role is "leader" (serves the API and the workers' links) or
-	// "standby" (sends both to the leader).
-	Role  string `json:"role"`
-	Epoch int64  `json:"epoch"`
+	// Role is "leader" (runs the rentals and the cluster's other
+	// singleton duties) or "standby" (forwards rental requests to it).
+	Role string `json:"role"`
+	// Homes is how many organisations this replica is the home of: it
+	// holds their workers' links and serves their requests.
+	Homes int   `json:"homes"`
+	Epoch int64 `json:"epoch"`
 	// Leader and LeaderURL name the leader; empty while none is known.
 	Leader    string `json:"leader,omitempty"`
 	LeaderURL string `json:"leader_url,omitempty"`
@@ -197,8 +200,10 @@ type ClusterHealth struct {
 type Readiness struct {
 	Ready bool `json:"ready"`
 	// Reason says why not.
-	Reason    string `json:"reason,omitempty"`
-	LeaderURL string `json:"leader_url,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	// UnreachablePeers are the peer replicas a forwarded request could
+	// not reach lately.
+	UnreachablePeers []string `json:"unreachable_peers,omitempty"`
 }
 
 // Health statuses and store states.
@@ -288,6 +293,20 @@ type ClusterStatus struct {
 	// Leader is absent while no replica has ever led.
 	Leader   *ClusterLeader   `json:"leader,omitempty"`
 	Replicas []ClusterReplica `json:"replicas"`
+	// Homes is every organisation's home, by organisation.
+	Homes []ClusterHome `json:"homes"`
+}
+
+// ClusterHome is an organisation's home replica.
+type ClusterHome struct {
+	OrgID string `json:"org_id"`
+	// ReplicaID is "" while the organisation has no home: the replica
+	// its next request or worker reaches claims it.
+	ReplicaID string `json:"replica_id"`
+	// Epoch grows by one at each change of home.
+	Epoch int64 `json:"epoch"`
+	// Alive: the home replica's registration is current.
+	Alive bool `json:"alive"`
 }
 
 // ClusterLeader is the leader lease.
@@ -311,7 +330,9 @@ type ClusterReplica struct {
 	SeenAt       time.Time `json:"seen_at"`
 	ExpiresAt    time.Time `json:"expires_at"`
 	// Alive: the registration was renewed within its TTL.
-	Alive         bool       `json:"alive"`
+	Alive bool `json:"alive"`
+	// Homes is how many organisations the replica is the home of.
+	Homes         int        `json:"homes"`
 	OutboxRecords int64      `json:"outbox_records"`
 	OutboxOldest  *time.Time `json:"outbox_oldest,omitempty"`
 }

@@ -49,6 +49,7 @@ const (
 	CodeBadWorkerReply   = "bad_worker_reply"    // the worker's answer is not one the gateway can use
 	CodeTimeout          = "timeout"             // the request ran longer than it may
 	CodeStandby          = "standby_replica"     // this replica of a cluster does not serve the API; its leader does
+	CodeNotHome          = "not_home"            // this replica of a cluster does not serve the organisation; its home does
 )
 
 // Error is an error with everything needed to answer it over HTTP. Domain

@@ -52,8 +52,11 @@ func NewCmdCluster(f *Factory) *cobra.Command {
 		Use:   "cluster",
 		Short: "Look after a cluster of gateway replicas on PostgreSQL",
 		Long: `Replicas of svc serve started with the same --store share one PostgreSQL
-database: one, the leader, serves the API and the workers; the others stand
-by and take over within --lease-ttl when it dies. See docs/cluster.md.`,
+database and all serve. Each organisation has one home replica, which holds
+its workers' links and serves its requests; the others forward them there.
+One replica, the leader, runs the GPU rentals; another takes over within
+--lease-ttl when it dies, as does a new home for the organisations of a
+dead one. See docs/cluster.md.`,
 		Args: noArgs,
 	}
 	cmd.AddCommand(newCmdClusterStatus(f), newCmdClusterMigrate(f))
@@ -65,12 +68,13 @@ func newCmdClusterStatus(f *Factory) *cobra.Command {
 	var db storeFlags
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Show the replicas, the leader, its epoch and what each has yet to ship",
+		Short: "Show the replicas, the leader, the organisations' homes and what each replica has yet to ship",
 		Long: `Read the cluster's state from its database, found as svc serve finds it
 (--store or SVC_STORE_URL, and the password from --store-password-file,
 SVC_STORE_PASSWORD_FILE or PGPASSFILE): every replica registered, its role,
-when it last renewed, and the usage rows, events and power reports in its
-outbox not yet shipped; and the leader lease with its epoch and expiry,
+when it last renewed, how many organisations it is the home of, and the
+usage rows, events and power reports in its outbox not yet shipped; the
+leader lease with its epoch and expiry; and each organisation's home, all
 judged by the database's clock.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -114,7 +118,7 @@ func printClusterStatus(f *Factory, st api.ClusterStatus) error {
 		fmt.Fprintf(out, "Leader: %s at %s, epoch %d, lease %s\n", l.ReplicaID, l.AdvertiseURL, l.Epoch, lease)
 	}
 	fmt.Fprintf(out, "Schema: version %d\n\n", st.SchemaVersion)
-	t := newTablePrinter(f.IO, "REPLICA", "ROLE", "URL", "VERSION", "SEEN", "OUTBOX", "OLDEST")
+	t := newTablePrinter(f.IO, "REPLICA", "ROLE", "URL", "VERSION", "SEEN", "HOMES", "OUTBOX", "OLDEST")
 	t.shrinkable("URL", "VERSION")
 	for _, r := range st.Replicas {
 		role := r.Role
@@ -126,6 +130,7 @@ func printClusterStatus(f *Factory, st api.ClusterStatus) error {
 		t.field(r.AdvertiseURL)
 		t.field(r.Version)
 		t.field(fmtAge(st.DatabaseTime.Sub(r.SeenAt)))
+		t.field(strconv.Itoa(r.Homes))
 		t.field(strconv.FormatInt(r.OutboxRecords, 10))
 		if r.OutboxOldest == nil {
 			t.field("-")
@@ -134,7 +139,18 @@ func printClusterStatus(f *Factory, st api.ClusterStatus) error {
 		}
 		t.endRow()
 	}
-	return t.render()
+	if err := t.render(); err != nil {
+		return err
+	}
+	homeless := 0
+	for _, h := range st.Homes {
+		if !h.Alive {
+			homeless++
+		}
+	}
+	fmt.Fprintf(out, "\nOrganisations: %d with a home, %d without a live one (claimed by the replica their next request or worker reaches)\n",
+		len(st.Homes)-homeless, homeless)
+	return nil
 }
 
 // clusterStatus reads the cluster's replicas and lease.
@@ -143,8 +159,20 @@ func clusterStatus(ctx context.Context, s *pgstore.Store) (api.ClusterStatus, er
 	if err != nil {
 		return api.ClusterStatus{}, err
 	}
+	homes, err := s.Homes(ctx)
+	if err != nil {
+		return api.ClusterStatus{}, err
+	}
+	count := map[string]int{}
+	st0 := make([]api.ClusterHome, 0, len(homes))
+	for _, h := range homes {
+		st0 = append(st0, api.ClusterHome{OrgID: h.OrgID, ReplicaID: h.ReplicaID, Epoch: h.Epoch, Alive: h.Alive})
+		if h.Alive {
+			count[h.ReplicaID]++
+		}
+	}
 	now := lead.DBNow
-	st := api.ClusterStatus{DatabaseTime: now, SchemaVersion: s.SchemaVersion(), Replicas: []api.ClusterReplica{}}
+	st := api.ClusterStatus{DatabaseTime: now, SchemaVersion: s.SchemaVersion(), Replicas: []api.ClusterReplica{}, Homes: st0}
 	if lead.Epoch > 0 {
 		st.Leader = &api.ClusterLeader{ReplicaID: lead.ReplicaID, AdvertiseURL: lead.AdvertiseURL, Epoch: lead.Epoch,
 			ExpiresAt: lead.ExpiresAt, Expired: !lead.ExpiresAt.After(now)}
@@ -152,7 +180,7 @@ func clusterStatus(ctx context.Context, s *pgstore.Store) (api.ClusterStatus, er
 	for _, r := range rs {
 		cr := api.ClusterReplica{ID: r.ID, Role: r.Role, AdvertiseURL: r.AdvertiseURL, Version: r.Version,
 			StartedAt: r.StartedAt, SeenAt: r.SeenAt, ExpiresAt: r.ExpiresAt, Alive: r.ExpiresAt.After(now),
-			OutboxRecords: r.OutboxRecords}
+			OutboxRecords: r.OutboxRecords, Homes: count[r.ID]}
 		if !r.OutboxOldest.IsZero() {
 			oldest := r.OutboxOldest
 			cr.OutboxOldest = &oldest

@@ -136,6 +136,9 @@ func New(store Store, me Replica, o Options) *Lease {
 	return &Lease{store: store, me: me, o: o, log: o.Logger, changed: make(chan struct{})}
 }
 
+// Every is how often the replica renews.
+func (l *Lease) Every() time.Duration { return l.o.Every }
+
 // TTL is the lease's length.
 func (l *Lease) TTL() time.Duration { return l.o.TTL }
 

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -60,112 +62,112 @@ func eventually(t *testing.T, timeout time.Duration, what string, ok func() bool
 	}
 }
 
-// A cluster of two replicas on one PostgreSQL: the first leads and serves,
-// the standby refuses the API naming it and sends workers there; an
-// account made on the standby is usable on the leader at once; killed,
-// the leader is replaced by the standby within the lease, the worker
-// follows, and the usage it had served is in the database for the new
-// leader to report.
-func TestClusterFailover(t *testing.T) {
-	a, b, db := startPair(t)
+// startTrio starts three replicas on a fresh database; a leads.
+func startTrio(t *testing.T) (a, b, c *server, db string) {
+	t.Helper()
+	a, b, db = startPair(t)
+	c = startReplica(t, db, "")
+	c.waitLog("cluster: standing by", 15*time.Second)
+	return a, b, c, db
+}
+
+// secondOrg makes the organisation acme with an owner's key and a worker
+// token, on s's console.
+func secondOrg(t *testing.T, s *server) (key, tokenFile string) {
+	t.Helper()
+	for _, step := range []struct{ method, path, body string }{
+		{"POST", "/api/v1/console/orgs", `{"name":"acme","plan":"pro"}`},
+		{"POST", "/api/v1/console/users", `{"name":"ann"}`},
+		{"PUT", "/api/v1/console/orgs/acme/members/ann", `{"role":"owner"}`},
+	} {
+		if r := s.console(step.method, step.path, step.body); r.Status >= 300 {
+			t.Fatalf("%s %s: %d %s", step.method, step.path, r.Status, r.Body)
+		}
+	}
+	key = s.console("POST", "/api/v1/console/orgs/acme/keys", `{"user":"ann","name":"k"}`).JSON(t)["secret"].(string)
+	tok := s.console("POST", "/api/v1/console/orgs/acme/worker-tokens", `{"name":"t"}`).JSON(t)["secret"].(string)
+	tokenFile = filepath.Join(t.TempDir(), "acme.token")
+	if err := os.WriteFile(tokenFile, []byte(tok), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return key, tokenFile
+}
+
+// Three replicas on one PostgreSQL all serve. Each organisation is homed
+// where its first worker connected; a later worker of it that dials
+// another replica is sent to the home, so one replica alone grants its
+// slots; a request sent to any replica is served by the home, with one
+// usage row under the id the client saw. Killed, a home (here also the
+// leader) is replaced within the lease: its workers' reconnections home
+// the organisation on a live replica, and the gap is measured; the other
+// organisation is served throughout.
+func TestClusterHomes(t *testing.T) {
+	a, b, c, db := startTrio(t)
 	key := a.adminKey()
+	acmeKey, acmeTokens := secondOrg(t, b)
 
-	if r := a.do("GET", "/readyz", ""); r.Status != http.StatusOK {
-		t.Fatalf("leader /readyz = %d %s", r.Status, r.Body)
+	for _, r := range []*server{a, b, c} {
+		if got := r.do("GET", "/readyz", ""); got.Status != http.StatusOK {
+			t.Fatalf("/readyz of %s = %d %s", r.URL, got.Status, got.Body)
+		}
 	}
-	// A balancer should send requests to the leader: the standby is not
-	// ready, though it forwards what reaches it.
-	if r := b.do("GET", "/readyz", ""); r.Status != http.StatusServiceUnavailable || r.JSON(t)["leader_url"] != a.URL {
-		t.Fatalf("standby /readyz = %d %s, want 503 naming %s", r.Status, r.Body, a.URL)
+	// default's first worker makes a its home; acme's makes b its home.
+	startWorker(t, a.URL, a.tokenFile(), "d1", "--engine", "sim=ttft=0")
+	startWorker(t, b.URL, acmeTokens, "x1", "--engine", "sim=ttft=0")
+	// default's second worker dials c, a load balancer's pick, and is sent
+	// to a; it returns to c when a is gone.
+	w2 := launchWorker(t, c.URL, a.tokenFile(), "d2", "--engine", "sim=ttft=0")
+	if rec := w2.waitLog("connected to the gateway", 15*time.Second); rec["gateway"] != a.URL {
+		t.Fatalf("default's second worker connected to %v, want its home %s", rec["gateway"], a.URL)
 	}
-	if r := b.do("GET", "/healthz", ""); r.Status != http.StatusOK || !strings.Contains(string(r.Body), `"role":"standby"`) {
-		t.Fatalf("standby /healthz = %d %s", r.Status, r.Body)
-	}
-
-	// The worker dials the standby and is sent to the leader.
-	w := launchWorker(t, b.URL, a.tokenFile(), "cw1", "--engine", "sim=ttft=0")
-	rec := w.waitLog("connected to the gateway", 15*time.Second)
-	if rec["gateway"] != a.URL {
-		t.Fatalf("the worker connected to %v, want the leader %s", rec["gateway"], a.URL)
+	// Every replica sees default's two workers: at its home, each once.
+	for _, r := range []*server{a, b, c} {
+		ws := r.workers(key)
+		if len(ws) != 2 {
+			t.Fatalf("default's workers seen through %s: %v", r.URL, ws)
+		}
 	}
 
 	chat := `{"model":"sim-chat","messages":[{"role":"user","content":"hi"}],"max_tokens":4}`
-	served := 0
-	for range 3 {
-		if r := a.do("POST", "/v1/chat/completions", chat, bearer(key)); r.Status != http.StatusOK {
-			t.Fatalf("chat on the leader = %d %s", r.Status, r.Body)
+	served := map[string][]string{} // org -> request ids
+	for _, r := range []*server{a, b, c} {
+		for org, k := range map[string]string{"default": key, "acme": acmeKey} {
+			got := r.do("POST", "/v1/chat/completions", chat, bearer(k))
+			want := map[string]string{"default": "d", "acme": "x"}[org]
+			if got.Status != http.StatusOK || !strings.HasPrefix(got.Header.Get("X-Worker-Name"), want) {
+				t.Fatalf("%s's chat through %s = %d %v %s", org, r.URL, got.Status, got.Header, got.Body)
+			}
+			served[org] = append(served[org], got.Header.Get("X-Request-Id"))
 		}
-		served++
+		stream := r.do("POST", "/v1/chat/completions", `{"model":"sim-chat","stream":true,"messages":[{"role":"user","content":"hi"}],"max_tokens":4}`, bearer(acmeKey))
+		if data := sseData(stream.Body); stream.Status != http.StatusOK || len(data) < 2 || data[len(data)-1] != "[DONE]" {
+			t.Fatalf("acme's stream through %s = %d %s", r.URL, stream.Status, stream.Body)
+		}
+		served["acme"] = append(served["acme"], stream.Header.Get("X-Request-Id"))
 	}
-	// Sent to the standby, a chat is forwarded to the leader and served
-	// by its worker; the request id is the usage row's, and a stream
-	// arrives whole.
-	r := b.do("POST", "/v1/chat/completions", chat, bearer(key))
-	if r.Status != http.StatusOK || r.Header.Get("X-Worker-Name") != "cw1" || r.Header.Get("X-Request-Id") == "" {
-		t.Fatalf("chat on the standby = %d %v %s\n%s\n%s", r.Status, r.Header, r.Body, b.Log(), a.Log())
+	// One row per request, under the id the client saw, whichever replica
+	// the usage is read through.
+	for org, k := range map[string]string{"default": key, "acme": acmeKey} {
+		logs := c.do("GET", "/api/v1/usage/logs?limit=50", "", bearer(k))
+		var rows []struct {
+			ID string `json:"id"`
+		}
+		if err := json.Unmarshal(logs.Body, &rows); err != nil {
+			t.Fatalf("%v\n%s", err, logs.Body)
+		}
+		ids := map[string]int{}
+		for _, row := range rows {
+			ids[row.ID]++
+		}
+		if len(rows) != len(served[org]) {
+			t.Fatalf("%s: %d rows for %d requests:\n%s", org, len(rows), len(served[org]), logs.Body)
+		}
+		for _, id := range served[org] {
+			if ids[id] != 1 {
+				t.Fatalf("%s: request %s has %d rows", org, id, ids[id])
+			}
+		}
 	}
-	served++
-	forwardedID := r.Header.Get("X-Request-Id")
-	stream := b.do("POST", "/v1/chat/completions", `{"model":"sim-chat","stream":true,"messages":[{"role":"user","content":"hi"}],"max_tokens":4}`, bearer(key))
-	if data := sseData(stream.Body); stream.Status != http.StatusOK || len(data) < 2 || data[len(data)-1] != "[DONE]" {
-		t.Fatalf("stream on the standby = %d %s", stream.Status, stream.Body)
-	}
-	served++
-	// Without a valid key the standby answers itself.
-	if r := b.do("POST", "/v1/chat/completions", chat, bearer("svc_k_nope_nope")); r.Status != http.StatusUnauthorized {
-		t.Fatalf("a bad key on the standby = %d %s", r.Status, r.Body)
-	}
-
-	// A key made on the standby's console works on the leader at once.
-	cr := b.console("POST", "/api/v1/console/orgs/default/keys", `{"name":"made-on-standby","user":"admin"}`)
-	if cr.Status != http.StatusCreated && cr.Status != http.StatusOK {
-		t.Fatalf("create a key on the standby = %d %s", cr.Status, cr.Body)
-	}
-	newKey, _ := cr.JSON(t)["secret"].(string)
-	if newKey == "" {
-		t.Fatalf("no key in %s", cr.Body)
-	}
-	eventually(t, 5*time.Second, "the leader accepts the key made on the standby", func() bool {
-		return a.do("GET", "/v1/models", "", bearer(newKey)).Status == http.StatusOK
-	})
-
-	// The leader's usage is shipped before it is read.
-	if r := a.do("GET", "/api/v1/usage/summary?days=1", "", bearer(key)); r.Status != http.StatusOK || r.JSON(t)["requests"] != float64(served) {
-		t.Fatalf("usage on the leader = %d %s, want %d requests", r.Status, r.Body, served)
-	}
-	if logs := b.do("GET", "/api/v1/usage/logs?limit=50", "", bearer(key)); !strings.Contains(string(logs.Body), `"id":"`+forwardedID+`"`) {
-		t.Fatalf("no usage row %s for the forwarded request:\n%s", forwardedID, logs.Body)
-	}
-
-	killed := time.Now()
-	_ = a.Kill() // its exit status is the kill's
-	// Until it leads, the standby cannot reach the dead leader: it says
-	// so, with a time to retry after.
-	if r := b.do("POST", "/v1/chat/completions", chat, bearer(key)); r.Status != http.StatusServiceUnavailable ||
-		r.Header.Get("X-Svc-Error-Code") != api.CodeStandby || r.Header.Get("Retry-After") == "" {
-		t.Fatalf("chat on the standby with its leader dead = %d %v %s", r.Status, r.Header, r.Body)
-	}
-	b.waitLog("cluster: leading", 15*time.Second)
-	took := time.Since(killed)
-	ttl, _ := time.ParseDuration(clusterTTL)
-	// The lease lapses within the TTL; the standby claims it at the
-	// renewal after the one that saw it lapsed (renewals every TTL/5).
-	if took > ttl+ttl/5*2+2*time.Second {
-		t.Errorf("the standby led %s after the kill, want within the lease and two renewals", took)
-	}
-	t.Logf("failover: the standby led %s after the leader was killed", took.Round(10*time.Millisecond))
-	eventually(t, 15*time.Second, "the worker back on the new leader", func() bool {
-		return b.do("POST", "/v1/chat/completions", chat, bearer(key)).Status == http.StatusOK
-	})
-	served++
-	// The tries refused while the worker reconnected have rows too.
-	if r := b.do("GET", "/api/v1/usage/summary?days=1", "", bearer(key)); r.Status != http.StatusOK || r.JSON(t)["succeeded"] != float64(served) {
-		t.Fatalf("usage on the new leader = %d %s, want %d succeeded", r.Status, r.Body, served)
-	}
-
-	// The old leader comes back as a standby.
-	a2 := startReplica(t, db, a.Data)
-	a2.waitLog("cluster: standing by", 15*time.Second)
 	out, errOut, code := svc(t, []string{"SVC_STORE_URL=" + db}, "cluster", "status", "--json")
 	if code != 0 {
 		t.Fatalf("svc cluster status: %d %s", code, errOut)
@@ -174,12 +176,42 @@ func TestClusterFailover(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &st); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	if st.Leader == nil || st.Leader.AdvertiseURL != b.URL || st.Leader.Epoch != 2 || len(st.Replicas) != 2 {
-		t.Fatalf("cluster status = %s", out)
+	homes := map[string]int{}
+	for _, r := range st.Replicas {
+		homes[r.AdvertiseURL] = r.Homes
 	}
-	if err := a2.stop(syscall.SIGTERM); err != nil {
-		t.Errorf("standby exited with %v", err)
+	if len(st.Homes) != 2 || homes[a.URL] != 1 || homes[b.URL] != 1 || homes[c.URL] != 0 {
+		t.Fatalf("cluster status: %s", out)
 	}
+
+	// The leader and default's home dies.
+	killed := time.Now()
+	_ = a.Kill()
+	var gap time.Duration
+	eventually(t, 20*time.Second, "default served again after its home died", func() bool {
+		r := b.do("POST", "/v1/chat/completions", chat, bearer(key))
+		if r.Status == http.StatusOK {
+			gap = time.Since(killed)
+			return true
+		}
+		if r.Status != http.StatusServiceUnavailable || r.Header.Get("Retry-After") == "" {
+			t.Fatalf("default's chat while its home is replaced = %d %v %s", r.Status, r.Header, r.Body)
+		}
+		// Meanwhile acme, homed on b, is served throughout.
+		if r := c.do("POST", "/v1/chat/completions", chat, bearer(acmeKey)); r.Status != http.StatusOK {
+			t.Fatalf("acme's chat while default's home is replaced = %d %s", r.Status, r.Body)
+		}
+		return false
+	})
+	ttl, _ := time.ParseDuration(clusterTTL)
+	t.Logf("re-homing: default served again %s after its home was killed (lease TTL %s)", gap.Round(10*time.Millisecond), ttl)
+	if gap > ttl+5*time.Second {
+		t.Errorf("default was served again %s after its home died, want within the TTL and 5 s", gap)
+	}
+	// The new leader runs the rentals.
+	eventually(t, 15*time.Second, "a new leader", func() bool {
+		return strings.Contains(b.Log().String(), "cluster: leading") || strings.Contains(c.Log().String(), "cluster: leading")
+	})
 }
 
 // A single host's store moves into a cluster's database whole: the counts
@@ -239,10 +271,10 @@ func TestClusterMigrate(t *testing.T) {
 	}
 }
 
-// What a standby forwards ends as on a single host: a client that goes
-// away mid-request frees the leader's worker slot and leaves a 499 row,
-// and a stream whose leader dies ends with the spec's error frame and
-// [DONE], never as if it were complete.
+// What a replica forwards to an organisation's home ends as on a single
+// host: a client that goes away mid-request frees the home's worker slot
+// and leaves a 499 row, and a stream whose home dies ends with the spec's
+// error frame and [DONE], never as if it were complete.
 func TestClusterForwardingEnds(t *testing.T) {
 	a, b, _ := startPair(t)
 	key := a.adminKey()
@@ -277,7 +309,7 @@ func TestClusterForwardingEnds(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 
-	// A stream whose leader is killed once it has begun.
+	// A stream whose home is killed once it has begun.
 	sreq, _ := http.NewRequest("POST", b.URL+"/v1/chat/completions",
 		strings.NewReader(`{"model":"sim-chat","stream":true,"messages":[{"role":"user","content":"long"}],"max_tokens":100000}`))
 	sreq.Header.Set("Authorization", "Bearer "+key)

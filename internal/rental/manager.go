@@ -206,17 +206,45 @@ func (m *Manager) CheckWorker(orgID, tokenID, name string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, r := range m.rentals {
-		if r.OrgID != orgID {
-			continue
+		if err := r.admits(orgID, tokenID, name); err != nil {
+			return err
 		}
-		switch {
-		case r.TokenID == tokenID && !r.active():
-			return errors.New("this rental has stopped")
-		case r.TokenID == tokenID && r.Name != name:
-			return fmt.Errorf("this token belongs to the rental %s and connects only as %q", r.ID, r.Name)
-		case r.TokenID != tokenID && r.active() && r.Name == name:
-			return fmt.Errorf("the name %q belongs to the rental %s; connect with its token", name, r.ID)
+	}
+	return nil
+}
+
+// CheckWorkerIn is CheckWorker against the rentals the ledger holds, for a
+// replica of a cluster that does not run the rentals itself.
+func CheckWorkerIn(l Ledger, orgID, tokenID, name string) error {
+	raws, err := l.All()
+	if err != nil {
+		return fmt.Errorf("read the rentals: %w", err)
+	}
+	for _, raw := range raws {
+		var r record
+		if err := json.Unmarshal(raw, &r); err != nil {
+			return fmt.Errorf("decode rental: %w", err)
 		}
+		if err := r.admits(orgID, tokenID, name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// admits is nil unless the rental forbids a worker of orgID to connect
+// with token tokenID under name.
+func (r *record) admits(orgID, tokenID, name string) error {
+	if r.OrgID != orgID {
+		return nil
+	}
+	switch {
+	case r.TokenID == tokenID && !r.active():
+		return errors.New("this rental has stopped")
+	case r.TokenID == tokenID && r.Name != name:
+		return fmt.Errorf("this token belongs to the rental %s and connects only as %q", r.ID, r.Name)
+	case r.TokenID != tokenID && r.active() && r.Name == name:
+		return fmt.Errorf("the name %q belongs to the rental %s; connect with its token", name, r.ID)
 	}
 	return nil
 }

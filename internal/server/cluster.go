@@ -1,6 +1,8 @@
 package server
 
 import (
+	"context"
+	"errors"
 	"net"
 	"net/http"
 	"net/url"
@@ -16,31 +18,99 @@ import (
 // Cluster is what the server knows of the cluster it is a replica of.
 type Cluster struct {
 	ReplicaID string
-	// Lease is the replica's view of the leader lease (*cluster.Lease).
+	// Lease is the replica's view of the leader lease (*cluster.Lease):
+	// the leader runs the rentals and the cluster's other singletons.
 	Lease interface{ State() cluster.State }
+	// Homes is the replica's view of the organisations' homes
+	// (*cluster.Homes): an organisation's workers link to its home, which
+	// alone serves its requests.
+	Homes Homes
 	// Outbox tells what is recorded here and not yet in the database.
 	Outbox func() (records int64, oldest time.Time)
 	// Secret is the cluster's shared secret, which signs the request ids
 	// of forwarded requests.
 	Secret string
+	// RentalWorkers checks a worker's connection against the rentals in
+	// the database, on a replica that does not run them (the leader does).
+	RentalWorkers func(orgID, tokenID, name string) error
+}
+
+// Homes is the replica's view of the organisations' homes.
+type Homes interface {
+	Where(ctx context.Context, orgID string) (cluster.Home, error)
+	Forget(orgID string)
+	Count() int
+}
+
+// checkRentalWorker is the rentals' rule on a worker's connection where
+// this replica does not run the rentals.
+func (s *Server) checkRentalWorker(orgID, tokenID, name string) error {
+	if s.cluster == nil || s.cluster.RentalWorkers == nil {
+		return nil
+	}
+	return s.cluster.RentalWorkers(orgID, tokenID, name)
 }
 
 // standbyRetryAfter is the Retry-After of a standby's refusal: a load
 // balancer's health checks move traffic to the leader within seconds.
 const standbyRetryAfter = 2 * time.Second
 
-// serveAt is where the call's API request is served: "" here, or the
-// leader's URL when this replica stands by and forwards it there; err
-// when it stands by and knows no leader to forward to.
-func (s *Server) serveAt(c *call) (leader string, err error) {
+// homeRetryAfter is the Retry-After of a request whose organisation's home
+// is being replaced: a dead home's registration lapses within the lease
+// TTL, and the organisation's workers reconnect to the next.
+const homeRetryAfter = 2 * time.Second
+
+// serveAt is where the call's API request is served: "" here, or the URL
+// of the replica that serves it, to forward it to. The organisation's
+// requests are its home's to serve, the rentals the leader's. A request
+// forwarded here by a peer is served here or refused, never forwarded on.
+func (s *Server) serveAt(c *call) (string, error) {
 	if s.cluster == nil {
 		return "", nil
 	}
+	if c.route.leader {
+		return s.leaderAt(c)
+	}
+	h, err := s.cluster.Homes.Where(context.Background(), c.principal.OrgID)
+	switch {
+	case err == nil && h.ReplicaID == s.cluster.ReplicaID:
+		return "", nil
+	case err == nil && c.forwarded:
+		// The peer thought this replica the home; it is told where the
+		// home is, and asks again.
+		return "", s.notHome(c, "This gateway replica is not the organisation's home")
+	case err == nil:
+		return h.AdvertiseURL, nil
+	case errors.Is(err, cluster.ErrReleased):
+		return "", s.notHome(c, "This gateway replica is stopping and serves no organisation it is not already serving")
+	}
+	s.log.Warn("cluster: cannot find an organisation's home", "org", c.principal.OrgID, "err", err)
+	c.ctx.SetConnectionClose()
+	return "", &api.Error{Kind: api.KindUnavailable, Type: api.TypeServiceUnavailable, RetryAfter: homeRetryAfter,
+		Message: "This gateway replica cannot reach the cluster's database to find where the organisation is served; retry"}
+}
+
+// notHome refuses a request before anything of it ran: its organisation
+// is served by another replica. A forwarding peer retries elsewhere on it.
+func (s *Server) notHome(c *call, msg string) error {
+	c.ctx.SetConnectionClose()
+	c.ctx.Response.Header.Set(notHomeHeader, "1")
+	return &api.Error{Kind: api.KindUnavailable, Type: api.TypeServiceUnavailable, Code: api.CodeNotHome, CodeHeader: true,
+		RetryAfter: homeRetryAfter, Message: msg + "; retry through the cluster's load balancer"}
+}
+
+// notHomeHeader marks a refusal made before the request ran: the one
+// answer on which a forwarding replica may send the request elsewhere.
+const notHomeHeader = "X-Svc-Not-Home"
+
+// leaderAt is where a leader's request (the rentals) is served: "" here,
+// or the leader's URL.
+func (s *Server) leaderAt(c *call) (string, error) {
 	st := s.cluster.Lease.State()
 	switch {
 	case st.Leading:
 		return "", nil
-	case st.LeaderURL != "" && s.forwarder != nil:
+	case st.LeaderURL != "" && !c.forwarded:
 		return st.LeaderURL, nil
 	}
 	return "", s.standby(c)
@@ -70,16 +140,6 @@ func (s *Server) standby(c *call) error {
 		RetryAfter: standbyRetryAfter, Message: msg + ". Send requests through the cluster's load balancer."}
 }
 
-// leaderURL is where a standby sends workers; "" while it leads, is no
-// cluster's, or knows no leader.
-func (s *Server) leaderURL() (url string, standby bool) {
-	if s.cluster == nil {
-		return "", false
-	}
-	st := s.cluster.Lease.State()
-	return st.LeaderURL, !st.Leading
-}
-
 // clusterHealth is the replica's part of /healthz.
 func (s *Server) clusterHealth() *api.ClusterHealth {
 	if s.cluster == nil {
@@ -87,7 +147,8 @@ func (s *Server) clusterHealth() *api.ClusterHealth {
 	}
 	st := s.cluster.Lease.State()
 	h := &api.ClusterHealth{ReplicaID: s.cluster.ReplicaID, Role: cluster.RoleStandby, Epoch: st.Epoch,
-		Leader: st.LeaderID, LeaderURL: st.LeaderURL, DatabaseUnreachableS: st.Unconfirmed.Seconds()}
+		Leader: st.LeaderID, LeaderURL: st.LeaderURL, DatabaseUnreachableS: st.Unconfirmed.Seconds(),
+		Homes: s.cluster.Homes.Count()}
 	if st.Leading {
 		h.Role = cluster.RoleLeader
 	}
@@ -102,16 +163,18 @@ func (s *Server) clusterHealth() *api.ClusterHealth {
 }
 
 // ready answers /readyz: 200 while this server should be sent requests, 503
-// while it drains or, in a cluster, stands by.
+// while it drains. Every replica of a cluster serves: it forwards what
+// another replica serves, and names the peers it could not reach.
 func (s *Server) ready(c *call) error {
 	r := api.Readiness{Ready: true}
-	switch url, standby := s.leaderURL(); {
-	case s.draining.Load():
+	if s.draining.Load() {
 		r = api.Readiness{Reason: "draining"}
-	case standby:
-		// A standby forwards what reaches it, but a balancer should send
-		// requests to the leader and spare them the extra hop.
-		r = api.Readiness{Reason: "standby", LeaderURL: url}
+	}
+	if s.cluster != nil {
+		r.UnreachablePeers = s.forwarder.unreachable(time.Now())
+		if r.Ready && len(r.UnreachablePeers) > 0 {
+			r.Reason = "some peer replicas do not answer: the organisations homed there get 503 here until they move"
+		}
 	}
 	status := http.StatusOK
 	if !r.Ready {
@@ -138,13 +201,12 @@ func (s *Server) rentalManager(c *call) (*rental.Manager, error) {
 		Message: "GPU rental is starting; retry in a moment"}
 }
 
-// StandDown closes every worker link: this replica no longer leads, and
-// each worker reconnects through its gateway URL to be sent to the leader.
-func (s *Server) StandDown() {
-	for orgID, ids := range s.fleet.Connected() {
-		for _, id := range ids {
-			s.fleet.Disconnect(orgID, id, "this gateway replica no longer leads the cluster")
-		}
+// LeaveOrg closes the links of an organisation's workers: another replica
+// became its home, and each worker reconnects through its gateway URL to
+// be sent there.
+func (s *Server) LeaveOrg(orgID string) {
+	for _, id := range s.fleet.Connected()[orgID] {
+		s.fleet.Disconnect(orgID, id, "another gateway replica is now the organisation's home")
 	}
 }
 

@@ -1,8 +1,12 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +15,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/auth"
 	"github.com/svc-dev/svc/internal/buildinfo"
 	"github.com/svc-dev/svc/internal/cluster"
 )
@@ -19,51 +24,148 @@ type leaseAt cluster.State
 
 func (l leaseAt) State() cluster.State { return cluster.State(l) }
 
-// A standby answers the API with the spec's 503, naming the leader, and
-// closes the connection, so that a load balancer places the client's next
-// one on the leader; only the leader is ready; /readyz of a single host is ready until it
-// drains.
+// A replica that does not lead answers a leader's request (the rentals)
+// with the spec's 503, naming the leader, and closes the connection, so
+// that the client's next one is placed afresh.
 func TestStandbyAnswers(t *testing.T) {
 	for _, tc := range []struct {
-		name     string
-		cluster  *Cluster
-		draining bool
-		serves   bool
-		ready    bool
-		leader   string
+		name    string
+		cluster *Cluster
+		serves  bool
+		leader  string
 	}{
-		{name: "single host", serves: true, ready: true},
-		{name: "single host draining", draining: true, serves: true},
-		{name: "leader", cluster: &Cluster{Lease: leaseAt{Leading: true, Epoch: 3, LeaderID: "a", LeaderURL: "http://a:8080"}}, serves: true, ready: true},
+		{name: "single host", serves: true},
+		{name: "leader", cluster: &Cluster{Lease: leaseAt{Leading: true, Epoch: 3, LeaderID: "a", LeaderURL: "http://a:8080"}}, serves: true},
 		{name: "standby", cluster: &Cluster{Lease: leaseAt{Epoch: 3, LeaderID: "a", LeaderURL: "http://a:8080"}}, leader: "http://a:8080"},
 		{name: "standby, no leader yet", cluster: &Cluster{Lease: leaseAt{}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := &Server{metrics: newMetrics(buildinfo.Info{}), cluster: tc.cluster}
-			s.draining.Store(tc.draining)
 			ctx := &fasthttp.RequestCtx{}
 			err := s.standby(&call{ctx: ctx})
 			if (err == nil) != tc.serves {
 				t.Fatalf("standby = %v, want serving %v", err, tc.serves)
 			}
 			if err != nil {
-				answerError(ctx, asAPIError(err, "req-1"), formCompatible)
-				var body struct {
-					Error struct{ Type, Code, Message string } `json:"error"`
-				}
-				if err := json.Unmarshal(ctx.Response.Body(), &body); err != nil {
-					t.Fatal(err)
-				}
-				h := &ctx.Response.Header
-				if ctx.Response.StatusCode() != http.StatusServiceUnavailable || string(h.Peek("Retry-After")) != "2" ||
-					body.Error.Type != api.TypeServiceUnavailable || body.Error.Code != api.CodeStandby ||
-					string(h.Peek("X-Svc-Error-Code")) != api.CodeStandby || string(h.Peek("X-Svc-Leader")) != tc.leader ||
-					!h.ConnectionClose() {
-					t.Fatalf("answered %d %s\n%s", ctx.Response.StatusCode(), h.String(), ctx.Response.Body())
+				checkRefusal(t, ctx, err, api.CodeStandby)
+				if got := string(ctx.Response.Header.Peek("X-Svc-Leader")); got != tc.leader {
+					t.Fatalf("X-Svc-Leader %q, want %q", got, tc.leader)
 				}
 			}
+		})
+	}
+}
 
-			ctx = &fasthttp.RequestCtx{}
+// checkRefusal checks err answers as the spec's 503 with code, Retry-After
+// and the connection closed.
+func checkRefusal(t *testing.T, ctx *fasthttp.RequestCtx, err error, code string) {
+	t.Helper()
+	answerError(ctx, asAPIError(err, "req-1"), formCompatible)
+	var body struct {
+		Error struct{ Type, Code, Message string } `json:"error"`
+	}
+	if err := json.Unmarshal(ctx.Response.Body(), &body); err != nil {
+		t.Fatal(err)
+	}
+	h := &ctx.Response.Header
+	if ctx.Response.StatusCode() != http.StatusServiceUnavailable || string(h.Peek("Retry-After")) != "2" ||
+		body.Error.Type != api.TypeServiceUnavailable || body.Error.Code != code ||
+		(code != "" && string(h.Peek("X-Svc-Error-Code")) != code) || !h.ConnectionClose() {
+		t.Fatalf("answered %d %s\n%s", ctx.Response.StatusCode(), h.String(), ctx.Response.Body())
+	}
+}
+
+// homesAt answers Where from a fixed table.
+type homesAt struct {
+	homes map[string]cluster.Home
+	err   error
+}
+
+func (h homesAt) Where(_ context.Context, org string) (cluster.Home, error) {
+	return h.homes[org], h.err
+}
+func (homesAt) Forget(string) {}
+func (h homesAt) Count() int  { return len(h.homes) }
+
+// An organisation's request is served at its home: here, forwarded to
+// the live home elsewhere, refused as not_home when a peer forwarded it
+// here wrongly or this replica is stopping, and a 503 when the database
+// cannot say. Rentals go to the leader.
+func TestServeAt(t *testing.T) {
+	homes := homesAt{homes: map[string]cluster.Home{
+		"mine":  {OrgID: "mine", ReplicaID: "b", Alive: true, AdvertiseURL: "http://b"},
+		"other": {OrgID: "other", ReplicaID: "a", Alive: true, AdvertiseURL: "http://a"},
+	}}
+	lease := leaseAt{Epoch: 3, LeaderID: "a", LeaderURL: "http://a"}
+	for _, tc := range []struct {
+		name      string
+		homes     Homes
+		org       string
+		leader    bool
+		forwarded bool
+		lease     leaseAt
+		want      string
+		code      string // of the refusal; "-" for one without a code
+	}{
+		{name: "home here", homes: homes, org: "mine"},
+		{name: "home elsewhere", homes: homes, org: "other", want: "http://a"},
+		{name: "forwarded to the home", homes: homes, org: "mine", forwarded: true},
+		{name: "forwarded to a replica not the home", homes: homes, org: "other", forwarded: true, code: api.CodeNotHome},
+		{name: "stopping", homes: homesAt{err: cluster.ErrReleased}, org: "x", code: api.CodeNotHome},
+		{name: "database silent", homes: homesAt{err: errors.New("timeout")}, org: "x", code: "-"},
+		{name: "rentals here at the leader", homes: homes, org: "mine", leader: true, lease: leaseAt{Leading: true}},
+		{name: "rentals at the leader", homes: homes, org: "mine", leader: true, want: "http://a"},
+		{name: "rentals forwarded to a standby", homes: homes, org: "mine", leader: true, forwarded: true, code: api.CodeStandby},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := lease
+			if tc.lease.Leading {
+				l = tc.lease
+			}
+			s := &Server{metrics: newMetrics(buildinfo.Info{}), log: slog.New(slog.DiscardHandler),
+				cluster: &Cluster{ReplicaID: "b", Lease: l, Homes: tc.homes}}
+			ctx := &fasthttp.RequestCtx{}
+			got, err := s.serveAt(&call{ctx: ctx, route: &route{leader: tc.leader}, forwarded: tc.forwarded,
+				principal: auth.Principal{OrgID: tc.org}})
+			switch {
+			case tc.code == "" && (err != nil || got != tc.want):
+				t.Fatalf("serveAt = %q, %v; want %q", got, err, tc.want)
+			case tc.code == "-":
+				checkRefusal(t, ctx, err, "")
+			case tc.code != "":
+				checkRefusal(t, ctx, err, tc.code)
+			}
+		})
+	}
+}
+
+// Every replica of a cluster is ready, naming the peers it could not
+// reach lately; any server draining is not.
+func TestReadiness(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		cluster  bool
+		draining bool
+		failed   string
+		ready    bool
+	}{
+		{name: "single host", ready: true},
+		{name: "single host draining", draining: true},
+		{name: "replica", cluster: true, ready: true},
+		{name: "replica with a silent peer", cluster: true, failed: "http://a", ready: true},
+		{name: "replica draining", cluster: true, draining: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &Server{metrics: newMetrics(buildinfo.Info{})}
+			if tc.cluster {
+				s.cluster = &Cluster{Lease: leaseAt{}}
+				s.forwarder = newForwarder("x")
+				if tc.failed != "" {
+					s.forwarder.mark(tc.failed, false)
+				}
+			}
+			s.draining.Store(tc.draining)
+			ctx := &fasthttp.RequestCtx{}
 			if err := s.ready(&call{ctx: ctx}); err != nil {
 				t.Fatal(err)
 			}
@@ -75,7 +177,7 @@ func TestStandbyAnswers(t *testing.T) {
 			if tc.ready {
 				want = http.StatusOK
 			}
-			if ctx.Response.StatusCode() != want || r.Ready != tc.ready || r.LeaderURL != tc.leader {
+			if ctx.Response.StatusCode() != want || r.Ready != tc.ready || (tc.failed != "") != slices.Contains(r.UnreachablePeers, tc.failed) {
 				t.Fatalf("/readyz = %d %+v", ctx.Response.StatusCode(), r)
 			}
 		})
@@ -85,10 +187,10 @@ func TestStandbyAnswers(t *testing.T) {
 func TestClusterHealthAndMetrics(t *testing.T) {
 	oldest := time.Now().Add(-3 * time.Second)
 	c := &Cluster{ReplicaID: "b", Lease: leaseAt{Epoch: 7, LeaderID: "a", LeaderURL: "http://a:8080", Unconfirmed: 4 * time.Second},
-		Outbox: func() (int64, time.Time) { return 12, oldest }}
+		Homes: homesAt{homes: map[string]cluster.Home{"x": {}}}, Outbox: func() (int64, time.Time) { return 12, oldest }}
 	s := &Server{metrics: newMetrics(buildinfo.Info{}), cluster: c}
 	h := s.clusterHealth()
-	if h.Role != cluster.RoleStandby || h.Epoch != 7 || h.Leader != "a" || h.OutboxRecords != 12 || h.DatabaseUnreachableS != 4 ||
+	if h.Role != cluster.RoleStandby || h.Epoch != 7 || h.Leader != "a" || h.OutboxRecords != 12 || h.DatabaseUnreachableS != 4 || h.Homes != 1 ||
 		h.OutboxOldest == nil || !h.OutboxOldest.Equal(oldest) {
 		t.Fatalf("health = %+v", h)
 	}
@@ -146,29 +248,3 @@ func TestForwardedRequestID(t *testing.T) {
 	}
 }
 
-// A standby that knows its leader forwards; one that knows none refuses.
-func TestStandbyServesAt(t *testing.T) {
-	for _, tc := range []struct {
-		name    string
-		state   cluster.State
-		forward bool
-		want    string
-		refused bool
-	}{
-		{name: "leader", state: cluster.State{Leading: true, LeaderURL: "http://a"}, forward: true},
-		{name: "standby forwarding", state: cluster.State{LeaderURL: "http://a"}, forward: true, want: "http://a"},
-		{name: "standby, no leader", state: cluster.State{}, forward: true, refused: true},
-		{name: "standby without a secret", state: cluster.State{LeaderURL: "http://a"}, refused: true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			s := &Server{metrics: newMetrics(buildinfo.Info{}), cluster: &Cluster{Lease: leaseAt(tc.state)}}
-			if tc.forward {
-				s.forwarder = newForwarder("s")
-			}
-			got, err := s.serveAt(&call{ctx: &fasthttp.RequestCtx{}})
-			if got != tc.want || (err != nil) != tc.refused {
-				t.Fatalf("serveAt = %q, %v", got, err)
-			}
-		})
-	}
-}

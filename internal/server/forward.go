@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -20,25 +21,28 @@ import (
 	"github.com/svc-dev/svc/internal/api"
 )
 
-// A standby serves the API for its clients by forwarding each request to
-// the leader, which alone holds the workers, and passing the answer back
-// as it comes: streams chunk by chunk. The standby authenticates the key
-// first, from its own copy of the accounts, so nothing unauthenticated
-// crosses to the leader; the leader authenticates it again and serves it
-// with its usual handlers, so usage rows, errors, 429s and SSE framing are
-// the leader's own.
+// A replica serves the API for organisations homed elsewhere by
+// forwarding each request to the organisation's home, which alone holds
+// its workers, (the rentals: to the leader) and passing the answer back as
+// it comes: streams chunk by chunk. The front authenticates the key first,
+// from its own copy of the accounts, so nothing unauthenticated crosses to
+// a peer; the peer authenticates it again and serves it with its usual
+// handlers, so usage rows, errors, 429s and SSE framing are its own.
 //
 // The request id the standby gave the request travels with it, signed
-// with the cluster's secret, and the leader uses it for its usage row: a
+// with the cluster's secret, and the peer uses it for its usage row: a
 // client sees one id whichever replica it reached.
 
 // forwardHeader carries the forwarding replica's request id and its
 // signature.
 const forwardHeader = "X-Svc-Forward"
 
-// forwarder holds the connections to the leader.
+// forwarder holds the connections to the peer replicas.
 type forwarder struct {
 	secret []byte
+	// failed is when each peer last failed to answer, until it answers.
+	mu     sync.Mutex
+	failed map[string]time.Time
 	// client is net/http's, for what fasthttp's lacks: a request it can
 	// abandon, closing its connection, when the client who sent it goes.
 	client *http.Client
@@ -51,13 +55,44 @@ func newForwarder(secret string) *forwarder {
 		MaxIdleConns:        4096,
 		MaxIdleConnsPerHost: 4096,
 		IdleConnTimeout:     30 * time.Second,
-		// The leader's bodies are passed on as they are, compressed or not.
+		// A peer's bodies are passed on as they are, compressed or not.
 		DisableCompression: true,
 		ForceAttemptHTTP2:  false,
 	}
-	return &forwarder{secret: []byte(secret), client: &http.Client{Transport: t,
-		// A redirect is the leader's answer, passed back to the client.
+	return &forwarder{secret: []byte(secret), failed: map[string]time.Time{}, client: &http.Client{Transport: t,
+		// A redirect is the peer's answer, passed back to the client.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+}
+
+// peerMemory is how long a peer that did not answer is reported so.
+const peerMemory = 10 * time.Second
+
+// mark records whether the peer at base answered.
+func (f *forwarder) mark(base string, answered bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if answered {
+		delete(f.failed, base)
+	} else {
+		f.failed[base] = time.Now()
+	}
+}
+
+// unreachable lists the peers that failed to answer within peerMemory of
+// now and have not answered since.
+func (f *forwarder) unreachable(now time.Time) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for base, at := range f.failed {
+		if now.Sub(at) < peerMemory {
+			out = append(out, base)
+		} else {
+			delete(f.failed, base)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // sign is the signature of a forwarded request id.
@@ -82,7 +117,7 @@ func (f *forwarder) forwardedID(ctx *fasthttp.RequestCtx) string {
 }
 
 // forwardTimeout bounds a forwarded request as a whole: longer than any
-// request the leader lets run (its relay timing ends those itself).
+// request a peer lets run (its relay timing ends those itself).
 const forwardTimeout = 2 * time.Hour
 
 // wholeAnswer bounds the answers a standby reads whole before passing
@@ -93,10 +128,10 @@ const wholeAnswer = 1 << 20
 var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
 	"Te", "Trailer", "Transfer-Encoding", "Upgrade", forwardHeader}
 
-// forward sends the call's request, its body read whole, to the leader at
-// base and answers with the leader's answer. The request is abandoned,
-// and the connection to the leader closed, the moment its client goes:
-// the leader then ends it as a client's disconnect.
+// forward sends the call's request, its body read whole, to the peer at
+// base and answers with the peer's answer. The request is abandoned, and
+// the connection to the peer closed, the moment its client goes: the peer
+// then ends it as a client's disconnect.
 func (s *Server) forward(c *call, base string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), forwardTimeout)
 	watched := s.watch.add(c.ctx.Conn(), cancel)
@@ -126,14 +161,25 @@ func (s *Server) forward(c *call, base string) error {
 		gone := errors.Is(ctx.Err(), context.Canceled) // before done cancels it
 		done()
 		if gone {
-			// The client went before the leader answered; nobody reads this.
+			// The client went before the peer answered; nobody reads this.
 			return &api.Error{Kind: api.KindClientGone, Message: "Client disconnected"}
 		}
 		s.metrics.forwards.WithLabelValues("unreachable").Inc()
-		s.log.Debug("forward to the leader", "leader", base, "request_id", c.requestID, "err", err)
+		s.forwarder.mark(base, false)
+		s.log.Debug("forward to a peer replica", "peer", base, "request_id", c.requestID, "err", err)
 		c.ctx.SetConnectionClose()
-		return &api.Error{Kind: api.KindUnavailable, Type: api.TypeServiceUnavailable, Code: api.CodeStandby, CodeHeader: true,
-			RetryAfter: standbyRetryAfter, Message: "This gateway replica could not reach the cluster's leader at " + base + " to serve the request; retry"}
+		return &api.Error{Kind: api.KindUnavailable, Type: api.TypeServiceUnavailable, RetryAfter: homeRetryAfter,
+			Message: "This gateway replica could not reach the replica at " + base + " that serves the request; retry"}
+	}
+	s.forwarder.mark(base, true)
+	if resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get(notHomeHeader) != "" {
+		// Refused before it ran: the peer is not the organisation's
+		// home (any more). The caller may send it elsewhere.
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, wholeAnswer))
+		_ = resp.Body.Close()
+		done()
+		s.metrics.forwards.WithLabelValues("not_home").Inc()
+		return errNotHome
 	}
 	s.metrics.forwards.WithLabelValues("forwarded").Inc()
 	out := &c.ctx.Response
@@ -153,11 +199,11 @@ func (s *Server) forward(c *call, base string) error {
 		b, err := io.ReadAll(resp.Body)
 		_ = resp.Body.Close()
 		if err != nil {
-			// The leader's head was for its answer, which is not
+			// The peer's head was for its answer, which is not
 			// coming: the error gets one of its own.
 			out.Header.Reset()
 			out.Header.Set("X-Request-Id", c.requestID)
-			return s.leaderLost(base, err)
+			return s.peerLost(base, err)
 		}
 		out.SetBodyRaw(b)
 		return nil
@@ -165,7 +211,7 @@ func (s *Server) forward(c *call, base string) error {
 	sse := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
 	conn := c.ctx.Conn()
 	// Passed on as it arrives, each read flushed: a stream's chunks reach
-	// the client as the leader sends them.
+	// the client as the peer sends them.
 	c.ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
 		defer done()
 		defer resp.Body.Close()
@@ -188,10 +234,10 @@ func (s *Server) forward(c *call, base string) error {
 			case ctx.Err() != nil:
 				return // the client went
 			}
-			// The leader went mid-answer. A stream ends as one whose
+			// The peer went mid-answer. A stream ends as one whose
 			// worker was lost does; anything else is cut, so that no
 			// client takes half an answer for a whole one.
-			lost := s.leaderLost(base, rerr)
+			lost := s.peerLost(base, rerr)
 			if sse {
 				frame := append([]byte("data: "), inReplyError(lost, formStreamEvent)...)
 				_, _ = w.Write(append(frame, "\n\ndata: [DONE]\n\n"...))
@@ -205,9 +251,39 @@ func (s *Server) forward(c *call, base string) error {
 	return nil
 }
 
-// leaderLost is the answer owed when the leader went away mid-answer.
-func (s *Server) leaderLost(base string, err error) error {
-	s.log.Warn("the leader went away during a forwarded request", "leader", base, "err", err)
+// errNotHome is a peer's refusal of a forwarded request before running
+// it: it is not the organisation's home.
+var errNotHome = errors.New("the peer is not the organisation's home")
+
+// forwardOrServe forwards the call to the peer at base and, when the peer
+// refuses it as not the organisation's home, asks where the home is now
+// and tries once more there, or here. Only a refusal made before the
+// request ran is retried: GPU work is never done twice.
+func (s *Server) forwardOrServe(c *call, base string) error {
+	err := s.forward(c, base)
+	if !errors.Is(err, errNotHome) {
+		return err
+	}
+	s.cluster.Homes.Forget(c.principal.OrgID)
+	next, err := s.serveAt(c)
+	switch {
+	case err != nil:
+		return err
+	case next == "":
+		return c.route.handle(c)
+	case next != base:
+		if err = s.forward(c, next); !errors.Is(err, errNotHome) {
+			return err
+		}
+	}
+	c.ctx.SetConnectionClose()
+	return &api.Error{Kind: api.KindUnavailable, Type: api.TypeServiceUnavailable, Code: api.CodeNotHome, CodeHeader: true,
+		RetryAfter: homeRetryAfter, Message: "The organisation's home is moving between gateway replicas; retry"}
+}
+
+// peerLost is the answer owed when the peer went away mid-answer.
+func (s *Server) peerLost(base string, err error) error {
+	s.log.Warn("the peer replica went away during a forwarded request", "peer", base, "err", err)
 	return &api.Error{Kind: api.KindUnavailable, Code: api.CodeWorkerLost, RetryAfter: time.Second,
-		Message: "The cluster's leader went away while serving the request; retry", Err: err}
+		Message: "The gateway replica serving the request went away while serving it; retry", Err: err}
 }

@@ -38,7 +38,10 @@ type route struct {
 	// streamed routes read their body themselves, as it arrives; the body
 	// of any other route is read whole before its handler runs.
 	streamed bool
-	handle   func(*call) error
+	// leader routes are served by a cluster's leader (the rentals), every
+	// other key route by the organisation's home.
+	leader bool
+	handle func(*call) error
 
 	segments []string // set by newMux for paths with {params}
 }
@@ -106,6 +109,9 @@ func (s *Server) routes() []*route {
 	}
 	add(auth.UsageRead, usage)
 	add(auth.WorkersRead, workers)
+	for _, r := range compute {
+		r.leader = true
+	}
 	add(auth.ComputeWrite, compute)
 	for _, r := range s.consoleRoutes() {
 		r.access, r.path = accessConsole, "/api/v1/console"+r.path

@@ -268,6 +268,8 @@ func Run(ctx context.Context, cfg Config) error {
 		var cg errgroup.Group
 		cg.Go(func() error { return cl.runLease(clusterCtx) })
 		cg.Go(func() error { return cl.runShipper(clusterCtx) })
+		cg.Go(func() error { return cl.runHomes(clusterCtx) })
+		cl.serve(srv)
 		bg.Go(func() error { return cl.followAccounts(bgCtx, accounts) })
 		bg.Go(func() error {
 			return cl.lead(bgCtx, term{server: srv, fan: fan, pruner: pruner, rentals: rentalConfig, accounts: accounts})
@@ -297,6 +299,12 @@ func Run(ctx context.Context, cfg Config) error {
 	case failed = <-serveErr:
 		running--
 		log.Error("listener failed", "err", failed)
+	}
+	if cl != nil {
+		// Other replicas take the organisations homed here as their
+		// requests and workers come; this one refuses what it is
+		// forwarded from now on and finishes what it runs.
+		cl.release()
 	}
 	drainCtx, cancel := context.WithTimeout(context.Background(), cfg.DrainTimeout)
 	defer cancel()

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -58,6 +59,10 @@ type clusterParts struct {
 	secret  string
 	ship    *pgstore.Shipper
 	lease   *cluster.Lease
+	homes   *cluster.Homes
+	// leave closes the links of an organisation homed elsewhere now; set
+	// once the server exists.
+	leave atomic.Pointer[func(orgID string)]
 }
 
 // openCluster connects to the cluster's database.
@@ -131,6 +136,12 @@ func (c *clusterParts) start(public net.Addr) {
 	}
 	c.lease = cluster.New(leaseStore{c.db}, cluster.Replica{ID: c.id, AdvertiseURL: url, Version: c.version, StartedAt: time.Now()},
 		cluster.Options{TTL: c.cfg.LeaseTTL, Logger: c.log, Outbox: c.outbox})
+	c.homes = cluster.NewHomes(homeStore{c.db}, c.id, cluster.HomesOptions{Every: c.lease.Every(), Logger: c.log,
+		Lost: func(org string) {
+			if l := c.leave.Load(); l != nil {
+				(*l)(org)
+			}
+		}})
 	c.log.Info("cluster: advertising this replica", "url", url)
 }
 
@@ -164,8 +175,22 @@ func (c *clusterParts) serverCluster() *Cluster {
 	if c == nil {
 		return nil
 	}
-	return &Cluster{ReplicaID: c.id, Lease: c.lease, Outbox: c.outbox, Secret: c.secret}
+	ledger := c.db.Rentals(pgstore.Fence{})
+	return &Cluster{ReplicaID: c.id, Lease: c.lease, Homes: c.homes, Outbox: c.outbox, Secret: c.secret,
+		RentalWorkers: func(orgID, tokenID, name string) error { return rental.CheckWorkerIn(ledger, orgID, tokenID, name) }}
 }
+
+// serve wires the server in: the links of an organisation whose home
+// moved elsewhere are closed.
+func (c *clusterParts) serve(srv *Server) {
+	leave := srv.LeaveOrg
+	c.leave.Store(&leave)
+}
+
+func (c *clusterParts) runHomes(ctx context.Context) error { return c.homes.Run(ctx) }
+
+// release gives up the replica's homes: it is stopping.
+func (c *clusterParts) release() { c.homes.Release(context.Background()) }
 
 func (c *clusterParts) runLease(ctx context.Context) error { return c.lease.Run(ctx) }
 
@@ -248,7 +273,6 @@ func (c *clusterParts) lead(ctx context.Context, t term) error {
 			}
 		case !st.Leading && cur != nil:
 			end()
-			t.server.StandDown()
 		}
 		select {
 		case <-ctx.Done():
@@ -298,4 +322,25 @@ func (l leaseStore) Beat(ctx context.Context, me cluster.Replica, ttl time.Durat
 
 func (l leaseStore) Resign(ctx context.Context, replicaID string, epoch int64) error {
 	return l.db.Resign(ctx, replicaID, epoch)
+}
+
+// homeStore is the database's homes as package cluster asks for them.
+type homeStore struct{ db *pgstore.Store }
+
+func (h homeStore) ClaimHome(ctx context.Context, orgID, replicaID string) (cluster.Home, error) {
+	x, err := h.db.ClaimHome(ctx, orgID, replicaID)
+	return cluster.Home(x), err
+}
+
+func (h homeStore) Homes(ctx context.Context) ([]cluster.Home, error) {
+	xs, err := h.db.Homes(ctx)
+	out := make([]cluster.Home, len(xs))
+	for i, x := range xs {
+		out[i] = cluster.Home(x)
+	}
+	return out, err
+}
+
+func (h homeStore) ReleaseHomes(ctx context.Context, replicaID string) (int64, error) {
+	return h.db.ReleaseHomes(ctx, replicaID)
 }

@@ -385,6 +385,9 @@ type call struct {
 	workerToken string
 	params      params
 	requestID   string
+	// forwarded: a peer replica forwarded the request here, and it is
+	// served here or refused, never forwarded again.
+	forwarded bool
 }
 
 // dispatch is the one path every request takes: request id, route, auth,
@@ -392,7 +395,8 @@ type call struct {
 func (s *Server) dispatch(ctx *fasthttp.RequestCtx, m *mux, console bool) {
 	start := time.Now()
 	c := call{ctx: ctx, requestID: s.forwarder.forwardedID(ctx)}
-	if c.requestID == "" {
+	c.forwarded = c.requestID != ""
+	if !c.forwarded {
 		c.requestID = uuid.NewString()
 	}
 	ctx.Response.Header.Set("X-Request-Id", c.requestID)
@@ -418,23 +422,23 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, m *mux, console bool) {
 	case r != nil:
 		label = r.path
 		c.route = r
-		// A standby forwards an API request to its leader, its body
-		// read whole first.
-		var leader string
+		// In a cluster, an API request another replica serves is
+		// forwarded there, its body read whole first.
+		var peer string
 		if err = s.authorize(&c, console); err == nil && r.access == accessKey {
-			leader, err = s.serveAt(&c)
+			peer, err = s.serveAt(&c)
 		}
 		if err == nil {
 			drain = m.limitFor(ctx.Request.Header.RequestURI())
-			if !r.streamed || leader != "" {
+			if !r.streamed || peer != "" {
 				if err = readBody(ctx, drain); errors.Is(err, errOverLimit) {
 					err = s.tooLarge(ctx, m, console)
 				}
 			}
 			switch {
 			case err != nil:
-			case leader != "":
-				err = s.forward(&c, leader)
+			case peer != "":
+				err = s.forwardOrServe(&c, peer)
 			default:
 				err = r.handle(&c)
 			}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/cluster"
 	"github.com/svc-dev/svc/internal/fleet"
 	"github.com/svc-dev/svc/internal/store"
 )
@@ -20,14 +22,13 @@ func (s *Server) connectWorker(c *call) error {
 		return api.BadRequest("This is the worker link endpoint; connect to it with `svc worker`")
 	}
 	orgID, tokenID, log, fl, ka, rentals := c.workerOrg, c.workerToken, s.log, s.fleet, s.keepalive, s.rentals.Load()
-	leader, standby := s.leaderURL()
-	// A standby that knows no leader (the last one's lease lapsed), or
-	// whose leader does not answer (dead, its lease not yet lapsed), asks
-	// the worker to retry, as a busy gateway would: a refusal in the
-	// welcome would stop it for good, and a redirect to a dead leader
-	// would only bring it back.
-	if standby && (leader == "" || !reachable(leader)) {
-		return s.standby(c)
+	home, err := s.workerHome(c)
+	if err != nil {
+		return err
+	}
+	check := s.checkRentalWorker
+	if rentals != nil {
+		check = rentals.CheckWorker
 	}
 	// An idle link holds only its read buffer, which is small: messages
 	// are read past it, and fasthttp's connection buffer lies beneath it.
@@ -41,7 +42,7 @@ func (s *Server) connectWorker(c *call) error {
 	}
 	// The handler runs after this one returns, on the hijacked connection;
 	// it uses nothing of the request.
-	err := up.Upgrade(c.ctx, func(ws *websocket.Conn) {
+	err = up.Upgrade(c.ctx, func(ws *websocket.Conn) {
 		conn := s.links.WebSocket(ws, ka)
 		hello, err := fleet.ReadHello(conn)
 		if err != nil {
@@ -49,20 +50,18 @@ func (s *Server) connectWorker(c *call) error {
 			fleet.Refuse(conn, err.Error())
 			return
 		}
-		// A standby sends the worker to the leader, which alone links
-		// workers.
-		if standby {
-			log.Debug("worker sent to the leader", "name", hello.Name, "leader", leader)
-			fleet.Redirect(conn, leader)
+		// A worker links to its organisation's home, which alone
+		// schedules the organisation's requests.
+		if home != "" {
+			log.Debug("worker sent to its organisation's home", "name", hello.Name, "home", home)
+			fleet.Redirect(conn, home)
 			return
 		}
 		// A rental's token connects only as its rental's worker.
-		if rentals != nil {
-			if err := rentals.CheckWorker(orgID, tokenID, hello.Name); err != nil {
-				log.Warn("worker refused", "name", hello.Name, "err", err)
-				fleet.Refuse(conn, err.Error())
-				return
-			}
+		if err := check(orgID, tokenID, hello.Name); err != nil {
+			log.Warn("worker refused", "name", hello.Name, "err", err)
+			fleet.Refuse(conn, err.Error())
+			return
 		}
 		if err := fl.Connect(context.Background(), orgID, hello, conn); err != nil {
 			log.Warn("worker refused", "name", hello.Name, "err", err)
@@ -72,6 +71,35 @@ func (s *Server) connectWorker(c *call) error {
 		return api.BadRequest("Worker link upgrade failed: %v", err)
 	}
 	return nil
+}
+
+// workerHome is where the worker of the call's organisation links: "" here,
+// or the URL of its organisation's home, to redirect it to. A replica
+// that cannot tell, or whose peer does not answer (dead, its registration
+// not yet lapsed), asks the worker to retry, as a busy gateway would: a
+// refusal in the welcome would stop it for good, and a redirect to a dead
+// peer would only bring it back.
+func (s *Server) workerHome(c *call) (string, error) {
+	if s.cluster == nil {
+		return "", nil
+	}
+	h, err := s.cluster.Homes.Where(context.Background(), c.workerOrg)
+	switch {
+	case err == nil && h.ReplicaID == s.cluster.ReplicaID:
+		return "", nil
+	case err == nil && reachable(h.AdvertiseURL):
+		return h.AdvertiseURL, nil
+	case err == nil:
+		c.ctx.SetConnectionClose()
+		return "", &api.Error{Kind: api.KindUnavailable, Type: api.TypeServiceUnavailable, RetryAfter: homeRetryAfter,
+			Message: "The organisation's home replica does not answer; retry once another replica has taken it over"}
+	case errors.Is(err, cluster.ErrReleased):
+		return "", s.notHome(c, "This gateway replica is stopping and links no worker")
+	}
+	s.log.Warn("cluster: cannot find an organisation's home for its worker", "org", c.workerOrg, "err", err)
+	c.ctx.SetConnectionClose()
+	return "", &api.Error{Kind: api.KindUnavailable, Type: api.TypeServiceUnavailable, RetryAfter: homeRetryAfter,
+		Message: "This gateway replica cannot reach the cluster's database to find the organisation's home; retry"}
 }
 
 func (s *Server) listWorkers(c *call) error {
