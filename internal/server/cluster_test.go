@@ -247,4 +247,3 @@ func TestForwardedRequestID(t *testing.T) {
 		t.Fatalf("a single host took the forwarded id %q", got)
 	}
 }
-
