@@ -191,6 +191,14 @@ func (h *Homes) Where(ctx context.Context, orgID string) (Home, error) {
 	return v.(Home), nil
 }
 
+// Lookup is orgID's home as this replica knows it, without claiming one.
+func (h *Homes) Lookup(orgID string) (Home, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	x, ok := h.homes[orgID]
+	return x, ok && x.ReplicaID != ""
+}
+
 // Forget drops what this replica knows of orgID's home, which a peer said
 // is not where this replica thought: the next Where asks the database.
 func (h *Homes) Forget(orgID string) {

@@ -152,6 +152,11 @@ func authorizationMatrix(t *testing.T, s, front *server, admin, dir string) {
 				if want := map[bool]int{true: 401, false: 403}[c.secret == ""]; r.Status != want {
 					t.Errorf("%s %s with %s = %d, want %d", rt.Method, rt.Path, c.name, r.Status, want)
 				}
+			case rt.Access == "peer":
+				// Only a request signed with the cluster's secret.
+				if r.Status != 401 {
+					t.Errorf("%s %s with %s = %d, want 401", rt.Method, rt.Path, c.name, r.Status)
+				}
 			case rt.Access == "worker":
 				if c.name != "worker token" && r.Status != 401 {
 					t.Errorf("the worker link with %s = %d, want 401", c.name, r.Status)

@@ -333,3 +333,43 @@ func TestClusterForwardingEnds(t *testing.T) {
 		t.Fatalf("the stream ended with %q, want a worker_lost error frame and [DONE]", data[max(0, len(data)-2):])
 	}
 }
+
+// A rental of an organisation homed on a replica that does not lead: the
+// leader runs the rental, its worker dials the leader and is sent to the
+// home, and the leader sees it connect there (billing starts) and closes
+// its link there when the rental stops.
+func TestClusterRentalAtAnotherHome(t *testing.T) {
+	db := clusterDB(t)
+	dir := t.TempDir()
+	leader, key := rentalGatewayEnv(t, dir, []string{"SVC_STORE_URL=" + db}, "--lease-ttl", clusterTTL)
+	leader.waitLog("cluster: leading", 15*time.Second)
+	home := startReplica(t, db, "")
+	home.waitLog("cluster: standing by", 15*time.Second)
+	// The organisation's first worker makes home its home.
+	startWorker(t, home.URL, leader.tokenFile(), "own-box", "--engine", "sim=tps=0,ttft=0")
+
+	r, v := rent(t, home, key, `{"gpu_model_id":"sim-l4","tier_id":"uk-sovereign","name":"far-rental"}`)
+	if r.Status != http.StatusAccepted {
+		t.Fatalf("rent through the home = %d %s", r.Status, r.Body)
+	}
+	v, _, _ = leader.waitRental(key, v.ID, func(v rentalView) bool { return v.Status == "running" && v.Connected })
+	// Its worker is linked at the home, with the organisation's own.
+	if ws := home.workers(key); len(ws) != 2 {
+		t.Fatalf("workers at the home: %v", ws)
+	}
+	if r := home.do("DELETE", "/api/v1/compute/instances/"+v.ID, "", bearer(key)); r.Status != http.StatusOK {
+		t.Fatalf("stop through the home = %d %s", r.Status, r.Body)
+	}
+	eventually(t, 15*time.Second, "the rental's worker gone from the home", func() bool {
+		for _, w := range home.workers(key) {
+			if w["worker_name"] == "far-rental" && w["status"] != "offline" {
+				return false
+			}
+		}
+		return true
+	})
+	// A peer route answers only the replicas.
+	if r := home.do("GET", "/api/v1/peers/workers?org_id=default", "", bearer(key)); r.Status != http.StatusUnauthorized {
+		t.Fatalf("a peer route with an API key = %d %s", r.Status, r.Body)
+	}
+}

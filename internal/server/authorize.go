@@ -31,6 +31,8 @@ func (s *Server) authorize(c *call, console bool) error {
 		}
 		c.workerOrg, c.workerToken = orgID, tokenID
 		return nil
+	case accessPeer:
+		return s.authorizePeer(c)
 	case accessConsole:
 		if console {
 			return nil

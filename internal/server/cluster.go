@@ -38,6 +38,8 @@ type Cluster struct {
 // Homes is the replica's view of the organisations' homes.
 type Homes interface {
 	Where(ctx context.Context, orgID string) (cluster.Home, error)
+	// Lookup is the home as known, without claiming one.
+	Lookup(orgID string) (cluster.Home, bool)
 	Forget(orgID string)
 	Count() int
 }

@@ -84,6 +84,10 @@ type homesAt struct {
 func (h homesAt) Where(_ context.Context, org string) (cluster.Home, error) {
 	return h.homes[org], h.err
 }
+func (h homesAt) Lookup(org string) (cluster.Home, bool) {
+	x, ok := h.homes[org]
+	return x, ok
+}
 func (homesAt) Forget(string) {}
 func (h homesAt) Count() int  { return len(h.homes) }
 
@@ -245,5 +249,37 @@ func TestForwardedRequestID(t *testing.T) {
 	ctx.Request.Header.Set(forwardHeader, "req-1."+f.sign("req-1"))
 	if got := none.forwardedID(ctx); got != "" {
 		t.Fatalf("a single host took the forwarded id %q", got)
+	}
+}
+
+// A peer route takes only a fresh signature of its own method and URI
+// made with the cluster's secret.
+func TestPeerSignature(t *testing.T) {
+	f := newForwarder("s3cret")
+	other := newForwarder("another")
+	now := time.Now()
+	uri := "/api/v1/peers/workers?org_id=a"
+	for _, tc := range []struct {
+		name, method, uri, sig string
+		want                   bool
+	}{
+		{"signed", "GET", uri, f.signPeer("GET", uri, now), true},
+		{"a little old", "GET", uri, f.signPeer("GET", uri, now.Add(-30*time.Second)), true},
+		{"too old", "GET", uri, f.signPeer("GET", uri, now.Add(-2*time.Minute)), false},
+		{"another secret", "GET", uri, other.signPeer("GET", uri, now), false},
+		{"another organisation", "GET", "/api/v1/peers/workers?org_id=b", f.signPeer("GET", uri, now), false},
+		{"another method", "POST", uri, f.signPeer("GET", uri, now), false},
+		{"garbage", "GET", uri, "x.y", false},
+		{"none", "GET", uri, "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := f.peerSigned(tc.method, tc.uri, tc.sig, now); got != tc.want {
+				t.Fatalf("peerSigned = %v, want %v", got, tc.want)
+			}
+		})
+	}
+	var single *forwarder
+	if single.peerSigned("GET", uri, f.signPeer("GET", uri, now), now) {
+		t.Fatal("a single host took a peer's signature")
 	}
 }

@@ -15,6 +15,7 @@ const (
 	accessKey                   // an API key with the route's permission
 	accessConsole               // the admin socket only; API keys get 403
 	accessWorker                // a worker token: the worker link
+	accessPeer                  // a request signed with the cluster's secret: another replica
 )
 
 // route is one entry of the route table. Everything about a path that is
@@ -91,6 +92,8 @@ func (s *Server) routes() []*route {
 		{method: "GET", path: "/readyz", access: accessPublic, handle: s.ready},
 		{method: "GET", path: "/metrics", access: accessPublic, handle: s.serveMetrics},
 		{method: "GET", path: link.Path, access: accessWorker, handle: s.connectWorker},
+		{method: "GET", path: "/api/v1/peers/workers", access: accessPeer, handle: s.peerWorkers},
+		{method: "POST", path: "/api/v1/peers/disconnect", access: accessPeer, handle: s.disconnectForPeer},
 	}
 	for _, r := range inference {
 		r.access, r.perm, r.compatible = accessKey, auth.InferenceWrite, true

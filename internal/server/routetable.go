@@ -5,7 +5,7 @@ package server
 // a route added to the table is in the list without anyone adding it.
 type RouteInfo struct {
 	Method, Path string
-	// Access is "public", "key", "console" or "worker".
+	// Access is "public", "key", "console", "worker" or "peer".
 	Access string
 	// Permission is the key permission a "key" route needs.
 	Permission string
@@ -28,6 +28,8 @@ func RouteTable() []RouteInfo {
 			info.Access = "console"
 		case accessWorker:
 			info.Access = "worker"
+		case accessPeer:
+			info.Access = "peer"
 		}
 		out = append(out, info)
 	}

@@ -293,6 +293,9 @@ func (c *clusterParts) begin(ctx context.Context, t term, epoch int64) (*leading
 	rc.Ledger = c.db.Rentals(pgstore.Fence{ReplicaID: c.id, Epoch: epoch})
 	rc.Limiter = c.db
 	rc.Clock = c.db.Clock()
+	// The rentals' workers link to their organisations' homes, some of
+	// them other replicas.
+	rc.Fleet = t.server.RentalFleet()
 	m, err := rental.New(rc)
 	if err != nil {
 		return nil, fmt.Errorf("load the rentals: %w", err)
