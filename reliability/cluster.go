@@ -681,3 +681,35 @@ func (c *cluster) runLoad(ctx context.Context, n int) (ld *crashLoad, stop func(
 		wg.Wait()
 	}
 }
+
+// clusterHostile sends the hostile input to a replica that is neither the
+// organisation's home nor the leader: what it forwards must be answered
+// as a single host answers it, and what it refuses itself too.
+func clusterHostile(ctx context.Context, h *rig, r *result) error {
+	c, err := startCluster(ctx, h, r, "cluster-hostile", clusterSpec{replicas: 2, ttl: 5 * time.Second})
+	if c == nil || err != nil {
+		return err
+	}
+	defer c.close()
+	l, _ := c.leader(ctx)
+	if l < 0 {
+		return errors.New("no replica leads")
+	}
+	front := 1 - l
+	// The worker dials the leader, which becomes the organisation's home.
+	w, err := harness.StartWorker(h.workerSpec("hostile-home-box", c.replicas[l].URL, c.tokenFile, "--engine", "sim=tps=0,ttft=0"))
+	if err != nil {
+		return err
+	}
+	c.workers = append(c.workers, w)
+	if err := c.waitWorkers(ctx, l, []string{"hostile-home-box"}, 30*time.Second); err != nil {
+		return err
+	}
+	r.figure("replicas", "home and leader %s; the input is sent to %s", c.replicas[l].name, c.replicas[front].name)
+	g := &gateway{Gateway: c.replicas[front].Gateway, h: h, Key: c.api.Key}
+	if err := hostileAt(ctx, h, r, g, "hostile-home-box"); err != nil {
+		return err
+	}
+	c.crashes(r)
+	return nil
+}

@@ -39,8 +39,15 @@ func hostileInput(ctx context.Context, h *rig, r *result) error {
 		return err
 	}
 	defer w.Stop(syscall.SIGTERM, stopGrace)
+	return hostileAt(ctx, h, r, g, "hostile-box")
+}
+
+// hostileAt sends the hostile input to g, whose organisation has the
+// worker named worker.
+func hostileAt(ctx context.Context, h *rig, r *result, g *gateway, worker string) error {
 	hc := &hostile{g: g, r: r, counts: map[string]int{}}
-	if hc.workerID, err = workerID(ctx, g, "hostile-box"); err != nil {
+	var err error
+	if hc.workerID, err = workerID(ctx, g, worker); err != nil {
 		return err
 	}
 	_, base := rss(g.Pid())

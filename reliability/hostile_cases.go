@@ -123,6 +123,9 @@ func (hc *hostile) jsonAllowed(t target, strict []int) []int {
 	switch {
 	case t.route.Access == "console":
 		return forbidden
+	case t.route.Access == "peer":
+		// An API key is not a replica's signature.
+		return []int{401}
 	case t.route.Access == "public":
 		return nil
 	case strings.HasSuffix(t.path, "/audio/transcriptions"):

@@ -97,6 +97,7 @@ func checks() []check {
 		{"cluster-crash", clusterCrash},
 		{"cluster-db", clusterDB},
 		{"cluster-rental", clusterRental},
+		{"cluster-hostile", clusterHostile},
 	}
 }
 
