@@ -187,8 +187,8 @@ is and a ready curl command.`,
 	fl.Var(daysValue{&opts.UsageRetention}, "usage-retention", "how long usage log rows are kept, in days (400d) or as a duration, at least 1d; totals are kept for good (env SVC_USAGE_RETENTION)")
 	fl.StringVar(&opts.Store, "store", "", "a PostgreSQL URL (postgres://user@host/db): run as one replica of a cluster sharing that database, instead of on the data directory's own store; the password comes from --store-password-file, PGPASSFILE or SVC_STORE_URL, never this flag (env SVC_STORE_URL)")
 	fl.StringVar(&opts.StorePasswordFile, "store-password-file", "", "a file only this user may read, holding the --store database's password (env SVC_STORE_PASSWORD_FILE)")
-	fl.StringVar(&opts.AdvertiseURL, "advertise-url", "", "with --store: the URL other replicas send workers to when this one leads; http:// and --addr (the host name for 0.0.0.0) when empty (env SVC_ADVERTISE_URL)")
-	fl.DurationVar(&opts.LeaseTTL, "lease-ttl", 10*time.Second, "with --store: how long the leader's lease lasts unless renewed; a dead leader is replaced within it (env SVC_LEASE_TTL)")
+	fl.StringVar(&opts.AdvertiseURL, "advertise-url", "", "with --store: the URL other replicas send the workers and requests of the organisations homed here to; http:// and --addr (the host name for 0.0.0.0) when empty (env SVC_ADVERTISE_URL)")
+	fl.DurationVar(&opts.LeaseTTL, "lease-ttl", 10*time.Second, "with --store: how long this replica's registration (its organisations' homes) and the leader's lease last unless renewed; a dead replica is replaced within it (env SVC_LEASE_TTL)")
 	fl.IntVar(&opts.StoreBacklogMB, "store-backlog-mb", bolt.DefaultBacklog>>20, "memory, in MiB, for usage rows, events and power reports waiting while the database cannot be written (a full disk); at the bound new inference gets 503 (env SVC_STORE_BACKLOG_MB)")
 	// The keep-alive clocks are the spec's; only tests move them.
 	fl.DurationVar(&opts.KeepAliveAfter, "keepalive-after", 80*time.Second, "when a non-streaming reply still waiting starts, to keep the connection alive")
