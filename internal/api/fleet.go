@@ -158,6 +158,15 @@ type StreamSeq struct {
 	RecvSeq uint64 `json:"recv_seq"`
 }
 
+// GoAway is the payload of a GoAway the gateway sends of its own accord
+// (the worker's own GoAway, and the gateway's acknowledgement of it, carry
+// none): the gateway opens no new stream on the link, and the worker is
+// to finish what it runs, then reconnect through its configured gateway.
+type GoAway struct {
+	Reconnect bool   `json:"reconnect"`
+	Reason    string `json:"reason,omitempty"`
+}
+
 // Welcome is the gateway's answer to Hello.
 type Welcome struct {
 	WorkerID   string      `json:"worker_id"`

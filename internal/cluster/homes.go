@@ -48,7 +48,10 @@ type HomesOptions struct {
 	// Lost is told of each organisation this replica was the home of and
 	// no longer is: another replica claimed it once this one's
 	// registration lapsed. Its worker links should go.
-	Lost   func(orgID string)
+	Lost func(orgID string)
+	// Listen, when set, calls changed whenever a replica releases its
+	// homes, until ctx ends: the homes are read again at once.
+	Listen func(ctx context.Context, changed func()) error
 	Logger *slog.Logger
 }
 
@@ -88,8 +91,25 @@ func NewHomes(store HomeStore, me string, o HomesOptions) *Homes {
 // Me is this replica's id.
 func (h *Homes) Me() string { return h.me }
 
-// Run reads the homes every Every until ctx ends.
+// Run reads the homes every Every, and when told of a release, until ctx
+// ends.
 func (h *Homes) Run(ctx context.Context) error {
+	kick := make(chan struct{}, 1)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	if h.o.Listen != nil {
+		wg.Go(func() {
+			err := h.o.Listen(ctx, func() {
+				select {
+				case kick <- struct{}{}:
+				default: // a reading is due already
+				}
+			})
+			if err != nil {
+				h.log.Warn("cluster: listening for released homes stopped", "err", err)
+			}
+		})
+	}
 	t := time.NewTicker(h.o.Every)
 	defer t.Stop()
 	for {
@@ -98,6 +118,7 @@ func (h *Homes) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+		case <-kick:
 		}
 	}
 }

@@ -373,3 +373,65 @@ func TestClusterRentalAtAnotherHome(t *testing.T) {
 		t.Fatalf("a peer route with an API key = %d %s", r.Status, r.Body)
 	}
 }
+
+// A replica told to stop releases its homes and sends its workers away:
+// an idle one reconnects through its configured gateway at once and
+// serves there while the stopping replica still finishes a long stream
+// on another, which ends whole.
+func TestClusterDrainSendsWorkersAway(t *testing.T) {
+	a, b, _ := startPair(t)
+	key := a.adminKey()
+	startWorker(t, a.URL, a.tokenFile(), "busy", "--engine", "sim=tps=20,ttft=0")
+	idle := launchWorker(t, b.URL, a.tokenFile(), "idle", "--engine", "sim=ttft=0")
+	if rec := idle.waitLog("connected to the gateway", 15*time.Second); rec["gateway"] != a.URL {
+		t.Fatalf("the idle worker connected to %v, want the home %s", rec["gateway"], a.URL)
+	}
+	var busyID string
+	for _, w := range a.workers(key) {
+		if w["worker_name"] == "busy" {
+			busyID, _ = w["worker_id"].(string)
+		}
+	}
+	if busyID == "" {
+		t.Fatal("no worker busy")
+	}
+	req, _ := http.NewRequest("POST", a.URL+"/v1/chat/completions",
+		strings.NewReader(`{"model":"sim-chat","stream":true,"messages":[{"role":"user","content":"long"}],"max_tokens":100}`))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Svc-Worker-Id", busyID)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("the long stream: %v %v", resp, err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	if _, err := br.ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := a.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	idle.waitLog("reconnecting through the configured gateway", 10*time.Second)
+	chat := `{"model":"sim-chat","messages":[{"role":"user","content":"hi"}],"max_tokens":4}`
+	eventually(t, 10*time.Second, "the organisation served at its new home during the drain", func() bool {
+		r := b.do("POST", "/v1/chat/completions", chat, bearer(key))
+		return r.Status == http.StatusOK && r.Header.Get("X-Worker-Name") == "idle"
+	})
+	t.Logf("the organisation served at its new home %s after the SIGTERM", time.Since(stopped).Round(time.Millisecond))
+	if a.wait(0) {
+		t.Fatal("the stopping replica exited before its stream ended")
+	}
+	rest, err := io.ReadAll(br)
+	if err != nil {
+		t.Fatalf("the long stream was cut: %v", err)
+	}
+	if data := sseData(rest); len(data) < 2 || data[len(data)-1] != "[DONE]" || strings.Contains(strings.Join(data, "\n"), `"error"`) {
+		t.Fatalf("the long stream ended with %q", data[max(0, len(data)-2):])
+	}
+	if !a.wait(15 * time.Second) {
+		t.Fatal("the stopping replica did not exit after its stream")
+	}
+}

@@ -442,6 +442,39 @@ func diffIDs(oldIDs, curIDs []string) (added, removed []string) {
 // Disconnect ends a worker's link and takes it offline at once, without a
 // grace period: the machine it ran on is gone (a stopped rental). Its
 // streams fail with the reason.
+// SendAway asks every linked worker to finish its running requests and
+// reconnect through its configured gateway, usually a load balancer that
+// places it on another replica; nothing new is scheduled on them here. It
+// returns how many were asked. Workers of releases that know no such
+// request stay until their link closes.
+func (f *Fleet) SendAway(reason string) int {
+	payload, err := json.Marshal(api.GoAway{Reconnect: true, Reason: reason})
+	if err != nil {
+		return 0
+	}
+	now := time.Now()
+	var sessions []*link.Session
+	f.mu.Lock()
+	for _, o := range f.orgs {
+		for _, w := range o.workers {
+			if w.sess == nil || !w.offlineSince.IsZero() {
+				continue
+			}
+			if !w.draining {
+				w.draining = true
+				f.reindexLocked(o, w, now)
+				f.event(w, api.EventDraining, reason, nil, false, now)
+			}
+			sessions = append(sessions, w.sess)
+		}
+	}
+	f.mu.Unlock()
+	for _, s := range sessions {
+		s.SendControl(link.TypeGoAway, payload)
+	}
+	return len(sessions)
+}
+
 func (f *Fleet) Disconnect(orgID, workerID, reason string) {
 	f.mu.Lock()
 	o := f.orgs[orgID]

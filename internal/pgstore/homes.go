@@ -81,14 +81,35 @@ func (s *Store) Homes(ctx context.Context) ([]Home, error) {
 	return hs, nil
 }
 
+// HomesChannel is the channel a release of homes is announced on, so that
+// the other replicas read the homes at once rather than at their next
+// reading.
+const HomesChannel = "svc_homes"
+
 // ReleaseHomes gives up every home replicaID holds, so that another
 // replica claims each at once rather than once replicaID's registration
-// expires. It returns how many it released.
+// expires, and tells the replicas listening on HomesChannel. It returns
+// how many it released.
 func (s *Store) ReleaseHomes(ctx context.Context, replicaID string) (int64, error) {
-	tag, err := s.pool.Exec(ctx, `UPDATE svc_org_homes SET replica_id = '', epoch = epoch + 1, claimed_at = now()
-		WHERE replica_id = $1`, replicaID)
+	var n int64
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE svc_org_homes SET replica_id = '', epoch = epoch + 1, claimed_at = now()
+			WHERE replica_id = $1`, replicaID)
+		if err != nil {
+			return err
+		}
+		n = tag.RowsAffected()
+		_, err = tx.Exec(ctx, "SELECT pg_notify($1, $2)", HomesChannel, replicaID)
+		return err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("pgstore: release homes: %w", err)
 	}
-	return tag.RowsAffected(), nil
+	return n, nil
+}
+
+// ListenHomes calls changed whenever a replica releases its homes, and
+// once after every (re)connection, until ctx ends (see ListenAccounts).
+func (s *Store) ListenHomes(ctx context.Context, changed func()) error {
+	return s.listen(ctx, HomesChannel, changed)
 }

@@ -203,6 +203,13 @@ func (s *Server) rentalManager(c *call) (*rental.Manager, error) {
 		Message: "GPU rental is starting; retry in a moment"}
 }
 
+// SendWorkersAway asks every worker linked here to finish its running
+// requests and reconnect through its gateway URL: this replica is
+// stopping, and their organisations' new homes are where they land.
+func (s *Server) SendWorkersAway() int {
+	return s.fleet.SendAway("the gateway replica is stopping; reconnect through the configured gateway")
+}
+
 // LeaveOrg closes the links of an organisation's workers: another replica
 // became its home, and each worker reconnects through its gateway URL to
 // be sent there.

@@ -303,8 +303,12 @@ func Run(ctx context.Context, cfg Config) error {
 	if cl != nil {
 		// Other replicas take the organisations homed here as their
 		// requests and workers come; this one refuses what it is
-		// forwarded from now on and finishes what it runs.
+		// forwarded from now on and finishes what it runs, and its
+		// workers move as soon as their running requests are done.
 		cl.release()
+		if n := srv.SendWorkersAway(); n > 0 {
+			log.Info("cluster: sent the workers away to their organisations' new homes", "workers", n)
+		}
 	}
 	drainCtx, cancel := context.WithTimeout(context.Background(), cfg.DrainTimeout)
 	defer cancel()

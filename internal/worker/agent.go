@@ -101,6 +101,9 @@ type Agent struct {
 	// session's GoAway: every stream it opened before is then known here.
 	goAwayAcked chan struct{}
 	draining    bool
+	// sentAway is signalled when the gateway asks the worker to reconnect
+	// elsewhere once its running requests are done (api.GoAway).
+	sentAway chan struct{}
 	// missingAliases are the aliases last warned about (refreshModels
 	// only), so a refresh repeats no warning.
 	missingAliases string
@@ -164,7 +167,7 @@ func New(cfg Config) (*Agent, error) {
 		cfg.Features = []string{api.FeatureModeration}
 	}
 	a := &Agent{cfg: cfg, log: cfg.Logger, byModel: map[string]served{}, slots: make(chan struct{}, cfg.MaxConcurrent),
-		images: cfg.Images}
+		images: cfg.Images, sentAway: make(chan struct{}, 1)}
 	if a.images == nil {
 		a.images = &moderation.Fetcher{}
 	}
@@ -367,9 +370,16 @@ func (a *Agent) newSession() *link.Session {
 	var once sync.Once
 	a.goAwayAcked = acked
 	return link.NewSession(link.Options{Role: link.Worker, Accept: a.serve, Control: func(f link.Frame) {
-		if f.Type == link.TypeGoAway {
-			once.Do(func() { close(acked) })
+		if f.Type != link.TypeGoAway {
+			return
 		}
+		var g api.GoAway
+		if len(f.Payload) > 0 && json.Unmarshal(f.Payload, &g) == nil && g.Reconnect {
+			a.log.Info("the gateway sends the worker away; reconnecting once the running requests are done", "reason", g.Reason)
+			signalOne(a.sentAway)
+			return
+		}
+		once.Do(func() { close(acked) })
 	}})
 }
 
@@ -411,6 +421,12 @@ func (a *Agent) connectLoop(ctx context.Context) error {
 			redirects = 0
 		}
 		switch {
+		case errors.Is(err, errSentAway):
+			// Straight back to the configured gateway, which places the
+			// worker where it is wanted now.
+			a.log.Info("reconnecting through the configured gateway", "from", target, "gateway", a.cfg.Gateway)
+			target, redirects = a.cfg.Gateway, 0
+			continue
 		case redirect != "":
 			if err = a.checkRedirect(redirect); err != nil {
 				a.log.Error("the gateway sent a redirect the worker does not follow", "from", target, "err", err)
@@ -538,6 +554,9 @@ func (a *Agent) connectOnce(ctx context.Context, sessionID, gateway string) (con
 		a.power.Forget(sent)
 		sent = a.sendPower(sess, sent)
 	}
+	// away ticks while the worker, sent away, waits for its running
+	// requests to end.
+	var away <-chan time.Time
 	for {
 		select {
 		case <-done:
@@ -551,9 +570,25 @@ func (a *Agent) connectOnce(ctx context.Context, sessionID, gateway string) (con
 			a.sendHeartbeat()
 		case <-a.powerWake:
 			sent = a.sendPower(sess, sent)
+		case <-a.sentAway:
+			if away == nil {
+				tick := time.NewTicker(20 * time.Millisecond)
+				defer tick.Stop()
+				away = tick.C
+			}
+		case <-away:
+			if sess.Streams() > 0 {
+				continue
+			}
+			sess.Drop()
+			<-done
+			return true, "", errSentAway
 		}
 	}
 }
+
+// errSentAway ends a connection the gateway sent the worker away from.
+var errSentAway = errors.New("the gateway sent the worker away")
 
 // sendPower sends the power windows closed after sent and returns the end
 // of the last one sent. A window goes again after a reconnect until the
