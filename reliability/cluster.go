@@ -235,6 +235,7 @@ type replicaView struct {
 		LeaderURL            string  `json:"leader_url"`
 		DatabaseUnreachableS float64 `json:"database_unreachable_s"`
 		OutboxRecords        int64   `json:"outbox_records"`
+		Homes                int     `json:"homes"`
 	} `json:"cluster"`
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 )
 
@@ -51,7 +52,7 @@ func clusterCrash(ctx context.Context, h *rig, r *result) error {
 			since = rounds[len(rounds)-1].reaped
 		}
 		var f failover
-		if f, runErr = c.killLeader(ctx, r, k+1, ld, since, workers, takeoverBound, workersBound); runErr == nil {
+		if f, runErr = c.killReplica(ctx, r, k+1, ld, since, workers, takeoverBound, workersBound); runErr == nil {
 			rounds = append(rounds, f)
 		}
 	}
@@ -75,10 +76,10 @@ func clusterCrash(ctx context.Context, h *rig, r *result) error {
 	}
 	ok := ld.succeeded()
 	missing := judgeSucceeded(r, ok, rows)
-	// Each missing row is charged to the leader's run it completed in,
-	// the kill that ended that run. A leader killed within a group
-	// commit of a request's end had not written its row to the outbox:
-	// those, and only those, may be lost, as on a single host.
+	// Each missing row is charged to the run it completed in, the kill
+	// that ended that run. A home killed within a group commit of a
+	// request's end had not written its row to the outbox: those, and
+	// only those, may be lost, as on a single host.
 	lostPer := make([]int, len(rounds)+1)
 	inWindow := 0
 	var earliest time.Duration // the longest a lost row's request completed before its kill
@@ -135,9 +136,13 @@ func clusterCrash(ctx context.Context, h *rig, r *result) error {
 
 	var takeovers, backs, gaps []time.Duration
 	var pending []int
+	var roles []string
 	for i := range rounds {
 		f := &rounds[i]
-		takeovers = append(takeovers, f.leaderAt.Sub(f.sent))
+		roles = append(roles, f.role())
+		if f.leader {
+			takeovers = append(takeovers, f.leaderAt.Sub(f.sent))
+		}
 		backs = append(backs, f.workersAt.Sub(f.sent))
 		pending = append(pending, f.pending)
 		// The gap: from the kill to the first request sent after it that
@@ -159,9 +164,9 @@ func clusterCrash(ctx context.Context, h *rig, r *result) error {
 		ld.okKind[kindStream].Load(), ld.okKind[kindChat].Load(), ld.okKind[kindEmbed].Load(), len(fails))
 	r.figure("failures", "%s", kindList(kinds))
 	r.figure("failures outside a failover", "%s", kindList(outside))
-	r.figure("kills of the leader", "%d (lease TTL %v, 3 replicas, 2 workers)", len(rounds), ttl)
-	r.figure("new leader after the kill", "%s (bound %v)", durStats(takeovers), takeoverBound)
-	r.figure("workers on the new leader after the kill", "%s (bound %v)", durStats(backs), workersBound)
+	r.figure("kills of a random replica", "%d (lease TTL %v, 3 replicas, 2 workers): %s", len(rounds), ttl, strings.Join(roles, "; "))
+	r.figure("new leader after a kill of the leader", "%s (bound %v)", durStats(takeovers), takeoverBound)
+	r.figure("workers at the organisation's home after the kill", "%s (bound %v)", durStats(backs), workersBound)
 	r.figure("failover gap", "%s (from the kill to the first request sent after it that succeeded)", durStats(gaps))
 	r.figure("rows missing at each kill", "%v (succeeded requests without a row in the database before the killed replica restarted)", pending)
 	r.figure("rows lost per kill", "%v after the killed replicas restarted (the last entry: after the last kill); %d of them completed within the loss window (%v) before their kill",
@@ -200,38 +205,47 @@ func duringFailover(f loadFailure, fos []failover) bool {
 // followed.
 type failover struct {
 	sent, reaped time.Time // the kill, or when the lease could move
-	leaderAt     time.Time // a standby leads at a higher epoch
-	workersAt    time.Time // the new leader lists every worker healthy
+	leaderAt     time.Time // a standby leads at a higher epoch (the kill, when the leader lived)
+	workersAt    time.Time // a replica lists every worker healthy at the organisation's home
+	// leader and home say what the killed replica held.
+	leader, home bool
 	// pending is how many requests the killed leader had seen succeed
 	// whose rows were not in the database before it restarted.
 	pending int
 }
 
-// killLeader kills the leader, waits for a standby to take over and the
-// workers to follow, and starts the killed replica again.
-// since is when the killed leader's run began: requests completed before
-// were the previous leader's.
-func (c *cluster) killLeader(ctx context.Context, r *result, k int, ld *crashLoad, since time.Time, workers []string, takeoverBound, workersBound time.Duration) (failover, error) {
+// killReplica kills a replica (every replica is a front for the
+// balancer's clients; it may also be the organisation's home, the leader,
+// or both; see victim), waits for whatever it held to move (the lease to a
+// new leader, the organisation's home and its workers to another
+// replica), and starts the killed replica again. since is when the killed
+// replica's run began: requests completed before were the previous run's.
+func (c *cluster) killReplica(ctx context.Context, r *result, k int, ld *crashLoad, since time.Time, workers []string, takeoverBound, workersBound time.Duration) (failover, error) {
 	var f failover
-	l, v := c.leader(ctx)
-	if l < 0 {
-		return f, fmt.Errorf("kill %d: no replica leads", k)
+	l, v, err := c.victim(ctx, k)
+	if err != nil {
+		return f, fmt.Errorf("kill %d: %w", k, err)
 	}
 	if sign := crashed(c.replicas[l]); sign != "" {
 		r.fail("%s crashed before kill %d: %s", c.replicas[l].name, k, sign)
 	}
+	f.leader, f.home = v.leads(), v.Cluster.Homes > 0
 	f.sent = time.Now()
 	_ = c.replicas[l].Kill()
 	f.reaped = time.Now()
-	c.h.logf("%s: kill %d: killed the leader %s at epoch %d", c.name, k, c.replicas[l].name, v.Cluster.Epoch)
-	nl, epoch, err := c.waitLeader(ctx, v.Cluster.Epoch, 3*c.ttl+30*time.Second)
-	if err != nil {
-		r.fail("kill %d: %v", k, err)
-		return f, err
-	}
-	f.leaderAt = time.Now()
-	if d := f.leaderAt.Sub(f.sent); d > takeoverBound {
-		r.fail("kill %d: %s led at epoch %d only %v after the kill (bound %v)", k, c.replicas[nl].name, epoch, d.Round(time.Millisecond), takeoverBound)
+	c.h.logf("%s: kill %d: killed %s (%s) at epoch %d", c.name, k, c.replicas[l].name, f.role(), v.Cluster.Epoch)
+	f.leaderAt = f.sent
+	nl := (l + 1) % len(c.replicas)
+	if f.leader {
+		var epoch int64
+		if nl, epoch, err = c.waitLeader(ctx, v.Cluster.Epoch, 3*c.ttl+30*time.Second); err != nil {
+			r.fail("kill %d: %v", k, err)
+			return f, err
+		}
+		f.leaderAt = time.Now()
+		if d := f.leaderAt.Sub(f.sent); d > takeoverBound {
+			r.fail("kill %d: %s led at epoch %d only %v after the kill (bound %v)", k, c.replicas[nl].name, epoch, d.Round(time.Millisecond), takeoverBound)
+		}
 	}
 	if err := c.waitWorkers(ctx, nl, workers, 60*time.Second); err != nil {
 		r.fail("kill %d: %v", k, err)
@@ -239,11 +253,11 @@ func (c *cluster) killLeader(ctx context.Context, r *result, k int, ld *crashLoa
 	}
 	f.workersAt = time.Now()
 	if d := f.workersAt.Sub(f.sent); d > workersBound {
-		r.fail("kill %d: the workers were back on the new leader %v after the kill (bound %v)", k, d.Round(time.Millisecond), workersBound)
+		r.fail("kill %d: the workers were back at the organisation's home %v after the kill (bound %v)", k, d.Round(time.Millisecond), workersBound)
 	}
-	c.h.logf("%s: kill %d: %s leads at epoch %d after %v, workers back after %v", c.name, k, c.replicas[nl].name, epoch,
+	c.h.logf("%s: kill %d: a leader after %v, the workers at the organisation's home after %v", c.name, k,
 		f.leaderAt.Sub(f.sent).Round(time.Millisecond), f.workersAt.Sub(f.sent).Round(time.Millisecond))
-	// What the dead leader had not shipped: nothing can ship it until it
+	// What the dead replica had not shipped: nothing can ship it until it
 	// runs again.
 	if rows, err := c.usageRows(ctx); err == nil {
 		for id, o := range ld.succeeded() {
@@ -257,4 +271,49 @@ func (c *cluster) killLeader(ctx context.Context, r *result, k int, ld *crashLoa
 		return f, err
 	}
 	return f, nil
+}
+
+// victim picks the replica of kill k: the organisation's home first (the
+// one kill of a short run), then one that is neither home nor leader,
+// then any.
+func (c *cluster) victim(ctx context.Context, k int) (int, replicaView, error) {
+	views := make([]replicaView, len(c.replicas))
+	for i := range c.replicas {
+		v, err := c.health(ctx, i)
+		if err != nil {
+			return -1, v, err
+		}
+		views[i] = v
+	}
+	want := func(v replicaView) bool { return true }
+	switch k {
+	case 1:
+		want = func(v replicaView) bool { return v.Cluster.Homes > 0 }
+	case 2:
+		want = func(v replicaView) bool { return v.Cluster.Homes == 0 && !v.leads() }
+	}
+	var fit []int
+	for i, v := range views {
+		if want(v) {
+			fit = append(fit, i)
+		}
+	}
+	if len(fit) == 0 {
+		fit = []int{rand.N(len(views))}
+	}
+	l := fit[rand.N(len(fit))]
+	return l, views[l], nil
+}
+
+// role names what a killed replica held.
+func (f failover) role() string {
+	switch {
+	case f.leader && f.home:
+		return "leader and home"
+	case f.leader:
+		return "leader, front"
+	case f.home:
+		return "home, front"
+	}
+	return "front only"
 }
