@@ -59,6 +59,9 @@ type clusterSpec struct {
 	// prepare runs on a replica's data directory, made 0700, before its
 	// first start.
 	prepare func(data string) error
+	// advertise, when set, is replica i's --advertise-url given its
+	// address; http:// and the address otherwise.
+	advertise func(i int, addr string) (string, error)
 }
 
 // skippedNoPostgres records a skip and reports true when err says no
@@ -144,8 +147,14 @@ func startCluster(ctx context.Context, h *rig, r *result, name string, cs cluste
 				return nil, err
 			}
 		}
+		adv := "http://" + addr
+		if cs.advertise != nil {
+			if adv, err = cs.advertise(i, addr); err != nil {
+				return nil, err
+			}
+		}
 		s := h.spec(rname, "NO_COLOR=1")
-		s.Args = append([]string{"--advertise-url", "http://" + addr}, args...)
+		s.Args = append([]string{"--advertise-url", adv}, args...)
 		g, err := harness.StartGateway(ctx, harness.GatewaySpec{Spec: s, Addr: addr, Data: data})
 		if err != nil {
 			return nil, err

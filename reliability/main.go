@@ -98,6 +98,7 @@ func checks() []check {
 		{"cluster-db", clusterDB},
 		{"cluster-rental", clusterRental},
 		{"cluster-hostile", clusterHostile},
+		{"cluster-links", clusterLinks},
 	}
 }
 
