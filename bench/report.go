@@ -75,7 +75,7 @@ func printTable(w io.Writer, r *report) {
 			fmt.Fprintf(w, "%s: svc's p50 overhead is %.1f times nginx's\n", sc.Name, *sc.Ratio)
 		}
 		if o, ok := sc.Forwarding[pathLeader]; ok {
-			fmt.Fprintf(w, "%s: forwarding through the standby adds %+.3f ms at p50, %+.3f ms at p99", sc.Name, o.P50, o.P99)
+			fmt.Fprintf(w, "%s: forwarding to the organisation's home on another replica adds %+.3f ms at p50, %+.3f ms at p99", sc.Name, o.P50, o.P99)
 			if o.TTFT != nil {
 				fmt.Fprintf(w, ", %+.3f ms to the first token", *o.TTFT)
 			}
