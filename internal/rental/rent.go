@@ -415,8 +415,11 @@ func (m *Manager) checkPayment(org api.Organization, price money.GBP, now time.T
 // next start.
 func (m *Manager) create(orgID, orgName string, req api.RentRequest, tier Tier, gpu priced, variants []Variant, now time.Time) (*record, string, error) {
 	id := uuid.NewString()
+	// The fleet may be another replica's (a cluster's): it is asked
+	// before the lock, which the rentals' readers wait on.
+	workers := m.cfg.Fleet.Workers(orgID)
 	m.mu.Lock()
-	name, err := m.nameLocked(orgID, req.Name, "Rented "+gpu.Label)
+	name, err := m.nameLocked(orgID, req.Name, "Rented "+gpu.Label, workers)
 	m.mu.Unlock()
 	if err != nil {
 		return nil, "", err
@@ -468,14 +471,14 @@ func (m *Manager) abandon(r *record, why error) {
 // nameLocked picks the rental's worker name: the one asked for, which must
 // not be taken by a worker or running rental of the organisation, or the
 // default, numbered when taken.
-func (m *Manager) nameLocked(orgID, asked, def string) (string, error) {
+func (m *Manager) nameLocked(orgID, asked, def string, workers []api.Worker) (string, error) {
 	taken := map[string]bool{}
 	for _, r := range m.rentals {
 		if r.OrgID == orgID && r.active() {
 			taken[r.Name] = true
 		}
 	}
-	for _, w := range m.cfg.Fleet.Workers(orgID) {
+	for _, w := range workers {
 		taken[w.WorkerName] = true
 	}
 	if asked != "" {
