@@ -336,8 +336,8 @@ func TestClusterForwardingEnds(t *testing.T) {
 
 // A rental of an organisation homed on a replica that does not lead: the
 // leader runs the rental, its worker dials the leader and is sent to the
-// home, and the leader sees it connect there (billing starts) and closes
-// its link there when the rental stops.
+// home, and the leader sees it connect there (billing starts) and serve
+// its model (ready), and closes its link there when the rental stops.
 func TestClusterRentalAtAnotherHome(t *testing.T) {
 	db := clusterDB(t)
 	dir := t.TempDir()
@@ -348,11 +348,13 @@ func TestClusterRentalAtAnotherHome(t *testing.T) {
 	// The organisation's first worker makes home its home.
 	startWorker(t, home.URL, leader.tokenFile(), "own-box", "--engine", "sim=tps=0,ttft=0")
 
-	r, v := rent(t, home, key, `{"gpu_model_id":"sim-l4","tier_id":"uk-sovereign","name":"far-rental"}`)
+	r, v := rent(t, home, key, `{"gpu_model_id":"sim-l4","tier_id":"uk-sovereign","models":["qwen3-8b-q4"],"name":"far-rental"}`)
 	if r.Status != http.StatusAccepted {
 		t.Fatalf("rent through the home = %d %s", r.Status, r.Body)
 	}
-	v, _, _ = leader.waitRental(key, v.ID, func(v rentalView) bool { return v.Status == "running" && v.Connected })
+	// Running, and ready once its worker serves the model it installed,
+	// which the leader learns from the home.
+	v, _, _ = leader.waitRental(key, v.ID, ready)
 	// Its worker is linked at the home, with the organisation's own.
 	if ws := home.workers(key); len(ws) != 2 {
 		t.Fatalf("workers at the home: %v", ws)

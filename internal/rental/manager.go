@@ -327,10 +327,15 @@ func (m *Manager) workerEvent(orgID string, ev api.WorkerEvent) {
 			}
 		case api.InstallCompleted, api.InstallFailed:
 			delete(dl, id)
-			if in.State == api.InstallCompleted && !r.installed(id) {
+			switch {
+			case in.State == api.InstallCompleted && r.installed(id):
+				// Seen already in the worker's models (catchInstalls).
+			case in.State == api.InstallCompleted:
 				r.Installed = append(r.Installed, id)
+				r.note(m.eventTime(ev.CreatedAt), "model_"+in.State, id)
+			default:
+				r.note(m.eventTime(ev.CreatedAt), "model_"+in.State, id)
 			}
-			r.note(m.eventTime(ev.CreatedAt), "model_"+in.State, id)
 			if len(dl) == 0 {
 				delete(m.dl, r.ID)
 			}
@@ -345,15 +350,16 @@ func (m *Manager) workerEvent(orgID string, ev api.WorkerEvent) {
 }
 
 // catchConnections starts the rentals whose worker the fleet shows
-// connected while they still wait for it: the connected event is the usual
-// way, but events are dropped when their queue is full, and a rental must
-// not then wait for its deadline. Billing starts at the fleet's own
-// connection time.
+// connected while they still wait for it, and marks the installs of those
+// whose worker serves their models: the events are the usual way, but
+// events are dropped when their queue is full, and a rental must not then
+// wait for its deadline. Billing starts at the fleet's own connection
+// time.
 func (m *Manager) catchConnections() {
 	waiting := map[string]map[string]bool{} // org -> worker ids
 	m.mu.Lock()
 	for _, r := range m.rentals {
-		if r.active() && r.StartedAt == nil && r.StopRequestedAt == nil {
+		if r.active() && r.StopRequestedAt == nil && (r.StartedAt == nil || len(r.Installed) < len(r.Models)) {
 			if waiting[r.OrgID] == nil {
 				waiting[r.OrgID] = map[string]bool{}
 			}
@@ -365,8 +371,47 @@ func (m *Manager) catchConnections() {
 		for _, w := range m.cfg.Fleet.Workers(org) {
 			if ids[w.WorkerID] && w.ConnectedAt != nil && w.OfflineSince == nil {
 				m.workerEvent(org, api.WorkerEvent{WorkerID: w.WorkerID, EventType: api.EventConnected, CreatedAt: *w.ConnectedAt})
+				m.catchInstalls(org, w)
 			}
 		}
+	}
+}
+
+// catchInstalls counts as installed the requested models a rental's
+// connected worker serves: the install events are the usual way, but they
+// reach only the replica the worker is linked to, which in a cluster may
+// not be the one running the rentals, and events are dropped when their
+// queue is full.
+func (m *Manager) catchInstalls(orgID string, w api.Worker) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r := m.byWorkerLocked(orgID, w.WorkerID)
+	if r == nil || r.StartedAt == nil {
+		return
+	}
+	now := m.now()
+	changed := false
+	for _, md := range w.Models {
+		if id := m.requestedLocked(r, md.ID); id != "" && !r.installed(id) {
+			r.Installed = append(r.Installed, id)
+			r.note(now, "model_"+api.InstallCompleted, id)
+			if dl := m.dl[r.ID]; dl != nil {
+				delete(dl, id)
+				if len(dl) == 0 {
+					delete(m.dl, r.ID)
+				}
+			}
+			changed = true
+		}
+	}
+	if !changed {
+		return
+	}
+	if len(r.Installed) == len(r.Models) {
+		r.BootPhase = api.BootReady
+	}
+	if err := m.saveLocked(r); err != nil {
+		m.log.Error("rental: save", "rental", r.ID, "err", err)
 	}
 }
 
