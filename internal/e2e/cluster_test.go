@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -435,5 +436,35 @@ func TestClusterDrainSendsWorkersAway(t *testing.T) {
 	}
 	if !a.wait(15 * time.Second) {
 		t.Fatal("the stopping replica did not exit after its stream")
+	}
+}
+
+// Workers of an organisation without a home dial every replica at once:
+// the replicas race to claim it, one wins, and every worker ends linked
+// to that one, so one replica alone grants the organisation's slots.
+func TestClusterOneHomeUnderRace(t *testing.T) {
+	a, b, c, _ := startTrio(t)
+	_, tokens := secondOrg(t, a)
+	replicas := []*server{a, b, c}
+	var ws []*workerProc
+	for i := range 6 {
+		ws = append(ws, launchWorker(t, replicas[i%3].URL, tokens, fmt.Sprintf("race-%d", i), "--engine", "sim=ttft=0"))
+	}
+	home := ""
+	for _, w := range ws {
+		rec := w.waitLog("connected to the gateway", 20*time.Second)
+		got, _ := rec["gateway"].(string)
+		if home == "" {
+			home = got
+		}
+		if got != home {
+			t.Fatalf("workers linked to %s and %s", home, got)
+		}
+	}
+	for _, r := range replicas {
+		h := r.do("GET", "/healthz", "").JSON(t)["cluster"].(map[string]any)
+		if n := h["homes"].(float64); (r.URL == home) != (n == 1) {
+			t.Fatalf("%s is the home of %v organisations; the workers linked to %s", r.URL, n, home)
+		}
 	}
 }
