@@ -188,16 +188,7 @@ func endedLost(got, want *sseStream) bool {
 // until done closes.
 func injectPeer(ctx context.Context, p *faultProxy, done <-chan struct{}, active *atomic.Int64, rng *rand.Rand, cuts bool) faultCounts {
 	var c faultCounts
-	pause := func(d time.Duration) bool {
-		select {
-		case <-done:
-			return false
-		case <-ctx.Done():
-			return false
-		case <-time.After(d):
-			return true
-		}
-	}
+	pause := pauser(ctx, done)
 	if !pause(500 * time.Millisecond) {
 		return c
 	}
@@ -216,21 +207,7 @@ func injectPeer(ctx context.Context, p *faultProxy, done <-chan struct{}, active
 			}
 			c.cuts++
 		case k < 75:
-			d := time.Duration(100+rng.IntN(1000)) * time.Millisecond
-			dirs := rng.IntN(3)
-			for _, l := range ls {
-				if dirs != 1 {
-					l.up.hold()
-				}
-				if dirs != 0 {
-					l.down.hold()
-				}
-			}
-			pause(d)
-			for _, l := range ls {
-				l.up.release()
-				l.down.release()
-			}
+			holdFor(ls, rng.IntN(3), time.Duration(100+rng.IntN(1000))*time.Millisecond, pause)
 			c.delays++
 		default:
 			for _, l := range ls {

@@ -689,6 +689,39 @@ func (p *faultProxy) acceptedCount() int {
 	return p.accepted
 }
 
+// pauser waits d and reports true, or false as soon as done closes or ctx
+// ends.
+func pauser(ctx context.Context, done <-chan struct{}) func(d time.Duration) bool {
+	return func(d time.Duration) bool {
+		select {
+		case <-done:
+			return false
+		case <-ctx.Done():
+			return false
+		case <-time.After(d):
+			return true
+		}
+	}
+}
+
+// holdFor shuts the links' gates for d, measured by pause: dirs 0 holds
+// what goes up (to the gateway), 1 what comes down, 2 both.
+func holdFor(ls []*proxyLink, dirs int, d time.Duration, pause func(time.Duration) bool) {
+	for _, l := range ls {
+		if dirs != 1 {
+			l.up.hold()
+		}
+		if dirs != 0 {
+			l.down.hold()
+		}
+	}
+	pause(d)
+	for _, l := range ls {
+		l.up.release()
+		l.down.release()
+	}
+}
+
 // faultCounts are the faults that landed while streams ran.
 type faultCounts struct {
 	cuts, halfCuts, handshake, delays, unequal, stale int
@@ -699,16 +732,7 @@ type faultCounts struct {
 // while streams were running.
 func (p *faultProxy) inject(ctx context.Context, done <-chan struct{}, active *atomic.Int64, rng *rand.Rand, maxHold, gap time.Duration) faultCounts {
 	var c faultCounts
-	pause := func(d time.Duration) bool {
-		select {
-		case <-done:
-			return false
-		case <-ctx.Done():
-			return false
-		case <-time.After(d):
-			return true
-		}
-	}
+	pause := pauser(ctx, done)
 	hold := func() time.Duration {
 		return 100*time.Millisecond + time.Duration(rng.Int64N(int64(maxHold-100*time.Millisecond)))
 	}
@@ -761,21 +785,7 @@ func (p *faultProxy) inject(ctx context.Context, done <-chan struct{}, active *a
 			}
 			count(&c.halfCuts)
 		case k < 68: // one direction, or both for the same time
-			d := hold()
-			dirs := rng.IntN(3)
-			for _, l := range ls {
-				if dirs != 1 {
-					l.up.hold()
-				}
-				if dirs != 0 {
-					l.down.hold()
-				}
-			}
-			pause(d)
-			for _, l := range ls {
-				l.up.release()
-				l.down.release()
-			}
+			holdFor(ls, rng.IntN(3), hold(), pause)
 			count(&c.delays)
 		case k < 85: // both directions, released at different times
 			first, second := hold(), hold()

@@ -311,21 +311,7 @@ func TestFailureBeforeOutputRetriesElsewhereAndHealthTurns(t *testing.T) {
 func TestOrganisationIsolation(t *testing.T) {
 	s := startServer(t, "")
 	defaultKey := s.adminKey()
-	for _, step := range []struct{ method, path, body string }{
-		{"POST", "/api/v1/console/orgs", `{"name":"acme","plan":"pro"}`},
-		{"POST", "/api/v1/console/users", `{"name":"ann"}`},
-		{"PUT", "/api/v1/console/orgs/acme/members/ann", `{"role":"owner"}`},
-	} {
-		if r := s.console(step.method, step.path, step.body); r.Status >= 300 {
-			t.Fatalf("%s %s: %d %s", step.method, step.path, r.Status, r.Body)
-		}
-	}
-	acmeKey := s.console("POST", "/api/v1/console/orgs/acme/keys", `{"user":"ann","name":"k"}`).JSON(t)["secret"].(string)
-	tok := s.console("POST", "/api/v1/console/orgs/acme/worker-tokens", `{"name":"t"}`).JSON(t)["secret"].(string)
-	tokFile := filepath.Join(t.TempDir(), "acme.token")
-	if err := os.WriteFile(tokFile, []byte(tok), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	acmeKey, tokFile := secondOrg(t, s)
 	startWorker(t, s.URL, s.tokenFile(), "default-gpu", "--engine", "sim=tps=0,ttft=0", "--max-concurrent", "8")
 	startWorker(t, s.URL, tokFile, "acme-gpu", "--engine", "sim=tps=0,ttft=0", "--max-concurrent", "8")
 

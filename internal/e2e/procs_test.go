@@ -9,6 +9,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -191,4 +192,26 @@ func svc(t testing.TB, env []string, args ...string) (stdout, stderr string, cod
 		t.Fatal(err)
 	}
 	return out.String(), errOut.String(), code
+}
+
+// secondOrg makes the organisation acme with an owner's key and a worker
+// token, on s's console.
+func secondOrg(t *testing.T, s *server) (key, tokenFile string) {
+	t.Helper()
+	for _, step := range []struct{ method, path, body string }{
+		{"POST", "/api/v1/console/orgs", `{"name":"acme","plan":"pro"}`},
+		{"POST", "/api/v1/console/users", `{"name":"ann"}`},
+		{"PUT", "/api/v1/console/orgs/acme/members/ann", `{"role":"owner"}`},
+	} {
+		if r := s.console(step.method, step.path, step.body); r.Status >= 300 {
+			t.Fatalf("%s %s: %d %s", step.method, step.path, r.Status, r.Body)
+		}
+	}
+	key = s.console("POST", "/api/v1/console/orgs/acme/keys", `{"user":"ann","name":"k"}`).JSON(t)["secret"].(string)
+	tok := s.console("POST", "/api/v1/console/orgs/acme/worker-tokens", `{"name":"t"}`).JSON(t)["secret"].(string)
+	tokenFile = filepath.Join(t.TempDir(), "acme.token")
+	if err := os.WriteFile(tokenFile, []byte(tok), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return key, tokenFile
 }
