@@ -332,7 +332,10 @@ type ClusterReplica struct {
 	// Alive: the registration was renewed within its TTL.
 	Alive bool `json:"alive"`
 	// Homes is how many organisations the replica is the home of.
-	Homes         int        `json:"homes"`
-	OutboxRecords int64      `json:"outbox_records"`
-	OutboxOldest  *time.Time `json:"outbox_oldest,omitempty"`
+	Homes int `json:"homes"`
+	// UnreachablePeers are the peers the replica could not reach lately,
+	// as it last reported.
+	UnreachablePeers []string   `json:"unreachable_peers,omitempty"`
+	OutboxRecords    int64      `json:"outbox_records"`
+	OutboxOldest     *time.Time `json:"outbox_oldest,omitempty"`
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -73,9 +74,10 @@ func newCmdClusterStatus(f *Factory) *cobra.Command {
 (--store or SVC_STORE_URL, and the password from --store-password-file,
 SVC_STORE_PASSWORD_FILE or PGPASSFILE): every replica registered, its role,
 when it last renewed, how many organisations it is the home of, and the
-usage rows, events and power reports in its outbox not yet shipped; the
-leader lease with its epoch and expiry; and each organisation's home, all
-judged by the database's clock.`,
+usage rows, events and power reports in its outbox not yet shipped, and
+the peers it could not reach lately; the leader lease with its epoch and
+expiry; and each organisation's home, all judged by the database's
+clock.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := exp.Prepare(); err != nil {
@@ -142,6 +144,11 @@ func printClusterStatus(f *Factory, st api.ClusterStatus) error {
 	if err := t.render(); err != nil {
 		return err
 	}
+	for _, r := range st.Replicas {
+		if len(r.UnreachablePeers) > 0 {
+			fmt.Fprintf(out, "%s cannot reach %s: the organisations homed there get 503 through it\n", r.ID, strings.Join(r.UnreachablePeers, ", "))
+		}
+	}
 	homeless := 0
 	for _, h := range st.Homes {
 		if !h.Alive {
@@ -180,7 +187,7 @@ func clusterStatus(ctx context.Context, s *pgstore.Store) (api.ClusterStatus, er
 	for _, r := range rs {
 		cr := api.ClusterReplica{ID: r.ID, Role: r.Role, AdvertiseURL: r.AdvertiseURL, Version: r.Version,
 			StartedAt: r.StartedAt, SeenAt: r.SeenAt, ExpiresAt: r.ExpiresAt, Alive: r.ExpiresAt.After(now),
-			OutboxRecords: r.OutboxRecords, Homes: count[r.ID]}
+			OutboxRecords: r.OutboxRecords, Homes: count[r.ID], UnreachablePeers: r.UnreachablePeers}
 		if !r.OutboxOldest.IsZero() {
 			oldest := r.OutboxOldest
 			cr.OutboxOldest = &oldest

@@ -31,7 +31,9 @@ type Replica struct {
 	// ship to the database.
 	OutboxRecords int64
 	OutboxOldest  time.Time
-	StartedAt     time.Time
+	// UnreachablePeers are the peers the replica could not reach lately.
+	UnreachablePeers []string
+	StartedAt        time.Time
 }
 
 // Leader is the lease as the database holds it.
@@ -89,6 +91,9 @@ type Options struct {
 	// Outbox reports what the replica has yet to ship, for its
 	// registration; nil reports nothing.
 	Outbox func() (records int64, oldest time.Time)
+	// Unreachable reports the peers the replica could not reach lately,
+	// for its registration; nil reports none.
+	Unreachable func() []string
 }
 
 // Lease keeps a replica's registration and its claim on the lease.
@@ -196,6 +201,9 @@ func (l *Lease) Beat(ctx context.Context) {
 	l.mu.Unlock()
 	if l.o.Outbox != nil {
 		me.OutboxRecords, me.OutboxOldest = l.o.Outbox()
+	}
+	if l.o.Unreachable != nil {
+		me.UnreachablePeers = l.o.Unreachable()
 	}
 	bctx, cancel := context.WithTimeout(ctx, l.o.Every)
 	defer cancel()

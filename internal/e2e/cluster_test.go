@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -185,6 +186,24 @@ func TestClusterHomes(t *testing.T) {
 	if gap > ttl+5*time.Second {
 		t.Errorf("default was served again %s after its home died, want within the TTL and 5 s", gap)
 	}
+	// b could not reach the dead home meanwhile: its /readyz and its
+	// registration say so, for a while.
+	if r := b.do("GET", "/readyz", ""); r.Status != http.StatusOK || !strings.Contains(string(r.Body), a.URL) {
+		t.Fatalf("/readyz of b after its peer died = %d %s", r.Status, r.Body)
+	}
+	eventually(t, 5*time.Second, "svc cluster status naming the peer b could not reach", func() bool {
+		out, _, code := svc(t, []string{"SVC_STORE_URL=" + db}, "cluster", "status", "--json")
+		var st api.ClusterStatus
+		if code != 0 || json.Unmarshal([]byte(out), &st) != nil {
+			return false
+		}
+		for _, r := range st.Replicas {
+			if r.AdvertiseURL == b.URL && slices.Contains(r.UnreachablePeers, a.URL) {
+				return true
+			}
+		}
+		return false
+	})
 	// The new leader runs the rentals.
 	eventually(t, 15*time.Second, "a new leader", func() bool {
 		return strings.Contains(b.Log().String(), "cluster: leading") || strings.Contains(c.Log().String(), "cluster: leading")

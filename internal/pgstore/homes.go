@@ -23,6 +23,12 @@ CREATE TABLE svc_org_homes (
 CREATE INDEX svc_org_homes_replica ON svc_org_homes (replica_id);
 `
 
+// schemaPeers is version 4: the peer replicas each replica could not reach
+// lately, as it last reported them, for `svc cluster status`.
+const schemaPeers = `
+ALTER TABLE svc_replicas ADD COLUMN unreachable_peers text[] NOT NULL DEFAULT '{}';
+`
+
 // Home is an organisation's home as the database holds it.
 type Home struct {
 	OrgID string

@@ -2,6 +2,7 @@ package pgstore_test
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -97,5 +98,27 @@ func TestHomeRace(t *testing.T) {
 				t.Fatalf("%s: claimers were told %+v and %+v", org, got[0], got[i])
 			}
 		}
+	}
+}
+
+// A replica's registration carries the peers it could not reach, as it
+// last reported them.
+func TestUnreachablePeersReported(t *testing.T) {
+	s := open(t, pg.CreateDB(t))
+	me := replica(0)
+	me.UnreachablePeers = []string{"http://gw-1:8080"}
+	beat(t, s, me, time.Minute, false)
+	beat(t, s, replica(1), time.Minute, false)
+	rs, _, err := s.Replicas(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 2 || !slices.Equal(rs[0].UnreachablePeers, me.UnreachablePeers) || len(rs[1].UnreachablePeers) != 0 {
+		t.Fatalf("replicas %+v", rs)
+	}
+	me.UnreachablePeers = nil
+	beat(t, s, me, time.Minute, false)
+	if rs, _, _ = s.Replicas(context.Background()); len(rs[0].UnreachablePeers) != 0 {
+		t.Fatalf("a replica that reaches its peers again still reports %v", rs[0].UnreachablePeers)
 	}
 }

@@ -20,6 +20,9 @@ type Replica struct {
 	// locally that the database does not have yet (zero: nothing).
 	OutboxRecords int64
 	OutboxOldest  time.Time
+	// UnreachablePeers are the advertised URLs of the peers the replica
+	// could not reach lately.
+	UnreachablePeers []string
 	// StartedAt is when the process started; zero is the first Beat's time.
 	StartedAt time.Time
 	// SeenAt and ExpiresAt are read back: the last Beat, and when the
@@ -66,13 +69,18 @@ func (s *Store) Beat(ctx context.Context, me Replica, ttl time.Duration, want bo
 	}
 	b := &pgx.Batch{}
 	// A batch runs as one implicit transaction: all of it or nothing.
+	peers := me.UnreachablePeers
+	if peers == nil {
+		peers = []string{}
+	}
 	b.Queue(`INSERT INTO svc_replicas AS r (id, advertise_url, version, role, outbox_records, outbox_oldest,
-			started_at, seen_at, expires_at)
-		VALUES ($1, $2, $3, $4, $5, $6, COALESCE($7, now()), now(), now() + $8 * interval '1 microsecond')
+			started_at, seen_at, expires_at, unreachable_peers)
+		VALUES ($1, $2, $3, $4, $5, $6, COALESCE($7, now()), now(), now() + $8 * interval '1 microsecond', $9)
 		ON CONFLICT (id) DO UPDATE SET advertise_url = excluded.advertise_url, version = excluded.version,
 			role = excluded.role, outbox_records = excluded.outbox_records, outbox_oldest = excluded.outbox_oldest,
-			started_at = COALESCE($7, r.started_at), seen_at = excluded.seen_at, expires_at = excluded.expires_at`,
-		me.ID, me.AdvertiseURL, me.Version, me.Role, me.OutboxRecords, oldest, started, ttl.Microseconds())
+			started_at = COALESCE($7, r.started_at), seen_at = excluded.seen_at, expires_at = excluded.expires_at,
+			unreachable_peers = excluded.unreachable_peers`,
+		me.ID, me.AdvertiseURL, me.Version, me.Role, me.OutboxRecords, oldest, started, ttl.Microseconds(), peers)
 	if want {
 		b.Queue(`UPDATE svc_leader SET
 				epoch = CASE WHEN replica_id = $1 THEN epoch ELSE epoch + 1 END,
@@ -128,13 +136,13 @@ func (s *Store) Replicas(ctx context.Context) ([]Replica, Leader, error) {
 			return err
 		}
 		rows, _ := tx.Query(ctx, `SELECT id, advertise_url, version, role, outbox_records, outbox_oldest,
-			started_at, seen_at, expires_at FROM svc_replicas ORDER BY id`)
+			started_at, seen_at, expires_at, unreachable_peers FROM svc_replicas ORDER BY id`)
 		var err error
 		rs, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (Replica, error) {
 			var r Replica
 			var oldest *time.Time
 			err := row.Scan(&r.ID, &r.AdvertiseURL, &r.Version, &r.Role, &r.OutboxRecords, &oldest,
-				&r.StartedAt, &r.SeenAt, &r.ExpiresAt)
+				&r.StartedAt, &r.SeenAt, &r.ExpiresAt, &r.UnreachablePeers)
 			if oldest != nil {
 				r.OutboxOldest = *oldest
 			}

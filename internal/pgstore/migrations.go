@@ -9,5 +9,6 @@ func migrations() []migration {
 		{version: 1, minReader: 1, name: "accounts, rentals, rent limits, replicas, leader lease", sql: schemaCore},
 		{version: 2, name: "usage log and totals, worker events, power history", sql: schemaLogs},
 		{version: 3, name: "organisation homes", sql: schemaHomes},
+		{version: 4, name: "peers a replica cannot reach", sql: schemaPeers},
 	}
 }

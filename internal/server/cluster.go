@@ -210,6 +210,14 @@ func (s *Server) SendWorkersAway() int {
 	return s.fleet.SendAway("the gateway replica is stopping; reconnect through the configured gateway")
 }
 
+// UnreachablePeers are the peer replicas a forward could not reach lately.
+func (s *Server) UnreachablePeers() []string {
+	if s.forwarder == nil {
+		return nil
+	}
+	return s.forwarder.unreachable(time.Now())
+}
+
 // LeaveOrg closes the links of an organisation's workers: another replica
 // became its home, and each worker reconnects through its gateway URL to
 // be sent there.

@@ -63,6 +63,9 @@ type clusterParts struct {
 	// leave closes the links of an organisation homed elsewhere now; set
 	// once the server exists.
 	leave atomic.Pointer[func(orgID string)]
+	// peers reports the peers the server could not reach lately; set
+	// once the server exists.
+	peers atomic.Pointer[func() []string]
 }
 
 // openCluster connects to the cluster's database.
@@ -135,7 +138,7 @@ func (c *clusterParts) start(public net.Addr) {
 		url = advertiseURL(public)
 	}
 	c.lease = cluster.New(leaseStore{c.db}, cluster.Replica{ID: c.id, AdvertiseURL: url, Version: c.version, StartedAt: time.Now()},
-		cluster.Options{TTL: c.cfg.LeaseTTL, Logger: c.log, Outbox: c.outbox})
+		cluster.Options{TTL: c.cfg.LeaseTTL, Logger: c.log, Outbox: c.outbox, Unreachable: c.unreachable})
 	c.homes = cluster.NewHomes(homeStore{c.db}, c.id, cluster.HomesOptions{Every: c.lease.Every(), Logger: c.log, Listen: c.db.ListenHomes,
 		Lost: func(org string) {
 			if l := c.leave.Load(); l != nil {
@@ -159,6 +162,15 @@ func advertiseURL(addr net.Addr) string {
 		}
 	}
 	return "http://" + net.JoinHostPort(host, strconv.Itoa(tcp.Port))
+}
+
+// unreachable is the peers the server could not reach lately; none until
+// the server exists.
+func (c *clusterParts) unreachable() []string {
+	if f := c.peers.Load(); f != nil {
+		return (*f)()
+	}
+	return nil
 }
 
 func (c *clusterParts) outbox() (int64, time.Time) {
@@ -185,6 +197,8 @@ func (c *clusterParts) serverCluster() *Cluster {
 func (c *clusterParts) serve(srv *Server) {
 	leave := srv.LeaveOrg
 	c.leave.Store(&leave)
+	peers := srv.UnreachablePeers
+	c.peers.Store(&peers)
 }
 
 func (c *clusterParts) runHomes(ctx context.Context) error { return c.homes.Run(ctx) }
@@ -315,7 +329,7 @@ type leaseStore struct{ db *pgstore.Store }
 
 func (l leaseStore) Beat(ctx context.Context, me cluster.Replica, ttl time.Duration, want bool) (cluster.Leader, error) {
 	lead, err := l.db.Beat(ctx, pgstore.Replica{ID: me.ID, AdvertiseURL: me.AdvertiseURL, Version: me.Version, Role: me.Role,
-		OutboxRecords: me.OutboxRecords, OutboxOldest: me.OutboxOldest, StartedAt: me.StartedAt}, ttl, want)
+		OutboxRecords: me.OutboxRecords, OutboxOldest: me.OutboxOldest, UnreachablePeers: me.UnreachablePeers, StartedAt: me.StartedAt}, ttl, want)
 	if err != nil {
 		return cluster.Leader{}, err
 	}
