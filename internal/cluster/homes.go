@@ -196,11 +196,21 @@ func (h *Homes) Where(ctx context.Context, orgID string) (Home, error) {
 			return Home{}, err
 		}
 		h.mu.Lock()
-		if !h.released || got.ReplicaID != h.me {
+		released := h.released
+		if !released || got.ReplicaID != h.me {
 			h.homes[orgID] = got
 			h.claimed[orgID] = time.Now()
 		}
 		h.mu.Unlock()
+		if released && got.ReplicaID == h.me {
+			// Claimed as the replica began to stop, perhaps after its
+			// release: given back, or the organisation would wait out
+			// this replica's registration.
+			if _, err := h.store.ReleaseHomes(cctx, h.me); err != nil {
+				h.log.Warn("cluster: release a home claimed while stopping", "org", orgID, "err", err)
+			}
+			return Home{}, ErrReleased
+		}
 		if got.ReplicaID == h.me {
 			h.log.Info("cluster: this replica is now an organisation's home", "org", orgID, "epoch", got.Epoch)
 		}

@@ -218,3 +218,35 @@ func (s *slowHomes) Homes(ctx context.Context) ([]Home, error) {
 	<-s.release
 	return hs, err
 }
+
+// A claim that lands as the replica stops is given back at once.
+func TestHomesClaimWhileReleasing(t *testing.T) {
+	ctx := context.Background()
+	db := &gatedHomes{memHomes: newMemHomes(), claiming: make(chan struct{}), proceed: make(chan struct{})}
+	a := NewHomes(db, "a", HomesOptions{})
+	errc := make(chan error, 1)
+	go func() {
+		_, err := a.Where(ctx, "x")
+		errc <- err
+	}()
+	<-db.claiming
+	a.Release(ctx)
+	close(db.proceed)
+	if err := <-errc; !errors.Is(err, ErrReleased) {
+		t.Fatalf("a claim made while stopping: %v", err)
+	}
+	if h, _ := db.Homes(ctx); len(h) != 1 || h[0].ReplicaID != "" {
+		t.Fatalf("homes after the stop: %+v", h)
+	}
+}
+
+type gatedHomes struct {
+	*memHomes
+	claiming, proceed chan struct{}
+}
+
+func (g *gatedHomes) ClaimHome(ctx context.Context, org, me string) (Home, error) {
+	close(g.claiming)
+	<-g.proceed
+	return g.memHomes.ClaimHome(ctx, org, me)
+}
