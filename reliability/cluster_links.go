@@ -86,7 +86,7 @@ func clusterLinks(ctx context.Context, h *rig, r *result) error {
 		return errors.New(e.(string))
 	}
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 11))
-	spread := scaled(h, 3*time.Second, 8*time.Second)
+	spread := scaled(h, 4*time.Second, 8*time.Second)
 
 	// run sends every stream to the front over spread while inject
 	// breaks the link, and judges each answer.
@@ -192,21 +192,25 @@ func injectPeer(ctx context.Context, p *faultProxy, done <-chan struct{}, active
 	if !pause(500 * time.Millisecond) {
 		return c
 	}
+	turn := 0
 	for pause(time.Duration(100+rng.IntN(400)) * time.Millisecond) {
 		ls := p.current()
 		if len(ls) == 0 || active.Load() == 0 {
 			continue
 		}
+		turn++
 		switch k := rng.IntN(100); {
-		case cuts && k < 60:
-			// Some of the connections, both ways.
-			for _, l := range ls {
-				if rng.IntN(2) == 0 {
+		case cuts && turn%2 == 1:
+			// Every other fault: one of the connections and some of the
+			// others, both ways.
+			first := rng.IntN(len(ls))
+			for i, l := range ls {
+				if i == first || rng.IntN(2) == 0 {
 					l.kill()
 				}
 			}
 			c.cuts++
-		case k < 75:
+		case k < 50:
 			holdFor(ls, rng.IntN(3), time.Duration(100+rng.IntN(1000))*time.Millisecond, pause)
 			c.delays++
 		default:
