@@ -1,8 +1,10 @@
 // Package cluster runs a gateway replica's part in a cluster of replicas
-// sharing one database: its registration, and the leader lease that
-// decides which replica serves. Only the leader serves the API and holds
-// the workers' links; the others are standbys that send workers and
-// clients to it and take over when its lease lapses.
+// sharing one database: its registration, the leader lease that decides
+// which replica runs the cluster's once-only duties (the rentals,
+// reconciliation, retention), and the organisations' homes (homes.go),
+// which decide which replica holds each organisation's workers and serves
+// its requests. Every replica serves; a standby, which does not hold the
+// lease, takes it over when it lapses.
 //
 // The lease lives in the database and every expiry is compared with the
 // database's clock, so replicas' clocks need not agree. A leader learns it

@@ -53,8 +53,8 @@ func (s *Server) checkRentalWorker(orgID, tokenID, name string) error {
 	return s.cluster.RentalWorkers(orgID, tokenID, name)
 }
 
-// standbyRetryAfter is the Retry-After of a standby's refusal: a load
-// balancer's health checks move traffic to the leader within seconds.
+// standbyRetryAfter is the Retry-After of a refusal of a rental request
+// by a replica that does not lead: a new leader is chosen within seconds.
 const standbyRetryAfter = 2 * time.Second
 
 // homeRetryAfter is the Retry-After of a request whose organisation's home
@@ -118,9 +118,9 @@ func (s *Server) leaderAt(c *call) (string, error) {
 	return "", s.standby(c)
 }
 
-// standby is why this replica does not serve the API, nil when it does: it
-// is a standby, or a leader that has stood down. Only a cluster has
-// standbys.
+// standby is why this replica does not serve the leader's routes (the
+// rentals), nil when it does: it is a standby, or a leader that has stood
+// down. Only a cluster has standbys.
 func (s *Server) standby(c *call) error {
 	if s.cluster == nil {
 		return nil
@@ -133,10 +133,10 @@ func (s *Server) standby(c *call) error {
 	// again: a load balancer places connections, not requests, so the
 	// connection is closed for the next one to be placed afresh.
 	c.ctx.SetConnectionClose()
-	msg := "This gateway replica is a standby and does not serve the API; no replica leads the cluster yet"
+	msg := "This gateway replica does not run the GPU rentals, and no replica leads the cluster yet"
 	if st.LeaderURL != "" {
 		c.ctx.Response.Header.Set("X-Svc-Leader", st.LeaderURL)
-		msg = "This gateway replica is a standby and does not serve the API; the cluster's leader at " + st.LeaderURL + " does"
+		msg = "This gateway replica does not run the GPU rentals; the cluster's leader at " + st.LeaderURL + " does"
 	}
 	return &api.Error{Kind: api.KindUnavailable, Type: api.TypeServiceUnavailable, Code: api.CodeStandby, CodeHeader: true,
 		RetryAfter: standbyRetryAfter, Message: msg + ". Send requests through the cluster's load balancer."}
@@ -273,8 +273,8 @@ func (m *clusterMetrics) Collect(ch chan<- prometheus.Metric) {
 	g(m.oldest, age)
 }
 
-// reachProbe bounds the look a standby takes at its leader before sending
-// a worker there.
+// reachProbe bounds the look a replica takes at an organisation's home
+// before sending a worker there.
 const reachProbe = 300 * time.Millisecond
 
 // reachable reports whether a TCP connection to the base URL's host opens.

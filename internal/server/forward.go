@@ -29,7 +29,7 @@ import (
 // a peer; the peer authenticates it again and serves it with its usual
 // handlers, so usage rows, errors, 429s and SSE framing are its own.
 //
-// The request id the standby gave the request travels with it, signed
+// The request id the front gave the request travels with it, signed
 // with the cluster's secret, and the peer uses it for its usage row: a
 // client sees one id whichever replica it reached.
 
@@ -120,7 +120,7 @@ func (f *forwarder) forwardedID(ctx *fasthttp.RequestCtx) string {
 // request a peer lets run (its relay timing ends those itself).
 const forwardTimeout = 2 * time.Hour
 
-// wholeAnswer bounds the answers a standby reads whole before passing
+// wholeAnswer bounds the answers a front reads whole before passing
 // them on.
 const wholeAnswer = 1 << 20
 

@@ -24,8 +24,8 @@ type metrics struct {
 	// backlog was at its bound.
 	storeRefused prometheus.Counter
 	stalls       prometheus.Counter
-	// forwards counts the requests a standby sent to its leader, by
-	// outcome (forwarded, unreachable).
+	// forwards counts the requests this replica sent to the replica that
+	// serves them, by outcome (forwarded, not_home, unreachable).
 	forwards *prometheus.CounterVec
 	serve    func(*call) error
 }
@@ -52,7 +52,7 @@ func newMetrics(build buildinfo.Info) *metrics {
 	})
 	m.forwards = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "svc_forwarded_requests_total",
-		Help: "API requests this replica, standing by, sent to the cluster's leader to be served, by outcome: forwarded, or unreachable (answered 503).",
+		Help: "API requests this replica sent to the replica that serves them (the organisation's home, or the leader for rentals), by outcome: forwarded, not_home (refused before running, tried again), or unreachable (answered 503).",
 	}, []string{"outcome"})
 	info := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "svc_build_info",
