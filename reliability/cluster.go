@@ -170,7 +170,7 @@ func startCluster(ctx context.Context, h *rig, r *result, name string, cs cluste
 	}
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	// The leader is ready, and so is a standby that forwards to it.
+	// Every live replica is ready: each serves, forwarding what another does.
 	if err := harness.Poll(wctx, 20*time.Millisecond, func() bool { return c.lb.readyCount() >= 1 }); err != nil {
 		return nil, errors.New("the balancer sees no replica ready")
 	}
