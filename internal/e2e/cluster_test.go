@@ -3,6 +3,9 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/pgtest"
 )
@@ -461,5 +465,56 @@ func TestClusterOneHomeUnderRace(t *testing.T) {
 		if n := h["homes"].(float64); (r.URL == home) != (n == 1) {
 			t.Fatalf("%s is the home of %v organisations; the workers linked to %s", r.URL, n, home)
 		}
+	}
+}
+
+// A request a peer forwarded, its id signed with the cluster's secret, is
+// served by the organisation's home under that id, and refused by any
+// other replica before it runs (503 not_home), never forwarded again; a
+// forged signature is no forward at all.
+func TestClusterForwardedRequestRules(t *testing.T) {
+	a, b, db := startPair(t)
+	key := a.adminKey()
+	startWorker(t, a.URL, a.tokenFile(), "fw1", "--engine", "sim=ttft=0")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var secret string
+	if err := conn.QueryRow(ctx, "SELECT secret FROM svc_cluster").Scan(&secret); err != nil {
+		t.Fatal(err)
+	}
+	signed := func(id, with string) string {
+		m := hmac.New(sha256.New, []byte(with))
+		m.Write([]byte(id))
+		return id + "." + hex.EncodeToString(m.Sum(nil))
+	}
+	chat := `{"model":"sim-chat","messages":[{"role":"user","content":"hi"}],"max_tokens":4}`
+
+	// At the home: served under the forwarded id.
+	r := a.do("POST", "/v1/chat/completions", chat, bearer(key), header{"X-Svc-Forward", signed("fwd-at-home", secret)})
+	if r.Status != http.StatusOK || r.Header.Get("X-Request-Id") != "fwd-at-home" {
+		t.Fatalf("a forwarded request at the home = %d %v %s", r.Status, r.Header, r.Body)
+	}
+	// Elsewhere: refused before it runs, not forwarded on.
+	r = b.do("POST", "/v1/chat/completions", chat, bearer(key), header{"X-Svc-Forward", signed("fwd-elsewhere", secret)})
+	if r.Status != http.StatusServiceUnavailable || r.Header.Get("X-Svc-Error-Code") != api.CodeNotHome ||
+		r.Header.Get("X-Svc-Not-Home") != "1" || r.Header.Get("Retry-After") == "" {
+		t.Fatalf("a forwarded request at a replica not the home = %d %v %s", r.Status, r.Header, r.Body)
+	}
+	// A forged signature: an ordinary request, forwarded to the home
+	// under an id of b's own.
+	r = b.do("POST", "/v1/chat/completions", chat, bearer(key), header{"X-Svc-Forward", signed("forged", "not the secret")})
+	if r.Status != http.StatusOK || r.Header.Get("X-Request-Id") == "forged" || r.Header.Get("X-Worker-Name") != "fw1" {
+		t.Fatalf("a request with a forged forward = %d %v %s", r.Status, r.Header, r.Body)
+	}
+	// A row for what ran, under its id; none for the refusal, which the
+	// home never saw.
+	logs := a.do("GET", "/api/v1/usage/logs?limit=50", "", bearer(key))
+	if !strings.Contains(string(logs.Body), `"id":"fwd-at-home"`) || strings.Contains(string(logs.Body), `"id":"fwd-elsewhere"`) {
+		t.Fatalf("usage rows:\n%s", logs.Body)
 	}
 }
