@@ -591,3 +591,22 @@ func TestEngineFailureStatuses(t *testing.T) {
 		t.Fatalf("cut stream = %d %q", r.Status, data)
 	}
 }
+
+// A model sent to an endpoint it does not serve gets the spec's 404, whose
+// message names the endpoint that does, under either prefix.
+func TestWrongEndpointNamesTheRightOne(t *testing.T) {
+	s := startServer(t, "")
+	key := s.adminKey()
+	startWorker(t, s.URL, s.tokenFile(), "kinds", "--engine", "sim=tps=0,ttft=0")
+	for _, tc := range []struct{ path, body, want string }{
+		{"/v1/chat/completions", `{"model":"sim-embed","messages":[{"role":"user","content":"hi"}]}`, "it is an embeddings model: use /v1/embeddings"},
+		{"/api/v1/embeddings", `{"model":"sim-chat","input":"hi"}`, "it is a chat model: use /v1/chat/completions"},
+		{"/v1/audio/speech", `{"model":"sim-stt","input":"hi"}`, "it is a transcription model: use /v1/audio/transcriptions"},
+		{"/v1/chat/completions", `{"model":"sim-tts","messages":[{"role":"user","content":"hi"}]}`, "it is a speech model: use /v1/audio/speech"},
+	} {
+		r := s.do("POST", tc.path, tc.body, bearer(key))
+		if r.Status != http.StatusNotFound || !strings.Contains(string(r.Body), tc.want) || !strings.Contains(string(r.Body), "wrong_endpoint") {
+			t.Errorf("POST %s %s = %d %s, want 404 saying %q", tc.path, tc.body, r.Status, r.Body, tc.want)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -620,11 +621,19 @@ func wrongEndpoint(m *api.Model, want string) error {
 	msg := "Model " + m.ID + " does not do " + want
 	for _, c := range m.Capabilities {
 		if e, ok := endpoints[c]; ok {
-			msg += "; it is a " + c + " model: use " + e
+			msg += "; it is " + indefinite(c) + " model: use " + e
 			break
 		}
 	}
 	return &api.Error{Kind: api.KindNotFound, Code: api.CodeWrongEndpoint, Param: "model", Message: msg}
+}
+
+// indefinite is word with its indefinite article.
+func indefinite(word string) string {
+	if word != "" && strings.ContainsRune("aeiou", rune(word[0])) {
+		return "an " + word
+	}
+	return "a " + word
 }
 
 // lru remembers which worker served a conversation.

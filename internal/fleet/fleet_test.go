@@ -255,7 +255,7 @@ func TestUpFrontErrors(t *testing.T) {
 		h.worker("o", "w1", 1, chat("m"), embed("e"))
 		var ae *api.Error
 		_, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "e", Capability: api.CapChat})
-		if errors.As(err, &ae); ae == nil || ae.Message != "Model e does not do chat; it is a embeddings model: use /v1/embeddings" {
+		if errors.As(err, &ae); ae == nil || ae.Message != "Model e does not do chat; it is an embeddings model: use /v1/embeddings" {
 			t.Fatalf("wrong-endpoint message: %v", err)
 		}
 	})
@@ -895,5 +895,28 @@ func TestFeaturesAndModerator(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// The 404 of a model sent to an endpoint it does not serve names the
+// endpoint it does, in a sentence.
+func TestWrongEndpointNamesTheRightOne(t *testing.T) {
+	for _, tc := range []struct {
+		caps []string
+		want string
+		msg  string
+	}{
+		{[]string{api.CapEmbeddings}, api.CapChat, "Model x does not do chat; it is an embeddings model: use /v1/embeddings"},
+		{[]string{api.CapChat, api.CapVision}, api.CapEmbeddings, "Model x does not do embeddings; it is a chat model: use /v1/chat/completions"},
+		{[]string{api.CapTranscription}, api.CapSpeech, "Model x does not do speech; it is a transcription model: use /v1/audio/transcriptions"},
+		{[]string{api.CapSpeech}, api.CapTranscription, "Model x does not do transcription; it is a speech model: use /v1/audio/speech"},
+		{[]string{api.CapModeration}, api.CapChat, "Model x does not do chat; it is a moderation model: use /v1/moderations"},
+		{[]string{api.CapVision}, api.CapChat, "Model x does not do chat"},
+	} {
+		var ae *api.Error
+		err := wrongEndpoint(&api.Model{ID: "x", Capabilities: tc.caps}, tc.want)
+		if !errors.As(err, &ae) || ae.Message != tc.msg || ae.HTTPStatus() != 404 || ae.Code != api.CodeWrongEndpoint {
+			t.Errorf("%v on %s: %v, want %q", tc.caps, tc.want, err, tc.msg)
+		}
 	}
 }
