@@ -212,10 +212,13 @@ func TestRentalLocalLifecycle(t *testing.T) {
 	}
 	var stopped rentalView
 	_ = json.Unmarshal(r.Body, &stopped)
-	if stopped.Status != "stopped" || stopped.SecondsBilled < 1 {
+	if stopped.Status != "stopped" || stopped.SecondsBilled < 1 || stopped.Connected {
 		t.Fatalf("stopped %+v", stopped)
 	}
 	billedRight(t, stopped)
+	if got := s.rental(key, v.ID); got.Connected {
+		t.Fatalf("a stopped rental read again says connected: %+v", got)
+	}
 	s.workerNamed(admin, "rented-l4", statusIs("offline"))
 	if chat := s.do("POST", "/v1/chat/completions", chatBody("qwen3-8b-q4", "anyone?", false), bearer(key)); chat.Status == 200 {
 		t.Fatal("a stopped rental still serves")

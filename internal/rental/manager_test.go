@@ -83,7 +83,7 @@ func TestRentalLifecycleBillsToTheSecond(t *testing.T) {
 			t.Fatal(err)
 		}
 		if stopped.Status != api.RentalStopped || stopped.StoppedAt == nil || !stopped.StoppedAt.Equal(time.Now()) ||
-			stopped.SecondsBilled != 3637 || stopped.AccruedCostGBP != 253 {
+			stopped.SecondsBilled != 3637 || stopped.AccruedCostGBP != 253 || stopped.Connected {
 			t.Fatalf("stopped %+v", stopped)
 		}
 		if len(e.prov.destroyed) != 1 || !e.acct.revoked("tok1") || len(e.fleet.disconnected) != 1 {

@@ -64,7 +64,8 @@ func (r *record) view(now time.Time, dl downloads, sizes func(string) float64) a
 		RequestedTierID: r.TierID, TierLabel: r.TierLabel, Status: r.Status, WorkerID: r.WorkerID,
 		Models: append([]string{}, r.Models...), PricePerHourGBP: r.Price,
 		AccruedCostGBP: cost(r.Price, secs), HoursBilled: hours(secs), SecondsBilled: secs,
-		Connected: r.StartedAt != nil, StartedAt: r.StartedAt, StoppedAt: r.StoppedAt,
+		// Its worker is disconnected when it stops (the spec's DELETE).
+		Connected: r.StartedAt != nil && r.Status != api.RentalStopped, StartedAt: r.StartedAt, StoppedAt: r.StoppedAt,
 		CreatedAt: r.CreatedAt, Provider: r.Provider,
 	}
 	if r.Error != "" {
