@@ -67,14 +67,14 @@ type Homes struct {
 	log   *slog.Logger
 	claim singleflight.Group
 
-	mu    sync.Mutex
+	// mu is read on every request (Where) and written only by claims
+	// and readings of the homes.
+	mu    sync.RWMutex
 	homes map[string]Home
 	// claimed is when this replica last claimed each organisation: a
 	// reading of the homes begun before it is older than the claim.
 	claimed  map[string]time.Time
 	released bool
-	// read is when the homes were last read whole; zero before.
-	read time.Time
 }
 
 // NewHomes returns the homes as replica me sees them; Run keeps them.
@@ -87,9 +87,6 @@ func NewHomes(store HomeStore, me string, o HomesOptions) *Homes {
 	}
 	return &Homes{store: store, me: me, o: o, log: o.Logger, homes: map[string]Home{}, claimed: map[string]time.Time{}}
 }
-
-// Me is this replica's id.
-func (h *Homes) Me() string { return h.me }
 
 // Run reads the homes every Every, and when told of a release, until ctx
 // ends.
@@ -154,7 +151,7 @@ func (h *Homes) Refresh(ctx context.Context) {
 			lost = append(lost, org)
 		}
 	}
-	h.homes, h.read = next, time.Now()
+	h.homes = next
 	h.mu.Unlock()
 	sort.Strings(lost)
 	for _, org := range lost {
@@ -172,10 +169,10 @@ const claimTimeout = 3 * time.Second
 // it has none that lives, this replica's once it has claimed it. Only the
 // claim waits on the database.
 func (h *Homes) Where(ctx context.Context, orgID string) (Home, error) {
-	h.mu.Lock()
+	h.mu.RLock()
 	cur, ok := h.homes[orgID]
 	released := h.released
-	h.mu.Unlock()
+	h.mu.RUnlock()
 	switch {
 	case ok && cur.ReplicaID == h.me:
 		// Its own homes a replica keeps while it cannot reach the
@@ -224,8 +221,8 @@ func (h *Homes) Where(ctx context.Context, orgID string) (Home, error) {
 
 // Lookup is orgID's home as this replica knows it, without claiming one.
 func (h *Homes) Lookup(orgID string) (Home, bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	h.mu.RLock()
+	defer h.mu.RUnlock()
 	x, ok := h.homes[orgID]
 	return x, ok && x.ReplicaID != ""
 }
@@ -240,29 +237,10 @@ func (h *Homes) Forget(orgID string) {
 	}
 }
 
-// Mine reports whether this replica is orgID's home as it knows.
-func (h *Homes) Mine(orgID string) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return !h.released && h.homes[orgID].ReplicaID == h.me
-}
-
-// List is every home as this replica knows it, by organisation.
-func (h *Homes) List() []Home {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	out := make([]Home, 0, len(h.homes))
-	for _, x := range h.homes {
-		out = append(out, x)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].OrgID < out[j].OrgID })
-	return out
-}
-
 // Count is how many organisations this replica is the home of.
 func (h *Homes) Count() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	h.mu.RLock()
+	defer h.mu.RUnlock()
 	n := 0
 	for _, x := range h.homes {
 		if x.ReplicaID == h.me {

@@ -107,8 +107,8 @@ func TestHomesWhere(t *testing.T) {
 	// a comes back and learns it lost x.
 	db.dead["a"] = false
 	a.Refresh(ctx)
-	if len(lost) != 1 || lost[0] != "x" || a.Mine("x") {
-		t.Fatalf("lost %v, mine %v; want x lost", lost, a.Mine("x"))
+	if h, _ := a.Lookup("x"); len(lost) != 1 || lost[0] != "x" || h.ReplicaID == "a" {
+		t.Fatalf("lost %v, x at %q; want x lost", lost, h.ReplicaID)
 	}
 	if got, _ := a.Where(ctx, "x"); got.ReplicaID != "b" {
 		t.Fatalf("a sees x at %q, want b", got.ReplicaID)
@@ -202,8 +202,8 @@ func TestHomesRefreshOlderThanAClaim(t *testing.T) {
 	}
 	close(db.release)
 	<-done
-	if !a.Mine("x") || len(lost) != 0 {
-		t.Fatalf("mine %v, lost %v after an older reading", a.Mine("x"), lost)
+	if h, _ := a.Lookup("x"); h.ReplicaID != "a" || len(lost) != 0 {
+		t.Fatalf("x at %q, lost %v after an older reading", h.ReplicaID, lost)
 	}
 }
 

@@ -31,13 +31,8 @@ func TestAuthorizationMatrix(t *testing.T) {
 // leader, which forwards what it lets through to them: every cell must be
 // what a single host answers.
 func TestAuthorizationMatrixThroughANonHomeReplica(t *testing.T) {
-	db := clusterDB(t)
-	dir := t.TempDir()
-	s, admin := rentalGatewayEnv(t, dir, []string{"SVC_STORE_URL=" + db}, "--lease-ttl", clusterTTL)
-	s.waitLog("cluster: leading", 15*time.Second)
-	front := startReplica(t, db, "")
-	front.waitLog("cluster: standing by", 15*time.Second)
-	authorizationMatrix(t, s, front, admin, dir)
+	s, front, admin := startRentalPair(t)
+	authorizationMatrix(t, s, front, admin, s.Data)
 }
 
 // authorizationMatrix sends the cells to front; s is the gateway whose

@@ -66,6 +66,19 @@ func eventually(t *testing.T, timeout time.Duration, what string, ok func() bool
 	}
 }
 
+// startRentalPair starts two replicas on a fresh database: leader, which
+// runs the local rental provider and leads, and other, standing by; key
+// is the admin key of an organisation that can pay.
+func startRentalPair(t *testing.T) (leader, other *server, key string) {
+	t.Helper()
+	db := clusterDB(t)
+	leader, key = rentalGatewayEnv(t, t.TempDir(), []string{"SVC_STORE_URL=" + db}, "--lease-ttl", clusterTTL)
+	leader.waitLog("cluster: leading", 15*time.Second)
+	other = startReplica(t, db, "")
+	other.waitLog("cluster: standing by", 15*time.Second)
+	return leader, other, key
+}
+
 // startTrio starts three replicas on a fresh database; a leads.
 func startTrio(t *testing.T) (a, b, c *server, db string) {
 	t.Helper()
@@ -339,12 +352,7 @@ func TestClusterForwardingEnds(t *testing.T) {
 // home, and the leader sees it connect there (billing starts) and serve
 // its model (ready), and closes its link there when the rental stops.
 func TestClusterRentalAtAnotherHome(t *testing.T) {
-	db := clusterDB(t)
-	dir := t.TempDir()
-	leader, key := rentalGatewayEnv(t, dir, []string{"SVC_STORE_URL=" + db}, "--lease-ttl", clusterTTL)
-	leader.waitLog("cluster: leading", 15*time.Second)
-	home := startReplica(t, db, "")
-	home.waitLog("cluster: standing by", 15*time.Second)
+	leader, home, key := startRentalPair(t)
 	// The organisation's first worker makes home its home.
 	startWorker(t, home.URL, leader.tokenFile(), "own-box", "--engine", "sim=tps=0,ttft=0")
 

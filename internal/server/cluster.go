@@ -44,9 +44,14 @@ type Homes interface {
 	Count() int
 }
 
-// checkRentalWorker is the rentals' rule on a worker's connection where
-// this replica does not run the rentals.
+// checkRentalWorker is the rentals' rule on a worker's connection: a
+// rental's token connects only as its rental's worker. The rental manager
+// answers where it runs; a replica of a cluster that does not run the
+// rentals asks the database.
 func (s *Server) checkRentalWorker(orgID, tokenID, name string) error {
+	if m := s.rentals.Load(); m != nil {
+		return m.CheckWorker(orgID, tokenID, name)
+	}
 	if s.cluster == nil || s.cluster.RentalWorkers == nil {
 		return nil
 	}
@@ -86,9 +91,15 @@ func (s *Server) serveAt(c *call) (string, error) {
 	case errors.Is(err, cluster.ErrReleased):
 		return "", s.notHome(c, "This gateway replica is stopping and serves no organisation it is not already serving")
 	}
-	s.log.Warn("cluster: cannot find an organisation's home", "org", c.principal.OrgID, "err", err)
+	return "", s.homeUnknown(c, c.principal.OrgID, err)
+}
+
+// homeUnknown is the answer owed when the database cannot say where
+// orgID is served: to a request, and to a worker's link request.
+func (s *Server) homeUnknown(c *call, orgID string, err error) error {
+	s.log.Warn("cluster: cannot find an organisation's home", "org", orgID, "err", err)
 	c.ctx.SetConnectionClose()
-	return "", &api.Error{Kind: api.KindUnavailable, Type: api.TypeServiceUnavailable, RetryAfter: homeRetryAfter,
+	return &api.Error{Kind: api.KindUnavailable, Type: api.TypeServiceUnavailable, RetryAfter: homeRetryAfter,
 		Message: "This gateway replica cannot reach the cluster's database to find where the organisation is served; retry"}
 }
 

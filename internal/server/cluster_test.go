@@ -283,3 +283,24 @@ func TestPeerSignature(t *testing.T) {
 		t.Fatal("a single host took a peer's signature")
 	}
 }
+
+// A peer that failed is reported until it answers again or peerMemory
+// passes.
+func TestPeerReachability(t *testing.T) {
+	f := newForwarder("s")
+	now := time.Now()
+	f.mark("http://a", false)
+	f.mark("http://b", false)
+	f.mark("http://a", true)
+	if got := f.unreachable(now); !slices.Equal(got, []string{"http://b"}) {
+		t.Fatalf("unreachable %v, want b", got)
+	}
+	if got := f.unreachable(now.Add(peerMemory + time.Second)); len(got) != 0 {
+		t.Fatalf("unreachable %v after peerMemory, want none", got)
+	}
+	f.mark("http://c", false)
+	f.mark("http://c", true)
+	if got := f.unreachable(now); len(got) != 0 || f.failing.Load() != 0 {
+		t.Fatalf("unreachable %v (%d failing) once every peer answered", got, f.failing.Load())
+	}
+}

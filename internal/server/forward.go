@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -40,9 +41,12 @@ const forwardHeader = "X-Svc-Forward"
 // forwarder holds the connections to the peer replicas.
 type forwarder struct {
 	secret []byte
-	// failed is when each peer last failed to answer, until it answers.
-	mu     sync.Mutex
-	failed map[string]time.Time
+	// failed is when each peer last failed to answer, until it answers;
+	// failing is its size, so that a forward that found its peer
+	// answering, as nearly all do, takes no lock.
+	mu      sync.Mutex
+	failed  map[string]time.Time
+	failing atomic.Int32
 	// client is net/http's, for what fasthttp's lacks: a request it can
 	// abandon, closing its connection, when the client who sent it goes.
 	client *http.Client
@@ -69,6 +73,9 @@ const peerMemory = 10 * time.Second
 
 // mark records whether the peer at base answered.
 func (f *forwarder) mark(base string, answered bool) {
+	if answered && f.failing.Load() == 0 {
+		return
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if answered {
@@ -76,6 +83,7 @@ func (f *forwarder) mark(base string, answered bool) {
 	} else {
 		f.failed[base] = time.Now()
 	}
+	f.failing.Store(int32(len(f.failed)))
 }
 
 // unreachable lists the peers that failed to answer within peerMemory of
@@ -91,6 +99,7 @@ func (f *forwarder) unreachable(now time.Time) []string {
 			delete(f.failed, base)
 		}
 	}
+	f.failing.Store(int32(len(f.failed)))
 	slices.Sort(out)
 	return out
 }
@@ -105,8 +114,11 @@ func (f *forwarder) sign(requestID string) string {
 // forwardedID is the request id a peer replica gave a request it
 // forwarded, or "" when the header is absent or not signed by a replica.
 func (f *forwarder) forwardedID(ctx *fasthttp.RequestCtx) string {
+	if f == nil {
+		return ""
+	}
 	v := ctx.Request.Header.Peek(forwardHeader)
-	if f == nil || len(v) == 0 {
+	if len(v) == 0 {
 		return ""
 	}
 	id, sig, ok := strings.Cut(string(v), ".")

@@ -21,14 +21,10 @@ func (s *Server) connectWorker(c *call) error {
 	if !websocket.FastHTTPIsWebSocketUpgrade(c.ctx) {
 		return api.BadRequest("This is the worker link endpoint; connect to it with `svc worker`")
 	}
-	orgID, tokenID, log, fl, ka, rentals := c.workerOrg, c.workerToken, s.log, s.fleet, s.keepalive, s.rentals.Load()
+	orgID, tokenID, log, fl, ka := c.workerOrg, c.workerToken, s.log, s.fleet, s.keepalive
 	home, err := s.workerHome(c)
 	if err != nil {
 		return err
-	}
-	check := s.checkRentalWorker
-	if rentals != nil {
-		check = rentals.CheckWorker
 	}
 	// An idle link holds only its read buffer, which is small: messages
 	// are read past it, and fasthttp's connection buffer lies beneath it.
@@ -58,7 +54,7 @@ func (s *Server) connectWorker(c *call) error {
 			return
 		}
 		// A rental's token connects only as its rental's worker.
-		if err := check(orgID, tokenID, hello.Name); err != nil {
+		if err := s.checkRentalWorker(orgID, tokenID, hello.Name); err != nil {
 			log.Warn("worker refused", "name", hello.Name, "err", err)
 			fleet.Refuse(conn, err.Error())
 			return
@@ -96,10 +92,7 @@ func (s *Server) workerHome(c *call) (string, error) {
 	case errors.Is(err, cluster.ErrReleased):
 		return "", s.notHome(c, "This gateway replica is stopping and links no worker")
 	}
-	s.log.Warn("cluster: cannot find an organisation's home for its worker", "org", c.workerOrg, "err", err)
-	c.ctx.SetConnectionClose()
-	return "", &api.Error{Kind: api.KindUnavailable, Type: api.TypeServiceUnavailable, RetryAfter: homeRetryAfter,
-		Message: "This gateway replica cannot reach the cluster's database to find the organisation's home; retry"}
+	return "", s.homeUnknown(c, c.workerOrg, err)
 }
 
 func (s *Server) listWorkers(c *call) error {
