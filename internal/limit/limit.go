@@ -19,8 +19,23 @@
 // re-measured every Period, but only from a window served at light load
 // (at most floor requests in flight): a baseline re-measured under
 // overload would be the overloaded latency, and the limit would drift up
-// with it. An engine that has really slowed down lowers the limit to the
-// floor, where its new latency is measured.
+// with it.
+//
+// Latency that does not follow concurrency down is not queueing. When a
+// window ran with at most two thirds of the previous window's peak (above
+// the floor: a light load's peaks are noise) in
+// flight and its median fell by less than a tenth, the requests are
+// longer than those the baseline was learnt from (or the engine batches
+// them at no cost in latency), and that median becomes the baseline at
+// once: queueing latency falls in proportion to what waits. An engine
+// that has really slowed down lowers the limit to the floor, and a light
+// window there is taken as the baseline at once too: at the floor nothing
+// queues.
+//
+// A shrinking limit starts from the most requests seen in flight in the
+// window when that is lower: a limit far above what was ever admitted
+// binds nothing, and halving it from there would take many windows to
+// reach the load it is meant to hold back.
 //
 // A Limiter is driven by the times its caller passes in; it reads no
 // clock and starts no goroutine.
@@ -85,6 +100,8 @@ type Limiter struct {
 	windowStart time.Time
 	samples     []time.Duration
 	peak        int // most requests in flight at a sample of this window
+	prevPeak    int // the last closed window's peak and median
+	prevMedian  time.Duration
 	noLoad      time.Duration
 	measured    time.Time // when noLoad was last set
 }
@@ -137,12 +154,18 @@ func (l *Limiter) Observe(now time.Time, rtt time.Duration, inflight int) {
 	}
 	slices.Sort(l.samples)
 	median := l.samples[n/2]
-	light := l.peak <= l.floor()
+	peak := l.peak
+	light := peak <= l.floor()
 	l.samples = l.samples[:0]
 	l.peak = 0
 	l.windowStart = now
 
-	if l.measured.IsZero() || median < l.noLoad || light && now.Sub(l.measured) >= l.cfg.Period {
+	cur := float64(l.limit.Load())
+	atFloor := int(cur) <= l.floor()
+	notQueueing := l.prevPeak > l.floor() && 3*peak <= 2*l.prevPeak && 10*median >= 9*l.prevMedian
+	l.prevPeak, l.prevMedian = peak, median
+	if l.measured.IsZero() || median < l.noLoad || notQueueing ||
+		light && (atFloor || now.Sub(l.measured) >= l.cfg.Period) {
 		l.noLoad = median
 		l.measured = now
 	}
@@ -151,12 +174,11 @@ func (l *Limiter) Observe(now time.Time, rtt time.Duration, inflight int) {
 	if median > 0 {
 		gradient = min(max(target/float64(median), 0.5), 2)
 	}
-	cur := float64(l.limit.Load())
-	next := cur * gradient
+	var next float64
 	if gradient > 1 {
-		next = math.Ceil(next)
+		next = math.Ceil(cur * gradient)
 	} else {
-		next = math.Floor(next)
+		next = math.Floor(min(cur, float64(peak)) * gradient)
 	}
 	l.limit.Store(int64(l.clamp(next)))
 }

@@ -36,11 +36,15 @@ func TestLimiter(t *testing.T) {
 		{"starts at the ceiling and stays there at no load", Config{}, 100, []phase{
 			{5, 10 * ms, 3, 100},
 		}},
-		{"backs off when latency doubles, down to the floor", Config{}, 100, []phase{
+		{"backs off when latency doubles, from what was in flight, down to the floor", Config{}, 100, []phase{
 			{1, 10 * ms, 50, 100},
-			{1, 20 * ms, 50, 75},
-			{1, 20 * ms, 50, 56},
+			{1, 20 * ms, 50, 38},
+			{1, 15 * ms, 30, 31},
 			{20, 20 * ms, 50, 8},
+		}},
+		{"backs off from the limit when more than it was in flight", Config{}, 100, []phase{
+			{1, 10 * ms, 50, 100},
+			{1, 20 * ms, 150, 75},
 		}},
 		{"within the tolerance the limit does not shrink", Config{}, 100, []phase{
 			{1, 10 * ms, 50, 100},
@@ -69,7 +73,26 @@ func TestLimiter(t *testing.T) {
 		{"a shorter window median lowers the no-load latency at once", Config{}, 100, []phase{
 			{1, 20 * ms, 50, 100},
 			{1, 10 * ms, 50, 100},
-			{1, 20 * ms, 50, 75},
+			{1, 20 * ms, 99, 75},
+		}},
+		{"longer requests than the baseline's are learnt at the floor, and the limit grows back", Config{}, 100, []phase{
+			{1, 1 * ms, 1, 100},
+			{3, 50 * ms, 50, 8},
+			{1, 50 * ms, 7, 12},
+			{1, 50 * ms, 11, 18},
+			{5, 50 * ms, 50, 100},
+		}},
+		{"latency that does not fall with concurrency is the requests' length, learnt at once", Config{}, 100, []phase{
+			{1, 1 * ms, 1, 100},
+			{1, 50 * ms, 50, 25},
+			{1, 50 * ms, 24, 38},
+			{3, 50 * ms, 50, 100},
+		}},
+		{"latency that falls with concurrency is queueing", Config{}, 100, []phase{
+			{1, 10 * ms, 1, 100},
+			{1, 40 * ms, 63, 32},
+			{1, 20 * ms, 31, 24},
+			{1, 15 * ms, 15, 16},
 		}},
 		{"a ceiling of 0 is 1", Config{}, 0, []phase{
 			{5, 10 * ms, 0, 1},
@@ -106,23 +129,23 @@ func TestWindowCloses(t *testing.T) {
 	window(l, c, 10*time.Millisecond, 50)
 	// Nine slow samples over a long time: not a window yet.
 	for range 9 {
-		l.Observe(c.step(time.Second), 40*time.Millisecond, 50)
+		l.Observe(c.step(time.Second), 40*time.Millisecond, 100)
 	}
 	if got := l.Limit(); got != 100 {
 		t.Fatalf("limit moved before the window had its samples: %d", got)
 	}
-	l.Observe(c.step(time.Second), 40*time.Millisecond, 50)
+	l.Observe(c.step(time.Second), 40*time.Millisecond, 100)
 	if got := l.Limit(); got != 50 {
 		t.Fatalf("limit = %d, want 50", got)
 	}
 	// Many samples in an instant close a window at MaxSamples.
 	for range 199 {
-		l.Observe(c.now, 40*time.Millisecond, 50)
+		l.Observe(c.now, 40*time.Millisecond, 100)
 	}
 	if got := l.Limit(); got != 50 {
 		t.Fatalf("limit moved before MaxSamples: %d", got)
 	}
-	l.Observe(c.now, 40*time.Millisecond, 50)
+	l.Observe(c.now, 40*time.Millisecond, 100)
 	if got := l.Limit(); got != 25 {
 		t.Fatalf("limit = %d, want 25", got)
 	}
