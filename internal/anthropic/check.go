@@ -1,0 +1,180 @@
+package anthropic
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"strings"
+
+	"github.com/svc-dev/svc/internal/api"
+)
+
+// Generic checks, worded as internal/chat words them. Each reports its own
+// failure and returns ok only for a usable value; "opt" helpers treat absent
+// and null alike, "required" helpers report both as missing.
+
+func (t *translator) str(path string, raw json.RawMessage) (string, bool) {
+	s, ok := decodeString(raw)
+	if !ok {
+		t.v.Add(path, api.FieldWrongType, "must be a string")
+	}
+	return s, ok
+}
+
+func (t *translator) boolean(path string, raw json.RawMessage) (bool, bool) {
+	if kindOf(raw) != kindBool {
+		t.v.Add(path, api.FieldWrongType, "must be true or false")
+		return false, false
+	}
+	return raw[0] == 't', true
+}
+
+func (t *translator) object(path string, raw json.RawMessage) (object, bool) {
+	o, ok := decodeObject(raw)
+	if !ok {
+		t.v.Add(path, api.FieldWrongType, "must be an object")
+	}
+	return o, ok
+}
+
+func (t *translator) array(path string, raw json.RawMessage) ([]json.RawMessage, bool) {
+	if kindOf(raw) != kindArray {
+		t.v.Add(path, api.FieldWrongType, "must be an array")
+		return nil, false
+	}
+	var elems []json.RawMessage
+	if err := json.Unmarshal(raw, &elems); err != nil {
+		t.v.Add(path, api.FieldWrongType, "must be an array")
+		return nil, false
+	}
+	return elems, true
+}
+
+// integer accepts any number without a fractional part that fits int64.
+func (t *translator) integer(path string, raw json.RawMessage) (int64, bool) {
+	if kindOf(raw) != kindNumber {
+		t.v.Add(path, api.FieldWrongType, "must be an integer")
+		return 0, false
+	}
+	n, res := parseInt(string(raw))
+	switch res {
+	case intFraction:
+		t.v.Add(path, api.FieldWrongType, "must be a whole number")
+		return 0, false
+	case intOverflow:
+		t.v.Add(path, api.FieldOutOfRange, "is too large")
+		return 0, false
+	}
+	return n, true
+}
+
+func (t *translator) enum(path, s string, allowed ...string) bool {
+	if contains(allowed, s) {
+		return true
+	}
+	if len(allowed) == 1 {
+		t.v.Add(path, api.FieldEnum, "must be %s", allowed[0])
+	} else {
+		t.v.Add(path, api.FieldEnum, "one of %s", strings.Join(allowed, ", "))
+	}
+	return false
+}
+
+func (t *translator) missing(o object, path, key string) (json.RawMessage, bool) {
+	raw, ok := o.field(key)
+	if !ok {
+		t.v.Add(join(path, key), api.FieldMissing, "required")
+	}
+	return raw, ok
+}
+
+func (t *translator) optString(o object, path, key string) (string, bool) {
+	raw, ok := o.field(key)
+	if !ok {
+		return "", false
+	}
+	return t.str(join(path, key), raw)
+}
+
+func (t *translator) optBool(o object, path, key string) (bool, bool) {
+	raw, ok := o.field(key)
+	if !ok {
+		return false, false
+	}
+	return t.boolean(join(path, key), raw)
+}
+
+func (t *translator) optObject(o object, path, key string) (object, bool) {
+	raw, ok := o.field(key)
+	if !ok {
+		return nil, false
+	}
+	return t.object(join(path, key), raw)
+}
+
+func (t *translator) optArray(o object, path, key string) ([]json.RawMessage, bool) {
+	raw, ok := o.field(key)
+	if !ok {
+		return nil, false
+	}
+	return t.array(join(path, key), raw)
+}
+
+func (t *translator) optEnum(o object, path, key string, allowed ...string) (string, bool) {
+	s, ok := t.optString(o, path, key)
+	if !ok || !t.enum(join(path, key), s, allowed...) {
+		return "", false
+	}
+	return s, true
+}
+
+func (t *translator) requiredString(o object, path, key string) (string, bool) {
+	raw, ok := t.missing(o, path, key)
+	if !ok {
+		return "", false
+	}
+	return t.str(join(path, key), raw)
+}
+
+func (t *translator) requiredObject(o object, path, key string) (object, bool) {
+	raw, ok := t.missing(o, path, key)
+	if !ok {
+		return nil, false
+	}
+	return t.object(join(path, key), raw)
+}
+
+func (t *translator) requiredEnum(o object, path, key string, allowed ...string) (string, bool) {
+	s, ok := t.requiredString(o, path, key)
+	if !ok || !t.enum(join(path, key), s, allowed...) {
+		return "", false
+	}
+	return s, true
+}
+
+// validBase64 reports whether s is standard base64, padded or not, by the
+// chat parser's rule.
+func validBase64(s string) bool {
+	trimmed := strings.TrimRight(s, "=")
+	pad := len(s) - len(trimmed)
+	if pad > 2 || (pad > 0 && len(s)%4 != 0) || len(trimmed)%4 == 1 {
+		return false
+	}
+	for i := 0; i < len(trimmed); i++ {
+		b := trimmed[i]
+		if !('A' <= b && b <= 'Z' || 'a' <= b && b <= 'z' || '0' <= b && b <= '9' || b == '+' || b == '/') {
+			return false
+		}
+	}
+	return true
+}
+
+func base64DecodedLen(s string) int {
+	return base64.RawStdEncoding.DecodedLen(len(strings.TrimRight(s, "=")))
+}
+
+func base64Decode(s string) (string, bool) {
+	b, err := base64.RawStdEncoding.DecodeString(strings.TrimRight(s, "="))
+	return string(b), err == nil
+}
+
+func base64Encode(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }

@@ -1,0 +1,924 @@
+package anthropic
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/chat"
+)
+
+// toolName is the rule both APIs give function names; the chat parser
+// enforces it, so a name it would refuse is refused here with the
+// Anthropic path.
+var toolName = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
+
+// maxStops is the chat parser's limit on stop sequences.
+const maxStops = 16
+
+// maxFileBytes is the chat parser's limit on a decoded file part;
+// documents become file parts, so it is theirs too.
+const maxFileBytes = chat.MaxFileBytes
+
+// The chat request built from a Messages request. Field order is the order
+// of the body sent on.
+type chatRequest struct {
+	Model             string          `json:"model"`
+	Messages          []chatMessage   `json:"messages"`
+	MaxTokens         int64           `json:"max_tokens"`
+	Stop              []string        `json:"stop,omitempty"`
+	Temperature       json.RawMessage `json:"temperature,omitempty"`
+	TopP              json.RawMessage `json:"top_p,omitempty"`
+	TopK              *int64          `json:"top_k,omitempty"`
+	Stream            bool            `json:"stream,omitempty"`
+	StreamOptions     *streamOptions  `json:"stream_options,omitempty"`
+	User              string          `json:"user,omitempty"`
+	Tools             []chatTool      `json:"tools,omitempty"`
+	ToolChoice        any             `json:"tool_choice,omitempty"`
+	ParallelToolCalls *bool           `json:"parallel_tool_calls,omitempty"`
+	ReasoningEffort   string          `json:"reasoning_effort,omitempty"`
+	Reasoning         *chatReasoning  `json:"reasoning,omitempty"`
+	ResponseFormat    *responseFormat `json:"response_format,omitempty"`
+}
+
+type streamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
+}
+
+type chatReasoning struct {
+	MaxTokens int64 `json:"max_tokens"`
+}
+
+type responseFormat struct {
+	Type       string     `json:"type"`
+	JSONSchema jsonSchema `json:"json_schema"`
+}
+
+type jsonSchema struct {
+	Name   string          `json:"name"`
+	Schema json.RawMessage `json:"schema"`
+	Strict bool            `json:"strict"`
+}
+
+type chatMessage struct {
+	Role string `json:"role"`
+	// Content is a string or []chatPart; nil leaves it out, for an
+	// assistant turn that only calls tools.
+	Content    any            `json:"content,omitempty"`
+	ToolCalls  []chatToolCall `json:"tool_calls,omitempty"`
+	ToolCallID *string        `json:"tool_call_id,omitempty"`
+}
+
+type chatPart struct {
+	Type     string    `json:"type"`
+	Text     *string   `json:"text,omitempty"`
+	ImageURL *imageURL `json:"image_url,omitempty"`
+	File     *chatFile `json:"file,omitempty"`
+}
+
+type imageURL struct {
+	URL string `json:"url"`
+}
+
+type chatFile struct {
+	Filename string `json:"filename"`
+	FileData string `json:"file_data"`
+}
+
+type chatToolCall struct {
+	ID       string       `json:"id"`
+	Type     string       `json:"type"`
+	Function chatFunction `json:"function"`
+}
+
+type chatFunction struct {
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+}
+
+type chatTool struct {
+	Type     string      `json:"type"`
+	Function chatToolDef `json:"function"`
+}
+
+type chatToolDef struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	Parameters  json.RawMessage `json:"parameters"`
+}
+
+type namedToolChoice struct {
+	Type     string `json:"type"`
+	Function struct {
+		Name string `json:"name"`
+	} `json:"function"`
+}
+
+func textPart(s string) chatPart { return chatPart{Type: "text", Text: &s} }
+
+// ToChat validates an Anthropic Messages request body and returns the
+// equivalent OpenAI chat-completions request body, its model and whether it
+// streams. Malformed JSON is a 400 (api.BadRequest); every field that fails
+// is listed, with its Anthropic path, in one api.Invalid.
+func ToChat(body []byte) (chatBody []byte, model string, stream bool, err error) {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return nil, "", false, api.BadRequest("Request body is empty; send a JSON object")
+	}
+	if !json.Valid(body) {
+		return nil, "", false, malformed(body)
+	}
+	top, ok := decodeObject(body)
+	if !ok {
+		return nil, "", false, api.Invalid(api.FieldError{Field: "body", Type: api.FieldWrongType, Message: "must be a JSON object"})
+	}
+	t := translator{}
+	t.request(top)
+	if err := t.v.Err(); err != nil {
+		return nil, "", false, err
+	}
+	out, err := marshal(&t.out)
+	if err != nil {
+		return nil, "", false, err
+	}
+	return out, t.out.Model, t.out.Stream, nil
+}
+
+// translator checks a request and builds its chat form as it goes; the
+// chat form is only used when no check failed.
+type translator struct {
+	v   api.Validator
+	out chatRequest
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+func index(path string, i int) string { return path + "." + strconv.Itoa(i) }
+
+// request checks the members in a fixed order, so a body with several
+// failures always lists them the same way.
+func (t *translator) request(top object) {
+	if s, ok := t.requiredString(top, "", "model"); ok {
+		if s == "" {
+			t.v.Add("model", api.FieldMissing, "must not be empty")
+		}
+		t.out.Model = s
+	}
+	if raw, ok := t.missing(top, "", "max_tokens"); ok {
+		if n, ok := t.integer("max_tokens", raw); ok {
+			if n < 1 {
+				t.v.Add("max_tokens", api.FieldOutOfRange, "must be at least 1")
+			}
+			t.out.MaxTokens = n
+		}
+	}
+	t.system(top)
+	t.messages(top)
+	t.stopSequences(top)
+	t.float(top, "temperature", 0, 1, &t.out.Temperature)
+	t.float(top, "top_p", 0, 1, &t.out.TopP)
+	if raw, ok := top.field("top_k"); ok {
+		if n, ok := t.integer("top_k", raw); ok {
+			if n < 0 {
+				t.v.Add("top_k", api.FieldOutOfRange, "must be 0 or more")
+			}
+			t.out.TopK = &n
+		}
+	}
+	if b, ok := t.optBool(top, "", "stream"); ok && b {
+		t.out.Stream = true
+		// Usage is what message_delta reports; the gateway forces it on
+		// too, but the body should say what it needs.
+		t.out.StreamOptions = &streamOptions{IncludeUsage: true}
+	}
+	if md, ok := t.optObject(top, "", "metadata"); ok {
+		if s, ok := t.optString(md, "metadata", "user_id"); ok {
+			t.out.User = s
+		}
+	}
+	t.tools(top)
+	t.toolChoice(top)
+	t.reasoning(top)
+}
+
+// system becomes one leading system message.
+func (t *translator) system(top object) {
+	raw, ok := top.field("system")
+	if !ok {
+		return
+	}
+	var text string
+	switch kindOf(raw) {
+	case kindString:
+		text, _ = decodeString(raw)
+	case kindArray:
+		elems, _ := t.array("system", raw)
+		var texts []string
+		for i, e := range elems {
+			path := index("system", i)
+			b, ok := t.object(path, e)
+			if !ok {
+				continue
+			}
+			if _, ok := t.requiredEnum(b, path, "type", "text"); !ok {
+				continue
+			}
+			if s, ok := t.requiredString(b, path, "text"); ok {
+				texts = append(texts, s)
+			}
+		}
+		text = strings.Join(texts, "\n\n")
+	default:
+		t.v.Add("system", api.FieldWrongType, "must be a string or an array of text blocks")
+		return
+	}
+	if text != "" {
+		t.out.Messages = append(t.out.Messages, chatMessage{Role: "system", Content: text})
+	}
+}
+
+func (t *translator) messages(top object) {
+	raw, ok := t.missing(top, "", "messages")
+	if !ok {
+		return
+	}
+	elems, ok := t.array("messages", raw)
+	if !ok {
+		return
+	}
+	if len(elems) == 0 {
+		t.v.Add("messages", api.FieldInvalid, "must contain at least one message")
+		return
+	}
+	for i, e := range elems {
+		t.message(index("messages", i), e)
+	}
+}
+
+func (t *translator) message(path string, raw json.RawMessage) {
+	msg, ok := t.object(path, raw)
+	if !ok {
+		return
+	}
+	role, ok := t.requiredEnum(msg, path, "role", "user", "assistant")
+	if !ok {
+		return // what the content may hold depends on the role
+	}
+	content, ok := t.missing(msg, path, "content")
+	if !ok {
+		return
+	}
+	cpath := join(path, "content")
+	switch kindOf(content) {
+	case kindString:
+		s, _ := decodeString(content)
+		t.out.Messages = append(t.out.Messages, chatMessage{Role: role, Content: s})
+		return
+	case kindArray:
+	default:
+		t.v.Add(cpath, api.FieldWrongType, "must be a string or an array of content blocks")
+		return
+	}
+	blocks, _ := t.array(cpath, content)
+	if role == "user" {
+		if len(blocks) == 0 {
+			t.v.Add(cpath, api.FieldInvalid, "must contain at least one content block")
+			return
+		}
+		t.userBlocks(cpath, blocks)
+	} else {
+		t.assistantBlocks(cpath, blocks)
+	}
+}
+
+// blockTypes are the block types a role's messages may carry.
+func blockTypes(role string) []string {
+	if role == "user" {
+		return []string{"text", "image", "document", "tool_result"}
+	}
+	return []string{"text", "tool_use", "thinking", "redacted_thinking"}
+}
+
+// unsupportedBlock reports Anthropic's block types that have no chat
+// equivalent (server tools' blocks, search results, uploads), which are
+// refused as unsupported rather than unknown.
+func unsupportedBlock(typ string) bool {
+	switch typ {
+	case "search_result", "server_tool_use", "web_search_tool_result", "web_fetch_tool_result",
+		"code_execution_tool_result", "bash_code_execution_tool_result",
+		"text_editor_code_execution_tool_result", "tool_search_tool_result",
+		"container_upload", "mcp_tool_use", "mcp_tool_result":
+		return true
+	}
+	return false
+}
+
+// blockType reads a block's type; it reports the failure when the type is
+// missing, or is one role may not carry.
+func (t *translator) blockType(path string, b object, role string) (string, bool) {
+	typ, ok := t.requiredString(b, path, "type")
+	if !ok {
+		return "", false
+	}
+	own, other := "user", "assistant"
+	if role == "assistant" {
+		own, other = other, own
+	}
+	tpath := join(path, "type")
+	switch {
+	case contains(blockTypes(own), typ):
+		return typ, true
+	case contains(blockTypes(other), typ):
+		t.v.Add(tpath, api.FieldNotAllowed, "%s blocks may only be sent in %s messages", typ, other)
+	case unsupportedBlock(typ):
+		t.v.Add(tpath, api.FieldNotSupported, "%s blocks are not supported", typ)
+	default:
+		t.v.Add(tpath, api.FieldEnum, "%s messages take one of %s", own, strings.Join(blockTypes(own), ", "))
+	}
+	return "", false
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// userBlocks translates a user turn: its tool results first, as tool
+// messages (chat wants them straight after the assistant's calls), then
+// the rest of it as one user message.
+func (t *translator) userBlocks(path string, blocks []json.RawMessage) {
+	var tools []chatMessage
+	var moved, parts []chatPart // moved: images returned by tools
+	for i, e := range blocks {
+		bpath := index(path, i)
+		b, ok := t.object(bpath, e)
+		if !ok {
+			continue
+		}
+		typ, ok := t.blockType(bpath, b, "user")
+		if !ok {
+			continue
+		}
+		switch typ {
+		case "text":
+			if s, ok := t.requiredString(b, bpath, "text"); ok {
+				parts = append(parts, textPart(s))
+			}
+		case "image":
+			if p, ok := t.image(bpath, b); ok {
+				parts = append(parts, p)
+			}
+		case "document":
+			parts = append(parts, t.document(bpath, b)...)
+		case "tool_result":
+			msg, images := t.toolResult(bpath, b)
+			tools = append(tools, msg)
+			moved = append(moved, images...)
+		}
+	}
+	t.out.Messages = append(t.out.Messages, tools...)
+	if all := append(moved, parts...); len(all) > 0 {
+		t.out.Messages = append(t.out.Messages, chatMessage{Role: "user", Content: partsContent(all)})
+	}
+}
+
+// partsContent is a lone text part as a plain string, which every chat
+// template reads; anything else stays a parts array.
+func partsContent(parts []chatPart) any {
+	if len(parts) == 1 && parts[0].Type == "text" {
+		return *parts[0].Text
+	}
+	return parts
+}
+
+func (t *translator) assistantBlocks(path string, blocks []json.RawMessage) {
+	msg := chatMessage{Role: "assistant"}
+	var parts []chatPart
+	for i, e := range blocks {
+		bpath := index(path, i)
+		b, ok := t.object(bpath, e)
+		if !ok {
+			continue
+		}
+		typ, ok := t.blockType(bpath, b, "assistant")
+		if !ok {
+			continue
+		}
+		switch typ {
+		case "text":
+			if s, ok := t.requiredString(b, bpath, "text"); ok {
+				parts = append(parts, textPart(s))
+			}
+		case "tool_use":
+			if tc, ok := t.toolUse(bpath, b); ok {
+				msg.ToolCalls = append(msg.ToolCalls, tc)
+			}
+		case "thinking", "redacted_thinking":
+			// Dropped: another model's reasoning, signed for Anthropic's.
+		}
+	}
+	switch {
+	case len(parts) > 0:
+		msg.Content = partsContent(parts)
+	case len(msg.ToolCalls) == 0:
+		// Chat requires content on an assistant turn without tool calls;
+		// a turn that was all thinking is an empty one.
+		msg.Content = ""
+	}
+	t.out.Messages = append(t.out.Messages, msg)
+}
+
+func (t *translator) toolUse(path string, b object) (chatToolCall, bool) {
+	id, idOK := t.requiredString(b, path, "id")
+	name, nameOK := t.requiredString(b, path, "name")
+	raw, ok := t.missing(b, path, "input")
+	if ok && kindOf(raw) != kindObject {
+		t.v.Add(join(path, "input"), api.FieldWrongType, "must be an object")
+		ok = false
+	}
+	if !idOK || !nameOK || !ok {
+		return chatToolCall{}, false
+	}
+	var args bytes.Buffer
+	if err := json.Compact(&args, raw); err != nil {
+		return chatToolCall{}, false
+	}
+	return chatToolCall{ID: id, Type: "function", Function: chatFunction{Name: name, Arguments: args.String()}}, true
+}
+
+// toolResult returns the tool message for a tool_result block and the
+// images it held, which must travel in a user message.
+func (t *translator) toolResult(path string, b object) (chatMessage, []chatPart) {
+	id, _ := t.requiredString(b, path, "tool_use_id")
+	isError, _ := t.optBool(b, path, "is_error")
+	var texts []string
+	var images []chatPart
+	if raw, ok := b.field("content"); ok {
+		cpath := join(path, "content")
+		switch kindOf(raw) {
+		case kindString:
+			s, _ := decodeString(raw)
+			texts = append(texts, s)
+		case kindArray:
+			elems, _ := t.array(cpath, raw)
+			for i, e := range elems {
+				bpath := index(cpath, i)
+				blk, ok := t.object(bpath, e)
+				if !ok {
+					continue
+				}
+				typ, ok := t.requiredString(blk, bpath, "type")
+				if !ok {
+					continue
+				}
+				switch typ {
+				case "text":
+					if s, ok := t.requiredString(blk, bpath, "text"); ok {
+						texts = append(texts, s)
+					}
+				case "image":
+					if p, ok := t.image(bpath, blk); ok {
+						images = append(images, p)
+					}
+				case "document", "search_result", "tool_reference":
+					t.v.Add(join(bpath, "type"), api.FieldNotSupported, "%s blocks are not supported in tool results; send text or images", typ)
+				default:
+					t.v.Add(join(bpath, "type"), api.FieldEnum, "one of text, image")
+				}
+			}
+		default:
+			t.v.Add(cpath, api.FieldWrongType, "must be a string or an array of text and image blocks")
+		}
+	}
+	text := strings.Join(texts, "\n")
+	switch len(images) {
+	case 0:
+	case 1:
+		text = appendLine(text, "[The image this tool returned follows in the next message.]")
+	default:
+		text = appendLine(text, "[The "+strconv.Itoa(len(images))+" images this tool returned follow in the next message.]")
+	}
+	if isError {
+		text = "Error: " + text
+	}
+	return chatMessage{Role: "tool", Content: text, ToolCallID: &id}, images
+}
+
+func appendLine(text, line string) string {
+	if text == "" {
+		return line
+	}
+	return text + "\n" + line
+}
+
+// image translates an image block. Base64 data is checked here, with the
+// block's path, by the chat parser's rules; a URL's scheme too, though
+// whether remote images are allowed at all is the chat parser's call.
+func (t *translator) image(path string, b object) (chatPart, bool) {
+	src, ok := t.requiredObject(b, path, "source")
+	if !ok {
+		return chatPart{}, false
+	}
+	spath := join(path, "source")
+	typ, ok := t.requiredString(src, spath, "type")
+	if !ok {
+		return chatPart{}, false
+	}
+	switch typ {
+	case "base64":
+		mt, mtOK := t.requiredEnum(src, spath, "media_type", "image/jpeg", "image/png", "image/gif", "image/webp")
+		data, ok := t.requiredString(src, spath, "data")
+		if ok {
+			data, ok = t.base64(join(spath, "data"), data)
+		}
+		if !ok || !mtOK {
+			return chatPart{}, false
+		}
+		return chatPart{Type: "image_url", ImageURL: &imageURL{URL: "data:" + mt + ";base64," + data}}, true
+	case "url":
+		u, ok := t.requiredString(src, spath, "url")
+		if !ok {
+			return chatPart{}, false
+		}
+		if !webURL(u) {
+			t.v.Add(join(spath, "url"), api.FieldInvalid, "must be an http(s) URL")
+			return chatPart{}, false
+		}
+		return chatPart{Type: "image_url", ImageURL: &imageURL{URL: u}}, true
+	case "file":
+		t.v.Add(join(spath, "type"), api.FieldNotSupported, "uploaded files are not supported; send the image as base64 or a URL")
+	default:
+		t.v.Add(join(spath, "type"), api.FieldEnum, "one of base64, url")
+	}
+	return chatPart{}, false
+}
+
+// document translates a document block into parts: plain text becomes a
+// file part, a content source its own text and image parts.
+func (t *translator) document(path string, b object) []chatPart {
+	title, _ := t.optString(b, path, "title")
+	context, _ := t.optString(b, path, "context")
+	src, ok := t.requiredObject(b, path, "source")
+	if !ok {
+		return nil
+	}
+	spath := join(path, "source")
+	typ, ok := t.requiredString(src, spath, "type")
+	if !ok {
+		return nil
+	}
+	var parts []chatPart
+	switch typ {
+	case "text":
+		if mt, ok := t.optString(src, spath, "media_type"); ok && mt != "text/plain" {
+			t.v.Add(join(spath, "media_type"), api.FieldEnum, "must be text/plain")
+			return nil
+		}
+		data, ok := t.requiredString(src, spath, "data")
+		if !ok {
+			return nil
+		}
+		if len(data) > maxFileBytes {
+			t.v.Add(join(spath, "data"), api.FieldTooLong, "the document is larger than 1 MB")
+			return nil
+		}
+		parts = append(parts, filePart(title, base64Encode(data)))
+	case "base64":
+		mt, ok := t.requiredString(src, spath, "media_type")
+		if !ok {
+			return nil
+		}
+		switch mt {
+		case "text/plain":
+		case "application/pdf":
+			t.v.Add(join(spath, "media_type"), api.FieldNotSupported, "PDF documents are not supported; send the document's text as a text/plain document")
+			return nil
+		default:
+			t.v.Add(join(spath, "media_type"), api.FieldEnum, "must be text/plain")
+			return nil
+		}
+		data, ok := t.requiredString(src, spath, "data")
+		if !ok {
+			return nil
+		}
+		if data, ok = t.textFile(join(spath, "data"), data); !ok {
+			return nil
+		}
+		parts = append(parts, filePart(title, data))
+	case "content":
+		parts = t.contentSource(spath, src)
+	case "url":
+		t.v.Add(join(spath, "type"), api.FieldNotSupported, "PDF documents are not supported; send the document's text as a text document")
+		return nil
+	case "file":
+		t.v.Add(join(spath, "type"), api.FieldNotSupported, "uploaded files are not supported; send the document's text as a text document")
+		return nil
+	default:
+		t.v.Add(join(spath, "type"), api.FieldEnum, "one of text, base64, content")
+		return nil
+	}
+	if context != "" {
+		parts = append(parts, textPart(context))
+	}
+	return parts
+}
+
+// contentSource flattens a document whose source is content blocks.
+func (t *translator) contentSource(path string, src object) []chatPart {
+	raw, ok := t.missing(src, path, "content")
+	if !ok {
+		return nil
+	}
+	cpath := join(path, "content")
+	switch kindOf(raw) {
+	case kindString:
+		s, _ := decodeString(raw)
+		return []chatPart{textPart(s)}
+	case kindArray:
+	default:
+		t.v.Add(cpath, api.FieldWrongType, "must be a string or an array of text and image blocks")
+		return nil
+	}
+	elems, _ := t.array(cpath, raw)
+	var parts []chatPart
+	for i, e := range elems {
+		bpath := index(cpath, i)
+		b, ok := t.object(bpath, e)
+		if !ok {
+			continue
+		}
+		typ, ok := t.requiredEnum(b, bpath, "type", "text", "image")
+		if !ok {
+			continue
+		}
+		if typ == "text" {
+			if s, ok := t.requiredString(b, bpath, "text"); ok {
+				parts = append(parts, textPart(s))
+			}
+		} else if p, ok := t.image(bpath, b); ok {
+			parts = append(parts, p)
+		}
+	}
+	return parts
+}
+
+// filePart names a document's file after its title; the chat parser only
+// takes .txt and .csv names, and the engine sees the name above the text.
+func filePart(title, data string) chatPart {
+	name := strings.TrimSpace(title)
+	if name == "" {
+		name = "document"
+	}
+	lower := strings.ToLower(name)
+	if !strings.HasSuffix(lower, ".txt") && !strings.HasSuffix(lower, ".csv") {
+		name += ".txt"
+	}
+	return chatPart{Type: "file", File: &chatFile{Filename: name, FileData: data}}
+}
+
+// textFile checks base64 text as the chat parser will: within its size
+// limit and UTF-8.
+func (t *translator) textFile(path, data string) (string, bool) {
+	data, ok := t.base64(path, data)
+	if !ok {
+		return "", false
+	}
+	if base64DecodedLen(data) > maxFileBytes {
+		t.v.Add(path, api.FieldTooLong, "the document is larger than 1 MB")
+		return "", false
+	}
+	text, ok := base64Decode(data)
+	if !ok {
+		t.v.Add(path, api.FieldInvalid, "must be base64")
+		return "", false
+	}
+	if !utf8.ValidString(text) {
+		t.v.Add(path, api.FieldInvalid, "the document must be UTF-8 text")
+		return "", false
+	}
+	return data, true
+}
+
+// base64 returns data without the line breaks some encoders add (engines
+// may not skip them, so the chat parser refuses them), and checks it.
+func (t *translator) base64(path, data string) (string, bool) {
+	data = strings.Map(func(r rune) rune {
+		switch r {
+		case '\n', '\r', ' ', '\t':
+			return -1
+		}
+		return r
+	}, data)
+	switch {
+	case data == "":
+		t.v.Add(path, api.FieldInvalid, "is empty")
+		return "", false
+	case !validBase64(data):
+		t.v.Add(path, api.FieldInvalid, "must be base64")
+		return "", false
+	}
+	return data, true
+}
+
+func webURL(s string) bool {
+	lower := strings.ToLower(s)
+	if !strings.HasPrefix(lower, "http://") && !strings.HasPrefix(lower, "https://") {
+		return false
+	}
+	u, err := url.Parse(s)
+	return err == nil && u.Host != ""
+}
+
+func (t *translator) stopSequences(top object) {
+	elems, ok := t.optArray(top, "", "stop_sequences")
+	if !ok {
+		return
+	}
+	if len(elems) > maxStops {
+		t.v.Add("stop_sequences", api.FieldTooLong, "at most %d stop sequences", maxStops)
+		return
+	}
+	for i, e := range elems {
+		if s, ok := t.str(index("stop_sequences", i), e); ok {
+			t.out.Stop = append(t.out.Stop, s)
+		}
+	}
+}
+
+// float checks a number in [lo, hi] and keeps its literal, so the chat
+// parser reads exactly what was sent.
+func (t *translator) float(top object, key string, lo, hi float64, dst *json.RawMessage) {
+	raw, ok := top.field(key)
+	if !ok {
+		return
+	}
+	if kindOf(raw) != kindNumber {
+		t.v.Add(key, api.FieldWrongType, "must be a number")
+		return
+	}
+	f, _ := strconv.ParseFloat(string(raw), 64)
+	if math.IsNaN(f) || f < lo || f > hi {
+		t.v.Add(key, api.FieldOutOfRange, "must be between %g and %g", lo, hi)
+		return
+	}
+	*dst = raw
+}
+
+func (t *translator) tools(top object) {
+	elems, ok := t.optArray(top, "", "tools")
+	if !ok {
+		return
+	}
+	for i, e := range elems {
+		path := index("tools", i)
+		tool, ok := t.object(path, e)
+		if !ok {
+			continue
+		}
+		if typ, ok := t.optString(tool, path, "type"); ok && typ != "custom" {
+			t.v.Add(join(path, "type"), api.FieldNotSupported, "%s is one of Anthropic's server tools, which are not available here; define a custom tool (name, description, input_schema)", typ)
+			continue
+		}
+		name, nameOK := t.requiredString(tool, path, "name")
+		if nameOK && !toolName.MatchString(name) {
+			t.v.Add(join(path, "name"), api.FieldInvalid, "must be 1 to 64 letters, digits, underscores or hyphens")
+			nameOK = false
+		}
+		desc, _ := t.optString(tool, path, "description")
+		raw, schemaOK := t.missing(tool, path, "input_schema")
+		if schemaOK && kindOf(raw) != kindObject {
+			t.v.Add(join(path, "input_schema"), api.FieldWrongType, "must be an object")
+			schemaOK = false
+		}
+		if nameOK && schemaOK {
+			t.out.Tools = append(t.out.Tools, chatTool{Type: "function", Function: chatToolDef{Name: name, Description: desc, Parameters: raw}})
+		}
+	}
+}
+
+func (t *translator) toolChoice(top object) {
+	tc, ok := t.optObject(top, "", "tool_choice")
+	if !ok {
+		return
+	}
+	const path = "tool_choice"
+	typ, ok := t.requiredEnum(tc, path, "type", "auto", "any", "tool", "none")
+	if !ok {
+		return
+	}
+	switch typ {
+	case "auto":
+		t.out.ToolChoice = "auto"
+	case "any":
+		t.out.ToolChoice = "required"
+	case "none":
+		t.out.ToolChoice = "none"
+	case "tool":
+		name, ok := t.requiredString(tc, path, "name")
+		if !ok {
+			return
+		}
+		var named namedToolChoice
+		named.Type = "function"
+		named.Function.Name = name
+		t.out.ToolChoice = named
+	}
+	if off, ok := t.optBool(tc, path, "disable_parallel_tool_use"); ok && off && typ != "none" {
+		t.out.ParallelToolCalls = new(false)
+	}
+}
+
+// effortOf maps Anthropic's effort levels onto chat's, which stop at high.
+func effortOf(s string) string {
+	switch s {
+	case "xhigh", "max":
+		return "high"
+	}
+	return s
+}
+
+// reasoning reads thinking and output_config, which together set the
+// chat request's reasoning controls and response format.
+func (t *translator) reasoning(top object) {
+	effort := ""
+	if oc, ok := t.optObject(top, "", "output_config"); ok {
+		if s, ok := t.optEnum(oc, "output_config", "effort", "low", "medium", "high", "xhigh", "max"); ok {
+			effort = effortOf(s)
+		}
+		if f, ok := t.optObject(oc, "output_config", "format"); ok {
+			const path = "output_config.format"
+			_, typeOK := t.requiredEnum(f, path, "type", "json_schema")
+			schema, ok := t.missing(f, path, "schema")
+			if ok && kindOf(schema) != kindObject {
+				t.v.Add(join(path, "schema"), api.FieldWrongType, "must be an object")
+				ok = false
+			}
+			if ok && typeOK {
+				t.out.ResponseFormat = &responseFormat{Type: "json_schema", JSONSchema: jsonSchema{Name: "output", Schema: schema, Strict: true}}
+			}
+		}
+	}
+	th, ok := t.optObject(top, "", "thinking")
+	if !ok {
+		t.out.ReasoningEffort = effort
+		return
+	}
+	typ, ok := t.requiredEnum(th, "thinking", "type", "enabled", "disabled", "adaptive")
+	if !ok {
+		return
+	}
+	switch typ {
+	case "enabled":
+		raw, ok := t.missing(th, "thinking", "budget_tokens")
+		if !ok {
+			return
+		}
+		n, ok := t.integer("thinking.budget_tokens", raw)
+		if !ok {
+			return
+		}
+		if n < 1 {
+			t.v.Add("thinking.budget_tokens", api.FieldOutOfRange, "must be at least 1")
+			return
+		}
+		if effort == "" {
+			effort = budgetEffort(n)
+		}
+		t.out.ReasoningEffort = effort
+		t.out.Reasoning = &chatReasoning{MaxTokens: n}
+	case "adaptive":
+		if effort == "" {
+			effort = "high"
+		}
+		t.out.ReasoningEffort = effort
+	case "disabled":
+		// Nothing: the model's default applies, as without thinking.
+	}
+}
+
+// budgetEffort is the effort a thinking budget reads as: Claude Code's
+// "think" (4,000) is low, "think hard" (10,000) medium, "ultrathink"
+// (31,999) high.
+func budgetEffort(n int64) string {
+	switch {
+	case n < 4096:
+		return "low"
+	case n < 16384:
+		return "medium"
+	}
+	return "high"
+}

@@ -1,0 +1,422 @@
+package anthropic
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+)
+
+// blockKind is the kind of the content block a stream has open.
+type blockKind int
+
+const (
+	blockNone blockKind = iota
+	blockText
+	blockThinking
+	blockTool
+)
+
+// toolCall is the tool_use block a stream has open. Its start waits for the
+// function name, which content_block_start must carry; arguments that come
+// before it are held until then.
+type toolCall struct {
+	chatIndex int
+	id, name  string
+	started   bool
+	held      []byte
+}
+
+// Stream translates one chat-completions event stream into Anthropic's
+// named server-sent events. It is not safe for concurrent use.
+type Stream struct {
+	id, model string
+
+	started bool // message_start was sent
+	done    bool // message_stop or an error was sent: nothing follows
+
+	open  blockKind
+	index int // index of the open block, or of the next one when none is
+	tool  *toolCall
+	// toolBlocks holds the chat tool-call indexes already given a block.
+	toolBlocks map[int]bool
+
+	finish  string
+	matched string
+	usage   *chatUsage
+	svc     []member
+}
+
+// NewStream starts the translation of the stream answering request id (the
+// message id is "msg_"+id) for model.
+func NewStream(id, model string) *Stream {
+	return &Stream{id: id, model: model, toolBlocks: map[int]bool{}}
+}
+
+// Events as they are written; field order is Anthropic's.
+
+type messageStart struct {
+	Type    string  `json:"type"`
+	Message message `json:"message"`
+}
+
+type blockStart struct {
+	Type         string `json:"type"`
+	Index        int    `json:"index"`
+	ContentBlock any    `json:"content_block"`
+}
+
+type blockDelta struct {
+	Type  string `json:"type"`
+	Index int    `json:"index"`
+	Delta any    `json:"delta"`
+}
+
+type textDelta struct {
+	Type string `json:"type"`
+	Text string `json:"text"`
+}
+
+type thinkingDelta struct {
+	Type     string `json:"type"`
+	Thinking string `json:"thinking"`
+}
+
+type jsonDelta struct {
+	Type        string `json:"type"`
+	PartialJSON string `json:"partial_json"`
+}
+
+type blockStop struct {
+	Type  string `json:"type"`
+	Index int    `json:"index"`
+}
+
+type messageDelta struct {
+	Type  string `json:"type"`
+	Delta struct {
+		StopReason   string  `json:"stop_reason"`
+		StopSequence *string `json:"stop_sequence"`
+	} `json:"delta"`
+	Usage deltaUsage      `json:"usage"`
+	Svc   json.RawMessage `json:"svc,omitempty"`
+}
+
+// deltaUsage leaves input_tokens out when the stream reported no usage,
+// so that the zero of message_start is not confirmed as a count.
+type deltaUsage struct {
+	OutputTokens         int64  `json:"output_tokens"`
+	InputTokens          *int64 `json:"input_tokens,omitempty"`
+	CacheReadInputTokens *int64 `json:"cache_read_input_tokens,omitempty"`
+}
+
+type errorEvent struct {
+	Type  string       `json:"type"`
+	Error errorPayload `json:"error"`
+}
+
+type errorPayload struct {
+	Type    string `json:"type"`
+	Message string `json:"message"`
+}
+
+// event appends one server-sent event. The values are this file's own
+// types, whose raw members come from decoded JSON, so marshalling cannot
+// fail; if it ever did, the event is left out rather than sent broken.
+func event(dst []byte, name string, v any) []byte {
+	data, err := marshal(v)
+	if err != nil {
+		return dst
+	}
+	dst = append(dst, "event: "...)
+	dst = append(dst, name...)
+	dst = append(dst, "\ndata: "...)
+	dst = append(dst, data...)
+	return append(dst, '\n', '\n')
+}
+
+// Chunk takes the data of one event of the chat stream (a
+// chat.completion.chunk object, or "[DONE]") and appends the Anthropic
+// events it makes to dst. Data that is not a JSON object is skipped.
+func (s *Stream) Chunk(dst, data []byte) []byte {
+	if s.done {
+		return dst
+	}
+	data = bytes.TrimSpace(data)
+	if string(data) == "[DONE]" {
+		return s.end(dst)
+	}
+	chunk, ok := decodeObject(data)
+	if !ok {
+		return dst
+	}
+	if e, ok := decodeObject(chunk["error"]); ok {
+		// A failure the gateway reported inside the stream.
+		status := int(count(e["status"]))
+		if status == 0 {
+			status = http.StatusInternalServerError
+		}
+		return s.Fail(dst, status, stringField(e["message"]))
+	}
+	dst = s.start(dst)
+	if u, ok := readUsage(chunk["usage"]); ok {
+		s.usage = &u
+	}
+	if m, ok := members(chunk["svc"]); ok {
+		s.mergeSvc(m)
+	}
+	var choices []json.RawMessage
+	if kindOf(chunk["choices"]) == kindArray {
+		_ = json.Unmarshal(chunk["choices"], &choices)
+	}
+	for _, raw := range choices {
+		choice, ok := decodeObject(raw)
+		if !ok || count(choice["index"]) != 0 {
+			continue // only one choice is ever asked for
+		}
+		dst = s.choice(dst, choice)
+	}
+	return dst
+}
+
+func (s *Stream) start(dst []byte) []byte {
+	if s.started {
+		return dst
+	}
+	s.started = true
+	return event(dst, "message_start", messageStart{Type: "message_start", Message: message{
+		ID: "msg_" + s.id, Type: "message", Role: "assistant", Model: s.model, Content: []any{},
+	}})
+}
+
+func (s *Stream) choice(dst []byte, choice object) []byte {
+	if delta, ok := decodeObject(choice["delta"]); ok {
+		if r := reasoningOf(delta); r != "" {
+			dst = s.ensure(dst, blockThinking)
+			dst = event(dst, "content_block_delta", blockDelta{Type: "content_block_delta", Index: s.index, Delta: thinkingDelta{Type: "thinking_delta", Thinking: r}})
+		}
+		if text := contentText(delta["content"]); text != "" {
+			dst = s.ensure(dst, blockText)
+			dst = event(dst, "content_block_delta", blockDelta{Type: "content_block_delta", Index: s.index, Delta: textDelta{Type: "text_delta", Text: text}})
+		}
+		var calls []json.RawMessage
+		if kindOf(delta["tool_calls"]) == kindArray {
+			_ = json.Unmarshal(delta["tool_calls"], &calls)
+		}
+		for i, raw := range calls {
+			if tc, ok := decodeObject(raw); ok {
+				dst = s.toolDelta(dst, tc, i)
+			}
+		}
+	}
+	if f := stringField(choice["finish_reason"]); f != "" {
+		s.finish = f
+		s.matched = matchedStop(choice)
+		// Nothing more is coming for the open block.
+		dst = s.close(dst)
+	}
+	return dst
+}
+
+// ensure makes the open block one of kind k, closing another kind first.
+func (s *Stream) ensure(dst []byte, k blockKind) []byte {
+	if s.open == k {
+		return dst
+	}
+	dst = s.close(dst)
+	s.open = k
+	var block any
+	if k == blockText {
+		block = textBlock{Type: "text"}
+	} else {
+		block = thinkingBlock{Type: "thinking"}
+	}
+	return event(dst, "content_block_start", blockStart{Type: "content_block_start", Index: s.index, ContentBlock: block})
+}
+
+// toolDelta applies one entry of a delta's tool_calls; pos is its place in
+// the list, the index for an engine that sends none.
+func (s *Stream) toolDelta(dst []byte, tc object, pos int) []byte {
+	idx := pos
+	if kindOf(tc["index"]) == kindNumber {
+		idx = int(count(tc["index"]))
+	}
+	fn, _ := decodeObject(tc["function"])
+	if s.open != blockTool || s.tool.chatIndex != idx {
+		if s.toolBlocks[idx] {
+			// More of a call whose block was closed when another began:
+			// a block cannot be reopened, and splitting the call would
+			// hand the client two halves of one input. Engines stream
+			// calls one after another, so this does not happen in
+			// practice.
+			return dst
+		}
+		dst = s.close(dst)
+		s.open = blockTool
+		s.tool = &toolCall{chatIndex: idx}
+		s.toolBlocks[idx] = true
+	}
+	t := s.tool
+	if !t.started {
+		if id := stringField(tc["id"]); id != "" {
+			t.id = id
+		}
+		t.name += stringField(fn["name"])
+	}
+	args := argumentsText(fn["arguments"])
+	if t.started {
+		return s.argsDelta(dst, args)
+	}
+	t.held = append(t.held, args...)
+	if t.name != "" {
+		dst = s.startTool(dst)
+	}
+	return dst
+}
+
+// argumentsText is a delta's arguments: a string, or, from an engine that
+// sends the object itself, its JSON.
+func argumentsText(raw json.RawMessage) string {
+	switch kindOf(raw) {
+	case kindString:
+		return stringField(raw)
+	case kindObject, kindArray:
+		var b bytes.Buffer
+		if json.Compact(&b, raw) == nil {
+			return b.String()
+		}
+	}
+	return ""
+}
+
+func (s *Stream) startTool(dst []byte) []byte {
+	t := s.tool
+	t.started = true
+	if t.id == "" {
+		t.id = fmt.Sprintf("toolu_%s_%d", s.id, s.index)
+	}
+	dst = event(dst, "content_block_start", blockStart{Type: "content_block_start", Index: s.index, ContentBlock: toolUseBlock{
+		Type: "tool_use", ID: t.id, Name: t.name, Input: json.RawMessage("{}"),
+	}})
+	held := string(t.held)
+	t.held = nil
+	return s.argsDelta(dst, held)
+}
+
+func (s *Stream) argsDelta(dst []byte, args string) []byte {
+	if args == "" {
+		return dst
+	}
+	return event(dst, "content_block_delta", blockDelta{Type: "content_block_delta", Index: s.index, Delta: jsonDelta{Type: "input_json_delta", PartialJSON: args}})
+}
+
+// close ends the open block, if any.
+func (s *Stream) close(dst []byte) []byte {
+	switch s.open {
+	case blockNone:
+		return dst
+	case blockTool:
+		if !s.tool.started {
+			// The name never came; the block still needs its start.
+			dst = s.startTool(dst)
+		}
+		s.tool = nil
+	}
+	dst = event(dst, "content_block_stop", blockStop{Type: "content_block_stop", Index: s.index})
+	s.open = blockNone
+	s.index++
+	return dst
+}
+
+func (s *Stream) mergeSvc(ms []member) {
+	for _, m := range ms {
+		found := false
+		for i := range s.svc {
+			if s.svc[i].key == m.key {
+				s.svc[i].value = m.value
+				found = true
+				break
+			}
+		}
+		if !found {
+			s.svc = append(s.svc, m)
+		}
+	}
+}
+
+// svcJSON is the merged svc object, nil when the stream had none.
+func (s *Stream) svcJSON() json.RawMessage {
+	if len(s.svc) == 0 {
+		return nil
+	}
+	b := []byte{'{'}
+	for i, m := range s.svc {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		key, err := marshal(m.key)
+		if err != nil {
+			return nil
+		}
+		b = append(b, key...)
+		b = append(b, ':')
+		b = append(b, m.value...)
+	}
+	return append(b, '}')
+}
+
+// end writes what [DONE] means: the last block closed, message_delta with
+// the stop reason, usage and svc, and message_stop.
+func (s *Stream) end(dst []byte) []byte {
+	dst = s.start(dst)
+	dst = s.close(dst)
+	var md messageDelta
+	md.Type = "message_delta"
+	md.Delta.StopReason, md.Delta.StopSequence = stopReason(s.finish, s.matched, len(s.toolBlocks) > 0)
+	if u := s.usage; u != nil {
+		a := u.anthropic()
+		md.Usage = deltaUsage{OutputTokens: a.OutputTokens, InputTokens: &a.InputTokens, CacheReadInputTokens: a.CacheReadInputTokens}
+	}
+	md.Svc = s.svcJSON()
+	dst = event(dst, "message_delta", md)
+	dst = event(dst, "message_stop", struct {
+		Type string `json:"type"`
+	}{"message_stop"})
+	s.done = true
+	return dst
+}
+
+// Fail appends the error event of a stream that failed after it started;
+// status is the HTTP status the failure would have had. Nothing follows it.
+func (s *Stream) Fail(dst []byte, status int, msg string) []byte {
+	s.done = true
+	return event(dst, "error", errorEvent{Type: "error", Error: errorPayload{Type: ErrorType(status), Message: msg}})
+}
+
+// ErrorType is Anthropic's error type for an HTTP status.
+func ErrorType(status int) string {
+	switch status {
+	case http.StatusUnauthorized:
+		return "authentication_error"
+	case http.StatusPaymentRequired:
+		return "billing_error"
+	case http.StatusForbidden:
+		return "permission_error"
+	case http.StatusNotFound:
+		return "not_found_error"
+	case http.StatusRequestEntityTooLarge:
+		return "request_too_large"
+	case http.StatusTooManyRequests:
+		return "rate_limit_error"
+	case http.StatusGatewayTimeout:
+		return "timeout_error"
+	case http.StatusServiceUnavailable, 529:
+		// Anthropic's 529 is its "overloaded"; a gateway with no free
+		// worker says 503, which clients should treat the same: retry.
+		return "overloaded_error"
+	}
+	if status >= 400 && status < 500 {
+		return "invalid_request_error"
+	}
+	return "api_error"
+}
