@@ -1,0 +1,390 @@
+package responses
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"net/url"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/chat"
+)
+
+// msgPath is where one chat message came from in the Responses request.
+type msgPath struct {
+	path string // input.3, input, or instructions
+	// tool is set for a tool message, whose content is the item's output.
+	tool bool
+	// parts is set when the content was an array of parts, which keep
+	// their indices.
+	parts bool
+	// calls are the paths of the function_call items behind tool_calls.
+	calls []string
+}
+
+// input converts the conversation. lastAssistant is the message that a
+// function_call item joins: the assistant turn right before it.
+func (c *checker) input(top object) {
+	raw, ok := c.required(top, "", "input")
+	if !ok {
+		return
+	}
+	switch kindOf(raw) {
+	case kindString:
+		c.out.Messages = append(c.out.Messages, chatMessage{Role: "user", Content: compact(raw)})
+		c.r.paths = append(c.r.paths, msgPath{path: "input"})
+		return
+	case kindArray:
+	default:
+		c.v.Add("input", api.FieldWrongType, "must be a string or an array of input items")
+		return
+	}
+	items, _ := decodeArray(raw)
+	if len(items) == 0 {
+		c.v.Add("input", api.FieldInvalid, "must contain at least one item")
+		return
+	}
+	lastAssistant := -1
+	dropped := 0
+	for i, e := range items {
+		path := join("input", i)
+		o, ok := c.object(path, e)
+		if !ok {
+			continue
+		}
+		typ := "message"
+		if t, has := o.field("type"); has {
+			if typ, ok = c.str(join(path, "type"), t); !ok {
+				continue
+			}
+		}
+		switch typ {
+		case "message":
+			if c.message(path, o) && c.out.Messages[len(c.out.Messages)-1].Role == "assistant" {
+				lastAssistant = len(c.out.Messages) - 1
+			} else {
+				lastAssistant = -1
+			}
+		case "function_call":
+			lastAssistant = c.functionCall(path, o, lastAssistant)
+		case "function_call_output":
+			c.functionCallOutput(path, o)
+			lastAssistant = -1
+		case "reasoning":
+			// Chat engines take no reasoning back; the turn it belonged to
+			// is still whole without it.
+			dropped++
+		case "item_reference":
+			c.stateful(path, "item_reference")
+		default:
+			c.v.Add(join(path, "type"), api.FieldNotSupported,
+				"%q items are not supported; this gateway takes message, function_call, function_call_output and reasoning items", typ)
+		}
+	}
+	if dropped == len(items) {
+		c.v.Add("input", api.FieldInvalid, "must contain a message or a function call, not only reasoning")
+	}
+}
+
+// message converts a message item and reports whether it was added.
+func (c *checker) message(path string, o object) bool {
+	role, ok := c.requiredString(o, path, "role")
+	if !ok || !c.enum(join(path, "role"), role, "user", "assistant", "system", "developer") {
+		return false
+	}
+	raw, ok := c.required(o, path, "content")
+	if !ok {
+		return false
+	}
+	cpath := join(path, "content")
+	mp := msgPath{path: path}
+	var content json.RawMessage
+	switch kindOf(raw) {
+	case kindString:
+		content = compact(raw)
+	case kindArray:
+		elems, _ := decodeArray(raw)
+		if len(elems) == 0 && role == "user" {
+			c.v.Add(cpath, api.FieldInvalid, "must contain at least one part")
+			return false
+		}
+		parts := make([][]byte, 0, len(elems))
+		for k, e := range elems {
+			if p, ok := c.part(join(cpath, k), role, e); ok {
+				parts = append(parts, p)
+			}
+		}
+		if len(parts) != len(elems) {
+			return false
+		}
+		content = joinArray(parts)
+		mp.parts = true
+	default:
+		c.v.Add(cpath, api.FieldWrongType, "must be a string or an array of content parts")
+		return false
+	}
+	if role == "developer" {
+		role = "system" // chat engines know no developer role
+	}
+	c.out.Messages = append(c.out.Messages, chatMessage{Role: role, Content: content})
+	c.r.paths = append(c.r.paths, mp)
+	return true
+}
+
+func joinArray(elems [][]byte) json.RawMessage {
+	b := []byte{'['}
+	for i, e := range elems {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, e...)
+	}
+	return append(b, ']')
+}
+
+func textPart(s string) []byte {
+	return append(appendString([]byte(`{"type":"text","text":`), s), '}')
+}
+
+// part converts one content part to its chat form.
+func (c *checker) part(path, role string, raw json.RawMessage) ([]byte, bool) {
+	p, ok := c.object(path, raw)
+	if !ok {
+		return nil, false
+	}
+	typ, ok := c.requiredString(p, path, "type")
+	if !ok {
+		return nil, false
+	}
+	switch typ {
+	case "input_text", "output_text":
+		if s, ok := c.requiredString(p, path, "text"); ok {
+			return textPart(s), true
+		}
+	case "refusal":
+		// A refusal the model gave earlier is what it said.
+		if s, ok := c.requiredString(p, path, "refusal"); ok {
+			return textPart(s), true
+		}
+	case "input_image", "input_file":
+		if role != "user" {
+			c.v.Add(join(path, "type"), api.FieldNotSupported, "only user messages may carry %s parts", typ)
+			return nil, false
+		}
+		if typ == "input_image" {
+			return c.image(path, p)
+		}
+		if s, ok := c.file(path, p); ok {
+			return textPart(s), true
+		}
+	case "input_audio":
+		c.v.Add(join(path, "type"), api.FieldNotSupported, "audio input is not supported")
+	default:
+		c.enum(join(path, "type"), typ, "input_text", "input_image", "input_file", "output_text", "refusal")
+	}
+	return nil, false
+}
+
+func (c *checker) image(path string, p object) ([]byte, bool) {
+	if _, ok := p.field("file_id"); ok {
+		c.stateful(join(path, "file_id"), "an image by file_id")
+		return nil, false
+	}
+	u, ok := c.requiredString(p, path, "image_url")
+	if !ok || !c.imageURL(join(path, "image_url"), u) {
+		return nil, false
+	}
+	img := struct {
+		URL    string `json:"url"`
+		Detail string `json:"detail,omitempty"`
+	}{URL: u}
+	if d, ok := c.optEnum(p, path, "detail", "auto", "low", "high", "original"); ok {
+		if d == "original" {
+			d = "high" // the chat side's most detailed setting
+		}
+		img.Detail = d
+	} else if _, sent := p.field("detail"); sent {
+		return nil, false
+	}
+	return marshal(struct {
+		Type     string `json:"type"`
+		ImageURL any    `json:"image_url"`
+	}{"image_url", img}), true
+}
+
+// imageURL applies the chat side's rules, so that what passes here passes
+// there; whether remote URLs are allowed is the organisation's setting,
+// which the chat side applies.
+func (c *checker) imageURL(path, s string) bool {
+	if hasPrefixFold(s, "data:") {
+		meta, data, ok := strings.Cut(s[len("data:"):], ",")
+		meta = strings.ToLower(meta)
+		switch {
+		case !ok || !strings.HasPrefix(meta, "image/"):
+			c.v.Add(path, api.FieldInvalid, "must be a data:image/...;base64,... URL")
+		case !strings.HasSuffix(meta, ";base64"):
+			c.v.Add(path, api.FieldInvalid, "the image data must be base64 (data:image/...;base64,...)")
+		case data == "":
+			c.v.Add(path, api.FieldInvalid, "the image data is empty")
+		case !validBase64(data):
+			c.v.Add(path, api.FieldInvalid, "the image data is not valid base64")
+		default:
+			return true
+		}
+		return false
+	}
+	if hasPrefixFold(s, "http://") || hasPrefixFold(s, "https://") {
+		if u, err := url.Parse(s); err != nil || u.Host == "" {
+			c.v.Add(path, api.FieldInvalid, "must be a valid http(s) URL")
+			return false
+		}
+		return true
+	}
+	c.v.Add(path, api.FieldInvalid, "must be a data:image/...;base64,... URL or an http(s) URL")
+	return false
+}
+
+// file returns the text an engine gets for a file part: its name, a newline
+// and its content, as chat completions gives .txt and .csv files.
+func (c *checker) file(path string, p object) (string, bool) {
+	if _, ok := p.field("file_id"); ok {
+		c.stateful(join(path, "file_id"), "a file by file_id")
+		return "", false
+	}
+	if _, ok := p.field("file_url"); ok {
+		c.v.Add(join(path, "file_url"), api.FieldNotSupported, "file_url is not supported; send the file's content as base64 in file_data")
+		return "", false
+	}
+	name, nameOK := c.requiredString(p, path, "filename")
+	if nameOK {
+		lower := strings.ToLower(name)
+		if !strings.HasSuffix(lower, ".txt") && !strings.HasSuffix(lower, ".csv") {
+			c.v.Add(join(path, "filename"), api.FieldNotSupported, "only .txt and .csv files are supported")
+			nameOK = false
+		}
+	}
+	raw, ok := p.field("file_data")
+	if !ok {
+		c.v.Add(join(path, "file_data"), api.FieldMissing, "required: send the file's content as base64")
+		return "", false
+	}
+	dataPath := join(path, "file_data")
+	data, ok := c.str(dataPath, raw)
+	if !ok {
+		return "", false
+	}
+	text, ok := c.decodeFile(dataPath, data)
+	if !ok || !nameOK {
+		return "", false
+	}
+	return name + ":\n" + text, true
+}
+
+// decodeFile decodes file_data (plain base64 or a base64 data: URL),
+// checking the size before decoding so that an oversized file costs
+// nothing.
+func (c *checker) decodeFile(path, data string) (string, bool) {
+	if hasPrefixFold(data, "data:") {
+		meta, payload, ok := strings.Cut(data[len("data:"):], ",")
+		if !ok || !strings.HasSuffix(strings.ToLower(meta), ";base64") {
+			c.v.Add(path, api.FieldInvalid, "a data: URL must be base64 (data:...;base64,...)")
+			return "", false
+		}
+		data = payload
+	}
+	if !validBase64(data) {
+		c.v.Add(path, api.FieldInvalid, "must be base64")
+		return "", false
+	}
+	data = strings.TrimRight(data, "=")
+	if base64.RawStdEncoding.DecodedLen(len(data)) > chat.MaxFileBytes {
+		c.v.Add(path, api.FieldTooLong, "the file is larger than 1 MB")
+		return "", false
+	}
+	b, err := base64.RawStdEncoding.DecodeString(data)
+	if err != nil {
+		c.v.Add(path, api.FieldInvalid, "must be base64")
+		return "", false
+	}
+	if !utf8.Valid(b) {
+		c.v.Add(path, api.FieldInvalid, "the file must be UTF-8 text")
+		return "", false
+	}
+	// Spreadsheet exports often start with a byte-order mark; it is not
+	// text the model should see.
+	return strings.TrimPrefix(string(b), "\uFEFF"), true
+}
+
+// functionCall adds a tool call to the assistant turn before it, or starts
+// one, and returns the index of that turn.
+func (c *checker) functionCall(path string, o object, lastAssistant int) int {
+	callID, ok1 := c.requiredName(o, path, "call_id")
+	name, ok2 := c.requiredName(o, path, "name")
+	args, ok3 := c.requiredString(o, path, "arguments")
+	if !ok1 || !ok2 || !ok3 {
+		return lastAssistant
+	}
+	tc := chatToolCall{ID: callID, Type: "function"}
+	tc.Function.Name, tc.Function.Arguments = name, args
+	if lastAssistant < 0 {
+		c.out.Messages = append(c.out.Messages, chatMessage{Role: "assistant"})
+		c.r.paths = append(c.r.paths, msgPath{path: path})
+		lastAssistant = len(c.out.Messages) - 1
+	}
+	m := &c.out.Messages[lastAssistant]
+	m.ToolCalls = append(m.ToolCalls, tc)
+	mp := &c.r.paths[lastAssistant]
+	mp.calls = append(mp.calls, path)
+	return lastAssistant
+}
+
+func (c *checker) functionCallOutput(path string, o object) {
+	callID, ok := c.requiredName(o, path, "call_id")
+	raw, has := c.required(o, path, "output")
+	if !has {
+		return
+	}
+	opath := join(path, "output")
+	mp := msgPath{path: path, tool: true}
+	var content json.RawMessage
+	switch kindOf(raw) {
+	case kindString:
+		content = compact(raw)
+	case kindArray:
+		elems, _ := decodeArray(raw)
+		parts := make([][]byte, 0, len(elems))
+		for k, e := range elems {
+			ppath := join(opath, k)
+			p, isObj := c.object(ppath, e)
+			if !isObj {
+				continue
+			}
+			typ, isStr := c.requiredString(p, ppath, "type")
+			switch {
+			case !isStr:
+			case typ == "input_text" || typ == "output_text":
+				if s, ok := c.requiredString(p, ppath, "text"); ok {
+					parts = append(parts, textPart(s))
+				}
+			case typ == "input_image" || typ == "input_file":
+				c.v.Add(join(ppath, "type"), api.FieldNotSupported, "function call outputs may carry only text here; chat engines take no %s in tool results", typ)
+			default:
+				c.enum(join(ppath, "type"), typ, "input_text", "input_image", "input_file")
+			}
+		}
+		if len(parts) != len(elems) {
+			return
+		}
+		content = joinArray(parts)
+		mp.parts = true
+	default:
+		c.v.Add(opath, api.FieldWrongType, "must be a string or an array of content parts")
+		return
+	}
+	if !ok {
+		return
+	}
+	c.out.Messages = append(c.out.Messages, chatMessage{Role: "tool", ToolCallID: &callID, Content: content})
+	c.r.paths = append(c.r.paths, mp)
+}

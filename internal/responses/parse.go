@@ -1,0 +1,625 @@
+package responses
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/svc-dev/svc/internal/api"
+)
+
+// toolName is the function-name rule of the chat side, which the tools are
+// sent to.
+var toolName = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
+
+// statelessMsg ends every refusal of a feature that needs stored state.
+const statelessMsg = "this gateway's Responses API is stateless (it stores no responses, conversations, files or prompts); send the whole conversation in input every time"
+
+// Stateless is the 400 for a feature that needs a stored response,
+// conversation, file or prompt: what names it. The server answers the
+// endpoints that read stored responses (retrieve, delete, cancel, list
+// input items) with it too.
+func Stateless(what string) *api.Error {
+	return api.BadRequest("%s is not supported: %s", what, statelessMsg)
+}
+
+// Request is a validated Responses API request: the chat-completions body
+// that serves it, and what the response object echoes back.
+type Request struct {
+	// Model is the model asked for; the response reports it.
+	Model string
+	// Stream is whether the client asked for events.
+	Stream bool
+
+	chat []byte
+	echo echo
+	// paths maps each chat message to the Responses path it came from,
+	// for ChatError.
+	paths []msgPath
+}
+
+// echo holds the request's values that the response object repeats, each
+// as sent (compacted); nil when not sent, so that the default is reported.
+type echo struct {
+	instructions      json.RawMessage
+	maxOutputTokens   json.RawMessage
+	temperature       json.RawMessage
+	topP              json.RawMessage
+	tools             json.RawMessage
+	toolChoice        json.RawMessage
+	parallelToolCalls json.RawMessage
+	format            json.RawMessage
+	verbosity         json.RawMessage
+	effort            json.RawMessage
+	summary           json.RawMessage
+	truncation        json.RawMessage
+	user              json.RawMessage
+	metadata          json.RawMessage
+}
+
+// ToChat validates a Responses API request body and returns the equivalent
+// chat-completions request body, its model and whether it streams. A
+// malformed body is a 400 and field failures one 422 listing them all, as
+// for chat completions, with Responses field paths (input.0.content);
+// features that need server-side state are a 400 saying the API is
+// stateless. store may be sent and is ignored: nothing is ever stored.
+// Parse keeps what the response must echo; ToChat is for callers that
+// need only the chat side.
+func ToChat(body []byte) (chat []byte, model string, stream bool, err error) {
+	r, err := Parse(body)
+	if err != nil {
+		return nil, "", false, err
+	}
+	return r.Chat(), r.Model, r.Stream, nil
+}
+
+// Chat is the chat-completions body that serves the request, shared with
+// the Request (chat.Parse takes its own copy). It is a valid body for
+// internal/chat's Parse, except that remote image URLs are passed on for
+// that Parse to allow or refuse by the organisation's setting.
+func (r *Request) Chat() []byte { return r.chat }
+
+// Parse validates a Responses API request body (see ToChat for the errors)
+// and returns the request, whose FromChat and NewStream build the answers
+// that echo its parameters.
+func Parse(body []byte) (*Request, error) {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return nil, api.BadRequest("Request body is empty; send a JSON object")
+	}
+	if !json.Valid(body) {
+		return nil, malformed(body)
+	}
+	top, ok := decodeObject(body)
+	if !ok {
+		return nil, api.Invalid(api.FieldError{Field: "body", Type: api.FieldWrongType, Message: "must be a JSON object"})
+	}
+	c := &checker{r: &Request{}}
+	c.request(top)
+	if c.refusal != nil {
+		return nil, c.refusal
+	}
+	if err := c.v.Err(); err != nil {
+		return nil, err
+	}
+	c.r.chat = marshal(&c.out)
+	return c.r, nil
+}
+
+// malformed explains why body is not JSON, in the words of the chat side.
+func malformed(body []byte) error {
+	var v json.RawMessage
+	err := json.Unmarshal(body, &v)
+	var syntax *json.SyntaxError
+	switch {
+	case errors.As(err, &syntax):
+		return api.BadRequest("Malformed JSON at byte %d: %s", syntax.Offset, strings.TrimPrefix(syntax.Error(), "json: "))
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return api.BadRequest("Malformed JSON: the body ends before the value does")
+	case err != nil:
+		return api.BadRequest("Malformed JSON: %v", err)
+	}
+	return api.BadRequest("Malformed JSON")
+}
+
+// chatBody is the chat-completions request, its members in the order sent.
+type chatBody struct {
+	Model               string          `json:"model"`
+	Messages            []chatMessage   `json:"messages"`
+	Stream              bool            `json:"stream,omitempty"`
+	StreamOptions       json.RawMessage `json:"stream_options,omitempty"`
+	MaxCompletionTokens json.RawMessage `json:"max_completion_tokens,omitempty"`
+	Temperature         json.RawMessage `json:"temperature,omitempty"`
+	TopP                json.RawMessage `json:"top_p,omitempty"`
+	Tools               []chatTool      `json:"tools,omitempty"`
+	ToolChoice          json.RawMessage `json:"tool_choice,omitempty"`
+	ParallelToolCalls   json.RawMessage `json:"parallel_tool_calls,omitempty"`
+	ResponseFormat      json.RawMessage `json:"response_format,omitempty"`
+	ReasoningEffort     string          `json:"reasoning_effort,omitempty"`
+	User                json.RawMessage `json:"user,omitempty"`
+}
+
+type chatMessage struct {
+	Role       string          `json:"role"`
+	Content    json.RawMessage `json:"content,omitempty"`
+	ToolCalls  []chatToolCall  `json:"tool_calls,omitempty"`
+	ToolCallID *string         `json:"tool_call_id,omitempty"`
+}
+
+type chatToolCall struct {
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
+}
+
+type chatTool struct {
+	Type     string       `json:"type"`
+	Function chatFunction `json:"function"`
+}
+
+type chatFunction struct {
+	Name        string          `json:"name"`
+	Description json.RawMessage `json:"description,omitempty"`
+	Parameters  json.RawMessage `json:"parameters,omitempty"`
+	Strict      json.RawMessage `json:"strict,omitempty"`
+}
+
+// checker walks a body, building the chat request and collecting every
+// failure. A feature that cannot be served at all is a refusal: the first
+// one is the answer, whatever else is wrong.
+type checker struct {
+	v       api.Validator
+	refusal *api.Error
+	r       *Request
+	out     chatBody
+}
+
+func (c *checker) refuse(param, format string, args ...any) {
+	if c.refusal == nil {
+		c.refusal = &api.Error{Kind: api.KindInvalidRequest, Param: param, Message: fmt.Sprintf(format, args...)}
+	}
+}
+
+func (c *checker) stateful(param, what string) {
+	if c.refusal == nil {
+		c.refusal = Stateless(what)
+		c.refusal.Param = param
+	}
+}
+
+// join appends keys to a field path, skipping empty ones.
+func join(path string, keys ...any) string {
+	for _, k := range keys {
+		s := fmt.Sprint(k)
+		if s == "" {
+			continue
+		}
+		if path == "" {
+			path = s
+		} else {
+			path += "." + s
+		}
+	}
+	return path
+}
+
+// Generic checks: each reports its own failure and returns ok only for a
+// usable value. "opt" ones treat absent and null alike.
+
+func (c *checker) str(path string, raw json.RawMessage) (string, bool) {
+	s, ok := decodeString(raw)
+	if !ok {
+		c.v.Add(path, api.FieldWrongType, "must be a string")
+	}
+	return s, ok
+}
+
+func (c *checker) boolean(path string, raw json.RawMessage) (bool, bool) {
+	if kindOf(raw) != kindBool {
+		c.v.Add(path, api.FieldWrongType, "must be true or false")
+		return false, false
+	}
+	return bytes.TrimSpace(raw)[0] == 't', true
+}
+
+func (c *checker) object(path string, raw json.RawMessage) (object, bool) {
+	o, ok := decodeObject(raw)
+	if !ok {
+		c.v.Add(path, api.FieldWrongType, "must be an object")
+	}
+	return o, ok
+}
+
+func (c *checker) array(path string, raw json.RawMessage) ([]json.RawMessage, bool) {
+	a, ok := decodeArray(raw)
+	if !ok {
+		c.v.Add(path, api.FieldWrongType, "must be an array")
+	}
+	return a, ok
+}
+
+func (c *checker) enum(path, s string, allowed ...string) bool {
+	for _, a := range allowed {
+		if s == a {
+			return true
+		}
+	}
+	if len(allowed) == 1 {
+		c.v.Add(path, api.FieldEnum, "must be %s", allowed[0])
+	} else {
+		c.v.Add(path, api.FieldEnum, "one of %s", strings.Join(allowed, ", "))
+	}
+	return false
+}
+
+func (c *checker) optString(o object, path, key string) (string, bool) {
+	raw, ok := o.field(key)
+	if !ok {
+		return "", false
+	}
+	return c.str(join(path, key), raw)
+}
+
+func (c *checker) optBool(o object, path, key string) (bool, bool) {
+	raw, ok := o.field(key)
+	if !ok {
+		return false, false
+	}
+	return c.boolean(join(path, key), raw)
+}
+
+func (c *checker) optObject(o object, path, key string) (object, bool) {
+	raw, ok := o.field(key)
+	if !ok {
+		return nil, false
+	}
+	return c.object(join(path, key), raw)
+}
+
+func (c *checker) optEnum(o object, path, key string, allowed ...string) (string, bool) {
+	s, ok := c.optString(o, path, key)
+	if !ok || !c.enum(join(path, key), s, allowed...) {
+		return "", false
+	}
+	return s, true
+}
+
+func (c *checker) required(o object, path, key string) (json.RawMessage, bool) {
+	raw, ok := o.field(key)
+	if !ok {
+		c.v.Add(join(path, key), api.FieldMissing, "required")
+	}
+	return raw, ok
+}
+
+func (c *checker) requiredString(o object, path, key string) (string, bool) {
+	raw, ok := c.required(o, path, key)
+	if !ok {
+		return "", false
+	}
+	return c.str(join(path, key), raw)
+}
+
+// requiredName is a required string that may not be empty.
+func (c *checker) requiredName(o object, path, key string) (string, bool) {
+	s, ok := c.requiredString(o, path, key)
+	if ok && s == "" {
+		c.v.Add(join(path, key), api.FieldMissing, "must not be empty")
+		return "", false
+	}
+	return s, ok
+}
+
+// number checks a numeric member against [lo, hi] and returns it compacted.
+func (c *checker) number(o object, key string, lo, hi float64, msg string) json.RawMessage {
+	raw, ok := o.field(key)
+	if !ok {
+		return nil
+	}
+	if kindOf(raw) != kindNumber {
+		c.v.Add(key, api.FieldWrongType, "must be a number")
+		return nil
+	}
+	raw = compact(raw)
+	if x := parseFloat(string(raw)); !(x >= lo && x <= hi) {
+		c.v.Add(key, api.FieldOutOfRange, "%s", msg)
+		return nil
+	}
+	return raw
+}
+
+// request checks the top-level members in a fixed order, so that a body
+// with several failures always lists them the same way.
+func (c *checker) request(top object) {
+	c.stateless(top)
+
+	if s, ok := c.requiredString(top, "", "model"); ok {
+		if s == "" {
+			c.v.Add("model", api.FieldMissing, "must not be empty")
+		}
+		c.r.Model = s
+		c.out.Model = s
+	}
+	c.instructions(top)
+	c.input(top)
+
+	if b, ok := c.optBool(top, "", "stream"); ok && b {
+		c.r.Stream = true
+		c.out.Stream = true
+		// The final response object carries usage, and the gateway bills
+		// and times by it.
+		c.out.StreamOptions = json.RawMessage(`{"include_usage":true}`)
+	}
+	c.maxOutputTokens(top)
+	c.out.Temperature = c.number(top, "temperature", 0, 2, "must be between 0 and 2")
+	c.r.echo.temperature = c.out.Temperature
+	c.out.TopP = c.number(top, "top_p", 0, 1, "must be between 0 and 1")
+	c.r.echo.topP = c.out.TopP
+	c.tools(top)
+	c.toolChoice(top)
+	if b, ok := c.optBool(top, "", "parallel_tool_calls"); ok {
+		c.out.ParallelToolCalls = json.RawMessage(strconv.FormatBool(b))
+		c.r.echo.parallelToolCalls = c.out.ParallelToolCalls
+	}
+	c.text(top)
+	c.reasoning(top)
+	if s, ok := c.optString(top, "", "user"); ok {
+		c.out.User = json.RawMessage(appendString(nil, s))
+		c.r.echo.user = c.out.User
+	}
+	if s, ok := c.optEnum(top, "", "truncation", "disabled", "auto"); ok {
+		c.r.echo.truncation = json.RawMessage(appendString(nil, s))
+	}
+	if raw, ok := top.field("metadata"); ok {
+		if kindOf(raw) == kindObject {
+			c.r.echo.metadata = compact(raw)
+		} else {
+			c.v.Add("metadata", api.FieldWrongType, "must be an object")
+		}
+	}
+	c.optBool(top, "", "store")
+	if raw, ok := top.field("top_logprobs"); ok {
+		if kindOf(raw) != kindNumber {
+			c.v.Add("top_logprobs", api.FieldWrongType, "must be an integer")
+		} else if n, whole, _ := parseInt(string(raw)); !whole || n != 0 {
+			c.v.Add("top_logprobs", api.FieldNotSupported, "log probabilities are not served on the Responses API; use chat completions")
+		}
+	}
+}
+
+// stateless refuses the features that need the gateway to keep state.
+func (c *checker) stateless(top object) {
+	if _, ok := top.field("previous_response_id"); ok {
+		c.stateful("previous_response_id", "previous_response_id")
+	}
+	if _, ok := top.field("conversation"); ok {
+		c.stateful("conversation", "conversation")
+	}
+	if raw, ok := top.field("background"); ok && kindOf(raw) == kindBool && bytes.TrimSpace(raw)[0] == 't' {
+		c.stateful("background", "background mode")
+	}
+	if _, ok := top.field("prompt"); ok {
+		c.stateful("prompt", "a stored prompt")
+	}
+	c.optBool(top, "", "background")
+}
+
+func (c *checker) instructions(top object) {
+	raw, ok := top.field("instructions")
+	if !ok {
+		return
+	}
+	s, ok := c.str("instructions", raw)
+	if !ok {
+		return
+	}
+	c.r.echo.instructions = json.RawMessage(appendString(nil, s))
+	if s == "" {
+		// An empty system message is not no system message: templates
+		// put their default one in only when there is none.
+		return
+	}
+	c.out.Messages = append(c.out.Messages, chatMessage{Role: "system", Content: c.r.echo.instructions})
+	c.r.paths = append(c.r.paths, msgPath{path: "instructions"})
+}
+
+func (c *checker) maxOutputTokens(top object) {
+	raw, ok := top.field("max_output_tokens")
+	if !ok {
+		return
+	}
+	if kindOf(raw) != kindNumber {
+		c.v.Add("max_output_tokens", api.FieldWrongType, "must be an integer")
+		return
+	}
+	n, whole, fits := parseInt(string(compact(raw)))
+	switch {
+	case !whole:
+		c.v.Add("max_output_tokens", api.FieldWrongType, "must be a whole number")
+	case !fits:
+		c.v.Add("max_output_tokens", api.FieldOutOfRange, "is too large")
+	case n < 1:
+		c.v.Add("max_output_tokens", api.FieldOutOfRange, "must be at least 1")
+	default:
+		// Written as a plain integer: the chat side reads 5e2 too, but
+		// engines may not.
+		c.out.MaxCompletionTokens = strconv.AppendInt(nil, n, 10)
+		c.r.echo.maxOutputTokens = c.out.MaxCompletionTokens
+	}
+}
+
+// hostedTool says what a hosted tool type is, for the refusal.
+func hostedTool(typ string) string {
+	if typ == "" {
+		return "tools other than function tools"
+	}
+	return typ + " tools"
+}
+
+func (c *checker) tools(top object) {
+	raw, ok := top.field("tools")
+	if !ok {
+		return
+	}
+	elems, ok := c.array("tools", raw)
+	if !ok {
+		return
+	}
+	c.r.echo.tools = compact(raw)
+	for i, e := range elems {
+		path := join("tools", i)
+		t, ok := c.object(path, e)
+		if !ok {
+			continue
+		}
+		typ, ok := c.requiredString(t, path, "type")
+		if !ok {
+			continue
+		}
+		if typ != "function" {
+			c.refuse(join(path, "type"), "%s are not served by this gateway; only function tools are (%s.type is %q)", hostedTool(typ), path, typ)
+			continue
+		}
+		name, ok := c.requiredString(t, path, "name")
+		if ok && !toolName.MatchString(name) {
+			c.v.Add(join(path, "name"), api.FieldInvalid, "must be 1 to 64 letters, digits, underscores or hyphens")
+			ok = false
+		}
+		fn := chatFunction{Name: name}
+		if s, has := c.optString(t, path, "description"); has {
+			fn.Description = json.RawMessage(appendString(nil, s))
+		}
+		if p, has := t.field("parameters"); has {
+			if kindOf(p) == kindObject {
+				fn.Parameters = compact(p)
+			} else {
+				c.v.Add(join(path, "parameters"), api.FieldWrongType, "must be an object (a JSON schema)")
+			}
+		}
+		if b, has := c.optBool(t, path, "strict"); has {
+			fn.Strict = json.RawMessage(strconv.FormatBool(b))
+		}
+		if ok {
+			c.out.Tools = append(c.out.Tools, chatTool{Type: "function", Function: fn})
+		}
+	}
+}
+
+func (c *checker) toolChoice(top object) {
+	raw, ok := top.field("tool_choice")
+	if !ok {
+		return
+	}
+	switch kindOf(raw) {
+	case kindString:
+		s, _ := decodeString(raw)
+		if c.enum("tool_choice", s, "none", "auto", "required") {
+			c.out.ToolChoice = compact(raw)
+			c.r.echo.toolChoice = c.out.ToolChoice
+		}
+	case kindObject:
+		o, _ := decodeObject(raw)
+		typ, ok := c.requiredString(o, "tool_choice", "type")
+		if !ok {
+			return
+		}
+		switch typ {
+		case "function":
+			if name, ok := c.requiredName(o, "tool_choice", "name"); ok {
+				c.out.ToolChoice = append(appendString([]byte(`{"type":"function","function":{"name":`), name), "}}"...)
+				c.r.echo.toolChoice = compact(raw)
+			}
+		case "allowed_tools":
+			c.v.Add("tool_choice.type", api.FieldNotSupported, "allowed_tools is not supported; send only the tools the model may call")
+		default:
+			c.refuse("tool_choice.type", "%s are not served by this gateway; only function tools are (tool_choice.type is %q)", hostedTool(typ), typ)
+		}
+	default:
+		c.v.Add("tool_choice", api.FieldWrongType, "must be none, auto, required, or an object naming a function")
+	}
+}
+
+func (c *checker) text(top object) {
+	t, ok := c.optObject(top, "", "text")
+	if !ok {
+		return
+	}
+	if raw, ok := t.field("verbosity"); ok {
+		c.r.echo.verbosity = compact(raw)
+	}
+	rawFormat, ok := t.field("format")
+	if !ok {
+		return
+	}
+	const path = "text.format"
+	f, ok := c.object(path, rawFormat)
+	if !ok {
+		return
+	}
+	typ, ok := c.requiredString(f, path, "type")
+	if !ok || !c.enum(join(path, "type"), typ, "text", "json_object", "json_schema") {
+		return
+	}
+	switch typ {
+	case "text":
+		// The chat side's default; nothing to send.
+	case "json_object":
+		c.out.ResponseFormat = json.RawMessage(`{"type":"json_object"}`)
+	case "json_schema":
+		js := struct {
+			Name        string          `json:"name"`
+			Description json.RawMessage `json:"description,omitempty"`
+			Schema      json.RawMessage `json:"schema"`
+			Strict      json.RawMessage `json:"strict,omitempty"`
+		}{}
+		name, nameOK := c.requiredName(f, path, "name")
+		js.Name = name
+		if s, has := c.optString(f, path, "description"); has {
+			js.Description = json.RawMessage(appendString(nil, s))
+		}
+		schema, schemaOK := c.required(f, path, "schema")
+		if schemaOK && kindOf(schema) != kindObject {
+			c.v.Add(join(path, "schema"), api.FieldWrongType, "must be an object (a JSON schema)")
+			schemaOK = false
+		}
+		js.Schema = compact(schema)
+		if b, has := c.optBool(f, path, "strict"); has {
+			js.Strict = json.RawMessage(strconv.FormatBool(b))
+		}
+		if !nameOK || !schemaOK {
+			return
+		}
+		c.out.ResponseFormat = marshal(struct {
+			Type       string `json:"type"`
+			JSONSchema any    `json:"json_schema"`
+		}{"json_schema", js})
+	}
+	c.r.echo.format = compact(rawFormat)
+}
+
+func (c *checker) reasoning(top object) {
+	o, ok := c.optObject(top, "", "reasoning")
+	if !ok {
+		return
+	}
+	if s, ok := c.optEnum(o, "reasoning", "effort", "none", "minimal", "low", "medium", "high", "xhigh"); ok {
+		c.r.echo.effort = json.RawMessage(appendString(nil, s))
+		// The chat side knows every effort but xhigh; its nearest is high.
+		if s == "xhigh" {
+			s = "high"
+		}
+		c.out.ReasoningEffort = s
+	}
+	// The summary is always the engine's whole reasoning text, whatever
+	// was asked for, but the setting is echoed so clients read it back.
+	if s, ok := c.optEnum(o, "reasoning", "summary", "auto", "concise", "detailed"); ok {
+		c.r.echo.summary = json.RawMessage(appendString(nil, s))
+	}
+}
