@@ -37,6 +37,14 @@
 // and then serves ID as a plain simulated chat model. Installing a model
 // it serves already succeeds at once.
 //
+// Tools are used as a tool-using model would, deterministically: with
+// tool_choice auto (or none given) it calls the tool the last user message
+// is about (the most words of a tool's name in it, or else of its
+// description; verbs such as get or search aside), and once the last
+// message is a tool's result it answers in text. A "sim: tool=NAME"
+// directive forces a call but for the latter; required and a named tool
+// always call.
+//
 // A completion (api.KindCompletion, POST /v1/completions) is planned as
 // the chat reply to its prompt as one user message, without thinking: a
 // raw prompt has no chat template to open a thinking block.

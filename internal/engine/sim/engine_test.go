@@ -369,6 +369,24 @@ var weatherTools = []any{
 	map[string]any{"type": "function", "function": map[string]any{"name": "search"}},
 }
 
+var describedTools = []any{
+	map[string]any{"type": "function", "function": map[string]any{"name": "search", "description": "Searches the web"}},
+	map[string]any{"type": "function", "function": map[string]any{
+		"name": "lookup_city", "description": "Current temperature and how warm it feels in a city",
+		"parameters": map[string]any{"type": "object", "properties": map[string]any{"city": map[string]any{"type": "string"}}},
+	}},
+}
+
+// afterToolResult is a conversation whose last turn is a tool's result.
+func afterToolResult(question string) []any {
+	return []any{
+		map[string]any{"role": "user", "content": question},
+		map[string]any{"role": "assistant", "content": nil, "tool_calls": []any{map[string]any{
+			"id": "call_1", "type": "function", "function": map[string]any{"name": "get_weather", "arguments": `{"city":"Oslo"}`}}}},
+		map[string]any{"role": "tool", "tool_call_id": "call_1", "content": `{"temp_c":3}`},
+	}
+}
+
 func TestToolCalls(t *testing.T) {
 	e := New(fixedConfig())
 	tests := []struct {
@@ -385,6 +403,11 @@ func TestToolCalls(t *testing.T) {
 		{"directive names an unknown tool", "sim-chat", "x\nsim: tool=launch", map[string]any{"tools": weatherTools, "tool_choice": "auto"}, "launch", []string{"answer", "n"}},
 		{"reasoner thinks then calls", "sim-reasoner", "Weather?", map[string]any{"tools": weatherTools, "tool_choice": "required"}, "get_weather", []string{"city", "days", "unit"}},
 		{"auto answers in text", "sim-chat", "Hello.", map[string]any{"tools": weatherTools}, "", nil},
+		{"auto calls the tool the question is about", "sim-chat", "What is the weather in Oslo today?", map[string]any{"tools": weatherTools}, "get_weather", []string{"city", "days", "unit"}},
+		{"auto matches a description", "sim-chat", "How warm is it in Lima?", map[string]any{"tools": describedTools}, "lookup_city", []string{"city"}},
+		{"auto answers the tool's result in text", "sim-chat", "", map[string]any{"tools": weatherTools, "messages": afterToolResult("What is the weather in Oslo today?")}, "", nil},
+		{"the directive too, once the result is in", "sim-chat", "", map[string]any{"tools": weatherTools, "messages": afterToolResult("Oslo?\nsim: tool=get_weather")}, "", nil},
+		{"required calls again after a result", "sim-chat", "", map[string]any{"tools": weatherTools, "tool_choice": "required", "messages": afterToolResult("Oslo?")}, "get_weather", []string{"city", "days", "unit"}},
 		{"none beats the directive", "sim-chat", "x\nsim: tool=search", map[string]any{"tools": weatherTools, "tool_choice": "none"}, "", nil},
 		{"no tools no call", "sim-chat", "x\nsim: tool=search", nil, "", nil},
 	}

@@ -2,9 +2,11 @@ package sim
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"strings"
+	"unicode"
 )
 
 // chatRequest is the part of an OpenAI chat-completions request the
@@ -55,8 +57,9 @@ type message struct {
 type tool struct {
 	Type     string `json:"type"`
 	Function struct {
-		Name       string          `json:"name"`
-		Parameters json.RawMessage `json:"parameters"`
+		Name        string          `json:"name"`
+		Description string          `json:"description"`
+		Parameters  json.RawMessage `json:"parameters"`
 	} `json:"function"`
 }
 
@@ -288,17 +291,25 @@ func (r *chatRequest) toolToCall(directive string) (name string, params json.Raw
 			choice = "auto"
 		}
 	}
+	// Like a tool-using model, once the results of its calls are in it
+	// answers them in text, unless a call is what the request demands.
+	answered := len(r.Messages) > 0 && r.Messages[len(r.Messages)-1].Role == "tool"
 	switch {
 	case choice == "none":
 		return "", nil, false
-	case directive != "":
-		name = directive
 	case choice == "required":
-		name = r.Tools[0].Function.Name
+		name = cmp.Or(directive, r.Tools[0].Function.Name)
 	case choice != "" && choice != "auto":
 		name = choice
-	default:
+	case answered:
 		return "", nil, false
+	case directive != "":
+		name = directive
+	default:
+		// auto: call the tool the question is about, if any is.
+		if name = r.fittingTool(); name == "" {
+			return "", nil, false
+		}
 	}
 	for _, t := range r.Tools {
 		if t.Function.Name == name {
@@ -308,6 +319,84 @@ func (r *chatRequest) toolToCall(directive string) (name string, params json.Raw
 	// A directive may name a tool the request lacks, to test how clients
 	// cope with a hallucinated call.
 	return name, nil, true
+}
+
+// fittingTool is the tool the last user message asks about: the one with
+// the most words of its name in the message (verbs such as get or list,
+// and words under four letters, aside), or of its description when no
+// name matches. "" when none is asked about.
+func (r *chatRequest) fittingTool() string {
+	asked := map[string]bool{}
+	for _, w := range wordsOf(r.lastUserText()) {
+		asked[w] = true
+	}
+	score := func(text string) int {
+		n := 0
+		for _, w := range wordsOf(text) {
+			if asked[w] && len(w) >= 4 && !isToolVerb(w) {
+				n++
+			}
+		}
+		return n
+	}
+	best, bestScore := "", 0
+	for _, by := range []func(*tool) string{
+		func(t *tool) string { return t.Function.Name },
+		func(t *tool) string { return t.Function.Description },
+	} {
+		for i := range r.Tools {
+			if n := score(by(&r.Tools[i])); n > bestScore {
+				best, bestScore = r.Tools[i].Function.Name, n
+			}
+		}
+		if best != "" {
+			return best
+		}
+	}
+	return ""
+}
+
+// isToolVerb is a word of tool names that says nothing of what a tool is
+// about.
+func isToolVerb(w string) bool {
+	switch w {
+	case "get", "list", "fetch", "find", "make", "create", "update", "delete", "read", "write", "search",
+		"lookup", "with", "from", "into", "that", "this", "what", "which":
+		return true
+	}
+	return false
+}
+
+// wordsOf splits text into lower-case words of letters and digits; a tool
+// name's snake_case, kebab-case and camelCase parts are words too.
+func wordsOf(text string) []string {
+	var out []string
+	var b strings.Builder
+	flush := func() {
+		if b.Len() > 0 {
+			out = append(out, b.String())
+			b.Reset()
+		}
+	}
+	prevLower := false
+	for _, c := range text {
+		switch {
+		case unicode.IsUpper(c):
+			if prevLower {
+				flush()
+			}
+			b.WriteRune(unicode.ToLower(c))
+			prevLower = false
+		case unicode.IsLetter(c) || unicode.IsDigit(c):
+			b.WriteRune(c)
+			prevLower = true
+		default:
+			flush()
+			prevLower = false
+		}
+	}
+	flush()
+	return out
 }
 
 // jsonMode is the structured-output mode: "" (plain text), "object" or
