@@ -74,6 +74,9 @@ type ResultError struct {
 	Message string `json:"message"`
 	Type    string `json:"type,omitempty"`
 	Code    string `json:"code,omitempty"`
+	// RetryAfter is the engine's own Retry-After on a 429 or 503, in
+	// seconds; 0 when it sent none.
+	RetryAfter int `json:"retry_after,omitempty"`
 }
 
 // Usage counts tokens as the engine reported them.

@@ -96,6 +96,10 @@ func (r *Result) AppendJSON(b []byte) []byte {
 			b = append(b, `,"code":`...)
 			b = jsontext.AppendString(b, e.Code)
 		}
+		if e.RetryAfter != 0 {
+			b = append(b, `,"retry_after":`...)
+			b = strconv.AppendInt(b, int64(e.RetryAfter), 10)
+		}
 		b = append(b, '}')
 	}
 	if r.Retryable {
@@ -226,6 +230,8 @@ func readResultError(s *jsontext.Scanner, p **ResultError) {
 			text(s, &e.Type)
 		case s.Is(k, kind, "code"):
 			text(s, &e.Code)
+		case s.Is(k, kind, "retry_after"):
+			integer(s, &e.RetryAfter)
 		default:
 			s.Value()
 		}

@@ -18,6 +18,7 @@ var linkResults = []Result{
 		Notice: &Notice{Code: "trimmed", Message: "<b>&\"quoted\"\u2028</b>"}},
 	{Status: 503, Retryable: true, Error: &ResultError{Message: "engine \xff unreachable\n", Type: "upstream_error", Code: "x"}},
 	{Status: 422, Final: true, Error: &ResultError{Message: ""}},
+	{Status: 429, Error: &ResultError{Message: "busy", RetryAfter: 7}},
 }
 
 // The bytes are encoding/json's, so a gateway of an older release reads

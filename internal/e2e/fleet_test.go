@@ -610,3 +610,35 @@ func TestWrongEndpointNamesTheRightOne(t *testing.T) {
 		}
 	}
 }
+
+// An engine's own 429 reaches the client with a Retry-After: the engine's
+// figure when it sent one, otherwise a second.
+func TestEngineRateLimitCarriesRetryAfter(t *testing.T) {
+	var retryAfter atomic.Value
+	retryAfter.Store("7")
+	engine := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/v1/models":
+			_, _ = io.WriteString(w, `{"object":"list","data":[{"id":"busy-model","object":"model","owned_by":"vllm"}]}`)
+		case "/v1/chat/completions":
+			if v := retryAfter.Load().(string); v != "" {
+				w.Header().Set("Retry-After", v)
+			}
+			w.WriteHeader(429)
+			_, _ = io.WriteString(w, `{"error":{"message":"too many requests in the engine","type":"rate_limit_error"}}`)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(engine.Close)
+	s := startServer(t, "")
+	key := s.adminKey()
+	startWorker(t, s.URL, s.tokenFile(), "busy", "--engine", "openai="+engine.URL)
+	for _, tt := range []struct{ sent, want string }{{"7", "7"}, {"", "1"}, {"soon", "1"}} {
+		retryAfter.Store(tt.sent)
+		r := s.do("POST", "/v1/chat/completions", chatBody("busy-model", "hi", false), bearer(key))
+		if r.Status != 429 || r.Header.Get("Retry-After") != tt.want || !strings.Contains(string(r.Body), "too many requests in the engine") {
+			t.Fatalf("engine Retry-After %q: %d, Retry-After %q, %s", tt.sent, r.Status, r.Header.Get("Retry-After"), r.Body)
+		}
+	}
+}

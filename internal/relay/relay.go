@@ -503,8 +503,13 @@ func resultError(res *api.Result) error {
 	if res.Error != nil {
 		e.Message, e.Type, e.Code = res.Error.Message, res.Error.Type, res.Error.Code
 	}
-	if e.HTTPStatus() == http.StatusServiceUnavailable {
+	// A client told to slow down is told when to come back: the engine's
+	// own figure when it gave one, else a second.
+	if st := e.HTTPStatus(); st == http.StatusServiceUnavailable || st == http.StatusTooManyRequests {
 		e.RetryAfter = time.Second
+		if res.Error != nil && res.Error.RetryAfter > 0 {
+			e.RetryAfter = time.Duration(res.Error.RetryAfter) * time.Second
+		}
 	}
 	// The private-inference codes travel in X-Svc-Error-Code too.
 	if e.Code == api.CodeNoPrivateInferenceWorker {

@@ -1,10 +1,12 @@
 package openai
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/engine"
@@ -61,7 +63,21 @@ func errorResponse(ctx context.Context, resp *response) *api.Result {
 	}
 	// The status is what matters: a message cut short by the limit or a
 	// broken connection is still worth reporting.
-	return engine.ErrorResult(resp.status, body)
+	res := engine.ErrorResult(resp.status, body)
+	if res.Error != nil && resp.fr != nil {
+		res.Error.RetryAfter = retryAfter(resp.fr.Header.Peek("Retry-After"))
+	}
+	return res
+}
+
+// retryAfter reads a Retry-After of whole seconds, the form engines send;
+// an HTTP date or anything unreadable is 0, and the gateway picks.
+func retryAfter(h []byte) int {
+	n, err := strconv.Atoi(string(bytes.TrimSpace(h)))
+	if err != nil || n < 0 {
+		return 0
+	}
+	return min(n, 3600)
 }
 
 // readLimited reads r whole, failing with errTooLarge past limit bytes.
