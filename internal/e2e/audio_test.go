@@ -346,6 +346,16 @@ func TestTranscriptionTooLarge(t *testing.T) {
 			t.Fatalf("%d %s", r.Status, r.Body)
 		}
 	})
+	t.Run("a file over 25 MB that is not audio is too large before it is unsupported", func(t *testing.T) {
+		ct, body := upload(t, bytes.Repeat([]byte("not audio "), 25<<20/10+1), "model", "stt-large-v3")
+		if len(body) > 26<<20 {
+			t.Fatalf("body of %d bytes is over the route limit; the case needs a smaller one", len(body))
+		}
+		r := s.post("/v1/audio/transcriptions", ct, body, bearer(key))
+		if r.Status != 413 || !strings.Contains(string(r.Body), "25 MB") {
+			t.Fatalf("%d %s", r.Status, r.Body)
+		}
+	})
 	// The gateway still serves after refusing.
 	ct, body := upload(t, tone(t, 1, 16000), "model", "stt-large-v3")
 	if r := s.post("/v1/audio/transcriptions", ct, body, bearer(key)); r.Status != 200 {

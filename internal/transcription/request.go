@@ -193,15 +193,16 @@ func fieldValue(part *multipart.Part) (string, error) {
 func probe(part io.Reader) (audio.Info, error) {
 	lr := &limitReader{r: part, left: MaxFileBytes}
 	info, err := audio.Probe(lr)
-	if lr.over {
+	// The size is judged before the content (413 before 400): Probe stops
+	// early at a file that is not audio or is damaged, and the rest is
+	// read, up to the limit, before its verdict counts.
+	_, rest := io.Copy(io.Discard, lr)
+	switch {
+	case lr.over:
 		return info, ErrTooLarge
-	}
-	if err != nil {
+	case err != nil:
 		return info, err
-	}
-	// Probe reads to the end, but a damaged file may stop it early: the
-	// size limit holds for whatever is left too.
-	if _, err := io.Copy(io.Discard, lr); err != nil || lr.over {
+	case rest != nil:
 		return info, ErrTooLarge
 	}
 	return info, nil

@@ -185,6 +185,17 @@ func TestParseTooLarge(t *testing.T) {
 	if _, err := Parse(ct, bytes.NewReader(body), io.Discard); !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("err = %v, want ErrTooLarge", err)
 	}
+	// A file over the limit that is not audio, or is damaged, is too
+	// large before it is anything else: 413 before 400.
+	for name, file := range map[string][]byte{
+		"not audio": bytes.Repeat([]byte("x"), MaxFileBytes+1),
+		"damaged":   append([]byte("RIFF\x00\x00\x00\x00WAVEjunk"), make([]byte, MaxFileBytes)...),
+	} {
+		ct, body := form(t, [2]string{"file", string(file)}, [2]string{"model", "m"})
+		if _, err := Parse(ct, bytes.NewReader(body), io.Discard); !errors.Is(err, ErrTooLarge) {
+			t.Fatalf("%s: err = %v, want ErrTooLarge", name, err)
+		}
+	}
 	// Exactly at the limit is accepted.
 	edge := wav((MaxFileBytes - 44) / 2)
 	ct, body = form(t, [2]string{"file", string(edge)}, [2]string{"model", "m"})
