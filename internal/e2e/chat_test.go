@@ -576,3 +576,26 @@ func TestUsageLogsPaging(t *testing.T) {
 		}
 	}
 }
+
+// A model is retrieved by id under both prefixes, as the SDKs' models
+// retrieve does; one no worker has is a 404 naming it.
+func TestRetrieveModel(t *testing.T) {
+	s, key := gateway(t)
+	ctx := context.Background()
+	for _, prefix := range []string{"/v1", "/api/v1"} {
+		client := sdk(s, key, prefix)
+		m, err := client.Models.Get(ctx, "sim-chat")
+		if err != nil {
+			t.Fatalf("%s: %v", prefix, err)
+		}
+		if m.ID != "sim-chat" || m.Object != "model" || !strings.Contains(m.RawJSON(), `"simulated":true`) {
+			t.Fatalf("%s: %s", prefix, m.RawJSON())
+		}
+		r := s.do("GET", prefix+"/models/org/no-such-model", "", bearer(key))
+		body := r.JSON(t)
+		e, _ := body["error"].(map[string]any)
+		if r.Status != 404 || e["code"] != "model_not_found" || !strings.Contains(e["message"].(string), "org/no-such-model") {
+			t.Fatalf("%s: unknown model: %d %s", prefix, r.Status, r.Body)
+		}
+	}
+}

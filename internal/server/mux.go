@@ -81,7 +81,11 @@ func (m *mux) match(method, path string, p *params) (r *route, allow []string) {
 		}
 		p.names = p.names[:0]
 		for i, s := range d.segments {
-			if isParam(s) {
+			switch {
+			case isRest(s):
+				p.values[len(p.names)] = strings.Join(segs[i:], "/")
+				p.names = append(p.names, s[1:len(s)-4])
+			case isParam(s):
 				p.values[len(p.names)] = segs[i]
 				p.names = append(p.names, s[1:len(s)-1])
 			}
@@ -117,7 +121,17 @@ func splitPath(path string) []string {
 
 func isParam(seg string) bool { return strings.HasPrefix(seg, "{") && strings.HasSuffix(seg, "}") }
 
+// isRest is a last {param...} that takes the rest of the path, slashes
+// and all: a model id such as Qwen/Qwen3-8B.
+func isRest(seg string) bool { return isParam(seg) && strings.HasSuffix(seg, "...}") }
+
 func matchSegments(pattern, segs []string) bool {
+	if n := len(pattern); n > 0 && isRest(pattern[n-1]) {
+		if len(segs) < n || slices.Contains(segs[n-1:], "") {
+			return false
+		}
+		pattern, segs = pattern[:n-1], segs[:n-1]
+	}
 	if len(pattern) != len(segs) {
 		return false
 	}

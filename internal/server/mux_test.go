@@ -16,6 +16,7 @@ func testMux() *mux {
 		{method: "DELETE", path: "/api/v1/compute/instances/{id}", handle: h},
 		{method: "GET", path: "/api/v1/compute/instances/{id}/audit", handle: h},
 		{method: "PUT", path: "/api/v1/console/orgs/{org}/members/{user}", handle: h},
+		{method: "GET", path: "/v1/models/{model...}", handle: h},
 	})
 }
 
@@ -37,6 +38,12 @@ func TestMuxMatch(t *testing.T) {
 		{"PUT", "/api/v1/console/orgs/acme/members/bob", "/api/v1/console/orgs/{org}/members/{user}", map[string]string{"org": "acme", "user": "bob"}, nil},
 		{"GET", "/api/v1/usage/logs/", "", nil, nil},
 		{"GET", "/nope", "", nil, nil},
+		{"GET", "/v1/models/sim-chat", "/v1/models/{model...}", map[string]string{"model": "sim-chat"}, nil},
+		{"GET", "/v1/models/Qwen/Qwen3-8B", "/v1/models/{model...}", map[string]string{"model": "Qwen/Qwen3-8B"}, nil},
+		{"DELETE", "/v1/models/a/b/c", "", nil, []string{"GET"}},
+		{"GET", "/v1/models/", "", nil, nil},
+		{"GET", "/v1/models/a//b", "", nil, nil},
+		{"GET", "/v1/models/a/", "", nil, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.method+" "+tt.path, func(t *testing.T) {

@@ -54,6 +54,7 @@ func (s *Server) routes() []*route {
 		{method: "POST", path: "/chat/completions", e2e: true, handle: s.admitted(api.KindChat, nil, s.chatCompletions)},
 		{method: "POST", path: "/embeddings", e2e: true, handle: s.admitted(api.KindEmbeddings, nil, s.embeddings)},
 		{method: "GET", path: "/models", handle: s.listModels},
+		{method: "GET", path: "/models/{model...}", handle: s.getModel},
 		{method: "POST", path: "/audio/transcriptions", e2e: true, handle: s.transcriptions,
 			maxBody: transcription.MaxBody, tooLarge: transcription.ErrTooLarge, streamed: true},
 		{method: "POST", path: "/audio/speech", e2e: true, handle: s.admitted(api.KindSpeech, nil, s.speech)},

@@ -130,12 +130,29 @@ func (s *Server) listModels(c *call) error {
 	created := time.Now().Unix()
 	out := api.ModelList{Object: "list", Data: make([]api.ModelEntry, 0, len(models))}
 	for _, m := range models {
-		out.Data = append(out.Data, api.ModelEntry{
-			ID: m.ID, Object: "model", Created: created, OwnedBy: "svc", Capabilities: m.Capabilities, Engine: m.Engine,
-			ContextWindow: m.ContextWindow, SamplingDefaults: m.SamplingDefaults, DefaultThinking: m.DefaultThinking,
-			Voices: m.Voices, DefaultVoice: m.DefaultVoice, Local: m.Local, Simulated: m.Simulated,
-		})
+		out.Data = append(out.Data, modelEntry(m, created))
 	}
 	writeJSON(c.ctx, http.StatusOK, out)
 	return nil
+}
+
+// getModel is GET /v1/models/{model}: one entry of the list.
+func (s *Server) getModel(c *call) error {
+	id := c.params.get("model")
+	for _, m := range s.fleet.Models(c.principal.OrgID) {
+		if m.ID == id {
+			writeJSON(c.ctx, http.StatusOK, modelEntry(m, time.Now().Unix()))
+			return nil
+		}
+	}
+	return &api.Error{Kind: api.KindNotFound, Code: api.CodeModelNotFound, Param: "model",
+		Message: "Model " + id + " is not installed on any connected worker; GET /v1/models lists those that are"}
+}
+
+func modelEntry(m api.Model, created int64) api.ModelEntry {
+	return api.ModelEntry{
+		ID: m.ID, Object: "model", Created: created, OwnedBy: "svc", Capabilities: m.Capabilities, Engine: m.Engine,
+		ContextWindow: m.ContextWindow, SamplingDefaults: m.SamplingDefaults, DefaultThinking: m.DefaultThinking,
+		Voices: m.Voices, DefaultVoice: m.DefaultVoice, Local: m.Local, Simulated: m.Simulated,
+	}
 }
