@@ -15,20 +15,33 @@ func (s *Server) chatCompletions(c *call) error {
 	if sealed(c) {
 		return s.privateInference(c, api.KindChat)
 	}
-	req, err := chat.Parse(c.ctx.PostBody(), chat.Options{AllowRemoteImages: c.org.Settings.AllowRemoteImageURLs})
+	return s.chat(c, c.ctx.PostBody(), nil)
+}
+
+// chat validates a chat request, fits it to the model and relays it; d,
+// when set, is the dialect its answer is translated into.
+func (s *Server) chat(c *call, body []byte, d *dialect) error {
+	req, err := chat.Parse(body, chat.Options{AllowRemoteImages: c.org.Settings.AllowRemoteImageURLs})
 	if err != nil {
-		return err
+		return d.restate(err)
 	}
 	r := inference(c, api.KindChat, req.Model, req.Stream)
 	r.Chat = req
 	r.ModelInfo = s.fleet.Model(c.principal.OrgID, req.Model)
 	if err := req.Prepare(r.ModelInfo); err != nil {
+		err = d.restate(err)
 		s.relay.Refuse(r, err)
 		return err
 	}
 	r.Body = req.Body
 	r.Affinity = relay.Affinity(req.Model, req.Messages)
 	r.ContentFilter = s.contentFilter(c)
+	if d != nil {
+		if req.Stream {
+			return s.relayStreamAs(c, r, d.stream())
+		}
+		return s.answerUnaryAs(c, s.start(c, r), formLate, d.reply)
+	}
 	if req.Stream {
 		return s.relayStream(c, r)
 	}

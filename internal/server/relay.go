@@ -8,6 +8,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/fleet"
 	"github.com/svc-dev/svc/internal/relay"
 )
@@ -40,9 +41,20 @@ func (s *Server) relayUnary(c *call, req relay.Request, late errorForm) error {
 
 // answerUnary answers with the reply of rc, a call already started.
 func (s *Server) answerUnary(c *call, rc *relay.Call, late errorForm) error {
+	return s.answerUnaryAs(c, rc, late, nil)
+}
+
+// answerUnaryAs is answerUnary with the reply's body translated by as,
+// when set; a body it cannot translate is the worker's bad reply.
+func (s *Server) answerUnaryAs(c *call, rc *relay.Call, late errorForm, as func([]byte) ([]byte, error)) error {
 	rep, err := rc.Unary()
 	if err != nil {
 		return err
+	}
+	if as != nil && rep.Late == nil {
+		if rep.Body, err = as(rep.Body); err != nil {
+			return badReply(err)
+		}
 	}
 	h := &c.ctx.Response.Header
 	if rep.Worker != nil {
@@ -58,15 +70,27 @@ func (s *Server) answerUnary(c *call, rc *relay.Call, late errorForm) error {
 		return nil
 	}
 	c.ctx.SetBodyStream(&relayBody{
-		write:   func(out *chunks) { rep.Late.Write(&lateWriter{chunks: out, form: late}) },
+		write:   func(out *chunks) { rep.Late.Write(&lateWriter{chunks: out, form: late, as: as}) },
 		abandon: rep.Late.Abandon,
 	}, -1)
 	return nil
 }
 
+// badReply is a worker's answer the gateway could not put into the
+// client's shape.
+func badReply(err error) error {
+	return &api.Error{Kind: api.KindUpstream, Code: api.CodeBadWorkerReply,
+		Message: "the worker's answer could not be translated", Err: err}
+}
+
 // relayStream runs a streaming request: a failure known before any
 // output is a plain HTTP error, anything later an event of the stream.
 func (s *Server) relayStream(c *call, req relay.Request) error {
+	return s.relayStreamAs(c, req, nil)
+}
+
+// relayStreamAs is relayStream with the events translated by tr, when set.
+func (s *Server) relayStreamAs(c *call, req relay.Request, tr streamTranslator) error {
 	st, err := s.start(c, req).Stream()
 	if err != nil {
 		return err
@@ -80,15 +104,20 @@ func (s *Server) relayStream(c *call, req relay.Request) error {
 		workerHeaders(h, *st.Worker)
 	}
 	conn, _ := c.ctx.Conn().(*gatedConn)
-	c.ctx.SetBodyStream(&relayBody{write: func(out *chunks) { st.Write(eventWriter(out, conn)) }, abandon: st.Abandon}, -1)
+	c.ctx.SetBodyStream(&relayBody{write: func(out *chunks) { st.Write(eventWriter(out, conn, tr)) }, abandon: st.Abandon}, -1)
 	return nil
 }
 
-// eventWriter is the stream's writer: on a public connection one that
-// tells the relay what its client acknowledged, so a client that leaves
-// is billed for what it received.
-func eventWriter(out *chunks, conn *gatedConn) relay.EventWriter {
-	if conn == nil {
+// eventWriter is the stream's writer, in the dialect of tr when set: on a
+// public connection one that tells the relay what its client
+// acknowledged, so a client that leaves is billed for what it received.
+func eventWriter(out *chunks, conn *gatedConn, tr streamTranslator) relay.EventWriter {
+	switch {
+	case tr != nil && conn != nil:
+		return &ackedDialectSSE{dialectSSE: dialectSSE{chunks: out, tr: tr}, conn: conn}
+	case tr != nil:
+		return &dialectSSE{chunks: out, tr: tr}
+	case conn == nil:
 		return &sse{chunks: out}
 	}
 	return &ackedSSE{sse: sse{chunks: out}, conn: conn}
@@ -207,8 +236,19 @@ func (e *ackedSSE) Delivered() int64 { return e.conn.Acknowledged() }
 type lateWriter struct {
 	*chunks
 	form errorForm
+	as   func([]byte) ([]byte, error) // translates the answer, when set
 }
 
-func (l *lateWriter) KeepAlive() error         { return l.write([]byte("\n")) }
-func (l *lateWriter) Answer(body []byte) error { return l.write(body) }
-func (l *lateWriter) Fail(err error) error     { return l.write(inReplyError(err, l.form)) }
+func (l *lateWriter) KeepAlive() error { return l.write([]byte("\n")) }
+
+func (l *lateWriter) Answer(body []byte) error {
+	if l.as != nil {
+		b, err := l.as(body)
+		if err != nil {
+			return l.Fail(badReply(err))
+		}
+		body = b
+	}
+	return l.write(body)
+}
+func (l *lateWriter) Fail(err error) error { return l.write(inReplyError(err, l.form)) }

@@ -52,6 +52,8 @@ type route struct {
 func (s *Server) routes() []*route {
 	inference := []*route{
 		{method: "POST", path: "/chat/completions", e2e: true, handle: s.admitted(api.KindChat, nil, s.chatCompletions)},
+		{method: "POST", path: "/messages", e2e: true, handle: s.admitted(api.KindChat, nil, s.messages)},
+		{method: "POST", path: "/responses", e2e: true, handle: s.admitted(api.KindChat, nil, s.responsesAPI)},
 		{method: "POST", path: "/embeddings", e2e: true, handle: s.admitted(api.KindEmbeddings, nil, s.embeddings)},
 		{method: "GET", path: "/models", handle: s.listModels},
 		{method: "GET", path: "/models/{model...}", handle: s.getModel},

@@ -1,0 +1,158 @@
+// The official OpenAI and Anthropic SDKs, unchanged but for their base
+// URL, against a gateway with a simulated chat model. Each check throws on
+// anything a user of the SDK would call broken and prints one JSON line
+// with what the Go test checks further (request ids against the usage
+// log). Run by internal/e2e's TestOfficialSDKs:
+//
+//	SVC_BASE_URL=http://127.0.0.1:8080 SVC_API_KEY=... SVC_MODEL=sim-chat node check.mjs
+import Anthropic from "@anthropic-ai/sdk";
+import OpenAI from "openai";
+
+const base = process.env.SVC_BASE_URL;
+const apiKey = process.env.SVC_API_KEY;
+const model = process.env.SVC_MODEL || "sim-chat";
+if (!base || !apiKey) {
+  console.error("SVC_BASE_URL and SVC_API_KEY are required");
+  process.exit(2);
+}
+
+const openai = new OpenAI({ baseURL: base + "/v1", apiKey, maxRetries: 0 });
+// The Anthropic SDK adds /v1 itself; the key goes in x-api-key.
+const anthropic = new Anthropic({ baseURL: base, apiKey, maxRetries: 0 });
+
+const weather = {
+  name: "get_weather",
+  description: "The weather in a city",
+  schema: {
+    type: "object",
+    properties: { city: { type: "string" } },
+    required: ["city"],
+  },
+};
+
+function must(cond, what, detail) {
+  if (!cond) {
+    throw new Error(what + (detail === undefined ? "" : ": " + JSON.stringify(detail)));
+  }
+}
+
+const checks = {
+  async "openai chat"() {
+    const { data, response } = await openai.chat.completions
+      .create({ model, messages: [{ role: "user", content: "hello" }] })
+      .withResponse();
+    must(data.choices[0].message.content, "no text", data);
+    return { request_id: response.headers.get("x-request-id") };
+  },
+
+  async "openai responses"() {
+    const { data, response } = await openai.responses
+      .create({ model, instructions: "be brief", input: "hello there", max_output_tokens: 64 })
+      .withResponse();
+    must(data.object === "response" && data.status === "completed", "not a completed response", data);
+    must(data.output_text.length > 0, "no output_text", data);
+    must(data.usage.output_tokens > 0 && data.usage.input_tokens > 0, "no usage", data.usage);
+    must(data.id.startsWith("resp_"), "response id", data.id);
+    return { request_id: response.headers.get("x-request-id"), text: data.output_text };
+  },
+
+  async "openai responses stream"() {
+    const stream = openai.responses.stream({ model, input: "tell me a story" });
+    let deltas = 0;
+    let text = "";
+    for await (const ev of stream) {
+      if (ev.type === "response.output_text.delta") {
+        deltas++;
+        text += ev.delta;
+      }
+    }
+    const final = await stream.finalResponse();
+    must(deltas > 1, "too few text deltas", deltas);
+    must(final.output_text === text, "the final response's text is not the deltas'", { text, final: final.output_text });
+    must(final.status === "completed" && final.usage.output_tokens > 0, "final response", final);
+    return { request_id: final.svc?.request_id, deltas };
+  },
+
+  async "openai responses tools"() {
+    const tools = [{ type: "function", name: weather.name, description: weather.description, parameters: weather.schema, strict: false }];
+    const input = [{ role: "user", content: "what is the weather in Paris?\nsim: tool=get_weather" }];
+    const first = await openai.responses.create({ model, input, tools });
+    const call = first.output.find((o) => o.type === "function_call");
+    must(call && call.name === "get_weather" && call.call_id, "no function call", first.output);
+    JSON.parse(call.arguments);
+    const second = await openai.responses.create({
+      model,
+      tools,
+      input: [...input, call, { type: "function_call_output", call_id: call.call_id, output: '{"temp_c":21}' }],
+    });
+    must(second.output_text.length > 0, "no answer after the tool result", second.output);
+    return { request_id: second.svc?.request_id };
+  },
+
+  async "anthropic messages"() {
+    const { data, response } = await anthropic.messages
+      .create({ model, max_tokens: 64, system: "be brief", messages: [{ role: "user", content: "hello there" }] })
+      .withResponse();
+    must(data.type === "message" && data.role === "assistant", "not a message", data);
+    must(data.content[0].type === "text" && data.content[0].text.length > 0, "no text", data.content);
+    must(["end_turn", "max_tokens"].includes(data.stop_reason), "stop_reason", data.stop_reason);
+    must(data.usage.input_tokens > 0 && data.usage.output_tokens > 0, "usage", data.usage);
+    return { request_id: response.headers.get("x-request-id") };
+  },
+
+  async "anthropic messages stream"() {
+    const stream = anthropic.messages.stream({ model, max_tokens: 256, messages: [{ role: "user", content: "tell me a story" }] });
+    let text = "";
+    stream.on("text", (t) => (text += t));
+    const final = await stream.finalMessage();
+    must(text.length > 0 && final.content[0].text === text, "streamed text", { text, final });
+    must(final.usage.output_tokens > 0, "usage", final.usage);
+    must(final.stop_reason === "end_turn" || final.stop_reason === "max_tokens", "stop_reason", final.stop_reason);
+    return { request_id: final.id.replace(/^msg_/, "") };
+  },
+
+  async "anthropic tools"() {
+    const tools = [{ name: weather.name, description: weather.description, input_schema: weather.schema }];
+    const messages = [{ role: "user", content: "what is the weather in Paris?\nsim: tool=get_weather" }];
+    const first = await anthropic.messages.create({ model, max_tokens: 128, tools, messages });
+    const use = first.content.find((b) => b.type === "tool_use");
+    must(first.stop_reason === "tool_use" && use && use.name === "get_weather" && typeof use.input === "object", "no tool use", first);
+    const second = await anthropic.messages.create({
+      model,
+      max_tokens: 128,
+      tools,
+      messages: [
+        ...messages,
+        { role: "assistant", content: first.content },
+        { role: "user", content: [{ type: "tool_result", tool_use_id: use.id, content: '{"temp_c":21}' }] },
+      ],
+    });
+    must(second.content.some((b) => b.type === "text" && b.text.length > 0), "no answer after the tool result", second);
+    const streamed = await anthropic.messages.stream({ model, max_tokens: 128, tools, messages }).finalMessage();
+    const streamedUse = streamed.content.find((b) => b.type === "tool_use");
+    must(streamedUse && streamedUse.name === "get_weather" && typeof streamedUse.input === "object", "no streamed tool use", streamed);
+    return { request_id: second.id.replace(/^msg_/, "") };
+  },
+
+  async "anthropic unknown model"() {
+    try {
+      await anthropic.messages.create({ model: "no-such-model", max_tokens: 8, messages: [{ role: "user", content: "hi" }] });
+    } catch (e) {
+      must(e instanceof Anthropic.NotFoundError, "not a NotFoundError", String(e));
+      return { status: e.status };
+    }
+    throw new Error("an unknown model was served");
+  },
+};
+
+let failed = 0;
+for (const [name, run] of Object.entries(checks)) {
+  try {
+    const out = await run();
+    console.log(JSON.stringify({ name, ok: true, ...out }));
+  } catch (e) {
+    failed++;
+    console.log(JSON.stringify({ name, ok: false, error: String(e && e.stack ? e.stack : e) }));
+  }
+}
+process.exit(failed ? 1 : 0);

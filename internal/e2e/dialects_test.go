@@ -1,0 +1,107 @@
+package e2e
+
+import (
+	"strings"
+	"testing"
+)
+
+// sseEvents splits a stream of named server-sent events into their names
+// and data, in order.
+func sseEvents(body string) (names, data []string) {
+	for _, block := range strings.Split(body, "\n\n") {
+		var name, d string
+		for _, line := range strings.Split(block, "\n") {
+			if v, ok := strings.CutPrefix(line, "event: "); ok {
+				name = v
+			}
+			if v, ok := strings.CutPrefix(line, "data: "); ok {
+				d = v
+			}
+		}
+		if name != "" || d != "" {
+			names, data = append(names, name), append(data, d)
+		}
+	}
+	return names, data
+}
+
+// The Messages and Responses APIs are chats underneath: both prefixes,
+// the worker's headers, one chat row under the request id; refusals in
+// their own field paths; a stream that fails after it started ends with
+// the dialect's error event; sealed bodies and require_e2e are refused.
+func TestMessagesAndResponsesAPIs(t *testing.T) {
+	s, key := gateway(t)
+	type api struct {
+		path, body, stream, failing, invalid, invalidField, doneEvent, errorEvent string
+	}
+	apis := []api{
+		{
+			path:         "/messages",
+			body:         `{"model":"sim-chat","max_tokens":64,"messages":[{"role":"user","content":"hello"}]}`,
+			stream:       `{"model":"sim-chat","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"hello"}]}`,
+			failing:      `{"model":"sim-chat","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"hello\nsim: fail=500 after=3"}]}`,
+			invalid:      `{"model":"sim-chat","max_tokens":64,"messages":[{"role":"user","content":[{"type":"video"}]}]}`,
+			invalidField: "messages.0.content.0.type",
+			doneEvent:    "message_stop",
+			errorEvent:   "error",
+		},
+		{
+			path:         "/responses",
+			body:         `{"model":"sim-chat","input":"hello"}`,
+			stream:       `{"model":"sim-chat","input":"hello","stream":true}`,
+			failing:      `{"model":"sim-chat","input":"hello\nsim: fail=500 after=3","stream":true}`,
+			invalid:      `{"model":"sim-chat","input":[{"role":"user","content":[{"type":"input_video"}]}]}`,
+			invalidField: "input.0.content.0.type",
+			doneEvent:    "response.completed",
+			errorEvent:   "response.failed",
+		},
+	}
+	for _, a := range apis {
+		for _, prefix := range []string{"/v1", "/api/v1"} {
+			t.Run(prefix+a.path, func(t *testing.T) {
+				r := s.do("POST", prefix+a.path, a.body, bearer(key))
+				id := r.Header.Get("X-Request-Id")
+				if r.Status != 200 || r.Header.Get("X-Worker-Name") != "sim-box" || id == "" || !strings.Contains(string(r.Body), id) {
+					t.Fatalf("%d %v %s", r.Status, r.Header, r.Body)
+				}
+				if row := waitRow(t, s, key, id); row["request_type"] != "chat" || row["status_code"] != float64(200) ||
+					row["completion_tokens"].(float64) == 0 {
+					t.Fatalf("row %v", row)
+				}
+
+				r = s.do("POST", prefix+a.path, a.stream, bearer(key))
+				names, _ := sseEvents(string(r.Body))
+				if r.Status != 200 || r.Header.Get("Content-Type") != "text/event-stream" || len(names) < 3 || names[len(names)-1] != a.doneEvent {
+					t.Fatalf("stream %d %v: %s", r.Status, names, r.Body)
+				}
+				waitRow(t, s, key, r.Header.Get("X-Request-Id"))
+
+				r = s.do("POST", prefix+a.path, a.failing, bearer(key))
+				names, data := sseEvents(string(r.Body))
+				if r.Status != 200 || len(names) == 0 || names[len(names)-1] != a.errorEvent || !strings.Contains(data[len(data)-1], "error") {
+					t.Fatalf("failed stream %d %v: %s", r.Status, names, r.Body)
+				}
+				if row := waitRow(t, s, key, r.Header.Get("X-Request-Id")); row["status_code"] == float64(200) {
+					t.Fatalf("failed stream's row %v", row)
+				}
+
+				r = s.do("POST", prefix+a.path, a.invalid, bearer(key))
+				if r.Status != 422 || !strings.Contains(string(r.Body), `"field":"`+a.invalidField+`"`) {
+					t.Fatalf("invalid: %d %s", r.Status, r.Body)
+				}
+				r = s.do("POST", prefix+a.path, `{}`, bearer(key), header{"Content-Type", "application/vnd.svc.e2e+json"})
+				if r.Status != 400 || !strings.Contains(string(r.Body), "/v1/chat/completions") {
+					t.Fatalf("sealed: %d %s", r.Status, r.Body)
+				}
+			})
+		}
+	}
+	if r := s.console("PATCH", "/api/v1/console/orgs/default", `{"require_e2e": true}`); r.Status != 200 {
+		t.Fatalf("require_e2e: %d %s", r.Status, r.Body)
+	}
+	for _, a := range apis {
+		if r := s.do("POST", "/v1"+a.path, a.body, bearer(key)); r.Status != 403 || !strings.Contains(string(r.Body), "e2e_required") {
+			t.Fatalf("%s under require_e2e: %d %s", a.path, r.Status, r.Body)
+		}
+	}
+}

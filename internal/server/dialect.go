@@ -1,0 +1,135 @@
+package server
+
+import (
+	"cmp"
+	"time"
+
+	"github.com/svc-dev/svc/internal/anthropic"
+	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/responses"
+)
+
+// A dialect is an inference API served as a chat completion: its request
+// becomes a chat request, which is validated, admitted, routed, retried
+// and recorded like any other, and the chat's answer is put back into
+// the dialect's shape on the way out. Engines need speak only chat.
+type dialect struct {
+	// reply turns a complete chat.completion into the dialect's reply.
+	reply func(chat []byte) ([]byte, error)
+	// stream starts the translation of one chat stream into the
+	// dialect's events.
+	stream func() streamTranslator
+	// chatError, when set, restates a refusal of the chat request in the
+	// dialect's field paths.
+	chatError func(error) error
+}
+
+// restate is err in the dialect's terms; d may be nil (chat itself).
+func (d *dialect) restate(err error) error {
+	if d == nil || d.chatError == nil {
+		return err
+	}
+	return d.chatError(err)
+}
+
+// streamTranslator turns a chat stream's events into a dialect's.
+type streamTranslator interface {
+	// Chunk appends the server-sent events that the chat stream's event
+	// data makes (a chunk, or [DONE]), framing included.
+	Chunk(dst, data []byte) []byte
+	// Fail appends the events of a failure after the stream started.
+	Fail(dst []byte, ae *api.Error) []byte
+}
+
+// messages is POST /v1/messages, the Anthropic Messages API.
+func (s *Server) messages(c *call) error {
+	if sealed(c) {
+		return errSealedDialect()
+	}
+	body, model, _, err := anthropic.ToChat(c.ctx.PostBody())
+	if err != nil {
+		return err
+	}
+	id := c.requestID
+	return s.chat(c, body, &dialect{
+		reply: func(chat []byte) ([]byte, error) { return anthropic.FromChat(chat, id) },
+		stream: func() streamTranslator {
+			return anthropicStream{anthropic.NewStream(id, model)}
+		},
+	})
+}
+
+type anthropicStream struct{ *anthropic.Stream }
+
+func (a anthropicStream) Fail(dst []byte, ae *api.Error) []byte {
+	return a.Stream.Fail(dst, ae.HTTPStatus(), ae.Message)
+}
+
+// responsesAPI is POST /v1/responses, the OpenAI Responses API, stateless.
+func (s *Server) responsesAPI(c *call) error {
+	if sealed(c) {
+		return errSealedDialect()
+	}
+	req, err := responses.Parse(c.ctx.PostBody())
+	if err != nil {
+		return err
+	}
+	id, created := c.requestID, time.Now().Unix()
+	return s.chat(c, req.Chat(), &dialect{
+		chatError: req.ChatError,
+		reply:     func(chat []byte) ([]byte, error) { return req.FromChat(chat, id, created) },
+		stream: func() streamTranslator {
+			return responsesStream{req.NewStream(id, created)}
+		},
+	})
+}
+
+type responsesStream struct{ *responses.Stream }
+
+func (r responsesStream) Fail(dst []byte, ae *api.Error) []byte {
+	return r.Stream.Fail(dst, cmp.Or(ae.Code, ae.ErrorType()), ae.Message)
+}
+
+// errSealedDialect answers a sealed body sent to a dialect: private
+// inference is sealed chat completions, which the worker opens.
+func errSealedDialect() error {
+	return api.BadRequest("Encrypted requests are chat completions: send them to /v1/chat/completions")
+}
+
+// dialectSSE is sse in a dialect: each chat event becomes the dialect's
+// events, written as one chunk.
+type dialectSSE struct {
+	*chunks
+	tr  streamTranslator
+	buf []byte
+}
+
+func (e *dialectSSE) Data(events ...[]byte) error {
+	e.buf = e.buf[:0]
+	for _, p := range events {
+		e.buf = e.tr.Chunk(e.buf, p)
+	}
+	if len(e.buf) == 0 {
+		return e.err
+	}
+	return e.write(e.buf)
+}
+
+func (e *dialectSSE) Comment(text string) error {
+	e.buf = append(append(append(e.buf[:0], ": "...), text...), "\n\n"...)
+	return e.write(e.buf)
+}
+
+func (e *dialectSSE) Fail(err error) error {
+	return e.write(e.tr.Fail(e.buf[:0], asAPIError(err, "")))
+}
+
+// ackedDialectSSE is dialectSSE on a connection that counts what its
+// client acknowledged.
+type ackedDialectSSE struct {
+	dialectSSE
+	conn *gatedConn
+}
+
+func (e *ackedDialectSSE) Written() int64   { return e.conn.Written() }
+func (e *ackedDialectSSE) Delivered() int64 { return e.conn.Acknowledged() }
