@@ -53,6 +53,8 @@ func (s *Server) routes() []*route {
 	inference := []*route{
 		{method: "POST", path: "/chat/completions", e2e: true, handle: s.admitted(api.KindChat, nil, s.chatCompletions)},
 		{method: "POST", path: "/embeddings", e2e: true, handle: s.admitted(api.KindEmbeddings, nil, s.embeddings)},
+		{method: "POST", path: "/rerank", e2e: true, handle: s.admitted(api.KindRerank, nil, s.rerank)},
+		{method: "POST", path: "/images/generations", e2e: true, handle: s.admitted(api.KindImages, nil, s.images)},
 		{method: "GET", path: "/models", handle: s.listModels},
 		{method: "POST", path: "/audio/transcriptions", e2e: true, handle: s.transcriptions,
 			maxBody: transcription.MaxBody, tooLarge: transcription.ErrTooLarge, streamed: true},

@@ -133,7 +133,7 @@ func (s *Server) listModels(c *call) error {
 		out.Data = append(out.Data, api.ModelEntry{
 			ID: m.ID, Object: "model", Created: created, OwnedBy: "svc", Capabilities: m.Capabilities, Engine: m.Engine,
 			ContextWindow: m.ContextWindow, SamplingDefaults: m.SamplingDefaults, DefaultThinking: m.DefaultThinking,
-			Voices: m.Voices, DefaultVoice: m.DefaultVoice, Local: m.Local, Simulated: m.Simulated,
+			Voices: m.Voices, DefaultVoice: m.DefaultVoice, Local: m.Local, Simulated: m.Simulated, Incomplete: m.Incomplete,
 		})
 	}
 	writeJSON(c.ctx, http.StatusOK, out)
