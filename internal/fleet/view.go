@@ -237,7 +237,8 @@ func (f *Fleet) PrivateKeys(orgID string) []PrivateKey {
 		}
 		k := PrivateKey{WorkerID: w.id, WorkerName: w.name, Key: *w.e2eKey, Models: []string{}}
 		for _, m := range w.models {
-			if m.Has(api.CapChat) || m.Has(api.CapEmbeddings) || m.Has(api.CapSpeech) || m.Has(api.CapTranscription) {
+			if m.Has(api.CapChat) || m.Has(api.CapEmbeddings) || m.Has(api.CapRerank) || m.Has(api.CapImageGeneration) ||
+				m.Has(api.CapSpeech) || m.Has(api.CapTranscription) {
 				k.Models = append(k.Models, m.ID)
 			}
 		}
