@@ -18,9 +18,11 @@ const imagesPath = "/v1/images/generations"
 // The gateway asked for b64_json; the answer goes on as it came, once it
 // is checked to be images in that form.
 func (e *Engine) images(ctx context.Context, req *engine.Request, sink engine.Sink) *api.Result {
-	body, err := completionBody(req.Body, req.Model)
+	// Partial images (gpt-image's stream) are not relayed: the answer is
+	// read whole.
+	body, err := unstreamedBody(req.Body, req.Model, "image generation")
 	if err != nil {
-		return engine.Failure(http.StatusBadRequest, api.TypeInvalidRequest, strings.Replace(err.Error(), "completion", "image", 1))
+		return engine.Failure(http.StatusBadRequest, api.TypeInvalidRequest, err.Error())
 	}
 	resp, res := e.post(ctx, imagesPath, body, "application/json")
 	if res != nil {
