@@ -45,6 +45,7 @@ const (
 	CodeWorkerOffline    = "worker_offline"      // the pinned worker is not connected
 	CodeWorkerDraining   = "worker_draining"     // the pinned worker is shutting down
 	CodeWrongEndpoint    = "wrong_endpoint"      // the model does not do what the endpoint asks
+	CodeModelIncomplete  = "model_incomplete"    // the model is not fully installed on the workers serving it
 	CodeWorkerLost       = "worker_lost"         // the worker went away while handling the request
 	CodeBadWorkerReply   = "bad_worker_reply"    // the worker's answer is not one the gateway can use
 	CodeTimeout          = "timeout"             // the request ran longer than it may

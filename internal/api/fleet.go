@@ -13,9 +13,13 @@ const (
 	CapModeration    = "moderation"
 	CapTranscription = "transcription"
 	CapSpeech        = "speech"
-	CapVision        = "vision"
-	CapTools         = "tools"
-	CapReasoning     = "reasoning"
+	CapRerank        = "rerank"
+	// CapImageGeneration is making images from a prompt, as distinct from
+	// CapVision, reading images in a chat.
+	CapImageGeneration = "image_generation"
+	CapVision          = "vision"
+	CapTools           = "tools"
+	CapReasoning       = "reasoning"
 	// CapThinkingBudget marks reasoning models whose thinking can be ended
 	// early, so a thinking budget applies to them.
 	CapThinkingBudget = "thinking_budget"
@@ -44,6 +48,10 @@ type Model struct {
 	Simulated bool `json:"simulated,omitempty"`
 	// Loaded is whether the engine holds the model in memory now, when known.
 	Loaded *bool `json:"loaded,omitempty"`
+	// Incomplete is set while the model is listed but not fully
+	// installed. What needs all of it (image generation, a chat with an
+	// image) is refused with a 409 until it is.
+	Incomplete *Incomplete `json:"incomplete,omitempty"`
 }
 
 // Has reports whether the model has capability c.
@@ -323,6 +331,9 @@ type ModelEntry struct {
 	// Local is the engine's own name for a model offered under an alias.
 	Local     string `json:"local_model,omitempty"`
 	Simulated bool   `json:"simulated,omitempty"`
+	// Incomplete is set while the model is not fully installed on any
+	// worker that lists it.
+	Incomplete *Incomplete `json:"incomplete,omitempty"`
 }
 
 // ModelList is the body of GET /v1/models.

@@ -74,7 +74,8 @@ type UsageRow struct {
 	// characters per token) because the worker never reported them.
 	TokensEstimated bool `json:"tokens_estimated"`
 	Stream          bool `json:"stream"`
-	// Images is the number of image inputs in the request.
+	// Images is the number of image inputs of a chat, or of images an
+	// image generation made.
 	Images int `json:"images"`
 	// Notice is the code of the reply's svc.notice, if any.
 	Notice *string `json:"notice"`

@@ -42,7 +42,7 @@ func (p Permission) Describe() string {
 	case ComputeWrite:
 		return "rent and stop GPUs, read the catalogue and spend"
 	case InferenceWrite:
-		return "chat completions, embeddings, audio, moderations"
+		return "chat completions, embeddings, reranking, images, audio, moderations"
 	}
 	return ""
 }

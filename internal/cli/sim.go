@@ -23,6 +23,7 @@ func NewCmdSim(f *Factory) *cobra.Command {
 		Short: "Run the inference simulator as an OpenAI-compatible server",
 		Long: `Serve the built-in simulator over HTTP: GET /v1/models, POST /v1/chat/completions
 (streaming and not), POST /v1/completions, POST /v1/embeddings,
+POST /v1/rerank (sim-rerank), POST /v1/images/generations (sim-image),
 POST /v1/audio/transcriptions (sim-stt) and POST /v1/audio/speech (sim-tts).
 Its guard models (guard-a, guard-b, guard-c) answer in the formats of the
 real guards. Its output is deterministic text and speech-like sound at a set
@@ -31,7 +32,8 @@ rate; it is a simulator, not a model.
 --options takes the same settings as --engine sim=OPTIONS of svc worker:
 tps (tokens per second, 0 for as fast as possible), ttft, latency, load (cold
 start), rtf (audio work as a share of the audio's length), timings (1 adds
-llama.cpp-style timings), reasoning_field.`,
+llama.cpp-style timings), reasoning_field, incomplete (a model listed as not
+fully installed; once per model).`,
 		Example: `  svc sim --addr 127.0.0.1:8000 --options tps=0,ttft=0
   svc worker --engine openai=http://127.0.0.1:8000`,
 		Args: noArgs,

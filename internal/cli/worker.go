@@ -67,9 +67,10 @@ resuming the requests in flight.
 Engines (repeat --engine for several):
   sim[=OPTIONS]      the built-in simulator, e.g. sim or sim=tps=200,ttft=20ms
   openai=URL         an OpenAI-compatible server: vLLM, llama-server, SGLang,
-                     and audio servers (whisper.cpp's whisper-server,
-                     speaches, Kokoro); an API key for it can be given in
-                     SVC_OPENAI_API_KEY
+                     audio servers (whisper.cpp's whisper-server,
+                     speaches, Kokoro), rerankers (/v1/rerank) and image
+                     servers (/v1/images/generations); an API key for it
+                     can be given in SVC_OPENAI_API_KEY
   ollama=URL         Ollama, e.g. ollama=http://127.0.0.1:11434
   espeak-ng[=PATH]   text to speech with espeak-ng (model espeak-ng)
   moonshine=DIR      English speech to text with Moonshine on the CPU, as

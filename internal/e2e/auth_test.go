@@ -199,7 +199,7 @@ func TestErrorShapes(t *testing.T) {
 			t.Fatalf("patch: %d %s", r.Status, r.Body)
 		}
 		defer s.console("PATCH", "/api/v1/console/orgs/default", `{"require_e2e": false}`)
-		for _, p := range []string{"/v1/chat/completions", "/api/v1/embeddings", "/v1/audio/transcriptions", "/v1/audio/speech"} {
+		for _, p := range []string{"/v1/chat/completions", "/api/v1/embeddings", "/v1/rerank", "/api/v1/images/generations", "/v1/audio/transcriptions", "/v1/audio/speech"} {
 			r := s.do("POST", p, `{}`, bearer(admin))
 			d, _ := r.JSON(t)["detail"].(map[string]any)
 			if r.Status != 403 || d == nil || d["error"].(map[string]any)["type"] != "e2e_required" {
@@ -319,6 +319,8 @@ func TestPrefixAliases(t *testing.T) {
 	for _, e := range []struct{ method, path string }{
 		{"POST", "/chat/completions"},
 		{"POST", "/embeddings"},
+		{"POST", "/rerank"},
+		{"POST", "/images/generations"},
 		{"GET", "/models"},
 		{"POST", "/audio/transcriptions"},
 		{"POST", "/audio/speech"},

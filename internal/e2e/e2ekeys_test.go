@@ -52,7 +52,8 @@ func TestE2EKeyDirectory(t *testing.T) {
 		k := keys[name]
 		sum := sha256.Sum256(k.PublicKey)
 		if k.KeyID != hex.EncodeToString(sum[:8]) || len(k.PublicKey) != 1216 || k.KEMID != 0x647a || k.KDFID != 1 || k.AEADID != 2 ||
-			k.Version != 1 || !slices.Contains(k.Models, "sim-chat") || !slices.Contains(k.Models, "sim-embed") || !slices.Contains(k.Models, "sim-tts") || !slices.Contains(k.Models, "sim-stt") {
+			k.Version != 1 || !slices.Contains(k.Models, "sim-chat") || !slices.Contains(k.Models, "sim-embed") || !slices.Contains(k.Models, "sim-tts") || !slices.Contains(k.Models, "sim-stt") ||
+			!slices.Contains(k.Models, "sim-rerank") || !slices.Contains(k.Models, "sim-image") {
 			t.Errorf("%s: %+v", name, k)
 		}
 		// The directory entry is a key a client can seal to.

@@ -603,6 +603,13 @@ func TestWrongEndpointNamesTheRightOne(t *testing.T) {
 		{"/api/v1/embeddings", `{"model":"sim-chat","input":"hi"}`, "it is a chat model: use /v1/chat/completions"},
 		{"/v1/audio/speech", `{"model":"sim-stt","input":"hi"}`, "it is a transcription model: use /v1/audio/transcriptions"},
 		{"/v1/chat/completions", `{"model":"sim-tts","messages":[{"role":"user","content":"hi"}]}`, "it is a speech model: use /v1/audio/speech"},
+		{"/v1/chat/completions", `{"model":"sim-rerank","messages":[{"role":"user","content":"hi"}]}`, "it is a reranking model: use /v1/rerank"},
+		{"/api/v1/chat/completions", `{"model":"sim-image","messages":[{"role":"user","content":"hi"}],"stream":true}`, "it is an image generation model: use /v1/images/generations"},
+		{"/v1/rerank", `{"model":"sim-chat","query":"q","documents":["a"]}`, "does not do reranking; it is a chat model: use /v1/chat/completions"},
+		{"/api/v1/rerank", `{"model":"sim-image","query":"q","documents":["a"]}`, "it is an image generation model: use /v1/images/generations"},
+		{"/v1/images/generations", `{"model":"sim-chat","prompt":"a fox"}`, "does not do image generation; it is a chat model: use /v1/chat/completions"},
+		{"/api/v1/images/generations", `{"model":"sim-rerank","prompt":"a fox"}`, "it is a reranking model: use /v1/rerank"},
+		{"/v1/embeddings", `{"model":"sim-rerank","input":"hi"}`, "it is a reranking model: use /v1/rerank"},
 	} {
 		r := s.do("POST", tc.path, tc.body, bearer(key))
 		if r.Status != http.StatusNotFound || !strings.Contains(string(r.Body), tc.want) || !strings.Contains(string(r.Body), "wrong_endpoint") {

@@ -134,9 +134,9 @@ func (p pinned) Keys(ctx context.Context, gateway *url.URL, header http.Header) 
 	}), err
 }
 
-// Transport is an http.RoundTripper that seals chat completion and
-// embedding requests to a worker's key and opens the replies; every other
-// request passes through. A request it cannot seal fails: it is never
+// Transport is an http.RoundTripper that seals chat completion,
+// embedding, rerank, image generation and audio requests to a worker's key
+// and opens the replies; every other request passes through. A request it cannot seal fails: it is never
 // sent in the clear.
 type Transport struct {
 	base http.RoundTripper
@@ -187,8 +187,9 @@ func sealedRoute(req *http.Request) (*url.URL, bool) {
 	p := strings.TrimSuffix(req.URL.Path, "/")
 	// The /api/v1 forms come first so the gateway's base is cut at the
 	// right place.
-	for _, s := range [...]string{"/api/v1/chat/completions", "/api/v1/embeddings", "/api/v1/audio/speech", "/api/v1/audio/transcriptions",
-		"/v1/chat/completions", "/v1/embeddings", "/v1/audio/speech", "/v1/audio/transcriptions"} {
+	for _, s := range [...]string{"/api/v1/chat/completions", "/api/v1/embeddings", "/api/v1/rerank", "/api/v1/images/generations",
+		"/api/v1/audio/speech", "/api/v1/audio/transcriptions",
+		"/v1/chat/completions", "/v1/embeddings", "/v1/rerank", "/v1/images/generations", "/v1/audio/speech", "/v1/audio/transcriptions"} {
 		if strings.HasSuffix(p, s) {
 			g := *req.URL
 			g.Path, g.RawPath, g.RawQuery, g.Fragment = strings.TrimSuffix(p, s), "", "", ""

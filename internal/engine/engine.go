@@ -13,11 +13,12 @@ import (
 
 // Request is one inference request as the gateway forwards it.
 type Request struct {
-	Kind   string // api.KindChat, KindEmbeddings, KindCompletion, KindTranscription or KindSpeech
+	Kind   string // api.KindChat, KindEmbeddings, KindRerank, KindImages, KindCompletion, KindTranscription or KindSpeech
 	Model  string // the engine's own name for the model
 	Stream bool
 	// Body is the request the gateway validated: the OpenAI-format JSON of
-	// chat and embeddings, api.SpeechParams JSON of speech, and
+	// chat, embeddings, rerank and image generation (b64_json asked for),
+	// api.SpeechParams JSON of speech, and
 	// api.TranscriptionParams JSON of a transcription; or, from the worker
 	// itself, the OpenAI /v1/completions JSON of a raw completion (a guard
 	// model's exact prompt; not streamed). Adapters translate
@@ -34,8 +35,9 @@ type Request struct {
 
 // Sink receives a response. Streaming chat calls Event once per
 // chat.completion.chunk object (JSON, without the "data: " framing); every
-// other request calls Body once with the whole response: JSON for chat and
-// embeddings, an api.Transcript for a transcription, a WAV file (PCM at
+// other request calls Body once with the whole response: JSON for chat,
+// embeddings, rerank (an api.RerankResponse) and image generation (an
+// api.ImagesResponse), an api.Transcript for a transcription, a WAV file (PCM at
 // any rate and channel count; the worker converts it to 24 kHz mono) for
 // speech. Both block
 // while the gateway is not keeping up, and fail when the request was

@@ -35,12 +35,27 @@ type Need struct {
 	// Moderator is a moderation model the worker must also serve: content
 	// filtering checks a chat on the worker that answers it.
 	Moderator string
+	// Whole asks for a worker with every file of the model installed:
+	// image generation, and a chat with an image, need what a model
+	// missing a file (its VAE, its vision projector) cannot do.
+	Whole bool
 }
 
 // fits reports whether w can take need apart from load and health: the
-// model with the capability, the feature, and the moderator.
+// model with the capability, installed whole when need asks, the feature,
+// and the moderator.
 func (w *worker) fits(need *Need) bool {
-	return w.serves(need.Model, need.Capability) && w.equipped(need)
+	return w.serves(need.Model, need.Capability) && w.whole(need) && w.equipped(need)
+}
+
+// whole reports whether w has need's model installed whole, or need
+// does not ask that it be.
+func (w *worker) whole(need *Need) bool {
+	if !need.Whole {
+		return true
+	}
+	m := w.model(need.Model)
+	return m != nil && m.Incomplete == nil
 }
 
 // equipped reports whether w has what need asks beyond the model itself.
@@ -318,7 +333,7 @@ func (f *Fleet) slotsLocked(o *org, need *Need) int {
 	switch {
 	case ix == nil:
 		return 0
-	case need.Feature == "" && need.Moderator == "":
+	case need.Feature == "" && need.Moderator == "" && !need.Whole:
 		return ix.slots[need.Capability]
 	}
 	slots := 0
@@ -476,6 +491,7 @@ func (f *Fleet) checkLocked(o *org, need *Need, now time.Time, waited bool) erro
 	}
 	var known, online, servable, untried, returning, held, unequipped bool
 	var wrongKind *api.Model
+	var partial *worker
 	var back time.Time
 	var listed []*worker
 	if ix := o.models[need.Model]; ix != nil {
@@ -497,11 +513,15 @@ func (f *Fleet) checkLocked(o *org, need *Need, now time.Time, waited bool) erro
 			continue
 		}
 		if !w.attached {
-			returning = returning || !waited && w.equipped(need) && !now.Before(f.heldUntilLocked(w, need, now)) && !slices.Contains(need.Exclude, w.id)
+			returning = returning || !waited && w.equipped(need) && w.whole(need) && !now.Before(f.heldUntilLocked(w, need, now)) && !slices.Contains(need.Exclude, w.id)
 			continue
 		}
 		if !w.equipped(need) {
 			unequipped = true
+			continue
+		}
+		if !w.whole(need) {
+			partial = w
 			continue
 		}
 		if until := f.heldUntilLocked(w, need, now); now.Before(until) {
@@ -527,6 +547,8 @@ func (f *Fleet) checkLocked(o *org, need *Need, now time.Time, waited bool) erro
 	case held:
 		return &api.Error{Kind: api.KindUnavailable, Code: api.CodeWorkersUnhealthy, RetryAfter: back.Sub(now),
 			Message: "Every worker serving " + need.Model + " failed its recent requests and is held back; retry shortly"}
+	case partial != nil:
+		return incompleteError(partial, need)
 	case !online:
 		return &api.Error{Kind: api.KindUnavailable, Code: api.CodeNoWorkerOnline, RetryAfter: 5 * time.Second,
 			Message: "No worker is online for this organisation; start one with `svc worker`"}
@@ -559,6 +581,8 @@ func (f *Fleet) checkPinLocked(o *org, need *Need, now time.Time, waited bool) e
 			Message: "Worker " + w.name + " (" + w.id + ") does not serve model " + need.Model}
 	case need.Capability != "" && !m.Has(need.Capability):
 		return wrongEndpoint(m, need.Capability)
+	case !w.whole(need):
+		return incompleteError(w, need)
 	case !w.equipped(need):
 		return unequippedError(need)
 	// Waiting would not help a pinned request whose worker already
@@ -610,18 +634,45 @@ func unequippedError(need *Need) error {
 		CodeHeader: true, Message: msg}
 }
 
+// incompleteError is the 409 for a request that needs the whole model
+// when the workers serving it (w, one of them) have it only in part.
+func incompleteError(w *worker, need *Need) error {
+	what := w.model(need.Model).Incomplete.Describe()
+	return &api.Error{Kind: api.KindConflict, Type: api.TypeConflict, Code: api.CodeModelIncomplete, Param: "model",
+		Message: "Model " + need.Model + " is not fully installed on worker " + w.name + " (" + w.id + "): " + what +
+			"; retry once the install finishes"}
+}
+
+// endpoint is the endpoint serving capability c, and what c is called in
+// a sentence; path is empty for a capability no endpoint serves alone.
+func endpoint(c string) (path, noun string) {
+	switch c {
+	case api.CapChat:
+		return "/v1/chat/completions", "chat"
+	case api.CapEmbeddings:
+		return "/v1/embeddings", "embeddings"
+	case api.CapModeration:
+		return "/v1/moderations", "moderation"
+	case api.CapTranscription:
+		return "/v1/audio/transcriptions", "transcription"
+	case api.CapSpeech:
+		return "/v1/audio/speech", "speech"
+	case api.CapRerank:
+		return "/v1/rerank", "reranking"
+	case api.CapImageGeneration:
+		return "/v1/images/generations", "image generation"
+	}
+	return "", c
+}
+
 // wrongEndpoint is the 404 for a model that does not do what the endpoint
 // asks, naming the endpoint that fits.
 func wrongEndpoint(m *api.Model, want string) error {
-	endpoints := map[string]string{
-		api.CapChat: "/v1/chat/completions", api.CapEmbeddings: "/v1/embeddings",
-		api.CapModeration: "/v1/moderations", api.CapTranscription: "/v1/audio/transcriptions",
-		api.CapSpeech: "/v1/audio/speech",
-	}
-	msg := "Model " + m.ID + " does not do " + want
+	_, noun := endpoint(want)
+	msg := "Model " + m.ID + " does not do " + noun
 	for _, c := range m.Capabilities {
-		if e, ok := endpoints[c]; ok {
-			msg += "; it is " + indefinite(c) + " model: use " + e
+		if path, noun := endpoint(c); path != "" {
+			msg += "; it is " + indefinite(noun) + " model: use " + path
 			break
 		}
 	}

@@ -912,6 +912,11 @@ func TestWrongEndpointNamesTheRightOne(t *testing.T) {
 		{[]string{api.CapSpeech}, api.CapTranscription, "Model x does not do transcription; it is a speech model: use /v1/audio/speech"},
 		{[]string{api.CapModeration}, api.CapChat, "Model x does not do chat; it is a moderation model: use /v1/moderations"},
 		{[]string{api.CapVision}, api.CapChat, "Model x does not do chat"},
+		{[]string{api.CapRerank}, api.CapChat, "Model x does not do chat; it is a reranking model: use /v1/rerank"},
+		{[]string{api.CapImageGeneration}, api.CapChat, "Model x does not do chat; it is an image generation model: use /v1/images/generations"},
+		{[]string{api.CapChat, api.CapTools}, api.CapRerank, "Model x does not do reranking; it is a chat model: use /v1/chat/completions"},
+		{[]string{api.CapEmbeddings}, api.CapImageGeneration, "Model x does not do image generation; it is an embeddings model: use /v1/embeddings"},
+		{[]string{api.CapImageGeneration}, api.CapRerank, "Model x does not do reranking; it is an image generation model: use /v1/images/generations"},
 	} {
 		var ae *api.Error
 		err := wrongEndpoint(&api.Model{ID: "x", Capabilities: tc.caps}, tc.want)
@@ -919,4 +924,61 @@ func TestWrongEndpointNamesTheRightOne(t *testing.T) {
 			t.Errorf("%v on %s: %v, want %q", tc.caps, tc.want, err, tc.msg)
 		}
 	}
+}
+
+func image(id string, incomplete *api.Incomplete) api.Model {
+	return api.Model{ID: id, Capabilities: []string{api.CapImageGeneration}, Engine: "sim", Incomplete: incomplete}
+}
+
+// A request that needs the whole model goes only to a worker that has it
+// whole; when only workers with part of it could serve, it is the spec's
+// 409 naming what is missing, pinned or not. Requests that do not need the
+// whole model are served by any.
+func TestIncompleteModel(t *testing.T) {
+	missing := &api.Incomplete{Missing: []string{"vae.safetensors"}}
+	downloading := &api.Incomplete{Total: 4 << 30, Completed: 1 << 30}
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Config{})
+		a := h.worker("o", "a", 1, image("img", missing), chat("m"))
+		b := h.worker("o", "b", 1, image("img", downloading))
+		for _, need := range []Need{
+			{OrgID: "o", Model: "img", Capability: api.CapImageGeneration, Whole: true},
+			{OrgID: "o", Model: "img", Capability: api.CapImageGeneration, Whole: true, Pin: a.id},
+			{OrgID: "o", Model: "img", Capability: api.CapImageGeneration, Whole: true, Pin: b.id},
+		} {
+			var ae *api.Error
+			_, err := h.f.Acquire(h.ctx, need)
+			if !errors.As(err, &ae) || ae.HTTPStatus() != 409 || ae.Code != api.CodeModelIncomplete || ae.Type != api.TypeConflict {
+				t.Fatalf("%+v: %v", need, err)
+			}
+			if need.Pin == b.id && ae.Message != "Model img is not fully installed on worker b ("+b.id+"): downloading, 25% of 4.0 GiB; retry once the install finishes" {
+				t.Fatalf("message %q", ae.Message)
+			}
+			if need.Pin == a.id && !strings.Contains(ae.Message, "vae.safetensors missing") {
+				t.Fatalf("message %q", ae.Message)
+			}
+		}
+		// What does not need every file is served by a partial install.
+		l, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "img", Capability: api.CapImageGeneration})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Release(Succeeded)
+		if ms := h.f.Models("o"); ms[0].ID != "img" || ms[0].Incomplete == nil {
+			t.Fatalf("models list %+v", ms)
+		}
+
+		c := h.worker("o", "c", 1, image("img", nil))
+		h.settled(c.id, "o")
+		for range 3 {
+			l, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "img", Capability: api.CapImageGeneration, Whole: true})
+			if err != nil || l.Worker.ID != c.id {
+				t.Fatalf("lease %v, %v", l, err)
+			}
+			l.Release(Succeeded)
+		}
+		if ms := h.f.Models("o"); ms[0].Incomplete != nil {
+			t.Fatalf("a model whole on one worker is listed incomplete: %+v", ms[0])
+		}
+	})
 }

@@ -142,7 +142,11 @@ func (f *Fleet) Models(orgID string) []api.Model {
 	if o := f.orgs[orgID]; o != nil {
 		for _, ix := range o.models {
 			if m := ix.describe(); m != nil {
-				out = append(out, *m)
+				c := *m
+				if c.Incomplete != nil && ix.installed() {
+					c.Incomplete = nil
+				}
+				out = append(out, c)
 			}
 		}
 	}
@@ -166,6 +170,17 @@ func (f *Fleet) Model(orgID, id string) *api.Model {
 		return &c
 	}
 	return nil
+}
+
+// installed reports whether an online worker has the model fully
+// installed.
+func (ix *modelIndex) installed() bool {
+	for _, w := range ix.listed {
+		if w.offlineSince.IsZero() && w.model(ix.model).Incomplete == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // describe is the model as the first online worker listing it, by name,
@@ -222,7 +237,8 @@ func (f *Fleet) PrivateKeys(orgID string) []PrivateKey {
 		}
 		k := PrivateKey{WorkerID: w.id, WorkerName: w.name, Key: *w.e2eKey, Models: []string{}}
 		for _, m := range w.models {
-			if m.Has(api.CapChat) || m.Has(api.CapEmbeddings) || m.Has(api.CapSpeech) || m.Has(api.CapTranscription) {
+			if m.Has(api.CapChat) || m.Has(api.CapEmbeddings) || m.Has(api.CapRerank) || m.Has(api.CapImageGeneration) ||
+				m.Has(api.CapSpeech) || m.Has(api.CapTranscription) {
 				k.Models = append(k.Models, m.ID)
 			}
 		}

@@ -177,6 +177,8 @@ type Output struct {
 	AudioFormat  string
 	// Verdicts are a moderation check's results.
 	Verdicts []api.ModerationResult
+	// Images is how many images an image generation made.
+	Images int
 }
 
 // BadReply is the 502 for a worker answer the gateway cannot use.
@@ -274,7 +276,8 @@ func (rl *Relay) Refuse(req Request, err error) {
 // NeedOf is what req needs from a worker.
 func NeedOf(req Request) fleet.Need {
 	n := fleet.Need{OrgID: req.OrgID, Model: req.Model, Capability: capabilityOf(req.Kind),
-		Pin: req.Pin, Affinity: req.Affinity, Feature: req.Feature}
+		Pin: req.Pin, Affinity: req.Affinity, Feature: req.Feature,
+		Whole: req.Kind == api.KindImages || req.Chat != nil && req.Chat.Images > 0}
 	if req.ContentFilter != "" {
 		n.Moderator, n.Feature = req.ContentFilter, api.FeatureModeration
 	}
@@ -315,6 +318,10 @@ func capabilityOf(kind string) string {
 		return api.CapSpeech
 	case api.KindModeration:
 		return api.CapModeration
+	case api.KindRerank:
+		return api.CapRerank
+	case api.KindImages:
+		return api.CapImageGeneration
 	}
 	return api.CapChat
 }
@@ -329,6 +336,10 @@ func rowKind(kind string) string {
 		return api.RequestSpeech
 	case api.KindModeration:
 		return api.RequestModeration
+	case api.KindRerank:
+		return api.RequestRerank
+	case api.KindImages:
+		return api.RequestImages
 	}
 	return api.RequestChat
 }

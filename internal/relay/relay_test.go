@@ -559,3 +559,81 @@ func TestStreamClientThatStopsReadingIsBilledWhatItReceived(t *testing.T) {
 		}
 	})
 }
+
+// A rerank answer is completed like an embeddings one, and its row is a
+// rerank row with the tokens the worker reported.
+func TestRerankRow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t)
+		models := []api.Model{{ID: "bge-reranker", Capabilities: []string{api.CapRerank}, Engine: "openai"}}
+		w := h.worker("gpu-1", 1, func(ctx context.Context, st *link.Stream, req api.LinkRequest, _ []byte) {
+			if req.Kind != api.KindRerank {
+				t.Errorf("kind %q", req.Kind)
+			}
+			_ = st.Send(ctx, []byte(`{"id":"rr","model":"bge-reranker","results":[{"index":1,"relevance_score":0.9}],"usage":{"prompt_tokens":12,"total_tokens":12}}`))
+			end(ctx, st, api.Result{Status: 200, Usage: &api.Usage{PromptTokens: 12, TotalTokens: 12}})
+		}, models...)
+		req := relay.Request{ID: "req-1", OrgID: org, Kind: api.KindRerank, Model: "bge-reranker", Body: []byte(`{}`)}
+		rep, err := h.rl.Start(req).Unary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body struct {
+			Results []map[string]any `json:"results"`
+			Usage   map[string]int   `json:"usage"`
+			Svc     struct {
+				Worker struct{ ID string } `json:"worker"`
+			} `json:"svc"`
+		}
+		if json.Unmarshal(rep.Body, &body) != nil || len(body.Results) != 1 || body.Usage["prompt_tokens"] != 12 || body.Svc.Worker.ID != w.id {
+			t.Fatalf("reply %s", rep.Body)
+		}
+		row := h.only()
+		if row.RequestType != api.RequestRerank || row.PromptTokens != 12 || row.TotalTokens != 12 || row.Images != 0 || row.WorkerID != w.id {
+			t.Fatalf("row %+v", row)
+		}
+	})
+}
+
+// An image generation's row counts the images its Render found; it goes
+// only to a worker with the model installed whole, and is the spec's 409,
+// recorded, when every worker has only part of it.
+func TestImagesRowAndIncompleteModel(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t)
+		part := []api.Model{{ID: "flux", Capabilities: []string{api.CapImageGeneration}, Engine: "sim",
+			Incomplete: &api.Incomplete{Missing: []string{"ae.safetensors"}}}}
+		h.worker("partial", 1, fail(500, true), part...)
+		req := relay.Request{ID: "req-1", OrgID: org, Kind: api.KindImages, Model: "flux", Body: []byte(`{}`),
+			Render: func(a relay.Answer) (relay.Output, error) {
+				return relay.Output{ContentType: "application/json", Body: a.Body, Images: 2}, nil
+			}}
+		_, err := h.rl.Start(req).Unary()
+		if status(err) != 409 || code(err) != api.CodeModelIncomplete || !strings.Contains(err.Error(), "ae.safetensors missing") {
+			t.Fatalf("err %v", err)
+		}
+		row := h.only()
+		if row.RequestType != api.RequestImages || row.StatusCode != 409 || row.Images != 0 {
+			t.Fatalf("row %+v", row)
+		}
+
+		whole := []api.Model{{ID: "flux", Capabilities: []string{api.CapImageGeneration}, Engine: "sim"}}
+		w := h.worker("whole", 1, func(ctx context.Context, st *link.Stream, _ api.LinkRequest, _ []byte) {
+			_ = st.Send(ctx, []byte(`{"created":1,"data":[{"b64_json":"aQ=="},{"b64_json":"aQ=="}]}`))
+			end(ctx, st, api.Result{Status: 200})
+		}, whole...)
+		req.ID = "req-2"
+		for range 3 {
+			rep, err := h.rl.Start(req).Unary()
+			if err != nil || rep.Worker.ID != w.id {
+				t.Fatalf("reply %+v, %v", rep, err)
+			}
+		}
+		synctest.Wait()
+		h.rows.mu.Lock()
+		defer h.rows.mu.Unlock()
+		if last := h.rows.rows[len(h.rows.rows)-1]; last.Images != 2 || last.StatusCode != 200 || last.PromptTokens != 0 {
+			t.Fatalf("row %+v", last)
+		}
+	})
+}

@@ -296,6 +296,9 @@ func (rl *Relay) record(c *Call, failure error) {
 	if c.req.Chat != nil {
 		o.Images = c.req.Chat.Images
 	}
+	if c.req.Kind == api.KindImages {
+		o.Images = c.out.Images
+	}
 	if c.out.AudioFormat != "" {
 		o.AudioSeconds, o.AudioFormat = c.out.AudioSeconds, c.out.AudioFormat
 	}

@@ -6,7 +6,9 @@ import (
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/chat"
 	"github.com/svc-dev/svc/internal/embeddings"
+	"github.com/svc-dev/svc/internal/images"
 	"github.com/svc-dev/svc/internal/relay"
+	"github.com/svc-dev/svc/internal/rerank"
 )
 
 // chatCompletions is POST /v1/chat/completions: validate, fit the request
@@ -70,5 +72,45 @@ func (s *Server) embeddings(c *call) error {
 	r := inference(c, api.KindEmbeddings, model, false)
 	r.ModelInfo = s.fleet.Model(c.principal.OrgID, model)
 	r.Body = body
+	return s.relayUnary(c, r, formLate)
+}
+
+// rerank is POST /v1/rerank. The body goes to the worker as it came: its
+// engine adapter sends the documents in the form the engine reads.
+func (s *Server) rerank(c *call) error {
+	if sealed(c) {
+		return s.privateInference(c, api.KindRerank)
+	}
+	body := append([]byte(nil), c.ctx.PostBody()...)
+	req, err := rerank.Parse(body)
+	if err != nil {
+		return err
+	}
+	r := inference(c, api.KindRerank, req.Model, false)
+	r.ModelInfo = s.fleet.Model(c.principal.OrgID, req.Model)
+	r.Body = body
+	return s.relayUnary(c, r, formLate)
+}
+
+// images is POST /v1/images/generations: the images come back as
+// b64_json, counted for the usage row.
+func (s *Server) images(c *call) error {
+	if sealed(c) {
+		return s.privateInference(c, api.KindImages)
+	}
+	req, err := images.Parse(c.ctx.PostBody())
+	if err != nil {
+		return err
+	}
+	r := inference(c, api.KindImages, req.Model, false)
+	r.ModelInfo = s.fleet.Model(c.principal.OrgID, req.Model)
+	r.Body = req.Body
+	r.Render = func(a relay.Answer) (relay.Output, error) {
+		out, n, err := images.Reply(a.Body, a.Svc)
+		if err != nil {
+			return relay.Output{}, relay.BadReply(a.Worker, "images", err)
+		}
+		return relay.Output{ContentType: "application/json", Body: out, Images: n}, nil
+	}
 	return s.relayUnary(c, r, formLate)
 }

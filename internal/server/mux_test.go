@@ -99,7 +99,7 @@ func TestDuplicateRoutePanics(t *testing.T) {
 func TestRouteTable(t *testing.T) {
 	s := &Server{}
 	m := newMux(s.routes())
-	for _, p := range []string{"/chat/completions", "/embeddings", "/models", "/audio/transcriptions", "/audio/speech", "/moderations"} {
+	for _, p := range []string{"/chat/completions", "/embeddings", "/rerank", "/images/generations", "/models", "/audio/transcriptions", "/audio/speech", "/moderations"} {
 		for _, prefix := range []string{"/api/v1", "/v1"} {
 			if !m.exists(prefix + p) {
 				t.Errorf("%s%s is not served", prefix, p)

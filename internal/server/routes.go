@@ -55,6 +55,8 @@ func (s *Server) routes() []*route {
 		{method: "POST", path: "/messages", e2e: true, handle: s.admitted(api.KindChat, nil, s.messages)},
 		{method: "POST", path: "/responses", e2e: true, handle: s.admitted(api.KindChat, nil, s.responsesAPI)},
 		{method: "POST", path: "/embeddings", e2e: true, handle: s.admitted(api.KindEmbeddings, nil, s.embeddings)},
+		{method: "POST", path: "/rerank", e2e: true, handle: s.admitted(api.KindRerank, nil, s.rerank)},
+		{method: "POST", path: "/images/generations", e2e: true, handle: s.admitted(api.KindImages, nil, s.images)},
 		{method: "GET", path: "/models", handle: s.listModels},
 		{method: "GET", path: "/models/{model...}", handle: s.getModel},
 		{method: "POST", path: "/audio/transcriptions", e2e: true, handle: s.transcriptions,

@@ -104,9 +104,9 @@ func TestEveryInferenceRouteIsAccounted(t *testing.T) {
 			t.Errorf("%s %s: %v", r.method, r.path, err)
 		}
 	}
-	// Chat, messages, responses, embeddings, transcriptions, speech and
-	// moderations, under /v1 and /api/v1.
-	if n != 14 {
+	// Chat, messages, responses, embeddings, rerank, images,
+	// transcriptions, speech and moderations, under /v1 and /api/v1.
+	if n != 18 {
 		t.Errorf("%d inference routes", n)
 	}
 }

@@ -153,6 +153,6 @@ func modelEntry(m api.Model, created int64) api.ModelEntry {
 	return api.ModelEntry{
 		ID: m.ID, Object: "model", Created: created, OwnedBy: "svc", Capabilities: m.Capabilities, Engine: m.Engine,
 		ContextWindow: m.ContextWindow, SamplingDefaults: m.SamplingDefaults, DefaultThinking: m.DefaultThinking,
-		Voices: m.Voices, DefaultVoice: m.DefaultVoice, Local: m.Local, Simulated: m.Simulated,
+		Voices: m.Voices, DefaultVoice: m.DefaultVoice, Local: m.Local, Simulated: m.Simulated, Incomplete: m.Incomplete,
 	}
 }

@@ -147,6 +147,10 @@ func shortType(t string) string {
 		return "tts" // text to speech
 	case api.RequestModeration:
 		return "mod"
+	case api.RequestRerank:
+		return "rank"
+	case api.RequestImages:
+		return "image"
 	}
 	return t
 }

@@ -489,3 +489,13 @@ func TestFormat(t *testing.T) {
 		}
 	}
 }
+
+// Every request type's short name fits the in-flight table's TYPE column.
+func TestShortTypeFitsItsColumn(t *testing.T) {
+	for _, typ := range []string{api.RequestChat, api.RequestEmbeddings, api.RequestRerank, api.RequestImages,
+		api.RequestAudio, api.RequestSpeech, api.RequestModeration} {
+		if s := shortType(typ); len(s) > 5 || s == "" {
+			t.Errorf("%s is shown as %q", typ, s)
+		}
+	}
+}

@@ -14,6 +14,8 @@ import (
 	"github.com/svc-dev/svc/internal/chat"
 	"github.com/svc-dev/svc/internal/e2ee"
 	"github.com/svc-dev/svc/internal/engine"
+	"github.com/svc-dev/svc/internal/images"
+	"github.com/svc-dev/svc/internal/rerank"
 	"github.com/svc-dev/svc/internal/speech"
 	"github.com/svc-dev/svc/internal/transcription"
 )
@@ -89,6 +91,17 @@ func (a *Agent) openPrivate(req *api.LinkRequest, envelope []byte) (*privateRequ
 		if err != nil {
 			return nil, final(engine.Failure(http.StatusBadRequest, api.TypeInvalidRequest, invalidAt(err)))
 		}
+	case api.KindRerank:
+		if _, err := rerank.Parse(opened.Body); err != nil {
+			return nil, final(engine.Failure(http.StatusBadRequest, api.TypeInvalidRequest, invalidAt(err)))
+		}
+	case api.KindImages:
+		// As the gateway would: n set and b64_json asked for, url refused.
+		parsed, err := images.Parse(opened.Body)
+		if err != nil {
+			return nil, final(engine.Failure(http.StatusBadRequest, api.TypeInvalidRequest, invalidAt(err)))
+		}
+		p.body = parsed.Body
 	case api.KindChat:
 		parsed, err := chat.Parse(opened.Body, chat.Options{})
 		if err == nil {

@@ -325,3 +325,19 @@ func TestChatSinkFailure(t *testing.T) {
 		t.Fatalf("got %d with %d events", r.Status, len(sink.events))
 	}
 }
+
+// Ollama serves neither reranking nor image generation: a 501 that says
+// which engines do, without asking Ollama.
+func TestRerankAndImagesNotServed(t *testing.T) {
+	f := newFake(t)
+	e := f.engine(t)
+	for kind, body := range map[string]string{
+		api.KindRerank: `{"model":"bge-reranker","query":"q","documents":["a"]}`,
+		api.KindImages: `{"model":"x/z-image-turbo","prompt":"a fox"}`,
+	} {
+		r := e.Serve(context.Background(), &engine.Request{Kind: kind, Model: "m", Body: []byte(body)}, &recordSink{})
+		if r.Status != 501 || r.Error.Type != api.TypeNotSupported || r.Retryable || !strings.Contains(r.Error.Message, "--engine openai=URL") {
+			t.Fatalf("%s: %d %+v", kind, r.Status, r.Error)
+		}
+	}
+}

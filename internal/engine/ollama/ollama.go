@@ -123,7 +123,8 @@ func (e *Engine) Kind() string { return Kind }
 // Info describes the engine for the worker's hello.
 func (e *Engine) Info() api.EngineInfo { return api.EngineInfo{Kind: Kind, URL: e.base} }
 
-// Serve runs one chat, completion or embeddings request.
+// Serve runs one chat, completion or embeddings request; reranking and
+// image generation, which Ollama does not serve, are a 501.
 func (e *Engine) Serve(ctx context.Context, req *engine.Request, sink engine.Sink) *api.Result {
 	switch req.Kind {
 	case api.KindChat:
@@ -132,6 +133,14 @@ func (e *Engine) Serve(ctx context.Context, req *engine.Request, sink engine.Sin
 		return e.generate(ctx, req, sink)
 	case api.KindEmbeddings:
 		return e.embed(ctx, req, sink)
+	case api.KindRerank:
+		// A lasting limitation of the engine, not of the request: 501, so
+		// the client is told to use another model or worker.
+		return engine.Failure(http.StatusNotImplemented, api.TypeNotSupported,
+			"Ollama does not serve reranking; serve the model with vLLM or llama-server --reranking (svc worker --engine openai=URL)")
+	case api.KindImages:
+		return engine.Failure(http.StatusNotImplemented, api.TypeNotSupported,
+			"Ollama does not serve image generation over its API; serve the model with an OpenAI-compatible image server (svc worker --engine openai=URL)")
 	}
 	return engine.Failure(http.StatusNotImplemented, api.TypeNotSupported,
 		fmt.Sprintf("the Ollama engine does not serve %q requests", req.Kind))

@@ -3,7 +3,6 @@ package openai
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 
@@ -57,12 +56,18 @@ func (e *Engine) completion(ctx context.Context, req *engine.Request, sink engin
 // own name for the model and without the streaming switches: the answer
 // is read whole whatever the body said.
 func completionBody(body []byte, model string) ([]byte, error) {
+	return unstreamedBody(body, model, "completion")
+}
+
+// unstreamedBody is completionBody for a request of any kind (what names
+// it in errors).
+func unstreamedBody(body []byte, model, what string) ([]byte, error) {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(body, &m); err != nil {
-		return nil, fmt.Errorf("invalid completion request: %w", err)
+		return nil, fmt.Errorf("invalid %s request: %w", what, err)
 	}
 	if m == nil {
-		return nil, errors.New("invalid completion request: not a JSON object")
+		return nil, fmt.Errorf("invalid %s request: not a JSON object", what)
 	}
 	if model != "" {
 		name, err := json.Marshal(model)

@@ -122,9 +122,14 @@ func (e *Engine) getJSON(ctx context.Context, path string, v any) error {
 // not say, and sending chat to an embedding model fails on every engine.
 // The hints match whisper-*, gpt-4o-transcribe, parakeet-* and canary-*
 // (speech to text); tts-1, Kokoro-*, piper-*, orpheus-* and XTTS-* (text
-// to speech); and text-embedding-*, nomic-embed-*, bge-*,
-// multilingual-e5-*, gte-* and all-MiniLM-*. Speech models list no
-// voices: only --model-meta can tell them.
+// to speech); bge-reranker-*, jina-reranker-*, Qwen3-Reranker-* and
+// ms-marco cross-encoders (reranking, before the embedding hints, which
+// bge-reranker would match too); stable-diffusion-*, sdxl-*, sd3*,
+// FLUX.*, dall-e-* and any name with "image" in it, such as gpt-image-1,
+// Qwen-Image and Z-Image-Turbo (image generation); and
+// text-embedding-*, nomic-embed-*, bge-*, multilingual-e5-*, gte-* and
+// all-MiniLM-*. Speech models list no voices: only --model-meta can tell
+// them.
 func capabilities(id string) []string {
 	lower := strings.ToLower(id)
 	hints := []struct {
@@ -133,6 +138,8 @@ func capabilities(id string) []string {
 	}{
 		{[]string{api.CapTranscription}, []string{"whisper", "stt", "transcribe", "parakeet", "canary"}},
 		{[]string{api.CapSpeech}, []string{"tts", "kokoro", "piper", "speech", "orpheus", "xtts"}},
+		{[]string{api.CapRerank}, []string{"rerank", "cross-encoder", "ms-marco"}},
+		{[]string{api.CapImageGeneration}, []string{"stable-diffusion", "sdxl", "sd3", "flux.", "flux-", "dall-e", "image"}},
 		{[]string{api.CapEmbeddings}, []string{"embed", "bge", "e5-", "gte", "minilm"}},
 	}
 	for _, h := range hints {

@@ -19,6 +19,11 @@
 // --inference-path) serve with shapes of their own: transcriptions are
 // read into an api.Transcript whatever their shape (transcript.go), and
 // speech is turned into WAV whatever its encoding (speech.go).
+//
+// Reranking goes to /v1/rerank (vLLM, llama-server --reranking) and its
+// answer is normalised to one shape (rerank.go); image generation goes to
+// /v1/images/generations, asking for b64_json (images.go). An engine with
+// no route for either answers a 501.
 package openai
 
 import (
@@ -137,6 +142,10 @@ func (e *Engine) Serve(ctx context.Context, req *engine.Request, sink engine.Sin
 		return e.completion(ctx, req, sink)
 	case api.KindEmbeddings:
 		return e.embeddings(ctx, req, sink)
+	case api.KindRerank:
+		return e.rerank(ctx, req, sink)
+	case api.KindImages:
+		return e.images(ctx, req, sink)
 	case api.KindTranscription:
 		return e.transcribe(ctx, req, sink)
 	case api.KindSpeech:

@@ -37,6 +37,10 @@ type Config struct {
 	// ReasoningField names the reasoning field of HTTP replies; default
 	// "reasoning_content" (llama.cpp), "reasoning" imitates vLLM.
 	ReasoningField string
+	// Incomplete names models listed as not fully installed (a file
+	// missing): image generation on them fails with a 409, and the
+	// gateway, told by the listing, sends them none.
+	Incomplete []string
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
 	// Sleep waits d or until ctx is done; a context-aware timer when nil.
@@ -105,8 +109,9 @@ func sleep(ctx context.Context, d time.Duration) error {
 // ParseOptions reads the options of `--engine sim=...`, a comma-separated
 // list such as "tps=200,ttft=20ms,latency=0,load=1500ms,timings=1", on top
 // of DefaultConfig. Keys: tps, ttft, latency, load, rtf (AudioRTF), pull
-// (PullTime), timings and reasoning_field. Durations take Go syntax; a
-// bare number is milliseconds.
+// (PullTime), timings, reasoning_field and incomplete (a model id, once
+// for each model listed as not fully installed). Durations take Go
+// syntax; a bare number is milliseconds.
 func ParseOptions(s string) (Config, error) {
 	cfg := DefaultConfig()
 	for _, item := range strings.Split(s, ",") {
@@ -140,8 +145,13 @@ func ParseOptions(s string) (Config, error) {
 				err = fmt.Errorf("empty field name")
 			}
 			cfg.ReasoningField = val
+		case "incomplete":
+			if val == "" {
+				err = fmt.Errorf("empty model id")
+			}
+			cfg.Incomplete = append(cfg.Incomplete, val)
 		default:
-			return Config{}, fmt.Errorf("sim option %q: unknown key (want tps, ttft, latency, load, rtf, pull, timings or reasoning_field)", key)
+			return Config{}, fmt.Errorf("sim option %q: unknown key (want tps, ttft, latency, load, rtf, pull, timings, reasoning_field or incomplete)", key)
 		}
 		if err != nil {
 			return Config{}, fmt.Errorf("sim option %s: %w", key, err)
@@ -290,5 +300,14 @@ func DefaultModels() []ModelSpec {
 			Capabilities:  []string{api.CapEmbeddings},
 			ContextWindow: 512,
 		}, Dimensions: 256},
+		{Model: api.Model{
+			ID:            "sim-rerank",
+			Capabilities:  []string{api.CapRerank},
+			ContextWindow: 512,
+		}},
+		{Model: api.Model{
+			ID:           "sim-image",
+			Capabilities: []string{api.CapImageGeneration},
+		}},
 	}
 }

@@ -45,6 +45,9 @@ func TestParseOptions(t *testing.T) {
 		{name: "bad pull time", in: "pull=later", wantErr: true},
 		{name: "bad bool", in: "timings=maybe", wantErr: true},
 		{name: "empty reasoning field", in: "reasoning_field=", wantErr: true},
+		{name: "incomplete models", in: "tps=5,incomplete=sim-image,incomplete=sim-chat", want: Config{TokensPerSecond: 5, TTFT: 30 * time.Millisecond,
+			LoadTime: 1500 * time.Millisecond, AudioRTF: 0.02, PullTime: DefaultPullTime, Incomplete: []string{"sim-image", "sim-chat"}}},
+		{name: "empty incomplete", in: "incomplete=", wantErr: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -57,7 +60,7 @@ func TestParseOptions(t *testing.T) {
 			}
 			if got.TokensPerSecond != tt.want.TokensPerSecond || got.TTFT != tt.want.TTFT || got.Latency != tt.want.Latency ||
 				got.LoadTime != tt.want.LoadTime || got.LlamaTimings != tt.want.LlamaTimings || got.ReasoningField != tt.want.ReasoningField ||
-				got.AudioRTF != tt.want.AudioRTF || got.PullTime != tt.want.PullTime {
+				got.AudioRTF != tt.want.AudioRTF || got.PullTime != tt.want.PullTime || !slices.Equal(got.Incomplete, tt.want.Incomplete) {
 				t.Fatalf("ParseOptions(%q) = %+v, want %+v", tt.in, got, tt.want)
 			}
 		})
@@ -82,6 +85,8 @@ func TestDefaultModels(t *testing.T) {
 		"sim-cold":     {8192, []string{"chat"}, nil},
 		"sim-long":     {131072, []string{"chat"}, nil},
 		"sim-embed":    {512, []string{"embeddings"}, nil},
+		"sim-rerank":   {512, []string{"rerank"}, nil},
+		"sim-image":    {0, []string{"image_generation"}, nil},
 		"sim-stt":      {0, []string{"transcription"}, nil},
 		"sim-tts":      {0, []string{"speech"}, nil},
 		"guard-a:1b":   {8192, []string{"chat"}, nil},

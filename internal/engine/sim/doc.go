@@ -10,7 +10,8 @@
 //   - Handler (NewHandler), an OpenAI-compatible HTTP server speaking the
 //     plain protocol as vLLM and llama-server do: GET /v1/models,
 //     POST /v1/chat/completions (SSE or not), POST /v1/completions (raw
-//     prompts, not streamed), POST /v1/embeddings,
+//     prompts, not streamed), POST /v1/embeddings, POST /v1/rerank,
+//     POST /v1/images/generations (b64_json),
 //     POST /v1/audio/transcriptions (multipart, every OpenAI
 //     response_format), POST /v1/audio/speech (wav or pcm) and
 //     GET /health. Benchmarks hit it directly and the worker's openai
@@ -30,6 +31,17 @@
 // recorded (speech.go): voiced letters with a pitch contour, pauses at
 // spaces and punctuation, about 65 ms a letter, each voice at its own
 // pitch. Both take Config.AudioRTF times the clip's length.
+//
+// sim-rerank ranks documents by the share of the query's distinct words
+// each holds (rerank.go): an exact match scores 1, best first, ties in
+// the order sent. sim-image draws PNGs (image.go): a gradient between two
+// colours with rings about a point, all from a hash of the model, prompt,
+// seed and the image's place, at the size asked up to 1024 pixels a side
+// (a larger size is drawn scaled down, its shape kept); each PNG carries
+// a Software text saying it is simulated. The option incomplete=ID lists
+// a model as not fully installed (Model.Incomplete, a file missing): the
+// gateway then sends it no image generation, and the engine, asked
+// anyway, answers 409.
 //
 // Engine is also an engine.Installer, so `svc worker --pull ID` works
 // against it: Pull pretends to download 4 GiB over Config.PullTime
@@ -91,7 +103,8 @@
 //
 // Tests steer a request with directive lines in the last user message
 // (the text parts of it when the content is an array), a transcription's
-// prompt or a speech request's input (which does not say them aloud):
+// prompt, a speech request's input (which does not say them aloud), a
+// rerank's query or an image's prompt:
 //
 //	sim: tokens=N reasoning=N        content and thinking lengths
 //	sim: tps=X ttft=20ms slow=5ms    per-request pacing

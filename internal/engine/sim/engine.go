@@ -55,8 +55,8 @@ func (e *Engine) Models(ctx context.Context) ([]api.Model, error) {
 	return out, nil
 }
 
-// Serve answers a chat, completion, embeddings, transcription or speech
-// request.
+// Serve answers a chat, completion, embeddings, rerank, image
+// generation, transcription or speech request.
 func (e *Engine) Serve(ctx context.Context, req *engine.Request, sink engine.Sink) *api.Result {
 	switch req.Kind {
 	case api.KindChat:
@@ -65,6 +65,18 @@ func (e *Engine) Serve(ctx context.Context, req *engine.Request, sink engine.Sin
 		return e.serveCompletion(ctx, req, sink)
 	case api.KindEmbeddings:
 		return e.serveEmbeddings(ctx, req, sink)
+	case api.KindRerank:
+		reply, fail := e.sim.rerank(ctx, req.Model, req.Body)
+		if fail != nil {
+			return fail
+		}
+		return sendBody(ctx, sink, reply.body, reply.result)
+	case api.KindImages:
+		reply, fail := e.sim.generateImages(ctx, req.Model, req.Body)
+		if fail != nil {
+			return fail
+		}
+		return sendBody(ctx, sink, reply.body, reply.result)
 	case api.KindTranscription:
 		return e.serveTranscription(ctx, req, sink)
 	case api.KindSpeech:
@@ -123,4 +135,16 @@ func (e *Engine) serveEmbeddings(ctx context.Context, req *engine.Request, sink 
 		return engine.Cancelled()
 	}
 	return reply.result
+}
+
+// sendBody answers with v as JSON and reports res.
+func sendBody(ctx context.Context, sink engine.Sink, v any, res *api.Result) *api.Result {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return engine.Failure(http.StatusInternalServerError, api.TypeServer, "encode answer: "+err.Error())
+	}
+	if err := sink.Body(ctx, data); err != nil {
+		return engine.Cancelled()
+	}
+	return res
 }

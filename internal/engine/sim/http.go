@@ -20,6 +20,7 @@ const maxBodyBytes = 32 << 20
 // NewHandler returns the simulator as an OpenAI-compatible HTTP server:
 // GET /v1/models, POST /v1/chat/completions (streaming and not),
 // POST /v1/completions (not streaming), POST /v1/embeddings,
+// POST /v1/rerank, POST /v1/images/generations,
 // POST /v1/audio/transcriptions, POST /v1/audio/speech and GET /health.
 // It speaks the plain OpenAI protocol as vLLM and llama-server do, so the
 // worker's openai adapter can be tested against it and benchmarks can hit
@@ -36,6 +37,8 @@ func (e *Engine) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/chat/completions", h.chat)
 	mux.HandleFunc("POST /v1/completions", h.completions)
 	mux.HandleFunc("POST /v1/embeddings", h.embeddings)
+	mux.HandleFunc("POST /v1/rerank", h.rerank)
+	mux.HandleFunc("POST /v1/images/generations", h.images)
 	mux.HandleFunc("POST /v1/audio/transcriptions", h.transcriptions)
 	mux.HandleFunc("POST /v1/audio/speech", h.speech)
 	mux.HandleFunc("GET /health", h.health)
@@ -179,6 +182,40 @@ func (h *httpFace) embeddings(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	reply, fail := h.sim.embed(r.Context(), "", body)
+	if fail != nil {
+		if r.Context().Err() == nil {
+			writeError(w, fail)
+		}
+		return
+	}
+	writeJSON(w, http.StatusOK, reply.body)
+}
+
+// rerank serves POST /v1/rerank as vLLM and llama-server do.
+func (h *httpFace) rerank(w http.ResponseWriter, r *http.Request) {
+	body, fail := readBody(w, r)
+	if fail != nil {
+		writeError(w, fail)
+		return
+	}
+	reply, fail := h.sim.rerank(r.Context(), "", body)
+	if fail != nil {
+		if r.Context().Err() == nil {
+			writeError(w, fail)
+		}
+		return
+	}
+	writeJSON(w, http.StatusOK, reply.body)
+}
+
+// images serves POST /v1/images/generations, answering b64_json.
+func (h *httpFace) images(w http.ResponseWriter, r *http.Request) {
+	body, fail := readBody(w, r)
+	if fail != nil {
+		writeError(w, fail)
+		return
+	}
+	reply, fail := h.sim.generateImages(r.Context(), "", body)
 	if fail != nil {
 		if r.Context().Err() == nil {
 			writeError(w, fail)

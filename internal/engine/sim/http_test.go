@@ -81,8 +81,8 @@ func TestHTTPModelsAndHealth(t *testing.T) {
 		t.Fatalf("list %+v", list)
 	}
 	for _, m := range list.Data {
-		// Audio models have no context window to report.
-		audio := m.ID == "sim-stt" || m.ID == "sim-tts"
+		// Audio and image models have no context window to report.
+		audio := m.ID == "sim-stt" || m.ID == "sim-tts" || m.ID == "sim-image"
 		if m.Object != "model" || m.OwnedBy != "svc-sim" || (m.MaxModelLen == 0) != audio || m.MaxModelLen != m.Meta.NCtxTrain || m.Created == 0 {
 			t.Fatalf("model %+v", m)
 		}

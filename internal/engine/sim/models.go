@@ -101,6 +101,11 @@ func (m *model) listing(now time.Time) api.Model {
 	out := m.spec.Model
 	out.Capabilities = slices.Clone(m.spec.Capabilities)
 	out.Voices = slices.Clone(m.spec.Voices)
+	if in := m.spec.Incomplete; in != nil {
+		c := *in
+		c.Missing = slices.Clone(in.Missing)
+		out.Incomplete = &c
+	}
 	out.SamplingDefaults = maps.Clone(m.spec.SamplingDefaults)
 	if m.spec.DefaultThinking != nil {
 		v := *m.spec.DefaultThinking

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/svc-dev/svc/internal/api"
@@ -20,7 +21,22 @@ type simulator struct {
 
 func newSimulator(cfg Config) *simulator {
 	cfg = cfg.withDefaults()
-	return &simulator{cfg: cfg, models: newCatalog(cfg.Models)}
+	specs := slices.Clone(cfg.Models)
+	for i := range specs {
+		if slices.Contains(cfg.Incomplete, specs[i].ID) {
+			specs[i].Incomplete = &api.Incomplete{Missing: []string{missingFile(&specs[i])}}
+		}
+	}
+	return &simulator{cfg: cfg, models: newCatalog(specs)}
+}
+
+// missingFile is the file a model listed as not fully installed lacks:
+// what such a model most often lacks on a real engine.
+func missingFile(spec *ModelSpec) string {
+	if spec.Has(api.CapImageGeneration) {
+		return "vae/diffusion_pytorch_model.safetensors"
+	}
+	return "mmproj.gguf"
 }
 
 // job is one chat request, planned and ready to run.
@@ -124,6 +140,10 @@ func endpointOf(spec *ModelSpec) string {
 		return "/v1/audio/transcriptions"
 	case spec.Has(api.CapSpeech):
 		return "/v1/audio/speech"
+	case spec.Has(api.CapRerank):
+		return "/v1/rerank"
+	case spec.Has(api.CapImageGeneration):
+		return "/v1/images/generations"
 	}
 	return "/v1/chat/completions"
 }
