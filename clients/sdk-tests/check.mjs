@@ -89,6 +89,26 @@ const checks = {
     return { request_id: second.svc?.request_id };
   },
 
+  async "openai images"() {
+    const { data, response } = await openai.images
+      .generate({ model: "sim-image", prompt: "a red fox in the snow", size: "256x256", response_format: "b64_json" })
+      .withResponse();
+    must(data.data.length === 1 && data.data[0].b64_json.startsWith("iVBORw0KGgo"), "not one PNG", data.data.length);
+    return { request_id: response.headers.get("x-request-id"), request_type: "images", model: "sim-image" };
+  },
+
+  async "openai rerank"() {
+    // The SDK has no rerank method; its generic post is what clients use.
+    const { data, response } = await openai
+      .post("/rerank", {
+        body: { model: "sim-rerank", query: "red fox", documents: ["a blue whale", "the red fox jumps", "a red car"], top_n: 2 },
+      })
+      .withResponse();
+    must(data.results.length === 2 && data.results[0].index === 1, "ranking", data.results);
+    must(data.results[0].relevance_score >= data.results[1].relevance_score, "not best first", data.results);
+    return { request_id: response.headers.get("x-request-id"), request_type: "rerank", model: "sim-rerank" };
+  },
+
   async "anthropic messages"() {
     const { data, response } = await anthropic.messages
       .create({ model, max_tokens: 64, system: "be brief", messages: [{ role: "user", content: "hello there" }] })
