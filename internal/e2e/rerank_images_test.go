@@ -68,7 +68,6 @@ func TestRerankAndImages(t *testing.T) {
 	key := s.adminKey()
 	startWorker(t, s.URL, s.tokenFile(), "gpu-1", "--engine", "sim=tps=0,ttft=0")
 
-	var ids []string
 	for _, prefix := range []string{"/v1", "/api/v1"} {
 		r := s.do("POST", prefix+"/rerank",
 			`{"model":"sim-rerank","query":"red fox","documents":["a blue whale",{"text":"the red fox"},"red sky"],"top_n":2}`, bearer(key))
@@ -86,7 +85,6 @@ func TestRerankAndImages(t *testing.T) {
 			row["worker_name"] != "gpu-1" || row["status_code"] != 200.0 || row["images"] != 0.0 {
 			t.Fatalf("rerank row %v", row)
 		}
-		ids = append(ids, r.Header.Get("X-Request-Id"))
 
 		r = s.do("POST", prefix+"/images/generations", `{"model":"sim-image","prompt":"a red fox","n":2,"size":"256x256"}`, bearer(key))
 		var ir imagesReply
@@ -122,7 +120,7 @@ func TestRerankAndImages(t *testing.T) {
 	// The official client's images call works unchanged.
 	client := sdk(s, key, "/v1")
 	res, err := client.Images.Generate(context.Background(), openai.ImageGenerateParams{Model: "sim-image", Prompt: "a fox",
-		Size: openai.ImageGenerateParamsSize256x256, ResponseFormat: openai.ImageGenerateParamsResponseFormatB64JSON})
+		Size: openai.ImageGenerateParamsSize("256x256"), ResponseFormat: openai.ImageGenerateParamsResponseFormatB64JSON})
 	if err != nil || len(res.Data) != 1 || res.Data[0].B64JSON == "" {
 		t.Fatalf("sdk images %+v, %v", res, err)
 	}
@@ -283,7 +281,7 @@ func TestPrivateRerankAndImages(t *testing.T) {
 		t.Fatalf("sealed rerank %+v, %v", rr, err)
 	}
 	res, err := client.Images.Generate(ctx, openai.ImageGenerateParams{Model: "sim-image", Prompt: "a fox " + marker, N: openai.Int(2),
-		Size: openai.ImageGenerateParamsSize256x256})
+		Size: openai.ImageGenerateParamsSize("256x256")})
 	if err != nil || len(res.Data) != 2 || res.Data[1].B64JSON == "" || svcOf(t, res.RawJSON())["worker"] == nil {
 		t.Fatalf("sealed images %+v, %v", res, err)
 	}
