@@ -225,9 +225,9 @@ func (u *Usage) bump(b *bbolt.Bucket, key []byte, d *api.UsageTotals, named bool
 // UsageQuery filters and pages a listing.
 type UsageQuery = store.UsageQuery
 
-// Logs lists rows newest first, filtered by worker when WorkerID != "".
-// Only the rows of the page are decoded: the filter reads a compact row's
-// worker field alone.
+// Logs lists rows newest first, filtered by worker, status and model when
+// set. Without a status or model filter only the rows of the page are
+// decoded: the worker filter reads a compact row's worker field alone.
 func (u *Usage) Logs(orgID string, q UsageQuery) ([]api.UsageRow, error) {
 	out := []api.UsageRow{}
 	if q.Limit <= 0 {
@@ -249,6 +249,9 @@ func (u *Usage) Logs(orgID string, q UsageQuery) ([]api.UsageRow, error) {
 			k, v = c.Prev()
 		}
 		skipped := 0
+		// A status or model filter decodes each row the worker filter
+		// kept: those fields sit behind variable-length ones.
+		decodeAll := q.Status != 0 || q.Model != ""
 		for ; k != nil && bytes.HasPrefix(k, prefix); k, v = c.Prev() {
 			if filter != nil {
 				ok, err := filter.match(v)
@@ -259,13 +262,25 @@ func (u *Usage) Logs(orgID string, q UsageQuery) ([]api.UsageRow, error) {
 					continue
 				}
 			}
+			var r api.UsageRow
+			if decodeAll {
+				var err error
+				if r, err = decodeUsageRow(v); err != nil {
+					return fmt.Errorf("usage row %q: %w", k, err)
+				}
+				if q.Status != 0 && r.StatusCode != q.Status || q.Model != "" && r.Model != q.Model {
+					continue
+				}
+			}
 			if skipped < q.Offset {
 				skipped++
 				continue
 			}
-			r, err := decodeUsageRow(v)
-			if err != nil {
-				return fmt.Errorf("usage row %q: %w", k, err)
+			if !decodeAll {
+				var err error
+				if r, err = decodeUsageRow(v); err != nil {
+					return fmt.Errorf("usage row %q: %w", k, err)
+				}
 			}
 			out = append(out, r)
 			if len(out) >= q.Limit {

@@ -100,12 +100,15 @@ type LogsQuery struct {
 	Limit    int
 	Offset   int
 	WorkerID string
+	Status   int    // 0: any
+	Model    string // "": any
 }
 
 // UsageLogs lists completed requests, newest first.
 func (c *Client) UsageLogs(ctx context.Context, q LogsQuery) ([]api.UsageRow, error) {
 	var out []api.UsageRow
-	err := c.Do(ctx, http.MethodGet, "/api/v1/usage/logs"+query("limit", itoa(q.Limit), "offset", itoa(q.Offset), "worker_id", q.WorkerID), nil, &out)
+	err := c.Do(ctx, http.MethodGet, "/api/v1/usage/logs"+query("limit", itoa(q.Limit), "offset", itoa(q.Offset), "worker_id", q.WorkerID,
+		"status", itoa(q.Status), "model", q.Model), nil, &out)
 	return out, err
 }
 

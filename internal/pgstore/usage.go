@@ -338,7 +338,8 @@ func (u *Usage) Record(orgID string, row api.UsageRow) { u.box.RecordUsage(orgID
 // Sync returns once the rows recorded before it are in the database.
 func (u *Usage) Sync(ctx context.Context) error { return u.ship.Sync(ctx) }
 
-// Logs lists rows newest first, filtered by worker when WorkerID != "",
+// Logs lists rows newest first, filtered by worker, status and model when
+// set,
 // in the order bbolt lists them: by time to the nanosecond, then the
 // order they were recorded in.
 func (u *Usage) Logs(orgID string, q store.UsageQuery) ([]api.UsageRow, error) {
@@ -348,13 +349,21 @@ func (u *Usage) Logs(orgID string, q store.UsageQuery) ([]api.UsageRow, error) {
 	}
 	ctx, cancel := ctxFor()
 	defer cancel()
-	sql := `SELECT data FROM svc_usage_rows WHERE org_id = $1 ORDER BY created_ns DESC, seq DESC LIMIT $2 OFFSET $3`
+	where := "org_id = $1"
 	args := []any{pgText(orgID), q.Limit, max(q.Offset, 0)}
 	if q.WorkerID != "" {
-		sql = `SELECT data FROM svc_usage_rows WHERE org_id = $1 AND worker_id = $4
-			ORDER BY created_ns DESC, seq DESC LIMIT $2 OFFSET $3`
 		args = append(args, pgText(q.WorkerID))
+		where += fmt.Sprintf(" AND worker_id = $%d", len(args))
 	}
+	if q.Status != 0 {
+		args = append(args, q.Status)
+		where += fmt.Sprintf(" AND status_code = $%d", len(args))
+	}
+	if q.Model != "" {
+		args = append(args, pgText(q.Model))
+		where += fmt.Sprintf(" AND model = $%d", len(args))
+	}
+	sql := `SELECT data FROM svc_usage_rows WHERE ` + where + ` ORDER BY created_ns DESC, seq DESC LIMIT $2 OFFSET $3`
 	rows, err := u.s.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list usage rows: %w", err)

@@ -21,14 +21,19 @@ func (s *Server) usageLogs(c *call) error {
 	q := query{c: c}
 	limit := q.intRange("limit", 50, 1, 1000)
 	offset := q.intRange("offset", 0, 0, 1<<31-1)
+	// status and model narrow the log to the failures or the model being
+	// looked into; 0 and "" keep every row.
+	status := q.intRange("status", 0, 100, 599)
 	if err := q.v.Err(); err != nil {
 		return err
 	}
 	if err := s.syncUsage(c); err != nil {
 		return err
 	}
+	args := c.ctx.QueryArgs()
 	rows, err := s.usage.Logs(c.principal.OrgID, store.UsageQuery{
-		WorkerID: string(c.ctx.QueryArgs().Peek("worker_id")), Limit: limit, Offset: offset})
+		WorkerID: string(args.Peek("worker_id")), Status: status, Model: string(args.Peek("model")),
+		Limit: limit, Offset: offset})
 	return respond(c, http.StatusOK, rows, err)
 }
 

@@ -15,8 +15,12 @@ import (
 // UsageQuery filters and pages a listing of usage rows.
 type UsageQuery struct {
 	WorkerID string
-	Limit    int
-	Offset   int
+	// Status and Model, when set, keep only the rows with that status
+	// code and that model.
+	Status int
+	Model  string
+	Limit  int
+	Offset int
 }
 
 // EventQuery filters and pages a listing of worker events.

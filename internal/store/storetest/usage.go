@@ -281,10 +281,11 @@ func usageLogsPaged(t *testing.T, l Logs) {
 		}
 	}
 	l.Sync(t)
-	filter := func(rows []api.UsageRow, worker string) []api.UsageRow {
+	filter := func(rows []api.UsageRow, q store.UsageQuery) []api.UsageRow {
 		out := []api.UsageRow{}
 		for _, r := range rows {
-			if worker == "" || r.WorkerID == worker {
+			if (q.WorkerID == "" || r.WorkerID == q.WorkerID) && (q.Status == 0 || r.StatusCode == q.Status) &&
+				(q.Model == "" || r.Model == q.Model) {
 				out = append(out, cleaned(r))
 			}
 		}
@@ -294,12 +295,18 @@ func usageLogsPaged(t *testing.T, l Logs) {
 	}
 	for org, rows := range byOrg {
 		// "w-1" is a prefix of "w-10" to "w-12", and matches none of them.
-		for _, worker := range []string{"", "w-01", "w-12", "w-1", "w-99"} {
-			all := filter(rows, worker)
+		// Status and model filters, alone and with a worker's.
+		queries := []store.UsageQuery{{}, {WorkerID: "w-01"}, {WorkerID: "w-12"}, {WorkerID: "w-1"}, {WorkerID: "w-99"},
+			{Status: 200}, {Status: 499}, {Status: 418}, {Model: "model-03"}, {Model: "model-3"},
+			{WorkerID: "w-01", Status: 200}, {WorkerID: "w-02", Model: "model-04", Status: 200}}
+		for _, q := range queries {
+			worker := q.WorkerID
+			all := filter(rows, q)
 			for _, page := range []struct{ limit, offset int }{
 				{1, 0}, {7, 0}, {7, 3}, {100, 50}, {1000, 0}, {10, len(all) - 1}, {10, len(all)}, {10, len(all) + 5}, {0, 0}, {-1, 0}, {5, -3},
 			} {
-				got, err := l.Usage.Logs(org, store.UsageQuery{WorkerID: worker, Limit: page.limit, Offset: page.offset})
+				q.Limit, q.Offset = page.limit, page.offset
+				got, err := l.Usage.Logs(org, q)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -309,8 +316,8 @@ func usageLogsPaged(t *testing.T, l Logs) {
 					want = all[lo:min(lo+page.limit, len(all))]
 				}
 				if got == nil || !reflect.DeepEqual(got, want) {
-					t.Fatalf("org %s worker %q limit %d offset %d: %d rows, want %d (first differing at %d)",
-						org, worker, page.limit, page.offset, len(got), len(want), firstDiff(got, want))
+					t.Fatalf("org %s worker %q status %d model %q limit %d offset %d: %d rows, want %d (first differing at %d)",
+						org, worker, q.Status, q.Model, page.limit, page.offset, len(got), len(want), firstDiff(got, want))
 				}
 			}
 		}
