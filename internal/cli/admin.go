@@ -133,7 +133,7 @@ func (o *AdminOptions) printOrg(org api.Organization) error {
 }
 
 func newCmdAdminOrgs(o *AdminOptions) *cobra.Command {
-	cmd := &cobra.Command{Use: "orgs", Short: "List, create and show organisations"}
+	cmd := &cobra.Command{Use: "orgs", Short: "List, create and show organisations (alone: list them)", Args: groupArgs}
 	list := &cobra.Command{
 		Use: "list", Short: "List organisations", Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -183,6 +183,7 @@ func newCmdAdminOrgs(o *AdminOptions) *cobra.Command {
 			})
 		},
 	}
+	cmd.RunE = list.RunE
 	cmd.AddCommand(list, create, show)
 	return cmd
 }

@@ -14,28 +14,30 @@ import (
 
 // NewCmdAdminKeys builds `svc admin keys`; runF replaces `keys create` in tests.
 func NewCmdAdminKeys(o *AdminOptions, runF func(*KeyCreateOptions) error) *cobra.Command {
-	cmd := &cobra.Command{Use: "keys", Short: "Create, list and revoke API keys"}
-	cmd.AddCommand(
-		&cobra.Command{
-			Use: "list", Short: "List the organisation's API keys, revoked ones included", Args: noArgs,
-			RunE: func(cmd *cobra.Command, _ []string) error {
-				return o.withClient(cmd, func(ctx context.Context, c *client.Client) error {
-					keys, err := c.ListKeys(ctx, o.Org)
-					if err != nil {
-						return err
-					}
-					if o.Exporter.Enabled() {
-						return o.Exporter.Write(o.IO.Out, keys)
-					}
-					t := newTablePrinter(o.IO, "KEY", "NAME", "USER", "PERMISSIONS", "FILTER", "CREATED", "LAST USED", "REVOKED")
-					for _, k := range keys {
-						t.row(k.Prefix, k.Name, k.User, describePermissions(k), onOff(k.ContentFilter),
-							t.fmtTime(k.CreatedAt), t.fmtTimePtr(k.LastUsedAt), t.fmtTimePtr(k.RevokedAt))
-					}
-					return t.render()
-				})
-			},
+	cmd := &cobra.Command{Use: "keys", Short: "Create, list and revoke API keys (alone: list them)", Args: groupArgs}
+	list := &cobra.Command{
+		Use: "list", Short: "List the organisation's API keys, revoked ones included", Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return o.withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				keys, err := c.ListKeys(ctx, o.Org)
+				if err != nil {
+					return err
+				}
+				if o.Exporter.Enabled() {
+					return o.Exporter.Write(o.IO.Out, keys)
+				}
+				t := newTablePrinter(o.IO, "KEY", "NAME", "USER", "PERMISSIONS", "FILTER", "CREATED", "LAST USED", "REVOKED")
+				for _, k := range keys {
+					t.row(k.Prefix, k.Name, k.User, describePermissions(k), onOff(k.ContentFilter),
+						t.fmtTime(k.CreatedAt), t.fmtTimePtr(k.LastUsedAt), t.fmtTimePtr(k.RevokedAt))
+				}
+				return t.render()
+			})
 		},
+	}
+	cmd.RunE = list.RunE
+	cmd.AddCommand(
+		list,
 		NewCmdAdminKeysCreate(o, runF),
 		&cobra.Command{
 			Use: "revoke KEY", Short: "Revoke an API key by id or prefix", Args: exactArgs(1),

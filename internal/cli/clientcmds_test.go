@@ -199,14 +199,36 @@ func TestUsageTables(t *testing.T) {
 		"GET /api/v1/usage/summary":   {body: "summary.json"},
 		"GET /api/v1/usage/daily":     {body: "daily.json"},
 		"GET /api/v1/usage/breakdown": {body: "breakdown.json"},
+		"GET /api/v1/workers":         {body: "workers.json"},
 	})
 	env := gatewayEnv(g)
 
+	// An id not in the list is taken as it is; a name is its worker's id.
 	r := cliRun{env: env}.run(t, "usage", "logs", "--worker", "wk_1", "--offset", "3")
 	q := g.last("/api/v1/usage/logs").Query
-	if r.code != 0 || q.Get("limit") != "50" || q.Get("offset") != "3" || q.Get("worker_id") != "wk_1" {
+	if r.code != 0 || q.Get("limit") != "50" || q.Get("offset") != "3" || q.Get("worker_id") != "wk_1" || q.Has("status") || q.Has("model") {
 		t.Fatalf("exit %d, query %v: %s", r.code, q, r.stderr)
 	}
+	r = cliRun{env: env}.run(t, "usage", "--worker", "gpu-box-1", "--status", "499", "--model", "qwen3-32b", "--json")
+	q = g.last("/api/v1/usage/logs").Query
+	if r.code != 0 || q.Get("worker_id") != "wk_0000000000000001" || q.Get("status") != "499" || q.Get("model") != "qwen3-32b" ||
+		!strings.HasPrefix(r.stdout, "[") {
+		t.Fatalf("svc usage alone: exit %d, query %v: %s%s", r.code, q, r.stdout, r.stderr)
+	}
+	r = cliRun{env: env}.run(t, "usage", "inflight", "--worker", "demo-sim")
+	if q = g.last("/api/v1/usage/inflight").Query; r.code != 0 || q.Get("worker_id") != "wk_0000000000000002" {
+		t.Fatalf("inflight by name: exit %d, query %v: %s", r.code, q, r.stderr)
+	}
+	before := len(g.sent)
+	for _, args := range [][]string{
+		{"usage", "logs", "--status", "42"},
+		{"workers", "events", "--type", "bogus"},
+	} {
+		if r = (cliRun{env: env}).run(t, args...); r.code != exitUsage || len(g.sent) != before {
+			t.Fatalf("%v: exit %d %q", args, r.code, r.stderr)
+		}
+	}
+	r = cliRun{env: env}.run(t, "usage", "logs", "--worker", "wk_1", "--offset", "3")
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
 	if len(lines) != 3 || !regexp.MustCompile(`^TIME\s+ID\s+MODEL\s+STATUS\s+TOKENS\s+DURATION\s+TTFT\s+ENERGY\s+WORKER\s+NOTE$`).MatchString(lines[0]) {
 		t.Fatalf("logs:\n%s", r.stdout)

@@ -22,19 +22,24 @@ totals over the last days (UTC days, today included). Needs a key with the
 usage:read permission.
 
 ` + clientHelp,
-		Example: `  svc usage inflight
-  svc usage logs --limit 20
-  svc usage logs --json --jq '.[] | select(.status_code==499) | .id'
+		Example: `  svc usage                       # the request log, as svc usage logs
+  svc usage inflight
+  svc usage logs --limit 20 --status 429 --model sim-chat
+  svc usage logs --worker gpu-box-1 --json --jq '.[] | select(.status_code==499) | .id'
   svc usage summary --days 7
   svc usage breakdown --sort requests`,
 		GroupID: groupClient,
 		Args:    groupArgs,
-		RunE:    func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	AddClientFlags(cmd)
+	// Alone, svc usage lists the log: the list people look for first. It
+	// takes the log's flags, bound to the same options as svc usage logs.
+	logs := NewCmdUsageLogs(f, nil)
+	cmd.Flags().AddFlagSet(logs.Flags())
+	cmd.RunE = logs.RunE
 	cmd.AddCommand(
 		NewCmdUsageInflight(f, nil),
-		NewCmdUsageLogs(f, nil),
+		logs,
 		NewCmdUsageSummary(f, nil),
 		NewCmdUsageDaily(f, nil),
 		NewCmdUsageBreakdown(f, nil),
@@ -68,9 +73,19 @@ func NewCmdUsageInflight(f *Factory, runF func(*UsageInflightOptions) error) *co
 			return f.explainAPIError(cmd, usageInflightRun(cmd.Context(), opts))
 		},
 	}
-	cmd.Flags().StringVar(&opts.WorkerID, "worker", "", "only requests on this worker (its id)")
+	cmd.Flags().StringVar(&opts.WorkerID, "worker", "", "only requests on this worker (its name or id)")
 	opts.Exporter.AddFlags(cmd, false)
 	return cmd
+}
+
+// workerID is the id of the worker a --worker flag names, by name or id;
+// "" for none.
+func workerID(ctx context.Context, c *client.Client, arg string) (string, error) {
+	if arg == "" {
+		return "", nil
+	}
+	w, err := resolveWorker(ctx, c, arg)
+	return w.WorkerID, err
 }
 
 func usageInflightRun(ctx context.Context, opts *UsageInflightOptions) error {
@@ -78,7 +93,11 @@ func usageInflightRun(ctx context.Context, opts *UsageInflightOptions) error {
 	if err != nil {
 		return err
 	}
-	reqs, err := c.Inflight(ctx, opts.WorkerID)
+	id, err := workerID(ctx, c, opts.WorkerID)
+	if err != nil {
+		return err
+	}
+	reqs, err := c.Inflight(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -133,6 +152,9 @@ func NewCmdUsageLogs(f *Factory, runF func(*UsageLogsOptions) error) *cobra.Comm
 			if err := checkPage(opts.Query.Limit, opts.Query.Offset); err != nil {
 				return err
 			}
+			if s := opts.Query.Status; s != 0 && (s < 100 || s > 599) {
+				return usageErrorf("--status %d: a status code is between 100 and 599", s)
+			}
 			if err := opts.Exporter.Prepare(); err != nil {
 				return err
 			}
@@ -146,7 +168,9 @@ func NewCmdUsageLogs(f *Factory, runF func(*UsageLogsOptions) error) *cobra.Comm
 	fl := cmd.Flags()
 	fl.IntVar(&opts.Query.Limit, "limit", 50, "how many requests, 1-1000")
 	fl.IntVar(&opts.Query.Offset, "offset", 0, "how many of the newest requests to skip")
-	fl.StringVar(&opts.Query.WorkerID, "worker", "", "only requests served by this worker (its id)")
+	fl.StringVar(&opts.Query.WorkerID, "worker", "", "only requests served by this worker (its name or id)")
+	fl.IntVar(&opts.Query.Status, "status", 0, "only requests answered with this status code, such as 429 or 499")
+	fl.StringVar(&opts.Query.Model, "model", "", "only requests for this model")
 	opts.Exporter.AddFlags(cmd, false)
 	return cmd
 }
@@ -156,7 +180,11 @@ func usageLogsRun(ctx context.Context, opts *UsageLogsOptions) error {
 	if err != nil {
 		return err
 	}
-	rows, err := c.UsageLogs(ctx, opts.Query)
+	q := opts.Query
+	if q.WorkerID, err = workerID(ctx, c, q.WorkerID); err != nil {
+		return err
+	}
+	rows, err := c.UsageLogs(ctx, q)
 	if err != nil {
 		return err
 	}

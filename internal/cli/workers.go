@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -171,6 +172,9 @@ models held back, and answering again). Events are kept for 30 days.`,
 			if err := checkPage(opts.Query.Limit, opts.Query.Offset); err != nil {
 				return err
 			}
+			if t := opts.Query.EventType; t != "" && !slices.Contains(eventTypes, t) {
+				return usageErrorf("--type %q is not an event type: %s", t, strings.Join(eventTypes, ", "))
+			}
 			if err := opts.Exporter.Prepare(); err != nil {
 				return err
 			}
@@ -182,7 +186,7 @@ models held back, and answering again). Events are kept for 30 days.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&opts.Query.WorkerID, "worker", "", "only this worker's events (its id)")
+	fl.StringVar(&opts.Query.WorkerID, "worker", "", "only this worker's events (its name or id)")
 	fl.StringVar(&opts.Query.EventType, "type", "", "only events of this type: "+strings.Join(eventTypes, ", "))
 	fl.IntVar(&opts.Query.Limit, "limit", 50, "how many events, 1-1000")
 	fl.IntVar(&opts.Query.Offset, "offset", 0, "how many of the newest events to skip")
@@ -196,7 +200,11 @@ func eventsRun(ctx context.Context, opts *EventsOptions) error {
 	if err != nil {
 		return err
 	}
-	events, err := c.WorkerEvents(ctx, opts.Query)
+	q := opts.Query
+	if q.WorkerID, err = workerID(ctx, c, q.WorkerID); err != nil {
+		return err
+	}
+	events, err := c.WorkerEvents(ctx, q)
 	if err != nil {
 		return err
 	}
