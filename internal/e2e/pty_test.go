@@ -23,7 +23,9 @@ import (
 // something (its background colour, the cursor position) at start-up
 // waits for an answer that never comes: bubbletea v1 did so from a
 // package init, stalling every command, even `svc version`, for 5 s.
-// Each command must finish well within a second and send no query.
+// Each command must send no query, and finish well before such a stall
+// would end: the bound is far from both, since a loaded machine takes
+// over a second to start a process on a pty.
 func TestPtyNoTerminalQueries(t *testing.T) {
 	for _, args := range [][]string{
 		{"version"},
@@ -37,8 +39,8 @@ func TestPtyNoTerminalQueries(t *testing.T) {
 					t.Errorf("svc %s queried the terminal with %q: %q…", strings.Join(args, " "), q, out[:min(len(out), i+80)])
 				}
 			}
-			if took > time.Second {
-				t.Errorf("svc %s took %s on a terminal that does not answer queries, want under 1s", strings.Join(args, " "), took.Round(time.Millisecond))
+			if took > 3*time.Second {
+				t.Errorf("svc %s took %s on a terminal that does not answer queries, want under 3s", strings.Join(args, " "), took.Round(time.Millisecond))
 			}
 			if !strings.Contains(out, "svc") {
 				t.Errorf("svc %s printed nothing recognisable:\n%q", strings.Join(args, " "), out)
