@@ -39,6 +39,9 @@ type TranscriptionParams struct {
 	BeamSize    int     `json:"beam_size,omitempty"`
 	// Words asks for word-level timestamps.
 	Words bool `json:"words,omitempty"`
+	// Translate asks for the speech in English, whatever its language
+	// (POST /v1/audio/translations).
+	Translate bool `json:"translate,omitempty"`
 	// Format (AudioWAV, AudioMP3 or AudioFLAC), Seconds and Bytes describe
 	// the file that follows.
 	Format  string  `json:"format"`

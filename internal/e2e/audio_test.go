@@ -661,3 +661,42 @@ func TestAudioModelsListed(t *testing.T) {
 		t.Fatalf("models %s", r.Body)
 	}
 }
+
+// POST /v1/audio/translations is a transcription into English: served
+// under both prefixes by the simulator in process and, through the openai
+// adapter, by an OpenAI-protocol server (svc sim); its row is an audio
+// row; a language or timestamp granularities are refused, and sealed audio
+// is sent to transcriptions.
+func TestTranslations(t *testing.T) {
+	s, key := audioGateway(t, "tps=0,ttft=0,rtf=0")
+	engine := startSim(t, "tps=0,ttft=0,rtf=0")
+	startWorker(t, s.URL, s.tokenFile(), "openai-box", "--engine", "openai="+engine)
+	cases := []struct{ prefix, model, worker string }{
+		{"/v1", "stt-large-v3", "audio-box"},
+		{"/api/v1", "stt-large-v3", "audio-box"},
+		{"/v1", "sim-stt", "openai-box"},
+	}
+	for _, tc := range cases {
+		ct, body := upload(t, tone(t, 3, 16000), "model", tc.model, "response_format", "verbose_json")
+		id := s.workerNamed(key, tc.worker, statusIs("healthy"))["worker_id"].(string)
+		r := s.post(tc.prefix+"/audio/translations", ct, body, bearer(key), header{"X-Svc-Worker-Id", id})
+		reply := r.JSON(t)
+		if r.Status != 200 || reply["language"] != "en" || reply["text"] == "" || r.Header.Get("X-Worker-Name") != tc.worker {
+			t.Fatalf("%s %s on %s: %d %s", tc.prefix, tc.model, tc.worker, r.Status, r.Body)
+		}
+		row := waitRow(t, s, key, r.Header.Get("X-Request-Id"))
+		if row["request_type"] != "audio" || row["audio_seconds"] != 3.0 || row["audio_format"] != "wav" || row["status_code"] != 200.0 {
+			t.Fatalf("row %v", row)
+		}
+	}
+	for _, extra := range [][]string{{"language", "de"}, {"timestamp_granularities[]", "word"}} {
+		ct, body := upload(t, tone(t, 1, 16000), append([]string{"model", "stt-large-v3", "response_format", "verbose_json"}, extra...)...)
+		if r := s.post("/v1/audio/translations", ct, body, bearer(key)); r.Status != 422 || !strings.Contains(string(r.Body), strings.TrimSuffix(extra[0], "[]")) {
+			t.Fatalf("%v: %d %s", extra, r.Status, r.Body)
+		}
+	}
+	if r := s.post("/v1/audio/translations", "application/vnd.svc.e2e+json", []byte(`{}`), bearer(key)); r.Status != 400 ||
+		!strings.Contains(string(r.Body), "/v1/audio/transcriptions") {
+		t.Fatalf("sealed: %d %s", r.Status, r.Body)
+	}
+}

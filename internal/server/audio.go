@@ -12,10 +12,25 @@ import (
 	"github.com/svc-dev/svc/internal/transcription"
 )
 
-// transcriptions is POST /v1/audio/transcriptions: check the upload as it
-// arrives, spooling the file to disk, then send the file to a worker and
-// render the transcript as asked.
+// transcriptions is POST /v1/audio/transcriptions.
 func (s *Server) transcriptions(c *call) error {
+	return s.transcribe(c, transcription.Parse)
+}
+
+// translations is POST /v1/audio/translations: a transcription whose text
+// comes out in English.
+func (s *Server) translations(c *call) error {
+	if sealed(c) {
+		return &api.Error{Kind: api.KindInvalidRequest, Type: api.TypeInvalidEncryptedRequest,
+			Message: "Encrypted audio is transcribed, not translated: send it to /v1/audio/transcriptions"}
+	}
+	return s.transcribe(c, transcription.ParseTranslation)
+}
+
+// transcribe checks the upload as it arrives with parse, spooling the
+// file to disk, then sends the file to a worker and renders the
+// transcript as asked.
+func (s *Server) transcribe(c *call, parse func(string, io.Reader, io.Writer) (*transcription.Request, error)) error {
 	if sealed(c) {
 		// A sealed upload goes to the worker as it came: it is read whole,
 		// within the same limit.
@@ -42,7 +57,7 @@ func (s *Server) transcriptions(c *call) error {
 		// fasthttp read the body whole.
 		body = bytes.NewReader(c.ctx.PostBody())
 	}
-	req, err := transcription.Parse(string(c.ctx.Request.Header.ContentType()), body, sp)
+	req, err := parse(string(c.ctx.Request.Header.ContentType()), body, sp)
 	if errors.Is(err, transcription.ErrBodyTooLarge) {
 		// The rest of the body is still coming and will not be read.
 		c.ctx.SetConnectionClose()

@@ -61,6 +61,8 @@ func (s *Server) routes() []*route {
 		{method: "GET", path: "/models/{model...}", handle: s.getModel},
 		{method: "POST", path: "/audio/transcriptions", e2e: true, handle: s.transcriptions,
 			maxBody: transcription.MaxBody, tooLarge: transcription.ErrTooLarge, streamed: true},
+		{method: "POST", path: "/audio/translations", e2e: true, handle: s.translations,
+			maxBody: transcription.MaxBody, tooLarge: transcription.ErrTooLarge, streamed: true},
 		{method: "POST", path: "/audio/speech", e2e: true, handle: s.admitted(api.KindSpeech, nil, s.speech)},
 		{method: "POST", path: "/moderations", handle: s.admitted(api.KindModeration, moderation.ShapeError, s.moderations)},
 	}

@@ -105,8 +105,9 @@ func TestEveryInferenceRouteIsAccounted(t *testing.T) {
 		}
 	}
 	// Chat, messages, responses, embeddings, rerank, images,
-	// transcriptions, speech and moderations, under /v1 and /api/v1.
-	if n != 18 {
+	// transcriptions, translations, speech and moderations, under /v1 and
+	// /api/v1.
+	if n != 20 {
 		t.Errorf("%d inference routes", n)
 	}
 }

@@ -68,9 +68,20 @@ var ErrBodyTooLarge = &api.Error{Kind: api.KindTooLarge, Code: "file_too_large",
 // whatever else is wrong with it, so a refusal reads the rest of the body,
 // up to the limit.
 func Parse(contentType string, body io.Reader, spool io.Writer) (*Request, error) {
+	return parseUpload(contentType, body, spool, false)
+}
+
+// ParseTranslation is Parse for POST /v1/audio/translations: the same
+// form, but the speech comes out in English, so language and timestamp
+// granularities are not taken.
+func ParseTranslation(contentType string, body io.Reader, spool io.Writer) (*Request, error) {
+	return parseUpload(contentType, body, spool, true)
+}
+
+func parseUpload(contentType string, body io.Reader, spool io.Writer, translate bool) (*Request, error) {
 	lr := &limitReader{r: body, left: MaxBody}
 	sw := &spoolWriter{w: spool}
-	r, err := parse(contentType, lr, sw)
+	r, err := parse(contentType, lr, sw, translate)
 	if err != nil && !lr.over && sw.err == nil {
 		_, _ = io.Copy(io.Discard, lr)
 	}
@@ -98,12 +109,12 @@ func (s *spoolWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-func parse(contentType string, body io.Reader, spool io.Writer) (*Request, error) {
+func parse(contentType string, body io.Reader, spool io.Writer, translate bool) (*Request, error) {
 	boundary, err := formBoundary(contentType)
 	if err != nil {
 		return nil, err
 	}
-	r := &Request{}
+	r := &Request{Params: api.TranscriptionParams{Translate: translate}}
 	var v api.Validator
 	fields := map[string]string{}
 	var granularities []string
@@ -267,7 +278,14 @@ func (r *Request) check(v *api.Validator, fields map[string]string, granularitie
 	}
 
 	p := &r.Params
-	if lang, ok := fields["language"]; ok && lang != "" {
+	if p.Translate {
+		if _, ok := fields["language"]; ok {
+			v.Add("language", api.FieldNotAllowed, "a translation is always into English; leave language out")
+		}
+		if len(granularities) > 0 {
+			v.Add("timestamp_granularities", api.FieldNotAllowed, "translations take no timestamp granularities")
+		}
+	} else if lang, ok := fields["language"]; ok && lang != "" {
 		lang = strings.ToLower(strings.TrimSpace(lang))
 		if !isLanguage(lang) {
 			v.Add("language", api.FieldInvalid, "an ISO 639-1 code such as en, de or ja")
@@ -309,6 +327,9 @@ func (r *Request) check(v *api.Validator, fields map[string]string, granularitie
 	}
 
 	for i, g := range granularities {
+		if p.Translate {
+			break
+		}
 		field := "timestamp_granularities." + strconv.Itoa(i)
 		switch g {
 		case "word":
@@ -318,7 +339,7 @@ func (r *Request) check(v *api.Validator, fields map[string]string, granularitie
 			v.Add(field, api.FieldEnum, "one of segment, word")
 		}
 	}
-	if len(granularities) > 0 && r.ResponseFormat != FormatVerboseJSON {
+	if len(granularities) > 0 && !p.Translate && r.ResponseFormat != FormatVerboseJSON {
 		v.Add("timestamp_granularities", api.FieldNotAllowed, "only with response_format verbose_json")
 	}
 	if s, ok := fields["stream"]; ok && s != "false" {

@@ -170,6 +170,35 @@ func TestParseRefusals(t *testing.T) {
 
 // The spec's exact message for content that is not audio, whatever the
 // file is called.
+// A translation is the transcription form less what English output makes
+// moot: a language, timestamp granularities.
+func TestParseTranslation(t *testing.T) {
+	audio := string(wav(16000))
+	ct, body := form(t, [2]string{"file", audio}, [2]string{"model", "m"}, [2]string{"response_format", "verbose_json"},
+		[2]string{"prompt", "names: Oslo"}, [2]string{"temperature", "0.2"})
+	r, err := ParseTranslation(ct, bytes.NewReader(body), io.Discard)
+	if err != nil || !r.Params.Translate || r.Params.Language != "" || r.Params.Prompt != "names: Oslo" || r.ResponseFormat != FormatVerboseJSON {
+		t.Fatalf("%+v, %v", r, err)
+	}
+	if r, err := Parse(ct, bytes.NewReader(body), io.Discard); err != nil || r.Params.Translate {
+		t.Fatalf("a transcription asks for a translation: %+v, %v", r, err)
+	}
+	for _, tt := range []struct {
+		field string
+		extra [2]string
+	}{
+		{"language", [2]string{"language", "de"}},
+		{"timestamp_granularities", [2]string{"timestamp_granularities[]", "word"}},
+	} {
+		ct, body := form(t, [2]string{"file", audio}, [2]string{"model", "m"}, [2]string{"response_format", "verbose_json"}, tt.extra)
+		_, err := ParseTranslation(ct, bytes.NewReader(body), io.Discard)
+		var ae *api.Error
+		if !errors.As(err, &ae) || ae.HTTPStatus() != http.StatusUnprocessableEntity || len(ae.Fields) != 1 || ae.Fields[0].Field != tt.field {
+			t.Fatalf("%s: %v", tt.field, err)
+		}
+	}
+}
+
 func TestUnsupportedMessage(t *testing.T) {
 	ct, body := form(t, [2]string{"file", "OggS\x00\x02 an ogg file"}, [2]string{"model", "m"})
 	_, err := Parse(ct, bytes.NewReader(body), io.Discard)

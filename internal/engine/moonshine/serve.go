@@ -39,6 +39,12 @@ func (e *Engine) Serve(ctx context.Context, req *engine.Request, sink engine.Sin
 	if err := json.Unmarshal(req.Body, &p); err != nil {
 		return badRequest("invalid transcription parameters: " + err.Error())
 	}
+	if p.Translate {
+		// It hears English only: what it would give back is a transcript
+		// of whatever it took for English, not a translation.
+		return engine.Failure(http.StatusNotImplemented, api.TypeNotSupported,
+			e.model+" transcribes English speech and does not translate; send English audio to /v1/audio/transcriptions")
+	}
 	if p.Language != "" && !strings.EqualFold(p.Language, "en") {
 		return badRequest(fmt.Sprintf("language: %s transcribes English only, not %q", e.model, p.Language))
 	}

@@ -134,6 +134,12 @@ func TestServeRejects(t *testing.T) {
 		errType string
 		errHas  string
 	}{{
+		name:    "a translation",
+		req:     transcription(t, api.TranscriptionParams{Translate: true}, wav),
+		status:  http.StatusNotImplemented,
+		errType: api.TypeNotSupported,
+		errHas:  "does not translate",
+	}, {
 		name:    "another language",
 		req:     transcription(t, api.TranscriptionParams{Language: "de"}, wav),
 		status:  http.StatusBadRequest,

@@ -17,7 +17,10 @@ import (
 	"github.com/svc-dev/svc/internal/engine"
 )
 
-const transcriptionsPath = "/v1/audio/transcriptions"
+const (
+	transcriptionsPath = "/v1/audio/transcriptions"
+	translationsPath   = "/v1/audio/translations"
+)
 
 // transcribe serves a transcription: the uploaded audio is streamed to
 // the engine inside a multipart form, so the file is never held in
@@ -51,7 +54,11 @@ func (e *Engine) transcribe(ctx context.Context, req *engine.Request, sink engin
 		size = int64(len(f.head)) + p.Bytes + int64(len(f.tail))
 	}
 	body := io.MultiReader(bytes.NewReader(f.head), audio, bytes.NewReader(f.tail))
-	resp, res := e.postStream(ctx, transcriptionsPath, body, size, f.contentType, "application/json")
+	path := transcriptionsPath
+	if p.Translate {
+		path = translationsPath
+	}
+	resp, res := e.postStream(ctx, path, body, size, f.contentType, "application/json")
 	if res != nil {
 		// A broken upload is why the request failed, whatever the
 		// client made of it.
@@ -105,10 +112,12 @@ func newForm(model string, p *api.TranscriptionParams) (*form, error) {
 	if p.BeamSize > 0 {
 		fields = append(fields, [2]string{"beam_size", strconv.Itoa(p.BeamSize)})
 	}
-	fields = append(fields,
-		[2]string{"response_format", "verbose_json"},
-		[2]string{"timestamp_granularities[]", "segment"})
-	if p.Words {
+	fields = append(fields, [2]string{"response_format", "verbose_json"})
+	// Translations take no granularities: their segments come unasked.
+	if !p.Translate {
+		fields = append(fields, [2]string{"timestamp_granularities[]", "segment"})
+	}
+	if p.Words && !p.Translate {
 		fields = append(fields, [2]string{"timestamp_granularities[]", "word"})
 	}
 	for _, f := range fields {

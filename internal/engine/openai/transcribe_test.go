@@ -50,6 +50,12 @@ func TestTranscriptionForm(t *testing.T) {
 			fields:   map[string][]string{"model": {"whisper-large-v3"}, "temperature": {"0"}, "response_format": {"verbose_json"}, "timestamp_granularities[]": {"segment"}},
 			fileName: "audio.flac", fileType: "audio/flac",
 		},
+		{
+			name:     "translation: its own path, no granularities",
+			params:   api.TranscriptionParams{Translate: true, Prompt: "Oslo", Words: true, Format: api.AudioWAV},
+			fields:   map[string][]string{"model": {"whisper-large-v3"}, "prompt": {"Oslo"}, "temperature": {"0"}, "response_format": {"verbose_json"}},
+			fileName: "audio.wav", fileType: "audio/wav",
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -68,7 +74,11 @@ func TestTranscriptionForm(t *testing.T) {
 			if got.fileName != tt.fileName || got.fileType != tt.fileType || got.fileSum != sha256.Sum256(file) {
 				t.Errorf("file %q %q, %d bytes", got.fileName, got.fileType, got.fileLen)
 			}
-			if h := got.header; got.path != transcriptionsPath || h.Get("Authorization") != "Bearer sk-test" || h.Get("Accept") != "application/json" ||
+			path := transcriptionsPath
+			if tt.params.Translate {
+				path = translationsPath
+			}
+			if h := got.header; got.path != path || h.Get("Authorization") != "Bearer sk-test" || h.Get("Accept") != "application/json" ||
 				!strings.HasPrefix(h.Get("Content-Type"), "multipart/form-data; boundary=") {
 				t.Errorf("%s with headers %v", got.path, h)
 			}

@@ -134,6 +134,16 @@ func formFailure(err error) *api.Result {
 }
 
 func (h *httpFace) transcriptions(w http.ResponseWriter, r *http.Request) {
+	h.transcribe(w, r, false)
+}
+
+// translations is POST /v1/audio/translations: the simulator's made-up
+// words are English already, so a translation is a transcript in "en".
+func (h *httpFace) translations(w http.ResponseWriter, r *http.Request) {
+	h.transcribe(w, r, true)
+}
+
+func (h *httpFace) transcribe(w http.ResponseWriter, r *http.Request, translate bool) {
 	f, fail := readTranscriptionForm(w, r)
 	if fail != nil {
 		writeError(w, fail)
@@ -158,7 +168,8 @@ func (h *httpFace) transcriptions(w http.ResponseWriter, r *http.Request) {
 		Language:    f.language,
 		Prompt:      f.prompt,
 		Temperature: f.temperature,
-		Words:       f.words(),
+		Words:       f.words() && !translate,
+		Translate:   translate,
 		Format:      f.clip.info.Format,
 		Seconds:     seconds,
 		Bytes:       f.clip.info.Bytes,

@@ -21,7 +21,8 @@ const maxBodyBytes = 32 << 20
 // GET /v1/models, POST /v1/chat/completions (streaming and not),
 // POST /v1/completions (not streaming), POST /v1/embeddings,
 // POST /v1/rerank, POST /v1/images/generations,
-// POST /v1/audio/transcriptions, POST /v1/audio/speech and GET /health.
+// POST /v1/audio/transcriptions, POST /v1/audio/translations,
+// POST /v1/audio/speech and GET /health.
 // It speaks the plain OpenAI protocol as vLLM and llama-server do, so the
 // worker's openai adapter can be tested against it and benchmarks can hit
 // it directly.
@@ -40,6 +41,7 @@ func (e *Engine) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/rerank", h.rerank)
 	mux.HandleFunc("POST /v1/images/generations", h.images)
 	mux.HandleFunc("POST /v1/audio/transcriptions", h.transcriptions)
+	mux.HandleFunc("POST /v1/audio/translations", h.translations)
 	mux.HandleFunc("POST /v1/audio/speech", h.speech)
 	mux.HandleFunc("GET /health", h.health)
 	mux.HandleFunc("/", h.notFound)

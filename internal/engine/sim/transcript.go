@@ -91,7 +91,7 @@ func transcribe(modelID string, c clip, seconds float64, p *api.TranscriptionPar
 		Duration: round3(seconds),
 		Segments: []api.Segment{},
 	}
-	if t.Language == "" {
+	if t.Language == "" || p.Translate {
 		t.Language = "en"
 	}
 	sd := newSeed(modelID, c.digest[:], nil)
