@@ -270,6 +270,10 @@ type Worker struct {
 	Features           []string     `json:"features,omitempty"`
 	Simulated          bool         `json:"simulated"`
 	ConnectedAt        *time.Time   `json:"connected_at,omitempty"`
+	// ApprovalPending is set while the worker waits for the
+	// organisation's approval (require_worker_approval): it is connected
+	// and is routed nothing.
+	ApprovalPending bool `json:"approval_pending"`
 }
 
 // Worker statuses.
@@ -312,6 +316,11 @@ const (
 	// held back, and it answered a probe again.
 	EventEngineStalled   = "engine_stalled"
 	EventEngineRecovered = "engine_recovered"
+	// EventApprovalPending is a worker the organisation has not approved
+	// connecting while it requires approval: it is listed and serves
+	// nothing. EventApproved is its approval, after which it serves.
+	EventApprovalPending = "approval_pending"
+	EventApproved        = "approved"
 )
 
 // ModelEntry is an entry of GET /v1/models: the common shape plus the
