@@ -69,9 +69,16 @@ func (f *Fleet) viewLocked(w *worker, now time.Time, pinned int) api.Worker {
 		MaxConcurrent: w.maxConcurrent, LastSeenSecondsAgo: int(now.Sub(w.lastSeen) / time.Second),
 		Power: w.heartbeat.Power, Draining: w.draining, Engines: w.engines, Features: w.features,
 		ApprovalPending: w.pending,
+		GPUs:            w.heartbeat.GPUs, GPUCount: len(w.heartbeat.GPUs),
 	}
 	if v.Models == nil {
 		v.Models = []api.Model{}
+	}
+	if v.GPUs == nil {
+		v.GPUs = []api.GPU{}
+	}
+	if d := w.heartbeat.DriverVersion; d != "" {
+		v.DriverVersion = &d
 	}
 	for _, e := range w.engines {
 		v.Simulated = v.Simulated || e.Simulated
