@@ -36,9 +36,12 @@ type nvmlLib struct {
 	driverVersion   func(version *byte, length uint32) int32
 }
 
-// nvmlMemory is nvmlMemory_t: bytes.
+// nvmlMemory is nvmlMemory_t, in bytes; the free figure between the two
+// is only kept for the layout.
 type nvmlMemory struct {
-	total, free, used uint64
+	total uint64
+	_     uint64
+	used  uint64
 }
 
 // nvmlVersionSize is NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE.
