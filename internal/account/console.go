@@ -105,6 +105,14 @@ func (s *Service) CreateOrg(req api.CreateOrgRequest) (api.Organization, error) 
 
 // UpdateOrg applies the fields present in p.
 func (s *Service) UpdateOrg(name string, p api.OrgPatch) (api.Organization, error) {
+	return s.UpdateOrgSeeing(name, p, nil)
+}
+
+// UpdateOrgSeeing is UpdateOrg, where seen lists, by organisation id, the
+// workers known to the gateway now: when p turns worker approval on, they
+// are recorded as approved in the same change, so that turning it on
+// holds back only workers seen afterwards, not the fleet already serving.
+func (s *Service) UpdateOrgSeeing(name string, p api.OrgPatch, seen func(orgID string) []WorkerRef) (api.Organization, error) {
 	if err := s.lock(); err != nil {
 		return api.Organization{}, err
 	}
@@ -125,6 +133,10 @@ func (s *Service) UpdateOrg(name string, p api.OrgPatch) (api.Organization, erro
 	setBool(&v, "require_e2e", p.RequireE2E, &o.Settings.RequireE2E)
 	setBool(&v, "content_filtering", p.ContentFiltering, &o.Settings.ContentFiltering)
 	setBool(&v, "allow_remote_image_urls", p.AllowRemoteImageURLs, &o.Settings.AllowRemoteImageURLs)
+	setBool(&v, "require_worker_approval", p.RequireWorkerApproval, &o.Settings.RequireWorkerApproval)
+	if o.Settings.RequireWorkerApproval && !cur.Settings.RequireWorkerApproval && seen != nil {
+		o.Approved = approve(o.Approved, seen(o.ID), "require_worker_approval turned on", s.stamp())
+	}
 	if p.ModerationModel.Set {
 		// Any model id is taken: whether a worker serves it as a moderation
 		// model is known only when a request needs it (409 then).

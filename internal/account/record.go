@@ -23,6 +23,17 @@ type Org struct {
 	Plan      api.Plan        `json:"plan"`
 	Settings  api.OrgSettings `json:"settings"`
 	CreatedAt time.Time       `json:"created_at"`
+	// Approved are the workers the organisation approved, by worker id:
+	// kept whatever the setting, so that turning approval off and on
+	// again does not ask again. Replaced, never changed in place.
+	Approved map[string]Approval `json:"approved_workers,omitempty"`
+}
+
+// Approval is the stored form of a worker's approval.
+type Approval struct {
+	Name string    `json:"name"`
+	At   time.Time `json:"at"`
+	By   string    `json:"by"`
 }
 
 // User is the stored form of a user.

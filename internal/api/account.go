@@ -60,6 +60,10 @@ type OrgSettings struct {
 	// MaxRuntimeSeconds stops a rental automatically after this long; null
 	// lets rentals run until stopped.
 	MaxRuntimeSeconds *int64 `json:"max_runtime_seconds"`
+	// RequireWorkerApproval makes a worker the organisation has not
+	// approved before wait, connected but serving nothing, until an
+	// administrator approves it (svc admin workers approve).
+	RequireWorkerApproval bool `json:"require_worker_approval"`
 }
 
 // User is a person who can hold roles in organisations.
@@ -125,6 +129,30 @@ type OrgPatch struct {
 	PaymentCardOnFile    Optional[bool]      `json:"payment_card_on_file,omitzero"`
 	MonthlyBudgetGBP     Optional[money.GBP] `json:"monthly_budget_gbp,omitzero"`
 	MaxRuntimeSeconds    Optional[int64]     `json:"max_runtime_seconds,omitzero"`
+	// RequireWorkerApproval, turned on, counts the workers listed then
+	// as approved: only workers seen afterwards wait.
+	RequireWorkerApproval Optional[bool] `json:"require_worker_approval,omitzero"`
+}
+
+// WorkerApproval records that an organisation approved a worker: its
+// requests may be routed to it while the organisation requires approval.
+type WorkerApproval struct {
+	WorkerID   string    `json:"worker_id"`
+	WorkerName string    `json:"worker_name"`
+	ApprovedAt time.Time `json:"approved_at"`
+	// By says who approved it: "svc admin", or the setting that counted
+	// it approved when it was turned on.
+	By string `json:"by"`
+	// Connected is whether the worker is connected to this gateway now;
+	// false for one approved before it first connects.
+	Connected bool `json:"connected"`
+}
+
+// ApproveWorkerRequest is the body of POST
+// /api/v1/console/orgs/{org}/workers/approve: Worker is a worker's name
+// or id (wk_...).
+type ApproveWorkerRequest struct {
+	Worker string `json:"worker"`
 }
 
 // CreditRequest adds (or, when negative, takes away) credit.

@@ -44,6 +44,7 @@ const (
 	CodeWorkerNotFound   = "worker_not_found"    // X-Svc-Worker-Id names no worker of the organisation
 	CodeWorkerOffline    = "worker_offline"      // the pinned worker is not connected
 	CodeWorkerDraining   = "worker_draining"     // the pinned worker is shutting down
+	CodeApprovalPending  = "approval_pending"    // the workers that could serve it await the organisation's approval
 	CodeWrongEndpoint    = "wrong_endpoint"      // the model does not do what the endpoint asks
 	CodeModelIncomplete  = "model_incomplete"    // the model is not fully installed on the workers serving it
 	CodeWorkerLost       = "worker_lost"         // the worker went away while handling the request

@@ -202,6 +202,11 @@ type Heartbeat struct {
 	QueueDepth  int `json:"queue_depth"`
 	// Power is a live power reading; nil when the worker reads none.
 	Power *LivePower `json:"power,omitempty"`
+	// GPUs describes the machine's GPUs, by index; empty without one or
+	// when the worker cannot read them. DriverVersion is the GPU
+	// driver's release, where known.
+	GPUs          []GPU  `json:"gpus,omitempty"`
+	DriverVersion string `json:"driver_version,omitempty"`
 	// Stalled lists the models whose engine stopped answering (it sent
 	// nothing within the worker's time-to-first-byte limit, nor to a
 	// probe): the worker takes no requests for them until a probe of the
@@ -270,6 +275,25 @@ type Worker struct {
 	Features           []string     `json:"features,omitempty"`
 	Simulated          bool         `json:"simulated"`
 	ConnectedAt        *time.Time   `json:"connected_at,omitempty"`
+	// GPUs are the worker's GPUs as its last report described them:
+	// empty, never null, without one. GPUCount is how many;
+	// DriverVersion the driver's release, null when unknown.
+	GPUs          []GPU   `json:"gpus"`
+	GPUCount      int     `json:"gpu_count"`
+	DriverVersion *string `json:"driver_version"`
+	// ApprovalPending is set while the worker waits for the
+	// organisation's approval (require_worker_approval): it is connected
+	// and is routed nothing.
+	ApprovalPending bool `json:"approval_pending"`
+}
+
+// GPU is one GPU of a worker's machine. Memory figures are MiB; 0 when
+// the reader could not tell.
+type GPU struct {
+	Index          int    `json:"index"`
+	Name           string `json:"name"`
+	MemoryTotalMiB int64  `json:"memory_total_mib"`
+	MemoryUsedMiB  int64  `json:"memory_used_mib"`
 }
 
 // Worker statuses.
@@ -312,6 +336,11 @@ const (
 	// held back, and it answered a probe again.
 	EventEngineStalled   = "engine_stalled"
 	EventEngineRecovered = "engine_recovered"
+	// EventApprovalPending is a worker the organisation has not approved
+	// connecting while it requires approval: it is listed and serves
+	// nothing. EventApproved is its approval, after which it serves.
+	EventApprovalPending = "approval_pending"
+	EventApproved        = "approved"
 )
 
 // ModelEntry is an entry of GET /v1/models: the common shape plus the

@@ -77,6 +77,7 @@ Commands act on the organisation named by --org (default "default").`,
 		newCmdAdminMembers(opts),
 		NewCmdAdminKeys(opts, nil),
 		newCmdAdminWorkerTokens(opts),
+		newCmdAdminWorkers(opts),
 	)
 	return cmd
 }
@@ -128,6 +129,7 @@ func (o *AdminOptions) printOrg(org api.Organization) error {
 		[2]string{"Credit", "£" + s.CreditBalanceGBP.String()},
 		[2]string{"Monthly budget", budget},
 		[2]string{"Max rental runtime", runtime},
+		[2]string{"Worker approval", onOff(s.RequireWorkerApproval)},
 		[2]string{"Created", fmtTime(org.CreatedAt)},
 	)
 }
@@ -372,6 +374,42 @@ func newCmdAdminMembers(o *AdminOptions) *cobra.Command {
 			},
 		},
 	)
+	return cmd
+}
+
+func newCmdAdminWorkers(o *AdminOptions) *cobra.Command {
+	cmd := &cobra.Command{Use: "workers", Short: "Approve workers when the organisation requires approval"}
+	cmd.AddCommand(&cobra.Command{
+		Use:   "approve NAME|ID",
+		Short: "Approve a worker, so that it serves while require_worker_approval is on",
+		Long: `Approve a worker of the organisation. With require_worker_approval on, a
+worker the organisation has not approved before is listed with
+approval_pending and is routed nothing until it is approved. The approval is
+kept: the worker is not asked again when it reconnects or the gateway
+restarts. A name no worker has connected with yet is approved ahead of its
+first connection.`,
+		Example: `  svc admin workers approve gpu-box-3
+  svc admin workers approve wk_32dec6d960564e50 --org acme`,
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return o.withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				a, err := c.ApproveWorker(ctx, o.Org, args[0])
+				if err != nil {
+					return err
+				}
+				if o.Exporter.Enabled() {
+					return o.Exporter.Write(o.IO.Out, a)
+				}
+				state := "not connected yet"
+				if a.Connected {
+					state = "connected; it serves now"
+				}
+				_, err = fmt.Fprintf(o.IO.Out, "Approved worker %s (%s) in %s on %s by %s: %s.\n",
+					a.WorkerName, a.WorkerID, o.Org, fmtTime(a.ApprovedAt), a.By, state)
+				return err
+			})
+		},
+	})
 	return cmd
 }
 

@@ -23,7 +23,8 @@ const settingKeys = `  require_e2e=BOOL                refuse unencrypted infere
   max_runtime=DURATION|none       stop rentals automatically after this long, e.g. 8h
   monthly_budget_gbp=AMOUNT|none  cap rental spend per calendar month
   payment_card_on_file=BOOL       record whether billing holds a card
-  plan=free|pro|enterprise        the organisation's plan`
+  plan=free|pro|enterprise        the organisation's plan
+  require_worker_approval=BOOL    new workers serve nothing until approved (svc admin workers approve)`
 
 // NewCmdAdminSettings builds `svc admin settings`; runF replaces `settings set` in tests.
 func NewCmdAdminSettings(o *AdminOptions, runF func(*SettingsSetOptions) error) *cobra.Command {
@@ -97,6 +98,8 @@ func parseSettings(args []string) (api.OrgPatch, error) {
 			if isNone(v) || v == "default" {
 				p.ModerationModel = api.Null[string]()
 			}
+		case "require_worker_approval", "worker_approval":
+			p.RequireWorkerApproval, err = parseBool(v)
 		case "allow_remote_image_urls":
 			p.AllowRemoteImageURLs, err = parseBool(v)
 		case "payment_card_on_file":

@@ -89,7 +89,13 @@ func workersRun(ctx context.Context, opts *WorkersOptions) error {
 		if w.Draining {
 			status += ", draining"
 		}
-		tp.field(status, statusColor(cs, w.Status))
+		style := statusColor(cs, w.Status)
+		if w.ApprovalPending {
+			// Connected, yet serving nothing: not healthy in any sense that
+			// matters to whoever reads the list.
+			status, style = w.Status+", approval pending", cs.yellow
+		}
+		tp.field(status, style)
 		if buildinfo.Outdated(w.Version, latest) {
 			tp.field(w.Version+" (latest "+latest+")", cs.yellow)
 		} else {
@@ -152,7 +158,8 @@ type EventsOptions struct {
 }
 
 var eventTypes = []string{api.EventConnected, api.EventDisconnected, api.EventHealthChanged, api.EventModelsChanged,
-	api.EventModelLoaded, api.EventModelInstall, api.EventDraining, api.EventReplaced, api.EventEngineStalled, api.EventEngineRecovered}
+	api.EventModelLoaded, api.EventModelInstall, api.EventDraining, api.EventReplaced, api.EventEngineStalled, api.EventEngineRecovered,
+	api.EventApprovalPending, api.EventApproved}
 
 // NewCmdWorkersEvents builds `svc workers events`.
 func NewCmdWorkersEvents(f *Factory, runF func(*EventsOptions) error) *cobra.Command {
@@ -164,7 +171,9 @@ func NewCmdWorkersEvents(f *Factory, runF func(*EventsOptions) error) *cobra.Com
 disconnected (transient when the worker came back within the grace period),
 health_changed, models_changed, model_install, draining, replaced, and
 engine_stalled and engine_recovered (an engine that stopped answering, its
-models held back, and answering again). Events are kept for 30 days.`,
+models held back, and answering again), approval_pending (a worker waiting
+for the organisation's approval, serving nothing) and approved. Events are
+kept for 30 days.`,
 		Example: `  svc workers events --worker wk_0123456789abcdef
   svc workers events --type health_changed --json`,
 		Args: noArgs,
@@ -226,8 +235,17 @@ func eventsRun(ctx context.Context, opts *EventsOptions) error {
 			if e.Transient {
 				typ, style = typ+" (transient)", cs.yellow
 			}
-		case api.EventHealthChanged, api.EventDraining, api.EventReplaced:
+		case api.EventHealthChanged, api.EventDraining, api.EventReplaced, api.EventApprovalPending:
 			style = cs.yellow
+		case api.EventApproved:
+			style = cs.green
+		}
+		if e.Actor != nil && *e.Actor != "" {
+			detail := "by " + *e.Actor
+			if e.Detail != nil && *e.Detail != "" {
+				detail = *e.Detail + " (" + detail + ")"
+			}
+			e.Detail = &detail
 		}
 		tp.field(typ, style)
 		detail := "-"

@@ -140,3 +140,11 @@ func (c *Client) RevokeWorkerToken(ctx context.Context, org, id string) (api.Wor
 	err := c.Do(ctx, http.MethodDelete, orgPath(org, "worker-tokens", id), nil, &out)
 	return out, err
 }
+
+// ApproveWorker approves a worker, by name or id, so that it serves while
+// the organisation requires worker approval.
+func (c *Client) ApproveWorker(ctx context.Context, org, worker string) (api.WorkerApproval, error) {
+	var out api.WorkerApproval
+	err := c.Do(ctx, http.MethodPost, orgPath(org, "workers", "approve"), api.ApproveWorkerRequest{Worker: worker}, &out)
+	return out, err
+}

@@ -324,7 +324,7 @@ func (f *Fleet) holdFor(need *Need) time.Duration {
 // back ones aside.
 func (f *Fleet) slotsLocked(o *org, need *Need) int {
 	if need.Pin != "" {
-		if w := o.workers[need.Pin]; w != nil && w.attached && !w.draining && w.fits(need) {
+		if w := o.workers[need.Pin]; w != nil && w.attached && !w.draining && !w.pending && w.fits(need) {
 			return w.slots(need.Model)
 		}
 		return 0
@@ -489,7 +489,7 @@ func (f *Fleet) checkLocked(o *org, need *Need, now time.Time, waited bool) erro
 	if need.Pin != "" {
 		return f.checkPinLocked(o, need, now, waited)
 	}
-	var known, online, servable, untried, returning, held, unequipped bool
+	var known, online, servable, untried, returning, held, unequipped, awaiting bool
 	var wrongKind *api.Model
 	var partial *worker
 	var back time.Time
@@ -510,6 +510,10 @@ func (f *Fleet) checkLocked(o *org, need *Need, now time.Time, waited bool) erro
 			continue
 		}
 		if w.draining || !w.offlineSince.IsZero() {
+			continue
+		}
+		if w.pending {
+			awaiting = true
 			continue
 		}
 		if !w.attached {
@@ -549,6 +553,9 @@ func (f *Fleet) checkLocked(o *org, need *Need, now time.Time, waited bool) erro
 			Message: "Every worker serving " + need.Model + " failed its recent requests and is held back; retry shortly"}
 	case partial != nil:
 		return incompleteError(partial, need)
+	case awaiting:
+		return &api.Error{Kind: api.KindUnavailable, Code: api.CodeApprovalPending, RetryAfter: approvalRetry,
+			Message: "No connected worker can serve " + need.Model + " right now; the workers that have it await the organisation's approval (svc admin workers approve NAME)"}
 	case !online:
 		return &api.Error{Kind: api.KindUnavailable, Code: api.CodeNoWorkerOnline, RetryAfter: 5 * time.Second,
 			Message: "No worker is online for this organisation; start one with `svc worker`"}
@@ -573,6 +580,9 @@ func (f *Fleet) checkPinLocked(o *org, need *Need, now time.Time, waited bool) e
 	case w.draining:
 		return &api.Error{Kind: api.KindUnavailable, Code: api.CodeWorkerDraining, RetryAfter: 5 * time.Second,
 			Message: "Worker " + w.name + " (" + w.id + ") is shutting down and takes no new requests"}
+	case w.pending:
+		return &api.Error{Kind: api.KindUnavailable, Code: api.CodeApprovalPending, RetryAfter: approvalRetry,
+			Message: "Worker " + w.name + " (" + w.id + ") awaits the organisation's approval (svc admin workers approve NAME)"}
 	}
 	m := w.model(need.Model)
 	switch {
@@ -599,6 +609,10 @@ func (f *Fleet) checkPinLocked(o *org, need *Need, now time.Time, waited bool) e
 	}
 	return nil
 }
+
+// approvalRetry is the Retry-After of a request whose only workers await
+// approval: a person approves them, which takes a while.
+const approvalRetry = 30 * time.Second
 
 // stalledRetry is the Retry-After of a request whose only workers have
 // an engine that stopped answering: the worker probes it every few

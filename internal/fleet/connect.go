@@ -103,6 +103,7 @@ func (f *Fleet) Connect(ctx context.Context, orgID string, hello api.Hello, conn
 		return err
 	}
 	id := WorkerID(orgID, hello.Name)
+	pending, why := f.cfg.Approval(orgID, id)
 	// One handshake at a time per worker. A reconnect can overtake the
 	// connection it replaces while that one is still being let in; run
 	// together, the older would attach after the newer was let in, or its
@@ -172,6 +173,8 @@ func (f *Fleet) Connect(ctx context.Context, orgID string, hello api.Hello, conn
 	w.features = hello.Features
 	w.e2eKey = hello.E2EKey
 	w.draining = hello.Draining
+	wasPending := w.pending
+	w.pending = pending
 	w.seenLocked(now)
 	w.offlineSince = time.Time{}
 	if hello.Heartbeat != nil {
@@ -222,6 +225,13 @@ func (f *Fleet) Connect(ctx context.Context, orgID string, hello api.Hello, conn
 		default:
 			f.event(w, api.EventConnected, "", map[string]any{"version": w.version, "max_concurrent": w.maxConcurrent,
 				"models": modelIDs(w.models), "engines": w.engines}, false, now)
+		}
+		switch {
+		case w.pending && (!resumed || !wasPending):
+			f.event(w, api.EventApprovalPending, awaitingApproval, nil, false, now)
+		case wasPending && !w.pending:
+			// Approved while it was away (on another replica, say).
+			f.event(w, api.EventApproved, why, nil, false, now)
 		}
 		w.droppedAt = time.Time{}
 		w.status = ""

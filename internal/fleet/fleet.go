@@ -50,10 +50,21 @@ type Config struct {
 	Returning  map[string][]string
 	StartGrace time.Duration
 
+	// Approval says whether a worker waits for its organisation's
+	// approval; nil lets every worker serve.
+	Approval ApprovalGate
+
 	Logger *slog.Logger
 	Events EventSink
 	Power  PowerSink
 }
+
+// ApprovalGate says whether worker workerID of organisation orgID waits
+// for the organisation's approval before it serves. When it need not, why
+// is the detail of the approved event of a worker that waited. It is
+// called without the fleet's lock, when a worker connects and about every
+// second while one waits: it must answer from memory.
+type ApprovalGate func(orgID, workerID string) (pending bool, why string)
 
 func (c *Config) defaults() {
 	set := func(d *time.Duration, v time.Duration) {
@@ -84,6 +95,9 @@ func (c *Config) defaults() {
 	}
 	if c.Power == nil {
 		c.Power = discardPower{}
+	}
+	if c.Approval == nil {
+		c.Approval = func(string, string) (bool, string) { return false, "" }
 	}
 }
 
@@ -157,8 +171,11 @@ type worker struct {
 	sessionID       string
 	sess            *link.Session
 
-	attached    bool // the link has a connection now
-	draining    bool
+	attached bool // the link has a connection now
+	draining bool
+	// pending is set while the worker awaits its organisation's
+	// approval: it is listed and connected, and routed nothing.
+	pending     bool
 	connectedAt time.Time
 	droppedAt   time.Time // when the link last dropped, during the grace
 	// drops counts the link's drops: a request that lived through one
@@ -298,7 +315,7 @@ func (m *modelLimits) setCeiling(c int) {
 // passes them over while a punctual one can serve (tryLocked).
 func (f *Fleet) usableLocked(w *worker, now time.Time) bool {
 	// An attached worker is never offline, so only a hold-back excludes it.
-	return w.attached && !w.draining && !now.Before(w.heldUntil)
+	return w.attached && !w.draining && !w.pending && !now.Before(w.heldUntil)
 }
 
 // lateLocked reports whether w's heartbeats are late.
@@ -381,6 +398,7 @@ func (f *Fleet) Run(ctx context.Context) error {
 			f.closeAll()
 			return nil
 		case <-t.C:
+			f.recheckApprovals()
 			f.sweep()
 		}
 	}

@@ -260,7 +260,7 @@ func (f *Fleet) reindexLocked(o *org, w *worker, now time.Time) {
 		m.ix.remove(m)
 	}
 	w.members = w.members[:0]
-	if present && w.attached && !w.draining {
+	if present && w.attached && !w.draining && !w.pending {
 		if now.Before(w.heldUntil) {
 			f.parkLocked(o, w)
 		} else {
@@ -272,7 +272,7 @@ func (f *Fleet) reindexLocked(o *org, w *worker, now time.Time) {
 	}
 	// Keys: the worker holding a private-inference key.
 	key := ""
-	if present && w.e2eKey != nil {
+	if present && w.e2eKey != nil && !w.pending {
 		key = w.e2eKey.KeyID
 	}
 	if key != w.keyID {

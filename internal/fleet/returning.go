@@ -135,7 +135,7 @@ func (f *Fleet) Connected() map[string][]string {
 	out := map[string][]string{}
 	for id, o := range f.orgs {
 		for _, w := range o.workers {
-			if w.offlineSince.IsZero() && !w.draining && w.sess != nil {
+			if w.offlineSince.IsZero() && !w.draining && !w.pending && w.sess != nil {
 				out[id] = append(out[id], w.id)
 			}
 		}

@@ -68,9 +68,17 @@ func (f *Fleet) viewLocked(w *worker, now time.Time, pinned int) api.Worker {
 		Models: w.models, ActiveTasks: w.active, QueueDepth: pinned + w.heartbeat.QueueDepth,
 		MaxConcurrent: w.maxConcurrent, LastSeenSecondsAgo: int(now.Sub(w.lastSeen) / time.Second),
 		Power: w.heartbeat.Power, Draining: w.draining, Engines: w.engines, Features: w.features,
+		ApprovalPending: w.pending,
+		GPUs:            w.heartbeat.GPUs, GPUCount: len(w.heartbeat.GPUs),
 	}
 	if v.Models == nil {
 		v.Models = []api.Model{}
+	}
+	if v.GPUs == nil {
+		v.GPUs = []api.GPU{}
+	}
+	if d := w.heartbeat.DriverVersion; d != "" {
+		v.DriverVersion = &d
 	}
 	for _, e := range w.engines {
 		v.Simulated = v.Simulated || e.Simulated
@@ -176,7 +184,7 @@ func (f *Fleet) Model(orgID, id string) *api.Model {
 // installed.
 func (ix *modelIndex) installed() bool {
 	for _, w := range ix.listed {
-		if w.offlineSince.IsZero() && w.model(ix.model).Incomplete == nil {
+		if w.offlineSince.IsZero() && !w.pending && w.model(ix.model).Incomplete == nil {
 			return true
 		}
 	}
@@ -184,10 +192,11 @@ func (ix *modelIndex) installed() bool {
 }
 
 // describe is the model as the first online worker listing it, by name,
-// describes it; nil when none is online.
+// describes it; nil when none is online. Workers awaiting approval serve
+// nothing, so their models are not offered.
 func (ix *modelIndex) describe() *api.Model {
 	for _, w := range ix.listed {
-		if w.offlineSince.IsZero() {
+		if w.offlineSince.IsZero() && !w.pending {
 			return w.model(ix.model)
 		}
 	}
@@ -233,6 +242,9 @@ func (f *Fleet) PrivateKeys(orgID string) []PrivateKey {
 	out := []PrivateKey{}
 	for _, w := range o.workers {
 		if w.e2eKey == nil || !w.offlineSince.IsZero() {
+			continue
+		}
+		if w.pending {
 			continue
 		}
 		k := PrivateKey{WorkerID: w.id, WorkerName: w.name, Key: *w.e2eKey, Models: []string{}}

@@ -72,6 +72,45 @@ func (n *nvidiaSMI) read(ctx context.Context, _ time.Time) map[string]reading {
 	return out
 }
 
+// gpus asks nvidia-smi for the GPUs' names, memory and driver.
+func (n *nvidiaSMI) gpus(ctx context.Context) ([]api.GPU, string) {
+	out, err := n.prog.output(ctx, "--query-gpu=index,memory.total,memory.used,driver_version,name", "--format=csv,noheader,nounits")
+	if err != nil {
+		n.warned.warn(n.log, "power: nvidia-smi failed", err)
+		return nil, ""
+	}
+	return parseSMIDetails(out)
+}
+
+// parseSMIDetails reads the answer of gpus' query. The name is last, so
+// that a comma in it does no harm; a memory figure the GPU does not give
+// is 0.
+func parseSMIDetails(out []byte) ([]api.GPU, string) {
+	var gpus []api.GPU
+	driver := ""
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		f := strings.Split(strings.TrimSpace(sc.Text()), ",")
+		if len(f) < 5 {
+			continue
+		}
+		idx, err := strconv.Atoi(strings.TrimSpace(f[0]))
+		if err != nil || idx < 0 {
+			continue
+		}
+		mib := func(s string) int64 {
+			n, _ := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+			return max(n, 0)
+		}
+		gpus = append(gpus, api.GPU{Index: idx, Name: strings.TrimSpace(strings.Join(f[4:], ",")),
+			MemoryTotalMiB: mib(f[1]), MemoryUsedMiB: mib(f[2])})
+		if v := strings.TrimSpace(f[3]); driver == "" && v != "" && !strings.HasPrefix(v, "[") {
+			driver = v
+		}
+	}
+	return gpus, driver
+}
+
 func (n *nvidiaSMI) query(ctx context.Context) ([]smiGPU, error) {
 	out, err := n.prog.output(ctx, "--query-gpu=index,name,power.draw,power.limit", "--format=csv,noheader,nounits")
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -152,5 +153,22 @@ func TestNvidiaSMIFailures(t *testing.T) {
 				t.Errorf("took %v: the timeout did not hold", d)
 			}
 		})
+	}
+}
+
+func TestParseSMIDetails(t *testing.T) {
+	out := []byte("0, 81559, 1024, 550.54.15, NVIDIA H100 80GB HBM3\n" +
+		"1, [N/A], [N/A], 550.54.15, NVIDIA GH200, with a comma\n" +
+		"garbage\n")
+	gpus, driver := parseSMIDetails(out)
+	want := []api.GPU{
+		{Index: 0, Name: "NVIDIA H100 80GB HBM3", MemoryTotalMiB: 81559, MemoryUsedMiB: 1024},
+		{Index: 1, Name: "NVIDIA GH200, with a comma"},
+	}
+	if !slices.Equal(gpus, want) || driver != "550.54.15" {
+		t.Errorf("parseSMIDetails = %+v, %q; want %+v", gpus, driver, want)
+	}
+	if gpus, driver := parseSMIDetails(nil); len(gpus) != 0 || driver != "" {
+		t.Errorf("no output: %+v, %q", gpus, driver)
 	}
 }

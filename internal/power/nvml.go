@@ -26,9 +26,19 @@ type NVML interface {
 	PowerLimit(i int) (uint32, error)
 }
 
+// NVMLDetails is what an NVML tells of its devices beyond power, for the
+// worker list: an NVML without it (a recording) describes no memory.
+type NVMLDetails interface {
+	// MemoryInfo is the device's memory, total and used, in bytes.
+	MemoryInfo(i int) (total, used uint64, err error)
+	// DriverVersion is the driver's release ("550.54.15").
+	DriverVersion() (string, error)
+}
+
 // nvmlDevice is a device as discovery found it.
 type nvmlDevice struct {
 	index  int
+	name   string
 	id     string
 	energy bool // has the energy counter
 }
@@ -76,11 +86,32 @@ func (n *nvmlSource) discover(context.Context) []sensor {
 		}
 		// The name is part of the identity: another card at the same
 		// index after a hot-plug starts afresh.
-		d := nvmlDevice{index: i, id: fmt.Sprintf("nvml:%d:%s", i, name), energy: energy}
+		d := nvmlDevice{index: i, name: name, id: fmt.Sprintf("nvml:%d:%s", i, name), energy: energy}
 		n.devs = append(n.devs, d)
 		found = append(found, sensor{id: d.id, ch: ch})
 	}
 	return found
+}
+
+// gpus describes the devices discovery found, with their memory now
+// where the library tells it.
+func (n *nvmlSource) gpus(context.Context) ([]api.GPU, string) {
+	det, _ := n.lib.(NVMLDetails)
+	out := make([]api.GPU, 0, len(n.devs))
+	for _, d := range n.devs {
+		g := api.GPU{Index: d.index, Name: d.name}
+		if det != nil {
+			if total, used, err := det.MemoryInfo(d.index); err == nil {
+				g.MemoryTotalMiB, g.MemoryUsedMiB = int64(total>>20), int64(used>>20)
+			}
+		}
+		out = append(out, g)
+	}
+	driver := ""
+	if det != nil {
+		driver, _ = det.DriverVersion()
+	}
+	return out, driver
 }
 
 func (n *nvmlSource) read(context.Context, time.Time) map[string]reading {

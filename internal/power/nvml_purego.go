@@ -32,7 +32,20 @@ type nvmlLib struct {
 	powerUsage      func(dev uintptr, mw *uint32) int32
 	enforcedLimit   func(dev uintptr, mw *uint32) int32
 	managementLimit func(dev uintptr, mw *uint32) int32
+	memoryInfo      func(dev uintptr, mem *nvmlMemory) int32
+	driverVersion   func(version *byte, length uint32) int32
 }
+
+// nvmlMemory is nvmlMemory_t, in bytes; the free figure between the two
+// is only kept for the layout.
+type nvmlMemory struct {
+	total uint64
+	_     uint64
+	used  uint64
+}
+
+// nvmlVersionSize is NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE.
+const nvmlVersionSize = 80
 
 // openNVML loads and initialises NVML. The library stays loaded, and
 // initialised, for the life of the process: the sampler reads it until
@@ -66,6 +79,8 @@ func openNVMLAt(path string) (NVML, error) {
 	_ = bind(h, &l.totalEnergy, "nvmlDeviceGetTotalEnergyConsumption")
 	_ = bind(h, &l.enforcedLimit, "nvmlDeviceGetEnforcedPowerLimit")
 	_ = bind(h, &l.managementLimit, "nvmlDeviceGetPowerManagementLimit")
+	_ = bind(h, &l.memoryInfo, "nvmlDeviceGetMemoryInfo")
+	_ = bind(h, &l.driverVersion, "nvmlSystemGetDriverVersion")
 	if err := l.check("nvmlInit", initV2()); err != nil {
 		_ = purego.Dlclose(h)
 		return nil, err
@@ -169,4 +184,31 @@ func (l *nvmlLib) PowerLimit(i int) (uint32, error) {
 		return 0, errors.New("power limit: not in this driver")
 	}
 	return mw, l.check("power limit", l.managementLimit(dev, &mw))
+}
+
+func (l *nvmlLib) MemoryInfo(i int) (total, used uint64, err error) {
+	if l.memoryInfo == nil {
+		return 0, 0, errors.New("memory info: not in this driver")
+	}
+	dev, err := l.device(i)
+	if err != nil {
+		return 0, 0, err
+	}
+	var m nvmlMemory
+	if err := l.check("memory info", l.memoryInfo(dev, &m)); err != nil {
+		return 0, 0, err
+	}
+	return m.total, m.used, nil
+}
+
+func (l *nvmlLib) DriverVersion() (string, error) {
+	if l.driverVersion == nil {
+		return "", errors.New("driver version: not in this driver")
+	}
+	var buf [nvmlVersionSize]byte
+	if err := l.check("driver version", l.driverVersion(&buf[0], uint32(len(buf)))); err != nil {
+		return "", err
+	}
+	v, _, _ := bytes.Cut(buf[:], []byte{0})
+	return string(v), nil
 }

@@ -5,8 +5,11 @@ package power
 import (
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/svc-dev/svc/internal/api"
 )
 
 // The real loader must fail politely where there is no NVIDIA driver:
@@ -121,5 +124,36 @@ func TestPuregoInitFails(t *testing.T) {
 	_, err := openNVMLAt(path)
 	if err == nil || !strings.Contains(err.Error(), "Driver Not Loaded") {
 		t.Errorf("openNVMLAt = %v, want NVML's Driver Not Loaded", err)
+	}
+}
+
+// GPU details for the worker list come through the same binding: names,
+// memory and the driver's release, and none of them fails the source
+// where the driver lacks the calls.
+func TestPuregoGPUDetails(t *testing.T) {
+	lib, err := openNVMLAt(fakeNVMLLibrary(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := newNVMLSource(lib, testLogger(t))
+	n.discover(t.Context())
+	gpus, driver := n.gpus(t.Context())
+	want := []api.GPU{
+		{Index: 0, Name: "NVIDIA H100 80GB HBM3", MemoryTotalMiB: 81559, MemoryUsedMiB: 1024},
+		{Index: 1, Name: "Tesla P100-PCIE-16GB"}, // its memory read fails
+	}
+	if !slices.Equal(gpus, want) || driver != "550.54.15" {
+		t.Errorf("gpus = %+v, %q; want %+v, 550.54.15", gpus, driver, want)
+	}
+
+	old, err := openNVMLAt(fakeNVMLLibrary(t, "-DNO_DETAILS"))
+	if err != nil {
+		t.Fatalf("a driver without the detail calls: %v", err)
+	}
+	n = newNVMLSource(old, testLogger(t))
+	n.discover(t.Context())
+	gpus, driver = n.gpus(t.Context())
+	if len(gpus) != 2 || gpus[0].Name != "NVIDIA H100 80GB HBM3" || gpus[0].MemoryTotalMiB != 0 || driver != "" {
+		t.Errorf("without the detail calls: %+v, %q", gpus, driver)
 	}
 }

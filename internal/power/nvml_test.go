@@ -62,3 +62,25 @@ func TestNVMLIndexesStayAfterAMD(t *testing.T) {
 		t.Errorf("channels %v, want %v", got, want)
 	}
 }
+
+// The sampler describes the GPUs its sources found: an NVML without the
+// detail calls (a recording) gives names without memory, and a machine
+// without a GPU none.
+func TestSamplerDescribesGPUs(t *testing.T) {
+	nv := &fakeNVML{gpus: []fakeGPU{{name: "A", mw: 1}, {name: "B", mw: 1}}}
+	s, c := newTestSampler(t, Config{NVML: nv}, os.DirFS(t.TempDir()))
+	if gpus, _ := s.GPUs(); len(gpus) != 0 {
+		t.Fatalf("GPUs before the first sample: %+v", gpus)
+	}
+	sampleAt(s, c, at(0))
+	gpus, driver := s.GPUs()
+	if len(gpus) != 2 || gpus[0] != (api.GPU{Index: 0, Name: "A"}) || gpus[1].Name != "B" || driver != "" {
+		t.Fatalf("GPUs = %+v, %q", gpus, driver)
+	}
+
+	none, c := newTestSampler(t, Config{NVML: &fakeNVML{}}, os.DirFS(t.TempDir()))
+	sampleAt(none, c, at(0))
+	if gpus, driver := none.GPUs(); len(gpus) != 0 || driver != "" {
+		t.Fatalf("GPUs without a GPU = %+v, %q", gpus, driver)
+	}
+}

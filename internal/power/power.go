@@ -106,6 +106,12 @@ type source interface {
 	read(ctx context.Context, now time.Time) map[string]reading
 }
 
+// gpuDescriber is a GPU source that can describe its GPUs for the worker
+// list: names, memory and the driver's release.
+type gpuDescriber interface {
+	gpus(ctx context.Context) ([]api.GPU, string)
+}
+
 // deps are what New takes from the machine, replaced in tests.
 type deps struct {
 	fsys     fs.FS

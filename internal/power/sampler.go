@@ -52,10 +52,14 @@ type Sampler struct {
 	last       map[string]point // by sensor id
 	lastSample time.Time
 	live       *api.LivePower
-	gpuW       float64 // GPU watts at the last sample, when gpuKnown
-	gpuKnown   bool
-	win        *windows
-	att        attribution
+	// gpus and driver describe the GPUs, as of gpusAt.
+	gpus     []api.GPU
+	driver   string
+	gpusAt   time.Time
+	gpuW     float64 // GPU watts at the last sample, when gpuKnown
+	gpuKnown bool
+	win      *windows
+	att      attribution
 }
 
 func newSampler(cfg Config, d deps) (*Sampler, error) {
@@ -103,13 +107,53 @@ func (s *Sampler) sample(ctx context.Context, now time.Time) {
 		s.lastDiscover = now
 	}
 	readings := s.readAll(ctx, now)
+	var gpus []api.GPU
+	var driver string
+	describe := s.gpusAt.IsZero() || now.Sub(s.gpusAt) >= describeEvery || now.Before(s.gpusAt)
+	if describe {
+		gpus, driver = s.describeGPUs(ctx)
+	}
 	s.mu.Lock()
 	closed := s.integrate(now, readings)
+	if describe {
+		s.gpus, s.driver, s.gpusAt = gpus, driver, now
+	}
 	s.mu.Unlock()
 	s.readMu.Unlock()
 	if closed && s.cfg.OnWindow != nil {
 		s.cfg.OnWindow()
 	}
+}
+
+// describeEvery is how often the GPUs' memory is read: the worker reports
+// it in its heartbeat, which goes every few seconds.
+const describeEvery = 5 * time.Second
+
+// describeGPUs asks the GPU sources that found GPUs to describe them.
+func (s *Sampler) describeGPUs(ctx context.Context) ([]api.GPU, string) {
+	var out []api.GPU
+	driver := ""
+	for _, src := range s.active {
+		d, ok := src.(gpuDescriber)
+		if !ok {
+			continue
+		}
+		gpus, v := d.gpus(ctx)
+		out = append(out, gpus...)
+		if driver == "" {
+			driver = v
+		}
+	}
+	return out, driver
+}
+
+// GPUs describes the machine's GPUs (by their reader's index) and the
+// driver's release, as of the latest look: none without a GPU, or before
+// the first sample.
+func (s *Sampler) GPUs() ([]api.GPU, string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.gpus), s.driver
 }
 
 // discover asks the sources for their sensors and rebuilds the channels.

@@ -34,7 +34,7 @@ func (s *Server) updateOrg(c *call) error {
 	if err := jsonbody.Strict(c.ctx.PostBody(), &p); err != nil {
 		return err
 	}
-	v, err := s.accounts.UpdateOrg(c.params.get("org"), p)
+	v, err := s.accounts.UpdateOrgSeeing(c.params.get("org"), p, s.seenWorkers)
 	return respond(c, http.StatusOK, v, err)
 }
 

@@ -146,6 +146,7 @@ func (s *Server) consoleRoutes() []*route {
 		{method: "GET", path: "/orgs/{org}/worker-tokens", handle: s.listWorkerTokens},
 		{method: "POST", path: "/orgs/{org}/worker-tokens", handle: s.createWorkerToken},
 		{method: "DELETE", path: "/orgs/{org}/worker-tokens/{id}", handle: s.revokeWorkerToken},
+		{method: "POST", path: "/orgs/{org}/workers/approve", handle: s.approveWorker},
 		{method: "GET", path: "/users", handle: s.listUsers},
 		{method: "POST", path: "/users", handle: s.createUser},
 	}

@@ -199,6 +199,7 @@ func Run(ctx context.Context, cfg Config) error {
 	fcfg := cfg.Fleet
 	fcfg.Logger, fcfg.Events, fcfg.Power = log, fan, power
 	fcfg.Returning = returning
+	fcfg.Approval = approvalGate(accounts)
 	fl := fleet.New(fcfg)
 	rc := cfg.Rental
 	gateway := rc.Gateway

@@ -673,6 +673,7 @@ func (a *Agent) heartbeat() *api.Heartbeat {
 	hb := &api.Heartbeat{ActiveTasks: int(a.active.Load()), QueueDepth: int(a.waiting.Load()), Stalled: a.stalledModels()}
 	if a.power != nil {
 		hb.Power = a.power.Live()
+		hb.GPUs, hb.DriverVersion = a.power.GPUs()
 	}
 	return hb
 }

@@ -5,7 +5,9 @@
  * call, and a P100 without one whose enforced limit is not supported.
  * FAKE_NVML_INIT=9 makes nvmlInit_v2 fail as with no driver loaded.
  * Built with -DNO_ENERGY it lacks nvmlDeviceGetTotalEnergyConsumption,
- * like drivers older than Volta support.
+ * like drivers older than Volta support. Built with -DNO_DETAILS it lacks
+ * the memory and driver version calls, so that their absence is tested.
+ * The H100 has 81559 MiB with 1024 MiB used; the P100's memory read fails.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -64,3 +66,22 @@ nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t d, unsigned int *mw) {
 }
 
 nvmlReturn_t nvmlDeviceGetPowerManagementLimit(nvmlDevice_t d, unsigned int *mw) { *mw = d->limit; return 0; }
+
+#ifndef NO_DETAILS
+typedef struct { unsigned long long total, free, used; } nvmlMemory_t;
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t d, nvmlMemory_t *m) {
+	if (d == &devices[1]) return 3;
+	m->total = 81559ULL << 20;
+	m->used = 1024ULL << 20;
+	m->free = m->total - m->used;
+	return 0;
+}
+
+nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length) {
+	const char *v = "550.54.15";
+	if (strlen(v) + 1 > length) return 2;
+	strcpy(version, v);
+	return 0;
+}
+#endif
