@@ -19,6 +19,7 @@ var linkResults = []Result{
 	{Status: 503, Retryable: true, Error: &ResultError{Message: "engine \xff unreachable\n", Type: "upstream_error", Code: "x"}},
 	{Status: 422, Final: true, Error: &ResultError{Message: ""}},
 	{Status: 429, Error: &ResultError{Message: "busy", RetryAfter: 7}},
+	{Status: 200, AudioFormat: "flac", AudioSeconds: ptr(2.5)},
 }
 
 // The bytes are encoding/json's, so a gateway of an older release reads
@@ -38,7 +39,7 @@ func TestResultAppendJSON(t *testing.T) {
 // A measurement json.Marshal cannot write is left out rather than the
 // whole result lost.
 func TestResultAppendJSONNotFinite(t *testing.T) {
-	r := Result{Status: 200, EnergyWh: ptr(math.NaN()), Timing: Timing{TokensPerSecond: ptr(math.Inf(1)), TTFTMs: ptr(2.0)}}
+	r := Result{Status: 200, EnergyWh: ptr(math.NaN()), AudioSeconds: ptr(math.Inf(-1)), Timing: Timing{TokensPerSecond: ptr(math.Inf(1)), TTFTMs: ptr(2.0)}}
 	var back Result
 	if err := DecodeResult(r.AppendJSON(nil), &back); err != nil {
 		t.Fatal(err)

@@ -637,3 +637,36 @@ func TestImagesRowAndIncompleteModel(t *testing.T) {
 		}
 	})
 }
+
+// A sealed transcription's row has the audio the worker read from the
+// content, since the gateway cannot open the upload; a format the gateway
+// does not accept is not written into the row.
+func TestSealedTranscriptionRowHasTheWorkersAudio(t *testing.T) {
+	for _, tt := range []struct {
+		format  string
+		seconds float64
+		want    string
+	}{{api.AudioFLAC, 2.5, api.AudioFLAC}, {"ogg", 2.5, ""}} {
+		synctest.Test(t, func(t *testing.T) {
+			h := newHarness(t)
+			models := []api.Model{{ID: "stt-1", Capabilities: []string{api.CapTranscription}, Engine: "sim"}}
+			w := h.worker("vault", 1, func(ctx context.Context, st *link.Stream, _ api.LinkRequest, _ []byte) {
+				_ = st.Send(ctx, []byte(`{"sealed":"..."}`))
+				secs := tt.seconds
+				end(ctx, st, api.Result{Status: 200, AudioFormat: tt.format, AudioSeconds: &secs})
+			}, models...)
+			req := relay.Request{ID: "req-1", OrgID: org, Kind: api.KindTranscription, Model: "stt-1", E2E: true, Pin: w.id,
+				Body: []byte(`{"svc_e2e":"1"}`)}
+			if _, err := h.rl.Start(req).Unary(); err != nil {
+				t.Fatal(err)
+			}
+			row := h.only()
+			switch {
+			case tt.want == "" && (row.AudioFormat != nil || row.AudioSeconds != nil):
+				t.Fatalf("%s: row %+v", tt.format, row)
+			case tt.want != "" && (row.AudioFormat == nil || *row.AudioFormat != tt.want || row.AudioSeconds == nil || *row.AudioSeconds != tt.seconds):
+				t.Fatalf("%s: row %+v", tt.format, row)
+			}
+		})
+	}
+}

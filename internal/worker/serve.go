@@ -123,6 +123,10 @@ func (a *Agent) run(ctx context.Context, st *link.Stream) (res *api.Result) {
 		if err := sealing.finish(ctx, req.Stream); err != nil {
 			return engine.Cancelled()
 		}
+		if private.audioFormat != "" {
+			secs := private.audioSeconds
+			res.AudioFormat, res.AudioSeconds = private.audioFormat, &secs
+		}
 	}
 	if sealing != nil && res.Error != nil {
 		// An engine's error message may quote the prompt, and the gateway
