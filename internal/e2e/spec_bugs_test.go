@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"net/http"
 	"testing"
 
@@ -28,5 +29,37 @@ func TestPrivateTranscriptionRowHasItsAudio(t *testing.T) {
 	row := waitRow(t, s, key, resp.Header.Get("X-Request-Id"))
 	if row["status_code"] != 200.0 || row["audio_format"] != "wav" || row["audio_seconds"] != 2.0 || row["request_type"] != "audio" {
 		t.Fatalf("sealed transcription row %v", row)
+	}
+}
+
+// A model offered under an alias is answered under the id the client
+// asked for, in a whole reply and in every chunk of a stream, though the
+// engine names its own model.
+func TestAliasedModelRepliesNameTheAlias(t *testing.T) {
+	s := startServer(t, "")
+	key := s.adminKey()
+	startWorker(t, s.URL, s.tokenFile(), "aliased", "--engine", "sim=tps=0,ttft=0",
+		"--model-alias", "my-chat=sim-chat", "--model-alias", "my-embed=sim-embed")
+
+	r := s.do("POST", "/v1/chat/completions", `{"model":"my-chat","messages":[{"role":"user","content":"hi"}]}`, bearer(key))
+	if r.Status != 200 || r.JSON(t)["model"] != "my-chat" {
+		t.Fatalf("chat = %d %s", r.Status, r.Body)
+	}
+	r, events := rawStream(t, s, key, streamBody("my-chat", "hi\nsim: tokens=5", nil))
+	if r.Status != 200 || len(events) < 5 {
+		t.Fatalf("stream = %d %s", r.Status, r.Body)
+	}
+	for _, e := range events {
+		if e == "[DONE]" {
+			continue
+		}
+		var chunk map[string]any
+		if err := json.Unmarshal([]byte(e), &chunk); err != nil || chunk["model"] != "my-chat" {
+			t.Fatalf("chunk %s", e)
+		}
+	}
+	r = s.do("POST", "/v1/embeddings", `{"model":"my-embed","input":"hi"}`, bearer(key))
+	if r.Status != 200 || r.JSON(t)["model"] != "my-embed" {
+		t.Fatalf("embeddings = %d %s", r.Status, r.Body)
 	}
 }

@@ -98,6 +98,10 @@ func (a *Agent) run(ctx context.Context, st *link.Stream) (res *api.Result) {
 		sealing = &sealingSink{out: sink, sealer: private.Sealer, render: private.render}
 		sink = sealing
 	}
+	if local != req.Model && renamed(req.Kind) {
+		// Renamed before it is sealed: the client reads the model too.
+		sink = newRenamingSink(sink, req.Model)
+	}
 	if a.power != nil {
 		a.power.Begin(req.RequestID)
 		defer func() {
