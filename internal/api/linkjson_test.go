@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"math"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -199,5 +200,20 @@ func fill(v reflect.Value) {
 		if v.Type() == reflect.TypeOf(json.RawMessage(nil)) {
 			v.SetBytes([]byte(`{"a":1}`))
 		}
+	}
+}
+
+// A row no worker took has null worker fields (rule 1), and reads back as
+// "" as encoding/json leaves a string at null.
+func TestUsageRowWorkerNullWhenNone(t *testing.T) {
+	b, err := json.Marshal(UsageRow{StatusCode: 422})
+	if err != nil || !strings.Contains(string(b), `"worker_id":null,"worker_name":null`) {
+		t.Fatalf("%s %v", b, err)
+	}
+	b, _ = json.Marshal(UsageRow{WorkerID: "wk_1", WorkerName: "gpu <1>"})
+	var back UsageRow
+	if err := json.Unmarshal(b, &back); err != nil || back.WorkerID != "wk_1" || back.WorkerName != "gpu <1>" ||
+		!strings.Contains(string(b), `"worker_id":"wk_1","worker_name":"gpu \u003c1\u003e"`) {
+		t.Fatalf("%s %+v %v", b, back, err)
 	}
 }
