@@ -46,7 +46,7 @@ func benchUsage(dir string, rows int) (*usageBench, error) {
 		u.Record("org", api.UsageRow{
 			ID: fmt.Sprint("row-", i), CreatedAt: now.Add(-time.Duration(rows-i) * time.Millisecond), Model: fmt.Sprint("model-", i%20),
 			RequestType: api.RequestChat, StatusCode: status, PromptTokens: 100, CompletionTokens: 200, TotalTokens: 300,
-			RequestDurationMs: 40, WorkerID: fmt.Sprint("wk_", i%50), WorkerName: fmt.Sprint("worker-", i%50),
+			RequestDurationMs: 40, WorkerID: api.NullText(fmt.Sprint("wk_", i%50)), WorkerName: api.NullText(fmt.Sprint("worker-", i%50)),
 		})
 	}
 	cancel()

@@ -75,6 +75,11 @@ type Result struct {
 	EnergyWh     *float64 `json:"energy_wh,omitempty"`
 	FinishReason string   `json:"finish_reason,omitempty"`
 	Notice       *Notice  `json:"notice,omitempty"`
+	// AudioFormat and AudioSeconds describe a sealed transcription's
+	// audio as the worker read it from the content: the gateway cannot
+	// open the upload, and the usage row wants them all the same.
+	AudioFormat  string   `json:"audio_format,omitempty"`
+	AudioSeconds *float64 `json:"audio_seconds,omitempty"`
 }
 
 // ResultError is an engine or worker failure.

@@ -142,6 +142,14 @@ func (r *Result) AppendJSON(b []byte) []byte {
 		b = jsontext.AppendString(b, n.Message)
 		b = append(b, '}')
 	}
+	if r.AudioFormat != "" {
+		b = append(b, `,"audio_format":`...)
+		b = jsontext.AppendString(b, r.AudioFormat)
+	}
+	if finite(r.AudioSeconds) {
+		b = append(b, `,"audio_seconds":`...)
+		b = jsontext.AppendFloat(b, *r.AudioSeconds)
+	}
 	return append(b, '}')
 }
 
@@ -208,6 +216,10 @@ func DecodeResult(b []byte, r *Result) error {
 				text(&s, &r.FinishReason)
 			case s.Is(k, kind, "notice"):
 				readNotice(&s, &r.Notice)
+			case s.Is(k, kind, "audio_format"):
+				text(&s, &r.AudioFormat)
+			case s.Is(k, kind, "audio_seconds"):
+				floatPtr(&s, &r.AudioSeconds)
 			default:
 				s.Value()
 			}

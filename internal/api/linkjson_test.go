@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"math"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -19,6 +20,7 @@ var linkResults = []Result{
 	{Status: 503, Retryable: true, Error: &ResultError{Message: "engine \xff unreachable\n", Type: "upstream_error", Code: "x"}},
 	{Status: 422, Final: true, Error: &ResultError{Message: ""}},
 	{Status: 429, Error: &ResultError{Message: "busy", RetryAfter: 7}},
+	{Status: 200, AudioFormat: "flac", AudioSeconds: ptr(2.5)},
 }
 
 // The bytes are encoding/json's, so a gateway of an older release reads
@@ -38,7 +40,7 @@ func TestResultAppendJSON(t *testing.T) {
 // A measurement json.Marshal cannot write is left out rather than the
 // whole result lost.
 func TestResultAppendJSONNotFinite(t *testing.T) {
-	r := Result{Status: 200, EnergyWh: ptr(math.NaN()), Timing: Timing{TokensPerSecond: ptr(math.Inf(1)), TTFTMs: ptr(2.0)}}
+	r := Result{Status: 200, EnergyWh: ptr(math.NaN()), AudioSeconds: ptr(math.Inf(-1)), Timing: Timing{TokensPerSecond: ptr(math.Inf(1)), TTFTMs: ptr(2.0)}}
 	var back Result
 	if err := DecodeResult(r.AppendJSON(nil), &back); err != nil {
 		t.Fatal(err)
@@ -198,5 +200,20 @@ func fill(v reflect.Value) {
 		if v.Type() == reflect.TypeOf(json.RawMessage(nil)) {
 			v.SetBytes([]byte(`{"a":1}`))
 		}
+	}
+}
+
+// A row no worker took has null worker fields (rule 1), and reads back as
+// "" as encoding/json leaves a string at null.
+func TestUsageRowWorkerNullWhenNone(t *testing.T) {
+	b, err := json.Marshal(UsageRow{StatusCode: 422})
+	if err != nil || !strings.Contains(string(b), `"worker_id":null,"worker_name":null`) {
+		t.Fatalf("%s %v", b, err)
+	}
+	b, _ = json.Marshal(UsageRow{WorkerID: "wk_1", WorkerName: "gpu <1>"})
+	var back UsageRow
+	if err := json.Unmarshal(b, &back); err != nil || back.WorkerID != "wk_1" || back.WorkerName != "gpu <1>" ||
+		!strings.Contains(string(b), `"worker_id":"wk_1","worker_name":"gpu \u003c1\u003e"`) {
+		t.Fatalf("%s %+v %v", b, back, err)
 	}
 }

@@ -1,6 +1,10 @@
 package api
 
-import "time"
+import (
+	"time"
+
+	"github.com/svc-dev/svc/internal/jsontext"
+)
 
 // Request types of usage rows and in-flight requests.
 const (
@@ -48,11 +52,13 @@ type UsageRow struct {
 	CompletionTokens int `json:"completion_tokens"`
 	TotalTokens      int `json:"total_tokens"`
 
-	RequestDurationMs   int64    `json:"request_duration_ms"`
-	TimeToFirstTokenMs  *int64   `json:"time_to_first_token_ms"`
-	TokensPerSecond     *float64 `json:"tokens_per_second"`
-	WorkerID            string   `json:"worker_id"`
-	WorkerName          string   `json:"worker_name"`
+	RequestDurationMs  int64    `json:"request_duration_ms"`
+	TimeToFirstTokenMs *int64   `json:"time_to_first_token_ms"`
+	TokensPerSecond    *float64 `json:"tokens_per_second"`
+	// WorkerID and WorkerName are null on a row of a request no worker
+	// took: refused by the gateway, or never given a slot.
+	WorkerID            NullText `json:"worker_id"`
+	WorkerName          NullText `json:"worker_name"`
 	DraftAcceptanceRate *float64 `json:"draft_acceptance_rate"`
 	AudioSeconds        *float64 `json:"audio_seconds"`
 	AudioFormat         *string  `json:"audio_format"`
@@ -153,4 +159,17 @@ type WorkerUsage struct {
 	// WhPer1KTokens is the measured energy per thousand tokens; absent
 	// when no energy or no tokens were counted.
 	WhPer1KTokens *float64 `json:"wh_per_1k_tokens,omitempty"`
+}
+
+// NullText is text written as JSON null when empty: a field that does not
+// apply is null (the spec's usage-row rule 1), not "". Null reads back as
+// "", as encoding/json leaves a string at null.
+type NullText string
+
+// MarshalJSON writes null for "", else the string as encoding/json does.
+func (t NullText) MarshalJSON() ([]byte, error) {
+	if t == "" {
+		return []byte("null"), nil
+	}
+	return jsontext.AppendString(nil, string(t)), nil
 }

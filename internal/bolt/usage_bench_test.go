@@ -39,8 +39,8 @@ func benchRow(rng *rand.Rand, i int, at time.Time) api.UsageRow {
 		APIKeyID:           "key_3f9a1c",
 	}
 	w := rng.IntN(50)
-	r.WorkerID = fmt.Sprintf("wrk_%08x", w*7919)
-	r.WorkerName = fmt.Sprintf("gpu-box-%02d", w)
+	r.WorkerID = api.NullText(fmt.Sprintf("wrk_%08x", w*7919))
+	r.WorkerName = api.NullText(fmt.Sprintf("gpu-box-%02d", w))
 	switch n := rng.IntN(100); {
 	case n < 2:
 		r.StatusCode, r.ErrorMessage = 499, ptr("Client disconnected")
@@ -205,8 +205,8 @@ func realisticRow(rng *rand.Rand, at time.Time) api.UsageRow {
 		Attempts:   1,
 		APIKeyID:   [...]string{"k7Hq2ZpX9mLw", "Qe4vT8sYb1Rn", "c9DfG3jK5pLs"}[rng.IntN(3)],
 		// fleet.WorkerID: "wk_" and a hash's first 8 bytes in hex.
-		WorkerID:    fmt.Sprintf("wk_%016x", uint64(w)*0x9e3779b97f4a7c15),
-		WorkerName:  fmt.Sprintf("gpu-box-%02d", w),
+		WorkerID:    api.NullText(fmt.Sprintf("wk_%016x", uint64(w)*0x9e3779b97f4a7c15)),
+		WorkerName:  api.NullText(fmt.Sprintf("gpu-box-%02d", w)),
 		EnergyWh:    ptr(rng.Float64() * 2),
 		QueueWaitMs: ptr(rng.Int64N(30)),
 	}

@@ -52,8 +52,8 @@ func usageRows(rng *rand.Rand, org string, n int) []api.UsageRow {
 		}
 		r.TotalTokens = r.PromptTokens + r.CompletionTokens
 		if w := rng.IntN(14); w < 13 {
-			r.WorkerID = fmt.Sprintf("w-%02d", w)
-			r.WorkerName = fmt.Sprintf("Worker %02d", w)
+			r.WorkerID = api.NullText(fmt.Sprintf("w-%02d", w))
+			r.WorkerName = api.NullText(fmt.Sprintf("Worker %02d", w))
 		}
 		if r.StatusCode >= 400 {
 			r.ErrorMessage = ptr("failed")
@@ -194,10 +194,10 @@ func bruteBreakdown(rows []api.UsageRow, from, to, by string) ([]api.ModelUsage,
 		if r.WorkerID == "" {
 			continue
 		}
-		w := byWorker[r.WorkerID]
+		w := byWorker[string(r.WorkerID)]
 		if w == nil {
-			w = &api.WorkerUsage{WorkerID: r.WorkerID, WorkerName: r.WorkerName}
-			byWorker[r.WorkerID] = w
+			w = &api.WorkerUsage{WorkerID: string(r.WorkerID), WorkerName: string(r.WorkerName)}
+			byWorker[string(r.WorkerID)] = w
 		}
 		bruteAdd(&w.UsageTotals, r)
 	}

@@ -98,7 +98,7 @@ func appendUsageRow(b []byte, r *api.UsageRow) []byte {
 	var worker [8]byte
 	var id [16]byte
 	set(r.Stream, flagStream)
-	set(packWorkerID(&worker, r.WorkerID), flagWorkerPacked)
+	set(packWorkerID(&worker, string(r.WorkerID)), flagWorkerPacked)
 	set(packUUID(&id, r.ID), flagIDPacked)
 	set(r.TotalTokens != r.PromptTokens+r.CompletionTokens, flagTotal)
 	set(r.ErrorMessage != nil, flagErrorMessage)
@@ -124,7 +124,7 @@ func appendUsageRow(b []byte, r *api.UsageRow) []byte {
 	if flags&flagWorkerPacked != 0 {
 		b = append(b, worker[:]...)
 	} else {
-		b = appendString(b, r.WorkerID)
+		b = appendString(b, string(r.WorkerID))
 	}
 	if flags&flagIDPacked != 0 {
 		b = append(b, id[:]...)
@@ -154,7 +154,7 @@ func appendUsageRow(b []byte, r *api.UsageRow) []byte {
 	b = binary.AppendVarint(b, r.RequestDurationMs)
 	b = binary.AppendVarint(b, int64(r.Images))
 	b = binary.AppendVarint(b, int64(r.Attempts))
-	b = appendString(b, r.WorkerName)
+	b = appendString(b, string(r.WorkerName))
 	b = appendString(b, r.APIKeyID)
 
 	// The optional fields, in bit order.
@@ -293,10 +293,10 @@ func decodeUsageRow(v []byte) (api.UsageRow, error) {
 	has := func(f uint64) bool { return flags&f != 0 }
 	if has(flagWorkerPacked) {
 		if p := d.bytes(8); p != nil {
-			r.WorkerID = unpackWorkerID(p)
+			r.WorkerID = api.NullText(unpackWorkerID(p))
 		}
 	} else {
-		r.WorkerID = d.string()
+		r.WorkerID = api.NullText(d.string())
 	}
 	if has(flagIDPacked) {
 		if p := d.bytes(16); p != nil {
@@ -331,7 +331,7 @@ func decodeUsageRow(v []byte) (api.UsageRow, error) {
 	r.RequestDurationMs = d.varint()
 	r.Images = d.int()
 	r.Attempts = d.int()
-	r.WorkerName = d.string()
+	r.WorkerName = api.NullText(d.string())
 	r.APIKeyID = d.string()
 
 	r.Stream = has(flagStream)
@@ -500,7 +500,7 @@ func (f *workerFilter) match(v []byte) (bool, error) {
 			return false, nil
 		}
 		r, err := decodeUsageRow(v)
-		return r.WorkerID == f.id, err
+		return string(r.WorkerID) == f.id, err
 	}
 	if len(v) == 0 || v[0] != usageRowVersion {
 		return false, fmt.Errorf("%w: unknown version", errBadRow)

@@ -273,7 +273,7 @@ func TestUsageOldJSONRowsStillListed(t *testing.T) {
 		}
 		var exp []api.UsageRow
 		for i := len(want) - 1; i >= 0; i-- {
-			if worker == "" || want[i].WorkerID == worker {
+			if worker == "" || string(want[i].WorkerID) == worker {
 				exp = append(exp, want[i])
 			}
 		}

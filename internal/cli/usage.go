@@ -214,7 +214,7 @@ func usageLogsRun(ctx context.Context, opts *UsageLogsOptions) error {
 		tp.field(fmtMs(r.RequestDurationMs))
 		tp.field(fmtMsPtr(r.TimeToFirstTokenMs))
 		tp.field(fmtWh(r.EnergyWh))
-		tp.field(dash(r.WorkerName))
+		tp.field(dash(string(r.WorkerName)))
 		note := "-"
 		switch {
 		case r.ErrorMessage != nil && *r.ErrorMessage != "":

@@ -75,6 +75,13 @@ func (s *Scanner) Peek() byte {
 	return 0
 }
 
+// Offset is where the next value starts in the input, whitespace skipped:
+// for a caller that replaces one value in place.
+func (s *Scanner) Offset() int {
+	s.Peek()
+	return s.i
+}
+
 // End checks that nothing but whitespace follows the value.
 func (s *Scanner) End() {
 	if s.Peek(); s.i != len(s.b) {

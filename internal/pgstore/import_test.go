@@ -41,7 +41,7 @@ func boltLogs(t *testing.T) (*bolt.Store, *bolt.Usage, *bolt.Events, *bolt.Power
 		}
 		r.TotalTokens = r.PromptTokens + r.CompletionTokens
 		if w := rng.IntN(6); w < 5 {
-			r.WorkerID, r.WorkerName = fmt.Sprint("w", w), fmt.Sprint("worker ", w)
+			r.WorkerID, r.WorkerName = api.NullText(fmt.Sprint("w", w)), api.NullText(fmt.Sprint("worker ", w))
 		}
 		u.Record(fmt.Sprint("org-", i%3), r)
 	}

@@ -183,7 +183,7 @@ func (c *usageColumns) add(orgID string, r *api.UsageRow, data []byte) {
 	c.requestID = append(c.requestID, pgText(r.ID))
 	c.orgID = append(c.orgID, pgText(orgID))
 	c.createdNs = append(c.createdNs, r.CreatedAt.UnixNano())
-	c.workerID = append(c.workerID, pgText(r.WorkerID))
+	c.workerID = append(c.workerID, pgText(string(r.WorkerID)))
 	c.model = append(c.model, pgText(r.Model))
 	c.requestType = append(c.requestType, pgText(r.RequestType))
 	c.status = append(c.status, int32(r.StatusCode))

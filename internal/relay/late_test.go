@@ -67,7 +67,7 @@ func TestStreamMovesOffAFrozenWorker(t *testing.T) {
 		if !strings.Contains(strings.Join(client.got, ""), "moved") || !strings.HasSuffix(client.got[len(client.got)-1], "[DONE]") {
 			t.Fatalf("events %q", client.got)
 		}
-		if row := h.only(); row.StatusCode != 200 || row.WorkerID != live.id || row.Attempts != 2 {
+		if row := h.only(); row.StatusCode != 200 || string(row.WorkerID) != live.id || row.Attempts != 2 {
 			t.Fatalf("row %+v", row)
 		}
 	})
@@ -99,7 +99,7 @@ func TestUnaryMovesOffAFrozenWorker(t *testing.T) {
 		if rep.Worker.ID != live.id || !strings.Contains(string(rep.Body), "moved along") {
 			t.Fatalf("reply %+v", rep)
 		}
-		if row := h.only(); row.StatusCode != 200 || row.WorkerID != live.id || row.Attempts != 2 {
+		if row := h.only(); row.StatusCode != 200 || string(row.WorkerID) != live.id || row.Attempts != 2 {
 			t.Fatalf("row %+v", row)
 		}
 	})
@@ -151,7 +151,7 @@ func TestStreamWithOutputStaysOnALateWorker(t *testing.T) {
 		if !strings.Contains(got, "before") || !strings.Contains(got, "after") || strings.Contains(got, "elsewhere") {
 			t.Fatalf("events %q", client.got)
 		}
-		if row := h.only(); row.StatusCode != 200 || row.WorkerID == live.id || row.Attempts != 1 {
+		if row := h.only(); row.StatusCode != 200 || string(row.WorkerID) == live.id || row.Attempts != 1 {
 			t.Fatalf("row %+v", row)
 		}
 	})

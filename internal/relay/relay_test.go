@@ -53,7 +53,7 @@ func TestUnaryCompletesTheAnswer(t *testing.T) {
 			t.Fatalf("Server-Timing %q", rep.ServerTiming)
 		}
 		row := h.only()
-		if row.ID != "req-1" || row.StatusCode != 200 || row.ErrorMessage != nil || row.WorkerID != w.id || row.Attempts != 1 ||
+		if row.ID != "req-1" || row.StatusCode != 200 || row.ErrorMessage != nil || string(row.WorkerID) != w.id || row.Attempts != 1 ||
 			row.PromptTokens != 7 || row.CompletionTokens != 2 || row.TokensEstimated || row.RequestType != api.RequestChat ||
 			row.APIKeyID != "key-1" || row.RequestDurationMs != 300 {
 			t.Fatalf("row %+v", row)
@@ -89,7 +89,7 @@ func TestUnaryMovesToAnotherWorker(t *testing.T) {
 			t.Fatalf("served by %s, which failed", first)
 		}
 		row := h.only()
-		if row.Attempts != 2 || row.WorkerName != rep.Worker.Name || row.StatusCode != 200 {
+		if row.Attempts != 2 || string(row.WorkerName) != rep.Worker.Name || row.StatusCode != 200 {
 			t.Fatalf("row %+v", row)
 		}
 	})
@@ -143,7 +143,7 @@ func TestWorkerLostFailsNamingIt(t *testing.T) {
 		if d := time.Since(start); d != 5*time.Second {
 			t.Fatalf("failed after %s, want the 5s grace", d)
 		}
-		if row := h.only(); row.StatusCode != 503 || row.WorkerID != w.id {
+		if row := h.only(); row.StatusCode != 503 || string(row.WorkerID) != w.id {
 			t.Fatalf("row %+v", row)
 		}
 	})
@@ -370,7 +370,7 @@ func TestStreamWorkerLostAfterOutput(t *testing.T) {
 		if len(client.got) < 2 || client.got[len(client.got)-1] != "fail 503 worker_lost" {
 			t.Fatalf("events %q", client.got)
 		}
-		if row := h.only(); row.StatusCode != 503 || row.WorkerID != w.id || row.Attempts != 1 {
+		if row := h.only(); row.StatusCode != 503 || string(row.WorkerID) != w.id || row.Attempts != 1 {
 			t.Fatalf("row %+v", row)
 		}
 	})
@@ -402,7 +402,7 @@ func TestStreamMovesWhenTheFirstWorkerFailsBeforeOutput(t *testing.T) {
 		if !strings.Contains(client.got[0], "rescued") || !strings.HasSuffix(client.got[len(client.got)-1], "[DONE]") {
 			t.Fatalf("events %q", client.got)
 		}
-		if row := h.only(); row.Attempts != 2 || row.WorkerName == first || row.StatusCode != 200 {
+		if row := h.only(); row.Attempts != 2 || string(row.WorkerName) == first || row.StatusCode != 200 {
 			t.Fatalf("row %+v", row)
 		}
 	})
@@ -435,7 +435,7 @@ func TestStreamWaitsForAWorkerInsideTheStream(t *testing.T) {
 			t.Fatalf("events %q", client.got)
 		}
 		rows := h.rows.rows
-		if len(rows) != 2 || rows[1].ID != "req-1" || rows[1].WorkerID != w.id || rows[1].QueueWaitMs == nil || *rows[1].QueueWaitMs != 1500 {
+		if len(rows) != 2 || rows[1].ID != "req-1" || string(rows[1].WorkerID) != w.id || rows[1].QueueWaitMs == nil || *rows[1].QueueWaitMs != 1500 {
 			t.Fatalf("rows %+v", rows)
 		}
 	})
@@ -589,7 +589,7 @@ func TestRerankRow(t *testing.T) {
 			t.Fatalf("reply %s", rep.Body)
 		}
 		row := h.only()
-		if row.RequestType != api.RequestRerank || row.PromptTokens != 12 || row.TotalTokens != 12 || row.Images != 0 || row.WorkerID != w.id {
+		if row.RequestType != api.RequestRerank || row.PromptTokens != 12 || row.TotalTokens != 12 || row.Images != 0 || string(row.WorkerID) != w.id {
 			t.Fatalf("row %+v", row)
 		}
 	})
@@ -636,4 +636,37 @@ func TestImagesRowAndIncompleteModel(t *testing.T) {
 			t.Fatalf("row %+v", last)
 		}
 	})
+}
+
+// A sealed transcription's row has the audio the worker read from the
+// content, since the gateway cannot open the upload; a format the gateway
+// does not accept is not written into the row.
+func TestSealedTranscriptionRowHasTheWorkersAudio(t *testing.T) {
+	for _, tt := range []struct {
+		format  string
+		seconds float64
+		want    string
+	}{{api.AudioFLAC, 2.5, api.AudioFLAC}, {"ogg", 2.5, ""}} {
+		synctest.Test(t, func(t *testing.T) {
+			h := newHarness(t)
+			models := []api.Model{{ID: "stt-1", Capabilities: []string{api.CapTranscription}, Engine: "sim"}}
+			w := h.worker("vault", 1, func(ctx context.Context, st *link.Stream, _ api.LinkRequest, _ []byte) {
+				_ = st.Send(ctx, []byte(`{"sealed":"..."}`))
+				secs := tt.seconds
+				end(ctx, st, api.Result{Status: 200, AudioFormat: tt.format, AudioSeconds: &secs})
+			}, models...)
+			req := relay.Request{ID: "req-1", OrgID: org, Kind: api.KindTranscription, Model: "stt-1", E2E: true, Pin: w.id,
+				Body: []byte(`{"svc_e2e":"1"}`)}
+			if _, err := h.rl.Start(req).Unary(); err != nil {
+				t.Fatal(err)
+			}
+			row := h.only()
+			switch {
+			case tt.want == "" && (row.AudioFormat != nil || row.AudioSeconds != nil):
+				t.Fatalf("%s: row %+v", tt.format, row)
+			case tt.want != "" && (row.AudioFormat == nil || *row.AudioFormat != tt.want || row.AudioSeconds == nil || *row.AudioSeconds != tt.seconds):
+				t.Fatalf("%s: row %+v", tt.format, row)
+			}
+		})
+	}
 }

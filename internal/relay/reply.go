@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -302,6 +303,9 @@ func (rl *Relay) record(c *Call, failure error) {
 	if c.out.AudioFormat != "" {
 		o.AudioSeconds, o.AudioFormat = c.out.AudioSeconds, c.out.AudioFormat
 	}
+	if c.req.E2E && c.req.Kind == api.KindTranscription && c.res != nil {
+		o.AudioSeconds, o.AudioFormat = sealedAudio(c.res)
+	}
 	if c.req.Kind == api.KindModeration {
 		o.ModerationOutcome, o.ModerationCategories = moderationOutcome(c.out.Verdicts, failure)
 	}
@@ -315,6 +319,20 @@ func (rl *Relay) record(c *Call, failure error) {
 		o.EnergyWh = c.res.EnergyWh
 	}
 	rl.usage.Record(c.req.OrgID, usage.Row(o))
+}
+
+// sealedAudio is what the worker that opened a sealed transcription read
+// of its audio. Only the formats the gateway itself accepts are taken, so
+// a worker cannot write anything else into the row.
+func sealedAudio(res *api.Result) (float64, string) {
+	secs := res.AudioSeconds
+	switch {
+	case secs == nil || math.IsNaN(*secs) || math.IsInf(*secs, 0) || *secs < 0:
+		return 0, ""
+	case res.AudioFormat == api.AudioWAV, res.AudioFormat == api.AudioMP3, res.AudioFormat == api.AudioFLAC:
+		return *secs, res.AudioFormat
+	}
+	return 0, ""
 }
 
 // moderationOutcome is what a moderation row records: pass or flagged

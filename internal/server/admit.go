@@ -41,7 +41,7 @@ func (s *Server) admitted(kind string, shape func(error) error, next func(*call)
 		if shape != nil {
 			err = shape(err)
 		}
-		s.relay.Refuse(r, err)
+		s.refuse(c, r, err)
 		return err
 	}
 }

@@ -58,6 +58,9 @@ func (s *Server) transcribe(c *call, parse func(string, io.Reader, io.Writer) (*
 		body = bytes.NewReader(c.ctx.PostBody())
 	}
 	req, err := parse(string(c.ctx.Request.Header.ContentType()), body, sp)
+	if err != nil && req != nil {
+		c.model = req.Model
+	}
 	if errors.Is(err, transcription.ErrBodyTooLarge) {
 		// The rest of the body is still coming and will not be read.
 		c.ctx.SetConnectionClose()
@@ -110,12 +113,12 @@ func (s *Server) speech(c *call) error {
 	// with the 404 that names the right endpoint.
 	if r.ModelInfo = s.fleet.Model(c.principal.OrgID, req.Model); r.ModelInfo != nil && r.ModelInfo.Has(api.CapSpeech) {
 		if err := req.Fit(r.ModelInfo); err != nil {
-			s.relay.Refuse(r, err)
+			s.refuse(c, r, err)
 			return err
 		}
 	}
 	if r.Body, err = json.Marshal(req.Params); err != nil {
-		s.relay.Refuse(r, err)
+		s.refuse(c, r, err)
 		return err
 	}
 	asJSON := bytes.Contains(c.ctx.Request.Header.Peek("Accept"), []byte("application/json"))

@@ -32,7 +32,7 @@ func (s *Server) chat(c *call, body []byte, d *dialect) error {
 	r.ModelInfo = s.fleet.Model(c.principal.OrgID, req.Model)
 	if err := req.Prepare(r.ModelInfo); err != nil {
 		err = d.restate(err)
-		s.relay.Refuse(r, err)
+		s.refuse(c, r, err)
 		return err
 	}
 	r.Body = req.Body

@@ -20,6 +20,7 @@ import (
 // inference is the relay.Request of an inference call, before the handler
 // adds what its kind needs.
 func inference(c *call, kind, model string, stream bool) relay.Request {
+	c.model = model
 	return relay.Request{ID: c.requestID, OrgID: c.principal.OrgID, KeyID: c.principal.KeyID,
 		Kind: kind, Model: model, Stream: stream, Pin: string(c.ctx.Request.Header.Peek("X-Svc-Worker-Id"))}
 }
@@ -27,6 +28,7 @@ func inference(c *call, kind, model string, stream bool) relay.Request {
 // start puts req on the relay; the call is cancelled as soon as its
 // client closes the connection.
 func (s *Server) start(c *call, req relay.Request) *relay.Call {
+	c.rowed = true
 	rc := s.relay.Start(req)
 	w := s.watch.add(c.ctx.Conn(), rc.Cancel)
 	rc.OnEnd(func() { s.watch.remove(w) })

@@ -42,6 +42,9 @@ type route struct {
 	// leader routes are served by a cluster's leader (the rentals), every
 	// other key route by the organisation's home.
 	leader bool
+	// kind is the link kind of an inference route's requests: one the
+	// gateway refuses itself still gets its usage row (see recordRefusal).
+	kind   string
 	handle func(*call) error
 
 	segments []string // set by newMux for paths with {params}
@@ -51,20 +54,20 @@ type route struct {
 // and served under both /api/v1 and /v1.
 func (s *Server) routes() []*route {
 	inference := []*route{
-		{method: "POST", path: "/chat/completions", e2e: true, handle: s.admitted(api.KindChat, nil, s.chatCompletions)},
-		{method: "POST", path: "/messages", e2e: true, handle: s.admitted(api.KindChat, nil, s.messages)},
-		{method: "POST", path: "/responses", e2e: true, handle: s.admitted(api.KindChat, nil, s.responsesAPI)},
-		{method: "POST", path: "/embeddings", e2e: true, handle: s.admitted(api.KindEmbeddings, nil, s.embeddings)},
-		{method: "POST", path: "/rerank", e2e: true, handle: s.admitted(api.KindRerank, nil, s.rerank)},
-		{method: "POST", path: "/images/generations", e2e: true, handle: s.admitted(api.KindImages, nil, s.images)},
+		{method: "POST", path: "/chat/completions", e2e: true, kind: api.KindChat, handle: s.admitted(api.KindChat, nil, s.chatCompletions)},
+		{method: "POST", path: "/messages", e2e: true, kind: api.KindChat, handle: s.admitted(api.KindChat, nil, s.messages)},
+		{method: "POST", path: "/responses", e2e: true, kind: api.KindChat, handle: s.admitted(api.KindChat, nil, s.responsesAPI)},
+		{method: "POST", path: "/embeddings", e2e: true, kind: api.KindEmbeddings, handle: s.admitted(api.KindEmbeddings, nil, s.embeddings)},
+		{method: "POST", path: "/rerank", e2e: true, kind: api.KindRerank, handle: s.admitted(api.KindRerank, nil, s.rerank)},
+		{method: "POST", path: "/images/generations", e2e: true, kind: api.KindImages, handle: s.admitted(api.KindImages, nil, s.images)},
 		{method: "GET", path: "/models", handle: s.listModels},
 		{method: "GET", path: "/models/{model...}", handle: s.getModel},
-		{method: "POST", path: "/audio/transcriptions", e2e: true, handle: s.transcriptions,
+		{method: "POST", path: "/audio/transcriptions", e2e: true, kind: api.KindTranscription, handle: s.transcriptions,
 			maxBody: transcription.MaxBody, tooLarge: transcription.ErrTooLarge, streamed: true},
-		{method: "POST", path: "/audio/translations", e2e: true, handle: s.translations,
+		{method: "POST", path: "/audio/translations", e2e: true, kind: api.KindTranscription, handle: s.translations,
 			maxBody: transcription.MaxBody, tooLarge: transcription.ErrTooLarge, streamed: true},
-		{method: "POST", path: "/audio/speech", e2e: true, handle: s.admitted(api.KindSpeech, nil, s.speech)},
-		{method: "POST", path: "/moderations", handle: s.admitted(api.KindModeration, moderation.ShapeError, s.moderations)},
+		{method: "POST", path: "/audio/speech", e2e: true, kind: api.KindSpeech, handle: s.admitted(api.KindSpeech, nil, s.speech)},
+		{method: "POST", path: "/moderations", kind: api.KindModeration, handle: s.admitted(api.KindModeration, moderation.ShapeError, s.moderations)},
 	}
 	usage := []*route{
 		{method: "GET", path: "/usage/inflight", handle: s.usageInflight},

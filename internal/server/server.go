@@ -388,6 +388,13 @@ type call struct {
 	// forwarded: a peer replica forwarded the request here, and it is
 	// served here or refused, never forwarded again.
 	forwarded bool
+	// model is the model an inference request named, once its handler
+	// read it; bodyRead says its body is in memory.
+	model    string
+	bodyRead bool
+	// rowed: the request has its usage row (the relay wrote it), or is to
+	// have none (refused because the store takes no rows).
+	rowed bool
 }
 
 // dispatch is the one path every request takes: request id, route, auth,
@@ -408,6 +415,9 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, m *mux, console bool) {
 	}
 	label := "unmatched"
 	var err error
+	// peer is the replica the request was forwarded to, which answers
+	// for it, usage row and all.
+	var peer string
 	// drain is how much of a body left unread may be read and dropped to
 	// keep the connection: a route's limit once its caller is authorized.
 	drain := 0
@@ -424,7 +434,6 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, m *mux, console bool) {
 		c.route = r
 		// In a cluster, an API request another replica serves is
 		// forwarded there, its body read whole first.
-		var peer string
 		if err = s.authorize(&c, console); err == nil && r.access == accessKey {
 			peer, err = s.serveAt(&c)
 		}
@@ -434,6 +443,7 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, m *mux, console bool) {
 				if err = readBody(ctx, drain); errors.Is(err, errOverLimit) {
 					err = s.tooLarge(ctx, m, console)
 				}
+				c.bodyRead = err == nil
 			}
 			switch {
 			case err != nil:
@@ -461,6 +471,9 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, m *mux, console bool) {
 		err = s.tooLarge(ctx, m, console)
 	}
 	if err != nil {
+		if peer == "" {
+			s.recordRefusal(&c, err)
+		}
 		s.writeError(&c, err)
 	}
 	if !console && s.draining.Load() && !ctx.Hijacked() {

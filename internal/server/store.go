@@ -26,6 +26,7 @@ func (s *Server) accounted(next func(*call) error) func(*call) error {
 	return func(c *call) error {
 		if err := s.storeRefusal(); err != nil {
 			s.metrics.storeRefused.Inc()
+			c.rowed = true
 			return err
 		}
 		return next(c)

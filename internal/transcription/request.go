@@ -66,7 +66,8 @@ var ErrBodyTooLarge = &api.Error{Kind: api.KindTooLarge, Code: "file_too_large",
 // past; its format and duration come from its headers. The size of the
 // body is judged before its content: a body over MaxBody is ErrBodyTooLarge
 // whatever else is wrong with it, so a refusal reads the rest of the body,
-// up to the limit.
+// up to the limit. A file that cannot be read comes back as an error beside
+// the request, its fields read; every other error with no request.
 func Parse(contentType string, body io.Reader, spool io.Writer) (*Request, error) {
 	return parseUpload(contentType, body, spool, false)
 }
@@ -168,7 +169,9 @@ func parse(contentType string, body io.Reader, spool io.Writer, translate bool) 
 		return nil, err
 	}
 	if fileErr != nil {
-		return nil, fileError(fileErr)
+		// The fields were read: the request comes back with the error,
+		// so that the refusal's usage row names its model.
+		return r, fileError(fileErr)
 	}
 	r.Params.Format, r.Params.Seconds, r.Params.Bytes = info.Format, info.Seconds, info.Bytes
 	return r, nil

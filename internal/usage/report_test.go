@@ -184,7 +184,7 @@ func TestBreakdownTopTenAndTies(t *testing.T) {
 	for _, x := range spec {
 		for range x.requests {
 			m.record("o", api.UsageRow{CreatedAt: usageNow, Model: "model-" + x.name, StatusCode: 200,
-				TotalTokens: x.tokens, WorkerID: "id-" + x.name, WorkerName: x.name})
+				TotalTokens: x.tokens, WorkerID: api.NullText("id-" + x.name), WorkerName: api.NullText(x.name)})
 		}
 	}
 	tests := []struct {
@@ -233,7 +233,7 @@ func TestBreakdownTopTenAndTies(t *testing.T) {
 func TestBreakdownWorkerNamedAsOnItsNewestDay(t *testing.T) {
 	m := newMemAggregates()
 	rec := func(daysAgo int, name string) {
-		m.record("o", api.UsageRow{CreatedAt: usageNow.AddDate(0, 0, -daysAgo), Model: "m", StatusCode: 200, TotalTokens: 1, WorkerID: "w1", WorkerName: name})
+		m.record("o", api.UsageRow{CreatedAt: usageNow.AddDate(0, 0, -daysAgo), Model: "m", StatusCode: 200, TotalTokens: 1, WorkerID: "w1", WorkerName: api.NullText(name)})
 	}
 	rec(2, "old")
 	rec(1, "old")

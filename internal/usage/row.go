@@ -69,7 +69,7 @@ func Row(o Outcome) api.UsageRow {
 		row.AudioSeconds, row.AudioFormat = &secs, &format
 	}
 	if o.Ran {
-		row.WorkerID, row.WorkerName = o.WorkerID, o.WorkerName
+		row.WorkerID, row.WorkerName = api.NullText(o.WorkerID), api.NullText(o.WorkerName)
 	}
 	// Tokens are counted for text only; a request that never reached an
 	// engine has nothing to estimate, but a client that left mid-answer

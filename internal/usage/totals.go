@@ -73,7 +73,7 @@ func RollupOf(r *api.UsageRow) Rollup {
 		t.EnergyWh = *r.EnergyWh
 	}
 	return Rollup{Day: r.CreatedAt.UTC().Format(time.DateOnly), Model: r.Model,
-		WorkerID: r.WorkerID, WorkerName: r.WorkerName, Totals: t}
+		WorkerID: string(r.WorkerID), WorkerName: string(r.WorkerName), Totals: t}
 }
 
 // Add adds src to dst.

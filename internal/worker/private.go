@@ -61,6 +61,7 @@ func (a *Agent) openPrivate(req *api.LinkRequest, envelope []byte) (*privateRequ
 		if err == nil {
 			params, err = json.Marshal(tr.Params)
 			p.audio = &audio
+			p.audioFormat, p.audioSeconds = tr.Params.Format, tr.Params.Seconds
 		}
 		if err != nil {
 			return nil, final(engine.Failure(http.StatusBadRequest, api.TypeInvalidRequest, invalidAt(err)))
@@ -120,6 +121,10 @@ type privateRequest struct {
 	*e2ee.Request
 	body  []byte
 	audio io.Reader // a transcription's file
+	// audioFormat and audioSeconds are what the file's content says it
+	// is, for the result: the gateway's usage row cannot read them.
+	audioFormat  string
+	audioSeconds float64
 	// render turns the engine's answer into what the client asked for,
 	// before it is sealed; nil sends it as it is.
 	render func([]byte) ([]byte, error)

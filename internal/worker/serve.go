@@ -98,6 +98,10 @@ func (a *Agent) run(ctx context.Context, st *link.Stream) (res *api.Result) {
 		sealing = &sealingSink{out: sink, sealer: private.Sealer, render: private.render}
 		sink = sealing
 	}
+	if local != req.Model && renamed(req.Kind) {
+		// Renamed before it is sealed: the client reads the model too.
+		sink = newRenamingSink(sink, req.Model)
+	}
 	if a.power != nil {
 		a.power.Begin(req.RequestID)
 		defer func() {
@@ -122,6 +126,10 @@ func (a *Agent) run(ctx context.Context, st *link.Stream) (res *api.Result) {
 	if sealing != nil && res.Status == http.StatusOK {
 		if err := sealing.finish(ctx, req.Stream); err != nil {
 			return engine.Cancelled()
+		}
+		if private.audioFormat != "" {
+			secs := private.audioSeconds
+			res.AudioFormat, res.AudioSeconds = private.audioFormat, &secs
 		}
 	}
 	if sealing != nil && res.Error != nil {

@@ -54,9 +54,9 @@ func usageRows(rng *rand.Rand, n int, span time.Duration) []api.UsageRow {
 		}
 		r.TotalTokens = r.PromptTokens + r.CompletionTokens
 		if w := rng.IntN(14); w < 13 {
-			r.WorkerID = fmt.Sprintf("w-%02d", w)
+			r.WorkerID = api.NullText(fmt.Sprintf("w-%02d", w))
 			if rng.IntN(3) > 0 {
-				r.WorkerName = fmt.Sprintf("Worker %02d.%d", w, rng.IntN(3))
+				r.WorkerName = api.NullText(fmt.Sprintf("Worker %02d.%d", w, rng.IntN(3)))
 			}
 		}
 		if r.StatusCode >= 400 {
@@ -284,7 +284,7 @@ func usageLogsPaged(t *testing.T, l Logs) {
 	filter := func(rows []api.UsageRow, q store.UsageQuery) []api.UsageRow {
 		out := []api.UsageRow{}
 		for _, r := range rows {
-			if (q.WorkerID == "" || r.WorkerID == q.WorkerID) && (q.Status == 0 || r.StatusCode == q.Status) &&
+			if (q.WorkerID == "" || string(r.WorkerID) == q.WorkerID) && (q.Status == 0 || r.StatusCode == q.Status) &&
 				(q.Model == "" || r.Model == q.Model) {
 				out = append(out, cleaned(r))
 			}
@@ -347,7 +347,7 @@ func usageSameInstant(t *testing.T, l Logs) {
 	for i := range 30 {
 		id := requestID(rng)
 		ids = append(ids, id)
-		r := api.UsageRow{ID: id, CreatedAt: Now, Model: "m", StatusCode: 200, WorkerID: fmt.Sprint("w", i%2)}
+		r := api.UsageRow{ID: id, CreatedAt: Now, Model: "m", StatusCode: 200, WorkerID: api.NullText(fmt.Sprint("w", i%2))}
 		l.Usage.Record("org", r)
 		if i%10 == 9 {
 			l.Sync(t)
@@ -381,7 +381,7 @@ func usageAggregates(t *testing.T, l Logs) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	rec := func(org string, daysAgo int, model, worker, name string, energy *float64) {
 		u.Record(org, api.UsageRow{ID: requestID(rng), CreatedAt: Now.AddDate(0, 0, -daysAgo), Model: model,
-			StatusCode: 200, TotalTokens: 10, WorkerID: worker, WorkerName: name, EnergyWh: energy})
+			StatusCode: 200, TotalTokens: 10, WorkerID: api.NullText(worker), WorkerName: api.NullText(name), EnergyWh: energy})
 	}
 	rec("o", 4, "m1", "w1", "before", nil) // outside the window
 	rec("o", 3, "m1", "w1", "old", ptr(1.5))
