@@ -46,7 +46,6 @@ func TestDefaultDialerRefusesAtConnect(t *testing.T) {
 	}
 }
 
-
 // An operator's exemption opens exactly one address and port, at every
 // check: the URL's host, a name's answers, and the socket's connect.
 func TestAllowExemptsOneAddressAndPort(t *testing.T) {
