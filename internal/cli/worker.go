@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -24,6 +25,7 @@ import (
 	"github.com/svc-dev/svc/internal/engine/sim"
 	"github.com/svc-dev/svc/internal/power"
 	"github.com/svc-dev/svc/internal/server"
+	"github.com/svc-dev/svc/internal/web"
 	"github.com/svc-dev/svc/internal/worker"
 )
 
@@ -52,6 +54,10 @@ type WorkerOptions struct {
 	LogLevel      string
 	LogFormat     string
 	PprofAddr     string
+	WebTools      bool
+	WebSearch     string
+	WebAllowHosts []string
+	WebMaxSteps   int
 }
 
 // NewCmdWorker builds `svc worker`; runF replaces the agent in tests.
@@ -80,6 +86,14 @@ Engines (repeat --engine for several):
 --model-alias ID=LOCAL offers an engine's model under the id clients use,
 e.g. stt-large-v3-turbo=moonshine-base.
 
+Web tools (--web-tools): chat requests that bring no tools of their own, with
+tool_choice unset or auto, are offered web_fetch, and web_search with
+--web-search searxng=URL. The worker runs the calls itself, up to
+--web-max-steps, and feeds the results back until the model answers; replies
+list the calls in svc.web_tool_steps. web_fetch never reaches loopback,
+private or link-local addresses (--web-allow-host exempts one, for tests).
+Encrypted requests are never offered web tools.
+
 The worker token comes from --token, SVC_WORKER_TOKEN, --token-file, or, on
 the gateway's own host, the gateway's <data>/worker.token. A token given with
 --token is in the process list for every local user to read; prefer the file
@@ -107,6 +121,12 @@ to --drain-timeout), and exit.`,
 			}
 			if opts.EngineTTFB <= 0 {
 				return usageErrorf("--engine-ttfb must be above 0")
+			}
+			if !opts.WebTools && (opts.WebSearch != "" || len(opts.WebAllowHosts) > 0) {
+				return usageErrorf("--web-search and --web-allow-host need --web-tools")
+			}
+			if opts.WebMaxSteps < 1 {
+				return usageErrorf("--web-max-steps must be at least 1")
 			}
 			if !slices.Contains([]string{"auto", "sensors", "sim", "off"}, opts.Power) {
 				return usageErrorf("--power must be auto, sensors, sim or off, got %q", opts.Power)
@@ -140,6 +160,10 @@ to --drain-timeout), and exit.`,
 	fl.DurationVar(&opts.PowerWindow, "power-window", power.DefaultWindow, "how long a power window is")
 	fl.BoolVar(&opts.E2E, "e2e", true, "serve end-to-end encrypted requests: make a key pair at start and announce its public key")
 	fl.StringVar(&opts.E2EKey, "e2e-key", "", "keep the private-inference key pair in this file (mode 0600) so it outlives restarts; in memory when empty")
+	fl.BoolVar(&opts.WebTools, "web-tools", false, "run web tools for models: chat requests that bring no tools of their own are offered web_fetch (and web_search with --web-search), which the worker runs itself")
+	fl.StringVar(&opts.WebSearch, "web-search", "", "the search backend of web_search, KIND=URL: searxng=URL (a SearXNG instance with its JSON format enabled)")
+	fl.StringArrayVar(&opts.WebAllowHosts, "web-allow-host", nil, "for tests and development: let web_fetch reach this IP:PORT although it is loopback, private or link-local (all such addresses are refused otherwise); repeatable")
+	fl.IntVar(&opts.WebMaxSteps, "web-max-steps", web.DefaultMaxSteps, "web tool calls a request may make; the model must then answer")
 	for _, name := range []string{"power-root", "power-nvml", "power-interval", "power-window"} {
 		_ = fl.MarkHidden(name)
 	}
@@ -206,12 +230,37 @@ func runWorker(ctx context.Context, f *Factory, opts *WorkerOptions) error {
 			return fmt.Errorf("private inference key: %w", err)
 		}
 	}
+	if opts.WebTools {
+		if cfg.Web, err = webLoop(opts); err != nil {
+			return usageError(err)
+		}
+		log.Info("web tools on", "search", opts.WebSearch != "", "allow", opts.WebAllowHosts, "max_steps", opts.WebMaxSteps)
+	}
 	agent, err := worker.New(cfg)
 	if err != nil {
 		return usageError(err)
 	}
 	log.Info("worker starting", "name", name, "gateway", opts.Gateway, "engines", opts.Engines, "version", f.Build.Version)
 	return agent.Run(ctx)
+}
+
+// webLoop builds the web tools the flags ask for.
+func webLoop(opts *WorkerOptions) (*web.Loop, error) {
+	tools := &web.Tools{Fetcher: &web.Fetcher{}}
+	for _, h := range opts.WebAllowHosts {
+		ap, err := netip.ParseAddrPort(h)
+		if err != nil {
+			return nil, fmt.Errorf("--web-allow-host %q: want IP:PORT, e.g. 127.0.0.1:8000", h)
+		}
+		tools.Fetcher.Guard.Allow = append(tools.Fetcher.Guard.Allow, ap)
+	}
+	if opts.WebSearch != "" {
+		var err error
+		if tools.Searcher, err = web.NewSearcher(opts.WebSearch); err != nil {
+			return nil, fmt.Errorf("--web-search: %w", err)
+		}
+	}
+	return &web.Loop{Tools: tools, MaxSteps: opts.WebMaxSteps}, nil
 }
 
 // workerToken reads the token from the flag, its file, or the local

@@ -2,20 +2,18 @@ package moderation
 
 import (
 	"context"
-	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"net/netip"
 	"net/url"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/netguard"
 )
 
 // DefaultFetchTimeout bounds one image fetch, connection to last byte.
@@ -80,14 +78,9 @@ func redactURL(raw string) string {
 }
 
 // Fetch GETs an https image URL and returns its bytes and the media type
-// read from them. Nothing at a refused address is ever connected to: the
-// host is checked as written, then every address a name resolves to is
-// checked at dial time and that same address is dialled, so a DNS answer
-// that changes between check and use (rebinding) cannot slip through. A
-// name with any refused address among its answers is refused whole rather
-// than dialled on its public ones: the inward answer is there for a
-// reason. Redirects are not followed; the body is read to MaxBytes and a
-// byte more.
+// read from them. Nothing at a refused address is ever connected to (see
+// netguard). Redirects are not followed; the body is read to MaxBytes and
+// a byte more.
 func (f *Fetcher) Fetch(ctx context.Context, rawURL string) (api.ModerationImage, error) {
 	refuse := func(reason string, err error) (api.ModerationImage, error) {
 		return api.ModerationImage{}, &FetchError{URL: rawURL, Reason: reason, Refused: true, Err: err}
@@ -104,7 +97,8 @@ func (f *Fetcher) Fetch(ctx context.Context, rawURL string) (api.ModerationImage
 	case u.User != nil:
 		return refuse("the URL must not contain a user name or password", nil)
 	}
-	if _, why := hostVerdict(u.Hostname()); why != "" {
+	g := f.guard()
+	if why := g.CheckHost(u.Hostname(), 443); why != "" {
 		return refuse(why, nil)
 	}
 
@@ -117,7 +111,7 @@ func (f *Fetcher) Fetch(ctx context.Context, rawURL string) (api.ModerationImage
 	req.Header.Set("Accept", "image/png, image/jpeg, image/gif, image/webp")
 	req.Header.Set("User-Agent", "svc-moderation")
 
-	client, closeIdle := f.client()
+	client, closeIdle := g.Client(f.RootCAs)
 	defer closeIdle()
 	resp, err := client.Do(req)
 	if err == nil && ctx.Err() != nil {
@@ -128,11 +122,10 @@ func (f *Fetcher) Fetch(ctx context.Context, rawURL string) (api.ModerationImage
 		err = ctx.Err()
 	}
 	if err != nil {
-		var fe *FetchError
+		var ge *netguard.Error
 		switch {
-		case errors.As(err, &fe):
-			fe.URL = rawURL
-			return api.ModerationImage{}, fe
+		case errors.As(err, &ge):
+			return api.ModerationImage{}, &FetchError{URL: rawURL, Reason: ge.Reason, Refused: ge.Refused, Err: ge.Err}
 		case errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil:
 			return fail("timed out after "+f.timeout().String(), err)
 		}
@@ -181,111 +174,7 @@ func (f *Fetcher) maxBytes() int64 {
 	return api.ModerationMaxImageBytes
 }
 
-// client is a one-fetch HTTP client: fetches are rare and come from
-// different hosts, so pooling would only keep sockets open. It uses no
-// proxy, since a proxy would make the dial check judge the proxy instead
-// of the image's host.
-func (f *Fetcher) client() (*http.Client, func()) {
-	tr := &http.Transport{
-		Proxy:                  nil,
-		DialContext:            f.dialChecked,
-		TLSClientConfig:        &tls.Config{RootCAs: f.RootCAs, MinVersion: tls.VersionTLS12},
-		DisableKeepAlives:      true,
-		DisableCompression:     true, // images do not compress; a gzip bomb should not get the chance
-		MaxResponseHeaderBytes: 64 << 10,
-	}
-	return &http.Client{
-		Transport: tr,
-		CheckRedirect: func(*http.Request, []*http.Request) error {
-			return http.ErrUseLastResponse // Fetch refuses the 3xx itself
-		},
-	}, tr.CloseIdleConnections
-}
-
-// dialChecked resolves the host itself, refuses if any address is refused,
-// and dials the checked addresses one by one, so the address dialled is
-// the address checked.
-func (f *Fetcher) dialChecked(ctx context.Context, network, addr string) (net.Conn, error) {
-	host, portStr, err := net.SplitHostPort(addr)
-	if err != nil {
-		return nil, &FetchError{Reason: "bad address " + addr, Err: err}
-	}
-	port, err := strconv.ParseUint(portStr, 10, 16)
-	if err != nil {
-		return nil, &FetchError{Reason: "bad port " + portStr, Refused: true}
-	}
-	ip, why := hostVerdict(host)
-	if why != "" {
-		return nil, &FetchError{Reason: why, Refused: true}
-	}
-	ips := []netip.Addr{ip}
-	if !ip.IsValid() {
-		if ips, err = f.resolve(ctx, host); err != nil {
-			return nil, err
-		}
-	}
-	var errs []error
-	for _, ip := range ips {
-		conn, err := f.dial(ctx, network, netip.AddrPortFrom(ip, uint16(port)).String())
-		if err == nil {
-			return conn, nil
-		}
-		errs = append(errs, err)
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	return nil, errors.Join(errs...)
-}
-
-// resolve looks a name up and checks every answer. It names the kind of
-// address a name resolves to but not the address: the answer of the
-// worker's DNS is not the client's business.
-func (f *Fetcher) resolve(ctx context.Context, host string) ([]netip.Addr, error) {
-	lookup := f.LookupIPAddr
-	if lookup == nil {
-		lookup = net.DefaultResolver.LookupIPAddr
-	}
-	answers, err := lookup(ctx, host)
-	if err != nil {
-		return nil, &FetchError{Reason: "the host name does not resolve", Err: err}
-	}
-	if len(answers) == 0 {
-		return nil, &FetchError{Reason: "the host name has no addresses"}
-	}
-	ips := make([]netip.Addr, 0, len(answers))
-	for _, a := range answers {
-		ip, ok := netip.AddrFromSlice(a.IP)
-		if !ok {
-			return nil, &FetchError{Reason: "the host name resolves to an invalid address"}
-		}
-		if what := refusedAddr(ip); what != "" {
-			return nil, &FetchError{Reason: host + " resolves to " + what, Refused: true}
-		}
-		// Resolvers hand back IPv4 in 16-byte form; dial it as IPv4.
-		ips = append(ips, ip.Unmap().WithZone(a.Zone))
-	}
-	return ips, nil
-}
-
-func (f *Fetcher) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	if f.DialContext != nil {
-		return f.DialContext(ctx, network, addr)
-	}
-	d := net.Dialer{Control: controlRefused}
-	return d.DialContext(ctx, network, addr)
-}
-
-// controlRefused checks the address a socket is about to connect to: a
-// last line should anything above ever hand the dialer a name or an
-// unchecked address.
-func controlRefused(_, address string, _ syscall.RawConn) error {
-	ap, err := netip.ParseAddrPort(address)
-	if err != nil {
-		return &FetchError{Reason: "refusing to connect to unparsed address " + address, Refused: true}
-	}
-	if what := refusedAddr(ap.Addr()); what != "" {
-		return &FetchError{Reason: ap.Addr().String() + " is " + what, Refused: true}
-	}
-	return nil
+// guard is the address check the fetch dials through.
+func (f *Fetcher) guard() *netguard.Guard {
+	return &netguard.Guard{LookupIPAddr: f.LookupIPAddr, DialContext: f.DialContext}
 }

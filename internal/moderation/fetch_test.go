@@ -390,44 +390,6 @@ func TestFetchDNSFailureIsNotRefusal(t *testing.T) {
 
 // The production dialer checks the socket's address itself, so even an
 // unchecked address handed to it never connects.
-func TestDefaultDialerRefusesAtConnect(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	first := make(chan net.Addr, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			first <- nil
-			return
-		}
-		first <- c.RemoteAddr()
-		c.Close()
-	}()
-	f := &Fetcher{}
-	_, err = f.dial(context.Background(), "tcp", ln.Addr().String())
-	if fe := fetchErr(t, err); !fe.Refused {
-		t.Errorf("dial to %s = %v", ln.Addr(), err)
-	}
-	// Connections are accepted in the order they came: had the refused
-	// dial connected, it would come before this one.
-	probe, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer probe.Close()
-	if got := <-first; got == nil || got.String() != probe.LocalAddr().String() {
-		t.Errorf("the listener accepted a connection from %v before the probe from %v", got, probe.LocalAddr())
-	}
-	for addr, refused := range map[string]bool{"127.0.0.1:443": true, "[::ffff:10.0.0.1]:443": true, "[fe80::1%eth0]:443": true, publicIP + ":443": false, "[2606:4700::1111]:443": false, "example.com:443": true} {
-		if err := controlRefused("tcp", addr, nil); (err != nil) != refused {
-			t.Errorf("controlRefused(%s) = %v", addr, err)
-		}
-	}
-}
-
 func TestFetchErrorRedactsSecrets(t *testing.T) {
 	e := &FetchError{URL: "https://user:secret@example.com/a.png?X-Amz-Signature=abc#frag", Reason: "the server answered 404 Not Found"}
 	s := e.Error()

@@ -28,6 +28,7 @@ import (
 	"github.com/svc-dev/svc/internal/link"
 	"github.com/svc-dev/svc/internal/moderation"
 	"github.com/svc-dev/svc/internal/power"
+	"github.com/svc-dev/svc/internal/web"
 )
 
 // Config is what the agent runs with.
@@ -76,6 +77,10 @@ type Config struct {
 	SimulatedPower bool
 	// E2E is the key pair private inference is sealed to; nil serves none.
 	E2E *e2ee.KeyPair
+	// Web runs web tools for the chat requests that take them (see
+	// web.Offered); nil offers none. Private requests never get them: a
+	// fetch would carry the sealed conversation out to the web.
+	Web *web.Loop
 }
 
 // PermanentError is a refusal that retrying cannot fix (a bad token, an

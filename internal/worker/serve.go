@@ -74,6 +74,10 @@ func (a *Agent) run(ctx context.Context, st *link.Stream) (res *api.Result) {
 		}
 	}
 
+	if a.cfg.Web != nil && req.Kind == api.KindChat && private == nil {
+		eng = a.cfg.Web.Wrap(eng)
+	}
+
 	// The gateway only sends what fits our slots; wait in case it raced a
 	// slot being freed here.
 	waitStart := time.Now()

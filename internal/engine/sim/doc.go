@@ -55,7 +55,10 @@
 // description; verbs such as get or search aside), and once the last
 // message is a tool's result it answers in text. A "sim: tool=NAME"
 // directive forces a call but for the latter; required and a named tool
-// always call.
+// always call. A worker's web tools come first under auto: a message with
+// an http(s) URL calls web_fetch with it, one that asks to "search" or
+// "look up" calls web_search with what follows, when those tools are
+// offered.
 //
 // A completion (api.KindCompletion, POST /v1/completions) is planned as
 // the chat reply to its prompt as one user message, without thinking: a

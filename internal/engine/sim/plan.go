@@ -160,8 +160,12 @@ func buildPlan(spec *ModelSpec, req *chatRequest, dir *directives, s seed) (*pla
 			p.finish = finishToolCalls
 			p.toolName, p.toolID = name, "call_"+s.hex("call", 24)
 			f := &jsonFiller{r: s.rng("tool"), words: 3, total: 3}
+			args := f.object(parseSchema(params))
+			if web, webArgs := req.webCall(); web == name {
+				args = webArgs
+			}
 			answer = append(answer, piece{pieceToolCall, ""})
-			for _, a := range splitBytes(f.object(parseSchema(params)), 16) {
+			for _, a := range splitBytes(args, 16) {
 				answer = append(answer, piece{pieceToolArgs, a})
 			}
 		} else {

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"unicode"
 )
@@ -306,7 +307,11 @@ func (r *chatRequest) toolToCall(directive string) (name string, params json.Raw
 	case directive != "":
 		name = directive
 	default:
-		// auto: call the tool the question is about, if any is.
+		// auto: call the tool the question is about, if any is; a web
+		// tool when the question is about the web.
+		if name, _ = r.webCall(); name != "" {
+			break
+		}
 		if name = r.fittingTool(); name == "" {
 			return "", nil, false
 		}
@@ -319,6 +324,50 @@ func (r *chatRequest) toolToCall(directive string) (name string, params json.Raw
 	// A directive may name a tool the request lacks, to test how clients
 	// cope with a hallucinated call.
 	return name, nil, true
+}
+
+// webCall is the web tool the last user message asks for, and its
+// arguments, as a worker's web tools take them: web_fetch of the first
+// http(s) URL in the message, else web_search of what follows "search"
+// or "look up" (the whole message when nothing follows). "" when the
+// message asks for neither or the tool is not offered.
+func (r *chatRequest) webCall() (name, arguments string) {
+	offered := func(n string) bool {
+		return slices.ContainsFunc(r.Tools, func(t tool) bool { return t.Function.Name == n })
+	}
+	var lines []string
+	for l := range strings.Lines(r.lastUserText()) {
+		if !strings.HasPrefix(strings.TrimSpace(l), "sim:") {
+			lines = append(lines, l)
+		}
+	}
+	text := strings.Join(lines, "")
+	if offered("web_fetch") {
+		for _, f := range strings.Fields(text) {
+			f = strings.TrimRight(f, ".,;:!?)]}>'\"")
+			f = strings.TrimLeft(f, "([{<'\"")
+			if strings.HasPrefix(f, "http://") || strings.HasPrefix(f, "https://") {
+				b, _ := json.Marshal(map[string]string{"url": f})
+				return "web_fetch", string(b)
+			}
+		}
+	}
+	if offered("web_search") {
+		lower := strings.ToLower(text)
+		for _, verb := range []string{"search the web for", "search for", "look up", "search"} {
+			i := strings.Index(lower, verb)
+			if i < 0 {
+				continue
+			}
+			q := strings.Trim(text[i+len(verb):], " \t\n.?!:")
+			if q == "" {
+				q = strings.TrimSpace(text)
+			}
+			b, _ := json.Marshal(map[string]string{"query": q})
+			return "web_search", string(b)
+		}
+	}
+	return "", ""
 }
 
 // fittingTool is the tool the last user message asks about: the one with

@@ -1,4 +1,4 @@
-package moderation
+package netguard
 
 import (
 	"net/netip"
@@ -22,12 +22,12 @@ func TestRefusedAddr(t *testing.T) {
 		"2606:4700::1111", "2a00:1450:4001::200e", "::ffff:8.8.8.8", "64:ff9b::808:808", "2002:808:808::1",
 	}
 	for _, s := range refused {
-		if refusedAddr(netip.MustParseAddr(s)) == "" {
+		if RefusedAddr(netip.MustParseAddr(s)) == "" {
 			t.Errorf("%s allowed", s)
 		}
 	}
 	for _, s := range allowed {
-		if why := refusedAddr(netip.MustParseAddr(s)); why != "" {
+		if why := RefusedAddr(netip.MustParseAddr(s)); why != "" {
 			t.Errorf("%s refused: %s", s, why)
 		}
 	}
@@ -94,18 +94,18 @@ func TestHostVerdict(t *testing.T) {
 		{"", "", true},
 	}
 	for _, tt := range tests {
-		ip, why := hostVerdict(tt.host)
+		ip, why := HostVerdict(tt.host)
 		if (why != "") != tt.refused {
-			t.Errorf("hostVerdict(%q) refused %q, want refused %v", tt.host, why, tt.refused)
+			t.Errorf("HostVerdict(%q) refused %q, want refused %v", tt.host, why, tt.refused)
 		}
 		if !tt.refused {
 			if got := ""; ip.IsValid() {
 				got = ip.String()
 				if got != tt.ip {
-					t.Errorf("hostVerdict(%q) ip %s, want %q", tt.host, got, tt.ip)
+					t.Errorf("HostVerdict(%q) ip %s, want %q", tt.host, got, tt.ip)
 				}
 			} else if tt.ip != "" {
-				t.Errorf("hostVerdict(%q) gave no ip, want %s", tt.host, tt.ip)
+				t.Errorf("HostVerdict(%q) gave no ip, want %s", tt.host, tt.ip)
 			}
 		}
 	}

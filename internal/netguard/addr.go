@@ -1,4 +1,4 @@
-package moderation
+package netguard
 
 import (
 	"net/netip"
@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// addrRange is a block of addresses an image fetch must not reach, and how
+// addrRange is a block of addresses a fetch must not reach, and how
 // to say so.
 type addrRange struct {
 	prefix netip.Prefix
@@ -65,13 +65,13 @@ func refusedRanges() []addrRange {
 	}
 }
 
-// refusedAddr says what ip is when an image fetch must not connect to it,
+// RefusedAddr says what ip is when a fetch must not connect to it,
 // and "" when it may. IPv4-mapped IPv6 (::ffff:127.0.0.1) is judged as the
 // IPv4 address it reaches.
-func refusedAddr(ip netip.Addr) string {
+func RefusedAddr(ip netip.Addr) string {
 	ip = ip.WithZone("")
 	if ip.Is4In6() {
-		if what := refusedAddr(ip.Unmap()); what != "" {
+		if what := RefusedAddr(ip.Unmap()); what != "" {
 			return what + " (IPv4-mapped)"
 		}
 		return ""
@@ -83,7 +83,7 @@ func refusedAddr(ip netip.Addr) string {
 		if r.embedded == nil {
 			return r.what
 		}
-		if what := refusedAddr(r.embedded(ip)); what != "" {
+		if what := RefusedAddr(r.embedded(ip)); what != "" {
 			return what + " (through " + r.what + ")"
 		}
 		return ""
@@ -91,16 +91,16 @@ func refusedAddr(ip netip.Addr) string {
 	return ""
 }
 
-// hostVerdict classifies the host of an image URL before anything is
+// HostVerdict classifies the host of a URL before anything is
 // resolved or dialled: an IP literal (ip valid), a name to resolve (ip
 // invalid, refused ""), or refused with the reason.
-func hostVerdict(host string) (ip netip.Addr, refused string) {
+func HostVerdict(host string) (ip netip.Addr, refused string) {
 	host = strings.ToLower(strings.TrimSuffix(host, "."))
 	if host == "" {
 		return netip.Addr{}, "the URL has no host"
 	}
 	if ip, err := netip.ParseAddr(host); err == nil {
-		if what := refusedAddr(ip); what != "" {
+		if what := RefusedAddr(ip); what != "" {
 			return ip, host + " is " + what
 		}
 		return ip, ""
@@ -109,10 +109,10 @@ func hostVerdict(host string) (ip netip.Addr, refused string) {
 		// 2130706433, 0177.0.0.1, 0x7f.1, 127.1: resolvers disagree on
 		// what these mean (glibc reads them as IPv4, Go's resolver asks
 		// DNS), so no check could be sure where a dial would go. No
-		// image host needs them.
+		// real host needs them.
 		if ip, ok := parseLegacyIPv4(host); ok {
 			why := host + " is " + ip.String() + " in a non-standard form"
-			if what := refusedAddr(ip); what != "" {
+			if what := RefusedAddr(ip); what != "" {
 				why += ", " + what
 			}
 			return netip.Addr{}, why
