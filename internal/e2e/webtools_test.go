@@ -85,6 +85,10 @@ func TestWebToolsUnary(t *testing.T) {
 	if choice["finish_reason"] != "stop" || choice["message"].(map[string]any)["content"] == "" {
 		t.Fatalf("answer %v", choice)
 	}
+	// The steps are in svc alone: the worker's own member was moved there.
+	if _, twice := m["web_tool_steps"]; twice {
+		t.Fatalf("steps beside svc too: %s", r.Body)
+	}
 	// The row counts both turns, as the reply's usage does.
 	u := m["usage"].(map[string]any)
 	row := waitRow(t, s, key, r.Header.Get("X-Request-Id"))

@@ -228,6 +228,7 @@ func (c *Call) completeBody(body []byte) ([]byte, error) {
 	}
 	var s answerScan
 	if !s.read(trimmed) {
+		s.stepsAt = [2]int{}
 		if err := s.decode(trimmed); err != nil {
 			return nil, &api.Error{Kind: api.KindUpstream, Code: api.CodeBadWorkerReply, Message: "the worker's answer is not valid JSON", Err: err}
 		}
@@ -243,7 +244,9 @@ func (c *Call) completeBody(body []byte) ([]byte, error) {
 	if c.req.Kind == api.KindChat {
 		reply.Notice = c.replyNotice()
 		if present(s.webToolSteps) {
+			// Moved, not copied: the worker's member goes into svc.
 			reply.WebToolSteps = s.webToolSteps
+			trimmed = s.cutSteps(trimmed)
 		}
 	}
 	add := make([]byte, 0, 512)

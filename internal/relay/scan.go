@@ -157,6 +157,11 @@ type answerScan struct {
 	choices      []answerChoice
 	usage        bool   // usage present and not null
 	webToolSteps []byte // as sent, null included
+	// stepsAt is where the web_tool_steps member lies in the answer, from
+	// its comma (or its name when first) to the end of its value; 0, 0
+	// when unknown.
+	stepsAt    [2]int
+	stepsFirst bool
 }
 
 // read takes what the relay needs from an answer; false when
@@ -164,9 +169,14 @@ type answerScan struct {
 func (s *answerScan) read(body []byte) bool {
 	s.Reset(body)
 	s.choices, s.usage, s.webToolSteps = s.choices[:0], false, nil
+	s.stepsAt, s.stepsFirst = [2]int{}, false
 	again, seen := false, false
 	if s.Object() {
-		for n := 0; s.Next(n, '}'); n++ {
+		for n := 0; ; n++ {
+			at := s.Offset()
+			if !s.Next(n, '}') {
+				break
+			}
 			k, kind := s.Key()
 			switch {
 			case s.Is(k, kind, "choices"):
@@ -176,6 +186,7 @@ func (s *answerScan) read(body []byte) bool {
 				s.usage = !s.Null()
 			case s.Is(k, kind, "web_tool_steps"):
 				s.webToolSteps = s.Raw()
+				s.stepsAt, s.stepsFirst = [2]int{at, s.Offset()}, n == 0
 			default:
 				s.Value()
 			}
@@ -189,6 +200,32 @@ func (s *answerScan) read(body []byte) bool {
 		return s.decode(body) == nil
 	}
 	return true
+}
+
+// cutSteps is body without its web_tool_steps member, which the gateway
+// moves into svc: a new slice, body unchanged.
+func (s *answerScan) cutSteps(body []byte) []byte {
+	from, to := s.stepsAt[0], s.stepsAt[1]
+	if to <= from || to > len(body) {
+		return body
+	}
+	return cutMember(body, from, to, s.stepsFirst)
+}
+
+// cutMember removes the member of obj from from to to: from its comma, or,
+// when it is the first, from its name and through the comma after it.
+func cutMember(obj []byte, from, to int, first bool) []byte {
+	if first {
+		i := to
+		for i < len(obj) && (obj[i] == ' ' || obj[i] == '\t' || obj[i] == '\n' || obj[i] == '\r') {
+			i++
+		}
+		if i < len(obj) && obj[i] == ',' {
+			to = i + 1
+		}
+	}
+	out := make([]byte, 0, len(obj)-(to-from))
+	return append(append(out, obj[:from]...), obj[to:]...)
 }
 
 func (s *answerScan) readChoices() {

@@ -239,6 +239,7 @@ func (c *Call) completeBodyDecoded(body []byte) ([]byte, error) {
 		reply.Notice = c.replyNotice()
 		if present(cb.WebToolSteps) {
 			reply.WebToolSteps = cb.WebToolSteps
+			trimmed = cutStepsDecoded(trimmed)
 		}
 	}
 	var add bytes.Buffer
@@ -257,6 +258,51 @@ func (c *Call) completeBodyDecoded(body []byte) ([]byte, error) {
 	return splice(trimmed, add.Bytes()), nil
 }
 
+// cutStepsDecoded removes the member encoding/json reads as
+// web_tool_steps (the last, under any case folding it accepts), walking
+// the object with a json.Decoder: from its comma, or from its name and
+// through the comma after it when it is the first.
+func cutStepsDecoded(obj []byte) []byte {
+	skip := func(i int) int {
+		for i < len(obj) && (obj[i] == ' ' || obj[i] == '\t' || obj[i] == '\n' || obj[i] == '\r') {
+			i++
+		}
+		return i
+	}
+	dec := json.NewDecoder(bytes.NewReader(obj))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return obj
+	}
+	from, to, first := -1, -1, false
+	for n := 0; dec.More(); n++ {
+		start := skip(int(dec.InputOffset()))
+		key, err := dec.Token()
+		if err != nil {
+			return obj
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return obj
+		}
+		name, _ := json.Marshal(key)
+		var probe struct {
+			Steps json.RawMessage `json:"web_tool_steps"`
+		}
+		if json.Unmarshal([]byte(`{`+string(name)+`:`+string(v)+`}`), &probe) == nil && probe.Steps != nil {
+			from, to, first = start, int(dec.InputOffset()), n == 0
+		}
+	}
+	if from < 0 {
+		return obj
+	}
+	if first {
+		if i := skip(to); i < len(obj) && obj[i] == ',' {
+			to = i + 1
+		}
+	}
+	return append(append([]byte(nil), obj[:from]...), obj[to:]...)
+}
+
 // answerCases are answers completeBody must complete as it did.
 var answerCases = []string{
 	string(benchCompletion),
@@ -266,6 +312,9 @@ var answerCases = []string{
 	`{"choices":[{"message":{"content":"a"}},{"message":{"content":"b"},"finish_reason":"length"}]}`,
 	`{"Choices":[{"Message":{"CONTENT":"up"}}],"Usage":{},"web_tool_steps":[ {"q": "<a & b>"} ]}`,
 	`{"choices":[{"message":{"content":"a","content":null}}],"web_tool_steps":null}`,
+	`{ "web_tool_steps" : [{"name":"web_fetch"}] , "choices":[{"message":{"content":"a"}}]}`,
+	`{"choices":[{"message":{"content":"a"}}] ,"Web_Tool_Steps":[1]}`,
+	`{"web_tool_steps":[1]}`,
 	`{"choices":[{"message":{"content":"1"}},{"message":{"content":"2"}}],"choices":[{"finish_reason":"stop"}],"choices":[{},{}]}`,
 	`{"object":"embedding","data":[{"embedding":[0.1,-2e-3]}]}`,
 	`{}`,
