@@ -649,3 +649,24 @@ func TestEngineRateLimitCarriesRetryAfter(t *testing.T) {
 		}
 	}
 }
+
+// Requests waiting for a model only one worker serves show in that
+// worker's queue_depth, and leave it once served.
+func TestQueueDepthOfTheOnlyWorker(t *testing.T) {
+	s := startServer(t, "", "--queue-hold", "30s")
+	key := s.adminKey()
+	startWorker(t, s.URL, s.tokenFile(), "lone", "--engine", "sim=tps=0,ttft=0", "--max-concurrent", "1")
+	busy := s.async("POST", "/v1/chat/completions", chatBody("sim-chat", "hold\nsim: ttft=2s", false), bearer(key))
+	s.workerNamed(key, "lone", func(w map[string]any) bool { return w["active_tasks"] == 1.0 })
+	var waiting []<-chan reply
+	for i := range 3 {
+		waiting = append(waiting, s.async("POST", "/v1/chat/completions", chatBody("sim-chat", fmt.Sprint("wait ", i), false), bearer(key)))
+	}
+	s.workerNamed(key, "lone", func(w map[string]any) bool { return w["queue_depth"] == 3.0 })
+	for _, ch := range append(waiting, busy) {
+		if r := <-ch; r.Status != 200 {
+			t.Fatalf("%d %s", r.Status, r.Body)
+		}
+	}
+	s.workerNamed(key, "lone", func(w map[string]any) bool { return w["queue_depth"] == 0.0 })
+}

@@ -257,3 +257,59 @@ func TestAdaptiveLimitJudgesStreamsAmongStreams(t *testing.T) {
 		}
 	})
 }
+
+// The requests waiting for a model show in the queue_depth of the workers
+// that may serve them: all of them on a model's only worker, shared by
+// slots among several, and a pinned one on its worker alone.
+func TestQueueDepthPerWorker(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Config{Hold: time.Hour})
+		only := h.worker("o", "only", 1, chat("solo"))
+		small := h.worker("o", "small", 1, chat("shared"))
+		big := h.worker("o", "big", 3, chat("shared"))
+		depth := func() map[string]int {
+			out := map[string]int{}
+			for _, w := range h.f.Workers("o") {
+				out[w.WorkerID] = w.QueueDepth
+			}
+			return out
+		}
+		var leases []*Lease
+		take := func(need Need) {
+			l, err := h.f.Acquire(h.ctx, need)
+			if err != nil {
+				t.Fatal(err)
+			}
+			leases = append(leases, l)
+		}
+		// Every slot busy.
+		take(Need{OrgID: "o", Model: "solo"})
+		for range 4 {
+			take(Need{OrgID: "o", Model: "shared"})
+		}
+		wait := func(need Need, n int) {
+			for range n {
+				go func() {
+					if l, err := h.f.Acquire(h.ctx, need); err == nil {
+						l.Release(Neutral)
+					}
+				}()
+			}
+		}
+		wait(Need{OrgID: "o", Model: "solo"}, 3)
+		wait(Need{OrgID: "o", Model: "shared"}, 4)
+		wait(Need{OrgID: "o", Model: "shared", Pin: small.id}, 1)
+		synctest.Wait()
+		got := depth()
+		if got[only.id] != 3 || got[small.id] != 1+1 || got[big.id] != 3 {
+			t.Fatalf("queue depths: only %d, small %d, big %d; want 3, 2, 3", got[only.id], got[small.id], got[big.id])
+		}
+		for _, l := range leases {
+			l.Release(Neutral)
+		}
+		synctest.Wait()
+		if got := depth(); got[only.id]+got[small.id]+got[big.id] != 0 {
+			t.Fatalf("queue depths after the queue drained: %v", got)
+		}
+	})
+}

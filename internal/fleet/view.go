@@ -37,14 +37,7 @@ func (f *Fleet) workers(orgID string) []api.Worker {
 		f.mu.Unlock()
 		return []api.Worker{}
 	}
-	pinned := map[string]int{}
-	for _, q := range o.queues {
-		for e := q.l.Front(); e != nil; e = e.Next() {
-			if p := e.Value.(*waiter).need.Pin; p != "" {
-				pinned[p]++
-			}
-		}
-	}
+	queued := queuedByWorker(o)
 	ws := make([]*worker, 0, len(o.workers))
 	for _, w := range o.workers {
 		ws = append(ws, w)
@@ -55,17 +48,74 @@ func (f *Fleet) workers(orgID string) []api.Worker {
 		f.mu.Lock()
 		now := time.Now()
 		for i := from; i < min(from+listChunk, len(ws)); i++ {
-			out[i] = f.viewLocked(ws[i], now, pinned[ws[i].id])
+			out[i] = f.viewLocked(ws[i], now, queued[ws[i].id])
 		}
 		f.mu.Unlock()
 	}
 	return out
 }
 
-func (f *Fleet) viewLocked(w *worker, now time.Time, pinned int) api.Worker {
+// queuedByWorker shares out the requests waiting in o's queues among the
+// workers that may serve them: a pinned request is its worker's; any
+// other is spread over the ready workers with its model in proportion to
+// their slots for it (largest remainders first, so the shares add up to
+// the queue), so a model only one worker serves shows its whole queue on
+// that worker. Called with the fleet's lock held.
+func queuedByWorker(o *org) map[string]int {
+	out := map[string]int{}
+	for model, q := range o.queues {
+		unpinned := 0
+		for e := q.l.Front(); e != nil; e = e.Next() {
+			if p := e.Value.(*waiter).need.Pin; p != "" {
+				out[p]++
+			} else {
+				unpinned++
+			}
+		}
+		ix := o.models[model]
+		if unpinned == 0 || ix == nil {
+			continue
+		}
+		type share struct {
+			id          string
+			slots, rest int
+		}
+		var shares []share
+		seen := map[*worker]bool{}
+		total := 0
+		for _, e := range ix.ready {
+			if seen[e.w] {
+				continue
+			}
+			seen[e.w] = true
+			n := max(e.w.slots(model), 1)
+			shares = append(shares, share{id: e.w.id, slots: n})
+			total += n
+		}
+		if total == 0 {
+			continue
+		}
+		given := 0
+		for i := range shares {
+			sh := &shares[i]
+			whole := unpinned * sh.slots / total
+			sh.rest = unpinned*sh.slots - whole*total
+			out[sh.id] += whole
+			given += whole
+		}
+		slices.SortStableFunc(shares, func(a, b share) int { return cmp.Or(b.rest-a.rest, cmp.Compare(a.id, b.id)) })
+		for i := 0; given < unpinned; i++ {
+			out[shares[i%len(shares)].id]++
+			given++
+		}
+	}
+	return out
+}
+
+func (f *Fleet) viewLocked(w *worker, now time.Time, queued int) api.Worker {
 	v := api.Worker{
 		WorkerID: w.id, WorkerName: w.name, Status: f.statusLocked(w, now), Version: w.version,
-		Models: w.models, ActiveTasks: w.active, QueueDepth: pinned + w.heartbeat.QueueDepth,
+		Models: w.models, ActiveTasks: w.active, QueueDepth: queued + w.heartbeat.QueueDepth,
 		MaxConcurrent: w.maxConcurrent, LastSeenSecondsAgo: int(now.Sub(w.lastSeen) / time.Second),
 		Power: w.heartbeat.Power, Draining: w.draining, Engines: w.engines, Features: w.features,
 		ApprovalPending: w.pending,
