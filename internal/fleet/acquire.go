@@ -111,6 +111,20 @@ func (l *Lease) OpenReader(ctx context.Context, header []byte, body io.Reader) (
 	return l.sess.OpenReader(ctx, header, body)
 }
 
+// Loaded records that the request's engine loaded its model first, a
+// cold start: a model_loaded event of the worker, with the load's time
+// when the worker measured it.
+func (l *Lease) Loaded(loadMs *float64) {
+	meta := map[string]any{"model": l.model}
+	if loadMs != nil {
+		meta["model_load_ms"] = *loadMs
+	}
+	f := l.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.event(l.w, api.EventModelLoaded, l.model+" loaded for a request", meta, false, time.Now())
+}
+
 // Outcome is how a leased request went, for the worker's health.
 type Outcome int
 

@@ -503,6 +503,9 @@ func (c *Call) settle(res *api.Result) error {
 	if res.Status != http.StatusOK {
 		return resultError(res)
 	}
+	if cold := res.Timing.ColdStart; cold != nil && *cold {
+		c.lease.Loaded(res.Timing.ModelLoadMs)
+	}
 	return nil
 }
 
