@@ -346,6 +346,10 @@ const (
 	// nothing. EventApproved is its approval, after which it serves.
 	EventApprovalPending = "approval_pending"
 	EventApproved        = "approved"
+	// EventSettingsChanged is a worker whose settings (max_concurrent,
+	// engines, features, private inference) differ from its last
+	// connection's; metadata has each change's from and to.
+	EventSettingsChanged = "settings_changed"
 )
 
 // ModelEntry is an entry of GET /v1/models: the common shape plus the

@@ -159,7 +159,7 @@ type EventsOptions struct {
 
 var eventTypes = []string{api.EventConnected, api.EventDisconnected, api.EventHealthChanged, api.EventModelsChanged,
 	api.EventModelLoaded, api.EventModelInstall, api.EventDraining, api.EventReplaced, api.EventEngineStalled, api.EventEngineRecovered,
-	api.EventApprovalPending, api.EventApproved}
+	api.EventApprovalPending, api.EventApproved, api.EventSettingsChanged}
 
 // NewCmdWorkersEvents builds `svc workers events`.
 func NewCmdWorkersEvents(f *Factory, runF func(*EventsOptions) error) *cobra.Command {
@@ -169,11 +169,13 @@ func NewCmdWorkersEvents(f *Factory, runF func(*EventsOptions) error) *cobra.Com
 		Short: "List worker events, newest first",
 		Long: `List the events of the organisation's workers, newest first: connected,
 disconnected (transient when the worker came back within the grace period),
-health_changed, models_changed, model_install, draining, replaced, and
-engine_stalled and engine_recovered (an engine that stopped answering, its
-models held back, and answering again), approval_pending (a worker waiting
-for the organisation's approval, serving nothing) and approved. Events are
-kept for 30 days.`,
+health_changed (a recovered drop is healthy -> stale, then stale -> healthy),
+models_changed, model_loaded (a request waited for its model to load, with
+model_load_ms), model_install, settings_changed (the worker came back with
+other flags), draining, replaced, and engine_stalled and engine_recovered (an
+engine that stopped answering, its models held back, and answering again),
+approval_pending (a worker waiting for the organisation's approval, serving
+nothing) and approved. Events are kept for 30 days.`,
 		Example: `  svc workers events --worker wk_0123456789abcdef
   svc workers events --type health_changed --json`,
 		Args: noArgs,

@@ -670,3 +670,56 @@ func TestQueueDepthOfTheOnlyWorker(t *testing.T) {
 	}
 	s.workerNamed(key, "lone", func(w map[string]any) bool { return w["queue_depth"] == 0.0 })
 }
+
+// A request that found its model unloaded and waited for the load is a
+// model_loaded event of its worker, with how long the load took.
+func TestColdLoadIsAnEvent(t *testing.T) {
+	s, key := gateway(t)
+	if r := s.do("POST", "/v1/chat/completions", chatBody("sim-cold", "hi", false), bearer(key)); r.Status != 200 {
+		t.Fatalf("%d %s", r.Status, r.Body)
+	}
+	ev := s.waitEvent(key, "?event_type=model_loaded", func(e map[string]any) bool {
+		m, _ := e["metadata"].(map[string]any)
+		return e["worker_name"] == "sim-box" && m["model"] == "sim-cold" && m["model_load_ms"] != nil
+	})
+	if ms := ev["metadata"].(map[string]any)["model_load_ms"].(float64); ms <= 0 {
+		t.Fatalf("event %v", ev)
+	}
+	// A warm model loads nothing.
+	if r := s.do("POST", "/v1/chat/completions", chatBody("sim-cold", "again", false), bearer(key)); r.Status != 200 {
+		t.Fatalf("%d %s", r.Status, r.Body)
+	}
+	var evs []map[string]any
+	_ = json.Unmarshal(s.do("GET", "/api/v1/workers/events?event_type=model_loaded", "", bearer(key)).Body, &evs)
+	if len(evs) != 1 {
+		t.Fatalf("%d model_loaded events after a warm request: %v", len(evs), evs)
+	}
+}
+
+// A worker's link cut and resumed is a transient disconnect and two
+// health changes, healthy -> stale and stale -> healthy; a worker started
+// again with other flags is a settings_changed event by its operator.
+func TestRecoveredDropAndSettingsEvents(t *testing.T) {
+	s := startServer(t, "", "--worker-grace", "20s")
+	key := s.adminKey()
+	p := newProxy(t, strings.TrimPrefix(s.URL, "http://"))
+	w := startWorker(t, p.URL(), s.tokenFile(), "flaky", "--engine", "sim=tps=0,ttft=0", "--max-concurrent", "2")
+	s.workerNamed(key, "flaky", statusIs("healthy"))
+	if p.cut() == 0 {
+		t.Fatal("nothing to cut")
+	}
+	s.waitEvent(key, "?event_type=disconnected", func(e map[string]any) bool { return e["worker_name"] == "flaky" && e["transient"] == true })
+	s.waitEvent(key, "?event_type=health_changed", func(e map[string]any) bool {
+		m, _ := e["metadata"].(map[string]any)
+		return e["worker_name"] == "flaky" && m["from"] == "stale" && m["to"] == "healthy"
+	})
+
+	_ = w.stop(syscall.SIGTERM)
+	w.wait(10 * time.Second)
+	startWorker(t, s.URL, s.tokenFile(), "flaky", "--engine", "sim=tps=0,ttft=0", "--max-concurrent", "5")
+	ev := s.waitEvent(key, "?event_type=settings_changed", func(e map[string]any) bool { return e["worker_name"] == "flaky" })
+	mc, _ := ev["metadata"].(map[string]any)["max_concurrent"].(map[string]any)
+	if ev["actor"] != "svc worker" || mc["from"] != 2.0 || mc["to"] != 5.0 {
+		t.Fatalf("settings event %v", ev)
+	}
+}

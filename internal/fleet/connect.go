@@ -162,6 +162,9 @@ func (f *Fleet) Connect(ctx context.Context, orgID string, hello api.Hello, conn
 		w.graceTimer.Stop()
 		w.graceTimer = nil
 	}
+	// What the worker's operator set on its command line, compared with
+	// its last connection: a change is a settings_changed event.
+	changed := settingsChange(w, &hello)
 	w.name = hello.Name
 	w.version = hello.Version
 	w.maxConcurrent = hello.MaxConcurrent
@@ -226,6 +229,12 @@ func (f *Fleet) Connect(ctx context.Context, orgID string, hello api.Hello, conn
 			f.event(w, api.EventConnected, "", map[string]any{"version": w.version, "max_concurrent": w.maxConcurrent,
 				"models": modelIDs(w.models), "engines": w.engines}, false, now)
 		}
+		if changed != nil {
+			ev := newEvent(w, api.EventSettingsChanged, "the worker came back with other settings", changed, false, now)
+			actor := workerActor
+			ev.Actor = &actor
+			f.cfg.Events.RecordEvent(w.orgID, ev)
+		}
 		switch {
 		case w.pending && (!resumed || !wasPending):
 			f.event(w, api.EventApprovalPending, awaitingApproval, nil, false, now)
@@ -234,7 +243,12 @@ func (f *Fleet) Connect(ctx context.Context, orgID string, hello api.Hello, conn
 			f.event(w, api.EventApproved, why, nil, false, now)
 		}
 		w.droppedAt = time.Time{}
-		w.status = ""
+		if !resumed {
+			// A new process: its connected event says it all. A resumed
+			// link keeps its status, so that the drop's stale -> healthy
+			// is noted.
+			w.status = ""
+		}
 		f.noteStatusLocked(w, now)
 		f.dispatchLocked(o, now)
 	}
@@ -262,6 +276,36 @@ func (f *Fleet) handshakeTurn(id string) chan struct{} {
 		f.handshakes[id] = c
 	}
 	return c
+}
+
+// workerActor is who changes a worker's own settings: its operator,
+// through svc worker's flags.
+const workerActor = "svc worker"
+
+// settingsChange is what a hello changes of w's settings, as
+// {setting: {from, to}}; nil for a worker seen for the first time or
+// unchanged. Models have their own event.
+func settingsChange(w *worker, hello *api.Hello) map[string]any {
+	if w.version == "" {
+		return nil
+	}
+	out := map[string]any{}
+	if w.maxConcurrent != hello.MaxConcurrent {
+		out["max_concurrent"] = map[string]any{"from": w.maxConcurrent, "to": hello.MaxConcurrent}
+	}
+	if !slices.Equal(w.engines, hello.Engines) {
+		out["engines"] = map[string]any{"from": w.engines, "to": hello.Engines}
+	}
+	if !slices.Equal(w.features, hello.Features) {
+		out["features"] = map[string]any{"from": w.features, "to": hello.Features}
+	}
+	if (w.e2eKey == nil) != (hello.E2EKey == nil) {
+		out["private_inference"] = map[string]any{"from": w.e2eKey != nil, "to": hello.E2EKey != nil}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }
 
 func modelIDs(ms []api.Model) []string {

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -500,6 +502,18 @@ func TestBriefDropResumes(t *testing.T) {
 		if ev := h.ev.find(api.EventDisconnected, true); ev == nil {
 			t.Fatal("no transient disconnected event")
 		}
+		// The drop and the recovery are both health changes.
+		var moves []string
+		h.ev.mu.Lock()
+		for _, ev := range h.ev.evs {
+			if ev.EventType == api.EventHealthChanged {
+				moves = append(moves, fmt.Sprint(ev.Metadata["from"], " -> ", ev.Metadata["to"]))
+			}
+		}
+		h.ev.mu.Unlock()
+		if !slices.Equal(moves, []string{"healthy -> stale", "stale -> healthy"}) {
+			t.Fatalf("health events %q", moves)
+		}
 		l.Release(Succeeded)
 	})
 }
@@ -979,6 +993,48 @@ func TestIncompleteModel(t *testing.T) {
 		}
 		if ms := h.f.Models("o"); ms[0].Incomplete != nil {
 			t.Fatalf("a model whole on one worker is listed incomplete: %+v", ms[0])
+		}
+	})
+}
+
+// A worker back with other settings than its last connection's is a
+// settings_changed event with each change and its operator as the actor;
+// one back as it was, or seen for the first time, is none.
+func TestSettingsChangedEvent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Config{})
+		w := h.worker("o", "w", 4, chat("m"))
+		count := func() (n int, last *api.WorkerEvent) {
+			h.ev.mu.Lock()
+			defer h.ev.mu.Unlock()
+			for i := range h.ev.evs {
+				if h.ev.evs[i].EventType == api.EventSettingsChanged {
+					n, last = n+1, &h.ev.evs[i]
+				}
+			}
+			return n, last
+		}
+		// The same settings, by a new process.
+		_ = w.conn.Close()
+		w.hello.SessionID = uuid.NewString()
+		w.connect("o")
+		synctest.Wait()
+		if n, _ := count(); n != 0 {
+			t.Fatalf("%d settings events for a worker back as it was", n)
+		}
+		_ = w.conn.Close()
+		w.hello.SessionID = uuid.NewString()
+		w.hello.MaxConcurrent = 16
+		w.hello.Engines = []api.EngineInfo{{Kind: "openai", URL: "http://127.0.0.1:8000"}}
+		w.connect("o")
+		synctest.Wait()
+		n, ev := count()
+		if n != 1 || ev.Actor == nil || *ev.Actor != "svc worker" {
+			t.Fatalf("%d settings events, last %+v", n, ev)
+		}
+		mc, _ := ev.Metadata["max_concurrent"].(map[string]any)
+		if mc["from"] != 4 || mc["to"] != 16 || ev.Metadata["engines"] == nil || ev.Metadata["features"] != nil {
+			t.Fatalf("metadata %v", ev.Metadata)
 		}
 	})
 }
