@@ -229,7 +229,14 @@ func (m Model) applyPoll(msg pollMsg) (tea.Model, tea.Cmd) {
 			rows = []api.UsageRow{} // nil means "failed" to observe
 		}
 	}
-	m.traffic.hist = m.traffic.hist.observe(msg.at, sum, rows)
+	var inflight []api.InflightRequest
+	if msg.inflightErr == nil {
+		inflight = msg.inflight
+		if inflight == nil {
+			inflight = []api.InflightRequest{} // nil means "failed" to progress
+		}
+	}
+	m.traffic.hist = m.traffic.hist.progress(inflight).observe(msg.at, sum, rows)
 	m.data.rental = m.data.rental.apply(msg)
 	m.syncLists()
 	if m.details.kind != noDetails {

@@ -257,6 +257,40 @@ func TestTrafficObserve(t *testing.T) {
 	}
 }
 
+// Streams count their tokens as they generate them, and a stream that
+// completes adds only what was not counted of it while it ran.
+func TestTrafficCountsStreamsAsTheyGenerate(t *testing.T) {
+	sum := func(req, tok int64) *api.UsageSummary {
+		return &api.UsageSummary{To: "d", UsageTotals: api.UsageTotals{Requests: req, TotalTokens: tok}}
+	}
+	gen := func(pairs ...any) []api.InflightRequest {
+		var out []api.InflightRequest
+		for i := 0; i < len(pairs); i += 2 {
+			n := pairs[i+1].(int)
+			out = append(out, api.InflightRequest{TaskID: pairs[i].(string), TokensGenerated: &n})
+		}
+		return out
+	}
+	var tr traffic
+	tr = tr.progress(gen()).observe(t0, sum(0, 0), []api.UsageRow{})
+	// Two streams at 150 tokens/s for a second each, nothing completed.
+	tr = tr.progress(gen("a", 150, "b", 150)).observe(t0.Add(time.Second), sum(0, 0), []api.UsageRow{})
+	tr = tr.progress(gen("a", 300, "b", 300)).observe(t0.Add(2*time.Second), sum(0, 0), []api.UsageRow{})
+	if s := tr.samples[len(tr.samples)-1]; s.Tok != 300 || s.rate(s.Tok) != 300 {
+		t.Fatalf("while streaming: %+v", s)
+	}
+	// a ends at 400 completion tokens after a 20-token prompt: 420 in the
+	// totals, 300 of which were counted; b goes on.
+	tr = tr.progress(gen("b", 450)).observe(t0.Add(3*time.Second), sum(1, 420), []api.UsageRow{})
+	if s := tr.samples[len(tr.samples)-1]; s.Tok != 120+150 {
+		t.Fatalf("after a stream completed: %+v, want 270 tokens", s)
+	}
+	// A failed poll of the requests in flight changes nothing.
+	if tr2 := tr.progress(nil); tr2.live != 0 || tr2.done != 0 || len(tr2.gen) != 1 {
+		t.Fatalf("failed poll: %+v", tr2)
+	}
+}
+
 // TestTrafficObserveTruncatedPage checks a page of nothing but new rows is
 // scaled to the exact failure count instead of undercounting 429s.
 func TestTrafficObserveTruncatedPage(t *testing.T) {

@@ -52,6 +52,41 @@ type traffic struct {
 
 	today     api.UsageSummary
 	haveToday bool
+
+	// Tokens are counted as they are generated, not only once a request
+	// completes: gen is what each running stream had generated at the last
+	// poll, live what the running streams generated since the last sample,
+	// and done what had been counted of the streams that finished since,
+	// which their completed totals already hold.
+	gen        map[string]int
+	live, done int64
+}
+
+// progress folds a poll of the requests in flight into the token count:
+// what each stream generated since the last poll. inflight is nil when the
+// poll failed. t is not modified.
+func (t traffic) progress(inflight []api.InflightRequest) traffic {
+	if inflight == nil {
+		return t
+	}
+	next := make(map[string]int, len(inflight))
+	for _, r := range inflight {
+		if r.TokensGenerated == nil {
+			continue
+		}
+		n := *r.TokensGenerated
+		next[r.TaskID] = n
+		if n > t.gen[r.TaskID] {
+			t.live += int64(n - t.gen[r.TaskID])
+		}
+	}
+	for id, n := range t.gen {
+		if _, running := next[id]; !running {
+			t.done += int64(n)
+		}
+	}
+	t.gen = next
+	return t
 }
 
 // logLimit is the usage-log page polled each tick.
@@ -95,8 +130,11 @@ func (t traffic) observe(at time.Time, sum *api.UsageSummary, rows []api.UsageRo
 			At:  at,
 			Dt:  at.Sub(t.prevAt).Seconds(),
 			Req: sum.Requests - t.prev.Requests,
-			Tok: sum.TotalTokens - t.prev.TotalTokens,
+			// The streams' tokens as they came, and the completed
+			// requests' totals less what was counted of them running.
+			Tok: max(0, sum.TotalTokens-t.prev.TotalTokens-t.done) + t.live,
 		}
+		t.live, t.done = 0, 0
 		failedDelta := sum.Failed - t.prev.Failed
 		if rows != nil && t.seen != nil {
 			s.R429 = new429
