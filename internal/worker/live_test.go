@@ -82,7 +82,9 @@ func (s *liveSink) Event(_ context.Context, data []byte) error {
 	s.events = append(s.events, ev)
 	return nil
 }
-func (s *liveSink) Body(context.Context, []byte) error { return errors.New("no body in a live session") }
+func (s *liveSink) Body(context.Context, []byte) error {
+	return errors.New("no body in a live session")
+}
 
 func liveParams(rate int) []byte {
 	b, _ := json.Marshal(api.LiveParams{SampleRate: rate})
