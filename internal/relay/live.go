@@ -116,6 +116,11 @@ func (l *Live) relay(send func([]byte) error) error {
 			c.clientGone()
 			l.mu.Lock()
 			defer l.mu.Unlock()
+			if final && errors.Is(l.aborted, ErrClientGone) {
+				// The client had its final and closed before the
+				// worker's result came: it was served.
+				return nil
+			}
 			if l.aborted != nil {
 				return l.aborted
 			}
