@@ -52,7 +52,7 @@ type Server struct {
 	metrics   *metrics
 	watch     *clientWatch
 	// lives are the live transcriptions on hijacked connections.
-	lives liveSessions
+	lives     liveSessions
 	usage     store.Usage
 	writes    writeBacklog // nil: not told
 	power     *PowerBook
