@@ -11,6 +11,12 @@ const (
 	// KindSpeech carries SpeechParams as the body. The worker answers with
 	// the audio: a WAV file, 24 kHz, 16-bit, mono.
 	KindSpeech = "speech"
+	// KindTranscriptionLive carries LiveParams in LinkRequest.Params and
+	// raw PCM (signed 16-bit little-endian, mono, at the sample rate) as
+	// the stream's body, sent as the client speaks: the body ends when the
+	// client ends its audio. The worker answers with LiveEvent messages as
+	// it goes, a LiveFinal last, then its result.
+	KindTranscriptionLive = "transcription_live"
 )
 
 // Request types of usage rows and in-flight requests for audio.
@@ -26,7 +32,71 @@ const (
 	AudioWAV  = "wav"
 	AudioMP3  = "mp3"
 	AudioFLAC = "flac"
+	// AudioPCMStream is the format of a live transcription's row: raw
+	// PCM, streamed.
+	AudioPCMStream = "audio/pcm;stream"
 )
+
+// Bounds of a live transcription's sample rate (Hz).
+const (
+	LiveMinRate     = 8000
+	LiveMaxRate     = 48000
+	LiveDefaultRate = 16000
+)
+
+// LiveParams are a live transcription's settings after the gateway
+// validated them.
+type LiveParams struct {
+	SampleRate int `json:"sample_rate"`
+	// Language is an ISO 639-1 code; empty lets the engine detect it.
+	Language string `json:"language,omitempty"`
+}
+
+// Event types of a live transcription, as the client reads them.
+const (
+	LiveSessionStarted = "session.started"
+	LivePartial        = "transcript.partial"
+	LiveFinal          = "transcript.final"
+	LiveError          = "error"
+)
+
+// LiveEvent is one event of a live transcription. A worker sends partial
+// and final events on the link; the gateway adds the session's start and
+// any error.
+type LiveEvent struct {
+	Type string `json:"type"`
+	// Text of a partial is the whole transcript so far, replacing the
+	// previous partial's; of a final, the whole transcript.
+	Text *string `json:"text,omitempty"`
+	// Start and End (seconds) of a partial are the audio this decode
+	// covered: what lies before Start was settled by an earlier window
+	// and is not decoded again.
+	Start *float64 `json:"start,omitempty"`
+	End   *float64 `json:"end,omitempty"`
+	// Segments, Language and Duration come with the final.
+	Segments []Segment `json:"segments,omitempty"`
+	Language string    `json:"language,omitempty"`
+	Duration *float64  `json:"duration,omitempty"`
+	// RequestID and Worker come with session.started.
+	RequestID string      `json:"request_id,omitempty"`
+	Worker    *LiveWorker `json:"worker,omitempty"`
+	// Error comes with an error event.
+	Error *LiveErrorBody `json:"error,omitempty"`
+}
+
+// LiveWorker names the worker serving a live transcription.
+type LiveWorker struct {
+	ID   string `json:"id"`
+	Name string `json:"name"`
+}
+
+// LiveErrorBody is the error of an error event: the status the request
+// would have had over HTTP, with its code and message.
+type LiveErrorBody struct {
+	Status  int    `json:"status"`
+	Code    string `json:"code,omitempty"`
+	Message string `json:"message"`
+}
 
 // TranscriptionParams are a transcription's settings after the gateway
 // validated them, with what it read from the file's headers.

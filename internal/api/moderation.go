@@ -20,6 +20,9 @@ const (
 	// FeatureModeration is the moderation protocol: KindModeration
 	// requests, and content filtering of chat.
 	FeatureModeration = "moderation/1"
+	// FeatureLiveTranscription is KindTranscriptionLive: streamed PCM in,
+	// transcript events out.
+	FeatureLiveTranscription = "transcription-live/1"
 )
 
 // ModerationImage is an image of a check: the bytes of a data: URL the

@@ -170,7 +170,7 @@ to --drain-timeout), and exit.`,
 	addPprofFlag(cmd, &opts.PprofAddr)
 	// A worker announcing fewer features stands in for an older release,
 	// to try a mixed fleet.
-	fl.StringSliceVar(&opts.Features, "protocol-features", []string{api.FeatureModeration}, "protocol features to announce")
+	fl.StringSliceVar(&opts.Features, "protocol-features", []string{api.FeatureModeration, api.FeatureLiveTranscription}, "protocol features to announce")
 	_ = fl.MarkHidden("protocol-features")
 	return cmd
 }

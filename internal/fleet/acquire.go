@@ -111,6 +111,12 @@ func (l *Lease) OpenReader(ctx context.Context, header []byte, body io.Reader) (
 	return l.sess.OpenReader(ctx, header, body)
 }
 
+// OpenDuplex starts a request whose body is sent as it comes while its
+// answer is read (see link.Session.OpenDuplex).
+func (l *Lease) OpenDuplex(ctx context.Context, header []byte) (*link.Stream, error) {
+	return l.sess.OpenDuplex(ctx, header)
+}
+
 // Loaded records that the request's engine loaded its model first, a
 // cold start: a model_loaded event of the worker, with the load's time
 // when the worker measured it.

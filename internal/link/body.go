@@ -10,8 +10,10 @@ import (
 )
 
 var (
-	// errPeerEnded stops a sender whose peer has already ended the stream.
-	errPeerEnded = errors.New("link: the worker answered before the request was sent")
+	// ErrAnswered stops a sender whose peer has already ended the
+	// stream: the worker answered before the request was sent, and its
+	// answer waits to be read.
+	ErrAnswered = errors.New("link: the worker answered before the request was sent")
 	// errStopped is recv's answer when its done channel closes.
 	errStopped = errors.New("link: receive stopped")
 )
@@ -143,4 +145,47 @@ func (b *Body) next() error {
 	}
 	b.buf, b.more = f.Payload, f.More()
 	return nil
+}
+
+// OpenDuplex starts a stream (gateway only) whose body the caller sends
+// afterwards with SendBody, a piece at a time as it comes, and ends with
+// EndBody, while it reads the answer from the same stream: a live
+// request's answer flows while its body still arrives, so neither may
+// wait for the other. Every frame of the body is flagged More, since
+// none knows it is the last; EndBody sends an empty frame without it.
+func (s *Session) OpenDuplex(ctx context.Context, header []byte) (*Stream, error) {
+	st, err := s.newOutgoing()
+	if err != nil {
+		return nil, err
+	}
+	prefix := binary.AppendUvarint(make([]byte, 0, binary.MaxVarintLen64+len(header)), uint64(len(header)))
+	prefix = append(prefix, header...)
+	if len(prefix) > MaxChunk {
+		st.Reset()
+		return nil, fmt.Errorf("link: request header of %d bytes is larger than a frame", len(header))
+	}
+	if err := st.sendFrame(ctx, TypeOpen, FlagMore, prefix); err != nil {
+		st.Reset()
+		return nil, err
+	}
+	return st, nil
+}
+
+// SendBody sends the next piece of a duplex stream's body. It blocks
+// while the worker has a window unread; ErrAnswered means the worker has
+// ended the stream and wants no more.
+func (st *Stream) SendBody(ctx context.Context, p []byte) error {
+	for len(p) > 0 {
+		n := min(len(p), MaxChunk)
+		if err := st.sendFrame(ctx, TypeData, FlagMore, p[:n]); err != nil {
+			return err
+		}
+		p = p[n:]
+	}
+	return nil
+}
+
+// EndBody ends a duplex stream's body.
+func (st *Stream) EndBody(ctx context.Context) error {
+	return st.sendFrame(ctx, TypeData, 0, nil)
 }

@@ -272,7 +272,7 @@ func (s *Session) newOutgoing() (*Stream, error) {
 // taking the whole body has a result to read; any other failure drops
 // the stream.
 func (st *Stream) opened(err error) (*Stream, error) {
-	if err != nil && !errors.Is(err, errPeerEnded) {
+	if err != nil && !errors.Is(err, ErrAnswered) {
 		st.Reset()
 		return nil, err
 	}

@@ -152,7 +152,7 @@ func (st *Stream) sendFrame(ctx context.Context, t Type, flags uint8, payload []
 		case <-st.credit:
 		case <-st.dead:
 		case <-st.ended:
-			return errPeerEnded
+			return ErrAnswered
 		case <-ctx.Done():
 			return ctx.Err()
 		}

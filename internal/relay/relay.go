@@ -312,7 +312,7 @@ func capabilityOf(kind string) string {
 	switch kind {
 	case api.KindEmbeddings:
 		return api.CapEmbeddings
-	case api.KindTranscription:
+	case api.KindTranscription, api.KindTranscriptionLive:
 		return api.CapTranscription
 	case api.KindSpeech:
 		return api.CapSpeech
@@ -330,7 +330,7 @@ func rowKind(kind string) string {
 	switch kind {
 	case api.KindEmbeddings:
 		return api.RequestEmbeddings
-	case api.KindTranscription:
+	case api.KindTranscription, api.KindTranscriptionLive:
 		return api.RequestAudio
 	case api.KindSpeech:
 		return api.RequestSpeech

@@ -51,6 +51,8 @@ type Server struct {
 	links     link.Buffers // the worker links' websocket buffers
 	metrics   *metrics
 	watch     *clientWatch
+	// lives are the live transcriptions on hijacked connections.
+	lives     liveSessions
 	usage     store.Usage
 	writes    writeBacklog // nil: not told
 	power     *PowerBook
@@ -363,6 +365,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		wg.Go(func() { errs[i] = l.shutdown(ctx, 5*time.Second) })
 	}
 	wg.Wait()
+	s.lives.close()
 	s.watch.close()
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("%w: %v", ErrDrainTimeout, err)
@@ -525,7 +528,22 @@ func keyOf(hdr *fasthttp.RequestHeader) string {
 		}
 		return ""
 	}
-	return string(bytes.TrimSpace(hdr.Peek("X-Api-Key")))
+	if k := bytes.TrimSpace(hdr.Peek("X-Api-Key")); len(k) > 0 {
+		return string(k)
+	}
+	return websocketKey(hdr)
+}
+
+// websocketKey is a key offered as the WebSocket subprotocol
+// svc-key.<KEY>: a browser's WebSocket cannot set headers.
+func websocketKey(hdr *fasthttp.RequestHeader) string {
+	const prefix = "svc-key."
+	for _, p := range bytes.Split(hdr.Peek("Sec-WebSocket-Protocol"), []byte(",")) {
+		if p = bytes.TrimSpace(p); bytes.HasPrefix(p, []byte(prefix)) {
+			return string(p[len(prefix):])
+		}
+	}
+	return ""
 }
 
 type fasthttpLogger struct{ log *slog.Logger }

@@ -70,6 +70,9 @@ type Config struct {
 	// Features are the protocol features announced in the hello; nil is
 	// every feature of this release. Fewer stand in for an older release.
 	Features []string
+	// live shapes live transcriptions; the zero value is
+	// defaultLiveWindows. Tests shorten it.
+	live liveWindows
 	// Power configures the power readings sent to the gateway; nil sends
 	// none. With SimulatedPower the readings are the simulator's made-up
 	// profile, following the worker's load.
@@ -169,7 +172,7 @@ func New(cfg Config) (*Agent, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Features == nil {
-		cfg.Features = []string{api.FeatureModeration}
+		cfg.Features = []string{api.FeatureModeration, api.FeatureLiveTranscription}
 	}
 	a := &Agent{cfg: cfg, log: cfg.Logger, byModel: map[string]served{}, slots: make(chan struct{}, cfg.MaxConcurrent),
 		images: cfg.Images, sentAway: make(chan struct{}, 1)}

@@ -49,7 +49,7 @@ func (a *Agent) run(ctx context.Context, st *link.Stream) (res *api.Result) {
 	}
 	eng = a.watchOf(eng)
 	ereq := &engine.Request{Kind: req.Kind, Model: local, Stream: req.Stream}
-	if req.Kind == api.KindTranscription {
+	if req.Kind == api.KindTranscription || req.Kind == api.KindTranscriptionLive {
 		// The audio is read by the engine as it arrives.
 		ereq.Body, ereq.Audio = req.Params, body
 	} else if ereq.Body, err = body.Bytes(); err != nil {
@@ -57,6 +57,9 @@ func (a *Agent) run(ctx context.Context, st *link.Stream) (res *api.Result) {
 	}
 
 	var private *privateRequest
+	if req.E2E && req.Kind == api.KindTranscriptionLive {
+		return engine.Failure(http.StatusBadRequest, api.TypeInvalidRequest, "live transcription is not sealed")
+	}
 	if req.E2E {
 		var failed *api.Result
 		if req.Kind == api.KindTranscription {
@@ -117,6 +120,8 @@ func (a *Agent) run(ctx context.Context, st *link.Stream) (res *api.Result) {
 	switch {
 	case req.Kind == api.KindSpeech:
 		res = a.speak(ctx, eng, ereq, sink)
+	case req.Kind == api.KindTranscriptionLive:
+		res = transcribeLive(ctx, eng, local, ereq.Body, ereq.Audio, sink, a.liveWindows())
 	case req.Kind == api.KindModeration:
 		res = a.moderate(ctx, req.Model, ereq.Body, sink)
 	case req.Kind == api.KindChat && req.ContentFilter != "":

@@ -1,0 +1,199 @@
+package e2e
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"math"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fasthttp/websocket"
+)
+
+// pcmTone is a 440 Hz tone as 16-bit little-endian mono PCM.
+func pcmTone(seconds float64, rate int) []byte {
+	n := int(seconds * float64(rate))
+	b := make([]byte, 0, 2*n)
+	for i := range n {
+		v := int16(0.3 * 32767 * math.Sin(2*math.Pi*440*float64(i)/float64(rate)))
+		b = binary.LittleEndian.AppendUint16(b, uint16(v))
+	}
+	return b
+}
+
+func liveURL(s *server, prefix, query string) string {
+	return "ws" + strings.TrimPrefix(s.URL, "http") + prefix + "/audio/transcriptions/live?" + query
+}
+
+type liveEvent struct {
+	Type      string  `json:"type"`
+	Text      *string `json:"text"`
+	Start     float64 `json:"start"`
+	End       float64 `json:"end"`
+	Duration  float64 `json:"duration"`
+	RequestID string  `json:"request_id"`
+	Worker    *struct {
+		ID, Name string
+	} `json:"worker"`
+	Segments []map[string]any `json:"segments"`
+	Error    *struct {
+		Status  int    `json:"status"`
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+func readEvent(t *testing.T, ws *websocket.Conn) liveEvent {
+	t.Helper()
+	_ = ws.SetReadDeadline(time.Now().Add(30 * time.Second))
+	typ, msg, err := ws.ReadMessage()
+	if err != nil || typ != websocket.TextMessage {
+		t.Fatalf("read event: %v %v %s", typ, err, msg)
+	}
+	var ev liveEvent
+	if err := json.Unmarshal(msg, &ev); err != nil {
+		t.Fatalf("event %s: %v", msg, err)
+	}
+	return ev
+}
+
+// Live transcription through real svc serve and svc worker processes: a
+// partial comes while the audio still arrives, then the final, and the
+// session's usage row counts the seconds sent.
+func TestLiveTranscription(t *testing.T) {
+	s, key := audioGateway(t, "tps=0,ttft=0,rtf=0")
+	for _, tc := range []struct {
+		prefix string
+		header http.Header
+		dialer websocket.Dialer
+	}{
+		{"/v1", http.Header{"Authorization": {"Bearer " + key}}, websocket.Dialer{}},
+		// A browser's way: the key as a subprotocol, beside svc.live.
+		{"/api/v1", nil, websocket.Dialer{Subprotocols: []string{"svc.live", "svc-key." + key}}},
+	} {
+		t.Run(tc.prefix, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			ws, resp, err := tc.dialer.DialContext(ctx, liveURL(s, tc.prefix, "model=stt-large-v3-turbo&sample_rate=16000&language=en"), tc.header)
+			if err != nil {
+				t.Fatalf("dial: %v %v", err, resp)
+			}
+			defer ws.Close()
+			if tc.header == nil && ws.Subprotocol() != "svc.live" {
+				t.Fatalf("subprotocol %q", ws.Subprotocol())
+			}
+			started := readEvent(t, ws)
+			id := resp.Header.Get("X-Request-Id")
+			if started.Type != "session.started" || started.RequestID == "" || started.RequestID != id ||
+				started.Worker == nil || started.Worker.Name != "audio-box" || started.Worker.ID == "" {
+				t.Fatalf("first event %+v (request id %q)", started, id)
+			}
+			pcm := pcmTone(7, 16000)
+			send := func(b []byte) {
+				for len(b) > 0 {
+					n := min(len(b), 8000) // a quarter second
+					if err := ws.WriteMessage(websocket.BinaryMessage, b[:n]); err != nil {
+						t.Fatal(err)
+					}
+					b = b[n:]
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
+			// Four seconds, then a partial before any more audio is sent.
+			send(pcm[:4*32000])
+			partial := readEvent(t, ws)
+			if partial.Type != "transcript.partial" || partial.Text == nil || *partial.Text == "" || partial.End < 3 || partial.End > 4 {
+				t.Fatalf("partial %+v", partial)
+			}
+			send(pcm[4*32000:])
+			if err := ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"end"}`)); err != nil {
+				t.Fatal(err)
+			}
+			var final liveEvent
+			for {
+				ev := readEvent(t, ws)
+				if ev.Type == "transcript.partial" {
+					continue
+				}
+				final = ev
+				break
+			}
+			if final.Type != "transcript.final" || final.Text == nil || *final.Text == "" || final.Duration != 7 || len(final.Segments) == 0 {
+				t.Fatalf("final %+v", final)
+			}
+			_ = ws.SetReadDeadline(time.Now().Add(10 * time.Second))
+			if _, _, err := ws.ReadMessage(); !websocket.IsCloseError(err, websocket.CloseNormalClosure) {
+				t.Fatalf("after the final: %v", err)
+			}
+			row := s.usageRow(key, id)
+			if row["request_type"] != "audio" || row["audio_format"] != "audio/pcm;stream" || row["audio_seconds"] != 7.0 ||
+				row["status_code"] != 200.0 || row["worker_name"] != "audio-box" || row["model"] != "stt-large-v3-turbo" {
+				t.Fatalf("usage row %v", row)
+			}
+		})
+	}
+}
+
+// A client that leaves mid-session gets a 499 row.
+func TestLiveTranscriptionClientGone(t *testing.T) {
+	s, key := audioGateway(t, "tps=0,ttft=0,rtf=0")
+	ws, resp, err := websocket.DefaultDialer.Dial(liveURL(s, "/v1", "model=stt-large-v3-turbo"), http.Header{"Authorization": {"Bearer " + key}})
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	readEvent(t, ws)
+	if err := ws.WriteMessage(websocket.BinaryMessage, pcmTone(1, 16000)); err != nil {
+		t.Fatal(err)
+	}
+	_ = ws.Close()
+	row := s.usageRow(key, resp.Header.Get("X-Request-Id"))
+	if row["status_code"] != 499.0 || row["request_type"] != "audio" {
+		t.Fatalf("usage row %v", row)
+	}
+}
+
+// What can be refused is refused before the upgrade, as plain HTTP; a
+// broken protocol is an error event and a close.
+func TestLiveTranscriptionRefusals(t *testing.T) {
+	s, key := audioGateway(t, "tps=0,ttft=0,rtf=0")
+	auth := http.Header{"Authorization": {"Bearer " + key}}
+
+	r := s.do("GET", "/v1/audio/transcriptions/live?model=stt-large-v3-turbo", "", bearer(key))
+	if r.Status != 400 || !strings.Contains(string(r.Body), "WebSocket") {
+		t.Fatalf("plain GET: %d %s", r.Status, r.Body)
+	}
+	for _, tc := range []struct {
+		query  string
+		header http.Header
+		status int
+	}{
+		{"model=no-such-model", auth, 404},
+		{"", auth, 400},
+		{"model=stt-large-v3-turbo&sample_rate=96000", auth, 400},
+		{"model=stt-large-v3-turbo&language=english", auth, 400},
+		{"model=stt-large-v3-turbo", nil, 401},
+	} {
+		_, resp, err := websocket.DefaultDialer.Dial(liveURL(s, "/v1", tc.query), tc.header)
+		if err == nil || resp == nil || resp.StatusCode != tc.status {
+			t.Fatalf("%s: err %v, response %v, want %d", tc.query, err, resp, tc.status)
+		}
+	}
+
+	ws, _, err := websocket.DefaultDialer.Dial(liveURL(s, "/v1", "model=stt-large-v3-turbo"), auth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	readEvent(t, ws)
+	_ = ws.WriteMessage(websocket.TextMessage, []byte(`hello`))
+	ev := readEvent(t, ws)
+	if ev.Type != "error" || ev.Error == nil || ev.Error.Status != 400 {
+		t.Fatalf("error event %+v", ev)
+	}
+	if _, _, err := ws.ReadMessage(); !websocket.IsCloseError(err, websocket.ClosePolicyViolation) {
+		t.Fatalf("after the error: %v", err)
+	}
+}

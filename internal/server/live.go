@@ -1,0 +1,237 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/fasthttp/websocket"
+	"github.com/valyala/fasthttp"
+
+	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/relay"
+	"github.com/svc-dev/svc/internal/transcription"
+)
+
+// liveProtocol is the WebSocket subprotocol the gateway answers with when
+// the client offers any: a browser offers it beside svc-key.<KEY>, which
+// carries its key, and must be answered with one it offered.
+const liveProtocol = "svc.live"
+
+// liveWriteWait bounds one write to the client: a client that stops
+// reading is gone.
+const liveWriteWait = 30 * time.Second
+
+// liveTranscription is GET /v1/audio/transcriptions/live: a WebSocket on
+// which the client streams PCM and reads transcript events. Everything
+// that can be refused is refused before the upgrade, as a plain HTTP
+// answer: the query, the model, a worker (429, 503).
+func (s *Server) liveTranscription(c *call) error {
+	if !websocket.FastHTTPIsWebSocketUpgrade(c.ctx) {
+		return api.BadRequest("Live transcription is a WebSocket: connect to this URL with a WebSocket client (GET with Upgrade: websocket)")
+	}
+	args := c.ctx.QueryArgs()
+	req, err := transcription.ParseLive(func(k string) string { return string(args.Peek(k)) })
+	if req != nil {
+		c.model = req.Model
+	}
+	if err != nil {
+		return err
+	}
+	r := inference(c, api.KindTranscriptionLive, req.Model, true)
+	r.Feature = api.FeatureLiveTranscription
+	r.AudioFormat = api.AudioPCMStream
+	if r.Params, err = json.Marshal(req.Params); err != nil {
+		return err
+	}
+	c.rowed = true
+	rc := s.relay.Start(r)
+	// Until the upgrade the client may leave while a worker is found.
+	w := s.watch.add(c.ctx.Conn(), rc.Cancel)
+	live, err := rc.Live(req.BytesPerSecond())
+	s.watch.remove(w)
+	if err != nil {
+		return err
+	}
+	worker := live.Worker()
+	started, _ := json.Marshal(api.LiveEvent{Type: api.LiveSessionStarted, RequestID: c.requestID,
+		Worker: &api.LiveWorker{ID: worker.ID, Name: worker.Name}})
+	workerHeaders(&c.ctx.Response.Header, worker)
+	up := websocket.FastHTTPUpgrader{
+		ReadBufferSize:  4 << 10,
+		WriteBufferSize: 4 << 10,
+		Subprotocols:    []string{liveProtocol},
+		// The key, not a cookie, authenticates the session, so a page of
+		// any origin holds only what its own key gives it.
+		CheckOrigin: func(*fasthttp.RequestCtx) bool { return true },
+	}
+	if !s.lives.add() {
+		live.Abort(errShuttingDown)
+		_ = live.Events(func([]byte) error { return nil })
+		return errShuttingDown
+	}
+	maxBytes := req.MaxBytes()
+	err = up.Upgrade(c.ctx, func(ws *websocket.Conn) {
+		defer s.lives.done()
+		stop := s.lives.watch(func() { live.Abort(errShuttingDown) })
+		defer stop()
+		serveLive(ws, live, started, maxBytes)
+	})
+	if err != nil {
+		s.lives.done()
+		live.Abort(upgradeError(err))
+		_ = live.Events(func([]byte) error { return nil })
+		return upgradeError(err)
+	}
+	return nil
+}
+
+// upgradeError is the 400 of a WebSocket handshake that failed.
+func upgradeError(err error) error { return api.BadRequest("WebSocket upgrade failed: %v", err) }
+
+var errShuttingDown error = &api.Error{Kind: api.KindUnavailable, RetryAfter: time.Second,
+	Message: "The gateway is shutting down; reconnect"}
+
+// serveLive runs a session on its upgraded connection: a goroutine reads
+// the client's frames into the session while this one writes the events,
+// then closes the connection and waits for the reader.
+func serveLive(ws *websocket.Conn, live *relay.Live, started []byte, maxBytes int64) {
+	ws.SetReadLimit(transcription.LiveMaxFrame)
+	write := func(msg []byte) error {
+		_ = ws.SetWriteDeadline(time.Now().Add(liveWriteWait))
+		return ws.WriteMessage(websocket.TextMessage, msg)
+	}
+	var wg sync.WaitGroup
+	if write(started) != nil {
+		live.Abort(relay.ErrClientGone)
+	} else {
+		wg.Go(func() { readLive(ws, live, maxBytes) })
+	}
+	err := live.Events(write)
+	code, reason := websocket.CloseNormalClosure, "done"
+	if err != nil && !errors.Is(err, relay.ErrClientGone) {
+		ae := api.ErrorOf(err)
+		msg, _ := json.Marshal(api.LiveEvent{Type: api.LiveError, Error: &api.LiveErrorBody{
+			Status: ae.HTTPStatus(), Code: ae.Code, Message: ae.Message}})
+		_ = write(msg)
+		code, reason = websocket.CloseInternalServerErr, "error"
+		if st := ae.HTTPStatus(); st >= 400 && st < 500 {
+			code = websocket.ClosePolicyViolation
+		}
+	}
+	_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, reason), time.Now().Add(time.Second))
+	_ = ws.Close()
+	wg.Wait()
+}
+
+// readLive passes the client's audio to the session until it ends its
+// audio, breaks the protocol, goes over a limit, or leaves.
+func readLive(ws *websocket.Conn, live *relay.Live, maxBytes int64) {
+	ended := false
+	for {
+		_ = ws.SetReadDeadline(time.Now().Add(transcription.LiveIdle))
+		typ, msg, err := ws.ReadMessage()
+		switch {
+		case err != nil:
+			var ne net.Error
+			switch {
+			case errors.Is(err, websocket.ErrReadLimit):
+				live.Abort(&api.Error{Kind: api.KindTooLarge, Code: "frame_too_large",
+					Message: "A binary frame is over 256 KiB; send the audio in smaller pieces"})
+			case errors.As(err, &ne) && ne.Timeout():
+				live.Abort(&api.Error{Kind: api.KindTimeout, Code: api.CodeTimeout,
+					Message: "No frame came for " + transcription.LiveIdle.String() + `; send {"type":"end"} when the audio is over`})
+			default:
+				// The connection closed or broke: if it was before the
+				// final, the client left (499); after it, nothing is
+				// running to stop.
+				live.Abort(relay.ErrClientGone)
+			}
+			return
+		case ended:
+			// After the end, only a close is expected; anything else is
+			// ignored until the final is out.
+		case typ == websocket.BinaryMessage:
+			if live.Received()+int64(len(msg)) > maxBytes {
+				live.Abort(&api.Error{Kind: api.KindTooLarge, Code: "audio_too_long",
+					Message: "A live session takes at most " + transcription.LiveMaxDuration.String() + " of audio; start another"})
+				return
+			}
+			if live.Audio(msg) != nil {
+				// The session is over; its events say why.
+				return
+			}
+		case typ == websocket.TextMessage && isEnd(msg):
+			ended = true
+			if live.EndAudio() != nil {
+				return
+			}
+		default:
+			live.Abort(api.BadRequest(`Send audio as binary frames of 16-bit little-endian mono PCM, and {"type":"end"} as a text frame when it is over`))
+			return
+		}
+	}
+}
+
+func isEnd(msg []byte) bool {
+	var m struct {
+		Type string `json:"type"`
+	}
+	return json.Unmarshal(bytes.TrimSpace(msg), &m) == nil && m.Type == "end"
+}
+
+// liveSessions tracks the sessions on hijacked connections, which
+// fasthttp's shutdown no longer sees: Shutdown stops them and waits.
+type liveSessions struct {
+	mu     sync.Mutex
+	closed bool
+	stops  map[*func()]struct{}
+	wg     sync.WaitGroup
+}
+
+// add counts a session about to start; false once shutdown began.
+func (l *liveSessions) add() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false
+	}
+	l.wg.Add(1)
+	return true
+}
+
+func (l *liveSessions) done() { l.wg.Done() }
+
+// watch runs stop if shutdown begins while the session runs.
+func (l *liveSessions) watch(stop func()) (unwatch func()) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		stop()
+		return func() {}
+	}
+	if l.stops == nil {
+		l.stops = map[*func()]struct{}{}
+	}
+	key := &stop
+	l.stops[key] = struct{}{}
+	return func() {
+		l.mu.Lock()
+		delete(l.stops, key)
+		l.mu.Unlock()
+	}
+}
+
+// close stops every session and waits for them to end.
+func (l *liveSessions) close() {
+	l.mu.Lock()
+	l.closed = true
+	for stop := range l.stops {
+		(*stop)()
+	}
+	l.mu.Unlock()
+	l.wg.Wait()
+}
