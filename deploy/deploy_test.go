@@ -8,6 +8,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"go.yaml.in/yaml/v3"
 )
 
 // unitBinary is where the packages install svc, and so what the units run.
@@ -100,6 +102,57 @@ func TestEnvFilesNameRealSettings(t *testing.T) {
 			name := string(m[1])
 			if !read(name) && !bytes.Contains(u, []byte("$"+name)) {
 				t.Errorf("env/%s sets %s, which neither svc nor %s reads", env, name, unit)
+			}
+		}
+	}
+}
+
+// goreleaser is not run by the tests (CI checks the file with it only
+// where it is installed), so the files its packages and image are made
+// from are checked here: each must exist.
+func TestReleaseConfigFilesExist(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "goreleaser.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg struct {
+		NFPMs []struct {
+			Contents []struct {
+				Src string `yaml:"src"`
+			} `yaml:"contents"`
+			Scripts map[string]string `yaml:"scripts"`
+		} `yaml:"nfpms"`
+		Dockers []struct {
+			Dockerfile string `yaml:"dockerfile"`
+		} `yaml:"dockers_v2"`
+	}
+	if err := yaml.Unmarshal(b, &cfg); err != nil {
+		t.Fatalf("goreleaser.yaml: %v", err)
+	}
+	var srcs []string
+	for _, n := range cfg.NFPMs {
+		for _, c := range n.Contents {
+			srcs = append(srcs, c.Src)
+		}
+		for _, s := range n.Scripts {
+			srcs = append(srcs, s)
+		}
+	}
+	for _, d := range cfg.Dockers {
+		srcs = append(srcs, d.Dockerfile)
+	}
+	if len(cfg.NFPMs) == 0 || len(cfg.Dockers) == 0 {
+		t.Fatal("goreleaser.yaml has no nfpms or no dockers_v2")
+	}
+	for _, src := range srcs {
+		if m, _ := filepath.Glob(filepath.Join("..", src)); len(m) == 0 {
+			t.Errorf("goreleaser.yaml packages %s, which matches no file", src)
+		}
+	}
+	for _, n := range cfg.NFPMs {
+		for _, s := range n.Scripts {
+			if fi, err := os.Stat(filepath.Join("..", s)); err == nil && fi.Mode()&0o111 == 0 {
+				t.Errorf("%s is not executable", s)
 			}
 		}
 	}
