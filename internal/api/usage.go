@@ -10,6 +10,10 @@ import (
 const (
 	RequestChat       = "chat"
 	RequestEmbeddings = "embeddings"
+	// RequestCompletion is a text completion (POST /v1/completions): a
+	// type of its own, not chat, so that usage can tell raw prompts from
+	// conversations.
+	RequestCompletion = "completion"
 )
 
 // InflightRequest is an entry of GET /api/v1/usage/inflight.

@@ -143,6 +143,10 @@ type Request struct {
 	// Chat is the parsed chat request (nil for other kinds): its prompt
 	// size for estimates, its response format for notices.
 	Chat *chat.Request
+	// PromptChars is the prompt's size, in characters, of a request that
+	// is not chat (a text completion): what a cut-short stream's prompt
+	// tokens are estimated from.
+	PromptChars int
 	// ModelInfo is the requested model's metadata, when known.
 	ModelInfo *api.Model
 	// AudioSeconds and AudioFormat describe an uploaded audio file.
@@ -340,6 +344,8 @@ func rowKind(kind string) string {
 		return api.RequestRerank
 	case api.KindImages:
 		return api.RequestImages
+	case api.KindCompletion:
+		return api.RequestCompletion
 	}
 	return api.RequestChat
 }

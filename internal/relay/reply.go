@@ -90,7 +90,8 @@ func (c *Call) inspect(msg []byte) {
 	produced := false
 	for i := range s.choices {
 		ch := &s.choices[i]
-		produced = produced || len(ch.content) > 0 || len(ch.reasoning) > 0 || ch.toolCalls
+		produced = produced || len(ch.text) > 0 || len(ch.content) > 0 || len(ch.reasoning) > 0 || ch.toolCalls
+		c.noteText(ch.text, nil, false)
 		c.noteText(ch.content, ch.reasoning, ch.toolCalls)
 		if ch.finished && len(ch.finish) > 0 && c.finish != string(ch.finish) {
 			c.finish = string(ch.finish)
@@ -136,6 +137,8 @@ func (c *Call) reportedUsage() (api.Usage, bool) {
 	u := api.Usage{CompletionTokens: usage.EstimateTokens(chars)}
 	if c.req.Chat != nil {
 		u.PromptTokens = usage.EstimateTokens(c.req.Chat.PromptChars)
+	} else if c.req.PromptChars > 0 {
+		u.PromptTokens = usage.EstimateTokens(c.req.PromptChars)
 	}
 	u.TotalTokens = u.PromptTokens + u.CompletionTokens
 	return u, true
@@ -176,8 +179,14 @@ func (c *Call) finalChunksAt(created int64) [][]byte {
 		return [][]byte{append(b, '}')}
 	}
 	id := c.chunkID
+	// A text completion's stream is of text_completion objects, its
+	// closing chunks too: clients decode every chunk as one type.
+	object, prefix := `,"object":"chat.completion.chunk",`, "chatcmpl-"
+	if c.req.Kind == api.KindCompletion {
+		object, prefix = `,"object":"text_completion",`, "cmpl-"
+	}
 	if id == "" {
-		id = "chatcmpl-" + c.req.ID
+		id = prefix + c.req.ID
 	}
 	// One buffer holds them all; the members are sorted, as encoding/json
 	// wrote the maps they were once built from.
@@ -189,7 +198,7 @@ func (c *Call) finalChunksAt(created int64) [][]byte {
 		buf = jsontext.AppendString(buf, id)
 		buf = append(buf, `,"model":`...)
 		buf = jsontext.AppendString(buf, c.req.Model)
-		buf = append(buf, `,"object":"chat.completion.chunk",`...)
+		buf = append(buf, object...)
 	}
 	var ends []int
 	u, _ := c.reportedUsage()
@@ -235,6 +244,7 @@ func (c *Call) completeBody(body []byte) ([]byte, error) {
 	}
 	for i := range s.choices {
 		ch := &s.choices[i]
+		c.noteText(ch.text, nil, false)
 		c.noteText(ch.content, ch.reasoning, ch.toolCalls)
 		if len(ch.finish) > 0 {
 			c.finish = string(ch.finish)

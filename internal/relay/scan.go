@@ -13,6 +13,9 @@ import (
 
 // chunkChoice is what the relay reads of a streamed chunk's choice.
 type chunkChoice struct {
+	// text is a text_completion chunk's choices[].text, beside the
+	// delta's content of a chat chunk.
+	text               []byte
 	content, reasoning []byte
 	toolCalls          bool // delta.tool_calls present and not null
 	finish             []byte
@@ -79,6 +82,10 @@ func (s *chunkScan) readChoices() {
 			switch {
 			case s.Is(k, kind, "delta"):
 				s.readDelta(ch)
+			case s.Is(k, kind, "text"):
+				if t, ok := s.Text(); ok {
+					ch.text = t
+				}
 			case s.Is(k, kind, "finish_reason"):
 				ch.finish, ch.finished = s.Text()
 			default:
@@ -123,6 +130,7 @@ type streamChunk struct {
 			ReasoningContent string          `json:"reasoning_content"`
 			ToolCalls        json.RawMessage `json:"tool_calls"`
 		} `json:"delta"`
+		Text         string  `json:"text"`
 		FinishReason *string `json:"finish_reason"`
 	} `json:"choices"`
 }
@@ -135,7 +143,7 @@ func (s *chunkScan) decode(msg []byte) bool {
 	s.id, s.choices = []byte(ch.ID), s.choices[:0]
 	for _, c := range ch.Choices {
 		d := c.Delta
-		out := chunkChoice{content: []byte(d.Content), reasoning: []byte(d.ReasoningContent), toolCalls: present(d.ToolCalls)}
+		out := chunkChoice{text: []byte(c.Text), content: []byte(d.Content), reasoning: []byte(d.ReasoningContent), toolCalls: present(d.ToolCalls)}
 		if c.FinishReason != nil {
 			out.finish, out.finished = []byte(*c.FinishReason), true
 		}
@@ -146,6 +154,7 @@ func (s *chunkScan) decode(msg []byte) bool {
 
 // answerChoice is what the relay reads of a non-streaming answer's choice.
 type answerChoice struct {
+	text               []byte // a text_completion's choices[].text
 	content, reasoning []byte
 	toolCalls          bool
 	finish             []byte
@@ -247,6 +256,8 @@ func (s *answerScan) readChoices() {
 			switch {
 			case s.Is(k, kind, "message"):
 				s.readMessage(ch)
+			case s.Is(k, kind, "text"):
+				ch.text, _ = s.Text()
 			case s.Is(k, kind, "finish_reason"):
 				if t, ok := s.Text(); ok {
 					ch.finish = t
@@ -287,7 +298,8 @@ type completionBody struct {
 			ReasoningContent *string         `json:"reasoning_content"`
 			ToolCalls        json.RawMessage `json:"tool_calls"`
 		} `json:"message"`
-		FinishReason string `json:"finish_reason"`
+		Text         *string `json:"text"`
+		FinishReason string  `json:"finish_reason"`
 	} `json:"choices"`
 	Usage        json.RawMessage `json:"usage"`
 	WebToolSteps json.RawMessage `json:"web_tool_steps"`
@@ -304,6 +316,9 @@ func (s *answerScan) decode(body []byte) error {
 		out := answerChoice{toolCalls: present(m.ToolCalls), finish: []byte(c.FinishReason)}
 		if m.Content != nil {
 			out.content = []byte(*m.Content)
+		}
+		if c.Text != nil {
+			out.text = []byte(*c.Text)
 		}
 		if m.ReasoningContent != nil {
 			out.reasoning = []byte(*m.ReasoningContent)

@@ -21,6 +21,7 @@ type refChunk struct {
 			ReasoningContent string          `json:"reasoning_content"`
 			ToolCalls        json.RawMessage `json:"tool_calls"`
 		} `json:"delta"`
+		Text         string  `json:"text"`
 		FinishReason *string `json:"finish_reason"`
 	} `json:"choices"`
 }
@@ -33,6 +34,7 @@ type chunkView struct {
 }
 
 type choiceView struct {
+	Text               string
 	Content, Reasoning string
 	ToolCalls          bool
 	Finish             *string
@@ -45,7 +47,7 @@ func decodedChunk(msg []byte) chunkView {
 	}
 	v := chunkView{OK: true, ID: ch.ID}
 	for _, c := range ch.Choices {
-		v.Choices = append(v.Choices, choiceView{c.Delta.Content, c.Delta.ReasoningContent, present(c.Delta.ToolCalls), c.FinishReason})
+		v.Choices = append(v.Choices, choiceView{c.Text, c.Delta.Content, c.Delta.ReasoningContent, present(c.Delta.ToolCalls), c.FinishReason})
 	}
 	return v
 }
@@ -56,7 +58,7 @@ func scannedChunk(s *chunkScan, msg []byte) chunkView {
 	}
 	v := chunkView{OK: true, ID: string(s.id)}
 	for _, c := range s.choices {
-		cv := choiceView{Content: string(c.content), Reasoning: string(c.reasoning), ToolCalls: c.toolCalls}
+		cv := choiceView{Text: string(c.text), Content: string(c.content), Reasoning: string(c.reasoning), ToolCalls: c.toolCalls}
 		if c.finished {
 			f := string(c.finish)
 			cv.Finish = &f
@@ -69,6 +71,9 @@ func scannedChunk(s *chunkScan, msg []byte) chunkView {
 // chunkCases are chunks engines send and chunks no engine should, each of
 // which the scanner must read as encoding/json decodes it.
 var chunkCases = []string{
+	`{"id":"cmpl-1","object":"text_completion","choices":[{"index":0,"text":"Hi","logprobs":null,"finish_reason":null}]}`,
+	`{"id":"cmpl-1","choices":[{"text":null,"TEXT":"a\u00e9"},{"text":"","finish_reason":"length"}]}`,
+	`{"choices":[{"text":5}]}`,
 	`{"id":"c1","choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":null}]}`,
 	`{"id":"c1","choices":[{"delta":{"reasoning_content":"hmm"}}]}`,
 	`{"id":"c1","choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"a\":1}"}}]}}]}`,
@@ -202,7 +207,8 @@ type refCompletion struct {
 			ReasoningContent *string         `json:"reasoning_content"`
 			ToolCalls        json.RawMessage `json:"tool_calls"`
 		} `json:"message"`
-		FinishReason string `json:"finish_reason"`
+		Text         *string `json:"text"`
+		FinishReason string  `json:"finish_reason"`
 	} `json:"choices"`
 	Usage        json.RawMessage `json:"usage"`
 	WebToolSteps json.RawMessage `json:"web_tool_steps"`
@@ -228,6 +234,9 @@ func (c *Call) completeBodyDecoded(body []byte) ([]byte, error) {
 		}
 		if m.ReasoningContent != nil {
 			reasoning = *m.ReasoningContent
+		}
+		if ch.Text != nil {
+			c.noteText([]byte(*ch.Text), nil, false)
 		}
 		c.noteText([]byte(content), []byte(reasoning), present(m.ToolCalls))
 		if ch.FinishReason != "" {
@@ -305,6 +314,8 @@ func cutStepsDecoded(obj []byte) []byte {
 
 // answerCases are answers completeBody must complete as it did.
 var answerCases = []string{
+	`{"id":"cmpl-1","object":"text_completion","choices":[{"index":0,"text":"hello","logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":2,"completion_tokens":1,"total_tokens":3}}`,
+	`{"choices":[{"text":"a","text":null},{"Text":"b\ud83d"}]}`,
 	string(benchCompletion),
 	`{"choices":[{"message":{"content":"hi"},"finish_reason":"stop"}]}`,
 	` {"choices":[{"message":{"content":null,"tool_calls":[{"id":"x"}]},"finish_reason":"tool_calls"}],"usage":null} `,

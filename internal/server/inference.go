@@ -5,6 +5,7 @@ import (
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/chat"
+	"github.com/svc-dev/svc/internal/completions"
 	"github.com/svc-dev/svc/internal/embeddings"
 	"github.com/svc-dev/svc/internal/images"
 	"github.com/svc-dev/svc/internal/relay"
@@ -57,6 +58,36 @@ func (s *Server) contentFilter(c *call) string {
 		return cmp.Or(c.org.Settings.ModerationModel, api.DefaultModerationModel)
 	}
 	return ""
+}
+
+// textCompletions is POST /v1/completions: a raw prompt continued by a
+// chat model, with no chat template around it (the engine's own raw
+// completion: /v1/completions of an OpenAI-compatible server, Ollama's
+// generate with raw set).
+func (s *Server) textCompletions(c *call) error {
+	if sealed(c) {
+		return api.NotImplemented("Private inference does not cover text completions; send the prompt as a chat to /v1/chat/completions")
+	}
+	body := append([]byte(nil), c.ctx.PostBody()...)
+	req, err := completions.Parse(body)
+	if err != nil {
+		return err
+	}
+	r := inference(c, api.KindCompletion, req.Model, req.Stream)
+	r.ModelInfo = s.fleet.Model(c.principal.OrgID, req.Model)
+	r.PromptChars = req.PromptChars
+	r.Body = req.Body
+	if s.contentFilter(c) != "" {
+		// The worker's filter reads chat messages; a raw prompt would pass
+		// it unchecked, so it is not sent at all.
+		err := api.Forbidden("Content filtering is on for this key or organisation, and text completions are not filtered: use /v1/chat/completions")
+		s.refuse(c, r, err)
+		return err
+	}
+	if req.Stream {
+		return s.relayStream(c, r)
+	}
+	return s.relayUnary(c, r, formLate)
 }
 
 // embeddings is POST /v1/embeddings.

@@ -55,6 +55,7 @@ type route struct {
 func (s *Server) routes() []*route {
 	inference := []*route{
 		{method: "POST", path: "/chat/completions", e2e: true, kind: api.KindChat, handle: s.admitted(api.KindChat, nil, s.chatCompletions)},
+		{method: "POST", path: "/completions", e2e: true, kind: api.KindCompletion, handle: s.admitted(api.KindCompletion, nil, s.textCompletions)},
 		{method: "POST", path: "/messages", e2e: true, kind: api.KindChat, handle: s.admitted(api.KindChat, nil, s.messages)},
 		{method: "POST", path: "/responses", e2e: true, kind: api.KindChat, handle: s.admitted(api.KindChat, nil, s.responsesAPI)},
 		{method: "POST", path: "/embeddings", e2e: true, kind: api.KindEmbeddings, handle: s.admitted(api.KindEmbeddings, nil, s.embeddings)},

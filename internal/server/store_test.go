@@ -104,10 +104,10 @@ func TestEveryInferenceRouteIsAccounted(t *testing.T) {
 			t.Errorf("%s %s: %v", r.method, r.path, err)
 		}
 	}
-	// Chat, messages, responses, embeddings, rerank, images,
-	// transcriptions, translations, speech and moderations, under /v1 and
-	// /api/v1.
-	if n != 20 {
+	// Chat, text completions, messages, responses, embeddings, rerank,
+	// images, transcriptions, translations, speech and moderations, under
+	// /v1 and /api/v1.
+	if n != 22 {
 		t.Errorf("%d inference routes", n)
 	}
 }

@@ -141,6 +141,8 @@ func shortType(t string) string {
 	switch t {
 	case api.RequestEmbeddings:
 		return "embed"
+	case api.RequestCompletion:
+		return "cmpl"
 	case api.RequestAudio:
 		return "stt" // speech to text
 	case api.RequestSpeech:

@@ -36,7 +36,8 @@ type Entry struct {
 	// kinds.
 	audioSeconds float64
 
-	// tokens counts relayed chunks of a streaming chat, -1 before the first.
+	// tokens counts relayed chunks of a streaming chat or text completion,
+	// -1 before the first.
 	tokens atomic.Int64
 }
 
@@ -116,7 +117,7 @@ func (t *Tracker) List(orgID, workerID string, now time.Time) []api.InflightRequ
 		if secs > 0 {
 			r.AudioSeconds = &secs
 		}
-		if n := e.tokens.Load(); n >= 0 && e.stream && e.kind == api.RequestChat {
+		if n := e.tokens.Load(); n >= 0 && e.stream && (e.kind == api.RequestChat || e.kind == api.RequestCompletion) {
 			v := int(n)
 			r.TokensGenerated = &v
 		}

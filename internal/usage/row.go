@@ -74,7 +74,8 @@ func Row(o Outcome) api.UsageRow {
 	// Tokens are counted for text only; a request that never reached an
 	// engine has nothing to estimate, but a client that left mid-answer
 	// is billed for what it was sent.
-	textual := o.RequestType == api.RequestChat || o.RequestType == api.RequestEmbeddings || o.RequestType == api.RequestRerank
+	textual := o.RequestType == api.RequestChat || o.RequestType == api.RequestCompletion ||
+		o.RequestType == api.RequestEmbeddings || o.RequestType == api.RequestRerank
 	if o.Ran && textual && o.Usage != nil && (!o.Estimated || o.Produced || o.Status == 499) {
 		u := o.Usage
 		row.PromptTokens, row.CompletionTokens, row.TotalTokens = u.PromptTokens, u.CompletionTokens, u.TotalTokens

@@ -19,9 +19,10 @@ type renamingSink struct {
 }
 
 // renamed reports whether a kind's replies name their model: chat,
-// embeddings and rerank answers are JSON objects with a top-level model.
+// completion, embeddings and rerank answers are JSON objects with a
+// top-level model.
 func renamed(kind string) bool {
-	return kind == api.KindChat || kind == api.KindEmbeddings || kind == api.KindRerank
+	return kind == api.KindChat || kind == api.KindCompletion || kind == api.KindEmbeddings || kind == api.KindRerank
 }
 
 func newRenamingSink(out engine.Sink, model string) renamingSink {

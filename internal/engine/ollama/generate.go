@@ -61,8 +61,9 @@ type openAICompletion struct {
 // generate serves a raw completion through /api/generate, answered whole.
 func (e *Engine) generate(ctx context.Context, req *engine.Request, sink engine.Sink) *api.Result {
 	if req.Stream {
-		return engine.Failure(http.StatusBadRequest, api.TypeInvalidRequest,
-			"stream: completions are answered whole; send stream false")
+		// A lasting limitation of this adapter, not of the request: 501.
+		return engine.Failure(http.StatusNotImplemented, api.TypeNotSupported,
+			"the Ollama engine answers text completions whole; send stream false, or serve the model with an OpenAI-compatible server (svc worker --engine openai=URL)")
 	}
 	in, err := translateCompletion(req.Body, req.Model)
 	if err != nil {

@@ -98,7 +98,7 @@ func TestGenerateErrors(t *testing.T) {
 		{name: "not a generating model", model: "embedder", status: 400, typ: api.TypeInvalidRequest, sent: true},
 		{name: "error in the answer", model: "errorline", status: 500, typ: api.TypeUpstream, retryable: true, sent: true},
 		{name: "unreadable answer", model: "garbage", status: 502, typ: api.TypeUpstream, retryable: true, sent: true},
-		{name: "streamed", model: "g", stream: true, status: 400, typ: api.TypeInvalidRequest},
+		{name: "streamed", model: "g", stream: true, status: 501, typ: api.TypeNotSupported},
 		{name: "prompt not a string", model: "g", body: `{"prompt":["a"]}`, status: 400, typ: api.TypeInvalidRequest},
 		{name: "bad stop", model: "g", body: `{"prompt":"a","stop":7}`, status: 400, typ: api.TypeInvalidRequest},
 		{name: "not JSON", model: "g", body: `prompt=a`, status: 400, typ: api.TypeInvalidRequest},

@@ -94,6 +94,17 @@ func carriesToken(p []byte) bool {
 	return found
 }
 
+// carriesText reports whether a text completion's chunk carries output:
+// a choice's non-empty text.
+func carriesText(p []byte) bool {
+	found := false
+	eachValue(p, `"text"`, func(v []byte) bool {
+		found = len(v) >= 2 && v[0] == '"' && v[1] != '"'
+		return !found
+	})
+	return found
+}
+
 // lastFinishReason is the last non-null finish_reason in p, or "".
 func lastFinishReason(p []byte) string {
 	reason := ""

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/engine"
@@ -14,13 +15,10 @@ const completionsPath = "/v1/completions"
 
 // completion serves a raw text completion: the prompt reaches the model as
 // it is, with no chat template around it, which is how the worker sends a
-// guard the exact prompt it was trained on. The answer is normalised as a
-// chat completion's is: usage captured, engine statistics removed.
+// guard the exact prompt it was trained on and how POST /v1/completions is
+// served. The answer is normalised as a chat completion's is: usage
+// captured, engine statistics removed, streamed or whole.
 func (e *Engine) completion(ctx context.Context, req *engine.Request, sink engine.Sink) *api.Result {
-	if req.Stream {
-		return engine.Failure(http.StatusBadRequest, api.TypeInvalidRequest,
-			"stream: completions are answered whole; send stream false")
-	}
 	if e.detected() == flavourOllama {
 		// Ollama's /v1/completions puts the prompt through the model's
 		// template, so a guard would judge its own prompt wrapped in
@@ -31,6 +29,14 @@ func (e *Engine) completion(ctx context.Context, req *engine.Request, sink engin
 	body, err := completionBody(req.Body, req.Model)
 	if err != nil {
 		return engine.Failure(http.StatusBadRequest, api.TypeInvalidRequest, err.Error())
+	}
+	if req.Stream {
+		// Streamed with usage, whatever the client asked: usage is how the
+		// worker accounts, and the gateway writes the client's usage chunk.
+		if body, err = streamBody(body); err != nil {
+			return engine.Failure(http.StatusBadRequest, api.TypeInvalidRequest, err.Error())
+		}
+		return e.relayStream(ctx, completionsPath, body, &stream{sink: sink, st: stats{start: time.Now()}, text: true})
 	}
 	resp, res := e.post(ctx, completionsPath, body, "application/json")
 	if res != nil {

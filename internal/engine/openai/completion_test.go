@@ -2,6 +2,7 @@ package openai
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"testing"
 
@@ -106,9 +107,6 @@ func TestCompletionRefused(t *testing.T) {
 		"/v1/completions": jsonHandler(200, vllmTextCompletion),
 	})
 	e := newEngine(t, f.URL)
-	streamed := completionReq("m", guardRequest)
-	streamed.Stream = true
-	wantStatus(t, e.Serve(t.Context(), streamed, &sink{}), http.StatusBadRequest)
 	wantStatus(t, e.Serve(t.Context(), completionReq("m", `["not","an","object"]`), &sink{}), http.StatusBadRequest)
 	wantStatus(t, e.Serve(t.Context(), completionReq("m", `null`), &sink{}), http.StatusBadRequest)
 
@@ -122,9 +120,86 @@ func TestCompletionRefused(t *testing.T) {
 	if r.Error.Type != api.TypeNotSupported || !contains(r.Error.Message, "--engine ollama") {
 		t.Fatalf("error %+v", *r.Error)
 	}
+	streamed := completionReq("llama-guard3:1b", guardRequest)
+	streamed.Stream = true
+	wantStatus(t, e.Serve(t.Context(), streamed, &sink{}), http.StatusNotImplemented)
 	for _, req := range f.requests() {
 		if req.Path == "/v1/completions" {
 			t.Fatalf("a refused completion reached the engine: %s", req.Body)
 		}
+	}
+}
+
+// Streamed text completions as vLLM and llama-server send them: the
+// chunks pass on with usage and timings taken into the result, and the
+// usage-only chunk is not passed on.
+func TestCompletionStream(t *testing.T) {
+	const (
+		vllm1     = `{"id":"cmpl-9","object":"text_completion","created":1736000000,"model":"m","choices":[{"index":0,"text":"Once","logprobs":null,"finish_reason":null,"stop_reason":null}],"usage":null}`
+		vllm2     = `{"id":"cmpl-9","object":"text_completion","created":1736000000,"model":"m","choices":[{"index":0,"text":" more","logprobs":null,"finish_reason":"length","stop_reason":null}],"usage":null}`
+		vllmUsage = `{"id":"cmpl-9","object":"text_completion","created":1736000000,"model":"m","choices":[],"usage":{"prompt_tokens":4,"total_tokens":6,"completion_tokens":2}}`
+		llama1    = `{"choices":[{"text":"Once","index":0,"logprobs":null,"finish_reason":null}],"created":1736000000,"id":"cmpl-Z","model":"m","object":"text_completion"}`
+		llama2    = `{"choices":[{"text":" more","index":0,"logprobs":null,"finish_reason":"length"}],"created":1736000000,"id":"cmpl-Z","model":"m","object":"text_completion","usage":{"completion_tokens":2,"prompt_tokens":4,"total_tokens":6},"timings":{"prompt_n":4,"prompt_ms":12.5,"predicted_n":2,"predicted_ms":20,"predicted_per_second":100}}`
+		vllm1Out  = `{"choices":[{"index":0,"text":"Once","logprobs":null,"finish_reason":null,"stop_reason":null}],"created":1736000000,"id":"cmpl-9","model":"m","object":"text_completion"}`
+		vllm2Out  = `{"choices":[{"index":0,"text":" more","logprobs":null,"finish_reason":"length","stop_reason":null}],"created":1736000000,"id":"cmpl-9","model":"m","object":"text_completion"}`
+		llama2Out = `{"choices":[{"text":" more","index":0,"logprobs":null,"finish_reason":"length"}],"created":1736000000,"id":"cmpl-Z","model":"m","object":"text_completion"}`
+	)
+	tests := []struct {
+		name   string
+		frames []string
+		want   []string
+	}{
+		{"vllm", append(frames(vllm1, vllm2, vllmUsage), done), []string{vllm1Out, vllm2Out}},
+		{"llama.cpp", append(frames(llama1, llama2), done), []string{llama1, llama2Out}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFake(t, map[string]http.HandlerFunc{"/v1/completions": sseHandler(0, tt.frames...)})
+			req := completionReq("served-name", `{"model":"alias","prompt":"Tell","max_tokens":2,"stream":true,"stream_options":{"include_usage":false}}`)
+			req.Stream = true
+			var s sink
+			r := newEngine(t, f.URL).Serve(t.Context(), req, &s)
+			wantStatus(t, r, http.StatusOK)
+			if len(s.events) != len(tt.want) || s.body != nil {
+				t.Fatalf("events %q body %s", s.events, s.body)
+			}
+			for i := range tt.want {
+				if string(s.events[i]) != tt.want[i] {
+					t.Fatalf("event %d\n%s\nwant\n%s", i, s.events[i], tt.want[i])
+				}
+			}
+			if r.Usage == nil || *r.Usage != (api.Usage{PromptTokens: 4, CompletionTokens: 2, TotalTokens: 6}) || r.FinishReason != "length" {
+				t.Fatalf("usage %+v finish %q", r.Usage, r.FinishReason)
+			}
+			// The first text is the first token, whatever the engine timed.
+			if r.Timing.TTFTMs == nil {
+				t.Fatalf("timing %+v", r.Timing)
+			}
+			// The engine is asked for a stream with usage, under its own
+			// name for the model.
+			var sent struct {
+				Model         string `json:"model"`
+				Stream        bool   `json:"stream"`
+				StreamOptions struct {
+					IncludeUsage bool `json:"include_usage"`
+				} `json:"stream_options"`
+			}
+			if err := json.Unmarshal(f.last(t, "/v1/completions").Body, &sent); err != nil || sent.Model != "served-name" ||
+				!sent.Stream || !sent.StreamOptions.IncludeUsage {
+				t.Fatalf("sent %+v %v", sent, err)
+			}
+		})
+	}
+
+	// A server that answers a streaming request whole: one chunk.
+	f := newFake(t, map[string]http.HandlerFunc{"/v1/completions": jsonHandler(200, llamaTextCompletion)})
+	req := completionReq("m", guardRequest)
+	req.Stream = true
+	var s sink
+	r := newEngine(t, f.URL).Serve(t.Context(), req, &s)
+	wantStatus(t, r, http.StatusOK)
+	if len(s.events) != 1 || string(s.events[0]) != `{"choices":[{"text":"safe","index":0,"logprobs":null,"finish_reason":"stop"}],"created":1736000000,"id":"cmpl-Zx9","model":"llama-guard-3-8b-q4_k_m.gguf","object":"text_completion","system_fingerprint":"b6123-8e186ef0"}` ||
+		r.Usage == nil || r.Usage.CompletionTokens != 2 {
+		t.Fatalf("events %q usage %+v", s.events, r.Usage)
 	}
 }

@@ -108,3 +108,46 @@ func TestSimulatorCompletions(t *testing.T) {
 		}
 	})
 }
+
+// The simulator's HTTP face streams text completions as the adapter reads
+// them: text_completion chunks, usage taken into the result.
+func TestSimulatorCompletionStream(t *testing.T) {
+	srv := httptest.NewServer(sim.NewHandler(simConfig()))
+	t.Cleanup(srv.Close)
+	e := newEngine(t, srv.URL)
+	body := `{"model":"sim-chat","prompt":"Once upon a time","max_tokens":12,"temperature":0}`
+	var whole sink
+	r := e.Serve(t.Context(), completionReq("sim-chat", body), &whole)
+	wantStatus(t, r, http.StatusOK)
+	var want struct {
+		Choices []struct {
+			Text string `json:"text"`
+		} `json:"choices"`
+	}
+	if err := json.Unmarshal(whole.body, &want); err != nil || len(want.Choices) != 1 {
+		t.Fatalf("whole %s %v", whole.body, err)
+	}
+
+	req := completionReq("sim-chat", body)
+	req.Stream = true
+	var s sink
+	sr := e.Serve(t.Context(), req, &s)
+	wantStatus(t, sr, http.StatusOK)
+	text := ""
+	for _, ev := range s.events {
+		var c struct {
+			Object  string `json:"object"`
+			Choices []struct {
+				Text string `json:"text"`
+			} `json:"choices"`
+			Usage json.RawMessage `json:"usage"`
+		}
+		if err := json.Unmarshal(ev, &c); err != nil || c.Object != "text_completion" || len(c.Choices) != 1 || c.Usage != nil {
+			t.Fatalf("event %s %v", ev, err)
+		}
+		text += c.Choices[0].Text
+	}
+	if text != want.Choices[0].Text || sr.Usage == nil || *sr.Usage != *r.Usage || sr.FinishReason != r.FinishReason {
+		t.Fatalf("streamed %q usage %+v, whole %q usage %+v", text, sr.Usage, want.Choices[0].Text, r.Usage)
+	}
+}

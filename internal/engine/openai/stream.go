@@ -30,12 +30,15 @@ const (
 
 var errNoDone = errors.New("stream ended before [DONE]")
 
-// stream is one streaming chat request in flight.
+// stream is one streaming chat or text completion request in flight.
 type stream struct {
 	sink      engine.Sink
 	st        stats
 	forwarded bool // a chunk reached the sink: failures can no longer be retried
 	finished  bool // a finish_reason was seen
+	// text marks a text completion's stream, whose chunks carry their
+	// output in choices[].text.
+	text bool
 }
 
 func (e *Engine) streamChat(ctx context.Context, req *engine.Request, sink engine.Sink) *api.Result {
@@ -43,12 +46,17 @@ func (e *Engine) streamChat(ctx context.Context, req *engine.Request, sink engin
 	if err != nil {
 		return engine.Failure(http.StatusBadRequest, api.TypeInvalidRequest, err.Error())
 	}
+	return e.relayStream(ctx, chatPath, body, &stream{sink: sink, st: stats{start: time.Now()}})
+}
+
+// relayStream posts a streaming request's body to path and passes its
+// chunks on to s's sink, normalised.
+func (e *Engine) relayStream(ctx context.Context, path string, body []byte, s *stream) *api.Result {
 	// The adapter's own cancel lets it end the exchange after [DONE]
 	// without waiting on the server (see drain).
 	reqCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	s := &stream{sink: sink, st: stats{start: time.Now()}}
-	resp, res := e.post(reqCtx, chatPath, body, "text/event-stream")
+	resp, res := e.post(reqCtx, path, body, "text/event-stream")
 	if res != nil {
 		return res
 	}
@@ -222,7 +230,7 @@ func (s *stream) event(ctx context.Context, ev sse.Event) (res *api.Result, done
 		}
 		data = buf.Bytes()
 	}
-	if carriesToken(data) {
+	if carriesToken(data) || s.text && carriesText(data) {
 		s.st.tokenAt(time.Now())
 	}
 	if r := lastFinishReason(data); r != "" {
@@ -293,9 +301,13 @@ func (s *stream) whole(ctx context.Context, e *Engine, body io.Reader) *api.Resu
 	if isErrorPayload(b) {
 		return s.engineError(b)
 	}
-	chunk, err := completionToChunk(b)
-	if err != nil {
-		return s.broken(err)
+	// A text_completion is its own chunk; a chat.completion is made one.
+	chunk := b
+	if !s.text {
+		var err error
+		if chunk, err = completionToChunk(b); err != nil {
+			return s.broken(err)
+		}
 	}
 	if res, done := s.event(ctx, sse.Event{Data: chunk}); done {
 		return res

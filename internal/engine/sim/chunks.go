@@ -49,6 +49,9 @@ type renderer struct {
 	// reasoningNames are the fields reasoning text goes on: both
 	// reasoning_content and reasoning in-process, one in the HTTP face.
 	reasoningNames []string
+	// text renders a text completion's stream: text_completion chunks
+	// whose choices carry text, not a delta.
+	text bool
 }
 
 // chunkCount is how many chunks a streamed plan takes: one per token, and
@@ -61,6 +64,9 @@ func chunkCount(p *plan) int { return max(1, len(p.pieces)) }
 // Chunks are the hot path of a benchmark (one per token), so they are
 // appended by hand rather than built as objects and reflected over.
 func (r *renderer) chunk(p *plan, i int, final bool, extra ...field) ([]byte, error) {
+	if r.text {
+		return r.textChunk(p, i, final, extra...)
+	}
 	b := make([]byte, 0, 192+len(r.id)+len(r.model))
 	b = append(b, `{"id":`...)
 	b = appendString(b, r.id)
@@ -130,9 +136,33 @@ func (r *renderer) chunk(p *plan, i int, final bool, extra ...field) ([]byte, er
 	return append(b, '}'), nil
 }
 
+// textChunk renders chunk i of a text completion, as vLLM streams one:
+// only content is text; a completion plans no reasoning or tool calls.
+func (r *renderer) textChunk(p *plan, i int, final bool, extra ...field) ([]byte, error) {
+	text := ""
+	if len(p.pieces) > 0 && p.pieces[i].kind == pieceContent {
+		text = p.pieces[i].text
+	}
+	var finish any
+	if final {
+		finish = p.finish
+	}
+	c := r.head("text_completion", field{"choices", []object{{
+		{"index", 0},
+		{"text", text},
+		{"logprobs", nil},
+		{"finish_reason", finish},
+	}}})
+	return append(c, extra...).MarshalJSON()
+}
+
 // usageChunk is the include_usage chunk: no choices, only usage.
 func (r *renderer) usageChunk(p *plan) object {
-	return r.head("chat.completion.chunk", field{"choices", []object{}}, field{"usage", usageObject(p)})
+	kind := "chat.completion.chunk"
+	if r.text {
+		kind = "text_completion"
+	}
+	return r.head(kind, field{"choices", []object{}}, field{"usage", usageObject(p)})
 }
 
 // completion renders the non-streaming chat.completion.

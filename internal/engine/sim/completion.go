@@ -11,19 +11,16 @@ import (
 	"github.com/svc-dev/svc/internal/engine"
 )
 
-// noCompletionStream refuses a streamed completion: the worker sends its
-// guards raw prompts and reads the verdict whole.
-const noCompletionStream = "stream: the simulated engine answers completions whole; send stream false"
-
 // completionRequest is the part of an OpenAI completions request the
 // simulator reads. Sampling switches are accepted and ignored.
 type completionRequest struct {
-	Model     string          `json:"model"`
-	Prompt    json.RawMessage `json:"prompt"`
-	MaxTokens *int            `json:"max_tokens"`
-	Seed      *int64          `json:"seed"`
-	Stop      json.RawMessage `json:"stop"`
-	Stream    bool            `json:"stream"`
+	Model         string          `json:"model"`
+	Prompt        json.RawMessage `json:"prompt"`
+	MaxTokens     *int            `json:"max_tokens"`
+	Seed          *int64          `json:"seed"`
+	Stop          json.RawMessage `json:"stop"`
+	Stream        bool            `json:"stream"`
+	StreamOptions *streamOptions  `json:"stream_options"`
 }
 
 // parseCompletionRequest reads a completions body as the chat request it
@@ -47,14 +44,16 @@ func parseCompletionRequest(body []byte) (*chatRequest, error) {
 		Seed           *int64          `json:"seed,omitempty"`
 		Stop           json.RawMessage `json:"stop,omitempty"`
 		Stream         bool            `json:"stream"`
+		StreamOptions  *streamOptions  `json:"stream_options,omitempty"`
 		EnableThinking bool            `json:"enable_thinking"`
 	}{
-		Model:     in.Model,
-		Messages:  []message{{Role: "user", Content: in.Prompt}},
-		MaxTokens: in.MaxTokens,
-		Seed:      in.Seed,
-		Stop:      in.Stop,
-		Stream:    in.Stream,
+		Model:         in.Model,
+		Messages:      []message{{Role: "user", Content: in.Prompt}},
+		MaxTokens:     in.MaxTokens,
+		Seed:          in.Seed,
+		Stop:          in.Stop,
+		Stream:        in.Stream,
+		StreamOptions: in.StreamOptions,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("restate completion as chat: %w", err)
@@ -73,6 +72,7 @@ func (s *simulator) prepareCompletion(modelID string, body []byte) (*job, *api.R
 		return nil, fail
 	}
 	j.render.id = "cmpl-" + j.seed.hex("id", 24)
+	j.render.text = true
 	return j, nil
 }
 
@@ -89,30 +89,11 @@ func (r *renderer) textCompletion(p *plan) object {
 }
 
 func (e *Engine) serveCompletion(ctx context.Context, req *engine.Request, sink engine.Sink) *api.Result {
-	if req.Stream {
-		return badRequest(noCompletionStream)
-	}
 	j, fail := e.sim.prepareCompletion(req.Model, req.Body)
 	if fail != nil {
 		return fail
 	}
-	out, st := e.sim.run(ctx, j, nil)
-	switch out {
-	case outcomeCancelled:
-		return engine.Cancelled()
-	case outcomeFailed:
-		return directiveFailure(j.dir.failCode, false)
-	case outcomeCut:
-		return engine.CutOff(nil)
-	}
-	data, err := json.Marshal(j.render.textCompletion(j.plan))
-	if err != nil {
-		return engine.Failure(http.StatusInternalServerError, api.TypeServer, "encode completion: "+err.Error())
-	}
-	if err := sink.Body(ctx, data); err != nil {
-		return engine.Cancelled()
-	}
-	return j.result(&st)
+	return e.serveJob(ctx, j, req.Stream, sink, j.render.textCompletion)
 }
 
 // completions answers POST /v1/completions with one text_completion.
@@ -123,12 +104,13 @@ func (h *httpFace) completions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	j, fail := h.sim.prepareCompletion("", body)
-	if fail == nil && j.stream {
-		fail = badRequest(noCompletionStream)
-	}
 	if fail != nil {
 		writeError(w, fail)
 		return
 	}
-	h.complete(w, r, j, j.render.textCompletion)
+	if j.stream {
+		h.stream(w, r, j)
+	} else {
+		h.complete(w, r, j, j.render.textCompletion)
+	}
 }

@@ -64,7 +64,7 @@ func TestCompletionRefused(t *testing.T) {
 		body   string
 		status int
 	}{
-		{"streamed", true, `{"model":"sim-chat","prompt":"x"}`, 400},
+		{"streamed, unknown model", true, `{"model":"nope","prompt":"x"}`, 404},
 		{"prompt array", false, `{"model":"sim-chat","prompt":["x"]}`, 400},
 		{"no prompt", false, `{"model":"sim-chat"}`, 400},
 		{"bad max_tokens", false, `{"model":"sim-chat","prompt":"x","max_tokens":0}`, 400},
@@ -125,4 +125,71 @@ func mustServe(t *testing.T, e *Engine, kind string, body []byte) []byte {
 		t.Fatalf("status %d: %+v", res.Status, res.Error)
 	}
 	return s.body
+}
+
+// A streamed completion is text_completion chunks whose text makes up the
+// unary reply, the finish reason on the last; usage is in the result.
+func TestCompletionStream(t *testing.T) {
+	body := completionBody(t, "sim-chat", "Once upon a time", map[string]any{"stream": true})
+	whole := decodeTextCompletion(t, mustServe(t, New(fixedConfig()), api.KindCompletion,
+		completionBody(t, "sim-chat", "Once upon a time", nil)))
+	res, s := serve(t, New(fixedConfig()), api.KindCompletion, true, body)
+	if res.Status != http.StatusOK || s.bodies != 0 || len(s.events) < 2 {
+		t.Fatalf("status %d, %d bodies, %d events", res.Status, s.bodies, len(s.events))
+	}
+	text := checkTextChunks(t, s.events, whole.Choices[0].FinishReason)
+	if text != whole.Choices[0].Text {
+		t.Fatalf("streamed %q, whole %q", text, whole.Choices[0].Text)
+	}
+	if res.Usage == nil || res.Usage.CompletionTokens != whole.Usage.CompletionTokens || res.FinishReason != whole.Choices[0].FinishReason {
+		t.Fatalf("result %+v, whole usage %+v", res, whole.Usage)
+	}
+}
+
+// checkTextChunks checks a completion stream's chunks and returns their
+// text.
+func checkTextChunks(t *testing.T, events [][]byte, finish string) string {
+	t.Helper()
+	var text strings.Builder
+	for i, ev := range events {
+		c := decodeTextCompletion(t, ev)
+		ch := c.Choices[0]
+		text.WriteString(ch.Text)
+		last := i == len(events)-1
+		if last && ch.FinishReason != finish || !last && ch.FinishReason != "" {
+			t.Fatalf("chunk %d of %d: %s", i, len(events), ev)
+		}
+	}
+	return text.String()
+}
+
+func TestHTTPCompletionStream(t *testing.T) {
+	srv := newServer(t, NewHandler(fixedConfig()))
+	body := completionBody(t, "sim-chat", "Tell me a story.", map[string]any{"stream": true, "stream_options": map[string]any{"include_usage": true}})
+	resp := post(t, srv, "/v1/completions", body)
+	got, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		t.Fatalf("status %d %q: %s %v", resp.StatusCode, resp.Header.Get("Content-Type"), got, err)
+	}
+	fs := frames(t, got)
+	if len(fs) < 4 || fs[len(fs)-1] != "[DONE]" {
+		t.Fatalf("frames %q", fs)
+	}
+	var usage struct {
+		Object  string            `json:"object"`
+		Choices []json.RawMessage `json:"choices"`
+		Usage   *api.Usage        `json:"usage"`
+	}
+	if err := json.Unmarshal([]byte(fs[len(fs)-2]), &usage); err != nil || usage.Object != "text_completion" ||
+		len(usage.Choices) != 0 || usage.Usage == nil || usage.Usage.CompletionTokens == 0 {
+		t.Fatalf("usage chunk %s %v", fs[len(fs)-2], err)
+	}
+	var events [][]byte
+	for _, f := range fs[:len(fs)-2] {
+		events = append(events, []byte(f))
+	}
+	whole := decodeTextCompletion(t, mustServe(t, New(fixedConfig()), api.KindCompletion, completionBody(t, "sim-chat", "Tell me a story.", nil)))
+	if text := checkTextChunks(t, events, whole.Choices[0].FinishReason); text != whole.Choices[0].Text {
+		t.Fatalf("streamed %q, whole %q", text, whole.Choices[0].Text)
+	}
 }

@@ -91,8 +91,14 @@ func (e *Engine) serveChat(ctx context.Context, req *engine.Request, sink engine
 	if fail != nil {
 		return fail
 	}
+	return e.serveJob(ctx, j, req.Stream, sink, j.render.completion)
+}
+
+// serveJob runs a planned chat or text completion: streamed as the
+// renderer's chunks, or answered whole as render makes the reply.
+func (e *Engine) serveJob(ctx context.Context, j *job, stream bool, sink engine.Sink, render func(*plan) object) *api.Result {
 	var send sendFunc
-	if req.Stream {
+	if stream {
 		send = func(ctx context.Context, i int, final bool, _ *stats) error {
 			data, err := j.render.chunk(j.plan, i, final)
 			if err != nil {
@@ -106,12 +112,12 @@ func (e *Engine) serveChat(ctx context.Context, req *engine.Request, sink engine
 	case outcomeCancelled:
 		return engine.Cancelled()
 	case outcomeFailed:
-		return directiveFailure(j.dir.failCode, req.Stream && st.sent > 0)
+		return directiveFailure(j.dir.failCode, stream && st.sent > 0)
 	case outcomeCut:
 		return engine.CutOff(nil)
 	}
-	if !req.Stream {
-		data, err := json.Marshal(j.render.completion(j.plan))
+	if !stream {
+		data, err := json.Marshal(render(j.plan))
 		if err != nil {
 			return engine.Failure(http.StatusInternalServerError, api.TypeServer, "encode completion: "+err.Error())
 		}

@@ -19,7 +19,7 @@ const maxBodyBytes = 32 << 20
 
 // NewHandler returns the simulator as an OpenAI-compatible HTTP server:
 // GET /v1/models, POST /v1/chat/completions (streaming and not),
-// POST /v1/completions (not streaming), POST /v1/embeddings,
+// POST /v1/completions (streaming and not), POST /v1/embeddings,
 // POST /v1/rerank, POST /v1/images/generations,
 // POST /v1/audio/transcriptions, POST /v1/audio/translations,
 // POST /v1/audio/speech and GET /health.

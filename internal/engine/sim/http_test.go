@@ -117,7 +117,7 @@ func TestHTTPErrors(t *testing.T) {
 		{"embeddings bad dims", "/v1/embeddings", `{"model":"sim-embed","input":"x","dimensions":9999}`, 400, api.TypeInvalidRequest, ""},
 		{"unknown route", "/v1/responses", `{}`, 404, api.TypeNotFound, ""},
 		{"completion prompt not a string", "/v1/completions", `{"model":"sim-chat","prompt":["a","b"]}`, 400, api.TypeInvalidRequest, ""},
-		{"streamed completion", "/v1/completions", `{"model":"sim-chat","prompt":"x","stream":true}`, 400, api.TypeInvalidRequest, ""},
+		{"streamed completion, no prompt", "/v1/completions", `{"model":"sim-chat","stream":true}`, 400, api.TypeInvalidRequest, ""},
 		{"completion unknown model", "/v1/completions", `{"model":"nope","prompt":"x"}`, 404, api.TypeNotFound, "model_not_found"},
 		{"completion on embeddings model", "/v1/completions", `{"model":"sim-embed","prompt":"x"}`, 400, api.TypeInvalidRequest, ""},
 		{"guard fails by directive", "/v1/completions", `{"model":"guard-a:1b","prompt":"x\nsim: fail=503"}`, 503, api.TypeServiceUnavailable, ""},

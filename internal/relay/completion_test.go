@@ -1,0 +1,62 @@
+package relay
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/svc-dev/svc/internal/api"
+)
+
+// A text completion's stream is read by its choices' text and closed with
+// text_completion chunks, which clients decode as the rest of the stream.
+func TestCompletionStreamChunks(t *testing.T) {
+	c := benchCall()
+	c.req.Kind, c.req.Chat, c.req.PromptChars = api.KindCompletion, nil, 40
+	c.res = nil
+	c.inspect([]byte(`{"id":"cmpl-abc","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":"héllo","finish_reason":null}]}`))
+	c.inspect([]byte(`{"id":"cmpl-abc","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":" world","finish_reason":"length"}]}`))
+	if c.outChars != 11 || c.finish != "length" {
+		t.Fatalf("outChars %d finish %q, want 11 and length", c.outChars, c.finish)
+	}
+	u, estimated := c.reportedUsage()
+	if !estimated || u.PromptTokens != 10 || u.CompletionTokens != 3 {
+		t.Fatalf("estimate %+v (estimated %v), want 10 prompt and 3 completion tokens", u, estimated)
+	}
+	final := c.finalChunksAt(1767225600)
+	if len(final) != 2 {
+		t.Fatalf("%d final chunks, want usage and svc", len(final))
+	}
+	for i, ch := range final {
+		var got struct {
+			ID      string            `json:"id"`
+			Object  string            `json:"object"`
+			Choices []json.RawMessage `json:"choices"`
+		}
+		if err := json.Unmarshal(ch, &got); err != nil {
+			t.Fatalf("chunk %d: %v: %s", i, err, ch)
+		}
+		if got.Object != "text_completion" || got.ID != "cmpl-abc" || got.Choices == nil || len(got.Choices) != 0 {
+			t.Errorf("chunk %d: %s", i, ch)
+		}
+	}
+}
+
+func TestCompletionAnswerText(t *testing.T) {
+	c := benchCall()
+	c.req.Kind, c.req.Stream, c.req.Chat = api.KindCompletion, false, nil
+	c.res = nil
+	out, err := c.completeBody([]byte(`{"id":"cmpl-1","object":"text_completion","choices":[{"index":0,"text":"12345678","finish_reason":"stop"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Usage api.Usage       `json:"usage"`
+		Svc   json.RawMessage `json:"svc"`
+	}
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if got.Usage.CompletionTokens != 2 || len(got.Svc) == 0 || c.finish != "stop" {
+		t.Fatalf("usage %+v finish %q: %s", got.Usage, c.finish, out)
+	}
+}
