@@ -117,7 +117,8 @@ func (t *Tracker) List(orgID, workerID string, now time.Time) []api.InflightRequ
 		if secs > 0 {
 			r.AudioSeconds = &secs
 		}
-		if n := e.tokens.Load(); n >= 0 && e.stream && (e.kind == api.RequestChat || e.kind == api.RequestCompletion) {
+		// The spec gives tokens_generated to streaming chat alone.
+		if n := e.tokens.Load(); n >= 0 && e.stream && e.kind == api.RequestChat {
 			v := int(n)
 			r.TokensGenerated = &v
 		}
