@@ -535,8 +535,12 @@ func keyOf(hdr *fasthttp.RequestHeader) string {
 }
 
 // websocketKey is a key offered as the WebSocket subprotocol
-// svc-key.<KEY>: a browser's WebSocket cannot set headers.
+// svc-key.<KEY>: a browser's WebSocket cannot set headers. Only a
+// WebSocket handshake offers subprotocols, so only one is read for it.
 func websocketKey(hdr *fasthttp.RequestHeader) string {
+	if !bytes.EqualFold(bytes.TrimSpace(hdr.Peek("Upgrade")), []byte("websocket")) {
+		return ""
+	}
 	const prefix = "svc-key."
 	for _, p := range bytes.Split(hdr.Peek("Sec-WebSocket-Protocol"), []byte(",")) {
 		if p = bytes.TrimSpace(p); bytes.HasPrefix(p, []byte(prefix)) {
