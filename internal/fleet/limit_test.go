@@ -53,9 +53,12 @@ func TestAdaptiveLimitHoldsBackSlots(t *testing.T) {
 		if got := h.slots("o", fw.id, "m"); got != 32 {
 			t.Fatalf("slots after failures = %d, want 32", got)
 		}
-		// A window (one request here) four times slower drops the limit to
-		// the floor, where the engine's new latency will be learnt.
-		h.serveFor(need, 40*time.Millisecond, Succeeded)
+		// Windows (one request each here) four times slower halve the
+		// limit down to the floor, where the engine's new latency will be
+		// learnt.
+		for range 4 {
+			h.serveFor(need, 40*time.Millisecond, Succeeded)
+		}
 		if got := h.slots("o", fw.id, "m"); got != 2 {
 			t.Fatalf("slots after latency quadrupled = %d, want the floor 2", got)
 		}
@@ -251,7 +254,9 @@ func TestAdaptiveLimitJudgesStreamsAmongStreams(t *testing.T) {
 		if got := h.slots("o", fw.id, "m"); got != 32 {
 			t.Fatalf("slots after long streams = %d, want 32", got)
 		}
-		stream(800 * time.Millisecond)
+		for range 4 {
+			stream(800 * time.Millisecond)
+		}
 		if got := h.slots("o", fw.id, "m"); got != 2 {
 			t.Fatalf("slots after the streams slowed fourfold = %d, want the floor 2", got)
 		}

@@ -32,10 +32,10 @@
 // window there is taken as the baseline at once too: at the floor nothing
 // queues.
 //
-// A shrinking limit starts from the most requests seen in flight in the
-// window when that is lower: a limit far above what was ever admitted
-// binds nothing, and halving it from there would take many windows to
-// reach the load it is meant to hold back.
+// A shrinking limit shrinks from itself, not from the requests seen in
+// flight: at the tail of a burst few are left, and they are the slowest
+// of it by selection, so a limit cut from them would hold back the next
+// burst for the last one's stragglers.
 //
 // A Limiter is driven by the times its caller passes in; it reads no
 // clock and starts no goroutine.
@@ -178,7 +178,7 @@ func (l *Limiter) Observe(now time.Time, rtt time.Duration, inflight int) {
 	if gradient > 1 {
 		next = math.Ceil(cur * gradient)
 	} else {
-		next = math.Floor(min(cur, float64(peak)) * gradient)
+		next = math.Floor(cur * gradient)
 	}
 	l.limit.Store(int64(l.clamp(next)))
 }

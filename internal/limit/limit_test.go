@@ -36,11 +36,15 @@ func TestLimiter(t *testing.T) {
 		{"starts at the ceiling and stays there at no load", Config{}, 100, []phase{
 			{5, 10 * ms, 3, 100},
 		}},
-		{"backs off when latency doubles, from what was in flight, down to the floor", Config{}, 100, []phase{
+		{"backs off when latency doubles, down to the floor", Config{}, 100, []phase{
 			{1, 10 * ms, 50, 100},
-			{1, 20 * ms, 50, 38},
-			{1, 15 * ms, 30, 31},
+			{1, 20 * ms, 50, 75},
+			{1, 20 * ms, 50, 56},
 			{20, 20 * ms, 50, 8},
+		}},
+		{"the slow stragglers of a burst do not cut the limit", Config{}, 100, []phase{
+			{1, 10 * ms, 50, 100},
+			{1, 20 * ms, 3, 100},
 		}},
 		{"backs off from the limit when more than it was in flight", Config{}, 100, []phase{
 			{1, 10 * ms, 50, 100},
@@ -77,22 +81,22 @@ func TestLimiter(t *testing.T) {
 		}},
 		{"longer requests than the baseline's are learnt at the floor, and the limit grows back", Config{}, 100, []phase{
 			{1, 1 * ms, 1, 100},
-			{3, 50 * ms, 50, 8},
+			{4, 50 * ms, 50, 8},
 			{1, 50 * ms, 7, 12},
 			{1, 50 * ms, 11, 18},
 			{5, 50 * ms, 50, 100},
 		}},
 		{"latency that does not fall with concurrency is the requests' length, learnt at once", Config{}, 100, []phase{
 			{1, 1 * ms, 1, 100},
-			{1, 50 * ms, 50, 25},
-			{1, 50 * ms, 24, 38},
-			{3, 50 * ms, 50, 100},
+			{1, 50 * ms, 50, 50},
+			{1, 50 * ms, 24, 75},
+			{1, 50 * ms, 50, 100},
 		}},
 		{"latency that falls with concurrency is queueing", Config{}, 100, []phase{
 			{1, 10 * ms, 1, 100},
-			{1, 40 * ms, 63, 32},
-			{1, 20 * ms, 31, 24},
-			{1, 15 * ms, 15, 16},
+			{1, 40 * ms, 63, 50},
+			{1, 20 * ms, 31, 37},
+			{1, 15 * ms, 15, 37},
 		}},
 		{"a ceiling of 0 is 1", Config{}, 0, []phase{
 			{5, 10 * ms, 0, 1},
