@@ -43,7 +43,7 @@ func (a *Agent) run(ctx context.Context, st *link.Stream) (res *api.Result) {
 	}
 	ctx, span := a.startSpan(ctx, &req)
 	// Ends before a panic's result is made: the span then reports none.
-	defer func() { endSpan(span, res) }()
+	defer func() { endSpan(span, res, req.Model) }()
 	eng, local := a.engineFor(req.Model)
 	if eng == nil {
 		r := engine.Failure(http.StatusNotFound, api.TypeNotFound, "this worker does not serve model "+req.Model)

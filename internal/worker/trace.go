@@ -32,10 +32,14 @@ func (a *Agent) startSpan(ctx context.Context, req *api.LinkRequest) (context.Co
 		))
 }
 
-// endSpan ends a request's span with its result; a nil span is tracing off.
-func endSpan(span trace.Span, res *api.Result) {
+// endSpan ends a request's span with its result; a nil span is tracing
+// off. model is the name the worker answered under.
+func endSpan(span trace.Span, res *api.Result, model string) {
 	if span == nil {
 		return
+	}
+	if res != nil && res.Status == http.StatusOK {
+		span.SetAttributes(tracing.ResponseModel.String(model))
 	}
 	resultAttributes(span, res)
 	span.End()
