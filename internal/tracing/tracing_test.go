@@ -2,6 +2,7 @@ package tracing
 
 import (
 	"context"
+	"os"
 	"testing"
 )
 
@@ -69,5 +70,17 @@ func TestSpanName(t *testing.T) {
 	}
 	if got := SpanName("embeddings", "e5"); got != "embeddings e5" {
 		t.Error(got)
+	}
+}
+
+// An endpoint variable alone turns tracing on, the exporter reading it.
+func TestSetupFromEnvironment(t *testing.T) {
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
+	tr, shutdown, err := Setup(context.Background(), Options{Service: "svc-worker", Getenv: os.Getenv})
+	if tr == nil || err != nil {
+		t.Fatalf("tracer %v, err %v", tr, err)
+	}
+	if err := shutdown(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 }
