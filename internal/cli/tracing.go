@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/svc-dev/svc/internal/tracing"
@@ -26,6 +27,11 @@ func startTracing(ctx context.Context, f *Factory, endpoint, service string, log
 	}
 	if tr != nil {
 		log.Info("tracing on", "otlp_endpoint", endpoint)
+		// The SDK reports a failed export only to its global handler,
+		// which otherwise prints plain lines among svc's structured log;
+		// there is no per-provider one, so this one global is set, once,
+		// at the process's start.
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("tracing", "err", err) }))
 	}
 	return tr, func() {
 		// The process is exiting, ctx is over: the flush gets its own

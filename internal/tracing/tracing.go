@@ -102,9 +102,6 @@ func TracesURL(endpoint string) (string, error) {
 	return u.String(), nil
 }
 
-// The W3C trace context, written and read without the global propagator.
-var propagator = propagation.TraceContext{}
-
 // Parent is the span context in a traceparent and tracestate, or an
 // invalid one when they are absent or malformed.
 func Parent(traceparent, tracestate string) trace.SpanContext {
@@ -115,7 +112,8 @@ func Parent(traceparent, tracestate string) trace.SpanContext {
 	if tracestate != "" {
 		c["tracestate"] = tracestate
 	}
-	return trace.SpanContextFromContext(propagator.Extract(context.Background(), c))
+	// The W3C propagator itself, not the global one, which svc never sets.
+	return trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), c))
 }
 
 // Context is the traceparent and tracestate that make a span the parent.
@@ -124,7 +122,7 @@ func Context(sc trace.SpanContext) (traceparent, tracestate string) {
 		return "", ""
 	}
 	c := propagation.MapCarrier{}
-	propagator.Inject(trace.ContextWithSpanContext(context.Background(), sc), c)
+	propagation.TraceContext{}.Inject(trace.ContextWithSpanContext(context.Background(), sc), c)
 	return c["traceparent"], c["tracestate"]
 }
 
