@@ -139,6 +139,11 @@ type LinkRequest struct {
 	// E2E marks a body sealed to the worker's key (docs/e2e.md): the
 	// worker opens it and seals everything it sends back.
 	E2E bool `json:"e2e,omitempty"`
+	// Traceparent and Tracestate are the W3C trace context of the
+	// gateway's span for the request, so the worker's span continues the
+	// trace; empty when the gateway traces nothing.
+	Traceparent string `json:"traceparent,omitempty"`
+	Tracestate  string `json:"tracestate,omitempty"`
 }
 
 // Hello is the worker's first message on a link.

@@ -45,6 +45,14 @@ func (r *LinkRequest) AppendJSON(b []byte) []byte {
 	if r.E2E {
 		b = append(b, `,"e2e":true`...)
 	}
+	if r.Traceparent != "" {
+		b = append(b, `,"traceparent":`...)
+		b = jsontext.AppendString(b, r.Traceparent)
+	}
+	if r.Tracestate != "" {
+		b = append(b, `,"tracestate":`...)
+		b = jsontext.AppendString(b, r.Tracestate)
+	}
 	return append(b, '}')
 }
 
@@ -71,6 +79,10 @@ func DecodeLinkRequest(b []byte, r *LinkRequest) error {
 				text(&s, &r.ContentFilter)
 			case s.Is(k, kind, "e2e"):
 				boolean(&s, &r.E2E)
+			case s.Is(k, kind, "traceparent"):
+				text(&s, &r.Traceparent)
+			case s.Is(k, kind, "tracestate"):
+				text(&s, &r.Tracestate)
 			default:
 				s.Value()
 			}

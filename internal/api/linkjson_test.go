@@ -56,6 +56,8 @@ func TestLinkRequestAppendJSON(t *testing.T) {
 		{RequestID: "0b6f7c9e", Kind: KindChat, Model: "m"},
 		{RequestID: "r", Kind: "transcription", Model: "whisper<1>", Stream: true, Params: json.RawMessage(`{ "language" : "en&" }`),
 			ContentFilter: "guard", E2E: true},
+		{RequestID: "t", Kind: KindChat, Model: "m", Traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+			Tracestate: "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7"},
 	} {
 		want, err := json.Marshal(&r)
 		if err != nil {
@@ -103,6 +105,8 @@ func FuzzDecodeLinkRequest(f *testing.F) {
 		`{"request_id":"r","kind":"transcription","model":"m","stream":true,"params":{"language":"en"},"content_filter":"g","e2e":true}`,
 		`{"params":null}`, `{"params": [1, 2] }`, `{"Stream":true,"MODEL":"x"}`, `{"stream":null,"e2e":"1"}`,
 		`{"model":"a\nb"}`, `{"model":1}`, `[]`, `{"params":}`,
+		`{"request_id":"r","kind":"chat","model":"m","stream":false,"traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01","tracestate":"congo=t61rcWkgMzE"}`,
+		`{"traceparent":null,"tracestate":1}`, `{"TraceParent":"x","traceparent":"y"}`, `{"tracestate":"a=\u0062"}`,
 	} {
 		f.Add([]byte(s))
 	}

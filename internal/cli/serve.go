@@ -56,6 +56,8 @@ type ServeOptions struct {
 	KeepAliveAfter time.Duration
 	KeepAliveEvery time.Duration
 	PprofAddr      string
+	// OTLPEndpoint is where traces go; "" leaves it to the OTEL_ variables.
+	OTLPEndpoint string
 
 	MaxConnections int
 	// StallTimeout is how long a client may leave its response unread.
@@ -212,6 +214,7 @@ is and a ready curl command.`,
 		_ = fl.MarkHidden(name)
 	}
 	addPprofFlag(cmd, &opts.PprofAddr)
+	addOTLPFlag(cmd, &opts.OTLPEndpoint)
 	return cmd
 }
 
@@ -225,6 +228,12 @@ func runServe(ctx context.Context, f *Factory, opts *ServeOptions) error {
 		return err
 	}
 	defer stopPprof()
+	tracer, stopTracing, err := startTracing(ctx, f, opts.OTLPEndpoint, "svc-gateway", log)
+	if err != nil {
+		return err
+	}
+	// Deferred before anything the spans come from: it flushes last.
+	defer stopTracing()
 	cfg := server.Config{
 		Addr:           opts.Addr,
 		DataDir:        opts.DataDir,
@@ -240,6 +249,7 @@ func runServe(ctx context.Context, f *Factory, opts *ServeOptions) error {
 		Logger: log,
 		Fleet:  fleet.Config{Hold: opts.QueueHold, Grace: opts.WorkerGrace, StartGrace: startGrace(opts.StartGrace)},
 		Timing: relay.Timing{KeepAliveAfter: opts.KeepAliveAfter, KeepAliveEvery: opts.KeepAliveEvery},
+		Tracer: tracer,
 	}
 	providers, closeProviders, err := rentalProviders(f, opts, log)
 	if err != nil {

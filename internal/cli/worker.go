@@ -54,6 +54,7 @@ type WorkerOptions struct {
 	LogLevel      string
 	LogFormat     string
 	PprofAddr     string
+	OTLPEndpoint  string
 	WebTools      bool
 	WebSearch     string
 	WebAllowHosts []string
@@ -168,6 +169,7 @@ to --drain-timeout), and exit.`,
 		_ = fl.MarkHidden(name)
 	}
 	addPprofFlag(cmd, &opts.PprofAddr)
+	addOTLPFlag(cmd, &opts.OTLPEndpoint)
 	// A worker announcing fewer features stands in for an older release,
 	// to try a mixed fleet.
 	fl.StringSliceVar(&opts.Features, "protocol-features", []string{api.FeatureModeration, api.FeatureLiveTranscription}, "protocol features to announce")
@@ -185,6 +187,11 @@ func runWorker(ctx context.Context, f *Factory, opts *WorkerOptions) error {
 		return err
 	}
 	defer stopPprof()
+	tracer, stopTracing, err := startTracing(ctx, f, opts.OTLPEndpoint, "svc-worker", log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	token, err := workerToken(opts, f.Getenv)
 	if err != nil {
 		return err
@@ -205,7 +212,7 @@ func runWorker(ctx context.Context, f *Factory, opts *WorkerOptions) error {
 	cfg := worker.Config{
 		Gateway: opts.Gateway, Token: token, Name: name, MaxConcurrent: opts.MaxConcurrent,
 		Version: f.Build.Version, Engines: engines, Pull: opts.Pull, DrainTimeout: opts.DrainTimeout, Logger: log,
-		EngineTTFB: opts.EngineTTFB,
+		EngineTTFB: opts.EngineTTFB, Tracer: tracer,
 	}
 	if opts.ModelMeta != "" {
 		if cfg.ModelMeta, err = worker.LoadModelMeta(opts.ModelMeta); err != nil {

@@ -22,10 +22,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/chat"
 	"github.com/svc-dev/svc/internal/fleet"
 	"github.com/svc-dev/svc/internal/link"
+	"github.com/svc-dev/svc/internal/tracing"
 	"github.com/svc-dev/svc/internal/usage"
 )
 
@@ -85,6 +88,8 @@ type Config struct {
 	InFlight *usage.Tracker
 	Timing   Timing
 	Logger   *slog.Logger
+	// Tracer makes each request's span; nil traces nothing.
+	Tracer trace.Tracer
 }
 
 // Relay runs requests on the fleet. One serves the whole gateway.
@@ -94,6 +99,7 @@ type Relay struct {
 	inflight *usage.Tracker
 	timing   Timing
 	log      *slog.Logger
+	tracer   trace.Tracer
 }
 
 // New returns a relay.
@@ -105,7 +111,8 @@ func New(cfg Config) *Relay {
 	if cfg.InFlight == nil {
 		cfg.InFlight = usage.NewTracker()
 	}
-	return &Relay{fleet: cfg.Fleet, usage: cfg.Usage, inflight: cfg.InFlight, timing: cfg.Timing, log: cfg.Logger}
+	return &Relay{fleet: cfg.Fleet, usage: cfg.Usage, inflight: cfg.InFlight, timing: cfg.Timing, log: cfg.Logger,
+		tracer: cfg.Tracer}
 }
 
 // Timing returns the relay's clocks, defaults filled in.
@@ -134,6 +141,10 @@ type Request struct {
 	// E2E relays a sealed request: the worker's output is passed on as it
 	// is, counted by the chunk, and nothing is estimated from it.
 	E2E bool
+	// Traceparent and Tracestate are the client's W3C trace context: the
+	// request's span continues its trace. Read only when tracing is on.
+	Traceparent string
+	Tracestate  string
 
 	// Body is sent to the worker; Upload, when set, streams it instead
 	// (an audio file), opened afresh for each worker tried.
@@ -224,6 +235,10 @@ type Call struct {
 	entry   *usage.Entry
 	started time.Time
 
+	// span is the request's span, nil when tracing is off; it ends with
+	// the usage row, which knows everything it reports.
+	span trace.Span
+
 	endMu    sync.Mutex
 	finished bool
 	onEnd    []func()
@@ -261,7 +276,8 @@ type Call struct {
 // Unary or Stream.
 func (rl *Relay) Start(req Request) *Call {
 	c := &Call{rl: rl, req: req, started: time.Now(), need: NeedOf(req)}
-	c.header = headerOf(req)
+	c.startSpan()
+	c.header = c.headerOf()
 	c.ctx, c.cancel = context.WithTimeout(context.Background(), rl.timing.MaxDuration)
 	c.entry = rl.inflight.Start(req.OrgID, req.ID, req.Model, rowKind(req.Kind), req.Stream, c.started)
 	if req.AudioSeconds > 0 {
@@ -274,6 +290,7 @@ func (rl *Relay) Start(req Request) *Call {
 // for the model, say): it gets its usage row like any other.
 func (rl *Relay) Refuse(req Request, err error) {
 	c := &Call{rl: rl, req: req, started: time.Now(), need: NeedOf(req)}
+	c.startSpan()
 	rl.record(c, err)
 }
 
@@ -288,9 +305,13 @@ func NeedOf(req Request) fleet.Need {
 	return n
 }
 
-func headerOf(req Request) []byte {
+func (c *Call) headerOf() []byte {
+	req := &c.req
 	h := api.LinkRequest{RequestID: req.ID, Kind: req.Kind, Model: req.Model, Stream: req.Stream,
 		Params: req.Params, ContentFilter: req.ContentFilter, E2E: req.E2E}
+	if c.span != nil {
+		h.Traceparent, h.Tracestate = tracing.Context(c.span.SpanContext())
+	}
 	return h.AppendJSON(make([]byte, 0, 128))
 }
 

@@ -331,6 +331,9 @@ func (rl *Relay) record(c *Call, failure error) {
 	if c.res != nil {
 		o.EnergyWh = c.res.EnergyWh
 	}
+	if c.span != nil {
+		c.endSpan(&o, failure)
+	}
 	rl.usage.Record(c.req.OrgID, usage.Row(o))
 }
 

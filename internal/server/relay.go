@@ -22,7 +22,11 @@ import (
 func inference(c *call, kind, model string, stream bool) relay.Request {
 	c.model = model
 	return relay.Request{ID: c.requestID, OrgID: c.principal.OrgID, KeyID: c.principal.KeyID,
-		Kind: kind, Model: model, Stream: stream, Pin: string(c.ctx.Request.Header.Peek("X-Svc-Worker-Id"))}
+		Kind: kind, Model: model, Stream: stream, Pin: string(c.ctx.Request.Header.Peek("X-Svc-Worker-Id")),
+		// A client's own trace continues through the gateway; no header,
+		// no allocation.
+		Traceparent: string(c.ctx.Request.Header.Peek("traceparent")),
+		Tracestate:  string(c.ctx.Request.Header.Peek("tracestate"))}
 }
 
 // start puts req on the relay; the call is cancelled as soon as its

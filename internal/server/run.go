@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/svc-dev/svc/internal/account"
@@ -68,6 +69,9 @@ type Config struct {
 	// Ready, when set, is called with the public address once the server
 	// accepts requests.
 	Ready func(addr string)
+	// Tracer makes each inference request's span; nil traces nothing.
+	// Its provider belongs to the caller, who flushes it after Run.
+	Tracer trace.Tracer
 }
 
 // RentalConfig is how the gateway rents GPUs (see rental.Config).
@@ -236,7 +240,8 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	srv := New(Deps{Logger: log, Build: cfg.Build, Accounts: accounts, Fleet: fl, Events: events, Usage: usageStore,
 		Writes: writer, Power: power, Rentals: rentals, Timing: cfg.Timing, MaxConns: cfg.MaxConnections, SpoolDir: spoolDir,
-		ClockSteps: clockWatch.Steps, StallTimeout: cfg.StallTimeout, Cluster: cl.serverCluster()})
+		ClockSteps: clockWatch.Steps, StallTimeout: cfg.StallTimeout, Cluster: cl.serverCluster(),
+		Tracer: cfg.Tracer})
 	log.Info("listening", "addr", public.Addr().String(), "url", "http://"+public.Addr().String(),
 		"admin_socket", sock, "data", cfg.DataDir, "version", cfg.Build.Version)
 

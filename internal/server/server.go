@@ -17,6 +17,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/svc-dev/svc/internal/account"
 	"github.com/svc-dev/svc/internal/api"
@@ -124,6 +125,8 @@ type Deps struct {
 	// before it is cut off and its request ends as a 499; 0 is
 	// DefaultStallTimeout.
 	StallTimeout time.Duration
+	// Tracer makes each inference request's span; nil traces nothing.
+	Tracer trace.Tracer
 }
 
 // DefaultStallTimeout is how long a client may stop reading: far longer
@@ -145,7 +148,8 @@ func New(d Deps) *Server {
 	if s.stall <= 0 {
 		s.stall = DefaultStallTimeout
 	}
-	s.relay = relay.New(relay.Config{Fleet: d.Fleet, Usage: d.Usage, InFlight: s.inflight, Timing: d.Timing, Logger: d.Logger})
+	s.relay = relay.New(relay.Config{Fleet: d.Fleet, Usage: d.Usage, InFlight: s.inflight, Timing: d.Timing, Logger: d.Logger,
+		Tracer: d.Tracer})
 	s.metrics.reg.MustRegister(s.power.energy, newLiveWatts(d.Fleet), newConcurrencyLimits(d.Fleet))
 	if d.ClockSteps != nil {
 		s.metrics.reg.MustRegister(newClockSteps(d.ClockSteps))

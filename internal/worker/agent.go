@@ -21,6 +21,7 @@ import (
 
 	"github.com/fasthttp/websocket"
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/e2ee"
@@ -84,6 +85,9 @@ type Config struct {
 	// web.Offered); nil offers none. Private requests never get them: a
 	// fetch would carry the sealed conversation out to the web.
 	Web *web.Loop
+	// Tracer makes a span for each request served and each engine call,
+	// under the gateway's span; nil traces nothing.
+	Tracer trace.Tracer
 }
 
 // PermanentError is a refusal that retrying cannot fix (a bad token, an

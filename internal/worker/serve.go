@@ -41,6 +41,9 @@ func (a *Agent) run(ctx context.Context, st *link.Stream) (res *api.Result) {
 	if err := api.DecodeLinkRequest(hdr, &req); err != nil {
 		return engine.Failure(http.StatusBadGateway, api.TypeUpstream, "malformed request header: "+err.Error())
 	}
+	ctx, span := a.startSpan(ctx, &req)
+	// Ends before a panic's result is made: the span then reports none.
+	defer func() { endSpan(span, res, req.Model) }()
 	eng, local := a.engineFor(req.Model)
 	if eng == nil {
 		r := engine.Failure(http.StatusNotFound, api.TypeNotFound, "this worker does not serve model "+req.Model)
@@ -48,6 +51,9 @@ func (a *Agent) run(ctx context.Context, st *link.Stream) (res *api.Result) {
 		return r
 	}
 	eng = a.watchOf(eng)
+	if a.cfg.Tracer != nil {
+		eng = tracedEngine{Engine: eng, tracer: a.cfg.Tracer}
+	}
 	ereq := &engine.Request{Kind: req.Kind, Model: local, Stream: req.Stream}
 	if req.Kind == api.KindTranscription || req.Kind == api.KindTranscriptionLive {
 		// The audio is read by the engine as it arrives.

@@ -1,0 +1,77 @@
+package relay
+
+import (
+	"context"
+	"net/http"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/tracing"
+	"github.com/svc-dev/svc/internal/usage"
+)
+
+// startSpan opens the request's span, under the client's span when it
+// sent one. It is started here and ended in record because a request's
+// usage row is its one end, whichever way it ends: refused, failed, a
+// unary answer, a stream the client left.
+func (c *Call) startSpan() {
+	tr := c.rl.tracer
+	if tr == nil {
+		return
+	}
+	ctx := trace.ContextWithRemoteSpanContext(context.Background(), tracing.Parent(c.req.Traceparent, c.req.Tracestate))
+	_, c.span = tr.Start(ctx, tracing.SpanName(c.req.Kind, c.req.Model),
+		trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(c.started),
+		trace.WithAttributes(
+			tracing.OperationName.String(tracing.Operation(c.req.Kind)),
+			tracing.RequestModel.String(c.req.Model),
+			tracing.RequestStream.Bool(c.req.Stream),
+			tracing.RequestID.String(c.req.ID),
+		))
+}
+
+// endSpan ends the span with what the usage row says of the request:
+// counts, the worker, how it ended. Never text: the row holds none.
+func (c *Call) endSpan(o *usage.Outcome, failure error) {
+	attrs := make([]attribute.KeyValue, 0, 10)
+	attrs = append(attrs, tracing.HTTPStatus.Int(o.Status))
+	if o.Attempts > 0 {
+		attrs = append(attrs, tracing.Attempts.Int(o.Attempts))
+	}
+	if o.WorkerID != "" {
+		attrs = append(attrs, tracing.WorkerID.String(o.WorkerID), tracing.WorkerName.String(o.WorkerName))
+	}
+	if u := o.Usage; u != nil {
+		attrs = append(attrs, tracing.InputTokens.Int(u.PromptTokens), tracing.OutputTokens.Int(u.CompletionTokens))
+		if o.Estimated {
+			attrs = append(attrs, tracing.UsageEstimated.Bool(true))
+		}
+	}
+	finish := c.finish
+	if finish == "" && c.res != nil {
+		finish = c.res.FinishReason
+	}
+	if finish != "" {
+		attrs = append(attrs, tracing.FinishReasons.StringSlice([]string{finish}))
+	}
+	if failure == nil {
+		// The gateway answers under the name the client asked for,
+		// whatever the worker's engine calls the model.
+		attrs = append(attrs, tracing.ResponseModel.String(c.req.Model))
+	} else {
+		// The code, not the message: an engine's message may quote the
+		// prompt.
+		ae := api.ErrorOf(failure)
+		kind := ae.Code
+		if kind == "" {
+			kind = ae.ErrorType()
+		}
+		attrs = append(attrs, tracing.ErrorType.String(kind))
+		c.span.SetStatus(codes.Error, http.StatusText(o.Status))
+	}
+	c.span.SetAttributes(attrs...)
+	c.span.End(trace.WithTimestamp(o.Ended))
+}

@@ -1,0 +1,103 @@
+package relay_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"testing/synctest"
+
+	"go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/link"
+	"github.com/svc-dev/svc/internal/relay"
+)
+
+// A request refused before it ran still gets its span, ended with its
+// row: under the client's span, failed, with the error's code and never
+// its message, which may quote the prompt.
+func TestRefusedRequestSpan(t *testing.T) {
+	sr := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
+	rows := &rowLog{}
+	rl := relay.New(relay.Config{Usage: rows, Tracer: tp.Tracer("test")})
+	const secret = "my secret prompt"
+	rl.Refuse(relay.Request{ID: "req-1", OrgID: org, Kind: api.KindChat, Model: "m",
+		Traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+		&api.Error{Kind: api.KindInvalidRequest, Code: "context_length_exceeded", Message: "too long: " + secret})
+	spans := sr.Ended()
+	if len(spans) != 1 || len(rows.rows) != 1 {
+		t.Fatalf("%d spans, %d rows", len(spans), len(rows.rows))
+	}
+	s := spans[0]
+	if s.Name() != "chat m" || s.SpanKind() != trace.SpanKindServer || s.Parent().SpanID().String() != "00f067aa0ba902b7" ||
+		s.SpanContext().TraceID().String() != "4bf92f3577b34da6a3ce929d0e0e4736" || s.Status().Code != codes.Error {
+		t.Fatalf("span %q kind %v parent %v status %v", s.Name(), s.SpanKind(), s.Parent(), s.Status())
+	}
+	got := map[string]string{}
+	for _, kv := range s.Attributes() {
+		got[string(kv.Key)] = kv.Value.String()
+		if strings.Contains(kv.Value.String(), secret) || strings.Contains(s.Status().Description, secret) {
+			t.Errorf("%s = %q carries the message", kv.Key, kv.Value.String())
+		}
+	}
+	if got["error.type"] != "context_length_exceeded" || got["http.response.status_code"] != "400" ||
+		got["svc.request_id"] != "req-1" || got["gen_ai.request.model"] != "m" {
+		t.Fatalf("attributes %v", got)
+	}
+	if _, ok := got["gen_ai.response.model"]; ok {
+		t.Fatalf("a refused request has no response model: %v", got)
+	}
+}
+
+// The worker is sent the request's span as the parent of its own, and
+// with tracing off no trace context at all, whatever the client sent.
+func TestLinkHeaderCarriesTheSpan(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		synctest.Test(t, func(t *testing.T) {
+			h := newHarness(t)
+			sr := tracetest.NewSpanRecorder()
+			if on {
+				tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
+				h.rl = relay.New(relay.Config{Fleet: h.f, Usage: h.rows, InFlight: h.inflight, Timing: timing, Tracer: tp.Tracer("test")})
+			}
+			var sent api.LinkRequest
+			h.worker("gpu-1", 1, func(ctx context.Context, st *link.Stream, req api.LinkRequest, body []byte) {
+				sent = req
+				answer("hi", 0)(ctx, st, req, body)
+			})
+			req := chatRequest("req-1", false)
+			req.Traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+			if _, err := h.rl.Start(req).Unary(); err != nil {
+				t.Fatal(err)
+			}
+			spans := sr.Ended()
+			if !on {
+				if sent.Traceparent != "" || sent.Tracestate != "" || len(spans) != 0 {
+					t.Fatalf("tracing off: header %+v, %d spans", sent, len(spans))
+				}
+				return
+			}
+			if len(spans) != 1 {
+				t.Fatalf("%d spans", len(spans))
+			}
+			sc := spans[0].SpanContext()
+			if want := "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-01"; sent.Traceparent != want ||
+				sc.TraceID().String() != "4bf92f3577b34da6a3ce929d0e0e4736" {
+				t.Fatalf("worker sent traceparent %q, want %q", sent.Traceparent, want)
+			}
+			got := map[string]string{}
+			for _, kv := range spans[0].Attributes() {
+				got[string(kv.Key)] = kv.Value.String()
+			}
+			if got["svc.worker.name"] != "gpu-1" || got["gen_ai.usage.input_tokens"] != "7" || got["gen_ai.usage.output_tokens"] != "1" ||
+				got["gen_ai.response.finish_reasons"] != `["stop"]` || got["http.response.status_code"] != "200" ||
+				spans[0].Status().Code == codes.Error {
+				t.Fatalf("attributes %v, status %v", got, spans[0].Status())
+			}
+		})
+	}
+}

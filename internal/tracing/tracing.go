@@ -1,0 +1,161 @@
+// Package tracing sets up OpenTelemetry traces for svc serve and svc
+// worker, off unless an OTLP endpoint is given, and holds what the
+// gateway, the relay and the worker share about their spans: the names,
+// the GenAI attributes and the W3C trace context carried on the link.
+//
+// Nothing here sets OpenTelemetry's global provider or propagator: the
+// tracer is passed to what makes spans, and a nil tracer means tracing is
+// off, so a request pays for no span, not even a no-op one.
+package tracing
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"os"
+	"strings"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/svc-dev/svc/internal/api"
+)
+
+// ScopeName is the instrumentation scope of svc's spans.
+const ScopeName = "github.com/svc-dev/svc"
+
+// Options configure Setup.
+type Options struct {
+	// Endpoint is --otlp-endpoint: the collector's OTLP/HTTP base URL
+	// (http://host:4318), to which /v1/traces is added, or a URL already
+	// ending in /v1/traces. "" leaves it to the OTEL_EXPORTER_OTLP_*
+	// variables; with neither, tracing is off.
+	Endpoint string
+	// Service is service.name when OTEL_SERVICE_NAME does not set it.
+	Service string
+	Version string
+	// Getenv reads the environment; nil is os.Getenv.
+	Getenv func(string) string
+}
+
+// Enabled reports whether o turns tracing on: a flag, or one of the
+// standard endpoint variables the exporter reads.
+func (o Options) Enabled() bool {
+	get := o.Getenv
+	if get == nil {
+		get = os.Getenv
+	}
+	return o.Endpoint != "" || get("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
+}
+
+// Setup starts the exporter and returns the tracer spans are made with
+// and the shutdown that flushes what is batched; it is to be called on
+// exit. Tracing off is a nil tracer and a shutdown that does nothing.
+// The SDK reads the rest of its settings from the standard variables
+// itself: OTEL_TRACES_SAMPLER(_ARG), OTEL_BSP_*, OTEL_EXPORTER_OTLP_HEADERS
+// and the like.
+func Setup(ctx context.Context, o Options) (trace.Tracer, func(context.Context) error, error) {
+	none := func(context.Context) error { return nil }
+	if !o.Enabled() {
+		return nil, none, nil
+	}
+	var opts []otlptracehttp.Option
+	if o.Endpoint != "" {
+		u, err := TracesURL(o.Endpoint)
+		if err != nil {
+			return nil, none, err
+		}
+		opts = append(opts, otlptracehttp.WithEndpointURL(u))
+	}
+	exp, err := otlptracehttp.New(ctx, opts...)
+	if err != nil {
+		return nil, none, err
+	}
+	// The variables win over the defaults, as the specification has it:
+	// merging puts the second resource's values over the first's.
+	res, err := resource.Merge(resource.NewSchemaless(
+		attribute.String("service.name", o.Service),
+		attribute.String("service.version", o.Version),
+	), resource.Environment())
+	if err != nil {
+		// A malformed OTEL_RESOURCE_ATTRIBUTES is partly read; the rest
+		// is no reason to run without traces.
+		res = resource.NewSchemaless(attribute.String("service.name", o.Service))
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
+	return tp.Tracer(ScopeName), tp.Shutdown, nil
+}
+
+// TracesURL is the URL spans are posted to for an --otlp-endpoint.
+func TracesURL(endpoint string) (string, error) {
+	u, err := url.Parse(endpoint)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return "", errors.New("--otlp-endpoint must be an http(s) URL, such as http://localhost:4318")
+	}
+	if !strings.HasSuffix(u.Path, "/v1/traces") {
+		u.Path = strings.TrimSuffix(u.Path, "/") + "/v1/traces"
+	}
+	return u.String(), nil
+}
+
+// Parent is the span context in a traceparent and tracestate, or an
+// invalid one when they are absent or malformed.
+func Parent(traceparent, tracestate string) trace.SpanContext {
+	if traceparent == "" {
+		return trace.SpanContext{}
+	}
+	c := propagation.MapCarrier{"traceparent": traceparent}
+	if tracestate != "" {
+		c["tracestate"] = tracestate
+	}
+	// The W3C propagator itself, not the global one, which svc never sets.
+	return trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), c))
+}
+
+// Context is the traceparent and tracestate that make a span the parent.
+func Context(sc trace.SpanContext) (traceparent, tracestate string) {
+	if !sc.IsValid() {
+		return "", ""
+	}
+	c := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(trace.ContextWithSpanContext(context.Background(), sc), c)
+	return c["traceparent"], c["tracestate"]
+}
+
+// Operation is gen_ai.operation.name for a link kind: the GenAI
+// conventions' names where they have one, svc's kind otherwise.
+func Operation(kind string) string {
+	if kind == api.KindCompletion {
+		return "text_completion"
+	}
+	return kind
+}
+
+// SpanName is a GenAI span's name: the operation, then the model.
+func SpanName(kind, model string) string {
+	return Operation(kind) + " " + model
+}
+
+// The attribute keys svc sets; the gen_ai ones are the GenAI semantic
+// conventions', the rest svc's own. None carries prompt or reply text.
+const (
+	OperationName  = attribute.Key("gen_ai.operation.name")
+	RequestModel   = attribute.Key("gen_ai.request.model")
+	ResponseModel  = attribute.Key("gen_ai.response.model")
+	InputTokens    = attribute.Key("gen_ai.usage.input_tokens")
+	OutputTokens   = attribute.Key("gen_ai.usage.output_tokens")
+	FinishReasons  = attribute.Key("gen_ai.response.finish_reasons")
+	RequestStream  = attribute.Key("gen_ai.request.stream")
+	HTTPStatus     = attribute.Key("http.response.status_code")
+	ErrorType      = attribute.Key("error.type")
+	RequestID      = attribute.Key("svc.request_id")
+	WorkerID       = attribute.Key("svc.worker.id")
+	WorkerName     = attribute.Key("svc.worker.name")
+	Attempts       = attribute.Key("svc.attempts")
+	UsageEstimated = attribute.Key("svc.usage.estimated")
+	Engine         = attribute.Key("svc.engine")
+)
