@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/jsonraw"
 )
 
 // Generic checks, worded as internal/chat words them. Each reports its own
@@ -13,7 +14,7 @@ import (
 // and null alike, "required" helpers report both as missing.
 
 func (t *translator) str(path string, raw json.RawMessage) (string, bool) {
-	s, ok := decodeString(raw)
+	s, ok := jsonraw.DecodeString(raw)
 	if !ok {
 		t.v.Add(path, api.FieldWrongType, "must be a string")
 	}
@@ -21,7 +22,7 @@ func (t *translator) str(path string, raw json.RawMessage) (string, bool) {
 }
 
 func (t *translator) boolean(path string, raw json.RawMessage) (bool, bool) {
-	if kindOf(raw) != kindBool {
+	if jsonraw.KindOf(raw) != jsonraw.Bool {
 		t.v.Add(path, api.FieldWrongType, "must be true or false")
 		return false, false
 	}
@@ -29,7 +30,7 @@ func (t *translator) boolean(path string, raw json.RawMessage) (bool, bool) {
 }
 
 func (t *translator) object(path string, raw json.RawMessage) (object, bool) {
-	o, ok := decodeObject(raw)
+	o, ok := jsonraw.DecodeObject(raw)
 	if !ok {
 		t.v.Add(path, api.FieldWrongType, "must be an object")
 	}
@@ -37,7 +38,7 @@ func (t *translator) object(path string, raw json.RawMessage) (object, bool) {
 }
 
 func (t *translator) array(path string, raw json.RawMessage) ([]json.RawMessage, bool) {
-	if kindOf(raw) != kindArray {
+	if jsonraw.KindOf(raw) != jsonraw.Array {
 		t.v.Add(path, api.FieldWrongType, "must be an array")
 		return nil, false
 	}
@@ -51,7 +52,7 @@ func (t *translator) array(path string, raw json.RawMessage) ([]json.RawMessage,
 
 // integer accepts any number without a fractional part that fits int64.
 func (t *translator) integer(path string, raw json.RawMessage) (int64, bool) {
-	if kindOf(raw) != kindNumber {
+	if jsonraw.KindOf(raw) != jsonraw.Number {
 		t.v.Add(path, api.FieldWrongType, "must be an integer")
 		return 0, false
 	}
@@ -80,7 +81,7 @@ func (t *translator) enum(path, s string, allowed ...string) bool {
 }
 
 func (t *translator) missing(o object, path, key string) (json.RawMessage, bool) {
-	raw, ok := o.field(key)
+	raw, ok := o.Field(key)
 	if !ok {
 		t.v.Add(join(path, key), api.FieldMissing, "required")
 	}
@@ -88,7 +89,7 @@ func (t *translator) missing(o object, path, key string) (json.RawMessage, bool)
 }
 
 func (t *translator) optString(o object, path, key string) (string, bool) {
-	raw, ok := o.field(key)
+	raw, ok := o.Field(key)
 	if !ok {
 		return "", false
 	}
@@ -96,7 +97,7 @@ func (t *translator) optString(o object, path, key string) (string, bool) {
 }
 
 func (t *translator) optBool(o object, path, key string) (bool, bool) {
-	raw, ok := o.field(key)
+	raw, ok := o.Field(key)
 	if !ok {
 		return false, false
 	}
@@ -104,7 +105,7 @@ func (t *translator) optBool(o object, path, key string) (bool, bool) {
 }
 
 func (t *translator) optObject(o object, path, key string) (object, bool) {
-	raw, ok := o.field(key)
+	raw, ok := o.Field(key)
 	if !ok {
 		return nil, false
 	}
@@ -112,7 +113,7 @@ func (t *translator) optObject(o object, path, key string) (object, bool) {
 }
 
 func (t *translator) optArray(o object, path, key string) ([]json.RawMessage, bool) {
-	raw, ok := o.field(key)
+	raw, ok := o.Field(key)
 	if !ok {
 		return nil, false
 	}

@@ -10,80 +10,13 @@ import (
 	"strings"
 
 	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/jsonraw"
 )
 
 // kind is the JSON type of a raw value, read from its first byte; the
 // values it is used on have already been through json.Valid or a decoder.
-type kind int
-
-const (
-	kindInvalid kind = iota
-	kindNull
-	kindBool
-	kindNumber
-	kindString
-	kindArray
-	kindObject
-)
-
-func kindOf(raw []byte) kind {
-	raw = bytes.TrimLeft(raw, " \t\r\n")
-	if len(raw) == 0 {
-		return kindInvalid
-	}
-	switch raw[0] {
-	case 'n':
-		return kindNull
-	case 't', 'f':
-		return kindBool
-	case '"':
-		return kindString
-	case '[':
-		return kindArray
-	case '{':
-		return kindObject
-	case '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
-		return kindNumber
-	}
-	return kindInvalid
-}
-
-// object is a decoded JSON object. A map keeps key matching exact, which
-// decoding into structs would not (encoding/json folds case), so "Model"
-// is not mistaken for "model".
-type object map[string]json.RawMessage
-
-// field returns the value of key, treating null as absent: every optional
-// member of a request reads null that way.
-func (o object) field(key string) (json.RawMessage, bool) {
-	v, ok := o[key]
-	if !ok || kindOf(v) == kindNull {
-		return nil, false
-	}
-	return v, true
-}
-
-func decodeObject(raw []byte) (object, bool) {
-	if kindOf(raw) != kindObject {
-		return nil, false
-	}
-	var o object
-	if err := json.Unmarshal(raw, &o); err != nil {
-		return nil, false
-	}
-	return o, true
-}
-
-func decodeString(raw []byte) (string, bool) {
-	if kindOf(raw) != kindString {
-		return "", false
-	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err != nil {
-		return "", false
-	}
-	return s, true
-}
+// object is a decoded JSON object, its keys matched exactly.
+type object = jsonraw.Members
 
 // member is one key of an object, in the order it was sent.
 type member struct {
@@ -95,7 +28,7 @@ type member struct {
 // svc object is merged this way so that its members keep the gateway's
 // order.
 func members(raw []byte) ([]member, bool) {
-	if kindOf(raw) != kindObject {
+	if jsonraw.KindOf(raw) != jsonraw.Object {
 		return nil, false
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/svc-dev/svc/internal/jsonraw"
 )
 
 // The Messages reply. Field order is Anthropic's.
@@ -56,12 +58,12 @@ type chatUsage struct {
 
 // readUsage reads an OpenAI usage object; ok is false when raw is none.
 func readUsage(raw json.RawMessage) (chatUsage, bool) {
-	o, ok := decodeObject(raw)
+	o, ok := jsonraw.DecodeObject(raw)
 	if !ok {
 		return chatUsage{}, false
 	}
 	u := chatUsage{PromptTokens: count(o["prompt_tokens"]), CompletionTokens: count(o["completion_tokens"])}
-	if d, ok := decodeObject(o["prompt_tokens_details"]); ok {
+	if d, ok := jsonraw.DecodeObject(o["prompt_tokens_details"]); ok {
 		u.CachedTokens = count(d["cached_tokens"])
 	}
 	return u, true
@@ -69,7 +71,7 @@ func readUsage(raw json.RawMessage) (chatUsage, bool) {
 
 // count reads a token count; anything but a non-negative integer is 0.
 func count(raw json.RawMessage) int64 {
-	if kindOf(raw) != kindNumber {
+	if jsonraw.KindOf(raw) != jsonraw.Number {
 		return 0
 	}
 	n, res := parseInt(string(raw))
@@ -92,7 +94,7 @@ func (u chatUsage) anthropic() usage {
 
 // stringField is raw as a string, "" when it is not one.
 func stringField(raw json.RawMessage) string {
-	s, _ := decodeString(raw)
+	s, _ := jsonraw.DecodeString(raw)
 	return s
 }
 
@@ -100,7 +102,7 @@ func stringField(raw json.RawMessage) string {
 // or reasoning from engines that only send that. The gateway mirrors one on
 // the other, so only one is read.
 func reasoningOf(o object) string {
-	if raw, ok := o.field("reasoning_content"); ok {
+	if raw, ok := o.Field("reasoning_content"); ok {
 		return stringField(raw)
 	}
 	return stringField(o["reasoning"])
@@ -139,17 +141,17 @@ func stopReason(finish, matched string, calledTools bool) (reason string, sequen
 
 // contentText reads a message's content: a string, or text parts.
 func contentText(raw json.RawMessage) string {
-	switch kindOf(raw) {
-	case kindString:
+	switch jsonraw.KindOf(raw) {
+	case jsonraw.String:
 		return stringField(raw)
-	case kindArray:
+	case jsonraw.Array:
 		var parts []json.RawMessage
 		if json.Unmarshal(raw, &parts) != nil {
 			return ""
 		}
 		var b strings.Builder
 		for _, p := range parts {
-			if o, ok := decodeObject(p); ok && stringField(o["type"]) == "text" {
+			if o, ok := jsonraw.DecodeObject(p); ok && stringField(o["type"]) == "text" {
 				b.WriteString(stringField(o["text"]))
 			}
 		}
@@ -163,10 +165,10 @@ func contentText(raw json.RawMessage) string {
 // anything) become {} so the reply still reaches the client.
 func toolInput(raw json.RawMessage) json.RawMessage {
 	args := []byte(raw)
-	if kindOf(raw) == kindString {
+	if jsonraw.KindOf(raw) == jsonraw.String {
 		args = []byte(stringField(raw))
 	}
-	if kindOf(args) != kindObject || !json.Valid(args) {
+	if jsonraw.KindOf(args) != jsonraw.Object || !json.Valid(args) {
 		return json.RawMessage("{}")
 	}
 	return json.RawMessage(args)
@@ -177,22 +179,22 @@ func toolInput(raw json.RawMessage) json.RawMessage {
 // gateway's request id; the message id is "msg_"+id. svc is carried over as
 // a top-level svc member.
 func FromChat(chat []byte, id string) ([]byte, error) {
-	top, ok := decodeObject(chat)
+	top, ok := jsonraw.DecodeObject(chat)
 	if !ok {
 		return nil, errors.New("anthropic: the chat completion is not a JSON object")
 	}
 	var choices []json.RawMessage
-	if kindOf(top["choices"]) == kindArray {
+	if jsonraw.KindOf(top["choices"]) == jsonraw.Array {
 		_ = json.Unmarshal(top["choices"], &choices)
 	}
 	if len(choices) == 0 {
 		return nil, errors.New("anthropic: the chat completion has no choices")
 	}
-	choice, ok := decodeObject(choices[0])
+	choice, ok := jsonraw.DecodeObject(choices[0])
 	if !ok {
 		return nil, errors.New("anthropic: the chat completion's choice is not an object")
 	}
-	msg, _ := decodeObject(choice["message"])
+	msg, _ := jsonraw.DecodeObject(choice["message"])
 
 	out := message{
 		ID: "msg_" + id, Type: "message", Role: "assistant",
@@ -204,15 +206,15 @@ func FromChat(chat []byte, id string) ([]byte, error) {
 	}
 	var calls []any
 	var toolCalls []json.RawMessage
-	if kindOf(msg["tool_calls"]) == kindArray {
+	if jsonraw.KindOf(msg["tool_calls"]) == jsonraw.Array {
 		_ = json.Unmarshal(msg["tool_calls"], &toolCalls)
 	}
 	for i, raw := range toolCalls {
-		tc, ok := decodeObject(raw)
+		tc, ok := jsonraw.DecodeObject(raw)
 		if !ok {
 			continue
 		}
-		fn, _ := decodeObject(tc["function"])
+		fn, _ := jsonraw.DecodeObject(tc["function"])
 		callID := stringField(tc["id"])
 		if callID == "" {
 			callID = fmt.Sprintf("toolu_%s_%d", id, i)
@@ -229,7 +231,7 @@ func FromChat(chat []byte, id string) ([]byte, error) {
 	if u, ok := readUsage(top["usage"]); ok {
 		out.Usage = u.anthropic()
 	}
-	if kindOf(top["svc"]) == kindObject {
+	if jsonraw.KindOf(top["svc"]) == jsonraw.Object {
 		out.Svc = top["svc"]
 	}
 	return marshal(&out)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/chat"
+	"github.com/svc-dev/svc/internal/jsonraw"
 )
 
 // toolName is the rule both APIs give function names; the chat parser
@@ -133,7 +134,7 @@ func ToChat(body []byte) (chatBody []byte, model string, stream bool, err error)
 	if !json.Valid(body) {
 		return nil, "", false, malformed(body)
 	}
-	top, ok := decodeObject(body)
+	top, ok := jsonraw.DecodeObject(body)
 	if !ok {
 		return nil, "", false, api.Invalid(api.FieldError{Field: "body", Type: api.FieldWrongType, Message: "must be a JSON object"})
 	}
@@ -187,7 +188,7 @@ func (t *translator) request(top object) {
 	t.stopSequences(top)
 	t.float(top, "temperature", 0, 1, &t.out.Temperature)
 	t.float(top, "top_p", 0, 1, &t.out.TopP)
-	if raw, ok := top.field("top_k"); ok {
+	if raw, ok := top.Field("top_k"); ok {
 		if n, ok := t.integer("top_k", raw); ok {
 			if n < 0 {
 				t.v.Add("top_k", api.FieldOutOfRange, "must be 0 or more")
@@ -213,15 +214,15 @@ func (t *translator) request(top object) {
 
 // system becomes one leading system message.
 func (t *translator) system(top object) {
-	raw, ok := top.field("system")
+	raw, ok := top.Field("system")
 	if !ok {
 		return
 	}
 	var text string
-	switch kindOf(raw) {
-	case kindString:
-		text, _ = decodeString(raw)
-	case kindArray:
+	switch jsonraw.KindOf(raw) {
+	case jsonraw.String:
+		text, _ = jsonraw.DecodeString(raw)
+	case jsonraw.Array:
 		elems, _ := t.array("system", raw)
 		var texts []string
 		for i, e := range elems {
@@ -279,12 +280,12 @@ func (t *translator) message(path string, raw json.RawMessage) {
 		return
 	}
 	cpath := join(path, "content")
-	switch kindOf(content) {
-	case kindString:
-		s, _ := decodeString(content)
+	switch jsonraw.KindOf(content) {
+	case jsonraw.String:
+		s, _ := jsonraw.DecodeString(content)
 		t.out.Messages = append(t.out.Messages, chatMessage{Role: role, Content: s})
 		return
-	case kindArray:
+	case jsonraw.Array:
 	default:
 		t.v.Add(cpath, api.FieldWrongType, "must be a string or an array of content blocks")
 		return
@@ -446,7 +447,7 @@ func (t *translator) toolUse(path string, b object) (chatToolCall, bool) {
 	id, idOK := t.requiredString(b, path, "id")
 	name, nameOK := t.requiredString(b, path, "name")
 	raw, ok := t.missing(b, path, "input")
-	if ok && kindOf(raw) != kindObject {
+	if ok && jsonraw.KindOf(raw) != jsonraw.Object {
 		t.v.Add(join(path, "input"), api.FieldWrongType, "must be an object")
 		ok = false
 	}
@@ -467,13 +468,13 @@ func (t *translator) toolResult(path string, b object) (chatMessage, []chatPart)
 	isError, _ := t.optBool(b, path, "is_error")
 	var texts []string
 	var images []chatPart
-	if raw, ok := b.field("content"); ok {
+	if raw, ok := b.Field("content"); ok {
 		cpath := join(path, "content")
-		switch kindOf(raw) {
-		case kindString:
-			s, _ := decodeString(raw)
+		switch jsonraw.KindOf(raw) {
+		case jsonraw.String:
+			s, _ := jsonraw.DecodeString(raw)
 			texts = append(texts, s)
-		case kindArray:
+		case jsonraw.Array:
 			elems, _ := t.array(cpath, raw)
 			for i, e := range elems {
 				bpath := index(cpath, i)
@@ -644,11 +645,11 @@ func (t *translator) contentSource(path string, src object) []chatPart {
 		return nil
 	}
 	cpath := join(path, "content")
-	switch kindOf(raw) {
-	case kindString:
-		s, _ := decodeString(raw)
+	switch jsonraw.KindOf(raw) {
+	case jsonraw.String:
+		s, _ := jsonraw.DecodeString(raw)
 		return []chatPart{textPart(s)}
-	case kindArray:
+	case jsonraw.Array:
 	default:
 		t.v.Add(cpath, api.FieldWrongType, "must be a string or an array of text and image blocks")
 		return nil
@@ -762,11 +763,11 @@ func (t *translator) stopSequences(top object) {
 // float checks a number in [lo, hi] and keeps its literal, so the chat
 // parser reads exactly what was sent.
 func (t *translator) float(top object, key string, lo, hi float64, dst *json.RawMessage) {
-	raw, ok := top.field(key)
+	raw, ok := top.Field(key)
 	if !ok {
 		return
 	}
-	if kindOf(raw) != kindNumber {
+	if jsonraw.KindOf(raw) != jsonraw.Number {
 		t.v.Add(key, api.FieldWrongType, "must be a number")
 		return
 	}
@@ -800,7 +801,7 @@ func (t *translator) tools(top object) {
 		}
 		desc, _ := t.optString(tool, path, "description")
 		raw, schemaOK := t.missing(tool, path, "input_schema")
-		if schemaOK && kindOf(raw) != kindObject {
+		if schemaOK && jsonraw.KindOf(raw) != jsonraw.Object {
 			t.v.Add(join(path, "input_schema"), api.FieldWrongType, "must be an object")
 			schemaOK = false
 		}
@@ -863,7 +864,7 @@ func (t *translator) reasoning(top object) {
 			const path = "output_config.format"
 			_, typeOK := t.requiredEnum(f, path, "type", "json_schema")
 			schema, ok := t.missing(f, path, "schema")
-			if ok && kindOf(schema) != kindObject {
+			if ok && jsonraw.KindOf(schema) != jsonraw.Object {
 				t.v.Add(join(path, "schema"), api.FieldWrongType, "must be an object")
 				ok = false
 			}

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+
+	"github.com/svc-dev/svc/internal/jsonraw"
 )
 
 // blockKind is the kind of the content block a stream has open.
@@ -146,11 +148,11 @@ func (s *Stream) Chunk(dst, data []byte) []byte {
 	if string(data) == "[DONE]" {
 		return s.end(dst)
 	}
-	chunk, ok := decodeObject(data)
+	chunk, ok := jsonraw.DecodeObject(data)
 	if !ok {
 		return dst
 	}
-	if e, ok := decodeObject(chunk["error"]); ok {
+	if e, ok := jsonraw.DecodeObject(chunk["error"]); ok {
 		// A failure the gateway reported inside the stream.
 		status := int(count(e["status"]))
 		if status == 0 {
@@ -166,11 +168,11 @@ func (s *Stream) Chunk(dst, data []byte) []byte {
 		s.mergeSvc(m)
 	}
 	var choices []json.RawMessage
-	if kindOf(chunk["choices"]) == kindArray {
+	if jsonraw.KindOf(chunk["choices"]) == jsonraw.Array {
 		_ = json.Unmarshal(chunk["choices"], &choices)
 	}
 	for _, raw := range choices {
-		choice, ok := decodeObject(raw)
+		choice, ok := jsonraw.DecodeObject(raw)
 		if !ok || count(choice["index"]) != 0 {
 			continue // only one choice is ever asked for
 		}
@@ -190,7 +192,7 @@ func (s *Stream) start(dst []byte) []byte {
 }
 
 func (s *Stream) choice(dst []byte, choice object) []byte {
-	if delta, ok := decodeObject(choice["delta"]); ok {
+	if delta, ok := jsonraw.DecodeObject(choice["delta"]); ok {
 		if r := reasoningOf(delta); r != "" {
 			dst = s.ensure(dst, blockThinking)
 			dst = event(dst, "content_block_delta", blockDelta{Type: "content_block_delta", Index: s.index, Delta: thinkingDelta{Type: "thinking_delta", Thinking: r}})
@@ -200,11 +202,11 @@ func (s *Stream) choice(dst []byte, choice object) []byte {
 			dst = event(dst, "content_block_delta", blockDelta{Type: "content_block_delta", Index: s.index, Delta: textDelta{Type: "text_delta", Text: text}})
 		}
 		var calls []json.RawMessage
-		if kindOf(delta["tool_calls"]) == kindArray {
+		if jsonraw.KindOf(delta["tool_calls"]) == jsonraw.Array {
 			_ = json.Unmarshal(delta["tool_calls"], &calls)
 		}
 		for i, raw := range calls {
-			if tc, ok := decodeObject(raw); ok {
+			if tc, ok := jsonraw.DecodeObject(raw); ok {
 				dst = s.toolDelta(dst, tc, i)
 			}
 		}
@@ -238,10 +240,10 @@ func (s *Stream) ensure(dst []byte, k blockKind) []byte {
 // the list, the index for an engine that sends none.
 func (s *Stream) toolDelta(dst []byte, tc object, pos int) []byte {
 	idx := pos
-	if kindOf(tc["index"]) == kindNumber {
+	if jsonraw.KindOf(tc["index"]) == jsonraw.Number {
 		idx = int(count(tc["index"]))
 	}
-	fn, _ := decodeObject(tc["function"])
+	fn, _ := jsonraw.DecodeObject(tc["function"])
 	if s.open != blockTool || s.tool.chatIndex != idx {
 		if s.toolBlocks[idx] {
 			// More of a call whose block was closed when another began:
@@ -277,10 +279,10 @@ func (s *Stream) toolDelta(dst []byte, tc object, pos int) []byte {
 // argumentsText is a delta's arguments: a string, or, from an engine that
 // sends the object itself, its JSON.
 func argumentsText(raw json.RawMessage) string {
-	switch kindOf(raw) {
-	case kindString:
+	switch jsonraw.KindOf(raw) {
+	case jsonraw.String:
 		return stringField(raw)
-	case kindObject, kindArray:
+	case jsonraw.Object, jsonraw.Array:
 		var b bytes.Buffer
 		if json.Compact(&b, raw) == nil {
 			return b.String()

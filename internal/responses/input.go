@@ -9,6 +9,7 @@ import (
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/chat"
+	"github.com/svc-dev/svc/internal/jsonraw"
 )
 
 // msgPath is where one chat message came from in the Responses request.
@@ -30,17 +31,17 @@ func (c *checker) input(top object) {
 	if !ok {
 		return
 	}
-	switch kindOf(raw) {
-	case kindString:
+	switch jsonraw.KindOf(raw) {
+	case jsonraw.String:
 		c.out.Messages = append(c.out.Messages, chatMessage{Role: "user", Content: compact(raw)})
 		c.r.paths = append(c.r.paths, msgPath{path: "input"})
 		return
-	case kindArray:
+	case jsonraw.Array:
 	default:
 		c.v.Add("input", api.FieldWrongType, "must be a string or an array of input items")
 		return
 	}
-	items, _ := decodeArray(raw)
+	items, _ := jsonraw.DecodeArray(raw)
 	if len(items) == 0 {
 		c.v.Add("input", api.FieldInvalid, "must contain at least one item")
 		return
@@ -54,7 +55,7 @@ func (c *checker) input(top object) {
 			continue
 		}
 		typ := "message"
-		if t, has := o.field("type"); has {
+		if t, has := o.Field("type"); has {
 			if typ, ok = c.str(join(path, "type"), t); !ok {
 				continue
 			}
@@ -100,11 +101,11 @@ func (c *checker) message(path string, o object) bool {
 	cpath := join(path, "content")
 	mp := msgPath{path: path}
 	var content json.RawMessage
-	switch kindOf(raw) {
-	case kindString:
+	switch jsonraw.KindOf(raw) {
+	case jsonraw.String:
 		content = compact(raw)
-	case kindArray:
-		elems, _ := decodeArray(raw)
+	case jsonraw.Array:
+		elems, _ := jsonraw.DecodeArray(raw)
 		if len(elems) == 0 && role == "user" {
 			c.v.Add(cpath, api.FieldInvalid, "must contain at least one part")
 			return false
@@ -187,7 +188,7 @@ func (c *checker) part(path, role string, raw json.RawMessage) ([]byte, bool) {
 }
 
 func (c *checker) image(path string, p object) ([]byte, bool) {
-	if _, ok := p.field("file_id"); ok {
+	if _, ok := p.Field("file_id"); ok {
 		c.stateful(join(path, "file_id"), "an image by file_id")
 		return nil, false
 	}
@@ -204,7 +205,7 @@ func (c *checker) image(path string, p object) ([]byte, bool) {
 			d = "high" // the chat side's most detailed setting
 		}
 		img.Detail = d
-	} else if _, sent := p.field("detail"); sent {
+	} else if _, sent := p.Field("detail"); sent {
 		return nil, false
 	}
 	return marshal(struct {
@@ -248,11 +249,11 @@ func (c *checker) imageURL(path, s string) bool {
 // file returns the text an engine gets for a file part: its name, a newline
 // and its content, as chat completions gives .txt and .csv files.
 func (c *checker) file(path string, p object) (string, bool) {
-	if _, ok := p.field("file_id"); ok {
+	if _, ok := p.Field("file_id"); ok {
 		c.stateful(join(path, "file_id"), "a file by file_id")
 		return "", false
 	}
-	if _, ok := p.field("file_url"); ok {
+	if _, ok := p.Field("file_url"); ok {
 		c.v.Add(join(path, "file_url"), api.FieldNotSupported, "file_url is not supported; send the file's content as base64 in file_data")
 		return "", false
 	}
@@ -264,7 +265,7 @@ func (c *checker) file(path string, p object) (string, bool) {
 			nameOK = false
 		}
 	}
-	raw, ok := p.field("file_data")
+	raw, ok := p.Field("file_data")
 	if !ok {
 		c.v.Add(join(path, "file_data"), api.FieldMissing, "required: send the file's content as base64")
 		return "", false
@@ -348,11 +349,11 @@ func (c *checker) functionCallOutput(path string, o object) {
 	opath := join(path, "output")
 	mp := msgPath{path: path, tool: true}
 	var content json.RawMessage
-	switch kindOf(raw) {
-	case kindString:
+	switch jsonraw.KindOf(raw) {
+	case jsonraw.String:
 		content = compact(raw)
-	case kindArray:
-		elems, _ := decodeArray(raw)
+	case jsonraw.Array:
+		elems, _ := jsonraw.DecodeArray(raw)
 		parts := make([][]byte, 0, len(elems))
 		for k, e := range elems {
 			ppath := join(opath, k)

@@ -6,90 +6,14 @@ import (
 	"math"
 	"strconv"
 	"strings"
+
+	"github.com/svc-dev/svc/internal/jsonraw"
 )
 
-// jsonKind is the type of a raw JSON value, read from its first byte; the
+// jsonraw.Kind is the type of a raw JSON value, read from its first byte; the
 // values it is used on were decoded by encoding/json and so are valid.
-type jsonKind int
-
-const (
-	kindInvalid jsonKind = iota
-	kindNull
-	kindBool
-	kindNumber
-	kindString
-	kindArray
-	kindObject
-)
-
-func kindOf(raw []byte) jsonKind {
-	raw = bytes.TrimLeft(raw, " \t\r\n")
-	if len(raw) == 0 {
-		return kindInvalid
-	}
-	switch raw[0] {
-	case 'n':
-		return kindNull
-	case 't', 'f':
-		return kindBool
-	case '"':
-		return kindString
-	case '[':
-		return kindArray
-	case '{':
-		return kindObject
-	case '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
-		return kindNumber
-	}
-	return kindInvalid
-}
-
-// object is a decoded JSON object; a repeated key keeps its last value, as
-// encoding/json (and so the chat side) reads it.
-type object map[string]json.RawMessage
-
-// field returns the value of key, treating null as not sent, as the chat
-// side does for every optional field.
-func (o object) field(key string) (json.RawMessage, bool) {
-	v, ok := o[key]
-	if !ok || kindOf(v) == kindNull {
-		return nil, false
-	}
-	return v, true
-}
-
-func decodeObject(raw []byte) (object, bool) {
-	if kindOf(raw) != kindObject {
-		return nil, false
-	}
-	var o object
-	if json.Unmarshal(raw, &o) != nil {
-		return nil, false
-	}
-	return o, true
-}
-
-func decodeArray(raw []byte) ([]json.RawMessage, bool) {
-	if kindOf(raw) != kindArray {
-		return nil, false
-	}
-	var a []json.RawMessage
-	if json.Unmarshal(raw, &a) != nil {
-		return nil, false
-	}
-	return a, true
-}
-
-func decodeString(raw []byte) (string, bool) {
-	if kindOf(raw) != kindString {
-		return "", false
-	}
-	var s string
-	if json.Unmarshal(raw, &s) != nil {
-		return "", false
-	}
-	return s, true
-}
+// object is a decoded JSON object, its keys matched exactly.
+type object = jsonraw.Members
 
 // appendString appends s as a JSON string. HTML characters stay as they
 // are (the text is for programs, not browsers); invalid UTF-8 becomes

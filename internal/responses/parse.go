@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/jsonraw"
 )
 
 // toolName is the function-name rule of the chat side, which the tools are
@@ -94,7 +95,7 @@ func Parse(body []byte) (*Request, error) {
 	if !json.Valid(body) {
 		return nil, malformed(body)
 	}
-	top, ok := decodeObject(body)
+	top, ok := jsonraw.DecodeObject(body)
 	if !ok {
 		return nil, api.Invalid(api.FieldError{Field: "body", Type: api.FieldWrongType, Message: "must be a JSON object"})
 	}
@@ -214,7 +215,7 @@ func join(path string, keys ...any) string {
 // usable value. "opt" ones treat absent and null alike.
 
 func (c *checker) str(path string, raw json.RawMessage) (string, bool) {
-	s, ok := decodeString(raw)
+	s, ok := jsonraw.DecodeString(raw)
 	if !ok {
 		c.v.Add(path, api.FieldWrongType, "must be a string")
 	}
@@ -222,7 +223,7 @@ func (c *checker) str(path string, raw json.RawMessage) (string, bool) {
 }
 
 func (c *checker) boolean(path string, raw json.RawMessage) (bool, bool) {
-	if kindOf(raw) != kindBool {
+	if jsonraw.KindOf(raw) != jsonraw.Bool {
 		c.v.Add(path, api.FieldWrongType, "must be true or false")
 		return false, false
 	}
@@ -230,7 +231,7 @@ func (c *checker) boolean(path string, raw json.RawMessage) (bool, bool) {
 }
 
 func (c *checker) object(path string, raw json.RawMessage) (object, bool) {
-	o, ok := decodeObject(raw)
+	o, ok := jsonraw.DecodeObject(raw)
 	if !ok {
 		c.v.Add(path, api.FieldWrongType, "must be an object")
 	}
@@ -238,7 +239,7 @@ func (c *checker) object(path string, raw json.RawMessage) (object, bool) {
 }
 
 func (c *checker) array(path string, raw json.RawMessage) ([]json.RawMessage, bool) {
-	a, ok := decodeArray(raw)
+	a, ok := jsonraw.DecodeArray(raw)
 	if !ok {
 		c.v.Add(path, api.FieldWrongType, "must be an array")
 	}
@@ -260,7 +261,7 @@ func (c *checker) enum(path, s string, allowed ...string) bool {
 }
 
 func (c *checker) optString(o object, path, key string) (string, bool) {
-	raw, ok := o.field(key)
+	raw, ok := o.Field(key)
 	if !ok {
 		return "", false
 	}
@@ -268,7 +269,7 @@ func (c *checker) optString(o object, path, key string) (string, bool) {
 }
 
 func (c *checker) optBool(o object, path, key string) (bool, bool) {
-	raw, ok := o.field(key)
+	raw, ok := o.Field(key)
 	if !ok {
 		return false, false
 	}
@@ -276,7 +277,7 @@ func (c *checker) optBool(o object, path, key string) (bool, bool) {
 }
 
 func (c *checker) optObject(o object, path, key string) (object, bool) {
-	raw, ok := o.field(key)
+	raw, ok := o.Field(key)
 	if !ok {
 		return nil, false
 	}
@@ -292,7 +293,7 @@ func (c *checker) optEnum(o object, path, key string, allowed ...string) (string
 }
 
 func (c *checker) required(o object, path, key string) (json.RawMessage, bool) {
-	raw, ok := o.field(key)
+	raw, ok := o.Field(key)
 	if !ok {
 		c.v.Add(join(path, key), api.FieldMissing, "required")
 	}
@@ -319,11 +320,11 @@ func (c *checker) requiredName(o object, path, key string) (string, bool) {
 
 // number checks a numeric member against [lo, hi] and returns it compacted.
 func (c *checker) number(o object, key string, lo, hi float64, msg string) json.RawMessage {
-	raw, ok := o.field(key)
+	raw, ok := o.Field(key)
 	if !ok {
 		return nil
 	}
-	if kindOf(raw) != kindNumber {
+	if jsonraw.KindOf(raw) != jsonraw.Number {
 		c.v.Add(key, api.FieldWrongType, "must be a number")
 		return nil
 	}
@@ -377,16 +378,16 @@ func (c *checker) request(top object) {
 	if s, ok := c.optEnum(top, "", "truncation", "disabled", "auto"); ok {
 		c.r.echo.truncation = json.RawMessage(appendString(nil, s))
 	}
-	if raw, ok := top.field("metadata"); ok {
-		if kindOf(raw) == kindObject {
+	if raw, ok := top.Field("metadata"); ok {
+		if jsonraw.KindOf(raw) == jsonraw.Object {
 			c.r.echo.metadata = compact(raw)
 		} else {
 			c.v.Add("metadata", api.FieldWrongType, "must be an object")
 		}
 	}
 	c.optBool(top, "", "store")
-	if raw, ok := top.field("top_logprobs"); ok {
-		if kindOf(raw) != kindNumber {
+	if raw, ok := top.Field("top_logprobs"); ok {
+		if jsonraw.KindOf(raw) != jsonraw.Number {
 			c.v.Add("top_logprobs", api.FieldWrongType, "must be an integer")
 		} else if n, whole, _ := parseInt(string(raw)); !whole || n != 0 {
 			c.v.Add("top_logprobs", api.FieldNotSupported, "log probabilities are not served on the Responses API; use chat completions")
@@ -396,23 +397,23 @@ func (c *checker) request(top object) {
 
 // stateless refuses the features that need the gateway to keep state.
 func (c *checker) stateless(top object) {
-	if _, ok := top.field("previous_response_id"); ok {
+	if _, ok := top.Field("previous_response_id"); ok {
 		c.stateful("previous_response_id", "previous_response_id")
 	}
-	if _, ok := top.field("conversation"); ok {
+	if _, ok := top.Field("conversation"); ok {
 		c.stateful("conversation", "conversation")
 	}
-	if raw, ok := top.field("background"); ok && kindOf(raw) == kindBool && bytes.TrimSpace(raw)[0] == 't' {
+	if raw, ok := top.Field("background"); ok && jsonraw.KindOf(raw) == jsonraw.Bool && bytes.TrimSpace(raw)[0] == 't' {
 		c.stateful("background", "background mode")
 	}
-	if _, ok := top.field("prompt"); ok {
+	if _, ok := top.Field("prompt"); ok {
 		c.stateful("prompt", "a stored prompt")
 	}
 	c.optBool(top, "", "background")
 }
 
 func (c *checker) instructions(top object) {
-	raw, ok := top.field("instructions")
+	raw, ok := top.Field("instructions")
 	if !ok {
 		return
 	}
@@ -431,11 +432,11 @@ func (c *checker) instructions(top object) {
 }
 
 func (c *checker) maxOutputTokens(top object) {
-	raw, ok := top.field("max_output_tokens")
+	raw, ok := top.Field("max_output_tokens")
 	if !ok {
 		return
 	}
-	if kindOf(raw) != kindNumber {
+	if jsonraw.KindOf(raw) != jsonraw.Number {
 		c.v.Add("max_output_tokens", api.FieldWrongType, "must be an integer")
 		return
 	}
@@ -464,7 +465,7 @@ func hostedTool(typ string) string {
 }
 
 func (c *checker) tools(top object) {
-	raw, ok := top.field("tools")
+	raw, ok := top.Field("tools")
 	if !ok {
 		return
 	}
@@ -496,8 +497,8 @@ func (c *checker) tools(top object) {
 		if s, has := c.optString(t, path, "description"); has {
 			fn.Description = json.RawMessage(appendString(nil, s))
 		}
-		if p, has := t.field("parameters"); has {
-			if kindOf(p) == kindObject {
+		if p, has := t.Field("parameters"); has {
+			if jsonraw.KindOf(p) == jsonraw.Object {
 				fn.Parameters = compact(p)
 			} else {
 				c.v.Add(join(path, "parameters"), api.FieldWrongType, "must be an object (a JSON schema)")
@@ -513,19 +514,19 @@ func (c *checker) tools(top object) {
 }
 
 func (c *checker) toolChoice(top object) {
-	raw, ok := top.field("tool_choice")
+	raw, ok := top.Field("tool_choice")
 	if !ok {
 		return
 	}
-	switch kindOf(raw) {
-	case kindString:
-		s, _ := decodeString(raw)
+	switch jsonraw.KindOf(raw) {
+	case jsonraw.String:
+		s, _ := jsonraw.DecodeString(raw)
 		if c.enum("tool_choice", s, "none", "auto", "required") {
 			c.out.ToolChoice = compact(raw)
 			c.r.echo.toolChoice = c.out.ToolChoice
 		}
-	case kindObject:
-		o, _ := decodeObject(raw)
+	case jsonraw.Object:
+		o, _ := jsonraw.DecodeObject(raw)
 		typ, ok := c.requiredString(o, "tool_choice", "type")
 		if !ok {
 			return
@@ -551,10 +552,10 @@ func (c *checker) text(top object) {
 	if !ok {
 		return
 	}
-	if raw, ok := t.field("verbosity"); ok {
+	if raw, ok := t.Field("verbosity"); ok {
 		c.r.echo.verbosity = compact(raw)
 	}
-	rawFormat, ok := t.field("format")
+	rawFormat, ok := t.Field("format")
 	if !ok {
 		return
 	}
@@ -585,7 +586,7 @@ func (c *checker) text(top object) {
 			js.Description = json.RawMessage(appendString(nil, s))
 		}
 		schema, schemaOK := c.required(f, path, "schema")
-		if schemaOK && kindOf(schema) != kindObject {
+		if schemaOK && jsonraw.KindOf(schema) != jsonraw.Object {
 			c.v.Add(join(path, "schema"), api.FieldWrongType, "must be an object (a JSON schema)")
 			schemaOK = false
 		}

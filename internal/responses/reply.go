@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/jsonraw"
 )
 
 // FromChat turns a complete chat.completion body, as the gateway answers it
@@ -28,7 +29,7 @@ func (r *Request) FromChat(chat []byte, id string, createdAt int64) ([]byte, err
 		Usage   json.RawMessage   `json:"usage"`
 		Svc     json.RawMessage   `json:"svc"`
 	}
-	if kindOf(chat) != kindObject || json.Unmarshal(chat, &c) != nil {
+	if jsonraw.KindOf(chat) != jsonraw.Object || json.Unmarshal(chat, &c) != nil {
 		return nil, &api.Error{Kind: api.KindUpstream, Code: api.CodeBadWorkerReply,
 			Message: "the worker's answer is not a chat completion the Responses API can be given"}
 	}
@@ -45,7 +46,7 @@ func (r *Request) FromChat(chat []byte, id string, createdAt int64) ([]byte, err
 			FinishReason json.RawMessage `json:"finish_reason"`
 		}
 		_ = json.Unmarshal(choice, &ch) // a choice is an object: firstChoice checked
-		if kindOf(ch.Message) == kindObject {
+		if jsonraw.KindOf(ch.Message) == jsonraw.Object {
 			_ = json.Unmarshal(ch.Message, &m) // members of the wrong type read as absent below
 		}
 		finish = ch.FinishReason
@@ -66,7 +67,7 @@ func (r *Request) FromChat(chat []byte, id string, createdAt int64) ([]byte, err
 				Arguments json.RawMessage `json:"arguments"`
 			} `json:"function"`
 		}
-		if kindOf(raw) != kindObject || json.Unmarshal(raw, &tc) != nil {
+		if jsonraw.KindOf(raw) != jsonraw.Object || json.Unmarshal(raw, &tc) != nil {
 			continue
 		}
 		calls = append(calls, call{textOf(tc.ID), textOf(tc.Function.Name), arguments(tc.Function.Arguments)})
@@ -92,9 +93,9 @@ func (r *Request) FromChat(chat []byte, id string, createdAt int64) ([]byte, err
 	if res.status == "incomplete" && len(o.items) > 0 {
 		o.items[len(o.items)-1].status = "incomplete"
 	}
-	if kindOf(c.Svc) == kindObject {
+	if jsonraw.KindOf(c.Svc) == jsonraw.Object {
 		res.svc = appendMembers(nil, mergeObject(nil, c.Svc))
-	} else if k := kindOf(c.Svc); k != kindInvalid && k != kindNull {
+	} else if k := jsonraw.KindOf(c.Svc); k != jsonraw.Invalid && k != jsonraw.Null {
 		res.svc = compact(c.Svc)
 	}
 	return r.appendResponse(nil, id, createdAt, &res), nil
@@ -105,7 +106,7 @@ func (r *Request) FromChat(chat []byte, id string, createdAt int64) ([]byte, err
 func firstChoice(choices []json.RawMessage) json.RawMessage {
 	var first json.RawMessage
 	for _, raw := range choices {
-		if kindOf(raw) != kindObject {
+		if jsonraw.KindOf(raw) != jsonraw.Object {
 			continue
 		}
 		var ch struct {
@@ -117,7 +118,7 @@ func firstChoice(choices []json.RawMessage) json.RawMessage {
 		if first == nil {
 			first = raw
 		}
-		if n, whole, _ := parseInt(string(ch.Index)); kindOf(ch.Index) == kindNumber && whole && n == 0 {
+		if n, whole, _ := parseInt(string(ch.Index)); jsonraw.KindOf(ch.Index) == jsonraw.Number && whole && n == 0 {
 			return raw
 		}
 	}
@@ -127,11 +128,11 @@ func firstChoice(choices []json.RawMessage) json.RawMessage {
 // textOf reads a string member leniently: a string, or an array of text
 // parts as some engines write content; anything else is empty.
 func textOf(raw json.RawMessage) string {
-	switch kindOf(raw) {
-	case kindString:
-		s, _ := decodeString(raw)
+	switch jsonraw.KindOf(raw) {
+	case jsonraw.String:
+		s, _ := jsonraw.DecodeString(raw)
 		return s
-	case kindArray:
+	case jsonraw.Array:
 		var parts []struct {
 			Text json.RawMessage `json:"text"`
 		}
@@ -153,7 +154,7 @@ func reasoningText(content, alt json.RawMessage) string {
 	if s := textOf(content); s != "" {
 		return s
 	}
-	if kindOf(alt) == kindString {
+	if jsonraw.KindOf(alt) == jsonraw.String {
 		return textOf(alt)
 	}
 	return ""
@@ -162,10 +163,10 @@ func reasoningText(content, alt json.RawMessage) string {
 // arguments are a tool call's arguments as the string clients parse; an
 // engine that wrote them as an object gets them serialised.
 func arguments(raw json.RawMessage) string {
-	switch kindOf(raw) {
-	case kindString:
+	switch jsonraw.KindOf(raw) {
+	case jsonraw.String:
 		return textOf(raw)
-	case kindObject, kindArray:
+	case jsonraw.Object, jsonraw.Array:
 		return string(compact(raw))
 	}
 	return ""
@@ -325,12 +326,12 @@ type usage struct {
 
 // readUsage reads a chat usage object leniently; nil when there is none.
 func readUsage(raw json.RawMessage) *usage {
-	o, ok := decodeObject(raw)
+	o, ok := jsonraw.DecodeObject(raw)
 	if !ok {
 		return nil
 	}
 	sub := func(key, inner string) int64 {
-		d, ok := decodeObject(o[key])
+		d, ok := jsonraw.DecodeObject(o[key])
 		if !ok {
 			return 0
 		}
@@ -342,7 +343,7 @@ func readUsage(raw json.RawMessage) *usage {
 		output:    count(o["completion_tokens"]),
 		reasoning: sub("completion_tokens_details", "reasoning_tokens"),
 	}
-	if _, ok := o.field("total_tokens"); ok {
+	if _, ok := o.Field("total_tokens"); ok {
 		u.total = count(o["total_tokens"])
 	} else {
 		u.total = u.input + u.output
@@ -352,7 +353,7 @@ func readUsage(raw json.RawMessage) *usage {
 
 // count reads a token count: a non-negative whole number, else 0.
 func count(raw json.RawMessage) int64 {
-	if kindOf(raw) != kindNumber {
+	if jsonraw.KindOf(raw) != jsonraw.Number {
 		return 0
 	}
 	f := parseFloat(string(compact(raw)))

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"strconv"
+
+	"github.com/svc-dev/svc/internal/jsonraw"
 )
 
 // Stream translates the gateway's chat-completions event stream into
@@ -70,10 +72,10 @@ func (s *Stream) Chunk(dst, data []byte) []byte {
 		Svc     json.RawMessage `json:"svc"`
 		Error   json.RawMessage `json:"error"`
 	}
-	if kindOf(data) != kindObject || json.Unmarshal(data, &ch) != nil {
+	if jsonraw.KindOf(data) != jsonraw.Object || json.Unmarshal(data, &ch) != nil {
 		return dst
 	}
-	if e, ok := decodeObject(ch.Error); ok {
+	if e, ok := jsonraw.DecodeObject(ch.Error); ok {
 		code := textOf(e["code"])
 		if code == "" {
 			code = textOf(e["type"])
@@ -84,14 +86,14 @@ func (s *Stream) Chunk(dst, data []byte) []byte {
 		return s.Fail(dst, code, textOf(e["message"]))
 	}
 	dst = s.start(dst)
-	choices, _ := decodeArray(ch.Choices)
+	choices, _ := jsonraw.DecodeArray(ch.Choices)
 	for _, raw := range choices {
 		dst = s.choice(dst, raw)
 	}
 	if u := readUsage(ch.Usage); u != nil {
 		s.usage = u
 	}
-	if kindOf(ch.Svc) == kindObject {
+	if jsonraw.KindOf(ch.Svc) == jsonraw.Object {
 		s.svc = mergeObject(s.svc, ch.Svc)
 	}
 	return dst
@@ -122,14 +124,14 @@ func (s *Stream) choice(dst []byte, raw json.RawMessage) []byte {
 		Delta        json.RawMessage `json:"delta"`
 		FinishReason json.RawMessage `json:"finish_reason"`
 	}
-	if kindOf(raw) != kindObject || json.Unmarshal(raw, &ch) != nil {
+	if jsonraw.KindOf(raw) != jsonraw.Object || json.Unmarshal(raw, &ch) != nil {
 		return dst
 	}
 	// Only one choice is ever asked for; others are not this response's.
-	if n, whole, _ := parseInt(string(ch.Index)); kindOf(ch.Index) == kindNumber && (!whole || n != 0) {
+	if n, whole, _ := parseInt(string(ch.Index)); jsonraw.KindOf(ch.Index) == jsonraw.Number && (!whole || n != 0) {
 		return dst
 	}
-	if kindOf(ch.Delta) == kindObject {
+	if jsonraw.KindOf(ch.Delta) == jsonraw.Object {
 		var d struct {
 			Content          json.RawMessage   `json:"content"`
 			ReasoningContent json.RawMessage   `json:"reasoning_content"`
@@ -193,11 +195,11 @@ func (s *Stream) toolCall(dst []byte, raw json.RawMessage) []byte {
 			Arguments json.RawMessage `json:"arguments"`
 		} `json:"function"`
 	}
-	if kindOf(raw) != kindObject || json.Unmarshal(raw, &tc) != nil {
+	if jsonraw.KindOf(raw) != jsonraw.Object || json.Unmarshal(raw, &tc) != nil {
 		return dst
 	}
 	var index int64
-	if n, whole, fits := parseInt(string(tc.Index)); kindOf(tc.Index) == kindNumber && whole && fits {
+	if n, whole, fits := parseInt(string(tc.Index)); jsonraw.KindOf(tc.Index) == jsonraw.Number && whole && fits {
 		index = n
 	}
 	id, name, args := textOf(tc.ID), textOf(tc.Function.Name), arguments(tc.Function.Arguments)

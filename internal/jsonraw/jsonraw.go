@@ -1,0 +1,101 @@
+// Package jsonraw reads JSON values kept raw: a request translated into
+// another keeps the members it does not own byte for byte, so it is read a
+// value at a time rather than decoded into structs, and a value's kind is
+// known before it is decoded, so that a wrong type is reported by its path
+// instead of failing the whole body.
+package jsonraw
+
+import (
+	"bytes"
+	"encoding/json"
+)
+
+// Kind is the JSON type of a raw value.
+type Kind int
+
+// The kinds of JSON values; Invalid is none of them.
+const (
+	Invalid Kind = iota
+	Null
+	Bool
+	Number
+	String
+	Array
+	Object
+)
+
+// KindOf is raw's kind, from its first byte; raw is trusted to be valid
+// JSON past it.
+func KindOf(raw []byte) Kind {
+	raw = bytes.TrimLeft(raw, " \t\r\n")
+	if len(raw) == 0 {
+		return Invalid
+	}
+	switch raw[0] {
+	case 'n':
+		return Null
+	case 't', 'f':
+		return Bool
+	case '"':
+		return String
+	case '[':
+		return Array
+	case '{':
+		return Object
+	case '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+		return Number
+	}
+	return Invalid
+}
+
+// Members is a decoded JSON object. A map keeps key matching exact, which
+// decoding into structs would not (encoding/json folds case), so "Model"
+// is not mistaken for "model"; a repeated key keeps its last value, as
+// encoding/json reads it.
+type Members map[string]json.RawMessage
+
+// Field is the value of key, null read as not sent: every optional member
+// of a request reads null that way.
+func (m Members) Field(key string) (json.RawMessage, bool) {
+	v, ok := m[key]
+	if !ok || KindOf(v) == Null {
+		return nil, false
+	}
+	return v, true
+}
+
+// DecodeObject decodes raw when it is an object.
+func DecodeObject(raw []byte) (Members, bool) {
+	if KindOf(raw) != Object {
+		return nil, false
+	}
+	var m Members
+	if json.Unmarshal(raw, &m) != nil {
+		return nil, false
+	}
+	return m, true
+}
+
+// DecodeArray decodes raw when it is an array.
+func DecodeArray(raw []byte) ([]json.RawMessage, bool) {
+	if KindOf(raw) != Array {
+		return nil, false
+	}
+	var a []json.RawMessage
+	if json.Unmarshal(raw, &a) != nil {
+		return nil, false
+	}
+	return a, true
+}
+
+// DecodeString decodes raw when it is a string.
+func DecodeString(raw []byte) (string, bool) {
+	if KindOf(raw) != String {
+		return "", false
+	}
+	var s string
+	if json.Unmarshal(raw, &s) != nil {
+		return "", false
+	}
+	return s, true
+}
