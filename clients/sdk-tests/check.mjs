@@ -5,8 +5,14 @@
 // log). Run by internal/e2e's TestOfficialSDKs:
 //
 //	SVC_BASE_URL=http://127.0.0.1:8080 SVC_API_KEY=... SVC_MODEL=sim-chat node check.mjs
+import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
 import Anthropic from "@anthropic-ai/sdk";
-import OpenAI from "openai";
+import { tool as lcTool } from "@langchain/core/tools";
+import { HumanMessage } from "@langchain/core/messages";
+import { ChatOpenAI } from "@langchain/openai";
+import { generateText, stepCountIs, tool } from "ai";
+import OpenAI, { toFile } from "openai";
+import { z } from "zod";
 
 const base = process.env.SVC_BASE_URL;
 const apiKey = process.env.SVC_API_KEY;
@@ -29,6 +35,30 @@ const weather = {
     required: ["city"],
   },
 };
+
+// wav is a second of a 440 Hz tone, 16 kHz mono 16-bit PCM.
+function wav() {
+  const rate = 16000, n = rate;
+  const b = Buffer.alloc(44 + 2 * n);
+  b.write("RIFF", 0);
+  b.writeUInt32LE(36 + 2 * n, 4);
+  b.write("WAVEfmt ", 8);
+  b.writeUInt32LE(16, 16);
+  b.writeUInt16LE(1, 20);
+  b.writeUInt16LE(1, 22);
+  b.writeUInt32LE(rate, 24);
+  b.writeUInt32LE(2 * rate, 28);
+  b.writeUInt16LE(2, 32);
+  b.writeUInt16LE(16, 34);
+  b.write("data", 36);
+  b.writeUInt32LE(2 * n, 40);
+  for (let i = 0; i < n; i++) b.writeInt16LE(Math.round(8000 * Math.sin((2 * Math.PI * 440 * i) / rate)), 44 + 2 * i);
+  return b;
+}
+
+// An agent's question that calls for the weather tool, with no sim: line:
+// the simulated model calls the tool the question is about.
+const agentQuestion = "What is the weather in Paris right now?";
 
 function must(cond, what, detail) {
   if (!cond) {
@@ -107,6 +137,71 @@ const checks = {
     must(data.results.length === 2 && data.results[0].index === 1, "ranking", data.results);
     must(data.results[0].relevance_score >= data.results[1].relevance_score, "not best first", data.results);
     return { request_id: response.headers.get("x-request-id"), request_type: "rerank", model: "sim-rerank" };
+  },
+
+  async "openai models retrieve"() {
+    const m = await openai.models.retrieve(model);
+    must(m.id === model && m.object === "model", "retrieved", m);
+    return {};
+  },
+
+  async "openai completions"() {
+    const { data, response } = await openai.completions
+      .create({ model, prompt: "Once upon a time", max_tokens: 16 })
+      .withResponse();
+    must(data.object === "text_completion" && data.choices[0].text.length > 0, "no text", data);
+    let text = "";
+    for await (const chunk of await openai.completions.create({ model, prompt: "Once upon a time", max_tokens: 16, stream: true })) {
+      text += chunk.choices[0]?.text ?? "";
+    }
+    must(text === data.choices[0].text, "the streamed text is not the unary text", { text, unary: data.choices[0].text });
+    return { request_id: response.headers.get("x-request-id"), request_type: "completion" };
+  },
+
+  async "openai translations"() {
+    const { data, response } = await openai.audio.translations
+      .create({ model: "sim-stt", file: await toFile(wav(), "tone.wav") })
+      .withResponse();
+    must(typeof data.text === "string" && data.text.length > 0, "no text", data);
+    return { request_id: response.headers.get("x-request-id"), request_type: "audio", model: "sim-stt" };
+  },
+
+  async "ai sdk agent"() {
+    let calls = 0;
+    const svc = createOpenAICompatible({ name: "svc", baseURL: base + "/v1", apiKey });
+    const r = await generateText({
+      model: svc(model),
+      tools: {
+        get_weather: tool({
+          description: weather.description,
+          inputSchema: z.object({ city: z.string() }),
+          execute: async ({ city }) => (calls++, { city, temp_c: 21 }),
+        }),
+      },
+      stopWhen: stepCountIs(5),
+      prompt: agentQuestion,
+    });
+    must(calls === 1 && r.steps.length === 2 && r.text.length > 0 && r.finishReason === "stop", "agent loop", { calls, steps: r.steps.length, finish: r.finishReason });
+    return {};
+  },
+
+  async "langchain agent"() {
+    let calls = 0;
+    const get = lcTool(async ({ city }) => (calls++, JSON.stringify({ city, temp_c: 21 })), {
+      name: weather.name,
+      description: weather.description,
+      schema: z.object({ city: z.string() }),
+    });
+    const llm = new ChatOpenAI({ model, apiKey, configuration: { baseURL: base + "/v1" }, maxRetries: 0 }).bindTools([get]);
+    const messages = [new HumanMessage(agentQuestion)];
+    let res = await llm.invoke(messages);
+    for (let turn = 0; res.tool_calls?.length && turn < 4; turn++) {
+      messages.push(res);
+      for (const c of res.tool_calls) messages.push(await get.invoke(c));
+      res = await llm.invoke(messages);
+    }
+    must(calls === 1 && !res.tool_calls?.length && String(res.content).length > 0, "agent loop", { calls, content: res.content });
+    return {};
   },
 
   async "anthropic messages"() {
