@@ -185,6 +185,14 @@ func (hc *hostile) sample() {
 	}
 }
 
+// peakRSS is the highest RSS sampled so far; the sampler may be writing
+// it as it is read.
+func (hc *hostile) peakRSS() int64 {
+	hc.mu.Lock()
+	defer hc.mu.Unlock()
+	return hc.peak
+}
+
 // answer is one HTTP response read off a raw connection.
 type answer struct {
 	status int
