@@ -152,23 +152,6 @@ func (t *translator) requiredEnum(o object, path, key string, allowed ...string)
 	return s, true
 }
 
-// validBase64 reports whether s is standard base64, padded or not, by the
-// chat parser's rule.
-func validBase64(s string) bool {
-	trimmed := strings.TrimRight(s, "=")
-	pad := len(s) - len(trimmed)
-	if pad > 2 || (pad > 0 && len(s)%4 != 0) || len(trimmed)%4 == 1 {
-		return false
-	}
-	for i := 0; i < len(trimmed); i++ {
-		b := trimmed[i]
-		if !('A' <= b && b <= 'Z' || 'a' <= b && b <= 'z' || '0' <= b && b <= '9' || b == '+' || b == '/') {
-			return false
-		}
-	}
-	return true
-}
-
 func base64DecodedLen(s string) int {
 	return base64.RawStdEncoding.DecodedLen(len(strings.TrimRight(s, "=")))
 }

@@ -728,7 +728,7 @@ func (t *translator) base64(path, data string) (string, bool) {
 	case data == "":
 		t.v.Add(path, api.FieldInvalid, "is empty")
 		return "", false
-	case !validBase64(data):
+	case !chat.ValidBase64(data):
 		t.v.Add(path, api.FieldInvalid, "must be base64")
 		return "", false
 	}

@@ -198,7 +198,7 @@ func (c *checker) checkImageURL(path, s string) {
 			c.v.Add(path, api.FieldInvalid, "the image data must be base64 (data:image/...;base64,...)")
 		case data == "":
 			c.v.Add(path, api.FieldInvalid, "the image data is empty")
-		case !validBase64(data):
+		case !ValidBase64(data):
 			c.v.Add(path, api.FieldInvalid, "the image data is not valid base64")
 		}
 		return
@@ -253,38 +253,48 @@ func (c *checker) file(partPath string, p *object) (string, bool) {
 	return name + ":\n" + text, true
 }
 
-// decodeFile decodes file_data (plain base64 or a base64 data: URL) and
-// checks the size before decoding, so an oversized file costs nothing.
+// decodeFile decodes file_data at path, recording why when it cannot.
 func (c *checker) decodeFile(path, data string) (string, bool) {
+	text, fail := DecodeFile(data)
+	if fail != nil {
+		c.v.Add(path, fail.Type, "%s", fail.Message)
+		return "", false
+	}
+	return text, true
+}
+
+// DecodeFile decodes a text file part's file_data (plain base64 or a
+// base64 data: URL), checking the size before decoding so that an
+// oversized file costs nothing. A refusal is a FieldError without its
+// field, which the caller names in its own request's terms.
+func DecodeFile(data string) (string, *api.FieldError) {
+	fail := func(typ, msg string) (string, *api.FieldError) {
+		return "", &api.FieldError{Type: typ, Message: msg}
+	}
 	if hasPrefixFold(data, "data:") {
 		meta, payload, ok := strings.Cut(data[len("data:"):], ",")
 		if !ok || !strings.HasSuffix(strings.ToLower(meta), ";base64") {
-			c.v.Add(path, api.FieldInvalid, "a data: URL must be base64 (data:...;base64,...)")
-			return "", false
+			return fail(api.FieldInvalid, "a data: URL must be base64 (data:...;base64,...)")
 		}
 		data = payload
 	}
-	if !validBase64(data) {
-		c.v.Add(path, api.FieldInvalid, "must be base64")
-		return "", false
+	if !ValidBase64(data) {
+		return fail(api.FieldInvalid, "must be base64")
 	}
 	data = strings.TrimRight(data, "=")
 	if base64.RawStdEncoding.DecodedLen(len(data)) > MaxFileBytes {
-		c.v.Add(path, api.FieldTooLong, "the file is larger than 1 MB")
-		return "", false
+		return fail(api.FieldTooLong, "the file is larger than 1 MB")
 	}
 	b, err := base64.RawStdEncoding.DecodeString(data)
 	if err != nil {
-		c.v.Add(path, api.FieldInvalid, "must be base64")
-		return "", false
+		return fail(api.FieldInvalid, "must be base64")
 	}
 	if !utf8.Valid(b) {
-		c.v.Add(path, api.FieldInvalid, "the file must be UTF-8 text")
-		return "", false
+		return fail(api.FieldInvalid, "the file must be UTF-8 text")
 	}
 	// Spreadsheet exports often start with a byte-order mark; it is not
 	// text the model should see.
-	return strings.TrimPrefix(string(b), "\uFEFF"), true
+	return strings.TrimPrefix(string(b), "\uFEFF"), nil
 }
 
 // toolCalls checks an assistant message's tool_calls and returns how many
@@ -315,10 +325,10 @@ func (c *checker) toolCalls(path string, msg *object) int {
 	return len(elems)
 }
 
-// validBase64 reports whether s is standard base64, padded or not. Unlike
+// ValidBase64 reports whether s is standard base64, padded or not. Unlike
 // the decoder it refuses line breaks, which engines may not skip; it
 // allocates nothing, as image data can be megabytes.
-func validBase64(s string) bool {
+func ValidBase64(s string) bool {
 	trimmed := strings.TrimRight(s, "=")
 	pad := len(s) - len(trimmed)
 	if pad > 2 || (pad > 0 && len(s)%4 != 0) || len(trimmed)%4 == 1 {

@@ -519,8 +519,8 @@ func TestValidBase64(t *testing.T) {
 		"": true, "QQ==": true, "QQ": true, "QUI=": true, "QUI": true, "QUJD": true, "QUJDRA==": true,
 		"Q": false, "QQ=": false, "Q===": false, "QQ==QQ==": false, "QU JD": false, "QUJD\n": false, "QU-_": false, "=": false,
 	} {
-		if got := validBase64(s); got != want {
-			t.Errorf("validBase64(%q) = %v, want %v", s, got, want)
+		if got := ValidBase64(s); got != want {
+			t.Errorf("ValidBase64(%q) = %v, want %v", s, got, want)
 		}
 	}
 }

@@ -1,11 +1,9 @@
 package responses
 
 import (
-	"encoding/base64"
 	"encoding/json"
 	"net/url"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/chat"
@@ -228,7 +226,7 @@ func (c *checker) imageURL(path, s string) bool {
 			c.v.Add(path, api.FieldInvalid, "the image data must be base64 (data:image/...;base64,...)")
 		case data == "":
 			c.v.Add(path, api.FieldInvalid, "the image data is empty")
-		case !validBase64(data):
+		case !chat.ValidBase64(data):
 			c.v.Add(path, api.FieldInvalid, "the image data is not valid base64")
 		default:
 			return true
@@ -282,39 +280,14 @@ func (c *checker) file(path string, p object) (string, bool) {
 	return name + ":\n" + text, true
 }
 
-// decodeFile decodes file_data (plain base64 or a base64 data: URL),
-// checking the size before decoding so that an oversized file costs
-// nothing.
+// decodeFile decodes file_data at path as the chat parser does.
 func (c *checker) decodeFile(path, data string) (string, bool) {
-	if hasPrefixFold(data, "data:") {
-		meta, payload, ok := strings.Cut(data[len("data:"):], ",")
-		if !ok || !strings.HasSuffix(strings.ToLower(meta), ";base64") {
-			c.v.Add(path, api.FieldInvalid, "a data: URL must be base64 (data:...;base64,...)")
-			return "", false
-		}
-		data = payload
-	}
-	if !validBase64(data) {
-		c.v.Add(path, api.FieldInvalid, "must be base64")
+	text, fail := chat.DecodeFile(data)
+	if fail != nil {
+		c.v.Add(path, fail.Type, "%s", fail.Message)
 		return "", false
 	}
-	data = strings.TrimRight(data, "=")
-	if base64.RawStdEncoding.DecodedLen(len(data)) > chat.MaxFileBytes {
-		c.v.Add(path, api.FieldTooLong, "the file is larger than 1 MB")
-		return "", false
-	}
-	b, err := base64.RawStdEncoding.DecodeString(data)
-	if err != nil {
-		c.v.Add(path, api.FieldInvalid, "must be base64")
-		return "", false
-	}
-	if !utf8.Valid(b) {
-		c.v.Add(path, api.FieldInvalid, "the file must be UTF-8 text")
-		return "", false
-	}
-	// Spreadsheet exports often start with a byte-order mark; it is not
-	// text the model should see.
-	return strings.TrimPrefix(string(b), "\uFEFF"), true
+	return text, true
 }
 
 // functionCall adds a tool call to the assistant turn before it, or starts

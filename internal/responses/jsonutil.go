@@ -112,24 +112,6 @@ func parseFloat(lit string) float64 {
 	return f
 }
 
-// validBase64 reports whether s is standard base64, padded or not. Unlike
-// the decoder it refuses line breaks, which engines may not skip; it
-// allocates nothing, as image data can be megabytes.
-func validBase64(s string) bool {
-	trimmed := strings.TrimRight(s, "=")
-	pad := len(s) - len(trimmed)
-	if pad > 2 || (pad > 0 && len(s)%4 != 0) || len(trimmed)%4 == 1 {
-		return false
-	}
-	for i := 0; i < len(trimmed); i++ {
-		b := trimmed[i]
-		if !('A' <= b && b <= 'Z' || 'a' <= b && b <= 'z' || '0' <= b && b <= '9' || b == '+' || b == '/') {
-			return false
-		}
-	}
-	return true
-}
-
 func hasPrefixFold(s, prefix string) bool {
 	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
 }
