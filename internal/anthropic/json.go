@@ -3,13 +3,10 @@ package anthropic
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
-	"io"
 	"math"
 	"strconv"
 	"strings"
 
-	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/jsonraw"
 )
 
@@ -64,23 +61,6 @@ func marshal(v any) ([]byte, error) {
 		return nil, err
 	}
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
-}
-
-// malformed explains why body is not JSON, in the words internal/chat and
-// the server's decoder use.
-func malformed(body []byte) error {
-	var v json.RawMessage
-	err := json.Unmarshal(body, &v)
-	var syntax *json.SyntaxError
-	switch {
-	case errors.As(err, &syntax):
-		return api.BadRequest("Malformed JSON at byte %d: %s", syntax.Offset, strings.TrimPrefix(syntax.Error(), "json: "))
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return api.BadRequest("Malformed JSON: the body ends before the value does")
-	case err != nil:
-		return api.BadRequest("Malformed JSON: %v", err)
-	}
-	return api.BadRequest("Malformed JSON")
 }
 
 // intResult says how a number literal failed to be an int64.

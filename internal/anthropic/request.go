@@ -132,7 +132,7 @@ func ToChat(body []byte) (chatBody []byte, model string, stream bool, err error)
 		return nil, "", false, api.BadRequest("Request body is empty; send a JSON object")
 	}
 	if !json.Valid(body) {
-		return nil, "", false, malformed(body)
+		return nil, "", false, jsonraw.Malformed(body)
 	}
 	top, ok := jsonraw.DecodeObject(body)
 	if !ok {

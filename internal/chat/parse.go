@@ -10,11 +10,9 @@ package chat
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
-	"io"
-	"strings"
 
 	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/jsonraw"
 )
 
 // Limits and defaults from the spec's limits table.
@@ -98,7 +96,7 @@ func Parse(body []byte, opts Options) (*Request, error) {
 		return nil, api.BadRequest("Request body is empty; send a JSON object")
 	}
 	if !json.Valid(body) {
-		return nil, malformed(body)
+		return nil, jsonraw.Malformed(body)
 	}
 	// The request outlives the handler's buffer (the body is forwarded
 	// later and Messages feed affinity), so it keeps its own copy.
@@ -116,20 +114,4 @@ func Parse(body []byte, opts Options) (*Request, error) {
 		return nil, err
 	}
 	return c.r, nil
-}
-
-// malformed explains why body is not JSON, as the server's decoder does.
-func malformed(body []byte) error {
-	var v json.RawMessage
-	err := json.Unmarshal(body, &v)
-	var syntax *json.SyntaxError
-	switch {
-	case errors.As(err, &syntax):
-		return api.BadRequest("Malformed JSON at byte %d: %s", syntax.Offset, strings.TrimPrefix(syntax.Error(), "json: "))
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return api.BadRequest("Malformed JSON: the body ends before the value does")
-	case err != nil:
-		return api.BadRequest("Malformed JSON: %v", err)
-	}
-	return api.BadRequest("Malformed JSON")
 }

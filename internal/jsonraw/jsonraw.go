@@ -8,6 +8,11 @@ package jsonraw
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"io"
+	"strings"
+
+	"github.com/svc-dev/svc/internal/api"
 )
 
 // Kind is the JSON type of a raw value.
@@ -98,4 +103,21 @@ func DecodeString(raw []byte) (string, bool) {
 		return "", false
 	}
 	return s, true
+}
+
+// Malformed is the 400 for a body that is not JSON, saying where and why
+// as the server's decoder would.
+func Malformed(body []byte) error {
+	var v json.RawMessage
+	err := json.Unmarshal(body, &v)
+	var syntax *json.SyntaxError
+	switch {
+	case errors.As(err, &syntax):
+		return api.BadRequest("Malformed JSON at byte %d: %s", syntax.Offset, strings.TrimPrefix(syntax.Error(), "json: "))
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return api.BadRequest("Malformed JSON: the body ends before the value does")
+	case err != nil:
+		return api.BadRequest("Malformed JSON: %v", err)
+	}
+	return api.BadRequest("Malformed JSON")
 }

@@ -3,9 +3,7 @@ package responses
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"regexp"
 	"strconv"
 	"strings"
@@ -93,7 +91,7 @@ func Parse(body []byte) (*Request, error) {
 		return nil, api.BadRequest("Request body is empty; send a JSON object")
 	}
 	if !json.Valid(body) {
-		return nil, malformed(body)
+		return nil, jsonraw.Malformed(body)
 	}
 	top, ok := jsonraw.DecodeObject(body)
 	if !ok {
@@ -109,22 +107,6 @@ func Parse(body []byte) (*Request, error) {
 	}
 	c.r.chat = marshal(&c.out)
 	return c.r, nil
-}
-
-// malformed explains why body is not JSON, in the words of the chat side.
-func malformed(body []byte) error {
-	var v json.RawMessage
-	err := json.Unmarshal(body, &v)
-	var syntax *json.SyntaxError
-	switch {
-	case errors.As(err, &syntax):
-		return api.BadRequest("Malformed JSON at byte %d: %s", syntax.Offset, strings.TrimPrefix(syntax.Error(), "json: "))
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return api.BadRequest("Malformed JSON: the body ends before the value does")
-	case err != nil:
-		return api.BadRequest("Malformed JSON: %v", err)
-	}
-	return api.BadRequest("Malformed JSON")
 }
 
 // chatBody is the chat-completions request, its members in the order sent.
