@@ -56,12 +56,12 @@ func (t *translator) integer(path string, raw json.RawMessage) (int64, bool) {
 		t.v.Add(path, api.FieldWrongType, "must be an integer")
 		return 0, false
 	}
-	n, res := parseInt(string(raw))
+	n, res := jsonraw.Int(string(raw))
 	switch res {
-	case intFraction:
+	case jsonraw.IntFraction:
 		t.v.Add(path, api.FieldWrongType, "must be a whole number")
 		return 0, false
-	case intOverflow:
+	case jsonraw.IntOverflow:
 		t.v.Add(path, api.FieldOutOfRange, "is too large")
 		return 0, false
 	}

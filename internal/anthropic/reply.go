@@ -74,8 +74,8 @@ func count(raw json.RawMessage) int64 {
 	if jsonraw.KindOf(raw) != jsonraw.Number {
 		return 0
 	}
-	n, res := parseInt(string(raw))
-	if res != intOK || n < 0 {
+	n, res := jsonraw.Int(string(raw))
+	if res != jsonraw.IntOK || n < 0 {
 		return 0
 	}
 	return n

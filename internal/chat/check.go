@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/jsonraw"
 )
 
 // Generic checks. Each reports its own failure and returns ok only for a
@@ -59,12 +60,12 @@ func (c *checker) integer(path string, raw json.RawMessage) (int64, bool) {
 		c.v.Add(path, api.FieldWrongType, "must be an integer")
 		return 0, false
 	}
-	n, res := parseInt(string(raw))
+	n, res := jsonraw.Int(string(raw))
 	switch res {
-	case intFraction:
+	case jsonraw.IntFraction:
 		c.v.Add(path, api.FieldWrongType, "must be a whole number")
 		return 0, false
-	case intOverflow:
+	case jsonraw.IntOverflow:
 		c.v.Add(path, api.FieldOutOfRange, "is too large")
 		return 0, false
 	}
@@ -76,7 +77,7 @@ func (c *checker) number(path string, raw json.RawMessage) (float64, bool) {
 		c.v.Add(path, api.FieldWrongType, "must be a number")
 		return 0, false
 	}
-	return parseFloat(string(raw)), true
+	return jsonraw.Float(string(raw)), true
 }
 
 func (c *checker) enum(path, s string, allowed ...string) bool {

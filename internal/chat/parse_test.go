@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/jsonraw"
 )
 
 func TestParseMalformed(t *testing.T) {
@@ -491,25 +492,25 @@ func TestParseInt(t *testing.T) {
 	tests := []struct {
 		lit  string
 		n    int64
-		kind intResult
+		kind jsonraw.IntResult
 	}{
-		{"0", 0, intOK}, {"-0", 0, intOK}, {"0.0", 0, intOK}, {"0e999999999999", 0, intOK},
-		{"5", 5, intOK}, {"5.0", 5, intOK}, {"5.000", 5, intOK}, {"5e0", 5, intOK}, {"50e-1", 5, intOK}, {"0.5e1", 5, intOK},
-		{"-5", -5, intOK}, {"-5.0", -5, intOK}, {"1E3", 1000, intOK}, {"1e+3", 1000, intOK}, {"100e-2", 1, intOK},
-		{"5.5", 0, intFraction}, {"0.1", 0, intFraction}, {"1e-1", 0, intFraction}, {"1e-9999999999999", 0, intFraction},
-		{"9223372036854775807", 9223372036854775807, intOK},
-		{"-9223372036854775808", -9223372036854775808, intOK},
-		{"9223372036854775808", 0, intOverflow},
-		{"-9223372036854775809", 0, intOverflow},
-		{"9223372036854775807.0", 9223372036854775807, intOK},
-		{"9.223372036854775807e18", 9223372036854775807, intOK},
-		{"1e19", 0, intOverflow}, {"1e9999999999999", 0, intOverflow}, {"123456789012345678901234567890", 0, intOverflow},
-		{"18446744073709551616", 0, intOverflow},
+		{"0", 0, jsonraw.IntOK}, {"-0", 0, jsonraw.IntOK}, {"0.0", 0, jsonraw.IntOK}, {"0e999999999999", 0, jsonraw.IntOK},
+		{"5", 5, jsonraw.IntOK}, {"5.0", 5, jsonraw.IntOK}, {"5.000", 5, jsonraw.IntOK}, {"5e0", 5, jsonraw.IntOK}, {"50e-1", 5, jsonraw.IntOK}, {"0.5e1", 5, jsonraw.IntOK},
+		{"-5", -5, jsonraw.IntOK}, {"-5.0", -5, jsonraw.IntOK}, {"1E3", 1000, jsonraw.IntOK}, {"1e+3", 1000, jsonraw.IntOK}, {"100e-2", 1, jsonraw.IntOK},
+		{"5.5", 0, jsonraw.IntFraction}, {"0.1", 0, jsonraw.IntFraction}, {"1e-1", 0, jsonraw.IntFraction}, {"1e-9999999999999", 0, jsonraw.IntFraction},
+		{"9223372036854775807", 9223372036854775807, jsonraw.IntOK},
+		{"-9223372036854775808", -9223372036854775808, jsonraw.IntOK},
+		{"9223372036854775808", 0, jsonraw.IntOverflow},
+		{"-9223372036854775809", 0, jsonraw.IntOverflow},
+		{"9223372036854775807.0", 9223372036854775807, jsonraw.IntOK},
+		{"9.223372036854775807e18", 9223372036854775807, jsonraw.IntOK},
+		{"1e19", 0, jsonraw.IntOverflow}, {"1e9999999999999", 0, jsonraw.IntOverflow}, {"123456789012345678901234567890", 0, jsonraw.IntOverflow},
+		{"18446744073709551616", 0, jsonraw.IntOverflow},
 	}
 	for _, tt := range tests {
-		n, kind := parseInt(tt.lit)
+		n, kind := jsonraw.Int(tt.lit)
 		if n != tt.n || kind != tt.kind {
-			t.Errorf("parseInt(%s) = %d, %d; want %d, %d", tt.lit, n, kind, tt.n, tt.kind)
+			t.Errorf("jsonraw.Int(%s) = %d, %d; want %d, %d", tt.lit, n, kind, tt.n, tt.kind)
 		}
 	}
 }

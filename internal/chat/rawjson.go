@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"math"
 	"strconv"
-	"strings"
 	"unicode/utf8"
 )
 
@@ -366,84 +364,3 @@ func appendString(b []byte, s string) []byte {
 
 // marshalInt is n as a JSON number.
 func marshalInt(n int) json.RawMessage { return strconv.AppendInt(nil, int64(n), 10) }
-
-// intResult says how a number literal failed to be an int64.
-type intResult int
-
-const (
-	intOK intResult = iota
-	intFraction
-	intOverflow
-)
-
-// parseInt reads a JSON number literal as an exact integer: 5, 5.0 and 5e0
-// are the integer 5, 5.5 is not an integer, and nothing outside int64 is
-// accepted. It works on the decimal digits, never through float64, so large
-// values keep every digit and huge exponents cost nothing.
-func parseInt(lit string) (int64, intResult) {
-	neg := strings.HasPrefix(lit, "-")
-	if neg {
-		lit = lit[1:]
-	}
-	mant, expStr := lit, ""
-	if i := strings.IndexAny(lit, "eE"); i >= 0 {
-		mant, expStr = lit[:i], lit[i+1:]
-	}
-	intPart, fracPart := mant, ""
-	if i := strings.IndexByte(mant, '.'); i >= 0 {
-		intPart, fracPart = mant[:i], mant[i+1:]
-	}
-	digits := strings.TrimLeft(intPart+fracPart, "0")
-	if digits == "" {
-		return 0, intOK
-	}
-	exp := 0
-	if expStr != "" {
-		expNeg := strings.HasPrefix(expStr, "-")
-		expStr = strings.TrimLeft(strings.TrimLeft(expStr, "+-"), "0")
-		if len(expStr) > 9 { // beyond any int64 either way
-			if expNeg {
-				return 0, intFraction
-			}
-			return 0, intOverflow
-		}
-		if expStr != "" {
-			e, err := strconv.Atoi(expStr)
-			if err != nil {
-				return 0, intFraction
-			}
-			exp = e
-			if expNeg {
-				exp = -e
-			}
-		}
-	}
-	exp -= len(fracPart)
-	for strings.HasSuffix(digits, "0") {
-		digits = digits[:len(digits)-1]
-		exp++
-	}
-	if exp < 0 {
-		return 0, intFraction
-	}
-	if len(digits)+exp > 19 {
-		return 0, intOverflow
-	}
-	u, err := strconv.ParseUint(digits+strings.Repeat("0", exp), 10, 64)
-	switch {
-	case err != nil:
-		return 0, intOverflow
-	case neg && u <= math.MaxInt64+1:
-		return int64(-u), intOK // -u wraps to the right value for MinInt64
-	case !neg && u <= math.MaxInt64:
-		return int64(u), intOK
-	}
-	return 0, intOverflow
-}
-
-// parseFloat reads a JSON number literal; values beyond float64 become ±Inf,
-// which every range check then rejects.
-func parseFloat(lit string) float64 {
-	f, _ := strconv.ParseFloat(lit, 64)
-	return f
-}

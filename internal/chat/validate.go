@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/jsonraw"
 )
 
 // toolName is the function-name rule the common chat-completions API uses.
@@ -246,7 +247,7 @@ func (c *checker) numeric(top *object, rule numRule) {
 func (c *checker) userMaxTokens(top *object) int {
 	for _, key := range []string{"max_completion_tokens", "max_tokens"} {
 		if raw, ok := top.field(key); ok && kindOf(raw) == kindNumber {
-			if n, res := parseInt(string(raw)); res == intOK && n >= 1 {
+			if n, res := jsonraw.Int(string(raw)); res == jsonraw.IntOK && n >= 1 {
 				return clampInt(n)
 			}
 			return 0

@@ -3,8 +3,6 @@ package responses
 import (
 	"bytes"
 	"encoding/json"
-	"math"
-	"strconv"
 	"strings"
 
 	"github.com/svc-dev/svc/internal/jsonraw"
@@ -48,68 +46,6 @@ func compact(raw []byte) json.RawMessage {
 		return json.RawMessage(raw)
 	}
 	return buf.Bytes()
-}
-
-// parseInt reads a JSON number literal as an exact integer: 5, 5.0 and 5e0
-// are 5, 5.5 is not an integer, and nothing outside int64 is accepted. It
-// works on the digits, never through float64, so that a large value keeps
-// every digit and a huge exponent costs nothing; this is the rule the chat
-// side applies to the integer it will be sent.
-func parseInt(lit string) (n int64, whole, fits bool) {
-	neg := strings.HasPrefix(lit, "-")
-	lit = strings.TrimPrefix(lit, "-")
-	mant, expStr, _ := strings.Cut(strings.ToLower(lit), "e")
-	intPart, fracPart, _ := strings.Cut(mant, ".")
-	digits := strings.TrimLeft(intPart+fracPart, "0")
-	if digits == "" {
-		return 0, true, true
-	}
-	exp := 0
-	if expStr != "" {
-		expNeg := strings.HasPrefix(expStr, "-")
-		expStr = strings.TrimLeft(strings.TrimLeft(expStr, "+-"), "0")
-		if len(expStr) > 9 {
-			return 0, !expNeg, false
-		}
-		if expStr != "" {
-			e, err := strconv.Atoi(expStr)
-			if err != nil {
-				return 0, false, false
-			}
-			exp = e
-			if expNeg {
-				exp = -e
-			}
-		}
-	}
-	exp -= len(fracPart)
-	for strings.HasSuffix(digits, "0") {
-		digits = digits[:len(digits)-1]
-		exp++
-	}
-	if exp < 0 {
-		return 0, false, false
-	}
-	if len(digits)+exp > 19 {
-		return 0, true, false
-	}
-	u, err := strconv.ParseUint(digits+strings.Repeat("0", exp), 10, 64)
-	switch {
-	case err != nil:
-		return 0, true, false
-	case neg && u <= math.MaxInt64+1:
-		return int64(-u), true, true // -u wraps to the right value for MinInt64
-	case !neg && u <= math.MaxInt64:
-		return int64(u), true, true
-	}
-	return 0, true, false
-}
-
-// parseFloat reads a JSON number literal; values beyond float64 become
-// ±Inf, which every range check rejects.
-func parseFloat(lit string) float64 {
-	f, _ := strconv.ParseFloat(lit, 64)
-	return f
 }
 
 func hasPrefixFold(s, prefix string) bool {

@@ -311,7 +311,7 @@ func (c *checker) number(o object, key string, lo, hi float64, msg string) json.
 		return nil
 	}
 	raw = compact(raw)
-	if x := parseFloat(string(raw)); !(x >= lo && x <= hi) {
+	if x := jsonraw.Float(string(raw)); !(x >= lo && x <= hi) {
 		c.v.Add(key, api.FieldOutOfRange, "%s", msg)
 		return nil
 	}
@@ -371,7 +371,7 @@ func (c *checker) request(top object) {
 	if raw, ok := top.Field("top_logprobs"); ok {
 		if jsonraw.KindOf(raw) != jsonraw.Number {
 			c.v.Add("top_logprobs", api.FieldWrongType, "must be an integer")
-		} else if n, whole, _ := parseInt(string(raw)); !whole || n != 0 {
+		} else if n, res := jsonraw.Int(string(raw)); res == jsonraw.IntFraction || n != 0 {
 			c.v.Add("top_logprobs", api.FieldNotSupported, "log probabilities are not served on the Responses API; use chat completions")
 		}
 	}
@@ -422,11 +422,11 @@ func (c *checker) maxOutputTokens(top object) {
 		c.v.Add("max_output_tokens", api.FieldWrongType, "must be an integer")
 		return
 	}
-	n, whole, fits := parseInt(string(compact(raw)))
+	n, res := jsonraw.Int(string(compact(raw)))
 	switch {
-	case !whole:
+	case res == jsonraw.IntFraction:
 		c.v.Add("max_output_tokens", api.FieldWrongType, "must be a whole number")
-	case !fits:
+	case res == jsonraw.IntOverflow:
 		c.v.Add("max_output_tokens", api.FieldOutOfRange, "is too large")
 	case n < 1:
 		c.v.Add("max_output_tokens", api.FieldOutOfRange, "must be at least 1")

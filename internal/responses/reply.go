@@ -118,7 +118,7 @@ func firstChoice(choices []json.RawMessage) json.RawMessage {
 		if first == nil {
 			first = raw
 		}
-		if n, whole, _ := parseInt(string(ch.Index)); jsonraw.KindOf(ch.Index) == jsonraw.Number && whole && n == 0 {
+		if n, res := jsonraw.Int(string(ch.Index)); jsonraw.KindOf(ch.Index) == jsonraw.Number && res != jsonraw.IntFraction && n == 0 {
 			return raw
 		}
 	}
@@ -356,7 +356,7 @@ func count(raw json.RawMessage) int64 {
 	if jsonraw.KindOf(raw) != jsonraw.Number {
 		return 0
 	}
-	f := parseFloat(string(compact(raw)))
+	f := jsonraw.Float(string(compact(raw)))
 	if !(f >= 0) || f > math.MaxInt64/2 {
 		return 0
 	}

@@ -128,7 +128,7 @@ func (s *Stream) choice(dst []byte, raw json.RawMessage) []byte {
 		return dst
 	}
 	// Only one choice is ever asked for; others are not this response's.
-	if n, whole, _ := parseInt(string(ch.Index)); jsonraw.KindOf(ch.Index) == jsonraw.Number && (!whole || n != 0) {
+	if n, res := jsonraw.Int(string(ch.Index)); jsonraw.KindOf(ch.Index) == jsonraw.Number && (res == jsonraw.IntFraction || n != 0) {
 		return dst
 	}
 	if jsonraw.KindOf(ch.Delta) == jsonraw.Object {
@@ -199,7 +199,7 @@ func (s *Stream) toolCall(dst []byte, raw json.RawMessage) []byte {
 		return dst
 	}
 	var index int64
-	if n, whole, fits := parseInt(string(tc.Index)); jsonraw.KindOf(tc.Index) == jsonraw.Number && whole && fits {
+	if n, res := jsonraw.Int(string(tc.Index)); jsonraw.KindOf(tc.Index) == jsonraw.Number && res == jsonraw.IntOK {
 		index = n
 	}
 	id, name, args := textOf(tc.ID), textOf(tc.Function.Name), arguments(tc.Function.Arguments)
