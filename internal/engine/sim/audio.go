@@ -50,27 +50,25 @@ func (s *simulator) prepareAudio(modelID, capability, directiveText string) (*au
 // scripted plays a hang or fail directive. As with chat they act before
 // any work, so a failure costs nothing and may be retried elsewhere. It
 // returns nil when the request has neither.
-func (j *audioJob) scripted(ctx context.Context) *api.Result {
-	switch {
-	case j.dir.hang:
-		<-ctx.Done()
-		return engine.Cancelled()
-	case j.dir.failCode != 0:
-		return directiveFailure(j.dir.failCode, false)
-	}
-	return nil
-}
+func (j *audioJob) scripted(ctx context.Context) *api.Result { return j.dir.scripted(ctx) }
 
 // process stands for the engine's work on a clip of the given length:
 // loading a cold model, the fixed latency, then the real-time factor. It
 // returns the result of a run that went through, or Cancelled.
 func (s *simulator) process(ctx context.Context, j *audioJob, seconds float64) *api.Result {
-	wait, cold, err := j.model.acquire(ctx, &s.cfg)
+	return s.work(ctx, j.model, s.cfg.Latency+workTime(seconds, j.rtf))
+}
+
+// work stands for an engine's work on a request answered whole: loading a
+// cold model, then d. It returns the result of a run that went through,
+// with a cold start's timing, or Cancelled.
+func (s *simulator) work(ctx context.Context, m *model, d time.Duration) *api.Result {
+	wait, cold, err := m.acquire(ctx, &s.cfg)
 	if err != nil {
 		return engine.Cancelled()
 	}
-	defer func() { j.model.touch(s.cfg.Now()) }()
-	if err := s.cfg.Sleep(ctx, s.cfg.Latency+workTime(seconds, j.rtf)); err != nil {
+	defer func() { m.touch(s.cfg.Now()) }()
+	if err := s.cfg.Sleep(ctx, d); err != nil {
 		return engine.Cancelled()
 	}
 	res := engine.OK()

@@ -1,10 +1,14 @@
 package sim
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/engine"
 )
 
 // directivePrefix starts a directive line in the last user message:
@@ -52,6 +56,19 @@ type directives struct {
 
 // failing reports whether the request is scripted to fail or break off.
 func (d *directives) failing() bool { return d.failCode != 0 || d.cut }
+
+// scripted is what a request answered whole does as its directives say:
+// hang until cancelled, or fail as told; nil when it goes on.
+func (d *directives) scripted(ctx context.Context) *api.Result {
+	switch {
+	case d.hang:
+		<-ctx.Done()
+		return engine.Cancelled()
+	case d.failCode != 0:
+		return directiveFailure(d.failCode, false)
+	}
+	return nil
+}
 
 // parseDirectives reads every directive line of text. Later lines and
 // later keys override earlier ones.

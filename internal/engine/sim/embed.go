@@ -154,20 +154,12 @@ func (s *simulator) embed(ctx context.Context, modelID string, body []byte) (*em
 		promptTokens += n
 	}
 
-	switch {
-	case dir.hang:
-		<-ctx.Done()
-		return nil, engine.Cancelled()
-	case dir.failCode != 0:
-		return nil, directiveFailure(dir.failCode, false)
+	if r := dir.scripted(ctx); r != nil {
+		return nil, r
 	}
-	wait, cold, err := m.acquire(ctx, &s.cfg)
-	if err != nil {
-		return nil, engine.Cancelled()
-	}
-	defer func() { m.touch(s.cfg.Now()) }()
-	if err := s.cfg.Sleep(ctx, s.cfg.Latency+s.cfg.TTFT); err != nil {
-		return nil, engine.Cancelled()
+	res := s.work(ctx, m, s.cfg.Latency+s.cfg.TTFT)
+	if res.Status != http.StatusOK {
+		return nil, res
 	}
 
 	data := make([]object, len(inputs))
@@ -182,12 +174,7 @@ func (s *simulator) embed(ctx context.Context, modelID string, body []byte) (*em
 		}
 		data[i] = object{{"object", "embedding"}, {"index", i}, {"embedding", value}}
 	}
-	res := engine.OK()
 	res.Usage = &api.Usage{PromptTokens: promptTokens, TotalTokens: promptTokens}
-	if cold {
-		load, c := ms(wait), true
-		res.Timing.ModelLoadMs, res.Timing.ColdStart = &load, &c
-	}
 	return &embedReply{
 		body: object{
 			{"object", "list"},

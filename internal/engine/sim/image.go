@@ -62,20 +62,12 @@ func (s *simulator) generateImages(ctx context.Context, modelID string, body []b
 	if err != nil {
 		return nil, badRequest(err.Error())
 	}
-	switch {
-	case dir.hang:
-		<-ctx.Done()
-		return nil, engine.Cancelled()
-	case dir.failCode != 0:
-		return nil, directiveFailure(dir.failCode, false)
+	if r := dir.scripted(ctx); r != nil {
+		return nil, r
 	}
-	wait, cold, err := m.acquire(ctx, &s.cfg)
-	if err != nil {
-		return nil, engine.Cancelled()
-	}
-	defer func() { m.touch(s.cfg.Now()) }()
-	if err := s.cfg.Sleep(ctx, s.cfg.Latency+s.cfg.TTFT); err != nil {
-		return nil, engine.Cancelled()
+	res := s.work(ctx, m, s.cfg.Latency+s.cfg.TTFT)
+	if res.Status != http.StatusOK {
+		return nil, res
 	}
 	w, h := renderSize(req.Width, req.Height)
 	var reqSeed *int64
@@ -93,11 +85,6 @@ func (s *simulator) generateImages(ctx context.Context, modelID string, body []b
 			return nil, engine.Failure(http.StatusInternalServerError, api.TypeServer, "encode image: "+err.Error())
 		}
 		data[i] = api.ImageData{B64JSON: base64.StdEncoding.EncodeToString(pic)}
-	}
-	res := engine.OK()
-	if cold {
-		load, c := ms(wait), true
-		res.Timing.ModelLoadMs, res.Timing.ColdStart = &load, &c
 	}
 	return &imageReply{body: api.ImagesResponse{Created: s.cfg.Now().Unix(), Data: data}, result: res}, nil
 }

@@ -60,31 +60,18 @@ func (s *simulator) rerank(ctx context.Context, modelID string, body []byte) (*r
 			results[i].Document = &api.RerankDocument{Text: doc}
 		}
 	}
-	switch {
-	case dir.hang:
-		<-ctx.Done()
-		return nil, engine.Cancelled()
-	case dir.failCode != 0:
-		return nil, directiveFailure(dir.failCode, false)
+	if r := dir.scripted(ctx); r != nil {
+		return nil, r
 	}
-	wait, cold, err := m.acquire(ctx, &s.cfg)
-	if err != nil {
-		return nil, engine.Cancelled()
-	}
-	defer func() { m.touch(s.cfg.Now()) }()
-	if err := s.cfg.Sleep(ctx, s.cfg.Latency+s.cfg.TTFT); err != nil {
-		return nil, engine.Cancelled()
+	res := s.work(ctx, m, s.cfg.Latency+s.cfg.TTFT)
+	if res.Status != http.StatusOK {
+		return nil, res
 	}
 	slices.SortStableFunc(results, func(a, b api.RerankResult) int { return cmp.Compare(b.RelevanceScore, a.RelevanceScore) })
 	if req.TopN > 0 && req.TopN < len(results) {
 		results = results[:req.TopN]
 	}
-	res := engine.OK()
 	res.Usage = &api.Usage{PromptTokens: prompt, TotalTokens: prompt}
-	if cold {
-		load, c := ms(wait), true
-		res.Timing.ModelLoadMs, res.Timing.ColdStart = &load, &c
-	}
 	return &rerankReply{
 		body: api.RerankResponse{
 			ID: "rerank-" + newSeed(m.spec.ID, body, nil).hex("id", 24), Model: m.spec.ID, Results: results,
