@@ -74,6 +74,11 @@ func TestMessagesAndResponsesAPIs(t *testing.T) {
 				if r.Status != 200 || r.Header.Get("Content-Type") != "text/event-stream" || len(names) < 3 || names[len(names)-1] != a.doneEvent {
 					t.Fatalf("stream %d %v: %s", r.Status, names, r.Body)
 				}
+				// A worker free at once is named on the stream too (the
+				// spec's header table).
+				if r.Header.Get("X-Worker-Name") != "sim-box" || r.Header.Get("X-Worker-Id") == "" {
+					t.Fatalf("stream headers %v", r.Header)
+				}
 				waitRow(t, s, key, r.Header.Get("X-Request-Id"))
 
 				r = s.do("POST", prefix+a.path, a.failing, bearer(key))
