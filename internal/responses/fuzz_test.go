@@ -108,7 +108,7 @@ func FuzzStream(f *testing.F) {
 	f.Add([]byte{8, 0}, "boom", false)
 	finishes := []string{"stop", "length", "tool_calls", "content_filter"}
 	f.Fuzz(func(t *testing.T, script []byte, text string, fail bool) {
-		s := responses.NewStream("r1", "m", 1)
+		s := newStream("r1", "m", 1)
 		var out []byte
 		str := func(v string) string { return string(appendJSONString(v)) }
 		for i, op := range script {

@@ -61,31 +61,19 @@ type echo struct {
 	metadata          json.RawMessage
 }
 
-// ToChat validates a Responses API request body and returns the equivalent
-// chat-completions request body, its model and whether it streams. A
-// malformed body is a 400 and field failures one 422 listing them all, as
-// for chat completions, with Responses field paths (input.0.content);
-// features that need server-side state are a 400 saying the API is
-// stateless. store may be sent and is ignored: nothing is ever stored.
-// Parse keeps what the response must echo; ToChat is for callers that
-// need only the chat side.
-func ToChat(body []byte) (chat []byte, model string, stream bool, err error) {
-	r, err := Parse(body)
-	if err != nil {
-		return nil, "", false, err
-	}
-	return r.Chat(), r.Model, r.Stream, nil
-}
-
 // Chat is the chat-completions body that serves the request, shared with
 // the Request (chat.Parse takes its own copy). It is a valid body for
 // internal/chat's Parse, except that remote image URLs are passed on for
 // that Parse to allow or refuse by the organisation's setting.
 func (r *Request) Chat() []byte { return r.chat }
 
-// Parse validates a Responses API request body (see ToChat for the errors)
-// and returns the request, whose FromChat and NewStream build the answers
-// that echo its parameters.
+// Parse validates a Responses API request body and returns the request:
+// its chat-completions body, and FromChat and NewStream to build the
+// answers that echo its parameters. A malformed body is a 400 and field
+// failures one 422 listing them all, as for chat completions, with
+// Responses field paths (input.0.content); features that need server-side
+// state are a 400 saying the API is stateless. store may be sent and is
+// ignored: nothing is ever stored.
 func Parse(body []byte) (*Request, error) {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil, api.BadRequest("Request body is empty; send a JSON object")

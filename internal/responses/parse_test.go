@@ -128,7 +128,7 @@ func TestToChat(t *testing.T) {
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			body, model, stream, err := responses.ToChat([]byte(tc.body))
+			body, model, stream, err := toChat([]byte(tc.body))
 			if err != nil {
 				t.Fatalf("ToChat: %v", err)
 			}
@@ -151,7 +151,7 @@ func TestToChat(t *testing.T) {
 // TestOutputFedBack sends a response's output back as input, as the SDKs'
 // multi-turn examples do, and finds the turn it was.
 func TestOutputFedBack(t *testing.T) {
-	out, err := responses.FromChat([]byte(`{"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"Checking.","reasoning_content":"hmm",
+	out, err := fromChat([]byte(`{"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"Checking.","reasoning_content":"hmm",
 		"tool_calls":[{"id":"call_9","type":"function","function":{"name":"f","arguments":"{\"x\":1}"}}]},"finish_reason":"tool_calls"}]}`), "r1", 1)
 	if err != nil {
 		t.Fatal(err)
@@ -159,7 +159,7 @@ func TestOutputFedBack(t *testing.T) {
 	output := member(t, out, "output")
 	items := strings.TrimSuffix(strings.TrimPrefix(string(output), "["), "]")
 	body := req(`"input":[{"role":"user","content":"q"},` + items + `,{"type":"function_call_output","call_id":"call_9","output":"42"}]`)
-	got, _, _, err := responses.ToChat([]byte(body))
+	got, _, _, err := toChat([]byte(body))
 	if err != nil {
 		t.Fatalf("ToChat(%s): %v", body, err)
 	}
@@ -243,7 +243,7 @@ func TestToChatValidation(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, _, _, err := responses.ToChat([]byte(tc.body))
+			_, _, _, err := toChat([]byte(tc.body))
 			ae := apiError(t, err, http.StatusUnprocessableEntity)
 			if got := fields(ae); !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("fields %q, want %q (%s)", got, tc.want, ae.Message)
@@ -276,7 +276,7 @@ func TestToChatRefusals(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, _, _, err := responses.ToChat([]byte(tc.body))
+			_, _, _, err := toChat([]byte(tc.body))
 			ae := apiError(t, err, http.StatusBadRequest)
 			if ae.Param != tc.param || !strings.Contains(ae.Message, tc.says) {
 				t.Errorf("param %q message %q; want param %q and %q", ae.Param, ae.Message, tc.param, tc.says)
@@ -302,7 +302,7 @@ func TestToChatMalformed(t *testing.T) {
 		`{"model":"m"x`: "at byte",
 		`{"a":1}{}`:     "Malformed",
 	} {
-		_, _, _, err := responses.ToChat([]byte(body))
+		_, _, _, err := toChat([]byte(body))
 		ae := apiError(t, err, http.StatusBadRequest)
 		if !strings.Contains(ae.Message, says) {
 			t.Errorf("ToChat(%q): %q, want it to say %q", body, ae.Message, says)

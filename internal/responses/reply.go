@@ -10,18 +10,10 @@ import (
 	"github.com/svc-dev/svc/internal/jsonraw"
 )
 
-// FromChat turns a complete chat.completion body, as the gateway answers it
-// (the OpenAI shape plus usage and the svc annotation), into a Responses
-// "response" object for the gateway's request id and the time to report.
-// Without the request, the parameters the object echoes read as their
-// defaults and the model as the completion names it; Request.FromChat
-// echoes them as sent.
-func FromChat(chat []byte, id string, createdAt int64) ([]byte, error) {
-	return (&Request{}).FromChat(chat, id, createdAt)
-}
-
-// FromChat is the package's FromChat for this request: the response object
-// echoes the request's parameters and names the model it asked for.
+// FromChat turns a complete chat.completion (as the gateway answers it,
+// with usage and its svc member) into the Responses "response" object for
+// the gateway's request id and the time to report: the object echoes the
+// request's parameters and names the model it asked for.
 func (r *Request) FromChat(chat []byte, id string, createdAt int64) ([]byte, error) {
 	var c struct {
 		Model   json.RawMessage   `json:"model"`

@@ -132,7 +132,7 @@ func TestFromChat(t *testing.T) {
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := responses.FromChat([]byte(tc.chat), "r1", 1700)
+			got, err := fromChat([]byte(tc.chat), "r1", 1700)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -156,7 +156,7 @@ func TestFromChat(t *testing.T) {
 
 func TestFromChatRefusesWhatIsNotACompletion(t *testing.T) {
 	for _, body := range []string{``, `[]`, `"x"`, `{"choices":`, `{"choices":{}}`} {
-		_, err := responses.FromChat([]byte(body), "r1", 1)
+		_, err := fromChat([]byte(body), "r1", 1)
 		if ae := apiError(t, err, http.StatusBadGateway); ae.Code == "" {
 			t.Errorf("FromChat(%q): no code", body)
 		}
@@ -190,7 +190,7 @@ func TestEcho(t *testing.T) {
 	}
 
 	// Without the request, the defaults, and the completion's model.
-	got, err = responses.FromChat([]byte(completion(`{"content":"{}"}`, `"stop"`)), "r2", 9)
+	got, err = fromChat([]byte(completion(`{"content":"{}"}`, `"stop"`)), "r2", 9)
 	if err != nil {
 		t.Fatal(err)
 	}

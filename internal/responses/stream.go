@@ -39,16 +39,9 @@ type streamCall struct {
 	sent string
 }
 
-// NewStream starts the translation of one stream, for the gateway's
-// request id, the model to report and the time to report. Without the
-// request, the echoed parameters read as their defaults; Request.NewStream
-// echoes them as sent.
-func NewStream(id, model string, createdAt int64) *Stream {
-	return (&Request{Model: model}).NewStream(id, createdAt)
-}
-
-// NewStream is the package's NewStream for this request, reporting the
-// model it asked for.
+// NewStream starts the translation of one stream for the gateway's
+// request id and the time to report, echoing the request's parameters and
+// the model it asked for.
 func (r *Request) NewStream(id string, createdAt int64) *Stream {
 	return &Stream{req: r, id: id, created: createdAt, out: newOutput(id), calls: map[int64]*streamCall{}}
 }

@@ -450,7 +450,7 @@ func TestStream(t *testing.T) {
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			s := responses.NewStream("r1", "m", 1700)
+			s := newStream("r1", "m", 1700)
 			var out []byte
 			for _, c := range tc.chunks {
 				out = s.Chunk(out, []byte(c))
@@ -467,7 +467,7 @@ func TestStream(t *testing.T) {
 			}
 			// The gateway's chunks and completions name the model asked for.
 			same := strings.Replace(tc.completion, `"engine-model"`, `"m"`, 1)
-			want, err := responses.FromChat([]byte(same), "r1", 1700)
+			want, err := fromChat([]byte(same), "r1", 1700)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -534,7 +534,7 @@ func TestStreamFail(t *testing.T) {
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			s := responses.NewStream("r1", "m", 1)
+			s := newStream("r1", "m", 1)
 			var out []byte
 			for _, c := range tc.chunks {
 				out = s.Chunk(out, []byte(c))
