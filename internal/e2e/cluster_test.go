@@ -526,3 +526,76 @@ func TestClusterForwardedRequestRules(t *testing.T) {
 		t.Fatalf("usage rows:\n%s", logs.Body)
 	}
 }
+
+// An organisation whose home_region names a region is homed on a replica
+// there: its worker, dialling a replica of another region, is sent on,
+// and its requests reaching that other replica are forwarded there. An
+// organisation already homed elsewhere when it asks for a region moves:
+// its home gives it up and sends its workers away, and they land in the
+// region.
+func TestClusterHomeRegion(t *testing.T) {
+	db := clusterDB(t)
+	env := []string{"SVC_STORE_URL=" + db}
+	us := startServerEnv(t, "", env, "--lease-ttl", clusterTTL, "--rental-providers", "none", "--region", "us-east")
+	us.waitLog("cluster: leading", 15*time.Second)
+	eu := startServerEnv(t, "", env, "--lease-ttl", clusterTTL, "--rental-providers", "none", "--region", "eu-west")
+	eu.waitLog("cluster: standing by", 15*time.Second)
+	key := us.adminKey()
+	acmeKey, acmeTokens := secondOrg(t, us)
+	if r := us.console("PATCH", "/api/v1/console/orgs/acme", `{"home_region":"eu-west"}`); r.Status != http.StatusOK {
+		t.Fatalf("set acme's home_region: %d %s", r.Status, r.Body)
+	}
+	if r := us.console("PATCH", "/api/v1/console/orgs/acme", `{"home_region":"EU West"}`); r.Status != http.StatusUnprocessableEntity {
+		t.Fatalf("an invalid home_region: %d %s", r.Status, r.Body)
+	}
+	// The setting reaches eu through the database; until then eu would
+	// home acme where its worker lands, which is eu anyway.
+	x1 := launchWorker(t, us.URL, acmeTokens, "x1", "--engine", "sim=ttft=0")
+	if rec := x1.waitLog("connected to the gateway", 15*time.Second); rec["gateway"] != eu.URL {
+		t.Fatalf("acme's worker connected to %v, want %s in its home_region", rec["gateway"], eu.URL)
+	}
+	chat := `{"model":"sim-chat","messages":[{"role":"user","content":"hi"}],"max_tokens":4}`
+	for _, r := range []*server{us, eu} {
+		if got := r.do("POST", "/v1/chat/completions", chat, bearer(acmeKey)); got.Status != http.StatusOK || got.Header.Get("X-Worker-Name") != "x1" {
+			t.Fatalf("acme's chat through %s = %d %v %s", r.URL, got.Status, got.Header, got.Body)
+		}
+	}
+
+	// default is homed in us by its worker, then asks for eu-west.
+	d1 := startWorker(t, us.URL, us.tokenFile(), "d1", "--engine", "sim=ttft=0")
+	if got := eu.do("POST", "/v1/chat/completions", chat, bearer(key)); got.Status != http.StatusOK {
+		t.Fatalf("default's chat through eu = %d %s", got.Status, got.Body)
+	}
+	if r := us.console("PATCH", "/api/v1/console/orgs/default", `{"home_region":"eu-west"}`); r.Status != http.StatusOK {
+		t.Fatalf("set default's home_region: %d %s", r.Status, r.Body)
+	}
+	moved := time.Now()
+	eventually(t, 20*time.Second, "default's worker in eu-west", func() bool {
+		return strings.Contains(d1.Log().String(), `"msg":"connected to the gateway","gateway":"`+eu.URL+`"`)
+	})
+	t.Logf("default moved to its home_region %s after the setting changed", time.Since(moved).Round(10*time.Millisecond))
+	eventually(t, 10*time.Second, "default served in eu-west through us", func() bool {
+		got := us.do("POST", "/v1/chat/completions", chat, bearer(key))
+		return got.Status == http.StatusOK && got.Header.Get("X-Worker-Name") == "d1"
+	})
+	out, errOut, code := svc(t, env, "cluster", "status", "--json")
+	if code != 0 {
+		t.Fatalf("svc cluster status: %d %s", code, errOut)
+	}
+	var st api.ClusterStatus
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	regions := map[string]string{}
+	for _, r := range st.Replicas {
+		regions[r.ID] = r.Region
+	}
+	for _, h := range st.Homes {
+		if !h.Alive || regions[h.ReplicaID] != "eu-west" || h.Misplaced {
+			t.Fatalf("home %+v outside eu-west: %s", h, out)
+		}
+	}
+	if len(st.Homes) != 2 {
+		t.Fatalf("homes: %s", out)
+	}
+}
