@@ -9,9 +9,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -597,5 +600,119 @@ func TestClusterHomeRegion(t *testing.T) {
 	}
 	if len(st.Homes) != 2 {
 		t.Fatalf("homes: %s", out)
+	}
+}
+
+// workerWall stands in front of a replica on a network where workers
+// cannot reach it but replicas can: it drops worker link requests that
+// did not come through a replica's splice, and passes everything else to
+// the replica.
+type workerWall struct {
+	ln      net.Listener
+	backend atomic.Pointer[string]
+	dropped atomic.Int64
+	spliced atomic.Int64
+	wg      sync.WaitGroup
+}
+
+func newWorkerWall(t *testing.T) *workerWall {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &workerWall{ln: ln}
+	w.wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			w.wg.Go(func() { w.serve(c) })
+		}
+	})
+	t.Cleanup(func() {
+		_ = ln.Close()
+		w.wg.Wait()
+	})
+	return w
+}
+
+func (w *workerWall) URL() string { return "http://" + w.ln.Addr().String() }
+
+func (w *workerWall) serve(c net.Conn) {
+	defer c.Close()
+	br := bufio.NewReader(c)
+	req, err := http.ReadRequest(br)
+	if err != nil {
+		return
+	}
+	if req.URL.Path == "/api/v1/workers/connect" {
+		if req.Header.Get("X-Svc-Spliced") == "" {
+			w.dropped.Add(1)
+			return
+		}
+		w.spliced.Add(1)
+	}
+	addr := w.backend.Load()
+	if addr == nil {
+		return
+	}
+	up, err := net.Dial("tcp", *addr)
+	if err != nil {
+		return
+	}
+	defer up.Close()
+	if err := req.Write(up); err != nil {
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(up, br)
+		_ = up.(*net.TCPConn).CloseWrite()
+		close(done)
+	}()
+	_, _ = io.Copy(c, up)
+	_ = c.Close()
+	<-done
+}
+
+// A worker that cannot reach its organisation's home, only the replica it
+// dialled (a network that lets workers reach only the load balancer), is
+// redirected, finds the home unreachable, and asks again for its link to
+// be spliced through: the home serves it as its own, and requests through
+// either replica reach it.
+func TestClusterSplicedWorker(t *testing.T) {
+	db := clusterDB(t)
+	env := []string{"SVC_STORE_URL=" + db}
+	wall := newWorkerWall(t)
+	a := startServerEnv(t, "", env, "--lease-ttl", clusterTTL, "--rental-providers", "none", "--advertise-url", wall.URL())
+	a.waitLog("cluster: leading", 15*time.Second)
+	backend := strings.TrimPrefix(a.URL, "http://")
+	wall.backend.Store(&backend)
+	b := startReplica(t, db, "")
+	b.waitLog("cluster: standing by", 15*time.Second)
+	key := a.adminKey()
+	chat := `{"model":"sim-chat","messages":[{"role":"user","content":"hi"}],"max_tokens":4}`
+	// The organisation's first request makes a its home.
+	if got := a.do("POST", "/v1/chat/completions", chat, bearer(key)); got.Status == http.StatusOK {
+		t.Fatalf("a chat with no worker anywhere was served: %s", got.Body)
+	}
+	w := launchWorker(t, b.URL, a.tokenFile(), "d1", "--engine", "sim=ttft=0")
+	if rec := w.waitLog("connected to the gateway", 20*time.Second); rec["gateway"] != b.URL {
+		t.Fatalf("the worker connected through %v, want %s", rec["gateway"], b.URL)
+	}
+	if !strings.Contains(w.Log().String(), "asking it to splice") || wall.dropped.Load() == 0 || wall.spliced.Load() != 1 {
+		t.Fatalf("dropped %d, spliced %d; worker log:\n%s", wall.dropped.Load(), wall.spliced.Load(), w.Log())
+	}
+	if ws := a.workers(key); len(ws) != 1 || ws[0]["worker_name"] != "d1" {
+		t.Fatalf("workers at the home: %v", ws)
+	}
+	for _, r := range []*server{a, b} {
+		for _, body := range []string{chat, `{"model":"sim-chat","stream":true,"messages":[{"role":"user","content":"hi"}],"max_tokens":8}`} {
+			got := r.do("POST", "/v1/chat/completions", body, bearer(key))
+			if got.Status != http.StatusOK || got.Header.Get("X-Worker-Name") != "d1" {
+				t.Fatalf("chat through %s = %d %v %s", r.URL, got.Status, got.Header, got.Body)
+			}
+		}
 	}
 }
