@@ -148,6 +148,15 @@ func (s *Service) UpdateOrgSeeing(name string, p api.OrgPatch, seen func(orgID s
 			o.Settings.ModerationModel = *m
 		}
 	}
+	if p.HomeRegion.Set {
+		if r := p.HomeRegion.Ptr(); r == nil || *r == "" {
+			o.Settings.HomeRegion = ""
+		} else if !api.ValidRegion(*r) {
+			v.Add("home_region", api.FieldInvalid, "a region name (up to 64 lower-case letters, digits, '.', '-' and '_'), or null for none")
+		} else {
+			o.Settings.HomeRegion = *r
+		}
+	}
 	setBool(&v, "payment_card_on_file", p.PaymentCardOnFile, &o.Settings.PaymentCardOnFile)
 	if p.JurisdictionFloor.Set {
 		if f := p.JurisdictionFloor.Ptr(); f != nil && !tierRE.MatchString(*f) {

@@ -64,6 +64,11 @@ type OrgSettings struct {
 	// approved before wait, connected but serving nothing, until an
 	// administrator approves it (svc admin workers approve).
 	RequireWorkerApproval bool `json:"require_worker_approval"`
+	// HomeRegion is the region of the gateway replicas the organisation's
+	// workers link to and its requests are served in, on a cluster whose
+	// replicas name their regions; empty is wherever its first worker or
+	// request lands.
+	HomeRegion string `json:"home_region,omitempty"`
 }
 
 // User is a person who can hold roles in organisations.
@@ -132,6 +137,8 @@ type OrgPatch struct {
 	// RequireWorkerApproval, turned on, counts the workers listed then
 	// as approved: only workers seen afterwards wait.
 	RequireWorkerApproval Optional[bool] `json:"require_worker_approval,omitzero"`
+	// HomeRegion, null or empty for none.
+	HomeRegion Optional[string] `json:"home_region,omitzero"`
 }
 
 // WorkerApproval records that an organisation approved a worker: its
@@ -335,6 +342,10 @@ type ClusterHome struct {
 	Epoch int64 `json:"epoch"`
 	// Alive: the home replica's registration is current.
 	Alive bool `json:"alive"`
+	// Misplaced: the organisation's home_region names another region,
+	// where a live replica runs; the home gives it up at its next
+	// reading of the homes.
+	Misplaced bool `json:"misplaced,omitempty"`
 }
 
 // ClusterLeader is the leader lease.
@@ -350,8 +361,12 @@ type ClusterLeader struct {
 
 // ClusterReplica is one replica's registration.
 type ClusterReplica struct {
-	ID           string    `json:"id"`
-	Role         string    `json:"role"`
+	ID   string `json:"id"`
+	Role string `json:"role"`
+	// Region is where the replica runs (svc serve --region); "" for none.
+	Region string `json:"region,omitempty"`
+	// Stopping: the replica released its homes and takes no more.
+	Stopping     bool      `json:"stopping,omitempty"`
 	AdvertiseURL string    `json:"advertise_url"`
 	Version      string    `json:"version"`
 	StartedAt    time.Time `json:"started_at"`
@@ -366,4 +381,24 @@ type ClusterReplica struct {
 	UnreachablePeers []string   `json:"unreachable_peers,omitempty"`
 	OutboxRecords    int64      `json:"outbox_records"`
 	OutboxOldest     *time.Time `json:"outbox_oldest,omitempty"`
+}
+
+// ValidRegion reports whether r can name a region of gateway replicas
+// (`svc serve --region`, the home_region setting): 1 to 64 lower-case
+// letters, digits, '.', '-' and '_', starting with a letter or digit, as
+// cloud regions are written (eu-west-1, us-east4).
+func ValidRegion(r string) bool {
+	if r == "" || len(r) > 64 {
+		return false
+	}
+	for i := 0; i < len(r); i++ {
+		c := r[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
+		case i > 0 && (c == '.' || c == '-' || c == '_'):
+		default:
+			return false
+		}
+	}
+	return true
 }

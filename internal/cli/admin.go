@@ -130,6 +130,7 @@ func (o *AdminOptions) printOrg(org api.Organization) error {
 		[2]string{"Monthly budget", budget},
 		[2]string{"Max rental runtime", runtime},
 		[2]string{"Worker approval", onOff(s.RequireWorkerApproval)},
+		[2]string{"Home region", cmp.Or(s.HomeRegion, "none")},
 		[2]string{"Created", fmtTime(org.CreatedAt)},
 	)
 }

@@ -24,7 +24,8 @@ const settingKeys = `  require_e2e=BOOL                refuse unencrypted infere
   monthly_budget_gbp=AMOUNT|none  cap rental spend per calendar month
   payment_card_on_file=BOOL       record whether billing holds a card
   plan=free|pro|enterprise        the organisation's plan
-  require_worker_approval=BOOL    new workers serve nothing until approved (svc admin workers approve)`
+  require_worker_approval=BOOL    new workers serve nothing until approved (svc admin workers approve)
+  home_region=REGION|none         on a cluster, the region (svc serve --region) whose replicas home the organisation`
 
 // NewCmdAdminSettings builds `svc admin settings`; runF replaces `settings set` in tests.
 func NewCmdAdminSettings(o *AdminOptions, runF func(*SettingsSetOptions) error) *cobra.Command {
@@ -97,6 +98,11 @@ func parseSettings(args []string) (api.OrgPatch, error) {
 			p.ModerationModel = api.Some(v)
 			if isNone(v) || v == "default" {
 				p.ModerationModel = api.Null[string]()
+			}
+		case "home_region":
+			p.HomeRegion = api.Some(v)
+			if isNone(v) {
+				p.HomeRegion = api.Null[string]()
 			}
 		case "require_worker_approval", "worker_approval":
 			p.RequireWorkerApproval, err = parseBool(v)

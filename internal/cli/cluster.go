@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -120,15 +121,19 @@ func printClusterStatus(f *Factory, st api.ClusterStatus) error {
 		fmt.Fprintf(out, "Leader: %s at %s, epoch %d, lease %s\n", l.ReplicaID, l.AdvertiseURL, l.Epoch, lease)
 	}
 	fmt.Fprintf(out, "Schema: version %d\n\n", st.SchemaVersion)
-	t := newTablePrinter(f.IO, "REPLICA", "ROLE", "URL", "VERSION", "SEEN", "HOMES", "OUTBOX", "OLDEST")
+	t := newTablePrinter(f.IO, "REPLICA", "ROLE", "REGION", "URL", "VERSION", "SEEN", "HOMES", "OUTBOX", "OLDEST")
 	t.shrinkable("URL", "VERSION")
 	for _, r := range st.Replicas {
 		role := r.Role
-		if !r.Alive {
+		switch {
+		case !r.Alive:
 			role += " (gone)"
+		case r.Stopping:
+			role += " (stopping)"
 		}
 		t.field(r.ID)
 		t.field(role)
+		t.field(cmp.Or(r.Region, "-"))
 		t.field(r.AdvertiseURL)
 		t.field(r.Version)
 		t.field(fmtAge(st.DatabaseTime.Sub(r.SeenAt)))
@@ -157,6 +162,11 @@ func printClusterStatus(f *Factory, st api.ClusterStatus) error {
 	}
 	fmt.Fprintf(out, "\nOrganisations: %d with a home, %d without a live one (claimed by the replica their next request or worker reaches)\n",
 		len(st.Homes)-homeless, homeless)
+	for _, h := range st.Homes {
+		if h.Misplaced {
+			fmt.Fprintf(out, "%s is homed on %s outside its home_region; it moves at that replica's next reading of the homes\n", h.OrgID, h.ReplicaID)
+		}
+	}
 	return nil
 }
 
@@ -173,7 +183,7 @@ func clusterStatus(ctx context.Context, s *pgstore.Store) (api.ClusterStatus, er
 	count := map[string]int{}
 	st0 := make([]api.ClusterHome, 0, len(homes))
 	for _, h := range homes {
-		st0 = append(st0, api.ClusterHome{OrgID: h.OrgID, ReplicaID: h.ReplicaID, Epoch: h.Epoch, Alive: h.Alive})
+		st0 = append(st0, api.ClusterHome{OrgID: h.OrgID, ReplicaID: h.ReplicaID, Epoch: h.Epoch, Alive: h.Alive, Misplaced: h.Misplaced})
 		if h.Alive {
 			count[h.ReplicaID]++
 		}
@@ -185,7 +195,7 @@ func clusterStatus(ctx context.Context, s *pgstore.Store) (api.ClusterStatus, er
 			ExpiresAt: lead.ExpiresAt, Expired: !lead.ExpiresAt.After(now)}
 	}
 	for _, r := range rs {
-		cr := api.ClusterReplica{ID: r.ID, Role: r.Role, AdvertiseURL: r.AdvertiseURL, Version: r.Version,
+		cr := api.ClusterReplica{ID: r.ID, Role: r.Role, Region: r.Region, Stopping: r.Stopping, AdvertiseURL: r.AdvertiseURL, Version: r.Version,
 			StartedAt: r.StartedAt, SeenAt: r.SeenAt, ExpiresAt: r.ExpiresAt, Alive: r.ExpiresAt.After(now),
 			OutboxRecords: r.OutboxRecords, Homes: count[r.ID], UnreachablePeers: r.UnreachablePeers}
 		if !r.OutboxOldest.IsZero() {

@@ -68,6 +68,7 @@ type ServeOptions struct {
 	Store             string
 	StorePasswordFile string
 	AdvertiseURL      string
+	Region            string
 	LeaseTTL          time.Duration
 	// StoreBacklogMB bounds the records waiting while the store cannot
 	// write, MiB.
@@ -129,7 +130,7 @@ is and a ready curl command.`,
 				envFlag{"usage-retention", "SVC_USAGE_RETENTION"}, envFlag{"store-backlog-mb", "SVC_STORE_BACKLOG_MB"},
 				envFlag{"stall-timeout", "SVC_STALL_TIMEOUT"},
 				envFlag{"store-password-file", "SVC_STORE_PASSWORD_FILE"}, envFlag{"advertise-url", "SVC_ADVERTISE_URL"},
-				envFlag{"lease-ttl", "SVC_LEASE_TTL"})
+				envFlag{"lease-ttl", "SVC_LEASE_TTL"}, envFlag{"region", "SVC_REGION"})
 			if err != nil {
 				return err
 			}
@@ -144,6 +145,12 @@ is and a ready curl command.`,
 			}
 			if opts.Store != "" && !strings.HasPrefix(opts.Store, "postgres://") && !strings.HasPrefix(opts.Store, "postgresql://") {
 				return usageErrorf("--store must be a postgres:// URL, got %q", redactURL(opts.Store))
+			}
+			if opts.Region != "" && !api.ValidRegion(opts.Region) {
+				return usageErrorf("--region must be 1 to 64 lower-case letters, digits, '.', '-' and '_', got %q", opts.Region)
+			}
+			if opts.Region != "" && opts.Store == "" {
+				return usageErrorf("--region names where a replica of a cluster runs: it needs --store")
 			}
 			if opts.LeaseTTL < 3*time.Second {
 				return usageErrorf("--lease-ttl must be at least 3s, got %s", opts.LeaseTTL)
@@ -190,6 +197,7 @@ is and a ready curl command.`,
 	fl.StringVar(&opts.Store, "store", "", "a PostgreSQL URL (postgres://user@host/db): run as one replica of a cluster sharing that database, instead of on the data directory's own store; the password comes from --store-password-file, PGPASSFILE or SVC_STORE_URL, never this flag (env SVC_STORE_URL)")
 	fl.StringVar(&opts.StorePasswordFile, "store-password-file", "", "a file only this user may read, holding the --store database's password (env SVC_STORE_PASSWORD_FILE)")
 	fl.StringVar(&opts.AdvertiseURL, "advertise-url", "", "with --store: the URL other replicas send the workers and requests of the organisations homed here to; http:// and --addr (the host name for 0.0.0.0) when empty (env SVC_ADVERTISE_URL)")
+	fl.StringVar(&opts.Region, "region", "", "with --store: the region this replica runs in (eu-west-1); organisations whose home_region setting names it are homed on its replicas (env SVC_REGION)")
 	fl.DurationVar(&opts.LeaseTTL, "lease-ttl", 10*time.Second, "with --store: how long this replica's registration (its organisations' homes) and the leader's lease last unless renewed; a dead replica is replaced within it (env SVC_LEASE_TTL)")
 	fl.IntVar(&opts.StoreBacklogMB, "store-backlog-mb", bolt.DefaultBacklog>>20, "memory, in MiB, for usage rows, events and power reports waiting while the database cannot be written (a full disk); at the bound new inference gets 503 (env SVC_STORE_BACKLOG_MB)")
 	// The keep-alive clocks are the spec's; only tests move them.
@@ -244,7 +252,7 @@ func runServe(ctx context.Context, f *Factory, opts *ServeOptions) error {
 		UsageRetention: opts.UsageRetention,
 		StoreBacklog:   int64(opts.StoreBacklogMB) << 20,
 		Cluster: server.ClusterConfig{StoreURL: opts.Store, PasswordFile: opts.StorePasswordFile,
-			AdvertiseURL: opts.AdvertiseURL, LeaseTTL: opts.LeaseTTL},
+			AdvertiseURL: opts.AdvertiseURL, Region: opts.Region, LeaseTTL: opts.LeaseTTL},
 		Build:  f.Build,
 		Logger: log,
 		Fleet:  fleet.Config{Hold: opts.QueueHold, Grace: opts.WorkerGrace, StartGrace: startGrace(opts.StartGrace)},

@@ -24,6 +24,9 @@ type Home struct {
 	// Alive: the home replica's registration had not expired when the
 	// database was last asked.
 	Alive bool
+	// Misplaced: the organisation's home_region names another region,
+	// where a replica runs that can take it.
+	Misplaced bool
 }
 
 // HomeStore is the database's side of the homes.
@@ -35,6 +38,8 @@ type HomeStore interface {
 	Homes(ctx context.Context) ([]Home, error)
 	// ReleaseHomes gives up every home replicaID holds.
 	ReleaseHomes(ctx context.Context, replicaID string) (int64, error)
+	// ReleaseHome gives up orgID's home if replicaID holds it.
+	ReleaseHome(ctx context.Context, orgID, replicaID string) (bool, error)
 }
 
 // ErrReleased is the answer for an organisation without a home on a
@@ -49,6 +54,11 @@ type HomesOptions struct {
 	// no longer is: another replica claimed it once this one's
 	// registration lapsed. Its worker links should go.
 	Lost func(orgID string)
+	// Moved is told of each organisation this replica gave up because
+	// it asks for another region, where a replica runs: its workers
+	// should finish their running requests and reconnect, to be sent
+	// there.
+	Moved func(orgID string)
 	// Listen, when set, calls changed whenever a replica releases its
 	// homes, until ctx ends: the homes are read again at once.
 	Listen func(ctx context.Context, changed func()) error
@@ -151,6 +161,12 @@ func (h *Homes) Refresh(ctx context.Context) {
 			lost = append(lost, org)
 		}
 	}
+	var moving []string
+	for org, x := range next {
+		if x.ReplicaID == h.me && x.Misplaced && !h.released {
+			moving = append(moving, org)
+		}
+	}
 	h.homes = next
 	h.mu.Unlock()
 	sort.Strings(lost)
@@ -159,6 +175,37 @@ func (h *Homes) Refresh(ctx context.Context) {
 		if h.o.Lost != nil {
 			h.o.Lost(org)
 		}
+	}
+	sort.Strings(moving)
+	for _, org := range moving {
+		h.move(ctx, org)
+	}
+}
+
+// move gives up orgID, which asks for a region where another replica
+// runs. The home is released in the database before its workers are sent
+// away, so that wherever they reconnect the organisation is claimed in
+// its region rather than here again.
+func (h *Homes) move(ctx context.Context, orgID string) {
+	rctx, cancel := context.WithTimeout(ctx, h.o.Every)
+	defer cancel()
+	ok, err := h.store.ReleaseHome(rctx, orgID, h.me)
+	if err != nil {
+		h.log.Warn("cluster: give up an organisation's home for its region", "org", orgID, "err", err)
+		return
+	}
+	h.mu.Lock()
+	if x, mine := h.homes[orgID]; mine && x.ReplicaID == h.me {
+		x.ReplicaID, x.AdvertiseURL, x.Alive, x.Misplaced = "", "", false, false
+		h.homes[orgID] = x
+	}
+	h.mu.Unlock()
+	if !ok {
+		return
+	}
+	h.log.Info("cluster: gave up an organisation's home for its home_region", "org", orgID)
+	if h.o.Moved != nil {
+		h.o.Moved(orgID)
 	}
 }
 

@@ -16,16 +16,32 @@ type memHomes struct {
 	dead   map[string]bool
 	claims atomic.Int64
 	down   bool
+	// region is each replica's, prefers each organisation's home_region.
+	region, prefers map[string]string
 }
 
-func newMemHomes() *memHomes { return &memHomes{homes: map[string]Home{}, dead: map[string]bool{}} }
+func newMemHomes() *memHomes {
+	return &memHomes{homes: map[string]Home{}, dead: map[string]bool{}, region: map[string]string{}, prefers: map[string]string{}}
+}
 
 func (m *memHomes) view(h Home) Home {
 	h.Alive = h.ReplicaID != "" && !m.dead[h.ReplicaID]
 	if h.ReplicaID != "" {
 		h.AdvertiseURL = "http://" + h.ReplicaID
 	}
+	want := m.prefers[h.OrgID]
+	h.Misplaced = h.ReplicaID != "" && want != "" && want != m.region[h.ReplicaID] && m.servedIn(want) != ""
 	return h
+}
+
+// servedIn is a live replica of region r, "" when none.
+func (m *memHomes) servedIn(r string) string {
+	for id, at := range m.region {
+		if at == r && !m.dead[id] {
+			return id
+		}
+	}
+	return ""
 }
 
 func (m *memHomes) ClaimHome(_ context.Context, org, me string) (Home, error) {
@@ -36,6 +52,11 @@ func (m *memHomes) ClaimHome(_ context.Context, org, me string) (Home, error) {
 		return Home{}, errors.New("database down")
 	}
 	h, ok := m.homes[org]
+	live := ok && h.ReplicaID != "" && !m.dead[h.ReplicaID]
+	if want := m.prefers[org]; !live && want != "" && want != m.region[me] && m.servedIn(want) != "" {
+		h.OrgID, h.ReplicaID = org, m.servedIn(want)
+		return m.view(h), nil
+	}
 	switch {
 	case !ok:
 		h = Home{OrgID: org, ReplicaID: me, Epoch: 1}
@@ -71,6 +92,71 @@ func (m *memHomes) ReleaseHomes(_ context.Context, me string) (int64, error) {
 		}
 	}
 	return n, nil
+}
+
+func (m *memHomes) ReleaseHome(_ context.Context, org, me string) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	h, ok := m.homes[org]
+	if !ok || h.ReplicaID != me {
+		return false, nil
+	}
+	h.ReplicaID, h.Epoch = "", h.Epoch+1
+	m.homes[org] = h
+	return true, nil
+}
+
+// An organisation's home_region sends it to a replica of that region
+// while one lives: a claim elsewhere names that replica instead, and a
+// home elsewhere gives the organisation up.
+func TestHomesRegion(t *testing.T) {
+	ctx := context.Background()
+	db := newMemHomes()
+	db.region["us"], db.region["eu"] = "us-east", "eu-west"
+	var moved []string
+	us := NewHomes(db, "us", HomesOptions{Moved: func(org string) { moved = append(moved, org) }})
+	eu := NewHomes(db, "eu", HomesOptions{})
+
+	db.prefers["x"] = "eu-west"
+	if got, err := us.Where(ctx, "x"); err != nil || got.ReplicaID != "eu" || got.AdvertiseURL != "http://eu" {
+		t.Fatalf("us sees x at %+v, %v; want eu, unclaimed", got, err)
+	}
+	if db.homes["x"].ReplicaID != "" {
+		t.Fatalf("x was claimed by %s before reaching its region", db.homes["x"].ReplicaID)
+	}
+	if got, _ := eu.Where(ctx, "x"); got.ReplicaID != "eu" || db.homes["x"].ReplicaID != "eu" {
+		t.Fatalf("eu did not claim x: %+v", got)
+	}
+
+	// A region without a live replica is only a preference.
+	db.prefers["z"] = "ap-south"
+	if got, _ := us.Where(ctx, "z"); got.ReplicaID != "us" {
+		t.Fatalf("z at %s; want us, as no replica runs in its region", got.ReplicaID)
+	}
+
+	// y is homed in us, then asks for eu-west: us gives it up at its next
+	// reading of the homes, once.
+	if got, _ := us.Where(ctx, "y"); got.ReplicaID != "us" {
+		t.Fatalf("y at %s, want us", got.ReplicaID)
+	}
+	db.prefers["y"] = "eu-west"
+	us.Refresh(ctx)
+	us.Refresh(ctx)
+	if len(moved) != 1 || moved[0] != "y" || db.homes["y"].ReplicaID != "" {
+		t.Fatalf("moved %v, y's home %q; want y given up once", moved, db.homes["y"].ReplicaID)
+	}
+	if got, _ := us.Where(ctx, "y"); got.ReplicaID != "eu" {
+		t.Fatalf("us sends y to %s, want eu", got.ReplicaID)
+	}
+	// With eu dead, y's region is served nowhere: us keeps what it has.
+	db.dead["eu"] = true
+	if got, _ := us.Where(ctx, "z"); got.ReplicaID != "us" {
+		t.Fatalf("z at %s", got.ReplicaID)
+	}
+	us.Refresh(ctx)
+	if len(moved) != 1 {
+		t.Fatalf("moved %v with no replica in the region", moved)
+	}
 }
 
 func TestHomesWhere(t *testing.T) {

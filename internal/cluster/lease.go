@@ -26,7 +26,9 @@ import (
 type Replica struct {
 	ID           string
 	AdvertiseURL string
-	Version      string
+	// Region is where the replica runs; "" for none.
+	Region  string
+	Version string
 	// Role is "leader" or "standby", as the replica last knew it.
 	Role string
 	// OutboxRecords and OutboxOldest are what the replica has still to

@@ -9,9 +9,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -524,5 +527,192 @@ func TestClusterForwardedRequestRules(t *testing.T) {
 	logs := a.do("GET", "/api/v1/usage/logs?limit=50", "", bearer(key))
 	if !strings.Contains(string(logs.Body), `"id":"fwd-at-home"`) || strings.Contains(string(logs.Body), `"id":"fwd-elsewhere"`) {
 		t.Fatalf("usage rows:\n%s", logs.Body)
+	}
+}
+
+// An organisation whose home_region names a region is homed on a replica
+// there: its worker, dialling a replica of another region, is sent on,
+// and its requests reaching that other replica are forwarded there. An
+// organisation already homed elsewhere when it asks for a region moves:
+// its home gives it up and sends its workers away, and they land in the
+// region.
+func TestClusterHomeRegion(t *testing.T) {
+	db := clusterDB(t)
+	env := []string{"SVC_STORE_URL=" + db}
+	us := startServerEnv(t, "", env, "--lease-ttl", clusterTTL, "--rental-providers", "none", "--region", "us-east")
+	us.waitLog("cluster: leading", 15*time.Second)
+	eu := startServerEnv(t, "", env, "--lease-ttl", clusterTTL, "--rental-providers", "none", "--region", "eu-west")
+	eu.waitLog("cluster: standing by", 15*time.Second)
+	key := us.adminKey()
+	acmeKey, acmeTokens := secondOrg(t, us)
+	if r := us.console("PATCH", "/api/v1/console/orgs/acme", `{"home_region":"eu-west"}`); r.Status != http.StatusOK {
+		t.Fatalf("set acme's home_region: %d %s", r.Status, r.Body)
+	}
+	if r := us.console("PATCH", "/api/v1/console/orgs/acme", `{"home_region":"EU West"}`); r.Status != http.StatusUnprocessableEntity {
+		t.Fatalf("an invalid home_region: %d %s", r.Status, r.Body)
+	}
+	// The setting reaches eu through the database; until then eu would
+	// home acme where its worker lands, which is eu anyway.
+	x1 := launchWorker(t, us.URL, acmeTokens, "x1", "--engine", "sim=ttft=0")
+	if rec := x1.waitLog("connected to the gateway", 15*time.Second); rec["gateway"] != eu.URL {
+		t.Fatalf("acme's worker connected to %v, want %s in its home_region", rec["gateway"], eu.URL)
+	}
+	chat := `{"model":"sim-chat","messages":[{"role":"user","content":"hi"}],"max_tokens":4}`
+	for _, r := range []*server{us, eu} {
+		if got := r.do("POST", "/v1/chat/completions", chat, bearer(acmeKey)); got.Status != http.StatusOK || got.Header.Get("X-Worker-Name") != "x1" {
+			t.Fatalf("acme's chat through %s = %d %v %s", r.URL, got.Status, got.Header, got.Body)
+		}
+	}
+
+	// default is homed in us by its worker, then asks for eu-west.
+	d1 := startWorker(t, us.URL, us.tokenFile(), "d1", "--engine", "sim=ttft=0")
+	if got := eu.do("POST", "/v1/chat/completions", chat, bearer(key)); got.Status != http.StatusOK {
+		t.Fatalf("default's chat through eu = %d %s", got.Status, got.Body)
+	}
+	if r := us.console("PATCH", "/api/v1/console/orgs/default", `{"home_region":"eu-west"}`); r.Status != http.StatusOK {
+		t.Fatalf("set default's home_region: %d %s", r.Status, r.Body)
+	}
+	moved := time.Now()
+	eventually(t, 20*time.Second, "default's worker in eu-west", func() bool {
+		return strings.Contains(d1.Log().String(), `"msg":"connected to the gateway","gateway":"`+eu.URL+`"`)
+	})
+	t.Logf("default moved to its home_region %s after the setting changed", time.Since(moved).Round(10*time.Millisecond))
+	eventually(t, 10*time.Second, "default served in eu-west through us", func() bool {
+		got := us.do("POST", "/v1/chat/completions", chat, bearer(key))
+		return got.Status == http.StatusOK && got.Header.Get("X-Worker-Name") == "d1"
+	})
+	out, errOut, code := svc(t, env, "cluster", "status", "--json")
+	if code != 0 {
+		t.Fatalf("svc cluster status: %d %s", code, errOut)
+	}
+	var st api.ClusterStatus
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	regions := map[string]string{}
+	for _, r := range st.Replicas {
+		regions[r.ID] = r.Region
+	}
+	for _, h := range st.Homes {
+		if !h.Alive || regions[h.ReplicaID] != "eu-west" || h.Misplaced {
+			t.Fatalf("home %+v outside eu-west: %s", h, out)
+		}
+	}
+	if len(st.Homes) != 2 {
+		t.Fatalf("homes: %s", out)
+	}
+}
+
+// workerWall stands in front of a replica on a network where workers
+// cannot reach it but replicas can: it drops worker link requests that
+// did not come through a replica's splice, and passes everything else to
+// the replica.
+type workerWall struct {
+	ln      net.Listener
+	backend atomic.Pointer[string]
+	dropped atomic.Int64
+	spliced atomic.Int64
+	wg      sync.WaitGroup
+}
+
+func newWorkerWall(t *testing.T) *workerWall {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &workerWall{ln: ln}
+	w.wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			w.wg.Go(func() { w.serve(c) })
+		}
+	})
+	t.Cleanup(func() {
+		_ = ln.Close()
+		w.wg.Wait()
+	})
+	return w
+}
+
+func (w *workerWall) URL() string { return "http://" + w.ln.Addr().String() }
+
+func (w *workerWall) serve(c net.Conn) {
+	defer c.Close()
+	br := bufio.NewReader(c)
+	req, err := http.ReadRequest(br)
+	if err != nil {
+		return
+	}
+	if req.URL.Path == "/api/v1/workers/connect" {
+		if req.Header.Get("X-Svc-Spliced") == "" {
+			w.dropped.Add(1)
+			return
+		}
+		w.spliced.Add(1)
+	}
+	addr := w.backend.Load()
+	if addr == nil {
+		return
+	}
+	up, err := net.Dial("tcp", *addr)
+	if err != nil {
+		return
+	}
+	defer up.Close()
+	if err := req.Write(up); err != nil {
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(up, br)
+		_ = up.(*net.TCPConn).CloseWrite()
+		close(done)
+	}()
+	_, _ = io.Copy(c, up)
+	_ = c.Close()
+	<-done
+}
+
+// A worker that cannot reach its organisation's home, only the replica it
+// dialled (a network that lets workers reach only the load balancer), is
+// redirected, finds the home unreachable, and asks again for its link to
+// be spliced through: the home serves it as its own, and requests through
+// either replica reach it.
+func TestClusterSplicedWorker(t *testing.T) {
+	db := clusterDB(t)
+	env := []string{"SVC_STORE_URL=" + db}
+	wall := newWorkerWall(t)
+	a := startServerEnv(t, "", env, "--lease-ttl", clusterTTL, "--rental-providers", "none", "--advertise-url", wall.URL())
+	a.waitLog("cluster: leading", 15*time.Second)
+	backend := strings.TrimPrefix(a.URL, "http://")
+	wall.backend.Store(&backend)
+	b := startReplica(t, db, "")
+	b.waitLog("cluster: standing by", 15*time.Second)
+	key := a.adminKey()
+	chat := `{"model":"sim-chat","messages":[{"role":"user","content":"hi"}],"max_tokens":4}`
+	// The organisation's first request makes a its home.
+	if got := a.do("POST", "/v1/chat/completions", chat, bearer(key)); got.Status == http.StatusOK {
+		t.Fatalf("a chat with no worker anywhere was served: %s", got.Body)
+	}
+	w := launchWorker(t, b.URL, a.tokenFile(), "d1", "--engine", "sim=ttft=0")
+	if rec := w.waitLog("connected to the gateway", 20*time.Second); rec["gateway"] != b.URL {
+		t.Fatalf("the worker connected through %v, want %s", rec["gateway"], b.URL)
+	}
+	if !strings.Contains(w.Log().String(), "asking it to splice") || wall.dropped.Load() == 0 || wall.spliced.Load() != 1 {
+		t.Fatalf("dropped %d, spliced %d; worker log:\n%s", wall.dropped.Load(), wall.spliced.Load(), w.Log())
+	}
+	if ws := a.workers(key); len(ws) != 1 || ws[0]["worker_name"] != "d1" {
+		t.Fatalf("workers at the home: %v", ws)
+	}
+	for _, r := range []*server{a, b} {
+		for _, body := range []string{chat, `{"model":"sim-chat","stream":true,"messages":[{"role":"user","content":"hi"}],"max_tokens":8}`} {
+			got := r.do("POST", "/v1/chat/completions", body, bearer(key))
+			if got.Status != http.StatusOK || got.Header.Get("X-Worker-Name") != "d1" {
+				t.Fatalf("chat through %s = %d %v %s", r.URL, got.Status, got.Header, got.Body)
+			}
+		}
 	}
 }

@@ -501,7 +501,18 @@ func diffIDs(oldIDs, curIDs []string) (added, removed []string) {
 // places it on another replica; nothing new is scheduled on them here. It
 // returns how many were asked. Workers of releases that know no such
 // request stay until their link closes.
-func (f *Fleet) SendAway(reason string) int {
+func (f *Fleet) SendAway(reason string) int { return f.sendAway("", reason) }
+
+// SendAwayOrg is SendAway for one organisation's workers.
+func (f *Fleet) SendAwayOrg(orgID, reason string) int {
+	if orgID == "" {
+		return 0
+	}
+	return f.sendAway(orgID, reason)
+}
+
+// sendAway sends away the workers of orgID, or every worker for "".
+func (f *Fleet) sendAway(orgID, reason string) int {
 	payload, err := json.Marshal(api.GoAway{Reconnect: true, Reason: reason})
 	if err != nil {
 		return 0
@@ -509,7 +520,10 @@ func (f *Fleet) SendAway(reason string) int {
 	now := time.Now()
 	var sessions []*link.Session
 	f.mu.Lock()
-	for _, o := range f.orgs {
+	for id, o := range f.orgs {
+		if orgID != "" && id != orgID {
+			continue
+		}
 		for _, w := range o.workers {
 			if w.sess == nil || !w.offlineSince.IsZero() {
 				continue

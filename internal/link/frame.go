@@ -21,6 +21,15 @@ import (
 // Path is where the gateway accepts worker links, on its public port.
 const Path = "/api/v1/workers/connect"
 
+// SpliceParam, in the query of a dial of Path, asks a replica that is not
+// the organisation's home to join the link through to the home rather
+// than redirect the worker there: the worker could not reach it.
+const SpliceParam = "splice"
+
+// SplicedHeader marks a link request a replica joined through to the
+// home; the home does not splice it on again.
+const SplicedHeader = "X-Svc-Spliced"
+
 // Protocol is the link protocol version, sent in the hello; the gateway
 // refuses a worker that speaks another.
 const Protocol = 1

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/svc-dev/svc/internal/account"
+	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/pgstore"
 )
 
@@ -120,5 +122,97 @@ func TestUnreachablePeersReported(t *testing.T) {
 	beat(t, s, me, time.Minute, false)
 	if rs, _, _ = s.Replicas(context.Background()); len(rs[0].UnreachablePeers) != 0 {
 		t.Fatalf("a replica that reaches its peers again still reports %v", rs[0].UnreachablePeers)
+	}
+}
+
+// An organisation whose home_region names a region with a live replica is
+// claimed only there; the others are sent there, and its home elsewhere
+// is marked misplaced. A stopping replica, and a region with none alive,
+// do not hold it back.
+func TestHomeRegions(t *testing.T) {
+	s := open(t, pg.CreateDB(t))
+	ctx := context.Background()
+	regional := func(i int, region string) pgstore.Replica {
+		r := replica(i)
+		r.Region, r.StartedAt = region, time.Date(2026, 1, 1, 0, 0, i, 0, time.UTC)
+		return r
+	}
+	beat(t, s, regional(0, "us-east"), time.Minute, false)
+	beat(t, s, regional(1, "eu-west"), time.Minute, false)
+	beat(t, s, regional(2, "eu-west"), time.Minute, false)
+	setRegion := func(org, region string) {
+		t.Helper()
+		o := account.Org{ID: org, Name: org, Plan: api.PlanPro, CreatedAt: time.Now()}
+		o.Settings.HomeRegion = region
+		if err := s.WriteAccounts(func(w account.Writer) error { return w.PutOrg(o) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setRegion("org-eu", "eu-west")
+	setRegion("org-any", "")
+	setRegion("org-ap", "ap-south")
+
+	// replica-1 holds a home already: replica-2, with none, is offered.
+	claim(t, s, "org-any", 1)
+	if h := claim(t, s, "org-eu", 0); h.ReplicaID != "replica-2" || !h.Alive || h.AdvertiseURL != "http://gw-2:8080" {
+		t.Fatalf("us-east's claim of org-eu answered %+v; want replica-2, the eu-west replica with fewest homes", h)
+	}
+	if hs, _ := s.Homes(ctx); len(hs) != 1 {
+		t.Fatalf("homes %+v: org-eu was claimed outside its region", hs)
+	}
+	if h := claim(t, s, "org-eu", 2); h.ReplicaID != "replica-2" || h.Epoch != 1 {
+		t.Fatalf("eu-west's claim of org-eu answered %+v", h)
+	}
+	if h := claim(t, s, "org-ap", 0); h.ReplicaID != "replica-0" {
+		t.Fatalf("org-ap, whose region has no replica, went to %+v; want the claimer", h)
+	}
+
+	// org-any, homed in eu-west, asks for us-east: misplaced until given up.
+	setRegion("org-any", "us-east")
+	home := func(org string) pgstore.Home {
+		hs, err := s.Homes(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range hs {
+			if h.OrgID == org {
+				return h
+			}
+		}
+		return pgstore.Home{}
+	}
+	if h := home("org-any"); !h.Misplaced || home("org-eu").Misplaced || home("org-ap").Misplaced {
+		t.Fatalf("org-any %+v, org-eu %+v, org-ap %+v; want only org-any misplaced", h, home("org-eu"), home("org-ap"))
+	}
+	if ok, err := s.ReleaseHome(ctx, "org-any", "replica-2"); err != nil || ok {
+		t.Fatalf("a replica that is not the home released it: %v %v", ok, err)
+	}
+	if ok, err := s.ReleaseHome(ctx, "org-any", "replica-1"); err != nil || !ok {
+		t.Fatalf("release: %v %v", ok, err)
+	}
+	if h := claim(t, s, "org-any", 1); h.ReplicaID != "replica-0" || home("org-any").ReplicaID != "" {
+		t.Fatalf("eu-west's claim of org-any answered %+v; want replica-0, unclaimed", h)
+	}
+
+	// Stopping, replica-0 no longer holds org-any back from the others;
+	// started again under its id, it does.
+	if _, err := s.ReleaseHomes(ctx, "replica-0"); err != nil {
+		t.Fatal(err)
+	}
+	beat(t, s, regional(0, "us-east"), time.Minute, false)
+	if h := claim(t, s, "org-any", 1); h.ReplicaID != "replica-1" {
+		t.Fatalf("with us-east's one replica stopping, org-any went to %+v; want its claimer", h)
+	}
+	if rs, _, _ := s.Replicas(ctx); !rs[0].Stopping || rs[0].Region != "us-east" || rs[1].Stopping {
+		t.Fatalf("replicas %+v", rs)
+	}
+	again := regional(0, "us-east")
+	again.StartedAt = again.StartedAt.Add(time.Hour)
+	beat(t, s, again, time.Minute, false)
+	if rs, _, _ := s.Replicas(ctx); rs[0].Stopping {
+		t.Fatal("a replica started again is still stopping")
+	}
+	if h := home("org-any"); !h.Misplaced {
+		t.Fatalf("org-any %+v at replica-1 with us-east served again; want misplaced", h)
 	}
 }

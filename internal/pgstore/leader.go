@@ -16,6 +16,11 @@ type Replica struct {
 	AdvertiseURL string
 	Version      string // the build's
 	Role         string // as the replica sees itself: "leader", "standby"
+	// Region is where the replica runs, for the organisations whose
+	// home_region names it; empty for none.
+	Region string
+	// Stopping is read back: the replica released its homes to stop.
+	Stopping bool
 	// OutboxRecords and OutboxOldest describe what the replica holds
 	// locally that the database does not have yet (zero: nothing).
 	OutboxRecords int64
@@ -73,14 +78,17 @@ func (s *Store) Beat(ctx context.Context, me Replica, ttl time.Duration, want bo
 	if peers == nil {
 		peers = []string{}
 	}
+	// A replica that starts again under its id (kept in its data
+	// directory) is not stopping any more: its started_at changed.
 	b.Queue(`INSERT INTO svc_replicas AS r (id, advertise_url, version, role, outbox_records, outbox_oldest,
-			started_at, seen_at, expires_at, unreachable_peers)
-		VALUES ($1, $2, $3, $4, $5, $6, COALESCE($7, now()), now(), now() + $8 * interval '1 microsecond', $9)
+			started_at, seen_at, expires_at, unreachable_peers, region)
+		VALUES ($1, $2, $3, $4, $5, $6, COALESCE($7, now()), now(), now() + $8 * interval '1 microsecond', $9, $10)
 		ON CONFLICT (id) DO UPDATE SET advertise_url = excluded.advertise_url, version = excluded.version,
 			role = excluded.role, outbox_records = excluded.outbox_records, outbox_oldest = excluded.outbox_oldest,
 			started_at = COALESCE($7, r.started_at), seen_at = excluded.seen_at, expires_at = excluded.expires_at,
-			unreachable_peers = excluded.unreachable_peers`,
-		me.ID, me.AdvertiseURL, me.Version, me.Role, me.OutboxRecords, oldest, started, ttl.Microseconds(), peers)
+			unreachable_peers = excluded.unreachable_peers, region = excluded.region,
+			stopping = r.stopping AND r.started_at = COALESCE($7, r.started_at)`,
+		me.ID, me.AdvertiseURL, me.Version, me.Role, me.OutboxRecords, oldest, started, ttl.Microseconds(), peers, me.Region)
 	if want {
 		b.Queue(`UPDATE svc_leader SET
 				epoch = CASE WHEN replica_id = $1 THEN epoch ELSE epoch + 1 END,
@@ -136,13 +144,13 @@ func (s *Store) Replicas(ctx context.Context) ([]Replica, Leader, error) {
 			return err
 		}
 		rows, _ := tx.Query(ctx, `SELECT id, advertise_url, version, role, outbox_records, outbox_oldest,
-			started_at, seen_at, expires_at, unreachable_peers FROM svc_replicas ORDER BY id`)
+			started_at, seen_at, expires_at, unreachable_peers, region, stopping FROM svc_replicas ORDER BY id`)
 		var err error
 		rs, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (Replica, error) {
 			var r Replica
 			var oldest *time.Time
 			err := row.Scan(&r.ID, &r.AdvertiseURL, &r.Version, &r.Role, &r.OutboxRecords, &oldest,
-				&r.StartedAt, &r.SeenAt, &r.ExpiresAt, &r.UnreachablePeers)
+				&r.StartedAt, &r.SeenAt, &r.ExpiresAt, &r.UnreachablePeers, &r.Region, &r.Stopping)
 			if oldest != nil {
 				r.OutboxOldest = *oldest
 			}

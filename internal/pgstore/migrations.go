@@ -10,5 +10,6 @@ func migrations() []migration {
 		{version: 2, name: "usage log and totals, worker events, power history", sql: schemaLogs},
 		{version: 3, name: "organisation homes", sql: schemaHomes},
 		{version: 4, name: "peers a replica cannot reach", sql: schemaPeers},
+		{version: 5, name: "replica regions, stopping replicas", sql: schemaRegions},
 	}
 }

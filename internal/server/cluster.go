@@ -229,6 +229,14 @@ func (s *Server) UnreachablePeers() []string {
 	return s.forwarder.unreachable(time.Now())
 }
 
+// SendOrgAway asks an organisation's workers to finish their running
+// requests and reconnect through their gateway URL: the organisation
+// asks for another region, where it will be homed.
+func (s *Server) SendOrgAway(orgID string) {
+	n := s.fleet.SendAwayOrg(orgID, "the organisation's home_region is served by another gateway replica; reconnect through the configured gateway")
+	s.log.Info("cluster: sent an organisation's workers to its home_region", "org", orgID, "workers", n)
+}
+
 // LeaveOrg closes the links of an organisation's workers: another replica
 // became its home, and each worker reconnects through its gateway URL to
 // be sent there.

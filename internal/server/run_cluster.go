@@ -37,6 +37,9 @@ type ClusterConfig struct {
 	// when it leads; "" is http:// and the public address, with the
 	// host name for an unspecified address.
 	AdvertiseURL string
+	// Region is where the replica runs, for the organisations whose
+	// home_region names it; "" for none.
+	Region string
 	// LeaseTTL is how long the leader's lease lasts unless renewed; 0 is
 	// DefaultLeaseTTL.
 	LeaseTTL time.Duration
@@ -63,6 +66,9 @@ type clusterParts struct {
 	// leave closes the links of an organisation homed elsewhere now; set
 	// once the server exists.
 	leave atomic.Pointer[func(orgID string)]
+	// moved sends away the workers of an organisation this replica gave
+	// up for its home_region.
+	moved atomic.Pointer[func(orgID string)]
 	// peers reports the peers the server could not reach lately; set
 	// once the server exists.
 	peers atomic.Pointer[func() []string]
@@ -137,12 +143,17 @@ func (c *clusterParts) start(public net.Addr) {
 	if url == "" {
 		url = advertiseURL(public)
 	}
-	c.lease = cluster.New(leaseStore{c.db}, cluster.Replica{ID: c.id, AdvertiseURL: url, Version: c.version, StartedAt: time.Now()},
+	c.lease = cluster.New(leaseStore{c.db}, cluster.Replica{ID: c.id, AdvertiseURL: url, Region: c.cfg.Region, Version: c.version, StartedAt: time.Now()},
 		cluster.Options{TTL: c.cfg.LeaseTTL, Logger: c.log, Outbox: c.outbox, Unreachable: c.unreachable})
 	c.homes = cluster.NewHomes(homeStore{c.db}, c.id, cluster.HomesOptions{Every: c.lease.Every(), Logger: c.log, Listen: c.db.ListenHomes,
 		Lost: func(org string) {
 			if l := c.leave.Load(); l != nil {
 				(*l)(org)
+			}
+		},
+		Moved: func(org string) {
+			if m := c.moved.Load(); m != nil {
+				(*m)(org)
 			}
 		}})
 	c.log.Info("cluster: advertising this replica", "url", url)
@@ -197,6 +208,8 @@ func (c *clusterParts) serverCluster() *Cluster {
 func (c *clusterParts) serve(srv *Server) {
 	leave := srv.LeaveOrg
 	c.leave.Store(&leave)
+	moved := srv.SendOrgAway
+	c.moved.Store(&moved)
 	peers := srv.UnreachablePeers
 	c.peers.Store(&peers)
 }
@@ -328,7 +341,7 @@ func (c *clusterParts) begin(ctx context.Context, t term, epoch int64) (*leading
 type leaseStore struct{ db *pgstore.Store }
 
 func (l leaseStore) Beat(ctx context.Context, me cluster.Replica, ttl time.Duration, want bool) (cluster.Leader, error) {
-	lead, err := l.db.Beat(ctx, pgstore.Replica{ID: me.ID, AdvertiseURL: me.AdvertiseURL, Version: me.Version, Role: me.Role,
+	lead, err := l.db.Beat(ctx, pgstore.Replica{ID: me.ID, AdvertiseURL: me.AdvertiseURL, Region: me.Region, Version: me.Version, Role: me.Role,
 		OutboxRecords: me.OutboxRecords, OutboxOldest: me.OutboxOldest, UnreachablePeers: me.UnreachablePeers, StartedAt: me.StartedAt}, ttl, want)
 	if err != nil {
 		return cluster.Leader{}, err
@@ -356,6 +369,10 @@ func (h homeStore) Homes(ctx context.Context) ([]cluster.Home, error) {
 		out[i] = cluster.Home(x)
 	}
 	return out, err
+}
+
+func (h homeStore) ReleaseHome(ctx context.Context, orgID, replicaID string) (bool, error) {
+	return h.db.ReleaseHome(ctx, orgID, replicaID)
 }
 
 func (h homeStore) ReleaseHomes(ctx context.Context, replicaID string) (int64, error) {

@@ -53,7 +53,9 @@ type Server struct {
 	metrics   *metrics
 	watch     *clientWatch
 	// lives are the live transcriptions on hijacked connections.
-	lives     liveSessions
+	lives liveSessions
+	// splices are the worker links carried through to other replicas.
+	splices   splices
 	usage     store.Usage
 	writes    writeBacklog // nil: not told
 	power     *PowerBook
@@ -370,6 +372,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	wg.Wait()
 	s.lives.close()
+	s.splices.close()
 	s.watch.close()
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("%w: %v", ErrDrainTimeout, err)

@@ -12,6 +12,7 @@ import (
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/cluster"
 	"github.com/svc-dev/svc/internal/fleet"
+	"github.com/svc-dev/svc/internal/link"
 	"github.com/svc-dev/svc/internal/store"
 )
 
@@ -25,6 +26,9 @@ func (s *Server) connectWorker(c *call) error {
 	home, err := s.workerHome(c)
 	if err != nil {
 		return err
+	}
+	if home != "" && c.ctx.QueryArgs().Has(link.SpliceParam) && len(c.ctx.Request.Header.Peek(link.SplicedHeader)) == 0 {
+		return s.spliceWorker(c, home)
 	}
 	// An idle link holds only its read buffer, which is small: messages
 	// are read past it, and fasthttp's connection buffer lies beneath it.

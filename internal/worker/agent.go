@@ -400,6 +400,12 @@ func (a *Agent) newSession() *link.Session {
 // worker bouncing between them.
 const maxRedirects = 4
 
+// spliceFor is how long a worker whose redirect did not answer asks the
+// configured gateway to splice its link through to the replica it would
+// have been sent to, before trying redirects again: networks that let a
+// worker reach only the balancer do not change often.
+const spliceFor = 10 * time.Minute
+
 // connectLoop keeps the link up until ctx ends, reconnecting with
 // jittered exponential backoff.
 //
@@ -407,13 +413,18 @@ const maxRedirects = 4
 // once, and again after a drop for as long as it answers. When it does
 // not, the worker goes back to the configured gateway (usually a load
 // balancer), which knows where to go now: an advertised URL that stopped
-// answering is never dialled again and again.
+// answering is never dialled again and again. The worker then asks the
+// configured gateway to splice its link to the replica it would redirect
+// to, for a while (spliceFor): where only the balancer is reachable, the
+// link goes through it.
 func (a *Agent) connectLoop(ctx context.Context) error {
 	sessionID := uuid.NewString()
 	backoff := newBackoff()
 	target, redirects := a.cfg.Gateway, 0
+	var spliceUntil time.Time
 	for {
-		connected, redirect, err := a.connectOnce(ctx, sessionID, target)
+		splice := target == a.cfg.Gateway && time.Now().Before(spliceUntil)
+		connected, redirect, err := a.connectOnce(ctx, sessionID, target, splice)
 		redirected := target != a.cfg.Gateway
 		var perm *PermanentError
 		// Only the configured gateway's refusal stops the worker: a
@@ -452,9 +463,9 @@ func (a *Agent) connectLoop(ctx context.Context) error {
 			}
 			target, redirects = a.cfg.Gateway, 0
 		case redirected && !connected:
-			a.log.Warn("the gateway redirected to does not answer; back to the configured gateway",
+			a.log.Warn("the gateway redirected to does not answer; back to the configured gateway, asking it to splice the link through",
 				"gateway", target, "configured", a.cfg.Gateway, "err", err)
-			target = a.cfg.Gateway
+			target, spliceUntil = a.cfg.Gateway, time.Now().Add(spliceFor)
 			continue
 		}
 		wait := backoff.next()
@@ -492,10 +503,14 @@ func (a *Agent) checkRedirect(to string) error {
 // connectOnce dials gateway, shakes hands and serves one connection until
 // it ends. It reports whether the handshake let the worker in, or else
 // where the gateway redirected it.
-func (a *Agent) connectOnce(ctx context.Context, sessionID, gateway string) (connected bool, redirect string, err error) {
+func (a *Agent) connectOnce(ctx context.Context, sessionID, gateway string, splice bool) (connected bool, redirect string, err error) {
 	u, err := connectURL(gateway)
 	if err != nil {
 		return false, "", err
+	}
+	if splice {
+		// A gateway that is the organisation's home ignores it.
+		u += "?" + link.SpliceParam + "=1"
 	}
 	dialCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	conn, err := a.cfg.Dial(dialCtx, u)

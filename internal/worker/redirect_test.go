@@ -28,6 +28,8 @@ type replica struct {
 	fleet    *fleet.Fleet
 	redirect atomic.Pointer[string]
 	hellos   atomic.Int64
+	// splices counts the link requests that asked to be spliced.
+	splices atomic.Int64
 
 	ctx      context.Context // ends the links it serves
 	stop     context.CancelFunc
@@ -62,6 +64,9 @@ func newReplica(t *testing.T) *replica {
 			return
 		}
 		r.hellos.Add(1)
+		if req.URL.Query().Has(link.SpliceParam) {
+			r.splices.Add(1)
+		}
 		if to := r.redirect.Load(); to != nil {
 			fleet.Redirect(conn, *to)
 			return
@@ -152,7 +157,7 @@ func (r *records) count(msg string) int {
 const (
 	logRedirected = "the gateway redirected the worker"
 	logBadRedir   = "the gateway sent a redirect the worker does not follow"
-	logUnanswered = "the gateway redirected to does not answer; back to the configured gateway"
+	logUnanswered = "the gateway redirected to does not answer; back to the configured gateway, asking it to splice the link through"
 	logRetry      = "gateway link down; reconnecting"
 )
 
@@ -360,6 +365,12 @@ func TestBadRedirectsAreNotFollowed(t *testing.T) {
 			}
 			if tt.log == logBadRedir && logs.count(logRedirected) != 0 {
 				t.Fatal("the redirect was followed")
+			}
+			// Back from a replica that did not answer, the worker asks the
+			// configured gateway to splice; from a redirect it would not
+			// follow, it does not.
+			if got := a.splices.Load() > 0; got != (tt.log == logUnanswered) {
+				t.Fatalf("%d link requests asked to splice", a.splices.Load())
 			}
 			a.serve()
 			eventually(t, "the worker is linked to the configured gateway", func() bool { return linked(a.fleet) })

@@ -1,0 +1,170 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/link"
+)
+
+// A worker that cannot reach its organisation's home (a network that lets
+// it reach only the load balancer) asks the replica it reached to splice:
+// the replica replays the worker's link request to the home and then
+// copies bytes both ways. The home authenticates the worker's token and
+// runs the link as if the worker had dialled it; this replica only
+// carries the connection, and carries it until either end closes or this
+// replica stops (the worker then reconnects and its session resumes).
+
+// spliceDial bounds the dial of the home for a splice.
+const spliceDial = 5 * time.Second
+
+// spliceWorker joins the call's worker link through to home.
+func (s *Server) spliceWorker(c *call, home string) error {
+	head, addr, useTLS, err := spliceRequest(c.ctx, home)
+	if err != nil {
+		s.log.Warn("cluster: splice a worker's link", "home", home, "err", err)
+		return &api.Error{Kind: api.KindUnavailable, Type: api.TypeServiceUnavailable, RetryAfter: homeRetryAfter,
+			Message: "The organisation's home replica cannot be reached to splice the worker's link; retry"}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), spliceDial)
+	defer cancel()
+	var up net.Conn
+	if useTLS {
+		d := tls.Dialer{Config: &tls.Config{ServerName: hostOnly(addr), MinVersion: tls.VersionTLS12}}
+		up, err = d.DialContext(ctx, "tcp", addr)
+	} else {
+		var d net.Dialer
+		up, err = d.DialContext(ctx, "tcp", addr)
+	}
+	if err != nil {
+		s.forwarder.mark(home, false)
+		s.log.Warn("cluster: splice a worker's link: the home does not answer", "home", home, "err", err)
+		c.ctx.SetConnectionClose()
+		return &api.Error{Kind: api.KindUnavailable, Type: api.TypeServiceUnavailable, RetryAfter: homeRetryAfter,
+			Message: "The organisation's home replica does not answer; retry once another replica has taken it over"}
+	}
+	if !s.splices.add(up) {
+		_ = up.Close()
+		return &api.Error{Kind: api.KindUnavailable, Type: api.TypeServiceUnavailable, RetryAfter: homeRetryAfter,
+			Message: "This gateway replica is stopping; reconnect through the cluster's load balancer"}
+	}
+	s.log.Debug("cluster: splicing a worker's link to its organisation's home", "org", c.workerOrg, "home", home)
+	c.ctx.HijackSetNoResponse(true)
+	c.ctx.Hijack(func(down net.Conn) { s.splices.run(down, up, head) })
+	return nil
+}
+
+// spliceRequest is the worker's link request as the home is to get it:
+// the same headers (the token among them) for the home's host, marked
+// spliced, without the splice parameter. It returns the home's address
+// and whether it speaks TLS.
+func spliceRequest(ctx *fasthttp.RequestCtx, home string) (head []byte, addr string, useTLS bool, err error) {
+	u, err := url.Parse(home)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return nil, "", false, errors.New("the home's advertised URL is not http(s)://host:port")
+	}
+	useTLS = u.Scheme == "https"
+	addr = u.Host
+	if u.Port() == "" {
+		addr = net.JoinHostPort(u.Hostname(), map[bool]string{true: "443", false: "80"}[useTLS])
+	}
+	var h fasthttp.RequestHeader
+	ctx.Request.Header.CopyTo(&h)
+	h.SetRequestURI(link.Path)
+	h.SetHost(u.Host)
+	h.Set(link.SplicedHeader, "1")
+	h.Set("X-Forwarded-For", ctx.RemoteIP().String())
+	return h.Header(), addr, useTLS, nil
+}
+
+func hostOnly(addr string) string {
+	h, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	return h
+}
+
+// splices are the worker links this replica carries to their homes.
+type splices struct {
+	mu     sync.Mutex
+	closed bool
+	conns  map[net.Conn]struct{}
+	wg     sync.WaitGroup
+}
+
+// add takes up, the connection to a home, before its splice runs (should
+// the connection to the worker fail before that, close still closes up);
+// false once the replica is stopping.
+func (sp *splices) add(up net.Conn) bool {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	if sp.closed {
+		return false
+	}
+	if sp.conns == nil {
+		sp.conns = map[net.Conn]struct{}{}
+	}
+	sp.conns[up] = struct{}{}
+	return true
+}
+
+// run replays head to the home on up and copies bytes between the worker's
+// connection down and up until either ends.
+func (sp *splices) run(down, up net.Conn, head []byte) {
+	sp.mu.Lock()
+	if sp.closed {
+		sp.mu.Unlock()
+		_ = down.Close()
+		_ = up.Close()
+		return
+	}
+	sp.conns[down] = struct{}{}
+	sp.wg.Add(1)
+	sp.mu.Unlock()
+	defer sp.wg.Done()
+	defer func() {
+		sp.mu.Lock()
+		delete(sp.conns, down)
+		delete(sp.conns, up)
+		sp.mu.Unlock()
+	}()
+	// The link keeps itself alive with pings end to end; no deadline of
+	// the request's may cut it here.
+	_ = down.SetDeadline(time.Time{})
+	if _, err := up.Write(head); err != nil {
+		_ = down.Close()
+		_ = up.Close()
+		return
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		_, _ = io.Copy(up, down)
+		_ = up.Close()
+		_ = down.Close()
+	})
+	_, _ = io.Copy(down, up)
+	_ = down.Close()
+	_ = up.Close()
+	wg.Wait()
+}
+
+// close ends every splice and waits for them.
+func (sp *splices) close() {
+	sp.mu.Lock()
+	sp.closed = true
+	for c := range sp.conns {
+		_ = c.Close()
+	}
+	sp.mu.Unlock()
+	sp.wg.Wait()
+}
