@@ -255,34 +255,14 @@ export function createPrivateFetch(options: PrivateFetchOptions = {}): PrivateFe
     if (resp.ok && p.stream && mediaType(resp.headers) === "text/event-stream" && resp.body) {
       headers.delete("content-length");
       headers.set("content-type", "text/event-stream");
+      // The clear {"svc": ...} event names the worker; a gateway that sent
+      // none still named it in the headers.
       let reported = false;
-      const onSvc = (svc: Record<string, unknown>) => {
+      const once = (svc: unknown) => {
         if (!reported) report(p, resp, svc);
         reported = true;
       };
-      const clear = opener.openStream(resp.body, onSvc);
-      // The clear {"svc": ...} event names the worker; a gateway that sent
-      // none still named it in the headers, read once the stream is done.
-      const reader = clear.getReader();
-      const body = new ReadableStream<Uint8Array>(
-        {
-          async pull(controller) {
-            try {
-              const { done, value } = await reader.read();
-              if (done) {
-                if (!reported) onSvc({});
-                controller.close();
-              } else controller.enqueue(value);
-            } catch (e) {
-              controller.error(e);
-            }
-          },
-          cancel(reason) {
-            return reader.cancel(reason);
-          },
-        },
-        { highWaterMark: 0 },
-      );
+      const body = opener.openStream(resp.body, { onSvc: once, onDone: () => once(undefined) });
       return new Response(body, init);
     }
     const raw = await readLimited(resp.body, MAX_REPLY);

@@ -147,12 +147,13 @@ export class ResponseOpener {
    * its final chunk errors with TruncatedReplyError, so a consumer that
    * reads to the end never takes a cut or altered reply for a whole one.
    * Keep-alive comments and clear events without a chunk are skipped; a
-   * clear {"svc": ...} annotation goes to onSvc. A clear error frame from
-   * the gateway is passed on, then the stream errors: the gateway may end
-   * a stream, not extend it.
+   * clear {"svc": ...} annotation goes to hooks.onSvc, and hooks.onDone is
+   * called once the reply is whole, before the clear [DONE] is passed on.
+   * A clear error frame from the gateway is passed on, then the stream
+   * errors: the gateway may end a stream, not extend it.
    */
-  openStream(body: ReadableStream<Uint8Array>, onSvc?: (svc: Record<string, unknown>) => void): ReadableStream<Uint8Array> {
-    const st = new StreamState(this.secret, this.enc, new SseReader(body.getReader(), MAX_STREAM_EVENT), onSvc);
+  openStream(body: ReadableStream<Uint8Array>, hooks: StreamHooks = {}): ReadableStream<Uint8Array> {
+    const st = new StreamState(this.secret, this.enc, new SseReader(body.getReader(), MAX_STREAM_EVENT), hooks);
     return new ReadableStream<Uint8Array>(
       {
         async pull(controller) {
@@ -188,6 +189,11 @@ export class ResponseOpener {
   }
 }
 
+export interface StreamHooks {
+  onSvc?: (svc: Record<string, unknown>) => void;
+  onDone?: () => void;
+}
+
 class StreamState {
   cipher: ChunkCipher | undefined;
   next = 0;
@@ -200,24 +206,22 @@ class StreamState {
     private readonly secret: Bytes,
     private readonly enc: Bytes,
     readonly src: SseReader,
-    private readonly onSvc?: (svc: Record<string, unknown>) => void,
+    private readonly hooks: StreamHooks,
   ) {}
 
   // step handles one event, adding any clear output.
   async step(): Promise<void> {
     const ev = await this.src.next();
     if (ev === null) {
-      if (this.final) {
-        this.done = true;
-        return;
-      }
+      if (this.final) return this.finish();
       throw truncated(`the stream ended after ${this.next} chunks`);
     }
     const data = text(ev.data);
     if (data === DONE) {
-      // After the final chunk only the clear terminator, keep-alives and
-      // gateway annotations may follow.
-      if (this.final) return;
+      if (this.final) {
+        await this.src.cancel().catch(() => {});
+        return this.finish();
+      }
       throw truncated(`[DONE] after ${this.next} chunks without a final chunk`);
     }
     if (ev.type === "error") return this.clearError(ev);
@@ -239,7 +243,7 @@ class StreamState {
       return this.header(e);
     }
     if (e.error !== undefined && e.error !== null) return this.clearError(ev);
-    if (isObject(e.svc)) this.onSvc?.(e.svc);
+    if (isObject(e.svc)) this.hooks.onSvc?.(e.svc);
   }
 
   private async header(e: Record<string, unknown>): Promise<void> {
@@ -260,12 +264,21 @@ class StreamState {
     if (!pt) throw invalid(`chunk ${this.next} does not open`);
     this.next++;
     if (final) {
+      // The clear [DONE] waits for the gateway's own: SDKs stop reading
+      // at [DONE], and the gateway's {"svc": ...} naming the worker comes
+      // after the final chunk. Only keep-alives, annotations and the
+      // terminator may follow it.
       this.final = true;
       if (pt.length > 0 && text(pt) !== DONE) this.out.push(event(pt));
-      this.out.push(DONE_EVENT);
       return;
     }
     this.out.push(event(pt));
+  }
+
+  private finish(): void {
+    this.hooks.onDone?.();
+    this.out.push(DONE_EVENT);
+    this.done = true;
   }
 
   // clearError passes the gateway's clear error frame on, so an SSE client

@@ -264,10 +264,18 @@ test("replies that are not sealed, or cut, or altered are refused", async () => 
   }
 });
 
-test("a stream names its worker from the clear svc event", async () => {
-  const { f, reported } = await setup();
-  const r = await f("http://gw.test/v1/chat/completions", post(chat("hi", { stream: true })));
-  await r.text();
-  assert.equal(reported.length, 1);
-  assert.deepEqual(reported[0], { id: "w1", name: "böx", version: "0.17.0", requestId: "req-1", model: "chat-model", url: "http://gw.test/v1/chat/completions" });
+test("a stream names its worker before its [DONE], where SDKs stop reading", async () => {
+  const { g, f, reported } = await setup();
+  for (const [m, want] of [["", SVC.worker.version], ["no-svc", null]]) {
+    g.misbehave = m;
+    reported.length = 0;
+    const r = await f("http://gw.test/v1/chat/completions", post(chat("hi", { stream: true })));
+    const reader = r.body.getReader();
+    let got = "";
+    while (!got.endsWith("data: [DONE]\n\n")) got += new TextDecoder().decode((await reader.read()).value);
+    await reader.cancel();
+    assert.equal(reported.length, 1, m);
+    // Without the svc event, the headers name it (they carry no version).
+    assert.deepEqual(reported[0], { id: "w1", name: "böx", version: want, requestId: "req-1", model: "chat-model", url: "http://gw.test/v1/chat/completions" });
+  }
 });

@@ -40,7 +40,7 @@ test("a sealed stream opens event by event, across any byte boundary", async () 
   const svcs = [];
   const mixed = [": keep-alive\r\n\r\n", `data: ${events[0]}\r\n\r\n`, `data: ${events[1]}\r\r`, 'data: {"svc":{"worker":{"id":"w1"}}}\n\n',
     `data: ${events[2]}\n\n`, `data: ${events[3]}\n\n`, `data: ${events[4]}\n\n`, ": bye\n\n", "data: [DONE]\n\n"];
-  assert.equal(await readAll(opener.openStream(dribble(mixed, 5), (svc) => svcs.push(svc))), want);
+  assert.equal(await readAll(opener.openStream(dribble(mixed, 5), { onSvc: (svc) => svcs.push(svc) })), want);
   assert.deepEqual(svcs, [{ worker: { id: "w1" } }]);
 });
 

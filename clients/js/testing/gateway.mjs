@@ -216,9 +216,11 @@ export class FakeGateway {
     if (this.misbehave === "error-frame") {
       parts.push(sse(JSON.stringify({ error: { message: "worker vanished", type: "service_unavailable" } })));
     }
-    parts.push(sse(JSON.stringify({ svc: SVC })));
-    if (this.misbehave === "drop-final") parts.push("data: [DONE]\n\n");
-    else if (this.misbehave !== "truncate") parts.push(sse(await s.finalData()), "data: [DONE]\n\n");
+    // As the relay does: the final chunk, the clear svc naming the worker,
+    // the clear terminator.
+    if (this.misbehave !== "drop-final" && this.misbehave !== "truncate") parts.push(sse(await s.finalData()));
+    if (this.misbehave !== "no-svc") parts.push(sse(JSON.stringify({ svc: SVC })));
+    if (this.misbehave !== "truncate") parts.push("data: [DONE]\n\n");
     return new Response(dribble(parts), { headers: { "content-type": "text/event-stream", ...WORKER_HEADERS } });
   }
 }
