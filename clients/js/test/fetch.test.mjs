@@ -249,6 +249,23 @@ test("a worker's sealed error keeps its status and opens", async () => {
   assert.equal(reported[0].id, "w1", "named from the headers when the reply has no svc");
 });
 
+test("a sealed speech error opens to JSON, not to audio/wav", async () => {
+  const { f } = await setup();
+  const r = await f("http://gw.test/v1/audio/speech", post(JSON.stringify({ model: "tts-model", input: "x".repeat(5000), voice: "nova" })));
+  assert.equal(r.status, 400);
+  assert.equal(r.headers.get("content-type"), "application/json");
+  assert.equal((await r.json()).error.message, "input over 4,096 characters");
+});
+
+test("a body too large to seal is refused before anything is sent", async () => {
+  const { g, f } = await setup();
+  await assert.rejects(f("http://gw.test/v1/chat/completions", post("x".repeat((32 << 20) + 1))), (e) => e instanceof UnsealableRequestError && /larger than/.test(e.message));
+  // Under the limit in the clear, over it once sealed and in base64.
+  const big = chat("a".repeat(25 << 20));
+  await assert.rejects(f("http://gw.test/v1/chat/completions", post(big)), (e) => e instanceof UnsealableRequestError && /over the 33554432-byte limit/.test(e.message));
+  assert.equal(g.requests, 0);
+});
+
 test("replies that are not sealed, or cut, or altered are refused", async () => {
   const { g, f } = await setup();
   g.misbehave = "unsealed";

@@ -183,6 +183,9 @@ export class FakeGateway {
       return sealedJSON(await s.replyBody(out, SVC));
     }
     const req = JSON.parse(text(opened.body));
+    if (path === "/v1/audio/speech" && req.input.length > 4096) {
+      return sealedJSON(await s.replyBody(JSON.stringify({ error: { message: "input over 4,096 characters", type: "invalid_request_error" } })), 400);
+    }
     if (path === "/v1/audio/speech") {
       return sealedJSON(await s.replyBody(concat(utf8("RIFF"), utf8(req.input)), SVC));
     }
