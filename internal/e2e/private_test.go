@@ -138,9 +138,16 @@ func TestPrivateInference(t *testing.T) {
 		}
 	}
 
-	// Nothing of the content is in the gateway's memory, its disk or its
-	// logs. The worker, which may read it, is the only other process; the
-	// scan finds the marker there, so it would find it in the gateway.
+	assertNoPlaintext(t, s, w, marker)
+}
+
+// assertNoPlaintext checks that nothing of the content sent sealed (the
+// marker) is in the gateway's memory, its disk or its logs, and stops the
+// gateway to flush its store first. The worker, which may read the
+// content, is the only other process; the scan finds the marker there, so
+// it would find it in the gateway.
+func assertNoPlaintext(t *testing.T, s *server, w *workerProc, marker string) {
+	t.Helper()
 	if found, ok := memoryHolds(w.Pid(), []byte(marker)); ok && !found {
 		t.Error("the memory scan does not find the marker even in the worker")
 	}

@@ -16,7 +16,7 @@ import (
 // sdkDir is where clients/sdk-tests/install.sh put the official npm SDKs
 // (SVC_SDK_DIR). Without it the test skips, unless SVC_REQUIRE_SDKS=1
 // (CI), where a missing SDK is a failure.
-func sdkDir(t *testing.T) string {
+func sdkDir(t testing.TB) string {
 	t.Helper()
 	dir := os.Getenv("SVC_SDK_DIR")
 	if _, err := os.Stat(filepath.Join(dir, "node_modules", "openai")); dir == "" || err != nil {
