@@ -166,6 +166,14 @@ const checks = {
     return { request_id: response.headers.get("x-request-id"), request_type: "audio", model: "sim-stt" };
   },
 
+  async "openai moderations default model"() {
+    // No model: the organisation's moderation model judges, guard-b:0.6b
+    // by default, which the demo and the test's worker serve.
+    const { data, response } = await openai.moderations.create({ input: "How do I bake bread?" }).withResponse();
+    must(data.model === "guard-b:0.6b" && data.results.length === 1 && data.results[0].flagged === false, "verdict", data);
+    return { request_id: response.headers.get("x-request-id"), request_type: "moderation", model: "guard-b:0.6b" };
+  },
+
   async "ai sdk agent"() {
     let calls = 0;
     const svc = createOpenAICompatible({ name: "svc", baseURL: base + "/v1", apiKey });

@@ -294,8 +294,9 @@ func newCmdAdminUsers(o *AdminOptions) *cobra.Command {
 						return o.Exporter.Write(o.IO.Out, users)
 					}
 					t := newTablePrinter(o.IO, "NAME", "ID", "CREATED")
+					short := abbrevFor(users, func(u api.User) string { return u.ID })
 					for _, u := range users {
-						t.row(u.Name, u.ID, t.fmtTime(u.CreatedAt))
+						t.row(u.Name, short.of(u.ID), t.fmtTime(u.CreatedAt))
 					}
 					return t.render()
 				})

@@ -27,9 +27,13 @@ func NewCmdAdminKeys(o *AdminOptions, runF func(*KeyCreateOptions) error) *cobra
 					return o.Exporter.Write(o.IO.Out, keys)
 				}
 				t := newTablePrinter(o.IO, "KEY", "NAME", "USER", "PERMISSIONS", "FILTER", "CREATED", "LAST USED", "REVOKED")
+				t.shrinkable("PERMISSIONS", "NAME")
 				for _, k := range keys {
-					t.row(k.Prefix, k.Name, k.User, describePermissions(k), onOff(k.ContentFilter),
-						t.fmtTime(k.CreatedAt), t.fmtTimePtr(k.LastUsedAt), t.fmtTimePtr(k.RevokedAt))
+					t.field(k.Prefix)
+					t.field(k.Name)
+					t.field(k.User)
+					t.listField("permissions", permissions(k), 0)
+					t.row(onOff(k.ContentFilter), t.fmtTime(k.CreatedAt), t.fmtTimePtr(k.LastUsedAt), t.fmtTimePtr(k.RevokedAt))
 				}
 				return t.render()
 			})
@@ -55,11 +59,15 @@ func NewCmdAdminKeys(o *AdminOptions, runF func(*KeyCreateOptions) error) *cobra
 	return cmd
 }
 
-func describePermissions(k api.APIKey) string {
+func describePermissions(k api.APIKey) string { return strings.Join(permissions(k), ",") }
+
+// permissions are what a key may do, "unrestricted" for a key from before
+// permissions.
+func permissions(k api.APIKey) []string {
 	if k.Unrestricted {
-		return "unrestricted"
+		return []string{"unrestricted"}
 	}
-	return strings.Join(k.Permissions, ",")
+	return k.Permissions
 }
 
 func (o *AdminOptions) printKey(k api.APIKey) error {

@@ -17,7 +17,7 @@ import (
 // settingKeys documents what `svc admin settings set` accepts.
 const settingKeys = `  require_e2e=BOOL                refuse unencrypted inference requests (403 e2e_required)
   content_filtering=BOOL          content filtering for every key of the organisation
-  moderation_model=MODEL|default  the model content filtering checks with (guard-b:0.6b)
+  moderation_model=MODEL|default  checks filtered keys' chats and moderations naming none (guard-b:0.6b)
   allow_remote_image_urls=BOOL    let image inputs name https URLs, not only data: URLs
   jurisdiction_floor=TIER|none    lowest rental jurisdiction tier accepted
   max_runtime=DURATION|none       stop rentals automatically after this long, e.g. 8h

@@ -77,7 +77,7 @@ func TestWorkersTable(t *testing.T) {
 			t.Errorf("header %q", lines[0])
 		}
 		contains(t, "row 1", lines[1], "gpu-box-1", "healthy", "v1.3.0 (latest v1.4.0)",
-			"qwen3-32b, llama-3.3-70b-instruct-with-a-very-long-model-identifier, bge-m3", "2/4", "  612 W  ")
+			"  qwen3-32b +2 more  ", "2/4", "  612 W  ")
 		contains(t, "row 2", lines[2], "demo-sim", "stale, draining", "sim-chat", "~180 W", "yes")
 		lacks(t, "table", r.stdout, "\x1b", "…", "ago")
 		if !rfc3339.MatchString(lines[1]) {
@@ -95,6 +95,71 @@ func TestWorkersTable(t *testing.T) {
 		}
 		contains(t, "events", r.stdout, "2026-01-02T03:05:00Z", "demo-sim", "disconnected (transient)", "link lost", "connected")
 	})
+}
+
+// svc workers show: every model the list only counts, by name, id or a
+// unique start of the id.
+func TestWorkersShow(t *testing.T) {
+	g := workersGateway(t)
+	for _, arg := range []string{"gpu-box-1", "wk_0000000000000001"} {
+		r := cliRun{env: gatewayEnv(g)}.run(t, "workers", "show", arg)
+		if r.code != 0 {
+			t.Fatalf("show %s: exit %d %s", arg, r.code, r.stderr)
+		}
+		for _, re := range []string{`(?m)^Name\s+gpu-box-1$`, `(?m)^ID\s+wk_0000000000000001$`, `(?m)^Version\s+v1\.3\.0 \(latest v1\.4\.0\)$`,
+			`(?m)^Engines\s+openai http://127\.0\.0\.1:8000$`, `(?m)^Active\s+2 of 4$`, `(?m)^Power\s+612 W$`,
+			`(?m)^MODEL\s+CAPABILITIES\s+CONTEXT\s+ENGINE\s+LOADED\s+NOTE$`, `(?m)^qwen3-32b\s+chat,reasoning\s+32768\s+openai\s+-\s+-$`,
+			`(?m)^llama-3\.3-70b-instruct-with-a-very-long-model-identifier\s+chat\s+-\s+openai`, `(?m)^bge-m3\s+embeddings\s+`} {
+			if !regexp.MustCompile(re).MatchString(r.stdout) {
+				t.Errorf("show %s lacks %s:\n%s", arg, re, r.stdout)
+			}
+		}
+	}
+	r := cliRun{env: gatewayEnv(g)}.run(t, "workers", "show", "demo-sim", "--jq", ".models[].id")
+	if r.code != 0 || r.stdout != "sim-chat\n" {
+		t.Errorf("--jq: exit %d %q %s", r.code, r.stdout, r.stderr)
+	}
+	r = cliRun{env: gatewayEnv(g)}.run(t, "workers", "show", "wk_0000")
+	if r.code != exitUsage || !strings.Contains(r.stderr, `"wk_0000" starts 2 worker ids (wk_0000000000000001, wk_0000000000000002): give more of it`) {
+		t.Errorf("ambiguous start: exit %d %s", r.code, r.stderr)
+	}
+	r = cliRun{env: gatewayEnv(g)}.run(t, "workers", "show", "gpu-box-9")
+	if r.code != exitError || !strings.Contains(r.stderr, `no worker "gpu-box-9" is listed`) || !strings.Contains(r.stderr, "'svc workers' lists them") {
+		t.Errorf("unknown worker: exit %d %s", r.code, r.stderr)
+	}
+}
+
+// Every list fits a terminal of the default width: ids are short, long
+// lists are summed up, and the long text columns give way.
+func TestListsFitTheTerminal(t *testing.T) {
+	g := newFakeGateway(t, map[string]fakeReply{
+		"GET /api/v1/workers":                {body: "workers.json"},
+		"GET /api/v1/workers/latest-version": {body: `{"version": "v1.4.0"}`},
+		"GET /api/v1/workers/events":         {body: "events.json"},
+		"GET /api/v1/usage/logs":             {body: "logs.json"},
+		"GET /api/v1/usage/inflight":         {body: "inflight.json"},
+		"GET /api/v1/usage/breakdown":        {body: "breakdown.json"},
+		"GET /v1/models":                     {body: "models.json"},
+		"GET /api/v1/compute/instances":      {body: "rentals.json"},
+		"GET /api/v1/compute/spend":          {body: "spend.json"},
+		"GET /api/v1/compute/catalogue":      {body: "catalogue.json"},
+	})
+	for _, args := range [][]string{
+		{"workers"}, {"workers", "events"}, {"workers", "show", "gpu-box-1"}, {"usage", "logs"}, {"usage", "inflight"},
+		{"usage", "breakdown"}, {"models"}, {"rentals"}, {"spend"}, {"catalogue"},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			r := cliRun{env: gatewayEnv(g), tty: true}.run(t, args...)
+			if r.code != 0 {
+				t.Fatalf("exit %d: %s", r.code, r.stderr)
+			}
+			for _, line := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+				if w := lipgloss.Width(ansi.ReplaceAllString(line, "")); w > defaultWidth {
+					t.Errorf("line of %d cells wider than the terminal:\n%s", w, line)
+				}
+			}
+		})
+	}
 }
 
 func TestModelsTable(t *testing.T) {
@@ -233,7 +298,7 @@ func TestUsageTables(t *testing.T) {
 	if len(lines) != 3 || !regexp.MustCompile(`^TIME\s+ID\s+MODEL\s+STATUS\s+TOKENS\s+DURATION\s+TTFT\s+ENERGY\s+WORKER\s+NOTE$`).MatchString(lines[0]) {
 		t.Fatalf("logs:\n%s", r.stdout)
 	}
-	if !regexp.MustCompile(`^2026-01-02T03:04:07Z\s+req-cancelled\s+qwen3-32b\s+499\s+~12/40\s+2\.3s\s+180ms\s+-\s+gpu-box-1\s+Client disconnected$`).MatchString(lines[1]) {
+	if !regexp.MustCompile(`^2026-01-02T03:04:07Z\s+req-canc\s+qwen3-32b\s+499\s+~12/40\s+2\.3s\s+180ms\s+-\s+gpu-box-1\s+Client disconnected$`).MatchString(lines[1]) {
 		t.Errorf("row %q", lines[1])
 	}
 	if !regexp.MustCompile(`^\S+\s+req-ok\s+sim-chat\s+200\s+3/9\s+45ms\s+5ms\s+0\.42 Wh\s+demo-sim\s+truncated_at_default_max_tokens$`).MatchString(lines[2]) {
@@ -246,8 +311,8 @@ func TestUsageTables(t *testing.T) {
 	if g.last("/api/v1/usage/inflight").Query.Get("worker_id") != "wk_1" {
 		t.Error("inflight --worker not sent")
 	}
-	if !regexp.MustCompile(`(?m)^req-running\s+qwen3-32b\s+chat \(stream\)\s+running\s+gpu-box-1\s+2026-01-02T03:04:05Z\s+1\.5s\s+42$`).MatchString(r.stdout) ||
-		!regexp.MustCompile(`(?m)^req-queued\s+qwen3-32b\s+embeddings\s+queued\s+-\s+\S+\s+300ms\s+-$`).MatchString(r.stdout) {
+	if !regexp.MustCompile(`(?m)^req-runn\s+qwen3-32b\s+chat \(stream\)\s+running\s+gpu-box-1\s+2026-01-02T03:04:05Z\s+1\.5s\s+42$`).MatchString(r.stdout) ||
+		!regexp.MustCompile(`(?m)^req-queu\s+qwen3-32b\s+embeddings\s+queued\s+-\s+\S+\s+300ms\s+-$`).MatchString(r.stdout) {
 		t.Errorf("inflight:\n%s", r.stdout)
 	}
 

@@ -3,13 +3,12 @@ package cli
 import (
 	"bytes"
 	"flag"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"testing"
-
-	"github.com/svc-dev/svc/internal/iostreams"
 )
 
 var update = flag.Bool("update", false, "rewrite the committed completions/ and man/ from the command tree")
@@ -20,11 +19,18 @@ var update = flag.Bool("update", false, "rewrite the committed completions/ and 
 func TestGeneratedCompletions(t *testing.T) {
 	for shell, file := range map[string]string{"bash": "svc.bash", "zsh": "_svc", "fish": "svc.fish"} {
 		t.Run(shell, func(t *testing.T) {
-			f := testFactory(nil)
-			ios, _, out, _ := iostreams.Test()
-			f.IO = ios
-			if err := run(NewCmdRoot(f), "completion", shell); err != nil {
+			// Cobra's completion command writes to the command's own
+			// output, not the factory's streams.
+			root := NewCmdRoot(testFactory(nil))
+			var out bytes.Buffer
+			root.SetArgs([]string{"completion", shell})
+			root.SetOut(&out)
+			root.SetErr(io.Discard)
+			if _, err := root.ExecuteC(); err != nil {
 				t.Fatal(err)
+			}
+			if out.Len() == 0 {
+				t.Fatal("no completion script written")
 			}
 			compare(t, filepath.Join("..", "..", "completions", file), out.Bytes())
 		})

@@ -97,35 +97,20 @@ func powerRun(ctx context.Context, opts *PowerOptions) error {
 	return printPower(opts.IO, powerReport{worker: w, hist: h, now: now, width: chartWidth(opts.IO)})
 }
 
-// resolveWorker finds WORKER in the workers list, by id and then by name.
-// One that is not listed is taken as an id: the list holds only workers
-// connected now or lately, and the gateway, which keeps their history
-// longer, is the judge of whether it exists.
+// resolveWorker finds the worker arg names: its id, its name, or a unique
+// start of an id. One that is not listed is taken as an id: the list holds
+// only workers connected now or lately, and the gateway, which keeps their
+// history longer, is the judge of whether it exists.
 func resolveWorker(ctx context.Context, c *client.Client, arg string) (api.Worker, error) {
 	workers, err := c.Workers(ctx)
 	if err != nil {
 		return api.Worker{}, err
 	}
-	var named []api.Worker
-	for _, w := range workers {
-		if w.WorkerID == arg {
-			return w, nil
-		}
-		if w.WorkerName == arg {
-			named = append(named, w)
-		}
+	w, ok, err := pick(workers, arg, "worker", func(w api.Worker) string { return w.WorkerID }, func(w api.Worker) string { return w.WorkerName })
+	if !ok && err == nil {
+		w = api.Worker{WorkerID: arg}
 	}
-	switch len(named) {
-	case 0:
-		return api.Worker{WorkerID: arg}, nil
-	case 1:
-		return named[0], nil
-	}
-	ids := make([]string, len(named))
-	for i, w := range named {
-		ids[i] = w.WorkerID
-	}
-	return api.Worker{}, usageErrorf("%d workers are named %q (%s): give an id instead", len(named), arg, strings.Join(ids, ", "))
+	return w, err
 }
 
 // completeWorkers offers the workers' names, which are what people type.

@@ -82,21 +82,20 @@ func rentalsRun(ctx context.Context, opts *RentalsOptions) error {
 		_, err := fmt.Fprintln(opts.IO.Out, "No rentals. Rent a GPU with: svc rent GPU --tier TIER ('svc catalogue' lists them)")
 		return err
 	}
-	tp := newTablePrinter(opts.IO, "ID", "NAME", "GPU", "TIER", "STATUS", "PHASE/DOWNLOAD", "CONNECTED", "PRICE/H", "COST", "HOURS", "STARTED")
+	// Whether the worker is connected is in STATUS ("running, not
+	// serving" when billed without it), so it takes no column.
+	tp := newTablePrinter(opts.IO, "ID", "NAME", "GPU", "TIER", "STATUS", "PHASE/DOWNLOAD", "PRICE/H", "COST", "HOURS", "STARTED")
 	tp.shrinkable("NAME", "TIER", "GPU")
+	tp.optional("STARTED", "TIER", "HOURS")
+	short := abbrevFor(rentals, func(r api.Rental) string { return r.ID })
 	for _, r := range rentals {
-		tp.field(shortID(r.ID))
+		tp.field(short.of(r.ID))
 		tp.field(dash(r.Name))
 		tp.field(rentalGPU(r))
 		tp.field(rentalTier(r))
 		status, style := rentalStatus(tp.cs, r)
 		tp.field(status, style)
 		tp.field(rentalPhase(r))
-		if r.Connected {
-			tp.field("yes")
-		} else {
-			tp.field("no")
-		}
 		tp.field(fmtGBP(r.PricePerHourGBP))
 		tp.field(fmtGBP(r.AccruedCostGBP))
 		tp.field(fmtHours(rentalHours(r)))
@@ -402,8 +401,8 @@ func confirm(ios *iostreams.IOStreams, question string) (bool, error) {
 // uuidLen is the length of a rental id written out in full.
 const uuidLen = 36
 
-// resolveRental finds the rental arg names: its id, a unique start of
-// one (the short ids the tables show), or its name. One the list does not
+// resolveRental finds the rental arg names: its id, its name, or a unique
+// start of an id (the short ids the tables show). One the list does not
 // have is asked for as an id, so the gateway's 404 is the answer for it.
 func resolveRental(ctx context.Context, c *client.Client, arg string) (api.Rental, error) {
 	notFound := func(err error) error {
@@ -420,38 +419,12 @@ func resolveRental(ctx context.Context, c *client.Client, arg string) (api.Renta
 	if err != nil {
 		return api.Rental{}, err
 	}
-	var prefixed, named []api.Rental
-	for _, r := range list {
-		if r.ID == arg {
-			return r, nil
-		}
-		if arg != "" && strings.HasPrefix(r.ID, strings.ToLower(arg)) {
-			prefixed = append(prefixed, r)
-		}
-		if r.Name == arg {
-			named = append(named, r)
-		}
+	r, ok, err := pick(list, arg, "rental", func(r api.Rental) string { return r.ID }, func(r api.Rental) string { return r.Name })
+	if ok || err != nil {
+		return r, err
 	}
-	switch {
-	case len(prefixed) == 1:
-		return prefixed[0], nil
-	case len(prefixed) > 1:
-		return api.Rental{}, usageErrorf("%q starts %d rental ids (%s): give more of it", arg, len(prefixed), shortIDs(prefixed))
-	case len(named) == 1:
-		return named[0], nil
-	case len(named) > 1:
-		return api.Rental{}, usageErrorf("%d rentals are named %q (%s): give an id instead", len(named), arg, shortIDs(named))
-	}
-	r, err := c.Rental(ctx, arg)
+	r, err = c.Rental(ctx, arg)
 	return r, notFound(err)
-}
-
-func shortIDs(rs []api.Rental) string {
-	ids := make([]string, len(rs))
-	for i, r := range rs {
-		ids[i] = shortID(r.ID)
-	}
-	return strings.Join(ids, ", ")
 }
 
 // completeRentals offers rental ids, described by name, GPU and status;
@@ -493,17 +466,6 @@ func computeError(err error, renting bool) error {
 		return withHint(err, "This gateway does not rent GPUs.")
 	}
 	return err
-}
-
-// shortIDLen is how much of a rental id the tables show: enough to tell
-// an organisation's rentals apart, and a unique start names one.
-const shortIDLen = 8
-
-func shortID(id string) string {
-	if len(id) <= shortIDLen {
-		return id
-	}
-	return id[:shortIDLen]
 }
 
 // rentalStatus is a rental's status as the tables show it, with its

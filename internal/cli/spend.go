@@ -119,8 +119,9 @@ func spendRun(ctx context.Context, opts *SpendOptions) error {
 	fmt.Fprintln(opts.IO.Out)
 	tp := newTablePrinter(opts.IO, "RENTAL", "GPU", "TIER", "STATUS", "PRICE/H", "HOURS", "COST")
 	tp.shrinkable("TIER", "GPU")
+	short := abbrevFor(s.Lines, func(l api.SpendLine) string { return l.RentalID })
 	for _, l := range s.Lines {
-		tp.field(shortID(l.RentalID))
+		tp.field(short.of(l.RentalID))
 		tp.field(dash(l.Label))
 		tp.field(dash(l.TierLabel))
 		status, style := spendStatus(tp.cs, l)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -34,9 +35,11 @@ func (c colorScheme) gray(s string) string   { return c.sgr("90", s) }
 
 // tablePrinter prints rows for people. On a terminal the columns are
 // aligned, coloured when allowed, times are ages ("3m ago"), and the
-// columns marked shrinkable are cut with "…" to fit the terminal's width.
-// Anywhere else it prints the same table without colour, cutting nothing,
-// with RFC 3339 times; scripts should prefer --json.
+// table is made to fit the terminal's width: the columns marked
+// shrinkable are cut with "…" (lists are summed up instead), then the
+// columns marked optional are left out. Anywhere else it prints the same
+// table without colour, cutting nothing but long lists, with RFC 3339
+// times; scripts should prefer --json.
 type tablePrinter struct {
 	out     io.Writer
 	tty     bool
@@ -45,6 +48,7 @@ type tablePrinter struct {
 	now     func() time.Time
 	headers []string
 	shrink  map[int]int // column → order in which it gives way, from 1
+	drop    []int       // columns left out, in this order, when cutting is not enough
 	rows    [][]tableCell
 	cur     []tableCell
 }
@@ -52,6 +56,9 @@ type tablePrinter struct {
 type tableCell struct {
 	text  string
 	style func(string) string
+	// fit, when set, writes the cell in w cells when text is wider,
+	// instead of cutting it.
+	fit func(w int) string
 }
 
 // defaultWidth is assumed when the terminal's width cannot be read.
@@ -88,6 +95,17 @@ func (t *tablePrinter) shrinkable(headers ...string) {
 	}
 }
 
+// optional marks the columns, by header, that are left out on a terminal
+// the table does not fit once the shrinkable ones are cut, in the order
+// they go: what 'show' or --json has anyway.
+func (t *tablePrinter) optional(headers ...string) {
+	for _, h := range headers {
+		if i := slices.Index(t.headers, h); i >= 0 {
+			t.drop = append(t.drop, i)
+		}
+	}
+}
+
 // field adds a cell to the current row, styled by style when colour is on.
 func (t *tablePrinter) field(text string, style ...func(string) string) {
 	c := tableCell{text: text}
@@ -95,6 +113,46 @@ func (t *tablePrinter) field(text string, style ...func(string) string) {
 		c.style = style[0]
 	}
 	t.cur = append(t.cur, c)
+}
+
+// listWidth is the most cells a list of many items takes off a terminal,
+// where no width is known: a worker's models are a dozen or more ids, and
+// a table of them all would be hundreds of characters wide.
+const listWidth = 40
+
+// listField adds a cell listing items: all of them where the column has
+// room, else as many as fit and a count of the rest ("a, b +9 more").
+// noun is what the items are, for a count alone ("12 models"). Off a
+// terminal the list takes at most pipeWidth cells, or all it needs when
+// pipeWidth is 0.
+func (t *tablePrinter) listField(noun string, items []string, pipeWidth int) {
+	c := tableCell{text: dash(strings.Join(items, ", ")), fit: func(w int) string { return summarise(items, noun, w) }}
+	if !t.tty && pipeWidth > 0 {
+		c.text = summarise(items, noun, pipeWidth)
+	}
+	t.cur = append(t.cur, c)
+}
+
+// summarise lists items in at most w cells: the most of them that fit
+// whole, then how many are left out; "N nouns" or a cut first item where
+// not even one fits with the count.
+func summarise(items []string, noun string, w int) string {
+	if len(items) == 0 {
+		return "-"
+	}
+	for k := len(items); k >= 1; k-- {
+		s := strings.Join(items[:k], ", ")
+		if k < len(items) {
+			s += fmt.Sprintf(" +%d more", len(items)-k)
+		}
+		if lipgloss.Width(s) <= w {
+			return s
+		}
+	}
+	if n := fmt.Sprintf("%d %s", len(items), noun); len(items) > 1 && lipgloss.Width(n) <= w {
+		return n
+	}
+	return truncate(items[0], w)
 }
 
 // timeField adds a time: an age on a terminal, RFC 3339 elsewhere.
@@ -145,23 +203,28 @@ func (t *tablePrinter) render() error {
 	}
 	if t.tty {
 		t.fit(widths)
+		t.summarise(widths)
 	}
 	line := func(cells []tableCell) error {
 		var b strings.Builder
+		pad := -1 // before the first column shown, none
 		for i := range n {
+			if widths[i] == dropped {
+				continue
+			}
 			var c tableCell
 			if i < len(cells) {
 				c = cells[i]
 			}
+			if pad >= 0 {
+				b.WriteString(strings.Repeat(" ", pad+2))
+			}
 			text := truncate(c.text, widths[i])
-			pad := widths[i] - lipgloss.Width(text)
+			pad = widths[i] - lipgloss.Width(text)
 			if c.style != nil && t.cs.enabled {
 				text = c.style(text)
 			}
 			b.WriteString(text)
-			if i < n-1 {
-				b.WriteString(strings.Repeat(" ", pad+2))
-			}
 		}
 		// Empty cells at the end leave no trailing blanks.
 		_, err := io.WriteString(t.out, strings.TrimRight(b.String(), " ")+"\n")
@@ -182,15 +245,59 @@ func (t *tablePrinter) render() error {
 	return nil
 }
 
+// summarise rewrites the cells that can say themselves shorter in the
+// widths fit gave their columns, then narrows each such column to its
+// widest cell: a summary seldom fills the room it was given.
+func (t *tablePrinter) summarise(widths []int) {
+	for i := range widths {
+		if widths[i] == dropped {
+			continue
+		}
+		fitted, widest := false, lipgloss.Width(t.headers[i])
+		for _, r := range t.rows {
+			if i >= len(r) {
+				continue
+			}
+			if c := &r[i]; c.fit != nil && lipgloss.Width(c.text) > widths[i] {
+				c.text, fitted = c.fit(widths[i]), true
+			}
+			widest = max(widest, lipgloss.Width(r[i].text))
+		}
+		if fitted {
+			widths[i] = min(widths[i], widest)
+		}
+	}
+}
+
 // minShrink is the narrowest a shrinkable column is cut to.
 const minShrink = 12
 
-// fit narrows the shrinkable columns, in their order, until the table
-// fits the terminal or none can give more.
+// dropped is the width of a column left out.
+const dropped = -1
+
+// fit makes the table fit the terminal, or come as near as it can: it
+// leaves out as few optional columns as cutting the shrinkable ones to
+// their least needs, then narrows the shrinkable ones, in their order,
+// until the table fits or none can give more.
 func (t *tablePrinter) fit(widths []int) {
-	total := 2 * (len(widths) - 1)
-	for _, w := range widths {
-		total += w
+	leastOf := func(i int) int {
+		if t.shrink[i] > 0 {
+			return min(widths[i], minShrink)
+		}
+		return widths[i]
+	}
+	total, least := -2, -2 // no gap before the first column
+	for i, w := range widths {
+		total += w + 2
+		least += leastOf(i) + 2
+	}
+	for _, i := range t.drop {
+		if least <= t.width {
+			break
+		}
+		least -= leastOf(i) + 2
+		total -= widths[i] + 2
+		widths[i] = dropped
 	}
 	for total > t.width {
 		next := -1

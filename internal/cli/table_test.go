@@ -48,6 +48,57 @@ func TestTablePrinter(t *testing.T) {
 	}
 }
 
+// A terminal too narrow for a table: lists are summed up to their column,
+// then optional columns go, as few as cutting needs, in their order.
+func TestTableFit(t *testing.T) {
+	models := []string{"sim-chat", "sim-reasoner", "guard-b:0.6b", "sim-embed"}
+	tests := []struct {
+		name  string
+		tty   bool
+		width int
+		want  []string
+	}{
+		{"wide", true, 100, []string{
+			"NAME   MODELS                                           STATE    STARTED",
+			"box-1  sim-chat, sim-reasoner, guard-b:0.6b, sim-embed  running  4m ago"}},
+		{"a summary", true, 60, []string{
+			"NAME   MODELS                          STATE    STARTED",
+			"box-1  sim-chat, sim-reasoner +2 more  running  4m ago"}},
+		{"an optional column goes", true, 30, []string{
+			"NAME   MODELS    STATE",
+			"box-1  4 models  running"}},
+		{"and another", true, 24, []string{
+			"NAME   MODELS",
+			"box-1  sim-chat +3 more"}},
+		{"a pipe sums up long lists only", false, 30, []string{
+			"NAME   MODELS                          STATE    STARTED",
+			"box-1  sim-chat, sim-reasoner +2 more  running  2026-01-02T03:00:00Z"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ios, _, _, _ := iostreams.Test()
+			ios.SetStdoutTTY(tt.tty)
+			var b strings.Builder
+			ios.Out = &b
+			tp := newTablePrinter(ios, "NAME", "MODELS", "STATE", "STARTED")
+			tp.width = tt.width
+			tp.now = func() time.Time { return time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC) }
+			tp.shrinkable("MODELS")
+			tp.optional("STARTED", "STATE")
+			tp.field("box-1")
+			tp.listField("models", models, 32)
+			tp.field("running")
+			tp.timeField(time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC))
+			if err := tp.render(); err != nil {
+				t.Fatal(err)
+			}
+			if got := ansi.ReplaceAllString(strings.TrimSuffix(b.String(), "\n"), ""); got != strings.Join(tt.want, "\n") {
+				t.Errorf("got\n%s\nwant\n%s", got, strings.Join(tt.want, "\n"))
+			}
+		})
+	}
+}
+
 func TestTruncate(t *testing.T) {
 	for _, tt := range []struct {
 		in   string

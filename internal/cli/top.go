@@ -29,9 +29,11 @@ func NewCmdTop(f *Factory) *cobra.Command {
 		Long: `Open a live dashboard of the organisation: requests in flight, worker health
 and versions, request and token rates with errors and 429s, power, and GPU
 rental spend (the month against its budget and each active rental, marked
-when it is billed without serving). tab moves between panes, / filters, enter
-shows details, p pauses, ? lists the keys and q quits. When the gateway cannot
-be reached the last data stays on screen, marked stale, while svc top retries.
+when it is billed without serving). tab moves between panes; in the two lists
+typing filters (q included: a model name typed straight away filters), enter
+shows details, space pauses and ? lists the keys; q quits from the other panes
+and from details, ctrl+c from anywhere. When the gateway cannot be reached the
+last data stays on screen, marked stale, while svc top retries.
 
 It needs a key with workers:read and usage:read; the rental spend pane also
 needs compute:write, and says so without it.

@@ -46,7 +46,8 @@ func TestTopRefusals(t *testing.T) {
 	}
 }
 
-// TestTopQuits runs the dashboard through the command and quits it with q:
+// TestTopQuits runs the dashboard through the command and quits it with q
+// from the Traffic pane, two tabs on (in the first pane q would filter):
 // the terminal is switched to the alternate screen and back, and the
 // gateway and key reach the dashboard.
 func TestTopQuits(t *testing.T) {
@@ -54,7 +55,7 @@ func TestTopQuits(t *testing.T) {
 		"GET /api/v1/workers":                {body: "workers.json"},
 		"GET /api/v1/workers/latest-version": {body: `{"version": "v1.4.0"}`},
 	})
-	r := cliRun{env: gatewayEnv(g), tty: true, stdinTTY: true, stdin: "q"}.run(t, "top", "--interval", "1s")
+	r := cliRun{env: gatewayEnv(g), tty: true, stdinTTY: true, stdin: "\t\tq"}.run(t, "top", "--interval", "1s")
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}

@@ -105,9 +105,10 @@ func usageInflightRun(ctx context.Context, opts *UsageInflightOptions) error {
 		return opts.Exporter.Write(opts.IO.Out, reqs)
 	}
 	tp := newTablePrinter(opts.IO, "ID", "MODEL", "TYPE", "STATE", "WORKER", "STARTED", "ELAPSED", "TOKENS")
-	tp.shrinkable("WORKER", "ID")
+	tp.shrinkable("WORKER")
+	short := abbrevFor(reqs, func(r api.InflightRequest) string { return r.TaskID })
 	for _, r := range reqs {
-		tp.field(r.TaskID)
+		tp.field(short.of(r.TaskID))
 		tp.field(r.Model)
 		typ := r.RequestType
 		if r.Stream {
@@ -192,11 +193,12 @@ func usageLogsRun(ctx context.Context, opts *UsageLogsOptions) error {
 		return opts.Exporter.Write(opts.IO.Out, rows)
 	}
 	tp := newTablePrinter(opts.IO, "TIME", "ID", "MODEL", "STATUS", "TOKENS", "DURATION", "TTFT", "ENERGY", "WORKER", "NOTE")
-	tp.shrinkable("NOTE", "WORKER", "ID")
+	tp.shrinkable("NOTE", "WORKER")
 	cs := tp.cs
+	short := abbrevFor(rows, func(r api.UsageRow) string { return r.ID })
 	for _, r := range rows {
 		tp.timeField(r.CreatedAt)
-		tp.field(r.ID)
+		tp.field(short.of(r.ID))
 		tp.field(r.Model)
 		style := cs.green
 		switch {

@@ -32,7 +32,9 @@ func NewCmdWorkers(f *Factory, runF func(*WorkersOptions) error) *cobra.Command 
 		Short: "List the organisation's workers",
 		Long: `List the workers of the key's organisation: status, version (marked when older
 than the gateway's release), models, running and maximum requests, queue and
-when each was last heard from. Simulated workers are marked.
+when each was last heard from. Simulated workers are marked. MODELS lists as
+many as the column has room for and counts the rest ("+12 more"); 'svc workers
+show WORKER' lists them all, and --json has every field.
 
 ` + clientHelp,
 		Example: `  svc workers
@@ -54,8 +56,159 @@ when each was last heard from. Simulated workers are marked.
 	}
 	AddClientFlags(cmd)
 	opts.Exporter.AddFlags(cmd, false)
-	cmd.AddCommand(NewCmdWorkersEvents(f, nil), NewCmdWorkersPower(f, nil))
+	cmd.AddCommand(NewCmdWorkersShow(f, nil), NewCmdWorkersEvents(f, nil), NewCmdWorkersPower(f, nil))
 	return cmd
+}
+
+// WorkersShowOptions are the arguments of `svc workers show`.
+type WorkersShowOptions struct {
+	IO        *iostreams.IOStreams
+	APIClient func() (*client.Client, error)
+	Exporter  Exporter
+	Worker    string // a name, an id or a unique start of one
+}
+
+// NewCmdWorkersShow builds `svc workers show`, the whole of what the list
+// sums up in a line.
+func NewCmdWorkersShow(f *Factory, runF func(*WorkersShowOptions) error) *cobra.Command {
+	opts := &WorkersShowOptions{IO: f.IO}
+	cmd := &cobra.Command{
+		Use:   "show WORKER",
+		Short: "Show one worker and every model it serves",
+		Long: `Show one worker: its id, status, version, engines, load, power and GPUs, then a
+line per model it serves with its capabilities, context window, engine and
+whether the engine holds it in memory. WORKER is a worker's name, its id, or a
+unique start of its id. --json prints the worker's entry of the workers list.`,
+		Example: `  svc workers show gpu-box-1
+  svc workers show gpu-box-1 --jq '.models[].id'`,
+		Args:              exactArgs(1),
+		ValidArgsFunction: completeWorkers(f),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.Worker = args[0]
+			if err := opts.Exporter.Prepare(); err != nil {
+				return err
+			}
+			opts.APIClient = f.apiClientFunc(cmd)
+			if runF != nil {
+				return runF(opts)
+			}
+			return f.explainAPIError(cmd, workersShowRun(cmd.Context(), opts))
+		},
+	}
+	opts.Exporter.AddFlags(cmd, false)
+	return cmd
+}
+
+func workersShowRun(ctx context.Context, opts *WorkersShowOptions) error {
+	c, err := opts.APIClient()
+	if err != nil {
+		return err
+	}
+	w, err := resolveWorker(ctx, c, opts.Worker)
+	if err != nil {
+		return err
+	}
+	if w.WorkerName == "" {
+		// resolveWorker's stand-in for a worker the list lacks: the list is
+		// all there is to show.
+		return withHint(fmt.Errorf("no worker %q is listed", opts.Worker),
+			"WORKER is a worker's name, id or a unique start of its id, as 'svc workers' lists them.")
+	}
+	if opts.Exporter.Enabled() {
+		return opts.Exporter.Write(opts.IO.Out, w)
+	}
+	latest, _ := c.LatestVersion(ctx)
+	return printWorker(opts.IO, w, latest, time.Now())
+}
+
+// printWorker writes a worker's fields, then its models as a table.
+func printWorker(ios *iostreams.IOStreams, w api.Worker, latest string, now time.Time) error {
+	cs := colorScheme{ios.ColorEnabled()}
+	status := statusColor(cs, w.Status)(w.Status)
+	switch {
+	case w.ApprovalPending:
+		status += cs.yellow(", approval pending")
+	case w.Draining:
+		status += ", draining"
+	}
+	version := dash(w.Version)
+	if buildinfo.Outdated(w.Version, latest) {
+		version = cs.yellow(w.Version + " (latest " + latest + ")")
+	}
+	engines := make([]string, len(w.Engines))
+	for i, e := range w.Engines {
+		engines[i] = e.Kind
+		if e.URL != "" {
+			engines[i] += " " + e.URL
+		}
+	}
+	gpus := make([]string, len(w.GPUs))
+	for i, g := range w.GPUs {
+		gpus[i] = fmt.Sprintf("%d: %s", g.Index, g.Name)
+		if g.MemoryTotalMiB > 0 {
+			gpus[i] += fmt.Sprintf(" (%.1f of %.1f GiB used)", float64(g.MemoryUsedMiB)/1024, float64(g.MemoryTotalMiB)/1024)
+		}
+	}
+	driver := "-"
+	if w.DriverVersion != nil {
+		driver = *w.DriverVersion
+	}
+	simulated := "no"
+	if w.Simulated {
+		simulated = "yes"
+	}
+	if err := fields(ios.Out,
+		[2]string{"Name", w.WorkerName},
+		[2]string{"ID", w.WorkerID},
+		[2]string{"Status", status},
+		[2]string{"Version", version},
+		[2]string{"Engines", dash(strings.Join(engines, ", "))},
+		[2]string{"Active", fmt.Sprintf("%d of %d", w.ActiveTasks, w.MaxConcurrent)},
+		[2]string{"Queue", strconv.Itoa(w.QueueDepth)},
+		[2]string{"Power", machineWatts(w.Power)},
+		[2]string{"GPUs", dash(strings.Join(gpus, "; "))},
+		[2]string{"Driver", driver},
+		[2]string{"Connected", fmtTimePtr(w.ConnectedAt)},
+		[2]string{"Last seen", fmtTime(now.Add(-time.Duration(w.LastSeenSecondsAgo) * time.Second))},
+		[2]string{"Offline since", fmtTimePtr(w.OfflineSince)},
+		[2]string{"Simulated", simulated},
+	); err != nil {
+		return err
+	}
+	if len(w.Models) == 0 {
+		return nil
+	}
+	fmt.Fprintln(ios.Out)
+	tp := newTablePrinter(ios, "MODEL", "CAPABILITIES", "CONTEXT", "ENGINE", "LOADED", "NOTE")
+	tp.shrinkable("NOTE", "CAPABILITIES", "MODEL")
+	for _, m := range w.Models {
+		tp.field(m.ID)
+		tp.field(dash(strings.Join(m.Capabilities, ",")))
+		if m.ContextWindow > 0 {
+			tp.field(strconv.Itoa(m.ContextWindow))
+		} else {
+			tp.field("-")
+		}
+		tp.field(dash(m.Engine))
+		switch {
+		case m.Loaded == nil:
+			tp.field("-")
+		case *m.Loaded:
+			tp.field("yes", cs.green)
+		default:
+			tp.field("no")
+		}
+		var notes []string
+		if m.Local != "" {
+			notes = append(notes, "engine's "+m.Local)
+		}
+		if m.Incomplete != nil {
+			notes = append(notes, "not fully installed")
+		}
+		tp.field(dash(strings.Join(notes, "; ")), cs.gray)
+		tp.endRow()
+	}
+	return tp.render()
 }
 
 func workersRun(ctx context.Context, opts *WorkersOptions) error {
@@ -105,7 +258,7 @@ func workersRun(ctx context.Context, opts *WorkersOptions) error {
 		for i, m := range w.Models {
 			ids[i] = m.ID
 		}
-		tp.field(dash(strings.Join(ids, ", ")))
+		tp.listField("models", ids, listWidth)
 		tp.field(fmt.Sprintf("%d/%d", w.ActiveTasks, w.MaxConcurrent))
 		tp.field(strconv.Itoa(w.QueueDepth))
 		tp.field(machineWatts(w.Power))

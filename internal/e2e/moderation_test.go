@@ -101,6 +101,59 @@ func TestModerationSDK(t *testing.T) {
 	}
 }
 
+// A moderation naming no model (the official client's default) is checked
+// by the organisation's moderation model, guard-b:0.6b until the setting
+// names another, on both prefixes, and its usage row names the model that
+// judged it. A model that is named badly is still a 422.
+func TestModerationDefaultModel(t *testing.T) {
+	s, key := guardGateway(t, nil)
+	client := sdk(s, key, "/v1")
+	check := func(t *testing.T, want, requestID, body string) {
+		t.Helper()
+		if !strings.Contains(body, `"model":"`+want+`"`) {
+			t.Fatalf("reply %s, want model %s", body, want)
+		}
+		if row := s.usageRow(key, requestID); row["model"] != want || row["request_type"] != "moderation" || row["status_code"] != 200.0 {
+			t.Fatalf("row %v, want model %s", row, want)
+		}
+	}
+	var resp *http.Response
+	res, err := client.Moderations.New(context.Background(), openai.ModerationNewParams{
+		Input: openai.ModerationNewParamsInputUnion{OfString: openai.String("hello there")},
+	}, option.WithResponseInto(&resp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(t, "guard-b:0.6b", resp.Header.Get("X-Request-Id"), res.RawJSON())
+	r := s.do("POST", "/api/v1/moderations", `{"model":null,"input":"bad\nsim: verdict=unsafe labels=Violent"}`, bearer(key))
+	check(t, "guard-b:0.6b", r.Header.Get("X-Request-Id"), string(r.Body))
+	if !strings.Contains(string(r.Body), `"flagged":true`) {
+		t.Fatalf("flagged input %s", r.Body)
+	}
+
+	for _, body := range []string{`{"model":"","input":"x"}`, `{"model":7,"input":"x"}`} {
+		if r := s.do("POST", "/v1/moderations", body, bearer(key)); r.Status != 422 || !strings.Contains(string(r.Body), `"field":"model"`) {
+			t.Errorf("%s: %d %s", body, r.Status, r.Body)
+		}
+	}
+
+	if r := s.console("PATCH", "/api/v1/console/orgs/default", `{"moderation_model":"guard-a:8b"}`); r.Status != 200 {
+		t.Fatalf("settings = %d %s", r.Status, r.Body)
+	}
+	r = s.do("POST", "/v1/moderations", `{"input":"hello"}`, bearer(key))
+	check(t, "guard-a:8b", r.Header.Get("X-Request-Id"), string(r.Body))
+
+	// A setting that names no guard is the setting's fault, and says so.
+	if r := s.console("PATCH", "/api/v1/console/orgs/default", `{"moderation_model":"sim-chat"}`); r.Status != 200 {
+		t.Fatalf("settings = %d %s", r.Status, r.Body)
+	}
+	r = s.do("POST", "/v1/moderations", `{"input":"hello"}`, bearer(key))
+	checkModerationError(t, r, 400, "model_not_moderation")
+	if !strings.Contains(string(r.Body), "moderation_model") {
+		t.Fatalf("the error does not name the setting: %s", r.Body)
+	}
+}
+
 // Strings are one check each, in order; parts are one check together.
 func TestModerationInputs(t *testing.T) {
 	s, key := guardGateway(t, nil)

@@ -35,7 +35,8 @@ func sdkDir(t testing.TB) string {
 // The official OpenAI and Anthropic JavaScript SDKs, pointed at the
 // gateway with nothing else changed: chat, the Responses API and the
 // Messages API, streamed and not, with tools; image generation, rerank,
-// model retrieval, text completions and translations; and the Vercel AI
+// model retrieval, text completions, translations and a moderation with
+// no model (the organisation's default); and the Vercel AI
 // SDK and LangChain running an agent loop with a tool, with no sim: line.
 // Every request checked is one usage row under the X-Request-Id its SDK
 // saw.
@@ -97,7 +98,7 @@ func TestOfficialSDKs(t *testing.T) {
 	if err != nil && !t.Failed() {
 		t.Fatalf("node: %v", err)
 	}
-	if seen < 15 {
-		t.Fatalf("%d checks reported, want 15", seen)
+	if seen < 16 {
+		t.Fatalf("%d checks reported, want 16", seen)
 	}
 }

@@ -61,7 +61,17 @@ func TestTopShowsTheFleet(t *testing.T) {
 	}) {
 		t.Fatalf("the dashboard never showed the worker and the request:\n%s", out.String())
 	}
-	if _, err := typeKeys.Write([]byte("q")); err != nil {
+	// A model name typed in the first pane filters it: its q quits nothing.
+	if _, err := typeKeys.Write([]byte("qwen")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("typing qwen ended the dashboard (%v)", err)
+	case <-time.After(time.Second):
+	}
+	// Two tabs keep the filter and reach the Traffic pane, where q quits.
+	if _, err := typeKeys.Write([]byte("\t\tq")); err != nil {
 		t.Fatal(err)
 	}
 	select {

@@ -97,7 +97,7 @@ func FuzzParse(f *testing.F) {
 		f.Add([]byte(s), true)
 	}
 	f.Fuzz(func(t *testing.T, body []byte, remote bool) {
-		r, err := Parse(body, remote)
+		r, err := Parse(body, Options{AllowRemoteImages: remote, DefaultModel: api.DefaultModerationModel})
 		if err != nil {
 			var ae *api.Error
 			if !errors.As(err, &ae) || ae.Message == "" {

@@ -15,12 +15,26 @@ import (
 
 // Request is a validated body of POST /v1/moderations.
 type Request struct {
+	// Model is the model asked for, or Options.DefaultModel when the
+	// body named none.
 	Model string
+	// Defaulted reports that Model is Options.DefaultModel: an error about
+	// the model then names the setting that chose it, not the request.
+	Defaulted bool
 	// Checks are run in order, one result each: one per input string, or
 	// a single check holding every part.
 	Checks []api.ModerationCheck
 	// Images reports that some check holds an image.
 	Images bool
+}
+
+// Options are what Parse needs from the caller's organisation.
+type Options struct {
+	// AllowRemoteImages keeps https image URLs for the worker to fetch.
+	AllowRemoteImages bool
+	// DefaultModel is used when the body has no model (or a null one), as
+	// the common API's clients send none and expect its default.
+	DefaultModel string
 }
 
 // Parse reads and validates a moderations body. Malformed JSON is a 400;
@@ -44,7 +58,11 @@ type Request struct {
 // any other failure. An https URL is kept as URL only when allowRemote;
 // otherwise, when nothing else is wrong, Parse returns a 400 with code
 // remote_image_url_not_allowed. http and other schemes are a 422.
-func Parse(body []byte, allowRemote bool) (*Request, error) {
+//
+// model absent or null is o.DefaultModel; an empty string or another type
+// is a 422, as it is a client's mistake rather than a choice of the
+// default.
+func Parse(body []byte, o Options) (*Request, error) {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil, api.BadRequest("Request body is empty; send a JSON object")
 	}
@@ -65,8 +83,8 @@ func Parse(body []byte, allowRemote bool) (*Request, error) {
 	if !ok {
 		return nil, api.Invalid(api.FieldError{Field: "body", Type: api.FieldWrongType, Message: "must be a JSON object"})
 	}
-	p := parser{allowRemote: allowRemote, r: &Request{}}
-	p.model(top)
+	p := parser{allowRemote: o.AllowRemoteImages, r: &Request{}}
+	p.model(top, o.DefaultModel)
 	p.input(top)
 	if err := p.v.Err(); err != nil {
 		return nil, err
@@ -101,10 +119,14 @@ type parser struct {
 	remote *api.Error
 }
 
-func (p *parser) model(top map[string]any) {
+func (p *parser) model(top map[string]any, def string) {
 	switch m := top["model"].(type) {
 	case nil:
-		p.v.Add("model", api.FieldMissing, "required: the moderation model to use, such as guard-b:4b")
+		// Null reads as not sent, as every optional field of chat does.
+		if def == "" {
+			p.v.Add("model", api.FieldMissing, "required: the moderation model to use, such as guard-b:4b")
+		}
+		p.r.Model, p.r.Defaulted = def, true
 	case string:
 		if m == "" {
 			p.v.Add("model", api.FieldMissing, "must not be empty")

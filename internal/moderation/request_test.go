@@ -66,15 +66,57 @@ func TestParseAccepts(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r, err := Parse([]byte(tt.body), tt.remote)
+			r, err := Parse([]byte(tt.body), Options{AllowRemoteImages: tt.remote, DefaultModel: api.DefaultModerationModel})
 			if err != nil {
 				t.Fatalf("Parse: %v", err)
 			}
-			if r.Model != "guard-c:4b" || r.Images != tt.images {
+			if r.Model != "guard-c:4b" || r.Defaulted || r.Images != tt.images {
 				t.Errorf("Model %q, Images %v", r.Model, r.Images)
 			}
 			if !slices.EqualFunc(r.Checks, tt.want, checkEqual) {
 				t.Errorf("Checks = %+v\nwant %+v", r.Checks, tt.want)
+			}
+		})
+	}
+}
+
+// A body without a model, or with a null one, takes the organisation's
+// moderation model; one that names a model badly is still a 422.
+func TestParseModel(t *testing.T) {
+	tests := []struct {
+		name, body, def string
+		want            string
+		defaulted       bool
+		fields          []fe
+	}{
+		{"named", `{"model":"guard-a:8b","input":"x"}`, "guard-b:4b", "guard-a:8b", false, nil},
+		{"absent", `{"input":"x"}`, "guard-b:4b", "guard-b:4b", true, nil},
+		{"null", `{"model":null,"input":"x"}`, "guard-b:4b", "guard-b:4b", true, nil},
+		{"empty", `{"model":"","input":"x"}`, "guard-b:4b", "", false, []fe{{"model", api.FieldMissing}}},
+		{"number", `{"model":5,"input":"x"}`, "guard-b:4b", "", false, []fe{{"model", api.FieldWrongType}}},
+		{"object", `{"model":{"id":"guard-a:8b"},"input":"x"}`, "guard-b:4b", "", false, []fe{{"model", api.FieldWrongType}}},
+		{"absent, no default", `{"input":"x"}`, "", "", false, []fe{{"model", api.FieldMissing}}},
+		{"absent, input bad", `{"input":""}`, "guard-b:4b", "", false, []fe{{"input", api.FieldMissing}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, err := Parse([]byte(tt.body), Options{DefaultModel: tt.def})
+			if tt.fields == nil {
+				if err != nil || r.Model != tt.want || r.Defaulted != tt.defaulted {
+					t.Fatalf("Parse = %+v, %v; want model %q, defaulted %v", r, err, tt.want, tt.defaulted)
+				}
+				return
+			}
+			var ae *api.Error
+			if !errors.As(err, &ae) || ae.HTTPStatus() != http.StatusUnprocessableEntity {
+				t.Fatalf("Parse = %+v, %v; want a 422", r, err)
+			}
+			var got []fe
+			for _, f := range ae.Fields {
+				got = append(got, fe{f.Field, f.Type})
+			}
+			if !slices.Equal(got, tt.fields) {
+				t.Errorf("fields = %v, want %v", got, tt.fields)
 			}
 		})
 	}
@@ -94,8 +136,7 @@ func TestParseRefuses(t *testing.T) {
 		want []fe
 	}{
 		{"body not an object", `["x"]`, []fe{{"body", api.FieldWrongType}}},
-		{"empty object", `{}`, []fe{{"model", api.FieldMissing}, {"input", api.FieldMissing}}},
-		{"model null", `{"model":null,"input":"x"}`, []fe{{"model", api.FieldMissing}}},
+		{"empty object", `{}`, []fe{{"input", api.FieldMissing}}},
 		{"model number", `{"model":5,"input":"x"}`, []fe{{"model", api.FieldWrongType}}},
 		{"model empty", `{"model":"","input":"x"}`, []fe{{"model", api.FieldMissing}}},
 		{"input null", `{"model":"m","input":null}`, []fe{{"input", api.FieldMissing}}},
@@ -139,7 +180,7 @@ func TestParseRefuses(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			for _, remote := range []bool{false, true} {
-				_, err := Parse([]byte(tt.body), remote)
+				_, err := Parse([]byte(tt.body), Options{AllowRemoteImages: remote, DefaultModel: api.DefaultModerationModel})
 				var ae *api.Error
 				if !errors.As(err, &ae) || ae.HTTPStatus() != http.StatusUnprocessableEntity {
 					t.Fatalf("Parse(remote=%v) = %v, want a 422", remote, err)
@@ -161,7 +202,7 @@ func TestParseRefuses(t *testing.T) {
 
 func TestParseBadRequest(t *testing.T) {
 	for _, body := range []string{``, `  `, `{`, `{"model":"m",}`, `nope`, `{"model":"m","input":"x"} trailing`} {
-		_, err := Parse([]byte(body), false)
+		_, err := Parse([]byte(body), Options{})
 		var ae *api.Error
 		if !errors.As(err, &ae) || ae.HTTPStatus() != http.StatusBadRequest || ae.Message == "" {
 			t.Errorf("Parse(%q) = %v, want a 400", body, err)
@@ -171,7 +212,7 @@ func TestParseBadRequest(t *testing.T) {
 
 func TestParseRemoteImageNotAllowed(t *testing.T) {
 	body := modBody(parts(textPart("a"), textPart("b"), imgPart("https://example.com/a.png"), imgPart("https://example.com/b.png")))
-	_, err := Parse([]byte(body), false)
+	_, err := Parse([]byte(body), Options{})
 	var ae *api.Error
 	if !errors.As(err, &ae) {
 		t.Fatalf("Parse = %v", err)
@@ -186,7 +227,7 @@ func TestParseRemoteImageNotAllowed(t *testing.T) {
 	}
 	// A malformed body is reported first: it must be fixed whatever the setting.
 	body = modBody(parts(imgPart("https://example.com/a.png"), `{"type":"nope"}`))
-	if _, err := Parse([]byte(body), false); !errors.As(err, &ae) || ae.HTTPStatus() != http.StatusUnprocessableEntity {
+	if _, err := Parse([]byte(body), Options{}); !errors.As(err, &ae) || ae.HTTPStatus() != http.StatusUnprocessableEntity {
 		t.Errorf("Parse with a 422 and a remote URL = %v, want the 422", err)
 	}
 }
@@ -209,7 +250,7 @@ func TestParseImageSizeLimit(t *testing.T) {
 	}
 	// Through Parse too, once: the body is 28 MB.
 	huge := "data:image/png;base64," + strings.Repeat("A", base64.RawStdEncoding.EncodedLen(api.ModerationMaxImageBytes+1))
-	_, err := Parse([]byte(modBody(parts(textPart("x"), imgPart(huge)))), true)
+	_, err := Parse([]byte(modBody(parts(textPart("x"), imgPart(huge)))), Options{AllowRemoteImages: true})
 	var ae *api.Error
 	if !errors.As(err, &ae) || ae.HTTPStatus() != http.StatusUnprocessableEntity || len(ae.Fields) != 1 ||
 		ae.Fields[0] != (api.FieldError{Field: "input.1.image_url.url", Type: api.FieldTooLong, Message: "the image is larger than 20 MB"}) {

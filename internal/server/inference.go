@@ -55,9 +55,15 @@ func (s *Server) chat(c *call, body []byte, d *dialect) error {
 // worker, when the key or the organisation has content filtering on.
 func (s *Server) contentFilter(c *call) string {
 	if c.principal.ContentFilter || c.org.Settings.ContentFiltering {
-		return cmp.Or(c.org.Settings.ModerationModel, api.DefaultModerationModel)
+		return moderationModel(c)
 	}
 	return ""
+}
+
+// moderationModel is the organisation's moderation model: what content
+// filtering checks with, and what a moderation naming no model uses.
+func moderationModel(c *call) string {
+	return cmp.Or(c.org.Settings.ModerationModel, api.DefaultModerationModel)
 }
 
 // textCompletions is POST /v1/completions: a raw prompt continued by a

@@ -10,28 +10,36 @@ import (
 )
 
 // moderations is POST /v1/moderations: check the input, run each check on
-// a worker serving the guard model, answer the verdicts.
+// a worker serving the guard model (the organisation's moderation model
+// when the body names none), answer the verdicts.
 func (s *Server) moderations(c *call) error {
 	if sealed(c) {
 		// A verdict needs the text, which only the worker could read.
 		return moderationErr(api.KindInvalidRequest, api.CodeEncryptedInputNotSupported, "input",
 			"Moderation does not take end-to-end encrypted input; send the text in clear")
 	}
-	req, err := moderation.Parse(c.ctx.PostBody(), c.org.Settings.AllowRemoteImageURLs)
+	req, err := moderation.Parse(c.ctx.PostBody(), moderation.Options{
+		AllowRemoteImages: c.org.Settings.AllowRemoteImageURLs,
+		DefaultModel:      moderationModel(c),
+	})
 	if err != nil {
 		return err
+	}
+	named := "Model " + req.Model
+	if req.Defaulted {
+		named = "The organisation's moderation model (moderation_model), " + req.Model + ","
 	}
 	family, ok := moderation.Lookup(req.Model)
 	switch {
 	case !ok && s.fleet.Model(c.principal.OrgID, req.Model) != nil:
 		return moderationErr(api.KindInvalidRequest, api.CodeModelNotModeration, "model",
-			"Model "+req.Model+" is not a moderation model; use one of the guard models ("+strings.Join(moderation.Catalogue(), ", ")+")")
+			named+" is not a moderation model; use one of the guard models ("+strings.Join(moderation.Catalogue(), ", ")+")")
 	case !ok:
 		return moderationErr(api.KindNotFound, api.CodeModelNotFound, "model",
-			"Model "+req.Model+" is not in the moderation catalogue: "+strings.Join(moderation.Catalogue(), ", "))
+			named+" is not in the moderation catalogue: "+strings.Join(moderation.Catalogue(), ", "))
 	case req.Images && !family.Images():
 		return moderationErr(api.KindInvalidRequest, api.CodeImageInputNotSupported, "input",
-			"Model "+req.Model+" checks text only; send images to a model that sees them, such as guard-c:4b")
+			named+" checks text only; send images to a model that sees them, such as guard-c:4b")
 	}
 	body, err := json.Marshal(api.ModerationRequest{Checks: req.Checks, AllowRemoteImages: c.org.Settings.AllowRemoteImageURLs})
 	if err != nil {

@@ -319,10 +319,15 @@ func (m *Model) pane(id paneID) pane {
 }
 
 func (m Model) handleKey(msg tea.KeyPressMsg) (tea.Model, tea.Cmd) {
-	if msg.Keystroke() == "ctrl+c" {
+	if key.Matches(msg, m.keys.Interrupt) {
 		return m.quit()
 	}
 	if m.filtering {
+		return m.filterKey(msg)
+	}
+	if m.typesFilter(msg) {
+		m.filtering = true
+		m.filter = m.filter.set(m.list(m.focus).filter)
 		return m.filterKey(msg)
 	}
 	switch {
@@ -367,6 +372,19 @@ func (m Model) handleKey(msg tea.KeyPressMsg) (tea.Model, tea.Cmd) {
 	return m, nil
 }
 
+// typesFilter reports whether msg, pressed with no filter being typed, is
+// the start of one: a printable key in a list (see keyMap), other than
+// those that stay commands there because no name holds them.
+func (m Model) typesFilter(msg tea.KeyPressMsg) bool {
+	switch {
+	case m.details.kind != noDetails || m.list(m.focus) == nil || msg.Text == "":
+		return false
+	case msg.Code == tea.KeySpace, key.Matches(msg, m.keys.Help, m.keys.Filter):
+		return false
+	}
+	return true
+}
+
 func (m Model) quit() (tea.Model, tea.Cmd) {
 	m.stop()
 	return m, tea.Quit
@@ -380,7 +398,8 @@ func (m *Model) move(delta int) {
 
 // filterKey handles a key while the filter is typed: the list narrows
 // with every keystroke; the arrows still move the selection (k and j are
-// text here).
+// text here), and tab keeps the filter and moves on as it would without
+// one.
 func (m Model) filterKey(msg tea.KeyPressMsg) (tea.Model, tea.Cmd) {
 	l := m.list(m.focus)
 	switch {
@@ -389,6 +408,9 @@ func (m Model) filterKey(msg tea.KeyPressMsg) (tea.Model, tea.Cmd) {
 		m.filtering = false
 	case key.Matches(msg, m.keys.Keep):
 		m.filtering = false
+	case key.Matches(msg, m.keys.Next, m.keys.Prev):
+		m.filtering = false
+		return m.handleKey(msg)
 	case msg.Code == tea.KeyUp:
 		m.move(-1)
 	case msg.Code == tea.KeyDown:
@@ -509,6 +531,7 @@ func (m Model) frame() string {
 		age:         m.now.Sub(m.lastOK),
 		interval:    m.interval,
 		filtering:   m.filtering,
+		typable:     m.details.kind == noDetails && m.list(m.focus) != nil,
 		filterLabel: m.focus.String(),
 		filterInput: m.filter.view(c.st),
 	}, w, c.st)

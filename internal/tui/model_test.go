@@ -53,6 +53,7 @@ func press(s string) tea.KeyPressMsg {
 		"up":        {Code: tea.KeyUp},
 		"down":      {Code: tea.KeyDown},
 		"ctrl+c":    {Code: 'c', Mod: tea.ModCtrl},
+		"space":     {Code: tea.KeySpace, Text: " "},
 	}
 	if k, ok := special[s]; ok {
 		if k.Keystroke() != s {
@@ -81,18 +82,18 @@ func TestPauseEndsTheChain(t *testing.T) {
 	if cmd == nil {
 		t.Fatal("a poll result scheduled no tick")
 	}
-	m, _ = update(t, m, press("p"))
+	m, _ = update(t, m, press("space"))
 	// Resuming before the tick fires must not start a second chain.
-	m, cmd = update(t, m, press("p"))
+	m, cmd = update(t, m, press("space"))
 	if cmd != nil {
 		t.Fatal("resume started a poll while the tick was pending")
 	}
-	m, _ = update(t, m, press("p"))
+	m, _ = update(t, m, press("space"))
 	m, cmd = update(t, m, tickMsg{at: t0})
 	if cmd != nil || m.chain {
 		t.Fatal("a tick while paused polled")
 	}
-	m, cmd = update(t, m, press("p"))
+	m, cmd = update(t, m, press("space"))
 	if cmd == nil || !m.chain {
 		t.Fatal("resume did not poll")
 	}
@@ -149,7 +150,7 @@ func TestStaleEventsIgnored(t *testing.T) {
 	m, _ = update(t, m, press("tab"))
 	m, first := update(t, m, press("enter")) // edge-1
 	m, _ = update(t, m, press("esc"))
-	m, _ = update(t, m, press("j"))
+	m, _ = update(t, m, press("down"))
 	m, _ = update(t, m, press("enter")) // gpu-a
 	if m.details.worker.WorkerName != "gpu-a" {
 		t.Fatalf("details of %s", m.details.worker.WorkerName)
@@ -171,8 +172,8 @@ func TestStaleEventsIgnored(t *testing.T) {
 func TestSelectionFollowsRow(t *testing.T) {
 	m := directModel(t, newFake())
 	m, _ = update(t, m, okPoll(t0))
-	m, _ = update(t, m, press("j"))
-	m, _ = update(t, m, press("j")) // req_8d21c0e6, third oldest
+	m, _ = update(t, m, press("down"))
+	m, _ = update(t, m, press("down")) // req_8d21c0e6, third oldest
 	without := func(ids ...string) []api.InflightRequest {
 		var out []api.InflightRequest
 		for _, r := range fixtureInflight() {

@@ -179,18 +179,18 @@ func TestHistorySchedule(t *testing.T) {
 	answer()
 
 	m, _ = update(t, m, press("tab"))
-	m, _ = update(t, m, press("j"))
+	m, _ = update(t, m, press("down"))
 	fetching("wk_01hq3a") // the selection moved to gpu-a
-	m, _ = update(t, m, press("j"))
+	m, _ = update(t, m, press("down"))
 	fetching("wk_01hq3a") // gpu-b waits for gpu-a's answer
 	answer()
 	fetching("wk_01hq3b")
 	if m.data.power.of != "wk_01hq3a" {
 		t.Errorf("gpu-a's answer was not kept: %+v", m.data.power)
 	}
-	m, _ = update(t, m, press("p"))
+	m, _ = update(t, m, press("space"))
 	answer()
-	m, _ = update(t, m, press("k"))
+	m, _ = update(t, m, press("up"))
 	idle() // paused
 }
 

@@ -383,6 +383,8 @@ func TestRenderStatus(t *testing.T) {
 		v    statusView
 	}{
 		{"live", 80, statusView{everOK: true, age: 0, interval: time.Second}},
+		{"live-list", 80, statusView{everOK: true, age: 0, interval: time.Second, typable: true}},
+		{"live-list-narrow", 48, statusView{everOK: true, age: 0, interval: time.Second, typable: true}},
 		{"connecting", 80, statusView{interval: time.Second}},
 		{"error-stale-80", 80, statusView{err: unreachable.msg, retryIn: 4 * time.Second, everOK: true, age: 12 * time.Second}},
 		{"error-stale-160", 160, statusView{err: unreachable.msg, retryIn: 4 * time.Second, everOK: true, age: 12 * time.Second}},

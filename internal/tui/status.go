@@ -53,6 +53,7 @@ type statusView struct {
 	interval time.Duration
 
 	filtering   bool
+	typable     bool   // the focused pane is a list, so typing filters it
 	filterLabel string // the pane being filtered
 	filterInput string // the text input's view
 }
@@ -68,7 +69,7 @@ func renderStatus(d statusView, width int, st *styles) string {
 	case d.filtering:
 		left = st.bold.Render("filter "+d.filterLabel+": ") + d.filterInput
 	case d.paused:
-		left = st.statusWarn.Render("❚❚ paused") + st.dim.Render(" · p resumes")
+		left = st.statusWarn.Render("❚❚ paused") + st.dim.Render(" · space resumes")
 	case d.err != "":
 		retry := " — retrying"
 		if d.retryIn > 0 {
@@ -78,6 +79,11 @@ func renderStatus(d statusView, width int, st *styles) string {
 		left = st.statusError.Render(msg) + st.dim.Render(retry)
 	case d.everOK:
 		left = st.statusOK.Render("● live") + st.dim.Render(" · every "+fmtRetry(d.interval))
+		// The hint is whole or not there: cut, it would run into the
+		// right side's words.
+		if hint := st.dim.Render(" · type to filter"); d.typable && lipgloss.Width(left+hint) < lw {
+			left += hint
+		}
 	default:
 		left = st.dim.Render("connecting…")
 	}

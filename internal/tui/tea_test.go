@@ -219,11 +219,10 @@ func TestTeaMoveSelection(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tm := startTea(t, newFake(), 80, 24)
 		waitFor(t, tm, "local-sim")
-		tm.Type("jj")            // down twice
-		send(tm, "down", "down") // twice more: the last row
-		send(tm, "down")         // stops at the end
-		tm.Type("k")             // back up one
-		send(tm, "tab", "down")  // the workers list has its own selection
+		send(tm, "down", "down", "down", "down") // the last row
+		send(tm, "down")                         // stops at the end
+		send(tm, "up")                           // back up one
+		send(tm, "tab", "down")                  // the workers list has its own selection
 		m := quit(t, tm)
 		if got, want := m.inflight.list.selID, "req_b3f1d7aa"; got != want {
 			t.Errorf("in-flight selection = %s, want %s", got, want)
@@ -295,10 +294,50 @@ func TestTeaFilter(t *testing.T) {
 			waitFor(t, tm, "local-sim")
 			tm.Type("/70b")
 			send(tm, "enter")
-			tm.Type("j") // keys act on the list again once the filter is kept
+			send(tm, "down") // keys act on the list again once the filter is kept
 			m := quit(t, tm)
 			if m.inflight.list.filter != "70b" || m.inflight.list.selID != "req_b3f1d7aa" {
 				t.Errorf("filter=%q selection=%s", m.inflight.list.filter, m.inflight.list.selID)
+			}
+		})
+	})
+	// In a list, a name typed straight away filters, whatever its letters
+	// do elsewhere: q does not quit, p pause, k or j move.
+	t.Run("type-ahead", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			tm := startTea(t, newFake(), 80, 24)
+			waitFor(t, tm, "local-sim")
+			tm.Type("queued")
+			waitFor(t, tm, "filter in flight: /queued")
+			send(tm, "enter", "down")
+			m := quit(t, tm)
+			view := m.View().Content
+			if m.filtering || m.paused || m.inflight.list.filter != "queued" || m.inflight.list.selID != "req_b3f1d7aa" {
+				t.Fatalf("filtering=%v paused=%v filter=%q selection=%s", m.filtering, m.paused, m.inflight.list.filter, m.inflight.list.selID)
+			}
+			if !strings.Contains(view, "/queued: 1 of 5") {
+				t.Errorf("filter not applied:\n%s", view)
+			}
+			golden(t, view)
+		})
+	})
+	t.Run("type-ahead-extends", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			tm := start(t)
+			send(tm, "enter") // kept
+			tm.Type("-b")     // typing again goes on from the kept filter
+			if m := quit(t, tm); !m.filtering || m.workers.list.filter != "gpu-b" {
+				t.Errorf("filtering=%v filter=%q", m.filtering, m.workers.list.filter)
+			}
+		})
+	})
+	t.Run("tab-keeps", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			tm := start(t)
+			send(tm, "tab")
+			m := quit(t, tm)
+			if m.filtering || m.focus != paneTraffic || m.workers.list.filter != "gpu" {
+				t.Errorf("filtering=%v focus=%v filter=%q", m.filtering, m.focus, m.workers.list.filter)
 			}
 		})
 	})
@@ -381,7 +420,7 @@ func TestTeaPause(t *testing.T) {
 		fake := newFake()
 		tm := startTea(t, fake, 80, 24)
 		waitFor(t, tm, "local-sim")
-		tm.Type("p")
+		send(tm, "space")
 		waitFor(t, tm, "paused")
 		// At most the poll already running when p was pressed completes.
 		before, _ := fake.stats()
@@ -406,6 +445,7 @@ func TestTeaResume(t *testing.T) {
 		fake := newFake()
 		tm := startTea(t, fake, 80, 24)
 		waitFor(t, tm, "local-sim")
+		send(tm, "tab", "tab") // p pauses where typing does not filter
 		tm.Type("p")
 		waitFor(t, tm, "paused")
 		time.Sleep(50 * time.Millisecond) // let the chain run out
@@ -430,7 +470,7 @@ func TestTeaHelp(t *testing.T) {
 		m := quit(t, tm)
 		view := m.View().Content
 		requireSize(t, view, 80, 24)
-		if !strings.Contains(view, "tab next pane") || !strings.Contains(view, "/ filter") {
+		if !strings.Contains(view, "tab next pane") || !strings.Contains(view, "type filter") || !strings.Contains(view, "ctrl+c quit") {
 			t.Errorf("no help line:\n%s", view)
 		}
 		golden(t, view)
@@ -577,11 +617,55 @@ func (s *safeBuffer) String() string {
 	return s.b.String()
 }
 
+// TestTeaQuitKeys: q quits where nothing is typed, and is text in a list;
+// ctrl+c quits anywhere, a filter being typed included.
+func TestTeaQuitKeys(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		keys []string // pressed after the first frame
+		quit bool
+	}{
+		{"q-in-a-list-types", []string{"q"}, false},
+		{"q-in-workers-types", []string{"tab", "q"}, false},
+		{"q-on-traffic", []string{"tab", "tab", "q"}, true},
+		{"q-on-rental", []string{"shift+tab", "q"}, true},
+		{"q-in-details", []string{"enter", "q"}, true},
+		{"q-after-a-kept-filter-types", []string{"/", "x", "enter", "q"}, false},
+		{"ctrl+c-in-a-list", []string{"ctrl+c"}, true},
+		{"ctrl+c-while-typing", []string{"/", "q", "ctrl+c"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				tm := startTea(t, newFake(), 80, 24)
+				waitFor(t, tm, "local-sim")
+				send(tm, tc.keys...)
+				synctest.Wait()
+				select {
+				case <-tm.done:
+					if !tc.quit {
+						t.Fatalf("%v quit", tc.keys)
+					}
+				default:
+					if tc.quit {
+						t.Fatalf("%v did not quit", tc.keys)
+					}
+					if m := quit(t, tm); !strings.HasSuffix(m.list(m.focus).filter, "q") {
+						t.Errorf("q did not go to the filter: %q", m.list(m.focus).filter)
+					}
+				}
+			})
+		})
+	}
+}
+
+// TestRunQuitsOnQ drives the program through its input: a model name typed
+// in the first pane filters it, q included, and q quits from the Traffic
+// pane, two tabs on.
 func TestRunQuitsOnQ(t *testing.T) {
 	var out safeBuffer
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(context.Background(), newFake(), Options{Interval: 10 * time.Millisecond, Target: testTarget}, strings.NewReader("q"), &out)
+		done <- Run(context.Background(), newFake(), Options{Interval: 10 * time.Millisecond, Target: testTarget}, strings.NewReader("qwen\t\tq"), &out)
 	}()
 	select {
 	case err := <-done:
