@@ -20,7 +20,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/svc-dev/svc/internal/e2ee"
+	"github.com/svc-dev/svc/e2ee"
 	"github.com/svc-dev/svc/internal/harness"
 )
 

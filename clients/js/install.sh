@@ -1,7 +1,7 @@
 #!/bin/sh
 # Installs the JavaScript client's dependencies (package-lock.json pins
 # them) into clients/js/node_modules and builds dist/ with tsc, where the
-# Go tests (internal/e2ee, internal/e2e) and the OpenAI SDK check find it.
+# Go tests (e2ee, internal/e2e) and the OpenAI SDK check find it.
 # Needs node 20 or later, npm and the npm registry. Running it again skips
 # an install that is up to date; the build always runs, so dist/ follows
 # the sources.

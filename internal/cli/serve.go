@@ -21,7 +21,7 @@ import (
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/bolt"
 	"github.com/svc-dev/svc/internal/client"
-	"github.com/svc-dev/svc/internal/e2ee"
+	"github.com/svc-dev/svc/e2ee"
 	"github.com/svc-dev/svc/internal/engine"
 	"github.com/svc-dev/svc/internal/engine/sim"
 	"github.com/svc-dev/svc/internal/fleet"

@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/svc-dev/svc/internal/e2ee"
+	"github.com/svc-dev/svc/e2ee"
 )
 
 func (s *server) e2eKeys(key string) map[string]e2ee.PublicKeyInfo {

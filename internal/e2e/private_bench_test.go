@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/svc-dev/svc/internal/e2ee"
+	"github.com/svc-dev/svc/e2ee"
 )
 
 // BenchmarkPrivate measures what encryption adds: the same chat, whole and

@@ -23,7 +23,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
-	"github.com/svc-dev/svc/internal/e2ee"
+	"github.com/svc-dev/svc/e2ee"
 	"github.com/svc-dev/svc/internal/harness"
 )
 

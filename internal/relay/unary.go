@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/svc-dev/svc/internal/api"
-	"github.com/svc-dev/svc/internal/e2ee"
+	"github.com/svc-dev/svc/e2ee"
 	"github.com/svc-dev/svc/internal/fleet"
 	"github.com/svc-dev/svc/internal/link"
 )

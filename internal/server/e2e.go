@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/svc-dev/svc/internal/api"
-	"github.com/svc-dev/svc/internal/e2ee"
+	"github.com/svc-dev/svc/e2ee"
 )
 
 // e2eKeys is GET /api/v1/e2e/keys: the public keys of the organisation's

@@ -12,7 +12,7 @@ import (
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/chat"
-	"github.com/svc-dev/svc/internal/e2ee"
+	"github.com/svc-dev/svc/e2ee"
 	"github.com/svc-dev/svc/internal/engine"
 	"github.com/svc-dev/svc/internal/images"
 	"github.com/svc-dev/svc/internal/rerank"

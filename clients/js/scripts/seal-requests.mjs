@@ -1,6 +1,6 @@
 // Seals one request of each sealed kind with this package's fetch, to the
 // first key of the Go vectors, and prints what the gateway would receive
-// as a JSON list. internal/e2ee's TestJSEnvelopesOpenInGo opens them with
+// as a JSON list. e2ee's TestJSEnvelopesOpenInGo opens them with
 // the vector's seed.
 //
 //     node scripts/seal-requests.mjs path/to/vectors.json

@@ -1,4 +1,4 @@
-// The request envelope, byte for byte as internal/e2ee/envelope.go writes
+// The request envelope, byte for byte as e2ee/envelope.go writes
 // it; docs/e2e.md is the reference.
 
 import { Aes256Gcm, CipherSuite, HkdfSha256 } from "@hpke/core";

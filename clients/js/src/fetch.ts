@@ -1,5 +1,5 @@
 // createPrivateFetch: the fetch counterpart of the Go package's Transport
-// (internal/e2ee/transport.go), step for step.
+// (e2ee/transport.go), step for step.
 
 import { type Bytes, concat, hex, sha256, text, utf8 } from "./bytes.js";
 import { CONTENT_TYPE, MAX_ENVELOPE, type Sealed, routingFields, sealRequest } from "./envelope.js";

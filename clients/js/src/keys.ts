@@ -1,5 +1,5 @@
 // The key directory, GET {gateway}/api/v1/e2e/keys, asked with the
-// inference request's own credentials, as internal/e2ee/transport.go does.
+// inference request's own credentials, as e2ee/transport.go does.
 
 import { type Bytes, decode64, hex, sha256, text, utf8 } from "./bytes.js";
 import { E2EEError, KeyDirectoryError } from "./errors.js";

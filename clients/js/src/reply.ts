@@ -1,5 +1,5 @@
 // Opening the worker's reply: the chunked-OHTTP style schedule of
-// internal/e2ee/response.go, on WebCrypto's HKDF and AES-256-GCM.
+// e2ee/response.go, on WebCrypto's HKDF and AES-256-GCM.
 
 import { type Bytes, concat, decode64, text, utf8 } from "./bytes.js";
 import { InvalidReplyError, TruncatedReplyError, clearMessage } from "./errors.js";

@@ -1,5 +1,5 @@
 // Opening replies: every way a reply can be altered, cut or reordered is
-// refused, as in internal/e2ee's TestStreamTampering and TestReplyTampering.
+// refused, as in e2ee's TestStreamTampering and TestReplyTampering.
 
 import assert from "node:assert/strict";
 import { test } from "node:test";

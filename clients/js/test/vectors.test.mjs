@@ -1,4 +1,4 @@
-// The Go envelope's test vectors (internal/e2ee/testdata/vectors.json)
+// The Go envelope's test vectors (e2ee/testdata/vectors.json)
 // open here, and every value after the HPKE step recomputes exactly.
 
 import assert from "node:assert/strict";
@@ -11,7 +11,7 @@ import { keyId } from "../dist/keys.js";
 import { ChunkCipher, ResponseOpener } from "../dist/reply.js";
 import { openRequest, suite, workerKey } from "../testing/gateway.mjs";
 
-const path = process.env.SVC_E2EE_VECTORS ?? new URL("../../../internal/e2ee/testdata/vectors.json", import.meta.url);
+const path = process.env.SVC_E2EE_VECTORS ?? new URL("../../../e2ee/testdata/vectors.json", import.meta.url);
 const { vectors } = JSON.parse(await readFile(path, "utf8"));
 
 async function readAll(stream) {

@@ -1,6 +1,6 @@
 // A fake gateway and the workers behind it, for the tests: the gateway
 // routes on the clear envelope only, the workers open requests and seal
-// replies as internal/e2ee does on a real worker.
+// replies as e2ee does on a real worker.
 
 import { Aes256Gcm, CipherSuite, HkdfSha256 } from "@hpke/core";
 import { XWing } from "@hpke/hybridkem-x-wing";

@@ -9,6 +9,11 @@
 // context, with a "final" marker so truncation is detected. docs/e2e.md
 // describes the wire format byte by byte and testdata/vectors.json holds
 // test vectors for other implementations.
+//
+// Go applications import it as github.com/svc-dev/svc/e2ee: NewTransport
+// under any HTTP client (the OpenAI Go SDK's, for one) makes its inference
+// requests private. The worker opens them with OpenRequest, and the
+// gateway checks the envelope with ParseEnvelope without opening it.
 package e2ee
 
 import (

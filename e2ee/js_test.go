@@ -21,7 +21,7 @@ import (
 // failure.
 func jsClient(t *testing.T) string {
 	t.Helper()
-	dir, err := filepath.Abs(filepath.Join("..", "..", "clients", "js"))
+	dir, err := filepath.Abs(filepath.Join("..", "clients", "js"))
 	if err != nil {
 		t.Fatal(err)
 	}
