@@ -14,8 +14,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/svc-dev/svc/internal/client"
 	"github.com/svc-dev/svc/e2ee"
+	"github.com/svc-dev/svc/internal/client"
 	"github.com/svc-dev/svc/internal/server"
 )
 

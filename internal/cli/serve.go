@@ -18,10 +18,10 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/svc-dev/svc/e2ee"
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/bolt"
 	"github.com/svc-dev/svc/internal/client"
-	"github.com/svc-dev/svc/e2ee"
 	"github.com/svc-dev/svc/internal/engine"
 	"github.com/svc-dev/svc/internal/engine/sim"
 	"github.com/svc-dev/svc/internal/fleet"

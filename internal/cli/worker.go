@@ -15,8 +15,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/e2ee"
+	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/engine"
 	"github.com/svc-dev/svc/internal/engine/espeak"
 	"github.com/svc-dev/svc/internal/engine/moonshine"

@@ -5,8 +5,8 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/e2ee"
+	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/fleet"
 	"github.com/svc-dev/svc/internal/link"
 )

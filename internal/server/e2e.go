@@ -6,8 +6,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/e2ee"
+	"github.com/svc-dev/svc/internal/api"
 )
 
 // e2eKeys is GET /api/v1/e2e/keys: the public keys of the organisation's

@@ -23,8 +23,8 @@ import (
 	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/e2ee"
+	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/engine"
 	"github.com/svc-dev/svc/internal/link"
 	"github.com/svc-dev/svc/internal/moderation"

@@ -10,9 +10,9 @@ import (
 	"net/http"
 	"sync"
 
+	"github.com/svc-dev/svc/e2ee"
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/chat"
-	"github.com/svc-dev/svc/e2ee"
 	"github.com/svc-dev/svc/internal/engine"
 	"github.com/svc-dev/svc/internal/images"
 	"github.com/svc-dev/svc/internal/rerank"
