@@ -273,6 +273,58 @@ func TestResetReachesTheOtherEnd(t *testing.T) {
 	})
 }
 
+// AfterFail runs its callback when the stream fails, on either end and
+// however it fails, and never for a stream that ended normally or whose
+// callback was stopped.
+func TestAfterFail(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		end   func(p *pair, st *Stream)
+		stop  bool
+		fired bool
+	}{
+		{name: "reset by the other end", end: func(p *pair, st *Stream) { st.Reset() }, fired: true},
+		{name: "session closed", end: func(p *pair, st *Stream) { p.w.Close(nil) }, fired: true},
+		{name: "stopped before the reset", end: func(p *pair, st *Stream) { st.Reset() }, stop: true},
+		{name: "ended normally", end: func(p *pair, st *Stream) {
+			if _, _, err := collect(context.Background(), st); err != nil {
+				p.t.Error(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var fired sync.WaitGroup
+				var n int
+				fired.Add(1)
+				registered := make(chan struct{})
+				p := newPair(t, 0, func(ctx context.Context, st *Stream) {
+					defer fired.Done()
+					stop := st.AfterFail(func() { n++ })
+					if tc.stop && !stop() {
+						t.Error("stop did not unregister the callback")
+					}
+					close(registered)
+					_, _, _ = st.ReadRequest(ctx)
+					_ = st.End(ctx, nil)
+					<-ctx.Done()
+				})
+				st, err := p.g.Open(ctxT(t), nil, []byte("x"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				<-registered
+				tc.end(p, st)
+				fired.Wait()
+				synctest.Wait()
+				if (n == 1) != tc.fired || n > 1 {
+					t.Fatalf("callback ran %d times, want fired %v", n, tc.fired)
+				}
+			})
+		})
+	}
+}
+
 func TestWorkerEndBeforeGatewayReads(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := newPair(t, 0, echo)

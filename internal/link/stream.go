@@ -37,6 +37,8 @@ type Stream struct {
 	consumed int    // payload bytes consumed since the last acknowledgement
 	ackSent  uint64 // highest sequence number acknowledged to the peer
 	err      error
+	// afterFail are the callbacks AfterFail registered and not stopped.
+	afterFail []*func()
 }
 
 func newStream(s *Session, id uint64) *Stream {
@@ -322,8 +324,41 @@ func (st *Stream) fail(err error) {
 	st.err = err
 	st.unacked, st.inflight = nil, 0
 	close(st.dead)
+	after := st.afterFail
+	st.afterFail = nil
 	st.mu.Unlock()
 	st.cancel()
+	for _, f := range after {
+		go (*f)()
+	}
+}
+
+// AfterFail arranges for f to run, in its own goroutine, once the stream
+// fails: reset by either end or its session closed. A stream that ends
+// normally never runs it. stop unregisters f and reports whether it did
+// so before f was started, as context.AfterFunc's stop does. Unlike a
+// goroutine waiting on Done, a registration costs nothing while it waits.
+func (st *Stream) AfterFail(f func()) (stop func() bool) {
+	st.mu.Lock()
+	if st.err != nil {
+		st.mu.Unlock()
+		go f()
+		return func() bool { return false }
+	}
+	p := &f
+	st.afterFail = append(st.afterFail, p)
+	st.mu.Unlock()
+	return func() bool {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		for i, q := range st.afterFail {
+			if q == p {
+				st.afterFail = append(st.afterFail[:i], st.afterFail[i+1:]...)
+				return true
+			}
+		}
+		return false
+	}
 }
 
 func signal(c chan struct{}) {
