@@ -488,7 +488,7 @@ func peerStream(t *testing.T, sess *link.Session, id, req string) *http.Response
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	st, err := sess.Open(ctx, peer.AppendRequest(nil, id, "192.0.2.7:4242"), []byte(req))
+	st, err := sess.Open(ctx, peer.AppendRequest(nil, id, []byte("192.0.2.7:4242")), []byte(req))
 	if err != nil {
 		t.Fatal(err)
 	}

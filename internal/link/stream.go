@@ -42,13 +42,18 @@ type Stream struct {
 }
 
 func newStream(s *Session, id uint64) *Stream {
-	return &Stream{
+	st := &Stream{
 		id: id, s: s, cancel: func() {},
 		dead:   make(chan struct{}),
-		ended:  make(chan struct{}),
 		credit: make(chan struct{}, 1),
 		ready:  make(chan struct{}, 1),
 	}
+	if s.opts.Role == Gateway {
+		// Only the gateway receives an END; a worker's stream waits on a
+		// nil channel, which never fires.
+		st.ended = make(chan struct{})
+	}
+	return st
 }
 
 // ID is the stream's number, unique within its session.

@@ -188,17 +188,17 @@ func TestRequestHeader(t *testing.T) {
 		id, addr string
 		ok       bool
 	}{
-		{name: "round trip", b: AppendRequest(nil, "req-1", "10.0.0.1:4242"), id: "req-1", addr: "10.0.0.1:4242", ok: true},
-		{name: "empty fields", b: AppendRequest(nil, "", ""), ok: true},
-		{name: "unknown version", b: append([]byte{9}, AppendRequest(nil, "a", "b")[1:]...)},
-		{name: "truncated", b: AppendRequest(nil, "req-1", "10.0.0.1:4242")[:8]},
-		{name: "trailing bytes", b: append(AppendRequest(nil, "a", "b"), 0)},
-		{name: "field too long", b: AppendRequest(nil, string(make([]byte, maxField+1)), "")},
+		{name: "round trip", b: AppendRequest(nil, "req-1", []byte("10.0.0.1:4242")), id: "req-1", addr: "10.0.0.1:4242", ok: true},
+		{name: "empty fields", b: AppendRequest(nil, "", nil), ok: true},
+		{name: "unknown version", b: append([]byte{9}, AppendRequest(nil, "a", []byte("b"))[1:]...)},
+		{name: "truncated", b: AppendRequest(nil, "req-1", []byte("10.0.0.1:4242"))[:8]},
+		{name: "trailing bytes", b: append(AppendRequest(nil, "a", []byte("b")), 0)},
+		{name: "field too long", b: AppendRequest(nil, string(make([]byte, maxField+1)), nil)},
 		{name: "empty", b: nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			id, addr, err := ParseRequest(tc.b)
-			if (err == nil) != tc.ok || id != tc.id || addr != tc.addr {
+			if (err == nil) != tc.ok || id != tc.id || string(addr) != tc.addr {
 				t.Fatalf("ParseRequest = %q, %q, %v", id, addr, err)
 			}
 		})

@@ -20,8 +20,8 @@ const requestVersion = 1
 const maxField = 256
 
 // AppendRequest appends the stream header of a request with id from the
-// client at addr.
-func AppendRequest(dst []byte, id, addr string) []byte {
+// client at addr (host:port, or empty for none).
+func AppendRequest(dst []byte, id string, addr []byte) []byte {
 	dst = append(dst, requestVersion)
 	dst = binary.AppendUvarint(dst, uint64(len(id)))
 	dst = append(dst, id...)
@@ -29,23 +29,24 @@ func AppendRequest(dst []byte, id, addr string) []byte {
 	return append(dst, addr...)
 }
 
-// ParseRequest reads a stream header made by AppendRequest.
-func ParseRequest(b []byte) (id, addr string, err error) {
+// ParseRequest reads a stream header made by AppendRequest. addr aliases
+// b.
+func ParseRequest(b []byte) (id string, addr []byte, err error) {
 	if len(b) == 0 || b[0] != requestVersion {
-		return "", "", fmt.Errorf("%w: forwarded request header of unknown version", link.ErrInvalid)
+		return "", nil, fmt.Errorf("%w: forwarded request header of unknown version", link.ErrInvalid)
 	}
 	b = b[1:]
-	var fields [2]string
+	var fields [2][]byte
 	for i := range fields {
 		n, k := binary.Uvarint(b)
 		if k <= 0 || n > maxField || n > uint64(len(b)-k) {
-			return "", "", fmt.Errorf("%w: malformed forwarded request header", link.ErrInvalid)
+			return "", nil, fmt.Errorf("%w: malformed forwarded request header", link.ErrInvalid)
 		}
-		fields[i] = string(b[k : k+int(n)])
+		fields[i] = b[k : k+int(n) : k+int(n)]
 		b = b[k+int(n):]
 	}
 	if len(b) != 0 {
-		return "", "", fmt.Errorf("%w: forwarded request header too long", link.ErrInvalid)
+		return "", nil, fmt.Errorf("%w: forwarded request header too long", link.ErrInvalid)
 	}
-	return fields[0], fields[1], nil
+	return string(fields[0]), fields[1], nil
 }

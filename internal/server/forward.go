@@ -6,9 +6,11 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http/httputil"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -217,66 +219,78 @@ type forwarding struct {
 	to target
 	st *link.Stream
 	ar *answerReader
-	// unwatch stops the client watch, stopReset the stream's reset on
-	// the client's departure, cancel ends ctx.
-	unwatch   func()
-	stopReset func() bool
-	cancel    context.CancelFunc
+	// gone: the client went, and the stream was reset for it.
+	gone    atomic.Bool
+	unwatch func()
 }
 
-// done lets go of everything the forward holds. The reset is stopped
-// before the cancel, so that a stream that ended well is not reset.
+// leave is the client watch's: the client went, and its stream is reset,
+// which ends the request at the home as a client's disconnect, and
+// whatever waits on the stream here.
+func (f *forwarding) leave() {
+	f.gone.Store(true)
+	f.st.Reset()
+}
+
+// done lets go of what the forward holds.
 func (f *forwarding) done() {
-	f.unwatch()
-	if f.stopReset != nil {
-		f.stopReset()
+	if f.unwatch != nil {
+		f.unwatch()
+		f.unwatch = nil
 	}
-	f.cancel()
 	if f.ar != nil {
 		f.ar.release()
 		f.ar = nil
 	}
 }
 
+// requestBufs holds the buffers a request is written into for its
+// stream, which copies it.
+var requestBufs = sync.Pool{New: func() any { return new([]byte) }}
+
 // forward sends the call's request to the peer to, its body as read
 // (or, for an upload, as it arrives: up), and answers with the peer's
 // answer. The stream is reset, which ends the request there as a
 // client's disconnect, the moment the client goes.
+//
+// Nothing here waits on a context: what waits, waits on the stream, and
+// the client's departure resets it.
 func (s *Server) forward(c *call, to target, up *upload) error {
-	ctx, cancel := context.WithCancel(context.Background())
-	f := &forwarding{s: s, c: c, to: to, cancel: cancel}
-	f.unwatch = s.watchClient(c.ctx.Conn(), cancel)
-	sess, err := s.peers.Session(ctx, to.id, to.url)
+	bg := context.Background()
+	sess, err := s.peers.Session(bg, to.id, to.url)
 	if err != nil {
-		gone := ctx.Err() != nil // before done cancels it
-		f.done()
-		if gone {
-			return errClientGone
-		}
 		return s.unreachable(c, to, err)
 	}
-	hdr := peer.AppendRequest(make([]byte, 0, 64), c.requestID, c.ctx.RemoteAddr().String())
-	var pumped chan error
+	f := &forwarding{s: s, c: c, to: to}
+	bp := requestBufs.Get().(*[]byte)
+	buf := appendClient((*bp)[:0], c)
+	nh := len(buf)
 	if up == nil {
 		body := c.ctx.Request.Body()
-		msg := appendRequestHead(make([]byte, 0, 1024+len(body)), c, len(body))
-		f.st, err = sess.Open(ctx, hdr, append(msg, body...))
-	} else if f.st, err = sess.OpenDuplex(ctx, hdr); err == nil {
-		if err = f.st.SendBody(ctx, appendRequestHead(make([]byte, 0, 1024), c, up.length)); err == nil {
-			pumped = make(chan error, 1)
-			go func() { pumped <- up.pump(ctx, f.st) }()
-		}
+		buf = append(appendRequestHead(buf, c, len(body)), body...)
+		f.st, err = sess.Open(bg, buf[:nh], buf[nh:])
+	} else if f.st, err = sess.OpenDuplex(bg, buf[:nh]); err == nil {
+		buf = appendRequestHead(buf, c, up.length)
+		err = f.st.SendBody(bg, buf[nh:])
+	}
+	if cap(buf) <= 64<<10 {
+		*bp = buf[:0]
+		requestBufs.Put(bp)
 	}
 	if err != nil {
-		gone := ctx.Err() != nil
-		f.done()
-		if gone {
-			return errClientGone
+		if f.st != nil {
+			f.st.Reset()
 		}
 		s.metrics.forwards.WithLabelValues("lost").Inc()
 		return s.peerLost(c, to, err)
 	}
-	f.stopReset = context.AfterFunc(ctx, f.st.Reset)
+	// A client that went before this is reported at once.
+	f.unwatch = s.watchClient(c.ctx.Conn(), f.leave)
+	var pumped chan error
+	if up != nil {
+		pumped = make(chan error, 1)
+		go func() { pumped <- up.pump(bg, f.st) }()
+	}
 	f.ar = newAnswerReader(f.st)
 	herr := c.ctx.Response.Header.Read(f.ar.br)
 	var perr error
@@ -289,7 +303,6 @@ func (s *Server) forward(c *call, to target, up *upload) error {
 	}
 	h := &c.ctx.Response.Header
 	if herr != nil {
-		gone := ctx.Err() != nil
 		f.done()
 		h.Reset()
 		h.Set("X-Request-Id", c.requestID)
@@ -301,7 +314,7 @@ func (s *Server) forward(c *call, to target, up *upload) error {
 				return s.tooLarge(c.ctx, s.public.mux, false)
 			}
 			return errMalformedBody
-		case gone:
+		case f.gone.Load():
 			return errClientGone
 		}
 		s.metrics.forwards.WithLabelValues("lost").Inc()
@@ -334,15 +347,26 @@ func (s *Server) forward(c *call, to target, up *upload) error {
 			h.Reset()
 			h.Set("X-Request-Id", c.requestID)
 			c.ctx.Response.ResetBody()
-			if ctx.Err() != nil { // done is deferred
+			if f.gone.Load() {
 				return errClientGone
 			}
 			return s.peerLost(c, to, err)
 		}
 		return nil
 	}
-	f.stream(ctx, n == -1)
+	f.stream(n == -1)
 	return nil
+}
+
+// appendClient appends the stream header of the call's request: its id
+// and its client's address.
+func appendClient(dst []byte, c *call) []byte {
+	var ab [64]byte
+	addr := ab[:0]
+	if ta, ok := c.ctx.RemoteAddr().(*net.TCPAddr); ok {
+		addr, _ = ta.AddrPort().AppendText(addr)
+	}
+	return peer.AppendRequest(dst, c.requestID, addr)
 }
 
 // readWhole reads an answer of n bytes into the response, then the
@@ -371,7 +395,7 @@ func (f *forwarding) readWhole(n int) error {
 
 // stream passes the answer's body on as it arrives, each piece flushed:
 // a stream's chunks reach the client as the home sends them.
-func (f *forwarding) stream(ctx context.Context, chunked bool) {
+func (f *forwarding) stream(chunked bool) {
 	c, s := f.c, f.s
 	sse := bytes.HasPrefix(c.ctx.Response.Header.ContentType(), []byte("text/event-stream"))
 	conn := c.ctx.Conn()
@@ -401,7 +425,7 @@ func (f *forwarding) stream(ctx context.Context, chunked bool) {
 				// The chunks' end; the stream's follows.
 				_, _ = io.Copy(io.Discard, f.ar.br)
 				return
-			case ctx.Err() != nil:
+			case f.gone.Load():
 				return // the client went
 			}
 			// The peer went mid-answer. A stream ends as one whose

@@ -666,3 +666,41 @@ func TestForwardNotHomeMovesOn(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkForwardUnary is one small request through a front to its home
+// and back, against the same request sent to the home directly: the
+// difference is the hop (HTTP/1.1 on a link stream, both ends).
+func BenchmarkForwardUnary(b *testing.B) {
+	body := []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
+	answer := []byte(`{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hello"}}]}`)
+	t := &testing.T{}
+	home := startHome(t, "home", map[string]fasthttp.RequestHandler{
+		"/chat": func(ctx *fasthttp.RequestCtx) { ctx.SetContentType("application/json"); ctx.SetBody(answer) },
+	})
+	front := startFront(t, home)
+	defer func() {
+		// startHome's and startFront's cleanups belong to t, which a
+		// benchmark does not run.
+		front.s.peers.Close()
+		home.s.peerAccept.Close()
+	}()
+	client := &fasthttp.Client{}
+	for _, bc := range []struct{ name, url string }{{"direct", home.url}, {"forwarded", front.url}} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+				defer fasthttp.ReleaseRequest(req)
+				defer fasthttp.ReleaseResponse(resp)
+				for pb.Next() {
+					req.SetRequestURI(bc.url + "/chat")
+					req.Header.SetMethod("POST")
+					req.SetBody(body)
+					if err := client.Do(req, resp); err != nil || resp.StatusCode() != 200 {
+						b.Fatalf("%v %d %s", err, resp.StatusCode(), resp.Body())
+					}
+				}
+			})
+		})
+	}
+}

@@ -99,29 +99,25 @@ func (s *Server) servePeerStream(ctx context.Context, st *link.Stream) {
 		st.Reset()
 		return
 	}
-	conn := &peerConn{st: st, body: body, id: id, remote: clientAddr(addr)}
+	conn := &peerConn{st: st, body: body, id: id}
+	if len(addr) > 0 {
+		conn.addr, conn.remote = addr, nil
+	}
 	if err := s.public.srv.ServeConn(conn); err != nil {
 		s.log.Debug("cluster: a forwarded request's connection", "err", err)
 	}
-}
-
-// clientAddr is the forwarded client's address as the home's handlers see
-// it; a peer's own calls have none.
-func clientAddr(s string) net.Addr {
-	ap, err := netip.ParseAddrPort(s)
-	if err != nil {
-		return peerAddr{}
-	}
-	return net.TCPAddrFromAddrPort(ap)
 }
 
 // peerConn is a forwarded request's stream as the connection fasthttp
 // serves it on: the request's bytes are the stream's OPEN message, the
 // answer's are its DATA frames, and closing it ends the stream.
 type peerConn struct {
-	st     *link.Stream
-	body   *link.Body
-	id     string // the request id the front gave the request
+	st   *link.Stream
+	body *link.Body
+	id   string // the request id the front gave the request
+	// addr is the client's address as the front sent it, read into
+	// remote when asked for: most requests never ask.
+	addr   []byte
 	remote net.Addr
 	closed atomic.Bool
 }
@@ -150,8 +146,20 @@ func (c *peerConn) Close() error {
 	return nil
 }
 
-func (c *peerConn) LocalAddr() net.Addr  { return peerAddr{} }
-func (c *peerConn) RemoteAddr() net.Addr { return c.remote }
+func (c *peerConn) LocalAddr() net.Addr { return peerAddr{} }
+
+// RemoteAddr is the forwarded client's address; a peer's own calls have
+// none. fasthttp asks from the handler's goroutine only.
+func (c *peerConn) RemoteAddr() net.Addr {
+	if c.remote == nil {
+		c.remote = peerAddr{}
+		var ap netip.AddrPort
+		if err := ap.UnmarshalText(c.addr); err == nil && ap.IsValid() {
+			c.remote = net.TCPAddrFromAddrPort(ap)
+		}
+	}
+	return c.remote
+}
 
 // The deadlines fasthttp sets bound a client's slowness; the front
 // bounds its own client's, and a stream's failure ends reads and writes.

@@ -87,7 +87,7 @@ func (s *Server) callPeer(ctx context.Context, method string, to target, uri str
 	}
 	req := fmt.Appendf(nil, "%s %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n",
 		method, uri, to.id, len(b))
-	st, err := sess.Open(ctx, peer.AppendRequest(nil, "", ""), append(req, b...))
+	st, err := sess.Open(ctx, peer.AppendRequest(nil, "", nil), append(req, b...))
 	if err != nil {
 		return err
 	}
