@@ -148,6 +148,10 @@ func (st *Stream) sendFrame(ctx context.Context, t Type, flags uint8, payload []
 				st.s.att.enqueue(f, st.readSeq)
 				st.ackSent = st.readSeq
 				st.consumed = 0
+				if len(st.s.endAcks) > 0 {
+					// In the same write.
+					st.s.queueEndAcksLocked()
+				}
 			}
 			st.mu.Unlock()
 			st.s.mu.Unlock()
@@ -197,7 +201,10 @@ func (st *Stream) recv(done <-chan struct{}) (Frame, error) {
 				ack, st.ackSent, st.consumed = st.readSeq, st.readSeq, 0
 			}
 			st.mu.Unlock()
-			if ack > 0 {
+			switch {
+			case ack > 0 && end:
+				st.s.sendEndAck(st.id, ack)
+			case ack > 0:
 				st.s.sendAck(st.id, ack)
 			}
 			if end {

@@ -64,6 +64,11 @@ const (
 	maxRedial = 2 * time.Second
 )
 
+// endAckDelay holds back the acknowledgement of an answer's end for the
+// next request's frames to carry: a forwarded request then costs the
+// link one write each way under load, as an HTTP exchange does.
+const endAckDelay = 10 * time.Millisecond
+
 // peerMemory is how long a peer that could not be reached is reported so.
 const peerMemory = 10 * time.Second
 
@@ -257,7 +262,7 @@ func (p *Pool) forget(l *peerLink) bool {
 func (p *Pool) newSession() (*link.Session, string) {
 	var raw [16]byte
 	_, _ = rand.Read(raw[:])
-	return link.NewSession(link.Options{Role: link.Gateway, Buffers: p.opts.Buffers}), hex.EncodeToString(raw[:])
+	return link.NewSession(link.Options{Role: link.Gateway, Buffers: p.opts.Buffers, EndAckDelay: endAckDelay}), hex.EncodeToString(raw[:])
 }
 
 // run keeps the link to a peer up until ctx ends, or until it has failed
