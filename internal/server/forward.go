@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fasthttp/websocket"
 	"github.com/valyala/fasthttp"
 
 	"github.com/svc-dev/svc/internal/api"
@@ -457,6 +458,13 @@ var errClientGone = &api.Error{Kind: api.KindClientGone, Message: "Client discon
 // and tries once more there, or here. Only a refusal made before the
 // request ran is retried: GPU work is never done twice.
 func (s *Server) forwardOrServe(c *call, to target) error {
+	if websocket.FastHTTPIsWebSocketUpgrade(c.ctx) {
+		// A live transcription's WebSocket is not carried between the
+		// replicas: the client is told where to connect.
+		c.ctx.SetConnectionClose()
+		return &api.Error{Kind: api.KindUnavailable, Type: api.TypeServiceUnavailable, Code: api.CodeNotHome, CodeHeader: true,
+			RetryAfter: homeRetryAfter, Message: "This gateway replica does not pass a live transcription's WebSocket on to the replica serving the organisation; connect to it, at " + to.url}
+	}
 	var up *upload
 	if c.route.streamed {
 		up = &upload{src: c.ctx.RequestBodyStream(), length: c.ctx.Request.Header.ContentLength(), replayable: true}
