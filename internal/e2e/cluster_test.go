@@ -2,11 +2,13 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -19,8 +21,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fasthttp/websocket"
 	"github.com/jackc/pgx/v5"
+
 	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/link"
+	"github.com/svc-dev/svc/internal/peer"
 	"github.com/svc-dev/svc/internal/pgtest"
 )
 
@@ -479,10 +485,61 @@ func TestClusterOneHomeUnderRace(t *testing.T) {
 	}
 }
 
-// A request a peer forwarded, its id signed with the cluster's secret, is
-// served by the organisation's home under that id, and refused by any
-// other replica before it runs (503 not_home), never forwarded again; a
-// forged signature is no forward at all.
+// peerStream sends one HTTP/1.1 request on a replica link, as a peer
+// forwarding it under id, and returns the answer.
+func peerStream(t *testing.T, sess *link.Session, id, req string) *http.Response {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	st, err := sess.Open(ctx, peer.AppendRequest(nil, id, []byte("192.0.2.7:4242")), []byte(req))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body bytes.Buffer
+	for {
+		f, err := st.Recv(ctx)
+		if err != nil {
+			t.Fatalf("the stream failed after %q: %v", body.String(), err)
+		}
+		if f.Type == link.TypeEnd {
+			break
+		}
+		body.Write(f.Payload)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(&body), nil)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, body.String())
+	}
+	return resp
+}
+
+// dialPeer opens a replica link to the replica at base, whose id is to,
+// proving secret, or says why the handshake failed.
+func dialPeer(t *testing.T, base, to, secret string) (*link.Session, error) {
+	t.Helper()
+	ws, _, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(base, "http")+peer.Path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := link.WebSocket(ws, link.DefaultKeepalive())
+	sess := link.NewSession(link.Options{Role: link.Gateway})
+	if _, err := peer.Dial(conn, []byte(secret), peer.Hello{From: "e2e-peer", To: to, SessionID: "e2e"}, sess.RecvState); err != nil {
+		_ = conn.Close()
+		return nil, err
+	}
+	if _, err := sess.Attach(conn, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sess.Close(nil) })
+	return sess, nil
+}
+
+// Requests are forwarded only on replica links, whose peers prove they
+// hold the cluster's secret: a link with another secret is refused, and
+// the forwarding header of old means nothing. A request a peer forwards
+// is served by the organisation's home under the peer's id, and refused
+// by any other replica before it runs (503 not_home), never forwarded
+// again.
 func TestClusterForwardedRequestRules(t *testing.T) {
 	a, b, db := startPair(t)
 	key := a.adminKey()
@@ -498,34 +555,56 @@ func TestClusterForwardedRequestRules(t *testing.T) {
 	if err := conn.QueryRow(ctx, "SELECT secret FROM svc_cluster").Scan(&secret); err != nil {
 		t.Fatal(err)
 	}
-	signed := func(id, with string) string {
-		m := hmac.New(sha256.New, []byte(with))
-		m.Write([]byte(id))
-		return id + "." + hex.EncodeToString(m.Sum(nil))
+	replicaID := func(s *server) string {
+		return s.do("GET", "/healthz", "").JSON(t)["cluster"].(map[string]any)["replica_id"].(string)
 	}
+	aID, bID := replicaID(a), replicaID(b)
 	chat := `{"model":"sim-chat","messages":[{"role":"user","content":"hi"}],"max_tokens":4}`
+	request := func(host string) string {
+		return fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\n"+
+			"Content-Length: %d\r\nConnection: close\r\n\r\n%s", host, key, len(chat), chat)
+	}
 
+	// Another secret: refused before anything crosses.
+	if _, err := dialPeer(t, a.URL, aID, "not the secret"); !errors.Is(err, peer.ErrProof) {
+		t.Fatalf("a link with another secret: %v, want the home's proof refused", err)
+	}
+	// A link meant for another replica: refused.
+	if _, err := dialPeer(t, a.URL, bID, secret); !errors.Is(err, peer.ErrRefused) {
+		t.Fatalf("a link to a meant for b: %v", err)
+	}
 	// At the home: served under the forwarded id.
-	r := a.do("POST", "/v1/chat/completions", chat, bearer(key), header{"X-Svc-Forward", signed("fwd-at-home", secret)})
-	if r.Status != http.StatusOK || r.Header.Get("X-Request-Id") != "fwd-at-home" {
-		t.Fatalf("a forwarded request at the home = %d %v %s", r.Status, r.Header, r.Body)
+	toA, err := dialPeer(t, a.URL, aID, secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := peerStream(t, toA, "fwd-at-home", request("a"))
+	if r.StatusCode != http.StatusOK || r.Header.Get("X-Request-Id") != "fwd-at-home" {
+		t.Fatalf("a forwarded request at the home = %d %v", r.StatusCode, r.Header)
 	}
 	// Elsewhere: refused before it runs, not forwarded on.
-	r = b.do("POST", "/v1/chat/completions", chat, bearer(key), header{"X-Svc-Forward", signed("fwd-elsewhere", secret)})
-	if r.Status != http.StatusServiceUnavailable || r.Header.Get("X-Svc-Error-Code") != api.CodeNotHome ||
-		r.Header.Get("X-Svc-Not-Home") != "1" || r.Header.Get("Retry-After") == "" {
-		t.Fatalf("a forwarded request at a replica not the home = %d %v %s", r.Status, r.Header, r.Body)
+	toB, err := dialPeer(t, b.URL, bID, secret)
+	if err != nil {
+		t.Fatal(err)
 	}
-	// A forged signature: an ordinary request, forwarded to the home
-	// under an id of b's own.
-	r = b.do("POST", "/v1/chat/completions", chat, bearer(key), header{"X-Svc-Forward", signed("forged", "not the secret")})
-	if r.Status != http.StatusOK || r.Header.Get("X-Request-Id") == "forged" || r.Header.Get("X-Worker-Name") != "fw1" {
-		t.Fatalf("a request with a forged forward = %d %v %s", r.Status, r.Header, r.Body)
+	r = peerStream(t, toB, "fwd-elsewhere", request("b"))
+	if r.StatusCode != http.StatusServiceUnavailable || r.Header.Get("X-Svc-Error-Code") != api.CodeNotHome ||
+		r.Header.Get("X-Svc-Not-Home") != "1" || r.Header.Get("Retry-After") == "" {
+		t.Fatalf("a forwarded request at a replica not the home = %d %v", r.StatusCode, r.Header)
+	}
+	// The forwarding header of old, even signed with the secret: an
+	// ordinary request, forwarded to the home under an id of b's own.
+	m := hmac.New(sha256.New, []byte(secret))
+	m.Write([]byte("forged"))
+	got := b.do("POST", "/v1/chat/completions", chat, bearer(key), header{"X-Svc-Forward", "forged." + hex.EncodeToString(m.Sum(nil))})
+	if got.Status != http.StatusOK || got.Header.Get("X-Request-Id") == "forged" || got.Header.Get("X-Worker-Name") != "fw1" {
+		t.Fatalf("a request with the old forwarding header = %d %v %s", got.Status, got.Header, got.Body)
 	}
 	// A row for what ran, under its id; none for the refusal, which the
 	// home never saw.
 	logs := a.do("GET", "/api/v1/usage/logs?limit=50", "", bearer(key))
-	if !strings.Contains(string(logs.Body), `"id":"fwd-at-home"`) || strings.Contains(string(logs.Body), `"id":"fwd-elsewhere"`) {
+	if !strings.Contains(string(logs.Body), `"id":"fwd-at-home"`) || strings.Contains(string(logs.Body), `"id":"fwd-elsewhere"`) ||
+		!strings.Contains(string(logs.Body), `"id":"`+got.Header.Get("X-Request-Id")+`"`) {
 		t.Fatalf("usage rows:\n%s", logs.Body)
 	}
 }

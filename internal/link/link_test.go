@@ -273,6 +273,98 @@ func TestResetReachesTheOtherEnd(t *testing.T) {
 	})
 }
 
+// AfterFail runs its callback when the stream fails, on either end and
+// however it fails, and never for a stream that ended normally or whose
+// callback was stopped.
+func TestAfterFail(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		end   func(p *pair, st *Stream)
+		stop  bool
+		fired bool
+	}{
+		{name: "reset by the other end", end: func(p *pair, st *Stream) { st.Reset() }, fired: true},
+		{name: "session closed", end: func(p *pair, st *Stream) { p.w.Close(nil) }, fired: true},
+		{name: "stopped before the reset", end: func(p *pair, st *Stream) { st.Reset() }, stop: true},
+		{name: "ended normally", end: func(p *pair, st *Stream) {
+			if _, _, err := collect(context.Background(), st); err != nil {
+				p.t.Error(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var fired sync.WaitGroup
+				var n int
+				fired.Add(1)
+				registered := make(chan struct{})
+				p := newPair(t, 0, func(ctx context.Context, st *Stream) {
+					defer fired.Done()
+					stop := st.AfterFail(func() { n++ })
+					if tc.stop && !stop() {
+						t.Error("stop did not unregister the callback")
+					}
+					close(registered)
+					_, _, _ = st.ReadRequest(ctx)
+					_ = st.End(ctx, nil)
+					<-ctx.Done()
+				})
+				st, err := p.g.Open(ctxT(t), nil, []byte("x"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				<-registered
+				tc.end(p, st)
+				fired.Wait()
+				synctest.Wait()
+				if (n == 1) != tc.fired || n > 1 {
+					t.Fatalf("callback ran %d times, want fired %v", n, tc.fired)
+				}
+			})
+		})
+	}
+}
+
+// With EndAckDelay, the gateway acknowledges an END with its next frame,
+// or once the delay has passed when it sends none: the worker lets the
+// stream go then, and not before.
+func TestEndAckDelay(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		next bool // the gateway opens another stream at once
+	}{{"carried by the next stream", true}, {"sent after the delay", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := newPair(t, 0, echo)
+				p.g.opts.EndAckDelay = 10 * time.Millisecond
+				ctx := ctxT(t)
+				st, _ := p.g.Open(ctx, nil, []byte("abc"))
+				if got, _, err := collect(ctx, st); err != nil || string(got) != "abc" {
+					t.Fatalf("%q %v", got, err)
+				}
+				start := time.Now()
+				synctest.Wait()
+				if p.w.Streams() != 1 {
+					t.Fatal("the END was acknowledged at once")
+				}
+				if tc.next {
+					next, _ := p.g.Open(ctx, nil, []byte("d"))
+					synctest.Wait()
+					if n := p.w.Streams(); n != 1 {
+						t.Fatalf("the worker holds %d streams once the next was opened, want the new one only", n)
+					}
+					_, _, _ = collect(ctx, next)
+					return
+				}
+				time.Sleep(10*time.Millisecond - time.Since(start) - time.Nanosecond)
+				settle(t, "the worker to hold the stream until the delay has passed", func() bool { return p.w.Streams() == 1 })
+				time.Sleep(time.Nanosecond)
+				settle(t, "the worker to let the stream go", func() bool { return p.w.Streams() == 0 })
+			})
+		})
+	}
+}
+
 func TestWorkerEndBeforeGatewayReads(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := newPair(t, 0, echo)

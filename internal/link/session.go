@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"time"
 
 	"github.com/svc-dev/svc/internal/api"
 )
@@ -53,6 +54,11 @@ type Options struct {
 	// Buffers, when set, lends the buffers frames are queued in for
 	// writing, so that an idle session holds none.
 	Buffers *Buffers
+	// EndAckDelay, when set, holds back the gateway's acknowledgement of
+	// a stream's END for up to this long, to go out with the next frames
+	// the session sends: under load each costs no write of its own. The
+	// worker keeps the stream (its memory, not a slot) until it arrives.
+	EndAckDelay time.Duration
 }
 
 // Session is one end of a link. It outlives its connections: streams
@@ -70,6 +76,10 @@ type Session struct {
 	att      *attachment
 	closed   error
 	handlers sync.WaitGroup
+	// endAcks are END acknowledgements held back (EndAckDelay), and
+	// ackTimer sends them when nothing else has.
+	endAcks  []Frame
+	ackTimer *time.Timer
 }
 
 // NewSession returns a detached session.
@@ -128,6 +138,8 @@ func (s *Session) Attach(conn Conn, peer []api.StreamSeq) (<-chan struct{}, erro
 		known[p.ID] = p.RecvSeq
 	}
 	a := newAttachment(conn, s.opts.Buffers)
+	// The handshake tells the worker which streams are done with.
+	s.endAcks = nil
 	for id, st := range s.streams {
 		recv, ok := known[id]
 		if !ok && s.opts.Role == Worker {
@@ -194,6 +206,10 @@ func (s *Session) Close(err error) {
 	s.att = nil
 	streams := s.streams
 	s.streams = map[uint64]*Stream{}
+	s.endAcks = nil
+	if s.ackTimer != nil {
+		s.ackTimer.Stop()
+	}
 	s.mu.Unlock()
 	for _, st := range streams {
 		st.fail(err)
@@ -294,6 +310,47 @@ func (s *Session) sendAck(id, seq uint64) {
 		s.att.enqueue(&Frame{Type: TypeAck, Stream: id}, seq)
 	}
 	s.mu.Unlock()
+}
+
+// sendEndAck acknowledges a stream's END: at once, or with the session's
+// next frames within EndAckDelay.
+func (s *Session) sendEndAck(id, seq uint64) {
+	if s.opts.EndAckDelay <= 0 {
+		s.sendAck(id, seq)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.att == nil || s.closed != nil {
+		return
+	}
+	s.endAcks = append(s.endAcks, Frame{Type: TypeAck, Stream: id, Ack: seq})
+	if len(s.endAcks) > 1 {
+		return
+	}
+	if s.ackTimer == nil {
+		s.ackTimer = time.AfterFunc(s.opts.EndAckDelay, s.flushEndAcks)
+	} else {
+		s.ackTimer.Reset(s.opts.EndAckDelay)
+	}
+}
+
+// flushEndAcks sends the END acknowledgements held back.
+func (s *Session) flushEndAcks() {
+	s.mu.Lock()
+	s.queueEndAcksLocked()
+	s.mu.Unlock()
+}
+
+// queueEndAcksLocked queues the END acknowledgements held back; s.mu is
+// held.
+func (s *Session) queueEndAcksLocked() {
+	if s.att != nil {
+		for i := range s.endAcks {
+			s.att.enqueue(&s.endAcks[i], s.endAcks[i].Ack)
+		}
+	}
+	s.endAcks = s.endAcks[:0]
 }
 
 // sendReset tells the peer to drop a stream.

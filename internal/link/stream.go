@@ -37,16 +37,23 @@ type Stream struct {
 	consumed int    // payload bytes consumed since the last acknowledgement
 	ackSent  uint64 // highest sequence number acknowledged to the peer
 	err      error
+	// afterFail are the callbacks AfterFail registered and not stopped.
+	afterFail []*func()
 }
 
 func newStream(s *Session, id uint64) *Stream {
-	return &Stream{
+	st := &Stream{
 		id: id, s: s, cancel: func() {},
 		dead:   make(chan struct{}),
-		ended:  make(chan struct{}),
 		credit: make(chan struct{}, 1),
 		ready:  make(chan struct{}, 1),
 	}
+	if s.opts.Role == Gateway {
+		// Only the gateway receives an END; a worker's stream waits on a
+		// nil channel, which never fires.
+		st.ended = make(chan struct{})
+	}
+	return st
 }
 
 // ID is the stream's number, unique within its session.
@@ -141,6 +148,10 @@ func (st *Stream) sendFrame(ctx context.Context, t Type, flags uint8, payload []
 				st.s.att.enqueue(f, st.readSeq)
 				st.ackSent = st.readSeq
 				st.consumed = 0
+				if len(st.s.endAcks) > 0 {
+					// In the same write.
+					st.s.queueEndAcksLocked()
+				}
 			}
 			st.mu.Unlock()
 			st.s.mu.Unlock()
@@ -190,7 +201,10 @@ func (st *Stream) recv(done <-chan struct{}) (Frame, error) {
 				ack, st.ackSent, st.consumed = st.readSeq, st.readSeq, 0
 			}
 			st.mu.Unlock()
-			if ack > 0 {
+			switch {
+			case ack > 0 && end:
+				st.s.sendEndAck(st.id, ack)
+			case ack > 0:
 				st.s.sendAck(st.id, ack)
 			}
 			if end {
@@ -322,8 +336,41 @@ func (st *Stream) fail(err error) {
 	st.err = err
 	st.unacked, st.inflight = nil, 0
 	close(st.dead)
+	after := st.afterFail
+	st.afterFail = nil
 	st.mu.Unlock()
 	st.cancel()
+	for _, f := range after {
+		go (*f)()
+	}
+}
+
+// AfterFail arranges for f to run, in its own goroutine, once the stream
+// fails: reset by either end or its session closed. A stream that ends
+// normally never runs it. stop unregisters f and reports whether it did
+// so before f was started, as context.AfterFunc's stop does. Unlike a
+// goroutine waiting on Done, a registration costs nothing while it waits.
+func (st *Stream) AfterFail(f func()) (stop func() bool) {
+	st.mu.Lock()
+	if st.err != nil {
+		st.mu.Unlock()
+		go f()
+		return func() bool { return false }
+	}
+	p := &f
+	st.afterFail = append(st.afterFail, p)
+	st.mu.Unlock()
+	return func() bool {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		for i, q := range st.afterFail {
+			if q == p {
+				st.afterFail = append(st.afterFail[:i], st.afterFail[i+1:]...)
+				return true
+			}
+		}
+		return false
+	}
 }
 
 func signal(c chan struct{}) {

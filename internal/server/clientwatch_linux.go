@@ -24,6 +24,10 @@ type clientWatch struct {
 	epfd    int
 	wakefd  int // an eventfd that ends the wait on close
 	entries map[int32]*watchEntry
+	// gen numbers the registrations, so that an event of a socket since
+	// closed is not taken for one of the socket given its descriptor
+	// next: epoll_wait may return it after the descriptor was reused.
+	gen     int32
 	started bool
 	closed  bool
 	done    chan struct{}
@@ -33,8 +37,9 @@ type clientWatch struct {
 }
 
 type watchEntry struct {
-	w  *clientWatch
-	fd int32
+	w   *clientWatch
+	fd  int32
+	gen int32
 	// kept: the entry lives as long as its connection (see watchHolder)
 	// rather than one request; it leaves the epoll set just before the
 	// socket closes.
@@ -116,12 +121,13 @@ func (w *clientWatch) add(conn net.Conn, cancel func()) *watchEntry {
 	if w.closed || !w.initLocked() {
 		return nil
 	}
-	e := &watchEntry{w: w, fd: int32(fd), kept: kept, cancel: cancel}
+	w.gen++
+	e := &watchEntry{w: w, fd: int32(fd), gen: w.gen, kept: kept, cancel: cancel}
 	events := uint32(unix.EPOLLRDHUP | unix.EPOLLONESHOT)
 	if kept {
 		events = unix.EPOLLRDHUP | unix.EPOLLET
 	}
-	ev := unix.EpollEvent{Events: events, Fd: int32(fd)}
+	ev := unix.EpollEvent{Events: events, Fd: int32(fd), Pad: e.gen}
 	if err := unix.EpollCtl(w.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
 		return nil
 	}
@@ -186,7 +192,7 @@ func (w *clientWatch) run() {
 				return
 			}
 			e := w.entries[ev.Fd]
-			if e == nil || ev.Events&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) == 0 {
+			if e == nil || e.gen != ev.Pad || ev.Events&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) == 0 {
 				continue
 			}
 			if e.kept {

@@ -27,8 +27,8 @@ type Cluster struct {
 	Homes Homes
 	// Outbox tells what is recorded here and not yet in the database.
 	Outbox func() (records int64, oldest time.Time)
-	// Secret is the cluster's shared secret, which signs the request ids
-	// of forwarded requests.
+	// Secret is the cluster's shared secret, which the replicas' links
+	// prove they hold.
 	Secret string
 	// RentalWorkers checks a worker's connection against the rentals in
 	// the database, on a replica that does not run them (the leader does).
@@ -67,13 +67,14 @@ const standbyRetryAfter = 2 * time.Second
 // TTL, and the organisation's workers reconnect to the next.
 const homeRetryAfter = 2 * time.Second
 
-// serveAt is where the call's API request is served: "" here, or the URL
-// of the replica that serves it, to forward it to. The organisation's
-// requests are its home's to serve, the rentals the leader's. A request
-// forwarded here by a peer is served here or refused, never forwarded on.
-func (s *Server) serveAt(c *call) (string, error) {
+// serveAt is where the call's API request is served: the zero target
+// here, or the replica that serves it, to forward it to. The
+// organisation's requests are its home's to serve, the rentals the
+// leader's. A request forwarded here by a peer is served here or refused,
+// never forwarded on.
+func (s *Server) serveAt(c *call) (target, error) {
 	if s.cluster == nil {
-		return "", nil
+		return target{}, nil
 	}
 	if c.route.leader {
 		return s.leaderAt(c)
@@ -81,17 +82,17 @@ func (s *Server) serveAt(c *call) (string, error) {
 	h, err := s.cluster.Homes.Where(context.Background(), c.principal.OrgID)
 	switch {
 	case err == nil && h.ReplicaID == s.cluster.ReplicaID:
-		return "", nil
+		return target{}, nil
 	case err == nil && c.forwarded:
 		// The peer thought this replica the home; it is told where the
 		// home is, and asks again.
-		return "", s.notHome(c, "This gateway replica is not the organisation's home")
+		return target{}, s.notHome(c, "This gateway replica is not the organisation's home")
 	case err == nil:
-		return h.AdvertiseURL, nil
+		return target{id: h.ReplicaID, url: h.AdvertiseURL}, nil
 	case errors.Is(err, cluster.ErrReleased):
-		return "", s.notHome(c, "This gateway replica is stopping and serves no organisation it is not already serving")
+		return target{}, s.notHome(c, "This gateway replica is stopping and serves no organisation it is not already serving")
 	}
-	return "", s.homeUnknown(c, c.principal.OrgID, err)
+	return target{}, s.homeUnknown(c, c.principal.OrgID, err)
 }
 
 // homeUnknown is the answer owed when the database cannot say where
@@ -116,17 +117,17 @@ func (s *Server) notHome(c *call, msg string) error {
 // answer on which a forwarding replica may send the request elsewhere.
 const notHomeHeader = "X-Svc-Not-Home"
 
-// leaderAt is where a leader's request (the rentals) is served: "" here,
-// or the leader's URL.
-func (s *Server) leaderAt(c *call) (string, error) {
+// leaderAt is where a leader's request (the rentals) is served: the zero
+// target here, or the leader.
+func (s *Server) leaderAt(c *call) (target, error) {
 	st := s.cluster.Lease.State()
 	switch {
 	case st.Leading:
-		return "", nil
-	case st.LeaderURL != "" && !c.forwarded:
-		return st.LeaderURL, nil
+		return target{}, nil
+	case st.LeaderURL != "" && st.LeaderID != "" && !c.forwarded:
+		return target{id: st.LeaderID, url: st.LeaderURL}, nil
 	}
-	return "", s.standby(c)
+	return target{}, s.standby(c)
 }
 
 // standby is why this replica does not serve the leader's routes (the
@@ -184,7 +185,7 @@ func (s *Server) ready(c *call) error {
 		r = api.Readiness{Reason: "draining"}
 	}
 	if s.cluster != nil {
-		r.UnreachablePeers = s.forwarder.unreachable(time.Now())
+		r.UnreachablePeers = s.UnreachablePeers()
 		if r.Ready && len(r.UnreachablePeers) > 0 {
 			r.Reason = "some peer replicas do not answer: the organisations homed there get 503 here until they move"
 		}
@@ -221,12 +222,13 @@ func (s *Server) SendWorkersAway() int {
 	return s.fleet.SendAway("the gateway replica is stopping; reconnect through the configured gateway")
 }
 
-// UnreachablePeers are the peer replicas a forward could not reach lately.
+// UnreachablePeers are the peer replicas this one could not link to
+// lately.
 func (s *Server) UnreachablePeers() []string {
-	if s.forwarder == nil {
+	if s.peers == nil {
 		return nil
 	}
-	return s.forwarder.unreachable(time.Now())
+	return s.peers.Unreachable(time.Now())
 }
 
 // SendOrgAway asks an organisation's workers to finish their running

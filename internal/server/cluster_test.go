@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -18,6 +19,8 @@ import (
 	"github.com/svc-dev/svc/internal/auth"
 	"github.com/svc-dev/svc/internal/buildinfo"
 	"github.com/svc-dev/svc/internal/cluster"
+	"github.com/svc-dev/svc/internal/link"
+	"github.com/svc-dev/svc/internal/peer"
 )
 
 type leaseAt cluster.State
@@ -108,17 +111,17 @@ func TestServeAt(t *testing.T) {
 		leader    bool
 		forwarded bool
 		lease     leaseAt
-		want      string
+		want      target
 		code      string // of the refusal; "-" for one without a code
 	}{
 		{name: "home here", homes: homes, org: "mine"},
-		{name: "home elsewhere", homes: homes, org: "other", want: "http://a"},
+		{name: "home elsewhere", homes: homes, org: "other", want: target{id: "a", url: "http://a"}},
 		{name: "forwarded to the home", homes: homes, org: "mine", forwarded: true},
 		{name: "forwarded to a replica not the home", homes: homes, org: "other", forwarded: true, code: api.CodeNotHome},
 		{name: "stopping", homes: homesAt{err: cluster.ErrReleased}, org: "x", code: api.CodeNotHome},
 		{name: "database silent", homes: homesAt{err: errors.New("timeout")}, org: "x", code: "-"},
 		{name: "rentals here at the leader", homes: homes, org: "mine", leader: true, lease: leaseAt{Leading: true}},
-		{name: "rentals at the leader", homes: homes, org: "mine", leader: true, want: "http://a"},
+		{name: "rentals at the leader", homes: homes, org: "mine", leader: true, want: target{id: "a", url: "http://a"}},
 		{name: "rentals forwarded to a standby", homes: homes, org: "mine", leader: true, forwarded: true, code: api.CodeStandby},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -133,7 +136,7 @@ func TestServeAt(t *testing.T) {
 				principal: auth.Principal{OrgID: tc.org}})
 			switch {
 			case tc.code == "" && (err != nil || got != tc.want):
-				t.Fatalf("serveAt = %q, %v; want %q", got, err, tc.want)
+				t.Fatalf("serveAt = %+v, %v; want %+v", got, err, tc.want)
 			case tc.code == "-":
 				checkRefusal(t, ctx, err, "")
 			case tc.code != "":
@@ -163,9 +166,13 @@ func TestReadiness(t *testing.T) {
 			s := &Server{metrics: newMetrics(buildinfo.Info{})}
 			if tc.cluster {
 				s.cluster = &Cluster{Lease: leaseAt{}}
-				s.forwarder = newForwarder("x")
+				s.peers = peer.NewPool(peer.PoolOptions{Me: "b", Secret: []byte("x"),
+					Dial: func(context.Context, string) (link.Conn, error) { return nil, errors.New("refused") }})
+				defer s.peers.Close()
 				if tc.failed != "" {
-					s.forwarder.mark(tc.failed, false)
+					if _, err := s.peers.Session(context.Background(), "a", tc.failed); !errors.Is(err, peer.ErrUnreachable) {
+						t.Fatalf("a peer that does not answer: %v", err)
+					}
 				}
 			}
 			s.draining.Store(tc.draining)
@@ -218,89 +225,62 @@ svc_outbox_records 12
 	}
 }
 
-// A request id forwarded by a replica is taken only with the cluster's
-// signature; a client cannot choose its own.
+// A request id is taken from a peer only over its replica link; a
+// client cannot choose its own.
 func TestForwardedRequestID(t *testing.T) {
-	f := newForwarder("s3cret")
-	other := newForwarder("another")
 	for _, tc := range []struct {
-		name, header, want string
+		name      string
+		conn      net.Conn
+		want      string
+		forwarded bool
 	}{
-		{"signed by a replica", "req-1." + f.sign("req-1"), "req-1"},
-		{"absent", "", ""},
-		{"signed with another secret", "req-1." + other.sign("req-1"), ""},
-		{"signature of another id", "req-2." + f.sign("req-1"), ""},
-		{"no signature", "req-1", ""},
-		{"empty id", "." + f.sign(""), ""},
-		{"id too long", strings.Repeat("x", 65) + "." + f.sign(strings.Repeat("x", 65)), ""},
+		{name: "over a replica link", conn: &peerConn{id: "req-1"}, want: "req-1", forwarded: true},
+		{name: "a peer's own call", conn: &peerConn{}, forwarded: true},
+		{name: "from a client", conn: &net.TCPConn{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := &fasthttp.RequestCtx{}
-			if tc.header != "" {
-				ctx.Request.Header.Set(forwardHeader, tc.header)
-			}
-			if got := f.forwardedID(ctx); got != tc.want {
-				t.Fatalf("forwardedID = %q, want %q", got, tc.want)
+			ctx.Init2(tc.conn, nil, false)
+			// The header of the forwarding of old means nothing now.
+			ctx.Request.Header.Set("X-Svc-Forward", "forged.0000")
+			if got, forwarded := forwardedID(ctx); got != tc.want || forwarded != tc.forwarded {
+				t.Fatalf("forwardedID = %q, %v; want %q, %v", got, forwarded, tc.want, tc.forwarded)
 			}
 		})
 	}
-	var none *forwarder
-	ctx := &fasthttp.RequestCtx{}
-	ctx.Request.Header.Set(forwardHeader, "req-1."+f.sign("req-1"))
-	if got := none.forwardedID(ctx); got != "" {
-		t.Fatalf("a single host took the forwarded id %q", got)
-	}
 }
 
-// A peer route takes only a fresh signature of its own method and URI
-// made with the cluster's secret.
-func TestPeerSignature(t *testing.T) {
-	f := newForwarder("s3cret")
-	other := newForwarder("another")
-	now := time.Now()
-	uri := "/api/v1/peers/workers?org_id=a"
+// The peer routes answer only requests that came over a replica link;
+// the link's own upgrade proves itself in the link, and is not begun on
+// a link.
+func TestAuthorizePeer(t *testing.T) {
+	acc := peer.NewAcceptor(peer.AcceptorOptions{Me: "b", Secret: []byte("x")})
 	for _, tc := range []struct {
-		name, method, uri, sig string
-		want                   bool
+		name      string
+		path      string
+		forwarded bool
+		upgrade   bool
+		acceptor  *peer.Acceptor
+		ok        bool
 	}{
-		{"signed", "GET", uri, f.signPeer("GET", uri, now), true},
-		{"a little old", "GET", uri, f.signPeer("GET", uri, now.Add(-30*time.Second)), true},
-		{"too old", "GET", uri, f.signPeer("GET", uri, now.Add(-2*time.Minute)), false},
-		{"another secret", "GET", uri, other.signPeer("GET", uri, now), false},
-		{"another organisation", "GET", "/api/v1/peers/workers?org_id=b", f.signPeer("GET", uri, now), false},
-		{"another method", "POST", uri, f.signPeer("GET", uri, now), false},
-		{"garbage", "GET", uri, "x.y", false},
-		{"none", "GET", uri, "", false},
+		{name: "peer route over a link", path: "/api/v1/peers/workers", forwarded: true, acceptor: acc, ok: true},
+		{name: "peer route from a client", path: "/api/v1/peers/workers", acceptor: acc},
+		{name: "link upgrade", path: peer.Path, upgrade: true, acceptor: acc, ok: true},
+		{name: "link upgrade on a single host", path: peer.Path, upgrade: true},
+		{name: "link upgrade over a link", path: peer.Path, upgrade: true, forwarded: true, acceptor: acc},
+		{name: "link path without an upgrade", path: peer.Path, acceptor: acc},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := f.peerSigned(tc.method, tc.uri, tc.sig, now); got != tc.want {
-				t.Fatalf("peerSigned = %v, want %v", got, tc.want)
+			s := &Server{peerAccept: tc.acceptor}
+			ctx := &fasthttp.RequestCtx{}
+			if tc.upgrade {
+				ctx.Request.Header.Set("Connection", "Upgrade")
+				ctx.Request.Header.Set("Upgrade", "websocket")
+			}
+			err := s.authorizePeer(&call{ctx: ctx, route: &route{path: tc.path}, forwarded: tc.forwarded})
+			if (err == nil) != tc.ok {
+				t.Fatalf("authorizePeer = %v, want allowed %v", err, tc.ok)
 			}
 		})
-	}
-	var single *forwarder
-	if single.peerSigned("GET", uri, f.signPeer("GET", uri, now), now) {
-		t.Fatal("a single host took a peer's signature")
-	}
-}
-
-// A peer that failed is reported until it answers again or peerMemory
-// passes.
-func TestPeerReachability(t *testing.T) {
-	f := newForwarder("s")
-	now := time.Now()
-	f.mark("http://a", false)
-	f.mark("http://b", false)
-	f.mark("http://a", true)
-	if got := f.unreachable(now); !slices.Equal(got, []string{"http://b"}) {
-		t.Fatalf("unreachable %v, want b", got)
-	}
-	if got := f.unreachable(now.Add(peerMemory + time.Second)); len(got) != 0 {
-		t.Fatalf("unreachable %v after peerMemory, want none", got)
-	}
-	f.mark("http://c", false)
-	f.mark("http://c", true)
-	if got := f.unreachable(now); len(got) != 0 || f.failing.Load() != 0 {
-		t.Fatalf("unreachable %v (%d failing) once every peer answered", got, f.failing.Load())
 	}
 }

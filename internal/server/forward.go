@@ -4,237 +4,418 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"io"
 	"net"
-	"net/http"
-	"slices"
-	"strings"
+	"net/http/httputil"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/fasthttp/websocket"
 	"github.com/valyala/fasthttp"
 
 	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/link"
+	"github.com/svc-dev/svc/internal/peer"
 )
 
 // A replica serves the API for organisations homed elsewhere by
 // forwarding each request to the organisation's home, which alone holds
-// its workers, (the rentals: to the leader) and passing the answer back as
-// it comes: streams chunk by chunk. The front authenticates the key first,
-// from its own copy of the accounts, so nothing unauthenticated crosses to
-// a peer; the peer authenticates it again and serves it with its usual
-// handlers, so usage rows, errors, 429s and SSE framing are its own.
+// its workers (the rentals: to the leader), as one stream on its replica
+// link (peerlink.go), and passing the answer back as it comes: streams
+// chunk by chunk. The front authenticates the key first, from its own
+// copy of the accounts, so nothing unauthenticated crosses to a peer; the
+// peer authenticates it again and serves it with its usual handlers, so
+// usage rows, errors, 429s and SSE framing are its own.
 //
-// The request id the front gave the request travels with it, signed
-// with the cluster's secret, and the peer uses it for its usage row: a
-// client sees one id whichever replica it reached.
+// On the stream the request is HTTP/1.1 as a client would send it, its
+// body whole or, for an upload, as the client sends it; the answer is
+// HTTP/1.1 as the home's server writes it. The stream's header carries
+// the request id the front gave the request, which the home uses for its
+// usage row: a client sees one id whichever replica it reached.
 
-// forwardHeader carries the forwarding replica's request id and its
-// signature.
-const forwardHeader = "X-Svc-Forward"
-
-// forwarder holds the connections to the peer replicas.
-type forwarder struct {
-	secret []byte
-	// failed is when each peer last failed to answer, until it answers;
-	// failing is its size, so that a forward that found its peer
-	// answering, as nearly all do, takes no lock.
-	mu      sync.Mutex
-	failed  map[string]time.Time
-	failing atomic.Int32
-	// client is net/http's, for what fasthttp's lacks: a request it can
-	// abandon, closing its connection, when the client who sent it goes.
-	client *http.Client
-}
-
-func newForwarder(secret string) *forwarder {
-	t := &http.Transport{
-		Proxy:               nil, // replicas reach each other directly
-		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConns:        4096,
-		MaxIdleConnsPerHost: 4096,
-		IdleConnTimeout:     30 * time.Second,
-		// A peer's bodies are passed on as they are, compressed or not.
-		DisableCompression: true,
-		ForceAttemptHTTP2:  false,
-	}
-	return &forwarder{secret: []byte(secret), failed: map[string]time.Time{}, client: &http.Client{Transport: t,
-		// A redirect is the peer's answer, passed back to the client.
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
-}
-
-// peerMemory is how long a peer that did not answer is reported so.
-const peerMemory = 10 * time.Second
-
-// mark records whether the peer at base answered.
-func (f *forwarder) mark(base string, answered bool) {
-	if answered && f.failing.Load() == 0 {
-		return
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if answered {
-		delete(f.failed, base)
-	} else {
-		f.failed[base] = time.Now()
-	}
-	f.failing.Store(int32(len(f.failed)))
-}
-
-// unreachable lists the peers that failed to answer within peerMemory of
-// now and have not answered since.
-func (f *forwarder) unreachable(now time.Time) []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var out []string
-	for base, at := range f.failed {
-		if now.Sub(at) < peerMemory {
-			out = append(out, base)
-		} else {
-			delete(f.failed, base)
-		}
-	}
-	f.failing.Store(int32(len(f.failed)))
-	slices.Sort(out)
-	return out
-}
-
-// sign is the signature of a forwarded request id.
-func (f *forwarder) sign(requestID string) string {
-	m := hmac.New(sha256.New, f.secret)
-	m.Write([]byte(requestID))
-	return hex.EncodeToString(m.Sum(nil))
-}
-
-// forwardedID is the request id a peer replica gave a request it
-// forwarded, or "" when the header is absent or not signed by a replica.
-func (f *forwarder) forwardedID(ctx *fasthttp.RequestCtx) string {
-	if f == nil {
-		return ""
-	}
-	v := ctx.Request.Header.Peek(forwardHeader)
-	if len(v) == 0 {
-		return ""
-	}
-	id, sig, ok := strings.Cut(string(v), ".")
-	if !ok || len(id) == 0 || len(id) > 64 || !hmac.Equal([]byte(sig), []byte(f.sign(id))) {
-		return ""
-	}
-	return id
-}
-
-// forwardTimeout bounds a forwarded request as a whole: longer than any
-// request a peer lets run (its relay timing ends those itself).
-const forwardTimeout = 2 * time.Hour
+// target is the replica a request is forwarded to.
+type target struct{ id, url string }
 
 // wholeAnswer bounds the answers a front reads whole before passing
 // them on.
 const wholeAnswer = 1 << 20
 
-// hopHeaders are the headers of one connection, not passed on.
-var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
-	"Te", "Trailer", "Transfer-Encoding", "Upgrade", forwardHeader}
+// replayCap bounds what a front keeps of an upload it streams to the home,
+// to send it again elsewhere if the home refuses it as not_home. The home
+// refuses before it reads the body, so it can have taken at most its
+// read buffer and the stream's window: a refusal after more than that is
+// impossible, and keeping more would be keeping the upload whole.
+const replayCap = link.DefaultWindow + 2*link.MaxChunk + headerLimit
 
-// forward sends the call's request, its body read whole, to the peer at
-// base and answers with the peer's answer. The request is abandoned, and
-// the connection to the peer closed, the moment its client goes: the peer
-// then ends it as a client's disconnect.
-func (s *Server) forward(c *call, base string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), forwardTimeout)
-	watched := s.watch.add(c.ctx.Conn(), cancel)
-	done := func() {
-		s.watch.remove(watched)
-		cancel()
-	}
-	req, err := http.NewRequestWithContext(ctx, string(c.ctx.Method()), base+string(c.ctx.Request.RequestURI()),
-		bytes.NewReader(c.ctx.Request.Body()))
-	if err != nil {
-		done()
-		return err
-	}
-	for k, v := range c.ctx.Request.Header.All() {
-		req.Header.Add(string(k), string(v))
-	}
+// hopHeaders are the headers of one connection, not passed on; the
+// framing headers are the front's to write.
+var hopHeaders = [...]string{"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
+	"Te", "Trailer", "Transfer-Encoding", "Upgrade", "Expect", "Content-Length", unreadHeader}
+
+func hopHeader(k []byte) bool {
 	for _, h := range hopHeaders {
-		req.Header.Del(h)
-	}
-	req.Header.Del("Content-Length")
-	req.ContentLength = int64(len(c.ctx.Request.Body()))
-	req.Header.Set(forwardHeader, c.requestID+"."+s.forwarder.sign(c.requestID))
-	req.Header.Set("X-Forwarded-For", c.ctx.RemoteIP().String())
-
-	resp, err := s.forwarder.client.Do(req)
-	if err != nil {
-		gone := errors.Is(ctx.Err(), context.Canceled) // before done cancels it
-		done()
-		if gone {
-			// The client went before the peer answered; nobody reads this.
-			return &api.Error{Kind: api.KindClientGone, Message: "Client disconnected"}
+		if len(k) == len(h) && bytes.EqualFold(k, []byte(h)) {
+			return true
 		}
-		s.metrics.forwards.WithLabelValues("unreachable").Inc()
-		s.forwarder.mark(base, false)
-		s.log.Debug("forward to a peer replica", "peer", base, "request_id", c.requestID, "err", err)
-		c.ctx.SetConnectionClose()
-		return &api.Error{Kind: api.KindUnavailable, Type: api.TypeServiceUnavailable, RetryAfter: homeRetryAfter,
-			Message: "This gateway replica could not reach the replica at " + base + " that serves the request; retry"}
 	}
-	s.forwarder.mark(base, true)
-	if resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get(notHomeHeader) != "" {
+	return false
+}
+
+// appendRequestHead appends the request line and headers of the call's
+// request as forwarded: the client's headers, less those of its
+// connection, with the body framed by length (n ≥ 0) or chunked (n < 0),
+// and the stream's one request closing it.
+func appendRequestHead(dst []byte, c *call, n int) []byte {
+	h := &c.ctx.Request.Header
+	dst = append(dst, h.Method()...)
+	dst = append(dst, ' ')
+	dst = append(dst, h.RequestURI()...)
+	dst = append(dst, " HTTP/1.1\r\n"...)
+	for k, v := range h.All() {
+		if hopHeader(k) {
+			continue
+		}
+		dst = append(dst, k...)
+		dst = append(dst, ": "...)
+		dst = append(dst, v...)
+		dst = append(dst, "\r\n"...)
+	}
+	if n >= 0 {
+		dst = append(dst, "Content-Length: "...)
+		dst = strconv.AppendInt(dst, int64(n), 10)
+		dst = append(dst, "\r\n"...)
+	} else {
+		dst = append(dst, "Transfer-Encoding: chunked\r\n"...)
+	}
+	return append(dst, "Connection: close\r\n\r\n"...)
+}
+
+// upload is the body of a streamed route, sent to the home as it
+// arrives from the client, with what was sent kept while it fits
+// replayCap.
+type upload struct {
+	src    io.Reader
+	length int // the client's Content-Length, or -1 for chunked
+	sent   []byte
+	// replayable: sent holds everything taken from src so far.
+	replayable bool
+}
+
+// again is the upload to send to the next replica: what was sent, then
+// the rest.
+func (u *upload) again() *upload {
+	return &upload{src: io.MultiReader(bytes.NewReader(u.sent), u.src), length: u.length, replayable: true}
+}
+
+// pump sends the upload's body on st until it is whole, the home has
+// answered (it wants no more: link.ErrAnswered), or something failed.
+func (u *upload) pump(ctx context.Context, st *link.Stream) error {
+	buf := make([]byte, link.MaxChunk)
+	var framed []byte
+	for {
+		n, rerr := u.src.Read(buf)
+		if n > 0 {
+			if u.replayable {
+				if len(u.sent)+n <= replayCap {
+					u.sent = append(u.sent, buf[:n]...)
+				} else {
+					u.sent, u.replayable = nil, false
+				}
+			}
+			p := buf[:n]
+			if u.length < 0 {
+				framed = strconv.AppendInt(framed[:0], int64(n), 16)
+				framed = append(append(append(framed, "\r\n"...), p...), "\r\n"...)
+				p = framed
+			}
+			if err := st.SendBody(ctx, p); err != nil {
+				return err
+			}
+		}
+		switch {
+		case errors.Is(rerr, io.EOF):
+			if u.length < 0 {
+				if err := st.SendBody(ctx, []byte("0\r\n\r\n")); err != nil {
+					return err
+				}
+			}
+			return st.EndBody(ctx)
+		case rerr != nil:
+			return &clientBodyError{rerr}
+		}
+	}
+}
+
+// clientBodyError is a client's body that could not be read.
+type clientBodyError struct{ err error }
+
+func (e *clientBodyError) Error() string { return "read the client's body: " + e.err.Error() }
+func (e *clientBodyError) Unwrap() error { return e.err }
+
+// streamReader reads the bytes of a stream's answer: its DATA frames, up
+// to its END. A stream that fails (reset when the client went, or lost
+// with its peer) fails the read.
+type streamReader struct {
+	st  *link.Stream
+	buf []byte
+	end bool
+}
+
+func (r *streamReader) Read(p []byte) (int, error) {
+	for len(r.buf) == 0 {
+		if r.end {
+			return 0, io.EOF
+		}
+		f, err := r.st.Recv(context.Background())
+		if err != nil {
+			return 0, err
+		}
+		switch f.Type {
+		case link.TypeEnd:
+			r.end = true
+		case link.TypeData:
+			r.buf = f.Payload
+		default:
+			return 0, link.ErrInvalid
+		}
+	}
+	n := copy(p, r.buf)
+	r.buf = r.buf[n:]
+	return n, nil
+}
+
+// answerReader is what a front reads one answer through, pooled: the
+// answers of many small requests then cost no buffer each.
+type answerReader struct {
+	sr streamReader
+	br *bufio.Reader
+}
+
+var answerReaders = sync.Pool{New: func() any {
+	a := &answerReader{}
+	a.br = bufio.NewReaderSize(&a.sr, 8<<10)
+	return a
+}}
+
+func newAnswerReader(st *link.Stream) *answerReader {
+	a := answerReaders.Get().(*answerReader)
+	a.sr = streamReader{st: st}
+	a.br.Reset(&a.sr)
+	return a
+}
+
+func (a *answerReader) release() {
+	a.sr = streamReader{}
+	a.br.Reset(&a.sr)
+	answerReaders.Put(a)
+}
+
+// forwarding is one request on its way to a peer and back.
+type forwarding struct {
+	s  *Server
+	c  *call
+	to target
+	st *link.Stream
+	ar *answerReader
+	// gone: the client went, and the stream was reset for it.
+	gone    atomic.Bool
+	unwatch func()
+}
+
+// leave is the client watch's: the client went, and its stream is reset,
+// which ends the request at the home as a client's disconnect, and
+// whatever waits on the stream here.
+func (f *forwarding) leave() {
+	f.gone.Store(true)
+	f.st.Reset()
+}
+
+// done lets go of what the forward holds.
+func (f *forwarding) done() {
+	if f.unwatch != nil {
+		f.unwatch()
+		f.unwatch = nil
+	}
+	if f.ar != nil {
+		f.ar.release()
+		f.ar = nil
+	}
+}
+
+// requestBufs holds the buffers a request is written into for its
+// stream, which copies it.
+var requestBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+// forward sends the call's request to the peer to, its body as read
+// (or, for an upload, as it arrives: up), and answers with the peer's
+// answer. The stream is reset, which ends the request there as a
+// client's disconnect, the moment the client goes.
+//
+// Nothing here waits on a context: what waits, waits on the stream, and
+// the client's departure resets it.
+func (s *Server) forward(c *call, to target, up *upload) error {
+	bg := context.Background()
+	sess, err := s.peers.Session(bg, to.id, to.url)
+	if err != nil {
+		return s.unreachable(c, to, err)
+	}
+	f := &forwarding{s: s, c: c, to: to}
+	bp := requestBufs.Get().(*[]byte)
+	buf := appendClient((*bp)[:0], c)
+	nh := len(buf)
+	if up == nil {
+		body := c.ctx.Request.Body()
+		buf = append(appendRequestHead(buf, c, len(body)), body...)
+		f.st, err = sess.Open(bg, buf[:nh], buf[nh:])
+	} else if f.st, err = sess.OpenDuplex(bg, buf[:nh]); err == nil {
+		buf = appendRequestHead(buf, c, up.length)
+		err = f.st.SendBody(bg, buf[nh:])
+	}
+	if cap(buf) <= 64<<10 {
+		*bp = buf[:0]
+		requestBufs.Put(bp)
+	}
+	if err != nil {
+		if f.st != nil {
+			f.st.Reset()
+		}
+		s.metrics.forwards.WithLabelValues("lost").Inc()
+		return s.peerLost(c, to, err)
+	}
+	// A client that went before this is reported at once.
+	f.unwatch = s.watchClient(c.ctx.Conn(), f.leave)
+	var pumped chan error
+	if up != nil {
+		pumped = make(chan error, 1)
+		go func() { pumped <- up.pump(bg, f.st) }()
+	}
+	f.ar = newAnswerReader(f.st)
+	herr := c.ctx.Response.Header.Read(f.ar.br)
+	var perr error
+	if pumped != nil {
+		// The body is the client connection's to read until the pump is
+		// done with it. A home answers once it has read the body, or
+		// early, wanting no more (the rest is then the front's to drain):
+		// either way the pump ends.
+		perr = <-pumped
+	}
+	h := &c.ctx.Response.Header
+	if herr != nil {
+		f.done()
+		h.Reset()
+		h.Set("X-Request-Id", c.requestID)
+		var cbe *clientBodyError
+		switch {
+		case errors.As(perr, &cbe):
+			c.ctx.SetConnectionClose()
+			if errors.Is(cbe.err, fasthttp.ErrBodyTooLarge) {
+				return s.tooLarge(c.ctx, s.public.mux, false)
+			}
+			return errMalformedBody
+		case f.gone.Load():
+			return errClientGone
+		}
+		s.metrics.forwards.WithLabelValues("lost").Inc()
+		return s.peerLost(c, to, herr)
+	}
+	if h.StatusCode() == fasthttp.StatusServiceUnavailable && len(h.Peek(notHomeHeader)) > 0 {
 		// Refused before it ran: the peer is not the organisation's
 		// home (any more). The caller may send it elsewhere.
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, wholeAnswer))
-		_ = resp.Body.Close()
-		done()
+		_, _ = io.Copy(io.Discard, io.LimitReader(f.ar.br, wholeAnswer))
+		f.done()
+		h.Reset()
+		h.Set("X-Request-Id", c.requestID)
 		s.metrics.forwards.WithLabelValues("not_home").Inc()
 		return errNotHome
 	}
 	s.metrics.forwards.WithLabelValues("forwarded").Inc()
-	out := &c.ctx.Response
-	out.SetStatusCode(resp.StatusCode)
-	for k, vs := range resp.Header {
-		if slices.Contains(hopHeaders, k) || k == "Content-Length" {
-			continue
+	// The answer is the home's; the connection to the client is this
+	// replica's, kept alive or not by its own rules.
+	h.ResetConnectionClose()
+	n := h.ContentLength()
+	status := h.StatusCode()
+	switch {
+	case c.ctx.IsHead() || status < 200 || status == fasthttp.StatusNoContent || status == fasthttp.StatusNotModified:
+		defer f.done()
+		_, _ = io.Copy(io.Discard, f.ar.br)
+		return nil
+	case n >= 0 && n <= wholeAnswer:
+		defer f.done()
+		if err := f.readWhole(n); err != nil {
+			h.Reset()
+			h.Set("X-Request-Id", c.requestID)
+			c.ctx.Response.ResetBody()
+			if f.gone.Load() {
+				return errClientGone
+			}
+			return s.peerLost(c, to, err)
 		}
-		for _, v := range vs {
-			out.Header.Add(k, v)
-		}
-	}
-	// An answer of known, modest length is passed on whole, with its
-	// length; a stream, or a large body, as it comes.
-	if resp.ContentLength >= 0 && resp.ContentLength <= wholeAnswer {
-		defer done()
-		b, err := io.ReadAll(resp.Body)
-		_ = resp.Body.Close()
-		if err != nil {
-			// The peer's head was for its answer, which is not
-			// coming: the error gets one of its own.
-			out.Header.Reset()
-			out.Header.Set("X-Request-Id", c.requestID)
-			return s.peerLost(base, err)
-		}
-		out.SetBodyRaw(b)
 		return nil
 	}
-	sse := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
+	f.stream(n == -1)
+	return nil
+}
+
+// appendClient appends the stream header of the call's request: its id
+// and its client's address.
+func appendClient(dst []byte, c *call) []byte {
+	var ab [64]byte
+	addr := ab[:0]
+	if ta, ok := c.ctx.RemoteAddr().(*net.TCPAddr); ok {
+		addr, _ = ta.AddrPort().AppendText(addr)
+	}
+	return peer.AppendRequest(dst, c.requestID, addr)
+}
+
+// readWhole reads an answer of n bytes into the response, then the
+// stream's end.
+func (f *forwarding) readWhole(n int) error {
+	br, resp := f.ar.br, &f.c.ctx.Response
+	for n > 0 {
+		if br.Buffered() == 0 {
+			if _, err := br.Peek(1); err != nil {
+				return err
+			}
+		}
+		p, _ := br.Peek(min(n, br.Buffered()))
+		resp.AppendBody(p)
+		_, _ = br.Discard(len(p))
+		n -= len(p)
+	}
+	if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
+		if err == nil {
+			err = errors.New("the answer runs past its Content-Length")
+		}
+		return err
+	}
+	return nil
+}
+
+// stream passes the answer's body on as it arrives, each piece flushed:
+// a stream's chunks reach the client as the home sends them.
+func (f *forwarding) stream(chunked bool) {
+	c, s := f.c, f.s
+	sse := bytes.HasPrefix(c.ctx.Response.Header.ContentType(), []byte("text/event-stream"))
 	conn := c.ctx.Conn()
-	// Passed on as it arrives, each read flushed: a stream's chunks reach
-	// the client as the peer sends them.
+	var body io.Reader = f.ar.br
+	if chunked {
+		body = httputil.NewChunkedReader(f.ar.br)
+	}
 	c.ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
-		defer done()
-		defer resp.Body.Close()
-		buf := make([]byte, 32<<10)
+		defer f.done()
+		buf := make([]byte, 16<<10)
 		for {
-			n, rerr := resp.Body.Read(buf)
+			n, rerr := body.Read(buf)
 			if n > 0 {
 				if _, err := w.Write(buf[:n]); err != nil {
+					f.st.Reset()
 					return
 				}
 				if err := w.Flush(); err != nil {
+					f.st.Reset()
 					return
 				}
 			}
@@ -242,14 +423,16 @@ func (s *Server) forward(c *call, base string) error {
 			case rerr == nil:
 				continue
 			case errors.Is(rerr, io.EOF):
+				// The chunks' end; the stream's follows.
+				_, _ = io.Copy(io.Discard, f.ar.br)
 				return
-			case ctx.Err() != nil:
+			case f.gone.Load():
 				return // the client went
 			}
 			// The peer went mid-answer. A stream ends as one whose
 			// worker was lost does; anything else is cut, so that no
 			// client takes half an answer for a whole one.
-			lost := s.peerLost(base, rerr)
+			lost := s.peerLost(c, f.to, rerr)
 			if sse {
 				frame := append([]byte("data: "), inReplyError(lost, formStreamEvent)...)
 				_, _ = w.Write(append(frame, "\n\ndata: [DONE]\n\n"...))
@@ -260,42 +443,87 @@ func (s *Server) forward(c *call, base string) error {
 			return
 		}
 	})
-	return nil
 }
 
 // errNotHome is a peer's refusal of a forwarded request before running
 // it: it is not the organisation's home.
 var errNotHome = errors.New("the peer is not the organisation's home")
 
-// forwardOrServe forwards the call to the peer at base and, when the peer
+// errClientGone answers a request whose client went before its peer
+// answered; nobody reads it.
+var errClientGone = &api.Error{Kind: api.KindClientGone, Message: "Client disconnected"}
+
+// forwardOrServe forwards the call to the peer to and, when the peer
 // refuses it as not the organisation's home, asks where the home is now
 // and tries once more there, or here. Only a refusal made before the
 // request ran is retried: GPU work is never done twice.
-func (s *Server) forwardOrServe(c *call, base string) error {
-	err := s.forward(c, base)
+func (s *Server) forwardOrServe(c *call, to target) error {
+	if websocket.FastHTTPIsWebSocketUpgrade(c.ctx) {
+		// A live transcription's WebSocket is not carried between the
+		// replicas: the client is told where to connect.
+		c.ctx.SetConnectionClose()
+		return &api.Error{Kind: api.KindUnavailable, Type: api.TypeServiceUnavailable, Code: api.CodeNotHome, CodeHeader: true,
+			RetryAfter: homeRetryAfter, Message: "This gateway replica does not pass a live transcription's WebSocket on to the replica serving the organisation; connect to it, at " + to.url}
+	}
+	var up *upload
+	if c.route.streamed {
+		up = &upload{src: c.ctx.RequestBodyStream(), length: c.ctx.Request.Header.ContentLength(), replayable: true}
+		if up.length < 0 {
+			up.length = -1
+		}
+	}
+	err := s.forward(c, to, up)
 	if !errors.Is(err, errNotHome) {
 		return err
 	}
 	s.cluster.Homes.Forget(c.principal.OrgID)
+	if up != nil && !up.replayable {
+		return s.homeMoving(c)
+	}
+	if up != nil {
+		up = up.again()
+	}
 	next, err := s.serveAt(c)
 	switch {
 	case err != nil:
 		return err
-	case next == "":
+	case next.url == "" && up != nil:
+		// Served here, an upload would be read by its handler from the
+		// client's connection, where what the front already sent is
+		// missing; the client sends it again.
+		return s.homeMoving(c)
+	case next.url == "":
 		return c.route.handle(c)
-	case next != base:
-		if err = s.forward(c, next); !errors.Is(err, errNotHome) {
+	case next != to:
+		if err = s.forward(c, next, up); !errors.Is(err, errNotHome) {
 			return err
 		}
 	}
+	return s.homeMoving(c)
+}
+
+// homeMoving is the answer owed when the organisation's home refused a
+// request as not its home and the next could not take it either.
+func (s *Server) homeMoving(c *call) error {
 	c.ctx.SetConnectionClose()
 	return &api.Error{Kind: api.KindUnavailable, Type: api.TypeServiceUnavailable, Code: api.CodeNotHome, CodeHeader: true,
 		RetryAfter: homeRetryAfter, Message: "The organisation's home is moving between gateway replicas; retry"}
 }
 
-// peerLost is the answer owed when the peer went away mid-answer.
-func (s *Server) peerLost(base string, err error) error {
-	s.log.Warn("the peer replica went away during a forwarded request", "peer", base, "err", err)
+// unreachable is the answer owed when the link to the peer is down:
+// nothing was sent.
+func (s *Server) unreachable(c *call, to target, err error) error {
+	s.metrics.forwards.WithLabelValues("unreachable").Inc()
+	s.log.Debug("forward to a peer replica", "peer", to.url, "request_id", c.requestID, "err", err)
+	c.ctx.SetConnectionClose()
+	return &api.Error{Kind: api.KindUnavailable, Type: api.TypeServiceUnavailable, RetryAfter: homeRetryAfter,
+		Message: "This gateway replica could not reach the replica at " + to.url + " that serves the request; retry"}
+}
+
+// peerLost is the answer owed when the peer went away with the request:
+// it may have run there, so it is not sent anywhere else.
+func (s *Server) peerLost(c *call, to target, err error) error {
+	s.log.Warn("the peer replica went away during a forwarded request", "peer", to.url, "request_id", c.requestID, "err", err)
 	return &api.Error{Kind: api.KindUnavailable, Code: api.CodeWorkerLost, RetryAfter: time.Second,
 		Message: "The gateway replica serving the request went away while serving it; retry", Err: err}
 }

@@ -50,9 +50,9 @@ func (s *Server) liveTranscription(c *call) error {
 	c.rowed = true
 	rc := s.relay.Start(r)
 	// Until the upgrade the client may leave while a worker is found.
-	w := s.watch.add(c.ctx.Conn(), rc.Cancel)
+	unwatch := s.watchClient(c.ctx.Conn(), rc.Cancel)
 	live, err := rc.Live(req.BytesPerSecond())
-	s.watch.remove(w)
+	unwatch()
 	if err != nil {
 		return err
 	}

@@ -25,7 +25,7 @@ type metrics struct {
 	storeRefused prometheus.Counter
 	stalls       prometheus.Counter
 	// forwards counts the requests this replica sent to the replica that
-	// serves them, by outcome (forwarded, not_home, unreachable).
+	// serves them, by outcome (forwarded, not_home, unreachable, lost).
 	forwards *prometheus.CounterVec
 	serve    func(*call) error
 }
@@ -52,7 +52,7 @@ func newMetrics(build buildinfo.Info) *metrics {
 	})
 	m.forwards = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "svc_forwarded_requests_total",
-		Help: "API requests this replica sent to the replica that serves them (the organisation's home, or the leader for rentals), by outcome: forwarded, not_home (refused before running, tried again), or unreachable (answered 503).",
+		Help: "API requests this replica sent to the replica that serves them (the organisation's home, or the leader for rentals), by outcome: forwarded, not_home (refused before running, tried again), unreachable (no link to it: answered 503, nothing sent), or lost (the link's session was lost before its answer began: answered 503, not sent again).",
 	}, []string{"outcome"})
 	info := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "svc_build_info",

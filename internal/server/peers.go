@@ -1,71 +1,44 @@
 package server
 
 import (
-	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
-	"strconv"
-	"strings"
 	"time"
 
+	"github.com/fasthttp/websocket"
+	"github.com/valyala/fasthttp"
+
 	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/peer"
 	"github.com/svc-dev/svc/internal/rental"
 )
 
 // The peer routes are how the leader, which runs the rentals, follows the
 // workers of rentals whose organisations are homed on other replicas:
 // whether a rental's worker is connected (billing starts then), and
-// closing its link when the rental stops. They answer only requests signed
-// with the cluster's secret.
-
-// peerHeader carries a peer request's signature: the unix time it was
-// made, a dot, and the HMAC of the method, the request URI and the time.
-const peerHeader = "X-Svc-Peer"
-
-// peerSkew bounds how old a peer's signature may be.
-const peerSkew = time.Minute
+// closing its link when the rental stops. They answer only requests that
+// came over a replica link, whose peer proved it holds the cluster's
+// secret; and peer.Path, where those links begin, proves it in the link.
 
 var errNotPeer = &api.Error{Kind: api.KindUnauthenticated, Code: "not_a_peer",
 	Message: "This endpoint answers only the cluster's gateway replicas"}
 
-func (f *forwarder) signPeer(method, uri string, at time.Time) string {
-	ts := strconv.FormatInt(at.Unix(), 10)
-	m := hmac.New(sha256.New, f.secret)
-	fmt.Fprintf(m, "peer\n%s\n%s\n%s", method, uri, ts)
-	return ts + "." + hex.EncodeToString(m.Sum(nil))
-}
-
-// peerSigned reports whether v signs method and uri, made within
-// peerSkew of now.
-func (f *forwarder) peerSigned(method, uri, v string, now time.Time) bool {
-	if f == nil {
-		return false
-	}
-	ts, _, ok := strings.Cut(v, ".")
-	sec, err := strconv.ParseInt(ts, 10, 64)
-	if !ok || err != nil {
-		return false
-	}
-	at := time.Unix(sec, 0)
-	if now.Sub(at).Abs() > peerSkew {
-		return false
-	}
-	return hmac.Equal([]byte(v), []byte(f.signPeer(method, uri, at)))
-}
-
 func (s *Server) authorizePeer(c *call) error {
-	if !s.forwarder.peerSigned(string(c.ctx.Method()), string(c.ctx.Request.RequestURI()),
-		string(c.ctx.Request.Header.Peek(peerHeader)), time.Now()) {
-		return errNotPeer
+	switch {
+	case c.route.path == peer.Path:
+		// A link is not begun on a link.
+		if s.peerAccept == nil || c.forwarded || !websocket.FastHTTPIsWebSocketUpgrade(c.ctx) {
+			return errNotPeer
+		}
+		return nil
+	case c.forwarded:
+		return nil
 	}
-	return nil
+	return errNotPeer
 }
 
 // peerWorkers is GET /api/v1/peers/workers?org_id=: the organisation's
@@ -96,39 +69,44 @@ func (s *Server) disconnectForPeer(c *call) error {
 // peerTimeout bounds a call to a peer's routes.
 const peerTimeout = 5 * time.Second
 
-// callPeer sends a signed request to the peer at base and decodes its
+// callPeer sends a request to the peer to over its link and decodes its
 // JSON answer into out, when out is not nil.
-func (s *Server) callPeer(ctx context.Context, method, base, uri string, body, out any) error {
+func (s *Server) callPeer(ctx context.Context, method string, to target, uri string, body, out any) error {
 	ctx, cancel := context.WithTimeout(ctx, peerTimeout)
 	defer cancel()
-	var rd io.Reader
+	var b []byte
 	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
+		var err error
+		if b, err = json.Marshal(body); err != nil {
 			return err
 		}
-		rd = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, base+uri, rd)
+	sess, err := s.peers.Session(ctx, to.id, to.url)
 	if err != nil {
 		return err
 	}
-	req.Header.Set(peerHeader, s.forwarder.signPeer(method, uri, time.Now()))
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := s.forwarder.client.Do(req)
+	req := fmt.Appendf(nil, "%s %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n",
+		method, uri, to.id, len(b))
+	st, err := sess.Open(ctx, peer.AppendRequest(nil, "", nil), append(req, b...))
 	if err != nil {
-		s.forwarder.mark(base, false)
 		return err
 	}
-	defer resp.Body.Close()
-	s.forwarder.mark(base, true)
-	if resp.StatusCode >= 300 {
-		return fmt.Errorf("%s %s: %s", method, base+uri, resp.Status)
+	defer context.AfterFunc(ctx, st.Reset)()
+	ar := newAnswerReader(st)
+	defer ar.release()
+	var resp fasthttp.Response
+	if err := resp.Read(ar.br); err != nil {
+		return fmt.Errorf("%s %s: %w", method, to.url+uri, err)
+	}
+	// The stream's end, so that the peer lets it go.
+	_, _ = io.Copy(io.Discard, ar.br)
+	if resp.StatusCode() >= 300 {
+		return fmt.Errorf("%s %s: %d", method, to.url+uri, resp.StatusCode())
 	}
 	if out == nil {
 		return nil
 	}
-	return json.NewDecoder(io.LimitReader(resp.Body, wholeAnswer)).Decode(out)
+	return json.Unmarshal(resp.Body(), out)
 }
 
 // rentalFleet is the fleet as the leader's rentals see it: each
@@ -144,39 +122,39 @@ func (s *Server) RentalFleet() rental.Fleet {
 	return rentalFleet{s}
 }
 
-// home is the URL of orgID's home when it is a live peer; "" when it is
-// here or has none (an organisation without a home has no workers).
-func (f rentalFleet) home(orgID string) string {
+// home is orgID's home when it is a live peer; the zero target when it
+// is here or has none (an organisation without a home has no workers).
+func (f rentalFleet) home(orgID string) target {
 	h, ok := f.s.cluster.Homes.Lookup(orgID)
 	if !ok || h.ReplicaID == f.s.cluster.ReplicaID || !h.Alive {
-		return ""
+		return target{}
 	}
-	return h.AdvertiseURL
+	return target{id: h.ReplicaID, url: h.AdvertiseURL}
 }
 
 func (f rentalFleet) Workers(orgID string) []api.Worker {
-	base := f.home(orgID)
-	if base == "" {
+	home := f.home(orgID)
+	if home.url == "" {
 		return f.s.fleet.Workers(orgID)
 	}
 	var out struct {
 		Workers []api.Worker `json:"workers"`
 	}
-	if err := f.s.callPeer(context.Background(), "GET", base, "/api/v1/peers/workers?org_id="+url.QueryEscape(orgID), nil, &out); err != nil {
-		f.s.log.Warn("cluster: the workers of an organisation homed on a peer", "org", orgID, "home", base, "err", err)
+	if err := f.s.callPeer(context.Background(), "GET", home, "/api/v1/peers/workers?org_id="+url.QueryEscape(orgID), nil, &out); err != nil {
+		f.s.log.Warn("cluster: the workers of an organisation homed on a peer", "org", orgID, "home", home.url, "err", err)
 		return nil
 	}
 	return out.Workers
 }
 
 func (f rentalFleet) Disconnect(orgID, workerID, reason string) {
-	base := f.home(orgID)
-	if base == "" {
+	home := f.home(orgID)
+	if home.url == "" {
 		f.s.fleet.Disconnect(orgID, workerID, reason)
 		return
 	}
-	if err := f.s.callPeer(context.Background(), "POST", base, "/api/v1/peers/disconnect",
+	if err := f.s.callPeer(context.Background(), "POST", home, "/api/v1/peers/disconnect",
 		peerDisconnect{OrgID: orgID, WorkerID: workerID, Reason: reason}, nil); err != nil {
-		f.s.log.Warn("cluster: disconnect a worker at its organisation's home", "org", orgID, "worker_id", workerID, "home", base, "err", err)
+		f.s.log.Warn("cluster: disconnect a worker at its organisation's home", "org", orgID, "worker_id", workerID, "home", home.url, "err", err)
 	}
 }

@@ -34,8 +34,7 @@ func inference(c *call, kind, model string, stream bool) relay.Request {
 func (s *Server) start(c *call, req relay.Request) *relay.Call {
 	c.rowed = true
 	rc := s.relay.Start(req)
-	w := s.watch.add(c.ctx.Conn(), rc.Cancel)
-	rc.OnEnd(func() { s.watch.remove(w) })
+	rc.OnEnd(s.watchClient(c.ctx.Conn(), rc.Cancel))
 	return rc
 }
 

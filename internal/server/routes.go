@@ -5,6 +5,7 @@ import (
 	"github.com/svc-dev/svc/internal/auth"
 	"github.com/svc-dev/svc/internal/link"
 	"github.com/svc-dev/svc/internal/moderation"
+	"github.com/svc-dev/svc/internal/peer"
 	"github.com/svc-dev/svc/internal/transcription"
 )
 
@@ -15,7 +16,7 @@ const (
 	accessKey                   // an API key with the route's permission
 	accessConsole               // the admin socket only; API keys get 403
 	accessWorker                // a worker token: the worker link
-	accessPeer                  // a request signed with the cluster's secret: another replica
+	accessPeer                  // another replica: a request over its link, or the link's own upgrade
 )
 
 // route is one entry of the route table. Everything about a path that is
@@ -104,6 +105,7 @@ func (s *Server) routes() []*route {
 		{method: "GET", path: "/readyz", access: accessPublic, handle: s.ready},
 		{method: "GET", path: "/metrics", access: accessPublic, handle: s.serveMetrics},
 		{method: "GET", path: link.Path, access: accessWorker, handle: s.connectWorker},
+		{method: "GET", path: peer.Path, access: accessPeer, handle: s.connectPeer},
 		{method: "GET", path: "/api/v1/peers/workers", access: accessPeer, handle: s.peerWorkers},
 		{method: "POST", path: "/api/v1/peers/disconnect", access: accessPeer, handle: s.disconnectForPeer},
 	}

@@ -334,6 +334,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := bg.Wait(); err != nil {
 		log.Error("background", "err", err)
 	}
+	srv.Close()
 	stopWriter()
 	if err := wg.Wait(); err != nil {
 		log.Error("final commit", "err", err)

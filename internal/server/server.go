@@ -25,6 +25,7 @@ import (
 	"github.com/svc-dev/svc/internal/buildinfo"
 	"github.com/svc-dev/svc/internal/fleet"
 	"github.com/svc-dev/svc/internal/link"
+	"github.com/svc-dev/svc/internal/peer"
 	"github.com/svc-dev/svc/internal/relay"
 	"github.com/svc-dev/svc/internal/rental"
 	"github.com/svc-dev/svc/internal/store"
@@ -55,16 +56,20 @@ type Server struct {
 	// lives are the live transcriptions on hijacked connections.
 	lives liveSessions
 	// splices are the worker links carried through to other replicas.
-	splices   splices
-	usage     store.Usage
-	writes    writeBacklog // nil: not told
-	power     *PowerBook
-	rentals   atomic.Pointer[rental.Manager] // nil while a cluster replica stands by
-	cluster   *Cluster                       // nil on a single host
-	forwarder *forwarder                     // a cluster replica's way to its leader; nil on a single host
-	inflight  *usage.Tracker
-	relay     *relay.Relay
-	spoolDir  string
+	splices  splices
+	usage    store.Usage
+	writes   writeBacklog // nil: not told
+	power    *PowerBook
+	rentals  atomic.Pointer[rental.Manager] // nil while a cluster replica stands by
+	cluster  *Cluster                       // nil on a single host
+	inflight *usage.Tracker
+	// peers are a cluster replica's links to the replicas it forwards to,
+	// and peerAccept holds the links of those forwarding to it; nil on a
+	// single host.
+	peers      *peer.Pool
+	peerAccept *peer.Acceptor
+	relay      *relay.Relay
+	spoolDir   string
 
 	public  *listener
 	console *listener
@@ -159,7 +164,7 @@ func New(d Deps) *Server {
 	if d.Cluster != nil {
 		s.metrics.reg.MustRegister(newClusterMetrics(d.Cluster))
 		if d.Cluster.Secret != "" {
-			s.forwarder = newForwarder(d.Cluster.Secret)
+			s.newPeers(d.Cluster.ReplicaID, d.Cluster.Secret)
 		}
 	}
 	if d.Writes != nil {
@@ -374,10 +379,24 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.lives.close()
 	s.splices.close()
 	s.watch.close()
+	if s.peerAccept != nil {
+		// The forwarded requests have ended with the drain; the fronts'
+		// links go with this replica.
+		s.peerAccept.Close()
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("%w: %v", ErrDrainTimeout, err)
 	}
 	return nil
+}
+
+// Close ends what outlives the drain: the links to the peer replicas,
+// which the rentals' calls to their workers' homes use until the
+// background work stops.
+func (s *Server) Close() {
+	if s.peers != nil {
+		s.peers.Close()
+	}
 }
 
 // call is one request as a handler sees it. It lives only as long as the
@@ -411,9 +430,9 @@ type call struct {
 // handler, error body, metrics.
 func (s *Server) dispatch(ctx *fasthttp.RequestCtx, m *mux, console bool) {
 	start := time.Now()
-	c := call{ctx: ctx, requestID: s.forwarder.forwardedID(ctx)}
-	c.forwarded = c.requestID != ""
-	if !c.forwarded {
+	c := call{ctx: ctx}
+	c.requestID, c.forwarded = forwardedID(ctx)
+	if c.requestID == "" {
 		c.requestID = uuid.NewString()
 	}
 	ctx.Response.Header.Set("X-Request-Id", c.requestID)
@@ -427,7 +446,7 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, m *mux, console bool) {
 	var err error
 	// peer is the replica the request was forwarded to, which answers
 	// for it, usage row and all.
-	var peer string
+	var peer target
 	// drain is how much of a body left unread may be read and dropped to
 	// keep the connection: a route's limit once its caller is authorized.
 	drain := 0
@@ -443,13 +462,14 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, m *mux, console bool) {
 		label = r.path
 		c.route = r
 		// In a cluster, an API request another replica serves is
-		// forwarded there, its body read whole first.
+		// forwarded there: an upload as it arrives, any other body read
+		// whole first, as here.
 		if err = s.authorize(&c, console); err == nil && r.access == accessKey {
 			peer, err = s.serveAt(&c)
 		}
 		if err == nil {
 			drain = m.limitFor(ctx.Request.Header.RequestURI())
-			if !r.streamed || peer != "" {
+			if !r.streamed {
 				if err = readBody(ctx, drain); errors.Is(err, errOverLimit) {
 					err = s.tooLarge(ctx, m, console)
 				}
@@ -457,7 +477,7 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, m *mux, console bool) {
 			}
 			switch {
 			case err != nil:
-			case peer != "":
+			case peer.url != "":
 				err = s.forwardOrServe(&c, peer)
 			default:
 				err = r.handle(&c)
@@ -481,7 +501,7 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, m *mux, console bool) {
 		err = s.tooLarge(ctx, m, console)
 	}
 	if err != nil {
-		if peer == "" {
+		if peer.url == "" {
 			s.recordRefusal(&c, err)
 		}
 		s.writeError(&c, err)

@@ -46,7 +46,6 @@ func (s *Server) spliceWorker(c *call, home string) error {
 		up, err = d.DialContext(ctx, "tcp", addr)
 	}
 	if err != nil {
-		s.forwarder.mark(home, false)
 		s.log.Warn("cluster: splice a worker's link: the home does not answer", "home", home, "err", err)
 		c.ctx.SetConnectionClose()
 		return &api.Error{Kind: api.KindUnavailable, Type: api.TypeServiceUnavailable, RetryAfter: homeRetryAfter,
