@@ -795,3 +795,51 @@ func TestClusterSplicedWorker(t *testing.T) {
 		}
 	}
 }
+
+// A live transcription reaching a replica that is not the organisation's
+// home is spliced there: the session runs at the home, its request id is
+// the home's usage row's, and a key offered as a subprotocol (a browser's
+// way) passes through.
+func TestClusterLiveTranscription(t *testing.T) {
+	a, b, _ := startPair(t)
+	key := a.adminKey()
+	startWorker(t, a.URL, a.tokenFile(), "audio-box", append([]string{"--engine", "sim=tps=0,ttft=0,rtf=0"}, audioAliases...)...)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	d := websocket.Dialer{Subprotocols: []string{"svc.live", "svc-key." + key}}
+	ws, resp, err := d.DialContext(ctx, liveURL(b, "/v1", "model=stt-large-v3-turbo&sample_rate=16000"), nil)
+	if err != nil {
+		t.Fatalf("dial through the replica that is not the home: %v %v", err, resp)
+	}
+	defer ws.Close()
+	started := readEvent(t, ws)
+	id := resp.Header.Get("X-Request-Id")
+	if started.Type != "session.started" || started.RequestID != id || ws.Subprotocol() != "svc.live" {
+		t.Fatalf("first event %+v, request id %q, subprotocol %q", started, id, ws.Subprotocol())
+	}
+	if err := ws.WriteMessage(websocket.BinaryMessage, pcmTone(3, 16000)); err != nil {
+		t.Fatal(err)
+	}
+	if err := ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"end"}`)); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		ev := readEvent(t, ws)
+		if ev.Type == "transcript.partial" {
+			continue
+		}
+		if ev.Type != "transcript.final" || ev.Duration != 3 {
+			t.Fatalf("final %+v", ev)
+		}
+		break
+	}
+	row := b.usageRow(key, id)
+	if row["audio_seconds"] != 3.0 || row["status_code"] != 200.0 || row["worker_name"] != "audio-box" {
+		t.Fatalf("usage row %v", row)
+	}
+	// A bad key is refused at the front, before anything is spliced.
+	bad := websocket.Dialer{Subprotocols: []string{"svc.live", "svc-key.svc_k_bogus"}}
+	if _, resp, err := bad.DialContext(ctx, liveURL(b, "/v1", "model=stt-large-v3-turbo&sample_rate=16000"), nil); err == nil || resp == nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("a bad key through the front: %v %v", err, resp)
+	}
+}

@@ -459,11 +459,12 @@ var errClientGone = &api.Error{Kind: api.KindClientGone, Message: "Client discon
 // request ran is retried: GPU work is never done twice.
 func (s *Server) forwardOrServe(c *call, to target) error {
 	if websocket.FastHTTPIsWebSocketUpgrade(c.ctx) {
-		// A live transcription's WebSocket is not carried between the
-		// replicas: the client is told where to connect.
-		c.ctx.SetConnectionClose()
-		return &api.Error{Kind: api.KindUnavailable, Type: api.TypeServiceUnavailable, Code: api.CodeNotHome, CodeHeader: true,
-			RetryAfter: homeRetryAfter, Message: "This gateway replica does not pass a live transcription's WebSocket on to the replica serving the organisation; connect to it, at " + to.url}
+		// A live transcription's WebSocket is spliced to the home, once:
+		// one spliced here already found the home moved.
+		if len(c.ctx.Request.Header.Peek(link.SplicedHeader)) > 0 {
+			return s.notHome(c, "The organisation's home moved while the connection was being passed to it")
+		}
+		return s.spliceTo(c, to.url, string(c.ctx.Request.Header.RequestURI()))
 	}
 	var up *upload
 	if c.route.streamed {

@@ -16,24 +16,31 @@ import (
 	"github.com/svc-dev/svc/internal/link"
 )
 
-// A worker that cannot reach its organisation's home (a network that lets
-// it reach only the load balancer) asks the replica it reached to splice:
-// the replica replays the worker's link request to the home and then
-// copies bytes both ways. The home authenticates the worker's token and
-// runs the link as if the worker had dialled it; this replica only
-// carries the connection, and carries it until either end closes or this
-// replica stops (the worker then reconnects and its session resumes).
+// A WebSocket is spliced to the replica that serves it: this replica
+// replays the request to that replica and then copies bytes both ways.
+// The other replica authenticates the request itself and runs the
+// WebSocket as if it had been dialled directly; this replica only carries
+// the connection, until either end closes or this replica stops.
+//
+// Two WebSockets take this way: a worker's link, when the worker could
+// not reach its organisation's home (a network that lets it reach only the
+// load balancer) and asked to be spliced, and a live transcription that
+// reached a replica other than its organisation's home.
 
 // spliceDial bounds the dial of the home for a splice.
 const spliceDial = 5 * time.Second
 
 // spliceWorker joins the call's worker link through to home.
-func (s *Server) spliceWorker(c *call, home string) error {
-	head, addr, useTLS, err := spliceRequest(c.ctx, home)
+func (s *Server) spliceWorker(c *call, home string) error { return s.spliceTo(c, home, link.Path) }
+
+// spliceTo joins the call's WebSocket through to home, where it is asked
+// for uri.
+func (s *Server) spliceTo(c *call, home, uri string) error {
+	head, addr, useTLS, err := spliceRequest(c.ctx, home, uri)
 	if err != nil {
-		s.log.Warn("cluster: splice a worker's link", "home", home, "err", err)
+		s.log.Warn("cluster: splice a WebSocket", "home", home, "err", err)
 		return &api.Error{Kind: api.KindUnavailable, Type: api.TypeServiceUnavailable, RetryAfter: homeRetryAfter,
-			Message: "The organisation's home replica cannot be reached to splice the worker's link; retry"}
+			Message: "The organisation's home replica cannot be reached to splice the connection; retry"}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), spliceDial)
 	defer cancel()
@@ -46,7 +53,7 @@ func (s *Server) spliceWorker(c *call, home string) error {
 		up, err = d.DialContext(ctx, "tcp", addr)
 	}
 	if err != nil {
-		s.log.Warn("cluster: splice a worker's link: the home does not answer", "home", home, "err", err)
+		s.log.Warn("cluster: splice a WebSocket: the home does not answer", "home", home, "err", err)
 		c.ctx.SetConnectionClose()
 		return &api.Error{Kind: api.KindUnavailable, Type: api.TypeServiceUnavailable, RetryAfter: homeRetryAfter,
 			Message: "The organisation's home replica does not answer; retry once another replica has taken it over"}
@@ -56,17 +63,16 @@ func (s *Server) spliceWorker(c *call, home string) error {
 		return &api.Error{Kind: api.KindUnavailable, Type: api.TypeServiceUnavailable, RetryAfter: homeRetryAfter,
 			Message: "This gateway replica is stopping; reconnect through the cluster's load balancer"}
 	}
-	s.log.Debug("cluster: splicing a worker's link to its organisation's home", "org", c.workerOrg, "home", home)
+	s.log.Debug("cluster: splicing a WebSocket to its organisation's home", "path", uri, "home", home)
 	c.ctx.HijackSetNoResponse(true)
 	c.ctx.Hijack(func(down net.Conn) { s.splices.run(down, up, head) })
 	return nil
 }
 
-// spliceRequest is the worker's link request as the home is to get it:
-// the same headers (the token among them) for the home's host, marked
-// spliced, without the splice parameter. It returns the home's address
-// and whether it speaks TLS.
-func spliceRequest(ctx *fasthttp.RequestCtx, home string) (head []byte, addr string, useTLS bool, err error) {
+// spliceRequest is the request as the home is to get it: the same headers
+// (the credentials among them) for the home's host and uri, marked
+// spliced. It returns the home's address and whether it speaks TLS.
+func spliceRequest(ctx *fasthttp.RequestCtx, home, uri string) (head []byte, addr string, useTLS bool, err error) {
 	u, err := url.Parse(home)
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		return nil, "", false, errors.New("the home's advertised URL is not http(s)://host:port")
@@ -78,7 +84,7 @@ func spliceRequest(ctx *fasthttp.RequestCtx, home string) (head []byte, addr str
 	}
 	var h fasthttp.RequestHeader
 	ctx.Request.Header.CopyTo(&h)
-	h.SetRequestURI(link.Path)
+	h.SetRequestURI(uri)
 	h.SetHost(u.Host)
 	h.Set(link.SplicedHeader, "1")
 	h.Set("X-Forwarded-For", ctx.RemoteIP().String())

@@ -64,7 +64,7 @@ func TestSpliceRequest(t *testing.T) {
 	ctx.Request.Header.SetHost("lb.example.com")
 	ctx.Request.Header.Set("Authorization", "Bearer svc_wt_secret")
 	ctx.Request.Header.Set("Upgrade", "websocket")
-	head, addr, useTLS, err := spliceRequest(&ctx, "https://gw-2.example.com")
+	head, addr, useTLS, err := spliceRequest(&ctx, "https://gw-2.example.com", "/api/v1/workers/connect")
 	if err != nil || addr != "gw-2.example.com:443" || !useTLS {
 		t.Fatalf("%s %v %v", addr, useTLS, err)
 	}
@@ -77,7 +77,7 @@ func TestSpliceRequest(t *testing.T) {
 	if bytes.Contains(head, []byte("splice=1")) {
 		t.Errorf("head keeps the splice parameter:\n%s", head)
 	}
-	if _, _, _, err := spliceRequest(&ctx, "ftp://x"); err == nil {
+	if _, _, _, err := spliceRequest(&ctx, "ftp://x", "/"); err == nil {
 		t.Error("a home URL that is not http(s) was taken")
 	}
 }
