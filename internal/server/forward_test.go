@@ -48,7 +48,7 @@ func newServerForTest(id string) *Server {
 	return s
 }
 
-func startHome(t *testing.T, id string, handlers map[string]fasthttp.RequestHandler) *fwdHome {
+func startHome(t testing.TB, id string, handlers map[string]fasthttp.RequestHandler) *fwdHome {
 	t.Helper()
 	h := &fwdHome{id: id, s: newServerForTest(id)}
 	h.s.public = &listener{srv: &fasthttp.Server{
@@ -123,7 +123,7 @@ type fwdFront struct {
 	ids   atomic.Int64
 }
 
-func startFront(t *testing.T, homes ...*fwdHome) *fwdFront {
+func startFront(t testing.TB, homes ...*fwdHome) *fwdFront {
 	t.Helper()
 	f := &fwdFront{s: newServerForTest("front")}
 	mh := &movingHomes{}
@@ -673,17 +673,10 @@ func TestForwardNotHomeMovesOn(t *testing.T) {
 func BenchmarkForwardUnary(b *testing.B) {
 	body := []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
 	answer := []byte(`{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hello"}}]}`)
-	t := &testing.T{}
-	home := startHome(t, "home", map[string]fasthttp.RequestHandler{
+	home := startHome(b, "home", map[string]fasthttp.RequestHandler{
 		"/chat": func(ctx *fasthttp.RequestCtx) { ctx.SetContentType("application/json"); ctx.SetBody(answer) },
 	})
-	front := startFront(t, home)
-	defer func() {
-		// startHome's and startFront's cleanups belong to t, which a
-		// benchmark does not run.
-		front.s.peers.Close()
-		home.s.peerAccept.Close()
-	}()
+	front := startFront(b, home)
 	client := &fasthttp.Client{}
 	for _, bc := range []struct{ name, url string }{{"direct", home.url}, {"forwarded", front.url}} {
 		b.Run(bc.name, func(b *testing.B) {
