@@ -21,7 +21,7 @@ func join(path, key string) string {
 }
 
 func (c *checker) str(path string, raw json.RawMessage) (string, bool) {
-	if kindOf(raw) != kindString {
+	if jsonraw.KindOf(raw) != jsonraw.String {
 		c.v.Add(path, api.FieldWrongType, "must be a string")
 		return "", false
 	}
@@ -29,7 +29,7 @@ func (c *checker) str(path string, raw json.RawMessage) (string, bool) {
 }
 
 func (c *checker) boolean(path string, raw json.RawMessage) (bool, bool) {
-	if kindOf(raw) != kindBool {
+	if jsonraw.KindOf(raw) != jsonraw.Bool {
 		c.v.Add(path, api.FieldWrongType, "must be true or false")
 		return false, false
 	}
@@ -37,7 +37,7 @@ func (c *checker) boolean(path string, raw json.RawMessage) (bool, bool) {
 }
 
 func (c *checker) object(path string, raw json.RawMessage) (*object, bool) {
-	if kindOf(raw) != kindObject {
+	if jsonraw.KindOf(raw) != jsonraw.Object {
 		c.v.Add(path, api.FieldWrongType, "must be an object")
 		return nil, false
 	}
@@ -46,7 +46,7 @@ func (c *checker) object(path string, raw json.RawMessage) (*object, bool) {
 }
 
 func (c *checker) array(path string, raw json.RawMessage) ([]json.RawMessage, bool) {
-	if kindOf(raw) != kindArray {
+	if jsonraw.KindOf(raw) != jsonraw.Array {
 		c.v.Add(path, api.FieldWrongType, "must be an array")
 		return nil, false
 	}
@@ -56,7 +56,7 @@ func (c *checker) array(path string, raw json.RawMessage) ([]json.RawMessage, bo
 
 // integer accepts any JSON number without a fractional part that fits int64.
 func (c *checker) integer(path string, raw json.RawMessage) (int64, bool) {
-	if kindOf(raw) != kindNumber {
+	if jsonraw.KindOf(raw) != jsonraw.Number {
 		c.v.Add(path, api.FieldWrongType, "must be an integer")
 		return 0, false
 	}
@@ -73,7 +73,7 @@ func (c *checker) integer(path string, raw json.RawMessage) (int64, bool) {
 }
 
 func (c *checker) number(path string, raw json.RawMessage) (float64, bool) {
-	if kindOf(raw) != kindNumber {
+	if jsonraw.KindOf(raw) != jsonraw.Number {
 		c.v.Add(path, api.FieldWrongType, "must be a number")
 		return 0, false
 	}

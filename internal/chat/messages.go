@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/jsonraw"
 )
 
 var (
@@ -92,12 +93,12 @@ func (c *checker) message(path string, raw json.RawMessage) json.RawMessage {
 // content checks a message's content; it returns the rewritten parts array
 // and true only when a file part was replaced.
 func (c *checker) content(path, role string, raw json.RawMessage) (json.RawMessage, bool) {
-	switch kindOf(raw) {
-	case kindString:
+	switch jsonraw.KindOf(raw) {
+	case jsonraw.String:
 		s, _ := decodeString(raw)
 		c.r.PromptChars += utf8.RuneCountInString(s)
 		return nil, false
-	case kindArray:
+	case jsonraw.Array:
 	default:
 		if role == "user" {
 			c.v.Add(path, api.FieldWrongType, "must be a string or an array of content parts")
@@ -173,11 +174,11 @@ func (c *checker) imageURL(path string, p *object) {
 		return
 	}
 	path = join(path, "image_url")
-	switch kindOf(raw) {
-	case kindString:
+	switch jsonraw.KindOf(raw) {
+	case jsonraw.String:
 		s, _ := decodeString(raw)
 		c.checkImageURL(path, s)
-	case kindObject:
+	case jsonraw.Object:
 		o, _ := parseObject(raw)
 		if s, ok := c.requiredString(o, path, "url"); ok {
 			c.checkImageURL(join(path, "url"), s)

@@ -101,7 +101,7 @@ func Parse(body []byte, opts Options) (*Request, error) {
 	// The request outlives the handler's buffer (the body is forwarded
 	// later and Messages feed affinity), so it keeps its own copy.
 	body = bytes.Clone(body)
-	if kindOf(body) != kindObject {
+	if jsonraw.KindOf(body) != jsonraw.Object {
 		return nil, api.Invalid(api.FieldError{Field: "body", Type: api.FieldWrongType, Message: "must be a JSON object"})
 	}
 	top, err := parseObject(body)

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/svc-dev/svc/internal/jsonraw"
 )
 
 // The request is kept as raw JSON rather than decoded into structs: fields
@@ -15,41 +17,6 @@ import (
 // can stay small; they still fail safely on anything else.
 
 var errBadJSON = errors.New("chat: malformed JSON")
-
-// kind is the JSON type of a raw value.
-type kind int
-
-const (
-	kindInvalid kind = iota
-	kindNull
-	kindBool
-	kindNumber
-	kindString
-	kindArray
-	kindObject
-)
-
-func kindOf(raw []byte) kind {
-	raw = bytes.TrimLeft(raw, " \t\r\n")
-	if len(raw) == 0 {
-		return kindInvalid
-	}
-	switch raw[0] {
-	case 'n':
-		return kindNull
-	case 't', 'f':
-		return kindBool
-	case '"':
-		return kindString
-	case '[':
-		return kindArray
-	case '{':
-		return kindObject
-	case '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
-		return kindNumber
-	}
-	return kindInvalid
-}
 
 // member is one key of an object; rawKey keeps the key exactly as sent so
 // that re-encoding an object does not alter keys the gateway does not own.
@@ -167,7 +134,7 @@ func (o *object) get(key string) (json.RawMessage, bool) {
 // field of the request reads null that way.
 func (o *object) field(key string) (json.RawMessage, bool) {
 	v, ok := o.get(key)
-	if !ok || kindOf(v) == kindNull {
+	if !ok || jsonraw.KindOf(v) == jsonraw.Null {
 		return nil, false
 	}
 	return v, true

@@ -127,11 +127,11 @@ func (c *checker) toolChoice(top *object) {
 	if !ok {
 		return
 	}
-	switch kindOf(raw) {
-	case kindString:
+	switch jsonraw.KindOf(raw) {
+	case jsonraw.String:
 		s, _ := decodeString(raw)
 		c.enum("tool_choice", s, toolChoiceValues...)
-	case kindObject:
+	case jsonraw.Object:
 		o, ok := c.object("tool_choice", raw)
 		if !ok {
 			return
@@ -246,7 +246,7 @@ func (c *checker) numeric(top *object, rule numRule) {
 // wins over max_tokens, as in the common API. Both were range-checked above.
 func (c *checker) userMaxTokens(top *object) int {
 	for _, key := range []string{"max_completion_tokens", "max_tokens"} {
-		if raw, ok := top.field(key); ok && kindOf(raw) == kindNumber {
+		if raw, ok := top.field(key); ok && jsonraw.KindOf(raw) == jsonraw.Number {
 			if n, res := jsonraw.Int(string(raw)); res == jsonraw.IntOK && n >= 1 {
 				return clampInt(n)
 			}
@@ -290,9 +290,9 @@ func (c *checker) stop(top *object) {
 	if !ok {
 		return
 	}
-	switch kindOf(raw) {
-	case kindString:
-	case kindArray:
+	switch jsonraw.KindOf(raw) {
+	case jsonraw.String:
+	case jsonraw.Array:
 		elems, _ := parseArray(raw)
 		if len(elems) > 16 {
 			c.v.Add("stop", api.FieldTooLong, "at most 16 stop sequences")
