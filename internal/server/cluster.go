@@ -298,21 +298,25 @@ func (m *clusterMetrics) Collect(ch chan<- prometheus.Metric) {
 // before sending a worker there.
 const reachProbe = 300 * time.Millisecond
 
+// hostPort is u's host and port, the scheme's port when u names none.
+func hostPort(u *url.URL) string {
+	if u.Port() != "" {
+		return u.Host
+	}
+	port := "80"
+	if u.Scheme == "https" {
+		port = "443"
+	}
+	return net.JoinHostPort(u.Hostname(), port)
+}
+
 // reachable reports whether a TCP connection to the base URL's host opens.
 func reachable(base string) bool {
 	u, err := url.Parse(base)
 	if err != nil || u.Host == "" {
 		return false
 	}
-	host := u.Host
-	if u.Port() == "" {
-		port := "80"
-		if u.Scheme == "https" {
-			port = "443"
-		}
-		host = net.JoinHostPort(u.Hostname(), port)
-	}
-	conn, err := net.DialTimeout("tcp", host, reachProbe)
+	conn, err := net.DialTimeout("tcp", hostPort(u), reachProbe)
 	if err != nil {
 		return false
 	}

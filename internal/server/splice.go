@@ -77,11 +77,7 @@ func spliceRequest(ctx *fasthttp.RequestCtx, home, uri string) (head []byte, add
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		return nil, "", false, errors.New("the home's advertised URL is not http(s)://host:port")
 	}
-	useTLS = u.Scheme == "https"
-	addr = u.Host
-	if u.Port() == "" {
-		addr = net.JoinHostPort(u.Hostname(), map[bool]string{true: "443", false: "80"}[useTLS])
-	}
+	useTLS, addr = u.Scheme == "https", hostPort(u)
 	var h fasthttp.RequestHeader
 	ctx.Request.Header.CopyTo(&h)
 	h.SetRequestURI(uri)
