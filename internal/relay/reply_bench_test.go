@@ -27,14 +27,16 @@ var benchCompletion = []byte(`{"id":"chatcmpl-4d7e0b2a91","object":"chat.complet
 func benchCall() *Call {
 	reasoning, cached := 61, 256
 	ttft, tps, wq := 182.4, 47.25, 3.5
+	// One instant for both, so a derived TTFT is the same in every call built here.
+	opened := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	return &Call{
 		req: Request{ID: "req-01JH8Z7Q2M3N4P5R6S7T8V9W0X", Kind: api.KindChat, Model: "qwen3-32b", Stream: true,
 			Chat: &chat.Request{PromptChars: 1650}},
 		lease:      &fleet.Lease{Worker: fleet.WorkerInfo{ID: "wrk-7c1e2f", Name: "gpu-box-3", Version: "0.14.2"}},
 		entry:      &usage.Entry{},
 		queueWait:  1200 * time.Microsecond,
-		openedAt:   time.Now(),
-		firstToken: time.Now(),
+		openedAt:   opened,
+		firstToken: opened.Add(77 * time.Microsecond),
 		res: &api.Result{Status: 200,
 			Usage:  &api.Usage{PromptTokens: 412, CompletionTokens: 318, TotalTokens: 730, ReasoningTokens: &reasoning, CachedTokens: &cached},
 			Timing: api.Timing{TTFTMs: &ttft, TokensPerSecond: &tps, WorkerQueueWaitMs: &wq}},
