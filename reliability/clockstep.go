@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -214,7 +215,7 @@ type stepLedger struct {
 	recs map[string][]byte
 }
 
-func (l *stepLedger) Save(id string, b []byte) error {
+func (l *stepLedger) Save(_ rental.Fence, id string, b []byte) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.recs[id] = append([]byte(nil), b...)
@@ -227,6 +228,20 @@ func (l *stepLedger) All() ([][]byte, error) {
 	var out [][]byte
 	for _, b := range l.recs {
 		out = append(out, b)
+	}
+	return out, nil
+}
+
+func (l *stepLedger) Org(orgID string) ([][]byte, error) {
+	all, _ := l.All()
+	var out [][]byte
+	for _, b := range all {
+		var head struct {
+			OrgID string `json:"org_id"`
+		}
+		if json.Unmarshal(b, &head) == nil && head.OrgID == orgID {
+			out = append(out, b)
+		}
 	}
 	return out, nil
 }

@@ -13,7 +13,7 @@ func TestFailoverFailures(t *testing.T) {
 		err     loadError
 		allowed bool
 	}{
-		{loadError{Status: 503, Code: "standby_replica"}, true},
+		{loadError{Status: 503, Code: "not_home"}, true},
 		{loadError{Status: 503}, true},
 		{loadError{Status: 502}, true},
 		{loadError{Cut: true}, true},

@@ -50,7 +50,6 @@ const (
 	CodeWorkerLost       = "worker_lost"         // the worker went away while handling the request
 	CodeBadWorkerReply   = "bad_worker_reply"    // the worker's answer is not one the gateway can use
 	CodeTimeout          = "timeout"             // the request ran longer than it may
-	CodeStandby          = "standby_replica"     // this replica of a cluster does not serve the API; its leader does
 	CodeNotHome          = "not_home"            // this replica of a cluster does not serve the organisation; its home does
 )
 

@@ -24,5 +24,7 @@ func TestAccountsConformance(t *testing.T) {
 }
 
 func TestRentalsConformance(t *testing.T) {
-	storetest.Rentals(t, func(t *testing.T) rental.Ledger { return openBolt(t).Rentals() })
+	storetest.Rentals(t, func(t *testing.T) (rental.Ledger, func(string) rental.Fence) {
+		return openBolt(t).Rentals(), func(org string) rental.Fence { return rental.Fence{OrgID: org} }
+	})
 }

@@ -1,9 +1,12 @@
 package bolt
 
 import (
+	"encoding/json"
 	"fmt"
 
 	bbolt "go.etcd.io/bbolt"
+
+	"github.com/svc-dev/svc/internal/rental"
 )
 
 // Rentals is the rental ledger: one value per rental, written in its own
@@ -15,8 +18,9 @@ type Rentals struct{ store *Store }
 // Rentals returns the rental ledger.
 func (s *Store) Rentals() *Rentals { return &Rentals{store: s} }
 
-// Save writes a rental's record (JSON, encoded by the caller).
-func (r *Rentals) Save(id string, record []byte) error {
+// Save writes a rental's record (JSON, encoded by the caller). One
+// gateway has no homes to fence by.
+func (r *Rentals) Save(_ rental.Fence, id string, record []byte) error {
 	if err := r.store.db.Update(func(tx *bbolt.Tx) error {
 		return tx.Bucket(bucketRentals).Put([]byte(id), record)
 	}); err != nil {
@@ -36,6 +40,28 @@ func (r *Rentals) All() ([][]byte, error) {
 	})
 	if err != nil {
 		return nil, fmt.Errorf("read rentals: %w", err)
+	}
+	return out, nil
+}
+
+// Org returns the records of one organisation's rentals. Rentals are few:
+// they are read whole and picked by their org_id.
+func (r *Rentals) Org(orgID string) ([][]byte, error) {
+	all, err := r.All()
+	if err != nil {
+		return nil, err
+	}
+	out := all[:0]
+	for _, b := range all {
+		var head struct {
+			OrgID string `json:"org_id"`
+		}
+		if err := json.Unmarshal(b, &head); err != nil {
+			return nil, fmt.Errorf("read rentals: %w", err)
+		}
+		if head.OrgID == orgID {
+			out = append(out, b)
+		}
 	}
 	return out, nil
 }

@@ -297,6 +297,31 @@ func (h *Homes) Count() int {
 	return n
 }
 
+// Mine lists the organisations this replica is the home of, each with its
+// home's epoch.
+func (h *Homes) Mine() map[string]int64 {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	out := map[string]int64{}
+	for org, x := range h.homes {
+		if x.ReplicaID == h.me {
+			out[org] = x.Epoch
+		}
+	}
+	return out
+}
+
+// Epoch is orgID's home epoch when this replica is its home.
+func (h *Homes) Epoch(orgID string) (int64, bool) {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	x, ok := h.homes[orgID]
+	if !ok || x.ReplicaID != h.me {
+		return 0, false
+	}
+	return x.Epoch, true
+}
+
 // Release gives up this replica's homes, for good: it is stopping. The
 // organisations are claimed again by the replica their next request or
 // worker reaches.

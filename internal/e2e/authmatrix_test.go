@@ -28,7 +28,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 
 // TestAuthorizationMatrixThroughANonHomeReplica sends the matrix to a
 // replica of a cluster that is neither the organisation's home nor the
-// leader, which forwards what it lets through to them: every cell must be
+// leader, which forwards what it lets through to the home: every cell must be
 // what a single host answers.
 func TestAuthorizationMatrixThroughANonHomeReplica(t *testing.T) {
 	s, front, admin := startRentalPair(t)

@@ -13,6 +13,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -230,7 +231,7 @@ func TestClusterHomes(t *testing.T) {
 		}
 		return false
 	})
-	// The new leader runs the rentals.
+	// Another replica takes over the cluster's once-only duties.
 	eventually(t, 15*time.Second, "a new leader", func() bool {
 		return strings.Contains(b.Log().String(), "cluster: leading") || strings.Contains(c.Log().String(), "cluster: leading")
 	})
@@ -356,28 +357,40 @@ func TestClusterForwardingEnds(t *testing.T) {
 	}
 }
 
-// A rental of an organisation homed on a replica that does not lead: the
-// leader runs the rental, its worker dials the leader and is sent to the
-// home, and the leader sees it connect there (billing starts) and serve
-// its model (ready), and closes its link there when the rental stops.
-func TestClusterRentalAtAnotherHome(t *testing.T) {
-	leader, home, key := startRentalPair(t)
+// A rental runs at its organisation's home, which here does not lead:
+// asked for through the leader, it is placed by the home, starts billing
+// when its worker connects there, is ready once the worker serves the
+// model it installed, and is stopped there, its worker's link closed.
+func TestClusterRentalAtTheHome(t *testing.T) {
+	db := clusterDB(t)
+	env := []string{"SVC_STORE_URL=" + db}
+	leader, key := rentalGatewayEnv(t, t.TempDir(), env, "--lease-ttl", clusterTTL)
+	leader.waitLog("cluster: leading", 15*time.Second)
+	home := startServerEnv(t, t.TempDir(), env, "--lease-ttl", clusterTTL, "--local-boot-step", "150ms", "--rental-tick", "100ms")
+	killRentalWorkers(t, home.Data)
+	home.waitLog("cluster: standing by", 15*time.Second)
 	// The organisation's first worker makes home its home.
 	startWorker(t, home.URL, leader.tokenFile(), "own-box", "--engine", "sim=tps=0,ttft=0")
 
-	r, v := rent(t, home, key, `{"gpu_model_id":"sim-l4","tier_id":"uk-sovereign","models":["qwen3-8b-q4"],"name":"far-rental"}`)
+	r, v := rent(t, leader, key, `{"gpu_model_id":"sim-l4","tier_id":"uk-sovereign","models":["qwen3-8b-q4"],"name":"far-rental"}`)
 	if r.Status != http.StatusAccepted {
-		t.Fatalf("rent through the home = %d %s", r.Status, r.Body)
+		t.Fatalf("rent through the leader = %d %s", r.Status, r.Body)
 	}
-	// Running, and ready once its worker serves the model it installed,
-	// which the leader learns from the home.
 	v, _, _ = leader.waitRental(key, v.ID, ready)
-	// Its worker is linked at the home, with the organisation's own.
+	home.waitLog("rental: running the organisation's rentals here", 5*time.Second)
+	// The home placed the machine, and its worker is linked there, with
+	// the organisation's own.
+	if ms, _ := filepath.Glob(filepath.Join(home.Data, "rentals", "local", "*", "pid")); len(ms) != 1 {
+		t.Fatalf("machines the home placed: %v", ms)
+	}
+	if ms, _ := filepath.Glob(filepath.Join(leader.Data, "rentals", "local", "*", "pid")); len(ms) != 0 {
+		t.Fatalf("machines the leader placed: %v", ms)
+	}
 	if ws := home.workers(key); len(ws) != 2 {
 		t.Fatalf("workers at the home: %v", ws)
 	}
-	if r := home.do("DELETE", "/api/v1/compute/instances/"+v.ID, "", bearer(key)); r.Status != http.StatusOK {
-		t.Fatalf("stop through the home = %d %s", r.Status, r.Body)
+	if r := leader.do("DELETE", "/api/v1/compute/instances/"+v.ID, "", bearer(key)); r.Status != http.StatusOK {
+		t.Fatalf("stop through the leader = %d %s", r.Status, r.Body)
 	}
 	eventually(t, 15*time.Second, "the rental's worker gone from the home", func() bool {
 		for _, w := range home.workers(key) {
@@ -387,10 +400,7 @@ func TestClusterRentalAtAnotherHome(t *testing.T) {
 		}
 		return true
 	})
-	// A peer route answers only the replicas.
-	if r := home.do("GET", "/api/v1/peers/workers?org_id=default", "", bearer(key)); r.Status != http.StatusUnauthorized {
-		t.Fatalf("a peer route with an API key = %d %s", r.Status, r.Body)
-	}
+	billedRight(t, leader.rental(key, v.ID))
 }
 
 // A replica told to stop releases its homes and sends its workers away:

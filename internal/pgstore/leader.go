@@ -54,9 +54,6 @@ func (l Leader) Held(replicaID string) bool {
 	return replicaID != "" && l.ReplicaID == replicaID && l.ExpiresAt.After(l.DBNow)
 }
 
-// Fence is the fence of the lease as read.
-func (l Leader) Fence() Fence { return Fence{ReplicaID: l.ReplicaID, Epoch: l.Epoch} }
-
 // Beat records that me is alive for ttl more and, when want, takes the
 // lease if nobody holds it (or it expired), with the epoch moved on, or
 // renews it, same epoch, if me holds it. It returns the leader row as the

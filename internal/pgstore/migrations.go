@@ -11,5 +11,6 @@ func migrations() []migration {
 		{version: 3, name: "organisation homes", sql: schemaHomes},
 		{version: 4, name: "peers a replica cannot reach", sql: schemaPeers},
 		{version: 5, name: "replica regions, stopping replicas", sql: schemaRegions},
+		{version: 6, minReader: 6, name: "rentals run by each organisation's home", sql: schemaRentalOrgs},
 	}
 }

@@ -14,67 +14,91 @@ import (
 	"github.com/svc-dev/svc/internal/store/storetest"
 )
 
-// leaderLedger makes replica i the leader and returns its ledger.
-func leaderLedger(t *testing.T, s *pgstore.Store, i int) *pgstore.Rentals {
+// homeLedger registers replica i and returns its ledger, with the fence
+// of a write as the home of an organisation, which it claims.
+func homeLedger(t *testing.T, s *pgstore.Store, i int) (*pgstore.Rentals, func(org string) rental.Fence) {
 	t.Helper()
-	l := beat(t, s, replica(i), time.Hour, true)
-	if !l.Held(replica(i).ID) {
-		t.Fatalf("replica %d did not get the lease: %+v", i, l)
+	beat(t, s, replica(i), time.Hour, false)
+	return s.Rentals(replica(i).ID), func(org string) rental.Fence {
+		h := claim(t, s, org, i)
+		if h.ReplicaID != replica(i).ID {
+			t.Fatalf("replica %d did not get %s's home: %+v", i, org, h)
+		}
+		return rental.Fence{OrgID: org, Epoch: h.Epoch}
 	}
-	return s.Rentals(l.Fence())
 }
 
 func TestRentalsConformance(t *testing.T) {
-	storetest.Rentals(t, func(t *testing.T) rental.Ledger { return leaderLedger(t, open(t, pg.CreateDB(t)), 1) })
+	storetest.Rentals(t, func(t *testing.T) (rental.Ledger, func(string) rental.Fence) {
+		return homeLedger(t, open(t, pg.CreateDB(t)), 1)
+	})
 }
 
-// A replica that lost the lease writes nothing more to the ledger; the one
-// that took it over does.
+// A replica whose organisation's home went to another writes nothing more
+// of that organisation's rentals; the new home does, and the old one's
+// writes for the organisations it still holds go on.
 func TestLedgerIsFenced(t *testing.T) {
 	url := pg.CreateDB(t)
 	a, b := open(t, url), open(t, url)
-	la := beat(t, a, replica(1), 200*time.Millisecond, true)
-	ledA := a.Rentals(la.Fence())
-	if err := ledA.Save("r1", []byte(`{"id":"r1","status":"provisioning"}`)); err != nil {
+	ctx := context.Background()
+	beat(t, a, replica(1), 300*time.Millisecond, false)
+	ledA := a.Rentals(replica(1).ID)
+	h1, h2 := claim(t, a, "org1", 1), claim(t, a, "org2", 1)
+	fa := rental.Fence{OrgID: "org1", Epoch: h1.Epoch}
+	if err := ledA.Save(fa, "r1", []byte(`{"id":"r1","org_id":"org1","status":"provisioning"}`)); err != nil {
 		t.Fatal(err)
 	}
-	var lb pgstore.Leader
-	eventually(t, "the lease expires and b takes it", func() bool {
-		lb = beat(t, b, replica(2), time.Hour, true)
-		return lb.Held(replica(2).ID)
+	// Another replica takes org1 once a's registration has lapsed.
+	beat(t, b, replica(2), time.Hour, false)
+	var hb pgstore.Home
+	eventually(t, "a's registration lapses and b takes org1", func() bool {
+		hb = claim(t, b, "org1", 2)
+		return hb.ReplicaID == replica(2).ID
 	})
-	err := ledA.Save("r1", []byte(`{"id":"r1","status":"running"}`))
-	if !errors.Is(err, pgstore.ErrFenced) {
-		t.Fatalf("a save under a lost lease: %v", err)
+	if err := ledA.Save(fa, "r1", []byte(`{"id":"r1","org_id":"org1","status":"running"}`)); !errors.Is(err, pgstore.ErrFenced) {
+		t.Fatalf("a save after the home moved: %v", err)
 	}
-	if err := ledA.Save("r2", []byte(`{"id":"r2","status":"provisioning"}`)); !errors.Is(err, pgstore.ErrFenced) {
-		t.Fatalf("a new record under a lost lease: %v", err)
+	if err := ledA.Save(fa, "r2", []byte(`{"id":"r2","org_id":"org1","status":"provisioning"}`)); !errors.Is(err, pgstore.ErrFenced) {
+		t.Fatalf("a new record after the home moved: %v", err)
 	}
-	// A stale fence of the new holder's replica id but an old epoch fails too.
-	if err := a.Rentals(pgstore.Fence{ReplicaID: replica(2).ID, Epoch: la.Epoch}).Save("r1", []byte(`{"id":"r1"}`)); !errors.Is(err, pgstore.ErrFenced) {
+	// The new home's replica under the old epoch is refused too.
+	if err := b.Rentals(replica(2).ID).Save(rental.Fence{OrgID: "org1", Epoch: h1.Epoch}, "r1", []byte(`{"id":"r1","org_id":"org1"}`)); !errors.Is(err, pgstore.ErrFenced) {
 		t.Fatalf("a save under an old epoch: %v", err)
 	}
-	ledB := b.Rentals(lb.Fence())
-	if err := ledB.Save("r1", []byte(`{"id":"r1","status":"stopping"}`)); err != nil {
+	ledB := b.Rentals(replica(2).ID)
+	if err := ledB.Save(rental.Fence{OrgID: "org1", Epoch: hb.Epoch}, "r1", []byte(`{"id":"r1","org_id":"org1","status":"stopping"}`)); err != nil {
 		t.Fatal(err)
 	}
-	all, err := ledB.All()
-	if err != nil || len(all) != 1 || string(all[0]) != `{"id": "r1", "status": "stopping"}` {
-		t.Fatalf("ledger %q, %v", all, err)
+	// a, back, still holds org2, which nobody took.
+	beat(t, a, replica(1), time.Hour, false)
+	if err := ledA.Save(rental.Fence{OrgID: "org2", Epoch: h2.Epoch}, "x1", []byte(`{"id":"x1","org_id":"org2","status":"provisioning"}`)); err != nil {
+		t.Fatalf("a save for an organisation still homed here: %v", err)
+	}
+	// A released home writes nothing.
+	if _, err := a.ReleaseHome(ctx, "org2", replica(1).ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := ledA.Save(rental.Fence{OrgID: "org2", Epoch: h2.Epoch}, "x1", []byte(`{"id":"x1","org_id":"org2","status":"running"}`)); !errors.Is(err, pgstore.ErrFenced) {
+		t.Fatalf("a save after the home was released: %v", err)
+	}
+	got, err := ledB.Org("org1")
+	if err != nil || len(got) != 1 || string(got[0]) != `{"id": "r1", "org_id": "org1", "status": "stopping"}` {
+		t.Fatalf("org1's rentals %q, %v", got, err)
 	}
 }
 
 // started_at, stop_requested_at and stopped_at, once written, neither
 // change nor go away; the rest of the record may.
 func TestBillingTimestampsAreSetOnce(t *testing.T) {
-	led := leaderLedger(t, open(t, pg.CreateDB(t)), 1)
+	led, fence := homeLedger(t, open(t, pg.CreateDB(t)), 1)
+	f := fence("org1")
 	const (
 		t1 = `"2026-03-31T23:05:00.123456Z"`
 		t2 = `"2026-03-31T23:35:00Z"`
 		t3 = `"2026-03-31T23:36:00Z"`
 	)
 	rec := func(status string, fields ...string) []byte {
-		b := fmt.Appendf(nil, `{"id":"r1","status":%q`, status)
+		b := fmt.Appendf(nil, `{"id":"r1","org_id":"org1","status":%q`, status)
 		for i := 0; i < len(fields); i += 2 {
 			b = fmt.Appendf(b, `,%q:%s`, fields[i], fields[i+1])
 		}
@@ -97,7 +121,7 @@ func TestBillingTimestampsAreSetOnce(t *testing.T) {
 		{"stop moved", rec("stopped", "started_at", t1, "stop_requested_at", t2, "stopped_at", t3), false},
 		{"stop dropped", rec("running", "started_at", t1, "stop_requested_at", t2), false},
 	} {
-		err := led.Save("r1", tc.rec)
+		err := led.Save(f, "r1", tc.rec)
 		switch {
 		case tc.ok && err != nil:
 			t.Fatalf("%s: %v", tc.name, err)
@@ -109,7 +133,7 @@ func TestBillingTimestampsAreSetOnce(t *testing.T) {
 	if err != nil || len(all) != 1 {
 		t.Fatal(all, err)
 	}
-	want := `{"id": "r1", "error": "x", "status": "stopped", "started_at": "2026-03-31T23:05:00.123456Z", "stopped_at": "2026-03-31T23:35:00Z", "stop_requested_at": "2026-03-31T23:35:00Z"}`
+	want := `{"id": "r1", "error": "x", "org_id": "org1", "status": "stopped", "started_at": "2026-03-31T23:05:00.123456Z", "stopped_at": "2026-03-31T23:35:00Z", "stop_requested_at": "2026-03-31T23:35:00Z"}`
 	if string(all[0]) != want {
 		t.Fatalf("stored %s\nwant %s", all[0], want)
 	}

@@ -44,7 +44,7 @@ func TestClockStepsMoveNoBillOrDeadline(t *testing.T) {
 		if b, _ := e.m.Get("org1", booting.ID); b.Status != api.RentalProvisioning {
 			t.Fatalf("the provisioning deadline fired on the step: %+v", b)
 		}
-		if s := e.m.Spend("org1"); s.MonthToDateGBP != 30 || s.CreditRemainingGBP != 10000-30 {
+		if s := must(e.m.Spend("org1")); s.MonthToDateGBP != 30 || s.CreditRemainingGBP != 10000-30 {
 			t.Fatalf("spend a year ahead: %+v", s)
 		}
 

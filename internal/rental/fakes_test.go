@@ -2,6 +2,7 @@ package rental
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"testing"
@@ -18,7 +19,7 @@ type memLedger struct {
 	recs map[string][]byte
 }
 
-func (l *memLedger) Save(id string, b []byte) error {
+func (l *memLedger) Save(_ Fence, id string, b []byte) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.recs == nil {
@@ -34,6 +35,20 @@ func (l *memLedger) All() ([][]byte, error) {
 	var out [][]byte
 	for _, b := range l.recs {
 		out = append(out, b)
+	}
+	return out, nil
+}
+
+func (l *memLedger) Org(orgID string) ([][]byte, error) {
+	all, _ := l.All()
+	var out [][]byte
+	for _, b := range all {
+		var head struct {
+			OrgID string `json:"org_id"`
+		}
+		if json.Unmarshal(b, &head) == nil && head.OrgID == orgID {
+			out = append(out, b)
+		}
 	}
 	return out, nil
 }
@@ -267,4 +282,12 @@ func (e *env) open(t *testing.T) *Manager {
 // connect delivers the rental's worker's connected event.
 func (e *env) connect(r api.Rental) {
 	e.m.workerEvent("org1", api.WorkerEvent{WorkerID: r.WorkerID, EventType: api.EventConnected, CreatedAt: e.clk.Now()})
+}
+
+// must is v, failing the test's goroutine on err.
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }

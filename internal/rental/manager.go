@@ -22,8 +22,32 @@ import (
 
 // Ledger keeps rental records durably.
 type Ledger interface {
-	Save(id string, record []byte) error
+	// Save writes a rental's record under f.
+	Save(f Fence, id string, record []byte) error
+	// All returns every rental's record.
 	All() ([][]byte, error)
+	// Org returns the records of one organisation's rentals.
+	Org(orgID string) ([][]byte, error)
+}
+
+// Fence is what a write to the ledger is made under: the rental's
+// organisation and, in a cluster, the epoch of the organisation's home
+// that writes it (0 on one gateway, which has no homes). A cluster's
+// ledger refuses a write once the organisation's home has moved on: the
+// replica that holds it now runs its rentals.
+type Fence struct {
+	OrgID string
+	Epoch int64
+}
+
+// Homes says which organisations' rentals a manager runs: in a cluster,
+// those of the organisations its replica is the home of.
+type Homes interface {
+	// Mine lists the organisations this replica is the home of, each
+	// with its home's epoch.
+	Mine() map[string]int64
+	// Epoch is orgID's home epoch when this replica is its home.
+	Epoch(orgID string) (int64, bool)
 }
 
 // Accounts is what renting needs of the organisations.
@@ -63,6 +87,12 @@ type Config struct {
 	// Limiter counts the rental requests against RentEvery where replicas
 	// share the count; nil counts them in this process's memory.
 	Limiter store.RentLimiter
+	// Homes, when set, limits the manager to the organisations whose home
+	// its replica is (a cluster's replica): it loads an organisation's
+	// rentals from the ledger when it becomes the home, drops them when it
+	// no longer is, and leaves the machines of other organisations'
+	// rentals alone. Nil: every organisation's (one gateway).
+	Homes Homes
 	// Tick is how often the manager looks at its rentals (default 1 s).
 	Tick time.Duration
 	// CatalogueTTL bounds how old cached offers may be (default 60 s).
@@ -87,8 +117,11 @@ type Manager struct {
 
 	mu      sync.Mutex
 	rentals map[string]*record
-	dl      map[string]downloads // by rental id
-	offers  map[string]offerCache
+	// epochs holds, with Config.Homes, the organisations whose rentals
+	// are loaded and the home epoch they were loaded at.
+	epochs map[string]int64
+	dl     map[string]downloads // by rental id
+	offers map[string]offerCache
 	// placing holds the rentals whose machine Rent is asking a provider
 	// for: one a listing does not show yet is not gone.
 	placing map[string]bool
@@ -133,22 +166,150 @@ func New(cfg Config) (*Manager, error) {
 		cfg.Clock = clock.System()
 	}
 	m := &Manager{cfg: cfg, log: cfg.Logger, models: Models(), clock: clock.NewSteady(cfg.Clock), rentals: map[string]*record{},
-		placing: map[string]bool{},
-		dl:      map[string]downloads{}, offers: map[string]offerCache{},
+		placing: map[string]bool{}, epochs: map[string]int64{},
+		dl: map[string]downloads{}, offers: map[string]offerCache{},
 		events: make(chan workerEvent, 1024)}
 	m.mem = NewMemoryLimiter(m.now)
+	if cfg.Homes != nil {
+		// Each organisation's rentals are loaded as its home comes here.
+		return m, nil
+	}
 	raws, err := cfg.Ledger.All()
 	if err != nil {
 		return nil, err
 	}
-	for _, raw := range raws {
-		var r record
-		if err := json.Unmarshal(raw, &r); err != nil {
-			return nil, fmt.Errorf("decode rental: %w", err)
-		}
-		m.rentals[r.ID] = &r
+	recs, err := decodeRecords(raws)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range recs {
+		m.rentals[r.ID] = r
 	}
 	return m, nil
+}
+
+func decodeRecords(raws [][]byte) ([]*record, error) {
+	out := make([]*record, 0, len(raws))
+	for _, raw := range raws {
+		r := new(record)
+		if err := json.Unmarshal(raw, r); err != nil {
+			return nil, fmt.Errorf("decode rental: %w", err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// notHomeRetry is the Retry-After of a rental request that reached a
+// replica as the organisation's home left it: the next home is known
+// within seconds.
+const notHomeRetry = 2 * time.Second
+
+// own makes sure the manager holds orgID's rentals as the ledger has them
+// at its home's epoch: loaded afresh when the home came here, or came
+// back, since another replica may have run them meanwhile. An error when
+// this replica is not the organisation's home, or cannot read the ledger.
+func (m *Manager) own(orgID string) error {
+	if m.cfg.Homes == nil {
+		return nil
+	}
+	epoch, ok := m.cfg.Homes.Epoch(orgID)
+	if !ok {
+		return &api.Error{Kind: api.KindUnavailable, RetryAfter: notHomeRetry,
+			Message: "This gateway replica no longer runs the organisation's rentals; its new home does. Retry"}
+	}
+	m.mu.Lock()
+	have, loaded := m.epochs[orgID]
+	m.mu.Unlock()
+	if loaded && have == epoch {
+		return nil
+	}
+	return m.load(orgID, epoch)
+}
+
+// load replaces what the manager holds of orgID's rentals with the
+// ledger's, as the home at epoch.
+func (m *Manager) load(orgID string, epoch int64) error {
+	raws, err := m.cfg.Ledger.Org(orgID)
+	if err != nil {
+		return fmt.Errorf("read the organisation's rentals: %w", err)
+	}
+	recs, err := decodeRecords(raws)
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if have, ok := m.epochs[orgID]; ok && have >= epoch {
+		return nil // loaded meanwhile
+	}
+	m.dropLocked(orgID)
+	for _, r := range recs {
+		if r.OrgID == orgID {
+			m.rentals[r.ID] = r
+		}
+	}
+	m.epochs[orgID] = epoch
+	m.log.Info("rental: running the organisation's rentals here", "org", orgID, "epoch", epoch, "rentals", len(recs))
+	return nil
+}
+
+// dropLocked forgets orgID's rentals: another replica runs them now.
+func (m *Manager) dropLocked(orgID string) {
+	for id, r := range m.rentals {
+		if r.OrgID == orgID {
+			delete(m.rentals, id)
+			delete(m.dl, id)
+		}
+	}
+	delete(m.epochs, orgID)
+}
+
+// follow brings the organisations the manager runs in line with the
+// replica's homes, and reconciles those it has just taken on with their
+// providers: their previous home may have died while placing a machine.
+func (m *Manager) follow(ctx context.Context) {
+	if m.cfg.Homes == nil {
+		return
+	}
+	mine := m.cfg.Homes.Mine()
+	var todo []string
+	m.mu.Lock()
+	for org := range m.epochs {
+		if _, ok := mine[org]; !ok {
+			m.dropLocked(org)
+			m.log.Info("rental: the organisation's rentals are run by its new home", "org", org)
+		}
+	}
+	for org, e := range mine {
+		if have, ok := m.epochs[org]; !ok || have != e {
+			todo = append(todo, org)
+		}
+	}
+	m.mu.Unlock()
+	taken := map[string]bool{}
+	for _, org := range todo {
+		if err := m.load(org, mine[org]); err != nil {
+			m.log.Warn("rental: load an organisation's rentals; will retry", "org", org, "err", err)
+			continue
+		}
+		taken[org] = true
+	}
+	if m.anyActive(taken) {
+		m.reconcile(ctx, taken)
+	}
+}
+
+// anyActive is whether one of orgs has a rental that runs.
+func (m *Manager) anyActive(orgs map[string]bool) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, r := range m.rentals {
+		if orgs[r.OrgID] && r.active() {
+			return true
+		}
+	}
+	return false
 }
 
 // now is the manager's time: the wall clock as read at start, advanced
@@ -186,7 +347,7 @@ func (m *Manager) saveLocked(r *record) error {
 	if err != nil {
 		return fmt.Errorf("encode rental: %w", err)
 	}
-	return m.cfg.Ledger.Save(r.ID, b)
+	return m.cfg.Ledger.Save(Fence{OrgID: r.OrgID, Epoch: m.epochs[r.OrgID]}, r.ID, b)
 }
 
 // RecordEvent takes a worker event from the fleet. It never blocks: the
@@ -203,6 +364,11 @@ func (m *Manager) RecordEvent(orgID string, ev api.WorkerEvent) {
 // under name: a rental's token only as that rental's worker, while the
 // rental runs; a rental's worker name only with its token.
 func (m *Manager) CheckWorker(orgID, tokenID, name string) error {
+	if err := m.own(orgID); err != nil {
+		// A replica that is not the home links no worker of the
+		// organisation; the ledger answers for one that asks all the same.
+		return checkWorkerIn(m.cfg.Ledger, orgID, tokenID, name)
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, r := range m.rentals {
@@ -213,18 +379,17 @@ func (m *Manager) CheckWorker(orgID, tokenID, name string) error {
 	return nil
 }
 
-// CheckWorkerIn is CheckWorker against the rentals the ledger holds, for a
-// replica of a cluster that does not run the rentals itself.
-func CheckWorkerIn(l Ledger, orgID, tokenID, name string) error {
-	raws, err := l.All()
+// checkWorkerIn is CheckWorker against the rentals the ledger holds.
+func checkWorkerIn(l Ledger, orgID, tokenID, name string) error {
+	raws, err := l.Org(orgID)
 	if err != nil {
 		return fmt.Errorf("read the rentals: %w", err)
 	}
-	for _, raw := range raws {
-		var r record
-		if err := json.Unmarshal(raw, &r); err != nil {
-			return fmt.Errorf("decode rental: %w", err)
-		}
+	recs, err := decodeRecords(raws)
+	if err != nil {
+		return err
+	}
+	for _, r := range recs {
 		if err := r.admits(orgID, tokenID, name); err != nil {
 			return err
 		}
@@ -253,7 +418,9 @@ func (r *record) admits(orgID, tokenID, name string) error {
 // provider at start, then worker connections and installs, boot phases,
 // provisioning deadlines, maximum runtimes and stops awaiting confirmation.
 func (m *Manager) Run(ctx context.Context) error {
-	m.reconcile(ctx)
+	if m.cfg.Homes == nil {
+		m.reconcile(ctx, nil)
+	}
 	t := time.NewTicker(m.cfg.Tick)
 	defer t.Stop()
 	// Reconciling again now and then catches a machine a provider placed
@@ -270,7 +437,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		case <-t.C:
 			m.tick(ctx, lastPoll)
 		case <-again.C:
-			m.reconcile(ctx)
+			m.reconcile(ctx, nil)
 		}
 	}
 }
@@ -442,6 +609,7 @@ func (m *Manager) byWorkerLocked(orgID, workerID string) *record {
 // tick polls providers for boot phases and lost machines, and enforces
 // deadlines and maximum runtimes.
 func (m *Manager) tick(ctx context.Context, lastPoll map[string]time.Time) {
+	m.follow(ctx)
 	m.catchConnections()
 	now := m.now()
 	type job struct {
@@ -471,6 +639,11 @@ func (m *Manager) tick(ctx context.Context, lastPoll map[string]time.Time) {
 				lastPoll[r.ID] = now
 				jobs = append(jobs, job{*r, "poll"})
 			}
+		}
+	}
+	for id := range lastPoll {
+		if m.rentals[id] == nil {
+			delete(lastPoll, id) // another replica runs it now
 		}
 	}
 	m.mu.Unlock()
@@ -618,15 +791,20 @@ func (m *Manager) finishStop(ctx context.Context, id string) (bool, error) {
 // reconcile makes the ledger and the providers agree: machines no rental
 // accounts for are destroyed, rentals whose machine is gone are stopped
 // with an error, and a rental whose placement was cut short by a crash
-// adopts its machine or fails.
-func (m *Manager) reconcile(ctx context.Context) {
+// adopts its machine or fails. With Config.Homes it judges only the
+// rentals of the organisations it runs (of only, when not nil) and their
+// machines: a machine of a rental it does not hold may be another
+// replica's, and the cluster's leader sweeps those that nobody's are
+// (Sweep).
+func (m *Manager) reconcile(ctx context.Context, only map[string]bool) {
+	mine := func(r *record) bool { return only == nil || only[r.OrgID] }
 	for _, p := range m.cfg.Providers {
 		// Only a rental placed before the listing began can be missing
 		// from it: one placed while the provider answered is not gone.
 		m.mu.Lock()
 		placed := map[string]string{}
 		for _, r := range m.rentals {
-			if r.active() && r.Provider == p.Name() {
+			if r.active() && r.Provider == p.Name() && mine(r) {
 				placed[r.ID] = r.InstanceID
 			}
 		}
@@ -642,6 +820,10 @@ func (m *Manager) reconcile(ctx context.Context) {
 		for _, inst := range insts {
 			m.mu.Lock()
 			r := m.rentals[inst.RentalID]
+			if m.cfg.Homes != nil && (r == nil || !mine(r)) {
+				m.mu.Unlock()
+				continue
+			}
 			keep := r != nil && r.active() && r.Provider == p.Name() && (r.InstanceID == "" || r.InstanceID == inst.ID)
 			if keep && r.InstanceID == "" {
 				now := m.now()
@@ -684,8 +866,57 @@ func (m *Manager) reconcile(ctx context.Context) {
 	}
 }
 
+// Sweep destroys the machines at the providers that no running rental in
+// the ledger accounts for: a cluster's leader runs it, since each home
+// reconciles only its own organisations' rentals. The providers are
+// listed before the ledger is read: a rental is committed before any
+// provider is asked for its machine, so every machine listed has its
+// record by the time the ledger is read, whichever replica placed it.
+func Sweep(ctx context.Context, providers []Provider, l Ledger, log *slog.Logger) {
+	for _, p := range providers {
+		lctx, cancel := context.WithTimeout(ctx, time.Minute)
+		insts, err := p.List(lctx)
+		cancel()
+		if err != nil {
+			log.Error("rental: cannot list machines to sweep", "provider", p.Name(), "err", err)
+			continue
+		}
+		if len(insts) == 0 {
+			continue
+		}
+		raws, err := l.All()
+		if err != nil {
+			log.Error("rental: cannot read the ledger to sweep", "err", err)
+			return
+		}
+		recs, err := decodeRecords(raws)
+		if err != nil {
+			log.Error("rental: cannot read the ledger to sweep", "err", err)
+			return
+		}
+		byID := make(map[string]*record, len(recs))
+		for _, r := range recs {
+			byID[r.ID] = r
+		}
+		for _, inst := range insts {
+			r := byID[inst.RentalID]
+			if r != nil && r.active() && r.Provider == p.Name() && (r.InstanceID == "" || r.InstanceID == inst.ID) {
+				continue
+			}
+			dctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+			err := p.Destroy(dctx, inst.ID)
+			cancel()
+			log.Warn("rental: destroyed a machine no running rental accounts for", "provider", p.Name(),
+				"instance", inst.ID, "rental", inst.RentalID, "err", err)
+		}
+	}
+}
+
 // List returns an organisation's rentals, newest first.
-func (m *Manager) List(orgID string) []api.Rental {
+func (m *Manager) List(orgID string) ([]api.Rental, error) {
+	if err := m.own(orgID); err != nil {
+		return nil, err
+	}
 	now := m.now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -700,11 +931,14 @@ func (m *Manager) List(orgID string) []api.Rental {
 	for i, r := range rs {
 		out[i] = r.view(now, m.dl[r.ID], m.downloadGB)
 	}
-	return out
+	return out, nil
 }
 
 // Get returns one rental of the organisation.
 func (m *Manager) Get(orgID, id string) (api.Rental, error) {
+	if err := m.own(orgID); err != nil {
+		return api.Rental{}, err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	r := m.rentals[id]
@@ -716,6 +950,9 @@ func (m *Manager) Get(orgID, id string) (api.Rental, error) {
 
 // Audit returns a rental's placement record: 404 until it is placed.
 func (m *Manager) Audit(orgID, id string) (api.Placement, error) {
+	if err := m.own(orgID); err != nil {
+		return api.Placement{}, err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	r := m.rentals[id]
@@ -733,6 +970,9 @@ func (m *Manager) Audit(orgID, id string) (api.Placement, error) {
 // worker disconnected, and billing ends at the moment of the call.
 // Stopping a stopped rental returns it unchanged.
 func (m *Manager) Stop(ctx context.Context, orgID, id string) (api.Rental, error) {
+	if err := m.own(orgID); err != nil {
+		return api.Rental{}, err
+	}
 	m.mu.Lock()
 	r := m.rentals[id]
 	if r == nil || r.OrgID != orgID {

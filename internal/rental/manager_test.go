@@ -158,7 +158,7 @@ func TestRentRules(t *testing.T) {
 					t.Fatalf("got %v (%d), want %d with %q", err, status(err), tc.status, tc.message)
 				}
 				// Refused requests leave nothing running and no token behind.
-				for _, x := range e.m.List("org1") {
+				for _, x := range must(e.m.List("org1")) {
 					if x.Status != api.RentalStopped && x.GPUModelID == tc.req.GPUModelID && tc.req.GPUModelID == "h100" {
 						t.Fatalf("a refused request left %+v", x)
 					}
@@ -203,7 +203,7 @@ func TestSpendSplitsAtTheMonth(t *testing.T) {
 		}
 		e.connect(r) // 23:00 on 31 March
 		time.Sleep(90 * time.Minute)
-		s := e.m.Spend("org1")
+		s := must(e.m.Spend("org1"))
 		if !s.PeriodStart.Equal(time.Date(2026, 4, 1, 0, 0, 0, 0, time.UTC)) || s.ActiveCount != 1 || len(s.Lines) != 1 ||
 			s.Lines[0].Hours != 0.5 || s.Lines[0].CostGBP != 180 || s.MonthToDateGBP != 180 {
 			t.Fatalf("spend %+v", s)
@@ -267,7 +267,7 @@ func TestReconcile(t *testing.T) {
 		time.Sleep(10 * time.Minute)
 
 		m2 := e.open(t) // a restart
-		m2.reconcile(ctx)
+		m2.reconcile(ctx, nil)
 		if !slices.Contains(e.prov.destroyed, "h100-orphan") {
 			t.Fatalf("orphan not destroyed: %v", e.prov.destroyed)
 		}
@@ -296,7 +296,7 @@ func TestReconcileSparesARentalPlacedMeanwhile(t *testing.T) {
 				t.Errorf("rent: %v", err)
 			}
 		}
-		e.m.reconcile(ctx)
+		e.m.reconcile(ctx, nil)
 		if g, _ := e.m.Get("org1", placed.ID); g.Status != api.RentalProvisioning {
 			t.Fatalf("a rental placed during the listing is %s (%v)", g.Status, g.Error)
 		}
@@ -310,7 +310,7 @@ func TestReconcileSparesAMachineBeingPlaced(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEnv(t, offer("h100", TierUK, 250, 64))
 		ctx := context.Background()
-		e.prov.creating = func() { e.m.reconcile(ctx) }
+		e.prov.creating = func() { e.m.reconcile(ctx, nil) }
 		r, err := e.m.Rent(ctx, owner, api.RentRequest{GPUModelID: "h100", TierID: TierUK})
 		if err != nil {
 			t.Fatal(err)

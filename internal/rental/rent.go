@@ -239,6 +239,9 @@ func (m *Manager) Rent(ctx context.Context, p auth.Principal, req api.RentReques
 	if err := checkRentRequest(&req); err != nil {
 		return api.Rental{}, err
 	}
+	if err := m.own(p.OrgID); err != nil {
+		return api.Rental{}, err
+	}
 	org, ok := m.cfg.Accounts.OrgByID(p.OrgID)
 	if !ok {
 		return api.Rental{}, api.NotFound("No such organisation")
@@ -522,7 +525,10 @@ func checkRentRequest(req *api.RentRequest) error {
 
 // Spend is the organisation's spend report for the current calendar month
 // (UTC). Rentals that span the month's start count only their time in it.
-func (m *Manager) Spend(orgID string) api.SpendReport {
+func (m *Manager) Spend(orgID string) (api.SpendReport, error) {
+	if err := m.own(orgID); err != nil {
+		return api.SpendReport{}, err
+	}
 	now := m.now()
 	ms := monthStart(now)
 	org, _ := m.cfg.Accounts.OrgByID(orgID)
@@ -558,5 +564,5 @@ func (m *Manager) Spend(orgID string) api.SpendReport {
 		rep.Lines = append(rep.Lines, line)
 	}
 	rep.CreditRemainingGBP = org.Settings.CreditBalanceGBP - spent
-	return rep
+	return rep, nil
 }

@@ -12,14 +12,14 @@ import (
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/cluster"
-	"github.com/svc-dev/svc/internal/rental"
 )
 
 // Cluster is what the server knows of the cluster it is a replica of.
 type Cluster struct {
 	ReplicaID string
 	// Lease is the replica's view of the leader lease (*cluster.Lease):
-	// the leader runs the rentals and the cluster's other singletons.
+	// the leader runs the cluster's once-only duties (pruning, sweeping
+	// the rental providers).
 	Lease interface{ State() cluster.State }
 	// Homes is the replica's view of the organisations' homes
 	// (*cluster.Homes): an organisation's workers link to its home, which
@@ -30,9 +30,6 @@ type Cluster struct {
 	// Secret is the cluster's shared secret, which the replicas' links
 	// prove they hold.
 	Secret string
-	// RentalWorkers checks a worker's connection against the rentals in
-	// the database, on a replica that does not run them (the leader does).
-	RentalWorkers func(orgID, tokenID, name string) error
 }
 
 // Homes is the replica's view of the organisations' homes.
@@ -44,24 +41,6 @@ type Homes interface {
 	Count() int
 }
 
-// checkRentalWorker is the rentals' rule on a worker's connection: a
-// rental's token connects only as its rental's worker. The rental manager
-// answers where it runs; a replica of a cluster that does not run the
-// rentals asks the database.
-func (s *Server) checkRentalWorker(orgID, tokenID, name string) error {
-	if m := s.rentals.Load(); m != nil {
-		return m.CheckWorker(orgID, tokenID, name)
-	}
-	if s.cluster == nil || s.cluster.RentalWorkers == nil {
-		return nil
-	}
-	return s.cluster.RentalWorkers(orgID, tokenID, name)
-}
-
-// standbyRetryAfter is the Retry-After of a refusal of a rental request
-// by a replica that does not lead: a new leader is chosen within seconds.
-const standbyRetryAfter = 2 * time.Second
-
 // homeRetryAfter is the Retry-After of a request whose organisation's home
 // is being replaced: a dead home's registration lapses within the lease
 // TTL, and the organisation's workers reconnect to the next.
@@ -69,15 +48,12 @@ const homeRetryAfter = 2 * time.Second
 
 // serveAt is where the call's API request is served: the zero target
 // here, or the replica that serves it, to forward it to. The
-// organisation's requests are its home's to serve, the rentals the
-// leader's. A request forwarded here by a peer is served here or refused,
-// never forwarded on.
+// organisation's requests, its rentals' too, are its home's to serve. A
+// request forwarded here by a peer is served here or refused, never
+// forwarded on.
 func (s *Server) serveAt(c *call) (target, error) {
 	if s.cluster == nil {
 		return target{}, nil
-	}
-	if c.route.leader {
-		return s.leaderAt(c)
 	}
 	h, err := s.cluster.Homes.Where(context.Background(), c.principal.OrgID)
 	switch {
@@ -116,43 +92,6 @@ func (s *Server) notHome(c *call, msg string) error {
 // notHomeHeader marks a refusal made before the request ran: the one
 // answer on which a forwarding replica may send the request elsewhere.
 const notHomeHeader = "X-Svc-Not-Home"
-
-// leaderAt is where a leader's request (the rentals) is served: the zero
-// target here, or the leader.
-func (s *Server) leaderAt(c *call) (target, error) {
-	st := s.cluster.Lease.State()
-	switch {
-	case st.Leading:
-		return target{}, nil
-	case st.LeaderURL != "" && st.LeaderID != "" && !c.forwarded:
-		return target{id: st.LeaderID, url: st.LeaderURL}, nil
-	}
-	return target{}, s.standby(c)
-}
-
-// standby is why this replica does not serve the leader's routes (the
-// rentals), nil when it does: it is a standby, or a leader that has stood
-// down. Only a cluster has standbys.
-func (s *Server) standby(c *call) error {
-	if s.cluster == nil {
-		return nil
-	}
-	st := s.cluster.Lease.State()
-	if st.Leading {
-		return nil
-	}
-	// The client's next request on this connection would come here
-	// again: a load balancer places connections, not requests, so the
-	// connection is closed for the next one to be placed afresh.
-	c.ctx.SetConnectionClose()
-	msg := "This gateway replica does not run the GPU rentals, and no replica leads the cluster yet"
-	if st.LeaderURL != "" {
-		c.ctx.Response.Header.Set("X-Svc-Leader", st.LeaderURL)
-		msg = "This gateway replica does not run the GPU rentals; the cluster's leader at " + st.LeaderURL + " does"
-	}
-	return &api.Error{Kind: api.KindUnavailable, Type: api.TypeServiceUnavailable, Code: api.CodeStandby, CodeHeader: true,
-		RetryAfter: standbyRetryAfter, Message: msg + ". Send requests through the cluster's load balancer."}
-}
 
 // clusterHealth is the replica's part of /healthz.
 func (s *Server) clusterHealth() *api.ClusterHealth {
@@ -196,23 +135,6 @@ func (s *Server) ready(c *call) error {
 	}
 	writeJSON(c.ctx, status, r)
 	return nil
-}
-
-// SetRentals makes m the rental manager the API uses; nil while this
-// replica stands by. A cluster's leader makes a new one for each term.
-func (s *Server) SetRentals(m *rental.Manager) { s.rentals.Store(m) }
-
-// rentalManager is the rental manager, or the answer owed while there is
-// none.
-func (s *Server) rentalManager(c *call) (*rental.Manager, error) {
-	if m := s.rentals.Load(); m != nil {
-		return m, nil
-	}
-	if err := s.standby(c); err != nil {
-		return nil, err
-	}
-	return nil, &api.Error{Kind: api.KindUnavailable, Type: api.TypeServiceUnavailable, RetryAfter: standbyRetryAfter,
-		Message: "GPU rental is starting; retry in a moment"}
 }
 
 // SendWorkersAway asks every worker linked here to finish its running

@@ -22,10 +22,7 @@ func rentalContext() (context.Context, context.CancelFunc) {
 }
 
 func (s *Server) computeCatalogue(c *call) error {
-	m, err := s.rentalManager(c)
-	if err != nil {
-		return err
-	}
+	m := s.rentals
 	ctx, cancel := rentalContext()
 	defer cancel()
 	writeJSON(c.ctx, http.StatusOK, m.Catalogue(ctx, c.principal.OrgID))
@@ -33,19 +30,13 @@ func (s *Server) computeCatalogue(c *call) error {
 }
 
 func (s *Server) computeModels(c *call) error {
-	m, err := s.rentalManager(c)
-	if err != nil {
-		return err
-	}
+	m := s.rentals
 	writeJSON(c.ctx, http.StatusOK, m.Models())
 	return nil
 }
 
 func (s *Server) rent(c *call) error {
-	m, err := s.rentalManager(c)
-	if err != nil {
-		return err
-	}
+	m := s.rentals
 	// The rate limit counts every call, a malformed one too.
 	if err := m.Allow(c.principal.KeyID); err != nil {
 		return err
@@ -65,19 +56,17 @@ func (s *Server) rent(c *call) error {
 }
 
 func (s *Server) listRentals(c *call) error {
-	m, err := s.rentalManager(c)
+	m := s.rentals
+	rs, err := m.List(c.principal.OrgID)
 	if err != nil {
 		return err
 	}
-	writeJSON(c.ctx, http.StatusOK, m.List(c.principal.OrgID))
+	writeJSON(c.ctx, http.StatusOK, rs)
 	return nil
 }
 
 func (s *Server) getRental(c *call) error {
-	m, err := s.rentalManager(c)
-	if err != nil {
-		return err
-	}
+	m := s.rentals
 	r, err := m.Get(c.principal.OrgID, c.params.get("id"))
 	if err != nil {
 		return err
@@ -87,10 +76,7 @@ func (s *Server) getRental(c *call) error {
 }
 
 func (s *Server) stopRental(c *call) error {
-	m, err := s.rentalManager(c)
-	if err != nil {
-		return err
-	}
+	m := s.rentals
 	ctx, cancel := rentalContext()
 	defer cancel()
 	r, err := m.Stop(ctx, c.principal.OrgID, c.params.get("id"))
@@ -102,10 +88,7 @@ func (s *Server) stopRental(c *call) error {
 }
 
 func (s *Server) rentalAudit(c *call) error {
-	m, err := s.rentalManager(c)
-	if err != nil {
-		return err
-	}
+	m := s.rentals
 	p, err := m.Audit(c.principal.OrgID, c.params.get("id"))
 	if err != nil {
 		return err
@@ -115,10 +98,11 @@ func (s *Server) rentalAudit(c *call) error {
 }
 
 func (s *Server) computeSpend(c *call) error {
-	m, err := s.rentalManager(c)
+	m := s.rentals
+	rep, err := m.Spend(c.principal.OrgID)
 	if err != nil {
 		return err
 	}
-	writeJSON(c.ctx, http.StatusOK, m.Spend(c.principal.OrgID))
+	writeJSON(c.ctx, http.StatusOK, rep)
 	return nil
 }

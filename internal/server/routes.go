@@ -40,9 +40,6 @@ type route struct {
 	// streamed routes read their body themselves, as it arrives; the body
 	// of any other route is read whole before its handler runs.
 	streamed bool
-	// leader routes are served by a cluster's leader (the rentals), every
-	// other key route by the organisation's home.
-	leader bool
 	// kind is the link kind of an inference route's requests: one the
 	// gateway refuses itself still gets its usage row (see recordRefusal).
 	kind   string
@@ -106,8 +103,6 @@ func (s *Server) routes() []*route {
 		{method: "GET", path: "/metrics", access: accessPublic, handle: s.serveMetrics},
 		{method: "GET", path: link.Path, access: accessWorker, handle: s.connectWorker},
 		{method: "GET", path: peer.Path, access: accessPeer, handle: s.connectPeer},
-		{method: "GET", path: "/api/v1/peers/workers", access: accessPeer, handle: s.peerWorkers},
-		{method: "POST", path: "/api/v1/peers/disconnect", access: accessPeer, handle: s.disconnectForPeer},
 	}
 	for _, r := range inference {
 		r.access, r.perm, r.compatible = accessKey, auth.InferenceWrite, true
@@ -126,9 +121,6 @@ func (s *Server) routes() []*route {
 	}
 	add(auth.UsageRead, usage)
 	add(auth.WorkersRead, workers)
-	for _, r := range compute {
-		r.leader = true
-	}
 	add(auth.ComputeWrite, compute)
 	for _, r := range s.consoleRoutes() {
 		r.access, r.path = accessConsole, "/api/v1/console"+r.path

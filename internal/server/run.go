@@ -217,17 +217,17 @@ func Run(ctx context.Context, cfg Config) error {
 	rentalConfig := rental.Config{Providers: rc.Providers, Ledger: local.Rentals(), Accounts: accounts, Fleet: fl,
 		WorkerID: fleet.WorkerID, Gateway: gateway, Boot: rc.Boot, Rates: rc.Rates, Margin: rc.Margin,
 		ProvisionDeadline: rc.ProvisionDeadline, RentEvery: rc.RentEvery, Tick: rc.Tick, Clock: clk, Logger: log.With("component", "rental")}
-	var rentals *rental.Manager
-	if cl == nil {
-		// A cluster's leader makes its manager when it begins to lead.
-		if rentals, err = rental.New(rentalConfig); err != nil {
-			_ = consoleLn.Close()
-			return fmt.Errorf("rentals: %w", err)
-		}
-		// Before the first worker can connect: the rentals follow their
-		// workers through the fleet's events.
-		fan.rentals.Store(rentals)
+	if cl != nil {
+		rentalConfig = cl.rentals(rentalConfig)
 	}
+	rentals, err := rental.New(rentalConfig)
+	if err != nil {
+		_ = consoleLn.Close()
+		return fmt.Errorf("rentals: %w", err)
+	}
+	// Before the first worker can connect: the rentals follow their
+	// workers through the fleet's events.
+	fan.rentals.Store(rentals)
 	// Uploads are spooled beside the database, on disk rather than a /tmp
 	// that may be memory; a file left by a crash is never read again.
 	spoolDir := filepath.Join(cfg.DataDir, "uploads")
@@ -262,8 +262,8 @@ func Run(ctx context.Context, cfg Config) error {
 		usageRetention = DefaultUsageRetention
 	}
 	pruner := bolt.NewPruner(events, usageStore, powerStore, bolt.Retention{Events: eventRetention, Usage: usageRetention}, clk, log)
+	bg.Go(func() error { return rentals.Run(bgCtx) })
 	if cl == nil {
-		bg.Go(func() error { return rentals.Run(bgCtx) })
 		bg.Go(func() error { return pruner.Run(bgCtx, time.Hour) })
 	} else {
 		// The lease and the shipper outlive the drain and the writer's
@@ -278,7 +278,7 @@ func Run(ctx context.Context, cfg Config) error {
 		cl.serve(srv)
 		bg.Go(func() error { return cl.followAccounts(bgCtx, accounts) })
 		bg.Go(func() error {
-			return cl.lead(bgCtx, term{server: srv, fan: fan, pruner: pruner, rentals: rentalConfig, accounts: accounts})
+			return cl.lead(bgCtx, term{pruner: pruner, providers: rentalConfig.Providers, accounts: accounts})
 		})
 		finishCluster = func() {
 			cl.flush()
@@ -350,7 +350,8 @@ func Run(ctx context.Context, cfg Config) error {
 // rentals, which follow their workers' connections and installs.
 type eventFan struct {
 	store store.Events
-	// rentals is nil while a cluster's replica stands by.
+	// rentals is set once the manager exists, which needs the fleet,
+	// which needs the fan.
 	rentals atomic.Pointer[rental.Manager]
 }
 

@@ -198,9 +198,18 @@ func (c *clusterParts) serverCluster() *Cluster {
 	if c == nil {
 		return nil
 	}
-	ledger := c.db.Rentals(pgstore.Fence{})
-	return &Cluster{ReplicaID: c.id, Lease: c.lease, Homes: c.homes, Outbox: c.outbox, Secret: c.secret,
-		RentalWorkers: func(orgID, tokenID, name string) error { return rental.CheckWorkerIn(ledger, orgID, tokenID, name) }}
+	return &Cluster{ReplicaID: c.id, Lease: c.lease, Homes: c.homes, Outbox: c.outbox, Secret: c.secret}
+}
+
+// rentals is a replica's rental configuration: it runs the rentals of the
+// organisations it is the home of, writing them under each home's epoch,
+// on the database's clock, with the rental limit kept in the database.
+func (c *clusterParts) rentals(rc rental.Config) rental.Config {
+	rc.Homes = c.homes
+	rc.Ledger = c.db.Rentals(c.id)
+	rc.Limiter = c.db
+	rc.Clock = c.db.Clock()
+	return rc
 }
 
 // serve wires the server in: the links of an organisation whose home
@@ -249,11 +258,10 @@ func (c *clusterParts) followAccounts(ctx context.Context, accounts *account.Ser
 
 // term is what a leader runs only while it leads.
 type term struct {
-	server   *Server
-	fan      *eventFan
-	pruner   *bolt.Pruner
-	rentals  rental.Config
-	accounts *account.Service
+	pruner *bolt.Pruner
+	// providers are swept for machines no rental accounts for.
+	providers []rental.Provider
+	accounts  *account.Service
 }
 
 // leading is one term of leadership: its epoch, and its duties' stop.
@@ -267,6 +275,11 @@ type leading struct {
 // database did not let it.
 const termRetry = 2 * time.Second
 
+// sweepEvery is how often the leader looks for machines at the providers
+// that no rental accounts for (a placement whose answer was lost, a
+// rental's machine its home failed to destroy).
+const sweepEvery = 10 * time.Minute
+
 // lead begins a term whenever the replica takes the lease (or it is given
 // a new epoch) and ends it when another replica leads, until ctx ends.
 func (c *clusterParts) lead(ctx context.Context, t term) error {
@@ -279,8 +292,6 @@ func (c *clusterParts) lead(ctx context.Context, t term) error {
 		if err := cur.done.Wait(); err != nil {
 			c.log.Warn("cluster: end of term", "err", err)
 		}
-		t.server.SetRentals(nil)
-		t.fan.rentals.Store(nil)
 		cur = nil
 	}
 	defer end()
@@ -310,31 +321,38 @@ func (c *clusterParts) lead(ctx context.Context, t term) error {
 	}
 }
 
-// begin starts a term's duties: the accounts and rentals as the database
-// holds them now, the rental manager fenced by the epoch, and pruning.
+// begin starts a term's duties, the cluster's once-only ones: the
+// accounts as the database holds them now, pruning, and sweeping the
+// providers for machines no rental accounts for. Each organisation's
+// rentals run at its home.
 func (c *clusterParts) begin(ctx context.Context, t term, epoch int64) (*leading, error) {
 	if err := t.accounts.Reload(); err != nil {
 		return nil, fmt.Errorf("reload the accounts: %w", err)
 	}
-	rc := t.rentals
-	rc.Ledger = c.db.Rentals(pgstore.Fence{ReplicaID: c.id, Epoch: epoch})
-	rc.Limiter = c.db
-	rc.Clock = c.db.Clock()
-	// The rentals' workers link to their organisations' homes, some of
-	// them other replicas.
-	rc.Fleet = t.server.RentalFleet()
-	m, err := rental.New(rc)
-	if err != nil {
-		return nil, fmt.Errorf("load the rentals: %w", err)
-	}
 	tctx, stop := context.WithCancel(ctx)
 	var g errgroup.Group
-	t.fan.rentals.Store(m)
-	t.server.SetRentals(m)
-	g.Go(func() error { return m.Run(tctx) })
 	g.Go(func() error { return t.pruner.Run(tctx, time.Hour) })
+	if len(t.providers) > 0 {
+		g.Go(func() error { return c.sweep(tctx, t.providers) })
+	}
 	c.log.Info("cluster: leading", "epoch", epoch)
 	return &leading{epoch: epoch, stop: stop, done: &g}, nil
+}
+
+// sweep runs rental.Sweep at the start of a term and every sweepEvery.
+func (c *clusterParts) sweep(ctx context.Context, providers []rental.Provider) error {
+	ledger := c.db.Rentals(c.id)
+	log := c.log.With("component", "rental")
+	t := time.NewTicker(sweepEvery)
+	defer t.Stop()
+	for {
+		rental.Sweep(ctx, providers, ledger, log)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
 }
 
 // leaseStore is the database's lease table as package cluster asks for it.

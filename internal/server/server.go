@@ -60,8 +60,8 @@ type Server struct {
 	usage    store.Usage
 	writes   writeBacklog // nil: not told
 	power    *PowerBook
-	rentals  atomic.Pointer[rental.Manager] // nil while a cluster replica stands by
-	cluster  *Cluster                       // nil on a single host
+	rentals  *rental.Manager
+	cluster  *Cluster // nil on a single host
 	inflight *usage.Tracker
 	// peers are a cluster replica's links to the replicas it forwards to,
 	// and peerAccept holds the links of those forwarding to it; nil on a
@@ -151,7 +151,7 @@ func New(d Deps) *Server {
 		usage: d.Usage, power: d.Power, cluster: d.Cluster, inflight: usage.NewTracker(),
 		keepalive: d.Keepalive, metrics: newMetrics(d.Build), watch: newClientWatch(200 * time.Millisecond),
 		spoolDir: d.SpoolDir, stall: d.StallTimeout, quiet: quietIdle}
-	s.rentals.Store(d.Rentals)
+	s.rentals = d.Rentals
 	if s.stall <= 0 {
 		s.stall = DefaultStallTimeout
 	}
@@ -390,9 +390,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return nil
 }
 
-// Close ends what outlives the drain: the links to the peer replicas,
-// which the rentals' calls to their workers' homes use until the
-// background work stops.
+// Close ends what outlives the drain: the links to the peer replicas.
 func (s *Server) Close() {
 	if s.peers != nil {
 		s.peers.Close()

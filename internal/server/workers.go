@@ -58,7 +58,7 @@ func (s *Server) connectWorker(c *call) error {
 			return
 		}
 		// A rental's token connects only as its rental's worker.
-		if err := s.checkRentalWorker(orgID, tokenID, hello.Name); err != nil {
+		if err := s.rentals.CheckWorker(orgID, tokenID, hello.Name); err != nil {
 			log.Warn("worker refused", "name", hello.Name, "err", err)
 			fleet.Refuse(conn, err.Error())
 			return
