@@ -88,6 +88,20 @@ func clusterRental(ctx context.Context, h *rig, r *result) error {
 	}
 	key := created.Secret
 	known := time.Now()
+	// The organisation's first request makes a replica that does not
+	// lead its home, once the key is known there: the kill below then
+	// takes the rental's home alone, and the cluster's leader stays.
+	homed := c.replicas[(l0+1)%len(c.replicas)]
+	var first int
+	wctx, cancel := context.WithTimeout(ctx, 45*time.Second)
+	err = harness.Poll(wctx, 50*time.Millisecond, func() bool {
+		first, _, _, _ = rawDo(wctx, "GET", homed.URL+"/api/v1/compute/instances", key, "")
+		return first == http.StatusOK
+	})
+	cancel()
+	if err != nil {
+		return fmt.Errorf("the organisation's first request, to %s: %d", homed.name, first)
+	}
 	if err := c.waitKeyKnown(ctx, key, 45*time.Second); err != nil {
 		r.fail("%v", err)
 		return err
@@ -195,6 +209,9 @@ func clusterRental(ctx context.Context, h *rig, r *result) error {
 	if home < 0 {
 		return fmt.Errorf("no replica is the organisation's home")
 	}
+	if c.replicas[home] != homed {
+		r.fail("the organisation's home is %s, not %s, where its first request claimed it", c.replicas[home].name, homed.name)
+	}
 	role := "home"
 	if home == l0 {
 		role = "home and leader"
@@ -202,6 +219,9 @@ func clusterRental(ctx context.Context, h *rig, r *result) error {
 	killAt := time.Now()
 	_ = c.replicas[home].Kill()
 	r.figure("killed", "%s, the %s", c.replicas[home].name, role)
+	if l, _ := c.leader(ctx); l != l0 {
+		r.fail("the leader changed from %s when the home alone was killed", c.replicas[l0].name)
+	}
 
 	// The same key's next POST, through the balancer, within the first
 	// one's window. A 503 until the organisation has a new home (or the
@@ -209,7 +229,7 @@ func clusterRental(ctx context.Context, h *rig, r *result) error {
 	var again int
 	var againBody []byte
 	var againErr error
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	wctx, cancel = context.WithTimeout(ctx, 30*time.Second)
 	_ = harness.Poll(wctx, 200*time.Millisecond, func() bool {
 		again, againBody, _, againErr = api.do(wctx, "POST", "/api/v1/compute/instances", rentBody)
 		return againErr == nil && again != http.StatusServiceUnavailable

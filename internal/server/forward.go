@@ -260,7 +260,7 @@ func (s *Server) forward(c *call, to target, up *upload) error {
 	bg := context.Background()
 	sess, err := s.peers.Session(bg, to.id, to.url)
 	if err != nil {
-		return s.unreachable(c, to, err)
+		return &peerDownError{err}
 	}
 	f := &forwarding{s: s, c: c, to: to}
 	bp := requestBufs.Get().(*[]byte)
@@ -449,6 +449,13 @@ func (f *forwarding) stream(chunked bool) {
 // it: it is not the organisation's home.
 var errNotHome = errors.New("the peer is not the organisation's home")
 
+// peerDownError is a forward for which no link to the peer could be had:
+// nothing of the request was sent.
+type peerDownError struct{ err error }
+
+func (e *peerDownError) Error() string { return "no link to the peer: " + e.err.Error() }
+func (e *peerDownError) Unwrap() error { return e.err }
+
 // errClientGone answers a request whose client went before its peer
 // answered; nobody reads it.
 var errClientGone = &api.Error{Kind: api.KindClientGone, Message: "Client disconnected"}
@@ -474,6 +481,10 @@ func (s *Server) forwardOrServe(c *call, to target) error {
 		}
 	}
 	err := s.forward(c, to, up)
+	var down *peerDownError
+	if errors.As(err, &down) {
+		return s.homeDown(c, to, up, down)
+	}
 	if !errors.Is(err, errNotHome) {
 		return err
 	}
@@ -496,11 +507,45 @@ func (s *Server) forwardOrServe(c *call, to target) error {
 	case next.url == "":
 		return c.route.handle(c)
 	case next != to:
-		if err = s.forward(c, next, up); !errors.Is(err, errNotHome) {
+		err = s.forward(c, next, up)
+		var down *peerDownError
+		if errors.As(err, &down) {
+			return s.unreachable(c, next, down.err)
+		}
+		if !errors.Is(err, errNotHome) {
 			return err
 		}
 	}
 	return s.homeMoving(c)
+}
+
+// homeDown serves a request whose home this replica could not link to,
+// nothing of it sent: the home may have died and another replica taken
+// the organisation since this one last read the homes, so the database
+// is asked, and the request goes to the new home, or is served here if
+// this replica now is it. While the dead home's registration lasts, the
+// answer is 503 with Retry-After.
+func (s *Server) homeDown(c *call, to target, up *upload, down *peerDownError) error {
+	s.cluster.Homes.Forget(c.principal.OrgID)
+	next, err := s.serveAt(c)
+	switch {
+	case err != nil:
+		return err
+	case next == to:
+		return s.unreachable(c, to, down.err)
+	case next.url == "":
+		// Nothing of an upload was read yet: its handler reads it from
+		// the client's connection.
+		return c.route.handle(c)
+	}
+	err = s.forward(c, next, up)
+	switch {
+	case errors.As(err, &down):
+		return s.unreachable(c, next, down.err)
+	case errors.Is(err, errNotHome):
+		return s.homeMoving(c)
+	}
+	return err
 }
 
 // homeMoving is the answer owed when the organisation's home refused a

@@ -667,6 +667,63 @@ func TestForwardNotHomeMovesOn(t *testing.T) {
 	}
 }
 
+// deadHome is a home whose replica is gone: nothing listens at its URL.
+func deadHome(t *testing.T) *fwdHome {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + ln.Addr().String()
+	_ = ln.Close()
+	return &fwdHome{id: "dead", url: url}
+}
+
+// A front that cannot link to the home it knows asks again where the home
+// is: a request whose home died and was taken over meanwhile is served by
+// the new home, upload and all; while the database still names the dead
+// one, the answer is 503 with Retry-After.
+func TestForwardHomeDownMovesOn(t *testing.T) {
+	upload := func(ctx *fasthttp.RequestCtx) {
+		b, _ := io.ReadAll(ctx.RequestBodyStream())
+		ctx.SetBodyString(fmt.Sprintf("%d", len(b)))
+	}
+	for _, tc := range []struct {
+		path string
+		body []byte
+		want string
+	}{
+		{path: "/echo", body: []byte(`{"model":"m"}`)},
+		{path: "/upload", body: bytes.Repeat([]byte("audio"), 100_000), want: "500000"},
+	} {
+		t.Run(tc.path, func(t *testing.T) {
+			now := startHome(t, "new", map[string]fasthttp.RequestHandler{"/echo": echoRequest, "/upload": upload})
+			front := startFront(t, deadHome(t), now)
+			resp, err := testClient.Post(front.url+tc.path, "application/octet-stream", bytes.NewReader(tc.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 || now.ran.Load() != 1 || tc.want != "" && string(body) != tc.want {
+				t.Fatalf("%d %s; the new home ran it %d times", resp.StatusCode, body, now.ran.Load())
+			}
+		})
+	}
+	t.Run("still named", func(t *testing.T) {
+		front := startFront(t, deadHome(t))
+		resp, err := testClient.Post(front.url+"/echo", "application/json", strings.NewReader(`{}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "2" {
+			t.Fatalf("%d %v %s", resp.StatusCode, resp.Header, body)
+		}
+	})
+}
+
 // BenchmarkForwardUnary is one small request through a front to its home
 // and back, against the same request sent to the home directly: the
 // difference is the hop (HTTP/1.1 on a link stream, both ends).
