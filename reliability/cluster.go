@@ -426,20 +426,40 @@ func (c *cluster) settle(ctx context.Context) (time.Duration, error) {
 // says, every replica registered and alive, and no outbox holding
 // anything once every /healthz says so.
 func (c *cluster) judgeStatus(ctx context.Context, r *result) error {
-	cmd := exec.CommandContext(ctx, c.h.bin, "cluster", "status", "--store", c.db, "--json")
-	cmd.Env = append(os.Environ(), "NO_COLOR=1")
-	out, err := cmd.Output()
-	if err != nil {
-		var stderr []byte
-		if ee, ok := err.(*exec.ExitError); ok {
-			stderr = ee.Stderr
-		}
-		r.fail("svc cluster status: %v: %s", err, tail(string(stderr), 300))
-		return nil
-	}
+	// A replica reports its outbox with its registration, at each
+	// renewal (TTL/5): the status may name what an outbox held until the
+	// next one.
 	var st api.ClusterStatus
-	if err := json.Unmarshal(out, &st); err != nil {
-		r.fail("svc cluster status --json: %v: %s", err, tail(string(out), 300))
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var failed string
+	_ = harness.Poll(wctx, 200*time.Millisecond, func() bool {
+		cmd := exec.CommandContext(wctx, c.h.bin, "cluster", "status", "--store", c.db, "--json")
+		cmd.Env = append(os.Environ(), "NO_COLOR=1")
+		out, err := cmd.Output()
+		if err != nil {
+			var stderr []byte
+			if ee, ok := err.(*exec.ExitError); ok {
+				stderr = ee.Stderr
+			}
+			failed = fmt.Sprintf("svc cluster status: %v: %s", err, tail(string(stderr), 300))
+			return false
+		}
+		st = api.ClusterStatus{}
+		if err := json.Unmarshal(out, &st); err != nil {
+			failed = fmt.Sprintf("svc cluster status --json: %v: %s", err, tail(string(out), 300))
+			return false
+		}
+		failed = ""
+		for _, rep := range st.Replicas {
+			if rep.OutboxRecords != 0 {
+				return false
+			}
+		}
+		return true
+	})
+	if failed != "" {
+		r.fail("%s", failed)
 		return nil
 	}
 	l, v := c.leader(ctx)
@@ -459,7 +479,7 @@ func (c *cluster) judgeStatus(ctx context.Context, r *result) error {
 			alive++
 		}
 		if rep.OutboxRecords != 0 {
-			r.fail("svc cluster status says replica %s has %d records in its outbox after every outbox emptied", rep.ID, rep.OutboxRecords)
+			r.fail("svc cluster status says replica %s has %d records in its outbox 10 s after every outbox emptied", rep.ID, rep.OutboxRecords)
 		}
 	}
 	if alive != len(c.replicas) {
