@@ -211,8 +211,8 @@ type Health struct {
 // ClusterHealth is a replica's view of its cluster.
 type ClusterHealth struct {
 	ReplicaID string `json:"replica_id"`
-	// Role is "leader" (runs the rentals and the cluster's other
-	// singleton duties) or "standby" (forwards rental requests to it).
+	// Role is "leader" (runs the cluster's once-only duties: retention,
+	// the sweep of the rental providers) or "standby".
 	Role string `json:"role"`
 	// Homes is how many organisations this replica is the home of: it
 	// holds their workers' links and serves their requests.

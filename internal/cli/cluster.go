@@ -55,10 +55,11 @@ func NewCmdCluster(f *Factory) *cobra.Command {
 		Short: "Look after a cluster of gateway replicas on PostgreSQL",
 		Long: `Replicas of svc serve started with the same --store share one PostgreSQL
 database and all serve. Each organisation has one home replica, which holds
-its workers' links and serves its requests; the others forward them there.
-One replica, the leader, runs the GPU rentals; another takes over within
---lease-ttl when it dies, as does a new home for the organisations of a
-dead one. See docs/cluster.md.`,
+its workers' links, serves its requests and runs its GPU rentals; the others
+forward them there. One replica, the leader, runs the once-only duties
+(retention, sweeping the rental providers for orphan machines); another
+takes over within --lease-ttl when it dies, as does a new home for the
+organisations of a dead one. See docs/cluster.md.`,
 		Args: noArgs,
 	}
 	cmd.AddCommand(newCmdClusterStatus(f), newCmdClusterMigrate(f))
