@@ -80,8 +80,14 @@ func (l fencedLedger) Save(f Fence, id string, b []byte) error {
 // ledger and provider.
 func (e *env) replicaManager(t *testing.T, table *homeTable, me string) *Manager {
 	t.Helper()
-	homes := replicaHomes{table, me}
-	m, err := New(Config{Providers: []Provider{e.prov}, Ledger: fencedLedger{e.led, homes}, Homes: homes,
+	return e.replicaManagerSeeing(t, table, me, replicaHomes{table, me})
+}
+
+// replicaManagerSeeing is replica me's manager seeing the homes as view
+// says, which may be stale: the ledger fences by the table.
+func (e *env) replicaManagerSeeing(t *testing.T, table *homeTable, me string, view Homes) *Manager {
+	t.Helper()
+	m, err := New(Config{Providers: []Provider{e.prov}, Ledger: fencedLedger{e.led, replicaHomes{table, me}}, Homes: view,
 		Accounts: e.acct, Fleet: e.fleet, WorkerID: func(org, name string) string { return "wk-" + name },
 		Gateway: "http://gw", ProvisionDeadline: 10 * time.Minute, Clock: e.clk})
 	if err != nil {
@@ -164,6 +170,50 @@ func TestRentalsFollowTheHome(t *testing.T) {
 		got, _ := decodeRecords(recs)
 		if len(got) != 1 || got[0].Status != api.RentalStopped || slices.ContainsFunc(got[0].Notes, func(n api.RentalNote) bool { return n.Type == "x" }) {
 			t.Fatalf("the ledger holds %+v", got)
+		}
+	})
+}
+
+// staleHomes is the view of a replica cut off from the database: it still
+// believes itself the home of what it was.
+type staleHomes map[string]int64
+
+func (h staleHomes) Mine() map[string]int64 { return h }
+func (h staleHomes) Epoch(org string) (int64, bool) {
+	e, ok := h[org]
+	return e, ok
+}
+
+// A home replaced while it was cut off from the database acts on nothing
+// its stale view would have it do: a stop it cannot record (its writes
+// fenced) destroys no machine, and the rental runs on at the new home.
+func TestReplacedHomeDestroysNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t, offer("h100", TierUK, 250, 64))
+		ctx := context.Background()
+		table := &homeTable{}
+		table.claim("org1", "a")
+		a := e.replicaManagerSeeing(t, table, "a", staleHomes{"org1": 1})
+		r, err := a.Rent(ctx, owner, api.RentRequest{GPUModelID: "h100", TierID: TierUK})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// b takes org1 over, and its worker connects there.
+		table.claim("org1", "b")
+		b := e.replicaManager(t, table, "b")
+		b.tick(ctx, map[string]time.Time{})
+		b.workerEvent("org1", api.WorkerEvent{WorkerID: r.WorkerID, EventType: api.EventConnected, CreatedAt: e.clk.Now()})
+		// Past the provisioning deadline a believes the worker never came.
+		time.Sleep(11 * time.Minute)
+		a.tick(ctx, map[string]time.Time{})
+		if len(e.prov.destroyed) != 0 {
+			t.Fatalf("the replaced home destroyed %v", e.prov.destroyed)
+		}
+		if got := must(b.Get("org1", r.ID)); got.Status != api.RentalRunning || got.SecondsBilled != 660 {
+			t.Fatalf("at the new home: %+v", got)
+		}
+		if _, err := a.Stop(ctx, "org1", r.ID); err == nil || len(e.prov.destroyed) != 0 {
+			t.Fatalf("a stop at the replaced home: %v, destroyed %v", err, e.prov.destroyed)
 		}
 	})
 }

@@ -655,13 +655,15 @@ func (m *Manager) tick(ctx context.Context, lastPoll map[string]time.Time) {
 		case "stop":
 			m.finishStop(ctx, j.r.ID)
 		case "deadline":
-			m.requestStop(j.r.ID, now, fmt.Sprintf("the worker did not connect within %s of the request", m.cfg.ProvisionDeadline), true)
-			m.finishStop(ctx, j.r.ID)
+			if m.requestStop(j.r.ID, now, fmt.Sprintf("the worker did not connect within %s of the request", m.cfg.ProvisionDeadline), true) == nil {
+				m.finishStop(ctx, j.r.ID)
+			}
 		case "runtime":
 			// Billing ends at the maximum runtime itself, not at the tick
 			// that noticed it.
-			m.requestStop(j.r.ID, m.runtimeEnd(&j.r, now), "reached the organisation's maximum runtime", false)
-			m.finishStop(ctx, j.r.ID)
+			if m.requestStop(j.r.ID, m.runtimeEnd(&j.r, now), "reached the organisation's maximum runtime", false) == nil {
+				m.finishStop(ctx, j.r.ID)
+			}
 		case "poll":
 			m.poll(ctx, j.r)
 		}
@@ -698,8 +700,9 @@ func (m *Manager) poll(ctx context.Context, r record) {
 		if err == nil && inst.Error != "" {
 			why = "the machine failed: " + inst.Error
 		}
-		m.requestStop(r.ID, now, why, true)
-		m.finishStop(ctx, r.ID)
+		if m.requestStop(r.ID, now, why, true) == nil {
+			m.finishStop(ctx, r.ID)
+		}
 	case err != nil:
 		m.log.Warn("rental: provider status", "rental", r.ID, "provider", r.Provider, "err", err)
 	default:
@@ -718,14 +721,18 @@ func (m *Manager) poll(ctx context.Context, r record) {
 }
 
 // requestStop records that rental id is to stop at at, for why; billing
-// ends there. failed marks an error on the rental.
-func (m *Manager) requestStop(id string, at time.Time, why string, failed bool) {
+// ends there. failed marks an error on the rental. The stop is acted on
+// only once the ledger has it: a record that could not be written (the
+// disk, the database, or in a cluster a home that has moved on) is left
+// as it was, and the stop is asked for again later.
+func (m *Manager) requestStop(id string, at time.Time, why string, failed bool) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	r := m.rentals[id]
 	if r == nil || !r.active() || r.StopRequestedAt != nil {
-		return
+		return nil
 	}
+	was := *r
 	r.StopRequestedAt = &at
 	r.StopReason = why
 	if failed {
@@ -733,9 +740,12 @@ func (m *Manager) requestStop(id string, at time.Time, why string, failed bool) 
 	}
 	r.note(at, "stop_requested", why)
 	if err := m.saveLocked(r); err != nil {
-		m.log.Error("rental: save", "rental", r.ID, "err", err)
+		*r = was
+		m.log.Error("rental: record a stop; not acted on", "rental", r.ID, "reason", why, "err", err)
+		return err
 	}
 	m.log.Info("rental stopping", "rental", id, "reason", why)
+	return nil
 }
 
 // finishStop destroys a stopping rental's machine and, once the provider
@@ -747,6 +757,10 @@ func (m *Manager) finishStop(ctx context.Context, id string) (bool, error) {
 	if r == nil || !r.active() {
 		m.mu.Unlock()
 		return true, nil
+	}
+	if r.StopRequestedAt == nil {
+		m.mu.Unlock()
+		return false, errors.New("the stop is not recorded yet")
 	}
 	snap := *r
 	m.mu.Unlock()
@@ -860,8 +874,9 @@ func (m *Manager) reconcile(ctx context.Context, only map[string]bool) {
 		}
 		m.mu.Unlock()
 		for _, id := range gone {
-			m.requestStop(id, now, "the machine was gone when the gateway started", true)
-			m.finishStop(ctx, id)
+			if m.requestStop(id, now, "the machine was gone when the gateway started", true) == nil {
+				m.finishStop(ctx, id)
+			}
 		}
 	}
 }
@@ -980,7 +995,9 @@ func (m *Manager) Stop(ctx context.Context, orgID, id string) (api.Rental, error
 		return api.Rental{}, api.NotFound("No rental %s in this organisation", id)
 	}
 	m.mu.Unlock()
-	m.requestStop(id, m.now(), "stopped through the API", false)
+	if err := m.requestStop(id, m.now(), "stopped through the API", false); err != nil {
+		return api.Rental{}, fmt.Errorf("record the stop: %w", err)
+	}
 	// A destroy the provider refuses is tried again a few times here, and
 	// after that by Run until it is confirmed.
 	var err error
