@@ -461,6 +461,7 @@ func (m *Manager) workerEvent(orgID string, ev api.WorkerEvent) {
 		if at.Before(r.CreatedAt) {
 			at = r.CreatedAt
 		}
+		was := *r
 		r.StartedAt = &at
 		r.Status = api.RentalRunning
 		r.BootPhase = api.BootWorkerConnected
@@ -469,7 +470,10 @@ func (m *Manager) workerEvent(orgID string, ev api.WorkerEvent) {
 		}
 		r.note(at, "worker_connected", "the worker connected; billing starts")
 		if err := m.saveLocked(r); err != nil {
-			m.log.Error("rental: save", "rental", r.ID, "err", err)
+			// Billing starts once the ledger says so; the next tick finds
+			// the worker connected and tries again.
+			*r = was
+			m.log.Error("rental: record the worker's connection", "rental", r.ID, "err", err)
 		}
 	case api.EventModelInstall:
 		in := ev.Install
