@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -234,16 +233,7 @@ func (l *stepLedger) All() ([][]byte, error) {
 
 func (l *stepLedger) Org(orgID string) ([][]byte, error) {
 	all, _ := l.All()
-	var out [][]byte
-	for _, b := range all {
-		var head struct {
-			OrgID string `json:"org_id"`
-		}
-		if json.Unmarshal(b, &head) == nil && head.OrgID == orgID {
-			out = append(out, b)
-		}
-	}
-	return out, nil
+	return rental.OfOrg(all, orgID)
 }
 
 // stepAccounts is one organisation that may rent for an hour at most.

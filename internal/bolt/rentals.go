@@ -1,7 +1,6 @@
 package bolt
 
 import (
-	"encoding/json"
 	"fmt"
 
 	bbolt "go.etcd.io/bbolt"
@@ -44,24 +43,11 @@ func (r *Rentals) All() ([][]byte, error) {
 	return out, nil
 }
 
-// Org returns the records of one organisation's rentals. Rentals are few:
-// they are read whole and picked by their org_id.
+// Org returns the records of one organisation's rentals.
 func (r *Rentals) Org(orgID string) ([][]byte, error) {
 	all, err := r.All()
 	if err != nil {
 		return nil, err
 	}
-	out := all[:0]
-	for _, b := range all {
-		var head struct {
-			OrgID string `json:"org_id"`
-		}
-		if err := json.Unmarshal(b, &head); err != nil {
-			return nil, fmt.Errorf("read rentals: %w", err)
-		}
-		if head.OrgID == orgID {
-			out = append(out, b)
-		}
-	}
-	return out, nil
+	return rental.OfOrg(all, orgID)
 }

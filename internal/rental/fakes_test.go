@@ -2,7 +2,6 @@ package rental
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sync"
 	"testing"
@@ -41,16 +40,7 @@ func (l *memLedger) All() ([][]byte, error) {
 
 func (l *memLedger) Org(orgID string) ([][]byte, error) {
 	all, _ := l.All()
-	var out [][]byte
-	for _, b := range all {
-		var head struct {
-			OrgID string `json:"org_id"`
-		}
-		if json.Unmarshal(b, &head) == nil && head.OrgID == orgID {
-			out = append(out, b)
-		}
-	}
-	return out, nil
+	return OfOrg(all, orgID)
 }
 
 // fakeAccounts is one organisation with settings tests change.

@@ -1,6 +1,8 @@
 package rental
 
 import (
+	"encoding/json"
+	"fmt"
 	"slices"
 	"time"
 
@@ -119,4 +121,22 @@ func (r *record) placement() (api.Placement, bool) {
 		OperatorEntity: r.Placed.OperatorEntity, OperatorDomicile: r.Placed.OperatorDomicile,
 		PlacedAt: *r.PlacedAt, Events: append([]api.RentalNote{}, r.Notes...),
 	}, true
+}
+
+// OfOrg picks the records of orgID's rentals out of records, for a ledger
+// that keeps no index by organisation: rentals are few.
+func OfOrg(records [][]byte, orgID string) ([][]byte, error) {
+	var out [][]byte
+	for _, b := range records {
+		var head struct {
+			OrgID string `json:"org_id"`
+		}
+		if err := json.Unmarshal(b, &head); err != nil {
+			return nil, fmt.Errorf("decode rental: %w", err)
+		}
+		if head.OrgID == orgID {
+			out = append(out, b)
+		}
+	}
+	return out, nil
 }
