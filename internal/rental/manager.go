@@ -250,7 +250,11 @@ func (m *Manager) load(orgID string, epoch int64) error {
 		}
 	}
 	m.epochs[orgID] = epoch
-	m.log.Info("rental: running the organisation's rentals here", "org", orgID, "epoch", epoch, "rentals", len(recs))
+	level := slog.LevelDebug
+	if len(recs) > 0 {
+		level = slog.LevelInfo
+	}
+	m.log.Log(context.Background(), level, "rental: running the organisation's rentals here", "org", orgID, "epoch", epoch, "rentals", len(recs))
 	return nil
 }
 
@@ -278,7 +282,7 @@ func (m *Manager) follow(ctx context.Context) {
 	for org := range m.epochs {
 		if _, ok := mine[org]; !ok {
 			m.dropLocked(org)
-			m.log.Info("rental: the organisation's rentals are run by its new home", "org", org)
+			m.log.Debug("rental: the organisation's rentals are another replica's to run now", "org", org)
 		}
 	}
 	for org, e := range mine {
