@@ -366,6 +366,11 @@ func openResponse(resp *http.Response, o *ResponseOpener, stream bool, ctype str
 		if err != nil {
 			return nil, err
 		}
+		if !ok {
+			// A worker's error is JSON whatever a success would have been
+			// (speech's audio, a transcript's text).
+			ctype = "application/json"
+		}
 		if !strings.HasPrefix(ctype, "application/json") {
 			setBody(resp, plain, ctype)
 			return resp, nil

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -58,7 +59,7 @@ func (g *fakeGateway) connect(kp *KeyPair) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.workers[kp.KeyID()] = kp
-	p := testPub(kp, "chat-model", "embed-model")
+	p := testPub(kp, "chat-model", "embed-model", "speech-model")
 	g.listed = append(g.listed, p)
 }
 
@@ -100,7 +101,7 @@ func (g *fakeGateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case r.Method == "GET" && path == "/v1/models":
 		w.Header().Set("Content-Type", "application/json")
 		io.WriteString(w, `{"object":"list","data":[{"id":"chat-model","object":"model","created":1,"owned_by":"svc"}]}`)
-	case r.Method == "POST" && (path == "/v1/chat/completions" || path == "/v1/embeddings"):
+	case r.Method == "POST" && (path == "/v1/chat/completions" || path == "/v1/embeddings" || path == "/v1/audio/speech"):
 		g.requests++
 		g.inference(w, r, path)
 	default:
@@ -154,6 +155,16 @@ func (g *fakeGateway) inference(w http.ResponseWriter, r *http.Request, path str
 		w.Header().Set("Content-Type", ContentType)
 		w.Write(s.ReplyBody([]byte(`{"object":"list","data":[{"object":"embedding","index":0,"embedding":[0.5,` +
 			fmt.Sprint(len(in.Input)) + `]}],"model":"embed-model","usage":{"prompt_tokens":1,"total_tokens":1}}`)))
+		return
+	}
+	if path == "/v1/audio/speech" {
+		w.Header().Set("Content-Type", ContentType)
+		if in.Input == "too long" {
+			w.WriteHeader(400)
+			w.Write(s.ReplyBody([]byte(`{"error":{"message":"input too long: too long","type":"invalid_request_error"}}`)))
+			return
+		}
+		w.Write(s.ReplyBody([]byte("RIFF....WAVE")))
 		return
 	}
 	prompt := in.Messages[len(in.Messages)-1].Content
@@ -350,6 +361,33 @@ func TestTransportErrors(t *testing.T) {
 	}
 	if _, requests := g2.counts(); requests != 0 {
 		t.Fatalf("%d requests sent without a key", requests)
+	}
+}
+
+// An opened reply has the type of what was asked for, and an opened error
+// is JSON, whatever the request would have had back.
+func TestTransportOpenedTypes(t *testing.T) {
+	_, srv := newFakeGateway(t, testKey(t, 1))
+	hc := &http.Client{Transport: NewTransport(srv.Client().Transport, nil)}
+	for _, tc := range []struct {
+		input, status, ctype, body string
+	}{
+		{"hello", "200 OK", "audio/wav", "RIFF....WAVE"},
+		{"too long", "400 Bad Request", "application/json", "input too long"},
+	} {
+		req, _ := http.NewRequest("POST", srv.URL+"/v1/audio/speech",
+			strings.NewReader(`{"model":"speech-model","input":`+strconv.Quote(tc.input)+`,"voice":"alloy"}`))
+		req.Header.Set("Authorization", "Bearer test-key")
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.Status != tc.status || mediaType(resp.Header) != tc.ctype || !strings.Contains(string(b), tc.body) {
+			t.Fatalf("%s: %s %s %s", tc.input, resp.Status, resp.Header.Get("Content-Type"), b)
+		}
 	}
 }
 
