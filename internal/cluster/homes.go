@@ -85,6 +85,9 @@ type Homes struct {
 	// reading of the homes begun before it is older than the claim.
 	claimed  map[string]time.Time
 	released bool
+	// unreachable is when each organisation's home was last forgotten
+	// because it could not be reached.
+	unreachable map[string]time.Time
 }
 
 // NewHomes returns the homes as replica me sees them; Run keeps them.
@@ -95,7 +98,8 @@ func NewHomes(store HomeStore, me string, o HomesOptions) *Homes {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Homes{store: store, me: me, o: o, log: o.Logger, homes: map[string]Home{}, claimed: map[string]time.Time{}}
+	return &Homes{store: store, me: me, o: o, log: o.Logger, homes: map[string]Home{}, claimed: map[string]time.Time{},
+		unreachable: map[string]time.Time{}}
 }
 
 // Run reads the homes every Every, and when told of a release, until ctx
@@ -282,6 +286,33 @@ func (h *Homes) Forget(orgID string) {
 	if cur, ok := h.homes[orgID]; ok && cur.ReplicaID != h.me {
 		delete(h.homes, orgID)
 	}
+}
+
+// recheckEvery bounds how often an organisation's unreachable home is
+// looked up again in the database: while a dead home's registration
+// lasts, every request of the organisation would otherwise ask.
+const recheckEvery = 250 * time.Millisecond
+
+// ForgetUnreachable forgets orgID's home, which this replica could not
+// reach, so that the next Where asks the database, unless it did so
+// within recheckEvery; it reports whether it forgot.
+func (h *Homes) ForgetUnreachable(orgID string) bool {
+	now := time.Now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if now.Sub(h.unreachable[orgID]) < recheckEvery {
+		return false
+	}
+	for org, at := range h.unreachable {
+		if now.Sub(at) >= recheckEvery {
+			delete(h.unreachable, org)
+		}
+	}
+	h.unreachable[orgID] = now
+	if cur, ok := h.homes[orgID]; ok && cur.ReplicaID != h.me {
+		delete(h.homes, orgID)
+	}
+	return true
 }
 
 // Count is how many organisations this replica is the home of.

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
+	"time"
 )
 
 // memHomes is the database's homes in memory: a replica is alive unless
@@ -335,4 +337,56 @@ func (g *gatedHomes) ClaimHome(ctx context.Context, org, me string) (Home, error
 	close(g.claiming)
 	<-g.proceed
 	return g.memHomes.ClaimHome(ctx, org, me)
+}
+
+// A home that cannot be reached is looked up again in the database, but
+// at most once a quarter second for an organisation: while the dead
+// home's registration lasts, every request would otherwise ask. Once it
+// has lapsed, the next lookup takes the organisation over.
+func TestHomesForgetUnreachable(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		db := newMemHomes()
+		a, b := NewHomes(db, "a", HomesOptions{}), NewHomes(db, "b", HomesOptions{})
+		if got, _ := a.Where(ctx, "x"); got.ReplicaID != "a" {
+			t.Fatalf("x at %q", got.ReplicaID)
+		}
+		if got, _ := b.Where(ctx, "x"); got.ReplicaID != "a" {
+			t.Fatalf("b sees x at %q", got.ReplicaID)
+		}
+		// a dies; its registration has not lapsed yet.
+		claims := db.claims.Load()
+		if !b.ForgetUnreachable("x") {
+			t.Fatal("the first report was not acted on")
+		}
+		if got, _ := b.Where(ctx, "x"); got.ReplicaID != "a" || db.claims.Load() != claims+1 {
+			t.Fatalf("x at %q after %d claims, want a, asked once", got.ReplicaID, db.claims.Load()-claims)
+		}
+		for range 10 {
+			if b.ForgetUnreachable("x") {
+				t.Fatal("forgot again within a quarter second")
+			}
+			b.Where(ctx, "x")
+		}
+		if db.claims.Load() != claims+1 {
+			t.Fatalf("%d claims within a quarter second, want 1", db.claims.Load()-claims)
+		}
+		// Its registration lapses: the next report takes x over.
+		db.mu.Lock()
+		db.dead["a"] = true
+		db.mu.Unlock()
+		time.Sleep(recheckEvery)
+		if !b.ForgetUnreachable("x") {
+			t.Fatal("a report a quarter second later was not acted on")
+		}
+		if got, _ := b.Where(ctx, "x"); got.ReplicaID != "b" {
+			t.Fatalf("x at %q, want b", got.ReplicaID)
+		}
+		// Its own homes a replica never forgets so.
+		time.Sleep(recheckEvery)
+		b.ForgetUnreachable("x")
+		if got, ok := b.Lookup("x"); !ok || got.ReplicaID != "b" {
+			t.Fatalf("b forgot its own home: %+v", got)
+		}
+	})
 }

@@ -38,6 +38,9 @@ type Homes interface {
 	// Lookup is the home as known, without claiming one.
 	Lookup(orgID string) (cluster.Home, bool)
 	Forget(orgID string)
+	// ForgetUnreachable is Forget for a home that could not be reached,
+	// at most once in a short while; it reports whether it forgot.
+	ForgetUnreachable(orgID string) bool
 	Count() int
 }
 

@@ -59,8 +59,9 @@ func (h homesAt) Lookup(org string) (cluster.Home, bool) {
 	x, ok := h.homes[org]
 	return x, ok
 }
-func (homesAt) Forget(string) {}
-func (h homesAt) Count() int  { return len(h.homes) }
+func (homesAt) Forget(string)                 {}
+func (homesAt) ForgetUnreachable(string) bool { return true }
+func (h homesAt) Count() int                  { return len(h.homes) }
 
 // An organisation's request is served at its home: here, forwarded to
 // the live home elsewhere, refused as not_home when a peer forwarded it

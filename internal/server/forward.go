@@ -522,11 +522,15 @@ func (s *Server) forwardOrServe(c *call, to target) error {
 // homeDown serves a request whose home this replica could not link to,
 // nothing of it sent: the home may have died and another replica taken
 // the organisation since this one last read the homes, so the database
-// is asked, and the request goes to the new home, or is served here if
-// this replica now is it. While the dead home's registration lasts, the
-// answer is 503 with Retry-After.
+// is asked (at most every quarter second for an organisation), and the
+// request goes to the new home, or is served here if this replica now is
+// it. While the dead home's registration lasts, the answer is 503 with
+// Retry-After.
 func (s *Server) homeDown(c *call, to target, up *upload, down *peerDownError) error {
-	s.cluster.Homes.Forget(c.principal.OrgID)
+	if !s.cluster.Homes.ForgetUnreachable(c.principal.OrgID) {
+		// Asked a moment ago: the database named this home then.
+		return s.unreachable(c, to, down.err)
+	}
 	next, err := s.serveAt(c)
 	switch {
 	case err != nil:

@@ -110,6 +110,10 @@ func (m *movingHomes) Forget(string) {
 	m.forgets++
 	m.mu.Unlock()
 }
+func (m *movingHomes) ForgetUnreachable(org string) bool {
+	m.Forget(org)
+	return true
+}
 func (m *movingHomes) Count() int { return 0 }
 
 // fwdFront is a replica forwarding every request to its organisation's
