@@ -113,14 +113,7 @@ func writeSeed(path string, seed []byte, link func(oldname, newname string) erro
 		return fmt.Errorf("e2ee: key file: %w", err)
 	}
 	defer os.Remove(tmp.Name())
-	_, err = tmp.Write(seed)
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
+	if err := writeClose(tmp, seed); err != nil {
 		return fmt.Errorf("e2ee: key file: %w", err)
 	}
 	err = link(tmp.Name(), path)
@@ -137,18 +130,24 @@ func writeSeed(path string, seed []byte, link func(oldname, newname string) erro
 		}
 		return fmt.Errorf("e2ee: key file: %w", err)
 	}
-	_, err = f.Write(seed)
+	if err := writeClose(f, seed); err != nil {
+		os.Remove(path)
+		return fmt.Errorf("e2ee: key file: %w", err)
+	}
+	return nil
+}
+
+// writeClose writes b to f, syncs and closes it: the key is on disk
+// before anything names it.
+func writeClose(f *os.File, b []byte) error {
+	_, err := f.Write(b)
 	if err == nil {
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	if err != nil {
-		os.Remove(path)
-		return fmt.Errorf("e2ee: key file: %w", err)
-	}
-	return nil
+	return err
 }
 
 // KeyID names a key in envelopes and the key directory: the first 8 bytes

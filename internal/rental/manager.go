@@ -846,7 +846,7 @@ func (m *Manager) reconcile(ctx context.Context, only map[string]bool) {
 				m.mu.Unlock()
 				continue
 			}
-			keep := r != nil && r.active() && r.Provider == p.Name() && (r.InstanceID == "" || r.InstanceID == inst.ID)
+			keep := r.accountsFor(p.Name(), inst)
 			if keep && r.InstanceID == "" {
 				now := m.now()
 				r.InstanceID, r.PlacedAt = inst.ID, &now
@@ -922,8 +922,7 @@ func Sweep(ctx context.Context, providers []Provider, l Ledger, log *slog.Logger
 			byID[r.ID] = r
 		}
 		for _, inst := range insts {
-			r := byID[inst.RentalID]
-			if r != nil && r.active() && r.Provider == p.Name() && (r.InstanceID == "" || r.InstanceID == inst.ID) {
+			if byID[inst.RentalID].accountsFor(p.Name(), inst) {
 				continue
 			}
 			dctx, cancel := context.WithTimeout(ctx, 2*time.Minute)

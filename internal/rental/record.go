@@ -140,3 +140,10 @@ func OfOrg(records [][]byte, orgID string) ([][]byte, error) {
 	}
 	return out, nil
 }
+
+// accountsFor is whether r, which may be nil, is a running rental whose
+// machine inst at provider is: its own, or one it was placing when its
+// answer was lost.
+func (r *record) accountsFor(provider string, inst Instance) bool {
+	return r != nil && r.active() && r.Provider == provider && (r.InstanceID == "" || r.InstanceID == inst.ID)
+}

@@ -507,16 +507,24 @@ func (s *Server) forwardOrServe(c *call, to target) error {
 	case next.url == "":
 		return c.route.handle(c)
 	case next != to:
-		err = s.forward(c, next, up)
-		var down *peerDownError
-		if errors.As(err, &down) {
-			return s.unreachable(c, next, down.err)
-		}
-		if !errors.Is(err, errNotHome) {
-			return err
-		}
+		return s.forwardLast(c, next, up)
 	}
 	return s.homeMoving(c)
+}
+
+// forwardLast is a request's last forward, to next, after its first
+// found the home gone or moved: a peer that cannot be reached, or that
+// refuses it as not the home, ends it with a 503.
+func (s *Server) forwardLast(c *call, next target, up *upload) error {
+	err := s.forward(c, next, up)
+	var down *peerDownError
+	switch {
+	case errors.As(err, &down):
+		return s.unreachable(c, next, down.err)
+	case errors.Is(err, errNotHome):
+		return s.homeMoving(c)
+	}
+	return err
 }
 
 // homeDown serves a request whose home this replica could not link to,
@@ -542,14 +550,7 @@ func (s *Server) homeDown(c *call, to target, up *upload, down *peerDownError) e
 		// the client's connection.
 		return c.route.handle(c)
 	}
-	err = s.forward(c, next, up)
-	switch {
-	case errors.As(err, &down):
-		return s.unreachable(c, next, down.err)
-	case errors.Is(err, errNotHome):
-		return s.homeMoving(c)
-	}
-	return err
+	return s.forwardLast(c, next, up)
 }
 
 // homeMoving is the answer owed when the organisation's home refused a

@@ -8,7 +8,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -227,7 +226,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	// Before the first worker can connect: the rentals follow their
 	// workers through the fleet's events.
-	fan.rentals.Store(rentals)
+	fan.rentals = rentals
 	// Uploads are spooled beside the database, on disk rather than a /tmp
 	// that may be memory; a file left by a crash is never read again.
 	spoolDir := filepath.Join(cfg.DataDir, "uploads")
@@ -351,15 +350,13 @@ func Run(ctx context.Context, cfg Config) error {
 type eventFan struct {
 	store store.Events
 	// rentals is set once the manager exists, which needs the fleet,
-	// which needs the fan.
-	rentals atomic.Pointer[rental.Manager]
+	// which needs the fan; before any worker can connect.
+	rentals *rental.Manager
 }
 
 func (f *eventFan) RecordEvent(orgID string, ev api.WorkerEvent) {
 	f.store.RecordEvent(orgID, ev)
-	if r := f.rentals.Load(); r != nil {
-		r.RecordEvent(orgID, ev)
-	}
+	f.rentals.RecordEvent(orgID, ev)
 }
 
 // Worker events are kept for 30 days.
