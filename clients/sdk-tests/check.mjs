@@ -75,6 +75,40 @@ const checks = {
     return { request_id: response.headers.get("x-request-id") };
   },
 
+  // The loop every tool-using application writes with the SDK: call the
+  // model, run the tools it asks for, send their results, until it answers
+  // in text. Unary and streamed (the SDK's stream helper assembles the
+  // tool call from its deltas).
+  async "openai agent"() {
+    const tools = [{ type: "function", function: { name: weather.name, description: weather.description, parameters: weather.schema } }];
+    for (const mode of ["unary", "streamed"]) {
+      const messages = [{ role: "user", content: agentQuestion }];
+      let calls = 0, message, finish;
+      for (let turn = 0; turn < 4; turn++) {
+        if (mode === "unary") {
+          const r = await openai.chat.completions.create({ model, messages, tools });
+          ({ message, finish_reason: finish } = r.choices[0]);
+        } else {
+          const stream = openai.chat.completions.stream({ model, messages, tools });
+          const r = await stream.finalChatCompletion();
+          ({ message, finish_reason: finish } = r.choices[0]);
+        }
+        if (!message.tool_calls?.length) break;
+        must(finish === "tool_calls", "tool calls without finish_reason tool_calls", { mode, finish });
+        messages.push(message);
+        for (const c of message.tool_calls) {
+          must(c.function.name === weather.name, "called another tool", c);
+          const { city } = JSON.parse(c.function.arguments);
+          must(typeof city === "string" && city.length > 0, "no city in the arguments", c.function.arguments);
+          calls++;
+          messages.push({ role: "tool", tool_call_id: c.id, content: JSON.stringify({ city, temp_c: 21 }) });
+        }
+      }
+      must(calls === 1 && finish === "stop" && message.content?.length > 0, "agent loop", { mode, calls, finish, message });
+    }
+    return {};
+  },
+
   async "openai responses"() {
     const { data, response } = await openai.responses
       .create({ model, instructions: "be brief", input: "hello there", max_output_tokens: 64 })
@@ -105,7 +139,7 @@ const checks = {
 
   async "openai responses tools"() {
     const tools = [{ type: "function", name: weather.name, description: weather.description, parameters: weather.schema, strict: false }];
-    const input = [{ role: "user", content: "what is the weather in Paris?\nsim: tool=get_weather" }];
+    const input = [{ role: "user", content: agentQuestion }];
     const first = await openai.responses.create({ model, input, tools });
     const call = first.output.find((o) => o.type === "function_call");
     must(call && call.name === "get_weather" && call.call_id, "no function call", first.output);
@@ -236,7 +270,7 @@ const checks = {
 
   async "anthropic tools"() {
     const tools = [{ name: weather.name, description: weather.description, input_schema: weather.schema }];
-    const messages = [{ role: "user", content: "what is the weather in Paris?\nsim: tool=get_weather" }];
+    const messages = [{ role: "user", content: agentQuestion }];
     const first = await anthropic.messages.create({ model, max_tokens: 128, tools, messages });
     const use = first.content.find((b) => b.type === "tool_use");
     must(first.stop_reason === "tool_use" && use && use.name === "get_weather" && typeof use.input === "object", "no tool use", first);

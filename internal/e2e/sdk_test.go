@@ -98,7 +98,7 @@ func TestOfficialSDKs(t *testing.T) {
 	if err != nil && !t.Failed() {
 		t.Fatalf("node: %v", err)
 	}
-	if seen < 16 {
-		t.Fatalf("%d checks reported, want 16", seen)
+	if seen < 17 {
+		t.Fatalf("%d checks reported, want 17", seen)
 	}
 }
