@@ -64,9 +64,9 @@ type watch struct {
 	mu       sync.Mutex
 	timeouts int // in a row, without output between them
 	stalled  bool
-	// stall is closed when the engine stalls; a fresh one replaces it
-	// when the engine answers again.
-	stall chan struct{}
+	// waiting are the requests being served, which a stall gives up on
+	// unless their output has begun.
+	waiting map[*watched]struct{}
 	// round is the probe asked for or running, shared by every request
 	// that waits for its verdict.
 	round *probeRound
@@ -86,7 +86,7 @@ type probeSample struct{ kind, model string }
 
 func newWatch(e engine.Engine, ttfb time.Duration, log *slog.Logger, changed func()) *watch {
 	return &watch{Engine: e, ttfb: ttfb, log: log, changed: changed, epoch: time.Now(),
-		want: make(chan struct{}, 1), stall: make(chan struct{})}
+		want: make(chan struct{}, 1), waiting: map[*watched]struct{}{}}
 }
 
 // watchOf is the watched engine for e.
@@ -97,100 +97,167 @@ func (a *Agent) watchOf(e engine.Engine) engine.Engine {
 	return e
 }
 
-// Serve runs req on the engine under the time-to-first-byte limit.
+// Serve runs req on the engine under the time-to-first-byte limit. The
+// engine runs on the caller's goroutine; the limit is a timer, so a
+// request whose engine answers in time costs no goroutine of its own and
+// its answer is not handed between goroutines.
 func (w *watch) Serve(ctx context.Context, req *engine.Request, sink engine.Sink) *api.Result {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	g := &watched{w: w, req: req, cancel: cancel, out: firstSink{w: w, out: sink}, since: time.Now()}
 	w.mu.Lock()
-	stalled, stall := w.stalled, w.stall
-	w.mu.Unlock()
-	if stalled {
+	if w.stalled {
+		w.mu.Unlock()
 		r := engine.Failure(http.StatusServiceUnavailable, api.TypeUpstream,
 			"the inference engine stopped answering; this worker sends it nothing until it answers a probe")
 		r.Retryable = true
 		return r
 	}
+	w.waiting[g] = struct{}{}
+	w.mu.Unlock()
+	g.mu.Lock() // the callback reads the timer, and may run at once
+	g.timer = time.AfterFunc(w.ttfb, g.limitPassed)
+	g.mu.Unlock()
 
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	out := &firstSink{w: w, out: sink, began: make(chan struct{})}
-	done := make(chan outcome, 1)
-	go func() {
-		defer func() {
-			if p := recover(); p != nil {
-				done <- outcome{panic: p}
-			}
-		}()
-		done <- outcome{res: w.Engine.Serve(ctx, req, out)}
-	}()
+	res := g.serve(ctx)
+	if msg, ok := g.givenUp(); ok {
+		w.timedOut()
+		r := engine.Failure(http.StatusBadGateway, api.TypeUpstream, msg)
+		r.Retryable = true
+		return r
+	}
+	if g.out.begun() || res != nil && res.Status < http.StatusInternalServerError && res.Status != 499 {
+		// An answer without output, such as a refusal, shows the engine
+		// answering too.
+		w.answered()
+	}
+	return res
+}
 
-	since := time.Now()
-	limit := time.NewTimer(w.ttfb)
-	defer limit.Stop()
-	var round *probeRound
-	var verdict <-chan struct{}
-	for {
-		select {
-		case s := <-done:
-			res := s.result()
-			if out.begun() || res != nil && res.Status < http.StatusInternalServerError && res.Status != 499 {
-				// An answer without output, such as a refusal, shows the
-				// engine answering too.
-				w.answered()
-			}
-			return res
-		case <-out.began:
-			return (<-done).result()
-		case <-limit.C:
-			if w.outputSince(since) {
-				// The engine works, on other requests: this one waits
-				// its turn.
-				since = time.Now()
-				limit.Reset(w.ttfb)
-				continue
-			}
-			round = w.ask(req)
-			verdict = round.done
-		case <-verdict:
-			verdict = nil
-			if round.alive {
-				since = time.Now()
-				limit.Reset(w.ttfb)
-				continue
-			}
-			return w.giveUp(out, cancel, done, fmt.Sprintf("the inference engine sent nothing within %s, nor to a probe", w.ttfb))
-		case <-stall:
-			return w.giveUp(out, cancel, done, "the inference engine stopped answering")
+// watched is one request under the time-to-first-byte limit.
+type watched struct {
+	w      *watch
+	req    *engine.Request
+	cancel context.CancelFunc
+	out    firstSink
+	timer  *time.Timer
+	// since is when the request last began to wait: at its start, or when
+	// other output or a probe showed the engine working. Only the timer's
+	// callback uses it after the start.
+	since time.Time
+
+	mu sync.Mutex
+	// finished is closed when the engine has returned, for a callback
+	// waiting on a probe's verdict; exited is closed by a callback that
+	// did not set the timer again.
+	finished, exited chan struct{}
+	reason           string // why the request was given up on
+}
+
+// serve runs the engine and then stops the timer, waiting for a callback
+// under way, also when the engine panics.
+func (g *watched) serve(ctx context.Context) *api.Result {
+	defer g.stop()
+	return g.w.Engine.Serve(ctx, g.req, &g.out)
+}
+
+func (g *watched) stop() {
+	g.w.mu.Lock()
+	delete(g.w.waiting, g)
+	g.w.mu.Unlock()
+	if g.timer.Stop() {
+		return
+	}
+	// The limit passed: its callback is running or has ended.
+	g.mu.Lock()
+	if g.finished == nil {
+		g.finished, g.exited = make(chan struct{}), make(chan struct{})
+		close(g.exited) // no callback will take them: see limitPassed
+	}
+	close(g.finished)
+	exited := g.exited
+	g.mu.Unlock()
+	<-exited
+}
+
+// limitPassed runs when the request has waited the whole limit: unless
+// its output has begun or other requests' output shows the engine
+// working, it waits for a probe's verdict, and gives the request up if
+// the engine did not answer that either.
+func (g *watched) limitPassed() {
+	g.mu.Lock()
+	if g.finished == nil {
+		g.finished, g.exited = make(chan struct{}), make(chan struct{})
+	}
+	finished, exited := g.finished, g.exited
+	g.mu.Unlock()
+	select {
+	case <-exited:
+		// serve returned and made the channels before this callback: it
+		// waits for nothing.
+		return
+	default:
+	}
+	again := false
+	defer func() {
+		if !again {
+			close(exited)
 		}
+	}()
+	if g.out.begun() {
+		return
 	}
+	if g.w.outputSince(g.since) {
+		// The engine works, on other requests: this one waits its turn.
+		g.again()
+		again = true
+		return
+	}
+	round := g.w.ask(g.req)
+	select {
+	case <-finished:
+		return
+	case <-round.done:
+	}
+	if round.alive {
+		g.again()
+		again = true
+		return
+	}
+	g.giveUp(fmt.Sprintf("the inference engine sent nothing within %s, nor to a probe", g.w.ttfb))
 }
 
-// outcome is how the engine's Serve returned: its result, or a panic.
-type outcome struct {
-	res   *api.Result
-	panic any
-}
-
-// result is the result, or the panic again on the caller's goroutine,
-// which recovers from it as from its own.
-func (s outcome) result() *api.Result {
-	if s.panic != nil {
-		panic(s.panic)
-	}
-	return s.res
+// again waits the limit anew; a callback that calls it touches the
+// request no more, since serve may already be past Stop.
+func (g *watched) again() {
+	g.since = time.Now()
+	g.mu.Lock()
+	g.finished, g.exited = nil, nil
+	t := g.timer
+	g.mu.Unlock()
+	t.Reset(g.w.ttfb)
 }
 
 // giveUp ends a request that had no output: the engine is stopped and the
-// request goes back to the gateway, which moves it to another worker.
-func (w *watch) giveUp(out *firstSink, cancel context.CancelFunc, done <-chan outcome, msg string) *api.Result {
-	if !out.expire() {
-		// The first output came as the limit ran out: it stands.
-		return (<-done).result()
+// request goes back to the gateway, which moves it to another worker. A
+// request whose first output came as the limit ran out stands.
+func (g *watched) giveUp(msg string) {
+	g.mu.Lock()
+	expired := g.out.expire()
+	if expired {
+		g.reason = msg
 	}
-	cancel()
-	(<-done).result()
-	w.timedOut()
-	r := engine.Failure(http.StatusBadGateway, api.TypeUpstream, msg)
-	r.Retryable = true
-	return r
+	g.mu.Unlock()
+	if expired {
+		g.cancel()
+	}
+}
+
+// givenUp reports whether the request was given up on, and why.
+func (g *watched) givenUp() (string, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.reason, g.reason != ""
 }
 
 // answered notes output from the engine: it answers.
@@ -214,13 +281,20 @@ func (w *watch) timedOut() {
 	w.mu.Lock()
 	w.timeouts++
 	stalls := !w.stalled && w.timeouts >= stallAfter
+	var waiting []*watched
 	if stalls {
 		w.stalled = true
 		w.stalledNow.Store(true)
-		close(w.stall)
+		for g := range w.waiting {
+			waiting = append(waiting, g)
+		}
 	}
 	n := w.timeouts
 	w.mu.Unlock()
+	// The requests still waiting for output fail at once.
+	for _, g := range waiting {
+		g.giveUp("the inference engine stopped answering")
+	}
 	w.log.Warn("the inference engine sent nothing in time; the request goes to another worker",
 		"engine", w.Kind(), "ttfb", w.ttfb.String(), "timeouts_in_a_row", n)
 	if stalls {
@@ -305,7 +379,6 @@ func (w *watch) settle(alive bool) bool {
 	if recovered {
 		w.stalled = false
 		w.stalledNow.Store(false)
-		w.stall = make(chan struct{})
 	}
 	w.mu.Unlock()
 	if alive {
@@ -372,7 +445,6 @@ type firstSink struct {
 	w     *watch
 	out   engine.Sink
 	state atomic.Int32
-	began chan struct{} // closed at the first output
 }
 
 const (
@@ -407,7 +479,6 @@ func (s *firstSink) output() bool {
 		return false
 	}
 	s.w.answered()
-	close(s.began)
 	return true
 }
 

@@ -175,3 +175,39 @@ func (e *streamEngine) Serve(ctx context.Context, req *engine.Request, sink engi
 	}
 	return engine.OK()
 }
+
+// When the engine stalls, a request still waiting for its first output
+// fails at once, without waiting out its own limit and probe.
+func TestStallFailsTheWaitingAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		eng := &hangEngine{}
+		eng.hung.Store(true)
+		r := newRig(t, eng, Config{MaxConcurrent: 3, EngineTTFB: 10 * time.Second})
+		start := time.Now()
+		var wg sync.WaitGroup
+		for i := range 3 {
+			wg.Go(func() {
+				if i == 2 {
+					// After the probe round began: it waits for none.
+					time.Sleep(12 * time.Second)
+				}
+				l, st := r.request(context.Background())
+				defer l.Release(fleet.Neutral)
+				_, res, err := readAll(context.Background(), st)
+				if err != nil || res.Status != http.StatusBadGateway || !res.Retryable {
+					t.Errorf("request %d on a hung engine: %+v %v", i, res, err)
+				}
+				// The first two are given up after the limit and the
+				// probe's; that stalls the engine, which fails the third
+				// before its own limit.
+				if d := time.Since(start); d != 20*time.Second {
+					t.Errorf("request %d given up after %v, want 20s", i, d)
+				}
+			})
+		}
+		wg.Wait()
+		if n := eng.probes.Load(); n != 1 {
+			t.Errorf("%d probes before the stall, want the one the first two shared", n)
+		}
+	})
+}
