@@ -236,6 +236,7 @@ func runServe(ctx context.Context, f *Factory, opts *ServeOptions) error {
 		return err
 	}
 	defer stopPprof()
+	defer paceHeap(ctx, f)()
 	tracer, stopTracing, err := startTracing(ctx, f, opts.OTLPEndpoint, "svc-gateway", log)
 	if err != nil {
 		return err

@@ -187,6 +187,7 @@ func runWorker(ctx context.Context, f *Factory, opts *WorkerOptions) error {
 		return err
 	}
 	defer stopPprof()
+	defer paceHeap(ctx, f)()
 	tracer, stopTracing, err := startTracing(ctx, f, opts.OTLPEndpoint, "svc-worker", log)
 	if err != nil {
 		return err
