@@ -15,6 +15,7 @@ func TestPercent(t *testing.T) {
 		live, headroom uint64
 		want           int
 	}{
+		{live: 4 << 20, headroom: 32 << 20, want: 800},
 		{live: 4 << 20, headroom: 64 << 20, want: 1600},
 		{live: 32 << 20, headroom: 64 << 20, want: 200},
 		{live: 64 << 20, headroom: 64 << 20, want: 100},
@@ -30,12 +31,13 @@ func TestPercent(t *testing.T) {
 	}
 }
 
-// Run follows the live heap, leaves small changes alone, and restores the
-// percentage it found when it stops.
+// Run keeps the headroom while the process allocates fast, follows the
+// live heap, leaves small changes alone, returns to the default once the
+// process quietens, and restores the percentage it found when it stops.
 func TestRunFollowsTheLiveHeap(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var live atomic.Uint64
-		live.Store(8 << 20)
+		var live, allocated atomic.Uint64
+		read := func() (uint64, uint64) { return live.Load(), allocated.Load() }
 		var sets []int
 		current := 100
 		set := func(p int) int {
@@ -48,39 +50,53 @@ func TestRunFollowsTheLiveHeap(t *testing.T) {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			run(ctx, 64<<20, live.Load, set)
+			run(ctx, 64<<20, read, set)
 		}()
+		// second lets a second pass with rate bytes a second allocated.
+		second := func(rate uint64) {
+			allocated.Add(rate)
+			time.Sleep(every)
+			synctest.Wait()
+		}
 		synctest.Wait()
+		live.Store(8 << 20)
+		second(1 << 20) // quiet: the default
+		if current != 100 {
+			t.Fatalf("quiet: GOGC %d, want 100", current)
+		}
+		second(100 << 20)
 		if current != 800 {
-			t.Fatalf("at 8 MiB live: GOGC %d, want 800", current)
+			t.Fatalf("busy at 8 MiB live: GOGC %d, want 800", current)
 		}
 		live.Store(8<<20 + 512<<10) // within an eighth: left alone
-		time.Sleep(every)
-		synctest.Wait()
+		second(100 << 20)
 		live.Store(32 << 20)
-		time.Sleep(every)
-		synctest.Wait()
+		second(100 << 20)
 		if current != 200 {
-			t.Fatalf("at 32 MiB live: GOGC %d, want 200", current)
+			t.Fatalf("busy at 32 MiB live: GOGC %d, want 200", current)
+		}
+		live.Store(8 << 20)
+		second(1 << 20)
+		if current != 100 {
+			t.Fatalf("quiet again: GOGC %d, want 100", current)
 		}
 		live.Store(512 << 20)
-		time.Sleep(every)
-		synctest.Wait()
+		second(100 << 20)
 		if current != 100 {
-			t.Fatalf("at 512 MiB live: GOGC %d, want the default 100", current)
+			t.Fatalf("busy at 512 MiB live: GOGC %d, want the default 100", current)
 		}
 		cancel()
 		<-done
-		if want := []int{800, 200, 100, 100}; !slices.Equal(sets, want) {
+		if want := []int{100, 800, 200, 100, 100}; !slices.Equal(sets, want) {
 			t.Fatalf("settings %v, want %v (the last restores the one found)", sets, want)
 		}
 	})
 }
 
-// The live heap is read from the runtime, once a collection measured it.
-func TestLiveHeap(t *testing.T) {
+// The heap is read from the runtime, once a collection measured it.
+func TestHeap(t *testing.T) {
 	runtime.GC()
-	if liveHeap() == 0 {
-		t.Fatal("no live heap reported")
+	if live, allocated := heap(); live == 0 || allocated == 0 {
+		t.Fatalf("live %d, allocated %d", live, allocated)
 	}
 }
