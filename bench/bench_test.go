@@ -121,6 +121,8 @@ func TestShort(t *testing.T) {
 	}
 	if s := byName["max-throughput"]; s.Paths["svc"].CPUPerRequest <= 0 || s.Paths["svc"].AllocsPerRequest <= 0 {
 		t.Errorf("max-throughput: no CPU time or allocations per request for svc: %+v", s.Paths["svc"])
+	} else if of := s.Paths["svc"].CPUPerRequestOf; of["gateway"] <= 0 || of["worker"] <= 0 {
+		t.Errorf("max-throughput: svc's CPU per request by process: %v", of)
 	}
 	if s := byName["overload"]; s == nil || s.Paths["svc overload"].Requests == 0 || s.Extra["capacity_rps"] == nil {
 		t.Errorf("overload: %+v", s)

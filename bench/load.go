@@ -191,6 +191,9 @@ type stats struct {
 	// closed loop, over the requests answered in the measured part; in an
 	// open loop, its share of a core over the rate.
 	CPUPerRequest float64 `json:"sut_cpu_us_per_request,omitempty"`
+	// CPUPerRequestOf is CPUPerRequest by process (gateway, worker), closed
+	// loop only, for a system under test of several.
+	CPUPerRequestOf map[string]float64 `json:"sut_cpu_us_per_request_by_process,omitempty"`
 	// Closed loop only, svc only: heap allocations per request answered.
 	AllocsPerRequest float64 `json:"sut_allocs_per_request,omitempty"`
 	// FirstError is the first request error's text, to tell why a run

@@ -105,6 +105,19 @@ func (p *path) usage() usage {
 	return u
 }
 
+// usageEach is each process's usage by its role: the start of its name
+// (gateway, worker).
+func (p *path) usageEach() map[string]usage {
+	out := make(map[string]usage, len(p.procs))
+	for _, pr := range p.procs {
+		role, _, _ := strings.Cut(pr.Name(), "-")
+		u := out[role]
+		u.add(procUsage(pr))
+		out[role] = u
+	}
+	return out
+}
+
 func directPath(e *engine) *path { return &path{name: "direct", base: e.url} }
 
 // nginxBinary finds nginx, which Debian installs outside a user's PATH;

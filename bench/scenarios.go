@@ -230,10 +230,21 @@ func (h *rig) maxThroughput(ctx context.Context) *scenario {
 		do := unaryCall(h.client, p, unaryBody)
 		closedLoop(ctx, h.scale.conc, h.scale.warmup, do)
 		before, mallocs := p.usage(), p.mallocs()
+		each := p.usageEach()
 		st := summarise(closedLoop(ctx, h.scale.conc, h.scale.duration, do))
 		after, mallocsAfter := p.usage(), p.mallocs()
 		if st.Requests > 0 && before.valid && after.valid {
 			st.CPUPerRequest = float64((after.cpu - before.cpu).Microseconds()) / float64(st.Requests)
+		}
+		if len(each) > 1 && st.Requests > 0 {
+			// Which process a change moved: the total's noise from other
+			// work is shared, the split between them much less so.
+			st.CPUPerRequestOf = map[string]float64{}
+			for role, u := range p.usageEach() {
+				if b, ok := each[role]; ok && b.valid && u.valid {
+					st.CPUPerRequestOf[role] = float64((u.cpu - b.cpu).Microseconds()) / float64(st.Requests)
+				}
+			}
 		}
 		if st.Requests > 0 && mallocs > 0 && mallocsAfter > mallocs {
 			st.AllocsPerRequest = float64(mallocsAfter-mallocs) / float64(st.Requests)
@@ -245,6 +256,9 @@ func (h *rig) maxThroughput(ctx context.Context) *scenario {
 	for n, s := range sc.Paths {
 		if s.CPUPerRequest > 0 {
 			sc.Extra[n+"_cpu_per_request_us"] = s.CPUPerRequest
+		}
+		for role, us := range s.CPUPerRequestOf {
+			sc.Extra[n+"_"+role+"_cpu_per_request_us"] = us
 		}
 		if s.AllocsPerRequest > 0 {
 			sc.Extra[n+"_allocs_per_request"] = s.AllocsPerRequest
