@@ -194,10 +194,10 @@ const checks = {
 
   async "openai translations"() {
     const { data, response } = await openai.audio.translations
-      .create({ model: "sim-stt", file: await toFile(wav(), "tone.wav") })
+      .create({ model: "stt-large-v3-turbo", file: await toFile(wav(), "tone.wav") })
       .withResponse();
     must(typeof data.text === "string" && data.text.length > 0, "no text", data);
-    return { request_id: response.headers.get("x-request-id"), request_type: "audio", model: "sim-stt" };
+    return { request_id: response.headers.get("x-request-id"), request_type: "audio", model: "stt-large-v3-turbo" };
   },
 
   async "openai moderations default model"() {

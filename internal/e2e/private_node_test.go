@@ -169,6 +169,30 @@ func TestPrivateInferenceJS(t *testing.T) {
 	assertNoPlaintext(t, s, w, marker)
 }
 
+// The same private requests against the demo (svc serve --demo), whose
+// simulated worker runs in the gateway's process with its own key pair:
+// what a new user tries first. Its speech-to-text model has the spec's id.
+func TestPrivateInferenceJSOnTheDemo(t *testing.T) {
+	s := startServer(t, "", "--demo")
+	key := s.adminKey()
+	s.workerNamed(key, "demo-sim", statusIs("healthy"))
+	t.Setenv("SVC_STT_MODEL", "stt-large-v3-turbo")
+	run := jsSDK(t, s, key, newMarker())
+	want := map[string]bool{"chat": true, "chat-stream": true, "embeddings": true, "transcription": true, "speech": true}
+	for _, r := range run("private") {
+		switch {
+		case !r.OK:
+			t.Errorf("%s: %s", r.Name, r.Error)
+		case r.Worker == nil || r.Worker.Name != "demo-sim":
+			t.Errorf("%s: the serving worker was not reported: %s", r.Name, r.Raw)
+		}
+		delete(want, r.Name)
+	}
+	if len(want) > 0 {
+		t.Fatalf("not run: %v", want)
+	}
+}
+
 // BenchmarkPrivateJS is BenchmarkPrivate for the JavaScript client: the
 // same chat, whole and streamed (200 chunks), with Node's fetch in the
 // clear and with the package's fetch sealed, through the same gateway and

@@ -33,16 +33,19 @@ func sdkDir(t testing.TB) string {
 }
 
 // The official OpenAI and Anthropic JavaScript SDKs, pointed at the
-// gateway with nothing else changed: chat, the Responses API and the
-// Messages API, streamed and not, with tools; image generation, rerank,
-// model retrieval, text completions, translations and a moderation with
-// no model (the organisation's default); and the Vercel AI
-// SDK and LangChain running an agent loop with a tool, with no sim: line.
-// Every request checked is one usage row under the X-Request-Id its SDK
-// saw.
+// demo (svc serve --demo, its simulated worker in the same process) with
+// nothing else changed: chat, the Responses API and the Messages API,
+// streamed and not, with tools; image generation, rerank, model
+// retrieval, text completions, translations and a moderation with no
+// model (the organisation's default); and the OpenAI SDK, the Vercel AI
+// SDK and LangChain each running an agent loop with a tool, with no sim:
+// line. Every request checked is one usage row under the X-Request-Id its
+// SDK saw.
 func TestOfficialSDKs(t *testing.T) {
 	dir := sdkDir(t)
-	s, key := gateway(t)
+	s := startServer(t, "", "--demo")
+	key := s.adminKey()
+	s.workerNamed(key, "demo-sim", statusIs("healthy"))
 
 	run := t.TempDir()
 	src, err := os.ReadFile(filepath.Join("..", "..", "clients", "sdk-tests", "check.mjs"))

@@ -82,7 +82,7 @@ async function privateChecks() {
     const audio = await readFile(process.env.SVC_AUDIO);
     const t = await client.audio.transcriptions.create({
       file: await toFile(audio, "clip.wav", { type: "audio/wav" }),
-      model: "sim-stt",
+      model: process.env.SVC_STT_MODEL || "sim-stt",
       prompt: `transcribe ${marker}`,
       response_format: "verbose_json",
     });
