@@ -143,7 +143,7 @@ type watched struct {
 	timer  *time.Timer
 	// since is when the request last began to wait: at its start, or when
 	// other output or a probe showed the engine working. Only the timer's
-	// callback uses it after the start.
+	// callbacks use it after the start, one after another.
 	since time.Time
 
 	mu sync.Mutex
@@ -209,8 +209,7 @@ func (g *watched) limitPassed() {
 	}
 	if g.w.outputSince(g.since) {
 		// The engine works, on other requests: this one waits its turn.
-		g.again()
-		again = true
+		again = g.again(finished)
 		return
 	}
 	round := g.w.ask(g.req)
@@ -219,23 +218,34 @@ func (g *watched) limitPassed() {
 		return
 	case <-round.done:
 	}
+	select {
+	case <-finished:
+		// The engine returned as the verdict came: its answer stands.
+		return
+	default:
+	}
 	if round.alive {
-		g.again()
-		again = true
+		again = g.again(finished)
 		return
 	}
 	g.giveUp(fmt.Sprintf("the inference engine sent nothing within %s, nor to a probe", g.w.ttfb))
 }
 
-// again waits the limit anew; a callback that calls it touches the
-// request no more, since serve may already be past Stop.
-func (g *watched) again() {
-	g.since = time.Now()
+// again waits the limit anew and reports true, unless the engine has
+// returned and serve waits for this callback to end. A callback that set
+// the timer again touches the request no more: serve may be past Stop.
+func (g *watched) again(finished <-chan struct{}) bool {
 	g.mu.Lock()
+	defer g.mu.Unlock()
+	select {
+	case <-finished:
+		return false
+	default:
+	}
+	g.since = time.Now()
 	g.finished, g.exited = nil, nil
-	t := g.timer
-	g.mu.Unlock()
-	t.Reset(g.w.ttfb)
+	g.timer.Reset(g.w.ttfb)
+	return true
 }
 
 // giveUp ends a request that had no output: the engine is stopped and the

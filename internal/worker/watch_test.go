@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -209,5 +210,58 @@ func TestStallFailsTheWaitingAtOnce(t *testing.T) {
 		if n := eng.probes.Load(); n != 1 {
 			t.Errorf("%d probes before the stall, want the one the first two shared", n)
 		}
+	})
+}
+
+// clockEngine streams output for "busy" requests and answers others, with
+// no output, exactly when the limit passes: the engine returning races the
+// limit's callback, which finds the engine working on other requests.
+type clockEngine struct{ limit time.Duration }
+
+func (e clockEngine) Kind() string                                { return "clock" }
+func (e clockEngine) Models(context.Context) ([]api.Model, error) { return nil, nil }
+func (e clockEngine) Serve(ctx context.Context, req *engine.Request, sink engine.Sink) *api.Result {
+	if req.Model == "busy" {
+		for ctx.Err() == nil {
+			if err := sink.Event(ctx, []byte(`{}`)); err != nil {
+				return engine.Cancelled()
+			}
+			time.Sleep(time.Second)
+		}
+		return engine.Cancelled()
+	}
+	time.Sleep(e.limit)
+	return engine.OK()
+}
+
+// A request whose engine returns as its limit passes is answered, however
+// the two interleave: the limit's callback either waits the limit anew
+// before serve stops the timer, or ends without doing so.
+func TestEngineReturningAsTheLimitPasses(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const limit = 10 * time.Second
+		w := newWatch(clockEngine{limit: limit}, limit, slog.New(slog.DiscardHandler), func() {})
+		ctx, cancel := context.WithCancel(context.Background())
+		busy := make(chan struct{})
+		go func() {
+			defer close(busy)
+			w.Serve(ctx, &engine.Request{Kind: api.KindChat, Model: "busy"}, &captureSink{})
+		}()
+		for i := range 300 {
+			got := make(chan *api.Result, 1)
+			go func() {
+				got <- w.Serve(context.Background(), &engine.Request{Kind: api.KindChat, Model: "quiet"}, &captureSink{})
+			}()
+			select {
+			case res := <-got:
+				if res.Status != http.StatusOK {
+					t.Fatalf("request %d: %+v", i, res)
+				}
+			case <-time.After(3 * limit):
+				t.Fatalf("request %d: no answer 3 limits after its engine returned", i)
+			}
+		}
+		cancel()
+		<-busy
 	})
 }
