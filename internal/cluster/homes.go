@@ -59,6 +59,15 @@ type HomesOptions struct {
 	// should finish their running requests and reconnect, to be sent
 	// there.
 	Moved func(orgID string)
+	// Grace is how long, after a reading that follows failed ones, a
+	// home that was live before them is still taken for live though the
+	// database reads its replica's registration as expired: while the
+	// database was down no replica could renew, and the home renews
+	// within its next beat. Without it, the first replica to ask after a
+	// database restart would take every organisation whose home had not
+	// renewed yet, and their workers would move. Its registration's TTL
+	// is the natural value; 0 turns it off.
+	Grace time.Duration
 	// Listen, when set, calls changed whenever a replica releases its
 	// homes, until ctx ends: the homes are read again at once.
 	Listen func(ctx context.Context, changed func()) error
@@ -88,6 +97,10 @@ type Homes struct {
 	// unreachable is when each organisation's home was last forgotten
 	// because it could not be reached.
 	unreachable map[string]time.Time
+	// failing is set when a reading fails; graceUntil ends the Grace the
+	// next successful one begins.
+	failing    bool
+	graceUntil time.Time
 }
 
 // NewHomes returns the homes as replica me sees them; Run keeps them.
@@ -144,6 +157,9 @@ func (h *Homes) Refresh(ctx context.Context) {
 	if err != nil {
 		if ctx.Err() == nil {
 			h.log.Debug("cluster: read the organisations' homes", "err", err)
+			h.mu.Lock()
+			h.failing = true
+			h.mu.Unlock()
 		}
 		return
 	}
@@ -153,6 +169,18 @@ func (h *Homes) Refresh(ctx context.Context) {
 	}
 	var lost []string
 	h.mu.Lock()
+	if h.failing {
+		h.failing = false
+		h.graceUntil = time.Now().Add(h.o.Grace)
+	}
+	if time.Now().Before(h.graceUntil) {
+		for org, x := range next {
+			if was := h.homes[org]; !x.Alive && was.Alive && x.ReplicaID != "" && x.ReplicaID == was.ReplicaID && x.Epoch == was.Epoch {
+				x.Alive = true
+				next[org] = x
+			}
+		}
+	}
 	for org, at := range h.claimed {
 		if at.After(began) {
 			next[org] = h.homes[org]

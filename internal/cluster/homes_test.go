@@ -166,7 +166,7 @@ func TestHomesWhere(t *testing.T) {
 	db := newMemHomes()
 	var lost []string
 	a := NewHomes(db, "a", HomesOptions{Lost: func(org string) { lost = append(lost, org) }})
-	b := NewHomes(db, "b", HomesOptions{})
+	b := NewHomes(db, "b", HomesOptions{Grace: 5 * time.Second})
 
 	steps := []struct {
 		name    string
@@ -250,7 +250,7 @@ func TestHomesRelease(t *testing.T) {
 	db := newMemHomes()
 	var lost []string
 	a := NewHomes(db, "a", HomesOptions{Lost: func(org string) { lost = append(lost, org) }})
-	b := NewHomes(db, "b", HomesOptions{})
+	b := NewHomes(db, "b", HomesOptions{Grace: 5 * time.Second})
 	for _, org := range []string{"x", "y"} {
 		if _, err := a.Where(ctx, org); err != nil {
 			t.Fatal(err)
@@ -387,6 +387,48 @@ func TestHomesForgetUnreachable(t *testing.T) {
 		b.ForgetUnreachable("x")
 		if got, ok := b.Lookup("x"); !ok || got.ReplicaID != "b" {
 			t.Fatalf("b forgot its own home: %+v", got)
+		}
+	})
+}
+
+// After readings failed (the database was down, so no replica could
+// renew its registration), a home that was live before is taken for live
+// for Grace though the database reads it expired: another replica asking
+// in the meantime forwards to it rather than taking the organisation and
+// moving its workers. After Grace, or without an outage, a dead home is
+// claimed at once.
+func TestHomesGraceAfterTheDatabaseReturns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		db := newMemHomes()
+		a := NewHomes(db, "a", HomesOptions{})
+		b := NewHomes(db, "b", HomesOptions{Grace: 5 * time.Second})
+		if got, err := a.Where(ctx, "x"); err != nil || got.ReplicaID != "a" {
+			t.Fatalf("claim: %+v %v", got, err)
+		}
+		b.Refresh(ctx)
+
+		db.down = true
+		b.Refresh(ctx)
+		db.down = false
+		db.dead["a"] = true // its registration lapsed on the database's clock
+		b.Refresh(ctx)
+		if got, err := b.Where(ctx, "x"); err != nil || got.ReplicaID != "a" {
+			t.Fatalf("just after the database came back: %+v %v; want a, within the grace", got, err)
+		}
+		time.Sleep(5 * time.Second)
+		b.Refresh(ctx)
+		if got, err := b.Where(ctx, "x"); err != nil || got.ReplicaID != "b" {
+			t.Fatalf("after the grace: %+v %v; want b", got, err)
+		}
+
+		// Without an outage the grace does not apply.
+		c := NewHomes(db, "c", HomesOptions{Grace: 5 * time.Second})
+		c.Refresh(ctx)
+		db.dead["b"] = true
+		c.Refresh(ctx)
+		if got, err := c.Where(ctx, "x"); err != nil || got.ReplicaID != "c" {
+			t.Fatalf("a dead home with the database up: %+v %v; want c", got, err)
 		}
 	})
 }

@@ -145,7 +145,7 @@ func (c *clusterParts) start(public net.Addr) {
 	}
 	c.lease = cluster.New(leaseStore{c.db}, cluster.Replica{ID: c.id, AdvertiseURL: url, Region: c.cfg.Region, Version: c.version, StartedAt: time.Now()},
 		cluster.Options{TTL: c.cfg.LeaseTTL, Logger: c.log, Outbox: c.outbox, Unreachable: c.unreachable})
-	c.homes = cluster.NewHomes(homeStore{c.db}, c.id, cluster.HomesOptions{Every: c.lease.Every(), Logger: c.log, Listen: c.db.ListenHomes,
+	c.homes = cluster.NewHomes(homeStore{c.db}, c.id, cluster.HomesOptions{Every: c.lease.Every(), Grace: c.lease.TTL(), Logger: c.log, Listen: c.db.ListenHomes,
 		Lost: func(org string) {
 			if l := c.leave.Load(); l != nil {
 				(*l)(org)
