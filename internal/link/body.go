@@ -14,7 +14,10 @@ var (
 	// stream: the worker answered before the request was sent, and its
 	// answer waits to be read.
 	ErrAnswered = errors.New("link: the worker answered before the request was sent")
-	// errStopped is recv's answer when its done channel closes.
+	// ErrInterrupted is RecvUntil's answer when its channel closed
+	// first.
+	ErrInterrupted = errors.New("link: receive interrupted")
+	// errStopped is recv's answer when its done or stop channel closes.
 	errStopped = errors.New("link: receive stopped")
 )
 
@@ -136,7 +139,7 @@ func (b *Body) Bytes() ([]byte, error) {
 }
 
 func (b *Body) next() error {
-	f, err := b.st.recv(nil)
+	f, err := b.st.recv(nil, nil)
 	if err != nil {
 		return err
 	}

@@ -572,3 +572,43 @@ func FuzzDecodeMessage(f *testing.F) {
 		}
 	})
 }
+
+// RecvUntil returns a frame already there even once its channel closed;
+// with nothing there, the channel's closing interrupts it and leaves the
+// stream as it was, and the context's end is the context's error.
+func TestRecvUntil(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		p := newPair(t, 0, func(ctx context.Context, st *Stream) {
+			if _, _, err := st.ReadRequest(ctx); err != nil {
+				return
+			}
+			_ = st.Send(ctx, []byte("first"))
+			<-release
+			_ = st.End(ctx, []byte("done"))
+		})
+		ctx := ctxT(t)
+		st, err := p.g.Open(ctx, []byte(`{"model":"m"}`), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		stop := make(chan struct{})
+		close(stop)
+		if f, err := st.RecvUntil(ctx, stop); err != nil || string(f.Payload) != "first" {
+			t.Fatalf("a frame already there: %q %v", f.Payload, err)
+		}
+		if _, err := st.RecvUntil(ctx, stop); err != ErrInterrupted {
+			t.Fatalf("nothing there, stop closed: %v, want ErrInterrupted", err)
+		}
+		cctx, cancel := context.WithCancel(ctx)
+		cancel()
+		if _, err := st.RecvUntil(cctx, make(chan struct{})); err != context.Canceled {
+			t.Fatalf("the context ended: %v, want context.Canceled", err)
+		}
+		close(release)
+		if f, err := st.RecvUntil(ctx, nil); err != nil || f.Type != TypeEnd || string(f.Payload) != "done" {
+			t.Fatalf("after the interruptions: %v %q %v", f.Type, f.Payload, err)
+		}
+	})
+}

@@ -175,16 +175,30 @@ func (st *Stream) sendFrame(ctx context.Context, t Type, flags uint8, payload []
 // which the stream is finished). Frames with More set continue the same
 // message. The payload stays valid after the next call.
 func (st *Stream) Recv(ctx context.Context) (Frame, error) {
-	f, err := st.recv(ctx.Done())
+	f, err := st.recv(ctx.Done(), nil)
 	if err == errStopped {
 		return f, ctx.Err()
 	}
 	return f, err
 }
 
-// recv is Recv until done is closed; a nil done waits for as long as the
-// stream lives.
-func (st *Stream) recv(done <-chan struct{}) (Frame, error) {
+// RecvUntil is Recv, also ended by stop closing, with ErrInterrupted: a
+// wait that more than the caller's context may end costs no context or
+// goroutine of its own. A frame already there is returned first.
+func (st *Stream) RecvUntil(ctx context.Context, stop <-chan struct{}) (Frame, error) {
+	f, err := st.recv(ctx.Done(), stop)
+	switch {
+	case err != errStopped:
+		return f, err
+	case ctx.Err() != nil:
+		return f, ctx.Err()
+	}
+	return f, ErrInterrupted
+}
+
+// recv is Recv until done or stop is closed; a nil done waits for as long
+// as the stream lives.
+func (st *Stream) recv(done, stop <-chan struct{}) (Frame, error) {
 	for {
 		st.mu.Lock()
 		if len(st.inbox) > 0 {
@@ -222,6 +236,8 @@ func (st *Stream) recv(done <-chan struct{}) (Frame, error) {
 		case <-st.ready:
 		case <-st.dead:
 		case <-done:
+			return Frame{}, errStopped
+		case <-stop:
 			return Frame{}, errStopped
 		}
 	}

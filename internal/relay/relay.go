@@ -614,21 +614,20 @@ func (c *Call) readMessage(wait time.Duration, movable bool) (link.Type, []byte,
 		ctx, cancel = context.WithTimeout(c.ctx, wait)
 		defer cancel()
 	}
-	if late := c.late; movable && late != nil {
+	var late <-chan struct{}
+	if movable && c.late != nil {
+		late = c.late
 		select {
 		case <-late:
 			return 0, nil, errLate
 		default:
 		}
-		var stop func()
-		ctx, stop = untilLate(ctx, late)
-		defer stop()
 	}
-	f, err := c.st.Recv(ctx)
+	f, err := c.st.RecvUntil(ctx, late)
 	if err != nil {
 		switch {
 		case c.ctx.Err() != nil:
-		case context.Cause(ctx) == errLate:
+		case errors.Is(err, link.ErrInterrupted):
 			return 0, nil, errLate
 		case wait > 0 && errors.Is(err, context.DeadlineExceeded):
 			return 0, nil, errIdle
@@ -650,23 +649,4 @@ func (c *Call) readMessage(wait time.Duration, movable bool) (link.Type, []byte,
 		}
 	}
 	return f.Type, msg, nil
-}
-
-// untilLate is ctx, also cancelled with the cause errLate when late
-// closes; stop lets go of it.
-func untilLate(ctx context.Context, late <-chan struct{}) (_ context.Context, stop func()) {
-	ctx, cancel := context.WithCancelCause(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		select {
-		case <-late:
-			cancel(errLate)
-		case <-ctx.Done():
-		}
-	}()
-	return ctx, func() {
-		cancel(nil)
-		<-done
-	}
 }
