@@ -97,13 +97,7 @@ func (p *path) stop() {
 	}
 }
 
-func (p *path) usage() usage {
-	var u usage
-	for _, pr := range p.procs {
-		u.add(procUsage(pr))
-	}
-	return u
-}
+func (p *path) usage() usage { return total(p.usageEach()) }
 
 // usageEach is each process's usage by its role: the start of its name
 // (gateway, worker).
@@ -116,6 +110,15 @@ func (p *path) usageEach() map[string]usage {
 		out[role] = u
 	}
 	return out
+}
+
+// total is the usage of every role together.
+func total(each map[string]usage) usage {
+	var u usage
+	for _, x := range each {
+		u.add(x)
+	}
+	return u
 }
 
 func directPath(e *engine) *path { return &path{name: "direct", base: e.url} }

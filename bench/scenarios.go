@@ -229,18 +229,17 @@ func (h *rig) maxThroughput(ctx context.Context) *scenario {
 	sc := h.measure("max-throughput", h.paths, func(p *path) stats {
 		do := unaryCall(h.client, p, unaryBody)
 		closedLoop(ctx, h.scale.conc, h.scale.warmup, do)
-		before, mallocs := p.usage(), p.mallocs()
-		each := p.usageEach()
+		each, mallocs := p.usageEach(), p.mallocs()
 		st := summarise(closedLoop(ctx, h.scale.conc, h.scale.duration, do))
-		after, mallocsAfter := p.usage(), p.mallocs()
-		if st.Requests > 0 && before.valid && after.valid {
+		eachAfter, mallocsAfter := p.usageEach(), p.mallocs()
+		if before, after := total(each), total(eachAfter); st.Requests > 0 && before.valid && after.valid {
 			st.CPUPerRequest = float64((after.cpu - before.cpu).Microseconds()) / float64(st.Requests)
 		}
 		if len(each) > 1 && st.Requests > 0 {
 			// Which process a change moved: the total's noise from other
 			// work is shared, the split between them much less so.
 			st.CPUPerRequestOf = map[string]float64{}
-			for role, u := range p.usageEach() {
+			for role, u := range eachAfter {
 				if b, ok := each[role]; ok && b.valid && u.valid {
 					st.CPUPerRequestOf[role] = float64((u.cpu - b.cpu).Microseconds()) / float64(st.Requests)
 				}

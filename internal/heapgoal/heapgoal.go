@@ -46,8 +46,8 @@ func Percent(live, headroom uint64) int {
 }
 
 // gauge reads what GOGC applies to (the live heap, stacks and globals)
-// and the bytes allocated since the process started; setter sets the GC percentage, returning the previous one.
-// Tests replace both.
+// and the bytes allocated since the process started; setter sets the GC
+// percentage, returning the previous one. Tests replace both.
 type gauge func() (live, allocated uint64)
 type setter func(int) int
 

@@ -174,13 +174,7 @@ func (st *Stream) sendFrame(ctx context.Context, t Type, flags uint8, payload []
 // request, worker side), DATA, or END (the result, gateway side, after
 // which the stream is finished). Frames with More set continue the same
 // message. The payload stays valid after the next call.
-func (st *Stream) Recv(ctx context.Context) (Frame, error) {
-	f, err := st.recv(ctx.Done(), nil)
-	if err == errStopped {
-		return f, ctx.Err()
-	}
-	return f, err
-}
+func (st *Stream) Recv(ctx context.Context) (Frame, error) { return st.RecvUntil(ctx, nil) }
 
 // RecvUntil is Recv, also ended by stop closing, with ErrInterrupted: a
 // wait that more than the caller's context may end costs no context or

@@ -120,7 +120,7 @@ func (w *watch) Serve(ctx context.Context, req *engine.Request, sink engine.Sink
 	g.mu.Unlock()
 
 	res := g.serve(ctx)
-	if msg, ok := g.givenUp(); ok {
+	if msg := g.givenUp(); msg != "" {
 		w.timedOut()
 		r := engine.Failure(http.StatusBadGateway, api.TypeUpstream, msg)
 		r.Retryable = true
@@ -263,11 +263,11 @@ func (g *watched) giveUp(msg string) {
 	}
 }
 
-// givenUp reports whether the request was given up on, and why.
-func (g *watched) givenUp() (string, bool) {
+// givenUp is why the request was given up on, "" if it was not.
+func (g *watched) givenUp() string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.reason, g.reason != ""
+	return g.reason
 }
 
 // answered notes output from the engine: it answers.
