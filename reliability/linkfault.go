@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -175,6 +176,11 @@ func linkFaults(ctx context.Context, h *rig, r *result) error {
 	}
 	if err := g.waitIdle(ctx, "linkfault", 30*time.Second); err != nil {
 		r.fail("after phase 1: %v", err)
+	}
+	// Phase 1's streams are the adaptive limit's samples: what it learnt
+	// bounds how many of phase 2's streams are admitted at once.
+	if n, err := g.concurrencyLimit(ctx, "linkfault", "sim-chat"); err == nil {
+		r.figure("concurrency limit after phase 1", "%d for sim-chat on the worker", n)
 	}
 
 	if err := linkOutage(ctx, h, r, g, p, w, grace, want[streams:], func(i int) string { return prompt(streams + i) }); err != nil {
@@ -831,4 +837,25 @@ func (p *faultProxy) inject(ctx context.Context, done <-chan struct{}, active *a
 		l.down.release()
 	}
 	return c
+}
+
+// concurrencyLimit is the adaptive concurrency limit the gateway reports
+// for model on the worker named name (svc_worker_concurrency_limit).
+func (g *gateway) concurrencyLimit(ctx context.Context, name, model string) (int, error) {
+	st, body, err := g.do(ctx, "GET", "/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	if st != 200 {
+		return 0, fmt.Errorf("metrics: status %d", st)
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if !strings.HasPrefix(line, "svc_worker_concurrency_limit{") ||
+			!strings.Contains(line, `worker_name="`+name+`"`) || !strings.Contains(line, `model="`+model+`"`) {
+			continue
+		}
+		_, v, _ := strings.Cut(line, "} ")
+		return strconv.Atoi(strings.TrimSpace(v))
+	}
+	return 0, fmt.Errorf("metrics: no limit for %s on %s", model, name)
 }
