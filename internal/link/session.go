@@ -75,7 +75,7 @@ type Session struct {
 	nextID   uint64
 	att      *attachment
 	closed   error
-	handlers sync.WaitGroup
+	handlers *handlers
 	// endAcks are END acknowledgements held back (EndAckDelay), and
 	// ackTimer sends them when nothing else has.
 	endAcks  []Frame
@@ -93,7 +93,7 @@ func NewSession(opts Options) *Session {
 	if opts.Detached == nil {
 		opts.Detached = func(error) {}
 	}
-	return &Session{opts: opts, streams: map[uint64]*Stream{}}
+	return &Session{opts: opts, streams: map[uint64]*Stream{}, handlers: newHandlers()}
 }
 
 // RecvState reports how far each stream has been consumed, for the resume
@@ -198,7 +198,7 @@ func (s *Session) Close(err error) {
 	s.mu.Lock()
 	if s.closed != nil {
 		s.mu.Unlock()
-		s.handlers.Wait()
+		s.handlers.close()
 		return
 	}
 	s.closed = err
@@ -217,7 +217,7 @@ func (s *Session) Close(err error) {
 	if a != nil {
 		a.close()
 	}
-	s.handlers.Wait()
+	s.handlers.close()
 }
 
 // Err is the error the session was closed with, or nil.
@@ -416,11 +416,7 @@ func (s *Session) dispatch(a *attachment, f Frame) error {
 		ctx, cancel := context.WithCancel(context.Background())
 		st.cancel = cancel
 		s.streams[f.Stream] = st
-		s.handlers.Add(1)
-		go func() {
-			defer s.handlers.Done()
-			s.opts.Accept(ctx, st)
-		}()
+		s.handlers.run(func() { s.opts.Accept(ctx, st) })
 	}
 	s.mu.Unlock()
 	if st == nil {
