@@ -318,3 +318,128 @@ func TestQueueDepthPerWorker(t *testing.T) {
 		}
 	})
 }
+
+// A queue that has not emptied for standingAfter is overload, not a
+// spike: it lets a new request wait only as long as two slots take to free
+// up, where a spike may fill the whole hold. It stays so for
+// refusedMemory after its last refusal, then the next spike gets the whole
+// hold again.
+func TestStandingQueueShortensTheWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Config{Hold: time.Second, Limit: limit.Config{Floor: 4}})
+		h.worker("o", "w", 4, chat("m"))
+		need := Need{OrgID: "o", Model: "m"}
+		h.serveFor(need, 40*time.Millisecond, Succeeded) // 10 ms a slot
+		var busy []*Lease
+		for range 4 {
+			l, err := h.f.Acquire(h.ctx, need)
+			if err != nil {
+				t.Fatal(err)
+			}
+			busy = append(busy, l)
+		}
+		got := make(chan error, 32)
+		queue := func(n int) {
+			for range n {
+				go func() {
+					l, err := h.f.Acquire(h.ctx, need)
+					if err == nil {
+						l.Release(Succeeded)
+					}
+					got <- err
+				}()
+			}
+			synctest.Wait()
+		}
+		depth := func() int {
+			h.f.mu.Lock()
+			defer h.f.mu.Unlock()
+			return h.f.orgs["o"].queues["m"].l.Len()
+		}
+		// A spike: ten waiting is 100 ms of work, well within the hold.
+		queue(10)
+		if d := depth(); d != 10 {
+			t.Fatalf("spike: %d queued, want 10", d)
+		}
+		// Still not drained after standingAfter: the queue is standing, and
+		// a new request would wait 100 ms where 20 ms keep the slots busy.
+		time.Sleep(standingAfter)
+		start := time.Now()
+		_, err := h.f.Acquire(h.ctx, need)
+		var ae *api.Error
+		if !errors.As(err, &ae) || ae.Kind != api.KindCapacity || ae.QueueDepth != 10 {
+			t.Fatalf("standing queue: err = %#v, want the capacity 429 at depth 10", err)
+		}
+		if waited := time.Since(start); waited != 0 {
+			t.Fatalf("refused after %v, want at once", waited)
+		}
+		if err := h.f.Admit(need); err == nil {
+			t.Fatal("Admit let a request in behind a standing queue")
+		}
+		// The slots free up and serve the queue, which empties.
+		for _, l := range busy {
+			l.Release(Succeeded)
+		}
+		for range 10 {
+			if err := <-got; err != nil {
+				t.Fatalf("queued request: %v", err)
+			}
+		}
+		if d := depth(); d != 0 {
+			t.Fatalf("%d still queued", d)
+		}
+		// Empty, but it refused a request a moment ago: the overload may
+		// not be over, and a new burst still gets the short wait.
+		busy = busy[:0]
+		for range 4 {
+			l, err := h.f.Acquire(h.ctx, need)
+			if err != nil {
+				t.Fatal(err)
+			}
+			busy = append(busy, l)
+		}
+		queue(10)
+		queued := depth()
+		if queued == 10 {
+			t.Fatalf("within %v of a refusal: all 10 queued, want the short wait to refuse some", refusedMemory)
+		}
+		for _, l := range busy {
+			l.Release(Succeeded)
+		}
+		refused := 0
+		for range 10 {
+			var ae *api.Error
+			if err := <-got; errors.As(err, &ae) && ae.Kind == api.KindCapacity {
+				refused++
+			} else if err != nil {
+				t.Fatalf("queued request: %v", err)
+			}
+		}
+		if refused != 10-queued {
+			t.Fatalf("%d refused, want the %d that did not queue", refused, 10-queued)
+		}
+		// Once the refusal is refusedMemory old, a spike has the whole hold
+		// again.
+		time.Sleep(refusedMemory)
+		busy = busy[:0]
+		for range 4 {
+			l, err := h.f.Acquire(h.ctx, need)
+			if err != nil {
+				t.Fatal(err)
+			}
+			busy = append(busy, l)
+		}
+		queue(10)
+		if d := depth(); d != 10 {
+			t.Fatalf("later spike: %d queued, want 10", d)
+		}
+		for _, l := range busy {
+			l.Release(Succeeded)
+		}
+		for range 10 {
+			if err := <-got; err != nil {
+				t.Fatalf("queued request: %v", err)
+			}
+		}
+	})
+}
