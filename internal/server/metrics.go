@@ -38,10 +38,10 @@ func newMetrics(build buildinfo.Info) *metrics {
 	}, []string{"route", "method", "status"})
 	m.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "svc_http_request_duration_seconds",
-		Help: "Time from receiving a request to its handler returning, by route pattern.",
+		Help: "Time from receiving a request to its handler returning, by route pattern and status code: a 429 that takes as long as an answer is overload handled too late.",
 		// From sub-millisecond gateway answers to half-hour generations.
 		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 1800},
-	}, []string{"route"})
+	}, []string{"route", "status"})
 	m.storeRefused = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "svc_store_refused_requests_total",
 		Help: "Inference requests refused with 503 because the store's write backlog was at its bound.",
@@ -68,8 +68,9 @@ func newMetrics(build buildinfo.Info) *metrics {
 }
 
 func (m *metrics) observe(route, method string, status int, d time.Duration) {
-	m.requests.WithLabelValues(route, method, strconv.Itoa(status)).Inc()
-	m.latency.WithLabelValues(route).Observe(d.Seconds())
+	code := strconv.Itoa(status)
+	m.requests.WithLabelValues(route, method, code).Inc()
+	m.latency.WithLabelValues(route, code).Observe(d.Seconds())
 }
 
 func (s *Server) serveMetrics(c *call) error { return s.metrics.serve(c) }
