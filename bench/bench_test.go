@@ -4,10 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/svc-dev/svc/internal/pgtest"
 )
@@ -136,5 +140,56 @@ func TestShort(t *testing.T) {
 	}
 	if r.Usage == nil || r.Usage.RowsPerSec == 0 || r.Usage.DBBytes == 0 || len(r.Usage.QueryMs) != 5 {
 		t.Errorf("usage bench: %+v", r.Usage)
+	}
+}
+
+func TestQueueWait(t *testing.T) {
+	for _, c := range []struct {
+		header string
+		want   time.Duration
+	}{
+		{"", -1},
+		{"ttft;dur=1.5, queue;dur=2.5", 2500 * time.Microsecond},
+		{"queue;dur=0.0, worker_queue;dur=3.0", 0},
+		{"worker_queue;dur=3.0", -1},
+		{"queue;desc=x", -1},
+		{"queue;dur=abc", -1},
+	} {
+		if got := queueWait(c.header); got != c.want {
+			t.Errorf("queueWait(%q) = %v, want %v", c.header, got, c.want)
+		}
+	}
+}
+
+func TestParseDurations(t *testing.T) {
+	scrape := func(n1, n2, inf int) string {
+		return fmt.Sprintf(`# HELP svc_http_request_duration_seconds x
+svc_http_request_duration_seconds_bucket{route="/v1/chat/completions",status="200",le="0.001"} 99
+svc_http_request_duration_seconds_bucket{route="/v1/chat/completions",status="429",le="0.0005"} %d
+svc_http_request_duration_seconds_bucket{route="/v1/chat/completions",status="429",le="0.001"} %d
+svc_http_request_duration_seconds_bucket{route="/v1/chat/completions",status="429",le="+Inf"} %d
+svc_http_request_duration_seconds_bucket{route="/healthz",status="429",le="+Inf"} 7
+`, n1, n2, inf)
+	}
+	before, err := parseDurations(strings.NewReader(scrape(10, 10, 10)), "/v1/chat/completions", "429")
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := parseDurations(strings.NewReader(scrape(60, 109, 110)), "/v1/chat/completions", "429")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := after.since(before)
+	if share, n := d.within(0.001); n != 100 || share != 0.99 {
+		t.Errorf("within 1 ms: %v of %v, want 0.99 of 100", share, n)
+	}
+	if got := d.quantileBound(0.99); got != 0.001 {
+		t.Errorf("p99 bound %v, want 0.001", got)
+	}
+	if got := d.quantileBound(0.5); got != 0.0005 {
+		t.Errorf("p50 bound %v, want 0.0005", got)
+	}
+	if got := d.quantileBound(0.999); !math.IsInf(got, 1) {
+		t.Errorf("p99.9 bound %v, want +Inf", got)
 	}
 }

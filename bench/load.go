@@ -32,6 +32,9 @@ type outcome struct {
 	latency time.Duration   // from the scheduled send time to the whole answer
 	ttft    time.Duration   // streaming: to the first content chunk
 	gaps    []time.Duration // streaming: between content chunks
+	// queue is svc's own wait for a slot, gateway and worker, from the
+	// reply's Server-Timing; -1 where the reply gave none.
+	queue time.Duration
 }
 
 // recorder gathers outcomes from many goroutines.
@@ -131,7 +134,7 @@ func unaryCall(c *http.Client, p *path, body string) call {
 		}
 		_, err = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
-		o := outcome{status: resp.StatusCode, err: err, latency: time.Since(at)}
+		o := outcome{status: resp.StatusCode, err: err, latency: time.Since(at), queue: queueWait(resp.Header.Get("Server-Timing"))}
 		if o.status == http.StatusTooManyRequests {
 			o.retry = resp.Header.Get("Retry-After")
 		}
@@ -275,4 +278,22 @@ func summarise(outs []outcome, elapsed time.Duration, only ...int) stats {
 		s.Gap = &p
 	}
 	return s
+}
+
+// queueWait is the "queue" member of a Server-Timing header, or -1.
+func queueWait(h string) time.Duration {
+	for m := range strings.SplitSeq(h, ",") {
+		name, params, _ := strings.Cut(strings.TrimSpace(m), ";")
+		if name != "queue" {
+			continue
+		}
+		for p := range strings.SplitSeq(params, ";") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(p), "dur="); ok {
+				if ms, err := strconv.ParseFloat(v, 64); err == nil {
+					return time.Duration(ms * float64(time.Millisecond))
+				}
+			}
+		}
+	}
+	return -1
 }

@@ -46,7 +46,11 @@ func (h *rig) overload(ctx context.Context) *scenario {
 	// idle ones are closed with it rather than left in the shared pool.
 	client := newClient()
 	defer client.CloseIdleConnections()
-	svc := unaryCall(client, p, unaryBody)
+	body := unaryBody
+	if d := h.scale.overloadLatency; d > 0 {
+		body = fmt.Sprintf(`{"model":"sim-chat","messages":[{"role":"user","content":"hello\nsim: tokens=16 ttft=%dms"}]}`, d.Milliseconds())
+	}
+	svc := unaryCall(client, p, body)
 
 	closedLoop(ctx, h.scale.conc, h.scale.warmup, svc)
 	capOuts, capEl := closedLoop(ctx, h.scale.conc, h.scale.duration, svc)
@@ -67,7 +71,7 @@ func (h *rig) overload(ctx context.Context) *scenario {
 
 	over, under := overloadFactor*capacity, recoverFactor*capacity
 	if d := h.path("direct"); d != nil {
-		do := withTimeout(h.scale.overloadTimeout, unaryCall(client, d, unaryBody))
+		do := withTimeout(h.scale.overloadTimeout, unaryCall(client, d, body))
 		openLoop(ctx, over, h.scale.warmup, do)
 		outs, el := openLoop(ctx, over, h.scale.duration, do)
 		st := summarise(outs, el)
@@ -78,6 +82,10 @@ func (h *rig) overload(ctx context.Context) *scenario {
 	}
 
 	h.log("overload: capacity %.0f requests/s; offering %.0f for %s, then %.0f for %s", capacity, over, h.scale.overloadFor, under, h.scale.recoverFor)
+	// The gateway's own time for its 429s, from its histogram: the
+	// client's figures also hold the client's time on its busy core.
+	const route, rejected = "/v1/chat/completions", "429"
+	before, scrapeErr := scrapeDurations(ctx, client, p.base, route, rejected)
 	start := time.Now()
 	outs, _ := openLoopPhases(ctx, []phase{{over, h.scale.overloadFor}, {under, h.scale.recoverFor}}, withTimeout(h.scale.overloadTimeout, svc))
 	drop := start.Add(h.scale.overloadFor)
@@ -111,13 +119,40 @@ func (h *rig) overload(ctx context.Context) *scenario {
 	sc.Extra["served_over_capacity_share"] = float64(served) / h.scale.overloadFor.Seconds() / capacity
 	sc.Extra["admitted_p50_ms"] = ov.Latency.P50
 	sc.Extra["admitted_p99_ms"] = ov.Latency.P99
+	if q := queueWaits(during); len(q) > 0 {
+		// What of the admitted requests' latency was svc holding them
+		// for a slot, as the replies' Server-Timing tells.
+		w := pct(q)
+		sc.Extra["admitted_queue_wait_p50_ms"] = w.P50
+		sc.Extra["admitted_queue_wait_p99_ms"] = w.P99
+	}
 	c := classify(during)
 	sc.Extra["rejected_429"] = c.rejected
 	if c.rejected > 0 {
 		rl := summarise(during, h.scale.overloadFor, http.StatusTooManyRequests).Latency
 		sc.Extra["rejected_p50_ms"] = rl.P50
 		sc.Extra["rejected_p99_ms"] = rl.P99
+		// The same from when the generator sent each, not from when it
+		// was due: what is left of the generator's lag is the client's
+		// own time on its busy core.
+		var sent []time.Duration
+		for _, o := range during {
+			if o.err == nil && o.status == http.StatusTooManyRequests {
+				sent = append(sent, o.latency-o.lag)
+			}
+		}
+		sl := pct(sent)
+		sc.Extra["rejected_from_send_p50_ms"] = sl.P50
+		sc.Extra["rejected_from_send_p99_ms"] = sl.P99
 		sc.Extra["rejected_retry_after_share"] = float64(c.withRetry) / float64(c.rejected)
+	}
+	if after, err := scrapeDurations(ctx, client, p.base, route, rejected); err == nil && scrapeErr == nil {
+		// Counted until the recovery ends, a few of them after the drop.
+		d := after.since(before)
+		if share, n := d.within(0.001); n > 0 {
+			sc.Extra["rejected_in_gateway_within_1ms_share"] = share
+			sc.Extra["rejected_in_gateway_p99_at_most_ms"] = 1000 * d.quantileBound(0.99)
+		}
 	}
 	sc.Extra["unavailable_503"] = c.unavailable
 	sc.Extra["other_status"] = c.otherStatus
@@ -132,8 +167,12 @@ func (h *rig) overload(ctx context.Context) *scenario {
 	} else {
 		sc.Extra["recovered_within_ms"] = "not during the recovery phase"
 	}
-	sc.Note = fmt.Sprintf("worker with %d slots, queue hold %s, client timeout %s; closed-loop capacity over %s, then open loop at %gx it for %s and %gx for %s; counts are of requests sent during the overload",
-		h.scale.conc, overloadHold, h.scale.overloadTimeout, h.scale.duration, overloadFactor, h.scale.overloadFor, recoverFactor, h.scale.recoverFor)
+	engine := "the engine answering at once"
+	if d := h.scale.overloadLatency; d > 0 {
+		engine = fmt.Sprintf("the engine taking %s a request", d)
+	}
+	sc.Note = fmt.Sprintf("worker with %d slots, queue hold %s, client timeout %s, %s; closed-loop capacity over %s, then open loop at %gx it for %s and %gx for %s; counts are of requests sent during the overload",
+		h.scale.conc, overloadHold, h.scale.overloadTimeout, engine, h.scale.duration, overloadFactor, h.scale.overloadFor, recoverFactor, h.scale.recoverFor)
 	h.log("%s done", sc.Name)
 	return sc
 }
@@ -145,6 +184,17 @@ func lagP99(outs []outcome) float64 {
 		lags[i] = o.lag
 	}
 	return pct(lags).P99
+}
+
+// queueWaits are the waits for a slot of the 200s among outs that gave one.
+func queueWaits(outs []outcome) []time.Duration {
+	var q []time.Duration
+	for _, o := range outs {
+		if o.err == nil && o.status == http.StatusOK && o.queue >= 0 {
+			q = append(q, o.queue)
+		}
+	}
+	return q
 }
 
 // withTimeout gives each request of do at most d.

@@ -39,6 +39,9 @@ type scale struct {
 	// The overload scenario's open loop: above capacity for overloadFor,
 	// below it for recoverFor, each request given overloadTimeout.
 	overloadFor, recoverFor, overloadTimeout time.Duration
+	// overloadLatency, when set, is the engine's time per request in the
+	// overload scenario.
+	overloadLatency time.Duration
 }
 
 func fullScale() scale {
