@@ -206,41 +206,31 @@ type waiter struct {
 // queue holds the requests waiting for one model's slots, oldest first.
 type queue struct {
 	l list.List
-	// emptyAt is when the queue was last empty, and refusedAt when it
-	// last turned a request away. One that has not been empty for
-	// standingAfter, or that refused a request within refusedMemory, is a
-	// standing queue: requests arrive faster than the slots serve them,
-	// which is overload, not a spike the hold is there to smooth out.
-	// Emptying alone does not end it: answers come back in bursts (the
-	// link batches them), and a burst that empties the queue for a moment
-	// is not the end of the overload.
-	emptyAt, refusedAt time.Time
+	// refusedAt is when the queue last turned a request away: its backlog
+	// had outgrown the hold. For refusedMemory after that it is in
+	// overload, and holds new requests to a short wait (standingWait).
+	// A queue that is merely long is not overload: a fixed number of
+	// clients each sending its next request when the last is answered
+	// keeps a queue for as long as they run, and refusing them would only
+	// have them ask again at once.
+	refusedAt time.Time
 }
 
 const (
-	// standingAfter is how long a queue stays non-empty before it counts
-	// as standing.
-	standingAfter = 100 * time.Millisecond
-	// refusedMemory is how long a queue that refused a request stays
-	// standing.
+	// refusedMemory is how long a queue stays in overload after it last
+	// refused a request. Answers come back in bursts, and a burst that
+	// empties the queue for a moment is not the end of the overload.
 	refusedMemory = time.Second
-	// standingWait bounds the wait that a standing queue lets a new
+	// standingWait bounds the wait that a queue in overload lets a new
 	// request in for, unless two slots take longer to free up: that many
 	// waiting keep the slots busy, and more would only add latency to all
-	// of them until their holds run out.
+	// of them, and serve no more.
 	standingWait = 5 * time.Millisecond
 )
 
-// noteLength records that q may have just emptied.
-func (q *queue) noteLength(now time.Time) {
-	if q.l.Len() == 0 {
-		q.emptyAt = now
-	}
-}
-
-// standing reports whether q is a standing queue at now.
-func (q *queue) standing(now time.Time) bool {
-	return now.Sub(q.emptyAt) >= standingAfter || now.Sub(q.refusedAt) < refusedMemory
+// overloaded reports whether q has refused a request within refusedMemory.
+func (q *queue) overloaded(now time.Time) bool {
+	return now.Sub(q.refusedAt) < refusedMemory
 }
 
 func (o *org) queue(model string) *queue {
@@ -282,7 +272,6 @@ func (f *Fleet) Acquire(ctx context.Context, need Need) (*Lease, error) {
 	}
 	hold := f.holdFor(&need)
 	q := o.queue(need.Model)
-	q.noteLength(now)
 	if q.l.Len() >= f.cfg.MaxQueue || f.backedUpLocked(o, &need, q, hold, now) {
 		q.refusedAt = now
 		err := f.capacityLocked(o, &need, q.l.Len())
@@ -308,7 +297,6 @@ func (f *Fleet) Acquire(ctx context.Context, need Need) (*Lease, error) {
 		f.queued.Add(-1)
 		wt.elem = nil
 		now := time.Now()
-		q.noteLength(now)
 		// The workers may have gone while the request waited: then it is
 		// the 503 a new request would get, not a capacity 429.
 		err := f.checkLocked(o, &need, now, true)
@@ -415,10 +403,11 @@ func (f *Fleet) slotsLocked(o *org, need *Need) int {
 // not all be served within hold at the rate need's slots serve: a request
 // queued behind them would wait out the hold for nothing, and every
 // request held adds to the latency of those ahead. A brief spike, with a
-// queue that drains within the hold, is still waited out. A standing
-// queue is held to a short wait instead (standingWait, or the time two
-// slots take to free up): under sustained overload a longer queue serves
-// no more requests, it only makes every one of them later.
+// queue that drains within the hold, is still waited out. Once a queue
+// has refused a request it is held to a short wait instead (standingWait,
+// or the time two slots take to free up): under sustained overload a
+// longer queue serves no more requests, it only makes every one of them
+// later.
 func (f *Fleet) backedUpLocked(o *org, need *Need, q *queue, hold time.Duration, now time.Time) bool {
 	avg := o.service[need.Model]
 	waiting := q.l.Len()
@@ -427,7 +416,7 @@ func (f *Fleet) backedUpLocked(o *org, need *Need, q *queue, hold time.Duration,
 	}
 	slots := max(f.slotsLocked(o, need), 1)
 	perSlot := time.Duration(float64(avg) / float64(slots))
-	if q.standing(now) {
+	if q.overloaded(now) {
 		hold = min(hold, max(standingWait, 2*perSlot))
 	}
 	return time.Duration(waiting)*perSlot > hold
@@ -544,7 +533,6 @@ func (f *Fleet) dispatchLocked(o *org, now time.Time) {
 				q.l.Remove(e)
 				f.queued.Add(-1)
 				wt.elem = nil
-				q.noteLength(now)
 				wt.grant <- l
 			} else if wt.need.Pin == "" && len(wt.need.Exclude) == 0 {
 				// Later waiters for this model want the same workers.

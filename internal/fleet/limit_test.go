@@ -319,14 +319,13 @@ func TestQueueDepthPerWorker(t *testing.T) {
 	})
 }
 
-// A queue that has not emptied for standingAfter is overload, not a
-// spike: it lets a new request wait only as long as two slots take to free
-// up, where a spike may fill the whole hold. It stays so for
-// refusedMemory after its last refusal, then the next spike gets the whole
-// hold again.
-func TestStandingQueueShortensTheWait(t *testing.T) {
+// A queue that has outgrown its hold is in overload: for refusedMemory
+// after its refusal it lets a new request wait only as long as two slots
+// take to free up, where a spike may fill the whole hold. A queue that is
+// merely long, as a fixed number of clients keeps it, is not refused.
+func TestOverloadedQueueShortensTheWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := newHarness(t, Config{Hold: time.Second, Limit: limit.Config{Floor: 4}})
+		h := newHarness(t, Config{Hold: 100 * time.Millisecond, Limit: limit.Config{Floor: 4}})
 		h.worker("o", "w", 4, chat("m"))
 		need := Need{OrgID: "o", Model: "m"}
 		h.serveFor(need, 40*time.Millisecond, Succeeded) // 10 ms a slot
@@ -338,13 +337,17 @@ func TestStandingQueueShortensTheWait(t *testing.T) {
 			}
 			busy = append(busy, l)
 		}
-		got := make(chan error, 32)
+		// Waiters keep their slots until done closes, and give them back
+		// as Neutral, so the model's service time stays 40 ms.
+		done := make(chan struct{})
+		got := make(chan error, 64)
 		queue := func(n int) {
 			for range n {
 				go func() {
 					l, err := h.f.Acquire(h.ctx, need)
 					if err == nil {
-						l.Release(Succeeded)
+						<-done
+						l.Release(Neutral)
 					}
 					got <- err
 				}()
@@ -356,90 +359,70 @@ func TestStandingQueueShortensTheWait(t *testing.T) {
 			defer h.f.mu.Unlock()
 			return h.f.orgs["o"].queues["m"].l.Len()
 		}
-		// A spike: ten waiting is 100 ms of work, well within the hold.
-		queue(10)
-		if d := depth(); d != 10 {
-			t.Fatalf("spike: %d queued, want 10", d)
-		}
-		// Still not drained after standingAfter: the queue is standing, and
-		// a new request would wait 100 ms where 20 ms keep the slots busy.
-		time.Sleep(standingAfter)
-		start := time.Now()
-		_, err := h.f.Acquire(h.ctx, need)
-		var ae *api.Error
-		if !errors.As(err, &ae) || ae.Kind != api.KindCapacity || ae.QueueDepth != 10 {
-			t.Fatalf("standing queue: err = %#v, want the capacity 429 at depth 10", err)
-		}
-		if waited := time.Since(start); waited != 0 {
-			t.Fatalf("refused after %v, want at once", waited)
-		}
-		if err := h.f.Admit(need); err == nil {
-			t.Fatal("Admit let a request in behind a standing queue")
-		}
-		// The slots free up and serve the queue, which empties.
-		for _, l := range busy {
-			l.Release(Succeeded)
-		}
-		for range 10 {
-			if err := <-got; err != nil {
-				t.Fatalf("queued request: %v", err)
-			}
-		}
-		if d := depth(); d != 0 {
-			t.Fatalf("%d still queued", d)
-		}
-		// Empty, but it refused a request a moment ago: the overload may
-		// not be over, and a new burst still gets the short wait.
-		busy = busy[:0]
-		for range 4 {
-			l, err := h.f.Acquire(h.ctx, need)
-			if err != nil {
-				t.Fatal(err)
-			}
-			busy = append(busy, l)
-		}
-		queue(10)
-		queued := depth()
-		if queued == 10 {
-			t.Fatalf("within %v of a refusal: all 10 queued, want the short wait to refuse some", refusedMemory)
-		}
-		for _, l := range busy {
-			l.Release(Succeeded)
-		}
-		refused := 0
-		for range 10 {
+		refusedAtOnce := func(wantDepth int) {
+			t.Helper()
+			start := time.Now()
+			_, err := h.f.Acquire(h.ctx, need)
 			var ae *api.Error
-			if err := <-got; errors.As(err, &ae) && ae.Kind == api.KindCapacity {
+			if !errors.As(err, &ae) || ae.Kind != api.KindCapacity || ae.QueueDepth != wantDepth {
+				t.Fatalf("err = %#v, want the capacity 429 at depth %d", err, wantDepth)
+			}
+			if waited := time.Since(start); waited != 0 {
+				t.Fatalf("refused after %v, want at once", waited)
+			}
+		}
+		// A long queue that still drains within the hold is served, however
+		// long it has stood.
+		queue(5)
+		time.Sleep(60 * time.Millisecond)
+		queue(1)
+		if d := depth(); d != 6 {
+			t.Fatalf("%d queued, want 6", d)
+		}
+		// Eleven waiting are more than the hold's work: the next is refused.
+		queue(5)
+		refusedAtOnce(11)
+		// Two slots free up and two waiters take them. Nine waiting (90 ms)
+		// would let a spike in, but the queue is in overload now: 20 ms, two
+		// slots' time, is what it lets a new request wait.
+		busy[0].Release(Neutral)
+		busy[1].Release(Neutral)
+		synctest.Wait()
+		if d := depth(); d != 9 {
+			t.Fatalf("%d queued after two slots freed, want 9", d)
+		}
+		refusedAtOnce(9)
+		if err := h.f.Admit(need); err == nil {
+			t.Fatal("Admit let a request in behind a queue in overload")
+		}
+		// The waiters' holds run out; refusedMemory after the last refusal
+		// a spike has the whole hold again.
+		time.Sleep(refusedMemory + 200*time.Millisecond)
+		if d := depth(); d != 0 {
+			t.Fatalf("%d still queued after their holds", d)
+		}
+		queue(9)
+		if d := depth(); d != 9 {
+			t.Fatalf("later spike: %d queued, want 9", d)
+		}
+		close(done)
+		busy[2].Release(Neutral)
+		busy[3].Release(Neutral)
+		served, refused := 0, 0
+		for range 5 + 1 + 5 + 9 {
+			var ae *api.Error
+			switch err := <-got; {
+			case err == nil:
+				served++
+			case errors.As(err, &ae) && ae.Kind == api.KindCapacity:
 				refused++
-			} else if err != nil {
+			default:
 				t.Fatalf("queued request: %v", err)
 			}
 		}
-		if refused != 10-queued {
-			t.Fatalf("%d refused, want the %d that did not queue", refused, 10-queued)
-		}
-		// Once the refusal is refusedMemory old, a spike has the whole hold
-		// again.
-		time.Sleep(refusedMemory)
-		busy = busy[:0]
-		for range 4 {
-			l, err := h.f.Acquire(h.ctx, need)
-			if err != nil {
-				t.Fatal(err)
-			}
-			busy = append(busy, l)
-		}
-		queue(10)
-		if d := depth(); d != 10 {
-			t.Fatalf("later spike: %d queued, want 10", d)
-		}
-		for _, l := range busy {
-			l.Release(Succeeded)
-		}
-		for range 10 {
-			if err := <-got; err != nil {
-				t.Fatalf("queued request: %v", err)
-			}
+		// The two that took the freed slots, and the later spike.
+		if served != 2+9 || refused != 9 {
+			t.Fatalf("served %d and refused %d, want 11 and 9", served, refused)
 		}
 	})
 }
