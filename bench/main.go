@@ -105,6 +105,7 @@ func run() error {
 	overFor := flag.Duration("overload-for", 0, "overload scenario: time at 1.5x capacity (default 1m, 1.5s with -short)")
 	recoverFor := flag.Duration("recover-for", 0, "overload scenario: time at 0.5x capacity after it (default 20s, 1s with -short)")
 	overTimeout := flag.Duration("overload-timeout", 0, "overload scenario: each request's client timeout (default 1s)")
+	overHold := flag.Duration("overload-hold", 0, "overload scenario: the gateway's --queue-hold (default 100ms)")
 	overLatency := flag.Duration("overload-latency", 0, "overload scenario: how long the engine takes per request, so that its slots, not the CPU, set the capacity (default: as fast as it answers)")
 	conns := flag.Int("conns", 0, "connections of the closed-loop scenarios (default 64, 8 with -short)")
 	profile := flag.String("profile", "", "also profile the gateway and worker under load and write the profiles to this directory")
@@ -151,6 +152,9 @@ func run() error {
 		sc.overloadTimeout = *overTimeout
 	}
 	sc.overloadLatency = *overLatency
+	if *overHold > 0 {
+		sc.overloadHold = *overHold
+	}
 	want := func(name string) bool {
 		return *only == "" || slices.ContainsFunc(strings.Split(*only, ","), func(s string) bool { return strings.HasPrefix(name, s) })
 	}

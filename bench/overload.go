@@ -19,14 +19,15 @@ import (
 const (
 	overloadFactor = 1.5
 	recoverFactor  = 0.5
-	// overloadHold is the gateway's --queue-hold: how long a request waits
-	// for a worker slot before its 429. Shorter than the client timeout, so
-	// that svc, not the client, decides which requests are turned away.
+	// overloadHold is the gateway's --queue-hold unless -overload-hold
+	// says otherwise: how long a request waits for a worker slot before
+	// its 429. Shorter than the client timeout, so that svc, not the
+	// client, decides which requests are turned away.
 	overloadHold = 100 * time.Millisecond
 	// recoveryBucket is the resolution of the recovery time.
 	recoveryBucket = 250 * time.Millisecond
 	// maxLag is how late the generator may send before its figures are
-	// suspect: a tenth of the queue hold.
+	// suspect: a tenth of the default queue hold.
 	maxLag = overloadHold / 10
 	// recoveredWithin is how near its no-load p50 latency must come back.
 	recoveredWithin = 2.0
@@ -36,7 +37,7 @@ const (
 // worker has as many slots as the closed loop has connections.
 func (h *rig) overload(ctx context.Context) *scenario {
 	sc := &scenario{Name: "overload", Paths: map[string]stats{}, Extra: map[string]any{}}
-	p, err := svcPath(h.scale.place, h.dir, h.bin, h.engine.url, svcOptions{maxConcurrent: h.scale.conc, queueHold: overloadHold})
+	p, err := svcPath(h.scale.place, h.dir, h.bin, h.engine.url, svcOptions{maxConcurrent: h.scale.conc, queueHold: h.scale.overloadHold})
 	if err != nil {
 		sc.Note = "skipped: " + err.Error()
 		return sc
@@ -172,7 +173,7 @@ func (h *rig) overload(ctx context.Context) *scenario {
 		engine = fmt.Sprintf("the engine taking %s a request", d)
 	}
 	sc.Note = fmt.Sprintf("worker with %d slots, queue hold %s, client timeout %s, %s; closed-loop capacity over %s, then open loop at %gx it for %s and %gx for %s; counts are of requests sent during the overload",
-		h.scale.conc, overloadHold, h.scale.overloadTimeout, engine, h.scale.duration, overloadFactor, h.scale.overloadFor, recoverFactor, h.scale.recoverFor)
+		h.scale.conc, h.scale.overloadHold, h.scale.overloadTimeout, engine, h.scale.duration, overloadFactor, h.scale.overloadFor, recoverFactor, h.scale.recoverFor)
 	h.log("%s done", sc.Name)
 	return sc
 }

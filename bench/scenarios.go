@@ -40,20 +40,20 @@ type scale struct {
 	// below it for recoverFor, each request given overloadTimeout.
 	overloadFor, recoverFor, overloadTimeout time.Duration
 	// overloadLatency, when set, is the engine's time per request in the
-	// overload scenario.
-	overloadLatency time.Duration
+	// overload scenario, and overloadHold the gateway's --queue-hold.
+	overloadLatency, overloadHold time.Duration
 }
 
 func fullScale() scale {
 	return scale{repeat: 3, warmup: 2 * time.Second, duration: 10 * time.Second, rates: []float64{500, 1000, 2000, 5000},
 		slowRate: 1000, streams: []int{1000, 10000}, cancels: 50, conc: 64, usage: 1_000_000,
-		overloadFor: time.Minute, recoverFor: 20 * time.Second, overloadTimeout: time.Second}
+		overloadFor: time.Minute, recoverFor: 20 * time.Second, overloadTimeout: time.Second, overloadHold: overloadHold}
 }
 
 func shortScale() scale {
 	return scale{short: true, repeat: 1, warmup: 100 * time.Millisecond, duration: 500 * time.Millisecond, rates: []float64{200},
 		slowRate: 100, streams: []int{50}, cancels: 3, conc: 8, usage: 20_000,
-		overloadFor: 1500 * time.Millisecond, recoverFor: time.Second, overloadTimeout: time.Second}
+		overloadFor: 1500 * time.Millisecond, recoverFor: time.Second, overloadTimeout: time.Second, overloadHold: overloadHold}
 }
 
 // scenario is one measured comparison across paths.
