@@ -206,71 +206,31 @@ type waiter struct {
 // queue holds the requests waiting for one model's slots, oldest first.
 type queue struct {
 	l list.List
-	// overloadAt is when the queue last showed overload: it refused a
-	// request (its backlog had outgrown the hold), or requests kept
-	// arriving faster than its slots served them. For overloadMemory
-	// after that it holds new requests to a short wait (standingWait).
+	// refusedAt is when the queue last turned a request away: its backlog
+	// had outgrown the hold. For refusedMemory after that it is in
+	// overload, and holds new requests to a short wait (standingWait).
 	// A queue that is merely long is not overload: a fixed number of
 	// clients each sending its next request when the last is answered
 	// keeps a queue for as long as they run, and refusing them would only
 	// have them ask again at once.
-	overloadAt time.Time
-	// The current growth window: since winStart, how many requests found
-	// no free slot (arrived) and how many waiters were given one
-	// (granted); growing counts the windows in a row in which arrivals
-	// outpaced grants.
-	winStart         time.Time
-	arrived, granted int
-	growing          int
+	refusedAt time.Time
 }
 
 const (
-	// overloadMemory is how long a queue stays in overload after it last
-	// showed it. Answers come back in bursts, and a burst that empties the
-	// queue for a moment is not the end of the overload.
-	overloadMemory = time.Second
+	// refusedMemory is how long a queue stays in overload after it last
+	// refused a request. Answers come back in bursts, and a burst that
+	// empties the queue for a moment is not the end of the overload.
+	refusedMemory = time.Second
 	// standingWait bounds the wait that a queue in overload lets a new
 	// request in for, unless two slots take longer to free up: that many
 	// waiting keep the slots busy, and more would only add latency to all
 	// of them, and serve no more.
 	standingWait = 5 * time.Millisecond
-	// A queue whose arrivals outnumber its grants by a fifth, in
-	// growthWindows windows of growthWindow in a row, with at least
-	// growthMinArrivals each, is in overload before its backlog reaches
-	// the hold: under a 2 s hold the first seconds of an overload would
-	// otherwise queue every request for up to 2 s. One window is not
-	// enough: a burst, or a fall of the adaptive limit, grows the queue
-	// once; a closed loop's arrivals are its grants coming back.
-	growthWindow      = 250 * time.Millisecond
-	growthWindows     = 2
-	growthMinArrivals = 8
 )
 
-// overloaded reports whether q has shown overload within overloadMemory.
+// overloaded reports whether q has refused a request within refusedMemory.
 func (q *queue) overloaded(now time.Time) bool {
-	return now.Sub(q.overloadAt) < overloadMemory
-}
-
-// count records an arrival that found no free slot, or a grant to a
-// waiter, and closes the growth window once it is growthWindow old.
-func (q *queue) count(now time.Time, arrived, granted int) {
-	if q.winStart.IsZero() {
-		q.winStart = now
-	}
-	q.arrived += arrived
-	q.granted += granted
-	if now.Sub(q.winStart) < growthWindow {
-		return
-	}
-	if q.arrived >= growthMinArrivals && 5*q.arrived > 6*q.granted {
-		q.growing++
-	} else {
-		q.growing = 0
-	}
-	if q.growing >= growthWindows {
-		q.overloadAt = now
-	}
-	q.winStart, q.arrived, q.granted = now, 0, 0
+	return now.Sub(q.refusedAt) < refusedMemory
 }
 
 func (o *org) queue(model string) *queue {
@@ -312,9 +272,8 @@ func (f *Fleet) Acquire(ctx context.Context, need Need) (*Lease, error) {
 	}
 	hold := f.holdFor(&need)
 	q := o.queue(need.Model)
-	q.count(now, 1, 0)
 	if q.l.Len() >= f.cfg.MaxQueue || f.backedUpLocked(o, &need, q, hold, now) {
-		q.overloadAt = now
+		q.refusedAt = now
 		err := f.capacityLocked(o, &need, q.l.Len())
 		f.mu.Unlock()
 		return nil, err
@@ -342,7 +301,7 @@ func (f *Fleet) Acquire(ctx context.Context, need Need) (*Lease, error) {
 		// the 503 a new request would get, not a capacity 429.
 		err := f.checkLocked(o, &need, now, true)
 		if err == nil && ctx.Err() == nil {
-			q.overloadAt = now
+			q.refusedAt = now
 		}
 		if err == nil {
 			err = f.capacityLocked(o, &need, q.l.Len())
@@ -403,8 +362,7 @@ func (f *Fleet) Admit(need Need) error {
 	if !usable || waiting < f.cfg.MaxQueue && !f.backedUpLocked(o, &need, q, hold, now) {
 		return nil
 	}
-	q.count(now, 1, 0)
-	q.overloadAt = now
+	q.refusedAt = now
 	return f.capacityLocked(o, &need, waiting)
 }
 
@@ -445,8 +403,8 @@ func (f *Fleet) slotsLocked(o *org, need *Need) int {
 // not all be served within hold at the rate need's slots serve: a request
 // queued behind them would wait out the hold for nothing, and every
 // request held adds to the latency of those ahead. A brief spike, with a
-// queue that drains within the hold, is still waited out. A queue in
-// overload (see queue) is held to a short wait instead (standingWait,
+// queue that drains within the hold, is still waited out. Once a queue
+// has refused a request it is held to a short wait instead (standingWait,
 // or the time two slots take to free up): under sustained overload a
 // longer queue serves no more requests, it only makes every one of them
 // later.
@@ -575,7 +533,6 @@ func (f *Fleet) dispatchLocked(o *org, now time.Time) {
 				q.l.Remove(e)
 				f.queued.Add(-1)
 				wt.elem = nil
-				q.count(now, 0, 1)
 				wt.grant <- l
 			} else if wt.need.Pin == "" && len(wt.need.Exclude) == 0 {
 				// Later waiters for this model want the same workers.
