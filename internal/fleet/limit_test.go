@@ -426,3 +426,35 @@ func TestOverloadedQueueShortensTheWait(t *testing.T) {
 		}
 	})
 }
+
+// A fixed number of clients, each sending its next request when the last
+// is answered, keeps a queue as long as it runs; it is not overload, and
+// none of them is refused.
+func TestClosedLoopIsNotOverload(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Config{Hold: 2 * time.Second, Limit: limit.Config{Floor: 4}})
+		h.worker("o", "w", 4, chat("m"))
+		need := Need{OrgID: "o", Model: "m"}
+		h.serveFor(need, 40*time.Millisecond, Succeeded)
+		errs := make(chan error, 16)
+		for range 16 {
+			go func() {
+				for end := time.Now().Add(3 * time.Second); time.Now().Before(end); {
+					l, err := h.f.Acquire(h.ctx, need)
+					if err != nil {
+						errs <- err
+						return
+					}
+					time.Sleep(40 * time.Millisecond)
+					l.Release(Neutral)
+				}
+				errs <- nil
+			}()
+		}
+		for range 16 {
+			if err := <-errs; err != nil {
+				t.Fatalf("a client of the closed loop: %v", err)
+			}
+		}
+	})
+}
