@@ -1014,8 +1014,10 @@ func TestSettingsChangedEvent(t *testing.T) {
 			}
 			return n, last
 		}
-		// The same settings, by a new process.
+		// The same settings, by a new process. Its session lets the old
+		// connection go before it takes the new one.
 		_ = w.conn.Close()
+		synctest.Wait()
 		w.hello.SessionID = uuid.NewString()
 		w.connect("o")
 		synctest.Wait()
@@ -1023,6 +1025,7 @@ func TestSettingsChangedEvent(t *testing.T) {
 			t.Fatalf("%d settings events for a worker back as it was", n)
 		}
 		_ = w.conn.Close()
+		synctest.Wait()
 		w.hello.SessionID = uuid.NewString()
 		w.hello.MaxConcurrent = 16
 		w.hello.Engines = []api.EngineInfo{{Kind: "openai", URL: "http://127.0.0.1:8000"}}
