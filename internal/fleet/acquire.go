@@ -414,7 +414,13 @@ func (f *Fleet) backedUpLocked(o *org, need *Need, q *queue, hold time.Duration,
 	if waiting == 0 || avg <= 0 {
 		return false
 	}
-	slots := max(f.slotsLocked(o, need), 1)
+	slots := f.slotsLocked(o, need)
+	if slots == 0 {
+		// No worker is ready to judge the backlog by: the requests wait
+		// for one that is expected back (its link in its grace, or the
+		// workers of a gateway this one replaced), within the hold.
+		return false
+	}
 	perSlot := time.Duration(float64(avg) / float64(slots))
 	if q.overloaded(now) {
 		hold = min(hold, max(standingWait, 2*perSlot))

@@ -458,3 +458,36 @@ func TestClosedLoopIsNotOverload(t *testing.T) {
 		}
 	})
 }
+
+// While the only worker's link is down within its grace, requests wait for
+// it as for busy slots; the queue's backlog is not judged against the
+// slots of no worker, which would refuse every request after the first.
+func TestBacklogWaitsForAWorkerInGrace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// Four waiting are 1.5 s of work on four slots, within the hold;
+		// on one, 6 s.
+		h := newHarness(t, Config{Grace: 5 * time.Second, Hold: 2 * time.Second})
+		w := h.worker("o", "w", 4, chat("m"))
+		need := Need{OrgID: "o", Model: "m"}
+		h.serveFor(need, 1500*time.Millisecond, Succeeded)
+		_ = w.conn.Close()
+		h.expect(w.id, "o", api.StatusStale)
+		got := make(chan error, 4)
+		for range 4 {
+			go func() {
+				l, err := h.f.Acquire(h.ctx, need)
+				if err == nil {
+					l.Release(Succeeded)
+				}
+				got <- err
+			}()
+		}
+		synctest.Wait() // all four wait
+		w.connect("o")
+		for range 4 {
+			if err := <-got; err != nil {
+				t.Fatalf("request during a brief drop: %v", err)
+			}
+		}
+	})
+}
