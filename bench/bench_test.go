@@ -163,12 +163,22 @@ func TestQueueWait(t *testing.T) {
 
 func TestParseDurations(t *testing.T) {
 	scrape := func(n1, n2, inf int) string {
+		// As the gateway's /metrics writes it: a histogram per route and
+		// status, each with its +Inf bucket, sum and count.
 		return fmt.Sprintf(`# HELP svc_http_request_duration_seconds x
+# TYPE svc_http_request_duration_seconds histogram
 svc_http_request_duration_seconds_bucket{route="/v1/chat/completions",status="200",le="0.001"} 99
-svc_http_request_duration_seconds_bucket{route="/v1/chat/completions",status="429",le="0.0005"} %d
-svc_http_request_duration_seconds_bucket{route="/v1/chat/completions",status="429",le="0.001"} %d
-svc_http_request_duration_seconds_bucket{route="/v1/chat/completions",status="429",le="+Inf"} %d
+svc_http_request_duration_seconds_bucket{route="/v1/chat/completions",status="200",le="+Inf"} 99
+svc_http_request_duration_seconds_sum{route="/v1/chat/completions",status="200"} 0.05
+svc_http_request_duration_seconds_count{route="/v1/chat/completions",status="200"} 99
+svc_http_request_duration_seconds_bucket{route="/v1/chat/completions",status="429",le="0.0005"} %[1]d
+svc_http_request_duration_seconds_bucket{route="/v1/chat/completions",status="429",le="0.001"} %[2]d
+svc_http_request_duration_seconds_bucket{route="/v1/chat/completions",status="429",le="+Inf"} %[3]d
+svc_http_request_duration_seconds_sum{route="/v1/chat/completions",status="429"} 0.01
+svc_http_request_duration_seconds_count{route="/v1/chat/completions",status="429"} %[3]d
 svc_http_request_duration_seconds_bucket{route="/healthz",status="429",le="+Inf"} 7
+svc_http_request_duration_seconds_sum{route="/healthz",status="429"} 0.001
+svc_http_request_duration_seconds_count{route="/healthz",status="429"} 7
 `, n1, n2, inf)
 	}
 	before, err := parseDurations(strings.NewReader(scrape(10, 10, 10)), "/v1/chat/completions", "429")

@@ -1,15 +1,16 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"math"
 	"net/http"
 	"sort"
-	"strconv"
-	"strings"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // durationBuckets is one series of svc_http_request_duration_seconds as
@@ -35,46 +36,33 @@ func scrapeDurations(ctx context.Context, c *http.Client, base, route, status st
 }
 
 func parseDurations(r io.Reader, route, status string) (durationBuckets, error) {
-	prefix := `svc_http_request_duration_seconds_bucket{`
-	want := []string{`route="` + route + `"`, `status="` + status + `"`}
-	b := durationBuckets{}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		line, ok := strings.CutPrefix(sc.Text(), prefix)
-		if !ok {
-			continue
-		}
-		labels, value, ok := strings.Cut(line, "} ")
-		if !ok {
-			continue
-		}
-		var le string
-		match := 0
-		for l := range strings.SplitSeq(labels, ",") {
-			if v, ok := strings.CutPrefix(l, `le="`); ok {
-				le = strings.TrimSuffix(v, `"`)
-			}
-			for _, w := range want {
-				if l == w {
-					match++
-				}
-			}
-		}
-		if match != len(want) || le == "" {
-			continue
-		}
-		bound, err := strconv.ParseFloat(le, 64) // "+Inf" parses as infinity
-		if err != nil {
-			return nil, fmt.Errorf("metrics: bucket %q: %w", le, err)
-		}
-		n, err := strconv.ParseFloat(value, 64)
-		if err != nil {
-			return nil, fmt.Errorf("metrics: count %q: %w", value, err)
-		}
-		b[bound] = n
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(r)
+	if err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
 	}
-	return b, sc.Err()
+	b := durationBuckets{}
+	for _, m := range families["svc_http_request_duration_seconds"].GetMetric() {
+		if label(m, "route") != route || label(m, "status") != status {
+			continue
+		}
+		h := m.GetHistogram()
+		for _, bk := range h.GetBucket() {
+			b[bk.GetUpperBound()] = float64(bk.GetCumulativeCount())
+		}
+		b[math.Inf(1)] = float64(h.GetSampleCount())
+	}
+	return b, nil
+}
+
+// label is the value of m's label name, "" when it has none.
+func label(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
 }
 
 // since is what was counted between before and b.
