@@ -200,16 +200,25 @@ func usageLog(ctx context.Context, g *gateway) ([]usageRow, error) {
 	}
 }
 
+// metricLines reads the gateway's /metrics, a line a sample.
+func (g *gateway) metricLines(ctx context.Context) ([]string, error) {
+	st, body, err := g.do(ctx, "GET", "/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	if st != 200 {
+		return nil, fmt.Errorf("metrics: status %d", st)
+	}
+	return strings.Split(string(body), "\n"), nil
+}
+
 // metric reads one unlabelled sample from the gateway's /metrics.
 func (g *gateway) metric(ctx context.Context, name string) (float64, error) {
-	st, body, err := g.do(ctx, "GET", "/metrics", nil)
+	lines, err := g.metricLines(ctx)
 	if err != nil {
 		return 0, err
 	}
-	if st != 200 {
-		return 0, fmt.Errorf("metrics: status %d", st)
-	}
-	for _, line := range strings.Split(string(body), "\n") {
+	for _, line := range lines {
 		if v, ok := strings.CutPrefix(line, name+" "); ok {
 			return strconv.ParseFloat(strings.TrimSpace(v), 64)
 		}

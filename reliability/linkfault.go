@@ -842,14 +842,11 @@ func (p *faultProxy) inject(ctx context.Context, done <-chan struct{}, active *a
 // concurrencyLimit is the adaptive concurrency limit the gateway reports
 // for model on the worker named name (svc_worker_concurrency_limit).
 func (g *gateway) concurrencyLimit(ctx context.Context, name, model string) (int, error) {
-	st, body, err := g.do(ctx, "GET", "/metrics", nil)
+	lines, err := g.metricLines(ctx)
 	if err != nil {
 		return 0, err
 	}
-	if st != 200 {
-		return 0, fmt.Errorf("metrics: status %d", st)
-	}
-	for _, line := range strings.Split(string(body), "\n") {
+	for _, line := range lines {
 		if !strings.HasPrefix(line, "svc_worker_concurrency_limit{") ||
 			!strings.Contains(line, `worker_name="`+name+`"`) || !strings.Contains(line, `model="`+model+`"`) {
 			continue
