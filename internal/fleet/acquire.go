@@ -300,10 +300,10 @@ func (f *Fleet) Acquire(ctx context.Context, need Need) (*Lease, error) {
 		// The workers may have gone while the request waited: then it is
 		// the 503 a new request would get, not a capacity 429.
 		err := f.checkLocked(o, &need, now, true)
-		if err == nil && ctx.Err() == nil {
-			q.refusedAt = now
-		}
 		if err == nil {
+			if ctx.Err() == nil {
+				q.refusedAt = now
+			}
 			err = f.capacityLocked(o, &need, q.l.Len())
 		}
 		f.mu.Unlock()
