@@ -277,7 +277,7 @@ func bench(ctx context.Context, sc scale, out string, want func(string) bool, w 
 		}
 	}
 	if sc.profile != "" {
-		if err := h.profileSvc(ctx, sc.profile); err != nil {
+		if err := h.profileSvc(ctx, sc.profile, want("stream-50-chunks")); err != nil {
 			return err
 		}
 	}

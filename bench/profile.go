@@ -17,7 +17,9 @@ import (
 // profileSvc loads svc with non-streaming requests in a closed loop while
 // fetching CPU profiles of the gateway and the worker, then their
 // allocation profiles. Read them with `go tool pprof DIR/gateway.cpu`.
-func (h *rig) profileSvc(ctx context.Context, dir string) error {
+// With streams it also profiles the streaming scenario's load, into
+// DIR/gateway.stream.cpu and DIR/worker.stream.cpu.
+func (h *rig) profileSvc(ctx context.Context, dir string, streams bool) error {
 	svc := h.path("svc")
 	if svc == nil || svc.pprof == nil {
 		return nil
@@ -26,23 +28,21 @@ func (h *rig) profileSvc(ctx context.Context, dir string) error {
 		return err
 	}
 	secs := max(int(h.scale.duration/time.Second), 2)
-	var wg sync.WaitGroup
-	errs := make(chan error, 4)
-	for name, addr := range svc.pprof {
-		wg.Go(func() {
-			errs <- fetch(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, secs), filepath.Join(dir, name+".cpu"))
-		})
+	load := time.Duration(secs)*time.Second + 500*time.Millisecond
+	if err := cpuProfiles(svc, dir, "cpu", secs, func() {
+		closedLoop(ctx, h.scale.conc, load, unaryCall(h.client, svc, unaryBody))
+	}); err != nil {
+		return err
 	}
-	closedLoop(ctx, h.scale.conc, time.Duration(secs)*time.Second+500*time.Millisecond, unaryCall(h.client, svc, unaryBody))
-	wg.Wait()
-	for name, addr := range svc.pprof {
-		if err := fetch("http://"+addr+"/debug/pprof/allocs", filepath.Join(dir, name+".allocs")); err != nil {
+	if streams {
+		if err := cpuProfiles(svc, dir, "stream.cpu", secs, func() {
+			openLoop(ctx, streamRate(h.scale.short), load, streamCall(h.client, svc, streamBody))
+		}); err != nil {
 			return err
 		}
 	}
-	close(errs)
-	for err := range errs {
-		if err != nil {
+	for name, addr := range svc.pprof {
+		if err := fetch("http://"+addr+"/debug/pprof/allocs", filepath.Join(dir, name+".allocs")); err != nil {
 			return err
 		}
 	}
@@ -112,4 +112,25 @@ func fetch(url, file string) error {
 	defer f.Close()
 	_, err = io.Copy(f, resp.Body)
 	return err
+}
+
+// cpuProfiles fetches a CPU profile of each of svc's processes, named
+// DIR/PROCESS.SUFFIX, while load runs.
+func cpuProfiles(svc *path, dir, suffix string, secs int, load func()) error {
+	var wg sync.WaitGroup
+	errs := make(chan error, len(svc.pprof))
+	for name, addr := range svc.pprof {
+		wg.Go(func() {
+			errs <- fetch(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, secs), filepath.Join(dir, name+"."+suffix))
+		})
+	}
+	load()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }

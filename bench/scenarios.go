@@ -276,10 +276,7 @@ func (h *rig) maxThroughput(ctx context.Context) *scenario {
 
 // streaming is 50-chunk streams at a fixed chunk interval.
 func (h *rig) streaming(ctx context.Context) *scenario {
-	rate := 40.0
-	if h.scale.short {
-		rate = 10
-	}
+	rate := streamRate(h.scale.short)
 	sc := h.measure("stream-50-chunks", h.paths, func(p *path) stats {
 		do := streamCall(h.client, p, streamBody)
 		outs, el := openLoop(ctx, rate, h.scale.duration+h.scale.warmup, do)
@@ -289,6 +286,14 @@ func (h *rig) streaming(ctx context.Context) *scenario {
 	})
 	sc.Note = "engine sends a chunk every 5 ms; ttft and gaps measured at the client"
 	return sc
+}
+
+// streamRate is the streaming scenario's streams a second.
+func streamRate(short bool) float64 {
+	if short {
+		return 10
+	}
+	return 40
 }
 
 // openStreams holds n streams open at once through svc and reports the
