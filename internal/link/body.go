@@ -17,6 +17,8 @@ var (
 	// ErrInterrupted is RecvUntil's answer when its channel closed
 	// first.
 	ErrInterrupted = errors.New("link: receive interrupted")
+	// ErrExpired is RecvWithin's answer when its timer fired first.
+	ErrExpired = errors.New("link: receive expired")
 	// errStopped is recv's answer when its done or stop channel closes.
 	errStopped = errors.New("link: receive stopped")
 )
@@ -139,7 +141,7 @@ func (b *Body) Bytes() ([]byte, error) {
 }
 
 func (b *Body) next() error {
-	f, err := b.st.recv(nil, nil)
+	f, err := b.st.recv(nil, nil, nil)
 	if err != nil {
 		return err
 	}

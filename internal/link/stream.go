@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 )
 
 // Stream is one request on a link: the gateway's request goes one way, the
@@ -180,7 +181,15 @@ func (st *Stream) Recv(ctx context.Context) (Frame, error) { return st.RecvUntil
 // wait that more than the caller's context may end costs no context or
 // goroutine of its own. A frame already there is returned first.
 func (st *Stream) RecvUntil(ctx context.Context, stop <-chan struct{}) (Frame, error) {
-	f, err := st.recv(ctx.Done(), stop)
+	return st.RecvWithin(ctx, stop, nil)
+}
+
+// RecvWithin is RecvUntil, also ended by a value on expire (a timer's
+// channel), with ErrExpired. A relay that waits a bounded time for each of
+// a stream's chunks resets one timer for each rather than deriving a
+// context for each.
+func (st *Stream) RecvWithin(ctx context.Context, stop <-chan struct{}, expire <-chan time.Time) (Frame, error) {
+	f, err := st.recv(ctx.Done(), stop, expire)
 	switch {
 	case err != errStopped:
 		return f, err
@@ -190,9 +199,9 @@ func (st *Stream) RecvUntil(ctx context.Context, stop <-chan struct{}) (Frame, e
 	return f, ErrInterrupted
 }
 
-// recv is Recv until done or stop is closed; a nil done waits for as long
-// as the stream lives.
-func (st *Stream) recv(done, stop <-chan struct{}) (Frame, error) {
+// recv is Recv until done or stop is closed or expire fires; a nil done
+// waits for as long as the stream lives.
+func (st *Stream) recv(done, stop <-chan struct{}, expire <-chan time.Time) (Frame, error) {
 	for {
 		st.mu.Lock()
 		if len(st.inbox) > 0 {
@@ -233,6 +242,8 @@ func (st *Stream) recv(done, stop <-chan struct{}) (Frame, error) {
 			return Frame{}, errStopped
 		case <-stop:
 			return Frame{}, errStopped
+		case <-expire:
+			return Frame{}, ErrExpired
 		}
 	}
 }

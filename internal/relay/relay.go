@@ -247,6 +247,7 @@ type Call struct {
 	current   atomic.Pointer[fleet.WorkerInfo] // read by the transport while a goroutine relays
 	st        *link.Stream
 	late      <-chan struct{} // the lease's Late; nil once the request no longer moves for it
+	wait      *time.Timer     // bounds readMessage's waits; made by the first that needs it
 	attempts  int
 	lastErr   error
 	queueWait time.Duration
@@ -608,11 +609,17 @@ var (
 // A movable read (the request has had no output) also ends with errLate
 // when the worker's heartbeats go late.
 func (c *Call) readMessage(wait time.Duration, movable bool) (link.Type, []byte, error) {
-	ctx := c.ctx
+	var expire <-chan time.Time
 	if wait > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(c.ctx, wait)
-		defer cancel()
+		// One timer for the call, reset for each wait: a stream waits for
+		// each chunk, and a context per chunk cost one of its larger parts.
+		if c.wait == nil {
+			c.wait = time.NewTimer(wait)
+		} else {
+			c.wait.Reset(wait)
+		}
+		defer c.wait.Stop()
+		expire = c.wait.C
 	}
 	var late <-chan struct{}
 	if movable && c.late != nil {
@@ -623,13 +630,13 @@ func (c *Call) readMessage(wait time.Duration, movable bool) (link.Type, []byte,
 		default:
 		}
 	}
-	f, err := c.st.RecvUntil(ctx, late)
+	f, err := c.st.RecvWithin(c.ctx, late, expire)
 	if err != nil {
 		switch {
 		case c.ctx.Err() != nil:
 		case errors.Is(err, link.ErrInterrupted):
 			return 0, nil, errLate
-		case wait > 0 && errors.Is(err, context.DeadlineExceeded):
+		case errors.Is(err, link.ErrExpired):
 			return 0, nil, errIdle
 		}
 		return 0, nil, err
