@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"sync"
@@ -122,10 +123,96 @@ func (g *connGate) reap(stop <-chan struct{}) {
 	}
 }
 
-// refuse answers a connection over the cap and closes it. The answer is a
-// few hundred bytes, which a new socket's send buffer takes at once; the
-// deadline only guards against a peer that is already gone.
-func refuse(c net.Conn) {
+// refusals answers the connections over the cap. Each is answered once
+// its request's head has come, on a goroutine of its own: an answer
+// before the request is one its client does not expect (Go's logs it as
+// unsolicited and drops it), and a connection closed with a request body
+// still arriving is reset, so the client sees the reset, not the 503. At
+// most maxRefusing are answered that way at once; past them a flood's
+// connections are answered at once and closed.
+type refusals struct {
+	slots chan struct{}
+	wg    sync.WaitGroup
+}
+
+const (
+	// maxRefusing bounds the goroutines that answer refused connections.
+	maxRefusing = 256
+	// refuseWithin bounds the time a refused connection is given to send
+	// its request and take its answer; refuseDrain the bytes of a request
+	// body read and dropped after the answer.
+	refuseWithin = 2 * time.Second
+	refuseDrain  = 32 << 20
+	// maxRefusedHead bounds the request head read before the answer.
+	maxRefusedHead = 64 << 10
+)
+
+func newRefusals() *refusals { return &refusals{slots: make(chan struct{}, maxRefusing)} }
+
+// refuse answers c with the capacity 503 and closes it.
+func (r *refusals) refuse(c net.Conn) {
+	select {
+	case r.slots <- struct{}{}:
+		r.wg.Go(func() {
+			defer func() { <-r.slots }()
+			refuseAfterRequest(c)
+		})
+	default:
+		_ = c.SetWriteDeadline(time.Now().Add(time.Second))
+		writeRefusal(c)
+		_ = c.Close()
+	}
+}
+
+// wait waits for the refusals under way, each at most refuseWithin.
+func (r *refusals) wait() { r.wg.Wait() }
+
+// refuseAfterRequest reads c's request head, answers it with the
+// capacity 503 and closes the connection once the client has sent the rest
+// of what it was sending (within refuseWithin and refuseDrain), so that the
+// close does not reset the answer away.
+func refuseAfterRequest(c net.Conn) {
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(refuseWithin))
+	br := bufio.NewReaderSize(c, 4<<10)
+	if !readHead(br) {
+		return
+	}
+	writeRefusal(c)
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	}
+	_, _ = io.CopyN(io.Discard, br, refuseDrain)
+}
+
+// readHead reads an HTTP request's head, through its blank line; false
+// when the connection ended, timed out or sent more than maxRefusedHead
+// first.
+func readHead(br *bufio.Reader) bool {
+	n := 0
+	lineStart := true
+	for n < maxRefusedHead {
+		b, err := br.ReadSlice('\n')
+		n += len(b)
+		switch {
+		case err == bufio.ErrBufferFull:
+			lineStart = false
+			continue
+		case err != nil:
+			return false
+		}
+		if lineStart && (len(b) == 1 || len(b) == 2 && b[0] == '\r') {
+			return true
+		}
+		lineStart = true
+	}
+	return false
+}
+
+// writeRefusal writes the capacity 503 with Connection: close. The answer
+// is a few hundred bytes, which a new socket's send buffer takes at once;
+// the caller's deadline only guards against a peer that is already gone.
+func writeRefusal(c net.Conn) {
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
 	resp.Header.Set("X-Request-Id", uuid.NewString())
@@ -134,20 +221,19 @@ func refuse(c net.Conn) {
 	resp.Header.SetContentType("application/json")
 	resp.SetConnectionClose()
 	resp.SetBodyRaw(body)
-	_ = c.SetWriteDeadline(time.Now().Add(time.Second))
 	w := bufio.NewWriter(c)
 	if resp.Write(w) == nil {
 		_ = w.Flush()
 	}
-	_ = c.Close()
 }
 
 // gatedListener admits connections through a connGate (none when g is
 // nil) and cuts off clients that stop reading for longer than stall.
 type gatedListener struct {
 	net.Listener
-	g     *connGate
-	stall time.Duration
+	g       *connGate
+	refused *refusals // answers those over the cap; set with g
+	stall   time.Duration
 	// stalled is told of every connection cut off for not reading.
 	stalled func(net.Conn)
 }
@@ -166,7 +252,7 @@ func (l gatedListener) Accept() (net.Conn, error) {
 			limitSendQueue(c, sendQueue)
 			return &gatedConn{Conn: c, g: l.g, stall: l.stall, stalled: l.stalled}, nil
 		}
-		refuse(c)
+		l.refused.refuse(c)
 	}
 }
 

@@ -3,10 +3,13 @@ package server
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -119,7 +122,14 @@ func TestConnectionsOverTheCap(t *testing.T) {
 			t.Fatalf("within the cap: %d", resp.StatusCode)
 		}
 	}
-	resp := get(dial())
+	// Over the cap, the answer waits for the request: an answer before
+	// it is one the client does not expect.
+	over := dial()
+	_ = over.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	if n, err := over.Read(make([]byte, 1)); n != 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("answered before the request: %d bytes, %v", n, err)
+	}
+	resp := get(over)
 	var body struct {
 		Detail string `json:"detail"`
 		Error  struct {
@@ -145,4 +155,81 @@ func TestConnectionsOverTheCap(t *testing.T) {
 			t.Fatal("a closed connection's place was never given back")
 		}
 	}
+}
+
+// A request whose body is still coming when it is refused over the cap
+// gets its 503, not a reset: the connection is closed only once the client
+// has sent what it was sending.
+func TestRefusedUploadGetsItsAnswer(t *testing.T) {
+	s := &Server{log: slog.New(slog.DiscardHandler), metrics: newMetrics(buildinfo.Info{}), gate: newConnGate(1, time.Minute)}
+	s.public = s.newListener(newMux([]*route{{method: "POST", path: "/up", access: accessPublic, handle: func(c *call) error {
+		writeJSON(c.ctx, http.StatusOK, map[string]bool{"ok": true})
+		return nil
+	}}}), false)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = s.ServePublic(ln) })
+	defer func() {
+		_ = s.public.srv.Shutdown()
+		wg.Wait()
+	}()
+	held, err := net.Dial("tcp", ln.Addr().String()) // the one place
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
+	body := strings.Repeat("x", 4<<20) // more than the sockets' buffers hold
+	for range 5 {
+		resp, err := client.Post("http://"+ln.Addr().String()+"/up", "application/octet-stream", strings.NewReader(body))
+		if err != nil {
+			t.Fatalf("upload over the cap: %v", err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "1" {
+			t.Fatalf("upload over the cap: %d %v", resp.StatusCode, resp.Header)
+		}
+	}
+}
+
+func TestReadHead(t *testing.T) {
+	long := strings.Repeat("a", 10<<10) // past the reader's buffer
+	for _, tc := range []struct {
+		name, in string
+		want     bool
+	}{
+		{"crlf", "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\nbody", true},
+		{"lf", "GET / HTTP/1.1\nHost: x\n\n", true},
+		{"long header", "POST / HTTP/1.1\r\nX-Long: " + long + "\r\n\r\n", true},
+		{"cut short", "GET / HTTP/1.1\r\nHost: x\r\n", false},
+		{"nothing", "", false},
+		{"too long", "GET / HTTP/1.1\r\nX-Long: " + strings.Repeat(long, 8) + "\r\n\r\n", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := readHead(bufio.NewReaderSize(strings.NewReader(tc.in), 4<<10)); got != tc.want {
+				t.Fatalf("readHead = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// Past maxRefusing refusals under way, a connection over the cap is
+// answered at once rather than given a goroutine.
+func TestRefusalsPastTheirBoundAnswerAtOnce(t *testing.T) {
+	r := &refusals{slots: make(chan struct{})} // none free
+	server, client := net.Pipe()
+	defer client.Close()
+	go r.refuse(server)
+	resp, err := http.ReadResponse(bufio.NewReader(client), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusServiceUnavailable || !resp.Close {
+		t.Fatalf("refused at once: %d, close %v", resp.StatusCode, resp.Close)
+	}
+	r.wait()
 }

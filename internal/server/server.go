@@ -333,12 +333,14 @@ func (s *Server) ServePublic(ln net.Listener) error {
 	if s.gate == nil {
 		return s.public.srv.Serve(gl)
 	}
+	gl.refused = newRefusals()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() { s.gate.reap(stop) })
 	defer func() {
 		close(stop)
 		wg.Wait()
+		gl.refused.wait()
 	}()
 	return s.public.srv.Serve(gl)
 }
