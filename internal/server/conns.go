@@ -16,6 +16,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/sock"
 )
 
 // connGate bounds the public listener's connections. A connection over the
@@ -250,7 +251,7 @@ func (l gatedListener) Accept() (net.Conn, error) {
 			// reading, and what a stalled client is billed for is what it
 			// acknowledged, not megabytes still queued here.
 			limitSendQueue(c, sendQueue)
-			return &gatedConn{Conn: c, g: l.g, stall: l.stall, stalled: l.stalled}, nil
+			return &gatedConn{Conn: sock.Wrap(c), g: l.g, stall: l.stall, stalled: l.stalled}, nil
 		}
 		l.refused.refuse(c)
 	}
@@ -336,7 +337,7 @@ func (c *gatedConn) Write(p []byte) (int, error) {
 		case !errors.Is(err, os.ErrDeadlineExceeded):
 			return done, err
 		case c.waited >= c.stall:
-			if tc, ok := c.Conn.(*net.TCPConn); ok {
+			if tc, ok := c.Conn.(interface{ SetLinger(int) error }); ok {
 				_ = tc.SetLinger(0)
 			}
 			if c.stalled != nil {
