@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -29,6 +30,7 @@ import (
 	"github.com/svc-dev/svc/internal/link"
 	"github.com/svc-dev/svc/internal/moderation"
 	"github.com/svc-dev/svc/internal/power"
+	"github.com/svc-dev/svc/internal/sock"
 	"github.com/svc-dev/svc/internal/web"
 )
 
@@ -227,7 +229,15 @@ func connectURL(gateway string) (string, error) {
 }
 
 func (a *Agent) dialWebSocket(ctx context.Context, u string) (link.Conn, error) {
-	d := websocket.Dialer{HandshakeTimeout: 10 * time.Second, ReadBufferSize: 64 << 10, WriteBufferSize: 64 << 10}
+	nd := &net.Dialer{}
+	d := websocket.Dialer{HandshakeTimeout: 10 * time.Second, ReadBufferSize: 64 << 10, WriteBufferSize: 64 << 10,
+		NetDialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			nc, err := nd.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return sock.Wrap(nc), nil
+		}}
 	h := http.Header{}
 	h.Set("Authorization", "Bearer "+a.cfg.Token)
 	h.Set("User-Agent", "svc-worker/"+a.cfg.Version)

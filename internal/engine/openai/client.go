@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/svc-dev/svc/internal/sock"
 	"github.com/valyala/fasthttp"
 )
 
@@ -88,7 +89,13 @@ func newClient(base, apiKey string, dial DialFunc, proxy ProxyFunc) (*client, er
 	}
 	if dial == nil {
 		d := &net.Dialer{Timeout: dialTimeout, KeepAlive: tcpKeepAlive}
-		dial = d.DialContext
+		dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			nc, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return sock.Wrap(nc), nil
+		}
 	}
 	addr := hostPort(u)
 	c.dial = func(ctx context.Context) (net.Conn, error) { return dial(ctx, "tcp", addr) }
