@@ -76,11 +76,13 @@ func TestExpiredIdleConnections(t *testing.T) {
 	}
 }
 
-// A connection over the cap is answered with the API's 503 and closed;
-// once a place frees, the next connection is served.
-func TestConnectionsOverTheCap(t *testing.T) {
-	s := &Server{log: slog.New(slog.DiscardHandler), metrics: newMetrics(buildinfo.Info{}), gate: newConnGate(2, time.Minute)}
-	s.public = s.newListener(newMux([]*route{{method: "GET", path: "/ok", access: accessPublic, handle: func(c *call) error {
+// serveCapped serves a route answering 200 on a loopback listener of its
+// own, behind a cap of maxConns connections, until the test ends, and
+// returns the listener's address.
+func serveCapped(t *testing.T, maxConns int, method, path string) string {
+	t.Helper()
+	s := &Server{log: slog.New(slog.DiscardHandler), metrics: newMetrics(buildinfo.Info{}), gate: newConnGate(maxConns, time.Minute)}
+	s.public = s.newListener(newMux([]*route{{method: method, path: path, access: accessPublic, handle: func(c *call) error {
 		writeJSON(c.ctx, http.StatusOK, map[string]bool{"ok": true})
 		return nil
 	}}}), false)
@@ -90,10 +92,17 @@ func TestConnectionsOverTheCap(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = s.ServePublic(ln) })
-	defer func() {
+	t.Cleanup(func() {
 		_ = s.public.srv.Shutdown()
 		wg.Wait()
-	}()
+	})
+	return ln.Addr().String()
+}
+
+// A connection over the cap is answered with the API's 503 and closed;
+// once a place frees, the next connection is served.
+func TestConnectionsOverTheCap(t *testing.T) {
+	addr := serveCapped(t, 2, "GET", "/ok")
 
 	get := func(c net.Conn) *http.Response {
 		t.Helper()
@@ -109,7 +118,7 @@ func TestConnectionsOverTheCap(t *testing.T) {
 	}
 	dial := func() net.Conn {
 		t.Helper()
-		c, err := net.Dial("tcp", ln.Addr().String())
+		c, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -161,22 +170,8 @@ func TestConnectionsOverTheCap(t *testing.T) {
 // gets its 503, not a reset: the connection is closed only once the client
 // has sent what it was sending.
 func TestRefusedUploadGetsItsAnswer(t *testing.T) {
-	s := &Server{log: slog.New(slog.DiscardHandler), metrics: newMetrics(buildinfo.Info{}), gate: newConnGate(1, time.Minute)}
-	s.public = s.newListener(newMux([]*route{{method: "POST", path: "/up", access: accessPublic, handle: func(c *call) error {
-		writeJSON(c.ctx, http.StatusOK, map[string]bool{"ok": true})
-		return nil
-	}}}), false)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	wg.Go(func() { _ = s.ServePublic(ln) })
-	defer func() {
-		_ = s.public.srv.Shutdown()
-		wg.Wait()
-	}()
-	held, err := net.Dial("tcp", ln.Addr().String()) // the one place
+	addr := serveCapped(t, 1, "POST", "/up")
+	held, err := net.Dial("tcp", addr) // the one place
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +179,7 @@ func TestRefusedUploadGetsItsAnswer(t *testing.T) {
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
 	body := strings.Repeat("x", 4<<20) // more than the sockets' buffers hold
 	for range 5 {
-		resp, err := client.Post("http://"+ln.Addr().String()+"/up", "application/octet-stream", strings.NewReader(body))
+		resp, err := client.Post("http://"+addr+"/up", "application/octet-stream", strings.NewReader(body))
 		if err != nil {
 			t.Fatalf("upload over the cap: %v", err)
 		}
