@@ -135,6 +135,27 @@ func TestReadWhileWriting(t *testing.T) {
 	wg.Wait()
 }
 
+// A read waiting on the socket ends when another goroutine closes the
+// connection, as the client watch and the link's owners do.
+func TestCloseEndsAWaitingRead(t *testing.T) {
+	_, b := pair(t)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := b.Read(make([]byte, 8))
+		errc <- err
+	}()
+	time.Sleep(20 * time.Millisecond) // the read is waiting on the poller
+	b.Close()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, net.ErrClosed) {
+			t.Fatalf("read ended with %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the read went on after the close")
+	}
+}
+
 // What is no socket, or runs under the race detector, is left as it is.
 func TestWrapLeavesOthers(t *testing.T) {
 	c, d := net.Pipe()
