@@ -2,6 +2,7 @@ package server
 
 import (
 	"net"
+	"os"
 	"sync"
 	"syscall"
 	"time"
@@ -20,8 +21,14 @@ import (
 // epoll instance does not disturb the runtime's poller, and nothing is read
 // from the socket, so fasthttp finds it as it left it.
 type clientWatch struct {
-	mu      sync.Mutex
-	epfd    int
+	mu   sync.Mutex
+	epfd int
+	// ep is epfd as a file of the runtime's poller, which tells when the
+	// instance has events: the goroutine waits there rather than in a
+	// blocking epoll_wait, which would hold the process's only P (with
+	// GOMAXPROCS=1) until sysmon took it back, up to 10 ms later.
+	ep      *os.File
+	epRaw   syscall.RawConn
 	wakefd  int // an eventfd that ends the wait on close
 	entries map[int32]*watchEntry
 	// gen numbers the registrations, so that an event of a socket since
@@ -86,7 +93,13 @@ func (w *clientWatch) initLocked() bool {
 		w.failed = true
 		return false
 	}
-	w.epfd, w.wakefd, w.started = epfd, wakefd, true
+	ep, raw, err := pollable(epfd)
+	if err != nil {
+		unix.Close(wakefd)
+		w.failed = true
+		return false
+	}
+	w.epfd, w.ep, w.epRaw, w.wakefd, w.started = epfd, ep, raw, wakefd, true
 	go w.run()
 	return true
 }
@@ -173,15 +186,38 @@ func (w *clientWatch) forgetLocked(e *watchEntry) {
 	}
 }
 
+// pollable hands epfd to the runtime's poller; on failure epfd is closed.
+func pollable(epfd int) (*os.File, syscall.RawConn, error) {
+	if err := unix.SetNonblock(epfd, true); err != nil {
+		unix.Close(epfd)
+		return nil, nil, err
+	}
+	ep := os.NewFile(uintptr(epfd), "clientwatch-epoll")
+	raw, err := ep.SyscallConn()
+	if err != nil {
+		ep.Close()
+		return nil, nil, err
+	}
+	return ep, raw, nil
+}
+
 func (w *clientWatch) run() {
 	defer close(w.done)
 	events := make([]unix.EpollEvent, 128)
 	for {
-		n, err := unix.EpollWait(w.epfd, events, -1)
-		if err != nil {
-			if err == unix.EINTR {
-				continue
+		var n int
+		var err error
+		// Each wait starts with a look, so events left over from a full
+		// batch are taken without a new edge.
+		werr := w.epRaw.Read(func(fd uintptr) bool {
+			for {
+				n, err = unix.EpollWait(int(fd), events, 0)
+				if err != unix.EINTR {
+					return n > 0 || err != nil
+				}
 			}
+		})
+		if werr != nil || err != nil {
 			return
 		}
 		var fire []func()
@@ -225,7 +261,7 @@ func (w *clientWatch) close() {
 	one := []byte{1, 0, 0, 0, 0, 0, 0, 0}
 	_, _ = unix.Write(w.wakefd, one)
 	<-w.done
-	unix.Close(w.epfd)
+	w.ep.Close()
 	unix.Close(w.wakefd)
 }
 
