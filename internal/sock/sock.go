@@ -20,7 +20,9 @@
 package sock
 
 import (
+	"context"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"sync"
@@ -80,12 +82,20 @@ func wrap(c net.Conn) net.Conn {
 	return w
 }
 
+// Dial is d's DialContext with the connection it makes wrapped.
+func Dial(d *net.Dialer) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return Wrap(c), nil
+	}
+}
+
 // cookedEvery is how often a connection's read or write goes through the
 // scheduler, waking sysmon should it sleep.
 const cookedEvery = 32
-
-// Unwrap is the connection under the raw calls.
-func (c *Conn) Unwrap() net.Conn { return c.Conn }
 
 // SyscallConn reaches the socket, as the connection under it does.
 func (c *Conn) SyscallConn() (syscall.RawConn, error) { return c.raw, nil }
@@ -130,8 +140,8 @@ func (c *Conn) Write(p []byte) (int, error) {
 // *net.OpError, which says Timeout for a passed deadline and unwraps to
 // io.EOF, os.ErrDeadlineExceeded or net.ErrClosed as theirs do.
 func (c *Conn) opError(op string, err error) error {
-	if err == errEOF {
-		return ioEOF
+	if err == io.EOF {
+		return err
 	}
 	if oe, ok := err.(*net.OpError); ok {
 		// The poller's own errors come dressed for "raw-read".

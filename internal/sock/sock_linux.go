@@ -1,18 +1,12 @@
 package sock
 
 import (
-	"errors"
 	"io"
 	"syscall"
 	"unsafe"
 )
 
 const supported = true
-
-var (
-	ioEOF  = io.EOF
-	errEOF = errors.New("sock: end of stream")
-)
 
 // readNow is one raw read into c.rbuf; false asks the poller to wait until
 // the socket is readable and call again.
@@ -24,7 +18,7 @@ func (c *Conn) readNow(fd uintptr) bool {
 		case 0:
 			c.rn = int(n)
 			if n == 0 {
-				c.rerr = errEOF
+				c.rerr = io.EOF
 			}
 			return true
 		case syscall.EINTR:

@@ -11,8 +11,8 @@ import (
 	"time"
 )
 
-// pair is a loopback TCP connection with raw calls on both ends, so that
-// what one end reads of the other orders them for the race detector too.
+// pair is a loopback TCP connection with raw calls on both ends, also
+// under the race detector (where Wrap leaves connections as they are).
 func pair(t testing.TB) (a, b *Conn) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -163,6 +163,12 @@ func TestWrapLeavesOthers(t *testing.T) {
 	defer d.Close()
 	if Wrap(c) != c {
 		t.Fatal("a pipe was wrapped")
+	}
+	a, _ := pair(t)
+	tc := a.Conn
+	_, wrapped := Wrap(tc).(*Conn)
+	if wrapped == raceEnabled {
+		t.Fatalf("a TCP connection wrapped %v with the race detector %v", wrapped, raceEnabled)
 	}
 }
 

@@ -229,15 +229,8 @@ func connectURL(gateway string) (string, error) {
 }
 
 func (a *Agent) dialWebSocket(ctx context.Context, u string) (link.Conn, error) {
-	nd := &net.Dialer{}
 	d := websocket.Dialer{HandshakeTimeout: 10 * time.Second, ReadBufferSize: 64 << 10, WriteBufferSize: 64 << 10,
-		NetDialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			nc, err := nd.DialContext(ctx, network, addr)
-			if err != nil {
-				return nil, err
-			}
-			return sock.Wrap(nc), nil
-		}}
+		NetDialContext: sock.Dial(&net.Dialer{})}
 	h := http.Header{}
 	h.Set("Authorization", "Bearer "+a.cfg.Token)
 	h.Set("User-Agent", "svc-worker/"+a.cfg.Version)

@@ -88,14 +88,7 @@ func newClient(base, apiKey string, dial DialFunc, proxy ProxyFunc) (*client, er
 		c.auth = basicAuth(u.User)
 	}
 	if dial == nil {
-		d := &net.Dialer{Timeout: dialTimeout, KeepAlive: tcpKeepAlive}
-		dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
-			nc, err := d.DialContext(ctx, network, addr)
-			if err != nil {
-				return nil, err
-			}
-			return sock.Wrap(nc), nil
-		}
+		dial = sock.Dial(&net.Dialer{Timeout: dialTimeout, KeepAlive: tcpKeepAlive})
 	}
 	addr := hostPort(u)
 	c.dial = func(ctx context.Context) (net.Conn, error) { return dial(ctx, "tcp", addr) }
