@@ -5,8 +5,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	bbolt "go.etcd.io/bbolt"
-
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/store"
 )
@@ -38,7 +36,7 @@ func (e *Events) RecordEvent(orgID string, ev api.WorkerEvent) {
 		e.w.log.Error("worker event not stored", "err", err)
 		return
 	}
-	e.w.add(kindEvent, len(key)+len(data), func(tx *bbolt.Tx) error {
+	e.w.add(kindEvent, len(key)+len(data), func(tx *txn) error {
 		return tx.Bucket(bucketEvents).Put(key, data)
 	})
 }

@@ -109,7 +109,7 @@ func outboxValue(kind OutboxKind, owner string, size int) []byte {
 
 // add queues v to be put under the bucket's next sequence.
 func (o *Outbox) add(kind recordKind, v []byte) {
-	o.w.add(kind, len(v)+8, func(tx *bbolt.Tx) error {
+	o.w.add(kind, len(v)+8, func(tx *txn) error {
 		b := tx.Bucket(bucketOutbox)
 		// Keys only grow: pages split full, as the usage log's do.
 		b.FillPercent = 0.95

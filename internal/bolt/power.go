@@ -190,9 +190,9 @@ func (p *Power) Add(workerID string, deltas []powerlog.Delta, through int64, met
 			size += len(s.Key)
 		}
 	}
-	p.w.add(kindPower, size, func(tx *bbolt.Tx) error {
+	p.w.add(kindPower, size, func(tx *txn) error {
 		for _, a := range adds {
-			if err := p.addToBucket(tx, a); err != nil {
+			if err := p.addToBucket(tx.Tx, a); err != nil {
 				return err
 			}
 		}

@@ -6,11 +6,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"sync/atomic"
 	"time"
 
 	bbolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/store"
@@ -35,7 +37,8 @@ import (
 // The date sorts chronologically right after the organisation, so a window
 // of days is one forward range scan in each bucket, touching only that
 // window's aggregates. Totals are fixed-width binary (see appendTotals):
-// they are read, added to and rewritten for every row.
+// each commit reads, adds to and rewrites those its rows touch (see
+// totalsBatch).
 type Usage struct {
 	store *Store
 	w     *Writer
@@ -144,19 +147,10 @@ func (u *Usage) put(orgID string, row *api.UsageRow, r usage.Rollup) {
 	// goroutine only does the tree work.
 	data := appendUsageRow(make([]byte, 0, 160), row)
 	rowKey := timeKey(orgID, row.CreatedAt, u.seq.Add(1))
-
-	dayKey := make([]byte, 0, len(orgID)+1+len(r.Day))
-	dayKey = append(dayKey, orgID...)
-	dayKey = append(dayKey, 0)
-	dayKey = append(dayKey, r.Day...)
-	modelKey := subKey(dayKey, r.Model)
-	var workerKey []byte
-	if r.WorkerID != "" {
-		workerKey = subKey(dayKey, r.WorkerID)
-	}
-
-	size := len(data) + len(rowKey) + len(dayKey) + len(modelKey) + len(workerKey) + len(r.WorkerName)
-	u.w.add(kindUsage, size, func(tx *bbolt.Tx) error {
+	// The aggregates' keys are built by the commit, which needs each only
+	// once however many of its rows share it.
+	size := len(data) + len(rowKey) + 3*(len(orgID)+len(r.Day)) + len(r.Model) + len(r.WorkerID) + len(r.WorkerName)
+	u.w.add(kindUsage, size, func(tx *txn) error {
 		rows := tx.Bucket(bucketUsageRows)
 		// Keys grow with time, so pages only ever fill at the end: split
 		// them full rather than half full, which would double the file.
@@ -164,60 +158,119 @@ func (u *Usage) put(orgID string, row *api.UsageRow, r usage.Rollup) {
 		if err := rows.Put(rowKey, data); err != nil {
 			return fmt.Errorf("put usage row: %w", err)
 		}
-		if err := u.bump(tx.Bucket(bucketUsageDays), dayKey, &r.Totals, false, ""); err != nil {
-			return err
-		}
-		if err := u.bump(tx.Bucket(bucketUsageModels), modelKey, &r.Totals, false, ""); err != nil {
-			return err
-		}
-		if workerKey == nil {
-			return nil
-		}
-		return u.bump(tx.Bucket(bucketUsageWorkers), workerKey, &r.Totals, true, r.WorkerName)
+		return tx.totals.add(orgID, &r)
 	})
 }
 
-// subKey is a day key, 0x00 and a model or worker id.
-func subKey(dayKey []byte, id string) []byte {
-	k := make([]byte, 0, len(dayKey)+1+len(id))
-	k = append(k, dayKey...)
-	k = append(k, 0)
-	return append(k, id...)
+// totalsBatch sums what a commit's rows add to each aggregate, so that an
+// aggregate its rows share (a busy day's, model's and worker's) is read
+// and rewritten once per commit rather than once per row. On
+// BenchmarkUsageRecord's live rows that is 3.1-3.8 µs and 9 allocations a
+// row, against 4.9-6.1 µs and 28 when each row read and rewrote its three
+// aggregates and allocated their keys.
+//
+// A row's aggregates are checked as it is added, so that one the store
+// would refuse fails that row alone (see Writer); writing the sums can
+// then only fail as the transaction does.
+type totalsBatch struct {
+	// index maps a bucket's tag and an aggregate key to its place in sums.
+	index map[string]int
+	sums  []pendingTotals
+	// key and tagged are scratch for the keys of a row's aggregates.
+	key, tagged []byte
 }
 
-// bump adds d to the aggregate at key. A named aggregate (a worker's)
-// carries the name after the totals: an empty name keeps the one stored.
-//
-// Each row reads and rewrites its aggregates directly. Caching the decoded
-// values per transaction was measured and gained nothing: the Put that
-// must follow seeks the same path the Get did, and commit dominates.
-func (u *Usage) bump(b *bbolt.Bucket, key []byte, d *api.UsageTotals, named bool, name string) error {
-	t := *d
-	var old []byte
-	if v := b.Get(key); v != nil {
-		var stored api.UsageTotals
-		rest, err := decodeTotals(&stored, v)
-		if err != nil {
-			// Failing would fail every later commit touching this key, and
-			// the events sharing those commits: start the aggregate over.
-			u.w.log.Error("usage aggregate reset", "key", fmt.Sprintf("%q", key), "err", err)
-			rest = nil
-		} else {
-			usage.Add(&t, &stored)
-		}
-		old = rest
+// pendingTotals is what a commit adds to one aggregate. A named aggregate
+// (a worker's) takes the last name its rows give, or keeps the stored one.
+type pendingTotals struct {
+	bucket []byte
+	key    []byte
+	t      api.UsageTotals
+	named  bool
+	name   string
+}
+
+func (b *totalsBatch) reset() {
+	clear(b.index)
+	clear(b.sums)
+	b.sums = b.sums[:0]
+}
+
+// add adds r to the day's, the model's and the worker's totals of org.
+func (b *totalsBatch) add(orgID string, r *usage.Rollup) error {
+	day := append(append(append(b.key[:0], orgID...), 0), r.Day...)
+	n := len(day)
+	if err := b.addTo(bucketUsageDays, 'd', day, &r.Totals, false, ""); err != nil {
+		return err
 	}
-	buf := make([]byte, 0, totalsSize+max(len(name), len(old)))
-	buf = appendTotals(buf, &t)
-	if named {
+	k := append(append(day[:n], 0), r.Model...)
+	if err := b.addTo(bucketUsageModels, 'm', k, &r.Totals, false, ""); err != nil {
+		return err
+	}
+	if r.WorkerID != "" {
+		k = append(append(k[:n], 0), r.WorkerID...)
+		if err := b.addTo(bucketUsageWorkers, 'w', k, &r.Totals, true, r.WorkerName); err != nil {
+			return err
+		}
+	}
+	b.key = k[:0]
+	return nil
+}
+
+func (b *totalsBatch) addTo(bucket []byte, tag byte, key []byte, d *api.UsageTotals, named bool, name string) error {
+	if len(key) > bbolt.MaxKeySize {
+		return fmt.Errorf("put usage aggregate: %w", bolterrors.ErrKeyTooLarge)
+	}
+	// Looked up by the bucket's tag and the key; converted in the index
+	// expression, the bytes are not copied.
+	b.tagged = append(append(b.tagged[:0], tag), key...)
+	if i, ok := b.index[string(b.tagged)]; ok {
+		p := &b.sums[i]
+		usage.Add(&p.t, d)
 		if name != "" {
-			buf = append(buf, name...)
-		} else {
-			buf = append(buf, old...)
+			p.name = name
 		}
+		return nil
 	}
-	if err := b.Put(key, buf); err != nil {
-		return fmt.Errorf("put usage aggregate: %w", err)
+	if b.index == nil {
+		b.index = make(map[string]int)
+	}
+	b.index[string(b.tagged)] = len(b.sums)
+	b.sums = append(b.sums, pendingTotals{bucket: bucket, key: bytes.Clone(key), t: *d, named: named, name: name})
+	return nil
+}
+
+// write adds each sum to its stored aggregate.
+func (b *totalsBatch) write(tx *bbolt.Tx, log *slog.Logger) error {
+	for i := range b.sums {
+		p := &b.sums[i]
+		bk := tx.Bucket(p.bucket)
+		t := p.t
+		var old []byte
+		if v := bk.Get(p.key); v != nil {
+			var stored api.UsageTotals
+			rest, err := decodeTotals(&stored, v)
+			if err != nil {
+				// Failing would fail every later commit touching this key,
+				// and the events sharing those commits: start it over.
+				log.Error("usage aggregate reset", "key", fmt.Sprintf("%q", p.key), "err", err)
+				rest = nil
+			} else {
+				usage.Add(&t, &stored)
+			}
+			old = rest
+		}
+		buf := appendTotals(make([]byte, 0, totalsSize+max(len(p.name), len(old))), &t)
+		if p.named {
+			if p.name != "" {
+				buf = append(buf, p.name...)
+			} else {
+				buf = append(buf, old...)
+			}
+		}
+		if err := bk.Put(p.key, buf); err != nil {
+			return fmt.Errorf("put usage aggregate: %w", err)
+		}
 	}
 	return nil
 }

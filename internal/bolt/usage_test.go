@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -462,4 +463,80 @@ func TestUsageMalformedAggregateStartsOver(t *testing.T) {
 	if rows, _ := u.Logs("o", UsageQuery{Limit: 10}); len(rows) != 2 {
 		t.Fatalf("%d rows", len(rows))
 	}
+}
+
+// A commit sums what its rows add to each aggregate and writes each once:
+// the totals and a worker's name come out as if every row had been added
+// on its own, and a row whose aggregate the store would refuse (a model
+// name past bbolt's longest key) is given up alone, the rest of its
+// commit written.
+func TestUsageCommitSumsSharedAggregates(t *testing.T) {
+	s, err := Open(t.TempDir(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	w := s.NewWriter(WriterOptions{Every: time.Hour})
+	u := s.Usage(w)
+	row := func(id, model, worker, name string, tokens int64) api.UsageRow {
+		return api.UsageRow{ID: id, CreatedAt: usageNow, Model: model, StatusCode: 200, TotalTokens: int(tokens),
+			WorkerID: api.NullText(worker), WorkerName: api.NullText(name)}
+	}
+	type want struct {
+		requests, tokens int64
+		models           map[string]int64 // requests
+		workerName       string
+		rejected         uint64
+	}
+	check := func(t *testing.T, w *Writer, want want) {
+		t.Helper()
+		sum, err := u.Summary("o", 1, usageNow)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sum.Requests != want.requests || sum.TotalTokens != want.tokens {
+			t.Errorf("summary: %d requests, %d tokens; want %d, %d", sum.Requests, sum.TotalTokens, want.requests, want.tokens)
+		}
+		b, err := u.Breakdown("o", 1, "requests", usageNow)
+		if err != nil {
+			t.Fatal(err)
+		}
+		models := map[string]int64{}
+		for _, m := range b.Models {
+			models[m.Model] = m.Requests
+		}
+		if !reflect.DeepEqual(models, want.models) {
+			t.Errorf("models %v, want %v", models, want.models)
+		}
+		if len(b.Workers) != 1 || b.Workers[0].WorkerName != want.workerName || b.Workers[0].Requests != want.requests {
+			t.Errorf("workers %+v, want one named %q with %d requests", b.Workers, want.workerName, want.requests)
+		}
+		if r := w.Backlog().Rejected; r != want.rejected {
+			t.Errorf("%d records rejected, want %d", r, want.rejected)
+		}
+	}
+
+	for _, r := range []api.UsageRow{
+		row("1", "m", "w", "First", 5),
+		row("2", "m", "w", "", 7),
+		row("3", strings.Repeat("x", 40_000), "w", "Refused", 100),
+		row("4", "m2", "w", "Second", 11),
+		row("5", "m", "w", "", 13),
+	} {
+		u.Record("o", r)
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	check(t, w, want{requests: 4, tokens: 36, models: map[string]int64{"m": 3, "m2": 1}, workerName: "Second", rejected: 1})
+	if rows, _ := u.Logs("o", UsageQuery{Limit: 10}); len(rows) != 4 {
+		t.Errorf("%d rows listed, want 4", len(rows))
+	}
+
+	// A later commit adds to what is stored, and an empty name keeps it.
+	u.Record("o", row("6", "m2", "w", "", 1))
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	check(t, w, want{requests: 5, tokens: 37, models: map[string]int64{"m": 3, "m2": 2}, workerName: "Second", rejected: 1})
 }

@@ -36,7 +36,14 @@ type record struct {
 	kind recordKind
 	size int
 	seq  uint64
-	put  func(tx *bbolt.Tx) error
+	put  func(tx *txn) error
+}
+
+// txn is a commit's transaction, and what its usage rows add to the
+// totals, written once per aggregate after every record is applied.
+type txn struct {
+	*bbolt.Tx
+	totals *totalsBatch
 }
 
 // recordOverhead is added to what a record's caller counts of it (its
@@ -113,10 +120,11 @@ type Writer struct {
 	rejected uint64
 
 	// cmu makes commits one at a time. What it guards besides:
-	// unsure is the token of the last failed commit, which may have been
+	// totals, the running commit's sums of usage totals; unsure is the token of the last failed commit, which may have been
 	// written after all (a failed fsync of its meta page), and unsureN how
 	// many records at the head it held; 0 when none is in doubt.
 	cmu     sync.Mutex
+	totals  totalsBatch
 	token   uint64
 	unsure  uint64
 	unsureN int
@@ -163,7 +171,7 @@ func (w *Writer) signal() {
 
 // add queues a record of kind holding size bytes of keys and values
 // without blocking. At the bound, an event or power report is dropped.
-func (w *Writer) add(kind recordKind, size int, put func(tx *bbolt.Tx) error) {
+func (w *Writer) add(kind recordKind, size int, put func(tx *txn) error) {
 	size += recordOverhead
 	w.mu.Lock()
 	if kind != kindUsage && w.bytes >= w.limit {
@@ -351,11 +359,16 @@ func (w *Writer) commitChunk(chunk []record) error {
 			}
 		}
 		ran = true
+		w.totals.reset()
+		t := &txn{Tx: tx, totals: &w.totals}
 		for i, r := range chunk {
-			if err := r.put(tx); err != nil {
+			if err := r.put(t); err != nil {
 				bad = i
 				return err
 			}
+		}
+		if err := w.totals.write(tx, w.log); err != nil {
+			return err
 		}
 		return meta.Put(keyWriterToken, u64(token))
 	})
