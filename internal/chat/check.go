@@ -13,41 +13,46 @@ import (
 // usable value; "opt" helpers treat absent and null alike, "required"
 // helpers report both as missing.
 
+// join is the path of key in path. The checks below take the two apart
+// and join them only to report a failure: a valid body builds no paths.
 func join(path, key string) string {
-	if path == "" {
+	switch {
+	case key == "":
+		return path
+	case path == "":
 		return key
 	}
 	return path + "." + key
 }
 
-func (c *checker) str(path string, raw json.RawMessage) (string, bool) {
+func (c *checker) str(path, key string, raw json.RawMessage) (string, bool) {
 	if jsonraw.KindOf(raw) != jsonraw.String {
-		c.v.Add(path, api.FieldWrongType, "must be a string")
+		c.v.Add(join(path, key), api.FieldWrongType, "must be a string")
 		return "", false
 	}
 	return decodeString(raw)
 }
 
-func (c *checker) boolean(path string, raw json.RawMessage) (bool, bool) {
+func (c *checker) boolean(path, key string, raw json.RawMessage) (bool, bool) {
 	if jsonraw.KindOf(raw) != jsonraw.Bool {
-		c.v.Add(path, api.FieldWrongType, "must be true or false")
+		c.v.Add(join(path, key), api.FieldWrongType, "must be true or false")
 		return false, false
 	}
 	return raw[0] == 't', true
 }
 
-func (c *checker) object(path string, raw json.RawMessage) (*object, bool) {
+func (c *checker) object(path, key string, raw json.RawMessage) (*object, bool) {
 	if jsonraw.KindOf(raw) != jsonraw.Object {
-		c.v.Add(path, api.FieldWrongType, "must be an object")
+		c.v.Add(join(path, key), api.FieldWrongType, "must be an object")
 		return nil, false
 	}
 	o, err := parseObject(raw)
 	return o, err == nil
 }
 
-func (c *checker) array(path string, raw json.RawMessage) ([]json.RawMessage, bool) {
+func (c *checker) array(path, key string, raw json.RawMessage) ([]json.RawMessage, bool) {
 	if jsonraw.KindOf(raw) != jsonraw.Array {
-		c.v.Add(path, api.FieldWrongType, "must be an array")
+		c.v.Add(join(path, key), api.FieldWrongType, "must be an array")
 		return nil, false
 	}
 	elems, err := parseArray(raw)
@@ -55,43 +60,45 @@ func (c *checker) array(path string, raw json.RawMessage) ([]json.RawMessage, bo
 }
 
 // integer accepts any JSON number without a fractional part that fits int64.
-func (c *checker) integer(path string, raw json.RawMessage) (int64, bool) {
+func (c *checker) integer(path, key string, raw json.RawMessage) (int64, bool) {
 	if jsonraw.KindOf(raw) != jsonraw.Number {
-		c.v.Add(path, api.FieldWrongType, "must be an integer")
+		c.v.Add(join(path, key), api.FieldWrongType, "must be an integer")
 		return 0, false
 	}
 	n, res := jsonraw.Int(string(raw))
 	switch res {
 	case jsonraw.IntFraction:
-		c.v.Add(path, api.FieldWrongType, "must be a whole number")
+		c.v.Add(join(path, key), api.FieldWrongType, "must be a whole number")
 		return 0, false
 	case jsonraw.IntOverflow:
-		c.v.Add(path, api.FieldOutOfRange, "is too large")
+		c.v.Add(join(path, key), api.FieldOutOfRange, "is too large")
 		return 0, false
 	}
 	return n, true
 }
 
-func (c *checker) number(path string, raw json.RawMessage) (float64, bool) {
+func (c *checker) number(path, key string, raw json.RawMessage) (float64, bool) {
 	if jsonraw.KindOf(raw) != jsonraw.Number {
-		c.v.Add(path, api.FieldWrongType, "must be a number")
+		c.v.Add(join(path, key), api.FieldWrongType, "must be a number")
 		return 0, false
 	}
 	return jsonraw.Float(string(raw)), true
 }
 
-func (c *checker) enum(path, s string, allowed ...string) bool {
+// enum returns the allowed value s is, which unlike s holds nothing of
+// the body.
+func (c *checker) enum(path, key, s string, allowed ...string) (string, bool) {
 	for _, a := range allowed {
 		if s == a {
-			return true
+			return a, true
 		}
 	}
 	if len(allowed) == 1 {
-		c.v.Add(path, api.FieldEnum, "must be %s", allowed[0])
+		c.v.Add(join(path, key), api.FieldEnum, "must be %s", allowed[0])
 	} else {
-		c.v.Add(path, api.FieldEnum, "one of %s", strings.Join(allowed, ", "))
+		c.v.Add(join(path, key), api.FieldEnum, "one of %s", strings.Join(allowed, ", "))
 	}
-	return false
+	return "", false
 }
 
 func (c *checker) optString(o *object, path, key string) (string, bool) {
@@ -99,7 +106,7 @@ func (c *checker) optString(o *object, path, key string) (string, bool) {
 	if !ok {
 		return "", false
 	}
-	return c.str(join(path, key), raw)
+	return c.str(path, key, raw)
 }
 
 func (c *checker) optBool(o *object, path, key string) (bool, bool) {
@@ -107,7 +114,7 @@ func (c *checker) optBool(o *object, path, key string) (bool, bool) {
 	if !ok {
 		return false, false
 	}
-	return c.boolean(join(path, key), raw)
+	return c.boolean(path, key, raw)
 }
 
 func (c *checker) optObject(o *object, path, key string) (*object, bool) {
@@ -115,7 +122,7 @@ func (c *checker) optObject(o *object, path, key string) (*object, bool) {
 	if !ok {
 		return nil, false
 	}
-	return c.object(join(path, key), raw)
+	return c.object(path, key, raw)
 }
 
 func (c *checker) optArray(o *object, path, key string) ([]json.RawMessage, bool) {
@@ -123,15 +130,15 @@ func (c *checker) optArray(o *object, path, key string) ([]json.RawMessage, bool
 	if !ok {
 		return nil, false
 	}
-	return c.array(join(path, key), raw)
+	return c.array(path, key, raw)
 }
 
 func (c *checker) optEnum(o *object, path, key string, allowed ...string) (string, bool) {
 	s, ok := c.optString(o, path, key)
-	if !ok || !c.enum(join(path, key), s, allowed...) {
+	if !ok {
 		return "", false
 	}
-	return s, true
+	return c.enum(path, key, s, allowed...)
 }
 
 func (c *checker) missing(o *object, path, key string) (json.RawMessage, bool) {
@@ -147,7 +154,7 @@ func (c *checker) requiredString(o *object, path, key string) (string, bool) {
 	if !ok {
 		return "", false
 	}
-	return c.str(join(path, key), raw)
+	return c.str(path, key, raw)
 }
 
 func (c *checker) requiredObject(o *object, path, key string) (*object, bool) {
@@ -155,15 +162,15 @@ func (c *checker) requiredObject(o *object, path, key string) (*object, bool) {
 	if !ok {
 		return nil, false
 	}
-	return c.object(join(path, key), raw)
+	return c.object(path, key, raw)
 }
 
 func (c *checker) requiredEnum(o *object, path, key string, allowed ...string) (string, bool) {
 	s, ok := c.requiredString(o, path, key)
-	if !ok || !c.enum(join(path, key), s, allowed...) {
+	if !ok {
 		return "", false
 	}
-	return s, true
+	return c.enum(path, key, s, allowed...)
 }
 
 // clampInt converts n for int fields on platforms where int is 32 bits.

@@ -2,11 +2,14 @@ package chat
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/jsonraw"
 )
 
 func seedBodies() []string {
@@ -97,4 +100,56 @@ func FuzzPrepare(f *testing.F) {
 		_ = r.Notice(Outcome{FinishReason: "length"}, nil, m)
 		_ = r.Notice(Outcome{FinishReason: "stop", Content: "x", ReasoningTokens: 1 << 20}, nil, m)
 	})
+}
+
+// FuzzStringChars: counting a raw string's characters without decoding it
+// gives what decoding and counting gives.
+func FuzzStringChars(f *testing.F) {
+	for _, s := range []string{`""`, `"a"`, `"hello\nsim: tokens=16"`, `"\\\""`, `"é\u00e9"`, `"\ud83d\ude00x"`,
+		`"\ud83d"`, `"\ud83dx"`, `"\ude00\ud83d"`, `"\ud83d\u0041"`, `"\uD83D\uDE00"`, "\"\xff\xfe\"", `"\/\b\f\r\t"`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		var s string
+		if json.Unmarshal(raw, &s) != nil || jsonraw.KindOf(raw) != jsonraw.String {
+			return
+		}
+		if got, want := stringChars(raw), utf8.RuneCountInString(s); got != want {
+			t.Fatalf("stringChars(%q) = %d, want %d (%q)", raw, got, want, s)
+		}
+	})
+}
+
+// Prepare's body is the parsed object with its overrides set in turn:
+// encodeWith must give what a clone with each set encodes to.
+func TestEncodeWithIsCloneAndSet(t *testing.T) {
+	tests := []struct {
+		name string
+		body string
+		over []member
+	}{
+		{"all new", `{"a":1}`, []member{{key: "x", value: []byte(`2`)}, {key: "y", value: []byte(`3`)}}},
+		{"in place", `{"x":1,"b":2}`, []member{{key: "x", value: []byte(`9`)}}},
+		{"mixed, order kept", `{"b":1,"y":2,"x":3}`, []member{{key: "x", value: []byte(`"x"`)}, {key: "z", value: []byte(`0`)}, {key: "y", value: []byte(`[]`)}}},
+		{"escaped key kept as sent", `{"max\u005ftokens":3,"c":1}`, []member{{key: "max_tokens", value: []byte(`7`)}}},
+		{"duplicate key", `{"x":1,"x":2,"a":0}`, []member{{key: "x", value: []byte(`5`)}}},
+		{"empty object", `{}`, []member{{key: "x", value: []byte(`1`)}}},
+		{"nothing to set", `{"a":1}`, nil},
+		{"key needing quotes", `{}`, []member{{key: "a\"b", value: []byte(`1`)}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o, err := parseObject([]byte(tt.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := o.clone()
+			for _, m := range tt.over {
+				want.set(m.key, m.value)
+			}
+			if got, want := o.encodeWith(tt.over), want.encode(); !bytes.Equal(got, want) {
+				t.Errorf("encodeWith = %s, want %s", got, want)
+			}
+		})
+	}
 }

@@ -24,7 +24,7 @@ func (c *checker) messages(top *object) {
 	if !ok {
 		return
 	}
-	elems, ok := c.array("messages", raw)
+	elems, ok := c.array("messages", "", raw)
 	if !ok {
 		return
 	}
@@ -35,7 +35,7 @@ func (c *checker) messages(top *object) {
 	c.r.Messages = elems
 	var canon []json.RawMessage
 	for i, e := range elems {
-		replaced := c.message(join("messages", strconv.Itoa(i)), e)
+		replaced := c.message(messagePath(i), e)
 		if replaced != nil && canon == nil {
 			canon = append(make([]json.RawMessage, 0, len(elems)), elems[:i]...)
 		}
@@ -51,10 +51,26 @@ func (c *checker) messages(top *object) {
 	}
 }
 
+// messagePaths are the paths of the first messages, so that checking a
+// valid conversation builds none.
+var messagePaths = func() (p [64]string) {
+	for i := range p {
+		p[i] = "messages." + strconv.Itoa(i)
+	}
+	return p
+}()
+
+func messagePath(i int) string {
+	if i < len(messagePaths) {
+		return messagePaths[i]
+	}
+	return "messages." + strconv.Itoa(i)
+}
+
 // message checks one message and returns its canonical form when it differs
 // from what was sent (file parts turned into text), else nil.
 func (c *checker) message(path string, raw json.RawMessage) json.RawMessage {
-	msg, ok := c.object(path, raw)
+	msg, ok := c.object(path, "", raw)
 	if !ok {
 		return nil
 	}
@@ -95,8 +111,7 @@ func (c *checker) message(path string, raw json.RawMessage) json.RawMessage {
 func (c *checker) content(path, role string, raw json.RawMessage) (json.RawMessage, bool) {
 	switch jsonraw.KindOf(raw) {
 	case jsonraw.String:
-		s, _ := decodeString(raw)
-		c.r.PromptChars += utf8.RuneCountInString(s)
+		c.r.PromptChars += stringChars(raw)
 		return nil, false
 	case jsonraw.Array:
 	default:
@@ -130,7 +145,7 @@ func (c *checker) content(path, role string, raw json.RawMessage) (json.RawMessa
 // part checks one content part. For a valid file part it returns the text
 // that replaces it.
 func (c *checker) part(path, role string, raw json.RawMessage) (string, bool) {
-	p, ok := c.object(path, raw)
+	p, ok := c.object(path, "", raw)
 	if !ok {
 		return "", false
 	}
@@ -243,7 +258,7 @@ func (c *checker) file(partPath string, p *object) (string, bool) {
 		return "", false
 	}
 	dataPath := join(path, "file_data")
-	data, ok := c.str(dataPath, raw)
+	data, ok := c.str(dataPath, "", raw)
 	if !ok {
 		return "", false
 	}
@@ -307,7 +322,7 @@ func (c *checker) toolCalls(path string, msg *object) int {
 	}
 	for i, raw := range elems {
 		p := join(join(path, "tool_calls"), strconv.Itoa(i))
-		tc, ok := c.object(p, raw)
+		tc, ok := c.object(p, "", raw)
 		if !ok {
 			continue
 		}

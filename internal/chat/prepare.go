@@ -48,20 +48,20 @@ func (r *Request) Prepare(m *api.Model) error {
 		}
 	}
 
-	top := r.top.clone()
+	over := make([]member, 0, 5)
 	if r.messages != nil {
-		top.set("messages", r.messages)
+		over = append(over, member{key: "messages", value: r.messages})
 	}
-	top.set("max_tokens", marshalInt(r.EngineMaxTokens))
-	top.set("max_completion_tokens", marshalInt(r.EngineMaxTokens))
+	maxTokens := marshalInt(r.EngineMaxTokens)
+	over = append(over, member{key: "max_tokens", value: maxTokens}, member{key: "max_completion_tokens", value: maxTokens})
 	if budget > 0 {
-		top.set("reasoning", merge(top, "reasoning", "max_tokens", marshalInt(budget)))
+		over = append(over, member{key: "reasoning", value: merge(r.top, "reasoning", "max_tokens", marshalInt(budget))})
 	}
 	if r.Stream {
 		// Usage is always reported on streams (billing and svc.timing need it).
-		top.set("stream_options", merge(top, "stream_options", "include_usage", []byte("true")))
+		over = append(over, member{key: "stream_options", value: merge(r.top, "stream_options", "include_usage", []byte("true"))})
 	}
-	r.Body = top.encode()
+	r.Body = r.top.encodeWith(over)
 	return nil
 }
 

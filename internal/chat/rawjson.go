@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"strconv"
+	"unicode/utf16"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/svc-dev/svc/internal/jsonraw"
 )
@@ -34,6 +36,9 @@ type object struct {
 	// index finds a member of a large object; a small one, which is what
 	// requests are made of, is searched in order, cheaper than a map.
 	index map[string]int
+	// inline holds the members of a small object (a message, a content
+	// part), which then costs one allocation.
+	inline [4]member
 }
 
 // indexFrom is the number of members from which an object is indexed, so
@@ -46,6 +51,7 @@ func parseObject(raw []byte) (*object, error) {
 		return nil, errBadJSON
 	}
 	o := &object{}
+	o.members = o.inline[:0]
 	i = skipSpace(raw, i+1)
 	if i < len(raw) && raw[i] == '}' {
 		return o, nil
@@ -156,6 +162,57 @@ func (o *object) clone() *object {
 		}
 	}
 	return c
+}
+
+// encodeWith writes the object compactly as encode would after set of
+// each of over in turn: a member of o with an override's key takes its
+// value in place, and the overrides o lacks follow in their order.
+func (o *object) encodeWith(over []member) json.RawMessage {
+	n := 2
+	for _, m := range o.members {
+		n += len(m.rawKey) + len(m.key) + len(m.value) + 4
+	}
+	for _, m := range over {
+		n += len(m.key) + len(m.value) + 4
+	}
+	b := make([]byte, 0, n)
+	b = append(b, '{')
+	var used uint64 // over is a handful of keys
+	for i, m := range o.members {
+		for j := range over {
+			if over[j].key == m.key {
+				m.value = over[j].value
+				used |= 1 << j
+				break
+			}
+		}
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendKey(b, &m)
+		b = append(b, ':')
+		b = append(b, m.value...)
+	}
+	for j := range over {
+		if used&(1<<j) != 0 {
+			continue
+		}
+		if len(b) > 1 {
+			b = append(b, ',')
+		}
+		b = appendKey(b, &over[j])
+		b = append(b, ':')
+		b = append(b, over[j].value...)
+	}
+	return append(b, '}')
+}
+
+// appendKey appends m's key as it was sent, or quoted when m was set.
+func appendKey(b []byte, m *member) []byte {
+	if m.rawKey != nil {
+		return append(b, m.rawKey...)
+	}
+	return appendString(b, m.key)
 }
 
 // encode writes the object compactly, each value as held.
@@ -300,7 +357,10 @@ func skipValue(b []byte, i int) (int, error) {
 
 // decodeString reads a raw JSON string. Strings without escapes are the
 // common case (and include multi-megabyte base64 images), so they skip
-// encoding/json.
+// encoding/json, and are not copied: the string is the bytes of raw.
+// Every raw it is given lies in the copy of the body Parse made, which
+// nothing writes to, so the string never changes; a string kept beyond
+// the request (Request.Model) is cloned, so it does not pin the body.
 func decodeString(raw []byte) (string, bool) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
@@ -308,7 +368,7 @@ func decodeString(raw []byte) (string, bool) {
 	}
 	inner := raw[1 : len(raw)-1]
 	if bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
-		return string(inner), true
+		return unsafe.String(unsafe.SliceData(inner), len(inner)), true
 	}
 	var s string
 	if err := json.Unmarshal(raw, &s); err != nil {
@@ -317,9 +377,72 @@ func decodeString(raw []byte) (string, bool) {
 	return s, true
 }
 
+// stringChars is utf8.RuneCountInString of what the raw JSON string
+// decodes to, without decoding it: an escape is one character, a
+// surrogate pair's two escapes one, and an invalid byte, which decoding
+// makes U+FFFD, one.
+func stringChars(raw []byte) int {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) < 2 {
+		return 0
+	}
+	inner := raw[1 : len(raw)-1]
+	n := 0
+	for {
+		at := bytes.IndexByte(inner, '\\')
+		if at < 0 {
+			return n + utf8.RuneCount(inner)
+		}
+		n += utf8.RuneCount(inner[:at]) + 1
+		inner = inner[at+1:]
+		if len(inner) == 0 {
+			return n
+		}
+		if inner[0] != 'u' || len(inner) < 5 {
+			inner = inner[1:]
+			continue
+		}
+		r := hex4(inner[1:5])
+		inner = inner[5:]
+		if utf16.IsSurrogate(r) && len(inner) >= 6 && inner[0] == '\\' && inner[1] == 'u' {
+			if utf16.DecodeRune(r, hex4(inner[2:6])) != utf8.RuneError {
+				inner = inner[6:]
+			}
+		}
+	}
+}
+
+// hex4 is the value of four hexadecimal digits, -1 when they are not.
+func hex4(b []byte) rune {
+	var r rune
+	for _, c := range b[:4] {
+		switch {
+		case '0' <= c && c <= '9':
+			c -= '0'
+		case 'a' <= c && c <= 'f':
+			c -= 'a' - 10
+		case 'A' <= c && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return -1
+		}
+		r = r<<4 | rune(c)
+	}
+	return r
+}
+
 // appendString appends s as a JSON string. HTML characters are left as
 // they are: the text goes to an engine, not a browser.
 func appendString(b []byte, s string) []byte {
+	plain := true
+	for i := 0; i < len(s) && plain; i++ {
+		plain = s[i] >= ' ' && s[i] < utf8.RuneSelf && s[i] != '"' && s[i] != '\\'
+	}
+	if plain { // the keys Prepare sets, and most text
+		b = append(b, '"')
+		b = append(b, s...)
+		return append(b, '"')
+	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)

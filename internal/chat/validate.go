@@ -4,6 +4,7 @@ import (
 	"math"
 	"regexp"
 	"strconv"
+	"strings"
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/jsonraw"
@@ -65,7 +66,7 @@ func (c *checker) request(top *object) {
 		if s == "" {
 			c.v.Add("model", api.FieldMissing, "must not be empty")
 		}
-		c.r.Model = s
+		c.r.Model = strings.Clone(s)
 	}
 	c.messages(top)
 
@@ -90,7 +91,7 @@ func (c *checker) request(top *object) {
 	c.stop(top)
 	c.optBool(top, "", "logprobs")
 	if raw, ok := top.field("n"); ok {
-		if n, ok := c.integer("n", raw); ok && n != 1 {
+		if n, ok := c.integer("n", "", raw); ok && n != 1 {
 			c.v.Add("n", api.FieldNotSupported, "only n=1 is supported")
 		}
 	}
@@ -104,7 +105,7 @@ func (c *checker) tools(top *object) {
 	}
 	for i, raw := range elems {
 		path := join("tools", strconv.Itoa(i))
-		tool, ok := c.object(path, raw)
+		tool, ok := c.object(path, "", raw)
 		if !ok {
 			continue
 		}
@@ -130,9 +131,9 @@ func (c *checker) toolChoice(top *object) {
 	switch jsonraw.KindOf(raw) {
 	case jsonraw.String:
 		s, _ := decodeString(raw)
-		c.enum("tool_choice", s, toolChoiceValues...)
+		c.enum("tool_choice", "", s, toolChoiceValues...)
 	case jsonraw.Object:
-		o, ok := c.object("tool_choice", raw)
+		o, ok := c.object("tool_choice", "", raw)
 		if !ok {
 			return
 		}
@@ -191,7 +192,7 @@ func (c *checker) thinking(top *object) {
 	}
 	if ro, ok := c.optObject(top, "", "reasoning"); ok {
 		if raw, ok := ro.field("max_tokens"); ok {
-			if n, ok := c.integer("reasoning.max_tokens", raw); ok {
+			if n, ok := c.integer("reasoning.max_tokens", "", raw); ok {
 				switch {
 				case n < 0:
 					c.v.Add("reasoning.max_tokens", api.FieldOutOfRange, "must be 0 or more")
@@ -225,13 +226,13 @@ func (c *checker) numeric(top *object, rule numRule) {
 	}
 	var x float64
 	if rule.integer {
-		n, ok := c.integer(rule.key, raw)
+		n, ok := c.integer(rule.key, "", raw)
 		if !ok {
 			return
 		}
 		x = float64(n)
 	} else {
-		f, ok := c.number(rule.key, raw)
+		f, ok := c.number(rule.key, "", raw)
 		if !ok {
 			return
 		}
@@ -267,7 +268,7 @@ func (c *checker) logitBias(top *object) {
 			c.v.Add(path, api.FieldInvalid, "keys must be token ids (whole numbers 0 or more)")
 			continue
 		}
-		if f, ok := c.number(path, m.value); ok && (f < -100 || f > 100) {
+		if f, ok := c.number(path, "", m.value); ok && (f < -100 || f > 100) {
 			c.v.Add(path, api.FieldOutOfRange, "must be between -100 and 100")
 		}
 	}
@@ -298,7 +299,7 @@ func (c *checker) stop(top *object) {
 			c.v.Add("stop", api.FieldTooLong, "at most 16 stop sequences")
 		}
 		for i, e := range elems {
-			c.str(join("stop", strconv.Itoa(i)), e)
+			c.str("stop", strconv.Itoa(i), e)
 		}
 	default:
 		c.v.Add("stop", api.FieldWrongType, "must be a string or an array of strings")

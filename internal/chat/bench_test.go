@@ -1,0 +1,35 @@
+package chat
+
+import (
+	"testing"
+
+	"github.com/svc-dev/svc/internal/api"
+)
+
+// BenchmarkParsePrepare is the gateway's work on a chat body before it is
+// relayed: validation, then the body for the worker.
+func BenchmarkParsePrepare(b *testing.B) {
+	model := &api.Model{ContextWindow: 32768}
+	for _, bc := range []struct{ name, body string }{
+		{"short", `{"model":"sim-chat","messages":[{"role":"user","content":"hello\nsim: tokens=16"}]}`},
+		{"conversation", `{"model":"qwen3-8b","temperature":0.7,"max_tokens":512,"stream":true,` +
+			`"messages":[{"role":"system","content":"You are a helpful assistant."},` +
+			`{"role":"user","content":"What is the capital of France?"},` +
+			`{"role":"assistant","content":"Paris."},` +
+			`{"role":"user","content":[{"type":"text","text":"And of Spain? Answer in one word."}]}]}`},
+	} {
+		body := []byte(bc.body)
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				r, err := Parse(body, Options{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := r.Prepare(model); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
