@@ -15,8 +15,8 @@
 //
 // sysmon also preempts a goroutine that has run for 10 ms and polls the
 // network while every P is busy. So that it does not sleep through a busy
-// stretch whose only system calls are raw, every cookedEvery-th read and
-// write of a connection goes through the scheduler, which wakes it.
+// stretch whose only system calls are raw, a socket call goes through the
+// scheduler, which wakes it, once in cookedEvery at most (see cook).
 package sock
 
 import (
@@ -39,7 +39,7 @@ type Conn struct {
 	rbuf   []byte
 	rn     int
 	rerr   error
-	reads  uint32 // system calls made, for cookedEvery
+	reads  uint32 // system calls made, for checkEvery
 	readFn func(uintptr) bool
 
 	wmu     sync.Mutex // one Write at a time owns the fields below
@@ -92,10 +92,6 @@ func Dial(d *net.Dialer) func(ctx context.Context, network, addr string) (net.Co
 		return Wrap(c), nil
 	}
 }
-
-// cookedEvery is how often a connection's read or write goes through the
-// scheduler, waking sysmon should it sleep.
-const cookedEvery = 32
 
 // SyscallConn reaches the socket, as the connection under it does.
 func (c *Conn) SyscallConn() (syscall.RawConn, error) { return c.raw, nil }
