@@ -3,12 +3,10 @@ package relay
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"math"
 	"net/http"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -28,43 +26,54 @@ func (c *Call) svcIdentity() json.RawMessage {
 // for a slot (always known), and a time to first token measured here when
 // the engine gave none.
 func (c *Call) timing() *api.Timing {
-	var t api.Timing
+	// One allocation for the timing and the values it points to.
+	m := new(struct {
+		t         api.Timing
+		wait, ttf float64
+	})
+	t := &m.t
 	if c.res != nil {
-		t = c.res.Timing
+		*t = c.res.Timing
 	}
-	wait := float64(c.queueWait.Microseconds()) / 1000
+	m.wait = float64(c.queueWait.Microseconds()) / 1000
 	if t.WorkerQueueWaitMs != nil {
-		wait += *t.WorkerQueueWaitMs
+		m.wait += *t.WorkerQueueWaitMs
 	}
-	t.QueueWaitMs = &wait
+	t.QueueWaitMs = &m.wait
 	if t.TTFTMs == nil && !c.firstToken.IsZero() && !c.openedAt.IsZero() {
-		ms := float64(c.firstToken.Sub(c.openedAt).Microseconds()) / 1000
+		m.ttf = float64(c.firstToken.Sub(c.openedAt).Microseconds()) / 1000
 		if t.WorkerQueueWaitMs != nil {
-			ms = max(0, ms-*t.WorkerQueueWaitMs)
+			m.ttf = max(0, m.ttf-*t.WorkerQueueWaitMs)
 		}
-		t.TTFTMs = &ms
+		t.TTFTMs = &m.ttf
 	}
-	return &t
+	return t
 }
 
 // serverTiming is the Server-Timing header of a non-streaming reply:
 // members only for what was measured.
 func (c *Call) serverTiming() string {
 	t := c.timing()
-	var parts []string
-	if t.TTFTMs != nil {
-		parts = append(parts, fmt.Sprintf("ttft;dur=%.1f", *t.TTFTMs))
+	b := make([]byte, 0, 96)
+	b = appendTimingMember(b, "ttft;dur=", t.TTFTMs, "")
+	b = appendTimingMember(b, `tps;desc="`, t.TokensPerSecond, `"`)
+	b = appendTimingMember(b, "queue;dur=", t.QueueWaitMs, "")
+	b = appendTimingMember(b, "worker_queue;dur=", t.WorkerQueueWaitMs, "")
+	return string(b)
+}
+
+// appendTimingMember appends a Server-Timing member, the value to a tenth,
+// after a separator when b has one already; nothing for a nil value.
+func appendTimingMember(b []byte, head string, v *float64, tail string) []byte {
+	if v == nil {
+		return b
 	}
-	if t.TokensPerSecond != nil {
-		parts = append(parts, fmt.Sprintf(`tps;desc="%.1f"`, *t.TokensPerSecond))
+	if len(b) > 0 {
+		b = append(b, ", "...)
 	}
-	if t.QueueWaitMs != nil {
-		parts = append(parts, fmt.Sprintf("queue;dur=%.1f", *t.QueueWaitMs))
-	}
-	if t.WorkerQueueWaitMs != nil {
-		parts = append(parts, fmt.Sprintf("worker_queue;dur=%.1f", *t.WorkerQueueWaitMs))
-	}
-	return strings.Join(parts, ", ")
+	b = append(b, head...)
+	b = strconv.AppendFloat(b, *v, 'f', 1, 64)
+	return append(b, tail...)
 }
 
 // inspect accounts for a relayed chunk: tokens so far, text for estimates

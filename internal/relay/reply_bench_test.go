@@ -2,6 +2,9 @@ package relay
 
 import (
 	"encoding/json"
+	"fmt"
+	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -140,5 +143,46 @@ func BenchmarkFinalChunksMarshalled(b *testing.B) {
 		if len(c.finalChunksMarshalled(time.Now().Unix())) == 0 {
 			b.Fatal("no chunks")
 		}
+	}
+}
+
+// The Server-Timing header is built without fmt: each member must read as
+// fmt's %.1f would, joined by ", ", and absent values leave no member.
+func TestServerTimingMembers(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	tests := []struct {
+		name             string
+		ttft, tps, q, wq *float64
+	}{
+		{"queue only", nil, nil, f(0.04), nil},
+		{"all", f(12.345), f(45.66), f(0), f(3.25)},
+		{"large and negative zero", f(1e9), nil, f(math.Copysign(0, -1)), f(0.05)},
+		{"not finite", f(math.NaN()), f(math.Inf(1)), f(1), nil},
+		{"none", nil, nil, nil, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var want []string
+			if tt.ttft != nil {
+				want = append(want, fmt.Sprintf("ttft;dur=%.1f", *tt.ttft))
+			}
+			if tt.tps != nil {
+				want = append(want, fmt.Sprintf(`tps;desc="%.1f"`, *tt.tps))
+			}
+			if tt.q != nil {
+				want = append(want, fmt.Sprintf("queue;dur=%.1f", *tt.q))
+			}
+			if tt.wq != nil {
+				want = append(want, fmt.Sprintf("worker_queue;dur=%.1f", *tt.wq))
+			}
+			var b []byte
+			b = appendTimingMember(b, "ttft;dur=", tt.ttft, "")
+			b = appendTimingMember(b, `tps;desc="`, tt.tps, `"`)
+			b = appendTimingMember(b, "queue;dur=", tt.q, "")
+			b = appendTimingMember(b, "worker_queue;dur=", tt.wq, "")
+			if got := string(b); got != strings.Join(want, ", ") {
+				t.Errorf("got %q, want %q", got, strings.Join(want, ", "))
+			}
+		})
 	}
 }
