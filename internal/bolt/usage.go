@@ -190,7 +190,13 @@ type pendingTotals struct {
 	name   string
 }
 
+// reset empties the batch for the next commit. What a backlog's commit of
+// many days and models grew it to is let go rather than kept.
 func (b *totalsBatch) reset() {
+	if cap(b.sums) > 1024 {
+		*b = totalsBatch{}
+		return
+	}
 	clear(b.index)
 	clear(b.sums)
 	b.sums = b.sums[:0]
