@@ -201,6 +201,26 @@ type waiter struct {
 	start time.Time
 	grant chan *Lease
 	elem  *list.Element
+	// hold ends the wait; kept stopped between waits.
+	hold *time.Timer
+}
+
+// newWaiter returns a waiter for need, from the pool when one is there.
+func (f *Fleet) newWaiter(need *Need, now time.Time) *waiter {
+	wt, _ := f.waiters.Get().(*waiter)
+	if wt == nil {
+		wt = &waiter{grant: make(chan *Lease, 1)}
+	}
+	wt.need, wt.start = *need, now
+	return wt
+}
+
+// freeWaiter returns wt to the pool. Only once Acquire has it back: out
+// of its queue, its grant taken and its timer stopped, nothing else holds
+// it.
+func (f *Fleet) freeWaiter(wt *waiter) {
+	wt.need, wt.elem = Need{}, nil
+	f.waiters.Put(wt)
 }
 
 // queue holds the requests waiting for one model's slots, oldest first.
@@ -278,17 +298,22 @@ func (f *Fleet) Acquire(ctx context.Context, need Need) (*Lease, error) {
 		f.mu.Unlock()
 		return nil, err
 	}
-	wt := &waiter{need: need, start: now, grant: make(chan *Lease, 1)}
+	wt := f.newWaiter(&need, now)
 	wt.elem = q.l.PushBack(wt)
 	f.queued.Add(1)
 	f.mu.Unlock()
 
-	timer := time.NewTimer(hold)
-	defer timer.Stop()
+	if wt.hold == nil {
+		wt.hold = time.NewTimer(hold)
+	} else {
+		wt.hold.Reset(hold)
+	}
+	defer f.freeWaiter(wt)
+	defer wt.hold.Stop()
 	select {
 	case l := <-wt.grant:
 		return l, nil
-	case <-timer.C:
+	case <-wt.hold.C:
 	case <-ctx.Done():
 	}
 	f.mu.Lock()

@@ -88,6 +88,31 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	}
 }
 
+// BenchmarkAcquireQueued is a request that waits for its slot: eight
+// clients share one worker's two slots, so most of them queue, as a closed
+// loop of clients does in front of a worker at its limit.
+func BenchmarkAcquireQueued(b *testing.B) {
+	f := New(Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	connectQuiet(b, ctx, &wg, f, "o", 1, 2, "m0")
+	need := Need{OrgID: "o", Model: "m0", Capability: api.CapChat}
+	b.ReportAllocs()
+	b.SetParallelism(4) // 8 clients on a 2-core machine
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			l, err := f.Acquire(ctx, need)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			runtime.Gosched() // hold the slot a moment, so others queue
+			l.Release(Succeeded)
+		}
+	})
+}
+
 // cpuTime is the CPU time the process has used, in nanoseconds.
 func cpuTime() int64 {
 	var ru syscall.Rusage

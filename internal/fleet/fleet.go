@@ -142,6 +142,9 @@ type Fleet struct {
 	seek []int
 	// buffers lends the workers' sessions the batches they write.
 	buffers link.Buffers
+	// waiters keeps the waiters of requests that queued, with their
+	// channel and timer, for the next: under load most requests queue.
+	waiters sync.Pool
 }
 
 type org struct {
