@@ -44,7 +44,7 @@ func (st *Stream) sendReader(ctx context.Context, prefix []byte, body io.Reader)
 			flags = FlagMore
 		}
 		// sendFrame copies the payload, so cur is free again once it returns.
-		if err := st.sendFrame(ctx, t, flags, cur[:n]); err != nil {
+		if err := st.sendFrame(ctx, t, flags, cur[:n], false); err != nil {
 			return err
 		}
 		if m == 0 {
@@ -169,7 +169,7 @@ func (s *Session) OpenDuplex(ctx context.Context, header []byte) (*Stream, error
 		st.Reset()
 		return nil, fmt.Errorf("link: request header of %d bytes is larger than a frame", len(header))
 	}
-	if err := st.sendFrame(ctx, TypeOpen, FlagMore, prefix); err != nil {
+	if err := st.sendFrame(ctx, TypeOpen, FlagMore, prefix, false); err != nil {
 		st.Reset()
 		return nil, err
 	}
@@ -182,7 +182,7 @@ func (s *Session) OpenDuplex(ctx context.Context, header []byte) (*Stream, error
 func (st *Stream) SendBody(ctx context.Context, p []byte) error {
 	for len(p) > 0 {
 		n := min(len(p), MaxChunk)
-		if err := st.sendFrame(ctx, TypeData, FlagMore, p[:n]); err != nil {
+		if err := st.sendFrame(ctx, TypeData, FlagMore, p[:n], false); err != nil {
 			return err
 		}
 		p = p[n:]
@@ -192,5 +192,5 @@ func (st *Stream) SendBody(ctx context.Context, p []byte) error {
 
 // EndBody ends a duplex stream's body.
 func (st *Stream) EndBody(ctx context.Context) error {
-	return st.sendFrame(ctx, TypeData, 0, nil)
+	return st.sendFrame(ctx, TypeData, 0, nil, false)
 }

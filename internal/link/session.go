@@ -251,7 +251,7 @@ func (s *Session) Open(ctx context.Context, header, body []byte) (*Stream, error
 	msg = binary.AppendUvarint(msg, uint64(len(header)))
 	msg = append(msg, header...)
 	msg = append(msg, body...)
-	return st.opened(st.send(ctx, TypeOpen, msg))
+	return st.opened(st.send(ctx, TypeOpen, msg, true))
 }
 
 // OpenReader starts a stream (gateway only) whose body is read from body

@@ -22,11 +22,14 @@ type Stream struct {
 
 	mu sync.Mutex
 	// Sending.
-	sendSeq  uint64
-	unacked  []*Frame // sent, not yet acknowledged, in order
-	inflight int      // payload bytes in unacked
-	endSeq   uint64   // sequence number of our END frame, once sent
-	credit   chan struct{}
+	sendSeq uint64
+	unacked []*Frame // sent, not yet acknowledged, in order
+	// firstUnacked holds unacked at first: a request's one frame, or an
+	// answer and its result, need no array of their own.
+	firstUnacked [2]*Frame
+	inflight     int    // payload bytes in unacked
+	endSeq       uint64 // sequence number of our END frame, once sent
+	credit       chan struct{}
 	// Receiving. Acknowledgements (and the resume handshake) report what
 	// has been consumed, not merely received, so the window bounds the
 	// inbox even across reconnects; frames received twice are dropped by
@@ -49,6 +52,7 @@ func newStream(s *Session, id uint64) *Stream {
 		credit: make(chan struct{}, 1),
 		ready:  make(chan struct{}, 1),
 	}
+	st.unacked = st.firstUnacked[:0]
 	if s.opts.Role == Gateway {
 		// Only the gateway receives an END; a worker's stream waits on a
 		// nil channel, which never fires.
@@ -75,7 +79,7 @@ func (st *Stream) Err() error {
 // larger than MaxChunk. It blocks while the peer has a full window
 // unacknowledged, which is how backpressure reaches the producer.
 func (st *Stream) Send(ctx context.Context, msg []byte) error {
-	return st.send(ctx, TypeData, msg)
+	return st.send(ctx, TypeData, msg, false)
 }
 
 // End sends the stream's result (worker only). The stream stays until the
@@ -84,7 +88,7 @@ func (st *Stream) End(ctx context.Context, result []byte) error {
 	if len(result) > MaxChunk {
 		return fmt.Errorf("link: result of %d bytes is larger than a frame", len(result))
 	}
-	return st.send(ctx, TypeEnd, result)
+	return st.send(ctx, TypeEnd, result, false)
 }
 
 // Reset abandons the stream: the peer is told to drop it and anything
@@ -100,7 +104,10 @@ func (st *Stream) Reset() {
 	st.mu.Unlock()
 }
 
-func (st *Stream) send(ctx context.Context, typ Type, msg []byte) error {
+// send sends msg in frames of at most MaxChunk. owned says msg is the
+// stream's to keep, never written again, so frames hold it rather than a
+// copy until the peer acknowledges them.
+func (st *Stream) send(ctx context.Context, typ Type, msg []byte, owned bool) error {
 	first := true
 	for {
 		n := min(len(msg), MaxChunk)
@@ -114,7 +121,7 @@ func (st *Stream) send(ctx context.Context, typ Type, msg []byte) error {
 		if len(msg) > 0 {
 			flags = FlagMore
 		}
-		if err := st.sendFrame(ctx, t, flags, chunk); err != nil {
+		if err := st.sendFrame(ctx, t, flags, chunk, owned); err != nil {
 			return err
 		}
 		first = false
@@ -124,7 +131,7 @@ func (st *Stream) send(ctx context.Context, typ Type, msg []byte) error {
 	}
 }
 
-func (st *Stream) sendFrame(ctx context.Context, t Type, flags uint8, payload []byte) error {
+func (st *Stream) sendFrame(ctx context.Context, t Type, flags uint8, payload []byte, owned bool) error {
 	window := st.s.opts.Window
 	for {
 		st.s.mu.Lock()
@@ -139,7 +146,10 @@ func (st *Stream) sendFrame(ctx context.Context, t Type, flags uint8, payload []
 		// bigger than the window still gets through.
 		if st.inflight == 0 || st.inflight+len(payload) <= window {
 			st.sendSeq++
-			f := &Frame{Type: t, Flags: flags, Stream: st.id, Seq: st.sendSeq, Payload: append([]byte(nil), payload...)}
+			if !owned {
+				payload = append([]byte(nil), payload...)
+			}
+			f := &Frame{Type: t, Flags: flags, Stream: st.id, Seq: st.sendSeq, Payload: payload}
 			st.unacked = append(st.unacked, f)
 			st.inflight += len(payload)
 			if t == TypeEnd {
