@@ -148,8 +148,9 @@ func (u *Usage) put(orgID string, row *api.UsageRow, r usage.Rollup) {
 	data := appendUsageRow(make([]byte, 0, 160), row)
 	rowKey := timeKey(orgID, row.CreatedAt, u.seq.Add(1))
 	// The aggregates' keys are built by the commit, which needs each only
-	// once however many of its rows share it.
-	size := len(data) + len(rowKey) + 3*(len(orgID)+len(r.Day)) + len(r.Model) + len(r.WorkerID) + len(r.WorkerName)
+	// once however many of its rows share it: the record holds only what
+	// they are built from.
+	size := len(data) + len(rowKey) + len(orgID) + len(r.Day) + len(r.Model) + len(r.WorkerID) + len(r.WorkerName)
 	u.w.add(kindUsage, size, func(tx *txn) error {
 		rows := tx.Bucket(bucketUsageRows)
 		// Keys grow with time, so pages only ever fill at the end: split

@@ -205,11 +205,14 @@ type waiter struct {
 	hold *time.Timer
 }
 
-// newWaiter returns a waiter for need, from the pool when one is there.
-func (f *Fleet) newWaiter(need *Need, now time.Time) *waiter {
+// newWaiter returns a waiter for need, from the pool when one is there,
+// its timer running for hold.
+func (f *Fleet) newWaiter(need *Need, now time.Time, hold time.Duration) *waiter {
 	wt, _ := f.waiters.Get().(*waiter)
 	if wt == nil {
-		wt = &waiter{grant: make(chan *Lease, 1)}
+		wt = &waiter{grant: make(chan *Lease, 1), hold: time.NewTimer(hold)}
+	} else {
+		wt.hold.Reset(hold)
 	}
 	wt.need, wt.start = *need, now
 	return wt
@@ -298,16 +301,11 @@ func (f *Fleet) Acquire(ctx context.Context, need Need) (*Lease, error) {
 		f.mu.Unlock()
 		return nil, err
 	}
-	wt := f.newWaiter(&need, now)
+	wt := f.newWaiter(&need, now, hold)
 	wt.elem = q.l.PushBack(wt)
 	f.queued.Add(1)
 	f.mu.Unlock()
 
-	if wt.hold == nil {
-		wt.hold = time.NewTimer(hold)
-	} else {
-		wt.hold.Reset(hold)
-	}
 	defer f.freeWaiter(wt)
 	defer wt.hold.Stop()
 	select {

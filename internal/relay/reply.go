@@ -28,8 +28,8 @@ func (c *Call) svcIdentity() json.RawMessage {
 func (c *Call) timing() *api.Timing {
 	// One allocation for the timing and the values it points to.
 	m := new(struct {
-		t         api.Timing
-		wait, ttf float64
+		t          api.Timing
+		wait, ttft float64
 	})
 	t := &m.t
 	if c.res != nil {
@@ -41,11 +41,11 @@ func (c *Call) timing() *api.Timing {
 	}
 	t.QueueWaitMs = &m.wait
 	if t.TTFTMs == nil && !c.firstToken.IsZero() && !c.openedAt.IsZero() {
-		m.ttf = float64(c.firstToken.Sub(c.openedAt).Microseconds()) / 1000
+		m.ttft = float64(c.firstToken.Sub(c.openedAt).Microseconds()) / 1000
 		if t.WorkerQueueWaitMs != nil {
-			m.ttf = max(0, m.ttf-*t.WorkerQueueWaitMs)
+			m.ttft = max(0, m.ttft-*t.WorkerQueueWaitMs)
 		}
-		t.TTFTMs = &m.ttf
+		t.TTFTMs = &m.ttft
 	}
 	return t
 }
