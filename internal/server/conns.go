@@ -289,6 +289,18 @@ type gatedConn struct {
 	// that writes uses them.
 	waited   time.Duration
 	progress int64
+	// deadline is the write deadline last set, which keepDeadline may
+	// keep for the next write.
+	deadline time.Time
+}
+
+// keepDeadline reports whether a write starting at start, which may wait
+// on the client until due, can keep the write deadline have. One earlier
+// than due can only end the wait early, and the write then goes on for
+// the wait it has left; setting one is a change to the poller's timer, so
+// a stream's chunks set one each stall period rather than one each.
+func keepDeadline(have, start, due time.Time) bool {
+	return have.After(start) && !have.After(due)
 }
 
 // stallQuantum is how many bytes a client must take to count as reading:
@@ -324,7 +336,10 @@ func (c *gatedConn) Write(p []byte) (int, error) {
 	done := 0
 	for done < len(p) {
 		start := time.Now()
-		_ = c.Conn.SetWriteDeadline(start.Add(c.stall - c.waited))
+		if due := start.Add(c.stall - c.waited); !keepDeadline(c.deadline, start, due) {
+			c.deadline = due
+			_ = c.Conn.SetWriteDeadline(due)
+		}
 		n, err := c.Conn.Write(p[done:min(len(p), done+stallQuantum)])
 		done += n
 		written := c.written.Add(int64(n))

@@ -98,3 +98,46 @@ func TestOwnDeadlinesOverrideTheStall(t *testing.T) {
 		t.Fatalf("write past its own deadline: %v", err)
 	}
 }
+
+func TestKeepDeadline(t *testing.T) {
+	start := time.Unix(1000, 0)
+	due := start.Add(30 * time.Second)
+	for _, tc := range []struct {
+		name string
+		have time.Time
+		keep bool
+	}{
+		{"none set", time.Time{}, false},
+		{"passed", start.Add(-time.Millisecond), false},
+		{"at the start", start, false},
+		{"between", start.Add(10 * time.Second), true},
+		{"at due", due, true},
+		{"after due", due.Add(time.Nanosecond), false},
+	} {
+		if got := keepDeadline(tc.have, start, due); got != tc.keep {
+			t.Errorf("%s: keep %v, want %v", tc.name, got, tc.keep)
+		}
+	}
+}
+
+// A deadline kept from an earlier write ends a wait early, and the write
+// then waits out the rest of the stall: the client is cut off only after
+// the whole stall.
+func TestKeptDeadlineDoesNotShortenTheStall(t *testing.T) {
+	const stall = 300 * time.Millisecond
+	server, _ := tcpPair(t, stall, nil)
+	if _, err := server.Write([]byte("data: first\n\n")); err != nil {
+		t.Fatal(err)
+	}
+	// The first write's deadline is kept; half the stall later it is due
+	// in the middle of the next write's wait.
+	time.Sleep(stall / 2)
+	start := time.Now()
+	_, err := server.Write(make([]byte, 64<<20))
+	if !errors.Is(err, errStalled) {
+		t.Fatalf("write to a client that reads nothing: %v", err)
+	}
+	if waited := time.Since(start); waited < stall {
+		t.Fatalf("cut off after %s, before the stall of %s", waited, stall)
+	}
+}
