@@ -16,9 +16,6 @@ type Stream struct {
 	// gateway, where no handler runs, it does nothing.
 	cancel context.CancelFunc
 	dead   chan struct{} // closed when the stream fails
-	// ended is closed on the gateway when the worker's END arrives: a
-	// request body still being sent is no longer wanted.
-	ended chan struct{}
 
 	mu sync.Mutex
 	// Sending.
@@ -29,7 +26,14 @@ type Stream struct {
 	firstUnacked [2]*Frame
 	inflight     int    // payload bytes in unacked
 	endSeq       uint64 // sequence number of our END frame, once sent
-	credit       chan struct{}
+	// credit is signalled when acknowledgements make room in the window.
+	// ended is closed when the worker's END arrives on the gateway, where
+	// a request body still being sent is no longer wanted (answered says
+	// so before then). Only a sender the window holds back waits on them,
+	// so they are made for it; most streams never need them.
+	credit   chan struct{}
+	ended    chan struct{}
+	answered bool
 	// Receiving. Acknowledgements (and the resume handshake) report what
 	// has been consumed, not merely received, so the window bounds the
 	// inbox even across reconnects; frames received twice are dropped by
@@ -48,16 +52,10 @@ type Stream struct {
 func newStream(s *Session, id uint64) *Stream {
 	st := &Stream{
 		id: id, s: s, cancel: func() {},
-		dead:   make(chan struct{}),
-		credit: make(chan struct{}, 1),
-		ready:  make(chan struct{}, 1),
+		dead:  make(chan struct{}),
+		ready: make(chan struct{}, 1),
 	}
 	st.unacked = st.firstUnacked[:0]
-	if s.opts.Role == Gateway {
-		// Only the gateway receives an END; a worker's stream waits on a
-		// nil channel, which never fires.
-		st.ended = make(chan struct{})
-	}
 	return st
 }
 
@@ -168,12 +166,26 @@ func (st *Stream) sendFrame(ctx context.Context, t Type, flags uint8, payload []
 			st.s.mu.Unlock()
 			return nil
 		}
+		if st.answered {
+			st.mu.Unlock()
+			st.s.mu.Unlock()
+			return ErrAnswered
+		}
+		if st.credit == nil {
+			st.credit = make(chan struct{}, 1)
+		}
+		if st.ended == nil && st.s.opts.Role == Gateway {
+			// Only the gateway receives an END; a worker's stream waits
+			// on a nil channel, which never fires.
+			st.ended = make(chan struct{})
+		}
+		credit, ended := st.credit, st.ended
 		st.mu.Unlock()
 		st.s.mu.Unlock()
 		select {
-		case <-st.credit:
+		case <-credit:
 		case <-st.dead:
-		case <-st.ended:
+		case <-ended:
 			return ErrAnswered
 		case <-ctx.Done():
 			return ctx.Err()
@@ -306,10 +318,9 @@ func (st *Stream) deliver(f Frame) error {
 		st.recvSeq = f.Seq
 		st.inbox = append(st.inbox, f)
 		signal(st.ready)
-		if f.Type == TypeEnd {
-			select {
-			case <-st.ended:
-			default:
+		if f.Type == TypeEnd && !st.answered {
+			st.answered = true
+			if st.ended != nil {
 				close(st.ended)
 			}
 		}
@@ -344,7 +355,9 @@ func (st *Stream) ackedLocked(seq uint64) bool {
 		i++
 	}
 	st.unacked = st.unacked[i:]
-	signal(st.credit)
+	if st.credit != nil {
+		signal(st.credit)
+	}
 	return st.endAcked()
 }
 
