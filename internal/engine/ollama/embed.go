@@ -55,23 +55,9 @@ func (e *Engine) embed(ctx context.Context, req *engine.Request, sink engine.Sin
 		return engine.Failure(http.StatusBadRequest, api.TypeInvalidRequest, err.Error())
 	}
 	before := e.loadState(in.Model)
-	resp, err := e.send(ctx, http.MethodPost, "/api/embed", in)
-	if err != nil {
-		if ctx.Err() != nil {
-			return engine.Cancelled()
-		}
-		return engine.Unreachable(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode >= 400 {
-		return engine.ErrorResult(resp.StatusCode, readError(resp.Body))
-	}
-	b, err := readAll(resp.Body, maxLine)
-	if err != nil {
-		if ctx.Err() != nil {
-			return engine.Cancelled()
-		}
-		return engine.Unreachable(fmt.Errorf("read embeddings: %w", err))
+	b, res := e.postWhole(ctx, "/api/embed", in, "embeddings")
+	if res != nil {
+		return res
 	}
 	var ans embedAnswer
 	if err := json.Unmarshal(b, &ans); err != nil {

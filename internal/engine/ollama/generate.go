@@ -3,7 +3,6 @@ package ollama
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 
 	"github.com/svc-dev/svc/internal/api"
@@ -70,23 +69,9 @@ func (e *Engine) generate(ctx context.Context, req *engine.Request, sink engine.
 		return engine.Failure(http.StatusBadRequest, api.TypeInvalidRequest, err.Error())
 	}
 	before := e.loadState(in.Model)
-	resp, err := e.send(ctx, http.MethodPost, "/api/generate", in)
-	if err != nil {
-		if ctx.Err() != nil {
-			return engine.Cancelled()
-		}
-		return engine.Unreachable(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode >= 400 {
-		return engine.ErrorResult(resp.StatusCode, readError(resp.Body))
-	}
-	b, err := readAll(resp.Body, maxLine)
-	if err != nil {
-		if ctx.Err() != nil {
-			return engine.Cancelled()
-		}
-		return engine.Unreachable(fmt.Errorf("read completion: %w", err))
+	b, res := e.postWhole(ctx, "/api/generate", in, "completion")
+	if res != nil {
+		return res
 	}
 	var ans generateAnswer
 	if err := json.Unmarshal(b, &ans); err != nil {

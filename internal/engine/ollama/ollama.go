@@ -168,6 +168,31 @@ func (e *Engine) send(ctx context.Context, method, path string, in any) (*http.R
 	return e.client.Do(req)
 }
 
+// postWhole posts a client's request, in, to path and reads the answer
+// whole, for the requests Ollama answers with one JSON object; what names
+// the answer in a failure, which comes back as the client's Result.
+func (e *Engine) postWhole(ctx context.Context, path string, in any, what string) ([]byte, *api.Result) {
+	resp, err := e.send(ctx, http.MethodPost, path, in)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, engine.Cancelled()
+		}
+		return nil, engine.Unreachable(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 400 {
+		return nil, engine.ErrorResult(resp.StatusCode, readError(resp.Body))
+	}
+	b, err := readAll(resp.Body, maxLine)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, engine.Cancelled()
+		}
+		return nil, engine.Unreachable(fmt.Errorf("read %s: %w", what, err))
+	}
+	return b, nil
+}
+
 // call makes a call whose answer is one JSON object, decoded into out.
 func (e *Engine) call(ctx context.Context, method, path string, in, out any) error {
 	resp, err := e.send(ctx, method, path, in)
