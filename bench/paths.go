@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -204,6 +205,9 @@ http {
 type svcOptions struct {
 	maxConcurrent int
 	queueHold     time.Duration
+	// maxConnections is the gateway's --max-connections; 0 leaves the
+	// default.
+	maxConnections int
 }
 
 // svcPath is svc serve and one svc worker relaying to the engine with the
@@ -225,6 +229,9 @@ func svcPath(pl placement, dir, bin, engineURL string, o svcOptions) (*path, err
 	gs.Args = []string{"--log-level", "warn", "--pprof-addr", gwProf}
 	if o.queueHold > 0 {
 		gs.Args = append(gs.Args, "--queue-hold", o.queueHold.String())
+	}
+	if o.maxConnections > 0 {
+		gs.Args = append(gs.Args, "--max-connections", strconv.Itoa(o.maxConnections))
 	}
 	gw, err := harness.StartGateway(ctx, harness.GatewaySpec{Spec: gs, Addr: addr, Data: data})
 	if err != nil {

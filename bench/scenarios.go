@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -313,7 +314,9 @@ func (h *rig) openStreams(ctx context.Context, n int) *scenario {
 		return sc
 	}
 	defer func() { _ = sim.Stop(syscall.SIGTERM, stopGrace) }()
-	svc, err := svcPath(h.scale.place, h.dir, h.bin, url, svcOptions{})
+	// The gateway's connection cap counts the worker's link too: n
+	// streams need a cap above n, or one is refused with the cap's 503.
+	svc, err := svcPath(h.scale.place, h.dir, h.bin, url, svcOptions{maxConnections: n + 100})
 	if err != nil {
 		sc.Note = "skipped: " + err.Error()
 		return sc
@@ -327,6 +330,7 @@ func (h *rig) openStreams(ctx context.Context, n int) *scenario {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	opened, failed := 0, 0
+	firstFailure := ""
 	ready := make(chan struct{}, n)
 	for range n {
 		wg.Go(func() {
@@ -341,12 +345,18 @@ func (h *rig) openStreams(ctx context.Context, n int) *scenario {
 				resp.Body.Close()
 				return
 			}
+			why := fmt.Sprint(err)
 			if resp != nil {
+				b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 				_, _ = io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
+				why = fmt.Sprintf("%d %s", resp.StatusCode, bytes.TrimSpace(b))
 			}
 			mu.Lock()
 			failed++
+			if firstFailure == "" {
+				firstFailure = why
+			}
 			mu.Unlock()
 			ready <- struct{}{}
 		})
@@ -374,6 +384,10 @@ wait:
 	sc.Note = "memory is the gateway's and the worker's together"
 	sc.Extra["opened"] = opened
 	sc.Extra["failed"] = failed
+	if firstFailure != "" {
+		sc.Extra["first_failure"] = firstFailure
+		h.log("%s: first failure: %s", sc.Name, firstFailure)
+	}
 	sc.Extra["rss_before_bytes"] = base.rss
 	sc.Extra["rss_held_bytes"] = held.rss
 	sc.Extra["peak_rss_bytes"] = held.hwm
