@@ -147,21 +147,29 @@ func BenchmarkFinalChunksMarshalled(b *testing.B) {
 }
 
 // The Server-Timing header is built without fmt: each member must read as
-// fmt's %.1f would, joined by ", ", and absent values leave no member.
+// fmt's %.1f would, joined by ", ", and absent values leave no member. The
+// queue's member is always there: the gateway's own wait is always known.
 func TestServerTimingMembers(t *testing.T) {
 	f := func(v float64) *float64 { return &v }
 	tests := []struct {
-		name             string
-		ttft, tps, q, wq *float64
+		name      string
+		ttft, tps *float64
+		wait      time.Duration // the gateway's queue wait
+		wq        *float64      // the worker's
 	}{
-		{"queue only", nil, nil, f(0.04), nil},
-		{"all", f(12.345), f(45.66), f(0), f(3.25)},
-		{"large and negative zero", f(1e9), nil, f(math.Copysign(0, -1)), f(0.05)},
-		{"not finite", f(math.NaN()), f(math.Inf(1)), f(1), nil},
-		{"none", nil, nil, nil, nil},
+		{"queue only", nil, nil, 40 * time.Microsecond, nil},
+		{"all", f(12.345), f(45.66), 0, f(3.25)},
+		{"large and negative zero", f(1e9), nil, 0, f(math.Copysign(0, -1))},
+		{"not finite", f(math.NaN()), f(math.Inf(1)), time.Millisecond, nil},
+		{"worker queue added", nil, nil, 1500 * time.Microsecond, f(0.05)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			c := &Call{queueWait: tt.wait, res: &api.Result{Timing: api.Timing{TTFTMs: tt.ttft, TokensPerSecond: tt.tps, WorkerQueueWaitMs: tt.wq}}}
+			queue := float64(tt.wait.Microseconds()) / 1000
+			if tt.wq != nil {
+				queue += *tt.wq
+			}
 			var want []string
 			if tt.ttft != nil {
 				want = append(want, fmt.Sprintf("ttft;dur=%.1f", *tt.ttft))
@@ -169,18 +177,11 @@ func TestServerTimingMembers(t *testing.T) {
 			if tt.tps != nil {
 				want = append(want, fmt.Sprintf(`tps;desc="%.1f"`, *tt.tps))
 			}
-			if tt.q != nil {
-				want = append(want, fmt.Sprintf("queue;dur=%.1f", *tt.q))
-			}
+			want = append(want, fmt.Sprintf("queue;dur=%.1f", queue))
 			if tt.wq != nil {
 				want = append(want, fmt.Sprintf("worker_queue;dur=%.1f", *tt.wq))
 			}
-			var b []byte
-			b = appendTimingMember(b, "ttft;dur=", tt.ttft, "")
-			b = appendTimingMember(b, `tps;desc="`, tt.tps, `"`)
-			b = appendTimingMember(b, "queue;dur=", tt.q, "")
-			b = appendTimingMember(b, "worker_queue;dur=", tt.wq, "")
-			if got := string(b); got != strings.Join(want, ", ") {
+			if got := c.serverTiming(); got != strings.Join(want, ", ") {
 				t.Errorf("got %q, want %q", got, strings.Join(want, ", "))
 			}
 		})
