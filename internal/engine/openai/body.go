@@ -11,6 +11,7 @@ import (
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/engine"
+	"github.com/svc-dev/svc/internal/jsontext"
 )
 
 const embeddingsPath = "/v1/embeddings"
@@ -44,7 +45,7 @@ func (e *Engine) chat(ctx context.Context, req *engine.Request, sink engine.Sink
 // change is returned as it came.
 func normaliseCompletion(b []byte, st *stats) ([]byte, *api.Result) {
 	if !bytes.Contains(b, []byte(keyTimings)) && !bytes.Contains(b, []byte(keyMetrics)) &&
-		!bytes.Contains(b, []byte(keyReasoning)) && json.Valid(b) {
+		!bytes.Contains(b, []byte(keyReasoning)) {
 		if res, ok := readPlainCompletion(b, st); ok {
 			return b, res
 		}
@@ -78,12 +79,24 @@ func normaliseGeneral(b []byte, st *stats) ([]byte, *api.Result) {
 }
 
 // readPlainCompletion captures what normaliseCompletion does from a valid
-// completion that needs no change, in one pass over its top level. ok is
-// false when the general path must decide.
+// completion that needs no change, in one pass over it that also checks
+// it is JSON. ok is false when the general path must decide: not JSON, not
+// an object, or a member's name with an escape, which a map holds decoded.
 func readPlainCompletion(b []byte, st *stats) (res *api.Result, ok bool) {
 	var choices, usage, errVal []byte
 	hasChoices := false
-	if !topMembers(b, func(key, val []byte) bool {
+	var sc jsontext.Scanner
+	sc.Reset(b)
+	if sc.Peek() != '{' {
+		return nil, false
+	}
+	sc.Open()
+	for n := 0; sc.Next(n, '}'); n++ {
+		key, kind := sc.Key()
+		if kind == jsontext.Escaped {
+			return nil, false
+		}
+		val := sc.Raw()
 		switch string(key) {
 		case "choices":
 			choices, hasChoices = val, true
@@ -92,8 +105,8 @@ func readPlainCompletion(b []byte, st *stats) (res *api.Result, ok bool) {
 		case "error":
 			errVal = val
 		}
-		return true
-	}) {
+	}
+	if sc.End(); sc.Bad() {
 		return nil, false
 	}
 	if !hasChoices && !isNull(errVal) {

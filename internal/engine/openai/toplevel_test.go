@@ -90,7 +90,10 @@ func FuzzTopMembers(f *testing.F) {
 // completion that needs no change agrees with the general path.
 func FuzzNormaliseCompletion(f *testing.F) {
 	for _, s := range []string{vllmPlainCompletion, vllmCompletion, llamaCompletion,
-		`{"error":{"message":"x","code":429}}`, `{"choices":[],"usage":null}`, `{"choices":null,"error":null}`, `{}`, `null`, `[]`} {
+		`{"error":{"message":"x","code":429}}`, `{"choices":[],"usage":null}`, `{"choices":null,"error":null}`, `{}`, `null`, `[]`,
+		// Not JSON, which the one pass must see as json.Valid would.
+		`{"choices":[],"usage":{}} x`, `{"choices":[01]}`, `{"choices":[1,]}`, "{\"choices\":\"\x01\"}",
+		`{"choices":[],"usage":{"prompt_tokens":1}`, `{"choi\u0063es":[]}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
