@@ -292,6 +292,10 @@ type gatedConn struct {
 	// deadline is the write deadline last set, which keepDeadline may
 	// keep for the next write.
 	deadline time.Time
+	// readDue is the read deadline fasthttp asked for last, readSet the
+	// one the poller has: an earlier one kept (see SetReadDeadline). Only
+	// the goroutine serving the connection reads, and sets them.
+	readDue, readSet time.Time
 }
 
 // keepDeadline reports whether a write starting at start, which may wait
@@ -362,6 +366,50 @@ func (c *gatedConn) Write(p []byte) (int, error) {
 		}
 	}
 	return done, nil
+}
+
+// Read reads as the connection does, but a timeout of a read deadline
+// kept (see SetReadDeadline) before the one asked for is not one: the
+// asked one is set and the read goes on.
+func (c *gatedConn) Read(p []byte) (int, error) {
+	for {
+		n, err := c.Conn.Read(p)
+		if n > 0 || err == nil || !errors.Is(err, os.ErrDeadlineExceeded) || c.own.Load() {
+			return n, err
+		}
+		due := c.readDue
+		if !due.IsZero() && !time.Now().Before(due) {
+			return n, err
+		}
+		c.readSet = due
+		if err := c.Conn.SetReadDeadline(due); err != nil {
+			return 0, err
+		}
+	}
+}
+
+// SetReadDeadline keeps the read deadline the poller has when it is still
+// to come and not after t: fasthttp sets two a request (the keep-alive
+// wait, then the time to read the request), each a change to the
+// poller's timer, and a connection's requests now set one each idle
+// period rather than two each.
+func (c *gatedConn) SetReadDeadline(t time.Time) error {
+	if c.own.Load() {
+		return c.Conn.SetReadDeadline(t)
+	}
+	c.readDue = t
+	if keepReadDeadline(c.readSet, time.Now(), t) {
+		return nil
+	}
+	c.readSet = t
+	return c.Conn.SetReadDeadline(t)
+}
+
+// keepReadDeadline reports whether a read deadline have, set earlier, can
+// stand for due (zero: none) at now: it is still to come, and a read it
+// ends early is read again to due.
+func keepReadDeadline(have, now, due time.Time) bool {
+	return have.After(now) && (due.IsZero() || !have.After(due))
 }
 
 // SetDeadline and SetWriteDeadline hand the write deadline to the caller:

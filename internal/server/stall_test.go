@@ -141,3 +141,67 @@ func TestKeptDeadlineDoesNotShortenTheStall(t *testing.T) {
 		t.Fatalf("cut off after %s, before the stall of %s", waited, stall)
 	}
 }
+
+func TestKeepReadDeadline(t *testing.T) {
+	now := time.Unix(1000, 0)
+	due := now.Add(2 * time.Minute)
+	for _, tc := range []struct {
+		name      string
+		have, due time.Time
+		keep      bool
+	}{
+		{"none set", time.Time{}, due, false},
+		{"passed", now.Add(-time.Millisecond), due, false},
+		{"now", now, due, false},
+		{"before due", now.Add(time.Minute), due, true},
+		{"at due", due, due, true},
+		{"after due", due.Add(time.Nanosecond), due, false},
+		{"none asked", now.Add(time.Minute), time.Time{}, true},
+		{"none set, none asked", time.Time{}, time.Time{}, false},
+	} {
+		if got := keepReadDeadline(tc.have, now, tc.due); got != tc.keep {
+			t.Errorf("%s: keep %v, want %v", tc.name, got, tc.keep)
+		}
+	}
+}
+
+// A read deadline kept from before ends a read early, and the read goes
+// on to the deadline asked for: data that comes between the two is read,
+// and a read of nothing times out at the later one, not before.
+func TestKeptReadDeadline(t *testing.T) {
+	const kept, asked = 100 * time.Millisecond, 400 * time.Millisecond
+	server, client := tcpPair(t, time.Minute, nil)
+	buf := make([]byte, 16)
+
+	_ = server.SetReadDeadline(time.Now().Add(kept))
+	_ = server.SetReadDeadline(time.Now().Add(asked))
+	if !server.readSet.Before(server.readDue) {
+		t.Fatalf("the earlier deadline %v was not kept for %v", server.readSet, server.readDue)
+	}
+	go func() {
+		time.Sleep(2 * kept)
+		_, _ = client.Write([]byte("GET"))
+	}()
+	if n, err := server.Read(buf); err != nil || string(buf[:n]) != "GET" {
+		t.Fatalf("read between the kept deadline and the one asked for: %q, %v", buf[:n], err)
+	}
+
+	_ = server.SetReadDeadline(time.Now().Add(kept))
+	start := time.Now()
+	_ = server.SetReadDeadline(start.Add(asked))
+	_, err := server.Read(buf)
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read of nothing: %v, want a timeout", err)
+	}
+	if waited := time.Since(start); waited < asked {
+		t.Fatalf("timed out after %s, before the %s asked for", waited, asked)
+	}
+
+	// Once the deadlines are another's (a worker link's), they are set as
+	// asked.
+	_ = server.SetDeadline(time.Time{})
+	_ = server.SetReadDeadline(time.Now().Add(-time.Second))
+	if _, err := server.Read(buf); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read past a deadline set by the connection's owner: %v", err)
+	}
+}
