@@ -77,7 +77,10 @@ type machine struct {
 	GoVersion string `json:"go_version"`
 	Kernel    string `json:"kernel"`
 	Pinned    bool   `json:"pinned"`
-	Time      string `json:"time"`
+	// SUTCPU is the share of a core the system under test was held to
+	// (-sut-cpu); zero when it was not.
+	SUTCPU float64 `json:"sut_cpu,omitempty"`
+	Time   string  `json:"time"`
 }
 
 // numCPU is the machine's CPU count, as seen before the harness pinned
@@ -114,6 +117,7 @@ func run() error {
 	svcSource := flag.String("svc-source", "", "build the svc under test from this module (a checkout of another commit, for a before and after) instead of this one")
 	place := flag.String("placement", placeOneCore, "where the programs run: "+placeOneCore+
 		" (nginx, or svc's gateway and worker with GOMAXPROCS=1 each, on CPU 0; engine and load on CPU 1) or "+placeNone)
+	sutCPU := flag.Float64("sut-cpu", 0, "hold the system under test (nginx, or svc's gateway and worker together) to this share of one core, through a CPU cgroup, so that the load generator can outpace it: CPU-bound overload on a machine of two cores (default: no limit)")
 	flag.Parse()
 	if *show != "" {
 		return showResults(*show, os.Stdout)
@@ -124,6 +128,12 @@ func run() error {
 	}
 	if err := pinSelf(pl); err != nil {
 		return err
+	}
+	if *sutCPU > 0 {
+		if pl.cap, err = newCPUCap(*sutCPU); err != nil {
+			return err
+		}
+		defer pl.cap.close()
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -352,6 +362,9 @@ func (h *rig) save(out string) error {
 
 func readMachine(pl placement) machine {
 	m := machine{CPUs: numCPU(), GoVersion: runtime.Version(), Pinned: pl.pin, Time: time.Now().UTC().Format(time.RFC3339)}
+	if pl.cap != nil {
+		m.SUTCPU = pl.cap.share
+	}
 	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
 		for _, line := range strings.Split(string(b), "\n") {
 			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {

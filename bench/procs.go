@@ -30,6 +30,8 @@ type placement struct {
 	// pin puts the system under test (nginx, or gateway and worker) on
 	// sutCPU and the harness's own programs on loadCPU.
 	pin bool
+	// cap, when set, holds the system under test to a share of a core.
+	cap *cpuCap
 }
 
 // placements are the -placement flag's values.
@@ -63,7 +65,11 @@ func (pl placement) onCPU(cpu, dir, name string, env ...string) harness.Spec {
 
 // sut is how a program of the system under test runs.
 func (pl placement) sut(dir, name string, env ...string) harness.Spec {
-	return pl.onCPU(sutCPU, dir, name, env...)
+	s := pl.onCPU(sutCPU, dir, name, env...)
+	if pl.cap != nil {
+		s.Prefix = append(s.Prefix, pl.cap.prefix()...)
+	}
+	return s
 }
 
 // usage is a process's CPU time and memory as /proc reports them.

@@ -16,6 +16,9 @@ import (
 func printTable(w io.Writer, r *report) {
 	fmt.Fprintf(w, "\nsvc benchmark: %d CPUs (%s), %s, kernel %s, pinned=%v, %d run(s) of %s per path\n",
 		r.Machine.CPUs, r.Machine.CPUModel, r.Machine.GoVersion, r.Machine.Kernel, r.Machine.Pinned, r.Repeat, r.Duration)
+	if r.Machine.SUTCPU > 0 {
+		fmt.Fprintf(w, "the system under test held to %.2f of a core (-sut-cpu)\n", r.Machine.SUTCPU)
+	}
 	for _, s := range r.Skipped {
 		fmt.Fprintln(w, "skipped:", s)
 	}

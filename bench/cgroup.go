@@ -1,0 +1,103 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// cpuCap is a CPU cgroup that holds the system under test to a share of
+// one core (-sut-cpu). A two-core machine's load generator cannot outpace
+// svc on a core of its own, so CPU-bound overload cannot be offered there;
+// svc on a third of a core it can.
+type cpuCap struct {
+	dir   string
+	share float64
+}
+
+// The kernel's quota is at least a millisecond; the period is set so that
+// the quota is that millisecond. A short period spreads the share evenly:
+// with the default of 100 ms, a capped program would run for its whole
+// quota and then stand still for the rest of the period, and every
+// latency would show it.
+const minQuota = time.Millisecond
+
+// cgroupRoot is where the cgroup file systems are mounted.
+const cgroupRoot = "/sys/fs/cgroup"
+
+// newCPUCap makes the cgroup. cgroup v1's cpu controller is used where it
+// is mounted on its own, else v2's, which the root must delegate.
+func newCPUCap(share float64) (*cpuCap, error) {
+	if share <= 0 || share >= 1 || math.IsNaN(share) {
+		return nil, fmt.Errorf("-sut-cpu %v: want a share of one core between 0 and 1", share)
+	}
+	period := time.Duration(float64(minQuota) / share).Round(time.Microsecond)
+	if period > time.Second {
+		return nil, fmt.Errorf("-sut-cpu %v: the kernel's period is a second at most, so the share is at least 0.001", share)
+	}
+	quota, periodUs := minQuota.Microseconds(), period.Microseconds()
+	name := fmt.Sprintf("svc-bench-%d", os.Getpid())
+
+	if v1 := filepath.Join(cgroupRoot, "cpu"); exists(filepath.Join(v1, "cpu.cfs_quota_us")) {
+		dir := filepath.Join(v1, name)
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("-sut-cpu: %w", err)
+		}
+		c := &cpuCap{dir: dir, share: share}
+		if err := errors.Join(
+			write(dir, "cpu.cfs_period_us", fmt.Sprint(periodUs)),
+			write(dir, "cpu.cfs_quota_us", fmt.Sprint(quota)),
+		); err != nil {
+			c.close()
+			return nil, fmt.Errorf("-sut-cpu: %w", err)
+		}
+		return c, nil
+	}
+	controllers, err := os.ReadFile(filepath.Join(cgroupRoot, "cgroup.controllers"))
+	if err != nil || !strings.Contains(" "+string(controllers)+" ", " cpu ") {
+		return nil, errors.New("-sut-cpu needs a CPU cgroup: cgroup v1's cpu controller or v2's, neither of which is here")
+	}
+	// Delegating the controller is refused where it already is, or where
+	// the root may not: the directory's cpu.max then says which.
+	_ = write(cgroupRoot, "cgroup.subtree_control", "+cpu")
+	dir := filepath.Join(cgroupRoot, name)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("-sut-cpu: %w", err)
+	}
+	c := &cpuCap{dir: dir, share: share}
+	if err := write(dir, "cpu.max", fmt.Sprintf("%d %d", quota, periodUs)); err != nil {
+		c.close()
+		return nil, fmt.Errorf("-sut-cpu: %w (is the cpu controller delegated to %s?)", err, cgroupRoot)
+	}
+	return c, nil
+}
+
+// prefix runs a program in the cgroup: the shell puts itself there, then
+// becomes the program, whose children (nginx's workers) stay there too.
+func (c *cpuCap) prefix() []string {
+	return []string{"sh", "-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, c.dir}
+}
+
+// close removes the cgroup once the programs in it have exited.
+func (c *cpuCap) close() {
+	for range 50 {
+		if err := os.Remove(c.dir); err == nil || errors.Is(err, os.ErrNotExist) {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	fmt.Fprintf(os.Stderr, "bench: could not remove the cgroup %s\n", c.dir)
+}
+
+func write(dir, file, value string) error {
+	return os.WriteFile(filepath.Join(dir, file), []byte(value), 0o644)
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
