@@ -28,12 +28,18 @@ const hexDigits = "0123456789abcdef"
 
 // AppendString quotes s as encoding/json does: <, > and & escaped for
 // HTML, invalid UTF-8 as U+FFFD, U+2028 and U+2029 escaped.
-func AppendString(b []byte, s string) []byte {
+func AppendString(b []byte, s string) []byte { return appendString(b, s, true) }
+
+// AppendStringNoHTML quotes s as an Encoder told SetEscapeHTML(false)
+// does: AppendString with <, > and & as they are.
+func AppendStringNoHTML(b []byte, s string) []byte { return appendString(b, s, false) }
+
+func appendString(b []byte, s string, html bool) []byte {
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); {
 		if c := s[i]; c < utf8.RuneSelf {
-			if c >= ' ' && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+			if c >= ' ' && c != '"' && c != '\\' && (!html || c != '<' && c != '>' && c != '&') {
 				i++
 				continue
 			}

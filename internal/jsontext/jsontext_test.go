@@ -161,7 +161,8 @@ func FuzzIs(f *testing.F) {
 	})
 }
 
-// FuzzAppendString holds AppendString to json.Marshal of a string.
+// FuzzAppendString holds AppendString to json.Marshal of a string, and
+// AppendStringNoHTML to an Encoder that does not escape for HTML.
 func FuzzAppendString(f *testing.F) {
 	for _, s := range []string{"", "plain", `"\`, "<a&b>", "\x00\x1f\b\f\n\r\t", "\u2028\u2029", "\xff\xfe", "é😀"} {
 		f.Add(s)
@@ -173,6 +174,16 @@ func FuzzAppendString(f *testing.F) {
 		}
 		if got := AppendString([]byte("x"), s); string(got) != "x"+string(want) {
 			t.Fatalf("%q: %s, encoding/json writes %s", s, got[1:], want)
+		}
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(s); err != nil {
+			t.Fatal(err)
+		}
+		want = bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+		if got := AppendStringNoHTML(nil, s); string(got) != string(want) {
+			t.Fatalf("%q without HTML escapes: %s, encoding/json writes %s", s, got, want)
 		}
 	})
 }

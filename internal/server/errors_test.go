@@ -172,3 +172,25 @@ func TestWriteEarly(t *testing.T) {
 		t.Fatalf("body\n got %s\nwant %s", got, want)
 	}
 }
+
+// FuzzResponseJSON holds the hand-written error bodies to encoding/json's
+// encoding of the same body, every kind and form.
+func FuzzResponseJSON(f *testing.F) {
+	f.Add(uint8(api.KindCapacity), "Every worker serving sim-chat is busy", "", "", "", true, false)
+	f.Add(uint8(api.KindCapacity), "busy <&> \u2028 \xff", "", "capacity", "", false, false)
+	f.Add(uint8(api.KindNotFound), "no model \"x\"\n", "", "model_not_found", "model", true, false)
+	f.Add(uint8(api.KindPlanRequired), "upgrade", "", "", "", true, false)
+	f.Add(uint8(api.KindInvalidRequest), "bad", api.TypeE2ERequired, "", "", true, false)
+	f.Add(uint8(api.KindValidation), "invalid", "", "", "", true, true)
+	f.Add(uint8(api.KindInternal), "", "", "", "", true, false)
+	f.Fuzz(func(t *testing.T, kind uint8, msg, typ, code, param string, compatible, fields bool) {
+		ae := &api.Error{Kind: api.Kind(kind % uint8(api.KindRelayed+1)), Message: msg, Type: typ, Code: code, Param: param}
+		if fields {
+			ae.Fields = []api.FieldError{{Field: param, Message: msg, Type: api.FieldInvalid}}
+		}
+		want := encodeError(responseBody(ae, compatible), false)
+		if got := responseJSON(ae, compatible); string(got) != string(want) {
+			t.Fatalf("%+v, compatible %v:\n got %s\nwant %s", ae, compatible, got, want)
+		}
+	})
+}
