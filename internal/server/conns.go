@@ -33,11 +33,14 @@ type connGate struct {
 
 	mu   sync.Mutex
 	open int
-	idle map[net.Conn]time.Time // since when each idle connection has waited
+	// conns are the connections followed, each with the time it went idle
+	// between two requests, zero while new or busy. A gatedConn keeps that
+	// time itself (see idleSince), and here is only listed.
+	conns map[net.Conn]time.Time
 }
 
 func newConnGate(max int, idleMax time.Duration) *connGate {
-	return &connGate{max: max, idleMax: idleMax, idleMin: 5 * time.Second, now: time.Now, idle: map[net.Conn]time.Time{}}
+	return &connGate{max: max, idleMax: idleMax, idleMin: 5 * time.Second, now: time.Now, conns: map[net.Conn]time.Time{}}
 }
 
 // errOverCapacity is the answer to a connection over the cap.
@@ -62,15 +65,18 @@ func (g *connGate) release() {
 }
 
 // state follows fasthttp's view of each connection: only an idle one may
-// be closed early.
+// be closed early. A gatedConn's requests do not come here (see
+// listener.track).
 func (g *connGate) state(c net.Conn, st fasthttp.ConnState) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	switch st {
 	case fasthttp.StateIdle:
-		g.idle[c] = g.now()
+		g.conns[c] = g.now()
+	case fasthttp.StateNew, fasthttp.StateActive:
+		g.conns[c] = time.Time{}
 	default:
-		delete(g.idle, c)
+		delete(g.conns, c)
 	}
 }
 
@@ -99,13 +105,25 @@ func (g *connGate) expired() []net.Conn {
 	}
 	now := g.now()
 	var out []net.Conn
-	for c, since := range g.idle {
-		if now.Sub(since) > limit {
+	for c, since := range g.conns {
+		if since = idleSince(c, since); !since.IsZero() && now.Sub(since) > limit {
 			out = append(out, c)
-			delete(g.idle, c)
+			delete(g.conns, c)
 		}
 	}
 	return out
+}
+
+// idleSince is when c went idle, zero while it is busy: its own record
+// for a gatedConn, else since, the one kept for it.
+func idleSince(c net.Conn, since time.Time) time.Time {
+	if gc, ok := c.(*gatedConn); ok {
+		if t := gc.idle.Load(); t != 0 {
+			return time.Unix(0, t)
+		}
+		return time.Time{}
+	}
+	return since
 }
 
 // reap closes expired idle connections every second until stop closes.
@@ -292,6 +310,11 @@ type gatedConn struct {
 	// deadline is the write deadline last set, which keepDeadline may
 	// keep for the next write.
 	deadline time.Time
+	// idle is when the connection last went idle between two requests, in
+	// Unix nanoseconds, 0 while it is new or busy: the listener's and the
+	// gate's record, kept here so that the two changes of state each
+	// request makes take no lock and no map.
+	idle atomic.Int64
 	// readDue is the read deadline fasthttp asked for last, readSet the
 	// one the poller has: an earlier one kept (see SetReadDeadline). Only
 	// the goroutine serving the connection reads, and sets them.

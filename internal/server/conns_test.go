@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -227,4 +228,47 @@ func TestRefusalsPastTheirBoundAnswerAtOnce(t *testing.T) {
 		t.Fatalf("refused at once: %d, close %v", resp.StatusCode, resp.Close)
 	}
 	r.wait()
+}
+
+// The public listener's connections keep their own idle time, which their
+// requests change without the listener's or the gate's lock: the gate
+// expires them by it and the drain closes them by it, busy ones not.
+func TestGatedConnectionsKeepTheirIdleTime(t *testing.T) {
+	g := newConnGate(10, 2*time.Minute)
+	l := &listener{gate: g, conns: map[net.Conn]time.Time{}}
+	for range 9 {
+		g.admit()
+	}
+	idleFake, busyFake := &fakeConn{}, &fakeConn{}
+	idle, busy := &gatedConn{Conn: idleFake}, &gatedConn{Conn: busyFake}
+	for _, c := range []*gatedConn{idle, busy} {
+		l.track(c, fasthttp.StateNew)
+		l.track(c, fasthttp.StateActive)
+		l.track(c, fasthttp.StateIdle)
+	}
+	l.track(busy, fasthttp.StateActive)
+	if len(g.conns) != 2 || len(l.conns) != 2 {
+		t.Fatalf("followed: gate %d, listener %d; want 2 each", len(g.conns), len(l.conns))
+	}
+
+	g.now = func() time.Time { return time.Now().Add(90 * time.Second) }
+	if got := g.expired(); len(got) != 1 || got[0] != idle {
+		t.Fatalf("expired %v, want only the idle connection", got)
+	}
+
+	// The idle one went idle well over the drain's quiet time ago.
+	idle.idle.Store(time.Now().Add(-time.Second).UnixNano())
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	l.drainConns(ctx, 10*time.Millisecond)
+	if !idleFake.closed || busyFake.closed {
+		t.Fatalf("drain closed the idle connection: %v, the busy one: %v", idleFake.closed, busyFake.closed)
+	}
+
+	for _, c := range []*gatedConn{idle, busy} {
+		l.track(c, fasthttp.StateClosed)
+	}
+	if len(g.conns) != 0 || len(l.conns) != 0 {
+		t.Fatalf("after closing: gate %d, listener %d followed", len(g.conns), len(l.conns))
+	}
 }

@@ -96,7 +96,8 @@ type listener struct {
 
 	mu sync.Mutex
 	// conns holds the open connections, each with the time it went idle
-	// between two requests, or zero while it is new or busy.
+	// between two requests, or zero while it is new or busy; a gatedConn
+	// keeps that time itself (see idleSince).
 	conns map[net.Conn]time.Time
 	// ln is what Serve accepts from; stopped once it has been closed.
 	ln      net.Listener
@@ -239,6 +240,16 @@ func (s *Server) newListener(m *mux, console bool) *listener {
 }
 
 func (l *listener) track(c net.Conn, st fasthttp.ConnState) {
+	if gc, ok := c.(*gatedConn); ok {
+		switch st {
+		case fasthttp.StateActive:
+			gc.idle.Store(0)
+			return
+		case fasthttp.StateIdle:
+			gc.idle.Store(time.Now().UnixNano())
+			return
+		}
+	}
 	if l.gate != nil {
 		l.gate.state(c, st)
 	}
@@ -288,7 +299,7 @@ func (l *listener) drainConns(ctx context.Context, quiet time.Duration) {
 		open := len(l.conns)
 		now := time.Now()
 		for c, since := range l.conns {
-			if !since.IsZero() && now.Sub(since) >= quiet {
+			if since = idleSince(c, since); !since.IsZero() && now.Sub(since) >= quiet {
 				_ = c.Close()
 			}
 		}
