@@ -30,7 +30,7 @@ const minQuota = time.Millisecond
 const cgroupRoot = "/sys/fs/cgroup"
 
 // newCPUCap makes the cgroup. cgroup v1's cpu controller is used where it
-// is mounted on its own, else v2's, which the root must delegate.
+// is mounted on its own, else v2's, which the root must already delegate.
 func newCPUCap(share float64) (*cpuCap, error) {
 	if share <= 0 || share >= 1 || math.IsNaN(share) {
 		return nil, fmt.Errorf("-sut-cpu %v: want a share of one core between 0 and 1", share)
@@ -61,9 +61,12 @@ func newCPUCap(share float64) (*cpuCap, error) {
 	if err != nil || !strings.Contains(" "+string(controllers)+" ", " cpu ") {
 		return nil, errors.New("-sut-cpu needs a CPU cgroup: cgroup v1's cpu controller or v2's, neither of which is here")
 	}
-	// Delegating the controller is refused where it already is, or where
-	// the root may not: the directory's cpu.max then says which.
-	_ = write(cgroupRoot, "cgroup.subtree_control", "+cpu")
+	// The harness does not change which controllers the machine's root
+	// hands down; that is its owner's to decide.
+	if sub, _ := os.ReadFile(filepath.Join(cgroupRoot, "cgroup.subtree_control")); !strings.Contains(" "+strings.TrimSpace(string(sub))+" ", " cpu ") {
+		return nil, fmt.Errorf("-sut-cpu: cgroup v2's cpu controller is not delegated to %s's children (echo +cpu > %s)",
+			cgroupRoot, filepath.Join(cgroupRoot, "cgroup.subtree_control"))
+	}
 	dir := filepath.Join(cgroupRoot, name)
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("-sut-cpu: %w", err)
@@ -71,7 +74,7 @@ func newCPUCap(share float64) (*cpuCap, error) {
 	c := &cpuCap{dir: dir, share: share}
 	if err := write(dir, "cpu.max", fmt.Sprintf("%d %d", quota, periodUs)); err != nil {
 		c.close()
-		return nil, fmt.Errorf("-sut-cpu: %w (is the cpu controller delegated to %s?)", err, cgroupRoot)
+		return nil, fmt.Errorf("-sut-cpu: %w", err)
 	}
 	return c, nil
 }
