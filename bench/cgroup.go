@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -58,12 +59,12 @@ func newCPUCap(share float64) (*cpuCap, error) {
 		return c, nil
 	}
 	controllers, err := os.ReadFile(filepath.Join(cgroupRoot, "cgroup.controllers"))
-	if err != nil || !strings.Contains(" "+string(controllers)+" ", " cpu ") {
+	if err != nil || !slices.Contains(strings.Fields(string(controllers)), "cpu") {
 		return nil, errors.New("-sut-cpu needs a CPU cgroup: cgroup v1's cpu controller or v2's, neither of which is here")
 	}
 	// The harness does not change which controllers the machine's root
 	// hands down; that is its owner's to decide.
-	if sub, _ := os.ReadFile(filepath.Join(cgroupRoot, "cgroup.subtree_control")); !strings.Contains(" "+strings.TrimSpace(string(sub))+" ", " cpu ") {
+	if sub, _ := os.ReadFile(filepath.Join(cgroupRoot, "cgroup.subtree_control")); !slices.Contains(strings.Fields(string(sub)), "cpu") {
 		return nil, fmt.Errorf("-sut-cpu: cgroup v2's cpu controller is not delegated to %s's children (echo +cpu > %s)",
 			cgroupRoot, filepath.Join(cgroupRoot, "cgroup.subtree_control"))
 	}
