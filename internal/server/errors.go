@@ -236,8 +236,8 @@ func responseBody(ae *api.Error, compatible bool) api.Body {
 
 // responseJSON is responseBody encoded as encodeError encodes it. The
 // common bodies, a message with or without its envelope, are written by
-// hand: every refusal under overload is one, and reflection was a tenth
-// of what refusing cost.
+// hand: every refusal under overload is one, and reflection was a few
+// percent of what refusing cost.
 func responseJSON(ae *api.Error, compatible bool) []byte {
 	if len(ae.Fields) > 0 || ae.Nested() {
 		return encodeError(responseBody(ae, compatible), false)
