@@ -115,6 +115,11 @@ func TestShort(t *testing.T) {
 	} else if share, _ := s.Extra["retry_after_share"].(float64); share != 1 {
 		t.Errorf("429s without Retry-After: %+v", s.Extra)
 	}
+	if s := byName["refusal-cost"]; s == nil || s.Paths["svc"].Statuses["429_too_many_requests"] == 0 {
+		t.Errorf("refusal cost: nothing refused: %+v", s)
+	} else if r, _ := s.Extra["gateway_cpu_per_refusal_us"].(float64); r <= 0 || s.Extra["refusal_over_served"] == nil {
+		t.Errorf("refusal cost: no CPU per refusal, or none against a served request: %+v", s.Extra)
+	}
 	if s := byName["open-streams-50"]; s == nil {
 		t.Error("open streams: scenario missing")
 	} else if opened, _ := s.Extra["opened"].(float64); opened != 50 || s.Extra["rss_held_bytes"] == nil {
