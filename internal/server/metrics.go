@@ -2,11 +2,13 @@ package server
 
 import (
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttpadaptor"
 
 	"github.com/svc-dev/svc/internal/buildinfo"
@@ -28,6 +30,20 @@ type metrics struct {
 	// serves them, by outcome (forwarded, not_home, unreachable, lost).
 	forwards *prometheus.CounterVec
 	serve    func(*call) error
+	// series holds each (route, method, status)'s two children of requests
+	// and latency once looked up: finding them by their label values
+	// hashes the values and takes the vectors' locks, every request.
+	series sync.Map // seriesKey -> *series
+}
+
+type seriesKey struct {
+	route, method string
+	status        int
+}
+
+type series struct {
+	requests prometheus.Counter
+	latency  prometheus.Observer
 }
 
 func newMetrics(build buildinfo.Info) *metrics {
@@ -68,9 +84,30 @@ func newMetrics(build buildinfo.Info) *metrics {
 }
 
 func (m *metrics) observe(route, method string, status int, d time.Duration) {
-	code := strconv.Itoa(status)
-	m.requests.WithLabelValues(route, method, code).Inc()
-	m.latency.WithLabelValues(route, code).Observe(d.Seconds())
+	k := seriesKey{route: route, method: metricMethod(method), status: status}
+	v, ok := m.series.Load(k)
+	if !ok {
+		code := strconv.Itoa(status)
+		v, _ = m.series.LoadOrStore(k, &series{
+			requests: m.requests.WithLabelValues(k.route, k.method, code),
+			latency:  m.latency.WithLabelValues(k.route, code),
+		})
+	}
+	s := v.(*series)
+	s.requests.Inc()
+	s.latency.Observe(d.Seconds())
+}
+
+// metricMethod is the method label of a request: any method a client
+// invents is "other", so that inventing them cannot grow the series
+// without bound.
+func metricMethod(method string) string {
+	switch method {
+	case fasthttp.MethodGet, fasthttp.MethodHead, fasthttp.MethodPost, fasthttp.MethodPut,
+		fasthttp.MethodPatch, fasthttp.MethodDelete, fasthttp.MethodOptions:
+		return method
+	}
+	return "other"
 }
 
 func (s *Server) serveMetrics(c *call) error { return s.metrics.serve(c) }
