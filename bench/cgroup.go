@@ -30,8 +30,7 @@ const minQuota = time.Millisecond
 // cgroupRoot is where the cgroup file systems are mounted.
 const cgroupRoot = "/sys/fs/cgroup"
 
-// newCPUCap makes the cgroup. cgroup v1's cpu controller is used where it
-// is mounted on its own, else v2's, which the root must already delegate.
+// newCPUCap makes the cgroup (see cpuHierarchy).
 func newCPUCap(share float64) (*cpuCap, error) {
 	if share <= 0 || share >= 1 || math.IsNaN(share) {
 		return nil, fmt.Errorf("-sut-cpu %v: want a share of one core between 0 and 1", share)
@@ -40,44 +39,41 @@ func newCPUCap(share float64) (*cpuCap, error) {
 	if period > time.Second {
 		return nil, fmt.Errorf("-sut-cpu %v: the kernel's period is a second at most, so the share is at least 0.001", share)
 	}
-	quota, periodUs := minQuota.Microseconds(), period.Microseconds()
-	name := fmt.Sprintf("svc-bench-%d", os.Getpid())
-
-	if v1 := filepath.Join(cgroupRoot, "cpu"); exists(filepath.Join(v1, "cpu.cfs_quota_us")) {
-		dir := filepath.Join(v1, name)
-		if err := os.Mkdir(dir, 0o755); err != nil {
-			return nil, fmt.Errorf("-sut-cpu: %w", err)
-		}
-		c := &cpuCap{dir: dir, share: share}
-		if err := errors.Join(
-			write(dir, "cpu.cfs_period_us", fmt.Sprint(periodUs)),
-			write(dir, "cpu.cfs_quota_us", fmt.Sprint(quota)),
-		); err != nil {
+	base, settings, err := cpuHierarchy(minQuota.Microseconds(), period.Microseconds())
+	if err != nil {
+		return nil, err
+	}
+	c := &cpuCap{dir: filepath.Join(base, fmt.Sprintf("svc-bench-%d", os.Getpid())), share: share}
+	if err := os.Mkdir(c.dir, 0o755); err != nil {
+		return nil, fmt.Errorf("-sut-cpu: %w", err)
+	}
+	for _, kv := range settings {
+		if err := os.WriteFile(filepath.Join(c.dir, kv[0]), []byte(kv[1]), 0o644); err != nil {
 			c.close()
 			return nil, fmt.Errorf("-sut-cpu: %w", err)
 		}
-		return c, nil
+	}
+	return c, nil
+}
+
+// cpuHierarchy is where the cgroup goes and the files that set its quota
+// and period: cgroup v1's cpu controller where it is mounted on its own,
+// else v2's, which the root must already delegate.
+func cpuHierarchy(quotaUs, periodUs int64) (base string, settings [][2]string, err error) {
+	if v1 := filepath.Join(cgroupRoot, "cpu"); fileExists(filepath.Join(v1, "cpu.cfs_quota_us")) {
+		return v1, [][2]string{{"cpu.cfs_period_us", fmt.Sprint(periodUs)}, {"cpu.cfs_quota_us", fmt.Sprint(quotaUs)}}, nil
 	}
 	controllers, err := os.ReadFile(filepath.Join(cgroupRoot, "cgroup.controllers"))
 	if err != nil || !slices.Contains(strings.Fields(string(controllers)), "cpu") {
-		return nil, errors.New("-sut-cpu needs a CPU cgroup: cgroup v1's cpu controller or v2's, neither of which is here")
+		return "", nil, errors.New("-sut-cpu needs a CPU cgroup: cgroup v1's cpu controller or v2's, neither of which is here")
 	}
 	// The harness does not change which controllers the machine's root
 	// hands down; that is its owner's to decide.
 	if sub, _ := os.ReadFile(filepath.Join(cgroupRoot, "cgroup.subtree_control")); !slices.Contains(strings.Fields(string(sub)), "cpu") {
-		return nil, fmt.Errorf("-sut-cpu: cgroup v2's cpu controller is not delegated to %s's children (echo +cpu > %s)",
+		return "", nil, fmt.Errorf("-sut-cpu: cgroup v2's cpu controller is not delegated to %s's children (echo +cpu > %s)",
 			cgroupRoot, filepath.Join(cgroupRoot, "cgroup.subtree_control"))
 	}
-	dir := filepath.Join(cgroupRoot, name)
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("-sut-cpu: %w", err)
-	}
-	c := &cpuCap{dir: dir, share: share}
-	if err := write(dir, "cpu.max", fmt.Sprintf("%d %d", quota, periodUs)); err != nil {
-		c.close()
-		return nil, fmt.Errorf("-sut-cpu: %w", err)
-	}
-	return c, nil
+	return cgroupRoot, [][2]string{{"cpu.max", fmt.Sprintf("%d %d", quotaUs, periodUs)}}, nil
 }
 
 // prefix runs a program in the cgroup: the shell puts itself there, then
@@ -97,11 +93,7 @@ func (c *cpuCap) close() {
 	fmt.Fprintf(os.Stderr, "bench: could not remove the cgroup %s\n", c.dir)
 }
 
-func write(dir, file, value string) error {
-	return os.WriteFile(filepath.Join(dir, file), []byte(value), 0o644)
-}
-
-func exists(path string) bool {
+func fileExists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
 }
