@@ -432,7 +432,10 @@ func (c *gatedConn) SetReadDeadline(t time.Time) error {
 // stand for due (zero: none) at now: it is still to come, and a read it
 // ends early is read again to due.
 func keepReadDeadline(have, now, due time.Time) bool {
-	return have.After(now) && (due.IsZero() || !have.After(due))
+	if due.IsZero() {
+		return have.After(now)
+	}
+	return keepDeadline(have, now, due)
 }
 
 // SetDeadline and SetWriteDeadline hand the write deadline to the caller:
