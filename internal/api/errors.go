@@ -111,6 +111,11 @@ func (e *Error) Unwrap() error { return e.Err }
 // a deadline, or else an internal error that keeps err as its cause, to be
 // logged and never sent.
 func ErrorOf(err error) *Error {
+	// Most errors are an *Error itself (every refusal is): errors.As's
+	// reflection would cost them a microsecond and a half.
+	if ae, ok := err.(*Error); ok {
+		return ae
+	}
 	var ae *Error
 	switch {
 	case errors.As(err, &ae):
