@@ -5,7 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
-	"unicode/utf8"
+
+	"github.com/svc-dev/svc/internal/jsontext"
 )
 
 // object is a JSON object that keeps its keys in order, so that replies
@@ -69,11 +70,11 @@ func (r *renderer) chunk(p *plan, i int, final bool, extra ...field) ([]byte, er
 	}
 	b := make([]byte, 0, 192+len(r.id)+len(r.model))
 	b = append(b, `{"id":`...)
-	b = appendString(b, r.id)
+	b = jsontext.AppendStringNoHTML(b, r.id)
 	b = append(b, `,"object":"chat.completion.chunk","created":`...)
 	b = strconv.AppendInt(b, r.created, 10)
 	b = append(b, `,"model":`...)
-	b = appendString(b, r.model)
+	b = jsontext.AppendStringNoHTML(b, r.model)
 	b = append(b, `,"choices":[{"index":0,"delta":{`...)
 	sep := false
 	key := func(name string) {
@@ -81,7 +82,7 @@ func (r *renderer) chunk(p *plan, i int, final bool, extra ...field) ([]byte, er
 			b = append(b, ',')
 		}
 		sep = true
-		b = appendString(b, name)
+		b = jsontext.AppendStringNoHTML(b, name)
 		b = append(b, ':')
 	}
 	if i == 0 {
@@ -97,28 +98,28 @@ func (r *renderer) chunk(p *plan, i int, final bool, extra ...field) ([]byte, er
 		case pieceReasoning:
 			for _, name := range r.reasoningNames {
 				key(name)
-				b = appendString(b, pc.text)
+				b = jsontext.AppendStringNoHTML(b, pc.text)
 			}
 		case pieceContent:
 			key("content")
-			b = appendString(b, pc.text)
+			b = jsontext.AppendStringNoHTML(b, pc.text)
 		case pieceToolCall:
 			key("tool_calls")
 			b = append(b, `[{"index":0,"id":`...)
-			b = appendString(b, p.toolID)
+			b = jsontext.AppendStringNoHTML(b, p.toolID)
 			b = append(b, `,"type":"function","function":{"name":`...)
-			b = appendString(b, p.toolName)
+			b = jsontext.AppendStringNoHTML(b, p.toolName)
 			b = append(b, `,"arguments":""}}]`...)
 		case pieceToolArgs:
 			key("tool_calls")
 			b = append(b, `[{"index":0,"function":{"arguments":`...)
-			b = appendString(b, pc.text)
+			b = jsontext.AppendStringNoHTML(b, pc.text)
 			b = append(b, `}}]`...)
 		}
 	}
 	b = append(b, `},"finish_reason":`...)
 	if final {
-		b = appendString(b, p.finish)
+		b = jsontext.AppendStringNoHTML(b, p.finish)
 	} else {
 		b = append(b, "null"...)
 	}
@@ -129,7 +130,7 @@ func (r *renderer) chunk(p *plan, i int, final bool, extra ...field) ([]byte, er
 			return nil, fmt.Errorf("field %s: %w", f.key, err)
 		}
 		b = append(b, ',')
-		b = appendString(b, f.key)
+		b = jsontext.AppendStringNoHTML(b, f.key)
 		b = append(b, ':')
 		b = append(b, v...)
 	}
@@ -218,56 +219,4 @@ func usageObject(p *plan) object {
 		o = append(o, field{"completion_tokens_details", object{{"reasoning_tokens", *u.ReasoningTokens}}})
 	}
 	return o
-}
-
-// appendString appends s as a JSON string. Like encoding/json it escapes
-// control characters, U+2028 and U+2029 and replaces invalid UTF-8; unlike
-// it, it leaves <, > and & alone, as Python-based engines do.
-func appendString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xf])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/chat"
+	"github.com/svc-dev/svc/internal/jsontext"
 )
 
 // GuardFormat is the family a simulated guard imitates: how it reads a
@@ -190,11 +191,11 @@ func llavaAnswer(v verdict, labels []string, c *check) string {
 		rationale = "Simulated assessment: the content falls under " + category + "."
 	}
 	b := []byte("{\n    \"rating\": ")
-	b = appendString(b, rating)
+	b = jsontext.AppendStringNoHTML(b, rating)
 	b = append(b, ",\n    \"category\": "...)
-	b = appendString(b, category)
+	b = jsontext.AppendStringNoHTML(b, category)
 	b = append(b, ",\n    \"rationale\": "...)
-	b = appendString(b, rationale)
+	b = jsontext.AppendStringNoHTML(b, rationale)
 	return string(append(b, "\n}"...))
 }
 
