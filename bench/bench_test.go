@@ -142,6 +142,14 @@ func TestShort(t *testing.T) {
 		if n, _ := s.Extra["rejected_429"].(float64); n > 0 && s.Extra["rejected_retry_after_share"] != 1.0 {
 			t.Errorf("overload: 429s without Retry-After: %+v", s.Extra)
 		}
+		for _, k := range []string{"closed_loop_gateway_cpu_per_request_us", "closed_loop_worker_cpu_per_request_us", "overload_gateway_cpu_per_request_us"} {
+			if us, _ := s.Extra[k].(float64); us <= 0 {
+				t.Errorf("overload: no %s: %+v", k, s.Extra)
+			}
+		}
+		if _, held := s.Extra["implied_refusal_over_served"]; held {
+			t.Errorf("overload: a refusal's cost implied by the share served, with no CPU cap: %+v", s.Extra)
+		}
 	}
 	if r.Usage == nil || r.Usage.RowsPerSec == 0 || r.Usage.DBBytes == 0 || len(r.Usage.QueryMs) != 5 {
 		t.Errorf("usage bench: %+v", r.Usage)

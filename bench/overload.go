@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -54,7 +55,9 @@ func (h *rig) overload(ctx context.Context) *scenario {
 	svc := unaryCall(client, p, body)
 
 	closedLoop(ctx, h.scale.conc, h.scale.warmup, svc)
+	capFrom := p.usageEach()
 	capOuts, capEl := closedLoop(ctx, h.scale.conc, h.scale.duration, svc)
+	capTo := p.usageEach()
 	capSt := summarise(capOuts, capEl)
 	capacity := capSt.Achieved * capSt.Success
 	if capacity <= 0 || ctx.Err() != nil {
@@ -63,6 +66,10 @@ func (h *rig) overload(ctx context.Context) *scenario {
 	}
 	sc.Paths["svc closed loop"] = capSt
 	sc.Extra["capacity_rps"] = capacity
+	ok := int(capSt.Success * float64(capSt.Requests))
+	for role, us := range cpuPer(capFrom, capTo, ok) {
+		sc.Extra["closed_loop_"+role+"_cpu_per_request_us"] = us
+	}
 
 	// No load: a trickle, one request at a time.
 	idleRate := min(100, capacity/20)
@@ -88,8 +95,23 @@ func (h *rig) overload(ctx context.Context) *scenario {
 	const route, rejected = "/v1/chat/completions", "429"
 	before, scrapeErr := scrapeDurations(ctx, client, p.base, route, rejected)
 	start := time.Now()
-	outs, _ := openLoopPhases(ctx, []phase{{over, h.scale.overloadFor}, {under, h.scale.recoverFor}}, withTimeout(h.scale.overloadTimeout, svc))
 	drop := start.Add(h.scale.overloadFor)
+	// What svc's processes spent during the overload, read again when it
+	// ends, while the recovery's requests go on.
+	overFrom := p.usageEach()
+	var overTo map[string]usage
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTimer(time.Until(drop))
+		defer t.Stop()
+		select {
+		case <-t.C:
+			overTo = p.usageEach()
+		case <-ctx.Done():
+		}
+	})
+	outs, _ := openLoopPhases(ctx, []phase{{over, h.scale.overloadFor}, {under, h.scale.recoverFor}}, withTimeout(h.scale.overloadTimeout, svc))
+	wg.Wait()
 	var during, after []outcome
 	served := 0
 	for _, o := range outs {
@@ -117,7 +139,34 @@ func (h *rig) overload(ctx context.Context) *scenario {
 	if lag := lagP99(during); lag > ms(maxLag) {
 		sc.Extra["warning"] = fmt.Sprintf("the load generator fell behind its schedule (p99 %.0f ms late): latency, timeouts and served share are partly its own", lag)
 	}
-	sc.Extra["served_over_capacity_share"] = float64(served) / h.scale.overloadFor.Seconds() / capacity
+	share := float64(served) / h.scale.overloadFor.Seconds() / capacity
+	sc.Extra["served_over_capacity_share"] = share
+	// What a request cost during the overload, against the closed loop's
+	// figures above: the gateway's over every request it answered then,
+	// the worker's over those served (a refusal costs the worker nothing).
+	if overTo != nil {
+		answered := 0
+		for _, o := range during {
+			if o.err == nil {
+				answered++
+			}
+		}
+		if us, ok := cpuPer(overFrom, overTo, answered)["gateway"]; ok {
+			sc.Extra["overload_gateway_cpu_per_request_us"] = us
+		}
+		if us, ok := cpuPer(overFrom, overTo, served)["worker"]; ok {
+			sc.Extra["overload_worker_cpu_per_served_us"] = us
+		}
+	}
+	if h.scale.place.cap != nil && share < 1 {
+		// Held to its CPU, svc spends on refusals what it does not spend
+		// serving: with a refusal costing ρ of a served request, offered
+		// f times its capacity it serves (1 − fρ)/(1 − ρ) of it (see
+		// refusalCost). Solved for ρ, the share served gives the cost of a
+		// refusal during the overload, to set beside refusal-cost's
+		// figure for refusals alone.
+		sc.Extra["implied_refusal_over_served"] = (1 - share) / (overloadFactor - share)
+	}
 	sc.Extra["admitted_p50_ms"] = ov.Latency.P50
 	sc.Extra["admitted_p99_ms"] = ov.Latency.P99
 	if q := queueWaits(during); len(q) > 0 {
@@ -267,4 +316,20 @@ func recovered(p50 []float64, limit float64) int {
 		}
 	}
 	return -1
+}
+
+// cpuPer is each role's CPU time from one reading to the next, in
+// microseconds a request over n requests; roles not read validly both
+// times are left out.
+func cpuPer(from, to map[string]usage, n int) map[string]float64 {
+	out := map[string]float64{}
+	if n <= 0 {
+		return out
+	}
+	for role, u := range to {
+		if b, ok := from[role]; ok && b.valid && u.valid {
+			out[role] = float64((u.cpu - b.cpu).Microseconds()) / float64(n)
+		}
+	}
+	return out
 }
