@@ -49,6 +49,8 @@ type unaryResult struct {
 	contentType string
 	body        []byte
 	err         error
+	// late is instead the word that the answer is late (see Unary).
+	late bool
 }
 
 // Unary runs a non-streaming request. Nothing reaches the client until the
@@ -62,7 +64,12 @@ type unaryResult struct {
 // files: Request.NoKeepAlive) waits for it however long it takes instead.
 // The error is the failure to answer with when nothing was sent.
 func (c *Call) Unary() (*Reply, error) {
-	done := make(chan unaryResult, 1)
+	// One channel brings the answer and, first if the answer is late, a
+	// timer's word that the reply must start without it: a receive costs
+	// a request less than a select on the answer and a timer's channel,
+	// whose timer enters the heap and leaves it each time the select
+	// blocks. Room for both, so that neither sender waits.
+	done := make(chan unaryResult, 2)
 	go func() {
 		a := c.exchange()
 		if a.err != nil && c.req.Shape != nil {
@@ -70,22 +77,20 @@ func (c *Call) Unary() (*Reply, error) {
 		}
 		done <- a
 	}()
-	var keepAlive <-chan time.Time
 	if !c.req.NoKeepAlive {
-		timer := time.NewTimer(c.rl.timing.KeepAliveAfter)
+		timer := time.AfterFunc(c.rl.timing.KeepAliveAfter, func() { done <- unaryResult{late: true} })
 		defer timer.Stop()
-		keepAlive = timer.C
 	}
-	select {
-	case a := <-done:
+	if a := <-done; !a.late {
 		c.done(a.err)
 		if a.err != nil {
 			return nil, a.err
 		}
 		w := c.lease.Worker
 		return &Reply{Worker: &w, ServerTiming: c.serverTiming(), ContentType: a.contentType, Body: a.body}, nil
-	case <-keepAlive:
 	}
+	// The timer's word came first, and it comes once: what the late reply
+	// receives next is the answer.
 	return &Reply{Worker: c.Worker(), ContentType: "application/json", Late: &Late{c: c, done: done}}, nil
 }
 
