@@ -29,7 +29,10 @@ const org = "org-1"
 
 // harness is a fleet, a relay over it, and the usage rows it wrote.
 type harness struct {
-	t        *testing.T
+	t testing.TB
+	// bubble is set when the harness runs in a synctest bubble, as every
+	// test's does; a benchmark's runs on the real clock.
+	bubble   bool
 	f        *fleet.Fleet
 	rl       *relay.Relay
 	inflight *usage.Tracker
@@ -71,6 +74,13 @@ var timing = relay.Timing{WorkerWait: time.Second, FirstWait: time.Second,
 	KeepAliveAfter: 80 * time.Second, KeepAliveEvery: 15 * time.Second, MaxDuration: 30 * time.Minute}
 
 func newHarness(t *testing.T) *harness {
+	h := newHarnessOf(t)
+	h.bubble = true
+	return h
+}
+
+// newHarnessOf is newHarness outside a synctest bubble, for a benchmark.
+func newHarnessOf(t testing.TB) *harness {
 	h := &harness{t: t, rows: &rowLog{}, inflight: usage.NewTracker()}
 	h.f = fleet.New(fleet.Config{Hold: 2 * time.Second, Grace: 5 * time.Second})
 	h.rl = relay.New(relay.Config{Fleet: h.f, Usage: h.rows, InFlight: h.inflight, Timing: timing})
@@ -125,7 +135,9 @@ func (h *harness) worker(name string, maxConc int, serve serveFunc, models ...ap
 	if _, err := w.sess.Attach(wc, welcome.Streams); err != nil {
 		h.t.Fatal(err)
 	}
-	synctest.Wait()
+	if h.bubble {
+		synctest.Wait()
+	}
 	return w
 }
 
