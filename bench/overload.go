@@ -142,8 +142,9 @@ func (h *rig) overload(ctx context.Context) *scenario {
 	share := float64(served) / h.scale.overloadFor.Seconds() / capacity
 	sc.Extra["served_over_capacity_share"] = share
 	// What a request cost during the overload, against the closed loop's
-	// figures above: the gateway's over every request it answered then,
-	// the worker's over those served (a refusal costs the worker nothing).
+	// figures above: the gateway's over every request sent then that it
+	// answered, the worker's over those served (a refusal costs the
+	// worker nothing). The few in flight at either end are within noise.
 	if overTo != nil {
 		answered := 0
 		for _, o := range during {
@@ -316,20 +317,4 @@ func recovered(p50 []float64, limit float64) int {
 		}
 	}
 	return -1
-}
-
-// cpuPer is each role's CPU time from one reading to the next, in
-// microseconds a request over n requests; roles not read validly both
-// times are left out.
-func cpuPer(from, to map[string]usage, n int) map[string]float64 {
-	out := map[string]float64{}
-	if n <= 0 {
-		return out
-	}
-	for role, u := range to {
-		if b, ok := from[role]; ok && b.valid && u.valid {
-			out[role] = float64((u.cpu - b.cpu).Microseconds()) / float64(n)
-		}
-	}
-	return out
 }

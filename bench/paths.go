@@ -113,6 +113,22 @@ func (p *path) usageEach() map[string]usage {
 	return out
 }
 
+// cpuPer is each role's CPU time from one reading to the next, in
+// microseconds a request over n requests; roles not read validly both
+// times are left out.
+func cpuPer(from, to map[string]usage, n int) map[string]float64 {
+	out := map[string]float64{}
+	if n <= 0 {
+		return out
+	}
+	for role, u := range to {
+		if b, ok := from[role]; ok && b.valid && u.valid {
+			out[role] = float64((u.cpu - b.cpu).Microseconds()) / float64(n)
+		}
+	}
+	return out
+}
+
 // total is the usage of every role together.
 func total(each map[string]usage) usage {
 	var u usage

@@ -58,10 +58,8 @@ func (h *rig) refusalCost(ctx context.Context) *scenario {
 		sc.Note = "no request was refused"
 		return sc
 	}
-	for role, u := range after {
-		if b, ok := each[role]; ok && b.valid && u.valid {
-			sc.Extra[role+"_cpu_per_refusal_us"] = float64((u.cpu - b.cpu).Microseconds()) / float64(refused)
-		}
+	for role, us := range cpuPer(each, after, refused) {
+		sc.Extra[role+"_cpu_per_refusal_us"] = us
 	}
 	r, _ := sc.Extra["gateway_cpu_per_refusal_us"].(float64)
 	if s := h.servedCPU(); s > 0 && r > 0 {

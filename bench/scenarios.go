@@ -242,12 +242,7 @@ func (h *rig) maxThroughput(ctx context.Context) *scenario {
 		if len(each) > 1 && st.Requests > 0 {
 			// Which process a change moved: the total's noise from other
 			// work is shared, the split between them much less so.
-			st.CPUPerRequestOf = map[string]float64{}
-			for role, u := range eachAfter {
-				if b, ok := each[role]; ok && b.valid && u.valid {
-					st.CPUPerRequestOf[role] = float64((u.cpu - b.cpu).Microseconds()) / float64(st.Requests)
-				}
-			}
+			st.CPUPerRequestOf = cpuPer(each, eachAfter, st.Requests)
 		}
 		if st.Requests > 0 && mallocs > 0 && mallocsAfter > mallocs {
 			st.AllocsPerRequest = float64(mallocsAfter-mallocs) / float64(st.Requests)
