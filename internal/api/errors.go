@@ -111,8 +111,8 @@ func (e *Error) Unwrap() error { return e.Err }
 // a deadline, or else an internal error that keeps err as its cause, to be
 // logged and never sent.
 func ErrorOf(err error) *Error {
-	// Most errors are an *Error itself (every refusal is): errors.As's
-	// reflection would cost them a microsecond and a half.
+	// Most errors are an *Error itself, as every refusal's is: errors.As's
+	// reflection would cost them 150 ns and an allocation.
 	if ae, ok := err.(*Error); ok {
 		return ae
 	}
