@@ -128,7 +128,7 @@ func TestSameAddress(t *testing.T) {
 // drain begins gets its answer, which closes the connection; it is not
 // cut off by the drain closing the connection under it.
 func TestDrainAnswersTheNextRequestOfAKeptAliveConnection(t *testing.T) {
-	release := make(chan struct{})
+	started, release := make(chan struct{}), make(chan struct{})
 	s := &Server{log: slog.New(slog.DiscardHandler), metrics: newMetrics(buildinfo.Info{}),
 		watch: newClientWatch(time.Second), quiet: time.Hour}
 	ok := func(c *call) error {
@@ -137,7 +137,11 @@ func TestDrainAnswersTheNextRequestOfAKeptAliveConnection(t *testing.T) {
 	}
 	s.public = s.newListener(newMux([]*route{
 		{method: "GET", path: "/ok", access: accessPublic, handle: ok},
-		{method: "GET", path: "/slow", access: accessPublic, handle: func(c *call) error { <-release; return ok(c) }},
+		{method: "GET", path: "/slow", access: accessPublic, handle: func(c *call) error {
+			close(started)
+			<-release
+			return ok(c)
+		}},
 	}), false)
 	s.console = s.newListener(newMux(nil), true)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -178,6 +182,10 @@ func TestDrainAnswersTheNextRequestOfAKeptAliveConnection(t *testing.T) {
 	}
 	busy, busyR := dial()
 	send(busy, "/slow")
+	// In flight before the drain begins: a connection still in the
+	// listener's queue when the drain closes the listener is reset by the
+	// kernel, as any server's is.
+	<-started
 
 	drained := make(chan error, 1)
 	go func() { drained <- s.Shutdown(context.Background()) }()
