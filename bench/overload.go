@@ -161,12 +161,10 @@ func (h *rig) overload(ctx context.Context) *scenario {
 	}
 	if h.scale.place.cap != nil && share < 1 {
 		// Held to its CPU, svc spends on refusals what it does not spend
-		// serving: with a refusal costing ρ of a served request, offered
-		// f times its capacity it serves (1 − fρ)/(1 − ρ) of it (see
-		// refusalCost). Solved for ρ, the share served gives the cost of a
+		// serving (see servedShare): the share served gives the cost of a
 		// refusal during the overload, to set beside refusal-cost's
 		// figure for refusals alone.
-		sc.Extra["implied_refusal_over_served"] = (1 - share) / (overloadFactor - share)
+		sc.Extra["implied_refusal_over_served"] = impliedRefusalCost(share)
 	}
 	sc.Extra["admitted_p50_ms"] = ov.Latency.P50
 	sc.Extra["admitted_p99_ms"] = ov.Latency.P99

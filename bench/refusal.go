@@ -65,11 +65,25 @@ func (h *rig) refusalCost(ctx context.Context) *scenario {
 	if s := h.servedCPU(); s > 0 && r > 0 {
 		rho := r / s
 		sc.Extra["refusal_over_served"] = rho
-		sc.Extra["cpu_bound_served_share_at_1.5x"] = max(0, (1-overloadFactor*rho)/(1-rho))
+		sc.Extra["cpu_bound_served_share_at_1.5x"] = servedShare(rho)
 	}
 	sc.Note = fmt.Sprintf("a worker with 1 slot held %s a request, queue hold %s, %d clients; refusals at admission", hold, 2*hold, h.scale.conc)
 	h.log("%s done", sc.Name)
 	return sc
+}
+
+// servedShare is the share of its capacity a svc whose CPU is the limit
+// serves when offered overloadFactor times it, a refusal costing rho of a
+// served request: the CPU it does not spend serving goes on refusing the
+// rest.
+func servedShare(rho float64) float64 {
+	return max(0, (1-overloadFactor*rho)/(1-rho))
+}
+
+// impliedRefusalCost is servedShare the other way: the rho at which svc
+// serves share.
+func impliedRefusalCost(share float64) float64 {
+	return (1 - share) / (overloadFactor - share)
 }
 
 // How long the refusal scenario's worker holds each request it serves: a
