@@ -9,6 +9,7 @@ func TestKindOf(t *testing.T) {
 	for raw, want := range map[string]Kind{
 		"": Invalid, "  ": Invalid, "x": Invalid, "null": Null, " true": Bool, "false": Bool,
 		"-1": Number, "0.5": Number, `"s"`: String, "\n[1]": Array, "{}": Object,
+		"\t\r\n {}": Object, " \t": Invalid, "\v1": Invalid,
 	} {
 		if got := KindOf([]byte(raw)); got != want {
 			t.Errorf("KindOf(%q) = %v, want %v", raw, got, want)
