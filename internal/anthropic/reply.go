@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/svc-dev/svc/internal/jsonraw"
+	"github.com/svc-dev/svc/internal/jsontext"
 )
 
 // The Messages reply. Field order is Anthropic's.
@@ -168,7 +169,7 @@ func toolInput(raw json.RawMessage) json.RawMessage {
 	if jsonraw.KindOf(raw) == jsonraw.String {
 		args = []byte(stringField(raw))
 	}
-	if jsonraw.KindOf(args) != jsonraw.Object || !json.Valid(args) {
+	if jsonraw.KindOf(args) != jsonraw.Object || !jsontext.Valid(args) {
 		return json.RawMessage("{}")
 	}
 	return json.RawMessage(args)

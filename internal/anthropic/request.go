@@ -13,6 +13,7 @@ import (
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/chat"
 	"github.com/svc-dev/svc/internal/jsonraw"
+	"github.com/svc-dev/svc/internal/jsontext"
 )
 
 // toolName is the rule both APIs give function names; the chat parser
@@ -131,7 +132,7 @@ func ToChat(body []byte) (chatBody []byte, model string, stream bool, err error)
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil, "", false, api.BadRequest("Request body is empty; send a JSON object")
 	}
-	if !json.Valid(body) {
+	if !jsontext.Valid(body) {
 		return nil, "", false, jsonraw.Malformed(body)
 	}
 	top, ok := jsonraw.DecodeObject(body)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/jsonraw"
+	"github.com/svc-dev/svc/internal/jsontext"
 )
 
 // Limits and defaults from the spec's limits table.
@@ -95,7 +96,7 @@ func Parse(body []byte, opts Options) (*Request, error) {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil, api.BadRequest("Request body is empty; send a JSON object")
 	}
-	if !json.Valid(body) {
+	if !jsontext.Valid(body) {
 		return nil, jsonraw.Malformed(body)
 	}
 	// The request outlives the handler's buffer (the body is forwarded

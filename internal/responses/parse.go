@@ -10,6 +10,7 @@ import (
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/jsonraw"
+	"github.com/svc-dev/svc/internal/jsontext"
 )
 
 // toolName is the function-name rule of the chat side, which the tools are
@@ -78,7 +79,7 @@ func Parse(body []byte) (*Request, error) {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil, api.BadRequest("Request body is empty; send a JSON object")
 	}
-	if !json.Valid(body) {
+	if !jsontext.Valid(body) {
 		return nil, jsonraw.Malformed(body)
 	}
 	top, ok := jsonraw.DecodeObject(body)

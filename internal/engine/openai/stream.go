@@ -14,6 +14,7 @@ import (
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/engine"
+	"github.com/svc-dev/svc/internal/jsontext"
 	"github.com/svc-dev/svc/internal/sse"
 )
 
@@ -116,7 +117,7 @@ type member struct{ key, val []byte }
 // the common case, without decoding it into maps: it writes the same
 // bytes. ok is false when streamBody must decide.
 func streamBodyPlain(body []byte) (out []byte, ok bool) {
-	if !json.Valid(body) {
+	if !jsontext.Valid(body) {
 		return nil, false
 	}
 	var buf [24]member
