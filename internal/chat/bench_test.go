@@ -1,6 +1,7 @@
 package chat
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/svc-dev/svc/internal/api"
@@ -17,6 +18,13 @@ func BenchmarkParsePrepare(b *testing.B) {
 			`{"role":"user","content":"What is the capital of France?"},` +
 			`{"role":"assistant","content":"Paris."},` +
 			`{"role":"user","content":[{"type":"text","text":"And of Spain? Answer in one word."}]}]}`},
+		// A conversation with its history: 20 KB, where what is done for
+		// each byte outweighs what is done for each field.
+		{"history", `{"model":"qwen3-8b","messages":[{"role":"system","content":"You are a helpful assistant."}` +
+			strings.Repeat(`,{"role":"user","content":"The quick brown fox jumps over the lazy dog, 日本語. `+
+				`The quick brown fox jumps over the lazy dog, \"quoted\".\n"},`+
+				`{"role":"assistant","content":"The quick brown fox jumps over the lazy dog, once more. `+
+				`The quick brown fox jumps over the lazy dog, and again."}`, 80) + `]}`},
 	} {
 		body := []byte(bc.body)
 		b.Run(bc.name, func(b *testing.B) {

@@ -15,7 +15,7 @@ import (
 // The request is kept as raw JSON rather than decoded into structs: fields
 // the gateway does not own must reach the worker byte for byte, in the order
 // the client sent them, and numbers must never pass through float64. The
-// helpers below only ever run on input that json.Valid has accepted, so they
+// helpers below only ever run on input that jsontext.Valid has accepted, so they
 // can stay small; they still fail safely on anything else.
 
 var errBadJSON = errors.New("chat: malformed JSON")
@@ -294,15 +294,26 @@ func skipSpace(b []byte, i int) int {
 	return i
 }
 
-// skipString returns the index just past the string starting at b[i].
+// skipString returns the index just past the string starting at b[i]:
+// past the first quote after it that an even run of backslashes (none,
+// mostly) precedes. A body's strings are skipped at each level that holds
+// them, so they are searched for their quotes with bytes.IndexByte rather
+// than read a byte at a time.
 func skipString(b []byte, i int) (int, error) {
-	for i++; i < len(b); i++ {
-		switch b[i] {
-		case '\\':
-			i++
-		case '"':
-			return i + 1, nil
+	for j := i + 1; j <= len(b); {
+		k := bytes.IndexByte(b[j:], '"')
+		if k < 0 {
+			break
 		}
+		q := j + k
+		back := 0
+		for q-1-back > i && b[q-1-back] == '\\' {
+			back++
+		}
+		if back%2 == 0 {
+			return q + 1, nil
+		}
+		j = q + 1
 	}
 	return 0, errBadJSON
 }
