@@ -70,8 +70,12 @@ func messagePath(i int) string {
 // message checks one message and returns its canonical form when it differs
 // from what was sent (file parts turned into text), else nil.
 func (c *checker) message(path string, raw json.RawMessage) json.RawMessage {
-	msg, ok := c.object(path, "", raw)
-	if !ok {
+	if jsonraw.KindOf(raw) != jsonraw.Object {
+		c.v.Add(path, api.FieldWrongType, "must be an object")
+		return nil
+	}
+	msg := &c.msg
+	if msg.parse(raw) != nil {
 		return nil
 	}
 	role, ok := c.requiredEnum(msg, path, "role", roleValues...)
@@ -97,7 +101,7 @@ func (c *checker) message(path string, raw json.RawMessage) json.RawMessage {
 		}
 		return nil
 	}
-	parts, ok := c.content(join(path, "content"), role, content)
+	parts, ok := c.content(path, role, content)
 	if !ok {
 		return nil
 	}
@@ -106,13 +110,17 @@ func (c *checker) message(path string, raw json.RawMessage) json.RawMessage {
 	return msg.encode()
 }
 
-// content checks a message's content; it returns the rewritten parts array
-// and true only when a file part was replaced.
-func (c *checker) content(path, role string, raw json.RawMessage) (json.RawMessage, bool) {
-	switch jsonraw.KindOf(raw) {
-	case jsonraw.String:
+// content checks the content of the message at msgPath; it returns the
+// rewritten parts array and true only when a file part was replaced.
+func (c *checker) content(msgPath, role string, raw json.RawMessage) (json.RawMessage, bool) {
+	kind := jsonraw.KindOf(raw)
+	if kind == jsonraw.String {
 		c.r.PromptChars += stringChars(raw)
 		return nil, false
+	}
+	// Built past the common case, a string, for which nothing is reported.
+	path := join(msgPath, "content")
+	switch kind {
 	case jsonraw.Array:
 	default:
 		if role == "user" {

@@ -46,50 +46,58 @@ type object struct {
 const indexFrom = 16
 
 func parseObject(raw []byte) (*object, error) {
+	o := &object{}
+	if err := o.parse(raw); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// parse makes o the object raw holds, in place of what it held.
+func (o *object) parse(raw []byte) error {
+	o.members, o.index = o.inline[:0], nil
 	i := skipSpace(raw, 0)
 	if i >= len(raw) || raw[i] != '{' {
-		return nil, errBadJSON
+		return errBadJSON
 	}
-	o := &object{}
-	o.members = o.inline[:0]
 	i = skipSpace(raw, i+1)
 	if i < len(raw) && raw[i] == '}' {
-		return o, nil
+		return nil
 	}
 	for {
 		if i >= len(raw) || raw[i] != '"' {
-			return nil, errBadJSON
+			return errBadJSON
 		}
 		j, err := skipString(raw, i)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		rawKey := raw[i:j]
 		key, ok := decodeString(rawKey)
 		if !ok {
-			return nil, errBadJSON
+			return errBadJSON
 		}
 		i = skipSpace(raw, j)
 		if i >= len(raw) || raw[i] != ':' {
-			return nil, errBadJSON
+			return errBadJSON
 		}
 		i = skipSpace(raw, i+1)
 		j, err = skipValue(raw, i)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		o.put(member{rawKey: rawKey, key: key, value: raw[i:j]})
 		i = skipSpace(raw, j)
 		if i >= len(raw) {
-			return nil, errBadJSON
+			return errBadJSON
 		}
 		switch raw[i] {
 		case ',':
 			i = skipSpace(raw, i+1)
 		case '}':
-			return o, nil
+			return nil
 		default:
-			return nil, errBadJSON
+			return errBadJSON
 		}
 	}
 }

@@ -56,6 +56,10 @@ type checker struct {
 	v    api.Validator
 	opts Options
 	r    *Request
+	// msg holds the message being checked: a conversation's messages are
+	// read one after another and none is kept, so they share one object
+	// rather than each costing one.
+	msg object
 }
 
 // request checks the top-level fields in a fixed order, so a body with
