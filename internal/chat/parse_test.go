@@ -550,38 +550,6 @@ func TestScannersRejectMalformed(t *testing.T) {
 	}
 }
 
-// A string ends at the first quote after an even run of backslashes.
-func TestSkipString(t *testing.T) {
-	for _, tt := range []struct {
-		in   string
-		want int // index past the string; 0 for an error
-	}{
-		{`"" x`, 2},
-		{`"abc",`, 5},
-		{`"a\"b" x`, 6},
-		{`"a\\" x`, 5},
-		{`"a\\\"b" x`, 8},
-		{`"\\\\"`, 6},
-		{`"\""`, 4},
-		{`"日本語\u00e9" x`, 17},
-		{`"`, 0},
-		{`"abc`, 0},
-		{`"a\"`, 0},
-		{`"\\\"`, 0},
-	} {
-		got, err := skipString([]byte(tt.in), 0)
-		if tt.want == 0 {
-			if err == nil {
-				t.Errorf("skipString(%q) = %d, want an error", tt.in, got)
-			}
-			continue
-		}
-		if err != nil || got != tt.want {
-			t.Errorf("skipString(%q) = %d, %v; want %d", tt.in, got, err, tt.want)
-		}
-	}
-}
-
 // Small objects are searched in order and large ones indexed; both read
 // the same: the last of a repeated member wins, in the first one's place.
 func TestObjectMembers(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/svc-dev/svc/internal/jsonraw"
+	"github.com/svc-dev/svc/internal/jsontext"
 )
 
 // The request is kept as raw JSON rather than decoded into structs: fields
@@ -302,26 +303,10 @@ func skipSpace(b []byte, i int) int {
 	return i
 }
 
-// skipString returns the index just past the string starting at b[i]:
-// past the first quote after it that an even run of backslashes (none,
-// mostly) precedes. A body's strings are skipped at each level that holds
-// them, so they are searched for their quotes with bytes.IndexByte rather
-// than read a byte at a time.
+// skipString returns the index just past the string starting at b[i].
 func skipString(b []byte, i int) (int, error) {
-	for j := i + 1; j <= len(b); {
-		k := bytes.IndexByte(b[j:], '"')
-		if k < 0 {
-			break
-		}
-		q := j + k
-		back := 0
-		for q-1-back > i && b[q-1-back] == '\\' {
-			back++
-		}
-		if back%2 == 0 {
-			return q + 1, nil
-		}
-		j = q + 1
+	if j := jsontext.StringEnd(b, i); j >= 0 {
+		return j, nil
 	}
 	return 0, errBadJSON
 }

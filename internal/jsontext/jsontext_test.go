@@ -286,3 +286,28 @@ func BenchmarkValid(b *testing.B) {
 		})
 	}
 }
+
+// A string ends at the first quote after an even run of backslashes.
+func TestStringEnd(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		want int // index past the string; -1 when it does not end
+	}{
+		{`"" x`, 2},
+		{`"abc",`, 5},
+		{`"a\"b" x`, 6},
+		{`"a\\" x`, 5},
+		{`"a\\\"b" x`, 8},
+		{`"\\\\"`, 6},
+		{`"\""`, 4},
+		{`"日本語\u00e9" x`, 17},
+		{`"`, -1},
+		{`"abc`, -1},
+		{`"a\"`, -1},
+		{`"\\\"`, -1},
+	} {
+		if got := StringEnd([]byte(tt.in), 0); got != tt.want {
+			t.Errorf("StringEnd(%q) = %d, want %d", tt.in, got, tt.want)
+		}
+	}
+}
