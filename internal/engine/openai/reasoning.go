@@ -54,14 +54,23 @@ const (
 	thinkOff
 )
 
-// Top-level keys of the canonical reasoning fields, quoted as they appear
-// in the body: a quote inside a JSON string is always escaped, so these
-// can only match a key or a whole string value.
-var (
-	quotedReasoningEffort = []byte(`"reasoning_effort"`)
-	quotedReasoning       = []byte(`"reasoning"`)
-	quotedEnableThinking  = []byte(`"enable_thinking"`)
-)
+// readsReasoning reports whether the chat request body has a top-level
+// member mapReasoning reads, or one whose name it cannot tell without
+// decoding (escaped, or a body that is not a plain object). The members
+// are read in one pass that moves past each string's text, where looking
+// for each name in the whole body took three, a tenth of the worker's
+// time on a conversation of 24 KB.
+func readsReasoning(body []byte) bool {
+	found := false
+	plain := topMembers(body, func(key, _ []byte) bool {
+		switch string(key) {
+		case "reasoning_effort", "reasoning", "enable_thinking":
+			found = true
+		}
+		return !found
+	})
+	return found || !plain
+}
 
 // reasoningControls is the request's reasoning fields, read leniently:
 // the gateway has validated them, and a value of the wrong type counts as
@@ -95,8 +104,7 @@ func effortOn(e string) bool { return e == "low" || e == "medium" || e == "high"
 // body. A body without reasoning fields, or that cannot be decoded, is
 // returned as it came; so is one that needs no change.
 func mapReasoning(body []byte, fl flavour) []byte {
-	if !bytes.Contains(body, quotedReasoningEffort) && !bytes.Contains(body, quotedReasoning) &&
-		!bytes.Contains(body, quotedEnableThinking) {
+	if !readsReasoning(body) {
 		return body
 	}
 	var m map[string]json.RawMessage

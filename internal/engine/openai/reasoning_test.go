@@ -328,3 +328,29 @@ func TestMapReasoningFastPath(t *testing.T) {
 		t.Fatalf("%v allocations without reasoning fields", n)
 	}
 }
+
+// Only a top-level member can switch thinking; the names anywhere else,
+// in a message or a nested object, leave the body undecoded. A name the
+// reader cannot see plainly is decoded to be sure.
+func TestReadsReasoning(t *testing.T) {
+	for body, want := range map[string]bool{
+		`{"model":"m","reasoning_effort":"none"}`:                                                          true,
+		`{"reasoning":{"max_tokens":0},"model":"m"}`:                                                       true,
+		`{"model":"m","enable_thinking":false}`:                                                            true,
+		`{"\u0072easoning_effort":"none"}`:                                                                 true,
+		`{"model":"m","messages":[{"role":"user","content":"say \"reasoning\" and \"enable_thinking\""}]}`: false,
+		`{"model":"m","metadata":{"reasoning_effort":"none"}}`:                                             false,
+		`{"model":"m","reasoning_content":"x","thinking":true}`:                                            false,
+		`{"model":"m","tools":[{"type":"function","function":{"name":"reasoning"}}]}`:                      false,
+		`["reasoning_effort"]`:                                                                             true,
+		`null`:                                                                                             true,
+	} {
+		if got := readsReasoning([]byte(body)); got != want {
+			t.Errorf("readsReasoning(%s) = %v, want %v", body, got, want)
+		}
+	}
+	// The escaped name is still mapped.
+	if got := mapReasoning([]byte(`{"\u0072easoning_effort":"none"}`), flavourVLLM); !bytes.Contains(got, []byte(`"chat_template_kwargs":{"enable_thinking":false}`)) {
+		t.Errorf("escaped reasoning_effort: %s", got)
+	}
+}

@@ -1,6 +1,10 @@
 package openai
 
-import "bytes"
+import (
+	"bytes"
+
+	"github.com/svc-dev/svc/internal/jsontext"
+)
 
 // topMembers calls f with each member of the JSON object b, key without
 // its quotes and value as raw text, until f returns false. b must be valid
@@ -48,15 +52,7 @@ func stringEnd(b []byte) int {
 	if len(b) == 0 || b[0] != '"' {
 		return -1
 	}
-	for i := 1; i < len(b); i++ {
-		switch b[i] {
-		case '\\':
-			i++
-		case '"':
-			return i + 1
-		}
-	}
-	return -1
+	return jsontext.StringEnd(b, 0)
 }
 
 // valueEnd is the length of the JSON value that starts b, which must be
