@@ -135,6 +135,17 @@ func (s *Scanner) Key() ([]byte, Kind) {
 	return k, kind
 }
 
+// Name reads a member's name and the colon after it, and returns the
+// name's text, escapes decoded as encoding/json decodes a map's keys. The
+// text of an escaped name stays valid until the next Reset.
+func (s *Scanner) Name() []byte {
+	k, kind := s.Key()
+	if kind == Escaped && !s.bad {
+		k = s.unescape(k)
+	}
+	return k
+}
+
 // Str reads the string at the current position and returns the bytes between its quotes.
 func (s *Scanner) Str() ([]byte, Kind) {
 	b := s.b
