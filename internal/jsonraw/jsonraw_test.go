@@ -2,6 +2,7 @@ package jsonraw
 
 import (
 	"encoding/json"
+	"reflect"
 	"testing"
 )
 
@@ -46,4 +47,46 @@ func TestDecode(t *testing.T) {
 	if _, ok := DecodeString(json.RawMessage(`1`)); ok {
 		t.Error("a number decoded as a string")
 	}
+}
+
+// FuzzDecode holds DecodeObject, DecodeArray and DecodeString to
+// json.Unmarshal into the same types: accepted alike, and the same
+// members, elements and text.
+func FuzzDecode(f *testing.F) {
+	for _, s := range []string{
+		`{}`, `[]`, ` {"a":1,"a":[2, 3] , "b" : {"c":null}} `, `{"\u00e9\ud800":"x","é":1}`, "{\"\xff\":2}",
+		`[1,"two",{"3":[4]},null,true]`, `{"a":1,}`, `[1,]`, `{"a"}`, `{"a":1} x`, `null`, `"s"`,
+		`{"messages":[{"role":"user","content":"hi \"there\""}]}`, `"a\u00e9\ud83d\ude00\n"`, "\"\xff\"", `"\ud800"`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var wantObj Members
+		objErr := json.Unmarshal(b, &wantObj)
+		gotObj, ok := DecodeObject(b)
+		if KindOf(b) == Object && (objErr == nil) != ok {
+			t.Fatalf("%q: DecodeObject ok %v, json.Unmarshal %v", b, ok, objErr)
+		}
+		if ok && !reflect.DeepEqual(gotObj, wantObj) {
+			t.Fatalf("%q: DecodeObject %q, json.Unmarshal %q", b, gotObj, wantObj)
+		}
+		var wantStr string
+		strErr := json.Unmarshal(b, &wantStr)
+		gotStr, ok := DecodeString(b)
+		if KindOf(b) == String && (strErr == nil) != ok {
+			t.Fatalf("%q: DecodeString ok %v, json.Unmarshal %v", b, ok, strErr)
+		}
+		if ok && gotStr != wantStr {
+			t.Fatalf("%q: DecodeString %q, json.Unmarshal %q", b, gotStr, wantStr)
+		}
+		var wantArr []json.RawMessage
+		arrErr := json.Unmarshal(b, &wantArr)
+		gotArr, ok := DecodeArray(b)
+		if KindOf(b) == Array && (arrErr == nil) != ok {
+			t.Fatalf("%q: DecodeArray ok %v, json.Unmarshal %v", b, ok, arrErr)
+		}
+		if ok && !reflect.DeepEqual(gotArr, wantArr) {
+			t.Fatalf("%q: DecodeArray %q, json.Unmarshal %q", b, gotArr, wantArr)
+		}
+	})
 }
