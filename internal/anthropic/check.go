@@ -42,12 +42,11 @@ func (t *translator) array(path string, raw json.RawMessage) ([]json.RawMessage,
 		t.v.Add(path, api.FieldWrongType, "must be an array")
 		return nil, false
 	}
-	var elems []json.RawMessage
-	if err := json.Unmarshal(raw, &elems); err != nil {
+	elems, ok := jsonraw.DecodeArray(raw)
+	if !ok {
 		t.v.Add(path, api.FieldWrongType, "must be an array")
-		return nil, false
 	}
-	return elems, true
+	return elems, ok
 }
 
 // integer accepts any number without a fractional part that fits int64.

@@ -1,0 +1,23 @@
+package anthropic
+
+import (
+	"strings"
+	"testing"
+)
+
+// BenchmarkToChat is the gateway's work on a Messages body before it is
+// relayed as a chat: a conversation of 24 KB with its history, as agents
+// send, whose text is read at each level that holds it.
+func BenchmarkToChat(b *testing.B) {
+	turn := `{"role":"user","content":"The quick brown fox jumps over the lazy dog, 日本語. The quick brown fox jumps over the lazy dog, \"quoted\".\n"},` +
+		`{"role":"assistant","content":[{"type":"text","text":"The quick brown fox jumps over the lazy dog, once more. The quick brown fox jumps over the lazy dog, and again."}]},`
+	body := []byte(`{"model":"m","max_tokens":256,"system":"You are a helpful assistant.","messages":[` +
+		strings.Repeat(turn, 80) + `{"role":"user","content":"hello"}]}`)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, _, err := ToChat(body); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
