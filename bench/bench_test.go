@@ -67,7 +67,7 @@ func TestShort(t *testing.T) {
 			t.Logf("PostgreSQL is not installed: the cluster's paths were skipped (%v)", err)
 		}
 	}
-	for _, name := range []string{"unary-200rps", "unary-100rps-50ms", "max-throughput", "stream-50-chunks", "transcribe-1mb", "speech-700kb"} {
+	for _, name := range []string{"unary-200rps", "unary-100rps-50ms", "max-throughput", "max-throughput-24kb", "stream-50-chunks", "transcribe-1mb", "speech-700kb"} {
 		s := byName[name]
 		if s == nil {
 			t.Fatalf("scenario %s missing", name)

@@ -260,6 +260,9 @@ func bench(ctx context.Context, sc scale, out string, want func(string) bool, w 
 	if want("max-throughput") {
 		add(h.maxThroughput(ctx))
 	}
+	if want("max-throughput-24kb") {
+		add(h.conversation(ctx))
+	}
 	if want("refusal-cost") {
 		add(h.refusalCost(ctx))
 	}

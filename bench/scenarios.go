@@ -111,6 +111,24 @@ func minus(s, base stats) overhead {
 
 const unaryBody = `{"model":"sim-chat","messages":[{"role":"user","content":"hello\nsim: tokens=16"}]}`
 
+// conversationBody is a chat with its history, 24 KB of it, as agents
+// send: 80 turns of text in English with a few words in another script,
+// escaped quotes and newlines, then the same question as unaryBody. What
+// a gateway does for each byte of a body shows here, where unaryBody
+// shows what it does for each request.
+var conversationBody = func() string {
+	var b strings.Builder
+	b.WriteString(`{"model":"sim-chat","messages":[{"role":"system","content":"You are a helpful assistant."}`)
+	for range 80 {
+		b.WriteString(`,{"role":"user","content":"The quick brown fox jumps over the lazy dog, 日本語. ` +
+			`The quick brown fox jumps over the lazy dog, \"quoted\".\n"}` +
+			`,{"role":"assistant","content":"The quick brown fox jumps over the lazy dog, once more. ` +
+			`The quick brown fox jumps over the lazy dog, and again."}`)
+	}
+	b.WriteString(`,{"role":"user","content":"hello\nsim: tokens=16"}]}`)
+	return b.String()
+}()
+
 // slowBody is answered after a fixed 50 ms, so at 1000 requests a second
 // about 50 are in flight on every hop at once.
 const slowBody = `{"model":"sim-chat","messages":[{"role":"user","content":"hello\nsim: tokens=16 ttft=50ms"}]}`
@@ -230,8 +248,18 @@ func (h *rig) openLoopScenario(ctx context.Context, name string, rate float64, b
 // heap allocations are divided by the requests answered in the measured
 // part, so that the cost of a request is read without a profiler.
 func (h *rig) maxThroughput(ctx context.Context) *scenario {
-	sc := h.measure("max-throughput", h.paths, func(p *path) stats {
-		do := unaryCall(h.client, p, unaryBody)
+	return h.closedLoopScenario(ctx, "max-throughput", unaryBody)
+}
+
+// conversation is maxThroughput with a 24 KB conversation for a body.
+func (h *rig) conversation(ctx context.Context) *scenario {
+	return h.closedLoopScenario(ctx, "max-throughput-24kb", conversationBody)
+}
+
+// closedLoopScenario measures the closed loop of maxThroughput with body.
+func (h *rig) closedLoopScenario(ctx context.Context, name, body string) *scenario {
+	sc := h.measure(name, h.paths, func(p *path) stats {
+		do := unaryCall(h.client, p, body)
 		closedLoop(ctx, h.scale.conc, h.scale.warmup, do)
 		each, mallocs := p.usageEach(), p.mallocs()
 		st := summarise(closedLoop(ctx, h.scale.conc, h.scale.duration, do))
