@@ -82,7 +82,15 @@ func (m Members) Field(key string) (json.RawMessage, bool) {
 // Members would: each value a copy of its text. It reads raw once, where
 // json.Unmarshal reads it twice with a state machine's function call for
 // each byte, and a conversation is decoded at each level that holds it.
-func DecodeObject(raw []byte) (Members, bool) {
+func DecodeObject(raw []byte) (Members, bool) { return decodeObject(raw, false) }
+
+// CheckedObject is DecodeObject for a value of a body that has been
+// checked whole (jsontext.Valid): its members' values are found by their
+// brackets and quotes and not checked again, as they would be at each
+// level of the body that holds them.
+func CheckedObject(raw []byte) (Members, bool) { return decodeObject(raw, true) }
+
+func decodeObject(raw []byte, checked bool) (Members, bool) {
 	if KindOf(raw) != Object {
 		return nil, false
 	}
@@ -93,7 +101,7 @@ func DecodeObject(raw []byte) (Members, bool) {
 	m := Members{}
 	for n := 0; s.Next(n, '}'); n++ {
 		name := s.Name()
-		v := s.Raw()
+		v := value(&s, checked)
 		if s.Bad() {
 			return nil, false
 		}
@@ -107,7 +115,13 @@ func DecodeObject(raw []byte) (Members, bool) {
 
 // DecodeArray decodes raw when it is an array, as json.Unmarshal into a
 // slice of json.RawMessage would, in one pass (see DecodeObject).
-func DecodeArray(raw []byte) ([]json.RawMessage, bool) {
+func DecodeArray(raw []byte) ([]json.RawMessage, bool) { return decodeArray(raw, false) }
+
+// CheckedArray is DecodeArray for a value of a checked body (see
+// CheckedObject).
+func CheckedArray(raw []byte) ([]json.RawMessage, bool) { return decodeArray(raw, true) }
+
+func decodeArray(raw []byte, checked bool) ([]json.RawMessage, bool) {
 	if KindOf(raw) != Array {
 		return nil, false
 	}
@@ -117,7 +131,7 @@ func DecodeArray(raw []byte) ([]json.RawMessage, bool) {
 	s.Open()
 	a := []json.RawMessage{}
 	for n := 0; s.Next(n, ']'); n++ {
-		v := s.Raw()
+		v := value(&s, checked)
 		if s.Bad() {
 			return nil, false
 		}
@@ -127,6 +141,15 @@ func DecodeArray(raw []byte) ([]json.RawMessage, bool) {
 		return nil, false
 	}
 	return a, true
+}
+
+// value reads the value at s's position: checked on the way, or, in a
+// checked body, skimmed.
+func value(s *jsontext.Scanner, checked bool) []byte {
+	if checked {
+		return s.SkimRaw()
+	}
+	return s.Raw()
 }
 
 // DecodeString decodes raw when it is a string, as json.Unmarshal would.

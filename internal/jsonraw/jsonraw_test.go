@@ -51,12 +51,13 @@ func TestDecode(t *testing.T) {
 
 // FuzzDecode holds DecodeObject, DecodeArray and DecodeString to
 // json.Unmarshal into the same types: accepted alike, and the same
-// members, elements and text.
+// members, elements and text; and CheckedObject and CheckedArray to them
+// on valid JSON.
 func FuzzDecode(f *testing.F) {
 	for _, s := range []string{
 		`{}`, `[]`, ` {"a":1,"a":[2, 3] , "b" : {"c":null}} `, `{"\u00e9\ud800":"x","é":1}`, "{\"\xff\":2}",
 		`[1,"two",{"3":[4]},null,true]`, `{"a":1,}`, `[1,]`, `{"a"}`, `{"a":1} x`, `null`, `"s"`,
-		`{"messages":[{"role":"user","content":"hi \"there\""}]}`, `"a\u00e9\ud83d\ude00\n"`, "\"\xff\"", `"\ud800"`,
+		`{"messages":[{"role":"user","content":"hi \"there\""}]}`, `{"n":1 , "t":true	,"z":-0.5e3 }`, `[ 1 , null ]`, `"a\u00e9\ud83d\ude00\n"`, "\"\xff\"", `"\ud800"`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -87,6 +88,16 @@ func FuzzDecode(f *testing.F) {
 		}
 		if ok && !reflect.DeepEqual(gotArr, wantArr) {
 			t.Fatalf("%q: DecodeArray %q, json.Unmarshal %q", b, gotArr, wantArr)
+		}
+		if !json.Valid(b) {
+			return
+		}
+		// In a checked body the members are skimmed: the same values.
+		if got, ok := CheckedObject(b); ok != (KindOf(b) == Object) || !reflect.DeepEqual(got, gotObj) {
+			t.Fatalf("%q: CheckedObject %q, %v; DecodeObject %q", b, got, ok, gotObj)
+		}
+		if got, ok := CheckedArray(b); ok != (KindOf(b) == Array) || !reflect.DeepEqual(got, gotArr) {
+			t.Fatalf("%q: CheckedArray %q, %v; DecodeArray %q", b, got, ok, gotArr)
 		}
 	})
 }

@@ -542,6 +542,22 @@ func (s *Scanner) Skim() {
 	s.fail()
 }
 
+// SkimRaw is Raw for input already checked to be JSON: the bytes of the
+// value at the current position, found by its brackets and quotes alone,
+// so that a value read at each level of a body is checked once, not at
+// each.
+func (s *Scanner) SkimRaw() []byte {
+	s.Peek()
+	start := s.i
+	s.Skim()
+	end := s.i
+	// Skim leaves a number or a literal at the comma or bracket after it.
+	for end > start && (s.b[end-1] == ' ' || s.b[end-1] == '\t' || s.b[end-1] == '\r' || s.b[end-1] == '\n') {
+		end--
+	}
+	return s.b[start:end]
+}
+
 // skimString moves past the string at the current position to the quote that closes it.
 func (s *Scanner) skimString() {
 	end := StringEnd(s.b, s.i)
