@@ -30,7 +30,7 @@ func (t *translator) boolean(path string, raw json.RawMessage) (bool, bool) {
 }
 
 func (t *translator) object(path string, raw json.RawMessage) (object, bool) {
-	o, ok := jsonraw.DecodeObject(raw)
+	o, ok := jsonraw.CheckedObject(raw)
 	if !ok {
 		t.v.Add(path, api.FieldWrongType, "must be an object")
 	}
@@ -42,7 +42,7 @@ func (t *translator) array(path string, raw json.RawMessage) ([]json.RawMessage,
 		t.v.Add(path, api.FieldWrongType, "must be an array")
 		return nil, false
 	}
-	elems, ok := jsonraw.DecodeArray(raw)
+	elems, ok := jsonraw.CheckedArray(raw)
 	if !ok {
 		t.v.Add(path, api.FieldWrongType, "must be an array")
 	}

@@ -135,7 +135,7 @@ func ToChat(body []byte) (chatBody []byte, model string, stream bool, err error)
 	if !jsontext.Valid(body) {
 		return nil, "", false, jsonraw.Malformed(body)
 	}
-	top, ok := jsonraw.DecodeObject(body)
+	top, ok := jsonraw.CheckedObject(body)
 	if !ok {
 		return nil, "", false, api.Invalid(api.FieldError{Field: "body", Type: api.FieldWrongType, Message: "must be a JSON object"})
 	}

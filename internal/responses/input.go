@@ -39,7 +39,7 @@ func (c *checker) input(top object) {
 		c.v.Add("input", api.FieldWrongType, "must be a string or an array of input items")
 		return
 	}
-	items, _ := jsonraw.DecodeArray(raw)
+	items, _ := jsonraw.CheckedArray(raw)
 	if len(items) == 0 {
 		c.v.Add("input", api.FieldInvalid, "must contain at least one item")
 		return
@@ -103,7 +103,7 @@ func (c *checker) message(path string, o object) bool {
 	case jsonraw.String:
 		content = compact(raw)
 	case jsonraw.Array:
-		elems, _ := jsonraw.DecodeArray(raw)
+		elems, _ := jsonraw.CheckedArray(raw)
 		if len(elems) == 0 && role == "user" {
 			c.v.Add(cpath, api.FieldInvalid, "must contain at least one part")
 			return false
@@ -326,7 +326,7 @@ func (c *checker) functionCallOutput(path string, o object) {
 	case jsonraw.String:
 		content = compact(raw)
 	case jsonraw.Array:
-		elems, _ := jsonraw.DecodeArray(raw)
+		elems, _ := jsonraw.CheckedArray(raw)
 		parts := make([][]byte, 0, len(elems))
 		for k, e := range elems {
 			ppath := join(opath, k)

@@ -82,7 +82,7 @@ func Parse(body []byte) (*Request, error) {
 	if !jsontext.Valid(body) {
 		return nil, jsonraw.Malformed(body)
 	}
-	top, ok := jsonraw.DecodeObject(body)
+	top, ok := jsonraw.CheckedObject(body)
 	if !ok {
 		return nil, api.Invalid(api.FieldError{Field: "body", Type: api.FieldWrongType, Message: "must be a JSON object"})
 	}
@@ -202,7 +202,7 @@ func (c *checker) boolean(path string, raw json.RawMessage) (bool, bool) {
 }
 
 func (c *checker) object(path string, raw json.RawMessage) (object, bool) {
-	o, ok := jsonraw.DecodeObject(raw)
+	o, ok := jsonraw.CheckedObject(raw)
 	if !ok {
 		c.v.Add(path, api.FieldWrongType, "must be an object")
 	}
@@ -210,7 +210,7 @@ func (c *checker) object(path string, raw json.RawMessage) (object, bool) {
 }
 
 func (c *checker) array(path string, raw json.RawMessage) ([]json.RawMessage, bool) {
-	a, ok := jsonraw.DecodeArray(raw)
+	a, ok := jsonraw.CheckedArray(raw)
 	if !ok {
 		c.v.Add(path, api.FieldWrongType, "must be an array")
 	}
@@ -497,7 +497,7 @@ func (c *checker) toolChoice(top object) {
 			c.r.echo.toolChoice = c.out.ToolChoice
 		}
 	case jsonraw.Object:
-		o, _ := jsonraw.DecodeObject(raw)
+		o, _ := jsonraw.CheckedObject(raw)
 		typ, ok := c.requiredString(o, "tool_choice", "type")
 		if !ok {
 			return
