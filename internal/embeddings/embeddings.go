@@ -8,6 +8,8 @@ import (
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/jsonbody"
+	"github.com/svc-dev/svc/internal/jsonraw"
+	"github.com/svc-dev/svc/internal/jsontext"
 )
 
 // MaxInputs is the most inputs one request may embed.
@@ -17,8 +19,14 @@ const MaxInputs = 2048
 // array or token arrays. Other fields are forwarded as they are. It
 // returns the model asked for.
 func Parse(body []byte) (string, error) {
+	// A batch's texts are most of its bytes: a body that is a JSON object
+	// is read once by the scanner and its members found without reading
+	// their text again. Anything else is left to encoding/json, which
+	// words the error.
 	var req map[string]json.RawMessage
-	if err := jsonbody.Lenient(body, &req); err != nil {
+	if jsonraw.KindOf(body) == jsonraw.Object && jsontext.Valid(body) {
+		req, _ = jsonraw.CheckedObject(body)
+	} else if err := jsonbody.Lenient(body, &req); err != nil {
 		return "", err
 	}
 	if req == nil {
@@ -29,8 +37,10 @@ func Parse(body []byte) (string, error) {
 	switch raw := req["model"]; {
 	case !jsonbody.Present(raw):
 		v.Add("model", api.FieldMissing, "required")
-	case json.Unmarshal(raw, &model) != nil || model == "":
-		v.Add("model", api.FieldWrongType, "expected a model id")
+	default:
+		if model, _ = jsonraw.DecodeString(raw); model == "" {
+			v.Add("model", api.FieldWrongType, "expected a model id")
+		}
 	}
 	checkInput(&v, req["input"])
 	if raw := req["encoding_format"]; jsonbody.Present(raw) {
@@ -53,15 +63,16 @@ func checkInput(v *api.Validator, raw json.RawMessage) {
 		v.Add("input", api.FieldMissing, "required")
 		return
 	}
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		if s == "" {
+	var items []json.RawMessage
+	switch jsonraw.KindOf(raw) {
+	case jsonraw.String:
+		if s, _ := jsonraw.DecodeString(raw); s == "" {
 			v.Add("input", api.FieldInvalid, "must not be empty")
 		}
 		return
-	}
-	var items []json.RawMessage
-	if json.Unmarshal(raw, &items) != nil {
+	case jsonraw.Array:
+		items, _ = jsonraw.CheckedArray(raw)
+	default:
 		v.Add("input", api.FieldWrongType, "expected a string, an array of strings, or token arrays")
 		return
 	}
@@ -69,23 +80,23 @@ func checkInput(v *api.Validator, raw json.RawMessage) {
 		v.Add("input", api.FieldOutOfRange, "must hold 1 to %d items", MaxInputs)
 		return
 	}
+	field := func(i int) string { return "input." + strconv.Itoa(i) }
 	for i, it := range items {
-		field := "input." + strconv.Itoa(i)
-		var str string
 		var tok int64
 		var toks []int64
-		switch {
-		case json.Unmarshal(it, &str) == nil:
-			if str == "" {
-				v.Add(field, api.FieldInvalid, "must not be empty")
+		switch kind := jsonraw.KindOf(it); {
+		case kind == jsonraw.String || kind == jsonraw.Null:
+			// null reads as an empty string, as encoding/json reads it.
+			if s, _ := jsonraw.DecodeString(it); s == "" {
+				v.Add(field(i), api.FieldInvalid, "must not be empty")
 			}
 		case json.Unmarshal(it, &tok) == nil:
 		case json.Unmarshal(it, &toks) == nil:
 			if len(toks) == 0 {
-				v.Add(field, api.FieldInvalid, "must not be empty")
+				v.Add(field(i), api.FieldInvalid, "must not be empty")
 			}
 		default:
-			v.Add(field, api.FieldWrongType, "expected a string or token ids")
+			v.Add(field(i), api.FieldWrongType, "expected a string or token ids")
 		}
 	}
 }
