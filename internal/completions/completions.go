@@ -34,8 +34,8 @@ type Request struct {
 
 // Parse checks a request; every failing field is listed in the 422.
 func Parse(body []byte) (*Request, error) {
-	var m map[string]json.RawMessage
-	if err := jsonbody.Lenient(body, &m); err != nil {
+	m, err := jsonbody.Members(body)
+	if err != nil {
 		return nil, err
 	}
 	if m == nil {

@@ -9,7 +9,6 @@ import (
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/jsonbody"
 	"github.com/svc-dev/svc/internal/jsonraw"
-	"github.com/svc-dev/svc/internal/jsontext"
 )
 
 // MaxInputs is the most inputs one request may embed.
@@ -19,14 +18,8 @@ const MaxInputs = 2048
 // array or token arrays. Other fields are forwarded as they are. It
 // returns the model asked for.
 func Parse(body []byte) (string, error) {
-	// A batch's texts are most of its bytes: a body that is a JSON object
-	// is read once by the scanner and its members found without reading
-	// their text again. Anything else is left to encoding/json, which
-	// words the error.
-	var req map[string]json.RawMessage
-	if jsonraw.KindOf(body) == jsonraw.Object && jsontext.Valid(body) {
-		req, _ = jsonraw.CheckedObject(body)
-	} else if err := jsonbody.Lenient(body, &req); err != nil {
+	req, err := jsonbody.Members(body)
+	if err != nil {
 		return "", err
 	}
 	if req == nil {

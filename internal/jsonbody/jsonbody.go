@@ -13,6 +13,8 @@ import (
 	"strings"
 
 	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/jsonraw"
+	"github.com/svc-dev/svc/internal/jsontext"
 	"github.com/svc-dev/svc/internal/money"
 )
 
@@ -70,6 +72,24 @@ func Lenient(body []byte, v any) error {
 		}
 	}
 	return nil
+}
+
+// Members reads a body whose unknown fields are forwarded into its
+// top-level members, as Lenient into a map would: nil for null. A body
+// that is a JSON object is read once by jsontext's scanner, its members
+// found without reading their text again, where json.Unmarshal reads it
+// twice with a function call for each byte; anything else is left to
+// Lenient, which words the error.
+func Members(body []byte) (map[string]json.RawMessage, error) {
+	if jsonraw.KindOf(body) == jsonraw.Object && jsontext.Valid(body) {
+		m, _ := jsonraw.CheckedObject(body)
+		return m, nil
+	}
+	var m map[string]json.RawMessage
+	if err := Lenient(body, &m); err != nil {
+		return nil, err
+	}
+	return m, nil
 }
 
 // Present reports whether a field was sent with a value other than null.

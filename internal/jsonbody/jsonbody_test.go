@@ -1,7 +1,9 @@
 package jsonbody
 
 import (
+	"encoding/json"
 	"errors"
+	"reflect"
 	"testing"
 
 	"github.com/svc-dev/svc/internal/api"
@@ -64,6 +66,27 @@ func FuzzStrict(f *testing.F) {
 		var ae *api.Error
 		if !errors.As(err, &ae) || (ae.HTTPStatus() != 400 && ae.HTTPStatus() != 422) || ae.Message == "" {
 			t.Fatalf("Strict(%q) = %v", body, err)
+		}
+	})
+}
+
+// FuzzMembers holds Members to Lenient into a map: the same members, or
+// the same answer to a body that is not an object of them.
+func FuzzMembers(f *testing.F) {
+	for _, s := range []string{`{"a":1,"a":"x","b":[{"c":null}]}`, ` {"\u00e9":true} `, `null`, `[1]`, `"s"`, `{`, ``, `{"a":1} x`, "{\"\xff\":1}"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		got, err := Members(body)
+		var want map[string]json.RawMessage
+		wantErr := Lenient(body, &want)
+		switch {
+		case (err == nil) != (wantErr == nil):
+			t.Fatalf("%q: Members %v, Lenient %v", body, err, wantErr)
+		case err != nil && err.Error() != wantErr.Error():
+			t.Fatalf("%q: Members %v, Lenient %v", body, err, wantErr)
+		case err == nil && !reflect.DeepEqual(got, want):
+			t.Fatalf("%q: Members %q, Lenient %q", body, got, want)
 		}
 	})
 }
