@@ -209,10 +209,12 @@ func (s *Scanner) Str() ([]byte, Kind) {
 
 // plain8 reports whether none of the eight bytes in x ends a string,
 // escapes or needs checking: no quote, backslash, control character or
-// byte from 0x80. Each test is the classic one for a zero byte,
-// (v − 0x01…01) &^ v & 0x80…80, which may mark the wrong byte of a word
-// but never misses a word that has one, and that is all a yes or no
-// needs.
+// byte from 0x80. The tests are the classic one for a byte below n,
+// (v − n·0x01…01) &^ v & 0x80…80: with n = 1 it finds a zero byte, so a
+// quote or a backslash in x is a zero byte of x xor eight of them, and
+// with n = 0x20 a control character. A borrow may mark the wrong byte of
+// a word, but the test never misses a word that has one, and that is all
+// a yes or no needs.
 func plain8(x uint64) bool {
 	const ones, highs = 0x0101010101010101, 0x8080808080808080
 	quote := x ^ (ones * '"')
