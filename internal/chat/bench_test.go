@@ -3,6 +3,7 @@ package chat
 import (
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/svc-dev/svc/internal/api"
 )
@@ -36,6 +37,24 @@ func BenchmarkParsePrepare(b *testing.B) {
 				}
 				if err := r.Prepare(model); err != nil {
 					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkRuneCount counts a message's text, as the context window's
+// estimate does for each message of a conversation, beside utf8.RuneCount.
+func BenchmarkRuneCount(b *testing.B) {
+	text := []byte("The quick brown fox jumps over the lazy dog, 日本語. The quick brown fox jumps over the lazy dog, and again.")
+	for _, bc := range []struct {
+		name  string
+		count func([]byte) int
+	}{{"utf8", utf8.RuneCount}, {"runeCount", runeCount}} {
+		b.Run(bc.name, func(b *testing.B) {
+			for b.Loop() {
+				if bc.count(text) != 105 {
+					b.Fatal("miscounted")
 				}
 			}
 		})

@@ -106,7 +106,8 @@ func FuzzPrepare(f *testing.F) {
 // gives what decoding and counting gives.
 func FuzzStringChars(f *testing.F) {
 	for _, s := range []string{`""`, `"a"`, `"hello\nsim: tokens=16"`, `"\\\""`, `"é\u00e9"`, `"\ud83d\ude00x"`,
-		`"\ud83d"`, `"\ud83dx"`, `"\ude00\ud83d"`, `"\ud83d\u0041"`, `"\uD83D\uDE00"`, "\"\xff\xfe\"", `"\/\b\f\r\t"`} {
+		`"\ud83d"`, `"\ud83dx"`, `"\ude00\ud83d"`, `"\ud83d\u0041"`, `"\uD83D\uDE00"`, "\"\xff\xfe\"", `"\/\b\f\r\t"`,
+		"\"The quick brown fox, 日本語, jumps\xe6\x97 over the lazy \\\"dog\\\" \xff and again, \u00e9 and again\""} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, raw []byte) {

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/jsonraw"
@@ -586,6 +587,17 @@ func TestObjectMembers(t *testing.T) {
 		}
 		if v, ok := c.get("new"); !ok || string(v) != "1" {
 			t.Fatalf("%d members: the clone lost its new member", n)
+		}
+	}
+}
+
+// runeCount is utf8.RuneCount for every prefix of a text that puts
+// multi-byte, broken and invalid characters across its eight-byte words.
+func TestRuneCount(t *testing.T) {
+	text := []byte("The quick brown fox, 日本語, jumps\xe6\x97 over the lazy dog \xff and again, é and again, plain to the end")
+	for n := range len(text) + 1 {
+		if got, want := runeCount(text[:n]), utf8.RuneCount(text[:n]); got != want {
+			t.Fatalf("runeCount(%q) = %d, want %d", text[:n], got, want)
 		}
 	}
 }
