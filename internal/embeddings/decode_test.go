@@ -70,18 +70,7 @@ func referenceParse(body []byte) (string, error) {
 		v.Add("model", api.FieldWrongType, "expected a model id")
 	}
 	referenceInput(&v, req["input"])
-	if raw := req["encoding_format"]; jsonbody.Present(raw) {
-		var f string
-		if json.Unmarshal(raw, &f) != nil || (f != "float" && f != "base64") {
-			v.Add("encoding_format", api.FieldEnum, "one of float, base64")
-		}
-	}
-	if raw := req["dimensions"]; jsonbody.Present(raw) {
-		var n int
-		if json.Unmarshal(raw, &n) != nil || n < 1 {
-			v.Add("dimensions", api.FieldOutOfRange, "must be a whole number of at least 1")
-		}
-	}
+	checkOutput(&v, req)
 	return model, v.Err()
 }
 

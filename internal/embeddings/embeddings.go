@@ -36,6 +36,13 @@ func Parse(body []byte) (string, error) {
 		}
 	}
 	checkInput(&v, req["input"])
+	checkOutput(&v, req)
+	return model, v.Err()
+}
+
+// checkOutput checks the fields that shape the vectors: encoding_format
+// and dimensions.
+func checkOutput(v *api.Validator, req map[string]json.RawMessage) {
 	if raw := req["encoding_format"]; jsonbody.Present(raw) {
 		var f string
 		if json.Unmarshal(raw, &f) != nil || (f != "float" && f != "base64") {
@@ -48,7 +55,6 @@ func Parse(body []byte) (string, error) {
 			v.Add("dimensions", api.FieldOutOfRange, "must be a whole number of at least 1")
 		}
 	}
-	return model, v.Err()
 }
 
 func checkInput(v *api.Validator, raw json.RawMessage) {
