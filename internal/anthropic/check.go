@@ -92,13 +92,16 @@ func (t *translator) optString(o object, path, key string) (string, bool) {
 	if !ok {
 		return "", false
 	}
-	return t.str(join(path, key), raw)
+	return t.strAt(path, key, raw)
 }
 
 func (t *translator) optBool(o object, path, key string) (bool, bool) {
 	raw, ok := o.Field(key)
 	if !ok {
 		return false, false
+	}
+	if jsonraw.KindOf(raw) == jsonraw.Bool {
+		return raw[0] == 't', true
 	}
 	return t.boolean(join(path, key), raw)
 }
@@ -108,7 +111,7 @@ func (t *translator) optObject(o object, path, key string) (object, bool) {
 	if !ok {
 		return nil, false
 	}
-	return t.object(join(path, key), raw)
+	return t.objectAt(path, key, raw)
 }
 
 func (t *translator) optArray(o object, path, key string) ([]json.RawMessage, bool) {
@@ -116,15 +119,18 @@ func (t *translator) optArray(o object, path, key string) ([]json.RawMessage, bo
 	if !ok {
 		return nil, false
 	}
+	if a, ok := jsonraw.CheckedArray(raw); ok {
+		return a, true
+	}
 	return t.array(join(path, key), raw)
 }
 
 func (t *translator) optEnum(o object, path, key string, allowed ...string) (string, bool) {
 	s, ok := t.optString(o, path, key)
-	if !ok || !t.enum(join(path, key), s, allowed...) {
+	if !ok {
 		return "", false
 	}
-	return s, true
+	return t.enumAt(path, key, s, allowed...)
 }
 
 func (t *translator) requiredString(o object, path, key string) (string, bool) {
@@ -132,7 +138,7 @@ func (t *translator) requiredString(o object, path, key string) (string, bool) {
 	if !ok {
 		return "", false
 	}
-	return t.str(join(path, key), raw)
+	return t.strAt(path, key, raw)
 }
 
 func (t *translator) requiredObject(o object, path, key string) (object, bool) {
@@ -140,15 +146,40 @@ func (t *translator) requiredObject(o object, path, key string) (object, bool) {
 	if !ok {
 		return nil, false
 	}
-	return t.object(join(path, key), raw)
+	return t.objectAt(path, key, raw)
 }
 
 func (t *translator) requiredEnum(o object, path, key string, allowed ...string) (string, bool) {
 	s, ok := t.requiredString(o, path, key)
-	if !ok || !t.enum(join(path, key), s, allowed...) {
+	if !ok {
 		return "", false
 	}
-	return s, true
+	return t.enumAt(path, key, s, allowed...)
+}
+
+// The keyed checks below are str, object and enum for the member key of
+// path, which they join only to report a failure: a valid body, member
+// after member, builds no paths.
+
+func (t *translator) strAt(path, key string, raw json.RawMessage) (string, bool) {
+	if s, ok := jsonraw.DecodeString(raw); ok {
+		return s, true
+	}
+	return t.str(join(path, key), raw)
+}
+
+func (t *translator) objectAt(path, key string, raw json.RawMessage) (object, bool) {
+	if o, ok := jsonraw.CheckedObject(raw); ok {
+		return o, true
+	}
+	return t.object(join(path, key), raw)
+}
+
+func (t *translator) enumAt(path, key, s string, allowed ...string) (string, bool) {
+	if contains(allowed, s) || t.enum(join(path, key), s, allowed...) {
+		return s, true
+	}
+	return "", false
 }
 
 func base64DecodedLen(s string) int {
