@@ -17,8 +17,8 @@ import (
 // The request is kept as raw JSON rather than decoded into structs: fields
 // the gateway does not own must reach the worker byte for byte, in the order
 // the client sent them, and numbers must never pass through float64. The
-// helpers below only ever run on input that jsontext.Valid has accepted, so they
-// can stay small; they still fail safely on anything else.
+// helpers below only ever run on input that jsontext.Valid has accepted, so
+// they can stay small; they still fail safely on anything else.
 
 var errBadJSON = errors.New("chat: malformed JSON")
 
@@ -418,8 +418,9 @@ func stringChars(raw []byte) int {
 }
 
 // runeCount is utf8.RuneCount, an invalid byte one character, reading
-// ASCII eight bytes at a time where utf8.RuneCount reads it one at a time
-// and, past the first other byte, a character at a time: a conversation's
+// ASCII eight bytes at a time. utf8.RuneCount reads it a byte at a time
+// and, past the first other byte, converts the rest to a string, an
+// allocation for each message of a conversation in another script: its
 // text is counted for the context window's estimate.
 func runeCount(b []byte) int {
 	n := 0
