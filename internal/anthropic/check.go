@@ -100,10 +100,7 @@ func (t *translator) optBool(o object, path, key string) (bool, bool) {
 	if !ok {
 		return false, false
 	}
-	if jsonraw.KindOf(raw) == jsonraw.Bool {
-		return raw[0] == 't', true
-	}
-	return t.boolean(join(path, key), raw)
+	return t.booleanAt(path, key, raw)
 }
 
 func (t *translator) optObject(o object, path, key string) (object, bool) {
@@ -119,10 +116,7 @@ func (t *translator) optArray(o object, path, key string) ([]json.RawMessage, bo
 	if !ok {
 		return nil, false
 	}
-	if a, ok := jsonraw.CheckedArray(raw); ok {
-		return a, true
-	}
-	return t.array(join(path, key), raw)
+	return t.arrayAt(path, key, raw)
 }
 
 func (t *translator) optEnum(o object, path, key string, allowed ...string) (string, bool) {
@@ -157,15 +151,29 @@ func (t *translator) requiredEnum(o object, path, key string, allowed ...string)
 	return t.enumAt(path, key, s, allowed...)
 }
 
-// The keyed checks below are str, object and enum for the member key of
-// path, which they join only to report a failure: a valid body, member
-// after member, builds no paths.
+// The keyed checks below are str, boolean, object, array and enum for the
+// member key of path, which they join only to report a failure: a valid
+// body, member after member, builds no paths.
 
 func (t *translator) strAt(path, key string, raw json.RawMessage) (string, bool) {
 	if s, ok := jsonraw.DecodeString(raw); ok {
 		return s, true
 	}
 	return t.str(join(path, key), raw)
+}
+
+func (t *translator) booleanAt(path, key string, raw json.RawMessage) (bool, bool) {
+	if jsonraw.KindOf(raw) == jsonraw.Bool {
+		return raw[0] == 't', true
+	}
+	return t.boolean(join(path, key), raw)
+}
+
+func (t *translator) arrayAt(path, key string, raw json.RawMessage) ([]json.RawMessage, bool) {
+	if a, ok := jsonraw.CheckedArray(raw); ok {
+		return a, true
+	}
+	return t.array(join(path, key), raw)
 }
 
 func (t *translator) objectAt(path, key string, raw json.RawMessage) (object, bool) {

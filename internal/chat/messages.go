@@ -70,12 +70,8 @@ func messagePath(i int) string {
 // message checks one message and returns its canonical form when it differs
 // from what was sent (file parts turned into text), else nil.
 func (c *checker) message(path string, raw json.RawMessage) json.RawMessage {
-	if jsonraw.KindOf(raw) != jsonraw.Object {
-		c.v.Add(path, api.FieldWrongType, "must be an object")
-		return nil
-	}
 	msg := &c.msg
-	if msg.parse(raw) != nil {
+	if !c.objectInto(msg, path, "", raw) {
 		return nil
 	}
 	role, ok := c.requiredEnum(msg, path, "role", roleValues...)
