@@ -216,3 +216,23 @@ svc_http_request_duration_seconds_count{route="/healthz",status="429"} 7
 		t.Errorf("p99.9 bound %v, want +Inf", got)
 	}
 }
+
+func TestScenarioMatches(t *testing.T) {
+	for _, c := range []struct {
+		name, item string
+		want       bool
+	}{
+		{"unary-1000rps", "unary", true},
+		{"max-throughput", "max-throughput", true},
+		{"max-throughput-24kb", "max-throughput", true},
+		{"max-throughput", "max-throughput$", true},
+		{"max-throughput-24kb", "max-throughput$", false},
+		{"max-throughput-24kb", "max-throughput-24kb$", true},
+		{"overload", "stream", false},
+		{"stream-50-chunks", "stream-50-chunks", true},
+	} {
+		if got := scenarioMatches(c.name, c.item); got != c.want {
+			t.Errorf("scenarioMatches(%q, %q) = %v, want %v", c.name, c.item, got, c.want)
+		}
+	}
+}

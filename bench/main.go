@@ -102,7 +102,7 @@ func main() {
 func run() error {
 	short := flag.Bool("short", false, "run every scenario at small scale (about a minute)")
 	out := flag.String("out", filepath.Join("bench", "results", "latest.json"), "where to write the JSON results")
-	only := flag.String("only", "", "comma-separated scenario names to run (default all)")
+	only := flag.String("only", "", "comma-separated scenarios to run, each a name's beginning, or a whole name when it ends in $ (default all)")
 	repeat := flag.Int("repeat", 0, "runs per path and scenario (default 3, 1 with -short)")
 	dur := flag.Duration("duration", 0, "measured time per run (default 10s, 500ms with -short)")
 	overFor := flag.Duration("overload-for", 0, "overload scenario: time at 1.5x capacity (default 1m, 1.5s with -short)")
@@ -166,7 +166,7 @@ func run() error {
 		sc.overloadHold = *overHold
 	}
 	want := func(name string) bool {
-		return *only == "" || slices.ContainsFunc(strings.Split(*only, ","), func(s string) bool { return strings.HasPrefix(name, s) })
+		return *only == "" || slices.ContainsFunc(strings.Split(*only, ","), func(s string) bool { return scenarioMatches(name, s) })
 	}
 	sc.profile = *profile
 	sc.place = pl
@@ -175,6 +175,17 @@ func run() error {
 	// measured only when asked for.
 	sc.cluster = *cluster && (!*short || flagGiven("cluster"))
 	return bench(ctx, sc, *out, want, os.Stdout)
+}
+
+// scenarioMatches reports whether -only's item s picks the scenario name:
+// s is the name's beginning, so that "unary" picks every rate, or the
+// whole name when it ends in $, so that "max-throughput$" leaves out
+// "max-throughput-24kb".
+func scenarioMatches(name, s string) bool {
+	if whole, ok := strings.CutSuffix(s, "$"); ok {
+		return name == whole
+	}
+	return strings.HasPrefix(name, s)
 }
 
 // flagGiven reports whether the command line set the flag called name.
