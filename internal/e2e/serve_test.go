@@ -130,13 +130,14 @@ func TestGracefulShutdownDrainsInFlight(t *testing.T) {
 	s.waitLog("stopped accepting", 5*time.Second)
 	// A connection made during the drain is not served by the draining
 	// server: it waits in the socket's queue for a server taking over, and
-	// with none is closed unanswered when this one exits.
+	// with none is answered, when this one exits, with a 503 asking its
+	// client to retry rather than reset with its request unanswered.
 	late, err := net.DialTimeout("tcp", strings.TrimPrefix(s.URL, "http://"), time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer late.Close()
-	fmt.Fprintf(late, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+	fmt.Fprintf(late, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
 	if s.wait(300 * time.Millisecond) {
 		t.Fatal("server exited with a request in flight")
 	}
@@ -163,8 +164,14 @@ func TestGracefulShutdownDrainsInFlight(t *testing.T) {
 	}
 	s.waitLog("stopped", time.Second)
 	_ = late.SetReadDeadline(time.Now().Add(10 * time.Second))
-	if resp, err := http.ReadResponse(bufio.NewReader(late), nil); err == nil {
-		t.Fatalf("a connection made during the drain was answered %d\n%s", resp.StatusCode, s.Log())
+	resp, err = http.ReadResponse(bufio.NewReader(late), nil)
+	if err != nil {
+		t.Fatalf("a connection made during the drain got no answer: %v\n%s", err, s.Log())
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || !resp.Close {
+		t.Fatalf("a connection made during the drain: %d, Retry-After %q, close %v; want a 503 to retry",
+			resp.StatusCode, resp.Header.Get("Retry-After"), resp.Close)
 	}
 
 	// The store was closed cleanly: a new server opens it at once.

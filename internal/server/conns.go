@@ -142,7 +142,9 @@ func (g *connGate) reap(stop <-chan struct{}) {
 	}
 }
 
-// refusals answers the connections over the cap. Each is answered once
+// refusals answers connections the server will not serve with a 503: over
+// the cap, or still queued when a stopping server closes its socket (see
+// keptListener.release). Each is answered once
 // its request's head has come, on a goroutine of its own: an answer
 // before the request is one its client does not expect (Go's logs it as
 // unsolicited and drops it), and a connection closed with a request body
@@ -150,8 +152,9 @@ func (g *connGate) reap(stop <-chan struct{}) {
 // most maxRefusing are answered that way at once; past them a flood's
 // connections are answered at once and closed.
 type refusals struct {
-	slots chan struct{}
-	wg    sync.WaitGroup
+	answer *api.Error // a 503 with Retry-After
+	slots  chan struct{}
+	wg     sync.WaitGroup
 }
 
 const (
@@ -166,19 +169,21 @@ const (
 	maxRefusedHead = 64 << 10
 )
 
-func newRefusals() *refusals { return &refusals{slots: make(chan struct{}, maxRefusing)} }
+func newRefusals(answer *api.Error) *refusals {
+	return &refusals{answer: answer, slots: make(chan struct{}, maxRefusing)}
+}
 
-// refuse answers c with the capacity 503 and closes it.
+// refuse answers c with the refusals' 503 and closes it.
 func (r *refusals) refuse(c net.Conn) {
 	select {
 	case r.slots <- struct{}{}:
 		r.wg.Go(func() {
 			defer func() { <-r.slots }()
-			refuseAfterRequest(c)
+			refuseAfterRequest(c, r.answer)
 		})
 	default:
 		_ = c.SetWriteDeadline(time.Now().Add(time.Second))
-		writeRefusal(c)
+		writeRefusal(c, r.answer)
 		_ = c.Close()
 	}
 }
@@ -186,18 +191,18 @@ func (r *refusals) refuse(c net.Conn) {
 // wait waits for the refusals under way, each at most refuseWithin.
 func (r *refusals) wait() { r.wg.Wait() }
 
-// refuseAfterRequest reads c's request head, answers it with the
-// capacity 503 and closes the connection once the client has sent the rest
+// refuseAfterRequest reads c's request head, answers it with answer and
+// closes the connection once the client has sent the rest
 // of what it was sending (within refuseWithin and refuseDrain), so that the
 // close does not reset the answer away.
-func refuseAfterRequest(c net.Conn) {
+func refuseAfterRequest(c net.Conn, answer *api.Error) {
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(refuseWithin))
 	br := bufio.NewReaderSize(c, 4<<10)
 	if !readHead(br) {
 		return
 	}
-	writeRefusal(c)
+	writeRefusal(c, answer)
 	if cw, ok := c.(interface{ CloseWrite() error }); ok {
 		_ = cw.CloseWrite()
 	}
@@ -228,14 +233,14 @@ func readHead(br *bufio.Reader) bool {
 	return false
 }
 
-// writeRefusal writes the capacity 503 with Connection: close. The answer
+// writeRefusal writes answer with Connection: close. The answer
 // is a few hundred bytes, which a new socket's send buffer takes at once;
 // the caller's deadline only guards against a peer that is already gone.
-func writeRefusal(c net.Conn) {
+func writeRefusal(c net.Conn, answer *api.Error) {
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
 	resp.Header.Set("X-Request-Id", uuid.NewString())
-	status, body := renderError(&resp.Header, errOverCapacity, formCompatible)
+	status, body := renderError(&resp.Header, answer, formCompatible)
 	resp.SetStatusCode(status)
 	resp.Header.SetContentType("application/json")
 	resp.SetConnectionClose()

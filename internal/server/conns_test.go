@@ -216,7 +216,7 @@ func TestReadHead(t *testing.T) {
 // Past maxRefusing refusals under way, a connection over the cap is
 // answered at once rather than given a goroutine.
 func TestRefusalsPastTheirBoundAnswerAtOnce(t *testing.T) {
-	r := &refusals{slots: make(chan struct{})} // none free
+	r := &refusals{answer: errOverCapacity, slots: make(chan struct{})} // none free
 	server, client := net.Pipe()
 	defer client.Close()
 	go r.refuse(server)

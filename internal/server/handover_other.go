@@ -22,6 +22,8 @@ func startHandover(string, *net.TCPListener, *slog.Logger) (*handover, error) {
 
 func (*handover) close() {}
 
+func (*handover) handedOver() bool { return false }
+
 func takeOver(string, string) (*net.TCPListener, *handoverMsg, error) { return nil, nil, nil }
 
 func activated() (*net.TCPListener, error) { return nil, nil }

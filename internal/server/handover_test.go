@@ -64,7 +64,10 @@ func TestHandoverKeepsTheSocketOpenForTheNextServer(t *testing.T) {
 	}
 	early := dialAndSend(t, addr, "early")
 	ho.close()
-	if err := old.release(); err != nil {
+	if !ho.handedOver() {
+		t.Fatal("handedOver = false after a server took the socket")
+	}
+	if err := old.release(ho.handedOver()); err != nil {
 		t.Fatal(err)
 	}
 	late := dialAndSend(t, addr, "late")

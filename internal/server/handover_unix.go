@@ -11,6 +11,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -31,6 +32,8 @@ type handover struct {
 	sock *net.TCPListener
 	log  *slog.Logger
 	wg   sync.WaitGroup
+	// gave is set once a server has taken the socket: it holds it too.
+	gave atomic.Bool
 }
 
 // startHandover serves the handover socket at path until close.
@@ -89,9 +92,13 @@ func (h *handover) give(c net.Conn) error {
 	if werr != nil {
 		return werr
 	}
+	h.gave.Store(true)
 	h.log.Info("handover: passed the listening socket to the server replacing this one", "addr", h.sock.Addr().String())
 	return nil
 }
+
+// handedOver reports whether a server has taken the socket.
+func (h *handover) handedOver() bool { return h.gave.Load() }
 
 // close stops serving the handover socket and removes it.
 func (h *handover) close() {

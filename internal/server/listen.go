@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/svc-dev/svc/internal/api"
 )
 
 // HandoverFile is the unix socket in the data directory on which a running
@@ -49,9 +51,31 @@ func (l *keptListener) Close() error {
 	return err
 }
 
-// release closes the socket. Connections still queued on it are refused
-// unless another process holds it too.
-func (l *keptListener) release() error { return l.TCPListener.Close() }
+// release closes the socket. Where another process holds it too (systemd,
+// or the server this one handed it to: shared), the connections queued on
+// it stay there for that one. Where none does, closing it would reset
+// them, each perhaps with its request sent and its client unable to tell
+// whether it was served: they are taken first (where the system allows,
+// see takeAcceptQueue) and each is answered with a 503 asking the client
+// to retry, for which release waits up to refuseWithin.
+func (l *keptListener) release(shared bool) error {
+	if shared {
+		return l.TCPListener.Close()
+	}
+	queued := takeAcceptQueue(l.TCPListener)
+	err := l.TCPListener.Close()
+	r := newRefusals(errStopped)
+	for _, c := range queued {
+		r.refuse(c)
+	}
+	r.wait()
+	return err
+}
+
+// errStopped answers the connections still queued when a server that
+// holds its socket alone stops.
+var errStopped = &api.Error{Kind: api.KindUnavailable, Type: api.TypeServiceUnavailable, RetryAfter: time.Second,
+	Message: "Service temporarily unavailable, please retry: the gateway has stopped"}
 
 // sameAddress reports whether the listener at got is the one an --addr of
 // want asks for: the same port, and the same address or both the

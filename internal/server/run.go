@@ -104,7 +104,10 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	if taken != nil {
+	// systemd holds its socket through a stop, and what queues on it
+	// starts the next server.
+	fromSystemd := taken != nil
+	if fromSystemd {
 		log.Info("listening on the socket systemd passed", "addr", taken.Addr().String())
 	}
 	// The database lock comes first: it is what tells a second server on the
@@ -167,8 +170,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	// Closed last but the store: until then a server replacing this one
 	// can still take the socket over, and no connection is refused.
+	var ho *handover
 	defer func() {
-		if err := public.release(); err != nil {
+		if err := public.release(fromSystemd || ho != nil && ho.handedOver()); err != nil {
 			log.Warn("close the listening socket", "err", err)
 		}
 	}()
@@ -178,7 +182,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer os.Remove(sock)
-	ho, err := startHandover(filepath.Join(cfg.DataDir, HandoverFile), public.TCPListener, log)
+	ho, err = startHandover(filepath.Join(cfg.DataDir, HandoverFile), public.TCPListener, log)
 	if err != nil {
 		_ = consoleLn.Close()
 		return err

@@ -344,7 +344,7 @@ func (s *Server) ServePublic(ln net.Listener) error {
 	if s.gate == nil {
 		return s.public.srv.Serve(gl)
 	}
-	gl.refused = newRefusals()
+	gl.refused = newRefusals(errOverCapacity)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() { s.gate.reap(stop) })
