@@ -163,6 +163,9 @@ func TestGracefulShutdownDrainsInFlight(t *testing.T) {
 		t.Fatalf("exit status %v\n%s", s.Err(), s.Log())
 	}
 	s.waitLog("stopped", time.Second)
+	if rec := s.waitLog("answered the connections made during the drain", time.Second); rec["connections"] != float64(1) {
+		t.Fatalf("the log counts %v connections answered at the exit, want 1", rec["connections"])
+	}
 	_ = late.SetReadDeadline(time.Now().Add(10 * time.Second))
 	resp, err = http.ReadResponse(bufio.NewReader(late), nil)
 	if err != nil {

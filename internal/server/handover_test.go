@@ -67,7 +67,7 @@ func TestHandoverKeepsTheSocketOpenForTheNextServer(t *testing.T) {
 	if !ho.handedOver() {
 		t.Fatal("handedOver = false after a server took the socket")
 	}
-	if err := old.release(ho.handedOver()); err != nil {
+	if _, err := old.release(ho.handedOver()); err != nil {
 		t.Fatal(err)
 	}
 	late := dialAndSend(t, addr, "late")

@@ -57,19 +57,20 @@ func (l *keptListener) Close() error {
 // them, each perhaps with its request sent and its client unable to tell
 // whether it was served: they are taken first (where the system allows,
 // see takeAcceptQueue) and each is answered with a 503 asking the client
-// to retry, for which release waits up to refuseWithin.
-func (l *keptListener) release(shared bool) error {
+// to retry, for which release waits up to refuseWithin. answered is how
+// many were.
+func (l *keptListener) release(shared bool) (answered int, err error) {
 	if shared {
-		return l.TCPListener.Close()
+		return 0, l.TCPListener.Close()
 	}
 	queued := takeAcceptQueue(l.TCPListener)
-	err := l.TCPListener.Close()
+	err = l.TCPListener.Close()
 	r := newRefusals(errStopped)
 	for _, c := range queued {
 		r.refuse(c)
 	}
 	r.wait()
-	return err
+	return len(queued), err
 }
 
 // errStopped answers the connections still queued when a server that

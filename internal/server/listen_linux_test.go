@@ -37,8 +37,14 @@ func TestStoppingAloneAnswersTheQueue(t *testing.T) {
 		_ = c.SetDeadline(time.Now().Add(time.Minute))
 		clients = append(clients, c)
 	}
-	released := make(chan error, 1)
-	go func() { released <- kl.release(false) }()
+	released := make(chan int, 1)
+	go func() {
+		n, err := kl.release(false)
+		if err != nil {
+			t.Errorf("release = %v", err)
+		}
+		released <- n
+	}()
 	for i, c := range clients {
 		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 		if err != nil {
@@ -58,8 +64,8 @@ func TestStoppingAloneAnswersTheQueue(t *testing.T) {
 			t.Fatalf("queued request %d: %d, Retry-After %q, close %v, body %s", i, resp.StatusCode, resp.Header.Get("Retry-After"), resp.Close, body)
 		}
 	}
-	if err := <-released; err != nil {
-		t.Fatalf("release = %v", err)
+	if n := <-released; n != len(requests) {
+		t.Fatalf("release answered %d connections, want %d", n, len(requests))
 	}
 	if c, err := net.Dial("tcp", addr); err == nil {
 		c.Close()

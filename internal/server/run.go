@@ -172,7 +172,11 @@ func Run(ctx context.Context, cfg Config) error {
 	// can still take the socket over, and no connection is refused.
 	var ho *handover
 	defer func() {
-		if err := public.release(fromSystemd || ho != nil && ho.handedOver()); err != nil {
+		answered, err := public.release(fromSystemd || ho != nil && ho.handedOver())
+		if answered > 0 {
+			log.Info("answered the connections made during the drain, which no server took over, with 503 and Retry-After", "connections", answered)
+		}
+		if err != nil {
 			log.Warn("close the listening socket", "err", err)
 		}
 	}()
