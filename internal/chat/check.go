@@ -42,20 +42,12 @@ func (c *checker) boolean(path, key string, raw json.RawMessage) (bool, bool) {
 }
 
 func (c *checker) object(path, key string, raw json.RawMessage) (*object, bool) {
-	o := &object{}
-	if !c.objectInto(o, path, key, raw) {
-		return nil, false
-	}
-	return o, true
-}
-
-// objectInto is object parsed into o, in place of what it held.
-func (c *checker) objectInto(o *object, path, key string, raw json.RawMessage) bool {
 	if jsonraw.KindOf(raw) != jsonraw.Object {
 		c.v.Add(join(path, key), api.FieldWrongType, "must be an object")
-		return false
+		return nil, false
 	}
-	return o.parse(raw) == nil
+	o, err := parseObject(raw)
+	return o, err == nil
 }
 
 func (c *checker) array(path, key string, raw json.RawMessage) ([]json.RawMessage, bool) {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strings"
 	"testing"
 	"unicode/utf8"
 
@@ -22,17 +23,28 @@ func seedBodies() []string {
 		userParts(`{"type":"text","text":"a"}`, imagePart(tinyPNG), filePart("a.txt", b64("hello\nworld")), `{"type":"image_url","image_url":"https://x.test/a.png"}`),
 		`{"model":"m","messages":[{"role":"user","content":"hi"}],"n":5,"n":1,"reasoning":null,"max\u005ftokens":3}`,
 		`{"model":"m","messages":[{"role":"user","content":"` + string(bytes.Repeat([]byte("x"), 6000)) + `"}]}`,
+		// Not JSON past what the checks read first, and in a name.
+		`{"model":"m","messages":[{"role":"user","content":"hi"}],"x":[1,}`, `{"model":"m","messages":[{"role":"user","content":"hi"}]} x`,
+		"{\"mo\x01del\":\"m\",\"messages\":[]}", `{"model":"m","messages":[{"role":"user","content":"hi"},]}`,
 	}
 }
 
-// FuzzParse: Parse never panics, and every failure is a 400 or a 422 with
-// a message (and, for a 422, at least one field).
+// FuzzParse: Parse never panics, every failure is a 400 or a 422 with a
+// message (and, for a 422, at least one field), and a body is refused as
+// malformed JSON exactly when encoding/json finds it so.
 func FuzzParse(f *testing.F) {
 	for _, s := range seedBodies() {
 		f.Add([]byte(s), false)
 	}
 	f.Fuzz(func(t *testing.T, b []byte, remote bool) {
 		r, err := Parse(b, Options{AllowRemoteImages: remote})
+		var malformed *api.Error
+		if errors.As(err, &malformed) && !strings.HasPrefix(malformed.Message, "Malformed JSON") {
+			malformed = nil
+		}
+		if valid := json.Valid(b); valid == (malformed != nil) && len(bytes.TrimSpace(b)) > 0 {
+			t.Fatalf("Parse(%q) = %v, but json.Valid says %v", b, err, valid)
+		}
 		if err == nil {
 			if r == nil || r.Model == "" || len(r.Messages) == 0 {
 				t.Fatalf("Parse(%q) accepted an incomplete request: %+v", b, r)
@@ -153,4 +165,53 @@ func TestEncodeWithIsCloneAndSet(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzParseBody: parseBody accepts what json.Valid does, when it is an
+// object, and splits it into the members parseObject, which only splits,
+// finds in it.
+func FuzzParseBody(f *testing.F) {
+	for _, s := range seedBodies() {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, ok := parseBody(b)
+		if want := json.Valid(b) && jsonraw.KindOf(b) == jsonraw.Object; ok != want {
+			t.Fatalf("parseBody(%q) ok = %v, want %v", b, ok, want)
+		}
+		if !ok {
+			return
+		}
+		want, err := parseObject(b)
+		if err != nil {
+			t.Fatalf("parseObject(%q) = %v for a body parseBody took", b, err)
+		}
+		if len(got.members) != len(want.members) {
+			t.Fatalf("parseBody(%q): %d members, parseObject %d", b, len(got.members), len(want.members))
+		}
+		for i, m := range want.members {
+			g := got.members[i]
+			if g.key != m.key || !bytes.Equal(g.rawKey, m.rawKey) || !bytes.Equal(g.value, m.value) {
+				t.Fatalf("parseBody(%q) member %d = %q %q %q, parseObject %q %q %q", b, i, g.rawKey, g.key, g.value, m.rawKey, m.key, m.value)
+			}
+		}
+	})
+}
+
+// FuzzDecodeString: a JSON string reads as encoding/json reads it, short
+// or long, escaped or not.
+func FuzzDecodeString(f *testing.F) {
+	for _, s := range []string{`""`, `"role"`, `"assistant"`, `"a\nb"`, `"é"`, `"日本語"`, "\"\xff\"", `"\u00e9"`,
+		`"sixteen bytes ok"`, `"seventeen bytes!!"`, ` "spaced" `, `"\ud83d"`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		var want string
+		if json.Unmarshal(raw, &want) != nil {
+			return
+		}
+		if got, ok := decodeString(raw); !ok || got != want {
+			t.Fatalf("decodeString(%q) = %q, %v; encoding/json reads %q", raw, got, ok, want)
+		}
+	})
 }

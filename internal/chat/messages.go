@@ -24,20 +24,28 @@ func (c *checker) messages(top *object) {
 	if !ok {
 		return
 	}
-	elems, ok := c.array("messages", "", raw)
-	if !ok {
+	if jsonraw.KindOf(raw) != jsonraw.Array {
+		c.v.Add("messages", api.FieldWrongType, "must be an array")
 		return
 	}
-	if len(elems) == 0 {
+	i := skipSpace(raw, skipSpace(raw, 0)+1)
+	if i < len(raw) && raw[i] == ']' {
 		c.v.Add("messages", api.FieldInvalid, "must contain at least one message")
 		return
 	}
-	c.r.Messages = elems
-	var canon []json.RawMessage
-	for i, e := range elems {
-		replaced := c.message(messagePath(i), e)
+	// Each message is parsed where it lies in the array, and where it
+	// ends is where the next begins: a conversation's bytes are read once
+	// here rather than once to split the array and again for each message.
+	var elems, canon []json.RawMessage
+	for n := 0; ; n++ {
+		end, replaced := c.message(messagePath(n), raw, i)
+		if end < 0 {
+			return // not JSON, which Parse has ruled out
+		}
+		e := raw[i:end]
+		elems = append(elems, e)
 		if replaced != nil && canon == nil {
-			canon = append(make([]json.RawMessage, 0, len(elems)), elems[:i]...)
+			canon = append(make([]json.RawMessage, 0, cap(elems)), elems[:n]...)
 		}
 		switch {
 		case replaced != nil:
@@ -45,7 +53,12 @@ func (c *checker) messages(top *object) {
 		case canon != nil:
 			canon = append(canon, e)
 		}
+		if i = skipSpace(raw, end); i >= len(raw) || raw[i] != ',' {
+			break
+		}
+		i = skipSpace(raw, i+1)
 	}
+	c.r.Messages = elems
 	if canon != nil {
 		c.r.messages = encodeArray(canon)
 	}
@@ -67,16 +80,26 @@ func messagePath(i int) string {
 	return "messages." + strconv.Itoa(i)
 }
 
-// message checks one message and returns its canonical form when it differs
-// from what was sent (file parts turned into text), else nil.
-func (c *checker) message(path string, raw json.RawMessage) json.RawMessage {
+// message checks the message that starts at body[start] and returns the
+// index just past it, -1 if it is not JSON, with its canonical form when
+// that differs from what was sent (file parts turned into text), else nil.
+func (c *checker) message(path string, body []byte, start int) (end int, replaced json.RawMessage) {
+	if start >= len(body) || body[start] != '{' {
+		next, err := skipValue(body, start)
+		if err != nil {
+			return -1, nil
+		}
+		c.v.Add(path, api.FieldWrongType, "must be an object")
+		return next, nil
+	}
 	msg := &c.msg
-	if !c.objectInto(msg, path, "", raw) {
-		return nil
+	end, err := msg.parseAt(body, start)
+	if err != nil {
+		return -1, nil
 	}
 	role, ok := c.requiredEnum(msg, path, "role", roleValues...)
 	if !ok {
-		return nil // the content rules depend on the role
+		return end, nil // the content rules depend on the role
 	}
 	required := true
 	switch role {
@@ -95,15 +118,15 @@ func (c *checker) message(path string, raw json.RawMessage) json.RawMessage {
 				c.v.Add(join(path, "content"), api.FieldMissing, "required")
 			}
 		}
-		return nil
+		return end, nil
 	}
 	parts, ok := c.content(path, role, content)
 	if !ok {
-		return nil
+		return end, nil
 	}
 	msg = msg.clone()
 	msg.set("content", parts)
-	return msg.encode()
+	return end, msg.encode()
 }
 
 // content checks the content of the message at msgPath; it returns the

@@ -96,18 +96,18 @@ func Parse(body []byte, opts Options) (*Request, error) {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil, api.BadRequest("Request body is empty; send a JSON object")
 	}
-	if !jsontext.Valid(body) {
-		return nil, jsonraw.Malformed(body)
+	if jsonraw.KindOf(body) != jsonraw.Object {
+		if !jsontext.Valid(body) {
+			return nil, jsonraw.Malformed(body)
+		}
+		return nil, api.Invalid(api.FieldError{Field: "body", Type: api.FieldWrongType, Message: "must be a JSON object"})
 	}
 	// The request outlives the handler's buffer (the body is forwarded
 	// later and Messages feed affinity), so it keeps its own copy.
 	body = bytes.Clone(body)
-	if jsonraw.KindOf(body) != jsonraw.Object {
-		return nil, api.Invalid(api.FieldError{Field: "body", Type: api.FieldWrongType, Message: "must be a JSON object"})
-	}
-	top, err := parseObject(body)
-	if err != nil {
-		return nil, api.BadRequest("Malformed JSON: %v", err)
+	top, ok := parseBody(body)
+	if !ok {
+		return nil, jsonraw.Malformed(body)
 	}
 	c := checker{opts: opts, r: &Request{top: top}}
 	c.request(top)

@@ -47,6 +47,42 @@ type object struct {
 // that a body of many members costs no more than linear time.
 const indexFrom = 16
 
+// parseBody is parseObject for a body that is not known to be JSON: one
+// pass of jsontext's scanner both checks it, as jsontext.Valid would, and
+// splits it into members, where checking it first and then splitting it
+// read a conversation twice. ok is false when raw is not JSON, or not an
+// object.
+func parseBody(raw []byte) (o *object, ok bool) {
+	var s jsontext.Scanner
+	s.Reset(raw)
+	if s.Peek() != '{' {
+		return nil, false
+	}
+	o = &object{}
+	o.members = o.inline[:0]
+	s.Open()
+	for n := 0; s.Next(n, '}'); n++ {
+		at := s.Offset()
+		k, _ := s.Key()
+		if s.Bad() {
+			return nil, false
+		}
+		// The name is a part of raw: with its quotes, it is what was sent.
+		rawKey := raw[at : at+len(k)+2]
+		key, ok := decodeString(rawKey)
+		value := s.Raw()
+		if !ok || s.Bad() {
+			return nil, false
+		}
+		o.put(member{rawKey: rawKey, key: key, value: value})
+	}
+	s.End()
+	if s.Bad() {
+		return nil, false
+	}
+	return o, true
+}
+
 func parseObject(raw []byte) (*object, error) {
 	o := &object{}
 	if err := o.parse(raw); err != nil {
@@ -57,49 +93,55 @@ func parseObject(raw []byte) (*object, error) {
 
 // parse makes o the object raw holds, in place of what it held.
 func (o *object) parse(raw []byte) error {
+	_, err := o.parseAt(raw, skipSpace(raw, 0))
+	return err
+}
+
+// parseAt makes o the object that starts at raw[i], in place of what it
+// held, and returns the index just past it.
+func (o *object) parseAt(raw []byte, i int) (int, error) {
 	o.members, o.index = o.inline[:0], nil
-	i := skipSpace(raw, 0)
 	if i >= len(raw) || raw[i] != '{' {
-		return errBadJSON
+		return 0, errBadJSON
 	}
 	i = skipSpace(raw, i+1)
 	if i < len(raw) && raw[i] == '}' {
-		return nil
+		return i + 1, nil
 	}
 	for {
 		if i >= len(raw) || raw[i] != '"' {
-			return errBadJSON
+			return 0, errBadJSON
 		}
 		j, err := skipString(raw, i)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		rawKey := raw[i:j]
 		key, ok := decodeString(rawKey)
 		if !ok {
-			return errBadJSON
+			return 0, errBadJSON
 		}
 		i = skipSpace(raw, j)
 		if i >= len(raw) || raw[i] != ':' {
-			return errBadJSON
+			return 0, errBadJSON
 		}
 		i = skipSpace(raw, i+1)
 		j, err = skipValue(raw, i)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		o.put(member{rawKey: rawKey, key: key, value: raw[i:j]})
 		i = skipSpace(raw, j)
 		if i >= len(raw) {
-			return errBadJSON
+			return 0, errBadJSON
 		}
 		switch raw[i] {
 		case ',':
 			i = skipSpace(raw, i+1)
 		case '}':
-			return nil
+			return i + 1, nil
 		default:
-			return errBadJSON
+			return 0, errBadJSON
 		}
 	}
 }
@@ -367,12 +409,14 @@ func skipValue(b []byte, i int) (int, error) {
 // nothing writes to, so the string never changes; a string kept beyond
 // the request (Request.Model) is cloned, so it does not pin the body.
 func decodeString(raw []byte) (string, bool) {
-	raw = bytes.TrimSpace(raw)
 	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
-		return "", false
+		raw = bytes.TrimSpace(raw)
+		if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
+			return "", false
+		}
 	}
 	inner := raw[1 : len(raw)-1]
-	if bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
+	if plainShort(inner) || bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
 		return unsafe.String(unsafe.SliceData(inner), len(inner)), true
 	}
 	var s string
@@ -380,6 +424,26 @@ func decodeString(raw []byte) (string, bool) {
 		return "", false
 	}
 	return s, true
+}
+
+// shortString is the length up to which plainShort reads a string: names
+// and enum values, which are most of the strings a body's check decodes,
+// and for which calling bytes.IndexByte and utf8.Valid cost more than a
+// loop.
+const shortString = 16
+
+// plainShort reports whether s is at most shortString bytes of printable
+// ASCII without a backslash: text as it stands.
+func plainShort(s []byte) bool {
+	if len(s) > shortString {
+		return false
+	}
+	for _, c := range s {
+		if c < ' ' || c >= utf8.RuneSelf || c == '\\' {
+			return false
+		}
+	}
+	return true
 }
 
 // stringChars is utf8.RuneCountInString of what the raw JSON string
