@@ -54,3 +54,26 @@ func BenchmarkStreamBody(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkMapReasoning maps reasoning_effort onto vLLM's switch for a
+// conversation of 24 KB, in place and by decoding the whole body.
+func BenchmarkMapReasoning(b *testing.B) {
+	var sb strings.Builder
+	sb.WriteString(`{"model":"m","reasoning_effort":"low","messages":[{"role":"system","content":"You are a helpful assistant."}`)
+	for range 80 {
+		sb.WriteString(`,{"role":"user","content":"The quick brown fox jumps over the lazy dog, 日本語. ` +
+			`The quick brown fox jumps over the lazy dog, \"quoted\".\n"},{"role":"assistant","content":"The quick ` +
+			`brown fox jumps over the lazy dog, once more. The quick brown fox jumps over the lazy dog, and again."}`)
+	}
+	sb.WriteString(`]}`)
+	body := []byte(sb.String())
+	for name, f := range map[string]func([]byte, flavour) []byte{"in place": mapReasoning, "decoded": mapReasoningDecoded} {
+		b.Run(name, func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				f(body, flavourVLLM)
+			}
+		})
+	}
+}

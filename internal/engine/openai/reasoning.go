@@ -3,7 +3,9 @@ package openai
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
 	"math"
+	"slices"
 	"strconv"
 )
 
@@ -54,24 +56,6 @@ const (
 	thinkOff
 )
 
-// readsReasoning reports whether the chat request body has a top-level
-// member mapReasoning reads, or one whose name it cannot tell without
-// decoding (escaped, or a body that is not a plain object). The members
-// are read in one pass that moves past each string's text, where looking
-// for each name in the whole body took three, a tenth of the worker's
-// time on a conversation of 24 KB.
-func readsReasoning(body []byte) bool {
-	found := false
-	plain := topMembers(body, func(key, _ []byte) bool {
-		switch string(key) {
-		case "reasoning_effort", "reasoning", "enable_thinking":
-			found = true
-		}
-		return !found
-	})
-	return found || !plain
-}
-
 // reasoningControls is the request's reasoning fields, read leniently:
 // the gateway has validated them, and a value of the wrong type counts as
 // absent.
@@ -103,17 +87,61 @@ func effortOn(e string) bool { return e == "low" || e == "medium" || e == "high"
 // mapReasoning adds the thinking switches of engine fl to a chat request
 // body. A body without reasoning fields, or that cannot be decoded, is
 // returned as it came; so is one that needs no change.
+//
+// Only the top-level members the mapping reads or writes are decoded, and
+// the body is written again with those changed in place and those added
+// at its end: the rest, a conversation's history, keeps its bytes and its
+// order. Decoding and encoding the whole body took a worker 300 µs for a
+// conversation of 24 KB. A body whose names cannot be read without
+// decoding them (an escaped one) still goes the whole way.
 func mapReasoning(body []byte, fl flavour) []byte {
-	if !readsReasoning(body) {
+	var m map[string]json.RawMessage
+	reads := false
+	plain := topMembers(body, func(key, val []byte) bool {
+		switch string(key) {
+		case "reasoning_effort", "reasoning", "enable_thinking":
+			reads = true
+		case "chat_template_kwargs", "thinking_token_budget", "thinking_budget_tokens", "reasoning_budget_tokens", "separate_reasoning":
+		default:
+			return true
+		}
+		if m == nil {
+			m = make(map[string]json.RawMessage, 4)
+		}
+		m[string(key)] = val // a repeated name's last value, as decoding takes
+		return true
+	})
+	switch {
+	case !plain:
+		return mapReasoningDecoded(body, fl)
+	case !reads:
 		return body
 	}
+	sent := maps.Clone(m)
+	if !mapControls(m, fl) {
+		return body
+	}
+	return rewriteTop(body, sent, m)
+}
+
+// mapReasoningDecoded is mapReasoning by way of the whole body decoded.
+func mapReasoningDecoded(body []byte, fl flavour) []byte {
 	var m map[string]json.RawMessage
 	if json.Unmarshal(body, &m) != nil || m == nil {
 		return body
 	}
+	if !mapControls(m, fl) {
+		return body
+	}
+	return encodeObject(m)
+}
+
+// mapControls adds to the top-level members m the switches of engine fl
+// for the reasoning fields among them, and reports whether it changed m.
+func mapControls(m map[string]json.RawMessage, fl flavour) bool {
 	c, ok := readReasoning(m)
 	if !ok {
-		return body
+		return false
 	}
 	mode := c.mode()
 	var changed bool
@@ -151,10 +179,49 @@ func mapReasoning(body []byte, fl flavour) []byte {
 	default:
 		changed = setEnableThinking(m, mode)
 	}
-	if !changed {
-		return body
+	return changed
+}
+
+// rewriteTop writes body, a JSON object, again with the top-level members
+// to: a member whose value differs from its value in from takes the new
+// one where it stands, and one from lacks follows the last, in the order
+// of their names. Every other byte is body's.
+func rewriteTop(body []byte, from, to map[string]json.RawMessage) []byte {
+	out := make([]byte, 0, len(body)+64)
+	last, members := 0, 0
+	topMembers(body, func(key, val []byte) bool {
+		members++
+		v, ok := to[string(key)]
+		if !ok || bytes.Equal(v, from[string(key)]) {
+			return true
+		}
+		// val lies in body: its offset is what its capacity lacks of body's.
+		at := cap(body) - cap(val)
+		out = append(append(out, body[last:at]...), rawOrNull(v)...)
+		last = at + len(val)
+		return true
+	})
+	end := bytes.LastIndexByte(body, '}')
+	out = append(out, body[last:end]...)
+	for _, k := range slices.Sorted(maps.Keys(to)) {
+		if _, had := from[k]; had {
+			continue
+		}
+		if members > 0 {
+			out = append(out, ',')
+		}
+		members++
+		out = appendKey(out, k)
+		out = append(append(out, ':'), rawOrNull(to[k])...)
 	}
-	return encodeObject(m)
+	return append(out, body[end:]...)
+}
+
+func rawOrNull(v json.RawMessage) json.RawMessage {
+	if len(v) == 0 {
+		return json.RawMessage("null")
+	}
+	return v
 }
 
 // readReasoning reads the canonical reasoning fields of a decoded body;

@@ -330,10 +330,10 @@ func TestMapReasoningFastPath(t *testing.T) {
 }
 
 // Only a top-level member can switch thinking; the names anywhere else,
-// in a message or a nested object, leave the body undecoded. A name the
+// in a message or a nested object, leave the body as it came. A name the
 // reader cannot see plainly is decoded to be sure.
-func TestReadsReasoning(t *testing.T) {
-	for body, want := range map[string]bool{
+func TestOnlyTopLevelNamesSwitchThinking(t *testing.T) {
+	for body, mapped := range map[string]bool{
 		`{"model":"m","reasoning_effort":"none"}`:                                                          true,
 		`{"reasoning":{"max_tokens":0},"model":"m"}`:                                                       true,
 		`{"model":"m","enable_thinking":false}`:                                                            true,
@@ -342,15 +342,60 @@ func TestReadsReasoning(t *testing.T) {
 		`{"model":"m","metadata":{"reasoning_effort":"none"}}`:                                             false,
 		`{"model":"m","reasoning_content":"x","thinking":true}`:                                            false,
 		`{"model":"m","tools":[{"type":"function","function":{"name":"reasoning"}}]}`:                      false,
-		`["reasoning_effort"]`:                                                                             true,
-		`null`:                                                                                             true,
 	} {
-		if got := readsReasoning([]byte(body)); got != want {
-			t.Errorf("readsReasoning(%s) = %v, want %v", body, got, want)
+		b := []byte(body)
+		got := mapReasoning(b, flavourVLLM)
+		if !mapped {
+			if &got[0] != &b[0] || len(got) != len(b) {
+				t.Errorf("mapReasoning(%s) = %s, want the body as it came", body, got)
+			}
+			continue
+		}
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(got, &m); err != nil || string(m["chat_template_kwargs"]) != `{"enable_thinking":false}` {
+			t.Errorf("mapReasoning(%s) = %s, want thinking switched off", body, got)
 		}
 	}
-	// The escaped name is still mapped.
-	if got := mapReasoning([]byte(`{"\u0072easoning_effort":"none"}`), flavourVLLM); !bytes.Contains(got, []byte(`"chat_template_kwargs":{"enable_thinking":false}`)) {
-		t.Errorf("escaped reasoning_effort: %s", got)
+}
+
+// FuzzMapReasoning: mapping the top-level members in place gives what
+// decoding and encoding the whole body gives, for every engine: the same
+// JSON when it changes the body, and the body as it came when that does
+// not.
+func FuzzMapReasoning(f *testing.F) {
+	for _, s := range []string{
+		`{"model":"m","reasoning_effort":"low","messages":[{"role":"user","content":"hi"}]}`,
+		`{"model":"m","reasoning":{"effort":"high","max_tokens":512,"x":1},"chat_template_kwargs":{"a":1}}`,
+		`{"model":"m","enable_thinking":false,"chat_template_kwargs":null,"thinking_token_budget":null}`,
+		`{"reasoning_effort":"minimal","reasoning":{},"reasoning_effort":"none"}`,
+		`{"reasoning_effort":"medium","chat_template_kwargs":{"enable_thinking":true}}`,
+		`{ "enable_thinking" : true , "separate_reasoning" : false }  `,
+		`{"\u0072easoning_effort":"none","model":"m"}`,
+		`{"reasoning":{"max_tokens":0}}`, `{}`, `{"model":"m"}`, `[]`, `null`,
+	} {
+		f.Add([]byte(s))
 	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		if !json.Valid(body) {
+			return
+		}
+		for _, fl := range []flavour{flavourGeneric, flavourVLLM, flavourLlamaCpp, flavourSGLang, flavourOllama} {
+			got := mapReasoning(bytes.Clone(body), fl)
+			want := mapReasoningDecoded(bytes.Clone(body), fl)
+			if bytes.Equal(want, body) {
+				if !bytes.Equal(got, body) {
+					t.Fatalf("%v: mapReasoning(%s) = %s, want it unchanged", fl, body, got)
+				}
+				continue
+			}
+			var g, w any
+			if err := json.Unmarshal(got, &g); err != nil {
+				t.Fatalf("%v: mapReasoning(%s) = %s: %v", fl, body, got, err)
+			}
+			_ = json.Unmarshal(want, &w)
+			if !reflect.DeepEqual(g, w) {
+				t.Fatalf("%v: mapReasoning(%s) =\n %s\ndecoding the whole body gives\n %s", fl, body, got, want)
+			}
+		}
+	})
 }
