@@ -30,7 +30,7 @@ func (t *translator) boolean(path string, raw json.RawMessage) (bool, bool) {
 }
 
 func (t *translator) object(path string, raw json.RawMessage) (object, bool) {
-	o, ok := jsonraw.CheckedObject(raw)
+	o, ok := jsonraw.CheckedObjectView(raw)
 	if !ok {
 		t.v.Add(path, api.FieldWrongType, "must be an object")
 	}
@@ -42,7 +42,7 @@ func (t *translator) array(path string, raw json.RawMessage) ([]json.RawMessage,
 		t.v.Add(path, api.FieldWrongType, "must be an array")
 		return nil, false
 	}
-	elems, ok := jsonraw.CheckedArray(raw)
+	elems, ok := jsonraw.CheckedArrayView(raw)
 	if !ok {
 		t.v.Add(path, api.FieldWrongType, "must be an array")
 	}
@@ -170,14 +170,14 @@ func (t *translator) booleanAt(path, key string, raw json.RawMessage) (bool, boo
 }
 
 func (t *translator) arrayAt(path, key string, raw json.RawMessage) ([]json.RawMessage, bool) {
-	if a, ok := jsonraw.CheckedArray(raw); ok {
+	if a, ok := jsonraw.CheckedArrayView(raw); ok {
 		return a, true
 	}
 	return t.array(join(path, key), raw)
 }
 
 func (t *translator) objectAt(path, key string, raw json.RawMessage) (object, bool) {
-	if o, ok := jsonraw.CheckedObject(raw); ok {
+	if o, ok := jsonraw.CheckedObjectView(raw); ok {
 		return o, true
 	}
 	return t.object(join(path, key), raw)

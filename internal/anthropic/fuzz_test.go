@@ -53,6 +53,13 @@ func FuzzToChat(f *testing.F) {
 			}
 			return
 		}
+		tr, err := translate(b)
+		if err != nil {
+			t.Fatalf("translate(%q) = %v, where ToChat took it", b, err)
+		}
+		if want, err := marshal(tr); err != nil || !bytes.Equal(out, want) {
+			t.Fatalf("ToChat(%q) wrote\n %s\nwhere encoding/json writes\n %s (%v)", b, out, want, err)
+		}
 		r, err := chat.Parse(out, chat.Options{AllowRemoteImages: true})
 		if err != nil {
 			t.Fatalf("ToChat(%q) = %s, which chat.Parse refuses: %v", b, out, err)

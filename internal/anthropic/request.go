@@ -129,26 +129,36 @@ func textPart(s string) chatPart { return chatPart{Type: "text", Text: &s} }
 // streams. Malformed JSON is a 400 (api.BadRequest); every field that fails
 // is listed, with its Anthropic path, in one api.Invalid.
 func ToChat(body []byte) (chatBody []byte, model string, stream bool, err error) {
+	r, err := translate(body)
+	if err != nil {
+		return nil, "", false, err
+	}
+	// About the size of what it is built from, which it holds again.
+	out, err := appendChat(make([]byte, 0, len(body)+len(body)/8+256), r)
+	if err != nil {
+		return nil, "", false, err
+	}
+	return out, r.Model, r.Stream, nil
+}
+
+// translate checks a Messages request body and builds its chat form.
+func translate(body []byte) (*chatRequest, error) {
 	if len(bytes.TrimSpace(body)) == 0 {
-		return nil, "", false, api.BadRequest("Request body is empty; send a JSON object")
+		return nil, api.BadRequest("Request body is empty; send a JSON object")
 	}
 	if !jsontext.Valid(body) {
-		return nil, "", false, jsonraw.Malformed(body)
+		return nil, jsonraw.Malformed(body)
 	}
-	top, ok := jsonraw.CheckedObject(body)
+	top, ok := jsonraw.CheckedObjectView(body)
 	if !ok {
-		return nil, "", false, api.Invalid(api.FieldError{Field: "body", Type: api.FieldWrongType, Message: "must be a JSON object"})
+		return nil, api.Invalid(api.FieldError{Field: "body", Type: api.FieldWrongType, Message: "must be a JSON object"})
 	}
 	t := translator{}
 	t.request(top)
 	if err := t.v.Err(); err != nil {
-		return nil, "", false, err
+		return nil, err
 	}
-	out, err := marshal(&t.out)
-	if err != nil {
-		return nil, "", false, err
-	}
-	return out, t.out.Model, t.out.Stream, nil
+	return &t.out, nil
 }
 
 // translator checks a request and builds its chat form as it goes; the

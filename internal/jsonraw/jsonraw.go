@@ -82,15 +82,21 @@ func (m Members) Field(key string) (json.RawMessage, bool) {
 // Members would: each value a copy of its text. It reads raw once, where
 // json.Unmarshal reads it twice with a state machine's function call for
 // each byte, and a conversation is decoded at each level that holds it.
-func DecodeObject(raw []byte) (Members, bool) { return decodeObject(raw, false) }
+func DecodeObject(raw []byte) (Members, bool) { return decodeObject(raw, false, true) }
 
 // CheckedObject is DecodeObject for a value of a body that has been
 // checked whole (jsontext.Valid): its members' values are found by their
 // brackets and quotes and not checked again, as they would be at each
 // level of the body that holds them.
-func CheckedObject(raw []byte) (Members, bool) { return decodeObject(raw, true) }
+func CheckedObject(raw []byte) (Members, bool) { return decodeObject(raw, true, true) }
 
-func decodeObject(raw []byte, checked bool) (Members, bool) {
+// CheckedObjectView is CheckedObject with each value a part of raw, not a
+// copy, for a reader done with them before raw is reused or changed: a
+// translation that writes what it read into a body of its own. It spares
+// a copy of every member at every level of a conversation.
+func CheckedObjectView(raw []byte) (Members, bool) { return decodeObject(raw, true, false) }
+
+func decodeObject(raw []byte, checked, clone bool) (Members, bool) {
 	if KindOf(raw) != Object {
 		return nil, false
 	}
@@ -105,7 +111,10 @@ func decodeObject(raw []byte, checked bool) (Members, bool) {
 		if s.Bad() {
 			return nil, false
 		}
-		m[string(name)] = bytes.Clone(v)
+		if clone {
+			v = bytes.Clone(v)
+		}
+		m[string(name)] = v
 	}
 	if s.End(); s.Bad() {
 		return nil, false
@@ -115,13 +124,17 @@ func decodeObject(raw []byte, checked bool) (Members, bool) {
 
 // DecodeArray decodes raw when it is an array, as json.Unmarshal into a
 // slice of json.RawMessage would, in one pass (see DecodeObject).
-func DecodeArray(raw []byte) ([]json.RawMessage, bool) { return decodeArray(raw, false) }
+func DecodeArray(raw []byte) ([]json.RawMessage, bool) { return decodeArray(raw, false, true) }
 
 // CheckedArray is DecodeArray for a value of a checked body (see
 // CheckedObject).
-func CheckedArray(raw []byte) ([]json.RawMessage, bool) { return decodeArray(raw, true) }
+func CheckedArray(raw []byte) ([]json.RawMessage, bool) { return decodeArray(raw, true, true) }
 
-func decodeArray(raw []byte, checked bool) ([]json.RawMessage, bool) {
+// CheckedArrayView is CheckedArray with each element a part of raw (see
+// CheckedObjectView).
+func CheckedArrayView(raw []byte) ([]json.RawMessage, bool) { return decodeArray(raw, true, false) }
+
+func decodeArray(raw []byte, checked, clone bool) ([]json.RawMessage, bool) {
 	if KindOf(raw) != Array {
 		return nil, false
 	}
@@ -135,7 +148,10 @@ func decodeArray(raw []byte, checked bool) ([]json.RawMessage, bool) {
 		if s.Bad() {
 			return nil, false
 		}
-		a = append(a, bytes.Clone(v))
+		if clone {
+			v = bytes.Clone(v)
+		}
+		a = append(a, v)
 	}
 	if s.End(); s.Bad() {
 		return nil, false

@@ -51,8 +51,8 @@ func TestDecode(t *testing.T) {
 
 // FuzzDecode holds DecodeObject, DecodeArray and DecodeString to
 // json.Unmarshal into the same types: accepted alike, and the same
-// members, elements and text; and CheckedObject and CheckedArray to them
-// on valid JSON.
+// members, elements and text; and CheckedObject and CheckedArray, and
+// their views, to them on valid JSON.
 func FuzzDecode(f *testing.F) {
 	for _, s := range []string{
 		`{}`, `[]`, ` {"a":1,"a":[2, 3] , "b" : {"c":null}} `, `{"\u00e9\ud800":"x","é":1}`, "{\"\xff\":2}",
@@ -98,6 +98,12 @@ func FuzzDecode(f *testing.F) {
 		}
 		if got, ok := CheckedArray(b); ok != (KindOf(b) == Array) || !reflect.DeepEqual(got, gotArr) {
 			t.Fatalf("%q: CheckedArray %q, %v; DecodeArray %q", b, got, ok, gotArr)
+		}
+		if got, ok := CheckedObjectView(b); ok != (KindOf(b) == Object) || !reflect.DeepEqual(got, gotObj) {
+			t.Fatalf("%q: CheckedObjectView %q, %v; DecodeObject %q", b, got, ok, gotObj)
+		}
+		if got, ok := CheckedArrayView(b); ok != (KindOf(b) == Array) || !reflect.DeepEqual(got, gotArr) {
+			t.Fatalf("%q: CheckedArrayView %q, %v; DecodeArray %q", b, got, ok, gotArr)
 		}
 	})
 }
