@@ -54,7 +54,7 @@ func (r *Request) fieldPath(p string) string {
 	case "tools":
 		// tools.0.function.name is tools.0.name.
 		i, sub, _ := strings.Cut(rest, ".")
-		return join("tools", i, strings.TrimPrefix(strings.TrimPrefix(sub, "function"), "."))
+		return join(join("tools", i), strings.TrimPrefix(strings.TrimPrefix(sub, "function"), "."))
 	case "tool_choice":
 		return strings.Replace(p, "tool_choice.function", "tool_choice", 1)
 	}
@@ -88,7 +88,7 @@ func (r *Request) messagePath(rest, orig string) string {
 		k, ptail, _ := strings.Cut(tail, ".")
 		ptail = strings.TrimSuffix(ptail, ".url")
 		if ptail == "text" || ptail == "" || strings.HasPrefix(ptail, "image_url") {
-			return join(base, k, ptail)
+			return join(join(base, k), ptail)
 		}
 		return join(base, k)
 	case "tool_call_id":

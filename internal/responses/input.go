@@ -39,7 +39,7 @@ func (c *checker) input(top object) {
 		c.v.Add("input", api.FieldWrongType, "must be a string or an array of input items")
 		return
 	}
-	items, _ := jsonraw.CheckedArray(raw)
+	items, _ := jsonraw.CheckedArrayView(raw)
 	if len(items) == 0 {
 		c.v.Add("input", api.FieldInvalid, "must contain at least one item")
 		return
@@ -47,7 +47,7 @@ func (c *checker) input(top object) {
 	lastAssistant := -1
 	dropped := 0
 	for i, e := range items {
-		path := join("input", i)
+		path := index("input", i)
 		o, ok := c.object(path, e)
 		if !ok {
 			continue
@@ -103,14 +103,14 @@ func (c *checker) message(path string, o object) bool {
 	case jsonraw.String:
 		content = compact(raw)
 	case jsonraw.Array:
-		elems, _ := jsonraw.CheckedArray(raw)
+		elems, _ := jsonraw.CheckedArrayView(raw)
 		if len(elems) == 0 && role == "user" {
 			c.v.Add(cpath, api.FieldInvalid, "must contain at least one part")
 			return false
 		}
 		parts := make([][]byte, 0, len(elems))
 		for k, e := range elems {
-			if p, ok := c.part(join(cpath, k), role, e); ok {
+			if p, ok := c.part(index(cpath, k), role, e); ok {
 				parts = append(parts, p)
 			}
 		}
@@ -326,10 +326,10 @@ func (c *checker) functionCallOutput(path string, o object) {
 	case jsonraw.String:
 		content = compact(raw)
 	case jsonraw.Array:
-		elems, _ := jsonraw.CheckedArray(raw)
+		elems, _ := jsonraw.CheckedArrayView(raw)
 		parts := make([][]byte, 0, len(elems))
 		for k, e := range elems {
-			ppath := join(opath, k)
+			ppath := index(opath, k)
 			p, isObj := c.object(ppath, e)
 			if !isObj {
 				continue

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/svc-dev/svc/internal/jsonraw"
+	"github.com/svc-dev/svc/internal/jsontext"
 )
 
 // jsonraw.Kind is the type of a raw JSON value, read from its first byte; the
@@ -16,15 +17,7 @@ type object = jsonraw.Members
 // appendString appends s as a JSON string. HTML characters stay as they
 // are (the text is for programs, not browsers); invalid UTF-8 becomes
 // U+FFFD, as encoding/json writes it.
-func appendString(b []byte, s string) []byte {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if enc.Encode(s) != nil { // cannot happen for a string
-		return append(b, `""`...)
-	}
-	return append(b, bytes.TrimSuffix(buf.Bytes(), []byte("\n"))...)
-}
+func appendString(b []byte, s string) []byte { return jsontext.AppendStringNoHTML(b, s) }
 
 // marshal encodes v compactly without HTML escaping. v is always built of
 // types that encode, and RawMessages that were decoded, so it cannot fail.

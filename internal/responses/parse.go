@@ -76,12 +76,23 @@ func (r *Request) Chat() []byte { return r.chat }
 // state are a 400 saying the API is stateless. store may be sent and is
 // ignored: nothing is ever stored.
 func Parse(body []byte) (*Request, error) {
+	c, err := check(body)
+	if err != nil {
+		return nil, err
+	}
+	c.r.chat = appendChat(make([]byte, 0, len(body)+len(body)/8+256), &c.out)
+	return c.r, nil
+}
+
+// check checks a body and builds its chat request.
+func check(body []byte) (*checker, error) {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil, api.BadRequest("Request body is empty; send a JSON object")
 	}
 	if !jsontext.Valid(body) {
 		return nil, jsonraw.Malformed(body)
 	}
+	// The request keeps some of these members to echo them: copies.
 	top, ok := jsonraw.CheckedObject(body)
 	if !ok {
 		return nil, api.Invalid(api.FieldError{Field: "body", Type: api.FieldWrongType, Message: "must be a JSON object"})
@@ -94,8 +105,7 @@ func Parse(body []byte) (*Request, error) {
 	if err := c.v.Err(); err != nil {
 		return nil, err
 	}
-	c.r.chat = marshal(&c.out)
-	return c.r, nil
+	return c, nil
 }
 
 // chatBody is the chat-completions request, its members in the order sent.
@@ -166,21 +176,19 @@ func (c *checker) stateful(param, what string) {
 	}
 }
 
-// join appends keys to a field path, skipping empty ones.
-func join(path string, keys ...any) string {
-	for _, k := range keys {
-		s := fmt.Sprint(k)
-		if s == "" {
-			continue
-		}
-		if path == "" {
-			path = s
-		} else {
-			path += "." + s
-		}
+// join appends key to a field path; an empty key leaves it as it is.
+func join(path, key string) string {
+	switch {
+	case key == "":
+		return path
+	case path == "":
+		return key
 	}
-	return path
+	return path + "." + key
 }
+
+// index is the path of element i of the array at path.
+func index(path string, i int) string { return join(path, strconv.Itoa(i)) }
 
 // Generic checks: each reports its own failure and returns ok only for a
 // usable value. "opt" ones treat absent and null alike.
@@ -201,8 +209,11 @@ func (c *checker) boolean(path string, raw json.RawMessage) (bool, bool) {
 	return bytes.TrimSpace(raw)[0] == 't', true
 }
 
+// object and array read the body's inner values as views of it: what the
+// request keeps of them to echo is copied (compact, appendString), and
+// the rest is written into the chat body before Parse returns.
 func (c *checker) object(path string, raw json.RawMessage) (object, bool) {
-	o, ok := jsonraw.CheckedObject(raw)
+	o, ok := jsonraw.CheckedObjectView(raw)
 	if !ok {
 		c.v.Add(path, api.FieldWrongType, "must be an object")
 	}
@@ -210,7 +221,7 @@ func (c *checker) object(path string, raw json.RawMessage) (object, bool) {
 }
 
 func (c *checker) array(path string, raw json.RawMessage) ([]json.RawMessage, bool) {
-	a, ok := jsonraw.CheckedArray(raw)
+	a, ok := jsonraw.CheckedArrayView(raw)
 	if !ok {
 		c.v.Add(path, api.FieldWrongType, "must be an array")
 	}
@@ -446,7 +457,7 @@ func (c *checker) tools(top object) {
 	}
 	c.r.echo.tools = compact(raw)
 	for i, e := range elems {
-		path := join("tools", i)
+		path := index("tools", i)
 		t, ok := c.object(path, e)
 		if !ok {
 			continue
@@ -497,7 +508,7 @@ func (c *checker) toolChoice(top object) {
 			c.r.echo.toolChoice = c.out.ToolChoice
 		}
 	case jsonraw.Object:
-		o, _ := jsonraw.CheckedObject(raw)
+		o, _ := jsonraw.CheckedObjectView(raw)
 		typ, ok := c.requiredString(o, "tool_choice", "type")
 		if !ok {
 			return
