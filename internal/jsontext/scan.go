@@ -12,6 +12,7 @@ package jsontext
 import (
 	"bytes"
 	"encoding/binary"
+	"slices"
 	"strconv"
 	"unicode"
 	"unicode/utf16"
@@ -379,7 +380,10 @@ func (s *Scanner) Array() (elements, null bool) {
 // does: invalid UTF-8 and unpaired surrogates become U+FFFD.
 func (s *Scanner) unescape(q []byte) []byte {
 	start := len(s.text)
-	t := s.text
+	// The text is at most as long as q, but for invalid bytes, each of
+	// which becomes the three of U+FFFD: room for q is room enough, most
+	// of the time, for one allocation rather than one for each doubling.
+	t := slices.Grow(s.text, len(q))
 	for r := 0; r < len(q); {
 		switch c := q[r]; {
 		case c == '\\':
@@ -412,8 +416,14 @@ func (s *Scanner) unescape(q []byte) []byte {
 			}
 			r += 2
 		case c < utf8.RuneSelf:
-			t = append(t, c)
-			r++
+			// The run of plain ASCII up to the next escape or other byte,
+			// copied whole: a long text has few escapes.
+			end := r + 1
+			for end < len(q) && q[end] < utf8.RuneSelf && q[end] != '\\' {
+				end++
+			}
+			t = append(t, q[r:end]...)
+			r = end
 		default:
 			rr, n := utf8.DecodeRune(q[r:])
 			t = utf8.AppendRune(t, rr)
