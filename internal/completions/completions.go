@@ -16,6 +16,7 @@ import (
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/jsonbody"
+	"github.com/svc-dev/svc/internal/jsonraw"
 )
 
 // MaxStop is the most stop sequences a request may give, as OpenAI's
@@ -121,14 +122,16 @@ func checkPrompt(v *api.Validator, raw json.RawMessage) (prompt string, single b
 		v.Add("prompt", api.FieldMissing, "required")
 		return "", false
 	}
-	if json.Unmarshal(raw, &prompt) == nil {
+	// A prompt is most of a request's bytes: it is decoded in one pass of
+	// jsontext's scanner, where json.Unmarshal reads it twice.
+	if prompt, ok := jsonraw.DecodeString(raw); ok {
 		if prompt == "" {
 			v.Add("prompt", api.FieldInvalid, "must not be empty")
 		}
 		return prompt, false
 	}
-	var items []json.RawMessage
-	if json.Unmarshal(raw, &items) != nil {
+	items, ok := jsonraw.DecodeArray(raw)
+	if !ok {
 		v.Add("prompt", api.FieldWrongType, "expected a string or an array of one string")
 		return "", false
 	}
@@ -143,7 +146,8 @@ func checkPrompt(v *api.Validator, raw json.RawMessage) (prompt string, single b
 		v.Add("prompt", api.FieldNotSupported, "one prompt per request; send each prompt as its own request")
 		return "", false
 	}
-	if json.Unmarshal(items[0], &prompt) != nil {
+	prompt, ok = jsonraw.DecodeString(items[0])
+	if !ok {
 		v.Add("prompt.0", api.FieldWrongType, "expected a string")
 		return "", false
 	}
