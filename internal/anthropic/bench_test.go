@@ -21,3 +21,22 @@ func BenchmarkToChat(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkChunk translates a content chunk, as most of a stream's are.
+func BenchmarkChunk(b *testing.B) {
+	data := []byte(`{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":" fox"},"logprobs":null,"finish_reason":null}]}`)
+	for name, general := range map[string]bool{"plain": false, "general": true} {
+		b.Run(name, func(b *testing.B) {
+			s := NewStream("r1", "m")
+			out := s.Chunk(nil, data)
+			b.ReportAllocs()
+			for b.Loop() {
+				if general {
+					out = s.chunk(out[:0], data)
+				} else {
+					out = s.Chunk(out[:0], data)
+				}
+			}
+		})
+	}
+}

@@ -148,6 +148,15 @@ func (s *Stream) Chunk(dst, data []byte) []byte {
 	if string(data) == "[DONE]" {
 		return s.end(dst)
 	}
+	if out, ok := s.plainChunk(dst, data); ok {
+		return out
+	}
+	return s.chunk(dst, data)
+}
+
+// chunk is Chunk for any chunk: decoded into its members, and the events
+// encoded by encoding/json.
+func (s *Stream) chunk(dst, data []byte) []byte {
 	chunk, ok := jsonraw.DecodeObject(data)
 	if !ok {
 		return dst
