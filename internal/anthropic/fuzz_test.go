@@ -143,6 +143,7 @@ func FuzzPlainChunk(f *testing.F) {
 		`{"choices":[{"delta":{"content":null,"reasoning":"r"}}]}`, `{"choices":[{"index":1,"delta":{"content":"x"}}]}`,
 		`{"choices":[{"index":0,"delta":{"content":"a","content":"b"}}]}`, `{"choices":[{"index":0,"delta":{"content":5}}]}`,
 		`{"choices":[{"index":0,"delta":{"reasoning_content":null,"reasoning":"r"}}]}`, `{"choices":[{"index":0,"delta":{"reasoning_content":"","reasoning":"r"}}]}`,
+		`{"choices":[{"index":0,"delta":{"reasoning_content":"a","reasoning":"b","content":"c"}}]}`,
 		`{"choices":[],"svc":{"worker":"w"}}`, `{"choices":[{"index":0,"delta":{"content":"x"}}],"svc":{"worker":{"id":"w","name":"n"}}}`,
 		`{"choices":[{"index":0,"delta":{"content":"x"}}],"error":{"message":"boom","status":503}}`, `{"choices":[{"index":0,"delta":{"content":"x"}},{"index":1}]}`, `{"error":null,"choices":[{"delta":{"content":"x"}}]}`,
 		`{"choices":[{"index":0,"delta":{"content":"x"}}]`, `{"ch\u006fices":[{"index":0,"delta":{"content":"\ud83d\ude00 \"q\" \xff"}}]}`, `[DONE]`, ``,

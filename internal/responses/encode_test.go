@@ -55,3 +55,75 @@ func BenchmarkParse(b *testing.B) {
 		}
 	}
 }
+
+// FuzzPlainChunk holds Chunk, which takes plain text chunks by a path of
+// their own, to the general path (chunk) on any chunk after any start of a
+// stream: the same events for it, and the same stream after it, as the
+// events of the chunks that follow and of the end show.
+func FuzzPlainChunk(f *testing.F) {
+	presets := []string{
+		`{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}`,
+		`{"choices":[{"index":0,"delta":{"content":"Hello <b> & \u2028"},"finish_reason":null}]}`,
+		`{"choices":[{"index":0,"delta":{"reasoning_content":"think","reasoning":"think"}}]}`,
+		`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c","function":{"name":"f","arguments":"{\"a\""}}]}}]}`,
+		`{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":2}}`,
+	}
+	for _, s := range append(presets,
+		`{"id":"x","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":" fox"},"logprobs":null,"finish_reason":null}],"usage":null}`,
+		`{"choices":[{"delta":{"content":null,"reasoning":"r"}}]}`, `{"choices":[{"index":1,"delta":{"content":"x"}}]}`,
+		`{"choices":[{"index":0,"delta":{"content":"a","content":"b"}}]}`, `{"choices":[{"index":0,"delta":{"content":5}}]}`,
+		`{"choices":[{"index":0,"delta":{"reasoning_content":null,"reasoning":"r"}}]}`, `{"choices":[{"index":0,"delta":{"reasoning_content":"","reasoning":"r"}}]}`,
+		`{"choices":[{"index":0,"delta":{"reasoning_content":"a","reasoning":"b","content":"c"}}]}`,
+		`{"choices":[{"index":0,"delta":{"content":"x"}}],"svc":{"worker":{"id":"w","name":"n"}}}`, `{"Choices":[],"choices":[{"delta":{"content":"x"}}]}`,
+		`{"choices":[{"index":0,"delta":{"content":"x"}}],"error":{"message":"boom","code":"c"}}`, `{"choices":[{"index":0,"Delta":{"content":"y"},"delta":{"content":"x"}}]}`,
+		`{"choices":[{"index":0,"delta":{"content":"x"}}]`, `{"ch\u006fices":[{"index":0,"delta":{"content":"\ud83d\ude00 \"q\" \xff"}}]}`, `[DONE]`, ``,
+	) {
+		f.Add([]byte{1, 2}, []byte(s))
+	}
+	general := func(s *Stream, dst, data []byte) []byte {
+		if s.done {
+			return dst
+		}
+		data = bytes.TrimSpace(data)
+		if string(data) == "[DONE]" {
+			return s.complete(dst)
+		}
+		return s.chunk(dst, data)
+	}
+	f.Fuzz(func(t *testing.T, script, data []byte) {
+		req := &Request{Model: "m"}
+		fast, slow := req.NewStream("r1", 1), req.NewStream("r1", 1)
+		for _, b := range script {
+			p := []byte(presets[int(b)%len(presets)])
+			general(fast, nil, p)
+			general(slow, nil, p)
+		}
+		if got, want := fast.Chunk(nil, data), general(slow, nil, data); !bytes.Equal(got, want) {
+			t.Fatalf("after %v, Chunk(%q) =\n%s\nthe general path writes\n%s", script, data, got, want)
+		}
+		for _, next := range []string{presets[1], "[DONE]"} {
+			if got, want := fast.Chunk(nil, []byte(next)), general(slow, nil, []byte(next)); !bytes.Equal(got, want) {
+				t.Fatalf("after %v and %q, the stream differs at %s:\n%s\nagainst\n%s", script, data, next, got, want)
+			}
+		}
+	})
+}
+
+// BenchmarkChunk translates a content chunk, as most of a stream's are.
+func BenchmarkChunk(b *testing.B) {
+	data := []byte(`{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":" fox"},"logprobs":null,"finish_reason":null}]}`)
+	for name, general := range map[string]bool{"plain": false, "general": true} {
+		b.Run(name, func(b *testing.B) {
+			s := (&Request{Model: "m"}).NewStream("r1", 1)
+			out := s.Chunk(nil, data)
+			b.ReportAllocs()
+			for b.Loop() {
+				if general {
+					out = s.chunk(out[:0], data)
+				} else {
+					out = s.Chunk(out[:0], data)
+				}
+			}
+		})
+	}
+}

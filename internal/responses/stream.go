@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strconv"
 
+	"github.com/svc-dev/svc/internal/chat"
 	"github.com/svc-dev/svc/internal/jsonraw"
 )
 
@@ -59,6 +60,22 @@ func (s *Stream) Chunk(dst, data []byte) []byte {
 	if string(data) == "[DONE]" {
 		return s.complete(dst)
 	}
+	if c, ok := chat.ReadTextChunk(data); ok {
+		// Nearly every chunk: its text, read in one pass (FuzzPlainChunk
+		// holds this to the general way below).
+		dst = s.start(dst)
+		reasoning := c.ReasoningContent
+		if len(reasoning) == 0 {
+			reasoning = c.Reasoning
+		}
+		dst = s.text(dst, itemReasoning, string(reasoning))
+		return s.text(dst, itemMessage, string(c.Content))
+	}
+	return s.chunk(dst, data)
+}
+
+// chunk is Chunk for any chunk, decoded at each level.
+func (s *Stream) chunk(dst, data []byte) []byte {
 	var ch struct {
 		Choices json.RawMessage `json:"choices"`
 		Usage   json.RawMessage `json:"usage"`
