@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 
+	"github.com/svc-dev/svc/internal/chat"
 	"github.com/svc-dev/svc/internal/jsontext"
 )
 
@@ -56,11 +57,7 @@ func appendMessage(b []byte, m *chatMessage) []byte {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = jsontext.AppendStringNoHTML(append(b, `{"id":`...), tc.ID)
-			b = jsontext.AppendStringNoHTML(append(b, `,"type":`...), tc.Type)
-			b = jsontext.AppendStringNoHTML(append(b, `,"function":{"name":`...), tc.Function.Name)
-			b = jsontext.AppendStringNoHTML(append(b, `,"arguments":`...), tc.Function.Arguments)
-			b = append(b, "}}"...)
+			b = chat.AppendToolCall(b, tc.ID, tc.Type, tc.Function.Name, tc.Function.Arguments)
 		}
 		b = append(b, ']')
 	}
