@@ -188,20 +188,24 @@ func mapControls(m map[string]json.RawMessage, fl flavour) bool {
 // of their names. Every other byte is body's.
 func rewriteTop(body []byte, from, to map[string]json.RawMessage) []byte {
 	out := make([]byte, 0, len(body)+64)
-	last, members := 0, 0
+	// end is where the object closes: past the last member's value, or
+	// past the opening brace, then white space (topMembers has checked
+	// that the brace is there).
+	last, members, end := 0, 0, bytes.IndexByte(body, '{')+1
 	topMembers(body, func(key, val []byte) bool {
 		members++
+		// val lies in body: its offset is what its capacity lacks of body's.
+		at := cap(body) - cap(val)
+		end = at + len(val)
 		v, ok := to[string(key)]
 		if !ok || bytes.Equal(v, from[string(key)]) {
 			return true
 		}
-		// val lies in body: its offset is what its capacity lacks of body's.
-		at := cap(body) - cap(val)
 		out = append(append(out, body[last:at]...), rawOrNull(v)...)
-		last = at + len(val)
+		last = end
 		return true
 	})
-	end := bytes.LastIndexByte(body, '}')
+	end = len(body) - len(skipSpace(body[end:]))
 	out = append(out, body[last:end]...)
 	for _, k := range slices.Sorted(maps.Keys(to)) {
 		if _, had := from[k]; had {

@@ -399,3 +399,17 @@ func FuzzMapReasoning(f *testing.F) {
 		}
 	})
 }
+
+// A member the mapping adds goes where the object closes, whatever
+// follows it.
+func TestMapReasoningAddsWhereTheObjectCloses(t *testing.T) {
+	for body, want := range map[string]string{
+		`{"reasoning_effort":"low"}`:         `{"reasoning_effort":"low","chat_template_kwargs":{"enable_thinking":true}}`,
+		`{"reasoning_effort":"low" } `:       `{"reasoning_effort":"low" ,"chat_template_kwargs":{"enable_thinking":true}} `,
+		`{"reasoning_effort":"low"} {"a":1}`: `{"reasoning_effort":"low","chat_template_kwargs":{"enable_thinking":true}} {"a":1}`,
+	} {
+		if got := mapReasoning([]byte(body), flavourVLLM); string(got) != want {
+			t.Errorf("mapReasoning(%s) = %s, want %s", body, got, want)
+		}
+	}
+}
