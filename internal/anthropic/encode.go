@@ -123,16 +123,7 @@ func appendMessage(b []byte, m *chatMessage) ([]byte, error) {
 			return nil, err
 		}
 	}
-	if len(m.ToolCalls) > 0 {
-		b = append(b, `,"tool_calls":[`...)
-		for i, tc := range m.ToolCalls {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = chat.AppendToolCall(b, tc.ID, tc.Type, tc.Function.Name, tc.Function.Arguments)
-		}
-		b = append(b, ']')
-	}
+	b = chat.AppendToolCalls(b, m.ToolCalls)
 	if m.ToolCallID != nil {
 		b = jsontext.AppendStringNoHTML(append(b, `,"tool_call_id":`...), *m.ToolCallID)
 	}

@@ -72,9 +72,9 @@ type chatMessage struct {
 	Role string `json:"role"`
 	// Content is a string or []chatPart; nil leaves it out, for an
 	// assistant turn that only calls tools.
-	Content    any            `json:"content,omitempty"`
-	ToolCalls  []chatToolCall `json:"tool_calls,omitempty"`
-	ToolCallID *string        `json:"tool_call_id,omitempty"`
+	Content    any             `json:"content,omitempty"`
+	ToolCalls  []chat.ToolCall `json:"tool_calls,omitempty"`
+	ToolCallID *string         `json:"tool_call_id,omitempty"`
 }
 
 type chatPart struct {
@@ -91,17 +91,6 @@ type imageURL struct {
 type chatFile struct {
 	Filename string `json:"filename"`
 	FileData string `json:"file_data"`
-}
-
-type chatToolCall struct {
-	ID       string       `json:"id"`
-	Type     string       `json:"type"`
-	Function chatFunction `json:"function"`
-}
-
-type chatFunction struct {
-	Name      string `json:"name"`
-	Arguments string `json:"arguments"`
 }
 
 type chatTool struct {
@@ -454,7 +443,7 @@ func (t *translator) assistantBlocks(path string, blocks []json.RawMessage) {
 	t.out.Messages = append(t.out.Messages, msg)
 }
 
-func (t *translator) toolUse(path string, b object) (chatToolCall, bool) {
+func (t *translator) toolUse(path string, b object) (chat.ToolCall, bool) {
 	id, idOK := t.requiredString(b, path, "id")
 	name, nameOK := t.requiredString(b, path, "name")
 	raw, ok := t.missing(b, path, "input")
@@ -463,13 +452,13 @@ func (t *translator) toolUse(path string, b object) (chatToolCall, bool) {
 		ok = false
 	}
 	if !idOK || !nameOK || !ok {
-		return chatToolCall{}, false
+		return chat.ToolCall{}, false
 	}
 	var args bytes.Buffer
 	if err := json.Compact(&args, raw); err != nil {
-		return chatToolCall{}, false
+		return chat.ToolCall{}, false
 	}
-	return chatToolCall{ID: id, Type: "function", Function: chatFunction{Name: name, Arguments: args.String()}}, true
+	return chat.FunctionCall(id, name, args.String()), true
 }
 
 // toolResult returns the tool message for a tool_result block and the

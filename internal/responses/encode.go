@@ -51,16 +51,7 @@ func appendChat(b []byte, r *chatBody) []byte {
 func appendMessage(b []byte, m *chatMessage) []byte {
 	b = jsontext.AppendStringNoHTML(append(b, `{"role":`...), m.Role)
 	b = appendRawField(b, `,"content":`, m.Content)
-	if len(m.ToolCalls) > 0 {
-		b = append(b, `,"tool_calls":[`...)
-		for i, tc := range m.ToolCalls {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = chat.AppendToolCall(b, tc.ID, tc.Type, tc.Function.Name, tc.Function.Arguments)
-		}
-		b = append(b, ']')
-	}
+	b = chat.AppendToolCalls(b, m.ToolCalls)
 	if m.ToolCallID != nil {
 		b = jsontext.AppendStringNoHTML(append(b, `,"tool_call_id":`...), *m.ToolCallID)
 	}
@@ -78,9 +69,5 @@ func appendRawField(b []byte, name string, raw json.RawMessage) []byte {
 	if raw[0] == '"' && raw[len(raw)-1] == '"' || !bytes.ContainsAny(raw, " \t\r\n") {
 		return append(b, raw...)
 	}
-	var buf bytes.Buffer
-	if json.Compact(&buf, raw) != nil {
-		panic("responses: encoding a built value: not JSON: " + string(raw))
-	}
-	return append(b, buf.Bytes()...)
+	return append(b, compact(raw)...)
 }

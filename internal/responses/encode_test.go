@@ -127,3 +127,19 @@ func BenchmarkChunk(b *testing.B) {
 		})
 	}
 }
+
+// A raw value is written compact, as encoding/json writes a RawMessage:
+// a string token as it stands, anything else without its white space.
+func TestAppendRawField(t *testing.T) {
+	for raw, want := range map[string]string{
+		`"a b"`:                    `,"x":"a b"`,
+		`1`:                        `,"x":1`,
+		` { "a" : [ 1, "b c" ] } `: `,"x":{"a":[1,"b c"]}`,
+		"[\n\ttrue\n]":             `,"x":[true]`,
+		``:                         ``,
+	} {
+		if got := appendRawField(nil, `,"x":`, []byte(raw)); string(got) != want {
+			t.Errorf("appendRawField(%q) = %s, want %s", raw, got, want)
+		}
+	}
+}

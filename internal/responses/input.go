@@ -299,8 +299,7 @@ func (c *checker) functionCall(path string, o object, lastAssistant int) int {
 	if !ok1 || !ok2 || !ok3 {
 		return lastAssistant
 	}
-	tc := chatToolCall{ID: callID, Type: "function"}
-	tc.Function.Name, tc.Function.Arguments = name, args
+	tc := chat.FunctionCall(callID, name, args)
 	if lastAssistant < 0 {
 		c.out.Messages = append(c.out.Messages, chatMessage{Role: "assistant"})
 		c.r.paths = append(c.r.paths, msgPath{path: path})

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/chat"
 	"github.com/svc-dev/svc/internal/jsonraw"
 	"github.com/svc-dev/svc/internal/jsontext"
 )
@@ -128,17 +129,8 @@ type chatBody struct {
 type chatMessage struct {
 	Role       string          `json:"role"`
 	Content    json.RawMessage `json:"content,omitempty"`
-	ToolCalls  []chatToolCall  `json:"tool_calls,omitempty"`
+	ToolCalls  []chat.ToolCall `json:"tool_calls,omitempty"`
 	ToolCallID *string         `json:"tool_call_id,omitempty"`
-}
-
-type chatToolCall struct {
-	ID       string `json:"id"`
-	Type     string `json:"type"`
-	Function struct {
-		Name      string `json:"name"`
-		Arguments string `json:"arguments"`
-	} `json:"function"`
 }
 
 type chatTool struct {
