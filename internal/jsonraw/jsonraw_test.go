@@ -1,6 +1,7 @@
 package jsonraw
 
 import (
+	"bytes"
 	"encoding/json"
 	"reflect"
 	"testing"
@@ -104,6 +105,31 @@ func FuzzDecode(f *testing.F) {
 		}
 		if got, ok := CheckedArrayView(b); ok != (KindOf(b) == Array) || !reflect.DeepEqual(got, gotArr) {
 			t.Fatalf("%q: CheckedArrayView %q, %v; DecodeArray %q", b, got, ok, gotArr)
+		}
+		// Fields hold the same members, after those already in the list,
+		// which a failed read leaves as they were.
+		kept := Fields{{Name: []byte("kept"), Value: json.RawMessage(`1`)}}
+		fields, ok := AppendFields(kept, b)
+		if ok != (KindOf(b) == Object) || len(fields) < 1 || string(fields[0].Name) != "kept" || !ok && len(fields) != 1 {
+			t.Fatalf("%q: AppendFields %q, %v", b, fields, ok)
+		}
+		if ok {
+			fields = fields[1:]
+			for k, v := range gotObj {
+				if got, found := fields.Get(k); !found || !bytes.Equal(got, v) {
+					t.Fatalf("%q: Fields.Get(%q) = %q, %v; DecodeObject has %q", b, k, got, found, v)
+				}
+				got, found := fields.Field(k)
+				want, wantFound := gotObj.Field(k)
+				if found != wantFound || !bytes.Equal(got, want) {
+					t.Fatalf("%q: Fields.Field(%q) = %q, %v; Members.Field %q, %v", b, k, got, found, want, wantFound)
+				}
+			}
+			for _, f := range fields {
+				if _, in := gotObj[string(f.Name)]; !in {
+					t.Fatalf("%q: Fields has %q, which DecodeObject does not", b, f.Name)
+				}
+			}
 		}
 	})
 }
