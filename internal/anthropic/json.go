@@ -7,10 +7,9 @@ import (
 	"github.com/svc-dev/svc/internal/jsonraw"
 )
 
-// kind is the JSON type of a raw value, read from its first byte; the
-// values it is used on have already been through json.Valid or a decoder.
-// object is a decoded JSON object, its keys matched exactly.
-type object = jsonraw.Members
+// object is an object of a request, read as a view of its body: the
+// translation is done with it before the body is reused.
+type object = jsonraw.Fields
 
 // member is one key of an object, in the order it was sent.
 type member struct {

@@ -102,7 +102,7 @@ func stringField(raw json.RawMessage) string {
 // reasoningOf reads a message or delta's reasoning text: reasoning_content,
 // or reasoning from engines that only send that. The gateway mirrors one on
 // the other, so only one is read.
-func reasoningOf(o object) string {
+func reasoningOf(o jsonraw.Members) string {
 	if raw, ok := o.Field("reasoning_content"); ok {
 		return stringField(raw)
 	}
@@ -112,7 +112,7 @@ func reasoningOf(o object) string {
 // matchedStop is the stop string an engine says ended the reply: vLLM's
 // stop_reason, SGLang's matched_stop. Token ids (numbers) and the end of
 // text (null) are not stop sequences.
-func matchedStop(choice object) string {
+func matchedStop(choice jsonraw.Members) string {
 	if s := stringField(choice["stop_reason"]); s != "" {
 		return s
 	}

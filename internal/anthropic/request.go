@@ -138,11 +138,11 @@ func translate(body []byte) (*chatRequest, error) {
 	if !jsontext.Valid(body) {
 		return nil, jsonraw.Malformed(body)
 	}
-	top, ok := jsonraw.CheckedObjectView(body)
+	t := translator{}
+	top, ok := t.read(body)
 	if !ok {
 		return nil, api.Invalid(api.FieldError{Field: "body", Type: api.FieldWrongType, Message: "must be a JSON object"})
 	}
-	t := translator{}
 	t.request(top)
 	if err := t.v.Err(); err != nil {
 		return nil, err
@@ -155,28 +155,22 @@ func translate(body []byte) (*chatRequest, error) {
 type translator struct {
 	v   api.Validator
 	out chatRequest
+	// members are those of every object read so far, each object's a
+	// part of the list (read).
+	members jsonraw.Fields
 }
-
-func join(path, key string) string {
-	if path == "" {
-		return key
-	}
-	return path + "." + key
-}
-
-func index(path string, i int) string { return path + "." + strconv.Itoa(i) }
 
 // request checks the members in a fixed order, so a body with several
 // failures always lists them the same way.
 func (t *translator) request(top object) {
-	if s, ok := t.requiredString(top, "", "model"); ok {
+	if s, ok := t.requiredString(top, nil, "model"); ok {
 		if s == "" {
 			t.v.Add("model", api.FieldMissing, "must not be empty")
 		}
 		t.out.Model = s
 	}
-	if raw, ok := t.missing(top, "", "max_tokens"); ok {
-		if n, ok := t.integer("max_tokens", raw); ok {
+	if raw, ok := t.missing(top, nil, "max_tokens"); ok {
+		if n, ok := t.integer(api.PathOf("max_tokens"), raw); ok {
 			if n < 1 {
 				t.v.Add("max_tokens", api.FieldOutOfRange, "must be at least 1")
 			}
@@ -189,21 +183,21 @@ func (t *translator) request(top object) {
 	t.float(top, "temperature", 0, 1, &t.out.Temperature)
 	t.float(top, "top_p", 0, 1, &t.out.TopP)
 	if raw, ok := top.Field("top_k"); ok {
-		if n, ok := t.integer("top_k", raw); ok {
+		if n, ok := t.integer(api.PathOf("top_k"), raw); ok {
 			if n < 0 {
 				t.v.Add("top_k", api.FieldOutOfRange, "must be 0 or more")
 			}
 			t.out.TopK = &n
 		}
 	}
-	if b, ok := t.optBool(top, "", "stream"); ok && b {
+	if b, ok := t.optBool(top, nil, "stream"); ok && b {
 		t.out.Stream = true
 		// Usage is what message_delta reports; the gateway forces it on
 		// too, but the body should say what it needs.
 		t.out.StreamOptions = &streamOptions{IncludeUsage: true}
 	}
-	if md, ok := t.optObject(top, "", "metadata"); ok {
-		if s, ok := t.optString(md, "metadata", "user_id"); ok {
+	if md, ok := t.optObject(top, nil, "metadata"); ok {
+		if s, ok := t.optString(md, api.PathOf("metadata"), "user_id"); ok {
 			t.out.User = s
 		}
 	}
@@ -223,10 +217,10 @@ func (t *translator) system(top object) {
 	case jsonraw.String:
 		text, _ = jsonraw.DecodeString(raw)
 	case jsonraw.Array:
-		elems, _ := t.array("system", raw)
+		elems, _ := t.array(api.PathOf("system"), raw)
 		var texts []string
 		for i, e := range elems {
-			path := index("system", i)
+			path := api.PathOf("system").Index(i)
 			b, ok := t.object(path, e)
 			if !ok {
 				continue
@@ -249,11 +243,11 @@ func (t *translator) system(top object) {
 }
 
 func (t *translator) messages(top object) {
-	raw, ok := t.missing(top, "", "messages")
+	raw, ok := t.missing(top, nil, "messages")
 	if !ok {
 		return
 	}
-	elems, ok := t.array("messages", raw)
+	elems, ok := t.array(api.PathOf("messages"), raw)
 	if !ok {
 		return
 	}
@@ -262,11 +256,11 @@ func (t *translator) messages(top object) {
 		return
 	}
 	for i, e := range elems {
-		t.message(index("messages", i), e)
+		t.message(api.PathOf("messages").Index(i), e)
 	}
 }
 
-func (t *translator) message(path string, raw json.RawMessage) {
+func (t *translator) message(path *api.Path, raw json.RawMessage) {
 	msg, ok := t.object(path, raw)
 	if !ok {
 		return
@@ -279,7 +273,7 @@ func (t *translator) message(path string, raw json.RawMessage) {
 	if !ok {
 		return
 	}
-	cpath := join(path, "content")
+	cpath := path.Key("content")
 	switch jsonraw.KindOf(content) {
 	case jsonraw.String:
 		s, _ := jsonraw.DecodeString(content)
@@ -287,13 +281,13 @@ func (t *translator) message(path string, raw json.RawMessage) {
 		return
 	case jsonraw.Array:
 	default:
-		t.v.Add(cpath, api.FieldWrongType, "must be a string or an array of content blocks")
+		t.add(cpath, api.FieldWrongType, "must be a string or an array of content blocks")
 		return
 	}
 	blocks, _ := t.array(cpath, content)
 	if role == "user" {
 		if len(blocks) == 0 {
-			t.v.Add(cpath, api.FieldInvalid, "must contain at least one content block")
+			t.add(cpath, api.FieldInvalid, "must contain at least one content block")
 			return
 		}
 		t.userBlocks(cpath, blocks)
@@ -326,7 +320,7 @@ func unsupportedBlock(typ string) bool {
 
 // blockType reads a block's type; it reports the failure when the type is
 // missing, or is one role may not carry.
-func (t *translator) blockType(path string, b object, role string) (string, bool) {
+func (t *translator) blockType(path *api.Path, b object, role string) (string, bool) {
 	typ, ok := t.requiredString(b, path, "type")
 	if !ok {
 		return "", false
@@ -335,16 +329,16 @@ func (t *translator) blockType(path string, b object, role string) (string, bool
 	if role == "assistant" {
 		own, other = other, own
 	}
-	tpath := join(path, "type")
+	tpath := path.Key("type")
 	switch {
 	case contains(blockTypes(own), typ):
 		return typ, true
 	case contains(blockTypes(other), typ):
-		t.v.Add(tpath, api.FieldNotAllowed, "%s blocks may only be sent in %s messages", typ, other)
+		t.add(tpath, api.FieldNotAllowed, "%s blocks may only be sent in %s messages", typ, other)
 	case unsupportedBlock(typ):
-		t.v.Add(tpath, api.FieldNotSupported, "%s blocks are not supported", typ)
+		t.add(tpath, api.FieldNotSupported, "%s blocks are not supported", typ)
 	default:
-		t.v.Add(tpath, api.FieldEnum, "%s messages take one of %s", own, strings.Join(blockTypes(own), ", "))
+		t.add(tpath, api.FieldEnum, "%s messages take one of %s", own, strings.Join(blockTypes(own), ", "))
 	}
 	return "", false
 }
@@ -361,11 +355,11 @@ func contains(list []string, s string) bool {
 // userBlocks translates a user turn: its tool results first, as tool
 // messages (chat wants them straight after the assistant's calls), then
 // the rest of it as one user message.
-func (t *translator) userBlocks(path string, blocks []json.RawMessage) {
+func (t *translator) userBlocks(path *api.Path, blocks []json.RawMessage) {
 	var tools []chatMessage
 	var moved, parts []chatPart // moved: images returned by tools
 	for i, e := range blocks {
-		bpath := index(path, i)
+		bpath := path.Index(i)
 		b, ok := t.object(bpath, e)
 		if !ok {
 			continue
@@ -406,11 +400,11 @@ func partsContent(parts []chatPart) any {
 	return parts
 }
 
-func (t *translator) assistantBlocks(path string, blocks []json.RawMessage) {
+func (t *translator) assistantBlocks(path *api.Path, blocks []json.RawMessage) {
 	msg := chatMessage{Role: "assistant"}
 	var parts []chatPart
 	for i, e := range blocks {
-		bpath := index(path, i)
+		bpath := path.Index(i)
 		b, ok := t.object(bpath, e)
 		if !ok {
 			continue
@@ -443,12 +437,12 @@ func (t *translator) assistantBlocks(path string, blocks []json.RawMessage) {
 	t.out.Messages = append(t.out.Messages, msg)
 }
 
-func (t *translator) toolUse(path string, b object) (chat.ToolCall, bool) {
+func (t *translator) toolUse(path *api.Path, b object) (chat.ToolCall, bool) {
 	id, idOK := t.requiredString(b, path, "id")
 	name, nameOK := t.requiredString(b, path, "name")
 	raw, ok := t.missing(b, path, "input")
 	if ok && jsonraw.KindOf(raw) != jsonraw.Object {
-		t.v.Add(join(path, "input"), api.FieldWrongType, "must be an object")
+		t.addAt(path, "input", api.FieldWrongType, "must be an object")
 		ok = false
 	}
 	if !idOK || !nameOK || !ok {
@@ -463,13 +457,13 @@ func (t *translator) toolUse(path string, b object) (chat.ToolCall, bool) {
 
 // toolResult returns the tool message for a tool_result block and the
 // images it held, which must travel in a user message.
-func (t *translator) toolResult(path string, b object) (chatMessage, []chatPart) {
+func (t *translator) toolResult(path *api.Path, b object) (chatMessage, []chatPart) {
 	id, _ := t.requiredString(b, path, "tool_use_id")
 	isError, _ := t.optBool(b, path, "is_error")
 	var texts []string
 	var images []chatPart
 	if raw, ok := b.Field("content"); ok {
-		cpath := join(path, "content")
+		cpath := path.Key("content")
 		switch jsonraw.KindOf(raw) {
 		case jsonraw.String:
 			s, _ := jsonraw.DecodeString(raw)
@@ -477,7 +471,7 @@ func (t *translator) toolResult(path string, b object) (chatMessage, []chatPart)
 		case jsonraw.Array:
 			elems, _ := t.array(cpath, raw)
 			for i, e := range elems {
-				bpath := index(cpath, i)
+				bpath := cpath.Index(i)
 				blk, ok := t.object(bpath, e)
 				if !ok {
 					continue
@@ -496,13 +490,13 @@ func (t *translator) toolResult(path string, b object) (chatMessage, []chatPart)
 						images = append(images, p)
 					}
 				case "document", "search_result", "tool_reference":
-					t.v.Add(join(bpath, "type"), api.FieldNotSupported, "%s blocks are not supported in tool results; send text or images", typ)
+					t.addAt(bpath, "type", api.FieldNotSupported, "%s blocks are not supported in tool results; send text or images", typ)
 				default:
-					t.v.Add(join(bpath, "type"), api.FieldEnum, "one of text, image")
+					t.addAt(bpath, "type", api.FieldEnum, "one of text, image")
 				}
 			}
 		default:
-			t.v.Add(cpath, api.FieldWrongType, "must be a string or an array of text and image blocks")
+			t.add(cpath, api.FieldWrongType, "must be a string or an array of text and image blocks")
 		}
 	}
 	text := strings.Join(texts, "\n")
@@ -529,12 +523,12 @@ func appendLine(text, line string) string {
 // image translates an image block. Base64 data is checked here, with the
 // block's path, by the chat parser's rules; a URL's scheme too, though
 // whether remote images are allowed at all is the chat parser's call.
-func (t *translator) image(path string, b object) (chatPart, bool) {
+func (t *translator) image(path *api.Path, b object) (chatPart, bool) {
 	src, ok := t.requiredObject(b, path, "source")
 	if !ok {
 		return chatPart{}, false
 	}
-	spath := join(path, "source")
+	spath := path.Key("source")
 	typ, ok := t.requiredString(src, spath, "type")
 	if !ok {
 		return chatPart{}, false
@@ -544,7 +538,7 @@ func (t *translator) image(path string, b object) (chatPart, bool) {
 		mt, mtOK := t.requiredEnum(src, spath, "media_type", "image/jpeg", "image/png", "image/gif", "image/webp")
 		data, ok := t.requiredString(src, spath, "data")
 		if ok {
-			data, ok = t.base64(join(spath, "data"), data)
+			data, ok = t.base64(spath.Key("data"), data)
 		}
 		if !ok || !mtOK {
 			return chatPart{}, false
@@ -556,28 +550,28 @@ func (t *translator) image(path string, b object) (chatPart, bool) {
 			return chatPart{}, false
 		}
 		if !webURL(u) {
-			t.v.Add(join(spath, "url"), api.FieldInvalid, "must be an http(s) URL")
+			t.addAt(spath, "url", api.FieldInvalid, "must be an http(s) URL")
 			return chatPart{}, false
 		}
 		return chatPart{Type: "image_url", ImageURL: &imageURL{URL: u}}, true
 	case "file":
-		t.v.Add(join(spath, "type"), api.FieldNotSupported, "uploaded files are not supported; send the image as base64 or a URL")
+		t.addAt(spath, "type", api.FieldNotSupported, "uploaded files are not supported; send the image as base64 or a URL")
 	default:
-		t.v.Add(join(spath, "type"), api.FieldEnum, "one of base64, url")
+		t.addAt(spath, "type", api.FieldEnum, "one of base64, url")
 	}
 	return chatPart{}, false
 }
 
 // document translates a document block into parts: plain text becomes a
 // file part, a content source its own text and image parts.
-func (t *translator) document(path string, b object) []chatPart {
+func (t *translator) document(path *api.Path, b object) []chatPart {
 	title, _ := t.optString(b, path, "title")
 	context, _ := t.optString(b, path, "context")
 	src, ok := t.requiredObject(b, path, "source")
 	if !ok {
 		return nil
 	}
-	spath := join(path, "source")
+	spath := path.Key("source")
 	typ, ok := t.requiredString(src, spath, "type")
 	if !ok {
 		return nil
@@ -586,7 +580,7 @@ func (t *translator) document(path string, b object) []chatPart {
 	switch typ {
 	case "text":
 		if mt, ok := t.optString(src, spath, "media_type"); ok && mt != "text/plain" {
-			t.v.Add(join(spath, "media_type"), api.FieldEnum, "must be text/plain")
+			t.addAt(spath, "media_type", api.FieldEnum, "must be text/plain")
 			return nil
 		}
 		data, ok := t.requiredString(src, spath, "data")
@@ -594,7 +588,7 @@ func (t *translator) document(path string, b object) []chatPart {
 			return nil
 		}
 		if len(data) > maxFileBytes {
-			t.v.Add(join(spath, "data"), api.FieldTooLong, "the document is larger than 1 MB")
+			t.addAt(spath, "data", api.FieldTooLong, "the document is larger than 1 MB")
 			return nil
 		}
 		parts = append(parts, filePart(title, base64Encode(data)))
@@ -606,30 +600,30 @@ func (t *translator) document(path string, b object) []chatPart {
 		switch mt {
 		case "text/plain":
 		case "application/pdf":
-			t.v.Add(join(spath, "media_type"), api.FieldNotSupported, "PDF documents are not supported; send the document's text as a text/plain document")
+			t.addAt(spath, "media_type", api.FieldNotSupported, "PDF documents are not supported; send the document's text as a text/plain document")
 			return nil
 		default:
-			t.v.Add(join(spath, "media_type"), api.FieldEnum, "must be text/plain")
+			t.addAt(spath, "media_type", api.FieldEnum, "must be text/plain")
 			return nil
 		}
 		data, ok := t.requiredString(src, spath, "data")
 		if !ok {
 			return nil
 		}
-		if data, ok = t.textFile(join(spath, "data"), data); !ok {
+		if data, ok = t.textFile(spath.Key("data"), data); !ok {
 			return nil
 		}
 		parts = append(parts, filePart(title, data))
 	case "content":
 		parts = t.contentSource(spath, src)
 	case "url":
-		t.v.Add(join(spath, "type"), api.FieldNotSupported, "PDF documents are not supported; send the document's text as a text document")
+		t.addAt(spath, "type", api.FieldNotSupported, "PDF documents are not supported; send the document's text as a text document")
 		return nil
 	case "file":
-		t.v.Add(join(spath, "type"), api.FieldNotSupported, "uploaded files are not supported; send the document's text as a text document")
+		t.addAt(spath, "type", api.FieldNotSupported, "uploaded files are not supported; send the document's text as a text document")
 		return nil
 	default:
-		t.v.Add(join(spath, "type"), api.FieldEnum, "one of text, base64, content")
+		t.addAt(spath, "type", api.FieldEnum, "one of text, base64, content")
 		return nil
 	}
 	if context != "" {
@@ -639,25 +633,25 @@ func (t *translator) document(path string, b object) []chatPart {
 }
 
 // contentSource flattens a document whose source is content blocks.
-func (t *translator) contentSource(path string, src object) []chatPart {
+func (t *translator) contentSource(path *api.Path, src object) []chatPart {
 	raw, ok := t.missing(src, path, "content")
 	if !ok {
 		return nil
 	}
-	cpath := join(path, "content")
+	cpath := path.Key("content")
 	switch jsonraw.KindOf(raw) {
 	case jsonraw.String:
 		s, _ := jsonraw.DecodeString(raw)
 		return []chatPart{textPart(s)}
 	case jsonraw.Array:
 	default:
-		t.v.Add(cpath, api.FieldWrongType, "must be a string or an array of text and image blocks")
+		t.add(cpath, api.FieldWrongType, "must be a string or an array of text and image blocks")
 		return nil
 	}
 	elems, _ := t.array(cpath, raw)
 	var parts []chatPart
 	for i, e := range elems {
-		bpath := index(cpath, i)
+		bpath := cpath.Index(i)
 		b, ok := t.object(bpath, e)
 		if !ok {
 			continue
@@ -693,22 +687,22 @@ func filePart(title, data string) chatPart {
 
 // textFile checks base64 text as the chat parser will: within its size
 // limit and UTF-8.
-func (t *translator) textFile(path, data string) (string, bool) {
+func (t *translator) textFile(path *api.Path, data string) (string, bool) {
 	data, ok := t.base64(path, data)
 	if !ok {
 		return "", false
 	}
 	if base64DecodedLen(data) > maxFileBytes {
-		t.v.Add(path, api.FieldTooLong, "the document is larger than 1 MB")
+		t.add(path, api.FieldTooLong, "the document is larger than 1 MB")
 		return "", false
 	}
 	text, ok := base64Decode(data)
 	if !ok {
-		t.v.Add(path, api.FieldInvalid, "must be base64")
+		t.add(path, api.FieldInvalid, "must be base64")
 		return "", false
 	}
 	if !utf8.ValidString(text) {
-		t.v.Add(path, api.FieldInvalid, "the document must be UTF-8 text")
+		t.add(path, api.FieldInvalid, "the document must be UTF-8 text")
 		return "", false
 	}
 	return data, true
@@ -716,7 +710,7 @@ func (t *translator) textFile(path, data string) (string, bool) {
 
 // base64 returns data without the line breaks some encoders add (engines
 // may not skip them, so the chat parser refuses them), and checks it.
-func (t *translator) base64(path, data string) (string, bool) {
+func (t *translator) base64(path *api.Path, data string) (string, bool) {
 	data = strings.Map(func(r rune) rune {
 		switch r {
 		case '\n', '\r', ' ', '\t':
@@ -726,10 +720,10 @@ func (t *translator) base64(path, data string) (string, bool) {
 	}, data)
 	switch {
 	case data == "":
-		t.v.Add(path, api.FieldInvalid, "is empty")
+		t.add(path, api.FieldInvalid, "is empty")
 		return "", false
 	case !chat.ValidBase64(data):
-		t.v.Add(path, api.FieldInvalid, "must be base64")
+		t.add(path, api.FieldInvalid, "must be base64")
 		return "", false
 	}
 	return data, true
@@ -745,7 +739,7 @@ func webURL(s string) bool {
 }
 
 func (t *translator) stopSequences(top object) {
-	elems, ok := t.optArray(top, "", "stop_sequences")
+	elems, ok := t.optArray(top, nil, "stop_sequences")
 	if !ok {
 		return
 	}
@@ -754,7 +748,7 @@ func (t *translator) stopSequences(top object) {
 		return
 	}
 	for i, e := range elems {
-		if s, ok := t.str(index("stop_sequences", i), e); ok {
+		if s, ok := t.str(api.PathOf("stop_sequences").Index(i), e); ok {
 			t.out.Stop = append(t.out.Stop, s)
 		}
 	}
@@ -780,29 +774,29 @@ func (t *translator) float(top object, key string, lo, hi float64, dst *json.Raw
 }
 
 func (t *translator) tools(top object) {
-	elems, ok := t.optArray(top, "", "tools")
+	elems, ok := t.optArray(top, nil, "tools")
 	if !ok {
 		return
 	}
 	for i, e := range elems {
-		path := index("tools", i)
+		path := api.PathOf("tools").Index(i)
 		tool, ok := t.object(path, e)
 		if !ok {
 			continue
 		}
 		if typ, ok := t.optString(tool, path, "type"); ok && typ != "custom" {
-			t.v.Add(join(path, "type"), api.FieldNotSupported, "%s is one of Anthropic's server tools, which are not available here; define a custom tool (name, description, input_schema)", typ)
+			t.addAt(path, "type", api.FieldNotSupported, "%s is one of Anthropic's server tools, which are not available here; define a custom tool (name, description, input_schema)", typ)
 			continue
 		}
 		name, nameOK := t.requiredString(tool, path, "name")
 		if nameOK && !toolName.MatchString(name) {
-			t.v.Add(join(path, "name"), api.FieldInvalid, "must be 1 to 64 letters, digits, underscores or hyphens")
+			t.addAt(path, "name", api.FieldInvalid, "must be 1 to 64 letters, digits, underscores or hyphens")
 			nameOK = false
 		}
 		desc, _ := t.optString(tool, path, "description")
 		raw, schemaOK := t.missing(tool, path, "input_schema")
 		if schemaOK && jsonraw.KindOf(raw) != jsonraw.Object {
-			t.v.Add(join(path, "input_schema"), api.FieldWrongType, "must be an object")
+			t.addAt(path, "input_schema", api.FieldWrongType, "must be an object")
 			schemaOK = false
 		}
 		if nameOK && schemaOK {
@@ -812,11 +806,11 @@ func (t *translator) tools(top object) {
 }
 
 func (t *translator) toolChoice(top object) {
-	tc, ok := t.optObject(top, "", "tool_choice")
+	tc, ok := t.optObject(top, nil, "tool_choice")
 	if !ok {
 		return
 	}
-	const path = "tool_choice"
+	path := api.PathOf("tool_choice")
 	typ, ok := t.requiredEnum(tc, path, "type", "auto", "any", "tool", "none")
 	if !ok {
 		return
@@ -856,16 +850,16 @@ func effortOf(s string) string {
 // chat request's reasoning controls and response format.
 func (t *translator) reasoning(top object) {
 	effort := ""
-	if oc, ok := t.optObject(top, "", "output_config"); ok {
-		if s, ok := t.optEnum(oc, "output_config", "effort", "low", "medium", "high", "xhigh", "max"); ok {
+	if oc, ok := t.optObject(top, nil, "output_config"); ok {
+		if s, ok := t.optEnum(oc, api.PathOf("output_config"), "effort", "low", "medium", "high", "xhigh", "max"); ok {
 			effort = effortOf(s)
 		}
-		if f, ok := t.optObject(oc, "output_config", "format"); ok {
-			const path = "output_config.format"
+		if f, ok := t.optObject(oc, api.PathOf("output_config"), "format"); ok {
+			path := api.PathOf("output_config").Key("format")
 			_, typeOK := t.requiredEnum(f, path, "type", "json_schema")
 			schema, ok := t.missing(f, path, "schema")
 			if ok && jsonraw.KindOf(schema) != jsonraw.Object {
-				t.v.Add(join(path, "schema"), api.FieldWrongType, "must be an object")
+				t.addAt(path, "schema", api.FieldWrongType, "must be an object")
 				ok = false
 			}
 			if ok && typeOK {
@@ -873,22 +867,22 @@ func (t *translator) reasoning(top object) {
 			}
 		}
 	}
-	th, ok := t.optObject(top, "", "thinking")
+	th, ok := t.optObject(top, nil, "thinking")
 	if !ok {
 		t.out.ReasoningEffort = effort
 		return
 	}
-	typ, ok := t.requiredEnum(th, "thinking", "type", "enabled", "disabled", "adaptive")
+	typ, ok := t.requiredEnum(th, api.PathOf("thinking"), "type", "enabled", "disabled", "adaptive")
 	if !ok {
 		return
 	}
 	switch typ {
 	case "enabled":
-		raw, ok := t.missing(th, "thinking", "budget_tokens")
+		raw, ok := t.missing(th, api.PathOf("thinking"), "budget_tokens")
 		if !ok {
 			return
 		}
-		n, ok := t.integer("thinking.budget_tokens", raw)
+		n, ok := t.integer(api.PathOf("thinking").Key("budget_tokens"), raw)
 		if !ok {
 			return
 		}

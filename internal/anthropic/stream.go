@@ -200,7 +200,7 @@ func (s *Stream) start(dst []byte) []byte {
 	}})
 }
 
-func (s *Stream) choice(dst []byte, choice object) []byte {
+func (s *Stream) choice(dst []byte, choice jsonraw.Members) []byte {
 	if delta, ok := jsonraw.DecodeObject(choice["delta"]); ok {
 		if r := reasoningOf(delta); r != "" {
 			dst = s.ensure(dst, blockThinking)
@@ -247,7 +247,7 @@ func (s *Stream) ensure(dst []byte, k blockKind) []byte {
 
 // toolDelta applies one entry of a delta's tool_calls; pos is its place in
 // the list, the index for an engine that sends none.
-func (s *Stream) toolDelta(dst []byte, tc object, pos int) []byte {
+func (s *Stream) toolDelta(dst []byte, tc jsonraw.Members, pos int) []byte {
 	idx := pos
 	if jsonraw.KindOf(tc["index"]) == jsonraw.Number {
 		idx = int(count(tc["index"]))
