@@ -68,17 +68,18 @@ func (r *Request) messagePath(rest, orig string) string {
 		return orig
 	}
 	mp := r.paths[i]
+	path := mp.path()
 	field, tail, _ := strings.Cut(sub, ".")
 	switch field {
 	case "":
-		return mp.path
+		return path
 	case "content":
-		base := mp.path
-		if mp.path != "input" && mp.path != "instructions" {
+		base := path
+		if mp.item >= 0 {
 			if mp.tool {
-				base = join(mp.path, "output")
+				base = join(path, "output")
 			} else {
-				base = join(mp.path, "content")
+				base = join(path, "content")
 			}
 		}
 		if !mp.parts || tail == "" {
@@ -92,27 +93,39 @@ func (r *Request) messagePath(rest, orig string) string {
 		}
 		return join(base, k)
 	case "tool_call_id":
-		return join(mp.path, "call_id")
+		return join(path, "call_id")
 	case "tool_calls":
 		k, ctail, _ := strings.Cut(tail, ".")
 		j, err := strconv.Atoi(k)
 		if err != nil || j < 0 || j >= len(mp.calls) {
-			return mp.path
+			return path
 		}
 		switch ctail {
 		case "id":
-			return join(mp.calls[j], "call_id")
+			return join(itemPath(mp.calls[j]), "call_id")
 		case "function.name":
-			return join(mp.calls[j], "name")
+			return join(itemPath(mp.calls[j]), "name")
 		case "function.arguments":
-			return join(mp.calls[j], "arguments")
+			return join(itemPath(mp.calls[j]), "arguments")
 		}
-		return mp.calls[j]
+		return itemPath(mp.calls[j])
 	case "role":
-		if mp.path == "input" || mp.path == "instructions" {
-			return mp.path
+		if mp.item < 0 {
+			return path
 		}
-		return join(mp.path, "role")
+		return join(path, "role")
 	}
-	return mp.path
+	return path
+}
+
+// join appends key to a field path of an error, which is rewritten as a
+// string; an empty key leaves the path as it is.
+func join(path, key string) string {
+	switch {
+	case key == "":
+		return path
+	case path == "":
+		return key
+	}
+	return path + "." + key
 }

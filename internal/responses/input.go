@@ -3,6 +3,7 @@ package responses
 import (
 	"encoding/json"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/svc-dev/svc/internal/api"
@@ -12,27 +13,49 @@ import (
 
 // msgPath is where one chat message came from in the Responses request.
 type msgPath struct {
-	path string // input.3, input, or instructions
+	// item is the index of the input item, or fromInput or
+	// fromInstructions.
+	item int
 	// tool is set for a tool message, whose content is the item's output.
 	tool bool
 	// parts is set when the content was an array of parts, which keep
 	// their indices.
 	parts bool
-	// calls are the paths of the function_call items behind tool_calls.
-	calls []string
+	// calls are the function_call items behind tool_calls.
+	calls []int
 }
+
+// The items of msgPath that are not input items.
+const (
+	fromInput        = -1 // input sent as a string
+	fromInstructions = -2
+)
+
+// path is the message's path: input.3, input, or instructions.
+func (mp *msgPath) path() string {
+	switch mp.item {
+	case fromInput:
+		return "input"
+	case fromInstructions:
+		return "instructions"
+	}
+	return itemPath(mp.item)
+}
+
+// itemPath is the path of input item i.
+func itemPath(i int) string { return "input." + strconv.Itoa(i) }
 
 // input converts the conversation. lastAssistant is the message that a
 // function_call item joins: the assistant turn right before it.
 func (c *checker) input(top object) {
-	raw, ok := c.required(top, "", "input")
+	raw, ok := c.required(top, nil, "input")
 	if !ok {
 		return
 	}
 	switch jsonraw.KindOf(raw) {
 	case jsonraw.String:
 		c.out.Messages = append(c.out.Messages, chatMessage{Role: "user", Content: compact(raw)})
-		c.r.paths = append(c.r.paths, msgPath{path: "input"})
+		c.r.paths = append(c.r.paths, msgPath{item: fromInput})
 		return
 	case jsonraw.Array:
 	default:
@@ -47,37 +70,37 @@ func (c *checker) input(top object) {
 	lastAssistant := -1
 	dropped := 0
 	for i, e := range items {
-		path := index("input", i)
+		path := api.PathOf("input").Index(i)
 		o, ok := c.object(path, e)
 		if !ok {
 			continue
 		}
 		typ := "message"
 		if t, has := o.Field("type"); has {
-			if typ, ok = c.str(join(path, "type"), t); !ok {
+			if typ, ok = c.str(path.Key("type"), t); !ok {
 				continue
 			}
 		}
 		switch typ {
 		case "message":
-			if c.message(path, o) && c.out.Messages[len(c.out.Messages)-1].Role == "assistant" {
+			if c.message(i, path, o) && c.out.Messages[len(c.out.Messages)-1].Role == "assistant" {
 				lastAssistant = len(c.out.Messages) - 1
 			} else {
 				lastAssistant = -1
 			}
 		case "function_call":
-			lastAssistant = c.functionCall(path, o, lastAssistant)
+			lastAssistant = c.functionCall(i, path, o, lastAssistant)
 		case "function_call_output":
-			c.functionCallOutput(path, o)
+			c.functionCallOutput(i, path, o)
 			lastAssistant = -1
 		case "reasoning":
 			// Chat engines take no reasoning back; the turn it belonged to
 			// is still whole without it.
 			dropped++
 		case "item_reference":
-			c.stateful(path, "item_reference")
+			c.stateful(path.String(), "item_reference")
 		default:
-			c.v.Add(join(path, "type"), api.FieldNotSupported,
+			c.addAt(path, "type", api.FieldNotSupported,
 				"%q items are not supported; this gateway takes message, function_call, function_call_output and reasoning items", typ)
 		}
 	}
@@ -87,17 +110,17 @@ func (c *checker) input(top object) {
 }
 
 // message converts a message item and reports whether it was added.
-func (c *checker) message(path string, o object) bool {
+func (c *checker) message(item int, path *api.Path, o object) bool {
 	role, ok := c.requiredString(o, path, "role")
-	if !ok || !c.enum(join(path, "role"), role, "user", "assistant", "system", "developer") {
+	if !ok || !c.enum(path.Key("role"), role, "user", "assistant", "system", "developer") {
 		return false
 	}
 	raw, ok := c.required(o, path, "content")
 	if !ok {
 		return false
 	}
-	cpath := join(path, "content")
-	mp := msgPath{path: path}
+	cpath := path.Key("content")
+	mp := msgPath{item: item}
 	var content json.RawMessage
 	switch jsonraw.KindOf(raw) {
 	case jsonraw.String:
@@ -105,12 +128,12 @@ func (c *checker) message(path string, o object) bool {
 	case jsonraw.Array:
 		elems, _ := jsonraw.CheckedArrayView(raw)
 		if len(elems) == 0 && role == "user" {
-			c.v.Add(cpath, api.FieldInvalid, "must contain at least one part")
+			c.add(cpath, api.FieldInvalid, "must contain at least one part")
 			return false
 		}
 		parts := make([][]byte, 0, len(elems))
 		for k, e := range elems {
-			if p, ok := c.part(index(cpath, k), role, e); ok {
+			if p, ok := c.part(cpath.Index(k), role, e); ok {
 				parts = append(parts, p)
 			}
 		}
@@ -120,7 +143,7 @@ func (c *checker) message(path string, o object) bool {
 		content = joinArray(parts)
 		mp.parts = true
 	default:
-		c.v.Add(cpath, api.FieldWrongType, "must be a string or an array of content parts")
+		c.add(cpath, api.FieldWrongType, "must be a string or an array of content parts")
 		return false
 	}
 	if role == "developer" {
@@ -147,7 +170,7 @@ func textPart(s string) []byte {
 }
 
 // part converts one content part to its chat form.
-func (c *checker) part(path, role string, raw json.RawMessage) ([]byte, bool) {
+func (c *checker) part(path *api.Path, role string, raw json.RawMessage) ([]byte, bool) {
 	p, ok := c.object(path, raw)
 	if !ok {
 		return nil, false
@@ -168,7 +191,7 @@ func (c *checker) part(path, role string, raw json.RawMessage) ([]byte, bool) {
 		}
 	case "input_image", "input_file":
 		if role != "user" {
-			c.v.Add(join(path, "type"), api.FieldNotSupported, "only user messages may carry %s parts", typ)
+			c.addAt(path, "type", api.FieldNotSupported, "only user messages may carry %s parts", typ)
 			return nil, false
 		}
 		if typ == "input_image" {
@@ -178,20 +201,20 @@ func (c *checker) part(path, role string, raw json.RawMessage) ([]byte, bool) {
 			return textPart(s), true
 		}
 	case "input_audio":
-		c.v.Add(join(path, "type"), api.FieldNotSupported, "audio input is not supported")
+		c.addAt(path, "type", api.FieldNotSupported, "audio input is not supported")
 	default:
-		c.enum(join(path, "type"), typ, "input_text", "input_image", "input_file", "output_text", "refusal")
+		c.enum(path.Key("type"), typ, "input_text", "input_image", "input_file", "output_text", "refusal")
 	}
 	return nil, false
 }
 
-func (c *checker) image(path string, p object) ([]byte, bool) {
+func (c *checker) image(path *api.Path, p object) ([]byte, bool) {
 	if _, ok := p.Field("file_id"); ok {
-		c.stateful(join(path, "file_id"), "an image by file_id")
+		c.stateful(path.Key("file_id").String(), "an image by file_id")
 		return nil, false
 	}
 	u, ok := c.requiredString(p, path, "image_url")
-	if !ok || !c.imageURL(join(path, "image_url"), u) {
+	if !ok || !c.imageURL(path.Key("image_url"), u) {
 		return nil, false
 	}
 	img := struct {
@@ -215,19 +238,19 @@ func (c *checker) image(path string, p object) ([]byte, bool) {
 // imageURL applies the chat side's rules, so that what passes here passes
 // there; whether remote URLs are allowed is the organisation's setting,
 // which the chat side applies.
-func (c *checker) imageURL(path, s string) bool {
+func (c *checker) imageURL(path *api.Path, s string) bool {
 	if hasPrefixFold(s, "data:") {
 		meta, data, ok := strings.Cut(s[len("data:"):], ",")
 		meta = strings.ToLower(meta)
 		switch {
 		case !ok || !strings.HasPrefix(meta, "image/"):
-			c.v.Add(path, api.FieldInvalid, "must be a data:image/...;base64,... URL")
+			c.add(path, api.FieldInvalid, "must be a data:image/...;base64,... URL")
 		case !strings.HasSuffix(meta, ";base64"):
-			c.v.Add(path, api.FieldInvalid, "the image data must be base64 (data:image/...;base64,...)")
+			c.add(path, api.FieldInvalid, "the image data must be base64 (data:image/...;base64,...)")
 		case data == "":
-			c.v.Add(path, api.FieldInvalid, "the image data is empty")
+			c.add(path, api.FieldInvalid, "the image data is empty")
 		case !chat.ValidBase64(data):
-			c.v.Add(path, api.FieldInvalid, "the image data is not valid base64")
+			c.add(path, api.FieldInvalid, "the image data is not valid base64")
 		default:
 			return true
 		}
@@ -235,40 +258,40 @@ func (c *checker) imageURL(path, s string) bool {
 	}
 	if hasPrefixFold(s, "http://") || hasPrefixFold(s, "https://") {
 		if u, err := url.Parse(s); err != nil || u.Host == "" {
-			c.v.Add(path, api.FieldInvalid, "must be a valid http(s) URL")
+			c.add(path, api.FieldInvalid, "must be a valid http(s) URL")
 			return false
 		}
 		return true
 	}
-	c.v.Add(path, api.FieldInvalid, "must be a data:image/...;base64,... URL or an http(s) URL")
+	c.add(path, api.FieldInvalid, "must be a data:image/...;base64,... URL or an http(s) URL")
 	return false
 }
 
 // file returns the text an engine gets for a file part: its name, a newline
 // and its content, as chat completions gives .txt and .csv files.
-func (c *checker) file(path string, p object) (string, bool) {
+func (c *checker) file(path *api.Path, p object) (string, bool) {
 	if _, ok := p.Field("file_id"); ok {
-		c.stateful(join(path, "file_id"), "a file by file_id")
+		c.stateful(path.Key("file_id").String(), "a file by file_id")
 		return "", false
 	}
 	if _, ok := p.Field("file_url"); ok {
-		c.v.Add(join(path, "file_url"), api.FieldNotSupported, "file_url is not supported; send the file's content as base64 in file_data")
+		c.addAt(path, "file_url", api.FieldNotSupported, "file_url is not supported; send the file's content as base64 in file_data")
 		return "", false
 	}
 	name, nameOK := c.requiredString(p, path, "filename")
 	if nameOK {
 		lower := strings.ToLower(name)
 		if !strings.HasSuffix(lower, ".txt") && !strings.HasSuffix(lower, ".csv") {
-			c.v.Add(join(path, "filename"), api.FieldNotSupported, "only .txt and .csv files are supported")
+			c.addAt(path, "filename", api.FieldNotSupported, "only .txt and .csv files are supported")
 			nameOK = false
 		}
 	}
 	raw, ok := p.Field("file_data")
 	if !ok {
-		c.v.Add(join(path, "file_data"), api.FieldMissing, "required: send the file's content as base64")
+		c.addAt(path, "file_data", api.FieldMissing, "required: send the file's content as base64")
 		return "", false
 	}
-	dataPath := join(path, "file_data")
+	dataPath := path.Key("file_data")
 	data, ok := c.str(dataPath, raw)
 	if !ok {
 		return "", false
@@ -281,10 +304,10 @@ func (c *checker) file(path string, p object) (string, bool) {
 }
 
 // decodeFile decodes file_data at path as the chat parser does.
-func (c *checker) decodeFile(path, data string) (string, bool) {
+func (c *checker) decodeFile(path *api.Path, data string) (string, bool) {
 	text, fail := chat.DecodeFile(data)
 	if fail != nil {
-		c.v.Add(path, fail.Type, "%s", fail.Message)
+		c.add(path, fail.Type, "%s", fail.Message)
 		return "", false
 	}
 	return text, true
@@ -292,7 +315,7 @@ func (c *checker) decodeFile(path, data string) (string, bool) {
 
 // functionCall adds a tool call to the assistant turn before it, or starts
 // one, and returns the index of that turn.
-func (c *checker) functionCall(path string, o object, lastAssistant int) int {
+func (c *checker) functionCall(item int, path *api.Path, o object, lastAssistant int) int {
 	callID, ok1 := c.requiredName(o, path, "call_id")
 	name, ok2 := c.requiredName(o, path, "name")
 	args, ok3 := c.requiredString(o, path, "arguments")
@@ -302,24 +325,24 @@ func (c *checker) functionCall(path string, o object, lastAssistant int) int {
 	tc := chat.FunctionCall(callID, name, args)
 	if lastAssistant < 0 {
 		c.out.Messages = append(c.out.Messages, chatMessage{Role: "assistant"})
-		c.r.paths = append(c.r.paths, msgPath{path: path})
+		c.r.paths = append(c.r.paths, msgPath{item: item})
 		lastAssistant = len(c.out.Messages) - 1
 	}
 	m := &c.out.Messages[lastAssistant]
 	m.ToolCalls = append(m.ToolCalls, tc)
 	mp := &c.r.paths[lastAssistant]
-	mp.calls = append(mp.calls, path)
+	mp.calls = append(mp.calls, item)
 	return lastAssistant
 }
 
-func (c *checker) functionCallOutput(path string, o object) {
+func (c *checker) functionCallOutput(item int, path *api.Path, o object) {
 	callID, ok := c.requiredName(o, path, "call_id")
 	raw, has := c.required(o, path, "output")
 	if !has {
 		return
 	}
-	opath := join(path, "output")
-	mp := msgPath{path: path, tool: true}
+	opath := path.Key("output")
+	mp := msgPath{item: item, tool: true}
 	var content json.RawMessage
 	switch jsonraw.KindOf(raw) {
 	case jsonraw.String:
@@ -328,7 +351,7 @@ func (c *checker) functionCallOutput(path string, o object) {
 		elems, _ := jsonraw.CheckedArrayView(raw)
 		parts := make([][]byte, 0, len(elems))
 		for k, e := range elems {
-			ppath := index(opath, k)
+			ppath := opath.Index(k)
 			p, isObj := c.object(ppath, e)
 			if !isObj {
 				continue
@@ -341,9 +364,9 @@ func (c *checker) functionCallOutput(path string, o object) {
 					parts = append(parts, textPart(s))
 				}
 			case typ == "input_image" || typ == "input_file":
-				c.v.Add(join(ppath, "type"), api.FieldNotSupported, "function call outputs may carry only text here; chat engines take no %s in tool results", typ)
+				c.addAt(ppath, "type", api.FieldNotSupported, "function call outputs may carry only text here; chat engines take no %s in tool results", typ)
 			default:
-				c.enum(join(ppath, "type"), typ, "input_text", "input_image", "input_file")
+				c.enum(ppath.Key("type"), typ, "input_text", "input_image", "input_file")
 			}
 		}
 		if len(parts) != len(elems) {
@@ -352,7 +375,7 @@ func (c *checker) functionCallOutput(path string, o object) {
 		content = joinArray(parts)
 		mp.parts = true
 	default:
-		c.v.Add(opath, api.FieldWrongType, "must be a string or an array of content parts")
+		c.add(opath, api.FieldWrongType, "must be a string or an array of content parts")
 		return
 	}
 	if !ok {

@@ -9,10 +9,9 @@ import (
 	"github.com/svc-dev/svc/internal/jsontext"
 )
 
-// jsonraw.Kind is the type of a raw JSON value, read from its first byte; the
-// values it is used on were decoded by encoding/json and so are valid.
-// object is a decoded JSON object, its keys matched exactly.
-type object = jsonraw.Members
+// object is an object of a request, read as a view of its body: what the
+// request keeps of it is copied (see checker.object).
+type object = jsonraw.Fields
 
 // appendString appends s as a JSON string. HTML characters stay as they
 // are (the text is for programs, not browsers); invalid UTF-8 becomes

@@ -93,12 +93,11 @@ func check(body []byte) (*checker, error) {
 	if !jsontext.Valid(body) {
 		return nil, jsonraw.Malformed(body)
 	}
-	// The request keeps some of these members to echo them: copies.
-	top, ok := jsonraw.CheckedObject(body)
+	c := &checker{r: &Request{}}
+	top, ok := c.read(body)
 	if !ok {
 		return nil, api.Invalid(api.FieldError{Field: "body", Type: api.FieldWrongType, Message: "must be a JSON object"})
 	}
-	c := &checker{r: &Request{}}
 	c.request(top)
 	if c.refusal != nil {
 		return nil, c.refusal
@@ -153,6 +152,9 @@ type checker struct {
 	refusal *api.Error
 	r       *Request
 	out     chatBody
+	// members are those of every object read so far, each object's a
+	// part of the list (read).
+	members jsonraw.Fields
 }
 
 func (c *checker) refuse(param, format string, args ...any) {
@@ -168,125 +170,132 @@ func (c *checker) stateful(param, what string) {
 	}
 }
 
-// join appends key to a field path; an empty key leaves it as it is.
-func join(path, key string) string {
-	switch {
-	case key == "":
-		return path
-	case path == "":
-		return key
-	}
-	return path + "." + key
+// add reports a failure of the value at path.
+func (c *checker) add(path *api.Path, typ, format string, args ...any) {
+	c.v.Add(path.String(), typ, format, args...)
 }
 
-// index is the path of element i of the array at path.
-func index(path string, i int) string { return join(path, strconv.Itoa(i)) }
+// addAt reports a failure of member key of the value at path.
+func (c *checker) addAt(path *api.Path, key, typ, format string, args ...any) {
+	c.v.Add(path.Key(key).String(), typ, format, args...)
+}
+
+// read reads an object of the request into the checker's list of members,
+// whose part it returns; one list serves the whole request.
+func (c *checker) read(raw json.RawMessage) (object, bool) {
+	n := len(c.members)
+	var ok bool
+	if c.members, ok = jsonraw.AppendFields(c.members, raw); !ok {
+		return nil, false
+	}
+	return c.members[n:len(c.members):len(c.members)], true
+}
 
 // Generic checks: each reports its own failure and returns ok only for a
 // usable value. "opt" ones treat absent and null alike.
 
-func (c *checker) str(path string, raw json.RawMessage) (string, bool) {
+func (c *checker) str(path *api.Path, raw json.RawMessage) (string, bool) {
 	s, ok := jsonraw.DecodeString(raw)
 	if !ok {
-		c.v.Add(path, api.FieldWrongType, "must be a string")
+		c.add(path, api.FieldWrongType, "must be a string")
 	}
 	return s, ok
 }
 
-func (c *checker) boolean(path string, raw json.RawMessage) (bool, bool) {
+func (c *checker) boolean(path *api.Path, raw json.RawMessage) (bool, bool) {
 	if jsonraw.KindOf(raw) != jsonraw.Bool {
-		c.v.Add(path, api.FieldWrongType, "must be true or false")
+		c.add(path, api.FieldWrongType, "must be true or false")
 		return false, false
 	}
 	return bytes.TrimSpace(raw)[0] == 't', true
 }
 
-// object and array read the body's inner values as views of it: what the
+// object and array read the body's values as views of it: what the
 // request keeps of them to echo is copied (compact, appendString), and
 // the rest is written into the chat body before Parse returns.
-func (c *checker) object(path string, raw json.RawMessage) (object, bool) {
-	o, ok := jsonraw.CheckedObjectView(raw)
+func (c *checker) object(path *api.Path, raw json.RawMessage) (object, bool) {
+	o, ok := c.read(raw)
 	if !ok {
-		c.v.Add(path, api.FieldWrongType, "must be an object")
+		c.add(path, api.FieldWrongType, "must be an object")
 	}
 	return o, ok
 }
 
-func (c *checker) array(path string, raw json.RawMessage) ([]json.RawMessage, bool) {
+func (c *checker) array(path *api.Path, raw json.RawMessage) ([]json.RawMessage, bool) {
 	a, ok := jsonraw.CheckedArrayView(raw)
 	if !ok {
-		c.v.Add(path, api.FieldWrongType, "must be an array")
+		c.add(path, api.FieldWrongType, "must be an array")
 	}
 	return a, ok
 }
 
-func (c *checker) enum(path, s string, allowed ...string) bool {
+func (c *checker) enum(path *api.Path, s string, allowed ...string) bool {
 	for _, a := range allowed {
 		if s == a {
 			return true
 		}
 	}
 	if len(allowed) == 1 {
-		c.v.Add(path, api.FieldEnum, "must be %s", allowed[0])
+		c.add(path, api.FieldEnum, "must be %s", allowed[0])
 	} else {
-		c.v.Add(path, api.FieldEnum, "one of %s", strings.Join(allowed, ", "))
+		c.add(path, api.FieldEnum, "one of %s", strings.Join(allowed, ", "))
 	}
 	return false
 }
 
-func (c *checker) optString(o object, path, key string) (string, bool) {
+func (c *checker) optString(o object, path *api.Path, key string) (string, bool) {
 	raw, ok := o.Field(key)
 	if !ok {
 		return "", false
 	}
-	return c.str(join(path, key), raw)
+	return c.str(path.Key(key), raw)
 }
 
-func (c *checker) optBool(o object, path, key string) (bool, bool) {
+func (c *checker) optBool(o object, path *api.Path, key string) (bool, bool) {
 	raw, ok := o.Field(key)
 	if !ok {
 		return false, false
 	}
-	return c.boolean(join(path, key), raw)
+	return c.boolean(path.Key(key), raw)
 }
 
-func (c *checker) optObject(o object, path, key string) (object, bool) {
+func (c *checker) optObject(o object, path *api.Path, key string) (object, bool) {
 	raw, ok := o.Field(key)
 	if !ok {
 		return nil, false
 	}
-	return c.object(join(path, key), raw)
+	return c.object(path.Key(key), raw)
 }
 
-func (c *checker) optEnum(o object, path, key string, allowed ...string) (string, bool) {
+func (c *checker) optEnum(o object, path *api.Path, key string, allowed ...string) (string, bool) {
 	s, ok := c.optString(o, path, key)
-	if !ok || !c.enum(join(path, key), s, allowed...) {
+	if !ok || !c.enum(path.Key(key), s, allowed...) {
 		return "", false
 	}
 	return s, true
 }
 
-func (c *checker) required(o object, path, key string) (json.RawMessage, bool) {
+func (c *checker) required(o object, path *api.Path, key string) (json.RawMessage, bool) {
 	raw, ok := o.Field(key)
 	if !ok {
-		c.v.Add(join(path, key), api.FieldMissing, "required")
+		c.addAt(path, key, api.FieldMissing, "required")
 	}
 	return raw, ok
 }
 
-func (c *checker) requiredString(o object, path, key string) (string, bool) {
+func (c *checker) requiredString(o object, path *api.Path, key string) (string, bool) {
 	raw, ok := c.required(o, path, key)
 	if !ok {
 		return "", false
 	}
-	return c.str(join(path, key), raw)
+	return c.str(path.Key(key), raw)
 }
 
 // requiredName is a required string that may not be empty.
-func (c *checker) requiredName(o object, path, key string) (string, bool) {
+func (c *checker) requiredName(o object, path *api.Path, key string) (string, bool) {
 	s, ok := c.requiredString(o, path, key)
 	if ok && s == "" {
-		c.v.Add(join(path, key), api.FieldMissing, "must not be empty")
+		c.addAt(path, key, api.FieldMissing, "must not be empty")
 		return "", false
 	}
 	return s, ok
@@ -315,7 +324,7 @@ func (c *checker) number(o object, key string, lo, hi float64, msg string) json.
 func (c *checker) request(top object) {
 	c.stateless(top)
 
-	if s, ok := c.requiredString(top, "", "model"); ok {
+	if s, ok := c.requiredString(top, nil, "model"); ok {
 		if s == "" {
 			c.v.Add("model", api.FieldMissing, "must not be empty")
 		}
@@ -325,7 +334,7 @@ func (c *checker) request(top object) {
 	c.instructions(top)
 	c.input(top)
 
-	if b, ok := c.optBool(top, "", "stream"); ok && b {
+	if b, ok := c.optBool(top, nil, "stream"); ok && b {
 		c.r.Stream = true
 		c.out.Stream = true
 		// The final response object carries usage, and the gateway bills
@@ -339,17 +348,17 @@ func (c *checker) request(top object) {
 	c.r.echo.topP = c.out.TopP
 	c.tools(top)
 	c.toolChoice(top)
-	if b, ok := c.optBool(top, "", "parallel_tool_calls"); ok {
+	if b, ok := c.optBool(top, nil, "parallel_tool_calls"); ok {
 		c.out.ParallelToolCalls = json.RawMessage(strconv.FormatBool(b))
 		c.r.echo.parallelToolCalls = c.out.ParallelToolCalls
 	}
 	c.text(top)
 	c.reasoning(top)
-	if s, ok := c.optString(top, "", "user"); ok {
+	if s, ok := c.optString(top, nil, "user"); ok {
 		c.out.User = json.RawMessage(appendString(nil, s))
 		c.r.echo.user = c.out.User
 	}
-	if s, ok := c.optEnum(top, "", "truncation", "disabled", "auto"); ok {
+	if s, ok := c.optEnum(top, nil, "truncation", "disabled", "auto"); ok {
 		c.r.echo.truncation = json.RawMessage(appendString(nil, s))
 	}
 	if raw, ok := top.Field("metadata"); ok {
@@ -359,7 +368,7 @@ func (c *checker) request(top object) {
 			c.v.Add("metadata", api.FieldWrongType, "must be an object")
 		}
 	}
-	c.optBool(top, "", "store")
+	c.optBool(top, nil, "store")
 	if raw, ok := top.Field("top_logprobs"); ok {
 		if jsonraw.KindOf(raw) != jsonraw.Number {
 			c.v.Add("top_logprobs", api.FieldWrongType, "must be an integer")
@@ -383,7 +392,7 @@ func (c *checker) stateless(top object) {
 	if _, ok := top.Field("prompt"); ok {
 		c.stateful("prompt", "a stored prompt")
 	}
-	c.optBool(top, "", "background")
+	c.optBool(top, nil, "background")
 }
 
 func (c *checker) instructions(top object) {
@@ -391,7 +400,7 @@ func (c *checker) instructions(top object) {
 	if !ok {
 		return
 	}
-	s, ok := c.str("instructions", raw)
+	s, ok := c.str(api.PathOf("instructions"), raw)
 	if !ok {
 		return
 	}
@@ -402,7 +411,7 @@ func (c *checker) instructions(top object) {
 		return
 	}
 	c.out.Messages = append(c.out.Messages, chatMessage{Role: "system", Content: c.r.echo.instructions})
-	c.r.paths = append(c.r.paths, msgPath{path: "instructions"})
+	c.r.paths = append(c.r.paths, msgPath{item: fromInstructions})
 }
 
 func (c *checker) maxOutputTokens(top object) {
@@ -443,13 +452,13 @@ func (c *checker) tools(top object) {
 	if !ok {
 		return
 	}
-	elems, ok := c.array("tools", raw)
+	elems, ok := c.array(api.PathOf("tools"), raw)
 	if !ok {
 		return
 	}
 	c.r.echo.tools = compact(raw)
 	for i, e := range elems {
-		path := index("tools", i)
+		path := api.PathOf("tools").Index(i)
 		t, ok := c.object(path, e)
 		if !ok {
 			continue
@@ -459,12 +468,12 @@ func (c *checker) tools(top object) {
 			continue
 		}
 		if typ != "function" {
-			c.refuse(join(path, "type"), "%s are not served by this gateway; only function tools are (%s.type is %q)", hostedTool(typ), path, typ)
+			c.refuse(path.Key("type").String(), "%s are not served by this gateway; only function tools are (%s.type is %q)", hostedTool(typ), path.String(), typ)
 			continue
 		}
 		name, ok := c.requiredString(t, path, "name")
 		if ok && !toolName.MatchString(name) {
-			c.v.Add(join(path, "name"), api.FieldInvalid, "must be 1 to 64 letters, digits, underscores or hyphens")
+			c.addAt(path, "name", api.FieldInvalid, "must be 1 to 64 letters, digits, underscores or hyphens")
 			ok = false
 		}
 		fn := chatFunction{Name: name}
@@ -475,7 +484,7 @@ func (c *checker) tools(top object) {
 			if jsonraw.KindOf(p) == jsonraw.Object {
 				fn.Parameters = compact(p)
 			} else {
-				c.v.Add(join(path, "parameters"), api.FieldWrongType, "must be an object (a JSON schema)")
+				c.addAt(path, "parameters", api.FieldWrongType, "must be an object (a JSON schema)")
 			}
 		}
 		if b, has := c.optBool(t, path, "strict"); has {
@@ -495,19 +504,19 @@ func (c *checker) toolChoice(top object) {
 	switch jsonraw.KindOf(raw) {
 	case jsonraw.String:
 		s, _ := jsonraw.DecodeString(raw)
-		if c.enum("tool_choice", s, "none", "auto", "required") {
+		if c.enum(api.PathOf("tool_choice"), s, "none", "auto", "required") {
 			c.out.ToolChoice = compact(raw)
 			c.r.echo.toolChoice = c.out.ToolChoice
 		}
 	case jsonraw.Object:
-		o, _ := jsonraw.CheckedObjectView(raw)
-		typ, ok := c.requiredString(o, "tool_choice", "type")
+		o, _ := c.read(raw)
+		typ, ok := c.requiredString(o, api.PathOf("tool_choice"), "type")
 		if !ok {
 			return
 		}
 		switch typ {
 		case "function":
-			if name, ok := c.requiredName(o, "tool_choice", "name"); ok {
+			if name, ok := c.requiredName(o, api.PathOf("tool_choice"), "name"); ok {
 				c.out.ToolChoice = append(appendString([]byte(`{"type":"function","function":{"name":`), name), "}}"...)
 				c.r.echo.toolChoice = compact(raw)
 			}
@@ -522,7 +531,7 @@ func (c *checker) toolChoice(top object) {
 }
 
 func (c *checker) text(top object) {
-	t, ok := c.optObject(top, "", "text")
+	t, ok := c.optObject(top, nil, "text")
 	if !ok {
 		return
 	}
@@ -533,13 +542,13 @@ func (c *checker) text(top object) {
 	if !ok {
 		return
 	}
-	const path = "text.format"
+	path := api.PathOf("text").Key("format")
 	f, ok := c.object(path, rawFormat)
 	if !ok {
 		return
 	}
 	typ, ok := c.requiredString(f, path, "type")
-	if !ok || !c.enum(join(path, "type"), typ, "text", "json_object", "json_schema") {
+	if !ok || !c.enum(path.Key("type"), typ, "text", "json_object", "json_schema") {
 		return
 	}
 	switch typ {
@@ -561,7 +570,7 @@ func (c *checker) text(top object) {
 		}
 		schema, schemaOK := c.required(f, path, "schema")
 		if schemaOK && jsonraw.KindOf(schema) != jsonraw.Object {
-			c.v.Add(join(path, "schema"), api.FieldWrongType, "must be an object (a JSON schema)")
+			c.addAt(path, "schema", api.FieldWrongType, "must be an object (a JSON schema)")
 			schemaOK = false
 		}
 		js.Schema = compact(schema)
@@ -580,11 +589,11 @@ func (c *checker) text(top object) {
 }
 
 func (c *checker) reasoning(top object) {
-	o, ok := c.optObject(top, "", "reasoning")
+	o, ok := c.optObject(top, nil, "reasoning")
 	if !ok {
 		return
 	}
-	if s, ok := c.optEnum(o, "reasoning", "effort", "none", "minimal", "low", "medium", "high", "xhigh"); ok {
+	if s, ok := c.optEnum(o, api.PathOf("reasoning"), "effort", "none", "minimal", "low", "medium", "high", "xhigh"); ok {
 		c.r.echo.effort = json.RawMessage(appendString(nil, s))
 		// The chat side knows every effort but xhigh; its nearest is high.
 		if s == "xhigh" {
@@ -594,7 +603,7 @@ func (c *checker) reasoning(top object) {
 	}
 	// The summary is always the engine's whole reasoning text, whatever
 	// was asked for, but the setting is echoed so clients read it back.
-	if s, ok := c.optEnum(o, "reasoning", "summary", "auto", "concise", "detailed"); ok {
+	if s, ok := c.optEnum(o, api.PathOf("reasoning"), "summary", "auto", "concise", "detailed"); ok {
 		c.r.echo.summary = json.RawMessage(appendString(nil, s))
 	}
 }

@@ -365,3 +365,35 @@ func TestChatError(t *testing.T) {
 		t.Errorf("a plain error became %v", err)
 	}
 }
+
+// TestRequestKeepsNoPartOfTheBody: the body is read as views of it, and
+// the server reuses its buffer once the handler returns, so what the
+// request keeps to echo must be copies: a body overwritten after Parse
+// changes neither the chat body nor the response.
+func TestRequestKeepsNoPartOfTheBody(t *testing.T) {
+	body := []byte(req(`"instructions":"Be brief."`,
+		`"input":[{"role":"user","content":[{"type":"input_text","text":"a"}]},{"type":"function_call","call_id":"c1","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"c1","output":"x"}]`,
+		`"max_output_tokens":64`, `"temperature":0.5`, `"top_p":0.9`, `"parallel_tool_calls":false`, `"user":"u"`, `"truncation":"auto"`, `"metadata":{"k":"v"}`,
+		`"tools":[{"type":"function","name":"f","description":"d","parameters":{"type":"object"},"strict":true}]`, `"tool_choice":{"type":"function","name":"f"}`,
+		`"text":{"format":{"type":"json_schema","name":"n","schema":{"type":"object"}},"verbosity":"low"}`, `"reasoning":{"effort":"high","summary":"auto"}`))
+	const completion = `{"id":"c","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"{}"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`
+	r, err := responses.Parse(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chatBefore := string(r.Chat())
+	respBefore, err := r.FromChat([]byte(completion), "resp_1", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range body {
+		body[i] = 'x'
+	}
+	if got := string(r.Chat()); got != chatBefore {
+		t.Errorf("chat body changed with the request's:\n%s\nwas\n%s", got, chatBefore)
+	}
+	respAfter, err := r.FromChat([]byte(completion), "resp_1", 1)
+	if err != nil || string(respAfter) != string(respBefore) {
+		t.Errorf("response changed with the request's body:\n%s (%v)\nwas\n%s", respAfter, err, respBefore)
+	}
+}
