@@ -1041,3 +1041,41 @@ func TestSettingsChangedEvent(t *testing.T) {
 		}
 	})
 }
+
+// The power field is the live reading: a connected worker's latest, stale
+// or not (the reading says when it was taken), and null once the worker
+// is offline, as it reports nothing.
+func TestOfflineWorkerReportsNoPower(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Config{StaleAfter: 10 * time.Second, Grace: 100 * time.Millisecond})
+		fw := &fakeWorker{h: h, hello: api.Hello{Protocol: link.Protocol, Name: "w", Version: "v1", MaxConcurrent: 1,
+			SessionID: uuid.NewString(), Models: []api.Model{chat("m")},
+			Heartbeat: &api.Heartbeat{Power: &api.LivePower{At: time.Now(), Watts: map[string]float64{api.ScopeSystem: 250},
+				Channels: []api.PowerChannel{{Key: api.ScopeSystem, Scope: api.ScopeSystem, Source: "ipmi", Method: api.MethodMeasured}},
+				Machine:  api.MethodMeasured}}}}
+		fw.sess = link.NewSession(link.Options{Role: link.Worker, Accept: fw.serve})
+		t.Cleanup(func() { fw.sess.Close(nil) })
+		fw.connect("o")
+		for _, tc := range []struct {
+			name, status string
+			live         bool
+			step         func()
+		}{
+			{"connected", api.StatusHealthy, true, func() {}},
+			{"late", api.StatusStale, true, func() { time.Sleep(11 * time.Second); h.f.sweep() }},
+			{"gone", api.StatusOffline, false, func() { _ = fw.conn.Close(); synctest.Wait(); time.Sleep(time.Second) }},
+		} {
+			tc.step()
+			v := h.expect(fw.id, "o", tc.status)
+			if got := v.Power != nil && v.Power.Watts[api.ScopeSystem] == 250; got != tc.live {
+				t.Errorf("%s (%s): power %+v, want live %v", tc.name, tc.status, v.Power, tc.live)
+			}
+			if !tc.live && v.Power != nil {
+				t.Errorf("%s: power %+v, want null", tc.name, v.Power)
+			}
+		}
+		if lp := h.f.LivePower(); len(lp) != 0 {
+			t.Errorf("LivePower lists an offline worker: %+v", lp)
+		}
+	})
+}

@@ -117,7 +117,7 @@ func (f *Fleet) viewLocked(w *worker, now time.Time, queued int) api.Worker {
 		WorkerID: w.id, WorkerName: w.name, Status: f.statusLocked(w, now), Version: w.version,
 		Models: w.models, ActiveTasks: w.active, QueueDepth: queued + w.heartbeat.QueueDepth,
 		MaxConcurrent: w.maxConcurrent, LastSeenSecondsAgo: int(now.Sub(w.lastSeen) / time.Second),
-		Power: w.heartbeat.Power, Draining: w.draining, Engines: w.engines, Features: w.features,
+		Draining: w.draining, Engines: w.engines, Features: w.features,
 		ApprovalPending: w.pending,
 		GPUs:            w.heartbeat.GPUs, GPUCount: len(w.heartbeat.GPUs),
 	}
@@ -139,6 +139,9 @@ func (f *Fleet) viewLocked(w *worker, now time.Time, queued int) api.Worker {
 	} else {
 		t := w.connectedAt.UTC()
 		v.ConnectedAt = &t
+		// An offline worker reports no power: its last reading is not
+		// live. A connected one's reading carries its own time (at).
+		v.Power = w.heartbeat.Power
 	}
 	return v
 }
