@@ -27,10 +27,14 @@ const (
 type Outcome struct {
 	FinishReason string
 	// Content is the reply's text content, possibly only its first 1 MiB
-	// (ContentTruncated says so).
+	// (ContentTruncated says so). The gateway keeps it only when the
+	// request asked for JSON, the one case it is judged.
 	Content          string
 	ContentTruncated bool
-	HasToolCalls     bool
+	// HadContent is whether the reply had answer text other than white
+	// space, kept or not.
+	HadContent   bool
+	HasToolCalls bool
 	// ReasoningTokens is from usage when reported, else an estimate; 0
 	// when none.
 	ReasoningTokens int
@@ -38,6 +42,11 @@ type Outcome struct {
 	HadReasoning     bool
 	PromptTokens     int
 	CompletionTokens int
+}
+
+// answered reports an answer beside any thinking.
+func (o *Outcome) answered() bool {
+	return o.HadContent || strings.TrimSpace(o.Content) != ""
 }
 
 // Notice returns the single advisory for the reply, or nil. engine is the
@@ -64,7 +73,7 @@ func (r *Request) lengthNotice(o Outcome, m *api.Model) *api.Notice {
 		window = m.ContextWindow
 	}
 	switch {
-	case o.HadReasoning && o.Content == "" && !o.HasToolCalls:
+	case o.HadReasoning && !o.answered() && !o.HasToolCalls:
 		if r.BudgetApplied > 0 && !has(m, api.CapThinkingBudget) && o.ReasoningTokens >= r.BudgetApplied {
 			return notice(NoticeTruncatedAtReasoningBudget, "Thinking used its whole budget of %s tokens on a model whose thinking cannot be ended early, so the reply stopped before an answer; raise reasoning.max_tokens or turn thinking off.",
 				thousands(r.BudgetApplied))
@@ -87,7 +96,7 @@ func (r *Request) lengthNotice(o Outcome, m *api.Model) *api.Notice {
 
 // stopNotice flags a reply that finished normally but not as asked.
 func (r *Request) stopNotice(o Outcome, m *api.Model) *api.Notice {
-	if r.BudgetApplied > 0 && has(m, api.CapThinkingBudget) && o.ReasoningTokens >= r.BudgetApplied && o.Content != "" {
+	if r.BudgetApplied > 0 && has(m, api.CapThinkingBudget) && o.ReasoningTokens >= r.BudgetApplied && o.answered() {
 		return notice(NoticeReasoningBudgetReached, "Thinking reached its budget of %s tokens and was ended; the model then answered. Raise reasoning.max_tokens to let it think longer.",
 			thousands(r.BudgetApplied))
 	}

@@ -43,6 +43,12 @@ func TestNotice(t *testing.T) {
 			Outcome{FinishReason: "length", HadReasoning: true, HasToolCalls: true}, "", nil},
 		{"reasoning then some answer is not a reasoning cut", body(`"max_tokens":100`), plainModel,
 			Outcome{FinishReason: "length", HadReasoning: true, Content: "The answer is"}, "", nil},
+		// Outside JSON mode the gateway keeps no content, only whether
+		// there was some.
+		{"reasoning then an answer not kept is not a reasoning cut", body(`"max_tokens":5`, `"reasoning":{"max_tokens":10}`), budgetModel,
+			Outcome{FinishReason: "length", HadReasoning: true, HadContent: true, ReasoningTokens: 10}, "", nil},
+		{"reasoning then white space is a reasoning cut", body(`"max_tokens":100`), plainModel,
+			Outcome{FinishReason: "length", HadReasoning: true, Content: "\n\n"}, NoticeTruncatedDuringReasoning, nil},
 
 		// finish_reason length: structured output
 		{"JSON cut short", body(jsonFormat, `"max_tokens":10`), plainModel,
@@ -80,6 +86,8 @@ func TestNotice(t *testing.T) {
 			Outcome{FinishReason: "stop", Content: "42", HadReasoning: true, ReasoningTokens: DefaultThinkingBudget}, NoticeReasoningBudgetReached, []string{"8,192"}},
 		{"explicit budget reached then a tool call", body(`"reasoning":{"max_tokens":256}`), budgetModel,
 			Outcome{FinishReason: "tool_calls", Content: "calling", HasToolCalls: true, HadReasoning: true, ReasoningTokens: 300}, NoticeReasoningBudgetReached, []string{"256"}},
+		{"budget reached then answered, the answer not kept", body(`"reasoning":{"max_tokens":10}`), budgetModel,
+			Outcome{FinishReason: "stop", HadContent: true, HadReasoning: true, ReasoningTokens: 10}, NoticeReasoningBudgetReached, []string{"10 tokens"}},
 		{"budget not reached", body(), budgetModel,
 			Outcome{FinishReason: "stop", Content: "42", HadReasoning: true, ReasoningTokens: 100}, "", nil},
 		{"budget reached, no answer", body(), budgetModel,

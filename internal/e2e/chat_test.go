@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -304,6 +306,58 @@ func TestNotices(t *testing.T) {
 			n, _ := svcOf(t, data[len(data)-3])["notice"].(map[string]any)
 			if n == nil || n["code"] != tt.code {
 				t.Fatalf("streaming notice chunk %s", data[len(data)-3])
+			}
+		})
+	}
+}
+
+// TestNoticesFromTheGateway: an engine such as vLLM reports no notices, so
+// the gateway settles them from the reply it relays, whose answer text it
+// does not keep outside structured output.
+func TestNoticesFromTheGateway(t *testing.T) {
+	s := startServer(t, "")
+	key := s.adminKey()
+	engine := startSim(t, "tps=0,ttft=0")
+	meta := filepath.Join(t.TempDir(), "meta.json")
+	if err := os.WriteFile(meta, []byte(`{"sim-reasoner":{"capabilities":["chat","reasoning","thinking_budget"],"context_window":32768,"default_thinking":true}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	startWorker(t, s.URL, s.tokenFile(), "plain-engine", "--engine", "openai="+engine, "--model-meta", meta)
+	tests := []struct {
+		name, model, text string
+		extra             map[string]any
+		code              string // "" for none
+	}{
+		{"thinking ended at its budget, then an answer", "sim-reasoner", "think\nsim: reasoning=40 tokens=5",
+			map[string]any{"max_tokens": 100, "reasoning": map[string]any{"max_tokens": 10}}, "reasoning_budget_reached"},
+		{"an answer cut by the client's own max_tokens", "sim-reasoner", "think\nsim: reasoning=40 tokens=50",
+			map[string]any{"max_tokens": 5, "reasoning": map[string]any{"max_tokens": 10}}, ""},
+		// A model without a thinking budget spends max_tokens on thinking.
+		{"thinking took the whole limit", "sim-small", "think\nsim: reasoning=30",
+			map[string]any{"max_tokens": 10, "enable_thinking": true}, "truncated_during_reasoning"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			body := streamBody(tt.model, tt.text, tt.extra)
+			plain := strings.Replace(body, `"stream":true`, `"stream":false`, 1)
+			r := s.do("POST", "/v1/chat/completions", plain, bearer(key))
+			if r.Status != 200 {
+				t.Fatalf("non-streaming = %d %s", r.Status, r.Body)
+			}
+			notice, _ := svcOf(t, string(r.Body))["notice"].(map[string]any)
+			if code, _ := notice["code"].(string); code != tt.code {
+				t.Fatalf("non-streaming notice = %v, want %q, in %s", notice, tt.code, tail(string(r.Body)))
+			}
+			_, data := rawStream(t, s, key, body)
+			var got string
+			for _, d := range data {
+				if strings.Contains(d, `"notice"`) {
+					n, _ := svcOf(t, d)["notice"].(map[string]any)
+					got, _ = n["code"].(string)
+				}
+			}
+			if got != tt.code {
+				t.Fatalf("streaming notice %q, want %q, in %q", got, tt.code, data)
 			}
 		})
 	}

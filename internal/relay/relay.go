@@ -265,12 +265,15 @@ type Call struct {
 	firstToken       time.Time
 	content          strings.Builder
 	contentTruncated bool
-	hadReasoning     bool
-	toolCalls        bool
-	finish           string
-	notice           *api.Notice
-	chunkID          string
-	chunks           chunkScan // reads each chunk, reused
+	// hadContent is whether the answer had text other than white space,
+	// which content, kept only for structured output, cannot tell.
+	hadContent   bool
+	hadReasoning bool
+	toolCalls    bool
+	finish       string
+	notice       *api.Notice
+	chunkID      string
+	chunks       chunkScan // reads each chunk, reused
 }
 
 // Start puts a request on the in-flight list and readies it to run with

@@ -116,6 +116,7 @@ func (c *Call) inspect(msg []byte) {
 
 func (c *Call) noteText(content, reasoning []byte, toolCalls bool) {
 	c.outChars += utf8.RuneCount(content) + utf8.RuneCount(reasoning)
+	c.hadContent = c.hadContent || len(bytes.TrimSpace(content)) > 0
 	c.hadReasoning = c.hadReasoning || len(reasoning) > 0
 	c.toolCalls = c.toolCalls || toolCalls
 	if c.req.Chat != nil && c.req.Chat.JSONMode != "" && !c.contentTruncated {
@@ -169,7 +170,7 @@ func (c *Call) replyNotice() *api.Notice {
 	}
 	c.notice = c.req.Chat.Notice(chat.Outcome{
 		FinishReason: c.finish, Content: c.content.String(), ContentTruncated: c.contentTruncated,
-		HasToolCalls: c.toolCalls, ReasoningTokens: reasoning, HadReasoning: c.hadReasoning,
+		HadContent: c.hadContent, HasToolCalls: c.toolCalls, ReasoningTokens: reasoning, HadReasoning: c.hadReasoning,
 		PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens,
 	}, engine, c.req.ModelInfo)
 	return c.notice
