@@ -800,7 +800,6 @@ func (m *Manager) finishStop(ctx context.Context, id string) (bool, error) {
 	at := *r.StopRequestedAt
 	r.StoppedAt = &at
 	r.Status = api.RentalStopped
-	r.BootPhase = ""
 	delete(m.dl, id)
 	r.note(m.now(), "stopped", "the provider confirmed the machine is gone")
 	if err := m.saveLocked(r); err != nil {

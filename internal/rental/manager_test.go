@@ -456,3 +456,61 @@ func TestConnectionWithoutItsEvent(t *testing.T) {
 		}
 	})
 }
+
+// boot_phase is the last boot milestone reached: stopping a rental,
+// however it stops, does not take that back, and the ledger keeps it.
+func TestStoppedRentalKeepsItsLastBootPhase(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		models []string
+		steps  func(e *env, r api.Rental)
+		want   string
+	}{
+		{"stopped while booting", nil, func(e *env, r api.Rental) {
+			a, _ := e.m.Audit("org1", r.ID)
+			e.prov.set(a.InstanceID, func(in *Instance) { in.BootPhase = api.BootPullingImage })
+			e.m.tick(context.Background(), map[string]time.Time{})
+		}, api.BootPullingImage},
+		{"stopped while serving", nil, func(e *env, r api.Rental) { e.connect(r) }, api.BootReady},
+		{"stopped with a model installing", []string{"qwen3-8b-q4"}, func(e *env, r api.Rental) {
+			e.connect(r)
+			e.m.workerEvent("org1", api.WorkerEvent{WorkerID: r.WorkerID, EventType: api.EventModelInstall, CreatedAt: time.Now(),
+				Install: &api.ModelInstall{Model: "qwen3-8b-q4", State: api.InstallStarted}})
+		}, api.BootWorkerConnected},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				e := newEnv(t, offer("h100", TierUK, 250, 64))
+				ctx := context.Background()
+				r := must(e.m.Rent(ctx, owner, api.RentRequest{GPUModelID: "h100", TierID: TierUK, Models: tc.models}))
+				tc.steps(e, r)
+				if g, _ := e.m.Get("org1", r.ID); g.BootPhase == nil || *g.BootPhase != tc.want {
+					t.Fatalf("before the stop: boot_phase %v, want %s", g.BootPhase, tc.want)
+				}
+				stopped := must(e.m.Stop(ctx, "org1", r.ID))
+				if stopped.Status != api.RentalStopped || stopped.BootPhase == nil || *stopped.BootPhase != tc.want {
+					t.Fatalf("stopped %s: boot_phase %v, want %s", stopped.Status, stopped.BootPhase, tc.want)
+				}
+				if g, _ := e.open(t).Get("org1", r.ID); g.BootPhase == nil || *g.BootPhase != tc.want {
+					t.Fatalf("reloaded: boot_phase %v, want %s", g.BootPhase, tc.want)
+				}
+			})
+		})
+	}
+	// A rental no provider placed reached queued and no further.
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t, offer("h100", TierUK, 250, 64))
+		e.prov.creating = func() {
+			e.prov.mu.Lock()
+			e.prov.capacity["h100"] = 0
+			e.prov.mu.Unlock()
+		}
+		if _, err := e.m.Rent(context.Background(), owner, api.RentRequest{GPUModelID: "h100", TierID: TierUK}); status(err) != 409 {
+			t.Fatalf("rent: %v", err)
+		}
+		rs := must(e.m.List("org1"))
+		if len(rs) != 1 || rs[0].Status != api.RentalStopped || rs[0].BootPhase == nil || *rs[0].BootPhase != api.BootQueued {
+			t.Fatalf("unplaced rental %+v", rs)
+		}
+	})
+}

@@ -463,7 +463,7 @@ func (m *Manager) abandon(r *record, why error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	msg := fmt.Sprintf("no provider placed it: %v", why)
-	r.Status, r.Error, r.BootPhase = api.RentalStopped, msg, ""
+	r.Status, r.Error = api.RentalStopped, msg
 	r.StopRequestedAt, r.StoppedAt = &now, &now
 	r.note(now, "stopped", msg)
 	if err := m.saveLocked(r); err != nil {
