@@ -27,10 +27,11 @@ func BenchmarkProbeMP3(b *testing.B) {
 
 func cbr128Len() int { return len(cbr128.bytes()) }
 
-// BenchmarkProbeJunk is a worst case: a tag that makes the file an MP3,
-// then 25 MB of 0xFF, each byte a sync candidate to check and reject.
+// BenchmarkProbeJunk is a worst case: a tag and a frame header that make
+// the file an MP3, then 25 MB of 0xFF, each byte a sync candidate to check
+// and reject.
 func BenchmarkProbeJunk(b *testing.B) {
-	file := append(id3v2(10, false), bytes.Repeat([]byte{0xFF}, uploadSize)...)
+	file := bytes.Join([][]byte{id3v2(10, false), cbr128.bytes()[:frameHeaderLen], bytes.Repeat([]byte{0xFF}, uploadSize)}, nil)
 	b.SetBytes(int64(len(file)))
 	b.ReportAllocs()
 	for b.Loop() {

@@ -140,7 +140,9 @@ func TestProbeMP3(t *testing.T) {
 		{name: "Layer II", file: frames(layer2, 100), seconds: 100 * 1152 / 48000.0, rate: 48000, ch: 2},
 		{name: "Layer I", file: frames(layer1, 100), seconds: 100 * 384 / 44100.0, rate: 44100, ch: 2},
 		{name: "ID3v2 only", file: id3v2(100, false), reason: "no valid frame"},
-		{name: "ID3v2 and junk", file: cat(id3v2(100, false), junk), reason: "no valid frame"},
+		{name: "ID3v2 and junk", file: cat(id3v2(100, false), junk), reason: "no valid frame"}, // junk holds a Layer I header
+		{name: "ID3v2, a frame header and text", file: cat(id3v2(100, false), cbr128.bytes()[:4], bytes.Repeat([]byte("text "), 100)), reason: "no valid frame"},
+		{name: "ID3v2 and a cut frame", file: cat(id3v2(100, false), cbr128.bytes()[:300]), reason: "no valid frame"},
 		{name: "cut in the first frame", file: cbr128.bytes()[:300], reason: "no valid frame"},
 	})
 }
@@ -174,7 +176,13 @@ func TestProbeFLAC(t *testing.T) {
 }
 
 func TestProbeUnsupported(t *testing.T) {
-	for _, b := range [][]byte{nil, []byte("OggS"), []byte("\x00\x00\x00\x20ftypM4A "), bytes.Repeat([]byte{0xFF}, 10000)} {
+	for _, b := range [][]byte{nil, []byte("OggS"), []byte("\x00\x00\x00\x20ftypM4A "), bytes.Repeat([]byte{0xFF}, 10000),
+		// An ID3v2 tag before what is not audio does not make it MP3.
+		taggedText,
+		append(id3v2(100, false), "\xff\xfb\x90junk"...), // a sync, but no valid frame header
+		append(id3v2(100, true), bytes.Repeat([]byte("text "), 10000)...),
+		append(id3v2(100, false), bytes.Repeat([]byte{0xFF}, 20000)...),
+	} {
 		if _, err := Probe(bytes.NewReader(b)); !errors.Is(err, ErrUnsupported) {
 			t.Errorf("Probe(%q) error = %v, want ErrUnsupported", b[:min(len(b), 8)], err)
 		}

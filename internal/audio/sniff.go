@@ -14,12 +14,17 @@ const sniffWindow = 16 << 10
 
 const id3v2HeaderLen = 10
 
+// minHead is the least of a file that Sniff is to be passed when the file
+// is that long: a shorter head is the whole file.
+const minHead = 4 << 10
+
 // Sniff names the format of a file from its first bytes: api.AudioWAV,
 // api.AudioMP3 or api.AudioFLAC, or "" when it is none of them. Pass at
 // least the first 4 KiB when the file has them. An ID3v2 tag may precede
-// MP3 or FLAC data; when it is longer than head, Sniff cannot see what it
-// tags and returns "".
+// MP3, FLAC or WAV data; when it is longer than head, Sniff cannot see what
+// it tags and returns "".
 func Sniff(head []byte) string {
+	whole := len(head) < minHead
 	tagged := false
 	for {
 		n := id3v2Len(head)
@@ -31,22 +36,51 @@ func Sniff(head []byte) string {
 		}
 		head, tagged = head[n:], true
 	}
-	return classify(head, tagged)
+	return classify(head, tagged, whole)
 }
 
-// classify names the format of audio data that starts at b. An ID3v2 tag
-// before data it cannot name is taken as MP3's: that is the tag's home
-// format, and MP3 decoders resynchronise over junk.
-func classify(b []byte, tagged bool) string {
+// classify names the format of audio data that starts at b, the first
+// sniffWindow bytes after any ID3v2 tags or fewer; whole says that b runs
+// to the end of the file.
+//
+// Data after an ID3v2 tag is MP3 when it holds an MPEG frame header
+// anywhere, even one that no other frame follows: a damaged stream, which
+// MP3 decoders resynchronise over, is still MP3, and is refused as
+// unreadable rather than unsupported. Data that holds none, across the
+// whole window or the whole file, is not audio whatever the tag says. When
+// nothing can tell (fewer bytes than a frame header, or a view of the file
+// that stops short of the window) the tag's home format, MP3, stands.
+func classify(b []byte, tagged, whole bool) string {
 	switch {
 	case len(b) >= 12 && string(b[:4]) == "RIFF" && string(b[8:12]) == "WAVE":
 		return api.AudioWAV
 	case len(b) >= 4 && string(b[:4]) == "fLaC":
 		return api.AudioFLAC
-	case tagged || looksLikeMP3(b):
+	case !tagged:
+		if looksLikeMP3(b) {
+			return api.AudioMP3
+		}
+		return ""
+	case hasFrameHeader(b), len(b) < frameHeaderLen, !whole && len(b) < sniffWindow:
 		return api.AudioMP3
 	}
 	return ""
+}
+
+// hasFrameHeader reports whether an MPEG audio frame header starts anywhere
+// in b.
+func hasFrameHeader(b []byte) bool {
+	for i := 0; i < len(b); i++ {
+		j := bytes.IndexByte(b[i:], 0xFF)
+		if j < 0 {
+			return false
+		}
+		i += j
+		if _, ok := parseFrameHeader(b[i:]); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // looksLikeMP3 reports whether b starts with an MPEG audio frame followed

@@ -9,7 +9,12 @@ import (
 
 var cbr128 = mpegFrame{version: 3, layer: 3, bitrate: 9, rate: 0, noCRC: true} // MPEG 1 Layer III, 128 kbit/s, 44.1 kHz
 
+// taggedText is an ID3v2.3 tag of 10 bytes before text: no audio at all.
+var taggedText = append([]byte("ID3\x03\x00\x00\x00\x00\x00\x0a\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"),
+	bytes.Repeat([]byte("hello world not audio"), 10)...)
+
 func TestSniff(t *testing.T) {
+	cat := func(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
 	flacFile := flacStream{rate: 44100, channels: 2, bits: 16, block: 4096, samples: 44100, declared: 44100}.bytes()
 	tests := []struct {
 		name string
@@ -22,7 +27,16 @@ func TestSniff(t *testing.T) {
 		{"ID3v2 longer than the head", append(id3v2(5000, false), flacFile...)[:4096], ""},
 		{"mp3", frames(cbr128, 10), api.AudioMP3},
 		{"mp3 after ID3v2", append(id3v2(100, false), frames(cbr128, 10)...), api.AudioMP3},
-		{"junk after ID3v2", append(id3v2(100, false), "junk"...), api.AudioMP3},
+		{"wav after ID3v2", append(id3v2(100, false), riff(fmtChunk(1, 1, 16000, 16, 0), dataChunk(100))...), api.AudioWAV},
+		{"mp3 after ID3v2 and padding", cat(id3v2(100, false), make([]byte, 1000), frames(cbr128, 10)), api.AudioMP3},
+		{"damaged mp3 after ID3v2", cat(id3v2(100, false), cbr128.bytes()[:4], []byte("junk")), api.AudioMP3},
+		{"junk after ID3v2", append(id3v2(100, false), "junk"...), ""},
+		{"text after ID3v2", taggedText, ""},
+		{"text after ID3v2 with footer", append(id3v2(100, true), bytes.Repeat([]byte("hello world not audio"), 10)...), ""},
+		{"text after ID3v2 filling the window", cat(id3v2(100, false), bytes.Repeat([]byte("text "), sniffWindow)), ""},
+		{"text after ID3v2 in a cut head", cat(id3v2(3000, false), bytes.Repeat([]byte("text "), 1000))[:4096], api.AudioMP3},
+		{"ID3v2 and a byte", append(id3v2(100, false), 0), api.AudioMP3},
+		{"ID3v2 and a frame header cut", append(id3v2(100, false), 0xFF, 0xFB), api.AudioMP3},
 		{"mp3 after junk", append(make([]byte, 700), frames(cbr128, 10)...), api.AudioMP3},
 		{"mp3 cut in its first frame", frames(cbr128, 1)[:100], api.AudioMP3},
 		{"lone sync word", append([]byte{0xFF, 0xFB, 0x90, 0x00}, bytes.Repeat([]byte("x"), 1000)...), ""},

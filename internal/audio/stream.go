@@ -115,7 +115,8 @@ func (s *stream) sniff() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return classify(head, tagged), nil
+	// peek comes back short only at the end of the file.
+	return classify(head, tagged, len(head) < sniffWindow), nil
 }
 
 // readError marks an error of the caller's reader, so that it is not

@@ -143,6 +143,10 @@ func TestParseRefusals(t *testing.T) {
 		{"text is not audio", "", [][2]string{{"file", "hello, this is a text file"}, {"model", "m"}}, 400, "file", "Unsupported audio format"},
 		{"empty file", "", [][2]string{{"file", ""}, {"model", "m"}}, 400, "file", "Unsupported audio format"},
 		{"damaged wav", "", [][2]string{{"file", "RIFF\x24\x00\x00\x00WAVEjunk"}, {"model", "m"}}, 400, "file", "cannot be read"},
+		{"text after an ID3v2 tag", "", [][2]string{{"file", "ID3\x03\x00\x00\x00\x00\x00\x0a" + strings.Repeat("\x00", 10) +
+			strings.Repeat("hello world not audio", 10)}, {"model", "m"}}, 400, "file", "Unsupported audio format"},
+		{"damaged mp3 after an ID3v2 tag", "", [][2]string{{"file", "ID3\x03\x00\x00\x00\x00\x00\x0a" + strings.Repeat("\x00", 10) +
+			"\xff\xfb\x90\x00" + strings.Repeat("hello world not audio", 10)}, {"model", "m"}}, 400, "file", "cannot be read: damaged mp3 file"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
