@@ -95,7 +95,7 @@ func TestSoCReplacesCPU(t *testing.T) {
 	sampleAt(s, c, at(60))
 	assertChannels(t, s.Channels(), []api.PowerChannel{
 		{Key: "soc", Scope: api.ScopeSoC, Name: "SoC Energy", Source: "hwmon", Method: api.MethodMeasured},
-		{Key: "system", Scope: api.ScopeSystem, Name: "soc + 50 W", Source: "estimate", Method: api.MethodEstimated},
+		{Key: "system", Scope: api.ScopeSystem, Source: "estimate", Method: api.MethodEstimated},
 	})
 	w := onlyWindow(t, s)
 	assertNear(t, "soc joules", w.Joules["soc"], 12)

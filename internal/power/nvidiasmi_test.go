@@ -128,7 +128,7 @@ cat "$(dirname "$0")/out.csv"
 
 	assertChannels(t, s.Channels(), []api.PowerChannel{
 		{Key: "gpu0", Scope: api.ScopeGPU, Index: new(0), Name: "NVIDIA L4", Source: "nvidia-smi", Method: api.MethodMeasured, PowerLimitW: new(72.0)},
-		{Key: "system", Scope: api.ScopeSystem, Name: "gpu0 + 50 W", Source: "estimate", Method: api.MethodEstimated},
+		{Key: "system", Scope: api.ScopeSystem, Source: "estimate", Method: api.MethodEstimated},
 	})
 	w := onlyWindow(t, s)
 	assertNear(t, "gpu0 joules", w.Joules["gpu0"], 40+50) // trapezoids

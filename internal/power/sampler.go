@@ -7,7 +7,6 @@ import (
 	"maps"
 	"os"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -239,10 +238,10 @@ func (s *Sampler) arrange(found []sensor) {
 		if s.cfg.Simulated != nil {
 			source = "simulated"
 		}
+		// No sensor reads it, so it has no sensor's name.
 		channels = append(channels, api.PowerChannel{
 			Key:    systemKey,
 			Scope:  api.ScopeSystem,
-			Name:   fmt.Sprintf("%s + %g W", strings.Join(s.components, " + "), s.cfg.BaselineW),
 			Source: source,
 			Method: api.MethodEstimated,
 		})

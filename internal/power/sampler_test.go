@@ -2,10 +2,12 @@ package power
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"os"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -62,9 +64,14 @@ func TestCounterDeltasAreExact(t *testing.T) {
 	chs := s.Channels()
 	want := []api.PowerChannel{
 		{Key: "gpu0", Scope: api.ScopeGPU, Index: new(0), Name: "NVIDIA H100 80GB HBM3", Source: "nvml", Method: api.MethodMeasured, PowerLimitW: new(700.0)},
-		{Key: "system", Scope: api.ScopeSystem, Name: "gpu0 + 50 W", Source: "estimate", Method: api.MethodEstimated},
+		{Key: "system", Scope: api.ScopeSystem, Source: "estimate", Method: api.MethodEstimated},
 	}
 	assertChannels(t, chs, want)
+	// The estimate is read from no sensor: its channel has no name at
+	// all on the wire, like the other nameless channels.
+	if b, err := json.Marshal(chs[len(chs)-1]); err != nil || strings.Contains(string(b), `"name"`) {
+		t.Errorf("estimated system channel = %s, %v; want no name", b, err)
+	}
 }
 
 func assertChannels(t *testing.T, got, want []api.PowerChannel) {
@@ -333,7 +340,7 @@ func TestSimulatedProfileFollowsLoad(t *testing.T) {
 	assertChannels(t, s.Channels(), []api.PowerChannel{
 		{Key: "gpu0", Scope: api.ScopeGPU, Index: new(0), Name: "Simulated GPU", Source: "simulated", Method: api.MethodEstimated, PowerLimitW: new(350.0)},
 		{Key: "cpu", Scope: api.ScopeCPU, Name: "Simulated CPU", Source: "simulated", Method: api.MethodEstimated},
-		{Key: "system", Scope: api.ScopeSystem, Name: "gpu0 + cpu + 50 W", Source: "simulated", Method: api.MethodEstimated},
+		{Key: "system", Scope: api.ScopeSystem, Source: "simulated", Method: api.MethodEstimated},
 	})
 	for _, tc := range []struct {
 		active   int
