@@ -13,46 +13,48 @@ import (
 // usable value; "opt" helpers treat absent and null alike, "required"
 // helpers report both as missing.
 
-// join is the path of key in path. The checks below take the two apart
-// and join them only to report a failure: a valid body builds no paths.
-func join(path, key string) string {
-	switch {
-	case key == "":
-		return path
-	case path == "":
-		return key
-	}
-	return path + "." + key
+// The checks below take a value's path as its parent's and its key (""
+// for the parent itself), and spell it out only to report a failure: a
+// valid body builds no paths.
+
+// add reports a failure of the value at path.
+func (c *checker) add(path *api.Path, typ, format string, args ...any) {
+	c.v.Add(path.String(), typ, format, args...)
 }
 
-func (c *checker) str(path, key string, raw json.RawMessage) (string, bool) {
+// addAt reports a failure of member key of the value at path.
+func (c *checker) addAt(path *api.Path, key, typ, format string, args ...any) {
+	c.v.Add(path.Key(key).String(), typ, format, args...)
+}
+
+func (c *checker) str(path *api.Path, key string, raw json.RawMessage) (string, bool) {
 	if jsonraw.KindOf(raw) != jsonraw.String {
-		c.v.Add(join(path, key), api.FieldWrongType, "must be a string")
+		c.addAt(path, key, api.FieldWrongType, "must be a string")
 		return "", false
 	}
 	return decodeString(raw)
 }
 
-func (c *checker) boolean(path, key string, raw json.RawMessage) (bool, bool) {
+func (c *checker) boolean(path *api.Path, key string, raw json.RawMessage) (bool, bool) {
 	if jsonraw.KindOf(raw) != jsonraw.Bool {
-		c.v.Add(join(path, key), api.FieldWrongType, "must be true or false")
+		c.addAt(path, key, api.FieldWrongType, "must be true or false")
 		return false, false
 	}
 	return raw[0] == 't', true
 }
 
-func (c *checker) object(path, key string, raw json.RawMessage) (*object, bool) {
+func (c *checker) object(path *api.Path, key string, raw json.RawMessage) (*object, bool) {
 	if jsonraw.KindOf(raw) != jsonraw.Object {
-		c.v.Add(join(path, key), api.FieldWrongType, "must be an object")
+		c.addAt(path, key, api.FieldWrongType, "must be an object")
 		return nil, false
 	}
 	o, err := parseObject(raw)
 	return o, err == nil
 }
 
-func (c *checker) array(path, key string, raw json.RawMessage) ([]json.RawMessage, bool) {
+func (c *checker) array(path *api.Path, key string, raw json.RawMessage) ([]json.RawMessage, bool) {
 	if jsonraw.KindOf(raw) != jsonraw.Array {
-		c.v.Add(join(path, key), api.FieldWrongType, "must be an array")
+		c.addAt(path, key, api.FieldWrongType, "must be an array")
 		return nil, false
 	}
 	elems, err := parseArray(raw)
@@ -60,26 +62,26 @@ func (c *checker) array(path, key string, raw json.RawMessage) ([]json.RawMessag
 }
 
 // integer accepts any JSON number without a fractional part that fits int64.
-func (c *checker) integer(path, key string, raw json.RawMessage) (int64, bool) {
+func (c *checker) integer(path *api.Path, key string, raw json.RawMessage) (int64, bool) {
 	if jsonraw.KindOf(raw) != jsonraw.Number {
-		c.v.Add(join(path, key), api.FieldWrongType, "must be an integer")
+		c.addAt(path, key, api.FieldWrongType, "must be an integer")
 		return 0, false
 	}
 	n, res := jsonraw.Int(string(raw))
 	switch res {
 	case jsonraw.IntFraction:
-		c.v.Add(join(path, key), api.FieldWrongType, "must be a whole number")
+		c.addAt(path, key, api.FieldWrongType, "must be a whole number")
 		return 0, false
 	case jsonraw.IntOverflow:
-		c.v.Add(join(path, key), api.FieldOutOfRange, "is too large")
+		c.addAt(path, key, api.FieldOutOfRange, "is too large")
 		return 0, false
 	}
 	return n, true
 }
 
-func (c *checker) number(path, key string, raw json.RawMessage) (float64, bool) {
+func (c *checker) number(path *api.Path, key string, raw json.RawMessage) (float64, bool) {
 	if jsonraw.KindOf(raw) != jsonraw.Number {
-		c.v.Add(join(path, key), api.FieldWrongType, "must be a number")
+		c.addAt(path, key, api.FieldWrongType, "must be a number")
 		return 0, false
 	}
 	return jsonraw.Float(string(raw)), true
@@ -87,21 +89,21 @@ func (c *checker) number(path, key string, raw json.RawMessage) (float64, bool) 
 
 // enum returns the allowed value s is, which unlike s holds nothing of
 // the body.
-func (c *checker) enum(path, key, s string, allowed ...string) (string, bool) {
+func (c *checker) enum(path *api.Path, key, s string, allowed ...string) (string, bool) {
 	for _, a := range allowed {
 		if s == a {
 			return a, true
 		}
 	}
 	if len(allowed) == 1 {
-		c.v.Add(join(path, key), api.FieldEnum, "must be %s", allowed[0])
+		c.addAt(path, key, api.FieldEnum, "must be %s", allowed[0])
 	} else {
-		c.v.Add(join(path, key), api.FieldEnum, "one of %s", strings.Join(allowed, ", "))
+		c.addAt(path, key, api.FieldEnum, "one of %s", strings.Join(allowed, ", "))
 	}
 	return "", false
 }
 
-func (c *checker) optString(o *object, path, key string) (string, bool) {
+func (c *checker) optString(o *object, path *api.Path, key string) (string, bool) {
 	raw, ok := o.field(key)
 	if !ok {
 		return "", false
@@ -109,7 +111,7 @@ func (c *checker) optString(o *object, path, key string) (string, bool) {
 	return c.str(path, key, raw)
 }
 
-func (c *checker) optBool(o *object, path, key string) (bool, bool) {
+func (c *checker) optBool(o *object, path *api.Path, key string) (bool, bool) {
 	raw, ok := o.field(key)
 	if !ok {
 		return false, false
@@ -117,7 +119,7 @@ func (c *checker) optBool(o *object, path, key string) (bool, bool) {
 	return c.boolean(path, key, raw)
 }
 
-func (c *checker) optObject(o *object, path, key string) (*object, bool) {
+func (c *checker) optObject(o *object, path *api.Path, key string) (*object, bool) {
 	raw, ok := o.field(key)
 	if !ok {
 		return nil, false
@@ -125,7 +127,7 @@ func (c *checker) optObject(o *object, path, key string) (*object, bool) {
 	return c.object(path, key, raw)
 }
 
-func (c *checker) optArray(o *object, path, key string) ([]json.RawMessage, bool) {
+func (c *checker) optArray(o *object, path *api.Path, key string) ([]json.RawMessage, bool) {
 	raw, ok := o.field(key)
 	if !ok {
 		return nil, false
@@ -133,7 +135,7 @@ func (c *checker) optArray(o *object, path, key string) ([]json.RawMessage, bool
 	return c.array(path, key, raw)
 }
 
-func (c *checker) optEnum(o *object, path, key string, allowed ...string) (string, bool) {
+func (c *checker) optEnum(o *object, path *api.Path, key string, allowed ...string) (string, bool) {
 	s, ok := c.optString(o, path, key)
 	if !ok {
 		return "", false
@@ -141,15 +143,15 @@ func (c *checker) optEnum(o *object, path, key string, allowed ...string) (strin
 	return c.enum(path, key, s, allowed...)
 }
 
-func (c *checker) missing(o *object, path, key string) (json.RawMessage, bool) {
+func (c *checker) missing(o *object, path *api.Path, key string) (json.RawMessage, bool) {
 	raw, ok := o.field(key)
 	if !ok {
-		c.v.Add(join(path, key), api.FieldMissing, "required")
+		c.addAt(path, key, api.FieldMissing, "required")
 	}
 	return raw, ok
 }
 
-func (c *checker) requiredString(o *object, path, key string) (string, bool) {
+func (c *checker) requiredString(o *object, path *api.Path, key string) (string, bool) {
 	raw, ok := c.missing(o, path, key)
 	if !ok {
 		return "", false
@@ -157,7 +159,7 @@ func (c *checker) requiredString(o *object, path, key string) (string, bool) {
 	return c.str(path, key, raw)
 }
 
-func (c *checker) requiredObject(o *object, path, key string) (*object, bool) {
+func (c *checker) requiredObject(o *object, path *api.Path, key string) (*object, bool) {
 	raw, ok := c.missing(o, path, key)
 	if !ok {
 		return nil, false
@@ -165,7 +167,7 @@ func (c *checker) requiredObject(o *object, path, key string) (*object, bool) {
 	return c.object(path, key, raw)
 }
 
-func (c *checker) requiredEnum(o *object, path, key string, allowed ...string) (string, bool) {
+func (c *checker) requiredEnum(o *object, path *api.Path, key string, allowed ...string) (string, bool) {
 	s, ok := c.requiredString(o, path, key)
 	if !ok {
 		return "", false

@@ -4,7 +4,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"net/url"
-	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -20,7 +19,7 @@ var (
 // messages checks the conversation and prepares the text parts that replace
 // file parts, since engines do not take files.
 func (c *checker) messages(top *object) {
-	raw, ok := c.missing(top, "", "messages")
+	raw, ok := c.missing(top, nil, "messages")
 	if !ok {
 		return
 	}
@@ -38,7 +37,7 @@ func (c *checker) messages(top *object) {
 	// here rather than once to split the array and again for each message.
 	var elems, canon []json.RawMessage
 	for n := 0; ; n++ {
-		end, replaced := c.message(messagePath(n), raw, i)
+		end, replaced := c.message(api.PathOf("messages").Index(n), raw, i)
 		if end < 0 {
 			return // not JSON, which Parse has ruled out
 		}
@@ -64,32 +63,16 @@ func (c *checker) messages(top *object) {
 	}
 }
 
-// messagePaths are the paths of the first messages, so that checking a
-// valid conversation builds none.
-var messagePaths = func() (p [64]string) {
-	for i := range p {
-		p[i] = "messages." + strconv.Itoa(i)
-	}
-	return p
-}()
-
-func messagePath(i int) string {
-	if i < len(messagePaths) {
-		return messagePaths[i]
-	}
-	return "messages." + strconv.Itoa(i)
-}
-
 // message checks the message that starts at body[start] and returns the
 // index just past it, -1 if it is not JSON, with its canonical form when
 // that differs from what was sent (file parts turned into text), else nil.
-func (c *checker) message(path string, body []byte, start int) (end int, replaced json.RawMessage) {
+func (c *checker) message(path *api.Path, body []byte, start int) (end int, replaced json.RawMessage) {
 	if start >= len(body) || body[start] != '{' {
 		next, err := skipValue(body, start)
 		if err != nil {
 			return -1, nil
 		}
-		c.v.Add(path, api.FieldWrongType, "must be an object")
+		c.add(path, api.FieldWrongType, "must be an object")
 		return next, nil
 	}
 	msg := &c.msg
@@ -113,9 +96,9 @@ func (c *checker) message(path string, body []byte, start int) (end int, replace
 	if !ok {
 		if required {
 			if role == "assistant" {
-				c.v.Add(join(path, "content"), api.FieldMissing, "required unless tool_calls is present")
+				c.addAt(path, "content", api.FieldMissing, "required unless tool_calls is present")
 			} else {
-				c.v.Add(join(path, "content"), api.FieldMissing, "required")
+				c.addAt(path, "content", api.FieldMissing, "required")
 			}
 		}
 		return end, nil
@@ -131,34 +114,34 @@ func (c *checker) message(path string, body []byte, start int) (end int, replace
 
 // content checks the content of the message at msgPath; it returns the
 // rewritten parts array and true only when a file part was replaced.
-func (c *checker) content(msgPath, role string, raw json.RawMessage) (json.RawMessage, bool) {
+func (c *checker) content(msgPath *api.Path, role string, raw json.RawMessage) (json.RawMessage, bool) {
 	kind := jsonraw.KindOf(raw)
 	if kind == jsonraw.String {
 		c.r.PromptChars += stringChars(raw)
 		return nil, false
 	}
 	// Built past the common case, a string, for which nothing is reported.
-	path := join(msgPath, "content")
+	path := msgPath.Key("content")
 	switch kind {
 	case jsonraw.Array:
 	default:
 		if role == "user" {
-			c.v.Add(path, api.FieldWrongType, "must be a string or an array of content parts")
+			c.add(path, api.FieldWrongType, "must be a string or an array of content parts")
 		} else {
-			c.v.Add(path, api.FieldWrongType, "must be a string or an array of text parts")
+			c.add(path, api.FieldWrongType, "must be a string or an array of text parts")
 		}
 		return nil, false
 	}
 	elems, _ := parseArray(raw)
 	if len(elems) == 0 && role == "user" {
-		c.v.Add(path, api.FieldInvalid, "must contain at least one part")
+		c.add(path, api.FieldInvalid, "must contain at least one part")
 		return nil, false
 	}
 	changed := false
 	out := make([]json.RawMessage, len(elems))
 	for i, e := range elems {
 		out[i] = e
-		if text, ok := c.part(join(path, strconv.Itoa(i)), role, e); ok {
+		if text, ok := c.part(path.Index(i), role, e); ok {
 			out[i] = textPart(text)
 			changed = true
 		}
@@ -171,7 +154,7 @@ func (c *checker) content(msgPath, role string, raw json.RawMessage) (json.RawMe
 
 // part checks one content part. For a valid file part it returns the text
 // that replaces it.
-func (c *checker) part(path, role string, raw json.RawMessage) (string, bool) {
+func (c *checker) part(path *api.Path, role string, raw json.RawMessage) (string, bool) {
 	p, ok := c.object(path, "", raw)
 	if !ok {
 		return "", false
@@ -181,7 +164,7 @@ func (c *checker) part(path, role string, raw json.RawMessage) (string, bool) {
 		return "", false
 	}
 	if typ != "text" && role != "user" {
-		c.v.Add(join(path, "type"), api.FieldNotSupported, "only user messages may carry %s parts", typ)
+		c.addAt(path, "type", api.FieldNotSupported, "only user messages may carry %s parts", typ)
 		return "", false
 	}
 	switch typ {
@@ -210,12 +193,12 @@ func textPart(text string) json.RawMessage {
 
 // imageURL accepts both {"image_url": {"url": ...}} and the bare-string
 // form {"image_url": "..."} that some clients send.
-func (c *checker) imageURL(path string, p *object) {
+func (c *checker) imageURL(path *api.Path, p *object) {
 	raw, ok := c.missing(p, path, "image_url")
 	if !ok {
 		return
 	}
-	path = join(path, "image_url")
+	path = path.Key("image_url")
 	switch jsonraw.KindOf(raw) {
 	case jsonraw.String:
 		s, _ := decodeString(raw)
@@ -223,68 +206,68 @@ func (c *checker) imageURL(path string, p *object) {
 	case jsonraw.Object:
 		o, _ := parseObject(raw)
 		if s, ok := c.requiredString(o, path, "url"); ok {
-			c.checkImageURL(join(path, "url"), s)
+			c.checkImageURL(path.Key("url"), s)
 		}
 	default:
-		c.v.Add(path, api.FieldWrongType, "must be an object with a url, or a URL string")
+		c.add(path, api.FieldWrongType, "must be an object with a url, or a URL string")
 	}
 }
 
-func (c *checker) checkImageURL(path, s string) {
+func (c *checker) checkImageURL(path *api.Path, s string) {
 	if hasPrefixFold(s, "data:") {
 		meta, data, ok := strings.Cut(s[len("data:"):], ",")
 		meta = strings.ToLower(meta)
 		switch {
 		case !ok || !strings.HasPrefix(meta, "image/"):
-			c.v.Add(path, api.FieldInvalid, "must be a data:image/...;base64,... URL")
+			c.add(path, api.FieldInvalid, "must be a data:image/...;base64,... URL")
 		case !strings.HasSuffix(meta, ";base64"):
-			c.v.Add(path, api.FieldInvalid, "the image data must be base64 (data:image/...;base64,...)")
+			c.add(path, api.FieldInvalid, "the image data must be base64 (data:image/...;base64,...)")
 		case data == "":
-			c.v.Add(path, api.FieldInvalid, "the image data is empty")
+			c.add(path, api.FieldInvalid, "the image data is empty")
 		case !ValidBase64(data):
-			c.v.Add(path, api.FieldInvalid, "the image data is not valid base64")
+			c.add(path, api.FieldInvalid, "the image data is not valid base64")
 		}
 		return
 	}
 	if hasPrefixFold(s, "http://") || hasPrefixFold(s, "https://") {
 		if !c.opts.AllowRemoteImages {
-			c.v.Add(path, api.FieldNotAllowed, "remote image URLs are turned off for this organisation; send the image as a data:image/...;base64 URL")
+			c.add(path, api.FieldNotAllowed, "remote image URLs are turned off for this organisation; send the image as a data:image/...;base64 URL")
 			return
 		}
 		if u, err := url.Parse(s); err != nil || u.Host == "" {
-			c.v.Add(path, api.FieldInvalid, "must be a valid http(s) URL")
+			c.add(path, api.FieldInvalid, "must be a valid http(s) URL")
 		}
 		return
 	}
 	if c.opts.AllowRemoteImages {
-		c.v.Add(path, api.FieldInvalid, "must be a data:image/...;base64,... URL or an http(s) URL")
+		c.add(path, api.FieldInvalid, "must be a data:image/...;base64,... URL or an http(s) URL")
 	} else {
-		c.v.Add(path, api.FieldInvalid, "must be a data:image/...;base64,... URL")
+		c.add(path, api.FieldInvalid, "must be a data:image/...;base64,... URL")
 	}
 }
 
 // file checks a file part and returns the text the engine gets instead:
 // the file name, a newline and the decoded content.
-func (c *checker) file(partPath string, p *object) (string, bool) {
+func (c *checker) file(partPath *api.Path, p *object) (string, bool) {
 	f, ok := c.requiredObject(p, partPath, "file")
 	if !ok {
 		return "", false
 	}
-	path := join(partPath, "file")
+	path := partPath.Key("file")
 	name, nameOK := c.requiredString(f, path, "filename")
 	if nameOK {
 		lower := strings.ToLower(name)
 		if !strings.HasSuffix(lower, ".txt") && !strings.HasSuffix(lower, ".csv") {
-			c.v.Add(join(path, "filename"), api.FieldNotSupported, "only .txt and .csv files are supported")
+			c.addAt(path, "filename", api.FieldNotSupported, "only .txt and .csv files are supported")
 			nameOK = false
 		}
 	}
 	raw, ok := f.field("file_data")
 	if !ok {
-		c.v.Add(join(path, "file_data"), api.FieldMissing, "required: send the file's content as base64 (file_id is not supported)")
+		c.addAt(path, "file_data", api.FieldMissing, "required: send the file's content as base64 (file_id is not supported)")
 		return "", false
 	}
-	dataPath := join(path, "file_data")
+	dataPath := path.Key("file_data")
 	data, ok := c.str(dataPath, "", raw)
 	if !ok {
 		return "", false
@@ -297,10 +280,10 @@ func (c *checker) file(partPath string, p *object) (string, bool) {
 }
 
 // decodeFile decodes file_data at path, recording why when it cannot.
-func (c *checker) decodeFile(path, data string) (string, bool) {
+func (c *checker) decodeFile(path *api.Path, data string) (string, bool) {
 	text, fail := DecodeFile(data)
 	if fail != nil {
-		c.v.Add(path, fail.Type, "%s", fail.Message)
+		c.add(path, fail.Type, "%s", fail.Message)
 		return "", false
 	}
 	return text, true
@@ -342,13 +325,13 @@ func DecodeFile(data string) (string, *api.FieldError) {
 
 // toolCalls checks an assistant message's tool_calls and returns how many
 // there are.
-func (c *checker) toolCalls(path string, msg *object) int {
+func (c *checker) toolCalls(path *api.Path, msg *object) int {
 	elems, ok := c.optArray(msg, path, "tool_calls")
 	if !ok {
 		return 0
 	}
 	for i, raw := range elems {
-		p := join(join(path, "tool_calls"), strconv.Itoa(i))
+		p := path.Key("tool_calls").Index(i)
 		tc, ok := c.object(p, "", raw)
 		if !ok {
 			continue
@@ -359,7 +342,7 @@ func (c *checker) toolCalls(path string, msg *object) int {
 		if !ok {
 			continue
 		}
-		fp := join(p, "function")
+		fp := p.Key("function")
 		c.requiredString(fn, fp, "name")
 		if args, ok := c.optString(fn, fp, "arguments"); ok {
 			c.r.PromptChars += utf8.RuneCountInString(args)

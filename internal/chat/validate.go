@@ -3,7 +3,6 @@ package chat
 import (
 	"math"
 	"regexp"
-	"strconv"
 	"strings"
 
 	"github.com/svc-dev/svc/internal/api"
@@ -66,7 +65,7 @@ type checker struct {
 // several failures always lists them the same way. Unknown fields are not
 // looked at: they are forwarded as sent.
 func (c *checker) request(top *object) {
-	if s, ok := c.requiredString(top, "", "model"); ok {
+	if s, ok := c.requiredString(top, nil, "model"); ok {
 		if s == "" {
 			c.v.Add("model", api.FieldMissing, "must not be empty")
 		}
@@ -74,15 +73,15 @@ func (c *checker) request(top *object) {
 	}
 	c.messages(top)
 
-	if b, ok := c.optBool(top, "", "stream"); ok {
+	if b, ok := c.optBool(top, nil, "stream"); ok {
 		c.r.Stream = b
 	}
-	if so, ok := c.optObject(top, "", "stream_options"); ok {
-		c.optBool(so, "stream_options", "include_usage")
+	if so, ok := c.optObject(top, nil, "stream_options"); ok {
+		c.optBool(so, api.PathOf("stream_options"), "include_usage")
 	}
 	c.tools(top)
 	c.toolChoice(top)
-	c.optBool(top, "", "parallel_tool_calls")
+	c.optBool(top, nil, "parallel_tool_calls")
 	c.responseFormat(top)
 	c.thinking(top)
 
@@ -93,22 +92,22 @@ func (c *checker) request(top *object) {
 
 	c.logitBias(top)
 	c.stop(top)
-	c.optBool(top, "", "logprobs")
+	c.optBool(top, nil, "logprobs")
 	if raw, ok := top.field("n"); ok {
-		if n, ok := c.integer("n", "", raw); ok && n != 1 {
+		if n, ok := c.integer(nil, "n", raw); ok && n != 1 {
 			c.v.Add("n", api.FieldNotSupported, "only n=1 is supported")
 		}
 	}
-	c.optString(top, "", "user")
+	c.optString(top, nil, "user")
 }
 
 func (c *checker) tools(top *object) {
-	elems, ok := c.optArray(top, "", "tools")
+	elems, ok := c.optArray(top, nil, "tools")
 	if !ok {
 		return
 	}
 	for i, raw := range elems {
-		path := join("tools", strconv.Itoa(i))
+		path := api.PathOf("tools").Index(i)
 		tool, ok := c.object(path, "", raw)
 		if !ok {
 			continue
@@ -118,9 +117,9 @@ func (c *checker) tools(top *object) {
 		if !ok {
 			continue
 		}
-		fpath := join(path, "function")
+		fpath := path.Key("function")
 		if name, ok := c.requiredString(fn, fpath, "name"); ok && !toolName.MatchString(name) {
-			c.v.Add(join(fpath, "name"), api.FieldInvalid, "must be 1 to 64 letters, digits, underscores or hyphens")
+			c.addAt(fpath, "name", api.FieldInvalid, "must be 1 to 64 letters, digits, underscores or hyphens")
 		}
 		c.optString(fn, fpath, "description")
 		c.optObject(fn, fpath, "parameters")
@@ -135,15 +134,15 @@ func (c *checker) toolChoice(top *object) {
 	switch jsonraw.KindOf(raw) {
 	case jsonraw.String:
 		s, _ := decodeString(raw)
-		c.enum("tool_choice", "", s, toolChoiceValues...)
+		c.enum(nil, "tool_choice", s, toolChoiceValues...)
 	case jsonraw.Object:
-		o, ok := c.object("tool_choice", "", raw)
+		o, ok := c.object(nil, "tool_choice", raw)
 		if !ok {
 			return
 		}
-		c.requiredEnum(o, "tool_choice", "type", "function")
-		if fn, ok := c.requiredObject(o, "tool_choice", "function"); ok {
-			c.requiredString(fn, "tool_choice.function", "name")
+		c.requiredEnum(o, api.PathOf("tool_choice"), "type", "function")
+		if fn, ok := c.requiredObject(o, api.PathOf("tool_choice"), "function"); ok {
+			c.requiredString(fn, api.PathOf("tool_choice").Key("function"), "name")
 		}
 	default:
 		c.v.Add("tool_choice", api.FieldWrongType, "must be none, auto, required, or an object naming a function")
@@ -151,11 +150,11 @@ func (c *checker) toolChoice(top *object) {
 }
 
 func (c *checker) responseFormat(top *object) {
-	rf, ok := c.optObject(top, "", "response_format")
+	rf, ok := c.optObject(top, nil, "response_format")
 	if !ok {
 		return
 	}
-	typ, ok := c.requiredEnum(rf, "response_format", "type", responseFormatValues...)
+	typ, ok := c.requiredEnum(rf, api.PathOf("response_format"), "type", responseFormatValues...)
 	if !ok || typ == "text" {
 		return
 	}
@@ -163,11 +162,11 @@ func (c *checker) responseFormat(top *object) {
 	if typ != "json_schema" {
 		return
 	}
-	js, ok := c.requiredObject(rf, "response_format", "json_schema")
+	js, ok := c.requiredObject(rf, api.PathOf("response_format"), "json_schema")
 	if !ok {
 		return
 	}
-	const path = "response_format.json_schema"
+	path := api.PathOf("response_format").Key("json_schema")
 	c.requiredString(js, path, "name")
 	c.optObject(js, path, "schema")
 	if strict, ok := c.optBool(js, path, "strict"); ok {
@@ -191,12 +190,12 @@ func (c *checker) thinking(top *object) {
 			}
 		}
 	}
-	if s, ok := c.optEnum(top, "", "reasoning_effort", effortValues...); ok {
+	if s, ok := c.optEnum(top, nil, "reasoning_effort", effortValues...); ok {
 		effort(s)
 	}
-	if ro, ok := c.optObject(top, "", "reasoning"); ok {
+	if ro, ok := c.optObject(top, nil, "reasoning"); ok {
 		if raw, ok := ro.field("max_tokens"); ok {
-			if n, ok := c.integer("reasoning.max_tokens", "", raw); ok {
+			if n, ok := c.integer(nil, "reasoning.max_tokens", raw); ok {
 				switch {
 				case n < 0:
 					c.v.Add("reasoning.max_tokens", api.FieldOutOfRange, "must be 0 or more")
@@ -207,11 +206,11 @@ func (c *checker) thinking(top *object) {
 				}
 			}
 		}
-		if s, ok := c.optEnum(ro, "reasoning", "effort", effortValues...); ok {
+		if s, ok := c.optEnum(ro, api.PathOf("reasoning"), "effort", effortValues...); ok {
 			effort(s)
 		}
 	}
-	if b, ok := c.optBool(top, "", "enable_thinking"); ok {
+	if b, ok := c.optBool(top, nil, "enable_thinking"); ok {
 		on = on || b
 		off = off || !b
 	}
@@ -230,13 +229,13 @@ func (c *checker) numeric(top *object, rule numRule) {
 	}
 	var x float64
 	if rule.integer {
-		n, ok := c.integer(rule.key, "", raw)
+		n, ok := c.integer(nil, rule.key, raw)
 		if !ok {
 			return
 		}
 		x = float64(n)
 	} else {
-		f, ok := c.number(rule.key, "", raw)
+		f, ok := c.number(nil, rule.key, raw)
 		if !ok {
 			return
 		}
@@ -262,18 +261,18 @@ func (c *checker) userMaxTokens(top *object) int {
 }
 
 func (c *checker) logitBias(top *object) {
-	lb, ok := c.optObject(top, "", "logit_bias")
+	lb, ok := c.optObject(top, nil, "logit_bias")
 	if !ok {
 		return
 	}
 	for _, m := range lb.members {
-		path := join("logit_bias", m.key)
+		path := api.PathOf("logit_bias").Key(m.key)
 		if !isTokenID(m.key) {
-			c.v.Add(path, api.FieldInvalid, "keys must be token ids (whole numbers 0 or more)")
+			c.add(path, api.FieldInvalid, "keys must be token ids (whole numbers 0 or more)")
 			continue
 		}
 		if f, ok := c.number(path, "", m.value); ok && (f < -100 || f > 100) {
-			c.v.Add(path, api.FieldOutOfRange, "must be between -100 and 100")
+			c.add(path, api.FieldOutOfRange, "must be between -100 and 100")
 		}
 	}
 }
@@ -303,7 +302,7 @@ func (c *checker) stop(top *object) {
 			c.v.Add("stop", api.FieldTooLong, "at most 16 stop sequences")
 		}
 		for i, e := range elems {
-			c.str("stop", strconv.Itoa(i), e)
+			c.str(api.PathOf("stop").Index(i), "", e)
 		}
 	default:
 		c.v.Add("stop", api.FieldWrongType, "must be a string or an array of strings")
