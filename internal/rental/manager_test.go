@@ -514,3 +514,64 @@ func TestStoppedRentalKeepsItsLastBootPhase(t *testing.T) {
 		}
 	})
 }
+
+// The default name is "Rented" and the GPU's label, numbered only while
+// a worker or a running rental holds it; a stopped rental's offline
+// worker holds no name.
+func TestRentalNames(t *testing.T) {
+	const base = "Rented h100 label"
+	gone := time.Date(2026, 3, 31, 22, 0, 0, 0, time.UTC)
+	offline := func(id, name string) api.Worker {
+		return api.Worker{WorkerID: id, WorkerName: name, OfflineSince: &gone}
+	}
+	tests := []struct {
+		name string
+		// first is the status a first rental is left in ("" for none);
+		// listed is what the fleet lists when it is made.
+		first  string
+		listed []api.Worker
+		// workers is what the fleet lists next, given the first
+		// rental's worker id; asked the second rental's name.
+		workers func(id string) []api.Worker
+		asked   string
+		want    string
+	}{
+		{"nothing holds it", "", nil, nil, "", base},
+		{"a running rental holds it", api.RentalProvisioning, nil, nil, "", base + " 2"},
+		{"a stopped rental's offline worker", api.RentalStopped, nil,
+			func(id string) []api.Worker { return []api.Worker{offline(id, base)} }, "", base},
+		{"asked for a stopped rental's offline worker's name", api.RentalStopped, nil,
+			func(id string) []api.Worker { return []api.Worker{offline(id, base)} }, base, base},
+		{"a stopped rental's worker still connected", api.RentalStopped, nil,
+			func(id string) []api.Worker { return []api.Worker{{WorkerID: id, WorkerName: base}} }, "", base + " 2"},
+		{"an offline worker no rental made", api.RentalStopped, nil,
+			func(string) []api.Worker { return []api.Worker{offline("wk-own", base)} }, "", base + " 2"},
+		{"a numbered name is freed the same way", api.RentalStopped, []api.Worker{{WorkerID: "wk-own", WorkerName: base}},
+			func(id string) []api.Worker {
+				return []api.Worker{{WorkerID: "wk-own", WorkerName: base}, offline(id, base+" 2")}
+			},
+			"", base + " 2"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				e := newEnv(t, offer("h100", TierUK, 250, 64))
+				ctx := context.Background()
+				if tc.first != "" {
+					e.fleet.workers = tc.listed
+					r := must(e.m.Rent(ctx, keyed("k1"), api.RentRequest{GPUModelID: "h100", TierID: TierUK}))
+					if tc.first == api.RentalStopped {
+						must(e.m.Stop(ctx, "org1", r.ID))
+					}
+					if tc.workers != nil {
+						e.fleet.workers = tc.workers(r.WorkerID)
+					}
+				}
+				r, err := e.m.Rent(ctx, keyed("k2"), api.RentRequest{GPUModelID: "h100", TierID: TierUK, Name: tc.asked})
+				if err != nil || r.Name != tc.want {
+					t.Fatalf("name %q, %v; want %q", r.Name, err, tc.want)
+				}
+			})
+		})
+	}
+}
