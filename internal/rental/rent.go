@@ -473,24 +473,15 @@ func (m *Manager) abandon(r *record, why error) {
 
 // nameLocked picks the rental's worker name: the one asked for, which must
 // not be taken by a worker or running rental of the organisation, or the
-// default, numbered when taken. The offline worker of a stopped rental is
-// all that is left of it and takes no name.
+// default, numbered when taken.
 func (m *Manager) nameLocked(orgID, asked, def string, workers []api.Worker) (string, error) {
 	taken := map[string]bool{}
-	stopped := map[string]bool{} // the workers of stopped rentals, by id
 	for _, r := range m.rentals {
-		switch {
-		case r.OrgID != orgID:
-		case r.active():
+		if r.OrgID == orgID && r.active() {
 			taken[r.Name] = true
-		default:
-			stopped[r.WorkerID] = true
 		}
 	}
 	for _, w := range workers {
-		if w.OfflineSince != nil && stopped[w.WorkerID] {
-			continue
-		}
 		taken[w.WorkerName] = true
 	}
 	if asked != "" {
