@@ -525,9 +525,30 @@ func TestSpeech(t *testing.T) {
 		t.Fatalf("headers %v", resp.Header)
 	}
 	checkSpeechWAV(t, wav)
+	// audio_seconds and audio_format are a transcription's: a speech row
+	// has neither, and the speech made adds nothing to the audio seconds
+	// of the totals.
 	row := s.usageRow(key, resp.Header.Get("X-Request-Id"))
-	if row["request_type"] != "speech" || row["audio_format"] != "wav" || row["audio_seconds"] == nil || row["audio_seconds"].(float64) < 1 {
+	if row["request_type"] != "speech" || row["status_code"] != 200.0 || row["audio_format"] != nil || row["audio_seconds"] != nil {
 		t.Fatalf("usage row %v", row)
+	}
+	summary := s.do("GET", "/api/v1/usage/summary?days=1", "", bearer(key)).JSON(t)
+	if summary["requests"] != 1.0 || summary["audio_seconds"] != 0.0 {
+		t.Fatalf("summary %v", summary)
+	}
+	var daily []map[string]any
+	_ = json.Unmarshal(s.do("GET", "/api/v1/usage/daily?days=1", "", bearer(key)).Body, &daily)
+	if len(daily) != 1 || daily[0]["requests"] != 1.0 || daily[0]["audio_seconds"] != 0.0 {
+		t.Fatalf("daily %v", daily)
+	}
+	var breakdown struct {
+		Models  []map[string]any `json:"models"`
+		Workers []map[string]any `json:"workers"`
+	}
+	_ = json.Unmarshal(s.do("GET", "/api/v1/usage/breakdown?days=1", "", bearer(key)).Body, &breakdown)
+	if len(breakdown.Models) != 1 || breakdown.Models[0]["audio_seconds"] != 0.0 ||
+		len(breakdown.Workers) != 1 || breakdown.Workers[0]["audio_seconds"] != 0.0 {
+		t.Fatalf("breakdown %+v", breakdown)
 	}
 
 	// The JSON form: base64 audio, its length, svc.

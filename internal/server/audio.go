@@ -128,7 +128,9 @@ func (s *Server) speech(c *call) error {
 		if err != nil {
 			return relay.Output{}, relay.BadReply(a.Worker, "WAV audio", err)
 		}
-		out := relay.Output{ContentType: "audio/wav", Body: a.Body, AudioSeconds: secs, AudioFormat: api.AudioWAV}
+		// The length goes into the reply only: a speech row has no
+		// audio_seconds or audio_format, which are a transcription's.
+		out := relay.Output{ContentType: "audio/wav", Body: a.Body}
 		if asJSON {
 			out.ContentType = "application/json"
 			out.Body, err = speech.Reply(a.Body, secs, c.requestID, a.Svc)
