@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/svc-dev/svc/e2ee"
 )
 
 // keyFor creates a member with role and a key with perms over the admin
@@ -72,6 +74,7 @@ func TestAuthentication(t *testing.T) {
 		{"bearer", []header{bearer(admin)}, 200},
 		{"lower-case scheme", []header{{"Authorization", "bearer " + admin}}, 200},
 		{"x-api-key", []header{{"x-api-key", admin}}, 200},
+		{"x-api-key beside another scheme", []header{{"Authorization", "Basic YWRtaW46YWRtaW4="}, {"x-api-key", admin}}, 200},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -204,6 +207,19 @@ func TestErrorShapes(t *testing.T) {
 			d, _ := r.JSON(t)["detail"].(map[string]any)
 			if r.Status != 403 || d == nil || d["error"].(map[string]any)["type"] != "e2e_required" {
 				t.Fatalf("%s = %d %s", p, r.Status, r.Body)
+			}
+		}
+		// Live audio has no encrypted form: the upgrade is refused, also
+		// when it names the envelope's content type.
+		for _, ct := range []string{"", e2ee.ContentType} {
+			hs := []header{bearer(admin), {"Connection", "Upgrade"}, {"Upgrade", "websocket"}, {"Sec-WebSocket-Version", "13"}, {"Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="}}
+			if ct != "" {
+				hs = append(hs, header{"Content-Type", ct})
+			}
+			r := s.do("GET", "/v1/audio/transcriptions/live?model=stt-large-v3", "", hs...)
+			d, _ := r.JSON(t)["detail"].(map[string]any)
+			if r.Status != 403 || d == nil || d["error"].(map[string]any)["type"] != "e2e_required" {
+				t.Fatalf("live transcription (content type %q) = %d %s", ct, r.Status, r.Body)
 			}
 		}
 		// Moderation is never encrypted, so the requirement does not block it.

@@ -30,6 +30,12 @@ const liveWriteWait = 30 * time.Second
 // that can be refused is refused before the upgrade, as a plain HTTP
 // answer: the query, the model, a worker (429, 503).
 func (s *Server) liveTranscription(c *call) error {
+	// Live audio has no encrypted form, so an organisation that requires
+	// encryption takes none of it, whatever content type the upgrade
+	// names.
+	if c.org.Settings.RequireE2E {
+		return errE2ERequired
+	}
 	if !websocket.FastHTTPIsWebSocketUpgrade(c.ctx) {
 		return api.BadRequest("Live transcription is a WebSocket: connect to this URL with a WebSocket client (GET with Upgrade: websocket)")
 	}

@@ -63,7 +63,7 @@ func (s *Server) routes() []*route {
 		{method: "GET", path: "/models/{model...}", handle: s.getModel},
 		{method: "POST", path: "/audio/transcriptions", e2e: true, kind: api.KindTranscription, handle: s.transcriptions,
 			maxBody: transcription.MaxBody, tooLarge: transcription.ErrTooLarge, streamed: true},
-		{method: "GET", path: "/audio/transcriptions/live", kind: api.KindTranscriptionLive, handle: s.accounted(s.liveTranscription)},
+		{method: "GET", path: "/audio/transcriptions/live", e2e: true, kind: api.KindTranscriptionLive, handle: s.accounted(s.liveTranscription)},
 		{method: "POST", path: "/audio/translations", e2e: true, kind: api.KindTranscription, handle: s.translations,
 			maxBody: transcription.MaxBody, tooLarge: transcription.ErrTooLarge, streamed: true},
 		{method: "POST", path: "/audio/speech", e2e: true, kind: api.KindSpeech, handle: s.admitted(api.KindSpeech, nil, s.speech)},
