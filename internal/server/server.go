@@ -558,13 +558,17 @@ func (s *Server) keyError(h *fasthttp.RequestHeader) error {
 	return err
 }
 
+// keyOf is the request's API key: a bearer token, else x-api-key, else a
+// WebSocket's key. An Authorization header of another scheme (Basic, put
+// there by a proxy or a client library) is not a key and hides none.
 func keyOf(hdr *fasthttp.RequestHeader) string {
 	if h := hdr.Peek(fasthttp.HeaderAuthorization); len(h) > 0 {
 		const bearer = "bearer "
 		if len(h) > len(bearer) && bytes.EqualFold(h[:len(bearer)], []byte(bearer)) {
-			return string(bytes.TrimSpace(h[len(bearer):]))
+			if k := bytes.TrimSpace(h[len(bearer):]); len(k) > 0 {
+				return string(k)
+			}
 		}
-		return ""
 	}
 	if k := bytes.TrimSpace(hdr.Peek("X-Api-Key")); len(k) > 0 {
 		return string(k)
