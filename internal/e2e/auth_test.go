@@ -227,15 +227,21 @@ func TestErrorShapes(t *testing.T) {
 			t.Fatalf("moderations blocked by require_e2e: %s", r.Body)
 		}
 	})
-	t.Run("nested plan_required for power on free", func(t *testing.T) {
+	// Power history is no private inference: its plan gate is a plain 403,
+	// where the encryption key's is plan_required, nested.
+	t.Run("plan gates on free", func(t *testing.T) {
 		if r := s.do("GET", "/api/v1/workers/w1/power", "", bearer(admin)); r.Status == 403 {
 			t.Fatalf("pro plan refused power: %s", r.Body)
 		}
 		s.console("PATCH", "/api/v1/console/orgs/default", `{"plan":"free"}`)
 		defer s.console("PATCH", "/api/v1/console/orgs/default", `{"plan":"pro"}`)
 		r := s.do("GET", "/api/v1/workers/w1/power", "", bearer(admin))
-		if _, typ := message(t, r); r.Status != 403 || typ != "plan_required" {
+		if d, _ := r.JSON(t)["detail"].(string); r.Status != 403 || !strings.Contains(d, "Pro and Enterprise plans") {
 			t.Fatalf("power on free = %d %s", r.Status, r.Body)
+		}
+		r = s.do("GET", "/api/v1/e2e/keys", "", bearer(admin))
+		if d, _ := r.JSON(t)["detail"].(map[string]any); r.Status != 403 || d == nil || d["error"].(map[string]any)["type"] != "plan_required" {
+			t.Fatalf("encryption keys on free = %d %s", r.Status, r.Body)
 		}
 	})
 	t.Run("422 with field paths", func(t *testing.T) {

@@ -68,11 +68,24 @@ func (s *Server) authorize(c *call, console bool) error {
 	return nil
 }
 
-// planGated refuses organisations on the Free plan with 403 plan_required.
+// planGated refuses organisations on the Free plan with 403 plan_required,
+// in the nested shape private inference's errors take: for its routes.
 func (s *Server) planGated(feature string, next func(*call) error) func(*call) error {
 	return func(c *call) error {
 		if !c.org.Plan.Paid() {
 			return api.PlanRequired("%s is part of the Pro and Enterprise plans; this organisation is on %s", feature, c.org.Plan)
+		}
+		return next(c)
+	}
+}
+
+// paidOnly refuses organisations on the Free plan a feature of the paid
+// plans with a plain 403: outside private inference an error's detail is
+// a string, whose message says what would lift it.
+func (s *Server) paidOnly(feature string, next func(*call) error) func(*call) error {
+	return func(c *call) error {
+		if !c.org.Plan.Paid() {
+			return api.Forbidden("%s is part of the Pro and Enterprise plans; this organisation is on %s", feature, c.org.Plan)
 		}
 		return next(c)
 	}

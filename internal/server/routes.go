@@ -80,7 +80,7 @@ func (s *Server) routes() []*route {
 		{method: "GET", path: "/workers", handle: s.listWorkers},
 		{method: "GET", path: "/workers/events", handle: s.workerEvents},
 		{method: "GET", path: "/workers/latest-version", handle: s.latestVersion},
-		{method: "GET", path: "/workers/{worker_id}/power", handle: s.planGated("Power history", validated(powerQuery, s.workerPower))},
+		{method: "GET", path: "/workers/{worker_id}/power", handle: s.paidOnly("Power history", validated(powerQuery, s.workerPower))},
 	}
 	compute := []*route{
 		{method: "GET", path: "/compute/catalogue", handle: s.computeCatalogue},
