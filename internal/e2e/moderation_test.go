@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -203,12 +204,18 @@ func TestModerationErrors(t *testing.T) {
 		{"not in the catalogue", `{"model":"guard-z:1b","input":"hi"}`, 404, "model_not_found"},
 		{"neither safe nor unsafe", `{"model":"guard-b:0.6b","input":"odd\nsim: verdict=malformed"}`, 502, "moderation_invalid_verdict"},
 		{"the worker failed", `{"model":"guard-a:1b","input":"x\nsim: fail=503"}`, 503, "moderation_unavailable"},
+		{"the worker cannot run it", `{"model":"guard-a:1b","input":"x\nsim: fail=501"}`, 409, "moderation_unavailable"},
+		{"the model does not fit", `{"model":"guard-b:0.6b","input":"x\nsim: fail=507"}`, 409, "moderation_unavailable"},
 		{"remote image not allowed", `{"model":"guard-c:4b","input":[{"type":"image_url","image_url":{"url":"https://example.com/cat.png"}}]}`, 400, "remote_image_url_not_allowed"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := s.do("POST", "/v1/moderations", tt.body, bearer(key))
 			checkModerationError(t, r, tt.status, tt.code)
+			// A 503 is worth a retry and says when; a 409 is not.
+			if retry := r.Header.Get("Retry-After") != ""; retry != (tt.status == 503) {
+				t.Fatalf("%d with Retry-After %q", r.Status, r.Header.Get("Retry-After"))
+			}
 		})
 	}
 	for _, body := range []string{
@@ -288,6 +295,20 @@ func TestModerationKeepAlive(t *testing.T) {
 	if err := json.Unmarshal(r.Body, &b); err != nil || r.Status != 200 || b.Results != nil || b.Error.Code != 502 ||
 		b.Error.ModerationCode != "moderation_invalid_verdict" || !strings.HasPrefix(string(r.Body), "\n") {
 		t.Fatalf("%d %s", r.Status, r.Body)
+	}
+
+	// A late failure keeps its row: a worker that cannot run the check is
+	// a lasting 409 with no retry_after, one that failed otherwise a 503
+	// with one.
+	for _, tt := range []struct {
+		fail, code, retry int
+	}{{501, 409, 0}, {503, 503, 1}} {
+		b.Error.Code, b.Error.ModerationCode, b.Error.RetryAfter = 0, "", 0
+		r = s.do("POST", "/v1/moderations", fmt.Sprintf(`{"model":"guard-b:0.6b","input":"slow\nsim: ttft=800ms fail=%d after=1"}`, tt.fail), bearer(key))
+		if err := json.Unmarshal(r.Body, &b); err != nil || r.Status != 200 || b.Results != nil || b.Error.Code != tt.code ||
+			b.Error.ModerationCode != "moderation_unavailable" || b.Error.RetryAfter != tt.retry || !strings.HasPrefix(string(r.Body), "\n") {
+			t.Fatalf("fail=%d: %d %s", tt.fail, r.Status, r.Body)
+		}
 	}
 }
 

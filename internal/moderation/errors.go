@@ -2,6 +2,7 @@ package moderation
 
 import (
 	"errors"
+	"net/http"
 	"time"
 
 	"github.com/svc-dev/svc/internal/api"
@@ -9,11 +10,13 @@ import (
 
 // ShapeError answers a moderation check's failure with the moderation
 // table's row for it: a model no online (or up-to-date) worker has is a
-// conflict, moderation_unavailable, which retrying will not cure; busy
-// workers are moderation_capacity; a worker that failed or timed out is
-// moderation_unavailable too, but worth a retry; a verdict that is neither
-// safe nor unsafe keeps its own code. Every code also goes in
-// X-Svc-Error-Code.
+// conflict, moderation_unavailable, which retrying will not cure; so is a
+// worker that cannot run the check at all (501) or has no memory for the
+// model (507), lasting conditions the table's retryable 503 would have
+// clients retry in vain; busy workers are moderation_capacity; a worker
+// that otherwise failed or timed out is moderation_unavailable too, but
+// worth a retry; a verdict that is neither safe nor unsafe keeps its own
+// code. Every code also goes in X-Svc-Error-Code.
 func ShapeError(err error) error {
 	var ae *api.Error
 	if !errors.As(err, &ae) {
@@ -31,6 +34,14 @@ func ShapeError(err error) error {
 	case ae.Code == api.CodeModelNotFound, ae.Code == api.CodeNoWorkerOnline, ae.Code == api.CodeNoWorkerForModel:
 		out.Kind, out.Type, out.Code, out.RetryAfter = api.KindConflict, "", api.CodeModerationUnavailable, 0
 		out.Message = "No online worker can run this moderation model now: " + ae.Message
+	case ae.HTTPStatus() == http.StatusNotImplemented:
+		out.Kind, out.Type, out.Code, out.RetryAfter = api.KindConflict, "", api.CodeModerationUnavailable, 0
+		out.Message = "The worker cannot run this moderation check, and retrying will not help " +
+			"until another worker or model can: " + ae.Message
+	case ae.HTTPStatus() == http.StatusInsufficientStorage:
+		out.Kind, out.Type, out.Code, out.RetryAfter = api.KindConflict, "", api.CodeModerationUnavailable, 0
+		out.Message = "The moderation model does not fit the worker's memory, and retrying will not help " +
+			"until a worker with room for it is online, memory is freed on the worker, or a smaller model is used: " + ae.Message
 	case ae.ServerFault():
 		out.Kind, out.Type, out.Code = api.KindUnavailable, "", api.CodeModerationUnavailable
 		out.Message = "The moderation check failed on the worker; retry: " + ae.Message

@@ -2,6 +2,8 @@ package moderation
 
 import (
 	"errors"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,6 +29,8 @@ func TestShapeError(t *testing.T) {
 		{"held back", &api.Error{Kind: api.KindUnavailable, Code: api.CodeWorkersUnhealthy, RetryAfter: 2 * time.Second}, 503, api.CodeModerationUnavailable, true},
 		{"worker lost", &api.Error{Kind: api.KindUnavailable, Code: api.CodeWorkerLost}, 503, api.CodeModerationUnavailable, true},
 		{"engine failed", api.Relayed(502, "", "", "engine down"), 503, api.CodeModerationUnavailable, true},
+		{"worker cannot run it", &api.Error{Kind: api.KindNotImplemented, Message: "no"}, 409, api.CodeModerationUnavailable, false},
+		{"model too large", &api.Error{Kind: api.KindInsufficientMemory, Message: "no room"}, 409, api.CodeModerationUnavailable, false},
 		{"timed out", &api.Error{Kind: api.KindTimeout}, 503, api.CodeModerationUnavailable, true},
 		{"bad verdict", api.Relayed(502, "", api.CodeModerationInvalidVerdict, "neither"), 502, api.CodeModerationInvalidVerdict, false},
 		{"client left", &api.Error{Kind: api.KindClientGone}, 499, "", false},
@@ -43,6 +47,51 @@ func TestShapeError(t *testing.T) {
 			}
 			if ae.Code != "" && !ae.CodeHeader {
 				t.Fatal("the code is not sent as X-Svc-Error-Code")
+			}
+		})
+	}
+}
+
+// A worker's failed result is a row of the table by its status: one that
+// cannot run the check at all (501) or has no memory for the model (507)
+// is a lasting conflict, not worth a retry, and says so; any other 5xx is
+// a failure worth a retry.
+func TestShapeErrorWorkerStatus(t *testing.T) {
+	tests := []struct {
+		status int
+		typ    string
+		msg    string
+		want   int
+		retry  bool
+		says   string
+	}{
+		{501, api.TypeNotSupported, "this feature is not supported", 409, false, "retrying will not help"},
+		{507, api.TypeInsufficientMemory, "CUDA out of memory", 409, false, "retrying will not help"},
+		{500, api.TypeServer, "engine crashed", 503, true, "retry"},
+		{502, api.TypeUpstream, "bad gateway", 503, true, "retry"},
+		{503, api.TypeServiceUnavailable, "engine busy", 503, true, "retry"},
+		{504, api.TypeTimeout, "engine timed out", 503, true, "retry"},
+	}
+	for _, tt := range tests {
+		t.Run(strconv.Itoa(tt.status), func(t *testing.T) {
+			var ae *api.Error
+			if !errors.As(ShapeError(api.Relayed(tt.status, tt.typ, "", tt.msg)), &ae) {
+				t.Fatal("not an *api.Error")
+			}
+			if ae.HTTPStatus() != tt.want || ae.Code != api.CodeModerationUnavailable || !ae.CodeHeader {
+				t.Fatalf("got %d %q (header %v), want %d %s", ae.HTTPStatus(), ae.Code, ae.CodeHeader, tt.want, api.CodeModerationUnavailable)
+			}
+			if (ae.RetryAfter > 0) != tt.retry {
+				t.Fatalf("Retry-After %v on a %d", ae.RetryAfter, tt.want)
+			}
+			if ae.ErrorType() != api.TypeForStatus(tt.want) || ae.Param != "model" {
+				t.Fatalf("type %q, param %q on a %d", ae.ErrorType(), ae.Param, tt.want)
+			}
+			if !strings.Contains(ae.Message, tt.msg) || !strings.Contains(ae.Message, tt.says) {
+				t.Fatalf("message %q does not say what the worker said (%q) and %q", ae.Message, tt.msg, tt.says)
+			}
+			if !tt.retry && strings.Contains(ae.Message, "; retry") {
+				t.Fatalf("message %q tells the client to retry a lasting failure", ae.Message)
 			}
 		})
 	}
