@@ -361,3 +361,32 @@ func TestPrefixAliases(t *testing.T) {
 		})
 	}
 }
+
+// Moderation's errors send their code in X-Svc-Error-Code too, those of
+// the key's check included.
+func TestModerationAuthErrorsCarryTheirCode(t *testing.T) {
+	s := startServer(t, "")
+	usageOnly := keyFor(t, s, "reader", "member", "usage:read")
+	body := `{"model":"guard-a:1b","input":"hi"}`
+	for _, tt := range []struct {
+		name   string
+		hs     []header
+		status int
+		code   string
+	}{
+		{"no key", nil, 401, "missing_api_key"},
+		{"no permission", []header{bearer(usageOnly)}, 403, "missing_permission"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := s.do("POST", "/v1/moderations", body, tt.hs...)
+			e, _ := r.JSON(t)["error"].(map[string]any)
+			if r.Status != tt.status || e == nil || e["code"] != tt.code || r.Header.Get("X-Svc-Error-Code") != tt.code {
+				t.Fatalf("%d %v %s", r.Status, r.Header, r.Body)
+			}
+		})
+	}
+	// Other routes keep the header for the codes that call for it.
+	if r := s.do("POST", "/v1/chat/completions", body); r.Status != 401 || r.Header.Get("X-Svc-Error-Code") != "" {
+		t.Fatalf("chat without a key: %d %v", r.Status, r.Header)
+	}
+}

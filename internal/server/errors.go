@@ -43,7 +43,14 @@ func (s *Server) writeError(c *call, err error) {
 	if c.route != nil && !c.route.compatible {
 		f = formPlain
 	}
-	answerError(c.ctx, s.toAPIError(c, err), f)
+	ae := s.toAPIError(c, err)
+	if c.route != nil && c.route.codeHeader && ae.Code != "" && !ae.CodeHeader {
+		// A copy: ae may be one of the shared errors (errNoKey).
+		withHeader := *ae
+		withHeader.CodeHeader = true
+		ae = &withHeader
+	}
+	answerError(c.ctx, ae, f)
 }
 
 func (s *Server) notFound(m *mux, method, path string, console bool) error {

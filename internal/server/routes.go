@@ -31,6 +31,9 @@ type route struct {
 	compatible bool
 	// e2e endpoints carry content an organisation may require to be encrypted.
 	e2e bool
+	// codeHeader endpoints send every error's code in X-Svc-Error-Code
+	// too, whatever failed: moderation's table promises it.
+	codeHeader bool
 	// operator endpoints need the key's user to be an owner or operator.
 	operator string
 	// maxBody, when set, bounds the body below the server's limit, and
@@ -67,7 +70,7 @@ func (s *Server) routes() []*route {
 		{method: "POST", path: "/audio/translations", e2e: true, kind: api.KindTranscription, handle: s.translations,
 			maxBody: transcription.MaxBody, tooLarge: transcription.ErrTooLarge, streamed: true},
 		{method: "POST", path: "/audio/speech", e2e: true, kind: api.KindSpeech, handle: s.admitted(api.KindSpeech, nil, s.speech)},
-		{method: "POST", path: "/moderations", kind: api.KindModeration, handle: s.admitted(api.KindModeration, moderation.ShapeError, s.moderations)},
+		{method: "POST", path: "/moderations", kind: api.KindModeration, codeHeader: true, handle: s.admitted(api.KindModeration, moderation.ShapeError, s.moderations)},
 	}
 	usage := []*route{
 		{method: "GET", path: "/usage/inflight", handle: s.usageInflight},
