@@ -187,9 +187,6 @@ type Answer struct {
 type Output struct {
 	ContentType string
 	Body        []byte
-	// AudioSeconds and AudioFormat describe speech made.
-	AudioSeconds float64
-	AudioFormat  string
 	// Verdicts are a moderation check's results.
 	Verdicts []api.ModerationResult
 	// Images is how many images an image generation made.

@@ -323,9 +323,6 @@ func (rl *Relay) record(c *Call, failure error) {
 	if c.req.Kind == api.KindImages {
 		o.Images = c.out.Images
 	}
-	if c.out.AudioFormat != "" {
-		o.AudioSeconds, o.AudioFormat = c.out.AudioSeconds, c.out.AudioFormat
-	}
 	if c.req.E2E && c.req.Kind == api.KindTranscription && c.res != nil {
 		o.AudioSeconds, o.AudioFormat = sealedAudio(c.res)
 	}
