@@ -58,7 +58,8 @@ type Sink interface {
 //     fields: usage and timings go into the Result instead, and the gateway
 //     writes the final chunks itself.
 //   - Failures are a Result with the HTTP status the client should get
-//     (see ErrorResult), never a Go error.
+//     (see ErrorResult, and ForKind for the statuses that depend on the
+//     request's kind), never a Go error.
 type Engine interface {
 	// Kind is "sim", "openai" or "ollama".
 	Kind() string

@@ -39,12 +39,41 @@ func CutOff(err error) *api.Result {
 	return Failure(http.StatusBadGateway, api.TypeUpstream, msg+"; part of the response was lost in transit")
 }
 
+// TypeContextLengthExceeded is the error type of an input longer than the
+// model takes, whatever the engine called it.
+const TypeContextLengthExceeded = "context_length_exceeded"
+
+// ContextLengthStatus is the status of an input over the model's limit in
+// a request of kind: 413 for embeddings and rerank, whose input is too
+// large for the model and is shortened or split, and 400 for a chat or
+// completion prompt too long for the model's context window.
+func ContextLengthStatus(kind string) int {
+	switch kind {
+	case api.KindEmbeddings, api.KindRerank:
+		return http.StatusRequestEntityTooLarge
+	}
+	return http.StatusBadRequest
+}
+
+// ForKind gives r, a result for a request of kind, the status its kind
+// calls for: a context-length failure (see ErrorResult) gets
+// ContextLengthStatus, its type, code and message kept. Adapters pass
+// what they return through it, since ErrorResult does not know the kind.
+func ForKind(kind string, r *api.Result) *api.Result {
+	if r != nil && r.Error != nil && r.Error.Type == TypeContextLengthExceeded && r.Status >= 400 && r.Status < 500 {
+		r.Status = ContextLengthStatus(kind)
+	}
+	return r
+}
+
 // ErrorResult turns an engine's error answer into a result. It reads the
-// error bodies of OpenAI, vLLM (flat and nested), llama.cpp and Ollama, and
-// maps their meaning onto the gateway's statuses: out-of-memory is 507
-// (Ollama's "model requires more system memory" too, on its native API and
-// its /v1 alike), "not supported" is 501, a too-long prompt is 400, and 5xx
-// failures are retryable on another worker.
+// error bodies of OpenAI, vLLM (flat and nested), llama.cpp, Ollama and
+// TEI, and maps their meaning onto the gateway's statuses: out-of-memory is
+// 507 (Ollama's "model requires more system memory" too, on its native API
+// and its /v1 alike), "not supported" is 501, an input over the model's
+// context length is 400 context_length_exceeded, whatever status the
+// engine gave it (ForKind makes that 413 for embeddings and rerank), and
+// 5xx failures are retryable on another worker.
 func ErrorResult(status int, body []byte) *api.Result {
 	msg, typ, code := parseErrorBody(body)
 	if msg == "" {
@@ -58,8 +87,10 @@ func ErrorResult(status int, body []byte) *api.Result {
 	switch {
 	case containsAny(lower, "out of memory", "outofmemory", "failed to allocate", "cuda error 2", "insufficient memory", "not enough memory", "requires more system memory"):
 		out, typ = http.StatusInsufficientStorage, api.TypeInsufficientMemory
-	case containsAny(lower, "exceed_context_size", "context length", "context_length_exceeded", "maximum context length", "too many tokens"):
-		out, typ = http.StatusBadRequest, "context_length_exceeded"
+	case containsAny(lower, "exceed_context_size", "context length", TypeContextLengthExceeded, "maximum context length", "too many tokens"),
+		// TEI's (and TGI's) "`inputs` must have less than 512 tokens".
+		strings.Contains(lower, "must have less than") && strings.Contains(lower, "tokens"):
+		out, typ = http.StatusBadRequest, TypeContextLengthExceeded
 	case status == http.StatusNotImplemented || containsAny(lower, "not_supported_error", "not supported", "unsupported"):
 		if status >= 500 || status == http.StatusNotImplemented {
 			out, typ = http.StatusNotImplemented, api.TypeNotSupported

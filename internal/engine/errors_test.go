@@ -1,6 +1,10 @@
 package engine
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/svc-dev/svc/internal/api"
+)
 
 func TestErrorResult(t *testing.T) {
 	tests := []struct {
@@ -31,5 +35,94 @@ func TestErrorResult(t *testing.T) {
 				t.Fatalf("got %d %+v retryable=%v", r.Status, *r.Error, r.Retryable)
 			}
 		})
+	}
+}
+
+// An input over the model's limit is 413 on embeddings and rerank (too
+// large: shorten or split) and 400 on a chat or text-completion prompt
+// (too long for the context window), whatever status and wording the
+// engine used; the type is context_length_exceeded and the engine's
+// message and code are kept. Other failures keep their status whatever
+// the kind.
+func TestContextLengthByKind(t *testing.T) {
+	engines := []struct {
+		name   string
+		status int
+		body   string
+		msg    string
+		code   string
+		tooBig bool // a context-length failure
+	}{
+		{"openai", 400, `{"error":{"message":"This model's maximum context length is 8192 tokens, however you requested 9000 tokens. Please reduce your prompt.","type":"invalid_request_error","param":null,"code":"context_length_exceeded"}}`,
+			"This model's maximum context length is 8192 tokens, however you requested 9000 tokens. Please reduce your prompt.", "context_length_exceeded", true},
+		{"vllm flat", 400, `{"object":"error","message":"This model's maximum context length is 512 tokens. However, you requested 75000 tokens in the input for embedding generation. Please reduce the length of the input.","type":"BadRequestError","param":null,"code":400}`,
+			"This model's maximum context length is 512 tokens. However, you requested 75000 tokens in the input for embedding generation. Please reduce the length of the input.", "400", true},
+		{"vllm nested", 400, `{"error":{"message":"This model's maximum context length is 512 tokens. However, your request has 751 input tokens.","type":"BadRequestError","param":null,"code":400}}`,
+			"This model's maximum context length is 512 tokens. However, your request has 751 input tokens.", "400", true},
+		{"llama-server", 400, `{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error","n_prompt_tokens":751,"n_ctx":512}}`,
+			"the request exceeds the available context size, try increasing it", "400", true},
+		{"ollama", 400, `{"error":"input exceeds maximum context length"}`, "input exceeds maximum context length", "", true},
+		{"ollama runner", 500, `{"error":"the input length exceeds the context length"}`, "the input length exceeds the context length", "", true},
+		{"too many tokens", 413, `{"error":{"message":"too many tokens in the input","type":"invalid_request_error"}}`, "too many tokens in the input", "", true},
+		{"tei", 413, "{\"message\":\"Input validation error: `inputs` must have less than 512 tokens. Given: 75000\",\"code\":413,\"type\":\"Validation\"}",
+			"Input validation error: `inputs` must have less than 512 tokens. Given: 75000", "413", true},
+		{"tei 422", 422, "{\"error\":\"Input validation error: `inputs` must have less than 512 tokens. Given: 75000\",\"error_type\":\"Validation\"}",
+			"Input validation error: `inputs` must have less than 512 tokens. Given: 75000", "", true},
+		{"sim", 413, `{"error":{"message":"input[0] is 75000 tokens, more than the model's maximum context length of 512 tokens","type":"context_length_exceeded","code":"context_length_exceeded"}}`,
+			"input[0] is 75000 tokens, more than the model's maximum context length of 512 tokens", "context_length_exceeded", true},
+		// Not context-length failures: the kind changes nothing.
+		{"bad field", 400, `{"error":{"message":"bad encoding_format","type":"invalid_request_error"}}`, "bad encoding_format", "", false},
+		{"body too large", 413, `{"error":{"message":"Maximum content size limit exceeded","type":"invalid_request_error"}}`, "Maximum content size limit exceeded", "", false},
+		{"out of memory", 500, `{"error":"CUDA error: out of memory"}`, "CUDA error: out of memory", "", false},
+	}
+	kinds := []struct {
+		kind string
+		want int // for a context-length failure
+	}{
+		{api.KindChat, 400},
+		{api.KindCompletion, 400},
+		{api.KindEmbeddings, 413},
+		{api.KindRerank, 413},
+	}
+	for _, e := range engines {
+		for _, k := range kinds {
+			t.Run(e.name+"/"+k.kind, func(t *testing.T) {
+				plain := ErrorResult(e.status, []byte(e.body))
+				r := ForKind(k.kind, ErrorResult(e.status, []byte(e.body)))
+				if r.Error.Message != e.msg || r.Error.Code != e.code {
+					t.Fatalf("message %q code %q", r.Error.Message, r.Error.Code)
+				}
+				if !e.tooBig {
+					if r.Status != plain.Status || r.Error.Type == TypeContextLengthExceeded {
+						t.Fatalf("got %d %+v, want %d as without the kind", r.Status, *r.Error, plain.Status)
+					}
+					return
+				}
+				if r.Status != k.want || r.Error.Type != TypeContextLengthExceeded || r.Retryable {
+					t.Fatalf("got %d %+v retryable=%v, want %d context_length_exceeded", r.Status, *r.Error, r.Retryable, k.want)
+				}
+			})
+		}
+	}
+}
+
+func TestForKind(t *testing.T) {
+	if ForKind(api.KindEmbeddings, nil) != nil || ForKind(api.KindEmbeddings, OK()).Status != 200 {
+		t.Fatal("a success or nil changed")
+	}
+	// A failure the adapter built itself, as the simulator does.
+	r := Failure(400, TypeContextLengthExceeded, "too long")
+	if ForKind(api.KindRerank, r).Status != 413 || ForKind(api.KindChat, r).Status != 400 {
+		t.Fatalf("got %d", r.Status)
+	}
+	// A server failure that happens to name the type stays what it is.
+	r = Failure(503, TypeContextLengthExceeded, "busy")
+	if ForKind(api.KindEmbeddings, r).Status != 503 {
+		t.Fatalf("got %d", r.Status)
+	}
+	for kind, want := range map[string]int{api.KindChat: 400, api.KindCompletion: 400, api.KindEmbeddings: 413, api.KindRerank: 413, api.KindImages: 400} {
+		if got := ContextLengthStatus(kind); got != want {
+			t.Errorf("ContextLengthStatus(%q) = %d, want %d", kind, got, want)
+		}
 	}
 }

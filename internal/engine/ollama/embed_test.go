@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"math"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -115,5 +116,26 @@ func TestEmbedErrors(t *testing.T) {
 	}
 	if n := f.count("/api/embed"); n != 1 {
 		t.Fatalf("Ollama received %d embed requests, want only the valid one", n)
+	}
+}
+
+// An input over the model's context length is 413 on embeddings, Ollama's
+// message and the type context_length_exceeded kept, whichever status
+// Ollama sent it with.
+func TestEmbedTooLong(t *testing.T) {
+	f := newFake(t)
+	e := f.engine(t)
+	for model, msg := range map[string]string{
+		"toolong":        "input exceeds maximum context length",
+		"toolong-runner": "the input length exceeds the context length",
+	} {
+		t.Run(model, func(t *testing.T) {
+			req := embedReq(`{"model":"` + model + `","input":"x"}`)
+			req.Model = ""
+			r := e.Serve(context.Background(), req, &recordSink{})
+			if r.Status != http.StatusRequestEntityTooLarge || r.Error == nil || r.Error.Type != "context_length_exceeded" || r.Error.Message != msg || r.Retryable {
+				t.Fatalf("got %d %+v retryable=%v", r.Status, r.Error, r.Retryable)
+			}
+		})
 	}
 }

@@ -294,8 +294,15 @@ func (f *fakeOllama) handleGenerate(w http.ResponseWriter, r *http.Request) {
 
 func (f *fakeOllama) handleEmbed(w http.ResponseWriter, r *http.Request) {
 	req := f.record(r)
-	if req["model"] == "missing" {
+	switch req["model"] {
+	case "missing":
 		writeJSON(w, 404, `{"error":"model \"missing\" not found, try pulling it first"}`)
+		return
+	case "toolong":
+		writeJSON(w, 400, `{"error":"input exceeds maximum context length"}`)
+		return
+	case "toolong-runner":
+		writeJSON(w, 500, `{"error":"the input length exceeds the context length"}`)
 		return
 	}
 	n := 1

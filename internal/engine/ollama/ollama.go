@@ -132,7 +132,7 @@ func (e *Engine) Serve(ctx context.Context, req *engine.Request, sink engine.Sin
 	case api.KindCompletion:
 		return e.generate(ctx, req, sink)
 	case api.KindEmbeddings:
-		return e.embed(ctx, req, sink)
+		return engine.ForKind(req.Kind, e.embed(ctx, req, sink))
 	case api.KindRerank:
 		// A lasting limitation of the engine, not of the request: 501, so
 		// the client is told to use another model or worker.

@@ -165,7 +165,8 @@ func TestEmbeddings(t *testing.T) {
 		{name: "passthrough with usage", status: 200, answer: embeddingsBody, want: 200, usage: &api.Usage{PromptTokens: 7, TotalTokens: 7}},
 		{name: "no usage", status: 200, answer: noUsage, want: 200},
 		{name: "model without embeddings", status: 501, answer: `{"error":{"code":501,"message":"This server does not support embeddings. Start it with --embeddings","type":"not_supported_error"}}`, want: 501},
-		{name: "too long", status: 400, answer: `{"object":"error","message":"This model's maximum context length is 512 tokens","type":"BadRequestError","param":null,"code":400}`, want: 400},
+		{name: "too long", status: 400, answer: `{"object":"error","message":"This model's maximum context length is 512 tokens","type":"BadRequestError","param":null,"code":400}`, want: 413},
+		{name: "too long, TEI", status: 413, answer: "{\"message\":\"Input validation error: `inputs` must have less than 512 tokens. Given: 600\",\"code\":413,\"type\":\"Validation\"}", want: 413},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

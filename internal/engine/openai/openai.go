@@ -141,9 +141,9 @@ func (e *Engine) Serve(ctx context.Context, req *engine.Request, sink engine.Sin
 	case api.KindCompletion:
 		return e.completion(ctx, req, sink)
 	case api.KindEmbeddings:
-		return e.embeddings(ctx, req, sink)
+		return engine.ForKind(req.Kind, e.embeddings(ctx, req, sink))
 	case api.KindRerank:
-		return e.rerank(ctx, req, sink)
+		return engine.ForKind(req.Kind, e.rerank(ctx, req, sink))
 	case api.KindImages:
 		return e.images(ctx, req, sink)
 	case api.KindTranscription:

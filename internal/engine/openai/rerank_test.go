@@ -42,6 +42,8 @@ func TestRerank(t *testing.T) {
 		{name: "no route", req: req, status: 404, answer: `{"detail":"Not Found"}`, want: 501},
 		{name: "no model", req: req, status: 404, answer: vllmNotFound, want: 404},
 		{name: "out of memory", req: req, status: 500, answer: vllmOOM, want: 507},
+		{name: "too long, vllm", req: req, status: 400, answer: `{"object":"error","message":"This model's maximum context length is 512 tokens. However, your request has 751 input tokens. Please reduce the length of the input messages.","type":"BadRequestError","param":null,"code":400}`, want: 413},
+		{name: "too long, llama-server", req: req, status: 400, answer: llamaContextErr, want: 413},
 		{name: "an error as 200", req: req, status: 200, answer: `{"error":{"message":"boom","type":"server_error","code":500}}`, want: 500},
 		{name: "not json", req: req, status: 200, answer: `<html>`, want: 502},
 		{name: "a result for no document", req: req, status: 200, answer: `{"results":[{"index":7,"relevance_score":1}]}`, want: 502},

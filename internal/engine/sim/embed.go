@@ -146,7 +146,7 @@ func (s *simulator) embed(ctx context.Context, modelID string, body []byte) (*em
 	for i, in := range inputs {
 		n := in.tokenCount()
 		if w := m.spec.ContextWindow; w > 0 && n > w {
-			r := engine.Failure(http.StatusBadRequest, chat.TypeContextLengthExceeded,
+			r := engine.Failure(engine.ContextLengthStatus(api.KindEmbeddings), chat.TypeContextLengthExceeded,
 				fmt.Sprintf("input[%d] is %d tokens, more than the model's maximum context length of %d tokens", i, n, w))
 			r.Error.Code = chat.TypeContextLengthExceeded
 			return nil, r

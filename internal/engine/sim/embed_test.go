@@ -154,7 +154,7 @@ func TestEmbeddingErrors(t *testing.T) {
 		{"mixed input", `{"model":"sim-embed","input":["a",1]}`, 400, api.TypeInvalidRequest, false},
 		{"bad format", `{"model":"sim-embed","input":"x","encoding_format":"int8"}`, 400, api.TypeInvalidRequest, false},
 		{"bad json", `{"model":`, 400, api.TypeInvalidRequest, false},
-		{"too long", `{"model":"sim-embed","input":"` + strings.Repeat("abcd", 600) + `"}`, 400, "context_length_exceeded", false},
+		{"too long", `{"model":"sim-embed","input":"` + strings.Repeat("abcd", 600) + `"}`, 413, "context_length_exceeded", false},
 		{"unknown model", `{"model":"nope","input":"x"}`, 404, api.TypeNotFound, false},
 		{"chat model", `{"model":"sim-chat","input":"x"}`, 400, api.TypeInvalidRequest, false},
 		{"fail directive", `{"model":"sim-embed","input":"x\nsim: fail=503"}`, 503, api.TypeServiceUnavailable, true},

@@ -49,7 +49,7 @@ func (s *simulator) rerank(ctx context.Context, modelID string, body []byte) (*r
 	for i, doc := range req.Documents {
 		n := queryTokens + textTokens(doc)
 		if w := m.spec.ContextWindow; w > 0 && n > w {
-			r := engine.Failure(http.StatusBadRequest, chat.TypeContextLengthExceeded,
+			r := engine.Failure(engine.ContextLengthStatus(api.KindRerank), chat.TypeContextLengthExceeded,
 				fmt.Sprintf("the query and document %d are %d tokens, more than the model's maximum context length of %d tokens", i, n, w))
 			r.Error.Code = chat.TypeContextLengthExceeded
 			return nil, r

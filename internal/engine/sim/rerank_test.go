@@ -30,7 +30,7 @@ func TestRerank(t *testing.T) {
 		{"chat model", `{"model":"sim-chat","query":"q","documents":["a"]}`, nil, false, 400, "/v1/chat/completions"},
 		{"unknown model", `{"model":"nope","query":"q","documents":["a"]}`, nil, false, 404, "does not exist"},
 		{"no documents", `{"model":"sim-rerank","query":"q"}`, nil, false, 400, "documents"},
-		{"too long", `{"model":"sim-rerank","query":"q","documents":["` + strings.Repeat("word ", 600) + `"]}`, nil, false, 400, "context length"},
+		{"too long", `{"model":"sim-rerank","query":"q","documents":["` + strings.Repeat("word ", 600) + `"]}`, nil, false, 413, "context length"},
 		{"fail directive", `{"model":"sim-rerank","query":"q\nsim: fail=503","documents":["a"]}`, nil, false, 503, "sim fail=503"},
 	}
 	for _, tt := range tests {
