@@ -23,6 +23,10 @@ var (
 const (
 	maxLabel      = 100
 	maxRuntimeCap = 31 * 24 * time.Hour
+	// maxRequestsPerMinute bounds the request rate setting far above what
+	// one gateway serves, so that a typo of an extra digit or two is
+	// still taken and only a value that cannot be meant is refused.
+	maxRequestsPerMinute = 10_000_000
 )
 
 func checkLabel(v *api.Validator, field, s string) string {
@@ -177,6 +181,13 @@ func (s *Service) UpdateOrgSeeing(name string, p api.OrgPatch, seen func(orgID s
 			v.Add("max_runtime_seconds", api.FieldOutOfRange, "between 60 and %d seconds, or null for no limit", int64(maxRuntimeCap/time.Second))
 		} else {
 			o.Settings.MaxRuntimeSeconds = r
+		}
+	}
+	if p.RequestsPerMinute.Set {
+		if n := p.RequestsPerMinute.Ptr(); n != nil && (*n < 0 || *n > maxRequestsPerMinute) {
+			v.Add("requests_per_minute", api.FieldOutOfRange, "between 0 (no limit) and %d, or null for the plan's default", maxRequestsPerMinute)
+		} else {
+			o.Settings.RequestsPerMinute = n
 		}
 	}
 	if err := v.Err(); err != nil {

@@ -222,6 +222,53 @@ func TestKeyDefaultsAndListing(t *testing.T) {
 	}
 }
 
+// requests_per_minute is taken from 0 (no limit) to ten million, null
+// clears it back to the plan's default, and it survives a restart.
+func TestRequestsPerMinuteSetting(t *testing.T) {
+	f := newFixture(t)
+	if _, err := f.svc.CreateOrg(api.CreateOrgRequest{Name: "acme"}); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name  string
+		patch api.Optional[int]
+		want  *int // the stored setting; nil for the plan's default
+		limit int  // the limit in force
+		bad   bool
+	}{
+		{"a limit", api.Some(6), new(6), 6, false},
+		{"the largest", api.Some(10_000_000), new(10_000_000), 10_000_000, false},
+		{"no limit", api.Some(0), new(0), 0, false},
+		{"negative", api.Some(-1), new(0), 0, true},
+		{"too large", api.Some(10_000_001), new(0), 0, true},
+		{"null is the plan's default", api.Null[int](), nil, 600, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := f.svc.UpdateOrg("acme", api.OrgPatch{RequestsPerMinute: tt.patch})
+			if tt.bad {
+				var ae *api.Error
+				if !errors.As(err, &ae) || ae.HTTPStatus() != 422 || len(ae.Fields) != 1 || ae.Fields[0].Field != "requests_per_minute" {
+					t.Fatalf("UpdateOrg = %v, want 422 naming requests_per_minute", err)
+				}
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			o, _ := f.svc.Org("acme")
+			if got := o.Settings.RequestsPerMinute; (got == nil) != (tt.want == nil) || got != nil && *got != *tt.want || o.RequestsPerMinute() != tt.limit {
+				t.Fatalf("setting %v, limit %d; want %v, %d", got, o.RequestsPerMinute(), tt.want, tt.limit)
+			}
+		})
+	}
+	if _, err := f.svc.UpdateOrg("acme", api.OrgPatch{RequestsPerMinute: api.Some(60)}); err != nil {
+		t.Fatal(err)
+	}
+	f.reopen(t)
+	if o, err := f.svc.Org("acme"); err != nil || o.RequestsPerMinute() != 60 {
+		t.Fatalf("after restart: %+v, %v", o.Settings, err)
+	}
+}
+
 func TestOrgLifecycle(t *testing.T) {
 	f := newFixture(t)
 	if _, err := f.svc.CreateOrg(api.CreateOrgRequest{Name: "Bad Name"}); status(t, err) != 422 {

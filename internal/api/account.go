@@ -27,6 +27,20 @@ func (p Plan) Valid() bool { return p == PlanFree || p == PlanPro || p == PlanEn
 // private inference).
 func (p Plan) Paid() bool { return p == PlanPro || p == PlanEnterprise }
 
+// RequestsPerMinute is the plan's default limit on an organisation's
+// inference requests a minute; 0 is none. Free organisations are held to
+// 600 (10 a second, in bursts of up to 100), which no interactive use
+// reaches and which keeps one runaway client from taking every worker.
+// The paid plans are the operator's own paying organisations: a gateway
+// in front of its owner's GPUs does not throttle its owner unasked, so
+// they have no limit unless one is set (OrgSettings.RequestsPerMinute).
+func (p Plan) RequestsPerMinute() int {
+	if p == PlanFree {
+		return 600
+	}
+	return 0
+}
+
 // Organization is an organisation as the console shows it.
 type Organization struct {
 	ID        string      `json:"id"`
@@ -34,6 +48,15 @@ type Organization struct {
 	Plan      Plan        `json:"plan"`
 	Settings  OrgSettings `json:"settings"`
 	CreatedAt time.Time   `json:"created_at"`
+}
+
+// RequestsPerMinute is the limit the organisation's inference requests are
+// held to: its own setting, else its plan's default; 0 is none.
+func (o Organization) RequestsPerMinute() int {
+	if n := o.Settings.RequestsPerMinute; n != nil {
+		return *n
+	}
+	return o.Plan.RequestsPerMinute()
 }
 
 // OrgSettings are the console-only settings of an organisation.
@@ -69,6 +92,10 @@ type OrgSettings struct {
 	// replicas name their regions; empty is wherever its first worker or
 	// request lands.
 	HomeRegion string `json:"home_region,omitempty"`
+	// RequestsPerMinute limits the organisation's inference requests: null
+	// is its plan's default (Plan.RequestsPerMinute), 0 no limit, N that
+	// many a minute. Organisations stored before the setting read null.
+	RequestsPerMinute *int `json:"requests_per_minute"`
 }
 
 // User is a person who can hold roles in organisations.
@@ -139,6 +166,8 @@ type OrgPatch struct {
 	RequireWorkerApproval Optional[bool] `json:"require_worker_approval,omitzero"`
 	// HomeRegion, null or empty for none.
 	HomeRegion Optional[string] `json:"home_region,omitzero"`
+	// RequestsPerMinute, null for the plan's default, 0 for no limit.
+	RequestsPerMinute Optional[int] `json:"requests_per_minute,omitzero"`
 }
 
 // WorkerApproval records that an organisation approved a worker: its

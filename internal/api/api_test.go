@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 )
 
@@ -129,5 +130,43 @@ func TestModelInstallReport(t *testing.T) {
 	}
 	if m := (ModelInstall{Model: "m", State: InstallCompleted}).Metadata(); len(m) != 2 {
 		t.Errorf("a completed install's metadata %v", m)
+	}
+}
+
+// An organisation's request rate limit is its own setting, else its
+// plan's default; an organisation stored before the setting existed has
+// none of its own.
+func TestRequestsPerMinute(t *testing.T) {
+	n := func(v int) *int { return &v }
+	tests := []struct {
+		name    string
+		plan    Plan
+		setting *int
+		want    int
+	}{
+		{"free, default", PlanFree, nil, 600},
+		{"pro, default", PlanPro, nil, 0},
+		{"enterprise, default", PlanEnterprise, nil, 0},
+		{"free, set", PlanFree, n(6), 6},
+		{"free, no limit", PlanFree, n(0), 0},
+		{"pro, set", PlanPro, n(1200), 1200},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := Organization{Plan: tt.plan, Settings: OrgSettings{RequestsPerMinute: tt.setting}}
+			if got := o.RequestsPerMinute(); got != tt.want {
+				t.Errorf("RequestsPerMinute() = %d, want %d", got, tt.want)
+			}
+		})
+	}
+	var old Organization
+	if err := json.Unmarshal([]byte(`{"plan":"free","settings":{"require_e2e":true}}`), &old); err != nil {
+		t.Fatal(err)
+	}
+	if old.Settings.RequestsPerMinute != nil || old.RequestsPerMinute() != 600 {
+		t.Errorf("stored before the setting: %v, limit %d", old.Settings.RequestsPerMinute, old.RequestsPerMinute())
+	}
+	if b, _ := json.Marshal(OrgSettings{}); !strings.Contains(string(b), `"requests_per_minute":null`) {
+		t.Errorf("settings = %s, want requests_per_minute null", b)
 	}
 }
