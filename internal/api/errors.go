@@ -51,6 +51,7 @@ const (
 	CodeBadWorkerReply   = "bad_worker_reply"    // the worker's answer is not one the gateway can use
 	CodeTimeout          = "timeout"             // the request ran longer than it may
 	CodeNotHome          = "not_home"            // this replica of a cluster does not serve the organisation; its home does
+	CodeRateLimited      = "rate_limited"        // the organisation is over its limit of requests a minute
 )
 
 // Error is an error with everything needed to answer it over HTTP. Domain

@@ -26,6 +26,7 @@ import (
 	"github.com/svc-dev/svc/internal/fleet"
 	"github.com/svc-dev/svc/internal/link"
 	"github.com/svc-dev/svc/internal/peer"
+	"github.com/svc-dev/svc/internal/ratelimit"
 	"github.com/svc-dev/svc/internal/relay"
 	"github.com/svc-dev/svc/internal/rental"
 	"github.com/svc-dev/svc/internal/store"
@@ -70,6 +71,9 @@ type Server struct {
 	peerAccept *peer.Acceptor
 	relay      *relay.Relay
 	spoolDir   string
+	// rates holds each organisation to its inference requests a minute,
+	// counted where its requests are served.
+	rates *ratelimit.Limits
 
 	public  *listener
 	console *listener
@@ -151,7 +155,7 @@ func New(d Deps) *Server {
 	s := &Server{log: d.Logger, build: d.Build, accounts: d.Accounts, fleet: d.Fleet, events: d.Events,
 		usage: d.Usage, power: d.Power, cluster: d.Cluster, inflight: usage.NewTracker(),
 		keepalive: d.Keepalive, metrics: newMetrics(d.Build), watch: newClientWatch(200 * time.Millisecond),
-		spoolDir: d.SpoolDir, stall: d.StallTimeout, quiet: quietIdle}
+		spoolDir: d.SpoolDir, stall: d.StallTimeout, quiet: quietIdle, rates: ratelimit.New(time.Now)}
 	s.rentals = d.Rentals
 	if s.stall <= 0 {
 		s.stall = DefaultStallTimeout
@@ -477,6 +481,13 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, m *mux, console bool) {
 		// whole first, as here.
 		if err = s.authorize(&c, console); err == nil && r.access == accessKey {
 			peer, err = s.serveAt(&c)
+		}
+		if err == nil && r.kind != "" && peer.url == "" {
+			// An inference request counts against its organisation's rate
+			// where it is served, so one forwarded to the home replica is
+			// counted once, there; and before its body is read, so that a
+			// refusal costs no parse.
+			err = s.rates.Allow(c.principal.OrgID, c.org.RequestsPerMinute())
 		}
 		if err == nil {
 			drain = m.limitFor(ctx.Request.Header.RequestURI())
