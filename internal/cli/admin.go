@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -131,8 +132,22 @@ func (o *AdminOptions) printOrg(org api.Organization) error {
 		[2]string{"Max rental runtime", runtime},
 		[2]string{"Worker approval", onOff(s.RequireWorkerApproval)},
 		[2]string{"Home region", cmp.Or(s.HomeRegion, "none")},
+		[2]string{"Requests a minute", requestsPerMinute(org)},
 		[2]string{"Created", fmtTime(org.CreatedAt)},
 	)
+}
+
+// requestsPerMinute is the organisation's request rate limit as settings
+// show prints it, saying when it is the plan's rather than its own.
+func requestsPerMinute(org api.Organization) string {
+	limit := "unlimited"
+	if n := org.RequestsPerMinute(); n > 0 {
+		limit = strconv.Itoa(n)
+	}
+	if org.Settings.RequestsPerMinute == nil {
+		limit += " (" + string(org.Plan) + " plan default)"
+	}
+	return limit
 }
 
 func newCmdAdminOrgs(o *AdminOptions) *cobra.Command {

@@ -25,7 +25,8 @@ const settingKeys = `  require_e2e=BOOL                refuse unencrypted infere
   payment_card_on_file=BOOL       record whether billing holds a card
   plan=free|pro|enterprise        the organisation's plan
   require_worker_approval=BOOL    new workers serve nothing until approved (svc admin workers approve)
-  home_region=REGION|none         on a cluster, the region (svc serve --region) whose replicas home the organisation`
+  home_region=REGION|none         on a cluster, the region (svc serve --region) whose replicas home the organisation
+  requests_per_minute=N|default   inference requests a minute; 0 or unlimited: no limit; default: the plan's (free 600, paid unlimited)`
 
 // NewCmdAdminSettings builds `svc admin settings`; runF replaces `settings set` in tests.
 func NewCmdAdminSettings(o *AdminOptions, runF func(*SettingsSetOptions) error) *cobra.Command {
@@ -62,7 +63,8 @@ func NewCmdAdminSettingsSet(o *AdminOptions, runF func(*SettingsSetOptions) erro
 		Short: "Change settings",
 		Long:  "Change one or more settings of the organisation. Keys:\n\n" + settingKeys,
 		Example: `  svc admin settings set require_e2e=true max_runtime=8h
-  svc admin settings set monthly_budget_gbp=none --org acme`,
+  svc admin settings set monthly_budget_gbp=none --org acme
+  svc admin settings set requests_per_minute=1200 --org acme`,
 		Args: minArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p, err := parseSettings(args)
@@ -135,6 +137,8 @@ func parseSettings(args []string) (api.OrgPatch, error) {
 			if d, err = parseDuration(v); err == nil {
 				p.MaxRuntimeSeconds = api.Some(int64(d / time.Second))
 			}
+		case "requests_per_minute", "rpm":
+			p.RequestsPerMinute, err = parseRequestsPerMinute(v)
 		default:
 			return p, usageErrorf("unknown setting %q; keys:\n%s", k, settingKeys)
 		}
@@ -143,6 +147,24 @@ func parseSettings(args []string) (api.OrgPatch, error) {
 		}
 	}
 	return p, nil
+}
+
+// parseRequestsPerMinute takes a count, unlimited (0) or default (null).
+// The none and off of the other settings are refused: here they could
+// mean either no limit or no setting of the organisation's own, which on
+// the Free plan is a limit.
+func parseRequestsPerMinute(v string) (api.Optional[int], error) {
+	switch strings.ToLower(v) {
+	case "default", "null":
+		return api.Null[int](), nil
+	case "unlimited":
+		return api.Some(0), nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return api.Optional[int]{}, fmt.Errorf("want a number of requests, 0 or unlimited for no limit, or default for the plan's")
+	}
+	return api.Some(n), nil
 }
 
 func isNone(v string) bool {

@@ -96,6 +96,12 @@ func TestParseSettings(t *testing.T) {
 		{[]string{"jurisdiction_floor=uk", "plan=pro"}, func(p api.OrgPatch) bool {
 			return *p.JurisdictionFloor.Ptr() == "uk" && p.Plan == api.Some(api.PlanPro)
 		}, false},
+		{[]string{"requests_per_minute=1200"}, func(p api.OrgPatch) bool { return p.RequestsPerMinute == api.Some(1200) }, false},
+		{[]string{"rpm=0"}, func(p api.OrgPatch) bool { return p.RequestsPerMinute == api.Some(0) }, false},
+		{[]string{"requests_per_minute=unlimited"}, func(p api.OrgPatch) bool { return p.RequestsPerMinute == api.Some(0) }, false},
+		{[]string{"requests_per_minute=default"}, func(p api.OrgPatch) bool { return p.RequestsPerMinute == api.Null[int]() }, false},
+		{[]string{"requests_per_minute=none"}, nil, true},
+		{[]string{"requests_per_minute=fast"}, nil, true},
 		{[]string{"require_e2e"}, nil, true},
 		{[]string{"require_e2e=maybe"}, nil, true},
 		{[]string{"max_runtime=soon"}, nil, true},
