@@ -62,6 +62,11 @@ func TestRateLimitPerOrganisation(t *testing.T) {
 		t.Errorf("moderation 429 X-Svc-Error-Code = %q", mod.Header.Get("X-Svc-Error-Code"))
 	}
 
+	// Counted apart from the capacity 429s.
+	if m := s.do("GET", "/metrics", ""); !strings.Contains(string(m.Body), "\nsvc_rate_limited_requests_total 3\n") {
+		t.Errorf("metrics after three refusals:\n%s", m.Body)
+	}
+
 	// The refusal has its usage row, with the status and message the
 	// client saw.
 	row := s.usageRow(key, refused.Header.Get("X-Request-Id"))

@@ -25,7 +25,11 @@ type metrics struct {
 	// storeRefused counts inference refused because the store's write
 	// backlog was at its bound.
 	storeRefused prometheus.Counter
-	stalls       prometheus.Counter
+	// rateLimited counts inference refused for its organisation's
+	// requests_per_minute: a 429 that says nothing of the fleet's
+	// capacity, which the capacity 429s in requests do.
+	rateLimited prometheus.Counter
+	stalls      prometheus.Counter
 	// forwards counts the requests this replica sent to the replica that
 	// serves them, by outcome (forwarded, not_home, unreachable, lost).
 	forwards *prometheus.CounterVec
@@ -62,6 +66,10 @@ func newMetrics(build buildinfo.Info) *metrics {
 		Name: "svc_store_refused_requests_total",
 		Help: "Inference requests refused with 503 because the store's write backlog was at its bound.",
 	})
+	m.rateLimited = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "svc_rate_limited_requests_total",
+		Help: "Inference requests refused with 429 because their organisation was over its requests_per_minute; the other 429s are the fleet's capacity.",
+	})
 	m.stalls = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "svc_client_stalls_total",
 		Help: "Connections cut off because their client took no byte of a response for the stall timeout.",
@@ -75,7 +83,7 @@ func newMetrics(build buildinfo.Info) *metrics {
 		Help: "The running build; always 1.",
 	}, []string{"version", "commit", "goversion"})
 	info.WithLabelValues(build.Version, build.Commit, build.Go).Set(1)
-	m.reg.MustRegister(m.requests, m.latency, m.storeRefused, m.stalls, m.forwards, info,
+	m.reg.MustRegister(m.requests, m.latency, m.storeRefused, m.rateLimited, m.stalls, m.forwards, info,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	h := fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))

@@ -487,7 +487,9 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, m *mux, console bool) {
 			// where it is served, so one forwarded to the home replica is
 			// counted once, there; and before its body is read, so that a
 			// refusal costs no parse.
-			err = s.rates.Allow(c.principal.OrgID, c.org.RequestsPerMinute())
+			if err = s.rates.Allow(c.principal.OrgID, c.org.RequestsPerMinute()); err != nil {
+				s.metrics.rateLimited.Inc()
+			}
 		}
 		if err == nil {
 			drain = m.limitFor(ctx.Request.Header.RequestURI())
