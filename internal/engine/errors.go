@@ -89,7 +89,11 @@ func ErrorResult(status int, body []byte) *api.Result {
 		out, typ = http.StatusInsufficientStorage, api.TypeInsufficientMemory
 	case containsAny(lower, "exceed_context_size", "context length", TypeContextLengthExceeded, "maximum context length", "too many tokens"),
 		// TEI's (and TGI's) "`inputs` must have less than 512 tokens".
-		strings.Contains(lower, "must have less than") && strings.Contains(lower, "tokens"):
+		strings.Contains(lower, "must have less than") && strings.Contains(lower, "tokens"),
+		// llama-server's embeddings of an input longer than its batch,
+		// sent as a 500: shortening the input is what helps, and another
+		// worker of the same setup would refuse it too.
+		strings.Contains(lower, "input is too large to process"):
 		out, typ = http.StatusBadRequest, TypeContextLengthExceeded
 	case status == http.StatusNotImplemented || containsAny(lower, "not_supported_error", "not supported", "unsupported"):
 		if status >= 500 || status == http.StatusNotImplemented {

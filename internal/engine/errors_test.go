@@ -68,6 +68,8 @@ func TestContextLengthByKind(t *testing.T) {
 			"Input validation error: `inputs` must have less than 512 tokens. Given: 75000", "413", true},
 		{"tei 422", 422, "{\"error\":\"Input validation error: `inputs` must have less than 512 tokens. Given: 75000\",\"error_type\":\"Validation\"}",
 			"Input validation error: `inputs` must have less than 512 tokens. Given: 75000", "", true},
+		{"llama-server batch", 500, `{"error":{"code":500,"message":"input is too large to process. increase the physical batch size","type":"server_error"}}`,
+			"input is too large to process. increase the physical batch size", "500", true},
 		{"sim", 413, `{"error":{"message":"input[0] is 75000 tokens, more than the model's maximum context length of 512 tokens","type":"context_length_exceeded","code":"context_length_exceeded"}}`,
 			"input[0] is 75000 tokens, more than the model's maximum context length of 512 tokens", "context_length_exceeded", true},
 		// Not context-length failures: the kind changes nothing.
