@@ -7,8 +7,8 @@ import "strconv"
 // only link a step to its parent's and are inlined, so that each step
 // lives in its caller's frame; String spells the path out, which only a
 // failure needs. So a valid body, however many messages and blocks it
-// has, builds no path, where joining strings on the way down cost a
-// translation a quarter of its allocations.
+// has, builds no path, where joining strings on the way down cost the
+// translations a quarter to a third of their allocations.
 //
 // A Path refers to its parent, so it is used while the parent's call is
 // under way and never kept. A nil or zero Path is the body itself.
