@@ -35,33 +35,40 @@ func TestPrivateTranscriptionRowHasItsAudio(t *testing.T) {
 
 // A model offered under an alias is answered under the id the client
 // asked for, in a whole reply and in every chunk of a stream, though the
-// engine names its own model.
+// engine names its own model; and the engine is asked for its own model,
+// which an engine over HTTP (here svc sim behind the openai adapter) knows
+// by that name only.
 func TestAliasedModelRepliesNameTheAlias(t *testing.T) {
 	s := startServer(t, "")
 	key := s.adminKey()
 	startWorker(t, s.URL, s.tokenFile(), "aliased", "--engine", "sim=tps=0,ttft=0",
 		"--model-alias", "my-chat=sim-chat", "--model-alias", "my-embed=sim-embed")
+	startWorker(t, s.URL, s.tokenFile(), "aliased-http", "--engine", "openai="+startSim(t, "tps=0,ttft=0"),
+		"--model-alias", "http-chat=sim-chat", "--model-alias", "http-embed=sim-embed")
 
-	r := s.do("POST", "/v1/chat/completions", `{"model":"my-chat","messages":[{"role":"user","content":"hi"}]}`, bearer(key))
-	if r.Status != 200 || r.JSON(t)["model"] != "my-chat" {
-		t.Fatalf("chat = %d %s", r.Status, r.Body)
-	}
-	r, events := rawStream(t, s, key, streamBody("my-chat", "hi\nsim: tokens=5", nil))
-	if r.Status != 200 || len(events) < 5 {
-		t.Fatalf("stream = %d %s", r.Status, r.Body)
-	}
-	for _, e := range events {
-		if e == "[DONE]" {
-			continue
+	for _, names := range [][2]string{{"my-chat", "my-embed"}, {"http-chat", "http-embed"}} {
+		chat, embed := names[0], names[1]
+		r := s.do("POST", "/v1/chat/completions", `{"model":"`+chat+`","messages":[{"role":"user","content":"hi"}]}`, bearer(key))
+		if r.Status != 200 || r.JSON(t)["model"] != chat {
+			t.Fatalf("chat = %d %s", r.Status, r.Body)
 		}
-		var chunk map[string]any
-		if err := json.Unmarshal([]byte(e), &chunk); err != nil || chunk["model"] != "my-chat" {
-			t.Fatalf("chunk %s", e)
+		r, events := rawStream(t, s, key, streamBody(chat, "hi\nsim: tokens=5", nil))
+		if r.Status != 200 || len(events) < 5 {
+			t.Fatalf("stream = %d %s", r.Status, r.Body)
 		}
-	}
-	r = s.do("POST", "/v1/embeddings", `{"model":"my-embed","input":"hi"}`, bearer(key))
-	if r.Status != 200 || r.JSON(t)["model"] != "my-embed" {
-		t.Fatalf("embeddings = %d %s", r.Status, r.Body)
+		for _, e := range events {
+			if e == "[DONE]" {
+				continue
+			}
+			var chunk map[string]any
+			if err := json.Unmarshal([]byte(e), &chunk); err != nil || chunk["model"] != chat {
+				t.Fatalf("chunk %s", e)
+			}
+		}
+		r = s.do("POST", "/v1/embeddings", `{"model":"`+embed+`","input":"hi"}`, bearer(key))
+		if r.Status != 200 || r.JSON(t)["model"] != embed {
+			t.Fatalf("embeddings = %d %s", r.Status, r.Body)
+		}
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/audio"
 	"github.com/svc-dev/svc/internal/engine"
+	"github.com/svc-dev/svc/internal/jsontext"
 	"github.com/svc-dev/svc/internal/link"
 )
 
@@ -81,6 +82,14 @@ func (a *Agent) run(ctx context.Context, st *link.Stream) (res *api.Result) {
 		if private.audio != nil {
 			ereq.Audio = private.audio
 		}
+	}
+
+	if local != req.Model && req.Kind != api.KindTranscription && req.Kind != api.KindTranscriptionLive {
+		// An engine knows a model offered under an alias (--model-alias
+		// ID=LOCAL) by its own name only, and one over HTTP reads it from
+		// the body, where the client named the alias. (An upload's name is
+		// in its parameters, which the engine reads with local.)
+		ereq.Body = renameModel(ereq.Body, jsontext.AppendString(nil, local))
 	}
 
 	if a.cfg.Web != nil && req.Kind == api.KindChat && private == nil {
