@@ -49,7 +49,7 @@ func (e *Engine) Models(ctx context.Context) ([]api.Model, error) {
 		return nil, fmt.Errorf("list models: %w", err)
 	}
 	models := make([]api.Model, 0, len(list.Data))
-	fl, llamaCpp := flavourGeneric, 0
+	fl, llamaCpp, simulated := flavourGeneric, 0, false
 	for _, raw := range list.Data {
 		var entry modelEntry
 		// One odd entry should not hide the others.
@@ -63,14 +63,20 @@ func (e *Engine) Models(ctx context.Context) ([]api.Model, error) {
 		if f == flavourLlamaCpp {
 			llamaCpp++
 		}
+		// svc sim names itself: its models are simulated however they
+		// are reached.
+		sim := strings.EqualFold(entry.OwnedBy, "svc-sim")
+		simulated = simulated || sim
 		models = append(models, api.Model{
 			ID:            entry.ID,
 			Capabilities:  capabilities(entry.ID),
 			ContextWindow: entry.contextWindow(),
 			Engine:        "openai",
+			Simulated:     sim,
 		})
 	}
 	e.flavour.Store(uint32(fl))
+	e.simulated.Store(simulated)
 	// llama-server's /props has the context it actually serves per slot.
 	// It describes the one loaded model, so it is only used when there is
 	// exactly one: a router serving several would answer for none of them.

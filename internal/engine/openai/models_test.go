@@ -81,6 +81,12 @@ func TestModels(t *testing.T) {
 			flavour: flavourSGLang,
 		},
 		{
+			name:    "svc sim, which is labelled",
+			routes:  map[string]http.HandlerFunc{"/v1/models": jsonHandler(200, `{"object":"list","data":[{"id":"sim-chat","object":"model","created":0,"owned_by":"svc-sim"}]}`)},
+			want:    []api.Model{{ID: "sim-chat", Capabilities: chat, Engine: "openai", Simulated: true}},
+			flavour: flavourGeneric,
+		},
+		{
 			name:    "empty list",
 			routes:  map[string]http.HandlerFunc{"/v1/models": jsonHandler(200, `{"object":"list","data":[]}`)},
 			want:    []api.Model{},
@@ -100,6 +106,9 @@ func TestModels(t *testing.T) {
 			}
 			if e.detected() != tt.flavour {
 				t.Fatalf("flavour = %v, want %v", e.detected(), tt.flavour)
+			}
+			if sim := len(tt.want) > 0 && tt.want[0].Simulated; e.Info().Simulated != sim {
+				t.Fatalf("engine info simulated = %v, want %v", e.Info().Simulated, sim)
 			}
 			asked := 0
 			for _, r := range f.requests() {

@@ -64,6 +64,9 @@ type Engine struct {
 	// flavour is what Models last detected from owned_by; it selects the
 	// engine-specific lookups (llama.cpp's /props).
 	flavour atomic.Uint32
+	// simulated is whether Models last found svc's simulator behind the
+	// API (owned_by svc-sim), which is labelled wherever it shows.
+	simulated atomic.Bool
 }
 
 var _ interface {
@@ -127,7 +130,7 @@ func (e *Engine) Kind() string { return "openai" }
 
 // Info describes the engine for the worker's hello.
 func (e *Engine) Info() api.EngineInfo {
-	return api.EngineInfo{Kind: "openai", URL: e.base}
+	return api.EngineInfo{Kind: "openai", URL: e.base, Simulated: e.simulated.Load()}
 }
 
 // Serve runs one request. It never returns nil.
