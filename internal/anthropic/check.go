@@ -9,17 +9,6 @@ import (
 	"github.com/svc-dev/svc/internal/jsonraw"
 )
 
-// read reads an object of the request into the translator's list of
-// members, whose part it returns; one list serves the whole request.
-func (t *translator) read(raw json.RawMessage) (object, bool) {
-	n := len(t.members)
-	var ok bool
-	if t.members, ok = jsonraw.AppendFields(t.members, raw); !ok {
-		return nil, false
-	}
-	return t.members[n:len(t.members):len(t.members)], true
-}
-
 // add reports a failure of the value at p.
 func (t *translator) add(p *api.Path, typ, format string, args ...any) {
 	t.v.Add(p.String(), typ, format, args...)
@@ -51,7 +40,7 @@ func (t *translator) boolean(p *api.Path, raw json.RawMessage) (bool, bool) {
 }
 
 func (t *translator) object(p *api.Path, raw json.RawMessage) (object, bool) {
-	o, ok := t.read(raw)
+	o, ok := t.members.Read(raw)
 	if !ok {
 		t.add(p, api.FieldWrongType, "must be an object")
 	}
@@ -197,7 +186,7 @@ func (t *translator) arrayAt(p *api.Path, key string, raw json.RawMessage) ([]js
 }
 
 func (t *translator) objectAt(p *api.Path, key string, raw json.RawMessage) (object, bool) {
-	if o, ok := t.read(raw); ok {
+	if o, ok := t.members.Read(raw); ok {
 		return o, true
 	}
 	return t.object(p.Key(key), raw)

@@ -139,7 +139,7 @@ func translate(body []byte) (*chatRequest, error) {
 		return nil, jsonraw.Malformed(body)
 	}
 	t := translator{}
-	top, ok := t.read(body)
+	top, ok := t.members.Read(body)
 	if !ok {
 		return nil, api.Invalid(api.FieldError{Field: "body", Type: api.FieldWrongType, Message: "must be a JSON object"})
 	}
@@ -155,9 +155,8 @@ func translate(body []byte) (*chatRequest, error) {
 type translator struct {
 	v   api.Validator
 	out chatRequest
-	// members are those of every object read so far, each object's a
-	// part of the list (read).
-	members jsonraw.Fields
+	// members reads the request's objects, all into one list.
+	members jsonraw.FieldReader
 }
 
 // request checks the members in a fixed order, so a body with several

@@ -11,9 +11,9 @@ import (
 // which is decoded), for a reader done with them before the body changes:
 // a translation that writes what it reads into a body of its own. A lookup
 // walks the members, which for the few that a request's objects have is
-// quicker than a map, and a translator appends every object it reads to
-// one list (AppendFields), so reading an object allocates nothing once the
-// list has grown.
+// quicker than a map, and a translator reads every object into one list
+// (FieldReader), so reading an object allocates nothing once the list has
+// grown.
 type Fields []Field
 
 // Field is one member of an object.
@@ -46,6 +46,23 @@ func AppendFields(dst Fields, raw []byte) (Fields, bool) {
 		return dst[:n], false
 	}
 	return dst, true
+}
+
+// FieldReader reads the objects of one body into one list of members,
+// handing out each object's part of it: a translation reads hundreds of
+// small objects. The zero value is ready.
+type FieldReader struct{ list Fields }
+
+// Read is the members of raw, an object of a body checked whole, as a part
+// of the reader's list that later reads leave as it is; false when raw is
+// not an object.
+func (r *FieldReader) Read(raw []byte) (Fields, bool) {
+	n := len(r.list)
+	var ok bool
+	if r.list, ok = AppendFields(r.list, raw); !ok {
+		return nil, false
+	}
+	return r.list[n:len(r.list):len(r.list)], true
 }
 
 // Get is the value of key as sent, null included. A key sent twice has

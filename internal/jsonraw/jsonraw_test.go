@@ -133,3 +133,26 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// A reader's objects share one list: each keeps its own members as later
+// objects are read and the list grows, and a value that is not an object
+// reads as none.
+func TestFieldReader(t *testing.T) {
+	var r FieldReader
+	var objs []Fields
+	for i := range 40 {
+		f, ok := r.Read([]byte(`{"i":` + string(rune('0'+i%10)) + `,"x":[1]}`))
+		if !ok || len(f) != 2 {
+			t.Fatalf("read %d: %q, %v", i, f, ok)
+		}
+		objs = append(objs, f)
+		if f, ok := r.Read([]byte(`[1]`)); ok || f != nil {
+			t.Fatalf("an array read as %q, %v", f, ok)
+		}
+	}
+	for i, f := range objs {
+		if v, _ := f.Get("i"); string(v) != string(rune('0'+i%10)) || cap(f) != 2 {
+			t.Fatalf("object %d now %q (cap %d)", i, f, cap(f))
+		}
+	}
+}

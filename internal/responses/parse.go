@@ -94,7 +94,7 @@ func check(body []byte) (*checker, error) {
 		return nil, jsonraw.Malformed(body)
 	}
 	c := &checker{r: &Request{}}
-	top, ok := c.read(body)
+	top, ok := c.members.Read(body)
 	if !ok {
 		return nil, api.Invalid(api.FieldError{Field: "body", Type: api.FieldWrongType, Message: "must be a JSON object"})
 	}
@@ -152,9 +152,8 @@ type checker struct {
 	refusal *api.Error
 	r       *Request
 	out     chatBody
-	// members are those of every object read so far, each object's a
-	// part of the list (read).
-	members jsonraw.Fields
+	// members reads the request's objects, all into one list.
+	members jsonraw.FieldReader
 }
 
 func (c *checker) refuse(param, format string, args ...any) {
@@ -180,17 +179,6 @@ func (c *checker) addAt(path *api.Path, key, typ, format string, args ...any) {
 	c.v.Add(path.Key(key).String(), typ, format, args...)
 }
 
-// read reads an object of the request into the checker's list of members,
-// whose part it returns; one list serves the whole request.
-func (c *checker) read(raw json.RawMessage) (object, bool) {
-	n := len(c.members)
-	var ok bool
-	if c.members, ok = jsonraw.AppendFields(c.members, raw); !ok {
-		return nil, false
-	}
-	return c.members[n:len(c.members):len(c.members)], true
-}
-
 // Generic checks: each reports its own failure and returns ok only for a
 // usable value. "opt" ones treat absent and null alike.
 
@@ -214,7 +202,7 @@ func (c *checker) boolean(path *api.Path, raw json.RawMessage) (bool, bool) {
 // request keeps of them to echo is copied (compact, appendString), and
 // the rest is written into the chat body before Parse returns.
 func (c *checker) object(path *api.Path, raw json.RawMessage) (object, bool) {
-	o, ok := c.read(raw)
+	o, ok := c.members.Read(raw)
 	if !ok {
 		c.add(path, api.FieldWrongType, "must be an object")
 	}
@@ -509,7 +497,7 @@ func (c *checker) toolChoice(top object) {
 			c.r.echo.toolChoice = c.out.ToolChoice
 		}
 	case jsonraw.Object:
-		o, _ := c.read(raw)
+		o, _ := c.members.Read(raw)
 		typ, ok := c.requiredString(o, api.PathOf("tool_choice"), "type")
 		if !ok {
 			return
