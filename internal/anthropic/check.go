@@ -9,16 +9,6 @@ import (
 	"github.com/svc-dev/svc/internal/jsonraw"
 )
 
-// add reports a failure of the value at p.
-func (t *translator) add(p *api.Path, typ, format string, args ...any) {
-	t.v.Add(p.String(), typ, format, args...)
-}
-
-// addAt reports a failure of member key of the value at p.
-func (t *translator) addAt(p *api.Path, key, typ, format string, args ...any) {
-	t.v.Add(p.Key(key).String(), typ, format, args...)
-}
-
 // Generic checks, worded as internal/chat words them. Each reports its own
 // failure and returns ok only for a usable value; "opt" helpers treat absent
 // and null alike, "required" helpers report both as missing.
@@ -26,14 +16,14 @@ func (t *translator) addAt(p *api.Path, key, typ, format string, args ...any) {
 func (t *translator) str(p *api.Path, raw json.RawMessage) (string, bool) {
 	s, ok := jsonraw.DecodeString(raw)
 	if !ok {
-		t.add(p, api.FieldWrongType, "must be a string")
+		t.v.AddAt(p, api.FieldWrongType, "must be a string")
 	}
 	return s, ok
 }
 
 func (t *translator) boolean(p *api.Path, raw json.RawMessage) (bool, bool) {
 	if jsonraw.KindOf(raw) != jsonraw.Bool {
-		t.add(p, api.FieldWrongType, "must be true or false")
+		t.v.AddAt(p, api.FieldWrongType, "must be true or false")
 		return false, false
 	}
 	return raw[0] == 't', true
@@ -42,19 +32,19 @@ func (t *translator) boolean(p *api.Path, raw json.RawMessage) (bool, bool) {
 func (t *translator) object(p *api.Path, raw json.RawMessage) (object, bool) {
 	o, ok := t.members.Read(raw)
 	if !ok {
-		t.add(p, api.FieldWrongType, "must be an object")
+		t.v.AddAt(p, api.FieldWrongType, "must be an object")
 	}
 	return o, ok
 }
 
 func (t *translator) array(p *api.Path, raw json.RawMessage) ([]json.RawMessage, bool) {
 	if jsonraw.KindOf(raw) != jsonraw.Array {
-		t.add(p, api.FieldWrongType, "must be an array")
+		t.v.AddAt(p, api.FieldWrongType, "must be an array")
 		return nil, false
 	}
 	elems, ok := jsonraw.CheckedArrayView(raw)
 	if !ok {
-		t.add(p, api.FieldWrongType, "must be an array")
+		t.v.AddAt(p, api.FieldWrongType, "must be an array")
 	}
 	return elems, ok
 }
@@ -62,16 +52,16 @@ func (t *translator) array(p *api.Path, raw json.RawMessage) ([]json.RawMessage,
 // integer accepts any number without a fractional part that fits int64.
 func (t *translator) integer(p *api.Path, raw json.RawMessage) (int64, bool) {
 	if jsonraw.KindOf(raw) != jsonraw.Number {
-		t.add(p, api.FieldWrongType, "must be an integer")
+		t.v.AddAt(p, api.FieldWrongType, "must be an integer")
 		return 0, false
 	}
 	n, res := jsonraw.Int(string(raw))
 	switch res {
 	case jsonraw.IntFraction:
-		t.add(p, api.FieldWrongType, "must be a whole number")
+		t.v.AddAt(p, api.FieldWrongType, "must be a whole number")
 		return 0, false
 	case jsonraw.IntOverflow:
-		t.add(p, api.FieldOutOfRange, "is too large")
+		t.v.AddAt(p, api.FieldOutOfRange, "is too large")
 		return 0, false
 	}
 	return n, true
@@ -82,9 +72,9 @@ func (t *translator) enum(p *api.Path, s string, allowed ...string) bool {
 		return true
 	}
 	if len(allowed) == 1 {
-		t.add(p, api.FieldEnum, "must be %s", allowed[0])
+		t.v.AddAt(p, api.FieldEnum, "must be %s", allowed[0])
 	} else {
-		t.add(p, api.FieldEnum, "one of %s", strings.Join(allowed, ", "))
+		t.v.AddAt(p, api.FieldEnum, "one of %s", strings.Join(allowed, ", "))
 	}
 	return false
 }
@@ -92,7 +82,7 @@ func (t *translator) enum(p *api.Path, s string, allowed ...string) bool {
 func (t *translator) missing(o object, p *api.Path, key string) (json.RawMessage, bool) {
 	raw, ok := o.Field(key)
 	if !ok {
-		t.addAt(p, key, api.FieldMissing, "required")
+		t.v.AddAt(p.Key(key), api.FieldMissing, "required")
 	}
 	return raw, ok
 }

@@ -280,13 +280,13 @@ func (t *translator) message(path *api.Path, raw json.RawMessage) {
 		return
 	case jsonraw.Array:
 	default:
-		t.add(cpath, api.FieldWrongType, "must be a string or an array of content blocks")
+		t.v.AddAt(cpath, api.FieldWrongType, "must be a string or an array of content blocks")
 		return
 	}
 	blocks, _ := t.array(cpath, content)
 	if role == "user" {
 		if len(blocks) == 0 {
-			t.add(cpath, api.FieldInvalid, "must contain at least one content block")
+			t.v.AddAt(cpath, api.FieldInvalid, "must contain at least one content block")
 			return
 		}
 		t.userBlocks(cpath, blocks)
@@ -333,11 +333,11 @@ func (t *translator) blockType(path *api.Path, b object, role string) (string, b
 	case contains(blockTypes(own), typ):
 		return typ, true
 	case contains(blockTypes(other), typ):
-		t.add(tpath, api.FieldNotAllowed, "%s blocks may only be sent in %s messages", typ, other)
+		t.v.AddAt(tpath, api.FieldNotAllowed, "%s blocks may only be sent in %s messages", typ, other)
 	case unsupportedBlock(typ):
-		t.add(tpath, api.FieldNotSupported, "%s blocks are not supported", typ)
+		t.v.AddAt(tpath, api.FieldNotSupported, "%s blocks are not supported", typ)
 	default:
-		t.add(tpath, api.FieldEnum, "%s messages take one of %s", own, strings.Join(blockTypes(own), ", "))
+		t.v.AddAt(tpath, api.FieldEnum, "%s messages take one of %s", own, strings.Join(blockTypes(own), ", "))
 	}
 	return "", false
 }
@@ -441,7 +441,7 @@ func (t *translator) toolUse(path *api.Path, b object) (chat.ToolCall, bool) {
 	name, nameOK := t.requiredString(b, path, "name")
 	raw, ok := t.missing(b, path, "input")
 	if ok && jsonraw.KindOf(raw) != jsonraw.Object {
-		t.addAt(path, "input", api.FieldWrongType, "must be an object")
+		t.v.AddAt(path.Key("input"), api.FieldWrongType, "must be an object")
 		ok = false
 	}
 	if !idOK || !nameOK || !ok {
@@ -489,13 +489,13 @@ func (t *translator) toolResult(path *api.Path, b object) (chatMessage, []chatPa
 						images = append(images, p)
 					}
 				case "document", "search_result", "tool_reference":
-					t.addAt(bpath, "type", api.FieldNotSupported, "%s blocks are not supported in tool results; send text or images", typ)
+					t.v.AddAt(bpath.Key("type"), api.FieldNotSupported, "%s blocks are not supported in tool results; send text or images", typ)
 				default:
-					t.addAt(bpath, "type", api.FieldEnum, "one of text, image")
+					t.v.AddAt(bpath.Key("type"), api.FieldEnum, "one of text, image")
 				}
 			}
 		default:
-			t.add(cpath, api.FieldWrongType, "must be a string or an array of text and image blocks")
+			t.v.AddAt(cpath, api.FieldWrongType, "must be a string or an array of text and image blocks")
 		}
 	}
 	text := strings.Join(texts, "\n")
@@ -549,14 +549,14 @@ func (t *translator) image(path *api.Path, b object) (chatPart, bool) {
 			return chatPart{}, false
 		}
 		if !webURL(u) {
-			t.addAt(spath, "url", api.FieldInvalid, "must be an http(s) URL")
+			t.v.AddAt(spath.Key("url"), api.FieldInvalid, "must be an http(s) URL")
 			return chatPart{}, false
 		}
 		return chatPart{Type: "image_url", ImageURL: &imageURL{URL: u}}, true
 	case "file":
-		t.addAt(spath, "type", api.FieldNotSupported, "uploaded files are not supported; send the image as base64 or a URL")
+		t.v.AddAt(spath.Key("type"), api.FieldNotSupported, "uploaded files are not supported; send the image as base64 or a URL")
 	default:
-		t.addAt(spath, "type", api.FieldEnum, "one of base64, url")
+		t.v.AddAt(spath.Key("type"), api.FieldEnum, "one of base64, url")
 	}
 	return chatPart{}, false
 }
@@ -579,7 +579,7 @@ func (t *translator) document(path *api.Path, b object) []chatPart {
 	switch typ {
 	case "text":
 		if mt, ok := t.optString(src, spath, "media_type"); ok && mt != "text/plain" {
-			t.addAt(spath, "media_type", api.FieldEnum, "must be text/plain")
+			t.v.AddAt(spath.Key("media_type"), api.FieldEnum, "must be text/plain")
 			return nil
 		}
 		data, ok := t.requiredString(src, spath, "data")
@@ -587,7 +587,7 @@ func (t *translator) document(path *api.Path, b object) []chatPart {
 			return nil
 		}
 		if len(data) > maxFileBytes {
-			t.addAt(spath, "data", api.FieldTooLong, "the document is larger than 1 MB")
+			t.v.AddAt(spath.Key("data"), api.FieldTooLong, "the document is larger than 1 MB")
 			return nil
 		}
 		parts = append(parts, filePart(title, base64Encode(data)))
@@ -599,10 +599,10 @@ func (t *translator) document(path *api.Path, b object) []chatPart {
 		switch mt {
 		case "text/plain":
 		case "application/pdf":
-			t.addAt(spath, "media_type", api.FieldNotSupported, "PDF documents are not supported; send the document's text as a text/plain document")
+			t.v.AddAt(spath.Key("media_type"), api.FieldNotSupported, "PDF documents are not supported; send the document's text as a text/plain document")
 			return nil
 		default:
-			t.addAt(spath, "media_type", api.FieldEnum, "must be text/plain")
+			t.v.AddAt(spath.Key("media_type"), api.FieldEnum, "must be text/plain")
 			return nil
 		}
 		data, ok := t.requiredString(src, spath, "data")
@@ -616,13 +616,13 @@ func (t *translator) document(path *api.Path, b object) []chatPart {
 	case "content":
 		parts = t.contentSource(spath, src)
 	case "url":
-		t.addAt(spath, "type", api.FieldNotSupported, "PDF documents are not supported; send the document's text as a text document")
+		t.v.AddAt(spath.Key("type"), api.FieldNotSupported, "PDF documents are not supported; send the document's text as a text document")
 		return nil
 	case "file":
-		t.addAt(spath, "type", api.FieldNotSupported, "uploaded files are not supported; send the document's text as a text document")
+		t.v.AddAt(spath.Key("type"), api.FieldNotSupported, "uploaded files are not supported; send the document's text as a text document")
 		return nil
 	default:
-		t.addAt(spath, "type", api.FieldEnum, "one of text, base64, content")
+		t.v.AddAt(spath.Key("type"), api.FieldEnum, "one of text, base64, content")
 		return nil
 	}
 	if context != "" {
@@ -644,7 +644,7 @@ func (t *translator) contentSource(path *api.Path, src object) []chatPart {
 		return []chatPart{textPart(s)}
 	case jsonraw.Array:
 	default:
-		t.add(cpath, api.FieldWrongType, "must be a string or an array of text and image blocks")
+		t.v.AddAt(cpath, api.FieldWrongType, "must be a string or an array of text and image blocks")
 		return nil
 	}
 	elems, _ := t.array(cpath, raw)
@@ -692,16 +692,16 @@ func (t *translator) textFile(path *api.Path, data string) (string, bool) {
 		return "", false
 	}
 	if base64DecodedLen(data) > maxFileBytes {
-		t.add(path, api.FieldTooLong, "the document is larger than 1 MB")
+		t.v.AddAt(path, api.FieldTooLong, "the document is larger than 1 MB")
 		return "", false
 	}
 	text, ok := base64Decode(data)
 	if !ok {
-		t.add(path, api.FieldInvalid, "must be base64")
+		t.v.AddAt(path, api.FieldInvalid, "must be base64")
 		return "", false
 	}
 	if !utf8.ValidString(text) {
-		t.add(path, api.FieldInvalid, "the document must be UTF-8 text")
+		t.v.AddAt(path, api.FieldInvalid, "the document must be UTF-8 text")
 		return "", false
 	}
 	return data, true
@@ -719,10 +719,10 @@ func (t *translator) base64(path *api.Path, data string) (string, bool) {
 	}, data)
 	switch {
 	case data == "":
-		t.add(path, api.FieldInvalid, "is empty")
+		t.v.AddAt(path, api.FieldInvalid, "is empty")
 		return "", false
 	case !chat.ValidBase64(data):
-		t.add(path, api.FieldInvalid, "must be base64")
+		t.v.AddAt(path, api.FieldInvalid, "must be base64")
 		return "", false
 	}
 	return data, true
@@ -784,18 +784,18 @@ func (t *translator) tools(top object) {
 			continue
 		}
 		if typ, ok := t.optString(tool, path, "type"); ok && typ != "custom" {
-			t.addAt(path, "type", api.FieldNotSupported, "%s is one of Anthropic's server tools, which are not available here; define a custom tool (name, description, input_schema)", typ)
+			t.v.AddAt(path.Key("type"), api.FieldNotSupported, "%s is one of Anthropic's server tools, which are not available here; define a custom tool (name, description, input_schema)", typ)
 			continue
 		}
 		name, nameOK := t.requiredString(tool, path, "name")
 		if nameOK && !toolName.MatchString(name) {
-			t.addAt(path, "name", api.FieldInvalid, "must be 1 to 64 letters, digits, underscores or hyphens")
+			t.v.AddAt(path.Key("name"), api.FieldInvalid, "must be 1 to 64 letters, digits, underscores or hyphens")
 			nameOK = false
 		}
 		desc, _ := t.optString(tool, path, "description")
 		raw, schemaOK := t.missing(tool, path, "input_schema")
 		if schemaOK && jsonraw.KindOf(raw) != jsonraw.Object {
-			t.addAt(path, "input_schema", api.FieldWrongType, "must be an object")
+			t.v.AddAt(path.Key("input_schema"), api.FieldWrongType, "must be an object")
 			schemaOK = false
 		}
 		if nameOK && schemaOK {
@@ -858,7 +858,7 @@ func (t *translator) reasoning(top object) {
 			_, typeOK := t.requiredEnum(f, path, "type", "json_schema")
 			schema, ok := t.missing(f, path, "schema")
 			if ok && jsonraw.KindOf(schema) != jsonraw.Object {
-				t.addAt(path, "schema", api.FieldWrongType, "must be an object")
+				t.v.AddAt(path.Key("schema"), api.FieldWrongType, "must be an object")
 				ok = false
 			}
 			if ok && typeOK {

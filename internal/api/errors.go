@@ -274,6 +274,12 @@ func (v *Validator) Add(field, typ, format string, args ...any) {
 	v.fields = append(v.fields, FieldError{Field: field, Type: typ, Message: fmt.Sprintf(format, args...)})
 }
 
+// AddAt records a failure of the value at p, whose path is spelled out
+// only here: a check that passes builds none (see Path).
+func (v *Validator) AddAt(p *Path, typ, format string, args ...any) {
+	v.Add(p.String(), typ, format, args...)
+}
+
 // Err is the KindValidation for the collected failures, or nil.
 func (v *Validator) Err() error {
 	if len(v.fields) == 0 {

@@ -52,3 +52,13 @@ func TestPathBuildsNothingUntilSpelled(t *testing.T) {
 		t.Errorf("descend = %q, want %q", got, want)
 	}
 }
+
+func TestValidatorAddAt(t *testing.T) {
+	var v Validator
+	v.AddAt(PathOf("messages").Index(1).Key("role"), FieldEnum, "one of %s", "user")
+	v.AddAt(nil, FieldWrongType, "must be a JSON object")
+	if len(v.fields) != 2 || v.fields[0] != (FieldError{Field: "messages.1.role", Type: FieldEnum, Message: "one of user"}) ||
+		v.fields[1].Field != "" {
+		t.Fatalf("fields %+v", v.fields)
+	}
+}

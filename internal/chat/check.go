@@ -17,19 +17,9 @@ import (
 // for the parent itself), and spell it out only to report a failure: a
 // valid body builds no paths.
 
-// add reports a failure of the value at path.
-func (c *checker) add(path *api.Path, typ, format string, args ...any) {
-	c.v.Add(path.String(), typ, format, args...)
-}
-
-// addAt reports a failure of member key of the value at path.
-func (c *checker) addAt(path *api.Path, key, typ, format string, args ...any) {
-	c.v.Add(path.Key(key).String(), typ, format, args...)
-}
-
 func (c *checker) str(path *api.Path, key string, raw json.RawMessage) (string, bool) {
 	if jsonraw.KindOf(raw) != jsonraw.String {
-		c.addAt(path, key, api.FieldWrongType, "must be a string")
+		c.v.AddAt(path.Key(key), api.FieldWrongType, "must be a string")
 		return "", false
 	}
 	return decodeString(raw)
@@ -37,7 +27,7 @@ func (c *checker) str(path *api.Path, key string, raw json.RawMessage) (string, 
 
 func (c *checker) boolean(path *api.Path, key string, raw json.RawMessage) (bool, bool) {
 	if jsonraw.KindOf(raw) != jsonraw.Bool {
-		c.addAt(path, key, api.FieldWrongType, "must be true or false")
+		c.v.AddAt(path.Key(key), api.FieldWrongType, "must be true or false")
 		return false, false
 	}
 	return raw[0] == 't', true
@@ -45,7 +35,7 @@ func (c *checker) boolean(path *api.Path, key string, raw json.RawMessage) (bool
 
 func (c *checker) object(path *api.Path, key string, raw json.RawMessage) (*object, bool) {
 	if jsonraw.KindOf(raw) != jsonraw.Object {
-		c.addAt(path, key, api.FieldWrongType, "must be an object")
+		c.v.AddAt(path.Key(key), api.FieldWrongType, "must be an object")
 		return nil, false
 	}
 	o, err := parseObject(raw)
@@ -54,7 +44,7 @@ func (c *checker) object(path *api.Path, key string, raw json.RawMessage) (*obje
 
 func (c *checker) array(path *api.Path, key string, raw json.RawMessage) ([]json.RawMessage, bool) {
 	if jsonraw.KindOf(raw) != jsonraw.Array {
-		c.addAt(path, key, api.FieldWrongType, "must be an array")
+		c.v.AddAt(path.Key(key), api.FieldWrongType, "must be an array")
 		return nil, false
 	}
 	elems, err := parseArray(raw)
@@ -64,16 +54,16 @@ func (c *checker) array(path *api.Path, key string, raw json.RawMessage) ([]json
 // integer accepts any JSON number without a fractional part that fits int64.
 func (c *checker) integer(path *api.Path, key string, raw json.RawMessage) (int64, bool) {
 	if jsonraw.KindOf(raw) != jsonraw.Number {
-		c.addAt(path, key, api.FieldWrongType, "must be an integer")
+		c.v.AddAt(path.Key(key), api.FieldWrongType, "must be an integer")
 		return 0, false
 	}
 	n, res := jsonraw.Int(string(raw))
 	switch res {
 	case jsonraw.IntFraction:
-		c.addAt(path, key, api.FieldWrongType, "must be a whole number")
+		c.v.AddAt(path.Key(key), api.FieldWrongType, "must be a whole number")
 		return 0, false
 	case jsonraw.IntOverflow:
-		c.addAt(path, key, api.FieldOutOfRange, "is too large")
+		c.v.AddAt(path.Key(key), api.FieldOutOfRange, "is too large")
 		return 0, false
 	}
 	return n, true
@@ -81,7 +71,7 @@ func (c *checker) integer(path *api.Path, key string, raw json.RawMessage) (int6
 
 func (c *checker) number(path *api.Path, key string, raw json.RawMessage) (float64, bool) {
 	if jsonraw.KindOf(raw) != jsonraw.Number {
-		c.addAt(path, key, api.FieldWrongType, "must be a number")
+		c.v.AddAt(path.Key(key), api.FieldWrongType, "must be a number")
 		return 0, false
 	}
 	return jsonraw.Float(string(raw)), true
@@ -96,9 +86,9 @@ func (c *checker) enum(path *api.Path, key, s string, allowed ...string) (string
 		}
 	}
 	if len(allowed) == 1 {
-		c.addAt(path, key, api.FieldEnum, "must be %s", allowed[0])
+		c.v.AddAt(path.Key(key), api.FieldEnum, "must be %s", allowed[0])
 	} else {
-		c.addAt(path, key, api.FieldEnum, "one of %s", strings.Join(allowed, ", "))
+		c.v.AddAt(path.Key(key), api.FieldEnum, "one of %s", strings.Join(allowed, ", "))
 	}
 	return "", false
 }
@@ -146,7 +136,7 @@ func (c *checker) optEnum(o *object, path *api.Path, key string, allowed ...stri
 func (c *checker) missing(o *object, path *api.Path, key string) (json.RawMessage, bool) {
 	raw, ok := o.field(key)
 	if !ok {
-		c.addAt(path, key, api.FieldMissing, "required")
+		c.v.AddAt(path.Key(key), api.FieldMissing, "required")
 	}
 	return raw, ok
 }

@@ -72,7 +72,7 @@ func (c *checker) message(path *api.Path, body []byte, start int) (end int, repl
 		if err != nil {
 			return -1, nil
 		}
-		c.add(path, api.FieldWrongType, "must be an object")
+		c.v.AddAt(path, api.FieldWrongType, "must be an object")
 		return next, nil
 	}
 	msg := &c.msg
@@ -96,9 +96,9 @@ func (c *checker) message(path *api.Path, body []byte, start int) (end int, repl
 	if !ok {
 		if required {
 			if role == "assistant" {
-				c.addAt(path, "content", api.FieldMissing, "required unless tool_calls is present")
+				c.v.AddAt(path.Key("content"), api.FieldMissing, "required unless tool_calls is present")
 			} else {
-				c.addAt(path, "content", api.FieldMissing, "required")
+				c.v.AddAt(path.Key("content"), api.FieldMissing, "required")
 			}
 		}
 		return end, nil
@@ -126,15 +126,15 @@ func (c *checker) content(msgPath *api.Path, role string, raw json.RawMessage) (
 	case jsonraw.Array:
 	default:
 		if role == "user" {
-			c.add(path, api.FieldWrongType, "must be a string or an array of content parts")
+			c.v.AddAt(path, api.FieldWrongType, "must be a string or an array of content parts")
 		} else {
-			c.add(path, api.FieldWrongType, "must be a string or an array of text parts")
+			c.v.AddAt(path, api.FieldWrongType, "must be a string or an array of text parts")
 		}
 		return nil, false
 	}
 	elems, _ := parseArray(raw)
 	if len(elems) == 0 && role == "user" {
-		c.add(path, api.FieldInvalid, "must contain at least one part")
+		c.v.AddAt(path, api.FieldInvalid, "must contain at least one part")
 		return nil, false
 	}
 	changed := false
@@ -164,7 +164,7 @@ func (c *checker) part(path *api.Path, role string, raw json.RawMessage) (string
 		return "", false
 	}
 	if typ != "text" && role != "user" {
-		c.addAt(path, "type", api.FieldNotSupported, "only user messages may carry %s parts", typ)
+		c.v.AddAt(path.Key("type"), api.FieldNotSupported, "only user messages may carry %s parts", typ)
 		return "", false
 	}
 	switch typ {
@@ -209,7 +209,7 @@ func (c *checker) imageURL(path *api.Path, p *object) {
 			c.checkImageURL(path.Key("url"), s)
 		}
 	default:
-		c.add(path, api.FieldWrongType, "must be an object with a url, or a URL string")
+		c.v.AddAt(path, api.FieldWrongType, "must be an object with a url, or a URL string")
 	}
 }
 
@@ -219,30 +219,30 @@ func (c *checker) checkImageURL(path *api.Path, s string) {
 		meta = strings.ToLower(meta)
 		switch {
 		case !ok || !strings.HasPrefix(meta, "image/"):
-			c.add(path, api.FieldInvalid, "must be a data:image/...;base64,... URL")
+			c.v.AddAt(path, api.FieldInvalid, "must be a data:image/...;base64,... URL")
 		case !strings.HasSuffix(meta, ";base64"):
-			c.add(path, api.FieldInvalid, "the image data must be base64 (data:image/...;base64,...)")
+			c.v.AddAt(path, api.FieldInvalid, "the image data must be base64 (data:image/...;base64,...)")
 		case data == "":
-			c.add(path, api.FieldInvalid, "the image data is empty")
+			c.v.AddAt(path, api.FieldInvalid, "the image data is empty")
 		case !ValidBase64(data):
-			c.add(path, api.FieldInvalid, "the image data is not valid base64")
+			c.v.AddAt(path, api.FieldInvalid, "the image data is not valid base64")
 		}
 		return
 	}
 	if hasPrefixFold(s, "http://") || hasPrefixFold(s, "https://") {
 		if !c.opts.AllowRemoteImages {
-			c.add(path, api.FieldNotAllowed, "remote image URLs are turned off for this organisation; send the image as a data:image/...;base64 URL")
+			c.v.AddAt(path, api.FieldNotAllowed, "remote image URLs are turned off for this organisation; send the image as a data:image/...;base64 URL")
 			return
 		}
 		if u, err := url.Parse(s); err != nil || u.Host == "" {
-			c.add(path, api.FieldInvalid, "must be a valid http(s) URL")
+			c.v.AddAt(path, api.FieldInvalid, "must be a valid http(s) URL")
 		}
 		return
 	}
 	if c.opts.AllowRemoteImages {
-		c.add(path, api.FieldInvalid, "must be a data:image/...;base64,... URL or an http(s) URL")
+		c.v.AddAt(path, api.FieldInvalid, "must be a data:image/...;base64,... URL or an http(s) URL")
 	} else {
-		c.add(path, api.FieldInvalid, "must be a data:image/...;base64,... URL")
+		c.v.AddAt(path, api.FieldInvalid, "must be a data:image/...;base64,... URL")
 	}
 }
 
@@ -258,13 +258,13 @@ func (c *checker) file(partPath *api.Path, p *object) (string, bool) {
 	if nameOK {
 		lower := strings.ToLower(name)
 		if !strings.HasSuffix(lower, ".txt") && !strings.HasSuffix(lower, ".csv") {
-			c.addAt(path, "filename", api.FieldNotSupported, "only .txt and .csv files are supported")
+			c.v.AddAt(path.Key("filename"), api.FieldNotSupported, "only .txt and .csv files are supported")
 			nameOK = false
 		}
 	}
 	raw, ok := f.field("file_data")
 	if !ok {
-		c.addAt(path, "file_data", api.FieldMissing, "required: send the file's content as base64 (file_id is not supported)")
+		c.v.AddAt(path.Key("file_data"), api.FieldMissing, "required: send the file's content as base64 (file_id is not supported)")
 		return "", false
 	}
 	dataPath := path.Key("file_data")
@@ -283,7 +283,7 @@ func (c *checker) file(partPath *api.Path, p *object) (string, bool) {
 func (c *checker) decodeFile(path *api.Path, data string) (string, bool) {
 	text, fail := DecodeFile(data)
 	if fail != nil {
-		c.add(path, fail.Type, "%s", fail.Message)
+		c.v.AddAt(path, fail.Type, "%s", fail.Message)
 		return "", false
 	}
 	return text, true

@@ -119,7 +119,7 @@ func (c *checker) tools(top *object) {
 		}
 		fpath := path.Key("function")
 		if name, ok := c.requiredString(fn, fpath, "name"); ok && !toolName.MatchString(name) {
-			c.addAt(fpath, "name", api.FieldInvalid, "must be 1 to 64 letters, digits, underscores or hyphens")
+			c.v.AddAt(fpath.Key("name"), api.FieldInvalid, "must be 1 to 64 letters, digits, underscores or hyphens")
 		}
 		c.optString(fn, fpath, "description")
 		c.optObject(fn, fpath, "parameters")
@@ -268,11 +268,11 @@ func (c *checker) logitBias(top *object) {
 	for _, m := range lb.members {
 		path := api.PathOf("logit_bias").Key(m.key)
 		if !isTokenID(m.key) {
-			c.add(path, api.FieldInvalid, "keys must be token ids (whole numbers 0 or more)")
+			c.v.AddAt(path, api.FieldInvalid, "keys must be token ids (whole numbers 0 or more)")
 			continue
 		}
 		if f, ok := c.number(path, "", m.value); ok && (f < -100 || f > 100) {
-			c.add(path, api.FieldOutOfRange, "must be between -100 and 100")
+			c.v.AddAt(path, api.FieldOutOfRange, "must be between -100 and 100")
 		}
 	}
 }

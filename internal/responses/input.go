@@ -100,7 +100,7 @@ func (c *checker) input(top object) {
 		case "item_reference":
 			c.stateful(path.String(), "item_reference")
 		default:
-			c.addAt(path, "type", api.FieldNotSupported,
+			c.v.AddAt(path.Key("type"), api.FieldNotSupported,
 				"%q items are not supported; this gateway takes message, function_call, function_call_output and reasoning items", typ)
 		}
 	}
@@ -128,7 +128,7 @@ func (c *checker) message(item int, path *api.Path, o object) bool {
 	case jsonraw.Array:
 		elems, _ := jsonraw.CheckedArrayView(raw)
 		if len(elems) == 0 && role == "user" {
-			c.add(cpath, api.FieldInvalid, "must contain at least one part")
+			c.v.AddAt(cpath, api.FieldInvalid, "must contain at least one part")
 			return false
 		}
 		parts := make([][]byte, 0, len(elems))
@@ -143,7 +143,7 @@ func (c *checker) message(item int, path *api.Path, o object) bool {
 		content = joinArray(parts)
 		mp.parts = true
 	default:
-		c.add(cpath, api.FieldWrongType, "must be a string or an array of content parts")
+		c.v.AddAt(cpath, api.FieldWrongType, "must be a string or an array of content parts")
 		return false
 	}
 	if role == "developer" {
@@ -191,7 +191,7 @@ func (c *checker) part(path *api.Path, role string, raw json.RawMessage) ([]byte
 		}
 	case "input_image", "input_file":
 		if role != "user" {
-			c.addAt(path, "type", api.FieldNotSupported, "only user messages may carry %s parts", typ)
+			c.v.AddAt(path.Key("type"), api.FieldNotSupported, "only user messages may carry %s parts", typ)
 			return nil, false
 		}
 		if typ == "input_image" {
@@ -201,7 +201,7 @@ func (c *checker) part(path *api.Path, role string, raw json.RawMessage) ([]byte
 			return textPart(s), true
 		}
 	case "input_audio":
-		c.addAt(path, "type", api.FieldNotSupported, "audio input is not supported")
+		c.v.AddAt(path.Key("type"), api.FieldNotSupported, "audio input is not supported")
 	default:
 		c.enum(path.Key("type"), typ, "input_text", "input_image", "input_file", "output_text", "refusal")
 	}
@@ -244,13 +244,13 @@ func (c *checker) imageURL(path *api.Path, s string) bool {
 		meta = strings.ToLower(meta)
 		switch {
 		case !ok || !strings.HasPrefix(meta, "image/"):
-			c.add(path, api.FieldInvalid, "must be a data:image/...;base64,... URL")
+			c.v.AddAt(path, api.FieldInvalid, "must be a data:image/...;base64,... URL")
 		case !strings.HasSuffix(meta, ";base64"):
-			c.add(path, api.FieldInvalid, "the image data must be base64 (data:image/...;base64,...)")
+			c.v.AddAt(path, api.FieldInvalid, "the image data must be base64 (data:image/...;base64,...)")
 		case data == "":
-			c.add(path, api.FieldInvalid, "the image data is empty")
+			c.v.AddAt(path, api.FieldInvalid, "the image data is empty")
 		case !chat.ValidBase64(data):
-			c.add(path, api.FieldInvalid, "the image data is not valid base64")
+			c.v.AddAt(path, api.FieldInvalid, "the image data is not valid base64")
 		default:
 			return true
 		}
@@ -258,12 +258,12 @@ func (c *checker) imageURL(path *api.Path, s string) bool {
 	}
 	if hasPrefixFold(s, "http://") || hasPrefixFold(s, "https://") {
 		if u, err := url.Parse(s); err != nil || u.Host == "" {
-			c.add(path, api.FieldInvalid, "must be a valid http(s) URL")
+			c.v.AddAt(path, api.FieldInvalid, "must be a valid http(s) URL")
 			return false
 		}
 		return true
 	}
-	c.add(path, api.FieldInvalid, "must be a data:image/...;base64,... URL or an http(s) URL")
+	c.v.AddAt(path, api.FieldInvalid, "must be a data:image/...;base64,... URL or an http(s) URL")
 	return false
 }
 
@@ -275,20 +275,20 @@ func (c *checker) file(path *api.Path, p object) (string, bool) {
 		return "", false
 	}
 	if _, ok := p.Field("file_url"); ok {
-		c.addAt(path, "file_url", api.FieldNotSupported, "file_url is not supported; send the file's content as base64 in file_data")
+		c.v.AddAt(path.Key("file_url"), api.FieldNotSupported, "file_url is not supported; send the file's content as base64 in file_data")
 		return "", false
 	}
 	name, nameOK := c.requiredString(p, path, "filename")
 	if nameOK {
 		lower := strings.ToLower(name)
 		if !strings.HasSuffix(lower, ".txt") && !strings.HasSuffix(lower, ".csv") {
-			c.addAt(path, "filename", api.FieldNotSupported, "only .txt and .csv files are supported")
+			c.v.AddAt(path.Key("filename"), api.FieldNotSupported, "only .txt and .csv files are supported")
 			nameOK = false
 		}
 	}
 	raw, ok := p.Field("file_data")
 	if !ok {
-		c.addAt(path, "file_data", api.FieldMissing, "required: send the file's content as base64")
+		c.v.AddAt(path.Key("file_data"), api.FieldMissing, "required: send the file's content as base64")
 		return "", false
 	}
 	dataPath := path.Key("file_data")
@@ -307,7 +307,7 @@ func (c *checker) file(path *api.Path, p object) (string, bool) {
 func (c *checker) decodeFile(path *api.Path, data string) (string, bool) {
 	text, fail := chat.DecodeFile(data)
 	if fail != nil {
-		c.add(path, fail.Type, "%s", fail.Message)
+		c.v.AddAt(path, fail.Type, "%s", fail.Message)
 		return "", false
 	}
 	return text, true
@@ -364,7 +364,7 @@ func (c *checker) functionCallOutput(item int, path *api.Path, o object) {
 					parts = append(parts, textPart(s))
 				}
 			case typ == "input_image" || typ == "input_file":
-				c.addAt(ppath, "type", api.FieldNotSupported, "function call outputs may carry only text here; chat engines take no %s in tool results", typ)
+				c.v.AddAt(ppath.Key("type"), api.FieldNotSupported, "function call outputs may carry only text here; chat engines take no %s in tool results", typ)
 			default:
 				c.enum(ppath.Key("type"), typ, "input_text", "input_image", "input_file")
 			}
@@ -375,7 +375,7 @@ func (c *checker) functionCallOutput(item int, path *api.Path, o object) {
 		content = joinArray(parts)
 		mp.parts = true
 	default:
-		c.add(opath, api.FieldWrongType, "must be a string or an array of content parts")
+		c.v.AddAt(opath, api.FieldWrongType, "must be a string or an array of content parts")
 		return
 	}
 	if !ok {

@@ -169,30 +169,20 @@ func (c *checker) stateful(param, what string) {
 	}
 }
 
-// add reports a failure of the value at path.
-func (c *checker) add(path *api.Path, typ, format string, args ...any) {
-	c.v.Add(path.String(), typ, format, args...)
-}
-
-// addAt reports a failure of member key of the value at path.
-func (c *checker) addAt(path *api.Path, key, typ, format string, args ...any) {
-	c.v.Add(path.Key(key).String(), typ, format, args...)
-}
-
 // Generic checks: each reports its own failure and returns ok only for a
 // usable value. "opt" ones treat absent and null alike.
 
 func (c *checker) str(path *api.Path, raw json.RawMessage) (string, bool) {
 	s, ok := jsonraw.DecodeString(raw)
 	if !ok {
-		c.add(path, api.FieldWrongType, "must be a string")
+		c.v.AddAt(path, api.FieldWrongType, "must be a string")
 	}
 	return s, ok
 }
 
 func (c *checker) boolean(path *api.Path, raw json.RawMessage) (bool, bool) {
 	if jsonraw.KindOf(raw) != jsonraw.Bool {
-		c.add(path, api.FieldWrongType, "must be true or false")
+		c.v.AddAt(path, api.FieldWrongType, "must be true or false")
 		return false, false
 	}
 	return bytes.TrimSpace(raw)[0] == 't', true
@@ -204,7 +194,7 @@ func (c *checker) boolean(path *api.Path, raw json.RawMessage) (bool, bool) {
 func (c *checker) object(path *api.Path, raw json.RawMessage) (object, bool) {
 	o, ok := c.members.Read(raw)
 	if !ok {
-		c.add(path, api.FieldWrongType, "must be an object")
+		c.v.AddAt(path, api.FieldWrongType, "must be an object")
 	}
 	return o, ok
 }
@@ -212,7 +202,7 @@ func (c *checker) object(path *api.Path, raw json.RawMessage) (object, bool) {
 func (c *checker) array(path *api.Path, raw json.RawMessage) ([]json.RawMessage, bool) {
 	a, ok := jsonraw.CheckedArrayView(raw)
 	if !ok {
-		c.add(path, api.FieldWrongType, "must be an array")
+		c.v.AddAt(path, api.FieldWrongType, "must be an array")
 	}
 	return a, ok
 }
@@ -224,9 +214,9 @@ func (c *checker) enum(path *api.Path, s string, allowed ...string) bool {
 		}
 	}
 	if len(allowed) == 1 {
-		c.add(path, api.FieldEnum, "must be %s", allowed[0])
+		c.v.AddAt(path, api.FieldEnum, "must be %s", allowed[0])
 	} else {
-		c.add(path, api.FieldEnum, "one of %s", strings.Join(allowed, ", "))
+		c.v.AddAt(path, api.FieldEnum, "one of %s", strings.Join(allowed, ", "))
 	}
 	return false
 }
@@ -266,7 +256,7 @@ func (c *checker) optEnum(o object, path *api.Path, key string, allowed ...strin
 func (c *checker) required(o object, path *api.Path, key string) (json.RawMessage, bool) {
 	raw, ok := o.Field(key)
 	if !ok {
-		c.addAt(path, key, api.FieldMissing, "required")
+		c.v.AddAt(path.Key(key), api.FieldMissing, "required")
 	}
 	return raw, ok
 }
@@ -283,7 +273,7 @@ func (c *checker) requiredString(o object, path *api.Path, key string) (string, 
 func (c *checker) requiredName(o object, path *api.Path, key string) (string, bool) {
 	s, ok := c.requiredString(o, path, key)
 	if ok && s == "" {
-		c.addAt(path, key, api.FieldMissing, "must not be empty")
+		c.v.AddAt(path.Key(key), api.FieldMissing, "must not be empty")
 		return "", false
 	}
 	return s, ok
@@ -461,7 +451,7 @@ func (c *checker) tools(top object) {
 		}
 		name, ok := c.requiredString(t, path, "name")
 		if ok && !toolName.MatchString(name) {
-			c.addAt(path, "name", api.FieldInvalid, "must be 1 to 64 letters, digits, underscores or hyphens")
+			c.v.AddAt(path.Key("name"), api.FieldInvalid, "must be 1 to 64 letters, digits, underscores or hyphens")
 			ok = false
 		}
 		fn := chatFunction{Name: name}
@@ -472,7 +462,7 @@ func (c *checker) tools(top object) {
 			if jsonraw.KindOf(p) == jsonraw.Object {
 				fn.Parameters = compact(p)
 			} else {
-				c.addAt(path, "parameters", api.FieldWrongType, "must be an object (a JSON schema)")
+				c.v.AddAt(path.Key("parameters"), api.FieldWrongType, "must be an object (a JSON schema)")
 			}
 		}
 		if b, has := c.optBool(t, path, "strict"); has {
@@ -558,7 +548,7 @@ func (c *checker) text(top object) {
 		}
 		schema, schemaOK := c.required(f, path, "schema")
 		if schemaOK && jsonraw.KindOf(schema) != jsonraw.Object {
-			c.addAt(path, "schema", api.FieldWrongType, "must be an object (a JSON schema)")
+			c.v.AddAt(path.Key("schema"), api.FieldWrongType, "must be an object (a JSON schema)")
 			schemaOK = false
 		}
 		js.Schema = compact(schema)
