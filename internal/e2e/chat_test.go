@@ -267,6 +267,20 @@ func TestStreamKeepAliveAndLateCapacity(t *testing.T) {
 	}
 }
 
+// unstreamedNotice sends body, a streaming chat request, without
+// streaming, and returns the reply's svc.notice (nil when none) and the
+// reply.
+func unstreamedNotice(t *testing.T, s *server, key, body string) (map[string]any, string) {
+	t.Helper()
+	plain := strings.Replace(body, `"stream":true`, `"stream":false`, 1)
+	r := s.do("POST", "/v1/chat/completions", plain, bearer(key))
+	if r.Status != 200 {
+		t.Fatalf("non-streaming = %d %s", r.Status, r.Body)
+	}
+	notice, _ := svcOf(t, string(r.Body))["notice"].(map[string]any)
+	return notice, string(r.Body)
+}
+
 func TestNotices(t *testing.T) {
 	s, key := gateway(t)
 	tests := []struct {
@@ -289,14 +303,8 @@ func TestNotices(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.code, func(t *testing.T) {
 			body := streamBody(tt.model, tt.text, tt.extra)
-			plain := strings.Replace(body, `"stream":true`, `"stream":false`, 1)
-			r := s.do("POST", "/v1/chat/completions", plain, bearer(key))
-			if r.Status != 200 {
-				t.Fatalf("non-streaming = %d %s", r.Status, r.Body)
-			}
-			notice, _ := svcOf(t, string(r.Body))["notice"].(map[string]any)
-			if notice == nil || notice["code"] != tt.code || notice["message"] == "" {
-				t.Fatalf("non-streaming notice = %v in %s", notice, tail(string(r.Body)))
+			if notice, reply := unstreamedNotice(t, s, key, body); notice == nil || notice["code"] != tt.code || notice["message"] == "" {
+				t.Fatalf("non-streaming notice = %v in %s", notice, tail(reply))
 			}
 			_, data := rawStream(t, s, key, body)
 			// The notice rides on its own chunk just before the final one.
@@ -339,14 +347,9 @@ func TestNoticesFromTheGateway(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			body := streamBody(tt.model, tt.text, tt.extra)
-			plain := strings.Replace(body, `"stream":true`, `"stream":false`, 1)
-			r := s.do("POST", "/v1/chat/completions", plain, bearer(key))
-			if r.Status != 200 {
-				t.Fatalf("non-streaming = %d %s", r.Status, r.Body)
-			}
-			notice, _ := svcOf(t, string(r.Body))["notice"].(map[string]any)
+			notice, reply := unstreamedNotice(t, s, key, body)
 			if code, _ := notice["code"].(string); code != tt.code {
-				t.Fatalf("non-streaming notice = %v, want %q, in %s", notice, tt.code, tail(string(r.Body)))
+				t.Fatalf("non-streaming notice = %v, want %q, in %s", notice, tt.code, tail(reply))
 			}
 			_, data := rawStream(t, s, key, body)
 			var got string
