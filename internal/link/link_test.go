@@ -612,3 +612,49 @@ func TestRecvUntil(t *testing.T) {
 		}
 	})
 }
+
+// TryRecv takes what is already here and whole, and leaves a message that
+// continues in later frames to ReadMessage.
+func TestTryRecv(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		big := bytes.Repeat([]byte("x"), MaxChunk+10)
+		release := make(chan struct{})
+		p := newPair(t, 0, func(ctx context.Context, st *Stream) {
+			if _, _, err := st.ReadRequest(ctx); err != nil {
+				return
+			}
+			<-release
+			_ = st.Send(ctx, []byte("a"))
+			_ = st.Send(ctx, big)
+			_ = st.Send(ctx, []byte("b"))
+			_ = st.End(ctx, []byte("done"))
+		})
+		ctx := ctxT(t)
+		st, err := p.g.Open(ctx, []byte(`{"model":"m"}`), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if f, ok := st.TryRecv(); ok {
+			t.Fatalf("nothing sent yet, got %q", f.Payload)
+		}
+		close(release)
+		synctest.Wait()
+		if f, ok := st.TryRecv(); !ok || f.Type != TypeData || string(f.Payload) != "a" {
+			t.Fatalf("first: %v %q %v", f.Type, f.Payload, ok)
+		}
+		if f, ok := st.TryRecv(); ok {
+			t.Fatalf("took the start of a message in two frames: %d bytes", len(f.Payload))
+		}
+		if typ, msg, err := st.ReadMessage(ctx); err != nil || typ != TypeData || !bytes.Equal(msg, big) {
+			t.Fatalf("the long message: %v %d bytes %v", typ, len(msg), err)
+		}
+		if f, ok := st.TryRecv(); !ok || string(f.Payload) != "b" {
+			t.Fatalf("after it: %q %v", f.Payload, ok)
+		}
+		if f, ok := st.TryRecv(); !ok || f.Type != TypeEnd || string(f.Payload) != "done" {
+			t.Fatalf("the end: %v %q %v", f.Type, f.Payload, ok)
+		}
+		settle(t, "the worker to forget the stream", func() bool { return p.w.Streams() == 0 })
+	})
+}

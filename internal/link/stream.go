@@ -227,30 +227,7 @@ func (st *Stream) recv(done, stop <-chan struct{}, expire <-chan time.Time) (Fra
 	for {
 		st.mu.Lock()
 		if len(st.inbox) > 0 {
-			f := st.inbox[0]
-			st.inbox[0] = Frame{}
-			st.inbox = st.inbox[1:]
-			st.consumed += len(f.Payload)
-			st.readSeq = f.Seq
-			var ack uint64
-			end := f.Type == TypeEnd
-			// Acknowledge every quarter window, and the end at once so the
-			// worker can let the stream go.
-			if st.readSeq > st.ackSent && (end || st.consumed >= st.s.opts.Window/4) {
-				ack, st.ackSent, st.consumed = st.readSeq, st.readSeq, 0
-			}
-			st.mu.Unlock()
-			switch {
-			case ack > 0 && end:
-				st.s.sendEndAck(st.id, ack)
-			case ack > 0:
-				st.s.sendAck(st.id, ack)
-			}
-			if end {
-				st.s.remove(st.id)
-				st.cancel()
-			}
-			return f, nil
+			return st.pop(), nil
 		}
 		err := st.err
 		st.mu.Unlock()
@@ -268,6 +245,48 @@ func (st *Stream) recv(done, stop <-chan struct{}, expire <-chan time.Time) (Fra
 			return Frame{}, ErrExpired
 		}
 	}
+}
+
+// TryRecv is Recv of a frame already here, that is a whole message: it
+// returns false at once, taking nothing, when the next frame is still to
+// come or continues in frames after it. A relay that writes what arrived
+// together in one write drains the stream with it.
+func (st *Stream) TryRecv() (Frame, bool) {
+	st.mu.Lock()
+	if len(st.inbox) == 0 || st.inbox[0].More() {
+		st.mu.Unlock()
+		return Frame{}, false
+	}
+	return st.pop(), true
+}
+
+// pop takes the first frame of the inbox, with st.mu held, which it
+// releases before it acknowledges what was consumed.
+func (st *Stream) pop() Frame {
+	f := st.inbox[0]
+	st.inbox[0] = Frame{}
+	st.inbox = st.inbox[1:]
+	st.consumed += len(f.Payload)
+	st.readSeq = f.Seq
+	var ack uint64
+	end := f.Type == TypeEnd
+	// Acknowledge every quarter window, and the end at once so the
+	// worker can let the stream go.
+	if st.readSeq > st.ackSent && (end || st.consumed >= st.s.opts.Window/4) {
+		ack, st.ackSent, st.consumed = st.readSeq, st.readSeq, 0
+	}
+	st.mu.Unlock()
+	switch {
+	case ack > 0 && end:
+		st.s.sendEndAck(st.id, ack)
+	case ack > 0:
+		st.s.sendAck(st.id, ack)
+	}
+	if end {
+		st.s.remove(st.id)
+		st.cancel()
+	}
+	return f
 }
 
 // ReadMessage receives frames until a message is complete and returns it

@@ -271,6 +271,7 @@ type Call struct {
 	notice       *api.Notice
 	chunkID      string
 	chunks       chunkScan // reads each chunk, reused
+	batch        [][]byte  // a stream's chunks written together, reused
 }
 
 // Start puts a request on the in-flight list and readies it to run with

@@ -315,17 +315,72 @@ func TestStreamRelaysChunksThenTheFinals(t *testing.T) {
 		}
 		client := &events{}
 		st.Write(client)
-		got := client.got
-		if len(got) != 5 || !strings.Contains(got[0], `"content":"one "`) || !strings.Contains(got[3], `"finish_reason":"stop"`) {
-			t.Fatalf("events %q", got)
+		// Chunks that arrive together may share a write; the finals have
+		// one of their own.
+		got := strings.Split(strings.Join(client.got[:len(client.got)-1], "\n"), "\n")
+		if len(got) != 4 || !strings.Contains(got[0], `"content":"one "`) || !strings.Contains(got[3], `"finish_reason":"stop"`) {
+			t.Fatalf("events %q", client.got)
 		}
-		finals := strings.Split(got[4], "\n")
+		finals := strings.Split(client.got[len(client.got)-1], "\n")
 		if len(finals) != 3 || !strings.Contains(finals[0], `"usage":{"completion_tokens":3,"prompt_tokens":7,"total_tokens":10}`) ||
 			!strings.Contains(finals[1], `"request_id":"req-1"`) || !strings.Contains(finals[1], `"choices":[]`) || finals[2] != "[DONE]" {
 			t.Fatalf("finals %q", finals)
 		}
 		row := h.only()
 		if !row.Stream || row.StatusCode != 200 || row.CompletionTokens != 3 || row.TimeToFirstTokenMs == nil {
+			t.Fatalf("row %+v", row)
+		}
+	})
+}
+
+// heldClient is a stream's client whose first write waits for release,
+// telling first that it began.
+type heldClient struct {
+	events
+	first, release chan struct{}
+}
+
+func (c *heldClient) Data(evs ...[]byte) error {
+	if c.writes == 0 {
+		close(c.first)
+		<-c.release
+	}
+	return c.events.Data(evs...)
+}
+
+// The chunks that reach the gateway while its client's write is under way
+// go out together in the next, and the finals after them.
+func TestStreamWritesWhatArrivedTogetherAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t)
+		client := &heldClient{first: make(chan struct{}), release: make(chan struct{})}
+		h.worker("gpu-1", 4, func(ctx context.Context, st *link.Stream, _ api.LinkRequest, _ []byte) {
+			_ = st.Send(ctx, chunk("one ", ""))
+			<-client.first
+			for _, w := range []string{"two ", "three ", "four "} {
+				_ = st.Send(ctx, chunk(w, ""))
+			}
+			end(ctx, st, api.Result{Status: 200, Usage: usageOf(7, 4)})
+		})
+		st, err := h.rl.Start(chatRequest("req-1", true)).Stream()
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			st.Write(client)
+		}()
+		synctest.Wait() // the rest of the stream is at the gateway
+		close(client.release)
+		<-done
+		got := client.got
+		if len(got) != 3 || strings.Count(got[0], "\n") != 0 || !strings.Contains(got[0], `"one "`) ||
+			strings.Count(got[1], "\n") != 2 || !strings.Contains(got[1], `"two "`) || !strings.Contains(got[1], `"four "`) ||
+			!strings.HasSuffix(got[2], "[DONE]") {
+			t.Fatalf("writes %q, want the first chunk, the other three, the finals", got)
+		}
+		if row := h.only(); row.StatusCode != 200 || row.CompletionTokens != 4 {
 			t.Fatalf("row %+v", row)
 		}
 	})
@@ -543,8 +598,10 @@ func TestStreamClientThatStopsReadingIsBilledWhatItReceived(t *testing.T) {
 		stopped := make(chan struct{})
 		h.worker("gpu-1", 4, func(ctx context.Context, st *link.Stream, _ api.LinkRequest, _ []byte) {
 			defer close(stopped)
+			// A chunk at a time, each written before the next comes.
 			for ctx.Err() == nil {
 				_ = st.Send(ctx, chunk("word ", ""))
+				sleep(ctx, time.Millisecond)
 			}
 		})
 		st, err := h.rl.Start(chatRequest("req-1", true)).Stream()

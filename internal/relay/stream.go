@@ -235,7 +235,25 @@ func (c *Call) pump(out *events, first firstOutput, pending <-chan error) error 
 				c.lease.Streamed()
 			}
 			c.inspect(msg)
-			out.data(msg)
+			batch := append(c.batch[:0], msg)
+			// What arrived together leaves together: the chunks the link
+			// delivered with this one go out in its write, which costs the
+			// client no time and the gateway a system call a chunk.
+			for len(batch) < maxBatch {
+				f, ok := c.st.TryRecv()
+				if !ok {
+					break
+				}
+				if f.Type != link.TypeData {
+					next = firstOutput{typ: f.Type, msg: f.Payload}
+					break
+				}
+				c.inspect(f.Payload)
+				batch = append(batch, f.Payload)
+			}
+			out.data(batch...)
+			clear(batch)
+			c.batch = batch[:0]
 			wrote = true
 			if out.gone {
 				c.clientGone()
@@ -264,6 +282,9 @@ func (c *Call) pump(out *events, first firstOutput, pending <-chan error) error 
 		return nil
 	}
 }
+
+// maxBatch bounds the chunks a stream writes to its client at once.
+const maxBatch = 64
 
 // await waits in the stream for the worker the request is queued for,
 // with keep-alive comments, then opens the request on it.
