@@ -99,3 +99,35 @@ func statusKB(t *testing.T, pid int) (rss, hwm int64) {
 	}
 	return rss, hwm
 }
+
+// TestOversizeByLengthHasItsRow: a body refused from its Content-Length,
+// before a byte of it is read, is a refused request like any other and
+// has its usage row.
+func TestOversizeByLengthHasItsRow(t *testing.T) {
+	s := startServer(t, "")
+	key := s.adminKey()
+	for _, c := range []struct{ path, kind string }{
+		{"/v1/chat/completions", "chat"},
+		{"/v1/audio/transcriptions", "audio"},
+	} {
+		conn, err := net.Dial("tcp", strings.TrimPrefix(s.URL, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+		fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", c.path, key, 40<<20)
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatalf("%s, 40 MB announced: %v", c.path, err)
+		}
+		_, _ = io.ReadAll(resp.Body)
+		conn.Close()
+		id := resp.Header.Get("X-Request-Id")
+		if resp.StatusCode != 413 || id == "" {
+			t.Fatalf("%s, 40 MB announced = %d, request id %q", c.path, resp.StatusCode, id)
+		}
+		if row := s.usageRow(key, id); row["status_code"] != 413.0 || row["request_type"] != c.kind {
+			t.Errorf("%s: row %v, want a %s row with status 413", c.path, row, c.kind)
+		}
+	}
+}

@@ -473,6 +473,13 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, m *mux, console bool) {
 		// The body was left on the connection, which cannot be used again.
 		ctx.SetConnectionClose()
 		err = s.tooLarge(ctx, m, console)
+		if r != nil && r.kind != "" && api.ErrorOf(err).Kind == api.KindTooLarge {
+			// An inference request refused for its size has its row like
+			// any other refusal, in the organisation its key names; the
+			// answer stays the 413 its headers earned.
+			label, c.route = r.path, r
+			_ = s.authorize(&c, console)
+		}
 	case r != nil:
 		label = r.path
 		c.route = r
