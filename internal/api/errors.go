@@ -70,6 +70,11 @@ type Error struct {
 	RetryAfter time.Duration
 	// CodeHeader sends Code in the X-Svc-Error-Code header as well.
 	CodeHeader bool
+	// Envelope sends the envelope beside a string detail wherever the
+	// error is answered, as a compatible route does, and never nested: for
+	// an error whose type the contract promises outside the compatible and
+	// private-inference routes.
+	Envelope bool
 	// QueueDepth is how many requests were already waiting when a
 	// KindCapacity was given (X-Svc-Queue-Depth).
 	QueueDepth int
@@ -151,6 +156,9 @@ func (e *Error) ErrorType() string {
 // Nested reports whether the error travels in the private-inference shape,
 // where detail is an object holding the envelope.
 func (e *Error) Nested() bool {
+	if e.Envelope {
+		return false
+	}
 	switch e.ErrorType() {
 	case TypeE2ERequired, TypePlanRequired, TypeInvalidEncryptedRequest:
 		return true

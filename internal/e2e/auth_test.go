@@ -227,8 +227,9 @@ func TestErrorShapes(t *testing.T) {
 			t.Fatalf("moderations blocked by require_e2e: %s", r.Body)
 		}
 	})
-	// Power history is no private inference: its plan gate is a plain 403,
-	// where the encryption key's is plan_required, nested.
+	// Power history is no private inference: its plan gate's detail is a
+	// string with plan_required in the envelope beside it, where the
+	// encryption key's is nested.
 	t.Run("plan gates on free", func(t *testing.T) {
 		if r := s.do("GET", "/api/v1/workers/w1/power", "", bearer(admin)); r.Status == 403 {
 			t.Fatalf("pro plan refused power: %s", r.Body)
@@ -236,7 +237,9 @@ func TestErrorShapes(t *testing.T) {
 		s.console("PATCH", "/api/v1/console/orgs/default", `{"plan":"free"}`)
 		defer s.console("PATCH", "/api/v1/console/orgs/default", `{"plan":"pro"}`)
 		r := s.do("GET", "/api/v1/workers/w1/power", "", bearer(admin))
-		if d, _ := r.JSON(t)["detail"].(string); r.Status != 403 || !strings.Contains(d, "Pro and Enterprise plans") {
+		body := r.JSON(t)
+		e, _ := body["error"].(map[string]any)
+		if d, _ := body["detail"].(string); r.Status != 403 || !strings.Contains(d, "Pro and Enterprise plans") || e == nil || e["type"] != "plan_required" {
 			t.Fatalf("power on free = %d %s", r.Status, r.Body)
 		}
 		r = s.do("GET", "/api/v1/e2e/keys", "", bearer(admin))

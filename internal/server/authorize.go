@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"github.com/svc-dev/svc/internal/api"
 )
 
@@ -80,12 +81,13 @@ func (s *Server) planGated(feature string, next func(*call) error) func(*call) e
 }
 
 // paidOnly refuses organisations on the Free plan a feature of the paid
-// plans with a plain 403: outside private inference an error's detail is
-// a string, whose message says what would lift it.
+// plans with 403 plan_required. Outside private inference an error's
+// detail is a string, so the type rides in the envelope beside it.
 func (s *Server) paidOnly(feature string, next func(*call) error) func(*call) error {
 	return func(c *call) error {
 		if !c.org.Plan.Paid() {
-			return api.Forbidden("%s is part of the Pro and Enterprise plans; this organisation is on %s", feature, c.org.Plan)
+			return &api.Error{Kind: api.KindPlanRequired, Envelope: true,
+				Message: fmt.Sprintf("%s is part of the Pro and Enterprise plans; this organisation is on %s", feature, c.org.Plan)}
 		}
 		return next(c)
 	}

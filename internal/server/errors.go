@@ -234,7 +234,7 @@ func responseBody(ae *api.Error, compatible bool) api.Body {
 		return api.Body{Detail: ae.Message, Error: payload, Errors: ae.Fields}
 	case ae.Nested():
 		return api.Body{Detail: map[string]any{"error": payload}}
-	case compatible:
+	case compatible || ae.Envelope:
 		return api.Body{Detail: ae.Message, Error: payload}
 	default:
 		return api.Body{Detail: ae.Message}
@@ -252,7 +252,7 @@ func responseJSON(ae *api.Error, compatible bool) []byte {
 	b := make([]byte, 0, 128+2*len(ae.Message)+len(ae.Code)+len(ae.Param))
 	b = append(b, `{"detail":`...)
 	b = jsontext.AppendStringNoHTML(b, ae.Message)
-	if compatible {
+	if compatible || ae.Envelope {
 		b = append(b, `,"error":{"message":`...)
 		b = jsontext.AppendStringNoHTML(b, ae.Message)
 		b = append(b, `,"type":`...)

@@ -180,11 +180,14 @@ func FuzzResponseJSON(f *testing.F) {
 	f.Add(uint8(api.KindCapacity), "busy <&> \u2028 \xff", "", "capacity", "", false, false)
 	f.Add(uint8(api.KindNotFound), "no model \"x\"\n", "", "model_not_found", "model", true, false)
 	f.Add(uint8(api.KindPlanRequired), "upgrade", "", "", "", true, false)
+	f.Add(uint8(api.KindPlanRequired), "upgrade", "", "", "", false, false)
+	f.Add(uint8(128+api.KindPlanRequired), "upgrade", "", "", "", false, false)
 	f.Add(uint8(api.KindInvalidRequest), "bad", api.TypeE2ERequired, "", "", true, false)
 	f.Add(uint8(api.KindValidation), "invalid", "", "", "", true, true)
 	f.Add(uint8(api.KindInternal), "", "", "", "", true, false)
 	f.Fuzz(func(t *testing.T, kind uint8, msg, typ, code, param string, compatible, fields bool) {
-		ae := &api.Error{Kind: api.Kind(kind % uint8(api.KindRelayed+1)), Message: msg, Type: typ, Code: code, Param: param}
+		ae := &api.Error{Kind: api.Kind(kind % uint8(api.KindRelayed+1)), Message: msg, Type: typ, Code: code, Param: param,
+			Envelope: kind >= 128}
 		if fields {
 			ae.Fields = []api.FieldError{{Field: param, Message: msg, Type: api.FieldInvalid}}
 		}
