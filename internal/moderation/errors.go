@@ -31,7 +31,10 @@ func ShapeError(err error) error {
 		return &out
 	case ae.Kind == api.KindCapacity:
 		out.Code = api.CodeModerationCapacity
-	case ae.Code == api.CodeModelNotFound, ae.Code == api.CodeNoWorkerOnline, ae.Code == api.CodeNoWorkerForModel:
+	case ae.Code == api.CodeModelNotFound, ae.Code == api.CodeNoWorkerOnline, ae.Code == api.CodeNoWorkerForModel,
+		ae.Code == api.CodeApprovalPending, ae.Code == api.CodeModelIncomplete:
+		// None of the workers online can run it until the organisation
+		// acts: installs the model, connects or approves a worker.
 		out.Kind, out.Type, out.Code, out.RetryAfter = api.KindConflict, "", api.CodeModerationUnavailable, 0
 		out.Message = "No online worker can run this moderation model now: " + ae.Message
 	case ae.HTTPStatus() == http.StatusNotImplemented:
