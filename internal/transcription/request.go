@@ -66,8 +66,9 @@ var ErrBodyTooLarge = &api.Error{Kind: api.KindTooLarge, Code: "file_too_large",
 // past; its format and duration come from its headers. The size of the
 // body is judged before its content: a body over MaxBody is ErrBodyTooLarge
 // whatever else is wrong with it, so a refusal reads the rest of the body,
-// up to the limit. A file that cannot be read comes back as an error beside
-// the request, its fields read; every other error with no request.
+// up to the limit. An invalid field or a file that cannot be read comes back
+// as an error beside the request, its fields read; every other error with
+// no request.
 func Parse(contentType string, body io.Reader, spool io.Writer) (*Request, error) {
 	return parseUpload(contentType, body, spool, false)
 }
@@ -144,15 +145,20 @@ func parse(contentType string, body io.Reader, spool io.Writer, translate bool) 
 				return nil, ErrTooLarge
 			}
 		case name == "timestamp_granularities[]" || name == "timestamp_granularities":
-			val, err := fieldValue(part)
+			val, ok, err := fieldValue(part, &v)
 			if err != nil {
 				return nil, err
 			}
-			granularities = append(granularities, val)
+			if ok {
+				granularities = append(granularities, val)
+			}
 		case name != "":
-			val, err := fieldValue(part)
+			val, ok, err := fieldValue(part, &v)
 			if err != nil {
 				return nil, err
+			}
+			if !ok {
+				continue
 			}
 			if _, dup := fields[name]; dup {
 				v.Add(name, api.FieldDuplicate, "send %s once", name)
@@ -164,13 +170,13 @@ func parse(contentType string, body io.Reader, spool io.Writer, translate bool) 
 	if !sawFile {
 		v.Add("file", api.FieldMissing, "required: the audio file (wav, mp3 or flac)")
 	}
+	// The fields were read: the request comes back with any error from
+	// here on, so that the refusal's usage row names its model.
 	r.check(&v, fields, granularities)
 	if err := v.Err(); err != nil {
-		return nil, err
+		return r, err
 	}
 	if fileErr != nil {
-		// The fields were read: the request comes back with the error,
-		// so that the refusal's usage row names its model.
 		return r, fileError(fileErr)
 	}
 	r.Params.Format, r.Params.Seconds, r.Params.Bytes = info.Format, info.Seconds, info.Bytes
@@ -189,17 +195,18 @@ func formBoundary(contentType string) (string, error) {
 	return params["boundary"], nil
 }
 
-// fieldValue reads a text field, bounded.
-func fieldValue(part *multipart.Part) (string, error) {
+// fieldValue reads a text field, bounded: one too long is reported to v,
+// and not ok, and the rest of it is read past.
+func fieldValue(part *multipart.Part, v *api.Validator) (val string, ok bool, err error) {
 	b, err := io.ReadAll(io.LimitReader(part, maxField+1))
 	if err != nil {
-		return "", api.BadRequest("Malformed multipart/form-data body: %v", err)
+		return "", false, api.BadRequest("Malformed multipart/form-data body: %v", err)
 	}
 	if len(b) > maxField {
-		return "", api.Invalid(api.FieldError{Field: part.FormName(), Type: api.FieldTooLong,
-			Message: fmt.Sprintf("longer than %d KB", maxField>>10)})
+		v.Add(part.FormName(), api.FieldTooLong, "longer than %d KB", maxField>>10)
+		return "", false, nil
 	}
-	return string(b), nil
+	return string(b), true, nil
 }
 
 // probe reads the file's headers as it streams past, refusing it once it

@@ -154,10 +154,15 @@ func TestParseRefusals(t *testing.T) {
 			if tt.ctype != "" {
 				ct = tt.ctype
 			}
-			_, err := Parse(ct, bytes.NewReader(body), io.Discard)
+			r, err := Parse(ct, bytes.NewReader(body), io.Discard)
 			var ae *api.Error
 			if !errors.As(err, &ae) {
 				t.Fatalf("err = %v, want an *api.Error", err)
+			}
+			// Once the form's fields are read, its refusal's row names
+			// the model it asked for.
+			if model := formField(tt.fields, "model"); tt.ctype == "" && model == "m" && (r == nil || r.Model != "m") {
+				t.Fatalf("request %+v beside the error, want one naming model m", r)
 			}
 			if ae.HTTPStatus() != tt.status || !strings.Contains(ae.Message, tt.msg) {
 				t.Fatalf("got %d %q, want %d containing %q", ae.HTTPStatus(), ae.Message, tt.status, tt.msg)
@@ -170,6 +175,17 @@ func TestParseRefusals(t *testing.T) {
 			}
 		})
 	}
+}
+
+// formField is the last value of a form's field name, or "".
+func formField(fields [][2]string, name string) string {
+	v := ""
+	for _, f := range fields {
+		if f[0] == name {
+			v = f[1]
+		}
+	}
+	return v
 }
 
 // The spec's exact message for content that is not audio, whatever the
