@@ -131,3 +131,27 @@ func TestOversizeByLengthHasItsRow(t *testing.T) {
 		}
 	}
 }
+
+// TestBodiesAreUTF8: JSON is UTF-8 text, so a body with other bytes in it
+// is malformed JSON, on the inference routes and the rest alike, and the
+// refused inference request has its row.
+func TestBodiesAreUTF8(t *testing.T) {
+	s := startServer(t, "")
+	key := s.adminKey()
+	for _, path := range []string{"/v1/chat/completions", "/v1/embeddings", "/api/v1/compute/instances"} {
+		r := s.do("POST", path, "{\"model\":\"sim-chat\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\xff\xfe\"}]}", bearer(key))
+		if d, _ := r.JSON(t)["detail"].(string); r.Status != 400 || !strings.Contains(d, "not UTF-8") {
+			t.Errorf("%s with a body that is not UTF-8 = %d %s", path, r.Status, r.Body)
+		}
+		if path == "/v1/chat/completions" {
+			if row := s.usageRow(key, r.Header.Get("X-Request-Id")); row["status_code"] != 400.0 || row["model"] != "sim-chat" {
+				t.Errorf("row %v, want a 400 row for sim-chat", row)
+			}
+		}
+	}
+	// Text in any script is UTF-8 and goes past the check (to find no
+	// worker here).
+	if r := s.do("POST", "/v1/chat/completions", chatBody("sim-chat", "héllo 日本語 🦊", false), bearer(key)); r.Status == 400 {
+		t.Errorf("a UTF-8 body = %d %s", r.Status, r.Body)
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/valyala/fasthttp"
@@ -505,6 +506,12 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, m *mux, console bool) {
 					err = s.tooLarge(ctx, m, console)
 				}
 				c.bodyRead = err == nil
+				if err == nil && !utf8.Valid(ctx.PostBody()) {
+					// Every body read whole is JSON, which is UTF-8 text
+					// (RFC 8259); one that is not would reach an engine
+					// with its bytes replaced or be refused there.
+					err = errNotUTF8
+				}
 			}
 			switch {
 			case err != nil:
@@ -542,6 +549,9 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, m *mux, console bool) {
 	}
 	s.metrics.observe(label, method, ctx.Response.StatusCode(), time.Since(start))
 }
+
+// errNotUTF8 answers a JSON body that is not UTF-8 text.
+var errNotUTF8 = api.BadRequest("Malformed JSON: the body is not UTF-8 text")
 
 // ambiguousFraming reports a request that declares both Content-Length and
 // Transfer-Encoding. fasthttp reads its body as chunked and would keep the
