@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -29,9 +30,16 @@ func TestStalledClientsFreeTheirSlots(t *testing.T) {
 	// Far more than socket buffers hold: a client that reads nothing can
 	// never let this finish.
 	body := streamBody("sim-long", "go on\nsim: tokens=30000", nil)
+	// A small receive window, as a client on a slow link has: what it
+	// holds is a few kilobytes, which the gateway wrote in writes of many
+	// chunks each once the connection backed up, and each chunk received
+	// whole is billed.
+	dialer := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		return rc.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+	}}
 	var conns []net.Conn
 	for range slots {
-		c, err := net.Dial("tcp", addr)
+		c, err := dialer.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}

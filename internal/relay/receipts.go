@@ -5,9 +5,12 @@ package relay
 // whose client goes away is then billed for the text the client
 // acknowledged; with a plain EventWriter, for every chunk written whole.
 type Delivery interface {
-	// Written is how many bytes the connection has taken so far.
-	Written() int64
-	// Delivered is how many of them the client has acknowledged.
+	// Ends appends to dst, for each event of the last Data call that
+	// wrote, the connection's byte count at the end of that event; the
+	// events of one write reach the client one after another, and each
+	// counts once its own bytes have.
+	Ends(dst []int64) []int64
+	// Delivered is how many bytes the client has acknowledged.
 	Delivered() int64
 }
 
@@ -34,6 +37,7 @@ type receipts struct {
 	// chunks with text after it, oldest first.
 	floor   mark
 	pending []mark
+	ends    []int64 // the last write's event ends, reused
 }
 
 type mark struct {
@@ -41,16 +45,35 @@ type mark struct {
 	chars int
 }
 
-// wrote notes a chunk written whole, after which chars characters of text
-// had been written.
-func (r *receipts) wrote(chars int) {
-	if chars == r.chars {
+// wrote notes the events of a write that went out whole: by the end of
+// its event i, chars[i] characters of text had been written.
+func (r *receipts) wrote(chars []int) {
+	if len(chars) == 0 || chars[len(chars)-1] == r.chars {
 		return
 	}
-	r.chars = chars
+	before := r.chars
+	r.chars = chars[len(chars)-1]
 	if r.d == nil {
 		return
 	}
+	r.ends = r.d.Ends(r.ends[:0])
+	if len(r.ends) != len(chars) {
+		// The writer wrote nothing for these events (a translation with
+		// no output for them): their text goes with the next write's.
+		r.chars = before
+		return
+	}
+	for i, c := range chars {
+		// An event without text adds no mark.
+		if c != before {
+			r.mark(mark{end: r.ends[i], chars: c})
+			before = c
+		}
+	}
+}
+
+// mark follows a chunk with text until the client acknowledges it.
+func (r *receipts) mark(m mark) {
 	if r.pending == nil {
 		r.pending = make([]mark, 0, firstMarks)
 	}
@@ -68,7 +91,7 @@ func (r *receipts) wrote(chars int) {
 			r.pending = grown
 		}
 	}
-	r.pending = append(r.pending, mark{end: r.d.Written(), chars: chars})
+	r.pending = append(r.pending, m)
 }
 
 // settle moves the floor to the latest chunk the client acknowledged

@@ -272,6 +272,7 @@ type Call struct {
 	chunkID      string
 	chunks       chunkScan // reads each chunk, reused
 	batch        [][]byte  // a stream's chunks written together, reused
+	batchChars   []int     // outChars after each of them, reused
 }
 
 // Start puts a request on the in-flight list and readies it to run with

@@ -586,11 +586,27 @@ func TestOnEndRunsOnce(t *testing.T) {
 // every write is 100 bytes, and the client took only the first acked.
 type delivered struct {
 	events
-	acked int
+	acked int // chunks the client acknowledged
+	sent  int // chunks written
+	last  []int64
 }
 
-func (d *delivered) Written() int64   { return 100 * int64(d.writes) }
-func (d *delivered) Delivered() int64 { return 100 * int64(min(d.acked, d.writes)) }
+// Data writes each chunk as 100 bytes, the chunks of a call one after
+// another.
+func (d *delivered) Data(evs ...[]byte) error {
+	if err := d.events.Data(evs...); err != nil {
+		return err
+	}
+	d.last = d.last[:0]
+	for range evs {
+		d.sent++
+		d.last = append(d.last, 100*int64(d.sent))
+	}
+	return nil
+}
+
+func (d *delivered) Ends(dst []int64) []int64 { return append(dst, d.last...) }
+func (d *delivered) Delivered() int64         { return 100 * int64(min(d.acked, d.sent)) }
 
 func TestStreamClientThatStopsReadingIsBilledWhatItReceived(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -598,17 +614,16 @@ func TestStreamClientThatStopsReadingIsBilledWhatItReceived(t *testing.T) {
 		stopped := make(chan struct{})
 		h.worker("gpu-1", 4, func(ctx context.Context, st *link.Stream, _ api.LinkRequest, _ []byte) {
 			defer close(stopped)
-			// A chunk at a time, each written before the next comes.
 			for ctx.Err() == nil {
 				_ = st.Send(ctx, chunk("word ", ""))
-				sleep(ctx, time.Millisecond)
 			}
 		})
 		st, err := h.rl.Start(chatRequest("req-1", true)).Stream()
 		if err != nil {
 			t.Fatal(err)
 		}
-		// Ten chunks went into the connection, three reached the client.
+		// Ten writes went into the connection, of chunks that arrived
+		// together or alone; three chunks reached the client.
 		st.Write(&delivered{events: events{goneAfter: 10}, acked: 3})
 		<-stopped
 		row := h.only()

@@ -235,7 +235,7 @@ func (c *Call) pump(out *events, first firstOutput, pending <-chan error) error 
 				c.lease.Streamed()
 			}
 			c.inspect(msg)
-			batch := append(c.batch[:0], msg)
+			batch, chars := append(c.batch[:0], msg), append(c.batchChars[:0], c.outChars)
 			// What arrived together leaves together: the chunks the link
 			// delivered with this one go out in its write, which costs the
 			// client no time and the gateway a system call a chunk.
@@ -249,17 +249,17 @@ func (c *Call) pump(out *events, first firstOutput, pending <-chan error) error 
 					break
 				}
 				c.inspect(f.Payload)
-				batch = append(batch, f.Payload)
+				batch, chars = append(batch, f.Payload), append(chars, c.outChars)
 			}
 			out.data(batch...)
 			clear(batch)
-			c.batch = batch[:0]
+			c.batch, c.batchChars = batch[:0], chars[:0]
 			wrote = true
 			if out.gone {
 				c.clientGone()
 				return ErrClientGone
 			}
-			out.wrote(c.outChars)
+			out.wrote(chars)
 			continue
 		}
 		res := parseResult(msg)

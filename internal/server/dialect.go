@@ -102,13 +102,16 @@ type dialectSSE struct {
 	*chunks
 	tr  streamTranslator
 	buf []byte
+	eventMarks
 }
 
 func (e *dialectSSE) Data(events ...[]byte) error {
-	e.buf = e.buf[:0]
+	e.buf, e.at = e.buf[:0], e.at[:0]
 	for _, p := range events {
 		e.buf = e.tr.Chunk(e.buf, p)
+		e.at = append(e.at, len(e.buf))
 	}
+	e.chunk = len(e.buf)
 	if len(e.buf) == 0 {
 		return e.err
 	}
@@ -131,5 +134,5 @@ type ackedDialectSSE struct {
 	conn *gatedConn
 }
 
-func (e *ackedDialectSSE) Written() int64   { return e.conn.Written() }
-func (e *ackedDialectSSE) Delivered() int64 { return e.conn.Acknowledged() }
+func (e *ackedDialectSSE) Ends(dst []int64) []int64 { return e.ends(dst, e.conn.Written()) }
+func (e *ackedDialectSSE) Delivered() int64         { return e.conn.Acknowledged() }

@@ -203,16 +203,41 @@ func (c *chunks) write(b []byte) error {
 type sse struct {
 	*chunks
 	buf []byte
+	eventMarks
 }
 
 func (e *sse) Data(events ...[]byte) error {
-	e.buf = e.buf[:0]
+	e.buf, e.at = e.buf[:0], e.at[:0]
 	for _, p := range events {
 		e.buf = append(e.buf, "data: "...)
 		e.buf = append(e.buf, p...)
 		e.buf = append(e.buf, "\n\n"...)
+		e.at = append(e.at, len(e.buf))
 	}
+	e.chunk = len(e.buf)
 	return e.write(e.buf)
+}
+
+// eventMarks is where each event of the last Data call ended in the chunk
+// it wrote, so that a connection counting what its client acknowledged
+// can tell it of each event rather than of the whole write.
+type eventMarks struct {
+	at    []int // each event's end in the chunk
+	chunk int   // the chunk's length; 0 when the call wrote none
+}
+
+// ends appends the connection's byte count at each event's end, written
+// being the count once the chunk went out: the chunk's data is followed
+// by nothing but its CRLF.
+func (m *eventMarks) ends(dst []int64, written int64) []int64 {
+	if m.chunk == 0 {
+		return dst
+	}
+	start := written - int64(len("\r\n")) - int64(m.chunk)
+	for _, at := range m.at {
+		dst = append(dst, start+int64(at))
+	}
+	return dst
 }
 
 func (e *sse) Comment(text string) error {
@@ -232,8 +257,8 @@ type ackedSSE struct {
 	conn *gatedConn
 }
 
-func (e *ackedSSE) Written() int64   { return e.conn.Written() }
-func (e *ackedSSE) Delivered() int64 { return e.conn.Acknowledged() }
+func (e *ackedSSE) Ends(dst []int64) []int64 { return e.ends(dst, e.conn.Written()) }
+func (e *ackedSSE) Delivered() int64         { return e.conn.Acknowledged() }
 
 // lateWriter is the rest of a non-streaming reply that started before its
 // answer, to keep the connection alive: newlines, then the answer or the
