@@ -3,7 +3,9 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -284,5 +286,82 @@ func TestHeadIsGetWithoutBody(t *testing.T) {
 	r := s.do("HEAD", "/healthz", "")
 	if r.Status != 200 || len(r.Body) != 0 || r.Header.Get("Content-Type") != "application/json" {
 		t.Fatalf("HEAD /healthz = %d %q %q", r.Status, r.Body, r.Header.Get("Content-Type"))
+	}
+}
+
+// TestDrainTimeoutAnswersWhatIsRunning: requests still running when the
+// drain runs out of time are answered 503 to retry, a stream with its
+// error event and [DONE], before their connections close; their rows say
+// so, not that the client left; and the server exits soon after the
+// timeout, not when its worker would have finished.
+func TestDrainTimeoutAnswersWhatIsRunning(t *testing.T) {
+	s := startServer(t, "", "--drain-timeout", "1s")
+	key := s.adminKey()
+	startWorker(t, s.URL, s.tokenFile(), "sim-box", "--engine", "sim=ttft=0", "--max-concurrent", "2")
+	slow := "go on\nsim: tokens=400 tps=20"
+
+	req, _ := http.NewRequest("POST", s.URL+"/v1/chat/completions", strings.NewReader(streamBody("sim-chat", slow, nil)))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	stream, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Body.Close()
+	events := bufio.NewReader(stream.Body)
+	if line, err := events.ReadString('\n'); err != nil || !strings.HasPrefix(line, "data: ") {
+		t.Fatalf("the stream's first line %q: %v", line, err)
+	}
+	unary := make(chan reply, 1)
+	go func() {
+		req, _ := http.NewRequest("POST", s.URL+"/v1/chat/completions", strings.NewReader(chatBody("sim-chat", slow, false)))
+		req.Header.Set("Authorization", "Bearer "+key)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			unary <- reply{Body: []byte(err.Error())}
+			return
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		unary <- reply{Status: resp.StatusCode, Header: resp.Header, Body: b}
+	}()
+	s.workerNamed(key, "sim-box", func(w map[string]any) bool { return w["active_tasks"].(float64) == 2 })
+
+	start := time.Now()
+	if err := s.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	rest, _ := io.ReadAll(events)
+	if tail := string(rest); !strings.Contains(tail, `"status":503`) || !strings.HasSuffix(strings.TrimSpace(tail), "data: [DONE]") {
+		t.Fatalf("the stream ended without its error event: ...%s", tail[max(0, len(tail)-400):])
+	}
+	u := <-unary
+	if u.Status != 503 || u.Header.Get("Retry-After") == "" {
+		t.Fatalf("the request waiting on its answer = %d %s, want a 503 to retry", u.Status, u.Body)
+	}
+	if !s.wait(10 * time.Second) {
+		t.Fatal("the server did not exit")
+	}
+	// The drain's second, then a second at most for the answers and
+	// the store's close: not the twenty the requests had left to run.
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("the server exited %v after SIGTERM with a 1s drain timeout", d)
+	}
+
+	s2 := startServer(t, s.Data)
+	var rows []map[string]any
+	_ = json.Unmarshal(s2.do("GET", "/api/v1/usage/logs?limit=10", "", bearer(key)).Body, &rows)
+	ended := 0
+	for _, row := range rows {
+		if row["request_type"] == "chat" {
+			ended++
+			if row["status_code"] != 503.0 {
+				t.Errorf("a request ended by the drain has row %v, want status 503", row)
+			}
+		}
+	}
+	if ended != 2 {
+		t.Fatalf("%d chat rows after the restart, want 2: %v", ended, rows)
 	}
 }

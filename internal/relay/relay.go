@@ -100,6 +100,12 @@ type Relay struct {
 	timing   Timing
 	log      *slog.Logger
 	tracer   trace.Tracer
+
+	// The calls started and not yet done, for Abort; aborted is set once
+	// it ran, and tells a call cancelled by it from one whose client left.
+	mu      sync.Mutex
+	calls   map[*Call]struct{}
+	aborted atomic.Bool
 }
 
 // New returns a relay.
@@ -112,7 +118,29 @@ func New(cfg Config) *Relay {
 		cfg.InFlight = usage.NewTracker()
 	}
 	return &Relay{fleet: cfg.Fleet, usage: cfg.Usage, inflight: cfg.InFlight, timing: cfg.Timing, log: cfg.Logger,
-		tracer: cfg.Tracer}
+		tracer: cfg.Tracer, calls: map[*Call]struct{}{}}
+}
+
+// ErrShuttingDown is what a call that Abort ended answers its client.
+var ErrShuttingDown error = &api.Error{Kind: api.KindUnavailable, RetryAfter: time.Second,
+	Message: "The gateway shut down before the response was complete; retry"}
+
+// Abort ends every call still running, when a server's drain ran out of
+// time: each answers its client ErrShuttingDown, a stream with its error
+// event, while the connection is still there to take it, stops its
+// worker and writes its row. It returns how many it ended.
+func (rl *Relay) Abort() int {
+	rl.aborted.Store(true)
+	rl.mu.Lock()
+	calls := make([]*Call, 0, len(rl.calls))
+	for c := range rl.calls {
+		calls = append(calls, c)
+	}
+	rl.mu.Unlock()
+	for _, c := range calls {
+		c.cancel()
+	}
+	return len(calls)
 }
 
 // Timing returns the relay's clocks, defaults filled in.
@@ -283,6 +311,9 @@ func (rl *Relay) Start(req Request) *Call {
 	c.header = c.headerOf()
 	c.ctx, c.cancel = context.WithTimeout(context.Background(), rl.timing.MaxDuration)
 	c.entry = rl.inflight.Start(req.OrgID, req.ID, req.Model, rowKind(req.Kind), req.Stream, c.started)
+	rl.mu.Lock()
+	rl.calls[c] = struct{}{}
+	rl.mu.Unlock()
 	if req.AudioSeconds > 0 {
 		c.entry.SetAudioSeconds(req.AudioSeconds)
 	}
@@ -387,6 +418,9 @@ func (c *Call) done(failure error) {
 	c.onEnd = nil
 	c.endMu.Unlock()
 	c.cancel()
+	c.rl.mu.Lock()
+	delete(c.rl.calls, c)
+	c.rl.mu.Unlock()
 	c.rl.inflight.Finish(c.entry)
 	c.rl.record(c, failure)
 	for _, f := range hooks {
@@ -496,9 +530,12 @@ var ErrClientGone error = &api.Error{Kind: api.KindClientGone, Message: "Client 
 // ctxError is the answer for a request whose context ended: the client
 // left (499), or the request ran out of time (504).
 func (c *Call) ctxError() error {
-	if errors.Is(c.ctx.Err(), context.DeadlineExceeded) {
+	switch {
+	case errors.Is(c.ctx.Err(), context.DeadlineExceeded):
 		return &api.Error{Kind: api.KindTimeout, Code: api.CodeTimeout,
 			Message: "The request ran longer than " + c.rl.timing.MaxDuration.String() + "; split it or shorten it"}
+	case c.rl.aborted.Load():
+		return ErrShuttingDown
 	}
 	return ErrClientGone
 }

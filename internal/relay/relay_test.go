@@ -743,3 +743,50 @@ func TestSealedTranscriptionRowHasTheWorkersAudio(t *testing.T) {
 		})
 	}
 }
+
+// Abort ends the calls still running: a stream's client gets the 503 to
+// retry as its last event, a unary call's its answer, and both rows say
+// so rather than that the client left.
+func TestAbortEndsWhatIsRunning(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t)
+		h.worker("gpu-1", 4, answer("never in time", time.Hour))
+		st, err := h.rl.Start(chatRequest("req-1", true)).Stream()
+		if err != nil {
+			t.Fatal(err)
+		}
+		client := &events{}
+		streamed := make(chan struct{})
+		go func() {
+			defer close(streamed)
+			st.Write(client)
+		}()
+		unary := make(chan error, 1)
+		go func() {
+			_, err := h.rl.Start(chatRequest("req-2", false)).Unary()
+			unary <- err
+		}()
+		synctest.Wait()
+		if n := h.rl.Abort(); n != 2 {
+			t.Fatalf("Abort ended %d calls, want 2", n)
+		}
+		<-streamed
+		if err := <-unary; status(err) != 503 {
+			t.Fatalf("the unary call's answer = %v, want a 503", err)
+		}
+		if len(client.got) == 0 || client.got[len(client.got)-1] != "fail 503 " {
+			t.Fatalf("stream events %q, want the 503 last", client.got)
+		}
+		synctest.Wait()
+		h.rows.mu.Lock()
+		defer h.rows.mu.Unlock()
+		if len(h.rows.rows) != 2 {
+			t.Fatalf("%d rows, want 2", len(h.rows.rows))
+		}
+		for _, row := range h.rows.rows {
+			if row.StatusCode != 503 {
+				t.Fatalf("row %+v, want 503", row)
+			}
+		}
+	})
+}

@@ -388,6 +388,18 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.public.mu.Unlock()
 	s.log.Info("stopped accepting connections; draining", "connections", open)
 	s.public.drainConns(ctx, s.quiet)
+	if ctx.Err() != nil {
+		// Out of time: the requests still running end now, each answering
+		// its client 503 (a stream with its error event) and writing its
+		// row, and a connection is closed once its answer is out, or
+		// after a second at most.
+		if n := s.relay.Abort(); n > 0 {
+			s.log.Warn("drain timed out; ending the requests still running", "requests", n)
+			answered, cancel := context.WithTimeout(context.Background(), time.Second)
+			s.public.drainConns(answered, 10*time.Millisecond)
+			cancel()
+		}
+	}
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
 	for i, l := range []*listener{s.public, s.console} {
