@@ -167,8 +167,19 @@ is and a ready curl command.`,
 			if opts.StallTimeout < time.Second {
 				return usageErrorf("--stall-timeout must be at least 1s, got %s", opts.StallTimeout)
 			}
-			if opts.StoreWait < 0 || opts.StartGrace < 0 {
-				return usageErrorf("--store-wait and --start-grace may not be negative")
+			for _, d := range []struct {
+				flag string
+				v    time.Duration
+			}{
+				{"drain-timeout", opts.DrainTimeout}, {"queue-hold", opts.QueueHold}, {"worker-grace", opts.WorkerGrace},
+				{"store-wait", opts.StoreWait}, {"start-grace", opts.StartGrace},
+			} {
+				if d.v < 0 {
+					return usageErrorf("--%s may not be negative, got %s", d.flag, d.v)
+				}
+			}
+			if opts.PublicURL != "" && !httpURL(opts.PublicURL) {
+				return usageErrorf("--public-url must be an http(s)://host:port URL, which rented machines dial, got %q", opts.PublicURL)
 			}
 			if opts.UsageRetention < server.MinUsageRetention {
 				return usageErrorf("--usage-retention must be at least 1d, got %s", daysValue{&opts.UsageRetention})
@@ -430,15 +441,34 @@ svc is running with a simulated demo worker (models: %s).
     -H "Content-Type: application/json" \
     -d '{"model": "sim-chat", "messages": [{"role": "user", "content": "Hello!"}]}'
 
-  svc speak "Hello from svc" -o hello.wav && svc transcribe hello.wav
+%s  svc speak "Hello from svc" -o hello.wav && svc transcribe hello.wav
 
   Rent a simulated GPU on this host, chat with it and stop it:
   svc rent sim-l4 --tier uk-sovereign --model qwen3-8b-q4 --wait
   svc chat qwen3-8b-q4 "Hello"
   svc stop ID --yes
 
-`, strings.Join(ids, ", "), addr, keyPath, addr, keyPath)
+`, strings.Join(ids, ", "), addr, keyPath, addr, keyPath, clientEnv(f.Getenv, addr, opts.DataDir))
 	return agent.Run(ctx)
+}
+
+// clientEnv is the line that points the svc commands of another shell at
+// this server, when they would not find it by default: its address is not
+// the default base URL's, or its data directory (with the key) is not the
+// default one.
+func clientEnv(getenv func(string) string, addr, dataDir string) string {
+	var vars []string
+	if base := "http://" + addr; base != DefaultBaseURL {
+		vars = append(vars, "SVC_BASE_URL="+base)
+	}
+	// Where a client looks without SVC_DATA.
+	if def, err := defaultDataDir(getenv); err != nil || def != dataDir {
+		vars = append(vars, "SVC_DATA="+shellQuote(dataDir))
+	}
+	if len(vars) == 0 {
+		return ""
+	}
+	return "  In another shell, first: export " + strings.Join(vars, " ") + "\n"
 }
 
 // daysValue is a duration flag that also takes whole days ("400d"):
@@ -543,4 +573,22 @@ func redactURL(raw string) string {
 		return "(unparsable URL)"
 	}
 	return u.Redacted()
+}
+
+// httpURL reports an absolute http:// or https:// URL with a host.
+func httpURL(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
+}
+
+// shellQuote quotes s for a POSIX shell when it holds more than letters,
+// digits and / . _ -.
+func shellQuote(s string) string {
+	plain := s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("/._-", r))
+	}) < 0
+	if plain {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

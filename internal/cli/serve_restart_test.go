@@ -23,6 +23,12 @@ func TestServeRestartFlags(t *testing.T) {
 		{name: "env", env: map[string]string{"SVC_STORE_WAIT": "2m", "SVC_START_GRACE": "3s"}, storeWait: 2 * time.Minute, grace: 3 * time.Second},
 		{name: "no grace", args: []string{"--start-grace", "0"}, storeWait: 45 * time.Second, grace: -1},
 		{name: "negative wait", args: []string{"--store-wait", "-1s"}, usage: true},
+		{name: "negative drain", env: map[string]string{"SVC_DRAIN_TIMEOUT": "-5s"}, usage: true},
+		{name: "negative hold", args: []string{"--queue-hold", "-1s"}, usage: true},
+		{name: "negative worker grace", args: []string{"--worker-grace", "-1s"}, usage: true},
+		{name: "public URL not a URL", env: map[string]string{"SVC_PUBLIC_URL": "notaurl"}, usage: true},
+		{name: "public URL without a host", args: []string{"--public-url", "https://"}, usage: true},
+		{name: "public URL", args: []string{"--public-url", "https://gw.example.com:8443"}, storeWait: 45 * time.Second, grace: 10 * time.Second},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -49,5 +55,40 @@ func TestServeRestartFlags(t *testing.T) {
 				t.Errorf("start grace = %v, want %v", g, tt.grace)
 			}
 		})
+	}
+}
+
+// A worker's durations are checked before it starts, as the server's are.
+func TestWorkerDurationFlags(t *testing.T) {
+	for _, tt := range []struct {
+		args  []string
+		usage bool
+	}{
+		{args: []string{"--engine", "sim"}},
+		{args: []string{"--engine", "sim", "--drain-timeout", "0s"}},
+		{args: []string{"--engine", "sim", "--drain-timeout", "-1s"}, usage: true},
+		{args: []string{"--engine", "sim", "--engine-ttfb", "0s"}, usage: true},
+	} {
+		cmd := NewCmdWorker(testFactory(map[string]string{"HOME": "/h"}), func(context.Context, *WorkerOptions) error { return nil })
+		err := run(cmd, tt.args...)
+		if got := exitCode(err) == exitUsage; got != tt.usage || (!tt.usage && err != nil) {
+			t.Errorf("svc worker %v: %v, want a usage error: %v", tt.args, err, tt.usage)
+		}
+	}
+}
+
+// The demo's banner points another shell's svc commands at this server
+// when they would not find it by default.
+func TestDemoClientEnv(t *testing.T) {
+	env := func(k string) string { return map[string]string{"HOME": "/home/ann"}[k] }
+	for _, tt := range []struct{ addr, data, want string }{
+		{"127.0.0.1:8080", "/home/ann/.local/share/svc", ""},
+		{"127.0.0.1:46695", "/home/ann/.local/share/svc", "  In another shell, first: export SVC_BASE_URL=http://127.0.0.1:46695\n"},
+		{"127.0.0.1:8080", "/tmp/d 1", "  In another shell, first: export SVC_DATA='/tmp/d 1'\n"},
+		{"127.0.0.1:9", "/tmp/it's", "  In another shell, first: export SVC_BASE_URL=http://127.0.0.1:9 SVC_DATA='/tmp/it'\\''s'\n"},
+	} {
+		if got := clientEnv(env, tt.addr, tt.data); got != tt.want {
+			t.Errorf("clientEnv(%q, %q) = %q, want %q", tt.addr, tt.data, got, tt.want)
+		}
 	}
 }

@@ -123,6 +123,9 @@ to --drain-timeout), and exit.`,
 			if opts.EngineTTFB <= 0 {
 				return usageErrorf("--engine-ttfb must be above 0")
 			}
+			if opts.DrainTimeout < 0 {
+				return usageErrorf("--drain-timeout may not be negative, got %s", opts.DrainTimeout)
+			}
 			if !opts.WebTools && (opts.WebSearch != "" || len(opts.WebAllowHosts) > 0) {
 				return usageErrorf("--web-search and --web-allow-host need --web-tools")
 			}

@@ -347,7 +347,7 @@ func (m *Manager) Rent(ctx context.Context, p auth.Principal, req api.RentReques
 			cancel()
 			return api.Rental{}, err
 		}
-		m.log.Info("rental placed", "rental", r.ID, "org", p.OrgID, "provider", o.provider.Name(), "instance", inst.ID, "price_pence", o.price)
+		m.log.Info("rental placed", "rental", r.ID, "org", p.OrgID, "provider", o.provider.Name(), "instance", inst.ID, "price_per_hour_gbp", o.price)
 		return view, nil
 	}
 	// Nothing took it: the rental never existed for billing. It is kept,
