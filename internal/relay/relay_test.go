@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -386,6 +387,43 @@ func TestStreamWritesWhatArrivedTogetherAtOnce(t *testing.T) {
 	})
 }
 
+// A stream that starts before its first output says so at once, and keeps
+// alive a period after the request, then every period, until the output.
+func TestStreamKeepsAliveBeforeItsFirstOutput(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t)
+		h.worker("gpu-1", 4, answer("late", 40*time.Second))
+		start := time.Now()
+		st, err := h.rl.Start(chatRequest("req-1", true)).Stream()
+		if err != nil {
+			t.Fatal(err)
+		}
+		client := &timedEvents{start: start}
+		st.Write(client)
+		want := []string{"1s : keep-alive", "15s : keep-alive", "30s : keep-alive", "40s data"}
+		if got := client.log[:min(len(client.log), len(want))]; !slices.Equal(got, want) {
+			t.Fatalf("events %q, want %q first", client.log, want)
+		}
+	})
+}
+
+// timedEvents is a stream's client that notes when each write came.
+type timedEvents struct {
+	events
+	start time.Time
+	log   []string
+}
+
+func (e *timedEvents) Data(evs ...[]byte) error {
+	e.log = append(e.log, time.Since(e.start).String()+" data")
+	return e.events.Data(evs...)
+}
+
+func (e *timedEvents) Comment(text string) error {
+	e.log = append(e.log, time.Since(e.start).String()+" : "+text)
+	return e.events.Comment(text)
+}
+
 func TestStreamKeepsAliveWhileTheWorkerThinks(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t)
@@ -455,7 +493,8 @@ func TestStreamMovesWhenTheFirstWorkerFailsBeforeOutput(t *testing.T) {
 		}
 		client := &events{}
 		st.Write(client)
-		if !strings.Contains(client.got[0], "rescued") || !strings.HasSuffix(client.got[len(client.got)-1], "[DONE]") {
+		// The response started before any output, with a comment.
+		if client.got[0] != ": keep-alive" || !strings.Contains(client.got[1], "rescued") || !strings.HasSuffix(client.got[len(client.got)-1], "[DONE]") {
 			t.Fatalf("events %q", client.got)
 		}
 		if row := h.only(); row.Attempts != 2 || string(row.WorkerName) == first || row.StatusCode != 200 {
@@ -514,8 +553,8 @@ func TestStreamQueuedTooLongFailsInTheStream(t *testing.T) {
 		}
 		client := &events{}
 		st.Write(client)
-		if len(client.got) != 1 || client.got[0] != "fail 429 capacity_exceeded" {
-			t.Fatalf("events %q, want the capacity 429 after the 2s hold", client.got)
+		if len(client.got) != 2 || client.got[0] != ": keep-alive" || client.got[1] != "fail 429 capacity_exceeded" {
+			t.Fatalf("events %q, want a comment as the response starts, then the capacity 429 after the 2s hold", client.got)
 		}
 	})
 }

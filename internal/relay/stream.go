@@ -184,10 +184,22 @@ func (c *Call) begin() (firstOutput, error) {
 // It returns what the client was answered with, nil on success.
 func (c *Call) pump(out *events, first firstOutput, pending <-chan error) error {
 	every := c.rl.timing.KeepAliveEvery
+	wait := every
+	if first.typ == 0 {
+		// Nothing to send yet (the request waits for a worker or for its
+		// first output): a comment now puts the status and headers before
+		// the client at once, not with the first keep-alive, which comes
+		// a period after the request as ever.
+		if out.comment("keep-alive"); out.gone {
+			c.cancel()
+		}
+		wait = max(every-time.Since(c.started), time.Millisecond)
+	}
 	if pending != nil {
-		if err := c.await(out, pending, every); err != nil {
+		if err := c.await(out, pending, wait); err != nil {
 			return err
 		}
+		wait = every
 	}
 	wrote := false
 	next := first
@@ -196,7 +208,8 @@ func (c *Call) pump(out *events, first firstOutput, pending <-chan error) error 
 		next = firstOutput{}
 		if typ == 0 {
 			var err error
-			typ, msg, err = c.readMessage(every, !wrote)
+			typ, msg, err = c.readMessage(wait, !wrote)
+			wait = every
 			switch {
 			case errors.Is(err, errIdle):
 				if out.comment("keep-alive"); out.gone {
@@ -287,10 +300,12 @@ func (c *Call) pump(out *events, first firstOutput, pending <-chan error) error 
 const maxBatch = 64
 
 // await waits in the stream for the worker the request is queued for,
-// with keep-alive comments, then opens the request on it.
-func (c *Call) await(out *events, pending <-chan error, every time.Duration) error {
-	tick := time.NewTicker(every)
+// with keep-alive comments, the first after first, then opens the request
+// on it.
+func (c *Call) await(out *events, pending <-chan error, first time.Duration) error {
+	tick := time.NewTicker(first)
 	defer tick.Stop()
+	every := c.rl.timing.KeepAliveEvery
 	for {
 		select {
 		case err := <-pending:
@@ -302,6 +317,7 @@ func (c *Call) await(out *events, pending <-chan error, every time.Duration) err
 			}
 			return err
 		case <-tick.C:
+			tick.Reset(every)
 			if out.comment("keep-alive"); out.gone {
 				// The acquisition sees the cancel and returns at once.
 				c.cancel()
