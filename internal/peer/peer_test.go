@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -421,6 +422,36 @@ func TestAcceptorGrace(t *testing.T) {
 		}
 		if n.home.Sessions() != 0 {
 			t.Fatal("the home still holds the session")
+		}
+	})
+}
+
+// A peer that is down is reported for peerMemory after the last stream
+// wanted there, though its link goes on redialling it: once nothing is
+// forwarded there, readiness stops naming it.
+func TestUnreachableFollowsTheRequests(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newRig(t, func(ctx context.Context, st *link.Stream) { <-ctx.Done() })
+		n.open("x")
+		synctest.Wait()
+		n.setRefuse(fmt.Errorf("dial: %w", syscall.ECONNREFUSED))
+		n.cut()
+		time.Sleep(time.Second)
+		if _, err := n.pool.Session(context.Background(), "home", "http://home"); !errors.Is(err, ErrUnreachable) {
+			t.Fatalf("a stream wanted at a peer that is down: %v, want ErrUnreachable", err)
+		}
+		if got := n.pool.Unreachable(time.Now()); !slices.Equal(got, []string{"http://home"}) {
+			t.Fatalf("unreachable peers %v right after a refused stream", got)
+		}
+		time.Sleep(peerMemory + time.Second)
+		if got := n.pool.Unreachable(time.Now()); len(got) != 0 {
+			t.Fatalf("unreachable peers %v %s after the last stream wanted there", got, peerMemory+time.Second)
+		}
+		if _, err := n.pool.Session(context.Background(), "home", "http://home"); !errors.Is(err, ErrUnreachable) {
+			t.Fatalf("a stream wanted again: %v, want ErrUnreachable", err)
+		}
+		if got := n.pool.Unreachable(time.Now()); !slices.Equal(got, []string{"http://home"}) {
+			t.Fatalf("unreachable peers %v after another refused stream", got)
 		}
 	})
 }

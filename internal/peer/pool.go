@@ -137,7 +137,7 @@ func (p *Pool) Session(ctx context.Context, id, base string) (*link.Session, err
 		case sess != nil:
 			return sess, nil
 		case failing:
-			return nil, fmt.Errorf("%w: %s", ErrUnreachable, base)
+			return nil, p.unreachable(base, nil)
 		}
 	} else {
 		p.mu.RUnlock()
@@ -164,20 +164,32 @@ func (p *Pool) Session(ctx context.Context, id, base string) (*link.Session, err
 	case sess != nil:
 		return sess, nil
 	case failing:
-		return nil, fmt.Errorf("%w: %s", ErrUnreachable, base)
+		return nil, p.unreachable(base, nil)
 	}
 	select {
 	case <-up:
 	case <-ctx.Done():
-		return nil, fmt.Errorf("%w: %s: %w", ErrUnreachable, base, ctx.Err())
+		return nil, p.unreachable(base, ctx.Err())
 	}
 	p.mu.RLock()
 	sess = l.sess
 	p.mu.RUnlock()
 	if sess == nil {
-		return nil, fmt.Errorf("%w: %s", ErrUnreachable, base)
+		return nil, p.unreachable(base, nil)
 	}
 	return sess, nil
+}
+
+// unreachable is the error of a stream wanted at base and not opened, and
+// has Unreachable report the peer: for peerMemory after the last request
+// it failed, not for as long as the link goes on redialling a peer that
+// nothing is forwarded to any more.
+func (p *Pool) unreachable(base string, cause error) error {
+	p.mark(base, false)
+	if cause != nil {
+		return fmt.Errorf("%w: %s: %w", ErrUnreachable, base, cause)
+	}
+	return fmt.Errorf("%w: %s", ErrUnreachable, base)
 }
 
 // startLocked makes the link to a peer and starts its goroutine; p.mu is
@@ -202,8 +214,9 @@ func (p *Pool) Close() {
 	p.wg.Wait()
 }
 
-// Unreachable lists the peers (by URL) that failed to connect within
-// peerMemory of now and have not connected since.
+// Unreachable lists the peers (by URL) a stream was wanted at and could
+// not be opened within peerMemory of now, and that have not connected
+// since.
 func (p *Pool) Unreachable(now time.Time) []string {
 	p.fmu.Lock()
 	defer p.fmu.Unlock()
@@ -300,7 +313,6 @@ func (p *Pool) run(ctx context.Context, l *peerLink) {
 		}
 		now := time.Now()
 		if err != nil {
-			p.mark(l.url, false)
 			p.publish(l, nil, true)
 			log.Debug("peer link: dial", "err", err)
 			if failingSince.IsZero() {
