@@ -112,9 +112,13 @@ clock.`,
 
 func printClusterStatus(f *Factory, st api.ClusterStatus) error {
 	out := f.IO.Out
-	if l := st.Leader; l == nil {
+	switch l := st.Leader; {
+	case l == nil:
 		fmt.Fprintln(out, "Leader: none yet")
-	} else {
+	case l.ReplicaID == "":
+		// The last leader resigned its lease; another takes it shortly.
+		fmt.Fprintf(out, "Leader: none since epoch %d's resigned\n", l.Epoch)
+	default:
 		lease := "expires in " + st.DatabaseTime.Sub(l.ExpiresAt).Abs().Round(100*time.Millisecond).String()
 		if l.Expired {
 			lease = "EXPIRED " + st.DatabaseTime.Sub(l.ExpiresAt).Round(100*time.Millisecond).String() + " ago"

@@ -1,0 +1,35 @@
+package cli
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/iostreams"
+)
+
+// The leader line reads the lease as it is: held, lapsed, or given up by
+// a leader that resigned, whose name and address are gone.
+func TestClusterStatusLeaderLine(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	for _, tt := range []struct {
+		leader *api.ClusterLeader
+		want   string
+	}{
+		{nil, "Leader: none yet\n"},
+		{&api.ClusterLeader{ReplicaID: "r1", AdvertiseURL: "http://10.0.0.1:8080", Epoch: 3, ExpiresAt: now.Add(4 * time.Second)},
+			"Leader: r1 at http://10.0.0.1:8080, epoch 3, lease expires in 4s\n"},
+		{&api.ClusterLeader{ReplicaID: "r1", AdvertiseURL: "http://10.0.0.1:8080", Epoch: 3, ExpiresAt: now.Add(-2 * time.Second), Expired: true},
+			"Leader: r1 at http://10.0.0.1:8080, epoch 3, lease EXPIRED 2s ago\n"},
+		{&api.ClusterLeader{Epoch: 2, ExpiresAt: now.Add(-200 * time.Millisecond), Expired: true}, "Leader: none since epoch 2's resigned\n"},
+	} {
+		ios, _, out, _ := iostreams.Test()
+		if err := printClusterStatus(&Factory{IO: ios}, api.ClusterStatus{DatabaseTime: now, Leader: tt.leader}); err != nil {
+			t.Fatal(err)
+		}
+		if first, _, _ := strings.Cut(out.String(), "Schema"); first != tt.want {
+			t.Errorf("leader %+v: %q, want %q", tt.leader, first, tt.want)
+		}
+	}
+}
