@@ -132,7 +132,9 @@ func printClusterStatus(f *Factory, st api.ClusterStatus) error {
 		role := r.Role
 		switch {
 		case !r.Alive:
-			role += " (gone)"
+			// Its registration keeps the role it last had, which another
+			// replica may hold now.
+			role = "gone (was " + r.Role + ")"
 		case r.Stopping:
 			role += " (stopping)"
 		}

@@ -33,3 +33,27 @@ func TestClusterStatusLeaderLine(t *testing.T) {
 		}
 	}
 }
+
+// A replica that is gone shows the role it last had as past.
+func TestClusterStatusGoneReplica(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	ios, _, out, _ := iostreams.Test()
+	st := api.ClusterStatus{DatabaseTime: now,
+		Leader: &api.ClusterLeader{ReplicaID: "r2", AdvertiseURL: "http://b:8080", Epoch: 4, ExpiresAt: now.Add(5 * time.Second)},
+		Replicas: []api.ClusterReplica{
+			{ID: "r1", Role: "leader", AdvertiseURL: "http://a:8080", SeenAt: now.Add(-time.Minute)},
+			{ID: "r2", Role: "leader", AdvertiseURL: "http://b:8080", SeenAt: now, Alive: true},
+		}}
+	if err := printClusterStatus(&Factory{IO: ios}, st); err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(out.String(), "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) > 1 && f[0] == "r1" && !strings.Contains(line, "gone (was leader)"):
+			t.Errorf("the replica that is gone: %q", line)
+		case len(f) > 1 && f[0] == "r2" && (f[1] != "leader" || strings.Contains(line, "gone")):
+			t.Errorf("the leader: %q", line)
+		}
+	}
+}
