@@ -101,10 +101,8 @@ type Relay struct {
 	log      *slog.Logger
 	tracer   trace.Tracer
 
-	// The calls started and not yet done, for Abort; aborted is set once
-	// it ran, and tells a call cancelled by it from one whose client left.
-	mu      sync.Mutex
-	calls   map[*Call]struct{}
+	// aborted is set once Abort ran, and tells a call cancelled by it
+	// from one whose client left.
 	aborted atomic.Bool
 }
 
@@ -118,7 +116,7 @@ func New(cfg Config) *Relay {
 		cfg.InFlight = usage.NewTracker()
 	}
 	return &Relay{fleet: cfg.Fleet, usage: cfg.Usage, inflight: cfg.InFlight, timing: cfg.Timing, log: cfg.Logger,
-		tracer: cfg.Tracer, calls: map[*Call]struct{}{}}
+		tracer: cfg.Tracer}
 }
 
 // ErrShuttingDown is what a call that Abort ended answers its client.
@@ -131,16 +129,7 @@ var ErrShuttingDown error = &api.Error{Kind: api.KindUnavailable, RetryAfter: ti
 // worker and writes its row. It returns how many it ended.
 func (rl *Relay) Abort() int {
 	rl.aborted.Store(true)
-	rl.mu.Lock()
-	calls := make([]*Call, 0, len(rl.calls))
-	for c := range rl.calls {
-		calls = append(calls, c)
-	}
-	rl.mu.Unlock()
-	for _, c := range calls {
-		c.cancel()
-	}
-	return len(calls)
+	return rl.inflight.StopAll()
 }
 
 // Timing returns the relay's clocks, defaults filled in.
@@ -310,10 +299,7 @@ func (rl *Relay) Start(req Request) *Call {
 	c.startSpan()
 	c.header = c.headerOf()
 	c.ctx, c.cancel = context.WithTimeout(context.Background(), rl.timing.MaxDuration)
-	c.entry = rl.inflight.Start(req.OrgID, req.ID, req.Model, rowKind(req.Kind), req.Stream, c.started)
-	rl.mu.Lock()
-	rl.calls[c] = struct{}{}
-	rl.mu.Unlock()
+	c.entry = rl.inflight.Start(req.OrgID, req.ID, req.Model, rowKind(req.Kind), req.Stream, c.started, c.cancel)
 	if req.AudioSeconds > 0 {
 		c.entry.SetAudioSeconds(req.AudioSeconds)
 	}
@@ -418,9 +404,6 @@ func (c *Call) done(failure error) {
 	c.onEnd = nil
 	c.endMu.Unlock()
 	c.cancel()
-	c.rl.mu.Lock()
-	delete(c.rl.calls, c)
-	c.rl.mu.Unlock()
 	c.rl.inflight.Finish(c.entry)
 	c.rl.record(c, failure)
 	for _, f := range hooks {

@@ -28,6 +28,8 @@ type Entry struct {
 	orgID, taskID, model, kind string
 	stream                     bool
 	started                    time.Time
+	// stop ends the request early, for StopAll.
+	stop func()
 
 	mu         sync.Mutex
 	workerID   string
@@ -41,9 +43,10 @@ type Entry struct {
 	tokens atomic.Int64
 }
 
-// Start adds a request to the in-flight list.
-func (t *Tracker) Start(orgID, taskID, model, kind string, stream bool, now time.Time) *Entry {
-	e := &Entry{orgID: orgID, taskID: taskID, model: model, kind: kind, stream: stream, started: now}
+// Start adds a request to the in-flight list; stop ends it early, when
+// StopAll is called.
+func (t *Tracker) Start(orgID, taskID, model, kind string, stream bool, now time.Time, stop func()) *Entry {
+	e := &Entry{orgID: orgID, taskID: taskID, model: model, kind: kind, stream: stream, started: now, stop: stop}
 	e.tokens.Store(-1)
 	t.mu.Lock()
 	m := t.byOrg[orgID]
@@ -54,6 +57,24 @@ func (t *Tracker) Start(orgID, taskID, model, kind string, stream bool, now time
 	m[e] = struct{}{}
 	t.mu.Unlock()
 	return e
+}
+
+// StopAll stops every request on the list, as a server that cannot wait
+// for them any longer does, and returns how many it stopped. Each leaves
+// the list as it finishes.
+func (t *Tracker) StopAll() int {
+	t.mu.Lock()
+	var stops []func()
+	for _, m := range t.byOrg {
+		for e := range m {
+			stops = append(stops, e.stop)
+		}
+	}
+	t.mu.Unlock()
+	for _, stop := range stops {
+		stop()
+	}
+	return len(stops)
 }
 
 // Finish takes a request off the list.

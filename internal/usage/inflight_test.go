@@ -10,10 +10,11 @@ import (
 func TestTracker(t *testing.T) {
 	tr := NewTracker()
 	t0 := time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
-	a := tr.Start("o", "a", "m", api.RequestChat, true, t0.Add(2*time.Second))
-	b := tr.Start("o", "b", "m", api.RequestChat, false, t0)
-	c := tr.Start("o", "c", "e", api.RequestEmbeddings, false, t0.Add(time.Second))
-	tr.Start("other", "x", "m", api.RequestChat, true, t0)
+	nop := func() {}
+	a := tr.Start("o", "a", "m", api.RequestChat, true, t0.Add(2*time.Second), nop)
+	b := tr.Start("o", "b", "m", api.RequestChat, false, t0, nop)
+	c := tr.Start("o", "c", "e", api.RequestEmbeddings, false, t0.Add(time.Second), nop)
+	tr.Start("other", "x", "m", api.RequestChat, true, t0, nop)
 	a.Assign("w1", "one")
 	b.Assign("w2", "two")
 	now := t0.Add(5 * time.Second)
@@ -46,6 +47,23 @@ func TestTracker(t *testing.T) {
 	}
 	if n := len(tr.List("other", "", now)); n != 1 {
 		t.Fatalf("other org: %d", n)
+	}
+}
+
+// StopAll stops every request on the list, of every organisation, and
+// none that has finished.
+func TestTrackerStopAll(t *testing.T) {
+	tr := NewTracker()
+	stopped := map[string]int{}
+	start := func(org, id string) *Entry {
+		return tr.Start(org, id, "m", api.RequestChat, true, time.Now(), func() { stopped[id]++ })
+	}
+	start("o", "a")
+	done := start("o", "b")
+	start("other", "c")
+	tr.Finish(done)
+	if n := tr.StopAll(); n != 2 || stopped["a"] != 1 || stopped["c"] != 1 || stopped["b"] != 0 {
+		t.Fatalf("StopAll stopped %d: %v, want a and c once each", n, stopped)
 	}
 }
 
