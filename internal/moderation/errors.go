@@ -35,16 +35,13 @@ func ShapeError(err error) error {
 		ae.Code == api.CodeApprovalPending, ae.Code == api.CodeModelIncomplete:
 		// None of the workers online can run it until the organisation
 		// acts: installs the model, connects or approves a worker.
-		out.Kind, out.Type, out.Code, out.RetryAfter = api.KindConflict, "", api.CodeModerationUnavailable, 0
-		out.Message = "No online worker can run this moderation model now: " + ae.Message
+		lasting(&out, "No online worker can run this moderation model now: ")
 	case ae.HTTPStatus() == http.StatusNotImplemented:
-		out.Kind, out.Type, out.Code, out.RetryAfter = api.KindConflict, "", api.CodeModerationUnavailable, 0
-		out.Message = "The worker cannot run this moderation check, and retrying will not help " +
-			"until another worker or model can: " + ae.Message
+		lasting(&out, "The worker cannot run this moderation check, and retrying will not help "+
+			"until another worker or model can: ")
 	case ae.HTTPStatus() == http.StatusInsufficientStorage:
-		out.Kind, out.Type, out.Code, out.RetryAfter = api.KindConflict, "", api.CodeModerationUnavailable, 0
-		out.Message = "The moderation model does not fit the worker's memory, and retrying will not help " +
-			"until a worker with room for it is online, memory is freed on the worker, or a smaller model is used: " + ae.Message
+		lasting(&out, "The moderation model does not fit the worker's memory, and retrying will not help "+
+			"until a worker with room for it is online, memory is freed on the worker, or a smaller model is used: ")
 	case ae.ServerFault():
 		out.Kind, out.Type, out.Code = api.KindUnavailable, "", api.CodeModerationUnavailable
 		out.Message = "The moderation check failed on the worker; retry: " + ae.Message
@@ -58,4 +55,12 @@ func ShapeError(err error) error {
 		out.Param = "model"
 	}
 	return &out
+}
+
+// lasting makes out, a copy of a failure, the table's 409
+// moderation_unavailable for a condition a retry will not change: its
+// message is why, then the failure's own.
+func lasting(out *api.Error, why string) {
+	out.Kind, out.Type, out.Code, out.RetryAfter = api.KindConflict, "", api.CodeModerationUnavailable, 0
+	out.Message = why + out.Message
 }

@@ -1,8 +1,6 @@
 package server
 
 import (
-	"fmt"
-
 	"github.com/svc-dev/svc/internal/api"
 )
 
@@ -73,22 +71,24 @@ func (s *Server) authorize(c *call, console bool) error {
 // planGated refuses organisations on the Free plan with 403 plan_required,
 // in the nested shape private inference's errors take: for its routes.
 func (s *Server) planGated(feature string, next func(*call) error) func(*call) error {
-	return func(c *call) error {
-		if !c.org.Plan.Paid() {
-			return api.PlanRequired("%s is part of the Pro and Enterprise plans; this organisation is on %s", feature, c.org.Plan)
-		}
-		return next(c)
-	}
+	return paidPlans(feature, false, next)
 }
 
-// paidOnly refuses organisations on the Free plan a feature of the paid
-// plans with 403 plan_required. Outside private inference an error's
-// detail is a string, so the type rides in the envelope beside it.
+// paidOnly is planGated outside private inference, where an error's
+// detail is a string: the type rides in the envelope beside it.
 func (s *Server) paidOnly(feature string, next func(*call) error) func(*call) error {
+	return paidPlans(feature, true, next)
+}
+
+// paidPlans runs next for an organisation on a paid plan and refuses one
+// on the Free plan with 403 plan_required, its envelope beside detail when
+// envelope is set and nested in it otherwise.
+func paidPlans(feature string, envelope bool, next func(*call) error) func(*call) error {
 	return func(c *call) error {
 		if !c.org.Plan.Paid() {
-			return &api.Error{Kind: api.KindPlanRequired, Envelope: true,
-				Message: fmt.Sprintf("%s is part of the Pro and Enterprise plans; this organisation is on %s", feature, c.org.Plan)}
+			e := api.PlanRequired("%s is part of the Pro and Enterprise plans; this organisation is on %s", feature, c.org.Plan)
+			e.Envelope = envelope
+			return e
 		}
 		return next(c)
 	}
