@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"time"
 )
 
@@ -68,6 +69,17 @@ func (h *rig) refusalCost(ctx context.Context) *scenario {
 		sc.Extra["cpu_bound_served_share_at_1.5x"] = servedShare(rho)
 	}
 	sc.Note = fmt.Sprintf("a worker with 1 slot held %s a request, queue hold %s, %d clients; refusals at admission", hold, 2*hold, h.scale.conc)
+	if h.scale.profile != "" && p.pprof != nil {
+		// After the measured loop, so that the profiler's own work is not
+		// counted as the refusals'.
+		secs := max(int(h.scale.duration/time.Second), 2)
+		load := time.Duration(secs)*time.Second + hold/2
+		if err := os.MkdirAll(h.scale.profile, 0o755); err != nil {
+			h.log("%s: profile: %v", sc.Name, err)
+		} else if err := cpuProfiles(p, h.scale.profile, "refusal.cpu", secs, func() { loop(load) }); err != nil {
+			h.log("%s: profile: %v", sc.Name, err)
+		}
+	}
 	h.log("%s done", sc.Name)
 	return sc
 }
