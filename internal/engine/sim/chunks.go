@@ -59,14 +59,55 @@ type renderer struct {
 // one empty chunk for a reply with no tokens at all.
 func chunkCount(p *plan) int { return max(1, len(p.pieces)) }
 
-// chunk renders chunk i as JSON, followed by any extra top-level fields.
-// The first chunk carries the role; final carries the finish reason.
+// chunkCount is the steps of the job's stream: its longest choice's
+// chunks. Each step sends the chunk of that number of every choice that
+// has one.
+func (j *job) chunkCount() int {
+	n := 0
+	for _, p := range j.plans {
+		n = max(n, chunkCount(p))
+	}
+	return n
+}
+
+// sendStep renders step i of a streamed reply, a chunk of each choice
+// that has one, in index order, and hands each to emit; extra goes on the
+// step's last chunk, when final (the stream's last step).
+func (j *job) sendStep(i int, final bool, emit func([]byte) error, extra ...field) error {
+	last := 0
+	for c, p := range j.plans {
+		if i < chunkCount(p) {
+			last = c
+		}
+	}
+	for c, p := range j.plans {
+		if i >= chunkCount(p) {
+			continue
+		}
+		var ex []field
+		if final && c == last {
+			ex = extra
+		}
+		data, err := j.render.chunk(p, c, i, !j.dir.failing() && i == chunkCount(p)-1, ex...)
+		if err != nil {
+			return err
+		}
+		if err := emit(data); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// chunk renders chunk i of choice index as JSON, followed by any extra
+// top-level fields. The first chunk carries the role; final carries the
+// finish reason.
 //
 // Chunks are the hot path of a benchmark (one per token), so they are
 // appended by hand rather than built as objects and reflected over.
-func (r *renderer) chunk(p *plan, i int, final bool, extra ...field) ([]byte, error) {
+func (r *renderer) chunk(p *plan, index, i int, final bool, extra ...field) ([]byte, error) {
 	if r.text {
-		return r.textChunk(p, i, final, extra...)
+		return r.textChunk(p, index, i, final, extra...)
 	}
 	b := make([]byte, 0, 192+len(r.id)+len(r.model))
 	b = append(b, `{"id":`...)
@@ -75,7 +116,9 @@ func (r *renderer) chunk(p *plan, i int, final bool, extra ...field) ([]byte, er
 	b = strconv.AppendInt(b, r.created, 10)
 	b = append(b, `,"model":`...)
 	b = jsontext.AppendStringNoHTML(b, r.model)
-	b = append(b, `,"choices":[{"index":0,"delta":{`...)
+	b = append(b, `,"choices":[{"index":`...)
+	b = strconv.AppendInt(b, int64(index), 10)
+	b = append(b, `,"delta":{`...)
 	sep := false
 	key := func(name string) {
 		if sep {
@@ -139,7 +182,7 @@ func (r *renderer) chunk(p *plan, i int, final bool, extra ...field) ([]byte, er
 
 // textChunk renders chunk i of a text completion, as vLLM streams one:
 // only content is text; a completion plans no reasoning or tool calls.
-func (r *renderer) textChunk(p *plan, i int, final bool, extra ...field) ([]byte, error) {
+func (r *renderer) textChunk(p *plan, index, i int, final bool, extra ...field) ([]byte, error) {
 	text := ""
 	if len(p.pieces) > 0 && p.pieces[i].kind == pieceContent {
 		text = p.pieces[i].text
@@ -149,7 +192,7 @@ func (r *renderer) textChunk(p *plan, i int, final bool, extra ...field) ([]byte
 		finish = p.finish
 	}
 	c := r.head("text_completion", field{"choices", []object{{
-		{"index", 0},
+		{"index", index},
 		{"text", text},
 		{"logprobs", nil},
 		{"finish_reason", finish},
@@ -158,16 +201,25 @@ func (r *renderer) textChunk(p *plan, i int, final bool, extra ...field) ([]byte
 }
 
 // usageChunk is the include_usage chunk: no choices, only usage.
-func (r *renderer) usageChunk(p *plan) object {
+func (r *renderer) usageChunk(ps []*plan) object {
 	kind := "chat.completion.chunk"
 	if r.text {
 		kind = "text_completion"
 	}
-	return r.head(kind, field{"choices", []object{}}, field{"usage", usageObject(p)})
+	return r.head(kind, field{"choices", []object{}}, field{"usage", usageObject(ps)})
 }
 
-// completion renders the non-streaming chat.completion.
-func (r *renderer) completion(p *plan) object {
+// completion renders the non-streaming chat.completion, a choice a plan.
+func (r *renderer) completion(ps []*plan) object {
+	choices := make([]object, len(ps))
+	for i, p := range ps {
+		choices[i] = r.choice(p, i)
+	}
+	return r.head("chat.completion", field{"choices", choices}, field{"usage", usageObject(ps)})
+}
+
+// choice renders p as the completion's choice of that index.
+func (r *renderer) choice(p *plan, index int) object {
 	msg := object{{"role", "assistant"}}
 	content := p.text(pieceContent)
 	if p.hasToolCall() && content == "" {
@@ -188,13 +240,7 @@ func (r *renderer) completion(p *plan) object {
 			{"function", object{{"name", p.toolName}, {"arguments", p.text(pieceToolArgs)}}},
 		}}})
 	}
-	return r.head("chat.completion",
-		field{"choices", []object{{
-			{"index", 0},
-			{"message", msg},
-			{"finish_reason", p.finish},
-		}}},
-		field{"usage", usageObject(p)})
+	return object{{"index", index}, {"message", msg}, {"finish_reason", p.finish}}
 }
 
 func (r *renderer) head(kind string, rest ...field) object {
@@ -208,8 +254,8 @@ func (r *renderer) head(kind string, rest ...field) object {
 }
 
 // usageObject is the OpenAI usage object.
-func usageObject(p *plan) object {
-	u := p.usage()
+func usageObject(ps []*plan) object {
+	u := usageOf(ps)
 	o := object{
 		{"prompt_tokens", u.PromptTokens},
 		{"completion_tokens", u.CompletionTokens},

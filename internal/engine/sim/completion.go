@@ -76,16 +76,18 @@ func (s *simulator) prepareCompletion(modelID string, body []byte) (*job, *api.R
 	return j, nil
 }
 
-// textCompletion renders a plan as OpenAI's text_completion object.
-func (r *renderer) textCompletion(p *plan) object {
-	return r.head("text_completion",
-		field{"choices", []object{{
-			{"index", 0},
+// textCompletion renders plans as OpenAI's text_completion object.
+func (r *renderer) textCompletion(ps []*plan) object {
+	choices := make([]object, len(ps))
+	for i, p := range ps {
+		choices[i] = object{
+			{"index", i},
 			{"text", p.text(pieceContent)},
 			{"logprobs", nil},
 			{"finish_reason", p.finish},
-		}}},
-		field{"usage", usageObject(p)})
+		}
+	}
+	return r.head("text_completion", field{"choices", choices}, field{"usage", usageObject(ps)})
 }
 
 func (e *Engine) serveCompletion(ctx context.Context, req *engine.Request, sink engine.Sink) *api.Result {

@@ -96,15 +96,11 @@ func (e *Engine) serveChat(ctx context.Context, req *engine.Request, sink engine
 
 // serveJob runs a planned chat or text completion: streamed as the
 // renderer's chunks, or answered whole as render makes the reply.
-func (e *Engine) serveJob(ctx context.Context, j *job, stream bool, sink engine.Sink, render func(*plan) object) *api.Result {
+func (e *Engine) serveJob(ctx context.Context, j *job, stream bool, sink engine.Sink, render func([]*plan) object) *api.Result {
 	var send sendFunc
 	if stream {
 		send = func(ctx context.Context, i int, final bool, _ *stats) error {
-			data, err := j.render.chunk(j.plan, i, final)
-			if err != nil {
-				return fmt.Errorf("encode chunk: %w", err)
-			}
-			return sink.Event(ctx, data)
+			return j.sendStep(i, final, func(data []byte) error { return sink.Event(ctx, data) })
 		}
 	}
 	out, st := e.sim.run(ctx, j, send)
@@ -117,7 +113,7 @@ func (e *Engine) serveJob(ctx context.Context, j *job, stream bool, sink engine.
 		return engine.CutOff(nil)
 	}
 	if !stream {
-		data, err := json.Marshal(render(j.plan))
+		data, err := json.Marshal(render(j.plans))
 		if err != nil {
 			return engine.Failure(http.StatusInternalServerError, api.TypeServer, "encode completion: "+err.Error())
 		}

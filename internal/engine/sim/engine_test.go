@@ -77,6 +77,72 @@ func TestDeterminism(t *testing.T) {
 	}
 }
 
+// A request for several choices (n) gets that many replies, each with its
+// index: the first is the reply a request for one gets, the others differ
+// from it; usage counts the prompt once and every choice's tokens. A
+// stream sends the chunks of every choice in turn, each choice's last
+// with its finish reason.
+func TestChoices(t *testing.T) {
+	e := New(fixedConfig())
+	one := chatBody(t, "sim-reasoner", "Tell me a story. sim: tokens=6", nil)
+	three := chatBody(t, "sim-reasoner", "Tell me a story. sim: tokens=6", map[string]any{"n": 3})
+	res1, s1 := serve(t, e, api.KindChat, false, one)
+	res3, s3 := serve(t, e, api.KindChat, false, three)
+	single := decodeCompletion(t, s1.body)
+	var c completion
+	if err := json.Unmarshal(s3.body, &c); err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Choices) != 3 {
+		t.Fatalf("%d choices, want 3: %s", len(c.Choices), s3.body)
+	}
+	contents := map[string]bool{}
+	for i, ch := range c.Choices {
+		if ch.Index != i || ch.Message.Content == nil || ch.Message.ReasoningContent == nil || ch.FinishReason != "stop" {
+			t.Fatalf("choice %d: %+v", i, ch)
+		}
+		contents[*ch.Message.Content] = true
+	}
+	if *c.Choices[0].Message.Content != *single.Choices[0].Message.Content {
+		t.Errorf("the first choice %q is not the reply to a request for one, %q", *c.Choices[0].Message.Content, *single.Choices[0].Message.Content)
+	}
+	if len(contents) != 3 {
+		t.Errorf("choices alike: %v", contents)
+	}
+	if c.Usage.PromptTokens != single.Usage.PromptTokens || c.Usage.CompletionTokens <= 2*single.Usage.CompletionTokens ||
+		c.Usage.TotalTokens != c.Usage.PromptTokens+c.Usage.CompletionTokens ||
+		*res3.Usage.ReasoningTokens <= 2**res1.Usage.ReasoningTokens || res3.Usage.CompletionTokens != c.Usage.CompletionTokens {
+		t.Errorf("usage %+v (result %+v), one choice's %+v", c.Usage, res3.Usage, single.Usage)
+	}
+
+	_, st := serve(t, e, api.KindChat, true, three)
+	texts, finishes := make([]strings.Builder, 3), make([]int, 3)
+	for i, ev := range st.events {
+		var ch chunkJSON
+		if err := json.Unmarshal(ev, &ch); err != nil || len(ch.Choices) != 1 {
+			t.Fatalf("chunk %d: %s", i, ev)
+		}
+		x := ch.Choices[0]
+		if x.Index < 0 || x.Index > 2 || i < 3 && x.Index != i {
+			t.Fatalf("chunk %d is of choice %d", i, x.Index)
+		}
+		if x.Delta.Content != nil {
+			texts[x.Index].WriteString(*x.Delta.Content)
+		}
+		if x.FinishReason != nil {
+			finishes[x.Index]++
+		}
+	}
+	if len(st.events) != c.Usage.CompletionTokens {
+		t.Errorf("%d chunks for %d tokens", len(st.events), c.Usage.CompletionTokens)
+	}
+	for i := range 3 {
+		if texts[i].String() != *c.Choices[i].Message.Content || finishes[i] != 1 {
+			t.Errorf("streamed choice %d: %q with %d finish reasons, want %q with one", i, texts[i].String(), finishes[i], *c.Choices[i].Message.Content)
+		}
+	}
+}
+
 func TestTextShape(t *testing.T) {
 	e := New(fixedConfig())
 	for i := range 20 {
@@ -731,6 +797,9 @@ func TestBadRequests(t *testing.T) {
 		{"chat to an embedding model", api.KindChat, `{"model":"sim-embed","messages":[{"role":"user","content":"hi"}]}`, 400, api.TypeInvalidRequest},
 		{"embeddings to a chat model", api.KindEmbeddings, `{"model":"sim-chat","input":"hi"}`, 400, api.TypeInvalidRequest},
 		{"unknown kind", "moderation", `{}`, 400, api.TypeInvalidRequest},
+		{"no choices", api.KindChat, `{"model":"sim-chat","n":0,"messages":[{"role":"user","content":"hi"}]}`, 400, api.TypeInvalidRequest},
+		{"part of a choice", api.KindChat, `{"model":"sim-chat","n":1.5,"messages":[{"role":"user","content":"hi"}]}`, 400, api.TypeInvalidRequest},
+		{"too many choices", api.KindChat, `{"model":"sim-chat","n":129,"messages":[{"role":"user","content":"hi"}]}`, 400, api.TypeInvalidRequest},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -1069,12 +1138,12 @@ func FuzzPlanChat(f *testing.F) {
 			t.Fatalf("finish %q", p.finish)
 		}
 		for i := range chunkCount(p) {
-			data, err := j.render.chunk(p, i, i == chunkCount(p)-1)
+			data, err := j.render.chunk(p, 0, i, i == chunkCount(p)-1)
 			if err != nil || !json.Valid(data) {
 				t.Fatalf("chunk %d %s: %v", i, data, err)
 			}
 		}
-		if _, err := json.Marshal(j.render.completion(p)); err != nil {
+		if _, err := json.Marshal(j.render.completion([]*plan{p})); err != nil {
 			t.Fatal(err)
 		}
 	})

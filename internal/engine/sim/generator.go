@@ -61,6 +61,15 @@ func newSeed(model string, messagesJSON []byte, reqSeed *int64) seed {
 	return s
 }
 
+// choice is the seed of choice i of a reply of several (n): choice 0 is
+// the reply a request for one gets, and each other differs from it.
+func (s seed) choice(i int) seed {
+	if i == 0 {
+		return s
+	}
+	return sha256.Sum256(append(s[:], "choice="+strconv.Itoa(i)...))
+}
+
 // rng is a PRNG for one purpose ("content", "reasoning", ...). Separate
 // streams keep the answer the same whatever the thinking length.
 func (s seed) rng(purpose string) *rand.Rand {

@@ -114,11 +114,7 @@ func (h *httpFace) stream(w http.ResponseWriter, r *http.Request, j *job) {
 		if final && timings && !j.usage {
 			extra = append(extra, field{"timings", j.llamaTimings(h.sim.cfg.Now().Sub(st.start))})
 		}
-		data, err := j.render.chunk(j.plan, i, final, extra...)
-		if err != nil {
-			return err
-		}
-		return sse.data(data)
+		return j.sendStep(i, final, sse.data, extra...)
 	}
 	out, st := h.sim.run(r.Context(), j, send)
 	switch out {
@@ -138,7 +134,7 @@ func (h *httpFace) stream(w http.ResponseWriter, r *http.Request, j *job) {
 		abort(sse.rc) // does not return
 	}
 	if j.usage {
-		c := j.render.usageChunk(j.plan)
+		c := j.render.usageChunk(j.plans)
 		if timings {
 			c = append(c, field{"timings", j.llamaTimings(st.decode)})
 		}
@@ -151,7 +147,7 @@ func (h *httpFace) stream(w http.ResponseWriter, r *http.Request, j *job) {
 
 // complete answers with one object, a chat.completion or a
 // text_completion as render makes it.
-func (h *httpFace) complete(w http.ResponseWriter, r *http.Request, j *job, render func(*plan) object) {
+func (h *httpFace) complete(w http.ResponseWriter, r *http.Request, j *job, render func([]*plan) object) {
 	out, st := h.sim.run(r.Context(), j, nil)
 	switch out {
 	case outcomeCancelled:
@@ -160,7 +156,7 @@ func (h *httpFace) complete(w http.ResponseWriter, r *http.Request, j *job, rend
 		writeError(w, directiveFailure(j.dir.failCode, false))
 		return
 	}
-	c := render(j.plan)
+	c := render(j.plans)
 	if h.sim.cfg.LlamaTimings {
 		c = append(c, field{"timings", j.llamaTimings(st.decode)})
 	}

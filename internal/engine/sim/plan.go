@@ -69,6 +69,28 @@ func (p *plan) usage() *api.Usage {
 	return u
 }
 
+// usageOf is the usage of a reply of the choices ps: the prompt once, the
+// tokens of every choice together.
+func usageOf(ps []*plan) *api.Usage {
+	u := ps[0].usage()
+	for _, p := range ps[1:] {
+		v := p.usage()
+		u.CompletionTokens += v.CompletionTokens
+		u.TotalTokens += v.CompletionTokens
+		if v.ReasoningTokens != nil {
+			u.ReasoningTokens = new(*v.ReasoningTokens + deref(u.ReasoningTokens))
+		}
+	}
+	return u
+}
+
+func deref(n *int) int {
+	if n == nil {
+		return 0
+	}
+	return *n
+}
+
 // text concatenates the pieces of one kind.
 func (p *plan) text(kinds ...pieceKind) string {
 	var b strings.Builder

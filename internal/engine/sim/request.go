@@ -24,6 +24,7 @@ type chatRequest struct {
 	MaxTokens           *int            `json:"max_tokens"`
 	MaxCompletionTokens *int            `json:"max_completion_tokens"`
 	Seed                *int64          `json:"seed"`
+	N                   *float64        `json:"n"`
 	Stop                json.RawMessage `json:"stop"`
 	Tools               []tool          `json:"tools"`
 	ToolChoice          json.RawMessage `json:"tool_choice"`
@@ -95,6 +96,9 @@ func parseChatRequest(body []byte) (*chatRequest, error) {
 			return nil, fmt.Errorf("%s: must be at least 1, got %d", p.name, *p.v)
 		}
 	}
+	if req.N != nil && (*req.N < 1 || *req.N > maxChoices || *req.N != float64(int(*req.N))) {
+		return nil, fmt.Errorf("n: must be a whole number from 1 to %d, got %v", maxChoices, *req.N)
+	}
 	if req.Reasoning != nil && req.Reasoning.MaxTokens != nil && *req.Reasoning.MaxTokens < 0 {
 		return nil, fmt.Errorf("reasoning.max_tokens: must be 0 or more, got %d", *req.Reasoning.MaxTokens)
 	}
@@ -110,6 +114,17 @@ func parseChatRequest(body []byte) (*chatRequest, error) {
 	}
 	req.messagesJSON = buf.Bytes()
 	return &req, nil
+}
+
+// maxChoices bounds n, as an engine bounds what it decodes at once.
+const maxChoices = 128
+
+// choices is how many replies the request asks for (n).
+func (r *chatRequest) choices() int {
+	if r.N == nil {
+		return 1
+	}
+	return int(*r.N)
 }
 
 // contentPart is one part of an array content. Only text is read; the

@@ -41,8 +41,10 @@ func missingFile(spec *ModelSpec) string {
 
 // job is one chat request, planned and ready to run.
 type job struct {
-	model    *model
-	plan     *plan
+	model *model
+	plan  *plan // the first choice's: the one a request for one gets
+	// plans are every choice's, in index order, plans[0] == plan.
+	plans    []*plan
 	dir      directives
 	seed     seed
 	render   renderer
@@ -90,9 +92,22 @@ func (s *simulator) prepare(modelID string, req *chatRequest, reasoningNames []s
 	if fail != nil {
 		return nil, fail
 	}
+	plans := []*plan{p}
+	for i := 1; i < req.choices(); i++ {
+		if m.spec.Guard != NotGuard {
+			plans = append(plans, p) // a verdict is the same each time
+			continue
+		}
+		q, fail := buildPlan(&m.spec, req, &dir, sd.choice(i))
+		if fail != nil {
+			return nil, fail
+		}
+		plans = append(plans, q)
+	}
 	j := &job{
 		model: m,
 		plan:  p,
+		plans: plans,
 		dir:   dir,
 		seed:  sd,
 		render: renderer{
@@ -193,7 +208,7 @@ func (s *simulator) run(ctx context.Context, j *job, send sendFunc) (outcome, st
 	if err := s.cfg.Sleep(ctx, s.cfg.Latency+j.ttft); err != nil {
 		return outcomeCancelled, st
 	}
-	n, early := chunkCount(j.plan), j.dir.failing()
+	n, early := j.chunkCount(), j.dir.failing()
 	if early {
 		n = min(j.dir.after, n)
 	}
@@ -277,9 +292,14 @@ func (j *job) draft() (drafted, accepted int, ok bool) {
 // result is the Result of a job that ran to the end.
 func (j *job) result(st *stats) *api.Result {
 	r := engine.OK()
-	r.Usage = j.plan.usage()
+	r.Usage = usageOf(j.plans)
 	r.FinishReason = j.plan.finish
-	r.Notice = j.plan.notice
+	for _, p := range j.plans {
+		if p.notice != nil {
+			r.Notice = p.notice
+			break
+		}
+	}
 	ttft := ms(j.ttft)
 	r.Timing.TTFTMs = &ttft
 	if tps := j.rate(st); tps > 0 {
