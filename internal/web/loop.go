@@ -61,7 +61,9 @@ func (e looped) Serve(ctx context.Context, req *engine.Request, sink engine.Sink
 // own tools are its to run, and mixing them with calls the worker
 // answers itself would hand the client calls it cannot answer;
 // tool_choice "none" (or a forced tool) is the client saying the model
-// must not pick tools on its own.
+// must not pick tools on its own. A request for several choices (n above
+// 1) goes to the engine as it is: the loop carries one conversation on,
+// and each choice would call for tools of its own.
 func Offered(body []byte) bool {
 	_, ok := offer(body)
 	return ok
@@ -76,6 +78,9 @@ func offer(body []byte) (map[string]json.RawMessage, bool) {
 		return nil, false
 	}
 	if c := bytes.TrimSpace(fields["tool_choice"]); len(c) > 0 && !bytes.Equal(c, []byte("null")) && !bytes.Equal(c, []byte(`"auto"`)) {
+		return nil, false
+	}
+	if n := bytes.TrimSpace(fields["n"]); len(n) > 0 && !bytes.Equal(n, []byte("null")) && !bytes.Equal(n, []byte("1")) {
 		return nil, false
 	}
 	var msgs []json.RawMessage

@@ -309,6 +309,7 @@ func TestLoopNotOffered(t *testing.T) {
 		`,"tools":[{"type":"function","function":{"name":"get_weather"}}]`,
 		`,"tool_choice":"none"`,
 		`,"tool_choice":"required"`,
+		`,"n":2`,
 	} {
 		eng := &fakeEngine{}
 		req := chatRequest(false, extra)
@@ -322,6 +323,11 @@ func TestLoopNotOffered(t *testing.T) {
 	}
 	if !Offered(chatRequest(false, `,"tool_choice":"auto","tools":[]`).Body) {
 		t.Error("tool_choice auto with no tools is not offered")
+	}
+	for _, n := range []string{`,"n":1`, `,"n":null`} {
+		if !Offered(chatRequest(false, n).Body) {
+			t.Errorf("a request with %s is not offered", n)
+		}
 	}
 }
 

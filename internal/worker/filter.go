@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/chat"
 	"github.com/svc-dev/svc/internal/engine"
 	"github.com/svc-dev/svc/internal/moderation"
 )
@@ -91,9 +92,12 @@ type filterSink struct {
 	prompt string
 	out    engine.Sink
 
-	held    [][]byte // events not yet checked
-	text    strings.Builder
-	checked int // characters of text the guard passed
+	held [][]byte // events not yet checked
+	// texts are the reply's choices' texts by index, each judged on its
+	// own: several (n) arrive interleaved.
+	texts   []*strings.Builder
+	length  int // of the texts together
+	checked int // of that, what the guard passed
 	first   chunkHead
 	flagged *moderation.Verdict
 	failed  *api.Result // the guard's own failure
@@ -113,6 +117,7 @@ func (f *filterSink) Event(ctx context.Context, data []byte) error {
 	var chunk struct {
 		chunkHead
 		Choices []struct {
+			Index int `json:"index"`
 			Delta struct {
 				Content string `json:"content"`
 			} `json:"delta"`
@@ -123,21 +128,40 @@ func (f *filterSink) Event(ctx context.Context, data []byte) error {
 			f.first = chunk.chunkHead
 		}
 		for _, c := range chunk.Choices {
-			f.text.WriteString(c.Delta.Content)
+			f.text(c.Index).WriteString(c.Delta.Content)
+			f.length += len(c.Delta.Content)
 		}
 	}
 	f.held = append(f.held, data)
-	if f.text.Len()-f.checked < filterEvery {
+	if f.length-f.checked < filterEvery {
 		return nil
 	}
 	return f.check(ctx)
+}
+
+// text is the text of the choice of index i so far. An index beyond any
+// a request may ask for is taken as the first's.
+func (f *filterSink) text(i int) *strings.Builder {
+	if i < 0 || i >= chat.MaxChoices {
+		i = 0
+	}
+	for len(f.texts) <= i {
+		f.texts = append(f.texts, new(strings.Builder))
+	}
+	return f.texts[i]
 }
 
 func (f *filterSink) Body(ctx context.Context, data []byte) error { return f.Event(ctx, data) }
 
 // check has the guard judge the reply so far, and releases what it passed.
 func (f *filterSink) check(ctx context.Context) error {
-	_, v, res := f.g.judge(ctx, moderation.Check{Role: moderation.RoleAssistant, Prompt: f.prompt, Texts: []string{f.text.String()}})
+	texts := make([]string, 0, len(f.texts))
+	for _, t := range f.texts {
+		if t.Len() > 0 {
+			texts = append(texts, t.String())
+		}
+	}
+	_, v, res := f.g.judge(ctx, moderation.Check{Role: moderation.RoleAssistant, Prompt: f.prompt, Texts: texts})
 	switch {
 	case res != nil:
 		f.failed = res
@@ -146,7 +170,7 @@ func (f *filterSink) check(ctx context.Context) error {
 		f.flagged = &v
 		return errFiltered
 	}
-	f.checked = f.text.Len()
+	f.checked = f.length
 	for _, e := range f.held {
 		if err := f.out.Event(ctx, e); err != nil {
 			return err
@@ -176,9 +200,14 @@ func (f *filterSink) finish(ctx context.Context, res *api.Result) *api.Result {
 	case f.flagged == nil:
 		return res
 	}
+	// Every choice ends at the flag: the guard judged them together.
+	choices := []any{}
+	for i := range max(len(f.texts), 1) {
+		choices = append(choices, map[string]any{"index": i, "delta": map[string]any{}, "finish_reason": api.FinishContentFilter})
+	}
 	closing, _ := json.Marshal(map[string]any{
 		"id": f.first.ID, "object": "chat.completion.chunk", "created": cmp.Or(f.first.Created, time.Now().Unix()), "model": f.first.Model,
-		"choices": []any{map[string]any{"index": 0, "delta": map[string]any{}, "finish_reason": api.FinishContentFilter}},
+		"choices": choices,
 	})
 	if err := f.out.Event(ctx, closing); err != nil {
 		return engine.Cancelled()

@@ -16,7 +16,9 @@ import (
 type judgeEngine struct {
 	stubEngine
 	chunks []string
-	calls  int
+	// indexes are the chunks' choices; all 0 when nil.
+	indexes []int
+	calls   int
 }
 
 func (e *judgeEngine) Models(context.Context) ([]api.Model, error) {
@@ -38,9 +40,13 @@ func (e *judgeEngine) Serve(ctx context.Context, req *engine.Request, sink engin
 		_ = sink.Body(ctx, b)
 		return engine.OK()
 	}
-	for _, c := range e.chunks {
+	for i, c := range e.chunks {
+		index := 0
+		if e.indexes != nil {
+			index = e.indexes[i]
+		}
 		b, _ := json.Marshal(map[string]any{"id": "c1", "created": 7, "model": "chat", "object": "chat.completion.chunk",
-			"choices": []any{map[string]any{"index": 0, "delta": map[string]any{"content": c}}}})
+			"choices": []any{map[string]any{"index": index, "delta": map[string]any{"content": c}}}})
 		if err := sink.Event(ctx, b); err != nil {
 			return engine.Cancelled()
 		}
@@ -106,6 +112,37 @@ func TestFilterStreamedReply(t *testing.T) {
 				t.Fatalf("closing chunk %s", last)
 			}
 		})
+	}
+}
+
+// The choices of a reply of several (n) are judged each as its own text,
+// not run together as they arrive: "BAD" split by another choice's chunk
+// is still flagged, and every choice closes content_filter.
+func TestFilterJudgesEachChoice(t *testing.T) {
+	eng := &judgeEngine{chunks: []string{"BA", "x", "D", "y"}, indexes: []int{0, 1, 0, 1}}
+	a, err := New(Config{Gateway: "http://gw", Token: "t", Name: "w", Engines: []engine.Engine{eng}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.refreshModels(context.Background())
+	var out eventSink
+	req := &engine.Request{Kind: api.KindChat, Model: "chat", Stream: true, Body: []byte(`{"n":2,"messages":[{"role":"user","content":"hi"}]}`)}
+	res := a.filterChat(context.Background(), eng, req, "guard-b:0.6b", &out)
+	if res.Status != http.StatusOK || res.FinishReason != api.FinishContentFilter {
+		t.Fatalf("result %+v, events %v", res, out.events)
+	}
+	if len(out.events) != 1 {
+		t.Fatalf("events %v, want only the closing chunk", out.events)
+	}
+	var closing struct {
+		Choices []struct {
+			Index        int    `json:"index"`
+			FinishReason string `json:"finish_reason"`
+		} `json:"choices"`
+	}
+	if err := json.Unmarshal([]byte(out.events[0]), &closing); err != nil || len(closing.Choices) != 2 ||
+		closing.Choices[1].Index != 1 || closing.Choices[0].FinishReason != api.FinishContentFilter || closing.Choices[1].FinishReason != api.FinishContentFilter {
+		t.Fatalf("closing chunk %s", out.events[0])
 	}
 }
 

@@ -137,6 +137,12 @@ func translateChat(body []byte, model string, stream bool) (*chatRequest, error)
 	if err := json.Unmarshal(body, &fields); err != nil {
 		return nil, badf("invalid chat request: %v", err)
 	}
+	if n := fields["n"]; present(n) {
+		var choices float64
+		if json.Unmarshal(n, &choices) != nil || choices != 1 {
+			return nil, badf("n: Ollama makes one choice a request; leave n out or send 1")
+		}
+	}
 	out := &chatRequest{Model: in.Model, Stream: stream}
 	if model != "" {
 		out.Model = model

@@ -162,6 +162,7 @@ func TestChatTranslationRefused(t *testing.T) {
 		{"bad role", `{"messages":[{"role":"wizard","content":"x"}]}`, "unsupported role"},
 		{"bad stop", `{"messages":[],"stop":5}`, "stop"},
 		{"not json", `{`, "invalid chat request"},
+		{"several choices", `{"messages":[{"role":"user","content":"x"}],"n":2}`, "one choice a request"},
 	}
 	f := newFake(t)
 	e := f.engine(t)
@@ -175,5 +176,13 @@ func TestChatTranslationRefused(t *testing.T) {
 	}
 	if n := f.count("/api/chat"); n != 0 {
 		t.Fatalf("%d refused requests reached Ollama", n)
+	}
+}
+
+func TestChatTranslationOneChoice(t *testing.T) {
+	for _, n := range []string{`1`, `1.0`, `null`} {
+		if _, err := translateChat([]byte(`{"messages":[{"role":"user","content":"x"}],"n":`+n+`}`), "m", false); err != nil {
+			t.Errorf("n %s: %v", n, err)
+		}
 	}
 }
