@@ -75,6 +75,23 @@ const checks = {
     return { request_id: response.headers.get("x-request-id") };
   },
 
+  // Several choices (n): the SDK's stream helper puts each together from
+  // deltas that come interleaved, and they match the unary reply's.
+  async "openai choices"() {
+    const messages = [{ role: "user", content: "give me three names" }];
+    const { data, response } = await openai.chat.completions.create({ model, messages, n: 3 }).withResponse();
+    must(data.choices.length === 3, "not three choices", data);
+    data.choices.forEach((c, i) => must(c.index === i && c.message.content && c.finish_reason === "stop", "choice " + i, c));
+    must(new Set(data.choices.map((c) => c.message.content)).size === 3, "choices alike", data.choices);
+    const streamed = await openai.chat.completions.stream({ model, messages, n: 3 }).finalChatCompletion();
+    must(streamed.choices.length === 3, "not three streamed choices", streamed);
+    streamed.choices.forEach((c, i) =>
+      must(c.message.content === data.choices[i].message.content, "streamed choice " + i + " differs", { streamed: c, unary: data.choices[i] }),
+    );
+    must(streamed.usage?.completion_tokens === data.usage.completion_tokens, "usage differs", { streamed: streamed.usage, unary: data.usage });
+    return { request_id: response.headers.get("x-request-id") };
+  },
+
   // The loop every tool-using application writes with the SDK: call the
   // model, run the tools it asks for, send their results, until it answers
   // in text. Unary and streamed (the SDK's stream helper assembles the

@@ -26,6 +26,10 @@ const (
 	DefaultThinkingBudget = 8192
 	// MaxFileBytes is the largest decoded .txt or .csv file part.
 	MaxFileBytes = 1 << 20
+	// MaxChoices bounds n. Each choice is a sequence the engine decodes
+	// beside the others on the worker's one slot, so a request's share of
+	// the GPU grows with it while the fleet counts it once.
+	MaxChoices = 16
 )
 
 // TypeContextLengthExceeded is the error type of a prompt that cannot fit
@@ -68,6 +72,9 @@ type Request struct {
 	Effort string
 	// ThinkingBudget is reasoning.max_tokens when > 0, else 0.
 	ThinkingBudget int
+	// Choices is n: how many replies the engine makes, each its own
+	// choice of that index; 1 when not sent.
+	Choices int
 
 	// Set by Prepare.
 

@@ -190,14 +190,15 @@ func TestParseFieldErrors(t *testing.T) {
 		{"stop too many", body(`"stop":` + stops17), Options{}, []fe{{"stop", api.FieldTooLong}}},
 		{"stop element", body(`"stop":["a",1]`), Options{}, []fe{{"stop.1", api.FieldWrongType}}},
 		{"logprobs string", body(`"logprobs":"yes"`), Options{}, []fe{{"logprobs", api.FieldWrongType}}},
-		{"n two", body(`"n":2`), Options{}, []fe{{"n", api.FieldNotSupported}}},
-		{"n zero", body(`"n":0`), Options{}, []fe{{"n", api.FieldNotSupported}}},
+		{"n zero", body(`"n":0`), Options{}, []fe{{"n", api.FieldOutOfRange}}},
+		{"n negative", body(`"n":-2`), Options{}, []fe{{"n", api.FieldOutOfRange}}},
+		{"n over the bound", body(`"n":17`), Options{}, []fe{{"n", api.FieldOutOfRange}}},
 		{"n string", body(`"n":"1"`), Options{}, []fe{{"n", api.FieldWrongType}}},
 		{"n fraction", body(`"n":1.5`), Options{}, []fe{{"n", api.FieldWrongType}}},
 		{"user number", body(`"user":42`), Options{}, []fe{{"user", api.FieldWrongType}}},
 
 		// several failures, reported together in a fixed order
-		{"several", `{"n":2,"reasoning":{"max_tokens":-1},"temperature":3,"messages":[{"role":"bot"},` +
+		{"several", `{"n":20,"reasoning":{"max_tokens":-1},"temperature":3,"messages":[{"role":"bot"},` +
 			`{"role":"user","content":[` + imagePart("https://example.com/x.png") + `,` + filePart("a.pdf", b64("x")) + `]},` +
 			`{"role":"assistant"}],"model":5,"stop":[1]}`, Options{}, []fe{
 			{"model", api.FieldWrongType},
@@ -208,7 +209,7 @@ func TestParseFieldErrors(t *testing.T) {
 			{"reasoning.max_tokens", api.FieldOutOfRange},
 			{"temperature", api.FieldOutOfRange},
 			{"stop.0", api.FieldWrongType},
-			{"n", api.FieldNotSupported},
+			{"n", api.FieldOutOfRange},
 		}},
 	}
 	for _, tt := range tests {
@@ -350,7 +351,7 @@ func TestParseFieldMessages(t *testing.T) {
 		{body(`"temperature":3`), "must be between 0 and 2"},
 		{msgs(`{"role":"bot","content":"x"}`), "one of system, user, assistant, tool"},
 		{userParts(`{"type":"audio"}`), "one of text, image_url, file"},
-		{body(`"n":3`), "only n=1 is supported"},
+		{body(`"n":30`), "must be a whole number from 1 to 16"},
 		{userParts(imagePart("https://example.com/a.png")), "remote image URLs are turned off for this organisation"},
 		{userParts(filePart("a.txt", b64(strings.Repeat("a", MaxFileBytes+1)))), "larger than 1 MB"},
 		{userParts(filePart("a.pdf", b64("a"))), "only .txt and .csv files are supported"},
@@ -390,6 +391,10 @@ func TestParseRequestFields(t *testing.T) {
 		{"max_completion_tokens null", body(`"max_tokens":100`, `"max_completion_tokens":null`), func(t *testing.T, r *Request) { wantInt(t, "UserMaxTokens", r.UserMaxTokens, 100) }},
 		{"max_tokens as float", body(`"max_tokens":2.5e2`), func(t *testing.T, r *Request) { wantInt(t, "UserMaxTokens", r.UserMaxTokens, 250) }},
 		{"no cap", body(), func(t *testing.T, r *Request) { wantInt(t, "UserMaxTokens", r.UserMaxTokens, 0) }},
+		{"one choice unless asked", body(), func(t *testing.T, r *Request) { wantInt(t, "Choices", r.Choices, 1) }},
+		{"n null", body(`"n":null`), func(t *testing.T, r *Request) { wantInt(t, "Choices", r.Choices, 1) }},
+		{"n", body(`"n":3`), func(t *testing.T, r *Request) { wantInt(t, "Choices", r.Choices, 3) }},
+		{"n at the bound", body(`"n":16.0`), func(t *testing.T, r *Request) { wantInt(t, "Choices", r.Choices, MaxChoices) }},
 		{"json_object", body(`"response_format":{"type":"json_object"}`), func(t *testing.T, r *Request) {
 			if r.JSONMode != "json_object" || r.StrictSchema {
 				t.Errorf("JSONMode %q Strict %v", r.JSONMode, r.StrictSchema)

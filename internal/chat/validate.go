@@ -93,9 +93,14 @@ func (c *checker) request(top *object) {
 	c.logitBias(top)
 	c.stop(top)
 	c.optBool(top, nil, "logprobs")
+	c.r.Choices = 1
 	if raw, ok := top.field("n"); ok {
-		if n, ok := c.integer(nil, "n", raw); ok && n != 1 {
-			c.v.Add("n", api.FieldNotSupported, "only n=1 is supported")
+		if n, ok := c.integer(nil, "n", raw); ok {
+			if n < 1 || n > MaxChoices {
+				c.v.Add("n", api.FieldOutOfRange, "must be a whole number from 1 to %d", MaxChoices)
+			} else {
+				c.r.Choices = int(n)
+			}
 		}
 	}
 	c.optString(top, nil, "user")

@@ -480,6 +480,7 @@ func TestValidationAndPromptSize(t *testing.T) {
 		{`{"model":"sim-chat","messages":[{"role":"user","content":"hi"}],"reasoning":{"max_tokens":-1}}`, 422, "reasoning.max_tokens"},
 		{`{"model":"sim-chat","messages":[{"role":"user","content":"hi"}],"reasoning_effort":"max"}`, 422, "reasoning_effort"},
 		{`{"model":"sim-chat","messages":[{"role":"user","content":"hi"}],"mirostat":3}`, 422, "mirostat"},
+		{`{"model":"sim-chat","messages":[{"role":"user","content":"hi"}],"n":17}`, 422, "n"},
 		{`{"model":"sim-chat","messages":[{"role":"user","content":[{"type":"file","file":{"filename":"x.pdf","file_data":"aGk="}}]}]}`, 422, "messages.0.content.0.file.filename"},
 		{`{"model":"sim-chat","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://example.com/a.png"}}]}]}`, 422, "messages.0.content.0.image_url.url"},
 		{`{"model":"sim-chat","messages":[{"role":"user","content":"hi"}`, 400, ""},
@@ -496,6 +497,68 @@ func TestValidationAndPromptSize(t *testing.T) {
 		`{"model":"sim-chat","unknown_field":{"kept":true},"messages":[{"role":"user","content":[{"type":"text","text":"read"},{"type":"file","file":{"filename":"n.csv","file_data":"YSxiCjEsMgo="}}]}]}`, bearer(key))
 	if r.Status != 200 {
 		t.Fatalf("file part = %d %s", r.Status, r.Body)
+	}
+}
+
+// A request for several choices (n) is relayed whole, streamed and not,
+// through the gateway and a worker: every choice with its index, the
+// usage of them all in the reply and in its row, and a notice judged on
+// each choice's text, not on them run together.
+func TestSeveralChoices(t *testing.T) {
+	s, key := gateway(t)
+	client := sdk(s, key, "/v1")
+	ctx := context.Background()
+	params := openai.ChatCompletionNewParams{
+		Model:          "sim-chat",
+		Messages:       []openai.ChatCompletionMessageParamUnion{openai.UserMessage("describe a city\nsim: tokens=12")},
+		N:              openai.Int(3),
+		ResponseFormat: openai.ChatCompletionNewParamsResponseFormatUnion{OfJSONObject: &shared.ResponseFormatJSONObjectParam{}},
+	}
+	var resp *http.Response
+	comp, err := client.Chat.Completions.New(ctx, params, option.WithResponseInto(&resp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(comp.Choices) != 3 {
+		t.Fatalf("%d choices: %s", len(comp.Choices), comp.RawJSON())
+	}
+	for i, c := range comp.Choices {
+		if c.Index != int64(i) || !json.Valid([]byte(c.Message.Content)) || c.FinishReason != "stop" {
+			t.Fatalf("choice %d: %s", i, c.RawJSON())
+		}
+	}
+	if svc := svcOf(t, comp.RawJSON()); svc["notice"] != nil || svc["worker"] == nil {
+		t.Fatalf("svc %v", svc)
+	}
+	row := waitRow(t, s, key, resp.Header.Get("X-Request-Id"))
+	if row["completion_tokens"] != float64(comp.Usage.CompletionTokens) || comp.Usage.CompletionTokens < 3*12 {
+		t.Fatalf("row %v, reply usage %+v", row, comp.Usage)
+	}
+
+	stream := client.Chat.Completions.NewStreaming(ctx, params)
+	var acc openai.ChatCompletionAccumulator
+	for stream.Next() {
+		acc.AddChunk(stream.Current())
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(acc.Choices) != 3 || acc.Usage.CompletionTokens != comp.Usage.CompletionTokens {
+		t.Fatalf("streamed %d choices, usage %+v", len(acc.Choices), acc.Usage)
+	}
+	for i := range acc.Choices {
+		if acc.Choices[i].Message.Content != comp.Choices[i].Message.Content {
+			t.Errorf("streamed choice %d %q, want %q", i, acc.Choices[i].Message.Content, comp.Choices[i].Message.Content)
+		}
+	}
+	_, data := rawStream(t, s, key, streamBody("sim-chat", "describe a city\nsim: tokens=12", map[string]any{"n": 3, "response_format": map[string]any{"type": "json_object"}}))
+	if len(data) == 0 || data[len(data)-1] != "[DONE]" {
+		t.Fatalf("stream %q", data)
+	}
+	for _, d := range data[:len(data)-1] {
+		if svc := svcOf(t, d); svc["notice"] != nil {
+			t.Errorf("streamed notice %v", svc["notice"])
+		}
 	}
 }
 

@@ -15,8 +15,8 @@ func TestCompletionStreamChunks(t *testing.T) {
 	c.res = nil
 	c.inspect([]byte(`{"id":"cmpl-abc","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":"héllo","finish_reason":null}]}`))
 	c.inspect([]byte(`{"id":"cmpl-abc","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":" world","finish_reason":"length"}]}`))
-	if c.outChars != 11 || c.finish != "length" {
-		t.Fatalf("outChars %d finish %q, want 11 and length", c.outChars, c.finish)
+	if c.outChars != 11 || c.first.finish != "length" {
+		t.Fatalf("outChars %d finish %q, want 11 and length", c.outChars, c.first.finish)
 	}
 	u, estimated := c.reportedUsage()
 	if !estimated || u.PromptTokens != 10 || u.CompletionTokens != 3 {
@@ -56,7 +56,7 @@ func TestCompletionAnswerText(t *testing.T) {
 	if err := json.Unmarshal(out, &got); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
-	if got.Usage.CompletionTokens != 2 || len(got.Svc) == 0 || c.finish != "stop" {
-		t.Fatalf("usage %+v finish %q: %s", got.Usage, c.finish, out)
+	if got.Usage.CompletionTokens != 2 || len(got.Svc) == 0 || c.first.finish != "stop" {
+		t.Fatalf("usage %+v finish %q: %s", got.Usage, c.first.finish, out)
 	}
 }

@@ -86,7 +86,7 @@ func TestFinalChunksAsBefore(t *testing.T) {
 		"sealed":       func(c *Call) { c.req.E2E = true },
 		"chunk id":     func(c *Call) { c.chunkID = `chatcmpl-<x>&"y"` },
 		"odd names":    func(c *Call) { c.req.Model = "m\u2028\xff\t<b>"; c.lease.Worker = fleet.WorkerInfo{ID: "w"} },
-		"notice":       func(c *Call) { c.req.Chat.JSONMode = "json_object"; c.finish = "length" },
+		"notice":       func(c *Call) { c.req.Chat.JSONMode = "json_object"; c.first.finish = "length" },
 		"all timing": func(c *Call) {
 			f := 1e-7
 			b := true

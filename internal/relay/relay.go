@@ -274,22 +274,64 @@ type Call struct {
 	outChars int // characters of text relayed, for estimates
 	// received is the text, in characters, that the client of a stream
 	// it left received (cutShort): what its estimate is made from.
-	received         int
-	cutShort         bool
-	firstToken       time.Time
+	received   int
+	cutShort   bool
+	firstToken time.Time
+	// first is how the answer's first choice went, and others how the
+	// rest did when the request asked for several (n), made at once
+	// for all of them the first time one is seen.
+	first      choiceOutcome
+	others     []choiceOutcome
+	notice     *api.Notice
+	chunkID    string
+	chunks     chunkScan // reads each chunk, reused
+	batch      [][]byte  // a stream's chunks written together, reused
+	batchChars []int     // outChars after each of them, reused
+}
+
+// choiceOutcome is how one choice of an answer went: what its notice is
+// judged on.
+type choiceOutcome struct {
+	finish string
+	// content is the choice's text, kept only when the request asked for
+	// JSON, the one case it is judged.
 	content          strings.Builder
 	contentTruncated bool
-	// hadContent is whether the answer had text other than white space,
+	// hadContent is whether the choice had text other than white space,
 	// which content, kept only for structured output, cannot tell.
 	hadContent   bool
 	hadReasoning bool
 	toolCalls    bool
-	finish       string
-	notice       *api.Notice
-	chunkID      string
-	chunks       chunkScan // reads each chunk, reused
-	batch        [][]byte  // a stream's chunks written together, reused
-	batchChars   []int     // outChars after each of them, reused
+}
+
+// choices is how many the request asked for.
+func (c *Call) choices() int {
+	if c.req.Chat == nil || c.req.Chat.Choices < 1 {
+		return 1
+	}
+	return c.req.Chat.Choices
+}
+
+// choice is the outcome of the answer's choice of index i. An index the
+// request did not ask for counts as the first's, as every choice did while
+// one was all a request could ask for.
+func (c *Call) choice(i int) *choiceOutcome {
+	n := c.choices()
+	if i <= 0 || i >= n {
+		return &c.first
+	}
+	if c.others == nil {
+		c.others = make([]choiceOutcome, n-1)
+	}
+	return &c.others[i-1]
+}
+
+// eachChoice calls f with the outcome of each choice, in index order.
+func (c *Call) eachChoice(f func(*choiceOutcome)) {
+	f(&c.first)
+	for i := range c.others {
+		f(&c.others[i])
+	}
 }
 
 // Start puts a request on the in-flight list and readies it to run with

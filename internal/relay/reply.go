@@ -100,10 +100,11 @@ func (c *Call) inspect(msg []byte) {
 	for i := range s.choices {
 		ch := &s.choices[i]
 		produced = produced || len(ch.text) > 0 || len(ch.content) > 0 || len(ch.reasoning) > 0 || ch.toolCalls
-		c.noteText(ch.text, nil, false)
-		c.noteText(ch.content, ch.reasoning, ch.toolCalls)
-		if ch.finished && len(ch.finish) > 0 && c.finish != string(ch.finish) {
-			c.finish = string(ch.finish)
+		o := c.choice(ch.index)
+		c.noteText(o, ch.text, nil, false)
+		c.noteText(o, ch.content, ch.reasoning, ch.toolCalls)
+		if ch.finished && len(ch.finish) > 0 && o.finish != string(ch.finish) {
+			o.finish = string(ch.finish)
 		}
 	}
 	if produced {
@@ -114,17 +115,19 @@ func (c *Call) inspect(msg []byte) {
 	}
 }
 
-func (c *Call) noteText(content, reasoning []byte, toolCalls bool) {
+// noteText accounts for text of the choice o.
+func (c *Call) noteText(o *choiceOutcome, content, reasoning []byte, toolCalls bool) {
 	c.outChars += utf8.RuneCount(content) + utf8.RuneCount(reasoning)
-	c.hadContent = c.hadContent || len(bytes.TrimSpace(content)) > 0
-	c.hadReasoning = c.hadReasoning || len(reasoning) > 0
-	c.toolCalls = c.toolCalls || toolCalls
-	if c.req.Chat != nil && c.req.Chat.JSONMode != "" && !c.contentTruncated {
-		if c.content.Len()+len(content) > maxContent {
-			c.contentTruncated = true
+	o.hadContent = o.hadContent || len(bytes.TrimSpace(content)) > 0
+	o.hadReasoning = o.hadReasoning || len(reasoning) > 0
+	o.toolCalls = o.toolCalls || toolCalls
+	if c.req.Chat != nil && c.req.Chat.JSONMode != "" && !o.contentTruncated {
+		// The choices share what is kept of a reply.
+		if o.content.Len()+len(content) > maxContent/c.choices() {
+			o.contentTruncated = true
 			return
 		}
-		c.content.Write(content)
+		o.content.Write(content)
 	}
 }
 
@@ -168,11 +171,20 @@ func (c *Call) replyNotice() *api.Notice {
 	if u.ReasoningTokens != nil {
 		reasoning = *u.ReasoningTokens
 	}
-	c.notice = c.req.Chat.Notice(chat.Outcome{
-		FinishReason: c.finish, Content: c.content.String(), ContentTruncated: c.contentTruncated,
-		HadContent: c.hadContent, HasToolCalls: c.toolCalls, ReasoningTokens: reasoning, HadReasoning: c.hadReasoning,
-		PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens,
-	}, engine, c.req.ModelInfo)
+	// Usage counts the tokens of every choice together: each choice is
+	// judged on its share. The notice is the first choice's that has one.
+	n := c.choices()
+	c.notice = nil
+	c.eachChoice(func(o *choiceOutcome) {
+		if c.notice != nil {
+			return
+		}
+		c.notice = c.req.Chat.Notice(chat.Outcome{
+			FinishReason: o.finish, Content: o.content.String(), ContentTruncated: o.contentTruncated,
+			HadContent: o.hadContent, HasToolCalls: o.toolCalls, ReasoningTokens: reasoning / n, HadReasoning: o.hadReasoning,
+			PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens / n,
+		}, engine, c.req.ModelInfo)
+	})
 	return c.notice
 }
 
@@ -254,10 +266,11 @@ func (c *Call) completeBody(body []byte) ([]byte, error) {
 	}
 	for i := range s.choices {
 		ch := &s.choices[i]
-		c.noteText(ch.text, nil, false)
-		c.noteText(ch.content, ch.reasoning, ch.toolCalls)
+		o := c.choice(ch.index)
+		c.noteText(o, ch.text, nil, false)
+		c.noteText(o, ch.content, ch.reasoning, ch.toolCalls)
 		if len(ch.finish) > 0 {
-			c.finish = string(ch.finish)
+			o.finish = string(ch.finish)
 		}
 	}
 	reply := svcReply{Worker: &c.lease.Worker, RequestID: c.req.ID, Timing: c.timing()}

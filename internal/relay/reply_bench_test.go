@@ -97,9 +97,9 @@ func (c *Call) inspectDecoded(msg []byte) {
 		d := choice.Delta
 		toolCalls := present(d.ToolCalls)
 		produced = produced || d.Content != "" || d.ReasoningContent != "" || toolCalls
-		c.noteText([]byte(d.Content), []byte(d.ReasoningContent), toolCalls)
+		c.noteText(&c.first, []byte(d.Content), []byte(d.ReasoningContent), toolCalls)
 		if choice.FinishReason != nil && *choice.FinishReason != "" {
-			c.finish = *choice.FinishReason
+			c.first.finish = *choice.FinishReason
 		}
 	}
 	if produced {

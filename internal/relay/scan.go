@@ -13,6 +13,7 @@ import (
 
 // chunkChoice is what the relay reads of a streamed chunk's choice.
 type chunkChoice struct {
+	index int // -1 when not a whole number
 	// text is a text_completion chunk's choices[].text, beside the
 	// delta's content of a chat chunk.
 	text               []byte
@@ -72,7 +73,7 @@ func (s *chunkScan) readChoices() {
 		return
 	}
 	for n := 0; s.Next(n, ']'); n++ {
-		s.choices = append(s.choices, chunkChoice{})
+		s.choices = append(s.choices, chunkChoice{index: -1})
 		ch := &s.choices[n]
 		if !s.Object() {
 			continue
@@ -80,6 +81,8 @@ func (s *chunkScan) readChoices() {
 		for m := 0; s.Next(m, '}'); m++ {
 			k, kind := s.Key()
 			switch {
+			case s.Is(k, kind, "index"):
+				ch.index = choiceIndex(s.Raw())
 			case s.Is(k, kind, "delta"):
 				s.readDelta(ch)
 			case s.Is(k, kind, "text"):
@@ -125,6 +128,7 @@ func (s *chunkScan) readDelta(ch *chunkChoice) {
 type streamChunk struct {
 	ID      string `json:"id"`
 	Choices []struct {
+		Index json.RawMessage `json:"index"`
 		Delta struct {
 			Content          string          `json:"content"`
 			ReasoningContent string          `json:"reasoning_content"`
@@ -143,7 +147,7 @@ func (s *chunkScan) decode(msg []byte) bool {
 	s.id, s.choices = []byte(ch.ID), s.choices[:0]
 	for _, c := range ch.Choices {
 		d := c.Delta
-		out := chunkChoice{text: []byte(c.Text), content: []byte(d.Content), reasoning: []byte(d.ReasoningContent), toolCalls: present(d.ToolCalls)}
+		out := chunkChoice{index: choiceIndex(c.Index), text: []byte(c.Text), content: []byte(d.Content), reasoning: []byte(d.ReasoningContent), toolCalls: present(d.ToolCalls)}
 		if c.FinishReason != nil {
 			out.finish, out.finished = []byte(*c.FinishReason), true
 		}
@@ -154,6 +158,7 @@ func (s *chunkScan) decode(msg []byte) bool {
 
 // answerChoice is what the relay reads of a non-streaming answer's choice.
 type answerChoice struct {
+	index              int    // its index member, else its place in choices
 	text               []byte // a text_completion's choices[].text
 	content, reasoning []byte
 	toolCalls          bool
@@ -246,7 +251,7 @@ func (s *answerScan) readChoices() {
 		return
 	}
 	for n := 0; s.Next(n, ']'); n++ {
-		s.choices = append(s.choices, answerChoice{})
+		s.choices = append(s.choices, answerChoice{index: n})
 		ch := &s.choices[n]
 		if !s.Object() {
 			continue
@@ -254,6 +259,10 @@ func (s *answerScan) readChoices() {
 		for m := 0; s.Next(m, '}'); m++ {
 			k, kind := s.Key()
 			switch {
+			case s.Is(k, kind, "index"):
+				if i := choiceIndex(s.Raw()); i >= 0 {
+					ch.index = i
+				}
 			case s.Is(k, kind, "message"):
 				s.readMessage(ch)
 			case s.Is(k, kind, "text"):
@@ -293,6 +302,7 @@ func (s *answerScan) readMessage(ch *answerChoice) {
 // with one the scanner turned down.
 type completionBody struct {
 	Choices []struct {
+		Index   json.RawMessage `json:"index"`
 		Message struct {
 			Content          *string         `json:"content"`
 			ReasoningContent *string         `json:"reasoning_content"`
@@ -311,9 +321,12 @@ func (s *answerScan) decode(body []byte) error {
 		return err
 	}
 	s.choices = s.choices[:0]
-	for _, c := range cb.Choices {
+	for n, c := range cb.Choices {
 		m := c.Message
-		out := answerChoice{toolCalls: present(m.ToolCalls), finish: []byte(c.FinishReason)}
+		out := answerChoice{index: n, toolCalls: present(m.ToolCalls), finish: []byte(c.FinishReason)}
+		if i := choiceIndex(c.Index); i >= 0 {
+			out.index = i
+		}
 		if m.Content != nil {
 			out.content = []byte(*m.Content)
 		}
@@ -327,4 +340,22 @@ func (s *answerScan) decode(body []byte) error {
 	}
 	s.usage, s.webToolSteps = present(cb.Usage), cb.WebToolSteps
 	return nil
+}
+
+// choiceIndex reads a choice's index member as sent: -1 unless a whole
+// number that fits an int. The relay reads it only to tell choices apart,
+// so one it cannot read leaves the chunk to be relayed as before rather
+// than refused.
+func choiceIndex(raw []byte) int {
+	if len(raw) == 0 || len(raw) > 6 {
+		return -1
+	}
+	n := 0
+	for _, b := range raw {
+		if b < '0' || b > '9' {
+			return -1
+		}
+		n = n*10 + int(b-'0')
+	}
+	return n
 }

@@ -236,11 +236,11 @@ func (c *Call) completeBodyDecoded(body []byte) ([]byte, error) {
 			reasoning = *m.ReasoningContent
 		}
 		if ch.Text != nil {
-			c.noteText([]byte(*ch.Text), nil, false)
+			c.noteText(&c.first, []byte(*ch.Text), nil, false)
 		}
-		c.noteText([]byte(content), []byte(reasoning), present(m.ToolCalls))
+		c.noteText(&c.first, []byte(content), []byte(reasoning), present(m.ToolCalls))
 		if ch.FinishReason != "" {
-			c.finish = ch.FinishReason
+			c.first.finish = ch.FinishReason
 		}
 	}
 	reply := refSvcReply{Worker: c.refSvcWorker(), RequestID: c.req.ID, Timing: c.timing()}

@@ -50,12 +50,18 @@ func (c *Call) endSpan(o *usage.Outcome, failure error) {
 			attrs = append(attrs, tracing.UsageEstimated.Bool(true))
 		}
 	}
-	finish := c.finish
-	if finish == "" && c.res != nil {
-		finish = c.res.FinishReason
+	// One a choice, in index order, as the attribute is defined.
+	var finishes []string
+	c.eachChoice(func(ch *choiceOutcome) {
+		if ch.finish != "" {
+			finishes = append(finishes, ch.finish)
+		}
+	})
+	if len(finishes) == 0 && c.res != nil && c.res.FinishReason != "" {
+		finishes = []string{c.res.FinishReason}
 	}
-	if finish != "" {
-		attrs = append(attrs, tracing.FinishReasons.StringSlice([]string{finish}))
+	if len(finishes) > 0 {
+		attrs = append(attrs, tracing.FinishReasons.StringSlice(finishes))
 	}
 	if failure == nil {
 		// The gateway answers under the name the client asked for,
