@@ -206,14 +206,16 @@ func TestModerationErrors(t *testing.T) {
 		{"the worker failed", `{"model":"guard-a:1b","input":"x\nsim: fail=503"}`, 503, "moderation_unavailable"},
 		{"the worker cannot run it", `{"model":"guard-a:1b","input":"x\nsim: fail=501"}`, 409, "moderation_unavailable"},
 		{"the model does not fit", `{"model":"guard-b:0.6b","input":"x\nsim: fail=507"}`, 409, "moderation_unavailable"},
+		{"the worker is busy", `{"model":"guard-a:1b","input":"x\nsim: fail=429"}`, 429, "moderation_capacity"},
+		{"the worker refuses it", `{"model":"guard-a:1b","input":"x\nsim: fail=400"}`, 409, "moderation_unavailable"},
 		{"remote image not allowed", `{"model":"guard-c:4b","input":[{"type":"image_url","image_url":{"url":"https://example.com/cat.png"}}]}`, 400, "remote_image_url_not_allowed"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := s.do("POST", "/v1/moderations", tt.body, bearer(key))
 			checkModerationError(t, r, tt.status, tt.code)
-			// A 503 is worth a retry and says when; a 409 is not.
-			if retry := r.Header.Get("Retry-After") != ""; retry != (tt.status == 503) {
+			// A 503 or 429 is worth a retry and says when; a 409 is not.
+			if retry := r.Header.Get("Retry-After") != ""; retry != (tt.status == 503 || tt.status == 429) {
 				t.Fatalf("%d with Retry-After %q", r.Status, r.Header.Get("Retry-After"))
 			}
 		})

@@ -16,7 +16,9 @@ import (
 // clients retry in vain; busy workers are moderation_capacity; a worker
 // that otherwise failed or timed out is moderation_unavailable too, but
 // worth a retry; a verdict that is neither safe nor unsafe keeps its own
-// code. Every code also goes in X-Svc-Error-Code.
+// code. A worker's own 429 is busy too; any other of its refusals that
+// names no code is a check this model cannot run, a retry no cure. Every
+// code also goes in X-Svc-Error-Code.
 func ShapeError(err error) error {
 	var ae *api.Error
 	if !errors.As(err, &ae) {
@@ -31,6 +33,11 @@ func ShapeError(err error) error {
 		return &out
 	case ae.Kind == api.KindCapacity:
 		out.Code = api.CodeModerationCapacity
+	case ae.Kind == api.KindRelayed && ae.HTTPStatus() == http.StatusTooManyRequests:
+		out.Kind, out.Type, out.Code = api.KindCapacity, "", api.CodeModerationCapacity
+		if out.RetryAfter == 0 {
+			out.RetryAfter = time.Second
+		}
 	case ae.Code == api.CodeModelNotFound, ae.Code == api.CodeNoWorkerOnline, ae.Code == api.CodeNoWorkerForModel,
 		ae.Code == api.CodeApprovalPending, ae.Code == api.CodeModelIncomplete:
 		// None of the workers online can run it until the organisation
@@ -42,6 +49,8 @@ func ShapeError(err error) error {
 	case ae.HTTPStatus() == http.StatusInsufficientStorage:
 		lasting(&out, "The moderation model does not fit the worker's memory, and retrying will not help "+
 			"until a worker with room for it is online, memory is freed on the worker, or a smaller model is used: ")
+	case ae.Kind == api.KindRelayed && ae.Code == "" && ae.HTTPStatus() < http.StatusInternalServerError:
+		lasting(&out, "The worker could not run this moderation check: ")
 	case ae.ServerFault():
 		out.Kind, out.Type, out.Code = api.KindUnavailable, "", api.CodeModerationUnavailable
 		out.Message = "The moderation check failed on the worker; retry: " + ae.Message

@@ -37,6 +37,10 @@ func TestShapeError(t *testing.T) {
 		{"bad verdict", api.Relayed(502, "", api.CodeModerationInvalidVerdict, "neither"), 502, api.CodeModerationInvalidVerdict, false},
 		{"client left", &api.Error{Kind: api.KindClientGone}, 499, "", false},
 		{"refused image", api.Relayed(400, "", api.CodeRemoteImageRefused, "refused"), 400, api.CodeRemoteImageRefused, false},
+		{"a busy worker", api.Relayed(429, api.TypeRateLimit, "", "slow down"), 429, api.CodeModerationCapacity, true},
+		{"a worker's refusal", api.Relayed(400, api.TypeInvalidRequest, "", "too long"), 409, api.CodeModerationUnavailable, false},
+		{"a worker's conflict", api.Relayed(409, api.TypeConflict, "", "busy loading"), 409, api.CodeModerationUnavailable, false},
+		{"a worker's 422", api.Relayed(422, api.TypeInvalidRequest, "", "bad"), 409, api.CodeModerationUnavailable, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
