@@ -77,7 +77,8 @@ type Result struct {
 	Notice       *Notice  `json:"notice,omitempty"`
 	// AudioFormat and AudioSeconds describe a sealed transcription's
 	// audio as the worker read it from the content: the gateway cannot
-	// open the upload, and the usage row wants them all the same.
+	// open the upload, and the usage row wants them all the same. Of a
+	// sealed speech request, AudioSeconds is the length of the audio made.
 	AudioFormat  string   `json:"audio_format,omitempty"`
 	AudioSeconds *float64 `json:"audio_seconds,omitempty"`
 }

@@ -69,6 +69,11 @@ type UsageRow struct {
 
 	// Fields beyond the spec's table.
 
+	// SpeechSeconds is the length of the audio a speech request made; null
+	// for every other request, and for a speech request that failed.
+	// audio_seconds is a transcription's, the audio it was sent.
+	SpeechSeconds *float64 `json:"speech_seconds"`
+
 	// ReasoningTokens and CachedTokens are part of the completion and
 	// prompt counts, as the engine reported them.
 	ReasoningTokens *int `json:"reasoning_tokens"`
@@ -105,17 +110,19 @@ type UsageRow struct {
 
 // UsageTotals are the counts summary, daily and breakdown report.
 type UsageTotals struct {
-	Requests          int64   `json:"requests"`
-	Succeeded         int64   `json:"succeeded"`
-	Failed            int64   `json:"failed"`
-	Cancelled         int64   `json:"cancelled"`
-	PromptTokens      int64   `json:"prompt_tokens"`
-	CompletionTokens  int64   `json:"completion_tokens"`
-	TotalTokens       int64   `json:"total_tokens"`
-	ReasoningTokens   int64   `json:"reasoning_tokens"`
-	CachedTokens      int64   `json:"cached_tokens"`
-	Images            int64   `json:"images"`
-	AudioSeconds      float64 `json:"audio_seconds"`
+	Requests         int64   `json:"requests"`
+	Succeeded        int64   `json:"succeeded"`
+	Failed           int64   `json:"failed"`
+	Cancelled        int64   `json:"cancelled"`
+	PromptTokens     int64   `json:"prompt_tokens"`
+	CompletionTokens int64   `json:"completion_tokens"`
+	TotalTokens      int64   `json:"total_tokens"`
+	ReasoningTokens  int64   `json:"reasoning_tokens"`
+	CachedTokens     int64   `json:"cached_tokens"`
+	Images           int64   `json:"images"`
+	AudioSeconds     float64 `json:"audio_seconds"`
+	// SpeechSeconds sums the audio speech requests made.
+	SpeechSeconds     float64 `json:"speech_seconds"`
 	RequestDurationMs int64   `json:"request_duration_ms"`
 	// EnergyWh sums the rows' measured GPU energy.
 	EnergyWh float64 `json:"energy_wh"`

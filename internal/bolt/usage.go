@@ -65,17 +65,18 @@ func (s *Store) Usage(w *Writer) *Usage {
 const (
 	// totalsVersion leads every encoded aggregate so the layout can grow
 	// without guessing what an old value holds. Version 1 ended after
-	// audio seconds; version 2 adds energy.
-	totalsVersion = 2
-	totalsFields  = 13
+	// audio seconds; version 2 adds energy, version 3 speech seconds.
+	totalsVersion = 3
+	totalsFields  = 14
 	totalsSize    = 1 + totalsFields*8
 	totalsV1Size  = 1 + 12*8
+	totalsV2Size  = 1 + 13*8
 	dateLen       = len(time.DateOnly)
 )
 
-// appendTotals encodes t as a version byte and thirteen little-endian
-// 8-byte fields: eleven int64 counters, then audio seconds and energy
-// (Wh) as float64 bits.
+// appendTotals encodes t as a version byte and fourteen little-endian
+// 8-byte fields: eleven int64 counters, then audio seconds, energy (Wh)
+// and speech seconds as float64 bits.
 func appendTotals(b []byte, t *api.UsageTotals) []byte {
 	b = append(b, totalsVersion)
 	for _, v := range [...]int64{
@@ -86,20 +87,24 @@ func appendTotals(b []byte, t *api.UsageTotals) []byte {
 		b = binary.LittleEndian.AppendUint64(b, uint64(v))
 	}
 	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(t.AudioSeconds))
-	return binary.LittleEndian.AppendUint64(b, math.Float64bits(t.EnergyWh))
+	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(t.EnergyWh))
+	return binary.LittleEndian.AppendUint64(b, math.Float64bits(t.SpeechSeconds))
 }
 
 var errBadTotals = errors.New("malformed usage totals")
 
 // decodeTotals decodes the totals encoded at the start of v into t and
-// returns what follows them (a worker's name). A version 1 aggregate,
-// from before energy was counted, reads as having none; it is rewritten
-// as version 2 the next time a row adds to it.
+// returns what follows them (a worker's name). An aggregate of an older
+// version, from before energy (1) or speech seconds (2) were counted,
+// reads as having none of them; it is rewritten as the current version
+// the next time a row adds to it.
 func decodeTotals(t *api.UsageTotals, v []byte) ([]byte, error) {
 	size := totalsSize
 	switch {
 	case len(v) > 0 && v[0] == 1:
 		size = totalsV1Size
+	case len(v) > 0 && v[0] == 2:
+		size = totalsV2Size
 	case len(v) == 0 || v[0] != totalsVersion:
 		return nil, errBadTotals
 	}
@@ -121,8 +126,11 @@ func decodeTotals(t *api.UsageTotals, v []byte) ([]byte, error) {
 		RequestDurationMs: f(10),
 		AudioSeconds:      math.Float64frombits(uint64(f(11))),
 	}
-	if size == totalsSize {
+	if size >= totalsV2Size {
 		t.EnergyWh = math.Float64frombits(uint64(f(12)))
+	}
+	if size >= totalsSize {
+		t.SpeechSeconds = math.Float64frombits(uint64(f(13)))
 	}
 	return v[size:], nil
 }

@@ -158,6 +158,9 @@ func bruteAdd(t *api.UsageTotals, r api.UsageRow) {
 	if r.AudioSeconds != nil {
 		t.AudioSeconds += *r.AudioSeconds
 	}
+	if r.SpeechSeconds != nil {
+		t.SpeechSeconds += *r.SpeechSeconds
+	}
 	t.RequestDurationMs += r.RequestDurationMs
 }
 
@@ -411,7 +414,7 @@ func TestUsageSurvivesReopen(t *testing.T) {
 func TestUsageTotalsEncoding(t *testing.T) {
 	in := api.UsageTotals{Requests: 1, Succeeded: 2, Failed: 3, Cancelled: 4, PromptTokens: 5, CompletionTokens: 6,
 		TotalTokens: 7, ReasoningTokens: 8, CachedTokens: 9, Images: 10, AudioSeconds: 11.5, RequestDurationMs: math.MaxInt64 / 2,
-		EnergyWh: 12.25}
+		EnergyWh: 12.25, SpeechSeconds: 13.5}
 	b := appendTotals(nil, &in)
 	if len(b) != totalsSize {
 		t.Fatalf("%d bytes, want %d", len(b), totalsSize)
@@ -431,9 +434,21 @@ func TestUsageTotalsEncoding(t *testing.T) {
 	out = api.UsageTotals{EnergyWh: 99}
 	rest, err = decodeTotals(&out, append(v1, "name"...))
 	want := in
-	want.EnergyWh = 0
+	want.EnergyWh, want.SpeechSeconds = 0, 0
 	if err != nil || out != want || string(rest) != "name" {
 		t.Fatalf("version 1 decoded %+v, %q, %v", out, rest, err)
+	}
+	// One written before speech seconds were counted reads as none.
+	v2 := append([]byte{2}, b[1:totalsV2Size]...)
+	out = api.UsageTotals{SpeechSeconds: 99}
+	rest, err = decodeTotals(&out, append(v2, "name"...))
+	want = in
+	want.SpeechSeconds = 0
+	if err != nil || out != want || string(rest) != "name" {
+		t.Fatalf("version 2 decoded %+v, %q, %v", out, rest, err)
+	}
+	if _, err := decodeTotals(&out, append([]byte{2}, b[1:totalsV2Size-1]...)); err == nil {
+		t.Fatal("a short version 2 aggregate decoded")
 	}
 }
 

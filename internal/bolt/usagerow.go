@@ -47,9 +47,10 @@ import (
 const usageRowVersion = 1
 
 // rowFlag bits. The ones most rows have come first, so their uvarint
-// usually fits in two bytes. A new bit is a new version: a version 1
-// decoder refuses bits it does not know rather than misread the bytes
-// after them.
+// usually fits in two bytes. A new bit goes last, after every field
+// already defined: a decoder refuses bits it does not know rather than
+// misread the bytes after them, so a row that sets one is unreadable only
+// to builds older than the bit, and rows that do not read as before.
 const (
 	flagStream            = 1 << iota
 	flagWorkerPacked      // WorkerID is "wk_" and 16 lower-case hex digits, stored as 8 bytes
@@ -72,6 +73,7 @@ const (
 	flagAudioFormat       // string
 	flagModerationOutcome // string
 	flagModerationCats    // uvarint count, then that many strings; set for an empty list too
+	flagSpeechSeconds     // f64
 	rowFlagsEnd
 )
 
@@ -118,6 +120,7 @@ func appendUsageRow(b []byte, r *api.UsageRow) []byte {
 	set(r.AudioFormat != nil, flagAudioFormat)
 	set(r.ModerationOutcome != nil, flagModerationOutcome)
 	set(r.ModerationCategories != nil, flagModerationCats)
+	set(r.SpeechSeconds != nil, flagSpeechSeconds)
 
 	b = append(b, usageRowVersion)
 	b = binary.AppendUvarint(b, flags)
@@ -205,6 +208,9 @@ func appendUsageRow(b []byte, r *api.UsageRow) []byte {
 		for _, c := range r.ModerationCategories {
 			b = appendString(b, c)
 		}
+	}
+	if r.SpeechSeconds != nil {
+		b = appendFloat(b, *r.SpeechSeconds)
 	}
 	return b
 }
@@ -391,6 +397,9 @@ func decodeUsageRow(v []byte) (api.UsageRow, error) {
 		for i := range r.ModerationCategories {
 			r.ModerationCategories[i] = d.string()
 		}
+	}
+	if has(flagSpeechSeconds) {
+		r.SpeechSeconds = ptrTo(d.float())
 	}
 	if d.bad || len(d.b) != 0 {
 		return api.UsageRow{}, errBadRow

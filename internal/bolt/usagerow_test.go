@@ -50,6 +50,7 @@ func fullRow() api.UsageRow {
 		ModerationCategories: []string{"S1", "", "S10"},
 		Attempts:             3,
 		EnergyWh:             ptr(1.5e-3),
+		SpeechSeconds:        ptr(3.75),
 		APIKeyID:             "k3f9a1c2b7d4",
 	}
 }
@@ -179,6 +180,20 @@ func TestUsageRowLayout(t *testing.T) {
 	got := hex.EncodeToString(appendUsageRow(nil, &r))
 	if got != want {
 		t.Fatalf("layout\n got %s\nwant %s", got, want)
+	}
+	// A bit added later goes last, its field after every other: a row
+	// without it reads as before.
+	r = api.UsageRow{ID: "x", CreatedAt: time.Unix(1, 0).UTC(), RequestType: api.RequestSpeech, SpeechSeconds: ptr(2.0)}
+	want = strings.Join([]string{
+		"01",         // version
+		"80808001",   // flags: speech seconds alone (bit 21)
+		"00", "0178", // worker "" (not packed), id "x"
+		"02", "00", "00", "04", // seconds 1, nanoseconds 0, model "", type 4: speech
+		"000000000000", "0000", // status, prompt, completion, duration, images, attempts; names
+		"0000000000000040", // speech seconds 2.0
+	}, "")
+	if got := hex.EncodeToString(appendUsageRow(nil, &r)); got != want {
+		t.Fatalf("layout with speech seconds\n got %s\nwant %s", got, want)
 	}
 }
 

@@ -317,6 +317,7 @@ func usageSummaryRun(ctx context.Context, opts *UsageTotalsOptions) error {
 		[2]string{"Cached tokens", strconv.FormatInt(t.CachedTokens, 10)},
 		[2]string{"Images", strconv.FormatInt(t.Images, 10)},
 		[2]string{"Audio seconds", strconv.FormatFloat(t.AudioSeconds, 'f', -1, 64)},
+		[2]string{"Speech seconds", strconv.FormatFloat(t.SpeechSeconds, 'f', -1, 64)},
 		[2]string{"Energy", fmtWh(&t.EnergyWh)},
 		[2]string{"Request time", fmtMs(t.RequestDurationMs)},
 	)

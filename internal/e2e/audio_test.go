@@ -524,32 +524,38 @@ func TestSpeech(t *testing.T) {
 		resp.Header.Get("X-Worker-Id") == "" || resp.Header.Get("X-Request-Id") == "" {
 		t.Fatalf("headers %v", resp.Header)
 	}
-	checkSpeechWAV(t, wav)
-	// audio_seconds and audio_format are a transcription's: a speech row
-	// has neither, and the speech made adds nothing to the audio seconds
-	// of the totals.
+	made := checkSpeechWAV(t, wav).Seconds
+	// A speech row counts the audio made in speech_seconds, and so do the
+	// totals; audio_seconds and audio_format are a transcription's, of the
+	// audio it was sent.
 	row := s.usageRow(key, resp.Header.Get("X-Request-Id"))
-	if row["request_type"] != "speech" || row["status_code"] != 200.0 || row["audio_format"] != nil || row["audio_seconds"] != nil {
-		t.Fatalf("usage row %v", row)
+	if row["request_type"] != "speech" || row["status_code"] != 200.0 || row["audio_format"] != nil || row["audio_seconds"] != nil ||
+		row["speech_seconds"] != made {
+		t.Fatalf("usage row %v, want speech_seconds %v", row, made)
 	}
-	summary := s.do("GET", "/api/v1/usage/summary?days=1", "", bearer(key)).JSON(t)
-	if summary["requests"] != 1.0 || summary["audio_seconds"] != 0.0 {
-		t.Fatalf("summary %v", summary)
+	counted := func(what string, totals map[string]any) {
+		t.Helper()
+		if totals["requests"] != 1.0 || totals["audio_seconds"] != 0.0 || totals["speech_seconds"] != made {
+			t.Fatalf("%s %v, want speech_seconds %v", what, totals, made)
+		}
 	}
+	counted("summary", s.do("GET", "/api/v1/usage/summary?days=1", "", bearer(key)).JSON(t))
 	var daily []map[string]any
 	_ = json.Unmarshal(s.do("GET", "/api/v1/usage/daily?days=1", "", bearer(key)).Body, &daily)
-	if len(daily) != 1 || daily[0]["requests"] != 1.0 || daily[0]["audio_seconds"] != 0.0 {
+	if len(daily) != 1 {
 		t.Fatalf("daily %v", daily)
 	}
+	counted("daily", daily[0])
 	var breakdown struct {
 		Models  []map[string]any `json:"models"`
 		Workers []map[string]any `json:"workers"`
 	}
 	_ = json.Unmarshal(s.do("GET", "/api/v1/usage/breakdown?days=1", "", bearer(key)).Body, &breakdown)
-	if len(breakdown.Models) != 1 || breakdown.Models[0]["audio_seconds"] != 0.0 ||
-		len(breakdown.Workers) != 1 || breakdown.Workers[0]["audio_seconds"] != 0.0 {
+	if len(breakdown.Models) != 1 || len(breakdown.Workers) != 1 {
 		t.Fatalf("breakdown %+v", breakdown)
 	}
+	counted("breakdown by model", breakdown.Models[0])
+	counted("breakdown by worker", breakdown.Workers[0])
 
 	// The JSON form: base64 audio, its length, svc.
 	r := s.do("POST", "/api/v1/audio/speech", `{"model":"sim-tts","input":"Hello there."}`, bearer(key), header{"Accept", "application/json"})

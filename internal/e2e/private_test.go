@@ -104,7 +104,7 @@ func TestPrivateInference(t *testing.T) {
 	if speechResp.Header.Get("Content-Type") != "audio/wav" || speechResp.Header.Get("X-Worker-Name") != "vault" {
 		t.Fatalf("speech headers %v", speechResp.Header)
 	}
-	checkSpeechWAV(t, wav)
+	spoken := checkSpeechWAV(t, wav).Seconds
 
 	// A transcription: the upload sealed whole, the transcript rendered by
 	// the worker in the format asked.
@@ -135,6 +135,10 @@ func TestPrivateInference(t *testing.T) {
 	for _, r := range rows {
 		if r["status_code"].(float64) != 200 || r["tokens_estimated"] != false {
 			t.Errorf("row %v", r)
+		}
+		// The gateway cannot open the audio made; the worker says how long.
+		if r["request_type"] == "speech" && r["speech_seconds"] != spoken {
+			t.Errorf("sealed speech row %v, want speech_seconds %v", r, spoken)
 		}
 	}
 

@@ -63,6 +63,7 @@ func (s *Store) ImportUsageTotals(ctx context.Context, totals []bolt.UsageTotal)
 		org, day, key, nm []string
 		counts            [11][]int64
 		audio, energy     []float64
+		speech            []float64
 	}
 	tables := []*table{{name: "svc_usage_days"}, {name: "svc_usage_models"}, {name: "svc_usage_workers"}}
 	for _, t := range totals {
@@ -81,6 +82,7 @@ func (s *Store) ImportUsageTotals(ctx context.Context, totals []bolt.UsageTotal)
 		}
 		tb.audio = append(tb.audio, v.AudioSeconds)
 		tb.energy = append(tb.energy, v.EnergyWh)
+		tb.speech = append(tb.speech, v.SpeechSeconds)
 	}
 	b := &pgx.Batch{}
 	for _, tb := range tables {
@@ -93,8 +95,10 @@ func (s *Store) ImportUsageTotals(ctx context.Context, totals []bolt.UsageTotal)
 			args = append(args, tb.counts[i])
 			arrays = append(arrays, fmt.Sprintf("$%d::bigint[]", len(args)))
 		}
-		args = append(args, tb.audio, tb.energy)
-		arrays = append(arrays, fmt.Sprintf("$%d::double precision[]", len(args)-1), fmt.Sprintf("$%d::double precision[]", len(args)))
+		for _, fs := range [][]float64{tb.audio, tb.energy, tb.speech} {
+			args = append(args, fs)
+			arrays = append(arrays, fmt.Sprintf("$%d::double precision[]", len(args)))
+		}
 		keys := pkOf(tb.name)
 		sel := []string{"u.org_id", "u.day::date"}
 		cols := append([]string{}, keys...)

@@ -40,6 +40,10 @@ func boltLogs(t *testing.T) (*bolt.Store, *bolt.Usage, *bolt.Events, *bolt.Power
 			EnergyWh:         ptr(float64(rng.IntN(40)) / 4),
 		}
 		r.TotalTokens = r.PromptTokens + r.CompletionTokens
+		if i%10 == 0 {
+			r.RequestType, r.PromptTokens, r.CompletionTokens, r.TotalTokens = api.RequestSpeech, 0, 0, 0
+			r.SpeechSeconds = ptr(float64(rng.IntN(80)) / 8)
+		}
 		if w := rng.IntN(6); w < 5 {
 			r.WorkerID, r.WorkerName = api.NullText(fmt.Sprint("w", w)), api.NullText(fmt.Sprint("worker ", w))
 		}

@@ -12,5 +12,6 @@ func migrations() []migration {
 		{version: 4, name: "peers a replica cannot reach", sql: schemaPeers},
 		{version: 5, name: "replica regions, stopping replicas", sql: schemaRegions},
 		{version: 6, minReader: 6, name: "rentals run by each organisation's home", sql: schemaRentalOrgs},
+		{version: 7, minReader: 7, name: "seconds of audio speech requests made", sql: schemaSpeechSeconds},
 	}
 }

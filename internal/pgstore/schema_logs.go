@@ -122,3 +122,13 @@ const totalsCounters = `
 	request_duration_ms bigint NOT NULL,
 	audio_seconds       double precision NOT NULL,
 	energy_wh           double precision NOT NULL,`
+
+// schemaSpeechSeconds is version 7: the totals count the audio speech
+// requests made (a row carries it in data). Builds before it would add
+// their totals without it, and fail to read a speech row's data, so it
+// is also the oldest build that may use the database.
+const schemaSpeechSeconds = `
+ALTER TABLE svc_usage_days ADD COLUMN speech_seconds double precision NOT NULL DEFAULT 0;
+ALTER TABLE svc_usage_models ADD COLUMN speech_seconds double precision NOT NULL DEFAULT 0;
+ALTER TABLE svc_usage_workers ADD COLUMN speech_seconds double precision NOT NULL DEFAULT 0;
+`

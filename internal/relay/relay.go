@@ -208,6 +208,8 @@ type Output struct {
 	Verdicts []api.ModerationResult
 	// Images is how many images an image generation made.
 	Images int
+	// SpeechSeconds is the length of the audio a speech request made.
+	SpeechSeconds float64
 }
 
 // BadReply is the 502 for a worker answer the gateway cannot use.

@@ -339,6 +339,12 @@ func (rl *Relay) record(c *Call, failure error) {
 	if c.req.E2E && c.req.Kind == api.KindTranscription && c.res != nil {
 		o.AudioSeconds, o.AudioFormat = sealedAudio(c.res)
 	}
+	if c.req.Kind == api.KindSpeech {
+		o.SpeechSeconds = c.out.SpeechSeconds
+		if c.req.E2E && c.res != nil && c.res.AudioSeconds != nil {
+			o.SpeechSeconds = *c.res.AudioSeconds
+		}
+	}
 	if c.req.Kind == api.KindModeration {
 		o.ModerationOutcome, o.ModerationCategories = moderationOutcome(c.out.Verdicts, failure)
 	}

@@ -128,9 +128,9 @@ func (s *Server) speech(c *call) error {
 		if err != nil {
 			return relay.Output{}, relay.BadReply(a.Worker, "WAV audio", err)
 		}
-		// The length goes into the reply only: a speech row has no
-		// audio_seconds or audio_format, which are a transcription's.
-		out := relay.Output{ContentType: "audio/wav", Body: a.Body}
+		// The length is the row's speech_seconds: its audio_seconds and
+		// audio_format are a transcription's, of the audio it was sent.
+		out := relay.Output{ContentType: "audio/wav", Body: a.Body, SpeechSeconds: secs}
 		if asJSON {
 			out.ContentType = "application/json"
 			out.Body, err = speech.Reply(a.Body, secs, c.requestID, a.Svc)

@@ -41,6 +41,8 @@ type Outcome struct {
 	Images       int
 	AudioSeconds float64
 	AudioFormat  string
+	// SpeechSeconds is the length of the audio a speech request made.
+	SpeechSeconds float64
 	Notice       *api.Notice
 	EnergyWh     *float64
 	// ModerationOutcome and ModerationCategories are a moderation check's.
@@ -67,6 +69,10 @@ func Row(o Outcome) api.UsageRow {
 	if o.AudioFormat != "" && !failed {
 		secs, format := o.AudioSeconds, o.AudioFormat
 		row.AudioSeconds, row.AudioFormat = &secs, &format
+	}
+	if o.RequestType == api.RequestSpeech && !failed && o.SpeechSeconds > 0 {
+		secs := o.SpeechSeconds
+		row.SpeechSeconds = &secs
 	}
 	if o.Ran {
 		row.WorkerID, row.WorkerName = api.NullText(o.WorkerID), api.NullText(o.WorkerName)

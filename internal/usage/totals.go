@@ -16,6 +16,7 @@ func Clean(row *api.UsageRow) {
 	row.TokensPerSecond = finite(row.TokensPerSecond)
 	row.DraftAcceptanceRate = finite(row.DraftAcceptanceRate)
 	row.AudioSeconds = finite(row.AudioSeconds)
+	row.SpeechSeconds = finite(row.SpeechSeconds)
 	row.EnergyWh = finite(row.EnergyWh)
 }
 
@@ -69,6 +70,9 @@ func RollupOf(r *api.UsageRow) Rollup {
 	if r.AudioSeconds != nil {
 		t.AudioSeconds = *r.AudioSeconds
 	}
+	if r.SpeechSeconds != nil {
+		t.SpeechSeconds = *r.SpeechSeconds
+	}
 	if r.EnergyWh != nil {
 		t.EnergyWh = *r.EnergyWh
 	}
@@ -90,5 +94,6 @@ func Add(dst *api.UsageTotals, src *api.UsageTotals) {
 	dst.Images += src.Images
 	dst.RequestDurationMs += src.RequestDurationMs
 	dst.AudioSeconds += src.AudioSeconds
+	dst.SpeechSeconds += src.SpeechSeconds
 	dst.EnergyWh += src.EnergyWh
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/svc-dev/svc/internal/engine"
 	"github.com/svc-dev/svc/internal/jsontext"
 	"github.com/svc-dev/svc/internal/link"
+	"github.com/svc-dev/svc/internal/speech"
 )
 
 // serve runs one request the gateway sent. ctx ends when the gateway
@@ -154,6 +155,13 @@ func (a *Agent) run(ctx context.Context, st *link.Stream) (res *api.Result) {
 		if private.audioFormat != "" {
 			secs := private.audioSeconds
 			res.AudioFormat, res.AudioSeconds = private.audioFormat, &secs
+		}
+		// The gateway cannot open the audio a sealed speech request made,
+		// and its usage row counts its length.
+		if req.Kind == api.KindSpeech {
+			if secs, err := speech.Seconds(sealing.body); err == nil {
+				res.AudioSeconds = &secs
+			}
 		}
 	}
 	if sealing != nil && res.Error != nil {

@@ -81,6 +81,11 @@ func usageRows(rng *rand.Rand, n int, span time.Duration) []api.UsageRow {
 			r.AudioSeconds = ptr(float64(rng.IntN(400)) / 4)
 			r.AudioFormat = ptr("wav")
 		}
+		if rng.IntN(8) == 0 {
+			r.RequestType = api.RequestSpeech
+			r.AudioSeconds, r.AudioFormat = nil, nil
+			r.SpeechSeconds = ptr(float64(rng.IntN(400)) / 8)
+		}
 		if rng.IntN(20) == 0 {
 			r.RequestType = api.RequestModeration
 			r.ModerationOutcome = ptr("flagged")
