@@ -1,6 +1,8 @@
 package server
 
 import (
+	"net/http"
+
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/relay"
 )
@@ -16,8 +18,11 @@ import (
 // pinned to its key's worker) and a pinned one go the full path. The fleet
 // is asked about the need the relay would ask for, content filter and all,
 // so that the answer is Acquire's; shape, when set, gives the refusal the
-// endpoint's own error code.
-func (s *Server) admitted(kind string, shape func(error) error, next func(*call) error) func(*call) error {
+// endpoint's own error code. On a route whose streams are the chat
+// completions events (framed), a streamed request is refused as a late
+// capacity 429 is: a 200 whose one event is the error, then [DONE], the
+// form its client handles whenever every worker is busy.
+func (s *Server) admitted(kind string, framed bool, shape func(error) error, next func(*call) error) func(*call) error {
 	return func(c *call) error {
 		if !s.fleet.Queued() || sealed(c) {
 			// Nothing waits, so nothing is backed up: no scan.
@@ -42,6 +47,21 @@ func (s *Server) admitted(kind string, shape func(error) error, next func(*call)
 			err = shape(err)
 		}
 		s.refuse(c, r, err)
+		if framed && stream {
+			refuseInStream(c, err)
+			return nil
+		}
 		return err
 	}
+}
+
+// refuseInStream answers a streamed request with err as its stream's one
+// event, then [DONE].
+func refuseInStream(c *call, err error) {
+	h := &c.ctx.Response.Header
+	c.ctx.SetStatusCode(http.StatusOK)
+	h.SetContentType("text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	body := append([]byte("data: "), inReplyError(err, formStreamEvent)...)
+	c.ctx.SetBody(append(body, "\n\ndata: [DONE]\n\n"...))
 }

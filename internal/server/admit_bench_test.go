@@ -42,7 +42,7 @@ func BenchmarkRefusal(b *testing.B) {
 		rc.Request.Header.SetMethod("POST")
 		rc.Request.Header.SetContentType("application/json")
 		rc.Request.SetBody(body)
-		h := s.admitted(api.KindChat, nil, func(*call) error {
+		h := s.admitted(api.KindChat, false, nil, func(*call) error {
 			b.Fatal("the request was let through")
 			return nil
 		})

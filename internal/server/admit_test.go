@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"regexp"
 	"strconv"
 	"sync"
 	"testing"
@@ -99,7 +100,9 @@ func backUp(t testing.TB, ctx context.Context, f *fleet.Fleet, model string, hol
 
 // A backed-up model's request is refused before its body is parsed: a
 // body the parse would reject with a 422 gets the capacity 429, with its
-// headers, and the connection serves the next request.
+// headers, and the connection serves the next request. A streamed one
+// gets it as a late capacity 429 is sent: a 200 whose one event is the
+// error, then [DONE].
 func TestBackedUpModelIsRefusedBeforeTheParse(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -112,7 +115,7 @@ func TestBackedUpModelIsRefusedBeforeTheParse(t *testing.T) {
 		relay: relay.New(relay.Config{Fleet: f, Usage: rows})}
 	parses := 0
 	s.public = s.newListener(newMux([]*route{{method: "POST", path: "/v1/chat/completions", access: accessPublic,
-		compatible: true, handle: s.admitted(api.KindChat, nil, func(c *call) error {
+		compatible: true, handle: s.admitted(api.KindChat, true, nil, func(c *call) error {
 			parses++
 			return s.chatCompletions(c)
 		})}}), false)
@@ -132,9 +135,10 @@ func TestBackedUpModelIsRefusedBeforeTheParse(t *testing.T) {
 	}
 	defer conn.Close()
 	br := bufio.NewReader(conn)
-	post := func(model string) *http.Response {
+	var got []byte
+	post := func(model string, stream bool) *http.Response {
 		t.Helper()
-		body := `{"model":"` + model + `","stream":true,"messages":"not a list"}`
+		body := `{"model":"` + model + `","stream":` + strconv.FormatBool(stream) + `,"messages":"not a list"}`
 		_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
 		if _, err := io.WriteString(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"+
 			"Content-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body); err != nil {
@@ -144,29 +148,35 @@ func TestBackedUpModelIsRefusedBeforeTheParse(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		if got, err = io.ReadAll(resp.Body); err != nil {
 			t.Fatal(err)
 		}
 		return resp
 	}
 
 	release := backUp(t, ctx, f, "m", hold)
-	resp := post("m")
+	resp := post("m", false)
 	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" ||
 		resp.Header.Get("X-Svc-Queue-Depth") != "1" || resp.Close || parses != 0 {
 		t.Fatalf("backed up: %d %v close=%v parses=%d", resp.StatusCode, resp.Header, resp.Close, parses)
 	}
+	resp = post("m", true)
+	want := regexp.MustCompile(`^data: \{"error":\{[^\n]*"code":"capacity_exceeded"[^\n]*"queue_depth":1[^\n]*"retry_after":[1-9][^\n]*"status":429[^\n]*\}\}\n\ndata: \[DONE\]\n\n$`)
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" || !want.Match(got) || resp.Close || parses != 0 {
+		t.Fatalf("backed up, streamed: %d %v close=%v parses=%d\n%s", resp.StatusCode, resp.Header, resp.Close, parses, got)
+	}
 	rows.mu.Lock()
-	if len(rows.rows) != 1 || rows.rows[0].StatusCode != http.StatusTooManyRequests || rows.rows[0].Model != "m" {
+	if len(rows.rows) != 2 || rows.rows[0].StatusCode != http.StatusTooManyRequests || rows.rows[0].Model != "m" ||
+		rows.rows[1].StatusCode != http.StatusTooManyRequests || !rows.rows[1].Stream {
 		t.Fatalf("rows %+v", rows.rows)
 	}
 	rows.mu.Unlock()
 	// Another model on the same connection goes the full path.
-	if resp := post("other"); resp.StatusCode != http.StatusUnprocessableEntity || parses != 1 {
+	if resp := post("other", true); resp.StatusCode != http.StatusUnprocessableEntity || parses != 1 {
 		t.Fatalf("other model: %d parses=%d", resp.StatusCode, parses)
 	}
 	release()
-	if resp := post("m"); resp.StatusCode != http.StatusUnprocessableEntity || parses != 2 {
+	if resp := post("m", true); resp.StatusCode != http.StatusUnprocessableEntity || parses != 2 {
 		t.Fatalf("drained: %d parses=%d", resp.StatusCode, parses)
 	}
 }

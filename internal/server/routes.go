@@ -55,13 +55,13 @@ type route struct {
 // and served under both /api/v1 and /v1.
 func (s *Server) routes() []*route {
 	inference := []*route{
-		{method: "POST", path: "/chat/completions", e2e: true, kind: api.KindChat, handle: s.admitted(api.KindChat, nil, s.chatCompletions)},
-		{method: "POST", path: "/completions", e2e: true, kind: api.KindCompletion, handle: s.admitted(api.KindCompletion, nil, s.textCompletions)},
-		{method: "POST", path: "/messages", e2e: true, kind: api.KindChat, handle: s.admitted(api.KindChat, nil, s.messages)},
-		{method: "POST", path: "/responses", e2e: true, kind: api.KindChat, handle: s.admitted(api.KindChat, nil, s.responsesAPI)},
-		{method: "POST", path: "/embeddings", e2e: true, kind: api.KindEmbeddings, handle: s.admitted(api.KindEmbeddings, nil, s.embeddings)},
-		{method: "POST", path: "/rerank", e2e: true, kind: api.KindRerank, handle: s.admitted(api.KindRerank, nil, s.rerank)},
-		{method: "POST", path: "/images/generations", e2e: true, kind: api.KindImages, handle: s.admitted(api.KindImages, nil, s.images)},
+		{method: "POST", path: "/chat/completions", e2e: true, kind: api.KindChat, handle: s.admitted(api.KindChat, true, nil, s.chatCompletions)},
+		{method: "POST", path: "/completions", e2e: true, kind: api.KindCompletion, handle: s.admitted(api.KindCompletion, true, nil, s.textCompletions)},
+		{method: "POST", path: "/messages", e2e: true, kind: api.KindChat, handle: s.admitted(api.KindChat, false, nil, s.messages)},
+		{method: "POST", path: "/responses", e2e: true, kind: api.KindChat, handle: s.admitted(api.KindChat, false, nil, s.responsesAPI)},
+		{method: "POST", path: "/embeddings", e2e: true, kind: api.KindEmbeddings, handle: s.admitted(api.KindEmbeddings, false, nil, s.embeddings)},
+		{method: "POST", path: "/rerank", e2e: true, kind: api.KindRerank, handle: s.admitted(api.KindRerank, false, nil, s.rerank)},
+		{method: "POST", path: "/images/generations", e2e: true, kind: api.KindImages, handle: s.admitted(api.KindImages, false, nil, s.images)},
 		{method: "GET", path: "/models", handle: s.listModels},
 		{method: "GET", path: "/models/{model...}", handle: s.getModel},
 		{method: "POST", path: "/audio/transcriptions", e2e: true, kind: api.KindTranscription, handle: s.transcriptions,
@@ -69,8 +69,8 @@ func (s *Server) routes() []*route {
 		{method: "GET", path: "/audio/transcriptions/live", e2e: true, kind: api.KindTranscriptionLive, handle: s.accounted(s.liveTranscription)},
 		{method: "POST", path: "/audio/translations", e2e: true, kind: api.KindTranscription, handle: s.translations,
 			maxBody: transcription.MaxBody, tooLarge: transcription.ErrTooLarge, streamed: true},
-		{method: "POST", path: "/audio/speech", e2e: true, kind: api.KindSpeech, handle: s.admitted(api.KindSpeech, nil, s.speech)},
-		{method: "POST", path: "/moderations", kind: api.KindModeration, codeHeader: true, handle: s.admitted(api.KindModeration, moderation.ShapeError, s.moderations)},
+		{method: "POST", path: "/audio/speech", e2e: true, kind: api.KindSpeech, handle: s.admitted(api.KindSpeech, false, nil, s.speech)},
+		{method: "POST", path: "/moderations", kind: api.KindModeration, codeHeader: true, handle: s.admitted(api.KindModeration, false, moderation.ShapeError, s.moderations)},
 	}
 	usage := []*route{
 		{method: "GET", path: "/usage/inflight", handle: s.usageInflight},
