@@ -96,11 +96,18 @@ func (c *Call) Unary() (*Reply, error) {
 
 // Write keeps the connection alive until the answer comes, then writes
 // it. The transport calls it once, on the goroutine that writes the body.
+// The first keep-alive goes at once: the reply's status and headers go out
+// with it, when the client was told to expect them (KeepAliveAfter), not a
+// period later.
 func (l *Late) Write(w LateWriter) {
 	c := l.c
 	tick := time.NewTicker(c.rl.timing.KeepAliveEvery)
 	defer tick.Stop()
 	gone := false
+	if w.KeepAlive() != nil {
+		gone = true
+		c.cancel()
+	}
 	for {
 		select {
 		case a := <-l.done:
