@@ -497,6 +497,14 @@ func TestLostWorkerWithNoOtherNamesIt(t *testing.T) {
 	if r.Status != 503 || !strings.Contains(msg, "only") || r.Header.Get("Retry-After") == "" {
 		t.Fatalf("non-streaming request after its only worker died = %d %s", r.Status, r.Body)
 	}
+	// A stream its worker failed is billed the estimate of the text it
+	// sent (and had back: none here), the spec's rule for usage rows.
+	defer func() {
+		row := s.usageRow(key, r.Header.Get("X-Request-Id"))
+		if row["status_code"] != 503.0 || row["prompt_tokens"].(float64) < 1 || row["completion_tokens"] != 0.0 || row["tokens_estimated"] != true {
+			t.Errorf("row of the stream its worker failed: %v", row)
+		}
+	}()
 	// Killed before the stream's first wait was over, it is a plain 503.
 	if r = <-stream; r.Status == 503 {
 		if msg, _ := message(t, r); !strings.Contains(msg, "only") {

@@ -60,3 +60,13 @@ func TestCompletionAnswerText(t *testing.T) {
 		t.Fatalf("usage %+v finish %q: %s", got.Usage, c.first.finish, out)
 	}
 }
+
+// A sealed request's text cannot be read: with no count from its worker
+// it has none, not an estimate of zero (the spec's rule 3 for usage rows).
+func TestSealedUsageIsNotEstimated(t *testing.T) {
+	c := benchCall()
+	c.req.E2E, c.res, c.outChars = true, nil, 400
+	if u, estimated := c.reportedUsage(); estimated || u != (api.Usage{}) {
+		t.Fatalf("usage %+v, estimated %v", u, estimated)
+	}
+}

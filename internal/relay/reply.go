@@ -138,10 +138,15 @@ func present(raw json.RawMessage) bool {
 
 // reportedUsage is the worker's usage, or an estimate from the text both
 // ways (about four characters per token) when it reported none: the text
-// relayed, or of a stream whose client left, the text it received.
+// relayed, or of a stream whose client left, the text it received; of a
+// sealed request, whose text cannot be read, none.
 func (c *Call) reportedUsage() (api.Usage, bool) {
 	if c.res != nil && c.res.Usage != nil {
 		return *c.res.Usage, false
+	}
+	if c.req.E2E {
+		// Sealed text cannot be counted: no estimate is made.
+		return api.Usage{}, false
 	}
 	chars := c.outChars
 	if c.cutShort {

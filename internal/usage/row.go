@@ -79,10 +79,11 @@ func Row(o Outcome) api.UsageRow {
 	}
 	// Tokens are counted for text only; a request that never reached an
 	// engine has nothing to estimate, but a client that left mid-answer
-	// is billed for what it was sent.
+	// is billed for what it was sent, and a stream its worker failed for
+	// the text it sent and had back, as the spec has it.
 	textual := o.RequestType == api.RequestChat || o.RequestType == api.RequestCompletion ||
 		o.RequestType == api.RequestEmbeddings || o.RequestType == api.RequestRerank
-	if o.Ran && textual && o.Usage != nil && (!o.Estimated || o.Produced || o.Status == 499) {
+	if o.Ran && textual && o.Usage != nil && (!o.Estimated || o.Produced || o.Status == 499 || o.Stream && o.Status >= 500) {
 		u := o.Usage
 		row.PromptTokens, row.CompletionTokens, row.TotalTokens = u.PromptTokens, u.CompletionTokens, u.TotalTokens
 		row.ReasoningTokens, row.CachedTokens = u.ReasoningTokens, u.CachedTokens

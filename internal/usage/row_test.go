@@ -39,6 +39,35 @@ func TestRow(t *testing.T) {
 				t.Fatalf("%+v", r)
 			}
 		}},
+		{"a stream its worker failed before any output is billed the prompt's estimate", func(o *Outcome) {
+			o.Stream, o.Estimated, o.Status, o.ErrorMessage = true, true, 503, "lost"
+			o.Usage = &api.Usage{PromptTokens: 10, TotalTokens: 10}
+		}, func(t *testing.T, r api.UsageRow) {
+			if r.PromptTokens != 10 || r.TotalTokens != 10 || !r.TokensEstimated {
+				t.Fatalf("%+v", r)
+			}
+		}},
+		{"a stream the gateway refused is not", func(o *Outcome) {
+			o.Ran, o.Stream, o.Estimated, o.Status, o.ErrorMessage = false, true, true, 503, "no worker"
+		}, func(t *testing.T, r api.UsageRow) {
+			if r.TotalTokens != 0 || r.TokensEstimated {
+				t.Fatalf("%+v", r)
+			}
+		}},
+		{"speech counts the audio made, on success", func(o *Outcome) {
+			o.RequestType, o.SpeechSeconds = api.RequestSpeech, 2.5
+		}, func(t *testing.T, r api.UsageRow) {
+			if r.TotalTokens != 0 || r.SpeechSeconds == nil || *r.SpeechSeconds != 2.5 || r.AudioSeconds != nil {
+				t.Fatalf("%+v", r)
+			}
+		}},
+		{"failed speech made none", func(o *Outcome) {
+			o.RequestType, o.SpeechSeconds, o.Status = api.RequestSpeech, 2.5, 502
+		}, func(t *testing.T, r api.UsageRow) {
+			if r.SpeechSeconds != nil {
+				t.Fatalf("%+v", r)
+			}
+		}},
 		{"a client that left is billed the estimate", func(o *Outcome) {
 			o.Estimated, o.Status, o.ErrorMessage = true, 499, "Client disconnected"
 		}, func(t *testing.T, r api.UsageRow) {
