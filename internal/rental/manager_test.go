@@ -365,6 +365,11 @@ func TestBootPhasesAndDownloads(t *testing.T) {
 			t.Fatalf("phase %+v", g)
 		}
 		e.connect(r)
+		// Connected, no install reported yet: the installs are still to
+		// come, so the download is not over.
+		if g, _ := e.m.Get("org1", r.ID); g.ModelDownload == nil || g.ModelDownload.Total != 25.2e9 || g.ModelDownload.Completed != 0 {
+			t.Fatalf("before the first install report %+v", g.ModelDownload)
+		}
 		ev := func(model, state string, done, total int64) {
 			e.m.workerEvent("org1", api.WorkerEvent{WorkerID: r.WorkerID, EventType: api.EventModelInstall, CreatedAt: time.Now(),
 				Install: &api.ModelInstall{Model: model, State: state, Completed: done, Total: total}})
@@ -385,6 +390,18 @@ func TestBootPhasesAndDownloads(t *testing.T) {
 		ev("qwen3-32b-q4", api.InstallCompleted, 0, 0)
 		if g, _ := e.m.Get("org1", r.ID); g.ModelDownload != nil || *g.BootPhase != api.BootReady {
 			t.Fatalf("all done %+v %v", g.ModelDownload, *g.BootPhase)
+		}
+
+		// An install that failed is no longer in flight: the waiting ends.
+		r2, _ := e.m.Rent(ctx, owner, api.RentRequest{GPUModelID: "h100", TierID: TierUK, Models: []string{"qwen3-8b-q4"}})
+		e.connect(r2)
+		if g, _ := e.m.Get("org1", r2.ID); g.ModelDownload == nil {
+			t.Fatal("no download before the first install report")
+		}
+		e.m.workerEvent("org1", api.WorkerEvent{WorkerID: r2.WorkerID, EventType: api.EventModelInstall, CreatedAt: time.Now(),
+			Install: &api.ModelInstall{Model: "qwen3-8b-q4", State: api.InstallFailed}})
+		if g, _ := e.m.Get("org1", r2.ID); g.ModelDownload != nil {
+			t.Fatalf("a failed install still in flight: %+v", g.ModelDownload)
 		}
 	})
 }

@@ -78,7 +78,11 @@ func (r *record) view(now time.Time, dl downloads, sizes func(string) float64) a
 		p := r.BootPhase
 		v.BootPhase = &p
 	}
-	if r.Status != api.RentalStopped && len(dl) > 0 {
+	// An install is in flight from the worker's connection until the
+	// model is installed or its install failed, reported started or not
+	// yet: a client that waits for model_download to turn null, as the
+	// spec has it wait, must not find it null before the first report.
+	if r.Status != api.RentalStopped && (len(dl) > 0 || r.StartedAt != nil && r.installPending()) {
 		var total, done float64
 		for _, id := range r.Models {
 			size := sizes(id) * 1e9
@@ -108,6 +112,25 @@ func (r *record) billingEnd(now time.Time) time.Time {
 }
 
 func (r *record) installed(id string) bool { return slices.Contains(r.Installed, id) }
+
+// installPending reports whether a requested model is neither installed
+// nor failed to install.
+func (r *record) installPending() bool {
+	for _, id := range r.Models {
+		if !r.installed(id) && !r.installFailed(id) {
+			return true
+		}
+	}
+	return false
+}
+
+// installFailed reports whether the worker said the model's install
+// failed and has not installed it since.
+func (r *record) installFailed(id string) bool {
+	return slices.ContainsFunc(r.Notes, func(n api.RentalNote) bool {
+		return n.Type == "model_"+api.InstallFailed && n.Detail == id
+	})
+}
 
 // placement is the audit view.
 func (r *record) placement() (api.Placement, bool) {
