@@ -669,7 +669,9 @@ func (m *Manager) tick(ctx context.Context, lastPoll map[string]time.Time) {
 		case "runtime":
 			// Billing ends at the maximum runtime itself, not at the tick
 			// that noticed it.
-			if m.requestStop(j.r.ID, m.runtimeEnd(&j.r, now), "reached the organisation's maximum runtime", false) == nil {
+			// Not a failure, but a stop no client asked for: its reason
+			// goes in error, where a client polling the rental looks.
+			if m.requestStop(j.r.ID, m.runtimeEnd(&j.r, now), "reached the organisation's maximum runtime", true) == nil {
 				m.finishStop(ctx, j.r.ID)
 			}
 		case "poll":
@@ -729,11 +731,12 @@ func (m *Manager) poll(ctx context.Context, r record) {
 }
 
 // requestStop records that rental id is to stop at at, for why; billing
-// ends there. failed marks an error on the rental. The stop is acted on
+// ends there. own marks a stop the gateway made on its own, whose reason
+// is the rental's error; a stop a client asked for has none. The stop is acted on
 // only once the ledger has it: a record that could not be written (the
 // disk, the database, or in a cluster a home that has moved on) is left
 // as it was, and the stop is asked for again later.
-func (m *Manager) requestStop(id string, at time.Time, why string, failed bool) error {
+func (m *Manager) requestStop(id string, at time.Time, why string, own bool) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	r := m.rentals[id]
@@ -743,7 +746,7 @@ func (m *Manager) requestStop(id string, at time.Time, why string, failed bool) 
 	was := *r
 	r.StopRequestedAt = &at
 	r.StopReason = why
-	if failed {
+	if own {
 		r.Error = why
 	}
 	r.note(at, "stop_requested", why)

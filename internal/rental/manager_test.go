@@ -346,7 +346,8 @@ func TestDeadlineAndMaxRuntime(t *testing.T) {
 		}
 		time.Sleep(20 * time.Minute)
 		e.m.tick(ctx, map[string]time.Time{})
-		if g, _ := e.m.Get("org1", capped.ID); g.Status != api.RentalStopped || g.SecondsBilled != 1800 {
+		if g, _ := e.m.Get("org1", capped.ID); g.Status != api.RentalStopped || g.SecondsBilled != 1800 ||
+			g.Error == nil || !strings.Contains(*g.Error, "maximum runtime") {
 			t.Fatalf("max runtime %+v", g)
 		}
 	})
