@@ -16,8 +16,8 @@ import (
 type completionRequest struct {
 	Model         string          `json:"model"`
 	Prompt        json.RawMessage `json:"prompt"`
-	MaxTokens     *int            `json:"max_tokens"`
-	Seed          *int64          `json:"seed"`
+	MaxTokens     *wholeInt       `json:"max_tokens"`
+	Seed          *wholeInt       `json:"seed"`
 	Stop          json.RawMessage `json:"stop"`
 	Stream        bool            `json:"stream"`
 	StreamOptions *streamOptions  `json:"stream_options"`
@@ -40,8 +40,8 @@ func parseCompletionRequest(body []byte) (*chatRequest, error) {
 	asChat, err := json.Marshal(struct {
 		Model          string          `json:"model"`
 		Messages       []message       `json:"messages"`
-		MaxTokens      *int            `json:"max_tokens,omitempty"`
-		Seed           *int64          `json:"seed,omitempty"`
+		MaxTokens      *wholeInt       `json:"max_tokens,omitempty"`
+		Seed           *wholeInt       `json:"seed,omitempty"`
 		Stop           json.RawMessage `json:"stop,omitempty"`
 		Stream         bool            `json:"stream"`
 		StreamOptions  *streamOptions  `json:"stream_options,omitempty"`

@@ -60,6 +60,12 @@ func TestDeterminism(t *testing.T) {
 	if base != text(map[string]any{"seed": 1, "temperature": 0.2}) {
 		t.Fatal("sampling switches the simulator ignores changed the text")
 	}
+	// A whole number written with a fraction is that number, as engines
+	// read an integer field.
+	if base != text(map[string]any{"seed": json.RawMessage("1.0"), "reasoning": json.RawMessage(`{"max_tokens":100.0}`),
+		"max_tokens": json.RawMessage("4e2")}) {
+		t.Fatal("seed 1.0 is not seed 1")
+	}
 
 	// Streaming and non-streaming replies to one request agree.
 	body = chatBody(t, "sim-reasoner", "Explain tides.", nil)
@@ -797,6 +803,7 @@ func TestBadRequests(t *testing.T) {
 		{"chat to an embedding model", api.KindChat, `{"model":"sim-embed","messages":[{"role":"user","content":"hi"}]}`, 400, api.TypeInvalidRequest},
 		{"embeddings to a chat model", api.KindEmbeddings, `{"model":"sim-chat","input":"hi"}`, 400, api.TypeInvalidRequest},
 		{"unknown kind", "moderation", `{}`, 400, api.TypeInvalidRequest},
+		{"seed with a fraction", api.KindChat, `{"model":"sim-chat","seed":5.5,"messages":[{"role":"user","content":"hi"}]}`, 400, api.TypeInvalidRequest},
 		{"no choices", api.KindChat, `{"model":"sim-chat","n":0,"messages":[{"role":"user","content":"hi"}]}`, 400, api.TypeInvalidRequest},
 		{"part of a choice", api.KindChat, `{"model":"sim-chat","n":1.5,"messages":[{"role":"user","content":"hi"}]}`, 400, api.TypeInvalidRequest},
 		{"too many choices", api.KindChat, `{"model":"sim-chat","n":129,"messages":[{"role":"user","content":"hi"}]}`, 400, api.TypeInvalidRequest},

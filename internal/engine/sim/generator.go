@@ -47,14 +47,14 @@ var vocabulary = strings.Fields(wordList)
 // and seed give the same digest and so the same reply.
 type seed [sha256.Size]byte
 
-func newSeed(model string, messagesJSON []byte, reqSeed *int64) seed {
+func newSeed(model string, messagesJSON []byte, reqSeed *wholeInt) seed {
 	h := sha256.New()
 	h.Write([]byte(model))
 	h.Write([]byte{0})
 	h.Write(messagesJSON)
 	h.Write([]byte{0})
 	if reqSeed != nil {
-		h.Write([]byte("seed=" + strconv.FormatInt(*reqSeed, 10)))
+		h.Write([]byte("seed=" + strconv.FormatInt(int64(*reqSeed), 10)))
 	}
 	var s seed
 	h.Sum(s[:0])

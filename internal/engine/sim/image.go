@@ -70,9 +70,9 @@ func (s *simulator) generateImages(ctx context.Context, modelID string, body []b
 		return nil, res
 	}
 	w, h := renderSize(req.Width, req.Height)
-	var reqSeed *int64
+	var reqSeed *wholeInt
 	if n, ok := requestSeed(body); ok {
-		reqSeed = &n
+		reqSeed = new(wholeInt(n))
 	}
 	sd := newSeed(m.spec.ID, []byte(req.Prompt), reqSeed)
 	data := make([]api.ImageData, req.N)

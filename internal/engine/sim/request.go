@@ -5,7 +5,9 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode"
 )
@@ -21,9 +23,9 @@ type chatRequest struct {
 	Messages            []message       `json:"-"`
 	Stream              bool            `json:"stream"`
 	StreamOptions       *streamOptions  `json:"stream_options"`
-	MaxTokens           *int            `json:"max_tokens"`
-	MaxCompletionTokens *int            `json:"max_completion_tokens"`
-	Seed                *int64          `json:"seed"`
+	MaxTokens           *wholeInt       `json:"max_tokens"`
+	MaxCompletionTokens *wholeInt       `json:"max_completion_tokens"`
+	Seed                *wholeInt       `json:"seed"`
 	N                   *float64        `json:"n"`
 	Stop                json.RawMessage `json:"stop"`
 	Tools               []tool          `json:"tools"`
@@ -47,8 +49,8 @@ type streamOptions struct {
 }
 
 type reasoningOpts struct {
-	Effort    string `json:"effort"`
-	MaxTokens *int   `json:"max_tokens"`
+	Effort    string    `json:"effort"`
+	MaxTokens *wholeInt `json:"max_tokens"`
 }
 
 type message struct {
@@ -90,7 +92,7 @@ func parseChatRequest(body []byte) (*chatRequest, error) {
 	}
 	for _, p := range []struct {
 		name string
-		v    *int
+		v    *wholeInt
 	}{{"max_tokens", req.MaxTokens}, {"max_completion_tokens", req.MaxCompletionTokens}} {
 		if p.v != nil && *p.v < 1 {
 			return nil, fmt.Errorf("%s: must be at least 1, got %d", p.name, *p.v)
@@ -114,6 +116,24 @@ func parseChatRequest(body []byte) (*chatRequest, error) {
 	}
 	req.messagesJSON = buf.Bytes()
 	return &req, nil
+}
+
+// wholeInt is an integer field as engines read one: a JSON number without
+// a fraction, written 5 or 5.0. The gateway checks such fields as whole
+// numbers and forwards them as the client wrote them.
+type wholeInt int64
+
+func (w *wholeInt) UnmarshalJSON(b []byte) error {
+	if n, err := strconv.ParseInt(string(b), 10, 64); err == nil {
+		*w = wholeInt(n)
+		return nil
+	}
+	f, err := strconv.ParseFloat(string(b), 64)
+	if err != nil || f != math.Trunc(f) || math.Abs(f) > 1<<53 {
+		return fmt.Errorf("%s is not a whole number", b)
+	}
+	*w = wholeInt(f)
+	return nil
 }
 
 // maxChoices bounds n, as an engine bounds what it decodes at once.
@@ -191,9 +211,9 @@ func (r *chatRequest) lastUserText() string {
 func (r *chatRequest) maxTokens() (int, bool) {
 	switch {
 	case r.MaxCompletionTokens != nil:
-		return *r.MaxCompletionTokens, true
+		return int(*r.MaxCompletionTokens), true
 	case r.MaxTokens != nil:
-		return *r.MaxTokens, true
+		return int(*r.MaxTokens), true
 	}
 	return 0, false
 }
@@ -278,7 +298,7 @@ func (r *chatRequest) thinkingBudget() (int, bool) {
 	if r.Reasoning == nil || r.Reasoning.MaxTokens == nil || *r.Reasoning.MaxTokens <= 0 {
 		return 0, false
 	}
-	return *r.Reasoning.MaxTokens, true
+	return int(*r.Reasoning.MaxTokens), true
 }
 
 // explicitOff reports whether the request turned thinking off, which a
