@@ -43,8 +43,8 @@ type Outcome struct {
 	AudioFormat  string
 	// SpeechSeconds is the length of the audio a speech request made.
 	SpeechSeconds float64
-	Notice       *api.Notice
-	EnergyWh     *float64
+	Notice        *api.Notice
+	EnergyWh      *float64
 	// ModerationOutcome and ModerationCategories are a moderation check's.
 	ModerationOutcome    string
 	ModerationCategories []string
