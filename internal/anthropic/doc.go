@@ -20,19 +20,19 @@
 //   - system (a string or text blocks) becomes a leading system message,
 //     the blocks joined by blank lines, because chat templates expect a
 //     system prompt as one string.
-//   - max_tokens stays max_tokens. Anthropic counts thinking inside
-//     max_tokens; the gateway caps the answer with it and gives thinking
-//     its budget on top. Translating the other way (max_tokens minus
-//     budget_tokens) would leave a single token for the answer of a client
-//     that sets the budget just under max_tokens, as Claude Code does.
+//   - max_tokens stays max_tokens, and as Anthropic's it counts thinking:
+//     the gateway caps the whole reply with it (chat.Request's
+//     CapIncludesThinking), thinking within its budget, the answer with
+//     what thinking left.
 //   - thinking {type: enabled, budget_tokens: N} sends reasoning_effort
 //     low (N < 4096), medium (N < 16384) or high, and reasoning.max_tokens
 //     N, so the client's budget is the one applied rather than the
 //     gateway's default. {type: adaptive} leaves the budget to the gateway
 //     with effort high, Anthropic's default effort. {type: disabled} sends
-//     nothing and so does an absent thinking: the model's default applies.
-//     output_config.effort (low, medium, high; xhigh and max read as high)
-//     sets the effort unless thinking is disabled.
+//     reasoning_effort none, thinking off; an absent thinking sends nothing:
+//     the model's default applies. output_config.effort (low, medium, high;
+//     xhigh and max read as high) sets the effort unless thinking is
+//     disabled.
 //   - output_config.format {type: json_schema, schema} becomes a strict
 //     json_schema response_format.
 //   - stop_sequences → stop; temperature (0 to 1, Anthropic's range), top_p

@@ -900,7 +900,8 @@ func (t *translator) reasoning(top object) {
 		}
 		t.out.ReasoningEffort = effort
 	case "disabled":
-		// Nothing: the model's default applies, as without thinking.
+		// Off, whatever the model's default and the effort asked.
+		t.out.ReasoningEffort = "none"
 	}
 }
 

@@ -133,7 +133,7 @@ func TestToChat(t *testing.T) {
 		{"thinking adaptive effort", req(userHi, `"thinking":{"type":"adaptive"}`, `"output_config":{"effort":"medium"}`),
 			`{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":100,"reasoning_effort":"medium"}`, false},
 		{"thinking disabled", req(userHi, `"thinking":{"type":"disabled"}`, `"output_config":{"effort":"high"}`),
-			`{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":100}`, false},
+			`{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":100,"reasoning_effort":"none"}`, false},
 		{"effort alone", req(userHi, `"output_config":{"effort":"max"}`),
 			`{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":100,"reasoning_effort":"high"}`, false},
 		{"output format", req(userHi, `"output_config":{"format":{"type":"json_schema","schema":{"type":"object"}}}`),

@@ -75,6 +75,12 @@ type Request struct {
 	// Choices is n: how many replies the engine makes, each its own
 	// choice of that index; 1 when not sent.
 	Choices int
+	// CapIncludesThinking makes UserMaxTokens the cap of the whole reply,
+	// thinking included, as the APIs translated into chat define theirs
+	// (Anthropic's max_tokens, the Responses API's max_output_tokens);
+	// chat's own caps the answer, with thinking's budget on top. Set by the
+	// caller, before Prepare.
+	CapIncludesThinking bool
 
 	// Set by Prepare.
 

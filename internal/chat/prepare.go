@@ -31,13 +31,19 @@ func (r *Request) Prepare(m *api.Model) error {
 	}
 
 	budget := r.budget(m)
-	r.BudgetApplied = budget
-	if r.UserMaxTokens > 0 {
+	switch {
+	case r.UserMaxTokens > 0 && r.CapIncludesThinking:
+		// The cap is the whole reply's: thinking within it, and the
+		// answer in what thinking leaves.
+		budget = min(budget, r.UserMaxTokens)
+		r.DefaultCap = false
+		r.EngineMaxTokens = r.UserMaxTokens
+	case r.UserMaxTokens > 0:
 		// The client's cap is for the answer alone; thinking gets its
 		// budget on top.
 		r.DefaultCap = false
 		r.EngineMaxTokens = satAdd(r.UserMaxTokens, budget)
-	} else {
+	default:
 		r.DefaultCap = true
 		r.EngineMaxTokens = DefaultMaxTokens
 		// Some engines refuse a request whose prompt plus max_tokens
@@ -47,6 +53,7 @@ func (r *Request) Prepare(m *api.Model) error {
 			r.EngineMaxTokens = max(room, 1)
 		}
 	}
+	r.BudgetApplied = budget
 
 	over := make([]member, 0, 5)
 	if r.messages != nil {

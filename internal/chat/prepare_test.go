@@ -107,6 +107,39 @@ func TestPrepare(t *testing.T) {
 	}
 }
 
+// A cap that counts thinking, as the dialects' do, is the engine's cap:
+// thinking gets its budget within it, never more than the whole.
+func TestPrepareCapIncludingThinking(t *testing.T) {
+	tests := []struct {
+		name          string
+		body          string
+		m             *api.Model
+		engine, spent int
+	}{
+		{"default budget within the cap", body(`"max_tokens":10000`), budgetModel, 10000, DefaultThinkingBudget},
+		{"budget bounded by the cap", body(`"max_tokens":100`), budgetModel, 100, 100},
+		{"explicit budget within it", body(`"max_tokens":2000`, `"reasoning":{"max_tokens":1024}`), budgetModel, 2000, 1024},
+		{"no thinking", body(`"max_tokens":100`, `"reasoning_effort":"none"`), budgetModel, 100, 0},
+		{"plain model", body(`"max_tokens":100`), plainModel, 100, 0},
+		{"no cap: the default, thinking included as always", body(), budgetModel, DefaultMaxTokens, DefaultThinkingBudget},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := mustParse(t, tt.body, Options{})
+			r.CapIncludesThinking = true
+			if err := r.Prepare(tt.m); err != nil {
+				t.Fatal(err)
+			}
+			wantInt(t, "EngineMaxTokens", r.EngineMaxTokens, tt.engine)
+			wantInt(t, "BudgetApplied", r.BudgetApplied, tt.spent)
+			got := decodeBody(t, r.Body)
+			if string(got["max_tokens"]) != string(marshalInt(tt.engine)) {
+				t.Errorf("Body max_tokens = %s, want %d", got["max_tokens"], tt.engine)
+			}
+		})
+	}
+}
+
 func TestPrepareStreamOptions(t *testing.T) {
 	tests := []struct {
 		name string

@@ -110,3 +110,38 @@ func TestMessagesAndResponsesAPIs(t *testing.T) {
 		}
 	}
 }
+
+// The dialects' output caps count thinking, as their APIs define them:
+// Anthropic's max_tokens and the Responses API's max_output_tokens bound
+// thinking and answer together. Anthropic's thinking disabled turns a
+// reasoning model's thinking off.
+func TestDialectCapsCountThinking(t *testing.T) {
+	s, key := gateway(t)
+	for _, tt := range []struct {
+		name, path, body string
+		out              []string // in the reply, each
+	}{
+		{"messages", "/v1/messages",
+			`{"model":"sim-reasoner","max_tokens":40,"thinking":{"type":"enabled","budget_tokens":30},"messages":[{"role":"user","content":"hi\nsim: reasoning=25 tokens=60"}]}`,
+			[]string{`"stop_reason":"max_tokens"`, `"output_tokens":40`, `"type":"thinking"`}},
+		{"messages, budget spent", "/v1/messages",
+			`{"model":"sim-reasoner","max_tokens":20,"thinking":{"type":"enabled","budget_tokens":1024},"messages":[{"role":"user","content":"hi\nsim: reasoning=50 tokens=60"}]}`,
+			[]string{`"stop_reason":"max_tokens"`, `"output_tokens":20`}},
+		{"responses", "/v1/responses",
+			`{"model":"sim-reasoner","max_output_tokens":20,"reasoning":{"effort":"medium"},"input":"hi\nsim: reasoning=30 tokens=30"}`,
+			[]string{`"status":"incomplete"`, `"reason":"max_output_tokens"`, `"output_tokens":20`}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := s.do("POST", tt.path, tt.body, bearer(key))
+			for _, want := range tt.out {
+				if r.Status != 200 || !strings.Contains(string(r.Body), want) {
+					t.Fatalf("%d, want %s in %s", r.Status, want, r.Body)
+				}
+			}
+		})
+	}
+	r := s.do("POST", "/v1/messages", `{"model":"sim-reasoner","max_tokens":200,"thinking":{"type":"disabled"},"messages":[{"role":"user","content":"hi"}]}`, bearer(key))
+	if r.Status != 200 || strings.Contains(string(r.Body), `"type":"thinking"`) || !strings.Contains(string(r.Body), `"type":"text"`) {
+		t.Fatalf("thinking disabled: %d %s", r.Status, r.Body)
+	}
+}

@@ -28,6 +28,9 @@ func (s *Server) chat(c *call, body []byte, d *dialect) error {
 	if err != nil {
 		return d.restate(err)
 	}
+	// The dialects' output caps (Anthropic's max_tokens, the Responses
+	// API's max_output_tokens) count thinking; chat's caps the answer.
+	req.CapIncludesThinking = d != nil
 	r := inference(c, api.KindChat, req.Model, req.Stream)
 	r.Chat = req
 	r.ModelInfo = s.fleet.Model(c.principal.OrgID, req.Model)
