@@ -94,6 +94,17 @@ func Parse(body []byte) (*Request, error) {
 			v.Add(f, api.FieldWrongType, "expected a string")
 		}
 	}
+	// Engines answer with whole images; streamed partial images are not
+	// served, and a client that asked for them must not wait for events
+	// that never come.
+	var stream bool
+	if st := raw["stream"]; jsonbody.Present(st) {
+		if json.Unmarshal(st, &stream) != nil {
+			v.Add("stream", api.FieldWrongType, "expected a boolean")
+		} else if stream {
+			v.Add("stream", api.FieldNotSupported, "streamed image generation is not served; leave stream out or false")
+		}
+	}
 	url := false
 	if f := raw["response_format"]; jsonbody.Present(f) {
 		var s string

@@ -42,6 +42,9 @@ func TestParse(t *testing.T) {
 		{"size a number", `{"model":"flux","prompt":"a","size":1024}`, Request{}, 422, "size"},
 		{"unknown format", `{"model":"flux","prompt":"a","response_format":"png"}`, Request{}, 422, "response_format"},
 		{"quality not a string", `{"model":"flux","prompt":"a","quality":1}`, Request{}, 422, "quality"},
+		{"streamed", `{"model":"flux","prompt":"a","stream":true,"partial_images":1}`, Request{}, 422, "stream"},
+		{"stream not a boolean", `{"model":"flux","prompt":"a","stream":"yes"}`, Request{}, 422, "stream"},
+		{"stream false", `{"model":"flux","prompt":"a fox","stream":false}`, Request{Model: "flux", Prompt: "a fox", N: 1, Size: "auto"}, 0, ""},
 		// Validation comes first: a request with url and a missing prompt
 		// is told of the prompt.
 		{"url and no prompt", `{"model":"flux","response_format":"url"}`, Request{}, 422, "prompt"},
