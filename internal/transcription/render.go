@@ -20,8 +20,12 @@ func (r *Request) Render(t *api.Transcript, svc json.RawMessage) (string, []byte
 	case FormatVTT:
 		return "text/vtt; charset=utf-8", audio.VTT(t), nil
 	case FormatVerboseJSON:
+		task := "transcribe"
+		if r.Params.Translate {
+			task = "translate"
+		}
 		v := verbose{
-			Task: "transcribe", Language: t.Language, Duration: t.Duration, Text: strings.TrimSpace(t.Text),
+			Task: task, Language: t.Language, Duration: t.Duration, Text: strings.TrimSpace(t.Text),
 			Segments: t.Segments, Usage: durationUsage(r.Params.Seconds), Svc: svc,
 		}
 		if v.Segments == nil {
