@@ -95,23 +95,43 @@ func referenceInput(v *api.Validator, raw json.RawMessage) {
 		v.Add("input", api.FieldOutOfRange, "must hold 1 to %d items", MaxInputs)
 		return
 	}
+	first := ""
 	for i, it := range items {
 		field := "input." + strconv.Itoa(i)
 		var str string
 		var tok int64
 		var toks []int64
+		kind := ""
 		switch {
 		case json.Unmarshal(it, &str) == nil:
+			kind = "text"
 			if str == "" {
 				v.Add(field, api.FieldInvalid, "must not be empty")
 			}
 		case json.Unmarshal(it, &tok) == nil:
+			kind = "token"
+			if tok < 0 {
+				v.Add(field, api.FieldOutOfRange, "token ids are 0 or more")
+			}
 		case json.Unmarshal(it, &toks) == nil:
+			kind = "tokens"
 			if len(toks) == 0 {
 				v.Add(field, api.FieldInvalid, "must not be empty")
 			}
+			for _, t := range toks {
+				if t < 0 {
+					v.Add(field, api.FieldOutOfRange, "token ids are 0 or more")
+					break
+				}
+			}
 		default:
 			v.Add(field, api.FieldWrongType, "expected a string or token ids")
+			continue
+		}
+		if first == "" {
+			first = kind
+		} else if kind != first {
+			v.Add(field, api.FieldWrongType, "every item of input is of one kind: strings, token ids, or arrays of token ids")
 		}
 	}
 }

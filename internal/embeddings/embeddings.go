@@ -4,6 +4,7 @@ package embeddings
 
 import (
 	"encoding/json"
+	"slices"
 	"strconv"
 
 	"github.com/svc-dev/svc/internal/api"
@@ -79,23 +80,48 @@ func checkInput(v *api.Validator, raw json.RawMessage) {
 		v.Add("input", api.FieldOutOfRange, "must hold 1 to %d items", MaxInputs)
 		return
 	}
+	// The input is one of three forms, and every item of it the same:
+	// strings, the token ids of one text, or token id arrays.
+	const (
+		texts = iota + 1
+		tokens
+		tokenArrays
+	)
+	form := 0
 	field := func(i int) string { return "input." + strconv.Itoa(i) }
 	for i, it := range items {
 		var tok int64
 		var toks []int64
+		is := 0
 		switch kind := jsonraw.KindOf(it); {
 		case kind == jsonraw.String || kind == jsonraw.Null:
 			// null reads as an empty string, as encoding/json reads it.
+			is = texts
 			if s, _ := jsonraw.DecodeString(it); s == "" {
 				v.Add(field(i), api.FieldInvalid, "must not be empty")
 			}
 		case json.Unmarshal(it, &tok) == nil:
+			is = tokens
+			if tok < 0 {
+				v.Add(field(i), api.FieldOutOfRange, "token ids are 0 or more")
+			}
 		case json.Unmarshal(it, &toks) == nil:
+			is = tokenArrays
 			if len(toks) == 0 {
 				v.Add(field(i), api.FieldInvalid, "must not be empty")
 			}
+			if slices.ContainsFunc(toks, func(t int64) bool { return t < 0 }) {
+				v.Add(field(i), api.FieldOutOfRange, "token ids are 0 or more")
+			}
 		default:
 			v.Add(field(i), api.FieldWrongType, "expected a string or token ids")
+			continue
+		}
+		switch {
+		case form == 0:
+			form = is
+		case is != form:
+			v.Add(field(i), api.FieldWrongType, "every item of input is of one kind: strings, token ids, or arrays of token ids")
 		}
 	}
 }
