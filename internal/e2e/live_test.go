@@ -182,18 +182,50 @@ func TestLiveTranscriptionRefusals(t *testing.T) {
 		}
 	}
 
+	// A frame the protocol has no place for, and one over 256 KiB: each an
+	// error event with its status and code, then a close.
+	for _, tc := range []struct {
+		typ    int
+		frame  []byte
+		status int
+		code   string
+	}{
+		{websocket.TextMessage, []byte(`hello`), 400, "invalid_frame"},
+		{websocket.BinaryMessage, make([]byte, 256<<10+2), 413, "frame_too_large"},
+	} {
+		ws, _, err := websocket.DefaultDialer.Dial(liveURL(s, "/v1", "model=stt-large-v3-turbo"), auth)
+		if err != nil {
+			t.Fatal(err)
+		}
+		readEvent(t, ws)
+		_ = ws.WriteMessage(tc.typ, tc.frame)
+		ev := readEvent(t, ws)
+		if ev.Type != "error" || ev.Error == nil || ev.Error.Status != tc.status || ev.Error.Code != tc.code {
+			t.Fatalf("error event %+v, want %d %s", ev.Error, tc.status, tc.code)
+		}
+		if _, _, err := ws.ReadMessage(); !websocket.IsCloseError(err, websocket.ClosePolicyViolation) {
+			t.Fatalf("after the error: %v", err)
+		}
+		_ = ws.Close()
+	}
+
+	// A session with no audio ends with a final that has every member.
 	ws, _, err := websocket.DefaultDialer.Dial(liveURL(s, "/v1", "model=stt-large-v3-turbo"), auth)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ws.Close()
 	readEvent(t, ws)
-	_ = ws.WriteMessage(websocket.TextMessage, []byte(`hello`))
-	ev := readEvent(t, ws)
-	if ev.Type != "error" || ev.Error == nil || ev.Error.Status != 400 {
-		t.Fatalf("error event %+v", ev)
+	_ = ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"end"}`))
+	_ = ws.SetReadDeadline(time.Now().Add(30 * time.Second))
+	_, msg, err := ws.ReadMessage()
+	var final map[string]any
+	if err != nil || json.Unmarshal(msg, &final) != nil || final["type"] != "transcript.final" {
+		t.Fatalf("final %s: %v", msg, err)
 	}
-	if _, _, err := ws.ReadMessage(); !websocket.IsCloseError(err, websocket.ClosePolicyViolation) {
-		t.Fatalf("after the error: %v", err)
+	for _, k := range []string{"text", "segments", "language", "duration"} {
+		if _, ok := final[k]; !ok {
+			t.Errorf("the final of a silent session has no %s: %s", k, msg)
+		}
 	}
 }

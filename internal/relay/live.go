@@ -144,17 +144,13 @@ func (l *Live) relay(send func([]byte) error) error {
 			c.lease.Release(fleet.Failed)
 			return BadReply(c.lease.Worker, "transcript events", err)
 		}
-		out := api.LiveEvent{Type: ev.Type, Text: ev.Text}
+		var data []byte
 		if ev.Type == api.LivePartial {
-			out.Start, out.End = ev.Start, ev.End
+			data, err = json.Marshal(api.LiveEvent{Type: ev.Type, Text: ev.Text, Start: ev.Start, End: ev.End})
 		} else {
 			final = true
-			out.Segments, out.Language, out.Duration = ev.Segments, ev.Language, ev.Duration
-			if out.Segments == nil {
-				out.Segments = []api.Segment{}
-			}
+			data, err = json.Marshal(finalOf(&ev))
 		}
-		data, err := json.Marshal(out)
 		if err != nil {
 			return err
 		}
@@ -167,4 +163,25 @@ func (l *Live) relay(send func([]byte) error) error {
 			return ErrClientGone
 		}
 	}
+}
+
+// liveFinal is a final event as the client gets it: every member there,
+// the silent session's too (no segments, language unknown).
+type liveFinal struct {
+	Type     string        `json:"type"`
+	Text     string        `json:"text"`
+	Segments []api.Segment `json:"segments"`
+	Language string        `json:"language"`
+	Duration float64       `json:"duration"`
+}
+
+func finalOf(ev *api.LiveEvent) liveFinal {
+	f := liveFinal{Type: api.LiveFinal, Text: *ev.Text, Segments: ev.Segments, Language: ev.Language}
+	if f.Segments == nil {
+		f.Segments = []api.Segment{}
+	}
+	if ev.Duration != nil {
+		f.Duration = *ev.Duration
+	}
+	return f
 }

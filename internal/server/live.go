@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
 	"net"
 	"sync"
 	"time"
@@ -105,7 +106,11 @@ var errShuttingDown error = &api.Error{Kind: api.KindUnavailable, RetryAfter: ti
 // the client's frames into the session while this one writes the events,
 // then closes the connection and waits for the reader.
 func serveLive(ws *websocket.Conn, live *relay.Live, started []byte, maxBytes int64) {
-	ws.SetReadLimit(transcription.LiveMaxFrame)
+	// readLive bounds a frame itself, so that one over the bound gets the
+	// error event: past the library's limit, which is there only to stop
+	// a frame that says it is huge, the library closes the connection
+	// itself and no event can follow.
+	ws.SetReadLimit(16 * transcription.LiveMaxFrame)
 	write := func(msg []byte) error {
 		_ = ws.SetWriteDeadline(time.Now().Add(liveWriteWait))
 		return ws.WriteMessage(websocket.TextMessage, msg)
@@ -139,12 +144,12 @@ func readLive(ws *websocket.Conn, live *relay.Live, maxBytes int64) {
 	ended := false
 	for {
 		_ = ws.SetReadDeadline(time.Now().Add(transcription.LiveIdle))
-		typ, msg, err := ws.ReadMessage()
+		typ, msg, err := readFrame(ws)
 		switch {
 		case err != nil:
 			var ne net.Error
 			switch {
-			case errors.Is(err, websocket.ErrReadLimit):
+			case errors.Is(err, errFrameTooLarge) || errors.Is(err, websocket.ErrReadLimit):
 				live.Abort(&api.Error{Kind: api.KindTooLarge, Code: "frame_too_large",
 					Message: "A binary frame is over 256 KiB; send the audio in smaller pieces"})
 			case errors.As(err, &ne) && ne.Timeout():
@@ -176,10 +181,27 @@ func readLive(ws *websocket.Conn, live *relay.Live, maxBytes int64) {
 				return
 			}
 		default:
-			live.Abort(api.BadRequest(`Send audio as binary frames of 16-bit little-endian mono PCM, and {"type":"end"} as a text frame when it is over`))
+			live.Abort(&api.Error{Kind: api.KindInvalidRequest, Code: "invalid_frame",
+				Message: `Send audio as binary frames of 16-bit little-endian mono PCM, and {"type":"end"} as a text frame when it is over`})
 			return
 		}
 	}
+}
+
+var errFrameTooLarge = errors.New("frame too large")
+
+// readFrame reads the next message, at most transcription.LiveMaxFrame
+// bytes of it: a longer one is errFrameTooLarge, read no further.
+func readFrame(ws *websocket.Conn) (int, []byte, error) {
+	typ, r, err := ws.NextReader()
+	if err != nil {
+		return typ, nil, err
+	}
+	msg, err := io.ReadAll(io.LimitReader(r, transcription.LiveMaxFrame+1))
+	if err == nil && len(msg) > transcription.LiveMaxFrame {
+		err = errFrameTooLarge
+	}
+	return typ, msg, err
 }
 
 func isEnd(msg []byte) bool {
