@@ -313,6 +313,8 @@ const checks = {
       await anthropic.messages.create({ model: "no-such-model", max_tokens: 8, messages: [{ role: "user", content: "hi" }] });
     } catch (e) {
       must(e instanceof Anthropic.NotFoundError, "not a NotFoundError", String(e));
+      // The body is Anthropic's error envelope, its type Anthropic's name.
+      must(e.error?.type === "error" && e.error?.error?.type === "not_found_error", "not Anthropic's error body", e.error);
       return { status: e.status };
     }
     throw new Error("an unknown model was served");

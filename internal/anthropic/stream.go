@@ -401,11 +401,11 @@ func (s *Stream) end(dst []byte) []byte {
 // status is the HTTP status the failure would have had. Nothing follows it.
 func (s *Stream) Fail(dst []byte, status int, msg string) []byte {
 	s.done = true
-	return event(dst, "error", errorEvent{Type: "error", Error: errorPayload{Type: errorType(status), Message: msg}})
+	return event(dst, "error", errorEvent{Type: "error", Error: errorPayload{Type: ErrorType(status), Message: msg}})
 }
 
-// errorType is Anthropic's error type for an HTTP status.
-func errorType(status int) string {
+// ErrorType is Anthropic's error type for an HTTP status.
+func ErrorType(status int) string {
 	switch status {
 	case http.StatusUnauthorized:
 		return "authentication_error"

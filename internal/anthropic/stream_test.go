@@ -276,8 +276,8 @@ func TestErrorType(t *testing.T) {
 		{500, "api_error"}, {502, "api_error"}, {507, "api_error"}, {503, "overloaded_error"}, {529, "overloaded_error"},
 		{504, "timeout_error"}, {0, "api_error"}, {200, "api_error"},
 	} {
-		if got := errorType(tt.status); got != tt.want {
-			t.Errorf("errorType(%d) = %s, want %s", tt.status, got, tt.want)
+		if got := ErrorType(tt.status); got != tt.want {
+			t.Errorf("ErrorType(%d) = %s, want %s", tt.status, got, tt.want)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/valyala/fasthttp"
 
+	"github.com/svc-dev/svc/internal/anthropic"
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/jsontext"
 )
@@ -40,7 +42,10 @@ func asAPIError(err error, requestID string) *api.Error {
 // writeError answers a call with err, in the form its route calls for.
 func (s *Server) writeError(c *call, err error) {
 	f := formCompatible
-	if c.route != nil && !c.route.compatible {
+	switch {
+	case c.route != nil && c.route.anthropic:
+		f = formAnthropic
+	case c.route != nil && !c.route.compatible:
 		f = formPlain
 	}
 	ae := s.toAPIError(c, err)
@@ -168,6 +173,10 @@ const (
 	formLateModeration
 	// formStreamEvent is the data of a started stream's error event.
 	formStreamEvent
+	// formAnthropic is a response on the Messages API, in Anthropic's
+	// shape (type error, and error's type named as Anthropic names it for
+	// the status), which its SDKs and tools read; detail beside it.
+	formAnthropic
 )
 
 // renderError is the one writer of errors: what a client is told of ae in
@@ -178,7 +187,7 @@ func renderError(h *fasthttp.ResponseHeader, ae *api.Error, f errorForm) (status
 	status = ae.HTTPStatus()
 	retryAfter := int((ae.RetryAfter + time.Second - 1) / time.Second)
 	switch f {
-	case formPlain, formCompatible:
+	case formPlain, formCompatible, formAnthropic:
 		if ae.RetryAfter > 0 {
 			h.Set("Retry-After", strconv.Itoa(retryAfter))
 		}
@@ -190,6 +199,9 @@ func renderError(h *fasthttp.ResponseHeader, ae *api.Error, f errorForm) (status
 		}
 		if status == http.StatusUnauthorized {
 			h.Set("WWW-Authenticate", `Bearer realm="svc"`)
+		}
+		if f == formAnthropic {
+			return status, anthropicError(ae, status)
 		}
 		return status, responseJSON(ae, f == formCompatible)
 	case formLateModeration:
@@ -263,6 +275,36 @@ func responseJSON(ae *api.Error, compatible bool) []byte {
 		b = appendOptional(b, ae.Param)
 		b = append(b, '}')
 	}
+	return append(b, "}\n"...)
+}
+
+// anthropicError is the body of an error on the Messages API: Anthropic's
+// envelope, with the gateway's own code (or type, where it has no code),
+// field and failed fields beside its type and message, and detail.
+func anthropicError(ae *api.Error, status int) []byte {
+	b := make([]byte, 0, 128+2*len(ae.Message)+len(ae.Code)+len(ae.Param))
+	b = append(b, `{"type":"error","error":{"type":`...)
+	b = jsontext.AppendStringNoHTML(b, anthropic.ErrorType(status))
+	b = append(b, `,"message":`...)
+	b = jsontext.AppendStringNoHTML(b, ae.Message)
+	b = append(b, `,"code":`...)
+	b = jsontext.AppendStringNoHTML(b, cmp.Or(ae.Code, ae.ErrorType()))
+	param := ae.Param
+	if param == "" && len(ae.Fields) > 0 {
+		param = ae.Fields[0].Field
+	}
+	if param != "" {
+		b = append(b, `,"param":`...)
+		b = jsontext.AppendStringNoHTML(b, param)
+	}
+	b = append(b, '}')
+	if len(ae.Fields) > 0 {
+		if fields, err := json.Marshal(ae.Fields); err == nil {
+			b = append(append(b, `,"errors":`...), fields...)
+		}
+	}
+	b = append(b, `,"detail":`...)
+	b = jsontext.AppendStringNoHTML(b, ae.Message)
 	return append(b, "}\n"...)
 }
 

@@ -127,6 +127,56 @@ func TestWriteErrorHeaders(t *testing.T) {
 	}
 }
 
+// The Messages API's errors are in Anthropic's envelope, error types as
+// Anthropic names them for the status, with the gateway's code, failed
+// fields and headers kept.
+func TestAnthropicErrors(t *testing.T) {
+	s := &Server{log: slog.New(slog.DiscardHandler)}
+	tests := []struct {
+		err     error
+		status  int
+		typ     string
+		code    string
+		headers map[string]string
+	}{
+		{api.Invalid(api.FieldError{Field: "messages.0.content.0.type", Type: api.FieldEnum, Message: "one of text, image"}), 422, "invalid_request_error", "invalid_request_error", nil},
+		{api.BadRequest("Malformed JSON"), 400, "invalid_request_error", "invalid_request_error", nil},
+		{&api.Error{Kind: api.KindNotFound, Code: api.CodeModelNotFound, Message: "no such model"}, 404, "not_found_error", "model_not_found", nil},
+		{&api.Error{Kind: api.KindCapacity, Code: api.CodeCapacityExceeded, RetryAfter: time.Second, QueueDepth: 2, Message: "busy"}, 429, "rate_limit_error", "capacity_exceeded",
+			map[string]string{"Retry-After": "1", "X-Svc-Queue-Depth": "2"}},
+		{&api.Error{Kind: api.KindUnavailable, Code: api.CodeNoWorkerOnline, RetryAfter: 5 * time.Second, Message: "no worker"}, 503, "overloaded_error", "no_worker_online",
+			map[string]string{"Retry-After": "5"}},
+		{&api.Error{Kind: api.KindInternal, Message: "boom"}, 500, "api_error", "server_error", nil},
+	}
+	for _, tt := range tests {
+		var ctx fasthttp.RequestCtx
+		s.writeError(&call{ctx: &ctx, route: &route{compatible: true, anthropic: true}}, tt.err)
+		var body struct {
+			Type  string `json:"type"`
+			Error struct {
+				Type, Message, Code, Param string
+			} `json:"error"`
+			Errors []api.FieldError `json:"errors"`
+			Detail string           `json:"detail"`
+		}
+		if err := json.Unmarshal(ctx.Response.Body(), &body); err != nil {
+			t.Fatalf("%v: %s", err, ctx.Response.Body())
+		}
+		if ctx.Response.StatusCode() != tt.status || body.Type != "error" || body.Error.Type != tt.typ || body.Error.Code != tt.code ||
+			body.Error.Message == "" || body.Detail != body.Error.Message {
+			t.Errorf("%v: %d %s", tt.err, ctx.Response.StatusCode(), ctx.Response.Body())
+		}
+		if tt.status == 422 && (len(body.Errors) != 1 || body.Error.Param != "messages.0.content.0.type") {
+			t.Errorf("validation: %s", ctx.Response.Body())
+		}
+		for k, v := range tt.headers {
+			if got := string(ctx.Response.Header.Peek(k)); got != v {
+				t.Errorf("%v: %s = %q, want %q", tt.err, k, got, v)
+			}
+		}
+	}
+}
+
 // A failure after a reply started is part of its body: the status and
 // headers it would have had ride in the error object.
 func TestInReplyErrorForms(t *testing.T) {

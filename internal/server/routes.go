@@ -29,6 +29,9 @@ type route struct {
 	perm   auth.Permission
 	// compatible endpoints answer errors with the error envelope beside detail.
 	compatible bool
+	// anthropic endpoints (the Messages API) answer errors in Anthropic's
+	// envelope instead.
+	anthropic bool
 	// e2e endpoints carry content an organisation may require to be encrypted.
 	e2e bool
 	// codeHeader endpoints send every error's code in X-Svc-Error-Code
@@ -57,7 +60,7 @@ func (s *Server) routes() []*route {
 	inference := []*route{
 		{method: "POST", path: "/chat/completions", e2e: true, kind: api.KindChat, handle: s.admitted(api.KindChat, true, nil, s.chatCompletions)},
 		{method: "POST", path: "/completions", e2e: true, kind: api.KindCompletion, handle: s.admitted(api.KindCompletion, true, nil, s.textCompletions)},
-		{method: "POST", path: "/messages", e2e: true, kind: api.KindChat, handle: s.admitted(api.KindChat, false, nil, s.messages)},
+		{method: "POST", path: "/messages", e2e: true, anthropic: true, kind: api.KindChat, handle: s.admitted(api.KindChat, false, nil, s.messages)},
 		{method: "POST", path: "/responses", e2e: true, kind: api.KindChat, handle: s.admitted(api.KindChat, false, nil, s.responsesAPI)},
 		{method: "POST", path: "/embeddings", e2e: true, kind: api.KindEmbeddings, handle: s.admitted(api.KindEmbeddings, false, nil, s.embeddings)},
 		{method: "POST", path: "/rerank", e2e: true, kind: api.KindRerank, handle: s.admitted(api.KindRerank, false, nil, s.rerank)},
