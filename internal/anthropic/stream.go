@@ -42,6 +42,10 @@ type Stream struct {
 	tool  *toolCall
 	// toolBlocks holds the chat tool-call indexes already given a block.
 	toolBlocks map[int]bool
+	// waiting are the calls that began while another call's block was
+	// open, which more of that call may still follow: a block cannot be
+	// reopened once closed, so theirs come whole after it, at the end.
+	waiting []*toolCall
 
 	finish  string
 	matched string
@@ -223,8 +227,8 @@ func (s *Stream) choice(dst []byte, choice jsonraw.Members) []byte {
 	if f := stringField(choice["finish_reason"]); f != "" {
 		s.finish = f
 		s.matched = matchedStop(choice)
-		// Nothing more is coming for the open block.
-		dst = s.close(dst)
+		// Nothing more is coming for the open block, or any call.
+		dst = s.closeAll(dst)
 	}
 	return dst
 }
@@ -254,34 +258,74 @@ func (s *Stream) toolDelta(dst []byte, tc jsonraw.Members, pos int) []byte {
 	}
 	fn, _ := jsonraw.DecodeObject(tc["function"])
 	if s.open != blockTool || s.tool.chatIndex != idx {
+		if w := s.waitingCall(idx); w != nil {
+			w.take(tc, fn)
+			return dst
+		}
 		if s.toolBlocks[idx] {
-			// More of a call whose block was closed when another began:
-			// a block cannot be reopened, and splitting the call would
-			// hand the client two halves of one input. Engines stream
-			// calls one after another, so this does not happen in
-			// practice.
+			// More of a call whose block was closed when text or
+			// thinking began: a block cannot be reopened, and splitting
+			// the call would hand the client two halves of one input.
+			return dst
+		}
+		s.toolBlocks[idx] = true
+		if s.open == blockTool {
+			// Engines may interleave the deltas of several calls; the
+			// open one may get more, so this one waits.
+			w := &toolCall{chatIndex: idx}
+			w.take(tc, fn)
+			s.waiting = append(s.waiting, w)
 			return dst
 		}
 		dst = s.close(dst)
 		s.open = blockTool
 		s.tool = &toolCall{chatIndex: idx}
-		s.toolBlocks[idx] = true
 	}
 	t := s.tool
-	if !t.started {
-		if id := stringField(tc["id"]); id != "" {
-			t.id = id
-		}
-		t.name += stringField(fn["name"])
-	}
-	args := argumentsText(fn["arguments"])
+	args := t.take(tc, fn)
 	if t.started {
 		return s.argsDelta(dst, args)
 	}
-	t.held = append(t.held, args...)
 	if t.name != "" {
 		dst = s.startTool(dst)
 	}
+	return dst
+}
+
+// take records a delta of t before its block starts (its id and name
+// come first, its arguments are held), and returns the delta's arguments,
+// which once the block started are the caller's to send.
+func (t *toolCall) take(tc, fn jsonraw.Members) string {
+	args := argumentsText(fn["arguments"])
+	if t.started {
+		return args
+	}
+	if id := stringField(tc["id"]); id != "" {
+		t.id = id
+	}
+	t.name += stringField(fn["name"])
+	t.held = append(t.held, args...)
+	return args
+}
+
+func (s *Stream) waitingCall(idx int) *toolCall {
+	for _, w := range s.waiting {
+		if w.chatIndex == idx {
+			return w
+		}
+	}
+	return nil
+}
+
+// closeAll closes the open block, then gives each waiting call its block,
+// whole: nothing more comes for any of them.
+func (s *Stream) closeAll(dst []byte) []byte {
+	dst = s.close(dst)
+	for _, w := range s.waiting {
+		s.open, s.tool = blockTool, w
+		dst = s.close(dst)
+	}
+	s.waiting = nil
 	return dst
 }
 
@@ -380,7 +424,7 @@ func (s *Stream) svcJSON() json.RawMessage {
 // the stop reason, usage and svc, and message_stop.
 func (s *Stream) end(dst []byte) []byte {
 	dst = s.start(dst)
-	dst = s.close(dst)
+	dst = s.closeAll(dst)
 	var md messageDelta
 	md.Type = "message_delta"
 	md.Delta.StopReason, md.Delta.StopSequence = stopReason(s.finish, s.matched, len(s.toolBlocks) > 0)
