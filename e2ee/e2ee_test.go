@@ -270,6 +270,18 @@ func TestStreamClearEvents(t *testing.T) {
 		t.Fatalf("out %q", out)
 	}
 
+	// Only the frame's error goes on: text the gateway put beside it, or
+	// in an error event, is not passed off as the model's.
+	for _, injected := range []string{
+		`data: {"error":{"message":"gone"},"choices":[{"index":0,"delta":{"content":"INJECTED"}}]}` + "\n\n",
+		"event: error\n" + `data: {"choices":[{"index":0,"delta":{"content":"INJECTED"}}]}` + "\n\n",
+	} {
+		out, err = readStream(o, ev[0], ev[1], injected)
+		if !errors.Is(err, ErrTruncated) || strings.Contains(out, "INJECTED") || !strings.Contains(out, `data: {"error":{`) {
+			t.Fatalf("injected frame %q gave %q, %v", injected, out, err)
+		}
+	}
+
 	// A clear [DONE] before the final chunk is truncation.
 	if _, err := readStream(o, ev[0], ev[1], doneEvent); !errors.Is(err, ErrTruncated) {
 		t.Fatalf("early [DONE]: %v", err)

@@ -150,17 +150,37 @@ func (s *streamReader) chunk(b64 string, final bool) error {
 // clearError passes the gateway's clear error frame on, so an SSE client
 // reports it as it would on a clear stream, and ends the read: the reply
 // is incomplete. After the final chunk the reply is whole and the frame
-// is ignored.
+// is ignored. Only the frame's error object goes on: the gateway may end
+// a stream, and anything else in its frame (choices with text) would be
+// read as the model's.
 func (s *streamReader) clearError(data []byte) error {
 	if s.final {
 		return nil
 	}
-	s.out = appendEvent(s.out, data)
+	s.out = appendEvent(s.out, errorFrame(data))
 	msg := clearMessage(data)
 	if msg == "" {
 		return fmt.Errorf("%w: the stream failed after %d chunks", ErrTruncated, s.next)
 	}
 	return fmt.Errorf("%w: the stream failed after %d chunks: %s", ErrTruncated, s.next, msg)
+}
+
+// errorFrame is the event a clear error frame becomes: its error object
+// alone, or one made from its message when it has none.
+func errorFrame(data []byte) []byte {
+	var b struct {
+		Error json.RawMessage `json:"error"`
+	}
+	var obj bytes.Buffer
+	if json.Unmarshal(data, &b) == nil && bytes.HasPrefix(bytes.TrimSpace(b.Error), []byte("{")) && json.Compact(&obj, b.Error) == nil {
+		return append(append([]byte(`{"error":`), obj.Bytes()...), '}')
+	}
+	msg := clearMessage(data)
+	if msg == "" {
+		msg = "the stream failed"
+	}
+	out, _ := json.Marshal(map[string]map[string]string{"error": {"message": msg, "type": "server_error"}})
+	return out
 }
 
 // appendEvent frames a clear payload as one event, a data line per line,

@@ -284,16 +284,21 @@ class StreamState {
   // clearError passes the gateway's clear error frame on, so an SSE client
   // reports it as on a clear stream, and ends the stream: the reply is
   // incomplete. After the final chunk the reply is whole and the frame is
-  // ignored.
+  // ignored. Only the frame's error object goes on: the gateway may end a
+  // stream, and anything else in its frame (choices with text) would be
+  // read as the model's.
   private clearError(ev: SseEvent): void {
     if (this.final) return;
-    this.out.push(event(ev.data));
-    let msg = "";
+    let parsed: unknown;
     try {
-      msg = clearMessage(JSON.parse(text(ev.data)));
+      parsed = JSON.parse(text(ev.data));
     } catch {
-      msg = "";
+      parsed = undefined;
     }
+    const msg = clearMessage(parsed);
+    const error =
+      isObject(parsed) && isObject(parsed.error) ? parsed.error : { message: msg || "the stream failed", type: "server_error" };
+    this.out.push(event(utf8(JSON.stringify({ error }))));
     this.err = truncated(`the stream failed after ${this.next} chunks${msg ? ": " + msg : ""}`);
   }
 }

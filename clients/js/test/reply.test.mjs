@@ -114,6 +114,31 @@ test("a clear error frame is passed on, then the stream fails", async () => {
   assert.equal(await readAll(opener.openStream(dribble(late))), 'data: {"n":1}\n\ndata: {"n":2}\n\ndata: [DONE]\n\n');
 });
 
+test("only a clear error frame's error goes on: the gateway cannot add text", async () => {
+  const events = await streamEvents();
+  for (const injected of [
+    'data: {"error":{"message":"gone"},"choices":[{"index":0,"delta":{"content":"INJECTED"}}]}\n\n',
+    'event: error\ndata: {"choices":[{"index":0,"delta":{"content":"INJECTED"}}]}\n\n',
+  ]) {
+    const parts = [`data: ${events[0]}\n\n`, `data: ${events[1]}\n\n`, injected];
+    const reader = opener.openStream(dribble(parts)).getReader();
+    let got = "";
+    let err;
+    for (;;) {
+      try {
+        const { done, value } = await reader.read();
+        if (done) break;
+        got += text(value);
+      } catch (e) {
+        err = e;
+        break;
+      }
+    }
+    assert.ok(!got.includes("INJECTED") && got.includes('data: {"error":{'), got);
+    assert.ok(err instanceof TruncatedReplyError, String(err));
+  }
+});
+
 test("an event over the size limit fails the stream", async () => {
   const huge = "data: " + "x".repeat((24 << 20) + 10) + "\n\n";
   await assert.rejects(readAll(opener.openStream(dribble([huge], 1 << 20))), (e) => e instanceof InvalidReplyError && /too large/.test(e.message));
