@@ -241,6 +241,12 @@ func runWorker(ctx context.Context, f *Factory, opts *WorkerOptions) error {
 			return fmt.Errorf("private inference key: %w", err)
 		}
 	}
+	if cfg.E2E != nil {
+		// What clients pin a worker's key by, so as not to trust the
+		// gateway's key directory.
+		pub := cfg.E2E.Public()
+		log.Info("private inference on", "key_id", pub.KeyID, "fingerprint", e2ee.Fingerprint(pub.PublicKey))
+	}
 	if opts.WebTools {
 		if cfg.Web, err = webLoop(opts); err != nil {
 			return usageError(err)

@@ -70,6 +70,16 @@ func TestPrivateInference(t *testing.T) {
 	if svc := svcOf(t, resp.RawJSON()); svc["worker"] == nil {
 		t.Errorf("no worker beside the sealed reply: %s", resp.RawJSON())
 	}
+	// The worker logs its key's fingerprint, which clients pin keys by.
+	var dir struct {
+		Keys []e2ee.PublicKeyInfo `json:"keys"`
+	}
+	if err := json.Unmarshal(s.do("GET", "/api/v1/e2e/keys", "", bearer(key)).Body, &dir); err != nil || len(dir.Keys) != 1 {
+		t.Fatalf("key directory %+v: %v", dir, err)
+	}
+	if fp := e2ee.Fingerprint(dir.Keys[0].PublicKey); !strings.Contains(w.Log().String(), fp) {
+		t.Errorf("the worker's log does not name its key's fingerprint %s", fp)
+	}
 
 	stream := client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{
 		Model:    "sim-chat",

@@ -190,6 +190,21 @@ export function privateInferenceError(err: unknown): PrivateInferenceError | und
 }
 
 /**
+ * e2eeError finds this package's error in what a client threw: the OpenAI
+ * SDK wraps an error its fetch threw (NoKeyError, InvalidReplyError...) in
+ * its APIConnectionError, as cause. Any E2EEError is returned, the
+ * private inference errors of responses included; undefined for others.
+ */
+export function e2eeError(err: unknown): E2EEError | undefined {
+  for (let e = err, depth = 0; isObject(e) || e instanceof Error; depth++) {
+    if (e instanceof E2EEError) return e;
+    if (depth > 4) break;
+    e = (e as Record<string, unknown>).cause;
+  }
+  return privateInferenceError(err);
+}
+
+/**
  * readPrivateInferenceError reads a fetch response and returns the
  * matching private inference error, or undefined. It reads a clone, so the
  * response's body stays readable.

@@ -22,6 +22,7 @@ export {
   PrivateInferenceError,
   TruncatedReplyError,
   UnsealableRequestError,
+  e2eeError,
   privateInferenceError,
   readPrivateInferenceError,
 } from "./errors.js";
