@@ -18,6 +18,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/sync/singleflight"
 )
 
 // KeySource fetches an organisation's published keys. gateway is the
@@ -144,6 +146,9 @@ type Transport struct {
 
 	mu    sync.Mutex
 	cache map[[32]byte]cachedKeys
+	// loads is the directory fetch under way for a cache entry, which
+	// every request that needs it waits for rather than fetching again.
+	loads singleflight.Group
 }
 
 type cachedKeys struct {
@@ -157,6 +162,9 @@ const (
 	keyTTL = 5 * time.Minute
 	// maxCached bounds the cache for a process sealing for many keys.
 	maxCached = 1024
+	// directoryTimeout bounds a fetch of the key directory, which several
+	// requests may be waiting for: it is not ended by one of them leaving.
+	directoryTimeout = 30 * time.Second
 	// errorCodeHeader and noWorkerCode mark a request sealed to a key no
 	// connected worker holds.
 	errorCodeHeader = "X-Svc-Error-Code"
@@ -184,7 +192,7 @@ func sealedRoute(req *http.Request) (*url.URL, bool) {
 	if mediaType(req.Header) == ContentType {
 		return nil, false // sealed already
 	}
-	p := strings.TrimSuffix(req.URL.Path, "/")
+	p := routePath(req.URL)
 	// The /api/v1 forms come first so the gateway's base is cut at the
 	// right place.
 	for _, s := range [...]string{"/api/v1/chat/completions", "/api/v1/embeddings", "/api/v1/rerank", "/api/v1/images/generations",
@@ -199,6 +207,18 @@ func sealedRoute(req *http.Request) (*url.URL, bool) {
 	return nil, false
 }
 
+// routePath is the path the gateway routes u by: decoded (url.URL's Path
+// is), runs of slashes made one, as the gateway reads a path, so that
+// /v1//chat/completions is sealed as the chat completion the gateway
+// serves it as; and no trailing slash.
+func routePath(u *url.URL) string {
+	p := u.Path
+	for strings.Contains(p, "//") {
+		p = strings.ReplaceAll(p, "//", "/")
+	}
+	return strings.TrimSuffix(p, "/")
+}
+
 // RoundTrip implements http.RoundTripper.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	gateway, ok := sealedRoute(req)
@@ -211,7 +231,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	ctype := "application/json"
 	var f bodyFields
-	switch path := strings.TrimSuffix(req.URL.Path, "/"); {
+	switch path := routePath(req.URL); {
 	case strings.HasSuffix(path, "/audio/transcriptions"):
 		// An upload is sealed with its Content-Type on a line before it,
 		// for its multipart boundary; the reply opens to the format asked.
@@ -485,22 +505,35 @@ func (t *Transport) cachedKeys(ctx context.Context, gateway *url.URL, header htt
 	if ok && !refresh && time.Since(e.fetched) < keyTTL {
 		return e.keys, false, nil
 	}
-	all, err := t.keys.Keys(ctx, gateway, header)
-	if err != nil {
-		return nil, false, err
-	}
-	// Entries this client cannot use (another version or suite, a key id
-	// that does not match its key) are dropped, not fatal: a directory
-	// may list keys for newer clients.
-	keys = slices.DeleteFunc(slices.Clone(all), func(k PublicKeyInfo) bool {
-		_, err := k.publicKey()
-		return err != nil
+	load := t.loads.DoChan(string(id[:]), func() (any, error) {
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), directoryTimeout)
+		defer cancel()
+		all, err := t.keys.Keys(lctx, gateway, header)
+		if err != nil {
+			return nil, err
+		}
+		// Entries this client cannot use (another version or suite, a key
+		// id that does not match its key) are dropped, not fatal: a
+		// directory may list keys for newer clients.
+		keys := slices.DeleteFunc(slices.Clone(all), func(k PublicKeyInfo) bool {
+			_, err := k.publicKey()
+			return err != nil
+		})
+		t.mu.Lock()
+		if len(t.cache) >= maxCached {
+			clear(t.cache)
+		}
+		t.cache[id] = cachedKeys{keys: keys, fetched: time.Now()}
+		t.mu.Unlock()
+		return keys, nil
 	})
-	t.mu.Lock()
-	if len(t.cache) >= maxCached {
-		clear(t.cache)
+	select {
+	case r := <-load:
+		if r.Err != nil {
+			return nil, false, r.Err
+		}
+		return r.Val.([]PublicKeyInfo), true, nil
+	case <-ctx.Done():
+		return nil, false, ctx.Err()
 	}
-	t.cache[id] = cachedKeys{keys: keys, fetched: time.Now()}
-	t.mu.Unlock()
-	return keys, true, nil
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"net/http/httptest"
 	"strconv"
 	"strings"
@@ -419,5 +420,56 @@ func TestTransportRefusesUnsealable(t *testing.T) {
 			resp.Body.Close()
 			t.Fatalf("sent %q", body)
 		}
+	}
+}
+
+// A path the gateway routes as inference is sealed however it is written:
+// the gateway decodes it and makes runs of slashes one, so a request the
+// transport took for another route would go out in the clear.
+func TestSealedRouteAsTheGatewayRoutes(t *testing.T) {
+	for path, want := range map[string]string{
+		"/v1/chat/completions":         "",
+		"/v1//chat/completions":        "",
+		"//api/v1/embeddings/":         "",
+		"/gw/v1/%63hat/completions":    "/gw",
+		"/gw//api//v1//audio/speech":   "/gw",
+		"/v1/models":                   "-",
+		"/v1/chat/completions/extra":   "-",
+		"/v1/chat%2Fcompletions":       "",
+		"/api/v1/images//generations/": "",
+		"/api/v1/rerank?x=1":           "",
+		"/v1/audio/transcriptions///":  "",
+	} {
+		u, err := url.Parse("http://gw.test" + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := &http.Request{Method: http.MethodPost, URL: u, Header: http.Header{"Content-Type": {"application/json"}}}
+		base, ok := sealedRoute(req)
+		switch {
+		case want == "-" && ok:
+			t.Errorf("%s sealed", path)
+		case want != "-" && (!ok || base.Path != want):
+			t.Errorf("%s: sealed %v, base %v, want %q", path, ok, base, want)
+		}
+	}
+}
+
+// Requests that need the same keys at once share one directory fetch.
+func TestTransportSharesADirectoryFetch(t *testing.T) {
+	g, srv := newFakeGateway(t, testKey(t, 1))
+	client := newClient(srv, "/v1")
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for i := range 16 {
+		wg.Go(func() {
+			if _, err := client.Chat.Completions.New(ctx, chatParams("chat-model", fmt.Sprint("n", i))); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if fetches, requests := g.counts(); fetches != 1 || requests != 16 {
+		t.Fatalf("%d directory fetches for %d requests", fetches, requests)
 	}
 }

@@ -50,6 +50,27 @@ const ROUTES = ["/api/v1/chat/completions", "/api/v1/embeddings", "/api/v1/reran
 const KEY_TTL = 5 * 60 * 1000;
 /** Bounds the cache for a process sealing for many gateways or credentials. */
 const MAX_CACHED = 1024;
+/** Bounds a fetch of the key directory, which several requests may be waiting for. */
+const DIRECTORY_TIMEOUT = 30 * 1000;
+
+/** abortable waits for p, or rejects with signal's reason once it aborts. */
+function abortable<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal.aborted) return Promise.reject(signal.reason);
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason);
+    signal.addEventListener("abort", onAbort, { once: true });
+    p.then(
+      (v) => {
+        signal.removeEventListener("abort", onAbort);
+        resolve(v);
+      },
+      (err: unknown) => {
+        signal.removeEventListener("abort", onAbort);
+        reject(err);
+      },
+    );
+  });
+}
 
 function mediaType(h: Headers): string {
   return (h.get("content-type") ?? "").split(";")[0]!.trim().toLowerCase();
@@ -62,7 +83,7 @@ function mediaType(h: Headers): string {
  */
 function sealedRoute(method: string, url: URL, headers: Headers): URL | undefined {
   if (method.toUpperCase() !== "POST" || mediaType(headers) === CONTENT_TYPE) return undefined;
-  const path = url.pathname.replace(/\/$/, "");
+  const path = routePath(url);
   for (const route of ROUTES) {
     if (path.endsWith(route)) {
       const base = new URL(url.href);
@@ -73,6 +94,23 @@ function sealedRoute(method: string, url: URL, headers: Headers): URL | undefine
     }
   }
   return undefined;
+}
+
+/**
+ * routePath is the path the gateway routes url by: percent-encoded bytes
+ * decoded and runs of slashes made one, as the gateway reads a path, so
+ * that /v1//chat/completions or /v1/%63hat/completions is sealed as the
+ * chat completion the gateway serves it as; and no trailing slash. A path
+ * that does not decode is kept as it is.
+ */
+function routePath(url: URL): string {
+  let path = url.pathname;
+  try {
+    path = decodeURIComponent(path);
+  } catch {
+    // A stray %: the gateway cannot route it either.
+  }
+  return path.replace(/\/{2,}/g, "/").replace(/\/$/, "");
 }
 
 /** transcriptType is the Content-Type a transcript in format has, as the gateway answers it in the clear. */
@@ -181,6 +219,9 @@ export function createPrivateFetch(options: PrivateFetchOptions = {}): PrivateFe
   const pins = options.pin?.map((p) => p.toLowerCase());
   const ttl = options.keyTTL ?? KEY_TTL;
   const cache = new Map<string, Cached>();
+  // loading holds the directory fetch under way for a cache entry, which
+  // every request that needs it then waits for rather than fetching again.
+  const loading = new Map<string, Promise<PublicKeyInfo[] | DirectoryRefusal>>();
 
   // cachedKeys returns the keys for a gateway and credential, fetching them
   // when refresh is set or the cache is stale; fresh reports a fetch.
@@ -190,14 +231,34 @@ export function createPrivateFetch(options: PrivateFetchOptions = {}): PrivateFe
     const id = hex(await sha256(utf8(JSON.stringify([p.base.href, p.headers.get("authorization"), p.headers.get("x-api-key")]))));
     const e = cache.get(id);
     if (e && !refresh && Date.now() - e.fetched < ttl) return { keys: e.keys, fresh: false };
-    const all = await fetchKeys(base, p.base, p.headers);
+    let pending = loading.get(id);
+    if (!pending) {
+      pending = load(id, p);
+      loading.set(id, pending);
+      const done = pending;
+      const forget = () => {
+        if (loading.get(id) === done) loading.delete(id);
+      };
+      done.then(forget, forget);
+    }
+    const got = await abortable(pending, p.signal);
+    return got instanceof DirectoryRefusal ? got : { keys: got, fresh: true };
+  }
+
+  // load fetches the directory for a cache entry and caches its usable
+  // keys. It is shared by the requests waiting for it, so it is bounded by
+  // time rather than by one of their signals; each of them can still give
+  // up on it (cachedKeys).
+  async function load(id: string, p: Prepared): Promise<PublicKeyInfo[] | DirectoryRefusal> {
+    const init: RequestInit = { ...p.init, signal: AbortSignal.timeout(DIRECTORY_TIMEOUT) };
+    const all = await fetchKeys(base, p.base, p.headers, init);
     if (all instanceof DirectoryRefusal) return all;
     // Entries this client cannot use are dropped, not fatal: a directory
     // may list keys for newer clients.
     const keys = await usableKeys(all, pins);
     if (cache.size >= MAX_CACHED) cache.clear();
     cache.set(id, { keys, fetched: Date.now() });
-    return { keys, fresh: true };
+    return keys;
   }
 
   // pick chooses a key for the model. The key decides the worker, so among
@@ -312,7 +373,7 @@ export function createPrivateFetch(options: PrivateFetchOptions = {}): PrivateFe
     if (body.length === 0) throw new UnsealableRequestError("e2ee: the request has no body to seal");
     const p: Prepared = { base: gateway, url: req.url, headers: req.headers, init, signal: req.signal, body,
       model: "", stream: false, replyType: "application/json" };
-    const path = url.pathname.replace(/\/$/, "");
+    const path = routePath(url);
     if (path.endsWith("/audio/transcriptions")) {
       // An upload is sealed with its Content-Type on a line before it, for
       // its multipart boundary; the reply opens to the format asked.

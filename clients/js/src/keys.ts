@@ -101,16 +101,27 @@ export async function readLimited(body: ReadableStream<Uint8Array> | null, max: 
 
 /**
  * fetchKeys asks the directory of the gateway at base (the URL before
- * /v1 or /api/v1) with the credentials in headers.
+ * /v1 or /api/v1) with the credentials in headers. init is the inference
+ * request's own: what it says of how to fetch (a signal, a proxy's
+ * dispatcher, credentials mode...) holds for the directory too; its
+ * method, headers and body do not.
  */
-export async function fetchKeys(fetchFn: FetchLike, base: URL, headers: Headers): Promise<PublicKeyInfo[] | DirectoryRefusal> {
+export async function fetchKeys(
+  fetchFn: FetchLike,
+  base: URL,
+  headers: Headers,
+  init?: RequestInit,
+): Promise<PublicKeyInfo[] | DirectoryRefusal> {
   const h = new Headers({ Accept: "application/json" });
   for (const name of ["authorization", "x-api-key", "user-agent"]) {
     const v = headers.get(name);
     if (v !== null) h.set(name, v);
   }
   const url = new URL(base.href.replace(/\/*$/, "/") + "api/v1/e2e/keys");
-  const resp = await fetchFn(url, { method: "GET", headers: h });
+  const opts: RequestInit & { duplex?: string } = { ...init, method: "GET", headers: h };
+  delete opts.body;
+  delete opts.duplex;
+  const resp = await fetchFn(url, opts);
   const body = await readLimited(resp.body, MAX_DIRECTORY);
   if (!resp.ok) {
     // A refusal is passed on whole; one too large to be an error body is

@@ -158,6 +158,45 @@ test("keys are cached, refetched for an unlisted model, and after a worker leave
   assert.equal((await r3.json()).detail.error.type, "service_unavailable", "the body is still readable");
 });
 
+test("a request gives up on a hung key directory when it is aborted, and passes its fetch options", async () => {
+  const { g, f } = await setup();
+  g.keysHang = true;
+  const ac = new AbortController();
+  const pending = f("http://gw.test/v1/chat/completions", { ...post(chat("hi")), signal: ac.signal, dispatcher: "proxy" });
+  setTimeout(() => ac.abort(), 20);
+  await assert.rejects(pending, (e) => e.name === "AbortError", "the abort did not end the request");
+  assert.equal(g.keyInits.length, 1);
+  assert.equal(g.keyInits[0].dispatcher, "proxy", "the directory fetch lost the request's options");
+  assert.equal(g.keyInits[0].method, "GET");
+  assert.equal(g.keyInits[0].body, undefined);
+  assert.equal(g.requests, 0);
+});
+
+test("e2eeError finds the package's error where an SDK wrapped it", async () => {
+  const { e2eeError, NoKeyError, PlanRequiredError } = await import("../dist/index.js");
+  const inner = new NoKeyError("m");
+  const wrapped = Object.assign(new Error("Connection error."), { cause: inner });
+  assert.equal(e2eeError(wrapped), inner);
+  assert.ok(e2eeError({ status: 403, headers: {}, error: { detail: { error: { type: "plan_required", message: "pro" } } } }) instanceof PlanRequiredError);
+  assert.equal(e2eeError(new Error("other")), undefined);
+});
+
+test("requests waiting for the same keys share one directory fetch", async () => {
+  const { g, f } = await setup();
+  const replies = await Promise.all(Array.from({ length: 20 }, (_, i) => f("http://gw.test/v1/chat/completions", post(chat(`n${i}`)))));
+  for (const r of replies) assert.equal(r.status, 200);
+  assert.equal(g.fetches, 1);
+});
+
+test("a path the gateway routes as inference is sealed however it is written", async () => {
+  const { g, f } = await setup();
+  for (const path of ["/v1//chat/completions", "/v1/%63hat/completions", "//api/v1/chat/completions/", "/api//v1/chat%2Fcompletions"]) {
+    const r = await f("http://gw.test" + path, post(chat("hidden")));
+    assert.equal(r.status, 200, path);
+    assert.ok(!g.seen.at(-1).includes("hidden"), `${path} went out in the clear`);
+  }
+});
+
 test("the cache is per credential and expires", async () => {
   const w = await workerKey();
   const g = new FakeGateway(w);

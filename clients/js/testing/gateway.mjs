@@ -110,6 +110,9 @@ export class FakeGateway {
     this.keysBody = undefined;
     this.misbehave = "";
     this.requireE2E = false;
+    // keysHang holds every directory request until its signal aborts.
+    this.keysHang = false;
+    this.keyInits = []; // the init of every directory request
     this.seen = []; // every request body the gateway received
     for (const w of workers) this.connect(w);
     this.fetch = this.fetch.bind(this);
@@ -135,6 +138,13 @@ export class FakeGateway {
     const path = url.pathname.replace(/^\/gw/, "").replace(/^\/api/, "");
     if (req.method === "GET" && path === "/v1/e2e/keys") {
       this.fetches++;
+      this.keyInits.push(init);
+      if (this.keysHang) {
+        await new Promise((_, reject) => {
+          if (init.signal?.aborted) reject(init.signal.reason);
+          init.signal?.addEventListener("abort", () => reject(init.signal.reason), { once: true });
+        });
+      }
       if (this.keysStatus) return gatewayError(this.keysStatus, "plan_required", "private inference needs the Pro plan");
       if (this.keysBody !== undefined) return new Response(this.keysBody, { headers: { "content-type": "application/json" } });
       return Response.json({ keys: this.listed });
