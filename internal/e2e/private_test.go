@@ -87,15 +87,23 @@ func TestPrivateInference(t *testing.T) {
 	})
 	var text strings.Builder
 	chunks := 0
+	var usage openai.CompletionUsage
 	for stream.Next() {
 		c := stream.Current()
 		for _, ch := range c.Choices {
 			text.WriteString(ch.Delta.Content)
 		}
+		if c.Usage.TotalTokens > 0 {
+			usage = c.Usage
+		}
 		chunks++
 	}
 	if err := stream.Err(); err != nil || chunks < 30 || text.Len() == 0 {
 		t.Fatalf("stream: %d chunks, %q, %v", chunks, text.String(), err)
+	}
+	// Usage is always in a stream: the worker seals a sealed stream's.
+	if usage.CompletionTokens != 30 || usage.PromptTokens == 0 || usage.TotalTokens != usage.PromptTokens+usage.CompletionTokens {
+		t.Fatalf("sealed stream usage %+v", usage)
 	}
 
 	emb, err := client.Embeddings.New(ctx, openai.EmbeddingNewParams{Model: "sim-embed",

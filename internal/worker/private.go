@@ -207,9 +207,15 @@ type sealingSink struct {
 	render  func([]byte) ([]byte, error)
 	started bool
 	body    []byte
+	// head is the first event's identity, which the usage chunk repeats.
+	head *chunkHead
 }
 
 func (s *sealingSink) Event(ctx context.Context, data []byte) error {
+	if s.head == nil {
+		s.head = &chunkHead{}
+		_ = json.Unmarshal(data, s.head)
+	}
 	if !s.started {
 		s.started = true
 		if err := s.out.Event(ctx, s.sealer.StartData()); err != nil {
@@ -225,8 +231,10 @@ func (s *sealingSink) Body(_ context.Context, data []byte) error {
 }
 
 // finish sends what closes the reply once the engine has succeeded: the
-// final chunk of a stream, or the sealed body.
-func (s *sealingSink) finish(ctx context.Context, stream bool) error {
+// final chunk of a stream, after a chunk with its usage (the gateway
+// writes a clear stream's, and cannot read a sealed one's), or the sealed
+// body.
+func (s *sealingSink) finish(ctx context.Context, stream bool, usage *api.Usage) error {
 	if !stream {
 		body := s.body
 		if s.render != nil {
@@ -243,5 +251,47 @@ func (s *sealingSink) finish(ctx context.Context, stream bool) error {
 			return err
 		}
 	}
+	if usage != nil {
+		head := chunkHead{}
+		if s.head != nil {
+			head = *s.head
+		}
+		chunk, err := json.Marshal(usageChunk{chunkHead: head, Object: "chat.completion.chunk", Choices: []struct{}{}, Usage: openAIUsage(usage)})
+		if err != nil {
+			return err
+		}
+		if err := s.out.Event(ctx, s.sealer.EventData(chunk)); err != nil {
+			return err
+		}
+	}
 	return s.out.Event(ctx, s.sealer.FinalData())
+}
+
+// usageChunk is the chunk of a stream that carries its usage, as the
+// gateway writes it for a clear stream.
+type usageChunk struct {
+	chunkHead
+	Object  string      `json:"object"`
+	Choices []struct{}  `json:"choices"`
+	Usage   usageObject `json:"usage"`
+}
+
+// usageObject is OpenAI's usage object.
+type usageObject struct {
+	PromptTokens            int            `json:"prompt_tokens"`
+	CompletionTokens        int            `json:"completion_tokens"`
+	TotalTokens             int            `json:"total_tokens"`
+	CompletionTokensDetails map[string]int `json:"completion_tokens_details,omitempty"`
+	PromptTokensDetails     map[string]int `json:"prompt_tokens_details,omitempty"`
+}
+
+func openAIUsage(u *api.Usage) usageObject {
+	o := usageObject{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.TotalTokens}
+	if u.ReasoningTokens != nil {
+		o.CompletionTokensDetails = map[string]int{"reasoning_tokens": *u.ReasoningTokens}
+	}
+	if u.CachedTokens != nil && *u.CachedTokens > 0 {
+		o.PromptTokensDetails = map[string]int{"cached_tokens": *u.CachedTokens}
+	}
+	return o
 }

@@ -149,7 +149,7 @@ func (a *Agent) run(ctx context.Context, st *link.Stream) (res *api.Result) {
 		res = engine.Failure(http.StatusInternalServerError, api.TypeServer, "the engine returned no result")
 	}
 	if sealing != nil && res.Status == http.StatusOK {
-		if err := sealing.finish(ctx, req.Stream); err != nil {
+		if err := sealing.finish(ctx, req.Stream, res.Usage); err != nil {
 			return engine.Cancelled()
 		}
 		if private.audioFormat != "" {
