@@ -327,6 +327,9 @@ func checkBody(body []byte, model string, stream bool) error {
 type bodyFields struct {
 	model  string
 	stream bool
+	// upload marks a transcription, whose envelope the gateway holds to
+	// its upload limit.
+	upload bool
 }
 
 // routingFields reads model and stream from a JSON object body. It is

@@ -241,6 +241,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		body = append([]byte(req.Header.Get("Content-Type")+"\n"), body...)
 		ctype = transcriptType(format)
+		f.upload = true
 	case strings.HasSuffix(path, "/audio/speech"):
 		ctype = "audio/wav"
 		fallthrough
@@ -337,6 +338,10 @@ func (t *Transport) send(req *http.Request, gateway *url.URL, body []byte, f bod
 	envelope, opener, err := SealRequest(key, f.model, f.stream, body)
 	if err != nil {
 		return nil, err
+	}
+	if f.upload && len(envelope) > MaxUpload {
+		return nil, fmt.Errorf("e2ee: the sealed upload is %.1f MB, over the gateway's %d MB limit for audio (sealing adds a third: about %d MB of audio fits)",
+			float64(len(envelope))/1e6, MaxUpload>>20, MaxUpload>>20*3/4)
 	}
 	out := req.Clone(req.Context())
 	out.Body = io.NopCloser(bytes.NewReader(envelope))

@@ -1,14 +1,16 @@
 package e2ee
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"mime/multipart"
 	"net/http"
-	"net/url"
 	"net/http/httptest"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -471,5 +473,29 @@ func TestTransportSharesADirectoryFetch(t *testing.T) {
 	wg.Wait()
 	if fetches, requests := g.counts(); fetches != 1 || requests != 16 {
 		t.Fatalf("%d directory fetches for %d requests", fetches, requests)
+	}
+}
+
+// An upload whose envelope would be over the gateway's audio limit is
+// refused before it is sent, saying why: sealing adds a third.
+func TestTransportRefusesAnUploadOverTheLimit(t *testing.T) {
+	g, srv := newFakeGateway(t, testKey(t, 1))
+	tr := NewTransport(srv.Client().Transport, nil)
+	var body bytes.Buffer
+	mw := multipart.NewWriter(&body)
+	_ = mw.WriteField("model", "speech-model")
+	fw, _ := mw.CreateFormFile("file", "big.wav")
+	_, _ = fw.Write(make([]byte, 20<<20))
+	_ = mw.Close()
+	req, _ := http.NewRequest("POST", srv.URL+"/v1/audio/transcriptions", &body)
+	req.Header.Set("Authorization", "Bearer test-key")
+	req.Header.Set("Content-Type", mw.FormDataContentType())
+	resp, err := tr.RoundTrip(req)
+	if err == nil {
+		resp.Body.Close()
+		t.Fatal("a 20 MB upload was sent sealed")
+	}
+	if _, requests := g.counts(); requests != 0 || !strings.Contains(err.Error(), "25 MB limit") {
+		t.Fatalf("%d requests, err %v", requests, err)
 	}
 }

@@ -202,7 +202,12 @@ interface Prepared {
   model: string;
   stream: boolean;
   replyType: string;
+  /** A transcription: its envelope is held to the gateway's upload limit. */
+  upload?: boolean;
 }
+
+/** The gateway's limit on an audio upload, which holds for a sealed one's envelope too. */
+const MAX_UPLOAD = 25 << 20;
 
 /**
  * createPrivateFetch returns a fetch that seals chat completion,
@@ -296,6 +301,12 @@ export function createPrivateFetch(options: PrivateFetchOptions = {}): PrivateFe
     const key = await pick(p, refresh);
     if (key instanceof DirectoryRefusal) return key.response();
     const sealed: Sealed = await sealRequest(key, p.model, p.stream, p.body);
+    if (p.upload && sealed.envelope.length > MAX_UPLOAD) {
+      throw new UnsealableRequestError(
+        `e2ee: the sealed upload is ${(sealed.envelope.length / 1e6).toFixed(1)} MB, over the gateway's ${MAX_UPLOAD >> 20} MB limit ` +
+          `for audio (sealing adds a third: about ${((MAX_UPLOAD >> 20) * 3) >> 2} MB of audio fits)`,
+      );
+    }
     const headers = new Headers(p.headers);
     headers.set("content-type", CONTENT_TYPE);
     headers.delete("content-length");
@@ -382,6 +393,7 @@ export function createPrivateFetch(options: PrivateFetchOptions = {}): PrivateFe
       p.model = f.model;
       p.replyType = transcriptType(f.format);
       p.body = concat(utf8(ctype + "\n"), body);
+      p.upload = true;
     } else {
       const f = routingFields(body);
       p.model = f.model;

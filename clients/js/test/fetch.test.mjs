@@ -181,6 +181,17 @@ test("e2eeError finds the package's error where an SDK wrapped it", async () => 
   assert.equal(e2eeError(new Error("other")), undefined);
 });
 
+test("an upload whose envelope is over the gateway's audio limit is refused before it is sent", async () => {
+  const { g, f } = await setup();
+  const form = new FormData();
+  form.set("model", "stt-model");
+  form.set("file", new Blob([new Uint8Array(20 << 20)]), "big.wav");
+  await assert.rejects(f("http://gw.test/v1/audio/transcriptions", { method: "POST", headers: auth, body: form }), (e) =>
+    e instanceof UnsealableRequestError && /25 MB limit/.test(e.message),
+  );
+  assert.equal(g.requests, 0);
+});
+
 test("requests waiting for the same keys share one directory fetch", async () => {
   const { g, f } = await setup();
   const replies = await Promise.all(Array.from({ length: 20 }, (_, i) => f("http://gw.test/v1/chat/completions", post(chat(`n${i}`)))));
