@@ -145,3 +145,15 @@ func TestDialectCapsCountThinking(t *testing.T) {
 		t.Fatalf("thinking disabled: %d %s", r.Status, r.Body)
 	}
 }
+
+// A reply cut at a stop sequence says which, in the Messages API's terms:
+// the engine reports the sequence it matched.
+func TestMessagesStopSequence(t *testing.T) {
+	s, key := gateway(t)
+	for _, stream := range []string{"false", "true"} {
+		r := s.do("POST", "/v1/messages", `{"model":"sim-chat","max_tokens":200,"stream":`+stream+`,"stop_sequences":["e"],"messages":[{"role":"user","content":"tell me more\nsim: tokens=40"}]}`, bearer(key))
+		if r.Status != 200 || !strings.Contains(string(r.Body), `"stop_reason":"stop_sequence"`) || !strings.Contains(string(r.Body), `"stop_sequence":"e"`) {
+			t.Fatalf("stream %s: %d %s", stream, r.Status, r.Body)
+		}
+	}
+}

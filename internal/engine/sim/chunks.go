@@ -163,6 +163,10 @@ func (r *renderer) chunk(p *plan, index, i int, final bool, extra ...field) ([]b
 	b = append(b, `},"finish_reason":`...)
 	if final {
 		b = jsontext.AppendStringNoHTML(b, p.finish)
+		if p.stopped != "" {
+			b = append(b, `,"stop_reason":`...)
+			b = jsontext.AppendStringNoHTML(b, p.stopped)
+		}
 	} else {
 		b = append(b, "null"...)
 	}
@@ -240,7 +244,11 @@ func (r *renderer) choice(p *plan, index int) object {
 			{"function", object{{"name", p.toolName}, {"arguments", p.text(pieceToolArgs)}}},
 		}}})
 	}
-	return object{{"index", index}, {"message", msg}, {"finish_reason", p.finish}}
+	c := object{{"index", index}, {"message", msg}, {"finish_reason", p.finish}}
+	if p.stopped != "" {
+		c = append(c, field{"stop_reason", p.stopped})
+	}
+	return c
 }
 
 func (r *renderer) head(kind string, rest ...field) object {

@@ -621,6 +621,17 @@ func TestStopSequences(t *testing.T) {
 			if a := assemble(t, st.events); a.content != got || a.finish != "stop" {
 				t.Fatalf("streamed %q %q", a.content, a.finish)
 			}
+			// The sequence matched is the choice's stop_reason, as vLLM
+			// reports it, streamed and not.
+			seq := stop
+			if tt.name == "mid-token" {
+				seq = stop[:3]
+			}
+			matched, _ := json.Marshal(map[string]string{"stop_reason": seq})
+			field := strings.Trim(string(matched), "{}")
+			if !strings.Contains(string(s.body), field) || !strings.Contains(string(st.events[len(st.events)-1]), field) {
+				t.Fatalf("no %s in %s / %s", field, s.body, st.events[len(st.events)-1])
+			}
 		})
 	}
 	res, _ := serve(t, e, api.KindChat, false, chatBody(t, "sim-chat", user, map[string]any{"stop": 5}))

@@ -218,8 +218,8 @@ func guardPlan(spec *ModelSpec, req *chatRequest, answer string) (*plan, *api.Re
 		return nil, fail
 	}
 	pieces := answerPieces(answer)
-	if stopped, ok := applyStop(pieces, req); ok {
-		pieces = stopped
+	if cut, seq, ok := applyStop(pieces, req); ok {
+		pieces, p.stopped = cut, seq
 	}
 	limit, ok := req.maxTokens()
 	if !ok {
@@ -229,7 +229,7 @@ func guardPlan(spec *ModelSpec, req *chatRequest, answer string) (*plan, *api.Re
 		limit = min(limit, w-p.promptTokens)
 	}
 	if len(pieces) > limit {
-		pieces, p.finish = pieces[:limit], finishLength
+		pieces, p.finish, p.stopped = pieces[:limit], finishLength, ""
 	}
 	p.pieces = pieces
 	return p, nil

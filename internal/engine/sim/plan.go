@@ -47,9 +47,12 @@ type plan struct {
 	promptTokens    int
 	reasoningTokens int
 	finish          string
-	notice          *api.Notice
-	toolID          string
-	toolName        string
+	// stopped is the stop sequence the answer ended at, which vLLM
+	// reports as the choice's stop_reason; "" when none did.
+	stopped  string
+	notice   *api.Notice
+	toolID   string
+	toolName string
 }
 
 // completionTokens counts every generated token, thinking included.
@@ -192,8 +195,8 @@ func buildPlan(spec *ModelSpec, req *chatRequest, dir *directives, s seed) (*pla
 			}
 		} else {
 			answer = contentPieces(req, dir, s, contentN, max(room, 0), jsonWanted)
-			if stopped, ok := applyStop(answer, req); ok {
-				answer = stopped
+			if cut, seq, ok := applyStop(answer, req); ok {
+				answer, p.stopped = cut, seq
 			}
 		}
 	}
@@ -205,7 +208,7 @@ func buildPlan(spec *ModelSpec, req *chatRequest, dir *directives, s seed) (*pla
 	case len(all) > limit:
 		duringReasoning := limit <= len(thinking)
 		all = all[:limit]
-		p.finish = finishLength
+		p.finish, p.stopped = finishLength, ""
 		switch {
 		case ctxLimit < capLimit:
 			p.notice = notice(chat.NoticeContextWindowExhausted,
@@ -305,20 +308,20 @@ func prefixSpace(ws []string) []string {
 }
 
 // applyStop ends the answer before the first stop sequence, as an engine
-// does: the sequence itself is not sent.
-func applyStop(answer []piece, req *chatRequest) ([]piece, bool) {
+// does: the sequence itself is not sent, and is returned.
+func applyStop(answer []piece, req *chatRequest) ([]piece, string, bool) {
 	if len(req.stops) == 0 {
-		return nil, false
+		return nil, "", false
 	}
 	text := joinPieces(answer)
-	cut := -1
+	cut, seq := -1, ""
 	for _, st := range req.stops {
 		if i := strings.Index(text, st); i >= 0 && (cut < 0 || i < cut) {
-			cut = i
+			cut, seq = i, st
 		}
 	}
 	if cut < 0 {
-		return nil, false
+		return nil, "", false
 	}
 	out := make([]piece, 0, len(answer))
 	pos := 0
@@ -332,7 +335,7 @@ func applyStop(answer []piece, req *chatRequest) ([]piece, bool) {
 		pos += len(pc.text)
 		out = append(out, pc)
 	}
-	return out, true
+	return out, seq, true
 }
 
 func joinPieces(ps []piece) string {
