@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/svc-dev/svc/internal/api"
@@ -22,9 +23,27 @@ func (a *Agent) serve(ctx context.Context, st *link.Stream) {
 		// The gateway dropped the stream; nobody is waiting for a result.
 		return
 	}
-	if err := st.End(ctx, res.AppendJSON(make([]byte, 0, 256))); err != nil {
+	if err := st.End(ctx, boundResult(res).AppendJSON(make([]byte, 0, 256))); err != nil {
 		a.log.Debug("result not delivered", "stream", st.ID(), "err", err)
 	}
+}
+
+// maxResultMessage bounds a result's error message. A result is one link
+// frame, and an engine's error body (an HTML page, a traceback) may be
+// larger: unsent, the gateway would wait for the request's end until its
+// limit, holding the worker's slot.
+const maxResultMessage = 8 << 10
+
+// boundResult is res with its error message cut to maxResultMessage, on a
+// character's boundary.
+func boundResult(res *api.Result) *api.Result {
+	if res.Error == nil || len(res.Error.Message) <= maxResultMessage {
+		return res
+	}
+	r, e := *res, *res.Error
+	e.Message = strings.ToValidUTF8(e.Message[:maxResultMessage], "") + " …"
+	r.Error = &e
+	return &r
 }
 
 func (a *Agent) run(ctx context.Context, st *link.Stream) (res *api.Result) {

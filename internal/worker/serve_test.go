@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"net/http"
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/audio"
 	"github.com/svc-dev/svc/internal/engine"
+	"github.com/svc-dev/svc/internal/link"
 )
 
 // wavEngine answers speech with a fixed body.
@@ -71,5 +74,23 @@ func TestSpeakNormalisesTheAudio(t *testing.T) {
 				t.Fatalf("%+v %v", info, err)
 			}
 		})
+	}
+}
+
+// An engine's error body of any size still fits the result's one frame,
+// cut on a character's boundary; a short one is kept whole.
+func TestBoundResult(t *testing.T) {
+	long := engine.Failure(http.StatusBadRequest, api.TypeInvalidRequest, strings.Repeat("é", 50_000))
+	got := boundResult(long)
+	if b := got.AppendJSON(nil); len(b) > link.MaxChunk || !utf8.ValidString(got.Error.Message) ||
+		!strings.HasSuffix(got.Error.Message, " …") || got.Status != http.StatusBadRequest {
+		t.Fatalf("bounded result of %d bytes: status %d, valid %v", len(b), got.Status, utf8.ValidString(got.Error.Message))
+	}
+	if len(long.Error.Message) != 100_000 {
+		t.Fatal("the result given was changed")
+	}
+	short := engine.Failure(http.StatusBadRequest, api.TypeInvalidRequest, "too long")
+	if boundResult(short) != short {
+		t.Fatal("a short message was rewritten")
 	}
 }
