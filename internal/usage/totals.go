@@ -10,9 +10,11 @@ import (
 // Clean makes a row ready to keep: its time in UTC, so that its date is
 // the day it counts toward, and each measurement that is not a finite
 // number dropped, since the API's JSON cannot carry one and one in a total
-// would spoil every total it is added to.
+// would spoil every total it is added to; for the same reason a negative
+// count, which only a broken engine or worker reports, is 0.
 func Clean(row *api.UsageRow) {
 	row.CreatedAt = row.CreatedAt.UTC()
+	row.PromptTokens, row.CompletionTokens, row.TotalTokens = max(row.PromptTokens, 0), max(row.CompletionTokens, 0), max(row.TotalTokens, 0)
 	row.TokensPerSecond = finite(row.TokensPerSecond)
 	row.DraftAcceptanceRate = finite(row.DraftAcceptanceRate)
 	row.AudioSeconds = finite(row.AudioSeconds)

@@ -24,6 +24,9 @@ func TestClean(t *testing.T) {
 			api.UsageRow{CreatedAt: at, TokensPerSecond: ptr(math.Inf(1)), DraftAcceptanceRate: ptr(math.NaN()), AudioSeconds: ptr(math.Inf(-1)), EnergyWh: ptr(math.NaN())},
 			api.UsageRow{CreatedAt: at.UTC()}},
 		{"absent stays absent", api.UsageRow{CreatedAt: at.UTC()}, api.UsageRow{CreatedAt: at.UTC()}},
+		{"a negative count is 0",
+			api.UsageRow{CreatedAt: at, PromptTokens: -50, CompletionTokens: 7, TotalTokens: -43, SpeechSeconds: ptr(math.NaN())},
+			api.UsageRow{CreatedAt: at.UTC(), CompletionTokens: 7}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

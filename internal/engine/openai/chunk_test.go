@@ -221,6 +221,11 @@ func TestCaptureUsage(t *testing.T) {
 		`{"prompt_tokens":5,"completion_tokens_details":{"reasoning_tokens":null}}`:                                                                                 `{"prompt_tokens":5,"completion_tokens":0,"total_tokens":5}`,
 		`null`:   `null`,
 		`"junk"`: `null`,
+		// Counts no engine could mean are no count: the gateway estimates.
+		`{"prompt_tokens":1e30,"completion_tokens":3,"total_tokens":"abc"}`:                             `null`,
+		`{"prompt_tokens":-50,"completion_tokens":-7,"total_tokens":-57}`:                               `null`,
+		`{"prompt_tokens":5,"completion_tokens":3,"completion_tokens_details":{"reasoning_tokens":-1}}`: `null`,
+		`{"prompt_tokens":"abc","completion_tokens":3}`:                                                 `{"prompt_tokens":0,"completion_tokens":3,"total_tokens":3}`,
 	}
 	for in, want := range tests {
 		var st stats

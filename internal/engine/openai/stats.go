@@ -91,6 +91,15 @@ func (s *stats) captureUsage(raw json.RawMessage) {
 		}
 		f = u.fields()
 	}
+	// Counts no engine could mean (negative, or past any context) are no
+	// count at all: the gateway estimates from the text instead, where
+	// believing them would put them in the usage rows and the totals,
+	// which are kept for good.
+	for _, n := range []flexInt{f.prompt, f.completion, f.total, f.reasoning, f.cached} {
+		if n < 0 || n > maxCount {
+			return
+		}
+	}
 	out := &api.Usage{
 		PromptTokens:     int(f.prompt),
 		CompletionTokens: int(f.completion),
@@ -280,9 +289,17 @@ func (n *flexInt) UnmarshalJSON(b []byte) error {
 		*n = 0
 		return nil
 	}
+	if math.Abs(f) > maxCount {
+		// No count is that large; converted, it would wrap.
+		*n = -1
+		return nil
+	}
 	*n = flexInt(f)
 	return nil
 }
+
+// maxCount bounds a believable token count or context length.
+const maxCount = 1 << 40
 
 func isNull(raw json.RawMessage) bool {
 	raw = bytes.TrimSpace(raw)
