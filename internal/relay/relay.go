@@ -605,11 +605,20 @@ func (c *Call) settle(res *api.Result) error {
 
 // resultError is the error for a worker's failed result. It keeps the
 // status the worker gave: the engine chose it, and no kind of the
-// gateway's says more than it does.
+// gateway's says more than it does. A 500 is the exception: the spec's
+// 500 is the gateway's own fault, and an engine's is no usable response
+// from the worker, 502.
 func resultError(res *api.Result) error {
-	e := api.Relayed(res.Status, "", "", "the worker failed")
+	status := res.Status
+	if status == http.StatusInternalServerError {
+		status = http.StatusBadGateway
+	}
+	e := api.Relayed(status, "", "", "the worker failed")
 	if res.Error != nil {
 		e.Message, e.Type, e.Code = res.Error.Message, res.Error.Type, res.Error.Code
+		if status != res.Status {
+			e.Type = api.TypeUpstream
+		}
 	}
 	// A client told to slow down is told when to come back: the engine's
 	// own figure when it gave one, else a second.

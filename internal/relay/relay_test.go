@@ -195,11 +195,12 @@ func TestLateFailureAfterKeepAlive(t *testing.T) {
 		client := &late{start: time.Now()}
 		rep.Late.Write(client)
 		// 500 is retryable, but no other worker serves the model: the
-		// failure the client gets is the one that happened.
-		if status(client.failure) != http.StatusInternalServerError || client.answer != nil || len(client.keepAlives) != 3 {
+		// failure the client gets is the one that happened, as the spec
+		// has a worker's failure: 502, no usable response.
+		if status(client.failure) != http.StatusBadGateway || client.answer != nil || len(client.keepAlives) != 3 {
 			t.Fatalf("client %+v", client)
 		}
-		if row := h.only(); row.StatusCode != 500 {
+		if row := h.only(); row.StatusCode != 502 {
 			t.Fatalf("row %+v", row)
 		}
 	})
