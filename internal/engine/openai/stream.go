@@ -37,6 +37,10 @@ type stream struct {
 	st        stats
 	forwarded bool // a chunk reached the sink: failures can no longer be retried
 	finished  bool // a finish_reason was seen
+	// held are the chunks with nothing in them (the role, an empty
+	// content) that came before the first with output: sent with it, so
+	// that an engine failing after them is still retried elsewhere.
+	held [][]byte
 	// text marks a text completion's stream, whose chunks carry their
 	// output in choices[].text.
 	text bool
@@ -220,6 +224,9 @@ func (s *stream) event(ctx context.Context, ev sse.Event) (res *api.Result, done
 		return nil, false
 	}
 	if string(data) == "[DONE]" {
+		if err := s.flush(ctx); err != nil {
+			return engine.Cancelled(), true
+		}
 		return s.st.result(), true
 	}
 	if bytes.IndexByte(data, '\n') >= 0 {
@@ -231,11 +238,13 @@ func (s *stream) event(ctx context.Context, ev sse.Event) (res *api.Result, done
 		}
 		data = buf.Bytes()
 	}
-	if carriesToken(data) || s.text && carriesText(data) {
+	output := carriesToken(data) || s.text && carriesText(data)
+	if output {
 		s.st.tokenAt(time.Now())
 	}
-	if r := lastFinishReason(data); r != "" {
-		s.st.finish, s.finished = r, true
+	finish := lastFinishReason(data)
+	if finish != "" {
+		s.st.finish, s.finished = finish, true
 	}
 	out := data
 	if needsRewrite(data) {
@@ -249,11 +258,31 @@ func (s *stream) event(ctx context.Context, ev sse.Event) (res *api.Result, done
 			return nil, false
 		}
 	}
+	if !s.forwarded && !output && finish == "" {
+		// The rewrite may reuse data's bytes; what is held is a copy.
+		s.held = append(s.held, bytes.Clone(out))
+		return nil, false
+	}
+	if err := s.flush(ctx); err != nil {
+		return engine.Cancelled(), true
+	}
 	if err := s.sink.Event(ctx, out); err != nil {
 		return engine.Cancelled(), true
 	}
 	s.forwarded = true
 	return nil, false
+}
+
+// flush sends the held chunks.
+func (s *stream) flush(ctx context.Context) error {
+	for _, h := range s.held {
+		if err := s.sink.Event(ctx, h); err != nil {
+			return err
+		}
+		s.forwarded = true
+	}
+	s.held = nil
+	return nil
 }
 
 // engineError reports an error the engine sent inside the stream.

@@ -294,6 +294,13 @@ func TestStreamErrors(t *testing.T) {
 			status: 502, typ: api.TypeUpstream, msg: "engine crashed", events: 2,
 		},
 		{
+			// The opening chunk has no output: an engine failing after
+			// it has sent the client nothing, and another worker may serve.
+			name:   "error after the empty opening chunk is before output",
+			pieces: frames(vllmRole, `{"error":{"object":"error","message":"engine crashed","type":"InternalServerError","code":500}}`),
+			status: 500, retryable: true, typ: api.TypeUpstream, msg: "engine crashed",
+		},
+		{
 			name:   "llama.cpp error field after output",
 			pieces: append(frames(llamaContent), "error: "+llamaStreamErrField+"\n\n", done),
 			status: 502, typ: api.TypeUpstream, msg: "failed to decode the batch", events: 1,
@@ -336,6 +343,8 @@ func TestStreamCut(t *testing.T) {
 	}{
 		{name: "connection lost after output", handler: abortAfter(frames(vllmRole, vllmContent1)...), status: 502, msg: "cut off", events: 2},
 		{name: "connection lost before output", handler: abortAfter(), status: 502, retryable: true, msg: "unreachable"},
+		{name: "connection lost after the empty opening chunk", handler: abortAfter(frames(vllmRole)...), status: 502, retryable: true, msg: "unreachable"},
+		{name: "an empty opening chunk goes with the first output", handler: sseHandler(0, frames(vllmRole, vllmContent1, vllmFinish)...), status: 200, events: 3},
 		{name: "connection lost mid-event", handler: abortAfter("data: " + vllmContent1[:40]), status: 502, retryable: true, msg: "unreachable"},
 		{name: "clean end without [DONE] or finish", handler: sseHandler(0, frames(vllmRole, vllmContent1)...), status: 502, msg: "before [DONE]", events: 2},
 		{name: "clean end with nothing sent", handler: sseHandler(0, ": ping\n\n"), status: 502, retryable: true, msg: "before [DONE]"},
