@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"unicode/utf8"
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/engine"
@@ -29,7 +30,7 @@ func (e *Engine) chat(ctx context.Context, req *engine.Request, sink engine.Sink
 		return res
 	}
 	var st stats
-	out, res := normaliseCompletion(b, &st)
+	out, res := normaliseCompletion(validUTF8(b), &st)
 	if res != nil {
 		return res
 	}
@@ -51,6 +52,17 @@ func normaliseCompletion(b []byte, st *stats) ([]byte, *api.Result) {
 		}
 	}
 	return normaliseGeneral(b, st)
+}
+
+// validUTF8 is b with every byte that is not UTF-8 replaced by U+FFFD.
+// JSON is UTF-8, and a client's decoder may refuse a reply that is not;
+// such bytes can only be inside strings of JSON that is otherwise valid,
+// where the replacement (one for each run of such bytes) keeps it valid.
+func validUTF8(b []byte) []byte {
+	if utf8.Valid(b) {
+		return b
+	}
+	return bytes.ToValidUTF8(b, []byte("\uFFFD"))
 }
 
 // normaliseGeneral is normaliseCompletion for any body: decoded into its

@@ -48,7 +48,7 @@ func (e *Engine) completion(ctx context.Context, req *engine.Request, sink engin
 		return res
 	}
 	var st stats
-	out, res := normaliseCompletion(b, &st)
+	out, res := normaliseCompletion(validUTF8(b), &st)
 	if res != nil {
 		return res
 	}

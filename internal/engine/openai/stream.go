@@ -238,6 +238,12 @@ func (s *stream) event(ctx context.Context, ev sse.Event) (res *api.Result, done
 		}
 		data = buf.Bytes()
 	}
+	// Every chunk the client gets is a JSON object, of UTF-8 text: an
+	// engine's that is not cannot be passed on as a chunk.
+	data = validUTF8(data)
+	if data[0] != '{' || !jsontext.Valid(data) {
+		return s.broken(errors.New("the engine sent a chunk that is not a JSON object")), true
+	}
 	output := carriesToken(data) || s.text && carriesText(data)
 	if output {
 		s.st.tokenAt(time.Now())

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+	"unicode/utf8"
 
 	"github.com/svc-dev/svc/internal/api"
 )
@@ -345,6 +346,8 @@ func TestStreamCut(t *testing.T) {
 		{name: "connection lost before output", handler: abortAfter(), status: 502, retryable: true, msg: "unreachable"},
 		{name: "connection lost after the empty opening chunk", handler: abortAfter(frames(vllmRole)...), status: 502, retryable: true, msg: "unreachable"},
 		{name: "an empty opening chunk goes with the first output", handler: sseHandler(0, frames(vllmRole, vllmContent1, vllmFinish)...), status: 200, events: 3},
+		{name: "a chunk that is not JSON after output", handler: sseHandler(0, frames(vllmContent1, `{"id": "x", "choices": [ {not json`)...), status: 502, msg: "not a JSON object", events: 1},
+		{name: "a chunk that is not an object before output", handler: sseHandler(0, frames(`[1,2]`)...), status: 502, retryable: true, msg: "not a JSON object"},
 		{name: "connection lost mid-event", handler: abortAfter("data: " + vllmContent1[:40]), status: 502, retryable: true, msg: "unreachable"},
 		{name: "clean end without [DONE] or finish", handler: sseHandler(0, frames(vllmRole, vllmContent1)...), status: 502, msg: "before [DONE]", events: 2},
 		{name: "clean end with nothing sent", handler: sseHandler(0, ": ping\n\n"), status: 502, retryable: true, msg: "before [DONE]"},
@@ -557,4 +560,26 @@ func FuzzStreamBody(f *testing.F) {
 			t.Fatalf("%s:\nplain   %s\ndecoded %s (%v)", b, plain, want, err)
 		}
 	})
+}
+
+// An engine's bytes that are not UTF-8 reach the client as U+FFFD, streamed
+// and not: JSON is UTF-8, and clients' decoders refuse anything else.
+func TestNotUTF8IsReplaced(t *testing.T) {
+	chunk := strings.Replace(vllmContent1, `"content":"`, "\"content\":\"\xff\xfe", 1)
+	f := newFake(t, map[string]http.HandlerFunc{"/v1/chat/completions": sseHandler(0, frames(chunk, vllmFinish)...)})
+	var s sink
+	r := newEngine(t, f.URL).Serve(context.Background(), chatReq(true, chatRequest), &s)
+	wantStatus(t, r, 200)
+	for _, ev := range s.got() {
+		if !utf8.Valid(ev) {
+			t.Fatalf("event not UTF-8: %q", ev)
+		}
+	}
+	if got := s.got(); len(got) != 2 || !strings.Contains(string(got[0]), "\uFFFDHello") {
+		t.Fatalf("events %q", got)
+	}
+	body, _ := normaliseCompletion(validUTF8([]byte("{\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":\"a\xffb\"},\"finish_reason\":\"stop\"}]}")), &stats{})
+	if !utf8.Valid(body) || !strings.Contains(string(body), "a\uFFFDb") {
+		t.Fatalf("body %q", body)
+	}
 }
