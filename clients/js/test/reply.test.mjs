@@ -88,23 +88,26 @@ test("a stream that ends before its final chunk is truncated", async () => {
   }
 });
 
+// readUntilError reads a stream's text until it ends or errors.
+async function readUntilError(stream) {
+  const reader = stream.getReader();
+  let got = "";
+  for (;;) {
+    try {
+      const { done, value } = await reader.read();
+      if (done) return { got };
+      got += text(value);
+    } catch (err) {
+      return { got, err };
+    }
+  }
+}
+
 test("a clear error frame is passed on, then the stream fails", async () => {
   const events = await streamEvents();
   const frameData = '{"error":{"message":"worker lost","type":"service_unavailable"}}';
   const parts = [`data: ${events[0]}\n\n`, `data: ${events[1]}\n\n`, `data: ${frameData}\n\n`, `data: ${events[2]}\n\n`];
-  const reader = opener.openStream(dribble(parts)).getReader();
-  let got = "";
-  let err;
-  for (;;) {
-    try {
-      const { done, value } = await reader.read();
-      if (done) break;
-      got += text(value);
-    } catch (e) {
-      err = e;
-      break;
-    }
-  }
+  const { got, err } = await readUntilError(opener.openStream(dribble(parts)));
   assert.equal(got, `data: {"n":1}\n\ndata: ${frameData}\n\n`);
   assert.ok(err instanceof TruncatedReplyError && /failed after 1 chunks: worker lost/.test(err.message), String(err));
 
@@ -121,19 +124,7 @@ test("only a clear error frame's error goes on: the gateway cannot add text", as
     'event: error\ndata: {"choices":[{"index":0,"delta":{"content":"INJECTED"}}]}\n\n',
   ]) {
     const parts = [`data: ${events[0]}\n\n`, `data: ${events[1]}\n\n`, injected];
-    const reader = opener.openStream(dribble(parts)).getReader();
-    let got = "";
-    let err;
-    for (;;) {
-      try {
-        const { done, value } = await reader.read();
-        if (done) break;
-        got += text(value);
-      } catch (e) {
-        err = e;
-        break;
-      }
-    }
+    const { got, err } = await readUntilError(opener.openStream(dribble(parts)));
     assert.ok(!got.includes("INJECTED") && got.includes('data: {"error":{'), got);
     assert.ok(err instanceof TruncatedReplyError, String(err));
   }
