@@ -690,17 +690,18 @@ func TestUsageLogsPaging(t *testing.T) {
 	if len(rest) != n-50 || rest[0]["id"] != all[50]["id"] {
 		t.Errorf("offset 50: %d rows starting at %v, want %d from %v", len(rest), rest[0]["id"], n-50, all[50]["id"])
 	}
-	// Filters by status and model come before the page.
+	// Filters by status and model come before the page. An engine's 500
+	// is the client's 502.
 	for i := range 3 {
 		body := chatBody("sim-small", fmt.Sprint("failing ", i, "\nsim: fail=500"), false)
-		if r := s.do("POST", "/v1/chat/completions", body, bearer(key)); r.Status != 500 {
+		if r := s.do("POST", "/v1/chat/completions", body, bearer(key)); r.Status != 502 {
 			t.Fatalf("failing request = %d %s", r.Status, r.Body)
 		}
 	}
-	if !harness.Eventually(5*time.Second, func() bool { return len(page("?status=500")) == 3 }) {
-		t.Fatalf("status=500: %d rows", len(page("?status=500")))
+	if !harness.Eventually(5*time.Second, func() bool { return len(page("?status=502")) == 3 }) {
+		t.Fatalf("status=502: %d rows", len(page("?status=502")))
 	}
-	if got := page("?status=500&model=sim-small&limit=2&offset=1"); len(got) != 2 || got[0]["status_code"] != 500.0 || got[1]["model"] != "sim-small" {
+	if got := page("?status=502&model=sim-small&limit=2&offset=1"); len(got) != 2 || got[0]["status_code"] != 502.0 || got[1]["model"] != "sim-small" {
 		t.Errorf("status and model filter, paged: %v", got)
 	}
 	if got := page("?status=200&model=sim-small"); len(got) != 0 {
