@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"slices"
+	"strconv"
 	"time"
 )
 
@@ -100,6 +101,30 @@ type Usage struct {
 	TotalTokens      int  `json:"total_tokens"`
 	ReasoningTokens  *int `json:"reasoning_tokens,omitempty"`
 	CachedTokens     *int `json:"cached_tokens,omitempty"`
+}
+
+// AppendOpenAI appends u in the OpenAI shape clients read: cached tokens
+// only when some prompt tokens were reused, reasoning tokens when
+// reported. Its members are sorted, as encoding/json wrote the map it
+// once was.
+func (u Usage) AppendOpenAI(b []byte) []byte {
+	b = append(b, `{"completion_tokens":`...)
+	b = strconv.AppendInt(b, int64(u.CompletionTokens), 10)
+	if u.ReasoningTokens != nil {
+		b = append(b, `,"completion_tokens_details":{"reasoning_tokens":`...)
+		b = strconv.AppendInt(b, int64(*u.ReasoningTokens), 10)
+		b = append(b, '}')
+	}
+	b = append(b, `,"prompt_tokens":`...)
+	b = strconv.AppendInt(b, int64(u.PromptTokens), 10)
+	if u.CachedTokens != nil && *u.CachedTokens > 0 {
+		b = append(b, `,"prompt_tokens_details":{"cached_tokens":`...)
+		b = strconv.AppendInt(b, int64(*u.CachedTokens), 10)
+		b = append(b, '}')
+	}
+	b = append(b, `,"total_tokens":`...)
+	b = strconv.AppendInt(b, int64(u.TotalTokens), 10)
+	return append(b, '}')
 }
 
 // Timing holds what was measured; every field is present only when it was.

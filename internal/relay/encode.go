@@ -2,7 +2,6 @@ package relay
 
 import (
 	"encoding/json"
-	"strconv"
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/fleet"
@@ -68,29 +67,6 @@ func appendSvc(b []byte, r svcReply) []byte {
 		member("web_tool_steps")
 		b = append(b, steps...)
 	}
-	return append(b, '}')
-}
-
-// appendUsage writes usage in the OpenAI shape: cached tokens only when
-// some prompt tokens were reused, reasoning tokens when reported. Its
-// members are sorted, as encoding/json wrote the map it once was.
-func appendUsage(b []byte, u api.Usage) []byte {
-	b = append(b, `{"completion_tokens":`...)
-	b = strconv.AppendInt(b, int64(u.CompletionTokens), 10)
-	if u.ReasoningTokens != nil {
-		b = append(b, `,"completion_tokens_details":{"reasoning_tokens":`...)
-		b = strconv.AppendInt(b, int64(*u.ReasoningTokens), 10)
-		b = append(b, '}')
-	}
-	b = append(b, `,"prompt_tokens":`...)
-	b = strconv.AppendInt(b, int64(u.PromptTokens), 10)
-	if u.CachedTokens != nil && *u.CachedTokens > 0 {
-		b = append(b, `,"prompt_tokens_details":{"cached_tokens":`...)
-		b = strconv.AppendInt(b, int64(*u.CachedTokens), 10)
-		b = append(b, '}')
-	}
-	b = append(b, `,"total_tokens":`...)
-	b = strconv.AppendInt(b, int64(u.TotalTokens), 10)
 	return append(b, '}')
 }
 

@@ -231,7 +231,7 @@ func (c *Call) finalChunksAt(created int64) [][]byte {
 	u, _ := c.reportedUsage()
 	head()
 	buf = append(buf, `"usage":`...)
-	buf = append(appendUsage(buf, u), '}')
+	buf = append(u.AppendOpenAI(buf), '}')
 	ends = append(ends, len(buf))
 	if n := c.replyNotice(); n != nil {
 		head()
@@ -290,7 +290,7 @@ func (c *Call) completeBody(body []byte) ([]byte, error) {
 	add := make([]byte, 0, 512)
 	if !s.usage {
 		u, _ := c.reportedUsage()
-		add = appendUsage(append(add, `,"usage":`...), u)
+		add = u.AppendOpenAI(append(add, `,"usage":`...))
 	}
 	add = appendSvc(append(add, `,"svc":`...), reply)
 	return splice(trimmed, add), nil

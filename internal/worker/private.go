@@ -256,7 +256,7 @@ func (s *sealingSink) finish(ctx context.Context, stream bool, usage *api.Usage)
 		if s.head != nil {
 			head = *s.head
 		}
-		chunk, err := json.Marshal(usageChunk{chunkHead: head, Object: "chat.completion.chunk", Choices: []struct{}{}, Usage: openAIUsage(usage)})
+		chunk, err := json.Marshal(usageChunk{chunkHead: head, Object: "chat.completion.chunk", Choices: []struct{}{}, Usage: usage.AppendOpenAI(nil)})
 		if err != nil {
 			return err
 		}
@@ -271,27 +271,7 @@ func (s *sealingSink) finish(ctx context.Context, stream bool, usage *api.Usage)
 // gateway writes it for a clear stream.
 type usageChunk struct {
 	chunkHead
-	Object  string      `json:"object"`
-	Choices []struct{}  `json:"choices"`
-	Usage   usageObject `json:"usage"`
-}
-
-// usageObject is OpenAI's usage object.
-type usageObject struct {
-	PromptTokens            int            `json:"prompt_tokens"`
-	CompletionTokens        int            `json:"completion_tokens"`
-	TotalTokens             int            `json:"total_tokens"`
-	CompletionTokensDetails map[string]int `json:"completion_tokens_details,omitempty"`
-	PromptTokensDetails     map[string]int `json:"prompt_tokens_details,omitempty"`
-}
-
-func openAIUsage(u *api.Usage) usageObject {
-	o := usageObject{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.TotalTokens}
-	if u.ReasoningTokens != nil {
-		o.CompletionTokensDetails = map[string]int{"reasoning_tokens": *u.ReasoningTokens}
-	}
-	if u.CachedTokens != nil && *u.CachedTokens > 0 {
-		o.PromptTokensDetails = map[string]int{"cached_tokens": *u.CachedTokens}
-	}
-	return o
+	Object  string          `json:"object"`
+	Choices []struct{}      `json:"choices"`
+	Usage   json.RawMessage `json:"usage"`
 }
