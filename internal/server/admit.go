@@ -1,8 +1,6 @@
 package server
 
 import (
-	"net/http"
-
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/relay"
 )
@@ -58,10 +56,7 @@ func (s *Server) admitted(kind string, framed bool, shape func(error) error, nex
 // refuseInStream answers a streamed request with err as its stream's one
 // event, then [DONE].
 func refuseInStream(c *call, err error) {
-	h := &c.ctx.Response.Header
-	c.ctx.SetStatusCode(http.StatusOK)
-	h.SetContentType("text/event-stream")
-	h.Set("Cache-Control", "no-cache")
+	startEvents(c)
 	body := append([]byte("data: "), inReplyError(err, formStreamEvent)...)
 	c.ctx.SetBody(append(body, "\n\ndata: [DONE]\n\n"...))
 }

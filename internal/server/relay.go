@@ -100,17 +100,24 @@ func (s *Server) relayStreamAs(c *call, req relay.Request, tr streamTranslator) 
 	if err != nil {
 		return err
 	}
-	h := &c.ctx.Response.Header
-	c.ctx.SetStatusCode(http.StatusOK)
-	h.SetContentType("text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
+	h := startEvents(c)
 	if st.Worker != nil {
 		workerHeaders(h, *st.Worker)
 	}
 	conn, _ := c.ctx.Conn().(*gatedConn)
 	c.ctx.SetBodyStream(&relayBody{write: func(out *chunks) { st.Write(eventWriter(out, conn, tr)) }, abandon: st.Abandon}, -1)
 	return nil
+}
+
+// startEvents starts c's reply as a stream of server-sent events, which
+// proxies must pass on as they come, and returns its headers.
+func startEvents(c *call) *fasthttp.ResponseHeader {
+	h := &c.ctx.Response.Header
+	c.ctx.SetStatusCode(http.StatusOK)
+	h.SetContentType("text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	return h
 }
 
 // eventWriter is the stream's writer, in the dialect of tr when set: on a
