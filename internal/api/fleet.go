@@ -53,6 +53,9 @@ type Model struct {
 	// installed. What needs all of it (image generation, a chat with an
 	// image) is refused with a 409 until it is.
 	Incomplete *Incomplete `json:"incomplete,omitempty"`
+	// Since is when the gateway first saw a worker of the organisation
+	// list the model; the fleet sets it, workers do not send it.
+	Since time.Time `json:"-"`
 }
 
 // Has reports whether the model has capability c.

@@ -1079,3 +1079,32 @@ func TestOfflineWorkerReportsNoPower(t *testing.T) {
 		}
 	})
 }
+
+// A model's listing is dated when a worker of the organisation first
+// listed it, so polling GET /v1/models twice gives the same entries; a
+// second worker listing it later does not move the date.
+func TestModelsAreDatedWhenFirstListed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Config{})
+		first := time.Now()
+		a := h.worker("o", "a", 1, chat("m"))
+		h.settled(a.id, "o")
+		time.Sleep(time.Hour)
+		b := h.worker("o", "b", 1, chat("m"), chat("n"))
+		h.settled(b.id, "o")
+		want := map[string]time.Time{"m": first, "n": first.Add(time.Hour)}
+		time.Sleep(time.Minute)
+		ms := h.f.Models("o")
+		if len(ms) != 2 {
+			t.Fatalf("models %+v", ms)
+		}
+		for _, m := range ms {
+			if !m.Since.Equal(want[m.ID]) {
+				t.Errorf("%s dated %v, want %v", m.ID, m.Since, want[m.ID])
+			}
+			if one := h.f.Model("o", m.ID); one == nil || !one.Since.Equal(want[m.ID]) {
+				t.Errorf("Model(%s) = %+v, want dated %v", m.ID, one, want[m.ID])
+			}
+		}
+	})
+}

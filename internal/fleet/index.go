@@ -11,6 +11,10 @@ import (
 // workers first, so that what routing costs does not grow with the fleet.
 type modelIndex struct {
 	model string
+	// since is when a worker of the organisation first listed the model,
+	// for GET /v1/models' created: a listing polled twice gives the same
+	// entry while the model stays listed.
+	since time.Time
 	// listed is every worker listing the model, in any state, by name
 	// then id: the first online one describes the model.
 	listed []*worker
@@ -218,10 +222,10 @@ func byName(a, b *worker) int {
 }
 
 // index is a model's index in o, made when asked for.
-func (o *org) index(model string) *modelIndex {
+func (o *org) index(model string, now time.Time) *modelIndex {
 	ix := o.models[model]
 	if ix == nil {
-		ix = &modelIndex{model: model, slots: map[string]int{}}
+		ix = &modelIndex{model: model, since: now, slots: map[string]int{}}
 		o.models[model] = ix
 	}
 	return ix
@@ -248,7 +252,7 @@ func (f *Fleet) reindexLocked(o *org, w *worker, now time.Time) {
 			if w.model(id) != &w.models[i] {
 				continue // listed twice; the first counts
 			}
-			ix := o.index(id)
+			ix := o.index(id, now)
 			if _, ok := slices.BinarySearchFunc(ix.listed, w, byName); !ok {
 				ix.list(w)
 			}

@@ -204,6 +204,7 @@ func (f *Fleet) Models(orgID string) []api.Model {
 		for _, ix := range o.models {
 			if m := ix.describe(); m != nil {
 				c := *m
+				c.Since = ix.since
 				if c.Incomplete != nil && ix.installed() {
 					c.Incomplete = nil
 				}
@@ -228,6 +229,7 @@ func (f *Fleet) Model(orgID, id string) *api.Model {
 	}
 	if m := o.models[id].describe(); m != nil {
 		c := *m
+		c.Since = o.models[id].since
 		return &c
 	}
 	return nil

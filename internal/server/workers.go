@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"time"
 
 	"github.com/fasthttp/websocket"
 	"github.com/valyala/fasthttp"
@@ -125,16 +124,13 @@ func (s *Server) workerEvents(c *call) error {
 	return nil
 }
 
-// workerPower checks the worker belongs to the caller's organisation;
-// power history itself arrives with the power readers.
 // listModels is GET /v1/models: the models the organisation's connected
 // workers serve, once each, with their metadata.
 func (s *Server) listModels(c *call) error {
 	models := s.fleet.Models(c.principal.OrgID)
-	created := time.Now().Unix()
 	out := api.ModelList{Object: "list", Data: make([]api.ModelEntry, 0, len(models))}
 	for _, m := range models {
-		out.Data = append(out.Data, modelEntry(m, created))
+		out.Data = append(out.Data, modelEntry(m))
 	}
 	writeJSON(c.ctx, http.StatusOK, out)
 	return nil
@@ -145,7 +141,7 @@ func (s *Server) getModel(c *call) error {
 	id := c.params.get("model")
 	for _, m := range s.fleet.Models(c.principal.OrgID) {
 		if m.ID == id {
-			writeJSON(c.ctx, http.StatusOK, modelEntry(m, time.Now().Unix()))
+			writeJSON(c.ctx, http.StatusOK, modelEntry(m))
 			return nil
 		}
 	}
@@ -153,9 +149,9 @@ func (s *Server) getModel(c *call) error {
 		Message: "Model " + id + " is not installed on any connected worker; GET /v1/models lists those that are"}
 }
 
-func modelEntry(m api.Model, created int64) api.ModelEntry {
+func modelEntry(m api.Model) api.ModelEntry {
 	return api.ModelEntry{
-		ID: m.ID, Object: "model", Created: created, OwnedBy: "svc", Capabilities: m.Capabilities, Engine: m.Engine,
+		ID: m.ID, Object: "model", Created: m.Since.Unix(), OwnedBy: "svc", Capabilities: m.Capabilities, Engine: m.Engine,
 		ContextWindow: m.ContextWindow, SamplingDefaults: m.SamplingDefaults, DefaultThinking: m.DefaultThinking,
 		Voices: m.Voices, DefaultVoice: m.DefaultVoice, Local: m.Local, Simulated: m.Simulated, Incomplete: m.Incomplete,
 	}
