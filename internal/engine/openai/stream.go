@@ -308,6 +308,11 @@ func (s *stream) ended(ctx context.Context, err error) *api.Result {
 	if ctx.Err() != nil {
 		return engine.Cancelled()
 	}
+	if s.finished && s.st.usage != nil {
+		// The usage chunk is the last an engine sends before [DONE]: the
+		// answer is whole, whatever became of the connection after it.
+		return s.st.result()
+	}
 	if errors.Is(err, io.EOF) {
 		// A clean end of the body after the finish reason is a server that
 		// does not send [DONE] (ik_llama.cpp, some proxies), not a loss;

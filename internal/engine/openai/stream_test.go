@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"reflect"
 	"strings"
@@ -333,6 +334,26 @@ func abortAfter(pieces ...string) http.HandlerFunc {
 	}
 }
 
+// resetAfter answers with pieces as an event stream's body, then resets
+// the connection (a TCP RST, not the orderly close abortAfter makes).
+func resetAfter(pieces ...string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		conn, buf, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			panic(err)
+		}
+		_, _ = buf.WriteString("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+		for _, p := range pieces {
+			_, _ = fmt.Fprintf(buf, "%x\r\n%s\r\n", len(p), p)
+		}
+		// On loopback the pieces are on their way once written, and what
+		// reached the client stays readable there after the reset.
+		_ = buf.Flush()
+		_ = conn.(*net.TCPConn).SetLinger(0)
+		_ = conn.Close()
+	}
+}
+
 func TestStreamCut(t *testing.T) {
 	tests := []struct {
 		name      string
@@ -351,6 +372,8 @@ func TestStreamCut(t *testing.T) {
 		{name: "connection lost mid-event", handler: abortAfter("data: " + vllmContent1[:40]), status: 502, retryable: true, msg: "unreachable"},
 		{name: "clean end without [DONE] or finish", handler: sseHandler(0, frames(vllmRole, vllmContent1)...), status: 502, msg: "before [DONE]", events: 2},
 		{name: "clean end with nothing sent", handler: sseHandler(0, ": ping\n\n"), status: 502, retryable: true, msg: "before [DONE]"},
+		{name: "connection reset after finish and usage is complete", handler: resetAfter(frames(vllmContent1, vllmFinish, vllmUsage)...), status: 200, events: 2},
+		{name: "connection reset after finish without usage", handler: resetAfter(frames(vllmContent1, vllmFinish)...), status: 502, msg: "cut off", events: 2},
 		{name: "clean end after finish is complete", handler: sseHandler(0, frames(vllmContent1, vllmFinish, vllmUsage)...), status: 200, events: 2},
 		{name: "missing final blank line", handler: sseHandler(0, "data: "+vllmContent1+"\n\ndata: [DONE]\n"), status: 200, events: 1},
 	}
