@@ -222,9 +222,18 @@ func TestErrorShapes(t *testing.T) {
 				t.Fatalf("live transcription (content type %q) = %d %s", ct, r.Status, r.Body)
 			}
 		}
-		// Moderation is never encrypted, so the requirement does not block it.
-		if r := s.do("POST", "/v1/moderations", `{}`, bearer(admin)); r.Status == 403 {
-			t.Fatalf("moderations blocked by require_e2e: %s", r.Body)
+		// Moderation has no sealed form either, and a clear one carries the
+		// content the organisation keeps from the gateway: it is refused,
+		// with the moderation error's code header beside the nested shape.
+		r := s.do("POST", "/v1/moderations", `{"model":"guard-a:1b","input":"hi"}`, bearer(admin))
+		d, _ := r.JSON(t)["detail"].(map[string]any)
+		if r.Status != 403 || d == nil || d["error"].(map[string]any)["type"] != "e2e_required" || r.Header.Get("X-Svc-Error-Code") != "e2e_required" {
+			t.Fatalf("moderations = %d %v %s", r.Status, r.Header, r.Body)
+		}
+		// A sealed one is the moderation table's 400.
+		r = s.do("POST", "/v1/moderations", `{}`, bearer(admin), header{"Content-Type", e2ee.ContentType})
+		if r.Status != 400 || r.Header.Get("X-Svc-Error-Code") != "encrypted_input_not_supported" {
+			t.Fatalf("sealed moderation = %d %v %s", r.Status, r.Header, r.Body)
 		}
 	})
 	// Power history is no private inference: its plan gate's detail is a

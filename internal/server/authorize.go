@@ -9,7 +9,7 @@ var (
 		Message: "Missing API key: send it as Authorization: Bearer <API_KEY> or in the x-api-key header"}
 	errConsoleOnly = &api.Error{Kind: api.KindForbidden, Code: "console_only",
 		Message: "This endpoint works only from the console; API keys cannot use it. Run `svc admin` on the server host"}
-	errE2ERequired = &api.Error{Kind: api.KindForbidden, Type: api.TypeE2ERequired,
+	errE2ERequired = &api.Error{Kind: api.KindForbidden, Type: api.TypeE2ERequired, Code: api.TypeE2ERequired,
 		Message: "This organisation requires end-to-end encryption; send the request through an encrypting client"}
 )
 

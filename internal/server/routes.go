@@ -73,7 +73,7 @@ func (s *Server) routes() []*route {
 		{method: "POST", path: "/audio/translations", e2e: true, kind: api.KindTranscription, handle: s.translations,
 			maxBody: transcription.MaxBody, tooLarge: transcription.ErrTooLarge, streamed: true},
 		{method: "POST", path: "/audio/speech", e2e: true, kind: api.KindSpeech, handle: s.admitted(api.KindSpeech, false, nil, s.speech)},
-		{method: "POST", path: "/moderations", kind: api.KindModeration, codeHeader: true, handle: s.admitted(api.KindModeration, false, moderation.ShapeError, s.moderations)},
+		{method: "POST", path: "/moderations", e2e: true, kind: api.KindModeration, codeHeader: true, handle: s.admitted(api.KindModeration, false, moderation.ShapeError, s.moderations)},
 	}
 	usage := []*route{
 		{method: "GET", path: "/usage/inflight", handle: s.usageInflight},
