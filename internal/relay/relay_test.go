@@ -3,6 +3,7 @@ package relay_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -469,6 +470,69 @@ func TestStreamWorkerLostAfterOutput(t *testing.T) {
 			t.Fatalf("row %+v", row)
 		}
 	})
+}
+
+// A chunk that is not JSON is never passed on: the worker's stream ends
+// there, moved to another worker while the client has seen nothing, a
+// response partly lost (502) once it has. Whatever came before it, in the
+// same write or not, reaches the client.
+func TestStreamEndsAtAChunkThatIsNotJSON(t *testing.T) {
+	garbage := []byte(`{"id":"chatcmpl-w","choices":[{not json}]}`)
+	for _, tc := range []struct {
+		name     string
+		before   int // good chunks the worker sends first
+		together bool
+		want     []string // what the client got, by substrings, in order
+		status   int
+		attempts int
+	}{
+		{name: "first chunk", before: 0, want: []string{"rescued", "[DONE]"}, status: 200, attempts: 2},
+		{name: "after output", before: 1, want: []string{"partial 0", "fail 502 bad_worker_reply"}, status: 502, attempts: 1},
+		{name: "in the write of the chunks before it", before: 2, together: true, want: []string{"partial 1", "fail 502 bad_worker_reply"}, status: 502, attempts: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h := newHarness(t)
+				stopped := make(chan struct{})
+				h.worker("gpu-1", 1, func(ctx context.Context, st *link.Stream, _ api.LinkRequest, _ []byte) {
+					for i := range tc.before {
+						_ = st.Send(ctx, chunk(fmt.Sprintf("partial %d", i), ""))
+						if !tc.together {
+							time.Sleep(time.Millisecond)
+						}
+					}
+					_ = st.Send(ctx, garbage)
+					_ = st.Send(ctx, chunk("after the garbage", ""))
+					<-ctx.Done()
+					close(stopped)
+				})
+				h.worker("gpu-2", 1, answer("rescued", time.Second))
+				st, err := h.rl.Start(chatRequest("req-1", true)).Stream()
+				if err != nil {
+					t.Fatal(err)
+				}
+				client := &events{}
+				st.Write(client)
+				all := strings.Join(client.got, "\n")
+				if strings.Contains(all, "not json") || strings.Contains(all, "after the garbage") {
+					t.Fatalf("relayed past the garbage: %q", client.got)
+				}
+				at := 0
+				for _, w := range tc.want {
+					i := strings.Index(all[at:], w)
+					if i < 0 {
+						t.Fatalf("events %q lack %q in order", client.got, w)
+					}
+					at += i + len(w)
+				}
+				// The worker that sent it was told to stop.
+				<-stopped
+				if row := h.only(); row.StatusCode != tc.status || row.Attempts != tc.attempts {
+					t.Fatalf("row %+v", row)
+				}
+			})
+		})
+	}
 }
 
 func TestStreamMovesWhenTheFirstWorkerFailsBeforeOutput(t *testing.T) {

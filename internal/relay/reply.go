@@ -78,7 +78,7 @@ func appendTimingMember(b []byte, head string, v *float64, tail string) []byte {
 
 // inspect accounts for a relayed chunk: tokens so far, text for estimates
 // and notices, and how the reply ended.
-func (c *Call) inspect(msg []byte) {
+func (c *Call) inspect(msg []byte) bool {
 	if c.req.E2E {
 		// A sealed chunk is all that can be counted of it.
 		if bytes.HasPrefix(msg, []byte(`{"c":`)) && !bytes.Contains(msg, []byte(`"final":true`)) {
@@ -87,11 +87,13 @@ func (c *Call) inspect(msg []byte) {
 			}
 			c.entry.AddTokens(1)
 		}
-		return
+		return true
 	}
 	s := &c.chunks
 	if !s.read(msg) {
-		return
+		// A chunk of the wrong shape is the client's to make sense of;
+		// one that is not JSON at all is not to be passed on.
+		return !s.notJSON
 	}
 	if c.chunkID == "" {
 		c.chunkID = string(s.id)
@@ -113,6 +115,7 @@ func (c *Call) inspect(msg []byte) {
 		}
 		c.entry.AddTokens(1)
 	}
+	return true
 }
 
 // noteText accounts for text of the choice o.

@@ -28,14 +28,17 @@ type chunkScan struct {
 	jsontext.Scanner
 	id      []byte
 	choices []chunkChoice
+	// notJSON is set when the chunk last read is not JSON at all.
+	notJSON bool
 }
 
 // read takes what the relay needs from a chunk, false when encoding/json
-// would not have decoded it (the chunk is then passed on unread).
+// would not have decoded it: a chunk of another shape, or not JSON
+// (notJSON).
 func (s *chunkScan) read(msg []byte) bool {
 	s.Reset(msg)
 	defer s.Reset(nil)
-	s.id, s.choices = nil, s.choices[:0]
+	s.id, s.choices, s.notJSON = nil, s.choices[:0], false
 	again := false
 	seen := false
 	if s.Object() {
@@ -55,7 +58,11 @@ func (s *chunkScan) read(msg []byte) bool {
 		}
 	}
 	s.End()
-	if s.Bad() || s.Mistyped() {
+	if s.Bad() {
+		s.notJSON = true
+		return false
+	}
+	if s.Mistyped() {
 		return false
 	}
 	if again {

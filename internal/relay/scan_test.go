@@ -195,6 +195,11 @@ func FuzzChunkScan(f *testing.F) {
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("%q:\nscanned %+v\ndecoded %+v", msg, got, want)
 		}
+		// The relay ends a stream at a chunk that is not JSON, so that
+		// must be exactly what encoding/json finds invalid.
+		if s.notJSON != !json.Valid(msg) {
+			t.Fatalf("%q: notJSON %v, valid %v", msg, s.notJSON, json.Valid(msg))
+		}
 	})
 }
 

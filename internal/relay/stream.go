@@ -247,8 +247,15 @@ func (c *Call) pump(out *events, first firstOutput, pending <-chan error) error 
 			if !wrote {
 				c.lease.Streamed()
 			}
-			c.inspect(msg)
+			if !c.inspect(msg) {
+				if err := c.garbled(wrote); err != nil {
+					out.fail(err)
+					return err
+				}
+				continue
+			}
 			batch, chars := append(c.batch[:0], msg), append(c.batchChars[:0], c.outChars)
+			garbled := false
 			// What arrived together leaves together: the chunks the link
 			// delivered with this one go out in its write, which costs the
 			// client no time and the gateway a system call a chunk.
@@ -261,7 +268,9 @@ func (c *Call) pump(out *events, first firstOutput, pending <-chan error) error 
 					next = firstOutput{typ: f.Type, msg: f.Payload}
 					break
 				}
-				c.inspect(f.Payload)
+				if garbled = !c.inspect(f.Payload); garbled {
+					break
+				}
 				batch, chars = append(batch, f.Payload), append(chars, c.outChars)
 			}
 			out.data(batch...)
@@ -273,6 +282,11 @@ func (c *Call) pump(out *events, first firstOutput, pending <-chan error) error 
 				return ErrClientGone
 			}
 			out.wrote(chars)
+			if garbled {
+				err := c.garbled(true)
+				out.fail(err)
+				return err
+			}
 			continue
 		}
 		res := parseResult(msg)
@@ -346,6 +360,24 @@ func (c *Call) openOrMove() error {
 			return err
 		}
 	}
+}
+
+// garbled ends the worker's stream that sent a chunk that is not JSON, a
+// chunk no client could read: moved to another worker when the client has
+// seen nothing yet (nil once it is), failed as a response partly lost
+// otherwise.
+func (c *Call) garbled(wrote bool) error {
+	c.st.Reset()
+	cause := &api.Error{Kind: api.KindUpstream, Code: api.CodeBadWorkerReply, Message: "Worker " + c.lease.Worker.Name + " (" + c.lease.Worker.ID +
+		") sent a chunk that is not JSON; part of the response was lost in transit, retry"}
+	if wrote {
+		c.lease.Release(fleet.Failed)
+		return cause
+	}
+	if !c.failed(fleet.Failed, cause) {
+		return cause
+	}
+	return c.retry()
 }
 
 // retry moves a stream that has sent nothing yet to another worker.
