@@ -313,7 +313,7 @@ func (r *Request) check(v *api.Validator, fields map[string]string, granularitie
 		switch {
 		case err != nil:
 			v.Add("temperature", api.FieldWrongType, "expected a number")
-		case f < 0 || f > 1:
+		case !(f >= 0 && f <= 1): // NaN too, which ParseFloat reads
 			v.Add("temperature", api.FieldOutOfRange, "must be between 0 and 1")
 		default:
 			p.Temperature = f

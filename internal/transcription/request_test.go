@@ -130,6 +130,8 @@ func TestParseRefusals(t *testing.T) {
 		{"unknown language", "", [][2]string{{"file", audio}, {"model", "m"}, {"language", "qq"}}, 422, "language", "ISO 639-1"},
 		{"temperature not a number", "", [][2]string{{"file", audio}, {"model", "m"}, {"temperature", "warm"}}, 422, "temperature", "number"},
 		{"temperature too high", "", [][2]string{{"file", audio}, {"model", "m"}, {"temperature", "1.5"}}, 422, "temperature", "between"},
+		{"temperature NaN", "", [][2]string{{"file", audio}, {"model", "m"}, {"temperature", "NaN"}}, 422, "temperature", "between"},
+		{"temperature infinite", "", [][2]string{{"file", audio}, {"model", "m"}, {"temperature", "-Inf"}}, 422, "temperature", "between"},
 		{"beam too wide", "", [][2]string{{"file", audio}, {"model", "m"}, {"beam_size", "9"}}, 422, "beam_size", "1 to 8"},
 		{"beam zero", "", [][2]string{{"file", audio}, {"model", "m"}, {"beam_size", "0"}}, 422, "beam_size", "1 to 8"},
 		{"beam not whole", "", [][2]string{{"file", audio}, {"model", "m"}, {"beam_size", "2.5"}}, 422, "beam_size", "whole"},
