@@ -91,8 +91,12 @@ func (o *AdminOptions) withClient(cmd *cobra.Command, fn func(context.Context, *
 	}
 	err = fn(cmd.Context(), c)
 	var ce *client.ConnectError
-	if errors.As(err, &ce) {
+	var se *client.StallError
+	switch {
+	case errors.As(err, &ce):
 		return withHint(err, "Is svc serve running on this host with the same --data (or SVC_DATA)?")
+	case errors.As(err, &se):
+		return withHint(err, "svc serve took the call and did not answer: its log may say why.")
 	}
 	return err
 }

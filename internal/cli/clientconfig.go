@@ -168,6 +168,7 @@ func (f *Factory) apiClientFunc(cmd *cobra.Command) func() (*client.Client, erro
 // a gateway that cannot be reached, and a key it refuses.
 func (f *Factory) explainAPIError(cmd *cobra.Command, err error) error {
 	var ce *client.ConnectError
+	var se *client.StallError
 	switch {
 	case err == nil:
 		return nil
@@ -180,6 +181,8 @@ func (f *Factory) explainAPIError(cmd *cobra.Command, err error) error {
 		return errors.New("the encrypted reply did not verify (changed or cut short on its way) and was refused")
 	case errors.As(err, &ce):
 		return withHint(err, "Is the gateway running? Start one with 'svc serve', or point at yours with --base-url or SVC_BASE_URL.")
+	case errors.As(err, &se):
+		return withHint(err, "Something accepted the connection and did not answer: is --base-url (or SVC_BASE_URL) the gateway's address, and is the gateway or a proxy in front of it hung?")
 	case client.IsStatus(err, 401):
 		cc, cerr := f.ClientConfig(cmd)
 		switch {

@@ -127,9 +127,10 @@ func rentRun(ctx context.Context, opts *RentOptions) error {
 	p.width = termWidth(p.w, p.tty, defaultWidth)
 	fmt.Fprintf(p.w, "Rental %s: %s in %s at %s/h.\n", r.ID, rentalGPU(r), rentalTier(r), fmtGBP(r.PricePerHourGBP))
 	r, err = waitRental(ctx, c, r, opts, p)
-	if errors.Is(err, context.Canceled) {
+	if err != nil && rentalFailed(r) == nil && (errors.Is(err, context.Canceled) || passing(err)) {
+		// The wait ended (Ctrl-C, or the gateway out of reach for too
+		// long), not the rental: it is billed all the same.
 		fmt.Fprintf(opts.IO.ErrOut, "Stopped waiting. Rental %s keeps running, billed from when its worker connects; stop it with: svc stop %s\n", shortID(r.ID), r.ID)
-		return err
 	}
 	if err != nil {
 		return err
@@ -293,7 +294,7 @@ func waitRental(ctx context.Context, c *client.Client, r api.Rental, opts *RentO
 			return r, ctx.Err()
 		case err == nil:
 			r, fails, lastErr = next, 0, nil
-		case passing(err) && fails < maxWaitFailures:
+		case passing(err) && fails+1 < maxWaitFailures:
 			fails++
 			lastErr = err
 		default:
@@ -306,9 +307,10 @@ func waitRental(ctx context.Context, c *client.Client, r api.Rental, opts *RentO
 // passing reports whether a failed poll may succeed if tried again.
 func passing(err error) bool {
 	var ce *client.ConnectError
+	var se *client.StallError
 	var ae *client.Error
 	switch {
-	case errors.As(err, &ce):
+	case errors.As(err, &ce), errors.As(err, &se):
 		return true
 	case errors.As(err, &ae):
 		return ae.Status == http.StatusTooManyRequests || (ae.Status >= 500 && ae.Status != http.StatusNotImplemented)

@@ -460,6 +460,26 @@ func TestRentWait(t *testing.T) {
 		}
 		contains(t, "stdout", r.stdout, "provisioning · allocating · retrying: upstream restarting\n", " ready\n")
 	})
+	t.Run("gateway out of reach for good", func(t *testing.T) {
+		g := rentalGateway(t, map[string]fakeReply{
+			"POST " + instances: {status: 202, body: rental(t, nil)},
+			"GET " + newRentURL: {status: 503, body: `{"detail": "upstream restarting"}`},
+		})
+		r := rentResult(t, context.Background(), cliRun{env: gatewayEnv(g)}, args...)
+		if r.code != exitCapacity { // the last poll's 503
+			t.Fatalf("exit %d: %s", r.code, r.stderr)
+		}
+		polls := 0
+		for _, s := range g.sent {
+			if s.Method == "GET" && s.Path == newRentURL {
+				polls++
+			}
+		}
+		if polls != maxWaitFailures {
+			t.Errorf("%d polls, want %d", polls, maxWaitFailures)
+		}
+		contains(t, "stderr", r.stderr, "Stopped waiting. Rental 3c3c3c3c keeps running", "svc stop "+newRentID, "Error: upstream restarting")
+	})
 	t.Run("gone", func(t *testing.T) {
 		g := rentalGateway(t, map[string]fakeReply{
 			"POST " + instances: {status: 202, body: rental(t, nil)},

@@ -2,10 +2,12 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/svc-dev/svc/internal/client"
 	"github.com/svc-dev/svc/internal/iostreams"
 	"github.com/svc-dev/svc/internal/tui"
 )
@@ -60,9 +62,13 @@ and 'svc usage'.
 			c := f.newClient(cc)
 			// One call first, so that a wrong URL or key fails with advice
 			// on the shell instead of inside a full-screen program.
-			ctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Second)
+			const firstWait = 5 * time.Second
+			ctx, cancel := context.WithTimeout(cmd.Context(), firstWait)
 			_, err = c.Workers(ctx)
 			cancel()
+			if errors.Is(err, context.DeadlineExceeded) {
+				err = &client.StallError{Target: cc.BaseURL, Wait: firstWait}
+			}
 			if err != nil {
 				return f.explainAPIError(cmd, err)
 			}

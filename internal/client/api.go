@@ -160,18 +160,25 @@ const maxEvent = 16 << 20
 // ChatStream sends a streaming chat completion and calls fn with each
 // event's data (a chat.completion.chunk) until [DONE]. An error frame in
 // the stream is returned as an *Error.
-func (c *Client) ChatStream(ctx context.Context, req any, fn func(chunk json.RawMessage) error) error {
-	resp, err := c.send(ctx, http.MethodPost, "/v1/chat/completions", req, "text/event-stream")
+func (c *Client) ChatStream(parent context.Context, req any, fn func(chunk json.RawMessage) error) error {
+	ctx, cancel := context.WithCancel(parent)
+	defer cancel()
+	resp, err := c.send(ctx, http.MethodPost, "/v1/chat/completions", req, "text/event-stream", c.waits.answer)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
 	requestID := resp.Header.Get("X-Request-Id")
-	rd := sse.NewReader(resp.Body, maxEvent)
+	body := &idleReader{r: resp.Body, after: c.waits.idle, idle: time.AfterFunc(c.waits.idle, cancel)}
+	defer body.idle.Stop()
+	rd := sse.NewReader(body, maxEvent)
 	for {
 		ev, err := rd.Next()
 		if errors.Is(err, io.EOF) {
 			return errors.New("the stream ended without [DONE]")
+		}
+		if err != nil && parent.Err() == nil && ctx.Err() != nil {
+			return &StallError{Target: c.target(), Wait: c.waits.idle}
 		}
 		if err != nil {
 			return fmt.Errorf("read stream: %w", err)
@@ -187,6 +194,22 @@ func (c *Client) ChatStream(ctx context.Context, req any, fn func(chunk json.Raw
 			return err
 		}
 	}
+}
+
+// idleReader restarts its idle timer whenever bytes arrive, keep-alive
+// comments included.
+type idleReader struct {
+	r     io.Reader
+	after time.Duration
+	idle  *time.Timer
+}
+
+func (r *idleReader) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	if n > 0 {
+		r.idle.Reset(r.after)
+	}
+	return n, err
 }
 
 // streamError reads an error frame: {"error": {...}}.

@@ -41,7 +41,9 @@ func (c *Client) Transcribe(ctx context.Context, t Transcription) ([]byte, strin
 	if err != nil {
 		return nil, "", err
 	}
-	resp, err := c.sendBody(ctx, http.MethodPost, "/v1/audio/transcriptions", up, "*/*")
+	// A transcription's answer starts when it is done, which for a long
+	// recording on a slow engine takes minutes: no bound but the caller's.
+	resp, err := c.sendBody(ctx, http.MethodPost, "/v1/audio/transcriptions", up, "*/*", 0)
 	if err != nil {
 		return nil, "", err
 	}
@@ -123,7 +125,7 @@ type Speech struct {
 // voice, ...). It asks for the JSON form of the answer, which names the
 // worker even on generations long enough to be kept alive.
 func (c *Client) Speak(ctx context.Context, req any) (*Speech, error) {
-	resp, err := c.send(ctx, http.MethodPost, "/v1/audio/speech", req, "application/json")
+	resp, err := c.send(ctx, http.MethodPost, "/v1/audio/speech", req, "application/json", 0)
 	if err != nil {
 		return nil, err
 	}

@@ -1,9 +1,11 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -121,5 +123,61 @@ func TestChatStream(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A server that takes the request and says nothing fails the call after
+// the wait for its kind, and a stream that falls silent fails too; a
+// stream kept alive does not.
+func TestSilentServer(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if r.Header.Get("Accept") != "text/event-stream" {
+			<-release
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		fl := w.(http.Flusher)
+		_, _ = io.WriteString(w, ": keep-alive\n\n")
+		fl.Flush()
+		if !bytes.Contains(body, []byte("alive")) {
+			<-release
+			return
+		}
+		for range 20 {
+			time.Sleep(20 * time.Millisecond)
+			_, _ = io.WriteString(w, ": keep-alive\n\n")
+			fl.Flush()
+		}
+		_, _ = io.WriteString(w, "data: [DONE]\n\n")
+	}))
+	defer srv.Close()
+	defer close(release)
+	c := New(srv.URL, "k")
+	c.waits = waits{call: 50 * time.Millisecond, answer: 80 * time.Millisecond, idle: 250 * time.Millisecond}
+	ctx := context.Background()
+	none := func(json.RawMessage) error { return nil }
+
+	var se *StallError
+	if _, err := c.Workers(ctx); !errors.As(err, &se) || se.Wait != c.waits.call || se.Target != srv.URL {
+		t.Errorf("workers: %v", err)
+	}
+	if _, err := c.Chat(ctx, map[string]any{"model": "m"}); !errors.As(err, &se) || se.Wait != c.waits.answer {
+		t.Errorf("chat: %v", err)
+	}
+	// The stream's headers come at once, then nothing.
+	if err := c.ChatStream(ctx, map[string]any{"model": "m"}, none); !errors.As(err, &se) || se.Wait != c.waits.idle {
+		t.Errorf("silent stream: %v", err)
+	}
+	// Keep-alives 20 ms apart keep a stream alive past its 250 ms.
+	if err := c.ChatStream(ctx, map[string]any{"model": "alive"}, none); err != nil {
+		t.Errorf("stream kept alive: %v", err)
+	}
+	// The caller's own end is not a stall.
+	cctx, cancel := context.WithCancel(ctx)
+	time.AfterFunc(10*time.Millisecond, cancel)
+	if _, err := c.Workers(cctx); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled: %v", err)
 	}
 }
