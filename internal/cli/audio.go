@@ -83,7 +83,7 @@ word-level timings to it.
 				return usageErrorf("--timestamps needs --format verbose_json (or --json)")
 			}
 			if cmd.Flags().Changed("temperature") {
-				if temperature < 0 || temperature > 1 {
+				if !(temperature >= 0 && temperature <= 1) { // NaN too
 					return usageErrorf("--temperature must be between 0 and 1, got %g", temperature)
 				}
 				opts.Temperature = &temperature
@@ -149,6 +149,11 @@ func transcribeRun(ctx context.Context, opts *TranscribeOptions) error {
 	if opts.Exporter.Enabled() {
 		return opts.Exporter.Write(opts.IO.Out, json.RawMessage(body))
 	}
+	if len(body) > 0 && body[len(body)-1] != '\n' {
+		// JSON and some engines' text end without one; a shell prompt
+		// after the output should start on its own line.
+		body = append(body, '\n')
+	}
 	_, err = opts.IO.Out.Write(body)
 	return err
 }
@@ -204,7 +209,7 @@ too unless -o saves it.
 			if strings.TrimSpace(opts.Text) == "" {
 				return usageErrorf("no text to speak")
 			}
-			if cmd.Flags().Changed("speed") && (opts.Speed < 0.25 || opts.Speed > 4) {
+			if cmd.Flags().Changed("speed") && !(opts.Speed >= 0.25 && opts.Speed <= 4) { // NaN too
 				return usageErrorf("--speed must be between 0.25 and 4, got %g", opts.Speed)
 			}
 			if err := opts.Exporter.Prepare(); err != nil {

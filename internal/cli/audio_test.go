@@ -22,6 +22,8 @@ func TestAudioUsageErrors(t *testing.T) {
 		{"timestamps without verbose_json", cliRun{}, []string{"transcribe", "a.wav", "--timestamps", "word"}, "--timestamps needs"},
 		{"unknown granularity", cliRun{}, []string{"transcribe", "a.wav", "--format", "verbose_json", "--timestamps", "line"}, "--timestamps takes"},
 		{"temperature", cliRun{}, []string{"transcribe", "a.wav", "--temperature", "2"}, "--temperature must be between 0 and 1"},
+		{"temperature NaN", cliRun{}, []string{"transcribe", "a.wav", "--temperature", "NaN"}, "--temperature must be between 0 and 1"},
+		{"speed NaN", cliRun{}, []string{"speak", "hi", "--speed", "NaN", "-o", "x.wav"}, "--speed must be between 0.25 and 4"},
 		{"beam", cliRun{}, []string{"transcribe", "a.wav", "--beam-size", "0"}, "--beam-size must be 1 to 8"},
 		{"no file", cliRun{}, []string{"transcribe"}, "takes 1 argument"},
 	}

@@ -86,7 +86,7 @@ the serving worker); --jq filters it.
 				opts.MaxTokens = &maxTokens
 			}
 			if cmd.Flags().Changed("temperature") {
-				if temperature < 0 || temperature > 2 {
+				if !(temperature >= 0 && temperature <= 2) { // NaN too
 					return usageErrorf("--temperature must be between 0 and 2, got %g", temperature)
 				}
 				opts.Temperature = &temperature

@@ -266,3 +266,32 @@ func TestAdminSocketPath(t *testing.T) {
 		t.Fatalf("--socket: socket %q", got)
 	}
 }
+
+// Every command that groups others refuses an argument that names none
+// of them, with exit status 2, rather than printing its help and
+// succeeding: a mistyped `svc admin settings sett ...` changes nothing and
+// must say so.
+func TestGroupsRefuseUnknownSubcommands(t *testing.T) {
+	var groups [][]string
+	var walk func(c *cobra.Command, path []string)
+	walk = func(c *cobra.Command, path []string) {
+		if c.HasParent() && c.HasSubCommands() {
+			groups = append(groups, path)
+		}
+		for _, sub := range c.Commands() {
+			if !sub.Hidden && sub.Name() != "help" {
+				walk(sub, append(slices.Clone(path), sub.Name()))
+			}
+		}
+	}
+	walk(NewCmdRoot(testFactory(nil)), nil)
+	if len(groups) < 10 {
+		t.Fatalf("only %d groups found: %v", len(groups), groups)
+	}
+	for _, g := range groups {
+		err := run(NewCmdRoot(testFactory(nil)), append(g, "sett")...)
+		if exitCode(err) != exitUsage || !strings.Contains(fmt.Sprint(err), `unknown command "sett"`) {
+			t.Errorf("svc %s sett: %v (exit %d)", strings.Join(g, " "), err, exitCode(err))
+		}
+	}
+}

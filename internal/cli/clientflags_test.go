@@ -176,6 +176,7 @@ func TestChatFlags(t *testing.T) {
 		{name: "max tokens 0", args: []string{"m", "hi", "--max-tokens", "0"}, usage: true},
 		{name: "temperature high", args: []string{"m", "hi", "--temperature", "2.5"}, usage: true},
 		{name: "temperature negative", args: []string{"m", "hi", "--temperature=-1"}, usage: true},
+		{name: "temperature NaN", args: []string{"m", "hi", "--temperature", "NaN"}, usage: true},
 		{name: "bad jq", args: []string{"m", "hi", "--jq", "{"}, usage: true},
 	}
 	for _, tt := range tests {

@@ -33,6 +33,11 @@ func Main(build buildinfo.Info) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	root := NewCmdRoot(f)
+	// Cobra adds its completion command as it runs; added now, it is
+	// checked like the other groups. It writes to the output the root has
+	// when it is made, so tests that set another make their own.
+	root.InitDefaultCompletionCmd()
+	checkGroups(root)
 	root.SetArgs(os.Args[1:])
 	cmd, err := root.ExecuteContextC(ctx)
 	return reportError(f.IO.ErrOut, cmd, err)
@@ -99,5 +104,33 @@ organisations, users, keys and settings through the server's admin socket;
 		NewCmdVersion(f),
 		NewCmdMan(f),
 	)
+	checkGroups(root)
 	return root
+}
+
+// checkGroups makes each command that only groups others refuse an
+// argument naming none of them with a usage error, as cobra does for the
+// root alone; run without one, it runs its list or show subcommand where
+// it has one, and otherwise prints its help.
+func checkGroups(cmd *cobra.Command) {
+	for _, sub := range cmd.Commands() {
+		checkGroups(sub)
+	}
+	if !cmd.HasParent() || !cmd.HasSubCommands() || cmd.Runnable() {
+		return
+	}
+	cmd.Args = groupArgs
+	var def *cobra.Command
+	for _, sub := range cmd.Commands() {
+		if (sub.Name() == "list" || sub.Name() == "show") && sub.RunE != nil && sub.Args != nil && sub.Args(sub, nil) == nil {
+			def = sub
+			break
+		}
+	}
+	cmd.RunE = func(c *cobra.Command, args []string) error {
+		if def != nil {
+			return def.RunE(c, args)
+		}
+		return c.Help()
+	}
 }
