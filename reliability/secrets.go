@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -11,11 +12,14 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -115,6 +119,15 @@ func secrets(ctx context.Context, h *rig, r *result) error {
 	}
 	if st, _, err := g.do(ctx, "GET", "/v1/models", nil, "Authorization", "", "X-Api-Key", fakes["real key id, wrong secret"]); err != nil || st != 401 {
 		r.fail("wrong key in X-Api-Key: status %d, err %v; want 401", st, err)
+	}
+
+	// A request the HTTP parser refuses (a header line without a colon),
+	// with a real key and a prompt: the parser's error quotes the request
+	// it read, and neither may reach the debug log.
+	rawMarker := "malformed-request-prompt-" + randomCredentialChars(24)
+	sc.add("prompt of a malformed request", rawMarker)
+	if st, err := sc.malformed(ctx, keyA.Secret, rawMarker); err != nil || st != 400 {
+		r.fail("malformed request: status %d, err %v; want 400", st, err)
 	}
 
 	// A worker token made on the admin socket, used by a second worker.
@@ -393,6 +406,35 @@ func (sc *secretCheck) expectStatus(ctx context.Context, what, key string, want 
 
 // cliChat runs `svc chat --e2e` with key in the environment, as a user
 // would, and returns what it printed.
+// malformed sends key and prompt in a request whose headers do not parse,
+// over a connection of its own, and returns the status of the answer.
+func (sc *secretCheck) malformed(ctx context.Context, key, prompt string) (int, error) {
+	u, err := url.Parse(sc.g.URL)
+	if err != nil {
+		return 0, err
+	}
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", u.Host)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	body := `{"model":"sim-chat","messages":[{"role":"user","content":"` + prompt + `"}]}`
+	req := "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + key +
+		"\r\nX-Broken header without a colon\r\nContent-Type: application/json\r\nContent-Length: " +
+		strconv.Itoa(len(body)) + "\r\n\r\n" + body
+	if _, err := io.WriteString(conn, req); err != nil {
+		return 0, err
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		return 0, err
+	}
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
 func (sc *secretCheck) cliChat(ctx context.Context, key, prompt string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()

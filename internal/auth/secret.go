@@ -79,6 +79,51 @@ func Parse(secret string) (kind Kind, id string, ok bool) {
 	return "", "", false
 }
 
+// Redact masks the secret part of every credential in s, keeping its kind
+// and id: for text that may quote what a client sent, such as a parser's
+// error message, before it is logged.
+func Redact(s string) string {
+	if !strings.Contains(s, "svc_") {
+		return s
+	}
+	var b strings.Builder
+	for {
+		i := strings.Index(s, "svc_")
+		if i < 0 {
+			b.WriteString(s)
+			return b.String()
+		}
+		b.WriteString(s[:i])
+		s = s[i:]
+		kind := Kind("")
+		for _, k := range []Kind{KindAPIKey, KindWorkerToken} {
+			if strings.HasPrefix(s, string(k)) {
+				kind = k
+			}
+		}
+		if kind == "" {
+			b.WriteString("svc_")
+			s = s[len("svc_"):]
+			continue
+		}
+		// The id, then '_' and the secret: whatever of them is there.
+		n := len(kind)
+		for n < len(s) && n-len(kind) < idLen && strings.IndexByte(alphabet, s[n]) >= 0 {
+			n++
+		}
+		b.WriteString(s[:n])
+		s = s[n:]
+		if rest, ok := strings.CutPrefix(s, "_"); ok {
+			m := 0
+			for m < len(rest) && strings.IndexByte(alphabet, rest[m]) >= 0 {
+				m++
+			}
+			b.WriteString("_[redacted]")
+			s = rest[m:]
+		}
+	}
+}
+
 func inAlphabet(s string) bool {
 	for i := 0; i < len(s); i++ {
 		if strings.IndexByte(alphabet, s[i]) < 0 {

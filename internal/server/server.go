@@ -637,7 +637,17 @@ func websocketKey(hdr *fasthttp.RequestHeader) string {
 type fasthttpLogger struct{ log *slog.Logger }
 
 func (f fasthttpLogger) Printf(format string, args ...any) {
-	f.log.Debug("fasthttp", "detail", fmt.Sprintf(format, args...))
+	f.log.Debug("fasthttp", "detail", redactRequest(fmt.Sprintf(format, args...)))
+}
+
+// redactRequest keeps fasthttp's account of what went wrong and drops the
+// request bytes some of its messages quote (", contents: ..."), which hold
+// keys, tokens and prompts; a credential quoted any other way is masked.
+func redactRequest(msg string) string {
+	if i := strings.Index(msg, "contents: "); i >= 0 {
+		msg = msg[:i] + "contents: (not logged)"
+	}
+	return auth.Redact(msg)
 }
 
 // onceListener closes its listener once: the drain stops accepting before
