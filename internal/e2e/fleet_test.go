@@ -600,6 +600,14 @@ func TestEngineFailureStatuses(t *testing.T) {
 	if r.Status != 200 || len(data) < 7 || data[len(data)-1] != "[DONE]" || !strings.Contains(data[len(data)-2], "lost in transit") {
 		t.Fatalf("cut stream = %d %q", r.Status, data)
 	}
+	// The metrics count it as what it was, a 502, beside the 200 it began
+	// with, so that alerts on failures see streams too.
+	m := string(s.do("GET", "/metrics", "").Body)
+	for _, want := range []string{`svc_requests_total{request_type="chat",status="502"} 1`, `svc_http_requests_total{method="POST",route="/v1/chat/completions",status="200"} 1`} {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
 }
 
 // A model sent to an endpoint it does not serve gets the spec's 404, whose

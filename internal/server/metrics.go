@@ -2,6 +2,7 @@ package server
 
 import (
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -11,8 +12,10 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttpadaptor"
 
+	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/buildinfo"
 	"github.com/svc-dev/svc/internal/fleet"
+	"github.com/svc-dev/svc/internal/relay"
 )
 
 // metrics is the server's Prometheus registry. It is its own registry, not
@@ -38,6 +41,10 @@ type metrics struct {
 	// and latency once looked up: finding them by their label values
 	// hashes the values and takes the vectors' locks, every request.
 	series sync.Map // seriesKey -> *series
+	// outcomes counts inference requests by the status of their usage
+	// row, which a stream that failed after it started carries where its
+	// HTTP status says 200.
+	outcomes *prometheus.CounterVec
 }
 
 type seriesKey struct {
@@ -62,6 +69,10 @@ func newMetrics(build buildinfo.Info) *metrics {
 		// From sub-millisecond gateway answers to half-hour generations.
 		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 1800},
 	}, []string{"route", "status"})
+	m.outcomes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "svc_requests_total",
+		Help: "Inference requests, by request type and the status of their usage row: a capacity 429, a lost worker's 503 or a cut-off 502 inside a stream that had started counts with that status here, where svc_http_requests_total counts the 200 the stream began with.",
+	}, []string{"request_type", "status"})
 	m.storeRefused = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "svc_store_refused_requests_total",
 		Help: "Inference requests refused with 503 because the store's write backlog was at its bound.",
@@ -83,7 +94,7 @@ func newMetrics(build buildinfo.Info) *metrics {
 		Help: "The running build; always 1.",
 	}, []string{"version", "commit", "goversion"})
 	info.WithLabelValues(build.Version, build.Commit, build.Go).Set(1)
-	m.reg.MustRegister(m.requests, m.latency, m.storeRefused, m.rateLimited, m.stalls, m.forwards, info,
+	m.reg.MustRegister(m.requests, m.latency, m.outcomes, m.storeRefused, m.rateLimited, m.stalls, m.forwards, info,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	h := fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
@@ -104,6 +115,28 @@ func (m *metrics) observe(route, method string, status int, d time.Duration) {
 	s := v.(*series)
 	s.requests.Inc()
 	s.latency.Observe(d.Seconds())
+}
+
+// countedUsage is the usage recorder that also counts each row's outcome
+// in svc_requests_total: every inference request has one row, whatever
+// became of it.
+type countedUsage struct {
+	relay.Recorder
+	outcomes *prometheus.CounterVec
+}
+
+func (u countedUsage) Record(orgID string, row api.UsageRow) {
+	u.outcomes.WithLabelValues(metricRequestType(row.RequestType), strconv.Itoa(row.StatusCode)).Inc()
+	u.Recorder.Record(orgID, row)
+}
+
+// metricRequestType bounds the request_type label to the kinds the gateway
+// serves.
+func metricRequestType(t string) string {
+	if len(t) > 32 || strings.IndexFunc(t, func(r rune) bool { return (r < 'a' || r > 'z') && r != '_' }) >= 0 {
+		return "other"
+	}
+	return t
 }
 
 // metricMethod is the method label of a request: any method a client
