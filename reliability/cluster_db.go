@@ -59,7 +59,15 @@ func clusterDB(ctx context.Context, h *rig, r *result) error {
 		return fmt.Errorf("stop postgres: %w", err)
 	}
 	c.h.logf("%s: postgres stopped for %v", c.name, outage)
-	sleep(ctx, outage)
+	sleep(ctx, outage/2)
+	// What only the database can answer is the spec's 503 meanwhile, a
+	// retry's cue, never a 500.
+	for _, path := range []string{"/api/v1/workers/events?limit=1", "/api/v1/usage/logs?limit=1", "/api/v1/compute/instances"} {
+		if st, body, err := c.api.do(ctx, "GET", path, nil); err == nil && st != 200 && st != 503 {
+			r.fail("GET %s while the database was down: %d %s, want 200 or 503", path, st, tail(string(body), 200))
+		}
+	}
+	sleep(ctx, outage-outage/2)
 	if err := c.pg.Restart(); err != nil {
 		stopLoad()
 		return fmt.Errorf("start postgres again: %w", err)

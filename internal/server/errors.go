@@ -16,6 +16,7 @@ import (
 	"github.com/svc-dev/svc/internal/anthropic"
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/jsontext"
+	"github.com/svc-dev/svc/internal/pgstore"
 )
 
 // toAPIError is what a call's client is told of err. Domain packages
@@ -23,14 +24,26 @@ import (
 // internal error whose cause is logged, not sent.
 func (s *Server) toAPIError(c *call, err error) *api.Error {
 	ae := asAPIError(err, c.requestID)
-	if ae.Kind == api.KindInternal && ae.Err == err {
+	switch {
+	case ae.Kind == api.KindInternal && ae.Err == err:
 		s.log.Error("request failed", "request_id", c.requestID, "path", string(c.ctx.Path()), "err", err)
+	case ae == errStoreUnreachable:
+		s.log.Warn("request failed: the database is out of reach", "request_id", c.requestID, "path", string(c.ctx.Path()), "err", err)
 	}
 	return ae
 }
 
+// errStoreUnreachable answers a request that failed because the cluster's
+// database could not be reached: nothing was wrong with it, and a retry
+// once the database is back succeeds.
+var errStoreUnreachable = &api.Error{Kind: api.KindUnavailable, Type: api.TypeServiceUnavailable, RetryAfter: 5 * time.Second,
+	Message: "Service temporarily unavailable, please retry"}
+
 func asAPIError(err error, requestID string) *api.Error {
 	ae := api.ErrorOf(err)
+	if ae.Kind == api.KindInternal && ae.Err == err && pgstore.Unreachable(err) {
+		return errStoreUnreachable
+	}
 	if ae.Kind == api.KindInternal && ae.Err == err && requestID != "" {
 		quoted := *ae
 		quoted.Message += ", and quote request id " + requestID + " if it persists"
