@@ -37,8 +37,14 @@ func (s *Server) authorize(c *call, console bool) error {
 		if console {
 			return nil
 		}
-		if apiKey(c.ctx) == "" {
+		// A key that is not one is 401 here as anywhere; a real key is
+		// refused for what it asks.
+		key := apiKey(c.ctx)
+		if key == "" {
 			return errNoKey
+		}
+		if _, err := s.accounts.Authenticate(key); err != nil {
+			return err
 		}
 		return errConsoleOnly
 	}
