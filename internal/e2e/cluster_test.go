@@ -442,6 +442,24 @@ func TestClusterDrainSendsWorkersAway(t *testing.T) {
 		t.Fatal(err)
 	}
 	stopped := time.Now()
+	// A connection made to the stopping replica now is answered at once,
+	// 503, so that a load balancer moves on; it is not left queued until
+	// the replica exits.
+	fresh := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 2 * time.Second}
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		r, err := fresh.Get(a.URL + "/readyz")
+		if err != nil {
+			t.Fatalf("a new connection to the stopping replica, its stream still running: %v", err)
+		}
+		r.Body.Close()
+		if r.StatusCode == http.StatusServiceUnavailable && r.Header.Get("Retry-After") != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the stopping replica answers a new connection %d", r.StatusCode)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	idle.waitLog("reconnecting through the configured gateway", 10*time.Second)
 	chat := `{"model":"sim-chat","messages":[{"role":"user","content":"hi"}],"max_tokens":4}`
 	eventually(t, 10*time.Second, "the organisation served at its new home during the drain", func() bool {

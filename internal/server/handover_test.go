@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -40,7 +41,7 @@ func TestHandoverKeepsTheSocketOpenForTheNextServer(t *testing.T) {
 	if got, from, err := takeOver(path, addr); got != nil || from != nil || err != nil {
 		t.Fatalf("takeOver with no server = %v, %v, %v; want nothing", got, from, err)
 	}
-	ho, err := startHandover(path, old.TCPListener, slog.New(slog.DiscardHandler))
+	ho, err := startHandover(path, old.TCPListener, nil, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,5 +206,64 @@ func TestDrainAnswersTheNextRequestOfAKeptAliveConnection(t *testing.T) {
 	}
 	if err := <-drained; err != nil {
 		t.Fatalf("Shutdown = %v", err)
+	}
+}
+
+// A cluster's replica that drains answers the connections made meanwhile
+// at once with a 503 (its load balancer moves on) instead of leaving them
+// queued until it exits; a server that takes the socket over stops that,
+// and gets the connections from then on.
+func TestDrainingReplicaAnswersNewConnections(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kl := &keptListener{TCPListener: ln.(*net.TCPListener), drainAnswer: errReplicaStopping}
+	addr := kl.Addr().String()
+	if err := kl.Close(); err != nil {
+		t.Fatal(err)
+	}
+	hc := &http.Client{Timeout: 5 * time.Second}
+	for range 3 {
+		resp, err := hc.Get("http://" + addr + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "1" || !strings.Contains(string(body), "replica is stopping") {
+			t.Fatalf("during the drain: %d %v %s", resp.StatusCode, resp.Header, body)
+		}
+	}
+
+	dir, err := os.MkdirTemp("", "ho")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	path := filepath.Join(dir, HandoverFile)
+	ho, err := startHandover(path, kl.TCPListener, func() { kl.stopRefusing() }, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	taken, _, err := takeOver(path, addr)
+	if err != nil || taken == nil {
+		t.Fatalf("takeOver = %v, %v", taken, err)
+	}
+	defer taken.Close()
+	ho.close()
+	after := dialAndSend(t, addr, "after")
+	defer after.Close()
+	c, err := taken.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, len("after"))
+	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "after" {
+		t.Fatalf("the new server read %q, %v", buf, err)
+	}
+	c.Close()
+	if n, err := kl.release(true); n != 3 || err != nil {
+		t.Fatalf("release = %d, %v; want the 3 answered during the drain", n, err)
 	}
 }

@@ -34,10 +34,14 @@ type handover struct {
 	wg   sync.WaitGroup
 	// gave is set once a server has taken the socket: it holds it too.
 	gave atomic.Bool
+	// beforeGive runs before the socket is passed: what this server still
+	// takes from it must stop, or it would take the new server's
+	// connections.
+	beforeGive func()
 }
 
 // startHandover serves the handover socket at path until close.
-func startHandover(path string, sock *net.TCPListener, log *slog.Logger) (*handover, error) {
+func startHandover(path string, sock *net.TCPListener, beforeGive func(), log *slog.Logger) (*handover, error) {
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("remove stale handover socket: %w", err)
 	}
@@ -49,7 +53,7 @@ func startHandover(path string, sock *net.TCPListener, log *slog.Logger) (*hando
 		ln.Close()
 		return nil, fmt.Errorf("restrict handover socket: %w", err)
 	}
-	h := &handover{path: path, ln: &peerListener{Listener: ln, allow: sameUser, log: log}, sock: sock, log: log}
+	h := &handover{path: path, ln: &peerListener{Listener: ln, allow: sameUser, log: log}, sock: sock, log: log, beforeGive: beforeGive}
 	h.wg.Go(h.serve)
 	return h, nil
 }
@@ -82,6 +86,9 @@ func (h *handover) give(c net.Conn) error {
 	raw, err := h.sock.SyscallConn()
 	if err != nil {
 		return err
+	}
+	if h.beforeGive != nil {
+		h.beforeGive()
 	}
 	var werr error
 	if err := raw.Control(func(fd uintptr) {

@@ -25,6 +25,19 @@ type keptListener struct {
 	// one already waiting: a deadline that expires while a connection
 	// arrives may still let that Accept take it.
 	accepting sync.Mutex
+	// drainAnswer, when set, answers the connections that arrive once
+	// Close stopped Accept, at once, until the socket is handed over or
+	// released: a cluster's replica has no successor to queue them for,
+	// and its load balancer should move on rather than wait out the
+	// drain.
+	drainAnswer *api.Error
+	refuser     struct {
+		mu       sync.Mutex
+		stopped  bool          // stopRefusing ran: no refuser starts
+		stop     chan struct{} // closed by stopRefusing
+		done     chan struct{} // closed when the refuser has returned; nil until it starts
+		answered atomic.Int64
+	}
 }
 
 func (l *keptListener) Accept() (net.Conn, error) {
@@ -48,7 +61,60 @@ func (l *keptListener) Close() error {
 	l.accepting.Lock()
 	//lint:ignore SA2001 the lock only waits for a running Accept to return
 	l.accepting.Unlock()
+	if l.drainAnswer != nil {
+		l.refuser.mu.Lock()
+		if !l.refuser.stopped && l.refuser.done == nil {
+			l.refuser.stop, l.refuser.done = make(chan struct{}), make(chan struct{})
+			go l.refuse(l.refuser.stop, l.refuser.done)
+		}
+		l.refuser.mu.Unlock()
+	}
 	return err
+}
+
+// refuse answers each connection that arrives with drainAnswer until
+// stopRefusing.
+func (l *keptListener) refuse(stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	r := newRefusals(l.drainAnswer)
+	defer r.wait()
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		// A short deadline, so that a stop is seen within it.
+		_ = l.TCPListener.SetDeadline(time.Now().Add(50 * time.Millisecond))
+		c, err := l.TCPListener.Accept()
+		if err != nil {
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				continue
+			}
+			return
+		}
+		l.refuser.answered.Add(1)
+		r.refuse(c)
+	}
+}
+
+// stopRefusing ends what Close started, if it did, once the refusals
+// under way are answered; from then on connections wait in the queue
+// again. It returns how many were answered.
+func (l *keptListener) stopRefusing() int {
+	l.refuser.mu.Lock()
+	done := l.refuser.done
+	if !l.refuser.stopped && done != nil {
+		close(l.refuser.stop)
+	}
+	l.refuser.stopped = true
+	l.refuser.mu.Unlock()
+	if done == nil {
+		return 0
+	}
+	<-done
+	_ = l.TCPListener.SetDeadline(time.Unix(1, 0))
+	return int(l.refuser.answered.Load())
 }
 
 // release closes the socket. Where another process holds it too (systemd,
@@ -60,8 +126,9 @@ func (l *keptListener) Close() error {
 // to retry, for which release waits up to refuseWithin. answered is how
 // many were.
 func (l *keptListener) release(shared bool) (answered int, err error) {
+	answered = l.stopRefusing()
 	if shared {
-		return 0, l.TCPListener.Close()
+		return answered, l.TCPListener.Close()
 	}
 	queued := takeAcceptQueue(l.TCPListener)
 	err = l.TCPListener.Close()
@@ -70,8 +137,13 @@ func (l *keptListener) release(shared bool) (answered int, err error) {
 		r.refuse(c)
 	}
 	r.wait()
-	return len(queued), err
+	return answered + len(queued), err
 }
+
+// errReplicaStopping answers the connections made while a cluster's
+// replica drains: another replica serves them.
+var errReplicaStopping = &api.Error{Kind: api.KindUnavailable, Type: api.TypeServiceUnavailable, RetryAfter: time.Second,
+	Message: "Service temporarily unavailable, please retry: this gateway replica is stopping and another serves the request"}
 
 // errStopped answers the connections still queued when a server that
 // holds its socket alone stops.

@@ -167,6 +167,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if cl != nil {
 		cl.start(public.Addr())
+		public.drainAnswer = errReplicaStopping
 	}
 	// Closed last but the store: until then a server replacing this one
 	// can still take the socket over, and no connection is refused.
@@ -174,7 +175,7 @@ func Run(ctx context.Context, cfg Config) error {
 	defer func() {
 		answered, err := public.release(fromSystemd || ho != nil && ho.handedOver())
 		if answered > 0 {
-			log.Info("answered the connections made during the drain, which no server took over, with 503 and Retry-After", "connections", answered)
+			log.Info("answered the connections made during the drain with 503 and Retry-After", "connections", answered)
 		}
 		if err != nil {
 			log.Warn("close the listening socket", "err", err)
@@ -186,7 +187,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer os.Remove(sock)
-	ho, err = startHandover(filepath.Join(cfg.DataDir, HandoverFile), public.TCPListener, log)
+	ho, err = startHandover(filepath.Join(cfg.DataDir, HandoverFile), public.TCPListener, func() { public.stopRefusing() }, log)
 	if err != nil {
 		_ = consoleLn.Close()
 		return err
