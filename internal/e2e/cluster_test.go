@@ -870,3 +870,37 @@ func TestClusterLiveTranscription(t *testing.T) {
 		t.Fatalf("a bad key through the front: %v %v", err, resp)
 	}
 }
+
+// A replica whose database a newer release migrates past what it can use,
+// while it runs, stops, saying why, rather than go on reading and writing
+// rows in a shape it does not know; started again, it refuses at once.
+func TestClusterReplicaStopsOnANewerSchema(t *testing.T) {
+	db := clusterDB(t)
+	r := startReplica(t, db, "")
+	r.waitLog("cluster: leading", 15*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	// What a newer release's migration leaves.
+	if _, err := conn.Exec(ctx, "UPDATE svc_schema SET version = version + 1, min_reader = version + 1"); err != nil {
+		t.Fatal(err)
+	}
+	rec := r.waitLog("cluster: this replica can no longer use the database", 15*time.Second)
+	if !strings.Contains(fmt.Sprint(rec["err"]), "upgrade svc") {
+		t.Errorf("the log does not say what to do: %v", rec)
+	}
+	if !r.wait(15 * time.Second) {
+		t.Fatal("the replica did not stop")
+	}
+	if r.Err() == nil {
+		t.Error("the replica stopped with status 0")
+	}
+	_, errOut, code := svc(t, []string{"SVC_STORE_URL=" + db}, "serve", "--data", t.TempDir(), "--addr", "127.0.0.1:0", "--rental-providers", "none")
+	if code == 0 || !strings.Contains(errOut, "newer than this build") {
+		t.Fatalf("a new start: exit %d\n%s", code, errOut)
+	}
+}

@@ -185,3 +185,19 @@ CREATE TABLE svc_cluster (
 	secret text NOT NULL
 );
 `
+
+// Usable checks that this build can still use the database: a replica of a
+// newer release may have migrated it, while this one runs, past what this
+// build reads. It is ErrSchemaTooNew then, and nil or the database's own
+// error otherwise.
+func (s *Store) Usable(ctx context.Context) error {
+	var version, minReader int
+	if err := s.pool.QueryRow(ctx, "SELECT version, min_reader FROM svc_schema").Scan(&version, &minReader); err != nil {
+		return fmt.Errorf("pgstore: read the schema version: %w", err)
+	}
+	if latest := SchemaVersion(); minReader > latest {
+		return fmt.Errorf("pgstore: %w: a newer replica migrated it to version %d, usable by builds of version %d and later; this build is version %d: upgrade svc",
+			ErrSchemaTooNew, version, minReader, latest)
+	}
+	return nil
+}

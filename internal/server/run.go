@@ -297,6 +297,15 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	bg.Go(func() error { return clockWatch.Run(bgCtx, 10*time.Second) })
+	outdated := make(chan error, 1)
+	if cl != nil {
+		bg.Go(func() error {
+			if err := cl.watchSchema(bgCtx); err != nil {
+				outdated <- err
+			}
+			return nil
+		})
+	}
 
 	serveErr := make(chan error, 2)
 	go func() { serveErr <- srv.ServePublic(public) }()
@@ -313,6 +322,8 @@ func Run(ctx context.Context, cfg Config) error {
 	case failed = <-serveErr:
 		running--
 		log.Error("listener failed", "err", failed)
+	case failed = <-outdated:
+		log.Error("cluster: this replica can no longer use the database; draining and stopping", "err", failed)
 	}
 	if cl != nil {
 		// Other replicas take the organisations homed here as their

@@ -230,6 +230,28 @@ func (c *clusterParts) release() { c.homes.Release(context.Background()) }
 
 func (c *clusterParts) runLease(ctx context.Context) error { return c.lease.Run(ctx) }
 
+// watchSchema checks, once a lease period, that this build can still use
+// the database, and returns the error when a newer replica migrated it
+// past that: what this replica would write or read from then on is in a
+// shape it does not know. It returns nil when ctx ends.
+func (c *clusterParts) watchSchema(ctx context.Context) error {
+	t := time.NewTicker(c.lease.Every())
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		qctx, cancel := context.WithTimeout(ctx, c.lease.Every())
+		err := c.db.Usable(qctx)
+		cancel()
+		if errors.Is(err, pgstore.ErrSchemaTooNew) {
+			return err
+		}
+	}
+}
+
 func (c *clusterParts) runShipper(ctx context.Context) error { return c.ship.Run(ctx) }
 
 // flushTimeout bounds how long a stopping replica waits to ship its
