@@ -290,11 +290,11 @@ func workerToken(opts *WorkerOptions, getenv func(string) string) (string, error
 	if path == "" {
 		dir, err := resolveDataDir(getenv("SVC_DATA"), getenv)
 		if err != nil {
-			return "", errors.New("no worker token: give --token, SVC_WORKER_TOKEN or --token-file")
+			return "", usageErrorf("no worker token: give --token, SVC_WORKER_TOKEN or --token-file")
 		}
 		path = filepath.Join(dir, server.WorkerTokenFile)
 		if _, err := os.Stat(path); err != nil {
-			return "", errors.New("no worker token: give --token, SVC_WORKER_TOKEN or --token-file (create one with `svc admin worker-tokens create NAME`)")
+			return "", usageErrorf("no worker token: give --token, SVC_WORKER_TOKEN or --token-file (create one with `svc admin worker-tokens create NAME`)")
 		}
 	}
 	b, err := os.ReadFile(path)
@@ -303,7 +303,7 @@ func workerToken(opts *WorkerOptions, getenv func(string) string) (string, error
 	}
 	t := strings.TrimSpace(string(b))
 	if t == "" {
-		return "", fmt.Errorf("worker token file %s is empty", path)
+		return "", usageErrorf("worker token file %s is empty", path)
 	}
 	return t, nil
 }

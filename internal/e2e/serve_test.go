@@ -281,6 +281,17 @@ func TestCLIExitCodes(t *testing.T) {
 	}
 }
 
+// A worker with no token is a usage error (2), so that systemd's unit,
+// which does not restart on 2, waits for the token to be set instead of
+// restarting in a loop.
+func TestWorkerWithoutATokenIsAUsageError(t *testing.T) {
+	dir := t.TempDir()
+	_, stderr, code := svc(t, []string{"HOME=" + dir, "SVC_DATA=" + dir, "SVC_WORKER_TOKEN="}, "worker", "--gateway", "http://127.0.0.1:1", "--engine", "sim")
+	if code != 2 || !strings.Contains(stderr, "no worker token") {
+		t.Fatalf("exit %d; stderr:\n%s", code, stderr)
+	}
+}
+
 func TestHeadIsGetWithoutBody(t *testing.T) {
 	s := startServer(t, "")
 	r := s.do("HEAD", "/healthz", "")
