@@ -44,3 +44,37 @@ func (s *Store) TakeReturning() (map[string][]string, error) {
 	}
 	return out, decodeErr
 }
+
+// keyListed holds the workers listed when the last server stopped.
+var keyListed = []byte("workers_listed_at_stop")
+
+// SaveListed records the workers the server lists as it stops (connected
+// and recently offline; fleet.Remember), for the server that starts next
+// on this store to list them offline until they reconnect.
+func (s *Store) SaveListed(v any) error {
+	return s.db.Update(func(tx *bbolt.Tx) error {
+		return putJSON(tx.Bucket(bucketMeta), keyListed, v)
+	})
+}
+
+// TakeListed decodes what SaveListed recorded into out and forgets it; it
+// leaves out as it is after a crash, when nothing was recorded. A record
+// that does not decode is dropped all the same, with an error.
+func (s *Store) TakeListed(out any) error {
+	var decodeErr error
+	err := s.db.Update(func(tx *bbolt.Tx) error {
+		meta := tx.Bucket(bucketMeta)
+		v := meta.Get(keyListed)
+		if v == nil {
+			return nil
+		}
+		if err := json.Unmarshal(v, out); err != nil {
+			decodeErr = fmt.Errorf("decode %s: %w", keyListed, err)
+		}
+		return meta.Delete(keyListed)
+	})
+	if err != nil {
+		return err
+	}
+	return decodeErr
+}

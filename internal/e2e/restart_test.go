@@ -90,3 +90,38 @@ func TestSocketActivationRestartRefusesNothing(t *testing.T) {
 		t.Fatalf("second server: %v\n%s", err, out2)
 	}
 }
+
+// A gateway restarted on its data directory lists the workers the old one
+// listed: offline (one that was connected, since the stop), until each
+// reconnects, as the README says offline workers stay listed for 24 h.
+func TestOfflineWorkersStayListedAcrossARestart(t *testing.T) {
+	s := startServer(t, "", "--start-grace", "0")
+	key := s.adminKey()
+	gone := startWorker(t, s.URL, s.tokenFile(), "gone", "--engine", "sim=tps=0,ttft=0")
+	startWorker(t, s.URL, s.tokenFile(), "away", "--engine", "sim=tps=0,ttft=0")
+	if err := gone.stop(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	wentAt := s.workerNamed(key, "gone", statusIs("offline"))["offline_since"]
+	if err := s.stop(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	// On another port: the worker still running cannot find it.
+	s = startServer(t, s.Data, "--start-grace", "0")
+	listed := map[string]map[string]any{}
+	for _, w := range s.workers(key) {
+		listed[w["worker_name"].(string)] = w
+	}
+	if len(listed) != 2 || listed["gone"]["status"] != "offline" || listed["gone"]["offline_since"] != wentAt ||
+		listed["away"]["status"] != "offline" || listed["away"]["offline_since"] == nil {
+		t.Fatalf("after the restart: %v", listed)
+	}
+	if ms, _ := listed["away"]["models"].([]any); len(ms) == 0 {
+		t.Errorf("a remembered worker lists no models: %v", listed["away"])
+	}
+	startWorker(t, s.URL, s.tokenFile(), "gone", "--engine", "sim=tps=0,ttft=0")
+	s.workerNamed(key, "gone", statusIs("healthy"))
+	if r := s.do("POST", "/v1/chat/completions", chatBody("sim-chat", "hi", false), bearer(key)); r.Status != 200 || r.Header.Get("X-Worker-Name") != "gone" {
+		t.Fatalf("served by %q: %d %s", r.Header.Get("X-Worker-Name"), r.Status, r.Body)
+	}
+}

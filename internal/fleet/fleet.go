@@ -49,6 +49,10 @@ type Config struct {
 	// waits for them to reconnect: zero is 10 s, negative none.
 	Returning  map[string][]string
 	StartGrace time.Duration
+	// Remembered lists, by organisation, the workers the gateway this one
+	// replaces listed (Remember, as it stopped): they are listed offline
+	// until they reconnect.
+	Remembered map[string][]Remembered
 
 	// Approval says whether a worker waits for its organisation's
 	// approval; nil lets every worker serve.
@@ -214,8 +218,13 @@ type worker struct {
 // New returns an empty fleet.
 func New(cfg Config) *Fleet {
 	cfg.defaults()
-	return &Fleet{cfg: cfg, log: cfg.Logger, orgs: map[string]*org{}, handshakes: map[string]chan struct{}{},
-		returning: newReturning(cfg.Returning, cfg.StartGrace, time.Now())}
+	now := time.Now()
+	f := &Fleet{cfg: cfg, log: cfg.Logger, orgs: map[string]*org{}, handshakes: map[string]chan struct{}{},
+		returning: newReturning(cfg.Returning, cfg.StartGrace, now)}
+	f.mu.Lock()
+	f.rememberLocked(cfg.Remembered, now)
+	f.mu.Unlock()
+	return f
 }
 
 // WorkerID is the stable id of the worker named name in an organisation:

@@ -1108,3 +1108,53 @@ func TestModelsAreDatedWhenFirstListed(t *testing.T) {
 		}
 	})
 }
+
+// The workers a gateway listed as it stopped are listed by the gateway
+// replacing it: offline (a connected one since the stop), with what they
+// serve, until they reconnect, which is a plain connect with no change of
+// settings; one offline longer than KeepOffline is not.
+func TestRememberedWorkersAreListedOffline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		before := newHarness(t, Config{Grace: 100 * time.Millisecond})
+		a := before.worker("o", "a", 2, chat("m"))
+		b := before.worker("o", "b", 1, chat("n"))
+		_ = b.conn.Close()
+		synctest.Wait()
+		time.Sleep(time.Second) // past the grace
+		bOffline := *before.expect(b.id, "o", api.StatusOffline).OfflineSince
+		time.Sleep(time.Hour)
+		stopped := time.Now()
+		rem := before.f.Remember()
+		rem["o"] = append(rem["o"], Remembered{ID: "wk_old", Name: "old", OfflineSince: stopped.Add(-25 * time.Hour)})
+
+		after := newHarness(t, Config{Remembered: rem})
+		ws := after.f.Workers("o")
+		if len(ws) != 2 {
+			t.Fatalf("listed %+v", ws)
+		}
+		for _, w := range ws {
+			want := map[string]time.Time{a.id: stopped, b.id: bOffline}[w.WorkerID]
+			if w.Status != api.StatusOffline || w.OfflineSince == nil || !w.OfflineSince.Equal(want.UTC()) || len(w.Models) != 1 || w.Power != nil {
+				t.Errorf("%s listed %+v, want offline since %v", w.WorkerName, w, want)
+			}
+		}
+		if _, err := after.f.Acquire(after.ctx, Need{OrgID: "o", Model: "m"}); status(err) != 503 {
+			t.Fatalf("the model of a remembered worker: %v, want 503", err)
+		}
+		back := after.worker("o", "a", 2, chat("m"))
+		if back.id != a.id {
+			t.Fatalf("reconnected as %s, want %s", back.id, a.id)
+		}
+		if ev := after.ev.find(api.EventSettingsChanged, false); ev != nil {
+			t.Errorf("a remembered worker's reconnect changed its settings: %+v", ev)
+		}
+		if ev := after.ev.find(api.EventConnected, false); ev == nil {
+			t.Error("no connected event")
+		}
+		l, err := after.f.Acquire(after.ctx, Need{OrgID: "o", Model: "m"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Release(Succeeded)
+	})
+}

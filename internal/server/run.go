@@ -139,6 +139,10 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		log.Warn("read the workers the previous server had", "err", err)
 	}
+	var listed map[string][]fleet.Remembered
+	if err := local.TakeListed(&listed); err != nil {
+		log.Warn("read the workers the previous server listed", "err", err)
+	}
 
 	var cl *clusterParts
 	var accountStore account.Store = local
@@ -210,7 +214,7 @@ func Run(ctx context.Context, cfg Config) error {
 	fan := &eventFan{store: events}
 	fcfg := cfg.Fleet
 	fcfg.Logger, fcfg.Events, fcfg.Power = log, fan, power
-	fcfg.Returning = returning
+	fcfg.Returning, fcfg.Remembered = returning, listed
 	fcfg.Approval = approvalGate(accounts)
 	fl := fleet.New(fcfg)
 	rc := cfg.Rental
@@ -348,6 +352,11 @@ func Run(ctx context.Context, cfg Config) error {
 	// The server that replaces this one expects these workers back.
 	if err := local.SaveReturning(fl.Connected()); err != nil {
 		log.Warn("record the connected workers", "err", err)
+	}
+	// It lists them offline until they reconnect, and those offline
+	// already, as this one does.
+	if err := local.SaveListed(fl.Remember()); err != nil {
+		log.Warn("record the listed workers", "err", err)
 	}
 	stopBackground()
 	if err := bg.Wait(); err != nil {

@@ -1,0 +1,71 @@
+package fleet
+
+import (
+	"time"
+
+	"github.com/svc-dev/svc/internal/api"
+)
+
+// Remembered is a worker the gateway this one replaces listed as it
+// stopped, connected or offline: listed here offline until it reconnects
+// or has been offline KeepOffline, as if the gateway had not restarted.
+type Remembered struct {
+	ID            string           `json:"worker_id"`
+	Name          string           `json:"worker_name"`
+	Version       string           `json:"version,omitempty"`
+	MaxConcurrent int              `json:"max_concurrent"`
+	Models        []api.Model      `json:"models,omitempty"`
+	Engines       []api.EngineInfo `json:"engines,omitempty"`
+	Features      []string         `json:"features,omitempty"`
+	E2EKey        *api.E2EKey      `json:"e2e_key,omitempty"`
+	// OfflineSince is when it went offline; a worker connected when the
+	// gateway stopped is offline since the stop.
+	OfflineSince time.Time `json:"offline_since"`
+	LastSeen     time.Time `json:"last_seen"`
+}
+
+// Remember lists, by organisation, every worker the fleet lists now: for
+// the gateway replacing this one (Config.Remembered). A connected worker
+// is recorded offline from now, which is when its link ends.
+func (f *Fleet) Remember() map[string][]Remembered {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := time.Now()
+	out := map[string][]Remembered{}
+	for id, o := range f.orgs {
+		for _, w := range o.workers {
+			if w.pending {
+				continue // awaiting approval: it was never served, nor is it now
+			}
+			r := Remembered{ID: w.id, Name: w.name, Version: w.version, MaxConcurrent: w.maxConcurrent,
+				Models: w.models, Engines: w.engines, Features: w.features, E2EKey: w.e2eKey,
+				OfflineSince: w.offlineSince, LastSeen: w.lastSeen}
+			if r.OfflineSince.IsZero() {
+				r.OfflineSince, r.LastSeen = now, now
+			}
+			out[id] = append(out[id], r)
+		}
+	}
+	return out
+}
+
+// rememberLocked lists the workers of byOrg offline; what has been
+// offline KeepOffline already is left out.
+func (f *Fleet) rememberLocked(byOrg map[string][]Remembered, now time.Time) {
+	for orgID, ws := range byOrg {
+		for _, r := range ws {
+			if r.ID == "" || r.OfflineSince.IsZero() || now.Sub(r.OfflineSince) > f.cfg.KeepOffline {
+				continue
+			}
+			o := f.org(orgID)
+			if o.workers[r.ID] != nil {
+				continue
+			}
+			w := &worker{id: r.ID, orgID: orgID, name: r.Name, version: r.Version, maxConcurrent: r.MaxConcurrent,
+				models: r.Models, engines: r.Engines, features: r.Features, e2eKey: r.E2EKey,
+				offlineSince: r.OfflineSince, lastSeen: r.LastSeen, status: api.StatusOffline}
+			o.workers[r.ID] = w
+			f.reindexLocked(o, w, now)
+		}
+	}
+}
