@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"path/filepath"
 	"slices"
@@ -178,6 +179,34 @@ func TestServeFlagsEnvPrecedence(t *testing.T) {
 	cmd := NewCmdServe(testFactory(map[string]string{"SVC_DRAIN_TIMEOUT": "soon", "HOME": "/h"}), func(context.Context, *ServeOptions) error { return nil })
 	if err := run(cmd); exitCode(err) != exitUsage || !strings.Contains(err.Error(), "SVC_DRAIN_TIMEOUT") {
 		t.Fatalf("bad env value: %v", err)
+	}
+}
+
+// What cannot work whatever the host is a usage error before anything is
+// written to the data directory: an address that is not host:port, and a
+// cluster's setting without the cluster.
+func TestServeUsageErrors(t *testing.T) {
+	for _, tc := range []struct {
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{nil, []string{"--addr", "nonsense"}, "--addr must be HOST:PORT"},
+		{nil, []string{"--addr", ":99999"}, "--addr's port"},
+		{nil, []string{"--advertise-url", "http://x:1"}, "--advertise-url is a setting of a cluster's replica"},
+		{map[string]string{"SVC_ADVERTISE_URL": "bogus"}, nil, "--advertise-url is a setting"},
+		{map[string]string{"SVC_STORE_PASSWORD_FILE": "bogus"}, nil, "--store-password-file is a setting"},
+		{map[string]string{"SVC_LEASE_TTL": "5s"}, nil, "--lease-ttl is a setting"},
+		{map[string]string{"SVC_REGION": "eu"}, nil, "--region is a setting"},
+	} {
+		env := map[string]string{"HOME": "/h"}
+		maps.Copy(env, tc.env)
+		ran := false
+		cmd := NewCmdServe(testFactory(env), func(context.Context, *ServeOptions) error { ran = true; return nil })
+		err := run(cmd, tc.args...)
+		if ran || exitCode(err) != exitUsage || !strings.Contains(fmt.Sprint(err), tc.want) {
+			t.Errorf("%v %v: %v (ran %v), want a usage error with %q", tc.env, tc.args, err, ran, tc.want)
+		}
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"math"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -149,8 +150,23 @@ is and a ready curl command.`,
 			if opts.Region != "" && !api.ValidRegion(opts.Region) {
 				return usageErrorf("--region must be 1 to 64 lower-case letters, digits, '.', '-' and '_', got %q", opts.Region)
 			}
-			if opts.Region != "" && opts.Store == "" {
-				return usageErrorf("--region names where a replica of a cluster runs: it needs --store")
+			// The settings of a cluster's replica mean nothing without the
+			// cluster: one given on a single host is a mistake to say, not
+			// to ignore.
+			for _, c := range []struct {
+				flag string
+				set  bool
+			}{
+				{"region", opts.Region != ""}, {"advertise-url", opts.AdvertiseURL != ""},
+				{"store-password-file", opts.StorePasswordFile != ""},
+				{"lease-ttl", cmd.Flags().Changed("lease-ttl") || f.Getenv("SVC_LEASE_TTL") != ""},
+			} {
+				if c.set && opts.Store == "" {
+					return usageErrorf("--%s is a setting of a cluster's replica: it needs --store (or SVC_STORE_URL)", c.flag)
+				}
+			}
+			if err := checkListenAddr(opts.Addr); err != nil {
+				return err
 			}
 			if opts.LeaseTTL < 3*time.Second {
 				return usageErrorf("--lease-ttl must be at least 3s, got %s", opts.LeaseTTL)
@@ -591,4 +607,18 @@ func shellQuote(s string) string {
 		return s
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// checkListenAddr refuses an --addr that cannot be listened on whatever
+// the host: not host:port, or a port out of range. A port in use is found
+// when listening, and is no usage error.
+func checkListenAddr(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return usageErrorf("--addr must be HOST:PORT (127.0.0.1:8080, :8080), got %q", addr)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return usageErrorf("--addr's port must be a number from 0 to 65535, got %q", port)
+	}
+	return nil
 }
