@@ -424,7 +424,7 @@ func (a *Agent) connectLoop(ctx context.Context) error {
 	sessionID := uuid.NewString()
 	backoff := newBackoff()
 	target, redirects := a.cfg.Gateway, 0
-	var spliceUntil time.Time
+	var spliceUntil, droppedAt time.Time
 	for {
 		splice := target == a.cfg.Gateway && time.Now().Before(spliceUntil)
 		connected, redirect, err := a.connectOnce(ctx, sessionID, target, splice)
@@ -445,6 +445,7 @@ func (a *Agent) connectLoop(ctx context.Context) error {
 		if connected {
 			backoff.reset()
 			redirects = 0
+			droppedAt = time.Now()
 		}
 		switch {
 		case errors.Is(err, errSentAway):
@@ -471,14 +472,7 @@ func (a *Agent) connectLoop(ctx context.Context) error {
 			target, spliceUntil = a.cfg.Gateway, time.Now().Add(spliceFor)
 			continue
 		}
-		wait := backoff.next()
-		// A gateway that says when to come back (a cluster's standby
-		// while no replica leads) is taken at its word: its leader may
-		// be there in a second or two, sooner than the backoff's turn.
-		var later *retryAfterError
-		if errors.As(err, &later) {
-			wait = min(later.after, maxRetryAfter)
-		}
+		wait := reconnectWait(backoff, droppedAt, time.Now(), err)
 		a.log.Warn("gateway link down; reconnecting", "err", err, "retry_in", wait.Round(time.Millisecond).String())
 		select {
 		case <-ctx.Done():
@@ -757,6 +751,34 @@ type retryAfterError struct {
 }
 
 func (e *retryAfterError) Error() string { return e.msg }
+
+// resumeWindow is how long after a link drops the worker retries at least
+// every resumeRetry: the gateway's default grace (--worker-grace), during
+// which the requests running on the link wait for it to come back.
+const (
+	resumeWindow = 15 * time.Second
+	resumeRetry  = time.Second
+)
+
+// reconnectWait is how long the worker waits before it dials again after
+// err, its link having last dropped at droppedAt.
+func reconnectWait(b *backoff, droppedAt, now time.Time, err error) time.Duration {
+	wait := b.next()
+	if now.Sub(droppedAt) < resumeWindow {
+		// The gateway keeps the dropped link's requests for its grace
+		// period: tried often meanwhile, the link is back within it soon
+		// after the network is.
+		wait = min(wait, resumeRetry)
+	}
+	// A gateway that says when to come back (a cluster's standby while no
+	// replica leads) is taken at its word: its leader may be there in a
+	// second or two, sooner than the backoff's turn.
+	var later *retryAfterError
+	if errors.As(err, &later) {
+		wait = min(later.after, maxRetryAfter)
+	}
+	return wait
+}
 
 // maxRetryAfter bounds the wait a gateway's Retry-After asks for.
 const maxRetryAfter = 10 * time.Second

@@ -52,6 +52,30 @@ func TestBackoffGrowsWithJitterAndCaps(t *testing.T) {
 	}
 }
 
+// Within the gateway's grace after a drop the worker dials at least every
+// second, whatever the backoff has grown to, so that a link back after a
+// few seconds' outage resumes its requests; after it the backoff rules.
+func TestReconnectWaitWithinTheGrace(t *testing.T) {
+	now := time.Now()
+	grown := func() *backoff { return &backoff{n: 20} }
+	longest := func(droppedAt time.Time, err error) time.Duration {
+		var m time.Duration
+		for range 200 {
+			m = max(m, reconnectWait(grown(), droppedAt, now, err))
+		}
+		return m
+	}
+	if w := longest(now.Add(-6*time.Second), errors.New("refused")); w > resumeRetry {
+		t.Errorf("6 s after the drop the worker waited up to %v, want at most %v", w, resumeRetry)
+	}
+	if w := longest(now.Add(-time.Minute), errors.New("refused")); w <= resumeRetry {
+		t.Errorf("a minute after the drop the backoff's %v did not apply", w)
+	}
+	if w := reconnectWait(grown(), now, now, &retryAfterError{after: 3 * time.Second}); w != 3*time.Second {
+		t.Errorf("a gateway's Retry-After of 3s gave %v", w)
+	}
+}
+
 // stubEngine serves model "m", answering "hi" or blocking until released.
 type stubEngine struct {
 	block   chan struct{}
