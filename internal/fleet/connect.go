@@ -254,6 +254,12 @@ func (f *Fleet) Connect(ctx context.Context, orgID string, hello api.Hello, conn
 	}
 	f.mu.Unlock()
 	endTurn()
+	if resumed {
+		f.log.Info("worker link resumed", "worker", hello.Name, "worker_id", id, "streams", len(peer))
+	} else {
+		f.log.Info("worker connected", "worker", hello.Name, "worker_id", id, "version", hello.Version,
+			"max_concurrent", hello.MaxConcurrent, "models", len(hello.Models))
+	}
 
 	select {
 	case <-done:

@@ -368,6 +368,15 @@ func (rl *Relay) record(c *Call, failure error) {
 	if c.span != nil {
 		c.endSpan(&o, failure)
 	}
+	if o.Status >= http.StatusInternalServerError && o.Ran {
+		// A worker's failure, or its loss: what an operator looks into,
+		// one line a request. Refusals before any worker (no worker
+		// online, capacity) are the metrics' and the usage log's. The
+		// message stays in the usage log: an engine's may quote the
+		// request it refused.
+		rl.log.Info("request failed on a worker", "request_id", o.RequestID, "model", o.Model, "worker", o.WorkerName,
+			"worker_id", o.WorkerID, "status", o.Status, "attempts", o.Attempts)
+	}
 	rl.usage.Record(c.req.OrgID, usage.Row(o))
 }
 
