@@ -212,6 +212,7 @@ func TestRentalsShowAndAudit(t *testing.T) {
 		{[]string{"audit", "1a2b3c"}, exitError, "Not placed yet\nRequest id: rid-"},
 		{[]string{"audit", "1a2b3c"}, exitError, "Rental 1a2b3c4d has no placement record: it has not been placed on a machine yet"},
 		{[]string{"nope"}, exitUsage, `unknown command "nope" for "svc rentals"`},
+		{[]string{"show", ""}, exitUsage, `svc rentals show: argument 1 is empty`},
 	} {
 		r := cliRun{env: gatewayEnv(g)}.run(t, append([]string{"rentals"}, tc.args...)...)
 		if r.code != tc.code || !strings.Contains(r.stderr, tc.stderr) {

@@ -552,11 +552,18 @@ func noArgs(cmd *cobra.Command, args []string) error {
 	return nil
 }
 
-// exactArgs wants n positional arguments, named in the Use line.
+// exactArgs wants n positional arguments, named in the Use line, none of
+// them blank: an empty ID or name (an unset shell variable) would
+// otherwise reach the gateway as a path with nothing in it.
 func exactArgs(n int) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if len(args) != n {
 			return usageErrorf("%s takes %d argument(s), got %d: %s", cmd.CommandPath(), n, len(args), cmd.Use)
+		}
+		for i, a := range args {
+			if strings.TrimSpace(a) == "" {
+				return usageErrorf("%s: argument %d is empty: %s", cmd.CommandPath(), i+1, cmd.Use)
+			}
 		}
 		return nil
 	}
