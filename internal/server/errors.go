@@ -24,6 +24,11 @@ import (
 // internal error whose cause is logged, not sent.
 func (s *Server) toAPIError(c *call, err error) *api.Error {
 	ae := asAPIError(err, c.requestID)
+	if ae.Kind == api.KindInternal && ae.Err == err && s.cluster != nil && pgstore.Unreachable(err) {
+		// Only a cluster's replica has a database to lose; elsewhere a
+		// lost connection is some other fault.
+		ae = errStoreUnreachable
+	}
 	switch {
 	case ae.Kind == api.KindInternal && ae.Err == err:
 		s.log.Error("request failed", "request_id", c.requestID, "path", string(c.ctx.Path()), "err", err)
@@ -41,9 +46,6 @@ var errStoreUnreachable = &api.Error{Kind: api.KindUnavailable, Type: api.TypeSe
 
 func asAPIError(err error, requestID string) *api.Error {
 	ae := api.ErrorOf(err)
-	if ae.Kind == api.KindInternal && ae.Err == err && pgstore.Unreachable(err) {
-		return errStoreUnreachable
-	}
 	if ae.Kind == api.KindInternal && ae.Err == err && requestID != "" {
 		quoted := *ae
 		quoted.Message += ", and quote request id " + requestID + " if it persists"
