@@ -124,10 +124,15 @@ func secrets(ctx context.Context, h *rig, r *result) error {
 	// A request the HTTP parser refuses (a header line without a colon),
 	// with a real key and a prompt: the parser's error quotes the request
 	// it read, and neither may reach the debug log.
-	rawMarker := "malformed-request-prompt-" + randomCredentialChars(24)
-	sc.add("prompt of a malformed request", rawMarker)
-	if st, err := sc.malformed(ctx, keyA.Secret, rawMarker); err != nil || st != 400 {
-		r.fail("malformed request: status %d, err %v; want 400", st, err)
+	for _, bad := range []struct{ what, method, header string }{
+		{"a header line without a colon", "POST", "X-Broken header without a colon\r\n"},
+		{"a method with a tab in it", "PO\tST", ""},
+	} {
+		rawMarker := "malformed-request-prompt-" + randomCredentialChars(24)
+		sc.add("prompt of a request with "+bad.what, rawMarker)
+		if st, err := sc.malformed(ctx, keyA.Secret, rawMarker, bad.method, bad.header); err != nil || st != 400 {
+			r.fail("request with %s: status %d, err %v; want 400", bad.what, st, err)
+		}
 	}
 
 	// A worker token made on the admin socket, used by a second worker.
@@ -404,11 +409,10 @@ func (sc *secretCheck) expectStatus(ctx context.Context, what, key string, want 
 	}
 }
 
-// cliChat runs `svc chat --e2e` with key in the environment, as a user
-// would, and returns what it printed.
-// malformed sends key and prompt in a request whose headers do not parse,
-// over a connection of its own, and returns the status of the answer.
-func (sc *secretCheck) malformed(ctx context.Context, key, prompt string) (int, error) {
+// malformed sends key and prompt in a request with method and an extra
+// header line that do not parse, over a connection of its own, and
+// returns the status of the answer.
+func (sc *secretCheck) malformed(ctx context.Context, key, prompt, method, header string) (int, error) {
 	u, err := url.Parse(sc.g.URL)
 	if err != nil {
 		return 0, err
@@ -421,8 +425,8 @@ func (sc *secretCheck) malformed(ctx context.Context, key, prompt string) (int, 
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
 	body := `{"model":"sim-chat","messages":[{"role":"user","content":"` + prompt + `"}]}`
-	req := "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + key +
-		"\r\nX-Broken header without a colon\r\nContent-Type: application/json\r\nContent-Length: " +
+	req := method + " /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + key +
+		"\r\n" + header + "Content-Type: application/json\r\nContent-Length: " +
 		strconv.Itoa(len(body)) + "\r\n\r\n" + body
 	if _, err := io.WriteString(conn, req); err != nil {
 		return 0, err
@@ -435,6 +439,8 @@ func (sc *secretCheck) malformed(ctx context.Context, key, prompt string) (int, 
 	return resp.StatusCode, nil
 }
 
+// cliChat runs `svc chat --e2e` with key in the environment, as a user
+// would, and returns what it printed.
 func (sc *secretCheck) cliChat(ctx context.Context, key, prompt string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()

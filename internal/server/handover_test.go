@@ -236,13 +236,26 @@ func TestDrainingReplicaAnswersNewConnections(t *testing.T) {
 		}
 	}
 
+	// Closed, it takes nothing itself, whatever the refuser's deadlines.
+	if c, err := kl.Accept(); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Accept after Close = %v, %v; want net.ErrClosed", c, err)
+	}
+	// A client that connects and says nothing holds a refusal open for
+	// up to refuseWithin: the handover does not wait for it.
+	silent, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	time.Sleep(100 * time.Millisecond) // taken by the refuser
+
 	dir, err := os.MkdirTemp("", "ho")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
 	path := filepath.Join(dir, HandoverFile)
-	ho, err := startHandover(path, kl.TCPListener, func() { kl.stopRefusing() }, slog.New(slog.DiscardHandler))
+	ho, err := startHandover(path, kl.TCPListener, kl.stopRefusing, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +276,7 @@ func TestDrainingReplicaAnswersNewConnections(t *testing.T) {
 		t.Fatalf("the new server read %q, %v", buf, err)
 	}
 	c.Close()
-	if n, err := kl.release(true); n != 3 || err != nil {
-		t.Fatalf("release = %d, %v; want the 3 answered during the drain", n, err)
+	if n, err := kl.release(true); n != 4 || err != nil {
+		t.Fatalf("release = %d, %v; want the 4 taken during the drain", n, err)
 	}
 }

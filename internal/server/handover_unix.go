@@ -80,15 +80,15 @@ func (h *handover) give(c net.Conn) error {
 	if err != nil {
 		return err
 	}
+	if h.beforeGive != nil {
+		h.beforeGive()
+	}
 	if err := uc.SetWriteDeadline(time.Now().Add(time.Second)); err != nil {
 		return err
 	}
 	raw, err := h.sock.SyscallConn()
 	if err != nil {
 		return err
-	}
-	if h.beforeGive != nil {
-		h.beforeGive()
 	}
 	var werr error
 	if err := raw.Control(func(fd uintptr) {

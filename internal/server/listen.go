@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"sync"
@@ -35,13 +36,20 @@ type keptListener struct {
 		mu       sync.Mutex
 		stopped  bool          // stopRefusing ran: no refuser starts
 		stop     chan struct{} // closed by stopRefusing
-		done     chan struct{} // closed when the refuser has returned; nil until it starts
+		accepted chan struct{} // closed when the refuser takes no more connections; nil until it starts
+		done     chan struct{} // closed when the refusals it took are answered too
 		answered atomic.Int64
 	}
 }
 
 func (l *keptListener) Accept() (net.Conn, error) {
 	l.accepting.Lock()
+	if l.stopped.Load() {
+		// Closed: the refuser's own deadlines would let an Accept wait
+		// and take a connection.
+		l.accepting.Unlock()
+		return nil, net.ErrClosed
+	}
 	c, err := l.TCPListener.Accept()
 	l.accepting.Unlock()
 	if err != nil && l.stopped.Load() {
@@ -64,8 +72,8 @@ func (l *keptListener) Close() error {
 	if l.drainAnswer != nil {
 		l.refuser.mu.Lock()
 		if !l.refuser.stopped && l.refuser.done == nil {
-			l.refuser.stop, l.refuser.done = make(chan struct{}), make(chan struct{})
-			go l.refuse(l.refuser.stop, l.refuser.done)
+			l.refuser.stop, l.refuser.accepted, l.refuser.done = make(chan struct{}), make(chan struct{}), make(chan struct{})
+			go l.refuse(l.refuser.stop, l.refuser.accepted, l.refuser.done)
 		}
 		l.refuser.mu.Unlock()
 	}
@@ -73,11 +81,13 @@ func (l *keptListener) Close() error {
 }
 
 // refuse answers each connection that arrives with drainAnswer until
-// stopRefusing.
-func (l *keptListener) refuse(stop <-chan struct{}, done chan<- struct{}) {
+// stop; accepted is closed once it takes no more, done once the refusals
+// it took are answered too.
+func (l *keptListener) refuse(stop <-chan struct{}, accepted, done chan<- struct{}) {
 	defer close(done)
 	r := newRefusals(l.drainAnswer)
 	defer r.wait()
+	defer close(accepted)
 	for {
 		select {
 		case <-stop:
@@ -87,33 +97,50 @@ func (l *keptListener) refuse(stop <-chan struct{}, done chan<- struct{}) {
 		// A short deadline, so that a stop is seen within it.
 		_ = l.TCPListener.SetDeadline(time.Now().Add(50 * time.Millisecond))
 		c, err := l.TCPListener.Accept()
-		if err != nil {
-			if ne, ok := err.(net.Error); ok && ne.Timeout() {
-				continue
-			}
+		var ne net.Error
+		switch {
+		case err == nil:
+			l.refuser.answered.Add(1)
+			r.refuse(c)
+		case errors.Is(err, net.ErrClosed):
 			return
+		case errors.As(err, &ne) && ne.Timeout():
+		default:
+			// Out of file descriptors, say: what is queued waits, and
+			// the next round tries again.
+			time.Sleep(10 * time.Millisecond)
 		}
-		l.refuser.answered.Add(1)
-		r.refuse(c)
 	}
 }
 
-// stopRefusing ends what Close started, if it did, once the refusals
-// under way are answered; from then on connections wait in the queue
-// again. It returns how many were answered.
-func (l *keptListener) stopRefusing() int {
+// stopRefusing stops what Close started, if it did: from its return no
+// connection is taken, and the ones that arrive wait in the queue again
+// (for a server the socket is handed to); the refusals under way finish
+// on their own. answered waits for those too (release).
+func (l *keptListener) stopRefusing() {
 	l.refuser.mu.Lock()
-	done := l.refuser.done
-	if !l.refuser.stopped && done != nil {
+	accepted := l.refuser.accepted
+	if !l.refuser.stopped && accepted != nil {
 		close(l.refuser.stop)
 	}
 	l.refuser.stopped = true
 	l.refuser.mu.Unlock()
-	if done == nil {
-		return 0
+	if accepted != nil {
+		<-accepted
+		_ = l.TCPListener.SetDeadline(time.Unix(1, 0))
 	}
-	<-done
-	_ = l.TCPListener.SetDeadline(time.Unix(1, 0))
+}
+
+// answered stops refusing and returns how many connections were refused,
+// once each refusal is answered.
+func (l *keptListener) answered() int {
+	l.stopRefusing()
+	l.refuser.mu.Lock()
+	done := l.refuser.done
+	l.refuser.mu.Unlock()
+	if done != nil {
+		<-done
+	}
 	return int(l.refuser.answered.Load())
 }
 
@@ -126,7 +153,7 @@ func (l *keptListener) stopRefusing() int {
 // to retry, for which release waits up to refuseWithin. answered is how
 // many were.
 func (l *keptListener) release(shared bool) (answered int, err error) {
-	answered = l.stopRefusing()
+	answered = l.answered()
 	if shared {
 		return answered, l.TCPListener.Close()
 	}

@@ -238,8 +238,11 @@ func (s *Server) newListener(m *mux, console bool) *listener {
 		ReduceMemoryUsage:    true,
 		NoDefaultContentType: true,
 		CloseOnShutdown:      true,
-		Logger:               fasthttpLogger{s.log},
-		ConnState:            l.track,
+		// fasthttp's parse errors quote the request they failed on:
+		// its key, cookies and prompt. They are logged, and must not.
+		SecureErrorLogMessage: true,
+		Logger:                fasthttpLogger{s.log},
+		ConnState:             l.track,
 	}
 	return l
 }
