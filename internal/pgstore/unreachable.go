@@ -19,9 +19,15 @@ func Unreachable(err error) bool {
 	var ce *pgconn.ConnectError
 	var ne net.Error
 	var pe *pgconn.PgError
+	// pgconn's own errors, which wrap what the connection met, say
+	// whether a retry is safe; a network error without one came from
+	// somewhere else than the database.
+	var fromPgconn interface{ SafeToRetry() bool }
 	switch {
-	case errors.As(err, &ce), errors.As(err, &ne), pgconn.Timeout(err),
-		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed):
+	case errors.As(err, &ce), pgconn.Timeout(err):
+		return true
+	case errors.As(err, &fromPgconn) && (errors.As(err, &ne) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed)):
 		return true
 	case errors.As(err, &pe):
 		// Class 08 is a connection exception; 57P01-57P03 are the server

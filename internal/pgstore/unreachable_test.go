@@ -33,7 +33,9 @@ func TestUnreachable(t *testing.T) {
 	}{
 		{"nil", nil, false},
 		{"connection refused", fmt.Errorf("list worker events: %w", refused), true},
-		{"connection cut", fmt.Errorf("save rental: %w", io.ErrUnexpectedEOF), true},
+		{"connection cut under a query", fmt.Errorf("save rental: %w", &pgconnLike{io.ErrUnexpectedEOF}), true},
+		{"a connection cut elsewhere", fmt.Errorf("read the worker: %w", io.ErrUnexpectedEOF), false},
+		{"a network error elsewhere", &net.OpError{Op: "read", Err: errors.New("connection reset by peer")}, false},
 		{"server shutting down", &pgconn.PgError{Code: "57P01"}, true},
 		{"not yet accepting", &pgconn.PgError{Code: "57P03"}, true},
 		{"connection exception", &pgconn.PgError{Code: "08006"}, true},
@@ -46,3 +48,10 @@ func TestUnreachable(t *testing.T) {
 		}
 	}
 }
+
+// pgconnLike is how pgconn wraps what a connection met during a query.
+type pgconnLike struct{ err error }
+
+func (e *pgconnLike) Error() string     { return "failed to receive message: " + e.err.Error() }
+func (e *pgconnLike) Unwrap() error     { return e.err }
+func (e *pgconnLike) SafeToRetry() bool { return false }
