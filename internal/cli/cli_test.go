@@ -19,6 +19,7 @@ import (
 	"github.com/svc-dev/svc/internal/client"
 	"github.com/svc-dev/svc/internal/iostreams"
 	"github.com/svc-dev/svc/internal/money"
+	"github.com/svc-dev/svc/internal/pgstore"
 )
 
 func testFactory(env map[string]string) *Factory {
@@ -140,6 +141,7 @@ func TestExitCodes(t *testing.T) {
 		{&client.Error{Status: http.StatusServiceUnavailable}, 5},
 		{&client.Error{Status: http.StatusNotFound}, 1},
 		{&client.ConnectError{Target: "x", Err: errors.New("refused")}, 1},
+		{fmt.Errorf("open the cluster's database: %w", fmt.Errorf("pgstore: %w: it is at version 9", pgstore.ErrSchemaTooNew)), 6},
 	}
 	for _, tt := range tests {
 		if got := exitCode(tt.err); got != tt.want {

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/svc-dev/svc/internal/client"
+	"github.com/svc-dev/svc/internal/pgstore"
 )
 
 // Exit codes, in one place.
@@ -21,6 +22,10 @@ const (
 	exitFlagged  = 3
 	exitAuth     = 4
 	exitCapacity = 5
+	// exitTooOld is svc serve on a cluster's database that a newer
+	// release migrated past what this build reads: restarting it cannot
+	// help, and the systemd unit does not.
+	exitTooOld = 6
 )
 
 // exitStatus ends a command with a status and no message of its own: what
@@ -78,6 +83,8 @@ func exitCode(err error) int {
 		return ce.code
 	case errors.As(err, &ue), isCobraUsage(err):
 		return exitUsage
+	case errors.Is(err, pgstore.ErrSchemaTooNew):
+		return exitTooOld
 	case errors.As(err, &ae):
 		switch ae.Status {
 		case http.StatusUnauthorized, http.StatusForbidden:

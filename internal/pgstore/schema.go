@@ -55,9 +55,8 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, ms []migration) (int, erro
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return err
 		}
-		if minReader > latest {
-			return fmt.Errorf("%w: it is at version %d, usable by builds of version %d and later; this build is version %d: upgrade svc",
-				ErrSchemaTooNew, version, minReader, latest)
+		if err := usableBy(version, minReader, latest); err != nil {
+			return err
 		}
 		if version >= latest {
 			return nil
@@ -195,8 +194,18 @@ func (s *Store) Usable(ctx context.Context) error {
 	if err := s.pool.QueryRow(ctx, "SELECT version, min_reader FROM svc_schema").Scan(&version, &minReader); err != nil {
 		return fmt.Errorf("pgstore: read the schema version: %w", err)
 	}
-	if latest := SchemaVersion(); minReader > latest {
-		return fmt.Errorf("pgstore: %w: a newer replica migrated it to version %d, usable by builds of version %d and later; this build is version %d: upgrade svc",
+	if err := usableBy(version, minReader, SchemaVersion()); err != nil {
+		return fmt.Errorf("pgstore: %w", err)
+	}
+	return nil
+}
+
+// usableBy is ErrSchemaTooNew, saying why, when a build that migrates to
+// latest cannot use a schema at version that builds from minReader on
+// can.
+func usableBy(version, minReader, latest int) error {
+	if minReader > latest {
+		return fmt.Errorf("%w: it is at version %d, usable by builds of version %d and later; this build is version %d: upgrade svc",
 			ErrSchemaTooNew, version, minReader, latest)
 	}
 	return nil
