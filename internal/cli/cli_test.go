@@ -212,6 +212,14 @@ func TestServeUsageErrors(t *testing.T) {
 	}
 }
 
+func TestServeTakesANamedPort(t *testing.T) {
+	ran := false
+	cmd := NewCmdServe(testFactory(map[string]string{"HOME": "/h"}), func(context.Context, *ServeOptions) error { ran = true; return nil })
+	if err := run(cmd, "--addr", "localhost:http"); err != nil || !ran {
+		t.Fatalf("--addr localhost:http: %v", err)
+	}
+}
+
 func TestNewLogger(t *testing.T) {
 	tests := []struct {
 		format string

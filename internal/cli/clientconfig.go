@@ -182,7 +182,7 @@ func (f *Factory) explainAPIError(cmd *cobra.Command, err error) error {
 	case errors.As(err, &ce):
 		return withHint(err, "Is the gateway running? Start one with 'svc serve', or point at yours with --base-url or SVC_BASE_URL.")
 	case errors.As(err, &se):
-		return withHint(err, "Something accepted the connection and did not answer: is --base-url (or SVC_BASE_URL) the gateway's address, and is the gateway or a proxy in front of it hung?")
+		return withHint(err, "Is --base-url (or SVC_BASE_URL) the gateway's address, and is it, or a proxy in front of it, up and answering?")
 	case client.IsStatus(err, 401):
 		cc, cerr := f.ClientConfig(cmd)
 		switch {

@@ -624,8 +624,11 @@ func checkListenAddr(addr string) error {
 	if err != nil {
 		return usageErrorf("--addr must be HOST:PORT (127.0.0.1:8080, :8080), got %q", addr)
 	}
-	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
-		return usageErrorf("--addr's port must be a number from 0 to 65535, got %q", port)
+	if n, err := strconv.Atoi(port); err == nil && (n < 0 || n > 65535) {
+		return usageErrorf("--addr's port must be from 0 to 65535, got %q", port)
+	}
+	if _, err := net.LookupPort("tcp", port); err != nil {
+		return usageErrorf("--addr's port must be a number or a service name, got %q", port)
 	}
 	return nil
 }

@@ -190,7 +190,12 @@ func (c *Client) ChatStream(parent context.Context, req any, fn func(chunk json.
 		if e := streamError(data, requestID); e != nil {
 			return e
 		}
-		if err := fn(json.RawMessage(data)); err != nil {
+		// The caller's time is not the server's silence: a reader
+		// behind a paused pager takes as long as it takes.
+		body.idle.Stop()
+		err = fn(json.RawMessage(data))
+		body.idle.Reset(body.after)
+		if err != nil {
 			return err
 		}
 	}

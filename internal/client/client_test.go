@@ -141,6 +141,14 @@ func TestSilentServer(t *testing.T) {
 		fl := w.(http.Flusher)
 		_, _ = io.WriteString(w, ": keep-alive\n\n")
 		fl.Flush()
+		if bytes.Contains(body, []byte("slow reader")) {
+			// One chunk, then silence while the caller takes its time.
+			_, _ = io.WriteString(w, "data: {\"x\":1}\n\n")
+			fl.Flush()
+			time.Sleep(400 * time.Millisecond)
+			_, _ = io.WriteString(w, "data: [DONE]\n\n")
+			return
+		}
 		if !bytes.Contains(body, []byte("alive")) {
 			<-release
 			return
@@ -173,6 +181,12 @@ func TestSilentServer(t *testing.T) {
 	// Keep-alives 20 ms apart keep a stream alive past its 250 ms.
 	if err := c.ChatStream(ctx, map[string]any{"model": "alive"}, none); err != nil {
 		t.Errorf("stream kept alive: %v", err)
+	}
+	// Nor does the caller's own time count: a chunk handled for longer
+	// than the stream may be silent.
+	slow := func(json.RawMessage) error { time.Sleep(450 * time.Millisecond); return nil }
+	if err := c.ChatStream(ctx, map[string]any{"model": "slow reader"}, slow); err != nil {
+		t.Errorf("stream with a slow reader: %v", err)
 	}
 	// The caller's own end is not a stall.
 	cctx, cancel := context.WithCancel(ctx)

@@ -367,6 +367,12 @@ func (c *Call) openOrMove() error {
 // seen nothing yet (nil once it is), failed as a response partly lost
 // otherwise.
 func (c *Call) garbled(wrote bool) error {
+	if c.ctx.Err() != nil {
+		// The client left (or time ran out) meanwhile: that is the end
+		// the row records, not the worker's fault.
+		c.clientGone()
+		return c.ctxError()
+	}
 	c.st.Reset()
 	cause := &api.Error{Kind: api.KindUpstream, Code: api.CodeBadWorkerReply, Message: "Worker " + c.lease.Worker.Name + " (" + c.lease.Worker.ID +
 		") sent a chunk that is not JSON; part of the response was lost in transit, retry"}

@@ -123,10 +123,27 @@ func (m *metrics) observe(route, method string, status int, d time.Duration) {
 type countedUsage struct {
 	relay.Recorder
 	outcomes *prometheus.CounterVec
+	// counters caches each series' counter, as series does the HTTP
+	// ones: the vector's lookup hashes its labels under a lock.
+	counters *sync.Map // outcomeKey -> prometheus.Counter
+}
+
+type outcomeKey struct {
+	requestType string
+	status      int
+}
+
+func newCountedUsage(r relay.Recorder, outcomes *prometheus.CounterVec) countedUsage {
+	return countedUsage{Recorder: r, outcomes: outcomes, counters: &sync.Map{}}
 }
 
 func (u countedUsage) Record(orgID string, row api.UsageRow) {
-	u.outcomes.WithLabelValues(metricRequestType(row.RequestType), strconv.Itoa(row.StatusCode)).Inc()
+	k := outcomeKey{requestType: metricRequestType(row.RequestType), status: row.StatusCode}
+	c, ok := u.counters.Load(k)
+	if !ok {
+		c, _ = u.counters.LoadOrStore(k, u.outcomes.WithLabelValues(k.requestType, strconv.Itoa(k.status)))
+	}
+	c.(prometheus.Counter).Inc()
 	u.Recorder.Record(orgID, row)
 }
 

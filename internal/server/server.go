@@ -161,7 +161,7 @@ func New(d Deps) *Server {
 	if s.stall <= 0 {
 		s.stall = DefaultStallTimeout
 	}
-	s.relay = relay.New(relay.Config{Fleet: d.Fleet, Usage: countedUsage{Recorder: d.Usage, outcomes: s.metrics.outcomes}, InFlight: s.inflight, Timing: d.Timing, Logger: d.Logger,
+	s.relay = relay.New(relay.Config{Fleet: d.Fleet, Usage: newCountedUsage(d.Usage, s.metrics.outcomes), InFlight: s.inflight, Timing: d.Timing, Logger: d.Logger,
 		Tracer: d.Tracer})
 	s.metrics.reg.MustRegister(s.power.energy, newLiveWatts(d.Fleet), newConcurrencyLimits(d.Fleet))
 	if d.ClockSteps != nil {
