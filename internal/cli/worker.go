@@ -258,7 +258,13 @@ func runWorker(ctx context.Context, f *Factory, opts *WorkerOptions) error {
 		return usageError(err)
 	}
 	log.Info("worker starting", "name", name, "gateway", opts.Gateway, "engines", opts.Engines, "version", f.Build.Version)
-	return agent.Run(ctx)
+	err = agent.Run(ctx)
+	if err != nil {
+		log.Error("worker stopped", "err", err)
+	} else {
+		log.Info("worker stopped")
+	}
+	return err
 }
 
 // webLoop builds the web tools the flags ask for.
