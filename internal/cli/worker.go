@@ -258,13 +258,11 @@ func runWorker(ctx context.Context, f *Factory, opts *WorkerOptions) error {
 		return usageError(err)
 	}
 	log.Info("worker starting", "name", name, "gateway", opts.Gateway, "engines", opts.Engines, "version", f.Build.Version)
-	err = agent.Run(ctx)
-	if err != nil {
-		log.Error("worker stopped", "err", err)
-	} else {
-		log.Info("worker stopped")
+	if err := agent.Run(ctx); err != nil {
+		return err // reported on exit
 	}
-	return err
+	log.Info("worker stopped")
+	return nil
 }
 
 // webLoop builds the web tools the flags ask for.
