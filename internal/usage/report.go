@@ -104,6 +104,11 @@ func Breakdown(a Aggregates, orgID string, days int, sort string, now time.Time)
 	models := map[string]*api.ModelUsage{}
 	workers := map[string]*api.WorkerUsage{}
 	err = a.Models(orgID, w.from, w.to, func(_, model []byte, t *api.UsageTotals) error {
+		if len(model) == 0 {
+			// Requests refused before they named a model (no key, no
+			// permission): in the totals, but no model's.
+			return nil
+		}
 		m := models[string(model)] // no allocation for the lookup
 		if m == nil {
 			m = &api.ModelUsage{Model: string(model)}

@@ -187,6 +187,11 @@ func TestBreakdownTopTenAndTies(t *testing.T) {
 				TotalTokens: x.tokens, WorkerID: api.NullText("id-" + x.name), WorkerName: api.NullText(x.name)})
 		}
 	}
+	// Requests refused before they named a model rank as no model, even
+	// when they are the most.
+	for range 50 {
+		m.record("o", api.UsageRow{CreatedAt: usageNow, StatusCode: 403})
+	}
 	tests := []struct {
 		sort, wantSort, want string
 	}{
