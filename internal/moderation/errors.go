@@ -29,7 +29,11 @@ func ShapeError(err error) error {
 	// A row that changes the kind sends the kind's type, not the one the
 	// failure came with.
 	switch {
-	case ae.Code == api.CodeModerationInvalidVerdict, ae.Code == api.CodeModerationUnavailable, ae.Kind == api.KindClientGone:
+	case ae.Code == api.CodeModerationInvalidVerdict, ae.Code == api.CodeModerationUnavailable, ae.Kind == api.KindClientGone,
+		ae.Code == api.CodeRemoteImageUnavailable, ae.Code == api.CodeRemoteImageRefused, ae.Code == api.CodeRemoteImageURLNotAllowed:
+		// The worker's own verdict on the check or its images, with the
+		// status docs/moderation.md gives it: a failed image fetch is a
+		// 502 to fix the URL for, not a check to retry.
 		return &out
 	case ae.Kind == api.KindCapacity:
 		out.Code = api.CodeModerationCapacity

@@ -37,6 +37,7 @@ func TestShapeError(t *testing.T) {
 		{"bad verdict", api.Relayed(502, "", api.CodeModerationInvalidVerdict, "neither"), 502, api.CodeModerationInvalidVerdict, false},
 		{"client left", &api.Error{Kind: api.KindClientGone}, 499, "", false},
 		{"refused image", api.Relayed(400, "", api.CodeRemoteImageRefused, "refused"), 400, api.CodeRemoteImageRefused, false},
+		{"an image that could not be fetched", api.Relayed(502, api.TypeUpstream, api.CodeRemoteImageUnavailable, "fetch image: the server answered 404"), 502, api.CodeRemoteImageUnavailable, false},
 		{"a busy worker", api.Relayed(429, api.TypeRateLimit, "", "slow down"), 429, api.CodeModerationCapacity, true},
 		{"a worker's refusal", api.Relayed(400, api.TypeInvalidRequest, "", "too long"), 409, api.CodeModerationUnavailable, false},
 		{"a worker's conflict", api.Relayed(409, api.TypeConflict, "", "busy loading"), 409, api.CodeModerationUnavailable, false},

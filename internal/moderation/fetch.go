@@ -54,10 +54,29 @@ type FetchError struct {
 
 func (e *FetchError) Error() string {
 	s := "fetch image " + redactURL(e.URL) + ": " + e.Reason
-	if e.Err != nil {
-		s += ": " + e.Err.Error()
+	if d := fetchDetail(e.Err); d != "" {
+		s += ": " + d
 	}
 	return s
+}
+
+// fetchDetail is what a fetch's error adds to its reason that the client
+// may read (the message reaches it and the usage log): not the URL again,
+// which the HTTP client's errors quote whole, query and its signature
+// included, nor a DNS error, which names the worker's resolver.
+func fetchDetail(err error) string {
+	if err == nil {
+		return ""
+	}
+	var dns *net.DNSError
+	if errors.As(err, &dns) {
+		return ""
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	return err.Error()
 }
 
 func (e *FetchError) Unwrap() error { return e.Err }

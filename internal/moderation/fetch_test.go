@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -400,6 +401,30 @@ func TestFetchErrorRedactsSecrets(t *testing.T) {
 	}
 	if !strings.Contains(s, "https://example.com/a.png") || !strings.Contains(s, "404") {
 		t.Errorf("Error() = %q", s)
+	}
+}
+
+// What the HTTP client and the resolver say of a failure quotes the URL
+// whole and names the worker's DNS server: neither reaches the message.
+func TestFetchErrorKeepsItsCausesSecrets(t *testing.T) {
+	raw := "https://8.8.8.8/x.png?X-Amz-Signature=SECRET123"
+	for _, e := range []*FetchError{
+		{URL: raw, Reason: "the request failed", Err: &url.Error{Op: "Get", URL: raw, Err: errors.New("tls: failed to verify certificate")}},
+		{URL: raw, Reason: "the host name does not resolve", Err: &net.DNSError{Err: "no such host", Name: "nonexistent.invalid", Server: "10.255.255.53:53"}},
+	} {
+		s := e.Error()
+		for _, secret := range []string{"SECRET123", "10.255.255.53", "Signature"} {
+			if strings.Contains(s, secret) {
+				t.Errorf("Error() = %q reveals %q", s, secret)
+			}
+		}
+		if !strings.Contains(s, e.Reason) {
+			t.Errorf("Error() = %q lacks the reason", s)
+		}
+	}
+	tls := &FetchError{URL: raw, Reason: "the request failed", Err: &url.Error{Op: "Get", URL: raw, Err: errors.New("tls: failed to verify certificate")}}
+	if !strings.Contains(tls.Error(), "tls: failed to verify certificate") {
+		t.Errorf("the cause's own words are lost: %q", tls.Error())
 	}
 }
 
