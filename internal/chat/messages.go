@@ -9,6 +9,7 @@ import (
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/jsonraw"
+	"github.com/svc-dev/svc/internal/netguard"
 )
 
 var (
@@ -234,8 +235,21 @@ func (c *checker) checkImageURL(path *api.Path, s string) {
 			c.v.AddAt(path, api.FieldNotAllowed, "remote image URLs are turned off for this organisation; send the image as a data:image/...;base64 URL")
 			return
 		}
-		if u, err := url.Parse(s); err != nil || u.Host == "" {
-			c.v.AddAt(path, api.FieldInvalid, "must be a valid http(s) URL")
+		// The worker fetches the image through its address guard; what
+		// is refused whatever it resolves to is refused here, before a
+		// worker's slot is taken.
+		u, err := url.Parse(s)
+		switch {
+		case err != nil || u.Host == "":
+			c.v.AddAt(path, api.FieldInvalid, "must be a valid https URL")
+		case !strings.EqualFold(u.Scheme, "https"):
+			c.v.AddAt(path, api.FieldNotAllowed, "remote images are fetched over https only")
+		case u.User != nil:
+			c.v.AddAt(path, api.FieldNotAllowed, "the URL must not contain a user name or password")
+		default:
+			if _, why := netguard.HostVerdict(u.Hostname()); why != "" {
+				c.v.AddAt(path, api.FieldNotAllowed, "the image's address is refused: %s", why)
+			}
 		}
 		return
 	}

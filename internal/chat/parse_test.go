@@ -118,6 +118,12 @@ func TestParseFieldErrors(t *testing.T) {
 		{"image other scheme", userParts(imagePart("ftp://example.com/cat.png")), Options{}, []fe{{"messages.0.content.0.image_url.url", api.FieldInvalid}}},
 		{"image other scheme remote on", userParts(imagePart("file:///etc/passwd")), Options{AllowRemoteImages: true}, []fe{{"messages.0.content.0.image_url.url", api.FieldInvalid}}},
 		{"image remote no host", userParts(imagePart("https:///cat.png")), Options{AllowRemoteImages: true}, []fe{{"messages.0.content.0.image_url.url", api.FieldInvalid}}},
+		{"image remote over http", userParts(imagePart("http://example.com/cat.png")), Options{AllowRemoteImages: true}, []fe{{"messages.0.content.0.image_url.url", api.FieldNotAllowed}}},
+		{"image remote with credentials", userParts(imagePart("https://u:p@example.com/cat.png")), Options{AllowRemoteImages: true}, []fe{{"messages.0.content.0.image_url.url", api.FieldNotAllowed}}},
+		{"image remote at the metadata service", userParts(imagePart("https://169.254.169.254/latest/meta-data/")), Options{AllowRemoteImages: true}, []fe{{"messages.0.content.0.image_url.url", api.FieldNotAllowed}}},
+		{"image remote on loopback", userParts(imagePart("https://127.1:8080/x.png")), Options{AllowRemoteImages: true}, []fe{{"messages.0.content.0.image_url.url", api.FieldNotAllowed}}},
+		{"image remote at localhost", userParts(imagePart("https://LocalHost./x.png")), Options{AllowRemoteImages: true}, []fe{{"messages.0.content.0.image_url.url", api.FieldNotAllowed}}},
+		{"image remote in a private range", userParts(imagePart("https://[::ffff:10.0.0.1]/x.png")), Options{AllowRemoteImages: true}, []fe{{"messages.0.content.0.image_url.url", api.FieldNotAllowed}}},
 
 		// file parts
 		{"file missing", userParts(`{"type":"file"}`), Options{}, []fe{{"messages.0.content.0.file", api.FieldMissing}}},
@@ -327,7 +333,7 @@ func TestParseAccepts(t *testing.T) {
 		{"image data url params", userParts(imagePart("data:image/png;name=a.png;base64,QUJD")), Options{}},
 		{"bare image string", userParts(`{"type":"image_url","image_url":` + quote(tinyPNG) + `}`), Options{}},
 		{"image remote on", userParts(imagePart("https://example.com/cat.png")), Options{AllowRemoteImages: true}},
-		{"image remote http on", userParts(imagePart("http://example.com/cat.png")), Options{AllowRemoteImages: true}},
+		{"image remote upper-case scheme", userParts(imagePart("HTTPS://example.com/cat.png")), Options{AllowRemoteImages: true}},
 		{"bare image remote on", userParts(`{"type":"image_url","image_url":"https://example.com/cat.png"}`), Options{AllowRemoteImages: true}},
 		{"file txt", userParts(filePart("notes.txt", b64("hello"))), Options{}},
 		{"file csv upper", userParts(filePart("DATA.CSV", b64("a,b\n1,2"))), Options{}},
