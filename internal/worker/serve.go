@@ -112,6 +112,15 @@ func (a *Agent) run(ctx context.Context, st *link.Stream) (res *api.Result) {
 		ereq.Body = renameModel(ereq.Body, jsontext.AppendString(nil, local))
 	}
 
+	if req.Kind == api.KindChat && private == nil {
+		// A sealed chat's images are inline: the worker refuses URLs in
+		// one as it opens it.
+		var failed *api.Result
+		if ereq.Body, failed = a.inlineImages(ctx, ereq.Body); failed != nil {
+			return failed
+		}
+	}
+
 	if a.cfg.Web != nil && req.Kind == api.KindChat && private == nil {
 		eng = a.cfg.Web.Wrap(eng)
 	}

@@ -357,7 +357,9 @@ func content(raw json.RawMessage) (string, []string, error) {
 }
 
 // inlineImage returns the base64 data of a data: image URL. Ollama takes
-// images only inline, and the worker does not fetch URLs for it.
+// images only inline; the worker fetches a chat's remote images and
+// inlines them before any engine runs it, so a URL here came some other
+// way, and is refused.
 func inlineImage(raw json.RawMessage) (string, error) {
 	var u string
 	if json.Unmarshal(raw, &u) != nil {
