@@ -52,6 +52,9 @@ func refusedRanges() []addrRange {
 		{prefix: p("::/128"), what: "an unspecified address"},
 		{prefix: p("::1/128"), what: "a loopback address"},
 		{prefix: p("::/96"), what: "an IPv4-compatible IPv6 address"},
+		// SIIT translators (RFC 6145) carry IPv4 in ::ffff:0:0:0/96;
+		// none of it is a host to fetch from.
+		{prefix: p("::ffff:0:0:0/96"), what: "an IPv4-translated IPv6 address"},
 		{prefix: p("64:ff9b::/96"), what: "a NAT64 address", embedded: nat64},
 		{prefix: p("64:ff9b:1::/48"), what: "a local NAT64 address"},
 		{prefix: p("100::/64"), what: "a discard address"},

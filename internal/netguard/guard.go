@@ -53,7 +53,11 @@ type Guard struct {
 
 // allowed reports whether the operator exempted ip:port.
 func (g *Guard) allowed(ip netip.Addr, port uint16) bool {
-	return slices.Contains(g.Allow, netip.AddrPortFrom(ip.Unmap().WithZone(""), port))
+	want := netip.AddrPortFrom(ip.Unmap().WithZone(""), port)
+	return slices.ContainsFunc(g.Allow, func(a netip.AddrPort) bool {
+		// An allowed address written IPv4-mapped is its IPv4 one.
+		return netip.AddrPortFrom(a.Addr().Unmap(), a.Port()) == want
+	})
 }
 
 // CheckHost judges a URL's host and port before anything is resolved or

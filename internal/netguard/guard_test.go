@@ -72,6 +72,11 @@ func TestAllowExemptsOneAddressAndPort(t *testing.T) {
 	if err := g.Control("tcp", "127.0.0.1:8081", nil); err == nil {
 		t.Error("Control(127.0.0.1:8081) allowed")
 	}
+	// An exemption written IPv4-mapped is the same address.
+	mapped := &Guard{Allow: []netip.AddrPort{netip.MustParseAddrPort("[::ffff:127.0.0.1]:8080")}}
+	if why := mapped.CheckHost("127.0.0.1", 8080); why != "" {
+		t.Errorf("an IPv4-mapped exemption: CheckHost(127.0.0.1:8080) = %q", why)
+	}
 	if ips, err := g.resolve(context.Background(), "site.test", 8080); err != nil || len(ips) != 1 {
 		t.Errorf("resolve to an allowed address = %v, %v", ips, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 
@@ -50,15 +51,22 @@ func (a *Agent) moderate(ctx context.Context, id string, body []byte, out engine
 		return engine.Failure(http.StatusBadRequest, api.TypeInvalidRequest, "malformed moderation request: "+err.Error())
 	}
 	reply := api.ModerationReply{Results: make([]api.ModerationResult, 0, len(req.Checks))}
+	fetched := 0
 	for _, c := range req.Checks {
 		check := moderation.Check{Role: moderation.RoleUser, Texts: c.Texts}
 		for _, img := range c.Images {
 			if img.URL != "" {
-				fetched, res := a.fetchImage(ctx, img.URL, req.AllowRemoteImages)
+				got, res := a.fetchImage(ctx, img.URL, req.AllowRemoteImages)
 				if res != nil {
 					return res
 				}
-				img = fetched
+				// 32 inputs of 20 MB each would be 640 MB held for one
+				// small request: the images fetched share one bound.
+				if fetched += len(got.Data); fetched > maxRemoteImageBytes {
+					return finalFailure(http.StatusBadRequest, api.TypeInvalidRequest, api.CodeRemoteImageRefused,
+						fmt.Sprintf("the request's remote images come to more than %d MiB together", maxRemoteImageBytes>>20))
+				}
+				img = got
 			}
 			check.Images = append(check.Images, img)
 		}
