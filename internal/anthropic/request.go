@@ -549,7 +549,11 @@ func (t *translator) image(path *api.Path, b object) (chatPart, bool) {
 			return chatPart{}, false
 		}
 		if !webURL(u) {
-			t.v.AddAt(spath.Key("url"), api.FieldInvalid, "must be an http(s) URL")
+			t.v.AddAt(spath.Key("url"), api.FieldInvalid, "must be an https URL")
+			return chatPart{}, false
+		}
+		if typ, msg := chat.RemoteImageProblem(u); typ != "" {
+			t.v.AddAt(spath.Key("url"), typ, "%s", msg)
 			return chatPart{}, false
 		}
 		return chatPart{Type: "image_url", ImageURL: &imageURL{URL: u}}, true

@@ -254,6 +254,8 @@ func TestToChatFieldErrors(t *testing.T) {
 		{"image no source", req(user(`{"type":"image"}`)), []fe{{"messages.0.content.0.source", api.FieldMissing}}},
 		{"image source type", req(user(`{"type":"image","source":{"type":"svg"}}`)), []fe{{"messages.0.content.0.source.type", api.FieldEnum}}},
 		{"image file source", req(user(`{"type":"image","source":{"type":"file","file_id":"f"}}`)), []fe{{"messages.0.content.0.source.type", api.FieldNotSupported}}},
+		{"image at a loopback address", req(user(`{"type":"image","source":{"type":"url","url":"https://127.0.0.1:8080/a.png"}}`)), []fe{{"messages.0.content.0.source.url", api.FieldNotAllowed}}},
+		{"image over http", req(user(`{"type":"image","source":{"type":"url","url":"http://x.test/a.png"}}`)), []fe{{"messages.0.content.0.source.url", api.FieldNotAllowed}}},
 		{"image media type", req(user(`{"type":"image","source":{"type":"base64","media_type":"image/bmp","data":"` + png + `"}}`)), []fe{{"messages.0.content.0.source.media_type", api.FieldEnum}}},
 		{"image data missing", req(user(`{"type":"image","source":{"type":"base64","media_type":"image/png"}}`)), []fe{{"messages.0.content.0.source.data", api.FieldMissing}}},
 		{"image data empty", req(user(`{"type":"image","source":{"type":"base64","media_type":"image/png","data":""}}`)), []fe{{"messages.0.content.0.source.data", api.FieldInvalid}}},

@@ -235,21 +235,8 @@ func (c *checker) checkImageURL(path *api.Path, s string) {
 			c.v.AddAt(path, api.FieldNotAllowed, "remote image URLs are turned off for this organisation; send the image as a data:image/...;base64 URL")
 			return
 		}
-		// The worker fetches the image through its address guard; what
-		// is refused whatever it resolves to is refused here, before a
-		// worker's slot is taken.
-		u, err := url.Parse(s)
-		switch {
-		case err != nil || u.Host == "":
-			c.v.AddAt(path, api.FieldInvalid, "must be a valid https URL")
-		case !strings.EqualFold(u.Scheme, "https"):
-			c.v.AddAt(path, api.FieldNotAllowed, "remote images are fetched over https only")
-		case u.User != nil:
-			c.v.AddAt(path, api.FieldNotAllowed, "the URL must not contain a user name or password")
-		default:
-			if _, why := netguard.HostVerdict(u.Hostname()); why != "" {
-				c.v.AddAt(path, api.FieldNotAllowed, "the image's address is refused: %s", why)
-			}
+		if typ, msg := RemoteImageProblem(s); typ != "" {
+			c.v.AddAt(path, typ, "%s", msg)
 		}
 		return
 	}
@@ -385,4 +372,25 @@ func ValidBase64(s string) bool {
 
 func hasPrefixFold(s, prefix string) bool {
 	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
+}
+
+// RemoteImageProblem says what is wrong with an http(s) image URL whatever
+// the organisation allows (the field error's type and message), or "".
+// The worker fetches the image through its address guard; what is
+// refused whatever it resolves to is refused as the request is read,
+// before a worker's slot is taken.
+func RemoteImageProblem(s string) (typ, msg string) {
+	u, err := url.Parse(s)
+	switch {
+	case err != nil || u.Host == "":
+		return api.FieldInvalid, "must be a valid https URL"
+	case !strings.EqualFold(u.Scheme, "https"):
+		return api.FieldNotAllowed, "remote images are fetched over https only"
+	case u.User != nil:
+		return api.FieldNotAllowed, "the URL must not contain a user name or password"
+	}
+	if _, why := netguard.HostVerdict(u.Hostname()); why != "" {
+		return api.FieldNotAllowed, "the image's address is refused: " + why
+	}
+	return "", ""
 }

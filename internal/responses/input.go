@@ -2,7 +2,6 @@ package responses
 
 import (
 	"encoding/json"
-	"net/url"
 	"strconv"
 	"strings"
 
@@ -257,8 +256,8 @@ func (c *checker) imageURL(path *api.Path, s string) bool {
 		return false
 	}
 	if hasPrefixFold(s, "http://") || hasPrefixFold(s, "https://") {
-		if u, err := url.Parse(s); err != nil || u.Host == "" {
-			c.v.AddAt(path, api.FieldInvalid, "must be a valid http(s) URL")
+		if typ, msg := chat.RemoteImageProblem(s); typ != "" {
+			c.v.AddAt(path, typ, "%s", msg)
 			return false
 		}
 		return true

@@ -196,6 +196,8 @@ func TestToChatValidation(t *testing.T) {
 		{"image without url", req(`"input":[{"role":"user","content":[{"type":"input_image","detail":"auto"}]}]`), []string{"input.0.content.0.image_url:missing"}},
 		{"image not base64", req(`"input":[{"role":"user","content":[{"type":"input_image","image_url":"data:image/png;base64,@@"}]}]`), []string{"input.0.content.0.image_url:value_error"}},
 		{"image not an image", req(`"input":[{"role":"user","content":[{"type":"input_image","image_url":"data:text/plain;base64,AAAA"}]}]`), []string{"input.0.content.0.image_url:value_error"}},
+		{"image at the metadata service", req(`"input":[{"role":"user","content":[{"type":"input_image","image_url":"https://169.254.169.254/x.png"}]}]`), []string{"input.0.content.0.image_url:not_allowed"}},
+		{"image over http", req(`"input":[{"role":"user","content":[{"type":"input_image","image_url":"http://x.test/a.png"}]}]`), []string{"input.0.content.0.image_url:not_allowed"}},
 		{"image by ftp", req(`"input":[{"role":"user","content":[{"type":"input_image","image_url":"ftp://x/a.png"}]}]`), []string{"input.0.content.0.image_url:value_error"}},
 		{"bad detail", req(`"input":[{"role":"user","content":[{"type":"input_image","image_url":"` + tinyPNG + `","detail":"max"}]}]`), []string{"input.0.content.0.detail:enum"}},
 		{"pdf file", req(`"input":[{"role":"user","content":[{"type":"input_file","filename":"a.pdf","file_data":"` + b64("x") + `"}]}]`), []string{"input.0.content.0.filename:not_supported"}},
