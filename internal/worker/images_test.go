@@ -120,11 +120,33 @@ func TestInlineImages(t *testing.T) {
 			t.Errorf("%s: the server was reached", tc.name)
 		}
 	}
+	// Too many are refused before any is fetched.
 	var many []string
 	for range maxRemoteImages + 1 {
 		many = append(many, "https://example.com/a.png")
 	}
-	if _, res := a.inlineImages(ctx, chat(many...)); res == nil || res.Status != 400 {
-		t.Errorf("%d remote images: %+v", len(many), res)
+	before := hits.Load()
+	if _, res := a.inlineImages(ctx, chat(many...)); res == nil || res.Status != 400 || hits.Load() != before {
+		t.Errorf("%d remote images: %+v, %d fetched", len(many), res, hits.Load()-before)
+	}
+
+	// Every byte but the URL's stays as the client sent it: key order (a
+	// schema's properties order the model's output), spacing, escapes.
+	raw := `{"model":"m", "response_format":{"type":"json_schema","json_schema":{"schema":{"properties":{"z":{},"a":{}}}}},` +
+		`"messages":[{"content":[{"image_url":{"detail":"low",  "url":"https://example.com/a.png"},"type":"image_url"},` +
+		`{"type":"text","text":"\u00e9t\u00e9 https://example.com/not-an-image"}],"role":"user"}]}`
+	got, res = a.inlineImages(ctx, []byte(raw))
+	if want := strings.Replace(raw, `"https://example.com/a.png"`, `"`+want+`"`, 1); res != nil || string(got) != want {
+		t.Fatalf("rewritten:\n%s\nwant:\n%s\n%+v", got, want, res)
+	}
+	// A URL or a key written with JSON escapes is the same URL to the
+	// engine, and fetched all the same.
+	for _, escaped := range []string{
+		`{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"\u0068ttps://inside.example.com/a.png"}}]}]}`,
+		`{"messages":[{"role":"user","content":[{"type":"image\u005furl","image\u005furl":"https:\/\/inside.example.com/a.png"}]}]}`,
+	} {
+		if _, res := a.inlineImages(ctx, []byte(escaped)); res == nil || res.Error.Code != api.CodeRemoteImageRefused {
+			t.Errorf("%s: %+v, want the internal address refused", escaped, res)
+		}
 	}
 }
