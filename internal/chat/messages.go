@@ -241,7 +241,7 @@ func (c *checker) checkImageURL(path *api.Path, s string) {
 		return
 	}
 	if c.opts.AllowRemoteImages {
-		c.v.AddAt(path, api.FieldInvalid, "must be a data:image/...;base64,... URL or an http(s) URL")
+		c.v.AddAt(path, api.FieldInvalid, "must be a data:image/...;base64,... URL or an https URL")
 	} else {
 		c.v.AddAt(path, api.FieldInvalid, "must be a data:image/...;base64,... URL")
 	}

@@ -195,6 +195,7 @@ func TestServeUsageErrors(t *testing.T) {
 	}{
 		{nil, []string{"--addr", "nonsense"}, "--addr must be HOST:PORT"},
 		{nil, []string{"--addr", ":99999"}, "--addr's port"},
+		{map[string]string{"SVC_ADDR": "127.0.0.1:"}, nil, "--addr must be HOST:PORT"},
 		{nil, []string{"--advertise-url", "http://x:1"}, "--advertise-url is a setting of a cluster's replica"},
 		{map[string]string{"SVC_ADVERTISE_URL": "bogus"}, nil, "--advertise-url is a setting"},
 		{map[string]string{"SVC_STORE_PASSWORD_FILE": "bogus"}, nil, "--store-password-file is a setting"},

@@ -621,7 +621,7 @@ func shellQuote(s string) string {
 // when listening, and is no usage error.
 func checkListenAddr(addr string) error {
 	_, port, err := net.SplitHostPort(addr)
-	if err != nil {
+	if err != nil || strings.TrimSpace(port) != port || port == "" {
 		return usageErrorf("--addr must be HOST:PORT (127.0.0.1:8080, :8080), got %q", addr)
 	}
 	if n, err := strconv.Atoi(port); err == nil && (n < 0 || n > 65535) {

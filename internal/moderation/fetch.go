@@ -128,7 +128,8 @@ func (f *Fetcher) Fetch(ctx context.Context, rawURL string) (api.ModerationImage
 		return refuse("not a valid URL", err)
 	}
 	req.Header.Set("Accept", "image/png, image/jpeg, image/gif, image/webp")
-	req.Header.Set("User-Agent", "svc-moderation")
+	// Moderation's and chat's image fetches alike.
+	req.Header.Set("User-Agent", "svc-worker")
 
 	client, closeIdle := g.Client(f.RootCAs)
 	defer closeIdle()

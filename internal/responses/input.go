@@ -262,7 +262,7 @@ func (c *checker) imageURL(path *api.Path, s string) bool {
 		}
 		return true
 	}
-	c.v.AddAt(path, api.FieldInvalid, "must be a data:image/...;base64,... URL or an http(s) URL")
+	c.v.AddAt(path, api.FieldInvalid, "must be a data:image/...;base64,... URL or an https URL")
 	return false
 }
 

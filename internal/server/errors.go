@@ -25,8 +25,9 @@ import (
 func (s *Server) toAPIError(c *call, err error) *api.Error {
 	ae := asAPIError(err, c.requestID)
 	if ae.Kind == api.KindInternal && ae.Err == err && s.cluster != nil && pgstore.Unreachable(err) {
-		// Only a cluster's replica has a database to lose; elsewhere a
-		// lost connection is some other fault.
+		// Only a cluster's replica has a database to lose. The bare
+		// errors that reach here come from its stores: the paths to a
+		// client, a peer or a worker answer with errors of their own.
 		ae = errStoreUnreachable
 	}
 	switch {

@@ -247,7 +247,12 @@ func TestDrainingReplicaAnswersNewConnections(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer silent.Close()
-	time.Sleep(100 * time.Millisecond) // taken by the refuser
+	for deadline := time.Now().Add(10 * time.Second); kl.refuser.answered.Load() < 4; {
+		if time.Now().After(deadline) {
+			t.Fatal("the refuser never took the silent connection")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 
 	dir, err := os.MkdirTemp("", "ho")
 	if err != nil {
@@ -267,10 +272,12 @@ func TestDrainingReplicaAnswersNewConnections(t *testing.T) {
 	ho.close()
 	after := dialAndSend(t, addr, "after")
 	defer after.Close()
+	_ = taken.SetDeadline(time.Now().Add(10 * time.Second))
 	c, err := taken.Accept()
 	if err != nil {
 		t.Fatal(err)
 	}
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	buf := make([]byte, len("after"))
 	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "after" {
 		t.Fatalf("the new server read %q, %v", buf, err)
