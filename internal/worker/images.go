@@ -43,8 +43,13 @@ func (a *Agent) inlineImages(ctx context.Context, body []byte) ([]byte, *api.Res
 		return body, nil
 	}
 	imgs, err := findRemoteImages(body)
-	if err != nil || len(imgs) == 0 {
-		return body, nil // a body that does not parse is the engine's to refuse
+	switch {
+	case err != nil && len(imgs) > 0:
+		// Not to be passed on with a URL no guard has judged.
+		return nil, finalFailure(http.StatusBadRequest, api.TypeInvalidRequest, api.CodeRemoteImageRefused,
+			"the request's JSON does not parse past its image URLs")
+	case len(imgs) == 0:
+		return body, nil // one that does not parse is the engine's to refuse
 	}
 	if len(imgs) > maxRemoteImages {
 		return nil, finalFailure(http.StatusBadRequest, api.TypeInvalidRequest, api.CodeRemoteImageRefused,
@@ -84,7 +89,8 @@ func (a *Agent) inlineImages(ctx context.Context, body []byte) ([]byte, *api.Res
 
 // findRemoteImages walks a chat request's JSON and returns its http(s)
 // image URLs: the string at messages[i].content[j].image_url, or at its
-// url member, as decoded (escapes read), in the order they appear.
+// url member, as decoded (escapes read), in the order they appear; with an
+// error, those found before the JSON broke.
 func findRemoteImages(body []byte) ([]remoteImage, error) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	type level struct {
@@ -116,7 +122,7 @@ func findRemoteImages(body []byte) ([]remoteImage, error) {
 			return out, nil
 		}
 		if err != nil {
-			return nil, err
+			return out, err
 		}
 		top := len(stack) - 1
 		if top >= 0 && !stack[top].array && !stack[top].value {

@@ -139,6 +139,11 @@ func TestInlineImages(t *testing.T) {
 	if want := strings.Replace(raw, `"https://example.com/a.png"`, `"`+want+`"`, 1); res != nil || string(got) != want {
 		t.Fatalf("rewritten:\n%s\nwant:\n%s\n%+v", got, want, res)
 	}
+	// JSON that breaks after an image URL does not go on with it.
+	broken := `{"messages":[{"content":[{"type":"image_url","image_url":"https://example.com/a.png"}]}]} trailing`
+	if _, res := a.inlineImages(ctx, []byte(broken)); res == nil || res.Status != 400 {
+		t.Errorf("broken JSON after a URL: %+v", res)
+	}
 	// A URL or a key written with JSON escapes is the same URL to the
 	// engine, and fetched all the same.
 	for _, escaped := range []string{
@@ -149,4 +154,28 @@ func TestInlineImages(t *testing.T) {
 			t.Errorf("%s: %+v, want the internal address refused", escaped, res)
 		}
 	}
+}
+
+// Whatever the body, each image found is a JSON string in it that decodes
+// to the URL found, and the spans come in order without overlapping: the
+// splice replaces exactly those bytes.
+func FuzzFindRemoteImages(f *testing.F) {
+	f.Add([]byte(`{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://example.com/a.png"}}]}]}`))
+	f.Add([]byte(`{"messages":[{"content":[{"type":"image\u005furl","image\u005furl":"\u0068ttps:\/\/x.test/a"}]}]}`))
+	f.Add([]byte(`{"messages" : [ { "content" : [ { "image_url" : { "url" : "HTTPS://x.test" } } , {"image_url":"http://y"} ] } ] }`))
+	f.Add([]byte(`[{"messages":[]}]`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		imgs, _ := findRemoteImages(body)
+		at := 0
+		for _, im := range imgs {
+			if im.start < at || im.end <= im.start || im.end > len(body) {
+				t.Fatalf("span [%d,%d) after %d in %q", im.start, im.end, at, body)
+			}
+			var s string
+			if err := json.Unmarshal(body[im.start:im.end], &s); err != nil || s != im.url {
+				t.Fatalf("span %q is not the string %q: %v", body[im.start:im.end], im.url, err)
+			}
+			at = im.end
+		}
+	})
 }
