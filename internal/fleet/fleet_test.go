@@ -795,8 +795,14 @@ func TestDrainingTakesNothingNew(t *testing.T) {
 		if _, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"}); status(err) != 503 {
 			t.Fatalf("draining worker still takes requests: %v", err)
 		}
+		if v := h.settled(w.id, "o"); !v.Draining {
+			t.Fatalf("a draining worker is listed %+v", v)
+		}
 		_ = w.conn.Close()
-		h.expect(w.id, "o", api.StatusOffline)
+		// Gone, it drains nothing: listed offline, not draining.
+		if v := h.expect(w.id, "o", api.StatusOffline); v.Draining {
+			t.Fatalf("an offline worker is listed draining: %+v", v)
+		}
 	})
 }
 

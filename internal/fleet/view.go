@@ -117,7 +117,7 @@ func (f *Fleet) viewLocked(w *worker, now time.Time, queued int) api.Worker {
 		WorkerID: w.id, WorkerName: w.name, Status: f.statusLocked(w, now), Version: w.version,
 		Models: w.models, ActiveTasks: w.active, QueueDepth: queued + w.heartbeat.QueueDepth,
 		MaxConcurrent: w.maxConcurrent, LastSeenSecondsAgo: int(now.Sub(w.lastSeen) / time.Second),
-		Draining: w.draining, Engines: w.engines, Features: w.features,
+		Draining: w.draining && w.offlineSince.IsZero(), Engines: w.engines, Features: w.features,
 		ApprovalPending: w.pending,
 		GPUs:            w.heartbeat.GPUs, GPUCount: len(w.heartbeat.GPUs),
 	}
