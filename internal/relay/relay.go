@@ -344,6 +344,11 @@ func (rl *Relay) Start(req Request) *Call {
 	c.header = c.headerOf()
 	c.ctx, c.cancel = context.WithTimeout(context.Background(), rl.timing.MaxDuration)
 	c.entry = rl.inflight.Start(req.OrgID, req.ID, req.Model, rowKind(req.Kind), req.Stream, c.started, c.cancel)
+	if req.Pin != "" {
+		// Waiting for its one worker, it is that worker's: listed under
+		// it (inflight?worker_id=), as counted in its queue_depth.
+		c.entry.Wait(req.Pin)
+	}
 	if req.AudioSeconds > 0 {
 		c.entry.SetAudioSeconds(req.AudioSeconds)
 	}
@@ -547,7 +552,7 @@ func (c *Call) failed(o fleet.Outcome, cause error) bool {
 	c.need.Exclude = append(c.need.Exclude, c.lease.Worker.ID)
 	// Waiting again: a keep-alive reply starting now names no worker.
 	c.current.Store(nil)
-	c.entry.Assign("", "")
+	c.entry.Wait(c.req.Pin)
 	return c.attempts < maxAttempts && c.ctx.Err() == nil
 }
 

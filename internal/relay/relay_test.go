@@ -894,3 +894,43 @@ func TestAbortEndsWhatIsRunning(t *testing.T) {
 		}
 	})
 }
+
+// A request pinned to a busy worker waits in the worker's queue, and is
+// listed under it while it waits, as its queue_depth counts it.
+func TestPinnedRequestIsListedUnderItsWorkerWhileItWaits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t)
+		w := h.worker("gpu-1", 1, answer("slow", time.Second))
+		h.worker("gpu-2", 1, answer("other", 0))
+		first := make(chan error, 1)
+		go func() {
+			req := chatRequest("busy", false)
+			req.Pin = w.id
+			_, err := h.rl.Start(req).Unary()
+			first <- err
+		}()
+		synctest.Wait()
+		waiting := make(chan error, 1)
+		go func() {
+			req := chatRequest("pinned", false)
+			req.Pin = w.id
+			_, err := h.rl.Start(req).Unary()
+			waiting <- err
+		}()
+		synctest.Wait()
+		listed := h.inflight.List(org, w.id, time.Now())
+		states := map[string]string{}
+		for _, r := range listed {
+			states[r.TaskID] = r.State
+		}
+		if len(listed) != 2 || states["busy"] != api.StateRunning || states["pinned"] != api.StateQueued {
+			t.Fatalf("listed under its worker while one waits: %+v", listed)
+		}
+		if err := <-first; err != nil {
+			t.Fatal(err)
+		}
+		if err := <-waiting; err != nil {
+			t.Fatal(err)
+		}
+	})
+}

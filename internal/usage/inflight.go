@@ -34,6 +34,8 @@ type Entry struct {
 	mu         sync.Mutex
 	workerID   string
 	workerName string
+	// waiting is set while a request pinned to workerID waits for it.
+	waiting bool
 	// audioSeconds is the length of a transcription's audio, 0 for other
 	// kinds.
 	audioSeconds float64
@@ -89,10 +91,18 @@ func (t *Tracker) Finish(e *Entry) {
 	t.mu.Unlock()
 }
 
-// Assign records the worker now serving the request ("" while it waits).
+// Assign records the worker now serving the request.
 func (e *Entry) Assign(workerID, workerName string) {
 	e.mu.Lock()
-	e.workerID, e.workerName = workerID, workerName
+	e.workerID, e.workerName, e.waiting = workerID, workerName, false
+	e.mu.Unlock()
+}
+
+// Wait records that the request waits for a worker: for the one it is
+// pinned to (workerID), or for any ("").
+func (e *Entry) Wait(workerID string) {
+	e.mu.Lock()
+	e.workerID, e.workerName, e.waiting = workerID, "", true
 	e.mu.Unlock()
 }
 
@@ -122,7 +132,7 @@ func (t *Tracker) List(orgID, workerID string, now time.Time) []api.InflightRequ
 	out := make([]api.InflightRequest, 0, len(entries))
 	for _, e := range entries {
 		e.mu.Lock()
-		wid, wname, secs := e.workerID, e.workerName, e.audioSeconds
+		wid, wname, secs, waiting := e.workerID, e.workerName, e.audioSeconds, e.waiting
 		e.mu.Unlock()
 		if workerID != "" && wid != workerID {
 			continue
@@ -132,7 +142,7 @@ func (t *Tracker) List(orgID, workerID string, now time.Time) []api.InflightRequ
 			StartedAt: e.started.UTC(), ElapsedMs: now.Sub(e.started).Milliseconds(),
 			State: api.StateRunning, Stream: e.stream,
 		}
-		if wid == "" {
+		if wid == "" || waiting {
 			r.State = api.StateQueued
 		}
 		if secs > 0 {
