@@ -25,24 +25,30 @@ func (s *Store) SaveReturning(byOrg map[string][]string) error {
 // crash, when nothing was recorded.
 func (s *Store) TakeReturning() (map[string][]string, error) {
 	var out map[string][]string
+	err := s.takeJSON(keyReturning, &out)
+	return out, err
+}
+
+// takeJSON decodes the meta record at key into out and deletes it. A
+// record that does not decode is dropped all the same, with an error: it
+// would fail every start after. Without one, out is left as it is.
+func (s *Store) takeJSON(key []byte, out any) error {
 	var decodeErr error
 	err := s.db.Update(func(tx *bbolt.Tx) error {
 		meta := tx.Bucket(bucketMeta)
-		v := meta.Get(keyReturning)
+		v := meta.Get(key)
 		if v == nil {
 			return nil
 		}
-		// A record that does not decode is dropped all the same: it
-		// would fail every start after.
-		if err := json.Unmarshal(v, &out); err != nil {
-			decodeErr = fmt.Errorf("decode %s: %w", keyReturning, err)
+		if err := json.Unmarshal(v, out); err != nil {
+			decodeErr = fmt.Errorf("decode %s: %w", key, err)
 		}
-		return meta.Delete(keyReturning)
+		return meta.Delete(key)
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
-	return out, decodeErr
+	return decodeErr
 }
 
 // keyListed holds the workers listed when the last server stopped.
@@ -60,21 +66,4 @@ func (s *Store) SaveListed(v any) error {
 // TakeListed decodes what SaveListed recorded into out and forgets it; it
 // leaves out as it is after a crash, when nothing was recorded. A record
 // that does not decode is dropped all the same, with an error.
-func (s *Store) TakeListed(out any) error {
-	var decodeErr error
-	err := s.db.Update(func(tx *bbolt.Tx) error {
-		meta := tx.Bucket(bucketMeta)
-		v := meta.Get(keyListed)
-		if v == nil {
-			return nil
-		}
-		if err := json.Unmarshal(v, out); err != nil {
-			decodeErr = fmt.Errorf("decode %s: %w", keyListed, err)
-		}
-		return meta.Delete(keyListed)
-	})
-	if err != nil {
-		return err
-	}
-	return decodeErr
-}
+func (s *Store) TakeListed(out any) error { return s.takeJSON(keyListed, out) }
