@@ -96,7 +96,6 @@ func findRemoteImages(body []byte) ([]remoteImage, error) {
 	type level struct {
 		array bool
 		key   string // an object's member being read
-		index int    // an array's element being read
 		value bool   // an object's next token is its member's value
 	}
 	var stack []level
@@ -152,13 +151,9 @@ func findRemoteImages(body []byte) ([]remoteImage, error) {
 				out = append(out, remoteImage{start: start, end: end, url: t})
 			}
 		}
-		// A value was read: its container moves on.
-		if top = len(stack) - 1; top >= 0 {
-			if stack[top].array {
-				stack[top].index++
-			} else {
-				stack[top].value = false
-			}
+		// A value was read: an object's next token is a key again.
+		if top = len(stack) - 1; top >= 0 && !stack[top].array {
+			stack[top].value = false
 		}
 	}
 }
