@@ -65,6 +65,20 @@ func startPair(t *testing.T) (a, b *server, db string) {
 	return a, b, db
 }
 
+// dbConn is a connection of the test's own to the cluster's database, and
+// a context bounding what the test asks of it; both end with the test.
+func dbConn(t *testing.T, db string) (context.Context, *pgx.Conn) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	conn, err := pgx.Connect(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return ctx, conn
+}
+
 // eventually polls ok every 50 ms until it holds or timeout passes.
 func eventually(t *testing.T, timeout time.Duration, what string, ok func() bool) {
 	t.Helper()
@@ -572,13 +586,7 @@ func TestClusterForwardedRequestRules(t *testing.T) {
 	a, b, db := startPair(t)
 	key := a.adminKey()
 	startWorker(t, a.URL, a.tokenFile(), "fw1", "--engine", "sim=ttft=0")
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	ctx, conn := dbConn(t, db)
 	var secret string
 	if err := conn.QueryRow(ctx, "SELECT secret FROM svc_cluster").Scan(&secret); err != nil {
 		t.Fatal(err)
@@ -879,13 +887,7 @@ func TestClusterReplicaStopsOnANewerSchema(t *testing.T) {
 	db := clusterDB(t)
 	r := startReplica(t, db, "")
 	r.waitLog("cluster: leading", 15*time.Second)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	ctx, conn := dbConn(t, db)
 	// What a newer release's migration leaves.
 	if _, err := conn.Exec(ctx, "UPDATE svc_schema SET version = version + 1, min_reader = version + 1"); err != nil {
 		t.Fatal(err)
