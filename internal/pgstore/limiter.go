@@ -12,8 +12,11 @@ import (
 // AllowRent is the rental rate limit across every replica
 // (store.RentLimiter): at most one call per key per every, counted on the
 // database's clock in one statement, so concurrent calls through any
-// replicas let exactly one through per window.
-func (s *Store) AllowRent(ctx context.Context, keyID string, every time.Duration) (bool, error) {
+// replicas let exactly one through per window. A refusal reads the time
+// of the call that counted in a second statement: the first one's
+// snapshot may predate a concurrent call's row, whose insert it waited
+// for.
+func (s *Store) AllowRent(ctx context.Context, keyID string, every time.Duration) (bool, time.Duration, error) {
 	var at time.Time
 	err := s.pool.QueryRow(ctx, `
 		INSERT INTO svc_rent_limits AS l (key_id, at) VALUES ($1, now())
@@ -22,9 +25,17 @@ func (s *Store) AllowRent(ctx context.Context, keyID string, every time.Duration
 		RETURNING at`, keyID, every.Microseconds()).Scan(&at)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return false, nil
 	case err != nil:
-		return false, fmt.Errorf("pgstore: rent limit: %w", err)
+		return false, 0, fmt.Errorf("pgstore: rent limit: %w", err)
+	default:
+		return true, 0, nil
 	}
-	return true, nil
+	var waitUS int64
+	err = s.pool.QueryRow(ctx, `
+		SELECT GREATEST(1, CEIL(EXTRACT(EPOCH FROM (at - now())) * 1e6) + $2)::bigint
+		FROM svc_rent_limits WHERE key_id = $1`, keyID, every.Microseconds()).Scan(&waitUS)
+	if err != nil {
+		return false, 0, fmt.Errorf("pgstore: rent limit wait: %w", err)
+	}
+	return false, min(time.Duration(waitUS)*time.Microsecond, every), nil
 }

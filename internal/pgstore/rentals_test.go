@@ -145,7 +145,7 @@ type twoStores struct {
 	n atomic.Int32
 }
 
-func (t *twoStores) AllowRent(ctx context.Context, keyID string, every time.Duration) (bool, error) {
+func (t *twoStores) AllowRent(ctx context.Context, keyID string, every time.Duration) (bool, time.Duration, error) {
 	return t.s[t.n.Add(1)%2].AllowRent(ctx, keyID, every)
 }
 
@@ -178,7 +178,7 @@ func TestLimiterErrorWithoutDatabase(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if ok, err := s.AllowRent(ctx, "k", time.Minute); err == nil || ok {
-		t.Fatalf("AllowRent without a database = %v, %v", ok, err)
+	if ok, wait, err := s.AllowRent(ctx, "k", time.Minute); err == nil || ok {
+		t.Fatalf("AllowRent without a database = %v, %v, %v", ok, wait, err)
 	}
 }

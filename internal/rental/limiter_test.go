@@ -11,15 +11,16 @@ import (
 
 type fakeLimiter struct {
 	ok    bool
+	wait  time.Duration
 	err   error
 	calls []string
 	every time.Duration
 }
 
-func (l *fakeLimiter) AllowRent(_ context.Context, keyID string, every time.Duration) (bool, error) {
+func (l *fakeLimiter) AllowRent(_ context.Context, keyID string, every time.Duration) (bool, time.Duration, error) {
 	l.calls = append(l.calls, keyID)
 	l.every = every
-	return l.ok, l.err
+	return l.ok, l.wait, l.err
 }
 
 // A shared limiter decides; when it cannot, the request is refused as
@@ -28,17 +29,18 @@ func TestAllowAsksSharedLimiter(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
 		ok         bool
+		wait       time.Duration
 		err        error
 		status     int
 		retryAfter time.Duration
 	}{
-		{"allowed", true, nil, 0, 0},
-		{"refused", false, nil, 429, time.Minute},
-		{"unreachable", false, errors.New("connection refused"), 503, 5 * time.Second},
-		{"unreachable though it said yes", true, errors.New("timeout"), 503, 5 * time.Second},
+		{"allowed", true, 0, nil, 0, 0},
+		{"refused", false, 23 * time.Second, nil, 429, 23 * time.Second},
+		{"unreachable", false, 0, errors.New("connection refused"), 503, 5 * time.Second},
+		{"unreachable though it said yes", true, 0, errors.New("timeout"), 503, 5 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			l := &fakeLimiter{ok: tc.ok, err: tc.err}
+			l := &fakeLimiter{ok: tc.ok, wait: tc.wait, err: tc.err}
 			m, err := New(Config{Ledger: &memLedger{}, Accounts: newAccounts(), Fleet: &fakeFleet{}, Limiter: l})
 			if err != nil {
 				t.Fatal(err)

@@ -176,16 +176,14 @@ func (m *Manager) Allow(keyID string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), limiterTimeout)
 	defer cancel()
-	ok, err := m.cfg.Limiter.AllowRent(ctx, keyID, m.cfg.RentEvery)
+	ok, wait, err := m.cfg.Limiter.AllowRent(ctx, keyID, m.cfg.RentEvery)
 	if err != nil {
 		m.log.Warn("rental: rate limit", "err", err)
 		return &api.Error{Kind: api.KindUnavailable, RetryAfter: 5 * time.Second,
 			Message: "The rental rate limit cannot be checked now; try again shortly"}
 	}
 	if !ok {
-		// The shared count tells no time of the last request: the whole
-		// window is the longest wait.
-		return rentLimited(m.cfg.RentEvery)
+		return rentLimited(wait)
 	}
 	return nil
 }
@@ -212,9 +210,9 @@ func NewMemoryLimiter(now func() time.Time) *MemoryLimiter {
 }
 
 // AllowRent implements store.RentLimiter.
-func (l *MemoryLimiter) AllowRent(_ context.Context, keyID string, every time.Duration) (bool, error) {
-	ok, _ := l.allow(keyID, every)
-	return ok, nil
+func (l *MemoryLimiter) AllowRent(_ context.Context, keyID string, every time.Duration) (bool, time.Duration, error) {
+	ok, wait := l.allow(keyID, every)
+	return ok, wait, nil
 }
 
 // allow counts a request of keyID if the last was every ago or more;

@@ -62,8 +62,9 @@ type Power interface {
 }
 
 // RentLimiter tells whether an API key may ask for a rental now: at most
-// once per every. A refusal is (false, nil); an error means the limiter
+// once per every. A refusal is (false, wait, nil), wait being how long
+// until the key's next call would be allowed; an error means the limiter
 // could not decide, and the caller refuses without counting the call.
 type RentLimiter interface {
-	AllowRent(ctx context.Context, keyID string, every time.Duration) (bool, error)
+	AllowRent(ctx context.Context, keyID string, every time.Duration) (ok bool, wait time.Duration, err error)
 }

@@ -21,24 +21,36 @@ type LimiterOptions struct {
 	Advance func(d time.Duration)
 }
 
-// Limiter checks a rent limiter: one call per key per window counts,
-// other keys are not held back, the next window lets one through again,
-// and of 50 concurrent calls for one key exactly one is allowed.
+// Limiter checks a rent limiter: one call per key per window counts, a
+// refusal tells the wait until the window ends, other keys are not held
+// back, the next window lets one through again, and of 50 concurrent
+// calls for one key exactly one is allowed.
 func Limiter(t *testing.T, open func(t *testing.T) (store.RentLimiter, LimiterOptions)) {
 	t.Run("one per window", func(t *testing.T) {
 		l, o := open(t)
-		allow := func(key string, every time.Duration, want bool) {
+		allow := func(key string, every time.Duration, want bool) time.Duration {
 			t.Helper()
-			got, err := l.AllowRent(context.Background(), key, every)
+			got, wait, err := l.AllowRent(context.Background(), key, every)
 			if err != nil || got != want {
 				t.Fatalf("AllowRent(%s, %v) = %v, %v; want %v", key, every, got, err, want)
 			}
+			if got && wait != 0 || !got && (wait <= 0 || wait > every) {
+				t.Fatalf("AllowRent(%s, %v) = %v after %v: the wait is outside the window", key, every, got, wait)
+			}
+			return wait
 		}
 		allow("k1", o.Window, true)
 		allow("k1", o.Window, false)
 		allow("k2", o.Window, true)
-		allow("k1", time.Hour, false)
-		o.Advance(o.Window)
+		// Half the window on, the wait is the half left (a millisecond's
+		// grace for a store's rounding), whatever the window asked for.
+		o.Advance(o.Window / 2)
+		for _, every := range []time.Duration{o.Window, time.Hour} {
+			if wait, most := allow("k1", every, false), every-o.Window/2+time.Millisecond; wait > most {
+				t.Fatalf("AllowRent(k1, %v) waits %v, want at most %v", every, wait, most)
+			}
+		}
+		o.Advance(o.Window - o.Window/2)
 		allow("k1", o.Window, true)
 		allow("k1", o.Window, false)
 		allow("k2", o.Window, true)
@@ -51,7 +63,7 @@ func Limiter(t *testing.T, open func(t *testing.T) (store.RentLimiter, LimiterOp
 			errs := make(chan error, 50)
 			for range 50 {
 				wg.Go(func() {
-					ok, err := l.AllowRent(context.Background(), fmt.Sprintf("key-%d", key), time.Minute)
+					ok, _, err := l.AllowRent(context.Background(), fmt.Sprintf("key-%d", key), time.Minute)
 					if err != nil {
 						errs <- err
 					}
