@@ -69,7 +69,8 @@
 //
 // Unknown top-level members (service_tier, container, cache_control…) and
 // cache_control on blocks are ignored, as they only tune Anthropic's own
-// service.
+// service. A non-empty mcp_servers, which would give the model tools, is
+// refused.
 //
 // # Replies
 //

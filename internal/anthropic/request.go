@@ -201,8 +201,18 @@ func (t *translator) request(top object) {
 		}
 	}
 	t.tools(top)
+	t.mcpServers(top)
 	t.toolChoice(top)
 	t.reasoning(top)
+}
+
+// mcpServers refuses Anthropic's MCP connector: the model would answer
+// without the servers' tools, as if it had none, where the caller expects
+// them called.
+func (t *translator) mcpServers(top object) {
+	if elems, ok := t.optArray(top, nil, "mcp_servers"); ok && len(elems) > 0 {
+		t.v.Add("mcp_servers", api.FieldNotSupported, "MCP servers are not available here; call the server's tools from the client as custom tools")
+	}
 }
 
 // system becomes one leading system message.

@@ -47,6 +47,10 @@ func TestToChat(t *testing.T) {
 			`{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":100}`, false},
 		{"unknown members ignored", req(userHi, `"service_tier":"auto"`, `"container":"c"`, `"Model":"x"`),
 			`{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":100}`, false},
+		{"no MCP servers", req(userHi, `"mcp_servers":[]`),
+			`{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":100}`, false},
+		{"MCP servers null", req(userHi, `"mcp_servers":null`),
+			`{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":100}`, false},
 
 		// content blocks
 		{"text blocks", req(user(`{"type":"text","text":"a"}`, `{"type":"text","text":"<b>&","cache_control":{"type":"ephemeral"}}`)),
@@ -309,6 +313,8 @@ func TestToChatFieldErrors(t *testing.T) {
 		// tools
 		{"tools object", req(userHi, `"tools":{}`), []fe{{"tools", api.FieldWrongType}}},
 		{"server tool", req(userHi, `"tools":[{"type":"web_search_20250305","name":"web_search"}]`), []fe{{"tools.0.type", api.FieldNotSupported}}},
+		{"MCP servers", req(userHi, `"mcp_servers":[{"type":"url","url":"https://mcp.example/sse","name":"x"}]`), []fe{{"mcp_servers", api.FieldNotSupported}}},
+		{"MCP servers object", req(userHi, `"mcp_servers":{}`), []fe{{"mcp_servers", api.FieldWrongType}}},
 		{"tool name", req(userHi, `"tools":[{"name":"get weather","input_schema":{}}]`), []fe{{"tools.0.name", api.FieldInvalid}}},
 		{"tool empty", req(userHi, `"tools":[{}]`), []fe{{"tools.0.name", api.FieldMissing}, {"tools.0.input_schema", api.FieldMissing}}},
 		{"tool schema string", req(userHi, `"tools":[{"name":"f","description":2,"input_schema":"{}"}]`), []fe{{"tools.0.description", api.FieldWrongType}, {"tools.0.input_schema", api.FieldWrongType}}},
