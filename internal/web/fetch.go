@@ -95,6 +95,12 @@ func (f *Fetcher) Fetch(ctx context.Context, rawURL string) (Page, error) {
 	if resp.StatusCode < 200 || resp.StatusCode >= 300 {
 		return Page{}, fmt.Errorf("the server answered %s", resp.Status)
 	}
+	// The guard's client asks for no compression; an encoding named anyway
+	// is one nobody asked for, and its bytes are not the page's text
+	// whatever Content-Type says.
+	if enc := resp.Header.Get("Content-Encoding"); enc != "" && !strings.EqualFold(enc, "identity") {
+		return Page{}, fmt.Errorf("the page is compressed (%s) and cannot be read", enc)
+	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, cmp.Or(f.MaxBytes, DefaultMaxPageBytes)))
 	if err != nil {
 		if ctx.Err() != nil {
@@ -108,7 +114,11 @@ func (f *Fetcher) Fetch(ctx context.Context, rawURL string) (Page, error) {
 	case "html":
 		page.Title, page.Text = HTMLText(bytes.NewReader(body), maxChars)
 	case "text":
-		page.Text = Cut(strings.TrimSpace(string(body)), maxChars)
+		// A NUL is in no text a model should read: a mislabelled binary.
+		if bytes.IndexByte(body, 0) >= 0 {
+			return Page{}, errors.New("the page is not text (binary content)")
+		}
+		page.Text = Cut(strings.TrimSpace(strings.ToValidUTF8(string(body), "\uFFFD")), maxChars)
 	default:
 		return Page{}, fmt.Errorf("the page is not text (%s)", kind)
 	}

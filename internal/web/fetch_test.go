@@ -1,6 +1,7 @@
 package web
 
 import (
+	"compress/gzip"
 	"context"
 	"net"
 	"net/http"
@@ -28,6 +29,26 @@ func site(t *testing.T) (*httptest.Server, netip.AddrPort) {
 	mux.HandleFunc("/cat.png", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "image/png")
 		w.Write([]byte("\x89PNG\r\n\x1a\n"))
+	})
+	mux.HandleFunc("/gzip.txt", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		w.Header().Set("Content-Encoding", "gzip")
+		zw := gzip.NewWriter(w)
+		zw.Write([]byte("packed text"))
+		zw.Close()
+	})
+	mux.HandleFunc("/brotli.txt", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		w.Header().Set("Content-Encoding", "br")
+		w.Write([]byte("\x1b\x0a\x00\xf8\xa5packed"))
+	})
+	mux.HandleFunc("/binary.txt", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		w.Write([]byte("MZ\x90\x00\x03\x00"))
+	})
+	mux.HandleFunc("/latin1.txt", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		w.Write([]byte("caf\xe9"))
 	})
 	mux.HandleFunc("/missing", http.NotFound)
 	mux.HandleFunc("/here", func(w http.ResponseWriter, r *http.Request) {
@@ -59,6 +80,10 @@ func TestFetchPage(t *testing.T) {
 	if err != nil || page.Text != "line one\nline two" {
 		t.Errorf("Fetch of text = %+v, %v", page, err)
 	}
+	page, err = f.Fetch(context.Background(), srv.URL+"/latin1.txt")
+	if err != nil || page.Text != "caf\uFFFD" {
+		t.Errorf("Fetch of text that is not UTF-8 = %+v, %v", page, err)
+	}
 	f.MaxChars = 10
 	if page, _ := f.Fetch(context.Background(), srv.URL+"/page"); page.Text != "# Sea ott…" {
 		t.Errorf("Fetch cut to 10 characters = %q", page.Text)
@@ -70,6 +95,9 @@ func TestFetchFailures(t *testing.T) {
 	f := &Fetcher{Guard: netguard.Guard{Allow: []netip.AddrPort{addr}}}
 	for _, c := range []struct{ url, want string }{
 		{srv.URL + "/cat.png", "not text (image/png)"},
+		{srv.URL + "/brotli.txt", "compressed (br)"},
+		{srv.URL + "/gzip.txt", "compressed (gzip)"}, // asked for none
+		{srv.URL + "/binary.txt", "not text (binary content)"},
 		{srv.URL + "/missing", "404"},
 		{"ftp://example.com/x", "only http and https"},
 		{"http://user:pw@example.com/", "user name or password"},
