@@ -302,7 +302,7 @@ func migrateStore(ctx context.Context, dir string, db *storeFlags) ([]migrateCou
 	if err != nil {
 		return nil, err
 	}
-	if err := dst.ImportAccounts(recs); err != nil {
+	if err := dst.ImportAccounts(ctx, recs); err != nil {
 		return nil, err
 	}
 	rentals, err := src.Rentals().All()

@@ -3,6 +3,7 @@ package pgstore_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -263,5 +264,42 @@ func TestWriteAccountsIfStale(t *testing.T) {
 	}
 	if _, err := st.WriteAccountsIf(v, put("b")); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A migration refuses, whole, accounts whose names the database gives to
+// other ids, naming each pair; the same accounts copied again are not a
+// clash.
+func TestImportAccountsRefusesNameClashes(t *testing.T) {
+	st := open(t, pg.CreateDB(t))
+	ctx := context.Background()
+	at := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	first := account.Records{
+		Orgs:  []account.Org{{ID: "org-a", Name: "acme", CreatedAt: at}},
+		Users: []account.User{{ID: "user-a", Name: "ann", CreatedAt: at}},
+	}
+	if err := st.ImportAccounts(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.ImportAccounts(ctx, first); err != nil {
+		t.Fatalf("the same accounts again: %v", err)
+	}
+	other := account.Records{
+		Orgs:  []account.Org{{ID: "org-b", Name: "acme", CreatedAt: at}, {ID: "org-c", Name: "beta", CreatedAt: at}},
+		Users: []account.User{{ID: "user-b", Name: "ann", CreatedAt: at}},
+	}
+	err := st.ImportAccounts(ctx, other)
+	for _, want := range []string{`organisation "acme" is org-a in the database and org-b in the data directory`,
+		`user "ann" is user-a in the database and user-b in the data directory`, "nothing was copied"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("ImportAccounts with clashing names = %v, want %q", err, want)
+		}
+	}
+	got, err := st.LoadAccounts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Orgs) != 1 || got.Orgs[0].ID != "org-a" || len(got.Users) != 1 || got.Users[0].ID != "user-a" {
+		t.Fatalf("after a refused copy the database holds %+v and %+v", got.Orgs, got.Users)
 	}
 }

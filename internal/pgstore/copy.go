@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -12,8 +13,14 @@ import (
 )
 
 // ImportAccounts copies a single host's account records, for a migration:
-// each record is written as it is, over one of the same id.
-func (s *Store) ImportAccounts(recs account.Records) error {
+// each record is written as it is, over one of the same id. An
+// organisation or user whose name the database already gives to another
+// id refuses the whole copy, naming both: names are unique, and the two
+// are different accounts, not the same one copied again.
+func (s *Store) ImportAccounts(ctx context.Context, recs account.Records) error {
+	if err := s.nameClashes(ctx, recs); err != nil {
+		return err
+	}
 	return s.WriteAccounts(func(w account.Writer) error {
 		for _, o := range recs.Orgs {
 			if err := w.PutOrg(o); err != nil {
@@ -47,6 +54,47 @@ func (s *Store) ImportAccounts(recs account.Records) error {
 		}
 		return nil
 	})
+}
+
+// nameClashes finds the organisations and users of recs whose names the
+// database holds under other ids.
+func (s *Store) nameClashes(ctx context.Context, recs account.Records) error {
+	var clashes []string
+	check := func(kind, table string, ids, names []string) error {
+		rows, err := s.pool.Query(ctx, `SELECT t.name, t.id, m.id FROM `+table+` t
+			JOIN unnest($1::text[], $2::text[]) AS m(id, name) ON t.name = m.name AND t.id <> m.id
+			ORDER BY t.name`, ids, names)
+		if err != nil {
+			return fmt.Errorf("pgstore: import accounts: %w", err)
+		}
+		var name, theirs, ours string
+		_, err = pgx.ForEachRow(rows, []any{&name, &theirs, &ours}, func() error {
+			clashes = append(clashes, fmt.Sprintf("%s %q is %s in the database and %s in the data directory", kind, name, theirs, ours))
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("pgstore: import accounts: %w", err)
+		}
+		return nil
+	}
+	var ids, names []string
+	for _, o := range recs.Orgs {
+		ids, names = append(ids, o.ID), append(names, o.Name)
+	}
+	if err := check("organisation", "svc_orgs", ids, names); err != nil {
+		return err
+	}
+	ids, names = ids[:0], names[:0]
+	for _, u := range recs.Users {
+		ids, names = append(ids, u.ID), append(names, u.Name)
+	}
+	if err := check("user", "svc_users", ids, names); err != nil {
+		return err
+	}
+	if len(clashes) > 0 {
+		return fmt.Errorf("nothing was copied: the database gives these names to other accounts; migrate into a database of its own, or rename one of each pair first:\n  %s", strings.Join(clashes, "\n  "))
+	}
+	return nil
 }
 
 // ImportRentals copies a single host's rental records, for a migration,
