@@ -208,6 +208,7 @@ func TestClusterHomes(t *testing.T) {
 	killed := time.Now()
 	_ = a.Kill()
 	var gap time.Duration
+	var refused []string // the ids of default's 503s
 	eventually(t, 20*time.Second, "default served again after its home died", func() bool {
 		r := b.do("POST", "/v1/chat/completions", chat, bearer(key))
 		if r.Status == http.StatusOK {
@@ -217,6 +218,7 @@ func TestClusterHomes(t *testing.T) {
 		if r.Status != http.StatusServiceUnavailable || r.Header.Get("Retry-After") == "" {
 			t.Fatalf("default's chat while its home is replaced = %d %v %s", r.Status, r.Header, r.Body)
 		}
+		refused = append(refused, r.Header.Get("X-Request-Id"))
 		// Meanwhile acme, homed on b, is served throughout.
 		if r := c.do("POST", "/v1/chat/completions", chat, bearer(acmeKey)); r.Status != http.StatusOK {
 			t.Fatalf("acme's chat while default's home is replaced = %d %s", r.Status, r.Body)
@@ -228,6 +230,32 @@ func TestClusterHomes(t *testing.T) {
 	if gap > ttl+5*time.Second {
 		t.Errorf("default was served again %s after its home died, want within the TTL and 5 s", gap)
 	}
+	// Each 503 meanwhile has its one usage row with its status, written by
+	// the replica that answered it, the front or the new home.
+	if len(refused) == 0 {
+		t.Fatal("no 503 while default's home was replaced")
+	}
+	eventually(t, 10*time.Second, "a usage row for each 503 while default's home was replaced", func() bool {
+		logs := c.do("GET", "/api/v1/usage/logs?limit=1000", "", bearer(key))
+		var rows []struct {
+			ID     string `json:"id"`
+			Status int    `json:"status_code"`
+		}
+		if logs.Status != http.StatusOK || json.Unmarshal(logs.Body, &rows) != nil {
+			return false
+		}
+		got := map[string][]int{}
+		for _, row := range rows {
+			got[row.ID] = append(got[row.ID], row.Status)
+		}
+		for _, id := range refused {
+			if st := got[id]; len(st) != 1 || st[0] != http.StatusServiceUnavailable {
+				t.Logf("request %s: rows with statuses %v", id, st)
+				return false
+			}
+		}
+		return true
+	})
 	// b could not reach the dead home meanwhile: its /readyz and its
 	// registration say so, for a while.
 	if r := b.do("GET", "/readyz", ""); r.Status != http.StatusOK || !strings.Contains(string(r.Body), a.URL) {

@@ -263,6 +263,9 @@ func (s *Server) forward(c *call, to target, up *upload) error {
 		return &peerDownError{err}
 	}
 	f := &forwarding{s: s, c: c, to: to}
+	// From here the peer may have the request, and it writes the usage
+	// row, whatever becomes of the answer: one request, one row.
+	c.rowed = true
 	bp := requestBufs.Get().(*[]byte)
 	buf := appendClient((*bp)[:0], c)
 	nh := len(buf)
@@ -488,6 +491,8 @@ func (s *Server) forwardOrServe(c *call, to target) error {
 	if !errors.Is(err, errNotHome) {
 		return err
 	}
+	// Refused before it ran, the request has no row there.
+	c.rowed = false
 	s.cluster.Homes.Forget(c.principal.OrgID)
 	if up != nil && !up.replayable {
 		return s.homeMoving(c)
@@ -522,6 +527,7 @@ func (s *Server) forwardLast(c *call, next target, up *upload) error {
 	case errors.As(err, &down):
 		return s.unreachable(c, next, down.err)
 	case errors.Is(err, errNotHome):
+		c.rowed = false
 		return s.homeMoving(c)
 	}
 	return err

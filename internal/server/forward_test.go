@@ -125,6 +125,10 @@ type fwdFront struct {
 	mu    sync.Mutex
 	links []link.Conn
 	ids   atomic.Int64
+	// rowed is each request's word, by its X-Request-Id, on whether its
+	// usage row is another replica's to write (a refusal's being the
+	// front's).
+	rowed sync.Map
 }
 
 func startFront(t testing.TB, homes ...*fwdHome) *fwdFront {
@@ -165,6 +169,7 @@ func startFront(t testing.TB, homes ...*fwdHome) *fwdFront {
 			if finishBody(ctx, maxBodySize) && err == nil {
 				err = errOverLimit
 			}
+			f.rowed.Store(c.requestID, c.rowed)
 			if err != nil {
 				f.s.writeError(c, err)
 			}
@@ -726,6 +731,57 @@ func TestForwardHomeDownMovesOn(t *testing.T) {
 			t.Fatalf("%d %v %s", resp.StatusCode, resp.Header, body)
 		}
 	})
+}
+
+// A front leaves a request's usage row to the home once the home may
+// have it, served or lost on the way; one that never reached a home, or
+// that every home refused as not its own, is the front's to record as
+// refused (dispatch's recordRefusal).
+func TestForwardLeavesTheRowToTheHome(t *testing.T) {
+	refuse := func(ctx *fasthttp.RequestCtx) {
+		ctx.Response.Header.Set(notHomeHeader, "1")
+		ctx.SetStatusCode(http.StatusServiceUnavailable)
+	}
+	lose := func(ctx *fasthttp.RequestCtx) {
+		ctx.Hijack(func(c net.Conn) {})
+		ctx.HijackSetNoResponse(true)
+	}
+	serving := func(t *testing.T) *fwdHome {
+		return startHome(t, "home", map[string]fasthttp.RequestHandler{"/echo": echoRequest})
+	}
+	refusing := func(t *testing.T) *fwdHome {
+		return startHome(t, "refusing", map[string]fasthttp.RequestHandler{"/echo": refuse})
+	}
+	for _, tc := range []struct {
+		name   string
+		homes  func(t *testing.T) []*fwdHome
+		status int
+		rowed  bool
+	}{
+		{"served by the home", func(t *testing.T) []*fwdHome { return []*fwdHome{serving(t)} }, 200, true},
+		{"served by the next home", func(t *testing.T) []*fwdHome { return []*fwdHome{refusing(t), serving(t)} }, 200, true},
+		{"lost at the home", func(t *testing.T) []*fwdHome {
+			return []*fwdHome{startHome(t, "losing", map[string]fasthttp.RequestHandler{"/echo": lose})}
+		}, 503, true},
+		{"home unreachable", func(t *testing.T) []*fwdHome { return []*fwdHome{deadHome(t)} }, 503, false},
+		{"refused by every home", func(t *testing.T) []*fwdHome {
+			return []*fwdHome{refusing(t), startHome(t, "refusing too", map[string]fasthttp.RequestHandler{"/echo": refuse})}
+		}, 503, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			front := startFront(t, tc.homes(t)...)
+			resp, err := testClient.Post(front.url+"/echo", "application/json", strings.NewReader(`{"model":"m"}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			rowed, ok := front.rowed.Load(resp.Header.Get("X-Request-Id"))
+			if resp.StatusCode != tc.status || !ok || rowed != tc.rowed {
+				t.Fatalf("%d %s; the home writes its row: %v (recorded %v), want %d and %v", resp.StatusCode, body, rowed, ok, tc.status, tc.rowed)
+			}
+		})
+	}
 }
 
 // BenchmarkForwardUnary is one small request through a front to its home

@@ -452,8 +452,9 @@ type call struct {
 	// read it; bodyRead says its body is in memory.
 	model    string
 	bodyRead bool
-	// rowed: the request has its usage row (the relay wrote it), or is to
-	// have none (refused because the store takes no rows).
+	// rowed: the request has its usage row (the relay wrote it, or the
+	// peer it was forwarded to does), or is to have none (refused because
+	// the store takes no rows).
 	rowed bool
 }
 
@@ -554,9 +555,7 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, m *mux, console bool) {
 		err = s.tooLarge(ctx, m, console)
 	}
 	if err != nil {
-		if peer.url == "" {
-			s.recordRefusal(&c, err)
-		}
+		s.recordRefusal(&c, err)
 		s.writeError(&c, err)
 	}
 	if !console && s.draining.Load() && !ctx.Hijacked() {
