@@ -177,16 +177,19 @@ type LinkRequest struct {
 
 // Hello is the worker's first message on a link.
 type Hello struct {
-	Protocol      int          `json:"protocol"`
-	Name          string       `json:"name"`
-	Version       string       `json:"version"`
-	MaxConcurrent int          `json:"max_concurrent"`
-	SessionID     string       `json:"session_id"`
-	Models        []Model      `json:"models"`
-	Streams       []StreamSeq  `json:"streams,omitempty"`
-	Draining      bool         `json:"draining,omitempty"`
-	Heartbeat     *Heartbeat   `json:"heartbeat,omitempty"`
-	Engines       []EngineInfo `json:"engines,omitempty"`
+	Protocol      int         `json:"protocol"`
+	Name          string      `json:"name"`
+	Version       string      `json:"version"`
+	MaxConcurrent int         `json:"max_concurrent"`
+	SessionID     string      `json:"session_id"`
+	Models        []Model     `json:"models"`
+	Streams       []StreamSeq `json:"streams,omitempty"`
+	Draining      bool        `json:"draining,omitempty"`
+	// DownMS is how long ago, in milliseconds, the worker's last link to
+	// a gateway ended; 0 on its process's first connection.
+	DownMS    int64        `json:"down_ms,omitempty"`
+	Heartbeat *Heartbeat   `json:"heartbeat,omitempty"`
+	Engines   []EngineInfo `json:"engines,omitempty"`
 	// Features are the protocol features the worker supports
 	// (FeatureModeration); a worker of an older release lists fewer.
 	Features []string `json:"features,omitempty"`

@@ -1,6 +1,8 @@
 package bolt
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"sync/atomic"
 	"time"
@@ -53,6 +55,23 @@ func (e *Events) ListEvents(orgID string, q EventQuery) ([]api.WorkerEvent, erro
 		}
 	}
 	return newestPage(e.store.db, bucketEvents, orgID, q.Offset, q.Limit, nil, keep)
+}
+
+// LastEvent returns workerID's newest event. Only events that name the
+// worker are decoded.
+func (e *Events) LastEvent(_ context.Context, orgID, workerID string) (api.WorkerEvent, bool, error) {
+	id, err := json.Marshal(workerID)
+	if err != nil {
+		return api.WorkerEvent{}, false, err
+	}
+	mark := append([]byte(`"worker_id":`), id...)
+	evs, err := newestPage(e.store.db, bucketEvents, orgID, 0, 1,
+		func(v []byte) bool { return bytes.Contains(v, mark) },
+		func(ev *api.WorkerEvent) bool { return ev.WorkerID == workerID })
+	if err != nil || len(evs) == 0 {
+		return api.WorkerEvent{}, false, err
+	}
+	return evs[0], true, nil
 }
 
 // PruneEvents deletes events older than before, at most max of them.

@@ -256,6 +256,21 @@ func TestClusterHomes(t *testing.T) {
 		}
 		return true
 	})
+	// default's worker that came back (d1 dials only the dead home) has
+	// the disconnect the dead home could not record, written by the new
+	// home between the two connects.
+	for _, w := range c.workers(key) {
+		query := "?worker_id=" + w["worker_id"].(string)
+		eventually(t, 10*time.Second, fmt.Sprintf("%s's disconnect between its two connects", w["worker_name"]), func() bool {
+			var got []string
+			for _, e := range c.events(key, query) {
+				if typ := e["event_type"].(string); typ == api.EventConnected || typ == api.EventDisconnected {
+					got = append(got, typ)
+				}
+			}
+			return strings.Join(got, " ") == "connected disconnected connected"
+		})
+	}
 	// b could not reach the dead home meanwhile: its /readyz and its
 	// registration say so, for a while.
 	if r := b.do("GET", "/readyz", ""); r.Status != http.StatusOK || !strings.Contains(string(r.Body), a.URL) {

@@ -125,3 +125,63 @@ func TestOfflineWorkersStayListedAcrossARestart(t *testing.T) {
 		t.Fatalf("served by %q: %d %s", r.Header.Get("X-Worker-Name"), r.Status, r.Body)
 	}
 }
+
+// A worker's events pair every connect with a disconnect, also across
+// its gateway's crash and its gateway's restart, which nobody could
+// record as they happened: the restarted gateway records each when the
+// worker reconnects, before the connect, dated when the link ended.
+func TestWorkerEventsCoverGatewayRestarts(t *testing.T) {
+	s := startServer(t, "")
+	key := s.adminKey()
+	addr := strings.TrimPrefix(s.URL, "http://")
+	startWorker(t, s.URL, s.tokenFile(), "steady", "--engine", "sim=tps=0,ttft=0")
+	query := "?worker_id=" + s.workerNamed(key, "steady", statusIs("healthy"))["worker_id"].(string)
+	types := func(evs []map[string]any) []string {
+		var out []string
+		for _, e := range evs {
+			if e["event_type"] == "connected" || e["event_type"] == "disconnected" {
+				out = append(out, e["event_type"].(string))
+			}
+		}
+		return out
+	}
+	// Listed is written, and survives the kill.
+	s.waitEvent(key, query, func(e map[string]any) bool { return e["event_type"] == "connected" })
+	// The events are written a moment after they happen.
+	eventsAre := func(what, want string) []map[string]any {
+		t.Helper()
+		var evs []map[string]any
+		if !harness.Eventually(10*time.Second, func() bool {
+			evs = s.events(key, query)
+			return strings.Join(types(evs), " ") == want
+		}) {
+			t.Fatalf("%s, events %v, want %s:\n%v", what, types(evs), want, evs)
+		}
+		return evs
+	}
+
+	if err := s.stop(syscall.SIGKILL); err == nil {
+		t.Fatal("the gateway was not killed")
+	}
+	killed := time.Now()
+	time.Sleep(500 * time.Millisecond)
+	s = startServer(t, s.Data, "--addr", addr)
+	s.workerNamed(key, "steady", statusIs("healthy"))
+	evs := eventsAre("after the crash", "connected disconnected connected")
+	crash := evs[1]
+	at, _ := time.Parse(time.RFC3339Nano, crash["created_at"].(string))
+	if d, _ := crash["detail"].(string); !strings.Contains(d, "the link ended with the gateway process") ||
+		crash["transient"] == true || at.Before(killed.Add(-time.Second)) || at.After(killed.Add(time.Second)) {
+		t.Fatalf("the crash's disconnect %v, want one dated about %v", crash, killed.UTC())
+	}
+
+	if err := s.stop(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	s = startServer(t, s.Data, "--addr", addr)
+	s.workerNamed(key, "steady", statusIs("healthy"))
+	evs = eventsAre("after the restart", "connected disconnected connected disconnected connected")
+	if d, _ := evs[1]["detail"].(string); d != "the gateway stopped" {
+		t.Fatalf("the restart's disconnect %v", evs[1])
+	}
+}

@@ -127,6 +127,17 @@ func (f *Fleet) Connect(ctx context.Context, orgID string, hello api.Hello, conn
 	var replaced *link.Session
 	closeOld := func() {}
 	resumed := w != nil && w.sess != nil && w.sessionID == hello.SessionID && w.offlineSince.IsZero() && w.sess.Err() == nil
+	// A worker without a session here last linked to another gateway
+	// process (one remembered was listed by the gateway this one
+	// replaced, until it stopped).
+	var untracked bool
+	var stoppedAt time.Time
+	if w == nil || w.sess == nil {
+		untracked = true
+		if w != nil {
+			stoppedAt = w.offlineSince
+		}
+	}
 	if resumed && w.attached {
 		// The old connection has not noticed it is dead yet. It dropped
 		// now, as far as the gateway can tell: the resume is a brief drop
@@ -193,6 +204,10 @@ func (f *Fleet) Connect(ctx context.Context, orgID string, hello api.Hello, conn
 	droppedAt := w.droppedAt
 	f.mu.Unlock()
 	closeOld()
+	var lost *api.WorkerEvent
+	if untracked {
+		lost = f.unrecordedEnd(ctx, orgID, id, hello, stoppedAt, now)
+	}
 
 	if replaced != nil {
 		replaced.Close(&LostError{WorkerID: id, WorkerName: hello.Name, Reason: "was replaced by a new connection of the same name"})
@@ -226,6 +241,9 @@ func (f *Fleet) Connect(ctx context.Context, orgID string, hello api.Hello, conn
 			f.event(w, api.EventReplaced, "a new connection of the same name replaced the old one", nil, false, now)
 			fallthrough
 		default:
+			if lost != nil {
+				f.cfg.Events.RecordEvent(w.orgID, *lost)
+			}
 			f.event(w, api.EventConnected, "", map[string]any{"version": w.version, "max_concurrent": w.maxConcurrent,
 				"models": modelIDs(w.models), "engines": w.engines}, false, now)
 		}
@@ -332,6 +350,52 @@ func (f *Fleet) newSession(w *worker) *link.Session {
 	})
 	return sess
 }
+
+// unrecordedEnd is the disconnect owed before the connect of a worker that
+// last linked to another gateway process, when the store's newest event
+// of it is not one: that gateway crashed, stopped, or gave up the
+// organisation's home before it could record the end. It is dated at the
+// stop of the gateway this one replaced when that one listed the worker,
+// else when the worker says its last link dropped (down_ms), else now;
+// never before the newest event. Nil when none is owed or the store
+// cannot tell.
+func (f *Fleet) unrecordedEnd(ctx context.Context, orgID, id string, hello api.Hello, stoppedAt, now time.Time) *api.WorkerEvent {
+	if f.cfg.LastEvent == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, lastEventWait)
+	defer cancel()
+	last, ok, err := f.cfg.LastEvent(ctx, orgID, id)
+	switch {
+	case err != nil:
+		f.log.Warn("read a reconnecting worker's last event", "worker", hello.Name, "worker_id", id, "err", err)
+		return nil
+	case !ok || last.EventType == api.EventDisconnected:
+		return nil
+	}
+	at, detail := now, "the link ended unrecorded; the worker connected again as a new process"
+	switch {
+	case !stoppedAt.IsZero():
+		at, detail = stoppedAt, "the gateway stopped"
+	case hello.DownMS > 0:
+		at = now.Add(-time.Duration(min(hello.DownMS, maxDownMS)) * time.Millisecond)
+		detail = "the link ended with the gateway process it was on (a restart, or the organisation's home moved)"
+	}
+	if at.Before(last.CreatedAt) {
+		at = last.CreatedAt
+	}
+	ev := newEvent(&worker{id: id, name: hello.Name}, api.EventDisconnected, detail,
+		map[string]any{"down_ms": now.Sub(at).Milliseconds()}, false, at)
+	return &ev
+}
+
+// lastEventWait bounds the store's answer to unrecordedEnd: a worker's
+// connect waits for it.
+const lastEventWait = time.Second
+
+// maxDownMS bounds a worker's down_ms where it becomes a duration: a
+// year, beyond any event kept.
+const maxDownMS = 366 * 24 * 3600 * 1000
 
 // detached starts the grace period of a worker whose link dropped; a
 // draining worker that has finished its work is offline at once.

@@ -61,7 +61,18 @@ type Config struct {
 	Logger *slog.Logger
 	Events EventSink
 	Power  PowerSink
+	// LastEvent reads the newest event the store holds of a worker, which
+	// outlives this process. A worker this fleet has no link of is checked
+	// when it connects: when its newest event is not a disconnect, its
+	// last link ended unrecorded (the gateway crashed or stopped, or the
+	// organisation's home moved), and the disconnect is recorded before
+	// the connect. Nil: not checked.
+	LastEvent LastEventReader
 }
+
+// LastEventReader reads the newest event recorded of workerID, and false
+// when there is none; it should answer within about a second.
+type LastEventReader func(ctx context.Context, orgID, workerID string) (api.WorkerEvent, bool, error)
 
 // ApprovalGate says whether worker workerID of organisation orgID waits
 // for the organisation's approval before it serves. When it need not, why

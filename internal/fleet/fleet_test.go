@@ -1164,3 +1164,109 @@ func TestRememberedWorkersAreListedOffline(t *testing.T) {
 		l.Release(Succeeded)
 	})
 }
+
+// lastOf reads e as a store that outlives the fleet: a worker's newest
+// event, the last recorded among those of one instant.
+func (e *events) lastOf(_ context.Context, _, workerID string) (api.WorkerEvent, bool, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var last *api.WorkerEvent
+	for i := range e.evs {
+		if e.evs[i].WorkerID == workerID && (last == nil || !e.evs[i].CreatedAt.Before(last.CreatedAt)) {
+			last = &e.evs[i]
+		}
+	}
+	if last == nil {
+		return api.WorkerEvent{}, false, nil
+	}
+	return *last, true, nil
+}
+
+// A worker that last linked to another gateway process, whose newest
+// event is not a disconnect, gets the disconnect that process could not
+// record, before its connect: dated at the stop of a gateway that listed
+// it, else when the worker says its link dropped, else now. One already
+// recorded, a first connection and a store that cannot answer add none.
+func TestUnrecordedEndIsRecorded(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		offline    bool // the worker went offline before the stop
+		remembered bool // the old gateway stopped cleanly, listing it
+		downMS     int64
+		storeErr   error
+		first      bool // no event of the worker before
+		want       string
+		ago        time.Duration // the disconnect's age at the reconnect
+	}{
+		{name: "gateway crashed", downMS: 5000, want: "the link ended with the gateway process", ago: 5 * time.Second},
+		{name: "gateway stopped", remembered: true, downMS: 3000, want: "the gateway stopped", ago: time.Hour},
+		{name: "worker restarted too", want: "connected again as a new process"},
+		{name: "down longer than the events", downMS: 1 << 50, want: "the link ended with the gateway process", ago: 2 * time.Hour},
+		{name: "disconnect recorded", offline: true, downMS: 5000},
+		{name: "first connection", first: true, downMS: 5000},
+		{name: "store silent", storeErr: errors.New("timeout"), downMS: 5000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				before := newHarness(t, Config{Grace: 100 * time.Millisecond})
+				a := before.worker("o", "a", 1, chat("m"))
+				if tc.offline {
+					_ = a.conn.Close()
+					synctest.Wait()
+					time.Sleep(time.Second) // past the grace
+					before.expect(a.id, "o", api.StatusOffline)
+				}
+				time.Sleep(time.Hour)
+				var rem map[string][]Remembered
+				if tc.remembered {
+					rem = before.f.Remember()
+				}
+				stopped := time.Now()
+				time.Sleep(time.Hour)
+				old := before.ev
+				if tc.first {
+					old = &events{}
+				}
+				last := old.lastOf
+				if tc.storeErr != nil {
+					last = func(context.Context, string, string) (api.WorkerEvent, bool, error) {
+						return api.WorkerEvent{}, false, tc.storeErr
+					}
+				}
+				after := newHarness(t, Config{Remembered: rem, LastEvent: last})
+				fw := &fakeWorker{h: after, hello: api.Hello{Protocol: link.Protocol, Name: "a", Version: "v1", MaxConcurrent: 1,
+					SessionID: uuid.NewString(), Models: []api.Model{chat("m")}, DownMS: tc.downMS}}
+				fw.sess = link.NewSession(link.Options{Role: link.Worker, Accept: fw.serve})
+				t.Cleanup(func() { fw.sess.Close(nil) })
+				back := time.Now()
+				fw.connect("o")
+				synctest.Wait()
+
+				after.ev.mu.Lock()
+				evs := slices.Clone(after.ev.evs)
+				after.ev.mu.Unlock()
+				if len(evs) == 0 || evs[len(evs)-1].EventType != api.EventConnected {
+					t.Fatalf("events %+v, want the connect last", evs)
+				}
+				evs = evs[:len(evs)-1]
+				if tc.want == "" {
+					if len(evs) != 0 {
+						t.Fatalf("events before the connect: %+v", evs)
+					}
+					return
+				}
+				if len(evs) != 1 || evs[0].EventType != api.EventDisconnected || evs[0].Transient ||
+					evs[0].WorkerID != a.id || evs[0].Detail == nil || !strings.Contains(*evs[0].Detail, tc.want) {
+					t.Fatalf("events before the connect: %+v, want one disconnect saying %q", evs, tc.want)
+				}
+				at := back.Add(-tc.ago)
+				if tc.remembered {
+					at = stopped
+				}
+				if !evs[0].CreatedAt.Equal(at.UTC()) {
+					t.Fatalf("the disconnect is dated %v, want %v", evs[0].CreatedAt, at.UTC())
+				}
+			})
+		})
+	}
+}

@@ -1,11 +1,15 @@
 package pgstore
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/bolt"
@@ -106,6 +110,25 @@ func (e *Events) ListEvents(orgID string, q store.EventQuery) ([]api.WorkerEvent
 		return nil, fmt.Errorf("list worker events: %w", err)
 	}
 	return out, nil
+}
+
+// LastEvent returns workerID's newest event.
+func (e *Events) LastEvent(ctx context.Context, orgID, workerID string) (api.WorkerEvent, bool, error) {
+	var data []byte
+	err := e.s.pool.QueryRow(ctx, `SELECT payload::text FROM svc_worker_events
+		WHERE org_id = $1 AND worker_id = $2 ORDER BY created_ns DESC, seq DESC LIMIT 1`,
+		pgText(orgID), pgText(workerID)).Scan(&data)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return api.WorkerEvent{}, false, nil
+	case err != nil:
+		return api.WorkerEvent{}, false, fmt.Errorf("last worker event: %w", err)
+	}
+	var ev api.WorkerEvent
+	if err := json.Unmarshal(data, &ev); err != nil {
+		return api.WorkerEvent{}, false, fmt.Errorf("decode worker event: %w", err)
+	}
+	return ev, true, nil
 }
 
 // PruneEvents deletes at most max events recorded before before, oldest

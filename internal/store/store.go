@@ -50,6 +50,9 @@ type Usage interface {
 type Events interface {
 	RecordEvent(orgID string, ev api.WorkerEvent)
 	ListEvents(orgID string, q EventQuery) ([]api.WorkerEvent, error)
+	// LastEvent is workerID's newest event (the newest recorded among
+	// several of one instant), and false when it has none.
+	LastEvent(ctx context.Context, orgID, workerID string) (api.WorkerEvent, bool, error)
 	// PruneEvents deletes at most max events recorded before before.
 	PruneEvents(before time.Time, max int) (int, error)
 }

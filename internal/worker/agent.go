@@ -427,7 +427,7 @@ func (a *Agent) connectLoop(ctx context.Context) error {
 	var spliceUntil, droppedAt time.Time
 	for {
 		splice := target == a.cfg.Gateway && time.Now().Before(spliceUntil)
-		connected, redirect, err := a.connectOnce(ctx, sessionID, target, splice)
+		connected, redirect, err := a.connectOnce(ctx, sessionID, target, splice, droppedAt)
 		redirected := target != a.cfg.Gateway
 		var perm *PermanentError
 		// Only the configured gateway's refusal stops the worker: a
@@ -499,8 +499,9 @@ func (a *Agent) checkRedirect(to string) error {
 
 // connectOnce dials gateway, shakes hands and serves one connection until
 // it ends. It reports whether the handshake let the worker in, or else
-// where the gateway redirected it.
-func (a *Agent) connectOnce(ctx context.Context, sessionID, gateway string, splice bool) (connected bool, redirect string, err error) {
+// where the gateway redirected it. droppedAt is when the last connection
+// ended, zero before the first.
+func (a *Agent) connectOnce(ctx context.Context, sessionID, gateway string, splice bool, droppedAt time.Time) (connected bool, redirect string, err error) {
 	u, err := connectURL(gateway)
 	if err != nil {
 		return false, "", err
@@ -522,6 +523,10 @@ func (a *Agent) connectOnce(ctx context.Context, sessionID, gateway string, spli
 		Protocol: link.Protocol, Name: a.cfg.Name, Version: a.cfg.Version, MaxConcurrent: a.cfg.MaxConcurrent,
 		SessionID: sessionID, Models: a.models, Streams: sess.RecvState(), Draining: a.draining,
 		Heartbeat: hb, Engines: a.engineInfo(), Features: a.cfg.Features,
+	}
+	if !droppedAt.IsZero() {
+		// The gateway records the drop, if nobody could, at its time.
+		hello.DownMS = max(1, time.Since(droppedAt).Milliseconds())
 	}
 	if a.cfg.E2E != nil {
 		p := a.cfg.E2E.Public()

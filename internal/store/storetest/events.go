@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -126,6 +127,21 @@ func eventsPaged(t *testing.T, l Logs) {
 			}
 			if got == nil || !reflect.DeepEqual(got, want) {
 				t.Fatalf("org %s %+v: %d events, want %d\n got %+v\nwant %+v", org, q, len(got), len(want), got, want)
+			}
+		}
+		// A worker's newest event, w1's among those of one instant.
+		for _, worker := range []string{"w0", "w1", "w2", "w3", "w9", "w"} {
+			var want api.WorkerEvent
+			found := false
+			for _, x := range sorted {
+				if x.ev.WorkerID == worker {
+					want, found = x.ev, true
+					break
+				}
+			}
+			got, ok, err := l.Events.LastEvent(context.Background(), org, worker)
+			if err != nil || ok != found || !reflect.DeepEqual(got, want) {
+				t.Fatalf("org %s: LastEvent(%s) = %+v, %v, %v; want %+v, %v", org, worker, got, ok, err, want, found)
 			}
 		}
 	}
