@@ -129,7 +129,12 @@ func TestReturningIsTakenOnce(t *testing.T) {
 		t.Fatalf("TakeReturning on a new store = %v, %v", got, err)
 	}
 	want := map[string][]string{"org_a": {"wk_1", "wk_2"}}
-	if err := s.SaveReturning(want); err != nil {
+	// A checkpoint is overwritten by the next, or by the record at the
+	// stop.
+	if err := s.SaveFleet(map[string][]string{"org_a": {"wk_0"}}, map[string]int{"org_a": 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SaveFleet(want, map[string]int{"org_a": 2}); err != nil {
 		t.Fatal(err)
 	}
 	got, err := s.TakeReturning()
@@ -138,5 +143,13 @@ func TestReturningIsTakenOnce(t *testing.T) {
 	}
 	if got, err := s.TakeReturning(); err != nil || got != nil {
 		t.Fatalf("second TakeReturning = %v, %v; want nothing", got, err)
+	}
+	var listed map[string]int
+	if err := s.TakeListed(&listed); err != nil || listed["org_a"] != 2 {
+		t.Fatalf("TakeListed = %v, %v", listed, err)
+	}
+	listed = nil
+	if err := s.TakeListed(&listed); err != nil || listed != nil {
+		t.Fatalf("second TakeListed = %v, %v; want nothing", listed, err)
 	}
 }

@@ -10,19 +10,11 @@ import (
 // keyReturning holds the workers connected when the last server stopped.
 var keyReturning = []byte("workers_at_stop")
 
-// SaveReturning records, by organisation, the worker ids connected as the
-// server stops: the server that starts next on this store expects them to
-// reconnect, and lets requests wait for them a moment rather than answer
-// that no worker is online.
-func (s *Store) SaveReturning(byOrg map[string][]string) error {
-	return s.db.Update(func(tx *bbolt.Tx) error {
-		return putJSON(tx.Bucket(bucketMeta), keyReturning, byOrg)
-	})
-}
-
-// TakeReturning reads what SaveReturning recorded and forgets it, so a
-// worker that never comes back is waited for once. It is empty after a
-// crash, when nothing was recorded.
+// TakeReturning reads, by organisation, the worker ids connected as the
+// last server stopped (SaveFleet), and forgets them: the server that
+// starts next expects them to reconnect, and lets requests wait for them
+// a moment rather than answer that no worker is online; a worker that
+// never comes back is waited for once.
 func (s *Store) TakeReturning() (map[string][]string, error) {
 	var out map[string][]string
 	err := s.takeJSON(keyReturning, &out)
@@ -54,16 +46,21 @@ func (s *Store) takeJSON(key []byte, out any) error {
 // keyListed holds the workers listed when the last server stopped.
 var keyListed = []byte("workers_listed_at_stop")
 
-// SaveListed records the workers the server lists as it stops (connected
-// and recently offline; fleet.Remember), for the server that starts next
-// on this store to list them offline until they reconnect.
-func (s *Store) SaveListed(v any) error {
+// SaveFleet records both what SaveReturning and what SaveListed record, in
+// one transaction: as a server stops, and every few seconds while it
+// runs, so that a server that starts after a crash finds the fleet as it
+// was moments before.
+func (s *Store) SaveFleet(returning map[string][]string, listed any) error {
 	return s.db.Update(func(tx *bbolt.Tx) error {
-		return putJSON(tx.Bucket(bucketMeta), keyListed, v)
+		meta := tx.Bucket(bucketMeta)
+		if err := putJSON(meta, keyReturning, returning); err != nil {
+			return err
+		}
+		return putJSON(meta, keyListed, listed)
 	})
 }
 
-// TakeListed decodes what SaveListed recorded into out and forgets it; it
-// leaves out as it is after a crash, when nothing was recorded. A record
-// that does not decode is dropped all the same, with an error.
+// TakeListed decodes the workers the last server listed (SaveFleet) into
+// out and forgets them; it leaves out as it is when nothing was recorded.
+// A record that does not decode is dropped all the same, with an error.
 func (s *Store) TakeListed(out any) error { return s.takeJSON(keyListed, out) }

@@ -129,13 +129,17 @@ func TestOfflineWorkersStayListedAcrossARestart(t *testing.T) {
 // A worker's events pair every connect with a disconnect, also across
 // its gateway's crash and its gateway's restart, which nobody could
 // record as they happened: the restarted gateway records each when the
-// worker reconnects, before the connect, dated when the link ended.
+// worker reconnects, before the connect, dated when the link ended, or
+// for a worker that does not come back, when its start grace ends. Such
+// a worker is listed offline after a crash as after a stop.
 func TestWorkerEventsCoverGatewayRestarts(t *testing.T) {
 	s := startServer(t, "")
 	key := s.adminKey()
 	addr := strings.TrimPrefix(s.URL, "http://")
 	startWorker(t, s.URL, s.tokenFile(), "steady", "--engine", "sim=tps=0,ttft=0")
+	gone := startWorker(t, s.URL, s.tokenFile(), "gone", "--engine", "sim=tps=0,ttft=0")
 	query := "?worker_id=" + s.workerNamed(key, "steady", statusIs("healthy"))["worker_id"].(string)
+	goneQuery := "?worker_id=" + s.workerNamed(key, "gone", statusIs("healthy"))["worker_id"].(string)
 	types := func(evs []map[string]any) []string {
 		var out []string
 		for _, e := range evs {
@@ -147,6 +151,9 @@ func TestWorkerEventsCoverGatewayRestarts(t *testing.T) {
 	}
 	// Listed is written, and survives the kill.
 	s.waitEvent(key, query, func(e map[string]any) bool { return e["event_type"] == "connected" })
+	s.waitEvent(key, goneQuery, func(e map[string]any) bool { return e["event_type"] == "connected" })
+	// The gateway records its fleet every 5 s, for a start after a crash.
+	time.Sleep(6 * time.Second)
 	// The events are written a moment after they happen.
 	eventsAre := func(what, want string) []map[string]any {
 		t.Helper()
@@ -160,17 +167,36 @@ func TestWorkerEventsCoverGatewayRestarts(t *testing.T) {
 		return evs
 	}
 
+	// One worker goes with the gateway, and does not come back.
+	if err := gone.stop(syscall.SIGKILL); err == nil {
+		t.Fatal("the worker was not killed")
+	}
 	if err := s.stop(syscall.SIGKILL); err == nil {
 		t.Fatal("the gateway was not killed")
 	}
 	killed := time.Now()
 	time.Sleep(500 * time.Millisecond)
-	s = startServer(t, s.Data, "--addr", addr)
+	s = startServer(t, s.Data, "--addr", addr, "--start-grace", "2s")
 	s.workerNamed(key, "steady", statusIs("healthy"))
+	// The worker that did not come back is listed offline, since about
+	// the crash, and gets its disconnect when the start grace ends.
+	if w := s.workerNamed(key, "gone", statusIs("offline")); w["offline_since"] == nil {
+		t.Fatalf("the worker gone with the gateway: %v", w)
+	}
+	goneEvs := []map[string]any{}
+	if !harness.Eventually(10*time.Second, func() bool {
+		goneEvs = s.events(key, goneQuery)
+		return strings.Join(types(goneEvs), " ") == "disconnected connected"
+	}) {
+		t.Fatalf("the events of the worker gone with the gateway: %v", goneEvs)
+	}
+	if d, _ := goneEvs[0]["detail"].(string); !strings.Contains(d, "has not reconnected") {
+		t.Fatalf("the disconnect of the worker gone with the gateway: %v", goneEvs[0])
+	}
 	evs := eventsAre("after the crash", "connected disconnected connected")
 	crash := evs[1]
 	at, _ := time.Parse(time.RFC3339Nano, crash["created_at"].(string))
-	if d, _ := crash["detail"].(string); !strings.Contains(d, "the link ended with the gateway process") ||
+	if d, _ := crash["detail"].(string); d != "the link ended when the gateway stopped" ||
 		crash["transient"] == true || at.Before(killed.Add(-time.Second)) || at.After(killed.Add(time.Second)) {
 		t.Fatalf("the crash's disconnect %v, want one dated about %v", crash, killed.UTC())
 	}
@@ -178,10 +204,10 @@ func TestWorkerEventsCoverGatewayRestarts(t *testing.T) {
 	if err := s.stop(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	s = startServer(t, s.Data, "--addr", addr)
+	s = startServer(t, s.Data, "--addr", addr, "--start-grace", "2s")
 	s.workerNamed(key, "steady", statusIs("healthy"))
 	evs = eventsAre("after the restart", "connected disconnected connected disconnected connected")
-	if d, _ := evs[1]["detail"].(string); d != "the gateway stopped" {
+	if d, _ := evs[1]["detail"].(string); d != "the link ended when the gateway stopped" {
 		t.Fatalf("the restart's disconnect %v", evs[1])
 	}
 }

@@ -132,7 +132,7 @@ func (f *Fleet) Connect(ctx context.Context, orgID string, hello api.Hello, conn
 	// replaced, until it stopped).
 	var untracked bool
 	var stoppedAt time.Time
-	if w == nil || w.sess == nil {
+	if w == nil || w.sess == nil && !w.endRecorded {
 		untracked = true
 		if w != nil {
 			stoppedAt = w.offlineSince
@@ -354,10 +354,11 @@ func (f *Fleet) newSession(w *worker) *link.Session {
 // unrecordedEnd is the disconnect owed before the connect of a worker that
 // last linked to another gateway process, when the store's newest event
 // of it is not one: that gateway crashed, stopped, or gave up the
-// organisation's home before it could record the end. It is dated at the
-// stop of the gateway this one replaced when that one listed the worker,
-// else when the worker says its last link dropped (down_ms), else now;
-// never before the newest event. Nil when none is owed or the store
+// organisation's home before it could record the end. It is dated when
+// the worker says its last link dropped (down_ms), else at the stop of
+// the gateway this one replaced when that one listed the worker (about
+// the crash when that was recorded by a checkpoint), else now; never
+// before the newest event. Nil when none is owed or the store
 // cannot tell.
 func (f *Fleet) unrecordedEnd(ctx context.Context, orgID, id string, hello api.Hello, stoppedAt, now time.Time) *api.WorkerEvent {
 	if f.cfg.LastEvent == nil {
@@ -374,12 +375,15 @@ func (f *Fleet) unrecordedEnd(ctx context.Context, orgID, id string, hello api.H
 		return nil
 	}
 	at, detail := now, "the link ended unrecorded; the worker connected again as a new process"
-	switch {
-	case !stoppedAt.IsZero():
-		at, detail = stoppedAt, "the gateway stopped"
-	case hello.DownMS > 0:
+	if hello.DownMS > 0 {
 		at = now.Add(-time.Duration(min(hello.DownMS, maxDownMS)) * time.Millisecond)
 		detail = "the link ended with the gateway process it was on (a restart, or the organisation's home moved)"
+	}
+	if !stoppedAt.IsZero() {
+		detail = "the link ended when the gateway stopped"
+		if hello.DownMS <= 0 {
+			at = stoppedAt
+		}
 	}
 	if at.Before(last.CreatedAt) {
 		at = last.CreatedAt

@@ -188,6 +188,9 @@ type worker struct {
 	e2eKey          *api.E2EKey
 	sessionID       string
 	sess            *link.Session
+	// endRecorded: listed from the gateway this one replaced, the end of
+	// its link to that gateway is recorded already (settleReturning).
+	endRecorded bool
 
 	attached bool // the link has a connection now
 	draining bool
@@ -423,6 +426,7 @@ func (f *Fleet) Run(ctx context.Context) error {
 		case <-t.C:
 			f.recheckApprovals()
 			f.sweep()
+			f.settleReturning(ctx, time.Now())
 		}
 	}
 }

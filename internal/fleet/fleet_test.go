@@ -1184,9 +1184,10 @@ func (e *events) lastOf(_ context.Context, _, workerID string) (api.WorkerEvent,
 
 // A worker that last linked to another gateway process, whose newest
 // event is not a disconnect, gets the disconnect that process could not
-// record, before its connect: dated at the stop of a gateway that listed
-// it, else when the worker says its link dropped, else now. One already
-// recorded, a first connection and a store that cannot answer add none.
+// record, before its connect: dated when the worker says its link
+// dropped, else at the stop of a gateway that listed it, else now. One
+// already recorded, a first connection and a store that cannot answer add
+// none.
 func TestUnrecordedEndIsRecorded(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
@@ -1199,7 +1200,8 @@ func TestUnrecordedEndIsRecorded(t *testing.T) {
 		ago        time.Duration // the disconnect's age at the reconnect
 	}{
 		{name: "gateway crashed", downMS: 5000, want: "the link ended with the gateway process", ago: 5 * time.Second},
-		{name: "gateway stopped", remembered: true, downMS: 3000, want: "the gateway stopped", ago: time.Hour},
+		{name: "gateway stopped", remembered: true, downMS: 3000, want: "the link ended when the gateway stopped", ago: 3 * time.Second},
+		{name: "gateway stopped, worker restarted", remembered: true, want: "the link ended when the gateway stopped", ago: time.Hour},
 		{name: "worker restarted too", want: "connected again as a new process"},
 		{name: "down longer than the events", downMS: 1 << 50, want: "the link ended with the gateway process", ago: 2 * time.Hour},
 		{name: "disconnect recorded", offline: true, downMS: 5000},
@@ -1260,8 +1262,8 @@ func TestUnrecordedEndIsRecorded(t *testing.T) {
 					t.Fatalf("events before the connect: %+v, want one disconnect saying %q", evs, tc.want)
 				}
 				at := back.Add(-tc.ago)
-				if tc.remembered {
-					at = stopped
+				if tc.remembered && tc.downMS == 0 && !at.Equal(stopped) {
+					t.Fatalf("the test's stop is at %v, not %v before the reconnect", stopped, tc.ago)
 				}
 				if !evs[0].CreatedAt.Equal(at.UTC()) {
 					t.Fatalf("the disconnect is dated %v, want %v", evs[0].CreatedAt, at.UTC())
@@ -1269,4 +1271,63 @@ func TestUnrecordedEndIsRecorded(t *testing.T) {
 			})
 		})
 	}
+}
+
+// Once the start grace ends, each worker the gateway this one replaced had
+// connected that has not come back gets its disconnect, dated at that
+// gateway's stop, once: not one back already, not one whose disconnect is
+// recorded, and none again when it returns later.
+func TestUnreturnedWorkersGetTheirDisconnect(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		before := newHarness(t, Config{Grace: 100 * time.Millisecond})
+		a := before.worker("o", "a", 1, chat("m"))
+		b := before.worker("o", "b", 1, chat("m"))
+		c := before.worker("o", "c", 1, chat("m"))
+		_ = c.conn.Close()
+		synctest.Wait()
+		time.Sleep(time.Second) // past c's grace
+		before.expect(c.id, "o", api.StatusOffline)
+		time.Sleep(time.Hour)
+		rem, ret := before.f.Remember(), before.f.Connected()
+		stopped := time.Now()
+		time.Sleep(time.Minute)
+
+		after := newHarness(t, Config{Remembered: rem, Returning: ret, StartGrace: 10 * time.Second, LastEvent: before.ev.lastOf})
+		ctx := context.Background()
+		disconnects := func() map[string]api.WorkerEvent {
+			synctest.Wait()
+			after.ev.mu.Lock()
+			defer after.ev.mu.Unlock()
+			out := map[string]api.WorkerEvent{}
+			for _, ev := range after.ev.evs {
+				if ev.EventType == api.EventDisconnected {
+					if _, twice := out[ev.WorkerID]; twice {
+						t.Fatalf("two disconnects of %s: %+v", ev.WorkerName, after.ev.evs)
+					}
+					out[ev.WorkerID] = ev
+				}
+			}
+			return out
+		}
+		time.Sleep(time.Second)
+		after.worker("o", "a", 1, chat("m"))
+		time.Sleep(4 * time.Second)
+		after.f.settleReturning(ctx, time.Now())
+		if got := disconnects(); len(got) != 1 || got[a.id].WorkerID == "" {
+			t.Fatalf("within the grace, disconnects %+v; want a's alone, recorded as it came back", got)
+		}
+		time.Sleep(6 * time.Second)
+		after.f.settleReturning(ctx, time.Now())
+		after.f.settleReturning(ctx, time.Now())
+		got := disconnects()
+		if ev, ok := got[b.id]; len(got) != 2 || !ok || !ev.CreatedAt.Equal(stopped.UTC()) || ev.Transient ||
+			ev.Detail == nil || !strings.Contains(*ev.Detail, "has not reconnected") {
+			t.Fatalf("after the grace, disconnects %+v; want a's and b's, b's dated %v", got, stopped.UTC())
+		}
+		after.worker("o", "b", 1, chat("m"))
+		after.worker("o", "c", 1, chat("m"))
+		if got := disconnects(); len(got) != 2 {
+			t.Fatalf("after b and c came back, disconnects %+v; want no more", got)
+		}
+	})
 }

@@ -25,6 +25,9 @@ type returning struct {
 	// back is closed, and replaced, when a worker of the organisation
 	// connects: the requests waiting for it look again.
 	back map[string]chan struct{}
+	// settled is set once the workers not back when the grace ended have
+	// had their disconnects recorded (settleReturning).
+	settled bool
 }
 
 func newReturning(byOrg map[string][]string, grace time.Duration, now time.Time) *returning {
@@ -78,6 +81,57 @@ func (f *Fleet) returnedLocked(orgID, id string) {
 	delete(r.back, orgID)
 	if len(r.missing) == 0 {
 		r.over.Store(true)
+	}
+}
+
+// settleReturning records, once the start grace has ended, the
+// disconnect of each worker the gateway this one replaced had connected
+// and that has not reconnected: nobody else can, and without it the
+// worker's events end at a connect. Each is dated when its link ended,
+// as the gateway that stopped recorded it (Remembered's offline_since),
+// and left out where the store's newest event of it is a disconnect
+// already. It runs on Run's ticker.
+func (f *Fleet) settleReturning(ctx context.Context, now time.Time) {
+	r := f.returning
+	type gone struct{ orgID, id string }
+	var lost []gone
+	f.mu.Lock()
+	if r.settled || now.Before(r.until) {
+		f.mu.Unlock()
+		return
+	}
+	r.settled = true
+	r.over.Store(true)
+	for orgID, ids := range r.missing {
+		for id := range ids {
+			lost = append(lost, gone{orgID, id})
+		}
+	}
+	f.mu.Unlock()
+	for _, g := range lost {
+		var last api.WorkerEvent
+		var found bool
+		if f.cfg.LastEvent != nil {
+			lctx, cancel := context.WithTimeout(ctx, lastEventWait)
+			var err error
+			last, found, err = f.cfg.LastEvent(lctx, g.orgID, g.id)
+			cancel()
+			if err != nil || found && last.EventType == api.EventDisconnected {
+				continue
+			}
+		}
+		f.mu.Lock()
+		// Back meanwhile, its connect recorded the end itself.
+		if w := f.org(g.orgID).workers[g.id]; w != nil && w.sess == nil && !w.offlineSince.IsZero() && !w.endRecorded {
+			at := w.offlineSince
+			if found && at.Before(last.CreatedAt) {
+				at = last.CreatedAt
+			}
+			w.endRecorded = true
+			f.event(w, api.EventDisconnected, "the gateway stopped, and the worker has not reconnected since",
+				map[string]any{"start_grace_ms": f.cfg.StartGrace.Milliseconds()}, false, at)
+		}
+		f.mu.Unlock()
 	}
 }
 

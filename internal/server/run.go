@@ -270,6 +270,15 @@ func Run(ctx context.Context, cfg Config) error {
 	wg.Go(func() error { return writer.Run(writerCtx) })
 	bg.Go(func() error { return accounts.Run(bgCtx, time.Minute) })
 	bg.Go(func() error { return fl.Run(bgCtx) })
+	// The fleet as it stands is recorded every few seconds, for a server
+	// that starts after a crash, and once more after the drain.
+	checkpointCtx, stopCheckpoints := context.WithCancel(context.Background())
+	defer stopCheckpoints()
+	checkpointsDone := make(chan struct{})
+	go func() {
+		defer close(checkpointsDone)
+		checkpointFleet(checkpointCtx, local, fl, fleetCheckpointEvery, log)
+	}()
 	usageRetention := cfg.UsageRetention
 	if usageRetention <= 0 {
 		usageRetention = DefaultUsageRetention
@@ -350,14 +359,13 @@ func Run(ctx context.Context, cfg Config) error {
 			log.Warn("listener", "err", err)
 		}
 	}
-	// The server that replaces this one expects these workers back.
-	if err := local.SaveReturning(fl.Connected()); err != nil {
-		log.Warn("record the connected workers", "err", err)
-	}
-	// It lists them offline until they reconnect, and those offline
-	// already, as this one does.
-	if err := local.SaveListed(fl.Remember()); err != nil {
-		log.Warn("record the listed workers", "err", err)
+	// The server that replaces this one expects these workers back, and
+	// lists them offline until they reconnect, and those offline already,
+	// as this one does.
+	stopCheckpoints()
+	<-checkpointsDone
+	if err := local.SaveFleet(fl.Connected(), fl.Remember()); err != nil {
+		log.Warn("record the workers", "err", err)
 	}
 	stopBackground()
 	if err := bg.Wait(); err != nil {
@@ -373,6 +381,34 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	log.Info("stopped")
 	return failed
+}
+
+// fleetCheckpointEvery is how often the fleet is recorded while the
+// server runs: after a crash, the workers connected within it are
+// expected back, and listed offline since the last record.
+const fleetCheckpointEvery = 5 * time.Second
+
+// checkpointFleet records the fleet every every until ctx ends.
+func checkpointFleet(ctx context.Context, st *bolt.Store, fl *fleet.Fleet, every time.Duration, log *slog.Logger) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	failing := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		err := st.SaveFleet(fl.Connected(), fl.Remember())
+		switch {
+		case err != nil && !failing:
+			// Once per failure, not every few seconds of a full disk.
+			log.Warn("record the workers for a restart after a crash", "err", err)
+		case err == nil && failing:
+			log.Info("recording the workers for a restart after a crash again")
+		}
+		failing = err != nil
+	}
 }
 
 // eventFan gives the fleet's worker events to the store and to the
