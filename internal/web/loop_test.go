@@ -61,7 +61,7 @@ func (e *fakeEngine) Serve(ctx context.Context, req *engine.Request, sink engine
 	}
 	res := &api.Result{Status: 200, Usage: &api.Usage{PromptTokens: 10 * turn, CompletionTokens: 5, TotalTokens: 10*turn + 5},
 		Timing: api.Timing{TTFTMs: new(3.0)}}
-	head := `"id":"chatcmpl-` + fmt.Sprint(turn) + `","object":"chat.completion.chunk","created":1700000000,"model":"m"`
+	head := `"id":"chatcmpl-` + fmt.Sprint(turn) + `","object":"chat.completion.chunk","created":` + fmt.Sprint(1700000000+turn) + `,"model":"m"`
 	if req.Stream {
 		send := func(s string) error { return sink.Event(ctx, []byte(s)) }
 		if err := send(`{` + head + `,"choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}`); err != nil {
@@ -224,6 +224,7 @@ func TestLoopStream(t *testing.T) {
 	for _, ev := range out.events {
 		var c struct {
 			ID      string `json:"id"`
+			Created int64  `json:"created"`
 			Choices []struct {
 				Delta        map[string]any `json:"delta"`
 				FinishReason *string        `json:"finish_reason"`
@@ -234,6 +235,10 @@ func TestLoopStream(t *testing.T) {
 		}
 		if err := json.Unmarshal(ev, &c); err != nil {
 			t.Fatal(err)
+		}
+		// One completion: every chunk under the first turn's identity.
+		if c.ID != "chatcmpl-1" || c.Created != 1700000001 {
+			t.Errorf("a chunk of another identity: %s", ev)
 		}
 		switch {
 		case c.Svc != nil:

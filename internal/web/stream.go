@@ -6,8 +6,11 @@ import (
 	"encoding/json"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/svc-dev/svc/internal/jsonraw"
 )
 
 // chunkHead is a chunk's identity, which step events repeat.
@@ -95,7 +98,7 @@ func (s *turnSink) Event(ctx context.Context, data []byte) error {
 	case empty && len(chunk.Choices) > 0 && s.run.forwarded:
 		return nil
 	}
-	return s.pass(ctx, data, visible)
+	return s.pass(ctx, withHead(data, s.run.head), visible)
 }
 
 func (s *turnSink) Body(ctx context.Context, data []byte) error { return s.Event(ctx, data) }
@@ -106,6 +109,45 @@ func (s *turnSink) pass(ctx context.Context, data []byte, visible bool) error {
 	}
 	s.run.forwarded = true
 	return s.run.out.Event(ctx, data)
+}
+
+// withHead is a chunk of a later turn under the identity of the stream's
+// first: every chunk of one completion has the same id and created, and a
+// client that groups chunks by id would otherwise see one completion per
+// turn. data is JSON; a chunk already under the identity, or that is not
+// an object, is returned as it is.
+func withHead(data []byte, h chunkHead) []byte {
+	if h.ID == "" {
+		return data
+	}
+	fields, ok := jsonraw.AppendFields(nil, data)
+	if !ok {
+		return data
+	}
+	var out []byte
+	at := 0
+	for _, f := range fields {
+		var want []byte
+		switch string(f.Name) {
+		case "id":
+			want, _ = json.Marshal(h.ID)
+		case "created":
+			want = strconv.AppendInt(nil, h.Created, 10)
+		default:
+			continue
+		}
+		if bytes.Equal(f.Value, want) {
+			continue
+		}
+		// f.Value is data[start:start+len(f.Value)].
+		start := cap(data) - cap(f.Value)
+		out = append(append(out, data[at:start]...), want...)
+		at = start + len(f.Value)
+	}
+	if out == nil {
+		return data
+	}
+	return append(out, data[at:]...)
 }
 
 // calls are the turn's tool calls, whole, in the order of their indexes.
