@@ -124,6 +124,20 @@ type errorEvent struct {
 type errorPayload struct {
 	Type    string `json:"type"`
 	Message string `json:"message"`
+	// RetryAfter and QueueDepth ride in a started stream's error event,
+	// as in a chat stream's error frame: its headers are gone.
+	RetryAfter int  `json:"retry_after,omitempty"`
+	QueueDepth *int `json:"queue_depth,omitempty"`
+}
+
+// Failure is a stream's failure after it started: the HTTP status it
+// would have had, its message, and, when known, the seconds to wait
+// before a retry and a capacity refusal's queue depth.
+type Failure struct {
+	Status     int
+	Message    string
+	RetryAfter int
+	QueueDepth *int
 }
 
 // event appends one server-sent event. The values are this file's own
@@ -167,11 +181,15 @@ func (s *Stream) chunk(dst, data []byte) []byte {
 	}
 	if e, ok := jsonraw.DecodeObject(chunk["error"]); ok {
 		// A failure the gateway reported inside the stream.
-		status := int(count(e["status"]))
-		if status == 0 {
-			status = http.StatusInternalServerError
+		f := Failure{Status: int(count(e["status"])), Message: stringField(e["message"]), RetryAfter: int(count(e["retry_after"]))}
+		if f.Status == 0 {
+			f.Status = http.StatusInternalServerError
 		}
-		return s.Fail(dst, status, stringField(e["message"]))
+		if raw, ok := e["queue_depth"]; ok && jsonraw.KindOf(raw) == jsonraw.Number {
+			d := int(count(raw))
+			f.QueueDepth = &d
+		}
+		return s.Fail(dst, f)
 	}
 	dst = s.start(dst)
 	if u, ok := readUsage(chunk["usage"]); ok {
@@ -441,11 +459,12 @@ func (s *Stream) end(dst []byte) []byte {
 	return dst
 }
 
-// Fail appends the error event of a stream that failed after it started;
-// status is the HTTP status the failure would have had. Nothing follows it.
-func (s *Stream) Fail(dst []byte, status int, msg string) []byte {
+// Fail appends the error event of a stream that failed after it started.
+// Nothing follows it.
+func (s *Stream) Fail(dst []byte, f Failure) []byte {
 	s.done = true
-	return event(dst, "error", errorEvent{Type: "error", Error: errorPayload{Type: ErrorType(status), Message: msg}})
+	return event(dst, "error", errorEvent{Type: "error", Error: errorPayload{Type: ErrorType(f.Status), Message: f.Message,
+		RetryAfter: max(f.RetryAfter, 0), QueueDepth: f.QueueDepth}})
 }
 
 // ErrorType is Anthropic's error type for an HTTP status.

@@ -250,7 +250,7 @@ func TestStreamAccumulates(t *testing.T) {
 func TestStreamFail(t *testing.T) {
 	s := NewStream("r1", "qwen3")
 	out := s.Chunk(nil, []byte(delta(`{"content":"a"}`, "")))
-	out = s.Fail(out, http.StatusBadGateway, "the engine's answer was cut off")
+	out = s.Fail(out, Failure{Status: http.StatusBadGateway, Message: "the engine's answer was cut off"})
 	out = s.Chunk(out, []byte("[DONE]"))
 	evs, err := parseEvents(out)
 	if err != nil {
@@ -268,6 +268,34 @@ func TestStreamFail(t *testing.T) {
 	}
 	if !strings.HasPrefix(string(out[strings.LastIndex(string(out), "event: error"):]), "event: error\ndata: {") {
 		t.Fatalf("output %q", out)
+	}
+}
+
+// A capacity refusal after the stream started carries its wait and the
+// queue's depth in the error event, from the gateway or from a chat
+// stream's error frame.
+func TestStreamFailCarriesTheWait(t *testing.T) {
+	depth := 4
+	for name, fail := range map[string]func(s *Stream, out []byte) []byte{
+		"the gateway's": func(s *Stream, out []byte) []byte {
+			return s.Fail(out, Failure{Status: http.StatusTooManyRequests, Message: "busy", RetryAfter: 2, QueueDepth: &depth})
+		},
+		"a chat frame's": func(s *Stream, out []byte) []byte {
+			return s.Chunk(out, []byte(`{"error":{"message":"busy","type":"rate_limit_error","code":"capacity_exceeded","status":429,"retry_after":2,"queue_depth":4}}`))
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			s := NewStream("r1", "qwen3")
+			evs, err := parseEvents(fail(s, nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			last := evs[len(evs)-1]
+			if last.name != "error" || !jsonEqual(t, []byte(last.data),
+				[]byte(`{"type":"error","error":{"type":"rate_limit_error","message":"busy","retry_after":2,"queue_depth":4}}`)) {
+				t.Fatalf("error event %s %s", last.name, last.data)
+			}
+		})
 	}
 }
 

@@ -155,7 +155,7 @@ func FuzzStream(f *testing.F) {
 			out = s.Chunk(out, []byte(ev))
 		}
 		if fail {
-			out = s.Fail(out, "worker_lost", "gone")
+			out = s.Fail(out, "worker_lost", "gone", 1)
 		} else {
 			out = s.Chunk(out, []byte("[DONE]"))
 		}

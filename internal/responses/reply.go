@@ -377,8 +377,11 @@ type result struct {
 	model  string
 	status string // in_progress, completed, incomplete or failed
 	reason string // why it is incomplete
-	// errCode and errMsg are the error of a failed response.
+	// errCode and errMsg are the error of a failed response; errRetry,
+	// when above 0, the seconds to wait before a retry, which a started
+	// stream cannot put in a Retry-After header.
 	errCode, errMsg string
+	errRetry        int
 	items           []*outItem
 	usage           *usage
 	svc             json.RawMessage
@@ -406,6 +409,10 @@ func (r *Request) appendResponse(b []byte, id string, createdAt int64, res *resu
 		b = appendString(b, res.errCode)
 		b = append(b, `,"message":`...)
 		b = appendString(b, res.errMsg)
+		if res.errRetry > 0 {
+			b = append(b, `,"retry_after":`...)
+			b = strconv.AppendInt(b, int64(res.errRetry), 10)
+		}
 		b = append(b, '}')
 	} else {
 		b = append(b, "null"...)

@@ -93,7 +93,7 @@ func (s *Stream) chunk(dst, data []byte) []byte {
 		if code == "" {
 			code = "server_error"
 		}
-		return s.Fail(dst, code, textOf(e["message"]))
+		return s.Fail(dst, code, textOf(e["message"]), int(count(e["retry_after"])))
 	}
 	dst = s.start(dst)
 	choices, _ := jsonraw.DecodeArray(ch.Choices)
@@ -111,8 +111,9 @@ func (s *Stream) chunk(dst, data []byte) []byte {
 
 // Fail appends the events of a stream that failed after it started: a
 // response.failed whose response has status failed and error {code,
-// message}, with the output so far. The stream ends there.
-func (s *Stream) Fail(dst []byte, code, msg string) []byte {
+// message, and retry_after when retryAfter, in seconds, is above 0}, with
+// the output so far. The stream ends there.
+func (s *Stream) Fail(dst []byte, code, msg string, retryAfter int) []byte {
 	if s.done {
 		return dst
 	}
@@ -123,7 +124,7 @@ func (s *Stream) Fail(dst []byte, code, msg string) []byte {
 	s.open = nil
 	res := s.result()
 	res.status, res.reason = "failed", ""
-	res.errCode, res.errMsg = code, msg
+	res.errCode, res.errMsg, res.errRetry = code, msg, retryAfter
 	s.done = true
 	return s.response(dst, "response.failed", &res)
 }

@@ -513,6 +513,7 @@ func TestStreamFail(t *testing.T) {
 		fail   bool // call Fail after the chunks
 		code   string
 		msg    string
+		retry  int
 		output string
 	}{{
 		name:   "after text",
@@ -524,6 +525,16 @@ func TestStreamFail(t *testing.T) {
 		name: "before anything",
 		fail: true,
 		code: "timeout", msg: "The request timed out",
+		output: `[]`,
+	}, {
+		name: "capacity, with its wait",
+		fail: true,
+		code: "capacity_exceeded", msg: "Every worker serving m is busy", retry: 3,
+		output: `[]`,
+	}, {
+		name:   "capacity in the stream, with its wait",
+		chunks: []string{`{"error":{"message":"busy","type":"rate_limit_error","code":"capacity_exceeded","status":429,"retry_after":2,"queue_depth":4}}`},
+		code:   "capacity_exceeded", msg: "busy", retry: 2,
 		output: `[]`,
 	}, {
 		name: "an error in the stream",
@@ -540,9 +551,9 @@ func TestStreamFail(t *testing.T) {
 				out = s.Chunk(out, []byte(c))
 			}
 			if tc.fail {
-				out = s.Fail(out, tc.code, tc.msg)
+				out = s.Fail(out, tc.code, tc.msg, tc.retry)
 			}
-			if more := s.Fail(s.Chunk(nil, []byte("[DONE]")), "again", "again"); len(more) != 0 {
+			if more := s.Fail(s.Chunk(nil, []byte("[DONE]")), "again", "again", 0); len(more) != 0 {
 				t.Errorf("events after the failure: %s", more)
 			}
 			events, resp := checkStream(t, out)
@@ -550,7 +561,11 @@ func TestStreamFail(t *testing.T) {
 				t.Fatalf("last event %s", got)
 			}
 			raw := terminalRaw(t, events)
-			sameJSON(t, "error", member(t, raw, "error"), []byte(fmt.Sprintf(`{"code":%q,"message":%q}`, tc.code, tc.msg)))
+			want := fmt.Sprintf(`{"code":%q,"message":%q}`, tc.code, tc.msg)
+			if tc.retry > 0 {
+				want = fmt.Sprintf(`{"code":%q,"message":%q,"retry_after":%d}`, tc.code, tc.msg, tc.retry)
+			}
+			sameJSON(t, "error", member(t, raw, "error"), []byte(want))
 			sameJSON(t, "output", member(t, raw, "output"), []byte(tc.output))
 			if resp["incomplete_details"] != nil {
 				t.Errorf("incomplete_details %v", resp["incomplete_details"])

@@ -62,7 +62,11 @@ func (s *Server) messages(c *call) error {
 type anthropicStream struct{ *anthropic.Stream }
 
 func (a anthropicStream) Fail(dst []byte, ae *api.Error) []byte {
-	return a.Stream.Fail(dst, ae.HTTPStatus(), ae.Message)
+	f := anthropic.Failure{Status: ae.HTTPStatus(), Message: ae.Message, RetryAfter: retryAfterSeconds(ae)}
+	if ae.Kind == api.KindCapacity {
+		f.QueueDepth = &ae.QueueDepth
+	}
+	return a.Stream.Fail(dst, f)
 }
 
 // responsesAPI is POST /v1/responses, the OpenAI Responses API, stateless.
@@ -87,7 +91,7 @@ func (s *Server) responsesAPI(c *call) error {
 type responsesStream struct{ *responses.Stream }
 
 func (r responsesStream) Fail(dst []byte, ae *api.Error) []byte {
-	return r.Stream.Fail(dst, cmp.Or(ae.Code, ae.ErrorType()), ae.Message)
+	return r.Stream.Fail(dst, cmp.Or(ae.Code, ae.ErrorType()), ae.Message, retryAfterSeconds(ae))
 }
 
 // errSealedDialect answers a sealed body sent to a dialect: private

@@ -201,7 +201,7 @@ const (
 // needs of them (status, retry_after, queue_depth) rides in the body.
 func renderError(h *fasthttp.ResponseHeader, ae *api.Error, f errorForm) (status int, body []byte) {
 	status = ae.HTTPStatus()
-	retryAfter := int((ae.RetryAfter + time.Second - 1) / time.Second)
+	retryAfter := retryAfterSeconds(ae)
 	switch f {
 	case formPlain, formCompatible, formAnthropic:
 		if ae.RetryAfter > 0 {
@@ -241,6 +241,11 @@ func renderError(h *fasthttp.ResponseHeader, ae *api.Error, f errorForm) (status
 		return http.StatusOK, encodeError(map[string]any{"error": e}, true)
 	}
 	return http.StatusOK, encodeError(map[string]any{"error": e, "detail": ae.Message}, true)
+}
+
+// retryAfterSeconds is ae's Retry-After in whole seconds, rounded up.
+func retryAfterSeconds(ae *api.Error) int {
+	return int((ae.RetryAfter + time.Second - 1) / time.Second)
 }
 
 // responseBody is an error response's body: validation (errors[] beside
