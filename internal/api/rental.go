@@ -112,6 +112,13 @@ type Rental struct {
 	SecondsBilled int64 `json:"seconds_billed"`
 	// Provider names where the rental runs (an extension).
 	Provider string `json:"provider"`
+	// Serving is false for a rental whose worker is not connected and
+	// healthy now, as the spend report's lines have it (an extension):
+	// connected stays true once the worker has connected, as the spec
+	// defines it, and a running rental that is not serving is billed for
+	// nothing. Nil from a gateway of an older release, which does not
+	// send it.
+	Serving *bool `json:"serving"`
 }
 
 // ModelDownload is the progress of a rental's model installs, in bytes.

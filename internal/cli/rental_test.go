@@ -171,9 +171,20 @@ func TestRentalsShowAndAudit(t *testing.T) {
 			}
 		}
 	}
+	// A worker that connected once and is not serving now: billed for
+	// nothing, which its status says.
+	unserved := rentalGateway(t, map[string]fakeReply{
+		"GET " + instances + "/" + stoppedID: {body: rental(t, func(r *api.Rental) { booted(r); r.ID, r.Serving = stoppedID, ptrTo(false) })},
+	})
+	r := cliRun{env: gatewayEnv(unserved)}.run(t, "rentals", "show", stoppedID)
+	for _, re := range []string{`(?m)^Status\s+running, not serving$`, `(?m)^Connected\s+yes$`, `(?m)^Serving\s+no$`} {
+		if r.code != 0 || !regexp.MustCompile(re).MatchString(r.stdout) {
+			t.Errorf("show of a rental not serving lacks %s: exit %d\n%s%s", re, r.code, r.stdout, r.stderr)
+		}
+	}
 	// A full id is asked for directly, without the list.
 	before := len(g.sent)
-	r := cliRun{env: gatewayEnv(g)}.run(t, "rentals", "show", stoppedID)
+	r = cliRun{env: gatewayEnv(g)}.run(t, "rentals", "show", stoppedID)
 	if r.code != 0 || !regexp.MustCompile(`(?m)^Status\s+stopped$`).MatchString(r.stdout) || len(g.sent) != before+1 {
 		t.Errorf("exit %d, %d requests:\n%s%s", r.code, len(g.sent)-before, r.stdout, r.stderr)
 	}

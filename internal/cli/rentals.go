@@ -168,9 +168,11 @@ func rentalShowRun(ctx context.Context, opts *RentalOptions) error {
 	if d := r.ModelDownload; d != nil {
 		download = fmtDownload(d)
 	}
-	connected := "no"
-	if r.Connected {
-		connected = "yes"
+	yesNo := func(b bool) string {
+		if b {
+			return "yes"
+		}
+		return "no"
 	}
 	tier := rentalTier(r)
 	if r.RequestedTierID != "" && r.RequestedTierID != tier {
@@ -196,7 +198,8 @@ func rentalShowRun(ctx context.Context, opts *RentalOptions) error {
 		[2]string{"Status", status},
 		[2]string{"Boot phase", phase},
 		[2]string{"Download", download},
-		[2]string{"Connected", connected},
+		[2]string{"Connected", yesNo(r.Connected)},
+		[2]string{"Serving", yesNo(rentalServing(r))},
 		[2]string{"Worker", dash(r.WorkerID)},
 		[2]string{"Models", dash(strings.Join(r.Models, ", "))},
 		[2]string{"Price", fmtGBP(r.PricePerHourGBP) + "/h"},
@@ -468,14 +471,23 @@ func computeError(err error, renting bool) error {
 	return err
 }
 
+// rentalServing tells whether a rental's worker is connected and healthy
+// now; a gateway of an older release says only whether it ever connected.
+func rentalServing(r api.Rental) bool {
+	if r.Serving != nil {
+		return *r.Serving
+	}
+	return r.Connected && r.Status != api.RentalStopped
+}
+
 // rentalStatus is a rental's status as the tables show it, with its
-// colour. A running rental whose worker is not connected is billed without
-// serving anything, which is what its status must say.
+// colour. A running rental whose worker is not serving is billed for
+// nothing, which is what its status must say.
 func rentalStatus(cs colorScheme, r api.Rental) (string, func(string) string) {
 	switch {
 	case r.Error != nil && *r.Error != "" && r.Status != api.RentalStopped:
 		return r.Status + ", error", cs.red
-	case r.Status == api.RentalRunning && !r.Connected:
+	case r.Status == api.RentalRunning && !rentalServing(r):
 		return "running, not serving", cs.red
 	case r.Status == api.RentalRunning:
 		return r.Status, cs.green

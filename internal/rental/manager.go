@@ -942,6 +942,7 @@ func (m *Manager) List(orgID string) ([]api.Rental, error) {
 		return nil, err
 	}
 	now := m.now()
+	serving := m.serving(orgID)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var rs []*record
@@ -954,8 +955,20 @@ func (m *Manager) List(orgID string) ([]api.Rental, error) {
 	out := make([]api.Rental, len(rs))
 	for i, r := range rs {
 		out[i] = r.view(now, m.dl[r.ID], m.downloadGB)
+		out[i].Serving = new(r.active() && serving[r.WorkerID])
 	}
 	return out, nil
+}
+
+// serving tells, by worker id, the organisation's workers that are
+// connected and healthy now; it is read outside the manager's lock, which
+// is not held while waiting on the fleet's.
+func (m *Manager) serving(orgID string) map[string]bool {
+	out := map[string]bool{}
+	for _, w := range m.cfg.Fleet.Workers(orgID) {
+		out[w.WorkerID] = w.Status == api.StatusHealthy
+	}
+	return out
 }
 
 // Get returns one rental of the organisation.
@@ -963,13 +976,16 @@ func (m *Manager) Get(orgID, id string) (api.Rental, error) {
 	if err := m.own(orgID); err != nil {
 		return api.Rental{}, err
 	}
+	serving := m.serving(orgID)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	r := m.rentals[id]
 	if r == nil || r.OrgID != orgID {
 		return api.Rental{}, api.NotFound("No rental %s in this organisation", id)
 	}
-	return r.view(m.now(), m.dl[r.ID], m.downloadGB), nil
+	v := r.view(m.now(), m.dl[r.ID], m.downloadGB)
+	v.Serving = new(r.active() && serving[r.WorkerID])
+	return v, nil
 }
 
 // Audit returns a rental's placement record: 404 until it is placed.

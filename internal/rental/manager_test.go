@@ -532,3 +532,36 @@ func TestStoppedRentalKeepsItsLastBootPhase(t *testing.T) {
 		}
 	})
 }
+
+// A rental serves while its worker is connected and healthy: connected
+// stays true once the worker has connected, as the spec defines it, and
+// serving says what is true now, in the rental as in the spend report.
+func TestRentalServingFollowsItsWorker(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t, offer("h100", TierUK, 250, 64))
+		ctx := context.Background()
+		r := must(e.m.Rent(ctx, owner, api.RentRequest{GPUModelID: "h100", TierID: TierUK}))
+		check := func(what string, connected, serving bool) {
+			t.Helper()
+			g := must(e.m.Get("org1", r.ID))
+			ls := must(e.m.List("org1"))
+			sp := must(e.m.Spend("org1"))
+			if g.Connected != connected || g.Serving == nil || *g.Serving != serving ||
+				len(ls) != 1 || ls[0].Serving == nil || *ls[0].Serving != serving || len(sp.Lines) != 1 || sp.Lines[0].Serving != serving {
+				t.Fatalf("%s: connected %v, serving %v (listed %+v, spend %+v); want %v, %v", what, g.Connected, g.Serving, ls, sp.Lines, connected, serving)
+			}
+		}
+		check("provisioning", false, false)
+		e.connect(r)
+		e.fleet.mu.Lock()
+		e.fleet.workers = []api.Worker{{WorkerID: r.WorkerID, WorkerName: r.Name, Status: api.StatusHealthy}}
+		e.fleet.mu.Unlock()
+		check("connected", true, true)
+		e.fleet.mu.Lock()
+		e.fleet.workers[0].Status = api.StatusOffline
+		e.fleet.mu.Unlock()
+		check("its worker offline", true, false)
+		must(e.m.Stop(ctx, "org1", r.ID))
+		check("stopped", false, false)
+	})
+}

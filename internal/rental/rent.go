@@ -530,10 +530,7 @@ func (m *Manager) Spend(orgID string) (api.SpendReport, error) {
 	now := m.now()
 	ms := monthStart(now)
 	org, _ := m.cfg.Accounts.OrgByID(orgID)
-	serving := map[string]bool{}
-	for _, w := range m.cfg.Fleet.Workers(orgID) {
-		serving[w.WorkerID] = w.Status == api.StatusHealthy
-	}
+	serving := m.serving(orgID)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	rep := api.SpendReport{PeriodStart: ms, MonthlyBudgetGBP: org.Settings.MonthlyBudgetGBP, Lines: []api.SpendLine{}}
