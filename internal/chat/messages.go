@@ -13,9 +13,14 @@ import (
 )
 
 var (
-	roleValues = []string{"system", "user", "assistant", "tool"}
+	// developer is OpenAI's newer name for system, which its SDKs and
+	// agent frameworks send; chat templates know only system.
+	roleValues = []string{"system", "user", "assistant", "tool", "developer"}
 	partValues = []string{"text", "image_url", "file"}
 )
+
+// systemRole is what a developer message's role becomes.
+var systemRole = json.RawMessage(`"system"`)
 
 // messages checks the conversation and prepares the text parts that replace
 // file parts, since engines do not take files.
@@ -85,6 +90,10 @@ func (c *checker) message(path *api.Path, body []byte, start int) (end int, repl
 	if !ok {
 		return end, nil // the content rules depend on the role
 	}
+	developer := role == "developer"
+	if developer {
+		role = "system"
+	}
 	required := true
 	switch role {
 	case "assistant":
@@ -104,12 +113,17 @@ func (c *checker) message(path *api.Path, body []byte, start int) (end int, repl
 		}
 		return end, nil
 	}
-	parts, ok := c.content(path, role, content)
-	if !ok {
+	parts, replacedParts := c.content(path, role, content)
+	if !replacedParts && !developer {
 		return end, nil
 	}
 	msg = msg.clone()
-	msg.set("content", parts)
+	if developer {
+		msg.set("role", systemRole)
+	}
+	if replacedParts {
+		msg.set("content", parts)
+	}
 	return end, msg.encode()
 }
 

@@ -61,7 +61,9 @@ func TestParseFieldErrors(t *testing.T) {
 		{"role missing", msgs(`{"content":"hi"}`), Options{}, []fe{{"messages.0.role", api.FieldMissing}}},
 		{"role null", msgs(`{"role":null,"content":"hi"}`), Options{}, []fe{{"messages.0.role", api.FieldMissing}}},
 		{"role number", msgs(`{"role":1,"content":"hi"}`), Options{}, []fe{{"messages.0.role", api.FieldWrongType}}},
-		{"role unknown", msgs(userHi, `{"role":"developer","content":"hi"}`), Options{}, []fe{{"messages.1.role", api.FieldEnum}}},
+		{"role unknown", msgs(userHi, `{"role":"critic","content":"hi"}`), Options{}, []fe{{"messages.1.role", api.FieldEnum}}},
+		{"developer image", msgs(`{"role":"developer","content":[`+imagePart(tinyPNG)+`]}`, userHi), Options{}, []fe{{"messages.0.content.0.type", api.FieldNotSupported}}},
+		{"developer content missing", msgs(`{"role":"developer"}`, userHi), Options{}, []fe{{"messages.0.content", api.FieldMissing}}},
 
 		// user content
 		{"user content missing", msgs(`{"role":"user"}`), Options{}, []fe{{"messages.0.content", api.FieldMissing}}},

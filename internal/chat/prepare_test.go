@@ -255,6 +255,29 @@ func TestPrepareReplacesFileParts(t *testing.T) {
 	}
 }
 
+// A developer message, OpenAI's newer name for a system one, reaches the
+// engine as system, the rest of it as sent.
+func TestPrepareDeveloperIsSystem(t *testing.T) {
+	for _, tc := range []struct{ sent, want string }{
+		{`{"role":"developer","content":"be brief","name":"d"}`, `{"role":"system","content":"be brief","name":"d"}`},
+		{`{"content":[{"type":"text","text":"no"}],"role":"developer"}`, `{"content":[{"type":"text","text":"no"}],"role":"system"}`},
+	} {
+		r := mustParse(t, msgs(tc.sent, userHi), Options{})
+		if err := r.Prepare(nil); err != nil {
+			t.Fatal(err)
+		}
+		var body struct {
+			Messages []json.RawMessage `json:"messages"`
+		}
+		if err := json.Unmarshal(r.Body, &body); err != nil {
+			t.Fatal(err)
+		}
+		if string(body.Messages[0]) != tc.want || string(body.Messages[1]) != userHi {
+			t.Errorf("%s reached the engine as %s", tc.sent, body.Messages)
+		}
+	}
+}
+
 func TestPrepareContextWindow(t *testing.T) {
 	tests := []struct {
 		name  string
