@@ -186,8 +186,11 @@ type Hello struct {
 	Streams       []StreamSeq `json:"streams,omitempty"`
 	Draining      bool        `json:"draining,omitempty"`
 	// DownMS is how long ago, in milliseconds, the worker's last link to
-	// a gateway ended; 0 on its process's first connection.
+	// a gateway dropped; 0 on its process's first connection. SentAway
+	// says instead that the last link ended at the gateway's GoAway,
+	// which that gateway recorded.
 	DownMS    int64        `json:"down_ms,omitempty"`
+	SentAway  bool         `json:"sent_away,omitempty"`
 	Heartbeat *Heartbeat   `json:"heartbeat,omitempty"`
 	Engines   []EngineInfo `json:"engines,omitempty"`
 	// Features are the protocol features the worker supports

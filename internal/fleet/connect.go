@@ -361,7 +361,9 @@ func (f *Fleet) newSession(w *worker) *link.Session {
 // before the newest event. Nil when none is owed or the store
 // cannot tell.
 func (f *Fleet) unrecordedEnd(ctx context.Context, orgID, id string, hello api.Hello, stoppedAt, now time.Time) *api.WorkerEvent {
-	if f.cfg.LastEvent == nil {
+	if f.cfg.LastEvent == nil || hello.SentAway {
+		// A worker sent away says the gateway that sent it recorded the
+		// end, which may not have reached the store yet.
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, lastEventWait)

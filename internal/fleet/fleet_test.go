@@ -1187,13 +1187,15 @@ func (e *events) lastOf(_ context.Context, _, workerID string) (api.WorkerEvent,
 // record, before its connect: dated when the worker says its link
 // dropped, else at the stop of a gateway that listed it, else now. One
 // already recorded, a first connection and a store that cannot answer add
-// none.
+// none, nor does a worker the gateway it left sent away, which that
+// gateway recorded.
 func TestUnrecordedEndIsRecorded(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
 		offline    bool // the worker went offline before the stop
 		remembered bool // the old gateway stopped cleanly, listing it
 		downMS     int64
+		sentAway   bool
 		storeErr   error
 		first      bool // no event of the worker before
 		want       string
@@ -1205,6 +1207,7 @@ func TestUnrecordedEndIsRecorded(t *testing.T) {
 		{name: "worker restarted too", want: "connected again as a new process"},
 		{name: "down longer than the events", downMS: 1 << 50, want: "the link ended with the gateway process", ago: 2 * time.Hour},
 		{name: "disconnect recorded", offline: true, downMS: 5000},
+		{name: "sent away, the end recorded by the gateway that sent it", sentAway: true},
 		{name: "first connection", first: true, downMS: 5000},
 		{name: "store silent", storeErr: errors.New("timeout"), downMS: 5000},
 	} {
@@ -1237,7 +1240,7 @@ func TestUnrecordedEndIsRecorded(t *testing.T) {
 				}
 				after := newHarness(t, Config{Remembered: rem, LastEvent: last})
 				fw := &fakeWorker{h: after, hello: api.Hello{Protocol: link.Protocol, Name: "a", Version: "v1", MaxConcurrent: 1,
-					SessionID: uuid.NewString(), Models: []api.Model{chat("m")}, DownMS: tc.downMS}}
+					SessionID: uuid.NewString(), Models: []api.Model{chat("m")}, DownMS: tc.downMS, SentAway: tc.sentAway}}
 				fw.sess = link.NewSession(link.Options{Role: link.Worker, Accept: fw.serve})
 				t.Cleanup(func() { fw.sess.Close(nil) })
 				back := time.Now()

@@ -424,10 +424,11 @@ func (a *Agent) connectLoop(ctx context.Context) error {
 	sessionID := uuid.NewString()
 	backoff := newBackoff()
 	target, redirects := a.cfg.Gateway, 0
-	var spliceUntil, droppedAt time.Time
+	var spliceUntil time.Time
+	var last lastLink
 	for {
 		splice := target == a.cfg.Gateway && time.Now().Before(spliceUntil)
-		connected, redirect, err := a.connectOnce(ctx, sessionID, target, splice, droppedAt)
+		connected, redirect, err := a.connectOnce(ctx, sessionID, target, splice, last)
 		redirected := target != a.cfg.Gateway
 		var perm *PermanentError
 		// Only the configured gateway's refusal stops the worker: a
@@ -445,7 +446,7 @@ func (a *Agent) connectLoop(ctx context.Context) error {
 		if connected {
 			backoff.reset()
 			redirects = 0
-			droppedAt = time.Now()
+			last = lastLink{droppedAt: time.Now(), sentAway: errors.Is(err, errSentAway)}
 		}
 		switch {
 		case errors.Is(err, errSentAway):
@@ -472,7 +473,7 @@ func (a *Agent) connectLoop(ctx context.Context) error {
 			target, spliceUntil = a.cfg.Gateway, time.Now().Add(spliceFor)
 			continue
 		}
-		wait := reconnectWait(backoff, droppedAt, time.Now(), err)
+		wait := reconnectWait(backoff, last.droppedAt, time.Now(), err)
 		a.log.Warn("gateway link down; reconnecting", "err", err, "retry_in", wait.Round(time.Millisecond).String())
 		select {
 		case <-ctx.Done():
@@ -497,11 +498,19 @@ func (a *Agent) checkRedirect(to string) error {
 	return nil
 }
 
+// lastLink is how the worker's last connection to a gateway ended, which
+// its next hello tells.
+type lastLink struct {
+	droppedAt time.Time // zero before the first
+	// sentAway: it ended at the gateway's word (GoAway), and that
+	// gateway recorded the end.
+	sentAway bool
+}
+
 // connectOnce dials gateway, shakes hands and serves one connection until
 // it ends. It reports whether the handshake let the worker in, or else
-// where the gateway redirected it. droppedAt is when the last connection
-// ended, zero before the first.
-func (a *Agent) connectOnce(ctx context.Context, sessionID, gateway string, splice bool, droppedAt time.Time) (connected bool, redirect string, err error) {
+// where the gateway redirected it.
+func (a *Agent) connectOnce(ctx context.Context, sessionID, gateway string, splice bool, last lastLink) (connected bool, redirect string, err error) {
 	u, err := connectURL(gateway)
 	if err != nil {
 		return false, "", err
@@ -524,9 +533,12 @@ func (a *Agent) connectOnce(ctx context.Context, sessionID, gateway string, spli
 		SessionID: sessionID, Models: a.models, Streams: sess.RecvState(), Draining: a.draining,
 		Heartbeat: hb, Engines: a.engineInfo(), Features: a.cfg.Features,
 	}
-	if !droppedAt.IsZero() {
+	switch {
+	case last.sentAway:
+		hello.SentAway = true
+	case !last.droppedAt.IsZero():
 		// The gateway records the drop, if nobody could, at its time.
-		hello.DownMS = max(1, time.Since(droppedAt).Milliseconds())
+		hello.DownMS = max(1, time.Since(last.droppedAt).Milliseconds())
 	}
 	if a.cfg.E2E != nil {
 		p := a.cfg.E2E.Public()
