@@ -53,6 +53,11 @@ type Config struct {
 	// replaces listed (Remember, as it stopped): they are listed offline
 	// until they reconnect.
 	Remembered map[string][]Remembered
+	// SettleReturning records, once the start grace ends, the disconnect
+	// of each Returning worker not back (settleReturning): for a gateway
+	// the workers can only return to. A cluster's replica is not, as
+	// their organisation's home may have moved to another replica.
+	SettleReturning bool
 
 	// Approval says whether a worker waits for its organisation's
 	// approval; nil lets every worker serve.
@@ -426,7 +431,9 @@ func (f *Fleet) Run(ctx context.Context) error {
 		case <-t.C:
 			f.recheckApprovals()
 			f.sweep()
-			f.settleReturning(ctx, time.Now())
+			if f.cfg.SettleReturning {
+				f.settleReturning(ctx, time.Now())
+			}
 		}
 	}
 }

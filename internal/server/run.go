@@ -215,7 +215,7 @@ func Run(ctx context.Context, cfg Config) error {
 	fcfg := cfg.Fleet
 	fcfg.Logger, fcfg.Events, fcfg.Power = log, fan, power
 	fcfg.Returning, fcfg.Remembered = returning, listed
-	fcfg.LastEvent = events.LastEvent
+	fcfg.LastEvent, fcfg.SettleReturning = events.LastEvent, cl == nil
 	fcfg.Approval = approvalGate(accounts)
 	fl := fleet.New(fcfg)
 	rc := cfg.Rental
