@@ -158,6 +158,9 @@ type Fleet struct {
 	// lock: while none waits, no request can be refused for a backlog.
 	queued    atomic.Int64
 	returning *returning
+	// changes counts the changes of what the fleet lists (reindexLocked),
+	// for Changes.
+	changes atomic.Uint64
 	// seek is modelIndex.seek's scratch.
 	seek []int
 	// buffers lends the workers' sessions the batches they write.

@@ -235,6 +235,7 @@ func (o *org) index(model string, now time.Time) *modelIndex {
 // Whatever changes a worker's models, connection, draining or hold-back
 // calls it; what changes only its load calls reorderLocked.
 func (f *Fleet) reindexLocked(o *org, w *worker, now time.Time) {
+	f.changes.Add(1)
 	present := o.workers[w.id] == w
 	// Listed: every model w lists while the organisation keeps it.
 	for _, ix := range w.listed {

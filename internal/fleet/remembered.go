@@ -49,6 +49,13 @@ func (f *Fleet) Remember() map[string][]Remembered {
 	return out
 }
 
+// Changes counts the changes of the workers the fleet lists and of what
+// Remember records of them (a worker's coming, going, models, draining):
+// a record taken when the count was n is out of date once it is past n,
+// save for the times Remember gives a connected worker. It may count a
+// change that changed nothing.
+func (f *Fleet) Changes() uint64 { return f.changes.Load() }
+
 // rememberLocked lists the workers of byOrg offline; what has been
 // offline KeepOffline already is left out.
 func (f *Fleet) rememberLocked(byOrg map[string][]Remembered, now time.Time) {

@@ -383,23 +383,37 @@ func Run(ctx context.Context, cfg Config) error {
 	return failed
 }
 
-// fleetCheckpointEvery is how often the fleet is recorded while the
-// server runs: after a crash, the workers connected within it are
-// expected back, and listed offline since the last record.
-const fleetCheckpointEvery = 5 * time.Second
+// While the server runs, the fleet is recorded within fleetCheckpointEvery
+// of a change and at least every fleetCheckpointMaxAge: after a crash,
+// the workers connected at the last record are expected back, and listed
+// offline since it. A fleet of a thousand workers records megabytes, which
+// are not written every few seconds for nothing.
+const (
+	fleetCheckpointEvery  = 5 * time.Second
+	fleetCheckpointMaxAge = time.Minute
+)
 
-// checkpointFleet records the fleet every every until ctx ends.
+// checkpointFleet records the fleet as it changes until ctx ends.
 func checkpointFleet(ctx context.Context, st *bolt.Store, fl *fleet.Fleet, every time.Duration, log *slog.Logger) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	failing := false
+	var recorded uint64
+	var at time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
+		changes := fl.Changes()
+		if !failing && changes == recorded && time.Since(at) < fleetCheckpointMaxAge {
+			continue
+		}
 		err := st.SaveFleet(fl.Connected(), fl.Remember())
+		if err == nil {
+			recorded, at = changes, time.Now()
+		}
 		switch {
 		case err != nil && !failing:
 			// Once per failure, not every few seconds of a full disk.
