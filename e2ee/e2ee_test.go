@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -462,12 +463,16 @@ func TestParseEnvelopeErrors(t *testing.T) {
 		{"not JSON", []byte(marker + "{"), "not a JSON object"},
 		{"array", []byte(`["` + marker + `"]`), "not a JSON object"},
 		{"version 2", set("svc_e2e", 2), "unsupported envelope version"},
-		{"version string", set("svc_e2e", marker), "not a JSON object"},
+		{"version string", set("svc_e2e", marker), "unsupported envelope version"},
+		{"version quoted", set("svc_e2e", "1"), "unsupported envelope version"},
+		{"version null", set("svc_e2e", nil), "missing svc_e2e"},
 		{"version fraction", set("svc_e2e", 1.5), "unsupported envelope version"},
 		{"version 2 reshaped", []byte(`{"svc_e2e":2,"stream":"` + marker + `"}`), "unsupported envelope version"},
 		{"no version", del("svc_e2e"), "missing svc_e2e"},
 		{"kem", set("kem_id", 16), "unsupported suite"},
 		{"kem too big", set("kem_id", 70000), "kem_id is not a 16-bit"},
+		{"kem quoted", set("kem_id", strconv.Itoa(int(kp.Public().KEMID))), "kem_id is not a 16-bit"},
+		{"kdf negative", set("kdf_id", -1), "kdf_id is not a 16-bit"},
 		{"no aead", del("aead_id"), "missing aead_id"},
 		{"key id upper", set("key_id", strings.ToUpper(kp.KeyID())), "key_id is not"},
 		{"key id short", set("key_id", marker), "key_id is not"},

@@ -3,6 +3,7 @@ package e2ee
 import (
 	"bytes"
 	"crypto/hpke"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/hex"
@@ -28,19 +29,26 @@ type Envelope struct {
 	enc, ct []byte
 }
 
-// wireEnvelope is the JSON form. Numbers stay json.Number so a bad version
-// is reported as such rather than as a JSON type error.
+// wireEnvelope is the JSON form. Numbers stay raw so a bad version is
+// reported as such rather than as a JSON type error, and a number sent as
+// a string is refused (json.Number would take "1").
 type wireEnvelope struct {
-	Version json.Number `json:"svc_e2e"`
-	KEM     json.Number `json:"kem_id"`
-	KDF     json.Number `json:"kdf_id"`
-	AEAD    json.Number `json:"aead_id"`
-	KeyID   *string     `json:"key_id"`
-	Model   *string     `json:"model"`
-	Stream  *bool       `json:"stream"`
-	Enc     *string     `json:"enc"`
-	CT      *string     `json:"ct"`
+	Version json.RawMessage `json:"svc_e2e"`
+	KEM     json.RawMessage `json:"kem_id"`
+	KDF     json.RawMessage `json:"kdf_id"`
+	AEAD    json.RawMessage `json:"aead_id"`
+	KeyID   *string         `json:"key_id"`
+	Model   *string         `json:"model"`
+	Stream  *bool           `json:"stream"`
+	Enc     *string         `json:"enc"`
+	CT      *string         `json:"ct"`
 }
+
+// ReplayKey identifies the sealed request whatever bytes carry it: the
+// encapsulation, fresh randomness at every seal, to which the ciphertext
+// is bound (a different one does not open). The envelope's JSON can be
+// respelt (spacing, member order, members added) without changing it.
+func (e Envelope) ReplayKey() [32]byte { return sha256.Sum256(e.enc) }
 
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalidEnvelope, fmt.Sprintf(format, args...))
@@ -59,14 +67,14 @@ func ParseEnvelope(body []byte) (Envelope, error) {
 		// Another version may shape its fields differently: say so rather
 		// than call it malformed.
 		var probe struct {
-			Version json.Number `json:"svc_e2e"`
+			Version json.RawMessage `json:"svc_e2e"`
 		}
-		if json.Unmarshal(body, &probe) == nil && probe.Version != "" && !isVersion(probe.Version) {
+		if json.Unmarshal(body, &probe) == nil && len(probe.Version) > 0 && !isVersion(probe.Version) {
 			return Envelope{}, errUnsupportedVersion()
 		}
 		return Envelope{}, invalid("envelope is not a JSON object of the expected shape")
 	}
-	if w.Version == "" {
+	if len(w.Version) == 0 || string(w.Version) == "null" {
 		return Envelope{}, invalid("missing svc_e2e (envelope version)")
 	}
 	if !isVersion(w.Version) {
@@ -75,12 +83,14 @@ func ParseEnvelope(body []byte) (Envelope, error) {
 	e := Envelope{Version: Version}
 	for _, f := range []struct {
 		name string
-		num  json.Number
+		num  json.RawMessage
 		dst  *uint16
 	}{{"kem_id", w.KEM, &e.Suite.KEM}, {"kdf_id", w.KDF, &e.Suite.KDF}, {"aead_id", w.AEAD, &e.Suite.AEAD}} {
-		if f.num == "" {
+		if len(f.num) == 0 || string(f.num) == "null" {
 			return Envelope{}, invalid("missing %s", f.name)
 		}
+		// A JSON number's digits alone: ParseUint takes no quotes, sign
+		// or exponent.
 		n, err := strconv.ParseUint(string(f.num), 10, 16)
 		if err != nil {
 			return Envelope{}, invalid("%s is not a 16-bit identifier", f.name)
@@ -118,8 +128,10 @@ func ParseEnvelope(body []byte) (Envelope, error) {
 	return e, nil
 }
 
-func isVersion(n json.Number) bool {
-	v, err := strconv.ParseUint(string(n), 10, 8)
+// isVersion reports a version field that is the JSON number of this
+// version: a string of it is not.
+func isVersion(raw json.RawMessage) bool {
+	v, err := strconv.ParseUint(string(raw), 10, 8)
 	return err == nil && v == Version
 }
 

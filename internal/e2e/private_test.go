@@ -10,10 +10,13 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -238,9 +241,27 @@ func TestPrivateInferenceErrors(t *testing.T) {
 	if r := sealedPost("/v1/chat/completions", stray); r.Status != 503 || r.Header.Get("X-Svc-Error-Code") != "no_private_inference_worker" {
 		t.Errorf("unknown key = %d %v %s", r.Status, r.Header, r.Body)
 	}
-	// The same envelope twice: the worker refuses the replay.
-	if r := sealedPost("/v1/chat/completions", envelope); r.Status != 400 || !strings.Contains(string(r.Body), "replay") {
-		t.Errorf("replay = %d %s", r.Status, r.Body)
+	// The same envelope twice: the worker refuses the replay, also in
+	// other bytes (spacing, member order, a member added), which carry the
+	// same sealed request.
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(envelope, &members); err != nil {
+		t.Fatal(err)
+	}
+	reordered := []byte("{")
+	for _, k := range slices.Backward(slices.Sorted(maps.Keys(members))) {
+		if len(reordered) > 1 {
+			reordered = append(reordered, ',')
+		}
+		reordered = append(append(append(reordered, strconv.Quote(k)...), ':'), members[k]...)
+	}
+	reordered = append(reordered, '}')
+	added := append(slices.Clone(bytes.TrimSuffix(bytes.TrimSpace(envelope), []byte("}"))), `,"x":1}`...)
+	for name, again := range map[string][]byte{"as sent": envelope, "spaced": append(slices.Clone(envelope), ' '),
+		"reordered": reordered, "with a member added": added} {
+		if r := sealedPost("/v1/chat/completions", again); r.Status != 400 || !strings.Contains(string(r.Body), "replay") {
+			t.Errorf("replay %s = %d %s", name, r.Status, r.Body)
+		}
 	}
 	// Content filtering still applies: the worker checks what it opened.
 	filtered := filteredKey(t, s)

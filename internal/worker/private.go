@@ -3,7 +3,6 @@ package worker
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"io"
@@ -30,7 +29,7 @@ func (a *Agent) openPrivate(req *api.LinkRequest, envelope []byte) (*privateRequ
 		return nil, final(engine.Failure(http.StatusServiceUnavailable, api.TypeServiceUnavailable, "this worker serves no private inference"))
 	}
 	opened, err := e2ee.OpenRequest(a.cfg.E2E, envelope)
-	if err == nil && !a.replays.first(envelope) {
+	if err == nil && !a.replays.first(opened.ReplayKey()) {
 		return nil, final(engine.Failure(http.StatusBadRequest, api.TypeInvalidEncryptedRequest,
 			"this encrypted request was already served: a replay"))
 	}
@@ -145,10 +144,11 @@ func invalidAt(err error) string {
 	return msg
 }
 
-// replays remembers the envelopes this worker has opened, so the same
-// sealed request sent again (by anyone on the path) is refused rather than
-// run twice. Each envelope's encapsulation is fresh randomness, so a
-// client's own retries are new envelopes. The memory is bounded: the
+// replays remembers the sealed requests this worker has opened, by their
+// encapsulation (e2ee.Envelope.ReplayKey), so the same request sent again
+// by anyone on the path, in the same bytes or respelt, is refused rather
+// than run twice. Each seal's encapsulation is fresh randomness, so a
+// client's own retries are new requests. The memory is bounded: the
 // oldest are forgotten first.
 type replays struct {
 	mu    sync.Mutex
@@ -159,9 +159,9 @@ type replays struct {
 
 const maxReplays = 1 << 16
 
-// first records envelope and reports whether it had not been seen.
-func (r *replays) first(envelope []byte) bool {
-	h := sha256.Sum256(envelope)
+// first records the request of key h and reports whether it had not been
+// seen.
+func (r *replays) first(h [32]byte) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.seen == nil {
