@@ -2,7 +2,6 @@ package relay
 
 import (
 	"context"
-	"net/http"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -72,11 +71,15 @@ func (c *Call) endSpan(o *usage.Outcome, failure error) {
 		// prompt.
 		ae := api.ErrorOf(failure)
 		kind := ae.Code
-		if kind == "" {
+		switch {
+		case kind != "":
+		case ae.Kind == api.KindClientGone:
+			kind = "cancelled" // as the worker's and the engine's spans say
+		default:
 			kind = ae.ErrorType()
 		}
 		attrs = append(attrs, tracing.ErrorType.String(kind))
-		c.span.SetStatus(codes.Error, http.StatusText(o.Status))
+		c.span.SetStatus(codes.Error, tracing.StatusText(o.Status))
 	}
 	c.span.SetAttributes(attrs...)
 	c.span.End(trace.WithTimestamp(o.Ended))

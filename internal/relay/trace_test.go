@@ -53,6 +53,29 @@ func TestRefusedRequestSpan(t *testing.T) {
 	}
 }
 
+// A request whose client went has the span the worker's and the
+// engine's have: error.type cancelled, and a status described though
+// HTTP has no text for 499.
+func TestClientGoneSpan(t *testing.T) {
+	sr := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
+	rl := relay.New(relay.Config{Usage: &rowLog{}, Tracer: tp.Tracer("test")})
+	rl.Refuse(relay.Request{ID: "req-1", OrgID: org, Kind: api.KindChat, Model: "m"},
+		&api.Error{Kind: api.KindClientGone, Message: "Client disconnected"})
+	spans := sr.Ended()
+	if len(spans) != 1 {
+		t.Fatalf("%d spans", len(spans))
+	}
+	got := map[string]string{}
+	for _, kv := range spans[0].Attributes() {
+		got[string(kv.Key)] = kv.Value.String()
+	}
+	if st := spans[0].Status(); st.Code != codes.Error || st.Description != "Client Closed Request" ||
+		got["error.type"] != "cancelled" || got["http.response.status_code"] != "499" {
+		t.Fatalf("status %+v, attributes %v", st, got)
+	}
+}
+
 // The worker is sent the request's span as the parent of its own, and
 // with tracing off no trace context at all, whatever the client sent.
 func TestLinkHeaderCarriesTheSpan(t *testing.T) {

@@ -11,6 +11,7 @@ package tracing
 import (
 	"context"
 	"errors"
+	"net/http"
 	"net/url"
 	"os"
 	"strings"
@@ -138,6 +139,19 @@ func Operation(kind string) string {
 // SpanName is a GenAI span's name: the operation, then the model.
 func SpanName(kind, model string) string {
 	return Operation(kind) + " " + model
+}
+
+// statusClientClosed is nginx's status for a request whose client went
+// before its answer, which the usage log records.
+const statusClientClosed = 499
+
+// StatusText describes a failed span's status: the HTTP status text, and
+// for the 499 of a client that went, which has none, nginx's name for it.
+func StatusText(status int) string {
+	if status == statusClientClosed {
+		return "Client Closed Request"
+	}
+	return http.StatusText(status)
 }
 
 // The attribute keys svc sets; the gen_ai ones are the GenAI semantic

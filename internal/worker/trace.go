@@ -62,12 +62,12 @@ func resultAttributes(span trace.Span, res *api.Result) {
 		attrs = append(attrs, tracing.FinishReasons.StringSlice([]string{res.FinishReason}))
 	}
 	if res.Status != http.StatusOK {
-		kind := http.StatusText(res.Status)
+		kind := tracing.StatusText(res.Status)
 		if res.Error != nil && res.Error.Type != "" {
 			kind = res.Error.Type
 		}
 		attrs = append(attrs, tracing.ErrorType.String(kind))
-		span.SetStatus(codes.Error, http.StatusText(res.Status))
+		span.SetStatus(codes.Error, tracing.StatusText(res.Status))
 	}
 	span.SetAttributes(attrs...)
 }
