@@ -64,22 +64,24 @@ func (p inflightPane) view(c common, d *snapshot, width, height int, focused boo
 // renderInflight draws the in-flight pane in exactly width×height cells.
 func renderInflight(d inflightView, width, height int, st *styles) string {
 	cw, ch := contentSize(width, height)
+	// A narrow terminal loses whole columns, the least telling first,
+	// rather than show the last ones cut short: "1m0" for 1m08s.
 	cols := []column{
 		{width: 1},
 		{title: "MODEL", width: 10, flex: 3, max: 40},
-		{title: "WORKER", width: 8, flex: 2, max: 24},
-		{title: "TYPE", width: 5},
+		{title: "WORKER", width: 8, flex: 2, max: 24, drop: 1},
+		{title: "TYPE", width: 5, drop: 2},
 		{title: "STATE", width: 7},
 		{title: "ELAPSED", width: 7, right: true},
-		{title: "TOKENS", width: 6, right: true},
-		{title: "TOK/S", width: 6, right: true},
+		{title: "TOKENS", width: 6, right: true, drop: 3},
+		{title: "TOK/S", width: 6, right: true, drop: 4},
 	}
 	// Wide terminals also get when each request started and its id.
 	if cw >= 90 {
-		cols = append(cols, column{title: "STARTED", width: 8, drop: 2})
+		cols = append(cols, column{title: "STARTED", width: 8, drop: 5})
 	}
 	if cw >= 112 {
-		cols = append(cols, column{title: "REQUEST", width: 12, flex: 2, max: 40, drop: 3})
+		cols = append(cols, column{title: "REQUEST", width: 12, flex: 2, max: 40, drop: 6})
 	}
 	widths := fitColumns(cols, cw)
 

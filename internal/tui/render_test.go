@@ -82,6 +82,9 @@ func TestRenderInflight(t *testing.T) {
 		{"80x8", 80, 8, inflightView{rows: rows, total: len(all), cursor: 1, focused: true, loaded: true, now: t0}},
 		{"80x5-scrolled", 80, 5, inflightView{rows: rows, total: len(all), cursor: 4, focused: true, loaded: true, now: t0}},
 		{"160x10", 160, 10, inflightView{rows: rows, total: len(all), cursor: 0, loaded: true, now: t0}},
+		// Narrow: whole columns go (TOK/S, TOKENS, TYPE, WORKER), none is cut.
+		{"64x8", 64, 8, inflightView{rows: rows, total: len(all), cursor: 1, focused: true, loaded: true, now: t0}},
+		{"50x8", 50, 8, inflightView{rows: rows, total: len(all), cursor: 1, focused: true, loaded: true, now: t0}},
 		{"filtered", 80, 6, inflightView{rows: inflightRows(all, "70b"), total: len(all), cursor: 0, filter: "70b", focused: true, loaded: true, now: t0}},
 		{"no-match", 80, 5, inflightView{total: len(all), cursor: -1, filter: "zzz", focused: true, loaded: true, now: t0}},
 		{"empty", 80, 5, inflightView{cursor: -1, loaded: true, now: t0}},
@@ -146,6 +149,9 @@ func TestRenderWorkers(t *testing.T) {
 		{"80x9", 80, 9, workersView{rows: all, total: len(all), cursor: 1, latest: "v1.3.0", focused: true, loaded: true}},
 		{"80x6-scrolled", 80, 6, workersView{rows: all, total: len(all), cursor: 5, latest: "v1.3.0", focused: true, loaded: true}},
 		{"160x10", 160, 10, workersView{rows: all, total: len(all), cursor: 0, latest: "v1.3.0", loaded: true}},
+		// Narrow: whole columns go (VERSION, SEEN, QUEUE, MODELS), none is cut.
+		{"64x9", 64, 9, workersView{rows: all, total: len(all), cursor: 1, latest: "v1.3.0", focused: true, loaded: true}},
+		{"44x9", 44, 9, workersView{rows: all, total: len(all), cursor: 1, latest: "v1.3.0", focused: true, loaded: true}},
 		{"filtered", 80, 6, workersView{rows: workerRows(fixtureWorkers(), "llama"), total: len(all), cursor: 0, filter: "llama", latest: "v1.3.0", focused: true, loaded: true}},
 		{"empty", 80, 5, workersView{cursor: -1, loaded: true}},
 	} {

@@ -72,18 +72,20 @@ func (p workersPane) view(c common, d *snapshot, width, height int, focused bool
 // renderWorkers draws the workers pane in exactly width×height cells.
 func renderWorkers(d workersView, width, height int, st *styles) string {
 	cw, ch := contentSize(width, height)
+	// A narrow terminal loses whole columns, the least telling first,
+	// rather than show the last ones cut short.
 	cols := []column{
 		{width: 1},
 		{title: "NAME", width: 10, flex: 2, max: 28},
 		{title: "STATUS", width: 9},
-		{title: "VERSION", width: 9},
-		{title: "MODELS", width: 8, flex: 4},
+		{title: "VERSION", width: 9, drop: 4},
+		{title: "MODELS", width: 8, flex: 4, drop: 1},
 		{title: "ACTIVE", width: 6, right: true},
-		{title: "QUEUE", width: 5, right: true},
-		{title: "SEEN", width: 4, right: true},
+		{title: "QUEUE", width: 5, right: true, drop: 2},
+		{title: "SEEN", width: 4, right: true, drop: 3},
 	}
 	if cw >= 112 {
-		cols = append(cols, column{title: "ENGINES", width: 10, flex: 1, max: 30, drop: 2})
+		cols = append(cols, column{title: "ENGINES", width: 10, flex: 1, max: 30, drop: 5})
 	}
 	widths := fitColumns(cols, cw)
 
