@@ -45,7 +45,10 @@ type inflightView struct {
 	filter  string
 	focused bool
 	loaded  bool // false until the first answer arrived
-	now     time.Time
+	// denied is the gateway's refusal of the key, when it may not read
+	// the requests in flight.
+	denied string
+	now    time.Time
 }
 
 func (p inflightPane) view(c common, d *snapshot, width, height int, focused bool) string {
@@ -57,6 +60,7 @@ func (p inflightPane) view(c common, d *snapshot, width, height int, focused boo
 		filter:  p.list.filter,
 		focused: focused,
 		loaded:  d.haveInflight,
+		denied:  d.inflightDenied,
 		now:     c.now,
 	}, width, height, c.st)
 }
@@ -88,6 +92,8 @@ func renderInflight(d inflightView, width, height int, st *styles) string {
 	f := frame{title: fmt.Sprintf("In flight (%d)", d.total), focused: d.focused}
 	var body []string
 	switch {
+	case d.denied != "":
+		body = []string{st.dim.Render("not shown: this API key may not read usage (usage:read)")}
 	case !d.loaded:
 		body = []string{st.dim.Render("waiting for the gateway…")}
 	case len(d.rows) == 0 && d.filter != "":

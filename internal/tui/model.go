@@ -60,9 +60,13 @@ type snapshot struct {
 	haveInflight bool
 	workers      []api.Worker
 	haveWorkers  bool
-	latest       string
-	power        powerHistory // the Power pane's chart; see power.go
-	rental       rentalData   // the Rental spend pane's; see rental.go
+	// inflightDenied and workersDenied are the gateway's refusal of the
+	// key (403) for what it may not read, "" otherwise: the pane says so
+	// rather than wait for the gateway.
+	inflightDenied, workersDenied string
+	latest                        string
+	power                         powerHistory // the Power pane's chart; see power.go
+	rental                        rentalData   // the Rental spend pane's; see rental.go
 }
 
 // wideWidth is where the panes go side by side: below it the lists need
@@ -209,9 +213,11 @@ func (m Model) applyPoll(msg pollMsg) (tea.Model, tea.Cmd) {
 	if msg.inflightErr == nil {
 		m.data.inflight, m.data.haveInflight = msg.inflight, true
 	}
+	m.data.inflightDenied = denied(msg.inflightErr)
 	if msg.workersErr == nil {
 		m.data.workers, m.data.haveWorkers = msg.workers, true
 	}
+	m.data.workersDenied = denied(msg.workersErr)
 	if msg.latestErr == nil {
 		m.data.latest = msg.latest
 	}
@@ -494,12 +500,13 @@ func (m Model) frame() string {
 	c := m.common()
 
 	header := renderHeader(headerView{
-		target:   m.target,
-		workers:  len(m.data.workers),
-		healthy:  countHealthy(m.data.workers),
-		inflight: len(m.data.inflight),
-		haveData: m.data.haveWorkers || m.data.haveInflight,
-		now:      m.now,
+		target:       m.target,
+		workers:      len(m.data.workers),
+		healthy:      countHealthy(m.data.workers),
+		inflight:     len(m.data.inflight),
+		haveWorkers:  m.data.haveWorkers && m.data.workersDenied == "",
+		haveInflight: m.data.haveInflight && m.data.inflightDenied == "",
+		now:          m.now,
 	}, w, c.st)
 
 	// A store that cannot write is the gateway's most urgent news: its

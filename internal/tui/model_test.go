@@ -142,6 +142,18 @@ func TestPartialFailureKeepsOtherData(t *testing.T) {
 	if m.retryIn != 5*time.Second {
 		t.Errorf("retry in %s, want the slow auth retry", m.retryIn)
 	}
+
+	// Without usage:read the requests in flight are not shown, nor
+	// counted as none.
+	p = okPoll(t0.Add(time.Second))
+	p.inflightErr, p.summaryErr, p.rowsErr = errForbidden, errForbidden, errForbidden
+	m = directModel(t, newFake())
+	m, _ = update(t, m, p)
+	frame := m.frame()
+	if !strings.Contains(frame, "not shown: this API key may not read usage") || strings.Contains(frame, "in flight ·") ||
+		strings.Contains(frame, "waiting for the gateway") || !strings.Contains(frame, "3/6 workers healthy") {
+		t.Errorf("a key without usage:read sees:\n%s", frame)
+	}
 }
 
 func TestStaleEventsIgnored(t *testing.T) {

@@ -166,6 +166,16 @@ func describeErr(err error) pollFailure {
 	return pollFailure{msg: firstLine(err.Error())}
 }
 
+// denied is the message of err when it is the gateway's 403 (the key may
+// not read this), else "".
+func denied(err error) string {
+	var ae *client.Error
+	if errors.As(err, &ae) && ae.Status == http.StatusForbidden {
+		return firstLine(ae.Error())
+	}
+	return ""
+}
+
 func firstLine(s string) string {
 	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
 	return s

@@ -89,6 +89,7 @@ func TestRenderInflight(t *testing.T) {
 		{"no-match", 80, 5, inflightView{total: len(all), cursor: -1, filter: "zzz", focused: true, loaded: true, now: t0}},
 		{"empty", 80, 5, inflightView{cursor: -1, loaded: true, now: t0}},
 		{"waiting", 80, 5, inflightView{cursor: -1, now: t0}},
+		{"denied", 80, 5, inflightView{cursor: -1, denied: "This API key lacks the usage:read permission", now: t0}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out := renderInflight(tc.v, tc.w, tc.h, st)
@@ -154,6 +155,7 @@ func TestRenderWorkers(t *testing.T) {
 		{"44x9", 44, 9, workersView{rows: all, total: len(all), cursor: 1, latest: "v1.3.0", focused: true, loaded: true}},
 		{"filtered", 80, 6, workersView{rows: workerRows(fixtureWorkers(), "llama"), total: len(all), cursor: 0, filter: "llama", latest: "v1.3.0", focused: true, loaded: true}},
 		{"empty", 80, 5, workersView{cursor: -1, loaded: true}},
+		{"denied", 80, 5, workersView{cursor: -1, denied: "This API key lacks the workers:read permission"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out := renderWorkers(tc.v, tc.w, tc.h, st)
@@ -414,9 +416,12 @@ func TestRenderHeader(t *testing.T) {
 		w    int
 		v    headerView
 	}{
-		{"80", 80, headerView{target: "http://127.0.0.1:8080", workers: 6, healthy: 3, inflight: 5, haveData: true, now: t0}},
+		{"80", 80, headerView{target: "http://127.0.0.1:8080", workers: 6, healthy: 3, inflight: 5, haveWorkers: true, haveInflight: true, now: t0}},
 		{"no-data", 80, headerView{target: "https://gw.example.com", now: t0}},
-		{"narrow", 40, headerView{target: "https://a-very-long-gateway-name.example.com:8443", workers: 6, healthy: 3, inflight: 5, haveData: true, now: t0}},
+		{"narrow", 40, headerView{target: "https://a-very-long-gateway-name.example.com:8443", workers: 6, healthy: 3, inflight: 5, haveWorkers: true, haveInflight: true, now: t0}},
+		// A key that may not read one of them gets no count of it.
+		{"workers-only", 80, headerView{target: "http://127.0.0.1:8080", workers: 6, healthy: 3, haveWorkers: true, now: t0}},
+		{"inflight-only", 80, headerView{target: "http://127.0.0.1:8080", inflight: 5, haveInflight: true, now: t0}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out := renderHeader(tc.v, tc.w, st)

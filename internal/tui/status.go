@@ -13,8 +13,10 @@ type headerView struct {
 	workers  int
 	healthy  int
 	inflight int
-	haveData bool
-	now      time.Time
+	// haveWorkers and haveInflight: the counts are known. A key that may
+	// not read one of them gets no count of it, rather than a 0.
+	haveWorkers, haveInflight bool
+	now                       time.Time
 }
 
 // renderHeader draws the one-line header: what is being watched, the
@@ -28,16 +30,26 @@ func renderHeader(d headerView, width int, st *styles) string {
 	// The longest summary that fits: a narrow terminal keeps the clock and
 	// the in-flight count rather than cutting a sentence in half.
 	right := clock
-	if d.haveData {
-		for _, r := range []string{
+	var summaries []string
+	switch {
+	case d.haveWorkers && d.haveInflight:
+		summaries = []string{
 			fmt.Sprintf("%d/%d workers healthy · %d in flight · %s", d.healthy, d.workers, d.inflight, clock),
 			fmt.Sprintf("%d/%d healthy · %d in flight · %s", d.healthy, d.workers, d.inflight, clock),
 			fmt.Sprintf("%d in flight · %s", d.inflight, clock),
-		} {
-			if lipgloss.Width(left)+1+len([]rune(r)) <= width {
-				right = r
-				break
-			}
+		}
+	case d.haveWorkers:
+		summaries = []string{
+			fmt.Sprintf("%d/%d workers healthy · %s", d.healthy, d.workers, clock),
+			fmt.Sprintf("%d/%d healthy · %s", d.healthy, d.workers, clock),
+		}
+	case d.haveInflight:
+		summaries = []string{fmt.Sprintf("%d in flight · %s", d.inflight, clock)}
+	}
+	for _, r := range summaries {
+		if lipgloss.Width(left)+1+len([]rune(r)) <= width {
+			right = r
+			break
 		}
 	}
 	return fitLine(st, spreadLine(left, right, width), width)

@@ -54,6 +54,9 @@ type workersView struct {
 	latest  string // newest worker release, "" when unknown
 	focused bool
 	loaded  bool
+	// denied is the gateway's refusal of the key, when it may not read
+	// the workers.
+	denied string
 }
 
 func (p workersPane) view(c common, d *snapshot, width, height int, focused bool) string {
@@ -66,6 +69,7 @@ func (p workersPane) view(c common, d *snapshot, width, height int, focused bool
 		latest:  d.latest,
 		focused: focused,
 		loaded:  d.haveWorkers,
+		denied:  d.workersDenied,
 	}, width, height, c.st)
 }
 
@@ -92,6 +96,8 @@ func renderWorkers(d workersView, width, height int, st *styles) string {
 	f := frame{title: workersTitle(d), focused: d.focused}
 	var body []string
 	switch {
+	case d.denied != "":
+		body = []string{st.dim.Render("not shown: this API key may not read workers (workers:read)")}
 	case !d.loaded:
 		body = []string{st.dim.Render("waiting for the gateway…")}
 	case len(d.rows) == 0 && d.filter != "":
