@@ -20,13 +20,13 @@ func addOTLPFlag(cmd *cobra.Command, endpoint *string) {
 // variables, nil when both are unset. stop flushes the spans still
 // batched; it is to run after the last request has ended.
 func startTracing(ctx context.Context, f *Factory, endpoint, service string, log *slog.Logger) (trace.Tracer, func(), error) {
-	tr, shutdown, err := tracing.Setup(ctx, tracing.Options{Endpoint: endpoint, Service: service,
-		Version: f.Build.Version, Getenv: f.Getenv})
+	opts := tracing.Options{Endpoint: endpoint, Service: service, Version: f.Build.Version, Getenv: f.Getenv}
+	tr, shutdown, err := tracing.Setup(ctx, opts)
 	if err != nil {
 		return nil, nil, usageError(err)
 	}
 	if tr != nil {
-		log.Info("tracing on", "otlp_endpoint", endpoint)
+		log.Info("tracing on", "otlp_endpoint", opts.Destination())
 		// The SDK reports a failed export only to its global handler,
 		// which otherwise prints plain lines among svc's structured log;
 		// there is no per-provider one, so this one global is set, once,

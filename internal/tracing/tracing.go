@@ -53,6 +53,27 @@ func (o Options) Enabled() bool {
 	return o.Endpoint != "" || get("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
 }
 
+// Destination is where spans go, for the log, as the exporter resolves
+// it: the flag, else the traces variable as it is, else the general one
+// with /v1/traces added; "" with tracing off.
+func (o Options) Destination() string {
+	get := o.Getenv
+	if get == nil {
+		get = os.Getenv
+	}
+	if o.Endpoint != "" {
+		u, _ := TracesURL(o.Endpoint)
+		return u
+	}
+	if v := get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"); v != "" {
+		return v
+	}
+	if v := get("OTEL_EXPORTER_OTLP_ENDPOINT"); v != "" {
+		return strings.TrimSuffix(v, "/") + "/v1/traces"
+	}
+	return ""
+}
+
 // Setup starts the exporter and returns the tracer spans are made with
 // and the shutdown that flushes what is batched; it is to be called on
 // exit. Tracing off is a nil tracer and a shutdown that does nothing.

@@ -45,6 +45,25 @@ func TestSetupOff(t *testing.T) {
 	}
 }
 
+// The log names where spans go, however tracing was turned on.
+func TestDestination(t *testing.T) {
+	for _, tc := range []struct {
+		flag string
+		env  map[string]string
+		want string
+	}{
+		{"http://c:4318", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://other:4318"}, "http://c:4318/v1/traces"},
+		{"", map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://t:4318/custom", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://g:4318"}, "http://t:4318/custom"},
+		{"", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://g:4318/base/"}, "http://g:4318/base/v1/traces"},
+		{"", nil, ""},
+	} {
+		o := Options{Endpoint: tc.flag, Getenv: func(k string) string { return tc.env[k] }}
+		if got := o.Destination(); got != tc.want {
+			t.Errorf("flag %q env %v: %q, want %q", tc.flag, tc.env, got, tc.want)
+		}
+	}
+}
+
 func TestTraceContextRoundTrip(t *testing.T) {
 	const tp, ts = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7"
 	sc := Parent(tp, ts)
