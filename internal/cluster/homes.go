@@ -54,6 +54,9 @@ type HomesOptions struct {
 	// no longer is: another replica claimed it once this one's
 	// registration lapsed. Its worker links should go.
 	Lost func(orgID string)
+	// Gained is told of each organisation this replica claimed, on the
+	// claim's path: what it does must not wait.
+	Gained func(orgID string)
 	// Moved is told of each organisation this replica gave up because
 	// it asks for another region, where a replica runs: its workers
 	// should finish their running requests and reconnect, to be sent
@@ -289,6 +292,9 @@ func (h *Homes) Where(ctx context.Context, orgID string) (Home, error) {
 		}
 		if got.ReplicaID == h.me {
 			h.log.Info("cluster: this replica is now an organisation's home", "org", orgID, "epoch", got.Epoch)
+			if h.o.Gained != nil {
+				h.o.Gained(orgID)
+			}
 		}
 		return got, nil
 	})

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -164,9 +165,9 @@ func TestHomesRegion(t *testing.T) {
 func TestHomesWhere(t *testing.T) {
 	ctx := context.Background()
 	db := newMemHomes()
-	var lost []string
+	var lost, gained []string
 	a := NewHomes(db, "a", HomesOptions{Lost: func(org string) { lost = append(lost, org) }})
-	b := NewHomes(db, "b", HomesOptions{Grace: 5 * time.Second})
+	b := NewHomes(db, "b", HomesOptions{Grace: 5 * time.Second, Gained: func(org string) { gained = append(gained, org) }})
 
 	steps := []struct {
 		name    string
@@ -191,6 +192,10 @@ func TestHomesWhere(t *testing.T) {
 		if err != nil || got.ReplicaID != s.want {
 			t.Fatalf("%s: %+v, %v; want %s", s.name, got, err, s.want)
 		}
+	}
+	// b was told of each home it claimed, and of no other.
+	if strings.Join(gained, " ") != "y x" {
+		t.Fatalf("b gained %v, want y then x", gained)
 	}
 	// a comes back and learns it lost x.
 	db.dead["a"] = false

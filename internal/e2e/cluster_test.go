@@ -260,6 +260,9 @@ func TestClusterHomes(t *testing.T) {
 	// the disconnect the dead home could not record, written by the new
 	// home between the two connects.
 	for _, w := range c.workers(key) {
+		if w["status"] == "offline" {
+			continue // d1, below
+		}
 		query := "?worker_id=" + w["worker_id"].(string)
 		eventually(t, 10*time.Second, fmt.Sprintf("%s's disconnect between its two connects", w["worker_name"]), func() bool {
 			var got []string
@@ -292,6 +295,27 @@ func TestClusterHomes(t *testing.T) {
 	// Another replica takes over the cluster's once-only duties.
 	eventually(t, 15*time.Second, "a new leader", func() bool {
 		return strings.Contains(b.Log().String(), "cluster: leading") || strings.Contains(c.Log().String(), "cluster: leading")
+	})
+	// d1, which dials only the dead home, is listed by the new home
+	// offline, and gets its disconnect once the worker grace has passed.
+	var d1 map[string]any
+	eventually(t, 10*time.Second, "d1 listed offline by the new home", func() bool {
+		for _, w := range c.workers(key) {
+			if w["worker_name"] == "d1" && w["status"] == "offline" {
+				d1 = w
+				return true
+			}
+		}
+		return false
+	})
+	eventually(t, 30*time.Second, "d1's disconnect after the grace", func() bool {
+		var got []string
+		for _, e := range c.events(key, "?worker_id="+d1["worker_id"].(string)) {
+			if typ := e["event_type"].(string); typ == api.EventConnected || typ == api.EventDisconnected {
+				got = append(got, typ)
+			}
+		}
+		return strings.Join(got, " ") == "disconnected connected"
 	})
 }
 

@@ -196,7 +196,7 @@ func TestWorkerEventsCoverGatewayRestarts(t *testing.T) {
 	evs := eventsAre("after the crash", "connected disconnected connected")
 	crash := evs[1]
 	at, _ := time.Parse(time.RFC3339Nano, crash["created_at"].(string))
-	if d, _ := crash["detail"].(string); d != "the link ended when the gateway stopped" ||
+	if d, _ := crash["detail"].(string); d != "the link ended when the gateway it was on stopped" ||
 		crash["transient"] == true || at.Before(killed.Add(-time.Second)) || at.After(killed.Add(time.Second)) {
 		t.Fatalf("the crash's disconnect %v, want one dated about %v", crash, killed.UTC())
 	}
@@ -207,7 +207,7 @@ func TestWorkerEventsCoverGatewayRestarts(t *testing.T) {
 	s = startServer(t, s.Data, "--addr", addr, "--start-grace", "2s")
 	s.workerNamed(key, "steady", statusIs("healthy"))
 	evs = eventsAre("after the restart", "connected disconnected connected disconnected connected")
-	if d, _ := evs[1]["detail"].(string); d != "the link ended when the gateway stopped" {
+	if d, _ := evs[1]["detail"].(string); d != "the link ended when the gateway it was on stopped" {
 		t.Fatalf("the restart's disconnect %v", evs[1])
 	}
 }

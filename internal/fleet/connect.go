@@ -382,7 +382,7 @@ func (f *Fleet) unrecordedEnd(ctx context.Context, orgID, id string, hello api.H
 		detail = "the link ended with the gateway process it was on (a restart, or the organisation's home moved)"
 	}
 	if !stoppedAt.IsZero() {
-		detail = "the link ended when the gateway stopped"
+		detail = "the link ended when the gateway it was on stopped"
 		if hello.DownMS <= 0 {
 			at = stoppedAt
 		}

@@ -158,6 +158,9 @@ type Fleet struct {
 	// lock: while none waits, no request can be refused for a backlog.
 	queued    atomic.Int64
 	returning *returning
+	// adopted are the Adopt calls whose workers are awaited back, under
+	// mu.
+	adopted []adoption
 	// changes counts the changes of what the fleet lists (reindexLocked),
 	// for Changes.
 	changes atomic.Uint64
@@ -437,6 +440,7 @@ func (f *Fleet) Run(ctx context.Context) error {
 			if f.cfg.SettleReturning {
 				f.settleReturning(ctx, time.Now())
 			}
+			f.settleAdopted(ctx, time.Now())
 		}
 	}
 }

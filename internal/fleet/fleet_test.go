@@ -1202,8 +1202,8 @@ func TestUnrecordedEndIsRecorded(t *testing.T) {
 		ago        time.Duration // the disconnect's age at the reconnect
 	}{
 		{name: "gateway crashed", downMS: 5000, want: "the link ended with the gateway process", ago: 5 * time.Second},
-		{name: "gateway stopped", remembered: true, downMS: 3000, want: "the link ended when the gateway stopped", ago: 3 * time.Second},
-		{name: "gateway stopped, worker restarted", remembered: true, want: "the link ended when the gateway stopped", ago: time.Hour},
+		{name: "gateway stopped", remembered: true, downMS: 3000, want: "the link ended when the gateway it was on stopped", ago: 3 * time.Second},
+		{name: "gateway stopped, worker restarted", remembered: true, want: "the link ended when the gateway it was on stopped", ago: time.Hour},
 		{name: "worker restarted too", want: "connected again as a new process"},
 		{name: "down longer than the events", downMS: 1 << 50, want: "the link ended with the gateway process", ago: 2 * time.Hour},
 		{name: "disconnect recorded", offline: true, downMS: 5000},
@@ -1331,6 +1331,59 @@ func TestUnreturnedWorkersGetTheirDisconnect(t *testing.T) {
 		after.worker("o", "c", 1, chat("m"))
 		if got := disconnects(); len(got) != 2 {
 			t.Fatalf("after b and c came back, disconnects %+v; want no more", got)
+		}
+	})
+}
+
+// A new home lists the workers its organisation's last home listed,
+// offline, until they connect; one that was connected there and does not
+// come back within the grace gets the disconnect its last home could not
+// record, once, dated at the adoption.
+func TestAdoptedWorkers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &events{}
+		a, b := WorkerID("o", "a"), WorkerID("o", "b")
+		now := time.Now()
+		store.RecordEvent("o", api.WorkerEvent{WorkerID: a, WorkerName: "a", EventType: api.EventConnected, CreatedAt: now.Add(-time.Hour)})
+		store.RecordEvent("o", api.WorkerEvent{WorkerID: b, WorkerName: "b", EventType: api.EventDisconnected, CreatedAt: now.Add(-time.Minute)})
+		h := newHarness(t, Config{Grace: 200 * time.Millisecond, LastEvent: store.lastOf})
+		h.f.Adopt("o", []Remembered{
+			{ID: a, Name: "a", MaxConcurrent: 2, Models: []api.Model{{ID: "m"}}, OfflineSince: now, LastSeen: now},
+			{ID: b, Name: "b", OfflineSince: now.Add(-time.Minute), LastSeen: now.Add(-time.Minute)},
+		}, []string{a}, now)
+		listed := map[string]api.Worker{}
+		for _, w := range h.f.Workers("o") {
+			listed[w.WorkerName] = w
+		}
+		if len(listed) != 2 || listed["a"].Status != api.StatusOffline || listed["b"].Status != api.StatusOffline ||
+			len(listed["a"].Models) != 1 || !listed["b"].OfflineSince.Equal(now.Add(-time.Minute).UTC()) {
+			t.Fatalf("adopted workers listed %+v", listed)
+		}
+		disconnects := func() []api.WorkerEvent {
+			h.ev.mu.Lock()
+			defer h.ev.mu.Unlock()
+			var out []api.WorkerEvent
+			for _, ev := range h.ev.evs {
+				if ev.EventType == api.EventDisconnected {
+					out = append(out, ev)
+				}
+			}
+			return out
+		}
+		h.f.settleAdopted(context.Background(), time.Now())
+		if got := disconnects(); len(got) != 0 {
+			t.Fatalf("within the grace: %+v", got)
+		}
+		time.Sleep(time.Second)
+		h.f.settleAdopted(context.Background(), time.Now())
+		h.f.settleAdopted(context.Background(), time.Now())
+		if got := disconnects(); len(got) != 1 || got[0].WorkerID != a || !got[0].CreatedAt.Equal(now.UTC()) ||
+			got[0].Detail == nil || !strings.Contains(*got[0].Detail, "home replica stopped") {
+			t.Fatalf("after the grace: %+v, want a's, dated %v", got, now.UTC())
+		}
+		h.worker("o", "a", 2, chat("m"))
+		if got := disconnects(); len(got) != 1 {
+			t.Fatalf("after a came back: %+v", got)
 		}
 	})
 }

@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"context"
 	"time"
 
 	"github.com/svc-dev/svc/internal/api"
@@ -55,6 +56,49 @@ func (f *Fleet) Remember() map[string][]Remembered {
 // save for the times Remember gives a connected worker. It may count a
 // change that changed nothing.
 func (f *Fleet) Changes() uint64 { return f.changes.Load() }
+
+// Adopt lists, for an organisation this gateway has just become the home
+// of, the workers its last home listed that are not linked here: offline
+// until they connect, as Remembered does for a restart. Those of back
+// were connected there; each that has not connected here within the
+// grace gets the disconnect its last home could not record, on Run's
+// ticker.
+func (f *Fleet) Adopt(orgID string, ws []Remembered, back []string, now time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rememberLocked(map[string][]Remembered{orgID: ws}, now)
+	if len(back) > 0 {
+		f.adopted = append(f.adopted, adoption{orgID: orgID, back: back, due: now.Add(f.cfg.Grace)})
+	}
+}
+
+// adoption is an Adopt's workers awaited back until due.
+type adoption struct {
+	orgID string
+	back  []string
+	due   time.Time
+}
+
+// settleAdopted records the disconnects of adopted workers not back when
+// their grace ended (settleUnreturned).
+func (f *Fleet) settleAdopted(ctx context.Context, now time.Time) {
+	f.mu.Lock()
+	var due []adoption
+	keep := f.adopted[:0]
+	for _, a := range f.adopted {
+		if now.Before(a.due) {
+			keep = append(keep, a)
+		} else {
+			due = append(due, a)
+		}
+	}
+	f.adopted = keep
+	f.mu.Unlock()
+	for _, a := range due {
+		f.settleUnreturned(ctx, a.orgID, a.back, "the organisation's home replica stopped, and the worker has not reconnected since",
+			map[string]any{"grace_ms": f.cfg.Grace.Milliseconds()})
+	}
+}
 
 // rememberLocked lists the workers of byOrg offline; what has been
 // offline KeepOffline already is left out.

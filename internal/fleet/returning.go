@@ -86,15 +86,11 @@ func (f *Fleet) returnedLocked(orgID, id string) {
 
 // settleReturning records, once the start grace has ended, the
 // disconnect of each worker the gateway this one replaced had connected
-// and that has not reconnected: nobody else can, and without it the
-// worker's events end at a connect. Each is dated when its link ended,
-// as the gateway that stopped recorded it (Remembered's offline_since),
-// and left out where the store's newest event of it is a disconnect
-// already. It runs on Run's ticker.
+// and that has not reconnected (settleUnreturned). It runs on Run's
+// ticker.
 func (f *Fleet) settleReturning(ctx context.Context, now time.Time) {
 	r := f.returning
-	type gone struct{ orgID, id string }
-	var lost []gone
+	var lost map[string][]string
 	f.mu.Lock()
 	if r.settled || now.Before(r.until) {
 		f.mu.Unlock()
@@ -104,17 +100,33 @@ func (f *Fleet) settleReturning(ctx context.Context, now time.Time) {
 	r.over.Store(true)
 	for orgID, ids := range r.missing {
 		for id := range ids {
-			lost = append(lost, gone{orgID, id})
+			if lost == nil {
+				lost = map[string][]string{}
+			}
+			lost[orgID] = append(lost[orgID], id)
 		}
 	}
 	f.mu.Unlock()
-	for _, g := range lost {
+	for orgID, ids := range lost {
+		f.settleUnreturned(ctx, orgID, ids, "the gateway stopped, and the worker has not reconnected since",
+			map[string]any{"start_grace_ms": f.cfg.StartGrace.Milliseconds()})
+	}
+}
+
+// settleUnreturned records the disconnect of each of ids, workers of
+// orgID listed from another gateway process (Remembered, Adopt) as
+// connected there, that has not connected here since: nobody else can,
+// and without it the worker's events end at a connect. Each is dated when
+// it went offline as listed, and left out where the store's newest event
+// of it is a disconnect already.
+func (f *Fleet) settleUnreturned(ctx context.Context, orgID string, ids []string, detail string, meta map[string]any) {
+	for _, id := range ids {
 		var last api.WorkerEvent
 		var found bool
 		if f.cfg.LastEvent != nil {
 			lctx, cancel := context.WithTimeout(ctx, lastEventWait)
 			var err error
-			last, found, err = f.cfg.LastEvent(lctx, g.orgID, g.id)
+			last, found, err = f.cfg.LastEvent(lctx, orgID, id)
 			cancel()
 			if err != nil || found && last.EventType == api.EventDisconnected {
 				continue
@@ -122,14 +134,13 @@ func (f *Fleet) settleReturning(ctx context.Context, now time.Time) {
 		}
 		f.mu.Lock()
 		// Back meanwhile, its connect recorded the end itself.
-		if w := f.org(g.orgID).workers[g.id]; w != nil && w.sess == nil && !w.offlineSince.IsZero() && !w.endRecorded {
+		if w := f.org(orgID).workers[id]; w != nil && w.sess == nil && !w.offlineSince.IsZero() && !w.endRecorded {
 			at := w.offlineSince
 			if found && at.Before(last.CreatedAt) {
 				at = last.CreatedAt
 			}
 			w.endRecorded = true
-			f.event(w, api.EventDisconnected, "the gateway stopped, and the worker has not reconnected since",
-				map[string]any{"start_grace_ms": f.cfg.StartGrace.Milliseconds()}, false, at)
+			f.event(w, api.EventDisconnected, detail, meta, false, at)
 		}
 		f.mu.Unlock()
 	}

@@ -131,6 +131,52 @@ func (e *Events) LastEvent(ctx context.Context, orgID, workerID string) (api.Wor
 	return ev, true, nil
 }
 
+// WorkerHistory is what the events tell of one worker: its newest event,
+// and its newest connect, which names its release, models and engines.
+type WorkerHistory struct {
+	Last, Connected api.WorkerEvent
+}
+
+// RecentWorkers is the history of each worker of orgID with an event
+// since since, by worker id: what an organisation's new home reads of the
+// workers its last home listed.
+func (e *Events) RecentWorkers(ctx context.Context, orgID string, since time.Time) (map[string]WorkerHistory, error) {
+	out := map[string]WorkerHistory{}
+	for _, q := range []struct {
+		sql  string
+		last bool
+	}{
+		{`SELECT DISTINCT ON (worker_id) payload::text FROM svc_worker_events
+			WHERE org_id = $1 AND created_ns >= $2 ORDER BY worker_id, created_ns DESC, seq DESC`, true},
+		{`SELECT DISTINCT ON (worker_id) payload::text FROM svc_worker_events
+			WHERE org_id = $1 AND created_ns >= $2 AND event_type = 'connected' ORDER BY worker_id, created_ns DESC, seq DESC`, false},
+	} {
+		rows, err := e.s.pool.Query(ctx, q.sql, pgText(orgID), since.UnixNano())
+		if err != nil {
+			return nil, fmt.Errorf("recent workers: %w", err)
+		}
+		var data []byte
+		_, err = pgx.ForEachRow(rows, []any{&data}, func() error {
+			var ev api.WorkerEvent
+			if err := json.Unmarshal(data, &ev); err != nil {
+				return fmt.Errorf("decode worker event: %w", err)
+			}
+			h := out[ev.WorkerID]
+			if q.last {
+				h.Last = ev
+			} else {
+				h.Connected = ev
+			}
+			out[ev.WorkerID] = h
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("recent workers: %w", err)
+		}
+	}
+	return out, nil
+}
+
 // PruneEvents deletes at most max events recorded before before, oldest
 // first.
 func (e *Events) PruneEvents(before time.Time, max int) (int, error) {

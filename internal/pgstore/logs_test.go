@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/bolt"
 	"github.com/svc-dev/svc/internal/pgstore"
 	"github.com/svc-dev/svc/internal/store/storetest"
@@ -115,3 +116,32 @@ func conformanceLogs(t *testing.T) storetest.Logs {
 func TestUsageConformance(t *testing.T)  { storetest.Usage(t, conformanceLogs) }
 func TestEventsConformance(t *testing.T) { storetest.Events(t, conformanceLogs) }
 func TestPowerConformance(t *testing.T)  { storetest.Power(t, conformanceLogs) }
+
+// A new home reads each recent worker's newest event and newest connect,
+// of its organisation alone and since the time asked.
+func TestRecentWorkers(t *testing.T) {
+	l := newLocal(t, open(t, pg.CreateDB(t)), t.TempDir(), nil, nil)
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	ev := func(id, worker, typ string, ago time.Duration) api.WorkerEvent {
+		return api.WorkerEvent{ID: id, WorkerID: worker, WorkerName: worker, EventType: typ, CreatedAt: now.Add(-ago), Metadata: map[string]any{}}
+	}
+	for _, e := range []api.WorkerEvent{
+		ev("a1", "wa", api.EventConnected, 3*time.Hour),
+		ev("a2", "wa", api.EventHealthChanged, 2*time.Hour),
+		ev("b1", "wb", api.EventConnected, time.Hour),
+		ev("b2", "wb", api.EventDisconnected, 30*time.Minute),
+		ev("c1", "wc", api.EventConnected, 48*time.Hour), // before since
+	} {
+		l.Events.RecordEvent("org", e)
+	}
+	l.Events.RecordEvent("other", ev("x1", "wx", api.EventConnected, time.Minute))
+	l.sync(t)
+	got, err := l.Events.RecentWorkers(context.Background(), "org", now.Add(-24*time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got["wa"].Last.ID != "a2" || got["wa"].Connected.ID != "a1" ||
+		got["wb"].Last.ID != "b2" || got["wb"].Connected.ID != "b1" {
+		t.Fatalf("recent workers %+v", got)
+	}
+}

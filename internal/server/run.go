@@ -298,6 +298,7 @@ func Run(ctx context.Context, cfg Config) error {
 		cg.Go(func() error { return cl.runShipper(clusterCtx) })
 		cg.Go(func() error { return cl.runHomes(clusterCtx) })
 		cl.serve(srv)
+		cg.Go(func() error { return cl.runAdoptions(clusterCtx, fl) })
 		bg.Go(func() error { return cl.followAccounts(bgCtx, accounts) })
 		bg.Go(func() error {
 			return cl.lead(bgCtx, term{pruner: pruner, providers: rentalConfig.Providers, accounts: accounts})

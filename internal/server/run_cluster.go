@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,8 +19,10 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/svc-dev/svc/internal/account"
+	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/bolt"
 	"github.com/svc-dev/svc/internal/cluster"
+	"github.com/svc-dev/svc/internal/fleet"
 	"github.com/svc-dev/svc/internal/pgstore"
 	"github.com/svc-dev/svc/internal/rental"
 	"github.com/svc-dev/svc/internal/store"
@@ -61,6 +64,7 @@ type clusterParts struct {
 	db      *pgstore.Store
 	secret  string
 	ship    *pgstore.Shipper
+	events  *pgstore.Events
 	lease   *cluster.Lease
 	homes   *cluster.Homes
 	// leave closes the links of an organisation homed elsewhere now; set
@@ -72,6 +76,9 @@ type clusterParts struct {
 	// peers reports the peers the server could not reach lately; set
 	// once the server exists.
 	peers atomic.Pointer[func() []string]
+	// gained holds the organisations this replica claimed, whose last
+	// home's workers runAdoptions lists here.
+	gained chan string
 }
 
 // openCluster connects to the cluster's database.
@@ -93,7 +100,8 @@ func openCluster(ctx context.Context, cfg Config, log *slog.Logger) (*clusterPar
 		cfg.Cluster.LeaseTTL = DefaultLeaseTTL
 	}
 	log.Info("cluster: replica on a shared database", "replica_id", id, "lease_ttl", cfg.Cluster.LeaseTTL.String())
-	return &clusterParts{cfg: cfg.Cluster, log: log, id: id, version: cfg.Build.Version, db: db, secret: secret}, nil
+	return &clusterParts{cfg: cfg.Cluster, log: log, id: id, version: cfg.Build.Version, db: db, secret: secret,
+		gained: make(chan string, 1024)}, nil
 }
 
 // replicaID reads the replica's id from the data directory, making one
@@ -133,7 +141,7 @@ func (c *clusterParts) local(db *bolt.Store, w *bolt.Writer) (store.Events, stor
 		return nil, nil, nil, err
 	}
 	l := c.db.Local(box, c.log)
-	c.ship = l.Shipper
+	c.ship, c.events = l.Shipper, l.Events
 	return l.Events, l.Usage, l.Power, nil
 }
 
@@ -154,6 +162,13 @@ func (c *clusterParts) start(public net.Addr) {
 		Moved: func(org string) {
 			if m := c.moved.Load(); m != nil {
 				(*m)(org)
+			}
+		},
+		Gained: func(org string) {
+			select {
+			case c.gained <- org:
+			default:
+				c.log.Warn("cluster: too many organisations claimed at once to list their last homes' workers", "org", org)
 			}
 		}})
 	c.log.Info("cluster: advertising this replica", "url", url)
@@ -224,6 +239,62 @@ func (c *clusterParts) serve(srv *Server) {
 }
 
 func (c *clusterParts) runHomes(ctx context.Context) error { return c.homes.Run(ctx) }
+
+// adoptFor is how far back a new home looks for its organisation's
+// workers: as long as a fleet lists one offline.
+const adoptFor = 24 * time.Hour
+
+// runAdoptions lists, for each organisation this replica claims, the
+// workers its last home listed that are not linked here, read from the
+// worker events (fleet.Adopt): a home that died took its list with it,
+// and a worker that died with it would otherwise vanish from the listing,
+// its events ending at a connect.
+func (c *clusterParts) runAdoptions(ctx context.Context, fl *fleet.Fleet) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case org := <-c.gained:
+			qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			now := time.Now()
+			hist, err := c.events.RecentWorkers(qctx, org, now.Add(-adoptFor))
+			cancel()
+			if err != nil {
+				c.log.Warn("cluster: read the workers of an organisation's last home", "org", org, "err", err)
+				continue
+			}
+			ws, back := adoptedWorkers(hist, now)
+			fl.Adopt(org, ws, back, now)
+		}
+	}
+}
+
+// adoptedWorkers makes the fleet's record of each worker from its
+// history: offline since its disconnect, or, for one still connected as
+// far as the events say (to the home that died), since now, and awaited
+// back. The release, concurrency and engines are its last connect's. Its
+// models are left out: the events name them without their capabilities,
+// and a model listed without them would be answered as one that cannot
+// chat, where a request should hear that no worker is online.
+func adoptedWorkers(hist map[string]pgstore.WorkerHistory, now time.Time) (ws []fleet.Remembered, back []string) {
+	for id, h := range hist {
+		r := fleet.Remembered{ID: id, Name: h.Last.WorkerName, LastSeen: h.Last.CreatedAt, OfflineSince: h.Last.CreatedAt}
+		if h.Last.EventType != api.EventDisconnected {
+			r.OfflineSince = now
+			back = append(back, id)
+		}
+		meta := h.Connected.Metadata
+		r.Version, _ = meta["version"].(string)
+		if n, ok := meta["max_concurrent"].(float64); ok {
+			r.MaxConcurrent = int(n)
+		}
+		if raw, err := json.Marshal(meta["engines"]); err == nil {
+			_ = json.Unmarshal(raw, &r.Engines)
+		}
+		ws = append(ws, r)
+	}
+	return ws, back
+}
 
 // release gives up the replica's homes: it is stopping.
 func (c *clusterParts) release() { c.homes.Release(context.Background()) }
