@@ -218,7 +218,17 @@ func TestClusterHomes(t *testing.T) {
 		if r.Status != http.StatusServiceUnavailable || r.Header.Get("Retry-After") == "" {
 			t.Fatalf("default's chat while its home is replaced = %d %v %s", r.Status, r.Header, r.Body)
 		}
-		refused = append(refused, r.Header.Get("X-Request-Id"))
+		// One forwarded to the home as it died was the home's to record,
+		// and went with it, as rows in its last commit window do; the
+		// front records those it answered itself.
+		var body struct {
+			Error struct {
+				Code string `json:"code"`
+			} `json:"error"`
+		}
+		if json.Unmarshal(r.Body, &body) == nil && body.Error.Code != api.CodeWorkerLost {
+			refused = append(refused, r.Header.Get("X-Request-Id"))
+		}
 		// Meanwhile acme, homed on b, is served throughout.
 		if r := c.do("POST", "/v1/chat/completions", chat, bearer(acmeKey)); r.Status != http.StatusOK {
 			t.Fatalf("acme's chat while default's home is replaced = %d %s", r.Status, r.Body)
@@ -230,8 +240,8 @@ func TestClusterHomes(t *testing.T) {
 	if gap > ttl+5*time.Second {
 		t.Errorf("default was served again %s after its home died, want within the TTL and 5 s", gap)
 	}
-	// Each 503 meanwhile has its one usage row with its status, written by
-	// the replica that answered it, the front or the new home.
+	// Each 503 the front or the new home answered meanwhile has its one
+	// usage row with its status, written by the replica that answered it.
 	if len(refused) == 0 {
 		t.Fatal("no 503 while default's home was replaced")
 	}
