@@ -127,16 +127,22 @@ func (f *Fleet) Connect(ctx context.Context, orgID string, hello api.Hello, conn
 	var replaced *link.Session
 	closeOld := func() {}
 	resumed := w != nil && w.sess != nil && w.sessionID == hello.SessionID && w.offlineSince.IsZero() && w.sess.Err() == nil
-	// A worker without a session here last linked to another gateway
-	// process (one remembered was listed by the gateway this one
-	// replaced, until it stopped).
+	// Where this fleet holds no live link of the worker, its last may
+	// have been to another gateway process, which could not record its
+	// end: one without a session here was listed by the gateway this one
+	// replaced (or the organisation's last home) until it stopped; one
+	// offline here may have linked elsewhere since this fleet recorded
+	// its end.
 	var untracked bool
-	var stoppedAt time.Time
-	if w == nil || w.sess == nil && !w.endRecorded {
+	var stoppedAt, endedHere time.Time
+	switch {
+	case resumed:
+	case w == nil:
 		untracked = true
-		if w != nil {
-			stoppedAt = w.offlineSince
-		}
+	case w.sess == nil:
+		untracked, stoppedAt = !w.endRecorded, w.offlineSince
+	case !w.offlineSince.IsZero():
+		untracked, endedHere = true, w.offlineSince
 	}
 	if resumed && w.attached {
 		// The old connection has not noticed it is dead yet. It dropped
@@ -206,7 +212,7 @@ func (f *Fleet) Connect(ctx context.Context, orgID string, hello api.Hello, conn
 	closeOld()
 	var lost *api.WorkerEvent
 	if untracked {
-		lost = f.unrecordedEnd(ctx, orgID, id, hello, stoppedAt, now)
+		lost = f.unrecordedEnd(ctx, orgID, id, hello, stoppedAt, endedHere, now)
 	}
 
 	if replaced != nil {
@@ -358,9 +364,11 @@ func (f *Fleet) newSession(w *worker) *link.Session {
 // the worker says its last link dropped (down_ms), else at the stop of
 // the gateway this one replaced when that one listed the worker (about
 // the crash when that was recorded by a checkpoint), else now; never
-// before the newest event. Nil when none is owed or the store
-// cannot tell.
-func (f *Fleet) unrecordedEnd(ctx context.Context, orgID, id string, hello api.Hello, stoppedAt, now time.Time) *api.WorkerEvent {
+// before the newest event. A worker that went offline here at endedHere
+// owes one only for an event newer than that: this fleet recorded that
+// end, which may not be in the store yet. Nil when none is owed or the
+// store cannot tell.
+func (f *Fleet) unrecordedEnd(ctx context.Context, orgID, id string, hello api.Hello, stoppedAt, endedHere, now time.Time) *api.WorkerEvent {
 	if f.cfg.LastEvent == nil || hello.SentAway {
 		// A worker sent away says the gateway that sent it recorded the
 		// end, which may not have reached the store yet.
@@ -374,6 +382,8 @@ func (f *Fleet) unrecordedEnd(ctx context.Context, orgID, id string, hello api.H
 		f.log.Warn("read a reconnecting worker's last event", "worker", hello.Name, "worker_id", id, "err", err)
 		return nil
 	case !ok || last.EventType == api.EventDisconnected:
+		return nil
+	case !endedHere.IsZero() && !last.CreatedAt.After(endedHere):
 		return nil
 	}
 	at, detail := now, "the link ended unrecorded; the worker connected again as a new process"
@@ -440,6 +450,7 @@ func (f *Fleet) graceExpired(w *worker, sess *link.Session) {
 	now := time.Now()
 	w.offlineSince = w.droppedAt
 	w.graceTimer = nil
+	f.changes.Add(1) // offline now: no longer expected back after a crash
 	f.event(w, api.EventDisconnected, fmt.Sprintf("the worker did not reconnect within %s", f.cfg.Grace),
 		nil, false, w.droppedAt)
 	f.noteStatusLocked(w, now)

@@ -429,6 +429,8 @@ func (f *Fleet) noteStatusLocked(w *worker, now time.Time) {
 func (f *Fleet) Run(ctx context.Context) error {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
+	var settling sync.WaitGroup
+	defer settling.Wait()
 	for {
 		select {
 		case <-ctx.Done():
@@ -437,10 +439,18 @@ func (f *Fleet) Run(ctx context.Context) error {
 		case <-t.C:
 			f.recheckApprovals()
 			f.sweep()
+			now := time.Now()
+			due := f.dueAdopted(now)
 			if f.cfg.SettleReturning {
-				f.settleReturning(ctx, time.Now())
+				if st := f.dueReturning(now); st != nil {
+					due = append(due, st)
+				}
 			}
-			f.settleAdopted(ctx, time.Now())
+			for _, st := range due {
+				// The store may be slow to answer for hundreds of workers:
+				// the sweep goes on meanwhile.
+				settling.Go(func() { f.settleUnreturned(ctx, st) })
+			}
 		}
 	}
 }

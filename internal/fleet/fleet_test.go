@@ -1278,20 +1278,27 @@ func TestUnrecordedEndIsRecorded(t *testing.T) {
 
 // Once the start grace ends, each worker the gateway this one replaced had
 // connected that has not come back gets its disconnect, dated at that
-// gateway's stop, once: not one back already, not one whose disconnect is
-// recorded, and none again when it returns later.
+// gateway's stop, once, a worker draining at the stop included: not one
+// back already, not one whose disconnect is recorded, and none again when
+// it returns later.
 func TestUnreturnedWorkersGetTheirDisconnect(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		before := newHarness(t, Config{Grace: 100 * time.Millisecond})
 		a := before.worker("o", "a", 1, chat("m"))
 		b := before.worker("o", "b", 1, chat("m"))
 		c := before.worker("o", "c", 1, chat("m"))
+		// d drains as the gateway stops: listed, but not expected back.
+		d := before.worker("o2", "d", 1, chat("m"))
+		before.f.SendAwayOrg("o2", "stopping")
 		_ = c.conn.Close()
 		synctest.Wait()
 		time.Sleep(time.Second) // past c's grace
 		before.expect(c.id, "o", api.StatusOffline)
 		time.Sleep(time.Hour)
 		rem, ret := before.f.Remember(), before.f.Connected()
+		if slices.Contains(ret["o2"], d.id) {
+			t.Fatalf("a draining worker is expected back: %v", ret)
+		}
 		stopped := time.Now()
 		time.Sleep(time.Minute)
 
@@ -1315,21 +1322,23 @@ func TestUnreturnedWorkersGetTheirDisconnect(t *testing.T) {
 		time.Sleep(time.Second)
 		after.worker("o", "a", 1, chat("m"))
 		time.Sleep(4 * time.Second)
-		after.f.settleReturning(ctx, time.Now())
+		settleReturning(ctx, after.f)
 		if got := disconnects(); len(got) != 1 || got[a.id].WorkerID == "" {
 			t.Fatalf("within the grace, disconnects %+v; want a's alone, recorded as it came back", got)
 		}
 		time.Sleep(6 * time.Second)
-		after.f.settleReturning(ctx, time.Now())
-		after.f.settleReturning(ctx, time.Now())
+		settleReturning(ctx, after.f)
+		settleReturning(ctx, after.f)
 		got := disconnects()
-		if ev, ok := got[b.id]; len(got) != 2 || !ok || !ev.CreatedAt.Equal(stopped.UTC()) || ev.Transient ||
-			ev.Detail == nil || !strings.Contains(*ev.Detail, "has not reconnected") {
-			t.Fatalf("after the grace, disconnects %+v; want a's and b's, b's dated %v", got, stopped.UTC())
+		for _, id := range []string{b.id, d.id} {
+			if ev, ok := got[id]; len(got) != 3 || !ok || !ev.CreatedAt.Equal(stopped.UTC()) || ev.Transient ||
+				ev.Detail == nil || !strings.Contains(*ev.Detail, "has not reconnected") {
+				t.Fatalf("after the grace, disconnects %+v; want a's, b's and d's, b's and d's dated %v", got, stopped.UTC())
+			}
 		}
 		after.worker("o", "b", 1, chat("m"))
 		after.worker("o", "c", 1, chat("m"))
-		if got := disconnects(); len(got) != 2 {
+		if got := disconnects(); len(got) != 3 {
 			t.Fatalf("after b and c came back, disconnects %+v; want no more", got)
 		}
 	})
@@ -1370,13 +1379,13 @@ func TestAdoptedWorkers(t *testing.T) {
 			}
 			return out
 		}
-		h.f.settleAdopted(context.Background(), time.Now())
+		settleAdopted(context.Background(), h.f)
 		if got := disconnects(); len(got) != 0 {
 			t.Fatalf("within the grace: %+v", got)
 		}
 		time.Sleep(time.Second)
-		h.f.settleAdopted(context.Background(), time.Now())
-		h.f.settleAdopted(context.Background(), time.Now())
+		settleAdopted(context.Background(), h.f)
+		settleAdopted(context.Background(), h.f)
 		if got := disconnects(); len(got) != 1 || got[0].WorkerID != a || !got[0].CreatedAt.Equal(now.UTC()) ||
 			got[0].Detail == nil || !strings.Contains(*got[0].Detail, "home replica stopped") {
 			t.Fatalf("after the grace: %+v, want a's, dated %v", got, now.UTC())
@@ -1386,4 +1395,73 @@ func TestAdoptedWorkers(t *testing.T) {
 			t.Fatalf("after a came back: %+v", got)
 		}
 	})
+}
+
+// settleReturning and settleAdopted settle what Run's ticker would find
+// due now, on the test's goroutine.
+func settleReturning(ctx context.Context, f *Fleet) {
+	if st := f.dueReturning(time.Now()); st != nil {
+		f.settleUnreturned(ctx, st)
+	}
+}
+
+func settleAdopted(ctx context.Context, f *Fleet) {
+	for _, st := range f.dueAdopted(time.Now()) {
+		f.settleUnreturned(ctx, st)
+	}
+}
+
+// A worker that went offline here and then linked to another gateway
+// process, which lost it unrecorded (the store's newest event of it is a
+// connect newer than this fleet's disconnect), is owed that end: when it
+// reconnects here, and when this fleet adopts it again and it does not;
+// one that linked nowhere else is owed nothing more.
+func TestEndElsewhereAfterGoingOfflineHere(t *testing.T) {
+	for _, tc := range []struct {
+		elsewhere, reconnect bool
+		want                 int
+	}{{true, true, 2}, {true, false, 2}, {false, true, 1}, {false, false, 1}} {
+		elsewhere, reconnect := tc.elsewhere, tc.reconnect
+		synctest.Test(t, func(t *testing.T) {
+			h := newHarness(t, Config{Grace: 100 * time.Millisecond})
+			h.f.cfg.LastEvent = h.ev.lastOf
+			w := h.worker("o", "w", 1, chat("m"))
+			_ = w.conn.Close()
+			synctest.Wait()
+			time.Sleep(time.Second) // past the grace: its disconnect is recorded here
+			h.expect(w.id, "o", api.StatusOffline)
+			time.Sleep(time.Minute)
+			if elsewhere {
+				// Another process had it since, and lost it without a word.
+				h.ev.RecordEvent("o", api.WorkerEvent{WorkerID: w.id, WorkerName: "w", EventType: api.EventConnected, CreatedAt: time.Now()})
+			}
+			time.Sleep(time.Minute)
+			count := func() int {
+				synctest.Wait()
+				h.ev.mu.Lock()
+				defer h.ev.mu.Unlock()
+				n := 0
+				for _, ev := range h.ev.evs {
+					if ev.EventType == api.EventDisconnected {
+						n++
+					}
+				}
+				return n
+			}
+			if reconnect {
+				back := &fakeWorker{h: h, hello: api.Hello{Protocol: link.Protocol, Name: "w", Version: "v1", MaxConcurrent: 1,
+					SessionID: uuid.NewString(), Models: []api.Model{chat("m")}, DownMS: 30_000}}
+				back.sess = link.NewSession(link.Options{Role: link.Worker, Accept: back.serve})
+				t.Cleanup(func() { back.sess.Close(nil) })
+				back.connect("o")
+			} else {
+				h.f.Adopt("o", nil, []string{w.id}, time.Now())
+				time.Sleep(time.Second)
+				settleAdopted(context.Background(), h.f)
+			}
+			if n := count(); n != tc.want {
+				t.Fatalf("elsewhere %v, reconnect %v: %d disconnects, want %d", elsewhere, reconnect, n, tc.want)
+			}
+		})
+	}
 }

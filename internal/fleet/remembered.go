@@ -1,7 +1,6 @@
 package fleet
 
 import (
-	"context"
 	"time"
 
 	"github.com/svc-dev/svc/internal/api"
@@ -68,7 +67,7 @@ func (f *Fleet) Adopt(orgID string, ws []Remembered, back []string, now time.Tim
 	defer f.mu.Unlock()
 	f.rememberLocked(map[string][]Remembered{orgID: ws}, now)
 	if len(back) > 0 {
-		f.adopted = append(f.adopted, adoption{orgID: orgID, back: back, due: now.Add(f.cfg.Grace)})
+		f.adopted = append(f.adopted, adoption{orgID: orgID, back: back, at: now, due: now.Add(f.cfg.Grace)})
 	}
 }
 
@@ -76,28 +75,29 @@ func (f *Fleet) Adopt(orgID string, ws []Remembered, back []string, now time.Tim
 type adoption struct {
 	orgID string
 	back  []string
+	at    time.Time
 	due   time.Time
 }
 
-// settleAdopted records the disconnects of adopted workers not back when
-// their grace ended (settleUnreturned).
-func (f *Fleet) settleAdopted(ctx context.Context, now time.Time) {
+// dueAdopted is the settlement owed for adopted workers not back when
+// their grace ended (settleUnreturned), one per adoption; nil when none
+// is due.
+func (f *Fleet) dueAdopted(now time.Time) []*settlement {
 	f.mu.Lock()
-	var due []adoption
+	defer f.mu.Unlock()
+	var due []*settlement
 	keep := f.adopted[:0]
 	for _, a := range f.adopted {
 		if now.Before(a.due) {
 			keep = append(keep, a)
-		} else {
-			due = append(due, a)
+			continue
 		}
+		due = append(due, &settlement{since: a.at, ids: map[string][]string{a.orgID: a.back},
+			detail: "the organisation's home replica stopped, and the worker has not reconnected since",
+			meta:   map[string]any{"grace_ms": f.cfg.Grace.Milliseconds()}})
 	}
 	f.adopted = keep
-	f.mu.Unlock()
-	for _, a := range due {
-		f.settleUnreturned(ctx, a.orgID, a.back, "the organisation's home replica stopped, and the worker has not reconnected since",
-			map[string]any{"grace_ms": f.cfg.Grace.Milliseconds()})
-	}
+	return due
 }
 
 // rememberLocked lists the workers of byOrg offline; what has been

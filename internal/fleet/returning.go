@@ -14,7 +14,7 @@ import (
 // request that finds none of them back yet waits for them rather than be
 // told that no worker is online.
 type returning struct {
-	until time.Time
+	started, until time.Time
 	// over is set once the grace has ended for every organisation, so
 	// that requests after it do not take the fleet lock for it.
 	over atomic.Bool
@@ -26,12 +26,12 @@ type returning struct {
 	// connects: the requests waiting for it look again.
 	back map[string]chan struct{}
 	// settled is set once the workers not back when the grace ended have
-	// had their disconnects recorded (settleReturning).
+	// been handed over for their disconnects (dueReturning).
 	settled bool
 }
 
 func newReturning(byOrg map[string][]string, grace time.Duration, now time.Time) *returning {
-	r := &returning{until: now.Add(grace), missing: map[string]map[string]bool{}, back: map[string]chan struct{}{}}
+	r := &returning{started: now, until: now.Add(grace), missing: map[string]map[string]bool{}, back: map[string]chan struct{}{}}
 	for org, ids := range byOrg {
 		if len(ids) == 0 {
 			continue
@@ -84,65 +84,80 @@ func (f *Fleet) returnedLocked(orgID, id string) {
 	}
 }
 
-// settleReturning records, once the start grace has ended, the
-// disconnect of each worker the gateway this one replaced had connected
-// and that has not reconnected (settleUnreturned). It runs on Run's
-// ticker.
-func (f *Fleet) settleReturning(ctx context.Context, now time.Time) {
+// dueReturning is, once the start grace has ended, the settlement owed
+// for the workers the gateway this one replaced listed (Remembered), each
+// that has not connected since: nobody else can record the end of its
+// link there. Every listed worker is looked at, not only those expected
+// back: one draining at the stop was listed but not expected, and the
+// store decides (settleUnreturned). Nil before the grace's end and once
+// it has been taken.
+func (f *Fleet) dueReturning(now time.Time) *settlement {
 	r := f.returning
-	var lost map[string][]string
 	f.mu.Lock()
+	defer f.mu.Unlock()
 	if r.settled || now.Before(r.until) {
-		f.mu.Unlock()
-		return
+		return nil
 	}
 	r.settled = true
 	r.over.Store(true)
-	for orgID, ids := range r.missing {
-		for id := range ids {
-			if lost == nil {
-				lost = map[string][]string{}
+	st := &settlement{since: r.started, ids: map[string][]string{},
+		detail: "the gateway stopped, and the worker has not reconnected since",
+		meta:   map[string]any{"start_grace_ms": f.cfg.StartGrace.Milliseconds()}}
+	for orgID, o := range f.orgs {
+		for id, w := range o.workers {
+			if w.sess == nil {
+				st.ids[orgID] = append(st.ids[orgID], id)
 			}
-			lost[orgID] = append(lost[orgID], id)
 		}
 	}
-	f.mu.Unlock()
-	for orgID, ids := range lost {
-		f.settleUnreturned(ctx, orgID, ids, "the gateway stopped, and the worker has not reconnected since",
-			map[string]any{"start_grace_ms": f.cfg.StartGrace.Milliseconds()})
-	}
+	return st
 }
 
-// settleUnreturned records the disconnect of each of ids, workers of
-// orgID listed from another gateway process (Remembered, Adopt) as
-// connected there, that has not connected here since: nobody else can,
-// and without it the worker's events end at a connect. Each is dated when
-// it went offline as listed, and left out where the store's newest event
-// of it is a disconnect already.
-func (f *Fleet) settleUnreturned(ctx context.Context, orgID string, ids []string, detail string, meta map[string]any) {
-	for _, id := range ids {
-		var last api.WorkerEvent
-		var found bool
-		if f.cfg.LastEvent != nil {
-			lctx, cancel := context.WithTimeout(ctx, lastEventWait)
-			var err error
-			last, found, err = f.cfg.LastEvent(lctx, orgID, id)
-			cancel()
-			if err != nil || found && last.EventType == api.EventDisconnected {
-				continue
+// settlement is the disconnects owed, by organisation, for workers listed
+// from another gateway process as connected there, unless they connected
+// here after since.
+type settlement struct {
+	since  time.Time
+	ids    map[string][]string
+	detail string
+	meta   map[string]any
+}
+
+// settleUnreturned records the disconnect of each worker of st that has
+// not connected here since st.since: without it the worker's events end
+// at a connect. One whose newest event in the store is a disconnect
+// already is left out. Each is dated when it went offline as listed, or
+// at st.since when the store has a newer event of it (a link to another
+// process since). It waits on the store, so it runs off Run's loop.
+func (f *Fleet) settleUnreturned(ctx context.Context, st *settlement) {
+	for orgID, ids := range st.ids {
+		for _, id := range ids {
+			if ctx.Err() != nil {
+				return
 			}
-		}
-		f.mu.Lock()
-		// Back meanwhile, its connect recorded the end itself.
-		if w := f.org(orgID).workers[id]; w != nil && w.sess == nil && !w.offlineSince.IsZero() && !w.endRecorded {
-			at := w.offlineSince
-			if found && at.Before(last.CreatedAt) {
-				at = last.CreatedAt
+			var last api.WorkerEvent
+			var found bool
+			if f.cfg.LastEvent != nil {
+				lctx, cancel := context.WithTimeout(ctx, lastEventWait)
+				var err error
+				last, found, err = f.cfg.LastEvent(lctx, orgID, id)
+				cancel()
+				if err != nil || found && last.EventType == api.EventDisconnected {
+					continue
+				}
 			}
-			w.endRecorded = true
-			f.event(w, api.EventDisconnected, detail, meta, false, at)
+			f.mu.Lock()
+			// Back meanwhile, its connect recorded the end itself.
+			if w := f.org(orgID).workers[id]; w != nil && !w.offlineSince.IsZero() && !w.offlineSince.After(st.since) && !w.endRecorded {
+				at := w.offlineSince
+				if found && at.Before(last.CreatedAt) {
+					at = st.since
+				}
+				w.endRecorded = true
+				f.event(w, api.EventDisconnected, st.detail, st.meta, false, at)
+			}
+			f.mu.Unlock()
 		}
-		f.mu.Unlock()
 	}
 }
 
