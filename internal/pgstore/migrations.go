@@ -13,5 +13,6 @@ func migrations() []migration {
 		{version: 5, name: "replica regions, stopping replicas", sql: schemaRegions},
 		{version: 6, minReader: 6, name: "rentals run by each organisation's home", sql: schemaRentalOrgs},
 		{version: 7, minReader: 7, name: "seconds of audio speech requests made", sql: schemaSpeechSeconds},
+		{version: 8, name: "worker events by worker", sql: schemaWorkerEvents},
 	}
 }

@@ -132,3 +132,12 @@ ALTER TABLE svc_usage_days ADD COLUMN speech_seconds double precision NOT NULL D
 ALTER TABLE svc_usage_models ADD COLUMN speech_seconds double precision NOT NULL DEFAULT 0;
 ALTER TABLE svc_usage_workers ADD COLUMN speech_seconds double precision NOT NULL DEFAULT 0;
 `
+
+// schemaWorkerEvents is version 8: a worker's events by time, for the
+// newest of one worker (LastEvent, on a worker's first connect to a
+// replica) and of each (RecentWorkers, on a claim), which the
+// organisation's index would find only by reading its events back to
+// them. Older builds do not need it.
+const schemaWorkerEvents = `
+CREATE INDEX svc_worker_events_worker ON svc_worker_events (org_id, worker_id, created_ns DESC, seq DESC);
+`
