@@ -19,9 +19,6 @@ var (
 	partValues = []string{"text", "image_url", "file"}
 )
 
-// systemRole is what a developer message's role becomes.
-var systemRole = json.RawMessage(`"system"`)
-
 // messages checks the conversation and prepares the text parts that replace
 // file parts, since engines do not take files.
 func (c *checker) messages(top *object) {
@@ -119,7 +116,7 @@ func (c *checker) message(path *api.Path, body []byte, start int) (end int, repl
 	}
 	msg = msg.clone()
 	if developer {
-		msg.set("role", systemRole)
+		msg.set("role", json.RawMessage(`"system"`))
 	}
 	if replacedParts {
 		msg.set("content", parts)

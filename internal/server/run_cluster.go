@@ -278,6 +278,9 @@ func (c *clusterParts) runAdoptions(ctx context.Context, fl *fleet.Fleet) error 
 // chat, where a request should hear that no worker is online.
 func adoptedWorkers(hist map[string]pgstore.WorkerHistory, now time.Time) (ws []fleet.Remembered, back []string) {
 	for id, h := range hist {
+		if h.Last.EventType == api.EventApprovalPending {
+			continue // never served, as Remember leaves it out
+		}
 		r := fleet.Remembered{ID: id, Name: h.Last.WorkerName, LastSeen: h.Last.CreatedAt, OfflineSince: h.Last.CreatedAt}
 		if h.Last.EventType != api.EventDisconnected {
 			r.OfflineSince = now

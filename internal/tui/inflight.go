@@ -90,6 +90,9 @@ func renderInflight(d inflightView, width, height int, st *styles) string {
 	widths := fitColumns(cols, cw)
 
 	f := frame{title: fmt.Sprintf("In flight (%d)", d.total), focused: d.focused}
+	if d.denied != "" {
+		f.title = "In flight"
+	}
 	var body []string
 	switch {
 	case d.denied != "":

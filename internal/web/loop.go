@@ -156,7 +156,7 @@ func (r *loopRun) run(ctx context.Context) *api.Result {
 				if len(calls) == 0 {
 					// Anything held back was not a call after all.
 					for _, c := range s.held {
-						if err := r.out.Event(ctx, c); err != nil {
+						if err := r.out.Event(ctx, withHead(c, r.head)); err != nil {
 							return engine.Cancelled()
 						}
 					}
