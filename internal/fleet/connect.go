@@ -374,9 +374,7 @@ func (f *Fleet) unrecordedEnd(ctx context.Context, orgID, id string, hello api.H
 		// end, which may not have reached the store yet.
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, lastEventWait)
-	defer cancel()
-	last, ok, err := f.cfg.LastEvent(ctx, orgID, id)
+	last, ok, err := f.newestEvent(ctx, orgID, id)
 	switch {
 	case err != nil:
 		f.log.Warn("read a reconnecting worker's last event", "worker", hello.Name, "worker_id", id, "err", err)
@@ -405,8 +403,16 @@ func (f *Fleet) unrecordedEnd(ctx context.Context, orgID, id string, hello api.H
 	return &ev
 }
 
-// lastEventWait bounds the store's answer to unrecordedEnd: a worker's
-// connect waits for it.
+// newestEvent is the store's newest event of worker id (Config.LastEvent,
+// which must be set), within lastEventWait.
+func (f *Fleet) newestEvent(ctx context.Context, orgID, id string) (api.WorkerEvent, bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, lastEventWait)
+	defer cancel()
+	return f.cfg.LastEvent(ctx, orgID, id)
+}
+
+// lastEventWait bounds the store's answer: a worker's connect, or a
+// settlement of hundreds, waits for it.
 const lastEventWait = time.Second
 
 // maxDownMS bounds a worker's down_ms where it becomes a duration: a

@@ -138,10 +138,8 @@ func (f *Fleet) settleUnreturned(ctx context.Context, st *settlement) {
 			var last api.WorkerEvent
 			var found bool
 			if f.cfg.LastEvent != nil {
-				lctx, cancel := context.WithTimeout(ctx, lastEventWait)
 				var err error
-				last, found, err = f.cfg.LastEvent(lctx, orgID, id)
-				cancel()
+				last, found, err = f.newestEvent(ctx, orgID, id)
 				if err != nil || found && last.EventType == api.EventDisconnected {
 					continue
 				}
