@@ -218,14 +218,9 @@ func TestPrepareReplacesFileParts(t *testing.T) {
 		if err := r.Prepare(m); err != nil {
 			t.Fatal(err)
 		}
-		var body struct {
-			Messages []json.RawMessage `json:"messages"`
-		}
-		if err := json.Unmarshal(r.Body, &body); err != nil {
-			t.Fatal(err)
-		}
-		if string(body.Messages[0]) != sys {
-			t.Errorf("untouched message changed: %s", body.Messages[0])
+		messages := engineMessages(t, r)
+		if string(messages[0]) != sys {
+			t.Errorf("untouched message changed: %s", messages[0])
 		}
 		var msg struct {
 			Name    string `json:"name"`
@@ -237,11 +232,11 @@ func TestPrepareReplacesFileParts(t *testing.T) {
 				File     json.RawMessage `json:"file"`
 			} `json:"content"`
 		}
-		if err := json.Unmarshal(body.Messages[1], &msg); err != nil {
+		if err := json.Unmarshal(messages[1], &msg); err != nil {
 			t.Fatal(err)
 		}
 		if msg.Name != "me" || msg.X != 1 || len(msg.Content) != 3 {
-			t.Fatalf("message = %s", body.Messages[1])
+			t.Fatalf("message = %s", messages[1])
 		}
 		if c := msg.Content[1]; c.Type != "text" || c.Text != "data.CSV:\na,b\n1,<2>" || c.File != nil {
 			t.Errorf("file part became %+v", c)
@@ -249,8 +244,8 @@ func TestPrepareReplacesFileParts(t *testing.T) {
 		if c := msg.Content[2]; c.Type != "image_url" || string(c.ImageURL) != `{"url":`+quote(tinyPNG)+`}` {
 			t.Errorf("image part became %+v", c)
 		}
-		if !bytes.HasPrefix(body.Messages[1], []byte(`{"name":"me","role":"user","content":[{"type":"text","text":"see"},{"type":"text","text":"data.CSV:\na,b\n1,<2>"}`)) {
-			t.Errorf("message order or bytes changed: %s", body.Messages[1])
+		if !bytes.HasPrefix(messages[1], []byte(`{"name":"me","role":"user","content":[{"type":"text","text":"see"},{"type":"text","text":"data.CSV:\na,b\n1,<2>"}`)) {
+			t.Errorf("message order or bytes changed: %s", messages[1])
 		}
 	}
 }
@@ -266,14 +261,8 @@ func TestPrepareDeveloperIsSystem(t *testing.T) {
 		if err := r.Prepare(nil); err != nil {
 			t.Fatal(err)
 		}
-		var body struct {
-			Messages []json.RawMessage `json:"messages"`
-		}
-		if err := json.Unmarshal(r.Body, &body); err != nil {
-			t.Fatal(err)
-		}
-		if string(body.Messages[0]) != tc.want || string(body.Messages[1]) != userHi {
-			t.Errorf("%s reached the engine as %s", tc.sent, body.Messages)
+		if got := engineMessages(t, r); string(got[0]) != tc.want || string(got[1]) != userHi {
+			t.Errorf("%s reached the engine as %s", tc.sent, got)
 		}
 	}
 }
@@ -342,4 +331,17 @@ func TestThousands(t *testing.T) {
 			t.Errorf("thousands(%d) = %s, want %s", n, got, want)
 		}
 	}
+}
+
+// engineMessages is the messages of the body r sends to its engine, each
+// as it is written there.
+func engineMessages(t *testing.T, r *Request) []json.RawMessage {
+	t.Helper()
+	var body struct {
+		Messages []json.RawMessage `json:"messages"`
+	}
+	if err := json.Unmarshal(r.Body, &body); err != nil {
+		t.Fatal(err)
+	}
+	return body.Messages
 }

@@ -275,13 +275,7 @@ func TestClusterHomes(t *testing.T) {
 		}
 		query := "?worker_id=" + w["worker_id"].(string)
 		eventually(t, 10*time.Second, fmt.Sprintf("%s's disconnect between its two connects", w["worker_name"]), func() bool {
-			var got []string
-			for _, e := range c.events(key, query) {
-				if typ := e["event_type"].(string); typ == api.EventConnected || typ == api.EventDisconnected {
-					got = append(got, typ)
-				}
-			}
-			return strings.Join(got, " ") == "connected disconnected connected"
+			return linkEvents(c.events(key, query)) == "connected disconnected connected"
 		})
 	}
 	// b could not reach the dead home meanwhile: its /readyz and its
@@ -319,13 +313,7 @@ func TestClusterHomes(t *testing.T) {
 		return false
 	})
 	eventually(t, 30*time.Second, "d1's disconnect after the grace", func() bool {
-		var got []string
-		for _, e := range c.events(key, "?worker_id="+d1["worker_id"].(string)) {
-			if typ := e["event_type"].(string); typ == api.EventConnected || typ == api.EventDisconnected {
-				got = append(got, typ)
-			}
-		}
-		return strings.Join(got, " ") == "disconnected connected"
+		return linkEvents(c.events(key, "?worker_id="+d1["worker_id"].(string))) == "disconnected connected"
 	})
 }
 

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/harness"
 )
 
@@ -62,6 +63,18 @@ func (s *server) events(key, query string) []map[string]any {
 		s.t.Fatal(err)
 	}
 	return out
+}
+
+// linkEvents is the connects and disconnects among evs, newest first as
+// listed, joined by spaces: "connected disconnected connected".
+func linkEvents(evs []map[string]any) string {
+	var out []string
+	for _, e := range evs {
+		if typ, _ := e["event_type"].(string); typ == api.EventConnected || typ == api.EventDisconnected {
+			out = append(out, typ)
+		}
+	}
+	return strings.Join(out, " ")
 }
 
 // waitEvent waits for an event matching ok.

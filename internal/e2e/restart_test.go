@@ -140,15 +140,6 @@ func TestWorkerEventsCoverGatewayRestarts(t *testing.T) {
 	gone := startWorker(t, s.URL, s.tokenFile(), "gone", "--engine", "sim=tps=0,ttft=0")
 	query := "?worker_id=" + s.workerNamed(key, "steady", statusIs("healthy"))["worker_id"].(string)
 	goneQuery := "?worker_id=" + s.workerNamed(key, "gone", statusIs("healthy"))["worker_id"].(string)
-	types := func(evs []map[string]any) []string {
-		var out []string
-		for _, e := range evs {
-			if e["event_type"] == "connected" || e["event_type"] == "disconnected" {
-				out = append(out, e["event_type"].(string))
-			}
-		}
-		return out
-	}
 	// Listed is written, and survives the kill.
 	s.waitEvent(key, query, func(e map[string]any) bool { return e["event_type"] == "connected" })
 	s.waitEvent(key, goneQuery, func(e map[string]any) bool { return e["event_type"] == "connected" })
@@ -161,9 +152,9 @@ func TestWorkerEventsCoverGatewayRestarts(t *testing.T) {
 		var evs []map[string]any
 		if !harness.Eventually(10*time.Second, func() bool {
 			evs = s.events(key, query)
-			return strings.Join(types(evs), " ") == want
+			return linkEvents(evs) == want
 		}) {
-			t.Fatalf("%s, events %v, want %s:\n%v", what, types(evs), want, evs)
+			t.Fatalf("%s, events %s, want %s:\n%v", what, linkEvents(evs), want, evs)
 		}
 		return evs
 	}
@@ -187,7 +178,7 @@ func TestWorkerEventsCoverGatewayRestarts(t *testing.T) {
 	goneEvs := []map[string]any{}
 	if !harness.Eventually(10*time.Second, func() bool {
 		goneEvs = s.events(key, goneQuery)
-		return strings.Join(types(goneEvs), " ") == "disconnected connected"
+		return linkEvents(goneEvs) == "disconnected connected"
 	}) {
 		t.Fatalf("the events of the worker gone with the gateway: %v", goneEvs)
 	}

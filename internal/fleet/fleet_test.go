@@ -32,6 +32,19 @@ func (e *events) RecordEvent(_ string, ev api.WorkerEvent) {
 	e.mu.Unlock()
 }
 
+// ofType is a copy of the events of type typ, in the order recorded.
+func (e *events) ofType(typ string) []api.WorkerEvent {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []api.WorkerEvent
+	for _, ev := range e.evs {
+		if ev.EventType == typ {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
 func (e *events) find(typ string, transient bool) *api.WorkerEvent {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -1306,16 +1319,12 @@ func TestUnreturnedWorkersGetTheirDisconnect(t *testing.T) {
 		ctx := context.Background()
 		disconnects := func() map[string]api.WorkerEvent {
 			synctest.Wait()
-			after.ev.mu.Lock()
-			defer after.ev.mu.Unlock()
 			out := map[string]api.WorkerEvent{}
-			for _, ev := range after.ev.evs {
-				if ev.EventType == api.EventDisconnected {
-					if _, twice := out[ev.WorkerID]; twice {
-						t.Fatalf("two disconnects of %s: %+v", ev.WorkerName, after.ev.evs)
-					}
-					out[ev.WorkerID] = ev
+			for _, ev := range after.ev.ofType(api.EventDisconnected) {
+				if _, twice := out[ev.WorkerID]; twice {
+					t.Fatalf("two disconnects of %s", ev.WorkerName)
 				}
+				out[ev.WorkerID] = ev
 			}
 			return out
 		}
@@ -1368,17 +1377,7 @@ func TestAdoptedWorkers(t *testing.T) {
 			len(listed["a"].Models) != 1 || !listed["b"].OfflineSince.Equal(now.Add(-time.Minute).UTC()) {
 			t.Fatalf("adopted workers listed %+v", listed)
 		}
-		disconnects := func() []api.WorkerEvent {
-			h.ev.mu.Lock()
-			defer h.ev.mu.Unlock()
-			var out []api.WorkerEvent
-			for _, ev := range h.ev.evs {
-				if ev.EventType == api.EventDisconnected {
-					out = append(out, ev)
-				}
-			}
-			return out
-		}
+		disconnects := func() []api.WorkerEvent { return h.ev.ofType(api.EventDisconnected) }
 		settleAdopted(context.Background(), h.f)
 		if got := disconnects(); len(got) != 0 {
 			t.Fatalf("within the grace: %+v", got)
@@ -1438,15 +1437,7 @@ func TestEndElsewhereAfterGoingOfflineHere(t *testing.T) {
 			time.Sleep(time.Minute)
 			count := func() int {
 				synctest.Wait()
-				h.ev.mu.Lock()
-				defer h.ev.mu.Unlock()
-				n := 0
-				for _, ev := range h.ev.evs {
-					if ev.EventType == api.EventDisconnected {
-						n++
-					}
-				}
-				return n
+				return len(h.ev.ofType(api.EventDisconnected))
 			}
 			if reconnect {
 				back := &fakeWorker{h: h, hello: api.Hello{Protocol: link.Protocol, Name: "w", Version: "v1", MaxConcurrent: 1,

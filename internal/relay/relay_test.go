@@ -902,22 +902,21 @@ func TestPinnedRequestIsListedUnderItsWorkerWhileItWaits(t *testing.T) {
 		h := newHarness(t)
 		w := h.worker("gpu-1", 1, answer("slow", time.Second))
 		h.worker("gpu-2", 1, answer("other", 0))
-		first := make(chan error, 1)
-		go func() {
-			req := chatRequest("busy", false)
-			req.Pin = w.id
-			_, err := h.rl.Start(req).Unary()
-			first <- err
-		}()
-		synctest.Wait()
-		waiting := make(chan error, 1)
-		go func() {
-			req := chatRequest("pinned", false)
-			req.Pin = w.id
-			_, err := h.rl.Start(req).Unary()
-			waiting <- err
-		}()
-		synctest.Wait()
+		// pinned starts a request pinned to w; its error comes on the
+		// channel once it ends.
+		pinned := func(prompt string) <-chan error {
+			done := make(chan error, 1)
+			go func() {
+				req := chatRequest(prompt, false)
+				req.Pin = w.id
+				_, err := h.rl.Start(req).Unary()
+				done <- err
+			}()
+			synctest.Wait()
+			return done
+		}
+		first := pinned("busy")
+		waiting := pinned("pinned")
 		listed := h.inflight.List(org, w.id, time.Now())
 		states := map[string]string{}
 		for _, r := range listed {
