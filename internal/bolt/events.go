@@ -54,18 +54,18 @@ func (e *Events) ListEvents(orgID string, q EventQuery) ([]api.WorkerEvent, erro
 			return (q.WorkerID == "" || ev.WorkerID == q.WorkerID) && (q.EventType == "" || ev.EventType == q.EventType)
 		}
 	}
-	return newestPage(e.store.db, bucketEvents, orgID, q.Offset, q.Limit, nil, keep)
+	return newestPage[api.WorkerEvent](context.Background(), e.store.db, bucketEvents, orgID, q.Offset, q.Limit, nil, keep)
 }
 
 // LastEvent returns workerID's newest event. Only events that name the
 // worker are decoded.
-func (e *Events) LastEvent(_ context.Context, orgID, workerID string) (api.WorkerEvent, bool, error) {
+func (e *Events) LastEvent(ctx context.Context, orgID, workerID string) (api.WorkerEvent, bool, error) {
 	id, err := json.Marshal(workerID)
 	if err != nil {
 		return api.WorkerEvent{}, false, err
 	}
 	mark := append([]byte(`"worker_id":`), id...)
-	evs, err := newestPage(e.store.db, bucketEvents, orgID, 0, 1,
+	evs, err := newestPage(ctx, e.store.db, bucketEvents, orgID, 0, 1,
 		func(v []byte) bool { return bytes.Contains(v, mark) },
 		func(ev *api.WorkerEvent) bool { return ev.WorkerID == workerID })
 	if err != nil || len(evs) == 0 {

@@ -71,3 +71,38 @@ func TestWriterBatchesEarlyAndBoundsPending(t *testing.T) {
 		t.Fatalf("pending not bounded: %d stored, %d dropped", len(got), w2.Backlog().DroppedEvents)
 	}
 }
+
+// A worker whose newest event lies behind many of its organisation's others
+// is looked up by reading back to it, so the lookup must end with its
+// context rather than whenever the scan does.
+func TestLastEventEndsWithItsContext(t *testing.T) {
+	s, err := Open(t.TempDir(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	w := s.NewWriter(WriterOptions{Every: time.Hour, Batch: 10_000})
+	ev := s.Events(w)
+	at := time.Now()
+	ev.RecordEvent("o", api.WorkerEvent{ID: "old", WorkerID: "quiet", EventType: "connected", CreatedAt: at})
+	for i := range 2 * ctxEvery {
+		ev.RecordEvent("o", api.WorkerEvent{ID: fmt.Sprint(i), WorkerID: "busy", EventType: "connected", CreatedAt: at.Add(time.Duration(i+1) * time.Millisecond)})
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	got, ok, err := ev.LastEvent(context.Background(), "o", "quiet")
+	if err != nil || !ok || got.ID != "old" {
+		t.Fatalf("LastEvent = %+v, %v, %v; want the quiet worker's event", got, ok, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, ok, err := ev.LastEvent(ctx, "o", "quiet"); err != context.Canceled || ok {
+		t.Fatalf("LastEvent under an ended context = %v, %v; want context.Canceled", ok, err)
+	}
+	// The newest event is the first read, so an ended context does not
+	// stand in the way of finding it.
+	if got, ok, err := ev.LastEvent(ctx, "o", "busy"); err != nil || !ok || got.WorkerID != "busy" {
+		t.Fatalf("LastEvent of the newest = %+v, %v, %v", got, ok, err)
+	}
+}

@@ -2,6 +2,7 @@ package bolt
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -18,6 +19,10 @@ import (
 
 // timeKeySuffix is the length after the org id: 0x00, time and sequence.
 const timeKeySuffix = 1 + 8 + 8
+
+// ctxEvery is how many entries a scan reads between looks at its context:
+// a look is cheap, but not next to a key comparison.
+const ctxEvery = 256
 
 func timeKey(orgID string, t time.Time, seq uint64) []byte {
 	k := make([]byte, 0, len(orgID)+timeKeySuffix)
@@ -36,7 +41,10 @@ func startSeq(seq *atomic.Uint64) { seq.Store(uint64(time.Now().UnixNano())) }
 // limit of them after skipping offset. skim, when set, rules an entry out
 // from its encoding alone; keep, when set, confirms a decoded one. Without
 // keep nothing skipped is decoded.
-func newestPage[T any](db *bbolt.DB, bucket []byte, orgID string, offset, limit int, skim func([]byte) bool, keep func(*T) bool) ([]T, error) {
+//
+// A scan that skips many entries can run long, so ctx is checked every
+// ctxEvery entries.
+func newestPage[T any](ctx context.Context, db *bbolt.DB, bucket []byte, orgID string, offset, limit int, skim func([]byte) bool, keep func(*T) bool) ([]T, error) {
 	out := []T{}
 	if limit <= 0 {
 		return out, nil
@@ -56,8 +64,13 @@ func newestPage[T any](db *bbolt.DB, bucket []byte, orgID string, offset, limit 
 			}
 			return nil
 		}
-		skipped := 0
+		skipped, seen := 0, 0
 		for ; k != nil && bytes.HasPrefix(k, prefix); k, v = c.Prev() {
+			if seen++; seen%ctxEvery == 0 {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+			}
 			if skim != nil && !skim(v) {
 				continue
 			}
