@@ -232,14 +232,24 @@ func (f *Fleet) Connect(ctx context.Context, orgID string, hello api.Hello, conn
 	}
 	if err != nil {
 		_ = conn.Close()
+		if lost != nil {
+			f.mu.Lock()
+			w.owedEnd = lost
+			f.mu.Unlock()
+		}
 		f.detached(w, sess, err)
 		return fmt.Errorf("connect worker %s: %w", hello.Name, err)
 	}
 
 	f.mu.Lock()
 	if w.sess == sess && w.attached {
+		if w.owedEnd != nil {
+			// An earlier try found the end unrecorded and failed: its
+			// connected event was never recorded either.
+			lost, w.owedEnd = w.owedEnd, nil
+		}
 		switch {
-		case resumed && !droppedAt.IsZero():
+		case resumed && !droppedAt.IsZero() && lost == nil:
 			down := now.Sub(droppedAt)
 			f.event(w, api.EventDisconnected, fmt.Sprintf("link dropped; the worker reconnected after %s", down.Round(time.Millisecond)),
 				map[string]any{"down_ms": down.Milliseconds(), "streams_resumed": len(peer)}, true, droppedAt)
@@ -432,7 +442,7 @@ func (f *Fleet) detached(w *worker, sess *link.Session, err error) {
 	f.reindexLocked(f.orgs[w.orgID], w, now)
 	if w.draining && sess.Streams() == 0 {
 		w.offlineSince = now
-		f.event(w, api.EventDisconnected, "the worker stopped", nil, false, now)
+		f.endLocked(w, "the worker stopped", now)
 		f.noteStatusLocked(w, now)
 		f.mu.Unlock()
 		sess.Close(&LostError{WorkerID: w.id, WorkerName: w.name, Reason: "stopped"})
@@ -457,8 +467,7 @@ func (f *Fleet) graceExpired(w *worker, sess *link.Session) {
 	w.offlineSince = w.droppedAt
 	w.graceTimer = nil
 	f.changes.Add(1) // offline now: no longer expected back after a crash
-	f.event(w, api.EventDisconnected, fmt.Sprintf("the worker did not reconnect within %s", f.cfg.Grace),
-		nil, false, w.droppedAt)
+	f.endLocked(w, fmt.Sprintf("the worker did not reconnect within %s", f.cfg.Grace), w.droppedAt)
 	f.noteStatusLocked(w, now)
 	f.mu.Unlock()
 	sess.Close(&LostError{WorkerID: w.id, WorkerName: w.name, Reason: fmt.Sprintf("disconnected and did not return within %s", f.cfg.Grace)})
@@ -654,7 +663,7 @@ func (f *Fleet) Disconnect(orgID, workerID, reason string) {
 		w.offlineSince = now
 		w.attached = false
 		f.reindexLocked(o, w, now)
-		f.event(w, api.EventDisconnected, reason, nil, false, now)
+		f.endLocked(w, reason, now)
 		f.noteStatusLocked(w, now)
 	}
 	f.mu.Unlock()

@@ -202,6 +202,11 @@ type worker struct {
 	// endRecorded: listed from the gateway this one replaced, the end of
 	// its link to that gateway is recorded already (settleReturning).
 	endRecorded bool
+	// owedEnd is the end of a link to another gateway process that a
+	// connect found unrecorded and then failed before recording: it
+	// goes before the next connected event, or is the end itself when
+	// the worker goes without one.
+	owedEnd *api.WorkerEvent
 
 	attached bool // the link has a connection now
 	draining bool
@@ -392,6 +397,17 @@ func (f *Fleet) installEvent(w *worker, detail string, in *api.ModelInstall, at 
 	ev := newEvent(w, api.EventModelInstall, detail, in.Metadata(), false, at)
 	ev.Install = in
 	f.cfg.Events.RecordEvent(w.orgID, ev)
+}
+
+// endLocked records the disconnect that ends w's link: the one a failed
+// connect owed when there is one, since no connected event followed it.
+func (f *Fleet) endLocked(w *worker, detail string, at time.Time) {
+	if ev := w.owedEnd; ev != nil {
+		w.owedEnd = nil
+		f.cfg.Events.RecordEvent(w.orgID, *ev)
+		return
+	}
+	f.event(w, api.EventDisconnected, detail, nil, false, at)
 }
 
 func newEvent(w *worker, typ, detail string, meta map[string]any, transient bool, at time.Time) api.WorkerEvent {

@@ -1456,3 +1456,61 @@ func TestEndElsewhereAfterGoingOfflineHere(t *testing.T) {
 		})
 	}
 }
+
+// failingConn is a connection cut before the gateway's welcome gets out.
+type failingConn struct{}
+
+func (failingConn) ReadMessage() ([]byte, error) { return nil, io.ErrClosedPipe }
+func (failingConn) WriteMessage([]byte) error    { return io.ErrClosedPipe }
+func (failingConn) Close() error                 { return nil }
+
+// A connect that finds the end of a link to another gateway unrecorded and
+// then fails keeps what it owes: the worker's next connect records it
+// before its connected event, and a worker that does not come back has it
+// as its one disconnect.
+func TestOwedEndOutlivesAFailedConnect(t *testing.T) {
+	for _, back := range []bool{true, false} {
+		synctest.Test(t, func(t *testing.T) {
+			before := newHarness(t, Config{Grace: 100 * time.Millisecond})
+			before.worker("o", "a", 1, chat("m"))
+			time.Sleep(time.Hour)
+			after := newHarness(t, Config{Grace: 100 * time.Millisecond, LastEvent: before.ev.lastOf})
+			fw := &fakeWorker{h: after, hello: api.Hello{Protocol: link.Protocol, Name: "a", Version: "v1", MaxConcurrent: 1,
+				SessionID: uuid.NewString(), Models: []api.Model{chat("m")}, DownMS: 5000}}
+			fw.sess = link.NewSession(link.Options{Role: link.Worker, Accept: fw.serve})
+			t.Cleanup(func() { fw.sess.Close(nil) })
+			down := time.Now().Add(-5 * time.Second)
+			hello := fw.hello
+			hello.Streams = fw.sess.RecvState()
+			if err := after.f.Connect(after.ctx, "o", hello, failingConn{}); err == nil {
+				t.Fatal("a connect whose welcome could not be sent succeeded")
+			}
+			if back {
+				fw.connect("o")
+			} else {
+				time.Sleep(time.Second) // past the grace
+			}
+			synctest.Wait()
+			after.ev.mu.Lock()
+			evs := slices.Clone(after.ev.evs)
+			after.ev.mu.Unlock()
+			evs = slices.DeleteFunc(evs, func(ev api.WorkerEvent) bool {
+				return ev.EventType != api.EventDisconnected && ev.EventType != api.EventConnected
+			})
+			var types []string
+			for _, ev := range evs {
+				types = append(types, ev.EventType)
+			}
+			want := []string{api.EventDisconnected}
+			if back {
+				want = append(want, api.EventConnected)
+			}
+			if !slices.Equal(types, want) {
+				t.Fatalf("back %v: events %v, want %v", back, types, want)
+			}
+			if d := evs[0]; d.Detail == nil || !strings.Contains(*d.Detail, "the link ended with the gateway process") || !d.CreatedAt.Equal(down.UTC()) {
+				t.Fatalf("back %v: the disconnect %+v, want the owed one dated %v", back, d, down.UTC())
+			}
+		})
+	}
+}
