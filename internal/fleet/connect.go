@@ -174,6 +174,11 @@ func (f *Fleet) Connect(ctx context.Context, orgID string, hello api.Hello, conn
 		// of its engines stalled.
 		w.limits = nil
 		w.heartbeat = api.Heartbeat{}
+		w.awayReason = ""
+		if w.leaveTimer != nil {
+			w.leaveTimer.Stop()
+			w.leaveTimer = nil
+		}
 	}
 	if w.graceTimer != nil {
 		w.graceTimer.Stop()
@@ -442,7 +447,11 @@ func (f *Fleet) detached(w *worker, sess *link.Session, err error) {
 	f.reindexLocked(f.orgs[w.orgID], w, now)
 	if w.draining && sess.Streams() == 0 {
 		w.offlineSince = now
-		f.endLocked(w, "the worker stopped", now)
+		detail := "the worker stopped"
+		if w.awayReason != "" {
+			detail = "the worker left as the gateway asked: " + w.awayReason
+		}
+		f.endLocked(w, detail, now)
 		f.noteStatusLocked(w, now)
 		f.mu.Unlock()
 		sess.Close(&LostError{WorkerID: w.id, WorkerName: w.name, Reason: "stopped"})
@@ -595,26 +604,38 @@ func diffIDs(oldIDs, curIDs []string) (added, removed []string) {
 	return added, removed
 }
 
-// Disconnect ends a worker's link and takes it offline at once, without a
-// grace period: the machine it ran on is gone (a stopped rental). Its
-// streams fail with the reason.
 // SendAway asks every linked worker to finish its running requests and
 // reconnect through its configured gateway, usually a load balancer that
 // places it on another replica; nothing new is scheduled on them here. It
 // returns how many were asked. Workers of releases that know no such
 // request stay until their link closes.
-func (f *Fleet) SendAway(reason string) int { return f.sendAway("", reason) }
+func (f *Fleet) SendAway(reason string) int { return f.sendAway("", reason, 0) }
 
 // SendAwayOrg is SendAway for one organisation's workers.
 func (f *Fleet) SendAwayOrg(orgID, reason string) int {
 	if orgID == "" {
 		return 0
 	}
-	return f.sendAway(orgID, reason)
+	return f.sendAway(orgID, reason, 0)
 }
 
-// sendAway sends away the workers of orgID, or every worker for "".
-func (f *Fleet) sendAway(orgID, reason string) int {
+// LeaveOrg sends away the workers of an organisation another replica is
+// now the home of, and closes the link of each still here after within:
+// one of a release that knows no go-away, or whose requests run on. A
+// worker sent away says so when it reconnects (sent_away), so that its
+// new home leaves the end of this link to this replica, which records
+// it; a link closed under it would read as a drop nobody recorded, and
+// be recorded twice.
+func (f *Fleet) LeaveOrg(orgID, reason string, within time.Duration) int {
+	if orgID == "" {
+		return 0
+	}
+	return f.sendAway(orgID, reason, within)
+}
+
+// sendAway sends away the workers of orgID, or every worker for "", and
+// after within, when positive, closes the links of those still here.
+func (f *Fleet) sendAway(orgID, reason string, within time.Duration) int {
 	payload, err := json.Marshal(api.GoAway{Reconnect: true, Reason: reason})
 	if err != nil {
 		return 0
@@ -635,6 +656,11 @@ func (f *Fleet) sendAway(orgID, reason string) int {
 				f.reindexLocked(o, w, now)
 				f.event(w, api.EventDraining, reason, nil, false, now)
 			}
+			w.awayReason = reason
+			if within > 0 && w.leaveTimer == nil {
+				sess := w.sess
+				w.leaveTimer = time.AfterFunc(within, func() { f.leaveExpired(w, sess, reason) })
+			}
 			sessions = append(sessions, w.sess)
 		}
 	}
@@ -645,6 +671,20 @@ func (f *Fleet) sendAway(orgID, reason string) int {
 	return len(sessions)
 }
 
+// leaveExpired closes the link of a worker sent away that is still here.
+func (f *Fleet) leaveExpired(w *worker, sess *link.Session, reason string) {
+	f.mu.Lock()
+	if w.leaveTimer == nil || w.sess != sess {
+		f.mu.Unlock()
+		return
+	}
+	w.leaveTimer = nil
+	f.disconnectLocked(w, reason)
+}
+
+// Disconnect ends a worker's link and takes it offline at once, without a
+// grace period: the machine it ran on is gone (a stopped rental). Its
+// streams fail with the reason.
 func (f *Fleet) Disconnect(orgID, workerID, reason string) {
 	f.mu.Lock()
 	o := f.orgs[orgID]
@@ -652,7 +692,13 @@ func (f *Fleet) Disconnect(orgID, workerID, reason string) {
 		f.mu.Unlock()
 		return
 	}
-	w := o.workers[workerID]
+	f.disconnectLocked(o.workers[workerID], reason)
+}
+
+// disconnectLocked is Disconnect of w; it unlocks the fleet.
+func (f *Fleet) disconnectLocked(w *worker, reason string) {
+	o := f.orgs[w.orgID]
+	workerID := w.id
 	if w.graceTimer != nil {
 		w.graceTimer.Stop()
 		w.graceTimer = nil

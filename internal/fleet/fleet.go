@@ -222,6 +222,11 @@ type worker struct {
 	lastSeen     time.Time
 	heartbeat    api.Heartbeat
 	graceTimer   *time.Timer
+	// awayReason is why the gateway sent the worker away, until it
+	// connects again; leaveTimer closes the link of one sent away that
+	// stays (LeaveOrg).
+	awayReason string
+	leaveTimer *time.Timer
 	// late is closed once the worker's heartbeats are late (lateLocked):
 	// the leases on it watch it to move requests that had no output. A
 	// heartbeat replaces it with an open one.
@@ -492,7 +497,8 @@ func (f *Fleet) sweep() {
 }
 
 // closeAll closes every worker connection; their sessions end. Pending
-// grace periods are stopped so no timer fires after Run returns.
+// grace periods and leaves are stopped so no timer fires after Run
+// returns.
 func (f *Fleet) closeAll() {
 	f.mu.Lock()
 	var sessions []*link.Session
@@ -501,6 +507,10 @@ func (f *Fleet) closeAll() {
 			if w.graceTimer != nil {
 				w.graceTimer.Stop()
 				w.graceTimer = nil
+			}
+			if w.leaveTimer != nil {
+				w.leaveTimer.Stop()
+				w.leaveTimer = nil
 			}
 			if w.sess != nil {
 				sessions = append(sessions, w.sess)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -1513,4 +1514,65 @@ func TestOwedEndOutlivesAFailedConnect(t *testing.T) {
 			}
 		})
 	}
+}
+
+// An organisation homed elsewhere now sends its workers away: one that
+// leaves when its requests are done is offline at once with the gateway's
+// word, and one that stays is disconnected after the bound, its request
+// failing. One back on a new link by then keeps that link.
+func TestLeaveOrg(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Config{Grace: 10 * time.Second})
+		quick := h.worker("o", "quick", 1, chat("m"))
+		busy := h.worker("o", "busy", 1, chat("n"))
+		back := h.worker("o", "back", 1, chat("m"))
+		busy.release = make(chan struct{})
+		defer close(busy.release)
+		l, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "n"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := l.Open(h.ctx, []byte(`{}`), []byte(`{}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := h.f.LeaveOrg("o", "homed elsewhere", 30*time.Second); n != 3 {
+			t.Fatalf("LeaveOrg asked %d workers, want 3", n)
+		}
+		if n := len(h.ev.ofType(api.EventDraining)); n != 3 {
+			t.Fatalf("%d draining events, want 3", n)
+		}
+
+		_ = quick.conn.Close() // it had nothing running, and left
+		synctest.Wait()
+		h.expect(quick.id, "o", api.StatusOffline)
+		time.Sleep(time.Second)
+		_ = back.conn.Close()
+		synctest.Wait()
+		back.hello.SessionID = uuid.NewString()
+		back.hello.SentAway = true
+		back.connect("o")
+
+		time.Sleep(30 * time.Second)
+		synctest.Wait()
+		h.expect(busy.id, "o", api.StatusOffline)
+		if w := h.settled(back.id, "o"); w.Status == api.StatusOffline {
+			t.Fatal("the worker back on a new link was disconnected")
+		}
+		if _, err := st.Recv(h.ctx); err == nil {
+			t.Fatal("the request on the worker that stayed outlived its link")
+		}
+		ends := map[string]string{}
+		for _, ev := range h.ev.ofType(api.EventDisconnected) {
+			ends[ev.WorkerName] = *ev.Detail
+		}
+		want := map[string]string{
+			"quick": "the worker left as the gateway asked: homed elsewhere",
+			"back":  "the worker left as the gateway asked: homed elsewhere",
+			"busy":  "homed elsewhere",
+		}
+		if !maps.Equal(ends, want) {
+			t.Fatalf("disconnects %v, want %v", ends, want)
+		}
+	})
 }

@@ -164,14 +164,20 @@ func (s *Server) SendOrgAway(orgID string) {
 	s.log.Info("cluster: sent an organisation's workers to its home_region", "org", orgID, "workers", n)
 }
 
-// LeaveOrg closes the links of an organisation's workers: another replica
-// became its home, and each worker reconnects through its gateway URL to
-// be sent there.
+// LeaveOrg sends away an organisation's workers: another replica became
+// its home, and each worker, once its running requests are done,
+// reconnects through its gateway URL to be sent there. Links still here
+// after leaveWithin are closed.
 func (s *Server) LeaveOrg(orgID string) {
-	for _, id := range s.fleet.Connected()[orgID] {
-		s.fleet.Disconnect(orgID, id, "another gateway replica is now the organisation's home")
-	}
+	n := s.fleet.LeaveOrg(orgID, "another gateway replica is now the organisation's home; reconnect through the configured gateway", leaveWithin)
+	s.log.Info("cluster: sent away the workers of an organisation homed elsewhere now", "org", orgID, "workers", n)
 }
+
+// leaveWithin is how long a worker sent away from an organisation homed
+// elsewhere may finish its requests here. Its new home routes it nothing
+// until it arrives, so this is short next to a drain: long enough for
+// most answers, not for a stream that runs on for minutes.
+const leaveWithin = 30 * time.Second
 
 // clusterMetrics exports the replica's view of its cluster.
 type clusterMetrics struct {

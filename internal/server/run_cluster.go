@@ -67,8 +67,8 @@ type clusterParts struct {
 	events  *pgstore.Events
 	lease   *cluster.Lease
 	homes   *cluster.Homes
-	// leave closes the links of an organisation homed elsewhere now; set
-	// once the server exists.
+	// leave sends away the workers of an organisation homed elsewhere
+	// now; set once the server exists.
 	leave atomic.Pointer[func(orgID string)]
 	// moved sends away the workers of an organisation this replica gave
 	// up for its home_region.
@@ -227,8 +227,8 @@ func (c *clusterParts) rentals(rc rental.Config) rental.Config {
 	return rc
 }
 
-// serve wires the server in: the links of an organisation whose home
-// moved elsewhere are closed.
+// serve wires the server in: the workers of an organisation whose home
+// moved elsewhere are sent away.
 func (c *clusterParts) serve(srv *Server) {
 	leave := srv.LeaveOrg
 	c.leave.Store(&leave)
