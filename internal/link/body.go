@@ -45,6 +45,9 @@ func (st *Stream) sendReader(ctx context.Context, prefix []byte, body io.Reader)
 		}
 		// sendFrame copies the payload, so cur is free again once it returns.
 		if err := st.sendFrame(ctx, t, flags, cur[:n], false); err != nil {
+			if t == TypeOpen {
+				return &unsentError{err}
+			}
 			return err
 		}
 		if m == 0 {
@@ -161,7 +164,7 @@ func (b *Body) next() error {
 func (s *Session) OpenDuplex(ctx context.Context, header []byte) (*Stream, error) {
 	st, err := s.newOutgoing()
 	if err != nil {
-		return nil, err
+		return nil, &unsentError{err}
 	}
 	prefix := binary.AppendUvarint(make([]byte, 0, binary.MaxVarintLen64+len(header)), uint64(len(header)))
 	prefix = append(prefix, header...)
@@ -171,7 +174,7 @@ func (s *Session) OpenDuplex(ctx context.Context, header []byte) (*Stream, error
 	}
 	if err := st.sendFrame(ctx, TypeOpen, FlagMore, prefix, false); err != nil {
 		st.Reset()
-		return nil, err
+		return nil, &unsentError{err}
 	}
 	return st, nil
 }

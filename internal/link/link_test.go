@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -657,4 +658,34 @@ func TestTryRecv(t *testing.T) {
 		}
 		settle(t, "the worker to forget the stream", func() bool { return p.w.Streams() == 0 })
 	})
+}
+
+// An open on a closed session sent nothing, and says so; a failure after
+// the request went out does not, whatever the session's fate: the peer
+// may have it.
+func TestUnsent(t *testing.T) {
+	ctx := ctxT(t)
+	p := newPair(t, 0, func(ctx context.Context, st *Stream) {
+		_, _, _ = st.ReadRequest(ctx)
+		<-ctx.Done()
+	})
+	st, err := p.g.Open(ctx, []byte(`{}`), []byte(`body`))
+	if err != nil || Unsent(err) {
+		t.Fatalf("open on a live session: %v (unsent %v)", err, Unsent(err))
+	}
+	gone := errors.New("the peer went")
+	p.g.Close(gone)
+	if _, err := st.Recv(ctx); err == nil || Unsent(err) {
+		t.Fatalf("a stream whose session closed under it: %v, unsent %v", err, Unsent(err))
+	}
+	for name, open := range map[string]func() error{
+		"Open":       func() error { _, err := p.g.Open(ctx, []byte(`{}`), []byte(`body`)); return err },
+		"OpenReader": func() error { _, err := p.g.OpenReader(ctx, []byte(`{}`), strings.NewReader("body")); return err },
+		"OpenDuplex": func() error { _, err := p.g.OpenDuplex(ctx, []byte(`{}`)); return err },
+	} {
+		err := open()
+		if !Unsent(err) || !errors.Is(err, gone) || err.Error() != gone.Error() {
+			t.Errorf("%s on a closed session: %v, unsent %v; want the close's reason, unsent", name, err, Unsent(err))
+		}
+	}
 }

@@ -245,7 +245,7 @@ func (s *Session) SendControl(typ Type, payload []byte) bool {
 func (s *Session) Open(ctx context.Context, header, body []byte) (*Stream, error) {
 	st, err := s.newOutgoing()
 	if err != nil {
-		return nil, err
+		return nil, &unsentError{err}
 	}
 	msg := make([]byte, 0, binary.MaxVarintLen64+len(header)+len(body))
 	msg = binary.AppendUvarint(msg, uint64(len(header)))
@@ -261,12 +261,28 @@ func (s *Session) Open(ctx context.Context, header, body []byte) (*Stream, error
 func (s *Session) OpenReader(ctx context.Context, header []byte, body io.Reader) (*Stream, error) {
 	st, err := s.newOutgoing()
 	if err != nil {
-		return nil, err
+		return nil, &unsentError{err}
 	}
 	prefix := binary.AppendUvarint(make([]byte, 0, binary.MaxVarintLen64+len(header)), uint64(len(header)))
 	prefix = append(prefix, header...)
 	return st.opened(st.sendReader(ctx, prefix, body))
 }
+
+// Unsent reports whether err, from Open, OpenReader or OpenDuplex, came
+// before anything of the stream was queued to go out: the peer cannot
+// have learnt of the request. Any other failure of theirs may come after
+// the peer had it.
+func Unsent(err error) bool {
+	var u *unsentError
+	return errors.As(err, &u)
+}
+
+// unsentError is an open's failure before its first frame was queued. It
+// reads as the failure it wraps.
+type unsentError struct{ err error }
+
+func (e *unsentError) Error() string { return e.err.Error() }
+func (e *unsentError) Unwrap() error { return e.err }
 
 // newOutgoing registers a new stream of the gateway's.
 func (s *Session) newOutgoing() (*Stream, error) {

@@ -120,6 +120,9 @@ func (st *Stream) send(ctx context.Context, typ Type, msg []byte, owned bool) er
 			flags = FlagMore
 		}
 		if err := st.sendFrame(ctx, t, flags, chunk, owned); err != nil {
+			if first && typ == TypeOpen {
+				return &unsentError{err}
+			}
 			return err
 		}
 		first = false

@@ -285,6 +285,12 @@ func (s *Server) forward(c *call, to target, up *upload) error {
 		if f.st != nil {
 			f.st.Reset()
 		}
+		if link.Unsent(err) {
+			// The link closed before the request went out: the peer
+			// never had it, and the row is this replica's again.
+			c.rowed = false
+			return &peerDownError{err}
+		}
 		s.metrics.forwards.WithLabelValues("lost").Inc()
 		return s.peerLost(c, to, err)
 	}
