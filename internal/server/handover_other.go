@@ -16,7 +16,7 @@ type handover struct{}
 
 // startHandover has nothing to serve here: passing a socket to another
 // process needs unix sockets.
-func startHandover(string, *net.TCPListener, func(), *slog.Logger) (*handover, error) {
+func startHandover(string, *net.TCPListener, func(), func(), *slog.Logger) (*handover, error) {
 	return &handover{}, nil
 }
 

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -41,7 +42,7 @@ func TestHandoverKeepsTheSocketOpenForTheNextServer(t *testing.T) {
 	if got, from, err := takeOver(path, addr); got != nil || from != nil || err != nil {
 		t.Fatalf("takeOver with no server = %v, %v, %v; want nothing", got, from, err)
 	}
-	ho, err := startHandover(path, old.TCPListener, nil, slog.New(slog.DiscardHandler))
+	ho, err := startHandover(path, old.TCPListener, nil, nil, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +261,7 @@ func TestDrainingReplicaAnswersNewConnections(t *testing.T) {
 	}
 	defer os.RemoveAll(dir)
 	path := filepath.Join(dir, HandoverFile)
-	ho, err := startHandover(path, kl.TCPListener, kl.stopRefusing, slog.New(slog.DiscardHandler))
+	ho, err := startHandover(path, kl.TCPListener, kl.stopRefusing, kl.resumeRefusing, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,5 +286,49 @@ func TestDrainingReplicaAnswersNewConnections(t *testing.T) {
 	c.Close()
 	if n, err := kl.release(true); n != 4 || err != nil {
 		t.Fatalf("release = %d, %v; want the 4 taken during the drain", n, err)
+	}
+}
+
+// A handover that stops a draining replica's refusals and then cannot pass
+// the socket (the taker went) leaves the socket this replica's alone: the
+// connections that arrive are answered with the 503 again, not left
+// queued until it exits.
+func TestFailedHandoverRefusesAgain(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kl := &keptListener{TCPListener: ln.(*net.TCPListener), drainAnswer: errReplicaStopping}
+	addr := kl.Addr().String()
+	if err := kl.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ho := &handover{sock: kl.TCPListener, log: slog.New(slog.DiscardHandler), beforeGive: kl.stopRefusing, afterFail: kl.resumeRefusing}
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	syscall.Close(fds[1]) // the taker is gone before the socket is passed
+	f := os.NewFile(uintptr(fds[0]), "handover")
+	c, err := net.FileConn(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := ho.give(c); err == nil || ho.handedOver() {
+		t.Fatalf("give to a taker that went = %v, handed over %v; want a failure", err, ho.handedOver())
+	}
+	hc := &http.Client{Timeout: 5 * time.Second}
+	resp, err := hc.Get("http://" + addr + "/readyz")
+	if err != nil {
+		t.Fatalf("after the failed handover: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "1" {
+		t.Fatalf("after the failed handover: %d %v; want the drain's 503", resp.StatusCode, resp.Header)
+	}
+	if n, err := kl.release(false); n != 1 || err != nil {
+		t.Fatalf("release = %d, %v; want the one refused", n, err)
 	}
 }

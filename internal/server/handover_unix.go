@@ -36,12 +36,13 @@ type handover struct {
 	gave atomic.Bool
 	// beforeGive runs before the socket is passed: what this server still
 	// takes from it must stop, or it would take the new server's
-	// connections.
-	beforeGive func()
+	// connections. afterFail runs when it could not be passed after all,
+	// to none yet: the socket is still this server's alone.
+	beforeGive, afterFail func()
 }
 
 // startHandover serves the handover socket at path until close.
-func startHandover(path string, sock *net.TCPListener, beforeGive func(), log *slog.Logger) (*handover, error) {
+func startHandover(path string, sock *net.TCPListener, beforeGive, afterFail func(), log *slog.Logger) (*handover, error) {
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("remove stale handover socket: %w", err)
 	}
@@ -53,7 +54,7 @@ func startHandover(path string, sock *net.TCPListener, beforeGive func(), log *s
 		ln.Close()
 		return nil, fmt.Errorf("restrict handover socket: %w", err)
 	}
-	h := &handover{path: path, ln: &peerListener{Listener: ln, allow: sameUser, log: log}, sock: sock, log: log, beforeGive: beforeGive}
+	h := &handover{path: path, ln: &peerListener{Listener: ln, allow: sameUser, log: log}, sock: sock, log: log, beforeGive: beforeGive, afterFail: afterFail}
 	h.wg.Go(h.serve)
 	return h, nil
 }
@@ -71,7 +72,7 @@ func (h *handover) serve() {
 	}
 }
 
-func (h *handover) give(c net.Conn) error {
+func (h *handover) give(c net.Conn) (err error) {
 	uc, ok := c.(*net.UnixConn)
 	if !ok {
 		return errors.New("not a unix socket")
@@ -83,6 +84,11 @@ func (h *handover) give(c net.Conn) error {
 	if h.beforeGive != nil {
 		h.beforeGive()
 	}
+	defer func() {
+		if err != nil && h.afterFail != nil && !h.gave.Load() {
+			h.afterFail()
+		}
+	}()
 	if err := uc.SetWriteDeadline(time.Now().Add(time.Second)); err != nil {
 		return err
 	}

@@ -35,6 +35,7 @@ type keptListener struct {
 	refuser     struct {
 		mu       sync.Mutex
 		stopped  bool          // stopRefusing ran: no refuser starts
+		final    bool          // answered ran: none starts again either
 		stop     chan struct{} // closed by stopRefusing
 		accepted chan struct{} // closed when the refuser takes no more connections; nil until it starts
 		done     chan struct{} // closed when the refusals it took are answered too
@@ -72,8 +73,12 @@ func (l *keptListener) Close() error {
 	if l.drainAnswer != nil {
 		l.refuser.mu.Lock()
 		if !l.refuser.stopped && l.refuser.done == nil {
-			l.refuser.stop, l.refuser.accepted, l.refuser.done = make(chan struct{}), make(chan struct{}), make(chan struct{})
-			go l.refuse(l.refuser.stop, l.refuser.accepted, l.refuser.done)
+			stop, accepted, done := make(chan struct{}), make(chan struct{}), make(chan struct{})
+			l.refuser.stop, l.refuser.accepted, l.refuser.done = stop, accepted, done
+			go func() {
+				defer close(done)
+				l.refuse(stop, accepted)
+			}()
 		}
 		l.refuser.mu.Unlock()
 	}
@@ -81,10 +86,9 @@ func (l *keptListener) Close() error {
 }
 
 // refuse answers each connection that arrives with drainAnswer until
-// stop; accepted is closed once it takes no more, done once the refusals
-// it took are answered too.
-func (l *keptListener) refuse(stop <-chan struct{}, accepted, done chan<- struct{}) {
-	defer close(done)
+// stop; accepted is closed once it takes no more. It returns once the
+// refusals it took are answered too.
+func (l *keptListener) refuse(stop <-chan struct{}, accepted chan<- struct{}) {
 	r := newRefusals(l.drainAnswer)
 	defer r.wait()
 	defer close(accepted)
@@ -131,9 +135,32 @@ func (l *keptListener) stopRefusing() {
 	}
 }
 
+// resumeRefusing undoes stopRefusing when the handover it made way for
+// failed: the socket is still this server's alone, and the connections
+// that arrive while it drains are to be answered, not left queued.
+func (l *keptListener) resumeRefusing() {
+	l.refuser.mu.Lock()
+	defer l.refuser.mu.Unlock()
+	if !l.refuser.stopped || l.refuser.final || l.refuser.done == nil {
+		return
+	}
+	l.refuser.stopped = false
+	prev := l.refuser.done
+	stop, accepted, done := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	l.refuser.stop, l.refuser.accepted, l.refuser.done = stop, accepted, done
+	go func() {
+		defer close(done)
+		l.refuse(stop, accepted)
+		<-prev
+	}()
+}
+
 // answered stops refusing and returns how many connections were refused,
 // once each refusal is answered.
 func (l *keptListener) answered() int {
+	l.refuser.mu.Lock()
+	l.refuser.final = true
+	l.refuser.mu.Unlock()
 	l.stopRefusing()
 	l.refuser.mu.Lock()
 	done := l.refuser.done

@@ -191,7 +191,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer os.Remove(sock)
-	ho, err = startHandover(filepath.Join(cfg.DataDir, HandoverFile), public.TCPListener, public.stopRefusing, log)
+	ho, err = startHandover(filepath.Join(cfg.DataDir, HandoverFile), public.TCPListener, public.stopRefusing, public.resumeRefusing, log)
 	if err != nil {
 		_ = consoleLn.Close()
 		return err
