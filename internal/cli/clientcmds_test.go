@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -401,5 +402,44 @@ func TestGatewayDown(t *testing.T) {
 			t.Errorf("%v: exit %d, want 1", args, r.code)
 		}
 		contains(t, strings.Join(args, " "), r.stderr, "cannot reach "+url, "'svc serve'", "--base-url")
+	}
+}
+
+// A key that may read usage but not list workers still filters by worker:
+// the argument goes as the worker's id, which is all the usage endpoints
+// need.
+func TestUsageByWorkerWithoutWorkersRead(t *testing.T) {
+	g := newFakeGateway(t, map[string]fakeReply{
+		"GET /api/v1/usage/logs":     {body: "logs.json"},
+		"GET /api/v1/usage/inflight": {body: "inflight.json"},
+		"GET /api/v1/workers": {status: http.StatusForbidden,
+			body: `{"detail":"This API key lacks the workers:read permission required for this endpoint."}`},
+	})
+	env := gatewayEnv(g)
+	for _, args := range [][]string{
+		{"usage", "logs", "--worker", "wk_1"},
+		{"usage", "inflight", "--worker", "wk_1"},
+	} {
+		r := cliRun{env: env}.run(t, args...)
+		if q := g.last("/api/v1/usage/" + args[1]).Query; r.code != 0 || q.Get("worker_id") != "wk_1" {
+			t.Fatalf("%v: exit %d, query %v: %s", args, r.code, q, r.stderr)
+		}
+	}
+}
+
+func TestCheckRangeSaysTheBoundPassed(t *testing.T) {
+	for _, tc := range []struct {
+		v    int
+		want string
+	}{
+		{-1, "--offset must be at least 0, got -1"},
+		{maxOffset + 1, fmt.Sprintf("--offset must be between 0 and %d, got %d", maxOffset, maxOffset+1)},
+	} {
+		if err := checkRange("--offset", tc.v, 0, maxOffset); err == nil || err.Error() != tc.want {
+			t.Errorf("checkRange(%d) = %v, want %q", tc.v, err, tc.want)
+		}
+	}
+	if err := checkRange("--offset", maxOffset, 0, maxOffset); err != nil {
+		t.Errorf("checkRange at the bound = %v", err)
 	}
 }

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"strconv"
 
 	"github.com/spf13/cobra"
@@ -85,6 +86,11 @@ func workerID(ctx context.Context, c *client.Client, arg string) (string, error)
 		return "", nil
 	}
 	w, err := resolveWorker(ctx, c, arg)
+	if client.IsStatus(err, http.StatusForbidden) {
+		// A key with usage:read alone may filter by a worker it may not
+		// list: the argument goes as the id it must then be.
+		return arg, nil
+	}
 	return w.WorkerID, err
 }
 

@@ -429,7 +429,7 @@ func checkPage(limit, offset int) error {
 // the API would with a 422, before anything is sent.
 func checkRange(flag string, v, lo, hi int) error {
 	if v < lo || v > hi {
-		if hi == maxOffset {
+		if hi == maxOffset && v < lo {
 			return usageErrorf("%s must be at least %d, got %d", flag, lo, v)
 		}
 		return usageErrorf("%s must be between %d and %d, got %d", flag, lo, hi, v)
