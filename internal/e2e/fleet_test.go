@@ -582,16 +582,27 @@ func TestEngineFailureStatuses(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.directive, func(t *testing.T) {
+			// A worker's own answer names it, failure or not; one tried
+			// on both workers names neither.
+			named := func(r reply) {
+				t.Helper()
+				id, name := r.Header.Get("X-Worker-Id"), r.Header.Get("X-Worker-Name")
+				if tt.typ != "" && (!strings.HasPrefix(id, "wk_") || name != "a" && name != "b") {
+					t.Fatalf("%s answered by %q (%q), want the worker named", tt.directive, name, id)
+				}
+			}
 			r := s.do("POST", "/v1/chat/completions", chatBody("sim-chat", "x\nsim: "+tt.directive, false), bearer(key))
 			_, typ := message(t, r)
 			if r.Status != tt.status || (tt.typ != "" && typ != tt.typ) {
 				t.Fatalf("%s = %d %s", tt.directive, r.Status, r.Body)
 			}
+			named(r)
 			// The same, streamed: known before any output, so a plain HTTP error.
 			r = s.do("POST", "/v1/chat/completions", chatBody("sim-chat", "x\nsim: "+tt.directive, true), bearer(key))
 			if r.Status != tt.status {
 				t.Fatalf("streamed %s = %d %s", tt.directive, r.Status, r.Body)
 			}
+			named(r)
 		})
 	}
 	// Cut off after output: the stream ends with a 502 error frame.

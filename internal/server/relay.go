@@ -54,6 +54,7 @@ func (s *Server) answerUnary(c *call, rc *relay.Call, late errorForm) error {
 func (s *Server) answerUnaryAs(c *call, rc *relay.Call, late errorForm, as func([]byte) ([]byte, error)) error {
 	rep, err := rc.Unary()
 	if err != nil {
+		failedOn(c, rc)
 		return err
 	}
 	if as != nil && rep.Late == nil {
@@ -96,8 +97,10 @@ func (s *Server) relayStream(c *call, req relay.Request) error {
 
 // relayStreamAs is relayStream with the events translated by tr, when set.
 func (s *Server) relayStreamAs(c *call, req relay.Request, tr streamTranslator) error {
-	st, err := s.start(c, req).Stream()
+	rc := s.start(c, req)
+	st, err := rc.Stream()
 	if err != nil {
+		failedOn(c, rc)
 		return err
 	}
 	h := startEvents(c)
@@ -107,6 +110,15 @@ func (s *Server) relayStreamAs(c *call, req relay.Request, tr streamTranslator) 
 	conn, _ := c.ctx.Conn().(*gatedConn)
 	c.ctx.SetBodyStream(&relayBody{write: func(out *chunks) { st.Write(eventWriter(out, conn, tr)) }, abandon: st.Abandon}, -1)
 	return nil
+}
+
+// failedOn names the worker whose own answer is the call's failure, as
+// its success would have: a request failed on a worker it was moved off,
+// or never given one, names none.
+func failedOn(c *call, rc *relay.Call) {
+	if w := rc.Worker(); w != nil {
+		workerHeaders(&c.ctx.Response.Header, *w)
+	}
 }
 
 // startEvents starts c's reply as a stream of server-sent events, which
