@@ -121,7 +121,7 @@ func (s *Server) speech(c *call) error {
 		s.refuse(c, r, err)
 		return err
 	}
-	asJSON := bytes.Contains(c.ctx.Request.Header.Peek("Accept"), []byte("application/json"))
+	asJSON := wantsJSON(c.ctx.Request.Header.Peek("Accept"))
 	r.NoKeepAlive = !asJSON
 	r.Render = func(a relay.Answer) (relay.Output, error) {
 		secs, err := speech.Seconds(a.Body)
