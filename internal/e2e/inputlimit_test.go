@@ -10,8 +10,8 @@ import (
 )
 
 // An input over the model's limit, through a real gateway and worker:
-// embeddings and rerank are 413 (too large for the model: shorten or
-// split), a chat prompt too long for the context window stays 400; all
+// embeddings, rerank and moderations are 413 (too large for the model:
+// shorten or split), a chat prompt too long for the context window stays 400; all
 // are context_length_exceeded with the engine's message, and the usage
 // row keeps the status.
 func TestInputOverModelLimit(t *testing.T) {
@@ -28,6 +28,9 @@ func TestInputOverModelLimit(t *testing.T) {
 		// sim-small's window is 4,096 tokens: 5,000 tokens get past the
 		// gateway's estimate and are refused by the engine.
 		{"/v1/chat/completions", chatBody("sim-small", strings.Repeat("abcd", 5000), false), 400, "maximum context length is 4096 tokens"},
+		// A moderation's input is the client's to shorten, as an
+		// embedding's is.
+		{"/v1/moderations", `{"model":"guard-a:8b","input":"` + strings.Repeat("word ", 40000) + `"}`, 413, "longer than the moderation model's context window allows"},
 	} {
 		r := s.do("POST", tc.path, tc.body, bearer(key))
 		if r.Status != tc.status {

@@ -16,7 +16,8 @@ import (
 // clients retry in vain; busy workers are moderation_capacity; a worker
 // that otherwise failed or timed out is moderation_unavailable too, but
 // worth a retry; a verdict that is neither safe nor unsafe keeps its own
-// code. A worker's own 429 is busy too; any other of its refusals that
+// code. An input too long for the model is a 413 to shorten it. A
+// worker's own 429 is busy too; any other of its refusals that
 // names no code is a check this model cannot run, a retry no cure. Every
 // code also goes in X-Svc-Error-Code.
 func ShapeError(err error) error {
@@ -35,6 +36,14 @@ func ShapeError(err error) error {
 		// status docs/moderation.md gives it: a failed image fetch is a
 		// 502 to fix the URL for, not a check to retry.
 		return &out
+	case ae.Code == contextLengthExceeded || ae.Type == contextLengthExceeded:
+		// The input, not the check, is at fault: the spec's 413 for an
+		// input over the model's limit, as embeddings and reranking
+		// answer it, whatever status the engine gave it.
+		long := api.Relayed(http.StatusRequestEntityTooLarge, contextLengthExceeded, contextLengthExceeded,
+			"The input is longer than the moderation model's context window allows; shorten or split it: "+ae.Message)
+		long.CodeHeader, long.Param = true, "input"
+		return long
 	case ae.Kind == api.KindCapacity:
 		out.Code = api.CodeModerationCapacity
 	case ae.Kind == api.KindRelayed && ae.HTTPStatus() == http.StatusTooManyRequests:
@@ -77,3 +86,7 @@ func lasting(out *api.Error, why string) {
 	out.Kind, out.Type, out.Code, out.RetryAfter = api.KindConflict, "", api.CodeModerationUnavailable, 0
 	out.Message = why + out.Message
 }
+
+// contextLengthExceeded is the type and code of an input longer than the
+// model's context window, as the engines' adapters report it.
+const contextLengthExceeded = "context_length_exceeded"

@@ -103,3 +103,19 @@ func TestShapeErrorWorkerStatus(t *testing.T) {
 		})
 	}
 }
+
+// An input over the guard model's context window is the client's to
+// shorten: the spec's 413, as embeddings answer it, naming the input,
+// whatever status the engine or an older worker gave it.
+func TestShapeErrorInputTooLong(t *testing.T) {
+	for _, in := range []error{
+		api.Relayed(400, "context_length_exceeded", "context_length_exceeded", "your messages resulted in 50213 tokens"),
+		api.Relayed(413, "context_length_exceeded", "", "your messages resulted in 50213 tokens"),
+	} {
+		var ae *api.Error
+		if !errors.As(ShapeError(in), &ae) || ae.HTTPStatus() != 413 || ae.Code != "context_length_exceeded" || !ae.CodeHeader ||
+			ae.Param != "input" || ae.RetryAfter != 0 || !strings.Contains(ae.Message, "shorten") || !strings.Contains(ae.Message, "50213 tokens") {
+			t.Fatalf("ShapeError(%v) = %+v", in, ae)
+		}
+	}
+}
