@@ -152,7 +152,12 @@ func parse(contentType string, body io.Reader, spool io.Writer, translate bool) 
 			if ok {
 				granularities = append(granularities, val)
 			}
-		case name != "":
+		case !formFields[name]:
+			// Ignored, whatever its size: the body's own limit bounds it.
+			if _, err := io.Copy(io.Discard, part); err != nil {
+				return nil, api.BadRequest("Malformed multipart/form-data body: %v", err)
+			}
+		default:
 			val, ok, err := fieldValue(part, &v)
 			if err != nil {
 				return nil, err
@@ -182,6 +187,11 @@ func parse(contentType string, body io.Reader, spool io.Writer, translate bool) 
 	r.Params.Format, r.Params.Seconds, r.Params.Bytes = info.Format, info.Seconds, info.Bytes
 	return r, nil
 }
+
+// formFields are the text fields a transcription reads; any other is
+// passed over unread.
+var formFields = map[string]bool{"model": true, "response_format": true, "language": true, "prompt": true,
+	"temperature": true, "beam_size": true, "stream": true}
 
 // formBoundary checks the content type and returns its boundary.
 func formBoundary(contentType string) (string, error) {

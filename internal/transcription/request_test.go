@@ -90,6 +90,15 @@ func TestParse(t *testing.T) {
 			}},
 		{"unknown fields are ignored", [][2]string{{"file", second}, {"model", "m"}, {"include[]", "logprobs"}},
 			func(t *testing.T, r *Request) {}},
+		// An audio file under another field's name is not the file, and
+		// neither its size nor its repetition is held against it.
+		{"unknown fields are ignored whatever their size", [][2]string{{"file", second}, {"model", "m"},
+			{"audio", strings.Repeat("x", 100<<10)}, {"audio", "again"}},
+			func(t *testing.T, r *Request) {
+				if r.Model != "m" {
+					t.Fatalf("got %+v", r)
+				}
+			}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
