@@ -174,7 +174,6 @@ func (f *Fleet) Connect(ctx context.Context, orgID string, hello api.Hello, conn
 		// of its engines stalled.
 		w.limits = nil
 		w.heartbeat = api.Heartbeat{}
-		w.awayReason = ""
 		if w.leaveTimer != nil {
 			w.leaveTimer.Stop()
 			w.leaveTimer = nil
@@ -198,6 +197,10 @@ func (f *Fleet) Connect(ctx context.Context, orgID string, hello api.Hello, conn
 	w.features = hello.Features
 	w.e2eKey = hello.E2EKey
 	w.draining = hello.Draining
+	if !resumed || !w.draining {
+		// Sent away is a kind of draining, and ends with it.
+		w.awayReason = ""
+	}
 	wasPending := w.pending
 	w.pending = pending
 	w.seenLocked(now)
