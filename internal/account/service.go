@@ -36,6 +36,9 @@ type Service struct {
 	mu      sync.RWMutex // guards st's maps for readers
 	st      state
 	version int64 // the store's Records.Version that st holds; guarded by wmu
+	// tokens is signalled when the worker tokens may have changed: here,
+	// or in the store by another process (Reload).
+	tokens chan struct{}
 }
 
 type memberKey struct{ orgID, userID string }
@@ -94,7 +97,7 @@ type Options struct {
 
 // New loads every account record from store.
 func New(store Store, opts Options) (*Service, error) {
-	s := &Service{store: store, log: opts.Logger}
+	s := &Service{store: store, log: opts.Logger, tokens: make(chan struct{}, 1)}
 	s.shared, _ = store.(SharedStore)
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -145,6 +148,7 @@ func (s *Service) reloadLocked() error {
 	s.st = st
 	s.mu.Unlock()
 	s.version = recs.Version
+	s.tokensChanged()
 	return nil
 }
 
@@ -305,7 +309,32 @@ func (s *Service) commitAfter(c *change, first func() error) error {
 	s.mu.Lock()
 	s.st.apply(c)
 	s.mu.Unlock()
+	if len(c.tokens) > 0 {
+		s.tokensChanged()
+	}
 	return nil
+}
+
+// TokensChanged is signalled after the worker tokens may have changed, a
+// revocation included, here or (on a shared store) in another process:
+// whoever holds links made with them checks them again (WorkerTokenLive).
+// Signals that come while one waits unread are one.
+func (s *Service) TokensChanged() <-chan struct{} { return s.tokens }
+
+func (s *Service) tokensChanged() {
+	select {
+	case s.tokens <- struct{}{}:
+	default:
+	}
+}
+
+// WorkerTokenLive reports whether the worker token id still lets its
+// workers connect: it exists and is not revoked.
+func (s *Service) WorkerTokenLive(id string) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	e := s.st.tokens[id]
+	return e != nil && e.RevokedAt == nil
 }
 
 func (s *Service) stamp() time.Time { return time.Now().UTC().Truncate(time.Millisecond) }

@@ -379,11 +379,23 @@ func TestWorkerTokens(t *testing.T) {
 		t.Fatal(err)
 	}
 	orgID, id, err := f.svc.AuthenticateWorker(tok.Secret)
-	if err != nil || id != tok.ID {
-		t.Fatalf("AuthenticateWorker = %s, %s, %v", orgID, id, err)
+	if err != nil || id != tok.ID || !f.svc.WorkerTokenLive(id) {
+		t.Fatalf("AuthenticateWorker = %s, %s, %v (live %v)", orgID, id, err, f.svc.WorkerTokenLive(id))
 	}
+	changed := func() bool {
+		select {
+		case <-f.svc.TokensChanged():
+			return true
+		default:
+			return false
+		}
+	}
+	changed() // the creation's
 	if _, err := f.svc.RevokeWorkerToken("default", tok.Prefix); err != nil {
 		t.Fatal(err)
+	}
+	if !changed() || f.svc.WorkerTokenLive(id) || f.svc.WorkerTokenLive("nope") {
+		t.Fatal("a revocation was not signalled, or the token is still live")
 	}
 	if _, _, err := f.svc.AuthenticateWorker(tok.Secret); status(t, err) != 401 {
 		t.Fatalf("revoked token: %v", err)

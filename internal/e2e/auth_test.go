@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/svc-dev/svc/e2ee"
+	"github.com/svc-dev/svc/internal/harness"
 )
 
 // keyFor creates a member with role and a key with perms over the admin
@@ -402,4 +405,50 @@ func TestModerationAuthErrorsCarryTheirCode(t *testing.T) {
 	if r := s.do("POST", "/v1/chat/completions", body); r.Status != 401 || r.Header.Get("X-Svc-Error-Code") != "" {
 		t.Fatalf("chat without a key: %d %v", r.Status, r.Header)
 	}
+}
+
+// Revoking a worker token cuts the links made with it: a leaked token's
+// worker stops serving at once, not when it next reconnects, its event
+// says why, and its agent, refused on its return, stops. A worker on
+// another token of the organisation serves on.
+func TestRevokedWorkerTokenCutsItsLinks(t *testing.T) {
+	s := startServer(t, "")
+	key, tokenFile := secondOrg(t, s)
+	leaked := launchWorker(t, s.URL, tokenFile, "leaked", "--engine", "sim=tps=0,ttft=0")
+	other := s.console("POST", "/api/v1/console/orgs/acme/worker-tokens", `{"name":"other"}`).JSON(t)["secret"].(string)
+	otherFile := filepath.Join(t.TempDir(), "other.token")
+	if err := os.WriteFile(otherFile, []byte(other), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	startWorker(t, s.URL, otherFile, "kept", "--engine", "sim=tps=0,ttft=0")
+	w := s.workerNamed(key, "leaked", statusIs("healthy"))
+
+	var id string
+	for _, tok := range s.console("GET", "/api/v1/console/orgs/acme/worker-tokens", "").JSON(t)["worker_tokens"].([]any) {
+		if tok := tok.(map[string]any); tok["name"] == "t" {
+			id = tok["id"].(string)
+		}
+	}
+	if r := s.console("DELETE", "/api/v1/console/orgs/acme/worker-tokens/"+id, ""); r.Status != 200 {
+		t.Fatalf("revoke: %d %s", r.Status, r.Body)
+	}
+	s.workerNamed(key, "leaked", statusIs("offline"))
+	if r := s.do("POST", "/v1/chat/completions", chatBody("sim-chat", "hi", false), bearer(key),
+		header{"X-Svc-Worker-Id", w["worker_id"].(string)}); r.Status == 200 {
+		t.Fatalf("the worker of a revoked token served: %s", r.Body)
+	}
+	if !leaked.wait(30 * time.Second) {
+		t.Fatal("the agent of a revoked token did not stop once refused")
+	}
+	var why []string
+	if !harness.Eventually(10*time.Second, func() bool {
+		why = why[:0]
+		for _, ev := range s.events(key, "?event_type=disconnected&worker_id="+w["worker_id"].(string)) {
+			why = append(why, fmt.Sprint(ev["detail"]))
+		}
+		return len(why) > 0
+	}) || len(why) != 1 || why[0] != "its worker token was revoked" {
+		t.Fatalf("disconnects %q, want one saying the token was revoked", why)
+	}
+	s.workerNamed(key, "kept", statusIs("healthy"))
 }

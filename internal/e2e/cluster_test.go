@@ -13,6 +13,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -972,5 +973,35 @@ func TestClusterReplicaStopsOnANewerSchema(t *testing.T) {
 	_, errOut, code := svc(t, []string{"SVC_STORE_URL=" + db}, "serve", "--data", t.TempDir(), "--addr", "127.0.0.1:0", "--rental-providers", "none")
 	if code != 6 || !strings.Contains(errOut, "newer than this build") {
 		t.Fatalf("a new start: exit %d\n%s", code, errOut)
+	}
+}
+
+// A worker token revoked on one replica cuts the links made with it at the
+// replica that holds them, the organisation's home.
+func TestClusterRevokedWorkerToken(t *testing.T) {
+	db := clusterDB(t)
+	a := startServerEnv(t, "", []string{"SVC_STORE_URL=" + db}, "--lease-ttl", clusterTTL, "--rental-providers", "none")
+	a.waitLog("cluster: leading", 15*time.Second)
+	b := startReplica(t, db, "")
+	b.waitLog("cluster: standing by", 15*time.Second)
+	key := a.adminKey()
+	// The organisation's first request makes a its home.
+	if got := a.do("POST", "/v1/chat/completions", chatBody("sim-chat", "hi", false), bearer(key)); got.Status == http.StatusOK {
+		t.Fatalf("a chat with no worker anywhere was served: %s", got.Body)
+	}
+	tok := b.console("POST", "/api/v1/console/orgs/default/worker-tokens", `{"name":"leak"}`).JSON(t)
+	file := filepath.Join(t.TempDir(), "leak.token")
+	if err := os.WriteFile(file, []byte(tok["secret"].(string)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w := launchWorker(t, a.URL, file, "l1", "--engine", "sim=ttft=0")
+	w.waitLog("connected to the gateway", 20*time.Second)
+	a.workerNamed(key, "l1", statusIs("healthy"))
+	if r := b.console("DELETE", "/api/v1/console/orgs/default/worker-tokens/"+tok["id"].(string), ""); r.Status != http.StatusOK {
+		t.Fatalf("revoke on the other replica: %d %s", r.Status, r.Body)
+	}
+	a.workerNamed(key, "l1", statusIs("offline"))
+	if !w.wait(30 * time.Second) {
+		t.Fatal("the agent of a revoked token did not stop once refused")
 	}
 }

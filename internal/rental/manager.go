@@ -788,12 +788,14 @@ func (m *Manager) finishStop(ctx context.Context, id string) (bool, error) {
 			return false, err
 		}
 	}
+	// Disconnected first, so that its events say why: a revoked token's
+	// links are cut too, for the token's sake.
+	m.cfg.Fleet.Disconnect(snap.OrgID, snap.WorkerID, "its rental stopped")
 	if org, ok := m.cfg.Accounts.OrgByID(snap.OrgID); ok && snap.TokenID != "" {
 		if _, err := m.cfg.Accounts.RevokeWorkerToken(org.Name, snap.TokenID); err != nil {
 			m.log.Warn("rental: revoke token", "rental", id, "err", err)
 		}
 	}
-	m.cfg.Fleet.Disconnect(snap.OrgID, snap.WorkerID, "its rental stopped")
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	r = m.rentals[id]

@@ -53,6 +53,7 @@ type Server struct {
 	events    store.Events
 	keepalive link.Keepalive
 	links     link.Buffers // the worker links' websocket buffers
+	byToken   tokenLinks   // the worker links, by the token each was made with
 	metrics   *metrics
 	watch     *clientWatch
 	// lives are the live transcriptions on hijacked connections.
