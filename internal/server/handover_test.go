@@ -11,7 +11,9 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,6 +21,7 @@ import (
 	"time"
 
 	"github.com/svc-dev/svc/internal/buildinfo"
+	"github.com/svc-dev/svc/internal/harness"
 )
 
 // The server replacing another takes its listening socket: connections
@@ -330,5 +333,68 @@ func TestFailedHandoverRefusesAgain(t *testing.T) {
 	}
 	if n, err := kl.release(false); n != 1 || err != nil {
 		t.Fatalf("release = %d, %v; want the one refused", n, err)
+	}
+}
+
+// TestTakerProcess is the process of TestTakerThatExits that takes the
+// socket over and exits, as a server whose start fails after the
+// takeover does.
+func TestTakerProcess(t *testing.T) {
+	path := os.Getenv("SVC_TEST_TAKE_OVER")
+	if path == "" {
+		t.Skip("run by TestTakerThatExits")
+	}
+	ln, _, err := takeOver(path, os.Getenv("SVC_TEST_TAKE_ADDR"))
+	if err != nil || ln == nil {
+		t.Fatalf("takeOver = %v, %v", ln, err)
+	}
+}
+
+// A server that took the socket over and exited leaves it to this one
+// again: it refuses the connections of its drain and, at its stop, takes
+// the queue, instead of leaving them to be reset with the socket.
+func TestTakerThatExits(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("a unix socket's peer pid is read on Linux only")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kl := &keptListener{TCPListener: ln.(*net.TCPListener), drainAnswer: errReplicaStopping}
+	addr := kl.Addr().String()
+	dir, err := os.MkdirTemp("", "ho")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	path := filepath.Join(dir, HandoverFile)
+	ho, err := startHandover(path, kl.TCPListener, kl.stopRefusing, kl.resumeRefusing, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ho.close()
+	taker := exec.Command(os.Args[0], "-test.run=^TestTakerProcess$")
+	taker.Env = append(os.Environ(), "SVC_TEST_TAKE_OVER="+path, "SVC_TEST_TAKE_ADDR="+addr)
+	if out, err := taker.CombinedOutput(); err != nil {
+		t.Fatalf("the taker: %v\n%s", err, out)
+	}
+	if !harness.Eventually(5*time.Second, func() bool { return !ho.handedOver() }) {
+		t.Fatal("the server that took the socket exited, and this one still counts it as handed over")
+	}
+	// The drain begins after: its connections are answered.
+	if err := kl.Close(); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + addr + "/readyz")
+	if err != nil {
+		t.Fatalf("during the drain: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 503 {
+		t.Fatalf("during the drain: %d, want the drain's 503", resp.StatusCode)
+	}
+	if n, err := kl.release(ho.handedOver()); n != 1 || err != nil {
+		t.Fatalf("release = %d, %v", n, err)
 	}
 }

@@ -32,12 +32,15 @@ type handover struct {
 	sock *net.TCPListener
 	log  *slog.Logger
 	wg   sync.WaitGroup
-	// gave is set once a server has taken the socket: it holds it too.
-	gave atomic.Bool
+	stop chan struct{} // closed by close: the takers' watches end
+	// holders counts the servers that took the socket and hold it still:
+	// each is watched until it exits, where the system tells its pid.
+	holders atomic.Int64
 	// beforeGive runs before the socket is passed: what this server still
 	// takes from it must stop, or it would take the new server's
-	// connections. afterFail runs when it could not be passed after all,
-	// to none yet: the socket is still this server's alone.
+	// connections. afterFail runs when no other server holds it after
+	// all, the passing failed or its taker exited: the socket is this
+	// server's alone again.
 	beforeGive, afterFail func()
 }
 
@@ -54,7 +57,7 @@ func startHandover(path string, sock *net.TCPListener, beforeGive, afterFail fun
 		ln.Close()
 		return nil, fmt.Errorf("restrict handover socket: %w", err)
 	}
-	h := &handover{path: path, ln: &peerListener{Listener: ln, allow: sameUser, log: log}, sock: sock, log: log, beforeGive: beforeGive, afterFail: afterFail}
+	h := &handover{path: path, ln: &peerListener{Listener: ln, allow: sameUser, log: log}, sock: sock, log: log, stop: make(chan struct{}), beforeGive: beforeGive, afterFail: afterFail}
 	h.wg.Go(h.serve)
 	return h, nil
 }
@@ -85,7 +88,7 @@ func (h *handover) give(c net.Conn) (err error) {
 		h.beforeGive()
 	}
 	defer func() {
-		if err != nil && h.afterFail != nil && !h.gave.Load() {
+		if err != nil && h.afterFail != nil && h.holders.Load() == 0 {
 			h.afterFail()
 		}
 	}()
@@ -105,17 +108,56 @@ func (h *handover) give(c net.Conn) (err error) {
 	if werr != nil {
 		return werr
 	}
-	h.gave.Store(true)
+	h.holders.Add(1)
 	h.log.Info("handover: passed the listening socket to the server replacing this one", "addr", h.sock.Addr().String())
+	if pid, ok := peerPID(c); ok {
+		h.wg.Go(func() { h.watch(pid) })
+	}
 	return nil
 }
 
-// handedOver reports whether a server has taken the socket.
-func (h *handover) handedOver() bool { return h.gave.Load() }
+// watch waits for the server of pid, which took the socket, to exit, or
+// for close. A taker that exits early (its start failed after it took
+// the socket) leaves the connections to this server again: it answers
+// them while it drains, and takes the queue when it stops, rather than
+// leave them to be reset.
+func (h *handover) watch(pid int) {
+	t := time.NewTicker(takerCheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-h.stop:
+			return
+		case <-t.C:
+		}
+		if processAlive(pid) {
+			continue
+		}
+		h.log.Warn("handover: the server that took the listening socket exited; this one answers its connections again", "pid", pid)
+		if h.holders.Add(-1) == 0 && h.afterFail != nil {
+			h.afterFail()
+		}
+		return
+	}
+}
+
+// takerCheck is how often a taker of the socket is looked for.
+const takerCheck = 250 * time.Millisecond
+
+// processAlive reports whether a process of pid exists; one of another
+// user (EPERM) does.
+func processAlive(pid int) bool {
+	return !errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
+}
+
+// handedOver reports whether a server has taken the socket and, as far as
+// this one can tell, holds it still.
+func (h *handover) handedOver() bool { return h.holders.Load() > 0 }
 
 // close stops serving the handover socket and removes it.
 func (h *handover) close() {
 	_ = h.ln.Close()
+	close(h.stop)
 	h.wg.Wait()
 	_ = os.Remove(h.path)
 }

@@ -136,15 +136,20 @@ func (l *keptListener) stopRefusing() {
 }
 
 // resumeRefusing undoes stopRefusing when the handover it made way for
-// failed: the socket is still this server's alone, and the connections
-// that arrive while it drains are to be answered, not left queued.
+// failed, or its taker exited: the socket is this server's alone again,
+// and the connections that arrive while it drains are to be answered,
+// not left queued.
 func (l *keptListener) resumeRefusing() {
 	l.refuser.mu.Lock()
 	defer l.refuser.mu.Unlock()
-	if !l.refuser.stopped || l.refuser.final || l.refuser.done == nil {
+	if !l.refuser.stopped || l.refuser.final {
 		return
 	}
 	l.refuser.stopped = false
+	if l.refuser.done == nil {
+		// Not draining yet: Close starts the refuser when it is.
+		return
+	}
 	prev := l.refuser.done
 	stop, accepted, done := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	l.refuser.stop, l.refuser.accepted, l.refuser.done = stop, accepted, done
