@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -27,6 +29,15 @@ const (
 	// help, and the systemd unit does not.
 	exitTooOld = 6
 )
+
+// signalExit is the status of a process ended by sig, as a shell reports
+// one killed by it: 128 plus its number.
+func signalExit(sig os.Signal) int {
+	if s, ok := sig.(syscall.Signal); ok {
+		return 128 + int(s)
+	}
+	return exitError
+}
 
 // exitStatus ends a command with a status and no message of its own: what
 // it printed says why (svc moderate --fail-on-flagged).

@@ -4,6 +4,8 @@ package cli
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -30,7 +32,7 @@ func NewFactory(build buildinfo.Info) *Factory {
 // Main runs the command line and returns the process exit code.
 func Main(build buildinfo.Info) int {
 	f := NewFactory(build)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := stopOnSignals(f.IO.ErrOut)
 	defer stop()
 	root := NewCmdRoot(f)
 	// Cobra adds its completion command as it runs; added now, it is
@@ -41,6 +43,43 @@ func Main(build buildinfo.Info) int {
 	root.SetArgs(os.Args[1:])
 	cmd, err := root.ExecuteContextC(ctx)
 	return reportError(f.IO.ErrOut, cmd, err)
+}
+
+// stopSignals end a command gracefully: SIGHUP too, which a closed
+// terminal sends, so that a server started from one drains rather than
+// dies with its requests and the usage rows not yet written.
+var stopSignals = []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGHUP}
+
+// stopOnSignals returns a context that the first of stopSignals cancels;
+// a second one ends the process at once, with 128 plus its number, for
+// an operator who will not wait out a drain. stop ends the watch.
+func stopOnSignals(errOut io.Writer) (ctx context.Context, stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, stopSignals...)
+	done, watched := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watched)
+		for n := 0; ; n++ {
+			select {
+			case <-done:
+				return
+			case sig := <-sigs:
+				if n == 0 {
+					cancel()
+					continue
+				}
+				fmt.Fprintf(errOut, "Stopping at once on a second signal (%v): what was in flight is cut off.\n", sig)
+				os.Exit(signalExit(sig))
+			}
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(sigs)
+		close(done)
+		<-watched
+		cancel()
+	}
 }
 
 // Command groups of the root's help.

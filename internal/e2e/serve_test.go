@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -374,5 +376,48 @@ func TestDrainTimeoutAnswersWhatIsRunning(t *testing.T) {
 	}
 	if ended != 2 {
 		t.Fatalf("%d chat rows after the restart, want 2: %v", ended, rows)
+	}
+}
+
+// SIGHUP, which a closed terminal sends, drains as SIGTERM does; a second
+// signal during a drain ends the server at once, with the status a shell
+// gives a process the signal killed.
+func TestStopSignals(t *testing.T) {
+	s := startServer(t, "")
+	conn, rest := halfRequest(t, s.URL, s.adminKey())
+	defer conn.Close()
+	if err := s.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	s.waitLog("stopped accepting", 5*time.Second)
+	if _, err := conn.Write([]byte(rest)); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("the request in flight at the SIGHUP got no answer: %v", err)
+	}
+	resp.Body.Close()
+	if !s.wait(10*time.Second) || s.Err() != nil {
+		t.Fatalf("after a SIGHUP's drain: exit %v\n%s", s.Err(), s.Log())
+	}
+
+	s = startServer(t, "", "--drain-timeout", "1m")
+	conn, _ = halfRequest(t, s.URL, s.adminKey())
+	defer conn.Close()
+	if err := s.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	s.waitLog("stopped accepting", 5*time.Second)
+	if err := s.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if !s.wait(5 * time.Second) {
+		t.Fatal("a second SIGTERM did not end the drain")
+	}
+	var ee *exec.ExitError
+	if !errors.As(s.Err(), &ee) || ee.ExitCode() != 128+int(syscall.SIGTERM) || !strings.Contains(s.Log().String(), "second signal") {
+		t.Fatalf("exit %v, want status %d and a word why\n%s", s.Err(), 128+int(syscall.SIGTERM), s.Log())
 	}
 }
