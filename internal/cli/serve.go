@@ -598,6 +598,20 @@ func redactURL(raw string) string {
 	return u.Redacted()
 }
 
+// redactEngines hides the passwords of the URLs in --engine specs
+// (KIND=URL) for the log.
+func redactEngines(specs []string) []string {
+	out := make([]string, len(specs))
+	for i, spec := range specs {
+		kind, rest, ok := strings.Cut(spec, "=")
+		if ok && strings.Contains(rest, "://") {
+			spec = kind + "=" + engine.PublicURL(rest)
+		}
+		out[i] = spec
+	}
+	return out
+}
+
 // httpURL reports an absolute http:// or https:// URL with a host.
 func httpURL(s string) bool {
 	u, err := url.Parse(s)

@@ -26,7 +26,7 @@ func startTracing(ctx context.Context, f *Factory, endpoint, service string, log
 		return nil, nil, usageError(err)
 	}
 	if tr != nil {
-		log.Info("tracing on", "otlp_endpoint", opts.Destination())
+		log.Info("tracing on", "otlp_endpoint", redactURL(opts.Destination()))
 		// The SDK reports a failed export only to its global handler,
 		// which otherwise prints plain lines among svc's structured log;
 		// there is no per-provider one, so this one global is set, once,

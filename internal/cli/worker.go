@@ -257,7 +257,7 @@ func runWorker(ctx context.Context, f *Factory, opts *WorkerOptions) error {
 	if err != nil {
 		return usageError(err)
 	}
-	log.Info("worker starting", "name", name, "gateway", opts.Gateway, "engines", opts.Engines, "version", f.Build.Version)
+	log.Info("worker starting", "name", name, "gateway", redactURL(opts.Gateway), "engines", redactEngines(opts.Engines), "version", f.Build.Version)
 	if err := agent.Run(ctx); err != nil {
 		return err // reported on exit
 	}

@@ -547,7 +547,10 @@ func TestOpenAIAdapterAgainstSimProcess(t *testing.T) {
 	s := startServer(t, "")
 	key := s.adminKey()
 	engine := startSim(t, "tps=0,ttft=0,timings=1")
-	startWorker(t, s.URL, s.tokenFile(), "vllm-box", "--engine", "openai="+engine)
+	// The engine's password (sent as basic auth, which svc sim ignores)
+	// is the worker's to use, and no one's to read.
+	engine = strings.Replace(engine, "://", "://svc:engine-pw@", 1)
+	wp := startWorker(t, s.URL, s.tokenFile(), "vllm-box", "--engine", "openai="+engine)
 	r := s.do("POST", "/v1/chat/completions", chatBody("sim-reasoner", "think", true), bearer(key))
 	text, _ := streamContent(t, r.Body)
 	if r.Status != 200 || text == "" || strings.Contains(string(r.Body), "timings") {
@@ -561,6 +564,10 @@ func TestOpenAIAdapterAgainstSimProcess(t *testing.T) {
 	w := s.workerNamed(key, "vllm-box", statusIs("healthy"))
 	if w["simulated"] != true {
 		t.Fatalf("a worker on svc sim is not labelled simulated: %v", w)
+	}
+	if listed := s.do("GET", "/api/v1/workers", "", bearer(key)); strings.Contains(string(listed.Body), "engine-pw") ||
+		strings.Contains(wp.Log().String(), "engine-pw") || !strings.Contains(string(listed.Body), "svc:xxxxx@") {
+		t.Fatalf("the engine's password is shown: %s\n%s", listed.Body, wp.Log())
 	}
 }
 

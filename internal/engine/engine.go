@@ -7,6 +7,7 @@ package engine
 import (
 	"context"
 	"io"
+	"net/url"
 
 	"github.com/svc-dev/svc/internal/api"
 )
@@ -84,4 +85,15 @@ type Closer interface {
 // Info describes an engine instance for the worker's hello.
 type Info interface {
 	Info() api.EngineInfo
+}
+
+// PublicURL is an engine's URL as others may see it, in the worker's hello
+// and the gateway's worker list: without a password it may carry for the
+// engine's own sake.
+func PublicURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		return raw
+	}
+	return u.Redacted()
 }

@@ -222,7 +222,11 @@ func connectURL(gateway string) (string, error) {
 	case "https", "wss":
 		u.Scheme = "wss"
 	default:
-		return "", fmt.Errorf("gateway URL %q is not http(s)://host:port", gateway)
+		return "", fmt.Errorf("gateway URL %q is not http(s)://host:port", u.Redacted())
+	}
+	if u.User != nil {
+		// The websocket dialer refuses such a URL on every try.
+		return "", fmt.Errorf("gateway URL %q has a user name or password: the worker signs in with its token; leave them out", u.Redacted())
 	}
 	u.Path = strings.TrimSuffix(u.Path, "/api/v1") + link.Path
 	return u.String(), nil

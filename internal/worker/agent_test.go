@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -30,9 +31,9 @@ func TestConnectURL(t *testing.T) {
 			t.Errorf("connectURL(%q) = %q, %v; want %q", tt.in, got, err, tt.want)
 		}
 	}
-	for _, bad := range []string{"gw:8080", "ftp://gw", "http://"} {
-		if _, err := connectURL(bad); err == nil {
-			t.Errorf("connectURL(%q) accepted", bad)
+	for _, bad := range []string{"gw:8080", "ftp://gw", "http://", "http://u:secret@gw:8080", "http://u@gw"} {
+		if _, err := connectURL(bad); err == nil || strings.Contains(err.Error(), "secret") {
+			t.Errorf("connectURL(%q) = %v; want it refused without the password", bad, err)
 		}
 	}
 }

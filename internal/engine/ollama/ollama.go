@@ -121,7 +121,9 @@ func defaultClient() *http.Client {
 func (e *Engine) Kind() string { return Kind }
 
 // Info describes the engine for the worker's hello.
-func (e *Engine) Info() api.EngineInfo { return api.EngineInfo{Kind: Kind, URL: e.base} }
+func (e *Engine) Info() api.EngineInfo {
+	return api.EngineInfo{Kind: Kind, URL: engine.PublicURL(e.base)}
+}
 
 // Serve runs one chat, completion or embeddings request; reranking and
 // image generation, which Ollama does not serve, are a 501.

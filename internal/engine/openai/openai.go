@@ -130,7 +130,7 @@ func (e *Engine) Kind() string { return "openai" }
 
 // Info describes the engine for the worker's hello.
 func (e *Engine) Info() api.EngineInfo {
-	return api.EngineInfo{Kind: "openai", URL: e.base, Simulated: e.simulated.Load()}
+	return api.EngineInfo{Kind: "openai", URL: engine.PublicURL(e.base), Simulated: e.simulated.Load()}
 }
 
 // Serve runs one request. It never returns nil.
