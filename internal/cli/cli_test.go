@@ -201,6 +201,14 @@ func TestServeUsageErrors(t *testing.T) {
 		{map[string]string{"SVC_STORE_PASSWORD_FILE": "bogus"}, nil, "--store-password-file is a setting"},
 		{map[string]string{"SVC_LEASE_TTL": "5s"}, nil, "--lease-ttl is a setting"},
 		{map[string]string{"SVC_REGION": "eu"}, nil, "--region is a setting"},
+		// Rental settings that would empty the catalogue or fail at boot.
+		{nil, []string{"--rental-margin", "-0.5"}, "--rental-margin must be 0 or more"},
+		{nil, []string{"--rental-margin", "NaN"}, "--rental-margin must be 0 or more"},
+		{nil, []string{"--rental-usd-gbp", "0"}, "--rental-usd-gbp must be above 0"},
+		{nil, []string{"--rental-deadline", "-1s"}, "--rental-deadline must be above 0"},
+		{nil, []string{"--local-capacity", "sim-zz=2"}, `--local-capacity: no local GPU "sim-zz" (sim-l4`},
+		{nil, []string{"--local-capacity", "sim-l4=-1"}, "may not be negative"},
+		{nil, []string{"--local-engine", "bogus"}, `--local-engine: unknown engine "bogus"`},
 	} {
 		env := map[string]string{"HOME": "/h"}
 		maps.Copy(env, tc.env)

@@ -200,6 +200,9 @@ is and a ready curl command.`,
 			if opts.UsageRetention < server.MinUsageRetention {
 				return usageErrorf("--usage-retention must be at least 1d, got %s", daysValue{&opts.UsageRetention})
 			}
+			if err := checkRentalFlags(opts, f.Getenv); err != nil {
+				return err
+			}
 			if runF != nil {
 				return runF(cmd.Context(), opts)
 			}
@@ -344,6 +347,41 @@ func demoBilling(ctx context.Context, dataDir string) error {
 	}
 	_, err = c.AddCredit(ctx, "default", money.Pounds(50))
 	return err
+}
+
+// checkRentalFlags refuses rental settings that would quietly leave the
+// catalogue empty (a provider's offer whose price cannot be computed is
+// dropped) or fail only once a machine boots.
+func checkRentalFlags(opts *ServeOptions, getenv func(string) string) error {
+	if !(opts.RentalMargin >= 0) || math.IsInf(opts.RentalMargin, 0) {
+		return usageErrorf("--rental-margin must be 0 or more (0.10 is 10%%), got %v", opts.RentalMargin)
+	}
+	if !(opts.RentalUSDGBP > 0) || math.IsInf(opts.RentalUSDGBP, 0) {
+		return usageErrorf("--rental-usd-gbp must be above 0, got %v", opts.RentalUSDGBP)
+	}
+	if opts.RentalDeadline <= 0 {
+		return usageErrorf("--rental-deadline must be above 0, got %s", opts.RentalDeadline)
+	}
+	if !slices.Contains(opts.RentalProviders, local.Name) {
+		return nil
+	}
+	gpus := local.DefaultGPUs()
+	for id, n := range opts.LocalCapacity {
+		if !slices.ContainsFunc(gpus, func(g local.GPU) bool { return g.GPUModelID == id }) {
+			known := make([]string, len(gpus))
+			for i, g := range gpus {
+				known[i] = g.GPUModelID
+			}
+			return usageErrorf("--local-capacity: no local GPU %q (%s)", id, strings.Join(known, ", "))
+		}
+		if n < 0 {
+			return usageErrorf("--local-capacity: %s=%d may not be negative", id, n)
+		}
+	}
+	if _, err := parseEngines([]string{opts.LocalEngine}, getenv, slog.New(slog.DiscardHandler)); err != nil {
+		return usageErrorf("--local-engine: %v", err)
+	}
+	return nil
 }
 
 // rentalProviders builds the providers --rental-providers names. close
