@@ -272,6 +272,11 @@ func TestRentalRules(t *testing.T) {
 			}
 		})
 	}
+	// A floor that names no tier would admit nothing: a typo is refused.
+	if r := s.console("PATCH", "/api/v1/console/orgs/default", `{"jurisdiction_floor": "mars"}`); r.Status != 422 ||
+		!strings.Contains(string(r.Body), "uk-sovereign") {
+		t.Fatalf("an unknown floor = %d %s, want 422 naming the tiers", r.Status, r.Body)
+	}
 	// Credit for the new GPU's first hour plus the running a100's next hour.
 	s.console("PATCH", "/api/v1/console/orgs/default", `{"jurisdiction_floor": null}`)
 	s.console("POST", "/api/v1/console/orgs/default/credit", `{"amount_gbp": -18}`)

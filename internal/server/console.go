@@ -2,9 +2,12 @@ package server
 
 import (
 	"net/http"
+	"slices"
+	"strings"
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/jsonbody"
+	"github.com/svc-dev/svc/internal/rental"
 )
 
 // Console handlers: reachable only through the admin socket. Each decodes,
@@ -33,6 +36,19 @@ func (s *Server) updateOrg(c *call) error {
 	var p api.OrgPatch
 	if err := jsonbody.Strict(c.ctx.PostBody(), &p); err != nil {
 		return err
+	}
+	if f := p.JurisdictionFloor.Ptr(); p.JurisdictionFloor.Set && f != nil {
+		// A floor no tier answers to admits no rental at all: a typo
+		// would end the organisation's renting without a word.
+		var ids []string
+		for _, t := range rental.Tiers() {
+			ids = append(ids, t.ID)
+		}
+		if !slices.Contains(ids, *f) {
+			var v api.Validator
+			v.Add("jurisdiction_floor", api.FieldEnum, "one of %s, or null for none", strings.Join(ids, ", "))
+			return v.Err()
+		}
 	}
 	v, err := s.accounts.UpdateOrgSeeing(c.params.get("org"), p, s.seenWorkers)
 	return respond(c, http.StatusOK, v, err)
