@@ -2,6 +2,9 @@ package cli
 
 import (
 	"context"
+	"maps"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -89,6 +92,47 @@ func TestDemoClientEnv(t *testing.T) {
 	} {
 		if got := clientEnv(env, tt.addr, tt.data); got != tt.want {
 			t.Errorf("clientEnv(%q, %q) = %q, want %q", tt.addr, tt.data, got, tt.want)
+		}
+	}
+}
+
+// A token file named on the command line beats a token in the
+// environment; both flags at once are a usage error.
+func TestWorkerTokenPrecedence(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "worker.token")
+	if err := os.WriteFile(file, []byte("svc_w_fromfile\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		env   map[string]string
+		args  []string
+		want  string
+		usage bool
+	}{
+		{env: map[string]string{"SVC_WORKER_TOKEN": "svc_w_stale"}, args: []string{"--token-file", file}, want: "svc_w_fromfile"},
+		{env: map[string]string{"SVC_WORKER_TOKEN": "svc_w_env", "SVC_WORKER_TOKEN_FILE": file}, want: "svc_w_env"},
+		{env: map[string]string{"SVC_WORKER_TOKEN_FILE": file}, want: "svc_w_fromfile"},
+		{args: []string{"--token", "svc_w_flag"}, env: map[string]string{"SVC_WORKER_TOKEN_FILE": file}, want: "svc_w_flag"},
+		{args: []string{"--token", "svc_w_flag", "--token-file", file}, usage: true},
+	} {
+		env := map[string]string{"HOME": "/h"}
+		maps.Copy(env, tt.env)
+		var got string
+		cmd := NewCmdWorker(testFactory(env), func(_ context.Context, o *WorkerOptions) error {
+			var err error
+			got, err = workerToken(o, func(k string) string { return env[k] })
+			return err
+		})
+		err := run(cmd, append([]string{"--engine", "sim"}, tt.args...)...)
+		if tt.usage {
+			if exitCode(err) != exitUsage {
+				t.Errorf("%v %v: %v, want a usage error", tt.env, tt.args, err)
+			}
+			continue
+		}
+		if err != nil || got != tt.want {
+			t.Errorf("%v %v: token %q, %v; want %q", tt.env, tt.args, got, err, tt.want)
 		}
 	}
 }

@@ -95,10 +95,11 @@ list the calls in svc.web_tool_steps. web_fetch never reaches loopback,
 private or link-local addresses (--web-allow-host exempts one, for tests).
 Encrypted requests are never offered web tools.
 
-The worker token comes from --token, SVC_WORKER_TOKEN, --token-file, or, on
-the gateway's own host, the gateway's <data>/worker.token. A token given with
---token is in the process list for every local user to read; prefer the file
-or the environment.
+The worker token comes from --token or --token-file (not both), else
+SVC_WORKER_TOKEN, else SVC_WORKER_TOKEN_FILE, else, on the gateway's own
+host, the gateway's <data>/worker.token. A token given with --token is in
+the process list for every local user to read; prefer the file or the
+environment.
 
 SIGINT or SIGTERM makes the worker take nothing new, finish what it runs (up
 to --drain-timeout), and exit.`,
@@ -106,12 +107,20 @@ to --drain-timeout), and exit.`,
   svc worker --engine ollama=http://127.0.0.1:11434 --pull llama3.2 --max-concurrent 4`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			err := applyEnv(cmd, f.Getenv,
-				envFlag{"gateway", "SVC_GATEWAY"}, envFlag{"token", "SVC_WORKER_TOKEN"},
-				envFlag{"token-file", "SVC_WORKER_TOKEN_FILE"}, envFlag{"name", "SVC_WORKER_NAME"},
-				envFlag{"max-concurrent", "SVC_MAX_CONCURRENT"}, envFlag{"engine", "SVC_ENGINE"},
-				envFlag{"log-level", "SVC_LOG_LEVEL"}, envFlag{"log-format", "SVC_LOG_FORMAT"})
-			if err != nil {
+			fls := cmd.Flags()
+			if fls.Changed("token") && fls.Changed("token-file") {
+				return usageErrorf("give --token or --token-file, not both")
+			}
+			pairs := []envFlag{{"gateway", "SVC_GATEWAY"}, {"name", "SVC_WORKER_NAME"},
+				{"max-concurrent", "SVC_MAX_CONCURRENT"}, {"engine", "SVC_ENGINE"},
+				{"log-level", "SVC_LOG_LEVEL"}, {"log-format", "SVC_LOG_FORMAT"}}
+			if !fls.Changed("token-file") {
+				// A token file named on the command line beats a token
+				// in the environment, as a flag beats its variable: a
+				// stale SVC_WORKER_TOKEN must not outrank a rotated file.
+				pairs = append(pairs, envFlag{"token", "SVC_WORKER_TOKEN"}, envFlag{"token-file", "SVC_WORKER_TOKEN_FILE"})
+			}
+			if err := applyEnv(cmd, f.Getenv, pairs...); err != nil {
 				return err
 			}
 			if len(opts.Engines) == 0 {
