@@ -290,6 +290,11 @@ func runServe(ctx context.Context, f *Factory, opts *ServeOptions) error {
 		Timing: relay.Timing{KeepAliveAfter: opts.KeepAliveAfter, KeepAliveEvery: opts.KeepAliveEvery},
 		Tracer: tracer,
 	}
+	// The local rentals live under the data directory: made first, a
+	// directory that cannot be is reported as what it is.
+	if err := bolt.EnsureDir(opts.DataDir); err != nil {
+		return err
+	}
 	providers, closeProviders, err := rentalProviders(f, opts, log)
 	if err != nil {
 		return err

@@ -421,3 +421,16 @@ func TestStopSignals(t *testing.T) {
 		t.Fatalf("exit %v, want status %d and a word why\n%s", s.Err(), 128+int(syscall.SIGTERM), s.Log())
 	}
 }
+
+// A data directory that cannot be made is reported as such, whatever
+// else the server would have put in it first.
+func TestUnusableDataDir(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "a-file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, code := svc(t, nil, "serve", "--data", filepath.Join(file, "svc"), "--addr", "127.0.0.1:0")
+	if code != 1 || !strings.Contains(stderr, "create data directory") {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+}
