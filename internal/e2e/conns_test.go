@@ -67,4 +67,18 @@ func TestConnectionCapAnswersInTheAPIShape(t *testing.T) {
 			t.Fatalf("a held connection after the refusal: %d", resp.StatusCode)
 		}
 	}
+	// The operator sees the refusals: counted, and said in the log.
+	_ = held[0].SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(held[0], "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err = http.ReadResponse(bufio.NewReader(held[0]), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := io.ReadAll(resp.Body)
+	if !strings.Contains(string(m), "svc_connections_refused_total 1\n") {
+		t.Fatalf("metrics lack the refusal:\n%s", m)
+	}
+	s.waitLog("connections refused", 5*time.Second)
 }

@@ -258,8 +258,10 @@ type gatedListener struct {
 	g       *connGate
 	refused *refusals // answers those over the cap; set with g
 	stall   time.Duration
-	// stalled is told of every connection cut off for not reading.
+	// stalled is told of every connection cut off for not reading, and
+	// overCap of every one refused at the cap.
 	stalled func(net.Conn)
+	overCap func()
 }
 
 func (l gatedListener) Accept() (net.Conn, error) {
@@ -275,6 +277,9 @@ func (l gatedListener) Accept() (net.Conn, error) {
 			// acknowledged, not megabytes still queued here.
 			limitSendQueue(c, sendQueue)
 			return &gatedConn{Conn: sock.Wrap(c), g: l.g, stall: l.stall, stalled: l.stalled}, nil
+		}
+		if l.overCap != nil {
+			l.overCap()
 		}
 		l.refused.refuse(c)
 	}

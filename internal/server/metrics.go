@@ -33,6 +33,8 @@ type metrics struct {
 	// capacity, which the capacity 429s in requests do.
 	rateLimited prometheus.Counter
 	stalls      prometheus.Counter
+	// overCap counts the connections refused at --max-connections.
+	overCap prometheus.Counter
 	// forwards counts the requests this replica sent to the replica that
 	// serves them, by outcome (forwarded, not_home, unreachable, lost).
 	forwards *prometheus.CounterVec
@@ -85,6 +87,10 @@ func newMetrics(build buildinfo.Info) *metrics {
 		Name: "svc_client_stalls_total",
 		Help: "Connections cut off because their client took no byte of a response for the stall timeout.",
 	})
+	m.overCap = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "svc_connections_refused_total",
+		Help: "Public connections answered 503 and closed because the gateway held --max-connections already.",
+	})
 	m.forwards = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "svc_forwarded_requests_total",
 		Help: "API requests this replica sent to the replica that serves them (the organisation's home, or the leader for rentals), by outcome: forwarded, not_home (refused before running, tried again), unreachable (no link to it: answered 503, nothing sent), or lost (the link's session was lost before its answer began: answered 503, not sent again).",
@@ -94,7 +100,7 @@ func newMetrics(build buildinfo.Info) *metrics {
 		Help: "The running build; always 1.",
 	}, []string{"version", "commit", "goversion"})
 	info.WithLabelValues(build.Version, build.Commit, build.Go).Set(1)
-	m.reg.MustRegister(m.requests, m.latency, m.outcomes, m.storeRefused, m.rateLimited, m.stalls, m.forwards, info,
+	m.reg.MustRegister(m.requests, m.latency, m.outcomes, m.storeRefused, m.rateLimited, m.stalls, m.overCap, m.forwards, info,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	h := fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))

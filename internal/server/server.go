@@ -54,8 +54,11 @@ type Server struct {
 	keepalive link.Keepalive
 	links     link.Buffers // the worker links' websocket buffers
 	byToken   tokenLinks   // the worker links, by the token each was made with
-	metrics   *metrics
-	watch     *clientWatch
+	// overCapN counts the connections refused at the cap, and
+	// overCapLogged is when that was last logged (Unix nanoseconds).
+	overCapN, overCapLogged atomic.Int64
+	metrics                 *metrics
+	watch                   *clientWatch
 	// lives are the live transcriptions on hijacked connections.
 	lives liveSessions
 	// splices are the worker links carried through to other replicas.
@@ -349,7 +352,7 @@ func (s *Server) ServePublic(ln net.Listener) error {
 	if !s.public.serving(ln) {
 		return nil
 	}
-	gl := gatedListener{Listener: ln, g: s.gate, stall: s.stall, stalled: s.stalled}
+	gl := gatedListener{Listener: ln, g: s.gate, stall: s.stall, stalled: s.stalled, overCap: s.overCap}
 	if s.gate == nil {
 		return s.public.srv.Serve(gl)
 	}
@@ -369,6 +372,18 @@ func (s *Server) ServePublic(ln net.Listener) error {
 func (s *Server) stalled(c net.Conn) {
 	s.metrics.stalls.Inc()
 	s.log.Debug("client stopped reading; connection cut off", "remote", c.RemoteAddr().String(), "stall_timeout", s.stall.String())
+}
+
+// overCap counts a connection refused at the cap, and says so in the log
+// at most once a minute: a gateway at its cap refuses thousands.
+func (s *Server) overCap() {
+	s.metrics.overCap.Inc()
+	n := s.overCapN.Add(1)
+	now := time.Now().UnixNano()
+	if last := s.overCapLogged.Load(); now-last >= int64(time.Minute) && s.overCapLogged.CompareAndSwap(last, now) {
+		s.log.Warn("connections refused: the gateway holds --max-connections already; raise it if the host has room",
+			"max_connections", s.gate.max, "refused_since_start", n)
+	}
 }
 
 // ServeConsole serves the console API on ln (the admin socket) until Shutdown.
