@@ -440,6 +440,11 @@ func TestRevokedWorkerTokenCutsItsLinks(t *testing.T) {
 	if !leaked.wait(30 * time.Second) {
 		t.Fatal("the agent of a revoked token did not stop once refused")
 	}
+	// The gateway's log says both.
+	if rec := s.waitLog("worker disconnected", 5*time.Second); rec["reason"] != "its worker token was revoked" {
+		t.Fatalf("disconnect logged as %v", rec)
+	}
+	s.waitLog("a worker link was refused", 5*time.Second)
 	var why []string
 	if !harness.Eventually(10*time.Second, func() bool {
 		why = why[:0]

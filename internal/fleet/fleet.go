@@ -407,6 +407,7 @@ func (f *Fleet) installEvent(w *worker, detail string, in *api.ModelInstall, at 
 // endLocked records the disconnect that ends w's link: the one a failed
 // connect owed when there is one, since no connected event followed it.
 func (f *Fleet) endLocked(w *worker, detail string, at time.Time) {
+	f.log.Info("worker disconnected", "worker", w.name, "worker_id", w.id, "reason", detail)
 	if ev := w.owedEnd; ev != nil {
 		w.owedEnd = nil
 		f.cfg.Events.RecordEvent(w.orgID, *ev)

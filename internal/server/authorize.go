@@ -1,6 +1,8 @@
 package server
 
 import (
+	"time"
+
 	"github.com/svc-dev/svc/internal/api"
 )
 
@@ -27,6 +29,12 @@ func (s *Server) authorize(c *call, console bool) error {
 		}
 		orgID, tokenID, err := s.accounts.AuthenticateWorker(key)
 		if err != nil {
+			// A worker refused is an operator's to hear of (its agent
+			// stops); a flood of them is not the log's to hold.
+			if n := s.badTokenN.Add(1); s.badTokenLog.due(time.Now()) {
+				s.log.Warn("a worker link was refused: invalid or revoked worker token", "remote", c.ctx.RemoteAddr().String(),
+					"refused_since_start", n)
+			}
 			return err
 		}
 		c.workerOrg, c.workerToken = orgID, tokenID

@@ -54,9 +54,11 @@ type Server struct {
 	keepalive link.Keepalive
 	links     link.Buffers // the worker links' websocket buffers
 	byToken   tokenLinks   // the worker links, by the token each was made with
-	// overCapN counts the connections refused at the cap, and
-	// overCapLogged is when that was last logged (Unix nanoseconds).
-	overCapN, overCapLogged atomic.Int64
+	// overCapN counts the connections refused at the cap, and badTokenN
+	// the worker links refused for their token; each is logged at most
+	// once a minute, as a flood of them would flood the log.
+	overCapN, badTokenN     atomic.Int64
+	overCapLog, badTokenLog logPace
 	metrics                 *metrics
 	watch                   *clientWatch
 	// lives are the live transcriptions on hijacked connections.
@@ -378,12 +380,20 @@ func (s *Server) stalled(c net.Conn) {
 // at most once a minute: a gateway at its cap refuses thousands.
 func (s *Server) overCap() {
 	s.metrics.overCap.Inc()
-	n := s.overCapN.Add(1)
-	now := time.Now().UnixNano()
-	if last := s.overCapLogged.Load(); now-last >= int64(time.Minute) && s.overCapLogged.CompareAndSwap(last, now) {
+	if n := s.overCapN.Add(1); s.overCapLog.due(time.Now()) {
 		s.log.Warn("connections refused: the gateway holds --max-connections already; raise it if the host has room",
 			"max_connections", s.gate.max, "refused_since_start", n)
 	}
+}
+
+// logPace lets a line that may come thousands of times a second go to the
+// log at most once a minute.
+type logPace struct{ last atomic.Int64 } // Unix nanoseconds
+
+// due reports whether a line may be logged at now, and if so counts it.
+func (p *logPace) due(now time.Time) bool {
+	last, t := p.last.Load(), now.UnixNano()
+	return t-last >= int64(time.Minute) && p.last.CompareAndSwap(last, t)
 }
 
 // ServeConsole serves the console API on ln (the admin socket) until Shutdown.

@@ -68,7 +68,6 @@ func (s *Server) CutRevokedLinks(ctx context.Context, changed <-chan struct{}) e
 		case <-changed:
 		}
 		for _, l := range s.byToken.revoked(s.accounts.WorkerTokenLive) {
-			s.log.Info("worker disconnected: its worker token was revoked", "worker_id", l.workerID, "org", l.orgID)
 			s.fleet.Disconnect(l.orgID, l.workerID, "its worker token was revoked")
 		}
 	}
