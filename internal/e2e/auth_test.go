@@ -445,6 +445,10 @@ func TestRevokedWorkerTokenCutsItsLinks(t *testing.T) {
 		t.Fatalf("disconnect logged as %v", rec)
 	}
 	s.waitLog("a worker link was refused", 5*time.Second)
+	// And the console's changes are on record.
+	if !strings.Contains(s.Log().String(), `"msg":"console","method":"DELETE","path":"/api/v1/console/orgs/acme/worker-tokens/`+id+`","status":200`) {
+		t.Fatalf("the revocation is not in the log:\n%s", s.Log())
+	}
 	var why []string
 	if !harness.Eventually(10*time.Second, func() bool {
 		why = why[:0]

@@ -219,6 +219,12 @@ func (s *Server) newListener(m *mux, console bool) *listener {
 			l.inflight.Add(1)
 			defer l.inflight.Add(-1)
 			s.dispatch(ctx, m, console)
+			if console && !ctx.IsGet() && !ctx.IsHead() {
+				// What changed the accounts, the settings or the credit,
+				// for the record; the path names the object, never a
+				// secret (those are in bodies and answers).
+				s.log.Info("console", "method", string(ctx.Method()), "path", string(ctx.Path()), "status", ctx.Response.StatusCode())
+			}
 		},
 		ErrorHandler: func(ctx *fasthttp.RequestCtx, err error) { s.parseError(ctx, m, console, err) },
 		HeaderReceived: func(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
