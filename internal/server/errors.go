@@ -214,7 +214,13 @@ func renderError(h *fasthttp.ResponseHeader, ae *api.Error, f errorForm) (status
 			h.Set("X-Svc-Error-Code", ae.Code)
 		}
 		if status == http.StatusUnauthorized {
-			h.Set("WWW-Authenticate", `Bearer realm="svc"`)
+			// RFC 6750: a credential that was sent and refused says so;
+			// a request that sent none gets the challenge alone.
+			if ae.Code == "missing_api_key" {
+				h.Set("WWW-Authenticate", `Bearer realm="svc"`)
+			} else {
+				h.Set("WWW-Authenticate", `Bearer realm="svc", error="invalid_token"`)
+			}
 		}
 		if f == formAnthropic {
 			return status, anthropicError(ae, status)

@@ -221,6 +221,12 @@ func TestWriteEarly(t *testing.T) {
 	if got := string(ctx.Response.Body()); got != want {
 		t.Fatalf("body\n got %s\nwant %s", got, want)
 	}
+	// A key sent and refused is named invalid, as RFC 6750 has it.
+	var bad fasthttp.RequestCtx
+	writeEarly(&bad, &api.Error{Kind: api.KindUnauthenticated, Code: "invalid_api_key", Message: "Invalid API key"})
+	if got := string(bad.Response.Header.Peek("WWW-Authenticate")); got != `Bearer realm="svc", error="invalid_token"` {
+		t.Fatalf("WWW-Authenticate for a refused key: %q", got)
+	}
 }
 
 // FuzzResponseJSON holds the hand-written error bodies to encoding/json's
