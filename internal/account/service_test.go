@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -138,7 +139,7 @@ func TestAuthenticate(t *testing.T) {
 		{"empty", "", false},
 		{"garbage", "hello", false},
 		{"worker token is not a key", f.secrets.WorkerToken, false},
-		{"right id wrong secret", key.Secret[:len(key.Secret)-1] + "x", false},
+		{"right id wrong secret", wrongLast(key.Secret), false},
 		{"revoked", revoked.Secret, false},
 	}
 	for _, tt := range tests {
@@ -465,4 +466,14 @@ func TestContentFilterAndModerationModel(t *testing.T) {
 			t.Fatalf("%+v: %+v, %v", tt.patch, o.Settings, err)
 		}
 	}
+}
+
+// wrongLast is secret with its last character changed: to "x", unless it
+// is one already.
+func wrongLast(secret string) string {
+	last := "x"
+	if strings.HasSuffix(secret, last) {
+		last = "y"
+	}
+	return secret[:len(secret)-1] + last
 }
