@@ -50,9 +50,12 @@ func Main(build buildinfo.Info) int {
 // dies with its requests and the usage rows not yet written.
 var stopSignals = []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGHUP}
 
-// stopOnSignals returns a context that the first of stopSignals cancels;
-// a second one ends the process at once, with 128 plus its number, for
-// an operator who will not wait out a drain. stop ends the watch.
+// stopOnSignals returns a context that the first of stopSignals cancels.
+// A second SIGINT (Ctrl-C again) ends the process at once, with 128 plus
+// its number, for an operator who will not wait out a drain; a repeated
+// SIGTERM or SIGHUP changes nothing, since process managers and scripts
+// send those again while they wait, and have SIGKILL to force. stop ends
+// the watch.
 func stopOnSignals(errOut io.Writer) (ctx context.Context, stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	sigs := make(chan os.Signal, 2)
@@ -69,7 +72,10 @@ func stopOnSignals(errOut io.Writer) (ctx context.Context, stop func()) {
 					cancel()
 					continue
 				}
-				fmt.Fprintf(errOut, "Stopping at once on a second signal (%v): what was in flight is cut off.\n", sig)
+				if sig != os.Interrupt {
+					continue
+				}
+				fmt.Fprintf(errOut, "Stopping at once on a second interrupt: what was in flight is cut off.\n")
 				os.Exit(signalExit(sig))
 			}
 		}
