@@ -134,15 +134,19 @@ func (discardEvents) RecordEvent(string, api.WorkerEvent) {}
 // end of the last window it holds for a worker: the worker's welcome says
 // so, and the worker sends again only what came after, so windows kept
 // through a drop arrive once.
+// Forget is told of a worker the fleet no longer lists (offline past
+// KeepOffline): what is kept per worker for export can go.
 type PowerSink interface {
 	RecordPower(workerID string, rep api.PowerReport)
 	PowerThrough(workerID string) time.Time
+	Forget(workerID string)
 }
 
 type discardPower struct{}
 
 func (discardPower) RecordPower(string, api.PowerReport) {}
 func (discardPower) PowerThrough(string) time.Time       { return time.Time{} }
+func (discardPower) Forget(string)                       {}
 
 // Fleet is every organisation's workers.
 type Fleet struct {
@@ -486,6 +490,7 @@ func (f *Fleet) sweep() {
 			if !w.offlineSince.IsZero() && now.Sub(w.offlineSince) > f.cfg.KeepOffline {
 				delete(o.workers, id)
 				f.reindexLocked(o, w, now)
+				f.cfg.Power.Forget(id)
 				continue
 			}
 			if f.lateLocked(w, now) {

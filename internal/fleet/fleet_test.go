@@ -1576,3 +1576,36 @@ func TestLeaveOrg(t *testing.T) {
 		}
 	})
 }
+
+// forgetful is a power sink that notes the workers it is told to forget.
+type forgetful struct {
+	discardPower
+	mu     sync.Mutex
+	forgot []string
+}
+
+func (p *forgetful) Forget(id string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.forgot = append(p.forgot, id)
+}
+
+// A worker forgotten for being offline past KeepOffline is forgotten by
+// the power sink too; one still listed is not.
+func TestForgottenWorkersLeaveThePowerSink(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sink := &forgetful{}
+		h := newHarness(t, Config{Grace: 100 * time.Millisecond, KeepOffline: time.Minute, Power: sink})
+		gone := h.worker("o", "gone", 1, chat("m"))
+		h.worker("o", "stays", 1, chat("m"))
+		_ = gone.conn.Close()
+		synctest.Wait()
+		time.Sleep(2 * time.Minute)
+		h.f.sweep()
+		sink.mu.Lock()
+		defer sink.mu.Unlock()
+		if !slices.Equal(sink.forgot, []string{gone.id}) {
+			t.Fatalf("forgot %v, want only %s", sink.forgot, gone.id)
+		}
+	})
+}

@@ -42,6 +42,15 @@ func (p *PowerBook) record(workerID string, rep api.PowerReport, now time.Time) 
 
 func (p *PowerBook) PowerThrough(workerID string) time.Time { return p.history.Through(workerID) }
 
+// Forget drops the energy counters of a worker the fleet no longer lists:
+// rentals come and go under new ids, and their series would otherwise
+// stay in every scrape for the process's life. One that comes back starts
+// its counters again from zero, a reset rate() reads as one. Its history
+// stays in the store.
+func (p *PowerBook) Forget(workerID string) {
+	p.energy.DeletePartialMatch(prometheus.Labels{"worker_id": workerID})
+}
+
 // liveWatts exports every connected worker's latest reading at scrape
 // time, so a worker gone quiet drops out instead of holding its last value.
 type liveWatts struct {

@@ -52,4 +52,13 @@ func TestPowerBookRecord(t *testing.T) {
 			t.Errorf("%s: counted %v J, want %v", tc.name, got, tc.wantJoules)
 		}
 	}
+	// A worker the fleet forgets leaves the scrape; the others stay.
+	book.record("wk_2", rep(win(now.Add(-10*time.Second))), now)
+	book.Forget("wk_1")
+	if n := testutil.CollectAndCount(book.energy); n != 1 {
+		t.Fatalf("%d series after forgetting wk_1, want wk_2's one", n)
+	}
+	if !book.PowerThrough("wk_1").Equal(now.Add(10 * time.Second)) {
+		t.Fatal("forgetting the counters forgot the history")
+	}
 }
