@@ -63,8 +63,16 @@ func TestBootstrapAndRestart(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(s.Data, "admin.sock")); !os.IsNotExist(err) {
 		t.Errorf("admin socket left behind: %v", err)
 	}
+	// A key file loosened meanwhile is made private again at the start.
+	if err := os.Chmod(filepath.Join(s.Data, "admin.key"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 
 	s2 := startServer(t, s.Data)
+	if fi, err := os.Stat(filepath.Join(s.Data, "admin.key")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("a loosened admin.key after the restart: %v, %v", fi.Mode(), err)
+	}
+	s2.waitLog("a secret file others could read is private again", time.Second)
 	if strings.Contains(s2.Log().String(), "first start") || strings.Contains(s2.Log().String(), key) {
 		t.Fatalf("restart bootstrapped again or printed the key:\n%s", s2.Log())
 	}

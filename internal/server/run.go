@@ -477,12 +477,30 @@ func bootstrap(dir string, accounts *account.Service, shared bool, log *slog.Log
 			"admin_key_file", keyPath, "worker_token_file", tokenPath)
 		return nil
 	}
+	for _, path := range []string{keyPath, tokenPath} {
+		tightenSecret(path, log)
+	}
 	if _, err := os.Stat(keyPath); errors.Is(err, os.ErrNotExist) && shared {
 		log.Info("the cluster's database already holds the organisations; the first replica wrote the admin key into its own data directory, or create one with `svc admin keys create`")
 	} else if errors.Is(err, os.ErrNotExist) {
 		log.Warn("admin key file is missing; create a new key with `svc admin keys create`", "path", keyPath)
 	}
 	return nil
+}
+
+// tightenSecret gives a secret file that others may read back the mode
+// 0600 it was written with, and says so: a mode loosened by hand, or by a
+// copy, shows the credential to every user of the host.
+func tightenSecret(path string, log *slog.Logger) {
+	fi, err := os.Stat(path)
+	if err != nil || fi.Mode().Perm()&0o077 == 0 {
+		return
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		log.Warn("a secret file others may read could not be made private", "path", path, "mode", fi.Mode().Perm().String(), "err", err)
+		return
+	}
+	log.Warn("a secret file others could read is private again (mode 0600)", "path", path, "was", fi.Mode().Perm().String())
 }
 
 // writeSecret writes atomically with mode 0600.
