@@ -212,6 +212,14 @@ func runWorker(ctx context.Context, f *Factory, opts *WorkerOptions) error {
 	if opts.Token != "" && opts.Token != f.Getenv("SVC_WORKER_TOKEN") {
 		log.Warn("--token puts the worker token in the process list, where every local user can read it; use --token-file or SVC_WORKER_TOKEN")
 	}
+	if opts.Token == "" && opts.TokenFile != "" {
+		// Said, not refused: a container's mounted secret is often 0644
+		// in a filesystem only it sees.
+		if fi, err := os.Stat(opts.TokenFile); err == nil && fi.Mode().Perm()&0o077 != 0 {
+			log.Warn("the worker token file may be read by other users of this host; chmod 600 it", "path", opts.TokenFile,
+				"mode", fi.Mode().Perm().String())
+		}
+	}
 	name := opts.Name
 	if name == "" {
 		if name, err = os.Hostname(); err != nil {

@@ -527,8 +527,13 @@ func TestBadWorkerTokenExits(t *testing.T) {
 	if code != 1 || !strings.Contains(stderr, "401") {
 		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
 	}
-	if strings.Contains(stderr, "process list") {
-		t.Fatalf("a token from a file drew the --token warning:\n%s", stderr)
+	if strings.Contains(stderr, "process list") || strings.Contains(stderr, "other users") {
+		t.Fatalf("a token from a private file drew a warning:\n%s", stderr)
+	}
+	// A file others may read is said to be one.
+	_ = os.Chmod(f, 0o644)
+	if _, stderr, _ = svc(t, nil, "worker", "--gateway", s.URL, "--token-file", f, "--engine", "sim", "--name", "x"); !strings.Contains(stderr, "may be read by other users") {
+		t.Fatalf("no warning for a token file others may read:\n%s", stderr)
 	}
 	// A token on the command line is in the process list for every local
 	// user to read: the worker says so; from the environment it is not.
