@@ -199,6 +199,9 @@ type Hello struct {
 	// E2EKey is the key requests sealed for this worker alone use; nil
 	// for a worker that serves no private inference.
 	E2EKey *E2EKey `json:"e2e_key,omitempty"`
+	// TokenID is the worker token the link authenticated with: set by the
+	// gateway, never sent.
+	TokenID string `json:"-"`
 }
 
 // EngineInfo describes one engine a worker runs.

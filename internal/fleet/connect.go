@@ -102,6 +102,11 @@ func (f *Fleet) Connect(ctx context.Context, orgID string, hello api.Hello, conn
 		Refuse(conn, err.Error())
 		return err
 	}
+	if !f.tokenLive(hello.TokenID) {
+		// What a worker whose token is refused at the door is told.
+		Refuse(conn, "Invalid or revoked worker token")
+		return errTokenRevoked
+	}
 	id := WorkerID(orgID, hello.Name)
 	pending, why := f.cfg.Approval(orgID, id)
 	// One handshake at a time per worker. A reconnect can overtake the
@@ -193,6 +198,7 @@ func (f *Fleet) Connect(ctx context.Context, orgID string, hello api.Hello, conn
 		l.setCeiling(w.maxConcurrent)
 	}
 	w.models = hello.Models
+	w.tokenID = hello.TokenID
 	w.engines = hello.Engines
 	w.features = hello.Features
 	w.e2eKey = hello.E2EKey
@@ -294,7 +300,14 @@ func (f *Fleet) Connect(ctx context.Context, orgID string, hello api.Hello, conn
 		f.noteStatusLocked(w, now)
 		f.dispatchLocked(o, now)
 	}
-	f.mu.Unlock()
+	if w.sess == sess && w.attached && !f.tokenLive(w.tokenID) {
+		// Revoked while the link was let in, too late for the check
+		// above and perhaps too early for DisconnectRevoked: both look
+		// under the lock, so one of them sees it.
+		f.disconnectLocked(w, revokedReason)
+	} else {
+		f.mu.Unlock()
+	}
 	endTurn()
 	if resumed {
 		f.log.Info("worker link resumed", "worker", hello.Name, "worker_id", id, "streams", len(peer))
@@ -672,6 +685,53 @@ func (f *Fleet) sendAway(orgID, reason string, within time.Duration) int {
 		s.SendControl(link.TypeGoAway, payload)
 	}
 	return len(sessions)
+}
+
+// errTokenRevoked refuses a link whose worker token was revoked.
+var errTokenRevoked = errors.New("its worker token was revoked")
+
+// revokedReason is the end of a link whose worker token was revoked.
+const revokedReason = "its worker token was revoked"
+
+// tokenLive says whether links made with tokenID may serve.
+func (f *Fleet) tokenLive(tokenID string) bool {
+	return tokenID == "" || f.cfg.TokenLive == nil || f.cfg.TokenLive(tokenID)
+}
+
+// DisconnectRevoked ends the links made with a worker token TokenLive no
+// longer accepts, at once: a revoked token is usually a leaked one, and
+// its workers must not serve until they next reconnect. It returns how
+// many it ended. The link of a worker that came back with another token
+// is left alone.
+func (f *Fleet) DisconnectRevoked() int {
+	type held struct {
+		w    *worker
+		sess *link.Session
+	}
+	var cut []held
+	f.mu.Lock()
+	for _, o := range f.orgs {
+		for _, w := range o.workers {
+			if w.sess != nil && w.offlineSince.IsZero() && !f.tokenLive(w.tokenID) {
+				cut = append(cut, held{w, w.sess})
+			}
+		}
+	}
+	f.mu.Unlock()
+	for _, l := range cut {
+		f.disconnectSession(l.w, l.sess, revokedReason)
+	}
+	return len(cut)
+}
+
+// disconnectSession is Disconnect of w's link sess, if it is still w's.
+func (f *Fleet) disconnectSession(w *worker, sess *link.Session, reason string) {
+	f.mu.Lock()
+	if w.sess != sess {
+		f.mu.Unlock()
+		return
+	}
+	f.disconnectLocked(w, reason)
 }
 
 // leaveExpired closes the link of a worker sent away that is still here.

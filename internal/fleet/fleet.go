@@ -73,6 +73,12 @@ type Config struct {
 	// organisation's home moved), and the disconnect is recorded before
 	// the connect. Nil: not checked.
 	LastEvent LastEventReader
+	// TokenLive says whether a worker token still lets its workers in
+	// (Hello.TokenID); nil, or a link without a token, lets every one. A
+	// link made with a token it refuses is refused, and one made before is
+	// ended by DisconnectRevoked. It is called under the fleet's lock: it
+	// must answer from memory.
+	TokenLive func(tokenID string) bool
 }
 
 // LastEventReader reads the newest event recorded of workerID, and false
@@ -206,6 +212,8 @@ type worker struct {
 	// endRecorded: listed from the gateway this one replaced, the end of
 	// its link to that gateway is recorded already (settleReturning).
 	endRecorded bool
+	// tokenID is the worker token the current link was made with.
+	tokenID string
 	// owedEnd is the end of a link to another gateway process that a
 	// connect found unrecorded and then failed before recording: it
 	// goes before the next connected event, or is the end itself when

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -1606,6 +1607,82 @@ func TestForgottenWorkersLeaveThePowerSink(t *testing.T) {
 		defer sink.mu.Unlock()
 		if !slices.Equal(sink.forgot, []string{gone.id}) {
 			t.Fatalf("forgot %v, want only %s", sink.forgot, gone.id)
+		}
+	})
+}
+
+// A revoked worker token ends the links made with it and refuses new
+// ones; a worker back on a link made with another token serves on.
+func TestDisconnectRevoked(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		revoked := map[string]bool{}
+		h := newHarness(t, Config{Grace: 100 * time.Millisecond, TokenLive: func(id string) bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return !revoked[id]
+		}})
+		connect := func(name, token string) *fakeWorker {
+			fw := &fakeWorker{h: h, hello: api.Hello{Protocol: link.Protocol, Name: name, Version: "v1", MaxConcurrent: 1,
+				SessionID: uuid.NewString(), Models: []api.Model{chat("m")}, TokenID: token}}
+			fw.sess = link.NewSession(link.Options{Role: link.Worker, Accept: fw.serve})
+			t.Cleanup(func() { fw.sess.Close(nil) })
+			fw.connect("o")
+			return fw
+		}
+		a := connect("a", "t1")
+		b := connect("b", "t2")
+		rotated := connect("c", "t1")
+		_ = rotated.conn.Close()
+		synctest.Wait()
+		rotated = connect("c", "t3") // the same worker, on a new token
+		mu.Lock()
+		revoked["t1"] = true
+		mu.Unlock()
+		if n := h.f.DisconnectRevoked(); n != 1 {
+			t.Fatalf("DisconnectRevoked ended %d links, want a's", n)
+		}
+		h.expect(a.id, "o", api.StatusOffline)
+		h.expect(b.id, "o", api.StatusHealthy)
+		h.expect(rotated.id, "o", api.StatusHealthy)
+		if evs := h.ev.ofType(api.EventDisconnected); len(evs) == 0 || *evs[len(evs)-1].Detail != "its worker token was revoked" {
+			t.Fatalf("disconnects %+v", evs)
+		}
+		// A link made with it now is refused at the door.
+		gc, _ := linktest.Pipe()
+		hello := a.hello
+		hello.SessionID = uuid.NewString()
+		if err := h.f.Connect(h.ctx, "o", hello, gc); !errors.Is(err, errTokenRevoked) {
+			t.Fatalf("a connect with a revoked token = %v", err)
+		}
+	})
+}
+
+// A token revoked while its link is being let in, after the door's check,
+// still ends the link: the connect looks again once the link is in.
+func TestTokenRevokedDuringConnect(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var revoked atomic.Bool
+		h := newHarness(t, Config{Grace: 100 * time.Millisecond,
+			TokenLive: func(string) bool { return !revoked.Load() },
+			// Asked while the link is let in: the revocation lands then.
+			LastEvent: func(context.Context, string, string) (api.WorkerEvent, bool, error) {
+				revoked.Store(true)
+				return api.WorkerEvent{}, false, nil
+			}})
+		fw := &fakeWorker{h: h, hello: api.Hello{Protocol: link.Protocol, Name: "late", Version: "v1", MaxConcurrent: 1,
+			SessionID: uuid.NewString(), Models: []api.Model{chat("m")}, TokenID: "t1"}}
+		fw.sess = link.NewSession(link.Options{Role: link.Worker, Accept: fw.serve})
+		t.Cleanup(func() { fw.sess.Close(nil) })
+		gc, wc := linktest.Pipe()
+		h.conns.Go(func() { _ = h.f.Connect(h.ctx, "o", fw.hello, gc) })
+		if _, err := wc.ReadMessage(); err != nil { // the welcome
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		h.expect(WorkerID("o", "late"), "o", api.StatusOffline)
+		if evs := h.ev.ofType(api.EventDisconnected); len(evs) != 1 || *evs[0].Detail != "its worker token was revoked" {
+			t.Fatalf("disconnects %+v", evs)
 		}
 	})
 }

@@ -53,7 +53,6 @@ type Server struct {
 	events    store.Events
 	keepalive link.Keepalive
 	links     link.Buffers // the worker links' websocket buffers
-	byToken   tokenLinks   // the worker links, by the token each was made with
 	// overCapN counts the connections refused at the cap, and badTokenN
 	// the worker links refused for their token; each is logged at most
 	// once a minute, as a flood of them would flood the log.

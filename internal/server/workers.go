@@ -62,15 +62,8 @@ func (s *Server) connectWorker(c *call) error {
 			fleet.Refuse(conn, err.Error())
 			return
 		}
-		forget := s.byToken.add(tokenID, orgID, fleet.WorkerID(orgID, hello.Name))
-		defer forget()
-		// Revoked since it was checked, and perhaps before the links
-		// made with it were looked over.
-		if !s.accounts.WorkerTokenLive(tokenID) {
-			log.Warn("worker refused", "name", hello.Name, "err", "its worker token was revoked")
-			fleet.Refuse(conn, "Invalid or revoked worker token")
-			return
-		}
+		// The fleet ends the link if its token is revoked.
+		hello.TokenID = tokenID
 		if err := fl.Connect(context.Background(), orgID, hello, conn); err != nil {
 			log.Warn("worker refused", "name", hello.Name, "err", err)
 		}
