@@ -47,8 +47,15 @@ func Main(build buildinfo.Info) int {
 
 // stopSignals end a command gracefully: SIGHUP too, which a closed
 // terminal sends, so that a server started from one drains rather than
-// dies with its requests and the usage rows not yet written.
-var stopSignals = []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGHUP}
+// dies with its requests and the usage rows not yet written; unless it
+// was started ignoring SIGHUP (nohup), which watching it would undo.
+func stopSignals() []os.Signal {
+	sigs := []os.Signal{os.Interrupt, syscall.SIGTERM}
+	if !signal.Ignored(syscall.SIGHUP) {
+		sigs = append(sigs, syscall.SIGHUP)
+	}
+	return sigs
+}
 
 // stopOnSignals returns a context that the first of stopSignals cancels.
 // A second SIGINT (Ctrl-C again) ends the process at once, with 128 plus
@@ -59,7 +66,7 @@ var stopSignals = []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGHUP}
 func stopOnSignals(errOut io.Writer) (ctx context.Context, stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, stopSignals...)
+	signal.Notify(sigs, stopSignals()...)
 	done, watched := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(watched)

@@ -106,8 +106,9 @@ On first start with an empty data directory it creates the organisation
 <data>/admin.key and a worker token to <data>/worker.token (both mode 0600),
 and logs where they are, never the secrets. Later starts reuse them.
 
-SIGINT or SIGTERM stops accepting connections, lets in-flight requests finish
-for up to --drain-timeout, then closes the database.
+SIGINT, SIGTERM or SIGHUP (unless started under nohup) stops accepting
+connections, lets in-flight requests finish for up to --drain-timeout, then
+closes the database. A second SIGINT stops it at once.
 
 To restart or upgrade without refusing a connection, start the new server
 with the same --data and --addr, then send SIGTERM to the old one (or the

@@ -101,8 +101,9 @@ host, the gateway's <data>/worker.token. A token given with --token is in
 the process list for every local user to read; prefer the file or the
 environment.
 
-SIGINT or SIGTERM makes the worker take nothing new, finish what it runs (up
-to --drain-timeout), and exit.`,
+SIGINT, SIGTERM or SIGHUP (unless started under nohup) makes the worker take
+nothing new, finish what it runs (up to --drain-timeout), and exit. A second
+SIGINT stops it at once.`,
 		Example: `  svc worker --gateway http://gateway:8080 --token-file /etc/svc/worker.token --engine openai=http://127.0.0.1:8000
   svc worker --engine ollama=http://127.0.0.1:11434 --pull llama3.2 --max-concurrent 4`,
 		Args: noArgs,
