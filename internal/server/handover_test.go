@@ -398,3 +398,22 @@ func TestTakerThatExits(t *testing.T) {
 		t.Fatalf("release = %d, %v", n, err)
 	}
 }
+
+// A taker that exited and was not reaped is a zombie, which kill(pid, 0)
+// alone takes for a live process.
+func TestProcessAliveSeesAZombie(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("a zombie is told by /proc")
+	}
+	if !processAlive(os.Getpid()) {
+		t.Fatal("this process is not alive")
+	}
+	child := exec.Command("true")
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer child.Wait()
+	if !harness.Eventually(5*time.Second, func() bool { return !processAlive(child.Process.Pid) }) {
+		t.Fatal("an exited child not yet reaped counts as alive")
+	}
+}

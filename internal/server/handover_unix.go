@@ -3,6 +3,7 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -33,6 +34,9 @@ type handover struct {
 	log  *slog.Logger
 	wg   sync.WaitGroup
 	stop chan struct{} // closed by close: the takers' watches end
+	// mu serialises a give and a taker's exit, which both decide whether
+	// the socket is this server's alone.
+	mu sync.Mutex
 	// holders counts the servers that took the socket and hold it still:
 	// each is watched until it exits, where the system tells its pid.
 	holders atomic.Int64
@@ -84,6 +88,8 @@ func (h *handover) give(c net.Conn) (err error) {
 	if err != nil {
 		return err
 	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	if h.beforeGive != nil {
 		h.beforeGive()
 	}
@@ -134,9 +140,11 @@ func (h *handover) watch(pid int) {
 			continue
 		}
 		h.log.Warn("handover: the server that took the listening socket exited; this one answers its connections again", "pid", pid)
+		h.mu.Lock()
 		if h.holders.Add(-1) == 0 && h.afterFail != nil {
 			h.afterFail()
 		}
+		h.mu.Unlock()
 		return
 	}
 }
@@ -144,9 +152,18 @@ func (h *handover) watch(pid int) {
 // takerCheck is how often a taker of the socket is looked for.
 const takerCheck = 250 * time.Millisecond
 
-// processAlive reports whether a process of pid exists; one of another
-// user (EPERM) does.
+// processAlive reports whether a process of pid runs; one of another
+// user (EPERM) does, and a zombie, which has exited but not been reaped
+// (a taker started in the background of a container whose first process
+// this server is), does not.
 func processAlive(pid int) bool {
+	if stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat"); err == nil {
+		// The state follows the command, which is in parentheses and may
+		// hold any character, ')' included.
+		if i := bytes.LastIndexByte(stat, ')'); i >= 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
+			return false
+		}
+	}
 	return !errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
 }
 
