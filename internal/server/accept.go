@@ -6,11 +6,14 @@ import (
 )
 
 // wantsJSON reports whether an Accept header asks for speech as JSON
-// rather than as WAV: application/json is acceptable (q above 0) and
-// weighs at least as much as any audio type the header names. */* is
-// either, so it decides nothing; without a header the answer is WAV.
+// rather than as WAV, the two forms there are. Each form takes the weight
+// of the most specific range that matches it (application/json over
+// application/* over */*; audio/wav over audio/* over */*), as HTTP has
+// it. JSON is chosen when it is acceptable and weighs more than WAV, or
+// as much when the header names application/json itself; otherwise, an
+// empty header and one that accepts neither included, the answer is WAV.
 func wantsJSON(accept []byte) bool {
-	json, audio := -1.0, -1.0
+	var json, wav match
 	for r := range bytes.SplitSeq(accept, []byte(",")) {
 		media, params, _ := bytes.Cut(r, []byte(";"))
 		media = bytes.TrimSpace(media)
@@ -19,13 +22,44 @@ func wantsJSON(accept []byte) bool {
 			continue
 		}
 		switch {
+		case bytes.EqualFold(media, []byte("*/*")):
+			json.offer(1, q)
+			wav.offer(1, q)
+		case bytes.EqualFold(media, []byte("application/*")):
+			json.offer(2, q)
 		case bytes.EqualFold(media, []byte("application/json")):
-			json = max(json, q)
-		case len(media) > len("audio/") && bytes.EqualFold(media[:len("audio/")], []byte("audio/")):
-			audio = max(audio, q)
+			json.offer(3, q)
+		case bytes.EqualFold(media, []byte("audio/*")):
+			wav.offer(2, q)
+		case bytes.EqualFold(media, []byte("audio/wav")), bytes.EqualFold(media, []byte("audio/x-wav")),
+			bytes.EqualFold(media, []byte("audio/wave")):
+			wav.offer(3, q)
 		}
 	}
-	return json > 0 && json >= audio
+	jq, wq := json.weight(), wav.weight()
+	return jq > 0 && (jq > wq || jq == wq && json.rank == 3)
+}
+
+// match is the weight a form takes from the most specific range matching
+// it: rank 3 names it, 2 its type, 1 anything; 0 is no range yet. Two
+// ranges of one rank give the higher weight.
+type match struct {
+	rank int
+	q    float64
+}
+
+func (m *match) offer(rank int, q float64) {
+	if rank > m.rank || rank == m.rank && q > m.q {
+		m.rank, m.q = rank, q
+	}
+}
+
+// weight is the form's weight, -1 when no range matches it.
+func (m match) weight() float64 {
+	if m.rank == 0 {
+		return -1
+	}
+	return m.q
 }
 
 // quality is the q parameter of a media range's parameters, 1 when it
