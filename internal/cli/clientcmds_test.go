@@ -425,6 +425,10 @@ func TestUsageByWorkerWithoutWorkersRead(t *testing.T) {
 			t.Fatalf("%v: exit %d, query %v: %s", args, r.code, q, r.stderr)
 		}
 	}
+	// A name cannot be looked up: said, rather than matching nothing.
+	if r := (cliRun{env: env}).run(t, "usage", "logs", "--worker", "gpu-box-1"); r.code != exitUsage || !strings.Contains(r.stderr, "workers:read") {
+		t.Fatalf("a name under a key without workers:read: exit %d %s", r.code, r.stderr)
+	}
 }
 
 func TestCheckRangeSaysTheBoundPassed(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -88,7 +89,10 @@ func workerID(ctx context.Context, c *client.Client, arg string) (string, error)
 	w, err := resolveWorker(ctx, c, arg)
 	if client.IsStatus(err, http.StatusForbidden) {
 		// A key with usage:read alone may filter by a worker it may not
-		// list: the argument goes as the id it must then be.
+		// list: by its id, as a name would silently match nothing.
+		if !strings.HasPrefix(arg, "wk_") {
+			return "", usageErrorf("--worker %q: naming a worker, or a start of its id, needs a key with workers:read; give its whole id (wk_...)", arg)
+		}
 		return arg, nil
 	}
 	return w.WorkerID, err
