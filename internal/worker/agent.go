@@ -102,6 +102,8 @@ func (e *PermanentError) Error() string { return e.Reason }
 type Agent struct {
 	cfg Config
 	log *slog.Logger
+	// beating is held while a heartbeat is made and sent.
+	beating sync.Mutex
 
 	mu           sync.Mutex
 	models       []api.Model
@@ -731,6 +733,12 @@ func (a *Agent) sendHeartbeat() {
 	if s == nil {
 		return
 	}
+	// One heartbeat is made and sent at a time, so that the last sent is
+	// the last made: a periodic one made just before an engine stalled
+	// must not follow the one that reports the stall, and take it back
+	// until the next.
+	a.beating.Lock()
+	defer a.beating.Unlock()
 	if b, err := json.Marshal(a.heartbeat()); err == nil {
 		s.SendControl(link.TypeHeartbeat, b)
 	}
