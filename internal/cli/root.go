@@ -49,9 +49,11 @@ func Main(build buildinfo.Info) int {
 // terminal sends, so that a server started from one drains rather than
 // dies with its requests and the usage rows not yet written; unless it
 // was started ignoring SIGHUP (nohup), which watching it would undo.
-func stopSignals() []os.Signal {
+// ignored says whether the process started ignoring a signal
+// (signal.Ignored).
+func stopSignals(ignored func(os.Signal) bool) []os.Signal {
 	sigs := []os.Signal{os.Interrupt, syscall.SIGTERM}
-	if !signal.Ignored(syscall.SIGHUP) {
+	if !ignored(syscall.SIGHUP) {
 		sigs = append(sigs, syscall.SIGHUP)
 	}
 	return sigs
@@ -66,7 +68,7 @@ func stopSignals() []os.Signal {
 func stopOnSignals(errOut io.Writer) (ctx context.Context, stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, stopSignals()...)
+	signal.Notify(sigs, stopSignals(signal.Ignored)...)
 	done, watched := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(watched)
