@@ -36,8 +36,8 @@ type Service struct {
 	mu      sync.RWMutex // guards st's maps for readers
 	st      state
 	version int64 // the store's Records.Version that st holds; guarded by wmu
-	// tokens is signalled when the worker tokens may have changed: here,
-	// or in the store by another process (Reload).
+	// tokens is signalled when a live worker token was revoked: here, or
+	// in the store by another process (Reload).
 	tokens chan struct{}
 }
 
@@ -144,12 +144,29 @@ func (s *Service) reloadLocked() error {
 		}
 		e.lastUsed.merge(recs.LastUsed[auth.PrefixOf(auth.KindWorkerToken, id)])
 	}
+	revoked := lostTokens(s.st.tokens, st.tokens)
 	s.mu.Lock()
 	s.st = st
 	s.mu.Unlock()
 	s.version = recs.Version
-	s.tokensChanged()
+	if revoked {
+		s.tokensRevoked()
+	}
 	return nil
+}
+
+// lostTokens reports whether a token live in old is not in new: revoked,
+// or gone with its organisation.
+func lostTokens(old, new map[string]*tokenEntry) bool {
+	for id, e := range old {
+		if e.RevokedAt != nil {
+			continue
+		}
+		if n := new[id]; n == nil || n.RevokedAt != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // merge takes a stored time that is newer than the one in memory; it is
@@ -307,21 +324,28 @@ func (s *Service) commitAfter(c *change, first func() error) error {
 		s.version = v
 	}
 	s.mu.Lock()
+	revoked := false
+	for _, t := range c.tokens {
+		if old := s.st.tokens[t.ID]; t.RevokedAt != nil && old != nil && old.RevokedAt == nil {
+			revoked = true
+		}
+	}
 	s.st.apply(c)
 	s.mu.Unlock()
-	if len(c.tokens) > 0 {
-		s.tokensChanged()
+	if revoked {
+		s.tokensRevoked()
 	}
 	return nil
 }
 
-// TokensChanged is signalled after the worker tokens may have changed, a
-// revocation included, here or (on a shared store) in another process:
-// whoever holds links made with them checks them again (WorkerTokenLive).
-// Signals that come while one waits unread are one.
-func (s *Service) TokensChanged() <-chan struct{} { return s.tokens }
+// TokensRevoked is signalled after a worker token that was live is no
+// longer, here or (on a shared store) in another process: whoever holds
+// links made with it checks them again (WorkerTokenLive). A reload that
+// revokes nothing says nothing, so a cluster's periodic reloads do not
+// walk the fleet. Signals that come while one waits unread are one.
+func (s *Service) TokensRevoked() <-chan struct{} { return s.tokens }
 
-func (s *Service) tokensChanged() {
+func (s *Service) tokensRevoked() {
 	select {
 	case s.tokens <- struct{}{}:
 	default:

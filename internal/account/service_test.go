@@ -385,13 +385,15 @@ func TestWorkerTokens(t *testing.T) {
 	}
 	changed := func() bool {
 		select {
-		case <-f.svc.TokensChanged():
+		case <-f.svc.TokensRevoked():
 			return true
 		default:
 			return false
 		}
 	}
-	changed() // the creation's
+	if changed() {
+		t.Fatal("a creation was signalled as a revocation")
+	}
 	if _, err := f.svc.RevokeWorkerToken("default", tok.Prefix); err != nil {
 		t.Fatal(err)
 	}

@@ -303,3 +303,42 @@ func TestImportAccountsRefusesNameClashes(t *testing.T) {
 		t.Fatalf("after a refused copy the database holds %+v and %+v", got.Orgs, got.Users)
 	}
 }
+
+// A replica hears of another's revocation of a worker token at its next
+// reload, and of nothing at a reload that revoked none.
+func TestReloadSignalsRevokedTokensOnly(t *testing.T) {
+	url := pg.CreateDB(t)
+	a, b := newService(t, open(t, url)), newService(t, open(t, url))
+	if _, err := a.Bootstrap(func(account.Secrets) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	signalled := func() bool {
+		select {
+		case <-b.TokensRevoked():
+			return true
+		default:
+			return false
+		}
+	}
+	tok, err := a.CreateWorkerToken(account.DefaultOrg, api.CreateWorkerTokenRequest{Name: "gpu-box"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := b.Reload(); err != nil {
+			t.Fatal(err)
+		}
+		if signalled() {
+			t.Fatal("a reload that revoked nothing was signalled")
+		}
+	}
+	if _, err := a.RevokeWorkerToken(account.DefaultOrg, tok.Prefix); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if !signalled() || b.WorkerTokenLive(tok.ID) {
+		t.Fatal("another replica's revocation was not signalled at the reload")
+	}
+}

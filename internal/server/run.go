@@ -271,7 +271,7 @@ func Run(ctx context.Context, cfg Config) error {
 	wg.Go(func() error { return writer.Run(writerCtx) })
 	bg.Go(func() error { return accounts.Run(bgCtx, time.Minute) })
 	bg.Go(func() error { return fl.Run(bgCtx) })
-	bg.Go(func() error { return cutRevokedLinks(bgCtx, accounts.TokensChanged(), fl) })
+	bg.Go(func() error { return cutRevokedLinks(bgCtx, accounts.TokensRevoked(), fl) })
 	// The fleet as it stands is recorded every few seconds, for a server
 	// that starts after a crash, and once more after the drain.
 	checkpointCtx, stopCheckpoints := context.WithCancel(context.Background())
