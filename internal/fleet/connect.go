@@ -202,6 +202,7 @@ func (f *Fleet) Connect(ctx context.Context, orgID string, hello api.Hello, conn
 	w.engines = hello.Engines
 	w.features = hello.Features
 	w.e2eKey = hello.E2EKey
+	w.adopted = nil
 	w.draining = hello.Draining
 	if !resumed || !w.draining {
 		// Sent away is a kind of draining, and ends with it.
@@ -274,8 +275,10 @@ func (f *Fleet) Connect(ctx context.Context, orgID string, hello api.Hello, conn
 			if lost != nil {
 				f.cfg.Events.RecordEvent(w.orgID, *lost)
 			}
+			// What a new home adopting the worker lists of it (Adopt).
 			f.event(w, api.EventConnected, "", map[string]any{"version": w.version, "max_concurrent": w.maxConcurrent,
-				"models": modelIDs(w.models), "engines": w.engines}, false, now)
+				"models": modelIDs(w.models), "engines": w.engines, "features": w.features,
+				"private_inference": w.e2eKey != nil}, false, now)
 		}
 		if changed != nil {
 			ev := newEvent(w, api.EventSettingsChanged, "the worker came back with other settings", changed, false, now)
@@ -357,11 +360,15 @@ func settingsChange(w *worker, hello *api.Hello) map[string]any {
 	if !slices.Equal(w.engines, hello.Engines) {
 		out["engines"] = map[string]any{"from": w.engines, "to": hello.Engines}
 	}
-	if !slices.Equal(w.features, hello.Features) {
+	private, known := w.e2eKey != nil, true
+	if w.adopted != nil {
+		private, known = w.adopted.private, w.adopted.known
+	}
+	if known && !slices.Equal(w.features, hello.Features) {
 		out["features"] = map[string]any{"from": w.features, "to": hello.Features}
 	}
-	if (w.e2eKey == nil) != (hello.E2EKey == nil) {
-		out["private_inference"] = map[string]any{"from": w.e2eKey != nil, "to": hello.E2EKey != nil}
+	if known && private != (hello.E2EKey != nil) {
+		out["private_inference"] = map[string]any{"from": private, "to": hello.E2EKey != nil}
 	}
 	if len(out) == 0 {
 		return nil

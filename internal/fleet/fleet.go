@@ -207,8 +207,12 @@ type worker struct {
 	engines         []api.EngineInfo
 	features        []string // protocol features of its release
 	e2eKey          *api.E2EKey
-	sessionID       string
-	sess            *link.Session
+	// adopted is set for a worker listed from the events of its
+	// organisation's last home (Adopt) until it connects here: they do
+	// not hold its private-inference key.
+	adopted   *adoptedSettings
+	sessionID string
+	sess      *link.Session
 	// endRecorded: listed from the gateway this one replaced, the end of
 	// its link to that gateway is recorded already (settleReturning).
 	endRecorded bool
@@ -260,6 +264,15 @@ type worker struct {
 	members []member
 	parked  bool
 	keyID   string
+}
+
+// adoptedSettings is what the events of an adopted worker tell of the
+// settings its record cannot hold.
+type adoptedSettings struct {
+	// known is false for events from before they told the worker's
+	// features and private inference: neither can then be compared.
+	known   bool
+	private bool
 }
 
 // New returns an empty fleet.
@@ -510,6 +523,19 @@ func (f *Fleet) sweep() {
 	}
 }
 
+// stopTimersLocked stops w's grace period and leave, so that neither
+// fires once w is no longer the fleet's record of its worker.
+func (w *worker) stopTimersLocked() {
+	if w.graceTimer != nil {
+		w.graceTimer.Stop()
+		w.graceTimer = nil
+	}
+	if w.leaveTimer != nil {
+		w.leaveTimer.Stop()
+		w.leaveTimer = nil
+	}
+}
+
 // closeAll closes every worker connection; their sessions end. Pending
 // grace periods and leaves are stopped so no timer fires after Run
 // returns.
@@ -518,14 +544,7 @@ func (f *Fleet) closeAll() {
 	var sessions []*link.Session
 	for _, o := range f.orgs {
 		for _, w := range o.workers {
-			if w.graceTimer != nil {
-				w.graceTimer.Stop()
-				w.graceTimer = nil
-			}
-			if w.leaveTimer != nil {
-				w.leaveTimer.Stop()
-				w.leaveTimer = nil
-			}
+			w.stopTimersLocked()
 			if w.sess != nil {
 				sessions = append(sessions, w.sess)
 			}

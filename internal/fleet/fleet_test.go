@@ -1398,6 +1398,62 @@ func TestAdoptedWorkers(t *testing.T) {
 	})
 }
 
+// A replica that was the organisation's home before lists, once it is
+// again, what the events since say of a worker, not what it kept from
+// then; and a worker back as its connected event described it is no
+// settings change, though its record could not hold its key.
+func TestAdoptedAgain(t *testing.T) {
+	yes, no := true, false
+	for _, tc := range []struct {
+		name    string
+		private *bool // as its connected event told; nil: not told
+		key     bool  // whether it comes back with a private-inference key
+		changed bool
+	}{
+		{"as told", &yes, true, false},
+		{"not told", nil, true, false},
+		{"key added", &no, true, true},
+		{"key dropped", &yes, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h := newHarness(t, Config{Grace: 100 * time.Millisecond})
+				w := h.worker("o", "w", 4, chat("m"))
+				_ = w.conn.Close()
+				synctest.Wait()
+				time.Sleep(time.Second)
+				h.expect(w.id, "o", api.StatusOffline)
+				// Another home had it since, and died with it linked.
+				time.Sleep(time.Hour)
+				linked := time.Now()
+				features := []string{"moderation/1"}
+				time.Sleep(time.Minute)
+				now := time.Now()
+				h.f.Adopt("o", []Remembered{{ID: w.id, Name: "w", Version: "v2", MaxConcurrent: 8, Features: features,
+					Private: tc.private, OfflineSince: now, LastSeen: linked}}, []string{w.id}, now)
+				got := h.expect(w.id, "o", api.StatusOffline)
+				if got.OfflineSince == nil || !got.OfflineSince.Equal(now.UTC()) || got.LastSeenSecondsAgo != 60 || got.MaxConcurrent != 8 || len(got.Models) != 0 {
+					t.Fatalf("adopted again: %+v; want offline since %v, last seen 60 s ago, 8 slots, no models", got, now.UTC())
+				}
+				w.hello.SessionID = uuid.NewString()
+				w.hello.Version, w.hello.MaxConcurrent, w.hello.Features = "v2", 8, features
+				if tc.key {
+					w.hello.E2EKey = &api.E2EKey{KeyID: "k1"}
+				}
+				w.connect("o")
+				synctest.Wait()
+				ev := h.ev.find(api.EventSettingsChanged, false)
+				if (ev != nil) != tc.changed {
+					t.Fatalf("settings_changed %+v, want one: %v", ev, tc.changed)
+				}
+				if ev != nil && (len(ev.Metadata) != 1 || ev.Metadata["private_inference"] == nil) {
+					t.Fatalf("settings_changed metadata %v, want private_inference alone", ev.Metadata)
+				}
+			})
+		})
+	}
+}
+
 // settleReturning and settleAdopted settle what Run's ticker would find
 // due now, on the test's goroutine.
 func settleReturning(ctx context.Context, f *Fleet) {

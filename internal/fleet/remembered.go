@@ -22,6 +22,11 @@ type Remembered struct {
 	// gateway stopped is offline since the stop.
 	OfflineSince time.Time `json:"offline_since"`
 	LastSeen     time.Time `json:"last_seen"`
+	// Private says, of a worker adopted from its events (Adopt), whether
+	// its last connect offered private inference: its key is not in them.
+	// Nil when its events are older than the ones telling it, and its
+	// features are then unknown too.
+	Private *bool `json:"-"`
 }
 
 // Remember lists, by organisation, every worker the fleet lists now: for
@@ -65,7 +70,31 @@ func (f *Fleet) Changes() uint64 { return f.changes.Load() }
 func (f *Fleet) Adopt(orgID string, ws []Remembered, back []string, now time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.rememberLocked(map[string][]Remembered{orgID: ws}, now)
+	o := f.org(orgID)
+	var fresh []Remembered
+	for _, r := range ws {
+		w := o.workers[r.ID]
+		if w != nil && (w.offlineSince.IsZero() || !r.LastSeen.After(w.lastSeen)) {
+			continue // linked here, or listed here since its events
+		}
+		if w != nil {
+			// Left from an earlier time as the organisation's home: its
+			// events have been written by other homes since.
+			delete(o.workers, r.ID)
+			f.reindexLocked(o, w, now)
+			w.stopTimersLocked()
+		}
+		fresh = append(fresh, r)
+	}
+	f.rememberLocked(map[string][]Remembered{orgID: fresh}, now)
+	for _, r := range fresh {
+		if w := o.workers[r.ID]; w != nil {
+			w.adopted = &adoptedSettings{known: r.Private != nil}
+			if r.Private != nil {
+				w.adopted.private = *r.Private
+			}
+		}
+	}
 	if len(back) > 0 {
 		f.adopted = append(f.adopted, adoption{orgID: orgID, back: back, at: now, due: now.Add(f.cfg.Grace)})
 	}

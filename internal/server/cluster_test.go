@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -19,8 +20,10 @@ import (
 	"github.com/svc-dev/svc/internal/auth"
 	"github.com/svc-dev/svc/internal/buildinfo"
 	"github.com/svc-dev/svc/internal/cluster"
+	"github.com/svc-dev/svc/internal/fleet"
 	"github.com/svc-dev/svc/internal/link"
 	"github.com/svc-dev/svc/internal/peer"
+	"github.com/svc-dev/svc/internal/pgstore"
 )
 
 type leaseAt cluster.State
@@ -241,5 +244,42 @@ func TestAuthorizePeer(t *testing.T) {
 				t.Fatalf("authorizePeer = %v, want allowed %v", err, tc.ok)
 			}
 		})
+	}
+}
+
+// A new home reads what each worker's connected event tells of it; of a
+// worker whose events are older than the ones telling its features and
+// private inference, it knows neither.
+func TestAdoptedWorkers(t *testing.T) {
+	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	connected := func(meta map[string]any) api.WorkerEvent {
+		// As read back from the store: JSON's types.
+		raw, _ := json.Marshal(meta)
+		var m map[string]any
+		_ = json.Unmarshal(raw, &m)
+		return api.WorkerEvent{EventType: api.EventConnected, WorkerName: "w", Metadata: m, CreatedAt: now.Add(-time.Hour)}
+	}
+	engines := []api.EngineInfo{{Kind: "openai", URL: "http://127.0.0.1:8000"}}
+	hist := map[string]pgstore.WorkerHistory{
+		"wk_new": {Last: connected(nil), Connected: connected(map[string]any{"version": "v2", "max_concurrent": 8,
+			"engines": engines, "features": []string{"moderation/1"}, "private_inference": true})},
+		"wk_old": {Last: api.WorkerEvent{EventType: api.EventDisconnected, WorkerName: "w2", CreatedAt: now.Add(-time.Minute)},
+			Connected: connected(map[string]any{"version": "v1", "max_concurrent": 4})},
+	}
+	ws, back := adoptedWorkers(hist, now)
+	byID := map[string]fleet.Remembered{}
+	for _, r := range ws {
+		byID[r.ID] = r
+	}
+	n, o := byID["wk_new"], byID["wk_old"]
+	if len(ws) != 2 || len(back) != 1 || back[0] != "wk_new" {
+		t.Fatalf("adopted %+v, awaited back %v", ws, back)
+	}
+	if n.Version != "v2" || n.MaxConcurrent != 8 || !reflect.DeepEqual(n.Engines, engines) ||
+		!reflect.DeepEqual(n.Features, []string{"moderation/1"}) || n.Private == nil || !*n.Private || !n.OfflineSince.Equal(now) {
+		t.Fatalf("from a connected event that tells all: %+v", n)
+	}
+	if o.MaxConcurrent != 4 || o.Private != nil || o.Features != nil || !o.OfflineSince.Equal(now.Add(-time.Minute)) {
+		t.Fatalf("from an older connected event: %+v", o)
 	}
 }

@@ -294,6 +294,16 @@ func adoptedWorkers(hist map[string]pgstore.WorkerHistory, now time.Time) (ws []
 		if raw, err := json.Marshal(meta["engines"]); err == nil {
 			_ = json.Unmarshal(raw, &r.Engines)
 		}
+		if private, ok := meta["private_inference"].(bool); ok {
+			r.Private = &private
+			if fs, ok := meta["features"].([]any); ok {
+				for _, x := range fs {
+					if s, ok := x.(string); ok {
+						r.Features = append(r.Features, s)
+					}
+				}
+			}
+		}
 		ws = append(ws, r)
 	}
 	return ws, back
