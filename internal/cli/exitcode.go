@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/svc-dev/svc/internal/client"
+	"github.com/svc-dev/svc/internal/cluster"
 	"github.com/svc-dev/svc/internal/pgstore"
 )
 
@@ -28,6 +29,10 @@ const (
 	// release migrated past what this build reads: restarting it cannot
 	// help, and the systemd unit does not.
 	exitTooOld = 6
+	// exitIDShared is svc serve stopping because another live replica,
+	// started before it, registers under its id (a copied data
+	// directory): a restart would find the same.
+	exitIDShared = 7
 )
 
 // signalExit is the status of a process ended by sig, as a shell reports
@@ -96,6 +101,8 @@ func exitCode(err error) int {
 		return exitUsage
 	case errors.Is(err, pgstore.ErrSchemaTooNew):
 		return exitTooOld
+	case errors.Is(err, cluster.ErrIDShared):
+		return exitIDShared
 	case errors.As(err, &ae):
 		switch ae.Status {
 		case http.StatusUnauthorized, http.StatusForbidden:

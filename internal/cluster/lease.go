@@ -15,8 +15,11 @@ package cluster
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/svc-dev/svc/internal/clock"
@@ -48,7 +51,18 @@ type Leader struct {
 	ExpiresAt    time.Time
 	// DBNow is the database's clock when the statement ran.
 	DBNow time.Time
+	// Displaced is the registration the renewal overwrote when another
+	// live process had written it under the same id: started at another
+	// time and advertising another URL. Nil otherwise.
+	Displaced *Replica
 }
+
+// ErrIDShared is why a replica stops on finding that another live
+// process, started before it, registers under its id: one of their data
+// directories, which keep the id (replica.id), was copied from the
+// other's. They would take each other's organisations and lease turn
+// about. The one started first goes on.
+var ErrIDShared = errors.New("cluster: another replica registers under this one's id")
 
 // Store is the database's side of the lease.
 type Store interface {
@@ -126,6 +140,12 @@ type Lease struct {
 	// up to a whole period later.
 	expiresIn time.Duration
 	changed   chan struct{}
+	// shared is told, once, that this replica is the later of two
+	// sharing an id; Run then returns without resigning, as the lease
+	// it holds is the other's too.
+	shared     chan error
+	sharedOnce sync.Once
+	isShared   atomic.Bool
 }
 
 // New returns a lease for me; Run drives it.
@@ -142,8 +162,13 @@ func New(store Store, me Replica, o Options) *Lease {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Lease{store: store, me: me, o: o, log: o.Logger, changed: make(chan struct{})}
+	return &Lease{store: store, me: me, o: o, log: o.Logger, changed: make(chan struct{}), shared: make(chan error, 1)}
 }
+
+// Shared tells, once, that another live process, started before this
+// one, registers under its id (ErrIDShared): this one must stop, and
+// must not give up the homes or the lease held under the id on the way.
+func (l *Lease) Shared() <-chan error { return l.shared }
 
 // Every is how often the replica renews.
 func (l *Lease) Every() time.Duration { return l.o.Every }
@@ -183,7 +208,9 @@ func (l *Lease) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
-			l.resign()
+			if !l.isShared.Load() {
+				l.resign()
+			}
 			return nil
 		case <-t.C:
 		}
@@ -219,7 +246,31 @@ func (l *Lease) Beat(ctx context.Context) {
 		}
 		return
 	}
+	l.mu.Lock()
+	renewed := l.answered
+	l.mu.Unlock()
+	// The first renewal may overwrite a process that died, under the
+	// same id and within its TTL; only one that lives renews again.
+	if d := lead.Displaced; d != nil && renewed {
+		l.displaced(*d)
+	}
 	l.apply(lead, mono)
+}
+
+// displaced reports another live process under this replica's id: the
+// one started later stops.
+func (l *Lease) displaced(other Replica) {
+	if !other.StartedAt.Before(l.me.StartedAt) {
+		l.log.Error("cluster: another process registers under this replica's id; it was started later, and stops when it sees this one",
+			"id", l.me.ID, "other_url", other.AdvertiseURL, "other_started_at", other.StartedAt)
+		return
+	}
+	err := fmt.Errorf("%w %s: the one at %s, started at %s; each replica needs a data directory of its own (remove replica.id from this one's to give it a new id)",
+		ErrIDShared, l.me.ID, other.AdvertiseURL, other.StartedAt.UTC().Format(time.RFC3339))
+	l.sharedOnce.Do(func() {
+		l.isShared.Store(true)
+		l.shared <- err
+	})
 }
 
 func (l *Lease) failed(err error) {

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +15,13 @@ type memStore struct {
 	now  time.Time
 	lead Leader
 	down bool
+	// regs are the registrations, by id, with when each expires.
+	regs map[string]registration
+}
+
+type registration struct {
+	Replica
+	expires time.Time
 }
 
 func (m *memStore) Beat(_ context.Context, me Replica, ttl time.Duration, want bool) (Leader, error) {
@@ -22,6 +30,16 @@ func (m *memStore) Beat(_ context.Context, me Replica, ttl time.Duration, want b
 	if m.down {
 		return Leader{}, errors.New("connection refused")
 	}
+	var displaced *Replica
+	if r, ok := m.regs[me.ID]; ok && m.now.Before(r.expires) && r.AdvertiseURL != me.AdvertiseURL && !r.StartedAt.Equal(me.StartedAt) {
+		displaced = &r.Replica
+	}
+	if m.regs == nil {
+		m.regs = map[string]registration{}
+	}
+	m.regs[me.ID] = registration{me, m.now.Add(ttl)}
+	defer func() { m.lead.Displaced = nil }()
+	m.lead.Displaced = displaced
 	switch {
 	case !want:
 	case m.lead.ReplicaID == me.ID:
@@ -229,5 +247,58 @@ func TestLeaseStandbyRenewsAtTheExpiry(t *testing.T) {
 	}
 	if d := b.next(); d != 2*time.Second {
 		t.Fatalf("the leader renews after %v, want the period", d)
+	}
+}
+
+// Of two processes registering under one id, the one started later learns
+// it must stop, at its second renewal; the first goes on. A process that
+// replaced a dead one under the same id within its TTL, at another
+// address, is not told to.
+func TestSharedID(t *testing.T) {
+	ctx := context.Background()
+	db := &memStore{now: time.Unix(1_800_000_000, 0)}
+	clk := &fakeClock{wall: time.Unix(1_700_000_000, 0), mono: time.Hour}
+	started := time.Unix(1_700_000_000, 0)
+	lease := func(url string, at time.Time) *Lease {
+		return New(db, Replica{ID: "r1", AdvertiseURL: url, StartedAt: at}, Options{TTL: 10 * time.Second, Clock: clk})
+	}
+	shared := func(l *Lease) error {
+		select {
+		case err := <-l.Shared():
+			return err
+		default:
+			return nil
+		}
+	}
+	first, copied := lease("http://a:8080", started), lease("http://b:8080", started.Add(time.Hour))
+	first.Beat(ctx)
+	copied.Beat(ctx) // over a registration that might be a dead process's
+	first.Beat(ctx)
+	copied.Beat(ctx)
+	first.Beat(ctx)
+	if err := shared(first); err != nil {
+		t.Fatalf("the replica started first was told to stop: %v", err)
+	}
+	err := shared(copied)
+	if !errors.Is(err, ErrIDShared) || !strings.Contains(err.Error(), "http://a:8080") {
+		t.Fatalf("the replica started later: %v, want ErrIDShared naming the other", err)
+	}
+	copied.Beat(ctx)
+	if err := shared(copied); err != nil {
+		t.Fatalf("told twice: %v", err)
+	}
+
+	// A process that died, and the one restarted in its place within
+	// its TTL, at another address.
+	db.advance(time.Minute)
+	dead := lease("http://c:8080", started.Add(2*time.Hour))
+	dead.Beat(ctx)
+	restarted := lease("http://d:8080", started.Add(3*time.Hour))
+	for range 5 {
+		restarted.Beat(ctx)
+		db.advance(2 * time.Second)
+	}
+	if err := shared(restarted); err != nil {
+		t.Fatalf("a restart over a dead process's registration: %v", err)
 	}
 }

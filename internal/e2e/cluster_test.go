@@ -1005,3 +1005,62 @@ func TestClusterRevokedWorkerToken(t *testing.T) {
 		t.Fatal("the agent of a revoked token did not stop once refused")
 	}
 }
+
+// A replica started from a copy of another's data directory (replica.id
+// and all) is found out: the copy drains and exits with status 7, giving
+// up nothing held under the id, and the first keeps leading and its
+// organisation's home.
+func TestClusterCopiedDataDirectory(t *testing.T) {
+	db := clusterDB(t)
+	a := startReplica(t, db, "")
+	a.waitLog("cluster: leading", 15*time.Second)
+	key := a.adminKey()
+	// The organisation's first request makes a its home.
+	a.do("POST", "/v1/chat/completions", chatBody("sim-chat", "hi", false), bearer(key))
+	ctx, conn := dbConn(t, db)
+	var id, homeBefore string
+	var epoch int64
+	if err := conn.QueryRow(ctx, "SELECT replica_id, epoch FROM svc_leader").Scan(&id, &epoch); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.QueryRow(ctx, "SELECT replica_id FROM svc_org_homes").Scan(&homeBefore); err != nil || homeBefore != id {
+		t.Fatalf("the organisation's home is %q (%v), want the leader %q", homeBefore, err, id)
+	}
+	copied := t.TempDir()
+	raw, err := os.ReadFile(filepath.Join(a.Data, "replica.id"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(copied, "replica.id"), raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b := startReplica(t, db, copied)
+	rec := b.waitLog("cluster: draining and stopping", 15*time.Second)
+	if msg := fmt.Sprint(rec["err"]); !strings.Contains(msg, a.URL) || !strings.Contains(msg, "replica.id") {
+		t.Errorf("the log names neither the other replica nor what to do: %v", rec)
+	}
+	if !b.wait(15 * time.Second) {
+		t.Fatal("the copy did not stop")
+	}
+	var ee *exec.ExitError
+	if err := b.Err(); !errors.As(err, &ee) || ee.ExitCode() != 7 {
+		t.Errorf("the copy stopped with %v, want exit status 7", err)
+	}
+	a.waitLog("cluster: another process registers under this replica's id", 5*time.Second)
+	// The copy gave up nothing: a still leads under its epoch, and is
+	// still the organisation's home.
+	var leader, home string
+	var now int64
+	if err := conn.QueryRow(ctx, "SELECT replica_id, epoch FROM svc_leader").Scan(&leader, &now); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.QueryRow(ctx, "SELECT replica_id FROM svc_org_homes").Scan(&home); err != nil {
+		t.Fatal(err)
+	}
+	if leader != id || now != epoch || home != id {
+		t.Fatalf("after the copy stopped: leader %s at epoch %d, home %s; want %s at %d, home unchanged", leader, now, home, id, epoch)
+	}
+	if got := a.do("GET", "/v1/models", "", bearer(key)); got.Status != http.StatusOK {
+		t.Fatalf("the first replica after the copy stopped: %d %s", got.Status, got.Body)
+	}
+}

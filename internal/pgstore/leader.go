@@ -47,6 +47,12 @@ type Leader struct {
 	Epoch        int64
 	ExpiresAt    time.Time
 	DBNow        time.Time
+	// Displaced is the registration a Beat overwrote when it was another
+	// live process's under the same id: started at another time and
+	// advertising another URL. Nil otherwise. A process that replaced a
+	// dead one sees it once; two that share an id see each other at
+	// every Beat.
+	Displaced *Replica
 }
 
 // Held reports whether replicaID holds the lease at the time it was read.
@@ -77,15 +83,30 @@ func (s *Store) Beat(ctx context.Context, me Replica, ttl time.Duration, want bo
 	}
 	// A replica that starts again under its id (kept in its data
 	// directory) is not stopping any more: its started_at changed.
-	b.Queue(`INSERT INTO svc_replicas AS r (id, advertise_url, version, role, outbox_records, outbox_oldest,
+	// The registration as it was is read in the statement's snapshot,
+	// before the write: one another live process wrote is Displaced.
+	var displaced *Replica
+	b.Queue(`WITH prev AS (SELECT advertise_url, started_at FROM svc_replicas
+			WHERE id = $1 AND expires_at > now() AND advertise_url <> $2 AND started_at <> COALESCE($7, started_at)),
+		up AS (INSERT INTO svc_replicas AS r (id, advertise_url, version, role, outbox_records, outbox_oldest,
 			started_at, seen_at, expires_at, unreachable_peers, region)
 		VALUES ($1, $2, $3, $4, $5, $6, COALESCE($7, now()), now(), now() + $8 * interval '1 microsecond', $9, $10)
 		ON CONFLICT (id) DO UPDATE SET advertise_url = excluded.advertise_url, version = excluded.version,
 			role = excluded.role, outbox_records = excluded.outbox_records, outbox_oldest = excluded.outbox_oldest,
 			started_at = COALESCE($7, r.started_at), seen_at = excluded.seen_at, expires_at = excluded.expires_at,
 			unreachable_peers = excluded.unreachable_peers, region = excluded.region,
-			stopping = r.stopping AND r.started_at = COALESCE($7, r.started_at)`,
-		me.ID, me.AdvertiseURL, me.Version, me.Role, me.OutboxRecords, oldest, started, ttl.Microseconds(), peers, me.Region)
+			stopping = r.stopping AND r.started_at = COALESCE($7, r.started_at))
+		SELECT advertise_url, started_at FROM prev`,
+		me.ID, me.AdvertiseURL, me.Version, me.Role, me.OutboxRecords, oldest, started, ttl.Microseconds(), peers, me.Region).
+		Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				displaced = &Replica{ID: me.ID}
+				if err := rows.Scan(&displaced.AdvertiseURL, &displaced.StartedAt); err != nil {
+					return err
+				}
+			}
+			return rows.Err()
+		})
 	if want {
 		b.Queue(`UPDATE svc_leader SET
 				epoch = CASE WHEN replica_id = $1 THEN epoch ELSE epoch + 1 END,
@@ -103,6 +124,7 @@ func (s *Store) Beat(ctx context.Context, me Replica, ttl time.Duration, want bo
 		return Leader{}, fmt.Errorf("pgstore: beat: %w", err)
 	}
 	s.ObserveDBNow(l.DBNow, sent, time.Now())
+	l.Displaced = displaced
 	return l, nil
 }
 

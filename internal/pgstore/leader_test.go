@@ -158,6 +158,46 @@ func TestReplicasAndDeregister(t *testing.T) {
 	}
 }
 
+// A Beat tells of the registration it overwrote when another live
+// process wrote it: each of two processes sharing an id sees the other;
+// a process taking over from one under the same URL (a handover) sees
+// nothing, nor does one whose predecessor's registration expired.
+func TestBeatDisplaced(t *testing.T) {
+	s := open(t, pg.CreateDB(t))
+	started := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	a, copied := replica(1), replica(1)
+	a.StartedAt = started
+	copied.AdvertiseURL, copied.StartedAt = "http://gw-copy:8080", started.Add(time.Hour)
+	for i, step := range []struct {
+		me   pgstore.Replica
+		ttl  time.Duration
+		want *pgstore.Replica
+	}{
+		{a, time.Minute, nil},
+		{a, time.Minute, nil},
+		{copied, time.Minute, &a},
+		{a, time.Minute, &copied},
+		{copied, time.Minute, &a},
+		{copied, time.Minute, nil},
+	} {
+		l := beat(t, s, step.me, step.ttl, false)
+		got := l.Displaced
+		if (got == nil) != (step.want == nil) || got != nil && (got.ID != a.ID || got.AdvertiseURL != step.want.AdvertiseURL ||
+			!got.StartedAt.Equal(step.want.StartedAt)) {
+			t.Fatalf("beat %d: displaced %+v, want %+v", i, got, step.want)
+		}
+	}
+	handover := copied
+	handover.StartedAt = started.Add(2 * time.Hour)
+	if l := beat(t, s, handover, time.Millisecond, false); l.Displaced != nil {
+		t.Fatalf("a handover displaced %+v", l.Displaced)
+	}
+	time.Sleep(10 * time.Millisecond)
+	if l := beat(t, s, a, time.Minute, false); l.Displaced != nil {
+		t.Fatalf("an expired registration was displaced: %+v", l.Displaced)
+	}
+}
+
 // Resigning hands the lease over at once, under a new epoch, even back to
 // the replica that resigned.
 func TestResign(t *testing.T) {

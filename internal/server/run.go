@@ -18,6 +18,7 @@ import (
 	"github.com/svc-dev/svc/internal/bolt"
 	"github.com/svc-dev/svc/internal/buildinfo"
 	"github.com/svc-dev/svc/internal/clock"
+	"github.com/svc-dev/svc/internal/cluster"
 	"github.com/svc-dev/svc/internal/fleet"
 	"github.com/svc-dev/svc/internal/relay"
 	"github.com/svc-dev/svc/internal/rental"
@@ -315,7 +316,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	bg.Go(func() error { return clockWatch.Run(bgCtx, 10*time.Second) })
 	outdated := make(chan error, 1)
+	var idShared <-chan error
 	if cl != nil {
+		idShared = cl.lease.Shared()
 		bg.Go(func() error {
 			if err := cl.watchSchema(bgCtx); err != nil {
 				outdated <- err
@@ -341,8 +344,12 @@ func Run(ctx context.Context, cfg Config) error {
 		log.Error("listener failed", "err", failed)
 	case failed = <-outdated:
 		log.Error("cluster: this replica can no longer use the database; draining and stopping", "err", failed)
+	case failed = <-idShared:
+		log.Error("cluster: draining and stopping", "err", failed)
 	}
-	if cl != nil {
+	// A replica stopping because another registers under its id gives
+	// up nothing held under the id: it is the other's.
+	if cl != nil && !errors.Is(failed, cluster.ErrIDShared) {
 		// Other replicas take the organisations homed here as their
 		// requests and workers come; this one refuses what it is
 		// forwarded from now on and finishes what it runs, and its

@@ -151,7 +151,8 @@ func (c *clusterParts) start(public net.Addr) {
 	if url == "" {
 		url = advertiseURL(public)
 	}
-	c.lease = cluster.New(leaseStore{c.db}, cluster.Replica{ID: c.id, AdvertiseURL: url, Region: c.cfg.Region, Version: c.version, StartedAt: time.Now()},
+	c.lease = cluster.New(leaseStore{c.db}, cluster.Replica{ID: c.id, AdvertiseURL: url, Region: c.cfg.Region, Version: c.version,
+		StartedAt: time.Now().Truncate(time.Microsecond)}, // as the database keeps it
 		cluster.Options{TTL: c.cfg.LeaseTTL, Logger: c.log, Outbox: c.outbox, Unreachable: c.unreachable})
 	c.homes = cluster.NewHomes(homeStore{c.db}, c.id, cluster.HomesOptions{Every: c.lease.Every(), Grace: c.lease.TTL(), Logger: c.log, Listen: c.db.ListenHomes,
 		Lost: func(org string) {
@@ -470,8 +471,12 @@ func (l leaseStore) Beat(ctx context.Context, me cluster.Replica, ttl time.Durat
 	if err != nil {
 		return cluster.Leader{}, err
 	}
-	return cluster.Leader{ReplicaID: lead.ReplicaID, AdvertiseURL: lead.AdvertiseURL, Epoch: lead.Epoch,
-		ExpiresAt: lead.ExpiresAt, DBNow: lead.DBNow}, nil
+	out := cluster.Leader{ReplicaID: lead.ReplicaID, AdvertiseURL: lead.AdvertiseURL, Epoch: lead.Epoch,
+		ExpiresAt: lead.ExpiresAt, DBNow: lead.DBNow}
+	if d := lead.Displaced; d != nil {
+		out.Displaced = &cluster.Replica{ID: d.ID, AdvertiseURL: d.AdvertiseURL, StartedAt: d.StartedAt}
+	}
+	return out, nil
 }
 
 func (l leaseStore) Resign(ctx context.Context, replicaID string, epoch int64) error {
