@@ -35,6 +35,7 @@ const (
 	KindUnavailable             // nothing can serve the request now; retrying later may
 	KindTimeout                 // the request ran out of time
 	KindInsufficientMemory      // the model does not fit the worker's memory
+	KindRequestTimeout          // the client did not send its request in time
 	// KindRelayed is a worker's failed result, answered with the status
 	// the worker gave it (see Relayed): the one status that is not the
 	// table's. Without one it is an upstream failure.
@@ -92,6 +93,8 @@ func (k Kind) answer() kindAnswer {
 		return kindAnswer{http.StatusGatewayTimeout, TypeTimeout, "timeout"}
 	case KindInsufficientMemory:
 		return kindAnswer{http.StatusInsufficientStorage, TypeInsufficientMemory, "insufficient memory"}
+	case KindRequestTimeout:
+		return kindAnswer{http.StatusRequestTimeout, TypeInvalidRequest, "request timeout"}
 	case KindRelayed:
 		return kindAnswer{http.StatusBadGateway, TypeUpstream, "relayed"}
 	}

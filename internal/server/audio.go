@@ -52,7 +52,7 @@ func (s *Server) transcribe(c *call, parse func(string, io.Reader, io.Writer) (*
 			sp.close()
 		}
 	}()
-	var body io.Reader = c.ctx.RequestBodyStream()
+	body := requestBody(c.ctx)
 	if body == nil {
 		// fasthttp read the body whole.
 		body = bytes.NewReader(c.ctx.PostBody())

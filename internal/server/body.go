@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"net"
+	"os"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
@@ -69,7 +72,62 @@ func (s *Server) headerReceived(h *fasthttp.RequestHeader, m *mux, console bool)
 		h.Del(fasthttp.HeaderExpect)
 		h.SetContentLength(0)
 	}
-	return fasthttp.RequestConfig{MaxRequestBodySize: limit}
+	// The body's pace is kept by whoever reads it (requestBody); this
+	// bounds the first wait, until one does.
+	return fasthttp.RequestConfig{MaxRequestBodySize: limit, ReadTimeout: bodyIdle}
+}
+
+// A request body is read at its client's pace, within bounds: each read
+// waits at most bodyIdle for bytes, and the body as a whole gets bodyGrace
+// and then a second more for each minBodyRate bytes it has brought. One
+// time for the whole body would cut off a large upload on a slow link
+// while it was still coming; none would let a client hold its connection,
+// and its place under --max-connections, with a byte a minute.
+const (
+	bodyIdle    = 30 * time.Second
+	bodyGrace   = 2 * time.Minute
+	minBodyRate = 4 << 10 // bytes a second
+)
+
+// errRequestTimeout answers a request whose head or body stopped coming,
+// or came too slowly (see headerTimeout, bodyIdle). SDKs retry a 408.
+var errRequestTimeout = &api.Error{Kind: api.KindRequestTimeout,
+	Message: "The request did not arrive in time: its head must come within 20 seconds, each part of its body within 30 seconds of the last, and a large body at 4 KB/s or faster"}
+
+// requestBody is the request's body as its client sends it, held to the
+// pace above, or nil when fasthttp read it whole (see PostBody). A read
+// that runs out of time fails with errRequestTimeout.
+func requestBody(ctx *fasthttp.RequestCtx) io.Reader {
+	st := ctx.RequestBodyStream()
+	if st == nil {
+		return nil
+	}
+	return &pacedBody{r: st, conn: ctx.Conn(), start: time.Now()}
+}
+
+type pacedBody struct {
+	r     io.Reader
+	conn  net.Conn
+	start time.Time
+	n     int64
+}
+
+func (b *pacedBody) Read(p []byte) (int, error) {
+	if b.conn != nil {
+		now := time.Now()
+		earned := time.Duration(float64(b.n) / minBodyRate * float64(time.Second))
+		due := now.Add(bodyIdle)
+		if whole := b.start.Add(bodyGrace + earned); whole.Before(due) {
+			due = whole
+		}
+		_ = b.conn.SetReadDeadline(due)
+	}
+	n, err := b.r.Read(p)
+	b.n += int64(n)
+	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+		return n, errRequestTimeout
+	}
+	return n, err
 }
 
 // unread reports a body HeaderReceived refused to read.
@@ -85,7 +143,7 @@ var errOverLimit = errors.New("request body over its limit")
 // readBody reads the body whole, at most limit bytes, for PostBody; a body
 // over the limit is errOverLimit.
 func readBody(ctx *fasthttp.RequestCtx, limit int) error {
-	st := ctx.RequestBodyStream()
+	st := requestBody(ctx)
 	if st == nil {
 		return nil
 	}
@@ -96,6 +154,9 @@ func readBody(ctx *fasthttp.RequestCtx, limit int) error {
 	}
 	if _, err := b.ReadFrom(io.LimitReader(st, int64(limit)+1)); err != nil {
 		ctx.SetConnectionClose()
+		if errors.Is(err, errRequestTimeout) {
+			return errRequestTimeout
+		}
 		return errMalformedBody
 	}
 	if b.Len() > limit {
@@ -110,11 +171,11 @@ func readBody(ctx *fasthttp.RequestCtx, limit int) error {
 // limit bytes, and closes the connection when more is left or the body is
 // broken; over reports a body found over the limit.
 func finishBody(ctx *fasthttp.RequestCtx, limit int) (over bool) {
-	st := ctx.RequestBodyStream()
 	// A connection already to be closed needs nothing more read from it.
-	if st == nil || ctx.Response.ConnectionClose() {
+	if ctx.RequestBodyStream() == nil || ctx.Response.ConnectionClose() {
 		return false
 	}
+	st := requestBody(ctx)
 	n, err := io.CopyN(io.Discard, st, int64(limit)+1)
 	if err != io.EOF {
 		ctx.SetConnectionClose()

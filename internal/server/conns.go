@@ -106,12 +106,23 @@ func (g *connGate) expired() []net.Conn {
 	now := g.now()
 	var out []net.Conn
 	for c, since := range g.conns {
-		if since = idleSince(c, since); !since.IsZero() && now.Sub(since) > limit {
+		if since = idleSince(c, since); !since.IsZero() && now.Sub(since) > limit || waitedOver(c, now, limit) {
 			out = append(out, c)
 			delete(g.conns, c)
 		}
 	}
 	return out
+}
+
+// waitedOver reports a gatedConn that has waited on its client for a
+// request's head for longer than limit.
+func waitedOver(c net.Conn, now time.Time, limit time.Duration) bool {
+	gc, ok := c.(*gatedConn)
+	if !ok {
+		return false
+	}
+	t := gc.waiting.Load()
+	return t != 0 && now.Sub(time.Unix(0, t)) > limit
 }
 
 // idleSince is when c went idle, zero while it is busy: its own record
@@ -276,7 +287,9 @@ func (l gatedListener) Accept() (net.Conn, error) {
 			// reading, and what a stalled client is billed for is what it
 			// acknowledged, not megabytes still queued here.
 			limitSendQueue(c, sendQueue)
-			return &gatedConn{Conn: sock.Wrap(c), g: l.g, stall: l.stall, stalled: l.stalled}, nil
+			gc := &gatedConn{Conn: sock.Wrap(c), g: l.g, stall: l.stall, stalled: l.stalled}
+			gc.waiting.Store(time.Now().UnixNano())
+			return gc, nil
 		}
 		if l.overCap != nil {
 			l.overCap()
@@ -325,6 +338,13 @@ type gatedConn struct {
 	// gate's record, kept here so that the two changes of state each
 	// request makes take no lock and no map.
 	idle atomic.Int64
+	// waiting is when the connection began to wait on its client for a
+	// request's head, in Unix nanoseconds: from its acceptance, or from
+	// a request's first byte, until its handler runs; 0 otherwise. Under
+	// pressure the gate closes one that waits too long, as it does an
+	// idle one: a client that opens connections and sends nothing, or a
+	// byte at a time, would otherwise hold their places.
+	waiting atomic.Int64
 	// readDue is the read deadline fasthttp asked for last, readSet the
 	// one the poller has: an earlier one kept (see SetReadDeadline). Only
 	// the goroutine serving the connection reads, and sets them.
@@ -343,6 +363,10 @@ func keepDeadline(have, start, due time.Time) bool {
 // stallQuantum is how many bytes a client must take to count as reading:
 // as much as the kernel may hold unsent for it.
 const stallQuantum = sendQueue
+
+// serving notes that the connection's request is in its handler: its
+// head is in.
+func (c *gatedConn) serving() { c.waiting.Store(0) }
 
 func (c *gatedConn) heldWatch() *watchEntry  { return c.watch.Load() }
 func (c *gatedConn) holdWatch(e *watchEntry) { c.watch.Store(e) }

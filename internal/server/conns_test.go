@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -247,6 +248,7 @@ func TestGatedConnectionsKeepTheirIdleTime(t *testing.T) {
 		l.track(c, fasthttp.StateIdle)
 	}
 	l.track(busy, fasthttp.StateActive)
+	busy.serving()
 	if len(g.conns) != 2 || len(l.conns) != 2 {
 		t.Fatalf("followed: gate %d, listener %d; want 2 each", len(g.conns), len(l.conns))
 	}
@@ -270,5 +272,89 @@ func TestGatedConnectionsKeepTheirIdleTime(t *testing.T) {
 	}
 	if len(g.conns) != 0 || len(l.conns) != 0 {
 		t.Fatalf("after closing: gate %d, listener %d followed", len(g.conns), len(l.conns))
+	}
+}
+
+// Under pressure, a connection that waits on its client for a request's
+// head (new and silent, or sending its head) goes as an idle one does;
+// one whose request is in its handler stays.
+func TestGateClosesConnectionsWaitingForAHead(t *testing.T) {
+	g := newConnGate(10, 2*time.Minute)
+	l := &listener{gate: g, conns: map[net.Conn]time.Time{}}
+	for range 9 {
+		g.admit()
+	}
+	silent, heading, serving := &gatedConn{Conn: &fakeConn{}}, &gatedConn{Conn: &fakeConn{}}, &gatedConn{Conn: &fakeConn{}}
+	for _, c := range []*gatedConn{silent, heading, serving} {
+		c.waiting.Store(time.Now().UnixNano()) // as gatedListener.Accept
+		l.track(c, fasthttp.StateNew)
+	}
+	l.track(heading, fasthttp.StateActive)
+	l.track(serving, fasthttp.StateActive)
+	serving.serving()
+	g.now = func() time.Time { return time.Now().Add(time.Second) }
+	if got := g.expired(); len(got) != 0 {
+		t.Fatalf("expired within the limit: %v", got)
+	}
+	g.now = func() time.Time { return time.Now().Add(10 * time.Second) }
+	got := g.expired()
+	if len(got) != 2 || !slices.Contains(got, net.Conn(silent)) || !slices.Contains(got, net.Conn(heading)) {
+		t.Fatalf("expired %v, want the silent and the heading connections", got)
+	}
+	// With room, fasthttp's head timeout applies.
+	g2 := newConnGate(10, 2*time.Minute)
+	g2.admit()
+	g2.state(silent, fasthttp.StateNew)
+	g2.now = g.now
+	if got := g2.expired(); len(got) != 0 {
+		t.Fatalf("expired with room: %v", got)
+	}
+}
+
+// Connections that send nothing do not keep the clients after them out
+// for long when they fill the cap: the gate closes them, and the next
+// client is served.
+func TestSilentConnectionsGiveWay(t *testing.T) {
+	s := &Server{log: slog.New(slog.DiscardHandler), metrics: newMetrics(buildinfo.Info{}), gate: newConnGate(2, time.Minute)}
+	s.gate.idleMin = 200 * time.Millisecond
+	s.public = s.newListener(newMux([]*route{{method: "GET", path: "/ok", access: accessPublic, handle: func(c *call) error {
+		writeJSON(c.ctx, http.StatusOK, map[string]bool{"ok": true})
+		return nil
+	}}}), false)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = s.ServePublic(ln) })
+	t.Cleanup(func() {
+		_ = s.public.srv.Shutdown()
+		wg.Wait()
+	})
+	addr := ln.Addr().String()
+	for i, head := range []string{"", "GET /ok HTTP/1.1\r\nHost: x\r\n"} {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := io.WriteString(c, head); err != nil {
+			t.Fatal(i, err)
+		}
+	}
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := client.Get("http://" + addr + "/ok")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("silent connections kept the cap full: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

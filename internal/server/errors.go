@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -102,6 +103,9 @@ func (s *Server) parseError(ctx *fasthttp.RequestCtx, m *mux, console bool, err 
 	case errors.As(err, &small):
 		ae = &api.Error{Kind: api.KindHeadersTooLarge,
 			Message: "Request headers too large; the limit is " + strconv.Itoa(headerLimit>>10) + " KB"}
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		// fasthttp's own reads: the head, and a small body's first part.
+		ae = errRequestTimeout
 	}
 	writeEarly(ctx, ae)
 }

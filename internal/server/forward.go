@@ -320,8 +320,11 @@ func (s *Server) forward(c *call, to target, up *upload) error {
 		switch {
 		case errors.As(perr, &cbe):
 			c.ctx.SetConnectionClose()
-			if errors.Is(cbe.err, fasthttp.ErrBodyTooLarge) {
+			switch {
+			case errors.Is(cbe.err, fasthttp.ErrBodyTooLarge):
 				return s.tooLarge(c.ctx, s.public.mux, false)
+			case errors.Is(cbe.err, errRequestTimeout):
+				return errRequestTimeout
 			}
 			return errMalformedBody
 		case f.gone.Load():
@@ -484,7 +487,7 @@ func (s *Server) forwardOrServe(c *call, to target) error {
 	}
 	var up *upload
 	if c.route.streamed {
-		up = &upload{src: c.ctx.RequestBodyStream(), length: c.ctx.Request.Header.ContentLength(), replayable: true}
+		up = &upload{src: requestBody(c.ctx), length: c.ctx.Request.Header.ContentLength(), replayable: true}
 		if up.length < 0 {
 			up.length = -1
 		}

@@ -201,6 +201,13 @@ func New(d Deps) *Server {
 // request while the listener has room.
 const idleTimeout = 2 * time.Minute
 
+// headerTimeout is how long a client has to send a request's head: from
+// its connection's acceptance to the first byte, and from the first byte
+// of each request to the head's end. A connection that sends nothing, or
+// a head a byte at a time, holds a place under --max-connections
+// meanwhile. The body then goes at its own pace (see bodyIdle).
+const headerTimeout = 20 * time.Second
+
 // quietIdle is how long the drain lets a keep-alive connection idle
 // before it closes it. A client in the middle of a run of requests sends
 // its next one well within it, and that request is answered (closing the
@@ -215,6 +222,9 @@ func (s *Server) newListener(m *mux, console bool) *listener {
 	}
 	l.srv = &fasthttp.Server{
 		Handler: func(ctx *fasthttp.RequestCtx) {
+			if gc, ok := ctx.Conn().(*gatedConn); ok {
+				gc.serving()
+			}
 			l.inflight.Add(1)
 			defer l.inflight.Add(-1)
 			s.dispatch(ctx, m, console)
@@ -238,7 +248,7 @@ func (s *Server) newListener(m *mux, console bool) *listener {
 		// that fasthttp keeps a connection's read buffer between requests.
 		StreamRequestBody:  true,
 		Name:               "svc",
-		ReadTimeout:        2 * time.Minute,
+		ReadTimeout:        headerTimeout,
 		IdleTimeout:        idleTimeout,
 		MaxRequestBodySize: maxBodySize,
 		ReadBufferSize:     headerLimit,
@@ -262,9 +272,12 @@ func (l *listener) track(c net.Conn, st fasthttp.ConnState) {
 	if gc, ok := c.(*gatedConn); ok {
 		switch st {
 		case fasthttp.StateActive:
+			// A request's first byte is in; its head is to come.
 			gc.idle.Store(0)
+			gc.waiting.Store(time.Now().UnixNano())
 			return
 		case fasthttp.StateIdle:
+			gc.waiting.Store(0)
 			gc.idle.Store(time.Now().UnixNano())
 			return
 		}

@@ -130,7 +130,7 @@ func parse(contentType string, body io.Reader, spool io.Writer, translate bool) 
 			break
 		}
 		if err != nil {
-			return nil, api.BadRequest("Malformed multipart/form-data body: %v", err)
+			return nil, malformed(err)
 		}
 		name := part.FormName()
 		switch {
@@ -155,7 +155,7 @@ func parse(contentType string, body io.Reader, spool io.Writer, translate bool) 
 		case !formFields[name]:
 			// Ignored, whatever its size: the body's own limit bounds it.
 			if _, err := io.Copy(io.Discard, part); err != nil {
-				return nil, api.BadRequest("Malformed multipart/form-data body: %v", err)
+				return nil, malformed(err)
 			}
 		default:
 			val, ok, err := fieldValue(part, &v)
@@ -210,7 +210,7 @@ func formBoundary(contentType string) (string, error) {
 func fieldValue(part *multipart.Part, v *api.Validator) (val string, ok bool, err error) {
 	b, err := io.ReadAll(io.LimitReader(part, maxField+1))
 	if err != nil {
-		return "", false, api.BadRequest("Malformed multipart/form-data body: %v", err)
+		return "", false, malformed(err)
 	}
 	if len(b) > maxField {
 		v.Add(part.FormName(), api.FieldTooLong, "longer than %d KB", maxField>>10)
@@ -276,7 +276,7 @@ func fileError(err error) error {
 		return &api.Error{Kind: api.KindInvalidRequest, Code: "unreadable_audio", Param: "file",
 			Message: "The audio file cannot be read: " + fe.Error()}
 	default:
-		return api.BadRequest("Malformed multipart/form-data body: %v", err)
+		return malformed(err)
 	}
 }
 
@@ -365,4 +365,13 @@ func (r *Request) check(v *api.Validator, fields map[string]string, granularitie
 	if s, ok := fields["stream"]; ok && s != "false" {
 		v.Add("stream", api.FieldNotSupported, "streamed transcription is not supported; leave stream out")
 	}
+}
+
+// malformed answers a body that could not be read as multipart, but for
+// an answer its reader gave itself (the body stopped coming in time).
+func malformed(err error) error {
+	if ae, ok := errors.AsType[*api.Error](err); ok {
+		return ae
+	}
+	return api.BadRequest("Malformed multipart/form-data body: %v", err)
 }
