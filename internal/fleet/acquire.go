@@ -537,12 +537,22 @@ func (f *Fleet) eligibleLocked(w *worker, need *Need, now time.Time) bool {
 }
 
 func (w *worker) model(id string) *api.Model {
-	for i := range w.models {
-		if w.models[i].ID == id {
-			return &w.models[i]
-		}
+	if i, ok := w.byID[id]; ok {
+		return &w.models[i]
 	}
 	return nil
+}
+
+// setModels makes ms the models w lists; a model listed twice is its
+// first listing.
+func (w *worker) setModels(ms []api.Model) {
+	w.models = ms
+	w.byID = make(map[string]int, len(ms))
+	for i := range ms {
+		if _, ok := w.byID[ms[i].ID]; !ok {
+			w.byID[ms[i].ID] = i
+		}
+	}
 }
 
 func (w *worker) serves(model, capability string) bool {

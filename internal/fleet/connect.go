@@ -9,10 +9,12 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/link"
+	"golang.org/x/time/rate"
 )
 
 // maxConcurrent bounds a worker's slots: enough for tens of thousands of
@@ -82,12 +84,33 @@ func checkHello(h *api.Hello) error {
 		return errors.New("worker name must be 1 to 128 characters of UTF-8")
 	case h.SessionID == "":
 		return errors.New("hello lacks a session id")
+	case strings.ContainsFunc(h.Name, unicode.IsControl):
+		return errors.New("worker name must not hold control characters")
 	case h.MaxConcurrent < 1 || h.MaxConcurrent > maxConcurrent:
 		return fmt.Errorf("max_concurrent %d is outside 1..%d", h.MaxConcurrent, maxConcurrent)
+	case h.Heartbeat != nil && len(h.Heartbeat.Stalled) > maxModels:
+		return fmt.Errorf("a heartbeat may name at most %d stalled models", maxModels)
 	}
-	for _, m := range h.Models {
-		if m.ID == "" {
+	return checkModels(h.Models)
+}
+
+// A worker's models are bounded: each change of them is indexed under the
+// fleet's lock, which every organisation's requests take.
+const (
+	maxModels  = 1024
+	maxModelID = 256 // bytes
+)
+
+func checkModels(ms []api.Model) error {
+	if len(ms) > maxModels {
+		return fmt.Errorf("a worker may list at most %d models, not %d", maxModels, len(ms))
+	}
+	for _, m := range ms {
+		switch {
+		case m.ID == "":
 			return errors.New("a model has no id")
+		case len(m.ID) > maxModelID || strings.ContainsFunc(m.ID, unicode.IsControl):
+			return fmt.Errorf("a model id must be at most %d bytes, without control characters", maxModelID)
 		}
 	}
 	return nil
@@ -197,7 +220,7 @@ func (f *Fleet) Connect(ctx context.Context, orgID string, hello api.Hello, conn
 	for _, l := range w.limits {
 		l.setCeiling(w.maxConcurrent)
 	}
-	w.models = hello.Models
+	w.setModels(hello.Models)
 	w.tokenID = hello.TokenID
 	w.engines = hello.Engines
 	w.features = hello.Features
@@ -510,7 +533,7 @@ func (f *Fleet) control(w *worker, sess *link.Session, fr link.Frame) {
 	switch fr.Type {
 	case link.TypeHeartbeat:
 		var hb api.Heartbeat
-		if json.Unmarshal(fr.Payload, &hb) != nil {
+		if json.Unmarshal(fr.Payload, &hb) != nil || len(hb.Stalled) > maxModels {
 			return
 		}
 		f.mu.Lock()
@@ -531,11 +554,15 @@ func (f *Fleet) control(w *worker, sess *link.Session, fr link.Frame) {
 		if json.Unmarshal(fr.Payload, &ms) != nil {
 			return
 		}
+		if err := checkModels(ms); err != nil {
+			f.log.Warn("a worker's models were refused", "worker", w.name, "worker_id", w.id, "err", err)
+			return
+		}
 		f.mu.Lock()
 		if w.sess == sess {
 			now := time.Now()
 			added, removed := diffModels(w.models, ms)
-			w.models = ms
+			w.setModels(ms)
 			w.seenLocked(now)
 			f.reindexLocked(f.org(w.orgID), w, now)
 			if len(added)+len(removed) > 0 {
@@ -545,17 +572,16 @@ func (f *Fleet) control(w *worker, sess *link.Session, fr link.Frame) {
 		}
 		f.mu.Unlock()
 	case link.TypeEvent:
+		// A worker reports its model installs and nothing else: its other
+		// events are the gateway's to record, and a worker's word that
+		// it disconnected, or was approved, is not to be taken.
 		var ev api.WorkerEventReport
-		if json.Unmarshal(fr.Payload, &ev) != nil || ev.EventType == "" {
+		if json.Unmarshal(fr.Payload, &ev) != nil || ev.EventType != api.EventModelInstall || !validInstall(ev.Install) {
 			return
 		}
 		f.mu.Lock()
-		if w.sess == sess {
-			if ev.EventType == api.EventModelInstall && ev.Install != nil {
-				f.installEvent(w, ev.Detail, ev.Install, time.Now())
-			} else {
-				f.event(w, ev.EventType, ev.Detail, nil, false, time.Now())
-			}
+		if w.sess == sess && w.allowReport() {
+			f.installEvent(w, clip(ev.Detail, maxReportDetail), ev.Install, time.Now())
 		}
 		f.mu.Unlock()
 	case link.TypePower:
@@ -614,13 +640,24 @@ func diffModels(old, cur []api.Model) (added, removed []string) {
 
 // diffIDs is what cur adds to old and what it removes.
 func diffIDs(oldIDs, curIDs []string) (added, removed []string) {
+	in := func(ids []string) func(string) bool {
+		if len(ids) <= 16 {
+			return func(id string) bool { return slices.Contains(ids, id) }
+		}
+		set := make(map[string]bool, len(ids))
+		for _, id := range ids {
+			set[id] = true
+		}
+		return func(id string) bool { return set[id] }
+	}
+	inOld, inCur := in(oldIDs), in(curIDs)
 	for _, id := range curIDs {
-		if !slices.Contains(oldIDs, id) {
+		if !inOld(id) {
 			added = append(added, id)
 		}
 	}
 	for _, id := range oldIDs {
-		if !slices.Contains(curIDs, id) {
+		if !inCur(id) {
 			removed = append(removed, id)
 		}
 	}
@@ -786,4 +823,48 @@ func (f *Fleet) disconnectLocked(w *worker, reason string) {
 	if sess != nil {
 		sess.Close(&LostError{WorkerID: workerID, WorkerName: name, Reason: reason})
 	}
+}
+
+// What a worker reports is kept for the event log's retention, so it is
+// bounded: a detail's length, and how many reports a worker makes (an
+// install reports its progress at most once a second; a worker pulling
+// many models it already has reports two for each at once).
+const (
+	maxReportDetail = 512 // bytes
+	reportsPerSec   = 2
+	reportsBurst    = 256
+)
+
+// allowReport reports whether w may have one more report recorded. The
+// bucket is the worker's record's, so reconnecting does not refill it.
+func (w *worker) allowReport() bool {
+	if w.reports == nil {
+		w.reports = rate.NewLimiter(reportsPerSec, reportsBurst)
+	}
+	return w.reports.Allow()
+}
+
+func validInstall(in *api.ModelInstall) bool {
+	if in == nil || in.Model == "" || len(in.Model) > maxModelID || strings.ContainsFunc(in.Model, unicode.IsControl) {
+		return false
+	}
+	switch in.State {
+	case api.InstallStarted, api.InstallCompleted, api.InstallFailed:
+		return true
+	case api.InstallProgress:
+		return in.Total > 0 && in.Completed >= 0 && in.Completed <= in.Total
+	}
+	return false
+}
+
+// clip cuts s to at most n bytes, at a character's start, marking the cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n - len("…")
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }

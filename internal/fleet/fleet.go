@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"golang.org/x/time/rate"
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/limit"
@@ -203,10 +204,13 @@ type worker struct {
 	id, name, orgID string
 	version         string
 	maxConcurrent   int
-	models          []api.Model // replaced, never changed in place: listings share it
-	engines         []api.EngineInfo
-	features        []string // protocol features of its release
-	e2eKey          *api.E2EKey
+	models          []api.Model    // replaced, never changed in place: listings share it
+	byID            map[string]int // models' indexes by id (setModels)
+	// reports bounds the events the worker reports (allowReport).
+	reports  *rate.Limiter
+	engines  []api.EngineInfo
+	features []string // protocol features of its release
+	e2eKey   *api.E2EKey
 	// adopted is set for a worker listed from the events of its
 	// organisation's last home (Adopt) until it connects here: they do
 	// not hold its private-inference key.

@@ -142,8 +142,9 @@ func (f *Fleet) rememberLocked(byOrg map[string][]Remembered, now time.Time) {
 				continue
 			}
 			w := &worker{id: r.ID, orgID: orgID, name: r.Name, version: r.Version, maxConcurrent: r.MaxConcurrent,
-				models: r.Models, engines: r.Engines, features: r.Features, e2eKey: r.E2EKey,
+				engines: r.Engines, features: r.Features, e2eKey: r.E2EKey,
 				offlineSince: r.OfflineSince, lastSeen: r.LastSeen, status: api.StatusOffline}
+			w.setModels(r.Models)
 			o.workers[r.ID] = w
 			f.reindexLocked(o, w, now)
 		}

@@ -1,0 +1,131 @@
+package fleet
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/link"
+)
+
+func TestCheckHello(t *testing.T) {
+	ok := func() api.Hello {
+		return api.Hello{Protocol: link.Protocol, Name: "gpu-1", SessionID: "s", MaxConcurrent: 4, Models: []api.Model{chat("m")}}
+	}
+	many := func(n int) []api.Model {
+		ms := make([]api.Model, n)
+		for i := range ms {
+			ms[i] = chat(fmt.Sprint("m", i))
+		}
+		return ms
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(*api.Hello)
+		want   string // in the error; "" for none
+	}{
+		{"fine", func(*api.Hello) {}, ""},
+		{"as many models as may be", func(h *api.Hello) { h.Models = many(maxModels) }, ""},
+		{"too many models", func(h *api.Hello) { h.Models = many(maxModels + 1) }, "at most 1024 models"},
+		{"a model id too long", func(h *api.Hello) { h.Models = []api.Model{chat(strings.Repeat("m", maxModelID+1))} }, "at most 256 bytes"},
+		{"a model id with an escape", func(h *api.Hello) { h.Models = []api.Model{chat("m\x1b[2J")} }, "control characters"},
+		{"a model without an id", func(h *api.Hello) { h.Models = []api.Model{{}} }, "no id"},
+		{"a name with an escape", func(h *api.Hello) { h.Name = "evil\x1b]0;pwned\x07" }, "control characters"},
+		{"a name with a C1 control", func(h *api.Hello) { h.Name = "evil\u009b2J" }, "control characters"},
+		{"a name in CJK and emoji", func(h *api.Hello) { h.Name = "計算機-🚀" }, ""},
+		{"too many stalled models", func(h *api.Hello) {
+			h.Heartbeat = &api.Heartbeat{Stalled: make([]string, maxModels+1)}
+		}, "stalled"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := ok()
+			tc.change(&h)
+			err := checkHello(&h)
+			if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+				t.Fatalf("checkHello = %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// What a worker sends about itself after its hello is held to the same
+// bounds: a models frame over them is refused, the worker keeping what it
+// listed; of its event reports only model installs are recorded, each
+// detail clipped, and at most a burst of them at once.
+func TestWorkerReportsAreBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Config{})
+		fw := h.worker("o", "w", 1, chat("m"))
+		h.f.mu.Lock()
+		w := h.f.org("o").workers[fw.id]
+		sess := w.sess
+		h.f.mu.Unlock()
+		send := func(typ link.Type, v any) {
+			b, _ := json.Marshal(v)
+			h.f.control(w, sess, link.Frame{Type: typ, Payload: b})
+		}
+
+		ms := make([]api.Model, maxModels+1)
+		for i := range ms {
+			ms[i] = chat(fmt.Sprint("x", i))
+		}
+		send(link.TypeModels, ms)
+		if got := h.settled(fw.id, "o").Models; len(got) != 1 || got[0].ID != "m" {
+			t.Fatalf("after a models frame over the bound: %d models", len(got))
+		}
+
+		before := len(h.ev.evs)
+		for _, typ := range []string{api.EventDisconnected, api.EventApproved, "made_up"} {
+			send(link.TypeEvent, api.WorkerEventReport{EventType: typ, Detail: "forged"})
+		}
+		send(link.TypeEvent, api.WorkerEventReport{EventType: api.EventModelInstall, Detail: "no install"})
+		send(link.TypeEvent, api.WorkerEventReport{EventType: api.EventModelInstall,
+			Install: &api.ModelInstall{Model: "m", State: api.InstallProgress, Total: 10, Completed: 11}})
+		if n := len(h.ev.evs) - before; n != 0 {
+			t.Fatalf("%d forged or invalid reports recorded: %+v", n, h.ev.evs[before:])
+		}
+
+		send(link.TypeEvent, api.WorkerEventReport{EventType: api.EventModelInstall, Detail: strings.Repeat("é", 1000),
+			Install: &api.ModelInstall{Model: "m", State: api.InstallStarted}})
+		ev := h.ev.evs[len(h.ev.evs)-1]
+		if ev.EventType != api.EventModelInstall || ev.Detail == nil || len(*ev.Detail) > maxReportDetail || !strings.HasSuffix(*ev.Detail, "…") {
+			t.Fatalf("a long detail recorded as %+v", ev)
+		}
+
+		before = len(h.ev.evs)
+		for range 2 * reportsBurst {
+			send(link.TypeEvent, api.WorkerEventReport{EventType: api.EventModelInstall,
+				Install: &api.ModelInstall{Model: "m", State: api.InstallProgress, Total: 10, Completed: 5}})
+		}
+		if n := len(h.ev.evs) - before; n != reportsBurst-1 {
+			t.Fatalf("%d of a flood of reports recorded, want the rest of the burst, %d", n, reportsBurst-1)
+		}
+		time.Sleep(time.Second)
+		send(link.TypeEvent, api.WorkerEventReport{EventType: api.EventModelInstall,
+			Install: &api.ModelInstall{Model: "m", State: api.InstallCompleted}})
+		if last := h.ev.evs[len(h.ev.evs)-1]; last.Metadata["state"] != api.InstallCompleted {
+			t.Fatalf("a report a second later was not recorded: %+v", last)
+		}
+	})
+}
+
+func TestClip(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		n    int
+		want string
+	}{
+		{"short", 10, "short"},
+		{"exactly10!", 10, "exactly10!"},
+		{"a longer one", 10, "a longe…"},
+		{"ééééé", 6, "é…"}, // never half a character
+	} {
+		if got := clip(tc.in, tc.n); got != tc.want || len(got) > tc.n {
+			t.Errorf("clip(%q, %d) = %q, want %q", tc.in, tc.n, got, tc.want)
+		}
+	}
+}
