@@ -39,6 +39,8 @@ type harness struct {
 	rows     *rowLog
 	ctx      context.Context
 	conns    sync.WaitGroup
+	// wrap, when set, wraps each worker's end of its link.
+	wrap func(link.Conn) link.Conn
 }
 
 // rowLog is the relay's usage recorder.
@@ -132,7 +134,11 @@ func (h *harness) worker(name string, maxConc int, serve serveFunc, models ...ap
 		h.t.Fatalf("welcome %+v %v", welcome, err)
 	}
 	w.id = welcome.WorkerID
-	if _, err := w.sess.Attach(wc, welcome.Streams); err != nil {
+	var conn link.Conn = wc
+	if h.wrap != nil {
+		conn = h.wrap(wc)
+	}
+	if _, err := w.sess.Attach(conn, welcome.Streams); err != nil {
 		h.t.Fatal(err)
 	}
 	if h.bubble {

@@ -679,10 +679,16 @@ func parseResult(msg []byte) *api.Result {
 }
 
 var (
-	errIdle     = errors.New("no output yet")
-	errLate     = errors.New("the worker's heartbeats are late")
-	errTooLarge = errors.New("the worker's answer is larger than the gateway relays")
+	errIdle       = errors.New("no output yet")
+	errLate       = errors.New("the worker's heartbeats are late")
+	errTooLarge   = errors.New("the worker's answer is larger than the gateway relays")
+	errUnfinished = errors.New("the worker left a message unfinished")
 )
+
+// messageRest bounds the wait for each further frame of a message begun:
+// a worker sends them one after another, and while one is awaited the
+// client hears nothing, keep-alives included.
+const messageRest = 15 * time.Second
 
 // readMessage reads one whole message, waiting at most wait for it to
 // begin (0 waits as long as the call lives). errIdle means nothing came.
@@ -725,9 +731,17 @@ func (c *Call) readMessage(wait time.Duration, movable bool) (link.Type, []byte,
 		return f.Type, f.Payload, nil
 	}
 	msg := append([]byte(nil), f.Payload...)
+	rest := time.NewTimer(messageRest)
+	defer rest.Stop()
 	for f.More() {
-		// The rest of a started message follows at once; do not cut it.
-		if f, err = c.st.Recv(c.ctx); err != nil {
+		// The rest of a started message follows at once; a wait for it is
+		// not cut short by the call's own waits, only by messageRest.
+		rest.Reset(messageRest)
+		if f, err = c.st.RecvWithin(c.ctx, nil, rest.C); err != nil {
+			if errors.Is(err, link.ErrExpired) {
+				c.st.Reset()
+				return 0, nil, errUnfinished
+			}
 			return 0, nil, err
 		}
 		msg = append(msg, f.Payload...)

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -930,6 +931,64 @@ func TestPinnedRequestIsListedUnderItsWorkerWhileItWaits(t *testing.T) {
 		}
 		if err := <-waiting; err != nil {
 			t.Fatal(err)
+		}
+	})
+}
+
+// unfinishing is a worker's link that, from the first frame of a message
+// to be continued, sends nothing more: the worker left the message
+// unfinished.
+type unfinishing struct {
+	link.Conn
+	mu  sync.Mutex
+	cut bool
+}
+
+func (c *unfinishing) WriteMessage(m []byte) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cut {
+		return nil
+	}
+	var out []byte
+	err := link.DecodeMessage(m, func(f link.Frame) error {
+		if !c.cut {
+			out = link.AppendFrame(out, &f)
+			c.cut = f.More()
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return c.Conn.WriteMessage(out)
+}
+
+// A worker that begins a message and never sends the rest does not keep
+// its stream silent, keep-alives and all: its client hears within
+// messageRest that the answer was lost.
+func TestStreamWithAnUnfinishedMessage(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t)
+		h.wrap = func(c link.Conn) link.Conn { return &unfinishing{Conn: c} }
+		h.worker("gpu-1", 4, func(ctx context.Context, st *link.Stream, _ api.LinkRequest, _ []byte) {
+			_ = st.Send(ctx, chunk("a ", ""))
+			_ = st.Send(ctx, chunk(strings.Repeat("b", 100<<10), "")) // two frames: the second never goes
+			<-ctx.Done()
+		})
+		start := time.Now()
+		st, err := h.rl.Start(chatRequest("req-1", true)).Stream()
+		if err != nil {
+			t.Fatal(err)
+		}
+		client := &timedEvents{start: start}
+		st.Write(client)
+		got := client.got
+		if len(got) != 2 || !strings.Contains(got[0], `"a "`) || got[1] != "fail 503 worker_lost" {
+			t.Fatalf("writes %q, want the first chunk, then the loss", got)
+		}
+		if took := time.Since(start); took > 16*time.Second {
+			t.Fatalf("the loss came after %v", took)
 		}
 	})
 }
