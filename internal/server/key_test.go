@@ -17,6 +17,8 @@ func TestKeyOf(t *testing.T) {
 	}{
 		{"bearer", [][2]string{{"Authorization", "Bearer svc_k_1"}}, "svc_k_1"},
 		{"bearer any case", [][2]string{{"Authorization", "bEaReR  svc_k_1 "}}, "svc_k_1"},
+		{"bearer and a tab", [][2]string{{"Authorization", "Bearer\tsvc_k_1"}}, "svc_k_1"},
+		{"bearer run into its token", [][2]string{{"Authorization", "Bearersvc_k_1"}}, ""},
 		// A proxy or a client library may put its own credentials there.
 		{"another scheme hides no x-api-key", [][2]string{{"Authorization", "Basic abc"}, {"X-Api-Key", "svc_k_2"}}, "svc_k_2"},
 		{"another scheme is no key", [][2]string{{"Authorization", "Basic abc"}}, ""},

@@ -651,8 +651,10 @@ func (s *Server) keyError(h *fasthttp.RequestHeader) error {
 // there by a proxy or a client library) is not a key and hides none.
 func keyOf(hdr *fasthttp.RequestHeader) string {
 	if h := hdr.Peek(fasthttp.HeaderAuthorization); len(h) > 0 {
-		const bearer = "bearer "
-		if len(h) > len(bearer) && bytes.EqualFold(h[:len(bearer)], []byte(bearer)) {
+		// The scheme's name in any case, then blanks: a space, as RFC
+		// 9110 has it, or a tab, which some clients send.
+		const bearer = "bearer"
+		if len(h) > len(bearer) && bytes.EqualFold(h[:len(bearer)], []byte(bearer)) && (h[len(bearer)] == ' ' || h[len(bearer)] == '\t') {
 			if k := bytes.TrimSpace(h[len(bearer):]); len(k) > 0 {
 				return string(k)
 			}
