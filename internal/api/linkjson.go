@@ -202,8 +202,16 @@ func finite(v *float64) bool {
 	return v != nil && !math.IsInf(*v, 0) && !math.IsNaN(*v)
 }
 
-// DecodeResult reads a result into r as json.Unmarshal would.
+// DecodeResult reads a result into r as json.Unmarshal would, then bounds
+// it (see Result.bound): the worker's word goes into the client's usage,
+// the usage rows and the totals, which are kept for good.
 func DecodeResult(b []byte, r *Result) error {
+	err := decodeResult(b, r)
+	r.bound()
+	return err
+}
+
+func decodeResult(b []byte, r *Result) error {
 	var s jsontext.Scanner
 	s.Reset(b)
 	if s.Object() {
@@ -238,6 +246,64 @@ func DecodeResult(b []byte, r *Result) error {
 		}
 	}
 	return finish(&s)
+}
+
+// MaxTokens bounds a token count the gateway believes: 2^32, over four
+// hundred times the longest context windows (some ten million tokens),
+// yet small enough that a billion rows of it (2^63 / 2^33, a total being
+// up to two such counts) fit in one day's int64 sums; past that the sums
+// saturate (usage.Add).
+const MaxTokens = 1 << 32
+
+// MaxMs bounds a duration the gateway believes, in milliseconds: a week,
+// far past the longest a request may run (relay.Timing.MaxDuration), and
+// exact in a float64 and an int64 alike.
+const MaxMs = 7 * 24 * 3600 * 1000
+
+// Bounds of the other measurements a worker reports. No request uses a
+// megawatt-hour (a 16-GPU machine at full power for a day uses less), and
+// none has a week of audio, in or out.
+const (
+	maxEnergyWh     = 1e6
+	maxAudioSeconds = MaxMs / 1000
+)
+
+// bound drops what no worker could have measured. A usage with a count
+// no engine could mean is no usage, as the engine adapter has it, and the
+// gateway estimates from the text instead: a clamped count would still
+// bill billions of tokens never served. A total short of its parts is
+// their sum, as the adapter makes a missing one. A timing or measurement
+// that is negative or past its bound is not measured; so is an acceptance
+// rate outside 0..1, since clamping one would make up a rate instead.
+func (r *Result) bound() {
+	if u := r.Usage; u != nil {
+		if !isCount(u.PromptTokens) || !isCount(u.CompletionTokens) || !isCount(u.TotalTokens) ||
+			u.ReasoningTokens != nil && !isCount(*u.ReasoningTokens) || u.CachedTokens != nil && !isCount(*u.CachedTokens) {
+			r.Usage = nil
+		} else {
+			u.TotalTokens = max(u.TotalTokens, u.PromptTokens+u.CompletionTokens)
+		}
+	}
+	t := &r.Timing
+	t.TTFTMs = Within(t.TTFTMs, 0, MaxMs)
+	t.TokensPerSecond = Within(t.TokensPerSecond, 0, math.MaxFloat64)
+	t.DraftAcceptanceRate = Within(t.DraftAcceptanceRate, 0, 1)
+	t.QueueWaitMs = Within(t.QueueWaitMs, 0, MaxMs)
+	t.WorkerQueueWaitMs = Within(t.WorkerQueueWaitMs, 0, MaxMs)
+	t.ModelLoadMs = Within(t.ModelLoadMs, 0, MaxMs)
+	r.EnergyWh = Within(r.EnergyWh, 0, maxEnergyWh)
+	r.AudioSeconds = Within(r.AudioSeconds, 0, maxAudioSeconds)
+}
+
+func isCount(n int) bool { return n >= 0 && n <= MaxTokens }
+
+// Within is p when it points to a number from lo to hi, else nil; NaN is
+// never within.
+func Within(p *float64, lo, hi float64) *float64 {
+	if p == nil || !(*p >= lo && *p <= hi) {
+		return nil
+	}
+	return p
 }
 
 func readResultError(s *jsontext.Scanner, p **ResultError) {

@@ -86,9 +86,13 @@ func FuzzDecodeResult(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
+	for _, s := range boundedResults {
+		f.Add([]byte(s.in))
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var want, got Result
 		wantErr := json.Unmarshal(b, &want)
+		want.bound()
 		gotErr := DecodeResult(b, &got)
 		if (wantErr == nil) != (gotErr == nil) {
 			t.Fatalf("%q: encoding/json says %v, DecodeResult %v", b, wantErr, gotErr)
@@ -96,7 +100,103 @@ func FuzzDecodeResult(f *testing.F) {
 		if wantErr == nil && !reflect.DeepEqual(got, want) {
 			t.Fatalf("%q:\n got %+v\nwant %+v", b, got, want)
 		}
+		if err := checkBounded(&got); err != "" {
+			t.Fatalf("%q: %s: %+v", b, err, got)
+		}
 	})
+}
+
+// boundedResults are what a broken or hostile worker may send, and what
+// the gateway takes of it.
+var boundedResults = []struct {
+	name, in string
+	want     Result
+}{
+	{"counts at the bounds are believed",
+		`{"status":200,"usage":{"prompt_tokens":4294967296,"completion_tokens":0,"total_tokens":4294967296,"reasoning_tokens":0,"cached_tokens":4294967296}}`,
+		Result{Status: 200, Usage: &Usage{PromptTokens: MaxTokens, TotalTokens: MaxTokens, ReasoningTokens: ptr(0), CachedTokens: ptr(MaxTokens)}}},
+	{"a count past belief is no usage",
+		`{"status":200,"usage":{"prompt_tokens":9223372036854775807,"completion_tokens":9223372036854775807,"total_tokens":9223372036854775807}}`,
+		Result{Status: 200}},
+	{"one count just past it too",
+		`{"status":200,"usage":{"prompt_tokens":1,"completion_tokens":4294967297,"total_tokens":4294967298}}`,
+		Result{Status: 200}},
+	{"a negative count is no usage",
+		`{"status":200,"usage":{"prompt_tokens":-5,"completion_tokens":3,"total_tokens":-2}}`,
+		Result{Status: 200}},
+	{"so is a negative reasoning count",
+		`{"status":200,"usage":{"prompt_tokens":5,"completion_tokens":3,"total_tokens":8,"reasoning_tokens":-7}}`,
+		Result{Status: 200}},
+	{"or cached count",
+		`{"status":200,"usage":{"prompt_tokens":5,"completion_tokens":3,"total_tokens":8,"cached_tokens":-3}}`,
+		Result{Status: 200}},
+	{"a total short of its parts is their sum",
+		`{"status":200,"usage":{"prompt_tokens":5,"completion_tokens":3,"total_tokens":1}}`,
+		Result{Status: 200, Usage: &Usage{PromptTokens: 5, CompletionTokens: 3, TotalTokens: 8}}},
+	{"a missing total too",
+		`{"status":200,"usage":{"prompt_tokens":4294967296,"completion_tokens":4294967296}}`,
+		Result{Status: 200, Usage: &Usage{PromptTokens: MaxTokens, CompletionTokens: MaxTokens, TotalTokens: 2 * MaxTokens}}},
+	{"a total past its parts is kept",
+		`{"status":200,"usage":{"prompt_tokens":5,"completion_tokens":3,"total_tokens":9}}`,
+		Result{Status: 200, Usage: &Usage{PromptTokens: 5, CompletionTokens: 3, TotalTokens: 9}}},
+	{"timings out of range are not measured",
+		`{"status":200,"timing":{"ttft_ms":-50,"tokens_per_second":-3,"draft_acceptance_rate":7.5,"queue_wait_ms":-0.5,"worker_queue_wait_ms":604800001,"model_load_ms":1e300,"cold_start":true}}`,
+		Result{Status: 200, Timing: Timing{ColdStart: ptr(true)}}},
+	{"timings in range are kept",
+		`{"status":200,"timing":{"ttft_ms":0,"tokens_per_second":1e9,"draft_acceptance_rate":1,"queue_wait_ms":604800000,"worker_queue_wait_ms":0.25,"model_load_ms":8000}}`,
+		Result{Status: 200, Timing: Timing{TTFTMs: ptr(0.0), TokensPerSecond: ptr(1e9), DraftAcceptanceRate: ptr(1.0),
+			QueueWaitMs: ptr(604800000.0), WorkerQueueWaitMs: ptr(0.25), ModelLoadMs: ptr(8000.0)}}},
+	{"an acceptance rate below 0",
+		`{"status":200,"timing":{"draft_acceptance_rate":-0.1}}`, Result{Status: 200}},
+	{"negative energy and audio",
+		`{"status":200,"energy_wh":-5,"audio_seconds":-1,"audio_format":"wav"}`, Result{Status: 200, AudioFormat: "wav"}},
+	{"energy and audio past belief",
+		`{"status":200,"energy_wh":1e300,"audio_seconds":1e300}`, Result{Status: 200}},
+	{"energy and audio in range",
+		`{"status":200,"energy_wh":0.5,"audio_seconds":3600}`, Result{Status: 200, EnergyWh: ptr(0.5), AudioSeconds: ptr(3600.0)}},
+	{"a failure's usage is bounded as well",
+		`{"status":503,"error":{"message":"x"},"usage":{"prompt_tokens":9223372036854775807}}`,
+		Result{Status: 503, Error: &ResultError{Message: "x"}}},
+}
+
+// What a worker reports reaches the client's usage, the usage rows and
+// the totals kept for good only within its bounds.
+func TestDecodeResultBounds(t *testing.T) {
+	for _, tt := range boundedResults {
+		t.Run(tt.name, func(t *testing.T) {
+			var got Result
+			if err := DecodeResult([]byte(tt.in), &got); err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Fatalf("got %+v\nwant %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+// checkBounded says what of r is out of bounds; "" when nothing.
+func checkBounded(r *Result) string {
+	if u := r.Usage; u != nil {
+		for _, n := range []*int{&u.PromptTokens, &u.CompletionTokens, &u.TotalTokens, u.ReasoningTokens, u.CachedTokens} {
+			if n != nil && (*n < 0 || *n > 2*MaxTokens) {
+				return "a count out of range"
+			}
+		}
+		if u.TotalTokens < u.PromptTokens+u.CompletionTokens {
+			return "a total short of its parts"
+		}
+	}
+	in := func(p *float64, hi float64) bool { return p == nil || *p >= 0 && *p <= hi }
+	t := &r.Timing
+	if !in(t.TTFTMs, MaxMs) || !in(t.QueueWaitMs, MaxMs) || !in(t.WorkerQueueWaitMs, MaxMs) || !in(t.ModelLoadMs, MaxMs) ||
+		!in(t.TokensPerSecond, math.MaxFloat64) || !in(t.DraftAcceptanceRate, 1) {
+		return "a timing out of range"
+	}
+	if !in(r.EnergyWh, maxEnergyWh) || !in(r.AudioSeconds, maxAudioSeconds) {
+		return "a measurement out of range"
+	}
+	return ""
 }
 
 func FuzzDecodeLinkRequest(f *testing.F) {
@@ -151,6 +251,8 @@ func BenchmarkDecodeResultEncodingJSON(b *testing.B) {
 func TestLinkJSONCoversEveryField(t *testing.T) {
 	var r Result
 	fill(reflect.ValueOf(&r).Elem())
+	// As DecodeResult bounds it: a total at least its parts.
+	r.Usage.TotalTokens = r.Usage.PromptTokens + r.Usage.CompletionTokens
 	var h LinkRequest
 	fill(reflect.ValueOf(&h).Elem())
 	for _, c := range []struct {
@@ -199,7 +301,7 @@ func fill(v reflect.Value) {
 	case reflect.Int, reflect.Int64:
 		v.SetInt(3)
 	case reflect.Float64:
-		v.SetFloat(1.5)
+		v.SetFloat(0.5) // within every bound, an acceptance rate's too
 	case reflect.Slice:
 		if v.Type() == reflect.TypeOf(json.RawMessage(nil)) {
 			v.SetBytes([]byte(`{"a":1}`))

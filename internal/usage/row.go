@@ -106,8 +106,11 @@ func Row(o Outcome) api.UsageRow {
 	return row
 }
 
+// msPtr is v rounded to a whole millisecond; nil for what is no
+// duration, or one too long to believe (past api.MaxMs), which converted
+// could also wrap to the most negative int64.
 func msPtr(v *float64) *int64 {
-	if v == nil {
+	if api.Within(v, 0, api.MaxMs) == nil {
 		return nil
 	}
 	ms := int64(*v + 0.5)

@@ -1,6 +1,7 @@
 package usage
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -104,5 +105,56 @@ func TestRow(t *testing.T) {
 			tt.edit(&o)
 			tt.check(t, Row(o))
 		})
+	}
+}
+
+// A worker's timing becomes whole milliseconds only when it is a duration
+// at all: 1e300 once became -9223372036854775808.
+func TestRowTimingMs(t *testing.T) {
+	start := time.Date(2026, 11, 28, 9, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name string
+		in   float64
+		want *int64
+	}{
+		{"rounded", 12.5, ptr[int64](13)},
+		{"zero", 0, ptr[int64](0)},
+		{"a week", api.MaxMs, ptr[int64](api.MaxMs)},
+		{"past a week", api.MaxMs + 1, nil},
+		{"past int64", 1e300, nil},
+		{"negative", -50, nil},
+		{"just below zero", -0.4, nil},
+		{"NaN", math.NaN(), nil},
+		{"infinite", math.Inf(1), nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := tt.in
+			r := Row(Outcome{Started: start, Ended: start, RequestType: api.RequestChat, Status: 200, Ran: true,
+				Timing: &api.Timing{TTFTMs: &v, QueueWaitMs: &v, WorkerQueueWaitMs: &v, ModelLoadMs: &v}})
+			for _, got := range []*int64{r.TimeToFirstTokenMs, r.QueueWaitMs, r.WorkerQueueWaitMs, r.ModelLoadMs} {
+				if (got == nil) != (tt.want == nil) || got != nil && *got != *tt.want {
+					t.Fatalf("%v ms: got %v, want %v", tt.in, got, tt.want)
+				}
+			}
+		})
+	}
+}
+
+// What the worker reported reaches the kept row within its bounds, when
+// the row is cleaned as every store does.
+func TestRowCleaned(t *testing.T) {
+	start := time.Date(2026, 11, 28, 9, 0, 0, 0, time.UTC)
+	f := func(v float64) *float64 { return &v }
+	r := Row(Outcome{Started: start, Ended: start.Add(time.Second), RequestType: api.RequestChat, Status: 200, Ran: true,
+		Usage: &api.Usage{PromptTokens: math.MaxInt64, CompletionTokens: math.MaxInt64, TotalTokens: math.MaxInt64,
+			ReasoningTokens: ptr(-7), CachedTokens: ptr(-3)},
+		Timing:   &api.Timing{TTFTMs: f(-50), TokensPerSecond: f(-3), DraftAcceptanceRate: f(7.5), ModelLoadMs: f(1e300)},
+		EnergyWh: f(-5)})
+	Clean(&r)
+	if r.PromptTokens != api.MaxTokens || r.CompletionTokens != api.MaxTokens || r.TotalTokens != 2*api.MaxTokens ||
+		*r.ReasoningTokens != 0 || *r.CachedTokens != 0 || r.EnergyWh != nil || r.TimeToFirstTokenMs != nil ||
+		r.TokensPerSecond != nil || r.DraftAcceptanceRate != nil || r.ModelLoadMs != nil {
+		t.Fatalf("%+v", r)
 	}
 }

@@ -10,20 +10,42 @@ import (
 // Clean makes a row ready to keep: its time in UTC, so that its date is
 // the day it counts toward, and each measurement that is not a finite
 // number dropped, since the API's JSON cannot carry one and one in a total
-// would spoil every total it is added to; for the same reason a negative
-// count, which only a broken engine or worker reports, is 0.
+// would spoil every total it is added to. For the same reason a count,
+// which only a broken engine or worker makes negative or past belief, is
+// held to 0..api.MaxTokens, a total to at least the sum of its parts; a
+// negative measurement, a timing past api.MaxMs and an acceptance rate
+// outside 0..1 are dropped, as DecodeResult drops a worker's.
 func Clean(row *api.UsageRow) {
 	row.CreatedAt = row.CreatedAt.UTC()
-	row.PromptTokens, row.CompletionTokens, row.TotalTokens = max(row.PromptTokens, 0), max(row.CompletionTokens, 0), max(row.TotalTokens, 0)
-	row.TokensPerSecond = finite(row.TokensPerSecond)
-	row.DraftAcceptanceRate = finite(row.DraftAcceptanceRate)
-	row.AudioSeconds = finite(row.AudioSeconds)
-	row.SpeechSeconds = finite(row.SpeechSeconds)
-	row.EnergyWh = finite(row.EnergyWh)
+	row.PromptTokens, row.CompletionTokens = count(row.PromptTokens), count(row.CompletionTokens)
+	row.TotalTokens = max(count(row.TotalTokens), row.PromptTokens+row.CompletionTokens)
+	row.ReasoningTokens, row.CachedTokens = countPtr(row.ReasoningTokens), countPtr(row.CachedTokens)
+	row.RequestDurationMs = max(row.RequestDurationMs, 0)
+	row.TimeToFirstTokenMs = msWithin(row.TimeToFirstTokenMs)
+	row.QueueWaitMs = msWithin(row.QueueWaitMs)
+	row.WorkerQueueWaitMs = msWithin(row.WorkerQueueWaitMs)
+	row.ModelLoadMs = msWithin(row.ModelLoadMs)
+	row.TokensPerSecond = api.Within(row.TokensPerSecond, 0, math.MaxFloat64)
+	row.DraftAcceptanceRate = api.Within(row.DraftAcceptanceRate, 0, 1)
+	row.AudioSeconds = api.Within(row.AudioSeconds, 0, math.MaxFloat64)
+	row.SpeechSeconds = api.Within(row.SpeechSeconds, 0, math.MaxFloat64)
+	row.EnergyWh = api.Within(row.EnergyWh, 0, math.MaxFloat64)
 }
 
-func finite(p *float64) *float64 {
-	if p == nil || math.IsNaN(*p) || math.IsInf(*p, 0) {
+func count(n int) int { return min(max(n, 0), api.MaxTokens) }
+
+// countPtr is p's count held to its range; a new one when that changes
+// it, since p may be shared with the reply it came from.
+func countPtr(p *int) *int {
+	if p == nil || *p == count(*p) {
+		return p
+	}
+	n := count(*p)
+	return &n
+}
+
+func msWithin(p *int64) *int64 {
+	if p == nil || *p < 0 || *p > api.MaxMs {
 		return nil
 	}
 	return p
@@ -82,20 +104,40 @@ func RollupOf(r *api.UsageRow) Rollup {
 		WorkerID: string(r.WorkerID), WorkerName: string(r.WorkerName), Totals: t}
 }
 
-// Add adds src to dst.
+// Add adds src to dst. The sums saturate: one row held to its bounds
+// (see Clean) cannot overflow them, but a day of enough such rows could,
+// and a wrapped total, kept for good, would read negative for ever.
 func Add(dst *api.UsageTotals, src *api.UsageTotals) {
-	dst.Requests += src.Requests
-	dst.Succeeded += src.Succeeded
-	dst.Failed += src.Failed
-	dst.Cancelled += src.Cancelled
-	dst.PromptTokens += src.PromptTokens
-	dst.CompletionTokens += src.CompletionTokens
-	dst.TotalTokens += src.TotalTokens
-	dst.ReasoningTokens += src.ReasoningTokens
-	dst.CachedTokens += src.CachedTokens
-	dst.Images += src.Images
-	dst.RequestDurationMs += src.RequestDurationMs
-	dst.AudioSeconds += src.AudioSeconds
-	dst.SpeechSeconds += src.SpeechSeconds
-	dst.EnergyWh += src.EnergyWh
+	dst.Requests = addInt(dst.Requests, src.Requests)
+	dst.Succeeded = addInt(dst.Succeeded, src.Succeeded)
+	dst.Failed = addInt(dst.Failed, src.Failed)
+	dst.Cancelled = addInt(dst.Cancelled, src.Cancelled)
+	dst.PromptTokens = addInt(dst.PromptTokens, src.PromptTokens)
+	dst.CompletionTokens = addInt(dst.CompletionTokens, src.CompletionTokens)
+	dst.TotalTokens = addInt(dst.TotalTokens, src.TotalTokens)
+	dst.ReasoningTokens = addInt(dst.ReasoningTokens, src.ReasoningTokens)
+	dst.CachedTokens = addInt(dst.CachedTokens, src.CachedTokens)
+	dst.Images = addInt(dst.Images, src.Images)
+	dst.RequestDurationMs = addInt(dst.RequestDurationMs, src.RequestDurationMs)
+	dst.AudioSeconds = addFloat(dst.AudioSeconds, src.AudioSeconds)
+	dst.SpeechSeconds = addFloat(dst.SpeechSeconds, src.SpeechSeconds)
+	dst.EnergyWh = addFloat(dst.EnergyWh, src.EnergyWh)
+}
+
+func addInt(a, b int64) int64 {
+	s := a + b
+	// Overflow is two addends of one sign and a sum of the other.
+	if (a >= 0) == (b >= 0) && (s >= 0) != (a >= 0) {
+		if a >= 0 {
+			return math.MaxInt64
+		}
+		return math.MinInt64
+	}
+	return s
+}
+
+// addFloat stops at the largest float64 rather than at infinity, which
+// the API's JSON cannot carry.
+func addFloat(a, b float64) float64 {
+	return max(min(a+b, math.MaxFloat64), -math.MaxFloat64)
 }

@@ -24,9 +24,33 @@ func TestClean(t *testing.T) {
 			api.UsageRow{CreatedAt: at, TokensPerSecond: ptr(math.Inf(1)), DraftAcceptanceRate: ptr(math.NaN()), AudioSeconds: ptr(math.Inf(-1)), EnergyWh: ptr(math.NaN())},
 			api.UsageRow{CreatedAt: at.UTC()}},
 		{"absent stays absent", api.UsageRow{CreatedAt: at.UTC()}, api.UsageRow{CreatedAt: at.UTC()}},
-		{"a negative count is 0",
+		{"a negative count is 0, a total at least its parts",
 			api.UsageRow{CreatedAt: at, PromptTokens: -50, CompletionTokens: 7, TotalTokens: -43, SpeechSeconds: ptr(math.NaN())},
-			api.UsageRow{CreatedAt: at.UTC(), CompletionTokens: 7}},
+			api.UsageRow{CreatedAt: at.UTC(), CompletionTokens: 7, TotalTokens: 7}},
+		{"a count past belief is held to the bound",
+			api.UsageRow{CreatedAt: at, PromptTokens: math.MaxInt64, CompletionTokens: math.MaxInt64, TotalTokens: math.MaxInt64,
+				ReasoningTokens: ptr(math.MaxInt64), CachedTokens: ptr(math.MaxInt64)},
+			api.UsageRow{CreatedAt: at.UTC(), PromptTokens: api.MaxTokens, CompletionTokens: api.MaxTokens, TotalTokens: 2 * api.MaxTokens,
+				ReasoningTokens: ptr(api.MaxTokens), CachedTokens: ptr(api.MaxTokens)}},
+		{"negative optional counts are 0",
+			api.UsageRow{CreatedAt: at, ReasoningTokens: ptr(-7), CachedTokens: ptr(-3)},
+			api.UsageRow{CreatedAt: at.UTC(), ReasoningTokens: ptr(0), CachedTokens: ptr(0)}},
+		{"a total past its parts is kept",
+			api.UsageRow{CreatedAt: at, PromptTokens: 5, CompletionTokens: 3, TotalTokens: 9},
+			api.UsageRow{CreatedAt: at.UTC(), PromptTokens: 5, CompletionTokens: 3, TotalTokens: 9}},
+		{"negative measurements are dropped",
+			api.UsageRow{CreatedAt: at, TokensPerSecond: ptr(-3.0), DraftAcceptanceRate: ptr(-0.5), AudioSeconds: ptr(-1.0),
+				SpeechSeconds: ptr(-2.0), EnergyWh: ptr(-5.0), RequestDurationMs: -10,
+				TimeToFirstTokenMs: ptr[int64](-50), QueueWaitMs: ptr[int64](-1), WorkerQueueWaitMs: ptr[int64](-1), ModelLoadMs: ptr[int64](math.MinInt64)},
+			api.UsageRow{CreatedAt: at.UTC()}},
+		{"an acceptance rate past 1 and timings past a week are dropped",
+			api.UsageRow{CreatedAt: at, DraftAcceptanceRate: ptr(7.5), TimeToFirstTokenMs: ptr[int64](api.MaxMs + 1), ModelLoadMs: ptr[int64](math.MaxInt64)},
+			api.UsageRow{CreatedAt: at.UTC()}},
+		{"measurements at their bounds are kept",
+			api.UsageRow{CreatedAt: at, DraftAcceptanceRate: ptr(1.0), TimeToFirstTokenMs: ptr[int64](api.MaxMs), QueueWaitMs: ptr[int64](0),
+				RequestDurationMs: 5, EnergyWh: ptr(0.0)},
+			api.UsageRow{CreatedAt: at.UTC(), DraftAcceptanceRate: ptr(1.0), TimeToFirstTokenMs: ptr[int64](api.MaxMs), QueueWaitMs: ptr[int64](0),
+				RequestDurationMs: 5, EnergyWh: ptr(0.0)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -101,5 +125,72 @@ func TestAdd(t *testing.T) {
 	Add(&a, &b)
 	if a != want {
 		t.Fatalf("got %+v\nwant %+v", a, want)
+	}
+}
+
+// A sum that would overflow stops at the largest value instead of
+// wrapping to a negative one, which, kept for good, would never recover.
+func TestAddSaturates(t *testing.T) {
+	tests := []struct {
+		name      string
+		a, b, sum int64
+	}{
+		{"in range", 5, 7, 12},
+		{"to the largest exactly", math.MaxInt64 - 1, 1, math.MaxInt64},
+		{"past the largest", math.MaxInt64, 1, math.MaxInt64},
+		{"both largest", math.MaxInt64, math.MaxInt64, math.MaxInt64},
+		{"past the smallest", math.MinInt64, -1, math.MinInt64},
+		{"of opposite signs", math.MaxInt64, math.MinInt64, -1},
+		{"a negative addend", 10, -3, 7},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dst := api.UsageTotals{PromptTokens: tt.a, Requests: tt.a}
+			Add(&dst, &api.UsageTotals{PromptTokens: tt.b, Requests: tt.b})
+			if dst.PromptTokens != tt.sum || dst.Requests != tt.sum {
+				t.Fatalf("%d + %d = %d, %d; want %d", tt.a, tt.b, dst.PromptTokens, dst.Requests, tt.sum)
+			}
+		})
+	}
+	dst := api.UsageTotals{EnergyWh: math.MaxFloat64, AudioSeconds: -math.MaxFloat64}
+	Add(&dst, &api.UsageTotals{EnergyWh: math.MaxFloat64, AudioSeconds: -math.MaxFloat64})
+	if dst.EnergyWh != math.MaxFloat64 || dst.AudioSeconds != -math.MaxFloat64 {
+		t.Fatalf("float sums past the largest: %+v", dst)
+	}
+}
+
+// The reproduced corruption: rows of a worker claiming the most tokens an
+// int64 holds made the day's prompt_tokens read -9223372036854775808.
+// Cleaned, each row counts at most api.MaxTokens, and whatever a day adds
+// up to, the totals never wrap.
+func TestHostileRowsNeverWrapTotals(t *testing.T) {
+	at := time.Date(2026, 11, 15, 10, 0, 0, 0, time.UTC)
+	row := api.UsageRow{CreatedAt: at, Model: "m", StatusCode: 200, PromptTokens: math.MaxInt64, CompletionTokens: math.MaxInt64,
+		TotalTokens: math.MaxInt64, ReasoningTokens: ptr(-7), CachedTokens: ptr(-3), EnergyWh: ptr(-5.0), RequestDurationMs: 10}
+	Clean(&row)
+	r := RollupOf(&row)
+	if r.Totals.PromptTokens != api.MaxTokens || r.Totals.TotalTokens != 2*api.MaxTokens ||
+		r.Totals.ReasoningTokens != 0 || r.Totals.CachedTokens != 0 || r.Totals.EnergyWh != 0 {
+		t.Fatalf("one row adds %+v", r.Totals)
+	}
+	var day api.UsageTotals
+	for range 2 {
+		Add(&day, &r.Totals)
+	}
+	if day.PromptTokens != 2*api.MaxTokens || day.TotalTokens != 4*api.MaxTokens {
+		t.Fatalf("two rows: %+v", day)
+	}
+	// A billion rows at the bound fit in a day's sums; past them the sums
+	// stop at the largest.
+	if math.MaxInt64/(2*api.MaxTokens) < 1e9 {
+		t.Fatal("api.MaxTokens leaves room for fewer than a billion rows a day")
+	}
+	big := r.Totals
+	big.PromptTokens, big.TotalTokens = math.MaxInt64/2+1, math.MaxInt64/2+1
+	for range 3 {
+		Add(&day, &big)
+	}
+	if day.PromptTokens != math.MaxInt64 || day.TotalTokens != math.MaxInt64 || day.Requests != 5 {
+		t.Fatalf("saturated: %+v", day)
 	}
 }
