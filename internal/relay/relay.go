@@ -608,6 +608,10 @@ func (c *Call) settle(res *api.Result) error {
 	return nil
 }
 
+// maxRetryAfter bounds the wait an engine may ask a client for: one that
+// asks for more (a year, a figure that overflows) is no engine to wait on.
+const maxRetryAfter = time.Hour
+
 // resultError is the error for a worker's failed result. It keeps the
 // status the worker gave: the engine chose it, and no kind of the
 // gateway's says more than it does. A 500 is the exception: the spec's
@@ -626,11 +630,11 @@ func resultError(res *api.Result) error {
 		}
 	}
 	// A client told to slow down is told when to come back: the engine's
-	// own figure when it gave one, else a second.
+	// own figure when it gave one, up to maxRetryAfter, else a second.
 	if st := e.HTTPStatus(); st == http.StatusServiceUnavailable || st == http.StatusTooManyRequests {
 		e.RetryAfter = time.Second
 		if res.Error != nil && res.Error.RetryAfter > 0 {
-			e.RetryAfter = time.Duration(res.Error.RetryAfter) * time.Second
+			e.RetryAfter = time.Duration(min(res.Error.RetryAfter, int(maxRetryAfter/time.Second))) * time.Second
 		}
 	}
 	// The private-inference codes travel in X-Svc-Error-Code too.

@@ -1,6 +1,13 @@
 package relay
 
-import "testing"
+import (
+	"errors"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/svc-dev/svc/internal/api"
+)
 
 func TestRoute(t *testing.T) {
 	for _, c := range []struct {
@@ -45,6 +52,28 @@ func BenchmarkRoute(b *testing.B) {
 	for b.Loop() {
 		if _, _, ok := Route(body); !ok {
 			b.Fatal("not read")
+		}
+	}
+}
+
+// A worker's 429 or 503 tells the client when to come back, by the
+// engine's figure up to an hour, else in a second.
+func TestResultErrorRetryAfter(t *testing.T) {
+	for _, tc := range []struct {
+		status, after int
+		want          time.Duration
+	}{
+		{429, 7, 7 * time.Second},
+		{503, 0, time.Second},
+		{429, 3600, time.Hour},
+		{429, 2147483647, time.Hour},
+		{429, math.MaxInt, time.Hour},
+		{400, 7, 0},
+	} {
+		err := resultError(&api.Result{Status: tc.status, Error: &api.ResultError{Message: "busy", RetryAfter: tc.after}})
+		var ae *api.Error
+		if !errors.As(err, &ae) || ae.RetryAfter != tc.want {
+			t.Errorf("status %d, retry_after %d: %+v, want Retry-After %v", tc.status, tc.after, err, tc.want)
 		}
 	}
 }
