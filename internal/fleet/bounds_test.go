@@ -129,3 +129,20 @@ func TestClip(t *testing.T) {
 		}
 	}
 }
+
+// A heartbeat's negative counts are none.
+func TestHeartbeatNegativeCounts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Config{})
+		fw := h.worker("o", "w", 1, chat("m"))
+		h.f.mu.Lock()
+		w := h.f.org("o").workers[fw.id]
+		sess := w.sess
+		h.f.mu.Unlock()
+		b, _ := json.Marshal(api.Heartbeat{ActiveTasks: -3, QueueDepth: -7})
+		h.f.control(w, sess, link.Frame{Type: link.TypeHeartbeat, Payload: b})
+		if got := h.settled(fw.id, "o"); got.QueueDepth != 0 || got.ActiveTasks != 0 {
+			t.Fatalf("listed queue %d, active %d after a heartbeat of negative counts", got.QueueDepth, got.ActiveTasks)
+		}
+	})
+}

@@ -620,6 +620,9 @@ func (f *Fleet) control(w *worker, sess *link.Session, fr link.Frame) {
 // heartbeatLocked takes in w's report, recording an event for each
 // engine that stalled or answered again, and reports whether one did.
 func (f *Fleet) heartbeatLocked(w *worker, hb api.Heartbeat, now time.Time) (recovered bool) {
+	// Counts the listing shows and the scheduler weighs: a broken or
+	// hostile worker's negative ones are none.
+	hb.ActiveTasks, hb.QueueDepth = max(hb.ActiveTasks, 0), max(hb.QueueDepth, 0)
 	stalled, answering := diffIDs(w.heartbeat.Stalled, hb.Stalled)
 	w.heartbeat = hb
 	if len(stalled) > 0 {
