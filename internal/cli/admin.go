@@ -332,7 +332,7 @@ func newCmdAdminUsers(o *AdminOptions) *cobra.Command {
 					if o.Exporter.Enabled() {
 						return o.Exporter.Write(o.IO.Out, u)
 					}
-					_, err = fmt.Fprintf(o.IO.Out, "Created user %s (%s)\n", u.Name, u.ID)
+					_, err = printf(o.IO.Out, "Created user %s (%s)\n", u.Name, u.ID)
 					return err
 				})
 			},
@@ -374,7 +374,7 @@ func newCmdAdminMembers(o *AdminOptions) *cobra.Command {
 					if o.Exporter.Enabled() {
 						return o.Exporter.Write(o.IO.Out, m)
 					}
-					_, err = fmt.Fprintf(o.IO.Out, "%s is now %s of %s\n", m.User, m.Role, o.Org)
+					_, err = printf(o.IO.Out, "%s is now %s of %s\n", m.User, m.Role, o.Org)
 					return err
 				})
 			},
@@ -425,7 +425,7 @@ first connection.`,
 				if a.Connected {
 					state = "connected; it serves now"
 				}
-				_, err = fmt.Fprintf(o.IO.Out, "Approved worker %s (%s) in %s on %s by %s: %s.\n",
+				_, err = printf(o.IO.Out, "Approved worker %s (%s) in %s on %s by %s: %s.\n",
 					a.WorkerName, a.WorkerID, o.Org, fmtTime(a.ApprovedAt), a.By, state)
 				return err
 			})
@@ -479,7 +479,7 @@ func newCmdAdminWorkerTokens(o *AdminOptions) *cobra.Command {
 					if o.Exporter.Enabled() {
 						return o.Exporter.Write(o.IO.Out, t)
 					}
-					_, err = fmt.Fprintf(o.IO.Out, "Created worker token %s (%s) in %s.\nSecret, shown only now:\n%s\n", t.Prefix, t.Name, o.Org, t.Secret)
+					_, err = printf(o.IO.Out, "Created worker token %s (%s) in %s.\nSecret, shown only now:\n%s\n", t.Prefix, t.Name, o.Org, t.Secret)
 					return err
 				})
 			},

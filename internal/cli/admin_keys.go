@@ -87,7 +87,7 @@ func (o *AdminOptions) printKey(k api.APIKey) error {
 	if err != nil || k.Secret == "" {
 		return err
 	}
-	_, err = fmt.Fprintf(o.IO.Out, "\nSecret, shown only now:\n%s\n", k.Secret)
+	_, err = printf(o.IO.Out, "\nSecret, shown only now:\n%s\n", k.Secret)
 	return err
 }
 

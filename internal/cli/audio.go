@@ -282,7 +282,7 @@ func speakRun(ctx context.Context, opts *SpeakOptions) error {
 		}
 		return opts.Exporter.Write(opts.IO.Out, out)
 	}
-	fmt.Fprintf(opts.IO.ErrOut, "wrote %s: %.1f s of speech by %s on %s (request %s)\n",
+	printf(opts.IO.ErrOut, "wrote %s: %.1f s of speech by %s on %s (request %s)\n",
 		opts.Output, float64(sp.DurationMs)/1000, model, sp.WorkerName, sp.RequestID)
 	return nil
 }

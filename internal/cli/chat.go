@@ -231,7 +231,7 @@ func chatRun(ctx context.Context, opts *ChatOptions) error {
 		return err
 	}
 	if notice != nil {
-		fmt.Fprintf(opts.IO.ErrOut, "Notice (%s): %s\n", notice.Code, notice.Message)
+		printf(opts.IO.ErrOut, "Notice (%s): %s\n", notice.Code, notice.Message)
 	}
 	return nil
 }

@@ -123,7 +123,7 @@ func printClusterStatus(f *Factory, st api.ClusterStatus) error {
 		if l.Expired {
 			lease = "EXPIRED " + st.DatabaseTime.Sub(l.ExpiresAt).Round(100*time.Millisecond).String() + " ago"
 		}
-		fmt.Fprintf(out, "Leader: %s at %s, epoch %d, lease %s\n", l.ReplicaID, l.AdvertiseURL, l.Epoch, lease)
+		printf(out, "Leader: %s at %s, epoch %d, lease %s\n", l.ReplicaID, l.AdvertiseURL, l.Epoch, lease)
 	}
 	fmt.Fprintf(out, "Schema: version %d\n\n", st.SchemaVersion)
 	t := newTablePrinter(f.IO, "REPLICA", "ROLE", "REGION", "URL", "VERSION", "SEEN", "HOMES", "OUTBOX", "OLDEST")
@@ -158,7 +158,7 @@ func printClusterStatus(f *Factory, st api.ClusterStatus) error {
 	}
 	for _, r := range st.Replicas {
 		if len(r.UnreachablePeers) > 0 {
-			fmt.Fprintf(out, "%s cannot reach %s: the organisations homed there get 503 through it\n", r.ID, strings.Join(r.UnreachablePeers, ", "))
+			printf(out, "%s cannot reach %s: the organisations homed there get 503 through it\n", r.ID, strings.Join(r.UnreachablePeers, ", "))
 		}
 	}
 	homeless := 0
@@ -171,7 +171,7 @@ func printClusterStatus(f *Factory, st api.ClusterStatus) error {
 		len(st.Homes)-homeless, homeless)
 	for _, h := range st.Homes {
 		if h.Misplaced {
-			fmt.Fprintf(out, "%s is homed on %s outside its home_region; it moves at that replica's next reading of the homes\n", h.OrgID, h.ReplicaID)
+			printf(out, "%s is homed on %s outside its home_region; it moves at that replica's next reading of the homes\n", h.OrgID, h.ReplicaID)
 		}
 	}
 	return nil

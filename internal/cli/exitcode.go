@@ -15,6 +15,7 @@ import (
 	"github.com/svc-dev/svc/internal/client"
 	"github.com/svc-dev/svc/internal/cluster"
 	"github.com/svc-dev/svc/internal/pgstore"
+	"github.com/svc-dev/svc/internal/termsafe"
 )
 
 // Exit codes, in one place.
@@ -135,14 +136,16 @@ func reportError(w io.Writer, cmd *cobra.Command, err error) int {
 	if err == nil || errors.Is(err, context.Canceled) || errors.As(err, &st) {
 		return code
 	}
-	fmt.Fprintf(w, "Error: %s\n", err)
+	// The message often quotes the server (an error's detail, a rental's
+	// error): escaped, keeping the lines a list of invalid fields runs to.
+	fmt.Fprintf(w, "Error: %s\n", termsafe.Text(err.Error()))
 	var ae *client.Error
 	if errors.As(err, &ae) && ae.RequestID != "" {
-		fmt.Fprintf(w, "Request id: %s\n", ae.RequestID)
+		fmt.Fprintf(w, "Request id: %s\n", termsafe.Line(ae.RequestID))
 	}
 	var he *hintError
 	if errors.As(err, &he) {
-		fmt.Fprintln(w, he.hint)
+		fmt.Fprintln(w, termsafe.Text(he.hint))
 	}
 	if code == exitUsage && cmd != nil {
 		fmt.Fprintf(w, "Run '%s --help' for usage.\n", cmd.CommandPath())

@@ -91,7 +91,7 @@ func loginRun(ctx context.Context, opts *LoginOptions) error {
 			return fmt.Errorf("%s refused the key, so it was not saved: %w", opts.BaseURL, err)
 		case client.IsStatus(err, http.StatusForbidden):
 			// The key is good; it just may not read workers.
-			fmt.Fprintf(opts.IO.ErrOut, "Warning: the key cannot list workers (%v); saving it anyway.\n", err)
+			printf(opts.IO.ErrOut, "Warning: the key cannot list workers (%v); saving it anyway.\n", err)
 		default:
 			return err
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/svc-dev/svc/internal/chart"
 	"github.com/svc-dev/svc/internal/client"
 	"github.com/svc-dev/svc/internal/iostreams"
+	"github.com/svc-dev/svc/internal/termsafe"
 )
 
 // PowerOptions are the flags of `svc workers power`.
@@ -169,7 +170,7 @@ func printPower(ios *iostreams.IOStreams, r powerReport) error {
 		name = h.WorkerID
 	}
 	c := chart.Power(h, r.now)
-	if _, err := fmt.Fprintf(out, "%s  %s\n", cs.bold(name), cs.gray(describeRange(h, c.From, c.To))); err != nil {
+	if _, err := fmt.Fprintf(out, "%s  %s\n", cs.bold(termsafe.Line(name)), cs.gray(describeRange(h, c.From, c.To))); err != nil {
 		return err
 	}
 	if len(h.Points) == 0 {
@@ -183,6 +184,8 @@ func printPower(ios *iostreams.IOStreams, r powerReport) error {
 
 	c.Color, c.Axis = cs.enabled, cs.gray
 	for i := range c.Series {
+		// A series is labelled with its channel's key, the worker's text.
+		c.Series[i].Label = termsafe.Line(c.Series[i].Label)
 		c.Series[i].Style = ansiStyle(cs, chart.ANSIColor(i))
 	}
 	lines := append([]string{c.Legend()}, c.Render(r.width, chartHeight)...)

@@ -15,6 +15,7 @@ import (
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/client"
 	"github.com/svc-dev/svc/internal/iostreams"
+	"github.com/svc-dev/svc/internal/termsafe"
 )
 
 // RentOptions are the flags of `svc rent`.
@@ -113,7 +114,7 @@ func rentRun(ctx context.Context, opts *RentOptions) error {
 		if opts.Exporter.Enabled() {
 			return opts.Exporter.Write(opts.IO.Out, r)
 		}
-		_, err := fmt.Fprintf(opts.IO.Out, "Rental %s is %s: %s in %s at %s/h.\nFollow it with 'svc rentals show %s'; stop it with 'svc stop %s'.\n",
+		_, err := printf(opts.IO.Out, "Rental %s is %s: %s in %s at %s/h.\nFollow it with 'svc rentals show %s'; stop it with 'svc stop %s'.\n",
 			r.ID, r.Status, rentalGPU(r), rentalTier(r), fmtGBP(r.PricePerHourGBP), shortID(r.ID), shortID(r.ID))
 		return err
 	}
@@ -125,12 +126,12 @@ func rentRun(ctx context.Context, opts *RentOptions) error {
 		p.w, p.tty = opts.IO.ErrOut, opts.IO.IsStderrTTY()
 	}
 	p.width = termWidth(p.w, p.tty, defaultWidth)
-	fmt.Fprintf(p.w, "Rental %s: %s in %s at %s/h.\n", r.ID, rentalGPU(r), rentalTier(r), fmtGBP(r.PricePerHourGBP))
+	printf(p.w, "Rental %s: %s in %s at %s/h.\n", r.ID, rentalGPU(r), rentalTier(r), fmtGBP(r.PricePerHourGBP))
 	r, err = waitRental(ctx, c, r, opts, p)
 	if err != nil && rentalFailed(r) == nil && (errors.Is(err, context.Canceled) || passing(err)) {
 		// The wait ended (Ctrl-C, or the gateway out of reach for too
 		// long), not the rental: it is billed all the same.
-		fmt.Fprintf(opts.IO.ErrOut, "Stopped waiting. Rental %s keeps running, billed from when its worker connects; stop it with: svc stop %s\n", shortID(r.ID), r.ID)
+		printf(opts.IO.ErrOut, "Stopped waiting. Rental %s keeps running, billed from when its worker connects; stop it with: svc stop %s\n", shortID(r.ID), r.ID)
 	}
 	if err != nil {
 		return err
@@ -142,7 +143,7 @@ func rentRun(ctx context.Context, opts *RentOptions) error {
 	if len(r.Models) > 0 {
 		ready += " with " + strings.Join(r.Models, ", ")
 	}
-	_, err = fmt.Fprintf(opts.IO.Out, "%s: %s so far at %s/h. Stop it with 'svc stop %s'.\n", ready, fmtGBP(r.AccruedCostGBP), fmtGBP(r.PricePerHourGBP), shortID(r.ID))
+	_, err = printf(opts.IO.Out, "%s: %s so far at %s/h. Stop it with 'svc stop %s'.\n", ready, fmtGBP(r.AccruedCostGBP), fmtGBP(r.PricePerHourGBP), shortID(r.ID))
 	return err
 }
 
@@ -221,7 +222,7 @@ func checkRent(ctx context.Context, c *client.Client, req api.RentRequest, errOu
 		}
 	}
 	for _, w := range warnings {
-		fmt.Fprintf(errOut, "Warning: %s.\n", w)
+		printf(errOut, "Warning: %s.\n", w)
 	}
 	return nil
 }
@@ -371,7 +372,7 @@ func (p *progress) show(r api.Rental, now time.Time, pollErr error) {
 		}
 		if line != p.last {
 			p.last = line
-			fmt.Fprintf(p.w, "%s %s\n", fmtTime(now), line)
+			printf(p.w, "%s %s\n", fmtTime(now), line)
 		}
 		return
 	}
@@ -383,7 +384,9 @@ func (p *progress) show(r api.Rental, now time.Time, pollErr error) {
 	if pollErr != nil {
 		parts = append(parts, "retrying: "+firstLine(pollErr.Error()))
 	}
-	line := truncate(spinner[p.frame%len(spinner)]+" "+strings.Join(parts, " · "), max(1, p.width-1))
+	// Escaped: the steps are the gateway's words, and this line is
+	// written with escapes of its own.
+	line := truncate(spinner[p.frame%len(spinner)]+" "+termsafe.Line(strings.Join(parts, " · ")), max(1, p.width-1))
 	p.frame++
 	// Redrawn in place: back to the line's start, then erase to its end.
 	fmt.Fprint(p.w, "\r\x1b[K"+line)

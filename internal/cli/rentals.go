@@ -17,6 +17,7 @@ import (
 	"github.com/svc-dev/svc/internal/client"
 	"github.com/svc-dev/svc/internal/iostreams"
 	"github.com/svc-dev/svc/internal/money"
+	"github.com/svc-dev/svc/internal/termsafe"
 )
 
 // RentalsOptions are the flags of `svc rentals`.
@@ -162,8 +163,8 @@ func rentalShowRun(ctx context.Context, opts *RentalOptions) error {
 		return opts.Exporter.Write(opts.IO.Out, r)
 	}
 	cs := colorScheme{opts.IO.ColorEnabled()}
-	status, style := rentalStatus(cs, r)
-	status = style(status)
+	status, statusStyle := rentalStatus(cs, r)
+	style := map[string]func(string) string{"Status": statusStyle}
 	download := "-"
 	if d := r.ModelDownload; d != nil {
 		download = fmtDownload(d)
@@ -184,13 +185,13 @@ func rentalShowRun(ctx context.Context, opts *RentalOptions) error {
 	}
 	errText := "-"
 	if r.Error != nil && *r.Error != "" {
-		errText = cs.red(*r.Error)
+		errText, style["Error"] = *r.Error, cs.red
 	}
 	phase := "-"
 	if r.BootPhase != nil {
 		phase = *r.BootPhase
 	}
-	return fields(opts.IO.Out,
+	return styledFields(opts.IO.Out, style,
 		[2]string{"ID", r.ID},
 		[2]string{"Name", dash(r.Name)},
 		[2]string{"GPU", gpu},
@@ -353,12 +354,12 @@ func stopRun(ctx context.Context, opts *StopOptions) error {
 		if opts.Exporter.Enabled() {
 			return opts.Exporter.Write(opts.IO.Out, r)
 		}
-		_, err := fmt.Fprintf(opts.IO.Out, "Rental %s (%s) is already stopped: %s for %s hours.\n",
+		_, err := printf(opts.IO.Out, "Rental %s (%s) is already stopped: %s for %s hours.\n",
 			shortID(r.ID), rentalGPU(r), fmtGBP(r.AccruedCostGBP), fmtHours(rentalHours(r)))
 		return err
 	}
 	if !opts.Yes {
-		ok, err := confirm(opts.IO, fmt.Sprintf("Stop rental %s (%s, %s so far)? [y/N] ", shortID(r.ID), rentalGPU(r), fmtGBP(r.AccruedCostGBP)))
+		ok, err := confirm(opts.IO, fmt.Sprintf("Stop rental %s (%s, %s so far)? [y/N] ", shortID(r.ID), termsafe.Line(rentalGPU(r)), fmtGBP(r.AccruedCostGBP)))
 		if err != nil {
 			return err
 		}
@@ -381,7 +382,7 @@ func stopRun(ctx context.Context, opts *StopOptions) error {
 	if opts.Exporter.Enabled() {
 		return opts.Exporter.Write(opts.IO.Out, stopped)
 	}
-	_, err = fmt.Fprintf(opts.IO.Out, "Stopped rental %s (%s): %s for %s hours.\n",
+	_, err = printf(opts.IO.Out, "Stopped rental %s (%s): %s for %s hours.\n",
 		shortID(stopped.ID), rentalGPU(stopped), fmtGBP(stopped.AccruedCostGBP), fmtHours(rentalHours(stopped)))
 	return err
 }

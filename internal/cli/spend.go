@@ -73,6 +73,7 @@ func spendRun(ctx context.Context, opts *SpendOptions) error {
 		return opts.Exporter.Write(opts.IO.Out, s)
 	}
 	cs := colorScheme{opts.IO.ColorEnabled()}
+	decor := map[string]func(string) string{}
 	period := "this month (UTC)"
 	if !s.PeriodStart.IsZero() {
 		period = s.PeriodStart.UTC().Format("January 2006") + " to date (UTC)"
@@ -96,20 +97,19 @@ func spendRun(ctx context.Context, opts *SpendOptions) error {
 			pct += ", budget reached: no new rentals"
 		}
 		if opts.IO.IsStdoutTTY() {
-			spent += "  " + bar(frac, spendBarWidth, style) + " " + style(pct)
+			decor["Spent"] = func(s string) string { return s + "  " + bar(frac, spendBarWidth, style) + " " + style(pct) }
 		} else {
 			spent += " (" + pct + ")"
 		}
 	}
-	credit := fmtGBP(s.CreditRemainingGBP)
 	if s.CreditRemainingGBP <= 0 {
-		credit = cs.red(credit)
+		decor["Credit left"] = cs.red
 	}
-	if err := fields(opts.IO.Out,
+	if err := styledFields(opts.IO.Out, decor,
 		[2]string{"Period", period},
 		[2]string{"Spent", spent},
 		[2]string{"Active", plural(s.ActiveCount, "rental")},
-		[2]string{"Credit left", credit},
+		[2]string{"Credit left", fmtGBP(s.CreditRemainingGBP)},
 	); err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/svc-dev/svc/internal/iostreams"
+	"github.com/svc-dev/svc/internal/termsafe"
 )
 
 // colorScheme styles text with ANSI escapes when colour is enabled and
@@ -107,8 +108,10 @@ func (t *tablePrinter) optional(headers ...string) {
 }
 
 // field adds a cell to the current row, styled by style when colour is on.
+// The text is escaped, before it is measured: most cells are the server's,
+// and a worker's name must not drive the reader's terminal.
 func (t *tablePrinter) field(text string, style ...func(string) string) {
-	c := tableCell{text: text}
+	c := tableCell{text: termsafe.Line(text)}
 	if len(style) > 0 {
 		c.style = style[0]
 	}
@@ -126,11 +129,21 @@ const listWidth = 40
 // terminal the list takes at most pipeWidth cells, or all it needs when
 // pipeWidth is 0.
 func (t *tablePrinter) listField(noun string, items []string, pipeWidth int) {
+	items = escapeAll(items)
 	c := tableCell{text: dash(strings.Join(items, ", ")), fit: func(w int) string { return summarise(items, noun, w) }}
 	if !t.tty && pipeWidth > 0 {
 		c.text = summarise(items, noun, pipeWidth)
 	}
 	t.cur = append(t.cur, c)
+}
+
+// escapeAll is items escaped for the terminal, in a new slice.
+func escapeAll(items []string) []string {
+	out := make([]string, len(items))
+	for i, s := range items {
+		out[i] = termsafe.Line(s)
+	}
+	return out
 }
 
 // summarise lists items in at most w cells: the most of them that fit

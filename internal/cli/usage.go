@@ -382,7 +382,7 @@ func usageBreakdownRun(ctx context.Context, opts *UsageTotalsOptions) error {
 	if opts.Exporter.Enabled() {
 		return opts.Exporter.Write(opts.IO.Out, b)
 	}
-	if _, err := fmt.Fprintf(opts.IO.Out, "%s to %s (%d days, UTC), top 10 by %s\n\n", b.From, b.To, b.Days, b.Sort); err != nil {
+	if _, err := printf(opts.IO.Out, "%s to %s (%d days, UTC), top 10 by %s\n\n", b.From, b.To, b.Days, b.Sort); err != nil {
 		return err
 	}
 	tp := newTablePrinter(opts.IO, "MODEL", "REQUESTS", "OK", "FAILED", "CANCELLED", "PROMPT", "COMPLETION", "TOTAL TOKENS", "WH/1K TOKENS")

@@ -124,16 +124,18 @@ func workersShowRun(ctx context.Context, opts *WorkersShowOptions) error {
 // printWorker writes a worker's fields, then its models as a table.
 func printWorker(ios *iostreams.IOStreams, w api.Worker, latest string, now time.Time) error {
 	cs := colorScheme{ios.ColorEnabled()}
-	status := statusColor(cs, w.Status)(w.Status)
+	// Coloured as the list colours them, after the worker's text is escaped.
+	status, statusStyle := w.Status, statusColor(cs, w.Status)
 	switch {
 	case w.ApprovalPending:
-		status += cs.yellow(", approval pending")
+		status, statusStyle = w.Status+", approval pending", cs.yellow
 	case w.Draining:
 		status += ", draining"
 	}
+	style := map[string]func(string) string{"Status": statusStyle}
 	version := dash(w.Version)
 	if buildinfo.Outdated(w.Version, latest) {
-		version = cs.yellow(w.Version + " (latest " + latest + ")")
+		version, style["Version"] = w.Version+" (latest "+latest+")", cs.yellow
 	}
 	engines := make([]string, len(w.Engines))
 	for i, e := range w.Engines {
@@ -157,7 +159,7 @@ func printWorker(ios *iostreams.IOStreams, w api.Worker, latest string, now time
 	if w.Simulated {
 		simulated = "yes"
 	}
-	if err := fields(ios.Out,
+	if err := styledFields(ios.Out, style,
 		[2]string{"Name", w.WorkerName},
 		[2]string{"ID", w.WorkerID},
 		[2]string{"Status", status},

@@ -1,6 +1,7 @@
 package tui
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/buildinfo"
 	"github.com/svc-dev/svc/internal/client"
+	"github.com/svc-dev/svc/internal/termsafe"
 )
 
 type detailsKind int
@@ -139,9 +141,22 @@ type workerDetailsView struct {
 	now          time.Time
 }
 
-// field is one "label  value" line of a details view.
-func field(st *styles, label, value string) string {
-	return st.dim.Render(padRight(label, 11)) + oneLine(value)
+// field is one "label  value" line of a details view, the value in parts:
+// the API's text, escaped, each part in its style.
+func field(st *styles, label string, value ...cell) string {
+	var b strings.Builder
+	b.WriteString(st.dim.Render(padRight(label, 11)))
+	for _, c := range value {
+		text := c.text
+		if !c.drawn {
+			text = termsafe.Line(text)
+		}
+		if c.style != nil {
+			text = c.style.Render(text)
+		}
+		b.WriteString(text)
+	}
+	return b.String()
 }
 
 // renderWorkerDetails draws a worker's details in exactly width×height cells.
@@ -160,22 +175,18 @@ func workerDetailLines(d workerDetailsView, cw int, st *styles) []string {
 	if d.gone {
 		lines = append(lines, st.warn.Render("no longer listed by the gateway; showing the last known state"), "")
 	}
-	lines = append(lines, field(st, "ID", w.WorkerID))
-	status := workerStatus(st, w)
-	lines = append(lines, field(st, "Status", status.style.Render(status.text)))
-	version := w.Version
-	if version == "" {
-		version = "—"
-	}
+	lines = append(lines, field(st, "ID", plain(w.WorkerID)))
+	lines = append(lines, field(st, "Status", workerStatus(st, w)))
+	version := []cell{plain(cmp.Or(w.Version, "—"))}
 	if buildinfo.Outdated(w.Version, d.latest) {
-		version += " " + st.warn.Render("↑ latest is "+d.latest)
+		version = append(version, plain(" "), styled("↑ latest is "+d.latest, st.warn))
 	}
-	lines = append(lines, field(st, "Version", version))
+	lines = append(lines, field(st, "Version", version...))
 	load := fmt.Sprintf("%d of %d slots busy · %d queued", w.ActiveTasks, w.MaxConcurrent, w.QueueDepth)
 	if w.MaxConcurrent <= 0 {
 		load = fmt.Sprintf("%d running · %d queued", w.ActiveTasks, w.QueueDepth)
 	}
-	lines = append(lines, field(st, "Load", load))
+	lines = append(lines, field(st, "Load", plain(load)))
 	seen := fmtAge(time.Duration(w.LastSeenSecondsAgo)*time.Second) + " ago"
 	switch {
 	case w.OfflineSince != nil:
@@ -183,7 +194,7 @@ func workerDetailLines(d workerDetailsView, cw int, st *styles) []string {
 	case w.ConnectedAt != nil:
 		seen += " · connected " + fmtClock(*w.ConnectedAt, d.now)
 	}
-	lines = append(lines, field(st, "Last seen", seen))
+	lines = append(lines, field(st, "Last seen", plain(seen)))
 	if len(w.Engines) > 0 {
 		var es []string
 		for _, e := range w.Engines {
@@ -196,7 +207,7 @@ func workerDetailLines(d workerDetailsView, cw int, st *styles) []string {
 			}
 			es = append(es, s)
 		}
-		lines = append(lines, field(st, "Engines", strings.Join(es, ", ")))
+		lines = append(lines, field(st, "Engines", plain(strings.Join(es, ", "))))
 	}
 
 	lines = append(lines, "", st.bold.Render(fmt.Sprintf("Models (%d)", len(w.Models))))
@@ -230,7 +241,7 @@ func workerDetailLines(d workerDetailsView, cw int, st *styles) []string {
 	lines = append(lines, "", st.bold.Render("Recent events"))
 	switch {
 	case d.eventsErr != nil:
-		lines = append(lines, st.bad.Render("could not load events: "+oneLine(d.eventsErr.Error())))
+		lines = append(lines, st.bad.Render("could not load events: "+termsafe.Line(d.eventsErr.Error())))
 	case !d.eventsLoaded:
 		lines = append(lines, st.dim.Render("loading…"))
 	case len(d.events) == 0:
@@ -285,9 +296,9 @@ func requestDetailLines(d requestDetailsView, st *styles) []string {
 		lines = append(lines, st.dim.Render("finished: no longer in flight; showing its last known state"), "")
 	}
 	elapsed := time.Duration(r.ElapsedMs) * time.Millisecond
-	worker := "— (waiting for a worker)"
+	worker := []cell{plain("— (waiting for a worker)")}
 	if r.WorkerName != "" || r.WorkerID != "" {
-		worker = r.WorkerName + " " + st.dim.Render("("+r.WorkerID+")")
+		worker = []cell{plain(r.WorkerName + " "), styled("("+r.WorkerID+")", st.dim)}
 	}
 	reqType := r.RequestType
 	if r.Stream {
@@ -301,18 +312,18 @@ func requestDetailLines(d requestDetailsView, st *styles) []string {
 		}
 	}
 	lines = append(lines,
-		field(st, "Request", r.TaskID),
-		field(st, "Model", r.Model),
-		field(st, "Type", reqType),
-		field(st, "State", stateStyle(st, r.State).Render(r.State)),
-		field(st, "Worker", worker),
-		field(st, "Started", fmtClock(r.StartedAt, d.now)),
-		field(st, "Elapsed", fmtElapsed(elapsed)),
+		field(st, "Request", plain(r.TaskID)),
+		field(st, "Model", plain(r.Model)),
+		field(st, "Type", plain(reqType)),
+		field(st, "State", styled(r.State, stateStyle(st, r.State))),
+		field(st, "Worker", worker...),
+		field(st, "Started", plain(fmtClock(r.StartedAt, d.now))),
+		field(st, "Elapsed", plain(fmtElapsed(elapsed))),
 	)
 	if r.AudioSeconds != nil {
-		lines = append(lines, field(st, "Audio", strconv.FormatFloat(*r.AudioSeconds, 'f', 1, 64)+" s"))
+		lines = append(lines, field(st, "Audio", plain(strconv.FormatFloat(*r.AudioSeconds, 'f', 1, 64)+" s")))
 	} else {
-		lines = append(lines, field(st, "Tokens", tokens), field(st, "Tokens/s", rate))
+		lines = append(lines, field(st, "Tokens", plain(tokens)), field(st, "Tokens/s", plain(rate)))
 	}
 	return lines
 }

@@ -10,15 +10,6 @@ import (
 	"charm.land/lipgloss/v2"
 )
 
-// oneLine flattens text from the API (model ids, event details) so a stray
-// newline cannot break the row layout.
-func oneLine(s string) string {
-	if !strings.ContainsAny(s, "\r\n\t") {
-		return s
-	}
-	return strings.Join(strings.Fields(s), " ")
-}
-
 // truncate shortens plain text to w cells, ending it with … when cut.
 func truncate(s string, w int) string {
 	if w <= 0 {

@@ -13,6 +13,7 @@ import (
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/chart"
 	"github.com/svc-dev/svc/internal/client"
+	"github.com/svc-dev/svc/internal/termsafe"
 )
 
 // The Power pane draws two kinds of data. The live readings come with the
@@ -272,8 +273,8 @@ func powerRow(st *styles, cols []column, widths []int, w api.Worker, subject boo
 // (and the chart's series), then the chart or why there is none, in n
 // lines; and the pane's footer, the hour's totals.
 func historyBlock(v powerView, cw, n int, st *styles) (lines []string, footer string) {
-	name := st.bold.Render(v.subject.WorkerName)
-	note := func(s string) ([]string, string) { return []string{name, st.dim.Render(s)}, "" }
+	name := st.bold.Render(termsafe.Line(v.subject.WorkerName))
+	note := func(s string) ([]string, string) { return []string{name, st.dim.Render(termsafe.Line(s))}, "" }
 	switch h := v.history; {
 	case h == nil && v.historyErr != nil:
 		return note(historyError(v.historyErr))
@@ -285,6 +286,8 @@ func historyBlock(v powerView, cw, n int, st *styles) (lines []string, footer st
 	c := chart.Power(*v.history, v.now)
 	c.Color, c.Axis = st.color, styleFunc(st.dim)
 	for i := range c.Series {
+		// A series is labelled with its channel's key, the worker's text.
+		c.Series[i].Label = termsafe.Line(c.Series[i].Label)
 		c.Series[i].Style = styleFunc(st.series(i))
 	}
 	lines = append([]string{name + "  " + c.Legend()}, c.Render(cw, n-1)...)

@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"charm.land/lipgloss/v2"
+
+	"github.com/svc-dev/svc/internal/termsafe"
 )
 
 // This file holds the layout primitives every pane is drawn with: a framed
@@ -36,7 +38,7 @@ func box(st *styles, f frame, body []string, width, height int) string {
 	inner := width - 2
 
 	var b strings.Builder
-	title := truncate(oneLine(f.title), inner-3)
+	title := truncate(termsafe.Line(f.title), inner-3)
 	b.WriteString(bs.Render(tl+h) + " " + ts.Render(title) + " ")
 	b.WriteString(bs.Render(strings.Repeat(h, max(0, inner-3-lipgloss.Width(title))) + tr))
 	b.WriteByte('\n')
@@ -51,7 +53,7 @@ func box(st *styles, f frame, body []string, width, height int) string {
 		b.WriteByte('\n')
 	}
 
-	footer := truncate(oneLine(f.footer), inner-4)
+	footer := truncate(termsafe.Line(f.footer), inner-4)
 	if footer == "" {
 		b.WriteString(bs.Render(bl + strings.Repeat(h, inner) + br))
 	} else {
@@ -210,14 +212,22 @@ type cell struct {
 	style       *lipgloss.Style
 	suffix      string
 	suffixStyle *lipgloss.Style
+	// drawn is text the dashboard drew itself, styled already (a meter).
+	// Any other text is the API's, and is escaped so that a worker's name
+	// cannot drive the terminal.
+	drawn bool
 }
 
 func plain(s string) cell                     { return cell{text: s} }
 func styled(s string, st lipgloss.Style) cell { return cell{text: s, style: &st} }
+func drawn(s string) cell                     { return cell{text: s, drawn: true} }
 
 // render fits the cell into w cells, styled unless its row is selected.
 func (c cell) render(w int, right, selected bool) string {
-	text := oneLine(c.text)
+	text := c.text
+	if !c.drawn {
+		text = termsafe.Line(text)
+	}
 	suffix := c.suffix
 	if suffix != "" && lipgloss.Width(suffix)+2 > w {
 		suffix = "" // no room for text and marker: the text matters more

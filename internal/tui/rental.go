@@ -266,7 +266,7 @@ func rentalRow(st *styles, cols []column, widths []int, l rentalLine) string {
 			state = styled("downloading"+pct, st.warn)
 			break
 		}
-		state = plain(meter(r.ModelDownload.ProgressPct/100, w, st.warn) + pct)
+		state = drawn(meter(r.ModelDownload.ProgressPct/100, w, st.warn) + pct)
 	case r.Status == api.RentalProvisioning && r.BootPhase != nil && *r.BootPhase != "":
 		state = styled(strings.ReplaceAll(*r.BootPhase, "_", " "), st.warn)
 	case r.Status == api.RentalProvisioning:

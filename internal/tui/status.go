@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"charm.land/lipgloss/v2"
+
+	"github.com/svc-dev/svc/internal/termsafe"
 )
 
 // headerView is what the top line shows.
@@ -87,7 +89,8 @@ func renderStatus(d statusView, width int, st *styles) string {
 		if d.retryIn > 0 {
 			retry += " in " + fmtRetry(d.retryIn)
 		}
-		msg := truncate("✖ "+d.err, max(1, lw-lipgloss.Width(retry)))
+		// The gateway's error message, or a proxy's: escaped.
+		msg := truncate("✖ "+termsafe.Line(d.err), max(1, lw-lipgloss.Width(retry)))
 		left = st.statusError.Render(msg) + st.dim.Render(retry)
 	case d.everOK:
 		left = st.statusOK.Render("● live") + st.dim.Render(" · every "+fmtRetry(d.interval))

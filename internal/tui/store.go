@@ -8,6 +8,7 @@ import (
 	"charm.land/lipgloss/v2"
 
 	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/termsafe"
 )
 
 // storeAlert is whether the gateway's store warrants the warning line
@@ -18,7 +19,7 @@ func storeAlert(h *api.StoreHealth) bool { return h != nil && h.State != api.Sto
 // cannot write: rows are held and retried, or, at the bound, new
 // inference is refused. The longest wording that fits is used.
 func renderStoreWarning(h *api.StoreHealth, now time.Time, width int, st *styles) string {
-	cause := h.Error
+	cause := termsafe.Line(h.Error)
 	if cause == "" {
 		cause = "writes behind"
 	}
