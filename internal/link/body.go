@@ -77,6 +77,12 @@ type Body struct {
 	more bool   // further frames of the message follow
 }
 
+// maxRequestHeader bounds the header of a request, which the worker
+// gathers whole before it reads the body. The gateway's is small JSON, a
+// long transcription prompt the most of it; the bound is the largest
+// payload a decoder takes in one frame, where any header fits.
+const maxRequestHeader = MaxPayload
+
 // OpenRequest reads the header of the request a stream was opened with
 // and returns it with the body still to come (worker side).
 func (st *Stream) OpenRequest(ctx context.Context) ([]byte, *Body, error) {
@@ -88,14 +94,20 @@ func (st *Stream) OpenRequest(ctx context.Context) ([]byte, *Body, error) {
 		return nil, nil, fmt.Errorf("%w: stream began with %s", ErrInvalid, f.Type)
 	}
 	msg, more := f.Payload, f.More()
+	gathered := false
 	// The header normally fits the first frame; gather frames until it is
 	// whole when it does not.
 	for {
 		n, k := binary.Uvarint(msg)
-		if k > 0 && n <= uint64(len(msg)-k) {
+		switch {
+		case k > 0 && n > maxRequestHeader:
+			// Refused as soon as its length is known, not once gathered:
+			// frames read are acknowledged, so the window does not bound
+			// what a header may claim.
+			return nil, nil, fmt.Errorf("%w: request header of %d bytes", ErrInvalid, n)
+		case k > 0 && n <= uint64(len(msg)-k):
 			return msg[k : k+int(n)], &Body{st: st, buf: msg[k+int(n):], more: more}, nil
-		}
-		if k < 0 || !more || len(msg) > MaxPayload {
+		case k < 0 || !more:
 			return nil, nil, fmt.Errorf("%w: bad request header length", ErrInvalid)
 		}
 		if f, err = st.Recv(ctx); err != nil {
@@ -104,7 +116,12 @@ func (st *Stream) OpenRequest(ctx context.Context) ([]byte, *Body, error) {
 		if f.Type != TypeData {
 			return nil, nil, fmt.Errorf("%w: request continued with %s", ErrInvalid, f.Type)
 		}
-		msg, more = append(append([]byte(nil), msg...), f.Payload...), f.More()
+		if !gathered {
+			// Copied once and then appended to, so a header in many small
+			// frames costs no more than in a few.
+			msg, gathered = append([]byte(nil), msg...), true
+		}
+		msg, more = append(msg, f.Payload...), f.More()
 	}
 }
 

@@ -30,6 +30,9 @@ var (
 	ErrClosed = errors.New("link: session closed")
 	// ErrAttached means Attach was called on a session that has a connection.
 	ErrAttached = errors.New("link: session already has a connection")
+	// ErrOverrun means the peer sent a stream more than its window holds
+	// unread; the stream was dropped at both ends.
+	ErrOverrun = fmt.Errorf("%w: peer overran the stream's window", ErrInvalid)
 )
 
 // DefaultWindow is how many unacknowledged payload bytes one stream may
@@ -243,6 +246,9 @@ func (s *Session) SendControl(typ Type, payload []byte) bool {
 // only if the body is larger than the window and the worker is slow to
 // take it.
 func (s *Session) Open(ctx context.Context, header, body []byte) (*Stream, error) {
+	if err := checkHeader(header); err != nil {
+		return nil, err
+	}
 	st, err := s.newOutgoing()
 	if err != nil {
 		return nil, &unsentError{err}
@@ -259,6 +265,9 @@ func (s *Session) Open(ctx context.Context, header, body []byte) (*Stream, error
 // window of it is in flight. It returns once the body is sent, or early
 // when the worker has already answered (the answer waits in the stream).
 func (s *Session) OpenReader(ctx context.Context, header []byte, body io.Reader) (*Stream, error) {
+	if err := checkHeader(header); err != nil {
+		return nil, err
+	}
 	st, err := s.newOutgoing()
 	if err != nil {
 		return nil, &unsentError{err}
@@ -266,6 +275,15 @@ func (s *Session) OpenReader(ctx context.Context, header []byte, body io.Reader)
 	prefix := binary.AppendUvarint(make([]byte, 0, binary.MaxVarintLen64+len(header)), uint64(len(header)))
 	prefix = append(prefix, header...)
 	return st.opened(st.sendReader(ctx, prefix, body))
+}
+
+// checkHeader refuses a request header larger than a worker takes, before
+// anything is sent.
+func checkHeader(header []byte) error {
+	if len(header) > maxRequestHeader {
+		return &unsentError{fmt.Errorf("link: request header of %d bytes is larger than a worker takes", len(header))}
+	}
+	return nil
 }
 
 // Unsent reports whether err, from Open, OpenReader or OpenDuplex, came

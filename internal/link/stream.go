@@ -1,6 +1,7 @@
 package link
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"sync"
@@ -41,6 +42,8 @@ type Stream struct {
 	recvSeq  uint64 // highest in-order sequence number received
 	readSeq  uint64 // highest sequence number consumed by Recv
 	inbox    []Frame
+	queued   int // payload bytes in inbox
+	empties  int // frames without payload in inbox
 	ready    chan struct{}
 	consumed int    // payload bytes consumed since the last acknowledgement
 	ackSent  uint64 // highest sequence number acknowledged to the peer
@@ -91,14 +94,18 @@ func (st *Stream) End(ctx context.Context, result []byte) error {
 
 // Reset abandons the stream: the peer is told to drop it and anything
 // waiting on it here returns ErrReset.
-func (st *Stream) Reset() {
+func (st *Stream) Reset() { st.abandon(ErrReset) }
+
+// abandon drops the stream here and at the peer; what waits on it here
+// returns err.
+func (st *Stream) abandon(err error) {
 	st.s.remove(st.id)
 	st.s.sendReset(st.id)
-	st.fail(ErrReset)
+	st.fail(err)
 	// Frames received but not read would otherwise come out of Recv first;
 	// nobody wants them any more.
 	st.mu.Lock()
-	st.inbox = nil
+	st.inbox, st.queued, st.empties = nil, 0, 0
 	st.mu.Unlock()
 }
 
@@ -269,6 +276,10 @@ func (st *Stream) pop() Frame {
 	f := st.inbox[0]
 	st.inbox[0] = Frame{}
 	st.inbox = st.inbox[1:]
+	st.queued -= len(f.Payload)
+	if len(f.Payload) == 0 {
+		st.empties--
+	}
 	st.consumed += len(f.Payload)
 	st.readSeq = f.Seq
 	var ack uint64
@@ -330,26 +341,77 @@ func (st *Stream) ReadRequest(ctx context.Context) (header, body []byte, err err
 func (st *Stream) deliver(f Frame) error {
 	st.mu.Lock()
 	done := st.ackedLocked(f.Ack)
+	var overrun error
 	switch {
 	case f.Seq <= st.recvSeq:
 		// Sent again after a reconnect, and already here.
 	case f.Seq != st.recvSeq+1:
 		st.mu.Unlock()
 		return fmt.Errorf("%w: stream %d expected frame %d, got %d", ErrInvalid, st.id, st.recvSeq+1, f.Seq)
-	case st.err == nil:
-		st.recvSeq = f.Seq
-		st.inbox = append(st.inbox, f)
-		signal(st.ready)
-		if f.Type == TypeEnd && !st.answered {
-			st.answered = true
-			if st.ended != nil {
-				close(st.ended)
-			}
+	case st.err != nil:
+	default:
+		if overrun = st.overrunLocked(len(f.Payload)); overrun == nil {
+			st.queueLocked(f)
 		}
 	}
 	st.mu.Unlock()
 	if done {
 		st.finishSend()
+	}
+	if overrun != nil {
+		// The stream is the peer's fault, not the link's: the other
+		// streams carry on. Dropping the connection instead, as for a
+		// malformed frame, would stall them all and gain nothing, since
+		// the stream would survive it and the peer resend the same.
+		st.abandon(overrun)
+	}
+	return nil
+}
+
+// queueLocked adds the next frame in order to the inbox.
+func (st *Stream) queueLocked(f Frame) {
+	st.recvSeq = f.Seq
+	if len(st.inbox) > 0 {
+		// A frame behind another may wait here for as long as the reader
+		// stalls: it keeps its own bytes, not the whole message it came
+		// in, or a byte of window could hold a megabyte.
+		f.Payload = bytes.Clone(f.Payload)
+	}
+	st.inbox = append(st.inbox, f)
+	st.queued += len(f.Payload)
+	if len(f.Payload) == 0 {
+		st.empties++
+	}
+	signal(st.ready)
+	if f.Type == TypeEnd && !st.answered {
+		st.answered = true
+		if st.ended != nil {
+			close(st.ended)
+		}
+	}
+}
+
+// maxEmpties bounds the frames without payload a stream holds unread.
+// The window counts payload only, so it bounds every other frame (one per
+// byte at most) but not these; no sender here makes more than a few (an
+// END, a body's end, the odd empty event) before it is read.
+const maxEmpties = 1024
+
+// overrunLocked says why a frame carrying n bytes of payload, next in
+// order, breaks the peer's flow control, or nil. The peer keeps the
+// window as sendFrame does: a frame goes out when it fits in the window
+// with the bytes unacknowledged, or when there are none. Acknowledgements
+// and the resume handshake report only what was read here, so the bytes
+// waiting unread were unacknowledged when the peer sent the frame; with
+// some waiting, the frame must fit beside them. Both ends use the
+// protocol's window.
+func (st *Stream) overrunLocked(n int) error {
+	window := st.s.opts.Window
+	switch {
+	case st.queued > 0 && st.queued+n > window:
+		return fmt.Errorf("%w: stream %d: %d bytes unread and a frame of %d (window %d)", ErrOverrun, st.id, st.queued, n, window)
+	case n == 0 && st.empties >= maxEmpties:
+		return fmt.Errorf("%w: stream %d: %d empty frames unread", ErrOverrun, st.id, st.empties)
 	}
 	return nil
 }

@@ -588,11 +588,7 @@ func (a *Agent) connectOnce(ctx context.Context, sessionID, gateway string, spli
 	} else {
 		a.log.Info("connected to the gateway", "gateway", gateway, "worker_id", welcome.WorkerID, "name", a.cfg.Name, "models", len(hello.Models))
 	}
-	every := time.Duration(welcome.HeartbeatS) * time.Second
-	if every <= 0 {
-		every = 5 * time.Second
-	}
-	t := time.NewTicker(every)
+	t := time.NewTicker(heartbeatEvery(welcome.HeartbeatS))
 	defer t.Stop()
 	// The gateway holds power windows through welcome.PowerThrough: what
 	// came after, kept through a drop, goes now.
@@ -632,6 +628,27 @@ func (a *Agent) connectOnce(ctx context.Context, sessionID, gateway string, spli
 			return true, "", errSentAway
 		}
 	}
+}
+
+// Heartbeats go as often as the gateway's welcome asks, within bounds.
+const (
+	defaultHeartbeat = 5 * time.Second
+	maxHeartbeat     = 5 * time.Minute
+)
+
+// heartbeatEvery is the heartbeat period for a welcome's heartbeat_s,
+// whole seconds, so at least one. Taken as it came, a huge one overflowed
+// into a ticker of nanoseconds that spun the worker; any past the bound
+// is the gateway's mistake, and a report every five minutes still keeps
+// it informed. None, or a negative one, is the gateway's default.
+func heartbeatEvery(seconds int) time.Duration {
+	switch {
+	case seconds <= 0:
+		return defaultHeartbeat
+	case seconds > int(maxHeartbeat/time.Second):
+		return maxHeartbeat
+	}
+	return time.Duration(seconds) * time.Second
 }
 
 // errSentAway ends a connection the gateway sent the worker away from.

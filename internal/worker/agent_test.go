@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"net/http"
 	"strings"
 	"sync"
@@ -50,6 +51,31 @@ func TestBackoffGrowsWithJitterAndCaps(t *testing.T) {
 	b.reset()
 	if d := b.next(); d > 110*time.Millisecond {
 		t.Fatalf("after reset the wait is %v", d)
+	}
+}
+
+// The gateway's heartbeat_s is taken within bounds: a huge one once
+// overflowed into a ticker of nanoseconds that spun the worker.
+func TestHeartbeatEvery(t *testing.T) {
+	for _, tt := range []struct {
+		seconds int
+		want    time.Duration
+	}{
+		{0, 5 * time.Second},
+		{-3, 5 * time.Second},
+		{math.MinInt, 5 * time.Second},
+		{1, time.Second},
+		{5, 5 * time.Second},
+		{300, 5 * time.Minute},
+		{301, 5 * time.Minute},
+		{9223372037, 5 * time.Minute},        // times a second, wraps negative
+		{20211507185753197, 5 * time.Minute}, // times a second, wraps to 512 ns
+		{1 << 40, 5 * time.Minute},
+		{math.MaxInt, 5 * time.Minute},
+	} {
+		if got := heartbeatEvery(tt.seconds); got != tt.want {
+			t.Errorf("heartbeatEvery(%d) = %v, want %v", tt.seconds, got, tt.want)
+		}
 	}
 }
 
