@@ -1,17 +1,14 @@
 package cli
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 
 	"github.com/svc-dev/svc/internal/client"
 	"github.com/svc-dev/svc/internal/iostreams"
@@ -49,7 +46,7 @@ sent only to that gateway.`,
 		GroupID: groupClient,
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cc, err := f.ClientConfig(cmd)
+			cc, err := f.clientConfig(cmd, true)
 			if err != nil {
 				return err
 			}
@@ -77,7 +74,7 @@ func loginRun(ctx context.Context, opts *LoginOptions) error {
 	key := strings.TrimSpace(opts.APIKey)
 	if key == "" {
 		var err error
-		if key, err = readKey(opts.IO, opts.BaseURL); err != nil {
+		if key, err = readKey(ctx, opts.IO, opts.BaseURL); err != nil {
 			return err
 		}
 	}
@@ -97,6 +94,11 @@ func loginRun(ctx context.Context, opts *LoginOptions) error {
 		}
 	}
 	cf, err := readClientFile(opts.ConfigPath)
+	if _, invalid := errors.AsType[*invalidConfigError](err); invalid {
+		// Logging in is how a broken file is mended: it is written anew.
+		printf(opts.IO.ErrOut, "Warning: %v; writing a new one.\n", err)
+		cf, err = clientFile{}, nil
+	}
 	if err != nil {
 		return err
 	}
@@ -110,18 +112,18 @@ func loginRun(ctx context.Context, opts *LoginOptions) error {
 
 // readKey reads a key from stdin: without echo at a terminal, else the
 // first line.
-func readKey(ios *iostreams.IOStreams, baseURL string) (string, error) {
+func readKey(ctx context.Context, ios *iostreams.IOStreams, baseURL string) (string, error) {
 	if f, ok := ios.In.(*os.File); ok && ios.IsStdinTTY() {
 		fmt.Fprintf(ios.ErrOut, "API key for %s: ", baseURL)
-		b, err := term.ReadPassword(int(f.Fd()))
+		key, err := readSecret(ctx, f)
 		fmt.Fprintln(ios.ErrOut)
 		if err != nil {
 			return "", fmt.Errorf("read the key: %w", err)
 		}
-		return strings.TrimSpace(string(b)), nil
+		return strings.TrimSpace(key), nil
 	}
-	line, err := bufio.NewReader(ios.In).ReadString('\n')
-	if err != nil && !errors.Is(err, io.EOF) {
+	line, err := readLine(ctx, ios.In)
+	if err != nil {
 		return "", fmt.Errorf("read the key from stdin: %w", err)
 	}
 	return strings.TrimSpace(line), nil
@@ -159,6 +161,15 @@ stays. The key itself is not revoked: 'svc admin keys revoke' does that.`,
 
 func logoutRun(opts *LogoutOptions) error {
 	cf, err := readClientFile(opts.ConfigPath)
+	if _, invalid := errors.AsType[*invalidConfigError](err); invalid {
+		// It may hold a key, and what it says cannot be read: the whole
+		// file goes.
+		if err := os.Remove(opts.ConfigPath); err != nil {
+			return fmt.Errorf("remove the config file: %w", err)
+		}
+		_, err = printf(opts.IO.Out, "Removed %s, which was not a valid config file\n", opts.ConfigPath)
+		return err
+	}
 	if err != nil {
 		return err
 	}

@@ -1,11 +1,8 @@
 package cli
 
 import (
-	"bufio"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -359,8 +356,8 @@ func stopRun(ctx context.Context, opts *StopOptions) error {
 		return err
 	}
 	if !opts.Yes {
-		ok, err := confirm(opts.IO, fmt.Sprintf("Stop rental %s (%s, %s so far)? [y/N] ", shortID(r.ID), termsafe.Line(rentalGPU(r)), fmtGBP(r.AccruedCostGBP)))
-		if err != nil {
+		ok, err := confirm(ctx, opts.IO, fmt.Sprintf("Stop rental %s (%s, %s so far)? [y/N] ", shortID(r.ID), termsafe.Line(rentalGPU(r)), fmtGBP(r.AccruedCostGBP)))
+		if err != nil && ctx.Err() == nil {
 			return err
 		}
 		if !ok {
@@ -389,10 +386,12 @@ func stopRun(ctx context.Context, opts *StopOptions) error {
 
 // confirm asks question on stderr and reads the answer from stdin: only
 // y or yes agrees.
-func confirm(ios *iostreams.IOStreams, question string) (bool, error) {
+func confirm(ctx context.Context, ios *iostreams.IOStreams, question string) (bool, error) {
 	fmt.Fprint(ios.ErrOut, question)
-	line, err := bufio.NewReader(ios.In).ReadString('\n')
-	if err != nil && !errors.Is(err, io.EOF) {
+	line, err := readLine(ctx, ios.In)
+	if err != nil {
+		// Ctrl-C is no: the answer's line is ended for the reader.
+		fmt.Fprintln(ios.ErrOut)
 		return false, fmt.Errorf("read the answer: %w", err)
 	}
 	switch strings.ToLower(strings.TrimSpace(line)) {
