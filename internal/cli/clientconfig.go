@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -64,6 +65,12 @@ type ClientConfig struct {
 // default URL and the local gateway's admin key. cmd may be nil, or lack the
 // flags (AddClientFlags): then the environment and the file decide.
 func (f *Factory) ClientConfig(cmd *cobra.Command) (ClientConfig, error) {
+	return f.clientConfig(cmd, false)
+}
+
+// clientConfig is ClientConfig, taking a file that is not a config file
+// for none when mending is set: 'svc login' writes it anew.
+func (f *Factory) clientConfig(cmd *cobra.Command, mending bool) (ClientConfig, error) {
 	var cc ClientConfig
 	flag := func(name string) (string, bool) {
 		if cmd == nil {
@@ -77,11 +84,21 @@ func (f *Factory) ClientConfig(cmd *cobra.Command) (ClientConfig, error) {
 	}
 	path, pathErr := configPath(f.Getenv)
 	cc.ConfigPath = path
+	_, urlGiven := flag("base-url")
+	_, keyGiven := flag("api-key")
+	urlGiven = urlGiven || f.Getenv("SVC_BASE_URL") != ""
+	keyGiven = keyGiven || strings.TrimSpace(f.Getenv("SVC_API_KEY")) != ""
+	// The file is read only when it is needed: one that cannot be read
+	// stops no command given what it would have said.
 	var file clientFile
-	if pathErr == nil {
+	if pathErr == nil && !(urlGiven && keyGiven) {
 		var err error
-		if file, err = readClientFile(path); err != nil {
-			return cc, err
+		file, err = readClientFile(path)
+		if _, invalid := errors.AsType[*invalidConfigError](err); invalid && mending {
+			file, err = clientFile{}, nil
+		}
+		if err != nil {
+			return cc, withHint(err, "Fix or remove the file; 'svc login' writes a new one.")
 		}
 	}
 
@@ -202,10 +219,20 @@ func (f *Factory) explainAPIError(cmd *cobra.Command, err error) error {
 // normalizeBaseURL checks u is an http(s) URL and drops a trailing slash.
 func normalizeBaseURL(u string) (string, error) {
 	p, err := url.Parse(strings.TrimSpace(u))
-	if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" || strings.HasSuffix(p.Host, ":") {
+	if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" || strings.HasSuffix(p.Host, ":") || !validPort(p.Port()) {
 		return "", usageErrorf("invalid gateway URL %q: want http://HOST:PORT or https://HOST", u)
 	}
-	return strings.TrimRight(p.String(), "/"), nil
+	// The OpenAI SDKs' base URL is the gateway's with /v1, and the demo
+	// shows both: either names the gateway here.
+	return strings.TrimSuffix(strings.TrimRight(p.String(), "/"), "/v1"), nil
+}
+
+func validPort(port string) bool {
+	if port == "" {
+		return true
+	}
+	n, err := strconv.Atoi(port)
+	return err == nil && n >= 1 && n <= 65535
 }
 
 // isLoopback reports whether the URL names this host.
@@ -244,6 +271,12 @@ func configPath(getenv func(string) string) (string, error) {
 }
 
 // readClientFile reads the config file; a missing one is empty.
+// invalidConfigError is a config file that was read but is not one:
+// 'svc login' and 'svc logout' replace it.
+type invalidConfigError struct{ msg string }
+
+func (e *invalidConfigError) Error() string { return e.msg }
+
 func readClientFile(path string) (clientFile, error) {
 	var cf clientFile
 	b, err := os.ReadFile(path)
@@ -254,7 +287,10 @@ func readClientFile(path string) (clientFile, error) {
 		return cf, fmt.Errorf("read config: %w", err)
 	}
 	if err := json.Unmarshal(b, &cf); err != nil {
-		return cf, fmt.Errorf("config file %s is not valid JSON: %w", path, err)
+		if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok && te.Field != "" {
+			return cf, &invalidConfigError{fmt.Sprintf("config file %s: %s must be a %s, not a JSON %s", path, te.Field, te.Type, te.Value)}
+		}
+		return cf, &invalidConfigError{fmt.Sprintf("config file %s is not valid JSON: %v", path, err)}
 	}
 	return cf, nil
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -271,5 +272,84 @@ func TestWriteClientFileReplacesLooseMode(t *testing.T) {
 	}
 	if st, _ := os.Stat(path); st.Mode().Perm() != 0o600 {
 		t.Fatalf("mode %v", st.Mode().Perm())
+	}
+}
+
+// A config file that is not one stops only the commands that need it:
+// not one given its URL and key by flags or the environment. 'svc login'
+// writes a new one, and 'svc logout' removes it.
+func TestBrokenConfigFile(t *testing.T) {
+	g := newFakeGateway(t, map[string]fakeReply{
+		"GET /api/v1/workers/latest-version": {body: `{"version": "v1.4.0"}`, key: "svc_k_good"},
+		"GET /v1/models":                     {body: "models.json", key: "svc_k_good"},
+	})
+	for _, tc := range []struct{ content, want string }{
+		{"{bad json", "is not valid JSON"},
+		{`{"base_url": 5}`, "base_url must be a string, not a JSON number"},
+	} {
+		home := t.TempDir()
+		path := filepath.Join(home, ".config", "svc", "config.json")
+		write := func() {
+			if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, []byte(tc.content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		write()
+		home1 := map[string]string{"HOME": home}
+		r := cliRun{env: home1}.run(t, "models", "--base-url", g.URL)
+		if r.code != exitError || !strings.Contains(r.stderr, tc.want) || !strings.Contains(r.stderr, "svc login") {
+			t.Fatalf("%s: a command that needs the file: exit %d %q", tc.content, r.code, r.stderr)
+		}
+		r = cliRun{env: home1}.run(t, "models", "--base-url", g.URL, "--api-key", "svc_k_good", "--json")
+		if r.code != 0 {
+			t.Fatalf("%s: flags give all: exit %d %q", tc.content, r.code, r.stderr)
+		}
+		r = cliRun{env: map[string]string{"HOME": home, "SVC_BASE_URL": g.URL, "SVC_API_KEY": "svc_k_good"}}.run(t, "models", "--json")
+		if r.code != 0 {
+			t.Fatalf("%s: the environment gives all: exit %d %q", tc.content, r.code, r.stderr)
+		}
+		r = cliRun{env: map[string]string{"HOME": home, "SVC_BASE_URL": g.URL}, stdin: "svc_k_good\n"}.run(t, "login")
+		if r.code != 0 || !strings.Contains(r.stderr, "writing a new one") {
+			t.Fatalf("%s: login over it: exit %d %q", tc.content, r.code, r.stderr)
+		}
+		if cf, err := readClientFile(path); err != nil || cf.APIKey != "svc_k_good" {
+			t.Fatalf("%s: after login %+v %v", tc.content, cf, err)
+		}
+		write()
+		r = cliRun{env: home1}.run(t, "logout")
+		if _, err := os.Stat(path); r.code != 0 || !os.IsNotExist(err) {
+			t.Fatalf("%s: logout: exit %d %q, file %v", tc.content, r.code, r.stderr, err)
+		}
+	}
+}
+
+func TestNormalizeBaseURL(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"http://127.0.0.1:8080", "http://127.0.0.1:8080"},
+		{" https://gw.example.com/ ", "https://gw.example.com"},
+		{"http://127.0.0.1:8080/v1", "http://127.0.0.1:8080"}, // the SDKs' base URL
+		{"http://127.0.0.1:8080/v1/", "http://127.0.0.1:8080"},
+		{"https://example.com/svc/v1", "https://example.com/svc"},
+		{"https://example.com/v10", "https://example.com/v10"},
+		{"http://127.0.0.1:99999", ""},
+		{"http://127.0.0.1:0", ""},
+		{"http://127.0.0.1:", ""},
+		{"ftp://x", ""},
+		{"notaurl", ""},
+	} {
+		got, err := normalizeBaseURL(tc.in)
+		if tc.want == "" {
+			var ue *UsageError
+			if !errors.As(err, &ue) {
+				t.Errorf("%q: %q, %v; want a usage error", tc.in, got, err)
+			}
+			continue
+		}
+		if got != tc.want || err != nil {
+			t.Errorf("%q: %q, %v; want %q", tc.in, got, err, tc.want)
+		}
 	}
 }
