@@ -294,6 +294,25 @@ func TestUsageTables(t *testing.T) {
 			t.Fatalf("%v: exit %d %q", args, r.code, r.stderr)
 		}
 	}
+	// A name no worker has is not sent as an id, to match nothing.
+	for _, args := range [][]string{
+		{"usage", "logs", "--worker", "nosuch"},
+		{"usage", "inflight", "--worker", "nosuch"},
+		{"workers", "events", "--worker", "nosuch"},
+	} {
+		r = cliRun{env: env}.run(t, args...)
+		if r.code != exitUsage || !strings.Contains(r.stderr, "no worker of that name or id is listed") {
+			t.Fatalf("%v: exit %d %q", args, r.code, r.stderr)
+		}
+	}
+	before = len(g.sent)
+	for _, args := range [][]string{
+		{"usage", "logs", "--status", "42"},
+	} {
+		if r = (cliRun{env: env}).run(t, args...); r.code != exitUsage || len(g.sent) != before {
+			t.Fatalf("%v: exit %d %q", args, r.code, r.stderr)
+		}
+	}
 	r = cliRun{env: env}.run(t, "usage", "logs", "--worker", "wk_1", "--offset", "3")
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
 	if len(lines) != 3 || !regexp.MustCompile(`^TIME\s+ID\s+MODEL\s+STATUS\s+TOKENS\s+DURATION\s+TTFT\s+ENERGY\s+WORKER\s+NOTE$`).MatchString(lines[0]) {

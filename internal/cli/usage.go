@@ -95,6 +95,12 @@ func workerID(ctx context.Context, c *client.Client, arg string) (string, error)
 		}
 		return arg, nil
 	}
+	if err == nil && w.WorkerName == "" && !strings.HasPrefix(arg, "wk_") {
+		// Not listed, and no id: a worker forgotten since its requests
+		// is named by its id, and a mistyped name must not filter
+		// everything out without a word.
+		return "", usageErrorf("--worker %q: no worker of that name or id is listed; a worker no longer listed is named by its whole id (wk_...)", arg)
+	}
 	return w.WorkerID, err
 }
 
