@@ -222,7 +222,7 @@ is and a ready curl command.`,
 	fl.StringVar(&opts.LogFormat, "log-format", "auto", "text, json, or auto: text on a terminal, JSON otherwise (env SVC_LOG_FORMAT)")
 	fl.BoolVar(&opts.Demo, "demo", false, "also run a simulated worker in this process")
 	fl.IntVar(&opts.MaxConnections, "max-connections", 10000, "client connections served at once; the open-file limit is checked against it at start (env SVC_MAX_CONNECTIONS)")
-	fl.DurationVar(&opts.StallTimeout, "stall-timeout", server.DefaultStallTimeout, "how long a client may leave its response unread (taking under 16 KiB of it) before it is cut off and its request ends as a 499 (env SVC_STALL_TIMEOUT)")
+	fl.DurationVar(&opts.StallTimeout, "stall-timeout", server.DefaultStallTimeout, "how long a client may leave its response unread (taking under 16 KiB of it) before it is cut off: a stream then ends as a 499, while a whole answer already made keeps its status (env SVC_STALL_TIMEOUT)")
 	opts.UsageRetention = server.DefaultUsageRetention
 	fl.Var(daysValue{&opts.UsageRetention}, "usage-retention", "how long usage log rows are kept, in days (400d) or as a duration, at least 1d; totals are kept for good (env SVC_USAGE_RETENTION)")
 	fl.StringVar(&opts.Store, "store", "", "a PostgreSQL URL (postgres://user@host/db): run as one replica of a cluster sharing that database, instead of on the data directory's own store; the password comes from --store-password-file, PGPASSFILE or SVC_STORE_URL, never this flag (env SVC_STORE_URL)")
