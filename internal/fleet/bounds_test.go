@@ -10,6 +10,7 @@ import (
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/link"
+	"github.com/svc-dev/svc/internal/link/linktest"
 )
 
 func TestCheckHello(t *testing.T) {
@@ -143,6 +144,73 @@ func TestHeartbeatNegativeCounts(t *testing.T) {
 		h.f.control(w, sess, link.Frame{Type: link.TypeHeartbeat, Payload: b})
 		if got := h.settled(fw.id, "o"); got.QueueDepth != 0 || got.ActiveTasks != 0 {
 			t.Fatalf("listed queue %d, active %d after a heartbeat of negative counts", got.QueueDepth, got.ActiveTasks)
+		}
+	})
+}
+
+// Two machines under one name would take it from each other for ever:
+// once a replaced session has come back maxComebacks times in
+// replaceWindow, a newcomer is refused while the link holding the name
+// lives, and let in once it has ended. Restarts, each a new session,
+// replace as often as they come.
+func TestSharedNameStopsReplacing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Config{Grace: 100 * time.Millisecond})
+		a := h.worker("o", "w", 1, chat("m"))
+		b := &fakeWorker{h: h, hello: api.Hello{Protocol: link.Protocol, Name: "w", Version: "v1", MaxConcurrent: 1,
+			SessionID: "other-machine", Models: []api.Model{chat("m")}}}
+		b.sess = link.NewSession(link.Options{Role: link.Worker, Accept: b.serve})
+		t.Cleanup(func() { b.sess.Close(nil) })
+		// welcome connects a session of the name and returns the
+		// gateway's answer.
+		welcome := func(fw *fakeWorker) api.Welcome {
+			gc, wc := linktest.Pipe()
+			hello := fw.hello
+			hello.Streams = fw.sess.RecvState()
+			h.conns.Go(func() { _ = h.f.Connect(h.ctx, "o", hello, gc) })
+			msg, err := wc.ReadMessage()
+			if err != nil {
+				t.Fatal(err)
+			}
+			fr, _, _ := link.DecodeFrame(msg)
+			var w api.Welcome
+			_ = json.Unmarshal(fr.Payload, &w)
+			if w.Error == "" {
+				fw.conn = wc
+				if _, err := fw.sess.Attach(wc, w.Streams); err != nil {
+					t.Fatal(err)
+				}
+			}
+			synctest.Wait()
+			return w
+		}
+		for i := range 5 {
+			restart := &fakeWorker{h: h, hello: b.hello}
+			restart.hello.SessionID = fmt.Sprint("restart-", i)
+			restart.sess = link.NewSession(link.Options{Role: link.Worker, Accept: restart.serve})
+			t.Cleanup(func() { restart.sess.Close(nil) })
+			if w := welcome(restart); w.Error != "" {
+				t.Fatalf("restart %d refused: %s", i+1, w.Error)
+			}
+		}
+		for i, fw := range []*fakeWorker{b, a} {
+			if w := welcome(fw); w.Error != "" {
+				t.Fatalf("replacement %d refused: %s", i+1, w.Error)
+			}
+		}
+		w := welcome(b)
+		if !strings.Contains(w.Error, "give each its own name") {
+			t.Fatalf("a replaced session back a second time: %+v, want refused", w)
+		}
+		if n := len(h.ev.ofType(api.EventReplaced)); n != 7 {
+			t.Fatalf("%d replaced events, want 7", n)
+		}
+		// The holder goes; a newcomer gets the name.
+		_ = a.conn.Close()
+		synctest.Wait()
+		time.Sleep(time.Second)
+		if w := welcome(b); w.Error != "" {
+			t.Fatalf("after the holder left: %s", w.Error)
 		}
 	})
 }

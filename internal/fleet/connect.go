@@ -184,6 +184,23 @@ func (f *Fleet) Connect(ctx context.Context, orgID string, hello api.Hello, conn
 			w.drops++
 		}
 	}
+	switch {
+	case resumed:
+	case w != nil && w.attached && w.sess != nil && w.sess.Err() == nil:
+		// A live link of the same name: a restart that overtook its
+		// predecessor's end, or another machine under the same name (a
+		// copy keeps its host's name), whose agents would replace each
+		// other for ever (replacing).
+		if !w.replacing(hello.SessionID, now) {
+			f.mu.Unlock()
+			f.log.Warn("two workers share a name; refusing the newcomer", "worker", hello.Name, "worker_id", id)
+			Refuse(conn, fmt.Sprintf("another worker is connected under the name %q, and the two keep taking it from each other: "+
+				"give each its own name (svc worker --name)", hello.Name))
+			return errNameShared
+		}
+	case w != nil:
+		w.replaced, w.comebacks, w.nameShared = nil, nil, false
+	}
 	if !resumed {
 		if w != nil && w.sess != nil && w.sess.Err() == nil {
 			replaced = w.sess
@@ -870,4 +887,46 @@ func clip(s string, n int) string {
 		cut--
 	}
 	return s[:cut] + "…"
+}
+
+// errNameShared refuses a worker whose name a live link holds, the two
+// having taken it from each other too often.
+var errNameShared = errors.New("worker name shared by two connected workers")
+
+// replaceWindow is how long a replaced session is remembered, and
+// maxComebacks how many replaced sessions may come back within it.
+const (
+	replaceWindow = time.Minute
+	maxComebacks  = 1
+)
+
+// replacedSession is a session a newer one replaced while it was live.
+type replacedSession struct {
+	id string
+	at time.Time
+}
+
+// replacing notes session replacing w's live one at now, and reports
+// whether it may. A restart brings a new session, and the one it
+// replaces never comes back; one that does is another agent under the
+// name, alive. Past maxComebacks in replaceWindow the name is taken to be
+// shared, and newcomers are refused until w's link ends.
+func (w *worker) replacing(session string, now time.Time) bool {
+	if w.nameShared {
+		return false
+	}
+	old := func(t time.Time) bool { return now.Sub(t) > replaceWindow }
+	w.replaced = slices.DeleteFunc(w.replaced, func(r replacedSession) bool { return old(r.at) })
+	w.comebacks = slices.DeleteFunc(w.comebacks, old)
+	if slices.ContainsFunc(w.replaced, func(r replacedSession) bool { return r.id == session }) {
+		if len(w.comebacks) >= maxComebacks {
+			w.nameShared = true
+			return false
+		}
+		w.comebacks = append(w.comebacks, now)
+	}
+	if len(w.replaced) < 16 {
+		w.replaced = append(w.replaced, replacedSession{w.sessionID, now})
+	}
+	return true
 }
