@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -456,7 +457,9 @@ func (f *Fleet) capacityLocked(o *org, need *Need, waiting int) error {
 	ra := retryAfter(waiting, f.slotsLocked(o, need), o.service[need.Model])
 	return &api.Error{
 		Kind: api.KindCapacity, Code: api.CodeCapacityExceeded,
-		Message:    "Every worker serving " + need.Model + " is busy; retry after the time in Retry-After",
+		// The wait is in the message as well as in Retry-After: a stream's
+		// error event has no header, and carries it as retry_after.
+		Message:    "Every worker serving " + need.Model + " is busy; retry in " + strconv.Itoa(int(ra/time.Second)) + " s",
 		RetryAfter: ra, QueueDepth: waiting,
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"reflect"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -143,6 +144,10 @@ func TestBackedUpQueueRefusesAtOnce(t *testing.T) {
 		var ae *api.Error
 		if !errors.As(err, &ae) || ae.Kind != api.KindCapacity || ae.QueueDepth != 1 || ae.RetryAfter != 3*time.Second {
 			t.Fatalf("err = %#v", err)
+		}
+		// A stream's error event has no Retry-After: the message says it.
+		if !strings.HasSuffix(ae.Message, "is busy; retry in 3 s") {
+			t.Fatalf("message %q", ae.Message)
 		}
 		if waited := time.Since(start); waited != 0 {
 			t.Fatalf("refused after %v, want at once", waited)
