@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"slices"
 	"strings"
 )
 
@@ -90,6 +91,10 @@ func pick[T any](items []T, arg, kind string, id, name func(T) string) (found T,
 		return prefixed[0], true, nil
 	case len(prefixed) > 1:
 		return found, false, usageErrorf("%q starts %d %s ids (%s): give more of it", arg, len(prefixed), kind, ids(prefixed))
+	case arg != "" && len(arg) < minPrefix && slices.ContainsFunc(items, func(it T) bool { return strings.HasPrefix(id(it), strings.ToLower(arg)) }):
+		// Not found for want of length, which the gateway's 404 would
+		// not say.
+		return found, false, usageErrorf("%q is too short to pick a %s by: give at least %d characters of its id", arg, kind, minPrefix)
 	}
 	return found, false, nil
 }

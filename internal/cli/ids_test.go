@@ -50,7 +50,8 @@ func TestPick(t *testing.T) {
 		{"a name wins over a start", "1a2b3c", "cafe0000-eeee", ""},
 		{"two starts", "1a2b", "", `"1a2b" starts 2 thing ids (1a2b3c4d, 1a2b9f00)`},
 		{"two names", "twin", "", `2 things are named "twin" (77ee0000, 88ff0000): give an id instead`},
-		{"too short to be a start", "77e", "", ""},
+		{"too short to be a start", "77e", "", `"77e" is too short to pick a thing by: give at least 4 characters`},
+		{"short, and the start of none", "99", "", ""},
 		{"nothing", "gamma", "", ""},
 	}
 	for _, tt := range tests {
