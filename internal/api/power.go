@@ -13,6 +13,27 @@ const (
 	MethodEstimated = "estimated"
 )
 
+// A worker's power channels are bounded: each is a series of the
+// gateway's metrics, and a machine has a channel per GPU and a few more.
+// A channel key is 1 to MaxPowerKeyLen bytes of a-z, 0-9 and _.
+const (
+	MaxPowerChannels = 64
+	MaxPowerKeyLen   = 32
+)
+
+// ValidPowerKey reports whether k can name a power channel.
+func ValidPowerKey(k string) bool {
+	if k == "" || len(k) > MaxPowerKeyLen {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		if c := k[i]; !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
 // Power ranges of the history endpoint.
 const (
 	Range1h  = "1h"

@@ -214,3 +214,39 @@ func TestSharedNameStopsReplacing(t *testing.T) {
 		}
 	})
 }
+
+// A live power reading with more channels than a machine has, or a
+// channel that is no channel's name, is no reading: each channel is a
+// series of the gateway's metrics.
+func TestLivePowerIsBounded(t *testing.T) {
+	many := map[string]float64{}
+	for i := range api.MaxPowerChannels + 1 {
+		many[fmt.Sprint("gpu", i)] = 1
+	}
+	for _, tc := range []struct {
+		name  string
+		watts map[string]float64
+		kept  bool
+	}{
+		{"a machine's", map[string]float64{"gpu0": 300, "cpu": 90, "system": 500}, true},
+		{"too many channels", many, false},
+		{"an escape in a key", map[string]float64{"gpu0\x1b[2J": 1}, false},
+		{"a key too long", map[string]float64{strings.Repeat("g", api.MaxPowerKeyLen+1): 1}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h := newHarness(t, Config{})
+				fw := h.worker("o", "w", 1, chat("m"))
+				h.f.mu.Lock()
+				w := h.f.org("o").workers[fw.id]
+				sess := w.sess
+				h.f.mu.Unlock()
+				b, _ := json.Marshal(api.Heartbeat{Power: &api.LivePower{At: time.Now(), Watts: tc.watts}})
+				h.f.control(w, sess, link.Frame{Type: link.TypeHeartbeat, Payload: b})
+				if got := h.settled(fw.id, "o").Power; (got != nil) != tc.kept {
+					t.Fatalf("power %+v, kept %v", got, tc.kept)
+				}
+			})
+		})
+	}
+}

@@ -640,6 +640,9 @@ func (f *Fleet) heartbeatLocked(w *worker, hb api.Heartbeat, now time.Time) (rec
 	// Counts the listing shows and the scheduler weighs: a broken or
 	// hostile worker's negative ones are none.
 	hb.ActiveTasks, hb.QueueDepth = max(hb.ActiveTasks, 0), max(hb.QueueDepth, 0)
+	if !validLivePower(hb.Power) {
+		hb.Power = nil // each channel is a series of the gateway's metrics
+	}
 	stalled, answering := diffIDs(w.heartbeat.Stalled, hb.Stalled)
 	w.heartbeat = hb
 	if len(stalled) > 0 {
@@ -927,6 +930,28 @@ func (w *worker) replacing(session string, now time.Time) bool {
 	}
 	if len(w.replaced) < 16 {
 		w.replaced = append(w.replaced, replacedSession{w.sessionID, now})
+	}
+	return true
+}
+
+// validLivePower reports whether a live reading's channels can be a
+// machine's: few, and well named. None is valid.
+func validLivePower(p *api.LivePower) bool {
+	if p == nil {
+		return true
+	}
+	if len(p.Watts) > api.MaxPowerChannels || len(p.Channels) > api.MaxPowerChannels {
+		return false
+	}
+	for k := range p.Watts {
+		if !api.ValidPowerKey(k) {
+			return false
+		}
+	}
+	for _, c := range p.Channels {
+		if !api.ValidPowerKey(c.Key) {
+			return false
+		}
 	}
 	return true
 }

@@ -15,9 +15,6 @@ import (
 // 1,440 minute buckets.
 const maxWindow = 24 * time.Hour
 
-// maxKeyLen bounds a channel key: a store may spend one byte on its length.
-const maxKeyLen = math.MaxUint8
-
 // Figures are one channel's readings in a window or bucket.
 type Figures struct {
 	Joules float64
@@ -46,7 +43,7 @@ type Window struct {
 // can be right; ok is false for a window that cannot be.
 //
 // A channel with no covered seconds, a non-finite or negative figure, or
-// an empty or over-long key is dropped; covered seconds are capped at the
+// a key that is not one (api.ValidPowerKey) is dropped; covered seconds are capped at the
 // window's length. A window of no length or longer than a day, or one
 // outside years 1970-2199, is refused. A peak that is missing or below
 // the window's average is taken as the average.
@@ -59,9 +56,12 @@ func Check(w *api.PowerWindow) (Window, bool) {
 	}
 	start := w.Start.UnixNano()
 	out := Window{Start: start, End: start + int64(math.Round(w.Seconds*1e9))}
+	if len(w.Joules) > api.MaxPowerChannels {
+		return Window{}, false // no machine has so many: a broken or hostile worker
+	}
 	for key, j := range w.Joules {
 		c := min(w.Covered[key], w.Seconds)
-		if key == "" || len(key) > maxKeyLen || !finiteNonNeg(j) || !finiteNonNeg(c) || c == 0 {
+		if !api.ValidPowerKey(key) || !finiteNonNeg(j) || !finiteNonNeg(c) || c == 0 {
 			continue
 		}
 		peak, ok := w.PeakW[key]

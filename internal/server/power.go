@@ -2,6 +2,7 @@ package server
 
 import (
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,6 +17,12 @@ import (
 type PowerBook struct {
 	history *powerlog.Log
 	energy  *prometheus.CounterVec
+
+	mu sync.Mutex
+	// channels are each worker's channels with an energy series: at most
+	// api.MaxPowerChannels, however its windows' keys change, so that no
+	// worker can grow the scrape without bound.
+	channels map[string]map[string]struct{}
 }
 
 // NewPowerBook keeps the history in store.
@@ -23,7 +30,7 @@ func NewPowerBook(store powerlog.Store, log *slog.Logger) *PowerBook {
 	return &PowerBook{history: powerlog.New(store, log), energy: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "svc_worker_energy_joules_total",
 		Help: "Energy each worker's power channels used, as its windows reached the gateway, by worker and channel.",
-	}, []string{"worker_id", "channel"})}
+	}, []string{"worker_id", "channel"}), channels: map[string]map[string]struct{}{}}
 }
 
 // RecordPower records a report; the counters count what the history
@@ -35,9 +42,31 @@ func (p *PowerBook) RecordPower(workerID string, rep api.PowerReport) {
 func (p *PowerBook) record(workerID string, rep api.PowerReport, now time.Time) {
 	for _, w := range p.history.Record(workerID, rep, now) {
 		for _, s := range w.Sums {
-			p.energy.WithLabelValues(workerID, string(s.Key)).Add(s.Joules)
+			if p.exported(workerID, string(s.Key)) {
+				p.energy.WithLabelValues(workerID, string(s.Key)).Add(s.Joules)
+			}
 		}
 	}
+}
+
+// exported reports whether the worker's channel has, or may have, an
+// energy series.
+func (p *PowerBook) exported(workerID, key string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	set := p.channels[workerID]
+	if _, ok := set[key]; ok {
+		return true
+	}
+	if len(set) >= api.MaxPowerChannels {
+		return false
+	}
+	if set == nil {
+		set = map[string]struct{}{}
+		p.channels[workerID] = set
+	}
+	set[key] = struct{}{}
+	return true
 }
 
 func (p *PowerBook) PowerThrough(workerID string) time.Time { return p.history.Through(workerID) }
@@ -48,6 +77,9 @@ func (p *PowerBook) PowerThrough(workerID string) time.Time { return p.history.T
 // its counters again from zero, a reset rate() reads as one. Its history
 // stays in the store.
 func (p *PowerBook) Forget(workerID string) {
+	p.mu.Lock()
+	delete(p.channels, workerID)
+	p.mu.Unlock()
 	p.energy.DeletePartialMatch(prometheus.Labels{"worker_id": workerID})
 }
 

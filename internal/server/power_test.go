@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -60,5 +61,17 @@ func TestPowerBookRecord(t *testing.T) {
 	}
 	if !book.PowerThrough("wk_1").Equal(now.Add(10 * time.Second)) {
 		t.Fatal("forgetting the counters forgot the history")
+	}
+
+	// A worker whose windows name new channels again and again gets
+	// series for no more than a machine's worth of them.
+	for i := range 2 * api.MaxPowerChannels {
+		key := fmt.Sprint("gpu", i)
+		start := now.Add(time.Duration(i-200) * 10 * time.Second)
+		book.record("wk_3", api.PowerReport{Machine: api.MethodEstimated, Windows: []api.PowerWindow{{Start: start, Seconds: 10,
+			Joules: map[string]float64{key: 10}, Covered: map[string]float64{key: 10}}}}, now)
+	}
+	if n := testutil.CollectAndCount(book.energy); n != 1+api.MaxPowerChannels {
+		t.Fatalf("%d series, want wk_2's one and %d of wk_3's", n, api.MaxPowerChannels)
 	}
 }
