@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // envFlag names the environment variable a flag falls back to.
@@ -14,10 +15,23 @@ type envFlag struct{ flag, env string }
 // variable, so flag > env > default. Defaults stay static, which keeps help,
 // man pages and completions independent of the environment they were
 // generated in.
+//
+// A repeatable flag is the exception: its variable holds one value, and
+// the command line adds more (a unit's environment file names an engine,
+// its extra flags a second), rather than dropping it without a word.
 func applyEnv(cmd *cobra.Command, getenv func(string) string, pairs ...envFlag) error {
 	for _, p := range pairs {
 		fl := cmd.Flags().Lookup(p.flag)
-		if fl == nil || fl.Changed {
+		if fl == nil {
+			continue
+		}
+		if fl.Changed {
+			if v := getenv(p.env); v != "" && fl.Value.Type() == "stringArray" {
+				sv := fl.Value.(pflag.SliceValue)
+				if err := sv.Replace(append([]string{v}, sv.GetSlice()...)); err != nil {
+					return usageErrorf("invalid $%s: %v", p.env, err)
+				}
+			}
 			continue
 		}
 		if v := getenv(p.env); v != "" {

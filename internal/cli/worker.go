@@ -157,7 +157,7 @@ SIGINT stops it at once.`,
 	fl.StringVar(&opts.TokenFile, "token-file", "", "file holding the worker token (env SVC_WORKER_TOKEN_FILE)")
 	fl.StringVar(&opts.Name, "name", "", "worker name, unique in the organisation (env SVC_WORKER_NAME; default the host name)")
 	fl.IntVar(&opts.MaxConcurrent, "max-concurrent", 1, "requests run at once (env SVC_MAX_CONCURRENT)")
-	fl.StringArrayVar(&opts.Engines, "engine", nil, "an inference engine: sim[=OPTIONS], openai=URL, ollama=URL, espeak-ng[=PATH] or moonshine=DIR (env SVC_ENGINE)")
+	fl.StringArrayVar(&opts.Engines, "engine", nil, "an inference engine: sim[=OPTIONS], openai=URL, ollama=URL, espeak-ng[=PATH] or moonshine=DIR; repeatable (env SVC_ENGINE: one engine, which the flags add to)")
 	fl.StringVar(&opts.ModelMeta, "model-meta", "", `JSON file of per-model metadata overriding what engines report: {"model-id": {"capabilities": [...], "context_window": N, "sampling_defaults": {...}, "default_thinking": true, "voices": [...], "default_voice": "..."}}`)
 	fl.StringArrayVar(&opts.Aliases, "model-alias", nil, "offer an engine's model under another id, ID=LOCAL (e.g. stt-large-v3-turbo=whisper-large-v3-turbo); repeatable")
 	fl.StringArrayVar(&opts.Pull, "pull", nil, "install a model at start (engines that can, e.g. ollama); repeatable")
