@@ -16,6 +16,10 @@ import (
 	bolterrors "go.etcd.io/bbolt/errors"
 )
 
+// ErrSchemaTooNew is a data directory a newer release migrated past what
+// this build reads: it cannot open it, and restarting will not help.
+var ErrSchemaTooNew = errors.New("bolt: the data directory is from a newer release")
+
 // FileName is the database file inside the data directory.
 const FileName = "svc.db"
 
@@ -182,7 +186,7 @@ func (s *Store) migrate() error {
 			cur = binary.BigEndian.Uint64(v)
 		}
 		if cur > SchemaVersion() {
-			return fmt.Errorf("database schema version %d is newer than this build understands (%d); upgrade svc", cur, SchemaVersion())
+			return fmt.Errorf("%w: database schema version %d is newer than this build understands (%d); upgrade svc", ErrSchemaTooNew, cur, SchemaVersion())
 		}
 		for _, m := range migrations() {
 			if m.version <= cur {

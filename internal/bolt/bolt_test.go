@@ -60,7 +60,7 @@ func TestNewerSchemaRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close()
-	if _, err := Open(dir, Options{}); err == nil || !strings.Contains(err.Error(), "newer") {
+	if _, err := Open(dir, Options{}); !errors.Is(err, ErrSchemaTooNew) || !strings.Contains(err.Error(), "newer") {
 		t.Fatalf("Open of a newer schema = %v", err)
 	}
 }

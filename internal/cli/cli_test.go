@@ -15,11 +15,13 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/bolt"
 	"github.com/svc-dev/svc/internal/buildinfo"
 	"github.com/svc-dev/svc/internal/client"
 	"github.com/svc-dev/svc/internal/iostreams"
 	"github.com/svc-dev/svc/internal/money"
 	"github.com/svc-dev/svc/internal/pgstore"
+	"github.com/svc-dev/svc/internal/worker"
 )
 
 func testFactory(env map[string]string) *Factory {
@@ -142,6 +144,8 @@ func TestExitCodes(t *testing.T) {
 		{&client.Error{Status: http.StatusNotFound}, 1},
 		{&client.ConnectError{Target: "x", Err: errors.New("refused")}, 1},
 		{fmt.Errorf("open the cluster's database: %w", fmt.Errorf("pgstore: %w: it is at version 9", pgstore.ErrSchemaTooNew)), 6},
+		{fmt.Errorf("open: %w", fmt.Errorf("%w: schema 9", bolt.ErrSchemaTooNew)), 6},
+		{fmt.Errorf("connect: %w", &worker.PermanentError{Reason: "gateway refused the worker: revoked"}), 8},
 	}
 	for _, tt := range tests {
 		if got := exitCode(tt.err); got != tt.want {

@@ -12,10 +12,12 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/svc-dev/svc/internal/bolt"
 	"github.com/svc-dev/svc/internal/client"
 	"github.com/svc-dev/svc/internal/cluster"
 	"github.com/svc-dev/svc/internal/pgstore"
 	"github.com/svc-dev/svc/internal/termsafe"
+	"github.com/svc-dev/svc/internal/worker"
 )
 
 // Exit codes, in one place.
@@ -26,14 +28,18 @@ const (
 	exitFlagged  = 3
 	exitAuth     = 4
 	exitCapacity = 5
-	// exitTooOld is svc serve on a cluster's database that a newer
-	// release migrated past what this build reads: restarting it cannot
-	// help, and the systemd unit does not.
+	// exitTooOld is svc serve on a data directory, or a cluster's
+	// database, that a newer release migrated past what this build reads:
+	// restarting it cannot help, and the systemd unit does not.
 	exitTooOld = 6
 	// exitIDShared is svc serve stopping because another live replica,
 	// started before it, registers under its id (a copied data
 	// directory): a restart would find the same.
 	exitIDShared = 7
+	// exitRefused is svc worker refused by its gateway for good: a
+	// revoked token, a protocol it does not speak, a name another live
+	// worker holds. A restart would be refused the same.
+	exitRefused = 8
 )
 
 // signalExit is the status of a process ended by sig, as a shell reports
@@ -100,10 +106,12 @@ func exitCode(err error) int {
 		return ce.code
 	case errors.As(err, &ue), isCobraUsage(err):
 		return exitUsage
-	case errors.Is(err, pgstore.ErrSchemaTooNew):
+	case errors.Is(err, pgstore.ErrSchemaTooNew), errors.Is(err, bolt.ErrSchemaTooNew):
 		return exitTooOld
 	case errors.Is(err, cluster.ErrIDShared):
 		return exitIDShared
+	case errors.As(err, new(*worker.PermanentError)):
+		return exitRefused
 	case errors.As(err, &ae):
 		switch ae.Status {
 		case http.StatusUnauthorized, http.StatusForbidden:

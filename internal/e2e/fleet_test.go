@@ -524,7 +524,8 @@ func TestBadWorkerTokenExits(t *testing.T) {
 	f := filepath.Join(t.TempDir(), "bad.token")
 	_ = os.WriteFile(f, []byte("svc_w_AAAAAAAAAAAA_"+strings.Repeat("A", 40)), 0o600)
 	_, stderr, code := svc(t, nil, "worker", "--gateway", s.URL, "--token-file", f, "--engine", "sim", "--name", "x")
-	if code != 1 || !strings.Contains(stderr, "401") {
+	// Status 8: refused for good, which its unit does not restart on.
+	if code != 8 || !strings.Contains(stderr, "401") {
 		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
 	}
 	if strings.Contains(stderr, "process list") || strings.Contains(stderr, "other users") {
