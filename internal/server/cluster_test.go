@@ -283,3 +283,25 @@ func TestAdoptedWorkers(t *testing.T) {
 		t.Fatalf("from an older connected event: %+v", o)
 	}
 }
+
+func TestUnreachableAdvert(t *testing.T) {
+	loop := &net.TCPAddr{IP: net.ParseIP("127.0.0.1"), Port: 8080}
+	any := &net.TCPAddr{IP: net.IPv4zero, Port: 8080}
+	private := &net.TCPAddr{IP: net.ParseIP("10.0.0.11"), Port: 8080}
+	for _, tc := range []struct {
+		listen net.Addr
+		url    string
+		want   bool
+	}{
+		{loop, "http://10.0.0.11:8080", true},
+		{loop, "https://gw-1.internal", true},
+		{loop, "http://127.0.0.1:8080", false},
+		{loop, "http://localhost:8080", false},
+		{any, "http://10.0.0.11:8080", false},
+		{private, "http://10.0.0.11:8080", false},
+	} {
+		if got := unreachableAdvert(tc.listen, tc.url); got != tc.want {
+			t.Errorf("listening on %v, advertising %s: %v, want %v", tc.listen, tc.url, got, tc.want)
+		}
+	}
+}

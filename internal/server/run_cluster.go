@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -151,6 +152,10 @@ func (c *clusterParts) start(public net.Addr) {
 	if url == "" {
 		url = advertiseURL(public)
 	}
+	if unreachableAdvert(public, url) {
+		c.log.Warn("cluster: this replica listens on loopback alone, but advertises another address: the other replicas and the workers cannot reach it there unless a proxy on this host forwards it",
+			"listen", public.String(), "advertise_url", url)
+	}
 	c.lease = cluster.New(leaseStore{c.db}, cluster.Replica{ID: c.id, AdvertiseURL: url, Region: c.cfg.Region, Version: c.version,
 		StartedAt: time.Now().Truncate(time.Microsecond)}, // as the database keeps it
 		cluster.Options{TTL: c.cfg.LeaseTTL, Logger: c.log, Outbox: c.outbox, Unreachable: c.unreachable})
@@ -173,6 +178,25 @@ func (c *clusterParts) start(public net.Addr) {
 			}
 		}})
 	c.log.Info("cluster: advertising this replica", "url", url)
+}
+
+// unreachableAdvert reports a listener on a loopback address with an
+// advertised URL naming a host that is not one.
+func unreachableAdvert(listen net.Addr, advertised string) bool {
+	tcp, ok := listen.(*net.TCPAddr)
+	if !ok || tcp.IP == nil || !tcp.IP.IsLoopback() {
+		return false
+	}
+	u, err := url.Parse(advertised)
+	if err != nil {
+		return false
+	}
+	host := u.Hostname()
+	if host == "localhost" {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip == nil || !ip.IsLoopback()
 }
 
 // advertiseURL is http:// and addr, with the host's name for an
