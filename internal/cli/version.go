@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/cobra/doc"
+	"github.com/spf13/pflag"
 
 	"github.com/svc-dev/svc/internal/buildinfo"
 )
@@ -59,9 +60,24 @@ The page date comes from SOURCE_DATE_EPOCH when it is set.`,
 
 // GenManPages writes one page per visible command into dir.
 func GenManPages(root *cobra.Command, dir string) error {
+	escapeForMan(root)
 	header := &doc.GenManHeader{Title: strings.ToUpper(root.Name()), Section: "1", Source: "svc", Manual: "svc manual"}
 	if err := doc.GenManTree(root, header, dir); err != nil {
 		return fmt.Errorf("generate man pages: %w", err)
 	}
 	return nil
+}
+
+// escapeForMan keeps a placeholder such as <data> in the pages: their
+// text is rendered as Markdown, which takes it for an HTML tag and drops
+// it. Examples go in code blocks, where it shows as written. It changes
+// the commands' texts, so the tree is then good for the pages alone.
+func escapeForMan(c *cobra.Command) {
+	esc := func(s string) string { return strings.ReplaceAll(s, "<", `\<`) }
+	c.Short, c.Long = esc(c.Short), esc(c.Long)
+	c.Flags().VisitAll(func(f *pflag.Flag) { f.Usage = esc(f.Usage) })
+	c.PersistentFlags().VisitAll(func(f *pflag.Flag) { f.Usage = esc(f.Usage) })
+	for _, sub := range c.Commands() {
+		escapeForMan(sub)
+	}
 }
