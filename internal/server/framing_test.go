@@ -68,6 +68,10 @@ func TestAmbiguousFramingClosesTheConnection(t *testing.T) {
 		"Content-Length: 40\r\nTransfer-Encoding: chunked\r\n",
 		"Transfer-Encoding: chunked\r\nContent-Length: 5\r\n",
 		"transfer-encoding: chunked\r\ncontent-length: 0\r\n",
+		// fasthttp takes identity for no framing at all, and the body it
+		// announces for the next request.
+		"Transfer-Encoding: identity\r\n",
+		"Transfer-Encoding: Identity\r\n",
 	} {
 		if got := send(framing); len(got) != 1 || got[0] != http.StatusBadRequest {
 			t.Errorf("%q: answers %v, want one 400 and the connection closed", strings.TrimSpace(framing), got)

@@ -618,16 +618,25 @@ var errNotUTF8 = api.BadRequest("Malformed JSON: the body is not UTF-8 text")
 // RFC 9112 section 6.3 lets a server refuse it and requires the connection
 // closed either way; fasthttp keeps no other trace of the Content-Length
 // once Transfer-Encoding wins, so the raw header lines are read.
+//
+// A Transfer-Encoding other than chunked is refused too: fasthttp takes
+// identity for none and reads the body it announces as the next request,
+// which a proxy that went by the header would not.
 func ambiguousFraming(raw []byte) bool {
 	var length, encoding bool
 	for line := range bytes.Lines(raw) {
-		name, _, ok := bytes.Cut(line, []byte(":"))
+		name, value, ok := bytes.Cut(line, []byte(":"))
 		if !ok {
 			continue
 		}
 		name = bytes.TrimSpace(name)
 		length = length || bytes.EqualFold(name, []byte(fasthttp.HeaderContentLength))
-		encoding = encoding || bytes.EqualFold(name, []byte(fasthttp.HeaderTransferEncoding))
+		if bytes.EqualFold(name, []byte(fasthttp.HeaderTransferEncoding)) {
+			if !bytes.EqualFold(bytes.TrimSpace(value), []byte("chunked")) {
+				return true
+			}
+			encoding = true
+		}
 	}
 	return length && encoding
 }
