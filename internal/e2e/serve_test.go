@@ -229,7 +229,7 @@ func TestMetrics(t *testing.T) {
 	}
 	for _, want := range []string{
 		`svc_http_requests_total{method="GET",route="/healthz",status="200"} 1`,
-		`svc_http_requests_total{method="GET",route="unmatched",status="405"} 1`,
+		`svc_http_requests_total{method="GET",route="/v1/chat/completions",status="405"} 1`,
 		`svc_http_requests_total{method="GET",route="unmatched",status="404"} 1`,
 		`svc_http_request_duration_seconds_bucket{route="/healthz",status="200",le="0.0005"}`,
 		`svc_build_info{`,

@@ -109,6 +109,21 @@ func (m *mux) bodyLimit(uri []byte) *route {
 	return m.bounded[string(uri)]
 }
 
+// pattern is the route pattern path matches with some method, "" for
+// none: the metrics' route of a request refused its method (405).
+func (m *mux) pattern(path string) string {
+	if _, ok := m.static[path]; ok {
+		return path
+	}
+	segs := splitPath(path)
+	for _, d := range m.dynamic {
+		if matchSegments(d.segments, segs) {
+			return d.path
+		}
+	}
+	return ""
+}
+
 // exists reports whether any method serves path.
 func (m *mux) exists(path string) bool {
 	_, allow := m.match("", path, &params{})

@@ -2,6 +2,7 @@ package server
 
 import (
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -58,6 +59,11 @@ func TestMuxMatch(t *testing.T) {
 			}
 			if !slices.Equal(allow, tt.allow) {
 				t.Fatalf("allow = %v, want %v", allow, tt.allow)
+			}
+			// A method refused on a route is counted under its pattern.
+			if pat := m.pattern(tt.path); len(tt.allow) > 0 && (pat == "" || !strings.HasPrefix(pat, "/")) ||
+				got != "" && pat != got || got == "" && len(tt.allow) == 0 && pat != "" {
+				t.Fatalf("pattern = %q", pat)
 			}
 			for k, v := range tt.params {
 				if p.get(k) != v {

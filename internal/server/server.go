@@ -582,6 +582,7 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, m *mux, console bool) {
 			}
 		}
 	case len(allow) > 0:
+		label = m.pattern(path)
 		ctx.Response.Header.Set("Allow", strings.Join(allow, ", "))
 		err = methodNotAllowed(method, path, allow)
 	default:
