@@ -510,7 +510,23 @@ func (t *Transport) cachedKeys(ctx context.Context, gateway *url.URL, header htt
 	if ok && !refresh && time.Since(e.fetched) < keyTTL {
 		return e.keys, false, nil
 	}
-	load := t.loads.DoChan(string(id[:]), func() (any, error) {
+	// A refresh is a fetch of its own: one that joined a plain look-up
+	// could be handed the very keys it was refreshing.
+	key := string(id[:])
+	if refresh {
+		key += "\x00refresh"
+	}
+	load := t.loads.DoChan(key, func() (any, error) {
+		if !refresh {
+			// A fetch may have ended between the look above and this
+			// one, which would otherwise fetch again.
+			t.mu.Lock()
+			e, ok := t.cache[id]
+			t.mu.Unlock()
+			if ok && time.Since(e.fetched) < keyTTL {
+				return e.keys, nil
+			}
+		}
 		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), directoryTimeout)
 		defer cancel()
 		all, err := t.keys.Keys(lctx, gateway, header)
