@@ -80,4 +80,11 @@ func TestAmbiguousFramingClosesTheConnection(t *testing.T) {
 	if got := send("Transfer-Encoding: chunked\r\n"); len(got) != 2 || got[0] != 200 || got[1] != 200 {
 		t.Errorf("chunked alone: answers %v, want both requests served", got)
 	}
+	// Connection options are in any case: one naming close closes it
+	// after its answer, the request behind it unanswered.
+	for _, conn := range []string{"Connection: Close\r\n", "Connection: keep-alive, CLOSE\r\n"} {
+		if got := send(conn + "Transfer-Encoding: chunked\r\n"); len(got) != 1 || got[0] != 200 {
+			t.Errorf("%q: answers %v, want one 200 and the connection closed", strings.TrimSpace(conn), got)
+		}
+	}
 }

@@ -526,10 +526,14 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, m *mux, console bool) {
 	// drain is how much of a body left unread may be read and dropped to
 	// keep the connection: a route's limit once its caller is authorized.
 	drain := 0
-	switch {
-	case ambiguousFraming(ctx.Request.Header.RawHeaders()):
+	ambiguous, closing := readFraming(ctx.Request.Header.RawHeaders())
+	if closing {
 		ctx.SetConnectionClose()
-		err = api.BadRequest("Malformed HTTP request: Content-Length and Transfer-Encoding together")
+	}
+	switch {
+	case ambiguous != "":
+		ctx.SetConnectionClose()
+		err = api.BadRequest("Malformed HTTP request: %s", ambiguous)
 	case unread(ctx):
 		// The body was left on the connection, which cannot be used again.
 		ctx.SetConnectionClose()
@@ -612,8 +616,9 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, m *mux, console bool) {
 // errNotUTF8 answers a JSON body that is not UTF-8 text.
 var errNotUTF8 = api.BadRequest("Malformed JSON: the body is not UTF-8 text")
 
-// ambiguousFraming reports a request that declares both Content-Length and
-// Transfer-Encoding. fasthttp reads its body as chunked and would keep the
+// readFraming reads what fasthttp does not of a request's head. ambiguous
+// says why its framing cannot be trusted, "" when it can: a request that
+// declares both Content-Length and Transfer-Encoding. fasthttp reads its body as chunked and would keep the
 // connection open, but a proxy in front that went by Content-Length sees
 // the rest of the chunked body as the next request: request smuggling.
 // RFC 9112 section 6.3 lets a server refuse it and requires the connection
@@ -623,7 +628,10 @@ var errNotUTF8 = api.BadRequest("Malformed JSON: the body is not UTF-8 text")
 // A Transfer-Encoding other than chunked is refused too: fasthttp takes
 // identity for none and reads the body it announces as the next request,
 // which a proxy that went by the header would not.
-func ambiguousFraming(raw []byte) bool {
+//
+// closing reports a Connection header naming close in any case, as RFC
+// 9110 has its options: fasthttp knows only "close".
+func readFraming(raw []byte) (ambiguous string, closing bool) {
 	var length, encoding bool
 	for line := range bytes.Lines(raw) {
 		name, value, ok := bytes.Cut(line, []byte(":"))
@@ -631,15 +639,24 @@ func ambiguousFraming(raw []byte) bool {
 			continue
 		}
 		name = bytes.TrimSpace(name)
-		length = length || bytes.EqualFold(name, []byte(fasthttp.HeaderContentLength))
-		if bytes.EqualFold(name, []byte(fasthttp.HeaderTransferEncoding)) {
+		switch {
+		case bytes.EqualFold(name, []byte(fasthttp.HeaderContentLength)):
+			length = true
+		case bytes.EqualFold(name, []byte(fasthttp.HeaderTransferEncoding)):
 			if !bytes.EqualFold(bytes.TrimSpace(value), []byte("chunked")) {
-				return true
+				return "a Transfer-Encoding other than chunked", closing
 			}
 			encoding = true
+		case bytes.EqualFold(name, []byte(fasthttp.HeaderConnection)):
+			for opt := range bytes.SplitSeq(value, []byte(",")) {
+				closing = closing || bytes.EqualFold(bytes.TrimSpace(opt), []byte("close"))
+			}
 		}
 	}
-	return length && encoding
+	if length && encoding {
+		return "Content-Length and Transfer-Encoding together", closing
+	}
+	return "", closing
 }
 
 // apiKey reads the key from Authorization: Bearer or x-api-key.
