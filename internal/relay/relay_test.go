@@ -1,9 +1,11 @@
 package relay_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
@@ -989,6 +991,33 @@ func TestStreamWithAnUnfinishedMessage(t *testing.T) {
 		}
 		if took := time.Since(start); took > 16*time.Second {
 			t.Fatalf("the loss came after %v", took)
+		}
+	})
+}
+
+// A request that failed on a worker is logged with what failed, its type
+// and code, and never the message, which may quote the request.
+func TestFailureOnAWorkerIsLogged(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t)
+		var buf bytes.Buffer
+		h.rl = relay.New(relay.Config{Fleet: h.f, Usage: h.rows, InFlight: h.inflight, Timing: timing,
+			Logger: slog.New(slog.NewJSONHandler(&buf, nil))})
+		h.worker("gpu-1", 1, func(ctx context.Context, st *link.Stream, _ api.LinkRequest, _ []byte) {
+			end(ctx, st, api.Result{Status: 507, Error: &api.ResultError{Message: "the prompt hi did not fit", Type: api.TypeInsufficientMemory, Code: "out_of_memory"}})
+		})
+		if _, err := h.rl.Start(chatRequest("req-1", false)).Unary(); status(err) != 507 {
+			t.Fatalf("err %v", err)
+		}
+		var rec map[string]any
+		for line := range strings.Lines(buf.String()) {
+			if strings.Contains(line, "request failed on a worker") {
+				_ = json.Unmarshal([]byte(line), &rec)
+			}
+		}
+		if rec["type"] != api.TypeInsufficientMemory || rec["code"] != "out_of_memory" || rec["status"] != 507.0 ||
+			strings.Contains(buf.String(), "did not fit") {
+			t.Fatalf("log record %v in\n%s", rec, buf.String())
 		}
 	})
 }

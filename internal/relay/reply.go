@@ -374,8 +374,14 @@ func (rl *Relay) record(c *Call, failure error) {
 		// online, capacity) are the metrics' and the usage log's. The
 		// message stays in the usage log: an engine's may quote the
 		// request it refused.
+		var typ, code string
+		if failure != nil {
+			// The type and code say what failed without quoting anyone.
+			ae := api.ErrorOf(failure)
+			typ, code = ae.ErrorType(), ae.Code
+		}
 		rl.log.Info("request failed on a worker", "request_id", o.RequestID, "model", o.Model, "worker", o.WorkerName,
-			"worker_id", o.WorkerID, "status", o.Status, "attempts", o.Attempts)
+			"worker_id", o.WorkerID, "status", o.Status, "type", typ, "code", code, "attempts", o.Attempts)
 	}
 	rl.usage.Record(c.req.OrgID, usage.Row(o))
 }
