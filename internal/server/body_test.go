@@ -3,10 +3,13 @@ package server
 import (
 	"bytes"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"testing"
+	"testing/iotest"
 	"time"
 )
 
@@ -64,5 +67,38 @@ func TestPacedBody(t *testing.T) {
 	_, _ = fresh.Read(buf)
 	if d := time.Until(conn.set[len(conn.set)-1]); d > bodyIdle || d < bodyIdle-time.Second {
 		t.Fatalf("fresh body's deadline %v from now, want %v", d, bodyIdle)
+	}
+}
+
+// oneByteReader hands out a byte a read, as a trickling client does.
+type oneByteReader struct{ r io.Reader }
+
+func (o oneByteReader) Read(p []byte) (int, error) { return o.r.Read(p[:min(1, len(p))]) }
+
+func TestReadPieces(t *testing.T) {
+	broken := errors.New("broken chunk")
+	for _, tc := range []struct {
+		name string
+		in   io.Reader
+		max  int
+		want int // bytes; -1 for an error
+	}{
+		{"empty", strings.NewReader(""), 100, 0},
+		{"small", strings.NewReader("hello"), 100, 5},
+		{"one piece exactly", bytes.NewReader(make([]byte, 16<<10)), 1 << 20, 16 << 10},
+		{"several pieces", bytes.NewReader(make([]byte, 3<<20+7)), 8 << 20, 3<<20 + 7},
+		{"stops at max", bytes.NewReader(make([]byte, 5<<20)), 2<<20 + 1, 2<<20 + 1},
+		{"a byte at a time", oneByteReader{strings.NewReader("trickle")}, 100, 7},
+		{"broken midway", io.MultiReader(strings.NewReader("abc"), iotest.ErrReader(broken)), 100, -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := readPieces(tc.in, tc.max)
+			switch {
+			case tc.want < 0 && !errors.Is(err, broken):
+				t.Fatalf("err %v, want the reader's", err)
+			case tc.want >= 0 && (err != nil || len(got) != tc.want):
+				t.Fatalf("%d bytes, %v; want %d", len(got), err, tc.want)
+			}
+		})
 	}
 }
