@@ -13,6 +13,20 @@ import (
 	"github.com/svc-dev/svc/internal/link/linktest"
 )
 
+// controls returns a function that hands the fleet a control frame of
+// fw's current link in organisation o, as its session's reader would,
+// with v as the payload's JSON.
+func (h *harness) controls(fw *fakeWorker) func(typ link.Type, v any) {
+	h.f.mu.Lock()
+	w := h.f.org("o").workers[fw.id]
+	sess := w.sess
+	h.f.mu.Unlock()
+	return func(typ link.Type, v any) {
+		b, _ := json.Marshal(v)
+		h.f.control(w, sess, link.Frame{Type: typ, Payload: b})
+	}
+}
+
 func TestCheckHello(t *testing.T) {
 	ok := func() api.Hello {
 		return api.Hello{Protocol: link.Protocol, Name: "gpu-1", SessionID: "s", MaxConcurrent: 4, Models: []api.Model{chat("m")}}
@@ -61,14 +75,7 @@ func TestWorkerReportsAreBounded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, Config{})
 		fw := h.worker("o", "w", 1, chat("m"))
-		h.f.mu.Lock()
-		w := h.f.org("o").workers[fw.id]
-		sess := w.sess
-		h.f.mu.Unlock()
-		send := func(typ link.Type, v any) {
-			b, _ := json.Marshal(v)
-			h.f.control(w, sess, link.Frame{Type: typ, Payload: b})
-		}
+		send := h.controls(fw)
 
 		ms := make([]api.Model, maxModels+1)
 		for i := range ms {
@@ -136,12 +143,7 @@ func TestHeartbeatNegativeCounts(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, Config{})
 		fw := h.worker("o", "w", 1, chat("m"))
-		h.f.mu.Lock()
-		w := h.f.org("o").workers[fw.id]
-		sess := w.sess
-		h.f.mu.Unlock()
-		b, _ := json.Marshal(api.Heartbeat{ActiveTasks: -3, QueueDepth: -7})
-		h.f.control(w, sess, link.Frame{Type: link.TypeHeartbeat, Payload: b})
+		h.controls(fw)(link.TypeHeartbeat, api.Heartbeat{ActiveTasks: -3, QueueDepth: -7})
 		if got := h.settled(fw.id, "o"); got.QueueDepth != 0 || got.ActiveTasks != 0 {
 			t.Fatalf("listed queue %d, active %d after a heartbeat of negative counts", got.QueueDepth, got.ActiveTasks)
 		}
@@ -237,12 +239,7 @@ func TestLivePowerIsBounded(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				h := newHarness(t, Config{})
 				fw := h.worker("o", "w", 1, chat("m"))
-				h.f.mu.Lock()
-				w := h.f.org("o").workers[fw.id]
-				sess := w.sess
-				h.f.mu.Unlock()
-				b, _ := json.Marshal(api.Heartbeat{Power: &api.LivePower{At: time.Now(), Watts: tc.watts}})
-				h.f.control(w, sess, link.Frame{Type: link.TypeHeartbeat, Payload: b})
+				h.controls(fw)(link.TypeHeartbeat, api.Heartbeat{Power: &api.LivePower{At: time.Now(), Watts: tc.watts}})
 				if got := h.settled(fw.id, "o").Power; (got != nil) != tc.kept {
 					t.Fatalf("power %+v, kept %v", got, tc.kept)
 				}

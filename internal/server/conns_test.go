@@ -83,7 +83,13 @@ func TestExpiredIdleConnections(t *testing.T) {
 // returns the listener's address.
 func serveCapped(t *testing.T, maxConns int, method, path string) string {
 	t.Helper()
-	s := &Server{log: slog.New(slog.DiscardHandler), metrics: newMetrics(buildinfo.Info{}), gate: newConnGate(maxConns, time.Minute)}
+	return serveGated(t, newConnGate(maxConns, time.Minute), method, path)
+}
+
+// serveGated is serveCapped behind gate g.
+func serveGated(t *testing.T, g *connGate, method, path string) string {
+	t.Helper()
+	s := &Server{log: slog.New(slog.DiscardHandler), metrics: newMetrics(buildinfo.Info{}), gate: g}
 	s.public = s.newListener(newMux([]*route{{method: method, path: path, access: accessPublic, handle: func(c *call) error {
 		writeJSON(c.ctx, http.StatusOK, map[string]bool{"ok": true})
 		return nil
@@ -315,23 +321,9 @@ func TestGateClosesConnectionsWaitingForAHead(t *testing.T) {
 // for long when they fill the cap: the gate closes them, and the next
 // client is served.
 func TestSilentConnectionsGiveWay(t *testing.T) {
-	s := &Server{log: slog.New(slog.DiscardHandler), metrics: newMetrics(buildinfo.Info{}), gate: newConnGate(2, time.Minute)}
-	s.gate.idleMin = 200 * time.Millisecond
-	s.public = s.newListener(newMux([]*route{{method: "GET", path: "/ok", access: accessPublic, handle: func(c *call) error {
-		writeJSON(c.ctx, http.StatusOK, map[string]bool{"ok": true})
-		return nil
-	}}}), false)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	wg.Go(func() { _ = s.ServePublic(ln) })
-	t.Cleanup(func() {
-		_ = s.public.srv.Shutdown()
-		wg.Wait()
-	})
-	addr := ln.Addr().String()
+	g := newConnGate(2, time.Minute)
+	g.idleMin = 200 * time.Millisecond
+	addr := serveGated(t, g, "GET", "/ok")
 	for i, head := range []string{"", "GET /ok HTTP/1.1\r\nHost: x\r\n"} {
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
