@@ -26,8 +26,8 @@ func applyEnv(cmd *cobra.Command, getenv func(string) string, pairs ...envFlag) 
 			continue
 		}
 		if fl.Changed {
-			if v := getenv(p.env); v != "" && fl.Value.Type() == "stringArray" {
-				sv := fl.Value.(pflag.SliceValue)
+			sv, repeatable := fl.Value.(pflag.SliceValue)
+			if v := getenv(p.env); v != "" && repeatable && fl.Value.Type() == "stringArray" {
 				if err := sv.Replace(append([]string{v}, sv.GetSlice()...)); err != nil {
 					return usageErrorf("invalid $%s: %v", p.env, err)
 				}

@@ -15,27 +15,34 @@ import (
 // goroutine of their own and give up when ctx ends (the first Ctrl-C), so
 // that a question is abandoned as any other command is. The read is left
 // blocked; the command, and the process, end right after.
-
-// readLine reads a line from r, or returns ctx's error once it ends.
-func readLine(ctx context.Context, r io.Reader) (string, error) {
+func interruptible[T any](ctx context.Context, read func() (T, error)) (T, error) {
 	type answer struct {
-		line string
-		err  error
+		v   T
+		err error
 	}
 	got := make(chan answer, 1)
 	go func() {
+		v, err := read()
+		got <- answer{v, err}
+	}()
+	select {
+	case a := <-got:
+		return a.v, a.err
+	case <-ctx.Done():
+		var zero T
+		return zero, ctx.Err()
+	}
+}
+
+// readLine reads a line from r, or returns ctx's error once it ends.
+func readLine(ctx context.Context, r io.Reader) (string, error) {
+	return interruptible(ctx, func() (string, error) {
 		line, err := bufio.NewReader(r).ReadString('\n')
 		if errors.Is(err, io.EOF) {
 			err = nil
 		}
-		got <- answer{line, err}
-	}()
-	select {
-	case a := <-got:
-		return a.line, a.err
-	case <-ctx.Done():
-		return "", ctx.Err()
-	}
+		return line, err
+	})
 }
 
 // readSecret reads a line from the terminal f without echoing it, or
@@ -47,20 +54,9 @@ func readSecret(ctx context.Context, f *os.File) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("read the terminal's state: %w", err)
 	}
-	type answer struct {
-		b   []byte
-		err error
-	}
-	got := make(chan answer, 1)
-	go func() {
-		b, err := term.ReadPassword(fd)
-		got <- answer{b, err}
-	}()
-	select {
-	case a := <-got:
-		return string(a.b), a.err
-	case <-ctx.Done():
+	b, err := interruptible(ctx, func() ([]byte, error) { return term.ReadPassword(fd) })
+	if ctx.Err() != nil {
 		_ = term.Restore(fd, state)
-		return "", ctx.Err()
 	}
+	return string(b), err
 }

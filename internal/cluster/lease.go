@@ -143,9 +143,8 @@ type Lease struct {
 	// shared is told, once, that this replica is the later of two
 	// sharing an id; Run then returns without resigning, as the lease
 	// it holds is the other's too.
-	shared     chan error
-	sharedOnce sync.Once
-	isShared   atomic.Bool
+	shared   chan error
+	isShared atomic.Bool
 }
 
 // New returns a lease for me; Run drives it.
@@ -267,10 +266,9 @@ func (l *Lease) displaced(other Replica) {
 	}
 	err := fmt.Errorf("%w %s: the one at %s, started at %s; each replica needs a data directory of its own (remove replica.id from this one's to give it a new id)",
 		ErrIDShared, l.me.ID, other.AdvertiseURL, other.StartedAt.UTC().Format(time.RFC3339))
-	l.sharedOnce.Do(func() {
-		l.isShared.Store(true)
+	if l.isShared.CompareAndSwap(false, true) {
 		l.shared <- err
-	})
+	}
 }
 
 func (l *Lease) failed(err error) {

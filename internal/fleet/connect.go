@@ -12,9 +12,10 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"golang.org/x/time/rate"
+
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/link"
-	"golang.org/x/time/rate"
 )
 
 // maxConcurrent bounds a worker's slots: enough for tens of thousands of
@@ -109,11 +110,15 @@ func checkModels(ms []api.Model) error {
 		switch {
 		case m.ID == "":
 			return errors.New("a model has no id")
-		case len(m.ID) > maxModelID || strings.ContainsFunc(m.ID, unicode.IsControl):
+		case !validModelID(m.ID):
 			return fmt.Errorf("a model id must be at most %d bytes, without control characters", maxModelID)
 		}
 	}
 	return nil
+}
+
+func validModelID(id string) bool {
+	return id != "" && len(id) <= maxModelID && !strings.ContainsFunc(id, unicode.IsControl)
 }
 
 // Connect serves one worker connection of organisation orgID until it
@@ -868,7 +873,7 @@ func (w *worker) allowReport() bool {
 }
 
 func validInstall(in *api.ModelInstall) bool {
-	if in == nil || in.Model == "" || len(in.Model) > maxModelID || strings.ContainsFunc(in.Model, unicode.IsControl) {
+	if in == nil || !validModelID(in.Model) {
 		return false
 	}
 	switch in.State {

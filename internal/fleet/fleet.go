@@ -206,23 +206,23 @@ type worker struct {
 	maxConcurrent   int
 	models          []api.Model    // replaced, never changed in place: listings share it
 	byID            map[string]int // models' indexes by id (setModels)
-	// reports bounds the events the worker reports (allowReport).
-	reports *rate.Limiter
-	// replaced are the sessions lately replaced while live, comebacks
-	// when one of them came back, and nameShared is set once too many
-	// have, until the link ends (replacing).
-	replaced   []replacedSession
-	comebacks  []time.Time
-	nameShared bool
-	engines    []api.EngineInfo
-	features   []string // protocol features of its release
-	e2eKey     *api.E2EKey
+	engines         []api.EngineInfo
+	features        []string // protocol features of its release
+	e2eKey          *api.E2EKey
 	// adopted is set for a worker listed from the events of its
 	// organisation's last home (Adopt) until it connects here: they do
 	// not hold its private-inference key.
 	adopted   *adoptedSettings
 	sessionID string
 	sess      *link.Session
+	// replaced are the sessions lately replaced while live, comebacks
+	// when one of them came back, and nameShared is set once too many
+	// have, until the link ends (replacing).
+	replaced   []replacedSession
+	comebacks  []time.Time
+	nameShared bool
+	// reports bounds the events the worker reports (allowReport).
+	reports *rate.Limiter
 	// endRecorded: listed from the gateway this one replaced, the end of
 	// its link to that gateway is recorded already (settleReturning).
 	endRecorded bool

@@ -89,10 +89,7 @@ func (f *Fleet) Adopt(orgID string, ws []Remembered, back []string, now time.Tim
 	f.rememberLocked(map[string][]Remembered{orgID: fresh}, now)
 	for _, r := range fresh {
 		if w := o.workers[r.ID]; w != nil {
-			w.adopted = &adoptedSettings{known: r.Private != nil}
-			if r.Private != nil {
-				w.adopted.private = *r.Private
-			}
+			w.adopted = &adoptedSettings{known: r.Private != nil, private: r.Private != nil && *r.Private}
 		}
 	}
 	if len(back) > 0 {

@@ -43,8 +43,8 @@ type Window struct {
 // can be right; ok is false for a window that cannot be.
 //
 // A channel with no covered seconds, a non-finite or negative figure, or
-// a key that is not one (api.ValidPowerKey) is dropped; covered seconds are capped at the
-// window's length. A window of no length or longer than a day, or one
+// a key that is not one (api.ValidPowerKey) is dropped; covered seconds
+// are capped at the window's length. A window of no length or longer than a day, or one
 // outside years 1970-2199, is refused. A peak that is missing or below
 // the window's average is taken as the average.
 func Check(w *api.PowerWindow) (Window, bool) {

@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -92,7 +93,8 @@ const (
 // errRequestTimeout answers a request whose head or body stopped coming,
 // or came too slowly (see headerTimeout, bodyIdle). SDKs retry a 408.
 var errRequestTimeout = &api.Error{Kind: api.KindRequestTimeout,
-	Message: "The request did not arrive in time: its head must come within 20 seconds, each part of its body within 30 seconds of the last, and a large body at 4 KB/s or faster"}
+	Message: fmt.Sprintf("The request did not arrive in time: its head must come within %d seconds, each part of its body within %d seconds of the last, and a large body at %d KB/s or faster",
+		int(headerTimeout/time.Second), int(bodyIdle/time.Second), minBodyRate>>10)}
 
 // requestBody is the request's body as its client sends it, held to the
 // pace above, or nil when fasthttp read it whole (see PostBody). A read
@@ -204,10 +206,13 @@ func readPieces(r io.Reader, max int) ([]byte, error) {
 // broken; over reports a body found over the limit.
 func finishBody(ctx *fasthttp.RequestCtx, limit int) (over bool) {
 	// A connection already to be closed needs nothing more read from it.
-	if ctx.RequestBodyStream() == nil || ctx.Response.ConnectionClose() {
+	if ctx.Response.ConnectionClose() {
 		return false
 	}
 	st := requestBody(ctx)
+	if st == nil {
+		return false
+	}
 	n, err := io.CopyN(io.Discard, st, int64(limit)+1)
 	if err != io.EOF {
 		ctx.SetConnectionClose()

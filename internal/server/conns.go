@@ -340,7 +340,7 @@ type gatedConn struct {
 	idle atomic.Int64
 	// waiting is when the connection began to wait on its client for a
 	// request's head, in Unix nanoseconds: from its acceptance, or from
-	// a request's first byte, until its handler runs; 0 otherwise. Under
+	// when it went idle, until its handler runs; 0 otherwise. Under
 	// pressure the gate closes one that waits too long, as it does an
 	// idle one: a client that opens connections and sends nothing, or a
 	// byte at a time, would otherwise hold their places.

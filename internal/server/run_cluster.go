@@ -321,12 +321,8 @@ func adoptedWorkers(hist map[string]pgstore.WorkerHistory, now time.Time) (ws []
 		}
 		if private, ok := meta["private_inference"].(bool); ok {
 			r.Private = &private
-			if fs, ok := meta["features"].([]any); ok {
-				for _, x := range fs {
-					if s, ok := x.(string); ok {
-						r.Features = append(r.Features, s)
-					}
-				}
+			if raw, err := json.Marshal(meta["features"]); err == nil {
+				_ = json.Unmarshal(raw, &r.Features)
 			}
 		}
 		ws = append(ws, r)

@@ -272,13 +272,14 @@ func (l *listener) track(c net.Conn, st fasthttp.ConnState) {
 	if gc, ok := c.(*gatedConn); ok {
 		switch st {
 		case fasthttp.StateActive:
-			// A request's first byte is in; its head is to come.
 			gc.idle.Store(0)
-			gc.waiting.Store(time.Now().UnixNano())
 			return
 		case fasthttp.StateIdle:
-			gc.waiting.Store(0)
-			gc.idle.Store(time.Now().UnixNano())
+			// Waiting for the next request's head from now: one time
+			// read serves both, and a request's first byte reads none.
+			now := time.Now().UnixNano()
+			gc.idle.Store(now)
+			gc.waiting.Store(now)
 			return
 		}
 	}
@@ -618,9 +619,10 @@ var errNotUTF8 = api.BadRequest("Malformed JSON: the body is not UTF-8 text")
 
 // readFraming reads what fasthttp does not of a request's head. ambiguous
 // says why its framing cannot be trusted, "" when it can: a request that
-// declares both Content-Length and Transfer-Encoding. fasthttp reads its body as chunked and would keep the
-// connection open, but a proxy in front that went by Content-Length sees
-// the rest of the chunked body as the next request: request smuggling.
+// declares both Content-Length and Transfer-Encoding. fasthttp reads its
+// body as chunked and would keep the connection open, but a proxy in
+// front that went by Content-Length sees the rest of the chunked body as
+// the next request: request smuggling.
 // RFC 9112 section 6.3 lets a server refuse it and requires the connection
 // closed either way; fasthttp keeps no other trace of the Content-Length
 // once Transfer-Encoding wins, so the raw header lines are read.
