@@ -237,6 +237,10 @@ type Welcome struct {
 	PowerThrough time.Time `json:"power_through,omitzero"`
 	// Error refuses the worker; the link is closed after it.
 	Error string `json:"error,omitempty"`
+	// RetryAfterS, with Error, says the refusal is for now: the worker
+	// tries again after this many seconds. Without it a refusal is for
+	// good.
+	RetryAfterS int `json:"retry_after_s,omitempty"`
 	// Redirect says the gateway took no session: the worker is to dial
 	// this base URL (http(s)://host:port, with the path scheme of its
 	// configured gateway) instead. The link is closed after it. A standby

@@ -18,7 +18,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fasthttp/websocket"
+
 	"github.com/svc-dev/svc/internal/harness"
+	"github.com/svc-dev/svc/internal/link"
 )
 
 func chatBody(model, content string, stream bool) string {
@@ -764,4 +767,74 @@ func TestRecoveredDropAndSettingsEvents(t *testing.T) {
 	if ev["actor"] != "svc worker" || mc["from"] != 2.0 || mc["to"] != 5.0 {
 		t.Fatalf("settings event %v", ev)
 	}
+}
+
+// A worker token's holder cannot connect without end: past a burst as
+// large as the fleet (at least 1,024) the organisation's links are let in
+// at a rate, and the rest are answered 429 with Retry-After before the
+// upgrade. A real worker told so waits and connects.
+func TestWorkerConnectionsAreRateLimited(t *testing.T) {
+	s := startServer(t, "")
+	tok, err := os.ReadFile(s.tokenFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := "ws" + strings.TrimPrefix(s.URL, "http") + link.Path
+	hdr := http.Header{"Authorization": {"Bearer " + strings.TrimSpace(string(tok))}}
+	var refused *http.Response
+	var n int
+	for n = 0; n < 1100; n++ {
+		ws, resp, err := websocket.DefaultDialer.Dial(u, hdr)
+		if err == nil {
+			_ = ws.Close()
+			continue
+		}
+		if resp == nil || resp.StatusCode != http.StatusTooManyRequests {
+			t.Fatalf("connection %d: %v %+v", n+1, err, resp)
+		}
+		refused = resp
+		break
+	}
+	if refused == nil || n < 1024 {
+		t.Fatalf("refused after %d connections (%v), want after the burst of 1,024", n, refused)
+	}
+	body, _ := io.ReadAll(refused.Body)
+	_ = refused.Body.Close()
+	if secs, err := strconv.Atoi(refused.Header.Get("Retry-After")); err != nil || secs < 1 {
+		t.Fatalf("Retry-After %q", refused.Header.Get("Retry-After"))
+	}
+	var e struct{ Detail string }
+	if err := json.Unmarshal(body, &e); err != nil || !strings.Contains(e.Detail, "retry in") {
+		t.Fatalf("429 body %s", body)
+	}
+	// Kept over the rate, a worker is told to wait; once the others stop
+	// it connects, instead of exiting as a refusal for good would have it.
+	stop := make(chan struct{})
+	var draining sync.WaitGroup
+	draining.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			ws, resp, err := websocket.DefaultDialer.Dial(u, hdr)
+			switch {
+			case err == nil:
+				_ = ws.Close()
+			case resp != nil:
+				_ = resp.Body.Close()
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+	})
+	wp := launchWorker(t, s.URL, s.tokenFile(), "patient", "--engine", "sim")
+	rec := wp.waitLog("gateway link down", 15*time.Second)
+	close(stop)
+	draining.Wait()
+	if e, _ := rec["err"].(string); !strings.Contains(e, "429") {
+		t.Fatalf("the worker's link failed with %q, want the 429", e)
+	}
+	wp.waitLog("connected to the gateway", 15*time.Second)
+	s.workerNamed(s.adminKey(), "patient", statusIs("healthy"))
 }

@@ -247,3 +247,84 @@ func TestLivePowerIsBounded(t *testing.T) {
 		})
 	}
 }
+
+// An organisation's fleet lists at most MaxWorkers workers: a newcomer past
+// it takes the place of the worker offline longest, and while every one is
+// connected it is refused for now, with a wait, not for good.
+func TestFleetIsBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Config{MaxWorkers: 3, Grace: 100 * time.Millisecond})
+		a := h.worker("o", "a", 1, chat("m"))
+		b := h.worker("o", "b", 1, chat("m"))
+		c := h.worker("o", "c", 1, chat("m"))
+
+		gc, wc := linktest.Pipe()
+		hello := api.Hello{Protocol: link.Protocol, Name: "d", SessionID: "s", MaxConcurrent: 1, Models: []api.Model{chat("m")}}
+		h.conns.Go(func() { _ = h.f.Connect(h.ctx, "o", hello, gc) })
+		msg, err := wc.ReadMessage()
+		if err != nil {
+			t.Fatal(err)
+		}
+		fr, _, _ := link.DecodeFrame(msg)
+		var w api.Welcome
+		if err := json.Unmarshal(fr.Payload, &w); err != nil || !strings.Contains(w.Error, "3 connected workers") || w.RetryAfterS != 60 {
+			t.Fatalf("a fourth worker while three are connected: %s, want refused for a minute", fr.Payload)
+		}
+
+		for _, fw := range []*fakeWorker{b, c} {
+			_ = fw.conn.Close()
+			time.Sleep(time.Second)
+			h.expect(fw.id, "o", api.StatusOffline)
+		}
+		d := h.worker("o", "d", 1, chat("m"))
+		listed := map[string]bool{}
+		for _, w := range h.f.Workers("o") {
+			listed[w.WorkerID] = true
+		}
+		if len(listed) != 3 || !listed[a.id] || listed[b.id] || !listed[c.id] || !listed[d.id] {
+			t.Fatalf("listed %v: want a, c and d, b (offline longest) forgotten", listed)
+		}
+	})
+}
+
+// An organisation's worker connections are held to a rate after a burst
+// as large as its fleet: a restart brings them all back at once.
+func TestWorkerConnectsAreRateLimited(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := New(Config{})
+		for i := range connectBurst {
+			if wait := f.AllowConnect("o"); wait != 0 {
+				t.Fatalf("connection %d of the burst told to wait %v", i+1, wait)
+			}
+		}
+		wait := f.AllowConnect("o")
+		if wait <= 0 || wait > time.Second/connectRate {
+			t.Fatalf("past the burst: wait %v, want up to %v", wait, time.Second/connectRate)
+		}
+		time.Sleep(wait)
+		if wait := f.AllowConnect("o"); wait != 0 {
+			t.Fatalf("after the wait: told to wait %v more", wait)
+		}
+		if wait := f.AllowConnect("other"); wait != 0 {
+			t.Fatalf("another organisation told to wait %v", wait)
+		}
+
+		// A fleet larger than the burst comes back whole.
+		const big = 3 * connectBurst
+		f.mu.Lock()
+		o := f.org("big")
+		for i := range big {
+			id := fmt.Sprint("w", i)
+			o.workers[id] = &worker{id: id, orgID: "big", offlineSince: time.Now()}
+		}
+		f.mu.Unlock()
+		for i := range big {
+			if wait := f.AllowConnect("big"); wait != 0 {
+				t.Fatalf("worker %d of %d told to wait %v", i+1, big, wait)
+			}
+		}
+		if wait := f.AllowConnect("big"); wait == 0 {
+			t.Fatal("past the fleet's size: no wait")
+		}
+	})
+}

@@ -68,6 +68,72 @@ func Refuse(conn link.Conn, reason string) {
 	_ = conn.Close()
 }
 
+// refuseFor answers a worker that may not connect yet, and is to try again
+// after a wait, and closes the connection.
+func refuseFor(conn link.Conn, reason string, wait time.Duration) {
+	secs := max(1, int((wait+time.Second-1)/time.Second))
+	_ = writeWelcome(conn, api.Welcome{Error: reason, RetryAfterS: secs})
+	_ = conn.Close()
+}
+
+// An organisation's workers connect at most connectRate times a second
+// after a burst as large as its fleet, and at least connectBurst: a
+// gateway's restart brings every worker back at once, while a token's
+// holder looping through connections, each one recorded as events and
+// most under a new name, is slowed to the rate.
+const (
+	connectRate  = 20
+	connectBurst = 1024
+)
+
+// AllowConnect counts a worker connection of organisation orgID. It
+// returns zero when the worker may go on, or else how long to wait before
+// trying again.
+func (f *Fleet) AllowConnect(orgID string) time.Duration {
+	now := time.Now()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	o := f.org(orgID)
+	burst := max(connectBurst, len(o.workers))
+	switch {
+	case o.connects == nil:
+		o.connects = rate.NewLimiter(connectRate, burst)
+	case o.connects.Burst() < burst:
+		o.connects.SetBurstAt(now, burst)
+	}
+	if o.connects.AllowN(now, 1) {
+		return 0
+	}
+	// A refusal takes no token: the wait is the time until a whole one.
+	return time.Duration((1 - o.connects.TokensAt(now)) / connectRate * float64(time.Second))
+}
+
+// errFleetFull refuses a newcomer to an organisation whose fleet lists
+// Config.MaxWorkers workers, none of them offline.
+var errFleetFull = errors.New("the organisation's fleet is full")
+
+// fleetFullWait is how long a newcomer refused by errFleetFull waits: a
+// worker's disconnect frees a place only once it has been offline a while.
+const fleetFullWait = time.Minute
+
+// evictOfflineLocked makes room in o for a newcomer by forgetting the
+// worker offline longest, and says whether there was one.
+func (f *Fleet) evictOfflineLocked(o *org, now time.Time) bool {
+	var oldest *worker
+	for _, w := range o.workers {
+		if !w.offlineSince.IsZero() && (oldest == nil || w.offlineSince.Before(oldest.offlineSince)) {
+			oldest = w
+		}
+	}
+	if oldest == nil {
+		return false
+	}
+	delete(o.workers, oldest.id)
+	f.reindexLocked(o, oldest, now)
+	f.cfg.Power.Forget(oldest.id)
+	return true
+}
+
 // Redirect answers a worker that is to link to another replica, at the
 // base URL url, and closes the connection. It opens no session: the
 // worker presents its session to the replica it is sent to.
@@ -157,6 +223,12 @@ func (f *Fleet) Connect(ctx context.Context, orgID string, hello api.Hello, conn
 	f.mu.Lock()
 	o := f.org(orgID)
 	w := o.workers[id]
+	if w == nil && len(o.workers) >= f.cfg.MaxWorkers && !f.evictOfflineLocked(o, now) {
+		f.mu.Unlock()
+		f.log.Warn("worker refused: the organisation's fleet is full", "org_id", orgID, "worker", hello.Name, "workers", f.cfg.MaxWorkers)
+		refuseFor(conn, fmt.Sprintf("this organisation already has %d connected workers, the most a gateway lists", f.cfg.MaxWorkers), fleetFullWait)
+		return errFleetFull
+	}
 	var replaced *link.Session
 	closeOld := func() {}
 	resumed := w != nil && w.sess != nil && w.sessionID == hello.SessionID && w.offlineSince.IsZero() && w.sess.Err() == nil

@@ -40,6 +40,10 @@ type Config struct {
 	KeepOffline time.Duration
 	// MaxQueue bounds the requests waiting per model.
 	MaxQueue int
+	// MaxWorkers bounds the workers an organisation's fleet lists,
+	// connected or offline: a newcomer past it takes the place of the one
+	// offline longest, and waits while none is (default 10,000).
+	MaxWorkers int
 	// Heartbeat is how often workers are asked to report.
 	Heartbeat time.Duration
 	// Limit tunes the adaptive concurrency limit of each worker and model.
@@ -113,6 +117,9 @@ func (c *Config) defaults() {
 	}
 	if c.MaxQueue <= 0 {
 		c.MaxQueue = 1000
+	}
+	if c.MaxWorkers <= 0 {
+		c.MaxWorkers = 10000
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -197,6 +204,9 @@ type org struct {
 	held       []*worker
 	nextUnhold time.Time
 	keys       map[string][]*worker // by private-inference key id
+	// connects is the bucket of the organisation's worker connections
+	// (AllowConnect), made on the first.
+	connects *rate.Limiter
 }
 
 // worker is the gateway's record of one worker; it survives disconnects.

@@ -3,7 +3,9 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/fasthttp/websocket"
 	"github.com/valyala/fasthttp"
@@ -28,6 +30,11 @@ func (s *Server) connectWorker(c *call) error {
 	}
 	if home != "" && c.ctx.QueryArgs().Has(link.SpliceParam) && len(c.ctx.Request.Header.Peek(link.SplicedHeader)) == 0 {
 		return s.spliceWorker(c, home)
+	}
+	if home == "" {
+		if wait := fl.AllowConnect(orgID); wait > 0 {
+			return connectsRefused(wait)
+		}
 	}
 	// An idle link holds only its read buffer, which is small: messages
 	// are read past it, and fasthttp's connection buffer lies beneath it.
@@ -72,6 +79,15 @@ func (s *Server) connectWorker(c *call) error {
 		return api.BadRequest("Worker link upgrade failed: %v", err)
 	}
 	return nil
+}
+
+// connectsRefused is the 429 of a worker connection over its
+// organisation's rate (fleet.AllowConnect). The worker retries after
+// Retry-After.
+func connectsRefused(wait time.Duration) *api.Error {
+	secs := max(1, int64((wait+time.Second-1)/time.Second))
+	return &api.Error{Kind: api.KindRateLimited, Code: api.CodeRateLimited, RetryAfter: time.Duration(secs) * time.Second,
+		Message: fmt.Sprintf("This organisation's workers are connecting faster than the gateway lets them; retry in %d s", secs)}
 }
 
 // workerHome is where the worker of the call's organisation links: "" here,

@@ -727,7 +727,11 @@ func handshake(conn link.Conn, hello api.Hello) (api.Welcome, error) {
 		return w, fmt.Errorf("read welcome: %w", err)
 	}
 	if w.Error != "" {
-		return w, &PermanentError{Reason: "gateway refused the worker: " + w.Error}
+		msg := "gateway refused the worker: " + w.Error
+		if w.RetryAfterS > 0 {
+			return w, &retryAfterError{msg: msg, after: time.Duration(w.RetryAfterS) * time.Second}
+		}
+		return w, &PermanentError{Reason: msg}
 	}
 	return w, nil
 }

@@ -399,3 +399,21 @@ func TestHandshakeRefusalIsPermanent(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// A refusal that says when to try again is for now: the agent waits and
+// tries again, and a unit does not take its exit for good.
+func TestHandshakeRefusalWithAWaitIsForNow(t *testing.T) {
+	gw, wk := linktest.Pipe()
+	go func() {
+		_, _ = fleet.ReadHello(gw)
+		b, _ := json.Marshal(api.Welcome{Error: "the organisation's fleet is full", RetryAfterS: 60})
+		_ = gw.WriteMessage(link.AppendFrame(nil, &link.Frame{Type: link.TypeWelcome, Payload: b}))
+		_ = gw.Close()
+	}()
+	_, err := handshake(wk, api.Hello{Protocol: link.Protocol, Name: "x"})
+	var perm *PermanentError
+	var later *retryAfterError
+	if errors.As(err, &perm) || !errors.As(err, &later) || later.after != time.Minute {
+		t.Fatalf("err = %#v, want a wait of a minute", err)
+	}
+}
