@@ -469,10 +469,17 @@ func runDemoWorker(ctx context.Context, f *Factory, opts *ServeOptions, addr str
 	// real worker's whisper build would.
 	const stt = "sim-stt"
 	aliases := map[string]string{"stt-large-v3-turbo": stt, "stt-large-v3": stt}
+	// The worker's spans are a worker's, as a separate svc worker's are:
+	// a provider of its own names their service.
+	tracer, stopTracing, err := startTracing(ctx, f, opts.OTLPEndpoint, "svc-worker", log.With("component", "demo-worker"))
+	if err != nil {
+		return fmt.Errorf("demo worker: %w", err)
+	}
+	defer stopTracing()
 	agent, err := worker.New(worker.Config{
 		Gateway: "http://" + addr, Token: strings.TrimSpace(string(token)), Name: "demo-sim",
 		MaxConcurrent: 4, Version: f.Build.Version, Engines: []engine.Engine{eng}, Aliases: aliases,
-		Power: &power.Config{}, SimulatedPower: true, E2E: kp,
+		Power: &power.Config{}, SimulatedPower: true, E2E: kp, Tracer: tracer,
 		Logger: log.With("component", "demo-worker"),
 	})
 	if err != nil {

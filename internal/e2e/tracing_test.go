@@ -224,3 +224,34 @@ func TestTracing(t *testing.T) {
 		}
 	}
 }
+
+// The demo's built-in worker traces as a separate svc worker does: its
+// spans are the worker's service, in the request's trace under the
+// gateway's.
+func TestTracingInTheDemo(t *testing.T) {
+	rec := newOTLPReceiver(t)
+	env := []string{"OTEL_BSP_SCHEDULE_DELAY=100", "OTEL_SERVICE_NAME=", "OTEL_TRACES_SAMPLER=",
+		"OTEL_EXPORTER_OTLP_ENDPOINT=", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT="}
+	s := startServerEnv(t, "", env, "--demo", "--otlp-endpoint", rec.srv.URL)
+	key := s.adminKey()
+	s.workerNamed(key, "demo-sim", statusIs("healthy"))
+	r := s.do("POST", "/v1/chat/completions", `{"model":"sim-chat","max_tokens":4,"messages":[{"role":"user","content":"hi"}]}`,
+		bearer(key))
+	if r.Status != http.StatusOK {
+		t.Fatalf("status %d: %s", r.Status, r.Body)
+	}
+	spans := rec.wait("svc-gateway SPAN_KIND_SERVER", "svc-worker SPAN_KIND_SERVER")
+	var gw, wk *tracepb.Span
+	for _, s := range spans {
+		switch {
+		case s.service == "svc-gateway" && s.span.Kind == tracepb.Span_SPAN_KIND_SERVER && s.span.Name == "chat sim-chat":
+			gw = s.span
+		case s.service == "svc-worker" && s.span.Kind == tracepb.Span_SPAN_KIND_SERVER:
+			wk = s.span
+		}
+	}
+	if gw == nil || wk == nil || hex.EncodeToString(wk.TraceId) != hex.EncodeToString(gw.TraceId) ||
+		hex.EncodeToString(wk.ParentSpanId) != hex.EncodeToString(gw.SpanId) {
+		t.Fatalf("gateway span %v, worker span %v: want the worker's under the gateway's", gw, wk)
+	}
+}
