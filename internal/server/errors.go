@@ -217,6 +217,9 @@ func renderError(h *fasthttp.ResponseHeader, ae *api.Error, f errorForm) (status
 		if ae.CodeHeader && ae.Code != "" {
 			h.Set("X-Svc-Error-Code", ae.Code)
 		}
+		if !worthRetrying(ae, status) {
+			h.Set("X-Should-Retry", "false")
+		}
 		if status == http.StatusUnauthorized {
 			// RFC 6750: a credential that was sent and refused says so;
 			// a request that sent none gets the challenge alone.
@@ -251,6 +254,22 @@ func renderError(h *fasthttp.ResponseHeader, ae *api.Error, f errorForm) (status
 		return http.StatusOK, encodeError(map[string]any{"error": e}, true)
 	}
 	return http.StatusOK, encodeError(map[string]any{"error": e, "detail": ae.Message}, true)
+}
+
+// worthRetrying reports whether a client's retry of a failure with status,
+// soon and unchanged, could succeed. The OpenAI and Anthropic SDKs retry
+// every 408, 409, 429 and 5xx unless X-Should-Retry says false, and the
+// spec says a retry does not help a lasting limitation (501), a model too
+// large (507), a model not installed (409) or a moderation verdict the
+// model will give again (502 moderation_invalid_verdict).
+func worthRetrying(ae *api.Error, status int) bool {
+	switch status {
+	case http.StatusConflict, http.StatusNotImplemented, http.StatusInsufficientStorage:
+		return false
+	case http.StatusBadGateway:
+		return ae.Code != api.CodeModerationInvalidVerdict
+	}
+	return true
 }
 
 // retryAfterSeconds is ae's Retry-After in whole seconds, rounded up.

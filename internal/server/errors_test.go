@@ -78,6 +78,37 @@ func TestErrorBodyShapes(t *testing.T) {
 	}
 }
 
+// The SDKs retry 408, 409, 429 and 5xx unless told not to: a failure the
+// spec says a retry does not help says so.
+func TestShouldRetryHeader(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  *api.Error
+		want string // X-Should-Retry; "" for none
+	}{
+		{"capacity", &api.Error{Kind: api.KindCapacity, RetryAfter: time.Second}, ""},
+		{"a worker lost", &api.Error{Kind: api.KindUnavailable}, ""},
+		{"no usable answer", api.Relayed(http.StatusBadGateway, "", "", "lost"), ""},
+		{"unexpected", &api.Error{Kind: api.KindInternal}, ""},
+		{"a lasting limitation", api.Relayed(http.StatusNotImplemented, "", "", "no vision"), "false"},
+		{"too large for the GPU", api.Relayed(http.StatusInsufficientStorage, "", "", "out of memory"), "false"},
+		{"not installed", api.Conflict("downloading"), "false"},
+		{"moderation unavailable", &api.Error{Kind: api.KindConflict, Code: api.CodeModerationUnavailable}, "false"},
+		{"moderation's verdict", api.Relayed(http.StatusBadGateway, "", api.CodeModerationInvalidVerdict, "neither"), "false"},
+		{"validation", api.BadRequest("bad"), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, f := range []errorForm{formPlain, formCompatible, formAnthropic} {
+				var h fasthttp.ResponseHeader
+				renderError(&h, tc.err, f)
+				if got := string(h.Peek("X-Should-Retry")); got != tc.want {
+					t.Fatalf("form %d: X-Should-Retry %q, want %q", f, got, tc.want)
+				}
+			}
+		})
+	}
+}
+
 func TestToAPIError(t *testing.T) {
 	s := &Server{log: slog.New(slog.DiscardHandler)}
 	c := &call{ctx: &fasthttp.RequestCtx{}, requestID: "rid-1"}
