@@ -466,6 +466,30 @@ func TestNonStreamingKeepAlive(t *testing.T) {
 	if err := json.Unmarshal(r.Body, &e); err != nil || r.Status != 200 || e["error"] == nil || e["choices"] != nil {
 		t.Fatalf("late failure = %d %q", r.Status, r.Body)
 	}
+
+	// On the Messages API it is Anthropic's error envelope, as a stream's
+	// error event; on the Responses API a response with status failed, as
+	// a stream's response.failed.
+	const prompt = `fail late\nsim: ttft=800ms fail=503 after=1`
+	r = s.do("POST", "/v1/messages", `{"model":"sim-chat","max_tokens":16,"messages":[{"role":"user","content":"`+prompt+`"}]}`, bearer(key))
+	var m struct {
+		Type  string
+		Error struct{ Type, Message, Code string }
+	}
+	if err := json.Unmarshal(r.Body, &m); err != nil || r.Status != 200 || m.Type != "error" || m.Error.Type != "overloaded_error" ||
+		m.Error.Code != "503" || m.Error.Message == "" {
+		t.Fatalf("late failure on the Messages API = %d %q", r.Status, r.Body)
+	}
+	r = s.do("POST", "/v1/responses", `{"model":"sim-chat","input":"`+prompt+`"}`, bearer(key))
+	var res struct {
+		Object, Status string
+		Error          struct{ Code, Message string }
+		Output         []any
+	}
+	if err := json.Unmarshal(r.Body, &res); err != nil || r.Status != 200 || res.Object != "response" || res.Status != "failed" ||
+		res.Error.Code == "" || res.Error.Message == "" || res.Output == nil {
+		t.Fatalf("late failure on the Responses API = %d %q", r.Status, r.Body)
+	}
 }
 
 func TestValidationAndPromptSize(t *testing.T) {

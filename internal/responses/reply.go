@@ -93,6 +93,16 @@ func (r *Request) FromChat(chat []byte, id string, createdAt int64) ([]byte, err
 	return r.appendResponse(nil, id, createdAt, &res), nil
 }
 
+// Failed is the reply to a request whose answer failed after the reply
+// had started (a non-streaming request kept alive): the response object
+// with status failed and error {code, message, and retry_after when
+// retryAfter, in seconds, is above 0}, as a stream's response.failed
+// carries it.
+func (r *Request) Failed(id string, createdAt int64, code, msg string, retryAfter int) []byte {
+	res := result{model: r.Model, status: "failed", errCode: code, errMsg: msg, errRetry: retryAfter}
+	return r.appendResponse(nil, id, createdAt, &res)
+}
+
 // firstChoice is the choice with index 0 (the only one the chat side
 // allows asking for), else the first.
 func firstChoice(choices []json.RawMessage) json.RawMessage {

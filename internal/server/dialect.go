@@ -2,6 +2,7 @@ package server
 
 import (
 	"cmp"
+	"strconv"
 	"time"
 
 	"github.com/svc-dev/svc/internal/anthropic"
@@ -22,6 +23,9 @@ type dialect struct {
 	// chatError, when set, restates a refusal of the chat request in the
 	// dialect's field paths.
 	chatError func(error) error
+	// late is the body of a non-streaming reply that failed after it
+	// started (kept alive): the dialect's own failure.
+	late func(*api.Error) []byte
 }
 
 // restate is err in the dialect's terms; d may be nil (chat itself).
@@ -53,10 +57,27 @@ func (s *Server) messages(c *call) error {
 	id := c.requestID
 	return s.chat(c, body, &dialect{
 		reply: func(chat []byte) ([]byte, error) { return anthropic.FromChat(chat, id) },
+		late:  lateAnthropic,
 		stream: func() streamTranslator {
 			return anthropicStream{anthropic.NewStream(id, model)}
 		},
 	})
+}
+
+// lateAnthropic is a Messages reply that failed after it started: the
+// stream's error event's data, Anthropic's error envelope, with the status
+// it would have had as code, and detail beside it as every late failure
+// has.
+func lateAnthropic(ae *api.Error) []byte {
+	status := ae.HTTPStatus()
+	e := map[string]any{"type": anthropic.ErrorType(status), "message": ae.Message, "code": strconv.Itoa(status)}
+	if ae.RetryAfter > 0 {
+		e["retry_after"] = retryAfterSeconds(ae)
+	}
+	if ae.Kind == api.KindCapacity {
+		e["queue_depth"] = ae.QueueDepth
+	}
+	return encodeError(map[string]any{"type": "error", "error": e, "detail": ae.Message}, true)
 }
 
 type anthropicStream struct{ *anthropic.Stream }
@@ -82,6 +103,9 @@ func (s *Server) responsesAPI(c *call) error {
 	return s.chat(c, req.Chat(), &dialect{
 		chatError: req.ChatError,
 		reply:     func(chat []byte) ([]byte, error) { return req.FromChat(chat, id, created) },
+		late: func(ae *api.Error) []byte {
+			return req.Failed(id, created, cmp.Or(ae.Code, ae.ErrorType()), ae.Message, retryAfterSeconds(ae))
+		},
 		stream: func() streamTranslator {
 			return responsesStream{req.NewStream(id, created)}
 		},

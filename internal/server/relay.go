@@ -49,9 +49,15 @@ func (s *Server) answerUnary(c *call, rc *relay.Call, late errorForm) error {
 	return s.answerUnaryAs(c, rc, late, nil)
 }
 
-// answerUnaryAs is answerUnary with the reply's body translated by as,
-// when set; a body it cannot translate is the worker's bad reply.
-func (s *Server) answerUnaryAs(c *call, rc *relay.Call, late errorForm, as func([]byte) ([]byte, error)) error {
+// answerUnaryAs is answerUnary with the reply in dialect d, when set: its
+// body translated (a body it cannot translate is the worker's bad reply),
+// and a failure after the reply started in the dialect's form.
+func (s *Server) answerUnaryAs(c *call, rc *relay.Call, late errorForm, d *dialect) error {
+	var as func([]byte) ([]byte, error)
+	var fail func(*api.Error) []byte
+	if d != nil {
+		as, fail = d.reply, d.late
+	}
 	rep, err := rc.Unary()
 	if err != nil {
 		failedOn(c, rc)
@@ -76,7 +82,7 @@ func (s *Server) answerUnaryAs(c *call, rc *relay.Call, late errorForm, as func(
 		return nil
 	}
 	c.ctx.SetBodyStream(&relayBody{
-		write:   func(out *chunks) { rep.Late.Write(&lateWriter{chunks: out, form: late, as: as}) },
+		write:   func(out *chunks) { rep.Late.Write(&lateWriter{chunks: out, form: late, as: as, fail: fail}) },
 		abandon: rep.Late.Abandon,
 	}, -1)
 	return nil
@@ -286,6 +292,7 @@ type lateWriter struct {
 	*chunks
 	form errorForm
 	as   func([]byte) ([]byte, error) // translates the answer, when set
+	fail func(*api.Error) []byte      // a failure's body, when set, instead of form's
 }
 
 func (l *lateWriter) KeepAlive() error { return l.write([]byte("\n")) }
@@ -300,4 +307,9 @@ func (l *lateWriter) Answer(body []byte) error {
 	}
 	return l.write(body)
 }
-func (l *lateWriter) Fail(err error) error { return l.write(inReplyError(err, l.form)) }
+func (l *lateWriter) Fail(err error) error {
+	if l.fail != nil {
+		return l.write(l.fail(asAPIError(err, "")))
+	}
+	return l.write(inReplyError(err, l.form))
+}
