@@ -271,6 +271,8 @@ const checks = {
     must(data.content[0].type === "text" && data.content[0].text.length > 0, "no text", data.content);
     must(["end_turn", "max_tokens"].includes(data.stop_reason), "stop_reason", data.stop_reason);
     must(data.usage.input_tokens > 0 && data.usage.output_tokens > 0, "usage", data.usage);
+    // The SDK's own request id, read from request-id.
+    must(data._request_id === response.headers.get("x-request-id"), "_request_id", data._request_id);
     return { request_id: response.headers.get("x-request-id") };
   },
 
@@ -315,6 +317,7 @@ const checks = {
       must(e instanceof Anthropic.NotFoundError, "not a NotFoundError", String(e));
       // The body is Anthropic's error envelope, its type Anthropic's name.
       must(e.error?.type === "error" && e.error?.error?.type === "not_found_error", "not Anthropic's error body", e.error);
+      must(e.requestID && e.requestID === e.headers?.get("x-request-id"), "the error's requestID", e.requestID);
       return { status: e.status };
     }
     throw new Error("an unknown model was served");

@@ -94,6 +94,10 @@ func TestMessagesAndResponsesAPIs(t *testing.T) {
 				if r.Status != 422 || !strings.Contains(string(r.Body), `"field":"`+a.invalidField+`"`) {
 					t.Fatalf("invalid: %d %s", r.Status, r.Body)
 				}
+				// Anthropic's SDKs read the request id from request-id.
+				if got, want := r.Header.Get("Request-Id"), r.Header.Get("X-Request-Id"); (a.path == "/messages") != (got != "") || got != "" && got != want {
+					t.Fatalf("%s: Request-Id %q beside X-Request-Id %q", a.path, got, want)
+				}
 				r = s.do("POST", prefix+a.path, `{}`, bearer(key), header{"Content-Type", "application/vnd.svc.e2e+json"})
 				if r.Status != 400 || !strings.Contains(string(r.Body), "/v1/chat/completions") {
 					t.Fatalf("sealed: %d %s", r.Status, r.Body)

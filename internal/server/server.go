@@ -549,6 +549,11 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, m *mux, console bool) {
 	case r != nil:
 		label = r.path
 		c.route = r
+		if r.anthropic {
+			// Anthropic's SDKs read the request id from its own header
+			// (a message's _request_id, an error's requestID).
+			ctx.Response.Header.Set("Request-Id", c.requestID)
+		}
 		// In a cluster, an API request another replica serves is
 		// forwarded there: an upload as it arrives, any other body read
 		// whole first, as here.
