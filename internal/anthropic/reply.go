@@ -222,7 +222,9 @@ func FromChat(chat []byte, id string) ([]byte, error) {
 		}
 		calls = append(calls, toolUseBlock{Type: "tool_use", ID: callID, Name: stringField(fn["name"]), Input: toolInput(fn["arguments"])})
 	}
-	if text := contentText(msg["content"]); text != "" || len(calls) == 0 {
+	// An answer of nothing at all keeps a text block, which clients read
+	// as content[0]; one that thought, or called tools, has no empty one.
+	if text := contentText(msg["content"]); text != "" || len(calls) == 0 && len(out.Content) == 0 {
 		out.Content = append(out.Content, textBlock{Type: "text", Text: text})
 	}
 	out.Content = append(out.Content, calls...)
