@@ -43,6 +43,10 @@ type Config struct {
 	Incomplete []string
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
+	// ID makes a completion's id; when nil, a fresh random one for each
+	// request, as an engine's is, though a prompt's text is the same each
+	// time: clients key logs and caches by it.
+	ID func() string
 	// Sleep waits d or until ctx is done; a context-aware timer when nil.
 	// Tests inject a no-op so that nothing sleeps.
 	Sleep func(ctx context.Context, d time.Duration) error
@@ -81,6 +85,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ReasoningField == "" {
 		c.ReasoningField = defaultReasoningField
+	}
+	if c.ID == nil {
+		c.ID = completionID
 	}
 	if c.Now == nil {
 		c.Now = time.Now

@@ -23,7 +23,23 @@ import (
 // created timestamps of two runs match.
 func fixedConfig() Config {
 	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	return Config{Now: func() time.Time { return at }, Sleep: func(ctx context.Context, _ time.Duration) error { return ctx.Err() }}
+	return Config{Now: func() time.Time { return at }, Sleep: func(ctx context.Context, _ time.Duration) error { return ctx.Err() },
+		ID: func() string { return "chatcmpl-fixed" }}
+}
+
+// Each request's completion has an id of its own, the same prompt's too.
+func TestCompletionIDsAreFresh(t *testing.T) {
+	e := New(Config{Sleep: func(ctx context.Context, _ time.Duration) error { return ctx.Err() }})
+	body := chatBody(t, "sim-chat", "hi", nil)
+	seen := map[string]bool{}
+	for range 3 {
+		_, s := serve(t, e, api.KindChat, false, body)
+		var c struct{ ID string }
+		if err := json.Unmarshal(s.body, &c); err != nil || !strings.HasPrefix(c.ID, "chatcmpl-") || seen[c.ID] {
+			t.Fatalf("completion id %q after %v (%v)", c.ID, seen, err)
+		}
+		seen[c.ID] = true
+	}
 }
 
 func TestDeterminism(t *testing.T) {

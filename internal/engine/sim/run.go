@@ -2,6 +2,8 @@ package sim
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"math"
 	"net/http"
@@ -111,7 +113,7 @@ func (s *simulator) prepare(modelID string, req *chatRequest, reasoningNames []s
 		dir:   dir,
 		seed:  sd,
 		render: renderer{
-			id:             "chatcmpl-" + sd.hex("id", 24),
+			id:             s.cfg.ID(),
 			created:        s.cfg.Now().Unix(),
 			model:          m.spec.ID,
 			reasoningNames: reasoningNames,
@@ -125,6 +127,13 @@ func (s *simulator) prepare(modelID string, req *chatRequest, reasoningNames []s
 	}
 	j.tps, j.interval = dir.effectiveRate(s.cfg.TokensPerSecond)
 	return j, nil
+}
+
+// completionID is a fresh random completion id (Config.ID).
+func completionID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return "chatcmpl-" + hex.EncodeToString(b[:])
 }
 
 // lookup finds a model that can do capability.
