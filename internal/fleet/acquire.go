@@ -164,7 +164,9 @@ func (l *Lease) Release(o Outcome) {
 		}
 		switch o {
 		case Succeeded:
-			w.failures = 0
+			if h := w.health[l.model]; h != nil {
+				h.failures = 0
+			}
 			d := now.Sub(l.start)
 			class := unstreamed
 			if l.streamed.Load() {
@@ -183,11 +185,19 @@ func (l *Lease) Release(o Outcome) {
 				l.org.service[l.model] = d
 			}
 		case Failed:
-			w.failures++
-			if w.failures >= f.cfg.FailuresBeforeUnhealthy {
-				w.heldUntil = now.Add(f.cfg.HoldBack)
+			h := w.health[l.model]
+			if h == nil {
+				if w.health == nil {
+					w.health = map[string]*modelHealth{}
+				}
+				h = &modelHealth{}
+				w.health[l.model] = h
+			}
+			h.failures++
+			if h.failures >= f.cfg.FailuresBeforeUnhealthy {
+				h.heldUntil = now.Add(f.cfg.HoldBack)
 				// After the hold-back one more failure holds it back again.
-				w.failures = f.cfg.FailuresBeforeUnhealthy - 1
+				h.failures = f.cfg.FailuresBeforeUnhealthy - 1
 				f.reindexLocked(l.org, w, now)
 			}
 		}
@@ -535,7 +545,7 @@ func (f *Fleet) eligibleLocked(w *worker, need *Need, now time.Time) bool {
 	if need.Pin != "" && w.id != need.Pin {
 		return false
 	}
-	return f.usableLocked(w, now) && w.fits(need) && !w.stalls(need.Model) && !w.stalls(need.Moderator) &&
+	return f.usableLocked(w, now) && w.fits(need) && !w.held(need.Model, now) && !w.stalls(need.Model) && !w.stalls(need.Moderator) &&
 		!slices.Contains(need.Exclude, w.id)
 }
 
@@ -655,7 +665,7 @@ func (f *Fleet) checkLocked(o *org, need *Need, now time.Time, waited bool) erro
 		return unequippedError(need)
 	case held:
 		return &api.Error{Kind: api.KindUnavailable, Code: api.CodeWorkersUnhealthy, RetryAfter: back.Sub(now),
-			Message: "Every worker serving " + need.Model + " failed its recent requests and is held back; retry shortly"}
+			Message: "Every worker serving " + need.Model + " failed its recent requests of it and is held back from it; retry shortly"}
 	case partial != nil:
 		return incompleteError(partial, need)
 	case awaiting:
@@ -705,9 +715,9 @@ func (f *Fleet) checkPinLocked(o *org, need *Need, now time.Time, waited bool) e
 	// capacity.
 	case slices.Contains(need.Exclude, w.id):
 		return ErrTriedAll
-	case now.Before(w.heldUntil):
-		return &api.Error{Kind: api.KindUnavailable, Code: api.CodeWorkersUnhealthy, RetryAfter: w.heldUntil.Sub(now),
-			Message: "Worker " + w.name + " (" + w.id + ") failed its recent requests and is held back; retry shortly"}
+	case w.held(need.Model, now):
+		return &api.Error{Kind: api.KindUnavailable, Code: api.CodeWorkersUnhealthy, RetryAfter: w.heldUntil(need.Model).Sub(now),
+			Message: "Worker " + w.name + " (" + w.id + ") failed its recent requests of " + need.Model + " and is held back from it; retry shortly"}
 	case w.stalls(need.Model) || w.stalls(need.Moderator):
 		return &api.Error{Kind: api.KindUnavailable, Code: api.CodeWorkersUnhealthy, RetryAfter: stalledRetry,
 			Message: "The engine of worker " + w.name + " (" + w.id + ") serving " + need.Model + " stopped answering; retry shortly"}
@@ -728,9 +738,9 @@ const stalledRetry = 5 * time.Second
 // or, while the engine serving need stalls, a little after now.
 func (f *Fleet) heldUntilLocked(w *worker, need *Need, now time.Time) time.Time {
 	if w.stalls(need.Model) || w.stalls(need.Moderator) {
-		return later(w.heldUntil, now.Add(stalledRetry))
+		return later(w.heldUntil(need.Model), now.Add(stalledRetry))
 	}
-	return w.heldUntil
+	return w.heldUntil(need.Model)
 }
 
 func later(a, b time.Time) time.Time {

@@ -290,7 +290,7 @@ func (f *Fleet) Connect(ctx context.Context, orgID string, hello api.Hello, conn
 		w.sessionID = hello.SessionID
 		w.connectedAt = now
 		w.active = 0
-		w.failures, w.heldUntil = 0, time.Time{}
+		w.health = nil
 		// A new process may run other engines or other hardware: what
 		// the old one's latency taught does not carry over, nor which
 		// of its engines stalled.

@@ -275,15 +275,50 @@ type worker struct {
 	// latency). A model without one has every slot.
 	limits       map[string]*modelLimits
 	lastAssigned time.Time
-	failures     int
-	heldUntil    time.Time
-	status       string // last status reported in an event
+	// health holds, by model, the worker's recent failures of it and the
+	// hold-back they earned: one model failing (an engine's fault, or
+	// requests that make it fail) takes no traffic from the others.
+	health map[string]*modelHealth
+	status string // last status reported in an event
 
 	// Its places in the organisation's indexes (reindexLocked).
 	listed  []*modelIndex
 	members []member
 	parked  bool
 	keyID   string
+}
+
+// modelHealth is a worker's record of one model's requests: consecutive
+// failures, and the end of the hold-back they earned.
+type modelHealth struct {
+	failures  int
+	heldUntil time.Time
+}
+
+// heldUntil is the end of w's hold-back from model, in the past when it
+// has none.
+func (w *worker) heldUntil(model string) time.Time {
+	if h := w.health[model]; h != nil {
+		return h.heldUntil
+	}
+	return time.Time{}
+}
+
+// held reports whether w is held back from model now.
+func (w *worker) held(model string, now time.Time) bool {
+	return now.Before(w.heldUntil(model))
+}
+
+// heldBack reports whether w is held back from any model now, and the
+// earliest end of those hold-backs.
+func (w *worker) heldBack(now time.Time) (bool, time.Time) {
+	var first time.Time
+	for _, h := range w.health {
+		if now.Before(h.heldUntil) && (first.IsZero() || h.heldUntil.Before(first)) {
+			first = h.heldUntil
+		}
+	}
+	return !first.IsZero(), first
 }
 
 // adoptedSettings is what the events of an adopted worker tell of the
@@ -327,11 +362,15 @@ func (f *Fleet) org(id string) *org {
 
 // statusLocked is a worker's status now.
 func (f *Fleet) statusLocked(w *worker, now time.Time) string {
-	switch {
-	case !w.offlineSince.IsZero():
+	if !w.offlineSince.IsZero() {
 		return api.StatusOffline
-	case now.Before(w.heldUntil) || len(w.heartbeat.Stalled) > 0:
+	}
+	// Unhealthy while any of its models is held back or stalls: the
+	// others are served meanwhile.
+	if held, _ := w.heldBack(now); held || len(w.heartbeat.Stalled) > 0 {
 		return api.StatusUnhealthy
+	}
+	switch {
 	case !w.attached || f.lateLocked(w, now):
 		return api.StatusStale
 	default:
@@ -406,8 +445,9 @@ func (m *modelLimits) setCeiling(c int) {
 // stalled, say) would be worse than trying; the choice of a worker
 // passes them over while a punctual one can serve (tryLocked).
 func (f *Fleet) usableLocked(w *worker, now time.Time) bool {
-	// An attached worker is never offline, so only a hold-back excludes it.
-	return w.attached && !w.draining && !w.pending && !now.Before(w.heldUntil)
+	// An attached worker is never offline; a hold-back is a model's
+	// (eligibleLocked).
+	return w.attached && !w.draining && !w.pending
 }
 
 // lateLocked reports whether w's heartbeats are late.

@@ -444,6 +444,56 @@ func TestUnhealthyHeldBackThenTriedAgain(t *testing.T) {
 	})
 }
 
+// A hold-back is a model's: a worker that keeps failing one model (an
+// engine's fault, or requests that make it fail) serves its others
+// meanwhile, and is listed unhealthy; its requests of the failing model
+// go to another worker that has it.
+func TestHoldBackIsAModels(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Config{HoldBack: time.Minute})
+		w := h.worker("o", "w", 1, chat("bad"), chat("good"), embed("e"))
+		for range 3 {
+			l, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "bad"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			l.Release(Failed)
+		}
+		h.expect(w.id, "o", api.StatusUnhealthy)
+		var ae *api.Error
+		if _, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "bad"}); !errors.As(err, &ae) || ae.Code != "workers_unhealthy" {
+			t.Fatalf("the failing model: %v", err)
+		}
+		for _, m := range []string{"good", "e"} {
+			l, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: m})
+			if err != nil {
+				t.Fatalf("%s while another model is held back: %v", m, err)
+			}
+			if got := run(t, l); got != "ok from w" {
+				t.Fatalf("%s: %q", m, got)
+			}
+			l.Release(Succeeded)
+		}
+		// Successes of other models do not clear the failing one's count.
+		h.worker("o", "other", 1, chat("bad"))
+		l, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "bad"})
+		if err != nil || l.Worker.Name != "other" {
+			t.Fatalf("the failing model with another worker that has it: %v %v", l, err)
+		}
+		l.Release(Succeeded)
+		time.Sleep(time.Minute + time.Second)
+		h.f.sweep()
+		if st := h.settled(w.id, "o").Status; st == api.StatusUnhealthy {
+			t.Fatal("still unhealthy after the hold-back")
+		}
+		l, err = h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "bad", Pin: w.id})
+		if err != nil {
+			t.Fatalf("the failing model after the hold-back: %v", err)
+		}
+		l.Release(Succeeded)
+	})
+}
+
 // A request pinned to a worker that is held back, or that already failed
 // it, is answered at once with why, not after the queue hold as if the
 // worker were busy.

@@ -266,13 +266,17 @@ func (f *Fleet) reindexLocked(o *org, w *worker, now time.Time) {
 	}
 	w.members = w.members[:0]
 	if present && w.attached && !w.draining && !w.pending {
-		if now.Before(w.heldUntil) {
-			f.parkLocked(o, w)
-		} else {
-			for _, ix := range w.listed {
-				caps := w.model(ix.model).Capabilities
-				w.members = append(w.members, member{ix: ix, h: ix.push(w, caps), caps: caps})
+		// A model the worker is held back from waits out of its ready
+		// heap until the hold-back ends (unholdLocked).
+		if held, until := w.heldBack(now); held {
+			f.parkLocked(o, w, until)
+		}
+		for _, ix := range w.listed {
+			if w.held(ix.model, now) {
+				continue
 			}
+			caps := w.model(ix.model).Capabilities
+			w.members = append(w.members, member{ix: ix, h: ix.push(w, caps), caps: caps})
 		}
 	}
 	// Keys: the worker holding a private-inference key.
@@ -302,15 +306,15 @@ func (f *Fleet) reorderLocked(w *worker) {
 	}
 }
 
-// parkLocked keeps a held-back worker out of the ready heaps until its
-// hold-back ends (unholdLocked).
-func (f *Fleet) parkLocked(o *org, w *worker) {
+// parkLocked notes a worker held back from a model until until, out of
+// that model's ready heap: unholdLocked puts it back then.
+func (f *Fleet) parkLocked(o *org, w *worker, until time.Time) {
 	if !w.parked {
 		w.parked = true
 		o.held = append(o.held, w)
 	}
-	if o.nextUnhold.IsZero() || w.heldUntil.Before(o.nextUnhold) {
-		o.nextUnhold = w.heldUntil
+	if o.nextUnhold.IsZero() || until.Before(o.nextUnhold) {
+		o.nextUnhold = until
 	}
 }
 

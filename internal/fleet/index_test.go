@@ -72,8 +72,8 @@ func checkIndex(t *testing.T, o *org, now time.Time) {
 		}
 	}
 	for _, w := range o.workers {
-		ready := w.attached && !w.draining && !now.Before(w.heldUntil)
 		for _, m := range w.models {
+			ready := w.attached && !w.draining && !w.held(m.ID, now)
 			ix := o.models[m.ID]
 			if ix == nil || !slices.Contains(ix.listed, w) {
 				t.Fatalf("%s lists %s but is not listed there", w.name, m.ID)
@@ -81,7 +81,7 @@ func checkIndex(t *testing.T, o *org, now time.Time) {
 			in := slices.ContainsFunc(ix.ready, func(e entry) bool { return e.w == w })
 			if in != ready {
 				t.Fatalf("%s ready for %s: %v, state says %v (attached %v draining %v held %v)",
-					w.name, m.ID, in, ready, w.attached, w.draining, now.Before(w.heldUntil))
+					w.name, m.ID, in, ready, w.attached, w.draining, w.held(m.ID, now))
 			}
 		}
 		if w.e2eKey != nil && !slices.Contains(o.keys[w.e2eKey.KeyID], w) {
@@ -215,7 +215,7 @@ func indexRun(t *testing.T, seed uint64) {
 			slots := f.slotsLocked(o, &need)
 			scanSlots := 0
 			for _, w := range o.workers {
-				if w.attached && !w.draining && !now.Before(w.heldUntil) && w.fits(&need) && (need.Pin == "" || w.id == need.Pin) {
+				if w.attached && !w.draining && !w.held(need.Model, now) && w.fits(&need) && (need.Pin == "" || w.id == need.Pin) {
 					scanSlots += w.slots(need.Model)
 				}
 			}
