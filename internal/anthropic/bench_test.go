@@ -27,7 +27,7 @@ func BenchmarkChunk(b *testing.B) {
 	data := []byte(`{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":" fox"},"logprobs":null,"finish_reason":null}]}`)
 	for name, general := range map[string]bool{"plain": false, "general": true} {
 		b.Run(name, func(b *testing.B) {
-			s := NewStream("r1", "m")
+			s := NewStream("r1", "m", 0)
 			out := s.Chunk(nil, data)
 			b.ReportAllocs()
 			for b.Loop() {

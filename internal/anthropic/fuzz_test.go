@@ -108,7 +108,7 @@ func FuzzStream(f *testing.F) {
 		f.Add([]byte(s), true)
 	}
 	f.Fuzz(func(t *testing.T, b []byte, done bool) {
-		s := NewStream("r1", "m")
+		s := NewStream("r1", "m", 0)
 		var out []byte
 		for _, line := range bytes.Split(b, []byte("\n")) {
 			out = s.Chunk(out, line)
@@ -161,7 +161,7 @@ func FuzzPlainChunk(f *testing.F) {
 		return s.chunk(dst, data)
 	}
 	f.Fuzz(func(t *testing.T, script, data []byte) {
-		fast, slow := NewStream("r1", "m"), NewStream("r1", "m")
+		fast, slow := NewStream("r1", "m", 0), NewStream("r1", "m", 0)
 		for _, b := range script {
 			p := []byte(presets[int(b)%len(presets)])
 			general(fast, nil, p)

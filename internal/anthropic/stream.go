@@ -32,7 +32,8 @@ type toolCall struct {
 // Stream translates one chat-completions event stream into Anthropic's
 // named server-sent events. It is not safe for concurrent use.
 type Stream struct {
-	id, model string
+	id, model   string
+	inputTokens int64 // message_start's, an estimate (NewStream)
 
 	started bool // message_start was sent
 	done    bool // message_stop or an error was sent: nothing follows
@@ -55,8 +56,13 @@ type Stream struct {
 
 // NewStream starts the translation of the stream answering request id (the
 // message id is "msg_"+id) for model.
-func NewStream(id, model string) *Stream {
-	return &Stream{id: id, model: model, toolBlocks: map[int]bool{}}
+//
+// inputTokens is what message_start reports as the prompt's tokens: the
+// engine counts them only as the stream ends, where message_delta carries
+// its count, and clients that read usage at message_start would read 0.
+// Callers give an estimate.
+func NewStream(id, model string, inputTokens int64) *Stream {
+	return &Stream{id: id, model: model, inputTokens: inputTokens, toolBlocks: map[int]bool{}}
 }
 
 // Events as they are written; field order is Anthropic's.
@@ -109,7 +115,7 @@ type messageDelta struct {
 }
 
 // deltaUsage leaves input_tokens out when the stream reported no usage,
-// so that the zero of message_start is not confirmed as a count.
+// so that the estimate of message_start is not confirmed as a count.
 type deltaUsage struct {
 	OutputTokens         int64  `json:"output_tokens"`
 	InputTokens          *int64 `json:"input_tokens,omitempty"`
@@ -219,6 +225,7 @@ func (s *Stream) start(dst []byte) []byte {
 	s.started = true
 	return event(dst, "message_start", messageStart{Type: "message_start", Message: message{
 		ID: "msg_" + s.id, Type: "message", Role: "assistant", Model: s.model, Content: []any{},
+		Usage: usage{InputTokens: s.inputTokens},
 	}})
 }
 

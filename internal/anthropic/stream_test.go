@@ -28,7 +28,7 @@ const messageStartEvent = `{"type":"message_start","message":{"id":"msg_r1","typ
 
 // run feeds the chunks to a new stream and returns its output.
 func run(chunks ...string) []byte {
-	s := NewStream("r1", "qwen3")
+	s := NewStream("r1", "qwen3", 0)
 	var out []byte
 	for _, c := range chunks {
 		out = s.Chunk(out, []byte(c))
@@ -248,7 +248,7 @@ func TestStreamAccumulates(t *testing.T) {
 }
 
 func TestStreamFail(t *testing.T) {
-	s := NewStream("r1", "qwen3")
+	s := NewStream("r1", "qwen3", 0)
 	out := s.Chunk(nil, []byte(delta(`{"content":"a"}`, "")))
 	out = s.Fail(out, Failure{Status: http.StatusBadGateway, Message: "the engine's answer was cut off"})
 	out = s.Chunk(out, []byte("[DONE]"))
@@ -285,7 +285,7 @@ func TestStreamFailCarriesTheWait(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			s := NewStream("r1", "qwen3")
+			s := NewStream("r1", "qwen3", 0)
 			evs, err := parseEvents(fail(s, nil))
 			if err != nil {
 				t.Fatal(err)
@@ -301,7 +301,7 @@ func TestStreamFailCarriesTheWait(t *testing.T) {
 
 // TestStreamAppends: Chunk appends to dst and leaves what was there.
 func TestStreamAppends(t *testing.T) {
-	s := NewStream("r1", "m")
+	s := NewStream("r1", "m", 0)
 	out := s.Chunk([]byte("prefix"), []byte(delta(`{"content":"a"}`, "")))
 	if !strings.HasPrefix(string(out), "prefix"+"event: message_start\ndata: ") {
 		t.Fatalf("out = %q", out)
@@ -325,5 +325,17 @@ func TestErrorType(t *testing.T) {
 		if got := ErrorType(tt.status); got != tt.want {
 			t.Errorf("ErrorType(%d) = %s, want %s", tt.status, got, tt.want)
 		}
+	}
+}
+
+// message_start reports the prompt's tokens as estimated: the engine's
+// count comes only with message_delta, and clients that read usage at the
+// start would read 0.
+func TestMessageStartCarriesTheEstimate(t *testing.T) {
+	s := NewStream("r1", "qwen3", 37)
+	out := s.Chunk(nil, []byte(`{"choices":[{"index":0,"delta":{"content":"hi"}}]}`))
+	want := strings.Replace(messageStartEvent, `"input_tokens":0`, `"input_tokens":37`, 1)
+	if !strings.Contains(string(out), want) {
+		t.Fatalf("events:\n%s\nwant %s", out, want)
 	}
 }

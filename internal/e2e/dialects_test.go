@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 )
@@ -70,9 +71,23 @@ func TestMessagesAndResponsesAPIs(t *testing.T) {
 				}
 
 				r = s.do("POST", prefix+a.path, a.stream, bearer(key))
-				names, _ := sseEvents(string(r.Body))
+				names, events := sseEvents(string(r.Body))
 				if r.Status != 200 || r.Header.Get("Content-Type") != "text/event-stream" || len(names) < 3 || names[len(names)-1] != a.doneEvent {
 					t.Fatalf("stream %d %v: %s", r.Status, names, r.Body)
+				}
+				if a.path == "/messages" {
+					// The prompt's tokens at message_start, estimated,
+					// as the real API has them there.
+					var start struct {
+						Message struct {
+							Usage struct {
+								InputTokens int `json:"input_tokens"`
+							}
+						}
+					}
+					if json.Unmarshal([]byte(events[0]), &start) != nil || start.Message.Usage.InputTokens == 0 {
+						t.Fatalf("message_start %s", events[0])
+					}
 				}
 				// A worker free at once is named on the stream too (the
 				// spec's header table).

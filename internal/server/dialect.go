@@ -18,8 +18,8 @@ type dialect struct {
 	// reply turns a complete chat.completion into the dialect's reply.
 	reply func(chat []byte) ([]byte, error)
 	// stream starts the translation of one chat stream into the
-	// dialect's events.
-	stream func() streamTranslator
+	// dialect's events; promptTokens is an estimate of the prompt's.
+	stream func(promptTokens int) streamTranslator
 	// chatError, when set, restates a refusal of the chat request in the
 	// dialect's field paths.
 	chatError func(error) error
@@ -58,8 +58,8 @@ func (s *Server) messages(c *call) error {
 	return s.chat(c, body, &dialect{
 		reply: func(chat []byte) ([]byte, error) { return anthropic.FromChat(chat, id) },
 		late:  lateAnthropic,
-		stream: func() streamTranslator {
-			return anthropicStream{anthropic.NewStream(id, model)}
+		stream: func(promptTokens int) streamTranslator {
+			return anthropicStream{anthropic.NewStream(id, model, int64(promptTokens))}
 		},
 	})
 }
@@ -106,7 +106,7 @@ func (s *Server) responsesAPI(c *call) error {
 		late: func(ae *api.Error) []byte {
 			return req.Failed(id, created, cmp.Or(ae.Code, ae.ErrorType()), ae.Message, retryAfterSeconds(ae))
 		},
-		stream: func() streamTranslator {
+		stream: func(int) streamTranslator {
 			return responsesStream{req.NewStream(id, created)}
 		},
 	})
