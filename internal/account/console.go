@@ -180,6 +180,12 @@ func (s *Service) UpdateOrgSeeing(name string, p api.OrgPatch, seen func(orgID s
 		if r := p.MaxRuntimeSeconds.Ptr(); r != nil && (*r < 60 || *r > int64(maxRuntimeCap/time.Second)) {
 			v.Add("max_runtime_seconds", api.FieldOutOfRange, "between 60 and %d seconds, or null for no limit", int64(maxRuntimeCap/time.Second))
 		} else {
+			if r != nil && (o.Settings.MaxRuntimeSeconds == nil || *o.Settings.MaxRuntimeSeconds != *r) {
+				since := s.stamp()
+				o.Settings.MaxRuntimeSince = &since
+			} else if r == nil {
+				o.Settings.MaxRuntimeSince = nil
+			}
 			o.Settings.MaxRuntimeSeconds = r
 		}
 	}

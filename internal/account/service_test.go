@@ -294,11 +294,16 @@ func TestOrgLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	if o.Plan != api.PlanEnterprise || !o.Settings.RequireE2E || *o.Settings.MonthlyBudgetGBP != budget ||
-		*o.Settings.JurisdictionFloor != "uk" || *o.Settings.MaxRuntimeSeconds != 3600 {
+		*o.Settings.JurisdictionFloor != "uk" || *o.Settings.MaxRuntimeSeconds != 3600 || o.Settings.MaxRuntimeSince == nil {
 		t.Fatalf("after patch: %+v", o.Settings)
 	}
+	// The same limit again keeps the time it was set.
+	since := *o.Settings.MaxRuntimeSince
+	if o, err = f.svc.UpdateOrg("acme", api.OrgPatch{MaxRuntimeSeconds: api.Some(int64(3600))}); err != nil || !o.Settings.MaxRuntimeSince.Equal(since) {
+		t.Fatalf("the same limit again: %+v, %v", o.Settings, err)
+	}
 	o, err = f.svc.UpdateOrg("acme", api.OrgPatch{MonthlyBudgetGBP: api.Null[money.GBP](), MaxRuntimeSeconds: api.Null[int64]()})
-	if err != nil || o.Settings.MonthlyBudgetGBP != nil || o.Settings.MaxRuntimeSeconds != nil || !o.Settings.RequireE2E {
+	if err != nil || o.Settings.MonthlyBudgetGBP != nil || o.Settings.MaxRuntimeSeconds != nil || o.Settings.MaxRuntimeSince != nil || !o.Settings.RequireE2E {
 		t.Fatalf("clearing: %+v, %v", o.Settings, err)
 	}
 	_, err = f.svc.UpdateOrg("acme", api.OrgPatch{Plan: api.Some(api.Plan("gold")), MaxRuntimeSeconds: api.Some(int64(5))})

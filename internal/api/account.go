@@ -83,6 +83,11 @@ type OrgSettings struct {
 	// MaxRuntimeSeconds stops a rental automatically after this long; null
 	// lets rentals run until stopped.
 	MaxRuntimeSeconds *int64 `json:"max_runtime_seconds"`
+	// MaxRuntimeSince is when the maximum runtime was last set: a
+	// rental already past it then stops then, its bill intact, not when
+	// it would have reached it. Absent for settings from before it was
+	// kept.
+	MaxRuntimeSince *time.Time `json:"max_runtime_since,omitempty"`
 	// RequireWorkerApproval makes a worker the organisation has not
 	// approved before wait, connected but serving nothing, until an
 	// administrator approves it (svc admin workers approve).

@@ -685,13 +685,19 @@ func (m *Manager) overRuntimeLocked(r *record, now time.Time) bool {
 }
 
 // runtimeEnd is when a running rental reaches its organisation's maximum
-// runtime; after now when there is none.
+// runtime; after now when there is none. A limit set when the rental was
+// past it already ends it as it was set: a stop is never dated before
+// the limit existed, nor a bill cut back to it.
 func (m *Manager) runtimeEnd(r *record, now time.Time) time.Time {
 	o, ok := m.cfg.Accounts.OrgByID(r.OrgID)
 	if !ok || o.Settings.MaxRuntimeSeconds == nil || r.StartedAt == nil {
 		return now.Add(time.Hour)
 	}
-	return r.StartedAt.Add(time.Duration(*o.Settings.MaxRuntimeSeconds) * time.Second)
+	end := r.StartedAt.Add(time.Duration(*o.Settings.MaxRuntimeSeconds) * time.Second)
+	if since := o.Settings.MaxRuntimeSince; since != nil && since.After(end) {
+		end = *since
+	}
+	return end
 }
 
 // poll asks the provider about a rental's machine.

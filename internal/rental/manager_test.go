@@ -353,6 +353,31 @@ func TestDeadlineAndMaxRuntime(t *testing.T) {
 	})
 }
 
+// A maximum runtime set while a rental is already past it stops the
+// rental as it is set: the stop is not dated back to when the rental
+// would have reached it, nor its bill cut back.
+func TestMaxRuntimeSetLaterStopsNow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t, offer("h100", TierUK, 250, 64))
+		ctx := context.Background()
+		r, _ := e.m.Rent(ctx, owner, api.RentRequest{GPUModelID: "h100", TierID: TierUK})
+		e.connect(r)
+		time.Sleep(30 * time.Minute)
+		e.m.tick(ctx, map[string]time.Time{})
+		if g, _ := e.m.Get("org1", r.ID); g.Status != api.RentalRunning || g.SecondsBilled != 1800 {
+			t.Fatalf("before the limit %+v", g)
+		}
+		setAt := e.clk.Now()
+		e.acct.set(func(s *api.OrgSettings) { v := int64(600); s.MaxRuntimeSeconds, s.MaxRuntimeSince = &v, &setAt })
+		e.m.tick(ctx, map[string]time.Time{})
+		g, _ := e.m.Get("org1", r.ID)
+		if g.Status != api.RentalStopped || g.SecondsBilled != 1800 || g.StoppedAt == nil || !g.StoppedAt.Equal(setAt) ||
+			g.Error == nil || !strings.Contains(*g.Error, "maximum runtime") {
+			t.Fatalf("a limit set past the rental's runtime: %+v", g)
+		}
+	})
+}
+
 // Boot phases come from the provider; installs from the worker's events.
 func TestBootPhasesAndDownloads(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
