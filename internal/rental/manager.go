@@ -184,6 +184,7 @@ func New(cfg Config) (*Manager, error) {
 	}
 	for _, r := range recs {
 		m.rentals[r.ID] = r
+		m.mem.seen(r.KeyID, r.CreatedAt)
 	}
 	return m, nil
 }

@@ -192,6 +192,29 @@ func TestRentRateLimit(t *testing.T) {
 	})
 }
 
+// A restart does not reset the limit for a key that rented within the
+// minute: the ledger says when it did.
+func TestRentRateLimitOutlivesARestart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t, offer("h100", TierUK, 250, 64))
+		if err := e.m.Allow("k1"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.m.Rent(context.Background(), owner, api.RentRequest{GPUModelID: "h100", TierID: TierUK}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Second)
+		restarted := e.open(t)
+		var ae *api.Error
+		if err := restarted.Allow("k1"); !errors.As(err, &ae) || ae.HTTPStatus() != 429 || ae.RetryAfter != 40*time.Second {
+			t.Fatalf("the key that rented, after a restart: %v", err)
+		}
+		if err := restarted.Allow("k2"); err != nil {
+			t.Fatalf("another key after a restart: %v", err)
+		}
+	})
+}
+
 // A rental across midnight at the month's end: the spend report of the
 // new month counts only its part after midnight.
 func TestSpendSplitsAtTheMonth(t *testing.T) {

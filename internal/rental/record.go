@@ -24,7 +24,10 @@ type record struct {
 	Status     string    `json:"status"`
 	WorkerID   string    `json:"worker_id"`
 	TokenID    string    `json:"token_id"`
-	CreatedAt  time.Time `json:"created_at"`
+	// KeyID is the API key that asked for the rental (the rate limit's
+	// count); empty in records from before it was kept.
+	KeyID     string    `json:"key_id,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
 	// StartedAt is when the worker first connected: billing starts there.
 	StartedAt *time.Time `json:"started_at,omitempty"`
 	// StopRequestedAt is when a stop was asked for (or decided): billing

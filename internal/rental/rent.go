@@ -215,6 +215,20 @@ func (l *MemoryLimiter) AllowRent(_ context.Context, keyID string, every time.Du
 	return ok, wait, nil
 }
 
+// seen notes a request of keyID at, unless a later one is noted: a
+// restarted gateway learns the rentals its keys asked for lately from the
+// ledger, so that the limit outlives the restart for them.
+func (l *MemoryLimiter) seen(keyID string, at time.Time) {
+	if keyID == "" {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if last, ok := l.last[keyID]; !ok || at.After(last) {
+		l.last[keyID] = at
+	}
+}
+
 // allow counts a request of keyID if the last was every ago or more;
 // otherwise it tells how long until it would be.
 func (l *MemoryLimiter) allow(keyID string, every time.Duration) (bool, time.Duration) {
@@ -300,7 +314,7 @@ func (m *Manager) Rent(ctx context.Context, p auth.Principal, req api.RentReques
 		return api.Rental{}, api.Conflict("No capacity for %s in the %s tier now; try again later or another tier", gpu[0].Label, tier.Label)
 	}
 
-	r, secret, err := m.create(p.OrgID, org.Name, req, tier, gpu[0], variants, now)
+	r, secret, err := m.create(p.OrgID, p.KeyID, org.Name, req, tier, gpu[0], variants, now)
 	if err != nil {
 		return api.Rental{}, err
 	}
@@ -414,7 +428,7 @@ func (m *Manager) checkPayment(org api.Organization, price money.GBP, now time.T
 // bound to it, before any provider is asked: a machine placed for a
 // rental the ledger does not know would be found and destroyed at the
 // next start.
-func (m *Manager) create(orgID, orgName string, req api.RentRequest, tier Tier, gpu priced, variants []Variant, now time.Time) (*record, string, error) {
+func (m *Manager) create(orgID, keyID, orgName string, req api.RentRequest, tier Tier, gpu priced, variants []Variant, now time.Time) (*record, string, error) {
 	id := uuid.NewString()
 	// The fleet may be another replica's (a cluster's): it is asked
 	// before the lock, which the rentals' readers wait on.
@@ -435,7 +449,7 @@ func (m *Manager) create(orgID, orgName string, req api.RentRequest, tier Tier, 
 	}
 	r := &record{ID: id, OrgID: orgID, Name: name, GPUModelID: gpu.GPUModelID, Label: gpu.Label,
 		TierID: tier.ID, TierLabel: tier.Label, Models: models, Status: api.RentalProvisioning,
-		WorkerID: m.cfg.WorkerID(orgID, name), TokenID: tok.ID, CreatedAt: now, BootPhase: api.BootQueued,
+		WorkerID: m.cfg.WorkerID(orgID, name), TokenID: tok.ID, KeyID: keyID, CreatedAt: now, BootPhase: api.BootQueued,
 		Provider: gpu.provider.Name(), Notes: []api.RentalNote{}}
 	r.note(now, "requested", fmt.Sprintf("%s in the %s tier", gpu.Label, tier.Label))
 	m.mu.Lock()
