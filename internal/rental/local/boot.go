@@ -21,13 +21,34 @@ import (
 const pollEvery = 200 * time.Millisecond
 
 // run boots an instance's worker, then watches it until ctx ends or the
-// worker does.
+// worker does. The boot holds the instance's boot lock: one resumed after
+// a restart waits out the boot of the process it replaces, and then goes
+// on from what that one did.
 func (p *Provider) run(ctx context.Context, in *instance, w rental.WorkerSpec) {
+	release, err := lockBoot(ctx, in.dir)
+	if err != nil {
+		if ctx.Err() == nil {
+			p.end(in, rental.InstanceFailed, "boot: "+err.Error())
+		}
+		return
+	}
+	if d := readDisk(in.dir); d.pid != 0 || d.err != errCutShort {
+		// The boot this one waited for started the worker, or ended.
+		release()
+		p.mu.Lock()
+		in.state, in.phase, in.err, in.pid = d.state, d.phase, d.err, d.pid
+		p.mu.Unlock()
+		if d.state == rental.InstanceRunning {
+			p.watch(ctx, in, d.pid)
+		}
+		return
+	}
 	pid, err := p.boot(ctx, in, w)
+	release()
 	if err != nil {
 		if ctx.Err() != nil {
-			// Destroyed or closed: a provider started later finds the
-			// directory without a pid and reports the boot cut short.
+			// Destroyed or closed: a provider started later over the
+			// directory resumes the boot.
 			return
 		}
 		p.log.Warn("local rental: boot failed", "instance", in.id, "err", err)
@@ -116,6 +137,10 @@ func workerEnv(env []string) []string {
 // that the worker keeps its binary whatever happens to the gateway's,
 // else a copy.
 func installBinary(src, dst string) error {
+	// A boot resumed after a restart finds the last one's.
+	if err := os.Remove(dst); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
 	if os.Link(src, dst) == nil {
 		return nil
 	}

@@ -212,6 +212,10 @@ func (p *Provider) adopt() error {
 		if err != nil {
 			continue
 		}
+		if resumable(dir, m) {
+			p.resume(id, dir, m)
+			continue
+		}
 		d := readDisk(dir)
 		if d.state != rental.InstanceRunning {
 			continue
@@ -228,6 +232,24 @@ func (p *Provider) adopt() error {
 		})
 	}
 	return nil
+}
+
+// resume boots again an instance whose boot a stopped provider cut short,
+// once that provider's boot has let go of it: a rental the gateway
+// accepted outlives the gateway's restart, as a cloud machine's boot
+// would. It is pending meanwhile.
+func (p *Provider) resume(id, dir string, m meta) {
+	in := &instance{id: id, dir: dir, meta: m, state: rental.InstancePending, phase: api.BootQueued, done: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	in.cancel = cancel
+	p.insts[id] = in
+	w := rental.WorkerSpec{Gateway: m.Gateway, Name: m.WorkerName, Models: m.Models}
+	p.log.Info("local rental: resuming a boot cut short", "instance", id, "rental", m.RentalID)
+	p.wg.Go(func() {
+		defer close(in.done)
+		defer cancel()
+		p.run(ctx, in, w)
+	})
 }
 
 // Name is "local".
@@ -307,7 +329,7 @@ func (p *Provider) Create(ctx context.Context, l rental.Launch) (rental.Instance
 	}
 	now := time.Now().UTC()
 	m := meta{RentalID: l.RentalID, GPUModelID: gpu.GPUModelID, TierID: gpu.TierID, Region: gpu.Region,
-		WorkerName: l.Worker.Name, Created: now}
+		WorkerName: l.Worker.Name, Created: now, Gateway: l.Worker.Gateway, Models: l.Worker.Models}
 	if l.Worker.MaxRuntime > 0 {
 		end := now.Add(l.Worker.MaxRuntime)
 		m.Deadline = &end
@@ -428,7 +450,7 @@ func (p *Provider) Destroy(ctx context.Context, id string) error {
 
 // Close stops the boots in progress and the watching of workers, and
 // waits for them. The workers keep running, for a provider over the same
-// directory to find; an interrupted boot leaves a failed instance.
+// directory to find; an interrupted boot is resumed by it.
 func (p *Provider) Close() error {
 	p.mu.Lock()
 	p.closed = true

@@ -319,9 +319,84 @@ func TestRestart(t *testing.T) {
 	}
 }
 
-// A boot the gateway's stop cut short is a failed instance to the next
-// provider, which can still destroy it.
-func TestBootCutShort(t *testing.T) {
+// A boot the gateway's stop cut short is resumed by the next provider over
+// the directory, as the gateway restarts: the rental it accepted gets its
+// worker.
+func TestBootCutShortIsResumed(t *testing.T) {
+	dir := t.TempDir()
+	t.Cleanup(func() { destroyAll(t, dir) })
+	p1, err := New(Config{Exe: svcBinary, Dir: dir, GPUs: testGPUs(), BootStep: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	created, err := p1.Create(t.Context(), launch(t, p1, "r1", closedGateway(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p1.Close()
+	p2 := newProvider(t, dir)
+	if in, err := p2.Status(t.Context(), created.ID); err != nil || in.State != rental.InstancePending {
+		t.Fatalf("status after the restart %+v, %v", in, err)
+	}
+	if offers, _ := p2.Offers(t.Context()); offers[0].Available {
+		t.Error("a resumed boot does not hold its GPU")
+	}
+	in, _ := waitState(t, p2, created.ID, rental.InstanceRunning)
+	if in.BootPhase != api.BootWorkerStarted || in.RentalID != "r1" {
+		t.Fatalf("resumed %+v", in)
+	}
+	if pid := readPid(filepath.Join(dir, created.ID)); pid == 0 || !alive(pid) {
+		t.Fatalf("no worker after the resumed boot (pid %d)", pid)
+	}
+	if err := p2.Destroy(t.Context(), created.ID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A provider started while another still boots an instance (a handover:
+// the new gateway starts before the old one stops) does not start a
+// second worker: whichever takes the boot first boots, and the other
+// waits for it and watches the worker it started.
+func TestResumeWaitsForABootStillGoing(t *testing.T) {
+	dir := t.TempDir()
+	t.Cleanup(func() { destroyAll(t, dir) })
+	p1, err := New(Config{Exe: svcBinary, Dir: dir, GPUs: testGPUs(), BootStep: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p1.Close()
+	created, err := p1.Create(t.Context(), launch(t, p1, "r1", closedGateway(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2 := newProvider(t, dir)
+	if in, err := p2.Status(t.Context(), created.ID); err != nil || in.State != rental.InstancePending {
+		t.Fatalf("status beside the boot %+v, %v", in, err)
+	}
+	waitState(t, p1, created.ID, rental.InstanceRunning)
+	p1.mu.Lock()
+	started := p1.insts[created.ID].pid
+	p1.mu.Unlock()
+	waitState(t, p2, created.ID, rental.InstanceRunning)
+	p2.mu.Lock()
+	watched := p2.insts[created.ID].pid
+	p2.mu.Unlock()
+	if watched != started || readPid(filepath.Join(dir, created.ID)) != started {
+		t.Fatalf("the first boot started worker %d; the second provider watches %d, the pid file says %d",
+			started, watched, readPid(filepath.Join(dir, created.ID)))
+	}
+	p1.Close()
+	if err := p2.Destroy(t.Context(), created.ID); err != nil {
+		t.Fatal(err)
+	}
+	if alive(started) {
+		t.Error("the worker survived its destruction")
+	}
+}
+
+// An instance from before the launch was kept cannot be resumed: its boot
+// cut short is a failed instance, which the next provider can destroy.
+func TestBootCutShortWithoutItsLaunchFails(t *testing.T) {
 	dir := t.TempDir()
 	p1, err := New(Config{Exe: svcBinary, Dir: dir, GPUs: testGPUs(), BootStep: time.Hour})
 	if err != nil {
@@ -332,6 +407,14 @@ func TestBootCutShort(t *testing.T) {
 		t.Fatal(err)
 	}
 	p1.Close()
+	m, err := readMeta(filepath.Join(dir, created.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Gateway, m.Models = "", nil
+	if err := writeJSON(filepath.Join(dir, created.ID, metaFile), m); err != nil {
+		t.Fatal(err)
+	}
 	p2 := newProvider(t, dir)
 	in, err := p2.Status(t.Context(), created.ID)
 	if err != nil || in.State != rental.InstanceFailed || !strings.Contains(in.Error, "cut short") {

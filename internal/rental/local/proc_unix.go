@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -20,6 +21,34 @@ const (
 	termGrace = 5 * time.Second
 	killGrace = 5 * time.Second
 )
+
+// lockBoot takes the boot lock of the instance in dir, waiting while
+// another process's boot holds it, until ctx ends. The lock is released
+// by release, or with the process.
+func lockBoot(ctx context.Context, dir string) (release func(), err error) {
+	f, err := os.OpenFile(filepath.Join(dir, lockFile), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open the boot lock: %w", err)
+	}
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return func() { _ = f.Close() }, nil
+		}
+		if err != syscall.EWOULDBLOCK && err != syscall.EINTR {
+			_ = f.Close()
+			return nil, fmt.Errorf("take the boot lock: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			_ = f.Close()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
 
 // ownGroup starts the worker in a process group of its own, which Destroy
 // ends as a whole. There is deliberately no parent-death signal: workers

@@ -24,6 +24,10 @@ const (
 	logFile   = "worker.log"
 	pidFile   = "pid"
 	exitFile  = "exit.json"
+	// lockFile is locked while a boot runs (lockBoot): a provider started
+	// over the directory, as the gateway restarts, resumes a boot its
+	// predecessor's stop cut short, and waits for one still going.
+	lockFile = "boot.lock"
 )
 
 // meta is what a provider started later needs to know of an instance.
@@ -34,6 +38,11 @@ type meta struct {
 	Region     string    `json:"region"`
 	WorkerName string    `json:"worker_name"`
 	Created    time.Time `json:"created"`
+	// Gateway and Models are the worker's launch but its token, which is
+	// in its own file: what a boot resumed after a restart needs. Absent
+	// in instances created before they were kept.
+	Gateway string           `json:"gateway,omitempty"`
+	Models  []rental.Variant `json:"models,omitempty"`
 	// Deadline is when the worker is stopped whatever the gateway says,
 	// from the launch's MaxRuntime.
 	Deadline *time.Time `json:"deadline,omitempty"`
@@ -123,12 +132,27 @@ func readDisk(dir string) disk {
 		}
 	}
 	if pid == 0 {
-		return disk{state: rental.InstanceFailed, err: "the boot was cut short: the gateway stopped before the worker started"}
+		return disk{state: rental.InstanceFailed, err: errCutShort}
 	}
 	if alive, _ := probe(pid, filepath.Join(dir, binFile)); alive {
 		return disk{state: rental.InstanceRunning, phase: api.BootWorkerStarted, pid: pid}
 	}
 	return disk{state: rental.InstanceFailed, phase: api.BootWorkerStarted, err: exitError(dir, ""), pid: pid}
+}
+
+// errCutShort is the end of an instance whose boot was stopped before its
+// worker started and cannot be resumed (created before its launch was
+// kept).
+const errCutShort = "the boot was cut short: the gateway stopped before the worker started"
+
+// resumable reports an instance whose boot was cut short and can be
+// resumed: no worker started, no end recorded, its launch kept.
+func resumable(dir string, m meta) bool {
+	if m.Gateway == "" || readPid(dir) != 0 {
+		return false
+	}
+	_, err := os.Stat(filepath.Join(dir, exitFile))
+	return errors.Is(err, os.ErrNotExist)
 }
 
 // exitError says why a worker ended: how (an exit status, when known) and
