@@ -10,7 +10,6 @@ import (
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/link"
-	"github.com/svc-dev/svc/internal/link/linktest"
 )
 
 // controls returns a function that hands the fleet a control frame of
@@ -166,17 +165,9 @@ func TestSharedNameStopsReplacing(t *testing.T) {
 		// welcome connects a session of the name and returns the
 		// gateway's answer.
 		welcome := func(fw *fakeWorker) api.Welcome {
-			gc, wc := linktest.Pipe()
 			hello := fw.hello
 			hello.Streams = fw.sess.RecvState()
-			h.conns.Go(func() { _ = h.f.Connect(h.ctx, "o", hello, gc) })
-			msg, err := wc.ReadMessage()
-			if err != nil {
-				t.Fatal(err)
-			}
-			fr, _, _ := link.DecodeFrame(msg)
-			var w api.Welcome
-			_ = json.Unmarshal(fr.Payload, &w)
+			w, wc := h.welcome("o", hello)
 			if w.Error == "" {
 				fw.conn = wc
 				if _, err := fw.sess.Attach(wc, w.Streams); err != nil {
@@ -258,17 +249,9 @@ func TestFleetIsBounded(t *testing.T) {
 		b := h.worker("o", "b", 1, chat("m"))
 		c := h.worker("o", "c", 1, chat("m"))
 
-		gc, wc := linktest.Pipe()
 		hello := api.Hello{Protocol: link.Protocol, Name: "d", SessionID: "s", MaxConcurrent: 1, Models: []api.Model{chat("m")}}
-		h.conns.Go(func() { _ = h.f.Connect(h.ctx, "o", hello, gc) })
-		msg, err := wc.ReadMessage()
-		if err != nil {
-			t.Fatal(err)
-		}
-		fr, _, _ := link.DecodeFrame(msg)
-		var w api.Welcome
-		if err := json.Unmarshal(fr.Payload, &w); err != nil || !strings.Contains(w.Error, "3 connected workers") || w.RetryAfterS != 60 {
-			t.Fatalf("a fourth worker while three are connected: %s, want refused for a minute", fr.Payload)
+		if w, _ := h.welcome("o", hello); !strings.Contains(w.Error, "3 connected workers") || w.RetryAfterS != 60 {
+			t.Fatalf("a fourth worker while three are connected: %+v, want refused for a minute", w)
 		}
 
 		for _, fw := range []*fakeWorker{b, c} {

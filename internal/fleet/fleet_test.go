@@ -155,6 +155,27 @@ func (fw *fakeWorker) connect(org string) {
 	fw.h.expect(fw.id, org, api.StatusHealthy)
 }
 
+// welcome connects hello to organisation org over a new pipe, and returns
+// the gateway's welcome and the worker's end of the pipe.
+func (h *harness) welcome(org string, hello api.Hello) (api.Welcome, *linktest.Conn) {
+	h.t.Helper()
+	gc, wc := linktest.Pipe()
+	h.conns.Go(func() { _ = h.f.Connect(h.ctx, org, hello, gc) })
+	msg, err := wc.ReadMessage()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	f, _, err := link.DecodeFrame(msg)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var w api.Welcome
+	if err := json.Unmarshal(f.Payload, &w); err != nil {
+		h.t.Fatalf("welcome %s: %v", f.Payload, err)
+	}
+	return w, wc
+}
+
 // settled is the listing of worker id once everything in the bubble has
 // run as far as it can without time passing.
 func (h *harness) settled(id, org string) api.Worker {
@@ -635,18 +656,11 @@ func TestResumeOverUnnoticedDropIsTransient(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, Config{Grace: 5 * time.Second})
 		w := h.worker("o", "w", 1, chat("m"))
-		gc, wc := linktest.Pipe()
 		hello := w.hello
 		hello.Streams = w.sess.RecvState()
-		h.conns.Go(func() { _ = h.f.Connect(h.ctx, "o", hello, gc) })
-		msg, err := wc.ReadMessage()
-		if err != nil {
-			t.Fatal(err)
-		}
-		f, _, _ := link.DecodeFrame(msg)
-		var welcome api.Welcome
-		if err := json.Unmarshal(f.Payload, &welcome); err != nil || !welcome.Resumed {
-			t.Fatalf("welcome %+v %v", welcome, err)
+		welcome, wc := h.welcome("o", hello)
+		if !welcome.Resumed {
+			t.Fatalf("welcome %+v", welcome)
 		}
 		// The gateway dropped the old connection; the worker hears of it and
 		// takes the new one.

@@ -319,21 +319,29 @@ func TestRestart(t *testing.T) {
 	}
 }
 
+// cutShort creates an instance in dir whose boot a provider's stop cuts
+// short.
+func cutShort(t *testing.T, dir string) rental.Instance {
+	t.Helper()
+	p, err := New(Config{Exe: svcBinary, Dir: dir, GPUs: testGPUs(), BootStep: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	created, err := p.Create(t.Context(), launch(t, p, "r1", closedGateway(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = p.Close()
+	return created
+}
+
 // A boot the gateway's stop cut short is resumed by the next provider over
 // the directory, as the gateway restarts: the rental it accepted gets its
 // worker.
 func TestBootCutShortIsResumed(t *testing.T) {
 	dir := t.TempDir()
 	t.Cleanup(func() { destroyAll(t, dir) })
-	p1, err := New(Config{Exe: svcBinary, Dir: dir, GPUs: testGPUs(), BootStep: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	created, err := p1.Create(t.Context(), launch(t, p1, "r1", closedGateway(t)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p1.Close()
+	created := cutShort(t, dir)
 	p2 := newProvider(t, dir)
 	if in, err := p2.Status(t.Context(), created.ID); err != nil || in.State != rental.InstancePending {
 		t.Fatalf("status after the restart %+v, %v", in, err)
@@ -398,15 +406,7 @@ func TestResumeWaitsForABootStillGoing(t *testing.T) {
 // cut short is a failed instance, which the next provider can destroy.
 func TestBootCutShortWithoutItsLaunchFails(t *testing.T) {
 	dir := t.TempDir()
-	p1, err := New(Config{Exe: svcBinary, Dir: dir, GPUs: testGPUs(), BootStep: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	created, err := p1.Create(t.Context(), launch(t, p1, "r1", closedGateway(t)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p1.Close()
+	created := cutShort(t, dir)
 	m, err := readMeta(filepath.Join(dir, created.ID))
 	if err != nil {
 		t.Fatal(err)
