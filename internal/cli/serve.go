@@ -49,8 +49,11 @@ type ServeOptions struct {
 	StartGrace  time.Duration
 	QueueHold   time.Duration
 	WorkerGrace time.Duration
-	LogLevel    string
-	LogFormat   string
+	// WorkerConnectRate is the worker links an organisation opens a
+	// second after a burst.
+	WorkerConnectRate float64
+	LogLevel          string
+	LogFormat         string
 	// Demo runs a simulated worker in the same process.
 	Demo bool
 	// Timing shortens the relay's clocks; hidden flags, for tests.
@@ -126,7 +129,7 @@ is and a ready curl command.`,
 				envFlag{"addr", "SVC_ADDR"}, envFlag{"data", "SVC_DATA"},
 				envFlag{"drain-timeout", "SVC_DRAIN_TIMEOUT"}, envFlag{"queue-hold", "SVC_QUEUE_HOLD"},
 				envFlag{"store-wait", "SVC_STORE_WAIT"}, envFlag{"start-grace", "SVC_START_GRACE"},
-				envFlag{"worker-grace", "SVC_WORKER_GRACE"},
+				envFlag{"worker-grace", "SVC_WORKER_GRACE"}, envFlag{"worker-connect-rate", "SVC_WORKER_CONNECT_RATE"},
 				envFlag{"log-level", "SVC_LOG_LEVEL"}, envFlag{"log-format", "SVC_LOG_FORMAT"},
 				envFlag{"public-url", "SVC_PUBLIC_URL"}, envFlag{"max-connections", "SVC_MAX_CONNECTIONS"},
 				envFlag{"usage-retention", "SVC_USAGE_RETENTION"}, envFlag{"store-backlog-mb", "SVC_STORE_BACKLOG_MB"},
@@ -181,6 +184,9 @@ is and a ready curl command.`,
 			if opts.StoreBacklogMB < 1 {
 				return usageErrorf("--store-backlog-mb must be at least 1, got %d", opts.StoreBacklogMB)
 			}
+			if !(opts.WorkerConnectRate > 0) {
+				return usageErrorf("--worker-connect-rate must be above 0, got %g", opts.WorkerConnectRate)
+			}
 			if opts.StallTimeout < time.Second {
 				return usageErrorf("--stall-timeout must be at least 1s, got %s", opts.StallTimeout)
 			}
@@ -218,6 +224,7 @@ is and a ready curl command.`,
 	fl.DurationVar(&opts.StartGrace, "start-grace", 10*time.Second, "how long after a restart requests wait for the workers the replaced server had to reconnect (env SVC_START_GRACE)")
 	fl.DurationVar(&opts.QueueHold, "queue-hold", 2*time.Second, "how long a request waits for a busy model before a 429 (env SVC_QUEUE_HOLD)")
 	fl.DurationVar(&opts.WorkerGrace, "worker-grace", 15*time.Second, "how long a dropped worker may take to reconnect before its requests fail or move (env SVC_WORKER_GRACE)")
+	fl.Float64Var(&opts.WorkerConnectRate, "worker-connect-rate", 20, "worker links an organisation may open a second, after a burst as large as its fleet (at least 1,024); more are answered 429 with Retry-After, which workers wait out (env SVC_WORKER_CONNECT_RATE)")
 	fl.StringVar(&opts.LogLevel, "log-level", "info", "debug, info, warn or error (env SVC_LOG_LEVEL)")
 	fl.StringVar(&opts.LogFormat, "log-format", "auto", "text, json, or auto: text on a terminal, JSON otherwise (env SVC_LOG_FORMAT)")
 	fl.BoolVar(&opts.Demo, "demo", false, "also run a simulated worker in this process")
@@ -287,7 +294,8 @@ func runServe(ctx context.Context, f *Factory, opts *ServeOptions) error {
 			AdvertiseURL: opts.AdvertiseURL, Region: opts.Region, LeaseTTL: opts.LeaseTTL},
 		Build:  f.Build,
 		Logger: log,
-		Fleet:  fleet.Config{Hold: opts.QueueHold, Grace: opts.WorkerGrace, StartGrace: startGrace(opts.StartGrace)},
+		Fleet: fleet.Config{Hold: opts.QueueHold, Grace: opts.WorkerGrace, StartGrace: startGrace(opts.StartGrace),
+			ConnectRate: opts.WorkerConnectRate},
 		Timing: relay.Timing{KeepAliveAfter: opts.KeepAliveAfter, KeepAliveEvery: opts.KeepAliveEvery},
 		Tracer: tracer,
 	}

@@ -76,15 +76,12 @@ func refuseFor(conn link.Conn, reason string, wait time.Duration) {
 	_ = conn.Close()
 }
 
-// An organisation's workers connect at most connectRate times a second
-// after a burst as large as its fleet, and at least connectBurst: a
+// An organisation's workers connect at most Config.ConnectRate times a
+// second after a burst as large as its fleet, and at least connectBurst: a
 // gateway's restart brings every worker back at once, while a token's
 // holder looping through connections, each one recorded as events and
 // most under a new name, is slowed to the rate.
-const (
-	connectRate  = 20
-	connectBurst = 1024
-)
+const connectBurst = 1024
 
 // AllowConnect counts a worker connection of organisation orgID. It
 // returns zero when the worker may go on, or else how long to wait before
@@ -97,7 +94,7 @@ func (f *Fleet) AllowConnect(orgID string) time.Duration {
 	burst := max(connectBurst, len(o.workers))
 	switch {
 	case o.connects == nil:
-		o.connects = rate.NewLimiter(connectRate, burst)
+		o.connects = rate.NewLimiter(rate.Limit(f.cfg.ConnectRate), burst)
 	case o.connects.Burst() < burst:
 		o.connects.SetBurstAt(now, burst)
 	}
@@ -105,7 +102,7 @@ func (f *Fleet) AllowConnect(orgID string) time.Duration {
 		return 0
 	}
 	// A refusal takes no token: the wait is the time until a whole one.
-	return time.Duration((1 - o.connects.TokensAt(now)) / connectRate * float64(time.Second))
+	return time.Duration((1 - o.connects.TokensAt(now)) / f.cfg.ConnectRate * float64(time.Second))
 }
 
 // errFleetFull refuses a newcomer to an organisation whose fleet lists

@@ -44,6 +44,10 @@ type Config struct {
 	// connected or offline: a newcomer past it takes the place of the one
 	// offline longest, and waits while none is (default 10,000).
 	MaxWorkers int
+	// ConnectRate is how many worker links an organisation opens a
+	// second after a burst as large as its fleet (AllowConnect; default
+	// 20).
+	ConnectRate float64
 	// Heartbeat is how often workers are asked to report.
 	Heartbeat time.Duration
 	// Limit tunes the adaptive concurrency limit of each worker and model.
@@ -120,6 +124,9 @@ func (c *Config) defaults() {
 	}
 	if c.MaxWorkers <= 0 {
 		c.MaxWorkers = 10000
+	}
+	if c.ConnectRate <= 0 {
+		c.ConnectRate = 20
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
