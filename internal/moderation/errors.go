@@ -67,6 +67,10 @@ func ShapeError(err error) error {
 	case ae.ServerFault():
 		out.Kind, out.Type, out.Code = api.KindUnavailable, "", api.CodeModerationUnavailable
 		out.Message = "The moderation check failed on the worker; retry: " + ae.Message
+		if ae.Code == api.CodeWorkersUnhealthy {
+			// Refused before any worker ran it: its workers are held back.
+			out.Message = "No worker can run the moderation check now; retry: " + ae.Message
+		}
 		if out.RetryAfter == 0 {
 			out.RetryAfter = time.Second
 		}

@@ -59,6 +59,16 @@ func TestShapeError(t *testing.T) {
 	}
 }
 
+// A check refused because its workers are held back never reached one:
+// its message does not say a worker failed it.
+func TestShapeErrorHeldBack(t *testing.T) {
+	var ae *api.Error
+	in := &api.Error{Kind: api.KindUnavailable, Code: api.CodeWorkersUnhealthy, RetryAfter: 2 * time.Second, Message: "held back"}
+	if !errors.As(ShapeError(in), &ae) || strings.Contains(ae.Message, "failed on the worker") || !strings.Contains(ae.Message, "held back") {
+		t.Fatalf("held back: %+v", ae)
+	}
+}
+
 // A worker's failed result is a row of the table by its status: one that
 // cannot run the check at all (501) or has no memory for the model (507)
 // is a lasting conflict, not worth a retry, and says so; any other 5xx is
