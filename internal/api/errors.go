@@ -78,7 +78,11 @@ type Error struct {
 	// QueueDepth is how many requests were already waiting when a
 	// KindCapacity was given (X-Svc-Queue-Depth).
 	QueueDepth int
-	Err        error
+	// Sealed, when set, is the body to answer with instead of one the
+	// gateway renders: a worker's own failure of a private request,
+	// sealed to the client, which alone can read it (e2ee.ContentType).
+	Sealed []byte
+	Err    error
 	// relayed is the status of a worker's failed result, for KindRelayed.
 	relayed int
 }

@@ -85,6 +85,11 @@ type Result struct {
 	// sealed speech request, AudioSeconds is the length of the audio made.
 	AudioFormat  string   `json:"audio_format,omitempty"`
 	AudioSeconds *float64 `json:"audio_seconds,omitempty"`
+	// Sealed is a private request's failure as its client reads it, sealed
+	// to the client (e2ee's non-streaming reply): the gateway answers with
+	// it in place of a body of its own, while Error tells it only the kind
+	// of failure.
+	Sealed json.RawMessage `json:"sealed,omitempty"`
 }
 
 // ResultError is an engine or worker failure.

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"math"
@@ -162,6 +163,10 @@ func (r *Result) AppendJSON(b []byte) []byte {
 		b = append(b, `,"audio_seconds":`...)
 		b = jsontext.AppendFloat(b, *r.AudioSeconds)
 	}
+	if len(r.Sealed) > 0 {
+		b = append(b, `,"sealed":`...)
+		b = append(b, r.Sealed...)
+	}
 	return append(b, '}')
 }
 
@@ -240,6 +245,8 @@ func decodeResult(b []byte, r *Result) error {
 				text(&s, &r.AudioFormat)
 			case s.Is(k, kind, "audio_seconds"):
 				floatPtr(&s, &r.AudioSeconds)
+			case s.Is(k, kind, "sealed"):
+				r.Sealed = bytes.Clone(s.Raw())
 			default:
 				s.Value()
 			}

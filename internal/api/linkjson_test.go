@@ -21,6 +21,8 @@ var linkResults = []Result{
 	{Status: 422, Final: true, Error: &ResultError{Message: ""}},
 	{Status: 429, Error: &ResultError{Message: "busy", RetryAfter: 7}},
 	{Status: 200, AudioFormat: "flac", AudioSeconds: ptr(2.5)},
+	{Status: 400, Error: &ResultError{Message: "the encrypted request is invalid", Type: "invalid_request_error"},
+		Sealed: json.RawMessage(`{"svc_e2e":1,"response_nonce":"bm9uY2U=","chunks":["c2VhbGVk"]}`)},
 }
 
 // The bytes are encoding/json's, so a gateway of an older release reads
@@ -83,6 +85,7 @@ func FuzzDecodeResult(f *testing.F) {
 		`{"timing":{"cold_start":"yes"}}`, `{"retryable":1}`, `{"usage":{"cached_tokens":null}}`,
 		`{"finish_reason":"\u00e9\ud800"}`, `{"unknown":[1,{"a":[]}],"status":5}`, `{"energy_wh":1e400}`,
 		`{"s\u0074atus":7}`, `{"status":200,}`, ` {"status" : 200 } `,
+		`{"status":400,"sealed":{"svc_e2e":1,"chunks":["x"]}}`, `{"sealed":null}`, `{"sealed": [1, 2] ,"sealed":"s"}`,
 	} {
 		f.Add([]byte(s))
 	}

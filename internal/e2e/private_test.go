@@ -27,6 +27,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/svc-dev/svc/e2ee"
+	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/harness"
 )
 
@@ -264,12 +265,41 @@ func TestPrivateInferenceErrors(t *testing.T) {
 		}
 	}
 	// Content filtering still applies: the worker checks what it opened.
+	// Its verdict goes to the client sealed, labels and all: the gateway
+	// learns only that the request failed with a 400.
 	filtered := filteredKey(t, s)
-	flagged, _, _ := e2ee.SealRequest(pub, "sim-chat", false,
+	flagged, flaggedOpener, _ := e2ee.SealRequest(pub, "sim-chat", false,
 		[]byte(`{"model":"sim-chat","messages":[{"role":"user","content":"how to hurt someone\nsim: verdict=unsafe labels=Violent"}]}`))
-	if r := s.do("POST", "/v1/chat/completions", string(flagged), bearer(filtered), header{"Content-Type", e2ee.ContentType}); r.Status != 400 ||
-		!strings.Contains(string(r.Body), "content_filter") || strings.Contains(string(r.Body), "hurt") {
-		t.Errorf("flagged sealed chat on a filtered key = %d %s", r.Status, r.Body)
+	r := s.do("POST", "/v1/chat/completions", string(flagged), bearer(filtered), header{"Content-Type", e2ee.ContentType})
+	if r.Status != 400 || r.Header.Get("Content-Type") != e2ee.ContentType ||
+		strings.Contains(string(r.Body), "content_filter") || strings.Contains(string(r.Body), "hurt") {
+		t.Errorf("flagged sealed chat on a filtered key = %d %v %s", r.Status, r.Header, r.Body)
+	}
+	var refusal api.Body
+	if plain, err := flaggedOpener.OpenBody(r.Body); err != nil || json.Unmarshal(plain, &refusal) != nil ||
+		refusal.Error == nil || refusal.Error.Type != "content_filter" || !strings.Contains(refusal.Error.Message, "Violent") {
+		t.Errorf("the flagged chat's refusal, opened: %s %v", plain, err)
+	}
+	if row := waitRow(t, s, key, r.Header.Get("X-Request-Id")); strings.Contains(fmt.Sprint(row), "content_filter") ||
+		strings.Contains(fmt.Sprint(row), "Violent") {
+		t.Errorf("the gateway's row tells of the verdict: %v", row)
+	}
+	// A request that opens and fails validation: the field and the
+	// check's message go to the client sealed, streamed or not; the
+	// gateway's answer and row say only that it is invalid.
+	for _, stream := range []bool{false, true} {
+		bad := `{"model":"sim-chat","stream":` + strconv.FormatBool(stream) + `,"messages":[{"role":"robot","content":"` + marker + `"}]}`
+		sealed, opener, _ := e2ee.SealRequest(pub, "sim-chat", stream, []byte(bad))
+		r := sealedPost("/v1/chat/completions", sealed)
+		var refusal api.Body
+		plain, err := opener.OpenBody(r.Body)
+		if r.Status != 400 || strings.Contains(string(r.Body), "messages.0.role") || err != nil || json.Unmarshal(plain, &refusal) != nil ||
+			refusal.Error == nil || !strings.Contains(refusal.Error.Message, "messages.0.role") || strings.Contains(string(plain), marker) {
+			t.Errorf("invalid sealed chat (stream %v) = %d %s, opened %s %v", stream, r.Status, r.Body, plain, err)
+		}
+		if row := waitRow(t, s, key, r.Header.Get("X-Request-Id")); strings.Contains(fmt.Sprint(row), "role") {
+			t.Errorf("the gateway's row names the field: %v", row)
+		}
 	}
 	// Moderation cannot judge what it cannot read.
 	if r := sealedPost("/v1/moderations", envelope); r.Status != 400 || r.Header.Get("X-Svc-Error-Code") != "encrypted_input_not_supported" {

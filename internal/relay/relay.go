@@ -600,7 +600,16 @@ func (c *Call) settle(res *api.Result) error {
 	c.res = res
 	c.lease.Release(outcome(res))
 	if res.Status != http.StatusOK {
-		return resultError(res)
+		err := resultError(res)
+		if c.req.E2E && len(res.Sealed) > 0 {
+			// The worker sealed its failure to the client: the client
+			// is answered with it, and the gateway keeps the clear
+			// result, which tells only the kind of failure.
+			if sealed, serr := c.sealedReply(res.Sealed); serr == nil {
+				err.Sealed = sealed
+			}
+		}
+		return err
 	}
 	if cold := res.Timing.ColdStart; cold != nil && *cold {
 		c.lease.Loaded(res.Timing.ModelLoadMs)
@@ -617,7 +626,7 @@ const maxRetryAfter = time.Hour
 // gateway's says more than it does. A 500 is the exception: the spec's
 // 500 is the gateway's own fault, and an engine's is no usable response
 // from the worker, 502.
-func resultError(res *api.Result) error {
+func resultError(res *api.Result) *api.Error {
 	status := res.Status
 	if status == http.StatusInternalServerError {
 		status = http.StatusBadGateway

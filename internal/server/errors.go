@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/valyala/fasthttp"
 
+	"github.com/svc-dev/svc/e2ee"
 	"github.com/svc-dev/svc/internal/anthropic"
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/jsontext"
@@ -386,6 +387,12 @@ func answerError(ctx *fasthttp.RequestCtx, ae *api.Error, f errorForm) {
 	status, body := renderError(&ctx.Response.Header, ae, f)
 	ctx.SetStatusCode(status)
 	ctx.SetContentType("application/json")
+	if len(ae.Sealed) > 0 {
+		// The worker's failure of a private request, which its client
+		// opens; the headers are the gateway's all the same.
+		body = ae.Sealed
+		ctx.SetContentType(e2ee.ContentType)
+	}
 	ctx.Response.SetBody(body)
 }
 

@@ -22,8 +22,10 @@ import (
 // openPrivate opens a request sealed to this worker's key and readies its
 // body for the engine as the gateway would a clear one: a chat is
 // validated and fitted to the model here, since the gateway could not read
-// it. Failures are final: another worker holds another key. Their
-// messages say what is wrong without repeating any of the content.
+// it. Failures are final: another worker holds another key. One of a
+// request that opened comes with the request, whose sealer seals the
+// failure to the client; the others say what is wrong without repeating
+// any of the content.
 func (a *Agent) openPrivate(req *api.LinkRequest, envelope []byte) (*privateRequest, *api.Result) {
 	if a.cfg.E2E == nil {
 		return nil, final(engine.Failure(http.StatusServiceUnavailable, api.TypeServiceUnavailable, "this worker serves no private inference"))
@@ -63,7 +65,7 @@ func (a *Agent) openPrivate(req *api.LinkRequest, envelope []byte) (*privateRequ
 			p.audioFormat, p.audioSeconds = tr.Params.Format, tr.Params.Seconds
 		}
 		if err != nil {
-			return nil, final(engine.Failure(http.StatusBadRequest, api.TypeInvalidRequest, invalidAt(err)))
+			return p, final(invalid(err))
 		}
 		p.body = params
 		// The gateway renders a clear transcript; a sealed one is rendered
@@ -89,17 +91,17 @@ func (a *Agent) openPrivate(req *api.LinkRequest, envelope []byte) (*privateRequ
 			p.body, err = json.Marshal(parsed.Params)
 		}
 		if err != nil {
-			return nil, final(engine.Failure(http.StatusBadRequest, api.TypeInvalidRequest, invalidAt(err)))
+			return p, final(invalid(err))
 		}
 	case api.KindRerank:
 		if _, err := rerank.Parse(opened.Body); err != nil {
-			return nil, final(engine.Failure(http.StatusBadRequest, api.TypeInvalidRequest, invalidAt(err)))
+			return p, final(invalid(err))
 		}
 	case api.KindImages:
 		// As the gateway would: n set and b64_json asked for, url refused.
 		parsed, err := images.Parse(opened.Body)
 		if err != nil {
-			return nil, final(engine.Failure(http.StatusBadRequest, api.TypeInvalidRequest, invalidAt(err)))
+			return p, final(invalid(err))
 		}
 		p.body = parsed.Body
 	case api.KindChat:
@@ -108,7 +110,7 @@ func (a *Agent) openPrivate(req *api.LinkRequest, envelope []byte) (*privateRequ
 			err = parsed.Prepare(a.modelMeta(req.Model))
 		}
 		if err != nil {
-			return nil, final(engine.Failure(http.StatusBadRequest, api.TypeInvalidRequest, invalidAt(err)))
+			return p, final(invalid(err))
 		}
 		p.body = parsed.Body
 	}
@@ -129,19 +131,15 @@ type privateRequest struct {
 	render func([]byte) ([]byte, error)
 }
 
-// invalidAt words a sealed request's validation failure. Validation
-// failures of a sealed request are 400s (the spec's 422 carries details a
-// client cannot check against a body the gateway never saw), and they name
-// the field, never the content.
-func invalidAt(err error) string {
-	msg := "the encrypted request is invalid"
-	var ae *api.Error
-	if errors.As(err, &ae) && ae.Param != "" {
-		msg += " at " + ae.Param
-	} else if ae != nil && len(ae.Fields) > 0 {
-		msg += " at " + ae.Fields[0].Field
-	}
-	return msg
+// invalid is a sealed request's validation failure, as its client reads
+// it once sealed (sealFailure): the message of the check that failed, with
+// its code. It is a 400 whatever the check's own status (the spec's 422
+// carries a list of fields beside, which the sealed body does not).
+func invalid(err error) *api.Result {
+	ae := api.ErrorOf(err)
+	r := engine.Failure(http.StatusBadRequest, api.TypeInvalidRequest, ae.Message)
+	r.Error.Code = ae.Code
+	return r
 }
 
 // replays remembers the sealed requests this worker has opened, by their

@@ -2,11 +2,13 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
 	"time"
 
+	"github.com/svc-dev/svc/e2ee"
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/audio"
 	"github.com/svc-dev/svc/internal/engine"
@@ -96,6 +98,10 @@ func (a *Agent) run(ctx context.Context, st *link.Stream) (res *api.Result) {
 			}
 		}
 		if private, failed = a.openPrivate(&req, ereq.Body); failed != nil {
+			if private != nil {
+				// Opened, and refused for what it holds.
+				sealFailure(private.Sealer, failed, "the encrypted request is invalid")
+			}
 			return failed
 		}
 		ereq.Body = private.body
@@ -193,10 +199,15 @@ func (a *Agent) run(ctx context.Context, st *link.Stream) (res *api.Result) {
 		}
 	}
 	if sealing != nil && res.Error != nil {
-		// An engine's error message may quote the prompt, and the gateway
-		// reads results in the clear: only the kind of failure goes back.
 		a.log.Info("private request failed", "status", res.Status, "err", res.Error.Message)
-		res.Error.Message = fmt.Sprintf("the engine refused the encrypted request (%d %s)", res.Status, http.StatusText(res.Status))
+		if sealing.started {
+			// A stream that failed after its first event: the gateway
+			// ends it with an error event of its own.
+			res.Error.Type, res.Error.Code = api.TypeForStatus(res.Status), ""
+			res.Error.Message = fmt.Sprintf("the engine refused the encrypted request (%d %s)", res.Status, http.StatusText(res.Status))
+		} else {
+			sealFailure(private.Sealer, res, fmt.Sprintf("the engine refused the encrypted request (%d %s)", res.Status, http.StatusText(res.Status)))
+		}
 	}
 	if wait > time.Millisecond {
 		ms := float64(wait.Microseconds()) / 1000
@@ -242,4 +253,21 @@ func (c *captureSink) Event(_ context.Context, data []byte) error {
 func (c *captureSink) Body(_ context.Context, data []byte) error {
 	c.body = append(c.body, data...)
 	return nil
+}
+
+// sealFailure readies the failure res of a private request that opened:
+// its message may quote the prompt, and its type and code tell of it (a
+// content filter's verdict, the field a validation names), so the failure
+// goes to the client sealed, as the reply would have (res.Sealed), and the
+// result the gateway reads in the clear tells only its status, with
+// clear as its message.
+func sealFailure(sealer *e2ee.ResponseSealer, res *api.Result, clear string) {
+	e := res.Error
+	var code *string
+	if e.Code != "" {
+		code = &e.Code
+	}
+	body, _ := json.Marshal(api.Body{Detail: e.Message, Error: &api.ErrorPayload{Message: e.Message, Type: e.Type, Code: code}})
+	res.Sealed = sealer.ReplyBody(body)
+	res.Error = &api.ResultError{Message: clear, Type: api.TypeForStatus(res.Status), RetryAfter: e.RetryAfter}
 }
