@@ -284,6 +284,17 @@ func TestPrivateInferenceErrors(t *testing.T) {
 		strings.Contains(fmt.Sprint(row), "Violent") {
 		t.Errorf("the gateway's row tells of the verdict: %v", row)
 	}
+	// X-Svc-Worker-Id pins a sealed request only to the worker holding its
+	// key: a pin to another is refused, not ignored.
+	pinned, _, _ := e2ee.SealRequest(pub, "sim-chat", false, []byte(body))
+	if r := sealedPost("/v1/chat/completions", pinned, header{"X-Svc-Worker-Id", "wk_00000000000000ff"}); r.Status != 400 ||
+		!strings.Contains(string(r.Body), "cannot open it") {
+		t.Errorf("pinned to another worker = %d %s", r.Status, r.Body)
+	}
+	pinned, _, _ = e2ee.SealRequest(pub, "sim-chat", false, []byte(body))
+	if r := sealedPost("/v1/chat/completions", pinned, header{"X-Svc-Worker-Id", pub.WorkerID}); r.Status != 200 {
+		t.Errorf("pinned to the key's worker = %d %s", r.Status, r.Body)
+	}
 	// A request that opens and fails validation: the field and the
 	// check's message go to the client sealed, streamed or not; the
 	// gateway's answer and row say only that it is invalid.

@@ -53,6 +53,12 @@ func (s *Server) privateInference(c *call, kind string) error {
 		return errNoPrivateWorker(env.KeyID)
 	}
 	r := inference(c, kind, env.Model, env.Stream)
+	if r.Pin != "" && r.Pin != holder {
+		// Only the worker holding the key can open the request: a pin to
+		// another is one the request cannot keep.
+		return api.BadRequest("The request is sealed to the key of worker %s, and X-Svc-Worker-Id names %s, which cannot open it: "+
+			"seal it to the key of the worker it pins (GET /api/v1/e2e/keys names each key's worker), or leave the header out", holder, r.Pin)
+	}
 	r.E2E = true
 	r.Pin = holder
 	r.Body = body
