@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -164,14 +165,18 @@ func TestPrivateInference(t *testing.T) {
 		}
 	}
 
+	// A file that is not audio: the check's own message, sealed, as a
+	// clear upload gets it (the spec's "Unsupported audio format").
+	_, err = client.Audio.Transcriptions.New(ctx, openai.AudioTranscriptionNewParams{
+		File: openai.File(strings.NewReader("not audio "+marker), "a.wav", "audio/wav"), Model: "sim-stt"})
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 400 || !strings.Contains(apiErr.Message, "Unsupported audio format") {
+		t.Errorf("a sealed upload that is not audio: %v", err)
+	}
+
 	assertNoPlaintext(t, s, w, marker)
 }
 
-// assertNoPlaintext checks that nothing of the content sent sealed (the
-// marker) is in the gateway's memory, its disk or its logs, and stops the
-// gateway to flush its store first. The worker, which may read the
-// content, is the only other process; the scan finds the marker there, so
-// it would find it in the gateway.
 func assertNoPlaintext(t *testing.T, s *server, w *workerProc, marker string) {
 	t.Helper()
 	if found, ok := memoryHolds(w.Pid(), []byte(marker)); ok && !found {
