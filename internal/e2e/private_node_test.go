@@ -151,6 +151,17 @@ func TestPrivateInferenceJS(t *testing.T) {
 		}
 	}
 
+	refusals := run("refused")
+	if len(refusals) != 2 {
+		t.Errorf("refused: %d checks run, want 2", len(refusals))
+	}
+	for _, r := range refusals {
+		t.Logf("%s", r.Raw)
+		if !r.OK {
+			t.Errorf("%s: %s", r.Name, r.Error)
+		}
+	}
+
 	s.console("PATCH", "/api/v1/console/orgs/default", `{"require_e2e":true}`)
 	for _, r := range run("e2e-required") {
 		t.Logf("%s", r.Raw)

@@ -6,7 +6,8 @@
 //     SVC_BASE_URL=http://127.0.0.1:8080 SVC_API_KEY=... SVC_MARKER=... node openai-sdk.mjs [mode]
 //
 // mode: private (default) runs chat streamed and not, embeddings, a
-// transcription of SVC_AUDIO and speech, all sealed; e2e-required and
+// transcription of SVC_AUDIO and speech, all sealed; refused, a chat the
+// worker refuses, whose failure comes sealed; e2e-required and
 // plan-required check that the gateway's refusals map to their classes;
 // bench times the same chats sealed and in the clear (BenchmarkPrivateJS).
 
@@ -124,6 +125,24 @@ async function e2eRequired() {
   });
 }
 
+// refused checks a sealed request the worker opens and refuses: its
+// failure arrives sealed and is opened into the error the SDK throws,
+// streamed or not, naming the field, never the content.
+async function refused() {
+  for (const stream of [false, true]) {
+    await check(stream ? "refused-stream" : "refused", async () => {
+      try {
+        await client.chat.completions.create({ model: "sim-chat", stream, messages: [{ role: "robot", content: `bad ${marker}` }] });
+      } catch (err) {
+        assert(err?.status === 400 && String(err?.message).includes("messages.0.role") && !String(err?.message).includes(marker),
+          `${err?.constructor?.name} ${err?.status}: ${err?.message}`);
+        return { status: err.status };
+      }
+      throw new Error("the request was not refused");
+    });
+  }
+}
+
 async function planRequired() {
   await refusal("plan-required", PlanRequiredError, () =>
     client.chat.completions.create({ model: "sim-chat", messages: [{ role: "user", content: `sealed ${marker}` }] }));
@@ -180,6 +199,9 @@ switch (mode) {
     break;
   case "plan-required":
     await planRequired();
+    break;
+  case "refused":
+    await refused();
     break;
   case "bench":
     await bench();
