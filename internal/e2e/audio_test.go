@@ -490,6 +490,46 @@ func TestTranscriptionClientGone(t *testing.T) {
 	}
 }
 
+// A client that leaves while its upload is still coming is a 499 of the
+// model it named, not a malformed body: the connection ended inside the
+// body its Content-Length announced.
+func TestTranscriptionUploadCutShort(t *testing.T) {
+	s, key := audioGateway(t, "tps=0,ttft=0")
+	ct, body := upload(t, tone(t, 10, 8000), "model", "stt-large-v3")
+	conn, err := net.Dial("tcp", strings.TrimPrefix(s.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := fmt.Sprintf("POST /v1/audio/transcriptions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n",
+		key, ct, len(body))
+	// The model field comes first (upload writes it before the file), then
+	// half of the file, and the client goes.
+	if _, err := io.WriteString(conn, head); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Write(body[:len(body)/2]); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.Close()
+	var rows []map[string]any
+	var row map[string]any
+	if !harness.Eventually(10*time.Second, func() bool {
+		_ = json.Unmarshal(s.do("GET", "/api/v1/usage/logs?limit=10", "", bearer(key)).Body, &rows)
+		for _, r := range rows {
+			if r["request_type"] == "audio" {
+				row = r
+				return true
+			}
+		}
+		return false
+	}) {
+		t.Fatalf("no row: %v", rows)
+	}
+	if row["status_code"] != 499.0 || row["error_message"] != "Client disconnected" || row["model"] != "stt-large-v3" {
+		t.Fatalf("row %v", row)
+	}
+}
+
 // A JSON transcript still waiting is kept alive with leading whitespace;
 // subtitles and text are not padded, since they must begin with their
 // first byte.

@@ -61,8 +61,9 @@ func (s *Server) transcribe(c *call, parse func(string, io.Reader, io.Writer) (*
 	if err != nil && req != nil {
 		c.model = req.Model
 	}
-	if errors.Is(err, transcription.ErrBodyTooLarge) {
-		// The rest of the body is still coming and will not be read.
+	if errors.Is(err, transcription.ErrBodyTooLarge) || errors.Is(err, errRequestTimeout) || errors.Is(err, errClientGone) {
+		// The rest of the body is still coming and will not be read, or
+		// stopped coming.
 		c.ctx.SetConnectionClose()
 	}
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -98,13 +99,16 @@ var errRequestTimeout = &api.Error{Kind: api.KindRequestTimeout,
 
 // requestBody is the request's body as its client sends it, held to the
 // pace above, or nil when fasthttp read it whole (see PostBody). A read
-// that runs out of time fails with errRequestTimeout.
+// that runs out of time fails with errRequestTimeout, and one that finds
+// the connection ended before the body did with errClientGone; every read
+// after such a failure fails the same at once, so that a reader that goes
+// on (a parser reading past a part, a drain) does not wait again.
 func requestBody(ctx *fasthttp.RequestCtx) io.Reader {
 	st := ctx.RequestBodyStream()
 	if st == nil {
 		return nil
 	}
-	return &pacedBody{r: st, conn: ctx.Conn(), start: time.Now()}
+	return &pacedBody{r: st, conn: ctx.Conn(), start: time.Now(), length: int64(ctx.Request.Header.ContentLength())}
 }
 
 type pacedBody struct {
@@ -112,9 +116,15 @@ type pacedBody struct {
 	conn  net.Conn
 	start time.Time
 	n     int64
+	// length is the body's announced length; -1 when chunked.
+	length int64
+	err    error
 }
 
 func (b *pacedBody) Read(p []byte) (int, error) {
+	if b.err != nil {
+		return 0, b.err
+	}
 	if b.conn != nil {
 		now := time.Now()
 		earned := time.Duration(float64(b.n) / minBodyRate * float64(time.Second))
@@ -126,8 +136,17 @@ func (b *pacedBody) Read(p []byte) (int, error) {
 	}
 	n, err := b.r.Read(p)
 	b.n += int64(n)
-	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
-		return n, errRequestTimeout
+	switch {
+	case err == nil:
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		b.err = errRequestTimeout
+		return n, b.err
+	case errors.Is(err, io.ErrUnexpectedEOF), err == io.EOF && b.length >= 0 && b.n < b.length,
+		errors.Is(err, syscall.ECONNRESET), errors.Is(err, net.ErrClosed):
+		// The connection ended inside the body (fasthttp reads a short
+		// one with a length as a plain end): the client left.
+		b.err = errClientGone
+		return n, b.err
 	}
 	return n, err
 }
@@ -162,8 +181,8 @@ func readBody(ctx *fasthttp.RequestCtx, limit int) error {
 	}
 	if err != nil {
 		ctx.SetConnectionClose()
-		if errors.Is(err, errRequestTimeout) {
-			return errRequestTimeout
+		if errors.Is(err, errRequestTimeout) || errors.Is(err, errClientGone) {
+			return api.ErrorOf(err)
 		}
 		return errMalformedBody
 	}

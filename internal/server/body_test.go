@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"testing/iotest"
 	"time"
@@ -62,11 +63,52 @@ func TestPacedBody(t *testing.T) {
 	if !errors.Is(err, errRequestTimeout) || errRequestTimeout.HTTPStatus() != http.StatusRequestTimeout {
 		t.Fatalf("timed out: %v", err)
 	}
+	// Once out of time it stays so: a reader going on (a parser reading
+	// past a part, a drain) fails at once, without waiting again.
+	set := len(conn.set)
+	if _, err := b.Read(buf); !errors.Is(err, errRequestTimeout) || len(conn.set) != set {
+		t.Fatalf("read after the timeout: %v, %d deadlines set", err, len(conn.set)-set)
+	}
 	// A fresh body waits bodyIdle for its next bytes, not its whole grace.
 	fresh := &pacedBody{r: &timingOut{reads: 1, n: 1}, conn: conn, start: time.Now()}
 	_, _ = fresh.Read(buf)
 	if d := time.Until(conn.set[len(conn.set)-1]); d > bodyIdle || d < bodyIdle-time.Second {
 		t.Fatalf("fresh body's deadline %v from now, want %v", d, bodyIdle)
+	}
+}
+
+// A body whose connection ends before the body does is its client's
+// leaving (499), not a malformed request: fasthttp reads a short body
+// with a length as a plain end, and a chunked one as an unexpected one.
+func TestPacedBodyCutShort(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		r      io.Reader
+		length int64
+		want   error
+	}{
+		{"short of its length", strings.NewReader("abc"), 10, errClientGone},
+		{"a chunked body cut", io.MultiReader(strings.NewReader("abc"), iotest.ErrReader(io.ErrUnexpectedEOF)), -1, errClientGone},
+		{"reset", io.MultiReader(strings.NewReader("abc"), iotest.ErrReader(syscall.ECONNRESET)), 10, errClientGone},
+		{"whole", strings.NewReader("abc"), 3, io.EOF},
+		{"whole, chunked", strings.NewReader("abc"), -1, io.EOF},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := &pacedBody{r: tc.r, length: tc.length}
+			got, err := io.ReadAll(b)
+			if tc.want == io.EOF {
+				if err != nil || string(got) != "abc" {
+					t.Fatalf("%q, %v; want the body", got, err)
+				}
+				return
+			}
+			if !errors.Is(err, tc.want) || string(got) != "abc" {
+				t.Fatalf("%q, %v; want %v", got, err, tc.want)
+			}
+			if _, again := b.Read(make([]byte, 1)); !errors.Is(again, tc.want) {
+				t.Fatalf("read again: %v", again)
+			}
+		})
 	}
 }
 

@@ -130,7 +130,10 @@ func parse(contentType string, body io.Reader, spool io.Writer, translate bool) 
 			break
 		}
 		if err != nil {
-			return nil, malformed(err)
+			// The fields read so far name the model of the refusal's
+			// usage row.
+			r.Model = fields["model"]
+			return r, malformed(err)
 		}
 		name := part.FormName()
 		switch {
@@ -143,6 +146,12 @@ func parse(contentType string, body io.Reader, spool io.Writer, translate bool) 
 			info, fileErr = probe(io.TeeReader(part, spool))
 			if errors.Is(fileErr, ErrTooLarge) {
 				return nil, ErrTooLarge
+			}
+			if ae, ok := errors.AsType[*api.Error](fileErr); ok {
+				// The body's own failure (it stopped coming, or its
+				// client left), not the file's.
+				r.Model = fields["model"]
+				return r, ae
 			}
 		case name == "timestamp_granularities[]" || name == "timestamp_granularities":
 			val, ok, err := fieldValue(part, &v)
@@ -231,10 +240,13 @@ func probe(part io.Reader) (audio.Info, error) {
 	switch {
 	case lr.over:
 		return info, ErrTooLarge
+	case errors.Is(rest, errOverLimit):
+		return info, ErrTooLarge
+	case rest != nil:
+		// The body failed under the file (it stopped coming).
+		return info, rest
 	case err != nil:
 		return info, err
-	case rest != nil:
-		return info, ErrTooLarge
 	}
 	return info, nil
 }
