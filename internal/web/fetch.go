@@ -14,8 +14,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/svc-dev/svc/internal/netguard"
+	"golang.org/x/net/html/charset"
 )
 
 // Fetch limits when a Fetcher leaves them zero.
@@ -110,15 +112,16 @@ func (f *Fetcher) Fetch(ctx context.Context, rawURL string) (Page, error) {
 	}
 	page := Page{URL: resp.Request.URL.String()}
 	maxChars := cmp.Or(f.MaxChars, DefaultMaxPageChars)
-	switch kind := pageKind(resp.Header.Get("Content-Type"), body); kind {
+	ctype := resp.Header.Get("Content-Type")
+	switch kind := pageKind(ctype, body); kind {
 	case "html":
-		page.Title, page.Text = HTMLText(bytes.NewReader(body), maxChars)
+		page.Title, page.Text = HTMLText(bytes.NewReader(utf8Text(body, ctype)), maxChars)
 	case "text":
 		// A NUL is in no text a model should read: a mislabelled binary.
 		if bytes.IndexByte(body, 0) >= 0 {
 			return Page{}, errors.New("the page is not text (binary content)")
 		}
-		page.Text = Cut(strings.TrimSpace(strings.ToValidUTF8(string(body), "\uFFFD")), maxChars)
+		page.Text = Cut(strings.TrimSpace(strings.ToValidUTF8(string(utf8Text(body, ctype)), "\uFFFD")), maxChars)
 	default:
 		return Page{}, fmt.Errorf("the page is not text (%s)", kind)
 	}
@@ -156,6 +159,23 @@ func (f *Fetcher) check(rawURL string) (*url.URL, error) {
 
 // pageKind is "html", "text", or the media type of something that is
 // neither. Without a Content-Type the bytes decide.
+// utf8Text is a page's text in UTF-8, decoded from the character set its
+// Content-Type, byte order mark or <meta> names (ISO-8859-1, Shift JIS,
+// ...). A page that names none is read as UTF-8 when it is valid UTF-8,
+// else as Windows-1252, as browsers do; one whose <meta> names a set its
+// bytes are not, but that is valid UTF-8, is taken for UTF-8.
+func utf8Text(body []byte, contentType string) []byte {
+	enc, name, certain := charset.DetermineEncoding(body, contentType)
+	if name == "utf-8" || !certain && utf8.Valid(body) {
+		return body
+	}
+	out, err := enc.NewDecoder().Bytes(body)
+	if err != nil {
+		return body
+	}
+	return out
+}
+
 func pageKind(contentType string, body []byte) string {
 	mt, _, err := mime.ParseMediaType(contentType)
 	if err != nil || mt == "" {

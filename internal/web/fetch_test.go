@@ -50,6 +50,22 @@ func site(t *testing.T) (*httptest.Server, netip.AddrPort) {
 		w.Header().Set("Content-Type", "text/plain")
 		w.Write([]byte("caf\xe9"))
 	})
+	mux.HandleFunc("/latin1.html", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=iso-8859-1")
+		w.Write([]byte("<title>Caf\xe9</title><p>Caf\xe9 na\xefve</p>"))
+	})
+	mux.HandleFunc("/meta.html", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		w.Write([]byte("<meta charset=\"windows-1252\"><p>\x93quoted\x94</p>"))
+	})
+	mux.HandleFunc("/sjis.txt", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=shift_jis")
+		w.Write([]byte("\x93\xfa\x96\x7b\x8c\xea"))
+	})
+	mux.HandleFunc("/utf8.txt", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		w.Write([]byte(strings.Repeat("ascii ", 300) + "日本語"))
+	})
 	mux.HandleFunc("/missing", http.NotFound)
 	mux.HandleFunc("/here", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/page", http.StatusFound)
@@ -80,9 +96,19 @@ func TestFetchPage(t *testing.T) {
 	if err != nil || page.Text != "line one\nline two" {
 		t.Errorf("Fetch of text = %+v, %v", page, err)
 	}
-	page, err = f.Fetch(context.Background(), srv.URL+"/latin1.txt")
-	if err != nil || page.Text != "caf\uFFFD" {
-		t.Errorf("Fetch of text that is not UTF-8 = %+v, %v", page, err)
+	// Text in the character set the page names, or, naming none and not
+	// UTF-8, in Windows-1252 as browsers read it.
+	for _, tc := range []struct{ path, title, text string }{
+		{"/latin1.txt", "", "café"},
+		{"/latin1.html", "Café", "Café naïve"},
+		{"/meta.html", "", "\u201cquoted\u201d"},
+		{"/sjis.txt", "", "日本語"},
+		{"/utf8.txt", "", strings.Repeat("ascii ", 300) + "日本語"},
+	} {
+		page, err = f.Fetch(context.Background(), srv.URL+tc.path)
+		if err != nil || page.Title != tc.title || strings.TrimSpace(page.Text) != strings.TrimSpace(tc.text) {
+			t.Errorf("Fetch of %s = %+v, %v; want %q", tc.path, page, err, tc.text)
+		}
 	}
 	f.MaxChars = 10
 	if page, _ := f.Fetch(context.Background(), srv.URL+"/page"); page.Text != "# Sea ott…" {

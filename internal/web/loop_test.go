@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/engine"
@@ -350,5 +351,27 @@ func TestLoopFailureAndPlainAnswer(t *testing.T) {
 	res := loop.Serve(context.Background(), eng, chatRequest(false, ""), &out)
 	if res.Status != 200 || strings.Contains(string(out.body), "web_tool_steps") || !strings.Contains(string(out.body), `"usage"`) || *res.Timing.TTFTMs != 3 {
 		t.Errorf("plain answer %s, %+v", out.body, res)
+	}
+}
+
+// hugeSearch answers with one hit of megabytes, as a broken or hostile
+// search backend may.
+type hugeSearch struct{}
+
+func (hugeSearch) Search(context.Context, string) ([]SearchResult, error) {
+	return []SearchResult{{Title: strings.Repeat("t", 1<<20), URL: "https://example.com/" + strings.Repeat("u", 1<<20),
+		Snippet: strings.Repeat("s", 1<<20)}}, nil
+}
+
+// What the model is given of a search hit is cut: one huge hit does not
+// fill its context and fail the chat.
+func TestSearchHitsAreCut(t *testing.T) {
+	tools := &Tools{Searcher: hugeSearch{}}
+	out, err := tools.run(context.Background(), ToolSearch, `{"query":"huge"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := utf8.RuneCountInString(out); n > maxTitleChars+maxURLChars+maxSnippetChars+16 {
+		t.Fatalf("the model is given %d characters of one hit", n)
 	}
 }

@@ -39,6 +39,17 @@ func (t *Tools) has(name string) bool {
 	return name == ToolFetch || (name == ToolSearch && t.Searcher != nil)
 }
 
+// What the model is given of a search hit, and of a page's title, is cut
+// to these lengths in characters: a search backend's answer is the
+// backend's to size, and one hit of a megabyte would fill the model's
+// context, failing the chat, where a page's text is cut already
+// (Fetcher.MaxChars).
+const (
+	maxTitleChars   = 300
+	maxURLChars     = 2048
+	maxSnippetChars = 1000
+)
+
 // run runs one call and returns what the model is given back.
 func (t *Tools) run(ctx context.Context, name, arguments string) (string, error) {
 	switch name {
@@ -55,7 +66,7 @@ func (t *Tools) run(ctx context.Context, name, arguments string) (string, error)
 		}
 		var b strings.Builder
 		if page.Title != "" {
-			fmt.Fprintf(&b, "Title: %s\n", page.Title)
+			fmt.Fprintf(&b, "Title: %s\n", Cut(page.Title, maxTitleChars))
 		}
 		fmt.Fprintf(&b, "URL: %s\n\n%s", page.URL, page.Text)
 		return b.String(), nil
@@ -81,9 +92,9 @@ func (t *Tools) run(ctx context.Context, name, arguments string) (string, error)
 			if i > 0 {
 				b.WriteString("\n\n")
 			}
-			fmt.Fprintf(&b, "%d. %s\n%s", i+1, h.Title, h.URL)
+			fmt.Fprintf(&b, "%d. %s\n%s", i+1, Cut(h.Title, maxTitleChars), Cut(h.URL, maxURLChars))
 			if h.Snippet != "" {
-				b.WriteString("\n" + h.Snippet)
+				b.WriteString("\n" + Cut(h.Snippet, maxSnippetChars))
 			}
 		}
 		return b.String(), nil
