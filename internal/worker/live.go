@@ -126,13 +126,20 @@ func (d *liveDecoder) settle(t *api.Transcript, span float64) {
 		keep, cut = t.Segments, span
 	}
 	for _, s := range keep {
-		s.Start += d.offset
-		s.End += d.offset
-		d.settled = append(d.settled, s)
+		d.settled = append(d.settled, d.onSessionClock(s))
 	}
 	at := min(int(math.Round(cut*d.bytesPerSec))/2*2, len(d.pending))
 	d.pending = append(d.pending[:0], d.pending[at:]...)
 	d.offset += d.seconds(at)
+}
+
+// onSessionClock is a segment of the window after the settled audio on the
+// session's clock, its times to the millisecond as verbose_json has them:
+// the offset is a byte count over the audio's rate, and its sum with a
+// window's times is no round figure.
+func (d *liveDecoder) onSessionClock(s api.Segment) api.Segment {
+	s.Start, s.End = round3(s.Start+d.offset), round3(s.End+d.offset)
+	return s
 }
 
 // final decodes what is left and sends the whole transcript.
@@ -147,9 +154,7 @@ func (d *liveDecoder) final(ctx context.Context, sink engine.Sink) *api.Result {
 		}
 		res = d.last
 		for _, s := range t.Segments {
-			s.Start += d.offset
-			s.End += d.offset
-			segs = append(segs, s)
+			segs = append(segs, d.onSessionClock(s))
 		}
 		tail = t.Text
 	}

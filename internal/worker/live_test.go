@@ -191,3 +191,24 @@ func TestLiveRefusesBadParams(t *testing.T) {
 		}
 	}
 }
+
+// Segments past settled audio are on the session's clock to the
+// millisecond, as verbose_json's are, whatever the audio's rate makes of
+// the settled offset (22,050 Hz: no round number of seconds).
+func TestLiveSegmentsToTheMillisecond(t *testing.T) {
+	sink := &liveSink{}
+	w := liveWindows{Every: 1, Window: 4, Keep: 1}
+	res := transcribeLive(t.Context(), &wordEngine{}, "m", liveParams(22050), pcmPieces(20, 0.5), sink, w)
+	if res.Status != http.StatusOK || len(sink.events) == 0 {
+		t.Fatalf("result %+v, events %+v", res, sink.events)
+	}
+	final := sink.events[len(sink.events)-1]
+	if len(final.Segments) < 6 {
+		t.Fatalf("final %+v: too few segments to have settled any", final)
+	}
+	for _, s := range final.Segments {
+		if s.Start != round3(s.Start) || s.End != round3(s.End) {
+			t.Fatalf("segment %d spans %v-%v", s.ID, s.Start, s.End)
+		}
+	}
+}
