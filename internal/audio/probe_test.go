@@ -69,6 +69,12 @@ func TestProbeWAV(t *testing.T) {
 	binary.LittleEndian.PutUint32(wrongByteRate.body[8:], 12345)
 	mulaw := fmtChunk(7, 1, 8000, 8, 0)
 	zeroRate := fmtChunk(wavPCM, 1, 0, 16, 0)
+	// withAlign is a fmt chunk with its block size set to align.
+	withAlign := func(c chunk, align uint16) chunk {
+		b := bytes.Clone(c.body)
+		binary.LittleEndian.PutUint16(b[12:], align)
+		return chunk{id: c.id, body: b}
+	}
 	streamed := func(size uint32) []byte {
 		return riff(fmtChunk(wavPCM, 1, 8000, 8, 0), chunk{id: "data", body: make([]byte, 8000), size: u32(size)})
 	}
@@ -92,6 +98,13 @@ func TestProbeWAV(t *testing.T) {
 		{name: "zero sample rate", file: riff(zeroRate, dataChunk(100)), reason: "zero sample rate"},
 		{name: "no channels", file: riff(fmtChunk(wavPCM, 0, 8000, 16, 0), dataChunk(100)), reason: "no channels"},
 		{name: "zero byte rate", file: riff(fmtChunk(7, 1, 8000, 0, 0), dataChunk(100)), reason: "zero byte rate"},
+		// PCM and float headers whose block size a decoder cannot lay
+		// samples out by: refused as the worker's decoder refuses them.
+		{name: "pcm block size 0", file: riff(withAlign(pcm16, 0), dataChunk(100)), reason: "block size 0 for 1 channels"},
+		{name: "pcm block size not the channels'", file: riff(withAlign(fmtChunk(wavPCM, 2, 8000, 16, 0), 3), dataChunk(100)), reason: "block size 3 for 2 channels"},
+		{name: "pcm 8-byte samples", file: riff(fmtChunk(wavPCM, 1, 8000, 64, 0), dataChunk(100)), reason: "block size 8 for 1 channels"},
+		{name: "float 2-byte samples", file: riff(fmtChunk(wavFloat, 1, 8000, 16, 0), dataChunk(100)), reason: "block size 2 for 1 channels"},
+		{name: "65535 channels", file: riff(fmtChunk(wavPCM, 65535, 8000, 16, 0), dataChunk(100)), reason: "block size 65534 for 65535 channels"},
 	})
 }
 

@@ -57,6 +57,20 @@ func parseFmt(b []byte) (wavFormat, error) {
 	case f.rate == 0:
 		return wavFormat{}, damaged(api.AudioWAV, "zero sample rate")
 	}
+	// PCM and float samples are laid out by the block size: one that does
+	// not divide into the channels' samples of a size the encoding has is
+	// a damaged header, judged here so that the gateway's probe refuses
+	// what a worker's decoder (sampleReader) would. Compressed encodings
+	// (A-law, ADPCM) are the engine's to read.
+	if f.tag == wavPCM || f.tag == wavFloat {
+		size := 0
+		if f.blockAlign%f.channels == 0 {
+			size = f.blockAlign / f.channels
+		}
+		if f.tag == wavPCM && (size < 1 || size > 4) || f.tag == wavFloat && size != 4 && size != 8 {
+			return wavFormat{}, damaged(api.AudioWAV, fmt.Sprintf("block size %d for %d channels", f.blockAlign, f.channels))
+		}
+	}
 	return f, nil
 }
 
