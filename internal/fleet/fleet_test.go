@@ -155,6 +155,19 @@ func (fw *fakeWorker) connect(org string) {
 	fw.h.expect(fw.id, org, api.StatusHealthy)
 }
 
+// fail runs n requests of model in organisation org that fail, as many
+// as hold its worker back from it by default.
+func (h *harness) fail(org, model string, n int) {
+	h.t.Helper()
+	for range n {
+		l, err := h.f.Acquire(h.ctx, Need{OrgID: org, Model: model})
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		l.Release(Failed)
+	}
+}
+
 // welcome connects hello to organisation org over a new pipe, and returns
 // the gateway's welcome and the worker's end of the pipe.
 func (h *harness) welcome(org string, hello api.Hello) (api.Welcome, *linktest.Conn) {
@@ -439,13 +452,7 @@ func TestUnhealthyHeldBackThenTriedAgain(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, Config{HoldBack: time.Minute})
 		w := h.worker("o", "w", 1, chat("m"))
-		for range 3 {
-			l, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			l.Release(Failed)
-		}
+		h.fail("o", "m", 3)
 		h.expect(w.id, "o", api.StatusUnhealthy)
 		var ae *api.Error
 		if _, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"}); !errors.As(err, &ae) || ae.Code != "workers_unhealthy" || ae.RetryAfter <= 0 {
@@ -473,13 +480,7 @@ func TestHoldBackIsAModels(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, Config{HoldBack: time.Minute})
 		w := h.worker("o", "w", 1, chat("bad"), chat("good"), embed("e"))
-		for range 3 {
-			l, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "bad"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			l.Release(Failed)
-		}
+		h.fail("o", "bad", 3)
 		h.expect(w.id, "o", api.StatusUnhealthy)
 		var ae *api.Error
 		if _, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "bad"}); !errors.As(err, &ae) || ae.Code != "workers_unhealthy" {
@@ -522,13 +523,7 @@ func TestPinnedToAHeldBackWorkerFailsAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, Config{HoldBack: time.Minute, Hold: 10 * time.Second})
 		w := h.worker("o", "w", 1, chat("m"))
-		for range 3 {
-			l, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			l.Release(Failed)
-		}
+		h.fail("o", "m", 3)
 		start := time.Now()
 		var ae *api.Error
 		if _, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m", Pin: w.id}); !errors.As(err, &ae) || ae.Code != "workers_unhealthy" || ae.RetryAfter <= 0 {
