@@ -464,10 +464,11 @@ func (s *Service) RevokeKey(org, id string) (api.APIKey, error) {
 	if err != nil {
 		return api.APIKey{}, err
 	}
-	id = strings.TrimPrefix(id, string(auth.KindAPIKey))
+	named := id
+	id = credentialID(id, auth.KindAPIKey)
 	e := s.st.keys[id]
 	if e == nil || e.OrgID != o.ID {
-		return api.APIKey{}, api.NotFound("No key %q in %s", id, org)
+		return api.APIKey{}, api.NotFound("No key %q in %s", auth.Redact(named), org)
 	}
 	if e.RevokedAt == nil {
 		k := e.Key
@@ -539,10 +540,11 @@ func (s *Service) RevokeWorkerToken(org, id string) (api.WorkerToken, error) {
 	if err != nil {
 		return api.WorkerToken{}, err
 	}
-	id = strings.TrimPrefix(id, string(auth.KindWorkerToken))
+	named := id
+	id = credentialID(id, auth.KindWorkerToken)
 	e := s.st.tokens[id]
 	if e == nil || e.OrgID != o.ID {
-		return api.WorkerToken{}, api.NotFound("No worker token %q in %s", id, org)
+		return api.WorkerToken{}, api.NotFound("No worker token %q in %s", auth.Redact(named), org)
 	}
 	if e.RevokedAt == nil {
 		t := e.WorkerToken
@@ -555,4 +557,14 @@ func (s *Service) RevokeWorkerToken(org, id string) (api.WorkerToken, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return s.st.tokens[id].view(), nil
+}
+
+// credentialID is the id a revocation names: the id itself, the listed
+// prefix svc_k_<id>, or the whole credential, which an operator revoking
+// a leaked key is likely to paste.
+func credentialID(named string, kind auth.Kind) string {
+	if k, id, ok := auth.Parse(named); ok && k == kind {
+		return id
+	}
+	return strings.TrimPrefix(named, string(kind))
 }

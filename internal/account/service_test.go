@@ -484,3 +484,37 @@ func wrongLast(secret string) string {
 	}
 	return secret[:len(secret)-1] + last
 }
+
+// A key or worker token revoked by its whole secret, as an operator
+// revoking a leaked one pastes it, is revoked; a refusal never repeats a
+// secret.
+func TestRevokeByTheWholeSecret(t *testing.T) {
+	f := newFixture(t)
+	key, err := f.svc.CreateKey(account.DefaultOrg, api.CreateKeyRequest{User: account.DefaultUser, Name: "leaked"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k, err := f.svc.RevokeKey(account.DefaultOrg, key.Secret); err != nil || k.RevokedAt == nil {
+		t.Fatalf("revoke by the whole secret: %+v, %v", k, err)
+	}
+	if _, err := f.svc.Authenticate(key.Secret); err == nil {
+		t.Fatal("the key still authenticates")
+	}
+	tok, err := f.svc.CreateWorkerToken(account.DefaultOrg, api.CreateWorkerTokenRequest{Name: "leaked"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w, err := f.svc.RevokeWorkerToken(account.DefaultOrg, tok.Secret); err != nil || w.RevokedAt == nil {
+		t.Fatalf("revoke a worker token by its whole secret: %+v, %v", w, err)
+	}
+	// Another organisation's key, named whole: not found, and not quoted.
+	other, _ := f.svc.CreateKey(account.DefaultOrg, api.CreateKeyRequest{User: account.DefaultUser, Name: "other"})
+	secret := other.Secret[len(other.Secret)-20:]
+	if _, err := f.svc.RevokeKey("nope", other.Secret); err == nil || strings.Contains(err.Error(), secret) {
+		t.Fatalf("revoke in another organisation: %v", err)
+	}
+	bogus := other.Secret[:len(other.Secret)-1] + "!"
+	if _, err := f.svc.RevokeKey(account.DefaultOrg, bogus); err == nil || strings.Contains(err.Error(), secret[:19]) {
+		t.Fatalf("revoke by a malformed secret: %v", err)
+	}
+}

@@ -469,3 +469,35 @@ func TestRevokedWorkerTokenCutsItsLinks(t *testing.T) {
 	}
 	s.workerNamed(key, "kept", statusIs("healthy"))
 }
+
+// A console path acts on the object it names: an id or name holding an
+// encoded '/', or a '..', is refused rather than resolved into another
+// organisation's object. From the CLI and over the socket alike.
+func TestConsolePathTricks(t *testing.T) {
+	s := startServer(t, "")
+	if r := s.console("POST", "/api/v1/console/orgs", `{"name":"acme"}`); r.Status != 201 {
+		t.Fatalf("org: %d %s", r.Status, r.Body)
+	}
+	victim := s.console("POST", "/api/v1/console/orgs/default/keys", `{"user":"admin","name":"victim"}`).JSON(t)["id"].(string)
+	for _, path := range []string{
+		"/api/v1/console/orgs/acme/keys/..%2F..%2Fdefault%2Fkeys%2F" + victim,
+		"/api/v1/console/orgs/acme/keys/../../default/keys/" + victim,
+		"/api/v1/console/orgs/acme%2Fkeys",
+	} {
+		if r := s.console("DELETE", path, ""); r.Status != 400 || !strings.Contains(string(r.Body), "Malformed path") {
+			t.Errorf("DELETE %s = %d %s", path, r.Status, r.Body)
+		}
+	}
+	if _, _, code := svc(t, nil, "admin", "--data", s.Data, "keys", "revoke", "../../default/keys/"+victim, "--org", "acme"); code == 0 {
+		t.Error("svc admin revoked through a path trick")
+	}
+	for _, k := range s.console("GET", "/api/v1/console/orgs/default/keys", "").JSON(t)["keys"].([]any) {
+		if k := k.(map[string]any); k["id"] == victim && k["revoked_at"] != nil {
+			t.Fatalf("the victim key was revoked: %v", k)
+		}
+	}
+	// The id itself still works.
+	if r := s.console("DELETE", "/api/v1/console/orgs/default/keys/"+victim, ""); r.Status != 200 {
+		t.Fatalf("revoke by id: %d %s", r.Status, r.Body)
+	}
+}

@@ -230,9 +230,10 @@ func (s *Server) newListener(m *mux, console bool) *listener {
 			s.dispatch(ctx, m, console)
 			if console && !ctx.IsGet() && !ctx.IsHead() {
 				// What changed the accounts, the settings or the credit,
-				// for the record; the path names the object, never a
-				// secret (those are in bodies and answers).
-				s.log.Info("console", "method", string(ctx.Method()), "path", string(ctx.Path()), "status", ctx.Response.StatusCode())
+				// for the record. The path names the object; one that
+				// names a key by its whole secret (a revocation of a
+				// leaked key) is logged with the secret masked.
+				s.log.Info("console", "method", string(ctx.Method()), "path", auth.Redact(string(ctx.Path())), "status", ctx.Response.StatusCode())
 			}
 		},
 		ErrorHandler: func(ctx *fasthttp.RequestCtx, err error) { s.parseError(ctx, m, console, err) },
@@ -535,6 +536,11 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, m *mux, console bool) {
 	case ambiguous != "":
 		ctx.SetConnectionClose()
 		err = api.BadRequest("Malformed HTTP request: %s", ambiguous)
+	case console && pathTricks(ctx.Request.Header.RequestURI()):
+		// fasthttp decodes and resolves the path it routes on: a name
+		// holding an encoded '/', or a '..', would name another object
+		// than the one the operator meant, in another organisation.
+		err = api.BadRequest("Malformed path: a name or id in a console path may not hold '/' or '\\', nor be '.' or '..'")
 	case unread(ctx):
 		// The body was left on the connection, which cannot be used again.
 		ctx.SetConnectionClose()
@@ -744,4 +750,21 @@ type onceListener struct {
 func (l *onceListener) Close() error {
 	l.once.Do(func() { l.err = l.Listener.Close() })
 	return l.err
+}
+
+// pathTricks reports a request target whose path, as sent, has an encoded
+// '/' or '\\', or a '.' or '..' segment, plain or encoded: none is in a
+// path the console's clients make, whose names hold neither.
+func pathTricks(uri []byte) bool {
+	path, _, _ := bytes.Cut(uri, []byte("?"))
+	lower := bytes.ToLower(path)
+	if bytes.Contains(lower, []byte("%2f")) || bytes.Contains(lower, []byte("%5c")) || bytes.Contains(lower, []byte("%2e")) {
+		return true
+	}
+	for seg := range bytes.SplitSeq(path, []byte("/")) {
+		if string(seg) == "." || string(seg) == ".." {
+			return true
+		}
+	}
+	return false
 }
