@@ -36,10 +36,17 @@ func checkLabel(v *api.Validator, field, s string) string {
 		v.Add(field, api.FieldMissing, "required")
 	case utf8.RuneCountInString(s) > maxLabel:
 		v.Add(field, api.FieldTooLong, "at most %d characters", maxLabel)
-	case strings.IndexFunc(s, unicode.IsControl) >= 0:
+	case strings.IndexFunc(s, unsafeRune) >= 0:
 		v.Add(field, api.FieldInvalid, "must not contain control characters")
 	}
 	return s
+}
+
+// unsafeRune is a character a label or id must not hold: a control, or a
+// bidirectional formatting character, which would show the text around it
+// reversed in every listing that prints it.
+func unsafeRune(r rune) bool {
+	return unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r)
 }
 
 // ListOrgs returns every organisation by name.
@@ -146,7 +153,7 @@ func (s *Service) UpdateOrgSeeing(name string, p api.OrgPatch, seen func(orgID s
 		// model is known only when a request needs it (409 then).
 		if m := p.ModerationModel.Ptr(); m == nil || *m == "" {
 			o.Settings.ModerationModel = ""
-		} else if len(*m) > 128 || strings.ContainsAny(*m, " \t\n") {
+		} else if len(*m) > 128 || strings.ContainsFunc(*m, func(r rune) bool { return unicode.IsSpace(r) || unsafeRune(r) }) {
 			v.Add("moderation_model", api.FieldInvalid, "a model id such as guard-b:0.6b, or null for the default")
 		} else {
 			o.Settings.ModerationModel = *m

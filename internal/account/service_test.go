@@ -518,3 +518,22 @@ func TestRevokeByTheWholeSecret(t *testing.T) {
 		t.Fatalf("revoke by a malformed secret: %v", err)
 	}
 }
+
+// Labels and the moderation model refuse controls and bidirectional
+// overrides, which would show a listing's text reversed or garbled.
+func TestLabelsRefuseControls(t *testing.T) {
+	f := newFixture(t)
+	for _, name := range []string{"a\u202eb", "a\x1bb", "a\u2066b"} {
+		if _, err := f.svc.CreateKey(account.DefaultOrg, api.CreateKeyRequest{User: account.DefaultUser, Name: name}); status(t, err) != 422 {
+			t.Errorf("key named %q: %v", name, err)
+		}
+	}
+	for _, model := range []string{"guard\x01", "guard\u202e", "guard b"} {
+		if _, err := f.svc.UpdateOrg(account.DefaultOrg, api.OrgPatch{ModerationModel: api.Some(model)}); status(t, err) != 422 {
+			t.Errorf("moderation_model %q: %v", model, err)
+		}
+	}
+	if _, err := f.svc.CreateKey(account.DefaultOrg, api.CreateKeyRequest{User: account.DefaultUser, Name: "Grafikkarte Süd 計算"}); err != nil {
+		t.Errorf("a key named in several scripts: %v", err)
+	}
+}
