@@ -236,7 +236,11 @@ func (s *Service) AddCredit(name string, amount money.GBP) (api.Organization, er
 	}
 	o := *cur
 	bal, err := o.Settings.CreditBalanceGBP.Add(amount)
-	if err != nil || bal < 0 {
+	if err != nil {
+		return api.Organization{}, api.Invalid(api.FieldError{Field: "amount_gbp", Type: api.FieldOutOfRange,
+			Message: "the credit balance is " + o.Settings.CreditBalanceGBP.String() + ", and this amount would take it past the largest kept"})
+	}
+	if bal < 0 {
 		return api.Organization{}, api.Invalid(api.FieldError{Field: "amount_gbp", Type: api.FieldOutOfRange,
 			Message: "the credit balance is " + o.Settings.CreditBalanceGBP.String() + " and cannot go below zero"})
 	}

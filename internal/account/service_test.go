@@ -2,6 +2,7 @@ package account_test
 
 import (
 	"errors"
+	"math"
 	"net/http"
 	"slices"
 	"strings"
@@ -535,5 +536,22 @@ func TestLabelsRefuseControls(t *testing.T) {
 	}
 	if _, err := f.svc.CreateKey(account.DefaultOrg, api.CreateKeyRequest{User: account.DefaultUser, Name: "Grafikkarte Süd 計算"}); err != nil {
 		t.Errorf("a key named in several scripts: %v", err)
+	}
+}
+
+// Credit past what the balance can hold is refused as too much, not as a
+// balance going below zero.
+func TestCreditOverflow(t *testing.T) {
+	f := newFixture(t)
+	huge := money.GBP(math.MaxInt64 / 2)
+	if _, err := f.svc.AddCredit(account.DefaultOrg, huge); err != nil {
+		t.Fatal(err)
+	}
+	_, err := f.svc.AddCredit(account.DefaultOrg, huge+huge/2)
+	if status(t, err) != 422 || strings.Contains(err.Error(), "below zero") || !strings.Contains(err.Error(), "largest") {
+		t.Fatalf("credit past the largest balance: %v", err)
+	}
+	if _, err := f.svc.AddCredit(account.DefaultOrg, -huge-1); status(t, err) != 422 || !strings.Contains(err.Error(), "below zero") {
+		t.Fatalf("credit below zero: %v", err)
 	}
 }

@@ -100,7 +100,9 @@ func Present(raw json.RawMessage) bool {
 // describe names a Go type the way a JSON author thinks of it.
 func describe(t reflect.Type) string {
 	if t == reflect.TypeFor[money.GBP]() {
-		return "an amount with at most two decimal places"
+		// Exponents are refused (the amount is read exactly, never as a
+		// float), and so are amounts past what pence in an int64 hold.
+		return "an amount of pounds with at most two decimal places, without an exponent, below 92233720368547758.08"
 	}
 	switch t.Kind() {
 	case reflect.String:
