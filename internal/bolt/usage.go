@@ -294,8 +294,8 @@ func (b *totalsBatch) write(tx *bbolt.Tx, log *slog.Logger) error {
 type UsageQuery = store.UsageQuery
 
 // Logs lists rows newest first, filtered by worker, status and model when
-// set. Without a status or model filter only the rows of the page are
-// decoded: the worker filter reads a compact row's worker field alone.
+// set. Only the rows of the page are decoded whole: the filters read a
+// compact row's worker field, or its model and status, alone.
 func (u *Usage) Logs(orgID string, q UsageQuery) ([]api.UsageRow, error) {
 	out := []api.UsageRow{}
 	if q.Limit <= 0 {
@@ -317,9 +317,6 @@ func (u *Usage) Logs(orgID string, q UsageQuery) ([]api.UsageRow, error) {
 			k, v = c.Prev()
 		}
 		skipped := 0
-		// A status or model filter decodes each row the worker filter
-		// kept: those fields sit behind variable-length ones.
-		decodeAll := q.Status != 0 || q.Model != ""
 		for ; k != nil && bytes.HasPrefix(k, prefix); k, v = c.Prev() {
 			if filter != nil {
 				ok, err := filter.match(v)
@@ -330,13 +327,12 @@ func (u *Usage) Logs(orgID string, q UsageQuery) ([]api.UsageRow, error) {
 					continue
 				}
 			}
-			var r api.UsageRow
-			if decodeAll {
-				var err error
-				if r, err = decodeUsageRow(v); err != nil {
+			if q.Status != 0 || q.Model != "" {
+				model, status, err := rowModelStatus(v)
+				if err != nil {
 					return fmt.Errorf("usage row %q: %w", k, err)
 				}
-				if q.Status != 0 && r.StatusCode != q.Status || q.Model != "" && r.Model != q.Model {
+				if q.Status != 0 && status != q.Status || q.Model != "" && string(model) != q.Model {
 					continue
 				}
 			}
@@ -344,11 +340,9 @@ func (u *Usage) Logs(orgID string, q UsageQuery) ([]api.UsageRow, error) {
 				skipped++
 				continue
 			}
-			if !decodeAll {
-				var err error
-				if r, err = decodeUsageRow(v); err != nil {
-					return fmt.Errorf("usage row %q: %w", k, err)
-				}
+			r, err := decodeUsageRow(v)
+			if err != nil {
+				return fmt.Errorf("usage row %q: %w", k, err)
 			}
 			out = append(out, r)
 			if len(out) >= q.Limit {

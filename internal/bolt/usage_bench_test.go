@@ -169,6 +169,9 @@ func BenchmarkUsageQueries(b *testing.B) {
 			_, err := u.Logs("org_big", UsageQuery{Limit: 50, WorkerID: fmt.Sprintf("wrk_%08x", 17*7919)})
 			return err
 		}},
+		// A status or model no row has: the whole history is read.
+		{"LogsStatusNone", func() error { _, err := u.Logs("org_big", UsageQuery{Limit: 50, Status: 418}); return err }},
+		{"LogsModelNone", func() error { _, err := u.Logs("org_big", UsageQuery{Limit: 50, Model: "no-such-model"}); return err }},
 	}
 	for _, tt := range tests {
 		b.Run(tt.name, func(b *testing.B) {

@@ -315,6 +315,10 @@ func FuzzDecodeUsageRow(f *testing.F) {
 		if _, ferr := newWorkerFilter("wk_0123456789abcdef").match(v); ferr != nil && err == nil {
 			t.Fatalf("filter refuses a row that decodes: %v", ferr)
 		}
+		// The filters' model and status are the whole decode's.
+		if model, status, merr := rowModelStatus(v); err == nil && (merr != nil || string(model) != r.Model || status != r.StatusCode) {
+			t.Fatalf("rowModelStatus = %q, %d, %v; the row has %q, %d", model, status, merr, r.Model, r.StatusCode)
+		}
 		if err != nil || (len(v) > 0 && v[0] == '{') {
 			return
 		}
