@@ -546,3 +546,27 @@ func TestShortTypeFitsItsColumn(t *testing.T) {
 		}
 	}
 }
+
+// The workers filter matches a worker's status too: typing offline lists
+// the offline workers.
+func TestWorkersFilterByStatus(t *testing.T) {
+	all := fixtureWorkers()
+	want := 0
+	for _, w := range all {
+		if w.Status == api.StatusOffline {
+			want++
+		}
+	}
+	if want == 0 {
+		t.Fatal("the fixture has no offline worker")
+	}
+	got := workerRows(all, "OFFLINE")
+	if len(got) != want {
+		t.Fatalf("%d workers match offline, want %d", len(got), want)
+	}
+	for _, w := range got {
+		if w.Status != api.StatusOffline {
+			t.Fatalf("%s (%s) matched offline", w.WorkerName, w.Status)
+		}
+	}
+}

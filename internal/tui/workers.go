@@ -18,12 +18,12 @@ type workersPane struct {
 	list listState
 }
 
-// workerRows filters workers by name, id or a model id and orders them by
-// name, so rows do not jump around between polls.
+// workerRows filters workers by name, id, status or a model id and orders
+// them by name, so rows do not jump around between polls.
 func workerRows(all []api.Worker, filter string) []api.Worker {
 	var out []api.Worker
 	for _, w := range all {
-		fields := []string{w.WorkerName, w.WorkerID}
+		fields := []string{w.WorkerName, w.WorkerID, w.Status}
 		for _, m := range w.Models {
 			fields = append(fields, m.ID)
 		}
