@@ -194,7 +194,6 @@ type trafficStats struct {
 	// per second and as a share of the requests in it.
 	err, r429           float64
 	errShare, r429Share float64
-	span                time.Duration // covered by the whole history
 }
 
 func stats(ss []sample) trafficStats {
@@ -219,8 +218,16 @@ func stats(ss []sample) trafficStats {
 		st.errShare = float64(errs) / float64(req)
 		st.r429Share = float64(r429) / float64(req)
 	}
-	st.span = last.At.Sub(ss[0].At) + time.Duration(ss[0].Dt*float64(time.Second))
 	return st
+}
+
+// spanOf is the time the last n samples cover.
+func spanOf(ss []sample, n int) time.Duration {
+	if len(ss) == 0 || n <= 0 {
+		return 0
+	}
+	first := ss[max(0, len(ss)-n)]
+	return ss[len(ss)-1].At.Sub(first.At) + time.Duration(first.Dt*float64(time.Second))
 }
 
 // renderTraffic draws the traffic pane in exactly width×height cells. With
@@ -258,9 +265,12 @@ func renderTraffic(d trafficView, width, height int, st *styles) string {
 
 	var body []string
 	const labelW, valueW = 7, 8
+	// sw is the sparklines' width: a sample a column, the newest on the
+	// right, so the footer's span is that of the last sw samples.
+	var sw int
 	if rows := (ch - 5) / 2; rows >= 2 {
 		rows = min(rows, 8)
-		sw := cw
+		sw = cw
 		body = append(body, st.bold.Render("requests/s ")+now(s.req))
 		for _, l := range sparkline(req, sw, rows) {
 			body = append(body, st.spark.Render(l))
@@ -271,7 +281,7 @@ func renderTraffic(d trafficView, width, height int, st *styles) string {
 		}
 		body = append(body, errLine+st.dim.Render("  over 1m"), r429Line+st.dim.Render("  over 1m"), todayLine)
 	} else {
-		sw := max(0, cw-labelW-valueW-1)
+		sw = max(0, cw-labelW-valueW-1)
 		line := func(label string, vals []float64, v float64) string {
 			return padRight(st.bold.Render(label), labelW) + st.spark.Render(sparkline(vals, sw, 1)[0]) + " " + padLeft(now(v), valueW)
 		}
@@ -286,7 +296,7 @@ func renderTraffic(d trafficView, width, height int, st *styles) string {
 	if len(d.samples) == 0 {
 		f.footer = "collecting…"
 	} else {
-		f.footer = "last " + fmtAge(s.span.Round(time.Second))
+		f.footer = "last " + fmtAge(spanOf(d.samples, sw).Round(time.Second))
 	}
 	return box(st, f, body, width, height)
 }
