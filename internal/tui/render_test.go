@@ -393,6 +393,8 @@ func TestRenderStatus(t *testing.T) {
 		{"live", 80, statusView{everOK: true, age: 0, interval: time.Second}},
 		{"live-list", 80, statusView{everOK: true, age: 0, interval: time.Second, typable: true}},
 		{"live-list-narrow", 48, statusView{everOK: true, age: 0, interval: time.Second, typable: true}},
+		// Too narrow for the interval: it goes whole, never cut to "every 1".
+		{"live-35", 35, statusView{everOK: true, age: 0, interval: 15 * time.Second, typable: true}},
 		{"connecting", 80, statusView{interval: time.Second}},
 		{"error-stale-80", 80, statusView{err: unreachable.msg, retryIn: 4 * time.Second, everOK: true, age: 12 * time.Second}},
 		{"error-stale-160", 160, statusView{err: unreachable.msg, retryIn: 4 * time.Second, everOK: true, age: 12 * time.Second}},

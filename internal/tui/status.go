@@ -93,11 +93,14 @@ func renderStatus(d statusView, width int, st *styles) string {
 		msg := truncate("✖ "+termsafe.Line(d.err), max(1, lw-lipgloss.Width(retry)))
 		left = st.statusError.Render(msg) + st.dim.Render(retry)
 	case d.everOK:
-		left = st.statusOK.Render("● live") + st.dim.Render(" · every "+fmtRetry(d.interval))
-		// The hint is whole or not there: cut, it would run into the
-		// right side's words.
-		if hint := st.dim.Render(" · type to filter"); d.typable && lipgloss.Width(left+hint) < lw {
-			left += hint
+		left = st.statusOK.Render("● live")
+		// The interval and the hint are whole or not there: cut, they
+		// would run into the right side's words ("every 1 updated").
+		if every := st.dim.Render(" · every " + fmtRetry(d.interval)); lipgloss.Width(left+every) < lw {
+			left += every
+			if hint := st.dim.Render(" · type to filter"); d.typable && lipgloss.Width(left+hint) < lw {
+				left += hint
+			}
 		}
 	default:
 		left = st.dim.Render("connecting…")
