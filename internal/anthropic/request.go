@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -832,12 +833,22 @@ func (t *translator) toolChoice(top object) {
 	case "auto":
 		t.out.ToolChoice = "auto"
 	case "any":
+		// A choice that needs a tool the request does not declare is
+		// refused, as the API refuses it (and chat.Parse would).
+		if len(t.out.Tools) == 0 {
+			t.v.Add("tool_choice", api.FieldInvalid, "any needs tools to choose from")
+			return
+		}
 		t.out.ToolChoice = "required"
 	case "none":
 		t.out.ToolChoice = "none"
 	case "tool":
 		name, ok := t.requiredString(tc, path, "name")
 		if !ok {
+			return
+		}
+		if !slices.ContainsFunc(t.out.Tools, func(x chatTool) bool { return x.Function.Name == name }) {
+			t.v.AddAt(path.Key("name"), api.FieldInvalid, "names no tool of tools")
 			return
 		}
 		var named namedToolChoice

@@ -116,10 +116,10 @@ func TestToChat(t *testing.T) {
 			{"type":"function","function":{"name":"now","parameters":{"type":"object"}}}]}`, false},
 		{"tool_choice auto", req(userHi, `"tool_choice":{"type":"auto"}`),
 			`{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":100,"tool_choice":"auto"}`, false},
-		{"tool_choice any serial", req(userHi, `"tool_choice":{"type":"any","disable_parallel_tool_use":true}`),
-			`{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":100,"tool_choice":"required","parallel_tool_calls":false}`, false},
-		{"tool_choice tool", req(userHi, `"tool_choice":{"type":"tool","name":"get_weather","disable_parallel_tool_use":false}`),
-			`{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":100,"tool_choice":{"type":"function","function":{"name":"get_weather"}}}`, false},
+		{"tool_choice any serial", req(userHi, `"tools":[{"name":"get_weather","input_schema":{"type":"object"}}]`, `"tool_choice":{"type":"any","disable_parallel_tool_use":true}`),
+			`{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":100,"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}],"tool_choice":"required","parallel_tool_calls":false}`, false},
+		{"tool_choice tool", req(userHi, `"tools":[{"name":"get_weather","input_schema":{"type":"object"}}]`, `"tool_choice":{"type":"tool","name":"get_weather","disable_parallel_tool_use":false}`),
+			`{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":100,"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}],"tool_choice":{"type":"function","function":{"name":"get_weather"}}}`, false},
 		{"tool_choice none", req(userHi, `"tool_choice":{"type":"none","disable_parallel_tool_use":true}`),
 			`{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":100,"tool_choice":"none"}`, false},
 
@@ -312,6 +312,9 @@ func TestToChatFieldErrors(t *testing.T) {
 
 		// tools
 		{"tools object", req(userHi, `"tools":{}`), []fe{{"tools", api.FieldWrongType}}},
+		{"tool_choice any without tools", req(userHi, `"tool_choice":{"type":"any"}`), []fe{{"tool_choice", api.FieldInvalid}}},
+		{"tool_choice naming no tool", req(userHi, `"tools":[{"name":"f","input_schema":{}}]`, `"tool_choice":{"type":"tool","name":"g"}`),
+			[]fe{{"tool_choice.name", api.FieldInvalid}}},
 		{"server tool", req(userHi, `"tools":[{"type":"web_search_20250305","name":"web_search"}]`), []fe{{"tools.0.type", api.FieldNotSupported}}},
 		{"MCP servers", req(userHi, `"mcp_servers":[{"type":"url","url":"https://mcp.example/sse","name":"x"}]`), []fe{{"mcp_servers", api.FieldNotSupported}}},
 		{"MCP servers object", req(userHi, `"mcp_servers":{}`), []fe{{"mcp_servers", api.FieldWrongType}}},

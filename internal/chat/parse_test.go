@@ -166,6 +166,11 @@ func TestParseFieldErrors(t *testing.T) {
 		{"tool_choice number", body(`"tool_choice":1`), Options{}, []fe{{"tool_choice", api.FieldWrongType}}},
 		{"tool_choice object empty", body(`"tool_choice":{}`), Options{}, []fe{{"tool_choice.type", api.FieldMissing}, {"tool_choice.function", api.FieldMissing}}},
 		{"tool_choice object bad", body(`"tool_choice":{"type":"tool","function":{}}`), Options{}, []fe{{"tool_choice.type", api.FieldEnum}, {"tool_choice.function.name", api.FieldMissing}}},
+		{"tool_choice required without tools", body(`"tool_choice":"required"`), Options{}, []fe{{"tool_choice", api.FieldInvalid}}},
+		{"tool_choice naming no tool", body(`"tools":[{"type":"function","function":{"name":"f"}}]`, `"tool_choice":{"type":"function","function":{"name":"g"}}`), Options{},
+			[]fe{{"tool_choice.function.name", api.FieldInvalid}}},
+		{"tool_choice naming a function without tools", body(`"tool_choice":{"type":"function","function":{"name":"g"}}`), Options{},
+			[]fe{{"tool_choice.function.name", api.FieldInvalid}}},
 		{"parallel_tool_calls string", body(`"parallel_tool_calls":"true"`), Options{}, []fe{{"parallel_tool_calls", api.FieldWrongType}}},
 
 		// response_format
@@ -315,7 +320,8 @@ func TestParseAccepts(t *testing.T) {
 			`"mirostat":2`, `"mirostat_tau":5`, `"mirostat_eta":0.1`, `"max_tokens":10`, `"max_completion_tokens":20`,
 			`"frequency_penalty":-2`, `"presence_penalty":2`, `"repeat_penalty":1`, `"repeat_last_n":-1`, `"logit_bias":{"50256":-100,"7":100}`,
 			`"stop":["a","b"]`, `"logprobs":true`, `"top_logprobs":20`, `"n":1`, `"user":"u"`), Options{}},
-		{"tool_choice strings", body(`"tool_choice":"required"`), Options{}},
+		{"tool_choice strings", body(`"tool_choice":"required"`, `"tools":[{"type":"function","function":{"name":"f"}}]`), Options{}},
+		{"tool_choice none and auto without tools", body(`"tool_choice":"auto"`), Options{}},
 		{"stop string", body(`"stop":"\n"`), Options{}},
 		{"stop sixteen", body(`"stop":["` + strings.Repeat(`s","`, 15) + `s"]`), Options{}},
 		{"n one float", body(`"n":1.0`), Options{}},

@@ -3,6 +3,7 @@ package chat
 import (
 	"math"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/svc-dev/svc/internal/api"
@@ -59,6 +60,8 @@ type checker struct {
 	// read one after another and none is kept, so they share one object
 	// rather than each costing one.
 	msg object
+	// toolNames are the functions tools declares, for tool_choice.
+	toolNames []string
 }
 
 // request checks the top-level fields in a fixed order, so a body with
@@ -123,9 +126,11 @@ func (c *checker) tools(top *object) {
 			continue
 		}
 		fpath := path.Key("function")
-		if name, ok := c.requiredString(fn, fpath, "name"); ok && !toolName.MatchString(name) {
+		name, ok := c.requiredString(fn, fpath, "name")
+		if ok && !toolName.MatchString(name) {
 			c.v.AddAt(fpath.Key("name"), api.FieldInvalid, "must be 1 to 64 letters, digits, underscores or hyphens")
 		}
+		c.toolNames = append(c.toolNames, name)
 		c.optString(fn, fpath, "description")
 		c.optObject(fn, fpath, "parameters")
 	}
@@ -136,10 +141,15 @@ func (c *checker) toolChoice(top *object) {
 	if !ok {
 		return
 	}
+	// A choice that needs a tool the request does not declare is refused,
+	// as the OpenAI API and the engines refuse it: sent on, it would fail
+	// at the engine, or be answered without the tool.
 	switch jsonraw.KindOf(raw) {
 	case jsonraw.String:
 		s, _ := decodeString(raw)
-		c.enum(nil, "tool_choice", s, toolChoiceValues...)
+		if _, ok := c.enum(nil, "tool_choice", s, toolChoiceValues...); ok && s == "required" && len(c.toolNames) == 0 {
+			c.v.Add("tool_choice", api.FieldInvalid, "required needs tools to choose from")
+		}
 	case jsonraw.Object:
 		o, ok := c.object(nil, "tool_choice", raw)
 		if !ok {
@@ -147,7 +157,10 @@ func (c *checker) toolChoice(top *object) {
 		}
 		c.requiredEnum(o, api.PathOf("tool_choice"), "type", "function")
 		if fn, ok := c.requiredObject(o, api.PathOf("tool_choice"), "function"); ok {
-			c.requiredString(fn, api.PathOf("tool_choice").Key("function"), "name")
+			path := api.PathOf("tool_choice").Key("function")
+			if name, ok := c.requiredString(fn, path, "name"); ok && !slices.Contains(c.toolNames, name) {
+				c.v.AddAt(path.Key("name"), api.FieldInvalid, "names no function of tools")
+			}
 		}
 	default:
 		c.v.Add("tool_choice", api.FieldWrongType, "must be none, auto, required, or an object naming a function")

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -483,6 +484,12 @@ func (c *checker) toolChoice(top object) {
 	case jsonraw.String:
 		s, _ := jsonraw.DecodeString(raw)
 		if c.enum(api.PathOf("tool_choice"), s, "none", "auto", "required") {
+			// A choice that needs a tool the request does not declare is
+			// refused, as the API refuses it (and chat.Parse would).
+			if s == "required" && len(c.out.Tools) == 0 {
+				c.v.Add("tool_choice", api.FieldInvalid, "required needs tools to choose from")
+				return
+			}
 			c.out.ToolChoice = compact(raw)
 			c.r.echo.toolChoice = c.out.ToolChoice
 		}
@@ -495,6 +502,10 @@ func (c *checker) toolChoice(top object) {
 		switch typ {
 		case "function":
 			if name, ok := c.requiredName(o, api.PathOf("tool_choice"), "name"); ok {
+				if !slices.ContainsFunc(c.out.Tools, func(x chatTool) bool { return x.Function.Name == name }) {
+					c.v.AddAt(api.PathOf("tool_choice").Key("name"), api.FieldInvalid, "names no function of tools")
+					return
+				}
 				c.out.ToolChoice = append(appendString([]byte(`{"type":"function","function":{"name":`), name), "}}"...)
 				c.r.echo.toolChoice = compact(raw)
 			}

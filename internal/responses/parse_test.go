@@ -95,8 +95,8 @@ func TestToChat(t *testing.T) {
 			"tool_choice":{"type":"function","function":{"name":"get_weather"}}}`,
 	}, {
 		name: "tool choice modes",
-		body: req(`"input":"hi"`, `"tools":[]`, `"tool_choice":"required"`),
-		want: `{"model":"m","messages":[{"role":"user","content":"hi"}],"tool_choice":"required"}`,
+		body: req(`"input":"hi"`, `"tools":[{"type":"function","name":"f"}]`, `"tool_choice":"required"`),
+		want: `{"model":"m","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"required"}`,
 	}, {
 		name: "json_schema format",
 		body: req(`"input":"hi"`, `"text":{"format":{"type":"json_schema","name":"person","description":"A person.","schema":{"type":"object","properties":{"name":{"type":"string"}},"required":["name"],"additionalProperties":false},"strict":true},"verbosity":"low"}`),
@@ -220,6 +220,9 @@ func TestToChatValidation(t *testing.T) {
 		{"max tokens huge", req(`"input":"x"`, `"max_output_tokens":1e30`), []string{"max_output_tokens:out_of_range"}},
 		{"tool name", req(`"input":"x"`, `"tools":[{"type":"function","name":"a b"}]`), []string{"tools.0.name:value_error"}},
 		{"tool without name", req(`"input":"x"`, `"tools":[{"type":"function"}]`), []string{"tools.0.name:missing"}},
+		{"tool_choice required without tools", req(`"input":"x"`, `"tool_choice":"required"`), []string{"tool_choice:value_error"}},
+		{"tool_choice naming no function", req(`"input":"x"`, `"tools":[{"type":"function","name":"f"}]`, `"tool_choice":{"type":"function","name":"g"}`),
+			[]string{"tool_choice.name:value_error"}},
 		{"tool parameters", req(`"input":"x"`, `"tools":[{"type":"function","name":"f","parameters":"{}"}]`), []string{"tools.0.parameters:type_error"}},
 		{"tool without type", req(`"input":"x"`, `"tools":[{"name":"f"}]`), []string{"tools.0.type:missing"}},
 		{"tools not an array", req(`"input":"x"`, `"tools":{}`), []string{"tools:type_error"}},
