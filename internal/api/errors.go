@@ -350,3 +350,10 @@ func (b *Body) ErrorType() string {
 	}
 	return ""
 }
+
+// RetrySeconds is a wait in whole seconds, rounded up and at least one:
+// what a Retry-After header, a welcome's retry_after_s and the messages
+// that quote them say.
+func RetrySeconds(wait time.Duration) int {
+	return max(1, int((wait+time.Second-1)/time.Second))
+}

@@ -250,7 +250,7 @@ func TestFleetIsBounded(t *testing.T) {
 		c := h.worker("o", "c", 1, chat("m"))
 
 		hello := api.Hello{Protocol: link.Protocol, Name: "d", SessionID: "s", MaxConcurrent: 1, Models: []api.Model{chat("m")}}
-		if w, _ := h.welcome("o", hello); !strings.Contains(w.Error, "3 connected workers") || w.RetryAfterS != 60 {
+		if w, _ := h.welcome("o", hello); !strings.Contains(w.Error, "3 workers, none offline") || w.RetryAfterS != 60 {
 			t.Fatalf("a fourth worker while three are connected: %+v, want refused for a minute", w)
 		}
 

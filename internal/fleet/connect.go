@@ -71,8 +71,7 @@ func Refuse(conn link.Conn, reason string) {
 // refuseFor answers a worker that may not connect yet, and is to try again
 // after a wait, and closes the connection.
 func refuseFor(conn link.Conn, reason string, wait time.Duration) {
-	secs := max(1, int((wait+time.Second-1)/time.Second))
-	_ = writeWelcome(conn, api.Welcome{Error: reason, RetryAfterS: secs})
+	_ = writeWelcome(conn, api.Welcome{Error: reason, RetryAfterS: api.RetrySeconds(wait)})
 	_ = conn.Close()
 }
 
@@ -223,7 +222,7 @@ func (f *Fleet) Connect(ctx context.Context, orgID string, hello api.Hello, conn
 	if w == nil && len(o.workers) >= f.cfg.MaxWorkers && !f.evictOfflineLocked(o, now) {
 		f.mu.Unlock()
 		f.log.Warn("worker refused: the organisation's fleet is full", "org_id", orgID, "worker", hello.Name, "workers", f.cfg.MaxWorkers)
-		refuseFor(conn, fmt.Sprintf("this organisation already has %d connected workers, the most a gateway lists", f.cfg.MaxWorkers), fleetFullWait)
+		refuseFor(conn, fmt.Sprintf("this organisation already has %d workers, none offline, the most a gateway lists", f.cfg.MaxWorkers), fleetFullWait)
 		return errFleetFull
 	}
 	var replaced *link.Session

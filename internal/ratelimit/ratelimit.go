@@ -98,7 +98,7 @@ func newBucket(perMinute int) *bucket {
 // the limit, since a client cannot learn it otherwise, and Retry-After is
 // the wait until the bucket holds a request again, in whole seconds.
 func refused(perMinute int, wait time.Duration) *api.Error {
-	secs := max(1, int64((wait+time.Second-1)/time.Second))
+	secs := api.RetrySeconds(wait)
 	return &api.Error{Kind: api.KindRateLimited, Code: api.CodeRateLimited, RetryAfter: time.Duration(secs) * time.Second,
 		Message: fmt.Sprintf("This organisation's limit of %d requests a minute is reached; retry in %d s", perMinute, secs)}
 }

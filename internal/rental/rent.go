@@ -193,7 +193,7 @@ const limiterTimeout = 5 * time.Second
 
 func rentLimited(wait time.Duration) error {
 	return &api.Error{Kind: api.KindRateLimited, RetryAfter: wait, Message: fmt.Sprintf(
-		"One rental request per API key per minute; try again in %d s", int64((wait+time.Second-1)/time.Second))}
+		"One rental request per API key per minute; try again in %d s", api.RetrySeconds(wait))}
 }
 
 // MemoryLimiter is the rental rate limit of a gateway that runs alone:

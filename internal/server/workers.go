@@ -85,7 +85,7 @@ func (s *Server) connectWorker(c *call) error {
 // organisation's rate (fleet.AllowConnect). The worker retries after
 // Retry-After.
 func connectsRefused(wait time.Duration) *api.Error {
-	secs := max(1, int64((wait+time.Second-1)/time.Second))
+	secs := api.RetrySeconds(wait)
 	return &api.Error{Kind: api.KindRateLimited, Code: api.CodeRateLimited, RetryAfter: time.Duration(secs) * time.Second,
 		Message: fmt.Sprintf("This organisation's workers are connecting faster than the gateway lets them; retry in %d s", secs)}
 }

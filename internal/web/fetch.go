@@ -121,7 +121,8 @@ func (f *Fetcher) Fetch(ctx context.Context, rawURL string) (Page, error) {
 		if bytes.IndexByte(body, 0) >= 0 {
 			return Page{}, errors.New("the page is not text (binary content)")
 		}
-		page.Text = Cut(strings.TrimSpace(strings.ToValidUTF8(string(utf8Text(body, ctype)), "\uFFFD")), maxChars)
+		// Cut replaces what is still not UTF-8.
+		page.Text = Cut(strings.TrimSpace(string(utf8Text(body, ctype))), maxChars)
 	default:
 		return Page{}, fmt.Errorf("the page is not text (%s)", kind)
 	}

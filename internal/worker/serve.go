@@ -200,14 +200,13 @@ func (a *Agent) run(ctx context.Context, st *link.Stream) (res *api.Result) {
 	}
 	if sealing != nil && res.Error != nil {
 		a.log.Info("private request failed", "status", res.Status, "err", res.Error.Message)
+		sealer := private.Sealer
 		if sealing.started {
 			// A stream that failed after its first event: the gateway
 			// ends it with an error event of its own.
-			res.Error.Type, res.Error.Code = api.TypeForStatus(res.Status), ""
-			res.Error.Message = fmt.Sprintf("the engine refused the encrypted request (%d %s)", res.Status, http.StatusText(res.Status))
-		} else {
-			sealFailure(private.Sealer, res, fmt.Sprintf("the engine refused the encrypted request (%d %s)", res.Status, http.StatusText(res.Status)))
+			sealer = nil
 		}
+		sealFailure(sealer, res, fmt.Sprintf("the engine refused the encrypted request (%d %s)", res.Status, http.StatusText(res.Status)))
 	}
 	if wait > time.Millisecond {
 		ms := float64(wait.Microseconds()) / 1000
@@ -258,16 +257,19 @@ func (c *captureSink) Body(_ context.Context, data []byte) error {
 // sealFailure readies the failure res of a private request that opened:
 // its message may quote the prompt, and its type and code tell of it (a
 // content filter's verdict, the field a validation names), so the failure
-// goes to the client sealed, as the reply would have (res.Sealed), and the
-// result the gateway reads in the clear tells only its status, with
-// clear as its message.
+// goes to the client sealed by sealer, as the reply would have
+// (res.Sealed), and the result the gateway reads in the clear tells only
+// its status, with clear as its message. A nil sealer (a stream already
+// under way, which only events can follow) seals nothing.
 func sealFailure(sealer *e2ee.ResponseSealer, res *api.Result, clear string) {
 	e := res.Error
-	var code *string
-	if e.Code != "" {
-		code = &e.Code
+	if sealer != nil {
+		var code *string
+		if e.Code != "" {
+			code = &e.Code
+		}
+		body, _ := json.Marshal(api.Body{Detail: e.Message, Error: &api.ErrorPayload{Message: e.Message, Type: e.Type, Code: code}})
+		res.Sealed = sealer.ReplyBody(body)
 	}
-	body, _ := json.Marshal(api.Body{Detail: e.Message, Error: &api.ErrorPayload{Message: e.Message, Type: e.Type, Code: code}})
-	res.Sealed = sealer.ReplyBody(body)
 	res.Error = &api.ResultError{Message: clear, Type: api.TypeForStatus(res.Status), RetryAfter: e.RetryAfter}
 }

@@ -220,18 +220,25 @@ func (p *Provider) adopt() error {
 		if d.state != rental.InstanceRunning {
 			continue
 		}
-		in := &instance{id: id, dir: dir, meta: m, state: d.state, phase: d.phase, pid: d.pid, done: make(chan struct{})}
-		ctx, cancel := context.WithCancel(context.Background())
-		in.cancel = cancel
-		p.insts[id] = in
 		p.log.Info("local rental: watching a worker left running", "instance", id, "rental", m.RentalID, "pid", d.pid)
-		p.wg.Go(func() {
-			defer close(in.done)
-			defer cancel()
-			p.watch(ctx, in, d.pid)
-		})
+		p.start(&instance{id: id, dir: dir, meta: m, state: d.state, phase: d.phase, pid: d.pid},
+			func(ctx context.Context, in *instance) { p.watch(ctx, in, d.pid) })
 	}
 	return nil
+}
+
+// start makes in the provider's and runs fn for it on a goroutine of its
+// own, which Destroy and Close cancel and wait for. The caller holds mu,
+// or has the provider to itself.
+func (p *Provider) start(in *instance, fn func(context.Context, *instance)) {
+	ctx, cancel := context.WithCancel(context.Background())
+	in.cancel, in.done = cancel, make(chan struct{})
+	p.insts[in.id] = in
+	p.wg.Go(func() {
+		defer close(in.done)
+		defer cancel()
+		fn(ctx, in)
+	})
 }
 
 // resume boots again an instance whose boot a stopped provider cut short,
@@ -239,17 +246,10 @@ func (p *Provider) adopt() error {
 // accepted outlives the gateway's restart, as a cloud machine's boot
 // would. It is pending meanwhile.
 func (p *Provider) resume(id, dir string, m meta) {
-	in := &instance{id: id, dir: dir, meta: m, state: rental.InstancePending, phase: api.BootQueued, done: make(chan struct{})}
-	ctx, cancel := context.WithCancel(context.Background())
-	in.cancel = cancel
-	p.insts[id] = in
 	w := rental.WorkerSpec{Gateway: m.Gateway, Name: m.WorkerName, Models: m.Models}
 	p.log.Info("local rental: resuming a boot cut short", "instance", id, "rental", m.RentalID)
-	p.wg.Go(func() {
-		defer close(in.done)
-		defer cancel()
-		p.run(ctx, in, w)
-	})
+	p.start(&instance{id: id, dir: dir, meta: m, state: rental.InstancePending, phase: api.BootQueued},
+		func(ctx context.Context, in *instance) { p.run(ctx, in, w) })
 }
 
 // Name is "local".
@@ -339,17 +339,10 @@ func (p *Provider) Create(ctx context.Context, l rental.Launch) (rental.Instance
 		_ = os.RemoveAll(dir)
 		return rental.Instance{}, fmt.Errorf("local create: %w", err)
 	}
-	in := &instance{id: id, dir: dir, meta: m, state: rental.InstancePending, phase: api.BootQueued, done: make(chan struct{})}
-	bctx, cancel := context.WithCancel(context.Background())
-	in.cancel = cancel
-	p.insts[id] = in
+	in := &instance{id: id, dir: dir, meta: m, state: rental.InstancePending, phase: api.BootQueued}
 	p.log.Info("local rental: created", "instance", id, "rental", l.RentalID, "gpu", gpu.GPUModelID, "tier", gpu.TierID)
 	w := l.Worker
-	p.wg.Go(func() {
-		defer close(in.done)
-		defer cancel()
-		p.run(bctx, in, w)
-	})
+	p.start(in, func(ctx context.Context, in *instance) { p.run(ctx, in, w) })
 	return in.view(), nil
 }
 
