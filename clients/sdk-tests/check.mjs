@@ -310,6 +310,36 @@ const checks = {
     return { request_id: second.id.replace(/^msg_/, "") };
   },
 
+  async "anthropic count tokens"() {
+    const short = await anthropic.messages.countTokens({ model, messages: [{ role: "user", content: "hello there" }] });
+    const tools = [{ name: weather.name, description: weather.description, input_schema: weather.schema }];
+    const long = await anthropic.messages.countTokens({
+      model,
+      system: "be brief",
+      tools,
+      messages: [{ role: "user", content: "hello there, " + "tell me more. ".repeat(40) }],
+    });
+    must(short.input_tokens > 0 && long.input_tokens > short.input_tokens + 140, "input_tokens", { short, long });
+    try {
+      await anthropic.messages.countTokens({ model: "no-such-model", messages: [{ role: "user", content: "hi" }] });
+    } catch (e) {
+      must(e instanceof Anthropic.NotFoundError, "not a NotFoundError", String(e));
+      return {};
+    }
+    throw new Error("an unknown model was counted");
+  },
+
+  async "anthropic models"() {
+    const seen = [];
+    for await (const m of anthropic.models.list({ limit: 1 })) seen.push(m);
+    must(seen.some((m) => m.id === model && m.type === "model" && m.display_name && !isNaN(Date.parse(m.created_at))), "models", seen);
+    const page = await anthropic.models.list({ limit: 1 });
+    must(page.data.length === 1 && page.has_more === seen.length > 1 && page.first_id === page.data[0].id, "first page", page);
+    const one = await anthropic.models.retrieve(model);
+    must(one.id === model && one.type === "model", "retrieve", one);
+    return {};
+  },
+
   async "anthropic unknown model"() {
     try {
       await anthropic.messages.create({ model: "no-such-model", max_tokens: 8, messages: [{ role: "user", content: "hi" }] });

@@ -53,9 +53,9 @@ func FuzzToChat(f *testing.F) {
 			}
 			return
 		}
-		tr, err := translate(b)
+		tr, err := translateFor(b, false)
 		if err != nil {
-			t.Fatalf("translate(%q) = %v, where ToChat took it", b, err)
+			t.Fatalf("translateFor(%q) = %v, where ToChat took it", b, err)
 		}
 		if want, err := marshal(tr); err != nil || !bytes.Equal(out, want) {
 			t.Fatalf("ToChat(%q) wrote\n %s\nwhere encoding/json writes\n %s (%v)", b, out, want, err)

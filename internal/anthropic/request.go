@@ -119,7 +119,7 @@ func textPart(s string) chatPart { return chatPart{Type: "text", Text: &s} }
 // streams. Malformed JSON is a 400 (api.BadRequest); every field that fails
 // is listed, with its Anthropic path, in one api.Invalid.
 func ToChat(body []byte) (chatBody []byte, model string, stream bool, err error) {
-	r, err := translate(body)
+	r, err := translateFor(body, false)
 	if err != nil {
 		return nil, "", false, err
 	}
@@ -131,15 +131,16 @@ func ToChat(body []byte) (chatBody []byte, model string, stream bool, err error)
 	return out, r.Model, r.Stream, nil
 }
 
-// translate checks a Messages request body and builds its chat form.
-func translate(body []byte) (*chatRequest, error) {
+// translateFor checks a Messages request body and builds its chat form;
+// counting is for count_tokens, whose requests need no max_tokens.
+func translateFor(body []byte, counting bool) (*chatRequest, error) {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil, api.BadRequest("Request body is empty; send a JSON object")
 	}
 	if !jsontext.Valid(body) {
 		return nil, jsonraw.Malformed(body)
 	}
-	t := translator{}
+	t := translator{counting: counting}
 	top, ok := t.members.Read(body)
 	if !ok {
 		return nil, api.Invalid(api.FieldError{Field: "body", Type: api.FieldWrongType, Message: "must be a JSON object"})
@@ -158,6 +159,8 @@ type translator struct {
 	out chatRequest
 	// members reads the request's objects, all into one list.
 	members jsonraw.FieldReader
+	// counting leaves max_tokens optional.
+	counting bool
 }
 
 // request checks the members in a fixed order, so a body with several
@@ -169,7 +172,7 @@ func (t *translator) request(top object) {
 		}
 		t.out.Model = s
 	}
-	if raw, ok := t.missing(top, nil, "max_tokens"); ok {
+	if raw, ok := t.maxTokens(top); ok {
 		if n, ok := t.integer(api.PathOf("max_tokens"), raw); ok {
 			if n < 1 {
 				t.v.Add("max_tokens", api.FieldOutOfRange, "must be at least 1")
@@ -205,6 +208,15 @@ func (t *translator) request(top object) {
 	t.mcpServers(top)
 	t.toolChoice(top)
 	t.reasoning(top)
+}
+
+// maxTokens is the max_tokens member, which a Messages request must have
+// and a count need not.
+func (t *translator) maxTokens(top object) (json.RawMessage, bool) {
+	if t.counting {
+		return top.Field("max_tokens")
+	}
+	return t.missing(top, nil, "max_tokens")
 }
 
 // mcpServers refuses Anthropic's MCP connector: the model would answer

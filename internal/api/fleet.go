@@ -404,13 +404,19 @@ const (
 	EventSettingsChanged = "settings_changed"
 )
 
-// ModelEntry is an entry of GET /v1/models: the common shape plus the
-// metadata workers report.
+// ModelEntry is an entry of GET /v1/models: the common shape, Anthropic's
+// (type, display_name, created_at) beside it, and the metadata workers
+// report.
 type ModelEntry struct {
-	ID               string             `json:"id"`
-	Object           string             `json:"object"`
-	Created          int64              `json:"created"`
-	OwnedBy          string             `json:"owned_by"`
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	OwnedBy string `json:"owned_by"`
+	// Type, DisplayName and CreatedAt are the entry as Anthropic's SDKs
+	// read it.
+	Type             string             `json:"type"`
+	DisplayName      string             `json:"display_name"`
+	CreatedAt        string             `json:"created_at"`
 	Capabilities     []string           `json:"capabilities"`
 	Engine           string             `json:"engine"`
 	ContextWindow    int                `json:"context_window,omitempty"`
@@ -426,8 +432,12 @@ type ModelEntry struct {
 	Incomplete *Incomplete `json:"incomplete,omitempty"`
 }
 
-// ModelList is the body of GET /v1/models.
+// ModelList is the body of GET /v1/models: OpenAI's list, and Anthropic's
+// page of one (has_more, first_id, last_id).
 type ModelList struct {
-	Object string       `json:"object"`
-	Data   []ModelEntry `json:"data"`
+	Object  string       `json:"object"`
+	Data    []ModelEntry `json:"data"`
+	HasMore bool         `json:"has_more"`
+	FirstID *string      `json:"first_id"`
+	LastID  *string      `json:"last_id"`
 }

@@ -2,8 +2,10 @@ package e2e
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // sseEvents splits a stream of named server-sent events into their names
@@ -173,6 +175,116 @@ func TestMessagesStopSequence(t *testing.T) {
 		r := s.do("POST", "/v1/messages", `{"model":"sim-chat","max_tokens":200,"stream":`+stream+`,"stop_sequences":["e"],"messages":[{"role":"user","content":"tell me more\nsim: tokens=40"}]}`, bearer(key))
 		if r.Status != 200 || !strings.Contains(string(r.Body), `"stop_reason":"stop_sequence"`) || !strings.Contains(string(r.Body), `"stop_sequence":"e"`) {
 			t.Fatalf("stream %s: %d %s", stream, r.Status, r.Body)
+		}
+	}
+}
+
+// Anthropic's token count and model list, as its SDKs call them: the count
+// is the estimate message_start gives, no max_tokens needed, failures in
+// Anthropic's envelope; the list pages by Anthropic's parameters when
+// asked, and is whole when not.
+func TestAnthropicCountTokensAndModels(t *testing.T) {
+	s, key := gateway(t)
+	count := func(body string) (int, map[string]any) {
+		t.Helper()
+		r := s.do("POST", "/v1/messages/count_tokens", body, bearer(key), header{"anthropic-version", "2023-06-01"})
+		var out map[string]any
+		if err := json.Unmarshal(r.Body, &out); err != nil {
+			t.Fatalf("%d %s", r.Status, r.Body)
+		}
+		return r.Status, out
+	}
+	// 44 characters of text, 11 tokens at four characters a token.
+	status, out := count(`{"model":"sim-chat","system":"be brief","messages":[{"role":"user","content":"hello there, tell me more about it"}]}`)
+	if status != 200 || out["input_tokens"] != float64(11) {
+		t.Fatalf("count: %d %v", status, out)
+	}
+	// A tool's definition counts: "f", "d" and {"type":"object"}.
+	_, tooled := count(`{"model":"sim-chat","tools":[{"name":"f","description":"d","input_schema":{"type":"object"}}],"messages":[{"role":"user","content":"hello there, tell me more about it"}]}`)
+	if tooled["input_tokens"] != float64(14) {
+		t.Fatalf("count with a tool: %v", tooled)
+	}
+	for _, tc := range []struct {
+		name, body string
+		status     int
+		errType    string
+	}{
+		{"no messages", `{"model":"sim-chat"}`, 422, "invalid_request_error"},
+		{"malformed", `{"model":`, 400, "invalid_request_error"},
+		{"unknown model", `{"model":"no-such","messages":[{"role":"user","content":"hi"}]}`, 404, "not_found_error"},
+		{"not a chat model", `{"model":"sim-embed","messages":[{"role":"user","content":"hi"}]}`, 404, "not_found_error"},
+	} {
+		status, out := count(tc.body)
+		e, _ := out["error"].(map[string]any)
+		if status != tc.status || out["type"] != "error" || e["type"] != tc.errType {
+			t.Errorf("%s: %d %v", tc.name, status, out)
+		}
+	}
+	if r := s.do("POST", "/api/v1/messages/count_tokens", `{"model":"sim-chat","messages":[{"role":"user","content":"hi"}]}`, bearer("nope")); r.Status != 401 {
+		t.Errorf("no key: %d %s", r.Status, r.Body)
+	}
+
+	type page struct {
+		Data []struct {
+			ID, Object, Type string
+			DisplayName      string `json:"display_name"`
+			CreatedAt        string `json:"created_at"`
+		}
+		HasMore bool    `json:"has_more"`
+		FirstID *string `json:"first_id"`
+		LastID  *string `json:"last_id"`
+	}
+	list := func(query string) (int, page) {
+		t.Helper()
+		r := s.do("GET", "/v1/models"+query, "", bearer(key))
+		var p page
+		if r.Status == 200 {
+			if err := json.Unmarshal(r.Body, &p); err != nil {
+				t.Fatalf("%s: %s", query, r.Body)
+			}
+		}
+		return r.Status, p
+	}
+	_, all := list("")
+	if len(all.Data) < 3 || all.HasMore || *all.FirstID != all.Data[0].ID || *all.LastID != all.Data[len(all.Data)-1].ID {
+		t.Fatalf("whole list: %+v", all)
+	}
+	for _, m := range all.Data {
+		if _, err := time.Parse(time.RFC3339, m.CreatedAt); m.Type != "model" || m.Object != "model" || m.DisplayName != m.ID || err != nil {
+			t.Fatalf("entry %+v", m)
+		}
+	}
+	ids := func(p page) (out []string) {
+		for _, m := range p.Data {
+			out = append(out, m.ID)
+		}
+		return out
+	}
+	want := ids(all)
+	for _, tc := range []struct {
+		query string
+		ids   []string
+		more  bool
+	}{
+		{"?limit=1", want[:1], true},
+		{"?limit=2&after_id=" + want[0], want[1:3], len(want) > 3},
+		{"?after_id=" + want[len(want)-1], nil, false},
+		{"?limit=1&before_id=" + want[2], want[1:2], true},
+		{"?before_id=" + want[1], want[:1], false},
+		// An id no longer listed still marks its place.
+		{"?limit=1&after_id=" + want[0] + "0", want[1:2], len(want) > 2},
+	} {
+		status, p := list(tc.query)
+		if status != 200 || !slices.Equal(ids(p), tc.ids) || p.HasMore != tc.more {
+			t.Errorf("%s: %d %v more=%v, want %v more=%v", tc.query, status, ids(p), p.HasMore, tc.ids, tc.more)
+		}
+		if len(p.Data) == 0 && (p.FirstID != nil || p.LastID != nil) {
+			t.Errorf("%s: an empty page names ids: %+v", tc.query, p)
+		}
+	}
+	for _, q := range []string{"?limit=0", "?limit=1001", "?limit=x", "?after_id=a&before_id=b"} {
+		if status, _ := list(q); status != 422 {
+			t.Errorf("%s: %d", q, status)
 		}
 	}
 }

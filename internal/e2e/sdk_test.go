@@ -101,7 +101,7 @@ func TestOfficialSDKs(t *testing.T) {
 	if err != nil && !t.Failed() {
 		t.Fatalf("node: %v", err)
 	}
-	if seen < 18 {
-		t.Fatalf("%d checks reported, want 18", seen)
+	if seen < 20 {
+		t.Fatalf("%d checks reported, want 20", seen)
 	}
 }

@@ -660,7 +660,7 @@ func (f *Fleet) checkLocked(o *org, need *Need, now time.Time, waited bool) erro
 	case servable:
 		return ErrTriedAll
 	case wrongKind != nil:
-		return wrongEndpoint(wrongKind, need.Capability)
+		return WrongEndpoint(wrongKind, need.Capability)
 	case unequipped:
 		return unequippedError(need)
 	case held:
@@ -705,7 +705,7 @@ func (f *Fleet) checkPinLocked(o *org, need *Need, now time.Time, waited bool) e
 		return &api.Error{Kind: api.KindNotFound, Code: api.CodeModelNotFound, Param: "model",
 			Message: "Worker " + w.name + " (" + w.id + ") does not serve model " + need.Model}
 	case need.Capability != "" && !m.Has(need.Capability):
-		return wrongEndpoint(m, need.Capability)
+		return WrongEndpoint(m, need.Capability)
 	case !w.whole(need):
 		return incompleteError(w, need)
 	case !w.equipped(need):
@@ -794,9 +794,9 @@ func endpoint(c string) (path, noun string) {
 	return "", c
 }
 
-// wrongEndpoint is the 404 for a model that does not do what the endpoint
+// WrongEndpoint is the 404 for a model that does not do what the endpoint
 // asks, naming the endpoint that fits.
-func wrongEndpoint(m *api.Model, want string) error {
+func WrongEndpoint(m *api.Model, want string) error {
 	_, noun := endpoint(want)
 	msg := "Model " + m.ID + " does not do " + noun
 	for _, c := range m.Capabilities {

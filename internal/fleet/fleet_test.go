@@ -1013,7 +1013,7 @@ func TestWrongEndpointNamesTheRightOne(t *testing.T) {
 		{[]string{api.CapImageGeneration}, api.CapRerank, "Model x does not do reranking; it is an image generation model: use /v1/images/generations"},
 	} {
 		var ae *api.Error
-		err := wrongEndpoint(&api.Model{ID: "x", Capabilities: tc.caps}, tc.want)
+		err := WrongEndpoint(&api.Model{ID: "x", Capabilities: tc.caps}, tc.want)
 		if !errors.As(err, &ae) || ae.Message != tc.msg || ae.HTTPStatus() != 404 || ae.Code != api.CodeWrongEndpoint {
 			t.Errorf("%v on %s: %v, want %q", tc.caps, tc.want, err, tc.msg)
 		}

@@ -2,12 +2,15 @@ package server
 
 import (
 	"cmp"
+	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/svc-dev/svc/internal/anthropic"
 	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/fleet"
 	"github.com/svc-dev/svc/internal/responses"
+	"github.com/svc-dev/svc/internal/usage"
 )
 
 // A dialect is an inference API served as a chat completion: its request
@@ -62,6 +65,34 @@ func (s *Server) messages(c *call) error {
 			return anthropicStream{anthropic.NewStream(id, model, int64(promptTokens))}
 		},
 	})
+}
+
+// countTokens is POST /v1/messages/count_tokens, Anthropic's count of a
+// Messages request's input tokens. The count is estimated as
+// message_start's is, a token per four characters of the text the model
+// would read, tools included: the gateway has no tokenizer of the engine's,
+// and a count is no reason to occupy a worker. Nothing is relayed, so it
+// is not inference and leaves no usage row.
+func (s *Server) countTokens(c *call) error {
+	if sealed(c) {
+		return errSealedDialect()
+	}
+	model, chars, err := anthropic.Count(c.ctx.PostBody())
+	if err != nil {
+		return err
+	}
+	m := s.fleet.Model(c.principal.OrgID, model)
+	switch {
+	case m == nil:
+		return &api.Error{Kind: api.KindNotFound, Code: api.CodeModelNotFound, Param: "model",
+			Message: "Model " + model + " is not installed on any connected worker; GET /v1/models lists those that are"}
+	case !m.Has(api.CapChat):
+		return fleet.WrongEndpoint(m, api.CapChat)
+	}
+	writeJSON(c.ctx, http.StatusOK, struct {
+		InputTokens int `json:"input_tokens"`
+	}{usage.EstimateTokens(chars)})
+	return nil
 }
 
 // lateAnthropic is a Messages reply that failed after it started: the

@@ -110,6 +110,12 @@ func (s *Server) routes() []*route {
 		{method: "GET", path: link.Path, access: accessWorker, handle: s.connectWorker},
 		{method: "GET", path: peer.Path, access: accessPeer, handle: s.connectPeer},
 	}
+	// Anthropic's token count of a Messages request: content, so e2e as
+	// Messages is, but not inference, so not accounted.
+	for _, prefix := range []string{"/api/v1", "/v1"} {
+		out = append(out, &route{method: "POST", path: prefix + "/messages/count_tokens", access: accessKey,
+			perm: auth.InferenceWrite, compatible: true, anthropic: true, e2e: true, handle: s.countTokens})
+	}
 	for _, r := range inference {
 		r.access, r.perm, r.compatible = accessKey, auth.InferenceWrite, true
 		if r.method == "POST" {

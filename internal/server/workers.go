@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/fasthttp/websocket"
@@ -143,16 +146,67 @@ func (s *Server) workerEvents(c *call) error {
 }
 
 // listModels is GET /v1/models: the models the organisation's connected
-// workers serve, once each, with their metadata.
+// workers serve, once each, with their metadata, in the order of their
+// ids. Anthropic's paging (limit, after_id, before_id) applies when asked
+// for; without it the list is whole, as OpenAI's clients expect.
 func (s *Server) listModels(c *call) error {
 	models := s.fleet.Models(c.principal.OrgID)
-	out := api.ModelList{Object: "list", Data: make([]api.ModelEntry, 0, len(models))}
-	for _, m := range models {
+	page, more, err := modelPage(models, c.ctx.QueryArgs())
+	if err != nil {
+		return err
+	}
+	out := api.ModelList{Object: "list", Data: make([]api.ModelEntry, 0, len(page)), HasMore: more}
+	for _, m := range page {
 		out.Data = append(out.Data, modelEntry(m))
+	}
+	if n := len(out.Data); n > 0 {
+		out.FirstID, out.LastID = &out.Data[0].ID, &out.Data[n-1].ID
 	}
 	writeJSON(c.ctx, http.StatusOK, out)
 	return nil
 }
+
+// modelPage is the page of models, sorted by id, that Anthropic's list
+// parameters ask for, and whether more lie beyond it in the direction
+// asked: after after_id, or before before_id, at most limit (1 to 1,000).
+// An id the list no longer holds still marks its place.
+func modelPage(models []api.Model, args *fasthttp.Args) ([]api.Model, bool, error) {
+	after, before := string(args.Peek("after_id")), string(args.Peek("before_id"))
+	var v api.Validator
+	limit := len(models)
+	if args.Has("limit") {
+		n, err := strconv.Atoi(string(args.Peek("limit")))
+		if err != nil || n < 1 || n > maxModelPage {
+			v.Add("limit", api.FieldOutOfRange, "must be a whole number from 1 to 1000")
+		}
+		limit = n
+	}
+	if after != "" && before != "" {
+		v.Add("before_id", api.FieldInvalid, "give after_id or before_id, not both")
+	}
+	if err := v.Err(); err != nil {
+		return nil, false, err
+	}
+	ids := func(m api.Model, id string) int { return strings.Compare(m.ID, id) }
+	if before != "" {
+		end, _ := slices.BinarySearchFunc(models, before, ids)
+		start := max(0, end-limit)
+		return models[start:end], start > 0, nil
+	}
+	start := 0
+	if after != "" {
+		i, found := slices.BinarySearchFunc(models, after, ids)
+		if found {
+			i++
+		}
+		start = i
+	}
+	end := min(len(models), start+limit)
+	return models[start:end], end < len(models), nil
+}
+
+// maxModelPage is the largest page of models Anthropic's list returns.
+const maxModelPage = 1000
 
 // getModel is GET /v1/models/{model}: one entry of the list.
 func (s *Server) getModel(c *call) error {
@@ -169,7 +223,8 @@ func (s *Server) getModel(c *call) error {
 
 func modelEntry(m api.Model) api.ModelEntry {
 	return api.ModelEntry{
-		ID: m.ID, Object: "model", Created: m.Since.Unix(), OwnedBy: "svc", Capabilities: m.Capabilities, Engine: m.Engine,
+		ID: m.ID, Object: "model", Created: m.Since.Unix(), OwnedBy: "svc",
+		Type: "model", DisplayName: m.ID, CreatedAt: m.Since.UTC().Format(time.RFC3339), Capabilities: m.Capabilities, Engine: m.Engine,
 		ContextWindow: m.ContextWindow, SamplingDefaults: m.SamplingDefaults, DefaultThinking: m.DefaultThinking,
 		Voices: m.Voices, DefaultVoice: m.DefaultVoice, Local: m.Local, Simulated: m.Simulated, Incomplete: m.Incomplete,
 	}
