@@ -69,8 +69,10 @@ func TestRerankAndImages(t *testing.T) {
 	startWorker(t, s.URL, s.tokenFile(), "gpu-1", "--engine", "sim=tps=0,ttft=0")
 
 	for _, prefix := range []string{"/v1", "/api/v1"} {
+		// A whole number is one however JSON writes it (Python's 2.0).
+		two := map[string]string{"/v1": "2", "/api/v1": "2.0"}[prefix]
 		r := s.do("POST", prefix+"/rerank",
-			`{"model":"sim-rerank","query":"red fox","documents":["a blue whale",{"text":"the red fox"},"red sky"],"top_n":2}`, bearer(key))
+			`{"model":"sim-rerank","query":"red fox","documents":["a blue whale",{"text":"the red fox"},"red sky"],"top_n":`+two+`}`, bearer(key))
 		var rr rerankReply
 		if err := json.Unmarshal(r.Body, &rr); err != nil || r.Status != 200 {
 			t.Fatalf("%s/rerank = %d %s", prefix, r.Status, r.Body)
@@ -86,7 +88,7 @@ func TestRerankAndImages(t *testing.T) {
 			t.Fatalf("rerank row %v", row)
 		}
 
-		r = s.do("POST", prefix+"/images/generations", `{"model":"sim-image","prompt":"a red fox","n":2,"size":"256x256"}`, bearer(key))
+		r = s.do("POST", prefix+"/images/generations", `{"model":"sim-image","prompt":"a red fox","n":`+two+`,"size":"256x256"}`, bearer(key))
 		var ir imagesReply
 		if err := json.Unmarshal(r.Body, &ir); err != nil || r.Status != 200 || r.Header.Get("Content-Type") != "application/json" {
 			t.Fatalf("%s/images/generations = %d %.300s", prefix, r.Status, r.Body)
@@ -115,6 +117,13 @@ func TestRerankAndImages(t *testing.T) {
 	_ = json.Unmarshal(s.do("GET", "/api/v1/usage/summary?days=1", "", bearer(key)).Body, &summary)
 	if summary["images"] != 4.0 || summary["requests"] != 4.0 {
 		t.Fatalf("summary %v", summary)
+	}
+	r := s.do("POST", "/v1/embeddings", `{"model":"sim-embed","input":"a fox","dimensions":8.0}`, bearer(key))
+	var er struct {
+		Data []struct{ Embedding []float64 }
+	}
+	if err := json.Unmarshal(r.Body, &er); err != nil || r.Status != 200 || len(er.Data) != 1 || len(er.Data[0].Embedding) != 8 {
+		t.Fatalf("embeddings with dimensions 8.0: %d %.300s", r.Status, r.Body)
 	}
 
 	// The official client's images call works unchanged.
@@ -151,7 +160,7 @@ func TestRerankAndImages(t *testing.T) {
 		}
 	}
 
-	r := s.do("GET", "/v1/models", "", bearer(key))
+	r = s.do("GET", "/v1/models", "", bearer(key))
 	var list struct {
 		Data []struct {
 			ID           string   `json:"id"`

@@ -25,7 +25,7 @@ func FuzzParseAsDecoded(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		model, err := Parse(body)
+		model, _, err := Parse(body)
 		wantModel, wantErr := referenceParse(body)
 		if model != wantModel || (err == nil) != (wantErr == nil) {
 			t.Fatalf("%q: Parse %q, %v; encoding/json %q, %v", body, model, err, wantModel, wantErr)
@@ -47,7 +47,7 @@ func BenchmarkParse(b *testing.B) {
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := Parse(body); err != nil {
+		if _, _, err := Parse(body); err != nil {
 			b.Fatal(err)
 		}
 	}

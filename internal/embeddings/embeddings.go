@@ -4,6 +4,7 @@ package embeddings
 
 import (
 	"encoding/json"
+	"math"
 	"slices"
 	"strconv"
 
@@ -17,17 +18,18 @@ const MaxInputs = 2048
 
 // Parse checks a request: model, and input as a string, strings, a token
 // array or token arrays. Other fields are forwarded as they are. It
-// returns the model asked for.
-func Parse(body []byte) (string, error) {
+// returns the model asked for and the request to send on: body, or body
+// written anew when dimensions came as a whole number in another form
+// (8.0), which engines' integer fields refuse.
+func Parse(body []byte) (model string, out []byte, err error) {
 	req, err := jsonbody.Members(body)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	if req == nil {
-		return "", api.Invalid(api.FieldError{Field: "body", Type: api.FieldWrongType, Message: "expected an object"})
+		return "", nil, api.Invalid(api.FieldError{Field: "body", Type: api.FieldWrongType, Message: "expected an object"})
 	}
 	var v api.Validator
-	var model string
 	switch raw := req["model"]; {
 	case !jsonbody.Present(raw):
 		v.Add("model", api.FieldMissing, "required")
@@ -37,25 +39,32 @@ func Parse(body []byte) (string, error) {
 		}
 	}
 	checkInput(&v, req["input"])
-	checkOutput(&v, req)
-	return model, v.Err()
+	rewritten := checkOutput(&v, req)
+	if err := v.Err(); err != nil {
+		return model, nil, err
+	}
+	if !rewritten {
+		return model, body, nil
+	}
+	if out, err = json.Marshal(req); err != nil {
+		return "", nil, err
+	}
+	return model, out, nil
 }
 
-// checkOutput checks the fields that shape the vectors: encoding_format
-// and dimensions.
-func checkOutput(v *api.Validator, req map[string]json.RawMessage) {
+// checkOutput checks the fields that shape the vectors, encoding_format
+// and dimensions; rewritten says dimensions must be written anew.
+func checkOutput(v *api.Validator, req map[string]json.RawMessage) (rewritten bool) {
 	if raw := req["encoding_format"]; jsonbody.Present(raw) {
 		var f string
 		if json.Unmarshal(raw, &f) != nil || (f != "float" && f != "base64") {
 			v.Add("encoding_format", api.FieldEnum, "one of float, base64")
 		}
 	}
-	if raw := req["dimensions"]; jsonbody.Present(raw) {
-		var n int
-		if json.Unmarshal(raw, &n) != nil || n < 1 {
-			v.Add("dimensions", api.FieldOutOfRange, "must be a whole number of at least 1")
-		}
+	if jsonbody.Present(req["dimensions"]) {
+		_, _, rewritten = jsonbody.Whole(v, req, "dimensions", 1, math.MaxInt32, "a whole number of at least 1")
 	}
+	return rewritten
 }
 
 func checkInput(v *api.Validator, raw json.RawMessage) {

@@ -41,13 +41,15 @@ func TestParse(t *testing.T) {
 		{"object item", `{"model":"e5","input":[{"a":1}]}`, "", 422, "input.0"},
 		{"bad format", `{"model":"e5","input":"x","encoding_format":"int8"}`, "", 422, "encoding_format"},
 		{"bad dimensions", `{"model":"e5","input":"x","dimensions":0}`, "", 422, "dimensions"},
+		{"dimensions a fraction", `{"model":"e5","input":"x","dimensions":1.5}`, "", 422, "dimensions"},
+		{"dimensions a string", `{"model":"e5","input":"x","dimensions":"4"}`, "", 422, "dimensions"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			model, err := Parse([]byte(tt.body))
+			model, out, err := Parse([]byte(tt.body))
 			if tt.status == 0 {
-				if err != nil || model != tt.model {
-					t.Fatalf("Parse = %q, %v", model, err)
+				if err != nil || model != tt.model || string(out) != tt.body {
+					t.Fatalf("Parse = %q, %s, %v", model, out, err)
 				}
 				return
 			}
@@ -62,12 +64,32 @@ func TestParse(t *testing.T) {
 	}
 }
 
+// A whole number written as a float is one, and goes on as an integer,
+// which engines' integer fields read; a wrong type is said to be one.
+func TestParseWholeNumbers(t *testing.T) {
+	model, out, err := Parse([]byte(`{"model":"e5","input":"x","dimensions":8.0}`))
+	if err != nil || model != "e5" || string(out) != `{"dimensions":8,"input":"x","model":"e5"}` {
+		t.Fatalf("Parse = %q, %s, %v", model, out, err)
+	}
+	for body, typ := range map[string]string{
+		`{"model":"e5","input":"x","dimensions":"4"}`:  api.FieldWrongType,
+		`{"model":"e5","input":"x","dimensions":1.5}`:  api.FieldWrongType,
+		`{"model":"e5","input":"x","dimensions":-1}`:   api.FieldOutOfRange,
+		`{"model":"e5","input":"x","dimensions":1e99}`: api.FieldOutOfRange,
+	} {
+		_, _, err := Parse([]byte(body))
+		if ae := api.ErrorOf(err); len(ae.Fields) != 1 || ae.Fields[0].Type != typ {
+			t.Errorf("%s: %v, want %s", body, err, typ)
+		}
+	}
+}
+
 func FuzzParse(f *testing.F) {
 	for _, s := range []string{`{"model":"e5","input":"x"}`, `{"input":[[1],[2,3]]}`, `[`, `null`, `{"model":"e5","input":[{}]}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		_, err := Parse(body)
+		_, _, err := Parse(body)
 		if err == nil {
 			return
 		}

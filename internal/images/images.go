@@ -76,10 +76,9 @@ func Parse(body []byte) (*Request, error) {
 	case utf8.RuneCountInString(r.Prompt) > MaxPrompt:
 		v.Add("prompt", api.FieldTooLong, "must be at most %d characters", MaxPrompt)
 	}
-	if n := raw["n"]; jsonbody.Present(n) {
-		if json.Unmarshal(n, &r.N) != nil || r.N < 1 || r.N > MaxImages {
-			v.Add("n", api.FieldOutOfRange, "must be a whole number from 1 to %d", MaxImages)
-		}
+	if jsonbody.Present(raw["n"]) {
+		n, _, _ := jsonbody.Whole(&v, raw, "n", 1, MaxImages, "a whole number from 1 to "+strconv.Itoa(MaxImages))
+		r.N = int(n)
 	}
 	if s := raw["size"]; jsonbody.Present(s) {
 		if json.Unmarshal(s, &r.Size) != nil {

@@ -35,6 +35,8 @@ func TestParse(t *testing.T) {
 		{"n zero", `{"model":"flux","prompt":"a","n":0}`, Request{}, 422, "n"},
 		{"n eleven", `{"model":"flux","prompt":"a","n":11}`, Request{}, 422, "n"},
 		{"n a string", `{"model":"flux","prompt":"a","n":"2"}`, Request{}, 422, "n"},
+		{"n a fraction", `{"model":"flux","prompt":"a","n":1.5}`, Request{}, 422, "n"},
+		{"n a whole float", `{"model":"flux","prompt":"a fox","n":2.0}`, Request{Model: "flux", Prompt: "a fox", N: 2, Size: "auto"}, 0, ""},
 		{"size one side", `{"model":"flux","prompt":"a","size":"1024"}`, Request{}, 422, "size"},
 		{"size too small", `{"model":"flux","prompt":"a","size":"32x32"}`, Request{}, 422, "size"},
 		{"size too large", `{"model":"flux","prompt":"a","size":"8192x1024"}`, Request{}, 422, "size"},

@@ -121,3 +121,32 @@ func describe(t reflect.Type) string {
 	}
 	return "a different type"
 }
+
+// Whole checks the member key of members as a whole number from lo to hi,
+// however JSON writes one (2, 2.0, 2e0), and writes it back as an integer,
+// which the engines' adapters and servers read: rewritten says it was
+// sent otherwise, and the body must then be written from members. Anything
+// else is added to v: a value that is not a number or has a fraction is of
+// the wrong type, one outside the range out of range; both say what is
+// wanted. ok is false then.
+func Whole(v *api.Validator, members map[string]json.RawMessage, key string, lo, hi int64, want string) (n int64, ok, rewritten bool) {
+	raw := members[key]
+	if jsonraw.KindOf(raw) != jsonraw.Number {
+		v.Add(key, api.FieldWrongType, "must be %s", want)
+		return 0, false, false
+	}
+	n, res := jsonraw.Int(string(raw))
+	switch {
+	case res == jsonraw.IntFraction:
+		v.Add(key, api.FieldWrongType, "must be %s", want)
+		return 0, false, false
+	case res == jsonraw.IntOverflow || n < lo || n > hi:
+		v.Add(key, api.FieldOutOfRange, "must be %s", want)
+		return 0, false, false
+	}
+	if canon := strconv.AppendInt(nil, n, 10); string(raw) != string(canon) {
+		members[key] = canon
+		return n, true, true
+	}
+	return n, true, false
+}

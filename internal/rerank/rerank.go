@@ -7,6 +7,7 @@ package rerank
 
 import (
 	"encoding/json"
+	"math"
 	"strconv"
 
 	"github.com/svc-dev/svc/internal/api"
@@ -29,6 +30,9 @@ type Request struct {
 	// ReturnDocuments puts each document's text in its result; the
 	// default is true, as engines do.
 	ReturnDocuments bool
+	// Body is the request to send on: the body as it came, or written
+	// anew when a whole number came in another form (top_n 2.0).
+	Body []byte
 }
 
 // Parse checks a request and reads it. Malformed JSON is a 400; missing
@@ -59,10 +63,10 @@ func Parse(body []byte) (*Request, error) {
 		v.Add("query", api.FieldInvalid, "must not be empty")
 	}
 	r.Documents = documents(&v, raw["documents"])
-	if n := raw["top_n"]; jsonbody.Present(n) {
-		if json.Unmarshal(n, &r.TopN) != nil || r.TopN < 1 {
-			v.Add("top_n", api.FieldOutOfRange, "must be a whole number of at least 1")
-		}
+	rewritten := false
+	if jsonbody.Present(raw["top_n"]) {
+		n, _, rw := jsonbody.Whole(&v, raw, "top_n", 1, math.MaxInt32, "a whole number of at least 1")
+		r.TopN, rewritten = int(n), rw
 	}
 	if d := raw["return_documents"]; jsonbody.Present(d) {
 		if json.Unmarshal(d, &r.ReturnDocuments) != nil {
@@ -71,6 +75,14 @@ func Parse(body []byte) (*Request, error) {
 	}
 	if err := v.Err(); err != nil {
 		return nil, err
+	}
+	r.Body = body
+	if rewritten {
+		out, err := json.Marshal(raw)
+		if err != nil {
+			return nil, err
+		}
+		r.Body = out
 	}
 	return r, nil
 }

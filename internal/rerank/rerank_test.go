@@ -43,6 +43,7 @@ func TestParse(t *testing.T) {
 		{"a text not a string", `{"model":"bge","query":"q","documents":["a",{"text":1}]}`, nil, 422, "documents.1.text"},
 		{"top_n zero", `{"model":"bge","query":"q","documents":["a"],"top_n":0}`, nil, 422, "top_n"},
 		{"top_n fraction", `{"model":"bge","query":"q","documents":["a"],"top_n":1.5}`, nil, 422, "top_n"},
+		{"top_n a string", `{"model":"bge","query":"q","documents":["a"],"top_n":"2"}`, nil, 422, "top_n"},
 		{"return_documents not a boolean", `{"model":"bge","query":"q","documents":["a"],"return_documents":"yes"}`, nil, 422, "return_documents"},
 	}
 	for _, tt := range tests {
@@ -63,6 +64,23 @@ func TestParse(t *testing.T) {
 				t.Fatalf("fields = %+v, want %s", ae.Fields, tt.field)
 			}
 		})
+	}
+}
+
+// A whole number written as a float is one, and goes on as an integer;
+// a body needing no change goes on as it came.
+func TestParseWholeNumbers(t *testing.T) {
+	r, err := Parse([]byte(`{"model":"bge","query":"q","documents":["a","b"],"top_n":1.0}`))
+	if err != nil || r.TopN != 1 || string(r.Body) != `{"documents":["a","b"],"model":"bge","query":"q","top_n":1}` {
+		t.Fatalf("Parse = %+v, %v", r, err)
+	}
+	body := `{"model":"bge","query":"q","documents":["a"],"top_n":1}`
+	if r, err := Parse([]byte(body)); err != nil || string(r.Body) != body {
+		t.Fatalf("Parse = %+v, %v", r, err)
+	}
+	_, err = Parse([]byte(`{"model":"bge","query":"q","documents":["a"],"top_n":"2"}`))
+	if ae := api.ErrorOf(err); len(ae.Fields) != 1 || ae.Fields[0].Type != api.FieldWrongType {
+		t.Fatalf("a string: %v", err)
 	}
 }
 

@@ -105,8 +105,7 @@ func (s *Server) embeddings(c *call) error {
 	if sealed(c) {
 		return s.privateInference(c, api.KindEmbeddings)
 	}
-	body := append([]byte(nil), c.ctx.PostBody()...)
-	model, err := embeddings.Parse(body)
+	model, body, err := embeddings.Parse(append([]byte(nil), c.ctx.PostBody()...))
 	if err != nil {
 		return err
 	}
@@ -129,7 +128,7 @@ func (s *Server) rerank(c *call) error {
 	}
 	r := inference(c, api.KindRerank, req.Model, false)
 	r.ModelInfo = s.fleet.Model(c.principal.OrgID, req.Model)
-	r.Body = body
+	r.Body = req.Body
 	return s.relayUnary(c, r, formLate)
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/svc-dev/svc/e2ee"
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/chat"
+	"github.com/svc-dev/svc/internal/embeddings"
 	"github.com/svc-dev/svc/internal/engine"
 	"github.com/svc-dev/svc/internal/images"
 	"github.com/svc-dev/svc/internal/rerank"
@@ -94,9 +95,18 @@ func (a *Agent) openPrivate(req *api.LinkRequest, envelope []byte) (*privateRequ
 			return p, final(invalid(err))
 		}
 	case api.KindRerank:
-		if _, err := rerank.Parse(opened.Body); err != nil {
+		parsed, err := rerank.Parse(opened.Body)
+		if err != nil {
 			return p, final(invalid(err))
 		}
+		p.body = parsed.Body
+	case api.KindEmbeddings:
+		// As the gateway would: a whole number written as one.
+		_, body, err := embeddings.Parse(opened.Body)
+		if err != nil {
+			return p, final(invalid(err))
+		}
+		p.body = body
 	case api.KindImages:
 		// As the gateway would: n set and b64_json asked for, url refused.
 		parsed, err := images.Parse(opened.Body)
