@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/svc-dev/svc/e2ee"
 	"github.com/svc-dev/svc/internal/client"
+	"github.com/svc-dev/svc/internal/netguard"
 	"github.com/svc-dev/svc/internal/server"
 )
 
@@ -238,15 +238,7 @@ func validPort(port string) bool {
 // isLoopback reports whether the URL names this host.
 func isLoopback(u string) bool {
 	p, err := url.Parse(u)
-	if err != nil {
-		return false
-	}
-	h := p.Hostname()
-	if h == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(h)
-	return ip != nil && ip.IsLoopback()
+	return err == nil && netguard.LoopbackHost(p.Hostname())
 }
 
 // clientFile is the config file `svc login` writes.

@@ -128,6 +128,18 @@ func HostVerdict(host string) (ip netip.Addr, refused string) {
 	return netip.Addr{}, ""
 }
 
+// LoopbackHost reports whether a URL's host names this machine by a
+// loopback name or address: localhost, a name under .localhost, 127.0.0.0/8
+// or ::1 (IPv4-mapped too).
+func LoopbackHost(host string) bool {
+	host = strings.ToLower(strings.TrimSuffix(host, "."))
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
+}
+
 // numericHost reports whether a host's last label is a number (decimal,
 // or hex with 0x), which makes the whole host an IPv4 address to URL
 // parsers and resolvers; no top-level domain is numeric.

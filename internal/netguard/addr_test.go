@@ -110,3 +110,16 @@ func TestHostVerdict(t *testing.T) {
 		}
 	}
 }
+
+func TestLoopbackHost(t *testing.T) {
+	for host, want := range map[string]bool{
+		"localhost": true, "LocalHost.": true, "app.localhost": true, "127.0.0.1": true, "127.8.9.1": true,
+		"::1": true, "::ffff:127.0.0.1": true,
+		"": false, "example.com": false, "localhost.example.com": false, "10.0.0.1": false, "0.0.0.0": false,
+		"::": false, "2130706433": false,
+	} {
+		if got := LoopbackHost(host); got != want {
+			t.Errorf("LoopbackHost(%q) = %v, want %v", host, got, want)
+		}
+	}
+}

@@ -24,6 +24,7 @@ import (
 	"github.com/svc-dev/svc/internal/bolt"
 	"github.com/svc-dev/svc/internal/cluster"
 	"github.com/svc-dev/svc/internal/fleet"
+	"github.com/svc-dev/svc/internal/netguard"
 	"github.com/svc-dev/svc/internal/pgstore"
 	"github.com/svc-dev/svc/internal/rental"
 	"github.com/svc-dev/svc/internal/store"
@@ -188,15 +189,7 @@ func unreachableAdvert(listen net.Addr, advertised string) bool {
 		return false
 	}
 	u, err := url.Parse(advertised)
-	if err != nil {
-		return false
-	}
-	host := u.Hostname()
-	if host == "localhost" {
-		return false
-	}
-	ip := net.ParseIP(host)
-	return ip == nil || !ip.IsLoopback()
+	return err == nil && !netguard.LoopbackHost(u.Hostname())
 }
 
 // advertiseURL is http:// and addr, with the host's name for an
