@@ -49,6 +49,8 @@ type fakeAccounts struct {
 	org     api.Organization
 	tokens  map[string]bool // id -> revoked
 	created int
+	// minting, when set, runs once as CreateWorkerToken starts.
+	minting func()
 }
 
 func newAccounts() *fakeAccounts {
@@ -70,6 +72,12 @@ func (a *fakeAccounts) set(fn func(*api.OrgSettings)) {
 
 func (a *fakeAccounts) CreateWorkerToken(org string, req api.CreateWorkerTokenRequest) (api.WorkerToken, error) {
 	a.mu.Lock()
+	if minting := a.minting; minting != nil {
+		a.minting = nil
+		a.mu.Unlock()
+		minting()
+		a.mu.Lock()
+	}
 	defer a.mu.Unlock()
 	a.created++
 	id := fmt.Sprintf("tok%d", a.created)

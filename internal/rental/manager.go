@@ -115,6 +115,15 @@ type Manager struct {
 	// mem is the rental rate limit when Config.Limiter is nil.
 	mem *MemoryLimiter
 
+	// renting is a lock, taken by a send and given back by a receive,
+	// that holds a rent's checks (credit, budget, name) and the creation
+	// of its record together, so that of two rents at once the second is
+	// checked with the first counted. A rental's requests all reach its
+	// organisation's home, so one manager's lock is enough. A channel, so
+	// that a caller who gives up stops waiting; never taken under mu, and
+	// not held while a provider places the machine.
+	renting chan struct{}
+
 	mu      sync.Mutex
 	rentals map[string]*record
 	// epochs holds, with Config.Homes, the organisations whose rentals
@@ -168,7 +177,7 @@ func New(cfg Config) (*Manager, error) {
 	m := &Manager{cfg: cfg, log: cfg.Logger, models: Models(), clock: clock.NewSteady(cfg.Clock), rentals: map[string]*record{},
 		placing: map[string]bool{}, epochs: map[string]int64{},
 		dl: map[string]downloads{}, offers: map[string]offerCache{},
-		events: make(chan workerEvent, 1024)}
+		events: make(chan workerEvent, 1024), renting: make(chan struct{}, 1)}
 	m.mem = NewMemoryLimiter(m.now)
 	if cfg.Homes != nil {
 		// Each organisation's rentals are loaded as its home comes here.

@@ -168,6 +168,98 @@ func TestRentRules(t *testing.T) {
 	}
 }
 
+// Two rents at once are checked in turn, each with the other counted: a
+// second rent arriving while the first is being created waits for it, and
+// one arriving while the first is being placed counts it at the price it
+// was checked for. Either way the second is refused where the two
+// together would pass the credit, or take one name twice.
+func TestRentsAtOnceAreCheckedInTurn(t *testing.T) {
+	a100 := api.RentRequest{GPUModelID: "a100", TierID: TierGlobal}
+	h100 := api.RentRequest{GPUModelID: "h100", TierID: TierUK}
+	named := func(r api.RentRequest, name string) api.RentRequest { r.Name = name; return r }
+	for _, tc := range []struct {
+		name          string
+		first, second api.RentRequest
+		// placing holds the first in its placement rather than in its
+		// creation.
+		placing bool
+		credit  money.GBP
+		status  int
+		message string
+	}{
+		// £3.49: either GPU's first hour, not both.
+		{"credit, while created", a100, h100, false, 349, 402, "next hour"},
+		{"credit, while placed", a100, h100, true, 349, 402, "next hour"},
+		{"a name, while created", named(a100, "twin"), named(a100, "twin"), false, 349, 400, "already called"},
+		{"room for both", a100, a100, false, 200, 0, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				e := newEnv(t, offer("h100", TierUK, 250, 64), offer("a100", TierGlobal, 100, 0))
+				e.acct.set(func(s *api.OrgSettings) { s.CreditBalanceGBP = tc.credit })
+				var second error
+				done := make(chan struct{})
+				during := func() {
+					go func() {
+						defer close(done)
+						_, second = e.m.Rent(context.Background(), keyed("k2"), tc.second)
+					}()
+					synctest.Wait()
+					if !tc.placing {
+						select {
+						case <-done:
+							t.Error("a second rent was checked while the first was being created")
+						default:
+						}
+					}
+				}
+				if tc.placing {
+					e.prov.creating = during
+				} else {
+					e.acct.minting = during
+				}
+				if _, err := e.m.Rent(context.Background(), owner, tc.first); err != nil {
+					t.Fatal(err)
+				}
+				<-done
+				if tc.status == 0 {
+					if second != nil {
+						t.Fatalf("second: %v", second)
+					}
+					return
+				}
+				if status(second) != tc.status || !strings.Contains(second.Error(), tc.message) {
+					t.Fatalf("second: %v, want %d with %q", second, tc.status, tc.message)
+				}
+			})
+		})
+	}
+}
+
+// A rent whose caller gives up while another is being created stops
+// waiting.
+func TestRentWaitEndsWithItsCaller(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t, offer("a100", TierGlobal, 100, 0))
+		ctx, cancel := context.WithCancel(context.Background())
+		e.acct.minting = func() {
+			done := make(chan error)
+			go func() {
+				_, err := e.m.Rent(ctx, keyed("k2"), api.RentRequest{GPUModelID: "a100", TierID: TierGlobal})
+				done <- err
+			}()
+			synctest.Wait()
+			cancel()
+			if err := <-done; !errors.Is(err, context.Canceled) {
+				t.Errorf("the second rent: %v", err)
+			}
+		}
+		if _, err := e.m.Rent(context.Background(), owner, api.RentRequest{GPUModelID: "a100", TierID: TierGlobal}); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
 // One request per key per minute, failed ones included; other keys are
 // not held back.
 func TestRentRateLimit(t *testing.T) {

@@ -247,7 +247,6 @@ func (l *MemoryLimiter) allow(keyID string, every time.Duration) (bool, time.Dur
 // (409). It returns the rental in provisioning once a provider has taken
 // it.
 func (m *Manager) Rent(ctx context.Context, p auth.Principal, req api.RentRequest) (api.Rental, error) {
-	now := m.now()
 	if err := checkRentRequest(&req); err != nil {
 		return api.Rental{}, err
 	}
@@ -297,10 +296,6 @@ func (m *Manager) Rent(ctx context.Context, p auth.Principal, req api.RentReques
 			}
 		}
 	}
-	if err := m.checkPayment(org, ct.PricePerHourGBP, now); err != nil {
-		return api.Rental{}, err
-	}
-
 	// 409 unless a machine of the GPU in a tier satisfying the request
 	// has capacity; the cheapest is tried first, the next if it is taken.
 	var cands []priced
@@ -310,11 +305,8 @@ func (m *Manager) Rent(ctx context.Context, p auth.Principal, req api.RentReques
 		}
 	}
 	slices.SortStableFunc(cands, func(a, b priced) int { return cmp.Or(cmp.Compare(a.price, b.price), cmp.Compare(a.rank, b.rank)) })
-	if len(cands) == 0 {
-		return api.Rental{}, api.Conflict("No capacity for %s in the %s tier now; try again later or another tier", gpu[0].Label, tier.Label)
-	}
 
-	r, secret, err := m.create(p.OrgID, p.KeyID, org.Name, req, tier, gpu[0], variants, now)
+	r, secret, err := m.checkAndCreate(ctx, p.OrgID, p.KeyID, req, tier, gpu[0], ct.PricePerHourGBP, variants, len(cands) > 0)
 	if err != nil {
 		return api.Rental{}, err
 	}
@@ -424,11 +416,37 @@ func (m *Manager) checkPayment(org api.Organization, price money.GBP, now time.T
 	return nil
 }
 
-// create records a new rental in provisioning with a fresh worker token
-// bound to it, before any provider is asked: a machine placed for a
-// rental the ledger does not know would be found and destroyed at the
-// next start.
-func (m *Manager) create(orgID, keyID, orgName string, req api.RentRequest, tier Tier, gpu priced, variants []Variant, now time.Time) (*record, string, error) {
+// checkAndCreate checks payment, then capacity (placeable), and creates
+// the rental, holding renting throughout: a rent waits for the one before
+// it, or for ctx. Until a provider places it, the rental counts at the
+// price it was checked for.
+func (m *Manager) checkAndCreate(ctx context.Context, orgID, keyID string, req api.RentRequest, tier Tier, gpu priced, price money.GBP,
+	variants []Variant, placeable bool) (*record, string, error) {
+	select {
+	case m.renting <- struct{}{}:
+	case <-ctx.Done():
+		return nil, "", ctx.Err()
+	}
+	defer func() { <-m.renting }()
+	// The organisation as it is now, not as when the request began.
+	org, ok := m.cfg.Accounts.OrgByID(orgID)
+	if !ok {
+		return nil, "", api.NotFound("No such organisation")
+	}
+	if err := m.checkPayment(org, price, m.now()); err != nil {
+		return nil, "", err
+	}
+	if !placeable {
+		return nil, "", api.Conflict("No capacity for %s in the %s tier now; try again later or another tier", gpu.Label, tier.Label)
+	}
+	return m.create(orgID, keyID, org.Name, req, tier, gpu, price, variants, m.now())
+}
+
+// create records a new rental in provisioning, at price until it is
+// placed, with a fresh worker token bound to it, before any provider is
+// asked: a machine placed for a rental the ledger does not know would be
+// found and destroyed at the next start. The caller holds renting.
+func (m *Manager) create(orgID, keyID, orgName string, req api.RentRequest, tier Tier, gpu priced, price money.GBP, variants []Variant, now time.Time) (*record, string, error) {
 	id := uuid.NewString()
 	// The fleet may be another replica's (a cluster's): it is asked
 	// before the lock, which the rentals' readers wait on.
@@ -449,7 +467,7 @@ func (m *Manager) create(orgID, keyID, orgName string, req api.RentRequest, tier
 	}
 	r := &record{ID: id, OrgID: orgID, Name: name, GPUModelID: gpu.GPUModelID, Label: gpu.Label,
 		TierID: tier.ID, TierLabel: tier.Label, Models: models, Status: api.RentalProvisioning,
-		WorkerID: m.cfg.WorkerID(orgID, name), TokenID: tok.ID, KeyID: keyID, CreatedAt: now, BootPhase: api.BootQueued,
+		WorkerID: m.cfg.WorkerID(orgID, name), TokenID: tok.ID, KeyID: keyID, CreatedAt: now, BootPhase: api.BootQueued, Price: price,
 		Provider: gpu.provider.Name(), Notes: []api.RentalNote{}}
 	r.note(now, "requested", fmt.Sprintf("%s in the %s tier", gpu.Label, tier.Label))
 	m.mu.Lock()
