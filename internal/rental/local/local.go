@@ -347,14 +347,24 @@ func (p *Provider) Create(ctx context.Context, l rental.Launch) (rental.Instance
 }
 
 // Status reports an instance: from memory when this provider booted or
-// watches it, else from its directory.
+// watches it, else from its directory. An instance whose boot another
+// provider cut short is resumed here, as at a start over the directory:
+// only a rental's home asks after its machine, and a home that asks about
+// a boot it did not start has taken the rental over from one that
+// stopped (a cluster's replica that died), whose boot a cloud machine
+// would have carried on alone. A boot of a provider still going is waited
+// out (run).
 func (p *Provider) Status(ctx context.Context, id string) (rental.Instance, error) {
 	if err := ctx.Err(); err != nil {
 		return rental.Instance{}, fmt.Errorf("local status: %w", err)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	_, inst, err := p.viewLocked(id)
+	m, inst, err := p.viewLocked(id)
+	if dir := p.instDir(id); err == nil && p.insts[id] == nil && !p.closed && resumable(dir, m) {
+		p.resume(id, dir, m)
+		inst = p.insts[id].view()
+	}
 	return inst, err
 }
 

@@ -361,6 +361,26 @@ func TestBootCutShortIsResumed(t *testing.T) {
 	}
 }
 
+// A provider already running when another's boot is cut short resumes it
+// when asked about it: a cluster's replica that becomes a rental's home
+// after its first home died carries on the boot the dead one began.
+func TestBootCutShortIsResumedByTheNewHome(t *testing.T) {
+	dir := t.TempDir()
+	t.Cleanup(func() { destroyAll(t, dir) })
+	p2 := newProvider(t, dir)
+	created := cutShort(t, dir)
+	if in, err := p2.Status(t.Context(), created.ID); err != nil || in.State != rental.InstancePending {
+		t.Fatalf("status at the new home %+v, %v", in, err)
+	}
+	in, _ := waitState(t, p2, created.ID, rental.InstanceRunning)
+	if pid := readPid(filepath.Join(dir, created.ID)); in.BootPhase != api.BootWorkerStarted || pid == 0 || !alive(pid) {
+		t.Fatalf("resumed %+v, worker %d", in, pid)
+	}
+	if err := p2.Destroy(t.Context(), created.ID); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A provider started while another still boots an instance (a handover:
 // the new gateway starts before the old one stops) does not start a
 // second worker: whichever takes the boot first boots, and the other
