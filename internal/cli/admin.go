@@ -238,7 +238,10 @@ func newCmdAdminCredit(o *AdminOptions) *cobra.Command {
 	cmd.AddCommand(&cobra.Command{
 		Use:   "add AMOUNT",
 		Short: "Add credit in GBP (negative to take away), e.g. 25 or 12.50",
-		Args:  exactArgs(1),
+		Example: `  svc admin credit add 25
+  svc admin credit add --org acme 12.50
+  svc admin credit add -- -5      # takes £5 away: a negative amount goes after --`,
+		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			amount, err := money.Parse(args[0])
 			if err != nil {

@@ -347,3 +347,19 @@ func TestGroupsRefuseUnknownSubcommands(t *testing.T) {
 		}
 	}
 }
+
+// A negative amount read as flags says how to give it; other unknown
+// flags are plain usage errors.
+func TestFlagErrorNamesANegativeNumber(t *testing.T) {
+	o := &AdminOptions{IO: testFactory(nil).IO}
+	cmd := newCmdAdminCredit(o)
+	cmd.SetFlagErrorFunc(flagError)
+	err := run(cmd, "add", "-2.50")
+	if exitCode(err) != exitUsage || !strings.Contains(err.Error(), "`credit add -- -2.50`") {
+		t.Fatalf("negative amount: %v", err)
+	}
+	err = run(cmd, "add", "-x")
+	if exitCode(err) != exitUsage || strings.Contains(err.Error(), " -- ") {
+		t.Fatalf("unknown flag: %v", err)
+	}
+}

@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"regexp"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -127,7 +129,7 @@ organisations, users, keys and settings through the server's admin socket;
 	root.SetOut(f.IO.Out)
 	root.SetErr(f.IO.ErrOut)
 	root.SetIn(f.IO.In)
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })
+	root.SetFlagErrorFunc(flagError)
 
 	root.AddGroup(
 		&cobra.Group{ID: groupServer, Title: "Running svc:"},
@@ -188,3 +190,17 @@ func checkGroups(cmd *cobra.Command) {
 		return c.Help()
 	}
 }
+
+// flagError is a usage error for a flag that did not parse. A negative
+// number read as flags (credit add -5) says how to give it instead.
+func flagError(cmd *cobra.Command, err error) error {
+	msg := err.Error()
+	if i := strings.LastIndex(msg, " in -"); i >= 0 && strings.HasPrefix(msg, "unknown shorthand flag") {
+		if arg := msg[i+len(" in "):]; negativeNumber.MatchString(arg) {
+			return usageErrorf("%v: a negative number is an argument; give it after --, as in `%s -- %s`", err, cmd.CommandPath(), arg)
+		}
+	}
+	return usageError(err)
+}
+
+var negativeNumber = regexp.MustCompile(`^-[0-9]*\.?[0-9]+$`)
