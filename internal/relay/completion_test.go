@@ -70,3 +70,18 @@ func TestSealedUsageIsNotEstimated(t *testing.T) {
 		t.Fatalf("usage %+v, estimated %v", u, estimated)
 	}
 }
+
+// An estimate counts no more completion tokens than the engine was
+// allowed: long words would take four characters a token past the cap.
+func TestEstimateKeepsToTheCap(t *testing.T) {
+	c := benchCall()
+	c.res, c.outChars = nil, 400
+	c.req.Chat.EngineMaxTokens = 40
+	if u, estimated := c.reportedUsage(); !estimated || u.CompletionTokens != 40 {
+		t.Fatalf("usage %+v, estimated %v; want 40 completion tokens", u, estimated)
+	}
+	c.req.Chat.EngineMaxTokens = 1000
+	if u, _ := c.reportedUsage(); u.CompletionTokens != 100 {
+		t.Fatalf("usage %+v; want 100 completion tokens", u)
+	}
+}

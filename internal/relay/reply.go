@@ -140,9 +140,10 @@ func present(raw json.RawMessage) bool {
 }
 
 // reportedUsage is the worker's usage, or an estimate from the text both
-// ways (about four characters per token) when it reported none: the text
-// relayed, or of a stream whose client left, the text it received; of a
-// sealed request, whose text cannot be read, none.
+// ways (about four characters per token, and no more completion tokens
+// than a chat's cap) when it reported none: the text relayed, or of a
+// stream whose client left, the text it received; of a sealed request,
+// whose text cannot be read, none.
 func (c *Call) reportedUsage() (api.Usage, bool) {
 	if c.res != nil && c.res.Usage != nil {
 		return *c.res.Usage, false
@@ -158,6 +159,11 @@ func (c *Call) reportedUsage() (api.Usage, bool) {
 	u := api.Usage{CompletionTokens: usage.EstimateTokens(chars)}
 	if c.req.Chat != nil {
 		u.PromptTokens = usage.EstimateTokens(c.req.Chat.PromptChars)
+		// The engine made no more than it was allowed to: words longer
+		// than four characters must not estimate past the cap.
+		if limit := c.req.Chat.EngineMaxTokens; limit > 0 {
+			u.CompletionTokens = min(u.CompletionTokens, limit)
+		}
 	} else if c.req.PromptChars > 0 {
 		u.PromptTokens = usage.EstimateTokens(c.req.PromptChars)
 	}
