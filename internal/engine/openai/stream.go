@@ -350,7 +350,8 @@ func (s *stream) whole(ctx context.Context, e *Engine, body io.Reader) *api.Resu
 	if !s.text {
 		var err error
 		if chunk, err = completionToChunk(b); err != nil {
-			return s.broken(err)
+			// The engine answered, with something else than it should.
+			return invalidResponse(err)
 		}
 	}
 	if res, done := s.event(ctx, sse.Event{Data: chunk}); done {

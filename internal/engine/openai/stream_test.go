@@ -520,6 +520,21 @@ func TestStreamJSONAnswer(t *testing.T) {
 	}
 }
 
+// A streamed request answered with JSON that is not a completion is the
+// engine's bad answer, retryable elsewhere, not an engine out of reach.
+func TestStreamJSONAnswerNotACompletion(t *testing.T) {
+	f := newFake(t, map[string]http.HandlerFunc{"/v1/chat/completions": func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`<html>this is not json</html>`))
+	}})
+	var s sink
+	r := newEngine(t, f.URL).Serve(context.Background(), chatReq(true, chatRequest), &s)
+	wantStatus(t, r, 502)
+	if !r.Retryable || !strings.Contains(r.Error.Message, "invalid response from the inference engine") || len(s.got()) != 0 {
+		t.Fatalf("result %+v: %v", r, r.Error)
+	}
+}
+
 func TestStreamDrainsForReuse(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		// After [DONE] the adapter reads the end of the body, so consecutive
