@@ -162,7 +162,7 @@ SIGINT stops it at once.`,
 	fl.StringArrayVar(&opts.Aliases, "model-alias", nil, "offer an engine's model under another id, ID=LOCAL (e.g. stt-large-v3-turbo=whisper-large-v3-turbo); repeatable")
 	fl.StringArrayVar(&opts.Pull, "pull", nil, "install a model at start (engines that can, e.g. ollama); repeatable")
 	fl.DurationVar(&opts.DrainTimeout, "drain-timeout", 5*time.Minute, "how long running requests may take to finish on shutdown")
-	fl.DurationVar(&opts.EngineTTFB, "engine-ttfb", worker.DefaultEngineTTFB, "how long an engine may send nothing before it is probed, and how long the probe may take: a request is moved to another worker after both, and two in a row stall the engine")
+	fl.DurationVar(&opts.EngineTTFB, "engine-ttfb", worker.DefaultEngineTTFB, "how long an engine may send nothing before it is probed, and how long the probe may take: a request is moved to another worker after both, and two in a row stall the engine; an answer that pauses as long is cut off after both, or after five times as long")
 	fl.StringVar(&opts.LogLevel, "log-level", "info", "debug, info, warn or error (env SVC_LOG_LEVEL)")
 	fl.StringVar(&opts.LogFormat, "log-format", "auto", "text, json, or auto (env SVC_LOG_FORMAT)")
 	fl.StringVar(&opts.Power, "power", "auto", "power readings: auto (the machine's sensors; the simulated profile when every engine is sim), sensors, sim, or off")

@@ -817,3 +817,57 @@ func TestWorkerConnectionsAreRateLimited(t *testing.T) {
 	wp.waitLog("connected to the gateway", 15*time.Second)
 	s.workerNamed(s.adminKey(), "patient", statusIs("healthy"))
 }
+
+// An engine that stops in the middle of a streamed answer, and answers
+// no probe either, no longer holds the request and its slot until the
+// client gives up: the worker cuts the answer off after its limit and a
+// probe, the client's stream ends with the error, and the row says 502.
+func TestEngineStoppedMidStreamIsCutOff(t *testing.T) {
+	var stuck atomic.Bool
+	release := make(chan struct{})
+	engine := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/v1/models":
+			_, _ = io.WriteString(w, `{"object":"list","data":[{"id":"stopping-model","object":"model","owned_by":"vllm"}]}`)
+		case "/v1/chat/completions":
+			if stuck.Load() {
+				// A probe, or a request after the answer stopped.
+				select {
+				case <-r.Context().Done():
+				case <-release:
+				}
+				return
+			}
+			w.Header().Set("Content-Type", "text/event-stream")
+			for i := range 3 {
+				_, _ = fmt.Fprintf(w, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"stopping-model\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"tok%d \"},\"finish_reason\":null}]}\n\n", i)
+				w.(http.Flusher).Flush()
+			}
+			stuck.Store(true)
+			select {
+			case <-r.Context().Done():
+			case <-release:
+			}
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(func() { close(release); engine.Close() })
+	s := startServer(t, "")
+	key := s.adminKey()
+	startWorker(t, s.URL, s.tokenFile(), "stopping", "--engine", "openai="+engine.URL, "--engine-ttfb", "1s")
+	start := time.Now()
+	r := s.do("POST", "/v1/chat/completions", chatBody("stopping-model", "hi", true), bearer(key))
+	took := time.Since(start)
+	if r.Status != 200 || !strings.Contains(string(r.Body), "tok2") || !strings.Contains(string(r.Body), "in the middle of its answer") ||
+		!strings.HasSuffix(strings.TrimSpace(string(r.Body)), "data: [DONE]") {
+		t.Fatalf("stream: %d %s", r.Status, r.Body)
+	}
+	// The limit passes once with output and once without, then the probe's.
+	if took > 20*time.Second {
+		t.Errorf("cut off after %v", took)
+	}
+	if row := waitRow(t, s, key, r.Header.Get("X-Request-Id")); row["status_code"] != float64(502) {
+		t.Fatalf("row %v", row)
+	}
+}

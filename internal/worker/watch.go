@@ -28,6 +28,14 @@ import (
 // so the gateway routes them elsewhere, refuses what still reaches it,
 // fails at once the requests of the engine still waiting for output, and
 // probes the engine every probeEvery until it answers.
+//
+// An answer that has begun is watched too: one that then pauses the whole
+// limit is checked the same way, and ends with what the client has (a 502
+// that says the engine stopped mid-answer) when the probe is not answered
+// either, or when it has paused maxPauses limits while the engine answers
+// others or the probe. A stream paused that long is stuck (a hung GPU, a
+// request the engine lost), and would otherwise hold its slot until the
+// client or the 30-minute cap gave up.
 
 // DefaultEngineTTFB is how long an engine may produce nothing before it
 // is probed, and how long the probe may take: generous enough for a cold
@@ -38,6 +46,10 @@ const (
 	// stallAfter timeouts in a row, without output from the engine
 	// between them, stall it.
 	stallAfter = 2
+	// maxPauses bounds, in limits, how long an answer that has begun may
+	// pause while its engine works: five minutes at the default limit,
+	// past any preemption or queue of a working engine.
+	maxPauses = 5
 	// probeEvery spaces the probes of a stalled engine.
 	probeEvery = 5 * time.Second
 )
@@ -120,10 +132,14 @@ func (w *watch) Serve(ctx context.Context, req *engine.Request, sink engine.Sink
 	g.mu.Unlock()
 
 	res := g.serve(ctx)
-	if msg := g.givenUp(); msg != "" {
-		w.timedOut()
+	if msg, dead := g.givenUp(); msg != "" {
+		if dead {
+			w.timedOut()
+		}
 		r := engine.Failure(http.StatusBadGateway, api.TypeUpstream, msg)
-		r.Retryable = true
+		// Nothing reached the client unless the answer had begun: then
+		// it ends with what it has.
+		r.Retryable = !g.out.wasCut()
 		return r
 	}
 	if g.out.begun() || res != nil && res.Status < http.StatusInternalServerError && res.Status != 499 {
@@ -152,6 +168,9 @@ type watched struct {
 	// did not set the timer again.
 	finished, exited chan struct{}
 	reason           string // why the request was given up on
+	// dead says the engine answered no probe either: the give-up counts
+	// toward a stall.
+	dead bool
 }
 
 // serve runs the engine and then stops the timer, waiting for a callback
@@ -205,6 +224,7 @@ func (g *watched) limitPassed() {
 		}
 	}()
 	if g.out.begun() {
+		again = g.midAnswer(finished)
 		return
 	}
 	if g.w.outputSince(g.since) {
@@ -231,6 +251,50 @@ func (g *watched) limitPassed() {
 	g.giveUp(fmt.Sprintf("the inference engine sent nothing within %s, nor to a probe", g.w.ttfb))
 }
 
+// midAnswer judges a request whose answer has begun when the limit has
+// passed: one with output since the limit began waits anew; one paused
+// the whole limit waits on while the engine answers others or a probe, up
+// to maxPauses limits since its last output, and is cut off otherwise.
+// It reports whether the timer was set again.
+func (g *watched) midAnswer(finished <-chan struct{}) bool {
+	last := g.out.lastOutput(g.w.epoch)
+	if last.After(g.since) {
+		return g.again(finished)
+	}
+	if paused := time.Since(last); paused >= maxPauses*g.w.ttfb {
+		g.cutOff(fmt.Sprintf("the inference engine sent nothing more of its answer for %s", paused.Round(time.Second)), false)
+		return false
+	}
+	if !g.w.outputSince(g.since) {
+		round := g.w.ask(g.req)
+		select {
+		case <-finished:
+			return false
+		case <-round.done:
+		}
+		if !round.alive {
+			g.cutOff(fmt.Sprintf("the inference engine stopped in the middle of its answer: nothing for %s, nor to a probe",
+				time.Since(last).Round(time.Second)), true)
+			return false
+		}
+	}
+	return g.again(finished)
+}
+
+// cutOff ends a request whose answer had begun: the engine is stopped,
+// its later output refused, and the client keeps what it has.
+func (g *watched) cutOff(msg string, dead bool) {
+	g.mu.Lock()
+	cut := g.out.cut()
+	if cut {
+		g.reason, g.dead = msg, dead
+	}
+	g.mu.Unlock()
+	if cut {
+		g.cancel()
+	}
+}
+
 // again waits the limit anew and reports true, unless the engine has
 // returned and serve waits for this callback to end. A callback that set
 // the timer again touches the request no more: serve may be past Stop.
@@ -255,7 +319,7 @@ func (g *watched) giveUp(msg string) {
 	g.mu.Lock()
 	expired := g.out.expire()
 	if expired {
-		g.reason = msg
+		g.reason, g.dead = msg, true
 	}
 	g.mu.Unlock()
 	if expired {
@@ -263,11 +327,12 @@ func (g *watched) giveUp(msg string) {
 	}
 }
 
-// givenUp is why the request was given up on, "" if it was not.
-func (g *watched) givenUp() string {
+// givenUp is why the request was given up on, "" if it was not, and
+// whether the engine answered no probe either.
+func (g *watched) givenUp() (string, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.reason
+	return g.reason, g.dead
 }
 
 // answered notes output from the engine: it answers.
@@ -279,6 +344,9 @@ func (w *watch) answered() {
 }
 
 func (w *watch) stamp() { w.lastOutput.Store(int64(time.Since(w.epoch))) }
+
+// stampAt notes output at t, as time since epoch.
+func (w *watch) stampAt(t int64) { w.lastOutput.Store(t) }
 
 // outputSince reports whether the engine produced output after t.
 func (w *watch) outputSince(t time.Time) bool {
@@ -449,18 +517,23 @@ func (p *probeSink) got() error {
 	return errProbed
 }
 
-// firstSink passes a request's output on and notes the first of it. Once
-// the request is given up on, output that comes too late is refused.
+// firstSink passes a request's output on and notes the first of it, and
+// when the last came. Once the request is given up on, output that comes
+// too late is refused.
 type firstSink struct {
 	w     *watch
 	out   engine.Sink
 	state atomic.Int32
+	// last is when the request last had output, as time since the
+	// watch's epoch.
+	last atomic.Int64
 }
 
 const (
 	waiting int32 = iota
 	begun
-	expired
+	expired // given up before any output
+	cutOff  // given up after output began
 )
 
 var errGivenUp = errors.New("the request was given up on: the engine sent nothing in time")
@@ -482,17 +555,30 @@ func (s *firstSink) Body(ctx context.Context, data []byte) error {
 // output notes output and reports whether it may go on.
 func (s *firstSink) output() bool {
 	if s.state.Load() == begun {
-		s.w.stamp()
+		t := int64(time.Since(s.w.epoch))
+		s.last.Store(t)
+		s.w.stampAt(t)
 		return true
 	}
 	if !s.state.CompareAndSwap(waiting, begun) {
 		return false
 	}
+	s.last.Store(int64(time.Since(s.w.epoch)))
 	s.w.answered()
 	return true
 }
 
 func (s *firstSink) begun() bool { return s.state.Load() == begun }
 
+// lastOutput is when the request last had output.
+func (s *firstSink) lastOutput(epoch time.Time) time.Time {
+	return epoch.Add(time.Duration(s.last.Load()))
+}
+
 // expire gives the request up unless its output has begun.
 func (s *firstSink) expire() bool { return s.state.CompareAndSwap(waiting, expired) }
+
+// cut gives up a request whose output has begun.
+func (s *firstSink) cut() bool { return s.state.CompareAndSwap(begun, cutOff) }
+
+func (s *firstSink) wasCut() bool { return s.state.Load() == cutOff }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -263,5 +264,98 @@ func TestEngineReturningAsTheLimitPasses(t *testing.T) {
 		}
 		cancel()
 		<-busy
+	})
+}
+
+// pauseEngine streams a token a second, `tokens` of them, and then sends
+// nothing until the request ends; its probes hang too when hangProbes is
+// set, else they are answered at once.
+type pauseEngine struct {
+	tokens     int
+	hangProbes bool
+	probes     atomic.Int64
+}
+
+func (e *pauseEngine) Kind() string { return "pause" }
+func (e *pauseEngine) Models(context.Context) ([]api.Model, error) {
+	return []api.Model{{ID: "m", Capabilities: []string{api.CapChat}, Engine: "pause"}}, nil
+}
+
+func (e *pauseEngine) Serve(ctx context.Context, req *engine.Request, sink engine.Sink) *api.Result {
+	if bytes.Contains(req.Body, []byte(`"max_tokens":1`)) {
+		e.probes.Add(1)
+		if e.hangProbes {
+			<-ctx.Done()
+			return engine.Cancelled()
+		}
+		return engine.OK()
+	}
+	for i := range e.tokens {
+		if i > 0 {
+			time.Sleep(time.Second)
+		}
+		if err := sink.Event(ctx, []byte(`{"choices":[]}`)); err != nil {
+			return engine.Cancelled()
+		}
+	}
+	<-ctx.Done()
+	return engine.Cancelled()
+}
+
+// An answer that has begun and then stops, on an engine that answers no
+// probe either (a hung GPU), ends with what the client has: a 502 that
+// says so, not retried elsewhere, counted toward the engine's stall. It
+// is found out after the limit it paused through and the probe's.
+func TestAnswerStoppedMidwayIsCutOff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		eng := &pauseEngine{tokens: 3, hangProbes: true}
+		r := newRig(t, eng, Config{EngineTTFB: 10 * time.Second})
+		start := time.Now()
+		l, st := r.request(context.Background())
+		defer l.Release(fleet.Neutral)
+		_, res, err := readAll(context.Background(), st)
+		if err != nil || res.Status != http.StatusBadGateway || res.Retryable || res.Error == nil ||
+			!strings.Contains(res.Error.Message, "in the middle of its answer") {
+			t.Fatalf("a stream whose engine stopped: %+v %v", res, err)
+		}
+		// Output until 2 s; the limit from 10 s passes without any at
+		// 20 s, and the probe is given up at 30 s.
+		if d := time.Since(start); d != 30*time.Second {
+			t.Errorf("cut off after %v, want 30s", d)
+		}
+		w := r.agent.watches[eng]
+		w.mu.Lock()
+		timeouts := w.timeouts
+		w.mu.Unlock()
+		if timeouts != 1 {
+			t.Errorf("%d timeouts counted, want 1", timeouts)
+		}
+	})
+}
+
+// An answer paused while its engine answers probes waits, up to
+// maxPauses limits since its last output; then it is cut off, without
+// counting against the engine, which answers.
+func TestAnswerPausedTooLongIsCutOff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		eng := &pauseEngine{tokens: 2}
+		r := newRig(t, eng, Config{EngineTTFB: 10 * time.Second})
+		start := time.Now()
+		l, st := r.request(context.Background())
+		defer l.Release(fleet.Neutral)
+		_, res, err := readAll(context.Background(), st)
+		if err != nil || res.Status != http.StatusBadGateway || res.Retryable || res.Error == nil ||
+			!strings.Contains(res.Error.Message, "sent nothing more of its answer for 59s") {
+			t.Fatalf("a stream paused for good: %+v %v", res, err)
+		}
+		// The last output at 1 s; checked every 10 s, and at 60 s it has
+		// paused 59 s, past five limits.
+		if d := time.Since(start); d != 60*time.Second {
+			t.Errorf("cut off after %v, want 60s", d)
+		}
+		if n := eng.probes.Load(); n != 4 {
+			t.Errorf("%d probes, want one a limit from 20 s: 4", n)
+		}
+		r.expect("healthy", func(w api.Worker) bool { return w.Status == api.StatusHealthy })
 	})
 }
