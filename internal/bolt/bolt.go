@@ -76,6 +76,12 @@ func migrations() []migration {
 		// is there so that such a build refuses the store at start rather
 		// than failing every usage listing.
 		{6, "compact usage rows", func(*bbolt.Tx) error { return nil }},
+		// Rows and totals from now on count the speech made
+		// (speech_seconds: a row bit and totals version 3), which a build
+		// before them takes for a broken row and resets totals over. The
+		// version makes such a build refuse the store; the speech rows of
+		// builds that counted the audio made as audio_seconds have it moved.
+		{7, "speech seconds", moveSpeechSeconds},
 	}
 }
 

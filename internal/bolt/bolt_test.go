@@ -8,6 +8,8 @@ import (
 	"time"
 
 	bbolt "go.etcd.io/bbolt"
+
+	"github.com/svc-dev/svc/internal/api"
 )
 
 func TestSecondOpenFailsFast(t *testing.T) {
@@ -151,5 +153,68 @@ func TestReturningIsTakenOnce(t *testing.T) {
 	listed = nil
 	if err := s.TakeListed(&listed); err != nil || listed != nil {
 		t.Fatalf("second TakeListed = %v, %v; want nothing", listed, err)
+	}
+}
+
+// Schema 7 moves the seconds of audio that older builds recorded as a
+// speech row's audio_seconds to its speech_seconds, in the row and in the
+// totals, leaving transcriptions' as they are.
+func TestMigrationMovesSpeechSeconds(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := s.NewWriter(WriterOptions{})
+	u := s.Usage(w)
+	// As an older build wrote them.
+	u.Record("o", api.UsageRow{ID: "speech", CreatedAt: usageNow, StatusCode: 200, RequestType: api.RequestSpeech,
+		Model: "tts", WorkerID: "wk_1", WorkerName: "box", AudioSeconds: ptr(1.5)})
+	u.Record("o", api.UsageRow{ID: "heard", CreatedAt: usageNow, StatusCode: 200, RequestType: api.RequestAudio,
+		Model: "stt", WorkerID: "wk_1", WorkerName: "box", AudioSeconds: ptr(4.0)})
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.db.Update(func(tx *bbolt.Tx) error { return tx.Bucket(bucketMeta).Put(keySchemaVersion, u64(6)) }); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+
+	s, err = Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	u = s.Usage(s.NewWriter(WriterOptions{}))
+	rows, _ := u.Logs("o", UsageQuery{Limit: 10})
+	for _, r := range rows {
+		switch r.ID {
+		case "speech":
+			if r.AudioSeconds != nil || r.SpeechSeconds == nil || *r.SpeechSeconds != 1.5 {
+				t.Errorf("speech row %+v", r)
+			}
+		case "heard":
+			if r.AudioSeconds == nil || *r.AudioSeconds != 4 || r.SpeechSeconds != nil {
+				t.Errorf("transcription row %+v", r)
+			}
+		}
+	}
+	sum, _ := u.Summary("o", 1, usageNow)
+	if sum.AudioSeconds != 4 || sum.SpeechSeconds != 1.5 || sum.Requests != 2 {
+		t.Fatalf("summary %+v", sum)
+	}
+	b, _ := u.Breakdown("o", 1, "requests", usageNow)
+	for _, m := range b.Models {
+		if m.Model == "tts" && (m.AudioSeconds != 0 || m.SpeechSeconds != 1.5) {
+			t.Errorf("the speech model's totals %+v", m)
+		}
+	}
+	for _, wk := range b.Workers {
+		if wk.AudioSeconds != 4 || wk.SpeechSeconds != 1.5 {
+			t.Errorf("the worker's totals %+v", wk)
+		}
+	}
+	if v, _ := s.Version(); v != 7 {
+		t.Fatalf("schema %d", v)
 	}
 }

@@ -519,3 +519,51 @@ func (u *Usage) deleteRows(keys [][]byte) error {
 		return nil
 	})
 }
+
+// moveSpeechSeconds moves the seconds of audio that older builds recorded
+// as a speech row's audio_seconds to its speech_seconds, and the same
+// amount from audio_seconds to speech_seconds in the totals the row added
+// to: audio_seconds is a transcription's (the spec's usage rules). A row
+// that does not decode is left as it is.
+func moveSpeechSeconds(tx *bbolt.Tx) error {
+	rows := tx.Bucket(bucketUsageRows)
+	if rows == nil {
+		return nil
+	}
+	type moved struct {
+		key, val []byte
+		rollup   usage.Rollup
+		orgID    string
+	}
+	var todo []moved
+	err := rows.ForEach(func(k, v []byte) error {
+		row, err := decodeUsageRow(v)
+		if err != nil || row.RequestType != api.RequestSpeech || row.AudioSeconds == nil || row.SpeechSeconds != nil {
+			return nil
+		}
+		if len(k) <= timeKeySuffix {
+			return nil
+		}
+		orgID := k[:len(k)-timeKeySuffix]
+		secs := *row.AudioSeconds
+		r := usage.RollupOf(&row)
+		r.Totals = api.UsageTotals{AudioSeconds: -secs, SpeechSeconds: secs}
+		row.AudioSeconds, row.SpeechSeconds = nil, &secs
+		todo = append(todo, moved{key: bytes.Clone(k), val: appendUsageRow(nil, &row), rollup: r, orgID: string(orgID)})
+		return nil
+	})
+	if err != nil || len(todo) == 0 {
+		return err
+	}
+	var totals totalsBatch
+	for i := range todo {
+		m := &todo[i]
+		if err := rows.Put(m.key, m.val); err != nil {
+			return fmt.Errorf("rewrite a speech row: %w", err)
+		}
+		if err := totals.add(m.orgID, &m.rollup); err != nil {
+			return err
+		}
+	}
+	return totals.write(tx, slog.New(slog.DiscardHandler))
+}
