@@ -193,6 +193,10 @@ func (l *Lease) Release(o Outcome) {
 				h = &modelHealth{}
 				w.health[l.model] = h
 			}
+			if now.Sub(h.last) > failureMemory*f.cfg.HoldBack {
+				h.failures = 0
+			}
+			h.last = now
 			h.failures++
 			if h.failures >= f.cfg.FailuresBeforeUnhealthy {
 				h.heldUntil = now.Add(f.cfg.HoldBack)

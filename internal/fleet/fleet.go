@@ -296,11 +296,18 @@ type worker struct {
 }
 
 // modelHealth is a worker's record of one model's requests: consecutive
-// failures, and the end of the hold-back they earned.
+// failures, the last one's time, and the end of the hold-back they earned.
 type modelHealth struct {
 	failures  int
+	last      time.Time
 	heldUntil time.Time
 }
+
+// failureMemory, in hold-backs, is how long a failure counts toward the
+// next: one that comes later starts the count over, so that failures far
+// apart (a bad request an hour, after one hold-back long ago) hold no
+// worker back.
+const failureMemory = 10
 
 // heldUntil is the end of w's hold-back from model, in the past when it
 // has none.

@@ -516,6 +516,29 @@ func TestHoldBackIsAModels(t *testing.T) {
 	})
 }
 
+// One failure soon after a hold-back holds the worker back again; one
+// long after starts the count over.
+func TestFailuresLongApartHoldNothingBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Config{HoldBack: time.Minute})
+		w := h.worker("o", "w", 1, chat("m"))
+		h.fail("o", "m", 3)
+		h.expect(w.id, "o", api.StatusUnhealthy)
+		time.Sleep(time.Minute + time.Second)
+		h.f.sweep()
+		h.fail("o", "m", 1)
+		h.expect(w.id, "o", api.StatusUnhealthy)
+		time.Sleep(failureMemory*time.Minute + time.Second)
+		h.f.sweep()
+		h.fail("o", "m", 2)
+		if st := h.settled(w.id, "o").Status; st == api.StatusUnhealthy {
+			t.Fatal("held back by two failures long after the last")
+		}
+		h.fail("o", "m", 1)
+		h.expect(w.id, "o", api.StatusUnhealthy)
+	})
+}
+
 // A request pinned to a worker that is held back, or that already failed
 // it, is answered at once with why, not after the queue hold as if the
 // worker were busy.
