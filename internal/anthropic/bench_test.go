@@ -16,7 +16,7 @@ func BenchmarkToChat(b *testing.B) {
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, _, _, err := ToChat(body); err != nil {
+		if _, _, _, err := ToChat(body, remoteOK); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -9,8 +9,8 @@ import (
 // what the model would read as text: the system prompt, every message's
 // text, documents and tool calls and results, and the tools' definitions.
 // Images are not counted. Failures are ToChat's, in the same paths.
-func Count(body []byte) (model string, chars int, err error) {
-	r, err := translateFor(body, true)
+func Count(body []byte, o Options) (model string, chars int, err error) {
+	r, err := translateFor(body, translation{counting: true, remoteImages: o.AllowRemoteImages})
 	if err != nil {
 		return "", 0, err
 	}

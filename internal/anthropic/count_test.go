@@ -28,7 +28,7 @@ func TestCount(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			model, chars, err := Count([]byte(tc.body))
+			model, chars, err := Count([]byte(tc.body), remoteOK)
 			if err != nil || model != "m" || chars != tc.chars {
 				t.Fatalf("Count = %q, %d, %v; want m, %d", model, chars, err, tc.chars)
 			}
@@ -39,11 +39,11 @@ func TestCount(t *testing.T) {
 		`{"model":"m","max_tokens":0,"messages":[{"role":"user","content":"hi"}]}`,
 		`{"messages":[{"role":"user","content":"hi"}]}`,
 	} {
-		if _, _, err := Count([]byte(body)); api.ErrorOf(err).HTTPStatus() != http.StatusUnprocessableEntity {
+		if _, _, err := Count([]byte(body), remoteOK); api.ErrorOf(err).HTTPStatus() != http.StatusUnprocessableEntity {
 			t.Errorf("%s: %v, want a 422", body, err)
 		}
 	}
-	if _, _, _, err := ToChat([]byte(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`)); err == nil {
+	if _, _, _, err := ToChat([]byte(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`), remoteOK); err == nil {
 		t.Error("a message without max_tokens was taken")
 	}
 }

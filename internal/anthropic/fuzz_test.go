@@ -36,7 +36,7 @@ func FuzzToChat(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		out, model, stream, err := ToChat(b)
+		out, model, stream, err := ToChat(b, remoteOK)
 		if err != nil {
 			var ae *api.Error
 			if !errors.As(err, &ae) || ae.Message == "" {
@@ -53,7 +53,7 @@ func FuzzToChat(f *testing.F) {
 			}
 			return
 		}
-		tr, err := translateFor(b, false)
+		tr, err := translateFor(b, translation{remoteImages: true})
 		if err != nil {
 			t.Fatalf("translateFor(%q) = %v, where ToChat took it", b, err)
 		}
@@ -66,6 +66,13 @@ func FuzzToChat(f *testing.F) {
 		}
 		if r.Model != model || r.Stream != stream || r.UserMaxTokens < 1 {
 			t.Fatalf("ToChat(%q) = %s, model %q stream %v; chat reads %+v", b, out, model, stream, r)
+		}
+		// An organisation without remote images has them refused here,
+		// so that the refusal names the client's field.
+		if strict, _, _, err := ToChat(b, Options{}); err == nil {
+			if _, err := chat.Parse(strict, chat.Options{}); err != nil {
+				t.Fatalf("ToChat(%q) without remote images = %s, which chat.Parse refuses: %v", b, strict, err)
+			}
 		}
 		if _, err := chat.Parse(out, chat.Options{}); err != nil {
 			var ae *api.Error

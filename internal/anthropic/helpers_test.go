@@ -331,3 +331,6 @@ func (a *accumulator) final(t *testing.T) []byte {
 	}
 	return out
 }
+
+// remoteOK lets requests send remote image URLs, as an organisation may.
+var remoteOK = Options{AllowRemoteImages: true}

@@ -114,12 +114,20 @@ type namedToolChoice struct {
 
 func textPart(s string) chatPart { return chatPart{Type: "text", Text: &s} }
 
+// Options are what a request may do by its organisation's settings.
+type Options struct {
+	// AllowRemoteImages permits https image URLs, which the chat parser
+	// refuses otherwise (the organisation setting allow_remote_image_urls):
+	// refused here, the refusal names the field the client sent.
+	AllowRemoteImages bool
+}
+
 // ToChat validates an Anthropic Messages request body and returns the
 // equivalent OpenAI chat-completions request body, its model and whether it
 // streams. Malformed JSON is a 400 (api.BadRequest); every field that fails
 // is listed, with its Anthropic path, in one api.Invalid.
-func ToChat(body []byte) (chatBody []byte, model string, stream bool, err error) {
-	r, err := translateFor(body, false)
+func ToChat(body []byte, o Options) (chatBody []byte, model string, stream bool, err error) {
+	r, err := translateFor(body, translation{remoteImages: o.AllowRemoteImages})
 	if err != nil {
 		return nil, "", false, err
 	}
@@ -131,16 +139,23 @@ func ToChat(body []byte) (chatBody []byte, model string, stream bool, err error)
 	return out, r.Model, r.Stream, nil
 }
 
-// translateFor checks a Messages request body and builds its chat form;
-// counting is for count_tokens, whose requests need no max_tokens.
-func translateFor(body []byte, counting bool) (*chatRequest, error) {
+// translation is how a body is translated.
+type translation struct {
+	// counting is for count_tokens, whose requests need no max_tokens.
+	counting bool
+	// remoteImages permits https image URLs.
+	remoteImages bool
+}
+
+// translateFor checks a Messages request body and builds its chat form.
+func translateFor(body []byte, how translation) (*chatRequest, error) {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil, api.BadRequest("Request body is empty; send a JSON object")
 	}
 	if !jsontext.Valid(body) {
 		return nil, jsonraw.Malformed(body)
 	}
-	t := translator{counting: counting}
+	t := translator{how: how}
 	top, ok := t.members.Read(body)
 	if !ok {
 		return nil, api.Invalid(api.FieldError{Field: "body", Type: api.FieldWrongType, Message: "must be a JSON object"})
@@ -159,8 +174,7 @@ type translator struct {
 	out chatRequest
 	// members reads the request's objects, all into one list.
 	members jsonraw.FieldReader
-	// counting leaves max_tokens optional.
-	counting bool
+	how     translation
 }
 
 // request checks the members in a fixed order, so a body with several
@@ -213,7 +227,7 @@ func (t *translator) request(top object) {
 // maxTokens is the max_tokens member, which a Messages request must have
 // and a count need not.
 func (t *translator) maxTokens(top object) (json.RawMessage, bool) {
-	if t.counting {
+	if t.how.counting {
 		return top.Field("max_tokens")
 	}
 	return t.missing(top, nil, "max_tokens")
@@ -573,6 +587,10 @@ func (t *translator) image(path *api.Path, b object) (chatPart, bool) {
 		}
 		if !webURL(u) {
 			t.v.AddAt(spath.Key("url"), api.FieldInvalid, "must be an https URL")
+			return chatPart{}, false
+		}
+		if !t.how.remoteImages {
+			t.v.AddAt(spath.Key("url"), api.FieldNotAllowed, "remote image URLs are turned off for this organisation; send the image as base64")
 			return chatPart{}, false
 		}
 		if typ, msg := chat.RemoteImageProblem(u); typ != "" {

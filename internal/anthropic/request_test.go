@@ -145,7 +145,7 @@ func TestToChat(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, model, stream, err := ToChat([]byte(tt.body))
+			got, model, stream, err := ToChat([]byte(tt.body), remoteOK)
 			if err != nil {
 				t.Fatalf("ToChat: %v", err)
 			}
@@ -172,7 +172,7 @@ func TestToChat(t *testing.T) {
 // TestToChatKeepsHTML: text goes to engines, not browsers, so <, > and &
 // are not escaped.
 func TestToChatKeepsHTML(t *testing.T) {
-	got, _, _, err := ToChat([]byte(req(`{"role":"user","content":"a<b && c>d"}`)))
+	got, _, _, err := ToChat([]byte(req(`{"role":"user","content":"a<b && c>d"}`)), remoteOK)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,24 +181,30 @@ func TestToChatKeepsHTML(t *testing.T) {
 	}
 }
 
-// TestToChatRemoteImage: the chat parser, not ToChat, decides whether an
-// organisation may send image URLs.
+// TestToChatRemoteImage: an organisation that does not allow image URLs
+// has them refused at the field the client sent, in a system prompt's
+// wake and inside a tool result alike, not at the chat form's.
 func TestToChatRemoteImage(t *testing.T) {
-	got, _, _, err := ToChat([]byte(req(user(imgURL))))
-	if err != nil {
+	if _, _, _, err := ToChat([]byte(req(user(imgURL))), remoteOK); err != nil {
 		t.Fatal(err)
 	}
-	_, err = chat.Parse(got, chat.Options{})
-	ae := apiError(t, err)
-	if f := fieldsOf(ae); len(f) != 1 || f[0].typ != api.FieldNotAllowed {
-		t.Fatalf("chat.Parse = %v", ae.Fields)
+	for body, field := range map[string]string{
+		req(`{"role":"user","content":"a"}`, `{"role":"assistant","content":"b"}`, user(`{"type":"text","text":"x"}`, imgURL)): "messages.2.content.1.source.url",
+		`{"model":"m","max_tokens":9,"system":"be brief","messages":[` + user(imgURL) + `]}`:                                   "messages.0.content.0.source.url",
+		req(user(`{"type":"tool_result","tool_use_id":"t","content":[` + imgURL + `]}`)):                                       "messages.0.content.0.content.0.source.url",
+	} {
+		_, _, _, err := ToChat([]byte(body), Options{})
+		ae := apiError(t, err)
+		if f := fieldsOf(ae); len(f) != 1 || f[0].typ != api.FieldNotAllowed || f[0].field != field {
+			t.Errorf("%s: %v, want %s", body, ae.Fields, field)
+		}
 	}
 }
 
 func TestToChatMalformed(t *testing.T) {
 	for _, b := range []string{``, "  \n", `{"model":`, `{model:1}`, `{"model":"m"}{}`, `{"a":1,}`} {
 		t.Run(b, func(t *testing.T) {
-			_, _, _, err := ToChat([]byte(b))
+			_, _, _, err := ToChat([]byte(b), remoteOK)
 			ae := apiError(t, err)
 			if ae.HTTPStatus() != http.StatusBadRequest || ae.Message == "" || len(ae.Fields) != 0 {
 				t.Fatalf("err = %+v, want a 400", ae)
@@ -340,7 +346,7 @@ func TestToChatFieldErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			out, _, _, err := ToChat([]byte(tt.body))
+			out, _, _, err := ToChat([]byte(tt.body), remoteOK)
 			if err == nil {
 				t.Fatalf("ToChat accepted it: %s", out)
 			}

@@ -288,3 +288,18 @@ func TestAnthropicCountTokensAndModels(t *testing.T) {
 		}
 	}
 }
+
+// An image URL an organisation does not allow is refused at the field the
+// client sent, on the Messages API as on the Responses API, whatever the
+// system prompt does to the chat form's indexes.
+func TestRemoteImageRefusedAtTheDialectsField(t *testing.T) {
+	s, key := gateway(t)
+	r := s.do("POST", "/v1/messages", `{"model":"sim-chat","max_tokens":50,"system":"be brief","messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"},{"role":"user","content":[{"type":"text","text":"x"},{"type":"image","source":{"type":"url","url":"https://example.com/a.png"}}]}]}`, bearer(key))
+	if r.Status != 422 || !strings.Contains(string(r.Body), `"field":"messages.2.content.1.source.url"`) || strings.Contains(string(r.Body), "image_url") {
+		t.Fatalf("messages: %d %s", r.Status, r.Body)
+	}
+	r = s.do("POST", "/v1/responses", `{"model":"sim-chat","instructions":"be brief","input":[{"role":"user","content":"a"},{"role":"user","content":[{"type":"input_text","text":"x"},{"type":"input_image","image_url":"https://example.com/a.png"}]}]}`, bearer(key))
+	if r.Status != 422 || !strings.Contains(string(r.Body), `"field":"input.1.content.1.image_url"`) {
+		t.Fatalf("responses: %d %s", r.Status, r.Body)
+	}
+}

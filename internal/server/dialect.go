@@ -53,7 +53,7 @@ func (s *Server) messages(c *call) error {
 	if sealed(c) {
 		return errSealedDialect()
 	}
-	body, model, _, err := anthropic.ToChat(c.ctx.PostBody())
+	body, model, _, err := anthropic.ToChat(c.ctx.PostBody(), anthropicOptions(c))
 	if err != nil {
 		return err
 	}
@@ -67,6 +67,12 @@ func (s *Server) messages(c *call) error {
 	})
 }
 
+// anthropicOptions is what the caller's organisation lets a Messages
+// request do.
+func anthropicOptions(c *call) anthropic.Options {
+	return anthropic.Options{AllowRemoteImages: c.org.Settings.AllowRemoteImageURLs}
+}
+
 // countTokens is POST /v1/messages/count_tokens, Anthropic's count of a
 // Messages request's input tokens. The count is estimated as
 // message_start's is, a token per four characters of the text the model
@@ -77,7 +83,7 @@ func (s *Server) countTokens(c *call) error {
 	if sealed(c) {
 		return errSealedDialect()
 	}
-	model, chars, err := anthropic.Count(c.ctx.PostBody())
+	model, chars, err := anthropic.Count(c.ctx.PostBody(), anthropicOptions(c))
 	if err != nil {
 		return err
 	}
