@@ -415,8 +415,13 @@ func (r *Request) appendResponse(b []byte, id string, createdAt int64, res *resu
 	b = appendString(b, res.status)
 	b = append(b, `,"background":false,"error":`...)
 	if res.status == "failed" {
+		code := failureCode(res.errCode)
 		b = append(b, `{"code":`...)
-		b = appendString(b, res.errCode)
+		b = appendString(b, code)
+		if code != res.errCode && res.errCode != "" {
+			b = append(b, `,"svc_code":`...)
+			b = appendString(b, res.errCode)
+		}
 		b = append(b, `,"message":`...)
 		b = appendString(b, res.errMsg)
 		if res.errRetry > 0 {
@@ -481,4 +486,21 @@ func (r *Request) appendResponse(b []byte, id string, createdAt int64, res *resu
 		b = append(b, res.svc...)
 	}
 	return append(b, '}')
+}
+
+// failureCode is the Responses API's code for a failure the gateway names
+// code (its own, or an error type): the API's error codes are a closed
+// list, of which a failure after the response began is a rate limit, a
+// prompt refused, or the server's. The gateway's own code goes beside it
+// as svc_code.
+func failureCode(code string) string {
+	switch code {
+	case "server_error", "rate_limit_exceeded", "invalid_prompt":
+		return code
+	case api.CodeRateLimited, api.CodeCapacityExceeded, "rate_limit_error":
+		return "rate_limit_exceeded"
+	case api.TypeInvalidRequest, api.CodeContentFiltered, "content_filter", "context_length_exceeded":
+		return "invalid_prompt"
+	}
+	return "server_error"
 }

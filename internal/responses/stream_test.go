@@ -512,35 +512,37 @@ func TestStreamFail(t *testing.T) {
 		chunks []string
 		fail   bool // call Fail after the chunks
 		code   string
-		msg    string
-		retry  int
-		output string
+		// apiCode is the Responses API's code for code.
+		apiCode string
+		msg     string
+		retry   int
+		output  string
 	}{{
 		name:   "after text",
 		chunks: []string{chunk(`{"reasoning_content":"r"}`), chunk(`{"content":"partial"}`)},
-		fail:   true, code: "worker_lost", msg: "The worker went away.",
+		fail:   true, code: "worker_lost", apiCode: "server_error", msg: "The worker went away.",
 		output: `[{"type":"reasoning","id":"rs_r1","summary":[{"type":"summary_text","text":"r"}]},
 			{"type":"message","id":"msg_r1","status":"incomplete","role":"assistant","content":[{"type":"output_text","text":"partial","annotations":[]}]}]`,
 	}, {
 		name: "before anything",
 		fail: true,
-		code: "timeout", msg: "The request timed out",
+		code: "timeout", apiCode: "server_error", msg: "The request timed out",
 		output: `[]`,
 	}, {
 		name: "capacity, with its wait",
 		fail: true,
-		code: "capacity_exceeded", msg: "Every worker serving m is busy", retry: 3,
+		code: "capacity_exceeded", apiCode: "rate_limit_exceeded", msg: "Every worker serving m is busy", retry: 3,
 		output: `[]`,
 	}, {
 		name:   "capacity in the stream, with its wait",
 		chunks: []string{`{"error":{"message":"busy","type":"rate_limit_error","code":"capacity_exceeded","status":429,"retry_after":2,"queue_depth":4}}`},
-		code:   "capacity_exceeded", msg: "busy", retry: 2,
+		code:   "capacity_exceeded", apiCode: "rate_limit_exceeded", msg: "busy", retry: 2,
 		output: `[]`,
 	}, {
 		name: "an error in the stream",
 		chunks: []string{toolDelta(`{"index":0,"id":"c","function":{"name":"f","arguments":"{"}}`),
 			`{"error":{"message":"engine crashed","type":"server_error","code":null}}`},
-		code: "server_error", msg: "engine crashed",
+		code: "server_error", apiCode: "server_error", msg: "engine crashed",
 		output: `[{"type":"function_call","id":"fc_r1_0","status":"incomplete","call_id":"c","name":"f","arguments":"{"}]`,
 	}}
 	for _, tc := range tests {
@@ -561,10 +563,16 @@ func TestStreamFail(t *testing.T) {
 				t.Fatalf("last event %s", got)
 			}
 			raw := terminalRaw(t, events)
-			want := fmt.Sprintf(`{"code":%q,"message":%q}`, tc.code, tc.msg)
-			if tc.retry > 0 {
-				want = fmt.Sprintf(`{"code":%q,"message":%q,"retry_after":%d}`, tc.code, tc.msg, tc.retry)
+			// The API's code, from its closed list, and the gateway's beside.
+			want := fmt.Sprintf(`{"code":%q`, tc.apiCode)
+			if tc.apiCode != tc.code {
+				want += fmt.Sprintf(`,"svc_code":%q`, tc.code)
 			}
+			want += fmt.Sprintf(`,"message":%q`, tc.msg)
+			if tc.retry > 0 {
+				want += fmt.Sprintf(`,"retry_after":%d`, tc.retry)
+			}
+			want += "}"
 			sameJSON(t, "error", member(t, raw, "error"), []byte(want))
 			sameJSON(t, "output", member(t, raw, "output"), []byte(tc.output))
 			if resp["incomplete_details"] != nil {
