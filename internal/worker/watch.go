@@ -283,14 +283,18 @@ func (g *watched) midAnswer(finished <-chan struct{}) bool {
 
 // cutOff ends a request whose answer had begun: the engine is stopped,
 // its later output refused, and the client keeps what it has.
-func (g *watched) cutOff(msg string, dead bool) {
+func (g *watched) cutOff(msg string, dead bool) { g.end(g.out.cut, msg, dead) }
+
+// end gives the request up for msg, and stops its engine, if take moves
+// its output's state (which fails once output came or another end did).
+func (g *watched) end(take func() bool, msg string, dead bool) {
 	g.mu.Lock()
-	cut := g.out.cut()
-	if cut {
+	taken := take()
+	if taken {
 		g.reason, g.dead = msg, dead
 	}
 	g.mu.Unlock()
-	if cut {
+	if taken {
 		g.cancel()
 	}
 }
@@ -315,17 +319,7 @@ func (g *watched) again(finished <-chan struct{}) bool {
 // giveUp ends a request that had no output: the engine is stopped and the
 // request goes back to the gateway, which moves it to another worker. A
 // request whose first output came as the limit ran out stands.
-func (g *watched) giveUp(msg string) {
-	g.mu.Lock()
-	expired := g.out.expire()
-	if expired {
-		g.reason, g.dead = msg, true
-	}
-	g.mu.Unlock()
-	if expired {
-		g.cancel()
-	}
-}
+func (g *watched) giveUp(msg string) { g.end(g.out.expire, msg, true) }
 
 // givenUp is why the request was given up on, "" if it was not, and
 // whether the engine answered no probe either.

@@ -302,60 +302,53 @@ func (e *pauseEngine) Serve(ctx context.Context, req *engine.Request, sink engin
 	return engine.Cancelled()
 }
 
-// An answer that has begun and then stops, on an engine that answers no
-// probe either (a hung GPU), ends with what the client has: a 502 that
-// says so, not retried elsewhere, counted toward the engine's stall. It
-// is found out after the limit it paused through and the probe's.
+// An answer that has begun and then stops ends with what the client has:
+// a 502 that says so, not retried elsewhere. On an engine that answers no
+// probe either (a hung GPU) it is found out after the limit it paused
+// through and the probe's, and counts toward the engine's stall; on one
+// that answers probes it waits, up to maxPauses limits since its last
+// output, and counts against nothing.
 func TestAnswerStoppedMidwayIsCutOff(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		eng := &pauseEngine{tokens: 3, hangProbes: true}
-		r := newRig(t, eng, Config{EngineTTFB: 10 * time.Second})
-		start := time.Now()
-		l, st := r.request(context.Background())
-		defer l.Release(fleet.Neutral)
-		_, res, err := readAll(context.Background(), st)
-		if err != nil || res.Status != http.StatusBadGateway || res.Retryable || res.Error == nil ||
-			!strings.Contains(res.Error.Message, "in the middle of its answer") {
-			t.Fatalf("a stream whose engine stopped: %+v %v", res, err)
-		}
+	for _, tc := range []struct {
+		name     string
+		eng      *pauseEngine
+		msg      string
+		after    time.Duration
+		probes   int64
+		timeouts int
+	}{
 		// Output until 2 s; the limit from 10 s passes without any at
 		// 20 s, and the probe is given up at 30 s.
-		if d := time.Since(start); d != 30*time.Second {
-			t.Errorf("cut off after %v, want 30s", d)
-		}
-		w := r.agent.watches[eng]
-		w.mu.Lock()
-		timeouts := w.timeouts
-		w.mu.Unlock()
-		if timeouts != 1 {
-			t.Errorf("%d timeouts counted, want 1", timeouts)
-		}
-	})
-}
-
-// An answer paused while its engine answers probes waits, up to
-// maxPauses limits since its last output; then it is cut off, without
-// counting against the engine, which answers.
-func TestAnswerPausedTooLongIsCutOff(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		eng := &pauseEngine{tokens: 2}
-		r := newRig(t, eng, Config{EngineTTFB: 10 * time.Second})
-		start := time.Now()
-		l, st := r.request(context.Background())
-		defer l.Release(fleet.Neutral)
-		_, res, err := readAll(context.Background(), st)
-		if err != nil || res.Status != http.StatusBadGateway || res.Retryable || res.Error == nil ||
-			!strings.Contains(res.Error.Message, "sent nothing more of its answer for 59s") {
-			t.Fatalf("a stream paused for good: %+v %v", res, err)
-		}
-		// The last output at 1 s; checked every 10 s, and at 60 s it has
-		// paused 59 s, past five limits.
-		if d := time.Since(start); d != 60*time.Second {
-			t.Errorf("cut off after %v, want 60s", d)
-		}
-		if n := eng.probes.Load(); n != 4 {
-			t.Errorf("%d probes, want one a limit from 20 s: 4", n)
-		}
-		r.expect("healthy", func(w api.Worker) bool { return w.Status == api.StatusHealthy })
-	})
+		{"probes unanswered", &pauseEngine{tokens: 3, hangProbes: true}, "in the middle of its answer", 30 * time.Second, 1, 1},
+		// The last output at 1 s; checked every 10 s with a probe from
+		// 20 s, and at 60 s it has paused 59 s, past five limits.
+		{"probes answered", &pauseEngine{tokens: 2}, "sent nothing more of its answer for 59s", 60 * time.Second, 4, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := newRig(t, tc.eng, Config{EngineTTFB: 10 * time.Second})
+				start := time.Now()
+				l, st := r.request(context.Background())
+				defer l.Release(fleet.Neutral)
+				_, res, err := readAll(context.Background(), st)
+				if err != nil || res.Status != http.StatusBadGateway || res.Retryable || res.Error == nil ||
+					!strings.Contains(res.Error.Message, tc.msg) {
+					t.Fatalf("a stream whose engine stopped: %+v %v", res, err)
+				}
+				if d := time.Since(start); d != tc.after {
+					t.Errorf("cut off after %v, want %v", d, tc.after)
+				}
+				if n := tc.eng.probes.Load(); n != tc.probes {
+					t.Errorf("%d probes, want %d", n, tc.probes)
+				}
+				w := r.agent.watches[tc.eng]
+				w.mu.Lock()
+				timeouts := w.timeouts
+				w.mu.Unlock()
+				if timeouts != tc.timeouts {
+					t.Errorf("%d timeouts counted, want %d", timeouts, tc.timeouts)
+				}
+			})
+		})
+	}
 }
