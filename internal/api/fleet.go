@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
+	"unicode"
 )
 
 // Capabilities a model can have.
@@ -440,4 +442,13 @@ type ModelList struct {
 	HasMore bool         `json:"has_more"`
 	FirstID *string      `json:"first_id"`
 	LastID  *string      `json:"last_id"`
+}
+
+// MaxModelID bounds a model id, in bytes: the longest a worker may list.
+const MaxModelID = 256
+
+// ValidModelID reports whether a request could name id: not empty, at
+// most MaxModelID bytes, and without control characters.
+func ValidModelID(id string) bool {
+	return id != "" && len(id) <= MaxModelID && !strings.ContainsFunc(id, unicode.IsControl)
 }

@@ -231,6 +231,11 @@ func runWorker(ctx context.Context, f *Factory, opts *WorkerOptions) error {
 	if err != nil {
 		return err
 	}
+	for _, m := range opts.Pull {
+		if !api.ValidModelID(m) {
+			return usageErrorf("--pull %q: a model id is at most %d bytes, without control characters", m, api.MaxModelID)
+		}
+	}
 	cfg := worker.Config{
 		Gateway: opts.Gateway, Token: token, Name: name, MaxConcurrent: opts.MaxConcurrent,
 		Version: f.Build.Version, Engines: engines, Pull: opts.Pull, DrainTimeout: opts.DrainTimeout, Logger: log,
@@ -366,6 +371,9 @@ func parseAliases(specs []string) (map[string]string, error) {
 		}
 		if _, dup := out[id]; dup {
 			return nil, usageErrorf("--model-alias: %s is given twice", id)
+		}
+		if !api.ValidModelID(id) {
+			return nil, usageErrorf("--model-alias %q: the id clients use must be at most %d bytes, without control characters", spec, api.MaxModelID)
 		}
 		out[id] = local
 	}

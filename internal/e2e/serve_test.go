@@ -302,6 +302,21 @@ func TestWorkerWithoutATokenIsAUsageError(t *testing.T) {
 	}
 }
 
+// A model id no request could name, to install or to offer under, is a
+// usage error at the worker's start, not a model installed and then left
+// out of the gateway's list.
+func TestWorkerRefusesModelIDsNoRequestCouldName(t *testing.T) {
+	dir := t.TempDir()
+	long := strings.Repeat("m", 257)
+	for _, args := range [][]string{{"--pull", long}, {"--pull", ""}, {"--pull", "a\tb"}, {"--model-alias", long + "=sim-chat"}} {
+		_, stderr, code := svc(t, []string{"HOME=" + dir, "SVC_DATA=" + dir, "SVC_WORKER_TOKEN=svc_w_x"},
+			append([]string{"worker", "--gateway", "http://127.0.0.1:1", "--engine", "sim"}, args...)...)
+		if code != 2 || !strings.Contains(stderr, "at most 256 bytes") {
+			t.Errorf("%q: exit %d; stderr:\n%s", args, code, stderr)
+		}
+	}
+}
+
 func TestHeadIsGetWithoutBody(t *testing.T) {
 	s := startServer(t, "")
 	r := s.do("HEAD", "/healthz", "")

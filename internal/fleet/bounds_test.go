@@ -45,9 +45,10 @@ func TestCheckHello(t *testing.T) {
 		{"fine", func(*api.Hello) {}, ""},
 		{"as many models as may be", func(h *api.Hello) { h.Models = many(maxModels) }, ""},
 		{"too many models", func(h *api.Hello) { h.Models = many(maxModels + 1) }, "at most 1024 models"},
-		{"a model id too long", func(h *api.Hello) { h.Models = []api.Model{chat(strings.Repeat("m", maxModelID+1))} }, "at most 256 bytes"},
-		{"a model id with an escape", func(h *api.Hello) { h.Models = []api.Model{chat("m\x1b[2J")} }, "control characters"},
-		{"a model without an id", func(h *api.Hello) { h.Models = []api.Model{{}} }, "no id"},
+		// Models no request could name are left out, the rest kept.
+		{"a model id too long", func(h *api.Hello) { h.Models = append(h.Models, chat(strings.Repeat("m", maxModelID+1))) }, ""},
+		{"a model id with an escape", func(h *api.Hello) { h.Models = append([]api.Model{chat("m\x1b[2J")}, h.Models...) }, ""},
+		{"a model without an id", func(h *api.Hello) { h.Models = append(h.Models, api.Model{}) }, ""},
 		{"a name with an escape", func(h *api.Hello) { h.Name = "evil\x1b]0;pwned\x07" }, "control characters"},
 		{"a name with a C1 control", func(h *api.Hello) { h.Name = "evil\u009b2J" }, "control characters"},
 		{"a name in CJK and emoji", func(h *api.Hello) { h.Name = "計算機-🚀" }, ""},
@@ -61,6 +62,14 @@ func TestCheckHello(t *testing.T) {
 			err := checkHello(&h)
 			if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
 				t.Fatalf("checkHello = %v, want %q", err, tc.want)
+			}
+			for _, m := range h.Models {
+				if !validModelID(m.ID) {
+					t.Fatalf("checkHello kept model %q", m.ID)
+				}
+			}
+			if err == nil && len(h.Models) == 0 {
+				t.Fatal("checkHello left out every model")
 			}
 		})
 	}
@@ -84,6 +93,13 @@ func TestWorkerReportsAreBounded(t *testing.T) {
 		if got := h.settled(fw.id, "o").Models; len(got) != 1 || got[0].ID != "m" {
 			t.Fatalf("after a models frame over the bound: %d models", len(got))
 		}
+		// One model no request could name leaves out itself alone, not
+		// the models beside it or the changes after it.
+		send(link.TypeModels, []api.Model{chat(strings.Repeat("m", maxModelID+1)), chat("m"), chat("after")})
+		if got := h.settled(fw.id, "o").Models; len(got) != 2 || got[0].ID != "after" && got[1].ID != "after" {
+			t.Fatalf("after a models frame with a bad id: %+v", got)
+		}
+		send(link.TypeModels, []api.Model{chat("m")})
 
 		before := len(h.ev.evs)
 		for _, typ := range []string{api.EventDisconnected, api.EventApproved, "made_up"} {

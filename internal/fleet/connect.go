@@ -154,34 +154,34 @@ func checkHello(h *api.Hello) error {
 	case h.Heartbeat != nil && len(h.Heartbeat.Stalled) > maxModels:
 		return fmt.Errorf("a heartbeat may name at most %d stalled models", maxModels)
 	}
-	return checkModels(h.Models)
+	var err error
+	h.Models, err = checkModels(h.Models)
+	return err
 }
 
 // A worker's models are bounded: each change of them is indexed under the
 // fleet's lock, which every organisation's requests take.
 const (
 	maxModels  = 1024
-	maxModelID = 256 // bytes
+	maxModelID = api.MaxModelID
 )
 
-func checkModels(ms []api.Model) error {
+// checkModels bounds a worker's list of models, and leaves out those whose
+// id no request could name (empty, over maxModelID bytes, or with control
+// characters): one such model must not keep the worker's others, or its
+// later changes, from the fleet. The worker's own check (worker.checkID)
+// keeps a worker of this release from listing them.
+func checkModels(ms []api.Model) ([]api.Model, error) {
 	if len(ms) > maxModels {
-		return fmt.Errorf("a worker may list at most %d models, not %d", maxModels, len(ms))
+		return nil, fmt.Errorf("a worker may list at most %d models, not %d", maxModels, len(ms))
 	}
-	for _, m := range ms {
-		switch {
-		case m.ID == "":
-			return errors.New("a model has no id")
-		case !validModelID(m.ID):
-			return fmt.Errorf("a model id must be at most %d bytes, without control characters", maxModelID)
-		}
+	if !slices.ContainsFunc(ms, func(m api.Model) bool { return !validModelID(m.ID) }) {
+		return ms, nil
 	}
-	return nil
+	return slices.DeleteFunc(slices.Clone(ms), func(m api.Model) bool { return !validModelID(m.ID) }), nil
 }
 
-func validModelID(id string) bool {
-	return id != "" && len(id) <= maxModelID && !strings.ContainsFunc(id, unicode.IsControl)
-}
+func validModelID(id string) bool { return api.ValidModelID(id) }
 
 // Connect serves one worker connection of organisation orgID until it
 // ends or ctx does. hello is the worker's first message. A worker that
@@ -644,9 +644,15 @@ func (f *Fleet) control(w *worker, sess *link.Session, fr link.Frame) {
 		if json.Unmarshal(fr.Payload, &ms) != nil {
 			return
 		}
-		if err := checkModels(ms); err != nil {
+		sent := len(ms)
+		ms, err := checkModels(ms)
+		if err != nil {
 			f.log.Warn("a worker's models were refused", "worker", w.name, "worker_id", w.id, "err", err)
 			return
+		}
+		if left := sent - len(ms); left > 0 {
+			f.log.Warn("a worker listed models whose ids no request could name; they are left out",
+				"worker", w.name, "worker_id", w.id, "left_out", left, "max_id_bytes", maxModelID)
 		}
 		f.mu.Lock()
 		if w.sess == sess {

@@ -921,7 +921,7 @@ func TestRefusesBadHello(t *testing.T) {
 			{Protocol: link.Protocol, Name: "w", SessionID: "s", MaxConcurrent: 0},
 			{Protocol: link.Protocol, Name: "w", SessionID: "s", MaxConcurrent: 65537},
 			{Protocol: link.Protocol, Name: strings.Repeat("ü", 129), SessionID: "s", MaxConcurrent: 1},
-			{Protocol: link.Protocol, Name: "w", SessionID: "s", MaxConcurrent: 1, Models: []api.Model{{}}},
+			{Protocol: link.Protocol, Name: "w", SessionID: "s", MaxConcurrent: 1, Models: make([]api.Model, maxModels+1)},
 		}
 		for _, hello := range tests {
 			gc, wc := linktest.Pipe()
