@@ -1824,3 +1824,29 @@ func TestTokenRevokedDuringConnect(t *testing.T) {
 		}
 	})
 }
+
+// A model's metadata for a request has the widest context window of the
+// workers serving it, so that a prompt only one of them can take is not
+// refused for another's; a request pinned to a worker has that worker's;
+// and a worker that does not know its window makes the window unknown.
+func TestModelHasTheWidestWindow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Config{})
+		windowed := func(n int) api.Model { m := chat("m"); m.ContextWindow = n; return m }
+		small := h.worker("o", "a-small", 1, windowed(4096))
+		h.worker("o", "b-large", 1, windowed(8192))
+		if m := h.f.Model("o", "m"); m == nil || m.ContextWindow != 8192 {
+			t.Fatalf("model %+v, want the widest window, 8192", m)
+		}
+		if m := h.f.ModelFor("o", "m", small.id); m == nil || m.ContextWindow != 4096 {
+			t.Fatalf("pinned to the small one: %+v", m)
+		}
+		if ms := h.f.Models("o"); len(ms) != 1 || ms[0].ContextWindow != 8192 {
+			t.Fatalf("listed %+v", ms)
+		}
+		h.worker("o", "c-unknown", 1, chat("m"))
+		if m := h.f.Model("o", "m"); m == nil || m.ContextWindow != 0 {
+			t.Fatalf("with a worker of unknown window: %+v", m)
+		}
+	})
+}

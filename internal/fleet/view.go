@@ -205,6 +205,7 @@ func (f *Fleet) Models(orgID string) []api.Model {
 			if m := ix.describe(); m != nil {
 				c := *m
 				c.Since = ix.since
+				c.ContextWindow = ix.widestWindow()
 				if c.Incomplete != nil && ix.installed() {
 					c.Incomplete = nil
 				}
@@ -218,21 +219,53 @@ func (f *Fleet) Models(orgID string) []api.Model {
 }
 
 // Model returns the metadata of a model the organisation's connected
-// workers serve (the first worker's, by name), or nil. It is called for
-// every request, so it looks the model up without building any listing.
-func (f *Fleet) Model(orgID, id string) *api.Model {
+// workers serve, or nil: the first worker's, by name, with the widest
+// context window of them, so that a prompt is refused only when no worker
+// could take it. It is called for every request, so it looks the model up
+// without building any listing.
+func (f *Fleet) Model(orgID, id string) *api.Model { return f.ModelFor(orgID, id, "") }
+
+// ModelFor is Model for a request pinned to worker pin: that worker's
+// metadata when it lists the model, since no other will serve it.
+func (f *Fleet) ModelFor(orgID, id, pin string) *api.Model {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	o := f.orgs[orgID]
 	if o == nil || o.models[id] == nil {
 		return nil
 	}
-	if m := o.models[id].describe(); m != nil {
+	ix := o.models[id]
+	if w := o.workers[pin]; pin != "" && w != nil {
+		if m := w.model(id); m != nil {
+			c := *m
+			c.Since = ix.since
+			return &c
+		}
+	}
+	if m := ix.describe(); m != nil {
 		c := *m
-		c.Since = o.models[id].since
+		c.Since = ix.since
+		c.ContextWindow = ix.widestWindow()
 		return &c
 	}
 	return nil
+}
+
+// widestWindow is the widest context window of the model's online
+// workers; 0, unknown, when one of them does not know its own.
+func (ix *modelIndex) widestWindow() int {
+	widest := 0
+	for _, w := range ix.listed {
+		if !w.offlineSince.IsZero() || w.pending {
+			continue
+		}
+		m := w.model(ix.model)
+		if m.ContextWindow <= 0 {
+			return 0
+		}
+		widest = max(widest, m.ContextWindow)
+	}
+	return widest
 }
 
 // installed reports whether an online worker has the model fully

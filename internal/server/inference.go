@@ -34,7 +34,7 @@ func (s *Server) chat(c *call, body []byte, d *dialect) error {
 	req.CapIncludesThinking = d != nil
 	r := inference(c, api.KindChat, req.Model, req.Stream)
 	r.Chat = req
-	r.ModelInfo = s.fleet.Model(c.principal.OrgID, req.Model)
+	r.ModelInfo = s.fleet.ModelFor(c.principal.OrgID, req.Model, r.Pin)
 	if err := req.Prepare(r.ModelInfo); err != nil {
 		err = d.restate(err)
 		s.refuse(c, r, err)
@@ -84,7 +84,7 @@ func (s *Server) textCompletions(c *call) error {
 		return err
 	}
 	r := inference(c, api.KindCompletion, req.Model, req.Stream)
-	r.ModelInfo = s.fleet.Model(c.principal.OrgID, req.Model)
+	r.ModelInfo = s.fleet.ModelFor(c.principal.OrgID, req.Model, r.Pin)
 	r.PromptChars = req.PromptChars
 	r.Body = req.Body
 	if s.contentFilter(c) != "" {
