@@ -123,6 +123,9 @@ type Agent struct {
 	// missingAliases are the aliases last warned about (refreshModels
 	// only), so a refresh repeats no warning.
 	missingAliases string
+	// hiddenByAlias are the engine models last warned about as hidden by
+	// an alias that takes their id.
+	hiddenByAlias string
 
 	slots   chan struct{}
 	active  atomic.Int64

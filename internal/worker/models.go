@@ -51,17 +51,22 @@ func (a *Agent) refreshModels(ctx context.Context) {
 		}
 		current[e] = ms
 	}
-	models, byModel, missing := a.listing(current)
+	models, byModel, missing, hidden := a.listing(current)
 	a.mu.Lock()
 	changed := !reflect.DeepEqual(models, a.models)
 	a.models, a.byModel, a.engineModels = models, byModel, current
 	a.listed = answered && len(models) > 0
 	warn := missing != a.missingAliases
 	a.missingAliases = missing
+	warnHidden := hidden != a.hiddenByAlias
+	a.hiddenByAlias = hidden
 	sess := a.sess
 	a.mu.Unlock()
 	if warn && missing != "" {
 		a.log.Warn("no engine has the local model of these aliases", "aliases", missing)
+	}
+	if warnHidden && hidden != "" {
+		a.log.Warn("these aliases take the ids of models an engine has, which are offered only under any aliases of their own", "aliases", hidden)
 	}
 	if changed && sess != nil {
 		if b, err := json.Marshal(models); err == nil {
@@ -71,25 +76,33 @@ func (a *Agent) refreshModels(ctx context.Context) {
 }
 
 // listing is what the worker offers, from what each engine has: every
-// model under its own name, or under the names --model-alias gives it. It
-// also names the aliases whose local model no engine has.
-func (a *Agent) listing(current map[engine.Engine][]api.Model) ([]api.Model, map[string]served, string) {
+// model under its own name, or under the names --model-alias gives it. An
+// alias takes its id whatever the engines list: a model whose own id an
+// alias takes is offered only under aliases of its own, whichever the
+// engine lists first. It also names the aliases whose local model no
+// engine has, and those that take a model's id.
+func (a *Agent) listing(current map[engine.Engine][]api.Model) (models []api.Model, byModel map[string]served, missing, hidden string) {
 	public := map[string][]string{} // local name -> the ids it is offered as
 	for id, local := range a.cfg.Aliases {
 		public[local] = append(public[local], id)
 	}
-	var models []api.Model
-	byModel := map[string]served{}
+	byModel = map[string]served{}
 	found := map[string]bool{}
+	var taken []string
 	for _, e := range a.cfg.Engines {
 		for _, m := range current[e] {
 			names := public[m.ID]
 			found[m.ID] = found[m.ID] || len(names) > 0
 			if len(names) == 0 {
-				names = []string{m.ID}
+				own := m.ID
 				if id, ok := recogniseGuard(m.ID); ok {
-					names[0] = id
+					own = id
 				}
+				if local, ok := a.cfg.Aliases[own]; ok && local != m.ID {
+					taken = append(taken, own+"="+local)
+					continue
+				}
+				names = []string{own}
 			}
 			slices.Sort(names)
 			for _, id := range names {
@@ -106,14 +119,15 @@ func (a *Agent) listing(current map[engine.Engine][]api.Model) ([]api.Model, map
 			}
 		}
 	}
-	var missing []string
+	var absent []string
 	for id, local := range a.cfg.Aliases {
 		if !found[local] {
-			missing = append(missing, id+"="+local)
+			absent = append(absent, id+"="+local)
 		}
 	}
-	slices.Sort(missing)
-	return models, byModel, strings.Join(missing, ", ")
+	slices.Sort(absent)
+	slices.Sort(taken)
+	return models, byModel, strings.Join(absent, ", "), strings.Join(slices.Compact(taken), ", ")
 }
 
 // withMeta applies the operator's overrides for a model.
