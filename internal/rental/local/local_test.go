@@ -620,3 +620,19 @@ func TestLogTail(t *testing.T) {
 		t.Fatal("exit record")
 	}
 }
+
+// A worker's end reads as its exit status or the signal's name.
+func TestDescribe(t *testing.T) {
+	for _, tc := range []struct {
+		ws   syscall.WaitStatus
+		want string
+	}{
+		{syscall.WaitStatus(3 << 8), "exit status 3"},
+		{syscall.WaitStatus(syscall.SIGKILL), "killed by SIGKILL"},
+		{syscall.WaitStatus(syscall.SIGTERM), "killed by SIGTERM"},
+	} {
+		if got := describe(tc.ws); got != tc.want {
+			t.Errorf("describe(%#x) = %q, want %q", uint32(tc.ws), got, tc.want)
+		}
+	}
+}

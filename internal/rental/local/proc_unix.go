@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 const supported = true
@@ -95,7 +97,12 @@ func describe(ws syscall.WaitStatus) string {
 	case ws.Exited():
 		return "exit status " + strconv.Itoa(ws.ExitStatus())
 	case ws.Signaled():
-		return "killed by " + ws.Signal().String()
+		// By its name (SIGKILL): the signal's String is its description
+		// ("killed"), which reads twice.
+		if name := unix.SignalName(ws.Signal()); name != "" {
+			return "killed by " + name
+		}
+		return "killed by signal " + strconv.Itoa(int(ws.Signal()))
 	}
 	return ""
 }
