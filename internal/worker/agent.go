@@ -280,8 +280,12 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	// Installs end with the worker's stop, before its drain, so that how
+	// they ended reaches the gateway while the link is up.
+	pullCtx, stopPull := context.WithCancel(ctx)
+	defer stopPull()
 	wg.Go(func() { a.modelLoop(linkCtx) })
-	wg.Go(func() { a.pullModels(linkCtx) })
+	wg.Go(func() { a.pullModels(pullCtx) })
 	for _, w := range a.watches {
 		wg.Go(func() { w.run(linkCtx) })
 	}

@@ -209,8 +209,13 @@ func (a *Agent) pullModels(ctx context.Context) {
 		return
 	}
 	for _, model := range a.cfg.Pull {
-		a.report(api.WorkerEventReport{EventType: api.EventModelInstall, Detail: "installing " + model,
+		// Installs at start begin as the worker links: the start is waited
+		// on the link for a while, so that the gateway hears of it, but no
+		// longer, so that a gateway out of reach delays no install.
+		sctx, cancel := context.WithTimeout(ctx, startReportWait)
+		a.reportOnLink(sctx, api.WorkerEventReport{EventType: api.EventModelInstall, Detail: "installing " + model,
 			Install: &api.ModelInstall{Model: model, State: api.InstallStarted}})
+		cancel()
 		last := time.Time{}
 		err := inst.Pull(ctx, model, func(p api.PullProgress) {
 			if time.Since(last) < installProgressEvery || p.Total == 0 {
@@ -221,9 +226,23 @@ func (a *Agent) pullModels(ctx context.Context) {
 				Install: &api.ModelInstall{Model: model, State: api.InstallProgress, Total: p.Total, Completed: p.Completed}})
 		})
 		if err != nil {
+			detail := "install of " + model + " failed: " + err.Error()
+			rctx := ctx
+			if ctx.Err() != nil {
+				// Stopped by the worker's own stop: said while the link
+				// may still be up, so that the install does not read as
+				// under way for good.
+				detail = "install of " + model + " stopped: the worker is shutting down"
+				var cancel context.CancelFunc
+				rctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), stopReportWait)
+				defer cancel()
+			}
 			a.log.Error("model install failed", "model", model, "err", err)
-			a.reportOnLink(ctx, api.WorkerEventReport{EventType: api.EventModelInstall, Detail: "install of " + model + " failed: " + err.Error(),
+			a.reportOnLink(rctx, api.WorkerEventReport{EventType: api.EventModelInstall, Detail: detail,
 				Install: &api.ModelInstall{Model: model, State: api.InstallFailed}})
+			if ctx.Err() != nil {
+				return
+			}
 			continue
 		}
 		a.refreshModels(ctx)
@@ -231,6 +250,13 @@ func (a *Agent) pullModels(ctx context.Context) {
 			Install: &api.ModelInstall{Model: model, State: api.InstallCompleted}})
 	}
 }
+
+// How long an install's start waits for the link, and its end for a link
+// the worker's stop is taking down.
+const (
+	startReportWait = 30 * time.Second
+	stopReportWait  = 2 * time.Second
+)
 
 // reportOnLink reports ev once the link is up, for the events the gateway
 // must not miss: how an install ended is what makes a rental ready, and

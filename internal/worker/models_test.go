@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -206,10 +207,10 @@ func (l *eventLog) states() []string {
 }
 
 // runPulls runs an agent that installs models, connecting after
-// dialDelay, until the test ends.
-func runPulls(t *testing.T, eng engine.Engine, models []string, dialDelay time.Duration) (*fleet.Fleet, *eventLog) {
-	log := &eventLog{completed: make(chan struct{})}
-	f := fleet.New(fleet.Config{Grace: 5 * time.Second, Hold: time.Second, Events: log})
+// dialDelay, until the test ends or stop is called.
+func runPulls(t *testing.T, eng engine.Engine, models []string, dialDelay time.Duration) (f *fleet.Fleet, log *eventLog, stop func()) {
+	log = &eventLog{completed: make(chan struct{})}
+	f = fleet.New(fleet.Config{Grace: 5 * time.Second, Hold: time.Second, Events: log})
 	var links sync.WaitGroup
 	cfg := Config{Gateway: "http://unused", Token: "t", Name: "box", Engines: []engine.Engine{eng}, Pull: models,
 		Dial: func(ctx context.Context, _ string) (link.Conn, error) {
@@ -233,12 +234,16 @@ func runPulls(t *testing.T, eng engine.Engine, models []string, dialDelay time.D
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		links.Wait()
-	})
-	return f, log
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			<-done
+			links.Wait()
+		})
+	}
+	t.Cleanup(stop)
+	return f, log, stop
 }
 
 func healthy(f *fleet.Fleet) bool {
@@ -251,7 +256,7 @@ func healthy(f *fleet.Fleet) bool {
 func TestPullProgressOnceASecond(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		eng := &installEngine{start: make(chan struct{}), step: 10 * time.Millisecond, steps: 150}
-		f, log := runPulls(t, eng, []string{"big"}, 0)
+		f, log, _ := runPulls(t, eng, []string{"big"}, 0)
 		synctest.Wait()
 		if !healthy(f) {
 			t.Fatalf("the worker has not connected: %+v", f.Workers("org"))
@@ -259,15 +264,10 @@ func TestPullProgressOnceASecond(t *testing.T) {
 		close(eng.start)
 		<-log.completed
 
-		// The started event goes as the worker starts, before it has
-		// connected unless it is quick: only how an install ends is sure to
-		// arrive.
+		// The started event waits for the link, as the end does.
 		states := log.states()
-		skip := 0
-		if states[0] == "started" {
-			skip = 1
-		}
-		if states[len(states)-1] != "completed" {
+		skip := 1
+		if states[0] != "started" || states[len(states)-1] != "completed" {
 			t.Fatalf("install events %q", states)
 		}
 		progress := states[skip : len(states)-1]
@@ -301,8 +301,32 @@ func TestPullProgressOnceASecond(t *testing.T) {
 func TestPullCompletedBeforeConnecting(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		eng := &installEngine{}
-		_, log := runPulls(t, eng, []string{"small"}, 300*time.Millisecond)
+		_, log, _ := runPulls(t, eng, []string{"small"}, 300*time.Millisecond)
 		<-log.completed
+		if states := log.states(); states[0] != "started" {
+			t.Fatalf("install events %q", states)
+		}
+	})
+}
+
+// An install the worker's stop cuts short is reported failed, saying so,
+// before the link goes: it does not read as under way for good.
+func TestPullStoppedByTheWorkersStop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		eng := &installEngine{start: make(chan struct{})}
+		_, log, stop := runPulls(t, eng, []string{"big"}, 0)
+		time.Sleep(time.Second) // linked, and the install under way
+		stop()
+		states := log.states()
+		if len(states) != 2 || states[0] != "started" || states[1] != "failed" {
+			t.Fatalf("install events %q", states)
+		}
+		log.mu.Lock()
+		detail := log.events[1].Detail
+		log.mu.Unlock()
+		if detail == nil || !strings.Contains(*detail, "shutting down") {
+			t.Fatalf("detail %v", detail)
+		}
 	})
 }
 
