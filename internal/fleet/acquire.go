@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"slices"
 	"strconv"
@@ -40,6 +41,10 @@ type Need struct {
 	// image generation, and a chat with an image, need what a model
 	// missing a file (its VAE, its vision projector) cannot do.
 	Whole bool
+	// PromptTokens is a low estimate of the prompt's tokens: a worker
+	// whose context window of the model is known and narrower cannot take
+	// it, however wide another worker's is. 0 asks nothing.
+	PromptTokens int
 }
 
 // fits reports whether w can take need apart from load and health: the
@@ -62,7 +67,17 @@ func (w *worker) whole(need *Need) bool {
 // equipped reports whether w has what need asks beyond the model itself.
 func (w *worker) equipped(need *Need) bool {
 	return (need.Feature == "" || slices.Contains(w.features, need.Feature)) &&
-		(need.Moderator == "" || w.serves(need.Moderator, api.CapModeration))
+		(need.Moderator == "" || w.serves(need.Moderator, api.CapModeration)) && w.roomy(need)
+}
+
+// roomy reports whether w's context window of need's model takes its
+// prompt, or is not known.
+func (w *worker) roomy(need *Need) bool {
+	if need.PromptTokens <= 0 {
+		return true
+	}
+	m := w.model(need.Model)
+	return m == nil || m.ContextWindow <= 0 || m.ContextWindow >= need.PromptTokens
 }
 
 // WorkerInfo names the worker a lease is on.
@@ -608,7 +623,7 @@ func (f *Fleet) checkLocked(o *org, need *Need, now time.Time, waited bool) erro
 	if need.Pin != "" {
 		return f.checkPinLocked(o, need, now, waited)
 	}
-	var known, online, servable, untried, returning, held, unequipped, awaiting bool
+	var known, online, servable, untried, returning, held, unequipped, narrow, awaiting bool
 	var wrongKind *api.Model
 	var partial *worker
 	var back time.Time
@@ -639,6 +654,10 @@ func (f *Fleet) checkLocked(o *org, need *Need, now time.Time, waited bool) erro
 			returning = returning || !waited && w.equipped(need) && w.whole(need) && !now.Before(f.heldUntilLocked(w, need, now)) && !slices.Contains(need.Exclude, w.id)
 			continue
 		}
+		if !w.roomy(need) {
+			narrow = true
+			continue
+		}
 		if !w.equipped(need) {
 			unequipped = true
 			continue
@@ -667,6 +686,8 @@ func (f *Fleet) checkLocked(o *org, need *Need, now time.Time, waited bool) erro
 		return WrongEndpoint(wrongKind, need.Capability)
 	case unequipped:
 		return unequippedError(need)
+	case narrow:
+		return narrowError(need)
 	case held:
 		return &api.Error{Kind: api.KindUnavailable, Code: api.CodeWorkersUnhealthy, RetryAfter: back.Sub(now),
 			Message: "Every worker serving " + need.Model + " failed its recent requests of it and is held back from it; retry shortly"}
@@ -712,6 +733,8 @@ func (f *Fleet) checkPinLocked(o *org, need *Need, now time.Time, waited bool) e
 		return WrongEndpoint(m, need.Capability)
 	case !w.whole(need):
 		return incompleteError(w, need)
+	case !w.roomy(need):
+		return narrowError(need)
 	case !w.equipped(need):
 		return unequippedError(need)
 	// Waiting would not help a pinned request whose worker already
@@ -765,6 +788,15 @@ func unequippedError(need *Need) error {
 	}
 	return &api.Error{Kind: api.KindConflict, Type: api.TypeConflict, Code: api.CodeModerationUnavailable,
 		CodeHeader: true, Message: msg}
+}
+
+// narrowError is the 400 for a prompt no online worker's context window
+// of the model can take: one wide enough went away since the gateway
+// judged it, or the request is pinned to a narrower one.
+func narrowError(need *Need) error {
+	return &api.Error{Kind: api.KindInvalidRequest, Type: "context_length_exceeded", Code: "context_length_exceeded", Param: "messages",
+		Message: fmt.Sprintf("The prompt is at least about %d tokens, more than the context window of %s on the workers that could serve it now; shorten the conversation",
+			need.PromptTokens, need.Model)}
 }
 
 // incompleteError is the 409 for a request that needs the whole model

@@ -1850,3 +1850,38 @@ func TestModelHasTheWidestWindow(t *testing.T) {
 		}
 	})
 }
+
+// A prompt is sent only to a worker whose context window of the model
+// takes it (or is not known): a narrower worker is passed over, free or
+// not; pinned to one, the request is refused with context_length_exceeded.
+func TestRoutingWeighsWindows(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Config{Hold: time.Second})
+		windowed := func(n int) api.Model { m := chat("m"); m.ContextWindow = n; return m }
+		small := h.worker("o", "a-small", 4, windowed(4096))
+		large := h.worker("o", "b-large", 1, windowed(8192))
+		need := Need{OrgID: "o", Model: "m", PromptTokens: 6000}
+		l, err := h.f.Acquire(h.ctx, need)
+		if err != nil || l.Worker.ID != large.id {
+			t.Fatalf("first: %+v %v, want the large worker", l, err)
+		}
+		// The large one busy, the small one free: the request waits for
+		// the large one rather than go where it cannot fit.
+		var ae *api.Error
+		if _, err := h.f.Acquire(h.ctx, need); !errors.As(err, &ae) || ae.HTTPStatus() != 429 {
+			t.Fatalf("with the large worker busy: %v", err)
+		}
+		l.Release(Succeeded)
+		pinned := need
+		pinned.Pin = small.id
+		if _, err := h.f.Acquire(h.ctx, pinned); !errors.As(err, &ae) || ae.HTTPStatus() != 400 || ae.Code != "context_length_exceeded" {
+			t.Fatalf("pinned to the small worker: %v", err)
+		}
+		// A prompt both take goes to either.
+		if l, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m", PromptTokens: 1000}); err != nil {
+			t.Fatal(err)
+		} else {
+			l.Release(Succeeded)
+		}
+	})
+}

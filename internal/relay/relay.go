@@ -371,6 +371,14 @@ func NeedOf(req Request) fleet.Need {
 	if req.ContentFilter != "" {
 		n.Moderator, n.Feature = req.ContentFilter, api.FeatureModeration
 	}
+	// Five characters a token underestimates nearly any text: a worker
+	// is passed over only when the prompt surely does not fit it.
+	switch {
+	case req.Chat != nil:
+		n.PromptTokens = req.Chat.PromptChars / 5
+	case req.Kind == api.KindCompletion:
+		n.PromptTokens = req.PromptChars / 5
+	}
 	return n
 }
 
