@@ -55,6 +55,9 @@ type Leader struct {
 	// live process had written it under the same id: started at another
 	// time and advertising another URL. Nil otherwise.
 	Displaced *Replica
+	// PeerTTLs are the registration TTLs of the other live replicas, by
+	// id, read from their last renewals.
+	PeerTTLs map[string]time.Duration
 }
 
 // ErrIDShared is why a replica stops on finding that another live
@@ -145,6 +148,8 @@ type Lease struct {
 	// it holds is the other's too.
 	shared   chan error
 	isShared atomic.Bool
+	// warnedTTL holds, by peer, the TTL last warned of; Beat's alone.
+	warnedTTL map[string]time.Duration
 }
 
 // New returns a lease for me; Run drives it.
@@ -253,8 +258,36 @@ func (l *Lease) Beat(ctx context.Context) {
 	if d := lead.Displaced; d != nil && renewed {
 		l.displaced(*d)
 	}
+	l.checkTTLs(lead.PeerTTLs)
 	l.apply(lead, mono)
 }
+
+// checkTTLs warns, once per peer and TTL, of a live replica whose
+// registration lasts otherwise than this one's: the lease and homes hold
+// (every expiry is the database's), but a replica with the longer TTL is
+// replaced that much more slowly when it dies, which the operator chose
+// for none of them (docs/cluster.md: give them all the same).
+func (l *Lease) checkTTLs(peers map[string]time.Duration) {
+	for id, ttl := range peers {
+		if d := ttl - l.o.TTL; d > -ttlSlack && d < ttlSlack {
+			delete(l.warnedTTL, id)
+			continue
+		}
+		if l.warnedTTL[id] == ttl {
+			continue
+		}
+		if l.warnedTTL == nil {
+			l.warnedTTL = map[string]time.Duration{}
+		}
+		l.warnedTTL[id] = ttl
+		l.log.Warn("cluster: another replica's --lease-ttl differs from this one's; give every replica the same",
+			"peer", id, "peer_lease_ttl", ttl.String(), "lease_ttl", l.o.TTL.String())
+	}
+}
+
+// ttlSlack is how far a peer's TTL, read as its registration's expiry
+// less its renewal, may be from this one's and count as the same.
+const ttlSlack = 5 * time.Millisecond
 
 // displaced reports another live process under this replica's id: the
 // one started later stops.

@@ -1,8 +1,10 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -22,6 +24,7 @@ type memStore struct {
 type registration struct {
 	Replica
 	expires time.Time
+	ttl     time.Duration
 }
 
 func (m *memStore) Beat(_ context.Context, me Replica, ttl time.Duration, want bool) (Leader, error) {
@@ -37,9 +40,17 @@ func (m *memStore) Beat(_ context.Context, me Replica, ttl time.Duration, want b
 	if m.regs == nil {
 		m.regs = map[string]registration{}
 	}
-	m.regs[me.ID] = registration{me, m.now.Add(ttl)}
-	defer func() { m.lead.Displaced = nil }()
+	m.regs[me.ID] = registration{me, m.now.Add(ttl), ttl}
+	defer func() { m.lead.Displaced, m.lead.PeerTTLs = nil, nil }()
 	m.lead.Displaced = displaced
+	for id, r := range m.regs {
+		if id != me.ID && m.now.Before(r.expires) {
+			if m.lead.PeerTTLs == nil {
+				m.lead.PeerTTLs = map[string]time.Duration{}
+			}
+			m.lead.PeerTTLs[id] = r.ttl
+		}
+	}
 	switch {
 	case !want:
 	case m.lead.ReplicaID == me.ID:
@@ -300,5 +311,40 @@ func TestSharedID(t *testing.T) {
 	}
 	if err := shared(restarted); err != nil {
 		t.Fatalf("a restart over a dead process's registration: %v", err)
+	}
+}
+
+// A replica whose registration lasts otherwise than this one's is warned
+// of, once for each TTL it is seen with, and not while the two agree.
+func TestPeerWithAnotherTTLIsWarnedOf(t *testing.T) {
+	ctx := context.Background()
+	db := &memStore{now: time.Unix(1_800_000_000, 0)}
+	clk := &fakeClock{wall: time.Unix(1_700_000_000, 0), mono: time.Hour}
+	var logged bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	me := New(db, Replica{ID: "a", AdvertiseURL: "http://a"}, Options{TTL: 10 * time.Second, Clock: clk, Logger: log})
+	peer := func(ttl time.Duration) *Lease {
+		return New(db, Replica{ID: "b", AdvertiseURL: "http://b"}, Options{TTL: ttl, Clock: clk})
+	}
+	warnings := func() int { return strings.Count(logged.String(), "lease-ttl differs") }
+	peer(10 * time.Second).Beat(ctx)
+	me.Beat(ctx)
+	if n := warnings(); n != 0 {
+		t.Fatalf("%d warnings of a peer with the same TTL:\n%s", n, logged.String())
+	}
+	slow := peer(30 * time.Second)
+	for range 3 {
+		slow.Beat(ctx)
+		me.Beat(ctx)
+	}
+	if n := warnings(); n != 1 || !strings.Contains(logged.String(), "peer_lease_ttl=30s") {
+		t.Fatalf("%d warnings of a peer with a 30 s TTL, want 1:\n%s", n, logged.String())
+	}
+	peer(10 * time.Second).Beat(ctx)
+	me.Beat(ctx)
+	peer(30 * time.Second).Beat(ctx)
+	me.Beat(ctx)
+	if n := warnings(); n != 2 {
+		t.Fatalf("%d warnings after the peer's TTL changed back and again, want 2:\n%s", n, logged.String())
 	}
 }

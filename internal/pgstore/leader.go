@@ -53,6 +53,9 @@ type Leader struct {
 	// dead one sees it once; two that share an id see each other at
 	// every Beat.
 	Displaced *Replica
+	// PeerTTLs are the other live replicas' registration TTLs, by id:
+	// each one's expiry less its last renewal.
+	PeerTTLs map[string]time.Duration
 }
 
 // Held reports whether replicaID holds the lease at the time it was read.
@@ -117,6 +120,20 @@ func (s *Store) Beat(ctx context.Context, me Replica, ttl time.Duration, want bo
 	}
 	// Replicas gone for a day are forgotten.
 	b.Queue(`DELETE FROM svc_replicas WHERE expires_at < now() - interval '1 day'`)
+	// Each live peer's TTL is its registration's expiry less its renewal.
+	peerTTLs := map[string]time.Duration{}
+	b.Queue(`SELECT id, (extract(epoch FROM expires_at - seen_at) * 1000000)::bigint FROM svc_replicas
+		WHERE id <> $1 AND expires_at > now()`, me.ID).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var id string
+			var us int64
+			if err := rows.Scan(&id, &us); err != nil {
+				return err
+			}
+			peerTTLs[id] = time.Duration(us) * time.Microsecond
+		}
+		return rows.Err()
+	})
 	var l Leader
 	b.Queue(leaderQuery).QueryRow(func(row pgx.Row) error { return scanLeader(row, &l) })
 	sent := time.Now()
@@ -124,7 +141,7 @@ func (s *Store) Beat(ctx context.Context, me Replica, ttl time.Duration, want bo
 		return Leader{}, fmt.Errorf("pgstore: beat: %w", err)
 	}
 	s.ObserveDBNow(l.DBNow, sent, time.Now())
-	l.Displaced = displaced
+	l.Displaced, l.PeerTTLs = displaced, peerTTLs
 	return l, nil
 }
 

@@ -198,6 +198,21 @@ func TestBeatDisplaced(t *testing.T) {
 	}
 }
 
+// A Beat tells each live peer's TTL, read from its registration, for a
+// replica to notice one configured otherwise; not its own, nor a dead
+// peer's.
+func TestBeatPeerTTLs(t *testing.T) {
+	s := open(t, pg.CreateDB(t))
+	a, b, gone := replica(1), replica(2), replica(3)
+	beat(t, s, gone, time.Millisecond, false)
+	beat(t, s, b, 30*time.Second, false)
+	time.Sleep(10 * time.Millisecond)
+	l := beat(t, s, a, 10*time.Second, false)
+	if len(l.PeerTTLs) != 1 || l.PeerTTLs[b.ID] != 30*time.Second {
+		t.Fatalf("peer TTLs %v, want %s: 30s", l.PeerTTLs, b.ID)
+	}
+}
+
 // Resigning hands the lease over at once, under a new epoch, even back to
 // the replica that resigned.
 func TestResign(t *testing.T) {

@@ -485,7 +485,7 @@ func (l leaseStore) Beat(ctx context.Context, me cluster.Replica, ttl time.Durat
 		return cluster.Leader{}, err
 	}
 	out := cluster.Leader{ReplicaID: lead.ReplicaID, AdvertiseURL: lead.AdvertiseURL, Epoch: lead.Epoch,
-		ExpiresAt: lead.ExpiresAt, DBNow: lead.DBNow}
+		ExpiresAt: lead.ExpiresAt, DBNow: lead.DBNow, PeerTTLs: lead.PeerTTLs}
 	if d := lead.Displaced; d != nil {
 		out.Displaced = &cluster.Replica{ID: d.ID, AdvertiseURL: d.AdvertiseURL, StartedAt: d.StartedAt}
 	}
