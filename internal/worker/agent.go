@@ -282,10 +282,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer wg.Wait()
 	// Installs end with the worker's stop, before its drain, so that how
 	// they ended reaches the gateway while the link is up.
+	var pulls sync.WaitGroup
+	defer pulls.Wait()
 	pullCtx, stopPull := context.WithCancel(ctx)
 	defer stopPull()
 	wg.Go(func() { a.modelLoop(linkCtx) })
-	wg.Go(func() { a.pullModels(pullCtx) })
+	pulls.Go(func() { a.pullModels(pullCtx) })
 	for _, w := range a.watches {
 		wg.Go(func() { w.run(linkCtx) })
 	}
@@ -308,6 +310,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	case <-ctx.Done():
 	}
+	pulls.Wait()
 	a.drain(linkCtx)
 	stopLink()
 	<-errc
