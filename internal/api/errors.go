@@ -26,6 +26,10 @@ const (
 	TypeServiceUnavailable = "service_unavailable"
 	TypeTimeout            = "timeout_error"
 	TypeInsufficientMemory = "insufficient_memory_error"
+	// TypeContextLengthExceeded is an input longer than the model's
+	// context window takes, whoever found it (the gateway, the fleet, the
+	// engine).
+	TypeContextLengthExceeded = "context_length_exceeded"
 
 	// Private-inference types travel in the nested shape.
 	TypeE2ERequired             = "e2e_required"

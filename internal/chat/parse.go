@@ -34,7 +34,7 @@ const (
 
 // TypeContextLengthExceeded is the error type of a prompt that cannot fit
 // the model's context window.
-const TypeContextLengthExceeded = "context_length_exceeded"
+const TypeContextLengthExceeded = api.TypeContextLengthExceeded
 
 // Options are the organisation settings that change what Parse accepts.
 type Options struct {

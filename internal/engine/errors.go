@@ -41,7 +41,7 @@ func CutOff(err error) *api.Result {
 
 // TypeContextLengthExceeded is the error type of an input longer than the
 // model takes, whatever the engine called it.
-const TypeContextLengthExceeded = "context_length_exceeded"
+const TypeContextLengthExceeded = api.TypeContextLengthExceeded
 
 // ContextLengthStatus is the status of an input over the model's limit in
 // a request of kind: 413 for embeddings and rerank, whose input is too

@@ -794,7 +794,7 @@ func unequippedError(need *Need) error {
 // of the model can take: one wide enough went away since the gateway
 // judged it, or the request is pinned to a narrower one.
 func narrowError(need *Need) error {
-	return &api.Error{Kind: api.KindInvalidRequest, Type: "context_length_exceeded", Code: "context_length_exceeded", Param: "messages",
+	return &api.Error{Kind: api.KindInvalidRequest, Type: api.TypeContextLengthExceeded, Code: api.TypeContextLengthExceeded, Param: "messages",
 		Message: fmt.Sprintf("The prompt is at least about %d tokens, more than the context window of %s on the workers that could serve it now; shorten the conversation",
 			need.PromptTokens, need.Model)}
 }

@@ -64,7 +64,7 @@ func TestCheckHello(t *testing.T) {
 				t.Fatalf("checkHello = %v, want %q", err, tc.want)
 			}
 			for _, m := range h.Models {
-				if !validModelID(m.ID) {
+				if !api.ValidModelID(m.ID) {
 					t.Fatalf("checkHello kept model %q", m.ID)
 				}
 			}

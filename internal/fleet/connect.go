@@ -169,19 +169,17 @@ const (
 // checkModels bounds a worker's list of models, and leaves out those whose
 // id no request could name (empty, over maxModelID bytes, or with control
 // characters): one such model must not keep the worker's others, or its
-// later changes, from the fleet. The worker's own check (worker.checkID)
-// keeps a worker of this release from listing them.
+// later changes, from the fleet. svc worker refuses such ids in --pull and
+// --model-alias at its start.
 func checkModels(ms []api.Model) ([]api.Model, error) {
 	if len(ms) > maxModels {
 		return nil, fmt.Errorf("a worker may list at most %d models, not %d", maxModels, len(ms))
 	}
-	if !slices.ContainsFunc(ms, func(m api.Model) bool { return !validModelID(m.ID) }) {
+	if !slices.ContainsFunc(ms, func(m api.Model) bool { return !api.ValidModelID(m.ID) }) {
 		return ms, nil
 	}
-	return slices.DeleteFunc(slices.Clone(ms), func(m api.Model) bool { return !validModelID(m.ID) }), nil
+	return slices.DeleteFunc(slices.Clone(ms), func(m api.Model) bool { return !api.ValidModelID(m.ID) }), nil
 }
-
-func validModelID(id string) bool { return api.ValidModelID(id) }
 
 // Connect serves one worker connection of organisation orgID until it
 // ends or ctx does. hello is the worker's first message. A worker that
@@ -947,7 +945,7 @@ func (w *worker) allowReport() bool {
 }
 
 func validInstall(in *api.ModelInstall) bool {
-	if in == nil || !validModelID(in.Model) {
+	if in == nil || !api.ValidModelID(in.Model) {
 		return false
 	}
 	switch in.State {

@@ -235,20 +235,19 @@ func (f *Fleet) ModelFor(orgID, id, pin string) *api.Model {
 		return nil
 	}
 	ix := o.models[id]
-	if w := o.workers[pin]; pin != "" && w != nil {
-		if m := w.model(id); m != nil {
-			c := *m
-			c.Since = ix.since
-			return &c
-		}
+	m, window := ix.describe(), 0
+	if w := o.workers[pin]; pin != "" && w != nil && w.model(id) != nil {
+		m = w.model(id)
+		window = m.ContextWindow
+	} else if m != nil {
+		window = ix.widestWindow()
 	}
-	if m := ix.describe(); m != nil {
-		c := *m
-		c.Since = ix.since
-		c.ContextWindow = ix.widestWindow()
-		return &c
+	if m == nil {
+		return nil
 	}
-	return nil
+	c := *m
+	c.Since, c.ContextWindow = ix.since, window
+	return &c
 }
 
 // widestWindow is the widest context window of the model's online

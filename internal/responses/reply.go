@@ -499,7 +499,7 @@ func failureCode(code string) string {
 		return code
 	case api.CodeRateLimited, api.CodeCapacityExceeded, "rate_limit_error":
 		return "rate_limit_exceeded"
-	case api.TypeInvalidRequest, api.CodeContentFiltered, "content_filter", "context_length_exceeded":
+	case api.TypeInvalidRequest, api.CodeContentFiltered, "content_filter", api.TypeContextLengthExceeded:
 		return "invalid_prompt"
 	}
 	return "server_error"

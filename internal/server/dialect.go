@@ -90,8 +90,7 @@ func (s *Server) countTokens(c *call) error {
 	m := s.fleet.Model(c.principal.OrgID, model)
 	switch {
 	case m == nil:
-		return &api.Error{Kind: api.KindNotFound, Code: api.CodeModelNotFound, Param: "model",
-			Message: "Model " + model + " is not installed on any connected worker; GET /v1/models lists those that are"}
+		return modelNotListed(model)
 	case !m.Has(api.CapChat):
 		return fleet.WrongEndpoint(m, api.CapChat)
 	}
