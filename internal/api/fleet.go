@@ -51,6 +51,10 @@ type Model struct {
 	Simulated bool `json:"simulated,omitempty"`
 	// Loaded is whether the engine holds the model in memory now, when known.
 	Loaded *bool `json:"loaded,omitempty"`
+	// AlwaysOn is set on the models a worker keeps loaded (svc worker
+	// --always-on): loaded once offered, and again whenever the engine
+	// drops one, so that no request waits for a cold start.
+	AlwaysOn bool `json:"always_on,omitempty"`
 	// Incomplete is set while the model is listed but not fully
 	// installed. What needs all of it (image generation, a chat with an
 	// image) is refused with a 409 until it is.
@@ -280,6 +284,17 @@ type WorkerEventReport struct {
 	Detail    string `json:"detail,omitempty"`
 	// Install is a model_install event's metadata.
 	Install *ModelInstall `json:"metadata,omitempty"`
+	// Load is a model_loaded event's: a load the worker made itself, of
+	// an always-on model.
+	Load *ModelLoad `json:"load,omitempty"`
+}
+
+// ModelLoad is a worker's load of a model it keeps loaded.
+type ModelLoad struct {
+	Model string `json:"model"`
+	// LoadMs is how long the load took; nil when the model was loaded
+	// already.
+	LoadMs *float64 `json:"model_load_ms,omitempty"`
 }
 
 // ModelInstall is where a worker's install of a model stands.
@@ -304,6 +319,16 @@ func (i ModelInstall) Metadata() map[string]any {
 	m := map[string]any{"model": i.Model, "state": i.State}
 	if i.State == InstallProgress {
 		m["total"], m["completed"] = i.Total, i.Completed
+	}
+	return m
+}
+
+// Metadata is the load's event metadata: the model, the load's time when
+// it took one (as a request's cold start records it), and always_on.
+func (l ModelLoad) Metadata() map[string]any {
+	m := map[string]any{"model": l.Model, "always_on": true}
+	if l.LoadMs != nil {
+		m["model_load_ms"] = *l.LoadMs
 	}
 	return m
 }

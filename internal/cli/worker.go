@@ -49,6 +49,7 @@ type WorkerOptions struct {
 	E2E           bool
 	E2EKey        string
 	Pull          []string
+	AlwaysOn      []string
 	DrainTimeout  time.Duration
 	EngineTTFB    time.Duration
 	LogLevel      string
@@ -161,6 +162,7 @@ SIGINT stops it at once.`,
 	fl.StringVar(&opts.ModelMeta, "model-meta", "", `JSON file of per-model metadata overriding what engines report: {"model-id": {"capabilities": [...], "context_window": N, "sampling_defaults": {...}, "default_thinking": true, "voices": [...], "default_voice": "..."}}`)
 	fl.StringArrayVar(&opts.Aliases, "model-alias", nil, "offer an engine's model under another id, ID=LOCAL (e.g. stt-large-v3-turbo=whisper-large-v3-turbo); repeatable")
 	fl.StringArrayVar(&opts.Pull, "pull", nil, "install a model at start (engines that can, e.g. ollama); repeatable")
+	fl.StringArrayVar(&opts.AlwaysOn, "always-on", nil, "keep a model loaded, by the id the worker offers it under: loaded as soon as an engine offers it (once --pull installed it), never unloaded for idleness, and loaded again if the engine drops it (engines that load models on demand, e.g. ollama); repeatable")
 	fl.DurationVar(&opts.DrainTimeout, "drain-timeout", 5*time.Minute, "how long running requests may take to finish on shutdown")
 	fl.DurationVar(&opts.EngineTTFB, "engine-ttfb", worker.DefaultEngineTTFB, "how long an engine may send nothing before it is probed, and how long the probe may take: a request is moved to another worker after both, and two in a row stall the engine; an answer that pauses as long is cut off after both, or after five times as long")
 	fl.StringVar(&opts.LogLevel, "log-level", "info", "debug, info, warn or error (env SVC_LOG_LEVEL)")
@@ -236,9 +238,14 @@ func runWorker(ctx context.Context, f *Factory, opts *WorkerOptions) error {
 			return usageErrorf("--pull %q: a model id is at most %d bytes, without control characters", m, api.MaxModelID)
 		}
 	}
+	for _, m := range opts.AlwaysOn {
+		if !api.ValidModelID(m) {
+			return usageErrorf("--always-on %q: a model id is at most %d bytes, without control characters", m, api.MaxModelID)
+		}
+	}
 	cfg := worker.Config{
 		Gateway: opts.Gateway, Token: token, Name: name, MaxConcurrent: opts.MaxConcurrent,
-		Version: f.Build.Version, Engines: engines, Pull: opts.Pull, DrainTimeout: opts.DrainTimeout, Logger: log,
+		Version: f.Build.Version, Engines: engines, Pull: opts.Pull, AlwaysOn: opts.AlwaysOn, DrainTimeout: opts.DrainTimeout, Logger: log,
 		EngineTTFB: opts.EngineTTFB, Tracer: tracer,
 	}
 	if opts.ModelMeta != "" {

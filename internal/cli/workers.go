@@ -201,6 +201,9 @@ func printWorker(ios *iostreams.IOStreams, w api.Worker, latest string, now time
 			tp.field("no")
 		}
 		var notes []string
+		if m.AlwaysOn {
+			notes = append(notes, "always on")
+		}
 		if m.Local != "" {
 			notes = append(notes, "engine's "+m.Local)
 		}

@@ -183,14 +183,34 @@ func TestRentalLocalLifecycle(t *testing.T) {
 		t.Errorf("download progress %v", progress)
 	}
 
-	// The rental is a worker of the organisation and serves its model.
-	w := s.workerNamed(admin, "rented-l4", statusIs("healthy"))
+	// The rental is a worker of the organisation and serves its model,
+	// which is always on: loaded once installed, so that no request waits
+	// for its load.
+	w := s.workerNamed(admin, "rented-l4", func(w map[string]any) bool {
+		models, _ := w["models"].([]any)
+		for _, m := range models {
+			if m, _ := m.(map[string]any); m["id"] == "qwen3-8b-q4" {
+				return w["status"] == "healthy" && m["always_on"] == true && m["loaded"] == true
+			}
+		}
+		return false
+	})
 	if w["worker_id"] != v.WorkerID {
 		t.Fatalf("worker %v, rental's %s", w["worker_id"], v.WorkerID)
+	}
+	var loads []map[string]any
+	if !harness.Eventually(5*time.Second, func() bool {
+		loads = s.events(admin, "?event_type=model_loaded&worker_id="+v.WorkerID)
+		return len(loads) == 1 && loads[0]["metadata"].(map[string]any)["always_on"] == true
+	}) {
+		t.Fatalf("model_loaded events %v, want the always-on load", loads)
 	}
 	chat := s.do("POST", "/v1/chat/completions", chatBody("qwen3-8b-q4", "hello rental", false), bearer(key))
 	if chat.Status != 200 || chat.Header.Get("X-Worker-Id") != v.WorkerID {
 		t.Fatalf("chat = %d via %q: %s", chat.Status, chat.Header.Get("X-Worker-Id"), chat.Body)
+	}
+	if row := s.usageRow(admin, chat.Header.Get("X-Request-Id")); row["cold_start"] == true {
+		t.Fatalf("the rented model's first request was a cold start: %v", row)
 	}
 	if r := s.do("GET", "/api/v1/compute/instances/"+v.ID+"/audit", "", bearer(key)); r.Status != 200 ||
 		!strings.Contains(string(r.Body), `"tier_id":"uk-sovereign"`) || !strings.Contains(string(r.Body), `"operator_domicile":"GB"`) {

@@ -8,6 +8,7 @@ import (
 	"context"
 	"io"
 	"net/url"
+	"time"
 
 	"github.com/svc-dev/svc/internal/api"
 )
@@ -74,6 +75,17 @@ type Engine interface {
 // Installer is an engine that can download models.
 type Installer interface {
 	Pull(ctx context.Context, model string, progress func(api.PullProgress)) error
+}
+
+// Keeper is an engine that loads models on demand and unloads those left
+// idle (Ollama, the simulator's cold models), and can be told to keep one
+// loaded: a worker's always-on models.
+type Keeper interface {
+	// Keep loads model unless it is loaded, and keeps it loaded from then
+	// on: no idle time unloads it, though the engine's restart, or its need
+	// of the memory for another model, still may. It returns how long the
+	// load took, 0 when the model was loaded already.
+	Keep(ctx context.Context, model string) (time.Duration, error)
 }
 
 // Closer is an engine that owns something to stop, such as the process

@@ -108,6 +108,10 @@ func TestWorkerReportsAreBounded(t *testing.T) {
 		send(link.TypeEvent, api.WorkerEventReport{EventType: api.EventModelInstall, Detail: "no install"})
 		send(link.TypeEvent, api.WorkerEventReport{EventType: api.EventModelInstall,
 			Install: &api.ModelInstall{Model: "m", State: api.InstallProgress, Total: 10, Completed: 11}})
+		neg, day := -1.0, 24*3600*1000.0
+		for _, l := range []*api.ModelLoad{nil, {Model: ""}, {Model: "m", LoadMs: &neg}, {Model: "m", LoadMs: &day}} {
+			send(link.TypeEvent, api.WorkerEventReport{EventType: api.EventModelLoaded, Load: l})
+		}
 		if n := len(h.ev.evs) - before; n != 0 {
 			t.Fatalf("%d forged or invalid reports recorded: %+v", n, h.ev.evs[before:])
 		}
@@ -118,14 +122,21 @@ func TestWorkerReportsAreBounded(t *testing.T) {
 		if ev.EventType != api.EventModelInstall || ev.Detail == nil || len(*ev.Detail) > maxReportDetail || !strings.HasSuffix(*ev.Detail, "…") {
 			t.Fatalf("a long detail recorded as %+v", ev)
 		}
+		took := 1500.0
+		send(link.TypeEvent, api.WorkerEventReport{EventType: api.EventModelLoaded, Detail: "m loaded to keep (always-on)",
+			Load: &api.ModelLoad{Model: "m", LoadMs: &took}})
+		ev = h.ev.evs[len(h.ev.evs)-1]
+		if ev.EventType != api.EventModelLoaded || ev.Metadata["model_load_ms"] != took || ev.Metadata["always_on"] != true {
+			t.Fatalf("an always-on load recorded as %+v", ev)
+		}
 
 		before = len(h.ev.evs)
 		for range 2 * reportsBurst {
 			send(link.TypeEvent, api.WorkerEventReport{EventType: api.EventModelInstall,
 				Install: &api.ModelInstall{Model: "m", State: api.InstallProgress, Total: 10, Completed: 5}})
 		}
-		if n := len(h.ev.evs) - before; n != reportsBurst-1 {
-			t.Fatalf("%d of a flood of reports recorded, want the rest of the burst, %d", n, reportsBurst-1)
+		if n := len(h.ev.evs) - before; n != reportsBurst-2 {
+			t.Fatalf("%d of a flood of reports recorded, want the rest of the burst, %d", n, reportsBurst-2)
 		}
 		time.Sleep(time.Second)
 		send(link.TypeEvent, api.WorkerEventReport{EventType: api.EventModelInstall,

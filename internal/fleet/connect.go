@@ -666,16 +666,27 @@ func (f *Fleet) control(w *worker, sess *link.Session, fr link.Frame) {
 		}
 		f.mu.Unlock()
 	case link.TypeEvent:
-		// A worker reports its model installs and nothing else: its other
-		// events are the gateway's to record, and a worker's word that
-		// it disconnected, or was approved, is not to be taken.
+		// A worker reports its model installs and the loads of its
+		// always-on models, and nothing else: its other events are the
+		// gateway's to record, and a worker's word that it disconnected,
+		// or was approved, is not to be taken.
 		var ev api.WorkerEventReport
-		if json.Unmarshal(fr.Payload, &ev) != nil || ev.EventType != api.EventModelInstall || !validInstall(ev.Install) {
+		if json.Unmarshal(fr.Payload, &ev) != nil {
+			return
+		}
+		install := ev.EventType == api.EventModelInstall && validInstall(ev.Install)
+		load := ev.EventType == api.EventModelLoaded && validLoad(ev.Load)
+		if !install && !load {
 			return
 		}
 		f.mu.Lock()
 		if w.sess == sess && w.allowReport() {
-			f.installEvent(w, clip(ev.Detail, maxReportDetail), ev.Install, time.Now())
+			detail, now := clip(ev.Detail, maxReportDetail), time.Now()
+			if install {
+				f.installEvent(w, detail, ev.Install, now)
+			} else {
+				f.event(w, api.EventModelLoaded, detail, ev.Load.Metadata(), false, now)
+			}
 		}
 		f.mu.Unlock()
 	case link.TypePower:
@@ -955,6 +966,16 @@ func validInstall(in *api.ModelInstall) bool {
 		return in.Total > 0 && in.Completed >= 0 && in.Completed <= in.Total
 	}
 	return false
+}
+
+// validLoad reports whether a worker's load of an always-on model is one
+// to record: a model id a request could name, and a load time, when
+// given, under a day.
+func validLoad(l *api.ModelLoad) bool {
+	if l == nil || !api.ValidModelID(l.Model) {
+		return false
+	}
+	return l.LoadMs == nil || *l.LoadMs >= 0 && *l.LoadMs < float64(24*time.Hour/time.Millisecond)
 }
 
 // clip cuts s to at most n bytes, at a character's start, marking the cut.

@@ -8,7 +8,9 @@ import (
 
 // WorkerArgs are the arguments of the svc worker a rental's machine runs
 // (after "svc"), with the token read from tokenFile and models installed
-// through engine ("ollama=URL", or "sim" for the simulator).
+// through engine ("ollama=URL", or "sim" for the simulator). Each model is
+// offered under its variant id and set always-on: the worker loads it once
+// installed and keeps it loaded.
 func WorkerArgs(w WorkerSpec, tokenFile, engine string) []string {
 	args := []string{"worker", "--gateway", w.Gateway, "--token-file", tokenFile, "--name", w.Name, "--engine", engine}
 	ollama := strings.HasPrefix(engine, "ollama")
@@ -18,6 +20,7 @@ func WorkerArgs(w WorkerSpec, tokenFile, engine string) []string {
 		} else {
 			args = append(args, "--pull", v.VariantID)
 		}
+		args = append(args, "--always-on", v.VariantID)
 	}
 	return args
 }

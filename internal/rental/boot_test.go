@@ -16,8 +16,8 @@ func TestWorkerArgs(t *testing.T) {
 		engine string
 		want   string
 	}{
-		{"sim", "worker --gateway https://gw.example --token-file /t --name Rented L4 --engine sim --pull qwen3-8b-q4"},
-		{"ollama=http://127.0.0.1:11434", "worker --gateway https://gw.example --token-file /t --name Rented L4 --engine ollama=http://127.0.0.1:11434 --pull qwen3:8b-q4_K_M --model-alias qwen3-8b-q4=qwen3:8b-q4_K_M"},
+		{"sim", "worker --gateway https://gw.example --token-file /t --name Rented L4 --engine sim --pull qwen3-8b-q4 --always-on qwen3-8b-q4"},
+		{"ollama=http://127.0.0.1:11434", "worker --gateway https://gw.example --token-file /t --name Rented L4 --engine ollama=http://127.0.0.1:11434 --pull qwen3:8b-q4_K_M --model-alias qwen3-8b-q4=qwen3:8b-q4_K_M --always-on qwen3-8b-q4"},
 	}
 	for _, tc := range tests {
 		if got := strings.Join(WorkerArgs(w, "/t", tc.engine), " "); got != tc.want {

@@ -227,6 +227,9 @@ func workerDetailLines(d workerDetailsView, cw int, st *styles) []string {
 			loaded := "—"
 			if m.Loaded != nil {
 				loaded = map[bool]string{true: "yes", false: "no"}[*m.Loaded]
+				if *m.Loaded && m.AlwaysOn {
+					loaded = "always"
+				}
 			}
 			caps := strings.Join(m.Capabilities, ", ")
 			if caps == "" {

@@ -51,6 +51,11 @@ type Config struct {
 	Aliases map[string]string
 	// Pull lists models to install at start on an engine that can.
 	Pull []string
+	// AlwaysOn lists the models, by the ids the worker offers them under,
+	// to keep loaded: each is loaded as soon as an engine offers it (once
+	// Pull installed it, say), and again whenever a listing shows it
+	// dropped, on engines that load models on demand (engine.Keeper).
+	AlwaysOn []string
 	// DrainTimeout bounds how long running requests may take to finish
 	// after a stop is asked for.
 	DrainTimeout time.Duration
@@ -145,6 +150,8 @@ type Agent struct {
 	power *power.Sampler
 	// powerWake is signalled when a power window closes.
 	powerWake chan struct{}
+	// keepWake is signalled when the models were listed, for keepLoop.
+	keepWake chan struct{}
 }
 
 // New checks cfg and returns an agent.
@@ -186,7 +193,7 @@ func New(cfg Config) (*Agent, error) {
 		cfg.Features = []string{api.FeatureModeration, api.FeatureLiveTranscription}
 	}
 	a := &Agent{cfg: cfg, log: cfg.Logger, byModel: map[string]served{}, slots: make(chan struct{}, cfg.MaxConcurrent),
-		images: cfg.Images, sentAway: make(chan struct{}, 1)}
+		images: cfg.Images, sentAway: make(chan struct{}, 1), keepWake: make(chan struct{}, 1)}
 	if a.images == nil {
 		a.images = &moderation.Fetcher{}
 	}
@@ -288,6 +295,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer stopPull()
 	wg.Go(func() { a.modelLoop(linkCtx) })
 	pulls.Go(func() { a.pullModels(pullCtx) })
+	pulls.Go(func() { a.keepLoop(pullCtx) })
 	for _, w := range a.watches {
 		wg.Go(func() { w.run(linkCtx) })
 	}

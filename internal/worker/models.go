@@ -73,6 +73,10 @@ func (a *Agent) refreshModels(ctx context.Context) {
 			sess.SendControl(link.TypeModels, b)
 		}
 	}
+	select {
+	case a.keepWake <- struct{}{}:
+	default:
+	}
 }
 
 // listing is what the worker offers, from what each engine has: every
@@ -115,6 +119,7 @@ func (a *Agent) listing(current map[engine.Engine][]api.Model) (models []api.Mod
 				if id != m.ID {
 					entry.ID, entry.Local = id, m.ID
 				}
+				entry.AlwaysOn = slices.Contains(a.cfg.AlwaysOn, id)
 				models = append(models, a.withMeta(asGuard(entry)))
 			}
 		}

@@ -170,21 +170,25 @@ func (e *installEngine) Pull(ctx context.Context, model string, progress func(ap
 }
 
 // eventLog records the model_install events the gateway gets, with when
-// they came.
+// they came, and the model_loaded events apart.
 type eventLog struct {
 	mu     sync.Mutex
 	events []api.WorkerEvent
 	at     []time.Time
+	loads  []api.WorkerEvent
 	// completed is closed when an install's completed event comes.
 	completed chan struct{}
 }
 
 func (l *eventLog) RecordEvent(_ string, ev api.WorkerEvent) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if ev.EventType == api.EventModelLoaded {
+		l.loads = append(l.loads, ev)
+	}
 	if ev.EventType != api.EventModelInstall {
 		return
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	l.events = append(l.events, ev)
 	l.at = append(l.at, time.Now())
 	if ev.Install != nil && ev.Install.State == api.InstallCompleted {
@@ -209,24 +213,31 @@ func (l *eventLog) states() []string {
 // runPulls runs an agent that installs models, connecting after
 // dialDelay, until the test ends or stop is called.
 func runPulls(t *testing.T, eng engine.Engine, models []string, dialDelay time.Duration) (f *fleet.Fleet, log *eventLog, stop func()) {
+	return runLinked(t, Config{Engines: []engine.Engine{eng}, Pull: models}, dialDelay)
+}
+
+// runLinked runs an agent of cfg (its gateway, token, name and dial
+// filled in) linked to a fleet, connecting after dialDelay, until the test
+// ends or stop is called.
+func runLinked(t *testing.T, cfg Config, dialDelay time.Duration) (f *fleet.Fleet, log *eventLog, stop func()) {
 	log = &eventLog{completed: make(chan struct{})}
 	f = fleet.New(fleet.Config{Grace: 5 * time.Second, Hold: time.Second, Events: log})
 	var links sync.WaitGroup
-	cfg := Config{Gateway: "http://unused", Token: "t", Name: "box", Engines: []engine.Engine{eng}, Pull: models,
-		Dial: func(ctx context.Context, _ string) (link.Conn, error) {
-			select {
-			case <-time.After(dialDelay):
-			case <-ctx.Done():
-				return nil, ctx.Err()
+	cfg.Gateway, cfg.Token, cfg.Name = "http://unused", "t", "box"
+	cfg.Dial = func(ctx context.Context, _ string) (link.Conn, error) {
+		select {
+		case <-time.After(dialDelay):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		gw, wk := linktest.Pipe()
+		links.Go(func() {
+			if hello, err := fleet.ReadHello(gw); err == nil {
+				_ = f.Connect(context.Background(), "org", hello, gw)
 			}
-			gw, wk := linktest.Pipe()
-			links.Go(func() {
-				if hello, err := fleet.ReadHello(gw); err == nil {
-					_ = f.Connect(context.Background(), "org", hello, gw)
-				}
-			})
-			return wk, nil
-		}}
+		})
+		return wk, nil
+	}
 	a, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

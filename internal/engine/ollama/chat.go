@@ -101,6 +101,7 @@ func (e *Engine) chat(ctx context.Context, req *engine.Request, sink engine.Sink
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
+	body.KeepAlive = e.keepAlive(body.Model)
 	before := e.loadState(body.Model)
 	resp, err := e.send(ctx, http.MethodPost, "/api/chat", body)
 	if err != nil {

@@ -18,6 +18,8 @@ type embedRequest struct {
 	Model      string `json:"model"`
 	Input      any    `json:"input"` // a string or []string
 	Dimensions *int   `json:"dimensions,omitempty"`
+	// KeepAlive is set for a kept model (Engine.Keep).
+	KeepAlive *int `json:"keep_alive,omitempty"`
 }
 
 type embedAnswer struct {
@@ -54,6 +56,7 @@ func (e *Engine) embed(ctx context.Context, req *engine.Request, sink engine.Sin
 	if err != nil {
 		return engine.Failure(http.StatusBadRequest, api.TypeInvalidRequest, err.Error())
 	}
+	in.KeepAlive = e.keepAlive(in.Model)
 	before := e.loadState(in.Model)
 	b, res := e.postWhole(ctx, "/api/embed", in, "embeddings")
 	if res != nil {

@@ -17,6 +17,8 @@ type generateRequest struct {
 	Raw     bool                       `json:"raw"`
 	Stream  bool                       `json:"stream"`
 	Options map[string]json.RawMessage `json:"options,omitempty"`
+	// KeepAlive is set for a kept model (Engine.Keep).
+	KeepAlive *int `json:"keep_alive,omitempty"`
 }
 
 // generateAnswer is the non-streamed answer of /api/generate.
@@ -68,6 +70,7 @@ func (e *Engine) generate(ctx context.Context, req *engine.Request, sink engine.
 	if err != nil {
 		return engine.Failure(http.StatusBadRequest, api.TypeInvalidRequest, err.Error())
 	}
+	in.KeepAlive = e.keepAlive(in.Model)
 	before := e.loadState(in.Model)
 	b, res := e.postWhole(ctx, "/api/generate", in, "completion")
 	if res != nil {

@@ -70,12 +70,17 @@ type Engine struct {
 	loaded      map[string]uint64
 	marks       uint64
 	loadedKnown bool
+	// kept are the models Keep was asked to keep (by modelKey): every
+	// request for one tells Ollama to keep it loaded for good, since a
+	// request that does not say resets it to Ollama's idle timeout.
+	kept map[string]bool
 }
 
 var (
 	_ engine.Engine    = (*Engine)(nil)
 	_ engine.Installer = (*Engine)(nil)
 	_ engine.Info      = (*Engine)(nil)
+	_ engine.Keeper    = (*Engine)(nil)
 )
 
 // New returns an adapter for the Ollama server at cfg.BaseURL.
@@ -94,6 +99,7 @@ func New(cfg Config) (*Engine, error) {
 		now:    cfg.Now,
 		shows:  make(map[string]showEntry),
 		loaded: make(map[string]uint64),
+		kept:   make(map[string]bool),
 	}
 	if e.client == nil {
 		e.client = defaultClient()
@@ -216,7 +222,7 @@ func (e *Engine) call(ctx context.Context, method, path string, in, out any) err
 }
 
 // statusError reads an error answer into a Go error, for the calls whose
-// failures are not a client's Result (models, pull).
+// failures are not a client's Result (models, pull, keep).
 func statusError(resp *http.Response) error {
 	b := readError(resp.Body)
 	var v struct {
@@ -229,8 +235,16 @@ func statusError(resp *http.Response) error {
 	if msg == "" {
 		msg = http.StatusText(resp.StatusCode)
 	}
-	return fmt.Errorf("ollama answered %d: %s", resp.StatusCode, msg)
+	return &statusErr{status: resp.StatusCode, msg: msg}
 }
+
+// statusErr is an error answer of Ollama's.
+type statusErr struct {
+	status int
+	msg    string
+}
+
+func (e *statusErr) Error() string { return fmt.Sprintf("ollama answered %d: %s", e.status, e.msg) }
 
 // readError reads at most maxErrorBody of an error answer; a failure to
 // read leaves what arrived, which is all ErrorResult needs.
@@ -305,6 +319,56 @@ func modelKey(name string) string {
 		name += ":latest"
 	}
 	return name
+}
+
+// keepForever is Ollama's keep_alive for a model never to be unloaded:
+// any negative duration.
+const keepForever = -1
+
+// keepAlive is the keep_alive of a request for model: forever for a kept
+// model, else nil for Ollama's own default.
+func (e *Engine) keepAlive(model string) *int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.kept[modelKey(model)] {
+		return ptr(keepForever)
+	}
+	return nil
+}
+
+// keepRequest loads a model without running it: /api/generate and
+// /api/embed load the model and answer at once when given no prompt or
+// input.
+type keepRequest struct {
+	Model     string `json:"model"`
+	KeepAlive int    `json:"keep_alive"`
+}
+
+// Keep loads model and keeps it loaded: a request with no prompt, and a
+// keep_alive of forever on every request for it from then on. A model
+// that only embeds does not generate, and is loaded through /api/embed.
+func (e *Engine) Keep(ctx context.Context, model string) (time.Duration, error) {
+	e.mu.Lock()
+	e.kept[modelKey(model)] = true
+	e.mu.Unlock()
+	in := keepRequest{Model: model, KeepAlive: keepForever}
+	var out struct {
+		LoadDuration int64 `json:"load_duration"`
+	}
+	before := e.loadState(model)
+	err := e.call(ctx, http.MethodPost, "/api/generate", in, &out)
+	var se *statusErr
+	if errors.As(err, &se) && se.status == http.StatusBadRequest && strings.Contains(se.msg, "does not support generate") {
+		err = e.call(ctx, http.MethodPost, "/api/embed", in, &out)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("keep %s loaded: %w", model, err)
+	}
+	e.markLoaded(model)
+	if before.known && before.loaded {
+		return 0, nil
+	}
+	return time.Duration(out.LoadDuration), nil
 }
 
 // loadState is what the adapter knew about a model before a request.

@@ -22,6 +22,8 @@ type chatRequest struct {
 	// default.
 	Think  any  `json:"think,omitempty"`
 	Stream bool `json:"stream"`
+	// KeepAlive is set for a kept model (Engine.Keep).
+	KeepAlive *int `json:"keep_alive,omitempty"`
 }
 
 // message is one Ollama chat message.

@@ -995,6 +995,58 @@ func TestColdStart(t *testing.T) {
 	}
 }
 
+// TestKeep checks that a kept cold model is loaded at once and never
+// unloaded for idleness, and that a pulled model is cold until kept.
+func TestKeep(t *testing.T) {
+	cfg, clk := testConfig()
+	cfg.PullTime = 0
+	e := New(cfg)
+	loaded := func(id string) bool {
+		models, err := e.Models(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range models {
+			if m.ID == id {
+				return *m.Loaded
+			}
+		}
+		t.Fatalf("no model %s", id)
+		return false
+	}
+	if err := e.Pull(t.Context(), "pulled", nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"sim-cold", "pulled"} {
+		if loaded(id) {
+			t.Fatalf("%s loaded before use", id)
+		}
+		d, err := e.Keep(t.Context(), id)
+		if err != nil || d != DefaultLoadTime {
+			t.Fatalf("keep %s: %s, %v; want a load of %s", id, d, err, DefaultLoadTime)
+		}
+	}
+	clk.Advance(10 * ColdIdle)
+	for _, id := range []string{"sim-cold", "pulled"} {
+		if !loaded(id) {
+			t.Errorf("%s unloaded though kept", id)
+		}
+		if d, err := e.Keep(t.Context(), id); err != nil || d != 0 {
+			t.Errorf("keeping %s again: %s, %v; want no load", id, d, err)
+		}
+		res, _ := serve(t, e, api.KindChat, false, chatBody(t, id, "hi\nsim: tokens=2", nil))
+		if res.Status != 200 || res.Timing.ColdStart != nil {
+			t.Errorf("%s: status %d, cold start %v", id, res.Status, res.Timing.ColdStart)
+		}
+	}
+	if d, err := e.Keep(t.Context(), "sim-chat"); err != nil || d != 0 {
+		t.Errorf("keeping a warm model: %s, %v", d, err)
+	}
+	if _, err := e.Keep(t.Context(), "nope"); err == nil {
+		t.Error("kept a model the simulator does not serve")
+	}
+}
+
 func TestColdLoadSharedAndCancellable(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var mu sync.Mutex

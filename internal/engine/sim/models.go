@@ -17,6 +17,8 @@ type model struct {
 	mu       sync.Mutex
 	lastUsed time.Time     // zero until the first load finishes
 	loading  chan struct{} // non-nil while a load runs; closed when it ends
+	// kept is set by Keep: once loaded, the model is never unloaded.
+	kept bool
 }
 
 // loaded reports whether a cold model is in memory at now. Warm models
@@ -31,7 +33,17 @@ func (m *model) loaded(now time.Time) bool {
 }
 
 func (m *model) warmLocked(now time.Time) bool {
-	return !m.lastUsed.IsZero() && now.Sub(m.lastUsed) < ColdIdle
+	return !m.lastUsed.IsZero() && (m.kept || now.Sub(m.lastUsed) < ColdIdle)
+}
+
+// keep loads the model unless it is loaded and keeps it from then on. A
+// load cut short leaves the model as it was, kept once a later load ends.
+func (m *model) keep(ctx context.Context, cfg *Config) (time.Duration, error) {
+	m.mu.Lock()
+	m.kept = true
+	m.mu.Unlock()
+	wait, _, err := m.acquire(ctx, cfg)
+	return wait, err
 }
 
 // acquire makes sure the model is loaded before a request uses it. It

@@ -72,7 +72,25 @@ func (s *simulator) pull(ctx context.Context, model string, progress func(api.Pu
 }
 
 // installedSpec is how the simulator serves a model it installed: it
-// knows nothing of the model but its name, so a plain chat model.
+// knows nothing of the model but its name, so a plain chat model. Like a
+// model Ollama has just pulled, it is on disk and not in memory: the first
+// request loads it, unless Keep did.
 func installedSpec(id string) ModelSpec {
-	return ModelSpec{Model: api.Model{ID: id, Capabilities: []string{api.CapChat}, ContextWindow: 8192}}
+	return ModelSpec{Model: api.Model{ID: id, Capabilities: []string{api.CapChat}, ContextWindow: 8192}, Cold: true}
+}
+
+var _ engine.Keeper = (*Engine)(nil)
+
+// Keep loads model, when it is cold and not in memory, and keeps it loaded
+// for good. A warm model is always loaded: keeping it takes no time.
+func (e *Engine) Keep(ctx context.Context, model string) (time.Duration, error) {
+	m, ok := e.sim.models.lookup(model)
+	if !ok {
+		return 0, fmt.Errorf("keep %s loaded: the simulator does not serve it", model)
+	}
+	d, err := m.keep(ctx, &e.sim.cfg)
+	if err != nil {
+		return 0, fmt.Errorf("keep %s loaded: %w", model, err)
+	}
+	return d, nil
 }

@@ -1,0 +1,126 @@
+package worker
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/engine"
+)
+
+// keepTimeout bounds one load of an always-on model: a large model takes
+// a minute or two from a slow disk.
+const keepTimeout = 10 * time.Minute
+
+// keeper is keepLoop's own state.
+type keeper struct {
+	// kept are the models this process has loaded to keep.
+	kept map[string]bool
+	// failed is each model's last failure, so that a load failing the
+	// same way at every listing is logged once.
+	failed map[string]string
+	// absent are the always-on models last logged as offered by no
+	// engine.
+	absent string
+}
+
+// keepLoop loads the always-on models as engines offer them, and loads
+// one again when a listing shows that its engine dropped it (Ollama
+// restarted, or needed the memory for another model). It looks again
+// whenever the models were listed.
+func (a *Agent) keepLoop(ctx context.Context) {
+	if len(a.cfg.AlwaysOn) == 0 {
+		return
+	}
+	k := &keeper{kept: map[string]bool{}, failed: map[string]string{}}
+	for {
+		if a.keepListed(ctx, k) {
+			// The listing that woke the loop predates the loads: list
+			// again, so that the gateway and the next look see them
+			// loaded. That listing needs no look of its own.
+			a.refreshModels(ctx)
+			select {
+			case <-a.keepWake:
+			default:
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.keepWake:
+		}
+	}
+}
+
+// keepListed loads every always-on model the last listing offers that
+// this process has not loaded or that the listing shows unloaded. It
+// reports whether it loaded any.
+func (a *Agent) keepListed(ctx context.Context, k *keeper) (loadedAny bool) {
+	type due struct {
+		id string
+		s  served
+	}
+	var todo []due
+	a.mu.Lock()
+	listed := a.byModel
+	for _, m := range a.models {
+		if !m.AlwaysOn || k.kept[m.ID] && (m.Loaded == nil || *m.Loaded) {
+			continue
+		}
+		todo = append(todo, due{m.ID, a.byModel[m.ID]})
+	}
+	a.mu.Unlock()
+
+	var absent []string
+	for _, id := range a.cfg.AlwaysOn {
+		if _, ok := listed[id]; !ok {
+			absent = append(absent, id)
+		}
+	}
+	if s := strings.Join(absent, ", "); s != k.absent {
+		k.absent = s
+		if s != "" {
+			a.log.Info("always-on models no engine offers yet, loaded once one does", "models", s)
+		}
+	}
+
+	for _, d := range todo {
+		if ctx.Err() != nil {
+			return loadedAny
+		}
+		kp, ok := d.s.eng.(engine.Keeper)
+		if !ok {
+			// vLLM, llama-server and the local programs hold what they
+			// serve from their start: there is nothing to load.
+			k.kept[d.id] = true
+			continue
+		}
+		lctx, cancel := context.WithTimeout(ctx, keepTimeout)
+		took, err := kp.Keep(lctx, d.s.local)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return loadedAny
+			}
+			if msg := err.Error(); k.failed[d.id] != msg {
+				k.failed[d.id] = msg
+				a.log.Warn("always-on model did not load; tried again at the next listing", "model", d.id, "err", err)
+			}
+			continue
+		}
+		delete(k.failed, d.id)
+		k.kept[d.id] = true
+		loadedAny = true
+		load := &api.ModelLoad{Model: d.id}
+		detail := d.id + " kept loaded (always-on)"
+		if took > 0 {
+			ms := float64(took) / float64(time.Millisecond)
+			load.LoadMs = &ms
+			detail = d.id + " loaded to keep (always-on)"
+		}
+		a.log.Info("always-on model loaded", "model", d.id, "load", took)
+		a.report(api.WorkerEventReport{EventType: api.EventModelLoaded, Detail: detail, Load: load})
+	}
+	return loadedAny
+}

@@ -1,0 +1,138 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"slices"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/engine"
+)
+
+// keepEngine loads models on demand: Keep takes loadTime and marks the
+// model loaded, unless it is in fail; drop unloads one. It installs as
+// installEngine does.
+type keepEngine struct {
+	installEngine
+	loadTime time.Duration
+	fail     map[string]bool
+
+	kmu    sync.Mutex
+	loaded map[string]bool
+	keeps  map[string]int
+}
+
+func (e *keepEngine) Models(ctx context.Context) ([]api.Model, error) {
+	ms, _ := e.installEngine.Models(ctx)
+	e.kmu.Lock()
+	defer e.kmu.Unlock()
+	for _, id := range []string{"a", "b", "bad"} {
+		ms = append(ms, api.Model{ID: id, Capabilities: []string{api.CapChat}})
+	}
+	for i := range ms {
+		loaded := e.loaded[ms[i].ID]
+		ms[i].Loaded = &loaded
+	}
+	return ms, nil
+}
+
+func (e *keepEngine) Keep(ctx context.Context, model string) (time.Duration, error) {
+	e.kmu.Lock()
+	e.keeps[model]++
+	was := e.loaded[model]
+	e.kmu.Unlock()
+	if e.fail[model] {
+		return 0, errors.New("out of memory")
+	}
+	if was {
+		return 0, nil
+	}
+	select {
+	case <-time.After(e.loadTime):
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	e.kmu.Lock()
+	e.loaded[model] = true
+	e.kmu.Unlock()
+	return e.loadTime, nil
+}
+
+func (e *keepEngine) drop(model string) {
+	e.kmu.Lock()
+	e.loaded[model] = false
+	e.kmu.Unlock()
+}
+
+func (e *keepEngine) keepCounts() map[string]int {
+	e.kmu.Lock()
+	defer e.kmu.Unlock()
+	return maps.Clone(e.keeps)
+}
+
+var _ engine.Keeper = (*keepEngine)(nil)
+
+// TestAlwaysOn checks that a worker loads its always-on models as soon as
+// an engine offers them (an installed one once installed), tells the
+// gateway, lists them as such, loads one again when the engine drops it,
+// and retries a load that failed at each listing.
+func TestAlwaysOn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		eng := &keepEngine{installEngine: installEngine{start: make(chan struct{}), step: time.Second, steps: 1},
+			loadTime: 2 * time.Second, fail: map[string]bool{"bad": true}, loaded: map[string]bool{}, keeps: map[string]int{}}
+		f, log, stop := runLinked(t, Config{Engines: []engine.Engine{eng}, Pull: []string{"late"},
+			AlwaysOn: []string{"a", "late", "bad", "ghost"}, RefreshModels: 30 * time.Second}, 0)
+		time.Sleep(5 * time.Second)
+		if got := eng.keepCounts(); !maps.Equal(got, map[string]int{"a": 1, "bad": 1}) {
+			t.Fatalf("keeps before the install %v, want a and bad once", got)
+		}
+		ws := f.Workers("org")
+		if len(ws) != 1 {
+			t.Fatalf("workers %+v", ws)
+		}
+		for _, m := range ws[0].Models {
+			wantOn := m.ID == "a" || m.ID == "bad"
+			if m.AlwaysOn != wantOn {
+				t.Errorf("%s listed always_on %v", m.ID, m.AlwaysOn)
+			}
+			if m.ID == "a" && (m.Loaded == nil || !*m.Loaded) {
+				t.Errorf("a listed unloaded after its load")
+			}
+		}
+
+		close(eng.start)
+		<-log.completed
+		time.Sleep(5 * time.Second)
+		if got := eng.keepCounts(); got["late"] != 1 || got["b"] != 0 || got["a"] != 1 {
+			t.Fatalf("keeps after the install %v, want late once, a still once, b never", got)
+		}
+
+		eng.drop("a")
+		time.Sleep(35 * time.Second) // the next listing, and the load
+		if got := eng.keepCounts(); got["a"] != 2 || got["late"] != 1 {
+			t.Errorf("keeps after a was dropped %v, want a again and late not", got)
+		}
+		if got := eng.keepCounts(); got["bad"] < 2 {
+			t.Errorf("a failed load was not tried again at the next listing: %v", got)
+		}
+		stop()
+
+		log.mu.Lock()
+		defer log.mu.Unlock()
+		var loads []string
+		for _, ev := range log.loads {
+			loads = append(loads, ev.Metadata["model"].(string))
+			if ev.Metadata["always_on"] != true || ev.Metadata["model_load_ms"] != 2000.0 {
+				t.Errorf("load event metadata %v", ev.Metadata)
+			}
+		}
+		if want := []string{"a", "late", "a"}; !slices.Equal(loads, want) {
+			t.Errorf("model_loaded events for %q, want %q", loads, want)
+		}
+	})
+}
