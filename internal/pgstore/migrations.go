@@ -14,5 +14,6 @@ func migrations() []migration {
 		{version: 6, minReader: 6, name: "rentals run by each organisation's home", sql: schemaRentalOrgs},
 		{version: 7, minReader: 7, name: "seconds of audio speech requests made", sql: schemaSpeechSeconds},
 		{version: 8, name: "worker events by worker", sql: schemaWorkerEvents},
+		{version: 9, name: "speech rows' seconds from builds before 7", run: moveSpeechSeconds},
 	}
 }

@@ -26,6 +26,9 @@ type migration struct {
 	minReader int
 	name      string
 	sql       string
+	// run, when set, runs after sql in the same transaction: a change of
+	// data that SQL alone cannot make.
+	run func(ctx context.Context, tx pgx.Tx) error
 }
 
 // SchemaVersion is the version this build migrates the database to.
@@ -65,8 +68,15 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, ms []migration) (int, erro
 			if m.version <= version {
 				continue
 			}
-			if _, err := tx.Exec(ctx, m.sql); err != nil {
-				return fmt.Errorf("migration %d (%s): %w", m.version, m.name, err)
+			if m.sql != "" {
+				if _, err := tx.Exec(ctx, m.sql); err != nil {
+					return fmt.Errorf("migration %d (%s): %w", m.version, m.name, err)
+				}
+			}
+			if m.run != nil {
+				if err := m.run(ctx, tx); err != nil {
+					return fmt.Errorf("migration %d (%s): %w", m.version, m.name, err)
+				}
 			}
 			version = m.version
 			minReader = max(minReader, m.minReader)

@@ -10,8 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/pgstore"
 	"github.com/svc-dev/svc/internal/pgtest"
+	"github.com/svc-dev/svc/internal/store"
+	"github.com/svc-dev/svc/internal/usage"
 )
 
 var pg pgtest.Shared
@@ -187,3 +190,62 @@ func TestClockFollowsDatabase(t *testing.T) {
 
 // newServer is a server of the test's own, for tests that stop it.
 func newServer(t *testing.T) *pgtest.Server { return pgtest.New(t) }
+
+// Migration 9 moves the seconds of audio that builds before schema 7
+// recorded as a speech row's audio_seconds to its speech_seconds, in the
+// row and in its totals, leaving a transcription's and a newer speech
+// row's as they are.
+func TestMigrationMovesSpeechSeconds(t *testing.T) {
+	url := pg.CreateDB(t)
+	s := open(t, url)
+	l := newLocal(t, s, t.TempDir(), nil, nil)
+	at := shipNow.Add(-time.Hour)
+	for _, r := range []api.UsageRow{
+		// As a build before schema 7 wrote them, then as this one does.
+		{ID: "old-speech", RequestType: api.RequestSpeech, Model: "tts", AudioSeconds: ptr(1.5)},
+		{ID: "heard", RequestType: api.RequestAudio, Model: "stt", AudioSeconds: ptr(4.0)},
+		{ID: "new-speech", RequestType: api.RequestSpeech, Model: "tts", SpeechSeconds: ptr(2.0)},
+	} {
+		r.CreatedAt, r.StatusCode, r.WorkerID, r.WorkerName = at, 200, "wk_1", "box"
+		l.Usage.Record("o", r)
+	}
+	l.sync(t)
+	l.stop(t)
+	exec(t, s, "UPDATE svc_schema SET version = 8")
+	s.Close()
+
+	s = open(t, url)
+	if v := s.SchemaVersion(); v != pgstore.SchemaVersion() {
+		t.Fatalf("schema %d", v)
+	}
+	l = newLocal(t, s, t.TempDir(), nil, nil)
+	rows, err := l.Usage.Logs("o", store.UsageQuery{Limit: 10})
+	if err != nil || len(rows) != 3 {
+		t.Fatalf("%d rows, %v", len(rows), err)
+	}
+	for _, r := range rows {
+		audio, speech := r.AudioSeconds, r.SpeechSeconds
+		switch {
+		case r.ID == "old-speech" && (audio != nil || speech == nil || *speech != 1.5),
+			r.ID == "new-speech" && (audio != nil || speech == nil || *speech != 2),
+			r.ID == "heard" && (audio == nil || *audio != 4 || speech != nil):
+			t.Errorf("row %s: audio %v, speech %v", r.ID, audio, speech)
+		}
+	}
+	sum, err := usage.Summary(l.Usage, "o", 2, shipNow)
+	if err != nil || sum.AudioSeconds != 4 || sum.SpeechSeconds != 3.5 || sum.Requests != 3 {
+		t.Fatalf("summary %+v, %v", sum, err)
+	}
+	b, err := usage.Breakdown(l.Usage, "o", 2, "requests", shipNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range b.Models {
+		if m.Model == "tts" && (m.AudioSeconds != 0 || m.SpeechSeconds != 3.5) {
+			t.Errorf("the speech model's totals %+v", m)
+		}
+	}
+	if len(b.Workers) != 1 || b.Workers[0].AudioSeconds != 4 || b.Workers[0].SpeechSeconds != 3.5 {
+		t.Errorf("the worker's totals %+v", b.Workers)
+	}
+}

@@ -555,3 +555,69 @@ func (u *Usage) deleteBefore(ctx context.Context, name string, before time.Time)
 		}
 	}
 }
+
+// moveSpeechSeconds is migration 9: builds before schema 7 recorded the
+// seconds of audio a speech request made as its row's audio_seconds,
+// which is a transcription's (the spec's usage rules), and migration 7
+// left those rows as they were. It moves them to speech_seconds, in the
+// rows' data and in the totals each row added to, as bbolt's migration 7
+// does. A row that does not decode is left as it is.
+//
+// Speech rows are few, but finding them reads the whole log once: the
+// rows have no index by request type.
+func moveSpeechSeconds(ctx context.Context, tx pgx.Tx) error {
+	type moved struct {
+		createdAt time.Time
+		id, org   string
+		data      []byte
+		rollup    usage.Rollup
+	}
+	rows, err := tx.Query(ctx, `SELECT created_at, request_id, org_id, data FROM svc_usage_rows WHERE request_type = $1`,
+		api.RequestSpeech)
+	if err != nil {
+		return err
+	}
+	var todo []moved
+	for rows.Next() {
+		var m moved
+		var data []byte
+		if err := rows.Scan(&m.createdAt, &m.id, &m.org, &data); err != nil {
+			rows.Close()
+			return err
+		}
+		row, err := bolt.DecodeUsageRow(data)
+		if err != nil || row.AudioSeconds == nil || row.SpeechSeconds != nil {
+			continue
+		}
+		secs := *row.AudioSeconds
+		m.rollup = usage.RollupOf(&row)
+		m.rollup.Totals = api.UsageTotals{SpeechSeconds: secs}
+		row.AudioSeconds, row.SpeechSeconds = nil, &secs
+		m.data = bolt.EncodeUsageRow(nil, &row)
+		todo = append(todo, m)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	var b pgx.Batch
+	for _, m := range todo {
+		secs := m.rollup.Totals.SpeechSeconds
+		b.Queue(`UPDATE svc_usage_rows SET data = $3 WHERE created_at = $1 AND request_id = $2`, m.createdAt, m.id, m.data)
+		b.Queue(`UPDATE svc_usage_days SET audio_seconds = audio_seconds - $3, speech_seconds = speech_seconds + $3
+			WHERE org_id = $1 AND day = $2::date`, m.org, m.rollup.Day, secs)
+		b.Queue(`UPDATE svc_usage_models SET audio_seconds = audio_seconds - $4, speech_seconds = speech_seconds + $4
+			WHERE org_id = $1 AND day = $2::date AND model = $3`, m.org, m.rollup.Day, m.rollup.Model, secs)
+		if m.rollup.WorkerID != "" {
+			b.Queue(`UPDATE svc_usage_workers SET audio_seconds = audio_seconds - $4, speech_seconds = speech_seconds + $4
+				WHERE org_id = $1 AND day = $2::date AND worker_id = $3`, m.org, m.rollup.Day, m.rollup.WorkerID, secs)
+		}
+	}
+	if b.Len() == 0 {
+		return nil
+	}
+	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
+		return fmt.Errorf("move speech seconds: %w", err)
+	}
+	return nil
+}
