@@ -41,6 +41,9 @@ type Replica struct {
 	// UnreachablePeers are the peers the replica could not reach lately.
 	UnreachablePeers []string
 	StartedAt        time.Time
+	// UsageRetention is how long the replica keeps usage rows when it
+	// leads (retention is the leader's duty); zero reports none.
+	UsageRetention time.Duration
 }
 
 // Leader is the lease as the database holds it.
@@ -58,6 +61,9 @@ type Leader struct {
 	// PeerTTLs are the registration TTLs of the other live replicas, by
 	// id, read from their last renewals.
 	PeerTTLs map[string]time.Duration
+	// PeerRetentions are the usage retentions of the other live replicas
+	// that report one, by id.
+	PeerRetentions map[string]time.Duration
 }
 
 // ErrIDShared is why a replica stops on finding that another live
@@ -148,8 +154,9 @@ type Lease struct {
 	// it holds is the other's too.
 	shared   chan error
 	isShared atomic.Bool
-	// warnedTTL holds, by peer, the TTL last warned of; Beat's alone.
-	warnedTTL map[string]time.Duration
+	// warnedTTL holds, by peer, the TTL last warned of, and
+	// warnedRetention the usage retention; Beat's alone.
+	warnedTTL, warnedRetention map[string]time.Duration
 }
 
 // New returns a lease for me; Run drives it.
@@ -259,6 +266,7 @@ func (l *Lease) Beat(ctx context.Context) {
 		l.displaced(*d)
 	}
 	l.checkTTLs(lead.PeerTTLs)
+	l.checkRetentions(lead.PeerRetentions)
 	l.apply(lead, mono)
 }
 
@@ -283,6 +291,42 @@ func (l *Lease) checkTTLs(peers map[string]time.Duration) {
 		l.log.Warn("cluster: another replica's --lease-ttl differs from this one's; give every replica the same",
 			"peer", id, "peer_lease_ttl", ttl.String(), "lease_ttl", l.o.TTL.String())
 	}
+}
+
+// checkRetentions warns, once per peer and value, of a live replica whose
+// --usage-retention differs from this one's: retention is the leader's
+// duty, run with its own value, so the usage log would be kept for as
+// long as whichever replica leads says (docs/cluster.md: give them all
+// the same).
+func (l *Lease) checkRetentions(peers map[string]time.Duration) {
+	mine := l.me.UsageRetention
+	if mine <= 0 {
+		return
+	}
+	for id, d := range peers {
+		if d == mine {
+			delete(l.warnedRetention, id)
+			continue
+		}
+		if l.warnedRetention[id] == d {
+			continue
+		}
+		if l.warnedRetention == nil {
+			l.warnedRetention = map[string]time.Duration{}
+		}
+		l.warnedRetention[id] = d
+		l.log.Warn("cluster: another replica's --usage-retention differs from this one's; the leader's prunes the usage log, so give every replica the same",
+			"peer", id, "peer_usage_retention", days(d), "usage_retention", days(mine))
+	}
+}
+
+// days writes a retention as the flag takes it: whole days as "400d".
+func days(d time.Duration) string {
+	const day = 24 * time.Hour
+	if d%day == 0 {
+		return fmt.Sprintf("%dd", d/day)
+	}
+	return d.String()
 }
 
 // ttlSlack is how far a peer's TTL, read as its registration's expiry

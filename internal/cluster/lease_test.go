@@ -41,14 +41,17 @@ func (m *memStore) Beat(_ context.Context, me Replica, ttl time.Duration, want b
 		m.regs = map[string]registration{}
 	}
 	m.regs[me.ID] = registration{me, m.now.Add(ttl), ttl}
-	defer func() { m.lead.Displaced, m.lead.PeerTTLs = nil, nil }()
+	defer func() { m.lead.Displaced, m.lead.PeerTTLs, m.lead.PeerRetentions = nil, nil, nil }()
 	m.lead.Displaced = displaced
 	for id, r := range m.regs {
 		if id != me.ID && m.now.Before(r.expires) {
 			if m.lead.PeerTTLs == nil {
-				m.lead.PeerTTLs = map[string]time.Duration{}
+				m.lead.PeerTTLs, m.lead.PeerRetentions = map[string]time.Duration{}, map[string]time.Duration{}
 			}
 			m.lead.PeerTTLs[id] = r.ttl
+			if r.UsageRetention > 0 {
+				m.lead.PeerRetentions[id] = r.UsageRetention
+			}
 		}
 	}
 	switch {
@@ -346,5 +349,39 @@ func TestPeerWithAnotherTTLIsWarnedOf(t *testing.T) {
 	me.Beat(ctx)
 	if n := warnings(); n != 2 {
 		t.Fatalf("%d warnings after the peer's TTL changed back and again, want 2:\n%s", n, logged.String())
+	}
+}
+
+// A replica warns, once for each peer and value, of a live peer whose
+// --usage-retention differs from its own, and not of one that reports
+// none (an older build).
+func TestPeerWithAnotherUsageRetentionIsWarnedOf(t *testing.T) {
+	ctx := context.Background()
+	db := &memStore{now: time.Unix(1_800_000_000, 0)}
+	clk := &fakeClock{wall: time.Unix(1_700_000_000, 0), mono: time.Hour}
+	var logged bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	const day = 24 * time.Hour
+	me := New(db, Replica{ID: "a", AdvertiseURL: "http://a", UsageRetention: 400 * day}, Options{Clock: clk, Logger: log})
+	peer := func(retention time.Duration) {
+		New(db, Replica{ID: "b", AdvertiseURL: "http://b", UsageRetention: retention}, Options{Clock: clk}).Beat(ctx)
+		me.Beat(ctx)
+	}
+	warnings := func() int { return strings.Count(logged.String(), "usage-retention differs") }
+	peer(400 * day)
+	peer(0)
+	if n := warnings(); n != 0 {
+		t.Fatalf("%d warnings of a peer with the same retention, or none:\n%s", n, logged.String())
+	}
+	for range 3 {
+		peer(30 * day)
+	}
+	if n := warnings(); n != 1 || !strings.Contains(logged.String(), "peer_usage_retention=30d usage_retention=400d") {
+		t.Fatalf("%d warnings of a peer keeping 30 days, want 1:\n%s", n, logged.String())
+	}
+	peer(400 * day)
+	peer(30 * day)
+	if n := warnings(); n != 2 {
+		t.Fatalf("%d warnings after the peer's retention changed back and again, want 2:\n%s", n, logged.String())
 	}
 }

@@ -203,3 +203,10 @@ func (s *Store) ReleaseHome(ctx context.Context, orgID, replicaID string) (bool,
 func (s *Store) ListenHomes(ctx context.Context, changed func()) error {
 	return s.listen(ctx, HomesChannel, changed)
 }
+
+// schemaReplicaRetention is version 10: each replica's --usage-retention,
+// so that replicas can tell the operator when theirs differ (the leader's
+// prunes). Older builds leave it NULL.
+const schemaReplicaRetention = `
+ALTER TABLE svc_replicas ADD COLUMN IF NOT EXISTS usage_retention_ms bigint;
+`

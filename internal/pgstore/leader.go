@@ -30,6 +30,9 @@ type Replica struct {
 	UnreachablePeers []string
 	// StartedAt is when the process started; zero is the first Beat's time.
 	StartedAt time.Time
+	// UsageRetention is the replica's --usage-retention, which the leader
+	// prunes by; zero reports none.
+	UsageRetention time.Duration
 	// SeenAt and ExpiresAt are read back: the last Beat, and when the
 	// replica counts as gone without another.
 	SeenAt    time.Time
@@ -56,6 +59,9 @@ type Leader struct {
 	// PeerTTLs are the other live replicas' registration TTLs, by id:
 	// each one's expiry less its last renewal.
 	PeerTTLs map[string]time.Duration
+	// PeerRetentions are the other live replicas' usage retentions, by
+	// id, of those that report one (builds of schema 10 and later).
+	PeerRetentions map[string]time.Duration
 }
 
 // Held reports whether replicaID holds the lease at the time it was read.
@@ -92,15 +98,18 @@ func (s *Store) Beat(ctx context.Context, me Replica, ttl time.Duration, want bo
 	b.Queue(`WITH prev AS (SELECT advertise_url, started_at FROM svc_replicas
 			WHERE id = $1 AND expires_at > now() AND advertise_url <> $2 AND started_at <> COALESCE($7, started_at)),
 		up AS (INSERT INTO svc_replicas AS r (id, advertise_url, version, role, outbox_records, outbox_oldest,
-			started_at, seen_at, expires_at, unreachable_peers, region)
-		VALUES ($1, $2, $3, $4, $5, $6, COALESCE($7, now()), now(), now() + $8 * interval '1 microsecond', $9, $10)
+			started_at, seen_at, expires_at, unreachable_peers, region, usage_retention_ms)
+		VALUES ($1, $2, $3, $4, $5, $6, COALESCE($7, now()), now(), now() + $8 * interval '1 microsecond', $9, $10,
+			NULLIF($11::bigint, 0))
 		ON CONFLICT (id) DO UPDATE SET advertise_url = excluded.advertise_url, version = excluded.version,
 			role = excluded.role, outbox_records = excluded.outbox_records, outbox_oldest = excluded.outbox_oldest,
 			started_at = COALESCE($7, r.started_at), seen_at = excluded.seen_at, expires_at = excluded.expires_at,
 			unreachable_peers = excluded.unreachable_peers, region = excluded.region,
+			usage_retention_ms = excluded.usage_retention_ms,
 			stopping = r.stopping AND r.started_at = COALESCE($7, r.started_at))
 		SELECT advertise_url, started_at FROM prev`,
-		me.ID, me.AdvertiseURL, me.Version, me.Role, me.OutboxRecords, oldest, started, ttl.Microseconds(), peers, me.Region).
+		me.ID, me.AdvertiseURL, me.Version, me.Role, me.OutboxRecords, oldest, started, ttl.Microseconds(), peers, me.Region,
+		me.UsageRetention.Milliseconds()).
 		Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				displaced = &Replica{ID: me.ID}
@@ -121,16 +130,20 @@ func (s *Store) Beat(ctx context.Context, me Replica, ttl time.Duration, want bo
 	// Replicas gone for a day are forgotten.
 	b.Queue(`DELETE FROM svc_replicas WHERE expires_at < now() - interval '1 day'`)
 	// Each live peer's TTL is its registration's expiry less its renewal.
-	peerTTLs := map[string]time.Duration{}
-	b.Queue(`SELECT id, (extract(epoch FROM expires_at - seen_at) * 1000000)::bigint FROM svc_replicas
+	peerTTLs, peerRetentions := map[string]time.Duration{}, map[string]time.Duration{}
+	b.Queue(`SELECT id, (extract(epoch FROM expires_at - seen_at) * 1000000)::bigint, usage_retention_ms FROM svc_replicas
 		WHERE id <> $1 AND expires_at > now()`, me.ID).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var id string
 			var us int64
-			if err := rows.Scan(&id, &us); err != nil {
+			var retention *int64
+			if err := rows.Scan(&id, &us, &retention); err != nil {
 				return err
 			}
 			peerTTLs[id] = time.Duration(us) * time.Microsecond
+			if retention != nil {
+				peerRetentions[id] = time.Duration(*retention) * time.Millisecond
+			}
 		}
 		return rows.Err()
 	})
@@ -141,7 +154,7 @@ func (s *Store) Beat(ctx context.Context, me Replica, ttl time.Duration, want bo
 		return Leader{}, fmt.Errorf("pgstore: beat: %w", err)
 	}
 	s.ObserveDBNow(l.DBNow, sent, time.Now())
-	l.Displaced, l.PeerTTLs = displaced, peerTTLs
+	l.Displaced, l.PeerTTLs, l.PeerRetentions = displaced, peerTTLs, peerRetentions
 	return l, nil
 }
 

@@ -211,6 +211,14 @@ func TestBeatPeerTTLs(t *testing.T) {
 	if len(l.PeerTTLs) != 1 || l.PeerTTLs[b.ID] != 30*time.Second {
 		t.Fatalf("peer TTLs %v, want %s: 30s", l.PeerTTLs, b.ID)
 	}
+	if len(l.PeerRetentions) != 0 {
+		t.Fatalf("peer retentions %v of a peer that reports none", l.PeerRetentions)
+	}
+	b.UsageRetention = 30 * 24 * time.Hour
+	beat(t, s, b, 30*time.Second, false)
+	if l := beat(t, s, a, 10*time.Second, false); len(l.PeerRetentions) != 1 || l.PeerRetentions[b.ID] != b.UsageRetention {
+		t.Fatalf("peer retentions %v, want %s: 720h", l.PeerRetentions, b.ID)
+	}
 }
 
 // Resigning hands the lease over at once, under a new epoch, even back to

@@ -15,5 +15,6 @@ func migrations() []migration {
 		{version: 7, minReader: 7, name: "seconds of audio speech requests made", sql: schemaSpeechSeconds},
 		{version: 8, name: "worker events by worker", sql: schemaWorkerEvents},
 		{version: 9, name: "speech rows' seconds from builds before 7", run: moveSpeechSeconds},
+		{version: 10, name: "each replica's usage retention", sql: schemaReplicaRetention},
 	}
 }

@@ -282,11 +282,7 @@ func Run(ctx context.Context, cfg Config) error {
 		defer close(checkpointsDone)
 		checkpointFleet(checkpointCtx, local, fl, fleetCheckpointEvery, log)
 	}()
-	usageRetention := cfg.UsageRetention
-	if usageRetention <= 0 {
-		usageRetention = DefaultUsageRetention
-	}
-	pruner := bolt.NewPruner(events, usageStore, powerStore, bolt.Retention{Events: eventRetention, Usage: usageRetention}, clk, log)
+	pruner := bolt.NewPruner(events, usageStore, powerStore, bolt.Retention{Events: eventRetention, Usage: cfg.usageRetention()}, clk, log)
 	bg.Go(func() error { return rentals.Run(bgCtx) })
 	if cl == nil {
 		bg.Go(func() error { return pruner.Run(bgCtx, time.Hour) })
@@ -462,6 +458,14 @@ const (
 	DefaultUsageRetention = 400 * 24 * time.Hour
 	MinUsageRetention     = 24 * time.Hour
 )
+
+// usageRetention is how long usage rows are kept.
+func (c Config) usageRetention() time.Duration {
+	if c.UsageRetention <= 0 {
+		return DefaultUsageRetention
+	}
+	return c.UsageRetention
+}
 
 // bootstrap creates the default organisation on an empty store and writes
 // its credentials to files only the server's user can read.

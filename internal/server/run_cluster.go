@@ -59,16 +59,18 @@ const ReplicaIDFile = "replica.id"
 
 // clusterParts are what a replica runs beyond a single host's server.
 type clusterParts struct {
-	cfg     ClusterConfig
-	log     *slog.Logger
-	id      string
-	version string
-	db      *pgstore.Store
-	secret  string
-	ship    *pgstore.Shipper
-	events  *pgstore.Events
-	lease   *cluster.Lease
-	homes   *cluster.Homes
+	cfg ClusterConfig
+	// usageRetention is the replica's, for its registration.
+	usageRetention time.Duration
+	log            *slog.Logger
+	id             string
+	version        string
+	db             *pgstore.Store
+	secret         string
+	ship           *pgstore.Shipper
+	events         *pgstore.Events
+	lease          *cluster.Lease
+	homes          *cluster.Homes
 	// leave sends away the workers of an organisation homed elsewhere
 	// now; set once the server exists.
 	leave atomic.Pointer[func(orgID string)]
@@ -102,8 +104,8 @@ func openCluster(ctx context.Context, cfg Config, log *slog.Logger) (*clusterPar
 		cfg.Cluster.LeaseTTL = DefaultLeaseTTL
 	}
 	log.Info("cluster: replica on a shared database", "replica_id", id, "lease_ttl", cfg.Cluster.LeaseTTL.String())
-	return &clusterParts{cfg: cfg.Cluster, log: log, id: id, version: cfg.Build.Version, db: db, secret: secret,
-		gained: make(chan string, 1024)}, nil
+	return &clusterParts{cfg: cfg.Cluster, usageRetention: cfg.usageRetention(), log: log, id: id, version: cfg.Build.Version, db: db,
+		secret: secret, gained: make(chan string, 1024)}, nil
 }
 
 // replicaID reads the replica's id from the data directory, making one
@@ -158,7 +160,8 @@ func (c *clusterParts) start(public net.Addr) {
 			"listen", public.String(), "advertise_url", url)
 	}
 	c.lease = cluster.New(leaseStore{c.db}, cluster.Replica{ID: c.id, AdvertiseURL: url, Region: c.cfg.Region, Version: c.version,
-		StartedAt: time.Now().Truncate(time.Microsecond)}, // as the database keeps it
+		StartedAt:      time.Now().Truncate(time.Microsecond), // as the database keeps it
+		UsageRetention: c.usageRetention},
 		cluster.Options{TTL: c.cfg.LeaseTTL, Logger: c.log, Outbox: c.outbox, Unreachable: c.unreachable})
 	c.homes = cluster.NewHomes(homeStore{c.db}, c.id, cluster.HomesOptions{Every: c.lease.Every(), Grace: c.lease.TTL(), Logger: c.log, Listen: c.db.ListenHomes,
 		Lost: func(org string) {
@@ -480,12 +483,13 @@ type leaseStore struct{ db *pgstore.Store }
 
 func (l leaseStore) Beat(ctx context.Context, me cluster.Replica, ttl time.Duration, want bool) (cluster.Leader, error) {
 	lead, err := l.db.Beat(ctx, pgstore.Replica{ID: me.ID, AdvertiseURL: me.AdvertiseURL, Region: me.Region, Version: me.Version, Role: me.Role,
-		OutboxRecords: me.OutboxRecords, OutboxOldest: me.OutboxOldest, UnreachablePeers: me.UnreachablePeers, StartedAt: me.StartedAt}, ttl, want)
+		OutboxRecords: me.OutboxRecords, OutboxOldest: me.OutboxOldest, UnreachablePeers: me.UnreachablePeers, StartedAt: me.StartedAt,
+		UsageRetention: me.UsageRetention}, ttl, want)
 	if err != nil {
 		return cluster.Leader{}, err
 	}
 	out := cluster.Leader{ReplicaID: lead.ReplicaID, AdvertiseURL: lead.AdvertiseURL, Epoch: lead.Epoch,
-		ExpiresAt: lead.ExpiresAt, DBNow: lead.DBNow, PeerTTLs: lead.PeerTTLs}
+		ExpiresAt: lead.ExpiresAt, DBNow: lead.DBNow, PeerTTLs: lead.PeerTTLs, PeerRetentions: lead.PeerRetentions}
 	if d := lead.Displaced; d != nil {
 		out.Displaced = &cluster.Replica{ID: d.ID, AdvertiseURL: d.AdvertiseURL, StartedAt: d.StartedAt}
 	}
