@@ -13,10 +13,25 @@ import (
 // a minute or two from a slow disk.
 const keepTimeout = 10 * time.Minute
 
+// When a kept model's engine keeps dropping it soon after its load, the
+// models kept do not fit the engine together (Ollama evicts a model,
+// however kept, to load another it has no room for): loading each in turn
+// would only evict the other. A model dropped within keepSoon of its load
+// twice in a row is loaded again only after a pause, a minute doubling up
+// to keepPauseMax.
+const (
+	keepSoon     = 10 * time.Minute
+	keepPauseMax = 30 * time.Minute
+)
+
 // keeper is keepLoop's own state.
 type keeper struct {
-	// kept are the models this process has loaded to keep.
-	kept map[string]bool
+	// kept are the models this process has loaded to keep, with when.
+	kept map[string]time.Time
+	// soon counts each model's drops in a row that came within keepSoon
+	// of its load, and paused holds one back until then.
+	soon   map[string]int
+	paused map[string]time.Time
 	// failed is each model's last failure, so that a load failing the
 	// same way at every listing is logged once.
 	failed map[string]string
@@ -33,7 +48,7 @@ func (a *Agent) keepLoop(ctx context.Context) {
 	if len(a.cfg.AlwaysOn) == 0 {
 		return
 	}
-	k := &keeper{kept: map[string]bool{}, failed: map[string]string{}}
+	k := &keeper{kept: map[string]time.Time{}, failed: map[string]string{}, soon: map[string]int{}, paused: map[string]time.Time{}}
 	for {
 		if a.keepListed(ctx, k) {
 			// The listing that woke the loop predates the loads: list
@@ -65,7 +80,11 @@ func (a *Agent) keepListed(ctx context.Context, k *keeper) (loadedAny bool) {
 	a.mu.Lock()
 	listed := a.byModel
 	for _, m := range a.models {
-		if !m.AlwaysOn || k.kept[m.ID] && (m.Loaded == nil || *m.Loaded) {
+		at, kept := k.kept[m.ID]
+		if !m.AlwaysOn || kept && (m.Loaded == nil || *m.Loaded) {
+			continue
+		}
+		if kept && !k.dropped(a, m.ID, at) {
 			continue
 		}
 		todo = append(todo, due{m.ID, a.byModel[m.ID]})
@@ -93,7 +112,7 @@ func (a *Agent) keepListed(ctx context.Context, k *keeper) (loadedAny bool) {
 		if !ok {
 			// vLLM, llama-server and the local programs hold what they
 			// serve from their start: there is nothing to load.
-			k.kept[d.id] = true
+			k.kept[d.id] = time.Now()
 			continue
 		}
 		lctx, cancel := context.WithTimeout(ctx, keepTimeout)
@@ -110,7 +129,7 @@ func (a *Agent) keepListed(ctx context.Context, k *keeper) (loadedAny bool) {
 			continue
 		}
 		delete(k.failed, d.id)
-		k.kept[d.id] = true
+		k.kept[d.id] = time.Now()
 		loadedAny = true
 		load := &api.ModelLoad{Model: d.id}
 		detail := d.id + " kept loaded (always-on)"
@@ -123,4 +142,33 @@ func (a *Agent) keepListed(ctx context.Context, k *keeper) (loadedAny bool) {
 		a.report(api.WorkerEventReport{EventType: api.EventModelLoaded, Detail: detail, Load: load})
 	}
 	return loadedAny
+}
+
+// dropped notes that the engine dropped model id, loaded to keep at
+// loadedAt, and reports whether to load it again now: at once, unless it
+// was dropped soon after its load twice in a row, which starts a pause;
+// and once a pause is over.
+func (k *keeper) dropped(a *Agent, id string, loadedAt time.Time) bool {
+	now := time.Now()
+	if until, ok := k.paused[id]; ok {
+		if now.Before(until) {
+			return false
+		}
+		delete(k.paused, id)
+		return true
+	}
+	if now.Sub(loadedAt) < keepSoon {
+		k.soon[id]++
+	} else {
+		k.soon[id] = 0
+	}
+	if n := k.soon[id]; n >= 2 {
+		pause := min(time.Minute<<(n-2), keepPauseMax)
+		k.paused[id] = now.Add(pause)
+		a.log.Warn("always-on model dropped again soon after its load: the engine may not hold every always-on model at once (Ollama: GPU memory, OLLAMA_MAX_LOADED_MODELS); loaded again after a pause",
+			"model", id, "pause", pause)
+		return false
+	}
+	a.log.Info("always-on model dropped by its engine; loading it again", "model", id)
+	return true
 }

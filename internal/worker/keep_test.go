@@ -3,8 +3,10 @@ package worker
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -21,6 +23,9 @@ type keepEngine struct {
 	installEngine
 	loadTime time.Duration
 	fail     map[string]bool
+	// evicted are dropped again as soon as they are loaded, as a model
+	// that does not fit beside the others is.
+	evicted map[string]bool
 
 	kmu    sync.Mutex
 	loaded map[string]bool
@@ -58,7 +63,7 @@ func (e *keepEngine) Keep(ctx context.Context, model string) (time.Duration, err
 		return 0, ctx.Err()
 	}
 	e.kmu.Lock()
-	e.loaded[model] = true
+	e.loaded[model] = !e.evicted[model]
 	e.kmu.Unlock()
 	return e.loadTime, nil
 }
@@ -135,4 +140,48 @@ func TestAlwaysOn(t *testing.T) {
 			t.Errorf("model_loaded events for %q, want %q", loads, want)
 		}
 	})
+}
+
+// TestAlwaysOnDroppedSoonIsPaused checks that a model the engine drops
+// again soon after each load is loaded again only after growing pauses,
+// with a warning: always-on models that do not fit together would
+// otherwise evict each other at every listing.
+func TestAlwaysOnDroppedSoonIsPaused(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		eng := &keepEngine{loadTime: time.Second, evicted: map[string]bool{"a": true},
+			loaded: map[string]bool{}, keeps: map[string]int{}}
+		var logged syncBuffer
+		_, _, stop := runLinked(t, Config{Engines: []engine.Engine{eng}, AlwaysOn: []string{"a", "b"},
+			RefreshModels: 30 * time.Second, Logger: slog.New(slog.NewTextHandler(&logged, nil))}, 0)
+		time.Sleep(30 * time.Minute)
+		stop()
+		got := eng.keepCounts()
+		// Loads at the start and at the first listing, then after pauses
+		// of 1, 2, 4 and 8 minutes (the next, of 16, outlasts the run):
+		// six in half an hour, where every listing would be sixty.
+		if got["a"] < 5 || got["a"] > 8 || got["b"] != 1 {
+			t.Errorf("keeps %v over 30 minutes, want a paused and b once", got)
+		}
+		if !strings.Contains(logged.String(), "dropped again soon after its load") {
+			t.Errorf("no warning of the drops:\n%s", logged.String())
+		}
+	})
+}
+
+// syncBuffer is a log's destination that goroutines share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
