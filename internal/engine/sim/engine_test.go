@@ -925,22 +925,26 @@ func TestRealPacing(t *testing.T) {
 	}
 }
 
+// isLoaded reports whether e lists model id as loaded.
+func isLoaded(t *testing.T, e *Engine, id string) bool {
+	t.Helper()
+	models, err := e.Models(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range models {
+		if m.ID == id {
+			return *m.Loaded
+		}
+	}
+	t.Fatalf("no model %s", id)
+	return false
+}
+
 func TestColdStart(t *testing.T) {
 	cfg, clk := testConfig()
 	e := New(cfg)
-	loaded := func(id string) bool {
-		models, err := e.Models(t.Context())
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range models {
-			if m.ID == id {
-				return *m.Loaded
-			}
-		}
-		t.Fatalf("no model %s", id)
-		return false
-	}
+	loaded := func(id string) bool { return isLoaded(t, e, id) }
 	request := func() *api.Result {
 		res, _ := serve(t, e, api.KindChat, true, chatBody(t, "sim-cold", "hi\nsim: tokens=3", nil))
 		if res.Status != 200 {
@@ -1001,19 +1005,7 @@ func TestKeep(t *testing.T) {
 	cfg, clk := testConfig()
 	cfg.PullTime = 0
 	e := New(cfg)
-	loaded := func(id string) bool {
-		models, err := e.Models(t.Context())
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range models {
-			if m.ID == id {
-				return *m.Loaded
-			}
-		}
-		t.Fatalf("no model %s", id)
-		return false
-	}
+	loaded := func(id string) bool { return isLoaded(t, e, id) }
 	if err := e.Pull(t.Context(), "pulled", nil); err != nil {
 		t.Fatal(err)
 	}
