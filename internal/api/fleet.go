@@ -184,6 +184,12 @@ type LinkRequest struct {
 	// trace; empty when the gateway traces nothing.
 	Traceparent string `json:"traceparent,omitempty"`
 	Tracestate  string `json:"tracestate,omitempty"`
+	// AnswerMaxTokens caps a chat's answer apart from its thinking: the
+	// client's max_tokens when the model has a thinking budget on top.
+	// The engine is sent one cap for both, so the worker ends an answer
+	// that reaches this one (thinking that ended early left it room).
+	// 0 for none.
+	AnswerMaxTokens int `json:"answer_max_tokens,omitempty"`
 }
 
 // Hello is the worker's first message on a link.

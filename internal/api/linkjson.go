@@ -54,6 +54,10 @@ func (r *LinkRequest) AppendJSON(b []byte) []byte {
 		b = append(b, `,"tracestate":`...)
 		b = jsontext.AppendString(b, r.Tracestate)
 	}
+	if r.AnswerMaxTokens != 0 {
+		b = append(b, `,"answer_max_tokens":`...)
+		b = strconv.AppendInt(b, int64(r.AnswerMaxTokens), 10)
+	}
 	return append(b, '}')
 }
 
@@ -84,6 +88,8 @@ func DecodeLinkRequest(b []byte, r *LinkRequest) error {
 				text(&s, &r.Traceparent)
 			case s.Is(k, kind, "tracestate"):
 				text(&s, &r.Tracestate)
+			case s.Is(k, kind, "answer_max_tokens"):
+				integer(&s, &r.AnswerMaxTokens)
 			default:
 				s.Value()
 			}

@@ -60,6 +60,7 @@ func TestLinkRequestAppendJSON(t *testing.T) {
 			ContentFilter: "guard", E2E: true},
 		{RequestID: "t", Kind: KindChat, Model: "m", Traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
 			Tracestate: "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7"},
+		{RequestID: "a", Kind: KindChat, Model: "m", Stream: true, AnswerMaxTokens: 64},
 	} {
 		want, err := json.Marshal(&r)
 		if err != nil {

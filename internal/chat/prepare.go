@@ -72,6 +72,18 @@ func (r *Request) Prepare(m *api.Model) error {
 	return nil
 }
 
+// AnswerCap is the cap the answer alone is held to, once Prepare ran: the
+// client's max_tokens when the model thinks within a budget on top of it.
+// The engine is sent one cap for the two together, so thinking that ends
+// early leaves the answer room past the client's cap, and the worker ends
+// it there. 0 when the engine's own cap is the answer's.
+func (r *Request) AnswerCap() int {
+	if r.UserMaxTokens > 0 && !r.CapIncludesThinking && r.BudgetApplied > 0 {
+		return r.UserMaxTokens
+	}
+	return 0
+}
+
 // budget is the thinking budget in effect on m: an explicit
 // reasoning.max_tokens on any model that thinks (the worker holds models
 // that cannot be moved on to it by stopping them), else the default budget

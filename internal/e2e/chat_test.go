@@ -763,3 +763,76 @@ func TestRetrieveModel(t *testing.T) {
 		}
 	}
 }
+
+// The client's max_tokens caps the answer alone on a model with a thinking
+// budget, also when thinking ends before its budget and so leaves the
+// engine's cap (the two together) room for more: the answer ends at the
+// cap with finish_reason length, streamed or not.
+func TestAnswerCappedApartFromThinking(t *testing.T) {
+	s, key := gateway(t)
+	const text = "hi\nsim: tokens=40 reasoning=10"
+	type reply struct {
+		Choices []struct {
+			Message struct {
+				Content   string `json:"content"`
+				Reasoning string `json:"reasoning_content"`
+			} `json:"message"`
+			FinishReason string `json:"finish_reason"`
+		} `json:"choices"`
+		Usage struct {
+			CompletionTokens int `json:"completion_tokens"`
+			Details          struct {
+				ReasoningTokens int `json:"reasoning_tokens"`
+			} `json:"completion_tokens_details"`
+		} `json:"usage"`
+	}
+	whole := func(maxTokens int) reply {
+		t.Helper()
+		body := streamBody("sim-reasoner", text, map[string]any{"stream": false, "max_tokens": maxTokens})
+		r := s.do("POST", "/v1/chat/completions", body, bearer(key))
+		var out reply
+		if err := json.Unmarshal(r.Body, &out); r.Status != 200 || err != nil || len(out.Choices) != 1 {
+			t.Fatalf("%d %s", r.Status, r.Body)
+		}
+		return out
+	}
+	full := whole(1000)
+	if c := full.Choices[0]; c.FinishReason != "stop" || len(strings.Fields(c.Message.Content)) < 30 || full.Usage.CompletionTokens != 50 {
+		t.Fatalf("within the cap: %+v, usage %+v", c, full.Usage)
+	}
+	capped := whole(5)
+	c := capped.Choices[0]
+	if words := len(strings.Fields(c.Message.Content)); c.FinishReason != "length" || words == 0 || words > 7 || c.Message.Reasoning == "" {
+		t.Errorf("capped at 5: %d words, %+v", words, c)
+	}
+	if capped.Usage.CompletionTokens != 15 || capped.Usage.Details.ReasoningTokens != 10 {
+		t.Errorf("capped usage %+v, want 10 of thinking and 5 of answer", capped.Usage)
+	}
+
+	_, data := rawStream(t, s, key, streamBody("sim-reasoner", text, map[string]any{"max_tokens": 5}))
+	answers, finish := 0, ""
+	for _, d := range data {
+		var chunk struct {
+			Choices []struct {
+				Delta struct {
+					Content string `json:"content"`
+				} `json:"delta"`
+				FinishReason *string `json:"finish_reason"`
+			} `json:"choices"`
+		}
+		if json.Unmarshal([]byte(d), &chunk) != nil {
+			continue
+		}
+		for _, ch := range chunk.Choices {
+			if ch.Delta.Content != "" {
+				answers++
+			}
+			if ch.FinishReason != nil {
+				finish = *ch.FinishReason
+			}
+		}
+	}
+	if answers != 5 || finish != "length" || data[len(data)-1] != "[DONE]" {
+		t.Errorf("streamed: %d answer chunks, finish_reason %q, last event %q", answers, finish, data[len(data)-1])
+	}
+}

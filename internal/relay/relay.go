@@ -386,6 +386,9 @@ func (c *Call) headerOf() []byte {
 	req := &c.req
 	h := api.LinkRequest{RequestID: req.ID, Kind: req.Kind, Model: req.Model, Stream: req.Stream,
 		Params: req.Params, ContentFilter: req.ContentFilter, E2E: req.E2E}
+	if req.Chat != nil {
+		h.AnswerMaxTokens = req.Chat.AnswerCap()
+	}
 	if c.span != nil {
 		h.Traceparent, h.Tracestate = tracing.Context(c.span.SpanContext())
 	}

@@ -167,6 +167,11 @@ func (a *Agent) run(ctx context.Context, st *link.Stream) (res *api.Result) {
 			}
 		}()
 	}
+	var capped *capSink
+	if req.Kind == api.KindChat && req.AnswerMaxTokens > 0 && private == nil {
+		capped = newCapSink(sink, req.AnswerMaxTokens, ereq.Body)
+		sink = capped
+	}
 	switch {
 	case req.Kind == api.KindSpeech:
 		res = a.speak(ctx, eng, ereq, sink)
@@ -181,6 +186,9 @@ func (a *Agent) run(ctx context.Context, st *link.Stream) (res *api.Result) {
 	}
 	if res == nil {
 		res = engine.Failure(http.StatusInternalServerError, api.TypeServer, "the engine returned no result")
+	}
+	if capped != nil {
+		res = capped.finish(ctx, res)
 	}
 	if sealing != nil && res.Status == http.StatusOK {
 		if err := sealing.finish(ctx, req.Stream, res.Usage); err != nil {

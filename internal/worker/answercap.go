@@ -1,0 +1,278 @@
+package worker
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"time"
+	"unicode/utf8"
+
+	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/chat"
+	"github.com/svc-dev/svc/internal/engine"
+	"github.com/svc-dev/svc/internal/usage"
+)
+
+// A chat whose client capped the answer apart from the model's thinking
+// (max_tokens with a thinking budget: the spec keeps max_tokens for the
+// answer alone) reaches the engine with one cap, the two together: an
+// engine cannot hold them apart. Thinking that ends before its budget
+// leaves the answer room past the client's cap, so the worker holds the
+// answer to it: a streamed answer is cut off at the cap, the engine
+// stopped, and each choice cut off ends with finish_reason length; a
+// whole answer over the cap keeps the share of its text the cap allows.
+//
+// Tokens are counted as streams carry them, one a chunk (what engines
+// send), or a chunk's length at four characters a token when it is long
+// enough to hold several.
+
+// errAnswerCapped stops the engine once every choice reached the cap.
+var errAnswerCapped = errors.New("the answer reached the client's max_tokens")
+
+// longChunk is the length from which a chunk's content is counted as
+// several tokens.
+const longChunk = 16
+
+// capSink holds a chat's answer to the client's cap.
+type capSink struct {
+	out engine.Sink
+	cap int
+	n   int // choices asked for
+
+	head chunkHead
+	// tokens counts each choice's answer so far; capped marks those cut
+	// off, and ended those the engine finished.
+	tokens  []int
+	capped  []bool
+	ended   []bool
+	stopped bool // the engine was stopped at the cap
+	// removed is the tokens cut from a whole answer.
+	removed int
+}
+
+func newCapSink(out engine.Sink, answerCap int, body []byte) *capSink {
+	var req struct {
+		N int `json:"n"`
+	}
+	_ = json.Unmarshal(body, &req)
+	n := min(max(req.N, 1), chat.MaxChoices)
+	return &capSink{out: out, cap: answerCap, n: n, tokens: make([]int, n), capped: make([]bool, n), ended: make([]bool, n)}
+}
+
+// capChunk is what the sink reads of a streamed chunk.
+type capChunk struct {
+	chunkHead
+	Choices []struct {
+		Index int `json:"index"`
+		Delta struct {
+			Content   string          `json:"content"`
+			ToolCalls json.RawMessage `json:"tool_calls"`
+		} `json:"delta"`
+		FinishReason *string `json:"finish_reason"`
+	} `json:"choices"`
+}
+
+func (c *capSink) Event(ctx context.Context, data []byte) error {
+	var chunk capChunk
+	if json.Unmarshal(data, &chunk) != nil {
+		return c.out.Event(ctx, data)
+	}
+	if c.head.ID == "" {
+		c.head = chunk.chunkHead
+	}
+	drop := false
+	for _, ch := range chunk.Choices {
+		i := ch.Index
+		if i < 0 || i >= c.n {
+			continue
+		}
+		if c.capped[i] {
+			drop = true
+			continue
+		}
+		if d := ch.Delta; d.Content != "" || len(d.ToolCalls) > 0 && string(d.ToolCalls) != "null" {
+			c.tokens[i] += chunkTokens(d.Content)
+		}
+		if ch.FinishReason != nil {
+			c.ended[i] = true
+		} else if c.tokens[i] >= c.cap {
+			c.capped[i] = true
+		}
+	}
+	if drop {
+		var ok bool
+		if data, ok = c.withoutCapped(data); !ok {
+			return c.stopIfDone()
+		}
+	}
+	if err := c.out.Event(ctx, data); err != nil {
+		return err
+	}
+	return c.stopIfDone()
+}
+
+// chunkTokens is the tokens a chunk's content counts for.
+func chunkTokens(content string) int {
+	if len(content) < longChunk {
+		return 1
+	}
+	return usage.EstimateTokens(utf8.RuneCountInString(content))
+}
+
+// stopIfDone stops the engine once every choice was cut off or ended, one
+// at least cut off.
+func (c *capSink) stopIfDone() error {
+	cut := false
+	for i := range c.n {
+		if !c.capped[i] && !c.ended[i] {
+			return nil
+		}
+		cut = cut || c.capped[i]
+	}
+	if !cut {
+		return nil
+	}
+	c.stopped = true
+	return errAnswerCapped
+}
+
+// withoutCapped is the chunk without the choices cut off; false when
+// nothing of it is left to send.
+func (c *capSink) withoutCapped(data []byte) ([]byte, bool) {
+	var chunk map[string]json.RawMessage
+	var choices []json.RawMessage
+	if json.Unmarshal(data, &chunk) != nil || json.Unmarshal(chunk["choices"], &choices) != nil {
+		return data, true
+	}
+	kept := choices[:0]
+	for _, raw := range choices {
+		var ch struct {
+			Index int `json:"index"`
+		}
+		if json.Unmarshal(raw, &ch) == nil && ch.Index >= 0 && ch.Index < c.n && c.capped[ch.Index] {
+			continue
+		}
+		kept = append(kept, raw)
+	}
+	if len(kept) == 0 {
+		return nil, false
+	}
+	chunk["choices"], _ = json.Marshal(kept)
+	out, err := json.Marshal(chunk)
+	if err != nil {
+		return data, true
+	}
+	return out, true
+}
+
+// finish settles the answer once the engine is done. Each streamed
+// choice cut off closes with finish_reason length, and an engine stopped
+// at the cap has answered, its usage unknown (the gateway estimates it
+// from what was sent). A whole answer cut takes the tokens cut off its
+// usage.
+func (c *capSink) finish(ctx context.Context, res *api.Result) *api.Result {
+	if c.removed > 0 && res.Status == http.StatusOK {
+		out := *res
+		out.FinishReason = "length"
+		if u := res.Usage; u != nil {
+			nu := *u
+			nu.CompletionTokens = max(u.CompletionTokens-c.removed, 0)
+			nu.TotalTokens = max(u.TotalTokens-c.removed, 0)
+			out.Usage = &nu
+		}
+		return &out
+	}
+	var cut []any
+	for i := range c.n {
+		if c.capped[i] {
+			cut = append(cut, map[string]any{"index": i, "delta": map[string]any{}, "finish_reason": "length"})
+		}
+	}
+	if len(cut) == 0 || !c.stopped && res.Status != http.StatusOK {
+		return res
+	}
+	closing, _ := json.Marshal(map[string]any{
+		"id": c.head.ID, "object": "chat.completion.chunk", "created": cmp.Or(c.head.Created, time.Now().Unix()), "model": c.head.Model,
+		"choices": cut,
+	})
+	if err := c.out.Event(ctx, closing); err != nil {
+		return engine.Cancelled()
+	}
+	out := *res
+	if res.Status != http.StatusOK {
+		out = api.Result{Status: http.StatusOK, Timing: res.Timing}
+	}
+	out.FinishReason = "length"
+	return &out
+}
+
+// Body holds a whole answer to the cap: a choice whose answer is longer
+// keeps the share of its text the cap allows, and finishes with length.
+// The answer's tokens are the engine's count less its thinking when it
+// reports both and there is one choice, else estimated from the text; the
+// tokens cut are taken off the reply's usage.
+func (c *capSink) Body(ctx context.Context, data []byte) error {
+	if out, ok := c.capWhole(data); ok {
+		data = out
+	}
+	return c.out.Body(ctx, data)
+}
+
+// capWhole is a whole answer held to the cap; false when it is within it
+// (or not a chat completion).
+func (c *capSink) capWhole(data []byte) ([]byte, bool) {
+	var reply map[string]any
+	if json.Unmarshal(data, &reply) != nil {
+		return nil, false
+	}
+	choices, _ := reply["choices"].([]any)
+	u, _ := reply["usage"].(map[string]any)
+	completion, hasCompletion := u["completion_tokens"].(float64)
+	details, _ := u["completion_tokens_details"].(map[string]any)
+	reasoning, hasReasoning := details["reasoning_tokens"].(float64)
+	removed := 0
+	for _, raw := range choices {
+		ch, _ := raw.(map[string]any)
+		msg, _ := ch["message"].(map[string]any)
+		content, _ := msg["content"].(string)
+		chars := utf8.RuneCountInString(content)
+		answer := usage.EstimateTokens(chars)
+		if hasCompletion && hasReasoning && len(choices) == 1 {
+			answer = int(completion) - int(reasoning)
+		}
+		if answer <= c.cap || content == "" {
+			continue
+		}
+		msg["content"] = truncateRunes(content, chars*c.cap/answer)
+		ch["finish_reason"] = "length"
+		removed += answer - c.cap
+	}
+	if removed == 0 {
+		return nil, false
+	}
+	c.removed = removed
+	if hasCompletion {
+		total, _ := u["total_tokens"].(float64)
+		u["completion_tokens"] = max(int(completion)-removed, 0)
+		u["total_tokens"] = max(int(total)-removed, 0)
+	}
+	out, err := json.Marshal(reply)
+	if err != nil {
+		c.removed = 0
+		return nil, false
+	}
+	return out, true
+}
+
+// truncateRunes is s cut to its first n characters.
+func truncateRunes(s string, n int) string {
+	for i := range s {
+		if n == 0 {
+			return s[:i]
+		}
+		n--
+	}
+	return s
+}
