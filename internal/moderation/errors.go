@@ -52,9 +52,11 @@ func ShapeError(err error) error {
 			out.RetryAfter = time.Second
 		}
 	case ae.Code == api.CodeModelNotFound, ae.Code == api.CodeNoWorkerOnline, ae.Code == api.CodeNoWorkerForModel,
-		ae.Code == api.CodeApprovalPending, ae.Code == api.CodeModelIncomplete:
+		ae.Code == api.CodeApprovalPending, ae.Code == api.CodeModelIncomplete, ae.Code == api.CodeWorkerOffline:
 		// None of the workers online can run it until the organisation
-		// acts: installs the model, connects or approves a worker.
+		// acts: installs the model, connects or approves a worker (the
+		// one X-Svc-Worker-Id names, when that one is offline). No check
+		// ran: the table's 503 is for a check that failed.
 		lasting(&out, "No online worker can run this moderation model now: ")
 	case ae.HTTPStatus() == http.StatusNotImplemented:
 		lasting(&out, "The worker cannot run this moderation check, and retrying will not help "+

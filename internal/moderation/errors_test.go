@@ -23,6 +23,7 @@ func TestShapeError(t *testing.T) {
 		{"no worker has the model", &api.Error{Kind: api.KindNotFound, Code: api.CodeModelNotFound}, 409, api.CodeModerationUnavailable, false},
 		{"no worker online", &api.Error{Kind: api.KindUnavailable, Code: api.CodeNoWorkerOnline, RetryAfter: 5 * time.Second}, 409, api.CodeModerationUnavailable, false},
 		{"workers offline", &api.Error{Kind: api.KindUnavailable, Code: api.CodeNoWorkerForModel}, 409, api.CodeModerationUnavailable, false},
+		{"the pinned worker offline", &api.Error{Kind: api.KindUnavailable, Code: api.CodeWorkerOffline, RetryAfter: 5 * time.Second}, 409, api.CodeModerationUnavailable, false},
 		{"workers await approval", &api.Error{Kind: api.KindUnavailable, Code: api.CodeApprovalPending, RetryAfter: 30 * time.Second}, 409, api.CodeModerationUnavailable, false},
 		{"model still installing", &api.Error{Kind: api.KindConflict, Code: api.CodeModelIncomplete}, 409, api.CodeModerationUnavailable, false},
 		{"a worker without the model", api.Relayed(404, api.TypeNotFound, api.CodeModelNotFound, "missing"), 409, api.CodeModerationUnavailable, false},
