@@ -2,6 +2,8 @@ package worker
 
 import (
 	"context"
+	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -80,16 +82,15 @@ func (a *Agent) keepListed(ctx context.Context, k *keeper) (loadedAny bool) {
 	a.mu.Lock()
 	listed := a.byModel
 	for _, m := range a.models {
-		at, kept := k.kept[m.ID]
-		if !m.AlwaysOn || kept && (m.Loaded == nil || *m.Loaded) {
-			continue
+		if _, kept := k.kept[m.ID]; m.AlwaysOn && (!kept || m.Loaded != nil && !*m.Loaded) {
+			todo = append(todo, due{m.ID, a.byModel[m.ID]})
 		}
-		if kept && !k.dropped(a, m.ID, at) {
-			continue
-		}
-		todo = append(todo, due{m.ID, a.byModel[m.ID]})
 	}
 	a.mu.Unlock()
+	todo = slices.DeleteFunc(todo, func(d due) bool {
+		at, kept := k.kept[d.id]
+		return kept && !k.dropped(a.log, d.id, at)
+	})
 
 	var absent []string
 	for _, id := range a.cfg.AlwaysOn {
@@ -148,7 +149,7 @@ func (a *Agent) keepListed(ctx context.Context, k *keeper) (loadedAny bool) {
 // loadedAt, and reports whether to load it again now: at once, unless it
 // was dropped soon after its load twice in a row, which starts a pause;
 // and once a pause is over.
-func (k *keeper) dropped(a *Agent, id string, loadedAt time.Time) bool {
+func (k *keeper) dropped(log *slog.Logger, id string, loadedAt time.Time) bool {
 	now := time.Now()
 	if until, ok := k.paused[id]; ok {
 		if now.Before(until) {
@@ -165,10 +166,10 @@ func (k *keeper) dropped(a *Agent, id string, loadedAt time.Time) bool {
 	if n := k.soon[id]; n >= 2 {
 		pause := min(time.Minute<<(n-2), keepPauseMax)
 		k.paused[id] = now.Add(pause)
-		a.log.Warn("always-on model dropped again soon after its load: the engine may not hold every always-on model at once (Ollama: GPU memory, OLLAMA_MAX_LOADED_MODELS); loaded again after a pause",
+		log.Warn("always-on model dropped again soon after its load: the engine may not hold every always-on model at once (Ollama: GPU memory, OLLAMA_MAX_LOADED_MODELS); loaded again after a pause",
 			"model", id, "pause", pause)
 		return false
 	}
-	a.log.Info("always-on model dropped by its engine; loading it again", "model", id)
+	log.Info("always-on model dropped by its engine; loading it again", "model", id)
 	return true
 }
