@@ -71,8 +71,10 @@ type Engine struct {
 	marks       uint64
 	loadedKnown bool
 	// kept are the models Keep was asked to keep (by modelKey): every
-	// request for one tells Ollama to keep it loaded for good, since a
-	// request that does not say resets it to Ollama's idle timeout.
+	// request for one tells Ollama to keep it loaded for good. A request
+	// that does not say leaves a loaded model's keep_alive as it is, but
+	// one that loads it again (Ollama restarted, or evicted it) would load
+	// it for Ollama's idle timeout alone.
 	kept map[string]bool
 }
 
