@@ -55,12 +55,9 @@ func (a *Agent) keepLoop(ctx context.Context) {
 		if a.keepListed(ctx, k) {
 			// The listing that woke the loop predates the loads: list
 			// again, so that the gateway and the next look see them
-			// loaded. That listing needs no look of its own.
+			// loaded. Its wake is not drained: one from an install that
+			// ended during the loads shares the channel.
 			a.refreshModels(ctx)
-			select {
-			case <-a.keepWake:
-			default:
-			}
 		}
 		select {
 		case <-ctx.Done():
