@@ -110,7 +110,7 @@ func TestWorkersShow(t *testing.T) {
 		for _, re := range []string{`(?m)^Name\s+gpu-box-1$`, `(?m)^ID\s+wk_0000000000000001$`, `(?m)^Version\s+v1\.3\.0 \(latest v1\.4\.0\)$`,
 			`(?m)^Engines\s+openai http://127\.0\.0\.1:8000$`, `(?m)^Active\s+2 of 4$`, `(?m)^Power\s+612 W$`,
 			`(?m)^MODEL\s+CAPABILITIES\s+CONTEXT\s+ENGINE\s+LOADED\s+NOTE$`, `(?m)^qwen3-32b\s+chat,reasoning\s+32768\s+openai\s+-\s+-$`,
-			`(?m)^llama-3\.3-70b-instruct-with-a-very-long-model-identifier\s+chat\s+-\s+openai`, `(?m)^bge-m3\s+embeddings\s+`} {
+			`(?m)^llama-3\.3-70b-instruct-with-a-very-long-model-identifier\s+chat\s+-\s+openai`, `(?m)^bge-m3\s+embeddings\s+-\s+openai\s+yes\s+always on$`} {
 			if !regexp.MustCompile(re).MatchString(r.stdout) {
 				t.Errorf("show %s lacks %s:\n%s", arg, re, r.stdout)
 			}

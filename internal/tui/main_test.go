@@ -95,13 +95,19 @@ func model(id string, caps []string, ctx int, engine string, loaded *bool) api.M
 	return api.Model{ID: id, Capabilities: caps, ContextWindow: ctx, Engine: engine, Loaded: loaded}
 }
 
+// alwaysOn is m as a worker lists a model it keeps loaded.
+func alwaysOn(m api.Model) api.Model {
+	m.AlwaysOn = true
+	return m
+}
+
 // fixtureWorkers is a fleet with one worker in every state.
 func fixtureWorkers() []api.Worker {
 	return []api.Worker{
 		{
 			WorkerID: "wk_01hq3a", WorkerName: "gpu-a", Status: api.StatusHealthy, Version: "v1.3.0",
 			Models: []api.Model{
-				model("llama3.1:8b", []string{"chat", "tools"}, 131072, "ollama", ptr(true)),
+				alwaysOn(model("llama3.1:8b", []string{"chat", "tools"}, 131072, "ollama", ptr(true))),
 				model("qwen2.5-coder:32b", []string{"chat", "tools"}, 32768, "ollama", ptr(false)),
 				model("nomic-embed-text", []string{"embeddings"}, 8192, "ollama", nil),
 			},
