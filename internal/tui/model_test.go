@@ -279,4 +279,39 @@ func TestDocsFrame(t *testing.T) {
 	if err != nil || string(b) != view+"\n" {
 		t.Errorf("%s is out of date; run go test ./internal/tui -run TestDocsFrame -update", doc)
 	}
+	readmeFrame(t, view)
+}
+
+// readmeFrame checks that the README shows the frame as docs/top-frame.txt
+// has it: the first code block after the line that names the file, which
+// -update rewrites.
+func readmeFrame(t *testing.T, view string) {
+	t.Helper()
+	path := filepath.Join("..", "..", "README.md")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(b)
+	at := strings.Index(readme, "(frame from [docs/top-frame.txt]")
+	start := strings.Index(readme[max(at, 0):], "```\n")
+	if at < 0 || start < 0 {
+		t.Fatalf("%s no longer names docs/top-frame.txt before a code block", path)
+	}
+	start += at + len("```\n")
+	end := strings.Index(readme[start:], "```\n")
+	if end < 0 {
+		t.Fatalf("%s: the frame's code block does not end", path)
+	}
+	end += start
+	if f := flag.Lookup("update"); f != nil && f.Value.String() == "true" {
+		readme = readme[:start] + view + "\n" + readme[end:]
+		if err := os.WriteFile(path, []byte(readme), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		end = start + len(view) + 1
+	}
+	if readme[start:end] != view+"\n" {
+		t.Errorf("%s shows another frame than docs/top-frame.txt; run go test ./internal/tui -run TestDocsFrame -update", path)
+	}
 }
