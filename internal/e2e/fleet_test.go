@@ -289,16 +289,30 @@ func TestFailureBeforeOutputRetriesElsewhereAndHealthTurns(t *testing.T) {
 	good := newFakeOpenAI(t, "good", false)
 	startWorker(t, s.URL, s.tokenFile(), "bad", "--engine", "openai="+bad.srv.URL)
 	startWorker(t, s.URL, s.tokenFile(), "good", "--engine", "openai="+good.srv.URL)
-	for i := range 8 {
+	// Every request is answered by the good worker, whether or not the
+	// bad one failed it first; the bad one is held back once its failures
+	// have gone on for a second with no success between.
+	unhealthy := func() bool {
+		for _, w := range s.workers(key) {
+			if w["worker_name"] == "bad" {
+				return w["status"] == "unhealthy"
+			}
+		}
+		return false
+	}
+	for i := 0; !unhealthy(); i++ {
+		if i == 40 {
+			t.Fatalf("the failing worker was not held back after %d requests over 10 s (tried %d times)", i, bad.chats.Load())
+		}
 		r := s.do("POST", "/v1/chat/completions", chatBody("shared-model", fmt.Sprint("q", i), false), bearer(key))
 		if r.Status != 200 || !strings.Contains(string(r.Body), "from good") {
 			t.Fatalf("request %d = %d %s", i, r.Status, r.Body)
 		}
+		time.Sleep(250 * time.Millisecond)
 	}
 	if bad.chats.Load() == 0 {
 		t.Fatal("the failing worker was never tried, so no retry was exercised")
 	}
-	s.workerNamed(key, "bad", statusIs("unhealthy"))
 	s.waitEvent(key, "?event_type=health_changed", func(e map[string]any) bool {
 		return e["worker_name"] == "bad" && e["metadata"].(map[string]any)["to"] == "unhealthy"
 	})

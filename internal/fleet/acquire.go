@@ -211,12 +211,17 @@ func (l *Lease) Release(o Outcome) {
 			if now.Sub(h.last) > failureMemory*f.cfg.HoldBack {
 				h.failures = 0
 			}
+			if h.failures == 0 {
+				h.since = now
+			}
 			h.last = now
 			h.failures++
-			if h.failures >= f.cfg.FailuresBeforeUnhealthy {
+			if h.failures >= f.cfg.FailuresBeforeUnhealthy && now.Sub(h.since) >= failureSpan {
 				h.heldUntil = now.Add(f.cfg.HoldBack)
-				// After the hold-back one more failure holds it back again.
-				h.failures = f.cfg.FailuresBeforeUnhealthy - 1
+				// After the hold-back one more failure holds it back
+				// again, once failures have gone on for the span since
+				// it ended with no success between.
+				h.failures, h.since = f.cfg.FailuresBeforeUnhealthy-1, h.heldUntil
 				f.reindexLocked(l.org, w, now)
 			}
 		}

@@ -296,12 +296,21 @@ type worker struct {
 }
 
 // modelHealth is a worker's record of one model's requests: consecutive
-// failures, the last one's time, and the end of the hold-back they earned.
+// failures, when the run of them began, the last one's time, and the end
+// of the hold-back they earned.
 type modelHealth struct {
 	failures  int
+	since     time.Time
 	last      time.Time
 	heldUntil time.Time
 }
+
+// failureSpan is how long failures must go on without a success between
+// them to hold a worker back. A count alone is met by a few requests
+// that fail at once (a client's bad requests, a burst) between successes
+// that take seconds each, and would take a working model away from
+// every request; an engine that is broken fails for longer than this.
+const failureSpan = time.Second
 
 // failureMemory, in hold-backs, is how long a failure counts toward the
 // next: one that comes later starts the count over, so that failures far

@@ -155,11 +155,13 @@ func (fw *fakeWorker) connect(org string) {
 	fw.h.expect(fw.id, org, api.StatusHealthy)
 }
 
-// fail runs n requests of model in organisation org that fail, as many
-// as hold its worker back from it by default.
+// fail runs n requests of model in organisation org that fail, each
+// half a second after the last: n = 3 holds its worker back from it by
+// default (three failures over failureSpan), as do n = 2 then n = 1.
 func (h *harness) fail(org, model string, n int) {
 	h.t.Helper()
 	for range n {
+		time.Sleep(failureSpan / 2)
 		l, err := h.f.Acquire(h.ctx, Need{OrgID: org, Model: model})
 		if err != nil {
 			h.t.Fatal(err)
@@ -513,6 +515,43 @@ func TestHoldBackIsAModels(t *testing.T) {
 			t.Fatalf("the failing model after the hold-back: %v", err)
 		}
 		l.Release(Succeeded)
+	})
+}
+
+// Requests that fail at once between successes that take a while hold
+// nothing back, however many fail in a row: a worker is held back only
+// when its failures go on for failureSpan with no success between.
+func TestQuickFailuresBetweenSuccessesHoldNothingBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Config{HoldBack: time.Minute})
+		w := h.worker("o", "w", 8, chat("m"))
+		for range 20 {
+			ok, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 5 {
+				l, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"})
+				if err != nil {
+					t.Fatalf("held back by quick failures between successes: %v", err)
+				}
+				l.Release(Failed)
+				time.Sleep(100 * time.Millisecond)
+			}
+			ok.Release(Succeeded)
+		}
+		h.expect(w.id, "o", api.StatusHealthy)
+		// Five failing at once are not a failing engine either; the
+		// same failures going on for a second are.
+		for range 5 {
+			l, _ := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"})
+			l.Release(Failed)
+		}
+		h.expect(w.id, "o", api.StatusHealthy)
+		time.Sleep(failureSpan)
+		l, _ := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"})
+		l.Release(Failed)
+		h.expect(w.id, "o", api.StatusUnhealthy)
 	})
 }
 
