@@ -342,7 +342,8 @@ func (f *Fleet) Connect(ctx context.Context, orgID string, hello api.Hello, conn
 	}
 
 	if replaced != nil {
-		replaced.Close(&LostError{WorkerID: id, WorkerName: hello.Name, Reason: "was replaced by a new connection of the same name"})
+		replaced.Close(&LostError{WorkerID: id, WorkerName: hello.Name,
+			Reason: "restarted, or another worker took its name, and a new process cannot resume the old one's requests"})
 	}
 	welcome := api.Welcome{WorkerID: id, Resumed: resumed, HeartbeatS: int(f.cfg.Heartbeat / time.Second),
 		PowerThrough: f.cfg.Power.PowerThrough(id)}

@@ -876,7 +876,7 @@ func TestNewSessionReplacesOld(t *testing.T) {
 		st, _ := l.Open(h.ctx, []byte(`{}`), []byte(`{}`))
 		restarted := h.worker("o", "w", 1, chat("m")) // same name, new session: a restart
 		var lost *LostError
-		if _, err := st.Recv(h.ctx); !errors.As(err, &lost) {
+		if _, err := st.Recv(h.ctx); !errors.As(err, &lost) || !strings.Contains(lost.Reason, "cannot resume the old one's requests") {
 			t.Fatalf("old stream = %v", err)
 		}
 		if restarted.id != w.id {

@@ -599,7 +599,7 @@ func (c *Call) lostError(err error) error {
 	name := c.lease.Worker.Name + " (" + c.lease.Worker.ID + ")"
 	if errors.As(err, &lost) {
 		return &api.Error{Kind: api.KindUnavailable, Code: api.CodeWorkerLost, RetryAfter: time.Second,
-			Message: "Worker " + name + " disconnected while handling the request and did not return in time; retry"}
+			Message: "Worker " + name + " was lost while handling the request (" + lost.Reason + "); retry"}
 	}
 	return &api.Error{Kind: api.KindUnavailable, Code: api.CodeWorkerLost, RetryAfter: time.Second,
 		Message: "The response from worker " + name + " could not be relayed; retry", Err: err}

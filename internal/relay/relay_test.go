@@ -141,7 +141,8 @@ func TestWorkerLostFailsNamingIt(t *testing.T) {
 		})
 		start := time.Now()
 		_, err := h.rl.Start(chatRequest("req-1", false)).Unary()
-		if status(err) != http.StatusServiceUnavailable || code(err) != "worker_lost" || !strings.Contains(err.Error(), "gpu-1 ("+w.id+")") {
+		if status(err) != http.StatusServiceUnavailable || code(err) != "worker_lost" || !strings.Contains(err.Error(), "gpu-1 ("+w.id+")") ||
+			!strings.Contains(err.Error(), "did not return within 5s") {
 			t.Fatalf("err %v", err)
 		}
 		// The worker had its grace to come back.
