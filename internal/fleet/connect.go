@@ -34,7 +34,7 @@ type LostError struct {
 }
 
 func (e *LostError) Error() string {
-	return fmt.Sprintf("worker %s (%s) %s", e.WorkerName, e.WorkerID, e.Reason)
+	return fmt.Sprintf("worker %s (%s) lost: %s", e.WorkerName, e.WorkerID, e.Reason)
 }
 
 // ReadHello reads the worker's first message.
