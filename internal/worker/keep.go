@@ -71,22 +71,27 @@ func (a *Agent) keepLoop(ctx context.Context) {
 // this process has not loaded or that the listing shows unloaded. It
 // reports whether it loaded any.
 func (a *Agent) keepListed(ctx context.Context, k *keeper) (loadedAny bool) {
+	// A model kept before whose engine does not say whether it is loaded
+	// (an Ollama behind the OpenAI API) is kept again at every listing:
+	// that costs a loaded model nothing, and loads a dropped one again.
+	// Only a load is reported.
 	type due struct {
-		id string
-		s  served
+		id    string
+		s     served
+		again bool
 	}
 	var todo []due
 	a.mu.Lock()
 	listed := a.byModel
 	for _, m := range a.models {
-		if _, kept := k.kept[m.ID]; m.AlwaysOn && (!kept || m.Loaded != nil && !*m.Loaded) {
-			todo = append(todo, due{m.ID, a.byModel[m.ID]})
+		if _, kept := k.kept[m.ID]; m.AlwaysOn && (!kept || m.Loaded == nil || !*m.Loaded) {
+			todo = append(todo, due{m.ID, a.byModel[m.ID], kept && m.Loaded == nil})
 		}
 	}
 	a.mu.Unlock()
 	todo = slices.DeleteFunc(todo, func(d due) bool {
 		at, kept := k.kept[d.id]
-		return kept && !k.dropped(a.log, d.id, at)
+		return kept && !d.again && !k.dropped(a.log, d.id, at)
 	})
 
 	var absent []string
@@ -127,6 +132,9 @@ func (a *Agent) keepListed(ctx context.Context, k *keeper) (loadedAny bool) {
 			continue
 		}
 		delete(k.failed, d.id)
+		if d.again && took == 0 {
+			continue // loaded all along
+		}
 		k.kept[d.id] = time.Now()
 		loadedAny = true
 		load := &api.ModelLoad{Model: d.id}

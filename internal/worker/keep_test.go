@@ -26,6 +26,9 @@ type keepEngine struct {
 	// evicted are dropped again as soon as they are loaded, as a model
 	// that does not fit beside the others is.
 	evicted map[string]bool
+	// unknown lists the models without their loaded state, as an engine
+	// that cannot tell does.
+	unknown bool
 
 	kmu    sync.Mutex
 	loaded map[string]bool
@@ -40,8 +43,9 @@ func (e *keepEngine) Models(ctx context.Context) ([]api.Model, error) {
 		ms = append(ms, api.Model{ID: id, Capabilities: []string{api.CapChat}})
 	}
 	for i := range ms {
-		loaded := e.loaded[ms[i].ID]
-		ms[i].Loaded = &loaded
+		if loaded := e.loaded[ms[i].ID]; !e.unknown {
+			ms[i].Loaded = &loaded
+		}
 	}
 	return ms, nil
 }
@@ -155,6 +159,28 @@ func TestAlwaysOnInstalledDuringALoad(t *testing.T) {
 		stop()
 		if got := eng.keepCounts(); got["a"] != 1 || got["late"] != 1 {
 			t.Fatalf("keeps %v ten seconds in, want a and late once", got)
+		}
+	})
+}
+
+// A model whose engine does not say whether it is loaded is kept again at
+// every listing, which loads it again once the engine dropped it; only
+// the loads are reported.
+func TestAlwaysOnLoadedStateUnknown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		eng := &keepEngine{loadTime: time.Second, unknown: true, loaded: map[string]bool{}, keeps: map[string]int{}}
+		_, log, stop := runLinked(t, Config{Engines: []engine.Engine{eng}, AlwaysOn: []string{"a"}, RefreshModels: 30 * time.Second}, 0)
+		time.Sleep(5 * time.Second)
+		eng.drop("a")
+		time.Sleep(60 * time.Second) // two listings: a load, then a keep of a loaded model
+		stop()
+		if got := eng.keepCounts()["a"]; got < 3 {
+			t.Errorf("kept %d times over two listings after the first, want at least 3", got)
+		}
+		log.mu.Lock()
+		defer log.mu.Unlock()
+		if n := len(log.loads); n != 2 {
+			t.Errorf("%d model_loaded events, want 2: the first load and the one after the drop", n)
 		}
 	})
 }

@@ -358,6 +358,7 @@ func (e *Engine) Keep(ctx context.Context, model string) (time.Duration, error) 
 		LoadDuration int64 `json:"load_duration"`
 	}
 	before := e.loadState(model)
+	start := time.Now()
 	err := e.call(ctx, http.MethodPost, "/api/generate", in, &out)
 	var se *statusErr
 	if errors.As(err, &se) && se.status == http.StatusBadRequest && strings.Contains(se.msg, "does not support generate") {
@@ -370,7 +371,12 @@ func (e *Engine) Keep(ctx context.Context, model string) (time.Duration, error) 
 	if before.known && before.loaded {
 		return 0, nil
 	}
-	return time.Duration(out.LoadDuration), nil
+	// Ollama's answer to a load without a prompt carries no timings: the
+	// call's own time is the load's.
+	if out.LoadDuration > 0 {
+		return time.Duration(out.LoadDuration), nil
+	}
+	return time.Since(start), nil
 }
 
 // loadState is what the adapter knew about a model before a request.

@@ -28,11 +28,17 @@ func (e *Engine) Keep(ctx context.Context, model string) (time.Duration, error) 
 	if e.detected() != flavourOllama {
 		return 0, nil
 	}
+	// Asked even of a loaded model: one that a request through the OpenAI
+	// API loaded again, after a restart or an eviction, has Ollama's idle
+	// timeout, and is kept for good only once asked. Whether it was
+	// loaded says whether this was a load.
+	loaded := e.ollamaLoaded(ctx, model)
 	name, _ := json.Marshal(model) // a string always marshals
 	body := fmt.Appendf(nil, `{"model":%s,"keep_alive":-1}`, name)
-	took, res := e.load(ctx, "/api/generate", body)
+	start := time.Now()
+	res := e.load(ctx, "/api/generate", body)
 	if res != nil && res.Status == http.StatusBadRequest && res.Error != nil && strings.Contains(res.Error.Message, "does not support generate") {
-		took, res = e.load(ctx, "/api/embed", body)
+		res = e.load(ctx, "/api/embed", body)
 	}
 	if res != nil {
 		msg := http.StatusText(res.Status)
@@ -41,23 +47,63 @@ func (e *Engine) Keep(ctx context.Context, model string) (time.Duration, error) 
 		}
 		return 0, fmt.Errorf("keep %s loaded: Ollama answered %d: %s", model, res.Status, msg)
 	}
-	return took, nil
+	if loaded {
+		return 0, nil
+	}
+	// Ollama's answer to a load without a prompt carries no timings: the
+	// call's own time is the load's.
+	return time.Since(start), nil
 }
 
-// load posts body to Ollama's path and returns the load's time it reports.
-func (e *Engine) load(ctx context.Context, path string, body []byte) (time.Duration, *api.Result) {
+// load posts body to Ollama's path, for a load without a prompt.
+func (e *Engine) load(ctx context.Context, path string, body []byte) *api.Result {
 	resp, res := e.post(ctx, path, body, "application/json")
 	if res != nil {
-		return 0, res
+		return res
+	}
+	defer resp.Close()
+	if _, err := readLimited(resp, maxKeepAnswer); err != nil {
+		return engine.Unreachable(err)
+	}
+	return nil
+}
+
+// ollamaLoaded reports whether Ollama's /api/ps lists model as loaded;
+// false when it cannot say.
+func (e *Engine) ollamaLoaded(ctx context.Context, model string) bool {
+	resp, res := e.do(ctx, &request{method: http.MethodGet, path: "/api/ps", accept: "application/json"})
+	if res != nil {
+		return false
 	}
 	defer resp.Close()
 	b, err := readLimited(resp, maxKeepAnswer)
 	if err != nil {
-		return 0, engine.Unreachable(err)
+		return false
 	}
-	var out struct {
-		LoadDuration int64 `json:"load_duration"`
+	var ps struct {
+		Models []struct {
+			Name  string `json:"name"`
+			Model string `json:"model"`
+		} `json:"models"`
 	}
-	_ = json.Unmarshal(b, &out)
-	return time.Duration(out.LoadDuration), nil
+	if json.Unmarshal(b, &ps) != nil {
+		return false
+	}
+	want := ollamaName(model)
+	for _, m := range ps.Models {
+		if ollamaName(m.Name) == want || ollamaName(m.Model) == want {
+			return true
+		}
+	}
+	return false
+}
+
+// ollamaName is a model name as Ollama compares them: "llama3" is
+// "llama3:latest".
+func ollamaName(name string) string {
+	name = strings.ToLower(strings.TrimSpace(name))
+	if !strings.Contains(name[strings.LastIndex(name, "/")+1:], ":") {
+		name += ":latest"
+	}
+	return name
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -15,32 +16,47 @@ import (
 func TestKeep(t *testing.T) {
 	ctx := context.Background()
 	var f *fake
+	var ps atomic.Value
+	ps.Store(`{"models":[]}`)
 	f = newFake(t, map[string]http.HandlerFunc{
 		"/v1/models": jsonHandler(200, ollamaModels),
+		"/api/ps":    func(w http.ResponseWriter, r *http.Request) { jsonHandler(200, ps.Load().(string))(w, r) },
 		"/api/generate": func(w http.ResponseWriter, r *http.Request) {
 			if reqs := f.requests(); strings.Contains(string(reqs[len(reqs)-1].Body), "nomic") {
 				jsonHandler(400, `{"error":"\"nomic-embed-text:latest\" does not support generate"}`)(w, r)
 				return
 			}
-			jsonHandler(200, `{"model":"qwen3:8b","response":"","done":true,"done_reason":"load","load_duration":2500000000}`)(w, r)
+			// As Ollama answers a load without a prompt: no timings.
+			time.Sleep(20 * time.Millisecond)
+			jsonHandler(200, `{"model":"qwen3:8b","created_at":"2026-01-01T00:00:00Z","response":"","done":true,"done_reason":"load"}`)(w, r)
 		},
-		"/api/embed": jsonHandler(200, `{"model":"nomic-embed-text:latest","embeddings":[],"load_duration":700000000}`),
+		"/api/embed": jsonHandler(200, `{"model":"nomic-embed-text:latest","embeddings":[]}`),
 	})
 	e := f.engine(t)
 	if _, err := e.Models(ctx); err != nil {
 		t.Fatal(err)
 	}
 	took, err := e.Keep(ctx, "qwen3:8b")
-	if err != nil || took != 2500*time.Millisecond {
-		t.Fatalf("keep: %s, %v", took, err)
+	if err != nil || took < 20*time.Millisecond {
+		t.Fatalf("keep: %s, %v; want the load's time", took, err)
 	}
 	if g := string(f.last(t, "/api/generate").Body); g != `{"model":"qwen3:8b","keep_alive":-1}` {
 		t.Errorf("load sent %s", g)
 	}
-	if took, err := e.Keep(ctx, "nomic-embed-text:latest"); err != nil || took != 700*time.Millisecond {
-		t.Fatalf("keep an embedding model: %s, %v", took, err)
+	// Loaded already (by a request through the OpenAI API, say): asked
+	// again, for keep_alive, and no load is reported.
+	ps.Store(`{"models":[{"name":"qwen3:8b","model":"qwen3:8b"}]}`)
+	before := len(f.requests())
+	if took, err := e.Keep(ctx, "qwen3:8b"); err != nil || took != 0 {
+		t.Fatalf("keep a loaded model: %s, %v", took, err)
 	}
-	if g := string(f.last(t, "/api/embed").Body); g != `{"model":"nomic-embed-text:latest","keep_alive":-1}` {
+	if f.last(t, "/api/generate"); len(f.requests()) != before+2 {
+		t.Errorf("a loaded model was not asked to stay: %d requests", len(f.requests())-before)
+	}
+	if _, err := e.Keep(ctx, "nomic-embed-text"); err != nil {
+		t.Fatalf("keep an embedding model: %v", err)
+	}
+	if g := string(f.last(t, "/api/embed").Body); g != `{"model":"nomic-embed-text","keep_alive":-1}` {
 		t.Errorf("embedding model's load sent %s", g)
 	}
 
