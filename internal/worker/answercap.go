@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"net/http"
 	"time"
 	"unicode/utf8"
@@ -82,18 +83,33 @@ func (c *capSink) Event(ctx context.Context, data []byte) error {
 	if c.head.ID == "" {
 		c.head = chunk.chunkHead
 	}
-	drop := false
+	// drop are the choices cut off before this chunk, whose deltas go no
+	// further; cut are those whose content this chunk takes past the cap,
+	// with what of it is left.
+	var drop map[int]bool
+	var cut map[int]string
 	for _, ch := range chunk.Choices {
 		i := ch.Index
 		if i < 0 || i >= c.n {
 			continue
 		}
 		if c.capped[i] {
-			drop = true
+			if drop == nil {
+				drop = map[int]bool{}
+			}
+			drop[i] = true
 			continue
 		}
 		if d := ch.Delta; d.Content != "" || len(d.ToolCalls) > 0 && string(d.ToolCalls) != "null" {
-			c.tokens[i] += chunkTokens(d.Content)
+			n := chunkTokens(d.Content)
+			if left := c.cap - c.tokens[i]; n > left && d.Content != "" {
+				if cut == nil {
+					cut = map[int]string{}
+				}
+				cut[i] = truncateRunes(d.Content, max(left, 1)*4)
+				n = left
+			}
+			c.tokens[i] += n
 		}
 		if ch.FinishReason != nil {
 			c.ended[i] = true
@@ -101,9 +117,9 @@ func (c *capSink) Event(ctx context.Context, data []byte) error {
 			c.capped[i] = true
 		}
 	}
-	if drop {
+	if drop != nil || cut != nil {
 		var ok bool
-		if data, ok = c.withoutCapped(data); !ok {
+		if data, ok = rewriteChunk(data, drop, cut); !ok {
 			return c.stopIfDone()
 		}
 	}
@@ -138,23 +154,33 @@ func (c *capSink) stopIfDone() error {
 	return errAnswerCapped
 }
 
-// withoutCapped is the chunk without the choices cut off; false when
+// rewriteChunk is the chunk without the choices of drop, and with the
+// content of those of cut replaced by what cut keeps of it; false when
 // nothing of it is left to send.
-func (c *capSink) withoutCapped(data []byte) ([]byte, bool) {
+func rewriteChunk(data []byte, drop map[int]bool, cut map[int]string) ([]byte, bool) {
 	var chunk map[string]json.RawMessage
-	var choices []json.RawMessage
+	var choices []map[string]json.RawMessage
 	if json.Unmarshal(data, &chunk) != nil || json.Unmarshal(chunk["choices"], &choices) != nil {
 		return data, true
 	}
 	kept := choices[:0]
-	for _, raw := range choices {
-		var ch struct {
-			Index int `json:"index"`
-		}
-		if json.Unmarshal(raw, &ch) == nil && ch.Index >= 0 && ch.Index < c.n && c.capped[ch.Index] {
+	for _, ch := range choices {
+		var i int
+		if json.Unmarshal(ch["index"], &i) != nil {
+			kept = append(kept, ch)
 			continue
 		}
-		kept = append(kept, raw)
+		if drop[i] {
+			continue
+		}
+		if content, ok := cut[i]; ok {
+			var delta map[string]json.RawMessage
+			if json.Unmarshal(ch["delta"], &delta) == nil {
+				delta["content"], _ = json.Marshal(content)
+				ch["delta"], _ = json.Marshal(delta)
+			}
+		}
+		kept = append(kept, ch)
 	}
 	if len(kept) == 0 {
 		return nil, false
@@ -179,7 +205,7 @@ func (c *capSink) finish(ctx context.Context, res *api.Result) *api.Result {
 		if u := res.Usage; u != nil {
 			nu := *u
 			nu.CompletionTokens = max(u.CompletionTokens-c.removed, 0)
-			nu.TotalTokens = max(u.TotalTokens-c.removed, 0)
+			nu.TotalTokens = nu.PromptTokens + nu.CompletionTokens
 			out.Usage = &nu
 		}
 		return &out
@@ -221,7 +247,10 @@ func (c *capSink) Body(ctx context.Context, data []byte) error {
 }
 
 // capWhole is a whole answer held to the cap; false when it is within it
-// (or not a chat completion).
+// (or not a chat completion). Each choice's answer is estimated from its
+// text, and when the engine counts its thinking apart, the estimates are
+// scaled to the engine's count of answer tokens (its completion less its
+// thinking), exact with one choice. The tokens cut come off the usage.
 func (c *capSink) capWhole(data []byte) ([]byte, bool) {
 	var reply map[string]any
 	if json.Unmarshal(data, &reply) != nil {
@@ -232,32 +261,51 @@ func (c *capSink) capWhole(data []byte) ([]byte, bool) {
 	completion, hasCompletion := u["completion_tokens"].(float64)
 	details, _ := u["completion_tokens_details"].(map[string]any)
 	reasoning, hasReasoning := details["reasoning_tokens"].(float64)
-	removed := 0
+
+	type answer struct {
+		msg     map[string]any
+		ch      map[string]any
+		content string
+		tokens  float64
+	}
+	answers := make([]answer, 0, len(choices))
+	estimated := 0.0
 	for _, raw := range choices {
 		ch, _ := raw.(map[string]any)
 		msg, _ := ch["message"].(map[string]any)
 		content, _ := msg["content"].(string)
-		chars := utf8.RuneCountInString(content)
-		answer := usage.EstimateTokens(chars)
-		if hasCompletion && hasReasoning && len(choices) == 1 {
-			answer = int(completion) - int(reasoning)
-		}
-		if answer <= c.cap || content == "" {
+		if content == "" {
 			continue
 		}
-		msg["content"] = truncateRunes(content, chars*c.cap/answer)
-		ch["finish_reason"] = "length"
-		removed += answer - c.cap
+		n := float64(usage.EstimateTokens(utf8.RuneCountInString(content)))
+		answers = append(answers, answer{msg: msg, ch: ch, content: content, tokens: n})
+		estimated += n
+	}
+	if counted := completion - reasoning; hasCompletion && hasReasoning && counted > 0 && estimated > 0 {
+		for i := range answers {
+			answers[i].tokens *= counted / estimated
+		}
+	}
+	removed := 0
+	for _, a := range answers {
+		tokens := int(math.Round(a.tokens))
+		if tokens <= c.cap {
+			continue
+		}
+		a.msg["content"] = truncateRunes(a.content, utf8.RuneCountInString(a.content)*c.cap/tokens)
+		a.ch["finish_reason"] = "length"
+		removed += tokens - c.cap
 	}
 	if removed == 0 {
 		return nil, false
 	}
-	c.removed = removed
 	if hasCompletion {
-		total, _ := u["total_tokens"].(float64)
-		u["completion_tokens"] = max(int(completion)-removed, 0)
-		u["total_tokens"] = max(int(total)-removed, 0)
+		removed = min(removed, int(completion))
+		prompt, _ := u["prompt_tokens"].(float64)
+		u["completion_tokens"] = int(completion) - removed
+		u["total_tokens"] = int(prompt) + int(completion) - removed
 	}
+	c.removed = removed
 	out, err := json.Marshal(reply)
 	if err != nil {
 		c.removed = 0

@@ -177,3 +177,80 @@ func (c *captureEvents) Event(_ context.Context, data []byte) error {
 func (c *captureEvents) Body(_ context.Context, data []byte) error {
 	return c.Event(context.Background(), data)
 }
+
+// A chunk holding more of the answer than the cap leaves is cut down to
+// what it leaves, at four characters a token.
+func TestCapSinkLongChunk(t *testing.T) {
+	ctx := context.Background()
+	var got captureEvents
+	c := newCapSink(&got, 5, nil)
+	if err := c.Event(ctx, chunkOf(0, `{"content":"a"}`, "")); err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("abcd ", 44) // 220 characters, 55 tokens
+	err := c.Event(ctx, chunkOf(0, fmt.Sprintf(`{"content":%q}`, long), ""))
+	if !errors.Is(err, errAnswerCapped) {
+		t.Fatalf("the long chunk did not stop the engine: %v", err)
+	}
+	var chunk struct {
+		ID      string `json:"id"`
+		Choices []struct {
+			Delta struct {
+				Content string `json:"content"`
+			} `json:"delta"`
+		} `json:"choices"`
+	}
+	if err := json.Unmarshal(got.events[1], &chunk); err != nil {
+		t.Fatal(err)
+	}
+	if chunk.ID != "c1" || chunk.Choices[0].Delta.Content != long[:16] {
+		t.Errorf("the long chunk went on as %s, want its first 16 characters (4 tokens)", got.events[1])
+	}
+}
+
+// With several choices a whole answer's estimates are scaled to the
+// engine's count of answer tokens, and the usage keeps the thinking and
+// what is left of each answer.
+func TestCapSinkWholeChoices(t *testing.T) {
+	ctx := context.Background()
+	a, b := strings.Repeat("word ", 48), strings.Repeat("word ", 48) // 60 tokens each by their text
+	body := fmt.Sprintf(`{"id":"c","object":"chat.completion","choices":[`+
+		`{"index":0,"message":{"role":"assistant","content":%q},"finish_reason":"stop"},`+
+		`{"index":1,"message":{"role":"assistant","content":%q},"finish_reason":"stop"}],`+
+		`"usage":{"prompt_tokens":8,"completion_tokens":100,"total_tokens":108,"completion_tokens_details":{"reasoning_tokens":20}}}`, a, b)
+	var got captureSink
+	c := newCapSink(&got, 5, []byte(`{"n":2}`))
+	if err := c.Body(ctx, []byte(body)); err != nil {
+		t.Fatal(err)
+	}
+	var reply struct {
+		Choices []struct {
+			Message struct {
+				Content string `json:"content"`
+			} `json:"message"`
+			FinishReason string `json:"finish_reason"`
+		} `json:"choices"`
+		Usage struct {
+			CompletionTokens int `json:"completion_tokens"`
+			TotalTokens      int `json:"total_tokens"`
+		} `json:"usage"`
+	}
+	if err := json.Unmarshal(got.body, &reply); err != nil {
+		t.Fatal(err)
+	}
+	// 80 answer tokens (100 less 20 of thinking), 40 a choice, each cut to
+	// 5: an eighth of its text.
+	for i, ch := range reply.Choices {
+		if ch.FinishReason != "length" || ch.Message.Content != a[:30] {
+			t.Errorf("choice %d: %+v", i, ch)
+		}
+	}
+	if reply.Usage.CompletionTokens != 30 || reply.Usage.TotalTokens != 38 {
+		t.Errorf("usage %+v, want 20 of thinking and 5 of each answer", reply.Usage)
+	}
+	r := 20
+	res := c.finish(ctx, &api.Result{Status: http.StatusOK, Usage: &api.Usage{PromptTokens: 8, CompletionTokens: 100, TotalTokens: 108, ReasoningTokens: &r}})
+	if res.Usage.CompletionTokens != 30 || res.Usage.TotalTokens != 38 {
+		t.Errorf("result usage %+v", res.Usage)
+	}
+}
