@@ -382,6 +382,16 @@ func TestContentFiltering(t *testing.T) {
 			t.Fatalf("%d %s", r.Status, r.Body)
 		}
 	})
+	t.Run("an answer capped apart from its thinking", func(t *testing.T) {
+		// The filter passes the reply on once checked, and the cap cuts
+		// what it passes on.
+		r, data := rawStream(t, s, key, streamBody("sim-reasoner", "hi\nsim: tokens=40 reasoning=10", map[string]any{"max_tokens": 5}))
+		text := streamedText(t, data)
+		if r.Status != 200 || !strings.Contains(strings.Join(data, ""), `"finish_reason":"length"`) || data[len(data)-1] != "[DONE]" ||
+			text == "" || len(strings.Fields(text)) > 5 {
+			t.Fatalf("%d: answer %q in %v", r.Status, text, data)
+		}
+	})
 	t.Run("a key without filtering is not checked", func(t *testing.T) {
 		r, data := rawStream(t, s, admin, streamBody("sim-chat", "go on\nsim: tokens=20 reply_verdict=unsafe reply_labels=Violent", nil))
 		if r.Status != 200 || strings.Contains(strings.Join(data, ""), "content_filter") {
