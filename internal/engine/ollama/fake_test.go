@@ -275,6 +275,9 @@ func (f *fakeOllama) handleGenerate(w http.ResponseWriter, r *http.Request) {
 			`,"done":true,"done_reason":"` + reason + `","context":[128006,882,128007],"load_duration":3000000,` + doneStats + `}`
 	}
 	switch model {
+	case "loadonly":
+		// As Ollama answers a load without a prompt: no timings.
+		writeJSON(w, 200, `{"model":"loadonly","created_at":"2025-01-01T00:00:00Z","response":"","done":true,"done_reason":"load"}`)
 	case "missing":
 		writeJSON(w, 404, `{"error":"model \"missing\" not found, try pulling it first"}`)
 	case "oom":

@@ -75,3 +75,19 @@ func TestKeepLoadedAlready(t *testing.T) {
 		t.Errorf("got %s, %v; want 0 for a loaded model", d, err)
 	}
 }
+
+// Ollama answers a load without a prompt with no timings: the call's time
+// is the load's when the model was known not to be loaded, and none is
+// reported when its state was unknown.
+func TestKeepTimesALoadWithoutTimings(t *testing.T) {
+	f := newFake(t)
+	e := f.engine(t)
+	if d, err := e.Keep(context.Background(), "loadonly"); err != nil || d != 0 {
+		t.Errorf("state unknown: %s, %v; want no load reported", d, err)
+	}
+	e = f.engine(t)
+	e.setLoaded(map[string]bool{}, e.lastMark())
+	if d, err := e.Keep(context.Background(), "loadonly"); err != nil || d <= 0 {
+		t.Errorf("known unloaded: %s, %v; want the call's time", d, err)
+	}
+}

@@ -372,11 +372,16 @@ func (e *Engine) Keep(ctx context.Context, model string) (time.Duration, error) 
 		return 0, nil
 	}
 	// Ollama's answer to a load without a prompt carries no timings: the
-	// call's own time is the load's.
-	if out.LoadDuration > 0 {
+	// call's own time is the load's, for a model known not to be loaded.
+	// Unknown (no /api/ps yet) is no load: the worker keeps such a model
+	// again at every listing, and reports only loads.
+	switch {
+	case out.LoadDuration > 0:
 		return time.Duration(out.LoadDuration), nil
+	case before.known:
+		return time.Since(start), nil
 	}
-	return time.Since(start), nil
+	return 0, nil
 }
 
 // loadState is what the adapter knew about a model before a request.
