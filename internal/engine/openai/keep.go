@@ -32,7 +32,7 @@ func (e *Engine) Keep(ctx context.Context, model string) (time.Duration, error) 
 	// API loaded again, after a restart or an eviction, has Ollama's idle
 	// timeout, and is kept for good only once asked. Whether it was
 	// loaded says whether this was a load.
-	loaded := e.ollamaLoaded(ctx, model)
+	loaded, known := e.ollamaLoaded(ctx, model)
 	name, _ := json.Marshal(model) // a string always marshals
 	body := fmt.Appendf(nil, `{"model":%s,"keep_alive":-1}`, name)
 	start := time.Now()
@@ -47,7 +47,9 @@ func (e *Engine) Keep(ctx context.Context, model string) (time.Duration, error) 
 		}
 		return 0, fmt.Errorf("keep %s loaded: Ollama answered %d: %s", model, res.Status, msg)
 	}
-	if loaded {
+	if loaded || !known {
+		// Unknown is no load: the worker keeps such a model again at
+		// every listing, and reports only loads.
 		return 0, nil
 	}
 	// Ollama's answer to a load without a prompt carries no timings: the
@@ -68,17 +70,17 @@ func (e *Engine) load(ctx context.Context, path string, body []byte) *api.Result
 	return nil
 }
 
-// ollamaLoaded reports whether Ollama's /api/ps lists model as loaded;
-// false when it cannot say.
-func (e *Engine) ollamaLoaded(ctx context.Context, model string) bool {
+// ollamaLoaded reports whether Ollama's /api/ps lists model as loaded,
+// and whether it answered.
+func (e *Engine) ollamaLoaded(ctx context.Context, model string) (loaded, known bool) {
 	resp, res := e.do(ctx, &request{method: http.MethodGet, path: "/api/ps", accept: "application/json"})
 	if res != nil {
-		return false
+		return false, false
 	}
 	defer resp.Close()
 	b, err := readLimited(resp, maxKeepAnswer)
 	if err != nil {
-		return false
+		return false, false
 	}
 	var ps struct {
 		Models []struct {
@@ -87,15 +89,15 @@ func (e *Engine) ollamaLoaded(ctx context.Context, model string) bool {
 		} `json:"models"`
 	}
 	if json.Unmarshal(b, &ps) != nil {
-		return false
+		return false, false
 	}
 	want := ollamaName(model)
 	for _, m := range ps.Models {
 		if ollamaName(m.Name) == want || ollamaName(m.Model) == want {
-			return true
+			return true, true
 		}
 	}
-	return false
+	return false, true
 }
 
 // ollamaName is a model name as Ollama compares them: "llama3" is

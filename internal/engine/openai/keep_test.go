@@ -60,6 +60,21 @@ func TestKeep(t *testing.T) {
 		t.Errorf("embedding model's load sent %s", g)
 	}
 
+	// An Ollama whose /api/ps does not answer is asked to keep the model,
+	// and no load is reported: the worker asks again at every listing.
+	nops := newFake(t, map[string]http.HandlerFunc{
+		"/v1/models":    jsonHandler(200, ollamaModels),
+		"/api/generate": jsonHandler(200, `{"model":"qwen3:8b","response":"","done":true,"done_reason":"load"}`),
+	})
+	en := nops.engine(t)
+	if _, err := en.Models(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if took, err := en.Keep(ctx, "qwen3:8b"); err != nil || took != 0 {
+		t.Errorf("keep without /api/ps: %s, %v", took, err)
+	}
+	nops.last(t, "/api/generate")
+
 	vllm := newFake(t, map[string]http.HandlerFunc{"/v1/models": jsonHandler(200, vllmModels)})
 	ev := vllm.engine(t)
 	if _, err := ev.Models(ctx); err != nil {
