@@ -67,7 +67,7 @@ func (e *Engine) Models(ctx context.Context) ([]api.Model, error) {
 	if loaded, err := e.ps(ctx); err == nil {
 		e.setLoaded(loaded, since)
 		for i := range models {
-			models[i].Loaded = ptr(loaded[modelKey(models[i].ID)])
+			models[i].Loaded = ptr(loaded[ModelKey(models[i].ID)])
 		}
 	}
 	return models, nil
@@ -197,7 +197,7 @@ func samplingDefaults(params string) map[string]float64 {
 	return out
 }
 
-// ps returns the models Ollama holds in memory, by modelKey. A model
+// ps returns the models Ollama holds in memory, by ModelKey. A model
 // listed counts as loaded whatever its size_vram: 0 only means it sits in
 // system memory.
 func (e *Engine) ps(ctx context.Context) (map[string]bool, error) {
@@ -214,7 +214,7 @@ func (e *Engine) ps(ctx context.Context) (map[string]bool, error) {
 	for _, m := range v.Models {
 		for _, n := range []string{m.Name, m.Model} {
 			if n != "" {
-				loaded[modelKey(n)] = true
+				loaded[ModelKey(n)] = true
 			}
 		}
 	}

@@ -155,8 +155,8 @@ func TestModelKey(t *testing.T) {
 		"registry.local:5000/org/model": "registry.local:5000/org/model:latest",
 		"hf.co/org/model:Q4_K_M":        "hf.co/org/model:q4_k_m",
 	} {
-		if got := modelKey(in); got != want {
-			t.Errorf("modelKey(%q) = %q, want %q", in, got, want)
+		if got := ModelKey(in); got != want {
+			t.Errorf("ModelKey(%q) = %q, want %q", in, got, want)
 		}
 	}
 }

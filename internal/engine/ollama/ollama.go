@@ -70,7 +70,7 @@ type Engine struct {
 	loaded      map[string]uint64
 	marks       uint64
 	loadedKnown bool
-	// kept are the models Keep was asked to keep (by modelKey): every
+	// kept are the models Keep was asked to keep (by ModelKey): every
 	// request for one tells Ollama to keep it loaded for good. A request
 	// that does not say leaves a loaded model's keep_alive as it is, but
 	// one that loads it again (Ollama restarted, or evicted it) would load
@@ -313,9 +313,9 @@ func marshal(v any) ([]byte, error) {
 // newID returns a random identifier for completions and tool calls.
 func newID(prefix string) string { return prefix + rand.Text() }
 
-// modelKey normalises a model name the way Ollama does, so "llama3" and
+// ModelKey normalises a model name the way Ollama does, so "llama3" and
 // "llama3:latest" are the same model in the loaded set.
-func modelKey(name string) string {
+func ModelKey(name string) string {
 	name = strings.ToLower(strings.TrimSpace(name))
 	if !strings.Contains(name[strings.LastIndex(name, "/")+1:], ":") {
 		name += ":latest"
@@ -323,17 +323,23 @@ func modelKey(name string) string {
 	return name
 }
 
-// keepForever is Ollama's keep_alive for a model never to be unloaded:
+// KeepForever is Ollama's keep_alive for a model never to be unloaded:
 // any negative duration.
-const keepForever = -1
+const KeepForever = -1
+
+// EmbedsOnly reports whether msg is Ollama's refusal of /api/generate for
+// a model that only embeds, which /api/embed loads instead.
+func EmbedsOnly(status int, msg string) bool {
+	return status == http.StatusBadRequest && strings.Contains(msg, "does not support generate")
+}
 
 // keepAlive is the keep_alive of a request for model: forever for a kept
 // model, else nil for Ollama's own default.
 func (e *Engine) keepAlive(model string) *int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.kept[modelKey(model)] {
-		return ptr(keepForever)
+	if e.kept[ModelKey(model)] {
+		return ptr(KeepForever)
 	}
 	return nil
 }
@@ -351,9 +357,9 @@ type keepRequest struct {
 // that only embeds does not generate, and is loaded through /api/embed.
 func (e *Engine) Keep(ctx context.Context, model string) (time.Duration, error) {
 	e.mu.Lock()
-	e.kept[modelKey(model)] = true
+	e.kept[ModelKey(model)] = true
 	e.mu.Unlock()
-	in := keepRequest{Model: model, KeepAlive: keepForever}
+	in := keepRequest{Model: model, KeepAlive: KeepForever}
 	var out struct {
 		LoadDuration int64 `json:"load_duration"`
 	}
@@ -361,7 +367,7 @@ func (e *Engine) Keep(ctx context.Context, model string) (time.Duration, error) 
 	start := time.Now()
 	err := e.call(ctx, http.MethodPost, "/api/generate", in, &out)
 	var se *statusErr
-	if errors.As(err, &se) && se.status == http.StatusBadRequest && strings.Contains(se.msg, "does not support generate") {
+	if errors.As(err, &se) && EmbedsOnly(se.status, se.msg) {
 		err = e.call(ctx, http.MethodPost, "/api/embed", in, &out)
 	}
 	if err != nil {
@@ -390,7 +396,7 @@ type loadState struct{ loaded, known bool }
 func (e *Engine) loadState(model string) loadState {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	_, loaded := e.loaded[modelKey(model)]
+	_, loaded := e.loaded[ModelKey(model)]
 	return loadState{loaded: loaded, known: e.loadedKnown}
 }
 
@@ -398,7 +404,7 @@ func (e *Engine) loadState(model string) loadState {
 func (e *Engine) markLoaded(model string) {
 	e.mu.Lock()
 	e.marks++
-	e.loaded[modelKey(model)] = e.marks
+	e.loaded[ModelKey(model)] = e.marks
 	e.mu.Unlock()
 }
 

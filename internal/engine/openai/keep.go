@@ -5,11 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/engine"
+	"github.com/svc-dev/svc/internal/engine/ollama"
 )
 
 var _ engine.Keeper = (*Engine)(nil)
@@ -34,10 +34,10 @@ func (e *Engine) Keep(ctx context.Context, model string) (time.Duration, error) 
 	// loaded says whether this was a load.
 	loaded, known := e.ollamaLoaded(ctx, model)
 	name, _ := json.Marshal(model) // a string always marshals
-	body := fmt.Appendf(nil, `{"model":%s,"keep_alive":-1}`, name)
+	body := fmt.Appendf(nil, `{"model":%s,"keep_alive":%d}`, name, ollama.KeepForever)
 	start := time.Now()
 	res := e.load(ctx, "/api/generate", body)
-	if res != nil && res.Status == http.StatusBadRequest && res.Error != nil && strings.Contains(res.Error.Message, "does not support generate") {
+	if res != nil && res.Error != nil && ollama.EmbedsOnly(res.Status, res.Error.Message) {
 		res = e.load(ctx, "/api/embed", body)
 	}
 	if res != nil {
@@ -91,21 +91,11 @@ func (e *Engine) ollamaLoaded(ctx context.Context, model string) (loaded, known 
 	if json.Unmarshal(b, &ps) != nil {
 		return false, false
 	}
-	want := ollamaName(model)
+	want := ollama.ModelKey(model)
 	for _, m := range ps.Models {
-		if ollamaName(m.Name) == want || ollamaName(m.Model) == want {
+		if ollama.ModelKey(m.Name) == want || ollama.ModelKey(m.Model) == want {
 			return true, true
 		}
 	}
 	return false, true
-}
-
-// ollamaName is a model name as Ollama compares them: "llama3" is
-// "llama3:latest".
-func ollamaName(name string) string {
-	name = strings.ToLower(strings.TrimSpace(name))
-	if !strings.Contains(name[strings.LastIndex(name, "/")+1:], ":") {
-		name += ":latest"
-	}
-	return name
 }
