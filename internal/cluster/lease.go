@@ -154,9 +154,9 @@ type Lease struct {
 	// it holds is the other's too.
 	shared   chan error
 	isShared atomic.Bool
-	// warnedTTL holds, by peer, the TTL last warned of, and
-	// warnedRetention the usage retention; Beat's alone.
-	warnedTTL, warnedRetention map[string]time.Duration
+	// warnedTTL and warnedRetention are the peers' TTLs and usage
+	// retentions last warned of; Beat's alone.
+	warnedTTL, warnedRetention warned
 }
 
 // New returns a lease for me; Run drives it.
@@ -277,19 +277,10 @@ func (l *Lease) Beat(ctx context.Context) {
 // for none of them (docs/cluster.md: give them all the same).
 func (l *Lease) checkTTLs(peers map[string]time.Duration) {
 	for id, ttl := range peers {
-		if d := ttl - l.o.TTL; d > -ttlSlack && d < ttlSlack {
-			delete(l.warnedTTL, id)
-			continue
+		if d := ttl - l.o.TTL; l.warnedTTL.due(id, ttl, d > -ttlSlack && d < ttlSlack) {
+			l.log.Warn("cluster: another replica's --lease-ttl differs from this one's; give every replica the same",
+				"peer", id, "peer_lease_ttl", ttl.String(), "lease_ttl", l.o.TTL.String())
 		}
-		if l.warnedTTL[id] == ttl {
-			continue
-		}
-		if l.warnedTTL == nil {
-			l.warnedTTL = map[string]time.Duration{}
-		}
-		l.warnedTTL[id] = ttl
-		l.log.Warn("cluster: another replica's --lease-ttl differs from this one's; give every replica the same",
-			"peer", id, "peer_lease_ttl", ttl.String(), "lease_ttl", l.o.TTL.String())
 	}
 }
 
@@ -304,20 +295,32 @@ func (l *Lease) checkRetentions(peers map[string]time.Duration) {
 		return
 	}
 	for id, d := range peers {
-		if d == mine {
-			delete(l.warnedRetention, id)
-			continue
+		if l.warnedRetention.due(id, d, d == mine) {
+			l.log.Warn("cluster: another replica's --usage-retention differs from this one's; the leader's prunes the usage log, so give every replica the same",
+				"peer", id, "peer_usage_retention", days(d), "usage_retention", days(mine))
 		}
-		if l.warnedRetention[id] == d {
-			continue
-		}
-		if l.warnedRetention == nil {
-			l.warnedRetention = map[string]time.Duration{}
-		}
-		l.warnedRetention[id] = d
-		l.log.Warn("cluster: another replica's --usage-retention differs from this one's; the leader's prunes the usage log, so give every replica the same",
-			"peer", id, "peer_usage_retention", days(d), "usage_retention", days(mine))
 	}
+}
+
+// warned holds, by peer, the value of a setting last warned of, so that
+// a peer whose setting differs from this replica's is warned of once for
+// each value it takes.
+type warned map[string]time.Duration
+
+// due reports whether peer id's value v, the same as this replica's or
+// not, is to be warned of now, and notes it.
+func (w *warned) due(id string, v time.Duration, same bool) bool {
+	switch {
+	case same:
+		delete(*w, id)
+		return false
+	case (*w)[id] == v:
+		return false
+	case *w == nil:
+		*w = warned{}
+	}
+	(*w)[id] = v
+	return true
 }
 
 // days writes a retention as the flag takes it: whole days as "400d".
