@@ -128,22 +128,7 @@ func TestCapSinkWhole(t *testing.T) {
 	if err := c.Body(ctx, []byte(body)); err != nil {
 		t.Fatal(err)
 	}
-	var reply struct {
-		Choices []struct {
-			Message struct {
-				Content   string `json:"content"`
-				Reasoning string `json:"reasoning_content"`
-			} `json:"message"`
-			FinishReason string `json:"finish_reason"`
-		} `json:"choices"`
-		Usage struct {
-			CompletionTokens int `json:"completion_tokens"`
-			TotalTokens      int `json:"total_tokens"`
-		} `json:"usage"`
-	}
-	if err := json.Unmarshal(got.body, &reply); err != nil {
-		t.Fatal(err)
-	}
+	reply := decodeWhole(t, got.body)
 	ch := reply.Choices[0]
 	// 40 answer tokens (50 less 10 of thinking) cut to 10: a quarter.
 	if ch.Message.Content != answer[:50] || ch.FinishReason != "length" || ch.Message.Reasoning != "hm" {
@@ -223,21 +208,7 @@ func TestCapSinkWholeChoices(t *testing.T) {
 	if err := c.Body(ctx, []byte(body)); err != nil {
 		t.Fatal(err)
 	}
-	var reply struct {
-		Choices []struct {
-			Message struct {
-				Content string `json:"content"`
-			} `json:"message"`
-			FinishReason string `json:"finish_reason"`
-		} `json:"choices"`
-		Usage struct {
-			CompletionTokens int `json:"completion_tokens"`
-			TotalTokens      int `json:"total_tokens"`
-		} `json:"usage"`
-	}
-	if err := json.Unmarshal(got.body, &reply); err != nil {
-		t.Fatal(err)
-	}
+	reply := decodeWhole(t, got.body)
 	// 80 answer tokens (100 less 20 of thinking), 40 a choice, each cut to
 	// 5: an eighth of its text.
 	for i, ch := range reply.Choices {
@@ -253,4 +224,28 @@ func TestCapSinkWholeChoices(t *testing.T) {
 	if res.Usage.CompletionTokens != 30 || res.Usage.TotalTokens != 38 {
 		t.Errorf("result usage %+v", res.Usage)
 	}
+}
+
+// whole is what the tests read of a whole answer.
+type whole struct {
+	Choices []struct {
+		Message struct {
+			Content   string `json:"content"`
+			Reasoning string `json:"reasoning_content"`
+		} `json:"message"`
+		FinishReason string `json:"finish_reason"`
+	} `json:"choices"`
+	Usage struct {
+		CompletionTokens int `json:"completion_tokens"`
+		TotalTokens      int `json:"total_tokens"`
+	} `json:"usage"`
+}
+
+func decodeWhole(t *testing.T, body []byte) whole {
+	t.Helper()
+	var w whole
+	if err := json.Unmarshal(body, &w); err != nil {
+		t.Fatal(err)
+	}
+	return w
 }
