@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/openai/openai-go/v3"
@@ -241,6 +242,16 @@ func TestModerationErrors(t *testing.T) {
 	if r.Header.Get("Retry-After") == "" {
 		t.Fatalf("429 without Retry-After: %v", r.Header)
 	}
+
+	// Pinned to a worker that is offline: no check ran, so the table's
+	// 409, not the 503 of a check that failed.
+	gone := startWorker(t, s.URL, s.tokenFile(), "gone-box", "--engine", "sim=tps=0,ttft=0")
+	if err := gone.stop(syscall.SIGTERM); err != nil {
+		t.Fatalf("worker exit: %v", err)
+	}
+	w := s.workerNamed(key, "gone-box", statusIs("offline"))
+	r = s.do("POST", "/v1/moderations", `{"model":"guard-a:1b","input":"x"}`, bearer(key), header{"X-Svc-Worker-Id", w["worker_id"].(string)})
+	checkModerationError(t, r, 409, "moderation_unavailable")
 
 	// No worker serves the model at all: 409.
 	empty := startServer(t, "")
