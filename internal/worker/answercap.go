@@ -1,13 +1,11 @@
 package worker
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"math"
 	"net/http"
-	"time"
 	"unicode/utf8"
 
 	"github.com/svc-dev/svc/internal/api"
@@ -210,20 +208,16 @@ func (c *capSink) finish(ctx context.Context, res *api.Result) *api.Result {
 		}
 		return &out
 	}
-	var cut []any
+	var cut []int
 	for i := range c.n {
 		if c.capped[i] {
-			cut = append(cut, map[string]any{"index": i, "delta": map[string]any{}, "finish_reason": "length"})
+			cut = append(cut, i)
 		}
 	}
 	if len(cut) == 0 || !c.stopped && res.Status != http.StatusOK {
 		return res
 	}
-	closing, _ := json.Marshal(map[string]any{
-		"id": c.head.ID, "object": "chat.completion.chunk", "created": cmp.Or(c.head.Created, time.Now().Unix()), "model": c.head.Model,
-		"choices": cut,
-	})
-	if err := c.out.Event(ctx, closing); err != nil {
+	if err := c.out.Event(ctx, c.head.closing(cut, "length")); err != nil {
 		return engine.Cancelled()
 	}
 	out := *res

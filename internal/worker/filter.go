@@ -103,11 +103,26 @@ type filterSink struct {
 	failed  *api.Result // the guard's own failure
 }
 
-// chunkHead is what the closing chunk of a filtered reply repeats.
+// chunkHead is what the closing chunk of a reply the worker ends (a
+// filtered one, an answer cut at its cap) repeats of the reply's chunks.
 type chunkHead struct {
 	ID      string `json:"id"`
 	Created int64  `json:"created"`
 	Model   string `json:"model"`
+}
+
+// closing is the chunk that ends the choices of index choices with
+// reason, under the reply's head.
+func (h chunkHead) closing(choices []int, reason string) []byte {
+	ends := make([]any, len(choices))
+	for i, index := range choices {
+		ends[i] = map[string]any{"index": index, "delta": map[string]any{}, "finish_reason": reason}
+	}
+	b, _ := json.Marshal(map[string]any{
+		"id": h.ID, "object": "chat.completion.chunk", "created": cmp.Or(h.Created, time.Now().Unix()), "model": h.Model,
+		"choices": ends,
+	})
+	return b
 }
 
 // errFiltered stops the engine once the reply is flagged.
@@ -201,15 +216,11 @@ func (f *filterSink) finish(ctx context.Context, res *api.Result) *api.Result {
 		return res
 	}
 	// Every choice ends at the flag: the guard judged them together.
-	choices := []any{}
-	for i := range max(len(f.texts), 1) {
-		choices = append(choices, map[string]any{"index": i, "delta": map[string]any{}, "finish_reason": api.FinishContentFilter})
+	choices := make([]int, max(len(f.texts), 1))
+	for i := range choices {
+		choices[i] = i
 	}
-	closing, _ := json.Marshal(map[string]any{
-		"id": f.first.ID, "object": "chat.completion.chunk", "created": cmp.Or(f.first.Created, time.Now().Unix()), "model": f.first.Model,
-		"choices": choices,
-	})
-	if err := f.out.Event(ctx, closing); err != nil {
+	if err := f.out.Event(ctx, f.first.closing(choices, api.FinishContentFilter)); err != nil {
 		return engine.Cancelled()
 	}
 	out := *res
