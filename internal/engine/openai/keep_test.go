@@ -50,8 +50,8 @@ func TestKeep(t *testing.T) {
 	if took, err := e.Keep(ctx, "qwen3:8b"); err != nil || took != 0 {
 		t.Fatalf("keep a loaded model: %s, %v", took, err)
 	}
-	if f.last(t, "/api/generate"); len(f.requests()) != before+2 {
-		t.Errorf("a loaded model was not asked to stay: %d requests", len(f.requests())-before)
+	if reqs := f.requests()[before:]; len(reqs) != 2 || reqs[0].Path != "/api/ps" || reqs[1].Path != "/api/generate" {
+		t.Errorf("a loaded model was not asked to stay: %v", reqs)
 	}
 	if _, err := e.Keep(ctx, "nomic-embed-text"); err != nil {
 		t.Fatalf("keep an embedding model: %v", err)
