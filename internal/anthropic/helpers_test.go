@@ -277,6 +277,12 @@ func (a *accumulator) apply(ev sseEvent) error {
 			mu[k] = v
 		}
 		a.svc = d["svc"]
+	case StepEvent:
+		// The SDKs pass over it; raw readers get the step.
+		svc, _ := d["svc"].(map[string]any)
+		if st, ok := svc["web_tool_step"].(map[string]any); !ok || st["index"] == nil || st["name"] == nil {
+			return fmt.Errorf("step event %s", ev.data)
+		}
 	case "message_stop":
 		if !a.delta {
 			return errors.New("message_stop before message_delta")

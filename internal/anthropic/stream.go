@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/svc-dev/svc/internal/chat"
 	"github.com/svc-dev/svc/internal/jsonraw"
 )
 
@@ -27,6 +28,9 @@ type toolCall struct {
 	id, name  string
 	started   bool
 	held      []byte
+	// input is what was passed on of the arguments, which must stay the
+	// beginning of a JSON object.
+	input objectPrefix
 }
 
 // Stream translates one chat-completions event stream into Anthropic's
@@ -51,7 +55,7 @@ type Stream struct {
 	finish  string
 	matched string
 	usage   *chatUsage
-	svc     []member
+	svc     chat.StreamSvc
 }
 
 // NewStream starts the translation of the stream answering request id (the
@@ -120,6 +124,20 @@ type deltaUsage struct {
 	OutputTokens         int64  `json:"output_tokens"`
 	InputTokens          *int64 `json:"input_tokens,omitempty"`
 	CacheReadInputTokens *int64 `json:"cache_read_input_tokens,omitempty"`
+}
+
+// StepEvent names the event of a web tool step, sent as the step starts
+// and again as it ends, its svc member as a chat stream's chunk has it;
+// the gathered steps are svc.web_tool_steps on message_delta. Anthropic's
+// SDKs hand events of a type they do not know to the caller, and their
+// message accumulators pass over them.
+const StepEvent = "svc.web_tool_step"
+
+type stepEvent struct {
+	Type string `json:"type"`
+	Svc  struct {
+		Step json.RawMessage `json:"web_tool_step"`
+	} `json:"svc"`
 }
 
 type errorEvent struct {
@@ -201,8 +219,10 @@ func (s *Stream) chunk(dst, data []byte) []byte {
 	if u, ok := readUsage(chunk["usage"]); ok {
 		s.usage = &u
 	}
-	if m, ok := members(chunk["svc"]); ok {
-		s.mergeSvc(m)
+	if step := s.svc.Add(chunk["svc"]); step != nil {
+		ev := stepEvent{Type: StepEvent}
+		ev.Svc.Step = step
+		dst = event(dst, StepEvent, ev)
 	}
 	var choices []json.RawMessage
 	if jsonraw.KindOf(chunk["choices"]) == jsonraw.Array {
@@ -383,7 +403,10 @@ func (s *Stream) startTool(dst []byte) []byte {
 	return s.argsDelta(dst, held)
 }
 
+// argsDelta passes on the open call's arguments as far as they are still
+// an object's beginning (objectPrefix).
 func (s *Stream) argsDelta(dst []byte, args string) []byte {
+	args = args[:s.tool.input.take(args)]
 	if args == "" {
 		return dst
 	}
@@ -408,43 +431,6 @@ func (s *Stream) close(dst []byte) []byte {
 	return dst
 }
 
-func (s *Stream) mergeSvc(ms []member) {
-	for _, m := range ms {
-		found := false
-		for i := range s.svc {
-			if s.svc[i].key == m.key {
-				s.svc[i].value = m.value
-				found = true
-				break
-			}
-		}
-		if !found {
-			s.svc = append(s.svc, m)
-		}
-	}
-}
-
-// svcJSON is the merged svc object, nil when the stream had none.
-func (s *Stream) svcJSON() json.RawMessage {
-	if len(s.svc) == 0 {
-		return nil
-	}
-	b := []byte{'{'}
-	for i, m := range s.svc {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		key, err := marshal(m.key)
-		if err != nil {
-			return nil
-		}
-		b = append(b, key...)
-		b = append(b, ':')
-		b = append(b, m.value...)
-	}
-	return append(b, '}')
-}
-
 // end writes what [DONE] means: the last block closed, message_delta with
 // the stop reason, usage and svc, and message_stop.
 func (s *Stream) end(dst []byte) []byte {
@@ -457,7 +443,7 @@ func (s *Stream) end(dst []byte) []byte {
 		a := u.anthropic()
 		md.Usage = deltaUsage{OutputTokens: a.OutputTokens, InputTokens: &a.InputTokens, CacheReadInputTokens: a.CacheReadInputTokens}
 	}
-	md.Svc = s.svcJSON()
+	md.Svc = s.svc.JSON()
 	dst = event(dst, "message_delta", md)
 	dst = event(dst, "message_stop", struct {
 		Type string `json:"type"`

@@ -24,6 +24,11 @@ const (
 	svcChunk    = `{"choices":[],"created":1,"id":"chatcmpl-1","model":"qwen3","object":"chat.completion.chunk","svc":{"worker":{"id":"wk_1","name":"gpu","version":null},"request_id":"r1","timing":{"ttft_ms":41.2}}}`
 )
 
+// stepChunk is a web tool step event as a worker sends it.
+func stepChunk(step string) string {
+	return `{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"qwen3","choices":[],"svc":{"web_tool_step":` + step + `}}`
+}
+
 const messageStartEvent = `{"type":"message_start","message":{"id":"msg_r1","type":"message","role":"assistant","model":"qwen3","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":0,"output_tokens":0}}}`
 
 // run feeds the chunks to a new stream and returns its output.
@@ -176,6 +181,43 @@ func TestStream(t *testing.T) {
 			{"content_block_delta", `{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"hm"}}`},
 			{"content_block_stop", `{"type":"content_block_stop","index":1}`},
 			{"message_delta", `{"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":0}}`},
+			{"message_stop", `{"type":"message_stop"}`},
+		}},
+		{"arguments that are not an object", []string{
+			delta(`{"tool_calls":[{"index":0,"id":"a","function":{"name":"f","arguments":"not json"}}]}`, ""),
+			delta(`{"tool_calls":[{"index":1,"id":"b","function":{"name":"g","arguments":"{\"c\": 1} and"}}]}`, ""),
+			delta(`{"tool_calls":[{"index":1,"function":{"arguments":" more"}}]}`, "tool_calls"),
+			"[DONE]",
+		}, []sseEvent{
+			{"message_start", messageStartEvent},
+			{"content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"a","name":"f","input":{}}}`},
+			{"content_block_stop", `{"type":"content_block_stop","index":0}`},
+			{"content_block_start", `{"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"b","name":"g","input":{}}}`},
+			{"content_block_delta", `{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"c\": 1} "}}`},
+			{"content_block_stop", `{"type":"content_block_stop","index":1}`},
+			{"message_delta", `{"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":0}}`},
+			{"message_stop", `{"type":"message_stop"}`},
+		}},
+		{"web tool steps as they run, and all of them at the end", []string{
+			stepChunk(`{"index":0,"name":"web_search","arguments":"{\"query\":\"otters\"}"}`),
+			stepChunk(`{"index":0,"name":"web_search","arguments":"{\"query\":\"otters\"}","ok":true,"result":"1. Otters","result_chars":9}`),
+			stepChunk(`{"index":1,"name":"web_fetch","arguments":"{\"url\":\"https://a.example\"}"}`),
+			stepChunk(`{"index":1,"name":"web_fetch","arguments":"{\"url\":\"https://a.example\"}","ok":false,"result":"","result_chars":0,"error":"refused"}`),
+			delta(`{"content":"Otters."}`, "stop"),
+			svcChunk, "[DONE]",
+		}, []sseEvent{
+			{"message_start", messageStartEvent},
+			{StepEvent, `{"type":"svc.web_tool_step","svc":{"web_tool_step":{"index":0,"name":"web_search","arguments":"{\"query\":\"otters\"}"}}}`},
+			{StepEvent, `{"type":"svc.web_tool_step","svc":{"web_tool_step":{"index":0,"name":"web_search","arguments":"{\"query\":\"otters\"}","ok":true,"result":"1. Otters","result_chars":9}}}`},
+			{StepEvent, `{"type":"svc.web_tool_step","svc":{"web_tool_step":{"index":1,"name":"web_fetch","arguments":"{\"url\":\"https://a.example\"}"}}}`},
+			{StepEvent, `{"type":"svc.web_tool_step","svc":{"web_tool_step":{"index":1,"name":"web_fetch","arguments":"{\"url\":\"https://a.example\"}","ok":false,"result":"","result_chars":0,"error":"refused"}}}`},
+			{"content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`},
+			{"content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Otters."}}`},
+			{"content_block_stop", `{"type":"content_block_stop","index":0}`},
+			{"message_delta", `{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":0},"svc":{` +
+				`"worker":{"id":"wk_1","name":"gpu","version":null},"request_id":"r1","timing":{"ttft_ms":41.2},"web_tool_steps":[` +
+				`{"index":0,"name":"web_search","arguments":"{\"query\":\"otters\"}","ok":true,"result":"1. Otters","result_chars":9},` +
+				`{"index":1,"name":"web_fetch","arguments":"{\"url\":\"https://a.example\"}","ok":false,"result":"","result_chars":0,"error":"refused"}]}}`},
 			{"message_stop", `{"type":"message_stop"}`},
 		}},
 		{"junk skipped, nothing after done", []string{"", "not json", `[1]`, `"x"`, `{"choices":"x","usage":[],"svc":1}`,

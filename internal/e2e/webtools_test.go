@@ -202,3 +202,62 @@ func TestWebToolsStream(t *testing.T) {
 		t.Fatalf("row %v", row)
 	}
 }
+
+// TestWebToolsStreamOtherDialects: a streamed Messages or Responses reply
+// shows each step as it starts and ends, as a chat stream does, and lists
+// them all in its svc at the end, as a whole reply does.
+func TestWebToolsStreamOtherDialects(t *testing.T) {
+	s, key, site, _ := webToolsGateway(t)
+	for _, tc := range []struct {
+		path, body, stepType, lastType string
+	}{
+		{"/v1/messages", `{"model":"sim-chat","max_tokens":200,"stream":true,"messages":[{"role":"user","content":"Look up otters, then tell me."}]}`,
+			"svc.web_tool_step", "message_delta"},
+		{"/v1/responses", `{"model":"sim-chat","stream":true,"input":"Look up otters, then tell me."}`, "keepalive", "response.completed"},
+	} {
+		t.Run(tc.path, func(t *testing.T) {
+			r := s.do("POST", tc.path, tc.body, bearer(key))
+			if r.Status != 200 {
+				t.Fatalf("%d %s", r.Status, r.Body)
+			}
+			var live, last []webStep
+			for _, d := range sseData(r.Body) {
+				var ev struct {
+					Type     string `json:"type"`
+					Response struct {
+						Svc struct {
+							WebToolSteps []webStep `json:"web_tool_steps"`
+						} `json:"svc"`
+					} `json:"response"`
+				}
+				var svc struct {
+					Svc struct {
+						WebToolStep  *webStep  `json:"web_tool_step"`
+						WebToolSteps []webStep `json:"web_tool_steps"`
+					} `json:"svc"`
+				}
+				if err := json.Unmarshal([]byte(d), &ev); err != nil {
+					t.Fatalf("%s: %v", d, err)
+				}
+				json.Unmarshal([]byte(d), &svc)
+				switch ev.Type {
+				case tc.stepType:
+					if svc.Svc.WebToolStep != nil {
+						live = append(live, *svc.Svc.WebToolStep)
+					}
+				case "message_delta":
+					last = svc.Svc.WebToolSteps
+				case "response.completed":
+					last = ev.Response.Svc.WebToolSteps
+				}
+			}
+			if len(live) != 2 || live[0].OK != nil || live[1].OK == nil || !*live[1].OK || live[0].Name != "web_search" ||
+				!strings.Contains(live[1].Result, site+"/otters") {
+				t.Fatalf("steps as they ran %+v\n%s", live, r.Body)
+			}
+			if len(last) != 1 || last[0].Index != 0 || last[0].OK == nil || !*last[0].OK || last[0].Result != live[1].Result {
+				t.Fatalf("steps on %s %+v\n%s", tc.lastType, last, r.Body)
+			}
+		})
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/chat"
 	"github.com/svc-dev/svc/internal/jsonraw"
 )
 
@@ -14,14 +15,14 @@ import (
 // with usage and its svc member) into the Responses "response" object for
 // the gateway's request id and the time to report: the object echoes the
 // request's parameters and names the model it asked for.
-func (r *Request) FromChat(chat []byte, id string, createdAt int64) ([]byte, error) {
+func (r *Request) FromChat(answer []byte, id string, createdAt int64) ([]byte, error) {
 	var c struct {
 		Model   json.RawMessage   `json:"model"`
 		Choices []json.RawMessage `json:"choices"`
 		Usage   json.RawMessage   `json:"usage"`
 		Svc     json.RawMessage   `json:"svc"`
 	}
-	if jsonraw.KindOf(chat) != jsonraw.Object || json.Unmarshal(chat, &c) != nil {
+	if jsonraw.KindOf(answer) != jsonraw.Object || json.Unmarshal(answer, &c) != nil {
 		return nil, &api.Error{Kind: api.KindUpstream, Code: api.CodeBadWorkerReply,
 			Message: "the worker's answer is not a chat completion the Responses API can be given"}
 	}
@@ -86,7 +87,10 @@ func (r *Request) FromChat(chat []byte, id string, createdAt int64) ([]byte, err
 		o.items[len(o.items)-1].status = "incomplete"
 	}
 	if jsonraw.KindOf(c.Svc) == jsonraw.Object {
-		res.svc = appendMembers(nil, mergeObject(nil, c.Svc))
+		// Read as a stream's are, a member sent twice kept once.
+		var svc chat.StreamSvc
+		svc.Add(c.Svc)
+		res.svc = svc.JSON()
 	} else if k := jsonraw.KindOf(c.Svc); k != jsonraw.Invalid && k != jsonraw.Null {
 		res.svc = compact(c.Svc)
 	}

@@ -30,7 +30,7 @@ type Stream struct {
 	// finish is the chat finish_reason, once sent.
 	finish string
 	usage  *usage
-	svc    []member
+	svc    chat.StreamSvc
 }
 
 // streamCall is a call being streamed; sent is the engine's id for it,
@@ -103,8 +103,17 @@ func (s *Stream) chunk(dst, data []byte) []byte {
 	if u := readUsage(ch.Usage); u != nil {
 		s.usage = u
 	}
-	if jsonraw.KindOf(ch.Svc) == jsonraw.Object {
-		s.svc = mergeObject(s.svc, ch.Svc)
+	if step := s.svc.Add(ch.Svc); step != nil {
+		// A web tool step, as it starts and again as it ends: on a
+		// keepalive, the one event the SDKs' stream helpers take (they
+		// throw on a type they do not know) that says nothing of the
+		// response, with the svc member a chat stream's chunk has. The
+		// gathered steps are svc.web_tool_steps on the last response.
+		dst = s.event(dst, "keepalive", func(b []byte) []byte {
+			b = append(b, `,"svc":{"web_tool_step":`...)
+			b = append(b, step...)
+			return append(b, '}')
+		})
 	}
 	return dst
 }
@@ -279,9 +288,7 @@ func (s *Stream) complete(dst []byte) []byte {
 func (s *Stream) result() result {
 	res := result{model: s.req.Model, items: s.out.items, usage: s.usage}
 	res.status, res.reason = finishStatus(s.finish)
-	if len(s.svc) > 0 {
-		res.svc = appendMembers(nil, s.svc)
-	}
+	res.svc = s.svc.JSON()
 	return res
 }
 

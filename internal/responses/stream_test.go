@@ -71,6 +71,7 @@ func checkStream(t testing.TB, b []byte) ([]sseEvent, map[string]any) {
 		"response.function_call_arguments.delta": true, "response.function_call_arguments.done": true,
 		"response.reasoning_summary_part.added": true, "response.reasoning_summary_part.done": true,
 		"response.reasoning_summary_text.delta": true, "response.reasoning_summary_text.done": true,
+		"keepalive": true,
 	}
 	var items []*snapItem
 	ids, callIDs := map[string]bool{}, map[string]bool{}
@@ -338,6 +339,11 @@ const (
 	streamUsage = `"usage":{"completion_tokens":7,"completion_tokens_details":{"reasoning_tokens":2},"prompt_tokens":11,"total_tokens":18}`
 )
 
+// stepChunk is a web tool step event as a worker sends it.
+func stepChunk(step string) string {
+	return `{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"engine","choices":[],"svc":{"web_tool_step":` + step + `}}`
+}
+
 func toolDelta(calls string) string { return chunk(`{"tool_calls":[` + calls + `]}`) }
 
 // streamTail is how the gateway ends a stream: usage, svc in two
@@ -442,6 +448,20 @@ func TestStream(t *testing.T) {
 			`{"choices":[],"usage":null,"svc":"odd"}`, finishChunk("stop"), " [DONE] \n"},
 		completion: completion(`{"content":"ok"}`, `"stop"`),
 		last:       "response.completed",
+	}, {
+		name: "web tool steps",
+		chunks: []string{stepChunk(`{"index":0,"name":"web_fetch","arguments":"{\"url\":\"https://a.example\"}"}`),
+			stepChunk(`{"index":0,"name":"web_fetch","arguments":"{\"url\":\"https://a.example\"}","ok":true,"result":"A page","result_chars":6}`),
+			stepChunk(`{"index":1,"name":"web_search","arguments":"{\"query\":\"b\"}"}`),
+			stepChunk(`{"index":1,"name":"web_search","arguments":"{\"query\":\"b\"}","ok":false,"result":"","result_chars":0,"error":"refused"}`),
+			chunk(`{"content":"Done."}`), finishChunk("stop"), finalSvc, "[DONE]"},
+		completion: completion(`{"role":"assistant","content":"Done."}`, `"stop"`,
+			`"svc":{"worker":{"id":"w1","name":"box","version":null},"request_id":"r1","timing":{"total_ms":40},"web_tool_steps":[`+
+				`{"index":0,"name":"web_fetch","arguments":"{\"url\":\"https://a.example\"}","ok":true,"result":"A page","result_chars":6},`+
+				`{"index":1,"name":"web_search","arguments":"{\"query\":\"b\"}","ok":false,"result":"","result_chars":0,"error":"refused"}]}`),
+		last: "response.completed",
+		types: []string{"created", "in_progress", "keepalive", "keepalive", "keepalive", "keepalive", "output_item.added", "content_part.added",
+			"output_text.delta", "output_text.done", "content_part.done", "output_item.done", "completed"},
 	}, {
 		name:       "nothing before done",
 		chunks:     []string{"[DONE]"},
