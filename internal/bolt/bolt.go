@@ -182,6 +182,12 @@ func (s *Store) Close() error { return s.db.Close() }
 func (s *Store) Path() string { return s.db.Path() }
 
 func (s *Store) migrate() error {
+	// A store already at this build's schema is opened without a write:
+	// a gateway must come back on a full disk, where it serves with its
+	// usage rows held in memory, and an update would need a free page.
+	if cur, err := s.Version(); err == nil && cur == SchemaVersion() {
+		return nil
+	}
 	return s.db.Update(func(tx *bbolt.Tx) error {
 		meta, err := tx.CreateBucketIfNotExists(bucketMeta)
 		if err != nil {
@@ -211,7 +217,11 @@ func (s *Store) migrate() error {
 func (s *Store) Version() (uint64, error) {
 	var v uint64
 	err := s.db.View(func(tx *bbolt.Tx) error {
-		if b := tx.Bucket(bucketMeta).Get(keySchemaVersion); b != nil {
+		meta := tx.Bucket(bucketMeta)
+		if meta == nil {
+			return nil // a new store
+		}
+		if b := meta.Get(keySchemaVersion); b != nil {
 			v = binary.BigEndian.Uint64(b)
 		}
 		return nil
