@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
+	"time"
 	"unicode/utf8"
 
 	"github.com/svc-dev/svc/internal/api"
@@ -91,10 +93,31 @@ func parseUpload(contentType string, body io.Reader, spool io.Writer, translate 
 	case lr.over:
 		return nil, ErrBodyTooLarge
 	case sw.err != nil:
-		return nil, fmt.Errorf("spool the upload: %w", sw.err)
+		// The fields read name the model of the refusal's usage row.
+		return r, spoolError(sw.err)
 	}
 	return r, err
 }
+
+// spoolError is the 503 of an upload the gateway could not hold: its disk
+// is full, which a moment may mend (or another replica), and is no fault
+// of the request's.
+func spoolError(err error) *api.Error {
+	cause := "its spool cannot be written"
+	switch {
+	case errors.Is(err, syscall.ENOSPC):
+		cause = "its disk is full"
+	case errors.Is(err, syscall.EDQUOT):
+		cause = "its disk quota is used up"
+	}
+	return &api.Error{Kind: api.KindUnavailable, Type: api.TypeServiceUnavailable, RetryAfter: spoolRetryAfter,
+		Message: "The gateway cannot hold the upload now: " + cause + "; retry shortly",
+		Err:     fmt.Errorf("spool the upload: %w", err)}
+}
+
+// spoolRetryAfter is the wait a spool refusal asks for, the usage store's
+// on a full disk.
+const spoolRetryAfter = 5 * time.Second
 
 // spoolWriter keeps the spool's failure apart from the upload's own.
 type spoolWriter struct {

@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"io/fs"
 	"mime/multipart"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/svc-dev/svc/internal/api"
@@ -378,4 +380,36 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.n += n
 	return n, err
+}
+
+// fullSpool takes n bytes, then fails as a full disk does.
+type fullSpool struct{ n int }
+
+func (f *fullSpool) Write(p []byte) (int, error) {
+	if len(p) > f.n {
+		k := f.n
+		f.n = 0
+		return k, &fs.PathError{Op: "write", Path: "upload-1", Err: syscall.ENOSPC}
+	}
+	f.n -= len(p)
+	return len(p), nil
+}
+
+// TestParseSpoolFull: an upload the gateway cannot hold is its 503, with a
+// wait, not the request's fault, and the refusal's row names the model.
+func TestParseSpoolFull(t *testing.T) {
+	for _, order := range [][][2]string{
+		{{"model", "stt-large-v3"}, {"file", string(wav(32000))}},
+		{{"file", string(wav(32000))}, {"model", "stt-large-v3"}},
+	} {
+		ct, body := form(t, order...)
+		r, err := Parse(ct, bytes.NewReader(body), &fullSpool{n: 1000})
+		ae, ok := errors.AsType[*api.Error](err)
+		if !ok || ae.HTTPStatus() != http.StatusServiceUnavailable || ae.RetryAfter <= 0 || !strings.Contains(ae.Message, "disk is full") {
+			t.Fatalf("err = %#v, want a 503 naming the full disk", err)
+		}
+		if r == nil || r.Model != "stt-large-v3" {
+			t.Fatalf("request %+v, want its model", r)
+		}
+	}
 }
