@@ -49,6 +49,14 @@ type Sink interface {
 	Body(ctx context.Context, data []byte) error
 }
 
+// Receiver is a Sink told as the bytes of a whole answer arrive, before
+// Body has them all. An engine still working out an answer it sends whole
+// may be silent for minutes; one that has begun to send it and then stops
+// is stuck, and the worker tells the two apart.
+type Receiver interface {
+	Receiving()
+}
+
 // Engine is one inference engine.
 //
 // What adapters normalise, whatever the engine sends:

@@ -1,7 +1,9 @@
 package worker
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,10 +21,10 @@ import (
 // gateway gave up on it. So every engine is watched. A request whose
 // engine has produced nothing at all, for any request, during the
 // time-to-first-byte limit (Config.EngineTTFB) since it began is checked
-// with a probe: a one-token request of the worker's own. A probe answered
-// within the limit shows the engine working (a long prompt, a model
-// loading, a whole answer not sent before it is complete) and the request
-// waits on; otherwise the request fails as retryable, which the gateway
+// with a probe: the least request of its kind, the worker's own. A probe
+// answered within the limit shows the engine working (a long prompt, a
+// model loading, a whole answer not sent before it is complete) and the
+// request waits on; otherwise the request fails as retryable, which the gateway
 // moves to another worker. After stallAfter such timeouts in a row the
 // engine counts as stalled: the worker names its models in its heartbeat,
 // so the gateway routes them elsewhere, refuses what still reaches it,
@@ -35,7 +37,9 @@ import (
 // either, or when it has paused maxPauses limits while the engine answers
 // others or the probe. A stream paused that long is stuck (a hung GPU, a
 // request the engine lost), and would otherwise hold its slot until the
-// client or the 30-minute cap gave up.
+// client or the 30-minute cap gave up. So is a whole answer whose bytes
+// began to come (engine.Receiver) and stopped: an engine sends one only
+// once it is complete.
 
 // DefaultEngineTTFB is how long an engine may produce nothing before it
 // is probed, and how long the probe may take: generous enough for a cold
@@ -94,7 +98,9 @@ type probeRound struct {
 	alive bool
 }
 
-type probeSample struct{ kind, model string }
+// probeSample is what a probe asks: the kind and model of a request, and
+// for speech the voice it asked for, which a model may need.
+type probeSample struct{ kind, model, voice string }
 
 func newWatch(e engine.Engine, ttfb time.Duration, log *slog.Logger, changed func()) *watch {
 	return &watch{Engine: e, ttfb: ttfb, log: log, changed: changed, epoch: time.Now(),
@@ -224,7 +230,13 @@ func (g *watched) limitPassed() {
 		}
 	}()
 	if g.out.begun() {
-		again = g.midAnswer(finished)
+		again = g.paused(finished, g.out.lastOutput(g.w.epoch), g.cutOff)
+		return
+	}
+	if last, ok := g.out.lastReceived(g.w.epoch); ok {
+		// A whole answer whose bytes began to come: nothing of it has
+		// reached the client, so another worker may still serve it.
+		again = g.paused(finished, last, g.expire)
 		return
 	}
 	if g.w.outputSince(g.since) {
@@ -251,18 +263,18 @@ func (g *watched) limitPassed() {
 	g.giveUp(fmt.Sprintf("the inference engine sent nothing within %s, nor to a probe", g.w.ttfb))
 }
 
-// midAnswer judges a request whose answer has begun when the limit has
-// passed: one with output since the limit began waits anew; one paused
-// the whole limit waits on while the engine answers others or a probe, up
-// to maxPauses limits since its last output, and is cut off otherwise.
+// paused judges a request whose answer has begun when the limit has
+// passed, its output last at last: one with output since the limit began
+// waits anew; one paused the whole limit waits on while the engine answers
+// others or a probe, up to maxPauses limits since its last output, and is
+// ended by stop otherwise (dead when the engine answered no probe either).
 // It reports whether the timer was set again.
-func (g *watched) midAnswer(finished <-chan struct{}) bool {
-	last := g.out.lastOutput(g.w.epoch)
+func (g *watched) paused(finished <-chan struct{}, last time.Time, stop func(msg string, dead bool)) bool {
 	if last.After(g.since) {
 		return g.again(finished)
 	}
 	if paused := time.Since(last); paused >= maxPauses*g.w.ttfb {
-		g.cutOff(fmt.Sprintf("the inference engine sent nothing more of its answer for %s", paused.Round(time.Second)), false)
+		stop(fmt.Sprintf("the inference engine sent nothing more of its answer for %s", paused.Round(time.Second)), false)
 		return false
 	}
 	if !g.w.outputSince(g.since) {
@@ -273,7 +285,7 @@ func (g *watched) midAnswer(finished <-chan struct{}) bool {
 		case <-round.done:
 		}
 		if !round.alive {
-			g.cutOff(fmt.Sprintf("the inference engine stopped in the middle of its answer: nothing for %s, nor to a probe",
+			stop(fmt.Sprintf("the inference engine stopped in the middle of its answer: nothing for %s, nor to a probe",
 				time.Since(last).Round(time.Second)), true)
 			return false
 		}
@@ -319,7 +331,11 @@ func (g *watched) again(finished <-chan struct{}) bool {
 // giveUp ends a request that had no output: the engine is stopped and the
 // request goes back to the gateway, which moves it to another worker. A
 // request whose first output came as the limit ran out stands.
-func (g *watched) giveUp(msg string) { g.end(g.out.expire, msg, true) }
+func (g *watched) giveUp(msg string) { g.expire(msg, true) }
+
+// expire is giveUp for a request the engine did not stall for certain
+// unless dead.
+func (g *watched) expire(msg string, dead bool) { g.end(g.out.expire, msg, dead) }
 
 // givenUp is why the request was given up on, "" if it was not, and
 // whether the engine answered no probe either.
@@ -383,6 +399,12 @@ func (w *watch) ask(req *engine.Request) *probeRound {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.sample = probeSample{kind: req.Kind, model: req.Model}
+	if req.Kind == api.KindSpeech {
+		var p api.SpeechParams
+		if json.Unmarshal(req.Body, &p) == nil {
+			w.sample.voice = p.Voice
+		}
+	}
 	if w.round == nil {
 		w.round = &probeRound{done: make(chan struct{})}
 		signalOne(w.want)
@@ -467,10 +489,12 @@ func (w *watch) settle(alive bool) bool {
 	return alive
 }
 
-// probe asks the engine for one token of the model last waited on (an
-// embedding of one word, for an embeddings model), and reports whether
-// it answered within the limit: output, or any answer but a failure of
-// its own. Engines of other kinds are asked for their models.
+// probe asks the engine for the least of what the request last waited on
+// asks: one token of its model, an embedding of one word, the speech of
+// one word, the transcript of half a second of silence. It reports
+// whether the engine answered within the limit: output, or any answer but
+// a failure of its own. For other kinds the engine is asked for its
+// models.
 func (w *watch) probe(ctx context.Context) bool {
 	ctx, cancel := context.WithTimeout(ctx, w.ttfb)
 	defer cancel()
@@ -485,6 +509,13 @@ func (w *watch) probe(ctx context.Context) bool {
 		req.Body = fmt.Appendf(nil, `{"model":%q,"prompt":"ping","max_tokens":1}`, s.model)
 	case api.KindEmbeddings:
 		req.Body = fmt.Appendf(nil, `{"model":%q,"input":"ping"}`, s.model)
+	case api.KindSpeech:
+		req.Body, _ = json.Marshal(api.SpeechParams{Input: "ok", Voice: s.voice})
+	case api.KindTranscription, api.KindTranscriptionLive:
+		const rate = 16000
+		wav := pcmWAV(rate, make([]byte, rate)) // 16-bit: half a second
+		req.Kind, req.Audio = api.KindTranscription, bytes.NewReader(wav)
+		req.Body, _ = json.Marshal(api.TranscriptionParams{Format: api.AudioWAV, Seconds: 0.5, Bytes: int64(len(wav))})
 	default:
 		_, err := w.Engine.Models(ctx)
 		return err == nil
@@ -521,6 +552,10 @@ type firstSink struct {
 	// last is when the request last had output, as time since the
 	// watch's epoch.
 	last atomic.Int64
+	// received is when the bytes of a whole answer last came, before
+	// the answer is output whole (engine.Receiver), as time since the
+	// watch's epoch plus one: 0 when none came.
+	received atomic.Int64
 }
 
 const (
@@ -560,6 +595,23 @@ func (s *firstSink) output() bool {
 	s.last.Store(int64(time.Since(s.w.epoch)))
 	s.w.answered()
 	return true
+}
+
+// Receiving notes bytes of a whole answer: the engine answers, and the
+// request is now watched for a pause in them.
+func (s *firstSink) Receiving() {
+	t := int64(time.Since(s.w.epoch))
+	if s.received.Swap(t+1) == 0 {
+		s.w.answered()
+		return
+	}
+	s.w.stampAt(t)
+}
+
+// lastReceived is when bytes of a whole answer last came, if any did.
+func (s *firstSink) lastReceived(epoch time.Time) (time.Time, bool) {
+	t := s.received.Load()
+	return epoch.Add(time.Duration(t - 1)), t > 0
 }
 
 func (s *firstSink) begun() bool { return s.state.Load() == begun }

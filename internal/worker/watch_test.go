@@ -3,7 +3,9 @@ package worker
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -269,10 +271,13 @@ func TestEngineReturningAsTheLimitPasses(t *testing.T) {
 
 // pauseEngine streams a token a second, `tokens` of them, and then sends
 // nothing until the request ends; its probes hang too when hangProbes is
-// set, else they are answered at once.
+// set, else they are answered at once. With whole set the tokens are the
+// bytes of an answer sent whole, which an HTTP engine reads as they come
+// (engine.Receiver) and never ends.
 type pauseEngine struct {
 	tokens     int
 	hangProbes bool
+	whole      bool
 	probes     atomic.Int64
 }
 
@@ -294,7 +299,9 @@ func (e *pauseEngine) Serve(ctx context.Context, req *engine.Request, sink engin
 		if i > 0 {
 			time.Sleep(time.Second)
 		}
-		if err := sink.Event(ctx, []byte(`{"choices":[]}`)); err != nil {
+		if e.whole {
+			sink.(engine.Receiver).Receiving()
+		} else if err := sink.Event(ctx, []byte(`{"choices":[]}`)); err != nil {
 			return engine.Cancelled()
 		}
 	}
@@ -307,22 +314,27 @@ func (e *pauseEngine) Serve(ctx context.Context, req *engine.Request, sink engin
 // probe either (a hung GPU) it is found out after the limit it paused
 // through and the probe's, and counts toward the engine's stall; on one
 // that answers probes it waits, up to maxPauses limits since its last
-// output, and counts against nothing.
+// output, and counts against nothing. A whole answer whose bytes stop
+// coming is judged the same way, and goes to another worker: none of it
+// reached the client.
 func TestAnswerStoppedMidwayIsCutOff(t *testing.T) {
 	for _, tc := range []struct {
-		name     string
-		eng      *pauseEngine
-		msg      string
-		after    time.Duration
-		probes   int64
-		timeouts int
+		name      string
+		eng       *pauseEngine
+		msg       string
+		after     time.Duration
+		probes    int64
+		timeouts  int
+		retryable bool
 	}{
 		// Output until 2 s; the limit from 10 s passes without any at
 		// 20 s, and the probe is given up at 30 s.
-		{"probes unanswered", &pauseEngine{tokens: 3, hangProbes: true}, "in the middle of its answer", 30 * time.Second, 1, 1},
+		{"probes unanswered", &pauseEngine{tokens: 3, hangProbes: true}, "in the middle of its answer", 30 * time.Second, 1, 1, false},
 		// The last output at 1 s; checked every 10 s with a probe from
 		// 20 s, and at 60 s it has paused 59 s, past five limits.
-		{"probes answered", &pauseEngine{tokens: 2}, "sent nothing more of its answer for 59s", 60 * time.Second, 4, 0},
+		{"probes answered", &pauseEngine{tokens: 2}, "sent nothing more of its answer for 59s", 60 * time.Second, 4, 0, false},
+		{"a whole answer, probes unanswered", &pauseEngine{tokens: 3, hangProbes: true, whole: true}, "in the middle of its answer", 30 * time.Second, 1, 1, true},
+		{"a whole answer, probes answered", &pauseEngine{tokens: 2, whole: true}, "sent nothing more of its answer for 59s", 60 * time.Second, 4, 0, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -331,7 +343,7 @@ func TestAnswerStoppedMidwayIsCutOff(t *testing.T) {
 				l, st := r.request(context.Background())
 				defer l.Release(fleet.Neutral)
 				_, res, err := readAll(context.Background(), st)
-				if err != nil || res.Status != http.StatusBadGateway || res.Retryable || res.Error == nil ||
+				if err != nil || res.Status != http.StatusBadGateway || res.Retryable != tc.retryable || res.Error == nil ||
 					!strings.Contains(res.Error.Message, tc.msg) {
 					t.Fatalf("a stream whose engine stopped: %+v %v", res, err)
 				}
@@ -347,6 +359,98 @@ func TestAnswerStoppedMidwayIsCutOff(t *testing.T) {
 				w.mu.Unlock()
 				if timeouts != tc.timeouts {
 					t.Errorf("%d timeouts counted, want %d", timeouts, tc.timeouts)
+				}
+			})
+		})
+	}
+}
+
+// audioEngine serves speech and transcriptions, and while hung takes
+// every one, a probe's too, and never answers; its model list answers
+// all the same, as an HTTP server's does when its audio path hangs.
+type audioEngine struct {
+	hung   atomic.Bool
+	probes atomic.Int64
+	voice  atomic.Value // the voice a speech probe asked for
+}
+
+func (e *audioEngine) Kind() string { return "audio" }
+func (e *audioEngine) Models(context.Context) ([]api.Model, error) {
+	return []api.Model{{ID: "tts", Capabilities: []string{api.CapSpeech}}, {ID: "stt", Capabilities: []string{api.CapTranscription}}}, nil
+}
+
+func (e *audioEngine) Serve(ctx context.Context, req *engine.Request, sink engine.Sink) *api.Result {
+	if req.Kind == api.KindSpeech && bytes.Contains(req.Body, []byte(`"input":"ok"`)) ||
+		req.Kind == api.KindTranscription && bytes.Contains(req.Body, []byte(`"seconds":0.5`)) {
+		e.probes.Add(1)
+		var p api.SpeechParams
+		if json.Unmarshal(req.Body, &p) == nil {
+			e.voice.Store(p.Voice)
+		}
+	}
+	if req.Audio != nil {
+		if _, err := io.Copy(io.Discard, req.Audio); err != nil {
+			return engine.Cancelled()
+		}
+	}
+	if e.hung.Load() {
+		<-ctx.Done()
+		return engine.Cancelled()
+	}
+	if err := sink.Body(ctx, []byte(`{"text":""}`)); err != nil {
+		return engine.Cancelled()
+	}
+	return engine.OK()
+}
+
+// A hung speech or transcription engine is found out as a hung chat
+// engine is: its probe is a request of the same kind, the least one, not
+// the model list, which a server whose audio path hangs still answers.
+func TestHungAudioEngineIsFoundOut(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		req  engine.Request
+	}{
+		{"speech", engine.Request{Kind: api.KindSpeech, Model: "tts", Body: []byte(`{"input":"Hello there","voice":"v1"}`)}},
+		{"transcription", engine.Request{Kind: api.KindTranscription, Model: "stt", Body: []byte(`{"format":"wav","seconds":1}`)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				eng := &audioEngine{}
+				eng.hung.Store(true)
+				w := newWatch(eng, 10*time.Second, slog.New(slog.DiscardHandler), func() {})
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				go w.run(ctx)
+				req := tc.req
+				if req.Kind == api.KindTranscription {
+					req.Audio = bytes.NewReader(pcmWAV(16000, make([]byte, 32000)))
+				}
+				// Bounded, so that a wait for ever fails rather than
+				// running the bubble's clock for ever.
+				rctx, rcancel := context.WithTimeout(ctx, 5*time.Minute)
+				defer rcancel()
+				start := time.Now()
+				res := w.Serve(rctx, &req, &captureSink{})
+				if res.Status != http.StatusBadGateway || !res.Retryable {
+					t.Fatalf("a request on a hung %s engine after %v: %+v", tc.name, time.Since(start), res)
+				}
+				if d := time.Since(start); d != 20*time.Second {
+					t.Errorf("given up after %v, want the limit and the probe's, 20s", d)
+				}
+				if n := eng.probes.Load(); n != 1 {
+					t.Errorf("%d probes of the request's kind, want 1", n)
+				}
+				if v, _ := eng.voice.Load().(string); tc.req.Kind == api.KindSpeech && v != "v1" {
+					t.Errorf("the speech probe asked for voice %q, want the request's", v)
+				}
+				eng.hung.Store(false)
+				req = tc.req
+				if req.Kind == api.KindTranscription {
+					req.Audio = bytes.NewReader(pcmWAV(16000, make([]byte, 32000)))
+				}
+				if res := w.Serve(ctx, &req, &captureSink{}); res.Status != http.StatusOK {
+					t.Fatalf("after the engine answered: %+v", res)
 				}
 			})
 		})

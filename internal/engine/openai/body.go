@@ -25,7 +25,7 @@ func (e *Engine) chat(ctx context.Context, req *engine.Request, sink engine.Sink
 		return res
 	}
 	defer resp.Close()
-	b, res := e.readBody(ctx, resp)
+	b, res := e.readBody(ctx, resp, sink)
 	if res != nil {
 		return res
 	}
@@ -139,7 +139,7 @@ func (e *Engine) embeddings(ctx context.Context, req *engine.Request, sink engin
 		return res
 	}
 	defer resp.Close()
-	b, res := e.readBody(ctx, resp)
+	b, res := e.readBody(ctx, resp, sink)
 	if res != nil {
 		return res
 	}
@@ -166,8 +166,12 @@ func lastValue(b []byte, quotedKey string) json.RawMessage {
 	return raw
 }
 
-// readBody reads a whole successful response.
-func (e *Engine) readBody(ctx context.Context, body io.Reader) ([]byte, *api.Result) {
+// readBody reads a whole successful response for sink, telling it as the
+// bytes come when it is an engine.Receiver.
+func (e *Engine) readBody(ctx context.Context, body io.Reader, sink engine.Sink) ([]byte, *api.Result) {
+	if r, ok := sink.(engine.Receiver); ok {
+		body = receiving{body, r}
+	}
 	b, err := readLimited(body, e.maxBody)
 	switch {
 	case errors.Is(err, errTooLarge):
@@ -179,6 +183,20 @@ func (e *Engine) readBody(ctx context.Context, body io.Reader) ([]byte, *api.Res
 		return nil, engine.Unreachable(fmt.Errorf("read response: %w", err))
 	}
 	return b, nil
+}
+
+// receiving tells its receiver of each read that brings bytes.
+type receiving struct {
+	io.Reader
+	to engine.Receiver
+}
+
+func (r receiving) Read(p []byte) (int, error) {
+	n, err := r.Reader.Read(p)
+	if n > 0 {
+		r.to.Receiving()
+	}
+	return n, err
 }
 
 // invalidResponse is the result for an answer that is not what the OpenAI

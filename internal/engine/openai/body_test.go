@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/engine"
@@ -208,5 +209,51 @@ func TestLastValue(t *testing.T) {
 		if got := lastValue([]byte(in), keyUsage); string(got) != want {
 			t.Errorf("lastValue(%s) = %s, want %s", in, got, want)
 		}
+	}
+}
+
+// receiverSink is a sink told of the bytes of a whole answer as they come.
+type receiverSink struct {
+	sink
+	got chan struct{}
+}
+
+func (s *receiverSink) Receiving() {
+	select {
+	case s.got <- struct{}{}:
+	default:
+	}
+}
+
+// TestWholeAnswerTellsItsBytes: a whole answer's bytes are told to a sink
+// that asks as they come, before the answer is read whole: a worker
+// watches an answer that began to come and stopped as a stall, where one
+// not yet begun may be an engine still working it out.
+func TestWholeAnswerTellsItsBytes(t *testing.T) {
+	f := newFake(t, map[string]http.HandlerFunc{"/v1/chat/completions": func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", "200")
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write([]byte(`{"id":"x","object":"chat.comp`))
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	}})
+	e := f.engine(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &receiverSink{got: make(chan struct{}, 1)}
+	done := make(chan *api.Result, 1)
+	go func() {
+		done <- e.Serve(ctx, &engine.Request{Kind: api.KindChat, Model: "m", Body: []byte(`{"model":"m","messages":[]}`)}, s)
+	}()
+	select {
+	case <-s.got:
+	case res := <-done:
+		t.Fatalf("the engine returned before its answer came whole: %+v", res)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the answer's first bytes were not told")
+	}
+	cancel()
+	if res := <-done; res.Status != 499 {
+		t.Fatalf("a whole answer stopped and cancelled: %+v", res)
 	}
 }

@@ -43,7 +43,7 @@ func (e *Engine) completion(ctx context.Context, req *engine.Request, sink engin
 		return res
 	}
 	defer resp.Close()
-	b, res := e.readBody(ctx, resp)
+	b, res := e.readBody(ctx, resp, sink)
 	if res != nil {
 		return res
 	}

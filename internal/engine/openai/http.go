@@ -85,7 +85,11 @@ func retryAfter(h []byte) int {
 // length is known is read into a buffer of that size.
 func readLimited(r io.Reader, limit int64) ([]byte, error) {
 	size := 512
-	if resp, ok := r.(*response); ok {
+	inner := r
+	if rc, ok := r.(receiving); ok {
+		inner = rc.Reader
+	}
+	if resp, ok := inner.(*response); ok {
 		if n := resp.length(); n >= 0 && int64(n) <= limit {
 			size = n
 		}

@@ -29,7 +29,7 @@ func (e *Engine) images(ctx context.Context, req *engine.Request, sink engine.Si
 		return unserved(res, imagesPath)
 	}
 	defer resp.Close()
-	b, res := e.readBody(ctx, resp)
+	b, res := e.readBody(ctx, resp, sink)
 	if res != nil {
 		return res
 	}

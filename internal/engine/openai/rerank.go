@@ -38,7 +38,7 @@ func (e *Engine) rerank(ctx context.Context, req *engine.Request, sink engine.Si
 		return unserved(res, rerankPath)
 	}
 	defer resp.Close()
-	b, res := e.readBody(ctx, resp)
+	b, res := e.readBody(ctx, resp, sink)
 	if res != nil {
 		return res
 	}

@@ -51,7 +51,7 @@ func (e *Engine) speak(ctx context.Context, req *engine.Request, sink engine.Sin
 		return res
 	}
 	defer resp.Close()
-	b, res := e.readBody(ctx, resp)
+	b, res := e.readBody(ctx, resp, sink)
 	if res != nil {
 		return res
 	}

@@ -338,7 +338,7 @@ func (s *stream) broken(err error) *api.Result {
 // completion, as some minimal OpenAI-compatible servers do: the completion
 // is passed on as a single chunk.
 func (s *stream) whole(ctx context.Context, e *Engine, body io.Reader) *api.Result {
-	b, res := e.readBody(ctx, body)
+	b, res := e.readBody(ctx, body, s.sink)
 	if res != nil {
 		return res
 	}
