@@ -136,7 +136,7 @@ func OpenContext(ctx context.Context, dir string, opts Options) (*Store, error) 
 	var db *bbolt.DB
 	var err error
 	for waited := false; ; waited = true {
-		db, err = bbolt.Open(path, 0o600, &bbolt.Options{
+		db, err = openFile(path, &bbolt.Options{
 			// One try: bbolt's own retries sleep 50 ms between tries and
 			// cannot be stopped; this loop tries more often and can.
 			Timeout: time.Nanosecond,
@@ -173,6 +173,24 @@ func OpenContext(ctx context.Context, dir string, opts Options) (*Store, error) 
 		return nil, err
 	}
 	return s, nil
+}
+
+// ErrDamaged is a database file that cannot be read: its pages are not
+// what bbolt wrote, after a disk fault or an edit by hand.
+var ErrDamaged = errors.New("the database file is damaged")
+
+// openFile is bbolt.Open, with the panic bbolt raises for a damaged file
+// (a freelist or meta page that is not one) as an error that names the
+// file and what to do, rather than a crash and its stack. (The process
+// exits then: a file left locked by the recovered open is released with
+// it.)
+func openFile(path string, opts *bbolt.Options) (db *bbolt.DB, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			db, err = nil, fmt.Errorf("%w (%v): restore it from a backup of the data directory, or move it away to start with an empty one", ErrDamaged, p)
+		}
+	}()
+	return bbolt.Open(path, 0o600, opts)
 }
 
 // Close closes the database; pending transactions finish first.

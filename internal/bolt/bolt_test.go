@@ -248,3 +248,30 @@ func TestMigrationMovesSpeechSeconds(t *testing.T) {
 		t.Fatalf("schema %d", v)
 	}
 }
+
+// TestDamagedFileIsAnError: a file whose pages were overwritten is an
+// error that says what to do, not a panic.
+func TestDamagedFileIsAnError(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	path := filepath.Join(dir, FileName)
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	junk := bytes.Repeat([]byte{0xa5, 0x3c, 0x7e, 0x19}, 1024)
+	for off := int64(8192); off < 8192*40; off += 4096 {
+		if _, err := f.WriteAt(junk, off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.Close()
+	_, err = Open(dir, Options{})
+	if !errors.Is(err, ErrDamaged) || !strings.Contains(err.Error(), "backup") {
+		t.Fatalf("Open of a damaged file = %v, want ErrDamaged saying what to do", err)
+	}
+}
