@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"mime/multipart"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/audio"
+	"github.com/svc-dev/svc/internal/transcription"
 )
 
 // Transcription is a file to transcribe and how.
@@ -36,7 +38,20 @@ type Transcription struct {
 // Transcribe uploads a file for transcription and returns the answer as
 // the gateway sent it, with its content type. The file is streamed, never
 // held whole.
+//
+// A file over the gateway's limit is refused here, with the gateway's 413,
+// before anything is sent: the gateway refuses it from its length and
+// closes the connection, and a client still sending would see the
+// connection reset rather than the answer.
 func (c *Client) Transcribe(ctx context.Context, t Transcription) ([]byte, string, error) {
+	if t.Size > transcription.MaxFileBytes {
+		return nil, "", fileTooLarge()
+	}
+	var counted *cappedReader
+	if t.Size < 0 {
+		counted = &cappedReader{r: t.File, left: transcription.MaxFileBytes}
+		t.File = counted
+	}
 	up, err := t.form()
 	if err != nil {
 		return nil, "", err
@@ -44,6 +59,12 @@ func (c *Client) Transcribe(ctx context.Context, t Transcription) ([]byte, strin
 	// A transcription's answer starts when it is done, which for a long
 	// recording on a slow engine takes minutes: no bound but the caller's.
 	resp, err := c.sendBody(ctx, http.MethodPost, "/v1/audio/transcriptions", up, "*/*", 0)
+	if counted != nil && counted.over {
+		if resp != nil {
+			resp.Body.Close()
+		}
+		return nil, "", fileTooLarge()
+	}
 	if err != nil {
 		return nil, "", err
 	}
@@ -60,6 +81,34 @@ func (c *Client) Transcribe(ctx context.Context, t Transcription) ([]byte, strin
 		}
 	}
 	return b, ctype, nil
+}
+
+// fileTooLarge is the gateway's 413 for a file over its limit.
+func fileTooLarge() *Error {
+	e := transcription.ErrTooLarge
+	return &Error{Status: http.StatusRequestEntityTooLarge, Message: e.Message, Type: api.TypeInvalidRequest, Code: e.Code}
+}
+
+// cappedReader reads a file of unknown length (stdin) until it passes the
+// gateway's limit, and then fails the upload.
+type cappedReader struct {
+	r    io.Reader
+	left int64
+	over bool
+}
+
+var errFileTooLarge = errors.New("the audio file is over the limit")
+
+func (c *cappedReader) Read(p []byte) (int, error) {
+	if c.over {
+		return 0, errFileTooLarge
+	}
+	n, err := c.r.Read(p)
+	if c.left -= int64(n); c.left < 0 {
+		c.over = true
+		return 0, errFileTooLarge
+	}
+	return n, err
 }
 
 // form lays out the multipart body: the fields and the file's part header
