@@ -56,6 +56,7 @@ const (
 	CodeTimeout          = "timeout"             // the request ran longer than it may
 	CodeNotHome          = "not_home"            // this replica of a cluster does not serve the organisation; its home does
 	CodeRateLimited      = "rate_limited"        // the organisation is over its limit of requests a minute
+	CodeShuttingDown     = "shutting_down"       // the gateway stopped before the request was done
 )
 
 // Error is an error with everything needed to answer it over HTTP. Domain

@@ -120,7 +120,7 @@ func New(cfg Config) *Relay {
 }
 
 // ErrShuttingDown is what a call that Abort ended answers its client.
-var ErrShuttingDown error = &api.Error{Kind: api.KindUnavailable, RetryAfter: time.Second,
+var ErrShuttingDown error = &api.Error{Kind: api.KindUnavailable, Code: api.CodeShuttingDown, RetryAfter: time.Second,
 	Message: "The gateway shut down before the response was complete; retry"}
 
 // Abort ends every call still running, when a server's drain ran out of

@@ -882,7 +882,7 @@ func TestAbortEndsWhatIsRunning(t *testing.T) {
 		if err := <-unary; status(err) != 503 {
 			t.Fatalf("the unary call's answer = %v, want a 503", err)
 		}
-		if len(client.got) == 0 || client.got[len(client.got)-1] != "fail 503 " {
+		if len(client.got) == 0 || client.got[len(client.got)-1] != "fail 503 shutting_down" {
 			t.Fatalf("stream events %q, want the 503 last", client.got)
 		}
 		synctest.Wait()

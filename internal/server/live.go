@@ -99,7 +99,7 @@ func (s *Server) liveTranscription(c *call) error {
 // upgradeError is the 400 of a WebSocket handshake that failed.
 func upgradeError(err error) error { return api.BadRequest("WebSocket upgrade failed: %v", err) }
 
-var errShuttingDown error = &api.Error{Kind: api.KindUnavailable, RetryAfter: time.Second,
+var errShuttingDown error = &api.Error{Kind: api.KindUnavailable, Code: api.CodeShuttingDown, RetryAfter: time.Second,
 	Message: "The gateway is shutting down; reconnect"}
 
 // serveLive runs a session on its upgraded connection: a goroutine reads
