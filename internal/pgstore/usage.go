@@ -391,9 +391,11 @@ func (u *Usage) Logs(orgID string, q store.UsageQuery) ([]api.UsageRow, error) {
 // scanTotals reads the counters of a totals row, after dst's leading
 // columns.
 func scanTotals(rows pgx.Rows, t *api.UsageTotals, lead ...any) error {
-	return rows.Scan(append(lead, &t.Requests, &t.Succeeded, &t.Failed, &t.Cancelled, &t.PromptTokens,
+	err := rows.Scan(append(lead, &t.Requests, &t.Succeeded, &t.Failed, &t.Cancelled, &t.PromptTokens,
 		&t.CompletionTokens, &t.TotalTokens, &t.ReasoningTokens, &t.CachedTokens, &t.Images,
 		&t.RequestDurationMs, &t.AudioSeconds, &t.EnergyWh, &t.SpeechSeconds)...)
+	usage.Tidy(t)
+	return err
 }
 
 // scanAggregates runs a totals query of orgID from from to to and calls

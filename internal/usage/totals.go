@@ -137,7 +137,25 @@ func addInt(a, b int64) int64 {
 }
 
 // addFloat stops at the largest float64 rather than at infinity, which
-// the API's JSON cannot carry.
+// the API's JSON cannot carry. A sum is kept to a millionth, finer than
+// anything a row measures (seconds to the millisecond, energy to the
+// milliwatt-hour), so that binary fractions do not show through in the
+// totals: 1.33 + 0.335 + ... + 0.875 is 4.8, not 4.800000000000001.
 func addFloat(a, b float64) float64 {
-	return max(min(a+b, math.MaxFloat64), -math.MaxFloat64)
+	s := max(min(a+b, math.MaxFloat64), -math.MaxFloat64)
+	if math.Abs(s) < maxRounded {
+		s = math.Round(s*1e6) / 1e6
+	}
+	return s
 }
+
+// Tidy keeps t's measured sums to a millionth, as Add does, for sums a
+// database made itself (PostgreSQL's sum), which keep the binary noise.
+func Tidy(t *api.UsageTotals) {
+	t.AudioSeconds = addFloat(t.AudioSeconds, 0)
+	t.SpeechSeconds = addFloat(t.SpeechSeconds, 0)
+	t.EnergyWh = addFloat(t.EnergyWh, 0)
+}
+
+// maxRounded is where a millionth is below a float64's precision.
+const maxRounded = 1 << 32

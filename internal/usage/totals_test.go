@@ -128,6 +128,18 @@ func TestAdd(t *testing.T) {
 	}
 }
 
+// Sums of measured seconds are the decimals they add up to, not binary
+// fractions' noise.
+func TestAddRoundsAwayBinaryNoise(t *testing.T) {
+	var sum api.UsageTotals
+	for _, s := range []float64{1.33, 0.335, 0.525, 0.335, 0.525, 0.875, 0.875} {
+		Add(&sum, &api.UsageTotals{SpeechSeconds: s, AudioSeconds: s / 10})
+	}
+	if sum.SpeechSeconds != 4.8 || sum.AudioSeconds != 0.48 {
+		t.Fatalf("speech %v, audio %v; want 4.8 and 0.48", sum.SpeechSeconds, sum.AudioSeconds)
+	}
+}
+
 // A sum that would overflow stops at the largest value instead of
 // wrapping to a negative one, which, kept for good, would never recover.
 func TestAddSaturates(t *testing.T) {
