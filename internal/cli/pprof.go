@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -18,8 +19,10 @@ func addPprofFlag(cmd *cobra.Command, addr *string) {
 }
 
 // servePprof serves the profiling endpoints until ctx ends; the returned
-// function waits for the server to stop.
-func servePprof(ctx context.Context, addr string) (func(), error) {
+// function waits for the server to stop. The address is logged, with a
+// warning when it is not loopback: the endpoints have no authentication,
+// and a profile shows the program's memory.
+func servePprof(ctx context.Context, addr string, log *slog.Logger) (func(), error) {
 	if addr == "" {
 		return func() {}, nil
 	}
@@ -32,6 +35,13 @@ func servePprof(ctx context.Context, addr string) (func(), error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
+	}
+	bound := ln.Addr().(*net.TCPAddr)
+	if bound.IP.IsLoopback() {
+		log.Info("profiling endpoints", "addr", bound.String())
+	} else {
+		log.Warn("profiling endpoints on an address others may reach, without authentication; bind them to loopback",
+			"addr", bound.String())
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	done := make(chan struct{})

@@ -269,7 +269,7 @@ func runServe(ctx context.Context, f *Factory, opts *ServeOptions) error {
 	if err != nil {
 		return err
 	}
-	stopPprof, err := servePprof(ctx, opts.PprofAddr)
+	stopPprof, err := servePprof(ctx, opts.PprofAddr, log)
 	if err != nil {
 		return err
 	}

@@ -197,7 +197,7 @@ func runWorker(ctx context.Context, f *Factory, opts *WorkerOptions) error {
 	if err != nil {
 		return err
 	}
-	stopPprof, err := servePprof(ctx, opts.PprofAddr)
+	stopPprof, err := servePprof(ctx, opts.PprofAddr, log)
 	if err != nil {
 		return err
 	}
