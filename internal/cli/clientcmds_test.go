@@ -125,7 +125,7 @@ func TestWorkersShow(t *testing.T) {
 		t.Errorf("ambiguous start: exit %d %s", r.code, r.stderr)
 	}
 	r = cliRun{env: gatewayEnv(g)}.run(t, "workers", "show", "gpu-box-9")
-	if r.code != exitError || !strings.Contains(r.stderr, `no worker "gpu-box-9" is listed`) || !strings.Contains(r.stderr, "'svc workers' lists them") {
+	if r.code != exitUsage || !strings.Contains(r.stderr, `no worker "gpu-box-9" is listed`) || !strings.Contains(r.stderr, "'svc workers' lists them") {
 		t.Errorf("unknown worker: exit %d %s", r.code, r.stderr)
 	}
 }

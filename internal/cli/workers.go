@@ -111,7 +111,8 @@ func workersShowRun(ctx context.Context, opts *WorkersShowOptions) error {
 	if w.WorkerName == "" {
 		// resolveWorker's stand-in for a worker the list lacks: the list is
 		// all there is to show.
-		return withHint(fmt.Errorf("no worker %q is listed", opts.Worker),
+		// A usage error, as a --worker that names no worker is.
+		return withHint(usageErrorf("no worker %q is listed", opts.Worker),
 			"WORKER is a worker's name, id or a unique start of its id, as 'svc workers' lists them.")
 	}
 	if opts.Exporter.Enabled() {
