@@ -157,8 +157,8 @@ func printClusterStatus(f *Factory, st api.ClusterStatus) error {
 		return err
 	}
 	for _, r := range st.Replicas {
-		if len(r.UnreachablePeers) > 0 {
-			printf(out, "%s cannot reach %s: the organisations homed there get 503 through it\n", r.ID, strings.Join(r.UnreachablePeers, ", "))
+		if peers := unreachableWithHomes(st.Replicas, r.UnreachablePeers); len(peers) > 0 {
+			printf(out, "%s cannot reach %s: the organisations homed there get 503 through it\n", r.ID, strings.Join(peers, ", "))
 		}
 	}
 	homeless := 0
@@ -347,4 +347,24 @@ func migrateStore(ctx context.Context, dir string, db *storeFlags) ([]migrateCou
 		{"power buckets", have.PowerBuckets, copied.PowerBuckets},
 		{"power workers", have.PowerWorkers, copied.PowerWorkers},
 	}, nil
+}
+
+// unreachableWithHomes is the URLs of urls that matter: a replica gone and
+// homing nothing (its organisations were claimed by others) is unreachable
+// by every peer until its registration lapses, and says nothing of them.
+func unreachableWithHomes(replicas []api.ClusterReplica, urls []string) []string {
+	var out []string
+	for _, u := range urls {
+		moot := false
+		for _, r := range replicas {
+			if r.AdvertiseURL == u {
+				moot = !r.Alive && r.Homes == 0
+				break
+			}
+		}
+		if !moot {
+			out = append(out, u)
+		}
+	}
+	return out
 }

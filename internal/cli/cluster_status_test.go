@@ -57,3 +57,28 @@ func TestClusterStatusGoneReplica(t *testing.T) {
 		}
 	}
 }
+
+// A peer no replica reaches is told of while organisations are homed on
+// it, and not once it is gone and homes none: others serve them then.
+func TestClusterStatusUnreachablePeer(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	for _, tt := range []struct {
+		name  string
+		dead  api.ClusterReplica
+		tells bool
+	}{
+		{"gone, homing none", api.ClusterReplica{ID: "r1", Role: "member", AdvertiseURL: "http://a:8080", SeenAt: now.Add(-5 * time.Second)}, false},
+		{"gone, still homing", api.ClusterReplica{ID: "r1", Role: "member", AdvertiseURL: "http://a:8080", SeenAt: now.Add(-5 * time.Second), Homes: 2}, true},
+		{"alive", api.ClusterReplica{ID: "r1", Role: "member", AdvertiseURL: "http://a:8080", SeenAt: now, Alive: true}, true},
+	} {
+		ios, _, out, _ := iostreams.Test()
+		st := api.ClusterStatus{DatabaseTime: now, Replicas: []api.ClusterReplica{tt.dead,
+			{ID: "r2", Role: "leader", AdvertiseURL: "http://b:8080", SeenAt: now, Alive: true, UnreachablePeers: []string{"http://a:8080"}}}}
+		if err := printClusterStatus(&Factory{IO: ios}, st); err != nil {
+			t.Fatal(err)
+		}
+		if told := strings.Contains(out.String(), "r2 cannot reach http://a:8080"); told != tt.tells {
+			t.Errorf("%s: told %v, want %v:\n%s", tt.name, told, tt.tells, out)
+		}
+	}
+}
