@@ -783,16 +783,20 @@ func (a *Agent) sendHeartbeat() {
 	}
 }
 
-// stalledModels lists the models the worker offers whose engine stalled.
+// stalledModels lists the models the worker offers whose engine stalled,
+// or that their engine stopped answering for alone.
 func (a *Agent) stalledModels() []string {
-	if !slices.ContainsFunc(a.cfg.Engines, func(e engine.Engine) bool { return a.watches[e].stalledNow.Load() }) {
+	if !slices.ContainsFunc(a.cfg.Engines, func(e engine.Engine) bool {
+		w := a.watches[e]
+		return w.stalledNow.Load() || w.anyStuck.Load()
+	}) {
 		return nil
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	var out []string
 	for id, s := range a.byModel {
-		if a.watches[s.eng].stalledNow.Load() {
+		if w := a.watches[s.eng]; w.stalledNow.Load() || w.stuckModel(s.local) {
 			out = append(out, id)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -89,6 +90,11 @@ type watch struct {
 	// sample is what the engine is probed with: the kind and model of the
 	// last request that waited for a verdict.
 	sample probeSample
+	// stuck are the models, by the engine's name, that answered no probe
+	// while another of the engine's did: the engine serves the rest, and
+	// these are held back until they answer. anyStuck mirrors its size.
+	stuck    map[string]probeSample
+	anyStuck atomic.Bool
 }
 
 // probeRound is one probe and its verdict: alive is set before done is
@@ -104,7 +110,7 @@ type probeSample struct{ kind, model, voice string }
 
 func newWatch(e engine.Engine, ttfb time.Duration, log *slog.Logger, changed func()) *watch {
 	return &watch{Engine: e, ttfb: ttfb, log: log, changed: changed, epoch: time.Now(),
-		want: make(chan struct{}, 1), waiting: map[*watched]struct{}{}}
+		want: make(chan struct{}, 1), waiting: map[*watched]struct{}{}, stuck: map[string]probeSample{}}
 }
 
 // watchOf is the watched engine for e.
@@ -124,10 +130,14 @@ func (w *watch) Serve(ctx context.Context, req *engine.Request, sink engine.Sink
 	defer cancel()
 	g := &watched{w: w, req: req, cancel: cancel, out: firstSink{w: w, out: sink}, since: time.Now()}
 	w.mu.Lock()
-	if w.stalled {
+	_, stuck := w.stuck[req.Model]
+	if w.stalled || stuck {
 		w.mu.Unlock()
-		r := engine.Failure(http.StatusServiceUnavailable, api.TypeUpstream,
-			"the inference engine stopped answering; this worker sends it nothing until it answers a probe")
+		msg := "the inference engine stopped answering; this worker sends it nothing until it answers a probe"
+		if stuck {
+			msg = "the inference engine stopped answering for this model; this worker sends it nothing of the model until it answers a probe"
+		}
+		r := engine.Failure(http.StatusServiceUnavailable, api.TypeUpstream, msg)
 		r.Retryable = true
 		return r
 	}
@@ -433,14 +443,15 @@ func (w *watch) run(ctx context.Context) {
 		case <-w.want:
 		}
 		w.mu.Lock()
-		asked, stalled := w.round != nil, w.stalled
+		asked, stalled, stuck := w.round != nil, w.stalled, len(w.stuck) > 0
+		s := w.sample
 		w.mu.Unlock()
-		if !asked && !stalled {
+		if !asked && !stalled && !stuck {
 			continue
 		}
 		if !asked {
 			// Woken by the stall, or by the last probe of a stalled
-			// engine: the next comes after a pause.
+			// engine or a stuck model: the next comes after a pause.
 			pause := time.NewTimer(probeEvery)
 			select {
 			case <-ctx.Done():
@@ -448,21 +459,123 @@ func (w *watch) run(ctx context.Context) {
 				return
 			case <-pause.C:
 			}
-		}
-		if !w.settle(w.probe(ctx)) {
-			w.mu.Lock()
-			stalled = w.stalled
-			w.mu.Unlock()
-			if stalled {
-				signalOne(w.want)
+			if !stalled {
+				if w.probeStuck(ctx) {
+					signalOne(w.want)
+				}
+				continue
 			}
+		}
+		alive := w.probe(ctx, s)
+		if !alive && !asked && w.otherAnswers(ctx, s.model) {
+			// The engine answers for another model: the one that hung is
+			// held back alone, and the engine serves the rest.
+			w.hold(s)
+			alive = true
+		}
+		w.settle(alive)
+		w.mu.Lock()
+		again := w.stalled || len(w.stuck) > 0
+		w.mu.Unlock()
+		if again {
+			signalOne(w.want)
 		}
 	}
 }
 
+// otherAnswers reports whether the engine answers a probe for a model
+// other than except: a few of those it lists, of kinds a probe can ask.
+func (w *watch) otherAnswers(ctx context.Context, except string) bool {
+	lctx, cancel := context.WithTimeout(ctx, w.ttfb)
+	models, err := w.Engine.Models(lctx)
+	cancel()
+	if err != nil {
+		return false
+	}
+	tried := 0
+	for _, m := range models {
+		kind := ""
+		switch {
+		case slices.Contains(m.Capabilities, api.CapChat):
+			kind = api.KindChat
+		case slices.Contains(m.Capabilities, api.CapEmbeddings):
+			kind = api.KindEmbeddings
+		}
+		w.mu.Lock()
+		_, stuck := w.stuck[m.ID]
+		w.mu.Unlock()
+		if kind == "" || m.ID == except || stuck {
+			continue
+		}
+		if w.probe(ctx, probeSample{kind: kind, model: m.ID}) {
+			return true
+		}
+		if tried++; tried == maxOtherProbes {
+			return false
+		}
+	}
+	return false
+}
+
+// maxOtherProbes bounds the models a stalled engine is probed with besides
+// the one that hung: each unanswered probe takes the whole limit.
+const maxOtherProbes = 2
+
+// hold holds back s's model alone.
+func (w *watch) hold(s probeSample) {
+	w.mu.Lock()
+	w.stuck[s.model] = s
+	w.anyStuck.Store(true)
+	w.mu.Unlock()
+	w.log.Error("the inference engine stopped answering for one model and answers for others: that model takes no requests until it answers a probe",
+		"engine", w.Kind(), "model", s.model, "ttfb", w.ttfb.String())
+}
+
+// probeStuck probes each stuck model, takes back those that answer, and
+// reports whether any is still stuck.
+func (w *watch) probeStuck(ctx context.Context) bool {
+	w.mu.Lock()
+	stuck := make([]probeSample, 0, len(w.stuck))
+	for _, s := range w.stuck {
+		stuck = append(stuck, s)
+	}
+	w.mu.Unlock()
+	var back []string
+	for _, s := range stuck {
+		if w.probe(ctx, s) {
+			back = append(back, s.model)
+		}
+	}
+	w.mu.Lock()
+	for _, m := range back {
+		delete(w.stuck, m)
+	}
+	left := len(w.stuck) > 0
+	w.anyStuck.Store(left)
+	w.mu.Unlock()
+	for _, m := range back {
+		w.log.Info("the inference engine answers again for the model", "engine", w.Kind(), "model", m)
+	}
+	if len(back) > 0 {
+		w.changed()
+	}
+	return left
+}
+
+// stuckModel reports whether the engine's model is held back alone.
+func (w *watch) stuckModel(local string) bool {
+	if !w.anyStuck.Load() {
+		return false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_, ok := w.stuck[local]
+	return ok
+}
+
 // settle gives the round under way its verdict, and takes the engine
-// back into service when it answered. It returns alive.
-func (w *watch) settle(alive bool) bool {
+// back into service when it answered.
+func (w *watch) settle(alive bool) {
 	w.mu.Lock()
 	r := w.round
 	w.round = nil
@@ -486,21 +599,16 @@ func (w *watch) settle(alive bool) bool {
 		w.log.Info("the inference engine answers again", "engine", w.Kind())
 		w.changed()
 	}
-	return alive
 }
 
-// probe asks the engine for the least of what the request last waited on
-// asks: one token of its model, an embedding of one word, the speech of
-// one word, the transcript of half a second of silence. It reports
-// whether the engine answered within the limit: output, or any answer but
-// a failure of its own. For other kinds the engine is asked for its
-// models.
-func (w *watch) probe(ctx context.Context) bool {
+// probe asks the engine for the least of what a request like s asks: one
+// token of its model, an embedding of one word, the speech of one word,
+// the transcript of half a second of silence. It reports whether the
+// engine answered within the limit: output, or any answer but a failure of
+// its own. For other kinds the engine is asked for its models.
+func (w *watch) probe(ctx context.Context, s probeSample) bool {
 	ctx, cancel := context.WithTimeout(ctx, w.ttfb)
 	defer cancel()
-	w.mu.Lock()
-	s := w.sample
-	w.mu.Unlock()
 	req := &engine.Request{Kind: s.kind, Model: s.model}
 	switch s.kind {
 	case api.KindChat:

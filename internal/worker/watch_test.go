@@ -456,3 +456,72 @@ func TestHungAudioEngineIsFoundOut(t *testing.T) {
 		})
 	}
 }
+
+// twoModelEngine serves "hang" and "ok"; while hung, "hang" takes every
+// request, its probes' too, and never answers, where "ok" answers at once:
+// one model of an engine that serves several (llama-swap, LocalAI) stuck.
+type twoModelEngine struct{ hung atomic.Bool }
+
+func (e *twoModelEngine) Kind() string { return "two" }
+func (e *twoModelEngine) Models(context.Context) ([]api.Model, error) {
+	return []api.Model{{ID: "hang", Capabilities: []string{api.CapChat}}, {ID: "ok", Capabilities: []string{api.CapChat}}}, nil
+}
+
+func (e *twoModelEngine) Serve(ctx context.Context, req *engine.Request, sink engine.Sink) *api.Result {
+	if req.Model == "hang" && e.hung.Load() {
+		<-ctx.Done()
+		return engine.Cancelled()
+	}
+	if err := sink.Body(ctx, []byte(`{"answer":"hi"}`)); err != nil {
+		return engine.Cancelled()
+	}
+	return engine.OK()
+}
+
+// An engine stalled by one model that answers for another serves the
+// others again, and holds back that one alone until it answers a probe.
+func TestOneModelStuckHoldsBackItAlone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		eng := &twoModelEngine{}
+		eng.hung.Store(true)
+		var changes atomic.Int64
+		w := newWatch(eng, 10*time.Second, slog.New(slog.DiscardHandler), func() { changes.Add(1) })
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go w.run(ctx)
+		serve := func(model string) *api.Result {
+			return w.Serve(ctx, &engine.Request{Kind: api.KindChat, Model: model, Body: []byte(`{}`)}, &captureSink{})
+		}
+		for range stallAfter {
+			if res := serve("hang"); res.Status != http.StatusBadGateway {
+				t.Fatalf("a request of the stuck model: %+v", res)
+			}
+		}
+		if !w.stalledNow.Load() {
+			t.Fatal("the engine did not stall")
+		}
+		// A pause, the stuck model's probe given up, then the other's.
+		time.Sleep(probeEvery + w.ttfb + time.Second)
+		if w.stalledNow.Load() || !w.stuckModel("hang") || w.stuckModel("ok") {
+			t.Fatalf("stalled %v, hang held %v, ok held %v; want the engine back and hang alone held",
+				w.stalledNow.Load(), w.stuckModel("hang"), w.stuckModel("ok"))
+		}
+		if res := serve("ok"); res.Status != http.StatusOK {
+			t.Fatalf("the model that answers: %+v", res)
+		}
+		if res := serve("hang"); res.Status != http.StatusServiceUnavailable || !res.Retryable || !strings.Contains(res.Error.Message, "for this model") {
+			t.Fatalf("the model held back: %+v", res)
+		}
+		eng.hung.Store(false)
+		time.Sleep(probeEvery + time.Second)
+		if w.stuckModel("hang") || w.anyStuck.Load() {
+			t.Fatal("the model that answered a probe is still held back")
+		}
+		if res := serve("hang"); res.Status != http.StatusOK {
+			t.Fatalf("the model taken back: %+v", res)
+		}
+		if n := changes.Load(); n != 3 {
+			t.Errorf("%d changes told, want 3: the stall, the engine back, the model back", n)
+		}
+	})
+}
