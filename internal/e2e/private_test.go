@@ -317,6 +317,20 @@ func TestPrivateInferenceErrors(t *testing.T) {
 			t.Errorf("the gateway's row names the field: %v", row)
 		}
 	}
+	// An engine's failure (here 500, which the gateway answers 502) goes
+	// to the client sealed too, with the engine's own message, also once
+	// the gateway tried for another worker and found none.
+	for _, stream := range []bool{false, true} {
+		failing := `{"model":"sim-chat","stream":` + strconv.FormatBool(stream) + `,"messages":[{"role":"user","content":"` + marker + `\nsim: fail=500"}]}`
+		sealed, opener, _ := e2ee.SealRequest(pub, "sim-chat", stream, []byte(failing))
+		r := sealedPost("/v1/chat/completions", sealed)
+		var failure api.Body
+		plain, err := opener.OpenBody(r.Body)
+		if r.Status != 502 || r.Header.Get("Content-Type") != e2ee.ContentType || err != nil || json.Unmarshal(plain, &failure) != nil ||
+			failure.Error == nil || failure.Error.Message == "" {
+			t.Errorf("sealed chat the engine fails (stream %v) = %d %s, opened %s %v", stream, r.Status, r.Body, plain, err)
+		}
+	}
 	// Moderation cannot judge what it cannot read.
 	if r := sealedPost("/v1/moderations", envelope); r.Status != 400 || r.Header.Get("X-Svc-Error-Code") != "encrypted_input_not_supported" {
 		t.Errorf("moderation = %d %s", r.Status, r.Body)

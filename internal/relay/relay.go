@@ -611,21 +611,27 @@ func (c *Call) settle(res *api.Result) error {
 	c.res = res
 	c.lease.Release(outcome(res))
 	if res.Status != http.StatusOK {
-		err := resultError(res)
-		if c.req.E2E && len(res.Sealed) > 0 {
-			// The worker sealed its failure to the client: the client
-			// is answered with it, and the gateway keeps the clear
-			// result, which tells only the kind of failure.
-			if sealed, serr := c.sealedReply(res.Sealed); serr == nil {
-				err.Sealed = sealed
-			}
-		}
-		return err
+		return c.resultError(res)
 	}
 	if cold := res.Timing.ColdStart; cold != nil && *cold {
 		c.lease.Loaded(res.Timing.ModelLoadMs)
 	}
 	return nil
+}
+
+// resultError is resultError for this call: a private request's failure
+// that the worker sealed to the client is answered with it, and the
+// gateway keeps the clear result, which tells only the kind of failure;
+// also when it is the last of several tries, the one a retry that found
+// no other worker answers with.
+func (c *Call) resultError(res *api.Result) *api.Error {
+	err := resultError(res)
+	if c.req.E2E && len(res.Sealed) > 0 {
+		if sealed, serr := c.sealedReply(res.Sealed); serr == nil {
+			err.Sealed = sealed
+		}
+	}
+	return err
 }
 
 // maxRetryAfter bounds the wait an engine may ask a client for: one that

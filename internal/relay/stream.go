@@ -167,7 +167,7 @@ func (c *Call) begin() (firstOutput, error) {
 			if res.Status == http.StatusOK {
 				return firstOutput{typ: typ, msg: msg}, nil
 			}
-			if !retryable(res) || !c.failed(outcome(res), resultError(res)) {
+			if !retryable(res) || !c.failed(outcome(res), c.resultError(res)) {
 				return firstOutput{}, c.settle(res)
 			}
 		default:
@@ -290,7 +290,7 @@ func (c *Call) pump(out *events, first firstOutput, pending <-chan error) error 
 			continue
 		}
 		res := parseResult(msg)
-		if !wrote && res.Status != http.StatusOK && retryable(res) && c.failed(outcome(res), resultError(res)) {
+		if !wrote && res.Status != http.StatusOK && retryable(res) && c.failed(outcome(res), c.resultError(res)) {
 			if err := c.retry(); err != nil {
 				out.fail(err)
 				return err

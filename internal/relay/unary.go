@@ -163,7 +163,7 @@ func (c *Call) exchange() unaryResult {
 				continue
 			}
 			return unaryResult{err: c.lastErr}
-		case res.Status != http.StatusOK && retryable(res) && c.failed(outcome(res), resultError(res)):
+		case res.Status != http.StatusOK && retryable(res) && c.failed(outcome(res), c.resultError(res)):
 			err = c.retry()
 			continue
 		}

@@ -214,7 +214,7 @@ func (a *Agent) run(ctx context.Context, st *link.Stream) (res *api.Result) {
 			// ends it with an error event of its own.
 			sealer = nil
 		}
-		sealFailure(sealer, res, fmt.Sprintf("the engine refused the encrypted request (%d %s)", res.Status, http.StatusText(res.Status)))
+		sealFailure(sealer, res, fmt.Sprintf("the encrypted request failed on the worker (%d %s)", res.Status, http.StatusText(res.Status)))
 	}
 	if wait > time.Millisecond {
 		ms := float64(wait.Microseconds()) / 1000
