@@ -14,6 +14,11 @@ func Count(body []byte, o Options) (model string, chars int, err error) {
 	if err != nil {
 		return "", 0, err
 	}
+	return r.Model, inputChars(r), nil
+}
+
+// inputChars is what the model would read of r, in characters.
+func inputChars(r *chatRequest) (chars int) {
 	for _, m := range r.Messages {
 		switch c := m.Content.(type) {
 		case string:
@@ -31,7 +36,7 @@ func Count(body []byte, o Options) (model string, chars int, err error) {
 		d := t.Function
 		chars += utf8.RuneCountInString(d.Name) + utf8.RuneCountInString(d.Description) + utf8.RuneCount(d.Parameters)
 	}
-	return r.Model, chars, nil
+	return chars
 }
 
 func partChars(p chatPart) int {

@@ -127,16 +127,35 @@ type Options struct {
 // streams. Malformed JSON is a 400 (api.BadRequest); every field that fails
 // is listed, with its Anthropic path, in one api.Invalid.
 func ToChat(body []byte, o Options) (chatBody []byte, model string, stream bool, err error) {
-	r, err := translateFor(body, translation{remoteImages: o.AllowRemoteImages})
-	if err != nil {
-		return nil, "", false, err
-	}
-	// About the size of what it is built from, which it holds again.
-	out, err := appendChat(make([]byte, 0, len(body)+len(body)/8+256), r)
+	out, r, err := toChat(body, o)
 	if err != nil {
 		return nil, "", false, err
 	}
 	return out, r.Model, r.Stream, nil
+}
+
+// ToChatCounted is ToChat that also gives the characters Count counts of
+// the request, so that message_start's estimate of its input tokens is
+// count_tokens' answer.
+func ToChatCounted(body []byte, o Options) (chatBody []byte, model string, chars int, err error) {
+	out, r, err := toChat(body, o)
+	if err != nil {
+		return nil, "", 0, err
+	}
+	return out, r.Model, inputChars(r), nil
+}
+
+func toChat(body []byte, o Options) ([]byte, *chatRequest, error) {
+	r, err := translateFor(body, translation{remoteImages: o.AllowRemoteImages})
+	if err != nil {
+		return nil, nil, err
+	}
+	// About the size of what it is built from, which it holds again.
+	out, err := appendChat(make([]byte, 0, len(body)+len(body)/8+256), r)
+	if err != nil {
+		return nil, nil, err
+	}
+	return out, r, nil
 }
 
 // translation is how a body is translated.

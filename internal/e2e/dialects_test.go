@@ -204,6 +204,28 @@ func TestAnthropicCountTokensAndModels(t *testing.T) {
 	if tooled["input_tokens"] != float64(14) {
 		t.Fatalf("count with a tool: %v", tooled)
 	}
+	// message_start's estimate is the count, tools, documents and tool
+	// results included.
+	for _, body := range []string{
+		`"tools":[{"name":"f","description":"d","input_schema":{"type":"object"}}],"messages":[{"role":"user","content":"hello there, tell me more about it"}]`,
+		`"messages":[{"role":"user","content":[{"type":"document","source":{"type":"text","media_type":"text/plain","data":"a document of some length"}},{"type":"text","text":"hi"}]}]`,
+		`"messages":[{"role":"user","content":"weather?"},{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"w","input":{"city":"Paris"}}]},` +
+			`{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"sunny and warm"}]}]`,
+	} {
+		_, counted := count(`{"model":"sim-chat",` + body + `}`)
+		r := s.do("POST", "/v1/messages", `{"model":"sim-chat","max_tokens":3,"stream":true,`+body+`}`, bearer(key))
+		var start struct {
+			Message struct {
+				Usage struct {
+					InputTokens float64 `json:"input_tokens"`
+				} `json:"usage"`
+			} `json:"message"`
+		}
+		if d := sseData(r.Body); r.Status != 200 || len(d) == 0 || json.Unmarshal([]byte(d[0]), &start) != nil ||
+			start.Message.Usage.InputTokens != counted["input_tokens"] {
+			t.Errorf("message_start's input_tokens %v, count_tokens' %v: %d %.300s", start.Message.Usage.InputTokens, counted["input_tokens"], r.Status, r.Body)
+		}
+	}
 	for _, tc := range []struct {
 		name, body string
 		status     int

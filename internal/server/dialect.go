@@ -53,7 +53,7 @@ func (s *Server) messages(c *call) error {
 	if sealed(c) {
 		return errSealedDialect()
 	}
-	body, model, _, err := anthropic.ToChat(c.ctx.PostBody(), anthropicOptions(c))
+	body, model, chars, err := anthropic.ToChatCounted(c.ctx.PostBody(), anthropicOptions(c))
 	if err != nil {
 		return err
 	}
@@ -61,8 +61,10 @@ func (s *Server) messages(c *call) error {
 	return s.chat(c, body, &dialect{
 		reply: func(chat []byte) ([]byte, error) { return anthropic.FromChat(chat, id) },
 		late:  lateAnthropic,
-		stream: func(promptTokens int) streamTranslator {
-			return anthropicStream{anthropic.NewStream(id, model, int64(promptTokens))}
+		stream: func(int) streamTranslator {
+			// count_tokens' estimate, not the chat request's, which
+			// leaves out the tools and counts documents as sent.
+			return anthropicStream{anthropic.NewStream(id, model, int64(usage.EstimateTokens(chars)))}
 		},
 	})
 }
