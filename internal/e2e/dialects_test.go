@@ -325,3 +325,31 @@ func TestRemoteImageRefusedAtTheDialectsField(t *testing.T) {
 		t.Fatalf("responses: %d %s", r.Status, r.Body)
 	}
 }
+
+// The Messages API's paths answer in Anthropic's envelope also where no
+// route serves them, and its 413 names the request in Anthropic's header.
+func TestMessagesErrorsAreAnthropicShaped(t *testing.T) {
+	s, key := gateway(t)
+	for _, tc := range []struct {
+		method, path string
+		status       int
+	}{
+		{"GET", "/v1/messages", 405},
+		{"GET", "/v1/messages/count_tokens", 405},
+		{"POST", "/v1/messages/batches", 404},
+	} {
+		r := s.do(tc.method, tc.path, `{}`, bearer(key))
+		var env struct {
+			Type  string `json:"type"`
+			Error struct{ Type, Message string }
+		}
+		if r.Status != tc.status || json.Unmarshal(r.Body, &env) != nil || env.Type != "error" || env.Error.Type == "" || env.Error.Message == "" {
+			t.Errorf("%s %s = %d %s", tc.method, tc.path, r.Status, r.Body)
+		}
+	}
+	head := "POST /v1/messages HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + key + "\r\nContent-Type: application/json\r\nContent-Length: 40000000\r\n\r\n"
+	status, rest := rawPost(t, s, head, nil)
+	if !strings.Contains(status, "413") || !strings.Contains(strings.ToLower(rest), "\nrequest-id: ") || !strings.Contains(rest, `"type":"error"`) {
+		t.Errorf("a body over the limit = %s\n%s", status, rest)
+	}
+}

@@ -61,7 +61,10 @@ func asAPIError(err error, requestID string) *api.Error {
 func (s *Server) writeError(c *call, err error) {
 	f := formCompatible
 	switch {
-	case c.route != nil && c.route.anthropic:
+	case c.route != nil && c.route.anthropic,
+		// A method or path the Messages API does not have (GET
+		// /v1/messages, /v1/messages/batches): its SDKs read the answer.
+		c.route == nil && anthropicPath(c.ctx.Path()):
 		f = formAnthropic
 	case c.route != nil && !c.route.compatible:
 		f = formPlain
@@ -401,4 +404,14 @@ func answerError(ctx *fasthttp.RequestCtx, ae *api.Error, f errorForm) {
 func inReplyError(err error, f errorForm) []byte {
 	_, b := renderError(nil, asAPIError(err, ""), f)
 	return b
+}
+
+// anthropicPath reports whether path is under the Messages API's.
+func anthropicPath(path []byte) bool {
+	for _, prefix := range []string{"/v1/messages", "/api/v1/messages"} {
+		if rest, ok := bytes.CutPrefix(path, []byte(prefix)); ok && (len(rest) == 0 || rest[0] == '/') {
+			return true
+		}
+	}
+	return false
 }

@@ -550,6 +550,9 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, m *mux, console bool) {
 			// any other refusal, in the organisation its key names; the
 			// answer stays the 413 its headers earned.
 			label, c.route = r.path, r
+			if r.anthropic {
+				ctx.Response.Header.Set("Request-Id", c.requestID)
+			}
 			_ = s.authorize(&c, console)
 		}
 	case r != nil:
