@@ -84,7 +84,7 @@ func (s *Server) notFound(m *mux, method, path string, console bool) error {
 	if console {
 		msg += " The admin socket serves /api/v1/console/ only."
 	} else {
-		msg += " API paths start with /api/v1/; chat completions, messages, responses, embeddings, reranking, image generation, models, audio and moderations are also served under /v1/."
+		msg += " API paths start with /api/v1/; chat and text completions, messages, responses, embeddings, reranking, image generation, models, audio and moderations are also served under /v1/."
 	}
 	if hint := m.suggest(path); hint != "" {
 		msg += " Did you mean " + hint + "?"
