@@ -77,7 +77,7 @@ func ForKind(kind string, r *api.Result) *api.Result {
 func ErrorResult(status int, body []byte) *api.Result {
 	msg, typ, code := parseErrorBody(body)
 	if msg == "" {
-		msg = strings.TrimSpace(string(body))
+		msg = bodyText(body)
 	}
 	if msg == "" {
 		msg = http.StatusText(status)
@@ -175,4 +175,44 @@ func rawCode(raw json.RawMessage) string {
 		return s
 	}
 	return string(raw)
+}
+
+// maxBodyText bounds, in bytes, the message an error body that is no JSON
+// error makes: the client gets the engine's words, not a page of them.
+const maxBodyText = 512
+
+// bodyText is an error body that is no JSON error as a message: an HTML
+// page (a proxy's, in front of the engine) by its title, anything else
+// trimmed and cut to maxBodyText.
+func bodyText(body []byte) string {
+	text := strings.TrimSpace(string(body))
+	if lower := asciiLower(text[:min(len(text), 512)]); strings.HasPrefix(lower, "<!doctype html") || strings.HasPrefix(lower, "<html") ||
+		strings.Contains(lower, "<body") {
+		title := ""
+		if i := strings.Index(lower, "<title>"); i >= 0 {
+			if j := strings.Index(lower[i:], "</title>"); j > 0 {
+				title = strings.TrimSpace(text[i+len("<title>") : i+j])
+			}
+		}
+		if title == "" {
+			return "an HTML page instead of the engine's error (a proxy in front of the engine?)"
+		}
+		return "an HTML page instead of the engine's error (a proxy in front of the engine?): " + strings.ToValidUTF8(title[:min(len(title), 200)], "")
+	}
+	if len(text) > maxBodyText {
+		text = strings.ToValidUTF8(text[:maxBodyText], "") + "..."
+	}
+	return text
+}
+
+// asciiLower is s with its ASCII letters in lower case, and of its length:
+// indexes found in it stand in s.
+func asciiLower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
 }

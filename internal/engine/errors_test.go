@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/svc-dev/svc/internal/api"
@@ -27,6 +28,11 @@ func TestErrorResult(t *testing.T) {
 		{"not json", 502, "Bad Gateway", 502, "upstream_error", "Bad Gateway", true},
 		{"empty", 500, "", 500, "upstream_error", "Internal Server Error", true},
 		{"detail", 422, `{"detail":"field required"}`, 422, "invalid_request_error", "field required", false},
+		{"a proxy's page", 502, "<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body><center><h1>502 Bad Gateway</h1></center><hr><center>nginx</center></body></html>", 502, "upstream_error",
+			"an HTML page instead of the engine's error (a proxy in front of the engine?): 502 Bad Gateway", true},
+		{"a page without a title", 503, "<!DOCTYPE html><html><body>down</body></html>", 503, "upstream_error",
+			"an HTML page instead of the engine's error (a proxy in front of the engine?)", true},
+		{"a long text", 500, strings.Repeat("x", 2000), 500, "upstream_error", strings.Repeat("x", 512) + "...", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
