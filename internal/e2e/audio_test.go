@@ -310,6 +310,45 @@ func TestTranscriptionTooLarge(t *testing.T) {
 			t.Fatalf("%s\n%s", status, rest)
 		}
 	})
+	t.Run("sent whole before the answer is read", func(t *testing.T) {
+		// As most clients do: the whole body, then the answer. The
+		// gateway reads past what it refused until the body is in, and
+		// the answer is not lost to a reset connection.
+		for _, framing := range []string{"Content-Length: 31457280\r\n", "Transfer-Encoding: chunked\r\n"} {
+			conn, err := net.Dial("tcp", host)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+			w := bufio.NewWriterSize(conn, 1<<20)
+			_, _ = io.WriteString(w, head(framing))
+			chunk := bytes.Repeat([]byte{'a'}, 1<<20)
+			for range 30 { // 30 MiB
+				if strings.HasPrefix(framing, "Transfer") {
+					_, err = fmt.Fprintf(w, "%x\r\n%s\r\n", len(chunk), chunk)
+				} else {
+					_, err = w.Write(chunk)
+				}
+				if err != nil {
+					break
+				}
+			}
+			if err == nil && strings.HasPrefix(framing, "Transfer") {
+				_, err = io.WriteString(w, "0\r\n\r\n")
+			}
+			if err == nil {
+				err = w.Flush()
+			}
+			if err != nil {
+				t.Fatalf("%s: sending the body: %v", framing, err)
+			}
+			status, rerr := bufio.NewReader(conn).ReadString('\n')
+			conn.Close()
+			if !strings.Contains(status, "413") {
+				t.Fatalf("%s: the answer after the body: %q %v", framing, status, rerr)
+			}
+		}
+	})
 	t.Run("expect 100-continue", func(t *testing.T) {
 		status, rest := rawPost(t, s, head("Content-Length: 30000000\r\nExpect: 100-continue\r\n"), nil)
 		if !strings.Contains(status, "413") || !strings.Contains(rest, "25 MB") {

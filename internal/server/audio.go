@@ -65,6 +65,9 @@ func (s *Server) transcribe(c *call, parse func(string, io.Reader, io.Writer) (*
 		// The rest of the body is still coming and will not be read, or
 		// stopped coming.
 		c.ctx.SetConnectionClose()
+		if errors.Is(err, transcription.ErrBodyTooLarge) {
+			lingerOnClose(c.ctx)
+		}
 	}
 	if err != nil {
 		return err

@@ -188,6 +188,7 @@ func readBody(ctx *fasthttp.RequestCtx, limit int) error {
 	}
 	if len(body) > limit {
 		ctx.SetConnectionClose()
+		lingerOnClose(ctx)
 		return errOverLimit
 	}
 	ctx.Request.SetBodyRaw(body)

@@ -314,6 +314,9 @@ var errStalled = errors.New("the client stopped reading")
 // connection open.
 type gatedConn struct {
 	net.Conn
+	// linger asks Close to drain what the client still sends first
+	// (lingerOnClose).
+	linger  atomic.Bool
 	g       *connGate // nil: not counted
 	stall   time.Duration
 	stalled func(net.Conn)
@@ -510,9 +513,48 @@ func (c *gatedConn) Close() error {
 	if e := c.watch.Swap(nil); e != nil {
 		e.release()
 	}
+	if c.linger.Load() {
+		c.drain()
+	}
 	err := c.Conn.Close()
 	if c.g != nil {
 		c.once.Do(c.g.release)
 	}
 	return err
+}
+
+// Lingering bounds what a connection closed on a client still sending
+// takes from it.
+const (
+	lingerFor   = 5 * time.Second
+	lingerBytes = 256 << 20
+)
+
+// lingerOnClose asks that ctx's connection, refused with its request's
+// body left unread (over the limit), drain what the client still sends
+// once the answer is out: closing a socket with data unread resets the
+// connection, and a client still sending, as most do until their body is
+// out, would see the reset instead of the answer.
+func lingerOnClose(ctx *fasthttp.RequestCtx) {
+	if c, ok := ctx.Conn().(*gatedConn); ok {
+		c.linger.Store(true)
+	}
+}
+
+// drain half-closes the connection, so the client sees the answer end, and
+// reads what it still sends, for lingerFor or lingerBytes at most.
+func (c *gatedConn) drain() {
+	cw, ok := c.Conn.(interface{ CloseWrite() error })
+	if !ok || cw.CloseWrite() != nil {
+		return
+	}
+	_ = c.Conn.SetReadDeadline(time.Now().Add(lingerFor))
+	buf := make([]byte, 32<<10)
+	for n := 0; n < lingerBytes; {
+		k, err := c.Conn.Read(buf)
+		if err != nil {
+			return
+		}
+		n += k
+	}
 }

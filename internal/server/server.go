@@ -544,6 +544,7 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, m *mux, console bool) {
 	case unread(ctx):
 		// The body was left on the connection, which cannot be used again.
 		ctx.SetConnectionClose()
+		lingerOnClose(ctx)
 		err = s.tooLarge(ctx, m, console)
 		if r != nil && r.kind != "" && api.ErrorOf(err).Kind == api.KindTooLarge {
 			// An inference request refused for its size has its row like
