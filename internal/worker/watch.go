@@ -25,12 +25,15 @@ import (
 // with a probe: the least request of its kind, the worker's own. A probe
 // answered within the limit shows the engine working (a long prompt, a
 // model loading, a whole answer not sent before it is complete) and the
-// request waits on; otherwise the request fails as retryable, which the gateway
-// moves to another worker. After stallAfter such timeouts in a row the
-// engine counts as stalled: the worker names its models in its heartbeat,
-// so the gateway routes them elsewhere, refuses what still reaches it,
-// fails at once the requests of the engine still waiting for output, and
-// probes the engine every probeEvery until it answers.
+// request waits on; otherwise the request fails as retryable, which the
+// gateway moves to another worker. After stallAfter such timeouts in a
+// row the engine counts as stalled: the worker names its models in its
+// heartbeat, so the gateway routes them elsewhere, refuses what still
+// reaches it, fails at once the requests of the engine still waiting for
+// output, and probes the engine every probeEvery until it answers. When
+// the model it is probed with answers no probe but another of the
+// engine's models does, the engine serves again and that model alone is
+// held back (stuck) until it answers.
 //
 // An answer that has begun is watched too: one that then pauses the whole
 // limit is checked the same way, and ends with what the client has (a 502
