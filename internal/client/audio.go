@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/audio"
@@ -59,7 +60,7 @@ func (c *Client) Transcribe(ctx context.Context, t Transcription) ([]byte, strin
 	// A transcription's answer starts when it is done, which for a long
 	// recording on a slow engine takes minutes: no bound but the caller's.
 	resp, err := c.sendBody(ctx, http.MethodPost, "/v1/audio/transcriptions", up, "*/*", 0)
-	if counted != nil && counted.over {
+	if counted != nil && counted.over.Load() {
 		if resp != nil {
 			resp.Body.Close()
 		}
@@ -94,18 +95,20 @@ func fileTooLarge() *Error {
 type cappedReader struct {
 	r    io.Reader
 	left int64
-	over bool
+	// over is read by the caller while the transport may still be
+	// sending: the answer can come before the body is out.
+	over atomic.Bool
 }
 
 var errFileTooLarge = errors.New("the audio file is over the limit")
 
 func (c *cappedReader) Read(p []byte) (int, error) {
-	if c.over {
+	if c.over.Load() {
 		return 0, errFileTooLarge
 	}
 	n, err := c.r.Read(p)
 	if c.left -= int64(n); c.left < 0 {
-		c.over = true
+		c.over.Store(true)
 		return 0, errFileTooLarge
 	}
 	return n, err
