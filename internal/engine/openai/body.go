@@ -169,10 +169,8 @@ func lastValue(b []byte, quotedKey string) json.RawMessage {
 // readBody reads a whole successful response for sink, telling it as the
 // bytes come when it is an engine.Receiver.
 func (e *Engine) readBody(ctx context.Context, body io.Reader, sink engine.Sink) ([]byte, *api.Result) {
-	if r, ok := sink.(engine.Receiver); ok {
-		body = receiving{body, r}
-	}
-	b, err := readLimited(body, e.maxBody)
+	recv, _ := sink.(engine.Receiver)
+	b, err := readLimitedFor(body, e.maxBody, recv)
 	switch {
 	case errors.Is(err, errTooLarge):
 		return nil, engine.Failure(http.StatusBadGateway, api.TypeUpstream,
@@ -183,20 +181,6 @@ func (e *Engine) readBody(ctx context.Context, body io.Reader, sink engine.Sink)
 		return nil, engine.Unreachable(fmt.Errorf("read response: %w", err))
 	}
 	return b, nil
-}
-
-// receiving tells its receiver of each read that brings bytes.
-type receiving struct {
-	io.Reader
-	to engine.Receiver
-}
-
-func (r receiving) Read(p []byte) (int, error) {
-	n, err := r.Reader.Read(p)
-	if n > 0 {
-		r.to.Receiving()
-	}
-	return n, err
 }
 
 // invalidResponse is the result for an answer that is not what the OpenAI

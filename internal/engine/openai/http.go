@@ -83,13 +83,13 @@ func retryAfter(h []byte) int {
 // readLimited reads r whole, failing with errTooLarge past limit bytes.
 // On errTooLarge it returns the first limit bytes. A response whose
 // length is known is read into a buffer of that size.
-func readLimited(r io.Reader, limit int64) ([]byte, error) {
+func readLimited(r io.Reader, limit int64) ([]byte, error) { return readLimitedFor(r, limit, nil) }
+
+// readLimitedFor is readLimited telling recv, when not nil, of each read
+// that brings bytes.
+func readLimitedFor(r io.Reader, limit int64, recv engine.Receiver) ([]byte, error) {
 	size := 512
-	inner := r
-	if rc, ok := r.(receiving); ok {
-		inner = rc.Reader
-	}
-	if resp, ok := inner.(*response); ok {
+	if resp, ok := r.(*response); ok {
 		if n := resp.length(); n >= 0 && int64(n) <= limit {
 			size = n
 		}
@@ -101,6 +101,9 @@ func readLimited(r io.Reader, limit int64) ([]byte, error) {
 			b = append(b, 0)[:len(b)]
 		}
 		n, err := lr.Read(b[len(b):cap(b)])
+		if n > 0 && recv != nil {
+			recv.Receiving()
+		}
 		b = b[:len(b)+n]
 		if int64(len(b)) > limit {
 			return b[:limit], errTooLarge
