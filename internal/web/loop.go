@@ -120,7 +120,7 @@ type loopRun struct {
 	usage      *api.Usage
 	first      api.Timing // the first turn's, for a cold start
 	head       chunkHead  // a stream's chunk identity, for step events
-	forwarded  bool       // a stream's chunk was passed on
+	roleSent   bool       // a chunk that carried the role was passed on
 	firstShown time.Time  // the first visible output of a stream
 }
 
@@ -307,7 +307,6 @@ func (r *loopRun) emit(ctx context.Context, st Step) error {
 	if err != nil {
 		return err
 	}
-	r.forwarded = true
 	return r.out.Event(ctx, chunk)
 }
 

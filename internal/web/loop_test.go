@@ -24,7 +24,10 @@ type fakeEngine struct {
 	calls  [][][2]string // per turn, the (name, arguments) of each call
 	always [2]string     // called every turn when set, past the script
 	fail   int           // the turn (1-based) that fails with a 500
-	bodies []map[string]json.RawMessage
+	// roleWithCall sends a turn's role in its first call's chunk, not in
+	// a chunk of its own.
+	roleWithCall bool
+	bodies       []map[string]json.RawMessage
 }
 
 func (e *fakeEngine) Kind() string                                { return "fake" }
@@ -65,14 +68,19 @@ func (e *fakeEngine) Serve(ctx context.Context, req *engine.Request, sink engine
 	head := `"id":"chatcmpl-` + fmt.Sprint(turn) + `","object":"chat.completion.chunk","created":` + fmt.Sprint(1700000000+turn) + `,"model":"m"`
 	if req.Stream {
 		send := func(s string) error { return sink.Event(ctx, []byte(s)) }
-		if err := send(`{` + head + `,"choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}`); err != nil {
-			return engine.Cancelled()
+		role := `"role":"assistant",`
+		if len(calls) == 0 || !e.roleWithCall {
+			if err := send(`{` + head + `,"choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}`); err != nil {
+				return engine.Cancelled()
+			}
+			role = ""
 		}
 		if len(calls) > 0 {
 			for i, c := range calls {
 				args, _ := json.Marshal(c[1])
 				half := len(args) / 2
-				send(fmt.Sprintf(`{%s,"choices":[{"index":0,"delta":{"tool_calls":[{"index":%d,"id":"call_%d_%d","type":"function","function":{"name":%q,"arguments":%s"}}]}}]}`, head, i, turn, i, c[0], args[:half]))
+				send(fmt.Sprintf(`{%s,"choices":[{"index":0,"delta":{%s"tool_calls":[{"index":%d,"id":"call_%d_%d","type":"function","function":{"name":%q,"arguments":%s"}}]}}]}`, head, role, i, turn, i, c[0], args[:half]))
+				role = ""
 				send(fmt.Sprintf(`{%s,"choices":[{"index":0,"delta":{"tool_calls":[{"index":%d,"function":{"arguments":"%s}}]}}]}`, head, i, args[half:]))
 			}
 			send(`{` + head + `,"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}`)
@@ -212,8 +220,17 @@ func TestLoopUnary(t *testing.T) {
 }
 
 func TestLoopStream(t *testing.T) {
+	for _, roleWithCall := range []bool{false, true} {
+		t.Run(fmt.Sprint("role with the call ", roleWithCall), func(t *testing.T) { testLoopStream(t, roleWithCall) })
+	}
+}
+
+// testLoopStream runs a stream of one step. The client gets one role
+// chunk: the first turn's, or, when that turn's role came with its call,
+// which is held back, the last turn's.
+func testLoopStream(t *testing.T, roleWithCall bool) {
 	loop, base := newLoop(t)
-	eng := &fakeEngine{calls: [][][2]string{{{"web_fetch", `{"url":"` + base + `/page"}`}}}}
+	eng := &fakeEngine{calls: [][][2]string{{{"web_fetch", `{"url":"` + base + `/page"}`}}}, roleWithCall: roleWithCall}
 	var out recordSink
 	res := loop.Serve(context.Background(), eng, chatRequest(true, ""), &out)
 	if res.Status != 200 {
@@ -261,8 +278,12 @@ func TestLoopStream(t *testing.T) {
 			}
 		}
 	}
-	if got := strings.Join(kinds, ","); got != "role,step,step,text,finish:stop" {
-		t.Errorf("events %s", got)
+	want := "role,step,step,text,finish:stop"
+	if roleWithCall {
+		want = "step,step,role,text,finish:stop"
+	}
+	if got := strings.Join(kinds, ","); got != want {
+		t.Errorf("events %s, want %s", got, want)
 	}
 	if len(steps) == 2 {
 		call, result := steps[0], steps[1]

@@ -45,7 +45,8 @@ type streamChunk struct {
 // its tool calls: those chunks, and the finish that says the turn ends in
 // calls, are held back and the calls gathered for the loop to run. A
 // later turn's opening chunk, which carries nothing but the role, is
-// dropped: the client has had one.
+// dropped once the client has had one (a turn's role may come in the
+// chunk of its first call, held back with it).
 type turnSink struct {
 	run     *loopRun
 	held    [][]byte
@@ -61,9 +62,10 @@ func (s *turnSink) Event(ctx context.Context, data []byte) error {
 	if s.run.head.ID == "" && chunk.ID != "" {
 		s.run.head = chunk.chunkHead
 	}
-	calls, visible, empty := false, false, true
+	calls, visible, empty, role := false, false, true, false
 	for _, c := range chunk.Choices {
 		d := c.Delta
+		role = role || d.Role != ""
 		for _, tc := range d.ToolCalls {
 			calls = true
 			if s.parts == nil {
@@ -95,9 +97,10 @@ func (s *turnSink) Event(ctx context.Context, data []byte) error {
 	case calls:
 		s.held = append(s.held, bytes.Clone(data))
 		return nil
-	case empty && len(chunk.Choices) > 0 && s.run.forwarded:
+	case empty && len(chunk.Choices) > 0 && s.run.roleSent:
 		return nil
 	}
+	s.run.roleSent = s.run.roleSent || role
 	return s.pass(ctx, withHead(data, s.run.head), visible)
 }
 
@@ -107,7 +110,6 @@ func (s *turnSink) pass(ctx context.Context, data []byte, visible bool) error {
 	if visible && s.run.firstShown.IsZero() {
 		s.run.firstShown = time.Now()
 	}
-	s.run.forwarded = true
 	return s.run.out.Event(ctx, data)
 }
 
