@@ -168,16 +168,28 @@ func OpenContext(ctx context.Context, dir string, opts Options) (*Store, error) 
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	s := &Store{db: db}
-	if err := s.migrate(); err != nil {
+	if err := s.migrateGuarded(); err != nil {
 		_ = db.Close()
 		return nil, err
 	}
 	return s, nil
 }
 
+// migrateGuarded is migrate, with a panic of bbolt's on a damaged page as
+// the error that says so.
+func (s *Store) migrateGuarded() (err error) {
+	defer s.GuardPanic(&err)
+	return s.migrate()
+}
+
 // ErrDamaged is a database file that cannot be read: its pages are not
 // what bbolt wrote, after a disk fault or an edit by hand.
 var ErrDamaged = errors.New("the database file is damaged")
+
+// damaged is ErrDamaged for cause, saying what to do.
+func damaged(cause any) error {
+	return fmt.Errorf("%w (%v): restore it from a backup of the data directory, or move it away to start with an empty one", ErrDamaged, cause)
+}
 
 // openFile is bbolt.Open, with the panic bbolt raises for a damaged file
 // (a freelist or meta page that is not one) as an error that names the
@@ -187,10 +199,49 @@ var ErrDamaged = errors.New("the database file is damaged")
 func openFile(path string, opts *bbolt.Options) (db *bbolt.DB, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			db, err = nil, fmt.Errorf("%w (%v): restore it from a backup of the data directory, or move it away to start with an empty one", ErrDamaged, p)
+			db, err = nil, damaged(p)
 		}
 	}()
 	return bbolt.Open(path, 0o600, opts)
+}
+
+// Damaged checks every page of the store, for a caller that caught a
+// panic of bbolt's reading or writing it: the first fault found, as
+// ErrDamaged, or nil when the file is whole and the panic was another's.
+// It reads the whole file, so it is for a panic, not for every start.
+func (s *Store) Damaged() error {
+	var first error
+	err := s.db.View(func(tx *bbolt.Tx) error {
+		for e := range tx.Check() {
+			if first == nil {
+				first = e
+			}
+		}
+		return nil
+	})
+	switch {
+	case first != nil:
+		return damaged(first)
+	case err != nil:
+		return damaged(err)
+	}
+	return nil
+}
+
+// GuardPanic, deferred, turns a panic of the goroutine that deferred it
+// into *err when Damaged finds the file damaged (bbolt panics on a page
+// that is not what it wrote, as a server's start reads them); any other
+// panic goes on.
+func (s *Store) GuardPanic(err *error) {
+	p := recover()
+	if p == nil {
+		return
+	}
+	if derr := s.Damaged(); derr != nil {
+		*err = derr
+		return
+	}
+	panic(p)
 }
 
 // Close closes the database; pending transactions finish first.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -273,5 +274,45 @@ func TestDamagedFileIsAnError(t *testing.T) {
 	_, err = Open(dir, Options{})
 	if !errors.Is(err, ErrDamaged) || !strings.Contains(err.Error(), "backup") {
 		t.Fatalf("Open of a damaged file = %v, want ErrDamaged saying what to do", err)
+	}
+
+	// Part of a page damaged, which bbolt finds only when it reads or
+	// writes the page: the first migration's read, or its commit.
+	for _, d := range []struct{ page, at, n int64 }{{3, 16, 64}, {3, 200, 3000}, {4, 16, 200}} {
+		dir := t.TempDir()
+		s, err := Open(dir, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+		f, err := os.OpenFile(filepath.Join(dir, FileName), os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rng := rand.New(rand.NewPCG(uint64(d.page), uint64(d.at)))
+		junk := make([]byte, d.n)
+		for i := range junk {
+			junk[i] = byte(rng.Uint32())
+		}
+		if _, err := f.WriteAt(junk, d.page*4096+d.at); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		// The version is set back, so that the open must migrate.
+		if s, err := Open(dir, Options{}); err == nil {
+			err = s.db.Update(func(tx *bbolt.Tx) error { return tx.Bucket(bucketMeta).Put(keySchemaVersion, u64(SchemaVersion()-1)) })
+			s.Close()
+			if err == nil {
+				s, err = Open(dir, Options{})
+				if err == nil {
+					s.Close()
+				}
+			}
+			if err != nil && !errors.Is(err, ErrDamaged) {
+				t.Errorf("page %d damaged at %d: %v, want ErrDamaged", d.page, d.at, err)
+			}
+		} else if !errors.Is(err, ErrDamaged) {
+			t.Errorf("page %d damaged at %d: %v, want ErrDamaged", d.page, d.at, err)
+		}
 	}
 }

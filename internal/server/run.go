@@ -96,7 +96,7 @@ type RentalConfig struct {
 // it takes over the other's listening socket (handover), waits up to
 // StoreWait for the other to drain and close the store, then accepts the
 // connections that queued meanwhile, while the workers reconnect.
-func Run(ctx context.Context, cfg Config) error {
+func Run(ctx context.Context, cfg Config) (err error) {
 	log := cfg.Logger
 	if err := bolt.EnsureDir(cfg.DataDir); err != nil {
 		return err
@@ -136,6 +136,9 @@ func Run(ctx context.Context, cfg Config) error {
 			log.Error("close store", "err", err)
 		}
 	}()
+	// A damaged page is found as the start reads the store: the error
+	// that says so, not bbolt's panic.
+	defer local.GuardPanic(&err)
 	returning, err := local.TakeReturning()
 	if err != nil {
 		log.Warn("read the workers the previous server had", "err", err)
