@@ -2,6 +2,7 @@ package engine
 
 import (
 	"encoding/json"
+	"html"
 	"net/http"
 	"strings"
 
@@ -75,14 +76,17 @@ func ForKind(kind string, r *api.Result) *api.Result {
 // engine gave it (ForKind makes that 413 for embeddings and rerank), and
 // 5xx failures are retryable on another worker.
 func ErrorResult(status int, body []byte) *api.Result {
-	msg, typ, code := parseErrorBody(body)
-	if msg == "" {
-		msg = bodyText(body)
+	full, typ, code := parseErrorBody(body)
+	if full == "" {
+		full = string(body)
 	}
+	// What the client is told: a JSON error may wrap a page, or pages, of
+	// its own. The whole of it is read for what it says.
+	msg := bodyText([]byte(full))
 	if msg == "" {
 		msg = http.StatusText(status)
 	}
-	lower := strings.ToLower(msg + " " + typ + " " + code)
+	lower := strings.ToLower(full + " " + typ + " " + code)
 	out := status
 	switch {
 	case containsAny(lower, "out of memory", "outofmemory", "failed to allocate", "cuda error 2", "insufficient memory", "not enough memory", "requires more system memory"):
@@ -186,7 +190,7 @@ const maxBodyText = 512
 // trimmed and cut to maxBodyText.
 func bodyText(body []byte) string {
 	text := strings.TrimSpace(string(body))
-	if lower := asciiLower(text[:min(len(text), 512)]); strings.HasPrefix(lower, "<!doctype html") || strings.HasPrefix(lower, "<html") ||
+	if lower := asciiLower(text[:min(len(text), 4096)]); strings.HasPrefix(lower, "<!doctype html") || strings.HasPrefix(lower, "<html") ||
 		strings.Contains(lower, "<body") {
 		title := ""
 		if i := strings.Index(lower, "<title>"); i >= 0 {
@@ -197,7 +201,7 @@ func bodyText(body []byte) string {
 		if title == "" {
 			return "an HTML page instead of the engine's error (a proxy in front of the engine?)"
 		}
-		return "an HTML page instead of the engine's error (a proxy in front of the engine?): " + strings.ToValidUTF8(title[:min(len(title), 200)], "")
+		return "an HTML page instead of the engine's error (a proxy in front of the engine?): " + html.UnescapeString(strings.ToValidUTF8(title[:min(len(title), 200)], ""))
 	}
 	if len(text) > maxBodyText {
 		text = strings.ToValidUTF8(text[:maxBodyText], "") + "..."

@@ -33,6 +33,9 @@ func TestErrorResult(t *testing.T) {
 		{"a page without a title", 503, "<!DOCTYPE html><html><body>down</body></html>", 503, "upstream_error",
 			"an HTML page instead of the engine's error (a proxy in front of the engine?)", true},
 		{"a long text", 500, strings.Repeat("x", 2000), 500, "upstream_error", strings.Repeat("x", 512) + "...", true},
+		{"a page in a JSON error", 502, `{"error":{"message":"<html><head><title>Bad &amp; gone</title></head><body>x</body></html>"}}`, 502, "upstream_error",
+			"an HTML page instead of the engine's error (a proxy in front of the engine?): Bad & gone", true},
+		{"a long JSON error", 500, `{"error":{"message":"` + strings.Repeat("y", 3000) + `"}}`, 500, "upstream_error", strings.Repeat("y", 512) + "...", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
