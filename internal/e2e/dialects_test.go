@@ -343,13 +343,17 @@ func TestMessagesErrorsAreAnthropicShaped(t *testing.T) {
 			Type  string `json:"type"`
 			Error struct{ Type, Message string }
 		}
-		if r.Status != tc.status || json.Unmarshal(r.Body, &env) != nil || env.Type != "error" || env.Error.Type == "" || env.Error.Message == "" {
+		if r.Status != tc.status || json.Unmarshal(r.Body, &env) != nil || env.Type != "error" || env.Error.Type == "" || env.Error.Message == "" ||
+			r.Header.Get("Request-Id") == "" || r.Header.Get("Request-Id") != r.Header.Get("X-Request-Id") {
 			t.Errorf("%s %s = %d %s", tc.method, tc.path, r.Status, r.Body)
 		}
 	}
-	head := "POST /v1/messages HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + key + "\r\nContent-Type: application/json\r\nContent-Length: 40000000\r\n\r\n"
-	status, rest := rawPost(t, s, head, nil)
-	if !strings.Contains(status, "413") || !strings.Contains(strings.ToLower(rest), "\nrequest-id: ") || !strings.Contains(rest, `"type":"error"`) {
-		t.Errorf("a body over the limit = %s\n%s", status, rest)
+	for _, auth := range []string{"Authorization: Bearer " + key + "\r\n", ""} {
+		head := "POST /v1/messages HTTP/1.1\r\nHost: x\r\n" + auth + "Content-Type: application/json\r\nContent-Length: 40000000\r\n\r\n"
+		status, rest := rawPost(t, s, head, nil)
+		if !strings.Contains(status, "413") && !strings.Contains(status, "401") || !strings.Contains(strings.ToLower(rest), "\nrequest-id: ") ||
+			!strings.Contains(rest, `"type":"error"`) {
+			t.Errorf("a body over the limit (key %v) = %s\n%s", auth != "", status, rest)
+		}
 	}
 }

@@ -69,6 +69,11 @@ func (s *Server) writeError(c *call, err error) {
 	case c.route != nil && !c.route.compatible:
 		f = formPlain
 	}
+	if f == formAnthropic {
+		// Its SDKs read the request id from their own header, which a
+		// refusal before the route was known has not set.
+		c.ctx.Response.Header.Set("Request-Id", c.requestID)
+	}
 	ae := s.toAPIError(c, err)
 	if c.route != nil && c.route.codeHeader && ae.Code != "" && !ae.CodeHeader {
 		// A copy: ae may be one of the shared errors (errNoKey).
