@@ -1924,3 +1924,37 @@ func TestRoutingWeighsWindows(t *testing.T) {
 		}
 	})
 }
+
+// Workers given one key file hold one key: a request sealed to it goes to
+// one that serves the model, not to one held back from it or draining.
+func TestKeyHolderPrefersAWorkerThatServes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Config{})
+		m := api.Model{ID: "m", Capabilities: []string{api.CapChat}}
+		for _, name := range []string{"a", "b"} {
+			fw := &fakeWorker{h: h, hello: api.Hello{Protocol: link.Protocol, Name: name, Version: "v1", MaxConcurrent: 4,
+				SessionID: uuid.NewString(), Models: []api.Model{m}, E2EKey: &api.E2EKey{KeyID: "k1"}}}
+			fw.sess = link.NewSession(link.Options{Role: link.Worker, Accept: fw.serve})
+			t.Cleanup(func() { fw.sess.Close(nil) })
+			fw.connect("o")
+		}
+		first := h.f.KeyHolder("o", "k1", "m")
+		if first == "" {
+			t.Fatal("no holder of the key")
+		}
+		for range 3 {
+			time.Sleep(failureSpan / 2)
+			l, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m", Pin: first})
+			if err != nil {
+				t.Fatal(err)
+			}
+			l.Release(Failed)
+		}
+		if got := h.f.KeyHolder("o", "k1", "m"); got == first || got == "" {
+			t.Fatalf("holder %q with %q held back from the model, want the other", got, first)
+		}
+		if got := h.f.KeyHolder("o", "k1", "other-model"); got == "" {
+			t.Fatal("no holder for a model neither is held back from")
+		}
+	})
+}

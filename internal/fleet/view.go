@@ -291,19 +291,39 @@ func (ix *modelIndex) describe() *api.Model {
 }
 
 // KeyHolder is the worker of the organisation holding private-inference
-// key keyID, connected or briefly away; "" when none does. It is called
-// for every sealed request, so it builds no listing.
-func (f *Fleet) KeyHolder(orgID, keyID string) string {
+// key keyID, connected or briefly away, for a request of model; "" when
+// none does. Workers given one key file hold one key: of those, one that
+// is neither draining nor held back from the model is chosen, the
+// least loaded. It is called for every sealed request, so it builds no
+// listing.
+func (f *Fleet) KeyHolder(orgID, keyID, model string) string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	o := f.orgs[orgID]
 	if o == nil {
 		return ""
 	}
+	now := time.Now()
+	var best, fallback *worker
 	for _, w := range o.keys[keyID] {
-		if w.offlineSince.IsZero() {
-			return w.id
+		if !w.offlineSince.IsZero() {
+			continue
 		}
+		if fallback == nil {
+			fallback = w
+		}
+		if w.draining || w.held(model, now) {
+			continue
+		}
+		if best == nil || w.active < best.active {
+			best = w
+		}
+	}
+	switch {
+	case best != nil:
+		return best.id
+	case fallback != nil:
+		return fallback.id
 	}
 	return ""
 }

@@ -48,7 +48,7 @@ func (s *Server) privateInference(c *call, kind string) error {
 	if kind != api.KindChat && env.Stream {
 		return &api.Error{Kind: api.KindInvalidRequest, Type: api.TypeInvalidEncryptedRequest, Message: "Only chat is streamed"}
 	}
-	holder := s.fleet.KeyHolder(c.principal.OrgID, env.KeyID)
+	holder := s.fleet.KeyHolder(c.principal.OrgID, env.KeyID, env.Model)
 	if holder == "" {
 		return errNoPrivateWorker(env.KeyID)
 	}
