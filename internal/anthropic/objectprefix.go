@@ -144,7 +144,7 @@ func (o *objectPrefix) step(c byte) bool {
 			o.state = psKeyString
 			return true
 		case c == '}' && o.state == psKeyOrEnd:
-			return o.end(c)
+			return o.end()
 		}
 		return false
 	case psValue, psValueOrEnd:
@@ -152,7 +152,7 @@ func (o *objectPrefix) step(c byte) bool {
 			return true
 		}
 		if c == ']' && o.state == psValueOrEnd {
-			return o.end(c)
+			return o.end()
 		}
 		return o.value(c)
 	case psAfter:
@@ -188,6 +188,15 @@ func (o *objectPrefix) value(c byte) bool {
 		o.state, o.lit = psLiteral, "ull"
 	case c == '-':
 		o.state = psNumSign
+	default:
+		return o.integer(c)
+	}
+	return true
+}
+
+// integer starts a number's integer part with c, a digit.
+func (o *objectPrefix) integer(c byte) bool {
+	switch {
 	case c == '0':
 		o.state = psNumZero
 	case isDigit(c):
@@ -213,13 +222,13 @@ func (o *objectPrefix) after(c byte) bool {
 		}
 		return true
 	case c == '}' && top == '{', c == ']' && top == '[':
-		return o.end(c)
+		return o.end()
 	}
 	return false
 }
 
 // end closes the innermost container.
-func (o *objectPrefix) end(byte) bool {
+func (o *objectPrefix) end() bool {
 	o.stack = o.stack[:len(o.stack)-1]
 	if len(o.stack) == 0 {
 		o.state = psDone
@@ -234,15 +243,7 @@ func (o *objectPrefix) end(byte) bool {
 func (o *objectPrefix) number(c byte) bool {
 	switch o.state {
 	case psNumSign:
-		switch {
-		case c == '0':
-			o.state = psNumZero
-		case isDigit(c):
-			o.state = psNumInt
-		default:
-			return false
-		}
-		return true
+		return o.integer(c)
 	case psNumZero, psNumInt:
 		switch {
 		case isDigit(c) && o.state == psNumInt:
