@@ -90,14 +90,19 @@ func (a *Agent) keepListed(ctx context.Context, k *keeper) (loadedAny bool) {
 	}
 	a.mu.Unlock()
 	todo = slices.DeleteFunc(todo, func(d due) bool {
+		if d.again {
+			return k.pausedNow(d.id)
+		}
 		at, kept := k.kept[d.id]
-		return kept && !d.again && !k.dropped(a.log, d.id, at)
+		return kept && !k.dropped(a.log, d.id, at)
 	})
 
 	var absent []string
-	for _, id := range a.cfg.AlwaysOn {
-		if _, ok := listed[id]; !ok {
-			absent = append(absent, id)
+	for _, name := range a.cfg.AlwaysOn {
+		if _, ok := listed[name]; !ok {
+			if _, ok := listed[name+":latest"]; !ok || strings.Contains(name, ":") {
+				absent = append(absent, name)
+			}
 		}
 	}
 	if s := strings.Join(absent, ", "); s != k.absent {
@@ -132,11 +137,19 @@ func (a *Agent) keepListed(ctx context.Context, k *keeper) (loadedAny bool) {
 			continue
 		}
 		delete(k.failed, d.id)
-		if d.again && took == 0 {
-			continue // loaded all along
+		if d.again {
+			if took == 0 {
+				continue // loaded all along
+			}
+			// A load is how such an engine tells that it dropped the
+			// model: counted as a drop seen now, which may pause the
+			// next. The listing that woke the loop is not repeated for
+			// it: the engine's listing would not show the load.
+			k.dropped(a.log, d.id, k.kept[d.id])
+		} else {
+			loadedAny = true
 		}
 		k.kept[d.id] = time.Now()
-		loadedAny = true
 		load := &api.ModelLoad{Model: d.id}
 		detail := d.id + " kept loaded (always-on)"
 		if took > 0 {
@@ -148,6 +161,17 @@ func (a *Agent) keepListed(ctx context.Context, k *keeper) (loadedAny bool) {
 		a.report(api.WorkerEventReport{EventType: api.EventModelLoaded, Detail: detail, Load: load})
 	}
 	return loadedAny
+}
+
+// pausedNow reports whether model id waits out a pause, ending one that
+// is over.
+func (k *keeper) pausedNow(id string) bool {
+	until, ok := k.paused[id]
+	if ok && time.Now().Before(until) {
+		return true
+	}
+	delete(k.paused, id)
+	return false
 }
 
 // dropped notes that the engine dropped model id, loaded to keep at

@@ -39,7 +39,7 @@ func (e *keepEngine) Models(ctx context.Context) ([]api.Model, error) {
 	ms, _ := e.installEngine.Models(ctx)
 	e.kmu.Lock()
 	defer e.kmu.Unlock()
-	for _, id := range []string{"a", "b", "bad"} {
+	for _, id := range []string{"a", "b", "bad", "short:latest"} {
 		ms = append(ms, api.Model{ID: id, Capabilities: []string{api.CapChat}})
 	}
 	for i := range ms {
@@ -209,6 +209,71 @@ func TestAlwaysOnDroppedSoonIsPaused(t *testing.T) {
 			t.Errorf("no warning of the drops:\n%s", logged.String())
 		}
 	})
+}
+
+// TestAlwaysOnLoadedStateUnknownDroppedSoonIsPaused is the pause above
+// for an engine that does not say what it has loaded (an Ollama behind
+// the OpenAI API), where a keep that loads is how a drop is found: the
+// loads are paused the same way, and come at listings, not one after
+// another.
+func TestAlwaysOnLoadedStateUnknownDroppedSoonIsPaused(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		eng := &keepEngine{loadTime: time.Second, unknown: true, evicted: map[string]bool{"a": true},
+			loaded: map[string]bool{}, keeps: map[string]int{}}
+		var logged syncBuffer
+		_, log, stop := runLinked(t, Config{Engines: []engine.Engine{eng}, AlwaysOn: []string{"a"},
+			RefreshModels: 30 * time.Second, Logger: slog.New(slog.NewTextHandler(&logged, nil))}, 0)
+		time.Sleep(30 * time.Minute)
+		stop()
+		log.mu.Lock()
+		loads := len(log.loads)
+		log.mu.Unlock()
+		// As above: loads at the start and at the next listings, then
+		// after pauses of 1, 2, 4 and 8 minutes.
+		if loads < 4 || loads > 9 {
+			t.Errorf("%d loads over 30 minutes, want a few, paused", loads)
+		}
+		if !strings.Contains(logged.String(), "dropped again soon after its load") {
+			t.Errorf("no warning of the drops:\n%s", logged.String())
+		}
+	})
+}
+
+// TestAlwaysOnByOllamasShortName: a model named without its tag, as
+// Ollama's users name them, is the one Ollama offers with its default tag.
+func TestAlwaysOnByOllamasShortName(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		eng := &keepEngine{loadTime: time.Second, loaded: map[string]bool{}, keeps: map[string]int{}}
+		_, log, stop := runLinked(t, Config{Engines: []engine.Engine{eng}, AlwaysOn: []string{"short"}, RefreshModels: 30 * time.Second}, 0)
+		time.Sleep(5 * time.Second)
+		stop()
+		if got := eng.keepCounts()["short:latest"]; got != 1 {
+			t.Errorf("short:latest kept %d times, want once", got)
+		}
+		log.mu.Lock()
+		defer log.mu.Unlock()
+		if len(log.loads) != 1 {
+			t.Errorf("%d model_loaded events, want 1", len(log.loads))
+		}
+	})
+}
+
+func TestSameModel(t *testing.T) {
+	for _, tc := range []struct {
+		name, id string
+		same     bool
+	}{
+		{"llama3.2", "llama3.2", true},
+		{"llama3.2", "llama3.2:latest", true},
+		{"llama3.2:latest", "llama3.2:latest", true},
+		{"llama3.2:1b", "llama3.2:latest", false},
+		{"llama3.2:latest", "llama3.2", false},
+		{"qwen", "qwen3:latest", false},
+	} {
+		if got := sameModel(tc.name, tc.id); got != tc.same {
+			t.Errorf("sameModel(%q, %q) = %v", tc.name, tc.id, got)
+		}
+	}
 }
 
 // syncBuffer is a log's destination that goroutines share.

@@ -119,7 +119,7 @@ func (a *Agent) listing(current map[engine.Engine][]api.Model) (models []api.Mod
 				if id != m.ID {
 					entry.ID, entry.Local = id, m.ID
 				}
-				entry.AlwaysOn = slices.Contains(a.cfg.AlwaysOn, id)
+				entry.AlwaysOn = slices.ContainsFunc(a.cfg.AlwaysOn, func(name string) bool { return sameModel(name, id) })
 				models = append(models, a.withMeta(asGuard(entry)))
 			}
 		}
@@ -304,4 +304,12 @@ func LoadModelMeta(path string) (map[string]api.Model, error) {
 		return nil, fmt.Errorf("read model metadata %s: %w", path, err)
 	}
 	return m, nil
+}
+
+// sameModel reports whether name, as an operator gave it (--always-on),
+// is the model offered as id: the same, or Ollama's name of it without a
+// tag, which Ollama lists with its default tag (llama3.2 is offered as
+// llama3.2:latest).
+func sameModel(name, id string) bool {
+	return name == id || !strings.Contains(name, ":") && id == name+":latest"
 }
