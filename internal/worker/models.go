@@ -3,11 +3,13 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"reflect"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/svc-dev/svc/internal/api"
@@ -222,14 +224,31 @@ func (a *Agent) pullModels(ctx context.Context) {
 			Install: &api.ModelInstall{Model: model, State: api.InstallStarted}})
 		cancel()
 		last := time.Time{}
-		err := inst.Pull(ctx, model, func(p api.PullProgress) {
+		progress := func(p api.PullProgress) {
 			if time.Since(last) < installProgressEvery || p.Total == 0 {
 				return
 			}
 			last = time.Now()
 			a.report(api.WorkerEventReport{EventType: api.EventModelInstall, Detail: fmt.Sprintf("installing %s: %d%%", model, p.Completed*100/p.Total),
 				Install: &api.ModelInstall{Model: model, State: api.InstallProgress, Total: p.Total, Completed: p.Completed}})
-		})
+		}
+		err := inst.Pull(ctx, model, progress)
+		// An engine started with the worker (a rental's Ollama, beside it
+		// under systemd) may not listen yet: it is waited for a while
+		// rather than its install failed at once.
+		for wait, since := pullRetryFirst, time.Now(); err != nil && errors.Is(err, syscall.ECONNREFUSED) && time.Since(since) < pullReachWait; wait = min(2*wait, pullRetryMax) {
+			a.log.Info("the engine does not answer yet; the install is tried again", "model", model, "in", wait)
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+			case <-t.C:
+			}
+			if ctx.Err() != nil {
+				break
+			}
+			err = inst.Pull(ctx, model, progress)
+		}
 		if err != nil {
 			detail := "install of " + model + " failed: " + err.Error()
 			rctx := ctx
@@ -255,6 +274,14 @@ func (a *Agent) pullModels(ctx context.Context) {
 			Install: &api.ModelInstall{Model: model, State: api.InstallCompleted}})
 	}
 }
+
+// How long an install waits for an engine that refuses connections, and
+// the pauses between its tries.
+const (
+	pullReachWait  = 5 * time.Minute
+	pullRetryFirst = 2 * time.Second
+	pullRetryMax   = 30 * time.Second
+)
 
 // How long an install's start waits for the link, and its end for a link
 // the worker's stop is taking down.

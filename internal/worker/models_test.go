@@ -4,10 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net"
+	"os"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -130,6 +134,8 @@ type installEngine struct {
 	start chan struct{}
 	step  time.Duration
 	steps int
+	// refuse is how many pulls find the engine not listening yet.
+	refuse int
 
 	mu        sync.Mutex
 	installed []string
@@ -146,6 +152,13 @@ func (e *installEngine) Models(context.Context) ([]api.Model, error) {
 }
 
 func (e *installEngine) Pull(ctx context.Context, model string, progress func(api.PullProgress)) error {
+	e.mu.Lock()
+	refused := e.refuse > 0
+	e.refuse--
+	e.mu.Unlock()
+	if refused {
+		return fmt.Errorf("pull %s: %w", model, &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)})
+	}
 	if e.start != nil {
 		select {
 		case <-e.start:
@@ -303,6 +316,20 @@ func TestPullProgressOnceASecond(t *testing.T) {
 		ws := f.Workers("org")
 		if !slices.ContainsFunc(ws[0].Models, func(m api.Model) bool { return m.ID == "big" }) {
 			t.Errorf("the installed model is not listed: %+v", ws[0].Models)
+		}
+	})
+}
+
+// An engine that does not listen yet as the worker starts (a rental's
+// Ollama, started beside it) is waited for: the install is tried again,
+// and ends installed, not failed.
+func TestPullWaitsForTheEngine(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		eng := &installEngine{refuse: 3}
+		_, log, _ := runPulls(t, eng, []string{"small"}, 0)
+		<-log.completed
+		if states := log.states(); len(states) != 2 || states[0] != "started" || states[1] != "completed" {
+			t.Fatalf("install events %q, want started and completed", states)
 		}
 	})
 }
