@@ -278,7 +278,7 @@ func runWorker(ctx context.Context, f *Factory, opts *WorkerOptions) error {
 		log.Info("private inference on", "key_id", pub.KeyID, "fingerprint", e2ee.Fingerprint(pub.PublicKey))
 	}
 	if opts.WebTools {
-		if cfg.Web, err = webLoop(opts); err != nil {
+		if cfg.Web, err = webLoop(opts, log); err != nil {
 			return usageError(err)
 		}
 		log.Info("web tools on", "search", opts.WebSearch != "", "allow", opts.WebAllowHosts, "max_steps", opts.WebMaxSteps)
@@ -296,7 +296,7 @@ func runWorker(ctx context.Context, f *Factory, opts *WorkerOptions) error {
 }
 
 // webLoop builds the web tools the flags ask for.
-func webLoop(opts *WorkerOptions) (*web.Loop, error) {
+func webLoop(opts *WorkerOptions, log *slog.Logger) (*web.Loop, error) {
 	tools := &web.Tools{Fetcher: &web.Fetcher{}}
 	for _, h := range opts.WebAllowHosts {
 		ap, err := netip.ParseAddrPort(h)
@@ -311,7 +311,7 @@ func webLoop(opts *WorkerOptions) (*web.Loop, error) {
 			return nil, fmt.Errorf("--web-search: %w", err)
 		}
 	}
-	return &web.Loop{Tools: tools, MaxSteps: opts.WebMaxSteps}, nil
+	return &web.Loop{Tools: tools, MaxSteps: opts.WebMaxSteps, Logger: log}, nil
 }
 
 // workerToken reads the token from the flag, its file, or the local

@@ -5,8 +5,11 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -29,6 +32,13 @@ const previewChars = 500
 type Loop struct {
 	Tools    *Tools
 	MaxSteps int
+	// Logger, when set, tells of a model whose engine refuses tools.
+	Logger *slog.Logger
+
+	// plain are the models, by the engine's name, whose engine refused
+	// the tools the loop offered (vLLM without --enable-auto-tool-choice,
+	// llama-server without --jinja): their chats are served as sent.
+	plain sync.Map
 }
 
 // Step is one tool call as the client sees it: in svc.web_tool_steps, and
@@ -97,7 +107,7 @@ func (l *Loop) Serve(ctx context.Context, eng engine.Engine, req *engine.Request
 		return eng.Serve(ctx, req, out)
 	}
 	fields, ok := offer(req.Body)
-	if !ok {
+	if _, plain := l.plain.Load(req.Model); !ok || plain {
 		return eng.Serve(ctx, req, out)
 	}
 	var msgs []json.RawMessage
@@ -171,6 +181,20 @@ func (r *loopRun) run(ctx context.Context) *api.Result {
 			}
 		}
 		if res.Status != http.StatusOK {
+			if turn == 0 && refusesTools(res) {
+				// The client asked for no tools: its chat is served as
+				// it sent it, and so are the model's from now on, unless
+				// the engine refuses that too (a history it cannot take).
+				msg := res.Error.Message
+				if res = r.eng.Serve(ctx, r.req, r.out); !refusesTools(res) {
+					r.loop.plain.Store(r.req.Model, true)
+					if log := r.loop.Logger; log != nil {
+						log.Warn("the engine refuses tools: web tools are off for the model (vLLM: --enable-auto-tool-choice --tool-call-parser; llama-server: --jinja)",
+							"model", r.req.Model, "err", msg)
+					}
+				}
+				return res
+			}
 			return res
 		}
 		r.addUsage(res.Usage)
@@ -422,4 +446,14 @@ func (c *capture) Event(_ context.Context, data []byte) error {
 func (c *capture) Body(_ context.Context, data []byte) error {
 	c.body = append(c.body, data...)
 	return nil
+}
+
+// refusesTools reports whether res is an engine's refusal of the tools a
+// request offered, before any of its answer: a 400 that names them.
+func refusesTools(res *api.Result) bool {
+	if res.Status != http.StatusBadRequest || res.Error == nil {
+		return false
+	}
+	msg := strings.ToLower(res.Error.Message)
+	return strings.Contains(msg, "tool")
 }

@@ -27,6 +27,9 @@ type fakeEngine struct {
 	// roleWithCall sends a turn's role in its first call's chunk, not in
 	// a chunk of its own.
 	roleWithCall bool
+	// refuseTools refuses a request that offers tools, as vLLM started
+	// without tool calling does.
+	refuseTools bool
 	bodies       []map[string]json.RawMessage
 }
 
@@ -42,6 +45,9 @@ func (e *fakeEngine) Serve(ctx context.Context, req *engine.Request, sink engine
 	e.bodies = append(e.bodies, body)
 	turn := len(e.bodies)
 	e.mu.Unlock()
+	if e.refuseTools && len(body["tools"]) > 0 {
+		return engine.Failure(400, "BadRequestError", `"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set`)
+	}
 	if turn == e.fail {
 		return engine.Failure(http.StatusInternalServerError, api.TypeServer, "engine broke")
 	}
@@ -303,6 +309,30 @@ func testLoopStream(t *testing.T, roleWithCall bool) {
 	}
 	if res.Timing.TTFTMs == nil || *res.Timing.TTFTMs <= 0 {
 		t.Errorf("ttft %v", res.Timing.TTFTMs)
+	}
+}
+
+// An engine that refuses tools (vLLM without tool calling) serves a chat
+// whose client asked for none as it was sent, and the model's later chats
+// go to it without tools at once.
+func TestLoopEngineRefusingTools(t *testing.T) {
+	loop, _ := newLoop(t)
+	eng := &fakeEngine{refuseTools: true}
+	for _, stream := range []bool{false, true} {
+		var out recordSink
+		if res := loop.Serve(context.Background(), eng, chatRequest(stream, ""), &out); res.Status != 200 {
+			t.Fatalf("stream %v: %+v", stream, res)
+		}
+		if len(out.events) == 0 && len(out.body) == 0 {
+			t.Fatalf("stream %v: no answer", stream)
+		}
+	}
+	eng.mu.Lock()
+	defer eng.mu.Unlock()
+	// The first chat tried the tools and then went without; the second
+	// went without at once.
+	if len(eng.bodies) != 3 || eng.bodies[0]["tools"] == nil || eng.bodies[1]["tools"] != nil || eng.bodies[2]["tools"] != nil {
+		t.Fatalf("%d requests reached the engine; want 3, tools only in the first", len(eng.bodies))
 	}
 }
 
