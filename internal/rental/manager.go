@@ -984,7 +984,9 @@ func (m *Manager) List(orgID string) ([]api.Rental, error) {
 func (m *Manager) serving(orgID string) map[string]bool {
 	out := map[string]bool{}
 	for _, w := range m.cfg.Fleet.Workers(orgID) {
-		out[w.WorkerID] = w.Status == api.StatusHealthy
+		// A worker that awaits the organisation's approval is routed
+		// nothing, however healthy.
+		out[w.WorkerID] = w.Status == api.StatusHealthy && !w.ApprovalPending
 	}
 	return out
 }

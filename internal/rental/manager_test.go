@@ -139,6 +139,16 @@ func TestRentRules(t *testing.T) {
 		{"a stricter tier serves a laxer request", nil, api.RentRequest{GPUModelID: "h100", TierID: TierGlobal}, 202, ""},
 		{"name taken by a worker", func(e *env) { e.fleet.workers = []api.Worker{{WorkerName: "box"}} },
 			api.RentRequest{GPUModelID: "h100", TierID: TierUK, Name: "box"}, 400, "already called"},
+		// A name that is taken stays taken, whatever credit or capacity
+		// a retry finds: it is told first.
+		{"name taken, and credit short", func(e *env) {
+			e.fleet.workers = []api.Worker{{WorkerName: "box"}}
+			e.acct.set(func(s *api.OrgSettings) { s.CreditBalanceGBP = 1 })
+		}, api.RentRequest{GPUModelID: "h100", TierID: TierUK, Name: "box"}, 400, "already called"},
+		{"name taken, and no capacity", func(e *env) {
+			e.fleet.workers = []api.Worker{{WorkerName: "box"}}
+			e.prov.capacity["h100"] = 0
+		}, api.RentRequest{GPUModelID: "h100", TierID: TierUK, Name: "box"}, 400, "already called"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -698,6 +708,11 @@ func TestRentalServingFollowsItsWorker(t *testing.T) {
 		e.fleet.mu.Unlock()
 		check("connected", true, true)
 		e.fleet.mu.Lock()
+		e.fleet.workers[0].ApprovalPending = true
+		e.fleet.mu.Unlock()
+		check("its worker awaiting approval", true, false)
+		e.fleet.mu.Lock()
+		e.fleet.workers[0].ApprovalPending = false
 		e.fleet.workers[0].Status = api.StatusOffline
 		e.fleet.mu.Unlock()
 		check("its worker offline", true, false)

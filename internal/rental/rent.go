@@ -433,6 +433,17 @@ func (m *Manager) checkAndCreate(ctx context.Context, orgID, keyID string, req a
 	if !ok {
 		return nil, "", api.NotFound("No such organisation")
 	}
+	if req.Name != "" {
+		// 400 before 402 and 409: a name that is taken stays taken
+		// whatever credit or capacity the next try finds.
+		workers := m.cfg.Fleet.Workers(orgID)
+		m.mu.Lock()
+		_, err := m.nameLocked(orgID, req.Name, "", workers)
+		m.mu.Unlock()
+		if err != nil {
+			return nil, "", err
+		}
+	}
 	if err := m.checkPayment(org, price, m.now()); err != nil {
 		return nil, "", err
 	}
