@@ -197,6 +197,13 @@ func checkRent(ctx context.Context, c *client.Client, req api.RentRequest, errOu
 		warnings = append(warnings, fmt.Sprintf("the catalogue shows no capacity for %s in tier %s now; asking anyway", gpuName(gpu), req.TierID))
 	}
 	if len(req.Models) > 0 {
+		seen := map[string]bool{}
+		for _, id := range req.Models {
+			if seen[id] {
+				return usageErrorf("--model %s is given twice; name each variant once", id)
+			}
+			seen[id] = true
+		}
 		models, err := c.RentableModels(ctx)
 		if err != nil {
 			return err

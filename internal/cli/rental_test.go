@@ -305,6 +305,7 @@ func TestRentChecks(t *testing.T) {
 		{"unknown tier", []string{"rtx-4090", "--tier", "uk-sovereign"}, `RTX 4090 cannot be placed in tier "uk-sovereign" now; its tiers: uk (£0.55/h)`},
 		{"below the floor", []string{"a100-80gb", "--tier", "global"}, `tier "global" is below the organisation's jurisdiction floor; the tiers allowed for A100 80GB: uk-sovereign (£2.50/h), uk (£2.10/h)`},
 		{"unknown model", []string{"a100-80gb", "--tier", "uk", "--model", "gpt-5"}, `unknown model variant "gpt-5"`},
+		{"a model twice", []string{"a100-80gb", "--tier", "uk", "--model", "qwen3-8b-q4", "--model", "qwen3-8b-q4"}, "--model qwen3-8b-q4 is given twice"},
 		{"not enough memory", []string{"a100-80gb", "--tier", "uk", "--model", "llama-3.3-70b-q8"}, "llama-3.3-70b-q8 needs 96 GB of system memory; the A100 80GB machines in tier uk have at most 64 GB"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
