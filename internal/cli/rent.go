@@ -134,6 +134,13 @@ func rentRun(ctx context.Context, opts *RentOptions) error {
 		printf(opts.IO.ErrOut, "Stopped waiting. Rental %s keeps running, billed from when its worker connects; stop it with: svc stop %s\n", shortID(r.ID), r.ID)
 	}
 	if err != nil {
+		if rentalFailed(r) != nil && opts.Exporter.Enabled() {
+			// The rental's end is its final document too: a script
+			// reads its id and error as it would a serving one's.
+			if werr := opts.Exporter.Write(opts.IO.Out, r); werr != nil {
+				return werr
+			}
+		}
 		return err
 	}
 	if opts.Exporter.Enabled() {

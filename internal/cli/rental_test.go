@@ -461,6 +461,19 @@ func TestRentWait(t *testing.T) {
 		}
 		contains(t, "stderr", r.stderr, "Error: rental 3c3c3c3c failed: the provider could not start the machine\n",
 			"It is stopped and no longer billed; 'svc rentals audit 3c3c3c3c' shows its history.")
+		// With --json the failed rental is the document, as a serving
+		// one would be.
+		g = rentalGateway(t, map[string]fakeReply{
+			"POST " + instances: {status: 202, body: rental(t, nil)},
+			"GET " + newRentURL: {seq: []fakeReply{boot[0], {body: rental(t, func(r *api.Rental) {
+				r.Status, r.Error = api.RentalStopped, ptrTo("the provider could not start the machine")
+			})}}},
+		})
+		r = rentResult(t, context.Background(), cliRun{env: gatewayEnv(g)}, append(args, "--json")...)
+		var got api.Rental
+		if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || r.code != exitError || got.ID != newRentID || got.Error == nil {
+			t.Errorf("exit %d %v: stdout %q", r.code, err, r.stdout)
+		}
 	})
 	t.Run("gateway blip", func(t *testing.T) {
 		g := rentalGateway(t, map[string]fakeReply{
