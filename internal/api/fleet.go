@@ -241,6 +241,10 @@ type StreamSeq struct {
 type GoAway struct {
 	Reconnect bool   `json:"reconnect"`
 	Reason    string `json:"reason,omitempty"`
+	// Abandon, from a worker whose drain ran out of time, says that the
+	// requests it still runs end with its process: the gateway fails them
+	// at once rather than wait for a reconnect that cannot resume them.
+	Abandon bool `json:"abandon,omitempty"`
 }
 
 // Welcome is the gateway's answer to Hello.

@@ -315,6 +315,7 @@ func (f *Fleet) Connect(ctx context.Context, orgID string, hello api.Hello, conn
 	w.e2eKey = hello.E2EKey
 	w.adopted = nil
 	w.draining = hello.Draining
+	w.abandoned = false
 	if !resumed || !w.draining {
 		// Sent away is a kind of draining, and ends with it.
 		w.awayReason = ""
@@ -580,16 +581,21 @@ func (f *Fleet) detached(w *worker, sess *link.Session, err error) {
 	now := time.Now()
 	w.attached = false
 	f.reindexLocked(f.orgs[w.orgID], w, now)
-	if w.draining && sess.Streams() == 0 {
+	if w.draining && (sess.Streams() == 0 || w.abandoned) {
 		w.offlineSince = now
 		detail := "the worker stopped"
+		reason := "stopped"
+		if w.abandoned {
+			detail = "the worker stopped, its drain out of time before its requests were done"
+			reason = "stopped before it was done: its drain ran out of time"
+		}
 		if w.awayReason != "" {
 			detail = "the worker left as the gateway asked: " + w.awayReason
 		}
 		f.endLocked(w, detail, now)
 		f.noteStatusLocked(w, now)
 		f.mu.Unlock()
-		sess.Close(&LostError{WorkerID: w.id, WorkerName: w.name, Reason: "stopped"})
+		sess.Close(&LostError{WorkerID: w.id, WorkerName: w.name, Reason: reason})
 		return
 	}
 	f.log.Info("worker link dropped", "worker", w.name, "worker_id", w.id, "err", err)
@@ -704,8 +710,15 @@ func (f *Fleet) control(w *worker, sess *link.Session, fr link.Frame) {
 			f.cfg.Power.RecordPower(w.id, rep)
 		}
 	case link.TypeGoAway:
+		var ga api.GoAway
+		_ = json.Unmarshal(fr.Payload, &ga) // the worker's own carries none, or Abandon
 		f.mu.Lock()
 		current := w.sess == sess
+		if current && ga.Abandon && w.draining {
+			w.abandoned = true
+			f.mu.Unlock()
+			return
+		}
 		if current && !w.draining {
 			now := time.Now()
 			w.draining = true

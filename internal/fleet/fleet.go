@@ -265,6 +265,9 @@ type worker struct {
 	lastSeen     time.Time
 	heartbeat    api.Heartbeat
 	graceTimer   *time.Timer
+	// abandoned is set when the worker said its drain ran out: the
+	// requests still open end with its process.
+	abandoned bool
 	// awayReason is why the gateway sent the worker away, until it
 	// connects again; leaveTimer closes the link of one sent away that
 	// stays (LeaveOrg).

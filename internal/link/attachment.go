@@ -25,7 +25,10 @@ type attachment struct {
 	full   [][]byte // batches ready to write
 	cur    []byte   // the batch being filled
 	spare  [][]byte // written batches, reused
-	closed bool
+	// writing is set while the writer writes the batch next gave it,
+	// until it asks for the next.
+	writing bool
+	closed  bool
 	wake   chan struct{}
 	// stop tells the writer to return; done is closed once the reader and
 	// writer have both returned and the connection is closed, so whoever
@@ -89,6 +92,7 @@ func (a *attachment) takeSpare() []byte {
 func (a *attachment) next() ([]byte, bool) {
 	for {
 		a.mu.Lock()
+		a.writing = false
 		switch {
 		case a.closed:
 			a.mu.Unlock()
@@ -97,11 +101,13 @@ func (a *attachment) next() ([]byte, bool) {
 			b := a.full[0]
 			a.full[0] = nil
 			a.full = a.full[1:]
+			a.writing = true
 			a.mu.Unlock()
 			return b, true
 		case len(a.cur) > 0:
 			b := a.cur
 			a.cur = nil
+			a.writing = true
 			a.mu.Unlock()
 			return b, true
 		}
@@ -120,6 +126,13 @@ func (a *attachment) next() ([]byte, bool) {
 		case <-a.stop:
 		}
 	}
+}
+
+// idle reports whether everything queued has been written.
+func (a *attachment) idle() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.closed || len(a.full) == 0 && len(a.cur) == 0 && !a.writing
 }
 
 // recycle returns a written batch for reuse.

@@ -689,3 +689,38 @@ func TestUnsent(t *testing.T) {
 		}
 	}
 }
+
+// Flush returns once what was queued is written: a last control frame
+// sent before a close arrives, where the close alone drops it.
+func TestFlushWritesWhatWasQueued(t *testing.T) {
+	got := make(chan Frame, 1)
+	g := NewSession(Options{Role: Gateway, Control: func(f Frame) { got <- f }})
+	w := NewSession(Options{Role: Worker})
+	defer g.Close(nil)
+	gc, wc := linktest.Pipe()
+	if _, err := g.Attach(gc, w.RecvState()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Attach(wc, g.RecvState()); err != nil {
+		t.Fatal(err)
+	}
+	if !w.SendControl(TypeGoAway, []byte(`{"abandon":true}`)) {
+		t.Fatal("not sent")
+	}
+	if !w.Flush(ctxT(t)) {
+		t.Fatal("not flushed")
+	}
+	w.Close(nil)
+	select {
+	case f := <-got:
+		if f.Type != TypeGoAway || string(f.Payload) != `{"abandon":true}` {
+			t.Fatalf("got %v %s", f.Type, f.Payload)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the frame queued before the close never came")
+	}
+	// A session with no connection has nothing to flush to.
+	if w.Flush(ctxT(t)) {
+		t.Fatal("a closed session flushed")
+	}
+}

@@ -242,6 +242,30 @@ func (s *Session) SendControl(typ Type, payload []byte) bool {
 	return true
 }
 
+// Flush waits until the frames queued so far are written, or ctx ends,
+// and reports whether they were: for a last word before a close, which
+// drops what is still queued. It polls, as it is for that moment alone.
+func (s *Session) Flush(ctx context.Context) bool {
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for {
+		s.mu.Lock()
+		a := s.att
+		s.mu.Unlock()
+		if a == nil {
+			return false
+		}
+		if a.idle() {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+		}
+	}
+}
+
 // Open starts a stream (gateway only) carrying header and body. It blocks
 // only if the body is larger than the window and the worker is slow to
 // take it.

@@ -382,6 +382,13 @@ func (a *Agent) drain(ctx context.Context) {
 		select {
 		case <-deadline.C:
 			a.log.Warn("drain timed out; abandoning running requests", "running", s.Streams())
+			// Said, so that the gateway ends them now, not after
+			// waiting for a reconnect that could not resume them.
+			if b, err := json.Marshal(api.GoAway{Abandon: true}); err == nil && s.SendControl(link.TypeGoAway, b) {
+				fctx, cancel := context.WithTimeout(ctx, time.Second)
+				s.Flush(fctx)
+				cancel()
+			}
 			return
 		case <-ctx.Done():
 			return
