@@ -303,7 +303,9 @@ func (g *watched) paused(finished <-chan struct{}, last time.Time, stop func(msg
 			return false
 		}
 	}
-	return g.again(finished)
+	// Checked again after the limit, or when the pause reaches its
+	// bound, if that comes first.
+	return g.againIn(finished, min(g.w.ttfb, maxPauses*g.w.ttfb-time.Since(last)))
 }
 
 // cutOff ends a request whose answer had begun: the engine is stopped,
@@ -327,7 +329,10 @@ func (g *watched) end(take func() bool, msg string, dead bool) {
 // again waits the limit anew and reports true, unless the engine has
 // returned and serve waits for this callback to end. A callback that set
 // the timer again touches the request no more: serve may be past Stop.
-func (g *watched) again(finished <-chan struct{}) bool {
+func (g *watched) again(finished <-chan struct{}) bool { return g.againIn(finished, g.w.ttfb) }
+
+// againIn is again, checking in d rather than after the whole limit.
+func (g *watched) againIn(finished <-chan struct{}, d time.Duration) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	select {
@@ -337,7 +342,7 @@ func (g *watched) again(finished <-chan struct{}) bool {
 	}
 	g.since = time.Now()
 	g.finished, g.exited = nil, nil
-	g.timer.Reset(g.w.ttfb)
+	g.timer.Reset(d)
 	return true
 }
 

@@ -331,10 +331,10 @@ func TestAnswerStoppedMidwayIsCutOff(t *testing.T) {
 		// 20 s, and the probe is given up at 30 s.
 		{"probes unanswered", &pauseEngine{tokens: 3, hangProbes: true}, "in the middle of its answer", 30 * time.Second, 1, 1, false},
 		// The last output at 1 s; checked every 10 s with a probe from
-		// 20 s, and at 60 s it has paused 59 s, past five limits.
-		{"probes answered", &pauseEngine{tokens: 2}, "sent nothing more of its answer for 59s", 60 * time.Second, 4, 0, false},
+		// 20 s, and cut off at 51 s, when it has paused five limits.
+		{"probes answered", &pauseEngine{tokens: 2}, "sent nothing more of its answer for 50s", 51 * time.Second, 4, 0, false},
 		{"a whole answer, probes unanswered", &pauseEngine{tokens: 3, hangProbes: true, whole: true}, "in the middle of its answer", 30 * time.Second, 1, 1, true},
-		{"a whole answer, probes answered", &pauseEngine{tokens: 2, whole: true}, "sent nothing more of its answer for 59s", 60 * time.Second, 4, 0, true},
+		{"a whole answer, probes answered", &pauseEngine{tokens: 2, whole: true}, "sent nothing more of its answer for 50s", 51 * time.Second, 4, 0, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
