@@ -21,15 +21,15 @@ type attachment struct {
 	// written; without, the attachment keeps a few written ones.
 	bufs *Buffers
 
-	mu     sync.Mutex
-	full   [][]byte // batches ready to write
-	cur    []byte   // the batch being filled
-	spare  [][]byte // written batches, reused
+	mu    sync.Mutex
+	full  [][]byte // batches ready to write
+	cur   []byte   // the batch being filled
+	spare [][]byte // written batches, reused
 	// writing is set while the writer writes the batch next gave it,
 	// until it asks for the next.
 	writing bool
 	closed  bool
-	wake   chan struct{}
+	wake    chan struct{}
 	// stop tells the writer to return; done is closed once the reader and
 	// writer have both returned and the connection is closed, so whoever
 	// owns the connection (a hijacked HTTP request) may release it then.

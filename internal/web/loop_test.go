@@ -30,7 +30,7 @@ type fakeEngine struct {
 	// refuseTools refuses a request that offers tools, as vLLM started
 	// without tool calling does.
 	refuseTools bool
-	bodies       []map[string]json.RawMessage
+	bodies      []map[string]json.RawMessage
 }
 
 func (e *fakeEngine) Kind() string                                { return "fake" }
