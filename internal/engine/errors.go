@@ -111,15 +111,33 @@ func ErrorResult(status int, body []byte) *api.Result {
 	if out < 400 {
 		out = http.StatusBadGateway
 	}
-	r := &api.Result{Status: out, Error: &api.ResultError{Message: msg, Type: typ, Code: code}}
+	retryable := false
 	switch out {
 	case http.StatusInternalServerError, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
-		r.Retryable = true
-		if r.Error.Type == "" || r.Error.Type == "InternalServerError" {
-			r.Error.Type = api.TypeUpstream
+		retryable = true
+	}
+	// Clients branch on the type (the spec's errors): an engine's own
+	// (vLLM's BadRequestError, llama-server's unavailable_error) is the
+	// gateway's for the status. The engine's code is kept as it sent it.
+	if !knownType(typ) {
+		typ = api.TypeForStatus(out)
+		if retryable {
+			typ = api.TypeUpstream
 		}
 	}
-	return r
+	return &api.Result{Status: out, Error: &api.ResultError{Message: msg, Type: typ, Code: code}, Retryable: retryable}
+}
+
+// knownType reports whether typ is one of the error types the gateway
+// answers with.
+func knownType(typ string) bool {
+	switch typ {
+	case api.TypeInvalidRequest, api.TypeAuthentication, api.TypePermission, api.TypeNotFound, api.TypeConflict,
+		api.TypeRateLimit, api.TypeServer, api.TypeNotSupported, api.TypeUpstream, api.TypeServiceUnavailable,
+		api.TypeTimeout, api.TypeInsufficientMemory, TypeContextLengthExceeded:
+		return true
+	}
+	return false
 }
 
 func containsAny(s string, subs ...string) bool {

@@ -85,7 +85,7 @@ func TestCompletionFailures(t *testing.T) {
 		{"model not found", 404, vllmNotFound, 404, api.TypeNotFound, false},
 		{"out of memory", 500, vllmOOM, 507, api.TypeInsufficientMemory, false},
 		{"context too long", 400, llamaContextErr, 400, "context_length_exceeded", false},
-		{"error with status 200", 200, `{"error":{"message":"model is loading","type":"unavailable","code":503}}`, 503, "unavailable", true},
+		{"error with status 200", 200, `{"error":{"message":"model is loading","type":"unavailable","code":503}}`, 503, "upstream_error", true},
 		{"not JSON", 200, `<html>oops</html>`, 502, api.TypeUpstream, true},
 	}
 	for _, tt := range tests {

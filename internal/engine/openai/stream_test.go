@@ -278,7 +278,7 @@ func TestStreamErrors(t *testing.T) {
 		{
 			name:   "nested error before output",
 			pieces: frames(`{"error":{"code":503,"message":"Loading model","type":"unavailable_error"}}`),
-			status: 503, retryable: true, typ: "unavailable_error", msg: "Loading model",
+			status: 503, retryable: true, typ: "upstream_error", msg: "Loading model",
 		},
 		{
 			name:   "llama.cpp error field before output",
@@ -405,7 +405,7 @@ func TestHTTPErrors(t *testing.T) {
 		{"vllm model not found", 404, vllmNotFound, 404, api.TypeNotFound, false},
 		{"llama.cpp context exceeded", 400, llamaContextErr, 400, "context_length_exceeded", false},
 		{"vllm out of memory", 500, vllmOOM, 507, api.TypeInsufficientMemory, false},
-		{"loading", 503, `{"error":{"code":503,"message":"Loading model","type":"unavailable_error"}}`, 503, "unavailable_error", true},
+		{"loading", 503, `{"error":{"code":503,"message":"Loading model","type":"unavailable_error"}}`, 503, "upstream_error", true},
 		{"proxy text", 502, "Bad Gateway", 502, api.TypeUpstream, true},
 		{"invalid request", 422, `{"detail":[{"loc":["body","messages"],"msg":"field required"}]}`, 422, api.TypeInvalidRequest, false},
 	}
