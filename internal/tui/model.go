@@ -64,9 +64,11 @@ type snapshot struct {
 	// key (403) for what it may not read, "" otherwise: the pane says so
 	// rather than wait for the gateway.
 	inflightDenied, workersDenied string
-	latest                        string
-	power                         powerHistory // the Power pane's chart; see power.go
-	rental                        rentalData   // the Rental spend pane's; see rental.go
+	// usageDenied is the same for the usage the Traffic pane reads.
+	usageDenied string
+	latest      string
+	power       powerHistory // the Power pane's chart; see power.go
+	rental      rentalData   // the Rental spend pane's; see rental.go
 }
 
 // wideWidth is where the panes go side by side: below it the lists need
@@ -218,6 +220,7 @@ func (m Model) applyPoll(msg pollMsg) (tea.Model, tea.Cmd) {
 		m.data.workers, m.data.haveWorkers = msg.workers, true
 	}
 	m.data.workersDenied = denied(msg.workersErr)
+	m.data.usageDenied = denied(msg.summaryErr)
 	if msg.latestErr == nil {
 		m.data.latest = msg.latest
 	}

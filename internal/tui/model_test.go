@@ -150,7 +150,8 @@ func TestPartialFailureKeepsOtherData(t *testing.T) {
 	m = directModel(t, newFake())
 	m, _ = update(t, m, p)
 	frame := m.frame()
-	if !strings.Contains(frame, "not shown: this API key may not read usage") || strings.Contains(frame, "in flight ·") ||
+	if strings.Count(frame, "not shown: this API key may not read usage") != 2 || strings.Contains(frame, "collecting") ||
+		strings.Contains(frame, "in flight ·") ||
 		strings.Contains(frame, "waiting for the gateway") || !strings.Contains(frame, "3/6 workers healthy") {
 		t.Errorf("a key without usage:read sees:\n%s", frame)
 	}

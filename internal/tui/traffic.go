@@ -185,6 +185,8 @@ type trafficView struct {
 	today     api.UsageSummary
 	haveToday bool
 	focused   bool
+	// denied is the gateway's refusal of the key for usage, "" otherwise.
+	denied string
 }
 
 // trafficStats are the current rates and the recent error rates.
@@ -234,6 +236,11 @@ func spanOf(ss []sample, n int) time.Duration {
 // three body lines it draws one-line sparklines with the value beside them;
 // given more room, taller sparklines with a caption line above each.
 func renderTraffic(d trafficView, width, height int, st *styles) string {
+	if d.denied != "" {
+		// Said, not left collecting for ever.
+		return box(st, frame{title: "Traffic", focused: d.focused},
+			[]string{st.dim.Render("not shown: this API key may not read usage (usage:read)")}, width, height)
+	}
 	cw, ch := contentSize(width, height)
 	s := stats(d.samples)
 	req := make([]float64, len(d.samples))
@@ -310,11 +317,12 @@ func rateStyle(st *styles, v float64, hot lipgloss.Style) lipgloss.Style {
 	return lipgloss.NewStyle()
 }
 
-func (p trafficPane) view(c common, _ *snapshot, width, height int, focused bool) string {
+func (p trafficPane) view(c common, d *snapshot, width, height int, focused bool) string {
 	return renderTraffic(trafficView{
 		samples:   p.hist.samples,
 		today:     p.hist.today,
 		haveToday: p.hist.haveToday,
 		focused:   focused,
+		denied:    d.usageDenied,
 	}, width, height, c.st)
 }
