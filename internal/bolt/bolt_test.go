@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -277,42 +278,81 @@ func TestDamagedFileIsAnError(t *testing.T) {
 	}
 
 	// Part of a page damaged, which bbolt finds only when it reads or
-	// writes the page: the first migration's read, or its commit.
-	for _, d := range []struct{ page, at, n int64 }{{3, 16, 64}, {3, 200, 3000}, {4, 16, 200}} {
+	// writes the page.
+	for _, d := range []struct {
+		kind  string // of the page damaged: a live leaf, or the freelist
+		at, n int64
+	}{{"leaf", 16, 64}, {"leaf", 200, 3000}, {"freelist", 16, 200}} {
 		dir := t.TempDir()
 		s, err := Open(dir, Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
+		page := int64(-1)
+		// Read in a read-only transaction: a commit, even of nothing,
+		// moves the freelist.
+		err = s.db.View(func(tx *bbolt.Tx) error {
+			for id := 2; page < 0; id++ {
+				info, err := tx.Page(id)
+				if err != nil || info == nil {
+					return fmt.Errorf("no %s page: %v", d.kind, err)
+				}
+				if info.Type == d.kind {
+					page = int64(id)
+				}
+			}
+			return nil
+		})
 		s.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
 		f, err := os.OpenFile(filepath.Join(dir, FileName), os.O_RDWR, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		rng := rand.New(rand.NewPCG(uint64(d.page), uint64(d.at)))
+		rng := rand.New(rand.NewPCG(uint64(page), uint64(d.at)))
 		junk := make([]byte, d.n)
 		for i := range junk {
 			junk[i] = byte(rng.Uint32())
 		}
-		if _, err := f.WriteAt(junk, d.page*4096+d.at); err != nil {
+		if _, err := f.WriteAt(junk, page*4096+d.at); err != nil {
 			t.Fatal(err)
 		}
 		f.Close()
-		// The version is set back, so that the open must migrate.
-		if s, err := Open(dir, Options{}); err == nil {
-			err = s.db.Update(func(tx *bbolt.Tx) error { return tx.Bucket(bucketMeta).Put(keySchemaVersion, u64(SchemaVersion()-1)) })
+		// Found as the file opens, or when bbolt panics on the page as a
+		// start reads the store under GuardPanic (as server.Run does),
+		// which checks the file.
+		s, err = Open(dir, Options{})
+		if err == nil {
+			err = func() (err error) {
+				defer s.GuardPanic(&err)
+				panic("bbolt on a damaged page")
+			}()
 			s.Close()
-			if err == nil {
-				s, err = Open(dir, Options{})
-				if err == nil {
-					s.Close()
-				}
-			}
-			if err != nil && !errors.Is(err, ErrDamaged) {
-				t.Errorf("page %d damaged at %d: %v, want ErrDamaged", d.page, d.at, err)
-			}
-		} else if !errors.Is(err, ErrDamaged) {
-			t.Errorf("page %d damaged at %d: %v, want ErrDamaged", d.page, d.at, err)
+		}
+		if !errors.Is(err, ErrDamaged) {
+			t.Errorf("%s page %d damaged at %d: %v, want ErrDamaged", d.kind, page, d.at, err)
 		}
 	}
+}
+
+// TestGuardPanicPassesOnOthers: a panic while the file is whole is not
+// the file's: it goes on.
+func TestGuardPanicPassesOnOthers(t *testing.T) {
+	s, err := Open(t.TempDir(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	defer func() {
+		if p := recover(); p != "a bug" {
+			t.Fatalf("recovered %v, want the panic passed on", p)
+		}
+	}()
+	_ = func() (err error) {
+		defer s.GuardPanic(&err)
+		panic("a bug")
+	}()
+	t.Fatal("the panic was swallowed")
 }
