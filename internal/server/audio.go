@@ -64,9 +64,10 @@ func (s *Server) transcribe(c *call, parse func(string, io.Reader, io.Writer) (*
 	if errors.Is(err, transcription.ErrBodyTooLarge) || errors.Is(err, errRequestTimeout) || errors.Is(err, errClientGone) {
 		// The rest of the body is still coming and will not be read, or
 		// stopped coming.
-		c.ctx.SetConnectionClose()
 		if errors.Is(err, transcription.ErrBodyTooLarge) {
-			lingerOnClose(c.ctx)
+			closeUnread(c.ctx)
+		} else {
+			c.ctx.SetConnectionClose()
 		}
 	}
 	if err != nil {

@@ -187,8 +187,7 @@ func readBody(ctx *fasthttp.RequestCtx, limit int) error {
 		return errMalformedBody
 	}
 	if len(body) > limit {
-		ctx.SetConnectionClose()
-		lingerOnClose(ctx)
+		closeUnread(ctx)
 		return errOverLimit
 	}
 	ctx.Request.SetBodyRaw(body)

@@ -315,7 +315,7 @@ var errStalled = errors.New("the client stopped reading")
 type gatedConn struct {
 	net.Conn
 	// linger asks Close to drain what the client still sends first
-	// (lingerOnClose).
+	// (closeUnread).
 	linger  atomic.Bool
 	g       *connGate // nil: not counted
 	stall   time.Duration
@@ -530,12 +530,13 @@ const (
 	lingerBytes = 256 << 20
 )
 
-// lingerOnClose asks that ctx's connection, refused with its request's
-// body left unread (over the limit), drain what the client still sends
-// once the answer is out: closing a socket with data unread resets the
+// closeUnread closes ctx's connection once its answer is out, its
+// request's body left unread (over the limit), after draining what the
+// client still sends: closing a socket with data unread resets the
 // connection, and a client still sending, as most do until their body is
 // out, would see the reset instead of the answer.
-func lingerOnClose(ctx *fasthttp.RequestCtx) {
+func closeUnread(ctx *fasthttp.RequestCtx) {
+	ctx.SetConnectionClose()
 	if c, ok := ctx.Conn().(*gatedConn); ok {
 		c.linger.Store(true)
 	}

@@ -543,17 +543,13 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, m *mux, console bool) {
 		err = api.BadRequest("Malformed path: a name or id in a console path may not hold '/' or '\\', nor be '.' or '..'")
 	case unread(ctx):
 		// The body was left on the connection, which cannot be used again.
-		ctx.SetConnectionClose()
-		lingerOnClose(ctx)
+		closeUnread(ctx)
 		err = s.tooLarge(ctx, m, console)
 		if r != nil && r.kind != "" && api.ErrorOf(err).Kind == api.KindTooLarge {
 			// An inference request refused for its size has its row like
 			// any other refusal, in the organisation its key names; the
 			// answer stays the 413 its headers earned.
 			label, c.route = r.path, r
-			if r.anthropic {
-				ctx.Response.Header.Set("Request-Id", c.requestID)
-			}
 			_ = s.authorize(&c, console)
 		}
 	case r != nil:
