@@ -99,10 +99,8 @@ func (a *Agent) keepListed(ctx context.Context, k *keeper) (loadedAny bool) {
 
 	var absent []string
 	for _, name := range a.cfg.AlwaysOn {
-		if _, ok := listed[name]; !ok {
-			if _, ok := listed[name+":latest"]; !ok || strings.Contains(name, ":") {
-				absent = append(absent, name)
-			}
+		if !offered(name, listed) {
+			absent = append(absent, name)
 		}
 	}
 	if s := strings.Join(absent, ", "); s != k.absent {
@@ -161,6 +159,16 @@ func (a *Agent) keepListed(ctx context.Context, k *keeper) (loadedAny bool) {
 		a.report(api.WorkerEventReport{EventType: api.EventModelLoaded, Detail: detail, Load: load})
 	}
 	return loadedAny
+}
+
+// offered reports whether a model named name (sameModel) is in listed.
+func offered(name string, listed map[string]served) bool {
+	for id := range listed {
+		if sameModel(name, id) {
+			return true
+		}
+	}
+	return false
 }
 
 // pausedNow reports whether model id waits out a pause, ending one that

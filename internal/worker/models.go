@@ -232,24 +232,7 @@ func (a *Agent) pullModels(ctx context.Context) {
 			a.report(api.WorkerEventReport{EventType: api.EventModelInstall, Detail: fmt.Sprintf("installing %s: %d%%", model, p.Completed*100/p.Total),
 				Install: &api.ModelInstall{Model: model, State: api.InstallProgress, Total: p.Total, Completed: p.Completed}})
 		}
-		err := inst.Pull(ctx, model, progress)
-		// An engine started with the worker (a rental's Ollama, beside it
-		// under systemd) may not listen yet: it is waited for a while
-		// rather than its install failed at once.
-		for wait, since := pullRetryFirst, time.Now(); err != nil && errors.Is(err, syscall.ECONNREFUSED) && time.Since(since) < pullReachWait; wait = min(2*wait, pullRetryMax) {
-			a.log.Info("the engine does not answer yet; the install is tried again", "model", model, "in", wait)
-			t := time.NewTimer(wait)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-			case <-t.C:
-			}
-			if ctx.Err() != nil {
-				break
-			}
-			err = inst.Pull(ctx, model, progress)
-		}
-		if err != nil {
+		if err := a.pull(ctx, inst, model, progress); err != nil {
 			detail := "install of " + model + " failed: " + err.Error()
 			rctx := ctx
 			if ctx.Err() != nil {
@@ -272,6 +255,29 @@ func (a *Agent) pullModels(ctx context.Context) {
 		a.refreshModels(ctx)
 		a.reportOnLink(ctx, api.WorkerEventReport{EventType: api.EventModelInstall, Detail: "installed " + model,
 			Install: &api.ModelInstall{Model: model, State: api.InstallCompleted}})
+	}
+}
+
+// pull installs model on inst. An engine started with the worker (a
+// rental's Ollama, beside it under systemd) may not listen yet: one that
+// refuses the connection is tried again for a while, rather than the
+// install failed at once.
+func (a *Agent) pull(ctx context.Context, inst engine.Installer, model string, progress func(api.PullProgress)) error {
+	wait, since := pullRetryFirst, time.Now()
+	for {
+		err := inst.Pull(ctx, model, progress)
+		if err == nil || !errors.Is(err, syscall.ECONNREFUSED) || time.Since(since) >= pullReachWait {
+			return err
+		}
+		a.log.Info("the engine does not answer yet; the install is tried again", "model", model, "in", wait)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		wait = min(2*wait, pullRetryMax)
 	}
 }
 
