@@ -199,13 +199,13 @@ func rawCode(raw json.RawMessage) string {
 	return string(raw)
 }
 
-// maxBodyText bounds, in bytes, the message an error body that is no JSON
-// error makes: the client gets the engine's words, not a page of them.
+// maxBodyText bounds, in bytes, the message an engine's error makes: the
+// client gets the engine's words, not a page of them.
 const maxBodyText = 512
 
-// bodyText is an error body that is no JSON error as a message: an HTML
-// page (a proxy's, in front of the engine) by its title, anything else
-// trimmed and cut to maxBodyText.
+// bodyText is an error's text as its message: an HTML page (a proxy's,
+// in front of the engine, bare or inside a JSON error) by its title,
+// anything else trimmed and cut to maxBodyText.
 func bodyText(body []byte) string {
 	text := strings.TrimSpace(string(body))
 	if lower := asciiLower(text[:min(len(text), 4096)]); strings.HasPrefix(lower, "<!doctype html") || strings.HasPrefix(lower, "<html") ||
