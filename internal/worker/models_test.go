@@ -327,7 +327,11 @@ func TestPullWaitsForTheEngine(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		eng := &installEngine{refuse: 3}
 		_, log, _ := runPulls(t, eng, []string{"small"}, 0)
-		<-log.completed
+		select {
+		case <-log.completed:
+		case <-time.After(10 * time.Minute):
+			t.Fatalf("no install completed; events %q", log.states())
+		}
 		if states := log.states(); len(states) != 2 || states[0] != "started" || states[1] != "completed" {
 			t.Fatalf("install events %q, want started and completed", states)
 		}
