@@ -21,8 +21,8 @@ type dialect struct {
 	// reply turns a complete chat.completion into the dialect's reply.
 	reply func(chat []byte) ([]byte, error)
 	// stream starts the translation of one chat stream into the
-	// dialect's events; promptTokens is an estimate of the prompt's.
-	stream func(promptTokens int) streamTranslator
+	// dialect's events.
+	stream func() streamTranslator
 	// chatError, when set, restates a refusal of the chat request in the
 	// dialect's field paths.
 	chatError func(error) error
@@ -61,7 +61,7 @@ func (s *Server) messages(c *call) error {
 	return s.chat(c, body, &dialect{
 		reply: func(chat []byte) ([]byte, error) { return anthropic.FromChat(chat, id) },
 		late:  lateAnthropic,
-		stream: func(int) streamTranslator {
+		stream: func() streamTranslator {
 			// count_tokens' estimate, not the chat request's, which
 			// leaves out the tools and counts documents as sent.
 			return anthropicStream{anthropic.NewStream(id, model, int64(usage.EstimateTokens(chars)))}
@@ -144,7 +144,7 @@ func (s *Server) responsesAPI(c *call) error {
 		late: func(ae *api.Error) []byte {
 			return req.Failed(id, created, cmp.Or(ae.Code, ae.ErrorType()), ae.Message, retryAfterSeconds(ae))
 		},
-		stream: func(int) streamTranslator {
+		stream: func() streamTranslator {
 			return responsesStream{req.NewStream(id, created)}
 		},
 	})

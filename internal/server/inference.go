@@ -10,7 +10,6 @@ import (
 	"github.com/svc-dev/svc/internal/images"
 	"github.com/svc-dev/svc/internal/relay"
 	"github.com/svc-dev/svc/internal/rerank"
-	"github.com/svc-dev/svc/internal/usage"
 )
 
 // chatCompletions is POST /v1/chat/completions: validate, fit the request
@@ -45,7 +44,7 @@ func (s *Server) chat(c *call, body []byte, d *dialect) error {
 	r.ContentFilter = s.contentFilter(c)
 	if d != nil {
 		if req.Stream {
-			return s.relayStreamAs(c, r, d.stream(usage.EstimateTokens(req.PromptChars)))
+			return s.relayStreamAs(c, r, d.stream())
 		}
 		return s.answerUnaryAs(c, s.start(c, r), formLate, d)
 	}
