@@ -57,6 +57,9 @@ const (
 	CodeNotHome          = "not_home"            // this replica of a cluster does not serve the organisation; its home does
 	CodeRateLimited      = "rate_limited"        // the organisation is over its limit of requests a minute
 	CodeShuttingDown     = "shutting_down"       // the gateway stopped before the request was done
+	// CodeEngineUnreachable is a worker's failure to connect to its
+	// engine at all: nothing listens at the engine's address.
+	CodeEngineUnreachable = "engine_unreachable"
 )
 
 // Error is an error with everything needed to answer it over HTTP. Domain

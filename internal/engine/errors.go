@@ -2,9 +2,12 @@ package engine
 
 import (
 	"encoding/json"
+	"errors"
 	"html"
+	"net"
 	"net/http"
 	"strings"
+	"syscall"
 
 	"github.com/svc-dev/svc/internal/api"
 )
@@ -18,11 +21,45 @@ func Failure(status int, typ, msg string) *api.Result {
 }
 
 // Unreachable is the result when the engine could not be reached at all:
-// another worker may well succeed, so the gateway retries elsewhere.
+// another worker may well succeed, so the gateway retries elsewhere. Its
+// message says what failed but not where: the engine's address is the
+// worker's business, not the client's. A connection the engine refused
+// (Refused) has the code CodeEngineUnreachable.
 func Unreachable(err error) *api.Result {
-	r := Failure(http.StatusBadGateway, api.TypeUpstream, "inference engine unreachable: "+err.Error())
+	r := Failure(http.StatusBadGateway, api.TypeUpstream, "inference engine unreachable: "+cause(err))
 	r.Retryable = true
+	if Refused(err) {
+		r.Error.Code = api.CodeEngineUnreachable
+	}
 	return r
+}
+
+// Refused reports whether err is a failure to connect to the engine:
+// nothing listens at its address (an engine that crashed or is
+// restarting), or nothing answers there. Every request to it fails the
+// same way until it listens again.
+func Refused(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// cause is err told without the addresses a network error names.
+func cause(err error) string {
+	var op *net.OpError
+	if !errors.As(err, &op) {
+		return err.Error()
+	}
+	var errno syscall.Errno
+	var dns *net.DNSError
+	switch {
+	case errors.As(op.Err, &errno):
+		return op.Op + ": " + errno.Error()
+	case errors.As(op.Err, &dns):
+		return op.Op + ": the engine's host name did not resolve"
+	case op.Timeout():
+		return op.Op + ": timed out"
+	}
+	return op.Op + " failed"
 }
 
 // Cancelled is the result of a request the client gave up on.

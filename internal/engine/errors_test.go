@@ -1,7 +1,13 @@
 package engine
 
 import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/svc-dev/svc/internal/api"
@@ -140,3 +146,49 @@ func TestForKind(t *testing.T) {
 		}
 	}
 }
+
+// An engine that cannot be reached is told to the client by what failed,
+// never by the address the worker dialled; a connection refused or not
+// answered at all has its own code, which the worker's watch reads.
+func TestUnreachable(t *testing.T) {
+	addr := &net.TCPAddr{IP: net.IPv4(10, 1, 2, 3), Port: 8000}
+	cases := []struct {
+		name    string
+		err     error
+		msg     string
+		refused bool
+	}{
+		{"refused", fmt.Errorf("POST /v1/chat/completions: %w", &net.OpError{Op: "dial", Net: "tcp", Addr: addr,
+			Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}), "inference engine unreachable: dial: connection refused", true},
+		{"dial timeout", &net.OpError{Op: "dial", Net: "tcp", Addr: addr, Err: timeoutError{}},
+			"inference engine unreachable: dial: timed out", true},
+		{"host unknown", &net.OpError{Op: "dial", Net: "tcp", Err: &net.DNSError{Err: "no such host", Name: "vllm.internal", Server: "10.0.0.2:53"}},
+			"inference engine unreachable: dial: the engine's host name did not resolve", true},
+		{"reset mid-answer", fmt.Errorf("read response: %w", &net.OpError{Op: "read", Net: "tcp", Addr: addr,
+			Err: os.NewSyscallError("read", syscall.ECONNRESET)}), "inference engine unreachable: read: connection reset by peer", false},
+		{"other", errors.New("start runner: the runner exited"), "inference engine unreachable: start runner: the runner exited", false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := Unreachable(c.err)
+			if r.Status != http.StatusBadGateway || !r.Retryable || r.Error.Type != api.TypeUpstream {
+				t.Fatalf("result = %d %+v retryable %v", r.Status, r.Error, r.Retryable)
+			}
+			if r.Error.Message != c.msg {
+				t.Errorf("message = %q, want %q", r.Error.Message, c.msg)
+			}
+			if strings.Contains(r.Error.Message, "10.1.2.3") || strings.Contains(r.Error.Message, "vllm.internal") {
+				t.Errorf("message names the engine's address: %q", r.Error.Message)
+			}
+			if got := r.Error.Code == api.CodeEngineUnreachable; got != c.refused || Refused(c.err) != c.refused {
+				t.Errorf("code %q, Refused %v; want refused %v", r.Error.Code, Refused(c.err), c.refused)
+			}
+		})
+	}
+}
+
+type timeoutError struct{}
+
+func (timeoutError) Error() string   { return "i/o timeout" }
+func (timeoutError) Timeout() bool   { return true }
+func (timeoutError) Temporary() bool { return true }

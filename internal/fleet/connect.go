@@ -749,7 +749,7 @@ func (f *Fleet) heartbeatLocked(w *worker, hb api.Heartbeat, now time.Time) (rec
 	w.heartbeat = hb
 	if len(stalled) > 0 {
 		f.event(w, api.EventEngineStalled, "the engine serving "+strings.Join(stalled, ", ")+
-			" sent nothing in time, nor to a probe; the worker takes no requests for it until it answers",
+			" stopped answering (nothing in time, nor to a probe, or it refuses connections); the worker takes no requests for it until it answers",
 			map[string]any{"models": stalled}, false, now)
 	}
 	if len(answering) > 0 {

@@ -35,7 +35,8 @@ func (a *Agent) engineFor(model string) (engine.Engine, string) {
 
 // refreshModels asks every engine for its models and tells the gateway
 // when the list changed. An engine that fails to answer keeps what it
-// had. A model offered by two engines goes to the first.
+// had, held back if it refuses to connect. A model offered by two engines
+// goes to the first.
 func (a *Agent) refreshModels(ctx context.Context) {
 	a.mu.Lock()
 	last := a.engineModels
@@ -46,10 +47,19 @@ func (a *Agent) refreshModels(ctx context.Context) {
 		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		ms, err := e.Models(ctx)
 		cancel()
-		if err != nil {
+		switch {
+		case err != nil:
 			a.log.Warn("engine did not list its models", "engine", e.Kind(), "err", err)
 			ms = last[e]
 			answered = false
+			// An engine that had models and now refuses to connect has
+			// gone: its models are held back without waiting for a
+			// request to fail on it.
+			if engine.Refused(err) && len(ms) > 0 {
+				a.watches[e].refused(probeSample{})
+			}
+		default:
+			a.watches[e].listed()
 		}
 		current[e] = ms
 	}

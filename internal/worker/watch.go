@@ -84,6 +84,9 @@ type watch struct {
 	mu       sync.Mutex
 	timeouts int // in a row, without output between them
 	stalled  bool
+	// refusing says the stall is the engine's refusal to connect, which a
+	// listing of its models ends as well as a probe.
+	refusing bool
 	// waiting are the requests being served, which a stall gives up on
 	// unless their output has begun.
 	waiting map[*watched]struct{}
@@ -160,6 +163,10 @@ func (w *watch) Serve(ctx context.Context, req *engine.Request, sink engine.Sink
 		// it ends with what it has.
 		r.Retryable = !g.out.wasCut()
 		return r
+	}
+	if res != nil && res.Error != nil && res.Error.Code == api.CodeEngineUnreachable {
+		w.refused(w.sampleOf(req))
+		return res
 	}
 	if g.out.begun() || res != nil && res.Status < http.StatusInternalServerError && res.Status != 499 {
 		// An answer without output, such as a refusal, shows the engine
@@ -414,20 +421,63 @@ func (w *watch) timedOut() {
 // ask returns the probe round whose verdict a request waiting on the
 // engine may wait for, starting one if none is under way.
 func (w *watch) ask(req *engine.Request) *probeRound {
+	s := w.sampleOf(req)
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.sample = probeSample{kind: req.Kind, model: req.Model}
-	if req.Kind == api.KindSpeech {
-		var p api.SpeechParams
-		if json.Unmarshal(req.Body, &p) == nil {
-			w.sample.voice = p.Voice
-		}
-	}
+	w.sample = s
 	if w.round == nil {
 		w.round = &probeRound{done: make(chan struct{})}
 		signalOne(w.want)
 	}
 	return w.round
+}
+
+// sampleOf is what a probe for req asks.
+func (w *watch) sampleOf(req *engine.Request) probeSample {
+	s := probeSample{kind: req.Kind, model: req.Model}
+	if req.Kind == api.KindSpeech {
+		var p api.SpeechParams
+		if json.Unmarshal(req.Body, &p) == nil {
+			s.voice = p.Voice
+		}
+	}
+	return s
+}
+
+// refused stalls the engine at once when it refuses to connect (it
+// crashed, or is restarting): every request sent to it fails the same
+// way until it listens again, so its models go elsewhere from the first
+// refusal rather than after failures enough to hold the worker back. A
+// probe like s, every probeEvery, or a listing of its models takes it
+// back. A zero s, from a failed listing, keeps the last probe's sample.
+func (w *watch) refused(s probeSample) {
+	w.mu.Lock()
+	if s.kind != "" {
+		w.sample = s
+	}
+	stalls := !w.stalled
+	if stalls {
+		w.stalled, w.refusing = true, true
+		w.stalledNow.Store(true)
+	}
+	w.mu.Unlock()
+	if stalls {
+		w.log.Error("the inference engine refuses connections: its models take no requests until it answers",
+			"engine", w.Kind())
+		w.changed()
+		signalOne(w.want)
+	}
+}
+
+// listed notes that the engine listed its models: one stalled only by its
+// refusal to connect listens again.
+func (w *watch) listed() {
+	w.mu.Lock()
+	back := w.stalled && w.refusing
+	w.mu.Unlock()
+	if back {
+		w.settle(true)
+	}
 }
 
 // run probes the engine when a request asks for a verdict, and every
@@ -592,7 +642,7 @@ func (w *watch) settle(alive bool) {
 		w.timeouts = 0
 	}
 	if recovered {
-		w.stalled = false
+		w.stalled, w.refusing = false, false
 		w.stalledNow.Store(false)
 	}
 	w.mu.Unlock()

@@ -5,12 +5,16 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -523,5 +527,91 @@ func TestOneModelStuckHoldsBackItAlone(t *testing.T) {
 		if n := changes.Load(); n != 3 {
 			t.Errorf("%d changes told, want 3: the stall, the engine back, the model back", n)
 		}
+	})
+}
+
+// downEngine serves model "m" until it is down; then it refuses every
+// connection, as an engine whose process died does.
+type downEngine struct {
+	down   atomic.Bool
+	served atomic.Int64
+}
+
+var errDialRefused = &net.OpError{Op: "dial", Net: "tcp", Addr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 8000},
+	Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+
+func (e *downEngine) Kind() string { return "down" }
+func (e *downEngine) Models(context.Context) ([]api.Model, error) {
+	if e.down.Load() {
+		return nil, fmt.Errorf("list models: GET /v1/models: %w", errDialRefused)
+	}
+	return []api.Model{{ID: "m", Capabilities: []string{api.CapChat}, Engine: "down"}}, nil
+}
+
+func (e *downEngine) Serve(ctx context.Context, req *engine.Request, sink engine.Sink) *api.Result {
+	if e.down.Load() {
+		return engine.Unreachable(fmt.Errorf("POST /v1/chat/completions: %w", errDialRefused))
+	}
+	e.served.Add(1)
+	if err := sink.Body(ctx, []byte(`{"answer":"hi"}`)); err != nil {
+		return engine.Cancelled()
+	}
+	return engine.OK()
+}
+
+// An engine that refuses connections has gone (it crashed, or is being
+// restarted): the first request that meets the refusal holds its models
+// back, so the gateway sends them elsewhere at once rather than failing
+// requests until the worker is held back, and a probe answered takes the
+// engine back. Without a request, the listing of its models finds it gone
+// and back.
+func TestEngineRefusingConnectionsIsHeldBack(t *testing.T) {
+	t.Run("found by a request", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			eng := &downEngine{}
+			r := newRig(t, eng, Config{EngineTTFB: 10 * time.Second, RefreshModels: time.Hour})
+			eng.down.Store(true)
+			l, st := r.request(context.Background())
+			_, res, err := readAll(context.Background(), st)
+			l.Release(fleet.Failed)
+			if err != nil || res.Status != http.StatusBadGateway || !res.Retryable || res.Error.Code != api.CodeEngineUnreachable {
+				t.Fatalf("a request on the engine gone: %+v %v", res, err)
+			}
+			if strings.Contains(res.Error.Message, "127.0.0.1") {
+				t.Errorf("the client is told the engine's address: %q", res.Error.Message)
+			}
+			r.expect("unhealthy", func(w api.Worker) bool { return w.Status == api.StatusUnhealthy })
+			var ae *api.Error
+			if _, err := r.fleet.Acquire(context.Background(), fleet.Need{OrgID: "org", Model: "m"}); !errors.As(err, &ae) || ae.Code != api.CodeWorkersUnhealthy {
+				t.Fatalf("a request for the model of the engine gone: %v, want it held back", err)
+			}
+			eng.down.Store(false)
+			time.Sleep(probeEvery)
+			r.expect("healthy again", func(w api.Worker) bool { return w.Status == api.StatusHealthy })
+			l, st = r.request(context.Background())
+			body, res, err := readAll(context.Background(), st)
+			l.Release(fleet.Succeeded)
+			if err != nil || res.Status != http.StatusOK || body != `{"answer":"hi"}` {
+				t.Fatalf("after the engine came back: %q %+v %v", body, res, err)
+			}
+		})
+	})
+	t.Run("found by the listing", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			eng := &downEngine{}
+			r := newRig(t, eng, Config{EngineTTFB: 10 * time.Second, RefreshModels: 30 * time.Second})
+			eng.down.Store(true)
+			time.Sleep(30 * time.Second)
+			w := r.expect("unhealthy", func(w api.Worker) bool { return w.Status == api.StatusUnhealthy })
+			if len(w.Models) != 1 || eng.served.Load() != 0 {
+				t.Fatalf("models %+v, %d served; want m kept and held back, nothing sent", w.Models, eng.served.Load())
+			}
+			eng.down.Store(false)
+			// The listing is tried again within a second or two once it
+			// failed; the probe comes every probeEvery. Either takes the
+			// engine back.
+			time.Sleep(2 * time.Second)
+			r.expect("healthy again", func(w api.Worker) bool { return w.Status == api.StatusHealthy })
+		})
 	})
 }

@@ -137,13 +137,16 @@ func TestEngineDownIsUnreachable(t *testing.T) {
 			if !r.Retryable || r.Error.Type != api.TypeUpstream || !contains(r.Error.Message, "unreachable") {
 				t.Fatalf("got %+v retryable=%v", *r.Error, r.Retryable)
 			}
+			if r.Error.Code != api.CodeEngineUnreachable || contains(r.Error.Message, addr) {
+				t.Fatalf("got %+v, want the code %s and no address", *r.Error, api.CodeEngineUnreachable)
+			}
 			if len(s.got()) != 0 || s.body != nil {
 				t.Fatal("sink written")
 			}
 		})
 	}
-	if _, err := e.Models(context.Background()); err == nil {
-		t.Fatal("Models succeeded against a closed port")
+	if _, err := e.Models(context.Background()); err == nil || !engine.Refused(err) {
+		t.Fatalf("Models against a closed port: %v, want a refusal", err)
 	}
 }
 
