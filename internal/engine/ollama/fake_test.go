@@ -23,12 +23,15 @@ type fakeOllama struct {
 	// away.
 	cancelled chan string
 
-	mu       sync.Mutex
-	tags     []fakeModel
-	ps       []string
-	psFail   bool
-	showHits map[string]int
-	received map[string][]map[string]any // by path
+	mu     sync.Mutex
+	tags   []fakeModel
+	ps     []string
+	psFail bool
+	// psContexts are the context_length /api/ps reports of a model
+	// loaded; absent (older Ollama) when not given.
+	psContexts map[string]int
+	showHits   map[string]int
+	received   map[string][]map[string]any // by path
 }
 
 type fakeModel struct {
@@ -134,7 +137,11 @@ func (f *fakeOllama) handlePS(w http.ResponseWriter, r *http.Request) {
 	}
 	var models []map[string]any
 	for _, n := range f.ps {
-		models = append(models, map[string]any{"name": n, "model": n, "size": 10, "size_vram": 10})
+		m := map[string]any{"name": n, "model": n, "size": 10, "size_vram": 10}
+		if c, ok := f.psContexts[n]; ok {
+			m["context_length"] = c
+		}
+		models = append(models, m)
 	}
 	b, _ := json.Marshal(map[string]any{"models": models})
 	writeJSON(w, 200, string(b))

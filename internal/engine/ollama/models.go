@@ -70,7 +70,21 @@ func (e *Engine) Models(ctx context.Context) ([]api.Model, error) {
 			models[i].Loaded = ptr(loaded[ModelKey(models[i].ID)])
 		}
 	}
+	e.mu.Lock()
+	for i := range models {
+		models[i].ContextWindow = within(models[i].ContextWindow, e.contexts[ModelKey(models[i].ID)])
+	}
+	e.mu.Unlock()
 	return models, nil
+}
+
+// within is the context window of a model trained for trained tokens
+// that Ollama runs with n (0: not known).
+func within(trained, n int) int {
+	if n > 0 && (trained == 0 || n < trained) {
+		return n
+	}
+	return trained
 }
 
 // describe returns a model's metadata from the cache or /api/show.
@@ -121,7 +135,7 @@ func (e *Engine) show(ctx context.Context, name string) (api.Model, error) {
 			m.DefaultThinking = ptr(true)
 		}
 	}
-	m.ContextWindow = contextLength(v.ModelInfo)
+	m.ContextWindow = within(contextLength(v.ModelInfo), numCtx(v.Parameters))
 	m.SamplingDefaults = samplingDefaults(v.Parameters)
 	return m, nil
 }
@@ -176,6 +190,20 @@ func contextLength(info map[string]json.RawMessage) int {
 	return 0
 }
 
+// numCtx is the Modelfile's num_ctx parameter, the context Ollama runs
+// the model with, if the parameters text sets it; else 0.
+func numCtx(params string) int {
+	for line := range strings.Lines(params) {
+		f := strings.Fields(line)
+		if len(f) == 2 && f[0] == "num_ctx" {
+			if n, err := strconv.Atoi(f[1]); err == nil && n > 0 {
+				return n
+			}
+		}
+	}
+	return 0
+}
+
 // samplingDefaults reads the Modelfile parameters text, one
 // "name value" a line, e.g. "temperature    0.6".
 func samplingDefaults(params string) map[string]float64 {
@@ -199,22 +227,32 @@ func samplingDefaults(params string) map[string]float64 {
 
 // ps returns the models Ollama holds in memory, by ModelKey. A model
 // listed counts as loaded whatever its size_vram: 0 only means it sits in
-// system memory.
+// system memory. The context each was loaded with (Ollama's default for
+// the server's memory, OLLAMA_CONTEXT_LENGTH, or the Modelfile's num_ctx)
+// is remembered: a prompt longer than it is cut by Ollama without a word,
+// so it is the window the worker offers, also once the model is unloaded.
 func (e *Engine) ps(ctx context.Context) (map[string]bool, error) {
 	var v struct {
 		Models []struct {
-			Name  string `json:"name"`
-			Model string `json:"model"`
+			Name          string `json:"name"`
+			Model         string `json:"model"`
+			ContextLength int    `json:"context_length"`
 		} `json:"models"`
 	}
 	if err := e.call(ctx, http.MethodGet, "/api/ps", nil, &v); err != nil {
 		return nil, fmt.Errorf("ollama: loaded models: %w", err)
 	}
 	loaded := make(map[string]bool, len(v.Models))
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	for _, m := range v.Models {
 		for _, n := range []string{m.Name, m.Model} {
-			if n != "" {
-				loaded[ModelKey(n)] = true
+			if n == "" {
+				continue
+			}
+			loaded[ModelKey(n)] = true
+			if m.ContextLength > 0 {
+				e.contexts[ModelKey(n)] = m.ContextLength
 			}
 		}
 	}

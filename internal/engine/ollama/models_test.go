@@ -35,7 +35,8 @@ func TestModels(t *testing.T) {
 	}
 	want := []api.Model{
 		{
-			ID: "llama3.2:latest", Capabilities: []string{"chat", "tools"}, ContextWindow: 131072,
+			// Trained for 131072 tokens, run with its Modelfile's num_ctx.
+			ID: "llama3.2:latest", Capabilities: []string{"chat", "tools"}, ContextWindow: 8192,
 			SamplingDefaults: map[string]float64{"temperature": 0.6, "top_p": 0.9, "top_k": 40, "min_p": 0.05, "repeat_penalty": 1.1},
 			Engine:           "ollama", Loaded: ptr(true),
 		},
@@ -80,6 +81,51 @@ func TestModels(t *testing.T) {
 	}
 	if s := e.loadState("llama3.2:latest"); s.loaded {
 		t.Fatal("loaded set not refreshed from /api/ps")
+	}
+}
+
+// Ollama cuts a prompt longer than the context it loaded a model with,
+// without a word, so that context is the window offered: as /api/ps
+// reports it once the model was loaded, and still after it is unloaded;
+// the Modelfile's num_ctx before that; what the model was trained for
+// when neither says.
+func TestModelsContextIsWhatOllamaRunsWith(t *testing.T) {
+	f := newFake(t)
+	f.tags = []fakeModel{
+		{name: "llama3.2:latest", digest: "d1", show: showLlama}, // num_ctx 8192
+		{name: "qwen3:8b", digest: "d2", show: showQwen},         // trained 40960
+		{name: "phi3:latest", digest: "d4", show: showOld},       // trained 4096
+	}
+	e := f.engine(t)
+	windows := func() map[string]int {
+		t.Helper()
+		got, err := e.Models(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]int{}
+		for _, m := range got {
+			out[m.ID] = m.ContextWindow
+		}
+		return out
+	}
+	want := map[string]int{"llama3.2:latest": 8192, "qwen3:8b": 40960, "phi3:latest": 4096}
+	if got := windows(); jsonOf(t, got) != jsonOf(t, want) {
+		t.Fatalf("before any load: %v, want %v", got, want)
+	}
+	f.mu.Lock()
+	f.ps = []string{"llama3.2:latest", "qwen3:8b", "phi3:latest"}
+	f.psContexts = map[string]int{"llama3.2:latest": 4096, "qwen3:8b": 32768, "phi3:latest": 32768}
+	f.mu.Unlock()
+	want = map[string]int{"llama3.2:latest": 4096, "qwen3:8b": 32768, "phi3:latest": 4096}
+	if got := windows(); jsonOf(t, got) != jsonOf(t, want) {
+		t.Fatalf("loaded: %v, want %v (no more than trained)", got, want)
+	}
+	f.mu.Lock()
+	f.ps, f.psContexts = nil, nil
+	f.mu.Unlock()
+	if got := windows(); jsonOf(t, got) != jsonOf(t, want) {
+		t.Fatalf("unloaded: %v, want the contexts last loaded with, %v", got, want)
 	}
 }
 

@@ -76,6 +76,9 @@ type Engine struct {
 	// one that loads it again (Ollama restarted, or evicted it) would load
 	// it for Ollama's idle timeout alone.
 	kept map[string]bool
+	// contexts are the contexts, by ModelKey, that /api/ps last showed
+	// each model loaded with.
+	contexts map[string]int
 }
 
 var (
@@ -96,12 +99,13 @@ func New(cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("ollama: base URL %q: want http(s)://host[:port]", cfg.BaseURL)
 	}
 	e := &Engine{
-		base:   base,
-		client: cfg.HTTPClient,
-		now:    cfg.Now,
-		shows:  make(map[string]showEntry),
-		loaded: make(map[string]uint64),
-		kept:   make(map[string]bool),
+		base:     base,
+		client:   cfg.HTTPClient,
+		now:      cfg.Now,
+		shows:    make(map[string]showEntry),
+		loaded:   make(map[string]uint64),
+		kept:     make(map[string]bool),
+		contexts: make(map[string]int),
 	}
 	if e.client == nil {
 		e.client = defaultClient()
