@@ -122,8 +122,8 @@ func TestHostileRender(t *testing.T) {
 				lines, mtd := rentalData{rentals: hostileRentals(), haveRentals: true}.active(t0)
 				return rentalView{lines: lines, monthToDate: mtd, loaded: true}
 			}(), 80, 8, st),
-			"power": renderPower(powerView{workers: connected(ws), loaded: true, subject: ws[0], hasSubject: true,
-				history: &hist, now: t0}, 100, 20, st),
+			"power": renderPower(powerView{workers: connected(ws), loaded: true, today: energyToday{}.note(ws, t0),
+				subject: ws[0], hasSubject: true, history: &hist, now: t0}, 100, 20, st),
 			"power error": renderPower(powerView{workers: connected(ws), loaded: true, subject: ws[0], hasSubject: true,
 				historyErr: &client.Error{Status: 502, Message: "bad\x1b]0;x\x07gateway"}, now: t0}, 100, 20, st),
 			"status":        renderStatus(statusView{err: "gateway error 500: " + hostile, retryIn: time.Second}, 160, st),

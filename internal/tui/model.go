@@ -69,6 +69,7 @@ type snapshot struct {
 	latest      string
 	power       powerHistory // the Power pane's chart; see power.go
 	rental      rentalData   // the Rental spend pane's; see rental.go
+	today       energyToday  // the fleet's energy today; see power.go
 }
 
 // wideWidth is where the panes go side by side: below it the lists need
@@ -218,6 +219,7 @@ func (m Model) applyPoll(msg pollMsg) (tea.Model, tea.Cmd) {
 	m.data.inflightDenied = denied(msg.inflightErr)
 	if msg.workersErr == nil {
 		m.data.workers, m.data.haveWorkers = msg.workers, true
+		m.data.today = m.data.today.note(msg.workers, msg.at)
 	}
 	m.data.workersDenied = denied(msg.workersErr)
 	m.data.usageDenied = denied(msg.summaryErr)

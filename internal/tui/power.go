@@ -93,6 +93,7 @@ type powerPane struct {
 type powerView struct {
 	workers    []api.Worker // connected, by name
 	loaded     bool         // the workers list has answered
+	today      energyToday
 	subject    api.Worker
 	hasSubject bool
 	history    *api.PowerHistory // the subject's, nil until fetched
@@ -102,7 +103,7 @@ type powerView struct {
 }
 
 func (p powerPane) view(c common, d *snapshot, width, height int, focused bool) string {
-	v := powerView{workers: connected(d.workers), loaded: d.haveWorkers, now: c.now, focused: focused}
+	v := powerView{workers: connected(d.workers), loaded: d.haveWorkers, today: d.today, now: c.now, focused: focused}
 	v.subject, v.hasSubject = powerSubject(d.workers, p.selection)
 	if v.hasSubject {
 		if d.power.of == v.subject.WorkerID {
@@ -145,7 +146,7 @@ func renderPower(v powerView, width, height int, st *styles) string {
 		return box(st, f, []string{st.dim.Render("no workers connected")}, width, height)
 	}
 
-	fl := fleetPower(v.workers)
+	fl := fleetPower(v.workers, v.today)
 	summary := st.dim.Render("no worker reports power")
 	if fl.reporting > 0 {
 		summary = st.bold.Render(approx(fl.estimated)+fmtWatts(fl.watts)) + " now"
@@ -197,7 +198,8 @@ func renderPower(v powerView, width, height int, st *styles) string {
 }
 
 // fleet is the fleet's draw: the sum of the whole-machine readings of the
-// workers reporting, and of what their machines used since midnight UTC.
+// workers reporting, and of what the machines seen today used since
+// midnight UTC.
 type fleet struct {
 	watts     float64
 	estimated bool // some of watts is estimated, not measured
@@ -206,7 +208,7 @@ type fleet struct {
 	haveToday bool // some worker's energy today is known
 }
 
-func fleetPower(ws []api.Worker) fleet {
+func fleetPower(ws []api.Worker, today energyToday) fleet {
 	var f fleet
 	for _, w := range ws {
 		if w.Power == nil {
@@ -216,12 +218,35 @@ func fleetPower(ws []api.Worker) fleet {
 		f.watts += watts
 		f.estimated = f.estimated || estimated
 		f.reporting++
-		if w.Power.EnergyTodayKWh != nil {
-			f.todayKWh += *w.Power.EnergyTodayKWh
-			f.haveToday = true
-		}
+	}
+	for _, kwh := range today.byWorker {
+		f.todayKWh += kwh
+		f.haveToday = true
 	}
 	return f
+}
+
+// energyToday is what each worker's machine used since midnight UTC, as
+// the workers list last told it. A worker that goes offline is listed
+// with no power, and what its machine used today stays in the fleet's
+// figure, which would otherwise fall as workers leave; a new UTC day
+// starts afresh.
+type energyToday struct {
+	day      string // YYYY-MM-DD, UTC
+	byWorker map[string]float64
+}
+
+// note takes the workers list as of at.
+func (e energyToday) note(ws []api.Worker, at time.Time) energyToday {
+	if day := at.UTC().Format(time.DateOnly); day != e.day || e.byWorker == nil {
+		e = energyToday{day: day, byWorker: map[string]float64{}}
+	}
+	for _, w := range ws {
+		if w.Power != nil && w.Power.EnergyTodayKWh != nil {
+			e.byWorker[w.WorkerID] = *w.Power.EnergyTodayKWh
+		}
+	}
+	return e
 }
 
 // machineWatts is a reading's whole-machine figure: its system channel.

@@ -22,7 +22,7 @@ var errPlan = &client.Error{Status: 403, Type: api.TypePlanRequired,
 // subject, whose history is hist (nil: not fetched yet).
 func powerFixtureView(subject string, hist *api.PowerHistory) powerView {
 	ws := fixtureWorkers()
-	v := powerView{workers: connected(ws), loaded: true, history: hist, now: t0}
+	v := powerView{workers: connected(ws), loaded: true, today: energyToday{}.note(ws, t0), history: hist, now: t0}
 	for _, w := range ws {
 		if w.WorkerID == subject {
 			v.subject, v.hasSubject = w, true
@@ -92,7 +92,8 @@ func TestRenderPowerColour(t *testing.T) {
 }
 
 func TestFleetPower(t *testing.T) {
-	f := fleetPower(connected(fixtureWorkers()))
+	at := time.Date(2026, 1, 2, 15, 0, 0, 0, time.UTC)
+	f := fleetPower(connected(fixtureWorkers()), energyToday{}.note(fixtureWorkers(), at))
 	// gpu-a 498 W measured, gpu-b 421 W and gpu-c 31 W estimated; edge-1
 	// and local-sim read nothing; old-box is offline.
 	if f.watts != 950 || !f.estimated || f.reporting != 3 || fmt.Sprintf("%.2f", f.todayKWh) != "8.73" || !f.haveToday {
@@ -104,6 +105,24 @@ func TestFleetPower(t *testing.T) {
 		Channels: []api.PowerChannel{{Key: "gpu0", Scope: api.ScopeGPU}, {Key: "cpu", Scope: api.ScopeCPU}, {Key: "system", Scope: api.ScopeSystem}}})
 	if w != 250 || !est {
 		t.Errorf("machineWatts = %v, %v", w, est)
+	}
+}
+
+// What a machine used today stays in the fleet's figure once its worker
+// leaves, until the UTC day ends.
+func TestEnergyTodayKeepsWorkersGone(t *testing.T) {
+	kwh := func(v float64) *api.LivePower { return &api.LivePower{EnergyTodayKWh: &v} }
+	at := time.Date(2026, 1, 2, 15, 0, 0, 0, time.UTC)
+	both := []api.Worker{{WorkerID: "a", Power: kwh(2)}, {WorkerID: "b", Power: kwh(3)}}
+	aLeft := []api.Worker{{WorkerID: "a", Power: nil, Status: api.StatusOffline}, {WorkerID: "b", Power: kwh(3.5)}}
+	e := energyToday{}.note(both, at)
+	e = e.note(aLeft, at.Add(time.Minute))
+	if f := fleetPower(connected(aLeft), e); !f.haveToday || f.todayKWh != 5.5 {
+		t.Fatalf("after a left: %+v, want a's 2 kWh and b's 3.5", f)
+	}
+	e = e.note(aLeft[1:], time.Date(2026, 1, 3, 0, 1, 0, 0, time.UTC))
+	if f := fleetPower(connected(aLeft), e); f.todayKWh != 3.5 {
+		t.Fatalf("the next day: %+v, want b's alone", f)
 	}
 }
 
