@@ -464,3 +464,29 @@ func TestUnusableDataDir(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
 }
+
+// A server that cannot listen on its address leaves no organisation, key
+// or token behind, nor a log saying it started.
+func TestAddressInUseCreatesNothing(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	data := t.TempDir()
+	_, stderr, code := svc(t, nil, "serve", "--data", data, "--addr", ln.Addr().String(), "--log-format", "json")
+	if code != 1 || !strings.Contains(stderr, "address already in use") {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if strings.Contains(stderr, "first start") {
+		t.Errorf("the failed start logged a first start:\n%s", stderr)
+	}
+	for _, f := range []string{"admin.key", "worker.token"} {
+		if _, err := os.Stat(filepath.Join(data, f)); !os.IsNotExist(err) {
+			t.Errorf("%s written by a server that never listened: %v", f, err)
+		}
+	}
+	// The next start on a free address is the first.
+	s := startServer(t, data)
+	s.waitLog("first start", time.Second)
+}

@@ -163,14 +163,15 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		dropTaken()
 		return err
 	}
-	if err := bootstrap(cfg.DataDir, accounts, cl != nil, log); err != nil {
-		dropTaken()
-		return err
-	}
-
 	checkOpenFiles(log, cfg.MaxConnections)
 	public, err := listenPublic(cfg.Addr, taken)
 	if err != nil {
+		return err
+	}
+	// Once the address is ours: a server that cannot listen leaves no
+	// organisation or keys behind it.
+	if err := bootstrap(cfg.DataDir, accounts, cl != nil, log); err != nil {
+		_, _ = public.release(fromSystemd || taken != nil)
 		return err
 	}
 	if cl != nil {
