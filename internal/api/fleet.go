@@ -108,13 +108,18 @@ type ResultError struct {
 	RetryAfter int `json:"retry_after,omitempty"`
 }
 
-// Usage counts tokens as the engine reported them.
+// Usage counts tokens as the engine reported them, or as the worker
+// counted them (Estimated).
 type Usage struct {
 	PromptTokens     int  `json:"prompt_tokens"`
 	CompletionTokens int  `json:"completion_tokens"`
 	TotalTokens      int  `json:"total_tokens"`
 	ReasoningTokens  *int `json:"reasoning_tokens,omitempty"`
 	CachedTokens     *int `json:"cached_tokens,omitempty"`
+	// Estimated says the worker counted the tokens itself, as the
+	// engine was stopped before it reported them (an answer cut off at
+	// the client's cap): the usage row says they are an estimate.
+	Estimated bool `json:"estimated,omitempty"`
 }
 
 // AppendOpenAI appends u in the OpenAI shape clients read: cached tokens

@@ -142,6 +142,9 @@ func (r *Result) AppendJSON(b []byte) []byte {
 			b = append(b, `,"cached_tokens":`...)
 			b = strconv.AppendInt(b, int64(*u.CachedTokens), 10)
 		}
+		if u.Estimated {
+			b = append(b, `,"estimated":true`...)
+		}
 		b = append(b, '}')
 	}
 	b = append(b, `,"timing":`...)
@@ -359,6 +362,8 @@ func readUsage(s *jsontext.Scanner, p **Usage) {
 			intPtr(s, &u.ReasoningTokens)
 		case s.Is(k, kind, "cached_tokens"):
 			intPtr(s, &u.CachedTokens)
+		case s.Is(k, kind, "estimated"):
+			boolean(s, &u.Estimated)
 		default:
 			s.Value()
 		}

@@ -21,6 +21,7 @@ var linkResults = []Result{
 	{Status: 422, Final: true, Error: &ResultError{Message: ""}},
 	{Status: 429, Error: &ResultError{Message: "busy", RetryAfter: 7}},
 	{Status: 200, AudioFormat: "flac", AudioSeconds: ptr(2.5)},
+	{Status: 200, Usage: &Usage{PromptTokens: 4, CompletionTokens: 8, TotalTokens: 12, ReasoningTokens: ptr(3), Estimated: true}, FinishReason: "length"},
 	{Status: 400, Error: &ResultError{Message: "the encrypted request is invalid", Type: "invalid_request_error"},
 		Sealed: json.RawMessage(`{"svc_e2e":1,"response_nonce":"bm9uY2U=","chunks":["c2VhbGVk"]}`)},
 }

@@ -809,7 +809,7 @@ func TestAnswerCappedApartFromThinking(t *testing.T) {
 		t.Errorf("capped usage %+v, want 10 of thinking and 5 of answer", capped.Usage)
 	}
 
-	_, data := rawStream(t, s, key, streamBody("sim-reasoner", text, map[string]any{"max_tokens": 5}))
+	sr, data := rawStream(t, s, key, streamBody("sim-reasoner", text, map[string]any{"max_tokens": 5}))
 	answers, finish := 0, ""
 	for _, d := range data {
 		var chunk struct {
@@ -834,5 +834,20 @@ func TestAnswerCappedApartFromThinking(t *testing.T) {
 	}
 	if answers != 5 || finish != "length" || data[len(data)-1] != "[DONE]" {
 		t.Errorf("streamed: %d answer chunks, finish_reason %q, last event %q", answers, finish, data[len(data)-1])
+	}
+	// The engine, stopped at the cap, reported no usage: the worker's
+	// count is the whole answer's, an estimate in the usage row.
+	var streamed reply
+	for _, d := range data {
+		if strings.Contains(d, `"usage":{`) {
+			_ = json.Unmarshal([]byte(d), &streamed)
+		}
+	}
+	if streamed.Usage.CompletionTokens != 15 || streamed.Usage.Details.ReasoningTokens != 10 {
+		t.Errorf("streamed usage %+v, want 10 of thinking and 5 of answer as the whole answer's", streamed.Usage)
+	}
+	row := s.usageRow(key, sr.Header.Get("X-Request-Id"))
+	if row["tokens_estimated"] != true || row["completion_tokens"] != 15.0 || row["reasoning_tokens"] != 10.0 {
+		t.Errorf("streamed row %v, want the worker's count, estimated", row)
 	}
 }

@@ -111,6 +111,49 @@ func TestPrivateInference(t *testing.T) {
 		t.Fatalf("sealed stream usage %+v", usage)
 	}
 
+	// max_tokens caps the answer apart from the thinking, sealed or not:
+	// the worker holds a sealed chat's answer to it, as the gateway
+	// cannot read the cap.
+	capped, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
+		Model: "sim-reasoner", MaxTokens: openai.Int(2),
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("think " + marker + "\nsim: tokens=30 reasoning=5")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := capped.Choices[0]; c.FinishReason != "length" || len(strings.Fields(c.Message.Content)) > 3 ||
+		capped.Usage.CompletionTokens != 7 {
+		t.Fatalf("sealed chat capped at 2: %q, %s, usage %+v; want the answer cut at 2 after 5 of thinking",
+			c.Message.Content, c.FinishReason, capped.Usage)
+	}
+	cappedStream := client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{
+		Model: "sim-reasoner", MaxTokens: openai.Int(2),
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("think " + marker + "\nsim: tokens=30 reasoning=5")},
+	})
+	answers, finish := 0, ""
+	var cappedUsage openai.CompletionUsage
+	for cappedStream.Next() {
+		if u := cappedStream.Current().Usage; u.TotalTokens > 0 {
+			cappedUsage = u
+		}
+		for _, ch := range cappedStream.Current().Choices {
+			if ch.Delta.Content != "" {
+				answers++
+			}
+			if ch.FinishReason != "" {
+				finish = ch.FinishReason
+			}
+		}
+	}
+	if err := cappedStream.Err(); err != nil || answers != 2 || finish != "length" {
+		t.Fatalf("sealed stream capped at 2: %d answer chunks, finish %q, %v", answers, finish, err)
+	}
+	// The engine, stopped at the cap, reported no usage: the worker
+	// counted it, 5 of thinking and 2 of answer.
+	if cappedUsage.CompletionTokens != 7 || cappedUsage.CompletionTokensDetails.ReasoningTokens != 5 || cappedUsage.PromptTokens == 0 {
+		t.Fatalf("sealed stream capped at 2: usage %+v", cappedUsage)
+	}
+
 	emb, err := client.Embeddings.New(ctx, openai.EmbeddingNewParams{Model: "sim-embed",
 		Input: openai.EmbeddingNewParamsInputUnion{OfString: openai.String("embed " + marker)}})
 	if err != nil || len(emb.Data) != 1 || len(emb.Data[0].Embedding) == 0 {
@@ -146,17 +189,20 @@ func TestPrivateInference(t *testing.T) {
 		t.Fatalf("sealed srt %+v", srt)
 	}
 
-	// Usage rows: written, no estimate.
+	// Usage rows: written, no estimate but of the stream the worker
+	// stopped at the cap, which it counted.
 	var rows []map[string]any
 	harness.Eventually(5*time.Second, func() bool {
 		_ = json.Unmarshal(s.do("GET", "/api/v1/usage/logs?limit=10", "", bearer(key)).Body, &rows)
-		return len(rows) >= 6
+		return len(rows) >= 8
 	})
-	if len(rows) != 6 {
+	if len(rows) != 8 {
 		t.Fatalf("rows %v", rows)
 	}
 	for _, r := range rows {
-		if r["status_code"].(float64) != 200 || r["tokens_estimated"] != false {
+		counted := r["model"] == "sim-reasoner" && r["stream"] == true
+		if r["status_code"].(float64) != 200 || r["tokens_estimated"] != counted ||
+			counted && (r["completion_tokens"] != 7.0 || r["reasoning_tokens"] != 5.0) {
 			t.Errorf("row %v", r)
 		}
 		// The gateway cannot open the audio made; the worker says how long.

@@ -139,14 +139,15 @@ func present(raw json.RawMessage) bool {
 	return len(raw) > 0 && !bytes.Equal(bytes.TrimSpace(raw), []byte("null"))
 }
 
-// reportedUsage is the worker's usage, or an estimate from the text both
+// reportedUsage is the worker's usage (an estimate when the worker counted
+// it, Usage.Estimated), or an estimate from the text both
 // ways (about four characters per token, and no more completion tokens
 // than a chat's cap) when it reported none: the text relayed, or of a
 // stream whose client left, the text it received; of a sealed request,
 // whose text cannot be read, none.
 func (c *Call) reportedUsage() (api.Usage, bool) {
 	if c.res != nil && c.res.Usage != nil {
-		return *c.res.Usage, false
+		return *c.res.Usage, c.res.Usage.Estimated
 	}
 	if c.req.E2E {
 		// Sealed text cannot be counted: no estimate is made.
@@ -365,7 +366,10 @@ func (rl *Relay) record(c *Call, failure error) {
 	if c.lease != nil {
 		o.Ran, o.WorkerID, o.WorkerName = true, c.lease.Worker.ID, c.lease.Worker.Name
 		u, estimated := c.reportedUsage()
-		o.Usage, o.Estimated, o.Produced = &u, estimated, c.outChars > 0
+		// A worker that counted the tokens itself (Usage.Estimated) saw
+		// them made, sealed or not.
+		counted := c.res != nil && c.res.Usage != nil && u.CompletionTokens > 0
+		o.Usage, o.Estimated, o.Produced = &u, estimated, c.outChars > 0 || counted
 		o.Timing = c.timing()
 	}
 	if c.res != nil {

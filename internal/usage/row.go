@@ -29,9 +29,10 @@ type Outcome struct {
 	WorkerID   string
 	WorkerName string
 
-	// Usage is the worker's token count, or an estimate from the text
-	// relayed (Estimated) when it reported none; Produced says whether
-	// any text was relayed to estimate from.
+	// Usage is the worker's token count, or an estimate (Estimated): the
+	// worker's own count of an answer it stopped, or the gateway's from
+	// the text relayed when the worker reported none; Produced says
+	// whether any text was relayed or counted to estimate from.
 	Usage     *api.Usage
 	Estimated bool
 	Produced  bool

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -25,7 +26,11 @@ import (
 //
 // Tokens are counted as streams carry them, one a chunk (what engines
 // send), or a chunk's length at four characters a token when it is long
-// enough to hold several.
+// enough to hold several. A stream stopped at the cap has no usage from
+// its engine, so the worker reports its own count, marked an estimate:
+// the thinking and the answer it passed on, and the prompt at four
+// characters a token. The gateway could only estimate a clear stream's
+// from its text, and a sealed one's not at all.
 
 // errAnswerCapped stops the engine once every choice reached the cap.
 var errAnswerCapped = errors.New("the answer reached the client's max_tokens")
@@ -47,8 +52,13 @@ type capSink struct {
 	capped  []bool
 	ended   []bool
 	stopped bool // the engine was stopped at the cap
+	// thinking counts the thinking passed on, of every choice.
+	thinking int
 	// removed is the tokens cut from a whole answer.
 	removed int
+	// body is the request the engine was sent, whose prompt a counted
+	// usage estimates.
+	body []byte
 }
 
 func newCapSink(out engine.Sink, answerCap int, body []byte) *capSink {
@@ -57,7 +67,7 @@ func newCapSink(out engine.Sink, answerCap int, body []byte) *capSink {
 	}
 	_ = json.Unmarshal(body, &req)
 	n := min(max(req.N, 1), chat.MaxChoices)
-	return &capSink{out: out, cap: answerCap, n: n, tokens: make([]int, n), capped: make([]bool, n), ended: make([]bool, n)}
+	return &capSink{out: out, cap: answerCap, n: n, tokens: make([]int, n), capped: make([]bool, n), ended: make([]bool, n), body: body}
 }
 
 // capChunk is what the sink reads of a streamed chunk.
@@ -68,6 +78,10 @@ type capChunk struct {
 		Delta struct {
 			Content   string          `json:"content"`
 			ToolCalls json.RawMessage `json:"tool_calls"`
+			// Engines name thinking either way; one that sends both
+			// sends the same text.
+			ReasoningContent string `json:"reasoning_content"`
+			Reasoning        string `json:"reasoning"`
 		} `json:"delta"`
 		FinishReason *string `json:"finish_reason"`
 	} `json:"choices"`
@@ -97,6 +111,9 @@ func (c *capSink) Event(ctx context.Context, data []byte) error {
 			}
 			drop[i] = true
 			continue
+		}
+		if thought := cmp.Or(ch.Delta.ReasoningContent, ch.Delta.Reasoning); thought != "" {
+			c.thinking += chunkTokens(thought)
 		}
 		if d := ch.Delta; d.Content != "" || len(d.ToolCalls) > 0 && string(d.ToolCalls) != "null" {
 			n := chunkTokens(d.Content)
@@ -193,9 +210,9 @@ func rewriteChunk(data []byte, drop map[int]bool, cut map[int]string) ([]byte, b
 
 // finish settles the answer once the engine is done. Each streamed
 // choice cut off closes with finish_reason length, and an engine stopped
-// at the cap has answered, its usage unknown (the gateway estimates it
-// from what was sent). A whole answer cut takes the tokens cut off its
-// usage.
+// at the cap has answered, with the usage the worker counted unless the
+// engine reported its own. A whole answer cut takes the tokens cut off
+// its usage.
 func (c *capSink) finish(ctx context.Context, res *api.Result) *api.Result {
 	if c.removed > 0 && res.Status == http.StatusOK {
 		out := *res
@@ -224,8 +241,29 @@ func (c *capSink) finish(ctx context.Context, res *api.Result) *api.Result {
 	if res.Status != http.StatusOK {
 		out = api.Result{Status: http.StatusOK, Timing: res.Timing}
 	}
+	if out.Usage == nil && c.stopped {
+		out.Usage = c.counted()
+	}
 	out.FinishReason = "length"
 	return &out
+}
+
+// counted is the usage of a stream stopped at the cap, as the worker
+// counted what it passed on.
+func (c *capSink) counted() *api.Usage {
+	u := &api.Usage{CompletionTokens: c.thinking, Estimated: true}
+	for _, n := range c.tokens {
+		u.CompletionTokens += n
+	}
+	if c.thinking > 0 {
+		thinking := c.thinking
+		u.ReasoningTokens = &thinking
+	}
+	if req, err := chat.Parse(c.body, chat.Options{}); err == nil {
+		u.PromptTokens = usage.EstimateTokens(req.PromptChars)
+	}
+	u.TotalTokens = u.PromptTokens + u.CompletionTokens
+	return u
 }
 
 // Body holds a whole answer to the cap: a choice whose answer is longer

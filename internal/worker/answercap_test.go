@@ -28,7 +28,7 @@ func chunkOf(index int, delta, finish string) []byte {
 func TestCapSinkStream(t *testing.T) {
 	ctx := context.Background()
 	var got captureEvents
-	c := newCapSink(&got, 3, []byte(`{"model":"m"}`))
+	c := newCapSink(&got, 3, []byte(`{"model":"m","messages":[{"role":"user","content":"sixteen letters."}]}`))
 	for i := range 5 {
 		if err := c.Event(ctx, chunkOf(0, fmt.Sprintf(`{"reasoning_content":"think %d "}`, i), "")); err != nil {
 			t.Fatalf("thinking chunk %d: %v", i, err)
@@ -46,8 +46,14 @@ func TestCapSinkStream(t *testing.T) {
 		t.Fatalf("stopped after %d more answer chunks with %v; want the third to stop it", sent, err)
 	}
 	res := c.finish(ctx, engine.Cancelled())
-	if res.Status != http.StatusOK || res.FinishReason != "length" || res.Usage != nil {
+	if res.Status != http.StatusOK || res.FinishReason != "length" || res.Usage == nil {
 		t.Fatalf("result %+v", res)
+	}
+	// The engine reported no usage: the worker's count of what it passed
+	// on, 5 of thinking and 3 of answer, and the prompt's 16 characters.
+	if u := *res.Usage; !u.Estimated || u.CompletionTokens != 8 || u.ReasoningTokens == nil || *u.ReasoningTokens != 5 ||
+		u.PromptTokens != 4 || u.TotalTokens != 12 {
+		t.Fatalf("usage %+v", u)
 	}
 	if n := len(got.events); n != 5+3+1 {
 		t.Fatalf("%d events passed on, want 5 of thinking, 3 of answer and the closing one", n)

@@ -122,7 +122,7 @@ func (a *Agent) openPrivate(req *api.LinkRequest, envelope []byte) (*privateRequ
 		if err != nil {
 			return p, final(invalid(err))
 		}
-		p.body = parsed.Body
+		p.body, p.answerCap = parsed.Body, parsed.AnswerCap()
 	}
 	return p, nil
 }
@@ -139,6 +139,10 @@ type privateRequest struct {
 	// render turns the engine's answer into what the client asked for,
 	// before it is sealed; nil sends it as it is.
 	render func([]byte) ([]byte, error)
+	// answerCap is a chat's cap on its answer apart from its thinking,
+	// which the gateway cannot read of a sealed one (api.LinkRequest's
+	// AnswerMaxTokens); 0 for none.
+	answerCap int
 }
 
 // invalid is a sealed request's validation failure, as its client reads

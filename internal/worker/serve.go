@@ -168,8 +168,13 @@ func (a *Agent) run(ctx context.Context, st *link.Stream) (res *api.Result) {
 		}()
 	}
 	var capped *capSink
-	if req.Kind == api.KindChat && req.AnswerMaxTokens > 0 && private == nil {
-		capped = newCapSink(sink, req.AnswerMaxTokens, ereq.Body)
+	answerCap := req.AnswerMaxTokens
+	if private != nil {
+		answerCap = private.answerCap
+	}
+	if req.Kind == api.KindChat && answerCap > 0 {
+		// Before sealing: the cap reads the answer's chunks.
+		capped = newCapSink(sink, answerCap, ereq.Body)
 		sink = capped
 	}
 	switch {
