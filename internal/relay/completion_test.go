@@ -3,6 +3,7 @@ package relay
 import (
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/svc-dev/svc/internal/api"
 )
@@ -83,5 +84,44 @@ func TestEstimateKeepsToTheCap(t *testing.T) {
 	c.req.Chat.EngineMaxTokens = 1000
 	if u, _ := c.reportedUsage(); u.CompletionTokens != 100 {
 		t.Fatalf("usage %+v; want 100 completion tokens", u)
+	}
+}
+
+// The chunks the gateway adds to a stream repeat the engine's created:
+// every chunk of one completion has the same. Before any chunk, or of one
+// whose created is no integer, they take the time they are sent.
+func TestFinalChunksRepeatCreated(t *testing.T) {
+	created := func(chunks [][]byte) []int64 {
+		var out []int64
+		for _, ch := range chunks {
+			var got struct {
+				Created int64 `json:"created"`
+			}
+			if err := json.Unmarshal(ch, &got); err != nil {
+				t.Fatalf("%v: %s", err, ch)
+			}
+			out = append(out, got.Created)
+		}
+		return out
+	}
+	c := benchCall()
+	c.inspect([]byte(`{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1700000000,"model":"m","choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}`))
+	c.inspect([]byte(`{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1700000009,"model":"m","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`))
+	for i, got := range created(c.finalChunks()) {
+		if got != 1700000000 {
+			t.Errorf("final chunk %d: created %d, want the engine's 1700000000", i, got)
+		}
+	}
+
+	odd := benchCall()
+	odd.inspect([]byte(`{"id":"chatcmpl-2","created":"soon","choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}`))
+	if odd.first.hadContent != true {
+		t.Fatal("a chunk whose created is a string was not read")
+	}
+	before := time.Now().Unix()
+	for i, got := range created(odd.finalChunks()) {
+		if got < before || got > time.Now().Unix() {
+			t.Errorf("final chunk %d: created %d, want now", i, got)
+		}
 	}
 }

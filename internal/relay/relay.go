@@ -282,13 +282,16 @@ type Call struct {
 	// first is how the answer's first choice went, and others how the
 	// rest did when the request asked for several (n), made at once
 	// for all of them the first time one is seen.
-	first      choiceOutcome
-	others     []choiceOutcome
-	notice     *api.Notice
-	chunkID    string
-	chunks     chunkScan // reads each chunk, reused
-	batch      [][]byte  // a stream's chunks written together, reused
-	batchChars []int     // outChars after each of them, reused
+	first   choiceOutcome
+	others  []choiceOutcome
+	notice  *api.Notice
+	chunkID string
+	// chunkCreated is the created of the engine's chunks, which the
+	// chunks the gateway adds repeat; 0 until one came.
+	chunkCreated int64
+	chunks       chunkScan // reads each chunk, reused
+	batch        [][]byte  // a stream's chunks written together, reused
+	batchChars   []int     // outChars after each of them, reused
 }
 
 // choiceOutcome is how one choice of an answer went: what its notice is

@@ -98,6 +98,9 @@ func (c *Call) inspect(msg []byte) bool {
 	if c.chunkID == "" {
 		c.chunkID = string(s.id)
 	}
+	if c.chunkCreated == 0 && len(s.created) > 0 {
+		c.chunkCreated, _ = strconv.ParseInt(string(s.created), 10, 64)
+	}
 	produced := false
 	for i := range s.choices {
 		ch := &s.choices[i]
@@ -206,6 +209,11 @@ func (c *Call) replyNotice() *api.Notice {
 // finalChunks are the chunks after the text, all with empty choices: the
 // usage, the notice if any, then svc with timing, worker and request id.
 func (c *Call) finalChunks() [][]byte {
+	// Every chunk of a completion has the same created: the engine's,
+	// else now.
+	if c.chunkCreated > 0 {
+		return c.finalChunksAt(c.chunkCreated)
+	}
 	return c.finalChunksAt(time.Now().Unix())
 }
 

@@ -26,7 +26,9 @@ type chunkChoice struct {
 // chunkScan reads streamed chunks; one serves a whole stream.
 type chunkScan struct {
 	jsontext.Scanner
-	id      []byte
+	id []byte
+	// created is the chunk's created member as sent, nil when absent.
+	created []byte
 	choices []chunkChoice
 	// notJSON is set when the chunk last read is not JSON at all.
 	notJSON bool
@@ -38,7 +40,7 @@ type chunkScan struct {
 func (s *chunkScan) read(msg []byte) bool {
 	s.Reset(msg)
 	defer s.Reset(nil)
-	s.id, s.choices, s.notJSON = nil, s.choices[:0], false
+	s.id, s.created, s.choices, s.notJSON = nil, nil, s.choices[:0], false
 	again := false
 	seen := false
 	if s.Object() {
@@ -49,6 +51,10 @@ func (s *chunkScan) read(msg []byte) bool {
 				if t, ok := s.Text(); ok {
 					s.id = t
 				}
+			case s.Is(k, kind, "created"):
+				// Read as sent: a chunk whose created is no integer is
+				// still relayed as it is.
+				s.created = s.Raw()
 			case s.Is(k, kind, "choices"):
 				again, seen = seen, true
 				s.readChoices()
@@ -133,7 +139,8 @@ func (s *chunkScan) readDelta(ch *chunkChoice) {
 // first one's elements, spare capacity included, which is not worth
 // copying for something no engine sends.
 type streamChunk struct {
-	ID      string `json:"id"`
+	ID      string          `json:"id"`
+	Created json.RawMessage `json:"created"`
 	Choices []struct {
 		Index json.RawMessage `json:"index"`
 		Delta struct {
@@ -151,7 +158,7 @@ func (s *chunkScan) decode(msg []byte) bool {
 	if json.Unmarshal(msg, &ch) != nil {
 		return false
 	}
-	s.id, s.choices = []byte(ch.ID), s.choices[:0]
+	s.id, s.created, s.choices = []byte(ch.ID), ch.Created, s.choices[:0]
 	for _, c := range ch.Choices {
 		d := c.Delta
 		out := chunkChoice{index: choiceIndex(c.Index), text: []byte(c.Text), content: []byte(d.Content), reasoning: []byte(d.ReasoningContent), toolCalls: present(d.ToolCalls)}
