@@ -56,9 +56,11 @@ type ServeOptions struct {
 	LogFormat         string
 	// Demo runs a simulated worker in the same process.
 	Demo bool
-	// Timing shortens the relay's clocks; hidden flags, for tests.
+	// Timing shortens the relay's and live sessions' clocks; hidden
+	// flags, for tests.
 	KeepAliveAfter time.Duration
 	KeepAliveEvery time.Duration
+	LiveIdle       time.Duration
 	PprofAddr      string
 	// OTLPEndpoint is where traces go; "" leaves it to the OTEL_ variables.
 	OTLPEndpoint string
@@ -241,8 +243,10 @@ is and a ready curl command.`,
 	// The keep-alive clocks are the spec's; only tests move them.
 	fl.DurationVar(&opts.KeepAliveAfter, "keepalive-after", 80*time.Second, "when a non-streaming reply still waiting starts, to keep the connection alive")
 	fl.DurationVar(&opts.KeepAliveEvery, "keepalive-every", 15*time.Second, "how often keep-alive bytes and comments are sent")
+	fl.DurationVar(&opts.LiveIdle, "live-idle", time.Minute, "how long a live transcription waits for the client's next frame")
 	_ = fl.MarkHidden("keepalive-after")
 	_ = fl.MarkHidden("keepalive-every")
+	_ = fl.MarkHidden("live-idle")
 	fl.StringSliceVar(&opts.RentalProviders, "rental-providers", []string{"local"}, "where GPUs are rented: local (this host, simulated GPUs by default), lambda (Lambda Cloud), or none")
 	fl.StringVar(&opts.PublicURL, "public-url", "", "the URL rented machines dial to reach this gateway; the listen address when empty (env SVC_PUBLIC_URL)")
 	fl.StringVar(&opts.RentalWorkerURL, "rental-worker-url", "", "where rented cloud machines download svc (linux/amd64); this release's archive when empty")
@@ -288,6 +292,7 @@ func runServe(ctx context.Context, f *Factory, opts *ServeOptions) error {
 		StoreWait:      storeWait(opts),
 		MaxConnections: opts.MaxConnections,
 		StallTimeout:   opts.StallTimeout,
+		LiveIdle:       opts.LiveIdle,
 		UsageRetention: opts.UsageRetention,
 		StoreBacklog:   int64(opts.StoreBacklogMB) << 20,
 		Cluster: server.ClusterConfig{StoreURL: opts.Store, PasswordFile: opts.StorePasswordFile,

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"math"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -181,32 +183,73 @@ func TestLiveTranscriptionRefusals(t *testing.T) {
 			t.Fatalf("%s: err %v, response %v, want %d", tc.query, err, resp, tc.status)
 		}
 	}
+	// A browser that offers its key but not svc.live would fail a
+	// handshake answered without a subprotocol: refused before it takes
+	// a worker.
+	keyOnly := websocket.Dialer{Subprotocols: []string{"svc-key." + key}}
+	if _, resp, err := keyOnly.Dial(liveURL(s, "/v1", "model=stt-large-v3-turbo"), nil); err == nil || resp == nil ||
+		resp.StatusCode != 400 {
+		t.Fatalf("the key offered without svc.live: err %v, response %v, want 400", err, resp)
+	}
 
-	// A frame the protocol has no place for, and one over 256 KiB: each an
-	// error event with its status and code, then a close.
+	// A frame the protocol has no place for, and one over 256 KiB, also
+	// one over any bound a WebSocket library sets: each an error event
+	// with its status and code, then a close; also when the client's
+	// audio is still on its way, which the gateway takes and drops rather
+	// than reset the connection and lose the event.
 	for _, tc := range []struct {
-		typ    int
-		frame  []byte
-		status int
-		code   string
+		name     string
+		typ      int
+		frame    []byte
+		status   int
+		code     string
+		inFlight bool
 	}{
-		{websocket.TextMessage, []byte(`hello`), 400, "invalid_frame"},
-		{websocket.BinaryMessage, make([]byte, 256<<10+2), 413, "frame_too_large"},
+		{"text", websocket.TextMessage, []byte(`hello`), 400, "invalid_frame", false},
+		{"large", websocket.BinaryMessage, make([]byte, 256<<10+2), 413, "frame_too_large", false},
+		// One frame that says it holds 5 MiB, as a browser sends it.
+		{"huge", websocket.BinaryMessage, make([]byte, 5<<20), 413, "frame_too_large", false},
+		{"text, audio behind it", websocket.TextMessage, []byte(`{"type":"config"}`), 400, "invalid_frame", true},
+		{"large, audio behind it", websocket.BinaryMessage, make([]byte, 300_000), 413, "frame_too_large", true},
 	} {
-		ws, _, err := websocket.DefaultDialer.Dial(liveURL(s, "/v1", "model=stt-large-v3-turbo"), auth)
-		if err != nil {
-			t.Fatal(err)
-		}
-		readEvent(t, ws)
-		_ = ws.WriteMessage(tc.typ, tc.frame)
-		ev := readEvent(t, ws)
-		if ev.Type != "error" || ev.Error == nil || ev.Error.Status != tc.status || ev.Error.Code != tc.code {
-			t.Fatalf("error event %+v, want %d %s", ev.Error, tc.status, tc.code)
-		}
-		if _, _, err := ws.ReadMessage(); !websocket.IsCloseError(err, websocket.ClosePolicyViolation) {
-			t.Fatalf("after the error: %v", err)
-		}
-		_ = ws.Close()
+		t.Run(tc.name, func(t *testing.T) {
+			dialer := websocket.Dialer{WriteBufferSize: 6 << 20}
+			ws, _, err := dialer.Dial(liveURL(s, "/v1", "model=stt-large-v3-turbo"), auth)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ws.Close()
+			readEvent(t, ws)
+			// Audio keeps coming after the frame until the client has
+			// read the close, faster than real time: the gateway must
+			// take it rather than reset the connection, which loses the
+			// event in clients that stop at a failed write.
+			stop, sent := make(chan struct{}), make(chan error, 1)
+			go func() {
+				err := ws.WriteMessage(tc.typ, tc.frame)
+				for pcm := pcmTone(0.25, 16000); err == nil && tc.inFlight; {
+					select {
+					case <-stop:
+						sent <- nil
+						return
+					default:
+					}
+					err = ws.WriteMessage(websocket.BinaryMessage, pcm)
+				}
+				sent <- err
+			}()
+			ev := readEvent(t, ws)
+			if ev.Type != "error" || ev.Error == nil || ev.Error.Status != tc.status || ev.Error.Code != tc.code {
+				t.Fatalf("error event %+v, want %d %s", ev.Error, tc.status, tc.code)
+			}
+			if _, _, err := ws.ReadMessage(); !websocket.IsCloseError(err, websocket.ClosePolicyViolation) {
+				t.Fatalf("after the error: %v", err)
+			}
+			close(stop)
+			if err := <-sent; errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
+				t.Fatalf("the client's audio after the frame: %v; want it taken until the client closed", err)
+			}
+		})
 	}
 
 	// A session with no audio ends with a final that has every member.
@@ -227,5 +270,49 @@ func TestLiveTranscriptionRefusals(t *testing.T) {
 		if _, ok := final[k]; !ok {
 			t.Errorf("the final of a silent session has no %s: %s", k, msg)
 		}
+	}
+}
+
+// After the client's end, nothing more is owed: a final that takes longer
+// than the wait for the next frame still comes.
+func TestLiveTranscriptionSlowFinal(t *testing.T) {
+	// The engine takes twice the audio's length: 2 s of audio, a final
+	// about 4 s after the end, twice the wait.
+	s, key := audioGateway(t, "tps=0,ttft=0,rtf=2", "--live-idle", "2s")
+	ws, resp, err := websocket.DefaultDialer.Dial(liveURL(s, "/v1", "model=stt-large-v3-turbo"), http.Header{"Authorization": {"Bearer " + key}})
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	defer ws.Close()
+	readEvent(t, ws)
+	if err := ws.WriteMessage(websocket.BinaryMessage, pcmTone(2, 16000)); err != nil {
+		t.Fatal(err)
+	}
+	if err := ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"end"}`)); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		ev := readEvent(t, ws)
+		if ev.Type == "transcript.partial" {
+			continue
+		}
+		if ev.Type != "transcript.final" || ev.Duration != 2 {
+			t.Fatalf("after the end: %+v %+v", ev, ev.Error)
+		}
+		break
+	}
+	if row := s.usageRow(key, resp.Header.Get("X-Request-Id")); row["status_code"] != 200.0 || row["audio_seconds"] != 2.0 {
+		t.Fatalf("usage row %v", row)
+	}
+
+	// Before the end, the wait holds: a client that sends nothing is told.
+	idle, _, err := websocket.DefaultDialer.Dial(liveURL(s, "/v1", "model=stt-large-v3-turbo"), http.Header{"Authorization": {"Bearer " + key}})
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	defer idle.Close()
+	readEvent(t, idle)
+	if ev := readEvent(t, idle); ev.Type != "error" || ev.Error == nil || ev.Error.Status != 504 || ev.Error.Code != "timeout" {
+		t.Fatalf("a silent client: %+v %+v", ev, ev.Error)
 	}
 }

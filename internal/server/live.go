@@ -40,6 +40,11 @@ func (s *Server) liveTranscription(c *call) error {
 	if !websocket.FastHTTPIsWebSocketUpgrade(c.ctx) {
 		return api.BadRequest("Live transcription is a WebSocket: connect to this URL with a WebSocket client (GET with Upgrade: websocket)")
 	}
+	if !offersLiveProtocol(c.ctx.Request.Header.Peek("Sec-WebSocket-Protocol")) {
+		// A client that offers subprotocols fails a handshake answered
+		// with none of them, after the session took a worker's slot.
+		return api.BadRequest("Offer the WebSocket subprotocol " + liveProtocol + " beside svc-key.<KEY>: the gateway answers with it")
+	}
 	args := c.ctx.QueryArgs()
 	req, err := transcription.ParseLive(func(k string) string { return string(args.Peek(k)) })
 	if req != nil {
@@ -81,11 +86,21 @@ func (s *Server) liveTranscription(c *call) error {
 		return errShuttingDown
 	}
 	maxBytes := req.MaxBytes()
+	// The connection fasthttp closes once the session is over: one ended
+	// for an error is drained first (gatedConn.drain), as a client that
+	// still sends would otherwise be reset, and lose the error event and
+	// the close frame before it read them.
+	gc, _ := c.ctx.Conn().(*gatedConn)
+	linger := func() {
+		if gc != nil {
+			gc.linger.Store(true)
+		}
+	}
 	err = up.Upgrade(c.ctx, func(ws *websocket.Conn) {
 		defer s.lives.done()
 		stop := s.lives.watch(func() { live.Abort(errShuttingDown) })
 		defer stop()
-		serveLive(ws, live, started, maxBytes)
+		serveLive(ws, live, started, maxBytes, s.liveIdle, linger)
 	})
 	if err != nil {
 		s.lives.done()
@@ -104,13 +119,14 @@ var errShuttingDown error = &api.Error{Kind: api.KindUnavailable, Code: api.Code
 
 // serveLive runs a session on its upgraded connection: a goroutine reads
 // the client's frames into the session while this one writes the events,
-// then closes the connection and waits for the reader.
-func serveLive(ws *websocket.Conn, live *relay.Live, started []byte, maxBytes int64) {
-	// readLive bounds a frame itself, so that one over the bound gets the
-	// error event: past the library's limit, which is there only to stop
-	// a frame that says it is huge, the library closes the connection
-	// itself and no event can follow.
-	ws.SetReadLimit(16 * transcription.LiveMaxFrame)
+// then closes the connection and waits for the reader. A session ended
+// for an error calls linger.
+func serveLive(ws *websocket.Conn, live *relay.Live, started []byte, maxBytes int64, idle time.Duration, linger func()) {
+	// readLive bounds a frame itself, reading no more of one than the
+	// bound, so that one over it gets the error event whatever length it
+	// says it has: the library's limit would close the connection itself
+	// first, and no event could follow.
+	ws.SetReadLimit(0)
 	write := func(msg []byte) error {
 		_ = ws.SetWriteDeadline(time.Now().Add(liveWriteWait))
 		return ws.WriteMessage(websocket.TextMessage, msg)
@@ -119,7 +135,7 @@ func serveLive(ws *websocket.Conn, live *relay.Live, started []byte, maxBytes in
 	if write(started) != nil {
 		live.Abort(relay.ErrClientGone)
 	} else {
-		wg.Go(func() { readLive(ws, live, maxBytes) })
+		wg.Go(func() { readLive(ws, live, maxBytes, idle) })
 	}
 	err := live.Events(write)
 	code, reason := websocket.CloseNormalClosure, "done"
@@ -132,18 +148,30 @@ func serveLive(ws *websocket.Conn, live *relay.Live, started []byte, maxBytes in
 		if st := ae.HTTPStatus(); st >= 400 && st < 500 {
 			code = websocket.ClosePolicyViolation
 		}
+		linger()
 	}
 	_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, reason), time.Now().Add(time.Second))
+	// The reader waits for the client's close, or no longer than this.
+	_ = ws.SetReadDeadline(time.Now().Add(liveCloseWait))
 	_ = ws.Close()
 	wg.Wait()
 }
 
+// liveCloseWait is how long a session's reader waits for the client to
+// answer its close.
+const liveCloseWait = 5 * time.Second
+
 // readLive passes the client's audio to the session until it ends its
-// audio, breaks the protocol, goes over a limit, or leaves.
-func readLive(ws *websocket.Conn, live *relay.Live, maxBytes int64) {
+// audio, breaks the protocol, goes over a limit, leaves, or sends nothing
+// for idle before its end.
+func readLive(ws *websocket.Conn, live *relay.Live, maxBytes int64, idle time.Duration) {
 	ended := false
 	for {
-		_ = ws.SetReadDeadline(time.Now().Add(transcription.LiveIdle))
+		if !ended {
+			// After the end, nothing more is owed: the final may take
+			// as long as the engine needs.
+			_ = ws.SetReadDeadline(time.Now().Add(idle))
+		}
 		typ, msg, err := readFrame(ws)
 		switch {
 		case err != nil:
@@ -154,7 +182,7 @@ func readLive(ws *websocket.Conn, live *relay.Live, maxBytes int64) {
 					Message: "A binary frame is over 256 KiB; send the audio in smaller pieces"})
 			case errors.As(err, &ne) && ne.Timeout():
 				live.Abort(&api.Error{Kind: api.KindTimeout, Code: api.CodeTimeout,
-					Message: "No frame came for " + transcription.LiveIdle.String() + `; send {"type":"end"} when the audio is over`})
+					Message: "No frame came for " + idle.String() + `; send {"type":"end"} when the audio is over`})
 			default:
 				// The connection closed or broke: if it was before the
 				// final, the client left (499); after it, nothing is
@@ -177,6 +205,7 @@ func readLive(ws *websocket.Conn, live *relay.Live, maxBytes int64) {
 			}
 		case typ == websocket.TextMessage && isEnd(msg):
 			ended = true
+			_ = ws.SetReadDeadline(time.Time{})
 			if live.EndAudio() != nil {
 				return
 			}
@@ -202,6 +231,20 @@ func readFrame(ws *websocket.Conn) (int, []byte, error) {
 		err = errFrameTooLarge
 	}
 	return typ, msg, err
+}
+
+// offersLiveProtocol reports whether a handshake's subprotocols, if it
+// offers any, include liveProtocol.
+func offersLiveProtocol(header []byte) bool {
+	if len(bytes.TrimSpace(header)) == 0 {
+		return true
+	}
+	for p := range bytes.SplitSeq(header, []byte(",")) {
+		if string(bytes.TrimSpace(p)) == liveProtocol {
+			return true
+		}
+	}
+	return false
 }
 
 func isEnd(msg []byte) bool {

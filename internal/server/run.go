@@ -53,6 +53,9 @@ type Config struct {
 	// StallTimeout is how long a client may leave its response unread
 	// before it is cut off; 0 is DefaultStallTimeout.
 	StallTimeout time.Duration
+	// LiveIdle is how long a live transcription waits for the client's
+	// next frame; 0 is the documented minute.
+	LiveIdle time.Duration
 	// UsageRetention is how long usage rows are kept; 0 is
 	// DefaultUsageRetention. Totals are kept regardless.
 	UsageRetention time.Duration
@@ -259,7 +262,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	srv := New(Deps{Logger: log, Build: cfg.Build, Accounts: accounts, Fleet: fl, Events: events, Usage: usageStore,
 		Writes: writer, Power: power, Rentals: rentals, Timing: cfg.Timing, MaxConns: cfg.MaxConnections, SpoolDir: spoolDir,
-		ClockSteps: clockWatch.Steps, StallTimeout: cfg.StallTimeout, Cluster: cl.serverCluster(),
+		ClockSteps: clockWatch.Steps, StallTimeout: cfg.StallTimeout, LiveIdle: cfg.LiveIdle, Cluster: cl.serverCluster(),
 		Tracer: cfg.Tracer})
 	log.Info("listening", "addr", public.Addr().String(), "url", "http://"+public.Addr().String(),
 		"admin_socket", sock, "data", cfg.DataDir, "version", cfg.Build.Version)

@@ -31,6 +31,7 @@ import (
 	"github.com/svc-dev/svc/internal/relay"
 	"github.com/svc-dev/svc/internal/rental"
 	"github.com/svc-dev/svc/internal/store"
+	"github.com/svc-dev/svc/internal/transcription"
 	"github.com/svc-dev/svc/internal/usage"
 )
 
@@ -88,6 +89,9 @@ type Server struct {
 	// stall is how long a client may leave a response unread before it
 	// is cut off.
 	stall time.Duration
+	// liveIdle is how long a live transcription waits for the client's
+	// next frame.
+	liveIdle time.Duration
 	// draining is set when Shutdown begins: every public answer from then
 	// on closes its connection.
 	draining atomic.Bool
@@ -143,6 +147,9 @@ type Deps struct {
 	// before it is cut off and its request ends as a 499; 0 is
 	// DefaultStallTimeout.
 	StallTimeout time.Duration
+	// LiveIdle is how long a live transcription waits for the client's
+	// next frame; 0 is transcription.LiveIdle, the documented minute.
+	LiveIdle time.Duration
 	// Tracer makes each inference request's span; nil traces nothing.
 	Tracer trace.Tracer
 }
@@ -161,10 +168,13 @@ func New(d Deps) *Server {
 	s := &Server{log: d.Logger, build: d.Build, accounts: d.Accounts, fleet: d.Fleet, events: d.Events,
 		usage: d.Usage, power: d.Power, cluster: d.Cluster, inflight: usage.NewTracker(),
 		keepalive: d.Keepalive, metrics: newMetrics(d.Build), watch: newClientWatch(200 * time.Millisecond),
-		spoolDir: d.SpoolDir, stall: d.StallTimeout, quiet: quietIdle, rates: ratelimit.New(time.Now)}
+		spoolDir: d.SpoolDir, stall: d.StallTimeout, liveIdle: d.LiveIdle, quiet: quietIdle, rates: ratelimit.New(time.Now)}
 	s.rentals = d.Rentals
 	if s.stall <= 0 {
 		s.stall = DefaultStallTimeout
+	}
+	if s.liveIdle <= 0 {
+		s.liveIdle = transcription.LiveIdle
 	}
 	s.relay = relay.New(relay.Config{Fleet: d.Fleet, Usage: newCountedUsage(d.Usage, s.metrics.outcomes), InFlight: s.inflight, Timing: d.Timing, Logger: d.Logger,
 		Tracer: d.Tracer})
