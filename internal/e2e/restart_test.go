@@ -182,13 +182,13 @@ func TestWorkerEventsCoverGatewayRestarts(t *testing.T) {
 	}) {
 		t.Fatalf("the events of the worker gone with the gateway: %v", goneEvs)
 	}
-	if d, _ := goneEvs[0]["detail"].(string); !strings.Contains(d, "has not reconnected") {
+	if d, _ := goneEvs[0]["detail"].(string); !strings.Contains(d, "went down without stopping") || !strings.Contains(d, "has not reconnected") {
 		t.Fatalf("the disconnect of the worker gone with the gateway: %v", goneEvs[0])
 	}
 	evs := eventsAre("after the crash", "connected disconnected connected")
 	crash := evs[1]
 	at, _ := time.Parse(time.RFC3339Nano, crash["created_at"].(string))
-	if d, _ := crash["detail"].(string); d != "the link ended when the gateway it was on stopped" ||
+	if d, _ := crash["detail"].(string); d != "the link ended when the gateway it was on went down without stopping (a crash, or a kill)" ||
 		crash["transient"] == true || at.Before(killed.Add(-time.Second)) || at.After(killed.Add(time.Second)) {
 		t.Fatalf("the crash's disconnect %v, want one dated about %v", crash, killed.UTC())
 	}

@@ -232,14 +232,14 @@ func (f *Fleet) Connect(ctx context.Context, orgID string, hello api.Hello, conn
 	// replaced (or the organisation's last home) until it stopped; one
 	// offline here may have linked elsewhere since this fleet recorded
 	// its end.
-	var untracked bool
+	var untracked, crashed bool
 	var stoppedAt, endedHere time.Time
 	switch {
 	case resumed:
 	case w == nil:
 		untracked = true
 	case w.sess == nil:
-		untracked, stoppedAt = !w.endRecorded, w.offlineSince
+		untracked, stoppedAt, crashed = !w.endRecorded, w.offlineSince, w.crashed
 	case !w.offlineSince.IsZero():
 		untracked, endedHere = true, w.offlineSince
 	}
@@ -339,7 +339,7 @@ func (f *Fleet) Connect(ctx context.Context, orgID string, hello api.Hello, conn
 	closeOld()
 	var lost *api.WorkerEvent
 	if untracked {
-		lost = f.unrecordedEnd(ctx, orgID, id, hello, stoppedAt, endedHere, now)
+		lost = f.unrecordedEnd(ctx, orgID, id, hello, stoppedAt, crashed, endedHere, now)
 	}
 
 	if replaced != nil {
@@ -519,7 +519,7 @@ func (f *Fleet) newSession(w *worker) *link.Session {
 // owes one only for an event newer than that: this fleet recorded that
 // end, which may not be in the store yet. Nil when none is owed or the
 // store cannot tell.
-func (f *Fleet) unrecordedEnd(ctx context.Context, orgID, id string, hello api.Hello, stoppedAt, endedHere, now time.Time) *api.WorkerEvent {
+func (f *Fleet) unrecordedEnd(ctx context.Context, orgID, id string, hello api.Hello, stoppedAt time.Time, crashed bool, endedHere, now time.Time) *api.WorkerEvent {
 	if f.cfg.LastEvent == nil || hello.SentAway {
 		// A worker sent away says the gateway that sent it recorded the
 		// end, which may not have reached the store yet.
@@ -542,6 +542,9 @@ func (f *Fleet) unrecordedEnd(ctx context.Context, orgID, id string, hello api.H
 	}
 	if !stoppedAt.IsZero() {
 		detail = "the link ended when the gateway it was on stopped"
+		if crashed {
+			detail = "the link ended when the gateway it was on went down without stopping (a crash, or a kill)"
+		}
 		if hello.DownMS <= 0 {
 			at = stoppedAt
 		}

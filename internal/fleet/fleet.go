@@ -243,6 +243,9 @@ type worker struct {
 	// endRecorded: listed from the gateway this one replaced, the end of
 	// its link to that gateway is recorded already (settleReturning).
 	endRecorded bool
+	// crashed: listed from the last record of a gateway that went down
+	// without stopping (Remembered.Checkpoint).
+	crashed bool
 	// tokenID is the worker token the current link was made with.
 	tokenID string
 	// owedEnd is the end of a link to another gateway process that a

@@ -1295,7 +1295,7 @@ func TestRememberedWorkersAreListedOffline(t *testing.T) {
 		bOffline := *before.expect(b.id, "o", api.StatusOffline).OfflineSince
 		time.Sleep(time.Hour)
 		stopped := time.Now()
-		rem := before.f.Remember()
+		rem := before.f.Remember(false)
 		rem["o"] = append(rem["o"], Remembered{ID: "wk_old", Name: "old", OfflineSince: stopped.Add(-25 * time.Hour)})
 
 		after := newHarness(t, Config{Remembered: rem})
@@ -1359,6 +1359,7 @@ func TestUnrecordedEndIsRecorded(t *testing.T) {
 		name       string
 		offline    bool // the worker went offline before the stop
 		remembered bool // the old gateway stopped cleanly, listing it
+		checkpoint bool // it listed it in a checkpoint, then crashed
 		downMS     int64
 		sentAway   bool
 		storeErr   error
@@ -1369,6 +1370,8 @@ func TestUnrecordedEndIsRecorded(t *testing.T) {
 		{name: "gateway crashed", downMS: 5000, want: "the link ended with the gateway process", ago: 5 * time.Second},
 		{name: "gateway stopped", remembered: true, downMS: 3000, want: "the link ended when the gateway it was on stopped", ago: 3 * time.Second},
 		{name: "gateway stopped, worker restarted", remembered: true, want: "the link ended when the gateway it was on stopped", ago: time.Hour},
+		{name: "gateway crashed after a checkpoint", remembered: true, checkpoint: true, downMS: 3000,
+			want: "the link ended when the gateway it was on went down without stopping", ago: 3 * time.Second},
 		{name: "worker restarted too", want: "connected again as a new process"},
 		{name: "down longer than the events", downMS: 1 << 50, want: "the link ended with the gateway process", ago: 2 * time.Hour},
 		{name: "disconnect recorded", offline: true, downMS: 5000},
@@ -1389,7 +1392,7 @@ func TestUnrecordedEndIsRecorded(t *testing.T) {
 				time.Sleep(time.Hour)
 				var rem map[string][]Remembered
 				if tc.remembered {
-					rem = before.f.Remember()
+					rem = before.f.Remember(tc.checkpoint)
 				}
 				stopped := time.Now()
 				time.Sleep(time.Hour)
@@ -1460,7 +1463,7 @@ func TestUnreturnedWorkersGetTheirDisconnect(t *testing.T) {
 		time.Sleep(time.Second) // past c's grace
 		before.expect(c.id, "o", api.StatusOffline)
 		time.Sleep(time.Hour)
-		rem, ret := before.f.Remember(), before.f.Connected()
+		rem, ret := before.f.Remember(false), before.f.Connected()
 		if slices.Contains(ret["o2"], d.id) {
 			t.Fatalf("a draining worker is expected back: %v", ret)
 		}

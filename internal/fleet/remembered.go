@@ -22,6 +22,11 @@ type Remembered struct {
 	// gateway stopped is offline since the stop.
 	OfflineSince time.Time `json:"offline_since"`
 	LastSeen     time.Time `json:"last_seen"`
+	// Checkpoint marks a record made while the gateway ran (Remember's
+	// checkpoint): found by the next gateway, the last went down without
+	// stopping, a crash or a kill, and took the links with it. A record
+	// made as it stopped has none.
+	Checkpoint bool `json:"checkpoint,omitempty"`
 	// Private says, of a worker adopted from its events (Adopt), whether
 	// its last connect offered private inference: its key is not in them.
 	// Nil when its events are older than the ones telling it, and its
@@ -31,8 +36,9 @@ type Remembered struct {
 
 // Remember lists, by organisation, every worker the fleet lists now: for
 // the gateway replacing this one (Config.Remembered). A connected worker
-// is recorded offline from now, which is when its link ends.
-func (f *Fleet) Remember() map[string][]Remembered {
+// is recorded offline from now, which is when its link ends. A checkpoint
+// is a record made while the gateway runs, for a restart after a crash.
+func (f *Fleet) Remember(checkpoint bool) map[string][]Remembered {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	now := time.Now()
@@ -44,7 +50,7 @@ func (f *Fleet) Remember() map[string][]Remembered {
 			}
 			r := Remembered{ID: w.id, Name: w.name, Version: w.version, MaxConcurrent: w.maxConcurrent,
 				Models: w.models, Engines: w.engines, Features: w.features, E2EKey: w.e2eKey,
-				OfflineSince: w.offlineSince, LastSeen: w.lastSeen}
+				OfflineSince: w.offlineSince, LastSeen: w.lastSeen, Checkpoint: checkpoint}
 			if r.OfflineSince.IsZero() {
 				r.OfflineSince, r.LastSeen = now, now
 			}
@@ -140,7 +146,7 @@ func (f *Fleet) rememberLocked(byOrg map[string][]Remembered, now time.Time) {
 			}
 			w := &worker{id: r.ID, orgID: orgID, name: r.Name, version: r.Version, maxConcurrent: r.MaxConcurrent,
 				engines: r.Engines, features: r.Features, e2eKey: r.E2EKey,
-				offlineSince: r.OfflineSince, lastSeen: r.LastSeen, status: api.StatusOffline}
+				offlineSince: r.OfflineSince, lastSeen: r.LastSeen, status: api.StatusOffline, crashed: r.Checkpoint}
 			w.setModels(r.Models)
 			o.workers[r.ID] = w
 			f.reindexLocked(o, w, now)

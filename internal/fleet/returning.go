@@ -107,6 +107,10 @@ func (f *Fleet) dueReturning(now time.Time) *settlement {
 		for id, w := range o.workers {
 			if w.sess == nil {
 				st.ids[orgID] = append(st.ids[orgID], id)
+				if w.crashed {
+					// One record lists them all: the same for each.
+					st.detail = "the gateway went down without stopping (a crash, or a kill), and the worker has not reconnected since"
+				}
 			}
 		}
 	}

@@ -377,7 +377,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	// as this one does.
 	stopCheckpoints()
 	<-checkpointsDone
-	if err := local.SaveFleet(fl.Connected(), fl.Remember()); err != nil {
+	if err := local.SaveFleet(fl.Connected(), fl.Remember(false)); err != nil {
 		log.Warn("record the workers", "err", err)
 	}
 	stopBackground()
@@ -423,7 +423,7 @@ func checkpointFleet(ctx context.Context, st *bolt.Store, fl *fleet.Fleet, every
 		if !failing && changes == recorded && time.Since(at) < fleetCheckpointMaxAge {
 			continue
 		}
-		err := st.SaveFleet(fl.Connected(), fl.Remember())
+		err := st.SaveFleet(fl.Connected(), fl.Remember(true))
 		if err == nil {
 			recorded, at = changes, time.Now()
 		}
