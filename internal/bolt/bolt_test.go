@@ -201,9 +201,9 @@ func TestMigrationMovesSpeechSeconds(t *testing.T) {
 	u := s.Usage(w)
 	// As an older build wrote them.
 	u.Record("o", api.UsageRow{ID: "speech", CreatedAt: usageNow, StatusCode: 200, RequestType: api.RequestSpeech,
-		Model: "tts", WorkerID: "wk_1", WorkerName: "box", AudioSeconds: ptr(1.5)})
+		Model: "tts", WorkerID: "wk_1", WorkerName: "box", AudioSeconds: ptr(1.5), AudioFormat: ptr("wav")})
 	u.Record("o", api.UsageRow{ID: "heard", CreatedAt: usageNow, StatusCode: 200, RequestType: api.RequestAudio,
-		Model: "stt", WorkerID: "wk_1", WorkerName: "box", AudioSeconds: ptr(4.0)})
+		Model: "stt", WorkerID: "wk_1", WorkerName: "box", AudioSeconds: ptr(4.0), AudioFormat: ptr("wav")})
 	if err := w.Flush(); err != nil {
 		t.Fatal(err)
 	}
@@ -222,11 +222,12 @@ func TestMigrationMovesSpeechSeconds(t *testing.T) {
 	for _, r := range rows {
 		switch r.ID {
 		case "speech":
-			if r.AudioSeconds != nil || r.SpeechSeconds == nil || *r.SpeechSeconds != 1.5 {
+			// audio_format is a transcription's: null for speech.
+			if r.AudioSeconds != nil || r.AudioFormat != nil || r.SpeechSeconds == nil || *r.SpeechSeconds != 1.5 {
 				t.Errorf("speech row %+v", r)
 			}
 		case "heard":
-			if r.AudioSeconds == nil || *r.AudioSeconds != 4 || r.SpeechSeconds != nil {
+			if r.AudioSeconds == nil || *r.AudioSeconds != 4 || r.AudioFormat == nil || *r.AudioFormat != "wav" || r.SpeechSeconds != nil {
 				t.Errorf("transcription row %+v", r)
 			}
 		}
@@ -355,4 +356,25 @@ func TestGuardPanicPassesOnOthers(t *testing.T) {
 		panic("a bug")
 	}()
 	t.Fatal("the panic was swallowed")
+}
+
+// A speech row that a store migrated before kept its audio_format reads
+// without it.
+func TestSpeechRowReadsWithoutAudioFormat(t *testing.T) {
+	s, err := Open(t.TempDir(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	w := s.NewWriter(WriterOptions{})
+	u := s.Usage(w)
+	u.Record("o", api.UsageRow{ID: "speech", CreatedAt: usageNow, StatusCode: 200, RequestType: api.RequestSpeech,
+		Model: "tts", SpeechSeconds: ptr(1.5), AudioFormat: ptr("wav")})
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := u.Logs("o", UsageQuery{Limit: 10})
+	if err != nil || len(rows) != 1 || rows[0].AudioFormat != nil || rows[0].SpeechSeconds == nil {
+		t.Fatalf("rows %+v, %v", rows, err)
+	}
 }

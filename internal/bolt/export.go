@@ -48,7 +48,8 @@ func (s *Store) EachUsageRow(fn func(orgID string, row api.UsageRow, data []byte
 				return fmt.Errorf("usage row %q: %w", k, err)
 			}
 			data := bytes.Clone(v)
-			if len(v) > 0 && v[0] == '{' {
+			if len(v) > 0 && v[0] == '{' || r.RequestType == api.RequestSpeech && r.AudioFormat != nil {
+				r = speechWithoutFormat(r)
 				data = appendUsageRow(nil, &r)
 			}
 			return fn(org, r, data)

@@ -344,7 +344,7 @@ func (u *Usage) Logs(orgID string, q UsageQuery) ([]api.UsageRow, error) {
 			if err != nil {
 				return fmt.Errorf("usage row %q: %w", k, err)
 			}
-			out = append(out, r)
+			out = append(out, speechWithoutFormat(r))
 			if len(out) >= q.Limit {
 				break
 			}
@@ -548,7 +548,7 @@ func moveSpeechSeconds(tx *bbolt.Tx) error {
 		secs := *row.AudioSeconds
 		r := usage.RollupOf(&row)
 		r.Totals = api.UsageTotals{AudioSeconds: -secs, SpeechSeconds: secs}
-		row.AudioSeconds, row.SpeechSeconds = nil, &secs
+		row.AudioSeconds, row.AudioFormat, row.SpeechSeconds = nil, nil, &secs
 		todo = append(todo, moved{key: bytes.Clone(k), val: appendUsageRow(nil, &row), rollup: r, orgID: string(orgID)})
 		return nil
 	})

@@ -407,6 +407,17 @@ func decodeUsageRow(v []byte) (api.UsageRow, error) {
 	return r, nil
 }
 
+// speechWithoutFormat is r without the audio format that rows of speech
+// made before the speech_seconds field were written with: audio_format
+// is a transcription's alone, and the migration that moved those rows'
+// seconds left it. Rows are read through it.
+func speechWithoutFormat(r api.UsageRow) api.UsageRow {
+	if r.RequestType == api.RequestSpeech {
+		r.AudioFormat = nil
+	}
+	return r
+}
+
 func ptrTo[T any](v T) *T { return &v }
 
 // rowDecoder reads a row's fields in turn. A read past the end or a
