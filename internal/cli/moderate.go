@@ -22,7 +22,7 @@ type ModerateOptions struct {
 	APIClient func() (*client.Client, error)
 	Exporter  Exporter
 
-	Model         string // "" picks the fleet's first moderation model
+	Model         string // "" leaves it to the organisation's moderation_model
 	Inputs        []string
 	Images        []string // data: or https URLs, checked with the texts as one input
 	FailOnFlagged bool
@@ -39,7 +39,8 @@ moderation model, and print a verdict a line: flagged or not, and the
 categories flagged with their scores (0.5 is a borderline verdict). With
 --image, the texts and images are checked together as one input.
 
-Without --model the fleet's first moderation model checks. The exit status is
+Without --model the organisation's moderation_model checks, as for any
+request that names none (svc admin settings). The exit status is
 0 whatever the verdicts, unless --fail-on-flagged makes a flagged input end
 with status 3. --json prints the gateway's reply; --jq filters it.
 
@@ -80,7 +81,7 @@ with status 3. --json prints the gateway's reply; --jq filters it.
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVarP(&opts.Model, "model", "m", "", "moderation model (default: the fleet's first)")
+	fl.StringVarP(&opts.Model, "model", "m", "", "moderation model (default: the organisation's moderation_model)")
 	fl.StringArrayVar(&opts.Images, "image", nil, "an image to check with the texts: a data: URL, or an https URL if the organisation allows them")
 	fl.BoolVar(&opts.FailOnFlagged, "fail-on-flagged", false, "exit with status 3 when any input is flagged")
 	_ = cmd.RegisterFlagCompletionFunc("model", completeModels(f, api.CapModeration))
@@ -93,12 +94,6 @@ func moderateRun(ctx context.Context, opts *ModerateOptions) error {
 	c, err := opts.APIClient()
 	if err != nil {
 		return err
-	}
-	model := opts.Model
-	if model == "" {
-		if model, err = firstModel(ctx, c, api.CapModeration); err != nil {
-			return err
-		}
 	}
 	var input any = opts.Inputs
 	labels := opts.Inputs
@@ -113,7 +108,11 @@ func moderateRun(ctx context.Context, opts *ModerateOptions) error {
 		input = parts
 		labels = []string{fmt.Sprintf("%d texts and %d images", len(opts.Inputs), len(opts.Images))}
 	}
-	raw, err := c.Moderate(ctx, map[string]any{"model": model, "input": input})
+	body := map[string]any{"input": input}
+	if opts.Model != "" {
+		body["model"] = opts.Model
+	}
+	raw, err := c.Moderate(ctx, body)
 	if err != nil {
 		return err
 	}
