@@ -373,7 +373,7 @@ func TestPrivateInferenceErrors(t *testing.T) {
 		var failure api.Body
 		plain, err := opener.OpenBody(r.Body)
 		if r.Status != 502 || r.Header.Get("Content-Type") != e2ee.ContentType || err != nil || json.Unmarshal(plain, &failure) != nil ||
-			failure.Error == nil || failure.Error.Message == "" {
+			failure.Error == nil || failure.Error.Message == "" || failure.Error.Type != api.TypeUpstream {
 			t.Errorf("sealed chat the engine fails (stream %v) = %d %s, opened %s %v", stream, r.Status, r.Body, plain, err)
 		}
 	}

@@ -281,7 +281,13 @@ func sealFailure(sealer *e2ee.ResponseSealer, res *api.Result, clear string) {
 		if e.Code != "" {
 			code = &e.Code
 		}
-		body, _ := json.Marshal(api.Body{Detail: e.Message, Error: &api.ErrorPayload{Message: e.Message, Type: e.Type, Code: code}})
+		typ := e.Type
+		if res.Status == http.StatusInternalServerError {
+			// As a clear one's: the gateway answers an engine's 500 as
+			// 502, no usable response from the worker.
+			typ = api.TypeUpstream
+		}
+		body, _ := json.Marshal(api.Body{Detail: e.Message, Error: &api.ErrorPayload{Message: e.Message, Type: typ, Code: code}})
 		res.Sealed = sealer.ReplyBody(body)
 	}
 	res.Error = &api.ResultError{Message: clear, Type: api.TypeForStatus(res.Status), RetryAfter: e.RetryAfter}
