@@ -10,7 +10,9 @@ import (
 	"os/signal"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -24,6 +26,23 @@ type Factory struct {
 	IO     *iostreams.IOStreams
 	Build  buildinfo.Info
 	Getenv func(string) string
+	// Hurry is closed by a second interrupt, for a command that asked
+	// for it (TakeHurry) and then cuts short what it was finishing; nil
+	// where no signals are watched.
+	Hurry <-chan struct{}
+	// takeHurry tells the signal watch that a second interrupt is the
+	// command's to act on, rather than the end of the process.
+	takeHurry func()
+}
+
+// TakeHurry makes a second interrupt close f.Hurry for the command to cut
+// its drain short (and the process end soon after, if it does not),
+// rather than end the process at once. It returns f.Hurry.
+func (f *Factory) TakeHurry() <-chan struct{} {
+	if f.takeHurry != nil {
+		f.takeHurry()
+	}
+	return f.Hurry
 }
 
 // NewFactory returns the factory of the running process.
@@ -34,8 +53,9 @@ func NewFactory(build buildinfo.Info) *Factory {
 // Main runs the command line and returns the process exit code.
 func Main(build buildinfo.Info) int {
 	f := NewFactory(build)
-	ctx, stop := stopOnSignals(f.IO.ErrOut)
-	defer stop()
+	ctx, w := stopOnSignals(f.IO.ErrOut)
+	defer w.stop()
+	f.Hurry, f.takeHurry = w.hurry, w.take
 	root := NewCmdRoot(f)
 	// Cobra adds its completion command as it runs; added now, it is
 	// checked like the other groups. It writes to the output the root has
@@ -44,7 +64,12 @@ func Main(build buildinfo.Info) int {
 	checkGroups(root)
 	root.SetArgs(os.Args[1:])
 	cmd, err := root.ExecuteContextC(ctx)
-	return reportError(f.IO.ErrOut, cmd, err)
+	code := reportError(f.IO.ErrOut, cmd, err)
+	if w.hurried() && code == 0 {
+		// Cut short by the second interrupt, as a shell reports it.
+		return signalExit(os.Interrupt)
+	}
+	return code
 }
 
 // stopSignals end a command gracefully: SIGHUP too, which a closed
@@ -61,42 +86,74 @@ func stopSignals(ignored func(os.Signal) bool) []os.Signal {
 	return sigs
 }
 
+// signalWatch is stopOnSignals' watch of the process's signals.
+type signalWatch struct {
+	hurry   chan struct{}
+	taken   atomic.Bool // a command acts on hurry
+	closed  atomic.Bool // hurry was closed
+	stopped func()
+}
+
+func (w *signalWatch) take()         { w.taken.Store(true) }
+func (w *signalWatch) hurried() bool { return w.closed.Load() }
+func (w *signalWatch) stop()         { w.stopped() }
+
+// hurryGrace bounds how long a command told to hurry may take before the
+// process ends all the same.
+const hurryGrace = 5 * time.Second
+
 // stopOnSignals returns a context that the first of stopSignals cancels.
-// A second SIGINT (Ctrl-C again) ends the process at once, with 128 plus
-// its number, for an operator who will not wait out a drain; a repeated
-// SIGTERM or SIGHUP changes nothing, since process managers and scripts
-// send those again while they wait, and have SIGKILL to force. stop ends
-// the watch.
-func stopOnSignals(errOut io.Writer) (ctx context.Context, stop func()) {
+// A second SIGINT (Ctrl-C again) is for an operator who will not wait out
+// a drain: a command that took it (Factory.TakeHurry) cuts what it was
+// finishing short, as its drain timeout would, and records it (a server
+// answers and writes the usage rows of what was running); any other ends
+// at once. Either way the process ends with 128 plus the signal's number,
+// within hurryGrace. A repeated SIGTERM or SIGHUP changes nothing, since
+// process managers and scripts send those again while they wait, and
+// have SIGKILL to force. The watch's stop ends it.
+func stopOnSignals(errOut io.Writer) (context.Context, *signalWatch) {
 	ctx, cancel := context.WithCancel(context.Background())
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, stopSignals(signal.Ignored)...)
 	done, watched := make(chan struct{}), make(chan struct{})
+	w := &signalWatch{hurry: make(chan struct{})}
 	go func() {
 		defer close(watched)
+		var grace <-chan time.Time
 		for n := 0; ; n++ {
 			select {
 			case <-done:
 				return
+			case <-grace:
+				os.Exit(signalExit(os.Interrupt))
 			case sig := <-sigs:
 				if n == 0 {
 					cancel()
 					continue
 				}
-				if sig != os.Interrupt {
+				if sig != os.Interrupt || w.closed.Load() {
 					continue
 				}
-				fmt.Fprintf(errOut, "Stopping at once on a second interrupt: what was in flight is cut off.\n")
-				os.Exit(signalExit(sig))
+				if !w.taken.Load() {
+					fmt.Fprintf(errOut, "Stopping at once on a second interrupt: what was in flight is cut off.\n")
+					os.Exit(signalExit(sig))
+				}
+				fmt.Fprintf(errOut, "Stopping now on a second interrupt: what is running is cut off and recorded.\n")
+				w.closed.Store(true)
+				close(w.hurry)
+				t := time.NewTimer(hurryGrace)
+				defer t.Stop()
+				grace = t.C
 			}
 		}
 	}()
-	return ctx, func() {
+	w.stopped = func() {
 		signal.Stop(sigs)
 		close(done)
 		<-watched
 		cancel()
 	}
+	return ctx, w
 }
 
 // Command groups of the root's help.

@@ -289,6 +289,7 @@ func runServe(ctx context.Context, f *Factory, opts *ServeOptions) error {
 		Addr:           opts.Addr,
 		DataDir:        opts.DataDir,
 		DrainTimeout:   opts.DrainTimeout,
+		Hurry:          f.TakeHurry(),
 		StoreWait:      storeWait(opts),
 		MaxConnections: opts.MaxConnections,
 		StallTimeout:   opts.StallTimeout,

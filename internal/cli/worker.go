@@ -245,7 +245,7 @@ func runWorker(ctx context.Context, f *Factory, opts *WorkerOptions) error {
 	}
 	cfg := worker.Config{
 		Gateway: opts.Gateway, Token: token, Name: name, MaxConcurrent: opts.MaxConcurrent,
-		Version: f.Build.Version, Engines: engines, Pull: opts.Pull, AlwaysOn: opts.AlwaysOn, DrainTimeout: opts.DrainTimeout, Logger: log,
+		Version: f.Build.Version, Engines: engines, Pull: opts.Pull, AlwaysOn: opts.AlwaysOn, DrainTimeout: opts.DrainTimeout, Hurry: f.TakeHurry(), Logger: log,
 		EngineTTFB: opts.EngineTTFB, Tracer: tracer,
 	}
 	if opts.ModelMeta != "" {

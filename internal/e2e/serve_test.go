@@ -403,9 +403,10 @@ func TestDrainTimeoutAnswersWhatIsRunning(t *testing.T) {
 }
 
 // SIGHUP, which a closed terminal sends, drains as SIGTERM does; a second
-// interrupt during a drain ends the server at once, with the status a
-// shell gives a process the signal killed, where a repeated SIGTERM
-// changes nothing.
+// interrupt during a drain ends it at once, as its timeout would (what is
+// running is answered and its usage rows written), and the server exits
+// with the status a shell gives a process the signal killed, where a
+// repeated SIGTERM changes nothing.
 func TestStopSignals(t *testing.T) {
 	s := startServer(t, "")
 	conn, rest := halfRequest(t, s.URL, s.adminKey())
@@ -428,8 +429,20 @@ func TestStopSignals(t *testing.T) {
 	}
 
 	s = startServer(t, "", "--drain-timeout", "1m")
-	conn, _ = halfRequest(t, s.URL, s.adminKey())
-	defer conn.Close()
+	key := s.adminKey()
+	startWorker(t, s.URL, s.tokenFile(), "sim-box", "--engine", "sim=ttft=0")
+	req, _ := http.NewRequest("POST", s.URL+"/v1/chat/completions", strings.NewReader(streamBody("sim-chat", "go on\nsim: tokens=400 tps=20", nil)))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	stream, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Body.Close()
+	events := bufio.NewReader(stream.Body)
+	if line, err := events.ReadString('\n'); err != nil || !strings.HasPrefix(line, "data: ") {
+		t.Fatalf("the stream's first line %q: %v", line, err)
+	}
 	if err := s.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -443,12 +456,20 @@ func TestStopSignals(t *testing.T) {
 	if err := s.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
+	cut, _ := io.ReadAll(events)
+	if tail := string(cut); !strings.Contains(tail, `"status":503`) || !strings.HasSuffix(strings.TrimSpace(tail), "data: [DONE]") {
+		t.Fatalf("the stream cut by the second interrupt ended without its error event: ...%s", tail[max(0, len(tail)-400):])
+	}
 	if !s.wait(5 * time.Second) {
 		t.Fatal("a second interrupt did not end the drain")
 	}
 	var ee *exec.ExitError
 	if !errors.As(s.Err(), &ee) || ee.ExitCode() != 128+int(syscall.SIGINT) || !strings.Contains(s.Log().String(), "second interrupt") {
 		t.Fatalf("exit %v, want status %d and a word why\n%s", s.Err(), 128+int(syscall.SIGINT), s.Log())
+	}
+	s2 := startServer(t, s.Data)
+	if row := s2.usageRow(key, stream.Header.Get("X-Request-Id")); row["status_code"] != 503.0 {
+		t.Fatalf("the stream cut by the second interrupt has row %v, want status 503", row)
 	}
 }
 
@@ -489,4 +510,48 @@ func TestAddressInUseCreatesNothing(t *testing.T) {
 	// The next start on a free address is the first.
 	s := startServer(t, data)
 	s.waitLog("first start", time.Second)
+}
+
+// A second interrupt to a draining worker abandons what it runs at once,
+// saying so to the gateway, which ends those requests then rather than
+// after waiting for a reconnect; the worker exits as a shell reports an
+// interrupt.
+func TestWorkerSecondInterrupt(t *testing.T) {
+	s := startServer(t, "")
+	key := s.adminKey()
+	w := startWorker(t, s.URL, s.tokenFile(), "sim-box", "--engine", "sim=ttft=0", "--drain-timeout", "1m")
+	req, _ := http.NewRequest("POST", s.URL+"/v1/chat/completions", strings.NewReader(streamBody("sim-chat", "go on\nsim: tokens=400 tps=20", nil)))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	stream, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Body.Close()
+	events := bufio.NewReader(stream.Body)
+	if line, err := events.ReadString('\n'); err != nil || !strings.HasPrefix(line, "data: ") {
+		t.Fatalf("the stream's first line %q: %v", line, err)
+	}
+	if err := w.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	w.waitLog("draining: finishing running requests", 5*time.Second)
+	start := time.Now()
+	if err := w.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	cut, _ := io.ReadAll(events)
+	if tail := string(cut); !strings.Contains(tail, `"status":503`) || !strings.HasSuffix(strings.TrimSpace(tail), "data: [DONE]") {
+		t.Fatalf("the stream the worker abandoned ended without its error event: ...%s", tail[max(0, len(tail)-400):])
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("the stream ended %v after the second interrupt, want at once", d)
+	}
+	if !w.wait(5 * time.Second) {
+		t.Fatal("a second interrupt did not end the worker")
+	}
+	var ee *exec.ExitError
+	if !errors.As(w.Err(), &ee) || ee.ExitCode() != 128+int(syscall.SIGINT) {
+		t.Fatalf("worker exit %v, want status %d\n%s", w.Err(), 128+int(syscall.SIGINT), w.Log())
+	}
 }

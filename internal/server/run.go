@@ -37,6 +37,10 @@ type Config struct {
 	Addr         string
 	DataDir      string
 	DrainTimeout time.Duration
+	// Hurry, once closed, ends the drain as its timeout would: what is
+	// running is answered and its usage written at once (a second
+	// interrupt). Nil never hurries.
+	Hurry <-chan struct{}
 	// StoreWait bounds the wait for the store that another server on the
 	// data directory holds: the one this server replaces, draining.
 	StoreWait time.Duration
@@ -364,6 +368,22 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	drainCtx, cancel := context.WithTimeout(context.Background(), cfg.DrainTimeout)
 	defer cancel()
+	if cfg.Hurry != nil {
+		watched := make(chan struct{})
+		go func() {
+			defer close(watched)
+			select {
+			case <-cfg.Hurry:
+				log.Warn("stopping now: what is running is cut off")
+				cancel()
+			case <-drainCtx.Done():
+			}
+		}()
+		defer func() {
+			cancel()
+			<-watched
+		}()
+	}
 	if err := srv.Shutdown(drainCtx); err != nil {
 		log.Warn("shutdown", "err", err)
 	}

@@ -59,6 +59,9 @@ type Config struct {
 	// DrainTimeout bounds how long running requests may take to finish
 	// after a stop is asked for.
 	DrainTimeout time.Duration
+	// Hurry, once closed, ends the drain as its timeout would (a second
+	// interrupt). Nil never hurries.
+	Hurry <-chan struct{}
 	// RefreshModels is how often engines are asked for their models; an
 	// engine that did not answer, or a worker with no model, is asked
 	// again sooner, after 1 s, 2 s, 4 s and so on up to it.
@@ -371,6 +374,8 @@ func (a *Agent) drain(ctx context.Context) {
 		case <-time.After(goAwayAckWait):
 		case <-deadline.C:
 			return
+		case <-a.cfg.Hurry:
+			return
 		case <-ctx.Done():
 			return
 		}
@@ -381,14 +386,10 @@ func (a *Agent) drain(ctx context.Context) {
 	for s.Streams() > 0 {
 		select {
 		case <-deadline.C:
-			a.log.Warn("drain timed out; abandoning running requests", "running", s.Streams())
-			// Said, so that the gateway ends them now, not after
-			// waiting for a reconnect that could not resume them.
-			if b, err := json.Marshal(api.GoAway{Abandon: true}); err == nil && s.SendControl(link.TypeGoAway, b) {
-				fctx, cancel := context.WithTimeout(ctx, time.Second)
-				s.Flush(fctx)
-				cancel()
-			}
+			a.abandon(ctx, s, "drain timed out; abandoning running requests")
+			return
+		case <-a.cfg.Hurry:
+			a.abandon(ctx, s, "stopping now; abandoning running requests")
 			return
 		case <-ctx.Done():
 			return
@@ -397,6 +398,18 @@ func (a *Agent) drain(ctx context.Context) {
 				return
 			}
 		}
+	}
+}
+
+// abandon gives up the running requests of a drain cut short, saying so
+// to the gateway, which then ends them at once rather than wait for a
+// reconnect that could not resume them.
+func (a *Agent) abandon(ctx context.Context, s *link.Session, why string) {
+	a.log.Warn(why, "running", s.Streams())
+	if b, err := json.Marshal(api.GoAway{Abandon: true}); err == nil && s.SendControl(link.TypeGoAway, b) {
+		fctx, cancel := context.WithTimeout(ctx, time.Second)
+		s.Flush(fctx)
+		cancel()
 	}
 }
 
