@@ -1,11 +1,13 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"math"
+	"net"
 	"net/http"
 	"strings"
 	"syscall"
@@ -13,6 +15,8 @@ import (
 	"time"
 
 	"github.com/fasthttp/websocket"
+
+	"github.com/svc-dev/svc/internal/harness"
 )
 
 // pcmTone is a 440 Hz tone as 16-bit little-endian mono PCM.
@@ -314,5 +318,66 @@ func TestLiveTranscriptionSlowFinal(t *testing.T) {
 	readEvent(t, idle)
 	if ev := readEvent(t, idle); ev.Type != "error" || ev.Error == nil || ev.Error.Status != 504 || ev.Error.Code != "timeout" {
 		t.Fatalf("a silent client: %+v %+v", ev, ev.Error)
+	}
+}
+
+// A session the gateway ends for its worker's failure closes within the
+// close's wait whatever the client does: also when its end frame comes as
+// the session closes, and it never answers the close.
+func TestLiveTranscriptionClosesOnAnErrorWhateverTheClientSends(t *testing.T) {
+	s := startServer(t, "")
+	key := s.adminKey()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	sim, simURL, err := harness.StartSim(ctx, harness.SimSpec{Spec: harness.Spec{Bin: "svc"}, Options: "tps=0,ttft=0,rtf=0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	adopt(t, sim)
+	startWorker(t, s.URL, s.tokenFile(), "ears", "--engine", "openai="+simURL)
+	ws, _, err := websocket.DefaultDialer.Dial(liveURL(s, "/v1", "model=sim-stt"), http.Header{"Authorization": {"Bearer " + key}})
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	defer ws.Close()
+	readEvent(t, ws)
+	// The engine goes: the next decode, at 3 s of audio, fails.
+	_ = sim.Kill() // its error is the signal's
+	if err := ws.WriteMessage(websocket.BinaryMessage, pcmTone(4, 16000)); err != nil {
+		t.Fatal(err)
+	}
+	// Read the connection as it is, answering nothing, until the close
+	// frame (1011) has come; then send the end, and wait for the gateway
+	// to close the connection.
+	nc := ws.NetConn()
+	_ = nc.SetReadDeadline(time.Now().Add(30 * time.Second))
+	var got []byte
+	buf := make([]byte, 4096)
+	for !bytes.Contains(got, []byte("\x88\x07\x03\xf3error")) {
+		n, err := nc.Read(buf)
+		if err != nil {
+			t.Fatalf("before the close frame: %v; read %q", err, got)
+		}
+		got = append(got, buf[:n]...)
+	}
+	if !bytes.Contains(got, []byte(`"type":"error"`)) {
+		t.Fatalf("no error event before the close: %q", got)
+	}
+	if err := ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"end"}`)); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_ = nc.SetReadDeadline(time.Now().Add(20 * time.Second))
+	for {
+		if _, err := nc.Read(buf); err != nil {
+			if d := time.Since(start); d > 12*time.Second {
+				t.Fatalf("the gateway closed the connection %v after the end, want within the close's wait and the linger", d)
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				t.Fatal("the gateway never closed the connection")
+			}
+			break
+		}
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"html"
 	"net"
 	"net/http"
+	"net/url"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -43,11 +45,17 @@ func Refused(err error) bool {
 	return errors.As(err, &op) && op.Op == "dial"
 }
 
-// cause is err told without the addresses a network error names.
+// cause is err told without the addresses a network error names, and
+// without the URL net/http's errors quote.
 func cause(err error) string {
 	var op *net.OpError
 	if !errors.As(err, &op) {
-		return err.Error()
+		msg := err.Error()
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			msg = strings.ReplaceAll(msg, " "+strconv.Quote(ue.URL), "")
+		}
+		return msg
 	}
 	var errno syscall.Errno
 	var dns *net.DNSError

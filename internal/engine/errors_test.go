@@ -3,8 +3,10 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"syscall"
@@ -167,6 +169,8 @@ func TestUnreachable(t *testing.T) {
 		{"reset mid-answer", fmt.Errorf("read response: %w", &net.OpError{Op: "read", Net: "tcp", Addr: addr,
 			Err: os.NewSyscallError("read", syscall.ECONNRESET)}), "inference engine unreachable: read: connection reset by peer", false},
 		{"other", errors.New("start runner: the runner exited"), "inference engine unreachable: start runner: the runner exited", false},
+		{"net/http's", fmt.Errorf("read chat: %w", &url.Error{Op: "Post", URL: "http://10.1.2.3:8000/api/chat", Err: io.EOF}),
+			"inference engine unreachable: read chat: Post: EOF", false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

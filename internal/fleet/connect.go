@@ -756,7 +756,7 @@ func (f *Fleet) heartbeatLocked(w *worker, hb api.Heartbeat, now time.Time) (rec
 			map[string]any{"models": stalled}, false, now)
 	}
 	if len(answering) > 0 {
-		f.event(w, api.EventEngineRecovered, "the engine serving "+strings.Join(answering, ", ")+" answered a probe",
+		f.event(w, api.EventEngineRecovered, "the engine serving "+strings.Join(answering, ", ")+" answers again",
 			map[string]any{"models": answering}, false, now)
 	}
 	return len(answering) > 0

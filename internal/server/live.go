@@ -40,8 +40,8 @@ func (s *Server) liveTranscription(c *call) error {
 	if !websocket.FastHTTPIsWebSocketUpgrade(c.ctx) {
 		return api.BadRequest("Live transcription is a WebSocket: connect to this URL with a WebSocket client (GET with Upgrade: websocket)")
 	}
-	if !offersLiveProtocol(c.ctx.Request.Header.Peek("Sec-WebSocket-Protocol")) {
-		// A client that offers subprotocols fails a handshake answered
+	if keyWithoutLiveProtocol(c.ctx.Request.Header.Peek("Sec-WebSocket-Protocol")) {
+		// A browser that offers subprotocols fails a handshake answered
 		// with none of them, after the session took a worker's slot.
 		return api.BadRequest("Offer the WebSocket subprotocol " + liveProtocol + " beside svc-key.<KEY>: the gateway answers with it")
 	}
@@ -132,10 +132,11 @@ func serveLive(ws *websocket.Conn, live *relay.Live, started []byte, maxBytes in
 		return ws.WriteMessage(websocket.TextMessage, msg)
 	}
 	var wg sync.WaitGroup
+	var reads readDeadline
 	if write(started) != nil {
 		live.Abort(relay.ErrClientGone)
 	} else {
-		wg.Go(func() { readLive(ws, live, maxBytes, idle) })
+		wg.Go(func() { readLive(ws, &reads, live, maxBytes, idle) })
 	}
 	err := live.Events(write)
 	code, reason := websocket.CloseNormalClosure, "done"
@@ -152,9 +153,35 @@ func serveLive(ws *websocket.Conn, live *relay.Live, started []byte, maxBytes in
 	}
 	_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, reason), time.Now().Add(time.Second))
 	// The reader waits for the client's close, or no longer than this.
-	_ = ws.SetReadDeadline(time.Now().Add(liveCloseWait))
+	reads.close(ws, time.Now().Add(liveCloseWait))
 	_ = ws.Close()
 	wg.Wait()
+}
+
+// readDeadline sets the reader's deadline until the session closes, and
+// then the close's alone: a frame the reader takes as the close begins
+// (the client's end) must not lift it.
+type readDeadline struct {
+	mu      sync.Mutex
+	closing bool
+}
+
+// set sets the reader's deadline, t zero for none, unless the session
+// is closing.
+func (d *readDeadline) set(ws *websocket.Conn, t time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.closing {
+		_ = ws.SetReadDeadline(t)
+	}
+}
+
+// close sets the deadline of the close, which set changes no more.
+func (d *readDeadline) close(ws *websocket.Conn, t time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.closing = true
+	_ = ws.SetReadDeadline(t)
 }
 
 // liveCloseWait is how long a session's reader waits for the client to
@@ -164,13 +191,13 @@ const liveCloseWait = 5 * time.Second
 // readLive passes the client's audio to the session until it ends its
 // audio, breaks the protocol, goes over a limit, leaves, or sends nothing
 // for idle before its end.
-func readLive(ws *websocket.Conn, live *relay.Live, maxBytes int64, idle time.Duration) {
+func readLive(ws *websocket.Conn, deadline *readDeadline, live *relay.Live, maxBytes int64, idle time.Duration) {
 	ended := false
 	for {
 		if !ended {
 			// After the end, nothing more is owed: the final may take
 			// as long as the engine needs.
-			_ = ws.SetReadDeadline(time.Now().Add(idle))
+			deadline.set(ws, time.Now().Add(idle))
 		}
 		typ, msg, err := readFrame(ws)
 		switch {
@@ -205,7 +232,7 @@ func readLive(ws *websocket.Conn, live *relay.Live, maxBytes int64, idle time.Du
 			}
 		case typ == websocket.TextMessage && isEnd(msg):
 			ended = true
-			_ = ws.SetReadDeadline(time.Time{})
+			deadline.set(ws, time.Time{})
 			if live.EndAudio() != nil {
 				return
 			}
@@ -233,18 +260,17 @@ func readFrame(ws *websocket.Conn) (int, []byte, error) {
 	return typ, msg, err
 }
 
-// offersLiveProtocol reports whether a handshake's subprotocols, if it
-// offers any, include liveProtocol.
-func offersLiveProtocol(header []byte) bool {
-	if len(bytes.TrimSpace(header)) == 0 {
-		return true
-	}
+// keyWithoutLiveProtocol reports whether a handshake offers its key as a
+// subprotocol (svc-key.<KEY>, a browser's way) but not liveProtocol, the
+// one the gateway answers with.
+func keyWithoutLiveProtocol(header []byte) bool {
+	key, live := false, false
 	for p := range bytes.SplitSeq(header, []byte(",")) {
-		if string(bytes.TrimSpace(p)) == liveProtocol {
-			return true
-		}
+		p = bytes.TrimSpace(p)
+		key = key || bytes.HasPrefix(p, []byte("svc-key."))
+		live = live || string(p) == liveProtocol
 	}
-	return false
+	return key && !live
 }
 
 func isEnd(msg []byte) bool {

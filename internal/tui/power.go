@@ -139,20 +139,22 @@ const minChartLines = 1 + 3 + 2
 func renderPower(v powerView, width, height int, st *styles) string {
 	cw, ch := contentSize(width, height)
 	f := frame{title: "Power", focused: v.focused}
+	fl := fleetPower(v.workers, v.today)
+	// What the fleet used today stays in view when its workers went.
+	today := ""
+	if fl.haveToday {
+		today = st.dim.Render(" · ") + fmtKWh(fl.todayKWh) + " today"
+	}
 	switch {
 	case !v.loaded:
 		return box(st, f, []string{st.dim.Render("waiting for the gateway…")}, width, height)
 	case len(v.workers) == 0:
-		return box(st, f, []string{st.dim.Render("no workers connected")}, width, height)
+		return box(st, f, []string{st.dim.Render("no workers connected") + today}, width, height)
 	}
 
-	fl := fleetPower(v.workers, v.today)
-	summary := st.dim.Render("no worker reports power")
+	summary := st.dim.Render("no worker reports power") + today
 	if fl.reporting > 0 {
-		summary = st.bold.Render(approx(fl.estimated)+fmtWatts(fl.watts)) + " now"
-		if fl.haveToday {
-			summary += st.dim.Render(" · ") + fmtKWh(fl.todayKWh) + " today"
-		}
+		summary = st.bold.Render(approx(fl.estimated)+fmtWatts(fl.watts)) + " now" + today
 	}
 	reporting := fmt.Sprintf("%d of %d reporting", fl.reporting, len(v.workers))
 

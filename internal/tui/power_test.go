@@ -120,6 +120,14 @@ func TestEnergyTodayKeepsWorkersGone(t *testing.T) {
 	if f := fleetPower(connected(aLeft), e); !f.haveToday || f.todayKWh != 5.5 {
 		t.Fatalf("after a left: %+v, want a's 2 kWh and b's 3.5", f)
 	}
+	// Drawn when no worker connected reports now, or none is connected.
+	none := []api.Worker{{WorkerID: "a", WorkerName: "a", Status: api.StatusOffline}, {WorkerID: "b", WorkerName: "b", Status: api.StatusHealthy}}
+	for _, ws := range [][]api.Worker{none, none[:1]} {
+		out := renderPower(powerView{workers: connected(ws), loaded: true, today: e, now: t0}, 60, 6, plainStyles())
+		if !strings.Contains(out, "5.50 kWh today") {
+			t.Errorf("energy today not drawn with %d connected, none reporting:\n%s", len(connected(ws)), out)
+		}
+	}
 	e = e.note(aLeft[1:], time.Date(2026, 1, 3, 0, 1, 0, 0, time.UTC))
 	if f := fleetPower(connected(aLeft), e); f.todayKWh != 3.5 {
 		t.Fatalf("the next day: %+v, want b's alone", f)
