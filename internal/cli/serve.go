@@ -79,6 +79,8 @@ type ServeOptions struct {
 	// StoreBacklogMB bounds the records waiting while the store cannot
 	// write, MiB.
 	StoreBacklogMB int
+	// BodyMemoryMB bounds the large request bodies held whole, MiB.
+	BodyMemoryMB int
 
 	// GPU rental.
 	RentalProviders []string
@@ -135,7 +137,7 @@ is and a ready curl command.`,
 				envFlag{"log-level", "SVC_LOG_LEVEL"}, envFlag{"log-format", "SVC_LOG_FORMAT"},
 				envFlag{"public-url", "SVC_PUBLIC_URL"}, envFlag{"max-connections", "SVC_MAX_CONNECTIONS"},
 				envFlag{"usage-retention", "SVC_USAGE_RETENTION"}, envFlag{"store-backlog-mb", "SVC_STORE_BACKLOG_MB"},
-				envFlag{"stall-timeout", "SVC_STALL_TIMEOUT"},
+				envFlag{"stall-timeout", "SVC_STALL_TIMEOUT"}, envFlag{"body-memory-mb", "SVC_BODY_MEMORY_MB"},
 				envFlag{"store-password-file", "SVC_STORE_PASSWORD_FILE"}, envFlag{"advertise-url", "SVC_ADVERTISE_URL"},
 				envFlag{"lease-ttl", "SVC_LEASE_TTL"}, envFlag{"region", "SVC_REGION"})
 			if err != nil {
@@ -185,6 +187,9 @@ is and a ready curl command.`,
 			}
 			if opts.StoreBacklogMB < 1 {
 				return usageErrorf("--store-backlog-mb must be at least 1, got %d", opts.StoreBacklogMB)
+			}
+			if opts.BodyMemoryMB < 1 {
+				return usageErrorf("--body-memory-mb must be at least 1, got %d", opts.BodyMemoryMB)
 			}
 			if !(opts.WorkerConnectRate > 0) {
 				return usageErrorf("--worker-connect-rate must be above 0, got %g", opts.WorkerConnectRate)
@@ -239,6 +244,7 @@ is and a ready curl command.`,
 	fl.StringVar(&opts.AdvertiseURL, "advertise-url", "", "with --store: the URL other replicas send the workers and requests of the organisations homed here to; http:// and --addr (the host name for 0.0.0.0) when empty (env SVC_ADVERTISE_URL)")
 	fl.StringVar(&opts.Region, "region", "", "with --store: the region this replica runs in (eu-west-1); organisations whose home_region setting names it are homed on its replicas (env SVC_REGION)")
 	fl.DurationVar(&opts.LeaseTTL, "lease-ttl", 10*time.Second, "with --store: how long this replica's registration (its organisations' homes) and the leader's lease last unless renewed; a dead replica is replaced within it (env SVC_LEASE_TTL)")
+	fl.IntVar(&opts.BodyMemoryMB, "body-memory-mb", 1024, "memory, in MiB, that request bodies over 16 KiB may hold together while they arrive and their requests run; past it a request whose body needs more gets 503 to retry (env SVC_BODY_MEMORY_MB)")
 	fl.IntVar(&opts.StoreBacklogMB, "store-backlog-mb", bolt.DefaultBacklog>>20, "memory, in MiB, for usage rows, events and power reports waiting while the database cannot be written (a full disk); at the bound new inference gets 503 (env SVC_STORE_BACKLOG_MB)")
 	// The keep-alive clocks are the spec's; only tests move them.
 	fl.DurationVar(&opts.KeepAliveAfter, "keepalive-after", 80*time.Second, "when a non-streaming reply still waiting starts, to keep the connection alive")
@@ -296,6 +302,7 @@ func runServe(ctx context.Context, f *Factory, opts *ServeOptions) error {
 		LiveIdle:       opts.LiveIdle,
 		UsageRetention: opts.UsageRetention,
 		StoreBacklog:   int64(opts.StoreBacklogMB) << 20,
+		BodyMemory:     int64(opts.BodyMemoryMB) << 20,
 		Cluster: server.ClusterConfig{StoreURL: opts.Store, PasswordFile: opts.StorePasswordFile,
 			AdvertiseURL: opts.AdvertiseURL, Region: opts.Region, LeaseTTL: opts.LeaseTTL},
 		Build:  f.Build,

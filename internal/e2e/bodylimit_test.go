@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/svc-dev/svc/internal/harness"
 )
 
 // TestUnauthenticatedBodiesAreBounded: the key is checked from the
@@ -154,4 +156,79 @@ func TestBodiesAreUTF8(t *testing.T) {
 	if r := s.do("POST", "/v1/chat/completions", chatBody("sim-chat", "héllo 日本語 🦊", false), bearer(key)); r.Status == 400 {
 		t.Errorf("a UTF-8 body = %d %s", r.Status, r.Body)
 	}
+}
+
+// The bodies held while they arrive hold no more memory together than
+// --body-memory-mb: past it, a request whose body needs more is answered
+// 503 to retry at once, the others go on, and the memory is given back
+// when a request is done. A body announced large costs what has come of
+// it, not its announced length.
+func TestBodiesHeldWithinTheirMemory(t *testing.T) {
+	s := startServer(t, "", "--body-memory-mb", "4")
+	key := s.adminKey()
+	big := chatBody("sim-chat", strings.Repeat("x", 3<<20), false)
+	addr := strings.TrimPrefix(s.URL, "http://")
+	// One client sends all of its 3 MB body but the last byte, and waits.
+	held, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	fmt.Fprintf(held, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", key, len(big), big[:len(big)-1])
+
+	// Held once the gateway counts it.
+	if !harness.Eventually(10*time.Second, func() bool {
+		v, ok := metricValue(s, "svc_request_body_bytes")
+		return ok && v >= 3<<20
+	}) {
+		t.Fatal("the held body is not counted in svc_request_body_bytes")
+	}
+	busy := func() (reply, bool) {
+		r := s.do("POST", "/v1/chat/completions", big, bearer(key))
+		return r, r.Status == 503 && strings.Contains(string(r.Body), "large request bodies") && r.Header.Get("Retry-After") != ""
+	}
+	var r reply
+	if !harness.Eventually(10*time.Second, func() bool { var ok bool; r, ok = busy(); return ok }) {
+		t.Fatalf("another 3 MB body while the first is held = %d %s, want 503 to retry", r.Status, r.Body)
+	}
+	// Small bodies go on meanwhile.
+	if r := s.do("POST", "/v1/chat/completions", chatBody("sim-chat", "hi", false), bearer(key)); r.Status == 503 && strings.Contains(string(r.Body), "large request bodies") {
+		t.Fatalf("a small body while a large one is held = %d %s", r.Status, r.Body)
+	}
+	// The first ends; its memory is the next one's.
+	if _, err := held.Write([]byte(big[len(big)-1:])); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := http.ReadResponse(bufio.NewReader(held), nil); err != nil {
+		t.Fatalf("the held request's answer: %v", err)
+	} else {
+		resp.Body.Close()
+	}
+	if !harness.Eventually(10*time.Second, func() bool { _, ok := busy(); return !ok }) {
+		t.Fatal("the memory of a finished request was not given back")
+	}
+	// A body announced at 30 MB of which nothing comes costs nothing.
+	for range 8 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n{", key, 30<<20)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if _, ok := busy(); ok {
+		t.Fatal("bodies announced but not sent took the memory")
+	}
+}
+
+// metricValue reads an unlabelled metric from the gateway's /metrics.
+func metricValue(s *server, name string) (float64, bool) {
+	for line := range strings.Lines(string(s.do("GET", "/metrics", "").Body)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			return f, err == nil
+		}
+	}
+	return 0, false
 }

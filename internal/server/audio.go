@@ -34,7 +34,7 @@ func (s *Server) transcribe(c *call, parse func(string, io.Reader, io.Writer) (*
 	if sealed(c) {
 		// A sealed upload goes to the worker as it came: it is read whole,
 		// within the same limit.
-		if err := readBody(c.ctx, transcription.MaxBody); err != nil {
+		if err := readBody(c.ctx, transcription.MaxBody, s.bodies, &c.bodyHeld); err != nil {
 			if errors.Is(err, errOverLimit) {
 				return transcription.ErrBodyTooLarge
 			}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -162,24 +163,47 @@ var errMalformedBody = &api.Error{Kind: api.KindInvalidRequest, Message: "Malfor
 var errOverLimit = errors.New("request body over its limit")
 
 // readBody reads the body whole, at most limit bytes, for PostBody; a body
-// over the limit is errOverLimit.
-func readBody(ctx *fasthttp.RequestCtx, limit int) error {
+// over the limit is errOverLimit. What a large body holds is taken from
+// budget as it comes, and held (in *held) until the request is done; a
+// body the budget cannot take is errBodyMemory.
+func readBody(ctx *fasthttp.RequestCtx, limit int, budget *bodyBudget, held *int64) error {
 	st := requestBody(ctx)
 	if st == nil {
 		return nil
 	}
 	var body []byte
 	var err error
-	if cl := ctx.Request.Header.ContentLength(); cl > 0 {
-		// Known in advance: one allocation, not a doubling buffer.
-		var b bytes.Buffer
-		b.Grow(cl + bytes.MinRead)
-		_, err = b.ReadFrom(io.LimitReader(st, int64(limit)+1))
-		body = b.Bytes()
+	if cl := ctx.Request.Header.ContentLength(); cl > 0 && cl <= wholeBody {
+		// Known in advance and small: one allocation, not a doubling
+		// buffer. A larger one is allocated as it comes, not as it is
+		// announced.
+		if cl > firstPiece {
+			if budget.take(cl) {
+				*held += int64(cl)
+			} else {
+				err = errBodyMemory
+			}
+		}
+		if err == nil {
+			var b bytes.Buffer
+			b.Grow(cl + bytes.MinRead)
+			_, err = b.ReadFrom(io.LimitReader(st, int64(limit)+1))
+			body = b.Bytes()
+		}
 	} else {
-		body, err = readPieces(st, limit+1)
+		body, err = readPieces(st, limit+1, func(n int) bool {
+			if !budget.take(n) {
+				return false
+			}
+			*held += int64(n)
+			return true
+		})
 	}
 	if err != nil {
+		if errors.Is(err, errBodyMemory) {
+			closeUnread(ctx)
+			return err
+		}
 		ctx.SetConnectionClose()
 		if errors.Is(err, errRequestTimeout) || errors.Is(err, errClientGone) {
 			return api.ErrorOf(err)
@@ -194,16 +218,32 @@ func readBody(ctx *fasthttp.RequestCtx, limit int) error {
 	return nil
 }
 
+// wholeBody is the largest announced body read into one allocation of
+// its length: past it, a client could have the gateway allocate its
+// announced length and then send nothing. firstPiece is what a body may
+// hold outside the budget (bodyBudget): most requests' bodies are
+// smaller, and cost no count.
+const (
+	wholeBody  = 1 << 20
+	firstPiece = 16 << 10
+)
+
 // readPieces reads r to its end, or to max bytes, for a body of unknown
-// length (chunked). A doubling buffer would hold up to twice what came,
+// or large length. A doubling buffer would hold up to twice what came,
 // and three times while it grew: a body refused past a 32 MB limit would
 // cost 96 MB. Pieces, joined once the body is known to fit, cost what
-// came, and twice that only while they are joined.
-func readPieces(r io.Reader, max int) ([]byte, error) {
+// came, and twice that only while they are joined. take is asked for
+// each piece's room past the first before it is made; false ends the
+// read with errBodyMemory.
+func readPieces(r io.Reader, max int, take func(int) bool) ([]byte, error) {
 	var pieces [][]byte
-	total, size := 0, 16<<10
+	total, size := 0, firstPiece
 	for total < max {
-		p := make([]byte, min(size, max-total))
+		n := min(size, max-total)
+		if len(pieces) > 0 && !take(n) {
+			return nil, errBodyMemory
+		}
+		p := make([]byte, n)
 		n, err := io.ReadFull(r, p)
 		pieces, total = append(pieces, p[:n]), total+n
 		if err == io.EOF || err == io.ErrUnexpectedEOF {
@@ -219,6 +259,43 @@ func readPieces(r io.Reader, max int) ([]byte, error) {
 	}
 	return bytes.Join(pieces, nil), nil
 }
+
+// A client may send a body of up to 32 MB at 4 KB/s: bodies held while
+// they come, and then while their requests run, could take the gateway's
+// memory for hours with a few dozen connections. What large bodies hold
+// together is bounded by a budget: past it, a request whose body needs
+// more is refused with a 503 to retry, and others go on.
+type bodyBudget struct {
+	used atomic.Int64
+	max  int64
+}
+
+// defaultBodyMemory is the budget of the bodies read whole: thirty-two at
+// the 32 MB limit, or some thousand chats of a long conversation.
+const defaultBodyMemory = 1 << 30
+
+// take takes n bytes of the budget, if it has them.
+func (b *bodyBudget) take(n int) bool {
+	if b == nil {
+		return true
+	}
+	if b.used.Add(int64(n)) > b.max {
+		b.used.Add(-int64(n))
+		return false
+	}
+	return true
+}
+
+// give returns n bytes taken.
+func (b *bodyBudget) give(n int64) {
+	if b != nil && n > 0 {
+		b.used.Add(-n)
+	}
+}
+
+// errBodyMemory answers a body the budget cannot take.
+var errBodyMemory = &api.Error{Kind: api.KindUnavailable, Type: api.TypeServiceUnavailable, RetryAfter: time.Second,
+	Message: "Service temporarily unavailable, please retry: the gateway holds as many large request bodies as it may at once"}
 
 // finishBody reads and drops what the handler left of the body, up to
 // limit bytes, and closes the connection when more is left or the body is

@@ -134,7 +134,7 @@ func TestReadPieces(t *testing.T) {
 		{"broken midway", io.MultiReader(strings.NewReader("abc"), iotest.ErrReader(broken)), 100, -1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := readPieces(tc.in, tc.max)
+			got, err := readPieces(tc.in, tc.max, func(int) bool { return true })
 			switch {
 			case tc.want < 0 && !errors.Is(err, broken):
 				t.Fatalf("err %v, want the reader's", err)
@@ -142,5 +142,42 @@ func TestReadPieces(t *testing.T) {
 				t.Fatalf("%d bytes, %v; want %d", len(got), err, tc.want)
 			}
 		})
+	}
+}
+
+// The bodies read whole hold no more memory together than their budget:
+// a piece the budget cannot take ends the read, and what a read took is
+// given back by its taker.
+func TestReadPiecesTakesFromTheBudget(t *testing.T) {
+	b := &bodyBudget{max: 1 << 20}
+	var held int64
+	take := func(n int) bool {
+		if !b.take(n) {
+			return false
+		}
+		held += int64(n)
+		return true
+	}
+	got, err := readPieces(bytes.NewReader(make([]byte, 600<<10)), 32<<20, take)
+	if err != nil || len(got) != 600<<10 || held == 0 || b.used.Load() != held {
+		t.Fatalf("%d bytes, %v; %d held, %d used", len(got), err, held, b.used.Load())
+	}
+	first := held
+	// A second body at the same time finds the budget short.
+	if _, err := readPieces(bytes.NewReader(make([]byte, 600<<10)), 32<<20, take); !errors.Is(err, errBodyMemory) {
+		t.Fatalf("a body past the budget: %v, want errBodyMemory", err)
+	}
+	b.give(held)
+	if b.used.Load() != 0 {
+		t.Fatalf("%d used after all was given back", b.used.Load())
+	}
+	held = 0
+	if _, err := readPieces(bytes.NewReader(make([]byte, 600<<10)), 32<<20, take); err != nil || held != first {
+		t.Fatalf("once the first was given back: %v, %d held", err, held)
+	}
+	// A small body takes nothing: its one piece is not counted.
+	held = 0
+	if _, err := readPieces(strings.NewReader("small"), 32<<20, take); err != nil || held != 0 {
+		t.Fatalf("a small body: %v, %d held", err, held)
 	}
 }

@@ -158,7 +158,7 @@ func startFront(t testing.TB, homes ...*fwdHome) *fwdFront {
 			ctx.Response.Header.Set("X-Request-Id", c.requestID)
 			var err error
 			if !c.route.streamed {
-				err = readBody(ctx, maxBodySize)
+				err = readBody(ctx, maxBodySize, nil, &c.bodyHeld)
 			}
 			if err == nil {
 				var to target

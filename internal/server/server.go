@@ -5,6 +5,7 @@ package server
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 	"go.opentelemetry.io/otel/trace"
 
@@ -92,6 +94,8 @@ type Server struct {
 	// liveIdle is how long a live transcription waits for the client's
 	// next frame.
 	liveIdle time.Duration
+	// bodies bounds the memory of the request bodies read whole.
+	bodies *bodyBudget
 	// draining is set when Shutdown begins: every public answer from then
 	// on closes its connection.
 	draining atomic.Bool
@@ -150,6 +154,9 @@ type Deps struct {
 	// LiveIdle is how long a live transcription waits for the client's
 	// next frame; 0 is transcription.LiveIdle, the documented minute.
 	LiveIdle time.Duration
+	// BodyMemory bounds what the large request bodies read whole hold
+	// together; 0 is defaultBodyMemory.
+	BodyMemory int64
 	// Tracer makes each inference request's span; nil traces nothing.
 	Tracer trace.Tracer
 }
@@ -176,6 +183,7 @@ func New(d Deps) *Server {
 	if s.liveIdle <= 0 {
 		s.liveIdle = transcription.LiveIdle
 	}
+	s.bodies = &bodyBudget{max: cmp.Or(d.BodyMemory, defaultBodyMemory)}
 	s.relay = relay.New(relay.Config{Fleet: d.Fleet, Usage: newCountedUsage(d.Usage, s.metrics.outcomes), InFlight: s.inflight, Timing: d.Timing, Logger: d.Logger,
 		Tracer: d.Tracer})
 	s.metrics.reg.MustRegister(s.power.energy, newLiveWatts(d.Fleet), newConcurrencyLimits(d.Fleet))
@@ -192,6 +200,13 @@ func New(d Deps) *Server {
 		s.writes = d.Writes
 		s.metrics.reg.MustRegister(newStoreMetrics(d.Writes))
 	}
+	s.metrics.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "svc_request_body_bytes",
+			Help: "Memory the request bodies read whole hold now, past the first 16 KiB of each: bodies arriving, and those of requests running."},
+			func() float64 { return float64(s.bodies.used.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "svc_request_body_limit_bytes",
+			Help: "The bound on svc_request_body_bytes (--body-memory-mb), past which a request whose body needs more is refused with 503."},
+			func() float64 { return float64(s.bodies.max) }))
 	routes := s.routes()
 	var consoleRoutes []*route
 	for _, r := range routes {
@@ -505,9 +520,11 @@ type call struct {
 	// served here or refused, never forwarded again.
 	forwarded bool
 	// model is the model an inference request named, once its handler
-	// read it; bodyRead says its body is in memory.
+	// read it; bodyRead says its body is in memory, and bodyHeld what of
+	// it the server's body budget gave (readBody).
 	model    string
 	bodyRead bool
+	bodyHeld int64
 	// rowed: the request has its usage row (the relay wrote it, or the
 	// peer it was forwarded to does), or is to have none (refused because
 	// the store takes no rows).
@@ -538,6 +555,7 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, m *mux, console bool) {
 	// drain is how much of a body left unread may be read and dropped to
 	// keep the connection: a route's limit once its caller is authorized.
 	drain := 0
+	defer func() { s.bodies.give(c.bodyHeld) }()
 	ambiguous, closing := readFraming(ctx.Request.Header.RawHeaders())
 	if closing {
 		ctx.SetConnectionClose()
@@ -588,7 +606,7 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, m *mux, console bool) {
 		if err == nil {
 			drain = m.limitFor(ctx.Request.Header.RequestURI())
 			if !r.streamed {
-				if err = readBody(ctx, drain); errors.Is(err, errOverLimit) {
+				if err = readBody(ctx, drain, s.bodies, &c.bodyHeld); errors.Is(err, errOverLimit) {
 					err = s.tooLarge(ctx, m, console)
 				}
 				c.bodyRead = err == nil
