@@ -8,11 +8,13 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/chat"
 	"github.com/svc-dev/svc/internal/engine"
 	"github.com/svc-dev/svc/internal/moderation"
+	"github.com/svc-dev/svc/internal/usage"
 )
 
 // filterEvery is how much new reply text a streamed reply holds back
@@ -36,7 +38,7 @@ func (a *Agent) filterChat(ctx context.Context, eng engine.Engine, req *engine.R
 		return finalFailure(http.StatusBadRequest, api.TypeContentFilter, api.CodeContentFiltered,
 			"The prompt was refused by content filtering ("+strings.Join(v.Labels, ", ")+")")
 	}
-	f := &filterSink{g: g, prompt: prompt, out: out}
+	f := &filterSink{g: g, prompt: prompt, out: out, body: req.Body}
 	if !req.Stream {
 		var got captureSink
 		res := eng.Serve(ctx, req, &got)
@@ -91,6 +93,8 @@ type filterSink struct {
 	g      *guard
 	prompt string
 	out    engine.Sink
+	// body is the chat request, whose prompt a counted usage estimates.
+	body []byte
 
 	held [][]byte // events not yet checked
 	// texts are the reply's choices' texts by index, each judged on its
@@ -229,8 +233,30 @@ func (f *filterSink) finish(ctx context.Context, res *api.Result) *api.Result {
 		// until then, and its usage is unknown.
 		out = api.Result{Status: http.StatusOK}
 	}
+	if out.Usage == nil {
+		// The worker counts what was made, held back or not: the
+		// engine's work all the same, which the gateway, seeing only
+		// what was passed on, would count as nothing when the flag came
+		// in the first window.
+		out.Usage = f.counted()
+	}
 	out.FinishReason = api.FinishContentFilter
 	return &out
+}
+
+// counted is the usage of a reply stopped at the flag, estimated from
+// its text (about four characters a token) and its prompt's.
+func (f *filterSink) counted() *api.Usage {
+	chars := 0
+	for _, t := range f.texts {
+		chars += utf8.RuneCountInString(t.String())
+	}
+	u := &api.Usage{CompletionTokens: usage.EstimateTokens(chars), Estimated: true}
+	if req, err := chat.Parse(f.body, chat.Options{}); err == nil {
+		u.PromptTokens = usage.EstimateTokens(req.PromptChars)
+	}
+	u.TotalTokens = u.PromptTokens + u.CompletionTokens
+	return u
 }
 
 // whole checks a non-streamed reply: a flagged one keeps its shape with

@@ -76,10 +76,11 @@ func TestFilterStreamedReply(t *testing.T) {
 		chunks   []string
 		released int    // content chunks the client got
 		finish   string // the reply's finish reason
+		made     int    // chunks the engine made before the flag stopped it
 	}{
-		{"clean", []string{chunk, chunk, chunk, chunk, chunk, chunk, chunk}, 7, "stop"},
-		{"flagged after a window passed", []string{chunk, chunk, chunk, chunk, chunk, chunk, chunk, "BAD" + chunk, chunk}, 6, api.FinishContentFilter},
-		{"flagged in the first window", []string{"BAD", chunk}, 0, api.FinishContentFilter},
+		{"clean", []string{chunk, chunk, chunk, chunk, chunk, chunk, chunk}, 7, "stop", 7},
+		{"flagged after a window passed", []string{chunk, chunk, chunk, chunk, chunk, chunk, chunk, "BAD" + chunk, chunk}, 6, api.FinishContentFilter, 9},
+		{"flagged in the first window", []string{"BAD", chunk}, 0, api.FinishContentFilter, 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -90,10 +91,21 @@ func TestFilterStreamedReply(t *testing.T) {
 			}
 			a.refreshModels(context.Background())
 			var out eventSink
-			req := &engine.Request{Kind: api.KindChat, Model: "chat", Stream: true, Body: []byte(`{"messages":[{"role":"user","content":"hi"}]}`)}
+			req := &engine.Request{Kind: api.KindChat, Model: "chat", Stream: true, Body: []byte(`{"model":"chat","messages":[{"role":"user","content":"hi"}]}`)}
 			res := a.filterChat(context.Background(), eng, req, "guard-b:0.6b", &out)
 			if res.Status != http.StatusOK || res.FinishReason != tt.finish {
 				t.Fatalf("result %+v", res)
+			}
+			// Stopped at the flag, the engine reported no usage: the
+			// worker's estimate of what it made, held back or not.
+			if tt.finish == api.FinishContentFilter {
+				chars := 0
+				for _, c := range tt.chunks[:tt.made] {
+					chars += len(c)
+				}
+				if u := res.Usage; u == nil || !u.Estimated || u.CompletionTokens != (chars+3)/4 || u.PromptTokens != 1 {
+					t.Fatalf("usage %+v, want %d completion tokens estimated from the %d characters made and 1 of prompt", u, (chars+3)/4, chars)
+				}
 			}
 			released := 0
 			for _, e := range out.events {
