@@ -181,3 +181,22 @@ func TestReadPiecesTakesFromTheBudget(t *testing.T) {
 		t.Fatalf("a small body: %v, %d held", err, held)
 	}
 }
+
+// A streamed answer's body gives the request body's memory back once it
+// is done with, written or not, and only once.
+func TestRelayBodyGivesBackOnClose(t *testing.T) {
+	for _, written := range []bool{true, false} {
+		abandoned, given := 0, 0
+		b := &relayBody{write: func(*chunks) {}, abandon: func() { abandoned++ }, closed: func() { given++ }}
+		if written {
+			if _, err := b.WriteTo(io.Discard); err != nil {
+				t.Fatal(err)
+			}
+		}
+		_ = b.Close()
+		_ = b.Close()
+		if given != 1 || abandoned != map[bool]int{true: 0, false: 1}[written] {
+			t.Fatalf("written %v: given back %d times, abandoned %d", written, given, abandoned)
+		}
+	}
+}

@@ -183,6 +183,8 @@ type relayBody struct {
 	write   func(*chunks)
 	abandon func()
 	ran     bool
+	// closed runs once the body is done with, when set.
+	closed func()
 }
 
 // SupportsBodyWriteTo tells fasthttp to use WriteTo, never Read.
@@ -201,6 +203,10 @@ func (b *relayBody) Close() error {
 	if !b.ran {
 		b.ran = true
 		b.abandon()
+	}
+	if b.closed != nil {
+		b.closed()
+		b.closed = nil
 	}
 	return nil
 }

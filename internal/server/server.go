@@ -556,7 +556,17 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, m *mux, console bool) {
 	// drain is how much of a body left unread may be read and dropped to
 	// keep the connection: a route's limit once its caller is authorized.
 	drain := 0
-	defer func() { s.bodies.give(c.bodyHeld) }()
+	defer func() {
+		// A streamed answer is written once this returns, and the request,
+		// its body too, lives until it is done: the body's memory is given
+		// back then.
+		if rb, ok := ctx.Response.BodyStream().(*relayBody); ok && c.bodyHeld > 0 {
+			held := c.bodyHeld
+			rb.closed = func() { s.bodies.give(held) }
+			return
+		}
+		s.bodies.give(c.bodyHeld)
+	}()
 	ambiguous, closing := readFraming(ctx.Request.Header.RawHeaders())
 	if closing {
 		ctx.SetConnectionClose()
