@@ -555,31 +555,3 @@ func TestWorkerSecondInterrupt(t *testing.T) {
 		t.Fatalf("worker exit %v, want status %d\n%s", w.Err(), 128+int(syscall.SIGINT), w.Log())
 	}
 }
-
-// A stream to an HTTP/1.0 request is sent as it comes without chunks,
-// which a 1.0 client cannot read, its end the connection's close.
-func TestStreamToHTTP10(t *testing.T) {
-	s := startServer(t, "", "--demo")
-	key := s.adminKey()
-	s.workerNamed(key, "demo-sim", statusIs("healthy"))
-	body := streamBody("sim-chat", "hi\nsim: tokens=3", nil)
-	conn, err := net.Dial("tcp", strings.TrimPrefix(s.URL, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
-	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.0\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", key, len(body), body)
-	got, err := io.ReadAll(conn)
-	if err != nil {
-		t.Fatalf("read to the close: %v", err)
-	}
-	head, events, _ := strings.Cut(string(got), "\r\n\r\n")
-	if !strings.HasPrefix(head, "HTTP/1.1 200") || strings.Contains(strings.ToLower(head), "transfer-encoding") ||
-		strings.Contains(strings.ToLower(head), "content-length") || !strings.Contains(head, "Connection: close") {
-		t.Fatalf("head:\n%s", head)
-	}
-	if !strings.HasPrefix(events, "data: {") || !strings.HasSuffix(events, "data: [DONE]\n\n") {
-		t.Fatalf("events, want data lines alone to the last:\n%q", events)
-	}
-}

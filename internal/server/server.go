@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"strings"
@@ -658,9 +657,6 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, m *mux, console bool) {
 		s.recordRefusal(&c, err)
 		s.writeError(&c, err)
 	}
-	if ctx.Response.IsBodyStream() && !ctx.Request.Header.IsHTTP11() && !ctx.Hijacked() {
-		closeDelimited(ctx)
-	}
 	if !console && s.draining.Load() && !ctx.Hijacked() {
 		ctx.SetConnectionClose()
 	}
@@ -809,31 +805,4 @@ func pathTricks(uri []byte) bool {
 		}
 	}
 	return false
-}
-
-// closeDelimited sends a streamed answer to an HTTP/1.0 request as it
-// comes, its end the connection's close: fasthttp writes a stream of
-// unknown length chunked, which a 1.0 client cannot read (RFC 9112, 6.1)
-// and would see the chunks' sizes inside the events. The connection is
-// taken over once the handler returns; the response stays the request's
-// until the takeover ends.
-func closeDelimited(ctx *fasthttp.RequestCtx) {
-	resp := &ctx.Response
-	h := &resp.Header
-	h.Del(fasthttp.HeaderTransferEncoding)
-	h.SetConnectionClose()
-	ctx.HijackSetNoResponse(true)
-	ctx.Hijack(func(c net.Conn) {
-		defer resp.CloseBodyStream()
-		// No length and no chunks: the body ends with the connection,
-		// which the head says (Connection: close).
-		if _, err := c.Write(h.Header()); err != nil {
-			return
-		}
-		if wt, ok := resp.BodyStream().(io.WriterTo); ok {
-			_, _ = wt.WriteTo(c)
-			return
-		}
-		_, _ = io.Copy(c, resp.BodyStream())
-	})
 }
