@@ -19,6 +19,7 @@ import (
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/link"
 	"github.com/svc-dev/svc/internal/peer"
+	"github.com/svc-dev/svc/internal/relay"
 )
 
 // A replica serves the API for organisations homed elsewhere by
@@ -221,8 +222,57 @@ type forwarding struct {
 	st *link.Stream
 	ar *answerReader
 	// gone: the client went, and the stream was reset for it.
-	gone    atomic.Bool
+	gone atomic.Bool
+	// stopped: this replica's drain ran out of time, and the stream was
+	// reset for it (forwardSet.abort).
+	stopped atomic.Bool
 	unwatch func()
+}
+
+// lost is the client's answer for a forward whose stream failed with
+// err: the drain's end when this replica stopped it, else the peer's
+// loss.
+func (f *forwarding) lost(err error) error {
+	if f.stopped.Load() {
+		return relay.ErrShuttingDown
+	}
+	return f.s.peerLost(f.c, f.to, err)
+}
+
+// forwardSet holds the forwards under way: a drain that runs out of time
+// ends them, as it ends the requests this replica runs itself.
+type forwardSet struct {
+	mu sync.Mutex
+	m  map[*forwarding]struct{}
+}
+
+func (fs *forwardSet) add(f *forwarding) {
+	fs.mu.Lock()
+	if fs.m == nil {
+		fs.m = map[*forwarding]struct{}{}
+	}
+	fs.m[f] = struct{}{}
+	fs.mu.Unlock()
+}
+
+func (fs *forwardSet) remove(f *forwarding) {
+	fs.mu.Lock()
+	delete(fs.m, f)
+	fs.mu.Unlock()
+}
+
+// abort ends every forward under way: its stream is reset, which ends
+// the request at its home as a client's disconnect does, and its client
+// is answered 503 shutting_down (a stream with its error event). It
+// returns how many it ended.
+func (fs *forwardSet) abort() int {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	for f := range fs.m {
+		f.stopped.Store(true)
+		f.st.Reset()
+	}
+	return len(fs.m)
 }
 
 // leave is the client watch's: the client went, and its stream is reset,
@@ -235,6 +285,7 @@ func (f *forwarding) leave() {
 
 // done lets go of what the forward holds.
 func (f *forwarding) done() {
+	f.s.forwards.remove(f)
 	if f.unwatch != nil {
 		f.unwatch()
 		f.unwatch = nil
@@ -294,6 +345,7 @@ func (s *Server) forward(c *call, to target, up *upload) error {
 		s.metrics.forwards.WithLabelValues("lost").Inc()
 		return s.peerLost(c, to, err)
 	}
+	s.forwards.add(f)
 	// A client that went before this is reported at once.
 	f.unwatch = s.watchClient(c.ctx.Conn(), f.leave)
 	var pumped chan error
@@ -331,7 +383,7 @@ func (s *Server) forward(c *call, to target, up *upload) error {
 			return errClientGone
 		}
 		s.metrics.forwards.WithLabelValues("lost").Inc()
-		return s.peerLost(c, to, herr)
+		return f.lost(herr)
 	}
 	if h.StatusCode() == fasthttp.StatusServiceUnavailable && len(h.Peek(notHomeHeader)) > 0 {
 		// Refused before it ran: the peer is not the organisation's
@@ -363,7 +415,7 @@ func (s *Server) forward(c *call, to target, up *upload) error {
 			if f.gone.Load() {
 				return errClientGone
 			}
-			return s.peerLost(c, to, err)
+			return f.lost(err)
 		}
 		return nil
 	}
@@ -409,7 +461,7 @@ func (f *forwarding) readWhole(n int) error {
 // stream passes the answer's body on as it arrives, each piece flushed:
 // a stream's chunks reach the client as the home sends them.
 func (f *forwarding) stream(chunked bool) {
-	c, s := f.c, f.s
+	c := f.c
 	sse := bytes.HasPrefix(c.ctx.Response.Header.ContentType(), []byte("text/event-stream"))
 	conn := c.ctx.Conn()
 	var body io.Reader = f.ar.br
@@ -444,7 +496,7 @@ func (f *forwarding) stream(chunked bool) {
 			// The peer went mid-answer. A stream ends as one whose
 			// worker was lost does; anything else is cut, so that no
 			// client takes half an answer for a whole one.
-			lost := s.peerLost(c, f.to, rerr)
+			lost := f.lost(rerr)
 			if sse {
 				frame := append([]byte("data: "), inReplyError(lost, formStreamEvent)...)
 				_, _ = w.Write(append(frame, "\n\ndata: [DONE]\n\n"...))

@@ -814,3 +814,40 @@ func BenchmarkForwardUnary(b *testing.B) {
 		})
 	}
 }
+
+// A front whose drain runs out of time ends the streams it forwards as
+// it ends its own: the client gets the shutting_down error event and
+// [DONE], and the home's request ends at once, as a client's disconnect.
+func TestForwardEndedByTheDrain(t *testing.T) {
+	next := make(chan struct{})
+	ended := make(chan bool, 1)
+	home := startHome(t, "home", map[string]fasthttp.RequestHandler{"/sse": sseHandler(1000, next, ended)})
+	front := startFront(t, home)
+	_, br := postSSE(t, front.url+"/sse")
+	readEvent(t, br)
+	if n := front.s.forwards.abort(); n != 1 {
+		t.Fatalf("%d forwards ended, want the stream's", n)
+	}
+	rest, err := io.ReadAll(br)
+	if err != nil || !strings.Contains(string(rest), "shutting_down") || !strings.HasSuffix(string(rest), "data: [DONE]\n\n") {
+		t.Fatalf("the stream ended with %q, %v", rest, err)
+	}
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case next <- struct{}{}:
+			time.Sleep(5 * time.Millisecond)
+			continue
+		case ok := <-ended:
+			if ok {
+				t.Fatal("the home finished the stream as if its client were there")
+			}
+		case <-deadline:
+			t.Fatal("the home went on streaming after the front ended the forward")
+		}
+		break
+	}
+	if n := front.s.forwards.abort(); n != 0 {
+		t.Fatalf("%d forwards left once the stream ended", n)
+	}
+}

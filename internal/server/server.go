@@ -66,7 +66,9 @@ type Server struct {
 	// lives are the live transcriptions on hijacked connections.
 	lives liveSessions
 	// splices are the worker links carried through to other replicas.
-	splices  splices
+	splices splices
+	// forwards are the requests forwarded to other replicas under way.
+	forwards forwardSet
 	usage    store.Usage
 	writes   writeBacklog // nil: not told
 	power    *PowerBook
@@ -467,7 +469,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		// its client 503 (a stream with its error event) and writing its
 		// row, and a connection is closed once its answer is out, or
 		// after a second at most.
-		if n := s.relay.Abort(); n > 0 {
+		if n := s.relay.Abort() + s.forwards.abort(); n > 0 {
 			s.log.Warn("drain timed out; ending the requests still running", "requests", n)
 			answered, cancel := context.WithTimeout(context.Background(), time.Second)
 			s.public.drainConns(answered, 10*time.Millisecond)
