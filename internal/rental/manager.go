@@ -726,7 +726,7 @@ func (m *Manager) poll(ctx context.Context, r record) {
 		if err == nil && inst.Error != "" {
 			why = "the machine failed: " + inst.Error
 		}
-		if m.requestStop(r.ID, now, why, true) == nil {
+		if m.requestStop(r.ID, m.goneAt(&r, now), why, true) == nil {
 			m.finishStop(ctx, r.ID)
 		}
 	case err != nil:
@@ -744,6 +744,25 @@ func (m *Manager) poll(ctx context.Context, r record) {
 			m.log.Error("rental: save", "rental", r.ID, "err", err)
 		}
 	}
+}
+
+// goneAt is when a running rental whose machine a poll found gone was
+// lost: when its worker's link dropped, if it is offline since a moment
+// after it started, for the machine went with it and a poll comes up to
+// 30 s later; else now.
+func (m *Manager) goneAt(r *record, now time.Time) time.Time {
+	if r.StartedAt == nil {
+		return now
+	}
+	for _, w := range m.cfg.Fleet.Workers(r.OrgID) {
+		if w.WorkerID != r.WorkerID || w.Status != api.StatusOffline || w.OfflineSince == nil {
+			continue
+		}
+		if off := *w.OfflineSince; off.After(*r.StartedAt) && off.Before(now) {
+			return off
+		}
+	}
+	return now
 }
 
 // requestStop records that rental id is to stop at at, for why; billing
