@@ -922,18 +922,8 @@ func TestClusterLiveTranscription(t *testing.T) {
 	if err := ws.WriteMessage(websocket.BinaryMessage, pcmTone(3, 16000)); err != nil {
 		t.Fatal(err)
 	}
-	if err := ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"end"}`)); err != nil {
-		t.Fatal(err)
-	}
-	for {
-		ev := readEvent(t, ws)
-		if ev.Type == "transcript.partial" {
-			continue
-		}
-		if ev.Type != "transcript.final" || ev.Duration != 3 {
-			t.Fatalf("final %+v", ev)
-		}
-		break
+	if ev := endAndFinal(t, ws); ev.Type != "transcript.final" || ev.Duration != 3 {
+		t.Fatalf("final %+v", ev)
 	}
 	row := b.usageRow(key, id)
 	if row["audio_seconds"] != 3.0 || row["status_code"] != 200.0 || row["worker_name"] != "audio-box" {

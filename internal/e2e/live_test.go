@@ -66,6 +66,20 @@ func readEvent(t *testing.T, ws *websocket.Conn) liveEvent {
 	return ev
 }
 
+// endAndFinal ends a session's audio and returns the first event after
+// its partials: the final, or what came instead.
+func endAndFinal(t *testing.T, ws *websocket.Conn) liveEvent {
+	t.Helper()
+	if err := ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"end"}`)); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if ev := readEvent(t, ws); ev.Type != "transcript.partial" {
+			return ev
+		}
+	}
+}
+
 // Live transcription through real svc serve and svc worker processes: a
 // partial comes while the audio still arrives, then the final, and the
 // session's usage row counts the seconds sent.
@@ -115,18 +129,7 @@ func TestLiveTranscription(t *testing.T) {
 				t.Fatalf("partial %+v", partial)
 			}
 			send(pcm[4*32000:])
-			if err := ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"end"}`)); err != nil {
-				t.Fatal(err)
-			}
-			var final liveEvent
-			for {
-				ev := readEvent(t, ws)
-				if ev.Type == "transcript.partial" {
-					continue
-				}
-				final = ev
-				break
-			}
+			final := endAndFinal(t, ws)
 			if final.Type != "transcript.final" || final.Text == nil || *final.Text == "" || final.Duration != 7 || len(final.Segments) == 0 {
 				t.Fatalf("final %+v", final)
 			}
@@ -292,18 +295,8 @@ func TestLiveTranscriptionSlowFinal(t *testing.T) {
 	if err := ws.WriteMessage(websocket.BinaryMessage, pcmTone(2, 16000)); err != nil {
 		t.Fatal(err)
 	}
-	if err := ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"end"}`)); err != nil {
-		t.Fatal(err)
-	}
-	for {
-		ev := readEvent(t, ws)
-		if ev.Type == "transcript.partial" {
-			continue
-		}
-		if ev.Type != "transcript.final" || ev.Duration != 2 {
-			t.Fatalf("after the end: %+v %+v", ev, ev.Error)
-		}
-		break
+	if ev := endAndFinal(t, ws); ev.Type != "transcript.final" || ev.Duration != 2 {
+		t.Fatalf("after the end: %+v %+v", ev, ev.Error)
 	}
 	if row := s.usageRow(key, resp.Header.Get("X-Request-Id")); row["status_code"] != 200.0 || row["audio_seconds"] != 2.0 {
 		t.Fatalf("usage row %v", row)

@@ -336,18 +336,7 @@ func TestDrainTimeoutAnswersWhatIsRunning(t *testing.T) {
 	startWorker(t, s.URL, s.tokenFile(), "sim-box", "--engine", "sim=ttft=0", "--max-concurrent", "2")
 	slow := "go on\nsim: tokens=400 tps=20"
 
-	req, _ := http.NewRequest("POST", s.URL+"/v1/chat/completions", strings.NewReader(streamBody("sim-chat", slow, nil)))
-	req.Header.Set("Authorization", "Bearer "+key)
-	req.Header.Set("Content-Type", "application/json")
-	stream, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stream.Body.Close()
-	events := bufio.NewReader(stream.Body)
-	if line, err := events.ReadString('\n'); err != nil || !strings.HasPrefix(line, "data: ") {
-		t.Fatalf("the stream's first line %q: %v", line, err)
-	}
+	_, events := openStream(t, s, key, slow)
 	unary := make(chan reply, 1)
 	go func() {
 		req, _ := http.NewRequest("POST", s.URL+"/v1/chat/completions", strings.NewReader(chatBody("sim-chat", slow, false)))
@@ -368,10 +357,7 @@ func TestDrainTimeoutAnswersWhatIsRunning(t *testing.T) {
 	if err := s.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	rest, _ := io.ReadAll(events)
-	if tail := string(rest); !strings.Contains(tail, `"status":503`) || !strings.HasSuffix(strings.TrimSpace(tail), "data: [DONE]") {
-		t.Fatalf("the stream ended without its error event: ...%s", tail[max(0, len(tail)-400):])
-	}
+	endsWith503(t, events, "the stream ended without its error event")
 	u := <-unary
 	if u.Status != 503 || u.Header.Get("Retry-After") == "" {
 		t.Fatalf("the request waiting on its answer = %d %s, want a 503 to retry", u.Status, u.Body)
@@ -431,18 +417,7 @@ func TestStopSignals(t *testing.T) {
 	s = startServer(t, "", "--drain-timeout", "1m")
 	key := s.adminKey()
 	startWorker(t, s.URL, s.tokenFile(), "sim-box", "--engine", "sim=ttft=0")
-	req, _ := http.NewRequest("POST", s.URL+"/v1/chat/completions", strings.NewReader(streamBody("sim-chat", "go on\nsim: tokens=400 tps=20", nil)))
-	req.Header.Set("Authorization", "Bearer "+key)
-	req.Header.Set("Content-Type", "application/json")
-	stream, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stream.Body.Close()
-	events := bufio.NewReader(stream.Body)
-	if line, err := events.ReadString('\n'); err != nil || !strings.HasPrefix(line, "data: ") {
-		t.Fatalf("the stream's first line %q: %v", line, err)
-	}
+	stream, events := openStream(t, s, key, "go on\nsim: tokens=400 tps=20")
 	if err := s.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -456,10 +431,7 @@ func TestStopSignals(t *testing.T) {
 	if err := s.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
-	cut, _ := io.ReadAll(events)
-	if tail := string(cut); !strings.Contains(tail, `"status":503`) || !strings.HasSuffix(strings.TrimSpace(tail), "data: [DONE]") {
-		t.Fatalf("the stream cut by the second interrupt ended without its error event: ...%s", tail[max(0, len(tail)-400):])
-	}
+	endsWith503(t, events, "the stream cut by the second interrupt ended without its error event")
 	if !s.wait(5 * time.Second) {
 		t.Fatal("a second interrupt did not end the drain")
 	}
@@ -520,18 +492,7 @@ func TestWorkerSecondInterrupt(t *testing.T) {
 	s := startServer(t, "")
 	key := s.adminKey()
 	w := startWorker(t, s.URL, s.tokenFile(), "sim-box", "--engine", "sim=ttft=0", "--drain-timeout", "1m")
-	req, _ := http.NewRequest("POST", s.URL+"/v1/chat/completions", strings.NewReader(streamBody("sim-chat", "go on\nsim: tokens=400 tps=20", nil)))
-	req.Header.Set("Authorization", "Bearer "+key)
-	req.Header.Set("Content-Type", "application/json")
-	stream, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stream.Body.Close()
-	events := bufio.NewReader(stream.Body)
-	if line, err := events.ReadString('\n'); err != nil || !strings.HasPrefix(line, "data: ") {
-		t.Fatalf("the stream's first line %q: %v", line, err)
-	}
+	_, events := openStream(t, s, key, "go on\nsim: tokens=400 tps=20")
 	if err := w.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
@@ -540,10 +501,7 @@ func TestWorkerSecondInterrupt(t *testing.T) {
 	if err := w.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
-	cut, _ := io.ReadAll(events)
-	if tail := string(cut); !strings.Contains(tail, `"status":503`) || !strings.HasSuffix(strings.TrimSpace(tail), "data: [DONE]") {
-		t.Fatalf("the stream the worker abandoned ended without its error event: ...%s", tail[max(0, len(tail)-400):])
-	}
+	endsWith503(t, events, "the stream the worker abandoned ended without its error event")
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("the stream ended %v after the second interrupt, want at once", d)
 	}
@@ -553,5 +511,33 @@ func TestWorkerSecondInterrupt(t *testing.T) {
 	var ee *exec.ExitError
 	if !errors.As(w.Err(), &ee) || ee.ExitCode() != 128+int(syscall.SIGINT) {
 		t.Fatalf("worker exit %v, want status %d\n%s", w.Err(), 128+int(syscall.SIGINT), w.Log())
+	}
+}
+
+// openStream starts a streamed chat of content and reads its first line.
+func openStream(t *testing.T, s *server, key, content string) (*http.Response, *bufio.Reader) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", s.URL+"/v1/chat/completions", strings.NewReader(streamBody("sim-chat", content, nil)))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	stream, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stream.Body.Close() })
+	events := bufio.NewReader(stream.Body)
+	if line, err := events.ReadString('\n'); err != nil || !strings.HasPrefix(line, "data: ") {
+		t.Fatalf("the stream's first line %q: %v", line, err)
+	}
+	return stream, events
+}
+
+// endsWith503 reads the rest of a stream, which must end with a 503
+// error event and [DONE]; what says fails the test otherwise.
+func endsWith503(t *testing.T, events io.Reader, what string) {
+	t.Helper()
+	rest, _ := io.ReadAll(events)
+	if tail := string(rest); !strings.Contains(tail, `"status":503`) || !strings.HasSuffix(strings.TrimSpace(tail), "data: [DONE]") {
+		t.Fatalf("%s: ...%s", what, tail[max(0, len(tail)-400):])
 	}
 }

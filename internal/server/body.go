@@ -177,12 +177,8 @@ func readBody(ctx *fasthttp.RequestCtx, limit int, budget *bodyBudget, held *int
 		// Known in advance and small: one allocation, not a doubling
 		// buffer. A larger one is allocated as it comes, not as it is
 		// announced.
-		if cl > firstPiece {
-			if budget.take(cl) {
-				*held += int64(cl)
-			} else {
-				err = errBodyMemory
-			}
+		if cl > firstPiece && !budget.take(held, cl) {
+			err = errBodyMemory
 		}
 		if err == nil {
 			var b bytes.Buffer
@@ -191,13 +187,7 @@ func readBody(ctx *fasthttp.RequestCtx, limit int, budget *bodyBudget, held *int
 			body = b.Bytes()
 		}
 	} else {
-		body, err = readPieces(st, limit+1, func(n int) bool {
-			if !budget.take(n) {
-				return false
-			}
-			*held += int64(n)
-			return true
-		})
+		body, err = readPieces(st, limit+1, func(n int) bool { return budget.take(held, n) })
 	}
 	if err != nil {
 		if errors.Is(err, errBodyMemory) {
@@ -274,8 +264,9 @@ type bodyBudget struct {
 // the 32 MB limit, or some thousand chats of a long conversation.
 const defaultBodyMemory = 1 << 30
 
-// take takes n bytes of the budget, if it has them.
-func (b *bodyBudget) take(n int) bool {
+// take takes n bytes of the budget for a request, if it has them, and
+// adds them to what the request holds (*held), which it gives back.
+func (b *bodyBudget) take(held *int64, n int) bool {
 	if b == nil {
 		return true
 	}
@@ -283,6 +274,7 @@ func (b *bodyBudget) take(n int) bool {
 		b.used.Add(-int64(n))
 		return false
 	}
+	*held += int64(n)
 	return true
 }
 

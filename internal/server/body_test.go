@@ -151,13 +151,7 @@ func TestReadPieces(t *testing.T) {
 func TestReadPiecesTakesFromTheBudget(t *testing.T) {
 	b := &bodyBudget{max: 1 << 20}
 	var held int64
-	take := func(n int) bool {
-		if !b.take(n) {
-			return false
-		}
-		held += int64(n)
-		return true
-	}
+	take := func(n int) bool { return b.take(&held, n) }
 	got, err := readPieces(bytes.NewReader(make([]byte, 600<<10)), 32<<20, take)
 	if err != nil || len(got) != 600<<10 || held == 0 || b.used.Load() != held {
 		t.Fatalf("%d bytes, %v; %d held, %d used", len(got), err, held, b.used.Load())

@@ -515,21 +515,7 @@ func TestForwardClientGone(t *testing.T) {
 		}
 		resp.Body.Close()
 		// The home's next writes fail once the front has reset the stream.
-		deadline := time.After(5 * time.Second)
-		for {
-			select {
-			case next <- struct{}{}:
-				time.Sleep(5 * time.Millisecond)
-				continue
-			case ok := <-ended:
-				if ok {
-					t.Fatal("the home finished the stream as if its client were there")
-				}
-			case <-deadline:
-				t.Fatal("the home went on streaming to a client that left")
-			}
-			break
-		}
+		homeStreamEnds(t, next, ended)
 	})
 }
 
@@ -832,22 +818,28 @@ func TestForwardEndedByTheDrain(t *testing.T) {
 	if err != nil || !strings.Contains(string(rest), "shutting_down") || !strings.HasSuffix(string(rest), "data: [DONE]\n\n") {
 		t.Fatalf("the stream ended with %q, %v", rest, err)
 	}
+	homeStreamEnds(t, next, ended)
+	if n := front.s.forwards.abort(); n != 0 {
+		t.Fatalf("%d forwards left once the stream ended", n)
+	}
+}
+
+// homeStreamEnds drives a home's sseHandler with next until it ends, which
+// must be as a stream whose client went: the front reset it.
+func homeStreamEnds(t *testing.T, next chan<- struct{}, ended <-chan bool) {
+	t.Helper()
 	deadline := time.After(5 * time.Second)
 	for {
 		select {
 		case next <- struct{}{}:
 			time.Sleep(5 * time.Millisecond)
-			continue
 		case ok := <-ended:
 			if ok {
 				t.Fatal("the home finished the stream as if its client were there")
 			}
+			return
 		case <-deadline:
-			t.Fatal("the home went on streaming after the front ended the forward")
+			t.Fatal("the home went on streaming after the front reset the stream")
 		}
-		break
-	}
-	if n := front.s.forwards.abort(); n != 0 {
-		t.Fatalf("%d forwards left once the stream ended", n)
 	}
 }

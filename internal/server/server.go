@@ -557,17 +557,7 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, m *mux, console bool) {
 	// drain is how much of a body left unread may be read and dropped to
 	// keep the connection: a route's limit once its caller is authorized.
 	drain := 0
-	defer func() {
-		// A streamed answer is written once this returns, and the request,
-		// its body too, lives until it is done: the body's memory is given
-		// back then.
-		if rb, ok := ctx.Response.BodyStream().(*relayBody); ok && c.bodyHeld > 0 {
-			held := c.bodyHeld
-			rb.closed = func() { s.bodies.give(held) }
-			return
-		}
-		s.bodies.give(c.bodyHeld)
-	}()
+	defer s.releaseBody(ctx, &c)
 	ambiguous, closing := readFraming(ctx.Request.Header.RawHeaders())
 	if closing {
 		ctx.SetConnectionClose()
@@ -663,6 +653,21 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, m *mux, console bool) {
 		ctx.SetConnectionClose()
 	}
 	s.metrics.observe(label, method, ctx.Response.StatusCode(), time.Since(start))
+}
+
+// releaseBody gives back what c's body took of the body budget. A relayed
+// stream is written once dispatch returns, and the request, its body too,
+// lives until it is done: its body's share is given back then.
+func (s *Server) releaseBody(ctx *fasthttp.RequestCtx, c *call) {
+	if c.bodyHeld == 0 {
+		return
+	}
+	held := c.bodyHeld
+	if rb, ok := ctx.Response.BodyStream().(*relayBody); ok {
+		rb.closed = func() { s.bodies.give(held) }
+		return
+	}
+	s.bodies.give(held)
 }
 
 // errNotUTF8 answers a JSON body that is not UTF-8 text.

@@ -251,15 +251,25 @@ func (c *capSink) finish(ctx context.Context, res *api.Result) *api.Result {
 // counted is the usage of a stream stopped at the cap, as the worker
 // counted what it passed on.
 func (c *capSink) counted() *api.Usage {
-	u := &api.Usage{CompletionTokens: c.thinking, Estimated: true}
+	completion := c.thinking
 	for _, n := range c.tokens {
-		u.CompletionTokens += n
+		completion += n
 	}
+	u := stoppedUsage(c.body, completion)
 	if c.thinking > 0 {
 		thinking := c.thinking
 		u.ReasoningTokens = &thinking
 	}
-	if req, err := chat.Parse(c.body, chat.Options{}); err == nil {
+	return u
+}
+
+// stoppedUsage is the usage of a chat reply the worker stopped, which its
+// engine reported none of: completion tokens as the worker counted them,
+// the prompt's estimated from the request at four characters a token,
+// marked an estimate.
+func stoppedUsage(body []byte, completion int) *api.Usage {
+	u := &api.Usage{CompletionTokens: completion, Estimated: true}
+	if req, err := chat.Parse(body, chat.Options{}); err == nil {
 		u.PromptTokens = usage.EstimateTokens(req.PromptChars)
 	}
 	u.TotalTokens = u.PromptTokens + u.CompletionTokens

@@ -251,12 +251,7 @@ func (f *filterSink) counted() *api.Usage {
 	for _, t := range f.texts {
 		chars += utf8.RuneCountInString(t.String())
 	}
-	u := &api.Usage{CompletionTokens: usage.EstimateTokens(chars), Estimated: true}
-	if req, err := chat.Parse(f.body, chat.Options{}); err == nil {
-		u.PromptTokens = usage.EstimateTokens(req.PromptChars)
-	}
-	u.TotalTokens = u.PromptTokens + u.CompletionTokens
-	return u
+	return stoppedUsage(f.body, usage.EstimateTokens(chars))
 }
 
 // whole checks a non-streamed reply: a flagged one keeps its shape with
