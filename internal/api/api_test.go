@@ -106,6 +106,10 @@ func TestPlanRequiredIsNested(t *testing.T) {
 	if e := Forbidden("no"); e.Nested() {
 		t.Fatal("a plain 403 is nested")
 	}
+	noHolder := &Error{Kind: KindUnavailable, Code: CodeNoPrivateInferenceWorker}
+	if !noHolder.Nested() || noHolder.ErrorType() != TypeServiceUnavailable {
+		t.Fatalf("no_private_inference_worker: nested %v, type %q", noHolder.Nested(), noHolder.ErrorType())
+	}
 }
 
 // An install report keeps the shape workers have always sent, the install

@@ -175,7 +175,9 @@ func (e *Error) Nested() bool {
 	case TypeE2ERequired, TypePlanRequired, TypeInvalidEncryptedRequest:
 		return true
 	}
-	return false
+	// The contract lists it among the private-inference errors, whose
+	// shape it takes; its type is the 503's own.
+	return e.Code == CodeNoPrivateInferenceWorker
 }
 
 // ServerFault reports whether the failure is the service's or a worker's

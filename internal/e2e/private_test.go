@@ -290,7 +290,8 @@ func TestPrivateInferenceErrors(t *testing.T) {
 	// 503 no_private_inference_worker: sealed to a key nobody holds.
 	other, _ := e2ee.GenerateKeyPair()
 	stray, _, _ := e2ee.SealRequest(other.Public(), "sim-chat", false, []byte(body))
-	if r := sealedPost("/v1/chat/completions", stray); r.Status != 503 || r.Header.Get("X-Svc-Error-Code") != "no_private_inference_worker" {
+	if r := sealedPost("/v1/chat/completions", stray); r.Status != 503 || r.Header.Get("X-Svc-Error-Code") != "no_private_inference_worker" ||
+		nestedType(r) != "service_unavailable" || r.Header.Get("Retry-After") == "" {
 		t.Errorf("unknown key = %d %v %s", r.Status, r.Header, r.Body)
 	}
 	// The same envelope twice: the worker refuses the replay, also in
