@@ -310,6 +310,32 @@ func (v *Validator) Err() error {
 	return Invalid(v.fields...)
 }
 
+// Body is the body e is answered with: validation (errors[] beside
+// the envelope), nested private-inference, the compatible envelope beside
+// detail, or detail alone.
+func (e *Error) Body(compatible bool) Body {
+	payload := &ErrorPayload{Message: e.Message, Type: e.ErrorType()}
+	if e.Code != "" {
+		payload.Code = &e.Code
+	}
+	if e.Param != "" {
+		payload.Param = &e.Param
+	}
+	switch {
+	case len(e.Fields) > 0:
+		if payload.Param == nil {
+			payload.Param = &e.Fields[0].Field
+		}
+		return Body{Detail: e.Message, Error: payload, Errors: e.Fields}
+	case e.Nested():
+		return Body{Detail: map[string]any{"error": payload}}
+	case compatible || e.Envelope:
+		return Body{Detail: e.Message, Error: payload}
+	default:
+		return Body{Detail: e.Message}
+	}
+}
+
 // Body is what every error response decodes into, whatever its shape: plain
 // ({"detail": "..."}), compatible ({"error": {...}} beside detail), nested
 // private-inference ({"detail": {"error": {...}}}) or validation (errors[]).

@@ -286,39 +286,13 @@ func retryAfterSeconds(ae *api.Error) int {
 	return int((ae.RetryAfter + time.Second - 1) / time.Second)
 }
 
-// responseBody is an error response's body: validation (errors[] beside
-// the envelope), nested private-inference, the compatible envelope beside
-// detail, or detail alone.
-func responseBody(ae *api.Error, compatible bool) api.Body {
-	payload := &api.ErrorPayload{Message: ae.Message, Type: ae.ErrorType()}
-	if ae.Code != "" {
-		payload.Code = &ae.Code
-	}
-	if ae.Param != "" {
-		payload.Param = &ae.Param
-	}
-	switch {
-	case len(ae.Fields) > 0:
-		if payload.Param == nil {
-			payload.Param = &ae.Fields[0].Field
-		}
-		return api.Body{Detail: ae.Message, Error: payload, Errors: ae.Fields}
-	case ae.Nested():
-		return api.Body{Detail: map[string]any{"error": payload}}
-	case compatible || ae.Envelope:
-		return api.Body{Detail: ae.Message, Error: payload}
-	default:
-		return api.Body{Detail: ae.Message}
-	}
-}
-
-// responseJSON is responseBody encoded as encodeError encodes it. The
+// responseJSON is ae.Body encoded as encodeError encodes it. The
 // common bodies, a message with or without its envelope, are written by
 // hand: every refusal under overload is one, and reflection was a few
 // percent of what refusing cost.
 func responseJSON(ae *api.Error, compatible bool) []byte {
 	if len(ae.Fields) > 0 || ae.Nested() {
-		return encodeError(responseBody(ae, compatible), false)
+		return encodeError(ae.Body(compatible), false)
 	}
 	b := make([]byte, 0, 128+2*len(ae.Message)+len(ae.Code)+len(ae.Param))
 	b = append(b, `{"detail":`...)

@@ -278,7 +278,7 @@ func FuzzResponseJSON(f *testing.F) {
 		if fields {
 			ae.Fields = []api.FieldError{{Field: param, Message: msg, Type: api.FieldInvalid}}
 		}
-		want := encodeError(responseBody(ae, compatible), false)
+		want := encodeError(ae.Body(compatible), false)
 		if got := responseJSON(ae, compatible); string(got) != string(want) {
 			t.Fatalf("%+v, compatible %v:\n got %s\nwant %s", ae, compatible, got, want)
 		}

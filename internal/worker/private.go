@@ -24,9 +24,8 @@ import (
 // body for the engine as the gateway would a clear one: a chat is
 // validated and fitted to the model here, since the gateway could not read
 // it. Failures are final: another worker holds another key. One of a
-// request that opened comes with the request, whose sealer seals the
-// failure to the client; the others say what is wrong without repeating
-// any of the content.
+// request that opened comes sealed to the client (invalid); the others say
+// what is wrong without repeating any of the content.
 func (a *Agent) openPrivate(req *api.LinkRequest, envelope []byte) (*privateRequest, *api.Result) {
 	if a.cfg.E2E == nil {
 		return nil, final(engine.Failure(http.StatusServiceUnavailable, api.TypeServiceUnavailable, "this worker serves no private inference"))
@@ -66,7 +65,7 @@ func (a *Agent) openPrivate(req *api.LinkRequest, envelope []byte) (*privateRequ
 			p.audioFormat, p.audioSeconds = tr.Params.Format, tr.Params.Seconds
 		}
 		if err != nil {
-			return p, final(invalid(err))
+			return nil, p.invalid(err)
 		}
 		p.body = params
 		// The gateway renders a clear transcript; a sealed one is rendered
@@ -92,26 +91,26 @@ func (a *Agent) openPrivate(req *api.LinkRequest, envelope []byte) (*privateRequ
 			p.body, err = json.Marshal(parsed.Params)
 		}
 		if err != nil {
-			return p, final(invalid(err))
+			return nil, p.invalid(err)
 		}
 	case api.KindRerank:
 		parsed, err := rerank.Parse(opened.Body)
 		if err != nil {
-			return p, final(invalid(err))
+			return nil, p.invalid(err)
 		}
 		p.body = parsed.Body
 	case api.KindEmbeddings:
 		// As the gateway would: a whole number written as one.
 		_, body, err := embeddings.Parse(opened.Body)
 		if err != nil {
-			return p, final(invalid(err))
+			return nil, p.invalid(err)
 		}
 		p.body = body
 	case api.KindImages:
 		// As the gateway would: n set and b64_json asked for, url refused.
 		parsed, err := images.Parse(opened.Body)
 		if err != nil {
-			return p, final(invalid(err))
+			return nil, p.invalid(err)
 		}
 		p.body = parsed.Body
 	case api.KindChat:
@@ -120,7 +119,7 @@ func (a *Agent) openPrivate(req *api.LinkRequest, envelope []byte) (*privateRequ
 			err = parsed.Prepare(a.modelMeta(req.Model))
 		}
 		if err != nil {
-			return p, final(invalid(err))
+			return nil, p.invalid(err)
 		}
 		p.body, p.answerCap = parsed.Body, parsed.AnswerCap()
 	}
@@ -145,15 +144,21 @@ type privateRequest struct {
 	answerCap int
 }
 
-// invalid is a sealed request's validation failure, as its client reads
-// it once sealed (sealFailure): the message of the check that failed, with
-// its code. It is a 400 whatever the check's own status (the spec's 422
-// carries a list of fields beside, which the sealed body does not).
-func invalid(err error) *api.Result {
-	ae := api.ErrorOf(err)
-	r := engine.Failure(http.StatusBadRequest, api.TypeInvalidRequest, ae.Message)
-	r.Error.Code = ae.Code
-	return r
+// invalid is the failed check of a sealed request that opened, answered
+// as the gateway answers a clear request's: with the check's status (422
+// and the list of fields for a validation, 400 or 413 for the others) and
+// body. The body may quote the prompt and tells which field failed, so it
+// is sealed to the client; the result the gateway reads in the clear tells
+// only the status.
+func (p *privateRequest) invalid(err error) *api.Result {
+	var ae *api.Error
+	if !errors.As(err, &ae) {
+		ae = api.BadRequest("%s", err)
+	}
+	status := ae.HTTPStatus()
+	body, _ := json.Marshal(ae.Body(true))
+	return final(&api.Result{Status: status, Sealed: p.Sealer.ReplyBody(body),
+		Error: &api.ResultError{Message: "the encrypted request is invalid", Type: api.TypeForStatus(status)}})
 }
 
 // replays remembers the sealed requests this worker has opened, by their

@@ -98,10 +98,6 @@ func (a *Agent) run(ctx context.Context, st *link.Stream) (res *api.Result) {
 			}
 		}
 		if private, failed = a.openPrivate(&req, ereq.Body); failed != nil {
-			if private != nil {
-				// Opened, and refused for what it holds.
-				sealFailure(private.Sealer, failed, "the encrypted request is invalid")
-			}
 			return failed
 		}
 		ereq.Body = private.body
