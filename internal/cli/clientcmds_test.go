@@ -435,18 +435,24 @@ func TestUsageByWorkerWithoutWorkersRead(t *testing.T) {
 			body: `{"detail":"This API key lacks the workers:read permission required for this endpoint."}`},
 	})
 	env := gatewayEnv(g)
+	const id = "wk_632eba419f81787f"
 	for _, args := range [][]string{
-		{"usage", "logs", "--worker", "wk_1"},
-		{"usage", "inflight", "--worker", "wk_1"},
+		{"usage", "logs", "--worker", id},
+		{"usage", "inflight", "--worker", id},
 	} {
 		r := cliRun{env: env}.run(t, args...)
-		if q := g.last("/api/v1/usage/" + args[1]).Query; r.code != 0 || q.Get("worker_id") != "wk_1" {
+		if q := g.last("/api/v1/usage/" + args[1]).Query; r.code != 0 || q.Get("worker_id") != id {
 			t.Fatalf("%v: exit %d, query %v: %s", args, r.code, q, r.stderr)
 		}
 	}
-	// A name cannot be looked up: said, rather than matching nothing.
-	if r := (cliRun{env: env}).run(t, "usage", "logs", "--worker", "gpu-box-1"); r.code != exitUsage || !strings.Contains(r.stderr, "workers:read") {
-		t.Fatalf("a name under a key without workers:read: exit %d %s", r.code, r.stderr)
+	// A name or a start of an id cannot be looked up: said, rather than
+	// matching nothing.
+	for _, arg := range []string{"gpu-box-1", "wk_632e"} {
+		for _, cmd := range []string{"logs", "inflight"} {
+			if r := (cliRun{env: env}).run(t, "usage", cmd, "--worker", arg); r.code != exitUsage || !strings.Contains(r.stderr, "workers:read") {
+				t.Errorf("usage %s --worker %s under a key without workers:read: exit %d %s", cmd, arg, r.code, r.stderr)
+			}
+		}
 	}
 }
 

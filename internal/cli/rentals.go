@@ -33,10 +33,10 @@ func NewCmdRentals(f *Factory, runF func(*RentalsOptions) error) *cobra.Command 
 		Short: "List the organisation's GPU rentals",
 		Long: `List the organisation's GPU rentals, newest first: a short id (any unique start
 of an id names a rental in the other commands), name, GPU, tier, status, the
-boot phase or the model download's progress, whether its worker is connected,
-the price per hour, the cost so far and the hours billed, and when billing
-started (when its worker first connected). A running rental whose worker is
-not connected is billed without serving: its status says so.
+boot phase or the model download's progress, the price per hour, the cost so
+far and the hours billed, and when billing started (when its worker first
+connected). A running rental whose worker is not connected is billed without
+serving: its status says so ("running, not serving").
 
 Needs a key with the compute:write permission.
 

@@ -90,7 +90,7 @@ func workerID(ctx context.Context, c *client.Client, arg string) (string, error)
 	if client.IsStatus(err, http.StatusForbidden) {
 		// A key with usage:read alone may filter by a worker it may not
 		// list: by its id, as a name would silently match nothing.
-		if !strings.HasPrefix(arg, "wk_") {
+		if !wholeWorkerID(arg) {
 			return "", usageErrorf("--worker %q: naming a worker, or a start of its id, needs a key with workers:read; give its whole id (wk_...)", arg)
 		}
 		return arg, nil
@@ -102,6 +102,14 @@ func workerID(ctx context.Context, c *client.Client, arg string) (string, error)
 		return "", usageErrorf("--worker %q: no worker of that name or id is listed; a worker no longer listed is named by its whole id (wk_...)", arg)
 	}
 	return w.WorkerID, err
+}
+
+// wholeWorkerID reports whether arg can be a worker's whole id: "wk_" and
+// at least the 16 characters of its hash, where a start of one (wk_3f2a)
+// is shorter. A key that may not list workers filters by whole ids only,
+// as a start would silently match nothing.
+func wholeWorkerID(arg string) bool {
+	return strings.HasPrefix(arg, "wk_") && len(arg) >= len("wk_")+16
 }
 
 func usageInflightRun(ctx context.Context, opts *UsageInflightOptions) error {
