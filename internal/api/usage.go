@@ -126,6 +126,11 @@ type UsageTotals struct {
 	RequestDurationMs int64   `json:"request_duration_ms"`
 	// EnergyWh sums the rows' measured GPU energy.
 	EnergyWh float64 `json:"energy_wh"`
+	// UnmeteredTokens sums the total tokens of the rows that measured no
+	// energy (a worker without power readings), which the energy a
+	// thousand tokens leaves out. Totals kept before it was counted have
+	// none.
+	UnmeteredTokens int64 `json:"-"`
 }
 
 // UsageSummary is the body of GET /api/v1/usage/summary: totals over the

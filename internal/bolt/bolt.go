@@ -82,6 +82,11 @@ func migrations() []migration {
 		// version makes such a build refuse the store; the speech rows of
 		// builds that counted the audio made as audio_seconds have it moved.
 		{7, "speech seconds", moveSpeechSeconds},
+		// Totals from now on count the tokens of rows without energy
+		// (totals version 4), whose longer value a build before them reads
+		// as broken. Nothing is rewritten: older totals read as having
+		// none, and the version makes such a build refuse the store.
+		{8, "unmetered tokens", func(*bbolt.Tx) error { return nil }},
 	}
 }
 

@@ -247,7 +247,7 @@ func TestMigrationMovesSpeechSeconds(t *testing.T) {
 			t.Errorf("the worker's totals %+v", wk)
 		}
 	}
-	if v, _ := s.Version(); v != 7 {
+	if v, _ := s.Version(); v != SchemaVersion() {
 		t.Fatalf("schema %d", v)
 	}
 }

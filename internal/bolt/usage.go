@@ -65,18 +65,20 @@ func (s *Store) Usage(w *Writer) *Usage {
 const (
 	// totalsVersion leads every encoded aggregate so the layout can grow
 	// without guessing what an old value holds. Version 1 ended after
-	// audio seconds; version 2 adds energy, version 3 speech seconds.
-	totalsVersion = 3
-	totalsFields  = 14
+	// audio seconds; version 2 adds energy, version 3 speech seconds,
+	// version 4 the tokens of rows without energy.
+	totalsVersion = 4
+	totalsFields  = 15
 	totalsSize    = 1 + totalsFields*8
 	totalsV1Size  = 1 + 12*8
 	totalsV2Size  = 1 + 13*8
+	totalsV3Size  = 1 + 14*8
 	dateLen       = len(time.DateOnly)
 )
 
-// appendTotals encodes t as a version byte and fourteen little-endian
+// appendTotals encodes t as a version byte and fifteen little-endian
 // 8-byte fields: eleven int64 counters, then audio seconds, energy (Wh)
-// and speech seconds as float64 bits.
+// and speech seconds as float64 bits, then the unmetered tokens.
 func appendTotals(b []byte, t *api.UsageTotals) []byte {
 	b = append(b, totalsVersion)
 	for _, v := range [...]int64{
@@ -88,16 +90,17 @@ func appendTotals(b []byte, t *api.UsageTotals) []byte {
 	}
 	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(t.AudioSeconds))
 	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(t.EnergyWh))
-	return binary.LittleEndian.AppendUint64(b, math.Float64bits(t.SpeechSeconds))
+	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(t.SpeechSeconds))
+	return binary.LittleEndian.AppendUint64(b, uint64(t.UnmeteredTokens))
 }
 
 var errBadTotals = errors.New("malformed usage totals")
 
 // decodeTotals decodes the totals encoded at the start of v into t and
 // returns what follows them (a worker's name). An aggregate of an older
-// version, from before energy (1) or speech seconds (2) were counted,
-// reads as having none of them; it is rewritten as the current version
-// the next time a row adds to it.
+// version, from before energy (1), speech seconds (2) or unmetered tokens
+// (3) were counted, reads as having none of them; it is rewritten as the
+// current version the next time a row adds to it.
 func decodeTotals(t *api.UsageTotals, v []byte) ([]byte, error) {
 	size := totalsSize
 	switch {
@@ -105,6 +108,8 @@ func decodeTotals(t *api.UsageTotals, v []byte) ([]byte, error) {
 		size = totalsV1Size
 	case len(v) > 0 && v[0] == 2:
 		size = totalsV2Size
+	case len(v) > 0 && v[0] == 3:
+		size = totalsV3Size
 	case len(v) == 0 || v[0] != totalsVersion:
 		return nil, errBadTotals
 	}
@@ -129,8 +134,11 @@ func decodeTotals(t *api.UsageTotals, v []byte) ([]byte, error) {
 	if size >= totalsV2Size {
 		t.EnergyWh = math.Float64frombits(uint64(f(12)))
 	}
-	if size >= totalsSize {
+	if size >= totalsV3Size {
 		t.SpeechSeconds = math.Float64frombits(uint64(f(13)))
+	}
+	if size >= totalsSize {
+		t.UnmeteredTokens = f(14)
 	}
 	return v[size:], nil
 }

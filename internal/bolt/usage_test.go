@@ -162,6 +162,11 @@ func bruteAdd(t *api.UsageTotals, r api.UsageRow) {
 		t.SpeechSeconds += *r.SpeechSeconds
 	}
 	t.RequestDurationMs += r.RequestDurationMs
+	if r.EnergyWh != nil {
+		t.EnergyWh += *r.EnergyWh
+	} else {
+		t.UnmeteredTokens += int64(r.TotalTokens)
+	}
 }
 
 // inDays reports whether the row's UTC date is within [from, to].
@@ -414,7 +419,7 @@ func TestUsageSurvivesReopen(t *testing.T) {
 func TestUsageTotalsEncoding(t *testing.T) {
 	in := api.UsageTotals{Requests: 1, Succeeded: 2, Failed: 3, Cancelled: 4, PromptTokens: 5, CompletionTokens: 6,
 		TotalTokens: 7, ReasoningTokens: 8, CachedTokens: 9, Images: 10, AudioSeconds: 11.5, RequestDurationMs: math.MaxInt64 / 2,
-		EnergyWh: 12.25, SpeechSeconds: 13.5}
+		EnergyWh: 12.25, SpeechSeconds: 13.5, UnmeteredTokens: 14}
 	b := appendTotals(nil, &in)
 	if len(b) != totalsSize {
 		t.Fatalf("%d bytes, want %d", len(b), totalsSize)
@@ -434,7 +439,7 @@ func TestUsageTotalsEncoding(t *testing.T) {
 	out = api.UsageTotals{EnergyWh: 99}
 	rest, err = decodeTotals(&out, append(v1, "name"...))
 	want := in
-	want.EnergyWh, want.SpeechSeconds = 0, 0
+	want.EnergyWh, want.SpeechSeconds, want.UnmeteredTokens = 0, 0, 0
 	if err != nil || out != want || string(rest) != "name" {
 		t.Fatalf("version 1 decoded %+v, %q, %v", out, rest, err)
 	}
@@ -443,12 +448,22 @@ func TestUsageTotalsEncoding(t *testing.T) {
 	out = api.UsageTotals{SpeechSeconds: 99}
 	rest, err = decodeTotals(&out, append(v2, "name"...))
 	want = in
-	want.SpeechSeconds = 0
+	want.SpeechSeconds, want.UnmeteredTokens = 0, 0
 	if err != nil || out != want || string(rest) != "name" {
 		t.Fatalf("version 2 decoded %+v, %q, %v", out, rest, err)
 	}
 	if _, err := decodeTotals(&out, append([]byte{2}, b[1:totalsV2Size-1]...)); err == nil {
 		t.Fatal("a short version 2 aggregate decoded")
+	}
+	// One written before the tokens without energy were counted reads as
+	// having none: all its tokens count as metered, as they did.
+	v3 := append([]byte{3}, b[1:totalsV3Size]...)
+	out = api.UsageTotals{UnmeteredTokens: 99}
+	rest, err = decodeTotals(&out, append(v3, "name"...))
+	want = in
+	want.UnmeteredTokens = 0
+	if err != nil || out != want || string(rest) != "name" {
+		t.Fatalf("version 3 decoded %+v, %q, %v", out, rest, err)
 	}
 }
 

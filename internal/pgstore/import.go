@@ -64,6 +64,7 @@ func (s *Store) ImportUsageTotals(ctx context.Context, totals []bolt.UsageTotal)
 		counts            [11][]int64
 		audio, energy     []float64
 		speech            []float64
+		unmetered         []int64
 	}
 	tables := []*table{{name: "svc_usage_days"}, {name: "svc_usage_models"}, {name: "svc_usage_workers"}}
 	for _, t := range totals {
@@ -83,6 +84,7 @@ func (s *Store) ImportUsageTotals(ctx context.Context, totals []bolt.UsageTotal)
 		tb.audio = append(tb.audio, v.AudioSeconds)
 		tb.energy = append(tb.energy, v.EnergyWh)
 		tb.speech = append(tb.speech, v.SpeechSeconds)
+		tb.unmetered = append(tb.unmetered, v.UnmeteredTokens)
 	}
 	b := &pgx.Batch{}
 	for _, tb := range tables {
@@ -99,6 +101,8 @@ func (s *Store) ImportUsageTotals(ctx context.Context, totals []bolt.UsageTotal)
 			args = append(args, fs)
 			arrays = append(arrays, fmt.Sprintf("$%d::double precision[]", len(args)))
 		}
+		args = append(args, tb.unmetered)
+		arrays = append(arrays, fmt.Sprintf("$%d::bigint[]", len(args)))
 		keys := pkOf(tb.name)
 		sel := []string{"u.org_id", "u.day::date"}
 		cols := append([]string{}, keys...)

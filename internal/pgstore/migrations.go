@@ -16,5 +16,6 @@ func migrations() []migration {
 		{version: 8, name: "worker events by worker", sql: schemaWorkerEvents},
 		{version: 9, name: "speech rows' seconds from builds before 7", run: moveSpeechSeconds},
 		{version: 10, name: "each replica's usage retention", sql: schemaReplicaRetention},
+		{version: 11, name: "tokens of usage rows without energy", sql: schemaUnmeteredTokens},
 	}
 }

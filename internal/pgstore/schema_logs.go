@@ -133,6 +133,17 @@ ALTER TABLE svc_usage_models ADD COLUMN speech_seconds double precision NOT NULL
 ALTER TABLE svc_usage_workers ADD COLUMN speech_seconds double precision NOT NULL DEFAULT 0;
 `
 
+// schemaUnmeteredTokens is version 11: the totals count the tokens of
+// rows that measured no energy, which the energy a thousand tokens leaves
+// out. Totals from before it, and those a build before it adds, have
+// none, and count all their tokens as metered, as those builds did; so
+// the oldest build that may use the database stays where it was.
+const schemaUnmeteredTokens = `
+ALTER TABLE svc_usage_days ADD COLUMN IF NOT EXISTS unmetered_tokens bigint NOT NULL DEFAULT 0;
+ALTER TABLE svc_usage_models ADD COLUMN IF NOT EXISTS unmetered_tokens bigint NOT NULL DEFAULT 0;
+ALTER TABLE svc_usage_workers ADD COLUMN IF NOT EXISTS unmetered_tokens bigint NOT NULL DEFAULT 0;
+`
+
 // schemaWorkerEvents is version 8: a worker's events by time, for the
 // newest of one worker (LastEvent, on a worker's first connect to a
 // replica) and of each (RecentWorkers, on a claim), which the

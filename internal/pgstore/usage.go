@@ -171,6 +171,7 @@ type usageColumns struct {
 	succeeded, failed, cancelled   []int64
 	reasoning, cached, images, dur []int64
 	audio, energy, speech          []float64
+	unmetered                      []int64
 }
 
 func (c *usageColumns) len() int { return len(c.requestID) }
@@ -203,20 +204,21 @@ func (c *usageColumns) add(orgID string, r *api.UsageRow, data []byte) {
 	c.audio = append(c.audio, t.AudioSeconds)
 	c.energy = append(c.energy, t.EnergyWh)
 	c.speech = append(c.speech, t.SpeechSeconds)
+	c.unmetered = append(c.unmetered, t.UnmeteredTokens)
 }
 
 func (c *usageColumns) args() []any {
 	return []any{c.createdAt, c.requestID, c.orgID, c.createdNs, c.workerID, c.model, c.requestType,
 		c.status, c.prompt, c.completion, c.total, c.data,
 		c.day, c.workerName, c.succeeded, c.failed, c.cancelled, c.reasoning, c.cached, c.images, c.dur,
-		c.audio, c.energy, c.speech}
+		c.audio, c.energy, c.speech, c.unmetered}
 }
 
 // totalsColumns are the counters of a totals table, in api.UsageTotals'
 // order of usage.Add.
 var totalsColumns = []string{"requests", "succeeded", "failed", "cancelled", "prompt_tokens", "completion_tokens",
 	"total_tokens", "reasoning_tokens", "cached_tokens", "images", "request_duration_ms", "audio_seconds", "energy_wh",
-	"speech_seconds"}
+	"speech_seconds", "unmetered_tokens"}
 
 // totalsUpsert is the statement part that adds one group of the inserted
 // rows to a totals table: its keys, the sums of the group's rows, and the
@@ -277,11 +279,12 @@ WITH input AS (
 	FROM unnest($1::timestamptz[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::text[],
 		$8::integer[], $9::bigint[], $10::bigint[], $11::bigint[], $12::bytea[],
 		$13::text[], $14::text[], $15::bigint[], $16::bigint[], $17::bigint[], $18::bigint[], $19::bigint[],
-		$20::bigint[], $21::bigint[], $22::double precision[], $23::double precision[], $24::double precision[])
+		$20::bigint[], $21::bigint[], $22::double precision[], $23::double precision[], $24::double precision[],
+		$25::bigint[])
 		WITH ORDINALITY AS u(created_at, request_id, org_id, created_ns, worker_id, model, request_type,
 			status_code, prompt_tokens, completion_tokens, total_tokens, data,
 			day, worker_name, succeeded, failed, cancelled, reasoning_tokens, cached_tokens,
-			images, request_duration_ms, audio_seconds, energy_wh, speech_seconds, ord)
+			images, request_duration_ms, audio_seconds, energy_wh, speech_seconds, unmetered_tokens, ord)
 	ORDER BY u.created_at, u.request_id, u.ord
 ), ins AS (
 	INSERT INTO svc_usage_rows (created_at, request_id, org_id, created_ns, worker_id, model, request_type,
@@ -393,7 +396,7 @@ func (u *Usage) Logs(orgID string, q store.UsageQuery) ([]api.UsageRow, error) {
 func scanTotals(rows pgx.Rows, t *api.UsageTotals, lead ...any) error {
 	err := rows.Scan(append(lead, &t.Requests, &t.Succeeded, &t.Failed, &t.Cancelled, &t.PromptTokens,
 		&t.CompletionTokens, &t.TotalTokens, &t.ReasoningTokens, &t.CachedTokens, &t.Images,
-		&t.RequestDurationMs, &t.AudioSeconds, &t.EnergyWh, &t.SpeechSeconds)...)
+		&t.RequestDurationMs, &t.AudioSeconds, &t.EnergyWh, &t.SpeechSeconds, &t.UnmeteredTokens)...)
 	usage.Tidy(t)
 	return err
 }

@@ -156,12 +156,16 @@ func Breakdown(a Aggregates, orgID string, days int, sort string, now time.Time)
 	return out, nil
 }
 
-// whPer1K is the energy a thousand tokens took, when both were counted.
+// whPer1K is the energy a thousand tokens took, when both were counted:
+// the tokens of the rows that measured their energy, so that a model
+// served by workers with and without power readings is not credited with
+// the second's tokens for free.
 func whPer1K(t *api.UsageTotals) *float64 {
-	if t.EnergyWh <= 0 || t.TotalTokens <= 0 {
+	metered := t.TotalTokens - min(max(t.UnmeteredTokens, 0), t.TotalTokens)
+	if t.EnergyWh <= 0 || metered <= 0 {
 		return nil
 	}
-	v := t.EnergyWh * 1000 / float64(t.TotalTokens)
+	v := t.EnergyWh * 1000 / float64(metered)
 	return &v
 }
 

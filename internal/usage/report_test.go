@@ -139,9 +139,9 @@ func TestSummaryAndDailyWindows(t *testing.T) {
 				day := api.UsageDay{Date: first.AddDate(0, 0, i).Format(time.DateOnly)}
 				switch {
 				case ago == -1:
-					day.UsageTotals = api.UsageTotals{Requests: 1, Succeeded: 1, TotalTokens: 1000}
+					day.UsageTotals = api.UsageTotals{Requests: 1, Succeeded: 1, TotalTokens: 1000, UnmeteredTokens: 1000}
 				case ago >= 0:
-					day.UsageTotals = api.UsageTotals{Requests: 1, Succeeded: 1, TotalTokens: int64(ago)}
+					day.UsageTotals = api.UsageTotals{Requests: 1, Succeeded: 1, TotalTokens: int64(ago), UnmeteredTokens: int64(ago)}
 				}
 				Add(&want.UsageTotals, &day.UsageTotals)
 				wantDays = append(wantDays, day)
@@ -270,8 +270,9 @@ func TestBreakdownWorkerNamedAsOnItsNewestDay(t *testing.T) {
 	}
 }
 
-// Measured energy adds up, and the breakdown tells it per thousand tokens
-// when both were counted.
+// Measured energy adds up, and the breakdown tells it per thousand of the
+// tokens whose energy was measured: a model served by workers with and
+// without power readings is not credited with the second's tokens.
 func TestBreakdownEnergyPer1KTokens(t *testing.T) {
 	m := newMemAggregates()
 	rows := []api.UsageRow{
@@ -285,7 +286,7 @@ func TestBreakdownEnergyPer1KTokens(t *testing.T) {
 		r.ID, r.CreatedAt, r.StatusCode = fmt.Sprint(i), usageNow, 200
 		m.record("o", r)
 	}
-	want := map[string]*float64{"both": ptr(4.0 / 3), "no-energy": nil, "no-tokens": nil}
+	want := map[string]*float64{"both": ptr(4.0 / 2), "no-energy": nil, "no-tokens": nil}
 	b, err := Breakdown(m, "o", 1, "", usageNow)
 	if err != nil {
 		t.Fatal(err)

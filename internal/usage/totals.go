@@ -99,6 +99,8 @@ func RollupOf(r *api.UsageRow) Rollup {
 	}
 	if r.EnergyWh != nil {
 		t.EnergyWh = *r.EnergyWh
+	} else {
+		t.UnmeteredTokens = t.TotalTokens
 	}
 	return Rollup{Day: r.CreatedAt.UTC().Format(time.DateOnly), Model: r.Model,
 		WorkerID: string(r.WorkerID), WorkerName: string(r.WorkerName), Totals: t}
@@ -122,6 +124,7 @@ func Add(dst *api.UsageTotals, src *api.UsageTotals) {
 	dst.AudioSeconds = addFloat(dst.AudioSeconds, src.AudioSeconds)
 	dst.SpeechSeconds = addFloat(dst.SpeechSeconds, src.SpeechSeconds)
 	dst.EnergyWh = addFloat(dst.EnergyWh, src.EnergyWh)
+	dst.UnmeteredTokens = addInt(dst.UnmeteredTokens, src.UnmeteredTokens)
 }
 
 func addInt(a, b int64) int64 {

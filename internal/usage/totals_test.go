@@ -67,7 +67,9 @@ func TestRollupOf(t *testing.T) {
 	at := time.Date(2026, 11, 15, 10, 0, 0, 0, time.UTC)
 	base := api.UsageRow{CreatedAt: at, Model: "m", StatusCode: 200, PromptTokens: 3, CompletionTokens: 4, TotalTokens: 7,
 		Images: 2, RequestDurationMs: 900, WorkerID: "w1", WorkerName: "one"}
-	counts := api.UsageTotals{Requests: 1, PromptTokens: 3, CompletionTokens: 4, TotalTokens: 7, Images: 2, RequestDurationMs: 900}
+	// A row without energy counts its tokens as unmetered.
+	counts := api.UsageTotals{Requests: 1, PromptTokens: 3, CompletionTokens: 4, TotalTokens: 7, Images: 2, RequestDurationMs: 900,
+		UnmeteredTokens: 7}
 	with := func(f func(*api.UsageRow)) api.UsageRow { r := base; f(&r); return r }
 	plus := func(f func(*api.UsageTotals)) api.UsageTotals { t := counts; f(&t); return t }
 	tests := []struct {
@@ -87,8 +89,10 @@ func TestRollupOf(t *testing.T) {
 		{"optional counts", with(func(r *api.UsageRow) {
 			r.ReasoningTokens, r.CachedTokens, r.AudioSeconds, r.EnergyWh = ptr(5), ptr(6), ptr(1.5), ptr(0.25)
 		}), Rollup{"2026-11-15", "m", "w1", "one", plus(func(t *api.UsageTotals) {
-			t.Succeeded, t.ReasoningTokens, t.CachedTokens, t.AudioSeconds, t.EnergyWh = 1, 5, 6, 1.5, 0.25
+			t.Succeeded, t.ReasoningTokens, t.CachedTokens, t.AudioSeconds, t.EnergyWh, t.UnmeteredTokens = 1, 5, 6, 1.5, 0.25, 0
 		})}},
+		{"energy measured as none is metered", with(func(r *api.UsageRow) { r.EnergyWh = ptr(0.0) }),
+			Rollup{"2026-11-15", "m", "w1", "one", plus(func(t *api.UsageTotals) { t.Succeeded, t.UnmeteredTokens = 1, 0 })}},
 		{"on no worker", with(func(r *api.UsageRow) { r.WorkerID, r.WorkerName = "", "" }),
 			Rollup{"2026-11-15", "m", "", "", plus(func(t *api.UsageTotals) { t.Succeeded = 1 })}},
 		{"the UTC date of a time in another zone", with(func(r *api.UsageRow) {

@@ -398,8 +398,9 @@ func usageAggregates(t *testing.T, l Logs) {
 	rec("o", 0, "m1", "w2", "two", nil)  // outside the window
 	rec("o2", 1, "m1", "w1", "other", nil)
 	l.Sync(t)
-	totals := func(requests int64, energy float64) string {
-		return fmt.Sprintf("%d requests %d tokens %g Wh", requests, 10*requests, energy)
+	// unmetered counts the rows that measured no energy.
+	totals := func(requests int64, energy float64, unmetered int64) string {
+		return fmt.Sprintf("%d requests %d tokens %g Wh %d unmetered", requests, 10*requests, energy, 10*unmetered)
 	}
 	var got []string
 	read := func(parts ...[]byte) {
@@ -412,7 +413,7 @@ func usageAggregates(t *testing.T, l Logs) {
 		}
 		got = append(got, string(b)+": "+string(parts[len(parts)-1]))
 	}
-	say := func(t *api.UsageTotals) []byte { return []byte(totals(t.Requests, t.EnergyWh)) }
+	say := func(t *api.UsageTotals) []byte { return []byte(totals(t.Requests, t.EnergyWh, t.UnmeteredTokens/10)) }
 	from, to := Now.AddDate(0, 0, -3).Format(time.DateOnly), Now.AddDate(0, 0, -1).Format(time.DateOnly)
 	err := u.Days("o", from, to, func(day []byte, t *api.UsageTotals) error { read(day, say(t)); return nil })
 	if err == nil {
@@ -425,15 +426,15 @@ func usageAggregates(t *testing.T, l Logs) {
 		t.Fatal(err)
 	}
 	want := []string{
-		"2026-11-12: " + totals(1, 1.5),
-		"2026-11-14: " + totals(5, 0.25),
-		"2026-11-12 m1: " + totals(1, 1.5),
-		"2026-11-14 B: " + totals(1, 0),
-		"2026-11-14 a: " + totals(3, 0),
-		"2026-11-14 m1: " + totals(1, 0.25),
-		"2026-11-12 w1 old: " + totals(1, 1.5),
-		"2026-11-14 W9 upper: " + totals(1, 0),
-		"2026-11-14 w1 new: " + totals(3, 0.25),
+		"2026-11-12: " + totals(1, 1.5, 0),
+		"2026-11-14: " + totals(5, 0.25, 4),
+		"2026-11-12 m1: " + totals(1, 1.5, 0),
+		"2026-11-14 B: " + totals(1, 0, 1),
+		"2026-11-14 a: " + totals(3, 0, 3),
+		"2026-11-14 m1: " + totals(1, 0.25, 0),
+		"2026-11-12 w1 old: " + totals(1, 1.5, 0),
+		"2026-11-14 W9 upper: " + totals(1, 0, 1),
+		"2026-11-14 w1 new: " + totals(3, 0.25, 2),
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("read\n%q\nwant\n%q", got, want)
