@@ -32,6 +32,29 @@ import (
 // characters a token. The gateway could only estimate a clear stream's
 // from its text, and a sealed one's not at all.
 
+// holdAnswer readies a chat whose answer the client capped at answerCap
+// apart from its thinking: what the engine sends goes through the cap to
+// sink, and finish settles the result once the engine is done. whole asks
+// the engine for a stream the cap can stop, put together into the whole
+// answer the client asked for (wholeSink), rather than for an answer the
+// cap can only cut once it was made.
+func holdAnswer(ereq *engine.Request, sink engine.Sink, answerCap int, whole bool) (engine.Sink, func(context.Context, *api.Result) *api.Result) {
+	var w *wholeSink
+	if whole {
+		w = newWholeSink(sink)
+		sink = w
+		ereq.Stream = true
+	}
+	capped := newCapSink(sink, answerCap, ereq.Body)
+	return capped, func(ctx context.Context, res *api.Result) *api.Result {
+		res = capped.finish(ctx, res)
+		if w != nil {
+			res = w.finish(ctx, res)
+		}
+		return res
+	}
+}
+
 // errAnswerCapped stops the engine once every choice reached the cap.
 var errAnswerCapped = errors.New("the answer reached the client's max_tokens")
 

@@ -163,15 +163,15 @@ func (a *Agent) run(ctx context.Context, st *link.Stream) (res *api.Result) {
 			}
 		}()
 	}
-	var capped *capSink
+	finishCap := func(_ context.Context, res *api.Result) *api.Result { return res }
 	answerCap := req.AnswerMaxTokens
 	if private != nil {
 		answerCap = private.answerCap
 	}
 	if req.Kind == api.KindChat && answerCap > 0 {
-		// Before sealing: the cap reads the answer's chunks.
-		capped = newCapSink(sink, answerCap, ereq.Body)
-		sink = capped
+		// Before sealing: the cap reads the answer's chunks. A filtered
+		// chat's checks read a whole answer whole.
+		sink, finishCap = holdAnswer(ereq, sink, answerCap, !req.Stream && req.ContentFilter == "")
 	}
 	switch {
 	case req.Kind == api.KindSpeech:
@@ -188,9 +188,7 @@ func (a *Agent) run(ctx context.Context, st *link.Stream) (res *api.Result) {
 	if res == nil {
 		res = engine.Failure(http.StatusInternalServerError, api.TypeServer, "the engine returned no result")
 	}
-	if capped != nil {
-		res = capped.finish(ctx, res)
-	}
+	res = finishCap(ctx, res)
 	if sealing != nil && res.Status == http.StatusOK {
 		if err := sealing.finish(ctx, req.Stream, res.Usage); err != nil {
 			return engine.Cancelled()
