@@ -38,7 +38,7 @@ var transcriptFormats = []string{"text", "json", "verbose_json", "srt", "vtt"}
 // NewCmdTranscribe builds `svc transcribe`.
 func NewCmdTranscribe(f *Factory, runF func(*TranscribeOptions) error) *cobra.Command {
 	opts := &TranscribeOptions{IO: f.IO}
-	var e2e bool
+	var e2e *e2eFlags
 	var temperature float64
 	cmd := &cobra.Command{
 		Use:   "transcribe FILE",
@@ -91,9 +91,9 @@ word-level timings to it.
 			if cmd.Flags().Changed("beam-size") && (opts.BeamSize < 1 || opts.BeamSize > 8) {
 				return usageErrorf("--beam-size must be 1 to 8, got %d", opts.BeamSize)
 			}
-			opts.APIClient = f.apiClientFunc(cmd)
-			if e2e {
-				opts.APIClient = f.privateClientFunc(cmd)
+			var err error
+			if opts.APIClient, err = e2e.clientFunc(f, cmd); err != nil {
+				return err
 			}
 			if runF != nil {
 				return runF(opts)
@@ -111,7 +111,7 @@ word-level timings to it.
 	fl.StringSliceVar(&opts.Granularities, "timestamps", nil, "timestamp granularities: segment, word")
 	_ = cmd.RegisterFlagCompletionFunc("model", completeModels(f, api.CapTranscription))
 	_ = cmd.RegisterFlagCompletionFunc("format", cobra.FixedCompletions(transcriptFormats, cobra.ShellCompDirectiveNoFileComp))
-	cmd.Flags().BoolVar(&e2e, "e2e", false, "encrypt end to end: seal the upload to a worker's key, so only that worker hears it (docs/e2e.md)")
+	e2e = addE2EFlags(cmd, "hears it")
 	AddClientFlags(cmd)
 	opts.Exporter.AddFlags(cmd, false)
 	return cmd
@@ -174,7 +174,7 @@ type SpeakOptions struct {
 // NewCmdSpeak builds `svc speak`.
 func NewCmdSpeak(f *Factory, runF func(*SpeakOptions) error) *cobra.Command {
 	opts := &SpeakOptions{IO: f.IO}
-	var e2e bool
+	var e2e *e2eFlags
 	cmd := &cobra.Command{
 		Use:   "speak TEXT|-",
 		Short: "Turn text into speech (a WAV file)",
@@ -219,9 +219,9 @@ too unless -o saves it.
 			if toStdout && opts.IO.IsStdoutTTY() && !opts.Exporter.Enabled() {
 				return usageErrorf("refusing to write audio to a terminal: give -o FILE or redirect stdout")
 			}
-			opts.APIClient = f.apiClientFunc(cmd)
-			if e2e {
-				opts.APIClient = f.privateClientFunc(cmd)
+			var err error
+			if opts.APIClient, err = e2e.clientFunc(f, cmd); err != nil {
+				return err
 			}
 			if runF != nil {
 				return runF(opts)
@@ -235,7 +235,7 @@ too unless -o saves it.
 	fl.Float64Var(&opts.Speed, "speed", 0, "0.25 to 4 (default 1)")
 	fl.StringVarP(&opts.Output, "output", "o", "", "write the WAV file here (default: stdout)")
 	_ = cmd.RegisterFlagCompletionFunc("model", completeModels(f, api.CapSpeech))
-	cmd.Flags().BoolVar(&e2e, "e2e", false, "encrypt end to end: seal the request to a worker's key, so only that worker reads the text (docs/e2e.md)")
+	e2e = addE2EFlags(cmd, "reads the text")
 	AddClientFlags(cmd)
 	opts.Exporter.AddFlags(cmd, false)
 	return cmd

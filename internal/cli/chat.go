@@ -33,7 +33,7 @@ type ChatOptions struct {
 // NewCmdChat builds `svc chat`.
 func NewCmdChat(f *Factory, runF func(*ChatOptions) error) *cobra.Command {
 	opts := &ChatOptions{IO: f.IO}
-	var e2e bool
+	var e2e *e2eFlags
 	var maxTokens int
 	var temperature float64
 	cmd := &cobra.Command{
@@ -94,9 +94,9 @@ the serving worker); --jq filters it.
 			if err := opts.Exporter.Prepare(); err != nil {
 				return err
 			}
-			opts.APIClient = f.apiClientFunc(cmd)
-			if e2e {
-				opts.APIClient = f.privateClientFunc(cmd)
+			var err error
+			if opts.APIClient, err = e2e.clientFunc(f, cmd); err != nil {
+				return err
 			}
 			if runF != nil {
 				return runF(opts)
@@ -110,7 +110,7 @@ the serving worker); --jq filters it.
 	fl.IntVar(&maxTokens, "max-tokens", 0, "cap the answer at N tokens (default: the gateway's cap)")
 	fl.Float64Var(&temperature, "temperature", 0, "sampling temperature, 0-2 (default: the model's)")
 	fl.BoolVar(&opts.NoStream, "no-stream", false, "wait for the whole answer instead of streaming it")
-	cmd.Flags().BoolVar(&e2e, "e2e", false, "encrypt end to end: seal the request to a worker's key, so only that worker reads it (docs/e2e.md)")
+	e2e = addE2EFlags(cmd, "reads it")
 	fl.BoolVar(&opts.Exporter.JSON, "json", false, "print the gateway's whole reply as JSON (not streamed)")
 	fl.StringVar(&opts.Exporter.JQ, "jq", "", jqHelp)
 	return cmd

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -162,18 +163,57 @@ func (f *Factory) newClient(cc ClientConfig, opts ...client.Option) *client.Clie
 	return client.New(cc.BaseURL, cc.APIKey, append([]client.Option{client.WithUserAgent("svc/" + f.Build.Version)}, opts...)...)
 }
 
-// privateClientFunc is apiClientFunc for a command run with --e2e: its
-// inference requests are sealed to a worker's key, and the replies opened,
-// by the e2ee transport under the client.
-func (f *Factory) privateClientFunc(cmd *cobra.Command) func() (*client.Client, error) {
+// e2eFlags are --e2e and --e2e-pin, of the commands that can seal their
+// request to a worker's key.
+type e2eFlags struct {
+	on   bool
+	pins []string
+}
+
+// addE2EFlags adds them to cmd; what says what only the worker sees.
+func addE2EFlags(cmd *cobra.Command, what string) *e2eFlags {
+	e := &e2eFlags{}
+	cmd.Flags().BoolVar(&e.on, "e2e", false, "encrypt end to end: seal the request to a worker's key, so only that worker "+what+" (docs/e2e.md)")
+	cmd.Flags().StringSliceVar(&e.pins, "e2e-pin", nil,
+		"seal only to the worker keys of these SHA-256 fingerprints (repeat, or separate with commas), which the worker logs at start, rather than to any key the gateway lists; implies --e2e")
+	return e
+}
+
+// clientFunc is f's client of cmd's gateway: with --e2e, one whose
+// inference requests are sealed to a worker's key, and the replies
+// opened, by the e2ee transport under the client; with pins, only to the
+// keys they name. A pin that is not a fingerprint is a usage error.
+func (e *e2eFlags) clientFunc(f *Factory, cmd *cobra.Command) (func() (*client.Client, error), error) {
+	if !e.on && len(e.pins) == 0 {
+		return f.apiClientFunc(cmd), nil
+	}
+	for _, p := range e.pins {
+		if !isFingerprint(p) {
+			return nil, usageErrorf("--e2e-pin %q: a fingerprint is the 64 hexadecimal digits of a key's SHA-256, as 'svc worker' logs it", p)
+		}
+	}
+	var keys e2ee.KeySource = e2ee.Directory{}
+	if len(e.pins) > 0 {
+		keys = e2ee.Pinned(keys, e.pins...)
+	}
 	return func() (*client.Client, error) {
 		cc, err := f.ClientConfig(cmd)
 		if err != nil {
 			return nil, err
 		}
-		t := e2ee.NewTransport(http.DefaultTransport, e2ee.Directory{})
+		t := e2ee.NewTransport(http.DefaultTransport, keys)
 		return f.newClient(cc, client.WithHTTPClient(&http.Client{Transport: t})), nil
+	}, nil
+}
+
+// isFingerprint reports whether s is a key's fingerprint: 64 hexadecimal
+// digits, either case.
+func isFingerprint(s string) bool {
+	if len(s) != 64 {
+		return false
 	}
+	_, err := hex.DecodeString(s)
+	return err == nil
 }
 
 // apiClientFunc defers APIClient until a command's run needs it.
@@ -193,7 +233,7 @@ func (f *Factory) explainAPIError(cmd *cobra.Command, err error) error {
 	// the gateway could not be reached; they are something else.
 	case errors.Is(err, e2ee.ErrNoKey):
 		return withHint(errors.New("no worker of this organisation serves that model with end-to-end encryption"),
-			"Workers announce a key unless started with --e2e=false; 'svc workers' lists what is connected.")
+			"Workers announce a key unless started with --e2e=false, and with --e2e-pin only a key of a pinned fingerprint counts; 'svc workers' lists what is connected.")
 	case errors.Is(err, e2ee.ErrInvalidReply), errors.Is(err, e2ee.ErrTruncated):
 		return errors.New("the encrypted reply did not verify (changed or cut short on its way) and was refused")
 	case errors.As(err, &ce):

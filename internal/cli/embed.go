@@ -28,7 +28,7 @@ type EmbedOptions struct {
 // NewCmdEmbed builds `svc embed`.
 func NewCmdEmbed(f *Factory, runF func(*EmbedOptions) error) *cobra.Command {
 	opts := &EmbedOptions{IO: f.IO}
-	var e2e bool
+	var e2e *e2eFlags
 	cmd := &cobra.Command{
 		Use:   "embed MODEL [TEXT...]",
 		Short: "Embed texts and show the vectors",
@@ -62,9 +62,9 @@ prints the gateway's whole reply, every value included.
 			if err := opts.Exporter.Prepare(); err != nil {
 				return err
 			}
-			opts.APIClient = f.apiClientFunc(cmd)
-			if e2e {
-				opts.APIClient = f.privateClientFunc(cmd)
+			var err error
+			if opts.APIClient, err = e2e.clientFunc(f, cmd); err != nil {
+				return err
 			}
 			if runF != nil {
 				return runF(opts)
@@ -73,7 +73,7 @@ prints the gateway's whole reply, every value included.
 		},
 	}
 	AddClientFlags(cmd)
-	cmd.Flags().BoolVar(&e2e, "e2e", false, "encrypt end to end: seal the request to a worker's key, so only that worker reads it (docs/e2e.md)")
+	e2e = addE2EFlags(cmd, "reads it")
 	opts.Exporter.AddFlags(cmd, false)
 	return cmd
 }

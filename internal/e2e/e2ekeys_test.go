@@ -6,10 +6,13 @@ import (
 	"encoding/json"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/svc-dev/svc/e2ee"
+	"github.com/svc-dev/svc/internal/harness"
 )
 
 func (s *server) e2eKeys(key string) map[string]e2ee.PublicKeyInfo {
@@ -86,5 +89,50 @@ func TestE2EKeyDirectory(t *testing.T) {
 	}
 	if r.Status != 403 || json.Unmarshal(r.Body, &nested) != nil || nested.Detail.Error.Type != "plan_required" {
 		t.Fatalf("free plan = %d %s", r.Status, r.Body)
+	}
+}
+
+// A client that does not trust the gateway's key directory pins the keys
+// it seals to by fingerprint: svc chat --e2e-pin seals only to a worker
+// whose key has a pinned fingerprint, and refuses to send the prompt at
+// all, clear or sealed, when no listed key has one.
+func TestCLIPinsWorkerKeys(t *testing.T) {
+	s := startServer(t, "")
+	keyFile := filepath.Join(t.TempDir(), "e2e.key")
+	startWorker(t, s.URL, s.tokenFile(), "pinned", "--engine", "sim=tps=0,ttft=0", "--e2e-key", keyFile)
+	keys := s.e2eKeys(s.adminKey())
+	known := e2ee.Fingerprint(keys["pinned"].PublicKey)
+	other, err := e2ee.GenerateKeyPair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	unknown := e2ee.Fingerprint(other.Public().PublicKey)
+	env := []string{"SVC_BASE_URL=" + s.URL, "SVC_API_KEY=" + s.adminKey(), "HOME=" + t.TempDir()}
+	rows := func(least int) []map[string]any {
+		var rows []map[string]any
+		harness.Eventually(5*time.Second, func() bool {
+			_ = json.Unmarshal(s.do("GET", "/api/v1/usage/logs?limit=10", "", bearer(s.adminKey())).Body, &rows)
+			return len(rows) >= least
+		})
+		return rows
+	}
+
+	out, errOut, code := svc(t, env, "chat", "sim-chat", "hello", "--no-stream", "--e2e-pin", known)
+	if code != 0 || strings.TrimSpace(out) == "" {
+		t.Fatalf("pinned to the worker's key: exit %d, %q %q", code, out, errOut)
+	}
+	if got := rows(1); len(got) != 1 || got[0]["worker_name"] != "pinned" {
+		t.Fatalf("rows %v", got)
+	}
+	// The directory's key is not one the client pinned: nothing is sent.
+	out, errOut, code = svc(t, env, "chat", "sim-chat", "hello", "--e2e-pin", strings.ToUpper(unknown))
+	if code == 0 || !strings.Contains(errOut, "end-to-end encryption") || !strings.Contains(errOut, "--e2e-pin") {
+		t.Fatalf("pinned to a key the gateway does not list: exit %d, %q %q", code, out, errOut)
+	}
+	if got := rows(2); len(got) != 1 {
+		t.Fatalf("a request went out: rows %v", got)
+	}
+	if _, errOut, code = svc(t, env, "chat", "sim-chat", "hello", "--e2e-pin", "abc"); code != 2 || !strings.Contains(errOut, "64 hexadecimal digits") {
+		t.Fatalf("a pin that is no fingerprint: exit %d, %q", code, errOut)
 	}
 }
