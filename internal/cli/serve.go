@@ -81,6 +81,8 @@ type ServeOptions struct {
 	StoreBacklogMB int
 	// BodyMemoryMB bounds the large request bodies held whole, MiB.
 	BodyMemoryMB int
+	// MetricsTokenFile holds the bearer token GET /metrics asks for.
+	MetricsTokenFile string
 
 	// GPU rental.
 	RentalProviders []string
@@ -139,7 +141,8 @@ is and a ready curl command.`,
 				envFlag{"usage-retention", "SVC_USAGE_RETENTION"}, envFlag{"store-backlog-mb", "SVC_STORE_BACKLOG_MB"},
 				envFlag{"stall-timeout", "SVC_STALL_TIMEOUT"}, envFlag{"body-memory-mb", "SVC_BODY_MEMORY_MB"},
 				envFlag{"store-password-file", "SVC_STORE_PASSWORD_FILE"}, envFlag{"advertise-url", "SVC_ADVERTISE_URL"},
-				envFlag{"lease-ttl", "SVC_LEASE_TTL"}, envFlag{"region", "SVC_REGION"})
+				envFlag{"lease-ttl", "SVC_LEASE_TTL"}, envFlag{"region", "SVC_REGION"},
+				envFlag{"metrics-token-file", "SVC_METRICS_TOKEN_FILE"})
 			if err != nil {
 				return err
 			}
@@ -244,6 +247,7 @@ is and a ready curl command.`,
 	fl.StringVar(&opts.AdvertiseURL, "advertise-url", "", "with --store: the URL other replicas send the workers and requests of the organisations homed here to; http:// and --addr (the host name for 0.0.0.0) when empty (env SVC_ADVERTISE_URL)")
 	fl.StringVar(&opts.Region, "region", "", "with --store: the region this replica runs in (eu-west-1); organisations whose home_region setting names it are homed on its replicas (env SVC_REGION)")
 	fl.DurationVar(&opts.LeaseTTL, "lease-ttl", 10*time.Second, "with --store: how long this replica's registration (its organisations' homes) and the leader's lease last unless renewed; a dead replica is replaced within it (env SVC_LEASE_TTL)")
+	fl.StringVar(&opts.MetricsTokenFile, "metrics-token-file", "", "a file holding a token GET /metrics then asks for as a bearer token; without it the metrics, whose labels name every organisation's workers and models, need no key (env SVC_METRICS_TOKEN_FILE)")
 	fl.IntVar(&opts.BodyMemoryMB, "body-memory-mb", 1024, "memory, in MiB, that request bodies over 16 KiB may hold together while they arrive and their requests run; past it a request whose body needs more gets 503 to retry (env SVC_BODY_MEMORY_MB)")
 	fl.IntVar(&opts.StoreBacklogMB, "store-backlog-mb", bolt.DefaultBacklog>>20, "memory, in MiB, for usage rows, events and power reports waiting while the database cannot be written (a full disk); at the bound new inference gets 503 (env SVC_STORE_BACKLOG_MB)")
 	// The keep-alive clocks are the spec's; only tests move them.
@@ -274,8 +278,29 @@ is and a ready curl command.`,
 	return cmd
 }
 
+// readMetricsToken is the token in path, "" for no path. A file that
+// holds none is a mistake to say rather than metrics left open.
+func readMetricsToken(path string) (string, error) {
+	if path == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("--metrics-token-file: %w", err)
+	}
+	token := strings.TrimSpace(string(b))
+	if token == "" || strings.ContainsAny(token, " \t\r\n") {
+		return "", fmt.Errorf("--metrics-token-file %s: the file must hold one token, on one line", path)
+	}
+	return token, nil
+}
+
 func runServe(ctx context.Context, f *Factory, opts *ServeOptions) error {
 	log, err := newLogger(f.IO.ErrOut, f.IO.IsStderrTTY(), opts.LogLevel, opts.LogFormat)
+	if err != nil {
+		return err
+	}
+	metricsToken, err := readMetricsToken(opts.MetricsTokenFile)
 	if err != nil {
 		return err
 	}
@@ -303,6 +328,7 @@ func runServe(ctx context.Context, f *Factory, opts *ServeOptions) error {
 		UsageRetention: opts.UsageRetention,
 		StoreBacklog:   int64(opts.StoreBacklogMB) << 20,
 		BodyMemory:     int64(opts.BodyMemoryMB) << 20,
+		MetricsToken:   metricsToken,
 		Cluster: server.ClusterConfig{StoreURL: opts.Store, PasswordFile: opts.StorePasswordFile,
 			AdvertiseURL: opts.AdvertiseURL, Region: opts.Region, LeaseTTL: opts.LeaseTTL},
 		Build:  f.Build,

@@ -243,6 +243,49 @@ func TestMetrics(t *testing.T) {
 	}
 }
 
+// With --metrics-token-file the metrics, whose labels name every
+// organisation's workers and models, go to the bearer of the token alone;
+// health stays open to the load balancer, and a file without a token is
+// refused at start rather than leaving the metrics open.
+func TestMetricsToken(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "metrics.token")
+	if err := os.WriteFile(file, []byte("s3cret-scrape\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startServer(t, "", "--metrics-token-file", file)
+	for _, tc := range []struct {
+		name      string
+		headers   []header
+		status    int
+		challenge string
+	}{
+		{"no token", nil, 401, `Bearer realm="svc"`},
+		{"another token", []header{bearer("guess")}, 401, `Bearer realm="svc", error="invalid_token"`},
+		{"an API key", []header{bearer(s.adminKey())}, 401, `Bearer realm="svc", error="invalid_token"`},
+		{"the token", []header{bearer("s3cret-scrape")}, 200, ""},
+	} {
+		r := s.do("GET", "/metrics", "", tc.headers...)
+		if r.Status != tc.status || r.Header.Get("WWW-Authenticate") != tc.challenge ||
+			tc.status == 200 && !strings.Contains(string(r.Body), "svc_build_info{") ||
+			tc.status != 200 && strings.Contains(string(r.Body), "svc_") {
+			t.Errorf("%s: %d %q %.200s", tc.name, r.Status, r.Header.Get("WWW-Authenticate"), r.Body)
+		}
+	}
+	if r := s.do("GET", "/healthz", ""); r.Status != 200 {
+		t.Errorf("healthz = %d", r.Status)
+	}
+
+	empty := filepath.Join(dir, "empty.token")
+	if err := os.WriteFile(empty, []byte("\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut, code := svc(t, []string{"HOME=" + dir}, "serve", "--addr", "127.0.0.1:0", "--data", filepath.Join(dir, "d2"),
+		"--metrics-token-file", empty); code == 0 || !strings.Contains(errOut, "one token") {
+		t.Errorf("an empty token file: exit %d, %s", code, errOut)
+	}
+}
+
 var uuidRE = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
 
 func TestRequestIDOnEveryAnswer(t *testing.T) {

@@ -232,7 +232,7 @@ func renderError(h *fasthttp.ResponseHeader, ae *api.Error, f errorForm) (status
 		if status == http.StatusUnauthorized {
 			// RFC 6750: a credential that was sent and refused says so;
 			// a request that sent none gets the challenge alone.
-			if ae.Code == "missing_api_key" {
+			if ae.Code == "missing_api_key" || ae.Code == "missing_metrics_token" {
 				h.Set("WWW-Authenticate", `Bearer realm="svc"`)
 			} else {
 				h.Set("WWW-Authenticate", `Bearer realm="svc", error="invalid_token"`)

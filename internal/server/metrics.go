@@ -1,6 +1,7 @@
 package server
 
 import (
+	"crypto/subtle"
 	"strconv"
 	"strings"
 	"sync"
@@ -174,7 +175,28 @@ func metricMethod(method string) string {
 	return "other"
 }
 
-func (s *Server) serveMetrics(c *call) error { return s.metrics.serve(c) }
+// serveMetrics serves the metrics, to the bearer of the metrics token
+// when there is one: their labels name every organisation's workers and
+// models, which an operator whose proxy cannot keep /metrics off the
+// public address (workers must reach the same one) keeps to Prometheus.
+func (s *Server) serveMetrics(c *call) error {
+	if s.metricsToken != nil {
+		switch token := apiKey(c.ctx); {
+		case token == "":
+			return errNoMetricsToken
+		case subtle.ConstantTimeCompare([]byte(token), s.metricsToken) != 1:
+			return errBadMetricsToken
+		}
+	}
+	return s.metrics.serve(c)
+}
+
+var (
+	errNoMetricsToken = &api.Error{Kind: api.KindUnauthenticated, Code: "missing_metrics_token",
+		Message: "This gateway serves its metrics to the bearer of its metrics token (--metrics-token-file): send it as Authorization: Bearer <TOKEN>"}
+	errBadMetricsToken = &api.Error{Kind: api.KindUnauthenticated, Code: "invalid_metrics_token",
+		Message: "Invalid metrics token: send the token of the gateway's --metrics-token-file"}
+)
 
 // concurrencyLimits exports each connected worker's adaptive concurrency
 // limit per model at scrape time, like liveWatts.

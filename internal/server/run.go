@@ -70,6 +70,9 @@ type Config struct {
 	// BodyMemory bounds, in bytes, what the large request bodies held
 	// whole take together; 0 is 1 GiB.
 	BodyMemory int64
+	// MetricsToken, when set, is the bearer token GET /metrics asks for;
+	// "" serves the metrics to whoever reaches the address.
+	MetricsToken string
 	// Rental configures GPU rental.
 	Rental RentalConfig
 	// Cluster, when its StoreURL is set, makes this server a replica of a
@@ -270,7 +273,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	srv := New(Deps{Logger: log, Build: cfg.Build, Accounts: accounts, Fleet: fl, Events: events, Usage: usageStore,
 		Writes: writer, Power: power, Rentals: rentals, Timing: cfg.Timing, MaxConns: cfg.MaxConnections, SpoolDir: spoolDir,
 		ClockSteps: clockWatch.Steps, StallTimeout: cfg.StallTimeout, LiveIdle: cfg.LiveIdle, BodyMemory: cfg.BodyMemory, Cluster: cl.serverCluster(),
-		Tracer: cfg.Tracer})
+		MetricsToken: cfg.MetricsToken, Tracer: cfg.Tracer})
 	log.Info("listening", "addr", public.Addr().String(), "url", "http://"+public.Addr().String(),
 		"admin_socket", sock, "data", cfg.DataDir, "version", cfg.Build.Version)
 

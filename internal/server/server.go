@@ -104,6 +104,8 @@ type Server struct {
 	// quiet is how long a connection must have been idle before the drain
 	// closes it (quietIdle).
 	quiet time.Duration
+	// metricsToken is the bearer token GET /metrics asks for; nil for none.
+	metricsToken []byte
 }
 
 // listener is one fasthttp server and the connections it has open, so that
@@ -159,6 +161,9 @@ type Deps struct {
 	// BodyMemory bounds what the large request bodies read whole hold
 	// together; 0 is defaultBodyMemory.
 	BodyMemory int64
+	// MetricsToken, when set, is the bearer token GET /metrics asks for;
+	// "" serves the metrics to whoever reaches the address.
+	MetricsToken string
 	// Tracer makes each inference request's span; nil traces nothing.
 	Tracer trace.Tracer
 }
@@ -179,6 +184,9 @@ func New(d Deps) *Server {
 		keepalive: d.Keepalive, metrics: newMetrics(d.Build), watch: newClientWatch(200 * time.Millisecond),
 		spoolDir: d.SpoolDir, stall: d.StallTimeout, liveIdle: d.LiveIdle, quiet: quietIdle, rates: ratelimit.New(time.Now)}
 	s.rentals = d.Rentals
+	if d.MetricsToken != "" {
+		s.metricsToken = []byte(d.MetricsToken)
+	}
 	if s.stall <= 0 {
 		s.stall = DefaultStallTimeout
 	}
