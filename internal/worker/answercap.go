@@ -7,6 +7,7 @@ import (
 	"errors"
 	"math"
 	"net/http"
+	"time"
 	"unicode/utf8"
 
 	"github.com/svc-dev/svc/internal/api"
@@ -82,6 +83,11 @@ type capSink struct {
 	// body is the request the engine was sent, whose prompt a counted
 	// usage estimates.
 	body []byte
+	// now reads the clock; start is when the engine was asked, first and
+	// last when output passed on first and last, for the timing of a
+	// stream stopped at the cap, whose engine reported none.
+	now                func() time.Time
+	start, first, last time.Time
 }
 
 func newCapSink(out engine.Sink, answerCap int, body []byte) *capSink {
@@ -90,7 +96,8 @@ func newCapSink(out engine.Sink, answerCap int, body []byte) *capSink {
 	}
 	_ = json.Unmarshal(body, &req)
 	n := min(max(req.N, 1), chat.MaxChoices)
-	return &capSink{out: out, cap: answerCap, n: n, tokens: make([]int, n), capped: make([]bool, n), ended: make([]bool, n), body: body}
+	return &capSink{out: out, cap: answerCap, n: n, tokens: make([]int, n), capped: make([]bool, n), ended: make([]bool, n), body: body,
+		now: time.Now, start: time.Now()}
 }
 
 // capChunk is what the sink reads of a streamed chunk.
@@ -163,6 +170,11 @@ func (c *capSink) Event(ctx context.Context, data []byte) error {
 	}
 	if err := c.out.Event(ctx, data); err != nil {
 		return err
+	}
+	if at := c.now(); c.first.IsZero() {
+		c.first, c.last = at, at
+	} else {
+		c.last = at
 	}
 	return c.stopIfDone()
 }
@@ -266,9 +278,27 @@ func (c *capSink) finish(ctx context.Context, res *api.Result) *api.Result {
 	}
 	if out.Usage == nil && c.stopped {
 		out.Usage = c.counted()
+		c.timing(&out.Timing, out.Usage.CompletionTokens)
 	}
 	out.FinishReason = "length"
 	return &out
+}
+
+// timing fills what the engine did not measure of a stream stopped at the
+// cap, as its adapters measure a stream: the time to its first output and
+// the rate of the tokens after it, of completion counted.
+func (c *capSink) timing(t *api.Timing, completion int) {
+	if c.first.IsZero() {
+		return
+	}
+	if t.TTFTMs == nil {
+		ms := float64(c.first.Sub(c.start).Microseconds()) / 1000
+		t.TTFTMs = &ms
+	}
+	if d := c.last.Sub(c.first); t.TokensPerSecond == nil && completion >= 2 && d > 0 {
+		tps := float64(completion-1) / d.Seconds()
+		t.TokensPerSecond = &tps
+	}
 }
 
 // counted is the usage of a stream stopped at the cap, as the worker

@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/engine"
@@ -29,6 +31,9 @@ func TestCapSinkStream(t *testing.T) {
 	ctx := context.Background()
 	var got captureEvents
 	c := newCapSink(&got, 3, []byte(`{"model":"m","messages":[{"role":"user","content":"sixteen letters."}]}`))
+	// Each chunk passes on 10 ms after the last, the first 100 ms in.
+	at := c.start.Add(90 * time.Millisecond)
+	c.now = func() time.Time { at = at.Add(10 * time.Millisecond); return at }
 	for i := range 5 {
 		if err := c.Event(ctx, chunkOf(0, fmt.Sprintf(`{"reasoning_content":"think %d "}`, i), "")); err != nil {
 			t.Fatalf("thinking chunk %d: %v", i, err)
@@ -57,6 +62,11 @@ func TestCapSinkStream(t *testing.T) {
 	}
 	if n := len(got.events); n != 5+3+1 {
 		t.Fatalf("%d events passed on, want 5 of thinking, 3 of answer and the closing one", n)
+	}
+	// Its timing is the worker's too: the first output at 100 ms, then
+	// the other 7 tokens in 70 ms.
+	if tm := res.Timing; tm.TTFTMs == nil || *tm.TTFTMs != 100 || tm.TokensPerSecond == nil || math.Abs(*tm.TokensPerSecond-100) > 1e-6 {
+		t.Fatalf("timing %+v", tm)
 	}
 	last := string(got.events[len(got.events)-1])
 	if !strings.Contains(last, `"finish_reason":"length"`) || !strings.Contains(last, `"id":"c1"`) {
