@@ -173,21 +173,13 @@ func (w *wholeSink) finish(ctx context.Context, res *api.Result) *api.Result {
 // completion is the chat.completion the chunks make, with usage u when
 // known.
 func (w *wholeSink) completion(u *api.Usage) []byte {
-	type toolCall struct {
-		ID       string `json:"id,omitempty"`
-		Type     string `json:"type"`
-		Function struct {
-			Name      string `json:"name"`
-			Arguments string `json:"arguments"`
-		} `json:"function"`
-	}
 	type message struct {
-		Role             string     `json:"role"`
-		Content          *string    `json:"content"`
-		ReasoningContent string     `json:"reasoning_content,omitempty"`
-		Reasoning        string     `json:"reasoning,omitempty"`
-		Refusal          *string    `json:"refusal,omitempty"`
-		ToolCalls        []toolCall `json:"tool_calls,omitempty"`
+		Role             string          `json:"role"`
+		Content          *string         `json:"content"`
+		ReasoningContent string          `json:"reasoning_content,omitempty"`
+		Reasoning        string          `json:"reasoning,omitempty"`
+		Refusal          *string         `json:"refusal,omitempty"`
+		ToolCalls        []chat.ToolCall `json:"tool_calls,omitempty"`
 	}
 	type logprobs struct {
 		Content []json.RawMessage `json:"content"`
@@ -213,8 +205,8 @@ func (w *wholeSink) completion(u *api.Usage) []byte {
 		}
 		slices.SortFunc(c.tools, func(a, b *wholeToolCall) int { return a.index - b.index })
 		for _, t := range c.tools {
-			tc := toolCall{ID: t.id, Type: cmp.Or(t.typ, "function")}
-			tc.Function.Name, tc.Function.Arguments = t.name, t.arguments.String()
+			tc := chat.FunctionCall(t.id, t.name, t.arguments.String())
+			tc.Type = cmp.Or(t.typ, tc.Type)
 			m.ToolCalls = append(m.ToolCalls, tc)
 		}
 		if len(c.logprobs) > 0 {
