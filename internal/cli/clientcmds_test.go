@@ -445,9 +445,14 @@ func TestUsageByWorkerWithoutWorkersRead(t *testing.T) {
 			t.Fatalf("%v: exit %d, query %v: %s", args, r.code, q, r.stderr)
 		}
 	}
-	// A name or a start of an id cannot be looked up: said, rather than
-	// matching nothing.
-	for _, arg := range []string{"gpu-box-1", "wk_632e"} {
+	// An id in capitals is the same id.
+	if r := (cliRun{env: env}).run(t, "usage", "logs", "--worker", strings.ToUpper(id)); r.code != 0 ||
+		g.last("/api/v1/usage/logs").Query.Get("worker_id") != id {
+		t.Fatalf("an id in capitals: exit %d, %s", r.code, r.stderr)
+	}
+	// A name, a start of an id or what cannot be one cannot be looked up:
+	// said, rather than matching nothing.
+	for _, arg := range []string{"gpu-box-1", "wk_632e", id + "0", "wk_632eba419f81787g"} {
 		for _, cmd := range []string{"logs", "inflight"} {
 			if r := (cliRun{env: env}).run(t, "usage", cmd, "--worker", arg); r.code != exitUsage || !strings.Contains(r.stderr, "workers:read") {
 				t.Errorf("usage %s --worker %s under a key without workers:read: exit %d %s", cmd, arg, r.code, r.stderr)

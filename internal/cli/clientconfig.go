@@ -184,7 +184,13 @@ func addE2EFlags(cmd *cobra.Command, what string) *e2eFlags {
 // opened, by the e2ee transport under the client; with pins, only to the
 // keys they name. A pin that is not a fingerprint is a usage error.
 func (e *e2eFlags) clientFunc(f *Factory, cmd *cobra.Command) (func() (*client.Client, error), error) {
-	if !e.on && len(e.pins) == 0 {
+	pinning := cmd.Flags().Changed("e2e-pin")
+	if pinning && len(e.pins) == 0 {
+		// An empty value (a variable not set) pins nothing: sealing to
+		// any key, or sending in the clear, is not what was asked.
+		return nil, usageErrorf("--e2e-pin: no fingerprint given")
+	}
+	if !e.on && !pinning {
 		return f.apiClientFunc(cmd), nil
 	}
 	for _, p := range e.pins {

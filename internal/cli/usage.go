@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/hex"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -90,10 +91,11 @@ func workerID(ctx context.Context, c *client.Client, arg string) (string, error)
 	if client.IsStatus(err, http.StatusForbidden) {
 		// A key with usage:read alone may filter by a worker it may not
 		// list: by its id, as a name would silently match nothing.
-		if !wholeWorkerID(arg) {
-			return "", usageErrorf("--worker %q: naming a worker, or a start of its id, needs a key with workers:read; give its whole id (wk_...)", arg)
+		id, ok := wholeWorkerID(arg)
+		if !ok {
+			return "", usageErrorf("--worker %q: naming a worker, or a start of its id, needs a key with workers:read; give its whole id (wk_ and 16 hexadecimal digits)", arg)
 		}
-		return arg, nil
+		return id, nil
 	}
 	if err == nil && w.WorkerName == "" && !strings.HasPrefix(arg, "wk_") {
 		// Not listed, and no id: a worker forgotten since its requests
@@ -104,12 +106,21 @@ func workerID(ctx context.Context, c *client.Client, arg string) (string, error)
 	return w.WorkerID, err
 }
 
-// wholeWorkerID reports whether arg can be a worker's whole id: "wk_" and
-// at least the 16 characters of its hash, where a start of one (wk_3f2a)
-// is shorter. A key that may not list workers filters by whole ids only,
-// as a start would silently match nothing.
-func wholeWorkerID(arg string) bool {
-	return strings.HasPrefix(arg, "wk_") && len(arg) >= len("wk_")+16
+// wholeWorkerID is arg as a worker's whole id, "wk_" and the 16
+// hexadecimal digits of its hash, in the lower case ids are kept in; false
+// for anything else, a start of one (wk_3f2a) included. A key that may not
+// list workers filters by whole ids only, as anything else would silently
+// match nothing.
+func wholeWorkerID(arg string) (string, bool) {
+	id := strings.ToLower(arg)
+	hash, ok := strings.CutPrefix(id, "wk_")
+	if !ok || len(hash) != 16 {
+		return "", false
+	}
+	if _, err := hex.DecodeString(hash); err != nil {
+		return "", false
+	}
+	return id, true
 }
 
 func usageInflightRun(ctx context.Context, opts *UsageInflightOptions) error {

@@ -135,4 +135,12 @@ func TestCLIPinsWorkerKeys(t *testing.T) {
 	if _, errOut, code = svc(t, env, "chat", "sim-chat", "hello", "--e2e-pin", "abc"); code != 2 || !strings.Contains(errOut, "64 hexadecimal digits") {
 		t.Fatalf("a pin that is no fingerprint: exit %d, %q", code, errOut)
 	}
+	// An empty pin (a shell variable not set) pins nothing: refused, not
+	// sent in the clear.
+	if _, errOut, code = svc(t, env, "chat", "sim-chat", "hello", "--e2e-pin", ""); code != 2 || !strings.Contains(errOut, "no fingerprint") {
+		t.Fatalf("an empty pin: exit %d, %q", code, errOut)
+	}
+	if got := rows(2); len(got) != 1 {
+		t.Fatalf("a request went out: rows %v", got)
+	}
 }
