@@ -348,10 +348,11 @@ func TestPrivateInferenceErrors(t *testing.T) {
 	if r := sealedPost("/v1/chat/completions", pinned, header{"X-Svc-Worker-Id", pub.WorkerID}); r.Status != 200 {
 		t.Errorf("pinned to the key's worker = %d %s", r.Status, r.Body)
 	}
-	// A request that opens and fails validation gets what the same request
-	// sent clear gets, the 422 and its list of fields, sealed to the
-	// client, streamed or not; the gateway's answer and row say only that
-	// it is invalid.
+	// A request that opens and fails validation gets the body the same
+	// request sent clear gets, with its list of fields, sealed to the
+	// client, streamed or not, and the spec's 400 for an encrypted
+	// request where the clear one gets 422; the gateway's answer and row
+	// say only that it is invalid.
 	for _, stream := range []bool{false, true} {
 		bad := `{"model":"sim-chat","stream":` + strconv.FormatBool(stream) + `,"messages":[{"role":"robot","content":"` + marker + `"}]}`
 		clear := s.do("POST", "/v1/chat/completions", bad, bearer(key))
@@ -359,7 +360,7 @@ func TestPrivateInferenceErrors(t *testing.T) {
 		r := sealedPost("/v1/chat/completions", sealed)
 		var refusal, clearRefusal map[string]any
 		plain, err := opener.OpenBody(r.Body)
-		if r.Status != 422 || clear.Status != 422 || strings.Contains(string(r.Body), "messages.0.role") || err != nil ||
+		if r.Status != 400 || clear.Status != 422 || strings.Contains(string(r.Body), "messages.0.role") || err != nil ||
 			json.Unmarshal(plain, &refusal) != nil || json.Unmarshal(clear.Body, &clearRefusal) != nil ||
 			!reflect.DeepEqual(refusal, clearRefusal) || !strings.Contains(string(plain), `"errors":[{"field":"messages.0.role"`) {
 			t.Errorf("invalid sealed chat (stream %v) = %d %s, opened %s %v; clear %d %s", stream, r.Status, r.Body, plain, err, clear.Status, clear.Body)

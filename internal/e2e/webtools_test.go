@@ -119,6 +119,21 @@ func TestWebToolsUnary(t *testing.T) {
 		}
 	}
 
+	// A thinking model's answer capped apart from its thinking keeps its
+	// steps, and the timing of the whole wait.
+	body, _ := json.Marshal("Summarise " + site + "/otters please")
+	r = s.do("POST", "/v1/chat/completions", `{"model":"sim-reasoner","max_tokens":3,"messages":[{"role":"user","content":`+string(body)+`}]}`, bearer(key))
+	if r.Status != 200 {
+		t.Fatalf("capped: %d %s", r.Status, r.Body)
+	}
+	m = r.JSON(t)
+	if st := steps(m); len(st) != 1 || st[0].Name != "web_fetch" || st[0].OK == nil || !*st[0].OK {
+		t.Fatalf("capped: steps %+v in %s", st, r.Body)
+	}
+	if m["svc"].(map[string]any)["timing"].(map[string]any)["ttft_ms"] == nil {
+		t.Errorf("capped: no ttft: %v", m["svc"])
+	}
+
 	// A client's own tools, or tool_choice none, leave the web tools out.
 	for _, extra := range []string{
 		`,"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}]`,

@@ -145,6 +145,7 @@ func (c *capSink) Event(ctx context.Context, data []byte) error {
 		if thought := cmp.Or(ch.Delta.ReasoningContent, ch.Delta.Reasoning); thought != "" {
 			c.thinking += chunkTokens(thought)
 		}
+		cutHere := false
 		if d := ch.Delta; d.Content != "" || len(d.ToolCalls) > 0 && string(d.ToolCalls) != "null" {
 			n := chunkTokens(d.Content)
 			if left := c.cap - c.tokens[i]; n > left && d.Content != "" {
@@ -152,13 +153,19 @@ func (c *capSink) Event(ctx context.Context, data []byte) error {
 					cut = map[int]string{}
 				}
 				cut[i] = truncateRunes(d.Content, max(left, 1)*4)
-				n = left
+				n, cutHere = left, true
 			}
 			c.tokens[i] += n
 		}
-		if ch.FinishReason != nil {
+		switch {
+		case cutHere:
+			// Also in a chunk that finishes the choice (an engine that
+			// answered a stream with one whole completion): it ends at
+			// the cap, with length, as any other cut off.
+			c.capped[i] = true
+		case ch.FinishReason != nil:
 			c.ended[i] = true
-		} else if c.tokens[i] >= c.cap {
+		case c.tokens[i] >= c.cap:
 			c.capped[i] = true
 		}
 	}
@@ -229,6 +236,8 @@ func rewriteChunk(data []byte, drop map[int]bool, cut map[int]string) ([]byte, b
 				delta["content"], _ = json.Marshal(content)
 				ch["delta"], _ = json.Marshal(delta)
 			}
+			// The choice is closed at the cap (capSink.finish).
+			ch["finish_reason"] = json.RawMessage("null")
 		}
 		kept = append(kept, ch)
 	}

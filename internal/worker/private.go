@@ -145,17 +145,20 @@ type privateRequest struct {
 }
 
 // invalid is the failed check of a sealed request that opened, answered
-// as the gateway answers a clear request's: with the check's status (422
-// and the list of fields for a validation, 400 or 413 for the others) and
-// body. The body may quote the prompt and tells which field failed, so it
-// is sealed to the client; the result the gateway reads in the clear tells
-// only the status.
+// with the body the gateway gives a clear request's (a validation's with
+// its list of fields) and the check's status, but for a validation's 422:
+// the spec answers an encrypted request's with 400. The body may quote the
+// prompt and tells which field failed, so it is sealed to the client; the
+// result the gateway reads in the clear tells only the status.
 func (p *privateRequest) invalid(err error) *api.Result {
 	var ae *api.Error
 	if !errors.As(err, &ae) {
 		ae = api.BadRequest("%s", err)
 	}
 	status := ae.HTTPStatus()
+	if status == http.StatusUnprocessableEntity {
+		status = http.StatusBadRequest
+	}
 	body, _ := json.Marshal(ae.Body(true))
 	return final(&api.Result{Status: status, Sealed: p.Sealer.ReplyBody(body),
 		Error: &api.ResultError{Message: "the encrypted request is invalid", Type: api.TypeForStatus(status)}})

@@ -123,7 +123,8 @@ func (a *Agent) run(ctx context.Context, st *link.Stream) (res *api.Result) {
 		}
 	}
 
-	if a.cfg.Web != nil && req.Kind == api.KindChat && private == nil {
+	webTools := a.cfg.Web != nil && req.Kind == api.KindChat && private == nil
+	if webTools {
 		eng = a.cfg.Web.Wrap(eng)
 	}
 
@@ -170,8 +171,10 @@ func (a *Agent) run(ctx context.Context, st *link.Stream) (res *api.Result) {
 	}
 	if req.Kind == api.KindChat && answerCap > 0 {
 		// Before sealing: the cap reads the answer's chunks. A filtered
-		// chat's checks read a whole answer whole.
-		sink, finishCap = holdAnswer(ereq, sink, answerCap, !req.Stream && req.ContentFilter == "")
+		// chat's checks read a whole answer whole, and the web tools'
+		// turns answer a whole request in a shape of their own (the steps
+		// beside the answer, its timing from the last turn).
+		sink, finishCap = holdAnswer(ereq, sink, answerCap, !req.Stream && req.ContentFilter == "" && !webTools)
 	}
 	switch {
 	case req.Kind == api.KindSpeech:

@@ -21,7 +21,9 @@ import (
 // left the engine the rest of the thinking budget to go on answering, up
 // to thousands of tokens the worker would generate only to cut off. The
 // stream's chunks are put together into the whole answer the client asked
-// for, which is sent once the engine is done (wholeSink.finish).
+// for, which is sent once the engine is done (wholeSink.finish). The
+// gateway writes the svc annotation, and a worker's web tools, whose turns
+// answer a whole request in a shape of their own, are asked whole.
 
 // wholeSink gathers a chat's streamed chunks into one chat.completion.
 type wholeSink struct {
@@ -30,7 +32,6 @@ type wholeSink struct {
 	head        chunkHead
 	fingerprint string
 	choices     []*wholeChoice
-	svc         chat.StreamSvc
 }
 
 // wholeChoice is one choice as its deltas built it.
@@ -80,7 +81,6 @@ type wholeChunk struct {
 		} `json:"logprobs"`
 		FinishReason *string `json:"finish_reason"`
 	} `json:"choices"`
-	Svc json.RawMessage `json:"svc"`
 }
 
 // Event takes one chunk; nothing reaches the client until finish. A chunk
@@ -94,9 +94,6 @@ func (w *wholeSink) Event(ctx context.Context, data []byte) error {
 		w.head = chunk.chunkHead
 	}
 	w.fingerprint = cmp.Or(w.fingerprint, chunk.SystemFingerprint)
-	if len(chunk.Svc) > 0 {
-		w.svc.Add(chunk.Svc)
-	}
 	for _, ch := range chunk.Choices {
 		if ch.Index < 0 || ch.Index >= chat.MaxChoices {
 			continue
@@ -229,7 +226,6 @@ func (w *wholeSink) completion(u *api.Usage) []byte {
 		SystemFingerprint string          `json:"system_fingerprint,omitempty"`
 		Choices           []choice        `json:"choices"`
 		Usage             json.RawMessage `json:"usage,omitempty"`
-		Svc               json.RawMessage `json:"svc,omitempty"`
-	}{w.head.ID, "chat.completion", cmp.Or(w.head.Created, time.Now().Unix()), w.head.Model, w.fingerprint, choices, usage, w.svc.JSON()})
+	}{w.head.ID, "chat.completion", cmp.Or(w.head.Created, time.Now().Unix()), w.head.Model, w.fingerprint, choices, usage})
 	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
 }
