@@ -58,7 +58,7 @@ func TestKindTable(t *testing.T) {
 		KindPaymentRequired: 402, KindForbidden: 403, KindPlanRequired: 403, KindNotFound: 404, KindMethodNotAllowed: 405,
 		KindConflict: 409, KindTooLarge: 413, KindHeadersTooLarge: 431, KindRateLimited: 429, KindCapacity: 429,
 		KindClientGone: 499, KindNotImplemented: 501, KindUpstream: 502, KindUnavailable: 503, KindTimeout: 504,
-		KindInsufficientMemory: 507, KindRequestTimeout: 408, KindRelayed: 502}
+		KindInsufficientMemory: 507, KindRequestTimeout: 408, KindHTTPVersion: 505, KindRelayed: 502}
 	for k := KindInternal; k <= KindRelayed; k++ {
 		status, ok := want[k]
 		if !ok {

@@ -209,7 +209,7 @@ func TypeForStatus(status int) string {
 		return TypeConflict
 	case status == http.StatusTooManyRequests:
 		return TypeRateLimit
-	case status == http.StatusNotImplemented:
+	case status == http.StatusNotImplemented, status == http.StatusHTTPVersionNotSupported:
 		return TypeNotSupported
 	case status == http.StatusBadGateway:
 		return TypeUpstream

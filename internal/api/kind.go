@@ -36,6 +36,7 @@ const (
 	KindTimeout                 // the request ran out of time
 	KindInsufficientMemory      // the model does not fit the worker's memory
 	KindRequestTimeout          // the client did not send its request in time
+	KindHTTPVersion             // the request's HTTP major version is not 1
 	// KindRelayed is a worker's failed result, answered with the status
 	// the worker gave it (see Relayed): the one status that is not the
 	// table's. Without one it is an upstream failure.
@@ -95,6 +96,8 @@ func (k Kind) answer() kindAnswer {
 		return kindAnswer{http.StatusInsufficientStorage, TypeInsufficientMemory, "insufficient memory"}
 	case KindRequestTimeout:
 		return kindAnswer{http.StatusRequestTimeout, TypeInvalidRequest, "request timeout"}
+	case KindHTTPVersion:
+		return kindAnswer{http.StatusHTTPVersionNotSupported, TypeNotSupported, "http version not supported"}
 	case KindRelayed:
 		return kindAnswer{http.StatusBadGateway, TypeUpstream, "relayed"}
 	}

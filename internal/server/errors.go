@@ -270,10 +270,11 @@ func renderError(h *fasthttp.ResponseHeader, ae *api.Error, f errorForm) (status
 // every 408, 409, 429 and 5xx unless X-Should-Retry says false, and the
 // spec says a retry does not help a lasting limitation (501), a model too
 // large (507), a model not installed (409) or a moderation verdict the
-// model will give again (502 moderation_invalid_verdict).
+// model will give again (502 moderation_invalid_verdict); nor does one in
+// the same HTTP version (505).
 func worthRetrying(ae *api.Error, status int) bool {
 	switch status {
-	case http.StatusConflict, http.StatusNotImplemented, http.StatusInsufficientStorage:
+	case http.StatusConflict, http.StatusNotImplemented, http.StatusInsufficientStorage, http.StatusHTTPVersionNotSupported:
 		return false
 	case http.StatusBadGateway:
 		return ae.Code != api.CodeModerationInvalidVerdict

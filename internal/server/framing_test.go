@@ -88,3 +88,50 @@ func TestAmbiguousFramingClosesTheConnection(t *testing.T) {
 		}
 	}
 }
+
+// A request line of another HTTP major version is answered 505 and its
+// connection closed; HTTP/1.0, HTTP/1.1 and a later HTTP/1 minor are
+// served.
+func TestHTTPVersions(t *testing.T) {
+	s := &Server{log: slog.New(slog.DiscardHandler), metrics: newMetrics(buildinfo.Info{})}
+	l := s.newListener(newMux([]*route{{method: "GET", path: "/ok", access: accessPublic, handle: func(c *call) error {
+		writeJSON(c.ctx, http.StatusOK, map[string]string{})
+		return nil
+	}}}), false)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- l.srv.Serve(ln) }()
+	defer func() {
+		_ = l.srv.Shutdown()
+		<-done
+	}()
+	for _, tc := range []struct {
+		version string
+		status  int
+	}{
+		{"HTTP/1.1", 200}, {"HTTP/1.0", 200}, {"HTTP/1.2", 200},
+		{"HTTP/2.0", 505}, {"HTTP/9.9", 505}, {"HTTP/0.9", 505},
+	} {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.WriteString(c, "GET /ok "+tc.version+"\r\nHost: x\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.version, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		c.Close()
+		if resp.StatusCode != tc.status || tc.status == 505 && (!resp.Close || !strings.Contains(string(body), `"detail":"HTTP version not supported`)) {
+			t.Errorf("%s: %d close=%v %s", tc.version, resp.StatusCode, resp.Close, body)
+		}
+	}
+}

@@ -574,6 +574,12 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, m *mux, console bool) {
 	case ambiguous != "":
 		ctx.SetConnectionClose()
 		err = api.BadRequest("Malformed HTTP request: %s", ambiguous)
+	case !httpOne(ctx.Request.Header.Protocol()):
+		// fasthttp reads any HTTP/x.y request line as HTTP/1.0. A minor
+		// version above 1 is served as HTTP/1.1 (RFC 9110, 2.5); another
+		// major is another protocol.
+		ctx.SetConnectionClose()
+		err = errHTTPVersion
 	case console && pathTricks(ctx.Request.Header.RequestURI()):
 		// fasthttp decodes and resolves the path it routes on: a name
 		// holding an encoded '/', or a '..', would name another object
@@ -726,6 +732,15 @@ func readFraming(raw []byte) (ambiguous string, closing bool) {
 }
 
 // apiKey reads the key from Authorization: Bearer or x-api-key.
+// httpOne reports whether a request line's protocol is HTTP/1.x.
+func httpOne(protocol []byte) bool {
+	v, ok := bytes.CutPrefix(protocol, []byte("HTTP/"))
+	return !ok || bytes.HasPrefix(v, []byte("1.")) && len(v) > 2
+}
+
+var errHTTPVersion = &api.Error{Kind: api.KindHTTPVersion,
+	Message: "HTTP version not supported: the gateway speaks HTTP/1.1"}
+
 func apiKey(ctx *fasthttp.RequestCtx) string { return keyOf(&ctx.Request.Header) }
 
 // keyError is why the request's API key does not authenticate, or nil
