@@ -82,9 +82,9 @@ func decodeMP3(s *stream, limit int) (PCM, error) {
 	case !found:
 		return PCM{}, damaged(api.AudioMP3, "no valid frame")
 	case first.layer != 3:
-		return PCM{}, damaged(api.AudioMP3, fmt.Sprintf("cannot decode Layer %d", first.layer))
+		return PCM{}, unsupported(api.AudioMP3, fmt.Sprintf("Layer %d; send Layer III, WAV or FLAC", first.layer))
 	case first.version == mpeg25:
-		return PCM{}, damaged(api.AudioMP3, "cannot decode MPEG 2.5")
+		return PCM{}, unsupported(api.AudioMP3, "MPEG 2.5; send MPEG 1 or 2, WAV or FLAC")
 	}
 	// go-mp3 would decode a Xing or VBRI tag's frame as silence.
 	frame, err := s.peek(first.size())
@@ -96,7 +96,11 @@ func decodeMP3(s *stream, limit int) (PCM, error) {
 			return PCM{}, err
 		}
 	}
-	d, err := mp3.NewDecoder(s)
+	g := &lsfGuard{s: s}
+	d, err := mp3.NewDecoder(g)
+	if g.refused != nil {
+		return PCM{}, g.refused
+	}
 	if err != nil {
 		return PCM{}, decoderError(api.AudioMP3, err)
 	}
@@ -117,10 +121,59 @@ func decodeMP3(s *stream, limit int) (PCM, error) {
 			out.Samples = append(out.Samples, (float32(l)+float32(r))/2/(1<<15))
 		}
 		kept = copy(buf, buf[n-n%frameLen:n])
+		if g.refused != nil {
+			return PCM{}, g.refused
+		}
 		if err != nil {
 			return endOfStream(api.AudioMP3, out, err)
 		}
 	}
+}
+
+// lsfGuard passes an MP3 file to go-mp3 a frame at a time, and refuses the
+// first frame go-mp3 would misread: it takes a padded MPEG 2 frame to be a
+// byte shorter than it is wherever 144 × bitrate / sample rate is even
+// (22.05 kHz at 8, 16, 24, 32, 80, 96, 144 and 160 kbit/s), and reads the
+// rest of the file a byte out, which made loud noise of the speech in such
+// files rather than an error. A file it cannot follow (junk between
+// frames) is passed on as it is.
+type lsfGuard struct {
+	s       *stream
+	left    int // bytes of the current frame still to pass on
+	lost    bool
+	refused error
+}
+
+func (g *lsfGuard) Read(p []byte) (int, error) {
+	if g.refused != nil {
+		return 0, g.refused
+	}
+	if g.lost {
+		return g.s.Read(p)
+	}
+	if g.left == 0 {
+		b, err := g.s.peek(frameHeaderLen)
+		if err != nil {
+			return 0, err
+		}
+		h, ok := parseFrameHeader(b)
+		switch {
+		case len(b) < frameHeaderLen:
+			return g.s.Read(p) // the end of the file
+		case !ok:
+			g.lost = true
+			return g.s.Read(p)
+		case h.version == mpeg2 && h.padding && (144*h.bitrate/h.sampleRate)%2 == 0:
+			g.refused = unsupported(api.AudioMP3, fmt.Sprintf(
+				"MPEG 2 frames at %d Hz and %d kbit/s, which the decoder here misreads; send it at another bitrate, or as WAV or FLAC",
+				h.sampleRate, h.bitrate/1000))
+			return 0, g.refused
+		}
+		g.left = h.size()
+	}
+	n, err := g.s.Read(p[:min(len(p), g.left)])
+	g.left -= n
+	return n, err
 }
 
 // decodeFLAC decodes FLAC frames with mewkiz/flac.

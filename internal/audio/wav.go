@@ -253,7 +253,7 @@ func sampleReader(f wavFormat) (func([]byte) float32, int, error) {
 	case f.tag == wavFloat && size == 8:
 		return func(b []byte) float32 { return float32(math.Float64frombits(le.Uint64(b))) }, size, nil
 	}
-	return nil, 0, damaged(api.AudioWAV, fmt.Sprintf("unsupported encoding: format 0x%04x, %d-byte samples", f.tag, size))
+	return nil, 0, unsupported(api.AudioWAV, fmt.Sprintf("its encoding, format 0x%04x with %d-byte samples, is not PCM or float; send PCM", f.tag, size))
 }
 
 // decodeWAV reads the samples of a WAV file's data chunk and mixes them to

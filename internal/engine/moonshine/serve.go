@@ -83,10 +83,23 @@ func (e *Engine) Serve(ctx context.Context, req *engine.Request, sink engine.Sin
 func decode(ctx context.Context, r io.Reader) ([]float32, float64, *api.Result) {
 	pcm, err := audio.Decode(r)
 	if err != nil {
-		_, damaged := errors.AsType[*audio.FormatError](err)
+		fe, unusable := errors.AsType[*audio.FormatError](err)
 		switch {
-		case damaged || errors.Is(err, audio.ErrUnsupported):
-			return nil, 0, badRequest("file: " + err.Error())
+		case unusable && fe.Unsupported:
+			// A sound file this worker cannot read, where one whose engine
+			// takes the file as it is can: the gateway's code for a file it
+			// cannot read, with the status of a worker's lasting limit.
+			res := engine.Failure(http.StatusNotImplemented, api.TypeNotSupported, "file: "+err.Error())
+			res.Error.Code = "unsupported_audio_encoding"
+			return nil, 0, res
+		case unusable:
+			res := badRequest("file: " + err.Error())
+			res.Error.Code = "unreadable_audio"
+			return nil, 0, res
+		case errors.Is(err, audio.ErrUnsupported):
+			res := badRequest("file: " + err.Error())
+			res.Error.Code = "unsupported_audio_format"
+			return nil, 0, res
 		case errors.Is(err, audio.ErrTooLong):
 			return nil, 0, tooLong(math.Inf(1))
 		case ctx.Err() != nil:
