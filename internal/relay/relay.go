@@ -666,8 +666,11 @@ func resultError(res *api.Result) *api.Error {
 			e.RetryAfter = time.Duration(min(res.Error.RetryAfter, int(maxRetryAfter/time.Second))) * time.Second
 		}
 	}
-	// The private-inference codes travel in X-Svc-Error-Code too.
-	if e.Code == api.CodeNoPrivateInferenceWorker {
+	// The private-inference and moderation codes travel in
+	// X-Svc-Error-Code too: a content-filtered chat's check may fail on
+	// the worker (moderation_invalid_verdict, moderation_unavailable).
+	switch e.Code {
+	case api.CodeNoPrivateInferenceWorker, api.CodeModerationUnavailable, api.CodeModerationCapacity, api.CodeModerationInvalidVerdict:
 		e.CodeHeader = true
 	}
 	return e

@@ -77,3 +77,25 @@ func TestResultErrorRetryAfter(t *testing.T) {
 		}
 	}
 }
+
+// A worker's failure with a moderation or private-inference code sends it
+// in X-Svc-Error-Code as the spec asks; other codes stay in the body.
+func TestResultErrorCodeHeader(t *testing.T) {
+	for _, tc := range []struct {
+		status int
+		code   string
+		header bool
+	}{
+		{502, api.CodeModerationInvalidVerdict, true},
+		{503, api.CodeModerationUnavailable, true},
+		{429, api.CodeModerationCapacity, true},
+		{503, api.CodeNoPrivateInferenceWorker, true},
+		{502, api.CodeEngineUnreachable, false},
+		{400, "", false},
+	} {
+		ae := resultError(&api.Result{Status: tc.status, Error: &api.ResultError{Message: "no", Code: tc.code}})
+		if ae.CodeHeader != tc.header || ae.Code != tc.code {
+			t.Errorf("%d %q: header %v", tc.status, tc.code, ae.CodeHeader)
+		}
+	}
+}
