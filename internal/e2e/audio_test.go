@@ -12,6 +12,7 @@ import (
 	"mime/multipart"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -804,5 +805,43 @@ func TestTranslations(t *testing.T) {
 	if r := s.post("/v1/audio/translations", "application/vnd.svc.e2e+json", []byte(`{}`), bearer(key)); r.Status != 400 ||
 		!strings.Contains(string(r.Body), "/v1/audio/transcriptions") {
 		t.Fatalf("sealed: %d %s", r.Status, r.Body)
+	}
+}
+
+// A transcription whose upload was read to its end keeps its connection
+// for the client's next request, as any other answer does: here a client
+// that sends the head, then the form, as curl and Python's http.client do.
+func TestTranscriptionKeepsTheConnection(t *testing.T) {
+	s, key := audioGateway(t, "tps=0,ttft=0,rtf=0")
+	u, err := url.Parse(s.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.Dial("tcp", u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	br := bufio.NewReader(c)
+	for i, seconds := range []float64{1, 12} {
+		_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+		ctype, body := upload(t, tone(t, seconds, 16000), "model", "stt-large-v3", "response_format", "json")
+		head := fmt.Sprintf("POST /v1/audio/transcriptions HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n",
+			u.Host, key, ctype, len(body))
+		if _, err := io.WriteString(c, head); err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		if _, err := c.Write(body); err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("request %d on the same connection: %v", i, err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || resp.Close {
+			t.Fatalf("%g s of audio: %d, closed %v", seconds, resp.StatusCode, resp.Close)
+		}
 	}
 }

@@ -301,6 +301,9 @@ func finishBody(ctx *fasthttp.RequestCtx, limit int) (over bool) {
 	if st == nil {
 		return false
 	}
+	// This reader counts none of what the handler read: a body read to its
+	// end ends here at once, which is not one cut short of its length.
+	st.(*pacedBody).length = -1
 	n, err := io.CopyN(io.Discard, st, int64(limit)+1)
 	if err != io.EOF {
 		ctx.SetConnectionClose()
