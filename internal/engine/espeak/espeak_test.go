@@ -108,6 +108,13 @@ func TestServe(t *testing.T) {
 		args:   []string{"--stdout", "--stdin", "-b", "1", "-v", "gmw/en", "-s", "350"},
 		stdin:  "-v --help\n$(rm -rf /) ünïcode",
 	}, {
+		name:   "a NUL is a space, not the end of the text",
+		speak:  `cat "$dir/out.wav"`,
+		req:    speechRequest(t, api.SpeechParams{Input: "Hello\x00 world, and more"}),
+		status: http.StatusOK,
+		args:   []string{"--stdout", "--stdin", "-b", "1", "-v", "gmw/en-US", "-s", "175"},
+		stdin:  "Hello  world, and more",
+	}, {
 		name:   "voice by its file, default speed",
 		speak:  `cat "$dir/out.wav"`,
 		req:    speechRequest(t, api.SpeechParams{Input: "hi", Voice: "chr-US-Qaaa-x-west"}),

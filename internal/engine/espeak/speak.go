@@ -44,6 +44,11 @@ func wordsPerMinute(speed float64) int {
 	return min(max(int(math.Round(defaultWPM*speed)), minWPM), maxWPM)
 }
 
+// speakable is text as espeak-ng reads all of it: it takes a NUL for the
+// end of its input, and would drop whatever followed one without a word;
+// as a space it is a pause, as other control characters are.
+func speakable(text string) string { return strings.ReplaceAll(text, "\x00", " ") }
+
 // speak runs espeak-ng on text and returns its WAV with the header sizes
 // corrected. The text goes through stdin, so that none of it can be taken
 // for an option and its length is not bounded by the command line's.
@@ -57,7 +62,7 @@ func (e *Engine) speak(ctx context.Context, text, voiceFile string, wpm int) ([]
 	// Killing espeak-ng closes its pipes; the delay only matters if it left
 	// a child holding them.
 	cmd.WaitDelay = time.Second
-	cmd.Stdin = strings.NewReader(text)
+	cmd.Stdin = strings.NewReader(speakable(text))
 	stdout := &limitedBuffer{max: e.maxWAV}
 	stderr := &headBuffer{max: maxStderr}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
