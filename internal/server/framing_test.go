@@ -18,29 +18,17 @@ import (
 // next request are never answered; the same request chunked alone is
 // served and its connection kept.
 func TestAmbiguousFramingClosesTheConnection(t *testing.T) {
-	s := &Server{log: slog.New(slog.DiscardHandler), metrics: newMetrics(buildinfo.Info{})}
 	ok := func(c *call) error {
 		writeJSON(c.ctx, http.StatusOK, map[string]string{"path": string(c.ctx.Path())})
 		return nil
 	}
-	l := s.newListener(newMux([]*route{
-		{method: "POST", path: "/echo", access: accessPublic, handle: ok},
-		{method: "GET", path: "/smuggled", access: accessPublic, handle: ok},
-	}), false)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- l.srv.Serve(ln) }()
-	defer func() {
-		_ = l.srv.Shutdown()
-		<-done
-	}()
+	addr := servePublic(t,
+		&route{method: "POST", path: "/echo", access: accessPublic, handle: ok},
+		&route{method: "GET", path: "/smuggled", access: accessPublic, handle: ok})
 
 	const smuggled = "GET /smuggled HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
 	send := func(framing string) []int {
-		c, err := net.Dial("tcp", ln.Addr().String())
+		c, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -93,21 +81,10 @@ func TestAmbiguousFramingClosesTheConnection(t *testing.T) {
 // connection closed; HTTP/1.0, HTTP/1.1 and a later HTTP/1 minor are
 // served.
 func TestHTTPVersions(t *testing.T) {
-	s := &Server{log: slog.New(slog.DiscardHandler), metrics: newMetrics(buildinfo.Info{})}
-	l := s.newListener(newMux([]*route{{method: "GET", path: "/ok", access: accessPublic, handle: func(c *call) error {
+	addr := servePublic(t, &route{method: "GET", path: "/ok", access: accessPublic, handle: func(c *call) error {
 		writeJSON(c.ctx, http.StatusOK, map[string]string{})
 		return nil
-	}}}), false)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- l.srv.Serve(ln) }()
-	defer func() {
-		_ = l.srv.Shutdown()
-		<-done
-	}()
+	}})
 	for _, tc := range []struct {
 		version string
 		status  int
@@ -115,7 +92,7 @@ func TestHTTPVersions(t *testing.T) {
 		{"HTTP/1.1", 200}, {"HTTP/1.0", 200}, {"HTTP/1.2", 200},
 		{"HTTP/2.0", 505}, {"HTTP/9.9", 505}, {"HTTP/0.9", 505},
 	} {
-		c, err := net.Dial("tcp", ln.Addr().String())
+		c, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -134,4 +111,23 @@ func TestHTTPVersions(t *testing.T) {
 			t.Errorf("%s: %d close=%v %s", tc.version, resp.StatusCode, resp.Close, body)
 		}
 	}
+}
+
+// servePublic serves routes as the public listener does, on a loopback
+// port of the test's own, until the test ends; it returns the address.
+func servePublic(t *testing.T, routes ...*route) string {
+	t.Helper()
+	s := &Server{log: slog.New(slog.DiscardHandler), metrics: newMetrics(buildinfo.Info{})}
+	l := s.newListener(newMux(routes), false)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- l.srv.Serve(ln) }()
+	t.Cleanup(func() {
+		_ = l.srv.Shutdown()
+		<-done
+	})
+	return ln.Addr().String()
 }
