@@ -1,6 +1,7 @@
 package audio
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -135,12 +136,12 @@ func decodeMP3(s *stream, limit int) (PCM, error) {
 // byte shorter than it is wherever 144 × bitrate / sample rate is even
 // (22.05 kHz at 8, 16, 24, 32, 80, 96, 144 and 160 kbit/s), and reads the
 // rest of the file a byte out, which made loud noise of the speech in such
-// files rather than an error. A file it cannot follow (junk between
-// frames) is passed on as it is.
+// files rather than an error. Bytes between frames (a tag where two files
+// were joined, a damaged stretch) are passed on as they are, up to the
+// next frame, as go-mp3 skips them.
 type lsfGuard struct {
 	s       *stream
-	left    int // bytes of the current frame still to pass on
-	lost    bool
+	left    int // bytes still to pass on before the next frame's header
 	refused error
 }
 
@@ -148,32 +149,52 @@ func (g *lsfGuard) Read(p []byte) (int, error) {
 	if g.refused != nil {
 		return 0, g.refused
 	}
-	if g.lost {
-		return g.s.Read(p)
-	}
 	if g.left == 0 {
-		b, err := g.s.peek(frameHeaderLen)
-		if err != nil {
+		if err := g.next(); err != nil {
 			return 0, err
 		}
-		h, ok := parseFrameHeader(b)
-		switch {
-		case len(b) < frameHeaderLen:
+		if g.left == 0 {
 			return g.s.Read(p) // the end of the file
-		case !ok:
-			g.lost = true
-			return g.s.Read(p)
-		case h.version == mpeg2 && h.padding && (144*h.bitrate/h.sampleRate)%2 == 0:
-			g.refused = unsupported(api.AudioMP3, fmt.Sprintf(
-				"MPEG 2 frames at %d Hz and %d kbit/s, which the decoder here misreads; send it at another bitrate, or as WAV or FLAC",
-				h.sampleRate, h.bitrate/1000))
-			return 0, g.refused
 		}
-		g.left = h.size()
 	}
 	n, err := g.s.Read(p[:min(len(p), g.left)])
 	g.left -= n
 	return n, err
+}
+
+// next reads what comes at a frame's boundary: a frame, whose length it
+// passes on unless go-mp3 would misread it, or bytes up to the next frame
+// that what follows it confirms (syncFrame's test), all of the window when
+// none is in it.
+func (g *lsfGuard) next() error {
+	const need = maxFrameLen + frameHeaderLen
+	b, n, err := g.s.window(need)
+	if err != nil || len(b) < frameHeaderLen {
+		return err
+	}
+	if h, ok := parseFrameHeader(b); ok {
+		if h.version == mpeg2 && h.padding && (144*h.bitrate/h.sampleRate)%2 == 0 {
+			g.refused = unsupported(api.AudioMP3, fmt.Sprintf(
+				"MPEG 2 frames at %d Hz and %d kbit/s, which the decoder here misreads; send it at another bitrate, or as WAV or FLAC",
+				h.sampleRate, h.bitrate/1000))
+			return g.refused
+		}
+		g.left = h.size()
+		return nil
+	}
+	for i := 1; i < n; i++ {
+		j := bytes.IndexByte(b[i:n], 0xFF)
+		if j < 0 {
+			break
+		}
+		i += j
+		if h, ok := parseFrameHeader(b[i:]); ok && confirmed(b[i:min(len(b), i+need)], h) {
+			g.left = i
+			return nil
+		}
+	}
+	g.left = max(n, 1)
+	return nil
 }
 
 // decodeFLAC decodes FLAC frames with mewkiz/flac.

@@ -294,6 +294,11 @@ func TestDecodeRefusesFramesTheDecoderMisreads(t *testing.T) {
 	if !ok || !fe.Unsupported || !strings.Contains(err.Error(), "cannot decode this mp3 file: MPEG 2 frames at 22050 Hz and 32 kbit/s") {
 		t.Fatalf("Decode error = %v", err)
 	}
+	// Also past bytes between frames: a tag where two files were joined.
+	joined := bytes.Join([][]byte{fixture(t, "speech-vbr.mp3"), id3v1(), fixture(t, "speech-cbr.mp3")}, nil)
+	if _, err := Decode(bytes.NewReader(joined)); !strings.Contains(fmt.Sprint(err), "cannot decode this mp3 file: MPEG 2 frames") {
+		t.Fatalf("joined files: Decode error = %v", err)
+	}
 	// The probe, which reads frame headers only, still reads it.
 	if info, err := Probe(bytes.NewReader(fixture(t, "speech-cbr.mp3"))); err != nil || info.Format != api.AudioMP3 {
 		t.Fatalf("Probe = %+v, %v", info, err)

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -582,5 +583,47 @@ func endsWith503(t *testing.T, events io.Reader, what string) {
 	rest, _ := io.ReadAll(events)
 	if tail := string(rest); !strings.Contains(tail, `"status":503`) || !strings.HasSuffix(strings.TrimSpace(tail), "data: [DONE]") {
 		t.Fatalf("%s: ...%s", what, tail[max(0, len(tail)-400):])
+	}
+}
+
+// A request line of another HTTP major version gets its 505 also while the
+// client is still sending a large body, rather than a reset; and a body the
+// handler never read that ends short of its length closes the connection,
+// saying so.
+func TestBodiesLeftUnread(t *testing.T) {
+	s := startServer(t, "")
+	host := strings.TrimPrefix(s.URL, "http://")
+	send := func(head string, body []byte, halfClose bool) *http.Response {
+		t.Helper()
+		c, err := net.Dial("tcp", host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+		go func() {
+			if _, err := io.WriteString(c, head); err != nil {
+				return
+			}
+			_, _ = c.Write(body)
+			if halfClose {
+				_ = c.(*net.TCPConn).CloseWrite()
+			}
+		}()
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("%q: %v", strings.SplitN(head, "\r\n", 2)[0], err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	big := bytes.Repeat([]byte("x"), 4<<20)
+	if r := send(fmt.Sprintf("POST /v1/chat/completions HTTP/2.0\r\nHost: x\r\nContent-Length: %d\r\n\r\n", len(big)), big, false); r.StatusCode != 505 || !r.Close {
+		t.Errorf("HTTP/2.0 with a 4 MB body: %d, close %v", r.StatusCode, r.Close)
+	}
+	short := bytes.Repeat([]byte("x"), 64<<10)
+	if r := send(fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n", 4*len(short)), short, true); r.StatusCode != 401 || !r.Close {
+		t.Errorf("a body cut short, unread: %d, close %v", r.StatusCode, r.Close)
 	}
 }

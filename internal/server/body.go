@@ -109,8 +109,19 @@ func requestBody(ctx *fasthttp.RequestCtx) io.Reader {
 	if st == nil {
 		return nil
 	}
-	return &pacedBody{r: st, conn: ctx.Conn(), start: time.Now(), length: int64(ctx.Request.Header.ContentLength())}
+	// One reader a request, whoever asks: what it counts is what the body
+	// gave, so that the read after the handler's (finishBody) tells a body
+	// read to its end from one cut short of its length.
+	if pb, ok := ctx.UserValue(pacedBodyKey).(*pacedBody); ok {
+		return pb
+	}
+	pb := &pacedBody{r: st, conn: ctx.Conn(), start: time.Now(), length: int64(ctx.Request.Header.ContentLength())}
+	ctx.SetUserValue(pacedBodyKey, pb)
+	return pb
 }
+
+// pacedBodyKey keys a request's pacedBody among its user values.
+const pacedBodyKey = "svc.body"
 
 type pacedBody struct {
 	r     io.Reader
@@ -301,9 +312,6 @@ func finishBody(ctx *fasthttp.RequestCtx, limit int) (over bool) {
 	if st == nil {
 		return false
 	}
-	// This reader counts none of what the handler read: a body read to its
-	// end ends here at once, which is not one cut short of its length.
-	st.(*pacedBody).length = -1
 	n, err := io.CopyN(io.Discard, st, int64(limit)+1)
 	if err != io.EOF {
 		ctx.SetConnectionClose()

@@ -575,10 +575,10 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, m *mux, console bool) {
 		ctx.SetConnectionClose()
 		err = api.BadRequest("Malformed HTTP request: %s", ambiguous)
 	case !httpOne(ctx.Request.Header.Protocol()):
-		// fasthttp reads any HTTP/x.y request line as HTTP/1.0. A minor
-		// version above 1 is served as HTTP/1.1 (RFC 9110, 2.5); another
-		// major is another protocol.
-		ctx.SetConnectionClose()
+		// fasthttp reads any HTTP/x.y request line as HTTP/1.0: another
+		// major version is another protocol, answered and closed, after
+		// what the client still sends, as for a body over its limit.
+		closeUnread(ctx)
 		err = errHTTPVersion
 	case console && pathTricks(ctx.Request.Header.RequestURI()):
 		// fasthttp decodes and resolves the path it routes on: a name
