@@ -9,6 +9,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/svc-dev/svc/internal/api"
@@ -71,7 +72,7 @@ func Parse(raw []byte) (*Request, error) {
 		if !present(b.Input) {
 			v.Add("input", api.FieldMissing, "required: the text to speak")
 		}
-	} else if strings.TrimSpace(p.Input) == "" {
+	} else if blank(p.Input) {
 		v.Add("input", api.FieldInvalid, "must not be empty")
 	}
 	if present(b.Voice) {
@@ -157,4 +158,10 @@ func Reply(wav []byte, seconds float64, requestID string, svc json.RawMessage) (
 // present reports whether a field was sent with a value other than null.
 func present(raw json.RawMessage) bool {
 	return len(raw) > 0 && !bytes.Equal(bytes.TrimSpace(raw), []byte("null"))
+}
+
+// blank reports text with nothing to speak: white space and control
+// characters alone (a NUL among them, which no engine speaks).
+func blank(text string) bool {
+	return strings.TrimFunc(text, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) == ""
 }

@@ -56,6 +56,8 @@ func TestParseRefusals(t *testing.T) {
 		{"model not a string", `{"model":5,"input":"hi"}`, 422, "model", "string"},
 		{"no input", `{"model":"tts"}`, 422, "input", "required"},
 		{"blank input", `{"model":"tts","input":"  "}`, 422, "input", "empty"},
+		{"a NUL alone", `{"model":"tts","input":"\u0000"}`, 422, "input", "empty"},
+		{"control characters alone", `{"model":"tts","input":" \t\u0000\u001b "}`, 422, "input", "empty"},
 		{"voice a number", `{"model":"tts","input":"hi","voice":3}`, 422, "voice", "voice name"},
 		{"speed too slow", `{"model":"tts","input":"hi","speed":0.1}`, 422, "speed", "between"},
 		{"speed a word", `{"model":"tts","input":"hi","speed":"fast"}`, 422, "speed", "number"},
