@@ -103,6 +103,9 @@ type ResultError struct {
 	Message string `json:"message"`
 	Type    string `json:"type,omitempty"`
 	Code    string `json:"code,omitempty"`
+	// Param names the request's field the failure is about, as the
+	// gateway's own errors do (error.param).
+	Param string `json:"param,omitempty"`
 	// RetryAfter is the engine's own Retry-After on a 429 or 503, in
 	// seconds; 0 when it sent none.
 	RetryAfter int `json:"retry_after,omitempty"`

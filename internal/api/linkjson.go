@@ -115,6 +115,10 @@ func (r *Result) AppendJSON(b []byte) []byte {
 			b = append(b, `,"code":`...)
 			b = jsontext.AppendString(b, e.Code)
 		}
+		if e.Param != "" {
+			b = append(b, `,"param":`...)
+			b = jsontext.AppendString(b, e.Param)
+		}
 		if e.RetryAfter != 0 {
 			b = append(b, `,"retry_after":`...)
 			b = strconv.AppendInt(b, int64(e.RetryAfter), 10)
@@ -336,6 +340,8 @@ func readResultError(s *jsontext.Scanner, p **ResultError) {
 			text(s, &e.Type)
 		case s.Is(k, kind, "code"):
 			text(s, &e.Code)
+		case s.Is(k, kind, "param"):
+			text(s, &e.Param)
 		case s.Is(k, kind, "retry_after"):
 			integer(s, &e.RetryAfter)
 		default:

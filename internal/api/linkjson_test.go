@@ -20,6 +20,7 @@ var linkResults = []Result{
 	{Status: 503, Retryable: true, Error: &ResultError{Message: "engine \xff unreachable\n", Type: "upstream_error", Code: "x"}},
 	{Status: 422, Final: true, Error: &ResultError{Message: ""}},
 	{Status: 429, Error: &ResultError{Message: "busy", RetryAfter: 7}},
+	{Status: 400, Error: &ResultError{Message: "file: damaged wav file: no data chunk", Type: "invalid_request_error", Code: "unreadable_audio", Param: "file"}},
 	{Status: 200, AudioFormat: "flac", AudioSeconds: ptr(2.5)},
 	{Status: 200, Usage: &Usage{PromptTokens: 4, CompletionTokens: 8, TotalTokens: 12, ReasoningTokens: ptr(3), Estimated: true}, FinishReason: "length"},
 	{Status: 400, Error: &ResultError{Message: "the encrypted request is invalid", Type: "invalid_request_error"},

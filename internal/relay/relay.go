@@ -653,7 +653,7 @@ func resultError(res *api.Result) *api.Error {
 	}
 	e := api.Relayed(status, "", "", "the worker failed")
 	if res.Error != nil {
-		e.Message, e.Type, e.Code = res.Error.Message, res.Error.Type, res.Error.Code
+		e.Message, e.Type, e.Code, e.Param = res.Error.Message, res.Error.Type, res.Error.Code, res.Error.Param
 		if status != res.Status {
 			e.Type = api.TypeUpstream
 		}

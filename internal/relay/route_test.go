@@ -93,8 +93,8 @@ func TestResultErrorCodeHeader(t *testing.T) {
 		{502, api.CodeEngineUnreachable, false},
 		{400, "", false},
 	} {
-		ae := resultError(&api.Result{Status: tc.status, Error: &api.ResultError{Message: "no", Code: tc.code}})
-		if ae.CodeHeader != tc.header || ae.Code != tc.code {
+		ae := resultError(&api.Result{Status: tc.status, Error: &api.ResultError{Message: "no", Code: tc.code, Param: "file"}})
+		if ae.CodeHeader != tc.header || ae.Code != tc.code || ae.Param != "file" {
 			t.Errorf("%d %q: header %v", tc.status, tc.code, ae.CodeHeader)
 		}
 	}

@@ -90,15 +90,15 @@ func decode(ctx context.Context, r io.Reader) ([]float32, float64, *api.Result) 
 			// takes the file as it is can: the gateway's code for a file it
 			// cannot read, with the status of a worker's lasting limit.
 			res := engine.Failure(http.StatusNotImplemented, api.TypeNotSupported, "file: "+err.Error())
-			res.Error.Code = "unsupported_audio_encoding"
+			res.Error.Code, res.Error.Param = "unsupported_audio_encoding", "file"
 			return nil, 0, res
 		case unusable:
 			res := badRequest("file: " + err.Error())
-			res.Error.Code = "unreadable_audio"
+			res.Error.Code, res.Error.Param = "unreadable_audio", "file"
 			return nil, 0, res
 		case errors.Is(err, audio.ErrUnsupported):
 			res := badRequest("file: " + err.Error())
-			res.Error.Code = "unsupported_audio_format"
+			res.Error.Code, res.Error.Param = "unsupported_audio_format", "file"
 			return nil, 0, res
 		case errors.Is(err, audio.ErrTooLong):
 			return nil, 0, tooLong(math.Inf(1))
