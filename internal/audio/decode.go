@@ -1,7 +1,6 @@
 package audio
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -164,11 +163,9 @@ func (g *lsfGuard) Read(p []byte) (int, error) {
 
 // next reads what comes at a frame's boundary: a frame, whose length it
 // passes on unless go-mp3 would misread it, or bytes up to the next frame
-// that what follows it confirms (syncFrame's test), all of the window when
-// none is in it.
+// (frameAt), all of the window when none is in it.
 func (g *lsfGuard) next() error {
-	const need = maxFrameLen + frameHeaderLen
-	b, n, err := g.s.window(need)
+	b, n, err := g.s.window(frameSearch)
 	if err != nil || len(b) < frameHeaderLen {
 		return err
 	}
@@ -182,16 +179,9 @@ func (g *lsfGuard) next() error {
 		g.left = h.size()
 		return nil
 	}
-	for i := 1; i < n; i++ {
-		j := bytes.IndexByte(b[i:n], 0xFF)
-		if j < 0 {
-			break
-		}
-		i += j
-		if h, ok := parseFrameHeader(b[i:]); ok && confirmed(b[i:min(len(b), i+need)], h) {
-			g.left = i
-			return nil
-		}
+	if i, _ := frameAt(b, n, nil); i > 0 {
+		g.left = i
+		return nil
 	}
 	g.left = max(n, 1)
 	return nil

@@ -268,28 +268,41 @@ func countFrames(s *stream, ref frameHeader) (int64, error) {
 // to ref's stream (any stream when ref is nil) and that what follows the
 // frame confirms: the next frame's header, the end of the file or a tag.
 func syncFrame(s *stream, ref *frameHeader) (frameHeader, bool, error) {
-	const need = maxFrameLen + frameHeaderLen
 	for {
-		b, n, err := s.window(need)
+		b, n, err := s.window(frameSearch)
 		if err != nil {
 			return frameHeader{}, false, err
 		}
-		for i := 0; i < n; i++ {
-			j := bytes.IndexByte(b[i:n], 0xFF)
-			if j < 0 {
-				break
-			}
-			i += j
-			h, ok := parseFrameHeader(b[i:])
-			if ok && (ref == nil || h.sameStream(*ref)) && confirmed(b[i:min(len(b), i+need)], h) {
-				_, err := s.skip(int64(i))
-				return h, true, err
-			}
+		if i, h := frameAt(b, n, ref); i >= 0 {
+			_, err := s.skip(int64(i))
+			return h, true, err
 		}
 		if _, err := s.skip(int64(n)); err != nil || n == len(b) {
 			return frameHeader{}, false, err
 		}
 	}
+}
+
+// frameSearch is what a window must hold past a place where a frame may
+// start: the frame and the next header.
+const frameSearch = maxFrameLen + frameHeaderLen
+
+// frameAt is the offset, within the first n bytes of b, of the first
+// frame header that belongs to ref's stream (any stream when ref is nil)
+// and that what follows the frame confirms; -1 when there is none.
+func frameAt(b []byte, n int, ref *frameHeader) (int, frameHeader) {
+	for i := 0; i < n; i++ {
+		j := bytes.IndexByte(b[i:n], 0xFF)
+		if j < 0 {
+			break
+		}
+		i += j
+		h, ok := parseFrameHeader(b[i:])
+		if ok && (ref == nil || h.sameStream(*ref)) && confirmed(b[i:min(len(b), i+frameSearch)], h) {
+			return i, h
+		}
+	}
+	return -1, frameHeader{}
 }
 
 // confirmed reports whether the frame h that starts b is followed by what

@@ -369,6 +369,16 @@ func TestPrivateInferenceErrors(t *testing.T) {
 			t.Errorf("the gateway's row names the field: %v", row)
 		}
 	}
+	// The spec's own case: a reasoning.max_tokens that is no whole number
+	// of 0 or more is 422, and 400 on an encrypted request.
+	badBudget := `{"model":"sim-reasoner","reasoning":{"max_tokens":-1},"messages":[{"role":"user","content":"hi"}]}`
+	clearBudget := s.do("POST", "/v1/chat/completions", badBudget, bearer(key))
+	sealedBudget, budgetOpener, _ := e2ee.SealRequest(pub, "sim-reasoner", false, []byte(badBudget))
+	r = sealedPost("/v1/chat/completions", sealedBudget)
+	if plain, err := budgetOpener.OpenBody(r.Body); clearBudget.Status != 422 || r.Status != 400 || err != nil ||
+		!strings.Contains(string(plain), `"field":"reasoning.max_tokens"`) {
+		t.Errorf("reasoning.max_tokens -1: clear %d %s; sealed %d, opened %s %v", clearBudget.Status, clearBudget.Body, r.Status, plain, err)
+	}
 	// An engine's failure (here 500, which the gateway answers 502) goes
 	// to the client sealed too, with the engine's own message, also once
 	// the gateway tried for another worker and found none.

@@ -731,7 +731,6 @@ func readFraming(raw []byte) (ambiguous string, closing bool) {
 	return "", closing
 }
 
-// apiKey reads the key from Authorization: Bearer or x-api-key.
 // httpOne reports whether a request line's protocol is HTTP/1.x.
 func httpOne(protocol []byte) bool {
 	v, ok := bytes.CutPrefix(protocol, []byte("HTTP/"))
@@ -741,6 +740,7 @@ func httpOne(protocol []byte) bool {
 var errHTTPVersion = &api.Error{Kind: api.KindHTTPVersion,
 	Message: "HTTP version not supported: the gateway speaks HTTP/1.1"}
 
+// apiKey reads the key from Authorization: Bearer or x-api-key.
 func apiKey(ctx *fasthttp.RequestCtx) string { return keyOf(&ctx.Request.Header) }
 
 // keyError is why the request's API key does not authenticate, or nil

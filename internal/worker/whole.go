@@ -67,13 +67,10 @@ type wholeChunk struct {
 			Reasoning        string `json:"reasoning"`
 			Refusal          string `json:"refusal"`
 			ToolCalls        []struct {
-				Index    int    `json:"index"`
-				ID       string `json:"id"`
-				Type     string `json:"type"`
-				Function struct {
-					Name      string `json:"name"`
-					Arguments string `json:"arguments"`
-				} `json:"function"`
+				Index    int                   `json:"index"`
+				ID       string                `json:"id"`
+				Type     string                `json:"type"`
+				Function chat.ToolCallFunction `json:"function"`
 			} `json:"tool_calls"`
 		} `json:"delta"`
 		Logprobs *struct {
@@ -119,17 +116,9 @@ func (w *wholeSink) Event(ctx context.Context, data []byte) error {
 	return ctx.Err()
 }
 
-// Body passes a whole answer on: an engine that answers whole although
-// asked for a stream.
+// Body passes a whole answer on, from an adapter that hands one on as it
+// came although asked for a stream.
 func (w *wholeSink) Body(ctx context.Context, data []byte) error { return w.out.Body(ctx, data) }
-
-// Receiving passes on that a whole answer is arriving, where the sink
-// under it listens.
-func (w *wholeSink) Receiving() {
-	if r, ok := w.out.(engine.Receiver); ok {
-		r.Receiving()
-	}
-}
 
 func (w *wholeSink) choice(index int) *wholeChoice {
 	for _, c := range w.choices {
