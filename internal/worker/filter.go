@@ -22,8 +22,8 @@ import (
 // reaches the client only once checked.
 const filterEvery = 256
 
-// filterChat runs a chat whose key has content filtering on. The prompt
-// is checked before generation: a flagged one is refused (400,
+// filterChat runs a chat whose key has content filtering on. The
+// conversation is checked before generation: a flagged one is refused (400,
 // content_filter). The reply is checked as it is made: a flagged one ends
 // with finish_reason content_filter and nothing of the flagged text.
 func (a *Agent) filterChat(ctx context.Context, eng engine.Engine, req *engine.Request, moderator string, out engine.Sink) *api.Result {
@@ -31,8 +31,8 @@ func (a *Agent) filterChat(ctx context.Context, eng engine.Engine, req *engine.R
 	if res != nil {
 		return res
 	}
-	prompt := lastUserText(req.Body)
-	if _, v, res := g.judge(ctx, moderation.Check{Role: moderation.RoleUser, Texts: []string{prompt}}); res != nil {
+	texts, prompt := conversation(req.Body)
+	if v, res := g.judgeConversation(ctx, texts); res != nil {
 		return res
 	} else if v.Unsafe {
 		return finalFailure(http.StatusBadRequest, api.TypeContentFilter, api.CodeContentFiltered,
@@ -50,41 +50,59 @@ func (a *Agent) filterChat(ctx context.Context, eng engine.Engine, req *engine.R
 	return f.finish(ctx, eng.Serve(ctx, req, f))
 }
 
-// lastUserText is the text of the last user message of a chat request,
-// the prompt a guard judges.
-func lastUserText(body []byte) string {
+// conversation is what a chat request asks a guard to judge: the text of
+// every message, in order, and of the last user message apart, the prompt
+// a reply answers. A key's holder writes every message (the system
+// prompt, earlier user turns, assistant turns and tool results alike), so
+// judging the last user message alone would let a request carry what the
+// filter refuses in any other.
+func conversation(body []byte) (texts []string, prompt string) {
 	var req struct {
 		Messages []struct {
-			Role    string          `json:"role"`
-			Content json.RawMessage `json:"content"`
+			Role      string          `json:"role"`
+			Content   json.RawMessage `json:"content"`
+			ToolCalls []struct {
+				Function struct {
+					Arguments string `json:"arguments"`
+				} `json:"function"`
+			} `json:"tool_calls"`
 		} `json:"messages"`
 	}
 	if json.Unmarshal(body, &req) != nil {
-		return ""
+		return nil, ""
 	}
-	for i := len(req.Messages) - 1; i >= 0; i-- {
-		m := req.Messages[i]
-		if m.Role != "user" {
-			continue
+	for _, m := range req.Messages {
+		text := contentText(m.Content)
+		texts = append(texts, text)
+		for _, c := range m.ToolCalls {
+			texts = append(texts, c.Function.Arguments)
 		}
-		var s string
-		if json.Unmarshal(m.Content, &s) == nil {
-			return s
+		if m.Role == "user" {
+			prompt = text
 		}
-		var parts []struct {
-			Type string `json:"type"`
-			Text string `json:"text"`
-		}
-		_ = json.Unmarshal(m.Content, &parts)
-		var texts []string
-		for _, p := range parts {
-			if p.Type == "text" {
-				texts = append(texts, p.Text)
-			}
-		}
-		return strings.Join(texts, "\n")
 	}
-	return ""
+	return texts, prompt
+}
+
+// contentText is the text of a message's content: a string, or its text
+// parts joined by newlines.
+func contentText(content json.RawMessage) string {
+	var s string
+	if json.Unmarshal(content, &s) == nil {
+		return s
+	}
+	var parts []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	_ = json.Unmarshal(content, &parts)
+	var texts []string
+	for _, p := range parts {
+		if p.Type == "text" {
+			texts = append(texts, p.Text)
+		}
+	}
+	return strings.Join(texts, "\n")
 }
 
 // filterSink holds a streamed reply back until the guard has passed it,
@@ -97,9 +115,12 @@ type filterSink struct {
 	body []byte
 
 	held [][]byte // events not yet checked
-	// texts are the reply's choices' texts by index, each judged on its
-	// own: several (n) arrive interleaved.
-	texts   []*strings.Builder
+	// texts are the reply's choices' texts by index (thinking, answer and
+	// tools' arguments alike, all of which reach the client), each judged
+	// on its own: several (n) arrive interleaved.
+	texts []*strings.Builder
+	// passed is how much of each choice's text the guard passed.
+	passed  []int
 	length  int // of the texts together
 	checked int // of that, what the guard passed
 	first   chunkHead
@@ -136,10 +157,8 @@ func (f *filterSink) Event(ctx context.Context, data []byte) error {
 	var chunk struct {
 		chunkHead
 		Choices []struct {
-			Index int `json:"index"`
-			Delta struct {
-				Content string `json:"content"`
-			} `json:"delta"`
+			Index int       `json:"index"`
+			Delta replyText `json:"delta"`
 		} `json:"choices"`
 	}
 	if json.Unmarshal(data, &chunk) == nil {
@@ -147,8 +166,7 @@ func (f *filterSink) Event(ctx context.Context, data []byte) error {
 			f.first = chunk.chunkHead
 		}
 		for _, c := range chunk.Choices {
-			f.text(c.Index).WriteString(c.Delta.Content)
-			f.length += len(c.Delta.Content)
+			f.length += c.Delta.writeTo(f.text(c.Index))
 		}
 	}
 	f.held = append(f.held, data)
@@ -166,21 +184,49 @@ func (f *filterSink) text(i int) *strings.Builder {
 	}
 	for len(f.texts) <= i {
 		f.texts = append(f.texts, new(strings.Builder))
+		f.passed = append(f.passed, 0)
 	}
 	return f.texts[i]
 }
 
+// replyText is what of a choice's message, or a chunk's delta of it,
+// reaches the client as text.
+type replyText struct {
+	ReasoningContent string `json:"reasoning_content"`
+	Reasoning        string `json:"reasoning"`
+	Content          string `json:"content"`
+	ToolCalls        []struct {
+		Function struct {
+			Arguments string `json:"arguments"`
+		} `json:"function"`
+	} `json:"tool_calls"`
+}
+
+// writeTo appends the text to b and returns its length.
+func (r *replyText) writeTo(b *strings.Builder) int {
+	n := b.Len()
+	b.WriteString(r.ReasoningContent)
+	b.WriteString(r.Reasoning)
+	b.WriteString(r.Content)
+	for _, c := range r.ToolCalls {
+		b.WriteString(c.Function.Arguments)
+	}
+	return b.Len() - n
+}
+
 func (f *filterSink) Body(ctx context.Context, data []byte) error { return f.Event(ctx, data) }
 
-// check has the guard judge the reply so far, and releases what it passed.
+// check has the guard judge the reply's new text, each choice's with as
+// much of what came before it as the guard's window leaves room for, and
+// releases what it passed.
 func (f *filterSink) check(ctx context.Context) error {
 	texts := make([]string, 0, len(f.texts))
-	for _, t := range f.texts {
-		if t.Len() > 0 {
-			texts = append(texts, t.String())
+	for i, t := range f.texts {
+		if s := t.String(); f.passed[i] < len(s) {
+			texts = append(texts, s[runeStart(s, max(0, f.passed[i]-f.g.replyContext())):])
 		}
 	}
-	_, v, res := f.g.judge(ctx, moderation.Check{Role: moderation.RoleAssistant, Prompt: f.prompt, Texts: texts})
+	v, res := f.g.judgeReply(ctx, f.prompt, texts)
 	switch {
 	case res != nil:
 		f.failed = res
@@ -188,6 +234,9 @@ func (f *filterSink) check(ctx context.Context) error {
 	case v.Unsafe:
 		f.flagged = &v
 		return errFiltered
+	}
+	for i, t := range f.texts {
+		f.passed[i] = t.Len()
 	}
 	f.checked = f.length
 	for _, e := range f.held {
@@ -262,15 +311,20 @@ func (f *filterSink) whole(ctx context.Context, body []byte, res *api.Result) *a
 		return engine.Failure(http.StatusBadGateway, api.TypeUpstream, "the engine's reply is not JSON: "+err.Error())
 	}
 	choices, _ := reply["choices"].([]any)
-	var texts []string
-	for _, c := range choices {
-		if m, ok := c.(map[string]any)["message"].(map[string]any); ok {
-			if s, ok := m["content"].(string); ok {
-				texts = append(texts, s)
-			}
+	var texts struct {
+		Choices []struct {
+			Message replyText `json:"message"`
+		} `json:"choices"`
+	}
+	_ = json.Unmarshal(body, &texts)
+	judged := make([]string, 0, len(texts.Choices))
+	for _, c := range texts.Choices {
+		var b strings.Builder
+		if c.Message.writeTo(&b) > 0 {
+			judged = append(judged, b.String())
 		}
 	}
-	_, v, fail := f.g.judge(ctx, moderation.Check{Role: moderation.RoleAssistant, Prompt: f.prompt, Texts: texts})
+	v, fail := f.g.judgeReply(ctx, f.prompt, judged)
 	if fail != nil {
 		return fail
 	}

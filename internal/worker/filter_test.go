@@ -18,11 +18,26 @@ type judgeEngine struct {
 	chunks []string
 	// indexes are the chunks' choices; all 0 when nil.
 	indexes []int
-	calls   int
+	// deltas, when set, are the chunks' deltas in place of chunks'
+	// contents.
+	deltas []map[string]any
+	// whole, when set, is the answer to a request not streamed.
+	whole string
+	calls int
+	// window, when set, is the guard's context window in tokens of three
+	// characters, listed when listWindow: a longer call fails as an
+	// engine's does.
+	window     int
+	listWindow bool
+	longest    int // the longest guard call's text
 }
 
 func (e *judgeEngine) Models(context.Context) ([]api.Model, error) {
-	return []api.Model{{ID: "chat", Capabilities: []string{api.CapChat}}, {ID: "guard-b:0.6b", Capabilities: []string{api.CapChat}}}, nil
+	guard := api.Model{ID: "guard-b:0.6b", Capabilities: []string{api.CapChat}}
+	if e.listWindow {
+		guard.ContextWindow = e.window
+	}
+	return []api.Model{{ID: "chat", Capabilities: []string{api.CapChat}}, guard}, nil
 }
 
 func (e *judgeEngine) Serve(ctx context.Context, req *engine.Request, sink engine.Sink) *api.Result {
@@ -32,6 +47,16 @@ func (e *judgeEngine) Serve(ctx context.Context, req *engine.Request, sink engin
 			Messages []struct{ Content string } `json:"messages"`
 		}
 		_ = json.Unmarshal(req.Body, &body)
+		n := 0
+		for _, m := range body.Messages {
+			n += len(m.Content)
+		}
+		e.longest = max(e.longest, n)
+		if e.window > 0 && n > 3*e.window {
+			r := engine.Failure(http.StatusBadRequest, api.TypeContextLengthExceeded, "too long")
+			r.Error.Code = api.TypeContextLengthExceeded
+			return r
+		}
 		answer := "Safety: Safe\nCategories: None"
 		if strings.Contains(body.Messages[len(body.Messages)-1].Content, "BAD") {
 			answer = "Safety: Unsafe\nCategories: Violent"
@@ -40,13 +65,21 @@ func (e *judgeEngine) Serve(ctx context.Context, req *engine.Request, sink engin
 		_ = sink.Body(ctx, b)
 		return engine.OK()
 	}
-	for i, c := range e.chunks {
+	if e.whole != "" && !req.Stream {
+		_ = sink.Body(ctx, []byte(e.whole))
+		return engine.OK()
+	}
+	deltas := e.deltas
+	for _, c := range e.chunks {
+		deltas = append(deltas, map[string]any{"content": c})
+	}
+	for i, d := range deltas {
 		index := 0
 		if e.indexes != nil {
 			index = e.indexes[i]
 		}
 		b, _ := json.Marshal(map[string]any{"id": "c1", "created": 7, "model": "chat", "object": "chat.completion.chunk",
-			"choices": []any{map[string]any{"index": index, "delta": map[string]any{"content": c}}}})
+			"choices": []any{map[string]any{"index": index, "delta": d}}})
 		if err := sink.Event(ctx, b); err != nil {
 			return engine.Cancelled()
 		}
@@ -158,21 +191,169 @@ func TestFilterJudgesEachChoice(t *testing.T) {
 	}
 }
 
-// A flagged prompt is refused before the chat model runs.
+// A flagged prompt is refused before the chat model runs, wherever in
+// the conversation the flagged text is: the key's holder wrote it all.
 func TestFilterPrompt(t *testing.T) {
+	for _, tc := range []struct {
+		name, messages string
+		refused        bool
+	}{
+		{"last user message, parts", `[{"role":"user","content":[{"type":"text","text":"something BAD"}]}]`, true},
+		{"system prompt", `[{"role":"system","content":"BAD orders"},{"role":"user","content":"go on"}]`, true},
+		{"earlier user turn", `[{"role":"user","content":"how to do BAD things"},{"role":"assistant","content":"No."},{"role":"user","content":"answer my first question"}]`, true},
+		{"made-up assistant turn", `[{"role":"user","content":"hi"},{"role":"assistant","content":"Sure, the BAD steps are"},{"role":"user","content":"continue"}]`, true},
+		{"tool call arguments", `[{"role":"user","content":"hi"},{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{\"q\":\"BAD\"}"}}]},{"role":"tool","tool_call_id":"c","content":"ok"}]`, true},
+		{"tool result", `[{"role":"user","content":"hi"},{"role":"tool","tool_call_id":"c","content":"BAD"}]`, true},
+		{"none", `[{"role":"system","content":"be kind"},{"role":"user","content":"hello"}]`, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			eng := &judgeEngine{chunks: []string{"fine"}}
+			a, _ := New(Config{Gateway: "http://gw", Token: "t", Name: "w", Engines: []engine.Engine{eng}})
+			a.refreshModels(context.Background())
+			var out eventSink
+			req := &engine.Request{Kind: api.KindChat, Model: "chat", Stream: true, Body: []byte(`{"messages":` + tc.messages + `}`)}
+			res := a.filterChat(context.Background(), eng, req, "guard-b:0.6b", &out)
+			if !tc.refused {
+				if res.Status != http.StatusOK || len(out.events) == 0 {
+					t.Fatalf("result %+v, events %v", res, out.events)
+				}
+				return
+			}
+			if res.Status != http.StatusBadRequest || res.Error.Type != api.TypeContentFilter || !res.Final || len(out.events) != 0 || eng.calls != 1 {
+				t.Fatalf("result %+v, events %v, guard calls %d", res, out.events, eng.calls)
+			}
+		})
+	}
+	// No guard on this worker: another may have it.
 	eng := &judgeEngine{chunks: []string{"never"}}
 	a, _ := New(Config{Gateway: "http://gw", Token: "t", Name: "w", Engines: []engine.Engine{eng}})
 	a.refreshModels(context.Background())
-	var out eventSink
-	req := &engine.Request{Kind: api.KindChat, Model: "chat", Stream: true,
-		Body: []byte(`{"messages":[{"role":"user","content":[{"type":"text","text":"something BAD"}]}]}`)}
-	res := a.filterChat(context.Background(), eng, req, "guard-b:0.6b", &out)
-	if res.Status != http.StatusBadRequest || res.Error.Type != api.TypeContentFilter || !res.Final || len(out.events) != 0 || eng.calls != 1 {
-		t.Fatalf("result %+v, events %v, guard calls %d", res, out.events, eng.calls)
-	}
-	// No guard on this worker: another may have it.
-	res = a.filterChat(context.Background(), eng, req, "guard-a:8b", &out)
-	if res.Status != http.StatusConflict || !res.Retryable {
+	req := &engine.Request{Kind: api.KindChat, Model: "chat", Stream: true, Body: []byte(`{"messages":[{"role":"user","content":"hi"}]}`)}
+	if res := a.filterChat(context.Background(), eng, req, "guard-a:8b", &eventSink{}); res.Status != http.StatusConflict || !res.Retryable {
 		t.Fatalf("without the guard: %+v", res)
+	}
+}
+
+// Everything of a reply that reaches the client is judged: its thinking
+// and its tools' arguments as well as its answer.
+func TestFilterJudgesThinkingAndTools(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		deltas []map[string]any
+	}{
+		{"reasoning_content", []map[string]any{{"reasoning_content": "how to do BAD"}, {"content": "ok"}}},
+		{"reasoning", []map[string]any{{"reasoning": "how to do BAD"}, {"content": "ok"}}},
+		{"tool arguments", []map[string]any{{"tool_calls": []any{map[string]any{"index": 0, "id": "c", "type": "function",
+			"function": map[string]any{"name": "f", "arguments": `{"how":"BAD"}`}}}}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			eng := &judgeEngine{deltas: tc.deltas}
+			a, _ := New(Config{Gateway: "http://gw", Token: "t", Name: "w", Engines: []engine.Engine{eng}})
+			a.refreshModels(context.Background())
+			var out eventSink
+			req := &engine.Request{Kind: api.KindChat, Model: "chat", Stream: true, Body: []byte(`{"messages":[{"role":"user","content":"hi"}]}`)}
+			res := a.filterChat(context.Background(), eng, req, "guard-b:0.6b", &out)
+			if res.Status != http.StatusOK || res.FinishReason != api.FinishContentFilter {
+				t.Fatalf("result %+v, events %v", res, out.events)
+			}
+			for _, e := range out.events {
+				if strings.Contains(e, "BAD") {
+					t.Fatalf("flagged text reached the client: %v", out.events)
+				}
+			}
+		})
+	}
+}
+
+// A reply not streamed is judged whole, its thinking and tools included,
+// and a flagged one keeps its shape with none of its text.
+func TestFilterWholeReply(t *testing.T) {
+	for _, tc := range []struct {
+		name, message string
+		flagged       bool
+	}{
+		{"clean", `{"role":"assistant","content":"fine","reasoning_content":"calm"}`, false},
+		{"answer", `{"role":"assistant","content":"BAD"}`, true},
+		{"thinking", `{"role":"assistant","content":"fine","reasoning_content":"BAD plan"}`, true},
+		{"tool arguments", `{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{\"x\":\"BAD\"}"}}]}`, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			eng := &judgeEngine{whole: `{"id":"c1","object":"chat.completion","choices":[{"index":0,"message":` + tc.message + `,"finish_reason":"stop"}]}`}
+			a, _ := New(Config{Gateway: "http://gw", Token: "t", Name: "w", Engines: []engine.Engine{eng}})
+			a.refreshModels(context.Background())
+			var out eventSink
+			req := &engine.Request{Kind: api.KindChat, Model: "chat", Body: []byte(`{"messages":[{"role":"user","content":"hi"}]}`)}
+			res := a.filterChat(context.Background(), eng, req, "guard-b:0.6b", &out)
+			if res.Status != http.StatusOK || len(out.events) != 1 || strings.Contains(out.events[0], "BAD") {
+				t.Fatalf("result %+v, body %v", res, out.events)
+			}
+			if flagged := strings.Contains(out.events[0], `"finish_reason":"content_filter"`); flagged != tc.flagged {
+				t.Fatalf("flagged %v, want %v: %s", flagged, tc.flagged, out.events[0])
+			}
+		})
+	}
+}
+
+// A prompt or reply longer than the guard's window is judged in pieces
+// that fit it, whether the engine lists the window or only refuses what
+// exceeds it; what is flagged anywhere in it is still found.
+func TestFilterJudgesPiecesThatFit(t *testing.T) {
+	long := strings.Repeat("a quiet sentence about the weather. ", 2000) // 72,000 characters
+	for _, listed := range []bool{true, false} {
+		name := map[bool]string{true: "window listed", false: "window unknown"}[listed]
+		t.Run(name+": prompt", func(t *testing.T) {
+			for _, at := range []int{10, len(long) / 2, len(long) - 10} {
+				eng := &judgeEngine{chunks: []string{"never"}, window: 2000, listWindow: listed}
+				a, _ := New(Config{Gateway: "http://gw", Token: "t", Name: "w", Engines: []engine.Engine{eng}})
+				a.refreshModels(context.Background())
+				text := long[:at] + "BAD" + long[at:]
+				body, _ := json.Marshal(map[string]any{"messages": []any{
+					map[string]any{"role": "user", "content": text}, map[string]any{"role": "user", "content": "go on"}}})
+				var out eventSink
+				res := a.filterChat(context.Background(), eng, &engine.Request{Kind: api.KindChat, Model: "chat", Stream: true, Body: body}, "guard-b:0.6b", &out)
+				if res.Status != http.StatusBadRequest || res.Error.Type != api.TypeContentFilter || len(out.events) != 0 {
+					t.Fatalf("flag at %d: result %+v", at, res)
+				}
+			}
+			eng := &judgeEngine{chunks: []string{"fine"}, window: 2000, listWindow: listed}
+			a, _ := New(Config{Gateway: "http://gw", Token: "t", Name: "w", Engines: []engine.Engine{eng}})
+			a.refreshModels(context.Background())
+			body, _ := json.Marshal(map[string]any{"messages": []any{map[string]any{"role": "user", "content": long}}})
+			res := a.filterChat(context.Background(), eng, &engine.Request{Kind: api.KindChat, Model: "chat", Stream: true, Body: body}, "guard-b:0.6b", &eventSink{})
+			if res.Status != http.StatusOK {
+				t.Fatalf("clean: result %+v", res)
+			}
+		})
+		t.Run(name+": reply", func(t *testing.T) {
+			chunks := strings.SplitAfter(long, ". ")
+			flagAt := len(chunks) * 3 / 4
+			chunks[flagAt] = "BAD " + chunks[flagAt]
+			eng := &judgeEngine{chunks: chunks, window: 2000, listWindow: listed}
+			a, _ := New(Config{Gateway: "http://gw", Token: "t", Name: "w", Engines: []engine.Engine{eng}})
+			a.refreshModels(context.Background())
+			body, _ := json.Marshal(map[string]any{"messages": []any{map[string]any{"role": "user", "content": long}}})
+			var out eventSink
+			res := a.filterChat(context.Background(), eng, &engine.Request{Kind: api.KindChat, Model: "chat", Stream: true, Body: body}, "guard-b:0.6b", &out)
+			if res.Status != http.StatusOK || res.FinishReason != api.FinishContentFilter {
+				t.Fatalf("result %+v", res)
+			}
+			released := 0
+			for _, e := range out.events {
+				if strings.Contains(e, "BAD") {
+					t.Fatal("flagged text reached the client")
+				}
+				if strings.Contains(e, "weather") {
+					released++
+				}
+			}
+			// The reply passed the guard a window at a time, each call
+			// within the guard's window, until the flag.
+			if released < flagAt-20 || released >= flagAt {
+				t.Fatalf("released %d chunks, flag at %d", released, flagAt)
+			}
+			if listed && eng.longest > 3*eng.window {
+				t.Fatalf("a guard call of %d characters, over the window of %d tokens", eng.longest, eng.window)
+			}
+		})
 	}
 }

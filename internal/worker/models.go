@@ -22,6 +22,8 @@ import (
 type served struct {
 	eng   engine.Engine
 	local string
+	// window is the model's context window in tokens, 0 when unknown.
+	window int
 }
 
 // engineFor returns the engine serving model and the engine's name for
@@ -126,13 +128,14 @@ func (a *Agent) listing(current map[engine.Engine][]api.Model) (models []api.Mod
 					a.log.Warn("model offered by two engines; the first serves it", "model", id, "engine", e.Kind())
 					continue
 				}
-				byModel[id] = served{eng: e, local: m.ID}
 				entry := m
 				if id != m.ID {
 					entry.ID, entry.Local = id, m.ID
 				}
 				entry.AlwaysOn = slices.ContainsFunc(a.cfg.AlwaysOn, func(name string) bool { return sameModel(name, id) })
-				models = append(models, a.withMeta(asGuard(entry)))
+				entry = a.withMeta(asGuard(entry))
+				byModel[id] = served{eng: e, local: m.ID, window: entry.ContextWindow}
+				models = append(models, entry)
 			}
 		}
 	}

@@ -19,6 +19,7 @@ type guard struct {
 	family moderation.Family
 	eng    engine.Engine
 	local  string // the engine's name for the model
+	window int    // its context window in tokens, 0 when unknown
 }
 
 // guardFor returns the guard for a moderation model the worker lists, or
@@ -29,14 +30,16 @@ func (a *Agent) guardFor(id string) (*guard, *api.Result) {
 		return nil, finalFailure(http.StatusBadRequest, api.TypeInvalidRequest, api.CodeModelNotModeration,
 			"model "+id+" is not a moderation model")
 	}
-	eng, local := a.engineFor(id)
-	if eng == nil {
+	a.mu.Lock()
+	s := a.byModel[id]
+	a.mu.Unlock()
+	if s.eng == nil {
 		r := engine.Failure(http.StatusConflict, api.TypeConflict, "this worker does not serve the moderation model "+id)
 		r.Error.Code = api.CodeModerationUnavailable
 		r.Retryable = true // another worker may: our model list was out of date
 		return nil, r
 	}
-	return &guard{family: family, eng: a.watchOf(eng), local: local}, nil
+	return &guard{family: family, eng: a.watchOf(s.eng), local: s.local, window: s.window}, nil
 }
 
 // moderate runs a moderation request: each check through the guard, one
