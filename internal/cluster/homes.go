@@ -74,6 +74,9 @@ type HomesOptions struct {
 	// Listen, when set, calls changed whenever a replica releases its
 	// homes, until ctx ends: the homes are read again at once.
 	Listen func(ctx context.Context, changed func()) error
+	// Read, when set, is called after each reading of the homes, once
+	// Lost has been told of those this replica lost.
+	Read   func()
 	Logger *slog.Logger
 }
 
@@ -104,6 +107,8 @@ type Homes struct {
 	// next successful one begins.
 	failing    bool
 	graceUntil time.Time
+	// readBegan is when the last reading that succeeded began.
+	readBegan time.Time
 }
 
 // NewHomes returns the homes as replica me sees them; Run keeps them.
@@ -172,6 +177,7 @@ func (h *Homes) Refresh(ctx context.Context) {
 	}
 	var lost []string
 	h.mu.Lock()
+	h.readBegan = began
 	if h.failing {
 		h.failing = false
 		h.graceUntil = time.Now().Add(h.o.Grace)
@@ -215,6 +221,17 @@ func (h *Homes) Refresh(ctx context.Context) {
 	for _, org := range moving {
 		h.move(ctx, org)
 	}
+	if h.o.Read != nil {
+		h.o.Read()
+	}
+}
+
+// ReadBegan is when the last reading of the homes that succeeded began;
+// zero before one has.
+func (h *Homes) ReadBegan() time.Time {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return h.readBegan
 }
 
 // move gives up orgID, which asks for a region where another replica

@@ -134,6 +134,10 @@ type Lease struct {
 	st       State
 	lastOK   time.Duration // Mono of the last answer; valid when answered
 	answered bool
+	// liveSince is when the registration was last renewed after it may
+	// have lapsed (zero: it never has): another replica may have taken
+	// this one's homes before then, and not since.
+	liveSince time.Time
 	// free: the last answer showed the lease free or expired. A standby
 	// claims it only on the renewal after one that saw it so, and only
 	// with two answers in a row behind it: after an outage of the
@@ -200,6 +204,17 @@ func (l *Lease) State() State {
 		st.Unconfirmed = l.o.Clock.Mono()
 	}
 	return st
+}
+
+// LiveSince reports whether the replica's registration is live now
+// (renewed within its TTL), and since when it has been without a lapse;
+// zero when it never lapsed. Another replica takes this one's homes only
+// while its registration has lapsed, so a reading of the homes begun
+// since then is still true of this replica's own.
+func (l *Lease) LiveSince() (since time.Time, live bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.liveSince, l.answered && l.o.Clock.Mono()-l.lastOK < l.o.TTL
 }
 
 // Changed is closed when the state's leader or epoch next changes; call
@@ -389,7 +404,13 @@ func (l *Lease) apply(lead Leader, mono time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	was := l.st
-	wasDown := l.answered && l.o.Clock.Mono()-l.lastOK > l.o.Every*2
+	now := l.o.Clock.Mono()
+	wasDown := l.answered && now-l.lastOK > l.o.Every*2
+	if l.answered && now-l.lastOK > l.o.TTL {
+		// No renewal reached the database for longer than the
+		// registration lasts: it lapsed, if only for a moment.
+		l.liveSince = l.o.Clock.Now()
+	}
 	l.answered, l.lastOK = true, mono
 	l.free = lead.ReplicaID == "" || !lead.ExpiresAt.After(lead.DBNow)
 	l.streak++

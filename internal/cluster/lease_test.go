@@ -385,3 +385,42 @@ func TestPeerWithAnotherUsageRetentionIsWarnedOf(t *testing.T) {
 		t.Fatalf("%d warnings after the peer's retention changed back and again, want 2:\n%s", n, logged.String())
 	}
 }
+
+// A registration renewed on time has been live since the replica began;
+// one renewed after longer than its TTL without a renewal is live again
+// only from that renewal, and not live at all while it has lapsed.
+func TestLeaseLiveSince(t *testing.T) {
+	ctx := context.Background()
+	db := &memStore{now: time.Unix(1_800_000_000, 0)}
+	clk := &fakeClock{wall: time.Unix(1_700_000_000, 0), mono: time.Hour}
+	l := New(db, Replica{ID: "a"}, Options{TTL: 10 * time.Second, Every: 2 * time.Second, Clock: clk})
+	if _, live := l.LiveSince(); live {
+		t.Fatal("live before any renewal")
+	}
+	for range 5 {
+		l.Beat(ctx)
+		clk.advance(2 * time.Second)
+		db.advance(2 * time.Second)
+	}
+	if since, live := l.LiveSince(); !live || !since.IsZero() {
+		t.Fatalf("renewed on time: since %v, live %v", since, live)
+	}
+	// Frozen, or cut off, for longer than the TTL.
+	clk.advance(30 * time.Second)
+	db.advance(30 * time.Second)
+	if _, live := l.LiveSince(); live {
+		t.Fatal("live 30 s after the last renewal")
+	}
+	l.Beat(ctx)
+	renewed := clk.Now()
+	if since, live := l.LiveSince(); !live || !since.Equal(renewed) {
+		t.Fatalf("renewed after the lapse: since %v, live %v, want since %v", since, live, renewed)
+	}
+	// A wait shorter than the TTL is no lapse.
+	clk.advance(8 * time.Second)
+	db.advance(8 * time.Second)
+	l.Beat(ctx)
+	if since, live := l.LiveSince(); !live || !since.Equal(renewed) {
+		t.Fatalf("renewed within the TTL: since %v, live %v, want since %v", since, live, renewed)
+	}
+}

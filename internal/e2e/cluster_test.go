@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -1052,5 +1053,71 @@ func TestClusterCopiedDataDirectory(t *testing.T) {
 	}
 	if got := a.do("GET", "/v1/models", "", bearer(key)); got.Status != http.StatusOK {
 		t.Fatalf("the first replica after the copy stopped: %d %s", got.Status, got.Body)
+	}
+}
+
+// A home frozen for longer than its registration lasts (a paused VM, a
+// stopped process) is replaced while it sleeps: its worker links to the
+// replica its operator gave it and is homed there. Woken, the old home
+// learns from the database that it lost the organisation, and records
+// nothing of what its timers made meanwhile of the link it held, nor of
+// sending the worker away: the worker's history ends at its connect to
+// the new home.
+func TestClusterFrozenHome(t *testing.T) {
+	a, b, _ := startPair(t)
+	key := a.adminKey()
+	// A first request through a makes it default's home.
+	a.do("POST", "/v1/chat/completions", `{"model":"sim-chat","messages":[{"role":"user","content":"hi"}]}`, bearer(key))
+	w := launchWorker(t, b.URL, a.tokenFile(), "d1", "--engine", "sim=ttft=0")
+	if rec := w.waitLog("connected to the gateway", 15*time.Second); rec["gateway"] != a.URL {
+		t.Fatalf("the worker connected to %v, want its home %s", rec["gateway"], a.URL)
+	}
+	id := a.workerNamed(key, "d1", func(w map[string]any) bool { return w["status"] == "healthy" })["worker_id"].(string)
+	history := func() string {
+		var types []string
+		for _, e := range b.events(key, "?worker_id="+id) {
+			types = append(types, e["event_type"].(string))
+		}
+		return strings.Join(types, " ")
+	}
+	// The worker's connect is in the database, for the new home to read.
+	eventually(t, 10*time.Second, "the connect shipped", func() bool { return history() == api.EventConnected })
+	if err := a.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	thawed := false
+	thaw := func() {
+		if !thawed {
+			thawed = true
+			_ = a.Signal(syscall.SIGCONT)
+		}
+	}
+	t.Cleanup(thaw)
+	b.waitLog("cluster: this replica is now an organisation's home", 60*time.Second)
+	b.workerNamed(key, "d1", func(w map[string]any) bool { return w["status"] == "healthy" })
+	// The new home records the end the old one could not, before its
+	// connect.
+	want := "connected disconnected connected"
+	eventually(t, 10*time.Second, "the new home's events shipped", func() bool { return history() == want })
+	thaw()
+	a.waitLog("cluster: another replica took an organisation's home", 15*time.Second)
+	a.waitLog("cluster: sent away the workers of an organisation homed elsewhere now", 15*time.Second)
+	// Whatever a recorded by then is committed to its outbox within the
+	// writer's 100 ms, and shipped once the outbox reads empty.
+	zero := 0
+	eventually(t, 15*time.Second, "a's outbox shipped", func() bool {
+		m := a.do("GET", "/metrics", "")
+		if m.Status == http.StatusOK && regexp.MustCompile(`(?m)^svc_outbox_records 0$`).Match(m.Body) {
+			zero++
+		} else {
+			zero = 0
+		}
+		return zero >= 5
+	})
+	if got := history(); got != want {
+		t.Fatalf("d1's events, newest first: %s; want %s", got, want)
+	}
+	if ws := b.workers(key); len(ws) != 1 || ws[0]["status"] != "healthy" {
+		t.Fatalf("workers after the old home woke: %v", ws)
 	}
 }

@@ -230,6 +230,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	power := NewPowerBook(powerStore, log)
 	fan := &eventFan{store: events}
+	if cl != nil {
+		fan.store = fencedEvents{Events: events, fence: cl.fence}
+	}
 	fcfg := cfg.Fleet
 	fcfg.Logger, fcfg.Events, fcfg.Power = log, fan, power
 	fcfg.Returning, fcfg.Remembered = returning, listed

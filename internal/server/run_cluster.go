@@ -69,8 +69,11 @@ type clusterParts struct {
 	secret         string
 	ship           *pgstore.Shipper
 	events         *pgstore.Events
-	lease          *cluster.Lease
-	homes          *cluster.Homes
+	// fence records the fleet's worker events of the organisations this
+	// replica is the home of.
+	fence *cluster.Fence
+	lease *cluster.Lease
+	homes *cluster.Homes
 	// leave sends away the workers of an organisation homed elsewhere
 	// now; set once the server exists.
 	leave atomic.Pointer[func(orgID string)]
@@ -146,8 +149,17 @@ func (c *clusterParts) local(db *bolt.Store, w *bolt.Writer) (store.Events, stor
 	}
 	l := c.db.Local(box, c.log)
 	c.ship, c.events = l.Shipper, l.Events
+	c.fence = cluster.NewFence(l.Events, c.id, cluster.FreshView(c.lease, c.homes), c.homes.Lookup, c.log)
 	return l.Events, l.Usage, l.Power, nil
 }
+
+// fencedEvents is an event store whose writes pass through the fence.
+type fencedEvents struct {
+	store.Events
+	fence *cluster.Fence
+}
+
+func (e fencedEvents) RecordEvent(orgID string, ev api.WorkerEvent) { e.fence.RecordEvent(orgID, ev) }
 
 // start makes the replica's lease once its public address is known.
 func (c *clusterParts) start(public net.Addr) {
@@ -172,6 +184,12 @@ func (c *clusterParts) start(public net.Addr) {
 		Moved: func(org string) {
 			if m := c.moved.Load(); m != nil {
 				(*m)(org)
+			}
+		},
+		Read: func() {
+			// Set before the homes are first read.
+			if c.fence != nil {
+				c.fence.Settle()
 			}
 		},
 		Gained: func(org string) {
