@@ -257,6 +257,8 @@ type fakeOpenAI struct {
 	name    string
 	failing atomic.Bool
 	chats   atomic.Int64
+	// last is the body of the last chat it was sent.
+	last atomic.Pointer[[]byte]
 }
 
 func newFakeOpenAI(t *testing.T, name string, failing bool) *fakeOpenAI {
@@ -268,6 +270,8 @@ func newFakeOpenAI(t *testing.T, name string, failing bool) *fakeOpenAI {
 			_, _ = io.WriteString(w, `{"object":"list","data":[{"id":"shared-model","object":"model","owned_by":"vllm","max_model_len":4096}]}`)
 		case "/v1/chat/completions":
 			f.chats.Add(1)
+			body, _ := io.ReadAll(r.Body)
+			f.last.Store(&body)
 			if f.failing.Load() {
 				w.WriteHeader(500)
 				_, _ = io.WriteString(w, `{"error":{"message":"engine exploded","type":"server_error"}}`)
@@ -883,5 +887,45 @@ func TestEngineStoppedMidStreamIsCutOff(t *testing.T) {
 	}
 	if row := waitRow(t, s, key, r.Header.Get("X-Request-Id")); row["status_code"] != float64(502) {
 		t.Fatalf("row %v", row)
+	}
+}
+
+// A chat that leaves its sampling values out runs at the model's
+// recommended ones, as the models list shows them, and at temperature 1.0
+// where it recommends none, not at whatever the engine would choose.
+func TestSamplingDefaultsReachTheEngine(t *testing.T) {
+	s := startServer(t, "")
+	key := s.adminKey()
+	meta := filepath.Join(t.TempDir(), "meta.json")
+	if err := os.WriteFile(meta, []byte(`{"shared-model":{"sampling_defaults":{"temperature":0.6,"top_p":0.8}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	eng := newFakeOpenAI(t, "e", false)
+	startWorker(t, s.URL, s.tokenFile(), "w", "--engine", "openai="+eng.srv.URL, "--model-meta", meta)
+	listed := s.do("GET", "/v1/models/shared-model", "", bearer(key))
+	if !strings.Contains(string(listed.Body), `"sampling_defaults":{"temperature":0.6,"top_p":0.8}`) {
+		t.Fatalf("listing %d %s", listed.Status, listed.Body)
+	}
+	for _, tc := range []struct {
+		extra string
+		want  map[string]any
+	}{
+		{"", map[string]any{"temperature": 0.6, "top_p": 0.8}},
+		{`,"temperature":0.2`, map[string]any{"temperature": 0.2, "top_p": 0.8}},
+		{`,"temperature":null,"top_p":1`, map[string]any{"temperature": 0.6, "top_p": 1.0}},
+	} {
+		r := s.do("POST", "/v1/chat/completions", `{"model":"shared-model","messages":[{"role":"user","content":"hi"}]`+tc.extra+`}`, bearer(key))
+		if r.Status != http.StatusOK {
+			t.Fatalf("%s: %d %s", tc.extra, r.Status, r.Body)
+		}
+		var got map[string]any
+		if err := json.Unmarshal(*eng.last.Load(), &got); err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range tc.want {
+			if got[k] != v {
+				t.Fatalf("%q: the engine got %s; want %s %v", tc.extra, *eng.last.Load(), k, v)
+			}
+		}
 	}
 }

@@ -24,6 +24,8 @@ type served struct {
 	local string
 	// window is the model's context window in tokens, 0 when unknown.
 	window int
+	// sampling are the model's recommended sampling values.
+	sampling map[string]float64
 }
 
 // engineFor returns the engine serving model and the engine's name for
@@ -33,6 +35,13 @@ func (a *Agent) engineFor(model string) (engine.Engine, string) {
 	defer a.mu.Unlock()
 	s := a.byModel[model]
 	return s.eng, s.local
+}
+
+// samplingOf is model's recommended sampling values, as listed.
+func (a *Agent) samplingOf(model string) map[string]float64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.byModel[model].sampling
 }
 
 // refreshModels asks every engine for its models and tells the gateway
@@ -134,7 +143,7 @@ func (a *Agent) listing(current map[engine.Engine][]api.Model) (models []api.Mod
 				}
 				entry.AlwaysOn = slices.ContainsFunc(a.cfg.AlwaysOn, func(name string) bool { return sameModel(name, id) })
 				entry = a.withMeta(asGuard(entry))
-				byModel[id] = served{eng: e, local: m.ID, window: entry.ContextWindow}
+				byModel[id] = served{eng: e, local: m.ID, window: entry.ContextWindow, sampling: entry.SamplingDefaults}
 				models = append(models, entry)
 			}
 		}

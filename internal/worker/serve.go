@@ -114,6 +114,10 @@ func (a *Agent) run(ctx context.Context, st *link.Stream) (res *api.Result) {
 		ereq.Body = renameModel(ereq.Body, jsontext.AppendString(nil, local))
 	}
 
+	if req.Kind == api.KindChat {
+		ereq.Body = withSampling(ereq.Body, a.samplingOf(req.Model))
+	}
+
 	if req.Kind == api.KindChat && private == nil {
 		// A sealed chat's images are inline: the worker refuses URLs in
 		// one as it opens it.
