@@ -178,6 +178,12 @@ func TestQueueHoldThen429AndCancelFreesSlot(t *testing.T) {
 	if _, typ := message(t, r); typ != "rate_limit_exceeded" {
 		t.Fatalf("429 type %q", typ)
 	}
+	// Its row has the wait it was refused after.
+	if row := s.usageRow(key, r.Header.Get("X-Request-Id")); row["status_code"] != 429.0 {
+		t.Fatalf("429 row %v", row)
+	} else if w, _ := row["queue_wait_ms"].(float64); w < 250 {
+		t.Fatalf("429 row's queue_wait_ms %v, want the 300 ms hold", row["queue_wait_ms"])
+	}
 
 	cancel()
 	resp.Body.Close()

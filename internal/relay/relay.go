@@ -476,8 +476,11 @@ func (c *Call) done(failure error) {
 
 // acquire gets a slot on a worker not yet tried.
 func (c *Call) acquire() error {
+	start := time.Now()
 	l, err := c.rl.fleet.Acquire(c.ctx, c.need)
 	if err != nil {
+		// Refused after the hold, the request waited all the same.
+		c.queueWait += time.Since(start)
 		if c.ctx.Err() != nil {
 			return c.ctxError()
 		}

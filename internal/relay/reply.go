@@ -379,6 +379,11 @@ func (rl *Relay) record(c *Call, failure error) {
 		counted := c.res != nil && c.res.Usage != nil && u.CompletionTokens > 0
 		o.Usage, o.Estimated, o.Produced = &u, estimated, c.outChars > 0 || counted
 		o.Timing = c.timing()
+	} else if c.queueWait >= time.Millisecond {
+		// Refused once its wait for a slot ran out: the wait is the row's
+		// one timing.
+		wait := float64(c.queueWait.Microseconds()) / 1000
+		o.Timing = &api.Timing{QueueWaitMs: &wait}
 	}
 	if c.res != nil {
 		o.EnergyWh = c.res.EnergyWh

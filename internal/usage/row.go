@@ -90,6 +90,10 @@ func Row(o Outcome) api.UsageRow {
 		row.ReasoningTokens, row.CachedTokens = u.ReasoningTokens, u.CachedTokens
 		row.TokensEstimated = o.Estimated
 	}
+	if !o.Ran && o.Timing != nil {
+		// Refused when its wait for a slot ran out: the wait is known.
+		row.QueueWaitMs = msPtr(o.Timing.QueueWaitMs)
+	}
 	if o.Ran && o.Status < 500 && o.Timing != nil {
 		t := o.Timing
 		row.TimeToFirstTokenMs = msPtr(t.TTFTMs)

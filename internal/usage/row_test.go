@@ -33,6 +33,14 @@ func TestRow(t *testing.T) {
 				t.Fatalf("%+v", r)
 			}
 		}},
+		{"refused when its wait for a slot ran out", func(o *Outcome) {
+			o.Ran, o.Status, o.ErrorMessage = false, 429, "busy"
+			o.Timing = &api.Timing{QueueWaitMs: ms(2000.4)}
+		}, func(t *testing.T, r api.UsageRow) {
+			if r.QueueWaitMs == nil || *r.QueueWaitMs != 2000 || r.TimeToFirstTokenMs != nil || r.WorkerID != "" {
+				t.Fatalf("%+v", r)
+			}
+		}},
 		{"estimate of nothing produced is no count", func(o *Outcome) {
 			o.Estimated, o.Status, o.ErrorMessage = true, 503, "lost"
 		}, func(t *testing.T, r api.UsageRow) {
