@@ -126,7 +126,17 @@ func TestMessagesAndResponsesAPIs(t *testing.T) {
 		t.Fatalf("require_e2e: %d %s", r.Status, r.Body)
 	}
 	for _, a := range apis {
-		if r := s.do("POST", "/v1"+a.path, a.body, bearer(key)); r.Status != 403 || !strings.Contains(string(r.Body), "e2e_required") {
+		// The spec's nested shape on every dialect, Anthropic's envelope
+		// beside it on messages.
+		r := s.do("POST", "/v1"+a.path, a.body, header{"x-api-key", key}, header{"anthropic-version", "2023-06-01"})
+		var nested struct {
+			Detail struct {
+				Error struct {
+					Type string `json:"type"`
+				} `json:"error"`
+			} `json:"detail"`
+		}
+		if json.Unmarshal(r.Body, &nested); r.Status != 403 || nested.Detail.Error.Type != "e2e_required" {
 			t.Fatalf("%s under require_e2e: %d %s", a.path, r.Status, r.Body)
 		}
 	}
@@ -354,6 +364,21 @@ func TestMessagesErrorsAreAnthropicShaped(t *testing.T) {
 		if !strings.Contains(status, "413") && !strings.Contains(status, "401") || !strings.Contains(strings.ToLower(rest), "\nrequest-id: ") ||
 			!strings.Contains(rest, `"type":"error"`) {
 			t.Errorf("a body over the limit (key %v) = %s\n%s", auth != "", status, rest)
+		}
+	}
+}
+
+// Anthropic's SDKs list and read models through the shared models routes,
+// and read the request id of any answer, an error's too, from request-id.
+func TestModelsRoutesGiveAnthropicClientsTheirRequestID(t *testing.T) {
+	s, key := gateway(t)
+	for _, path := range []string{"/v1/models", "/v1/models/sim-chat", "/v1/models/no-such-model"} {
+		r := s.do("GET", path, "", header{"x-api-key", key}, header{"anthropic-version", "2023-06-01"})
+		if got, want := r.Header.Get("Request-Id"), r.Header.Get("X-Request-Id"); want == "" || got != want {
+			t.Fatalf("%s: %d, Request-Id %q beside X-Request-Id %q", path, r.Status, got, want)
+		}
+		if r := s.do("GET", path, "", bearer(key)); r.Header.Get("Request-Id") != "" {
+			t.Fatalf("%s: Request-Id for an OpenAI client", path)
 		}
 	}
 }

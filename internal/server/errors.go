@@ -338,7 +338,13 @@ func anthropicError(ae *api.Error, status int) []byte {
 		}
 	}
 	b = append(b, `,"detail":`...)
-	b = jsontext.AppendStringNoHTML(b, ae.Message)
+	if ae.Nested() {
+		// A private-inference error keeps the spec's nested shape beside
+		// Anthropic's envelope: clients branch on detail.error.type.
+		b = append(b, encodeError(ae.Body(false).Detail, true)...)
+	} else {
+		b = jsontext.AppendStringNoHTML(b, ae.Message)
+	}
 	return append(b, "}\n"...)
 }
 
