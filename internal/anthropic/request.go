@@ -194,6 +194,8 @@ type translator struct {
 	// members reads the request's objects, all into one list.
 	members jsonraw.FieldReader
 	how     translation
+	// uses are the ids of the tool_use blocks read so far.
+	uses map[string]bool
 }
 
 // request checks the members in a fixed order, so a body with several
@@ -476,6 +478,10 @@ func (t *translator) assistantBlocks(path *api.Path, blocks []json.RawMessage) {
 		case "tool_use":
 			if tc, ok := t.toolUse(bpath, b); ok {
 				msg.ToolCalls = append(msg.ToolCalls, tc)
+				if t.uses == nil {
+					t.uses = map[string]bool{}
+				}
+				t.uses[tc.ID] = true
 			}
 		case "thinking", "redacted_thinking":
 			// Dropped: another model's reasoning, signed for Anthropic's.
@@ -513,7 +519,13 @@ func (t *translator) toolUse(path *api.Path, b object) (chat.ToolCall, bool) {
 // toolResult returns the tool message for a tool_result block and the
 // images it held, which must travel in a user message.
 func (t *translator) toolResult(path *api.Path, b object) (chatMessage, []chatPart) {
-	id, _ := t.requiredString(b, path, "tool_use_id")
+	id, ok := t.requiredString(b, path, "tool_use_id")
+	if ok && !t.uses[id] {
+		// A result must answer a call: engines' chat templates refuse an
+		// orphan tool message with no field to name, or render it as if
+		// the model had asked, and Anthropic's API refuses it too.
+		t.v.AddAt(path.Key("tool_use_id"), api.FieldInvalid, "no tool_use block before this one has id %q", id)
+	}
 	isError, _ := t.optBool(b, path, "is_error")
 	var texts []string
 	var images []chatPart

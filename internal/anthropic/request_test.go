@@ -191,7 +191,7 @@ func TestToChatRemoteImage(t *testing.T) {
 	for body, field := range map[string]string{
 		req(`{"role":"user","content":"a"}`, `{"role":"assistant","content":"b"}`, user(`{"type":"text","text":"x"}`, imgURL)): "messages.2.content.1.source.url",
 		`{"model":"m","max_tokens":9,"system":"be brief","messages":[` + user(imgURL) + `]}`:                                   "messages.0.content.0.source.url",
-		req(user(`{"type":"tool_result","tool_use_id":"t","content":[` + imgURL + `]}`)):                                       "messages.0.content.0.content.0.source.url",
+		req(userHi, assistant(toolUse), user(`{"type":"tool_result","tool_use_id":"toolu_1","content":[`+imgURL+`]}`)):         "messages.2.content.0.content.0.source.url",
 	} {
 		_, _, _, err := ToChat([]byte(body), Options{})
 		ae := apiError(t, err)
@@ -292,11 +292,13 @@ func TestToChatFieldErrors(t *testing.T) {
 		{"tool_use empty", req(userHi, assistant(`{"type":"tool_use"}`)), []fe{{"messages.1.content.0.id", api.FieldMissing}, {"messages.1.content.0.name", api.FieldMissing}, {"messages.1.content.0.input", api.FieldMissing}}},
 		{"tool_use input array", req(userHi, assistant(`{"type":"tool_use","id":"a","name":"f","input":[1]}`)), []fe{{"messages.1.content.0.input", api.FieldWrongType}}},
 		{"tool_result no id", req(user(`{"type":"tool_result","content":"x"}`)), []fe{{"messages.0.content.0.tool_use_id", api.FieldMissing}}},
-		{"tool_result content number", req(user(`{"type":"tool_result","tool_use_id":"a","content":1}`)), []fe{{"messages.0.content.0.content", api.FieldWrongType}}},
-		{"tool_result is_error string", req(user(`{"type":"tool_result","tool_use_id":"a","is_error":"yes"}`)), []fe{{"messages.0.content.0.is_error", api.FieldWrongType}}},
-		{"tool_result document", req(user(`{"type":"tool_result","tool_use_id":"a","content":[{"type":"document"}]}`)), []fe{{"messages.0.content.0.content.0.type", api.FieldNotSupported}}},
-		{"tool_result unknown block", req(user(`{"type":"tool_result","tool_use_id":"a","content":[{"type":"video"}]}`)), []fe{{"messages.0.content.0.content.0.type", api.FieldEnum}}},
-		{"tool_result bad image", req(user(`{"type":"tool_result","tool_use_id":"a","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"!"}}]}`)), []fe{{"messages.0.content.0.content.0.source.data", api.FieldInvalid}}},
+		{"tool_result answering no tool_use", req(userHi, assistant(toolUse), user(`{"type":"tool_result","tool_use_id":"toolu_9","content":"x"}`)), []fe{{"messages.2.content.0.tool_use_id", api.FieldInvalid}}},
+		{"tool_result before its tool_use", req(user(`{"type":"tool_result","tool_use_id":"toolu_1","content":"x"}`), assistant(toolUse)), []fe{{"messages.0.content.0.tool_use_id", api.FieldInvalid}}},
+		{"tool_result content number", req(userHi, assistant(toolUse), user(`{"type":"tool_result","tool_use_id":"toolu_1","content":1}`)), []fe{{"messages.2.content.0.content", api.FieldWrongType}}},
+		{"tool_result is_error string", req(userHi, assistant(toolUse), user(`{"type":"tool_result","tool_use_id":"toolu_1","is_error":"yes"}`)), []fe{{"messages.2.content.0.is_error", api.FieldWrongType}}},
+		{"tool_result document", req(userHi, assistant(toolUse), user(`{"type":"tool_result","tool_use_id":"toolu_1","content":[{"type":"document"}]}`)), []fe{{"messages.2.content.0.content.0.type", api.FieldNotSupported}}},
+		{"tool_result unknown block", req(userHi, assistant(toolUse), user(`{"type":"tool_result","tool_use_id":"toolu_1","content":[{"type":"video"}]}`)), []fe{{"messages.2.content.0.content.0.type", api.FieldEnum}}},
+		{"tool_result bad image", req(userHi, assistant(toolUse), user(`{"type":"tool_result","tool_use_id":"toolu_1","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"!"}}]}`)), []fe{{"messages.2.content.0.content.0.source.data", api.FieldInvalid}}},
 
 		// system
 		{"system number", req(userHi, `"system":1`), []fe{{"system", api.FieldWrongType}}},

@@ -321,6 +321,10 @@ func (c *checker) functionCall(item int, path *api.Path, o object, lastAssistant
 	if !ok1 || !ok2 || !ok3 {
 		return lastAssistant
 	}
+	if c.calls == nil {
+		c.calls = map[string]bool{}
+	}
+	c.calls[callID] = true
 	tc := chat.FunctionCall(callID, name, args)
 	if lastAssistant < 0 {
 		c.out.Messages = append(c.out.Messages, chatMessage{Role: "assistant"})
@@ -336,6 +340,13 @@ func (c *checker) functionCall(item int, path *api.Path, o object, lastAssistant
 
 func (c *checker) functionCallOutput(item int, path *api.Path, o object) {
 	callID, ok := c.requiredName(o, path, "call_id")
+	if ok && !c.calls[callID] {
+		// A result must answer a call: engines' chat templates refuse an
+		// orphan tool message with no field to name, or render it as if
+		// the model had asked, and the Responses API refuses it too.
+		c.v.AddAt(path.Key("call_id"), api.FieldInvalid, "no function_call item before this one has call_id %q", callID)
+		ok = false
+	}
 	raw, has := c.required(o, path, "output")
 	if !has {
 		return

@@ -155,6 +155,8 @@ type checker struct {
 	out     chatBody
 	// members reads the request's objects, all into one list.
 	members jsonraw.FieldReader
+	// calls are the call_ids of the function_call items read so far.
+	calls map[string]bool
 }
 
 func (c *checker) refuse(param, format string, args ...any) {
