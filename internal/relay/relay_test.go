@@ -776,6 +776,27 @@ func TestRerankRow(t *testing.T) {
 	})
 }
 
+// A rerank cancelled before its answer has no token counts, and says no
+// estimate: its input is not measured to estimate from.
+func TestCancelledRerankRowEstimatesNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t)
+		models := []api.Model{{ID: "bge-reranker", Capabilities: []string{api.CapRerank}, Engine: "openai"}}
+		h.worker("gpu-1", 1, func(ctx context.Context, st *link.Stream, req api.LinkRequest, _ []byte) { <-ctx.Done() }, models...)
+		call := h.rl.Start(relay.Request{ID: "req-1", OrgID: org, Kind: api.KindRerank, Model: "bge-reranker", Body: []byte(`{}`)})
+		go func() {
+			time.Sleep(time.Second)
+			call.Cancel()
+		}()
+		if _, err := call.Unary(); status(err) != 499 {
+			t.Fatalf("err %v, want 499", err)
+		}
+		if row := h.only(); row.StatusCode != 499 || row.TotalTokens != 0 || row.TokensEstimated {
+			t.Fatalf("row %+v", row)
+		}
+	})
+}
+
 // An image generation's row counts the images its Render found; it goes
 // only to a worker with the model installed whole, and is the spec's 409,
 // recorded, when every worker has only part of it.

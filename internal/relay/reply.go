@@ -172,7 +172,9 @@ func (c *Call) reportedUsage() (api.Usage, bool) {
 		u.PromptTokens = usage.EstimateTokens(c.req.PromptChars)
 	}
 	u.TotalTokens = u.PromptTokens + u.CompletionTokens
-	return u, true
+	// A kind with nothing to estimate from (a rerank's or an embedding's
+	// input is not measured) has no estimate, not an estimate of none.
+	return u, u.TotalTokens > 0
 }
 
 // replyNotice settles the reply's one notice.
