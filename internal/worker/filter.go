@@ -3,6 +3,7 @@ package worker
 import (
 	"cmp"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -31,8 +32,23 @@ func (a *Agent) filterChat(ctx context.Context, eng engine.Engine, req *engine.R
 	if res != nil {
 		return res
 	}
-	texts, prompt := conversation(req.Body)
-	if v, res := g.judgeConversation(ctx, texts); res != nil {
+	texts, images, prompt := conversation(req.Body)
+	v, res := g.judgeConversation(ctx, texts)
+	if res == nil && !v.Unsafe && g.family.Images() {
+		// A guard that sees images judges each of the conversation's,
+		// one a call: its window holds few.
+		for _, img := range images {
+			if len(img.Data) == 0 {
+				res = finalFailure(http.StatusBadRequest, api.TypeInvalidRequest, "",
+					"an image in the request could not be read for content filtering: send it as a base64 data:image/... URL")
+				break
+			}
+			if _, v, res = g.judge(ctx, moderation.Check{Role: moderation.RoleUser, Images: []api.ModerationImage{img}}); res != nil || v.Unsafe {
+				break
+			}
+		}
+	}
+	if res != nil {
 		return res
 	} else if v.Unsafe {
 		return finalFailure(http.StatusBadRequest, api.TypeContentFilter, api.CodeContentFiltered,
@@ -51,12 +67,13 @@ func (a *Agent) filterChat(ctx context.Context, eng engine.Engine, req *engine.R
 }
 
 // conversation is what a chat request asks a guard to judge: the text of
-// every message, in order, and of the last user message apart, the prompt
-// a reply answers. A key's holder writes every message (the system
-// prompt, earlier user turns, assistant turns and tool results alike), so
-// judging the last user message alone would let a request carry what the
-// filter refuses in any other.
-func conversation(body []byte) (texts []string, prompt string) {
+// every message, in order, its images (data: URLs, as the worker has
+// them once it fetched any remote ones), and the text of the last user
+// message apart, the prompt a reply answers. A key's holder writes every
+// message (the system prompt, earlier user turns, assistant turns and tool
+// results alike), so judging the last user message alone would let a
+// request carry what the filter refuses in any other.
+func conversation(body []byte) (texts []string, images []api.ModerationImage, prompt string) {
 	var req struct {
 		Messages []struct {
 			Role      string          `json:"role"`
@@ -69,11 +86,12 @@ func conversation(body []byte) (texts []string, prompt string) {
 		} `json:"messages"`
 	}
 	if json.Unmarshal(body, &req) != nil {
-		return nil, ""
+		return nil, nil, ""
 	}
 	for _, m := range req.Messages {
-		text := contentText(m.Content)
+		text, imgs := content(m.Content)
 		texts = append(texts, text)
+		images = append(images, imgs...)
 		for _, c := range m.ToolCalls {
 			texts = append(texts, c.Function.Arguments)
 		}
@@ -81,28 +99,63 @@ func conversation(body []byte) (texts []string, prompt string) {
 			prompt = text
 		}
 	}
-	return texts, prompt
+	return texts, images, prompt
 }
 
-// contentText is the text of a message's content: a string, or its text
-// parts joined by newlines.
-func contentText(content json.RawMessage) string {
+// content is the text of a message's content, a string or its text parts
+// joined by newlines, and the images of its image parts that are data:
+// URLs.
+func content(raw json.RawMessage) (string, []api.ModerationImage) {
 	var s string
-	if json.Unmarshal(content, &s) == nil {
-		return s
+	if json.Unmarshal(raw, &s) == nil {
+		return s, nil
 	}
 	var parts []struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
+		Type     string `json:"type"`
+		Text     string `json:"text"`
+		ImageURL struct {
+			URL string `json:"url"`
+		} `json:"image_url"`
 	}
-	_ = json.Unmarshal(content, &parts)
+	_ = json.Unmarshal(raw, &parts)
 	var texts []string
+	var images []api.ModerationImage
 	for _, p := range parts {
-		if p.Type == "text" {
+		switch p.Type {
+		case "text":
 			texts = append(texts, p.Text)
+		case "image_url":
+			// One that is no data: URL, or does not decode, is judged as
+			// no image, which the guard refuses: unchecked, it would pass.
+			img, _ := dataImage(p.ImageURL.URL)
+			images = append(images, img)
 		}
 	}
-	return strings.Join(texts, "\n")
+	return strings.Join(texts, "\n"), images
+}
+
+// dataImage decodes a data:image/...;base64 URL; false for any other
+// URL, or one whose data is not base64. Its media type is left to the
+// bytes, which the guard's call reads.
+func dataImage(u string) (api.ModerationImage, bool) {
+	if len(u) < len("data:") || !strings.EqualFold(u[:len("data:")], "data:") {
+		return api.ModerationImage{}, false
+	}
+	meta, payload, ok := strings.Cut(u[len("data:"):], ",")
+	if !ok || !strings.HasSuffix(strings.ToLower(meta), ";base64") {
+		return api.ModerationImage{}, false
+	}
+	payload = strings.Map(func(r rune) rune {
+		if r == '\r' || r == '\n' || r == ' ' || r == '\t' || r == '=' {
+			return -1
+		}
+		return r
+	}, payload)
+	data, err := base64.RawStdEncoding.DecodeString(payload)
+	if err != nil {
+		return api.ModerationImage{}, false
+	}
+	return api.ModerationImage{Data: data}, true
 }
 
 // filterSink holds a streamed reply back until the guard has passed it,

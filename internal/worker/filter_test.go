@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -353,6 +354,91 @@ func TestFilterJudgesPiecesThatFit(t *testing.T) {
 			}
 			if listed && eng.longest > 3*eng.window {
 				t.Fatalf("a guard call of %d characters, over the window of %d tokens", eng.longest, eng.window)
+			}
+		})
+	}
+}
+
+// visionGuardEngine is a guard-c (LlavaGuard) that calls unsafe an image
+// whose bytes hold "BAD", and a chat model that answers "fine".
+type visionGuardEngine struct {
+	stubEngine
+	images int // images the guard was shown
+}
+
+func (e *visionGuardEngine) Models(context.Context) ([]api.Model, error) {
+	return []api.Model{{ID: "chat", Capabilities: []string{api.CapChat, api.CapVision}},
+		{ID: "guard-c:4b", Capabilities: []string{api.CapChat, api.CapVision}}}, nil
+}
+
+func (e *visionGuardEngine) Serve(ctx context.Context, req *engine.Request, sink engine.Sink) *api.Result {
+	if req.Model != "guard-c:4b" {
+		b, _ := json.Marshal(map[string]any{"id": "c1", "object": "chat.completion.chunk",
+			"choices": []any{map[string]any{"index": 0, "delta": map[string]any{"content": "fine"}}}})
+		_ = sink.Event(ctx, b)
+		return engine.OK()
+	}
+	var body struct {
+		Messages []struct {
+			Content []struct {
+				Type     string `json:"type"`
+				ImageURL struct {
+					URL string `json:"url"`
+				} `json:"image_url"`
+			} `json:"content"`
+		} `json:"messages"`
+	}
+	_ = json.Unmarshal(req.Body, &body)
+	answer := `{"rating":"Safe","category":"NA: None applying","rationale":"ok"}`
+	for _, p := range body.Messages[0].Content {
+		if p.Type != "image_url" {
+			continue
+		}
+		e.images++
+		_, payload, _ := strings.Cut(p.ImageURL.URL, ",")
+		if data, _ := base64.StdEncoding.DecodeString(payload); strings.Contains(string(data), "BAD") {
+			answer = `{"rating":"Unsafe","category":"O2: Violence, Harm, or Cruelty","rationale":"shown"}`
+		}
+	}
+	b, _ := json.Marshal(map[string]any{"choices": []any{map[string]any{"message": map[string]any{"role": "assistant", "content": answer}}}})
+	_ = sink.Body(ctx, b)
+	return engine.OK()
+}
+
+// A guard that sees images judges every image of the conversation, each
+// in a call of its own; one it cannot read fails the request unchecked
+// content never passes.
+func TestFilterJudgesImages(t *testing.T) {
+	// A 1x1 PNG, with a tail past its end that tells the guard what it
+	// shows.
+	onePixel, _ := base64.StdEncoding.DecodeString("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==")
+	png := func(tail string) string {
+		return "data:image/png;base64," + base64.StdEncoding.EncodeToString(append(onePixel, tail...))
+	}
+	image := func(u string) string { return `{"type":"image_url","image_url":{"url":"` + u + `"}}` }
+	for _, tc := range []struct {
+		name, messages string
+		status, shown  int
+	}{
+		{"clean", `[{"role":"user","content":[{"type":"text","text":"look"},` + image(png("calm")) + `,` + image(png("sea")) + `]}]`, http.StatusOK, 2},
+		{"flagged in an earlier turn", `[{"role":"user","content":[` + image(png("BAD")) + `]},{"role":"assistant","content":"no"},{"role":"user","content":"and?"}]`, http.StatusBadRequest, 1},
+		{"unreadable", `[{"role":"user","content":[` + image("data:image/png;base64,!!!") + `]}]`, http.StatusBadRequest, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			eng := &visionGuardEngine{}
+			a, _ := New(Config{Gateway: "http://gw", Token: "t", Name: "w", Engines: []engine.Engine{eng}})
+			a.refreshModels(context.Background())
+			req := &engine.Request{Kind: api.KindChat, Model: "chat", Stream: true, Body: []byte(`{"messages":` + tc.messages + `}`)}
+			var out eventSink
+			res := a.filterChat(context.Background(), eng, req, "guard-c:4b", &out)
+			if res.Status != tc.status || eng.images != tc.shown {
+				t.Fatalf("result %+v %+v, images shown %d, events %v", res, res.Error, eng.images, out.events)
+			}
+			if tc.status != http.StatusOK && len(out.events) != 0 {
+				t.Fatalf("events %v", out.events)
+			}
+			if tc.name == "unreadable" && !strings.Contains(res.Error.Message, "could not be read for content filtering") {
+				t.Fatalf("unreadable image: %+v", res.Error)
 			}
 		})
 	}
