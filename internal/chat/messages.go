@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"net/url"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -97,7 +98,12 @@ func (c *checker) message(path *api.Path, body []byte, start int) (end int, repl
 		// A turn that only calls tools has no text.
 		required = c.toolCalls(path, msg) == 0
 	case "tool":
-		c.requiredString(msg, path, "tool_call_id")
+		if id, ok := c.requiredString(msg, path, "tool_call_id"); ok && !slices.Contains(c.callIDs, id) {
+			// As the OpenAI API refuses it: engines' chat templates refuse
+			// an orphan result with no field to name, or render it as if
+			// the model had asked.
+			c.v.AddAt(path.Key("tool_call_id"), api.FieldInvalid, "no assistant message before this one has a tool call with this id")
+		}
 	}
 	content, ok := msg.field("content")
 	if !ok {
@@ -348,7 +354,9 @@ func (c *checker) toolCalls(path *api.Path, msg *object) int {
 		if !ok {
 			continue
 		}
-		c.requiredString(tc, p, "id")
+		if id, ok := c.requiredString(tc, p, "id"); ok {
+			c.callIDs = append(c.callIDs, strings.Clone(id))
+		}
 		c.requiredEnum(tc, p, "type", "function")
 		fn, ok := c.requiredObject(tc, p, "function")
 		if !ok {

@@ -99,8 +99,10 @@ func TestParseFieldErrors(t *testing.T) {
 		{"tool_call function not object", msgs(userHi, `{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":"f"}]}`), Options{}, []fe{{"messages.1.tool_calls.0.function", api.FieldWrongType}}},
 		{"tool call id missing", msgs(userHi, `{"role":"tool","content":"42"}`), Options{}, []fe{{"messages.1.tool_call_id", api.FieldMissing}}},
 		{"tool call id number", msgs(userHi, `{"role":"tool","tool_call_id":7,"content":"42"}`), Options{}, []fe{{"messages.1.tool_call_id", api.FieldWrongType}}},
-		{"tool content missing", msgs(userHi, `{"role":"tool","tool_call_id":"c"}`), Options{}, []fe{{"messages.1.content", api.FieldMissing}}},
-		{"tool image", msgs(userHi, `{"role":"tool","tool_call_id":"c","content":[`+imagePart(tinyPNG)+`]}`), Options{}, []fe{{"messages.1.content.0.type", api.FieldNotSupported}}},
+		{"tool content missing", msgs(userHi, `{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]}`, `{"role":"tool","tool_call_id":"c"}`), Options{}, []fe{{"messages.2.content", api.FieldMissing}}},
+		{"tool image", msgs(userHi, `{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]}`, `{"role":"tool","tool_call_id":"c","content":[`+imagePart(tinyPNG)+`]}`), Options{}, []fe{{"messages.2.content.0.type", api.FieldNotSupported}}},
+		{"tool result answering no call", msgs(userHi, `{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]}`, `{"role":"tool","tool_call_id":"d","content":"42"}`), Options{}, []fe{{"messages.2.tool_call_id", api.FieldInvalid}}},
+		{"tool result before its call", msgs(userHi, `{"role":"tool","tool_call_id":"c","content":"42"}`, `{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]}`), Options{}, []fe{{"messages.1.tool_call_id", api.FieldInvalid}}},
 
 		// image_url parts
 		{"image_url missing", userParts(`{"type":"image_url"}`), Options{}, []fe{{"messages.0.content.0.image_url", api.FieldMissing}}},

@@ -62,6 +62,9 @@ type checker struct {
 	msg object
 	// toolNames are the functions tools declares, for tool_choice.
 	toolNames []string
+	// callIDs are the ids of the tool calls of the assistant messages
+	// read so far, which a tool message answers.
+	callIDs []string
 }
 
 // request checks the top-level fields in a fixed order, so a body with
