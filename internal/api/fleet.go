@@ -249,11 +249,19 @@ type StreamSeq struct {
 type GoAway struct {
 	Reconnect bool   `json:"reconnect"`
 	Reason    string `json:"reason,omitempty"`
-	// Abandon, from a worker whose drain ran out of time, says that the
+	// Abandon, from a worker whose drain was cut short, says that the
 	// requests it still runs end with its process: the gateway fails them
 	// at once rather than wait for a reconnect that cannot resume them.
+	// Its Reason says what cut it: AbandonDrainTimeout or AbandonStopped
+	// (none, from a release before it said).
 	Abandon bool `json:"abandon,omitempty"`
 }
+
+// Why a worker abandoned its running requests (GoAway.Reason).
+const (
+	AbandonDrainTimeout = "drain_timeout"
+	AbandonStopped      = "stopped"
+)
 
 // Welcome is the gateway's answer to Hello.
 type Welcome struct {

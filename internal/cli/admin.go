@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -93,6 +94,9 @@ func (o *AdminOptions) withClient(cmd *cobra.Command, fn func(context.Context, *
 	var ce *client.ConnectError
 	var se *client.StallError
 	switch {
+	case errors.As(err, &ce) && errors.Is(err, fs.ErrPermission):
+		// The socket is there, and refuses this user: the server's runs.
+		return withHint(err, "The admin socket admits only the user svc serve runs as (and root): run this as that user, e.g. with sudo -u.")
 	case errors.As(err, &ce):
 		return withHint(err, "Is svc serve running on this host with the same --data (or SVC_DATA)?")
 	case errors.As(err, &se):

@@ -26,6 +26,11 @@ func applyEnv(cmd *cobra.Command, getenv func(string) string, pairs ...envFlag) 
 			continue
 		}
 		if fl.Changed {
+			if p.flag == "data" && fl.Value.String() == "" {
+				// --data "$DIR" with DIR unset: the default directory
+				// would get a new store, organisation and key unseen.
+				return usageErrorf("--data is empty: name the data directory, or leave the flag out for the default")
+			}
 			sv, repeatable := fl.Value.(pflag.SliceValue)
 			if v := getenv(p.env); v != "" && repeatable && fl.Value.Type() == "stringArray" {
 				if err := sv.Replace(append([]string{v}, sv.GetSlice()...)); err != nil {

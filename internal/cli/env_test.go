@@ -42,3 +42,29 @@ func TestApplyEnv(t *testing.T) {
 		})
 	}
 }
+
+// An explicitly empty --data (a "$DIR" left unset) is a usage error, not
+// the default directory; an empty $SVC_DATA counts as unset.
+func TestEmptyDataFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args  []string
+		env   string
+		usage bool
+	}{
+		{[]string{"--data", ""}, "", true},
+		{[]string{"--data="}, "/srv/svc", true},
+		{nil, "", false},
+		{[]string{"--data", "/srv/svc"}, "", false},
+	} {
+		var data string
+		cmd := &cobra.Command{Use: "x", RunE: func(*cobra.Command, []string) error { return nil }}
+		cmd.Flags().StringVar(&data, "data", "", "")
+		if err := cmd.ParseFlags(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		err := applyEnv(cmd, func(string) string { return tc.env }, envFlag{"data", "SVC_DATA"})
+		if (exitCode(err) == exitUsage) != tc.usage {
+			t.Errorf("%q with SVC_DATA=%q: %v", tc.args, tc.env, err)
+		}
+	}
+}

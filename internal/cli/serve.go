@@ -286,11 +286,11 @@ func readMetricsToken(path string) (string, error) {
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return "", fmt.Errorf("--metrics-token-file: %w", err)
+		return "", usageErrorf("--metrics-token-file: %v", err)
 	}
 	token := strings.TrimSpace(string(b))
 	if token == "" || strings.ContainsAny(token, " \t\r\n") {
-		return "", fmt.Errorf("--metrics-token-file %s: the file must hold one token, on one line", path)
+		return "", usageErrorf("--metrics-token-file %s: the file must hold one token, on one line", path)
 	}
 	return token, nil
 }

@@ -104,6 +104,10 @@ func TestWorkerTokenPrecedence(t *testing.T) {
 	if err := os.WriteFile(file, []byte("svc_w_fromfile\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	empty := filepath.Join(dir, "empty.token")
+	if err := os.WriteFile(empty, []byte("\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tt := range []struct {
 		env   map[string]string
 		args  []string
@@ -115,6 +119,10 @@ func TestWorkerTokenPrecedence(t *testing.T) {
 		{env: map[string]string{"SVC_WORKER_TOKEN_FILE": file}, want: "svc_w_fromfile"},
 		{args: []string{"--token", "svc_w_flag"}, env: map[string]string{"SVC_WORKER_TOKEN_FILE": file}, want: "svc_w_flag"},
 		{args: []string{"--token", "svc_w_flag", "--token-file", file}, usage: true},
+		// A token file that cannot be read is as lasting a mistake as an
+		// empty one: systemd does not restart a worker for it.
+		{args: []string{"--token-file", filepath.Join(dir, "none.token")}, usage: true},
+		{args: []string{"--token-file", empty}, usage: true},
 	} {
 		env := map[string]string{"HOME": "/h"}
 		maps.Copy(env, tt.env)

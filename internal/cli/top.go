@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"net/http"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -69,7 +70,10 @@ and 'svc usage'.
 			if errors.Is(err, context.DeadlineExceeded) {
 				err = &client.StallError{Target: cc.BaseURL, Wait: firstWait}
 			}
-			if err != nil {
+			var ae *client.Error
+			if err != nil && !(errors.As(err, &ae) && ae.Status == http.StatusForbidden) {
+				// A key refused only the workers (no workers:read) reached
+				// the gateway: the dashboard shows what it may read.
 				return f.explainAPIError(cmd, err)
 			}
 			return tui.Run(cmd.Context(), c, tui.Options{Interval: opts.Interval, Target: cc.BaseURL}, opts.IO.In, opts.IO.Out)

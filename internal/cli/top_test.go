@@ -67,3 +67,19 @@ func TestTopQuits(t *testing.T) {
 		t.Errorf("Authorization %q", got)
 	}
 }
+
+// A key that may not read the workers (usage:read alone) runs the
+// dashboard, whose Workers pane then says it is not shown
+// (internal/tui's tests), rather than failing before it starts.
+func TestTopWithoutWorkersRead(t *testing.T) {
+	g := newFakeGateway(t, map[string]fakeReply{
+		"GET /api/v1/workers": {status: http.StatusForbidden,
+			body: `{"detail":"This API key lacks the workers:read permission","error":{"message":"This API key lacks the workers:read permission","type":"permission_error","code":"missing_permission"}}`},
+		"GET /api/v1/workers/latest-version": {body: `{"version": "v1.4.0"}`},
+	})
+	r := cliRun{env: gatewayEnv(g), tty: true, stdinTTY: true, stdin: "\t\tq"}.run(t, "top", "--interval", "1s")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	contains(t, "screen", r.stdout, "\x1b[?1049h", "svc top", "Workers")
+}

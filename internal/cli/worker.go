@@ -333,7 +333,8 @@ func workerToken(opts *WorkerOptions, getenv func(string) string) (string, error
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return "", fmt.Errorf("read worker token: %w", err)
+		// As permanent as an empty file: the command's, not the moment's.
+		return "", usageErrorf("read worker token: %v", err)
 	}
 	t := strings.TrimSpace(string(b))
 	if t == "" {

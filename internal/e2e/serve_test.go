@@ -282,8 +282,13 @@ func TestMetricsToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, errOut, code := svc(t, []string{"HOME=" + dir}, "serve", "--addr", "127.0.0.1:0", "--data", filepath.Join(dir, "d2"),
-		"--metrics-token-file", empty); code == 0 || !strings.Contains(errOut, "one token") {
+		"--metrics-token-file", empty); code != 2 || !strings.Contains(errOut, "one token") {
 		t.Errorf("an empty token file: exit %d, %s", code, errOut)
+	}
+	// A missing one is the same mistake, with the same exit status.
+	if _, errOut, code := svc(t, []string{"HOME=" + dir}, "serve", "--addr", "127.0.0.1:0", "--data", filepath.Join(dir, "d3"),
+		"--metrics-token-file", filepath.Join(dir, "none.token")); code != 2 || !strings.Contains(errOut, "none.token") {
+		t.Errorf("a missing token file: exit %d, %s", code, errOut)
 	}
 }
 

@@ -315,7 +315,7 @@ func (f *Fleet) Connect(ctx context.Context, orgID string, hello api.Hello, conn
 	w.e2eKey = hello.E2EKey
 	w.adopted = nil
 	w.draining = hello.Draining
-	w.abandoned = false
+	w.abandoned, w.abandonReason = false, ""
 	if !resumed || !w.draining {
 		// Sent away is a kind of draining, and ends with it.
 		w.awayReason = ""
@@ -588,9 +588,16 @@ func (f *Fleet) detached(w *worker, sess *link.Session, err error) {
 		w.offlineSince = now
 		detail := "the worker stopped"
 		reason := "stopped"
-		if w.abandoned {
+		switch {
+		case w.abandoned && w.abandonReason == api.AbandonStopped:
+			detail = "the worker stopped at once, as its operator asked, before its requests were done"
+			reason = "stopped before it was done: its operator stopped it at once"
+		case w.abandoned && w.abandonReason == api.AbandonDrainTimeout:
 			detail = "the worker stopped, its drain out of time before its requests were done"
 			reason = "stopped before it was done: its drain ran out of time"
+		case w.abandoned:
+			detail = "the worker stopped before its requests were done"
+			reason = "stopped before it was done"
 		}
 		if w.awayReason != "" {
 			detail = "the worker left as the gateway asked: " + w.awayReason
@@ -718,7 +725,7 @@ func (f *Fleet) control(w *worker, sess *link.Session, fr link.Frame) {
 		f.mu.Lock()
 		current := w.sess == sess
 		if current && ga.Abandon && w.draining {
-			w.abandoned = true
+			w.abandoned, w.abandonReason = true, ga.Reason
 			f.mu.Unlock()
 			return
 		}

@@ -268,9 +268,11 @@ type worker struct {
 	lastSeen     time.Time
 	heartbeat    api.Heartbeat
 	graceTimer   *time.Timer
-	// abandoned is set when the worker said its drain ran out: the
-	// requests still open end with its process.
-	abandoned bool
+	// abandoned is set when the worker said its drain was cut short
+	// (abandonReason says how): the requests still open end with its
+	// process.
+	abandoned     bool
+	abandonReason string
 	// awayReason is why the gateway sent the worker away, until it
 	// connects again; leaveTimer closes the link of one sent away that
 	// stays (LeaveOrg).

@@ -942,33 +942,42 @@ func TestDrainingTakesNothingNew(t *testing.T) {
 	})
 }
 
-// A draining worker whose drain ran out says so before it goes: the
-// requests it abandons fail at once, naming why, not after the grace a
-// reconnect that could not resume them would have had.
+// A draining worker whose drain was cut short says so before it goes:
+// the requests it abandons fail at once, naming why (its drain ran out,
+// or its operator stopped it at once), not after the grace a reconnect
+// that could not resume them would have had.
 func TestAbandonedDrainFailsAtOnce(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		h := newHarness(t, Config{Grace: time.Hour})
-		w := h.worker("o", "w", 1, chat("m"))
-		w.release = make(chan struct{})
-		l, _ := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"})
-		defer l.Release(Neutral)
-		st, _ := l.Open(h.ctx, []byte(`{}`), []byte(`{}`))
-		w.sess.SendControl(link.TypeGoAway, nil)
-		abandon, _ := json.Marshal(api.GoAway{Abandon: true})
-		w.sess.SendControl(link.TypeGoAway, abandon)
-		synctest.Wait()
-		start := time.Now()
-		_ = w.conn.Close()
-		_, err := st.Recv(h.ctx)
-		var lost *LostError
-		if !errors.As(err, &lost) || !strings.Contains(lost.Reason, "drain ran out of time") {
-			t.Fatalf("stream error = %v", err)
-		}
-		if d := time.Since(start); d > time.Second {
-			t.Fatalf("failed after %v, want at once", d)
-		}
-		h.expect(w.id, "o", api.StatusOffline)
-	})
+	for _, tc := range []struct{ reason, want string }{
+		{api.AbandonDrainTimeout, "stopped before it was done: its drain ran out of time"},
+		{api.AbandonStopped, "stopped before it was done: its operator stopped it at once"},
+		{"", "stopped before it was done"},
+	} {
+		t.Run(tc.reason, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h := newHarness(t, Config{Grace: time.Hour})
+				w := h.worker("o", "w", 1, chat("m"))
+				w.release = make(chan struct{})
+				l, _ := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m"})
+				defer l.Release(Neutral)
+				st, _ := l.Open(h.ctx, []byte(`{}`), []byte(`{}`))
+				w.sess.SendControl(link.TypeGoAway, nil)
+				abandon, _ := json.Marshal(api.GoAway{Abandon: true, Reason: tc.reason})
+				w.sess.SendControl(link.TypeGoAway, abandon)
+				synctest.Wait()
+				start := time.Now()
+				_ = w.conn.Close()
+				_, err := st.Recv(h.ctx)
+				var lost *LostError
+				if !errors.As(err, &lost) || !strings.HasSuffix(lost.Reason, tc.want) {
+					t.Fatalf("stream error = %v, want one ending %q", err, tc.want)
+				}
+				if d := time.Since(start); d > time.Second {
+					t.Fatalf("failed after %v, want at once", d)
+				}
+				h.expect(w.id, "o", api.StatusOffline)
+			})
+		})
+	}
 }
 
 func TestWorkerIDIsStable(t *testing.T) {

@@ -386,10 +386,10 @@ func (a *Agent) drain(ctx context.Context) {
 	for s.Streams() > 0 {
 		select {
 		case <-deadline.C:
-			a.abandon(ctx, s, "drain timed out; abandoning running requests")
+			a.abandon(ctx, s, api.AbandonDrainTimeout, "drain timed out; abandoning running requests")
 			return
 		case <-a.cfg.Hurry:
-			a.abandon(ctx, s, "stopping now; abandoning running requests")
+			a.abandon(ctx, s, api.AbandonStopped, "stopping now; abandoning running requests")
 			return
 		case <-ctx.Done():
 			return
@@ -404,9 +404,9 @@ func (a *Agent) drain(ctx context.Context) {
 // abandon gives up the running requests of a drain cut short, saying so
 // to the gateway, which then ends them at once rather than wait for a
 // reconnect that could not resume them.
-func (a *Agent) abandon(ctx context.Context, s *link.Session, why string) {
+func (a *Agent) abandon(ctx context.Context, s *link.Session, reason, why string) {
 	a.log.Warn(why, "running", s.Streams())
-	if b, err := json.Marshal(api.GoAway{Abandon: true}); err == nil && s.SendControl(link.TypeGoAway, b) {
+	if b, err := json.Marshal(api.GoAway{Abandon: true, Reason: reason}); err == nil && s.SendControl(link.TypeGoAway, b) {
 		fctx, cancel := context.WithTimeout(ctx, time.Second)
 		s.Flush(fctx)
 		cancel()
