@@ -66,6 +66,7 @@ func modelsRun(ctx context.Context, opts *ModelsOptions) error {
 	}
 	tp := newTablePrinter(opts.IO, "ID", "CAPABILITIES", "CONTEXT", "ENGINE", "SIMULATED")
 	tp.shrinkable("CAPABILITIES")
+	tp.optional("SIMULATED", "ENGINE", "CONTEXT")
 	for _, m := range models {
 		tp.field(m.ID)
 		tp.field(dash(strings.Join(m.Capabilities, ",")))

@@ -240,7 +240,10 @@ func workersRun(ctx context.Context, opts *WorkersOptions) error {
 		return err
 	}
 	tp := newTablePrinter(opts.IO, "NAME", "STATUS", "VERSION", "MODELS", "ACTIVE", "QUEUE", "POWER", "LAST SEEN", "SIMULATED")
-	tp.shrinkable("MODELS", "NAME", "VERSION")
+	// A worker's name is how the other commands take it: cut, two could
+	// read the same, so the least needed columns go first.
+	tp.shrinkable("MODELS", "VERSION")
+	tp.optional("SIMULATED", "POWER", "QUEUE", "VERSION", "LAST SEEN")
 	cs := tp.cs
 	for _, w := range workers {
 		tp.field(w.WorkerName)
