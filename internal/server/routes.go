@@ -32,6 +32,10 @@ type route struct {
 	// anthropic endpoints (the Messages API) answer errors in Anthropic's
 	// envelope instead.
 	anthropic bool
+	// requestIDHeader endpoints send the request id in Request-Id too, as
+	// Anthropic's SDKs read it: the Messages API's, and the models list
+	// they share with OpenAI's.
+	requestIDHeader bool
 	// e2e endpoints carry content an organisation may require to be encrypted.
 	e2e bool
 	// codeHeader endpoints send every error's code in X-Svc-Error-Code
@@ -65,8 +69,8 @@ func (s *Server) routes() []*route {
 		{method: "POST", path: "/embeddings", e2e: true, kind: api.KindEmbeddings, handle: s.admitted(api.KindEmbeddings, false, nil, s.embeddings)},
 		{method: "POST", path: "/rerank", e2e: true, kind: api.KindRerank, handle: s.admitted(api.KindRerank, false, nil, s.rerank)},
 		{method: "POST", path: "/images/generations", e2e: true, kind: api.KindImages, handle: s.admitted(api.KindImages, false, nil, s.images)},
-		{method: "GET", path: "/models", handle: s.listModels},
-		{method: "GET", path: "/models/{model...}", handle: s.getModel},
+		{method: "GET", path: "/models", requestIDHeader: true, handle: s.listModels},
+		{method: "GET", path: "/models/{model...}", requestIDHeader: true, handle: s.getModel},
 		{method: "POST", path: "/audio/transcriptions", e2e: true, kind: api.KindTranscription, handle: s.transcriptions,
 			maxBody: transcription.MaxBody, tooLarge: transcription.ErrTooLarge, streamed: true},
 		{method: "GET", path: "/audio/transcriptions/live", e2e: true, kind: api.KindTranscriptionLive, handle: s.accounted(s.liveTranscription)},

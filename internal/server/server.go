@@ -599,11 +599,9 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, m *mux, console bool) {
 	case r != nil:
 		label = r.path
 		c.route = r
-		if r.anthropic || c.requestID != "" && len(ctx.Request.Header.Peek("Anthropic-Version")) > 0 {
-			// Anthropic's SDKs, which send their API's version on every
-			// call (messages, and the models list they share), read the
-			// request id from its own header (a message's _request_id,
-			// an error's requestID).
+		if r.anthropic || r.requestIDHeader {
+			// Anthropic's SDKs read the request id from its own header
+			// (a message's _request_id, an error's requestID).
 			ctx.Response.Header.Set("Request-Id", c.requestID)
 		}
 		// In a cluster, an API request another replica serves is
