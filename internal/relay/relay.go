@@ -279,6 +279,9 @@ type Call struct {
 	received   int
 	cutShort   bool
 	firstToken time.Time
+	// sealedFinal: a sealed stream's final chunk went to the client,
+	// which then has the whole answer and reads nothing after it.
+	sealedFinal bool
 	// first is how the answer's first choice went, and others how the
 	// rest did when the request asked for several (n), made at once
 	// for all of them the first time one is seen.
@@ -734,6 +737,33 @@ const messageRest = 15 * time.Second
 // A movable read (the request has had no output) also ends with errLate
 // when the worker's heartbeats go late.
 func (c *Call) readMessage(wait time.Duration, movable bool) (link.Type, []byte, error) {
+	return c.readMessageIn(c.ctx, wait, movable)
+}
+
+// sealedEndWait bounds the wait for the worker's result of a sealed stream
+// whose client left once it had the final chunk: the result follows that
+// chunk at once.
+const sealedEndWait = 2 * time.Second
+
+// sealedEnd reads the worker's result of a sealed stream whose client left
+// once it had the final chunk, which was on its way: nil when it does not
+// come within sealedEndWait.
+func (c *Call) sealedEnd() []byte {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), sealedEndWait)
+	defer cancel()
+	for {
+		typ, msg, err := c.readMessageIn(ctx, 0, false)
+		if err != nil {
+			return nil
+		}
+		if typ == link.TypeEnd {
+			return msg
+		}
+	}
+}
+
+// readMessageIn is readMessage under ctx rather than the call's context.
+func (c *Call) readMessageIn(ctx context.Context, wait time.Duration, movable bool) (link.Type, []byte, error) {
 	var expire <-chan time.Time
 	if wait > 0 {
 		// One timer for the call, reset for each wait: a stream waits for
@@ -755,10 +785,10 @@ func (c *Call) readMessage(wait time.Duration, movable bool) (link.Type, []byte,
 		default:
 		}
 	}
-	f, err := c.st.RecvWithin(c.ctx, late, expire)
+	f, err := c.st.RecvWithin(ctx, late, expire)
 	if err != nil {
 		switch {
-		case c.ctx.Err() != nil:
+		case ctx.Err() != nil:
 		case errors.Is(err, link.ErrInterrupted):
 			return 0, nil, errLate
 		case errors.Is(err, link.ErrExpired):
@@ -776,7 +806,7 @@ func (c *Call) readMessage(wait time.Duration, movable bool) (link.Type, []byte,
 		// The rest of a started message follows at once; a wait for it is
 		// not cut short by the call's own waits, only by messageRest.
 		rest.Reset(messageRest)
-		if f, err = c.st.RecvWithin(c.ctx, nil, rest.C); err != nil {
+		if f, err = c.st.RecvWithin(ctx, nil, rest.C); err != nil {
 			if errors.Is(err, link.ErrExpired) {
 				c.st.Reset()
 				return 0, nil, errUnfinished

@@ -654,6 +654,51 @@ func TestStreamClientLeavesMidway(t *testing.T) {
 	})
 }
 
+// A sealed stream's client has the whole answer once the final chunk
+// reached it, and reads nothing after: one that leaves before the
+// worker's result comes is recorded as the success it was, with the
+// worker's usage. One that leaves before the final chunk left mid-answer.
+func TestSealedStreamClientLeavingAfterTheFinalChunk(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		final  bool
+		status int
+	}{{"after the final chunk", true, 200}, {"before it", false, 499}} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h := newHarness(t)
+				release := make(chan struct{})
+				w := h.worker("vault", 1, func(ctx context.Context, st *link.Stream, _ api.LinkRequest, _ []byte) {
+					_ = st.Send(ctx, []byte(`{"svc_e2e":1,"response_nonce":"bm9uY2U"}`))
+					_ = st.Send(ctx, []byte(`{"c":"c2VhbGVk"}`))
+					if tc.final {
+						_ = st.Send(ctx, []byte(`{"c":"ZmluYWw","final":true}`))
+					}
+					<-release
+					end(ctx, st, api.Result{Status: 200, Usage: &api.Usage{PromptTokens: 3, CompletionTokens: 2, TotalTokens: 5}})
+				})
+				req := chatRequest("req-1", true)
+				req.E2E, req.Pin, req.Body = true, w.id, []byte(`{"svc_e2e":"1"}`)
+				call := h.rl.Start(req)
+				st, err := call.Stream()
+				if err != nil {
+					t.Fatal(err)
+				}
+				go func() {
+					time.Sleep(time.Second)
+					call.Cancel() // the client's connection closed
+					time.Sleep(10 * time.Millisecond)
+					close(release)
+				}()
+				st.Write(&events{})
+				if row := h.only(); row.StatusCode != tc.status || tc.final && row.TotalTokens != 5 {
+					t.Fatalf("row %+v", row)
+				}
+			})
+		})
+	}
+}
+
 func TestAbandonedStreamIsA499(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t)

@@ -81,7 +81,9 @@ func appendTimingMember(b []byte, head string, v *float64, tail string) []byte {
 func (c *Call) inspect(msg []byte) bool {
 	if c.req.E2E {
 		// A sealed chunk is all that can be counted of it.
-		if bytes.HasPrefix(msg, []byte(`{"c":`)) && !bytes.Contains(msg, []byte(`"final":true`)) {
+		if bytes.HasPrefix(msg, []byte(`{"c":`)) && bytes.Contains(msg, []byte(`"final":true`)) {
+			c.sealedFinal = true
+		} else if bytes.HasPrefix(msg, []byte(`{"c":`)) {
 			if c.firstToken.IsZero() {
 				c.firstToken = time.Now()
 			}

@@ -223,6 +223,10 @@ func (c *Call) pump(out *events, first firstOutput, pending <-chan error) error 
 					return err
 				}
 				continue
+			case err != nil && c.ctx.Err() != nil && c.sealedFinal && c.finishSealed():
+				// The client had the whole sealed answer and left before
+				// the worker's result came: not a departure mid-answer.
+				return nil
 			case err != nil && c.ctx.Err() != nil:
 				c.clientGone()
 				err = c.ctxError()
@@ -308,6 +312,22 @@ func (c *Call) pump(out *events, first firstOutput, pending <-chan error) error 
 		out.data(finals...)
 		return nil
 	}
+}
+
+// finishSealed records a sealed stream whose client left once it had the
+// final chunk with the worker's result, when that comes in time and is a
+// success; false leaves it to be recorded as the client's departure.
+func (c *Call) finishSealed() bool {
+	msg := c.sealedEnd()
+	if msg == nil {
+		return false
+	}
+	res := parseResult(msg)
+	if res.Status != http.StatusOK || c.settle(res) != nil {
+		return false
+	}
+	c.done(nil)
+	return true
 }
 
 // maxBatch bounds the chunks a stream writes to its client at once.
