@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -146,8 +147,22 @@ type toolCall struct {
 
 func (r *loopRun) maxSteps() int { return cmp.Or(r.loop.MaxSteps, DefaultMaxSteps) }
 
+// maxTurns bounds a request's engine turns: one a step, one for the
+// answer after the last, and one more. A call past the step limit or of
+// a tool not offered is no step, and an engine may ignore tool_choice
+// "none": a model that goes on calling would otherwise turn for ever.
+func (r *loopRun) maxTurns() int { return r.maxSteps() + 2 }
+
 func (r *loopRun) run(ctx context.Context) *api.Result {
 	for turn := 0; ; turn++ {
+		if turn == r.maxTurns() {
+			res := engine.Failure(http.StatusBadGateway, api.TypeUpstream, fmt.Sprintf(
+				"the model went on calling tools for %d turns, past the limit of %d web tool calls, and gave no answer", turn, r.maxSteps()))
+			// Another worker's model would do the same; the turns made
+			// are the request's usage.
+			res.Final, res.Usage = true, r.usage
+			return res
+		}
 		body, err := r.turnBody()
 		if err != nil {
 			return engine.Failure(http.StatusInternalServerError, api.TypeServer, "encode the request with web tools: "+err.Error())

@@ -30,7 +30,10 @@ type fakeEngine struct {
 	// refuseTools refuses a request that offers tools, as vLLM started
 	// without tool calling does.
 	refuseTools bool
-	bodies      []map[string]json.RawMessage
+	// ignoreNone calls tools even when tool_choice is "none", as an
+	// engine that does not honour it may.
+	ignoreNone bool
+	bodies     []map[string]json.RawMessage
 }
 
 func (e *fakeEngine) Kind() string                                { return "fake" }
@@ -52,7 +55,7 @@ func (e *fakeEngine) Serve(ctx context.Context, req *engine.Request, sink engine
 		return engine.Failure(http.StatusInternalServerError, api.TypeServer, "engine broke")
 	}
 	var calls [][2]string
-	if string(body["tool_choice"]) != `"none"` && len(body["tools"]) > 0 {
+	if (e.ignoreNone || string(body["tool_choice"]) != `"none"`) && len(body["tools"]) > 0 {
 		switch {
 		case turn <= len(e.calls):
 			calls = e.calls[turn-1]
@@ -357,6 +360,36 @@ func TestLoopStepLimit(t *testing.T) {
 	}
 	if !strings.Contains(string(out.body), "from the tool: Error: the limit of 2 web tool calls is reached") {
 		t.Errorf("reply %s", out.body)
+	}
+}
+
+// A model that goes on calling whatever it is told (an engine that
+// ignores tool_choice "none", or calls of a tool not offered) is stopped
+// after the turns the step limit allows, with the usage of the turns it
+// took, streamed or not.
+func TestLoopTurnLimit(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		always [2]string
+		stream bool
+	}{
+		{"past the limit", [2]string{"web_search", `{"query":"again"}`}, false},
+		{"past the limit, streamed", [2]string{"web_search", `{"query":"again"}`}, true},
+		{"a tool not offered", [2]string{"run_shell", `{"cmd":"ls"}`}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			loop, _ := newLoop(t)
+			loop.MaxSteps = 2
+			eng := &fakeEngine{always: tc.always, ignoreNone: true}
+			var out recordSink
+			res := loop.Serve(context.Background(), eng, chatRequest(tc.stream, ""), &out)
+			if res.Status != http.StatusBadGateway || !res.Final || !strings.Contains(res.Error.Message, "went on calling tools") {
+				t.Fatalf("result %+v", res)
+			}
+			if len(eng.bodies) != 4 || res.Usage == nil || res.Usage.CompletionTokens != 4*5 {
+				t.Fatalf("%d turns, usage %+v; want 4 turns and their usage", len(eng.bodies), res.Usage)
+			}
+		})
 	}
 }
 
