@@ -9,6 +9,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -355,6 +356,10 @@ func TestLiveTranscriptionClosesOnAnErrorWhateverTheClientSends(t *testing.T) {
 	}
 	if !bytes.Contains(got, []byte(`"type":"error"`)) {
 		t.Fatalf("no error event before the close: %q", got)
+	}
+	// Every error event has a code, a failure with none of its own too.
+	if !regexp.MustCompile(`"error":\{"status":5\d\d,"code":"[a-z_]+","message":`).Match(got) {
+		t.Fatalf("error event without a code: %q", got)
 	}
 	if err := ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"end"}`)); err != nil {
 		t.Fatal(err)

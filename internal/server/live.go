@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"io"
@@ -143,7 +144,9 @@ func serveLive(ws *websocket.Conn, live *relay.Live, started []byte, maxBytes in
 	if err != nil && !errors.Is(err, relay.ErrClientGone) {
 		ae := api.ErrorOf(err)
 		msg, _ := json.Marshal(api.LiveEvent{Type: api.LiveError, Error: &api.LiveErrorBody{
-			Status: ae.HTTPStatus(), Code: ae.Code, Message: ae.Message}})
+			// Every error event has a code: a failure with none of its
+			// own (a worker's engine that died) gives its type.
+			Status: ae.HTTPStatus(), Code: cmp.Or(ae.Code, ae.ErrorType()), Message: ae.Message}})
 		_ = write(msg)
 		code, reason = websocket.CloseInternalServerErr, "error"
 		if st := ae.HTTPStatus(); st >= 400 && st < 500 {
