@@ -155,6 +155,11 @@ func (g *Guard) resolve(ctx context.Context, host string, port uint16) ([]netip.
 		if !ok {
 			return nil, &Error{Reason: "the host name resolves to an invalid address"}
 		}
+		// The resolver gives an IPv4 address in its 16-byte form: it is
+		// judged, and named, as the IPv4 address it is.
+		if a.IP.To4() != nil {
+			ip = ip.Unmap()
+		}
 		if what := RefusedAddr(ip); what != "" && !g.allowed(ip, port) {
 			return nil, &Error{Reason: host + " resolves to " + what, Refused: true}
 		}

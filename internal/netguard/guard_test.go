@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"strings"
 	"testing"
 )
 
@@ -82,5 +83,18 @@ func TestAllowExemptsOneAddressAndPort(t *testing.T) {
 	}
 	if _, err := g.resolve(context.Background(), "site.test", 9999); err == nil {
 		t.Error("resolve to 127.0.0.1:9999 allowed")
+	}
+}
+
+// A name that resolves to a refused IPv4 address is refused naming it as
+// the IPv4 address it is, not as IPv4-mapped IPv6, the form the resolver
+// hands it over in.
+func TestResolvedIPv4IsNamedAsIPv4(t *testing.T) {
+	g := &Guard{LookupIPAddr: func(context.Context, string) ([]net.IPAddr, error) {
+		return []net.IPAddr{{IP: net.ParseIP("127.0.0.1")}}, nil
+	}}
+	_, err := g.resolve(context.Background(), "vm", 80)
+	if err == nil || !strings.Contains(err.Error(), "vm resolves to a loopback address") || strings.Contains(err.Error(), "IPv4-mapped") {
+		t.Fatalf("resolve = %v", err)
 	}
 }

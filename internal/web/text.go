@@ -75,7 +75,7 @@ func HTMLText(r io.Reader, maxChars int) (title, text string) {
 		tt := z.Next()
 		switch tt {
 		case html.ErrorToken:
-			return Cut(collapse(titleText.String()), 200), w.finish(maxChars)
+			return Cut(collapse(titleText.String()), maxTitleChars), w.finish(maxChars)
 		case html.TextToken:
 			switch {
 			case inTitle:

@@ -105,3 +105,13 @@ func FuzzHTMLText(f *testing.F) {
 		}
 	})
 }
+
+// A page's title is cut where docs/inference.md says, as web_search's
+// titles are.
+func TestHTMLTitleCut(t *testing.T) {
+	long := strings.Repeat("word ", 100) // 500 characters
+	title, _ := HTMLText(strings.NewReader("<title>"+long+"</title><p>x</p>"), 100)
+	if n := utf8.RuneCountInString(title); n != maxTitleChars {
+		t.Fatalf("title of %d characters, want %d: %q", n, maxTitleChars, title)
+	}
+}
