@@ -1,6 +1,7 @@
 package chat
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -58,5 +59,32 @@ func BenchmarkRuneCount(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkParseManyToolResults parses a conversation of 20,000 tool calls
+// and as many results, each matched against the calls before it: linear
+// in their number, as a key holder may send tens of thousands.
+func BenchmarkParseManyToolResults(b *testing.B) {
+	var sb strings.Builder
+	sb.WriteString(`{"model":"m","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":null,"tool_calls":[`)
+	const n = 20000
+	for i := range n {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		fmt.Fprintf(&sb, `{"id":"call_%d","type":"function","function":{"name":"f","arguments":"{}"}}`, i)
+	}
+	sb.WriteString(`]}`)
+	for i := range n {
+		fmt.Fprintf(&sb, `,{"role":"tool","tool_call_id":"call_%d","content":"x"}`, n-1-i)
+	}
+	sb.WriteString(`]}`)
+	body := []byte(sb.String())
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		if _, err := Parse(body, Options{}); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"net/url"
-	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -98,7 +97,7 @@ func (c *checker) message(path *api.Path, body []byte, start int) (end int, repl
 		// A turn that only calls tools has no text.
 		required = c.toolCalls(path, msg) == 0
 	case "tool":
-		if id, ok := c.requiredString(msg, path, "tool_call_id"); ok && !slices.Contains(c.callIDs, id) {
+		if id, ok := c.requiredString(msg, path, "tool_call_id"); ok && !c.answers(id) {
 			// As the OpenAI API refuses it: engines' chat templates refuse
 			// an orphan result with no field to name, or render it as if
 			// the model had asked.
@@ -355,7 +354,10 @@ func (c *checker) toolCalls(path *api.Path, msg *object) int {
 			continue
 		}
 		if id, ok := c.requiredString(tc, p, "id"); ok {
-			c.callIDs = append(c.callIDs, strings.Clone(id))
+			if c.callIDs == nil {
+				c.callIDs = map[string]struct{}{}
+			}
+			c.callIDs[strings.Clone(id)] = struct{}{}
 		}
 		c.requiredEnum(tc, p, "type", "function")
 		fn, ok := c.requiredObject(tc, p, "function")
@@ -369,6 +371,12 @@ func (c *checker) toolCalls(path *api.Path, msg *object) int {
 		}
 	}
 	return len(elems)
+}
+
+// answers reports whether id is the id of an earlier tool call.
+func (c *checker) answers(id string) bool {
+	_, ok := c.callIDs[id]
+	return ok
 }
 
 // ValidBase64 reports whether s is standard base64, padded or not. Unlike

@@ -63,8 +63,9 @@ type checker struct {
 	// toolNames are the functions tools declares, for tool_choice.
 	toolNames []string
 	// callIDs are the ids of the tool calls of the assistant messages
-	// read so far, which a tool message answers.
-	callIDs []string
+	// read so far, which a tool message answers: a set, as a body may
+	// hold tens of thousands of calls and answers.
+	callIDs map[string]struct{}
 }
 
 // request checks the top-level fields in a fixed order, so a body with
