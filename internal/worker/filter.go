@@ -32,7 +32,7 @@ func (a *Agent) filterChat(ctx context.Context, eng engine.Engine, req *engine.R
 	if res != nil {
 		return res
 	}
-	texts, images, prompt := conversation(req.Body)
+	texts, images, prompt := conversation(req.Body, g.family.Images())
 	v, res := g.judgeConversation(ctx, texts)
 	if res == nil && !v.Unsafe && g.family.Images() {
 		// A guard that sees images judges each of the conversation's,
@@ -73,7 +73,7 @@ func (a *Agent) filterChat(ctx context.Context, eng engine.Engine, req *engine.R
 // message (the system prompt, earlier user turns, assistant turns and tool
 // results alike), so judging the last user message alone would let a
 // request carry what the filter refuses in any other.
-func conversation(body []byte) (texts []string, images []api.ModerationImage, prompt string) {
+func conversation(body []byte, withImages bool) (texts []string, images []api.ModerationImage, prompt string) {
 	var req struct {
 		Messages []struct {
 			Role      string          `json:"role"`
@@ -89,7 +89,7 @@ func conversation(body []byte) (texts []string, images []api.ModerationImage, pr
 		return nil, nil, ""
 	}
 	for _, m := range req.Messages {
-		text, imgs := content(m.Content)
+		text, imgs := content(m.Content, withImages)
 		texts = append(texts, text)
 		images = append(images, imgs...)
 		for _, c := range m.ToolCalls {
@@ -103,9 +103,8 @@ func conversation(body []byte) (texts []string, images []api.ModerationImage, pr
 }
 
 // content is the text of a message's content, a string or its text parts
-// joined by newlines, and the images of its image parts that are data:
-// URLs.
-func content(raw json.RawMessage) (string, []api.ModerationImage) {
+// joined by newlines, and, withImages, the images of its image parts.
+func content(raw json.RawMessage, withImages bool) (string, []api.ModerationImage) {
 	var s string
 	if json.Unmarshal(raw, &s) == nil {
 		return s, nil
@@ -125,6 +124,9 @@ func content(raw json.RawMessage) (string, []api.ModerationImage) {
 		case "text":
 			texts = append(texts, p.Text)
 		case "image_url":
+			if !withImages {
+				continue
+			}
 			// One that is no data: URL, or does not decode, is judged as
 			// no image, which the guard refuses: unchecked, it would pass.
 			img, _ := dataImage(p.ImageURL.URL)
@@ -258,8 +260,9 @@ type replyText struct {
 // writeTo appends the text to b and returns its length.
 func (r *replyText) writeTo(b *strings.Builder) int {
 	n := b.Len()
-	b.WriteString(r.ReasoningContent)
-	b.WriteString(r.Reasoning)
+	// Engines send thinking under both names, the one mirroring the
+	// other: it is judged, and counted, once.
+	b.WriteString(cmp.Or(r.ReasoningContent, r.Reasoning))
 	b.WriteString(r.Content)
 	for _, c := range r.ToolCalls {
 		b.WriteString(c.Function.Arguments)
@@ -383,7 +386,10 @@ func (f *filterSink) whole(ctx context.Context, body []byte, res *api.Result) *a
 	}
 	if v.Unsafe {
 		for _, c := range choices {
-			ch := c.(map[string]any)
+			ch, ok := c.(map[string]any)
+			if !ok {
+				continue
+			}
 			ch["finish_reason"] = api.FinishContentFilter
 			if m, ok := ch["message"].(map[string]any); ok {
 				m["content"] = ""

@@ -443,3 +443,43 @@ func TestFilterJudgesImages(t *testing.T) {
 		})
 	}
 }
+
+// Engines send thinking under both reasoning_content and reasoning, the
+// one mirroring the other: the guard reads it once, and a reply stopped
+// at a flag is estimated from it once.
+func TestFilterMirroredThinkingCountsOnce(t *testing.T) {
+	think := strings.Repeat("t", 200)
+	eng := &judgeEngine{deltas: []map[string]any{
+		{"reasoning_content": think, "reasoning": think},
+		{"content": "BAD"},
+	}}
+	a, _ := New(Config{Gateway: "http://gw", Token: "t", Name: "w", Engines: []engine.Engine{eng}})
+	a.refreshModels(context.Background())
+	var out eventSink
+	req := &engine.Request{Kind: api.KindChat, Model: "chat", Stream: true, Body: []byte(`{"messages":[{"role":"user","content":"hi"}]}`)}
+	res := a.filterChat(context.Background(), eng, req, "guard-b:0.6b", &out)
+	if res.Status != http.StatusOK || res.FinishReason != api.FinishContentFilter {
+		t.Fatalf("result %+v", res)
+	}
+	made := len(think) + len("BAD")
+	if want := (made + 3) / 4; res.Usage == nil || res.Usage.CompletionTokens != want {
+		t.Fatalf("usage %+v, want %d completion tokens for the %d characters made", res.Usage, want, made)
+	}
+	if eng.longest > made+len("hi") {
+		t.Fatalf("the guard read %d characters of a reply of %d", eng.longest, made)
+	}
+}
+
+// A flagged whole reply whose choices are not all objects is answered,
+// not a panic.
+func TestFilterWholeReplyOfOddChoices(t *testing.T) {
+	eng := &judgeEngine{whole: `{"id":"c1","object":"chat.completion","choices":[7,{"index":0,"message":{"role":"assistant","content":"BAD"},"finish_reason":"stop"}]}`}
+	a, _ := New(Config{Gateway: "http://gw", Token: "t", Name: "w", Engines: []engine.Engine{eng}})
+	a.refreshModels(context.Background())
+	var out eventSink
+	req := &engine.Request{Kind: api.KindChat, Model: "chat", Body: []byte(`{"messages":[{"role":"user","content":"hi"}]}`)}
+	res := a.filterChat(context.Background(), eng, req, "guard-b:0.6b", &out)
+	if res.Status != http.StatusOK || len(out.events) != 1 || strings.Contains(out.events[0], "BAD") {
+		t.Fatalf("result %+v, body %v", res, out.events)
+	}
+}
