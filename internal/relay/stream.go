@@ -213,6 +213,9 @@ func (c *Call) pump(out *events, first firstOutput, pending <-chan error) error 
 			switch {
 			case errors.Is(err, errIdle):
 				if out.comment("keep-alive"); out.gone {
+					if c.sealedFinal && c.finishSealed() {
+						return nil
+					}
 					c.clientGone()
 					return ErrClientGone
 				}
