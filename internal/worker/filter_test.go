@@ -90,6 +90,13 @@ func (e *judgeEngine) Serve(ctx context.Context, req *engine.Request, sink engin
 	return res
 }
 
+// listedAgent is an agent of eng alone, its models listed.
+func listedAgent(eng engine.Engine) *Agent {
+	a, _ := New(Config{Gateway: "http://gw", Token: "t", Name: "w", Engines: []engine.Engine{eng}})
+	a.refreshModels(context.Background())
+	return a
+}
+
 type eventSink struct{ events []string }
 
 func (s *eventSink) Event(_ context.Context, b []byte) error {
@@ -209,8 +216,7 @@ func TestFilterPrompt(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			eng := &judgeEngine{chunks: []string{"fine"}}
-			a, _ := New(Config{Gateway: "http://gw", Token: "t", Name: "w", Engines: []engine.Engine{eng}})
-			a.refreshModels(context.Background())
+			a := listedAgent(eng)
 			var out eventSink
 			req := &engine.Request{Kind: api.KindChat, Model: "chat", Stream: true, Body: []byte(`{"messages":` + tc.messages + `}`)}
 			res := a.filterChat(context.Background(), eng, req, "guard-b:0.6b", &out)
@@ -227,8 +233,7 @@ func TestFilterPrompt(t *testing.T) {
 	}
 	// No guard on this worker: another may have it.
 	eng := &judgeEngine{chunks: []string{"never"}}
-	a, _ := New(Config{Gateway: "http://gw", Token: "t", Name: "w", Engines: []engine.Engine{eng}})
-	a.refreshModels(context.Background())
+	a := listedAgent(eng)
 	req := &engine.Request{Kind: api.KindChat, Model: "chat", Stream: true, Body: []byte(`{"messages":[{"role":"user","content":"hi"}]}`)}
 	if res := a.filterChat(context.Background(), eng, req, "guard-a:8b", &eventSink{}); res.Status != http.StatusConflict || !res.Retryable {
 		t.Fatalf("without the guard: %+v", res)
@@ -249,8 +254,7 @@ func TestFilterJudgesThinkingAndTools(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			eng := &judgeEngine{deltas: tc.deltas}
-			a, _ := New(Config{Gateway: "http://gw", Token: "t", Name: "w", Engines: []engine.Engine{eng}})
-			a.refreshModels(context.Background())
+			a := listedAgent(eng)
 			var out eventSink
 			req := &engine.Request{Kind: api.KindChat, Model: "chat", Stream: true, Body: []byte(`{"messages":[{"role":"user","content":"hi"}]}`)}
 			res := a.filterChat(context.Background(), eng, req, "guard-b:0.6b", &out)
@@ -280,8 +284,7 @@ func TestFilterWholeReply(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			eng := &judgeEngine{whole: `{"id":"c1","object":"chat.completion","choices":[{"index":0,"message":` + tc.message + `,"finish_reason":"stop"}]}`}
-			a, _ := New(Config{Gateway: "http://gw", Token: "t", Name: "w", Engines: []engine.Engine{eng}})
-			a.refreshModels(context.Background())
+			a := listedAgent(eng)
 			var out eventSink
 			req := &engine.Request{Kind: api.KindChat, Model: "chat", Body: []byte(`{"messages":[{"role":"user","content":"hi"}]}`)}
 			res := a.filterChat(context.Background(), eng, req, "guard-b:0.6b", &out)
@@ -305,8 +308,7 @@ func TestFilterJudgesPiecesThatFit(t *testing.T) {
 		t.Run(name+": prompt", func(t *testing.T) {
 			for _, at := range []int{10, len(long) / 2, len(long) - 10} {
 				eng := &judgeEngine{chunks: []string{"never"}, window: 2000, listWindow: listed}
-				a, _ := New(Config{Gateway: "http://gw", Token: "t", Name: "w", Engines: []engine.Engine{eng}})
-				a.refreshModels(context.Background())
+				a := listedAgent(eng)
 				text := long[:at] + "BAD" + long[at:]
 				body, _ := json.Marshal(map[string]any{"messages": []any{
 					map[string]any{"role": "user", "content": text}, map[string]any{"role": "user", "content": "go on"}}})
@@ -317,8 +319,7 @@ func TestFilterJudgesPiecesThatFit(t *testing.T) {
 				}
 			}
 			eng := &judgeEngine{chunks: []string{"fine"}, window: 2000, listWindow: listed}
-			a, _ := New(Config{Gateway: "http://gw", Token: "t", Name: "w", Engines: []engine.Engine{eng}})
-			a.refreshModels(context.Background())
+			a := listedAgent(eng)
 			body, _ := json.Marshal(map[string]any{"messages": []any{map[string]any{"role": "user", "content": long}}})
 			res := a.filterChat(context.Background(), eng, &engine.Request{Kind: api.KindChat, Model: "chat", Stream: true, Body: body}, "guard-b:0.6b", &eventSink{})
 			if res.Status != http.StatusOK {
@@ -330,8 +331,7 @@ func TestFilterJudgesPiecesThatFit(t *testing.T) {
 			flagAt := len(chunks) * 3 / 4
 			chunks[flagAt] = "BAD " + chunks[flagAt]
 			eng := &judgeEngine{chunks: chunks, window: 2000, listWindow: listed}
-			a, _ := New(Config{Gateway: "http://gw", Token: "t", Name: "w", Engines: []engine.Engine{eng}})
-			a.refreshModels(context.Background())
+			a := listedAgent(eng)
 			body, _ := json.Marshal(map[string]any{"messages": []any{map[string]any{"role": "user", "content": long}}})
 			var out eventSink
 			res := a.filterChat(context.Background(), eng, &engine.Request{Kind: api.KindChat, Model: "chat", Stream: true, Body: body}, "guard-b:0.6b", &out)
@@ -426,8 +426,7 @@ func TestFilterJudgesImages(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			eng := &visionGuardEngine{}
-			a, _ := New(Config{Gateway: "http://gw", Token: "t", Name: "w", Engines: []engine.Engine{eng}})
-			a.refreshModels(context.Background())
+			a := listedAgent(eng)
 			req := &engine.Request{Kind: api.KindChat, Model: "chat", Stream: true, Body: []byte(`{"messages":` + tc.messages + `}`)}
 			var out eventSink
 			res := a.filterChat(context.Background(), eng, req, "guard-c:4b", &out)
@@ -453,8 +452,7 @@ func TestFilterMirroredThinkingCountsOnce(t *testing.T) {
 		{"reasoning_content": think, "reasoning": think},
 		{"content": "BAD"},
 	}}
-	a, _ := New(Config{Gateway: "http://gw", Token: "t", Name: "w", Engines: []engine.Engine{eng}})
-	a.refreshModels(context.Background())
+	a := listedAgent(eng)
 	var out eventSink
 	req := &engine.Request{Kind: api.KindChat, Model: "chat", Stream: true, Body: []byte(`{"messages":[{"role":"user","content":"hi"}]}`)}
 	res := a.filterChat(context.Background(), eng, req, "guard-b:0.6b", &out)
@@ -474,8 +472,7 @@ func TestFilterMirroredThinkingCountsOnce(t *testing.T) {
 // not a panic.
 func TestFilterWholeReplyOfOddChoices(t *testing.T) {
 	eng := &judgeEngine{whole: `{"id":"c1","object":"chat.completion","choices":[7,{"index":0,"message":{"role":"assistant","content":"BAD"},"finish_reason":"stop"}]}`}
-	a, _ := New(Config{Gateway: "http://gw", Token: "t", Name: "w", Engines: []engine.Engine{eng}})
-	a.refreshModels(context.Background())
+	a := listedAgent(eng)
 	var out eventSink
 	req := &engine.Request{Kind: api.KindChat, Model: "chat", Body: []byte(`{"messages":[{"role":"user","content":"hi"}]}`)}
 	res := a.filterChat(context.Background(), eng, req, "guard-b:0.6b", &out)
