@@ -28,20 +28,12 @@ type served struct {
 	sampling map[string]float64
 }
 
-// engineFor returns the engine serving model and the engine's name for
-// it; a nil engine when the worker does not serve model.
-func (a *Agent) engineFor(model string) (engine.Engine, string) {
+// servedFor is how the worker serves model: its engine (nil when the
+// worker does not serve it), the engine's name for it and what it lists.
+func (a *Agent) servedFor(model string) served {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	s := a.byModel[model]
-	return s.eng, s.local
-}
-
-// samplingOf is model's recommended sampling values, as listed.
-func (a *Agent) samplingOf(model string) map[string]float64 {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.byModel[model].sampling
+	return a.byModel[model]
 }
 
 // refreshModels asks every engine for its models and tells the gateway

@@ -98,12 +98,13 @@ func TestModelAliases(t *testing.T) {
 				t.Fatalf("listed %v, want %v", ids, tt.listed)
 			}
 			for id, local := range tt.local {
-				eng, name := a.engineFor(id)
+				m := a.servedFor(id)
+				eng, name := m.eng, m.local
 				if eng != whisper && eng != other || name != local {
 					t.Errorf("%s is served as %q by %v, want %q", id, name, eng, local)
 				}
 			}
-			if eng, _ := a.engineFor("missing"); eng != nil {
+			if a.servedFor("missing").eng != nil {
 				t.Error("an unlisted id is served")
 			}
 		})
@@ -122,8 +123,8 @@ func TestModelsKeptWhenAnEngineFails(t *testing.T) {
 	a.refreshModels(context.Background())
 	e.fail = true
 	a.refreshModels(context.Background())
-	if eng, local := a.engineFor("stt-large-v3"); eng != e || local != "whisper-large-v3" || len(a.models) != 1 {
-		t.Fatalf("after a failed listing: %v %q %v", eng, local, a.models)
+	if m := a.servedFor("stt-large-v3"); m.eng != e || m.local != "whisper-large-v3" || len(a.models) != 1 {
+		t.Fatalf("after a failed listing: %v %q %v", m.eng, m.local, a.models)
 	}
 }
 

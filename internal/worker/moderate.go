@@ -30,9 +30,7 @@ func (a *Agent) guardFor(id string) (*guard, *api.Result) {
 		return nil, finalFailure(http.StatusBadRequest, api.TypeInvalidRequest, api.CodeModelNotModeration,
 			"model "+id+" is not a moderation model")
 	}
-	a.mu.Lock()
-	s := a.byModel[id]
-	a.mu.Unlock()
+	s := a.servedFor(id)
 	if s.eng == nil {
 		r := engine.Failure(http.StatusConflict, api.TypeConflict, "this worker does not serve the moderation model "+id)
 		r.Error.Code = api.CodeModerationUnavailable

@@ -67,7 +67,8 @@ func (a *Agent) run(ctx context.Context, st *link.Stream) (res *api.Result) {
 	ctx, span := a.startSpan(ctx, &req)
 	// Ends before a panic's result is made: the span then reports none.
 	defer func() { endSpan(span, res, req.Model) }()
-	eng, local := a.engineFor(req.Model)
+	model := a.servedFor(req.Model)
+	eng, local := model.eng, model.local
 	if eng == nil {
 		r := engine.Failure(http.StatusNotFound, api.TypeNotFound, "this worker does not serve model "+req.Model)
 		r.Retryable = true // another worker may: our model list was out of date
@@ -115,7 +116,7 @@ func (a *Agent) run(ctx context.Context, st *link.Stream) (res *api.Result) {
 	}
 
 	if req.Kind == api.KindChat {
-		ereq.Body = withSampling(ereq.Body, a.samplingOf(req.Model))
+		ereq.Body = withSampling(ereq.Body, model.sampling)
 	}
 
 	if req.Kind == api.KindChat && private == nil {
