@@ -315,8 +315,8 @@ func DecodeFile(data string) (string, *api.FieldError) {
 		return "", &api.FieldError{Type: typ, Message: msg}
 	}
 	if hasPrefixFold(data, "data:") {
-		meta, payload, ok := strings.Cut(data[len("data:"):], ",")
-		if !ok || !strings.HasSuffix(strings.ToLower(meta), ";base64") {
+		_, payload, ok := SplitDataURL(data)
+		if !ok {
 			return fail(api.FieldInvalid, "a data: URL must be base64 (data:...;base64,...)")
 		}
 		data = payload
@@ -379,6 +379,20 @@ func (c *checker) answers(id string) bool {
 	return ok
 }
 
+// SplitDataURL splits a base64 data: URL ("data:<media>;base64,<data>",
+// the scheme and ";base64" in any case) into its media type, lowered, and
+// its data; false for any other URL.
+func SplitDataURL(u string) (media, data string, ok bool) {
+	if !hasPrefixFold(u, "data:") {
+		return "", "", false
+	}
+	meta, data, ok := strings.Cut(u[len("data:"):], ",")
+	if !ok || !hasSuffixFold(meta, ";base64") {
+		return "", "", false
+	}
+	return strings.ToLower(meta[:len(meta)-len(";base64")]), data, true
+}
+
 // ValidBase64 reports whether s is standard base64, padded or not. Unlike
 // the decoder it refuses line breaks, which engines may not skip; it
 // allocates nothing, as image data can be megabytes.
@@ -399,6 +413,10 @@ func ValidBase64(s string) bool {
 
 func hasPrefixFold(s, prefix string) bool {
 	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
+}
+
+func hasSuffixFold(s, suffix string) bool {
+	return len(s) >= len(suffix) && strings.EqualFold(s[len(s)-len(suffix):], suffix)
 }
 
 // RemoteImageProblem says what is wrong with an http(s) image URL whatever

@@ -136,15 +136,12 @@ func content(raw json.RawMessage, withImages bool) (string, []api.ModerationImag
 	return strings.Join(texts, "\n"), images
 }
 
-// dataImage decodes a data:image/...;base64 URL; false for any other
-// URL, or one whose data is not base64. Its media type is left to the
-// bytes, which the guard's call reads.
+// dataImage decodes a base64 data: URL; false for any other URL, or one
+// whose data is not base64. Its media type is left to the bytes, which
+// the guard's call reads.
 func dataImage(u string) (api.ModerationImage, bool) {
-	if len(u) < len("data:") || !strings.EqualFold(u[:len("data:")], "data:") {
-		return api.ModerationImage{}, false
-	}
-	meta, payload, ok := strings.Cut(u[len("data:"):], ",")
-	if !ok || !strings.HasSuffix(strings.ToLower(meta), ";base64") {
+	_, payload, ok := chat.SplitDataURL(u)
+	if !ok {
 		return api.ModerationImage{}, false
 	}
 	payload = strings.Map(func(r rune) rune {
