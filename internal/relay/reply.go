@@ -80,10 +80,13 @@ func appendTimingMember(b []byte, head string, v *float64, tail string) []byte {
 // and notices, and how the reply ended.
 func (c *Call) inspect(msg []byte) bool {
 	if c.req.E2E {
-		// A sealed chunk is all that can be counted of it.
-		if bytes.HasPrefix(msg, []byte(`{"c":`)) && bytes.Contains(msg, []byte(`"final":true`)) {
+		// A sealed chunk is all that can be counted of it; the final one
+		// carries the end marker, not a token.
+		switch {
+		case !bytes.HasPrefix(msg, []byte(`{"c":`)):
+		case bytes.Contains(msg, []byte(`"final":true`)):
 			c.sealedFinal = true
-		} else if bytes.HasPrefix(msg, []byte(`{"c":`)) {
+		default:
 			if c.firstToken.IsZero() {
 				c.firstToken = time.Now()
 			}
