@@ -470,7 +470,9 @@ func TestStreamWorkerLostAfterOutput(t *testing.T) {
 		if len(client.got) < 2 || client.got[len(client.got)-1] != "fail 503 worker_lost" {
 			t.Fatalf("events %q", client.got)
 		}
-		if row := h.only(); row.StatusCode != 503 || string(row.WorkerID) != w.id || row.Attempts != 1 {
+		// Its first token reached the client: the row says when.
+		if row := h.only(); row.StatusCode != 503 || string(row.WorkerID) != w.id || row.Attempts != 1 ||
+			row.TimeToFirstTokenMs == nil || row.QueueWaitMs == nil {
 			t.Fatalf("row %+v", row)
 		}
 	})

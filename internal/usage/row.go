@@ -94,7 +94,9 @@ func Row(o Outcome) api.UsageRow {
 		// Refused when its wait for a slot ran out: the wait is known.
 		row.QueueWaitMs = msPtr(o.Timing.QueueWaitMs)
 	}
-	if o.Ran && o.Status < 500 && o.Timing != nil {
+	if o.Ran && o.Timing != nil {
+		// What was measured stands whatever ended the request: a stream
+		// its worker lost after its first token had that token.
 		t := o.Timing
 		row.TimeToFirstTokenMs = msPtr(t.TTFTMs)
 		row.TokensPerSecond = t.TokensPerSecond

@@ -43,8 +43,16 @@ func TestRow(t *testing.T) {
 		}},
 		{"estimate of nothing produced is no count", func(o *Outcome) {
 			o.Estimated, o.Status, o.ErrorMessage = true, 503, "lost"
+			o.Timing = &api.Timing{QueueWaitMs: ms(3.2)}
 		}, func(t *testing.T, r api.UsageRow) {
-			if r.TotalTokens != 0 || r.TokensEstimated || r.TimeToFirstTokenMs != nil {
+			if r.TotalTokens != 0 || r.TokensEstimated || r.TimeToFirstTokenMs != nil || *r.QueueWaitMs != 3 {
+				t.Fatalf("%+v", r)
+			}
+		}},
+		{"a request its worker lost after its first token keeps that token's time", func(o *Outcome) {
+			o.Stream, o.Estimated, o.Status, o.ErrorMessage = true, true, 502, "lost"
+		}, func(t *testing.T, r api.UsageRow) {
+			if r.TimeToFirstTokenMs == nil || *r.TimeToFirstTokenMs != 12 || *r.QueueWaitMs != 1 || !r.TokensEstimated {
 				t.Fatalf("%+v", r)
 			}
 		}},
