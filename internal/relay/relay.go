@@ -162,6 +162,11 @@ type Request struct {
 	// request's span continues its trace. Read only when tracing is on.
 	Traceparent string
 	Tracestate  string
+	// Departed, when set, is asked why a client that is no longer there
+	// went: nil when it left (499), else the failure to record instead.
+	// A forwarded request's front may have lost its link to this replica
+	// and answered its client itself.
+	Departed func() error
 
 	// Body is sent to the worker; Upload, when set, streams it instead
 	// (an audio file), opened afresh for each worker tried.
@@ -469,6 +474,11 @@ func (c *Call) done(failure error) {
 	hooks := c.onEnd
 	c.onEnd = nil
 	c.endMu.Unlock()
+	if failure != nil && c.req.Departed != nil && api.ErrorOf(failure).Kind == api.KindClientGone {
+		if why := c.req.Departed(); why != nil {
+			failure = why
+		}
+	}
 	c.cancel()
 	c.rl.inflight.Finish(c.entry)
 	c.rl.record(c, failure)

@@ -258,6 +258,35 @@ func TestCancelStopsTheWorker(t *testing.T) {
 	})
 }
 
+// A request whose Departed names why its client is gone records that,
+// not a client's departure; one whose Departed answers nil is a 499.
+func TestDepartedSaysWhyTheClientWent(t *testing.T) {
+	lost := &api.Error{Kind: api.KindUnavailable, Message: "the front lost its link"}
+	for _, tc := range []struct {
+		name   string
+		why    error
+		status int
+	}{{"the client left", nil, 499}, {"its front was lost", lost, 503}} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h := newHarness(t)
+				h.worker("gpu-1", 1, func(ctx context.Context, _ *link.Stream, _ api.LinkRequest, _ []byte) { <-ctx.Done() })
+				req := chatRequest("req-1", false)
+				req.Departed = func() error { return tc.why }
+				call := h.rl.Start(req)
+				go func() {
+					time.Sleep(time.Second)
+					call.Cancel()
+				}()
+				_, _ = call.Unary()
+				if row := h.only(); row.StatusCode != tc.status || (tc.why != nil && *row.ErrorMessage != lost.Message) {
+					t.Fatalf("row %+v", row)
+				}
+			})
+		})
+	}
+}
+
 func TestMaxDurationIs504(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t)

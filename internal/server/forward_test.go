@@ -843,3 +843,61 @@ func homeStreamEnds(t *testing.T, next chan<- struct{}, ended <-chan bool) {
 		}
 	}
 }
+
+// A forwarded request's home tells a client that left (its front reset
+// the stream: 499) from a front that lost its link to the home for good
+// and answered its client itself: the home's row then says why.
+func TestForwardedRequestKnowsWhyItsClientWent(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		end  func(front *fwdFront, cancel func())
+		want error
+	}{
+		{"the client left", func(_ *fwdFront, cancel func()) { cancel() }, nil},
+		{"the front lost its link", func(front *fwdFront, _ func()) { front.s.peers.Close() }, errFrontLost},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			started := make(chan struct{}, 1)
+			why := make(chan error, 1)
+			var home *fwdHome
+			home = startHome(t, "home", map[string]fasthttp.RequestHandler{
+				"/hold": func(ctx *fasthttp.RequestCtx) {
+					left := make(chan struct{})
+					defer home.s.watchClient(ctx.Conn(), func() { close(left) })()
+					started <- struct{}{}
+					select {
+					case <-left:
+						why <- ctx.Conn().(*peerConn).departed()
+					case <-time.After(10 * time.Second):
+						t.Error("the home did not learn that the request's client went")
+					}
+				},
+			})
+			// A front that does not come back is given up after the grace.
+			home.s.peerAccept = peer.NewAcceptor(peer.AcceptorOptions{Me: home.id, Secret: []byte(fwdSecret),
+				Serve: home.s.servePeerStream, Grace: 50 * time.Millisecond, Logger: home.s.log})
+			front := startFront(t, home)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, "POST", front.url+"/hold", strings.NewReader("{}"))
+			answered := make(chan int, 1)
+			go func() {
+				resp, err := testClient.Do(req)
+				if err != nil {
+					answered <- 0
+					return
+				}
+				resp.Body.Close()
+				answered <- resp.StatusCode
+			}()
+			<-started
+			tc.end(front, cancel)
+			if got := <-why; got != tc.want {
+				t.Fatalf("the home's reason: %v, want %v", got, tc.want)
+			}
+			if status := <-answered; tc.want != nil && status != http.StatusServiceUnavailable {
+				t.Fatalf("the front answered its client %d, want 503", status)
+			}
+		})
+	}
+}

@@ -146,6 +146,23 @@ func (c *peerConn) Close() error {
 	return nil
 }
 
+// departed is why a forwarded request's client is no longer there: nil
+// when the front reset the stream, as it does when its client leaves;
+// errFrontLost when the link to the front failed for good, as it does when
+// the front gave this replica up (it was frozen past the link's timers) or
+// stopped. Such a front answered its client itself, which did not leave.
+func (c *peerConn) departed() error {
+	if err := c.st.Err(); err != nil && !errors.Is(err, link.ErrReset) {
+		return errFrontLost
+	}
+	return nil
+}
+
+// errFrontLost is the failure recorded for a forwarded request whose link
+// to its front was lost.
+var errFrontLost error = &api.Error{Kind: api.KindUnavailable, Code: api.CodeWorkerLost, RetryAfter: time.Second,
+	Message: "The gateway replica the request came through lost its link to this one before the answer was complete"}
+
 func (c *peerConn) LocalAddr() net.Addr { return peerAddr{} }
 
 // RemoteAddr is the forwarded client's address; a peer's own calls have

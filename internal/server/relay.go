@@ -21,12 +21,16 @@ import (
 // adds what its kind needs.
 func inference(c *call, kind, model string, stream bool) relay.Request {
 	c.model = model
-	return relay.Request{ID: c.requestID, OrgID: c.principal.OrgID, KeyID: c.principal.KeyID,
+	r := relay.Request{ID: c.requestID, OrgID: c.principal.OrgID, KeyID: c.principal.KeyID,
 		Kind: kind, Model: model, Stream: stream, Pin: string(c.ctx.Request.Header.Peek("X-Svc-Worker-Id")),
 		// A client's own trace continues through the gateway; no header,
 		// no allocation.
 		Traceparent: string(c.ctx.Request.Header.Peek("traceparent")),
 		Tracestate:  string(c.ctx.Request.Header.Peek("tracestate"))}
+	if pc, ok := c.ctx.Conn().(*peerConn); ok {
+		r.Departed = pc.departed
+	}
+	return r
 }
 
 // start puts req on the relay; the call is cancelled as soon as its
