@@ -274,6 +274,40 @@ func TestResetReachesTheOtherEnd(t *testing.T) {
 	})
 }
 
+// A reset that says its end is stopping reaches the other end as
+// ErrPeerStopping, still an ErrReset; a plain reset as ErrReset alone.
+func TestResetSaysWhy(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		reset    func(*Stream)
+		stopping bool
+	}{{"plain", (*Stream).Reset, false}, {"stopping", (*Stream).ResetStopping, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				failed := make(chan error, 1)
+				p := newPair(t, 0, func(ctx context.Context, st *Stream) {
+					if _, _, err := st.ReadRequest(ctx); err != nil {
+						return
+					}
+					<-st.Done()
+					failed <- st.Err()
+				})
+				ctx := ctxT(t)
+				st, err := p.g.Open(ctx, []byte("req"), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				settle(t, "the worker to take the stream", func() bool { return p.w.Streams() == 1 })
+				tc.reset(st)
+				err = <-failed
+				if !errors.Is(err, ErrReset) || errors.Is(err, ErrPeerStopping) != tc.stopping {
+					t.Fatalf("the worker's stream failed with %v", err)
+				}
+			})
+		})
+	}
+}
+
 // AfterFail runs its callback when the stream fails, on either end and
 // however it fails, and never for a stream that ended normally or whose
 // callback was stopped.

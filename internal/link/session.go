@@ -26,6 +26,9 @@ const (
 var (
 	// ErrReset means the peer dropped the stream.
 	ErrReset = errors.New("link: stream reset by peer")
+	// ErrPeerStopping means the peer dropped the stream because it is
+	// stopping (ResetStopping); it is an ErrReset.
+	ErrPeerStopping = fmt.Errorf("%w: the peer is stopping", ErrReset)
 	// ErrClosed means the session was closed for good.
 	ErrClosed = errors.New("link: session closed")
 	// ErrAttached means Attach was called on a session that has a connection.
@@ -34,6 +37,9 @@ var (
 	// unread; the stream was dropped at both ends.
 	ErrOverrun = fmt.Errorf("%w: peer overran the stream's window", ErrInvalid)
 )
+
+// resetStopping is the payload of a reset frame sent by ResetStopping.
+const resetStopping = "stopping"
 
 // DefaultWindow is how many unacknowledged payload bytes one stream may
 // have in flight in each direction.
@@ -411,11 +417,15 @@ func (s *Session) queueEndAcksLocked() {
 	s.endAcks = s.endAcks[:0]
 }
 
-// sendReset tells the peer to drop a stream.
-func (s *Session) sendReset(id uint64) {
+// sendReset tells the peer to drop a stream, and why when why is set.
+func (s *Session) sendReset(id uint64, why string) {
+	f := &Frame{Type: TypeReset, Stream: id}
+	if why != "" {
+		f.Payload = []byte(why)
+	}
 	s.mu.Lock()
 	if s.att != nil {
-		s.att.enqueue(&Frame{Type: TypeReset, Stream: id}, 0)
+		s.att.enqueue(f, 0)
 	}
 	s.mu.Unlock()
 }
@@ -492,7 +502,11 @@ func (s *Session) dispatch(a *attachment, f Frame) error {
 	switch f.Type {
 	case TypeReset:
 		s.remove(f.Stream)
-		st.fail(ErrReset)
+		if string(f.Payload) == resetStopping {
+			st.fail(ErrPeerStopping)
+		} else {
+			st.fail(ErrReset)
+		}
 		return nil
 	case TypeAck:
 		st.acked(f.Ack)

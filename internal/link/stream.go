@@ -96,11 +96,20 @@ func (st *Stream) End(ctx context.Context, result []byte) error {
 // waiting on it here returns ErrReset.
 func (st *Stream) Reset() { st.abandon(ErrReset) }
 
+// ResetStopping abandons the stream as Reset does, telling the peer that
+// this end is stopping: its drain ran out of time, and whoever it served
+// the stream for was answered so. The peer's waiters get ErrPeerStopping.
+func (st *Stream) ResetStopping() { st.abandonFor(ErrReset, resetStopping) }
+
 // abandon drops the stream here and at the peer; what waits on it here
 // returns err.
-func (st *Stream) abandon(err error) {
+func (st *Stream) abandon(err error) { st.abandonFor(err, "") }
+
+// abandonFor is abandon telling the peer why: a reset frame's payload
+// (resetStopping), which peers that know no reasons ignore.
+func (st *Stream) abandonFor(err error, why string) {
 	st.s.remove(st.id)
-	st.s.sendReset(st.id)
+	st.s.sendReset(st.id, why)
 	st.fail(err)
 	// Frames received but not read would otherwise come out of Recv first;
 	// nobody wants them any more.

@@ -261,16 +261,16 @@ func (fs *forwardSet) remove(f *forwarding) {
 	fs.mu.Unlock()
 }
 
-// abort ends every forward under way: its stream is reset, which ends
-// the request at its home as a client's disconnect does, and its client
-// is answered 503 shutting_down (a stream with its error event). It
-// returns how many it ended.
+// abort ends every forward under way: its stream is reset saying this
+// replica is stopping, which ends the request at its home with the 503
+// shutting_down its client is answered here (a stream with its error
+// event). It returns how many it ended.
 func (fs *forwardSet) abort() int {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	for f := range fs.m {
 		f.stopped.Store(true)
-		f.st.Reset()
+		f.st.ResetStopping()
 	}
 	return len(fs.m)
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/svc-dev/svc/internal/cluster"
 	"github.com/svc-dev/svc/internal/link"
 	"github.com/svc-dev/svc/internal/peer"
+	"github.com/svc-dev/svc/internal/relay"
 )
 
 // fwdHome is a replica serving forwarded requests with the test's
@@ -803,7 +804,7 @@ func BenchmarkForwardUnary(b *testing.B) {
 
 // A front whose drain runs out of time ends the streams it forwards as
 // it ends its own: the client gets the shutting_down error event and
-// [DONE], and the home's request ends at once, as a client's disconnect.
+// [DONE], and the home's request ends at once.
 func TestForwardEndedByTheDrain(t *testing.T) {
 	next := make(chan struct{})
 	ended := make(chan bool, 1)
@@ -845,8 +846,9 @@ func homeStreamEnds(t *testing.T, next chan<- struct{}, ended <-chan bool) {
 }
 
 // A forwarded request's home tells a client that left (its front reset
-// the stream: 499) from a front that lost its link to the home for good
-// and answered its client itself: the home's row then says why.
+// the stream: 499) from a front that lost its link to the home for good,
+// or whose drain ran out of time, and answered its client itself: the
+// home's row then says why.
 func TestForwardedRequestKnowsWhyItsClientWent(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -855,6 +857,7 @@ func TestForwardedRequestKnowsWhyItsClientWent(t *testing.T) {
 	}{
 		{"the client left", func(_ *fwdFront, cancel func()) { cancel() }, nil},
 		{"the front lost its link", func(front *fwdFront, _ func()) { front.s.peers.Close() }, errFrontLost},
+		{"the front's drain ran out", func(front *fwdFront, _ func()) { front.s.forwards.abort() }, relay.ErrShuttingDown},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			started := make(chan struct{}, 1)

@@ -17,6 +17,7 @@ import (
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/link"
 	"github.com/svc-dev/svc/internal/peer"
+	"github.com/svc-dev/svc/internal/relay"
 )
 
 // A cluster's replicas forward requests to each other over replica links
@@ -147,15 +148,22 @@ func (c *peerConn) Close() error {
 }
 
 // departed is why a forwarded request's client is no longer there: nil
-// when the front reset the stream, as it does when its client leaves;
-// errFrontLost when the link to the front failed for good, as it does when
-// the front gave this replica up (it was frozen past the link's timers) or
-// stopped. Such a front answered its client itself, which did not leave.
+// when the front reset the stream, as it does when its client leaves.
+// A front whose drain ran out of time says so in its reset, and answered
+// its client that it shut down; one that lost its link to this replica for
+// good (it gave this replica up, frozen past the link's timers, or it
+// died) answered its client 503 itself. Neither client left.
 func (c *peerConn) departed() error {
-	if err := c.st.Err(); err != nil && !errors.Is(err, link.ErrReset) {
-		return errFrontLost
+	err := c.st.Err()
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, link.ErrPeerStopping):
+		return relay.ErrShuttingDown
+	case errors.Is(err, link.ErrReset):
+		return nil
 	}
-	return nil
+	return errFrontLost
 }
 
 // errFrontLost is the failure recorded for a forwarded request whose link
