@@ -33,6 +33,8 @@ type Factory struct {
 	// takeHurry tells the signal watch that a second interrupt is the
 	// command's to act on, rather than the end of the process.
 	takeHurry func()
+	// traces is what the process's tracer providers share.
+	traces tracesShared
 }
 
 // TakeHurry makes a second interrupt close f.Hurry for the command to cut

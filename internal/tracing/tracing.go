@@ -11,12 +11,14 @@ package tracing
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"os"
 	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -43,32 +45,70 @@ type Options struct {
 	Getenv func(string) string
 }
 
-// Enabled reports whether o turns tracing on: a flag, or one of the
-// standard endpoint variables the exporter reads.
-func (o Options) Enabled() bool {
-	get := o.Getenv
-	if get == nil {
-		get = os.Getenv
+func (o Options) getenv(k string) string {
+	if o.Getenv == nil {
+		return os.Getenv(k)
 	}
-	return o.Endpoint != "" || get("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
+	return o.Getenv(k)
+}
+
+// Enabled reports whether o turns tracing on: a flag, or one of the
+// standard endpoint variables the exporter reads, unless
+// OTEL_SDK_DISABLED is true, which the specification has turn every
+// signal off.
+func (o Options) Enabled() bool {
+	if strings.EqualFold(strings.TrimSpace(o.getenv("OTEL_SDK_DISABLED")), "true") {
+		return false
+	}
+	return o.Endpoint != "" || o.getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || o.getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
+}
+
+// The OTLP transports, as OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL names them.
+const (
+	ProtocolHTTP = "http/protobuf"
+	ProtocolGRPC = "grpc"
+)
+
+// Protocol is the OTLP transport the variables ask for, http/protobuf by
+// default as the specification has it. OpenTelemetry's Go SDK has no
+// http/json exporter, so that and any other value are an error rather
+// than spans sent in a form the collector did not ask for.
+func (o Options) Protocol() (string, error) {
+	p := strings.TrimSpace(o.getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"))
+	if p == "" {
+		p = strings.TrimSpace(o.getenv("OTEL_EXPORTER_OTLP_PROTOCOL"))
+	}
+	switch p {
+	case "", ProtocolHTTP:
+		return ProtocolHTTP, nil
+	case ProtocolGRPC:
+		return ProtocolGRPC, nil
+	}
+	return "", fmt.Errorf("OTLP protocol %q is not supported: use %s (the default) or %s", p, ProtocolHTTP, ProtocolGRPC)
 }
 
 // Destination is where spans go, for the log, as the exporter resolves
-// it: the flag, else the traces variable as it is, else the general one
-// with /v1/traces added; "" with tracing off.
+// it: the flag, else the traces variable as it is, else the general one,
+// with /v1/traces added over HTTP; "" with tracing off.
 func (o Options) Destination() string {
-	get := o.Getenv
-	if get == nil {
-		get = os.Getenv
+	grpc := false
+	if p, err := o.Protocol(); err == nil && p == ProtocolGRPC {
+		grpc = true
 	}
 	if o.Endpoint != "" {
+		if grpc {
+			return o.Endpoint
+		}
 		u, _ := TracesURL(o.Endpoint)
 		return u
 	}
-	if v := get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"); v != "" {
+	if v := o.getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"); v != "" {
 		return v
 	}
-	if v := get("OTEL_EXPORTER_OTLP_ENDPOINT"); v != "" {
+	if v := o.getenv("OTEL_EXPORTER_OTLP_ENDPOINT"); v != "" {
+		if grpc {
+			return v
+		}
 		return strings.TrimSuffix(v, "/") + "/v1/traces"
 	}
 	return ""
@@ -85,15 +125,7 @@ func Setup(ctx context.Context, o Options) (trace.Tracer, func(context.Context) 
 	if !o.Enabled() {
 		return nil, none, nil
 	}
-	var opts []otlptracehttp.Option
-	if o.Endpoint != "" {
-		u, err := TracesURL(o.Endpoint)
-		if err != nil {
-			return nil, none, err
-		}
-		opts = append(opts, otlptracehttp.WithEndpointURL(u))
-	}
-	exp, err := otlptracehttp.New(ctx, opts...)
+	exp, err := o.exporter(ctx)
 	if err != nil {
 		return nil, none, err
 	}
@@ -110,6 +142,45 @@ func Setup(ctx context.Context, o Options) (trace.Tracer, func(context.Context) 
 	}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
 	return tp.Tracer(ScopeName), tp.Shutdown, nil
+}
+
+// exporter is the OTLP exporter of the protocol asked for, sending to
+// the flag's endpoint or, without one, where the variables it reads say.
+func (o Options) exporter(ctx context.Context) (sdktrace.SpanExporter, error) {
+	proto, err := o.Protocol()
+	if err != nil {
+		return nil, err
+	}
+	if proto == ProtocolGRPC {
+		var opts []otlptracegrpc.Option
+		if o.Endpoint != "" {
+			if err := checkGRPCEndpoint(o.Endpoint); err != nil {
+				return nil, err
+			}
+			// An http:// endpoint is a collector without TLS.
+			opts = append(opts, otlptracegrpc.WithEndpointURL(o.Endpoint))
+		}
+		return otlptracegrpc.New(ctx, opts...)
+	}
+	var opts []otlptracehttp.Option
+	if o.Endpoint != "" {
+		u, err := TracesURL(o.Endpoint)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, otlptracehttp.WithEndpointURL(u))
+	}
+	return otlptracehttp.New(ctx, opts...)
+}
+
+// checkGRPCEndpoint checks an --otlp-endpoint for OTLP/gRPC: an http(s)
+// URL of the collector's host and port.
+func checkGRPCEndpoint(endpoint string) error {
+	u, err := url.Parse(endpoint)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return errors.New("--otlp-endpoint must be an http(s) URL, such as http://localhost:4317 for OTLP/gRPC")
+	}
+	return nil
 }
 
 // TracesURL is the URL spans are posted to for an --otlp-endpoint.

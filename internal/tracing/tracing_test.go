@@ -2,8 +2,13 @@ package tracing
 
 import (
 	"context"
+	"net"
 	"os"
+	"sync"
 	"testing"
+
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"google.golang.org/grpc"
 )
 
 func TestTracesURL(t *testing.T) {
@@ -43,6 +48,95 @@ func TestSetupOff(t *testing.T) {
 	if _, _, err := Setup(context.Background(), Options{Endpoint: "localhost:4318"}); err == nil {
 		t.Error("a flag without a scheme is taken")
 	}
+	// The specification's switch turns every signal off, flag or not.
+	for _, v := range []string{"true", "TRUE", " true "} {
+		env := map[string]string{"OTEL_SDK_DISABLED": v, "OTEL_EXPORTER_OTLP_ENDPOINT": "http://localhost:4318"}
+		o := Options{Endpoint: "http://c:4318", Getenv: func(k string) string { return env[k] }}
+		if tr, _, err := Setup(context.Background(), o); o.Enabled() || tr != nil || err != nil {
+			t.Errorf("OTEL_SDK_DISABLED=%q: tracer %v, err %v", v, tr, err)
+		}
+	}
+	env = map[string]string{"OTEL_SDK_DISABLED": "false"}
+	if !(Options{Endpoint: "http://c:4318", Getenv: func(k string) string { return env[k] }}).Enabled() {
+		t.Error("OTEL_SDK_DISABLED=false turns tracing off")
+	}
+}
+
+func TestProtocol(t *testing.T) {
+	for _, tc := range []struct {
+		env  map[string]string
+		want string // "" for an error
+	}{
+		{nil, ProtocolHTTP},
+		{map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, ProtocolGRPC},
+		{map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"}, ProtocolHTTP},
+		{map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf"}, ProtocolHTTP},
+		{map[string]string{"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "grpc"}, ProtocolGRPC},
+		{map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}, ""},
+		{map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "udp"}, ""},
+	} {
+		o := Options{Endpoint: "http://c:4317", Getenv: func(k string) string { return tc.env[k] }}
+		got, err := o.Protocol()
+		if got != tc.want || (err != nil) != (tc.want == "") {
+			t.Errorf("%v: %q %v, want %q", tc.env, got, err, tc.want)
+		}
+		if _, _, err := Setup(context.Background(), o); (err != nil) != (tc.want == "") {
+			t.Errorf("%v: Setup: %v", tc.env, err)
+		}
+	}
+}
+
+// collector is an OTLP/gRPC trace collector on loopback that keeps the
+// names of the spans it is sent.
+type collector struct {
+	coltracepb.UnimplementedTraceServiceServer
+	mu    sync.Mutex
+	names []string
+}
+
+func (c *collector) Export(_ context.Context, req *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, rs := range req.GetResourceSpans() {
+		for _, ss := range rs.GetScopeSpans() {
+			for _, sp := range ss.GetSpans() {
+				c.names = append(c.names, sp.GetName())
+			}
+		}
+	}
+	return &coltracepb.ExportTraceServiceResponse{}, nil
+}
+
+// With OTEL_EXPORTER_OTLP_PROTOCOL=grpc the spans go to a gRPC collector.
+func TestExportOverGRPC(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &collector{}
+	srv := grpc.NewServer()
+	coltracepb.RegisterTraceServiceServer(srv, c)
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(srv.Stop)
+	env := map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}
+	o := Options{Endpoint: "http://" + ln.Addr().String(), Service: "svc-gateway", Getenv: func(k string) string { return env[k] }}
+	if got := o.Destination(); got != o.Endpoint {
+		t.Errorf("destination %q, want %q", got, o.Endpoint)
+	}
+	tr, shutdown, err := Setup(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, span := tr.Start(context.Background(), "chat m")
+	span.End()
+	if err := shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.names) != 1 || c.names[0] != "chat m" {
+		t.Fatalf("the collector got %q", c.names)
+	}
 }
 
 // The log names where spans go, however tracing was turned on.
@@ -55,6 +149,8 @@ func TestDestination(t *testing.T) {
 		{"http://c:4318", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://other:4318"}, "http://c:4318/v1/traces"},
 		{"", map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://t:4318/custom", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://g:4318"}, "http://t:4318/custom"},
 		{"", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://g:4318/base/"}, "http://g:4318/base/v1/traces"},
+		{"", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://g:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, "http://g:4317"},
+		{"http://c:4317", map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, "http://c:4317"},
 		{"", nil, ""},
 	} {
 		o := Options{Endpoint: tc.flag, Getenv: func(k string) string { return tc.env[k] }}
