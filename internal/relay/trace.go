@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"net/http"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -79,7 +80,13 @@ func (c *Call) endSpan(o *usage.Outcome, failure error) {
 			kind = ae.ErrorType()
 		}
 		attrs = append(attrs, tracing.ErrorType.String(kind))
-		c.span.SetStatus(codes.Error, tracing.StatusText(o.Status))
+		// A server span's status is an Error for a failure of the
+		// server's own (5xx), as the HTTP conventions have it: a refused
+		// or cancelled request was answered as it should be, and
+		// error.type says why.
+		if o.Status >= http.StatusInternalServerError {
+			c.span.SetStatus(codes.Error, tracing.StatusText(o.Status))
+		}
 	}
 	c.span.SetAttributes(attrs...)
 	c.span.End(trace.WithTimestamp(o.Ended))

@@ -17,8 +17,9 @@ import (
 )
 
 // A request refused before it ran still gets its span, ended with its
-// row: under the client's span, failed, with the error's code and never
-// its message, which may quote the prompt.
+// row: under the client's span, with the error's code and never its
+// message, which may quote the prompt. A client's error (4xx) leaves a
+// server span's status unset, as the HTTP conventions have it.
 func TestRefusedRequestSpan(t *testing.T) {
 	sr := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
@@ -34,7 +35,7 @@ func TestRefusedRequestSpan(t *testing.T) {
 	}
 	s := spans[0]
 	if s.Name() != "chat m" || s.SpanKind() != trace.SpanKindServer || s.Parent().SpanID().String() != "00f067aa0ba902b7" ||
-		s.SpanContext().TraceID().String() != "4bf92f3577b34da6a3ce929d0e0e4736" || s.Status().Code != codes.Error {
+		s.SpanContext().TraceID().String() != "4bf92f3577b34da6a3ce929d0e0e4736" || s.Status().Code != codes.Unset {
 		t.Fatalf("span %q kind %v parent %v status %v", s.Name(), s.SpanKind(), s.Parent(), s.Status())
 	}
 	got := map[string]string{}
@@ -54,25 +55,37 @@ func TestRefusedRequestSpan(t *testing.T) {
 }
 
 // A request whose client went has the span the worker's and the
-// engine's have: error.type cancelled, and a status described though
-// HTTP has no text for 499.
-func TestClientGoneSpan(t *testing.T) {
-	sr := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
-	rl := relay.New(relay.Config{Usage: &rowLog{}, Tracer: tp.Tracer("test")})
-	rl.Refuse(relay.Request{ID: "req-1", OrgID: org, Kind: api.KindChat, Model: "m"},
-		&api.Error{Kind: api.KindClientGone, Message: "Client disconnected"})
-	spans := sr.Ended()
-	if len(spans) != 1 {
-		t.Fatalf("%d spans", len(spans))
-	}
-	got := map[string]string{}
-	for _, kv := range spans[0].Attributes() {
-		got[string(kv.Key)] = kv.Value.String()
-	}
-	if st := spans[0].Status(); st.Code != codes.Error || st.Description != "Client Closed Request" ||
-		got["error.type"] != "cancelled" || got["http.response.status_code"] != "499" {
-		t.Fatalf("status %+v, attributes %v", st, got)
+// engine's have, error.type cancelled, and its status unset: the server
+// did not fail. A failure of the gateway's own (5xx) is an Error,
+// described by the status's text.
+func TestFailedRequestSpanStatus(t *testing.T) {
+	for _, tc := range []struct {
+		err       *api.Error
+		status    string
+		errorType string
+		code      codes.Code
+		desc      string
+	}{
+		{&api.Error{Kind: api.KindClientGone, Message: "Client disconnected"}, "499", "cancelled", codes.Unset, ""},
+		{&api.Error{Kind: api.KindUnavailable, Code: api.CodeNoWorkerOnline, Message: "none"}, "503", api.CodeNoWorkerOnline, codes.Error, "Service Unavailable"},
+		{&api.Error{Kind: api.KindUpstream, Message: "bad"}, "502", "upstream_error", codes.Error, "Bad Gateway"},
+	} {
+		sr := tracetest.NewSpanRecorder()
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
+		rl := relay.New(relay.Config{Usage: &rowLog{}, Tracer: tp.Tracer("test")})
+		rl.Refuse(relay.Request{ID: "req-1", OrgID: org, Kind: api.KindChat, Model: "m"}, tc.err)
+		spans := sr.Ended()
+		if len(spans) != 1 {
+			t.Fatalf("%d spans", len(spans))
+		}
+		got := map[string]string{}
+		for _, kv := range spans[0].Attributes() {
+			got[string(kv.Key)] = kv.Value.String()
+		}
+		if st := spans[0].Status(); st.Code != tc.code || st.Description != tc.desc ||
+			got["error.type"] != tc.errorType || got["http.response.status_code"] != tc.status {
+			t.Errorf("%s: status %+v, attributes %v", tc.status, st, got)
+		}
 	}
 }
 

@@ -41,14 +41,16 @@ func endSpan(span trace.Span, res *api.Result, model string) {
 	if res != nil && res.Status == http.StatusOK {
 		span.SetAttributes(tracing.ResponseModel.String(model))
 	}
-	resultAttributes(span, res)
+	resultAttributes(span, res, trace.SpanKindServer)
 	span.End()
 }
 
-// resultAttributes puts on span what a result says of a request: counts
-// and how it ended. Never an error's message: an engine's may quote the
-// prompt.
-func resultAttributes(span trace.Span, res *api.Result) {
+// resultAttributes puts on span, of spanKind, what a result says of a
+// request: counts and how it ended. Never an error's message: an engine's
+// may quote the prompt. As the HTTP conventions have it, a client's
+// error (4xx) is an Error on a client span, the engine call, but not on a
+// server span, the worker's, whose request was answered as it should be.
+func resultAttributes(span trace.Span, res *api.Result, spanKind trace.SpanKind) {
 	if res == nil {
 		span.SetStatus(codes.Error, "no result")
 		return
@@ -67,7 +69,9 @@ func resultAttributes(span trace.Span, res *api.Result) {
 			kind = res.Error.Type
 		}
 		attrs = append(attrs, tracing.ErrorType.String(kind))
-		span.SetStatus(codes.Error, tracing.StatusText(res.Status))
+		if res.Status >= http.StatusInternalServerError || spanKind == trace.SpanKindClient {
+			span.SetStatus(codes.Error, tracing.StatusText(res.Status))
+		}
 	}
 	span.SetAttributes(attrs...)
 }
@@ -90,7 +94,7 @@ func (t tracedEngine) Serve(ctx context.Context, req *engine.Request, sink engin
 	if res != nil && res.Status == http.StatusOK {
 		span.SetAttributes(tracing.ResponseModel.String(req.Model))
 	}
-	resultAttributes(span, res)
+	resultAttributes(span, res, trace.SpanKindClient)
 	span.End()
 	return res
 }
