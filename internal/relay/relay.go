@@ -424,6 +424,17 @@ func (c *Call) OnEnd(f func()) {
 // Worker is the worker now serving the call, nil while it waits for one.
 func (c *Call) Worker() *fleet.WorkerInfo { return c.current.Load() }
 
+// LastWorker is the worker the call ran on last, nil if none took it: the
+// worker its usage row names, and whose failure a failed call answers
+// with. It is read once the call has ended.
+func (c *Call) LastWorker() *fleet.WorkerInfo {
+	if c.lease == nil {
+		return nil
+	}
+	w := c.lease.Worker
+	return &w
+}
+
 func capabilityOf(kind string) string {
 	switch kind {
 	case api.KindEmbeddings:

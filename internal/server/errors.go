@@ -117,6 +117,9 @@ func (s *Server) parseError(ctx *fasthttp.RequestCtx, m *mux, console bool, err 
 		ae = errRequestTimeout
 	}
 	writeEarly(ctx, ae)
+	// Counted as requests no route matched: a client sending broken
+	// requests shows in the metrics, as one sending unknown paths does.
+	s.metrics.observe("unmatched", string(ctx.Method()), ctx.Response.StatusCode(), time.Since(ctx.Time()))
 }
 
 // expectContinue answers Expect: 100-continue: a body over the route's

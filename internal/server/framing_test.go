@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/svc-dev/svc/internal/buildinfo"
 )
 
@@ -117,7 +118,12 @@ func TestHTTPVersions(t *testing.T) {
 // port of the test's own, until the test ends; it returns the address.
 func servePublic(t *testing.T, routes ...*route) string {
 	t.Helper()
-	s := &Server{log: slog.New(slog.DiscardHandler), metrics: newMetrics(buildinfo.Info{})}
+	return servePublicOn(t, &Server{log: slog.New(slog.DiscardHandler), metrics: newMetrics(buildinfo.Info{})}, routes...)
+}
+
+// servePublicOn is servePublic with the server s.
+func servePublicOn(t *testing.T, s *Server, routes ...*route) string {
+	t.Helper()
 	l := s.newListener(newMux(routes), false)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -130,4 +136,48 @@ func servePublic(t *testing.T, routes ...*route) string {
 		<-done
 	})
 	return ln.Addr().String()
+}
+
+// A request fasthttp cannot parse is answered in the spec's error shape,
+// 400 for a malformed head and 431 for headers over the limit, and
+// counted in svc_http_requests_total as a request no route matched.
+func TestMalformedRequestsAreAnsweredAndCounted(t *testing.T) {
+	s := &Server{log: slog.New(slog.DiscardHandler), metrics: newMetrics(buildinfo.Info{})}
+	ok := &route{method: "GET", path: "/ok", access: accessPublic, handle: func(c *call) error { c.ctx.SetStatusCode(200); return nil }}
+	addr := servePublicOn(t, s, ok)
+	for _, tc := range []struct {
+		name, head string
+		status     int
+		detail     string
+	}{
+		{"a header without a colon", "GET /ok HTTP/1.1\r\nHost: x\r\nbroken\r\n\r\n", 400, "Malformed HTTP request"},
+		{"a bad Content-Length", "POST /ok HTTP/1.1\r\nHost: x\r\nContent-Length: x1\r\n\r\n", 400, "Malformed HTTP request"},
+		{"headers over the limit", "GET /ok HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", headerLimit+1024) + "\r\n\r\n", 431, "Request headers too large"},
+	} {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.WriteString(c, tc.head); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		c.Close()
+		if resp.StatusCode != tc.status || !strings.Contains(string(body), `"detail":"`+tc.detail) || resp.Header.Get("X-Request-Id") == "" {
+			t.Errorf("%s: %d %s", tc.name, resp.StatusCode, body)
+		}
+	}
+	counted := testutil.ToFloat64(s.metrics.requests.WithLabelValues("unmatched", "GET", "400")) +
+		testutil.ToFloat64(s.metrics.requests.WithLabelValues("unmatched", "POST", "400")) +
+		testutil.ToFloat64(s.metrics.requests.WithLabelValues("unmatched", "other", "400"))
+	big := testutil.ToFloat64(s.metrics.requests.WithLabelValues("unmatched", "GET", "431")) +
+		testutil.ToFloat64(s.metrics.requests.WithLabelValues("unmatched", "other", "431"))
+	if counted != 2 || big != 1 {
+		t.Fatalf("counted %v malformed requests and %v with headers too large, want 2 and 1", counted, big)
+	}
 }

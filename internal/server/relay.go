@@ -122,11 +122,11 @@ func (s *Server) relayStreamAs(c *call, req relay.Request, tr streamTranslator) 
 	return nil
 }
 
-// failedOn names the worker whose own answer is the call's failure, as
-// its success would have: a request failed on a worker it was moved off,
-// or never given one, names none.
+// failedOn names the worker a failed call ran on last, as its usage row
+// does: the failure answered is that worker's, or came while it held the
+// request. A call no worker took names none.
 func failedOn(c *call, rc *relay.Call) {
-	if w := rc.Worker(); w != nil {
+	if w := rc.LastWorker(); w != nil {
 		workerHeaders(&c.ctx.Response.Header, *w)
 	}
 }
