@@ -715,11 +715,11 @@ func TestUsageLogsPaging(t *testing.T) {
 		t.Errorf("offset 50: %d rows starting at %v, want %d from %v", len(rest), rest[0]["id"], n-50, all[50]["id"])
 	}
 	// Filters by status and model come before the page. An engine's 500
-	// is the client's 502.
+	// is the client's 502, naming the worker it came from.
 	for i := range 3 {
 		body := chatBody("sim-small", fmt.Sprint("failing ", i, "\nsim: fail=500"), false)
-		if r := s.do("POST", "/v1/chat/completions", body, bearer(key)); r.Status != 502 {
-			t.Fatalf("failing request = %d %s", r.Status, r.Body)
+		if r := s.do("POST", "/v1/chat/completions", body, bearer(key)); r.Status != 502 || r.Header.Get("X-Worker-Id") == "" || r.Header.Get("X-Worker-Name") == "" {
+			t.Fatalf("failing request = %d %v %s", r.Status, r.Header, r.Body)
 		}
 	}
 	if !harness.Eventually(5*time.Second, func() bool { return len(page("?status=502")) == 3 }) {
