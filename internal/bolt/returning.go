@@ -1,8 +1,10 @@
 package bolt
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	bbolt "go.etcd.io/bbolt"
 )
@@ -64,3 +66,32 @@ func (s *Store) SaveFleet(returning map[string][]string, listed any) error {
 // out and forgets them; it leaves out as it is when nothing was recorded.
 // A record that does not decode is dropped all the same, with an error.
 func (s *Store) TakeListed(out any) error { return s.takeJSON(keyListed, out) }
+
+// keyAlive holds when the server last said it was running with the fleet
+// it last recorded (SaveAlive).
+var keyAlive = []byte("fleet_alive_at")
+
+// SaveAlive records that the server was running at t with the fleet as
+// SaveFleet last recorded it: a few bytes every few seconds, where the
+// fleet's record may be megabytes. A server that starts after a crash
+// takes the workers that record lists as connected to have been so until
+// then (TakeAlive).
+func (s *Store) SaveAlive(t time.Time) error {
+	return s.db.Update(func(tx *bbolt.Tx) error {
+		return tx.Bucket(bucketMeta).Put(keyAlive, binary.BigEndian.AppendUint64(nil, uint64(t.UnixNano())))
+	})
+}
+
+// TakeAlive reads the time SaveAlive last recorded, zero when none, and
+// forgets it.
+func (s *Store) TakeAlive() (time.Time, error) {
+	var at time.Time
+	err := s.db.Update(func(tx *bbolt.Tx) error {
+		meta := tx.Bucket(bucketMeta)
+		if v := meta.Get(keyAlive); len(v) == 8 {
+			at = time.Unix(0, int64(binary.BigEndian.Uint64(v)))
+		}
+		return meta.Delete(keyAlive)
+	})
+	return at, err
+}

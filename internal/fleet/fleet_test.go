@@ -1999,3 +1999,29 @@ func TestKeyHolderPrefersAWorkerThatServes(t *testing.T) {
 		}
 	})
 }
+
+// Only the workers a checkpoint recorded as connected are moved to when
+// their gateway was last known running with them, and only later.
+func TestStillConnectedAt(t *testing.T) {
+	rec := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	alive := rec.Add(55 * time.Second)
+	earlier := rec.Add(-time.Minute)
+	byOrg := map[string][]Remembered{"o": {
+		{ID: "linked", OfflineSince: rec, LastSeen: rec, Checkpoint: true, Connected: true},
+		{ID: "offline", OfflineSince: earlier, LastSeen: earlier, Checkpoint: true},
+		{ID: "stopped", OfflineSince: rec, LastSeen: rec, Connected: true},
+		{ID: "newer", OfflineSince: alive.Add(time.Second), LastSeen: alive.Add(time.Second), Checkpoint: true, Connected: true},
+	}}
+	StillConnectedAt(byOrg, alive)
+	for _, tc := range []struct {
+		id   string
+		want time.Time
+	}{{"linked", alive}, {"offline", earlier}, {"stopped", rec}, {"newer", alive.Add(time.Second)}} {
+		for _, r := range byOrg["o"] {
+			if r.ID == tc.id && (!r.OfflineSince.Equal(tc.want) || !r.LastSeen.Equal(tc.want)) {
+				t.Errorf("%s: offline since %v, last seen %v, want %v", tc.id, r.OfflineSince, r.LastSeen, tc.want)
+			}
+		}
+	}
+	StillConnectedAt(nil, alive) // no record: nothing to do
+}

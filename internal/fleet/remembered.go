@@ -27,6 +27,10 @@ type Remembered struct {
 	// stopping, a crash or a kill, and took the links with it. A record
 	// made as it stopped has none.
 	Checkpoint bool `json:"checkpoint,omitempty"`
+	// Connected marks a worker linked when the record was made: offline
+	// since then, or since the gateway was last known to be running with
+	// it (StillConnectedAt).
+	Connected bool `json:"connected,omitempty"`
 	// Private says, of a worker adopted from its events (Adopt), whether
 	// its last connect offered private inference: its key is not in them.
 	// Nil when its events are older than the ones telling it, and its
@@ -52,12 +56,26 @@ func (f *Fleet) Remember(checkpoint bool) map[string][]Remembered {
 				Models: w.models, Engines: w.engines, Features: w.features, E2EKey: w.e2eKey,
 				OfflineSince: w.offlineSince, LastSeen: w.lastSeen, Checkpoint: checkpoint}
 			if r.OfflineSince.IsZero() {
-				r.OfflineSince, r.LastSeen = now, now
+				r.OfflineSince, r.LastSeen, r.Connected = now, now, true
 			}
 			out[id] = append(out[id], r)
 		}
 	}
 	return out
+}
+
+// StillConnectedAt moves to at the end of the links of the workers byOrg
+// lists as connected at a checkpoint, when the gateway that made it was
+// known to be running with them until at, later than the record: the
+// fleet did not change meanwhile, or a newer record would have been made.
+func StillConnectedAt(byOrg map[string][]Remembered, at time.Time) {
+	for _, ws := range byOrg {
+		for i := range ws {
+			if r := &ws[i]; r.Checkpoint && r.Connected && at.After(r.OfflineSince) {
+				r.OfflineSince, r.LastSeen = at, at
+			}
+		}
+	}
 }
 
 // Changes counts the changes of the workers the fleet lists and of what

@@ -160,6 +160,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err := local.TakeListed(&listed); err != nil {
 		log.Warn("read the workers the previous server listed", "err", err)
 	}
+	if alive, err := local.TakeAlive(); err != nil {
+		log.Warn("read when the previous server was last running", "err", err)
+	} else {
+		fleet.StillConnectedAt(listed, alive)
+	}
 
 	var cl *clusterParts
 	var accountStore account.Store = local
@@ -427,9 +432,12 @@ func Run(ctx context.Context, cfg Config) (err error) {
 
 // While the server runs, the fleet is recorded within fleetCheckpointEvery
 // of a change and at least every fleetCheckpointMaxAge: after a crash,
-// the workers connected at the last record are expected back, and listed
-// offline since it. A fleet of a thousand workers records megabytes, which
-// are not written every few seconds for nothing.
+// the workers connected at the last record are expected back. A fleet of a
+// thousand workers records megabytes, which are not written every few
+// seconds for nothing; in between, a stamp of a few bytes says every
+// fleetCheckpointEvery that the server still runs with that fleet, and
+// those workers are listed offline since the last stamp, within a few
+// seconds of the crash: their rentals' billing ends there.
 const (
 	fleetCheckpointEvery  = 5 * time.Second
 	fleetCheckpointMaxAge = time.Minute
@@ -448,8 +456,15 @@ func checkpointFleet(ctx context.Context, st *bolt.Store, fl *fleet.Fleet, every
 			return
 		case <-t.C:
 		}
+		// Read before the changes: the fleet unchanged, its workers were
+		// linked at now.
+		now := time.Now()
 		changes := fl.Changes()
-		if !failing && changes == recorded && time.Since(at) < fleetCheckpointMaxAge {
+		if !failing && changes == recorded && now.Sub(at) < fleetCheckpointMaxAge {
+			if err := st.SaveAlive(now); err != nil {
+				log.Warn("record the workers for a restart after a crash", "err", err)
+				failing = true
+			}
 			continue
 		}
 		err := st.SaveFleet(fl.Connected(), fl.Remember(true))
