@@ -395,6 +395,10 @@ type Worker struct {
 	// organisation's approval (require_worker_approval): it is connected
 	// and is routed nothing.
 	ApprovalPending bool `json:"approval_pending"`
+	// LinkDownSince is when the link of a worker still in its grace
+	// dropped: the gateway waits for it to resume, and it is not offline
+	// yet. Not part of the list's JSON.
+	LinkDownSince *time.Time `json:"-"`
 }
 
 // GPU is one GPU of a worker's machine. Memory figures are MiB; 0 when

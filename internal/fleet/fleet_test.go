@@ -634,9 +634,17 @@ func TestBriefDropResumes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		dropped := time.Now()
 		_ = w.conn.Close()
-		h.expect(w.id, "o", api.StatusStale)
+		// In its grace the worker is not offline; when its link dropped
+		// is known, for a rental whose machine went with it.
+		if v := h.expect(w.id, "o", api.StatusStale); v.OfflineSince != nil || v.LinkDownSince == nil || !v.LinkDownSince.Equal(dropped) {
+			t.Fatalf("in its grace: offline since %v, link down since %v, want %v", v.OfflineSince, v.LinkDownSince, dropped)
+		}
 		w.connect("o")
+		if v := h.expect(w.id, "o", api.StatusHealthy); v.LinkDownSince != nil {
+			t.Fatalf("resumed, its link down since %v", v.LinkDownSince)
+		}
 		close(w.release)
 		_, msg, err := st.ReadMessage(h.ctx)
 		if err != nil || string(msg) != "ok from w" {

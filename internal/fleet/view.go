@@ -139,6 +139,10 @@ func (f *Fleet) viewLocked(w *worker, now time.Time, queued int) api.Worker {
 	} else {
 		t := w.connectedAt.UTC()
 		v.ConnectedAt = &t
+		if !w.droppedAt.IsZero() {
+			d := w.droppedAt.UTC()
+			v.LinkDownSince = &d
+		}
 		// An offline worker reports no power: its last reading is not
 		// live. A connected one's reading carries its own time (at).
 		v.Power = w.heartbeat.Power

@@ -748,18 +748,22 @@ func (m *Manager) poll(ctx context.Context, r record) {
 
 // goneAt is when a running rental whose machine a poll found gone was
 // lost: when its worker's link dropped, if it is offline since a moment
-// after it started, for the machine went with it and a poll comes up to
-// 30 s later; else now.
+// after it started, or its link is down and waits out its grace, for the
+// machine went with it and a poll comes up to 30 s later; else now.
 func (m *Manager) goneAt(r *record, now time.Time) time.Time {
 	if r.StartedAt == nil {
 		return now
 	}
 	for _, w := range m.cfg.Fleet.Workers(r.OrgID) {
-		if w.WorkerID != r.WorkerID || w.Status != api.StatusOffline || w.OfflineSince == nil {
+		if w.WorkerID != r.WorkerID {
 			continue
 		}
-		if off := *w.OfflineSince; off.After(*r.StartedAt) && off.Before(now) {
-			return off
+		down := w.LinkDownSince
+		if w.Status == api.StatusOffline {
+			down = w.OfflineSince
+		}
+		if down != nil && down.After(*r.StartedAt) && down.Before(now) {
+			return *down
 		}
 	}
 	return now

@@ -722,31 +722,39 @@ func TestRentalServingFollowsItsWorker(t *testing.T) {
 }
 
 // A running rental whose machine is gone is billed until its worker's
-// link dropped, when it went, not until the poll that found it gone.
+// link dropped, when it went, not until the poll that found it gone: a
+// worker offline since then, or one whose link is down and still in its
+// grace when the poll comes.
 func TestLostMachineIsBilledUntilItsWorkerDropped(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		e := newEnv(t, offer("h100", TierUK, 250, 64))
-		ctx := context.Background()
-		r, err := e.m.Rent(ctx, owner, api.RentRequest{GPUModelID: "h100", TierID: TierUK})
-		if err != nil {
-			t.Fatal(err)
-		}
-		e.connect(r)
-		time.Sleep(10 * time.Minute)
-		dropped := time.Now()
-		e.fleet.mu.Lock()
-		e.fleet.workers = []api.Worker{{WorkerID: r.WorkerID, Status: api.StatusOffline, OfflineSince: &dropped}}
-		e.fleet.mu.Unlock()
-		time.Sleep(25 * time.Second)
-		e.prov.mu.Lock()
-		for _, in := range e.prov.insts {
-			in.State = InstanceTerminated
-		}
-		e.prov.mu.Unlock()
-		e.m.tick(ctx, map[string]time.Time{})
-		g, _ := e.m.Get("org1", r.ID)
-		if g.Status != api.RentalStopped || g.StoppedAt == nil || !g.StoppedAt.Equal(dropped) || g.SecondsBilled != 600 {
-			t.Fatalf("lost machine %+v, want stopped when its worker dropped, 600 s billed", g)
-		}
-	})
+	for _, graced := range []bool{false, true} {
+		synctest.Test(t, func(t *testing.T) {
+			e := newEnv(t, offer("h100", TierUK, 250, 64))
+			ctx := context.Background()
+			r, err := e.m.Rent(ctx, owner, api.RentRequest{GPUModelID: "h100", TierID: TierUK})
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.connect(r)
+			time.Sleep(10 * time.Minute)
+			dropped := time.Now()
+			w := api.Worker{WorkerID: r.WorkerID, Status: api.StatusOffline, OfflineSince: &dropped}
+			if graced {
+				w = api.Worker{WorkerID: r.WorkerID, Status: api.StatusStale, LinkDownSince: &dropped}
+			}
+			e.fleet.mu.Lock()
+			e.fleet.workers = []api.Worker{w}
+			e.fleet.mu.Unlock()
+			time.Sleep(10 * time.Second)
+			e.prov.mu.Lock()
+			for _, in := range e.prov.insts {
+				in.State = InstanceTerminated
+			}
+			e.prov.mu.Unlock()
+			e.m.tick(ctx, map[string]time.Time{})
+			g, _ := e.m.Get("org1", r.ID)
+			if g.Status != api.RentalStopped || g.StoppedAt == nil || !g.StoppedAt.Equal(dropped) || g.SecondsBilled != 600 {
+				t.Fatalf("lost machine (link in its grace: %v) %+v, want stopped when its worker dropped, 600 s billed", graced, g)
+			}
+		})
+	}
 }
