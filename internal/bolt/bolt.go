@@ -46,6 +46,9 @@ var (
 	bucketPowerThrough = []byte("power_through")
 	bucketPowerChans   = []byte("power_channels")
 	bucketRentals      = []byte("rentals")
+	// bucketRentLimits is made by the first rental request counted
+	// (RentLimiter), not by a migration: a store that never rents has none.
+	bucketRentLimits = []byte("rent_limits")
 
 	keySchemaVersion = []byte("schema_version")
 )

@@ -326,6 +326,11 @@ func TestRentalSurvivesAGatewayKill(t *testing.T) {
 	var run rentalView
 	_ = json.Unmarshal(running.Body, &run)
 	run, _, _ = s.waitRental(admin, run.ID, ready)
+	// A refused call counts against its key's minute, across the kill too.
+	refused := newKey(t, s, "refused")
+	if r, _ := rent(t, s, refused, `{"gpu_model_id":"sim-l4"}`); r.Status != 422 {
+		t.Fatalf("a malformed rental request = %d %s", r.Status, r.Body)
+	}
 
 	if err := s.stop(syscall.SIGKILL); err == nil {
 		t.Fatal("the gateway was not killed")
@@ -342,6 +347,9 @@ func TestRentalSurvivesAGatewayKill(t *testing.T) {
 		t.Fatalf("after the restart %+v, before %+v", after, run)
 	}
 	s2.workerNamed(admin, "keeps-running", statusIs("healthy"))
+	if r, _ := rent(t, s2, refused, `{"gpu_model_id":"sim-l4","tier_id":"uk-sovereign"}`); r.Status != 429 {
+		t.Fatalf("after the restart, the key whose call was refused before it = %d %s, want 429", r.Status, r.Body)
+	}
 
 	// Killed again while a new rental boots.
 	booting, _ := rent(t, s2, newKey(t, s2, "b"), `{"gpu_model_id":"sim-l4","tier_id":"uk-sovereign","name":"cut-short"}`)

@@ -256,7 +256,10 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	clockWatch := clock.NewWatch(clk, log)
 	rentalConfig := rental.Config{Providers: rc.Providers, Ledger: local.Rentals(), Accounts: accounts, Fleet: fl,
 		WorkerID: fleet.WorkerID, Gateway: gateway, Boot: rc.Boot, Rates: rc.Rates, Margin: rc.Margin,
-		ProvisionDeadline: rc.ProvisionDeadline, RentEvery: rc.RentEvery, Tick: rc.Tick, Clock: clk, Logger: log.With("component", "rental")}
+		ProvisionDeadline: rc.ProvisionDeadline, RentEvery: rc.RentEvery, Tick: rc.Tick, Clock: clk, Logger: log.With("component", "rental"),
+		// The count of rental requests outlives a restart, refused calls
+		// included (a cluster keeps it in its database instead).
+		Limiter: local.RentLimiter(clk.Now)}
 	if cl != nil {
 		rentalConfig = cl.rentals(rentalConfig)
 	}
