@@ -988,7 +988,7 @@ func (m *Manager) List(orgID string) ([]api.Rental, error) {
 	defer m.mu.Unlock()
 	var rs []*record
 	for _, r := range m.rentals {
-		if r.OrgID == orgID {
+		if r.OrgID == orgID && !r.Refused {
 			rs = append(rs, r)
 		}
 	}
@@ -1023,7 +1023,7 @@ func (m *Manager) Get(orgID, id string) (api.Rental, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	r := m.rentals[id]
-	if r == nil || r.OrgID != orgID {
+	if r == nil || r.OrgID != orgID || r.Refused {
 		return api.Rental{}, api.NotFound("No rental %s in this organisation", id)
 	}
 	v := r.view(m.now(), m.dl[r.ID], m.downloadGB)
@@ -1039,7 +1039,7 @@ func (m *Manager) Audit(orgID, id string) (api.Placement, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	r := m.rentals[id]
-	if r == nil || r.OrgID != orgID {
+	if r == nil || r.OrgID != orgID || r.Refused {
 		return api.Placement{}, api.NotFound("No rental %s in this organisation", id)
 	}
 	p, ok := r.placement()
@@ -1058,7 +1058,7 @@ func (m *Manager) Stop(ctx context.Context, orgID, id string) (api.Rental, error
 	}
 	m.mu.Lock()
 	r := m.rentals[id]
-	if r == nil || r.OrgID != orgID {
+	if r == nil || r.OrgID != orgID || r.Refused {
 		m.mu.Unlock()
 		return api.Rental{}, api.NotFound("No rental %s in this organisation", id)
 	}

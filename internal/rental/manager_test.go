@@ -665,7 +665,13 @@ func TestStoppedRentalKeepsItsLastBootPhase(t *testing.T) {
 			})
 		})
 	}
-	// A rental no provider placed reached queued and no further.
+}
+
+// A rental no provider placed, its capacity taken between the check and
+// the placement, is answered 409 and is no rental of the organisation's:
+// not listed, not found, not in the spend report, and its name free for
+// the next (which becomes its own worker).
+func TestUnplacedRentalIsNotListed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEnv(t, offer("h100", TierUK, 250, 64))
 		e.prov.creating = func() {
@@ -673,15 +679,42 @@ func TestStoppedRentalKeepsItsLastBootPhase(t *testing.T) {
 			e.prov.capacity["h100"] = 0
 			e.prov.mu.Unlock()
 		}
-		if _, err := e.m.Rent(context.Background(), owner, api.RentRequest{GPUModelID: "h100", TierID: TierUK}); status(err) != 409 {
+		ctx := context.Background()
+		if _, err := e.m.Rent(ctx, owner, api.RentRequest{GPUModelID: "h100", TierID: TierUK, Name: "box"}); status(err) != 409 {
 			t.Fatalf("rent: %v", err)
 		}
-		rs := must(e.m.List("org1"))
-		if len(rs) != 1 || rs[0].Status != api.RentalStopped || rs[0].BootPhase == nil || *rs[0].BootPhase != api.BootQueued {
-			t.Fatalf("unplaced rental %+v", rs)
+		var id string
+		for rid, r := range e.m.rentals {
+			if !r.Refused || r.Status != api.RentalStopped || r.BootPhase != api.BootQueued {
+				t.Fatalf("the ledger's record of the attempt %+v", r)
+			}
+			id = rid
+		}
+		if rs := must(e.m.List("org1")); len(rs) != 0 {
+			t.Fatalf("listed %+v", rs)
+		}
+		if sp := must(e.m.Spend("org1")); len(sp.Lines) != 0 || sp.ActiveCount != 0 {
+			t.Fatalf("spend %+v", sp)
+		}
+		for _, err := range []error{second(e.m.Get("org1", id)), second(e.m.Audit("org1", id)), second(e.m.Stop(ctx, "org1", id))} {
+			if status(err) != 404 {
+				t.Fatalf("the refused rental by id: %v, want 404", err)
+			}
+		}
+		// Reloaded from the ledger, as after a restart: still not listed.
+		if rs := must(e.open(t).List("org1")); len(rs) != 0 {
+			t.Fatalf("listed after a reload %+v", rs)
+		}
+		e.prov.mu.Lock()
+		e.prov.capacity["h100"], e.prov.creating = 1, nil
+		e.prov.mu.Unlock()
+		if r := must(e.m.Rent(ctx, owner, api.RentRequest{GPUModelID: "h100", TierID: TierUK, Name: "box"})); r.Name != "box" {
+			t.Fatalf("the name of the refused rental, asked for again: %+v", r)
 		}
 	})
 }
+
+func second[T any](_ T, err error) error { return err }
 
 // A rental serves while its worker is connected and healthy: connected
 // stays true once the worker has connected, as the spec defines it, and

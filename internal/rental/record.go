@@ -45,6 +45,11 @@ type record struct {
 	Placed     *Offer     `json:"placed,omitempty"`
 	PlacedAt   *time.Time `json:"placed_at,omitempty"`
 
+	// Refused marks a rental no provider placed, whose request was
+	// answered with the refusal (409, 502): no rental of the
+	// organisation's, only the ledger's record of the attempt.
+	Refused bool `json:"refused,omitempty"`
+
 	// Installed are the requested variants the worker has installed.
 	Installed []string         `json:"installed,omitempty"`
 	Notes     []api.RentalNote `json:"notes"`

@@ -354,8 +354,9 @@ func (m *Manager) Rent(ctx context.Context, p auth.Principal, req api.RentReques
 		m.log.Info("rental placed", "rental", r.ID, "org", p.OrgID, "provider", o.provider.Name(), "instance", inst.ID, "price_per_hour_gbp", o.price)
 		return view, nil
 	}
-	// Nothing took it: the rental never existed for billing. It is kept,
-	// stopped with the reason, so its history can be read.
+	// Nothing took it: the rental never existed for billing, and the
+	// client is answered that it was refused. The ledger keeps the
+	// attempt, stopped with the reason, which the API does not list.
 	m.abandon(r, lastErr)
 	if errors.Is(lastErr, ErrNoCapacity) {
 		return api.Rental{}, api.Conflict("No capacity for %s in the %s tier now; try again later or another tier", gpu[0].Label, tier.Label)
@@ -504,7 +505,7 @@ func (m *Manager) abandon(r *record, why error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	msg := fmt.Sprintf("no provider placed it: %v", why)
-	r.Status, r.Error = api.RentalStopped, msg
+	r.Status, r.Error, r.Refused = api.RentalStopped, msg, true
 	r.StopRequestedAt, r.StoppedAt = &now, &now
 	r.note(now, "stopped", msg)
 	if err := m.saveLocked(r); err != nil {
@@ -580,7 +581,7 @@ func (m *Manager) Spend(orgID string) (api.SpendReport, error) {
 	var spent money.GBP
 	var rs []*record
 	for _, r := range m.rentals {
-		if r.OrgID != orgID {
+		if r.OrgID != orgID || r.Refused {
 			continue
 		}
 		end := r.billingEnd(now)
