@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -126,8 +127,11 @@ type loopRun struct {
 	fields map[string]json.RawMessage // the request, messages and tools replaced each turn
 	msgs   []json.RawMessage
 
-	start      time.Time
+	start time.Time
+	// steps are the calls shown to the client: those run, and those of a
+	// web tool past the step limit, which were answered with an error.
 	steps      []Step
+	ran        int // the steps run, which the limit counts
 	usage      *api.Usage
 	first      api.Timing // the first turn's, for a cold start
 	head       chunkHead  // a stream's chunk identity, for step events
@@ -238,7 +242,7 @@ func (r *loopRun) turnBody() ([]byte, error) {
 		return nil, err
 	}
 	r.fields["messages"], r.fields["tools"] = msgs, tools
-	if len(r.steps) >= r.maxSteps() {
+	if r.ran >= r.maxSteps() {
 		r.fields["tool_choice"] = json.RawMessage(`"none"`)
 	}
 	return json.Marshal(r.fields)
@@ -284,43 +288,72 @@ func (r *loopRun) runCalls(ctx context.Context, calls []toolCall, content json.R
 }
 
 // step runs one call as a step the client sees, and returns what the
-// model is told. A call past the step limit, or of a tool not offered,
-// is answered with an error and is no step.
+// model is told. A call of a tool not offered is answered with an error
+// and is no step: the model made the tool up. One past the step limit is
+// answered with an error too, and shown as a step that failed, while the
+// steps shown are fewer than twice the limit: a model calling tools in
+// parallel could otherwise make the reply as long as it liked. A stream
+// shows each step as it starts and as it ends.
 func (r *loopRun) step(ctx context.Context, c toolCall) (string, error) {
 	name, args := c.Function.Name, c.Function.Arguments
-	switch {
-	case !r.loop.Tools.has(name):
+	if !r.loop.Tools.has(name) {
 		return "Error: there is no tool " + strconv.Quote(name) + "; answer without it.", nil
-	case len(r.steps) >= r.maxSteps():
-		return "Error: the limit of " + strconv.Itoa(r.maxSteps()) + " web tool calls is reached; answer with what you have.", nil
 	}
 	st := Step{Index: len(r.steps), Name: name, Arguments: args}
-	if r.req.Stream {
-		if err := r.emit(ctx, st); err != nil {
-			return "", err
+	if r.ran >= r.maxSteps() {
+		msg := "the limit of " + strconv.Itoa(r.maxSteps()) + " web tool calls is reached"
+		if len(r.steps) < 2*r.maxSteps() {
+			if err := r.started(ctx, st); err != nil {
+				return "", err
+			}
+			if err := r.ended(ctx, st, "", errors.New(msg)); err != nil {
+				return "", err
+			}
 		}
+		return "Error: " + msg + "; answer with what you have.", nil
+	}
+	r.ran++
+	if err := r.started(ctx, st); err != nil {
+		return "", err
 	}
 	result, err := r.loop.Tools.run(ctx, name, args)
 	if ctx.Err() != nil {
 		return "", ctx.Err()
 	}
-	ok := err == nil
+	if err := r.ended(ctx, st, result, err); err != nil {
+		return "", err
+	}
+	if err != nil {
+		return "Error: " + err.Error(), nil
+	}
+	return result, nil
+}
+
+// started sends a stream's client the start of st.
+func (r *loopRun) started(ctx context.Context, st Step) error {
+	if !r.req.Stream {
+		return nil
+	}
+	return r.emit(ctx, st)
+}
+
+// ended adds st to the steps, ended with result or failed, and sends it
+// to a stream's client.
+func (r *loopRun) ended(ctx context.Context, st Step, result string, failed error) error {
+	ok := failed == nil
 	st.OK = &ok
 	if ok {
 		n := utf8.RuneCountInString(result)
 		st.Result, st.ResultChars = Cut(result, previewChars), &n
 	} else {
 		zero := 0
-		st.Error, st.ResultChars = err.Error(), &zero
-		result = "Error: " + err.Error()
+		st.Error, st.ResultChars = failed.Error(), &zero
 	}
 	r.steps = append(r.steps, st)
 	if r.req.Stream {
-		if err := r.emit(ctx, st); err != nil {
-			return "", err
-		}
+		return r.emit(ctx, st)
 	}
-	return result, nil
+	return nil
 }
 
 // emit sends a step event: a chunk with no choices, as the gateway's own

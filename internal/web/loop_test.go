@@ -355,8 +355,16 @@ func TestLoopStepLimit(t *testing.T) {
 		Steps []Step `json:"web_tool_steps"`
 	}
 	json.Unmarshal(out.body, &reply)
-	if len(reply.Steps) != 2 || len(eng.bodies) != 2 || string(eng.bodies[1]["tool_choice"]) != `"none"` {
+	// Two run, and the third, past the limit, shown as a step that failed.
+	if len(reply.Steps) != 3 || len(eng.bodies) != 2 || string(eng.bodies[1]["tool_choice"]) != `"none"` {
 		t.Errorf("%d steps over %d turns, last tool_choice %s", len(reply.Steps), len(eng.bodies), eng.bodies[len(eng.bodies)-1]["tool_choice"])
+	}
+	for i, st := range reply.Steps {
+		failed := i == 2
+		if st.Index != i || st.OK == nil || *st.OK == failed || (st.Error != "") != failed ||
+			failed && (st.Error != "the limit of 2 web tool calls is reached" || st.ResultChars == nil || *st.ResultChars != 0 || st.Arguments != `{"query":"c"}`) {
+			t.Errorf("step %d: %+v", i, st)
+		}
 	}
 	if !strings.Contains(string(out.body), "from the tool: Error: the limit of 2 web tool calls is reached") {
 		t.Errorf("reply %s", out.body)
@@ -388,6 +396,19 @@ func TestLoopTurnLimit(t *testing.T) {
 			}
 			if len(eng.bodies) != 4 || res.Usage == nil || res.Usage.CompletionTokens != 4*5 {
 				t.Fatalf("%d turns, usage %+v; want 4 turns and their usage", len(eng.bodies), res.Usage)
+			}
+			// The calls past the limit are shown, up to twice the limit in
+			// all; a tool not offered never is.
+			if tc.stream {
+				var ended int
+				for _, ev := range out.events {
+					if strings.Contains(string(ev), `"ok":`) {
+						ended++
+					}
+				}
+				if ended != 4 {
+					t.Fatalf("%d steps ended in the stream, want 4", ended)
+				}
 			}
 		})
 	}
