@@ -153,7 +153,7 @@ func (r *loopRun) maxSteps() int { return cmp.Or(r.loop.MaxSteps, DefaultMaxStep
 
 // maxTurns bounds a request's engine turns: one a step, one for the
 // answer after the last, and one more. A call past the step limit or of
-// a tool not offered is no step, and an engine may ignore tool_choice
+// a tool not offered runs nothing, and an engine may ignore tool_choice
 // "none": a model that goes on calling would otherwise turn for ever.
 func (r *loopRun) maxTurns() int { return r.maxSteps() + 2 }
 
