@@ -178,6 +178,10 @@ type flacStream struct {
 	samples  uint64 // in the frames
 	declared uint64 // in STREAMINFO
 	noFrames bool
+	// frameRate is the frames' sample rate code (0: STREAMINFO's), and
+	// frameRateField what codes 12 to 14 put after the block size.
+	frameRate      byte
+	frameRateField []byte
 }
 
 func (s flacStream) bytes() []byte {
@@ -206,13 +210,11 @@ func (s flacStream) bytes() []byte {
 
 func (s flacStream) frameHeader(n uint64, size int) []byte {
 	bitsCode := map[int]byte{8: 1, 12: 2, 16: 4, 20: 5, 24: 6, 32: 7}[s.bits]
-	const (
-		blockSizeAtEnd   = 7 // the block size follows the frame number, less one, in 16 bits
-		rateInStreamInfo = 0
-	)
-	h := []byte{0xFF, 0xF8, blockSizeAtEnd<<4 | rateInStreamInfo, byte(s.channels-1)<<4 | bitsCode<<1}
+	const blockSizeAtEnd = 7 // the block size follows the frame number, less one, in 16 bits
+	h := []byte{0xFF, 0xF8, blockSizeAtEnd<<4 | s.frameRate, byte(s.channels-1)<<4 | bitsCode<<1}
 	h = append(h, utf8Code(n)...)
 	h = binary.BigEndian.AppendUint16(h, uint16(size-1))
+	h = append(h, s.frameRateField...)
 	return append(h, crc8(h))
 }
 

@@ -202,18 +202,36 @@ func parseFrameHeaderFLAC(b []byte, si streamInfo) (flacFrame, bool) {
 	case sizeCode >= 8:
 		f.size = 256 << (sizeCode - 8)
 	}
+	rate := si.rate // code 0: STREAMINFO's
 	switch rateCode {
+	case 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11:
+		rate = flacRates[rateCode]
 	case 12:
+		if i < len(b) {
+			rate = int(b[i]) * 1000
+		}
 		i++
 	case 13, 14:
+		if i+1 < len(b) {
+			rate = int(binary.BigEndian.Uint16(b[i:]))
+			if rateCode == 14 {
+				rate *= 10
+			}
+		}
 		i += 2
 	}
-	if f.size == 0 || i >= len(b) || crc8(b[:i]) != b[i] {
+	// A frame at another rate than STREAMINFO's is not this stream's: the
+	// length is counted in STREAMINFO's samples, which a forged rate
+	// would stretch.
+	if f.size == 0 || i >= len(b) || crc8(b[:i]) != b[i] || rate != si.rate {
 		return flacFrame{}, false
 	}
 	f.headerLen = i + 1
 	return f, true
 }
+
+// flacRates are the sample rates a frame header's codes 1 to 11 name.
+var flacRates = [12]int{1: 88200, 2: 176400, 3: 192000, 4: 8000, 5: 16000, 6: 22050, 7: 24000, 8: 32000, 9: 44100, 10: 48000, 11: 96000}
 
 // utf8Number decodes the frame or sample number that FLAC codes like
 // UTF-8, extended to 7 bytes (36 bits).

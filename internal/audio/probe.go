@@ -1,6 +1,7 @@
 package audio
 
 import (
+	"fmt"
 	"io"
 
 	"github.com/svc-dev/svc/internal/api"
@@ -51,9 +52,18 @@ func Probe(r io.Reader) (Info, error) {
 	if err != nil {
 		return Info{}, err
 	}
+	if info.SampleRate < MinSampleRate {
+		// Seconds are samples over the rate: a file declaring a few hertz
+		// would be a tiny file of days of audio.
+		return Info{}, unsupported(format, fmt.Sprintf("its sample rate, %d Hz, is below %d Hz", info.SampleRate, MinSampleRate))
+	}
 	if err := s.drain(); err != nil {
 		return Info{}, err
 	}
 	info.Format, info.Bytes = format, s.off
 	return info, nil
 }
+
+// MinSampleRate is the lowest sample rate Probe takes: under telephone
+// speech's 8 kHz, above any rate whose samples would count as hours.
+const MinSampleRate = 4000

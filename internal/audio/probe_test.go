@@ -96,6 +96,9 @@ func TestProbeWAV(t *testing.T) {
 		{name: "cut in fmt", file: riff(pcm16, dataChunk(100))[:30], reason: "short fmt chunk"},
 		{name: "short fmt", file: riff(chunk{id: "fmt ", body: make([]byte, 10)}, dataChunk(100)), reason: "short fmt chunk"},
 		{name: "zero sample rate", file: riff(zeroRate, dataChunk(100)), reason: "zero sample rate"},
+		// Consistent, but a few bytes a second would make a small file
+		// days of audio.
+		{name: "1 Hz", file: riff(fmtChunk(wavPCM, 1, 1, 16, 0), dataChunk(32000)), reason: "its sample rate, 1 Hz, is below 4000 Hz"},
 		{name: "no channels", file: riff(fmtChunk(wavPCM, 0, 8000, 16, 0), dataChunk(100)), reason: "no channels"},
 		{name: "zero byte rate", file: riff(fmtChunk(7, 1, 8000, 0, 0), dataChunk(100)), reason: "zero byte rate"},
 		// PCM and float headers whose block size a decoder cannot lay
@@ -172,6 +175,13 @@ func TestProbeFLAC(t *testing.T) {
 	zeroRate.rate = 0
 	notFirst := cd.bytes()
 	notFirst[4] = 4 // VORBIS_COMMENT before STREAMINFO
+	// Frames that name their rate: 16 kHz by code, and 11,025 Hz in a
+	// 16-bit field; and STREAMINFO forged to 1 Hz over frames of 16 kHz,
+	// which would make a second of audio 4.5 hours.
+	coded := flacStream{rate: 16000, channels: 1, bits: 16, block: 4096, samples: 16000, declared: 16000, frameRate: 5}
+	inField := flacStream{rate: 11025, channels: 1, bits: 16, block: 4096, samples: 11025, declared: 11025, frameRate: 13, frameRateField: []byte{0x2B, 0x11}}
+	forged := coded
+	forged.rate = 1
 	runProbeCases(t, api.AudioFLAC, []probeCase{
 		{name: "cd", file: cd.bytes(), seconds: 1, rate: 44100, ch: 2},
 		{name: "after ID3v2", file: append(id3v2(500, true), cd.bytes()...), seconds: 1, rate: 44100, ch: 2},
@@ -185,6 +195,9 @@ func TestProbeFLAC(t *testing.T) {
 		{name: "cut in STREAMINFO", file: cd.bytes()[:30], reason: "truncated STREAMINFO"},
 		{name: "cut in metadata", file: cd.bytes()[:45], reason: "truncated metadata"},
 		{name: "zero sample rate", file: zeroRate.bytes(), reason: "zero sample rate"},
+		{name: "frames name their rate", file: coded.bytes(), seconds: 1, rate: 16000, ch: 1},
+		{name: "frames name their rate in Hz", file: inField.bytes(), seconds: 1, rate: 11025, ch: 1},
+		{name: "STREAMINFO's rate not its frames'", file: forged.bytes(), reason: "no audio frames"},
 	})
 }
 
