@@ -88,6 +88,11 @@ var (
 	ErrTruncated = errors.New("encrypted reply ended before its final chunk")
 	// ErrNoKey: the key directory lists no usable key for the model.
 	ErrNoKey = errors.New("no private inference key for the model")
+	// ErrClearOnly: the request is inference the gateway has no sealed
+	// form of (text completions, the Responses and Messages APIs,
+	// moderations, translations): through a Transport it would go in the
+	// clear, so it is refused unless the Transport's AllowClear is set.
+	ErrClearOnly = errors.New("inference with no private form")
 )
 
 // Suite names the HPKE algorithms of an envelope or a published key.

@@ -138,11 +138,16 @@ func (p pinned) Keys(ctx context.Context, gateway *url.URL, header http.Header) 
 
 // Transport is an http.RoundTripper that seals chat completion,
 // embedding, rerank, image generation and audio requests to a worker's key
-// and opens the replies; every other request passes through. A request it cannot seal fails: it is never
-// sent in the clear.
+// (the one X-Svc-Worker-Id names, when it is set) and opens the replies.
+// Inference with no private form fails with ErrClearOnly unless
+// AllowClear is set; every other request passes through. A request it
+// cannot seal fails: it is never sent in the clear.
 type Transport struct {
 	base http.RoundTripper
 	keys KeySource
+	// AllowClear sends inference that has no private form (ErrClearOnly)
+	// in the clear rather than refuse it.
+	AllowClear bool
 
 	mu    sync.Mutex
 	cache map[[32]byte]cachedKeys
@@ -181,6 +186,21 @@ func NewTransport(base http.RoundTripper, keys KeySource) *Transport {
 		keys = Directory{Transport: base}
 	}
 	return &Transport{base: base, keys: keys, cache: map[[32]byte]cachedKeys{}}
+}
+
+// clearOnly reports whether req is inference the gateway serves only in
+// the clear.
+func clearOnly(req *http.Request) bool {
+	if req.Method != http.MethodPost || req.URL == nil || mediaType(req.Header) == ContentType {
+		return false
+	}
+	p := routePath(req.URL)
+	for _, s := range [...]string{"/v1/completions", "/v1/responses", "/v1/messages", "/v1/moderations", "/v1/audio/translations"} {
+		if strings.HasSuffix(p, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // sealedRoute reports whether req is to be sealed and, if so, the
@@ -223,6 +243,12 @@ func routePath(u *url.URL) string {
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	gateway, ok := sealedRoute(req)
 	if !ok {
+		if !t.AllowClear && clearOnly(req) {
+			if req.Body != nil {
+				_ = req.Body.Close()
+			}
+			return nil, fmt.Errorf("e2ee: %w: POST %s would be sent in the clear (set the Transport's AllowClear to send it so)", ErrClearOnly, routePath(req.URL))
+		}
 		return t.base.RoundTrip(req)
 	}
 	body, err := readRequestBody(req)
@@ -470,24 +496,35 @@ func (t *Transport) pick(ctx context.Context, gateway *url.URL, header http.Head
 	if err != nil {
 		return PublicKeyInfo{}, err
 	}
-	c := serving(keys, model)
+	// A request pinned to a worker (X-Svc-Worker-Id) is sealed to that
+	// worker's key: the gateway refuses one sealed to another's.
+	pin := strings.TrimSpace(header.Get(PinHeader))
+	c := serving(keys, model, pin)
 	if len(c) == 0 && !fresh {
 		// A worker that came online since the fetch may serve it.
 		if keys, _, err = t.cachedKeys(ctx, gateway, header, true); err != nil {
 			return PublicKeyInfo{}, err
 		}
-		c = serving(keys, model)
+		c = serving(keys, model, pin)
 	}
 	if len(c) == 0 {
+		if pin != "" {
+			return PublicKeyInfo{}, fmt.Errorf("e2ee: %w %q on the worker %s named by %s", ErrNoKey, model, pin, PinHeader)
+		}
 		return PublicKeyInfo{}, fmt.Errorf("e2ee: %w %q", ErrNoKey, model)
 	}
 	return c[rand.IntN(len(c))], nil
 }
 
-func serving(keys []PublicKeyInfo, model string) []PublicKeyInfo {
+// PinHeader is the request header that pins a request to one worker.
+const PinHeader = "X-Svc-Worker-Id"
+
+// serving lists the keys of workers serving model, of the worker pin
+// alone when it is set.
+func serving(keys []PublicKeyInfo, model, pin string) []PublicKeyInfo {
 	var c []PublicKeyInfo
 	for _, k := range keys {
-		if k.Serves(model) {
+		if k.Serves(model) && (pin == "" || k.WorkerID == pin) {
 			c = append(c, k)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -63,6 +64,7 @@ func (g *fakeGateway) connect(kp *KeyPair) {
 	defer g.mu.Unlock()
 	g.workers[kp.KeyID()] = kp
 	p := testPub(kp, "chat-model", "embed-model", "speech-model")
+	p.WorkerID = "w-" + kp.KeyID()
 	g.listed = append(g.listed, p)
 }
 
@@ -126,6 +128,10 @@ func (g *fakeGateway) inference(w http.ResponseWriter, r *http.Request, path str
 	if !ok {
 		w.Header().Set("X-Svc-Error-Code", "no_private_inference_worker")
 		gatewayError(w, 503, "service_unavailable", "no connected worker holds the key")
+		return
+	}
+	if pin := r.Header.Get(PinHeader); pin != "" && !slices.ContainsFunc(g.listed, func(p PublicKeyInfo) bool { return p.KeyID == env.KeyID && p.WorkerID == pin }) {
+		gatewayError(w, 400, "invalid_encrypted_request", "the request is sealed to another worker's key than X-Svc-Worker-Id names")
 		return
 	}
 	if env.Model == "busy-model" {
@@ -409,6 +415,62 @@ func TestTransportPinned(t *testing.T) {
 		if tc.ok != (err == nil) || !tc.ok && !errors.Is(err, ErrNoKey) {
 			t.Fatalf("pinned %v: %v", tc.ok, err)
 		}
+	}
+}
+
+// A request pinned to a worker (X-Svc-Worker-Id) is sealed to that
+// worker's key, which the gateway requires; a worker with no key for the
+// model gets nothing sent.
+func TestTransportSealsToThePinnedWorker(t *testing.T) {
+	k1, k2 := testKey(t, 1), testKey(t, 2)
+	g, srv := newFakeGateway(t, k1, k2)
+	ctx := context.Background()
+	tr := NewTransport(srv.Client().Transport, Directory{Transport: srv.Client().Transport})
+	client := openai.NewClient(option.WithBaseURL(srv.URL+"/v1/"), option.WithAPIKey("test-key"), option.WithMaxRetries(0),
+		option.WithHTTPClient(&http.Client{Transport: tr}))
+	for range 12 {
+		if _, err := client.Chat.Completions.New(ctx, chatParams("chat-model", "hi"), option.WithHeader(PinHeader, "w-"+k2.KeyID())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, before := g.counts()
+	_, err := client.Chat.Completions.New(ctx, chatParams("chat-model", "hi"), option.WithHeader(PinHeader, "w-gone"))
+	if _, after := g.counts(); !errors.Is(err, ErrNoKey) || !strings.Contains(err.Error(), "w-gone") || after != before {
+		t.Fatalf("pinned to a worker without a key: %v, %d requests sent", err, after-before)
+	}
+}
+
+// Inference the gateway has no private form of is refused rather than
+// sent in the clear, unless the Transport allows it; what is not
+// inference passes.
+func TestTransportRefusesClearOnlyInference(t *testing.T) {
+	var sent []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		sent = append(sent, r.URL.Path+" "+string(b))
+		w.WriteHeader(http.StatusNotFound)
+	}))
+	defer srv.Close()
+	tr := NewTransport(srv.Client().Transport, Directory{Transport: srv.Client().Transport})
+	post := func(path string) (*http.Response, error) {
+		req, _ := http.NewRequest("POST", srv.URL+path, strings.NewReader(`{"model":"m","input":"a secret"}`))
+		req.Header.Set("Content-Type", "application/json")
+		return tr.RoundTrip(req)
+	}
+	for _, path := range []string{"/v1/responses", "/api/v1/completions", "/v1/messages", "/v1//moderations", "/v1/audio/translations"} {
+		if _, err := post(path); !errors.Is(err, ErrClearOnly) {
+			t.Errorf("%s: %v, want ErrClearOnly", path, err)
+		}
+	}
+	if len(sent) != 0 {
+		t.Fatalf("sent in the clear: %q", sent)
+	}
+	if resp, err := post("/v1/other"); err != nil || resp.StatusCode != 404 {
+		t.Fatalf("another route: %v", err)
+	}
+	tr.AllowClear = true
+	if resp, err := post("/v1/responses"); err != nil || resp.StatusCode != 404 || len(sent) != 2 {
+		t.Fatalf("allowed in the clear: %v, sent %q", err, sent)
 	}
 }
 

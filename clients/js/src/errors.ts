@@ -13,8 +13,15 @@ export class E2EEError extends Error {
  */
 export class NoKeyError extends E2EEError {
   override name = "NoKeyError";
-  constructor(readonly model: string) {
-    super(`e2ee: no private inference key for the model ${JSON.stringify(model)}`);
+  /** worker is the worker the request was pinned to (X-Svc-Worker-Id), if it was. */
+  constructor(
+    readonly model: string,
+    readonly worker?: string,
+  ) {
+    super(
+      `e2ee: no private inference key for the model ${JSON.stringify(model)}` +
+        (worker === undefined ? "" : ` on the worker ${worker} named by X-Svc-Worker-Id`),
+    );
   }
 }
 

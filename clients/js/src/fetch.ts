@@ -36,6 +36,13 @@ export interface PrivateFetchOptions {
   keyTTL?: number;
   /** Called once per sealed reply with the worker that served it. */
   onWorker?: (worker: ServingWorker) => void;
+  /**
+   * Send inference the gateway has no private form of (text completions,
+   * the Responses and Messages APIs, moderations, translations) in the
+   * clear. Without it such a request fails with UnsealableRequestError
+   * and nothing is sent.
+   */
+  allowClear?: boolean;
 }
 
 export type PrivateFetch = (input: RequestInfo | URL, init?: RequestInit) => Promise<Response>;
@@ -45,6 +52,19 @@ export type PrivateFetch = (input: RequestInfo | URL, init?: RequestInit) => Pro
 const ROUTES = ["/api/v1/chat/completions", "/api/v1/embeddings", "/api/v1/rerank", "/api/v1/images/generations",
   "/api/v1/audio/speech", "/api/v1/audio/transcriptions",
   "/v1/chat/completions", "/v1/embeddings", "/v1/rerank", "/v1/images/generations", "/v1/audio/speech", "/v1/audio/transcriptions"];
+
+/** The request header that pins a request to one worker. */
+const PIN_HEADER = "x-svc-worker-id";
+
+/** Inference routes the gateway serves only in the clear. */
+const CLEAR_ONLY = ["/v1/completions", "/v1/responses", "/v1/messages", "/v1/moderations", "/v1/audio/translations"];
+
+/** clearOnly tells whether a request is inference the gateway serves only in the clear. */
+function clearOnly(method: string, url: URL, headers: Headers): boolean {
+  if (method.toUpperCase() !== "POST" || mediaType(headers) === CONTENT_TYPE) return false;
+  const path = routePath(url);
+  return CLEAR_ONLY.some((r) => path.endsWith(r));
+}
 
 /** A new worker's key goes unused at most this long; a departed worker's is dropped on its first 503. */
 const KEY_TTL = 5 * 60 * 1000;
@@ -212,8 +232,11 @@ const MAX_UPLOAD = 25 << 20;
 /**
  * createPrivateFetch returns a fetch that seals chat completion,
  * embedding, rerank, image generation, speech and transcription requests
- * to a worker's key and opens the replies; every other request passes
- * through. A request it cannot seal fails: it is never sent in the clear.
+ * to a worker's key and opens the replies. Inference with no private form
+ * (text completions, the Responses and Messages APIs, moderations,
+ * translations) is refused unless allowClear is set; every other request
+ * passes through. A request it cannot seal fails: it is never sent in the
+ * clear.
  *
  * The gateway and the credentials come from each request (its URL and its
  * Authorization or X-Api-Key header), so one fetch serves any gateway and
@@ -267,18 +290,23 @@ export function createPrivateFetch(options: PrivateFetchOptions = {}): PrivateFe
   }
 
   // pick chooses a key for the model. The key decides the worker, so among
-  // several workers serving the model one is chosen at random.
+  // several workers serving the model one is chosen at random; a request
+  // pinned to a worker (X-Svc-Worker-Id) is sealed to that worker's key,
+  // as the gateway refuses one sealed to another's.
   async function pick(p: Prepared, refresh: boolean): Promise<PublicKeyInfo | DirectoryRefusal> {
+    const pin = p.headers.get(PIN_HEADER)?.trim() || undefined;
+    const serving = (keys: PublicKeyInfo[]) =>
+      keys.filter((k) => k.models?.includes(p.model) && (pin === undefined || k.worker_id === pin));
     let got = await cachedKeys(p, refresh);
     if (got instanceof DirectoryRefusal) return got;
-    let c = got.keys.filter((k) => k.models?.includes(p.model));
+    let c = serving(got.keys);
     if (c.length === 0 && !got.fresh) {
       // A worker that came online since the fetch may serve it.
       got = await cachedKeys(p, true);
       if (got instanceof DirectoryRefusal) return got;
-      c = got.keys.filter((k) => k.models?.includes(p.model));
+      c = serving(got.keys);
     }
-    if (c.length === 0) throw new NoKeyError(p.model);
+    if (c.length === 0) throw new NoKeyError(p.model, pin);
     return c[Math.floor(Math.random() * c.length)]!;
   }
 
@@ -375,7 +403,14 @@ export function createPrivateFetch(options: PrivateFetchOptions = {}): PrivateFe
     const url = new URL(input instanceof Request ? input.url : String(input), here);
     const given = new Headers(init?.headers ?? (input instanceof Request ? input.headers : undefined));
     const gateway = sealedRoute(method, url, given);
-    if (!gateway) return base(input, init);
+    if (!gateway) {
+      if (!options.allowClear && clearOnly(method, url, given)) {
+        throw new UnsealableRequestError(
+          `e2ee: POST ${routePath(url)} has no private form and would be sent in the clear; send it without the private fetch, or set allowClear`,
+        );
+      }
+      return base(input, init);
+    }
 
     // A streamed body needs duplex to be read into a Request.
     const req = new Request(input, { ...init, duplex: "half" } as RequestInit);

@@ -91,12 +91,25 @@ test("a streamed upload body is read and sealed", async () => {
 test("everything else passes through untouched", async () => {
   const { g, f } = await setup();
   assert.equal((await (await f("http://gw.test/v1/models", { headers: auth })).json()).data[0].id, "chat-model");
-  assert.deepEqual(await (await f("http://gw.test/v1/responses", post(chat("clear")))).json(), { clear: true, path: "/v1/responses" });
+  const clear = createPrivateFetch({ fetch: g.fetch, allowClear: true });
+  assert.deepEqual(await (await clear("http://gw.test/v1/responses", post(chat("clear")))).json(), { clear: true, path: "/v1/responses" });
   // Sealed already: sent as it is.
   await f("http://gw.test/v1/chat/completions", post('{"svc_e2e":1}', { "content-type": CONTENT_TYPE }));
   assert.equal(g.seen.at(-1), '{"svc_e2e":1}');
   assert.equal((await f("data:,")).status, 200, "the OpenAI SDK probes fetch with a data: URL");
   assert.equal(g.fetches, 0);
+});
+
+test("inference with no private form is refused, not sent in the clear", async () => {
+  const { g, f } = await setup();
+  for (const path of ["/v1/responses", "/api/v1/completions", "/v1/messages", "/v1//moderations/", "/v1/audio/translations"]) {
+    await assert.rejects(f(`http://gw.test${path}`, post(chat("a secret"))), (err) => {
+      assert.ok(err instanceof UnsealableRequestError, path);
+      assert.match(err.message, /has no private form and would be sent in the clear/);
+      return true;
+    });
+  }
+  assert.equal(g.seen.length, 0);
 });
 
 test("a request that cannot be sealed is never sent", async () => {
@@ -232,6 +245,28 @@ test("pinned fingerprints decide which keys are used", async () => {
   await assert.rejects(other("http://gw.test/v1/chat/completions", post(chat("hi"))), NoKeyError);
 });
 
+test("a request pinned to a worker is sealed to that worker's key", async () => {
+  const w1 = await workerKey();
+  const w2 = await workerKey();
+  const { g, f } = await setup(w1, w2);
+  for (let i = 0; i < 12; i++) {
+    const r = await f("http://gw.test/v1/chat/completions", post(chat("hi"), { "x-svc-worker-id": w2.info.worker_id }));
+    assert.equal(r.status, 200);
+  }
+  const sealedTo = new Set(g.seen.filter((b) => b.startsWith("{")).map((b) => JSON.parse(b).key_id));
+  assert.deepEqual([...sealedTo], [w2.info.key_id]);
+  // A worker without a key for the model: nothing is sent.
+  const sealed = () => g.seen.filter((b) => b.startsWith("{")).length;
+  const before = sealed();
+  await assert.rejects(f("http://gw.test/v1/chat/completions", post(chat("hi"), { "x-svc-worker-id": "w-gone" })), (err) => {
+    assert.ok(err instanceof NoKeyError);
+    assert.equal(err.worker, "w-gone");
+    assert.match(err.message, /on the worker w-gone named by X-Svc-Worker-Id/);
+    return true;
+  });
+  assert.equal(sealed(), before);
+});
+
 test("the key directory's refusal is the answer, and bad directories fail", async () => {
   const { g, f } = await setup();
   g.keysStatus = 403;
@@ -265,7 +300,7 @@ test("each private inference error maps to its class", async () => {
 
   g.misbehave = "";
   g.requireE2E = true;
-  const clear = await f("http://gw.test/v1/responses", post(chat("clear")));
+  const clear = await createPrivateFetch({ fetch: g.fetch, allowClear: true })("http://gw.test/v1/responses", post(chat("clear")));
   assert.ok((await readPrivateInferenceError(clear)) instanceof E2ERequiredError);
 
   // The OpenAI SDK's errors carry status, headers and the parsed body.
