@@ -20,6 +20,10 @@ type embedRequest struct {
 	Dimensions *int   `json:"dimensions,omitempty"`
 	// KeepAlive is set for a kept model (Engine.Keep).
 	KeepAlive *int `json:"keep_alive,omitempty"`
+	// Truncate is always sent false: by default Ollama embeds the start of
+	// an input over the model's limit as if it were the whole; refused, it
+	// is the client's 413 context_length_exceeded.
+	Truncate bool `json:"truncate"`
 }
 
 type embedAnswer struct {

@@ -27,14 +27,14 @@ func TestEmbed(t *testing.T) {
 		{
 			name:  "string",
 			body:  `{"model":"nomic-embed-text","input":"hello"}`,
-			sent:  `{"model":"nomic-embed-text","input":"hello"}`,
+			sent:  `{"model":"nomic-embed-text","input":"hello","truncate":false}`,
 			data:  `[{"object":"embedding","index":0,"embedding":[0.5,-0.25,0]}]`,
 			usage: `{"prompt_tokens":7,"total_tokens":7}`,
 		},
 		{
 			name:  "array with dimensions",
 			body:  `{"model":"nomic-embed-text","input":["a","b"],"dimensions":3,"encoding_format":"float"}`,
-			sent:  `{"model":"nomic-embed-text","input":["a","b"],"dimensions":3}`,
+			sent:  `{"model":"nomic-embed-text","input":["a","b"],"dimensions":3,"truncate":false}`,
 			data:  `[{"object":"embedding","index":0,"embedding":[0.5,-0.25,0]},{"object":"embedding","index":1,"embedding":[0.5,-0.25,1]}]`,
 			usage: `{"prompt_tokens":7,"total_tokens":7}`,
 		},
@@ -121,12 +121,13 @@ func TestEmbedErrors(t *testing.T) {
 
 // An input over the model's context length is 413 on embeddings, Ollama's
 // message and the type context_length_exceeded kept, whichever status
-// Ollama sent it with.
+// Ollama sent it with; Ollama is told not to embed the start of it
+// instead, as it does by default.
 func TestEmbedTooLong(t *testing.T) {
 	f := newFake(t)
 	e := f.engine(t)
 	for model, msg := range map[string]string{
-		"toolong":        "input exceeds maximum context length",
+		"toolong":        "the input length exceeds the context length",
 		"toolong-runner": "the input length exceeds the context length",
 	} {
 		t.Run(model, func(t *testing.T) {

@@ -232,10 +232,24 @@ func aggregate(lines []string) (string, int) {
 	return string(b), 200
 }
 
+// overContext answers a request over the model's context as Ollama does
+// when told not to truncate, and reports whether it did; told nothing, it
+// truncates and answers.
+func overContext(w http.ResponseWriter, req map[string]any) bool {
+	if req["model"] != "toolong" || req["truncate"] != false {
+		return false
+	}
+	writeJSON(w, 400, `{"error":"{\"error\":{\"code\":400,\"message\":\"request (9000 tokens) exceeds the available context size (4096 tokens), try increasing it\",\"type\":\"exceed_context_size_error\",\"n_prompt_tokens\":9000,\"n_ctx\":4096}}"}`)
+	return true
+}
+
 func (f *fakeOllama) handleChat(w http.ResponseWriter, r *http.Request) {
 	req := f.record(r)
 	model, _ := req["model"].(string)
 	stream := req["stream"] != false
+	if overContext(w, req) {
+		return
+	}
 	switch model {
 	case "missing":
 		writeJSON(w, 404, `{"error":"model \"missing\" not found, try pulling it first"}`)
@@ -275,6 +289,9 @@ func (f *fakeOllama) handleChat(w http.ResponseWriter, r *http.Request) {
 func (f *fakeOllama) handleGenerate(w http.ResponseWriter, r *http.Request) {
 	req := f.record(r)
 	model, _ := req["model"].(string)
+	if overContext(w, req) {
+		return
+	}
 	answer := func(response, reason string) string {
 		// Ollama's encoder escapes <, > and & as encoding/json does.
 		quoted, _ := json.Marshal(response)
@@ -309,8 +326,12 @@ func (f *fakeOllama) handleEmbed(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 404, `{"error":"model \"missing\" not found, try pulling it first"}`)
 		return
 	case "toolong":
-		writeJSON(w, 400, `{"error":"input exceeds maximum context length"}`)
-		return
+		// As Ollama does: the start of the input embedded, unless told
+		// not to truncate.
+		if req["truncate"] == false {
+			writeJSON(w, 400, `{"error":"the input length exceeds the context length"}`)
+			return
+		}
 	case "toolong-runner":
 		writeJSON(w, 500, `{"error":"the input length exceeds the context length"}`)
 		return

@@ -19,6 +19,10 @@ type generateRequest struct {
 	Options map[string]json.RawMessage `json:"options,omitempty"`
 	// KeepAlive is set for a kept model (Engine.Keep).
 	KeepAlive *int `json:"keep_alive,omitempty"`
+	// Truncate is always sent false: a guard's prompt over the model's
+	// context would otherwise lose its front, the policy with it, and the
+	// verdict would be on text the guard never read.
+	Truncate bool `json:"truncate"`
 }
 
 // generateAnswer is the non-streamed answer of /api/generate.

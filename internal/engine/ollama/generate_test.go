@@ -2,6 +2,7 @@ package ollama
 
 import (
 	"context"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -26,7 +27,7 @@ func TestGenerate(t *testing.T) {
 	}
 
 	// Sent raw, whole, with the sampling fields as options.
-	want := `{"model":"llama-guard3:1b","options":{"num_predict":20,"seed":7,"stop":["<|eot_id|>"],"temperature":0},"prompt":"<|begin_of_text|>Task: check","raw":true,"stream":false}`
+	want := `{"model":"llama-guard3:1b","options":{"num_predict":20,"seed":7,"stop":["<|eot_id|>"],"temperature":0},"prompt":"<|begin_of_text|>Task: check","raw":true,"stream":false,"truncate":false}`
 	if got, want := jsonOf(t, f.last(t, "/api/generate")), canon(t, want); got != want {
 		t.Fatalf("sent\n%s\nwant\n%s", got, want)
 	}
@@ -54,7 +55,7 @@ func TestGenerate(t *testing.T) {
 	if r.Status != 200 || r.FinishReason != "length" {
 		t.Fatalf("result %d %q %+v", r.Status, r.FinishReason, r.Error)
 	}
-	if got := jsonOf(t, f.last(t, "/api/generate")); got != `{"model":"long","prompt":"hi","raw":true,"stream":false}` {
+	if got := jsonOf(t, f.last(t, "/api/generate")); got != `{"model":"long","prompt":"hi","raw":true,"stream":false,"truncate":false}` {
 		t.Fatalf("sent %s", got)
 	}
 }
@@ -133,5 +134,25 @@ func TestGenerateCancelled(t *testing.T) {
 	r := newFake(t).engine(t).Serve(ctx, completionReq("g", `{"prompt":"x"}`), &recordSink{})
 	if r.Status != 499 {
 		t.Fatalf("got %d %+v", r.Status, r.Error)
+	}
+}
+
+// A prompt over the model's context is refused as the client's
+// context_length_exceeded, chat (streamed or not) and raw prompts alike:
+// Ollama is told not to drop the front of it and answer all the same,
+// which would have a guard judge text without its policy.
+func TestOverContextIsRefusedNotTruncated(t *testing.T) {
+	f := newFake(t)
+	e := f.engine(t)
+	for name, req := range map[string]*engine.Request{
+		"chat":          chatReq("toolong", false, `{"model":"toolong","messages":[{"role":"user","content":"long"}]}`),
+		"chat streamed": chatReq("toolong", true, `{"model":"toolong","messages":[{"role":"user","content":"long"}],"stream":true}`),
+		"raw prompt":    completionReq("toolong", `{"model":"guard-a:1b","prompt":"<|begin_of_text|>Task: check long","max_tokens":20}`),
+	} {
+		r := e.Serve(context.Background(), req, &recordSink{})
+		if r.Status != http.StatusBadRequest || r.Error == nil || r.Error.Type != engine.TypeContextLengthExceeded ||
+			!strings.Contains(r.Error.Message, "exceeds the available context size") || r.Retryable {
+			t.Errorf("%s: %d %+v retryable=%v", name, r.Status, r.Error, r.Retryable)
+		}
 	}
 }

@@ -229,8 +229,9 @@ func samplingDefaults(params string) map[string]float64 {
 // listed counts as loaded whatever its size_vram: 0 only means it sits in
 // system memory. The context each was loaded with (Ollama's default for
 // the server's memory, OLLAMA_CONTEXT_LENGTH, or the Modelfile's num_ctx)
-// is remembered: a prompt longer than it is cut by Ollama without a word,
-// so it is the window the worker offers, also once the model is unloaded.
+// is remembered: a prompt longer than it is refused (every request is
+// sent with truncate false), so it is the window the worker offers, also
+// once the model is unloaded.
 func (e *Engine) ps(ctx context.Context) (map[string]bool, error) {
 	var v struct {
 		Models []struct {

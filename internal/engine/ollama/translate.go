@@ -24,6 +24,10 @@ type chatRequest struct {
 	Stream bool `json:"stream"`
 	// KeepAlive is set for a kept model (Engine.Keep).
 	KeepAlive *int `json:"keep_alive,omitempty"`
+	// Truncate is always sent false: by default Ollama drops the front
+	// of a conversation over the model's context and answers as if it had
+	// read it all; refused, it is the client's 400 context_length_exceeded.
+	Truncate bool `json:"truncate"`
 }
 
 // message is one Ollama chat message.
