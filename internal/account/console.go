@@ -11,6 +11,7 @@ import (
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/auth"
+	"github.com/svc-dev/svc/internal/moderation"
 	"github.com/svc-dev/svc/internal/money"
 )
 
@@ -149,12 +150,15 @@ func (s *Service) UpdateOrgSeeing(name string, p api.OrgPatch, seen func(orgID s
 		o.Approved = approve(o.Approved, seen(o.ID), "require_worker_approval turned on", s.stamp())
 	}
 	if p.ModerationModel.Set {
-		// Any model id is taken: whether a worker serves it as a moderation
-		// model is known only when a request needs it (409 then).
+		// A model of the moderation catalogue: whether a worker serves it
+		// is known only when a request needs it (409 then), but an id
+		// outside the catalogue would fail every moderation and every
+		// filtered chat of the organisation from the moment it is set.
 		if m := p.ModerationModel.Ptr(); m == nil || *m == "" {
 			o.Settings.ModerationModel = ""
-		} else if len(*m) > 128 || strings.ContainsFunc(*m, func(r rune) bool { return unicode.IsSpace(r) || unsafeRune(r) }) {
-			v.Add("moderation_model", api.FieldInvalid, "a model id such as guard-b:0.6b, or null for the default")
+		} else if _, ok := moderation.Lookup(*m); !ok {
+			v.Add("moderation_model", api.FieldEnum, "one of %s, or null for the default (%s)",
+				strings.Join(moderation.Catalogue(), ", "), api.DefaultModerationModel)
 		} else {
 			o.Settings.ModerationModel = *m
 		}

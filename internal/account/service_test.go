@@ -465,6 +465,8 @@ func TestContentFilterAndModerationModel(t *testing.T) {
 		{api.Some("guard-a:8b"), "guard-a:8b", true},
 		{api.Null[string](), "", true},
 		{api.Some("has space"), "", false},
+		{api.Some("sim-chat"), "", false},
+		{api.Some("guard-a:2b"), "", false},
 	} {
 		o, err := f.svc.UpdateOrg(account.DefaultOrg, api.OrgPatch{ModerationModel: tt.patch})
 		switch {

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -145,15 +147,16 @@ func TestModerationDefaultModel(t *testing.T) {
 	r = s.do("POST", "/v1/moderations", `{"input":"hello"}`, bearer(key))
 	check(t, "guard-a:8b", r.Header.Get("X-Request-Id"), string(r.Body))
 
-	// A setting that names no guard is the setting's fault, and says so.
-	if r := s.console("PATCH", "/api/v1/console/orgs/default", `{"moderation_model":"sim-chat"}`); r.Status != 200 {
-		t.Fatalf("settings = %d %s", r.Status, r.Body)
+	// A setting that names no guard of the catalogue is refused as it is
+	// set, naming the catalogue, and the setting stays as it was.
+	for _, model := range []string{"sim-chat", "guard-zzz"} {
+		if r := s.console("PATCH", "/api/v1/console/orgs/default", `{"moderation_model":"`+model+`"}`); r.Status != 422 ||
+			!strings.Contains(string(r.Body), "guard-b:0.6b") {
+			t.Fatalf("moderation_model %s = %d %s", model, r.Status, r.Body)
+		}
 	}
 	r = s.do("POST", "/v1/moderations", `{"input":"hello"}`, bearer(key))
-	checkModerationError(t, r, 400, "model_not_moderation")
-	if !strings.Contains(string(r.Body), "moderation_model") {
-		t.Fatalf("the error does not name the setting: %s", r.Body)
-	}
+	check(t, "guard-a:8b", r.Header.Get("X-Request-Id"), string(r.Body))
 }
 
 // Strings are one check each, in order; parts are one check together.
@@ -343,7 +346,13 @@ func filteredKey(t *testing.T, s *server) string {
 // generation and its reply as it is made, by the worker that answers,
 // with the organisation's moderation model (guard-b:0.6b by default).
 func TestContentFiltering(t *testing.T) {
-	s, admin := guardGateway(t, nil)
+	// guard-a:1b is offered as a chat model only: a moderation model of
+	// the catalogue that no worker serves.
+	meta := filepath.Join(t.TempDir(), "meta.json")
+	if err := os.WriteFile(meta, []byte(`{"guard-a:1b": {"capabilities": ["chat"]}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, admin := guardGateway(t, []string{"--model-meta", meta})
 	key := filteredKey(t, s)
 
 	t.Run("safe chat streams as usual", func(t *testing.T) {
@@ -441,7 +450,7 @@ func TestContentFiltering(t *testing.T) {
 		}
 	})
 	t.Run("no worker has both models", func(t *testing.T) {
-		if r := s.console("PATCH", "/api/v1/console/orgs/default", `{"moderation_model":"guard-q:1b"}`); r.Status != 200 {
+		if r := s.console("PATCH", "/api/v1/console/orgs/default", `{"moderation_model":"guard-a:1b"}`); r.Status != 200 {
 			t.Fatalf("%d %s", r.Status, r.Body)
 		}
 		defer s.console("PATCH", "/api/v1/console/orgs/default", `{"moderation_model":null}`)
