@@ -45,6 +45,10 @@ type Need struct {
 	// whose context window of the model is known and narrower cannot take
 	// it, however wide another worker's is. 0 asks nothing.
 	PromptTokens int
+	// PromptField is the request's field that holds the prompt, for the
+	// error of one too long: "messages" when empty, "prompt" for a text
+	// completion.
+	PromptField string
 }
 
 // fits reports whether w can take need apart from load and health: the
@@ -799,9 +803,13 @@ func unequippedError(need *Need) error {
 // of the model can take: one wide enough went away since the gateway
 // judged it, or the request is pinned to a narrower one.
 func narrowError(need *Need) error {
-	return &api.Error{Kind: api.KindInvalidRequest, Type: api.TypeContextLengthExceeded, Code: api.TypeContextLengthExceeded, Param: "messages",
-		Message: fmt.Sprintf("The prompt is at least about %d tokens, more than the context window of %s on the workers that could serve it now; shorten the conversation",
-			need.PromptTokens, need.Model)}
+	field, what := "messages", "the conversation"
+	if need.PromptField != "" && need.PromptField != field {
+		field, what = need.PromptField, "the prompt"
+	}
+	return &api.Error{Kind: api.KindInvalidRequest, Type: api.TypeContextLengthExceeded, Code: api.TypeContextLengthExceeded, Param: field,
+		Message: fmt.Sprintf("The prompt is at least about %d tokens, more than the context window of %s on the workers that could serve it now; shorten %s",
+			need.PromptTokens, need.Model, what)}
 }
 
 // incompleteError is the 409 for a request that needs the whole model

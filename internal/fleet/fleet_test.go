@@ -1962,8 +1962,13 @@ func TestRoutingWeighsWindows(t *testing.T) {
 		l.Release(Succeeded)
 		pinned := need
 		pinned.Pin = small.id
-		if _, err := h.f.Acquire(h.ctx, pinned); !errors.As(err, &ae) || ae.HTTPStatus() != 400 || ae.Code != "context_length_exceeded" {
+		if _, err := h.f.Acquire(h.ctx, pinned); !errors.As(err, &ae) || ae.HTTPStatus() != 400 || ae.Code != "context_length_exceeded" || ae.Param != "messages" {
 			t.Fatalf("pinned to the small worker: %v", err)
+		}
+		// A text completion's prompt is its field prompt.
+		pinned.PromptField = "prompt"
+		if _, err := h.f.Acquire(h.ctx, pinned); !errors.As(err, &ae) || ae.Param != "prompt" || !strings.HasSuffix(ae.Message, "shorten the prompt") {
+			t.Fatalf("a text completion pinned to the small worker: %v", err)
 		}
 		// A prompt both take goes to either.
 		if l, err := h.f.Acquire(h.ctx, Need{OrgID: "o", Model: "m", PromptTokens: 1000}); err != nil {

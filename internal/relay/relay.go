@@ -388,7 +388,7 @@ func NeedOf(req Request) fleet.Need {
 	case req.Chat != nil:
 		n.PromptTokens = req.Chat.PromptChars / 5
 	case req.Kind == api.KindCompletion:
-		n.PromptTokens = req.PromptChars / 5
+		n.PromptTokens, n.PromptField = req.PromptChars/5, "prompt"
 	}
 	return n
 }

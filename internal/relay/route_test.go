@@ -99,3 +99,16 @@ func TestResultErrorCodeHeader(t *testing.T) {
 		}
 	}
 }
+
+// A request's prompt is weighed against the workers' windows from its
+// size, and named by its field when too long: messages, or a text
+// completion's prompt.
+func TestNeedOfNamesThePrompt(t *testing.T) {
+	completion := NeedOf(Request{Kind: api.KindCompletion, Model: "m", PromptChars: 5000})
+	if completion.PromptTokens != 1000 || completion.PromptField != "prompt" {
+		t.Fatalf("a text completion's need %+v", completion)
+	}
+	if embed := NeedOf(Request{Kind: api.KindEmbeddings, Model: "m"}); embed.PromptTokens != 0 || embed.PromptField != "" {
+		t.Fatalf("an embedding's need %+v", embed)
+	}
+}
