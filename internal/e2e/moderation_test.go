@@ -135,8 +135,12 @@ func TestModerationDefaultModel(t *testing.T) {
 		t.Fatalf("flagged input %s", r.Body)
 	}
 
+	// Every error has a code, in the body and the header: one without
+	// a code of its own, its type.
+	checkModerationError(t, s.do("POST", "/v1/moderations", `{"model":`, bearer(key)), 400, "invalid_request_error")
 	for _, body := range []string{`{"model":"","input":"x"}`, `{"model":7,"input":"x"}`} {
-		if r := s.do("POST", "/v1/moderations", body, bearer(key)); r.Status != 422 || !strings.Contains(string(r.Body), `"field":"model"`) {
+		if r := s.do("POST", "/v1/moderations", body, bearer(key)); r.Status != 422 || !strings.Contains(string(r.Body), `"field":"model"`) ||
+			r.Header.Get("X-Svc-Error-Code") != "invalid_request_error" {
 			t.Errorf("%s: %d %s", body, r.Status, r.Body)
 		}
 	}

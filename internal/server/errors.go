@@ -75,10 +75,14 @@ func (s *Server) writeError(c *call, err error) {
 		c.ctx.Response.Header.Set("Request-Id", c.requestID)
 	}
 	ae := s.toAPIError(c, err)
-	if c.route != nil && c.route.codeHeader && ae.Code != "" && !ae.CodeHeader {
-		// A copy: ae may be one of the shared errors (errNoKey).
+	if c.route != nil && c.route.codeHeader && !ae.CodeHeader {
+		// A copy: ae may be one of the shared errors (errNoKey). An error
+		// without a code of its own (a malformed body, a 422) has its type
+		// for one: the route promises every error a code, in the body and
+		// in the header.
 		withHeader := *ae
 		withHeader.CodeHeader = true
+		withHeader.Code = cmp.Or(ae.Code, ae.ErrorType())
 		ae = &withHeader
 	}
 	answerError(c.ctx, ae, f)
