@@ -222,6 +222,16 @@ func TestModerationErrors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			r := s.do("POST", "/v1/moderations", tt.body, bearer(key))
 			checkModerationError(t, r, tt.status, tt.code)
+			if tt.code == "moderation_invalid_verdict" {
+				// The client is shown the guard's reply; the usage log,
+				// which records verdicts and never content, is not.
+				if !strings.Contains(string(r.Body), "I cannot help with that") {
+					t.Fatalf("the reply does not quote the guard: %s", r.Body)
+				}
+				if row := s.usageRow(key, r.Header.Get("X-Request-Id")); strings.Contains(fmt.Sprint(row["error_message"]), "I cannot help") {
+					t.Fatalf("the usage row quotes the guard: %v", row["error_message"])
+				}
+			}
 			// A 503 or 429 is worth a retry and says when; a 409 is not.
 			if retry := r.Header.Get("Retry-After") != ""; retry != (tt.status == 503 || tt.status == 429) {
 				t.Fatalf("%d with Retry-After %q", r.Status, r.Header.Get("Retry-After"))

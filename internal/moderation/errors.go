@@ -8,6 +8,20 @@ import (
 	"github.com/svc-dev/svc/internal/api"
 )
 
+// RowMessage is the usage row's error message for a check that failed
+// with ae: its message, but for a verdict that was neither safe nor
+// unsafe, whose message quotes the guard's answer to the client, and a
+// guard that goes off script often repeats what it was given: the usage
+// log records verdicts, never the content checked.
+func RowMessage(ae *api.Error) string {
+	if ae.Code == api.CodeModerationInvalidVerdict {
+		return invalidVerdictRow
+	}
+	return ae.Message
+}
+
+const invalidVerdictRow = "The moderation model replied with neither safe nor unsafe (its reply is not recorded)"
+
 // ShapeError answers a moderation check's failure with the moderation
 // table's row for it: a model no online (or up-to-date) worker has is a
 // conflict, moderation_unavailable, which retrying will not cure; so is a

@@ -377,6 +377,9 @@ func (rl *Relay) record(c *Call, failure error) {
 	}
 	if c.req.Kind == api.KindModeration {
 		o.ModerationOutcome, o.ModerationCategories = moderationOutcome(c.out.Verdicts, failure)
+		if failure != nil {
+			o.ErrorMessage = moderation.RowMessage(api.ErrorOf(failure))
+		}
 	}
 	if c.lease != nil {
 		o.Ran, o.WorkerID, o.WorkerName = true, c.lease.Worker.ID, c.lease.Worker.Name
