@@ -848,13 +848,18 @@ func endpoint(c string) (path, noun string) {
 func WrongEndpoint(m *api.Model, want string) error {
 	_, noun := endpoint(want)
 	msg := "Model " + m.ID + " does not do " + noun
+	// The model's most particular capability names its endpoint: a guard
+	// chats, but is a moderation model.
+	hint := ""
 	for _, c := range m.Capabilities {
-		if path, noun := endpoint(c); path != "" {
-			msg += "; it is " + indefinite(noun) + " model: use " + path
-			break
+		if path, noun := endpoint(c); path != "" && (hint == "" || c != api.CapChat) {
+			hint = "; it is " + indefinite(noun) + " model: use " + path
+			if c != api.CapChat {
+				break
+			}
 		}
 	}
-	return &api.Error{Kind: api.KindNotFound, Code: api.CodeWrongEndpoint, Param: "model", Message: msg}
+	return &api.Error{Kind: api.KindNotFound, Code: api.CodeWrongEndpoint, Param: "model", Message: msg + hint}
 }
 
 // indefinite is word with its indefinite article.

@@ -1113,6 +1113,8 @@ func TestWrongEndpointNamesTheRightOne(t *testing.T) {
 		{[]string{api.CapTranscription}, api.CapSpeech, "Model x does not do speech; it is a transcription model: use /v1/audio/transcriptions"},
 		{[]string{api.CapSpeech}, api.CapTranscription, "Model x does not do transcription; it is a speech model: use /v1/audio/speech"},
 		{[]string{api.CapModeration}, api.CapChat, "Model x does not do chat; it is a moderation model: use /v1/moderations"},
+		// A guard chats, but it is a moderation model.
+		{[]string{api.CapChat, api.CapModeration, api.CapVision}, api.CapEmbeddings, "Model x does not do embeddings; it is a moderation model: use /v1/moderations"},
 		{[]string{api.CapVision}, api.CapChat, "Model x does not do chat"},
 		{[]string{api.CapRerank}, api.CapChat, "Model x does not do chat; it is a reranking model: use /v1/rerank"},
 		{[]string{api.CapImageGeneration}, api.CapChat, "Model x does not do chat; it is an image generation model: use /v1/images/generations"},

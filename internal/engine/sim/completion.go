@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/engine"
@@ -71,7 +72,9 @@ func (s *simulator) prepareCompletion(modelID string, body []byte) (*job, *api.R
 	if fail != nil {
 		return nil, fail
 	}
-	j.render.id = "cmpl-" + j.seed.hex("id", 24)
+	// A fresh id each time, as a chat completion's: the prompt's seed
+	// would give every request of the same prompt the same one.
+	j.render.id = "cmpl-" + strings.TrimPrefix(s.cfg.ID(), "chatcmpl-")
 	j.render.text = true
 	return j, nil
 }

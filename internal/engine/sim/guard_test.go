@@ -490,3 +490,21 @@ func TestKeywords(t *testing.T) {
 		}
 	}
 }
+
+// Each text completion has an id of its own, as each chat completion
+// does, whatever its prompt.
+func TestCompletionIDsDiffer(t *testing.T) {
+	e := New(DefaultConfig())
+	seen := map[string]bool{}
+	for range 3 {
+		res, s := serve(t, e, api.KindCompletion, false, completionBody(t, "sim-chat", "x", nil))
+		if res.Status != http.StatusOK {
+			t.Fatalf("status %d: %+v", res.Status, res.Error)
+		}
+		id := decodeTextCompletion(t, s.body).ID
+		if seen[id] {
+			t.Fatalf("the id %s again", id)
+		}
+		seen[id] = true
+	}
+}
