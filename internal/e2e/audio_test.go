@@ -550,6 +550,8 @@ func TestTranscriptionUploadCutShort(t *testing.T) {
 	if _, err := conn.Write(body[:len(body)/2]); err != nil {
 		t.Fatal(err)
 	}
+	// The row begins with the request, not with the refusal.
+	time.Sleep(600 * time.Millisecond)
 	_ = conn.Close()
 	var rows []map[string]any
 	var row map[string]any
@@ -565,7 +567,8 @@ func TestTranscriptionUploadCutShort(t *testing.T) {
 	}) {
 		t.Fatalf("no row: %v", rows)
 	}
-	if row["status_code"] != 499.0 || row["error_message"] != "Client disconnected" || row["model"] != "stt-large-v3" {
+	if row["status_code"] != 499.0 || row["error_message"] != "Client disconnected" || row["model"] != "stt-large-v3" ||
+		row["request_duration_ms"].(float64) < 500 {
 		t.Fatalf("row %v", row)
 	}
 }

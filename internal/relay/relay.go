@@ -162,6 +162,10 @@ type Request struct {
 	// request's span continues its trace. Read only when tracing is on.
 	Traceparent string
 	Tracestate  string
+	// Started is when the request began, for a refusal's row (Refuse):
+	// an upload refused once it was read began before the refusal. Zero
+	// is the moment of the refusal.
+	Started time.Time
 	// Departed, when set, is asked why a client that is no longer there
 	// went: nil when it left (499), else the failure to record instead.
 	// A forwarded request's front may have lost its link to this replica
@@ -369,7 +373,11 @@ func (rl *Relay) Start(req Request) *Call {
 // Refuse records a request turned away before it ran (a prompt too long
 // for the model, say): it gets its usage row like any other.
 func (rl *Relay) Refuse(req Request, err error) {
-	c := &Call{rl: rl, req: req, started: time.Now(), need: NeedOf(req)}
+	started := req.Started
+	if started.IsZero() {
+		started = time.Now()
+	}
+	c := &Call{rl: rl, req: req, started: started, need: NeedOf(req)}
 	c.startSpan()
 	rl.record(c, err)
 }

@@ -8,6 +8,9 @@ import (
 // refuse records req, turned away before it ran, with its usage row.
 func (s *Server) refuse(c *call, req relay.Request, err error) {
 	c.rowed = true
+	// The row begins with the request, not the refusal: an upload the
+	// client left halfway took its time.
+	req.Started = c.ctx.Time()
 	s.relay.Refuse(req, err)
 }
 
