@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"regexp"
 	"testing"
 
 	"github.com/svc-dev/svc/internal/api"
@@ -23,6 +24,13 @@ func llamaGuardUserPrompt(message string) string {
 		"Provide your safety assessment for ONLY THE LAST User message in the above conversation:\n" +
 		" - First line must read 'safe' or 'unsafe'.\n" +
 		" - If unsafe, a second line must include a comma-separated list of violated categories.<|eot_id|><|start_header_id|>assistant<|end_header_id|>"
+}
+
+var completionID = regexp.MustCompile(`"id":"cmpl-[0-9a-f]+"`)
+
+// withoutID blanks a completion's id.
+func withoutID(body []byte) []byte {
+	return completionID.ReplaceAll(body, []byte(`"id":"cmpl-"`))
 }
 
 // TestSimulatorCompletions runs completions through the adapter against
@@ -76,7 +84,8 @@ func TestSimulatorCompletions(t *testing.T) {
 			}
 			// The simulator ends its HTTP bodies with a newline, which
 			// the adapter passes on.
-			if want := direct(t, req()); !bytes.Equal(bytes.TrimSpace(s.body), want) {
+			// Each completion gets its own id, so ids are set aside.
+			if want := direct(t, req()); !bytes.Equal(withoutID(bytes.TrimSpace(s.body)), withoutID(want)) {
 				t.Fatalf("through the adapter\n%s\nin-process\n%s", s.body, want)
 			}
 		})
