@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 )
 
 // Capabilities a model can have.
@@ -501,6 +502,21 @@ type ModelList struct {
 
 // MaxModelID bounds a model id, in bytes: the longest a worker may list.
 const MaxModelID = 256
+
+// ShortModelID is id as a message or a record quotes it: whole when it
+// could be a model's, else cut to MaxModelID bytes (at a character's
+// start) and marked cut. A client may name a model of megabytes, which no
+// worker lists.
+func ShortModelID(id string) string {
+	if len(id) <= MaxModelID {
+		return id
+	}
+	n := MaxModelID
+	for n > 0 && !utf8.RuneStart(id[n]) {
+		n--
+	}
+	return id[:n] + "…"
+}
 
 // ValidModelID reports whether a request could name id: not empty, at
 // most MaxModelID bytes, and without control characters.

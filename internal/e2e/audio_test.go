@@ -848,3 +848,25 @@ func TestTranscriptionKeepsTheConnection(t *testing.T) {
 		}
 	}
 }
+
+// A model id no worker could list, of a client's 100 KB, is answered 404
+// without being quoted whole, and the request still has its usage row.
+func TestHugeModelIDIsRecordedAndNotEchoed(t *testing.T) {
+	s, key := audioGateway(t, "tps=0,ttft=0")
+	model := strings.Repeat("m", 100<<10)
+	for _, tt := range []struct{ path, body string }{
+		{"/v1/audio/speech", `{"model":"` + model + `","input":"hi"}`},
+		{"/v1/chat/completions", `{"model":"` + model + `","messages":[{"role":"user","content":"hi"}]}`},
+		{"/v1/embeddings", `{"model":"` + model + `","input":"hi"}`},
+		{"/v1/moderations", `{"model":"` + model + `","input":"hi"}`},
+	} {
+		r := s.do("POST", tt.path, tt.body, bearer(key))
+		if r.Status != 404 || len(r.Body) > 4<<10 {
+			t.Fatalf("%s = %d, %d bytes", tt.path, r.Status, len(r.Body))
+		}
+		row := s.usageRow(key, r.Header.Get("X-Request-Id"))
+		if m, _ := row["model"].(string); row["status_code"] != 404.0 || !strings.HasSuffix(m, "…") || len(m) > 300 {
+			t.Fatalf("%s row %v", tt.path, row["status_code"])
+		}
+	}
+}

@@ -713,7 +713,7 @@ func (f *Fleet) checkLocked(o *org, need *Need, now time.Time, waited bool) erro
 			Message: "No connected worker can serve " + need.Model + " right now; the workers that have it are offline, reconnecting or shutting down"}
 	default:
 		return &api.Error{Kind: api.KindNotFound, Code: api.CodeModelNotFound, Param: "model",
-			Message: "Model " + need.Model + " is not installed on any connected worker of this organisation"}
+			Message: "Model " + api.ShortModelID(need.Model) + " is not installed on any connected worker of this organisation"}
 	}
 }
 
@@ -737,7 +737,7 @@ func (f *Fleet) checkPinLocked(o *org, need *Need, now time.Time, waited bool) e
 	switch {
 	case m == nil:
 		return &api.Error{Kind: api.KindNotFound, Code: api.CodeModelNotFound, Param: "model",
-			Message: "Worker " + w.name + " (" + w.id + ") does not serve model " + need.Model}
+			Message: "Worker " + w.name + " (" + w.id + ") does not serve model " + api.ShortModelID(need.Model)}
 	case need.Capability != "" && !m.Has(need.Capability):
 		return WrongEndpoint(m, need.Capability)
 	case !w.whole(need):

@@ -25,7 +25,7 @@ func (s *Server) moderations(c *call) error {
 	if err != nil {
 		return err
 	}
-	named := "Model " + req.Model
+	named := "Model " + api.ShortModelID(req.Model)
 	if req.Defaulted {
 		named = "The organisation's moderation model (moderation_model), " + req.Model + ","
 	}

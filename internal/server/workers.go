@@ -223,7 +223,7 @@ func (s *Server) getModel(c *call) error {
 // modelNotListed is the 404 for a model no connected worker lists.
 func modelNotListed(id string) *api.Error {
 	return &api.Error{Kind: api.KindNotFound, Code: api.CodeModelNotFound, Param: "model",
-		Message: "Model " + id + " is not installed on any connected worker; GET /v1/models lists those that are"}
+		Message: "Model " + api.ShortModelID(id) + " is not installed on any connected worker; GET /v1/models lists those that are"}
 }
 
 func modelEntry(m api.Model) api.ModelEntry {

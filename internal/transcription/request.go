@@ -142,6 +142,8 @@ func parse(contentType string, body io.Reader, spool io.Writer, translate bool) 
 	r := &Request{Params: api.TranscriptionParams{Translate: translate}}
 	var v api.Validator
 	fields := map[string]string{}
+	// tooLong are the fields refused for their length: sent, if not read.
+	tooLong := map[string]bool{}
 	var granularities []string
 	var info audio.Info
 	var fileErr error
@@ -195,6 +197,7 @@ func parse(contentType string, body io.Reader, spool io.Writer, translate bool) 
 				return nil, err
 			}
 			if !ok {
+				tooLong[name] = true
 				continue
 			}
 			if _, dup := fields[name]; dup {
@@ -209,7 +212,7 @@ func parse(contentType string, body io.Reader, spool io.Writer, translate bool) 
 	}
 	// The fields were read: the request comes back with any error from
 	// here on, so that the refusal's usage row names its model.
-	r.check(&v, fields, granularities)
+	r.check(&v, fields, tooLong, granularities)
 	if err := v.Err(); err != nil {
 		return r, err
 	}
@@ -316,11 +319,13 @@ func fileError(err error) error {
 }
 
 // check validates the text fields into r.
-func (r *Request) check(v *api.Validator, fields map[string]string, granularities []string) {
+func (r *Request) check(v *api.Validator, fields map[string]string, tooLong map[string]bool, granularities []string) {
 	r.Model = fields["model"]
-	if _, ok := fields["model"]; !ok {
+	_, sent := fields["model"]
+	sent = sent || tooLong["model"] // refused for its length already
+	if !sent {
 		v.Add("model", api.FieldMissing, "required: stt-large-v3-turbo or stt-large-v3")
-	} else if strings.TrimSpace(r.Model) == "" {
+	} else if !tooLong["model"] && strings.TrimSpace(r.Model) == "" {
 		v.Add("model", api.FieldInvalid, "must not be empty")
 	}
 

@@ -153,6 +153,8 @@ func TestParseRefusals(t *testing.T) {
 		{"stream", "", [][2]string{{"file", audio}, {"model", "m"}, {"stream", "true"}}, 422, "stream", "not supported"},
 		{"prompt not UTF-8", "", [][2]string{{"file", audio}, {"model", "m"}, {"prompt", "\xff\xfe"}}, 422, "prompt", "UTF-8"},
 		{"prompt too long", "", [][2]string{{"file", audio}, {"model", "m"}, {"prompt", strings.Repeat("a", maxField+1)}}, 422, "prompt", "longer"},
+		// One failure for the field, not a second saying it was not sent.
+		{"model too long", "", [][2]string{{"file", audio}, {"model", strings.Repeat("m", maxField+1)}}, 422, "model", "Invalid request: model: longer than 64 KB"},
 		{"text is not audio", "", [][2]string{{"file", "hello, this is a text file"}, {"model", "m"}}, 400, "file", "Unsupported audio format"},
 		{"empty file", "", [][2]string{{"file", ""}, {"model", "m"}}, 400, "file", "Unsupported audio format"},
 		{"damaged wav", "", [][2]string{{"file", "RIFF\x24\x00\x00\x00WAVEjunk"}, {"model", "m"}}, 400, "file", "cannot be read"},

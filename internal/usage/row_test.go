@@ -2,8 +2,10 @@ package usage
 
 import (
 	"math"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/svc-dev/svc/internal/api"
 )
@@ -172,5 +174,21 @@ func TestRowCleaned(t *testing.T) {
 		*r.ReasoningTokens != 0 || *r.CachedTokens != 0 || r.EnergyWh != nil || r.TimeToFirstTokenMs != nil ||
 		r.TokensPerSecond != nil || r.DraftAcceptanceRate != nil || r.ModelLoadMs != nil {
 		t.Fatalf("%+v", r)
+	}
+}
+
+// A model no worker could list, a client's megabytes, is kept in the row
+// cut to what any model id may be, so that the row and its totals can be
+// written.
+func TestCleanCutsAModelNoWorkerCouldList(t *testing.T) {
+	long := strings.Repeat("é", api.MaxModelID) // two bytes each
+	row := api.UsageRow{Model: long}
+	Clean(&row)
+	if len(row.Model) > api.MaxModelID+len("…") || !strings.HasSuffix(row.Model, "…") || !utf8.ValidString(row.Model) {
+		t.Fatalf("model of %d bytes kept as %d: %q", len(long), len(row.Model), row.Model)
+	}
+	short := api.UsageRow{Model: "sim-chat"}
+	if Clean(&short); short.Model != "sim-chat" {
+		t.Fatalf("a model id changed: %q", short.Model)
 	}
 }

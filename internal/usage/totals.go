@@ -17,6 +17,9 @@ import (
 // outside 0..1 are dropped, as DecodeResult drops a worker's.
 func Clean(row *api.UsageRow) {
 	row.CreatedAt = row.CreatedAt.UTC()
+	// A model no worker could list is the client's text: the row and its
+	// totals keep what fits a key, rather than fail to be written.
+	row.Model = api.ShortModelID(row.Model)
 	row.PromptTokens, row.CompletionTokens = count(row.PromptTokens), count(row.CompletionTokens)
 	row.TotalTokens = max(count(row.TotalTokens), row.PromptTokens+row.CompletionTokens)
 	row.ReasoningTokens, row.CachedTokens = countPtr(row.ReasoningTokens), countPtr(row.CachedTokens)
