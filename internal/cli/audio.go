@@ -204,7 +204,10 @@ too unless -o saves it.
 				if err != nil {
 					return fmt.Errorf("read the text from stdin: %w", err)
 				}
-				opts.Text = string(b)
+				// Piped text ends in the line's newline, which is no
+				// part of what to say: it would be spoken as a pause and
+				// counted against the 4,096 characters.
+				opts.Text = strings.TrimRight(string(b), "\r\n")
 			}
 			if strings.TrimSpace(opts.Text) == "" {
 				return usageErrorf("no text to speak")

@@ -37,6 +37,20 @@ func TestAudioUsageErrors(t *testing.T) {
 	}
 }
 
+// Text piped in is sent without its last line's end.
+func TestSpeakStdinDropsTheNewline(t *testing.T) {
+	g := newFakeGateway(t, map[string]fakeReply{
+		"POST /v1/audio/speech": {body: "speech.json"},
+	})
+	r := cliRun{env: gatewayEnv(g), stdin: "line one\nline two\r\n\n"}.run(t, "speak", "-", "--model", "tts", "--json")
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+	if sent := g.last("/v1/audio/speech").Body; !strings.Contains(sent, `"input":"line one\nline two"`) {
+		t.Fatalf("sent %s", sent)
+	}
+}
+
 // JSON output is text, so it may go to a terminal.
 func TestSpeakJSONToATerminal(t *testing.T) {
 	g := newFakeGateway(t, map[string]fakeReply{
