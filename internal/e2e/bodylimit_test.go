@@ -134,6 +134,31 @@ func TestOversizeByLengthHasItsRow(t *testing.T) {
 	}
 }
 
+// TestOversizeByLengthRefusesTheKeyFirst: a key that may not call the
+// route is told so (403 naming the permission), not to shrink a body it
+// could never send.
+func TestOversizeByLengthRefusesTheKeyFirst(t *testing.T) {
+	s := startServer(t, "")
+	key := keyFor(t, s, "reader", "owner", "usage:read")
+	for _, path := range []string{"/v1/chat/completions", "/v1/audio/transcriptions"} {
+		conn, err := net.Dial("tcp", strings.TrimPrefix(s.URL, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+		fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", path, key, 40<<20)
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatalf("%s, 40 MB announced: %v", path, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		conn.Close()
+		if resp.StatusCode != 403 || !strings.Contains(string(body), "inference:write") {
+			t.Errorf("%s, 40 MB announced by a key without inference:write = %d %s", path, resp.StatusCode, body)
+		}
+	}
+}
+
 // TestBodiesAreUTF8: JSON is UTF-8 text, so a body with other bytes in it
 // is malformed JSON, on the inference routes and the rest alike, and the
 // refused inference request has its row.

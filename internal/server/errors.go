@@ -152,7 +152,7 @@ func (s *Server) tooLarge(ctx *fasthttp.RequestCtx, m *mux, console bool) *api.E
 	// headers, the key among them, are known only while some remain.
 	if !console && ctx.Request.Header.Len() > 0 {
 		var ae *api.Error
-		if errors.As(s.keyError(&ctx.Request.Header), &ae) {
+		if errors.As(s.refusedKey(ctx, m), &ae) {
 			return ae
 		}
 	}
@@ -163,6 +163,37 @@ func (s *Server) tooLarge(ctx *fasthttp.RequestCtx, m *mux, console bool) *api.E
 	// forgotten, so the message names every limit.
 	return &api.Error{Kind: api.KindTooLarge,
 		Message: "Request body too large; the limit is " + strconv.Itoa(maxBodySize>>20) + " MB, and 25 MB for an audio file"}
+}
+
+// refusedKey is why the request's key may not call its route at all, as
+// authorize would find it, or nil: a key that may not send the request is
+// told that before it is told to shrink the body.
+func (s *Server) refusedKey(ctx *fasthttp.RequestCtx, m *mux) error {
+	key := keyOf(&ctx.Request.Header)
+	if key == "" {
+		return errNoKey
+	}
+	p, err := s.accounts.Authenticate(key)
+	if err != nil {
+		return err
+	}
+	var ps params
+	r, _ := m.match(string(ctx.Method()), string(ctx.Path()), &ps)
+	switch {
+	case r == nil:
+		return nil
+	case r.access == accessConsole:
+		return errConsoleOnly
+	case r.access != accessKey:
+		return nil
+	}
+	if err := p.Require(r.perm); err != nil {
+		return err
+	}
+	if r.operator != "" {
+		return p.RequireOperator(r.operator)
+	}
+	return nil
 }
 
 // writeEarly answers a request refused before its route ran, which has
