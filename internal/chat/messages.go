@@ -247,7 +247,11 @@ func (c *checker) checkImageURL(path *api.Path, s string) {
 		return
 	}
 	if hasPrefixFold(s, "http://") || hasPrefixFold(s, "https://") {
-		if !c.opts.AllowRemoteImages {
+		switch {
+		case c.opts.Sealed:
+			c.v.AddAt(path, api.FieldNotAllowed, "an encrypted request carries its images inline, not as URLs to fetch; send the image as a data:image/...;base64 URL")
+			return
+		case !c.opts.AllowRemoteImages:
 			c.v.AddAt(path, api.FieldNotAllowed, "remote image URLs are turned off for this organisation; send the image as a data:image/...;base64 URL")
 			return
 		}

@@ -41,6 +41,10 @@ type Options struct {
 	// AllowRemoteImages permits http(s) image URLs; otherwise only data:
 	// URLs (the organisation setting allow_remote_image_urls).
 	AllowRemoteImages bool
+	// Sealed is set for a request encrypted end to end, opened by its
+	// worker: its images must be inline whatever the setting, as fetching
+	// a URL would tell the image's host of the request.
+	Sealed bool
 }
 
 // Request is a validated chat-completions request.

@@ -363,18 +363,21 @@ func TestParseAccepts(t *testing.T) {
 func TestParseFieldMessages(t *testing.T) {
 	tests := []struct {
 		body, want string
+		opts       Options
 	}{
-		{body(`"temperature":3`), "must be between 0 and 2"},
-		{msgs(`{"role":"bot","content":"x"}`), "one of system, user, assistant, tool"},
-		{userParts(`{"type":"audio"}`), "one of text, image_url, file"},
-		{body(`"n":30`), "must be a whole number from 1 to 16"},
-		{userParts(imagePart("https://example.com/a.png")), "remote image URLs are turned off for this organisation"},
-		{userParts(filePart("a.txt", b64(strings.Repeat("a", MaxFileBytes+1)))), "larger than 1 MB"},
-		{userParts(filePart("a.pdf", b64("a"))), "only .txt and .csv files are supported"},
-		{body(`"max_tokens":1.5`), "must be a whole number"},
+		{body: body(`"temperature":3`), want: "must be between 0 and 2"},
+		{body: msgs(`{"role":"bot","content":"x"}`), want: "one of system, user, assistant, tool"},
+		{body: userParts(`{"type":"audio"}`), want: "one of text, image_url, file"},
+		{body: body(`"n":30`), want: "must be a whole number from 1 to 16"},
+		{body: userParts(imagePart("https://example.com/a.png")), want: "remote image URLs are turned off for this organisation"},
+		{body: userParts(filePart("a.txt", b64(strings.Repeat("a", MaxFileBytes+1)))), want: "larger than 1 MB"},
+		{body: userParts(filePart("a.pdf", b64("a"))), want: "only .txt and .csv files are supported"},
+		{body: body(`"max_tokens":1.5`), want: "must be a whole number"},
+		// Sealed, the organisation's setting is not why.
+		{body: userParts(imagePart("https://example.com/a.png")), want: "an encrypted request carries its images inline", opts: Options{Sealed: true, AllowRemoteImages: true}},
 	}
 	for _, tt := range tests {
-		_, err := Parse([]byte(tt.body), Options{})
+		_, err := Parse([]byte(tt.body), tt.opts)
 		ae := apiError(t, err)
 		if len(ae.Fields) != 1 || !strings.Contains(ae.Fields[0].Message, tt.want) {
 			t.Errorf("Parse(%.80s) fields = %+v, want a message containing %q", tt.body, ae.Fields, tt.want)

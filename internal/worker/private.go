@@ -114,7 +114,7 @@ func (a *Agent) openPrivate(req *api.LinkRequest, envelope []byte) (*privateRequ
 		}
 		p.body = parsed.Body
 	case api.KindChat:
-		parsed, err := chat.Parse(opened.Body, chat.Options{})
+		parsed, err := chat.Parse(opened.Body, chat.Options{Sealed: true})
 		if err == nil {
 			err = parsed.Prepare(a.modelMeta(req.Model))
 		}
