@@ -397,6 +397,14 @@ func TestPrivateInferenceErrors(t *testing.T) {
 	if r := sealedPost("/v1/moderations", envelope); r.Status != 400 || r.Header.Get("X-Svc-Error-Code") != "encrypted_input_not_supported" {
 		t.Errorf("moderation = %d %s", r.Status, r.Body)
 	}
+	// The other routes without a private form refuse it the same way,
+	// naming those that have one.
+	for _, path := range []string{"/v1/messages", "/v1/messages/count_tokens", "/v1/responses", "/v1/completions", "/v1/audio/translations"} {
+		r := sealedPost(path, envelope)
+		if r.Status != 400 || r.Header.Get("X-Svc-Error-Code") != "encrypted_input_not_supported" || !strings.Contains(string(r.Body), "/v1/embeddings") {
+			t.Errorf("sealed %s = %d %s", path, r.Status, r.Body)
+		}
+	}
 	// 403 e2e_required for clear inference once the organisation asks;
 	// sealed requests still go.
 	s.console("PATCH", "/api/v1/console/orgs/default", `{"require_e2e":true}`)

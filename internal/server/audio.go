@@ -21,8 +21,7 @@ func (s *Server) transcriptions(c *call) error {
 // comes out in English.
 func (s *Server) translations(c *call) error {
 	if sealed(c) {
-		return &api.Error{Kind: api.KindInvalidRequest, Type: api.TypeInvalidEncryptedRequest,
-			Message: "Encrypted audio is transcribed, not translated: send it to /v1/audio/transcriptions"}
+		return errNotSealable("translations", "send the audio as an encrypted transcription")
 	}
 	return s.transcribe(c, transcription.ParseTranslation)
 }

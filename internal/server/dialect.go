@@ -51,7 +51,7 @@ type streamTranslator interface {
 // messages is POST /v1/messages, the Anthropic Messages API.
 func (s *Server) messages(c *call) error {
 	if sealed(c) {
-		return errSealedDialect()
+		return errNotSealable("the Messages API", "send the conversation as an encrypted chat completion")
 	}
 	body, model, chars, err := anthropic.ToChatCounted(c.ctx.PostBody(), anthropicOptions(c))
 	if err != nil {
@@ -83,7 +83,7 @@ func anthropicOptions(c *call) anthropic.Options {
 // is not inference and leaves no usage row.
 func (s *Server) countTokens(c *call) error {
 	if sealed(c) {
-		return errSealedDialect()
+		return errNotSealable("token counts", "count the tokens of the request in clear, or leave the count out")
 	}
 	model, chars, err := anthropic.Count(c.ctx.PostBody(), anthropicOptions(c))
 	if err != nil {
@@ -131,7 +131,7 @@ func (a anthropicStream) Fail(dst []byte, ae *api.Error) []byte {
 // responsesAPI is POST /v1/responses, the OpenAI Responses API, stateless.
 func (s *Server) responsesAPI(c *call) error {
 	if sealed(c) {
-		return errSealedDialect()
+		return errNotSealable("the Responses API", "send the input as an encrypted chat completion")
 	}
 	req, err := responses.Parse(c.ctx.PostBody())
 	if err != nil {
@@ -156,10 +156,14 @@ func (r responsesStream) Fail(dst []byte, ae *api.Error) []byte {
 	return r.Stream.Fail(dst, cmp.Or(ae.Code, ae.ErrorType()), ae.Message, retryAfterSeconds(ae))
 }
 
-// errSealedDialect answers a sealed body sent to a dialect: private
-// inference is sealed chat completions, which the worker opens.
-func errSealedDialect() error {
-	return api.BadRequest("Encrypted requests are chat completions: send them to /v1/chat/completions")
+// errNotSealable answers a sealed body sent to a route private inference
+// does not cover (what): the envelope may be sound, so the answer is the
+// route's, with the code moderation's refusal has, and names the routes
+// that take one.
+func errNotSealable(what, instead string) error {
+	return &api.Error{Kind: api.KindInvalidRequest, Code: api.CodeEncryptedInputNotSupported, CodeHeader: true,
+		Message: "Private inference does not cover " + what + "; " + instead +
+			" (encrypted requests go to /v1/chat/completions, /v1/embeddings, /v1/rerank, /v1/images/generations, /v1/audio/transcriptions and /v1/audio/speech)"}
 }
 
 // dialectSSE is sse in a dialect: each chat event becomes the dialect's

@@ -75,7 +75,7 @@ func moderationModel(c *call) string {
 // generate with raw set).
 func (s *Server) textCompletions(c *call) error {
 	if sealed(c) {
-		return api.NotImplemented("Private inference does not cover text completions; send the prompt as a chat to /v1/chat/completions")
+		return errNotSealable("text completions", "send the prompt as an encrypted chat completion")
 	}
 	body := append([]byte(nil), c.ctx.PostBody()...)
 	req, err := completions.Parse(body)
