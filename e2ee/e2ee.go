@@ -41,9 +41,10 @@ const (
 // reply limit leaves room for base64 around the relay's 64 MB answers.
 const (
 	MaxEnvelope = 32 << 20
-	// MaxUpload is the gateway's limit on an audio upload, which holds
-	// for a sealed one's envelope too.
-	MaxUpload = 25 << 20
+	// MaxUpload is the gateway's limit on a whole transcription upload
+	// (the 25 MB file and 1 MB of form), which holds for a sealed one's
+	// envelope too.
+	MaxUpload = 26 << 20
 	MaxReply  = 96 << 20
 	// MaxModel bounds the clear model name, which the gateway logs and
 	// routes on.

@@ -557,7 +557,7 @@ func TestTransportRefusesAnUploadOverTheLimit(t *testing.T) {
 		resp.Body.Close()
 		t.Fatal("a 20 MB upload was sent sealed")
 	}
-	if _, requests := g.counts(); requests != 0 || !strings.Contains(err.Error(), "25 MB limit") {
+	if _, requests := g.counts(); requests != 0 || !strings.Contains(err.Error(), "26 MB limit") {
 		t.Fatalf("%d requests, err %v", requests, err)
 	}
 }

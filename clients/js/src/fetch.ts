@@ -226,8 +226,11 @@ interface Prepared {
   upload?: boolean;
 }
 
-/** The gateway's limit on an audio upload, which holds for a sealed one's envelope too. */
-const MAX_UPLOAD = 25 << 20;
+/**
+ * The gateway's limit on a whole transcription upload (the 25 MB file and
+ * 1 MB of form), which holds for a sealed one's envelope too.
+ */
+const MAX_UPLOAD = 26 << 20;
 
 /**
  * createPrivateFetch returns a fetch that seals chat completion,

@@ -200,7 +200,7 @@ test("an upload whose envelope is over the gateway's audio limit is refused befo
   form.set("model", "stt-model");
   form.set("file", new Blob([new Uint8Array(20 << 20)]), "big.wav");
   await assert.rejects(f("http://gw.test/v1/audio/transcriptions", { method: "POST", headers: auth, body: form }), (e) =>
-    e instanceof UnsealableRequestError && /25 MB limit/.test(e.message),
+    e instanceof UnsealableRequestError && /26 MB limit/.test(e.message),
   );
   assert.equal(g.requests, 0);
 });
