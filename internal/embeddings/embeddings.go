@@ -40,6 +40,11 @@ func Parse(body []byte) (model string, out []byte, err error) {
 	}
 	checkInput(&v, req["input"])
 	rewritten := checkOutput(&v, req)
+	if raw := req["user"]; jsonbody.Present(raw) && jsonraw.KindOf(raw) != jsonraw.String {
+		// Engines type it a string and would refuse the request in their
+		// own words, once it had waited for a slot.
+		v.Add("user", api.FieldWrongType, "expected a string")
+	}
 	if err := v.Err(); err != nil {
 		return model, nil, err
 	}

@@ -43,6 +43,8 @@ func TestParse(t *testing.T) {
 		{"bad dimensions", `{"model":"e5","input":"x","dimensions":0}`, "", 422, "dimensions"},
 		{"dimensions a fraction", `{"model":"e5","input":"x","dimensions":1.5}`, "", 422, "dimensions"},
 		{"dimensions a string", `{"model":"e5","input":"x","dimensions":"4"}`, "", 422, "dimensions"},
+		{"user a number", `{"model":"e5","input":"x","user":5}`, "", 422, "user"},
+		{"user null", `{"model":"e5","input":"x","user":null}`, "e5", 0, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
