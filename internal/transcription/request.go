@@ -61,7 +61,7 @@ var ErrTooLarge = &api.Error{Kind: api.KindTooLarge, Code: "file_too_large", Par
 // ErrBodyTooLarge is the 413 for an upload over MaxBody, found as it is
 // read (a chunked body); the connection it came on cannot be used again.
 var ErrBodyTooLarge = &api.Error{Kind: api.KindTooLarge, Code: "file_too_large", Param: "file",
-	Message: "The upload is too large: the audio file may be at most 25 MB"}
+	Message: "The upload is larger than 26 MB: the audio file may be at most 25 MB, and the form's other fields 1 MB together"}
 
 // Parse reads a multipart/form-data upload from body as it arrives, at most
 // MaxBody bytes of it, and writes the audio file to spool as it streams
@@ -413,5 +413,16 @@ func malformed(err error) error {
 	if ae, ok := errors.AsType[*api.Error](err); ok {
 		return ae
 	}
-	return api.BadRequest("Malformed multipart/form-data body: %v", err)
+	// The multipart reader's own words name its internals; say what the
+	// sender can mend.
+	why := err.Error()
+	switch {
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), strings.HasSuffix(why, ": EOF"):
+		why = "the body ended before the form did (a form is its parts, each after --BOUNDARY, then --BOUNDARY-- with the Content-Type's boundary)"
+	case why == "multipart: message too large":
+		why = "a part's headers are too large"
+	case strings.HasPrefix(why, "malformed MIME header"):
+		why = "a part's headers cannot be read (" + why + ")"
+	}
+	return api.BadRequest("Malformed multipart/form-data body: %s", why)
 }

@@ -415,3 +415,37 @@ func TestParseSpoolFull(t *testing.T) {
 		}
 	}
 }
+
+// A form that does not parse is a 400 saying what to mend, in the
+// client's terms rather than the multipart reader's.
+func TestParseMalformedForms(t *testing.T) {
+	const ct = "multipart/form-data; boundary=B"
+	tests := []struct{ name, body, want string }{
+		{"cut off in a part", "--B\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nm", "the body ended before the form did"},
+		{"no closing boundary", "--B\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nm\r\n", "the body ended before the form did"},
+		{"not a form", "model=m", "the body ended before the form did"},
+		{"empty", "", "the body ended before the form did"},
+		{"bad part header", "--B\r\nno colon here\r\n\r\nm\r\n--B--", "a part's headers cannot be read"},
+		{"huge part headers", "--B\r\nContent-Disposition: form-data; name=\"model\"\r\n" + strings.Repeat("X-A: b\r\n", 20000) + "\r\nm\r\n--B--",
+			"a part's headers are too large"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse(ct, strings.NewReader(tt.body), io.Discard)
+			ae, ok := errors.AsType[*api.Error](err)
+			if !ok || ae.HTTPStatus() != http.StatusBadRequest || !strings.Contains(ae.Message, tt.want) || strings.Contains(ae.Message, "NextPart") {
+				t.Fatalf("err = %v, want a 400 saying %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// A body over MaxBody because of a field other than the file is not
+// blamed on the audio alone.
+func TestParseBodyTooLargeByAField(t *testing.T) {
+	ct, body := form(t, [2]string{"model", "m"}, [2]string{"notes", strings.Repeat("n", MaxBody)}, [2]string{"file", string(wav(1600))})
+	_, err := Parse(ct, bytes.NewReader(body), io.Discard)
+	if !errors.Is(err, ErrBodyTooLarge) || !strings.Contains(err.Error(), "other fields") {
+		t.Fatalf("err = %v", err)
+	}
+}
