@@ -549,7 +549,9 @@ func TestUsageCommitSumsSharedAggregates(t *testing.T) {
 	for _, r := range []api.UsageRow{
 		row("1", "m", "w", "First", 5),
 		row("2", "m", "w", "", 7),
-		row("3", strings.Repeat("x", 40_000), "w", "Refused", 100),
+		// A worker id no store could key (none is so long): its row is
+		// refused, and with it what it would add to the aggregates shared.
+		row("3", "m", strings.Repeat("x", 40_000), "Refused", 100),
 		row("4", "m2", "w", "Second", 11),
 		row("5", "m", "w", "", 13),
 	} {
