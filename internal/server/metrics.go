@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -48,6 +49,14 @@ type metrics struct {
 	// row, which a stream that failed after it started carries where its
 	// HTTP status says 200.
 	outcomes *prometheus.CounterVec
+	// served times the requests a worker served, by request type and
+	// model: what an operator compares models and engines by.
+	served servedTimes
+}
+
+// servedTimes are the histograms of served requests' timings.
+type servedTimes struct {
+	duration, firstToken, queueWait *prometheus.HistogramVec
 }
 
 type seriesKey struct {
@@ -96,12 +105,31 @@ func newMetrics(build buildinfo.Info) *metrics {
 		Name: "svc_forwarded_requests_total",
 		Help: "API requests this replica sent to the replica that serves them (the organisation's home, or the leader for rentals), by outcome: forwarded, not_home (refused before running, tried again), unreachable (no link to it: answered 503, nothing sent), or lost (the link's session was lost before its answer began: answered 503, not sent again).",
 	}, []string{"outcome"})
+	// From a sub-second embedding to a half-hour generation.
+	servedBuckets := []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 1800}
+	m.served = servedTimes{
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "svc_inference_duration_seconds",
+			Help:    "Whole time of inference requests a worker served (its usage row's request_duration_ms, a stream's end included), by request type and model, whatever their status.",
+			Buckets: servedBuckets,
+		}, []string{"request_type", "model"}),
+		firstToken: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "svc_inference_time_to_first_token_seconds",
+			Help:    "Time to the first token of served requests that had one (time_to_first_token_ms), by request type and model.",
+			Buckets: servedBuckets,
+		}, []string{"request_type", "model"}),
+		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "svc_inference_queue_wait_seconds",
+			Help:    "Wait of served requests before generation started (queue_wait_ms: the gateway's queue and the worker's), by request type and model.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"request_type", "model"}),
+	}
 	info := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "svc_build_info",
 		Help: "The running build; always 1.",
 	}, []string{"version", "commit", "goversion"})
 	info.WithLabelValues(build.Version, build.Commit, build.Go).Set(1)
-	m.reg.MustRegister(m.requests, m.latency, m.outcomes, m.storeRefused, m.rateLimited, m.stalls, m.overCap, m.forwards, info,
+	m.reg.MustRegister(m.requests, m.latency, m.outcomes, m.served.duration, m.served.firstToken, m.served.queueWait, m.storeRefused, m.rateLimited, m.stalls, m.overCap, m.forwards, info,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	h := fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
@@ -125,23 +153,38 @@ func (m *metrics) observe(route, method string, status int, d time.Duration) {
 }
 
 // countedUsage is the usage recorder that also counts each row's outcome
-// in svc_requests_total: every inference request has one row, whatever
-// became of it.
+// in svc_requests_total (every inference request has one row, whatever
+// became of it) and times the requests a worker served.
 type countedUsage struct {
 	relay.Recorder
 	outcomes *prometheus.CounterVec
-	// counters caches each series' counter, as series does the HTTP
-	// ones: the vector's lookup hashes its labels under a lock.
+	served   servedTimes
+	// counters caches each series' counter, and timers each (type,
+	// model)'s histograms, as series does the HTTP ones: the vector's
+	// lookup hashes its labels under a lock.
 	counters *sync.Map // outcomeKey -> prometheus.Counter
+	timers   *sync.Map // timerKey -> *timers
+	// timed counts timers' entries, held to maxTimedModels: past it, a
+	// new model is timed as "other".
+	timed *atomic.Int32
 }
+
+// maxTimedModels bounds the (request type, model) series of the served
+// timings: workers name their models, and a fleet whose workers listed
+// thousands over a gateway's life must not make /metrics as large.
+const maxTimedModels = 500
 
 type outcomeKey struct {
 	requestType string
 	status      int
 }
 
-func newCountedUsage(r relay.Recorder, outcomes *prometheus.CounterVec) countedUsage {
-	return countedUsage{Recorder: r, outcomes: outcomes, counters: &sync.Map{}}
+type timerKey struct{ requestType, model string }
+
+type timers struct{ duration, firstToken, queueWait prometheus.Observer }
+
+func newCountedUsage(r relay.Recorder, m *metrics) countedUsage {
+	return countedUsage{Recorder: r, outcomes: m.outcomes, served: m.served, counters: &sync.Map{}, timers: &sync.Map{}, timed: &atomic.Int32{}}
 }
 
 func (u countedUsage) Record(orgID string, row api.UsageRow) {
@@ -151,7 +194,37 @@ func (u countedUsage) Record(orgID string, row api.UsageRow) {
 		c, _ = u.counters.LoadOrStore(k, u.outcomes.WithLabelValues(k.requestType, strconv.Itoa(k.status)))
 	}
 	c.(prometheus.Counter).Inc()
+	// Only a model a worker served is a label: one a client names is
+	// any text, and would grow the series without bound.
+	if row.WorkerID != "" && api.ValidModelID(row.Model) {
+		u.time(k.requestType, &row)
+	}
 	u.Recorder.Record(orgID, row)
+}
+
+func (u countedUsage) time(requestType string, row *api.UsageRow) {
+	k := timerKey{requestType: requestType, model: row.Model}
+	v, ok := u.timers.Load(k)
+	if !ok && u.timed.Add(1) > maxTimedModels {
+		u.timed.Add(-1)
+		k.model = "other"
+		v, ok = u.timers.Load(k)
+	}
+	if !ok {
+		v, _ = u.timers.LoadOrStore(k, &timers{
+			duration:   u.served.duration.WithLabelValues(k.requestType, k.model),
+			firstToken: u.served.firstToken.WithLabelValues(k.requestType, k.model),
+			queueWait:  u.served.queueWait.WithLabelValues(k.requestType, k.model),
+		})
+	}
+	t := v.(*timers)
+	t.duration.Observe(float64(row.RequestDurationMs) / 1000)
+	if row.TimeToFirstTokenMs != nil {
+		t.firstToken.Observe(float64(*row.TimeToFirstTokenMs) / 1000)
+	}
+	if row.QueueWaitMs != nil {
+		t.queueWait.Observe(float64(*row.QueueWaitMs) / 1000)
+	}
 }
 
 // metricRequestType bounds the request_type label to the kinds the gateway

@@ -1,11 +1,15 @@
 package server
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 
+	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/buildinfo"
 )
 
@@ -41,5 +45,56 @@ func TestObserve(t *testing.T) {
 	}
 	if n := testutil.CollectAndCount(m.latency); n != 4 {
 		t.Errorf("%d series of latency, want 4", n)
+	}
+}
+
+type countedRows struct{ n int }
+
+func (d *countedRows) Record(string, api.UsageRow) { d.n++ }
+
+// Served requests are timed by request type and model; a request no
+// worker served is not (its model is any text a client sent), and the
+// models timed are bounded.
+func TestServedTimings(t *testing.T) {
+	m := newMetrics(buildinfo.Info{})
+	var rows countedRows
+	u := newCountedUsage(&rows, m)
+	ms := func(v int64) *int64 { return &v }
+	u.Record("o", api.UsageRow{RequestType: "chat", Model: "m", WorkerID: "w", StatusCode: 200, RequestDurationMs: 1500,
+		TimeToFirstTokenMs: ms(40), QueueWaitMs: ms(3)})
+	u.Record("o", api.UsageRow{RequestType: "chat", Model: "m", WorkerID: "w", StatusCode: 502, RequestDurationMs: 20})
+	u.Record("o", api.UsageRow{RequestType: "embeddings", Model: "e", WorkerID: "w", StatusCode: 200, RequestDurationMs: 8})
+	u.Record("o", api.UsageRow{RequestType: "chat", Model: "whatever a client typed", StatusCode: 404})
+	if rows.n != 4 {
+		t.Fatalf("%d rows recorded, want every one", rows.n)
+	}
+	if n := testutil.CollectAndCount(m.served.duration); n != 2 {
+		t.Fatalf("%d duration series, want chat/m and embeddings/e", n)
+	}
+	count := func(h *prometheus.HistogramVec, labels ...string) uint64 {
+		var d dto.Metric
+		if err := h.WithLabelValues(labels...).(prometheus.Histogram).Write(&d); err != nil {
+			t.Fatal(err)
+		}
+		return d.GetHistogram().GetSampleCount()
+	}
+	if n := count(m.served.duration, "chat", "m"); n != 2 {
+		t.Errorf("chat/m timed %d times, want 2", n)
+	}
+	if n := count(m.served.firstToken, "chat", "m"); n != 1 {
+		t.Errorf("chat/m first tokens %d, want 1", n)
+	}
+	if n := count(m.served.queueWait, "embeddings", "e"); n != 0 {
+		t.Errorf("embeddings/e queue waits %d, want none reported", n)
+	}
+
+	for i := range maxTimedModels + 10 {
+		u.Record("o", api.UsageRow{RequestType: "chat", Model: fmt.Sprintf("model-%d", i), WorkerID: "w", StatusCode: 200})
+	}
+	if n := testutil.CollectAndCount(m.served.duration); n != maxTimedModels+1 {
+		t.Errorf("%d duration series, want at most %d and other", n, maxTimedModels)
+	}
+	if n := count(m.served.duration, "chat", "other"); n < 10 {
+		t.Errorf("other timed %d times, want the models past the bound", n)
 	}
 }

@@ -194,7 +194,7 @@ func New(d Deps) *Server {
 		s.liveIdle = transcription.LiveIdle
 	}
 	s.bodies = &bodyBudget{max: cmp.Or(d.BodyMemory, defaultBodyMemory)}
-	s.relay = relay.New(relay.Config{Fleet: d.Fleet, Usage: newCountedUsage(d.Usage, s.metrics.outcomes), InFlight: s.inflight, Timing: d.Timing, Logger: d.Logger,
+	s.relay = relay.New(relay.Config{Fleet: d.Fleet, Usage: newCountedUsage(d.Usage, s.metrics), InFlight: s.inflight, Timing: d.Timing, Logger: d.Logger,
 		Tracer: d.Tracer})
 	s.metrics.reg.MustRegister(s.power.energy, newLiveWatts(d.Fleet), newConcurrencyLimits(d.Fleet))
 	if d.ClockSteps != nil {
