@@ -140,8 +140,13 @@ func (hc *hostile) bigBodies(ctx context.Context) {
 		} {
 			for _, k := range []string{hc.g.Key, ""} {
 				allowed := entityTooLarge
-				if k == "" {
+				switch {
+				case k == "":
 					allowed = []int{401, 413}
+				case strings.HasPrefix(rt.path, "/api/v1/console/"):
+					// A key may not call it at all, which it is told
+					// before it is told to shrink the body.
+					allowed = []int{403}
 				}
 				auth := ""
 				if k != "" {

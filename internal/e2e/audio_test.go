@@ -370,7 +370,7 @@ func TestTranscriptionTooLarge(t *testing.T) {
 		}()
 		status, rest := rawPost(t, s, head("Transfer-Encoding: chunked\r\n"), pr)
 		_ = pr.Close()
-		if !strings.Contains(status, "413") || !strings.Contains(rest, "too large") {
+		if !strings.Contains(status, "413") || !strings.Contains(rest, "larger than 26 MB") {
 			t.Fatalf("%s\n%s", status, rest)
 		}
 	})
