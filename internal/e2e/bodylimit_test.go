@@ -134,17 +134,19 @@ func TestOversizeByLengthHasItsRow(t *testing.T) {
 	}
 }
 
-// TestOversizeByLengthRefusesTheKeyFirst: a key that may not call the
-// route is told so (403 naming the permission), not to shrink a body it
-// could never send.
+// TestOversizeByLengthRefusesTheKeyFirst: a caller the route refuses is
+// told so (403 naming the permission, or the organisation's require_e2e),
+// not to shrink a body it could never send, and the refused inference
+// request has its row.
 func TestOversizeByLengthRefusesTheKeyFirst(t *testing.T) {
 	s := startServer(t, "")
-	key := keyFor(t, s, "reader", "owner", "usage:read")
-	for _, path := range []string{"/v1/chat/completions", "/v1/audio/transcriptions"} {
+	announce := func(path, key string) (int, string, string) {
+		t.Helper()
 		conn, err := net.Dial("tcp", strings.TrimPrefix(s.URL, "http://"))
 		if err != nil {
 			t.Fatal(err)
 		}
+		defer conn.Close()
 		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
 		fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", path, key, 40<<20)
 		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
@@ -152,10 +154,34 @@ func TestOversizeByLengthRefusesTheKeyFirst(t *testing.T) {
 			t.Fatalf("%s, 40 MB announced: %v", path, err)
 		}
 		body, _ := io.ReadAll(resp.Body)
-		conn.Close()
-		if resp.StatusCode != 403 || !strings.Contains(string(body), "inference:write") {
-			t.Errorf("%s, 40 MB announced by a key without inference:write = %d %s", path, resp.StatusCode, body)
+		return resp.StatusCode, string(body), resp.Header.Get("X-Request-Id")
+	}
+	reader := keyFor(t, s, "reader", "owner", "usage:read")
+	for _, c := range []struct{ path, kind string }{
+		{"/v1/chat/completions", "chat"},
+		{"/v1/audio/transcriptions", "audio"},
+	} {
+		status, body, id := announce(c.path, reader)
+		if status != 403 || !strings.Contains(body, "inference:write") {
+			t.Errorf("%s, 40 MB announced by a key without inference:write = %d %s", c.path, status, body)
 		}
+		if row := s.usageRow(reader, id); row["status_code"] != 403.0 || row["request_type"] != c.kind {
+			t.Errorf("%s: row %v, want a %s row with status 403", c.path, row, c.kind)
+		}
+	}
+
+	// A clear request from an organisation that requires sealed ones is
+	// refused for that, whatever its size.
+	key := s.adminKey()
+	if r := s.console("PATCH", "/api/v1/console/orgs/default", `{"require_e2e": true}`); r.Status != 200 {
+		t.Fatalf("require_e2e: %d %s", r.Status, r.Body)
+	}
+	status, body, id := announce("/v1/chat/completions", key)
+	if status != 403 || !strings.Contains(body, "e2e_required") {
+		t.Errorf("40 MB of clear chat under require_e2e = %d %s", status, body)
+	}
+	if row := s.usageRow(key, id); row["status_code"] != 403.0 {
+		t.Errorf("row %v, want status 403", row)
 	}
 }
 

@@ -588,13 +588,17 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, m *mux, console bool) {
 	case unread(ctx):
 		// The body was left on the connection, which cannot be used again.
 		closeUnread(ctx)
-		err = s.tooLarge(ctx, m, console)
-		if r != nil && r.kind != "" && api.ErrorOf(err).Kind == api.KindTooLarge {
-			// An inference request refused for its size has its row like
-			// any other refusal, in the organisation its key names; the
-			// answer stays the 413 its headers earned.
+		if r != nil && (r.access == accessKey || r.access == accessConsole) {
+			// A caller the route refuses (its key, its permissions, its
+			// organisation's require_e2e) is told that before it is told
+			// to shrink a body it could never send; either way an
+			// inference request has its row like any other refusal, in
+			// the organisation its key names.
 			label, c.route = r.path, r
-			_ = s.authorize(&c, console)
+			err = s.authorize(&c, console)
+		}
+		if err == nil {
+			err = s.tooLarge(ctx, m, console)
 		}
 	case r != nil:
 		label = r.path
