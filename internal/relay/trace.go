@@ -22,12 +22,15 @@ func (c *Call) startSpan() {
 	if tr == nil {
 		return
 	}
+	// A model id is the client's to send at any length; a span carries
+	// it cut as the usage row does.
+	model := api.ShortModelID(c.req.Model)
 	ctx := trace.ContextWithRemoteSpanContext(context.Background(), tracing.Parent(c.req.Traceparent, c.req.Tracestate))
-	_, c.span = tr.Start(ctx, tracing.SpanName(c.req.Kind, c.req.Model),
+	_, c.span = tr.Start(ctx, tracing.SpanName(c.req.Kind, model),
 		trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(c.started),
 		trace.WithAttributes(
 			tracing.OperationName.String(tracing.Operation(c.req.Kind)),
-			tracing.RequestModel.String(c.req.Model),
+			tracing.RequestModel.String(model),
 			tracing.RequestStream.Bool(c.req.Stream),
 			tracing.RequestID.String(c.req.ID),
 		))
@@ -66,7 +69,7 @@ func (c *Call) endSpan(o *usage.Outcome, failure error) {
 	if failure == nil {
 		// The gateway answers under the name the client asked for,
 		// whatever the worker's engine calls the model.
-		attrs = append(attrs, tracing.ResponseModel.String(c.req.Model))
+		attrs = append(attrs, tracing.ResponseModel.String(api.ShortModelID(c.req.Model)))
 	} else {
 		// The code, not the message: an engine's message may quote the
 		// prompt.

@@ -54,6 +54,30 @@ func TestRefusedRequestSpan(t *testing.T) {
 	}
 }
 
+// A model id is the client's to send at any length; the span carries it
+// cut as the row does, so a megabyte of it is not exported with each span.
+func TestSpanCutsALongModelID(t *testing.T) {
+	sr := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
+	rl := relay.New(relay.Config{Usage: &rowLog{}, Tracer: tp.Tracer("test")})
+	long := strings.Repeat("m", 1<<20)
+	rl.Refuse(relay.Request{ID: "req-1", OrgID: org, Kind: api.KindChat, Model: long},
+		&api.Error{Kind: api.KindNotFound, Code: "model_not_found", Message: "no such model"})
+	spans := sr.Ended()
+	if len(spans) != 1 {
+		t.Fatalf("%d spans", len(spans))
+	}
+	want := api.ShortModelID(long)
+	if spans[0].Name() != "chat "+want {
+		t.Errorf("span name is %d bytes, want %d", len(spans[0].Name()), len("chat "+want))
+	}
+	for _, kv := range spans[0].Attributes() {
+		if kv.Key == "gen_ai.request.model" && kv.Value.AsString() != want {
+			t.Errorf("gen_ai.request.model is %d bytes, want %d", len(kv.Value.AsString()), len(want))
+		}
+	}
+}
+
 // A request whose client went has the span the worker's and the
 // engine's have, error.type cancelled, and its status unset: the server
 // did not fail. A failure of the gateway's own (5xx) is an Error,
