@@ -307,7 +307,7 @@ func TestTranscriptionTooLarge(t *testing.T) {
 	t.Run("content-length", func(t *testing.T) {
 		// No body is sent at all: the answer must come from the header.
 		status, rest := rawPost(t, s, head("Content-Length: 30000000\r\n"), nil)
-		if !strings.Contains(status, "413") || !strings.Contains(rest, "25 MB") || !strings.Contains(rest, "X-Request-Id") {
+		if !strings.Contains(status, "413") || !strings.Contains(rest, "larger than 26 MB") || !strings.Contains(rest, "X-Request-Id") {
 			t.Fatalf("%s\n%s", status, rest)
 		}
 	})
@@ -352,7 +352,7 @@ func TestTranscriptionTooLarge(t *testing.T) {
 	})
 	t.Run("expect 100-continue", func(t *testing.T) {
 		status, rest := rawPost(t, s, head("Content-Length: 30000000\r\nExpect: 100-continue\r\n"), nil)
-		if !strings.Contains(status, "413") || !strings.Contains(rest, "25 MB") {
+		if !strings.Contains(status, "413") || !strings.Contains(rest, "larger than 26 MB") {
 			t.Fatalf("%s\n%s", status, rest)
 		}
 	})

@@ -19,6 +19,7 @@ import (
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/jsontext"
 	"github.com/svc-dev/svc/internal/pgstore"
+	"github.com/svc-dev/svc/internal/transcription"
 )
 
 // toAPIError is what a call's client is told of err. Domain packages
@@ -162,7 +163,7 @@ func (s *Server) tooLarge(ctx *fasthttp.RequestCtx, m *mux, console bool) *api.E
 	// A chunked body over its route's limit gets here with its headers
 	// forgotten, so the message names every limit.
 	return &api.Error{Kind: api.KindTooLarge,
-		Message: "Request body too large; the limit is " + strconv.Itoa(maxBodySize>>20) + " MB, and 25 MB for an audio file"}
+		Message: "Request body too large; the limit is " + strconv.Itoa(maxBodySize>>20) + " MB, and " + strconv.Itoa(transcription.MaxBody>>20) + " MB for an audio upload"}
 }
 
 // refusedKey is why the request's key may not call its route at all, as

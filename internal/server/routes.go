@@ -72,10 +72,10 @@ func (s *Server) routes() []*route {
 		{method: "GET", path: "/models", requestIDHeader: true, handle: s.listModels},
 		{method: "GET", path: "/models/{model...}", requestIDHeader: true, handle: s.getModel},
 		{method: "POST", path: "/audio/transcriptions", e2e: true, kind: api.KindTranscription, handle: s.transcriptions,
-			maxBody: transcription.MaxBody, tooLarge: transcription.ErrTooLarge, streamed: true},
+			maxBody: transcription.MaxBody, tooLarge: transcription.ErrBodyTooLarge, streamed: true},
 		{method: "GET", path: "/audio/transcriptions/live", e2e: true, kind: api.KindTranscriptionLive, handle: s.accounted(s.liveTranscription)},
 		{method: "POST", path: "/audio/translations", e2e: true, kind: api.KindTranscription, handle: s.translations,
-			maxBody: transcription.MaxBody, tooLarge: transcription.ErrTooLarge, streamed: true},
+			maxBody: transcription.MaxBody, tooLarge: transcription.ErrBodyTooLarge, streamed: true},
 		{method: "POST", path: "/audio/speech", e2e: true, kind: api.KindSpeech, handle: s.admitted(api.KindSpeech, false, nil, s.speech)},
 		{method: "POST", path: "/moderations", e2e: true, kind: api.KindModeration, codeHeader: true, handle: s.admitted(api.KindModeration, false, moderation.ShapeError, s.moderations)},
 	}

@@ -58,10 +58,12 @@ type Request struct {
 var ErrTooLarge = &api.Error{Kind: api.KindTooLarge, Code: "file_too_large", Param: "file",
 	Message: "The audio file is larger than the 25 MB limit; split it into shorter files"}
 
-// ErrBodyTooLarge is the 413 for an upload over MaxBody, found as it is
-// read (a chunked body); the connection it came on cannot be used again.
+// ErrBodyTooLarge is the 413 for an upload over MaxBody, from its
+// Content-Length or found as it is read; the connection it came on cannot
+// be used again. The megabyte past the file's limit is room for the form
+// around it, not a limit of its own.
 var ErrBodyTooLarge = &api.Error{Kind: api.KindTooLarge, Code: "file_too_large", Param: "file",
-	Message: "The upload is larger than 26 MB: the audio file may be at most 25 MB, and the form's other fields 1 MB together"}
+	Message: "The upload is larger than 26 MB, the limit for a 25 MB audio file and the form around it; split the audio into shorter files"}
 
 // Parse reads a multipart/form-data upload from body as it arrives, at most
 // MaxBody bytes of it, and writes the audio file to spool as it streams

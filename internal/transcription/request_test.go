@@ -445,7 +445,7 @@ func TestParseMalformedForms(t *testing.T) {
 func TestParseBodyTooLargeByAField(t *testing.T) {
 	ct, body := form(t, [2]string{"model", "m"}, [2]string{"notes", strings.Repeat("n", MaxBody)}, [2]string{"file", string(wav(1600))})
 	_, err := Parse(ct, bytes.NewReader(body), io.Discard)
-	if !errors.Is(err, ErrBodyTooLarge) || !strings.Contains(err.Error(), "other fields") {
+	if !errors.Is(err, ErrBodyTooLarge) || !strings.Contains(err.Error(), "the form around it") {
 		t.Fatalf("err = %v", err)
 	}
 }
