@@ -164,8 +164,8 @@ type countedUsage struct {
 	// lookup hashes its labels under a lock.
 	counters *sync.Map // outcomeKey -> prometheus.Counter
 	timers   *sync.Map // timerKey -> *timers
-	// timed counts timers' entries, held to maxTimedModels: past it, a
-	// new model is timed as "other".
+	// timed counts timers' entries but "other", held to maxTimedModels:
+	// past it, a new model is timed as "other".
 	timed *atomic.Int32
 }
 
@@ -211,11 +211,16 @@ func (u countedUsage) time(requestType string, row *api.UsageRow) {
 		v, ok = u.timers.Load(k)
 	}
 	if !ok {
-		v, _ = u.timers.LoadOrStore(k, &timers{
+		var loaded bool
+		v, loaded = u.timers.LoadOrStore(k, &timers{
 			duration:   u.served.duration.WithLabelValues(k.requestType, k.model),
 			firstToken: u.served.firstToken.WithLabelValues(k.requestType, k.model),
 			queueWait:  u.served.queueWait.WithLabelValues(k.requestType, k.model),
 		})
+		if loaded && k.model != "other" {
+			// Another record stored this model first, and counted it.
+			u.timed.Add(-1)
+		}
 	}
 	t := v.(*timers)
 	t.duration.Observe(float64(row.RequestDurationMs) / 1000)

@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -96,5 +97,25 @@ func TestServedTimings(t *testing.T) {
 	}
 	if n := count(m.served.duration, "chat", "other"); n < 10 {
 		t.Errorf("other timed %d times, want the models past the bound", n)
+	}
+}
+
+// Records of one new model at once count it once against the bound: a
+// race lost to another record gives its place back.
+func TestServedTimingsCountAModelOnce(t *testing.T) {
+	m := newMetrics(buildinfo.Info{})
+	u := newCountedUsage(&countedRows{}, m)
+	const models = 20
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range models {
+				u.time("chat", &api.UsageRow{Model: fmt.Sprintf("model-%d", (i+g)%models)})
+			}
+		})
+	}
+	wg.Wait()
+	if n := u.timed.Load(); n != models {
+		t.Errorf("%d models counted against the bound, want %d", n, models)
 	}
 }
