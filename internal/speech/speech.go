@@ -8,12 +8,14 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/audio"
+	"github.com/svc-dev/svc/internal/jsonbody"
 )
 
 // MaxInput is the longest text spoken in one request, in characters.
@@ -26,28 +28,22 @@ type Request struct {
 	Params api.SpeechParams
 }
 
-type body struct {
-	Model          json.RawMessage `json:"model"`
-	Input          json.RawMessage `json:"input"`
-	Voice          json.RawMessage `json:"voice"`
-	ResponseFormat json.RawMessage `json:"response_format"`
-	Speed          json.RawMessage `json:"speed"`
-	Instructions   json.RawMessage `json:"instructions"`
-	StreamFormat   json.RawMessage `json:"stream_format"`
-}
-
 // Parse reads a request body. Malformed JSON and the spec's three refusals
 // (an unsupported response_format, input over 4,096 characters) are 400;
 // missing or mistyped fields are a 422 naming them.
 func Parse(raw []byte) (*Request, error) {
-	var b body
-	if err := json.Unmarshal(raw, &b); err != nil {
-		var typ *json.UnmarshalTypeError
-		if errors.As(err, &typ) {
-			return nil, api.Invalid(api.FieldError{Field: "body", Type: api.FieldWrongType, Message: "expected a JSON object"})
-		}
-		return nil, api.BadRequest("Malformed JSON: %v", strings.TrimPrefix(err.Error(), "json: "))
+	// Names are matched exactly, as on every other route: encoding/json
+	// would read "MODEL" as model, and a miscased key sent after the
+	// right one would win.
+	m, err := jsonbody.Members(raw)
+	if err != nil {
+		return nil, err
 	}
+	if m == nil {
+		return nil, api.Invalid(api.FieldError{Field: "body", Type: api.FieldWrongType, Message: "expected a JSON object"})
+	}
+	b := struct{ Model, Input, Voice, ResponseFormat, Speed, Instructions, StreamFormat json.RawMessage }{
+		m["model"], m["input"], m["voice"], m["response_format"], m["speed"], m["instructions"], m["stream_format"]}
 	r := &Request{}
 	var v api.Validator
 	str := func(field string, raw json.RawMessage, dst *string) bool {
@@ -75,6 +71,7 @@ func Parse(raw []byte) (*Request, error) {
 	} else if blank(p.Input) {
 		v.Add("input", api.FieldInvalid, "must not be empty")
 	}
+	emptyVoice := false
 	if present(b.Voice) {
 		// OpenAI's clients also send a custom voice as {"id": ...}.
 		var obj struct {
@@ -85,6 +82,8 @@ func Parse(raw []byte) (*Request, error) {
 				v.Add("voice", api.FieldWrongType, "expected a voice name")
 			}
 			p.Voice = obj.ID
+		} else {
+			emptyVoice = p.Voice == ""
 		}
 	}
 	if present(b.Speed) {
@@ -96,18 +95,23 @@ func Parse(raw []byte) (*Request, error) {
 	}
 	str("instructions", b.Instructions, &p.Instructions)
 	var format, streamFormat string
-	str("response_format", b.ResponseFormat, &format)
-	str("stream_format", b.StreamFormat, &streamFormat)
+	// A format sent empty names none: it is refused as unsupported, as
+	// OpenAI refuses it, rather than read as the default.
+	hasFormat := str("response_format", b.ResponseFormat, &format)
+	hasStreamFormat := str("stream_format", b.StreamFormat, &streamFormat)
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
 	switch {
-	case format != "" && format != api.AudioWAV:
+	case hasFormat && format != api.AudioWAV:
 		return nil, &api.Error{Kind: api.KindInvalidRequest, Code: "unsupported_response_format", Param: "response_format",
-			Message: "Unsupported response_format " + format + ": only wav is supported (24 kHz, 16-bit, mono)"}
-	case streamFormat != "" && streamFormat != "audio":
+			Message: "Unsupported response_format " + strconv.Quote(format) + ": only wav is supported (24 kHz, 16-bit, mono)"}
+	case hasStreamFormat && streamFormat != "audio":
 		return nil, &api.Error{Kind: api.KindInvalidRequest, Code: "unsupported_stream_format", Param: "stream_format",
-			Message: "Unsupported stream_format " + streamFormat + ": the audio is sent whole"}
+			Message: "Unsupported stream_format " + strconv.Quote(streamFormat) + ": the audio is sent whole"}
+	case emptyVoice:
+		return nil, &api.Error{Kind: api.KindInvalidRequest, Code: "unknown_voice", Param: "voice",
+			Message: "An empty voice names none; leave voice out for the model's default voice"}
 	case utf8.RuneCountInString(p.Input) > MaxInput:
 		return nil, &api.Error{Kind: api.KindInvalidRequest, Code: "input_too_long", Param: "input",
 			Message: "The input is longer than 4,096 characters; split it into several requests"}

@@ -49,7 +49,7 @@ func TestParseRefusals(t *testing.T) {
 		field  string // first field of a 422, param of a 400
 		msg    string
 	}{
-		{"empty body", ``, 400, "", "Malformed JSON"},
+		{"empty body", ``, 400, "", "body is empty"},
 		{"malformed", `{"model":`, 400, "", "Malformed JSON"},
 		{"not an object", `["tts"]`, 422, "body", "object"},
 		{"no model", `{"input":"hi"}`, 422, "model", "required"},
@@ -64,11 +64,24 @@ func TestParseRefusals(t *testing.T) {
 		{"mp3", `{"model":"tts","input":"hi","response_format":"mp3"}`, 400, "response_format", "only wav"},
 		{"pcm", `{"model":"tts","input":"hi","response_format":"pcm"}`, 400, "response_format", "only wav"},
 		{"sse", `{"model":"tts","input":"hi","stream_format":"sse"}`, 400, "stream_format", "stream_format"},
+		{"model miscased", `{"MODEL":"tts","input":"hi"}`, 422, "model", "required"},
+		{"a miscased key after the right one", `{"model":"tts","input":"hi","Speed":0.1}`, -1, "", ""},
+		{"empty voice", `{"model":"tts","input":"hi","voice":""}`, 400, "voice", "empty voice"},
+		{"empty response_format", `{"model":"tts","input":"hi","response_format":""}`, 400, "response_format", "only wav"},
+		{"empty stream_format", `{"model":"tts","input":"hi","stream_format":""}`, 400, "stream_format", "stream_format"},
+		{"null", `null`, 422, "body", "object"},
 		{"input too long", `{"model":"tts","input":"` + strings.Repeat("a", MaxInput+1) + `"}`, 400, "input", "4,096"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := Parse([]byte(tt.body))
+			if tt.status < 0 {
+				// Not a refusal: a name not matched exactly is not the field.
+				if err != nil {
+					t.Fatalf("err = %v, want none", err)
+				}
+				return
+			}
 			var ae *api.Error
 			if !errors.As(err, &ae) {
 				t.Fatalf("err = %v, want an *api.Error", err)
