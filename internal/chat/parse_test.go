@@ -29,6 +29,31 @@ func TestParseMalformed(t *testing.T) {
 	}
 }
 
+// A field sent twice under two cases is refused: an engine written in Go
+// reads either spelling, the last one winning, and would obey what the
+// gateway never checked (another model, a larger max_tokens).
+func TestParseRefusesCaseTwins(t *testing.T) {
+	many := make([]string, 40)
+	for i := range many {
+		many[i] = `"x` + strconv.Itoa(i) + `":1`
+	}
+	for _, tt := range []struct{ name, body, param string }{
+		{"model", body(`"Model":"other"`), "model"},
+		{"max_tokens", body(`"max_tokens":5`, `"MAX_TOKENS":100000`), "max_tokens"},
+		{"unknown fields", body(`"x_vendor":1`, `"X_Vendor":2`), "x_vendor"},
+		{"Kelvin sign", body(`"k":1`, `"\u212a":2`), "k"},
+		{"in a large object", body(append(many, `"X39":2`)...), "x39"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(tt.body), Options{})
+			ae := apiError(t, err)
+			if ae.HTTPStatus() != http.StatusBadRequest || ae.Code != "ambiguous_field" || ae.Param != tt.param {
+				t.Fatalf("err = %+v, want a 400 ambiguous_field for %s", ae, tt.param)
+			}
+		})
+	}
+}
+
 // TestParseFieldErrors covers every validation rule: each body must fail
 // with exactly the listed field errors, in order, as one 422.
 func TestParseFieldErrors(t *testing.T) {
@@ -312,7 +337,7 @@ func TestParseAccepts(t *testing.T) {
 		{"nested nulls", body(`"reasoning":{"max_tokens":null,"effort":null}`, `"stream_options":{"include_usage":null}`,
 			`"tools":[{"type":"function","function":{"name":"f","description":null,"parameters":null}}]`,
 			`"response_format":{"type":"json_schema","json_schema":{"name":"n","schema":null,"strict":null}}`), Options{}},
-		{"unknown fields", body(`"x_vendor":{"deep":[1,2,{"a":null}]}`, `"chat_template_kwargs":{"foo":true}`, `"Model":5`), Options{}},
+		{"unknown fields", body(`"x_vendor":{"deep":[1,2,{"a":null}]}`, `"chat_template_kwargs":{"foo":true}`, `"Stream_Options":5`), Options{}},
 		{"every field valid", body(`"stream":true`, `"stream_options":{"include_usage":false}`,
 			`"tools":[{"type":"function","function":{"name":"get_weather-2","description":"d","parameters":{"type":"object"},"strict":true}}]`,
 			`"tool_choice":{"type":"function","function":{"name":"get_weather-2"}}`, `"parallel_tool_calls":false`,
