@@ -10,7 +10,6 @@ package chat
 import (
 	"bytes"
 	"encoding/json"
-	"strconv"
 
 	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/jsonraw"
@@ -127,12 +126,8 @@ func Parse(body []byte, opts Options) (*Request, error) {
 	if !ok {
 		return nil, jsonraw.Malformed(body)
 	}
-	if a, b := top.caseTwins(); a != "" {
-		// Engines written in Go read a field under any case, the last
-		// spelling winning: MAX_TOKENS sent after max_tokens would be
-		// what they obey, not what was checked here.
-		return nil, &api.Error{Kind: api.KindInvalidRequest, Code: "ambiguous_field", Param: a,
-			Message: "The fields " + strconv.Quote(a) + " and " + strconv.Quote(b) + " differ only in case; send the field once, in lower case"}
+	if err := top.caseTwins(); err != nil {
+		return nil, err
 	}
 	c := checker{opts: opts, r: &Request{top: top}}
 	c.request(top)

@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"strconv"
-	"strings"
-	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
 	"unsafe"
@@ -165,43 +163,10 @@ func (o *object) put(m member) {
 	}
 }
 
-// caseTwins is a pair of the object's member names that differ only in
-// case, as encoding/json folds them ("", "" when there is none).
-func (o *object) caseTwins() (string, string) {
-	if len(o.members) < indexFrom {
-		for i := range o.members {
-			for j := i + 1; j < len(o.members); j++ {
-				if a, b := o.members[i].key, o.members[j].key; strings.EqualFold(a, b) {
-					return a, b
-				}
-			}
-		}
-		return "", ""
-	}
-	seen := make(map[string]string, len(o.members))
-	for i := range o.members {
-		b := o.members[i].key
-		f := foldName(b)
-		if a, ok := seen[f]; ok {
-			return a, b
-		}
-		seen[f] = b
-	}
-	return "", ""
-}
-
-// foldName maps each letter of name to one of the letters it is equal to
-// under case folding, so that names equal under it are equal after.
-func foldName(name string) string {
-	return strings.Map(func(r rune) rune {
-		for {
-			f := unicode.SimpleFold(r)
-			if f <= r {
-				return f
-			}
-			r = f
-		}
-	}, name)
+// caseTwins is the 400 of an object with two member names that differ
+// only in case, or nil.
+func (o *object) caseTwins() error {
+	return jsonraw.CaseTwins(len(o.members), func(i int) string { return o.members[i].key })
 }
 
 // find returns the position of key's member, -1 when absent.

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -206,6 +207,32 @@ func TestBodiesAreUTF8(t *testing.T) {
 	// worker here).
 	if r := s.do("POST", "/v1/chat/completions", chatBody("sim-chat", "héllo 日本語 🦊", false), bearer(key)); r.Status == 400 {
 		t.Errorf("a UTF-8 body = %d %s", r.Status, r.Body)
+	}
+}
+
+// A member sent under two cases is refused on every route that forwards
+// what it does not own, before a worker could obey the spelling the
+// gateway did not check; the refused request has its row.
+func TestCaseTwinsAreRefused(t *testing.T) {
+	s := startServer(t, "")
+	key := s.adminKey()
+	for _, c := range []struct{ path, body, param string }{
+		{"/v1/chat/completions", `{"model":"sim-chat","messages":[{"role":"user","content":"hi"}],"max_tokens":5,"MAX_TOKENS":100000}`, "max_tokens"},
+		{"/v1/embeddings", `{"model":"sim-embed","input":"hi","Model":"other"}`, "model"},
+		{"/v1/completions", `{"model":"sim-chat","prompt":"hi","max_tokens":5,"Max_Tokens":100000}`, "max_tokens"},
+	} {
+		r := s.do("POST", c.path, c.body, bearer(key))
+		var e struct {
+			Error struct{ Code, Param string }
+		}
+		_ = json.Unmarshal(r.Body, &e)
+		if r.Status != 400 || e.Error.Code != "ambiguous_field" || e.Error.Param != c.param {
+			t.Errorf("%s with %s under two cases = %d %s", c.path, c.param, r.Status, r.Body)
+			continue
+		}
+		if row := s.usageRow(key, r.Header.Get("X-Request-Id")); row["status_code"] != 400.0 {
+			t.Errorf("%s: row %v, want a 400 row", c.path, row)
+		}
 	}
 }
 

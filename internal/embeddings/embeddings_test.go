@@ -22,6 +22,7 @@ func TestParse(t *testing.T) {
 		{"tokens", `{"model":"e5","input":[1,2,3]}`, "e5", 0, ""},
 		{"token arrays", `{"model":"e5","input":[[1,2],[3]],"encoding_format":"base64","dimensions":256}`, "e5", 0, ""},
 		{"malformed", `{"model":`, "", 400, ""},
+		{"a field under two cases", `{"model":"e5","MODEL":"other","input":"x"}`, "", 400, ""},
 		{"empty body", ``, "", 400, ""},
 		{"not an object", `[1]`, "", 422, "body"},
 		{"null", `null`, "", 422, "body"},

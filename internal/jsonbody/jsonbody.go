@@ -9,6 +9,7 @@ import (
 	"errors"
 	"io"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -80,13 +81,23 @@ func Lenient(body []byte, v any) error {
 // found without reading their text again, where json.Unmarshal reads it
 // twice with a function call for each byte; anything else is left to
 // Lenient, which words the error.
+//
+// Members are matched exactly; a body with two members that differ only in
+// case is refused (jsonraw.CaseTwins), as an engine could obey either.
 func Members(body []byte) (map[string]json.RawMessage, error) {
-	if jsonraw.KindOf(body) == jsonraw.Object && jsontext.Valid(body) {
-		m, _ := jsonraw.CheckedObject(body)
-		return m, nil
-	}
 	var m map[string]json.RawMessage
-	if err := Lenient(body, &m); err != nil {
+	if jsonraw.KindOf(body) == jsonraw.Object && jsontext.Valid(body) {
+		m, _ = jsonraw.CheckedObject(body)
+	} else if err := Lenient(body, &m); err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(m))
+	for k := range m {
+		names = append(names, k)
+	}
+	// In order, so that the pair named is the same each time.
+	slices.Sort(names)
+	if err := jsonraw.CaseTwins(len(names), func(i int) string { return names[i] }); err != nil {
 		return nil, err
 	}
 	return m, nil

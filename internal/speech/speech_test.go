@@ -70,6 +70,7 @@ func TestParseRefusals(t *testing.T) {
 		{"empty response_format", `{"model":"tts","input":"hi","response_format":""}`, 400, "response_format", "only wav"},
 		{"empty stream_format", `{"model":"tts","input":"hi","stream_format":""}`, 400, "stream_format", "stream_format"},
 		{"null", `null`, 422, "body", "object"},
+		{"a field under two cases", `{"model":"tts","input":"hi","INPUT":"bye"}`, 400, "input", "differ only in case"},
 		{"input too long", `{"model":"tts","input":"` + strings.Repeat("a", MaxInput+1) + `"}`, 400, "input", "4,096"},
 	}
 	for _, tt := range tests {

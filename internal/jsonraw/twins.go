@@ -1,0 +1,65 @@
+package jsonraw
+
+import (
+	"strconv"
+	"strings"
+	"unicode"
+
+	"github.com/svc-dev/svc/internal/api"
+)
+
+// CaseTwins is the 400 of a body whose object has two member names, of
+// its n, name(i) each, that differ only in case as encoding/json folds
+// them, or nil. Engines written in Go read a member under any case, the
+// last spelling winning: MAX_TOKENS sent after max_tokens would be what
+// they obey, not what the gateway checked.
+func CaseTwins(n int, name func(int) string) error {
+	a, b := caseTwins(n, name)
+	if a == "" && b == "" {
+		return nil
+	}
+	if b == strings.ToLower(b) && a != strings.ToLower(a) {
+		a, b = b, a
+	}
+	return &api.Error{Kind: api.KindInvalidRequest, Code: "ambiguous_field", Param: a,
+		Message: "The fields " + strconv.Quote(a) + " and " + strconv.Quote(b) + " differ only in case; send the field once, in lower case"}
+}
+
+// caseTwins is such a pair; a name sent twice alike is not one (its last
+// value is read, by the gateway and engines alike).
+func caseTwins(n int, name func(int) string) (string, string) {
+	if n < 16 {
+		for i := range n {
+			for j := i + 1; j < n; j++ {
+				if a, b := name(i), name(j); a != b && strings.EqualFold(a, b) {
+					return a, b
+				}
+			}
+		}
+		return "", ""
+	}
+	seen := make(map[string]string, n)
+	for i := range n {
+		b := name(i)
+		f := foldName(b)
+		if a, ok := seen[f]; ok && a != b {
+			return a, b
+		}
+		seen[f] = b
+	}
+	return "", ""
+}
+
+// foldName maps each letter of name to one of the letters it is equal to
+// under case folding, so that names equal under it are equal after.
+func foldName(name string) string {
+	return strings.Map(func(r rune) rune {
+		for {
+			f := unicode.SimpleFold(r)
+			if f <= r {
+				return f
+			}
+			r = f
+		}
+	}, name)
+}
