@@ -29,10 +29,25 @@ func CaseTwins(n int, name func(int) string) error {
 // value is read, by the gateway and engines alike).
 func caseTwins(n int, name func(int) string) (string, string) {
 	if n < 16 {
+		// Names of ASCII alone are equal under folding only at one
+		// length, which spares most pairs the folding comparison.
+		var names [16]struct {
+			s     string
+			ascii bool
+		}
 		for i := range n {
+			names[i].s = name(i)
+			names[i].ascii = isASCII(names[i].s)
+		}
+		for i := range n {
+			a := &names[i]
 			for j := i + 1; j < n; j++ {
-				if a, b := name(i), name(j); a != b && strings.EqualFold(a, b) {
-					return a, b
+				b := &names[j]
+				if a.ascii && b.ascii && len(a.s) != len(b.s) || a.s == b.s {
+					continue
+				}
+				if strings.EqualFold(a.s, b.s) {
+					return a.s, b.s
 				}
 			}
 		}
@@ -62,4 +77,13 @@ func foldName(name string) string {
 			r = f
 		}
 	}, name)
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
 }

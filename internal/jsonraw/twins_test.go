@@ -46,3 +46,13 @@ func TestCaseTwins(t *testing.T) {
 		})
 	}
 }
+
+// A chat request's top level: what every inference request pays.
+func BenchmarkCaseTwins(b *testing.B) {
+	names := []string{"model", "messages", "max_tokens", "temperature", "stream", "stream_options"}
+	for b.Loop() {
+		if CaseTwins(len(names), func(i int) string { return names[i] }) != nil {
+			b.Fatal("a pair among distinct names")
+		}
+	}
+}
