@@ -230,6 +230,11 @@ func setBool(v *api.Validator, field string, o api.Optional[bool], dst *bool) {
 // AddCredit adds amount (negative to take away) to the credit balance,
 // which may not go below zero.
 func (s *Service) AddCredit(name string, amount money.GBP) (api.Organization, error) {
+	if amount == 0 {
+		// Nothing to add: a body without its amount, most likely.
+		return api.Organization{}, api.Invalid(api.FieldError{Field: "amount_gbp", Type: api.FieldMissing,
+			Message: "required: the pounds to add to the credit balance (negative to take away), not zero"})
+	}
 	if err := s.lock(); err != nil {
 		return api.Organization{}, err
 	}

@@ -318,6 +318,9 @@ func TestOrgLifecycle(t *testing.T) {
 	if _, err := f.svc.AddCredit("acme", money.Pounds(-11)); status(t, err) != 422 {
 		t.Fatalf("overdraw: %v", err)
 	}
+	if _, err := f.svc.AddCredit("acme", 0); status(t, err) != 422 {
+		t.Fatalf("no amount: %v", err)
+	}
 	if _, err := f.svc.UpdateOrg("nope", api.OrgPatch{}); status(t, err) != 404 {
 		t.Fatalf("unknown org: %v", err)
 	}
