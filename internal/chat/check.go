@@ -3,6 +3,7 @@ package chat
 import (
 	"encoding/json"
 	"math"
+	"strconv"
 	"strings"
 
 	"github.com/svc-dev/svc/internal/api"
@@ -93,8 +94,31 @@ func (c *checker) enum(path *api.Path, key, s string, allowed ...string) (string
 	return "", false
 }
 
-func (c *checker) optString(o *object, path *api.Path, key string) (string, bool) {
+// field is o's member key, null read as absent, as the engine will read
+// it: an engine written in Go takes a member under any case, so a body
+// that names key in another case, beside it or instead of it, would be
+// obeyed in a way this check did not see, and is refused.
+func (c *checker) field(o *object, path *api.Path, key string) (json.RawMessage, bool) {
 	raw, ok := o.field(key)
+	if o.folds && c.ambiguous == nil {
+		if !o.twinsChecked {
+			if err := o.caseTwins(); err != nil {
+				// Named by its place in the body, as a field error is.
+				err.Param = path.Key(err.Param).String()
+				c.ambiguous = err
+			}
+		}
+		if twin := o.caseTwin(key); twin != "" && c.ambiguous == nil {
+			name := path.Key(key).String()
+			c.ambiguous = &api.Error{Kind: api.KindInvalidRequest, Code: "ambiguous_field", Param: name,
+				Message: "The field " + strconv.Quote(twin) + " is " + strconv.Quote(name) + " in another case; field names are case-sensitive, and an engine could read either"}
+		}
+	}
+	return raw, ok
+}
+
+func (c *checker) optString(o *object, path *api.Path, key string) (string, bool) {
+	raw, ok := c.field(o, path, key)
 	if !ok {
 		return "", false
 	}
@@ -102,7 +126,7 @@ func (c *checker) optString(o *object, path *api.Path, key string) (string, bool
 }
 
 func (c *checker) optBool(o *object, path *api.Path, key string) (bool, bool) {
-	raw, ok := o.field(key)
+	raw, ok := c.field(o, path, key)
 	if !ok {
 		return false, false
 	}
@@ -110,7 +134,7 @@ func (c *checker) optBool(o *object, path *api.Path, key string) (bool, bool) {
 }
 
 func (c *checker) optObject(o *object, path *api.Path, key string) (*object, bool) {
-	raw, ok := o.field(key)
+	raw, ok := c.field(o, path, key)
 	if !ok {
 		return nil, false
 	}
@@ -118,7 +142,7 @@ func (c *checker) optObject(o *object, path *api.Path, key string) (*object, boo
 }
 
 func (c *checker) optArray(o *object, path *api.Path, key string) ([]json.RawMessage, bool) {
-	raw, ok := o.field(key)
+	raw, ok := c.field(o, path, key)
 	if !ok {
 		return nil, false
 	}
@@ -134,7 +158,7 @@ func (c *checker) optEnum(o *object, path *api.Path, key string, allowed ...stri
 }
 
 func (c *checker) missing(o *object, path *api.Path, key string) (json.RawMessage, bool) {
-	raw, ok := o.field(key)
+	raw, ok := c.field(o, path, key)
 	if !ok {
 		c.v.AddAt(path.Key(key), api.FieldMissing, "required")
 	}

@@ -20,6 +20,7 @@ func seedBodies() []string {
 		body(`"reasoning_effort":"none"`, `"enable_thinking":false`, `"temperature":2`, `"seed":-9223372036854775808`, `"logit_bias":{"1":-100}`),
 		body(`"response_format":{"type":"json_schema","json_schema":{"name":"n","schema":{},"strict":true}}`, `"tools":[{"type":"function","function":{"name":"f"}}]`, `"tool_choice":"auto"`),
 		body(`"x_unknown":{"a":[1,2,{"b":null}]}`, `"n":1`, `"stop":["a","b"]`, `"max_completion_tokens":9223372036854775807`),
+		body(`"MAX_TOKENS":5`), body(`"Max_Completion_Tokens":5`, `"stream":true`, `"Stream_Options":{}`), body(`"REASONING":{"max_tokens":9}`), body(`"N":100`),
 		userParts(`{"type":"text","text":"a"}`, imagePart(tinyPNG), filePart("a.txt", b64("hello\nworld")), `{"type":"image_url","image_url":"https://x.test/a.png"}`),
 		`{"model":"m","messages":[{"role":"user","content":"hi"}],"n":5,"n":1,"reasoning":null,"max\u005ftokens":3}`,
 		`{"model":"m","messages":[{"role":"user","content":"` + string(bytes.Repeat([]byte("x"), 6000)) + `"}]}`,

@@ -104,7 +104,7 @@ func (c *checker) message(path *api.Path, body []byte, start int) (end int, repl
 			c.v.AddAt(path.Key("tool_call_id"), api.FieldInvalid, "no assistant message before this one has a tool call with this id")
 		}
 	}
-	content, ok := msg.field("content")
+	content, ok := c.field(msg, path, "content")
 	if !ok {
 		if required {
 			if role == "assistant" {
@@ -283,7 +283,7 @@ func (c *checker) file(partPath *api.Path, p *object) (string, bool) {
 			nameOK = false
 		}
 	}
-	raw, ok := f.field("file_data")
+	raw, ok := c.field(f, path, "file_data")
 	if !ok {
 		c.v.AddAt(path.Key("file_data"), api.FieldMissing, "required: send the file's content as base64 (file_id is not supported)")
 		return "", false

@@ -131,6 +131,9 @@ func Parse(body []byte, opts Options) (*Request, error) {
 	}
 	c := checker{opts: opts, r: &Request{top: top}}
 	c.request(top)
+	if c.ambiguous != nil {
+		return nil, c.ambiguous
+	}
 	if err := c.v.Err(); err != nil {
 		return nil, err
 	}

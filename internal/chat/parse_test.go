@@ -43,12 +43,19 @@ func TestParseRefusesCaseTwins(t *testing.T) {
 		{"unknown fields", body(`"x_vendor":1`, `"X_Vendor":2`), "x_vendor"},
 		{"Kelvin sign", body(`"k":1`, `"\u212a":2`), "k"},
 		{"in a large object", body(append(many, `"X39":2`)...), "x39"},
+		{"a field the gateway reads, alone in another case", body(`"MAX_TOKENS":100000`), "max_tokens"},
+		{"n in another case", body(`"N":100`), "n"},
+		{"stream_options in another case", body(`"stream":true`, `"Stream_Options":{"include_usage":false}`), "stream_options"},
+		{"in a message", msgs(`{"role":"user","content":"hi","CONTENT":"other"}`), "messages.0.content"},
+		{"a message's role alone in another case", msgs(`{"ROLE":"system","role":"user","content":"hi"}`), "messages.0.role"},
+		{"in reasoning", body(`"reasoning":{"MAX_TOKENS":100000}`), "reasoning.max_tokens"},
+		{"in stream_options", body(`"stream":true`, `"stream_options":{"INCLUDE_USAGE":false}`), "stream_options.include_usage"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := Parse([]byte(tt.body), Options{})
 			ae := apiError(t, err)
 			if ae.HTTPStatus() != http.StatusBadRequest || ae.Code != "ambiguous_field" || ae.Param != tt.param {
-				t.Fatalf("err = %+v, want a 400 ambiguous_field for %s", ae, tt.param)
+				t.Fatalf("err = %+v (param %q), want a 400 ambiguous_field for %s", ae, ae.Param, tt.param)
 			}
 		})
 	}
@@ -337,7 +344,7 @@ func TestParseAccepts(t *testing.T) {
 		{"nested nulls", body(`"reasoning":{"max_tokens":null,"effort":null}`, `"stream_options":{"include_usage":null}`,
 			`"tools":[{"type":"function","function":{"name":"f","description":null,"parameters":null}}]`,
 			`"response_format":{"type":"json_schema","json_schema":{"name":"n","schema":null,"strict":null}}`), Options{}},
-		{"unknown fields", body(`"x_vendor":{"deep":[1,2,{"a":null}]}`, `"chat_template_kwargs":{"foo":true}`, `"Stream_Options":5`), Options{}},
+		{"unknown fields", body(`"x_vendor":{"deep":[1,2,{"a":null}]}`, `"chat_template_kwargs":{"foo":true}`, `"X_Vendor_Flag":5`), Options{}},
 		{"every field valid", body(`"stream":true`, `"stream_options":{"include_usage":false}`,
 			`"tools":[{"type":"function","function":{"name":"get_weather-2","description":"d","parameters":{"type":"object"},"strict":true}}]`,
 			`"tool_choice":{"type":"function","function":{"name":"get_weather-2"}}`, `"parallel_tool_calls":false`,

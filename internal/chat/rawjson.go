@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"strconv"
+	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
 	"unsafe"
 
+	"github.com/svc-dev/svc/internal/api"
 	"github.com/svc-dev/svc/internal/jsonraw"
 	"github.com/svc-dev/svc/internal/jsontext"
 )
@@ -41,6 +43,11 @@ type object struct {
 	// inline holds the members of a small object (a message, a content
 	// part), which then costs one allocation.
 	inline [4]member
+	// folds: a member's name holds a capital or a letter outside ASCII,
+	// so that two names, or a name and a field the gateway reads, may be
+	// equal under encoding/json's case folding (see checker.field).
+	// twinsChecked: the object's names were compared with each other.
+	folds, twinsChecked bool
 }
 
 // indexFrom is the number of members from which an object is indexed, so
@@ -101,6 +108,7 @@ func (o *object) parse(raw []byte) error {
 // held, and returns the index just past it.
 func (o *object) parseAt(raw []byte, i int) (int, error) {
 	o.members, o.index = o.inline[:0], nil
+	o.folds, o.twinsChecked = false, false
 	if i >= len(raw) || raw[i] != '{' {
 		return 0, errBadJSON
 	}
@@ -147,6 +155,9 @@ func (o *object) parseAt(raw []byte, i int) (int, error) {
 }
 
 func (o *object) put(m member) {
+	if !o.folds {
+		o.folds = mayFold(m.key)
+	}
 	if at := o.find(m.key); at >= 0 {
 		o.members[at].value = m.value
 		return
@@ -165,8 +176,37 @@ func (o *object) put(m member) {
 
 // caseTwins is the 400 of an object with two member names that differ
 // only in case, or nil.
-func (o *object) caseTwins() error {
+func (o *object) caseTwins() *api.Error {
+	if !o.folds {
+		return nil
+	}
+	o.twinsChecked = true
 	return jsonraw.CaseTwins(len(o.members), func(i int) string { return o.members[i].key })
+}
+
+// caseTwin is the name of a member that is key in another case, "" when
+// none is.
+func (o *object) caseTwin(key string) string {
+	if !o.folds {
+		return ""
+	}
+	for i := range o.members {
+		if k := o.members[i].key; k != key && strings.EqualFold(k, key) {
+			return k
+		}
+	}
+	return ""
+}
+
+// mayFold reports a name that encoding/json's folding could make equal to
+// another: one with a capital, or a byte outside ASCII.
+func mayFold(name string) bool {
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; 'A' <= c && c <= 'Z' || c >= 0x80 {
+			return true
+		}
+	}
+	return false
 }
 
 // find returns the position of key's member, -1 when absent.

@@ -66,6 +66,9 @@ type checker struct {
 	// read so far, which a tool message answers: a set, as a body may
 	// hold tens of thousands of calls and answers.
 	callIDs map[string]struct{}
+	// ambiguous is the first member found under two cases, or a field
+	// read here sent in another case (field).
+	ambiguous error
 }
 
 // request checks the top-level fields in a fixed order, so a body with
@@ -101,7 +104,7 @@ func (c *checker) request(top *object) {
 	c.stop(top)
 	c.optBool(top, nil, "logprobs")
 	c.r.Choices = 1
-	if raw, ok := top.field("n"); ok {
+	if raw, ok := c.field(top, nil, "n"); ok {
 		if n, ok := c.integer(nil, "n", raw); ok {
 			if n < 1 || n > MaxChoices {
 				c.v.Add("n", api.FieldOutOfRange, "must be a whole number from 1 to %d", MaxChoices)
@@ -141,7 +144,7 @@ func (c *checker) tools(top *object) {
 }
 
 func (c *checker) toolChoice(top *object) {
-	raw, ok := top.field("tool_choice")
+	raw, ok := c.field(top, nil, "tool_choice")
 	if !ok {
 		return
 	}
@@ -216,7 +219,7 @@ func (c *checker) thinking(top *object) {
 		effort(s)
 	}
 	if ro, ok := c.optObject(top, nil, "reasoning"); ok {
-		if raw, ok := ro.field("max_tokens"); ok {
+		if raw, ok := c.field(ro, api.PathOf("reasoning"), "max_tokens"); ok {
 			if n, ok := c.integer(nil, "reasoning.max_tokens", raw); ok {
 				switch {
 				case n < 0:
@@ -245,7 +248,7 @@ func (c *checker) thinking(top *object) {
 }
 
 func (c *checker) numeric(top *object, rule numRule) {
-	raw, ok := top.field(rule.key)
+	raw, ok := c.field(top, nil, rule.key)
 	if !ok {
 		return
 	}
@@ -272,7 +275,7 @@ func (c *checker) numeric(top *object, rule numRule) {
 // wins over max_tokens, as in the common API. Both were range-checked above.
 func (c *checker) userMaxTokens(top *object) int {
 	for _, key := range []string{"max_completion_tokens", "max_tokens"} {
-		if raw, ok := top.field(key); ok && jsonraw.KindOf(raw) == jsonraw.Number {
+		if raw, ok := c.field(top, nil, key); ok && jsonraw.KindOf(raw) == jsonraw.Number {
 			if n, res := jsonraw.Int(string(raw)); res == jsonraw.IntOK && n >= 1 {
 				return clampInt(n)
 			}
@@ -312,7 +315,7 @@ func isTokenID(s string) bool {
 }
 
 func (c *checker) stop(top *object) {
-	raw, ok := top.field("stop")
+	raw, ok := c.field(top, nil, "stop")
 	if !ok {
 		return
 	}

@@ -13,7 +13,7 @@ import (
 // them, or nil. Engines written in Go read a member under any case, the
 // last spelling winning: MAX_TOKENS sent after max_tokens would be what
 // they obey, not what the gateway checked.
-func CaseTwins(n int, name func(int) string) error {
+func CaseTwins(n int, name func(int) string) *api.Error {
 	a, b := caseTwins(n, name)
 	if a == "" && b == "" {
 		return nil
