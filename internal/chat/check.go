@@ -3,7 +3,6 @@ package chat
 import (
 	"encoding/json"
 	"math"
-	"strconv"
 	"strings"
 
 	"github.com/svc-dev/svc/internal/api"
@@ -109,9 +108,7 @@ func (c *checker) field(o *object, path *api.Path, key string) (json.RawMessage,
 			}
 		}
 		if twin := o.caseTwin(key); twin != "" && c.ambiguous == nil {
-			name := path.Key(key).String()
-			c.ambiguous = &api.Error{Kind: api.KindInvalidRequest, Code: "ambiguous_field", Param: name,
-				Message: "The field " + strconv.Quote(twin) + " is " + strconv.Quote(name) + " in another case; field names are case-sensitive, and an engine could read either"}
+			c.ambiguous = jsonraw.AmbiguousField(path.Key(key).String(), twin)
 		}
 	}
 	return raw, ok

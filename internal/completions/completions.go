@@ -35,7 +35,9 @@ type Request struct {
 
 // Parse checks a request; every failing field is listed in the 422.
 func Parse(body []byte) (*Request, error) {
-	m, err := jsonbody.Members(body)
+	// The members checked here are named for the case check: sent in
+	// another case, an engine could obey them where this did not look.
+	m, err := jsonbody.Members(body, "model", "prompt", "max_tokens", "n", "stream", "stream_options", "best_of", "echo", "logprobs", "suffix", "seed", "stop", "temperature", "top_p", "frequency_penalty", "presence_penalty", "user")
 	if err != nil {
 		return nil, err
 	}

@@ -210,9 +210,10 @@ func TestBodiesAreUTF8(t *testing.T) {
 	}
 }
 
-// A member sent under two cases is refused on every route that forwards
-// what it does not own, before a worker could obey the spelling the
-// gateway did not check; the refused request has its row.
+// A member sent under two cases, or a member the gateway reads sent in
+// another case, is refused on every route that forwards what it does not
+// own, before a worker could obey the spelling the gateway did not check;
+// the refused request has its row.
 func TestCaseTwinsAreRefused(t *testing.T) {
 	s := startServer(t, "")
 	key := s.adminKey()
@@ -220,6 +221,13 @@ func TestCaseTwinsAreRefused(t *testing.T) {
 		{"/v1/chat/completions", `{"model":"sim-chat","messages":[{"role":"user","content":"hi"}],"max_tokens":5,"MAX_TOKENS":100000}`, "max_tokens"},
 		{"/v1/embeddings", `{"model":"sim-embed","input":"hi","Model":"other"}`, "model"},
 		{"/v1/completions", `{"model":"sim-chat","prompt":"hi","max_tokens":5,"Max_Tokens":100000}`, "max_tokens"},
+		// A field read here, sent alone in another case: the gateway
+		// would not see it, an engine would.
+		{"/v1/chat/completions", `{"model":"sim-chat","messages":[{"role":"user","content":"hi"}],"N":100}`, "n"},
+		{"/v1/chat/completions", `{"model":"sim-chat","messages":[{"role":"user","content":"hi","Content":"other"}]}`, "messages.0.content"},
+		{"/v1/audio/speech", `{"model":"sim-tts","input":"hi","Voice":"x"}`, "voice"},
+		{"/v1/rerank", `{"model":"sim-rerank","query":"q","documents":["a"],"TOP_N":5}`, "top_n"},
+		{"/v1/images/generations", `{"model":"sim-image","prompt":"p","N":100}`, "n"},
 	} {
 		r := s.do("POST", c.path, c.body, bearer(key))
 		var e struct {

@@ -22,7 +22,9 @@ const MaxInputs = 2048
 // written anew when dimensions came as a whole number in another form
 // (8.0), which engines' integer fields refuse.
 func Parse(body []byte) (model string, out []byte, err error) {
-	req, err := jsonbody.Members(body)
+	// The members checked here are named for the case check: sent in
+	// another case, an engine could obey them where this did not look.
+	req, err := jsonbody.Members(body, "model", "input", "user", "dimensions", "encoding_format")
 	if err != nil {
 		return "", nil, err
 	}

@@ -51,8 +51,10 @@ type Request struct {
 // (quality, style, user, and engine extensions such as seed or
 // negative_prompt) are forwarded as they are.
 func Parse(body []byte) (*Request, error) {
-	var raw map[string]json.RawMessage
-	if err := jsonbody.Lenient(body, &raw); err != nil {
+	// The members checked here are named for the case check: sent in
+	// another case, an engine could obey them where this did not look.
+	raw, err := jsonbody.Members(body, "model", "prompt", "n", "size", "quality", "style", "response_format", "stream", "user")
+	if err != nil {
 		return nil, err
 	}
 	if raw == nil {

@@ -82,21 +82,26 @@ func Lenient(body []byte, v any) error {
 // twice with a function call for each byte; anything else is left to
 // Lenient, which words the error.
 //
-// Members are matched exactly; a body with two members that differ only in
-// case is refused (jsonraw.CaseTwins), as an engine could obey either.
-func Members(body []byte) (map[string]json.RawMessage, error) {
+// Members are matched exactly. An engine written in Go would not match
+// them so, and would obey a spelling the gateway did not check: a body
+// with two members that differ only in case, or with one of reads (the
+// members the caller checks) in another case, is refused
+// (jsonraw.CaseTwins).
+func Members(body []byte, reads ...string) (map[string]json.RawMessage, error) {
 	var m map[string]json.RawMessage
 	if jsonraw.KindOf(body) == jsonraw.Object && jsontext.Valid(body) {
 		m, _ = jsonraw.CheckedObject(body)
 	} else if err := Lenient(body, &m); err != nil {
 		return nil, err
 	}
-	names := make([]string, 0, len(m))
+	names := make([]string, 0, len(m)+len(reads))
 	for k := range m {
 		names = append(names, k)
 	}
-	// In order, so that the pair named is the same each time.
+	// In order, so that the pair named is the same each time; the names
+	// read are lower case, and named first when one is of a pair.
 	slices.Sort(names)
+	names = append(names, reads...)
 	if err := jsonraw.CaseTwins(len(names), func(i int) string { return names[i] }); err != nil {
 		return nil, err
 	}

@@ -21,8 +21,14 @@ func CaseTwins(n int, name func(int) string) *api.Error {
 	if b == strings.ToLower(b) && a != strings.ToLower(a) {
 		a, b = b, a
 	}
-	return &api.Error{Kind: api.KindInvalidRequest, Code: "ambiguous_field", Param: a,
-		Message: "The fields " + strconv.Quote(a) + " and " + strconv.Quote(b) + " differ only in case; send the field once, in lower case"}
+	return AmbiguousField(a, b)
+}
+
+// AmbiguousField is the 400 of a body that names field also as other,
+// which differs from it only in case.
+func AmbiguousField(field, other string) *api.Error {
+	return &api.Error{Kind: api.KindInvalidRequest, Code: "ambiguous_field", Param: field,
+		Message: "The field " + strconv.Quote(other) + " is " + strconv.Quote(field) + " in another case: field names are case-sensitive here, and an engine could read either; send " + strconv.Quote(field) + " alone"}
 }
 
 // caseTwins is such a pair; a name sent twice alike is not one (its last

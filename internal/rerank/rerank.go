@@ -39,8 +39,10 @@ type Request struct {
 // or mistyped fields a 422 naming each by its path (documents.3.text).
 // Other fields are forwarded as they are.
 func Parse(body []byte) (*Request, error) {
-	var raw map[string]json.RawMessage
-	if err := jsonbody.Lenient(body, &raw); err != nil {
+	// The members checked here are named for the case check: sent in
+	// another case, an engine could obey them where this did not look.
+	raw, err := jsonbody.Members(body, "model", "query", "documents", "top_n", "return_documents")
+	if err != nil {
 		return nil, err
 	}
 	if raw == nil {

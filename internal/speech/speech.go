@@ -35,7 +35,9 @@ func Parse(raw []byte) (*Request, error) {
 	// Names are matched exactly, as on every other route: encoding/json
 	// would read "MODEL" as model, and a miscased key sent after the
 	// right one would win.
-	m, err := jsonbody.Members(raw)
+	// The members checked here are named for the case check: sent in
+	// another case, an engine could obey them where this did not look.
+	m, err := jsonbody.Members(raw, "model", "input", "voice", "response_format", "speed", "instructions", "stream_format")
 	if err != nil {
 		return nil, err
 	}

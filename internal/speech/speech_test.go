@@ -64,13 +64,14 @@ func TestParseRefusals(t *testing.T) {
 		{"mp3", `{"model":"tts","input":"hi","response_format":"mp3"}`, 400, "response_format", "only wav"},
 		{"pcm", `{"model":"tts","input":"hi","response_format":"pcm"}`, 400, "response_format", "only wav"},
 		{"sse", `{"model":"tts","input":"hi","stream_format":"sse"}`, 400, "stream_format", "stream_format"},
-		{"model miscased", `{"MODEL":"tts","input":"hi"}`, 422, "model", "required"},
-		{"a miscased key after the right one", `{"model":"tts","input":"hi","Speed":0.1}`, -1, "", ""},
+		{"model in another case", `{"MODEL":"tts","input":"hi"}`, 400, "model", "in another case"},
+		{"speed in another case", `{"model":"tts","input":"hi","Speed":0.1}`, 400, "speed", "in another case"},
+		{"an unknown field with a capital", `{"model":"tts","input":"hi","X_Extra":1}`, -1, "", ""},
 		{"empty voice", `{"model":"tts","input":"hi","voice":""}`, 400, "voice", "empty voice"},
 		{"empty response_format", `{"model":"tts","input":"hi","response_format":""}`, 400, "response_format", "only wav"},
 		{"empty stream_format", `{"model":"tts","input":"hi","stream_format":""}`, 400, "stream_format", "stream_format"},
 		{"null", `null`, 422, "body", "object"},
-		{"a field under two cases", `{"model":"tts","input":"hi","INPUT":"bye"}`, 400, "input", "differ only in case"},
+		{"a field under two cases", `{"model":"tts","input":"hi","INPUT":"bye"}`, 400, "input", "in another case"},
 		{"input too long", `{"model":"tts","input":"` + strings.Repeat("a", MaxInput+1) + `"}`, 400, "input", "4,096"},
 	}
 	for _, tt := range tests {
