@@ -66,12 +66,27 @@ func Parse(body []byte) (*Request, error) {
 			optBool(&v, so, "include_usage", "stream_options.")
 		}
 	}
-	number(&v, m, "max_tokens", true, 1, math.Inf(1), "must be at least 1")
+	// Whole numbers reach the engine written as such (100 for 1e2 or
+	// 100.0), which integer fields of engines' servers require; one past
+	// what they hold is out of range here, not malformed there.
+	rewrite := false
+	for _, f := range []struct {
+		key    string
+		lo, hi int64
+		want   string
+	}{
+		{"max_tokens", 1, math.MaxInt32, "a whole number from 1 to 2147483647"},
+		{"seed", math.MinInt64, math.MaxInt64, "a whole number that fits 64 bits"},
+	} {
+		if jsonbody.Present(m[f.key]) {
+			_, _, rewritten := jsonbody.Whole(&v, m, f.key, f.lo, f.hi, f.want)
+			rewrite = rewrite || rewritten
+		}
+	}
 	number(&v, m, "temperature", false, 0, 2, "must be between 0 and 2")
 	number(&v, m, "top_p", false, 0, 1, "must be between 0 and 1")
 	number(&v, m, "frequency_penalty", false, -2, 2, "must be between -2 and 2")
 	number(&v, m, "presence_penalty", false, -2, 2, "must be between -2 and 2")
-	number(&v, m, "seed", true, math.Inf(-1), math.Inf(1), "")
 	checkStop(&v, m["stop"])
 	if n, ok := number(&v, m, "n", true, math.Inf(-1), math.Inf(1), ""); ok && n != 1 {
 		v.Add("n", api.FieldNotSupported, "only n=1 is supported")
@@ -110,6 +125,10 @@ func Parse(body []byte) (*Request, error) {
 			return nil, api.BadRequest("prompt: %v", err)
 		}
 		m["prompt"] = s
+		rewrite = true
+	}
+	if rewrite {
+		var err error
 		if r.Body, err = json.Marshal(m); err != nil {
 			return nil, api.BadRequest("Malformed JSON: %v", err)
 		}

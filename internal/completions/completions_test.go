@@ -21,7 +21,6 @@ func TestParse(t *testing.T) {
 			"suffix":"","user":"u","frequency_penalty":0.5,"logit_bias":{"1":2}}`, true, 1},
 		{"stop string", `{"model":"m","prompt":"p","stop":"\n"}`, false, 1},
 		{"nulls", `{"model":"m","prompt":"p","max_tokens":null,"stop":null,"stream":null,"n":null}`, false, 1},
-		{"whole float", `{"model":"m","prompt":"p","max_tokens":2.0}`, false, 1},
 	}
 	for _, c := range ok {
 		r, err := Parse([]byte(c.body))
@@ -49,6 +48,10 @@ func TestParse(t *testing.T) {
 		{"token arrays", `{"model":"m","prompt":[[1,2]]}`, []string{"prompt:not_supported"}},
 		{"prompt element", `{"model":"m","prompt":[true]}`, []string{"prompt.0:type_error"}},
 		{"max_tokens zero", `{"model":"m","prompt":"p","max_tokens":0}`, []string{"max_tokens:out_of_range"}},
+		{"max_tokens past 32 bits", `{"model":"m","prompt":"p","max_tokens":2147483648}`, []string{"max_tokens:out_of_range"}},
+		{"max_tokens 1e30", `{"model":"m","prompt":"p","max_tokens":1e30}`, []string{"max_tokens:out_of_range"}},
+		{"max_tokens past 64 bits", `{"model":"m","prompt":"p","max_tokens":99999999999999999999}`, []string{"max_tokens:out_of_range"}},
+		{"seed past 64 bits", `{"model":"m","prompt":"p","seed":1e30}`, []string{"seed:out_of_range"}},
 		{"max_tokens fraction", `{"model":"m","prompt":"p","max_tokens":1.5}`, []string{"max_tokens:type_error"}},
 		{"max_tokens string", `{"model":"m","prompt":"p","max_tokens":"8"}`, []string{"max_tokens:type_error"}},
 		{"temperature", `{"model":"m","prompt":"p","temperature":2.5}`, []string{"temperature:out_of_range"}},
@@ -93,6 +96,22 @@ func TestParse(t *testing.T) {
 }
 
 // A one-prompt array is sent on as its string, the other fields kept.
+// A whole number in another form reaches the engine written as one,
+// which engines' integer fields require.
+func TestParseWritesWholeNumbers(t *testing.T) {
+	r, err := Parse([]byte(`{"model":"m","prompt":"p","max_tokens":2.0,"seed":1e2,"x":[1.0]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]json.RawMessage
+	if err := json.Unmarshal(r.Body, &got); err != nil {
+		t.Fatal(err)
+	}
+	if string(got["max_tokens"]) != "2" || string(got["seed"]) != "100" || string(got["x"]) != "[1.0]" {
+		t.Errorf("body %s", r.Body)
+	}
+}
+
 func TestParseOnePromptArray(t *testing.T) {
 	r, err := Parse([]byte(`{"model":"m","prompt":["Hi \u00e9"],"max_tokens":3,"x":{"y":[1]}}`))
 	if err != nil {
