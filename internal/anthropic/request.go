@@ -853,6 +853,7 @@ func (t *translator) tools(top object) {
 	if !ok {
 		return
 	}
+	seen := make(map[string]int, len(elems))
 	for i, e := range elems {
 		path := api.PathOf("tools").Index(i)
 		tool, ok := t.object(path, e)
@@ -867,6 +868,16 @@ func (t *translator) tools(top object) {
 		if nameOK && !toolName.MatchString(name) {
 			t.v.AddAt(path.Key("name"), api.FieldInvalid, "must be 1 to 64 letters, digits, underscores or hyphens")
 			nameOK = false
+		}
+		if nameOK {
+			// Anthropic's API refuses two tools of one name: a call
+			// names its tool.
+			if first, dup := seen[name]; dup {
+				t.v.AddAt(path.Key("name"), api.FieldInvalid, "must be unique: tools.%d has this name too", first)
+				nameOK = false
+			} else {
+				seen[name] = i
+			}
 		}
 		desc, _ := t.optString(tool, path, "description")
 		raw, schemaOK := t.missing(tool, path, "input_schema")

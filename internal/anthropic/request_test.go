@@ -327,6 +327,7 @@ func TestToChatFieldErrors(t *testing.T) {
 		{"MCP servers", req(userHi, `"mcp_servers":[{"type":"url","url":"https://mcp.example/sse","name":"x"}]`), []fe{{"mcp_servers", api.FieldNotSupported}}},
 		{"MCP servers object", req(userHi, `"mcp_servers":{}`), []fe{{"mcp_servers", api.FieldWrongType}}},
 		{"tool name", req(userHi, `"tools":[{"name":"get weather","input_schema":{}}]`), []fe{{"tools.0.name", api.FieldInvalid}}},
+		{"tool names alike", req(userHi, `"tools":[{"name":"f","input_schema":{}},{"name":"g","input_schema":{}},{"name":"f","input_schema":{}}]`), []fe{{"tools.2.name", api.FieldInvalid}}},
 		{"tool empty", req(userHi, `"tools":[{}]`), []fe{{"tools.0.name", api.FieldMissing}, {"tools.0.input_schema", api.FieldMissing}}},
 		{"tool schema string", req(userHi, `"tools":[{"name":"f","description":2,"input_schema":"{}"}]`), []fe{{"tools.0.description", api.FieldWrongType}, {"tools.0.input_schema", api.FieldWrongType}}},
 		{"tool_choice string", req(userHi, `"tool_choice":"auto"`), []fe{{"tool_choice", api.FieldWrongType}}},

@@ -186,6 +186,7 @@ func TestParseFieldErrors(t *testing.T) {
 		// tools
 		{"tools object", body(`"tools":{}`), Options{}, []fe{{"tools", api.FieldWrongType}}},
 		{"tool not object", body(`"tools":[1]`), Options{}, []fe{{"tools.0", api.FieldWrongType}}},
+		{"tool names alike", body(`"tools":[{"type":"function","function":{"name":"f"}},{"type":"function","function":{"name":"f"}}]`), Options{}, []fe{{"tools.1.function.name", api.FieldInvalid}}},
 		{"tool empty", body(`"tools":[{}]`), Options{}, []fe{{"tools.0.type", api.FieldMissing}, {"tools.0.function", api.FieldMissing}}},
 		{"tool type", body(`"tools":[{"type":"code_interpreter","function":{"name":"f"}}]`), Options{}, []fe{{"tools.0.type", api.FieldEnum}}},
 		{"tool function string", body(`"tools":[{"type":"function","function":"f"}]`), Options{}, []fe{{"tools.0.function", api.FieldWrongType}}},

@@ -60,8 +60,10 @@ type checker struct {
 	// read one after another and none is kept, so they share one object
 	// rather than each costing one.
 	msg object
-	// toolNames are the functions tools declares, for tool_choice.
+	// toolNames are the functions tools declares, for tool_choice, and
+	// toolIndex the first tool of each name.
 	toolNames []string
+	toolIndex map[string]int
 	// callIDs are the ids of the tool calls of the assistant messages
 	// read so far, which a tool message answers: a set, as a body may
 	// hold tens of thousands of calls and answers.
@@ -136,6 +138,17 @@ func (c *checker) tools(top *object) {
 		name, ok := c.requiredString(fn, fpath, "name")
 		if ok && !toolName.MatchString(name) {
 			c.v.AddAt(fpath.Key("name"), api.FieldInvalid, "must be 1 to 64 letters, digits, underscores or hyphens")
+		} else if ok {
+			// A model calls a tool by its name: two of one name could not
+			// be told apart, and OpenAI refuses them too.
+			if first, dup := c.toolIndex[name]; dup {
+				c.v.AddAt(fpath.Key("name"), api.FieldInvalid, "must be unique: tools.%d has this name too", first)
+			} else {
+				if c.toolIndex == nil {
+					c.toolIndex = make(map[string]int, len(elems))
+				}
+				c.toolIndex[name] = i
+			}
 		}
 		c.toolNames = append(c.toolNames, name)
 		c.optString(fn, fpath, "description")

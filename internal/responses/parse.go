@@ -438,6 +438,7 @@ func (c *checker) tools(top object) {
 		return
 	}
 	c.r.echo.tools = compact(raw)
+	seen := make(map[string]int, len(elems))
 	for i, e := range elems {
 		path := api.PathOf("tools").Index(i)
 		t, ok := c.object(path, e)
@@ -456,6 +457,16 @@ func (c *checker) tools(top object) {
 		if ok && !toolName.MatchString(name) {
 			c.v.AddAt(path.Key("name"), api.FieldInvalid, "must be 1 to 64 letters, digits, underscores or hyphens")
 			ok = false
+		}
+		if ok {
+			// A call names its function: two of one name could not be
+			// told apart.
+			if first, dup := seen[name]; dup {
+				c.v.AddAt(path.Key("name"), api.FieldInvalid, "must be unique: tools.%d has this name too", first)
+				ok = false
+			} else {
+				seen[name] = i
+			}
 		}
 		fn := chatFunction{Name: name}
 		if s, has := c.optString(t, path, "description"); has {

@@ -222,6 +222,7 @@ func TestToChatValidation(t *testing.T) {
 		{"max tokens huge", req(`"input":"x"`, `"max_output_tokens":1e30`), []string{"max_output_tokens:out_of_range"}},
 		{"tool name", req(`"input":"x"`, `"tools":[{"type":"function","name":"a b"}]`), []string{"tools.0.name:value_error"}},
 		{"tool without name", req(`"input":"x"`, `"tools":[{"type":"function"}]`), []string{"tools.0.name:missing"}},
+		{"tool names alike", req(`"input":"x"`, `"tools":[{"type":"function","name":"f"},{"type":"function","name":"f"}]`), []string{"tools.1.name:value_error"}},
 		{"tool_choice required without tools", req(`"input":"x"`, `"tool_choice":"required"`), []string{"tool_choice:value_error"}},
 		{"tool_choice naming no function", req(`"input":"x"`, `"tools":[{"type":"function","name":"f"}]`, `"tool_choice":{"type":"function","name":"g"}`),
 			[]string{"tool_choice.name:value_error"}},
