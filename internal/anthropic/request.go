@@ -476,12 +476,17 @@ func (t *translator) assistantBlocks(path *api.Path, blocks []json.RawMessage) {
 				parts = append(parts, textPart(s))
 			}
 		case "tool_use":
-			if tc, ok := t.toolUse(bpath, b); ok {
+			tc, id, ok := t.toolUse(bpath, b)
+			if ok {
 				msg.ToolCalls = append(msg.ToolCalls, tc)
+			}
+			if id != "" {
+				// Known even when the block is refused for another
+				// field, so that its result is not also called an orphan.
 				if t.uses == nil {
 					t.uses = map[string]bool{}
 				}
-				t.uses[tc.ID] = true
+				t.uses[id] = true
 			}
 		case "thinking", "redacted_thinking":
 			// Dropped: another model's reasoning, signed for Anthropic's.
@@ -498,8 +503,13 @@ func (t *translator) assistantBlocks(path *api.Path, blocks []json.RawMessage) {
 	t.out.Messages = append(t.out.Messages, msg)
 }
 
-func (t *translator) toolUse(path *api.Path, b object) (chat.ToolCall, bool) {
+// toolUse is the call a tool_use block makes, and its id when it has one,
+// whether or not the rest of the block is valid.
+func (t *translator) toolUse(path *api.Path, b object) (chat.ToolCall, string, bool) {
 	id, idOK := t.requiredString(b, path, "id")
+	if !idOK {
+		id = ""
+	}
 	name, nameOK := t.requiredString(b, path, "name")
 	raw, ok := t.missing(b, path, "input")
 	if ok && jsonraw.KindOf(raw) != jsonraw.Object {
@@ -507,13 +517,13 @@ func (t *translator) toolUse(path *api.Path, b object) (chat.ToolCall, bool) {
 		ok = false
 	}
 	if !idOK || !nameOK || !ok {
-		return chat.ToolCall{}, false
+		return chat.ToolCall{}, id, false
 	}
 	var args bytes.Buffer
 	if err := json.Compact(&args, raw); err != nil {
-		return chat.ToolCall{}, false
+		return chat.ToolCall{}, id, false
 	}
-	return chat.FunctionCall(id, name, args.String()), true
+	return chat.FunctionCall(id, name, args.String()), id, true
 }
 
 // toolResult returns the tool message for a tool_result block and the

@@ -291,6 +291,8 @@ func TestToChatFieldErrors(t *testing.T) {
 		// tool_use and tool_result
 		{"tool_use empty", req(userHi, assistant(`{"type":"tool_use"}`)), []fe{{"messages.1.content.0.id", api.FieldMissing}, {"messages.1.content.0.name", api.FieldMissing}, {"messages.1.content.0.input", api.FieldMissing}}},
 		{"tool_use input array", req(userHi, assistant(`{"type":"tool_use","id":"a","name":"f","input":[1]}`)), []fe{{"messages.1.content.0.input", api.FieldWrongType}}},
+		{"tool_use input array, then its result", req(userHi, assistant(`{"type":"tool_use","id":"a","name":"f","input":[1]}`), user(`{"type":"tool_result","tool_use_id":"a","content":"x"}`)),
+			[]fe{{"messages.1.content.0.input", api.FieldWrongType}}},
 		{"tool_result no id", req(user(`{"type":"tool_result","content":"x"}`)), []fe{{"messages.0.content.0.tool_use_id", api.FieldMissing}}},
 		{"tool_result answering no tool_use", req(userHi, assistant(toolUse), user(`{"type":"tool_result","tool_use_id":"toolu_9","content":"x"}`)), []fe{{"messages.2.content.0.tool_use_id", api.FieldInvalid}}},
 		{"tool_result before its tool_use", req(user(`{"type":"tool_result","tool_use_id":"toolu_1","content":"x"}`), assistant(toolUse)), []fe{{"messages.0.content.0.tool_use_id", api.FieldInvalid}}},
