@@ -118,9 +118,13 @@ func NewCmdAdminKeysCreate(o *AdminOptions, runF func(*KeyCreateOptions) error) 
 			opts.Request.Permissions = nil
 			for _, p := range perms {
 				for _, one := range strings.Split(p, ",") {
-					if one = strings.TrimSpace(one); one != "" {
-						opts.Request.Permissions = append(opts.Request.Permissions, one)
+					// An empty one (--perm "" from an unset variable, or
+					// a stray comma) is refused: read as none given, it
+					// would make a key with the defaults.
+					if one = strings.TrimSpace(one); one == "" {
+						return usageErrorf("--perm %q names an empty permission; name each, or leave --perm out for the defaults", p)
 					}
+					opts.Request.Permissions = append(opts.Request.Permissions, one)
 				}
 			}
 			if opts.Request.Name == "" {

@@ -59,6 +59,8 @@ func TestKeysCreateFlags(t *testing.T) {
 		{"positional", []string{"--name", "x", "extra"}, api.CreateKeyRequest{}, true},
 		{"unknown flag", []string{"--name", "x", "--colour"}, api.CreateKeyRequest{}, true},
 		{"exclusive", []string{"--name", "x", "--perm", "usage:read", "--unrestricted"}, api.CreateKeyRequest{}, true},
+		{"empty perm", []string{"--name", "x", "--perm", ""}, api.CreateKeyRequest{}, true},
+		{"stray comma", []string{"--name", "x", "--perm", "usage:read,"}, api.CreateKeyRequest{}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
