@@ -518,6 +518,22 @@ func ShortModelID(id string) string {
 	return id[:n] + "…"
 }
 
+// MaxWorkerName bounds a worker's name, in characters.
+const MaxWorkerName = 128
+
+// WorkerNameError is why name, trimmed, cannot be a worker's, or "": the
+// rule a worker's hello is held to, and an approval given before it
+// connects.
+func WorkerNameError(name string) string {
+	switch {
+	case name == "" || utf8.RuneCountInString(name) > MaxWorkerName || !utf8.ValidString(name):
+		return "worker name must be 1 to 128 characters of UTF-8"
+	case strings.ContainsFunc(name, unicode.IsControl):
+		return "worker name must not hold control characters"
+	}
+	return ""
+}
+
 // ValidModelID reports whether a request could name id: not empty, at
 // most MaxModelID bytes, and without control characters.
 func ValidModelID(id string) bool {

@@ -53,9 +53,15 @@ func TestWorkerApproval(t *testing.T) {
 	if ev["actor"] != "svc admin" {
 		t.Fatalf("approved event %v", ev)
 	}
-	// An unknown id is not approved ahead; a name is.
+	// An unknown id is not approved ahead, nor a name no worker could
+	// connect under; a name is.
 	if _, _, code := svc(t, nil, "admin", "--data", s.Data, "workers", "approve", "wk_0000000000000000"); code == 0 {
 		t.Fatal("approved an id no worker has")
+	}
+	for _, name := range []string{strings.Repeat("w", 129), "x\\u0001"} {
+		if r := s.console("POST", "/api/v1/console/orgs/default/workers/approve", `{"worker":"`+name+`"}`); r.Status != 422 || !strings.Contains(string(r.Body), "worker name") {
+			t.Errorf("approving %q = %d %s", name, r.Status, r.Body)
+		}
 	}
 	out, errOut, code = svc(t, nil, "admin", "--data", s.Data, "--json", "workers", "approve", "later")
 	var ahead struct {

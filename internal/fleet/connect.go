@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"golang.org/x/time/rate"
@@ -143,12 +142,10 @@ func checkHello(h *api.Hello) error {
 	switch {
 	case h.Protocol != link.Protocol:
 		return fmt.Errorf("link protocol %d is not supported; this gateway speaks %d (upgrade the worker or the gateway)", h.Protocol, link.Protocol)
-	case h.Name == "" || utf8.RuneCountInString(h.Name) > 128 || !utf8.ValidString(h.Name):
-		return errors.New("worker name must be 1 to 128 characters of UTF-8")
+	case api.WorkerNameError(h.Name) != "":
+		return errors.New(api.WorkerNameError(h.Name))
 	case h.SessionID == "":
 		return errors.New("hello lacks a session id")
-	case strings.ContainsFunc(h.Name, unicode.IsControl):
-		return errors.New("worker name must not hold control characters")
 	case h.MaxConcurrent < 1 || h.MaxConcurrent > maxConcurrent:
 		return fmt.Errorf("max_concurrent %d is outside 1..%d", h.MaxConcurrent, maxConcurrent)
 	case h.Heartbeat != nil && len(h.Heartbeat.Stalled) > maxModels:

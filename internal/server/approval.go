@@ -79,6 +79,9 @@ func (s *Server) approveWorker(c *call) error {
 	case workerIDRE.MatchString(arg):
 		return &api.Error{Kind: api.KindNotFound, Code: api.CodeWorkerNotFound,
 			Message: "No worker " + arg + " is listed in organisation " + org.Name + "; approve a worker not yet connected by its name"}
+	case api.WorkerNameError(arg) != "":
+		// No worker could connect under it: approving it would do nothing.
+		return api.Invalid(api.FieldError{Field: "worker", Type: api.FieldInvalid, Message: api.WorkerNameError(arg)})
 	}
 	a, err := s.accounts.ApproveWorker(org.Name, ref, approvalActor)
 	if err != nil {
