@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -59,7 +60,15 @@ Commands act on the organisation named by --org (default "default").`,
 			if err := opts.Exporter.Prepare(); err != nil {
 				return err
 			}
-			return applyEnv(cmd, f.Getenv, envFlag{"data", "SVC_DATA"}, envFlag{"socket", "SVC_ADMIN_SOCKET"}, envFlag{"org", "SVC_ORG"})
+			if err := applyEnv(cmd, f.Getenv, envFlag{"data", "SVC_DATA"}, envFlag{"socket", "SVC_ADMIN_SOCKET"}, envFlag{"org", "SVC_ORG"}); err != nil {
+				return err
+			}
+			if strings.TrimSpace(opts.Org) == "" {
+				// Most likely an unset variable: the server would answer
+				// for a path without its organisation.
+				return usageErrorf("--org is empty; name an organisation, or leave --org out for %q", "default")
+			}
+			return nil
 		},
 	}
 	pf := cmd.PersistentFlags()

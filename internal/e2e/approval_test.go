@@ -58,6 +58,11 @@ func TestWorkerApproval(t *testing.T) {
 	if _, _, code := svc(t, nil, "admin", "--data", s.Data, "workers", "approve", "wk_0000000000000000"); code == 0 {
 		t.Fatal("approved an id no worker has")
 	}
+	// An empty --org (an unset $SVC_ORG in a script) is the caller's
+	// mistake, told as such.
+	if _, errOut, code := svc(t, nil, "admin", "--data", s.Data, "--org", "", "workers", "approve", "fresh"); code != 2 || !strings.Contains(errOut, "--org is empty") {
+		t.Errorf("an empty --org = exit %d: %s", code, errOut)
+	}
 	for _, name := range []string{strings.Repeat("w", 129), "x\\u0001"} {
 		if r := s.console("POST", "/api/v1/console/orgs/default/workers/approve", `{"worker":"`+name+`"}`); r.Status != 422 || !strings.Contains(string(r.Body), "worker name") {
 			t.Errorf("approving %q = %d %s", name, r.Status, r.Body)
