@@ -879,16 +879,9 @@ func (t *translator) tools(top object) {
 			t.v.AddAt(path.Key("name"), api.FieldInvalid, "must be 1 to 64 letters, digits, underscores or hyphens")
 			nameOK = false
 		}
-		if nameOK {
-			// Anthropic's API refuses two tools of one name: a call
-			// names its tool.
-			if first, dup := seen[name]; dup {
-				t.v.AddAt(path.Key("name"), api.FieldInvalid, "must be unique: tools.%d has this name too", first)
-				nameOK = false
-			} else {
-				seen[name] = i
-			}
-		}
+		// Anthropic's API refuses two tools of one name: a call names
+		// its tool.
+		nameOK = nameOK && t.v.Unique(seen, path.Key("name"), "tools", name, i)
 		desc, _ := t.optString(tool, path, "description")
 		raw, schemaOK := t.missing(tool, path, "input_schema")
 		if schemaOK && jsonraw.KindOf(raw) != jsonraw.Object {

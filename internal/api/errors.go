@@ -302,6 +302,17 @@ func (v *Validator) AddAt(p *Path, typ, format string, args ...any) {
 	v.Add(p.String(), typ, format, args...)
 }
 
+// Unique reports whether name, the i-th of list's, is the first of its
+// name, recording it in seen; a repeat is a failure at p naming the first.
+func (v *Validator) Unique(seen map[string]int, p *Path, list, name string, i int) bool {
+	if first, dup := seen[name]; dup {
+		v.AddAt(p, FieldInvalid, "must be unique: %s.%d has this name too", list, first)
+		return false
+	}
+	seen[name] = i
+	return true
+}
+
 // Err is the KindValidation for the collected failures, or nil.
 func (v *Validator) Err() error {
 	if len(v.fields) == 0 {

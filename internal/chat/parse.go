@@ -126,9 +126,6 @@ func Parse(body []byte, opts Options) (*Request, error) {
 	if !ok {
 		return nil, jsonraw.Malformed(body)
 	}
-	if err := top.caseTwins(); err != nil {
-		return nil, err
-	}
 	c := checker{opts: opts, r: &Request{top: top}}
 	c.request(top)
 	if c.ambiguous != nil {

@@ -156,7 +156,7 @@ func (o *object) parseAt(raw []byte, i int) (int, error) {
 
 func (o *object) put(m member) {
 	if !o.folds {
-		o.folds = mayFold(m.key)
+		o.folds = jsonraw.MayFold(m.key)
 	}
 	if at := o.find(m.key); at >= 0 {
 		o.members[at].value = m.value
@@ -196,17 +196,6 @@ func (o *object) caseTwin(key string) string {
 		}
 	}
 	return ""
-}
-
-// mayFold reports a name that encoding/json's folding could make equal to
-// another: one with a capital, or a byte outside ASCII.
-func mayFold(name string) bool {
-	for i := 0; i < len(name); i++ {
-		if c := name[i]; 'A' <= c && c <= 'Z' || c >= 0x80 {
-			return true
-		}
-	}
-	return false
 }
 
 // find returns the position of key's member, -1 when absent.

@@ -60,10 +60,8 @@ type checker struct {
 	// read one after another and none is kept, so they share one object
 	// rather than each costing one.
 	msg object
-	// toolNames are the functions tools declares, for tool_choice, and
-	// toolIndex the first tool of each name.
+	// toolNames are the functions tools declares, for tool_choice.
 	toolNames []string
-	toolIndex map[string]int
 	// callIDs are the ids of the tool calls of the assistant messages
 	// read so far, which a tool message answers: a set, as a body may
 	// hold tens of thousands of calls and answers.
@@ -123,6 +121,7 @@ func (c *checker) tools(top *object) {
 	if !ok {
 		return
 	}
+	seen := make(map[string]int, len(elems))
 	for i, raw := range elems {
 		path := api.PathOf("tools").Index(i)
 		tool, ok := c.object(path, "", raw)
@@ -141,14 +140,7 @@ func (c *checker) tools(top *object) {
 		} else if ok {
 			// A model calls a tool by its name: two of one name could not
 			// be told apart, and OpenAI refuses them too.
-			if first, dup := c.toolIndex[name]; dup {
-				c.v.AddAt(fpath.Key("name"), api.FieldInvalid, "must be unique: tools.%d has this name too", first)
-			} else {
-				if c.toolIndex == nil {
-					c.toolIndex = make(map[string]int, len(elems))
-				}
-				c.toolIndex[name] = i
-			}
+			c.v.Unique(seen, fpath.Key("name"), "tools", name, i)
 		}
 		c.toolNames = append(c.toolNames, name)
 		c.optString(fn, fpath, "description")

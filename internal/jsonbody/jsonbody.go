@@ -94,6 +94,15 @@ func Members(body []byte, reads ...string) (map[string]json.RawMessage, error) {
 	} else if err := Lenient(body, &m); err != nil {
 		return nil, err
 	}
+	folds := false
+	for k := range m {
+		if folds = jsonraw.MayFold(k); folds {
+			break
+		}
+	}
+	if !folds {
+		return m, nil
+	}
 	names := make([]string, 0, len(m)+len(reads))
 	for k := range m {
 		names = append(names, k)

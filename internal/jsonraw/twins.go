@@ -3,9 +3,9 @@ package jsonraw
 import (
 	"strconv"
 	"strings"
-	"unicode"
 
 	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/jsontext"
 )
 
 // CaseTwins is the 400 of a body whose object has two member names, of
@@ -62,7 +62,7 @@ func caseTwins(n int, name func(int) string) (string, string) {
 	seen := make(map[string]string, n)
 	for i := range n {
 		b := name(i)
-		f := foldName(b)
+		f := string(jsontext.AppendFoldedName(nil, []byte(b)))
 		if a, ok := seen[f]; ok && a != b {
 			return a, b
 		}
@@ -71,18 +71,17 @@ func caseTwins(n int, name func(int) string) (string, string) {
 	return "", ""
 }
 
-// foldName maps each letter of name to one of the letters it is equal to
-// under case folding, so that names equal under it are equal after.
-func foldName(name string) string {
-	return strings.Map(func(r rune) rune {
-		for {
-			f := unicode.SimpleFold(r)
-			if f <= r {
-				return f
-			}
-			r = f
+// MayFold reports a name that encoding/json's folding could make equal
+// to another: one with a capital, or a byte outside ASCII. A body whose
+// names are all of lower-case ASCII has no pair (nor a name read in
+// another case, the names read being lower case).
+func MayFold(name string) bool {
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; 'A' <= c && c <= 'Z' || c >= 0x80 {
+			return true
 		}
-	}, name)
+	}
+	return false
 }
 
 func isASCII(s string) bool {

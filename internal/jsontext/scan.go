@@ -480,7 +480,7 @@ func (s *Scanner) Is(key []byte, kind Kind, field string) bool {
 		key = s.unescape(key)
 	}
 	var arr [32]byte
-	folded := appendFoldedName(arr[:0], key)
+	folded := AppendFoldedName(arr[:0], key)
 	s.text = s.text[:mark]
 	if len(folded) != len(field) {
 		return false
@@ -493,8 +493,9 @@ func (s *Scanner) Is(key []byte, kind Kind, field string) bool {
 	return true
 }
 
-// appendFoldedName is encoding/json's folding of a member's name.
-func appendFoldedName(out, in []byte) []byte {
+// AppendFoldedName appends in as encoding/json folds a member's name:
+// names equal under its case folding are equal after.
+func AppendFoldedName(out, in []byte) []byte {
 	for i := 0; i < len(in); {
 		if c := in[i]; c < utf8.RuneSelf {
 			if 'a' <= c && c <= 'z' {

@@ -458,16 +458,9 @@ func (c *checker) tools(top object) {
 			c.v.AddAt(path.Key("name"), api.FieldInvalid, "must be 1 to 64 letters, digits, underscores or hyphens")
 			ok = false
 		}
-		if ok {
-			// A call names its function: two of one name could not be
-			// told apart.
-			if first, dup := seen[name]; dup {
-				c.v.AddAt(path.Key("name"), api.FieldInvalid, "must be unique: tools.%d has this name too", first)
-				ok = false
-			} else {
-				seen[name] = i
-			}
-		}
+		// A call names its function: two of one name could not be told
+		// apart.
+		ok = ok && c.v.Unique(seen, path.Key("name"), "tools", name, i)
 		fn := chatFunction{Name: name}
 		if s, has := c.optString(t, path, "description"); has {
 			fn.Description = json.RawMessage(appendString(nil, s))

@@ -157,6 +157,12 @@ func (s *Server) tooLarge(ctx *fasthttp.RequestCtx, m *mux, console bool) *api.E
 			return ae
 		}
 	}
+	return overLimit(ctx, m)
+}
+
+// overLimit is the 413 of a body over its route's limit, for a caller the
+// route admits.
+func overLimit(ctx *fasthttp.RequestCtx, m *mux) *api.Error {
 	if r := m.bodyLimit(ctx.Request.Header.RequestURI()); r != nil && r.tooLarge != nil {
 		return r.tooLarge
 	}

@@ -595,9 +595,10 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, m *mux, console bool) {
 			// inference request has its row like any other refusal, in
 			// the organisation its key names.
 			label, c.route = r.path, r
-			err = s.authorize(&c, console)
-		}
-		if err == nil {
+			if err = s.authorize(&c, console); err == nil {
+				err = overLimit(ctx, m)
+			}
+		} else {
 			err = s.tooLarge(ctx, m, console)
 		}
 	case r != nil:
