@@ -25,7 +25,7 @@ func BenchmarkRefusal(b *testing.B) {
 	const hold = 20 * time.Millisecond
 	f := fleet.New(fleet.Config{Hold: hold})
 	connectWorker(b, ctx, f, "", 1, api.Model{ID: "m", Capabilities: []string{api.CapChat}, Engine: "sim"})
-	defer backUp(b, ctx, f, "m", hold)()
+	defer backUp(b, ctx, f, "", "m", hold)()
 	s := &Server{log: slog.New(slog.DiscardHandler), metrics: newMetrics(buildinfo.Info{}), fleet: f,
 		relay: relay.New(relay.Config{Fleet: f, Usage: &discardRows{}})}
 	body := []byte(`{"model":"m","stream":true,"max_tokens":256,"temperature":0.7,"messages":[` +

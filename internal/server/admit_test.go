@@ -65,11 +65,11 @@ func connectWorker(t testing.TB, ctx context.Context, f *fleet.Fleet, org string
 	}
 }
 
-// backUp leaves model's queue backed up on f: its one slot busy, served
-// slower than the hold, and one request waiting. release undoes it.
-func backUp(t testing.TB, ctx context.Context, f *fleet.Fleet, model string, hold time.Duration) (release func()) {
+// backUp leaves model's queue in org backed up on f: its one slot busy,
+// served slower than the hold, and one request waiting. release undoes it.
+func backUp(t testing.TB, ctx context.Context, f *fleet.Fleet, org, model string, hold time.Duration) (release func()) {
 	t.Helper()
-	need := fleet.Need{Model: model, Capability: api.CapChat}
+	need := fleet.Need{OrgID: org, Model: model, Capability: api.CapChat}
 	l, err := f.Acquire(ctx, need)
 	if err != nil {
 		t.Fatal(err)
@@ -154,7 +154,7 @@ func TestBackedUpModelIsRefusedBeforeTheParse(t *testing.T) {
 		return resp
 	}
 
-	release := backUp(t, ctx, f, "m", hold)
+	release := backUp(t, ctx, f, "", "m", hold)
 	resp := post("m", false)
 	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" ||
 		resp.Header.Get("X-Svc-Queue-Depth") != "1" || resp.Close || parses != 0 {
