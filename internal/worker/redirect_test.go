@@ -63,10 +63,12 @@ func newReplica(t *testing.T) *replica {
 			_ = conn.Close()
 			return
 		}
-		r.hellos.Add(1)
+		// A splice is counted before its hello, so that a test that has
+		// seen the hello sees the splice it asked for.
 		if req.URL.Query().Has(link.SpliceParam) {
 			r.splices.Add(1)
 		}
+		r.hellos.Add(1)
 		if to := r.redirect.Load(); to != nil {
 			fleet.Redirect(conn, *to)
 			return
