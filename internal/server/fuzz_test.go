@@ -1,0 +1,401 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/svc-dev/svc/internal/engine"
+	"github.com/svc-dev/svc/internal/engine/sim"
+	"github.com/svc-dev/svc/internal/harness"
+	"github.com/svc-dev/svc/internal/server"
+	"github.com/svc-dev/svc/internal/worker"
+)
+
+// fuzzRoutes are the inference routes whose JSON bodies
+// FuzzInferenceRequests sends, with a valid request for each as a seed.
+var fuzzRoutes = []struct{ path, seed string }{
+	{"/v1/chat/completions", `{"model":"sim-chat","messages":[{"role":"user","content":"hi"}],"max_tokens":5}`},
+	{"/v1/chat/completions", `{"model":"sim-reasoner","messages":[{"role":"system","content":"be brief"},{"role":"user","content":[{"type":"text","text":"hi"}]}],"stream":true,"reasoning":{"max_tokens":3},"max_tokens":8}`},
+	{"/v1/chat/completions", `{"model":"sim-chat","messages":[{"role":"user","content":"weather?"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}],"tool_choice":"auto","stream":true,"n":2}`},
+	{"/v1/completions", `{"model":"sim-chat","prompt":"once upon","max_tokens":4,"stream":true}`},
+	{"/v1/messages", `{"model":"sim-chat","max_tokens":5,"messages":[{"role":"user","content":"hi"}],"stream":true}`},
+	{"/v1/responses", `{"model":"sim-chat","input":"hi","max_output_tokens":5}`},
+	{"/v1/embeddings", `{"model":"sim-embed","input":["a","b"],"dimensions":8}`},
+	{"/v1/rerank", `{"model":"sim-rerank","query":"q","documents":["a","b"],"top_n":1}`},
+	{"/v1/moderations", `{"model":"guard-a:1b","input":"hello"}`},
+	{"/v1/images/generations", `{"model":"sim-image","prompt":"a cat","size":"256x256"}`},
+	{"/v1/audio/speech", `{"model":"sim-tts","input":"hi","voice":"alloy","response_format":"wav"}`},
+}
+
+// fuzzStatuses are the answers a healthy gateway with one instant,
+// healthy worker may give a well-keyed request: success or the client's
+// fault. A 5xx other than the spec's lasting limitations (501, 507) is
+// the gateway's or the worker's own failure.
+var fuzzStatuses = map[int]bool{200: true, 400: true, 404: true, 409: true, 413: true, 422: true, 501: true, 507: true}
+
+// Any JSON body sent to an inference route with a valid key is answered
+// in time, with a status the spec gives a client's mistake or success, an
+// error body of the spec's shape, a request id, and a usage row of that
+// status: never a panic, a hang, a 5xx or a lost record. The gateway
+// `svc serve` runs and a worker on the simulator, answering at once, run
+// in the test's process, so that fuzzing is guided by their code:
+//
+//	go test ./internal/server -run '^$' -fuzz FuzzInferenceRequests -fuzztime 5m
+func FuzzInferenceRequests(f *testing.F) {
+	for i, r := range fuzzRoutes {
+		f.Add(uint8(i), []byte(r.seed))
+	}
+	f.Add(uint8(0), []byte(`{"model":"sim-chat","messages":[{"role":"user","content":"hi"}],"MAX_TOKENS":5}`))
+	f.Add(uint8(0), []byte(`{"model":"sim-chat","messages":[]}`))
+	f.Add(uint8(1), []byte(`{"model":"nope","messages":[{"role":"user","content":"hi"}],"stream":true}`))
+	f.Add(uint8(3), []byte(`{"model":"sim-chat","prompt":["a",[1,2]],"max_tokens":1e400}`))
+	f.Add(uint8(4), []byte(`{"model":"sim-chat","max_tokens":5,"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"x"}]}]}`))
+	f.Add(uint8(6), []byte(`{"model":"sim-embed","input":[]}`))
+	f.Add(uint8(10), []byte(`{"model":"sim-tts","input":"","voice":"alloy"}`))
+	f.Add(uint8(2), []byte(`[`))
+
+	g := startInProcess(f)
+	hc := &http.Client{Timeout: 30 * time.Second}
+	f.Fuzz(func(t *testing.T, route uint8, body []byte) {
+		if scripted(body) {
+			t.Skip("the simulator's own directives fail or hang a request on purpose")
+		}
+		path := fuzzRoutes[int(route)%len(fuzzRoutes)].path
+		r, err := g.post(hc, path, body)
+		if err != nil {
+			t.Fatalf("%s %q: %v", path, body, err)
+		}
+		if err := checkAnswer(r); err != nil {
+			t.Fatalf("%s %q: %v\nstatus %d: %.2000s", path, body, err, r.status, r.body)
+		}
+		id := r.header.Get("X-Request-Id")
+		row, err := g.usageRow(hc, id)
+		if err != nil {
+			t.Fatalf("%s %q (status %d, id %s): %v", path, body, r.status, id, err)
+		}
+		if got := row["status_code"]; got != float64(r.status) {
+			t.Fatalf("%s %q: answered %d, logged %v: %v", path, body, r.status, got, row)
+		}
+	})
+}
+
+// FuzzInferenceFields is FuzzInferenceRequests for one member of a valid
+// request set to any JSON value, at a dotted path (messages.0.content):
+// it reaches the checks of each field that a mutated body, most often not
+// JSON at all, rarely gets past.
+func FuzzInferenceFields(f *testing.F) {
+	seeds := []struct {
+		route       uint8
+		path, value string
+	}{
+		{0, "max_tokens", "-1"}, {0, "max_tokens", "1e400"}, {0, "max_tokens", `"5"`}, {0, "n", "17"},
+		{0, "messages.0.content", `[{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo="}}]`},
+		{0, "messages.0.content", `[{"type":"file","file":{"filename":"a.csv","file_data":"YSxiCg=="}}]`},
+		{0, "messages.0.role", `"tool"`}, {0, "response_format", `{"type":"json_schema","json_schema":{"name":"x","schema":{}}}`},
+		{0, "stop", `["a","b","c","d","e"]`}, {0, "seed", "18446744073709551616"}, {0, "temperature", "2.5"},
+		{1, "reasoning.max_tokens", "-3"}, {1, "reasoning_effort", `"max"`}, {1, "stream_options", `{"include_usage":false}`},
+		{2, "tools.0.function.name", `""`}, {2, "tool_choice", `{"type":"function","function":{"name":"g"}}`},
+		{3, "prompt", `[[1,2,3]]`}, {3, "echo", "true"}, {3, "logprobs", "5"},
+		{4, "system", `[{"type":"text","text":"s"}]`}, {4, "thinking", `{"type":"enabled","budget_tokens":1}`},
+		{4, "messages.0.content", `[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"x"}}]`},
+		{5, "input", `[{"role":"user","content":[{"type":"input_text","text":"hi"}]}]`}, {5, "tools", `[{"type":"web_search"}]`},
+		{6, "encoding_format", `"base64"`}, {6, "input", `[[1,2],[3]]`}, {7, "documents", `[{"text":"a"}]`}, {7, "top_n", "0"},
+		{8, "input", `[{"type":"image_url","image_url":{"url":"http://127.0.0.1/x.png"}}]`},
+		{9, "n", "0"}, {9, "response_format", `"b64_json"`}, {10, "speed", "4.5"}, {10, "voice", `"nobody"`},
+	}
+	for _, s := range seeds {
+		f.Add(s.route, s.path, []byte(s.value))
+	}
+	g := startInProcess(f)
+	hc := &http.Client{Timeout: 30 * time.Second}
+	f.Fuzz(func(t *testing.T, route uint8, path string, value []byte) {
+		r := fuzzRoutes[int(route)%len(fuzzRoutes)]
+		if !json.Valid(value) {
+			t.Skip("not JSON: FuzzInferenceRequests sends such bodies")
+		}
+		body, err := setMember([]byte(r.seed), strings.Split(path, "."), value)
+		if err != nil || scripted(body) {
+			t.Skip()
+		}
+		a, err := g.post(hc, r.path, body)
+		if err != nil {
+			t.Fatalf("%s %s: %v", r.path, body, err)
+		}
+		if err := checkAnswer(a); err != nil {
+			t.Fatalf("%s %s: %v\nstatus %d: %.2000s", r.path, body, err, a.status, a.body)
+		}
+		id := a.header.Get("X-Request-Id")
+		row, err := g.usageRow(hc, id)
+		if err != nil {
+			t.Fatalf("%s %s (status %d, id %s): %v", r.path, body, a.status, id, err)
+		}
+		if got := row["status_code"]; got != float64(a.status) {
+			t.Fatalf("%s %s: answered %d, logged %v: %v", r.path, body, a.status, got, row)
+		}
+	})
+}
+
+// setMember returns doc with the member or element at path set to value,
+// the objects on the way made as needed; numbers elsewhere keep their text.
+func setMember(doc []byte, path []string, value []byte) ([]byte, error) {
+	if len(path) == 0 {
+		return value, nil
+	}
+	if i, err := strconv.Atoi(path[0]); err == nil {
+		var arr []json.RawMessage
+		if err := json.Unmarshal(doc, &arr); err == nil {
+			if i < 0 || i > len(arr) {
+				return nil, errors.New("index out of range")
+			}
+			if i == len(arr) {
+				arr = append(arr, json.RawMessage("{}"))
+			}
+			v, err := setMember(arr[i], path[1:], value)
+			if err != nil {
+				return nil, err
+			}
+			arr[i] = v
+			return json.Marshal(arr)
+		}
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(doc, &obj); err != nil || obj == nil {
+		obj = map[string]json.RawMessage{}
+	}
+	inner := obj[path[0]]
+	if inner == nil {
+		inner = json.RawMessage("{}")
+	}
+	v, err := setMember(inner, path[1:], value)
+	if err != nil {
+		return nil, err
+	}
+	obj[path[0]] = v
+	return json.Marshal(obj)
+}
+
+// inProcess is a gateway and a simulated worker run by the test.
+type inProcess struct {
+	url, key string
+}
+
+// startInProcess runs the server `svc serve` runs on a random loopback
+// port and a temporary data directory, and a worker serving the
+// simulator's models at once; they stop when tb ends. The organisation's
+// rate limit is lifted: tests send faster than a plan allows.
+func startInProcess(tb testing.TB) *inProcess {
+	tb.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	log := slog.New(slog.DiscardHandler)
+	dir := tb.TempDir()
+	ready := make(chan string, 1)
+	var wg sync.WaitGroup
+	stopped := make(chan error, 1)
+	wg.Go(func() {
+		stopped <- server.Run(ctx, server.Config{Addr: "127.0.0.1:0", DataDir: dir, Logger: log,
+			DrainTimeout: time.Second, Ready: func(addr string) { ready <- addr }})
+	})
+	tb.Cleanup(func() { cancel(); wg.Wait() })
+	var addr string
+	select {
+	case addr = <-ready:
+	case err := <-stopped:
+		tb.Fatalf("the gateway stopped: %v", err)
+	case <-time.After(30 * time.Second):
+		tb.Fatal("the gateway did not start")
+	}
+	read := func(name string) string {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return strings.TrimSpace(string(b))
+	}
+	g := &inProcess{url: "http://" + addr, key: read(server.AdminKeyFile)}
+
+	admin := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", filepath.Join(dir, server.SocketFile))
+	}}}
+	req, _ := http.NewRequest("PATCH", "http://console/api/v1/console/orgs/default", strings.NewReader(`{"requests_per_minute": 0}`))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := admin.Do(req)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		tb.Fatalf("lifting the rate limit: %s", resp.Status)
+	}
+
+	cfg, err := sim.ParseOptions("tps=0,ttft=0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	agent, err := worker.New(worker.Config{Gateway: g.url, Token: read(server.WorkerTokenFile), Name: "fuzz",
+		MaxConcurrent: 4, Version: "v0.0.0", Engines: []engine.Engine{sim.New(cfg)}, Logger: log})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	wg.Go(func() { _ = agent.Run(ctx) })
+	hc := &http.Client{Timeout: 5 * time.Second}
+	if !harness.Eventually(30*time.Second, func() bool {
+		r, err := g.get(hc, "/v1/models")
+		return err == nil && bytes.Contains(r.body, []byte(`"sim-image"`))
+	}) {
+		tb.Fatal("the worker's models were not listed")
+	}
+	return g
+}
+
+// answer is an HTTP answer with its body read.
+type answer struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (g *inProcess) post(hc *http.Client, path string, body []byte) (answer, error) {
+	return g.do(hc, "POST", path, body)
+}
+
+func (g *inProcess) get(hc *http.Client, path string) (answer, error) {
+	return g.do(hc, "GET", path, nil)
+}
+
+func (g *inProcess) do(hc *http.Client, method, path string, body []byte) (answer, error) {
+	req, err := http.NewRequest(method, g.url+path, bytes.NewReader(body))
+	if err != nil {
+		return answer{}, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Authorization", "Bearer "+g.key)
+	resp, err := hc.Do(req)
+	if err != nil {
+		return answer{}, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return answer{}, fmt.Errorf("reading the answer: %w", err)
+	}
+	return answer{status: resp.StatusCode, header: resp.Header, body: b}, nil
+}
+
+// usageRow waits for the usage row of request id among the newest.
+func (g *inProcess) usageRow(hc *http.Client, id string) (map[string]any, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var row map[string]any
+	last := errors.New("not looked for")
+	// Rows are committed in groups: a short poll finds most at once.
+	err := harness.Poll(ctx, 2*time.Millisecond, func() bool {
+		r, err := g.get(hc, "/api/v1/usage/logs?limit=20")
+		if err != nil {
+			last = err
+			return false
+		}
+		var rows []map[string]any
+		if err := json.Unmarshal(r.body, &rows); err != nil {
+			last = err
+			return false
+		}
+		for _, r := range rows {
+			if r["id"] == id {
+				row = r
+				return true
+			}
+		}
+		last = fmt.Errorf("not among the %d newest", len(rows))
+		return false
+	})
+	if err != nil {
+		return nil, fmt.Errorf("no usage row: %w", last)
+	}
+	return row, nil
+}
+
+// scripted reports whether body holds a string the simulator reads as a
+// directive (or names its cold model, which takes a load's time), escapes
+// and all.
+func scripted(body []byte) bool {
+	var v any
+	if json.Unmarshal(body, &v) != nil {
+		return bytes.Contains(body, []byte("sim:"))
+	}
+	found := false
+	var walk func(any)
+	walk = func(v any) {
+		switch v := v.(type) {
+		case string:
+			found = found || strings.Contains(v, "sim:") || v == "sim-cold"
+		case []any:
+			for _, e := range v {
+				walk(e)
+			}
+		case map[string]any:
+			for k, e := range v {
+				walk(k)
+				walk(e)
+			}
+		}
+	}
+	walk(v)
+	return found
+}
+
+// checkAnswer checks r against the spec: a request id, a status for a
+// client's mistake or success, and a body of the status's shape.
+func checkAnswer(r answer) error {
+	if r.header.Get("X-Request-Id") == "" {
+		return errors.New("no X-Request-Id")
+	}
+	if !fuzzStatuses[r.status] {
+		return fmt.Errorf("status %d", r.status)
+	}
+	ct := r.header.Get("Content-Type")
+	switch {
+	case r.status != http.StatusOK:
+		var e map[string]any
+		if err := json.Unmarshal(r.body, &e); err != nil {
+			return fmt.Errorf("error body is not a JSON object: %w", err)
+		}
+		switch d := e["detail"].(type) {
+		case string:
+			if d == "" {
+				return errors.New("empty detail")
+			}
+		case map[string]any:
+		default:
+			return errors.New("error body without a detail")
+		}
+	case strings.HasPrefix(ct, "text/event-stream"):
+		if !bytes.HasSuffix(r.body, []byte("\n\n")) {
+			return errors.New("stream does not end with a whole event")
+		}
+		if bytes.Contains(r.body, []byte("event: error")) || bytes.Contains(r.body, []byte(`"error":{`)) {
+			return errors.New("stream failed")
+		}
+	case strings.HasPrefix(ct, "application/json"):
+		if !json.Valid(r.body) {
+			return errors.New("answer is not JSON")
+		}
+	}
+	return nil
+}
