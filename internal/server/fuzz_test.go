@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -188,9 +189,119 @@ func setMember(doc []byte, path []string, value []byte) ([]byte, error) {
 	return json.Marshal(obj)
 }
 
+// mgmtRoutes are the API's and the console's routes other than
+// inference: {param} in a path stands for any text.
+var mgmtRoutes = []struct {
+	method, path string
+	console      bool
+}{
+	{"GET", "/api/v1/usage/inflight", false}, {"GET", "/api/v1/usage/logs", false},
+	{"GET", "/api/v1/usage/summary", false}, {"GET", "/api/v1/usage/daily", false},
+	{"GET", "/api/v1/usage/breakdown", false}, {"GET", "/api/v1/workers", false},
+	{"GET", "/api/v1/workers/events", false}, {"GET", "/api/v1/workers/{param}/power", false},
+	{"GET", "/api/v1/compute/catalogue", false}, {"GET", "/api/v1/compute/models", false},
+	{"POST", "/api/v1/compute/instances", false}, {"GET", "/api/v1/compute/instances/{param}", false},
+	{"DELETE", "/api/v1/compute/instances/{param}", false}, {"GET", "/api/v1/compute/spend", false},
+	{"GET", "/v1/models/{param}", false}, {"POST", "/v1/messages/count_tokens", false},
+	{"POST", "/api/v1/console/orgs", true}, {"PATCH", "/api/v1/console/orgs/{param}", true},
+	{"POST", "/api/v1/console/orgs/{param}/credit", true}, {"PUT", "/api/v1/console/orgs/fuzz/members/{param}", true},
+	{"POST", "/api/v1/console/orgs/{param}/keys", true}, {"POST", "/api/v1/console/orgs/fuzz/worker-tokens", true},
+	{"POST", "/api/v1/console/orgs/fuzz/workers/approve", true}, {"POST", "/api/v1/console/users", true},
+}
+
+// Any request to the API's other routes with a valid key, and to the
+// console's, is answered in time with a JSON body, an error body of the
+// spec's shape, and never a 500, 502 or 504, whatever its query, its path's
+// parameter or its body. The console's requests change only an
+// organisation of their own ("fuzz") or ones they create, so that the
+// key the API's requests use keeps working.
+func FuzzManagementRequests(f *testing.F) {
+	seeds := []struct {
+		route        uint8
+		param, query string
+		body         string
+	}{
+		{1, "", "limit=0", ""}, {1, "", "limit=1001&offset=-1&worker_id=x", ""}, {2, "", "start=2026-13-01", ""},
+		{3, "", "days=100000", ""}, {4, "", "group_by=nothing&start=2026-01-01T00:00:00Z", ""},
+		{6, "", "since=-1&limit=9999999999999999999", ""}, {7, "00000000-0000-0000-0000-000000000000", "hours=0", ""},
+		{10, "", "", `{"gpu_model_id":"h100","tier_id":"eu","models":["sim-chat"]}`}, {11, "x", "", ""},
+		{12, "%2e%2e", "", ""}, {14, "sim-chat", "", ""}, {15, "", "", `{"model":"sim-chat","messages":[{"role":"user","content":"hi"}]}`},
+		{16, "", "", `{"name":"fuzz-2","plan":"pro"}`}, {17, "fuzz", "", `{"monthly_budget_gbp":-1,"requests_per_minute":1e3}`},
+		{18, "fuzz", "", `{"amount_gbp":1.005}`}, {19, "nobody", "", `{"role":"owner"}`},
+		{20, "fuzz", "", `{"user":"admin","name":"k","permissions":["inference:write","nope"]}`}, {21, "", "", `{"name":"t"}`},
+		{22, "", "", `{"worker":"w/1"}`}, {23, "", "", `{"name":"someone"}`},
+	}
+	for _, s := range seeds {
+		f.Add(s.route, s.param, s.query, []byte(s.body))
+	}
+	g := startInProcess(f)
+	hc := &http.Client{Timeout: 30 * time.Second}
+	console := g.consoleClient()
+	if r, err := g.consoleDo(console, "POST", "/api/v1/console/orgs", []byte(`{"name":"fuzz"}`)); err != nil || r.status >= 300 {
+		f.Fatalf("creating the fuzz organisation: %v %d %s", err, r.status, r.body)
+	}
+	f.Fuzz(func(t *testing.T, route uint8, param, query string, body []byte) {
+		rt := mgmtRoutes[int(route)%len(mgmtRoutes)]
+		if rt.console && strings.Contains(rt.path, "/orgs/{param}") && !strings.HasPrefix(param, "fuzz") {
+			t.Skip("the console changes only the fuzz organisations")
+		}
+		if scripted(body) {
+			t.Skip("the simulator's own directives fail or hang a request on purpose")
+		}
+		path := strings.ReplaceAll(rt.path, "{param}", param)
+		if query != "" {
+			path += "?" + query
+		}
+		var a answer
+		var err error
+		if rt.console {
+			a, err = g.consoleDo(console, rt.method, path, body)
+		} else {
+			a, err = g.do(hc, rt.method, path, body)
+		}
+		var uerr *url.Error
+		if errors.As(err, &uerr) && uerr.Op == "parse" {
+			t.Skip("not a URL")
+		}
+		if err != nil {
+			t.Fatalf("%s %s %q: %v", rt.method, path, body, err)
+		}
+		if err := checkManagement(a); err != nil {
+			t.Fatalf("%s %s %q: %v\nstatus %d: %.2000s", rt.method, path, body, err, a.status, a.body)
+		}
+	})
+}
+
+// checkManagement checks an answer of the API's other routes: no failure
+// of the server's own, and JSON, with the spec's detail when an error.
+func checkManagement(a answer) error {
+	switch a.status {
+	case http.StatusInternalServerError, http.StatusBadGateway, http.StatusGatewayTimeout:
+		return fmt.Errorf("status %d", a.status)
+	case http.StatusNoContent:
+		return nil
+	}
+	if a.status >= 400 {
+		var e map[string]any
+		if err := json.Unmarshal(a.body, &e); err != nil {
+			return fmt.Errorf("error body is not a JSON object: %w", err)
+		}
+		if d, ok := e["detail"].(string); !ok || d == "" {
+			if _, ok := e["detail"].(map[string]any); !ok {
+				return errors.New("error body without a detail")
+			}
+		}
+		return nil
+	}
+	if !json.Valid(a.body) {
+		return errors.New("answer is not JSON")
+	}
+	return nil
+}
+
 // inProcess is a gateway and a simulated worker run by the test.
 type inProcess struct {
-	url, key string
+	url, key, dir string
 }
 
 // startInProcess runs the server `svc serve` runs on a random loopback
@@ -225,21 +336,10 @@ func startInProcess(tb testing.TB) *inProcess {
 		}
 		return strings.TrimSpace(string(b))
 	}
-	g := &inProcess{url: "http://" + addr, key: read(server.AdminKeyFile)}
-
-	admin := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "unix", filepath.Join(dir, server.SocketFile))
-	}}}
-	req, _ := http.NewRequest("PATCH", "http://console/api/v1/console/orgs/default", strings.NewReader(`{"requests_per_minute": 0}`))
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := admin.Do(req)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		tb.Fatalf("lifting the rate limit: %s", resp.Status)
+	g := &inProcess{url: "http://" + addr, key: read(server.AdminKeyFile), dir: dir}
+	r, err := g.consoleDo(g.consoleClient(), "PATCH", "/api/v1/console/orgs/default", []byte(`{"requests_per_minute": 0}`))
+	if err != nil || r.status != http.StatusOK {
+		tb.Fatalf("lifting the rate limit: %v %d %s", err, r.status, r.body)
 	}
 
 	cfg, err := sim.ParseOptions("tps=0,ttft=0")
@@ -260,6 +360,27 @@ func startInProcess(tb testing.TB) *inProcess {
 		tb.Fatal("the worker's models were not listed")
 	}
 	return g
+}
+
+// consoleClient is a client of the console, on the admin socket.
+func (g *inProcess) consoleClient() *http.Client {
+	return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", filepath.Join(g.dir, server.SocketFile))
+		}}}
+}
+
+// consoleDo calls the console, which asks for no key.
+func (g *inProcess) consoleDo(hc *http.Client, method, path string, body []byte) (answer, error) {
+	req, err := http.NewRequest(method, "http://console"+path, bytes.NewReader(body))
+	if err != nil {
+		return answer{}, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	return roundTrip(hc, req)
 }
 
 // answer is an HTTP answer with its body read.
@@ -286,6 +407,11 @@ func (g *inProcess) do(hc *http.Client, method, path string, body []byte) (answe
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Authorization", "Bearer "+g.key)
+	return roundTrip(hc, req)
+}
+
+// roundTrip sends req and reads the whole answer.
+func roundTrip(hc *http.Client, req *http.Request) (answer, error) {
 	resp, err := hc.Do(req)
 	if err != nil {
 		return answer{}, err
