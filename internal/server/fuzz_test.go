@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/svc-dev/svc/e2ee"
 	"github.com/svc-dev/svc/internal/engine"
 	"github.com/svc-dev/svc/internal/engine/sim"
 	"github.com/svc-dev/svc/internal/harness"
@@ -41,6 +42,10 @@ var fuzzRoutes = []struct{ path, seed string }{
 	{"/v1/images/generations", `{"model":"sim-image","prompt":"a cat","size":"256x256"}`},
 	{"/v1/audio/speech", `{"model":"sim-tts","input":"hi","voice":"alloy","response_format":"wav"}`},
 }
+
+// sealable are the inference routes with a sealed form.
+var sealable = map[string]bool{"/v1/chat/completions": true, "/v1/embeddings": true, "/v1/rerank": true,
+	"/v1/images/generations": true, "/v1/audio/speech": true}
 
 // fuzzStatuses are the answers a healthy gateway with one instant,
 // healthy worker may give a well-keyed request: success or the client's
@@ -70,34 +75,20 @@ func FuzzInferenceRequests(f *testing.F) {
 	f.Add(uint8(2), []byte(`[`))
 
 	g := startInProcess(f)
-	hc := &http.Client{Timeout: 30 * time.Second}
 	f.Fuzz(func(t *testing.T, route uint8, body []byte) {
 		if scripted(body) {
 			t.Skip("the simulator's own directives fail or hang a request on purpose")
 		}
-		path := fuzzRoutes[int(route)%len(fuzzRoutes)].path
-		r, err := g.post(hc, path, body)
-		if err != nil {
-			t.Fatalf("%s %q: %v", path, body, err)
-		}
-		if err := checkAnswer(r); err != nil {
-			t.Fatalf("%s %q: %v\nstatus %d: %.2000s", path, body, err, r.status, r.body)
-		}
-		id := r.header.Get("X-Request-Id")
-		row, err := g.usageRow(hc, id)
-		if err != nil {
-			t.Fatalf("%s %q (status %d, id %s): %v", path, body, r.status, id, err)
-		}
-		if got := row["status_code"]; got != float64(r.status) {
-			t.Fatalf("%s %q: answered %d, logged %v: %v", path, body, r.status, got, row)
-		}
+		g.inference(t, g.hc, fuzzRoutes[int(route)%len(fuzzRoutes)].path, body)
 	})
 }
 
 // FuzzInferenceFields is FuzzInferenceRequests for one member of a valid
 // request set to any JSON value, at a dotted path (messages.0.content):
 // it reaches the checks of each field that a mutated body, most often not
-// JSON at all, rarely gets past.
+// JSON at all, rarely gets past. With sealed, a route with a sealed form
+// is sent sealed (FuzzSealedRequests), so that the worker's checks of
+// what the gateway cannot read are fuzzed too.
 func FuzzInferenceFields(f *testing.F) {
 	seeds := []struct {
 		route       uint8
@@ -119,11 +110,14 @@ func FuzzInferenceFields(f *testing.F) {
 		{9, "n", "0"}, {9, "response_format", `"b64_json"`}, {10, "speed", "4.5"}, {10, "voice", `"nobody"`},
 	}
 	for _, s := range seeds {
-		f.Add(s.route, s.path, []byte(s.value))
+		f.Add(s.route, false, s.path, []byte(s.value))
+		if sealable[fuzzRoutes[int(s.route)%len(fuzzRoutes)].path] {
+			f.Add(s.route, true, s.path, []byte(s.value))
+		}
 	}
 	g := startInProcess(f)
-	hc := &http.Client{Timeout: 30 * time.Second}
-	f.Fuzz(func(t *testing.T, route uint8, path string, value []byte) {
+	sealing := &http.Client{Timeout: 30 * time.Second, Transport: e2ee.NewTransport(nil, nil)}
+	f.Fuzz(func(t *testing.T, route uint8, sealed bool, path string, value []byte) {
 		r := fuzzRoutes[int(route)%len(fuzzRoutes)]
 		if !json.Valid(value) {
 			t.Skip("not JSON: FuzzInferenceRequests sends such bodies")
@@ -132,21 +126,11 @@ func FuzzInferenceFields(f *testing.F) {
 		if err != nil || scripted(body) {
 			t.Skip()
 		}
-		a, err := g.post(hc, r.path, body)
-		if err != nil {
-			t.Fatalf("%s %s: %v", r.path, body, err)
+		hc := g.hc
+		if sealed && sealable[r.path] {
+			hc = sealing
 		}
-		if err := checkAnswer(a); err != nil {
-			t.Fatalf("%s %s: %v\nstatus %d: %.2000s", r.path, body, err, a.status, a.body)
-		}
-		id := a.header.Get("X-Request-Id")
-		row, err := g.usageRow(hc, id)
-		if err != nil {
-			t.Fatalf("%s %s (status %d, id %s): %v", r.path, body, a.status, id, err)
-		}
-		if got := row["status_code"]; got != float64(a.status) {
-			t.Fatalf("%s %s: answered %d, logged %v: %v", r.path, body, a.status, got, row)
-		}
+		g.inference(t, hc, r.path, body)
 	})
 }
 
@@ -187,6 +171,31 @@ func setMember(doc []byte, path []string, value []byte) ([]byte, error) {
 	}
 	obj[path[0]] = v
 	return json.Marshal(obj)
+}
+
+// FuzzSealedRequests is FuzzInferenceRequests for private inference:
+// each body is sealed to the worker's key by the client library's
+// transport, so that the gateway routes what it cannot read and the
+// worker checks the request the gateway could not. Bodies the transport
+// refuses to seal (not JSON, no model) are skipped.
+func FuzzSealedRequests(f *testing.F) {
+	sealed := []int{0, 1, 2, 6, 7, 9, 10} // the routes with a sealed form
+	for i, r := range sealed {
+		f.Add(uint8(i), []byte(fuzzRoutes[r].seed))
+	}
+	f.Add(uint8(0), []byte(`{"model":"sim-chat","messages":[{"role":"user","content":"hi"}],"max_tokens":-1}`))
+	f.Add(uint8(0), []byte(`{"model":"sim-chat","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"http://127.0.0.1:1/x.png"}}]}]}`))
+	f.Add(uint8(1), []byte(`{"model":"sim-reasoner","messages":[{"role":"user","content":"hi"}],"stream":true,"n":3,"MAX_TOKENS":2}`))
+	f.Add(uint8(3), []byte(`{"model":"sim-embed","input":[[1,2],"a"],"encoding_format":"base64"}`))
+	f.Add(uint8(6), []byte(`{"model":"sim-tts","input":"hi","voice":"nobody"}`))
+	g := startInProcess(f)
+	hc := &http.Client{Timeout: 30 * time.Second, Transport: e2ee.NewTransport(nil, nil)}
+	f.Fuzz(func(t *testing.T, route uint8, body []byte) {
+		if scripted(body) {
+			t.Skip("the simulator's own directives fail or hang a request on purpose")
+		}
+		g.inference(t, hc, fuzzRoutes[sealed[int(route)%len(sealed)]].path, body)
+	})
 }
 
 // mgmtRoutes are the API's and the console's routes other than
@@ -302,6 +311,7 @@ func checkManagement(a answer) error {
 // inProcess is a gateway and a simulated worker run by the test.
 type inProcess struct {
 	url, key, dir string
+	hc            *http.Client // plain, for the usage log
 }
 
 // startInProcess runs the server `svc serve` runs on a random loopback
@@ -336,18 +346,23 @@ func startInProcess(tb testing.TB) *inProcess {
 		}
 		return strings.TrimSpace(string(b))
 	}
-	g := &inProcess{url: "http://" + addr, key: read(server.AdminKeyFile), dir: dir}
+	g := &inProcess{url: "http://" + addr, key: read(server.AdminKeyFile), dir: dir,
+		hc: &http.Client{Timeout: 30 * time.Second}}
 	r, err := g.consoleDo(g.consoleClient(), "PATCH", "/api/v1/console/orgs/default", []byte(`{"requests_per_minute": 0}`))
 	if err != nil || r.status != http.StatusOK {
 		tb.Fatalf("lifting the rate limit: %v %d %s", err, r.status, r.body)
 	}
 
+	kp, err := e2ee.GenerateKeyPair()
+	if err != nil {
+		tb.Fatal(err)
+	}
 	cfg, err := sim.ParseOptions("tps=0,ttft=0")
 	if err != nil {
 		tb.Fatal(err)
 	}
 	agent, err := worker.New(worker.Config{Gateway: g.url, Token: read(server.WorkerTokenFile), Name: "fuzz",
-		MaxConcurrent: 4, Version: "v0.0.0", Engines: []engine.Engine{sim.New(cfg)}, Logger: log})
+		MaxConcurrent: 4, Version: "v0.0.0", Engines: []engine.Engine{sim.New(cfg)}, E2E: kp, Logger: log})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -424,15 +439,45 @@ func roundTrip(hc *http.Client, req *http.Request) (answer, error) {
 	return answer{status: resp.StatusCode, header: resp.Header, body: b}, nil
 }
 
+// inference sends body to path with hc and checks what comes back, as
+// the inference fuzz targets require: an answer in time, checkAnswer's
+// rules, and a usage row of the answer's status. A body a sealing
+// client's transport refuses to seal is skipped.
+func (g *inProcess) inference(t *testing.T, hc *http.Client, path string, body []byte) {
+	t.Helper()
+	what := path
+	if _, sealing := hc.Transport.(*e2ee.Transport); sealing {
+		what = "sealed " + path
+	}
+	a, err := g.post(hc, path, body)
+	if err != nil && strings.Contains(err.Error(), "e2ee:") {
+		t.Skip("the transport does not seal it")
+	}
+	if err != nil {
+		t.Fatalf("%s %q: %v", what, body, err)
+	}
+	if err := checkAnswer(a); err != nil {
+		t.Fatalf("%s %q: %v\nstatus %d: %.2000s", what, body, err, a.status, a.body)
+	}
+	id := a.header.Get("X-Request-Id")
+	row, err := g.usageRow(id)
+	if err != nil {
+		t.Fatalf("%s %q (status %d, id %s): %v", what, body, a.status, id, err)
+	}
+	if got := row["status_code"]; got != float64(a.status) {
+		t.Fatalf("%s %q: answered %d, logged %v: %v", what, body, a.status, got, row)
+	}
+}
+
 // usageRow waits for the usage row of request id among the newest.
-func (g *inProcess) usageRow(hc *http.Client, id string) (map[string]any, error) {
+func (g *inProcess) usageRow(id string) (map[string]any, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var row map[string]any
 	last := errors.New("not looked for")
 	// Rows are committed in groups: a short poll finds most at once.
 	err := harness.Poll(ctx, 2*time.Millisecond, func() bool {
-		r, err := g.get(hc, "/api/v1/usage/logs?limit=20")
+		r, err := g.get(g.hc, "/api/v1/usage/logs?limit=20")
 		if err != nil {
 			last = err
 			return false
