@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -196,6 +197,87 @@ func FuzzSealedRequests(f *testing.F) {
 		}
 		g.inference(t, hc, fuzzRoutes[sealed[int(route)%len(sealed)]].path, body)
 	})
+}
+
+// departures are streams long enough (the simulator's 300 tokens at 3,000
+// a second) that a client may leave at any point of one, and the text
+// that ends each whole.
+var departures = []struct{ path, body, end string }{
+	{"/v1/chat/completions", `{"model":"sim-chat","stream":true,"messages":[{"role":"user","content":"hi\nsim: tokens=300 tps=3000"}]}`, "data: [DONE]"},
+	{"/v1/chat/completions", `{"model":"sim-reasoner","stream":true,"n":2,"messages":[{"role":"user","content":"hi\nsim: tokens=150 reasoning=150 tps=3000"}]}`, "data: [DONE]"},
+	{"/v1/messages", `{"model":"sim-chat","stream":true,"max_tokens":400,"messages":[{"role":"user","content":"hi\nsim: tokens=300 tps=3000"}]}`, "event: message_stop"},
+	{"/v1/responses", `{"model":"sim-chat","stream":true,"input":"hi\nsim: tokens=300 tps=3000"}`, "event: response.completed"},
+	{"/v1/chat/completions", `{"model":"sim-chat","messages":[{"role":"user","content":"hi\nsim: tokens=300 tps=3000"}]}`, `"finish_reason"`},
+}
+
+// A client that leaves a request at any point, after reading any number
+// of bytes of its answer, leaves nothing running: the request is off the
+// in-flight list at once, and once the client has its request id its
+// usage row says 200 or 499, 200 when the client had the whole answer.
+func FuzzClientDeparture(f *testing.F) {
+	for i := range departures {
+		for _, n := range []uint32{0, 40, 400, 1500, 6000, 1 << 20} {
+			f.Add(uint8(i), n)
+		}
+	}
+	g := startInProcess(f)
+	f.Fuzz(func(t *testing.T, route uint8, n uint32) {
+		d := departures[int(route)%len(departures)]
+		got, err := g.readThenLeave(d.path, d.body, int(n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		var inflight []any
+		if err := harness.Poll(ctx, 2*time.Millisecond, func() bool {
+			r, err := g.get(g.hc, "/api/v1/usage/inflight")
+			return err == nil && json.Unmarshal(r.body, &inflight) == nil && len(inflight) == 0
+		}); err != nil {
+			t.Fatalf("%s left after %d bytes: still in flight: %v", d.path, len(got), inflight)
+		}
+		head, _, whole := bytes.Cut(got, []byte("\r\n\r\n"))
+		if !whole {
+			return // the client left before it had the id
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(append(head, "\r\n\r\n"...))), nil)
+		if err != nil {
+			t.Fatalf("%s: %v in %q", d.path, err, head)
+		}
+		id := resp.Header.Get("X-Request-Id")
+		row, err := g.usageRow(id)
+		if err != nil {
+			t.Fatalf("%s left after %d bytes (id %s): %v", d.path, len(got), id, err)
+		}
+		status := row["status_code"]
+		ended := bytes.Contains(got, []byte(d.end))
+		if status != 200.0 && (ended || status != 499.0) {
+			t.Fatalf("%s left after %d bytes, the end read: %v; logged %v: %v", d.path, len(got), ended, status, row)
+		}
+	})
+}
+
+// readThenLeave sends body to path on a connection of its own, reads at
+// most n bytes of the answer and closes the connection.
+func (g *inProcess) readThenLeave(path, body string, n int) ([]byte, error) {
+	c, err := net.Dial("tcp", strings.TrimPrefix(g.url, "http://"))
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	if err := c.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		return nil, err
+	}
+	req := fmt.Sprintf("POST %s HTTP/1.1\r\nHost: gateway\r\nConnection: close\r\nAuthorization: Bearer %s\r\n"+
+		"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", path, g.key, len(body), body)
+	if _, err := io.WriteString(c, req); err != nil {
+		return nil, err
+	}
+	got, err := io.ReadAll(io.LimitReader(c, int64(n)))
+	if err != nil && !errors.Is(err, io.EOF) {
+		return got, fmt.Errorf("%s: reading the answer: %w", path, err)
+	}
+	return got, nil
 }
 
 // mgmtRoutes are the API's and the console's routes other than
