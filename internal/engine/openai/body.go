@@ -41,7 +41,8 @@ func (e *Engine) chat(ctx context.Context, req *engine.Request, sink engine.Sink
 }
 
 // normaliseCompletion captures usage (which stays in the body: clients
-// read it there), removes llama.cpp timings and vLLM metrics, and mirrors
+// read it there; usage that holds no counts the worker believes is
+// removed), removes llama.cpp timings and vLLM metrics, and mirrors
 // the reasoning fields of each choice's message. A body that needs no
 // change is returned as it came.
 func normaliseCompletion(b []byte, st *stats) ([]byte, *api.Result) {
@@ -78,6 +79,13 @@ func normaliseGeneral(b []byte, st *stats) ([]byte, *api.Result) {
 		return nil, engine.ErrorResult(errorStatus(b), b)
 	}
 	changed, _ := takeStats(m, st, false)
+	if !isNull(m["usage"]) && st.usage == nil {
+		// Counts the worker does not believe (negative, not numbers) are
+		// not the client's either: the gateway writes the usage it
+		// accounts in their place.
+		delete(m, "usage")
+		changed = true
+	}
 	st.finish = lastFinishReason(choices)
 	if bytes.Contains(choices, []byte(keyReasoning)) {
 		if c, ok := mirrorChoices(choices, "message"); ok {
@@ -125,7 +133,9 @@ func readPlainCompletion(b []byte, st *stats) (res *api.Result, ok bool) {
 		return engine.ErrorResult(errorStatus(b), b), true
 	}
 	if !isNull(usage) {
-		st.captureUsage(usage)
+		if st.captureUsage(usage); st.usage == nil {
+			return nil, false // not counts: the general path removes it
+		}
 	}
 	st.finish = lastFinishReason(choices)
 	return nil, true

@@ -2,6 +2,7 @@ package openai
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -256,4 +257,44 @@ func TestWholeAnswerTellsItsBytes(t *testing.T) {
 	if res := <-done; res.Status != 499 {
 		t.Fatalf("a whole answer stopped and cancelled: %+v", res)
 	}
+}
+
+// Usage whose counts the worker does not believe leaves the whole answer,
+// so that the client reads the usage the gateway accounts in its place;
+// usage it believes stays as the engine wrote it.
+func TestNormaliseCompletionUnbelievedUsage(t *testing.T) {
+	const choices = `"choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]`
+	tests := []struct {
+		name, in, want string
+		counted        bool
+	}{
+		{"negative", `{` + choices + `,"usage":{"completion_tokens":-5}}`, `{` + choices + `}`, false},
+		{"a string", `{` + choices + `,"usage":"lots"}`, `{` + choices + `}`, false},
+		{"not an object", `{` + choices + `,"usage":7}`, `{` + choices + `}`, false},
+		{"past any context", `{` + choices + `,"usage":{"prompt_tokens":1e15}}`, `{` + choices + `}`, false},
+		{"believed", `{` + choices + `,"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}`,
+			`{` + choices + `,"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}`, true},
+		{"null", `{` + choices + `,"usage":null}`, `{` + choices + `,"usage":null}`, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var st stats
+			out, res := normaliseCompletion([]byte(tt.in), &st)
+			if res != nil {
+				t.Fatalf("result %+v", res)
+			}
+			if !jsonEqual(out, []byte(tt.want)) {
+				t.Fatalf("body %s, want %s", out, tt.want)
+			}
+			if (st.usage != nil) != tt.counted || st.finish != "stop" {
+				t.Fatalf("usage %+v, finish %q", st.usage, st.finish)
+			}
+		})
+	}
+}
+
+// jsonEqual reports whether a and b hold the same JSON value.
+func jsonEqual(a, b []byte) bool {
+	var va, vb any
+	return json.Unmarshal(a, &va) == nil && json.Unmarshal(b, &vb) == nil && reflect.DeepEqual(va, vb)
 }
