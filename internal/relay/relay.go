@@ -677,21 +677,12 @@ func (c *Call) resultError(res *api.Result) *api.Error {
 const maxRetryAfter = time.Hour
 
 // resultError is the error for a worker's failed result. It keeps the
-// status the worker gave: the engine chose it, and no kind of the
-// gateway's says more than it does. A 500 is the exception: the spec's
-// 500 is the gateway's own fault, and an engine's is no usable response
-// from the worker, 502.
+// status the worker gave (parseResult has made it one of the spec's): the
+// engine chose it, and no kind of the gateway's says more than it does.
 func resultError(res *api.Result) *api.Error {
-	status := res.Status
-	if status == http.StatusInternalServerError {
-		status = http.StatusBadGateway
-	}
-	e := api.Relayed(status, "", "", "the worker failed")
+	e := api.Relayed(res.Status, "", "", "the worker failed")
 	if res.Error != nil {
 		e.Message, e.Type, e.Code, e.Param = res.Error.Message, res.Error.Type, res.Error.Code, res.Error.Param
-		if status != res.Status {
-			e.Type = api.TypeUpstream
-		}
 	}
 	// A client told to slow down is told when to come back: the engine's
 	// own figure when it gave one, up to maxRetryAfter, else a second.
@@ -746,7 +737,44 @@ func parseResult(msg []byte) *api.Result {
 		return &api.Result{Status: http.StatusBadGateway, Error: &api.ResultError{
 			Message: "the worker's result was lost in transit", Type: api.TypeUpstream}}
 	}
+	if st := relayedStatus(res.Status); st != res.Status {
+		res.Status = st
+		if res.Error != nil {
+			res.Error.Type = api.TypeForStatus(st)
+		}
+	}
 	return &res
+}
+
+// relayedStatus is the status a client is given for a worker's result of
+// status: its own when the spec gives a worker's answer that status, else
+// the spec's status for what it means. Clients act on the spec's codes
+// (a 401 says check your key), and a worker relays whatever its engine
+// answered: a hosted API's 401 or 402 is about the worker's account with
+// it, not the client's key, and a status the spec does not know has no
+// action a client could take.
+func relayedStatus(status int) int {
+	// A worker's cancelled request: the client left (nginx's 499).
+	const statusClientClosed = 499
+	switch status {
+	case http.StatusOK, http.StatusBadRequest, http.StatusNotFound, http.StatusConflict, http.StatusRequestEntityTooLarge,
+		http.StatusUnprocessableEntity, http.StatusTooManyRequests, statusClientClosed, http.StatusNotImplemented,
+		http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout, http.StatusInsufficientStorage:
+		return status
+	case http.StatusRequestTimeout:
+		return http.StatusGatewayTimeout
+	case http.StatusMethodNotAllowed:
+		// The engine has no such endpoint: a lasting limitation.
+		return http.StatusNotImplemented
+	case http.StatusUnauthorized, http.StatusPaymentRequired, http.StatusForbidden, http.StatusProxyAuthRequired:
+		return http.StatusBadGateway
+	}
+	if status >= 400 && status < 500 {
+		return http.StatusBadRequest
+	}
+	// A 500 is the gateway's own fault in the spec; an engine's, or any
+	// other, is no usable response from the worker.
+	return http.StatusBadGateway
 }
 
 var (

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -209,6 +211,37 @@ func TestLateFailureAfterKeepAlive(t *testing.T) {
 			t.Fatalf("row %+v", row)
 		}
 	})
+}
+
+// A worker's failure reaches the client with its own status when the
+// spec gives a worker's answer that status, and otherwise with the spec's
+// status for what it means: an engine's 401 is about the worker's
+// account with it, not the client's key. The row says the same.
+func TestWorkerStatusesTheSpecDoesNotGive(t *testing.T) {
+	tests := []struct{ worker, client int }{
+		{400, 400}, {404, 404}, {409, 409}, {413, 413}, {422, 422}, {429, 429}, {501, 501}, {503, 503}, {507, 507},
+		{401, 502}, {402, 502}, {403, 502}, {407, 502}, {500, 502}, {505, 502}, {599, 502}, {302, 502},
+		{405, 501}, {408, 504}, {410, 400}, {418, 400}, {438, 400},
+	}
+	for _, tt := range tests {
+		t.Run(strconv.Itoa(tt.worker), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h := newHarness(t)
+				h.worker("gpu-1", 4, fail(tt.worker, false))
+				_, err := h.rl.Start(chatRequest("req-1", false)).Unary()
+				var ae *api.Error
+				if !errors.As(err, &ae) || ae.HTTPStatus() != tt.client || ae.Message != fmt.Sprintf("engine said %d", tt.worker) {
+					t.Fatalf("worker's %d: client given %v", tt.worker, err)
+				}
+				if tt.client != tt.worker && ae.ErrorType() != api.TypeForStatus(tt.client) {
+					t.Fatalf("worker's %d as %d: type %q", tt.worker, tt.client, ae.ErrorType())
+				}
+				if row := h.only(); row.StatusCode != tt.client {
+					t.Fatalf("row %+v", row)
+				}
+			})
+		})
+	}
 }
 
 func TestNoKeepAliveWaitsForTheAnswer(t *testing.T) {
