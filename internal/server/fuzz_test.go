@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/svc-dev/svc/e2ee"
 	"github.com/svc-dev/svc/internal/engine"
+	"github.com/svc-dev/svc/internal/engine/openai"
 	"github.com/svc-dev/svc/internal/engine/sim"
 	"github.com/svc-dev/svc/internal/harness"
 	"github.com/svc-dev/svc/internal/server"
@@ -280,6 +282,173 @@ func (g *inProcess) readThenLeave(path, body string, n int) ([]byte, error) {
 	return got, nil
 }
 
+// fakeEngine is an OpenAI-compatible server with one model, "fake",
+// whose chat completions are answered with what answer holds.
+type fakeEngine struct {
+	mu                sync.Mutex
+	status            int
+	contentType, body string
+}
+
+func (e *fakeEngine) answer(status int, contentType string, body []byte) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.status, e.contentType, e.body = status, contentType, string(body)
+}
+
+func (e *fakeEngine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/v1/models" {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"object":"list","data":[{"id":"fake","object":"model","owned_by":"vllm"}]}`)
+		return
+	}
+	_, _ = io.Copy(io.Discard, r.Body)
+	e.mu.Lock()
+	status, ct, body := e.status, e.contentType, e.body
+	e.mu.Unlock()
+	if ct != "" {
+		w.Header().Set("Content-Type", ct)
+	}
+	w.WriteHeader(status)
+	_, _ = io.WriteString(w, body)
+}
+
+// Whatever an engine answers a chat with, whole or streamed, the client
+// is answered in time with a status the spec gives a worker's answer, an
+// error body of the spec's shape, or a stream that ends with [DONE],
+// after an error event when it failed; and the usage row has the status
+// the client was given, or the error event's. The engine is a server
+// over HTTP behind the worker's OpenAI-compatible adapter, so its status,
+// content type and body, as sent, are the input.
+func FuzzEngineAnswers(f *testing.F) {
+	chunk := func(delta string) string {
+		return `data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"fake","choices":[{"index":0,"delta":` + delta + `,"finish_reason":null}]}` + "\n\n"
+	}
+	usage := `data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"fake","choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}` + "\n\n"
+	whole := `{"id":"c","object":"chat.completion","created":1,"model":"fake","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}`
+	seeds := []struct {
+		stream bool
+		status uint16
+		ct     string
+		body   string
+	}{
+		{false, 200, "application/json", whole},
+		{true, 200, "text/event-stream", chunk(`{"role":"assistant","content":"h"}`) + chunk(`{"content":"i"}`) + usage + "data: [DONE]\n\n"},
+		{true, 200, "text/event-stream", chunk(`{"content":"h"}`) + "data: {\"choices\":[{\"delta\":{\"content\":1}}]}\n\n"},
+		{true, 200, "text/event-stream", chunk(`{"tool_calls":[{"index":0,"id":"t","type":"function","function":{"name":"f","arguments":"{"}}]}`) + "data: [DONE]\n\n"},
+		{true, 200, "text/event-stream", chunk(`{"content":"h"}`) + `data: {"error":{"message":"out of memory","code":507}}` + "\n\n"},
+		{true, 200, "application/json", whole},
+		{false, 200, "text/event-stream", chunk(`{"content":"h"}`) + usage + "data: [DONE]\n\n"},
+		{false, 200, "application/json", `{"choices":[]}`},
+		{false, 200, "application/json", `{"choices":[{"message":{"content":null,"reasoning_content":"x"}}],"usage":{"completion_tokens":-5}}`},
+		{false, 400, "application/json", `{"error":{"message":"bad","type":"invalid_request_error"}}`},
+		{false, 429, "application/json", `{"error":"busy"}`},
+		{true, 503, "text/plain", "overloaded"},
+		{false, 500, "", ""},
+		{false, 413, "application/json", `{"detail":"too long"}`},
+		{false, 200, "", "not json"},
+		{true, 200, "text/event-stream", ": comment\n\nevent: ping\ndata: x\n\n"},
+	}
+	for _, s := range seeds {
+		f.Add(s.stream, s.status, s.ct, []byte(s.body))
+	}
+	fake := &fakeEngine{}
+	srv := httptest.NewServer(fake)
+	f.Cleanup(srv.Close)
+	eng, err := openai.New(openai.Config{BaseURL: srv.URL})
+	if err != nil {
+		f.Fatal(err)
+	}
+	g := startInProcess(f, eng)
+	if !harness.Eventually(30*time.Second, func() bool {
+		r, err := g.get(g.hc, "/v1/models")
+		return err == nil && bytes.Contains(r.body, []byte(`"fake"`))
+	}) {
+		f.Fatal("the fake engine's model was not listed")
+	}
+	f.Fuzz(func(t *testing.T, stream bool, status uint16, contentType string, body []byte) {
+		if status < 200 || status > 599 || strings.ContainsAny(contentType, "\r\n") {
+			t.Skip("not an HTTP answer")
+		}
+		fake.answer(int(status), contentType, body)
+		req := fmt.Sprintf(`{"model":"fake","messages":[{"role":"user","content":"hi"}],"stream":%t}`, stream)
+		a, err := g.post(g.hc, "/v1/chat/completions", []byte(req))
+		if err != nil {
+			t.Fatalf("engine answered %d %q %q: %v", status, contentType, body, err)
+		}
+		failed, err := checkRelayed(a)
+		if err != nil {
+			t.Fatalf("engine answered %d %q %q: %v\nstatus %d: %.2000s", status, contentType, body, err, a.status, a.body)
+		}
+		id := a.header.Get("X-Request-Id")
+		row, err := g.usageRow(id)
+		if err != nil {
+			t.Fatalf("engine answered %d %q %q (status %d, id %s): %v", status, contentType, body, a.status, id, err)
+		}
+		logged, _ := row["status_code"].(float64)
+		if failed != (logged != 200) || (!failed && int(logged) != a.status) {
+			t.Fatalf("engine answered %d %q %q: client had %d (stream failed: %v), logged %v: %v", status, contentType, body, a.status, failed, logged, row)
+		}
+	})
+}
+
+// relayedStatuses are the statuses the spec gives an answer relayed from
+// a worker, to a client whose key is good.
+var relayedStatuses = map[int]bool{200: true, 400: true, 404: true, 409: true, 413: true, 422: true,
+	429: true, 501: true, 502: true, 503: true, 504: true, 507: true}
+
+// checkRelayed checks a chat answer relayed from an engine that may have
+// answered anything: a status the spec gives a worker's answer, an error
+// body with its detail, a whole answer with no negative count in its
+// usage, a stream that ends whole with [DONE]. failed is whether the
+// answer is an error, or a stream that ended with one.
+func checkRelayed(a answer) (failed bool, _ error) {
+	if a.header.Get("X-Request-Id") == "" {
+		return false, errors.New("no X-Request-Id")
+	}
+	if !relayedStatuses[a.status] {
+		return false, fmt.Errorf("status %d", a.status)
+	}
+	if a.status != http.StatusOK {
+		var e map[string]any
+		if err := json.Unmarshal(a.body, &e); err != nil {
+			return true, fmt.Errorf("error body is not a JSON object: %w", err)
+		}
+		if _, ok := e["detail"]; !ok {
+			return true, errors.New("error body without a detail")
+		}
+		return true, nil
+	}
+	if !strings.HasPrefix(a.header.Get("Content-Type"), "text/event-stream") {
+		var whole struct {
+			Usage map[string]any `json:"usage"`
+		}
+		if err := json.Unmarshal(a.body, &whole); err != nil {
+			return false, fmt.Errorf("answer is not a JSON object: %w", err)
+		}
+		for k, v := range whole.Usage {
+			if n, ok := v.(float64); ok && n < 0 {
+				return false, fmt.Errorf("usage has %s %v", k, n)
+			}
+		}
+		return false, nil
+	}
+	if !bytes.HasSuffix(a.body, []byte("\n\n")) {
+		return false, errors.New("stream does not end with a whole event")
+	}
+	// A stream that fails says so in an error event, followed by [DONE]
+	// for the clients that wait for it.
+	events := bytes.Split(bytes.TrimSuffix(a.body, []byte("\n\n")), []byte("\n\n"))
+	last := events[len(events)-1]
+	if !bytes.Equal(last, []byte("data: [DONE]")) {
+		return false, fmt.Errorf("stream ends with %q, not [DONE]", last)
+	}
+	if len(events) > 1 && bytes.HasPrefix(events[len(events)-2], []byte(`data: {"error":{`)) {
+		return true, nil
+	}
+	return false, nil
+}
+
 // mgmtRoutes are the API's and the console's routes other than
 // inference: {param} in a path stands for any text.
 var mgmtRoutes = []struct {
@@ -398,9 +567,10 @@ type inProcess struct {
 
 // startInProcess runs the server `svc serve` runs on a random loopback
 // port and a temporary data directory, and a worker serving the
-// simulator's models at once; they stop when tb ends. The organisation's
-// rate limit is lifted: tests send faster than a plan allows.
-func startInProcess(tb testing.TB) *inProcess {
+// simulator's models at once, and more's; they stop when tb ends. The
+// organisation's rate limit is lifted: tests send faster than a plan
+// allows.
+func startInProcess(tb testing.TB, more ...engine.Engine) *inProcess {
 	tb.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	log := slog.New(slog.DiscardHandler)
@@ -444,7 +614,7 @@ func startInProcess(tb testing.TB) *inProcess {
 		tb.Fatal(err)
 	}
 	agent, err := worker.New(worker.Config{Gateway: g.url, Token: read(server.WorkerTokenFile), Name: "fuzz",
-		MaxConcurrent: 4, Version: "v0.0.0", Engines: []engine.Engine{sim.New(cfg)}, E2E: kp, Logger: log})
+		MaxConcurrent: 4, Version: "v0.0.0", Engines: append([]engine.Engine{sim.New(cfg)}, more...), E2E: kp, Logger: log})
 	if err != nil {
 		tb.Fatal(err)
 	}
