@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/svc-dev/svc/internal/api"
+	"github.com/svc-dev/svc/internal/chat"
 	"github.com/svc-dev/svc/internal/link"
 	"github.com/svc-dev/svc/internal/relay"
 	"github.com/svc-dev/svc/internal/usage"
@@ -242,6 +243,33 @@ func TestWorkerStatusesTheSpecDoesNotGive(t *testing.T) {
 			})
 		})
 	}
+}
+
+// A whole answer with nothing in it and no usage from its worker is not
+// billed on an estimate of its prompt, and its client is told the usage
+// its row holds, not the estimate.
+func TestEmptyAnswerUsageAgreesWithItsRow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t)
+		h.worker("gpu-1", 4, func(ctx context.Context, st *link.Stream, _ api.LinkRequest, _ []byte) {
+			_ = st.Send(ctx, []byte(`{"id":"chatcmpl-w","object":"chat.completion","choices":[]}`))
+			end(ctx, st, api.Result{Status: 200})
+		})
+		req := chatRequest("req-1", false)
+		req.Chat = &chat.Request{PromptChars: 400}
+		rep, err := h.rl.Start(req).Unary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got struct{ Usage api.Usage }
+		if err := json.Unmarshal(rep.Body, &got); err != nil {
+			t.Fatalf("%v: %s", err, rep.Body)
+		}
+		row := h.only()
+		if got.Usage != (api.Usage{}) || row.PromptTokens != 0 || row.TotalTokens != 0 || row.TokensEstimated {
+			t.Fatalf("reply usage %+v, row %+v", got.Usage, row)
+		}
+	})
 }
 
 func TestNoKeepAliveWaitsForTheAnswer(t *testing.T) {

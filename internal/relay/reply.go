@@ -182,6 +182,13 @@ func (c *Call) reportedUsage() (api.Usage, bool) {
 	return u, u.TotalTokens > 0
 }
 
+// produced reports whether the request made anything to count u from:
+// text relayed, or tokens the worker counted as made (Usage.Estimated),
+// sealed or not.
+func (c *Call) produced(u api.Usage) bool {
+	return c.outChars > 0 || c.res != nil && c.res.Usage != nil && u.CompletionTokens > 0
+}
+
 // replyNotice settles the reply's one notice.
 func (c *Call) replyNotice() *api.Notice {
 	if c.req.Chat == nil {
@@ -314,7 +321,12 @@ func (c *Call) completeBody(body []byte) ([]byte, error) {
 	}
 	add := make([]byte, 0, 512)
 	if !s.usage {
-		u, _ := c.reportedUsage()
+		u, estimated := c.reportedUsage()
+		if estimated && !c.produced(u) {
+			// An answer with nothing in it is not billed on an estimate
+			// (usage.Row): the client is told what its row says.
+			u = api.Usage{}
+		}
 		add = u.AppendOpenAI(append(add, `,"usage":`...))
 	}
 	add = appendSvc(append(add, `,"svc":`...), reply)
@@ -384,10 +396,7 @@ func (rl *Relay) record(c *Call, failure error) {
 	if c.lease != nil {
 		o.Ran, o.WorkerID, o.WorkerName = true, c.lease.Worker.ID, c.lease.Worker.Name
 		u, estimated := c.reportedUsage()
-		// A worker that counted the tokens itself (Usage.Estimated) saw
-		// them made, sealed or not.
-		counted := c.res != nil && c.res.Usage != nil && u.CompletionTokens > 0
-		o.Usage, o.Estimated, o.Produced = &u, estimated, c.outChars > 0 || counted
+		o.Usage, o.Estimated, o.Produced = &u, estimated, c.produced(u)
 		o.Timing = c.timing()
 	} else if c.queueWait >= time.Millisecond {
 		// Refused once its wait for a slot ran out: the wait is the row's
