@@ -80,9 +80,9 @@ func normaliseGeneral(b []byte, st *stats) ([]byte, *api.Result) {
 	}
 	changed, _ := takeStats(m, st, false)
 	if !isNull(m["usage"]) && st.usage == nil {
-		// Counts the worker does not believe (negative, not numbers) are
-		// not the client's either: the gateway writes the usage it
-		// accounts in their place.
+		// Counts the worker does not believe (negative, past any context,
+		// no object at all) are not the client's either: the gateway
+		// writes the usage it accounts in their place.
 		delete(m, "usage")
 		changed = true
 	}
@@ -134,7 +134,7 @@ func readPlainCompletion(b []byte, st *stats) (res *api.Result, ok bool) {
 	}
 	if !isNull(usage) {
 		if st.captureUsage(usage); st.usage == nil {
-			return nil, false // not counts: the general path removes it
+			return nil, false // not believed: the general path removes it
 		}
 	}
 	st.finish = lastFinishReason(choices)
