@@ -245,31 +245,52 @@ func TestWorkerStatusesTheSpecDoesNotGive(t *testing.T) {
 	}
 }
 
-// A whole answer with nothing in it and no usage from its worker is not
-// billed on an estimate of its prompt, and its client is told the usage
-// its row holds, not the estimate.
+// An answer with nothing in it and no usage from its worker, whole or
+// streamed, is not billed on an estimate of its prompt, and its client is
+// told the usage its row holds, not the estimate.
 func TestEmptyAnswerUsageAgreesWithItsRow(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		h := newHarness(t)
-		h.worker("gpu-1", 4, func(ctx context.Context, st *link.Stream, _ api.LinkRequest, _ []byte) {
-			_ = st.Send(ctx, []byte(`{"id":"chatcmpl-w","object":"chat.completion","choices":[]}`))
-			end(ctx, st, api.Result{Status: 200})
+	for _, stream := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h := newHarness(t)
+				h.worker("gpu-1", 4, func(ctx context.Context, st *link.Stream, _ api.LinkRequest, _ []byte) {
+					if stream {
+						_ = st.Send(ctx, chunk("", "stop"))
+					} else {
+						_ = st.Send(ctx, []byte(`{"id":"chatcmpl-w","object":"chat.completion","choices":[]}`))
+					}
+					end(ctx, st, api.Result{Status: 200})
+				})
+				req := chatRequest("req-1", stream)
+				req.Chat = &chat.Request{PromptChars: 400}
+				var usage []byte
+				if stream {
+					st, err := h.rl.Start(req).Stream()
+					if err != nil {
+						t.Fatal(err)
+					}
+					client := &events{}
+					st.Write(client)
+					finals := strings.Split(client.got[len(client.got)-1], "\n")
+					usage = []byte(finals[0])
+				} else {
+					rep, err := h.rl.Start(req).Unary()
+					if err != nil {
+						t.Fatal(err)
+					}
+					usage = rep.Body
+				}
+				var got struct{ Usage api.Usage }
+				if err := json.Unmarshal(usage, &got); err != nil {
+					t.Fatalf("%v: %s", err, usage)
+				}
+				row := h.only()
+				if row.StatusCode != 200 || got.Usage != (api.Usage{}) || row.PromptTokens != 0 || row.TotalTokens != 0 || row.TokensEstimated {
+					t.Fatalf("reply usage %+v, row %+v", got.Usage, row)
+				}
+			})
 		})
-		req := chatRequest("req-1", false)
-		req.Chat = &chat.Request{PromptChars: 400}
-		rep, err := h.rl.Start(req).Unary()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got struct{ Usage api.Usage }
-		if err := json.Unmarshal(rep.Body, &got); err != nil {
-			t.Fatalf("%v: %s", err, rep.Body)
-		}
-		row := h.only()
-		if got.Usage != (api.Usage{}) || row.PromptTokens != 0 || row.TotalTokens != 0 || row.TokensEstimated {
-			t.Fatalf("reply usage %+v, row %+v", got.Usage, row)
-		}
-	})
+	}
 }
 
 func TestNoKeepAliveWaitsForTheAnswer(t *testing.T) {

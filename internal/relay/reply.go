@@ -189,6 +189,17 @@ func (c *Call) produced(u api.Usage) bool {
 	return c.outChars > 0 || c.res != nil && c.res.Usage != nil && u.CompletionTokens > 0
 }
 
+// replyUsage is the usage a successful reply states: what its row holds
+// (usage.Row), so that an answer with nothing in it, which is not billed
+// on an estimate, does not tell its client one.
+func (c *Call) replyUsage() api.Usage {
+	u, estimated := c.reportedUsage()
+	if estimated && !c.produced(u) {
+		return api.Usage{}
+	}
+	return u
+}
+
 // replyNotice settles the reply's one notice.
 func (c *Call) replyNotice() *api.Notice {
 	if c.req.Chat == nil {
@@ -260,10 +271,9 @@ func (c *Call) finalChunksAt(created int64) [][]byte {
 		buf = append(buf, object...)
 	}
 	var ends []int
-	u, _ := c.reportedUsage()
 	head()
 	buf = append(buf, `"usage":`...)
-	buf = append(u.AppendOpenAI(buf), '}')
+	buf = append(c.replyUsage().AppendOpenAI(buf), '}')
 	ends = append(ends, len(buf))
 	if n := c.replyNotice(); n != nil {
 		head()
@@ -321,13 +331,7 @@ func (c *Call) completeBody(body []byte) ([]byte, error) {
 	}
 	add := make([]byte, 0, 512)
 	if !s.usage {
-		u, estimated := c.reportedUsage()
-		if estimated && !c.produced(u) {
-			// An answer with nothing in it is not billed on an estimate
-			// (usage.Row): the client is told what its row says.
-			u = api.Usage{}
-		}
-		add = u.AppendOpenAI(append(add, `,"usage":`...))
+		add = c.replyUsage().AppendOpenAI(append(add, `,"usage":`...))
 	}
 	add = appendSvc(append(add, `,"svc":`...), reply)
 	return splice(trimmed, add), nil
