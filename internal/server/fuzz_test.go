@@ -286,7 +286,7 @@ func (e *fakeEngine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // is answered in time with a status the spec gives a worker's answer, an
 // error body of the spec's shape, or a stream that ends with [DONE],
 // after an error event when it failed; and the usage row has the status
-// the client was given, or the error event's. The engine is a server
+// the client was given, or the error event's, and a stream's tokens. The engine is a server
 // over HTTP behind the worker's OpenAI-compatible adapter, so its status,
 // content type and body, as sent, are the input.
 func FuzzEngineAnswers(f *testing.F) {
@@ -317,6 +317,7 @@ func FuzzEngineAnswers(f *testing.F) {
 		{false, 413, "application/json", `{"detail":"too long"}`},
 		{false, 200, "", "not json"},
 		{true, 200, "text/event-stream", ": comment\n\nevent: ping\ndata: x\n\n"},
+		{true, 200, "text/event-stream", chunk(`{"role":"assistant"}`) + "data: [DONE]\n\n"},
 	}
 	for _, s := range seeds {
 		f.Add(s.stream, s.status, s.ct, []byte(s.body))
@@ -358,7 +359,34 @@ func FuzzEngineAnswers(f *testing.F) {
 		if failed != (logged != 200) || (!failed && int(logged) != a.status) {
 			t.Fatalf("engine answered %d %q %q: client had %d (stream failed: %v), logged %v: %v", status, contentType, body, a.status, failed, logged, row)
 		}
+		// A stream's usage is the gateway's to write: it is what the row
+		// bills.
+		if u, ok := streamUsage(a); ok && !failed {
+			for _, k := range []string{"prompt_tokens", "completion_tokens", "total_tokens"} {
+				if u[k] != row[k] {
+					t.Fatalf("engine answered %d %q %q: the stream's usage %v, the row's %v", status, contentType, body, u, row)
+				}
+			}
+		}
 	})
+}
+
+// streamUsage is the usage a streamed answer's closing chunk states.
+func streamUsage(a answer) (map[string]any, bool) {
+	if !strings.HasPrefix(a.header.Get("Content-Type"), "text/event-stream") {
+		return nil, false
+	}
+	for ev := range bytes.SplitSeq(a.body, []byte("\n\n")) {
+		var chunk struct {
+			Choices []any          `json:"choices"`
+			Usage   map[string]any `json:"usage"`
+		}
+		data, ok := bytes.CutPrefix(ev, []byte("data: "))
+		if ok && json.Unmarshal(data, &chunk) == nil && chunk.Choices != nil && len(chunk.Choices) == 0 && chunk.Usage != nil {
+			return chunk.Usage, true
+		}
+	}
+	return nil, false
 }
 
 // relayedStatuses are the statuses the spec gives an answer relayed from
