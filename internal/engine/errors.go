@@ -151,7 +151,9 @@ func ErrorResult(status int, body []byte) *api.Result {
 	case status == http.StatusNotFound:
 		typ = api.TypeNotFound
 	case status >= 400 && status < 500 && typ == "":
-		typ = api.TypeInvalidRequest
+		// The status's own type: a 429 without one is a rate limit, not
+		// an invalid request.
+		typ = api.TypeForStatus(status)
 	}
 	if out < 400 {
 		out = http.StatusBadGateway

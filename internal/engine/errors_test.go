@@ -35,6 +35,8 @@ func TestErrorResult(t *testing.T) {
 		{"unavailable", 503, `{"error":{"message":"Loading model","type":"unavailable_error","code":503}}`, 503, "upstream_error", "Loading model", true},
 		{"vllm's own type", 400, `{"object":"error","message":"\"auto\" tool choice requires --enable-auto-tool-choice","type":"BadRequestError","code":400}`, 400, "invalid_request_error", "\"auto\" tool choice requires --enable-auto-tool-choice", false},
 		{"an engine's 429", 429, `{"error":{"message":"too many","type":"too_many_requests"}}`, 429, "rate_limit_exceeded", "too many", false},
+		{"an engine's 429 without a type", 429, `{"error":"busy"}`, 429, "rate_limit_exceeded", "busy", false},
+		{"an engine's 409 without a type", 409, `{"error":{"message":"loading"}}`, 409, api.TypeConflict, "loading", false},
 		{"an engine's 401", 401, `{"error":{"message":"bad key","type":"AuthenticationError"}}`, 401, "authentication_error", "bad key", false},
 		{"not json", 502, "Bad Gateway", 502, "upstream_error", "Bad Gateway", true},
 		{"empty", 500, "", 500, "upstream_error", "Internal Server Error", true},
