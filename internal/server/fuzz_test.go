@@ -325,20 +325,7 @@ func FuzzEngineAnswers(f *testing.F) {
 	for _, s := range seeds {
 		f.Add(s.stream, s.status, s.ct, []byte(s.body))
 	}
-	fake := &fakeEngine{}
-	srv := httptest.NewServer(fake)
-	f.Cleanup(srv.Close)
-	eng, err := openai.New(openai.Config{BaseURL: srv.URL})
-	if err != nil {
-		f.Fatal(err)
-	}
-	g := startInProcess(f, eng)
-	if !harness.Eventually(30*time.Second, func() bool {
-		r, err := g.get(g.hc, "/v1/models")
-		return err == nil && bytes.Contains(r.body, []byte(`"fake"`))
-	}) {
-		f.Fatal("the fake engine's model was not listed")
-	}
+	g, fake := startWithFakeEngine(f)
 	f.Fuzz(func(t *testing.T, stream bool, status uint16, contentType string, body []byte) {
 		if status < 200 || status > 599 || strings.ContainsAny(contentType, "\r\n") {
 			t.Skip("not an HTTP answer")
@@ -390,6 +377,131 @@ func streamUsage(a answer) (map[string]any, bool) {
 		}
 	}
 	return nil, false
+}
+
+// startWithFakeEngine is startInProcess with a fakeEngine behind the
+// worker's OpenAI-compatible adapter, once its model is listed.
+func startWithFakeEngine(tb testing.TB) (*inProcess, *fakeEngine) {
+	tb.Helper()
+	fake := &fakeEngine{}
+	srv := httptest.NewServer(fake)
+	tb.Cleanup(srv.Close)
+	eng, err := openai.New(openai.Config{BaseURL: srv.URL})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	g := startInProcess(tb, eng)
+	if !harness.Eventually(30*time.Second, func() bool {
+		r, err := g.get(g.hc, "/v1/models")
+		return err == nil && bytes.Contains(r.body, []byte(`"fake"`))
+	}) {
+		tb.Fatal("the fake engine's model was not listed")
+	}
+	return g, fake
+}
+
+// dialects are the routes that answer in another API's shape what an
+// engine answers a chat with, and the request each sends.
+var dialects = []struct{ path, body string }{
+	{"/v1/messages", `{"model":"fake","max_tokens":50,"messages":[{"role":"user","content":"hi"}],"stream":%t}`},
+	{"/v1/responses", `{"model":"fake","input":"hi","stream":%t}`},
+}
+
+// FuzzEngineAnswersTranslated is FuzzEngineAnswers for the Anthropic
+// messages and the responses APIs, whose answers the gateway translates
+// from the engine's chat: the same rules, with each API's own ends of a
+// stream (message_stop, or an error event; response.completed or
+// response.incomplete, or response.failed).
+func FuzzEngineAnswersTranslated(f *testing.F) {
+	chunk := func(delta string) string {
+		return `data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"fake","choices":[{"index":0,"delta":` + delta + `,"finish_reason":null}]}` + "\n\n"
+	}
+	usage := `data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"fake","choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}` + "\n\n"
+	whole := `{"id":"c","object":"chat.completion","created":1,"model":"fake","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}`
+	for d := range dialects {
+		for _, s := range []struct {
+			stream bool
+			status uint16
+			ct     string
+			body   string
+		}{
+			{false, 200, "application/json", whole},
+			{true, 200, "text/event-stream", chunk(`{"role":"assistant","content":"h"}`) + chunk(`{"content":"i"}`) + usage + "data: [DONE]\n\n"},
+			{true, 200, "text/event-stream", chunk(`{"content":"h"}`) + `data: {"error":{"message":"out of memory","code":507}}` + "\n\n"},
+			{true, 200, "text/event-stream", chunk(`{"tool_calls":[{"index":0,"id":"t","type":"function","function":{"name":"f","arguments":"{"}}]}`) + "data: [DONE]\n\n"},
+			{true, 200, "text/event-stream", chunk(`{"reasoning_content":"think"}`) + chunk(`{"content":"x"}`) + "data: [DONE]\n\n"},
+			{false, 200, "application/json", `{"choices":[{"message":{"content":null,"tool_calls":[{"id":"t","function":{"name":"f","arguments":"not json"}}]},"finish_reason":"tool_calls"}]}`},
+			{false, 400, "application/json", `{"error":{"message":"bad","type":"invalid_request_error"}}`},
+			{true, 429, "application/json", `{"error":"busy"}`},
+			{false, 200, "", "not json"},
+		} {
+			f.Add(uint8(d), s.stream, s.status, s.ct, []byte(s.body))
+		}
+	}
+	g, fake := startWithFakeEngine(f)
+	f.Fuzz(func(t *testing.T, dialect uint8, stream bool, status uint16, contentType string, body []byte) {
+		if status < 200 || status > 599 || strings.ContainsAny(contentType, "\r\n") {
+			t.Skip("not an HTTP answer")
+		}
+		d := dialects[int(dialect)%len(dialects)]
+		fake.answer(int(status), contentType, body)
+		a, err := g.post(g.hc, d.path, fmt.Appendf(nil, d.body, stream))
+		if err != nil {
+			t.Fatalf("%s: engine answered %d %q %q: %v", d.path, status, contentType, body, err)
+		}
+		failed, err := checkTranslated(a)
+		if err != nil {
+			t.Fatalf("%s: engine answered %d %q %q: %v\nstatus %d: %.2000s", d.path, status, contentType, body, err, a.status, a.body)
+		}
+		id := a.header.Get("X-Request-Id")
+		row, err := g.usageRow(id)
+		if err != nil {
+			t.Fatalf("%s: engine answered %d %q %q (status %d, id %s): %v", d.path, status, contentType, body, a.status, id, err)
+		}
+		logged, _ := row["status_code"].(float64)
+		if failed != (logged != 200) || (!failed && int(logged) != a.status) {
+			t.Fatalf("%s: engine answered %d %q %q: client had %d (stream failed: %v), logged %v: %v", d.path, status, contentType, body, a.status, failed, logged, row)
+		}
+	})
+}
+
+// checkTranslated is checkRelayed for the messages and responses APIs.
+func checkTranslated(a answer) (failed bool, _ error) {
+	if a.header.Get("X-Request-Id") == "" {
+		return false, errors.New("no X-Request-Id")
+	}
+	if !relayedStatuses[a.status] {
+		return false, fmt.Errorf("status %d", a.status)
+	}
+	if a.status != http.StatusOK {
+		var e map[string]any
+		if err := json.Unmarshal(a.body, &e); err != nil {
+			return true, fmt.Errorf("error body is not a JSON object: %w", err)
+		}
+		if _, ok := e["detail"]; !ok {
+			return true, errors.New("error body without a detail")
+		}
+		return true, nil
+	}
+	if !strings.HasPrefix(a.header.Get("Content-Type"), "text/event-stream") {
+		if !json.Valid(a.body) {
+			return false, errors.New("answer is not JSON")
+		}
+		return false, nil
+	}
+	if !bytes.HasSuffix(a.body, []byte("\n\n")) {
+		return false, errors.New("stream does not end with a whole event")
+	}
+	events := bytes.Split(bytes.TrimSuffix(a.body, []byte("\n\n")), []byte("\n\n"))
+	last, _, _ := bytes.Cut(events[len(events)-1], []byte("\n"))
+	switch name := string(bytes.TrimPrefix(last, []byte("event: "))); name {
+	case "message_stop", "response.completed", "response.incomplete":
+		return false, nil
+	case "error", "response.failed":
+		return true, nil
+	default:
+		return false, fmt.Errorf("stream ends with event %q", name)
+	}
 }
 
 // relayedStatuses are the statuses the spec gives an answer relayed from
