@@ -193,6 +193,11 @@ type Request struct {
 	// Render turns the worker's answer into the reply; nil completes the
 	// JSON of a chat or embeddings answer.
 	Render func(Answer) (Output, error)
+	// Translate, when set, puts the completed JSON answer into the shape
+	// of the client's API (Anthropic's messages, the responses API). An
+	// answer it cannot translate is the worker's bad reply, and is
+	// recorded as what the client is answered.
+	Translate func([]byte) ([]byte, error)
 	// NoKeepAlive holds a reply that may not begin before the answer (raw
 	// audio, subtitles) from starting early to keep the connection alive.
 	NoKeepAlive bool

@@ -293,6 +293,61 @@ func TestEmptyAnswerUsageAgreesWithItsRow(t *testing.T) {
 	}
 }
 
+// A translated answer (another API's shape) reaches the client, in time
+// or late, translated; an answer that cannot be translated is the
+// worker's bad reply, and its row says so rather than a success.
+func TestTranslatedAnswers(t *testing.T) {
+	translate := func(b []byte) ([]byte, error) {
+		if bytes.Contains(b, []byte("untranslatable")) {
+			return nil, errors.New("no such shape")
+		}
+		return []byte(`{"translated":true}`), nil
+	}
+	tests := []struct {
+		name, text string
+		wait       time.Duration
+		want       int
+	}{
+		{"in time", "fine", 0, 200},
+		{"late", "fine", 100 * time.Second, 200},
+		{"untranslatable", "untranslatable", 0, 502},
+		{"untranslatable and late", "untranslatable", 100 * time.Second, 502},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h := newHarness(t)
+				h.worker("gpu-1", 4, answer(tt.text, tt.wait))
+				req := chatRequest("req-1", false)
+				req.Translate = translate
+				rep, err := h.rl.Start(req).Unary()
+				var body []byte
+				switch {
+				case err != nil:
+					if status(err) != tt.want || code(err) != api.CodeBadWorkerReply {
+						t.Fatalf("failed with %v", err)
+					}
+				case rep.Late != nil:
+					client := &late{start: time.Now()}
+					rep.Late.Write(client)
+					body, err = client.answer, client.failure
+					if err != nil && (status(err) != tt.want || code(err) != api.CodeBadWorkerReply) {
+						t.Fatalf("late failure %v", err)
+					}
+				default:
+					body = rep.Body
+				}
+				if tt.want == 200 && string(body) != `{"translated":true}` {
+					t.Fatalf("answer %s, err %v", body, err)
+				}
+				if row := h.only(); row.StatusCode != tt.want {
+					t.Fatalf("row %+v", row)
+				}
+			})
+		})
+	}
+}
+
 func TestNoKeepAliveWaitsForTheAnswer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t)

@@ -180,6 +180,12 @@ func (c *Call) exchange() unaryResult {
 			return unaryResult{contentType: e2ee.ContentType, body: out, err: err}
 		}
 		out, err := c.completeBody(body)
+		if err == nil && c.req.Translate != nil {
+			if out, err = c.req.Translate(out); err != nil {
+				err = &api.Error{Kind: api.KindUpstream, Code: api.CodeBadWorkerReply,
+					Message: "the worker's answer could not be translated", Err: err}
+			}
+		}
 		return unaryResult{contentType: "application/json", body: out, err: err}
 	}
 	return unaryResult{err: err}

@@ -46,6 +46,7 @@ func (s *Server) chat(c *call, body []byte, d *dialect) error {
 		if req.Stream {
 			return s.relayStreamAs(c, r, d.stream())
 		}
+		r.Translate = d.reply
 		return s.answerUnaryAs(c, s.start(c, r), formLate, d)
 	}
 	if req.Stream {

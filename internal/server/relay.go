@@ -53,24 +53,18 @@ func (s *Server) answerUnary(c *call, rc *relay.Call, late errorForm) error {
 	return s.answerUnaryAs(c, rc, late, nil)
 }
 
-// answerUnaryAs is answerUnary with the reply in dialect d, when set: its
-// body translated (a body it cannot translate is the worker's bad reply),
-// and a failure after the reply started in the dialect's form.
+// answerUnaryAs is answerUnary with a failure after the reply started in
+// dialect d's form, when set; the relay translates the body itself
+// (relay.Request.Translate).
 func (s *Server) answerUnaryAs(c *call, rc *relay.Call, late errorForm, d *dialect) error {
-	var as func([]byte) ([]byte, error)
 	var fail func(*api.Error) []byte
 	if d != nil {
-		as, fail = d.reply, d.late
+		fail = d.late
 	}
 	rep, err := rc.Unary()
 	if err != nil {
 		failedOn(c, rc)
 		return err
-	}
-	if as != nil && rep.Late == nil {
-		if rep.Body, err = as(rep.Body); err != nil {
-			return badReply(err)
-		}
 	}
 	h := &c.ctx.Response.Header
 	if rep.Worker != nil {
@@ -86,17 +80,10 @@ func (s *Server) answerUnaryAs(c *call, rc *relay.Call, late errorForm, d *diale
 		return nil
 	}
 	c.ctx.SetBodyStream(&relayBody{
-		write:   func(out *chunks) { rep.Late.Write(&lateWriter{chunks: out, form: late, as: as, fail: fail}) },
+		write:   func(out *chunks) { rep.Late.Write(&lateWriter{chunks: out, form: late, fail: fail}) },
 		abandon: rep.Late.Abandon,
 	}, -1)
 	return nil
-}
-
-// badReply is a worker's answer the gateway could not put into the
-// client's shape.
-func badReply(err error) error {
-	return &api.Error{Kind: api.KindUpstream, Code: api.CodeBadWorkerReply,
-		Message: "the worker's answer could not be translated", Err: err}
 }
 
 // relayStream runs a streaming request: a failure known before any
@@ -301,22 +288,12 @@ func (e *ackedSSE) Delivered() int64         { return e.conn.Acknowledged() }
 type lateWriter struct {
 	*chunks
 	form errorForm
-	as   func([]byte) ([]byte, error) // translates the answer, when set
-	fail func(*api.Error) []byte      // a failure's body, when set, instead of form's
+	fail func(*api.Error) []byte // a failure's body, when set, instead of form's
 }
 
 func (l *lateWriter) KeepAlive() error { return l.write([]byte("\n")) }
 
-func (l *lateWriter) Answer(body []byte) error {
-	if l.as != nil {
-		b, err := l.as(body)
-		if err != nil {
-			return l.Fail(badReply(err))
-		}
-		body = b
-	}
-	return l.write(body)
-}
+func (l *lateWriter) Answer(body []byte) error { return l.write(body) }
 func (l *lateWriter) Fail(err error) error {
 	if l.fail != nil {
 		return l.write(l.fail(asAPIError(err, "")))
