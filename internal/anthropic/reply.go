@@ -1,6 +1,7 @@
 package anthropic
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -177,9 +178,11 @@ func toolInput(raw json.RawMessage) json.RawMessage {
 
 // FromChat turns a complete chat.completion body, as the gateway answers it
 // (with usage and its svc object), into an Anthropic message. id is the
-// gateway's request id; the message id is "msg_"+id. svc is carried over as
-// a top-level svc member.
-func FromChat(chat []byte, id string) ([]byte, error) {
+// gateway's request id; the message id is "msg_"+id. model, the model the
+// client asked for, names the message when the completion names none, as
+// a stream's message_start does. svc is carried over as a top-level svc
+// member.
+func FromChat(chat []byte, id, model string) ([]byte, error) {
 	top, ok := jsonraw.DecodeObject(chat)
 	if !ok {
 		return nil, errors.New("anthropic: the chat completion is not a JSON object")
@@ -199,7 +202,7 @@ func FromChat(chat []byte, id string) ([]byte, error) {
 
 	out := message{
 		ID: "msg_" + id, Type: "message", Role: "assistant",
-		Model:   stringField(top["model"]),
+		Model:   cmp.Or(stringField(top["model"]), model),
 		Content: []any{},
 	}
 	if r := reasoningOf(msg); r != "" {

@@ -33,6 +33,11 @@ func TestFromChat(t *testing.T) {
 		{"reasoning", completion(`{"index":0,"message":{"role":"assistant","content":"42","reasoning_content":"think","reasoning":"think"},"finish_reason":"stop"}`, gatewayUsage),
 			`{"id":"msg_r1","type":"message","role":"assistant","model":"qwen3","content":[{"type":"thinking","thinking":"think","signature":""},{"type":"text","text":"42"}],
 			"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":20,"output_tokens":7}}`},
+		// An engine that names no model: the message names the one asked
+		// for, as a stream's message_start does.
+		{"no model", `{"id":"chatcmpl-1","object":"chat.completion","choices":[{"index":0,"message":{"content":"x"},"finish_reason":"stop"}]}`,
+			`{"id":"msg_r1","type":"message","role":"assistant","model":"claude-x","content":[{"type":"text","text":"x"}],
+			"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":0,"output_tokens":0}}`},
 		{"reasoning field only", completion(`{"index":0,"message":{"role":"assistant","content":"42","reasoning":"think"},"finish_reason":"stop"}`),
 			`{"id":"msg_r1","type":"message","role":"assistant","model":"qwen3","content":[{"type":"thinking","thinking":"think","signature":""},{"type":"text","text":"42"}],
 			"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":0,"output_tokens":0}}`},
@@ -97,7 +102,7 @@ func TestFromChat(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := FromChat([]byte(tt.chat), "r1")
+			got, err := FromChat([]byte(tt.chat), "r1", "claude-x")
 			if err != nil {
 				t.Fatalf("FromChat: %v", err)
 			}
@@ -110,7 +115,7 @@ func TestFromChat(t *testing.T) {
 
 // TestFromChatSvcUnchanged: the svc object is the gateway's, byte for byte.
 func TestFromChatSvcUnchanged(t *testing.T) {
-	got, err := FromChat([]byte(completion(`{"index":0,"message":{"content":"x"},"finish_reason":"stop"}`, gatewaySvc)), "r1")
+	got, err := FromChat([]byte(completion(`{"index":0,"message":{"content":"x"},"finish_reason":"stop"}`, gatewaySvc)), "r1", "claude-x")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +126,7 @@ func TestFromChatSvcUnchanged(t *testing.T) {
 
 func TestFromChatErrors(t *testing.T) {
 	for _, b := range []string{``, `x`, `[]`, `{"choices":[]}`, `{"model":"m"}`, `{"choices":[1]}`, `{"choices":{}}`, `{"choices":[{}]`} {
-		if got, err := FromChat([]byte(b), "r1"); err == nil {
+		if got, err := FromChat([]byte(b), "r1", "claude-x"); err == nil {
 			t.Errorf("FromChat(%s) = %s, want an error", b, got)
 		}
 	}

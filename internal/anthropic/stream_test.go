@@ -280,7 +280,7 @@ func TestStreamAccumulates(t *testing.T) {
 	whole, err := FromChat([]byte(completion(`{"index":0,"message":{"role":"assistant","reasoning_content":"Let me think.","content":"Checking the weather.",
 		"tool_calls":[{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]},"finish_reason":"tool_calls"}`,
 		`"usage":{"completion_tokens":12,"prompt_tokens":30,"prompt_tokens_details":{"cached_tokens":10},"total_tokens":42}`,
-		`"svc":{"notice":{"code":"truncated_at_default_max_tokens","message":"cut <short>"},"worker":{"id":"wk_1","name":"gpu","version":null},"request_id":"r1","timing":{"ttft_ms":41.2}}`)), "r1")
+		`"svc":{"notice":{"code":"truncated_at_default_max_tokens","message":"cut <short>"},"worker":{"id":"wk_1","name":"gpu","version":null},"request_id":"r1","timing":{"ttft_ms":41.2}}`)), "r1", "claude-x")
 	if err != nil {
 		t.Fatal(err)
 	}

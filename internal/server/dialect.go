@@ -59,7 +59,7 @@ func (s *Server) messages(c *call) error {
 	}
 	id := c.requestID
 	return s.chat(c, body, &dialect{
-		reply: func(chat []byte) ([]byte, error) { return anthropic.FromChat(chat, id) },
+		reply: func(chat []byte) ([]byte, error) { return anthropic.FromChat(chat, id, model) },
 		late:  lateAnthropic,
 		stream: func() streamTranslator {
 			// count_tokens' estimate, not the chat request's, which
