@@ -465,7 +465,8 @@ func FuzzEngineAnswersTranslated(f *testing.F) {
 	})
 }
 
-// checkTranslated is checkRelayed for the messages and responses APIs.
+// checkTranslated is checkRelayed for the messages and responses APIs,
+// whose whole answers name a model however the engine's did.
 func checkTranslated(a answer) (failed bool, _ error) {
 	if a.header.Get("X-Request-Id") == "" {
 		return false, errors.New("no X-Request-Id")
@@ -484,8 +485,14 @@ func checkTranslated(a answer) (failed bool, _ error) {
 		return true, nil
 	}
 	if !strings.HasPrefix(a.header.Get("Content-Type"), "text/event-stream") {
-		if !json.Valid(a.body) {
-			return false, errors.New("answer is not JSON")
+		var whole struct {
+			Model *string `json:"model"`
+		}
+		if err := json.Unmarshal(a.body, &whole); err != nil {
+			return false, fmt.Errorf("answer is not a JSON object: %w", err)
+		}
+		if whole.Model == nil || *whole.Model == "" {
+			return false, errors.New("answer names no model")
 		}
 		return false, nil
 	}
