@@ -285,32 +285,71 @@ func (e *fakeEngine) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.WriteString(w, body)
 }
 
+// An engine's answers, as the fuzz targets' seeds build them: a chunk of a
+// chat's stream with delta, the stream's closing chunk with usage, and a
+// whole chat completion.
+func engineChunk(delta string) string {
+	return `data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"fake","choices":[{"index":0,"delta":` + delta + `,"finish_reason":null}]}` + "\n\n"
+}
+
+const (
+	engineUsage = `data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"fake","choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}` + "\n\n"
+	engineWhole = `{"id":"c","object":"chat.completion","created":1,"model":"fake","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}`
+)
+
+// relayed has fake answer status, contentType and body to req sent to
+// path, checks the client's answer with check and the usage row against
+// it (the status the client was given, or a failed stream's), and
+// returns the answer, the row and whether the answer failed.
+func (g *inProcess) relayed(t *testing.T, fake *fakeEngine, path string, req []byte, status uint16, contentType string, body []byte,
+	check func(answer) (bool, error)) (answer, map[string]any, bool) {
+	t.Helper()
+	if status < 200 || status > 599 || strings.ContainsAny(contentType, "\r\n") {
+		t.Skip("not an HTTP answer")
+	}
+	what := fmt.Sprintf("%s: engine answered %d %q %q", path, status, contentType, body)
+	fake.answer(int(status), contentType, body)
+	a, err := g.post(g.hc, path, req)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	failed, err := check(a)
+	if err != nil {
+		t.Fatalf("%s: %v\nstatus %d: %.2000s", what, err, a.status, a.body)
+	}
+	id := a.header.Get("X-Request-Id")
+	row, err := g.usageRow(id)
+	if err != nil {
+		t.Fatalf("%s (status %d, id %s): %v", what, a.status, id, err)
+	}
+	logged, _ := row["status_code"].(float64)
+	if failed != (logged != 200) || (!failed && int(logged) != a.status) {
+		t.Fatalf("%s: client had %d (stream failed: %v), logged %v: %v", what, a.status, failed, logged, row)
+	}
+	return a, row, failed
+}
+
 // Whatever an engine answers a chat with, whole or streamed, the client
 // is answered in time with a status the spec gives a worker's answer, an
 // error body of the spec's shape, or a stream that ends with [DONE],
 // after an error event when it failed; and the usage row has the status
-// the client was given, or the error event's, and a stream's tokens. The engine is a server
-// over HTTP behind the worker's OpenAI-compatible adapter, so its status,
-// content type and body, as sent, are the input.
+// the client was given, or the error event's, and a stream's tokens. The
+// engine is a server over HTTP behind the worker's OpenAI-compatible
+// adapter, so its status, content type and body, as sent, are the input.
 func FuzzEngineAnswers(f *testing.F) {
-	chunk := func(delta string) string {
-		return `data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"fake","choices":[{"index":0,"delta":` + delta + `,"finish_reason":null}]}` + "\n\n"
-	}
-	usage := `data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"fake","choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}` + "\n\n"
-	whole := `{"id":"c","object":"chat.completion","created":1,"model":"fake","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}`
 	seeds := []struct {
 		stream bool
 		status uint16
 		ct     string
 		body   string
 	}{
-		{false, 200, "application/json", whole},
-		{true, 200, "text/event-stream", chunk(`{"role":"assistant","content":"h"}`) + chunk(`{"content":"i"}`) + usage + "data: [DONE]\n\n"},
-		{true, 200, "text/event-stream", chunk(`{"content":"h"}`) + "data: {\"choices\":[{\"delta\":{\"content\":1}}]}\n\n"},
-		{true, 200, "text/event-stream", chunk(`{"tool_calls":[{"index":0,"id":"t","type":"function","function":{"name":"f","arguments":"{"}}]}`) + "data: [DONE]\n\n"},
-		{true, 200, "text/event-stream", chunk(`{"content":"h"}`) + `data: {"error":{"message":"out of memory","code":507}}` + "\n\n"},
-		{true, 200, "application/json", whole},
-		{false, 200, "text/event-stream", chunk(`{"content":"h"}`) + usage + "data: [DONE]\n\n"},
+		{false, 200, "application/json", engineWhole},
+		{true, 200, "text/event-stream", engineChunk(`{"role":"assistant","content":"h"}`) + engineChunk(`{"content":"i"}`) + engineUsage + "data: [DONE]\n\n"},
+		{true, 200, "text/event-stream", engineChunk(`{"content":"h"}`) + "data: {\"choices\":[{\"delta\":{\"content\":1}}]}\n\n"},
+		{true, 200, "text/event-stream", engineChunk(`{"tool_calls":[{"index":0,"id":"t","type":"function","function":{"name":"f","arguments":"{"}}]}`) + "data: [DONE]\n\n"},
+		{true, 200, "text/event-stream", engineChunk(`{"content":"h"}`) + `data: {"error":{"message":"out of memory","code":507}}` + "\n\n"},
+		{true, 200, "application/json", engineWhole},
+		{false, 200, "text/event-stream", engineChunk(`{"content":"h"}`) + engineUsage + "data: [DONE]\n\n"},
 		{false, 200, "application/json", `{"choices":[]}`},
 		{false, 200, "application/json", `{"choices":[{"message":{"content":null,"reasoning_content":"x"}}],"usage":{"completion_tokens":-5}}`},
 		{false, 400, "application/json", `{"error":{"message":"bad","type":"invalid_request_error"}}`},
@@ -320,35 +359,15 @@ func FuzzEngineAnswers(f *testing.F) {
 		{false, 413, "application/json", `{"detail":"too long"}`},
 		{false, 200, "", "not json"},
 		{true, 200, "text/event-stream", ": comment\n\nevent: ping\ndata: x\n\n"},
-		{true, 200, "text/event-stream", chunk(`{"role":"assistant"}`) + "data: [DONE]\n\n"},
+		{true, 200, "text/event-stream", engineChunk(`{"role":"assistant"}`) + "data: [DONE]\n\n"},
 	}
 	for _, s := range seeds {
 		f.Add(s.stream, s.status, s.ct, []byte(s.body))
 	}
 	g, fake := startWithFakeEngine(f)
 	f.Fuzz(func(t *testing.T, stream bool, status uint16, contentType string, body []byte) {
-		if status < 200 || status > 599 || strings.ContainsAny(contentType, "\r\n") {
-			t.Skip("not an HTTP answer")
-		}
-		fake.answer(int(status), contentType, body)
-		req := fmt.Sprintf(`{"model":"fake","messages":[{"role":"user","content":"hi"}],"stream":%t}`, stream)
-		a, err := g.post(g.hc, "/v1/chat/completions", []byte(req))
-		if err != nil {
-			t.Fatalf("engine answered %d %q %q: %v", status, contentType, body, err)
-		}
-		failed, err := checkRelayed(a)
-		if err != nil {
-			t.Fatalf("engine answered %d %q %q: %v\nstatus %d: %.2000s", status, contentType, body, err, a.status, a.body)
-		}
-		id := a.header.Get("X-Request-Id")
-		row, err := g.usageRow(id)
-		if err != nil {
-			t.Fatalf("engine answered %d %q %q (status %d, id %s): %v", status, contentType, body, a.status, id, err)
-		}
-		logged, _ := row["status_code"].(float64)
-		if failed != (logged != 200) || (!failed && int(logged) != a.status) {
-			t.Fatalf("engine answered %d %q %q: client had %d (stream failed: %v), logged %v: %v", status, contentType, body, a.status, failed, logged, row)
-		}
+		req := fmt.Appendf(nil, `{"model":"fake","messages":[{"role":"user","content":"hi"}],"stream":%t}`, stream)
+		a, row, failed := g.relayed(t, fake, "/v1/chat/completions", req, status, contentType, body, checkRelayed)
 		// A stream's usage is the gateway's to write: it is what the row
 		// bills.
 		if u, ok := streamUsage(a); ok && !failed {
@@ -413,11 +432,6 @@ var dialects = []struct{ path, body string }{
 // stream (message_stop, or an error event; response.completed or
 // response.incomplete, or response.failed).
 func FuzzEngineAnswersTranslated(f *testing.F) {
-	chunk := func(delta string) string {
-		return `data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"fake","choices":[{"index":0,"delta":` + delta + `,"finish_reason":null}]}` + "\n\n"
-	}
-	usage := `data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"fake","choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}` + "\n\n"
-	whole := `{"id":"c","object":"chat.completion","created":1,"model":"fake","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}`
 	for d := range dialects {
 		for _, s := range []struct {
 			stream bool
@@ -425,11 +439,11 @@ func FuzzEngineAnswersTranslated(f *testing.F) {
 			ct     string
 			body   string
 		}{
-			{false, 200, "application/json", whole},
-			{true, 200, "text/event-stream", chunk(`{"role":"assistant","content":"h"}`) + chunk(`{"content":"i"}`) + usage + "data: [DONE]\n\n"},
-			{true, 200, "text/event-stream", chunk(`{"content":"h"}`) + `data: {"error":{"message":"out of memory","code":507}}` + "\n\n"},
-			{true, 200, "text/event-stream", chunk(`{"tool_calls":[{"index":0,"id":"t","type":"function","function":{"name":"f","arguments":"{"}}]}`) + "data: [DONE]\n\n"},
-			{true, 200, "text/event-stream", chunk(`{"reasoning_content":"think"}`) + chunk(`{"content":"x"}`) + "data: [DONE]\n\n"},
+			{false, 200, "application/json", engineWhole},
+			{true, 200, "text/event-stream", engineChunk(`{"role":"assistant","content":"h"}`) + engineChunk(`{"content":"i"}`) + engineUsage + "data: [DONE]\n\n"},
+			{true, 200, "text/event-stream", engineChunk(`{"content":"h"}`) + `data: {"error":{"message":"out of memory","code":507}}` + "\n\n"},
+			{true, 200, "text/event-stream", engineChunk(`{"tool_calls":[{"index":0,"id":"t","type":"function","function":{"name":"f","arguments":"{"}}]}`) + "data: [DONE]\n\n"},
+			{true, 200, "text/event-stream", engineChunk(`{"reasoning_content":"think"}`) + engineChunk(`{"content":"x"}`) + "data: [DONE]\n\n"},
 			{false, 200, "application/json", `{"choices":[{"message":{"content":null,"tool_calls":[{"id":"t","function":{"name":"f","arguments":"not json"}}]},"finish_reason":"tool_calls"}]}`},
 			{false, 400, "application/json", `{"error":{"message":"bad","type":"invalid_request_error"}}`},
 			{true, 429, "application/json", `{"error":"busy"}`},
@@ -440,49 +454,16 @@ func FuzzEngineAnswersTranslated(f *testing.F) {
 	}
 	g, fake := startWithFakeEngine(f)
 	f.Fuzz(func(t *testing.T, dialect uint8, stream bool, status uint16, contentType string, body []byte) {
-		if status < 200 || status > 599 || strings.ContainsAny(contentType, "\r\n") {
-			t.Skip("not an HTTP answer")
-		}
 		d := dialects[int(dialect)%len(dialects)]
-		fake.answer(int(status), contentType, body)
-		a, err := g.post(g.hc, d.path, fmt.Appendf(nil, d.body, stream))
-		if err != nil {
-			t.Fatalf("%s: engine answered %d %q %q: %v", d.path, status, contentType, body, err)
-		}
-		failed, err := checkTranslated(a)
-		if err != nil {
-			t.Fatalf("%s: engine answered %d %q %q: %v\nstatus %d: %.2000s", d.path, status, contentType, body, err, a.status, a.body)
-		}
-		id := a.header.Get("X-Request-Id")
-		row, err := g.usageRow(id)
-		if err != nil {
-			t.Fatalf("%s: engine answered %d %q %q (status %d, id %s): %v", d.path, status, contentType, body, a.status, id, err)
-		}
-		logged, _ := row["status_code"].(float64)
-		if failed != (logged != 200) || (!failed && int(logged) != a.status) {
-			t.Fatalf("%s: engine answered %d %q %q: client had %d (stream failed: %v), logged %v: %v", d.path, status, contentType, body, a.status, failed, logged, row)
-		}
+		g.relayed(t, fake, d.path, fmt.Appendf(nil, d.body, stream), status, contentType, body, checkTranslated)
 	})
 }
 
 // checkTranslated is checkRelayed for the messages and responses APIs,
 // whose whole answers name a model however the engine's did.
 func checkTranslated(a answer) (failed bool, _ error) {
-	if a.header.Get("X-Request-Id") == "" {
-		return false, errors.New("no X-Request-Id")
-	}
-	if !relayedStatuses[a.status] {
-		return false, fmt.Errorf("status %d", a.status)
-	}
-	if a.status != http.StatusOK {
-		var e map[string]any
-		if err := json.Unmarshal(a.body, &e); err != nil {
-			return true, fmt.Errorf("error body is not a JSON object: %w", err)
-		}
-		if _, ok := e["detail"]; !ok {
-			return true, errors.New("error body without a detail")
-		}
-		return true, nil
+	if failed, err := relayedError(a); failed || err != nil {
+		return failed, err
 	}
 	if !strings.HasPrefix(a.header.Get("Content-Type"), "text/event-stream") {
 		var whole struct {
@@ -496,10 +477,10 @@ func checkTranslated(a answer) (failed bool, _ error) {
 		}
 		return false, nil
 	}
-	if !bytes.HasSuffix(a.body, []byte("\n\n")) {
-		return false, errors.New("stream does not end with a whole event")
+	events, err := sseEvents(a.body)
+	if err != nil {
+		return false, err
 	}
-	events := bytes.Split(bytes.TrimSuffix(a.body, []byte("\n\n")), []byte("\n\n"))
 	last, _, _ := bytes.Cut(events[len(events)-1], []byte("\n"))
 	switch name := string(bytes.TrimPrefix(last, []byte("event: "))); name {
 	case "message_stop", "response.completed", "response.incomplete":
@@ -516,12 +497,11 @@ func checkTranslated(a answer) (failed bool, _ error) {
 var relayedStatuses = map[int]bool{200: true, 400: true, 404: true, 409: true, 413: true, 422: true,
 	429: true, 501: true, 502: true, 503: true, 504: true, 507: true}
 
-// checkRelayed checks a chat answer relayed from an engine that may have
-// answered anything: a status the spec gives a worker's answer, an error
-// body with its detail, a whole answer with no negative count in its
-// usage, a stream that ends whole with [DONE]. failed is whether the
-// answer is an error, or a stream that ended with one.
-func checkRelayed(a answer) (failed bool, _ error) {
+// relayedError checks what every answer relayed from an engine that may
+// have answered anything shares: a request id, a status the spec gives a
+// worker's answer, and an error body of the spec's shape. failed is
+// whether the answer is an error.
+func relayedError(a answer) (failed bool, _ error) {
 	if a.header.Get("X-Request-Id") == "" {
 		return false, errors.New("no X-Request-Id")
 	}
@@ -529,14 +509,19 @@ func checkRelayed(a answer) (failed bool, _ error) {
 		return false, fmt.Errorf("status %d", a.status)
 	}
 	if a.status != http.StatusOK {
-		var e map[string]any
-		if err := json.Unmarshal(a.body, &e); err != nil {
-			return true, fmt.Errorf("error body is not a JSON object: %w", err)
-		}
-		if _, ok := e["detail"]; !ok {
-			return true, errors.New("error body without a detail")
-		}
-		return true, nil
+		return true, errorBody(a.body)
+	}
+	return false, nil
+}
+
+// checkRelayed checks a chat answer relayed from an engine that may have
+// answered anything: a status the spec gives a worker's answer, an error
+// body with its detail, a whole answer with no negative count in its
+// usage, a stream that ends whole with [DONE]. failed is whether the
+// answer is an error, or a stream that ended with one.
+func checkRelayed(a answer) (failed bool, _ error) {
+	if failed, err := relayedError(a); failed || err != nil {
+		return failed, err
 	}
 	if !strings.HasPrefix(a.header.Get("Content-Type"), "text/event-stream") {
 		var whole struct {
@@ -552,12 +537,12 @@ func checkRelayed(a answer) (failed bool, _ error) {
 		}
 		return false, nil
 	}
-	if !bytes.HasSuffix(a.body, []byte("\n\n")) {
-		return false, errors.New("stream does not end with a whole event")
-	}
 	// A stream that fails says so in an error event, followed by [DONE]
 	// for the clients that wait for it.
-	events := bytes.Split(bytes.TrimSuffix(a.body, []byte("\n\n")), []byte("\n\n"))
+	events, err := sseEvents(a.body)
+	if err != nil {
+		return false, err
+	}
 	last := events[len(events)-1]
 	if !bytes.Equal(last, []byte("data: [DONE]")) {
 		return false, fmt.Errorf("stream ends with %q, not [DONE]", last)
@@ -661,16 +646,7 @@ func checkManagement(a answer) error {
 		return nil
 	}
 	if a.status >= 400 {
-		var e map[string]any
-		if err := json.Unmarshal(a.body, &e); err != nil {
-			return fmt.Errorf("error body is not a JSON object: %w", err)
-		}
-		if d, ok := e["detail"].(string); !ok || d == "" {
-			if _, ok := e["detail"].(map[string]any); !ok {
-				return errors.New("error body without a detail")
-			}
-		}
-		return nil
+		return errorBody(a.body)
 	}
 	if !json.Valid(a.body) {
 		return errors.New("answer is not JSON")
@@ -719,22 +695,10 @@ func checkAnswer(r answer) error {
 	ct := r.header.Get("Content-Type")
 	switch {
 	case r.status != http.StatusOK:
-		var e map[string]any
-		if err := json.Unmarshal(r.body, &e); err != nil {
-			return fmt.Errorf("error body is not a JSON object: %w", err)
-		}
-		switch d := e["detail"].(type) {
-		case string:
-			if d == "" {
-				return errors.New("empty detail")
-			}
-		case map[string]any:
-		default:
-			return errors.New("error body without a detail")
-		}
+		return errorBody(r.body)
 	case strings.HasPrefix(ct, "text/event-stream"):
-		if !bytes.HasSuffix(r.body, []byte("\n\n")) {
-			return errors.New("stream does not end with a whole event")
+		if _, err := sseEvents(r.body); err != nil {
+			return err
 		}
 		if bytes.Contains(r.body, []byte("event: error")) || bytes.Contains(r.body, []byte(`"error":{`)) {
 			return errors.New("stream failed")
@@ -745,4 +709,31 @@ func checkAnswer(r answer) error {
 		}
 	}
 	return nil
+}
+
+// errorBody checks an error's body against the spec: a JSON object whose
+// detail is a message, or the envelope of a private request's error.
+func errorBody(b []byte) error {
+	var e map[string]any
+	if err := json.Unmarshal(b, &e); err != nil {
+		return fmt.Errorf("error body is not a JSON object: %w", err)
+	}
+	switch d := e["detail"].(type) {
+	case string:
+		if d == "" {
+			return errors.New("empty detail")
+		}
+	case map[string]any:
+	default:
+		return errors.New("error body without a detail")
+	}
+	return nil
+}
+
+// sseEvents is a stream's events, which must all be whole.
+func sseEvents(b []byte) ([][]byte, error) {
+	if !bytes.HasSuffix(b, []byte("\n\n")) {
+		return nil, errors.New("stream does not end with a whole event")
+	}
+	return bytes.Split(bytes.TrimSuffix(b, []byte("\n\n")), []byte("\n\n")), nil
 }
