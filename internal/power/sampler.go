@@ -86,7 +86,7 @@ func (s *Sampler) Run(ctx context.Context) error {
 	t := time.NewTicker(s.cfg.Interval)
 	defer t.Stop()
 	for {
-		s.sample(ctx, s.cfg.Now())
+		s.sample(ctx, s.cfg.Now)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -97,14 +97,21 @@ func (s *Sampler) Run(ctx context.Context) error {
 
 // Sample takes one sample at time now, as Run does at every tick; it
 // looks for devices again first when the last look is a minute old.
-func (s *Sampler) Sample(now time.Time) { s.sample(context.Background(), now) }
+func (s *Sampler) Sample(now time.Time) {
+	s.sample(context.Background(), func() time.Time { return now })
+}
 
-func (s *Sampler) sample(ctx context.Context, now time.Time) {
+// sample takes one sample at clock's time, read after any look for
+// devices: a look can take a while (nvidia-smi, a hundred devices), and
+// readings stamped with the time before it would put the energy of that
+// while into one window and take it from the next.
+func (s *Sampler) sample(ctx context.Context, clock func() time.Time) {
 	s.readMu.Lock()
-	if s.lastDiscover.IsZero() || now.Sub(s.lastDiscover) >= rediscoverEvery || now.Before(s.lastDiscover) {
+	if now := clock(); s.lastDiscover.IsZero() || now.Sub(s.lastDiscover) >= rediscoverEvery || now.Before(s.lastDiscover) {
 		s.discover(ctx)
 		s.lastDiscover = now
 	}
+	now := clock()
 	readings := s.readAll(ctx, now)
 	var gpus []api.GPU
 	var driver string

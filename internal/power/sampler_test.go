@@ -403,6 +403,52 @@ func TestRunSamplesUntilCancelled(t *testing.T) {
 	})
 }
 
+// slowLook is a recorded NVML whose look for devices takes 300 ms, as
+// nvidia-smi's can on a loaded machine.
+type slowLook struct{ *NVMLRecording }
+
+func (l slowLook) DeviceCount() (int, error) {
+	time.Sleep(300 * time.Millisecond)
+	return l.NVMLRecording.DeviceCount()
+}
+
+// A look for devices, at the start and again every minute, does not move
+// energy between windows: a GPU drawing a steady 300 W reads 300 W in
+// every one-second window, also those around the minute's look.
+func TestSlowLookKeepsReadingsInTheirWindows(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &NVMLRecording{Devices: []RecordedGPU{{Name: "NVIDIA H100 80GB HBM3", PowerW: 300}}}
+		var watts []float64
+		var s *Sampler
+		s, err := newSampler(Config{NVML: slowLook{rec}, Interval: time.Second, Window: time.Second, IPMITool: "-",
+			OnWindow: func() {
+				if live := s.Live(); live != nil {
+					watts = append(watts, live.Watts["gpu0"])
+				}
+			}}, testDeps(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- s.Run(ctx) }()
+		time.Sleep(2*rediscoverEvery + 5*time.Second)
+		synctest.Wait()
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if len(watts) < 120 {
+			t.Fatalf("%d windows closed in two minutes", len(watts))
+		}
+		for i, w := range watts {
+			if w < 299 || w > 301 {
+				t.Fatalf("window %d read %.1f W of a steady 300 W: %v", i, w, watts)
+			}
+		}
+	})
+}
+
 func TestConfigIsChecked(t *testing.T) {
 	for _, cfg := range []Config{
 		{Interval: time.Minute, Window: time.Second},

@@ -196,6 +196,76 @@ func FuzzSealedRequests(f *testing.F) {
 	})
 }
 
+// fuzzHeaders are the request headers the gateway reads, for
+// FuzzRequestHeaders to send with any value.
+var fuzzHeaders = []string{"Authorization", "X-Api-Key", "Accept", "Content-Type", "X-Svc-Worker-Id",
+	"traceparent", "tracestate", "Expect", "Content-Encoding", "anthropic-version", "anthropic-beta",
+	"X-Request-Id", "Connection", "Upgrade", "Sec-WebSocket-Protocol"}
+
+// FuzzRequestHeaders is FuzzInferenceRequests for a valid request with
+// one header, of the ones the gateway reads or any name, set to any
+// value: an Authorization that replaces the key may also be answered
+// 401, and a header an HTTP client would not send is skipped.
+//
+//	go test ./internal/server -run '^$' -fuzz FuzzRequestHeaders -fuzztime 5m
+func FuzzRequestHeaders(f *testing.F) {
+	seeds := []struct {
+		route       uint8
+		name, value string
+	}{
+		{0, "Authorization", "Bearer nope"}, {0, "Authorization", "Basic eDp5"}, {4, "X-Api-Key", "nope"},
+		{10, "Accept", "application/json"}, {10, "Accept", "application/json;q=0, audio/wav"}, {0, "Accept", "text/event-stream"},
+		{0, "Content-Type", "text/plain"}, {0, "Content-Type", "application/json; charset=latin1"},
+		{1, "X-Svc-Worker-Id", "wk_0000000000000000"}, {0, "X-Svc-Worker-Id", "fuzz"},
+		{0, "traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}, {0, "traceparent", "ff-xx"},
+		{0, "tracestate", "a=b,c=d"}, {6, "Expect", "100-continue"}, {7, "Content-Encoding", "gzip"},
+		{4, "anthropic-version", "1999-01-01"}, {4, "anthropic-beta", "x,y"}, {0, "X-Request-Id", "mine"},
+		{2, "Connection", "close"}, {9, "Upgrade", "websocket"}, {0, "Sec-WebSocket-Protocol", "svc-key.nope"},
+	}
+	for _, s := range seeds {
+		f.Add(s.route, s.name, s.value)
+	}
+	g := startInProcess(f)
+	f.Fuzz(func(t *testing.T, route uint8, name, value string) {
+		r := fuzzRoutes[int(route)%len(fuzzRoutes)]
+		if i, err := strconv.Atoi(name); err == nil && i >= 0 {
+			name = fuzzHeaders[i%len(fuzzHeaders)]
+		}
+		req, err := http.NewRequest("POST", g.url+r.path, strings.NewReader(r.seed))
+		if err != nil {
+			t.Skip(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+g.key)
+		req.Header.Set(name, value)
+		what := fmt.Sprintf("%s with %s: %q", r.path, name, value)
+		a, err := roundTrip(g.hc, req)
+		if err != nil && (strings.Contains(err.Error(), "invalid header") || strings.Contains(err.Error(), "net/http:")) {
+			t.Skip("an HTTP client does not send it:", err)
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if a.status == http.StatusUnauthorized && (strings.EqualFold(name, "Authorization") || strings.EqualFold(name, "X-Api-Key")) {
+			if err := errorBody(a.body); err != nil {
+				t.Fatalf("%s: %v\nstatus %d: %.2000s", what, err, a.status, a.body)
+			}
+			return
+		}
+		if err := checkAnswer(a); err != nil {
+			t.Fatalf("%s: %v\nstatus %d: %.2000s", what, err, a.status, a.body)
+		}
+		id := a.header.Get("X-Request-Id")
+		row, err := g.usageRow(id)
+		if err != nil {
+			t.Fatalf("%s (status %d, id %s): %v", what, a.status, id, err)
+		}
+		if got := row["status_code"]; got != float64(a.status) {
+			t.Fatalf("%s: answered %d, logged %v: %v", what, a.status, got, row)
+		}
+	})
+}
+
 // departures are streams long enough (the simulator's 300 tokens at 3,000
 // a second) that a client may leave at any point of one, and the text
 // that ends each whole.

@@ -78,7 +78,7 @@ func startInProcess(tb testing.TB, more ...engine.Engine) *inProcess {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	cfg, err := sim.ParseOptions("tps=0,ttft=0")
+	cfg, err := sim.ParseOptions("tps=0,ttft=0,rtf=0")
 	if err != nil {
 		tb.Fatal(err)
 	}
