@@ -148,7 +148,11 @@ func TestPowerRecordedMachine(t *testing.T) {
 	}
 	for _, pt := range h.Points {
 		v := pt.Values
-		if !near(v["gpu0"], 300, 4) || !near(v["gpu2"], 120, 2) || !near(v["system"], 400, 5) || !near(v["cpu"], 0, 0.1) ||
+		// gpu0 is read from an energy counter, timed by the sampler: on a
+		// loaded machine a read that comes late moves a fraction of a
+		// second's energy across the minute's boundary, which may leave
+		// only seconds in a point.
+		if !near(v["gpu0"], 300, 15) || !near(v["gpu2"], 120, 2) || !near(v["system"], 400, 5) || !near(v["cpu"], 0, 0.1) ||
 			v["gpu1"] < 39 || v["gpu1"] > 201 || pt.T.Unix()%60 != 0 {
 			t.Errorf("point %v %v", pt.T, v)
 		}
