@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -61,6 +62,9 @@ func FuzzLiveSessions(f *testing.F) {
 	wsURL := "ws" + strings.TrimPrefix(g.url, "http") + "/v1/audio/transcriptions/live?"
 	auth := http.Header{"Authorization": {"Bearer " + g.key}}
 	f.Fuzz(func(t *testing.T, query string, script []byte) {
+		if _, err := url.Parse(wsURL + query); err != nil || strings.ContainsFunc(query, func(r rune) bool { return r <= ' ' || r >= 0x7f }) {
+			t.Skip("a client escapes such a query")
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		ws, resp, err := websocket.DefaultDialer.DialContext(ctx, wsURL+query, auth)

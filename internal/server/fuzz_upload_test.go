@@ -93,6 +93,9 @@ func FuzzUploads(f *testing.F) {
 		if err != nil && strings.Contains(err.Error(), "e2ee:") {
 			t.Skip("the transport does not seal it")
 		}
+		if err != nil && strings.Contains(err.Error(), "invalid header field value") {
+			t.Skip("an HTTP client does not send its boundary:", err)
+		}
 		if err != nil {
 			t.Fatalf("%s %q: %v", what, body, err)
 		}
