@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -17,7 +19,7 @@ import (
 
 // What a FuzzLiveSessions client does next, from one byte of its script.
 const (
-	liveAudio = iota // a binary frame of the next byte's 33 bytes of PCM, the script's own
+	liveAudio = iota // a binary frame of PCM, as many bytes as the next byte's 257
 	liveText         // a text frame of the next byte's count of the script's bytes
 	liveEnd          // {"type":"end"}
 	livePing         // a ping
@@ -79,7 +81,7 @@ func FuzzLiveSessions(f *testing.F) {
 		id := resp.Header.Get("X-Request-Id")
 		read := make(chan liveSession, 1)
 		go func() { read <- readLive(ws) }()
-		left, closed := runLiveScript(ws, script)
+		left, closed, audio := runLiveScript(ws, script)
 		if !left && !closed {
 			_ = ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"end"}`))
 		}
@@ -99,6 +101,18 @@ func FuzzLiveSessions(f *testing.F) {
 		if err != nil {
 			t.Fatalf("%q %v: %v", query, script, err)
 		}
+		if status == http.StatusOK {
+			// The audio the client sent before its end, whole samples,
+			// is what the final and the row say it sent.
+			want := float64(audio/2) / liveRate(query)
+			final := s.events[len(s.events)-1]
+			if d, _ := final["duration"].(float64); math.Abs(d-want) > 1e-3 {
+				t.Fatalf("%q %v: %d bytes of audio, a final of %v s, want %.4f", query, script, audio, final["duration"], want)
+			}
+			if secs, _ := row["audio_seconds"].(float64); math.Abs(secs-want) > 1e-3 {
+				t.Fatalf("%q %v: %d bytes of audio, a row of %v s, want %.4f: %v", query, script, audio, row["audio_seconds"], want, row)
+			}
+		}
 		got, _ := row["status_code"].(float64)
 		switch {
 		case status != 0 && int(got) != status:
@@ -113,9 +127,19 @@ func FuzzLiveSessions(f *testing.F) {
 // client can cause.
 var liveClientErrors = map[int]bool{400: true, 413: true}
 
-// runLiveScript sends what script says; it stops at the first write that
-// fails, which the gateway's close after an error event causes.
-func runLiveScript(ws *websocket.Conn, script []byte) (left, closed bool) {
+// liveRate is the sample rate a session's query asks for.
+func liveRate(query string) float64 {
+	q, _ := url.ParseQuery(query)
+	if r, err := strconv.Atoi(q.Get("sample_rate")); err == nil {
+		return float64(r)
+	}
+	return 16000
+}
+
+// runLiveScript sends what script says, and counts the bytes of audio
+// sent before its end; it stops at the first write that fails, which the
+// gateway's close after an error event causes.
+func runLiveScript(ws *websocket.Conn, script []byte) (left, closed bool, audio int) {
 	next := func() int {
 		if len(script) == 0 {
 			return 0
@@ -124,38 +148,43 @@ func runLiveScript(ws *websocket.Conn, script []byte) (left, closed bool) {
 		script = script[1:]
 		return int(b)
 	}
+	ended := false
 	for len(script) > 0 {
 		var err error
 		switch next() % liveOps {
 		case liveAudio:
-			n := next() * 33
-			pcm := make([]byte, n)
+			pcm := make([]byte, next()*257)
 			for i := range pcm {
 				pcm[i] = byte(i * 7)
 			}
-			err = ws.WriteMessage(websocket.BinaryMessage, pcm)
+			if err = ws.WriteMessage(websocket.BinaryMessage, pcm); err == nil && !ended {
+				audio += len(pcm)
+			}
 		case liveText:
 			n := min(next(), len(script))
 			err = ws.WriteMessage(websocket.TextMessage, script[:n])
+			var end struct{ Type string }
+			ended = ended || err == nil && json.Unmarshal(script[:n], &end) == nil && end.Type == "end"
 			script = script[n:]
 		case liveEnd:
 			err = ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"end"}`))
+			ended = true
 		case livePing:
 			err = ws.WriteControl(websocket.PingMessage, []byte("p"), time.Now().Add(time.Second))
 		case liveClose:
 			_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
-			return false, true
+			return false, true, audio
 		case liveLeave:
 			_ = ws.NetConn().Close()
-			return true, false
+			return true, false, audio
 		case liveLarge:
 			err = ws.WriteMessage(websocket.BinaryMessage, make([]byte, 256<<10+1))
 		}
 		if err != nil {
-			return false, true
+			return false, true, audio
 		}
 	}
-	return false, false
+	return false, false, audio
 }
 
 // readLive reads a session's events until its close.
