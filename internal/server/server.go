@@ -630,6 +630,11 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, m *mux, console bool) {
 				if err = readBody(ctx, drain, s.bodies, &c.bodyHeld); errors.Is(err, errOverLimit) {
 					err = s.tooLarge(ctx, m, console)
 				}
+				if err == nil {
+					if err = decodeBody(ctx, drain, s.bodies, &c.bodyHeld); errors.Is(err, errOverLimit) {
+						err = overLimit(ctx, m)
+					}
+				}
 				c.bodyRead = err == nil
 				if err == nil && !utf8.Valid(ctx.PostBody()) {
 					// Every body read whole is JSON, which is UTF-8 text
@@ -637,6 +642,8 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, m *mux, console bool) {
 					// with its bytes replaced or be refused there.
 					err = errNotUTF8
 				}
+			} else if codedUpload(ctx) {
+				err = errCodedUpload
 			}
 			switch {
 			case err != nil:
