@@ -131,6 +131,10 @@ func ErrorResult(status int, body []byte) *api.Result {
 	if msg == "" {
 		msg = http.StatusText(status)
 	}
+	if msg == "" {
+		// A status of the engine's own, with nothing said.
+		msg = "The engine answered status " + strconv.Itoa(status) + " and said nothing more"
+	}
 	lower := strings.ToLower(full + " " + typ + " " + code)
 	out := status
 	switch {

@@ -40,6 +40,7 @@ func TestErrorResult(t *testing.T) {
 		{"an engine's 401", 401, `{"error":{"message":"bad key","type":"AuthenticationError"}}`, 401, "authentication_error", "bad key", false},
 		{"not json", 502, "Bad Gateway", 502, "upstream_error", "Bad Gateway", true},
 		{"empty", 500, "", 500, "upstream_error", "Internal Server Error", true},
+		{"a status of its own, empty", 550, "", 550, "server_error", "The engine answered status 550 and said nothing more", false},
 		{"detail", 422, `{"detail":"field required"}`, 422, "invalid_request_error", "field required", false},
 		{"a proxy's page", 502, "<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body><center><h1>502 Bad Gateway</h1></center><hr><center>nginx</center></body></html>", 502, "upstream_error",
 			"an HTML page instead of the engine's error (a proxy in front of the engine?): 502 Bad Gateway", true},

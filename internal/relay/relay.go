@@ -8,6 +8,7 @@
 package relay
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -687,7 +688,9 @@ const maxRetryAfter = time.Hour
 func resultError(res *api.Result) *api.Error {
 	e := api.Relayed(res.Status, "", "", "the worker failed")
 	if res.Error != nil {
-		e.Message, e.Type, e.Code, e.Param = res.Error.Message, res.Error.Type, res.Error.Code, res.Error.Param
+		// Every error says something: a worker's that says nothing keeps
+		// the gateway's own words.
+		e.Message, e.Type, e.Code, e.Param = cmp.Or(res.Error.Message, e.Message), res.Error.Type, res.Error.Code, res.Error.Param
 	}
 	// A client told to slow down is told when to come back: the engine's
 	// own figure when it gave one, up to maxRetryAfter, else a second.

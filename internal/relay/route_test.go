@@ -100,6 +100,20 @@ func TestResultErrorCodeHeader(t *testing.T) {
 	}
 }
 
+// A worker's failure that says nothing still has a message: the spec's
+// error body always has a detail to read.
+func TestResultErrorSaysSomething(t *testing.T) {
+	for _, res := range []*api.Result{
+		{Status: 502},
+		{Status: 502, Error: &api.ResultError{Type: api.TypeUpstream}},
+		{Status: 400, Error: &api.ResultError{Param: "x"}},
+	} {
+		if ae := resultError(res); ae.Message == "" {
+			t.Errorf("%d %+v: no message", res.Status, res.Error)
+		}
+	}
+}
+
 // A request's prompt is weighed against the workers' windows from its
 // size, and named by its field when too long: messages, or a text
 // completion's prompt.
