@@ -594,13 +594,17 @@ func checkRelayed(a answer) (failed bool, _ error) {
 		return failed, err
 	}
 	if !strings.HasPrefix(a.header.Get("Content-Type"), "text/event-stream") {
-		var whole struct {
-			Usage map[string]any `json:"usage"`
-		}
+		// The member named usage exactly, as the SDKs read it: a case
+		// twin an engine sends (usAge) is its own member, passed on.
+		var whole map[string]json.RawMessage
 		if err := json.Unmarshal(a.body, &whole); err != nil {
 			return false, fmt.Errorf("answer is not a JSON object: %w", err)
 		}
-		for k, v := range whole.Usage {
+		var usage map[string]any
+		if u, ok := whole["usage"]; ok && json.Unmarshal(u, &usage) != nil {
+			return false, fmt.Errorf("usage is not an object: %s", u)
+		}
+		for k, v := range usage {
 			if n, ok := v.(float64); ok && n < 0 {
 				return false, fmt.Errorf("usage has %s %v", k, n)
 			}
