@@ -52,7 +52,7 @@ func decodeBody(ctx *fasthttp.RequestCtx, limit int, budget *bodyBudget, held *i
 		var body []byte
 		body, err = readPieces(wholeStream{r}, limit+1, func(n int) bool { return budget.take(held, n) })
 		switch {
-		case err == errBodyMemory:
+		case errors.Is(err, errBodyMemory):
 			return err
 		case err == nil && len(body) > limit:
 			return errOverLimit
@@ -62,7 +62,7 @@ func decodeBody(ctx *fasthttp.RequestCtx, limit int, budget *bodyBudget, held *i
 			return nil
 		}
 	}
-	if err == errUnsupportedCoding {
+	if errors.Is(err, errUnsupportedCoding) {
 		ctx.Response.Header.Set(fasthttp.HeaderAcceptEncoding, acceptedCodings)
 		return &api.Error{Kind: api.KindInvalidRequest, Code: "unsupported_content_encoding",
 			Message: fmt.Sprintf("Content-Encoding %q is not taken: send the body as it is, or in one of %s", coding, acceptedCodings)}
@@ -78,11 +78,11 @@ var errUnsupportedCoding = errors.New("unsupported content coding")
 // stream cut short.
 type wholeStream struct{ r io.Reader }
 
-var errCutShort = errors.New("the compressed stream ends before its end")
+var errCutShort = errors.New("the compressed data is cut short")
 
 func (w wholeStream) Read(p []byte) (int, error) {
 	n, err := w.r.Read(p)
-	if err == io.ErrUnexpectedEOF {
+	if errors.Is(err, io.ErrUnexpectedEOF) {
 		err = errCutShort
 	}
 	return n, err
